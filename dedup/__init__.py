@@ -1,0 +1,1 @@
+"""zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters."""

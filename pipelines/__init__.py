@@ -1,0 +1,1 @@
+"""zephyr.pipelines: text quality stages, ready-made batch pipelines and their configs."""

@@ -1,0 +1,1 @@
+"""zephyr.pipelines.quality: normalization, language ID, heuristic filters, quality classifier, PII, decontamination."""

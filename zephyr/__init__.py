@@ -1,0 +1,65 @@
+"""zephyr: a data-processing engine for LLM pretraining corpora.
+
+>>> import zephyr
+>>> ds = zephyr.from_items([{"k": "a"}, {"k": "b"}, {"k": "a"}])
+>>> ds.group_by("k").count().sort("k").to_arrow(executor="inprocess").to_pylist()
+[{'k': 'a', 'count': 2}, {'k': 'b', 'count': 1}]
+
+The names below are imported lazily: ``import zephyr.tokenize`` (the training side) must work on a machine
+with only torch, numpy and fsspec, so this package's own import pulls in nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Dataset": "zephyr.dataset",
+    "GroupedDataset": "zephyr.dataset",
+    "read_parquet": "zephyr.dataset",
+    "read_jsonl": "zephyr.dataset",
+    "read_vortex": "zephyr.dataset",
+    "from_arrow": "zephyr.dataset",
+    "from_items": "zephyr.dataset",
+    "ExecutionOptions": "zephyr.options",
+    "ZephyrError": "zephyr.errors",
+    "ConfigError": "zephyr.errors",
+    "InputError": "zephyr.errors",
+    "SchemaError": "zephyr.errors",
+    "TaskError": "zephyr.errors",
+    "ResumeError": "zephyr.errors",
+    "counters": "zephyr.counters",
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:
+    from zephyr import counters
+    from zephyr.dataset import (
+        Dataset,
+        GroupedDataset,
+        from_arrow,
+        from_items,
+        read_jsonl,
+        read_parquet,
+        read_vortex,
+    )
+    from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
+    from zephyr.options import ExecutionOptions
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'zephyr' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if module_name == f"zephyr.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

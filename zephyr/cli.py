@@ -1,0 +1,95 @@
+"""The ``zephyr`` command line: one entry point, a subcommand per capability.
+
+Every subcommand accepts the global execution options (``--workers``, ``--executor``, ``--cluster``,
+``--memory-budget``, ``--work-dir``) after its own name, e.g. ``zephyr dedup exact IN --output OUT --workers 2``.
+Each capability registers its subcommands from its own package through ``register(subparsers, common)``;
+``COMMAND_MODULES`` lists them. Heavy imports happen inside the handlers, so ``zephyr --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from zephyr.errors import ZephyrError
+from zephyr.options import ExecutionOptions
+
+__all__ = ["main", "build_parser", "execution_options"]
+
+COMMAND_MODULES = (
+    "zephyr.commands",  # engine utilities: convert, count, sort, stats
+    "zephyr.dedup.cli",
+    "zephyr.pipelines.quality.cli",
+    "zephyr.tokenize.cli",
+    "zephyr.trainer.cli",
+    "zephyr.pipelines.cli",
+)
+
+
+def _common_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("execution (accepted by every command)")
+    group.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    group.add_argument(
+        "--executor", choices=("inprocess", "local", "dask"), default="local", help="where tasks run"
+    )
+    group.add_argument("--cluster", default=None, help="dask scheduler address, e.g. tcp://127.0.0.1:8786")
+    group.add_argument(
+        "--memory-budget", default="1GiB", help="bytes of data per worker before spilling (e.g. 512MB, 4GiB)"
+    )
+    group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
+    group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
+    group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    return common
+
+
+def execution_options(args: argparse.Namespace) -> ExecutionOptions:
+    """The ``ExecutionOptions`` given by the global flags of a parsed command line."""
+    return ExecutionOptions(
+        executor=args.executor,
+        workers=args.workers,
+        cluster=args.cluster,
+        memory_budget=args.memory_budget,
+        work_dir=args.work_dir,
+        max_retries=args.max_retries,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_parser()
+    parser = argparse.ArgumentParser(
+        prog="zephyr",
+        description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:  # the module exists but one of its imports is missing: say so
+                raise
+            continue
+        module.register(subparsers, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ZephyrError as exc:
+        print(f"zephyr {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

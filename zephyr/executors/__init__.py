@@ -1,0 +1,1 @@
+"""zephyr.executors: where tasks run — in-process, local spawned processes, dask.distributed."""

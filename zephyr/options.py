@@ -1,0 +1,77 @@
+"""Execution options shared by every action (``to_arrow``, ``write_*``, ``count``) and every CLI command.
+
+>>> opts = ExecutionOptions(executor="inprocess", memory_budget="64MB")
+>>> opts.memory_budget_bytes
+64000000
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from zephyr.errors import ConfigError
+from zephyr.sizes import parse_bytes
+
+__all__ = ["ExecutionOptions", "ExecutorName", "DEFAULT_MEMORY_BUDGET"]
+
+ExecutorName = Literal["inprocess", "local", "dask"]
+DEFAULT_MEMORY_BUDGET = "1GiB"
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """How a plan runs. Plain data: safe to log, compare and ship to workers."""
+
+    executor: ExecutorName | Any = "local"
+    """``inprocess`` (debugging, tests), ``local`` (spawned worker processes; the default) or ``dask``.
+    An ``Executor`` instance or a ``dask.distributed.Client`` is accepted too."""
+    workers: int | None = None
+    """Worker processes for ``local``; ``None`` means one per CPU core. Ignored by ``inprocess``."""
+    memory_budget: int | str = DEFAULT_MEMORY_BUDGET
+    """Bytes of Arrow data one worker may hold (``"512MB"``, ``"4GiB"``). Shuffle buffers spill to disk
+    when they reach their share of it; partition counts are derived from it. Per worker process, so the
+    outputs do not depend on the worker count."""
+    work_dir: str | None = None
+    """fsspec URL for shuffle spills, task markers and stats. Given, a rerun skips finished tasks;
+    ``None`` uses a temporary directory that is removed afterwards."""
+    cluster: str | None = None
+    """Scheduler address for ``dask`` (``tcp://host:8786``); ``None`` starts a LocalCluster on 127.0.0.1."""
+    max_retries: int = 2
+    """Extra tries for a failing task before the job fails naming its shard."""
+    progress: bool | None = None
+    """Progress bar per stage; ``None`` shows it only when stderr is a TTY."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.executor, str) and self.executor not in ("inprocess", "local", "dask"):
+            raise ConfigError(f"executor must be 'inprocess', 'local' or 'dask', got {self.executor!r}")
+        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
+            raise ConfigError(f"workers must be a positive integer, got {self.workers!r}")
+        if self.max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries!r}")
+        if self.memory_budget_bytes < 1 << 20:
+            raise ConfigError(f"memory_budget must be at least 1 MiB, got {self.memory_budget!r}")
+
+    @property
+    def memory_budget_bytes(self) -> int:
+        return parse_bytes(self.memory_budget)
+
+    @property
+    def num_workers(self) -> int:
+        if self.executor == "inprocess":
+            return 1
+        return self.workers or os.cpu_count() or 1
+
+    def replace(self, **changes: Any) -> ExecutionOptions:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> ExecutionOptions:
+        """Build from action keywords, rejecting unknown ones with the list of valid names."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
+        return cls(**{k: v for k, v in kwargs.items() if v is not None or k in ("work_dir", "cluster")})
