@@ -17,6 +17,14 @@ SHARED = Path(os.environ.get("ZEPHYR_SHARED_DIR", REPO.parent / "shared"))
 CORPUS_CACHE = Path(os.environ.get("ZEPHYR_CORPUS_CACHE", Path.home() / ".cache" / "zephyr" / "corpus"))
 
 
+def _is_resource_tracker(process) -> bool:
+    """multiprocessing's resource tracker: one per interpreter that ever spawned, by design not a leak."""
+    try:
+        return "resource_tracker" in " ".join(process.cmdline())
+    except Exception:
+        return False
+
+
 @pytest.fixture(autouse=True)
 def _leak_guard():
     """Fail a test that leaves threads or child processes running (Marin's thread check, extended)."""
@@ -34,8 +42,10 @@ def _leak_guard():
             if t.ident not in before_threads and t.is_alive() and not t.daemon
         ]
         children = [
-            p for p in me.children(recursive=True) if p.pid not in before_children and p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE
+            p
+            for p in me.children(recursive=True)
+            if p.pid not in before_children and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            and not _is_resource_tracker(p)
         ]
         if not threads and not children:
             return

@@ -1,0 +1,227 @@
+"""Reducers: what a reduce task does with the sorted runs of its partition.
+
+Every reducer receives its partition's run parts as lazy sources (one iterator of tables per run part, in
+(map task, run) order) and yields output tables. Group-wise reducers merge on the key hash only, so all rows
+of one key arrive in one merged batch (see ``merge``), then work on that batch with polars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from zephyr.errors import SchemaError, ZephyrError
+from zephyr.shuffle.aggregate import Agg, aggregate, final_aggregate
+from zephyr.shuffle.merge import concat_sources, merge_sorted
+from zephyr.shuffle.partition import KEY_HASH
+from zephyr.shuffle.writer import sort_table
+
+__all__ = [
+    "GroupAggregateReducer",
+    "GroupApplyReducer",
+    "DeduplicateReducer",
+    "SortReducer",
+    "ConcatReducer",
+    "JoinReducer",
+    "JoinHow",
+]
+
+Sources = Sequence[Iterator[pa.Table]]
+JoinHow = Literal["inner", "left", "right", "outer"]
+_BY_HASH = [(KEY_HASH, False)]
+
+
+def _drop_hash(table: pa.Table) -> pa.Table:
+    return table.drop_columns([KEY_HASH]) if KEY_HASH in table.column_names else table
+
+
+@dataclass(frozen=True)
+class GroupAggregateReducer:
+    keys: tuple[str, ...]
+    aggs: tuple[Agg, ...]
+    partial: bool
+    """True when map tasks already combined rows into partials (``PartialAggregate``)."""
+    merge_columns = _BY_HASH
+
+    def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        for batch in merge_sorted(sources, _BY_HASH):
+            if self.partial:
+                yield final_aggregate(batch, self.keys, self.aggs)
+            else:
+                yield _drop_hash(aggregate(_drop_hash(batch), self.keys, self.aggs))
+
+
+@dataclass(frozen=True)
+class GroupApplyReducer:
+    """Calls ``fn`` once per group with the group's rows (a ``pa.Table``) in ``sort_by`` order."""
+
+    keys: tuple[str, ...]
+    sort_by: tuple[tuple[str, bool], ...]
+    fn: Callable[[pa.Table], Any]
+    merge_columns = _BY_HASH
+
+    def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        order = [(KEY_HASH, False), *[(k, False) for k in self.keys], *self.sort_by]
+        for batch in merge_sorted(sources, _BY_HASH):
+            batch = sort_table(batch, order)
+            keys = pl.from_arrow(batch.select(list(self.keys)), rechunk=False)
+            boundary = np.ones(len(keys), dtype=bool)
+            if len(keys) > 1:
+                changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
+                boundary[1:] = changed.to_numpy()[1:]
+            starts = np.flatnonzero(boundary)
+            stops = np.append(starts[1:], len(keys))
+            rows = _drop_hash(batch)
+            outputs = []
+            for start, stop in zip(starts.tolist(), stops.tolist()):
+                result = self.fn(rows.slice(start, stop - start))
+                table = _as_table(result)
+                if table is not None and table.num_rows:
+                    outputs.append(table)
+            if outputs:
+                yield pa.concat_tables(outputs, promote_options="permissive")
+
+
+def _as_table(result: Any) -> pa.Table | None:
+    if result is None:
+        return None
+    if isinstance(result, pa.Table):
+        return result
+    if isinstance(result, pa.RecordBatch):
+        return pa.Table.from_batches([result])
+    if isinstance(result, dict):
+        return pa.Table.from_pylist([result])
+    if isinstance(result, list):
+        return pa.Table.from_pylist(result) if result else None
+    raise ZephyrError(
+        f"group reduce function returned {type(result).__name__}; return a pyarrow Table, a dict, "
+        "a list of dicts or None"
+    )
+
+
+@dataclass(frozen=True)
+class DeduplicateReducer:
+    """Keeps the first row of each key in input order."""
+
+    keys: tuple[str, ...]
+    merge_columns = _BY_HASH
+
+    def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        for batch in merge_sorted(sources, _BY_HASH):
+            frame = pl.from_arrow(batch, rechunk=False)
+            yield _drop_hash(frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow())
+
+
+@dataclass(frozen=True)
+class SortReducer:
+    columns: tuple[tuple[str, bool], ...]
+
+    @property
+    def merge_columns(self) -> list[tuple[str, bool]]:
+        return list(self.columns)
+
+    def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        yield from merge_sorted(sources, self.columns)
+
+
+@dataclass(frozen=True)
+class ConcatReducer:
+    merge_columns = None
+
+    def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        for table in concat_sources(sources):
+            yield _drop_hash(table)
+
+
+_LEFT_ROW = "__zephyr_left_row"
+_RIGHT_ROW = "__zephyr_right_row"
+
+
+@dataclass(frozen=True)
+class JoinReducer:
+    """Hash join of one partition of each side, in memory (partitions are sized from the byte budget).
+
+    Output order is deterministic: by left input order, then right input order; rows with no left match
+    (right/outer joins) come last in right input order. Null keys never match (SQL semantics).
+    """
+
+    left_on: tuple[str, ...]
+    right_on: tuple[str, ...]
+    how: JoinHow
+    suffix: str = "_right"
+
+    def join(
+        self, left_sources: Sources, right_sources: Sources, schemas: Sequence[pa.Schema | None] = (None, None)
+    ) -> Iterator[pa.Table]:
+        """``schemas`` (each side's, when known) type an empty side so outer joins keep all columns."""
+        left = _load(left_sources, _LEFT_ROW, schemas[0])
+        right = _load(right_sources, _RIGHT_ROW, schemas[1])
+        if left is None and right is None:
+            return
+        if left is None or right is None:
+            if self.how == "inner" or (left is None and self.how == "left") or (right is None and self.how == "right"):
+                return
+        left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
+        right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)
+        for name in (*self.left_on,):
+            if name not in left.columns:
+                raise SchemaError(f"join key {name!r} not in the left dataset; columns: {left.columns}")
+        for name in (*self.right_on,):
+            if name not in right.columns:
+                raise SchemaError(f"join key {name!r} not in the right dataset; columns: {right.columns}")
+        left, right = _align_key_types(left, right, self.left_on, self.right_on)
+        how = {"inner": "inner", "left": "left", "right": "right", "outer": "full"}[self.how]
+        joined = left.join(
+            right,
+            left_on=list(self.left_on),
+            right_on=list(self.right_on),
+            how=how,
+            suffix=self.suffix,
+            coalesce=True,
+            nulls_equal=False,
+        )
+        joined = joined.sort([_LEFT_ROW, _RIGHT_ROW], nulls_last=True, maintain_order=True)
+        yield joined.drop([_LEFT_ROW, _RIGHT_ROW]).to_arrow()
+
+
+def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:
+    tables = [_drop_hash(t) for t in concat_sources(sources) if t.num_rows]
+    if not tables:
+        if schema is None:
+            return None
+        return pl.from_arrow(_drop_hash(schema.empty_table())).with_row_index(row_column)
+    frame = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+    return frame.with_row_index(row_column)
+
+
+def _empty_like(other: pl.DataFrame, other_keys: Sequence[str], keys: Sequence[str], row_column: str) -> pl.DataFrame:
+    """An empty side with just its key columns (typed like the other side's) and a row index."""
+    return pl.DataFrame(
+        {k: pl.Series(k, [], dtype=other.schema[ok]) for k, ok in zip(keys, other_keys)}
+    ).with_row_index(row_column)
+
+
+def _align_key_types(
+    left: pl.DataFrame, right: pl.DataFrame, left_on: Sequence[str], right_on: Sequence[str]
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Cast key pairs to a common type (int32 vs int64, string vs large string) so they can match."""
+    for lk, rk in zip(left_on, right_on):
+        lt, rt = left.schema[lk], right.schema[rk]
+        if lt == rt:
+            continue
+        if lt.is_numeric() and rt.is_numeric():
+            target = pl.Float64 if (lt.is_float() or rt.is_float()) else pl.Int64
+        elif lt == pl.Null:
+            target = rt
+        elif rt == pl.Null:
+            target = lt
+        else:
+            raise SchemaError(f"join keys {lk!r} ({lt}) and {rk!r} ({rt}) have incompatible types")
+        left = left.with_columns(pl.col(lk).cast(target))
+        right = right.with_columns(pl.col(rk).cast(target))
+    return left, right

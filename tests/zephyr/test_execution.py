@@ -1,0 +1,230 @@
+"""Execution guarantees: byte-identical outputs across worker counts and executors, retries, resume after
+kills (of a worker and of the whole driver), row accounting and quarantine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import zephyr
+from zephyr.errors import TaskError
+
+
+def _write_shards(directory: Path, shards: int = 6, rows: int = 2000, seed: int = 0) -> str:
+    rng = np.random.default_rng(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i in range(shards):
+        ids = np.arange(i * rows, (i + 1) * rows)
+        table = pa.table(
+            {
+                "id": ids,
+                "key": rng.integers(0, 300, rows),
+                "word": [f"w{v}" for v in rng.integers(0, 5000, rows)],
+                "value": rng.normal(size=rows),
+            }
+        )
+        pq.write_table(table, directory / f"in-{i:02d}.parquet")
+    return str(directory / "*.parquet")
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.glob("part-*"))}
+
+
+def _plan(pattern: str) -> zephyr.Dataset:
+    ds = zephyr.read_parquet(pattern)
+    counts = ds.group_by("key").agg(n=("id", "count"), total=("value", "sum"))
+    firsts = ds.deduplicate("word").select("word", "id")
+    return (
+        ds.filter(lambda r: r["id"] % 7 != 0)
+        .join(counts, on="key", how="left")
+        .join(firsts, on="word", how="inner", suffix="_first")
+        .sort("word", "id")
+    )
+
+
+def test_outputs_byte_identical_across_workers_and_executors(tmp_path):
+    pattern = _write_shards(tmp_path / "in")
+    digests = {}
+    for name, options in {
+        "inprocess": dict(executor="inprocess"),
+        "local-1": dict(executor="local", workers=1),
+        "local-2": dict(executor="local", workers=2),
+    }.items():
+        out = tmp_path / f"out-{name}"
+        _plan(pattern).write_parquet(str(out), memory_budget="4MiB", **options)
+        digests[name] = _digest(out)
+    assert digests["inprocess"], "no output written"
+    assert digests["inprocess"] == digests["local-1"] == digests["local-2"]
+
+
+def test_rerun_gives_same_bytes_and_skips_finished_tasks(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=3)
+    work = tmp_path / "work"
+    first = _plan(pattern).write_parquet(str(tmp_path / "a"), executor="inprocess", work_dir=str(work))
+    second = _plan(pattern).write_parquet(str(tmp_path / "b"), executor="inprocess", work_dir=str(work))
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
+    assert all(s["tasks_resumed"] == 0 for s in first.stats["stages"])
+    resumed = [s for s in second.stats["stages"] if s["tasks_resumed"] == s["tasks"]]
+    assert len(resumed) >= len(second.stats["stages"]) - 1  # only the final sink (new directory) reruns
+
+
+def test_failing_task_is_retried_then_fails_naming_its_shard(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=3, rows=10)
+    flag = tmp_path / "flaky"
+
+    def flaky(row):
+        if row["id"] == 15 and not flag.exists():  # fails once, then works
+            flag.write_text("x")
+            raise RuntimeError("transient")
+        return row
+
+    result = zephyr.read_parquet(pattern).map(flaky).write_parquet(str(tmp_path / "ok"), executor="inprocess")
+    assert sum(s["task_retries"] for s in result.stats["stages"]) == 1
+
+    def poisoned(row):
+        if row["id"] == 25:
+            raise ValueError("bad row")
+        return row
+
+    with pytest.raises(TaskError, match=r"in-02\.parquet.*\n?.*failed after 3 tries") as info:
+        zephyr.read_parquet(pattern).map(poisoned).to_arrow(executor="inprocess", max_retries=2)
+    assert "bad row" in str(info.value)
+
+
+def test_worker_killed_mid_stage_reruns_only_its_task(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=4, rows=500)
+    flag = tmp_path / "killed-once"
+    log = tmp_path / "executions"
+    log.mkdir()
+
+    def record_and_maybe_die(table: pa.Table) -> pa.Table:
+        first = table.column("id")[0].as_py()
+        (log / f"{first}-{os.getpid()}-{time.monotonic_ns()}").write_text("")
+        if first == 1000 and not flag.exists():
+            flag.write_text("x")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return table
+
+    clean = tmp_path / "clean"
+    zephyr.read_parquet(pattern).map_batches(lambda t: t).sort("word").write_parquet(str(clean), executor="inprocess")
+    out = tmp_path / "killed"
+    result = zephyr.read_parquet(pattern).map_batches(record_and_maybe_die).sort("word").write_parquet(
+        str(out), executor="local", workers=2
+    )
+    assert _digest(out) == _digest(clean)
+    first_stage = result.stats["stages"][0]
+    assert first_stage["task_retries"] == 1
+    starts = sorted(int(p.name.split("-")[0]) for p in log.iterdir())
+    assert starts.count(1000) == 2 and all(starts.count(s) == 1 for s in (0, 500, 1500))
+
+
+DRIVER = textwrap.dedent(
+    """
+    import os, sys, time, pyarrow as pa, zephyr
+    pattern, out, work, log, slow = sys.argv[1:6]
+    def step(table):
+        first = table.column("id")[0].as_py()
+        open(os.path.join(os.environ["ZEPHYR_TEST_LOG"], f"{first}-{time.monotonic_ns()}"), "w").close()
+        if os.environ.get("ZEPHYR_TEST_SLOW") == "1" and first >= 1500:
+            time.sleep(60)
+        return table
+    if __name__ == "__main__":  # spawned workers import this file too
+        zephyr.read_parquet(pattern).map_batches(step).group_by("key").count().write_parquet(
+            out, executor="local", workers=1, work_dir=work)
+    """
+)
+
+
+def test_killed_job_resumes_without_redoing_finished_tasks(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=5, rows=500)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    work, log, out = tmp_path / "work", tmp_path / "log", tmp_path / "out"
+    log.mkdir()
+    env = {**os.environ, "ZEPHYR_TEST_LOG": str(log)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), pattern, str(out), str(work), str(log), "1"],
+        start_new_session=True,
+        env={**env, "ZEPHYR_TEST_SLOW": "1"},
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if len(list(work.glob("stage-*/_done/task-*.json"))) >= 3:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the job never finished 3 tasks")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    done_before = {int(p.name.split("-")[0]) for p in log.iterdir()}
+    subprocess.run([sys.executable, str(script), pattern, str(out), str(work), str(log), "0"], check=True, env=env)
+    runs = [int(p.name.split("-")[0]) for p in log.iterdir()]
+    redone = {s for s in done_before if runs.count(s) > 1}
+    assert redone <= {1500, 2000}, f"finished tasks were redone: {sorted(redone)}"
+    clean = tmp_path / "clean"
+    zephyr.read_parquet(pattern).group_by("key").count().write_parquet(str(clean), executor="inprocess")
+    assert _digest(out) == _digest(clean)
+
+
+def test_row_accounting_balances_with_quarantine(tmp_path):
+    rows = [{"id": i, "text": None if i % 10 == 0 else f"doc {i}"} for i in range(100)]
+
+    def upper(row):
+        return {"id": row["id"], "text": row["text"].upper()}  # AttributeError on null text
+
+    work = tmp_path / "work"
+    result = (
+        zephyr.from_items(rows, num_shards=2)
+        .map(upper, on_error="quarantine")
+        .filter(lambda r: r["id"] % 3 != 0)
+        .write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
+    )
+    stage = result.stats["stages"][0]
+    mapped, filtered = stage["ops"]
+    assert mapped["rows_in"] == 100 and mapped["rows_rejected"] == 10 and mapped["rows_out"] == 90
+    assert filtered["rows_in"] == filtered["rows_out"] + filtered["rows_dropped"] == 90
+    assert stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_rejected"]
+    assert result.stats["rows_quarantined"] == 10
+    quarantine = pa.concat_tables([pq.read_table(p) for p in stage["quarantine_files"]])
+    assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(range(0, 100, 10))
+    assert all("AttributeError" in r for r in quarantine.column("reason").to_pylist())
+    assert (work / "stats.json").exists()
+
+
+def test_row_error_without_quarantine_names_shard_and_row(tmp_path):
+    with pytest.raises(TaskError, match=r"row 3 of .*part-00000\.parquet"):
+        zephyr.from_items([{"x": i} for i in range(5)]).map(lambda r: {"y": 1 / (r["x"] - 3)}).to_arrow(
+            executor="inprocess", max_retries=0
+        )
+
+
+def test_counters_are_summed_per_stage(tmp_path):
+    def count_long(table):
+        zephyr.counters.increment("long_words", sum(len(w) > 3 for w in table.column("w").to_pylist()))
+        return table
+
+    result = zephyr.from_items([{"w": w} for w in "a bbbb cc dddd eeeee".split()], num_shards=2).map_batches(
+        count_long
+    ).write_parquet(str(tmp_path / "o"), executor="inprocess")
+    assert result.stats["stages"][0]["counters"] == {"long_words": 3}
+
+
+def test_memory_work_dir_needs_inprocess(tmp_path):
+    with pytest.raises(zephyr.ConfigError, match="memory"):
+        zephyr.from_items([{"a": 1}]).to_arrow(executor="local", work_dir="memory://zephyr-test")
+    assert zephyr.from_items([{"a": 1}]).to_arrow(executor="inprocess", work_dir="memory://zephyr-test").num_rows == 1

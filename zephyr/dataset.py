@@ -1,0 +1,376 @@
+"""The lazy ``Dataset`` API: each method appends one logical op; actions run the plan.
+
+>>> import zephyr
+>>> ds = zephyr.from_items([{"word": w, "n": i} for i, w in enumerate("the cat saw the dog".split())])
+>>> ds.filter(lambda r: r["word"] != "dog").group_by("word").count().sort("word").to_arrow(
+...     executor="inprocess").to_pylist()
+[{'word': 'cat', 'count': 1}, {'word': 'saw', 'count': 1}, {'word': 'the', 'count': 2}]
+
+Narrow ops (``map``, ``filter``, ``flat_map``, ``map_batches``, ``select``) fuse into one stage; wide ops
+(``group_by``, ``deduplicate``, ``sort``, ``join``, ``reshard``) cut the plan with a Parquet shuffle.
+Actions (``to_arrow``, ``count``, ``write_*``, ``materialize``) take the execution keywords of
+``ExecutionOptions``: ``executor``, ``workers``, ``memory_budget``, ``work_dir``, ``cluster``, ``max_retries``,
+``progress``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from zephyr.errors import ConfigError
+from zephyr.ops import (
+    Deduplicate,
+    Filter,
+    FlatMap,
+    FromTable,
+    GroupAggregate,
+    GroupApply,
+    Join,
+    Map,
+    MapBatches,
+    OnError,
+    Op,
+    ReadFiles,
+    Reshard,
+    Select,
+    Sort,
+)
+from zephyr.shuffle.aggregate import Agg
+
+__all__ = [
+    "Dataset",
+    "GroupedDataset",
+    "WriteResult",
+    "read_parquet",
+    "read_jsonl",
+    "read_vortex",
+    "from_arrow",
+    "from_items",
+]
+
+
+def _paths(paths: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(paths, str):
+        return (paths,)
+    result = tuple(str(p) for p in paths)
+    if not result:
+        raise ConfigError("no input paths given")
+    return result
+
+
+def _check_on_error(on_error: str) -> None:
+    if on_error not in ("raise", "quarantine"):
+        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
+
+
+def read_parquet(
+    paths: str | Sequence[str], *, columns: Sequence[str] | None = None, approx_shard_bytes: int | str | None = None
+) -> Dataset:
+    """Parquet files (globs, directories, fsspec URLs). One shard per file, or row-group runs of about
+    ``approx_shard_bytes`` uncompressed bytes each."""
+    return Dataset(
+        (ReadFiles(_paths(paths), "parquet", tuple(columns) if columns else None, None, _shard_bytes(approx_shard_bytes)),)
+    )
+
+
+def read_jsonl(
+    paths: str | Sequence[str],
+    *,
+    schema: pa.Schema | None = None,
+    approx_shard_bytes: int | str | None = None,
+    on_error: OnError = "raise",
+) -> Dataset:
+    """JSON-lines files, plain or ``.gz``/``.zst``. Bad lines raise naming file and line, or go to the
+    quarantine output with ``on_error="quarantine"``."""
+    _check_on_error(on_error)
+    return Dataset((ReadFiles(_paths(paths), "jsonl", None, schema, _shard_bytes(approx_shard_bytes), on_error),))
+
+
+def read_vortex(paths: str | Sequence[str]) -> Dataset:
+    """Vortex files (``vortex-data``)."""
+    return Dataset((ReadFiles(_paths(paths), "vortex"),))
+
+
+def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
+    """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run)."""
+    if isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    elif isinstance(data, pa.Table):
+        table = data
+    else:
+        table = pa.Table.from_batches(list(data))
+    if num_shards < 1:
+        raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
+    return Dataset((FromTable(table, num_shards),))
+
+
+def from_items(items: Iterable[dict], *, num_shards: int = 1) -> Dataset:
+    """Python dict rows (types inferred by Arrow)."""
+    return from_arrow(pa.Table.from_pylist(list(items)), num_shards=num_shards)
+
+
+def _shard_bytes(value: int | str | None) -> int | None:
+    from zephyr.sizes import parse_bytes
+
+    return None if value is None else parse_bytes(value)
+
+
+def _names(args: tuple, what: str) -> tuple[str, ...]:
+    names: list[str] = []
+    for arg in args:
+        names.extend([arg] if isinstance(arg, str) else list(arg))
+    if not names:
+        raise ConfigError(f"{what} needs at least one column name")
+    return tuple(names)
+
+
+def _partitions(num_partitions: int | None) -> int | None:
+    if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
+        raise ConfigError(f"num_partitions must be a positive integer, got {num_partitions!r}")
+    return num_partitions
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a ``write_*`` action produced: the files in shard order and the job's stats."""
+
+    files: list[str]
+    stats: dict
+
+
+class Dataset:
+    """A lazy plan over shards of Arrow record batches. Build with ``zephyr.read_*`` / ``from_*``."""
+
+    def __init__(self, ops: tuple[Op, ...]):
+        self._ops = ops
+
+    def _then(self, op: Op) -> Dataset:
+        return Dataset((*self._ops, op))
+
+    def __repr__(self) -> str:
+        return f"Dataset({' -> '.join(type(op).__name__ for op in self._ops)})"
+
+    # -- narrow ops -------------------------------------------------------------------------------------
+    def map(self, fn: Callable[[dict], dict], *, on_error: OnError = "raise") -> Dataset:
+        """One output row (a dict) per input row.
+
+        >>> from_items([{"x": 1}, {"x": 2}]).map(lambda r: {"y": r["x"] * 10}).to_arrow(
+        ...     executor="inprocess").to_pylist()
+        [{'y': 10}, {'y': 20}]
+        """
+        _check_on_error(on_error)
+        return self._then(Map(fn, on_error))
+
+    def filter(self, predicate: Callable[[dict], bool], *, on_error: OnError = "raise") -> Dataset:
+        """Rows for which ``predicate`` is true; the others are counted as dropped."""
+        _check_on_error(on_error)
+        return self._then(Filter(predicate, on_error))
+
+    def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, on_error: OnError = "raise") -> Dataset:
+        """Zero or more output rows per input row.
+
+        >>> from_items([{"s": "a b"}, {"s": "c"}]).flat_map(lambda r: [{"w": w} for w in r["s"].split()]
+        ...     ).to_arrow(executor="inprocess").column("w").to_pylist()
+        ['a', 'b', 'c']
+        """
+        _check_on_error(on_error)
+        return self._then(FlatMap(fn, on_error))
+
+    def map_batches(
+        self, fn: Callable[[pa.Table], Any], *, batch_rows: int | None = None, name: str | None = None
+    ) -> Dataset:
+        """A batch function: ``pa.Table`` in, ``pa.Table``/``RecordBatch``/``BatchOutput`` out.
+
+        The preferred way to write operators: vectorized, no per-row Python. ``fn`` is unpickled once per
+        task, so a callable object can load a model lazily on its first call.
+
+        >>> import pyarrow.compute as pc
+        >>> from_items([{"x": 1}, {"x": 2}]).map_batches(
+        ...     lambda t: t.append_column("y", pc.multiply(t["x"], 2))).to_arrow(executor="inprocess").to_pylist()
+        [{'x': 1, 'y': 2}, {'x': 2, 'y': 4}]
+        """
+        if batch_rows is not None and batch_rows < 1:
+            raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
+        return self._then(MapBatches(fn, batch_rows, name))
+
+    def select(self, *columns: str | Sequence[str]) -> Dataset:
+        """Keep these columns, in this order."""
+        return self._then(Select(_names(columns, "select")))
+
+    # -- wide ops ---------------------------------------------------------------------------------------
+    def group_by(
+        self,
+        *keys: str | Sequence[str],
+        sort_by: str | Sequence[str] | Sequence[tuple[str, bool]] | None = None,
+        num_partitions: int | None = None,
+    ) -> GroupedDataset:
+        """Group rows by ``keys``; finish with ``.count()``, ``.agg(...)`` or ``.reduce(fn)``.
+
+        ``sort_by`` orders the rows each ``reduce`` call sees (column names, or (name, descending) pairs).
+        """
+        order: list[tuple[str, bool]] = []
+        if sort_by is not None:
+            for item in [sort_by] if isinstance(sort_by, str) else sort_by:
+                order.append((item, False) if isinstance(item, str) else (str(item[0]), bool(item[1])))
+        return GroupedDataset(self, _names(keys, "group_by"), tuple(order), _partitions(num_partitions))
+
+    def deduplicate(self, *keys: str | Sequence[str], num_partitions: int | None = None) -> Dataset:
+        """One row per distinct key: the first in input order.
+
+        >>> from_items([{"k": 1, "v": "a"}, {"k": 1, "v": "b"}, {"k": 2, "v": "c"}]).deduplicate("k").sort(
+        ...     "k").to_arrow(executor="inprocess").to_pylist()
+        [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'c'}]
+        """
+        return self._then(Deduplicate(_names(keys, "deduplicate"), _partitions(num_partitions)))
+
+    def sort(
+        self,
+        *by: str | Sequence[str],
+        descending: bool | Sequence[bool] = False,
+        num_partitions: int | None = None,
+    ) -> Dataset:
+        """Global sort (range-partitioned from a key sample); nulls last; ties keep input order.
+
+        >>> from_items([{"k": 2}, {"k": None}, {"k": 1}]).sort("k").to_arrow(executor="inprocess").to_pylist()
+        [{'k': 1}, {'k': 2}, {'k': None}]
+        """
+        names = _names(by, "sort")
+        flags = [descending] * len(names) if isinstance(descending, bool) else list(descending)
+        if len(flags) != len(names):
+            raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
+        return self._then(Sort(names, tuple(bool(f) for f in flags), _partitions(num_partitions)))
+
+    def join(
+        self,
+        other: Dataset,
+        on: str | Sequence[str] | None = None,
+        *,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+        how: Literal["inner", "left", "right", "outer"] = "inner",
+        suffix: str = "_right",
+        num_partitions: int | None = None,
+    ) -> Dataset:
+        """Hash join with ``other``. Key columns are coalesced (one column per key); other clashing names of
+        the right side get ``suffix``. Null keys never match.
+
+        >>> left = from_items([{"k": 1, "a": "x"}, {"k": 2, "a": "y"}])
+        >>> right = from_items([{"k": 2, "b": True}, {"k": 3, "b": False}])
+        >>> left.join(right, on="k", how="outer").sort("k").to_arrow(executor="inprocess").to_pylist()
+        [{'k': 1, 'a': 'x', 'b': None}, {'k': 2, 'a': 'y', 'b': True}, {'k': 3, 'a': None, 'b': False}]
+        """
+        if not isinstance(other, Dataset):
+            raise ConfigError(f"join needs a Dataset, got {type(other).__name__}")
+        if how not in ("inner", "left", "right", "outer"):
+            raise ConfigError(f"join how must be inner, left, right or outer; got {how!r}")
+        if on is not None:
+            if left_on is not None or right_on is not None:
+                raise ConfigError("join: give either on= or left_on=/right_on=, not both")
+            left_keys = right_keys = _names((on,), "join")
+        else:
+            if left_on is None or right_on is None:
+                raise ConfigError("join: give on=, or both left_on= and right_on=")
+            left_keys, right_keys = _names((left_on,), "join"), _names((right_on,), "join")
+            if len(left_keys) != len(right_keys):
+                raise ConfigError(f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}")
+        return self._then(Join(other, left_keys, right_keys, how, suffix, _partitions(num_partitions)))
+
+    def reshard(self, num_shards: int) -> Dataset:
+        """Redistribute rows round-robin into ``num_shards`` shards (e.g. before an expensive map)."""
+        if not isinstance(num_shards, int) or num_shards < 1:
+            raise ConfigError(f"num_shards must be a positive integer, got {num_shards!r}")
+        return self._then(Reshard(num_shards))
+
+    # -- actions ----------------------------------------------------------------------------------------
+    def to_arrow(self, **execution: Any) -> pa.Table:
+        """Run the plan and return all rows as one table, in shard order."""
+        from zephyr.job import run_to_arrow
+
+        return run_to_arrow(self, _options(execution))
+
+    def count(self, **execution: Any) -> int:
+        """Run the plan and return the number of rows it produces."""
+        from zephyr.job import run_count
+
+        return run_count(self, _options(execution))
+
+    def write_parquet(self, directory: str, **execution: Any) -> WriteResult:
+        """Write ``part-00000.parquet``, ... (zstd) into ``directory``, one file per output shard."""
+        from zephyr.job import run_write
+
+        return run_write(self, directory, "parquet", None, _options(execution))
+
+    def write_jsonl(
+        self, directory: str, *, compression: Literal["gzip", "zstd"] | None = None, **execution: Any
+    ) -> WriteResult:
+        """Write ``part-00000.jsonl[.gz|.zst]``, ... into ``directory``."""
+        from zephyr.job import run_write
+
+        if compression not in (None, "gzip", "zstd"):
+            raise ConfigError(f"compression must be None, 'gzip' or 'zstd', got {compression!r}")
+        return run_write(self, directory, "jsonl", compression, _options(execution))
+
+    def write_vortex(self, directory: str, **execution: Any) -> WriteResult:
+        """Write ``part-00000.vortex``, ... into ``directory``."""
+        from zephyr.job import run_write
+
+        return run_write(self, directory, "vortex", None, _options(execution))
+
+    def materialize(self, directory: str | None = None, **execution: Any) -> Dataset:
+        """Run the plan once, write Parquet (to ``directory`` or under ``work_dir``), return a Dataset over it."""
+        from zephyr.job import run_materialize
+
+        return run_materialize(self, directory, _options(execution))
+
+    def explain(self) -> str:
+        """The stages this plan runs as, one line each."""
+        from zephyr.plan import build_plan
+
+        return build_plan(self._ops).describe()
+
+
+def _options(execution: dict[str, Any]):
+    from zephyr.options import ExecutionOptions
+
+    return ExecutionOptions.from_kwargs(**execution)
+
+
+class GroupedDataset:
+    """The result of ``Dataset.group_by``: pick an aggregation."""
+
+    def __init__(
+        self, parent: Dataset, keys: tuple[str, ...], sort_by: tuple[tuple[str, bool], ...], num_partitions: int | None
+    ):
+        self._parent = parent
+        self._keys = keys
+        self._sort_by = sort_by
+        self._num_partitions = num_partitions
+
+    def count(self, name: str = "count") -> Dataset:
+        """Rows per key: ``Dataset(keys..., count)``."""
+        return self._parent._then(GroupAggregate(self._keys, (Agg(name, None, "count"),), self._num_partitions))
+
+    def agg(self, **aggregations: tuple[str, str]) -> Dataset:
+        """Named aggregations ``out=(column, how)``; how: count, sum, min, max, mean, first, last, n_unique, list.
+
+        >>> from_items([{"k": "a", "x": 1}, {"k": "a", "x": 3}]).group_by("k").agg(
+        ...     total=("x", "sum"), top=("x", "max")).to_arrow(executor="inprocess").to_pylist()
+        [{'k': 'a', 'total': 4, 'top': 3}]
+        """
+        if not aggregations:
+            raise ConfigError("agg needs at least one aggregation, e.g. agg(total=('x', 'sum'))")
+        aggs = []
+        for output, spec in aggregations.items():
+            if not (isinstance(spec, tuple) and len(spec) == 2):
+                raise ConfigError(f"aggregation {output}= must be a (column, how) pair, got {spec!r}")
+            aggs.append(Agg(output, spec[0], spec[1]))
+        return self._parent._then(GroupAggregate(self._keys, tuple(aggs), self._num_partitions))
+
+    def reduce(self, fn: Callable[[pa.Table], Any]) -> Dataset:
+        """Call ``fn(group_rows: pa.Table)`` once per group (rows in ``sort_by`` order); it returns a table, a
+        dict, a list of dicts or None."""
+        return self._parent._then(GroupApply(self._keys, self._sort_by, fn, self._num_partitions))

@@ -1,0 +1,150 @@
+"""Runs tasks in spawned worker processes on this machine (the default executor).
+
+Why not ``ProcessPoolExecutor``: when one of its workers dies, the whole pool breaks and every task in flight
+fails with it, so a single poisoned shard would be charged to its neighbours. Here each worker runs one task at
+a time over its own pipe; the driver waits on pipes and process sentinels together, so a death (SIGKILL, OOM
+killer) is charged to exactly the task that worker was running, and a fresh worker takes its place.
+
+Workers use the ``spawn`` start method (no inherited locks or threads) and are kept for the whole job. Each
+worker's polars/Arrow thread pools are sized to its share of the cores, so W workers do not oversubscribe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from zephyr.executors.base import Executor, Outcome
+
+__all__ = ["LocalExecutor"]
+
+
+def _worker_main(conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        fn, task = message
+        try:
+            reply = (True, fn(task))
+        except BaseException as exc:  # everything goes back to the driver, which decides
+            reply = (False, "".join(traceback.format_exception(exc)).rstrip())
+        try:
+            conn.send(reply)
+        except Exception as exc:  # e.g. an unpicklable return value
+            conn.send((False, f"could not send the task result back: {exc!r}"))
+
+
+class _Worker:
+    def __init__(self, context, threads: int):
+        parent, child = context.Pipe()
+        saved = {k: os.environ.get(k) for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS")}
+        os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        try:
+            self.process = context.Process(target=_worker_main, args=(child,), daemon=True)
+            self.process.start()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        child.close()
+        self.conn = parent
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process.is_alive():
+            if kill:
+                self.process.kill()
+            else:
+                try:
+                    self.conn.send(None)
+                except OSError:
+                    pass
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+class LocalExecutor(Executor):
+    """``workers`` spawned processes, started on first use and reused across stages."""
+
+    def __init__(self, workers: int):
+        self.workers = max(1, workers)
+        self._context = multiprocessing.get_context("spawn")
+        self._threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self._pool: list[_Worker] = []
+
+    def _ensure(self, count: int) -> None:
+        while len(self._pool) < count:
+            self._pool.append(_Worker(self._context, self._threads))
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+        queue = deque(enumerate(tasks))
+        self._ensure(min(self.workers, len(tasks)))
+        idle = list(self._pool)
+        busy: dict[int, tuple[_Worker, int]] = {}  # id(worker) -> (worker, task position)
+        try:
+            while queue or busy:
+                while queue and idle:
+                    worker = idle.pop()
+                    position, task = queue.popleft()
+                    worker.conn.send((fn, task))
+                    busy[id(worker)] = (worker, position)
+                handles = {}
+                for worker, _ in busy.values():
+                    handles[worker.conn] = worker
+                    handles[worker.process.sentinel] = worker
+                for handle in wait(list(handles)):
+                    worker = handles[handle]
+                    if id(worker) not in busy:
+                        continue  # already handled through its other handle this round
+                    _, position = busy.pop(id(worker))
+                    outcome = self._collect(worker)
+                    if outcome.worker_died:
+                        self._replace(worker)
+                        idle.append(self._pool[-1])
+                    else:
+                        idle.append(worker)
+                    yield position, outcome
+        except BaseException:
+            # The driver gave up (a task exhausted its retries, Ctrl-C): stop the workers still busy.
+            for worker, _ in busy.values():
+                worker.stop(kill=True)
+                self._pool.remove(worker)
+            raise
+
+    def _collect(self, worker: _Worker) -> Outcome:
+        try:
+            if worker.conn.poll():
+                ok, value = worker.conn.recv()
+                return Outcome(True, value) if ok else Outcome(False, error=value)
+        except (EOFError, OSError):
+            pass
+        worker.process.join(timeout=5)
+        code = worker.process.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return Outcome(False, error=f"worker process {worker.process.pid} died ({how})", worker_died=True)
+
+    def _replace(self, worker: _Worker) -> None:
+        worker.stop(kill=True)
+        self._pool.remove(worker)
+        self._pool.append(_Worker(self._context, self._threads))
+
+    def close(self) -> None:
+        for worker in self._pool:
+            worker.stop()
+        self._pool.clear()

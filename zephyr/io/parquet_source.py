@@ -1,0 +1,228 @@
+"""Read Parquet shards: footer-based row-group splitting, column projection, bounded batches, bad-row handling.
+
+- Files are opened through fsspec file objects (``pq.ParquetFile(f)``), read row group by row group with
+  ``iter_batches`` (no pre-buffering), so memory is about one batch plus the column chunks being decoded.
+- Batch size in rows comes from a probe: the first 1,024 rows of the shard are decoded once to measure Arrow
+  bytes per row (footer sizes are post-encoding, and dictionary-encoded text decodes to 10x its footer size),
+  then each row group is read with ``batch_bytes / bytes_per_row`` rows, rescaled by the row group's footer size.
+  A batch that still comes out larger than ``2 * batch_bytes`` is sliced (zero-copy) before it is yielded.
+- Corrupt files (bad magic, truncated footer, undecodable pages, 0 bytes) raise ``InputError`` naming the file
+  and, when known, the row group. A requested column missing from the file raises ``SchemaError`` naming the
+  column, the file and the columns it has.
+- Each batch is checked with Arrow's full validation (UTF-8 included); bad rows are located by bisection and
+  either raise ``InputError`` naming file, row group and row, or go to the quarantine with ``line`` = the row's
+  0-based index within the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephyr.errors import InputError, SchemaError
+from zephyr.io.casting import conform
+from zephyr.io.paths import filesystem
+from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.validation import bad_rows
+
+__all__ = ["read_parquet_shard", "split_row_groups", "open_parquet"]
+
+logger = logging.getLogger(__name__)
+
+_PROBE_ROWS = 1024
+
+
+@contextlib.contextmanager
+def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
+    """Open ``path`` (an fsspec URL) as a ``ParquetFile``; unreadable footers become ``InputError``."""
+    fs, stripped = filesystem(path)
+    try:
+        handle = fs.open(stripped, "rb")
+    except FileNotFoundError as exc:
+        raise InputError("file not found (was it deleted after listing?)", path=path) from exc
+    with handle:
+        try:
+            parquet_file = pq.ParquetFile(handle)
+        except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", path=path) from exc
+        with parquet_file:
+            yield parquet_file
+
+
+def split_row_groups(path: str, approx_shard_bytes: int) -> list[tuple[int, ...] | None]:
+    """Runs of consecutive row groups of about ``approx_shard_bytes`` uncompressed bytes each (footer sizes).
+
+    A file with a single run (or no row groups) gives ``[None]``: one shard for the whole file.
+    """
+    with open_parquet(path) as parquet_file:
+        metadata = parquet_file.metadata
+        runs: list[tuple[int, ...]] = []
+        current: list[int] = []
+        current_bytes = 0
+        for index in range(metadata.num_row_groups):
+            current.append(index)
+            current_bytes += metadata.row_group(index).total_byte_size
+            if current_bytes >= approx_shard_bytes:
+                runs.append(tuple(current))
+                current, current_bytes = [], 0
+        if current:
+            runs.append(tuple(current))
+    if len(runs) <= 1:
+        return [None]
+    return list(runs)
+
+
+def _estimated_bytes(row_group: pq.RowGroupMetaData, wanted: set[str] | None) -> int:
+    """Uncompressed (post-encoding) footer size of the wanted top-level columns of one row group."""
+    if wanted is None:
+        return row_group.total_byte_size
+    total = 0
+    for j in range(row_group.num_columns):
+        column = row_group.column(j)
+        if column.path_in_schema.split(".", 1)[0] in wanted:
+            total += column.total_uncompressed_size
+    return total
+
+
+def read_parquet_shard(
+    shard,
+    *,
+    columns: Sequence[str] | None,
+    schema: pa.Schema | None,
+    quarantine: QuarantineFn | None,
+    batch_bytes: int,
+) -> Iterator[pa.RecordBatch]:
+    path = shard.path
+    with open_parquet(path) as parquet_file:
+        metadata = parquet_file.metadata
+        file_schema = parquet_file.schema_arrow
+        available = file_schema.names
+        target = schema
+        if columns is not None:
+            missing = [c for c in columns if c not in available and (schema is None or c not in schema.names)]
+            if missing:
+                raise SchemaError(
+                    f"{path}: column(s) {missing} not found; the file has columns {available}. "
+                    "Check the spelling, or pass schema= with the column to read it as nulls."
+                )
+            if target is not None:
+                target = pa.schema([target.field(c) for c in columns])
+        read_columns: list[str] | None = list(columns) if columns is not None else None
+        if target is not None:
+            read_columns = [n for n in target.names if n in available]
+        row_groups = (
+            list(range(metadata.num_row_groups)) if shard.row_groups is None else list(shard.row_groups)
+        )
+        bad_index = [g for g in row_groups if not 0 <= g < metadata.num_row_groups]
+        if bad_index:
+            raise InputError(
+                f"row group(s) {bad_index} out of range: the file has {metadata.num_row_groups}; "
+                "it changed after the shards were listed — list them again",
+                path=path,
+            )
+        starts = [0]
+        for g in range(metadata.num_row_groups):
+            starts.append(starts[-1] + metadata.row_group(g).num_rows)
+        wanted = set(read_columns) if read_columns is not None else None
+        reader = _RowGroupReader(parquet_file, path, read_columns, target, quarantine, batch_bytes)
+        bytes_per_footer_byte: float | None = None
+        for group in row_groups:
+            group_meta = metadata.row_group(group)
+            rows = group_meta.num_rows
+            if rows == 0:
+                continue
+            footer_bytes = max(1, _estimated_bytes(group_meta, wanted))
+            if bytes_per_footer_byte is None:
+                probe_bytes_per_row = reader.probe(group)
+                bytes_per_footer_byte = probe_bytes_per_row * rows / footer_bytes
+            bytes_per_row = max(1.0, bytes_per_footer_byte * footer_bytes / rows)
+            batch_rows = max(1, min(rows, int(batch_bytes / bytes_per_row)))
+            yield from reader.read(group, batch_rows, first_row=starts[group])
+
+
+class _RowGroupReader:
+    def __init__(self, parquet_file, path, columns, target, quarantine, batch_bytes):
+        self.parquet_file = parquet_file
+        self.path = path
+        self.columns = columns
+        self.target = target
+        self.quarantine = quarantine
+        self.batch_bytes = batch_bytes
+
+    def _iter(self, group: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self.parquet_file.iter_batches(
+                batch_size=batch_rows, row_groups=[group], columns=self.columns, use_threads=True
+            )
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise InputError(f"row group {group}: corrupt Parquet data: {exc}", path=self.path) from exc
+
+    def probe(self, group: int) -> float:
+        """Arrow bytes per row, measured on the first rows of ``group`` (decoded once more later)."""
+        batches = self._iter(group, _PROBE_ROWS)
+        try:
+            first = next(batches, None)
+        finally:
+            batches.close()
+        if first is None or first.num_rows == 0:
+            return 1.0
+        return max(1.0, first.nbytes / first.num_rows)
+
+    def read(self, group: int, batch_rows: int, *, first_row: int) -> Iterator[pa.RecordBatch]:
+        offset = first_row
+        for batch in self._iter(group, batch_rows):
+            start = offset
+            offset += batch.num_rows
+            batch = self._check(batch, group, start)
+            if batch is None or batch.num_rows == 0:
+                continue
+            if self.target is not None:
+                batch = conform(
+                    batch,
+                    self.target,
+                    where=f"{self.path} (row group {group})",
+                    fix="Pass a schema= whose types the file's columns widen into, or leave schema=None.",
+                )
+            yield from _split(batch, self.batch_bytes)
+
+    def _check(self, batch: pa.RecordBatch, group: int, start: int) -> pa.RecordBatch | None:
+        problems = bad_rows(batch)
+        if problems is None:
+            return batch
+        if not problems:
+            raise InputError(
+                f"row group {group}: batch starting at row {start} fails validation and no single row can "
+                "be blamed; the file is corrupt",
+                path=self.path,
+            )
+        if self.quarantine is None:
+            row, reason = problems[0]
+            raise InputError(
+                f"row group {group}: {reason}. Pass on_error='quarantine' to set such rows aside.",
+                path=self.path,
+                row=start + row,
+            )
+        rows = [r for r, _ in problems]
+        self.quarantine(
+            quarantine_table(
+                self.path, [start + r for r in rows], [reason for _, reason in problems], [None] * len(rows)
+            )
+        )
+        mask = np.ones(batch.num_rows, dtype=bool)
+        mask[rows] = False
+        return batch.filter(pa.array(mask))
+
+
+def _split(batch: pa.RecordBatch, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Zero-copy slices of at most about ``batch_bytes`` when a decoded batch overshoots by more than 2x."""
+    if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
+    for start in range(0, batch.num_rows, rows):
+        yield batch.slice(start, rows)

@@ -1,0 +1,154 @@
+"""Resolve user path arguments into an ordered list of files, and name formats and codecs by extension.
+
+Contract:
+
+- Every path is an fsspec URL (``memory://``, ``file://``, ``s3://`` ...) or a plain local path; all file access
+  goes through ``fsspec.core.url_to_fs``. Local files come back as plain absolute paths, other filesystems as
+  full URLs (``memory:///data/a.parquet``), so a returned path can be handed to any worker as it is.
+- ``expand_paths`` accepts a glob, a directory (every file below it, recursively, whose name ends in a known
+  extension) or a file. Directory listings and glob matches skip names starting with ``.`` or ``_`` and our
+  own unfinished ``.tmp-`` files; a file named explicitly is always kept. The
+  result is sorted and de-duplicated, so the same arguments give the same list on every machine.
+- Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import Literal
+
+import fsspec
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from zephyr.errors import ConfigError, InputError
+
+__all__ = [
+    "Format",
+    "Compression",
+    "FORMAT_EXTENSIONS",
+    "expand_paths",
+    "infer_format",
+    "infer_compression",
+    "filesystem",
+    "is_local",
+    "public_path",
+]
+
+Format = Literal["parquet", "jsonl", "vortex"]
+Compression = Literal["gzip", "zstd"]
+
+#: Extensions (without codec suffix) that name each format.
+FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".pq"),
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+    "vortex": (".vortex", ".vtx"),
+}
+_CODEC_EXTENSIONS: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+_GLOB_CHARS = ("*", "?", "[")
+
+
+def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """``url_to_fs`` with the error a user can act on when the protocol is unknown or its package missing."""
+    try:
+        return url_to_fs(path)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(f"cannot open {path!r}: {exc}") from exc
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    return isinstance(fs, LocalFileSystem)
+
+
+def public_path(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The form of ``path`` handed back to callers: plain for local files, a full URL otherwise."""
+    return path if is_local(fs) else fs.unstrip_protocol(path)
+
+
+def infer_compression(path: str) -> Compression | None:
+    """The codec named by the last extension of ``path`` (``.gz``/``.gzip`` → gzip, ``.zst``/``.zstd`` → zstd)."""
+    ext = posixpath.splitext(path.lower())[1]
+    return _CODEC_EXTENSIONS.get(ext)
+
+
+def infer_format(path: str) -> Format | None:
+    """The format named by the extension of ``path`` (codec suffix ignored), or None when it names none."""
+    name = path.lower()
+    ext = posixpath.splitext(name)[1]
+    if ext in _CODEC_EXTENSIONS:
+        name = name[: -len(ext)]
+    for fmt, extensions in FORMAT_EXTENSIONS.items():
+        if name.endswith(extensions):
+            if fmt != "jsonl" and ext in _CODEC_EXTENSIONS:
+                return None  # a compressed Parquet/Vortex file is not something we can read
+            return fmt  # type: ignore[return-value]
+    return None
+
+
+def _hidden(name: str) -> bool:
+    """Hidden, bookkeeping (``_SUCCESS``, ``_metadata``) or one of our unfinished ``.tmp-`` files."""
+    base = posixpath.basename(name)
+    return base.startswith((".", "_")) or ".tmp-" in base
+
+
+def _wanted(name: str, formats: Sequence[str]) -> bool:
+    return not _hidden(name) and infer_format(name) in formats
+
+
+def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = None) -> list[str]:
+    """Expand globs and directories into a sorted, de-duplicated list of files.
+
+    ``formats`` limits which extensions a *directory* listing keeps (default: every known format); files named
+    explicitly or matched by a glob are kept whatever their extension, since the user asked for them.
+
+    >>> import fsspec
+    >>> fs = fsspec.filesystem("memory")
+    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS"):
+    ...     fs.pipe(f"/doc-paths/{name}", b"")
+    >>> expand_paths("memory://doc-paths")
+    ['memory:///doc-paths/a.parquet', 'memory:///doc-paths/b.jsonl', 'memory:///doc-paths/sub/c.jsonl.gz']
+    >>> expand_paths("memory://doc-paths/*.jsonl")
+    ['memory:///doc-paths/b.jsonl']
+    """
+    if isinstance(paths, str):
+        paths = [paths]
+    paths = list(paths)
+    if not paths:
+        raise ConfigError("no input paths given")
+    wanted_formats = tuple(formats) if formats is not None else tuple(FORMAT_EXTENSIONS)
+    found: set[str] = set()
+    for pattern in paths:
+        if not isinstance(pattern, str):
+            raise ConfigError(f"input paths must be strings, got {type(pattern).__name__}: {pattern!r}")
+        fs, stripped = filesystem(pattern)
+        matches = _expand_one(fs, stripped, pattern, wanted_formats)
+        found.update(public_path(fs, m) for m in matches)
+    return sorted(found)
+
+
+def _expand_one(
+    fs: fsspec.AbstractFileSystem, stripped: str, pattern: str, formats: tuple[str, ...]
+) -> list[str]:
+    try:
+        if any(ch in stripped for ch in _GLOB_CHARS) and not fs.exists(stripped):
+            out: list[str] = []
+            for match in fs.glob(stripped):
+                if fs.isdir(match):
+                    out.extend(p for p in fs.find(match) if _wanted(p, formats))
+                elif not _hidden(match):
+                    out.append(match)
+            if not out:
+                raise InputError(f"no files match the pattern {pattern!r}")
+            return out
+        if fs.isdir(stripped):
+            out = [p for p in fs.find(stripped) if _wanted(p, formats)]
+            if not out:
+                exts = ", ".join(e for f in formats for e in FORMAT_EXTENSIONS[f])
+                raise InputError(f"directory {pattern!r} holds no files with a known extension ({exts})")
+            return out
+        if fs.exists(stripped):
+            return [stripped]
+    except OSError as exc:
+        raise InputError(f"cannot list {pattern!r}: {exc}") from exc
+    raise InputError(f"no such file or directory: {pattern!r}")

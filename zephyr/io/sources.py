@@ -1,0 +1,166 @@
+"""Sources: split input files into shards and stream each shard as bounded Arrow record batches.
+
+Contract:
+
+- ``list_shards(paths, format)`` resolves paths (globs, directories, fsspec URLs; see ``zephyr.io.paths``) and
+  returns an ordered, deterministic list of ``Shard``s. By default one shard per file. With
+  ``approx_shard_bytes``: Parquet files are split into runs of consecutive row groups of about that many
+  *uncompressed* bytes (read from the footers); plain JSONL into byte ranges (a line belongs to the shard in
+  which it starts); compressed JSONL and Vortex stay one shard per file (they cannot be entered mid-stream).
+- ``read_shard(shard)`` yields ``pyarrow.RecordBatch``es of at most about ``batch_bytes`` each (a single row
+  larger than that is yielded alone). Memory stays bounded by a few batches whatever the file size: Parquet is
+  read row group by row group with ``iter_batches``, JSONL in newline-aligned blocks, Vortex with its scan.
+- Bad input never crashes obscurely and never silently loses rows. Unreadable files (corrupt Parquet, a cut
+  .gz/.zst stream, an empty .parquet) raise ``InputError`` naming the file (and row group / line). Bad rows
+  (invalid JSON or UTF-8, a JSON line that is not an object, a Parquet string that is not UTF-8) raise
+  ``InputError`` naming file and line/row with ``on_error="raise"``; with ``on_error="quarantine"`` they are
+  passed to ``quarantine`` (schema in ``zephyr.io.quarantine``) and not yielded, so rows yielded + rows
+  quarantined == input rows. A missing requested column or an inconsistent JSONL column type raises
+  ``SchemaError`` naming file, column and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+from zephyr.errors import ConfigError
+from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
+from zephyr.io.quarantine import QuarantineFn
+
+__all__ = ["Shard", "list_shards", "read_shard", "expand_paths", "DEFAULT_BATCH_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_BYTES = 64 << 20
+_FORMATS = tuple(FORMAT_EXTENSIONS)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One unit of input work: a whole file or a piece of one. Small, picklable, deterministic."""
+
+    path: str
+    """fsspec URL (local paths are plain paths)."""
+    format: Format
+    index: int
+    """Position in the source's ordered shard list."""
+    row_groups: tuple[int, ...] | None = None
+    """Parquet: the row groups of this shard (None = all)."""
+    byte_range: tuple[int, int] | None = None
+    """Uncompressed JSONL: ``[start, stop)``; a line belongs to the shard in which it starts."""
+
+    def describe(self) -> str:
+        """``path (row groups 3-5)`` / ``path (bytes 0-1048576)`` / ``path``, for messages and logs."""
+        if self.row_groups is not None:
+            groups = self.row_groups
+            if not groups:
+                return f"{self.path} (no row groups)"
+            contiguous = list(groups) == list(range(groups[0], groups[-1] + 1))
+            if len(groups) == 1:
+                return f"{self.path} (row group {groups[0]})"
+            if contiguous:
+                return f"{self.path} (row groups {groups[0]}-{groups[-1]})"
+            return f"{self.path} (row groups {', '.join(map(str, groups))})"
+        if self.byte_range is not None:
+            return f"{self.path} (bytes {self.byte_range[0]}-{self.byte_range[1]})"
+        return self.path
+
+
+def _check_format(fmt: str | None) -> None:
+    if fmt is not None and fmt not in _FORMATS:
+        raise ConfigError(
+            f"unknown format {fmt!r}; use one of {list(_FORMATS)} (or None to infer from extensions)"
+        )
+
+
+def _file_format(path: str, fmt: Format | None) -> Format:
+    inferred = infer_format(path)
+    if fmt is None:
+        if inferred is None:
+            raise ConfigError(
+                f"cannot infer the format of {path!r} from its extension; pass format= "
+                f"(one of {list(_FORMATS)}) or rename it (.parquet, .jsonl[.gz|.zst], .vortex)"
+            )
+        return inferred
+    if inferred is not None and inferred != fmt:
+        raise ConfigError(f"{path!r} has a {inferred} extension but format={fmt!r} was asked for")
+    if fmt != "jsonl" and infer_compression(path) is not None:
+        raise ConfigError(f"{path!r}: compressed {fmt} files are not readable; only JSONL may be .gz/.zst")
+    return fmt
+
+
+def list_shards(
+    paths: str | Sequence[str], format: Format | None = None, *, approx_shard_bytes: int | None = None
+) -> list[Shard]:
+    """Resolve ``paths`` and split the files into shards (see the module docstring for the rules)."""
+    _check_format(format)
+    if approx_shard_bytes is not None and approx_shard_bytes <= 0:
+        raise ConfigError(f"approx_shard_bytes must be > 0, got {approx_shard_bytes}")
+    files = expand_paths(paths, formats=[format] if format else None)
+    shards: list[Shard] = []
+    for path in files:
+        fmt = _file_format(path, format)
+        pieces: list[dict] = [{}]
+        if approx_shard_bytes is not None:
+            if fmt == "parquet":
+                from zephyr.io.parquet_source import split_row_groups
+
+                pieces = [{"row_groups": g} for g in split_row_groups(path, approx_shard_bytes)]
+            elif fmt == "jsonl" and infer_compression(path) is None:
+                from zephyr.io.jsonl_source import split_byte_ranges
+
+                pieces = [{"byte_range": r} for r in split_byte_ranges(path, approx_shard_bytes)]
+        for piece in pieces:
+            shards.append(Shard(path=path, format=fmt, index=len(shards), **piece))
+    logger.info(
+        "listed %d shards from %d files (format=%s, approx_shard_bytes=%s)",
+        len(shards),
+        len(files),
+        format or "inferred",
+        approx_shard_bytes,
+    )
+    return shards
+
+
+def read_shard(
+    shard: Shard,
+    *,
+    columns: Sequence[str] | None = None,
+    schema: pa.Schema | None = None,
+    on_error: Literal["raise", "quarantine"] = "raise",
+    quarantine: QuarantineFn | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+) -> Iterator[pa.RecordBatch]:
+    """Stream ``shard`` as record batches of about ``batch_bytes`` (see the module docstring)."""
+    if on_error not in ("raise", "quarantine"):
+        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
+    if on_error == "quarantine" and quarantine is None:
+        raise ConfigError("on_error='quarantine' needs a quarantine= callback to receive the bad rows")
+    if batch_bytes <= 0:
+        raise ConfigError(f"batch_bytes must be > 0, got {batch_bytes}")
+    if columns is not None:
+        columns = list(columns)
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"columns has duplicates: {columns}")
+    _check_format(shard.format)
+    sink = quarantine if on_error == "quarantine" else None
+    if shard.format == "parquet":
+        from zephyr.io.parquet_source import read_parquet_shard
+
+        return read_parquet_shard(
+            shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes
+        )
+    if shard.format == "jsonl":
+        from zephyr.io.jsonl_source import read_jsonl_shard
+
+        return read_jsonl_shard(
+            shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes
+        )
+    from zephyr.io.vortex_source import read_vortex_shard
+
+    return read_vortex_shard(shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes)

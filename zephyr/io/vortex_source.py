@@ -1,0 +1,138 @@
+"""Read Vortex shards with the ``vortex-data`` package (API checked against 0.91), streaming.
+
+- Local files are opened with ``vortex.open`` (native I/O), other fsspec URLs with ``vortex.open_readable`` on
+  an fsspec file object; both without the segment cache, so memory stays about one chunk.
+- ``VortexFile.to_arrow`` streams the file's chunks as record batches (a chunk is what the writer was handed,
+  see ``zephyr.io.sinks``); a batch above ``2 * batch_bytes`` is sliced zero-copy before it is yielded.
+- Vortex hands strings back as ``string_view``; they are read as ``string`` (``binary_view`` as ``binary``) so
+  every source yields the same types for the same data.
+- Corrupt or empty files raise ``InputError`` naming the file; a missing requested column ``SchemaError``
+  naming the column, the file and the columns it has. Each batch gets the same full Arrow validation as
+  Parquet (invalid UTF-8 → ``InputError`` naming the row, or the quarantine with ``line`` = the row index).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from zephyr.errors import InputError, SchemaError
+from zephyr.io.casting import conform, normalize_view_types
+from zephyr.io.paths import filesystem, is_local
+from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.validation import bad_rows
+
+__all__ = ["read_vortex_shard", "open_vortex"]
+
+
+@contextlib.contextmanager
+def open_vortex(path: str):
+    """Open ``path`` as a ``vortex.VortexFile``; failures become ``InputError`` naming the file."""
+    import vortex
+
+    fs, stripped = filesystem(path)
+    with contextlib.ExitStack() as stack:
+        try:
+            if is_local(fs):
+                if fs.size(stripped) == 0:
+                    raise InputError("empty (0-byte) Vortex file", path=path)
+                handle = vortex.open(stripped, without_segment_cache=True)
+            else:
+                raw = stack.enter_context(fs.open(stripped, "rb"))
+                if fs.size(stripped) == 0:
+                    raise InputError("empty (0-byte) Vortex file", path=path)
+                handle = vortex.open_readable(raw, without_segment_cache=True)
+        except FileNotFoundError as exc:
+            raise InputError("file not found (was it deleted after listing?)", path=path) from exc
+        except InputError:
+            raise
+        except Exception as exc:  # vortex raises plain ValueError/OSError/RuntimeError for bad files
+            raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
+        yield handle
+
+
+def read_vortex_shard(
+    shard,
+    *,
+    columns: Sequence[str] | None,
+    schema: pa.Schema | None,
+    quarantine: QuarantineFn | None,
+    batch_bytes: int,
+) -> Iterator[pa.RecordBatch]:
+    path = shard.path
+    with open_vortex(path) as handle:
+        try:
+            file_schema = handle.dtype.to_arrow_schema()
+        except Exception as exc:
+            raise InputError(f"cannot read the Vortex schema: {exc}", path=path) from exc
+        available = file_schema.names
+        if columns is not None:
+            missing = [c for c in columns if c not in available and (schema is None or c not in schema.names)]
+            if missing:
+                raise SchemaError(
+                    f"{path}: column(s) {missing} not found; the file has columns {available}. "
+                    "Check the spelling, or pass schema= with the column to read it as nulls."
+                )
+        target = schema
+        if target is not None and columns is not None:
+            target = pa.schema([target.field(c) for c in columns])
+        wanted = list(columns) if columns is not None else list(available)
+        if target is not None:
+            wanted = [n for n in target.names if n in available]
+        read_schema = pa.schema(
+            [file_schema.field(n).with_type(normalize_view_types(file_schema.field(n).type)) for n in wanted]
+        )
+        try:
+            reader = handle.to_arrow(wanted, schema=read_schema)
+        except Exception as exc:
+            raise InputError(f"cannot scan the Vortex file: {exc}", path=path) from exc
+        row = 0
+        batches = iter(reader)
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as exc:
+                raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
+            start = row
+            row += batch.num_rows
+            batch = _check(batch, path, start, quarantine)
+            if batch.num_rows == 0:
+                continue
+            if target is not None:
+                batch = conform(
+                    batch,
+                    target,
+                    where=path,
+                    fix="Pass a schema= whose types the file's columns widen into, or leave schema=None.",
+                )
+            if batch.nbytes > 2 * batch_bytes and batch.num_rows > 1:
+                step = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
+                for offset in range(0, batch.num_rows, step):
+                    yield batch.slice(offset, step)
+            else:
+                yield batch
+
+
+def _check(batch: pa.RecordBatch, path: str, start: int, quarantine: QuarantineFn | None) -> pa.RecordBatch:
+    problems = bad_rows(batch)
+    if problems is None:
+        return batch
+    if not problems:
+        raise InputError(f"batch starting at row {start} fails validation; the file is corrupt", path=path)
+    if quarantine is None:
+        row, reason = problems[0]
+        raise InputError(
+            f"{reason}. Pass on_error='quarantine' to set such rows aside.", path=path, row=start + row
+        )
+    rows = [r for r, _ in problems]
+    quarantine(
+        quarantine_table(path, [start + r for r in rows], [r for _, r in problems], [None] * len(rows))
+    )
+    mask = np.ones(batch.num_rows, dtype=bool)
+    mask[rows] = False
+    return batch.filter(pa.array(mask))

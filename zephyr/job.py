@@ -1,0 +1,530 @@
+"""The job driver: turns a plan into stages of tasks, runs them on an executor, resumes, retries, accounts.
+
+Stages run depth-first: a wide op first runs its upstream segment(s) as the map side of a shuffle, then its
+own reduce tasks (one per partition). Per stage the driver:
+
+1. computes the stage fingerprint (input + ops + output layout) and its directory ``stage-<fp16>``;
+2. skips every task whose marker exists with that fingerprint (resume after a crash or a kill);
+3. runs the others, retrying failures up to ``max_retries`` extra times; a task that still fails stops the
+   job with a ``TaskError`` naming the stage, the input shard and the last error;
+4. sums the task markers into the stage's stats (rows in/out/dropped/rejected, bytes, seconds, counters).
+
+Partition counts, when not given, follow from the estimated input bytes and the per-worker byte budget
+(``_partitions_for``), never from the worker count, so outputs are identical for any number of workers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cloudpickle
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephyr.errors import ConfigError, TaskError
+from zephyr.executors.base import Executor
+from zephyr.io.sources import Shard, list_shards
+from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
+from zephyr.options import ExecutionOptions
+from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
+from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
+from zephyr.shuffle.partition import range_boundaries
+from zephyr.shuffle.reduce import (
+    ConcatReducer,
+    DeduplicateReducer,
+    GroupAggregateReducer,
+    GroupApplyReducer,
+    JoinReducer,
+    SortReducer,
+)
+from zephyr.shuffle.writer import ShuffleSpec
+from zephyr.tasks import (
+    SampleOutput,
+    ShuffleOutput,
+    SinkOutput,
+    StageSpec,
+    TaskSpec,
+    read_marker,
+    run_task,
+    schema_from_text,
+)
+
+__all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "make_executor"]
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 4096
+PARTITION_TARGET_CAP = 64 << 20
+_SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
+_COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
+_PART_FILE = re.compile(r"^part-\d{5}\.")
+
+
+def make_executor(options: ExecutionOptions) -> Executor:
+    executor = options.executor
+    if isinstance(executor, Executor):
+        return executor
+    if executor == "inprocess":
+        from zephyr.executors.inprocess import InProcessExecutor
+
+        return InProcessExecutor()
+    if executor == "local":
+        from zephyr.executors.local import LocalExecutor
+
+        return LocalExecutor(options.num_workers)
+    if executor == "dask" or type(executor).__name__ == "Client":
+        from zephyr.executors.dask import DaskExecutor
+
+        return DaskExecutor.from_options(options)
+    raise ConfigError(f"unknown executor {executor!r}")
+
+
+@dataclass
+class StageResult:
+    fingerprint: str
+    markers: list[dict]
+    estimated_bytes: int
+
+
+class Job:
+    """One run of a plan: owns the executor, the work directory and the stats."""
+
+    def __init__(self, options: ExecutionOptions):
+        self.options = options
+        self.temporary = options.work_dir is None
+        work_dir = options.work_dir or tempfile.mkdtemp(prefix="zephyr-work-")
+        self.fs, root = fsspec.core.url_to_fs(work_dir)
+        self.root = work_dir.rstrip("/") if "://" in work_dir else root.rstrip("/")
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        if protocol == "memory" and options.executor not in ("inprocess",) and not isinstance(options.executor, Executor):
+            raise ConfigError(
+                f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
+                "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
+            )
+        if self.temporary:
+            self.quarantine_root = os.path.join(tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}")
+        else:
+            self.quarantine_root = f"{self.root}/quarantine"
+        self.executor = make_executor(options)
+        self.stages: list[dict] = []
+        self._sources: dict[int, tuple[list[Shard], str, int]] = {}
+        self.started = time.time()
+        self._progress = options.progress if options.progress is not None else sys.stderr.isatty()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if not isinstance(self.options.executor, Executor):
+            self.executor.close()
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- stats ------------------------------------------------------------------------------------------
+    def stats(self) -> dict:
+        quarantined = sum(s["rows_rejected"] for s in self.stages)
+        return {
+            "seconds": round(time.time() - self.started, 3),
+            "executor": self.options.executor if isinstance(self.options.executor, str) else type(self.options.executor).__name__,
+            "workers": self.options.num_workers,
+            "memory_budget_bytes": self.options.memory_budget_bytes,
+            "rows_quarantined": quarantined,
+            "quarantine_dir": self.quarantine_root if quarantined else None,
+            "stages": self.stages,
+        }
+
+    def write_stats(self) -> dict:
+        stats = self.stats()
+        if not self.temporary:
+            with self.fs.open(f"{self.root}/stats.json", "w") as f:
+                json.dump(stats, f, indent=1)
+        if stats["rows_quarantined"]:
+            log.warning("%d rows quarantined under %s", stats["rows_quarantined"], stats["quarantine_dir"])
+        return stats
+
+    # -- segments ---------------------------------------------------------------------------------------
+    def run_segment(
+        self,
+        segment: Segment,
+        output_key: object,
+        output_for: Callable[[str], SinkOutput | ShuffleOutput | SampleOutput],
+        *,
+        read_columns: tuple[str, ...] | None = None,
+    ) -> StageResult:
+        """Run ``segment`` with the output ``output_for(stage_dir)``; ``output_key`` describes that output's
+        layout for the fingerprint (everything but its directory)."""
+        if segment.source is not None:
+            shards, source_fp, estimate = self._source(segment.source)
+            base_fp = fingerprint_of("source", source_fp, read_columns, *segment.narrow)
+            reducer, inputs = None, [("shard", s) for s in shards]
+            source = segment.source
+            read = dict(
+                read_columns=read_columns or (source.columns if isinstance(source, ReadFiles) else None),
+                read_schema=source.schema if isinstance(source, ReadFiles) else None,
+                on_error=source.on_error if isinstance(source, ReadFiles) else "raise",
+            )
+        else:
+            reducer, upstream_runs, partitions, up_fp, estimate = self._map_side(segment)
+            base_fp = fingerprint_of("reduce", up_fp, cloudpickle.dumps(reducer), *segment.narrow)
+            inputs = [("partition", p) for p in range(partitions)]
+            read = {}
+        fingerprint = fingerprint_of(base_fp, output_key)
+        stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
+        output = output_for(stage_dir)
+        stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
+        self.fs.makedirs(stage_dir, exist_ok=True)
+        stage_path = f"{stage_dir}/stage.pkl"
+        with self.fs.open(stage_path, "wb") as f:
+            f.write(cloudpickle.dumps(stage))
+        inputs_path = None
+        if reducer is not None:
+            inputs_path = f"{stage_dir}/inputs.json"
+            with self.fs.open(inputs_path, "w") as f:
+                json.dump(upstream_runs, f)
+        tasks = [
+            TaskSpec(
+                stage_path=stage_path,
+                fingerprint=fingerprint,
+                index=i,
+                marker_path=f"{stage_dir}/_done/task-{i:05d}.json",
+                quarantine_path=f"{self.quarantine_root}/stage-{fingerprint[:16]}/task-{i:05d}.parquet",
+                budget_bytes=self.options.memory_budget_bytes,
+                shard=value if kind == "shard" else None,
+                partition=value if kind == "partition" else None,
+                inputs_path=inputs_path,
+                description=value.describe() if kind == "shard" else f"partition {value} of {segment.name}",
+            )
+            for i, (kind, value) in enumerate(inputs)
+        ]
+        self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
+        markers = self._run_tasks(segment.name, fingerprint, tasks, output)
+        self._record(segment.name, fingerprint, markers, tasks)
+        return StageResult(fingerprint, markers, estimate)
+
+    def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
+        started = time.perf_counter()
+        markers: dict[int, dict] = {}
+        for task in tasks:
+            marker = read_marker(task.marker_path, fingerprint)
+            if marker is not None and all(self._exists(p) for p in marker.get("files", [])):
+                markers[task.index] = marker
+        todo = [t for t in tasks if t.index not in markers]
+        skipped = len(tasks) - len(todo)
+        if skipped:
+            log.info("stage %s: %d of %d tasks already done (resumed)", name, skipped, len(tasks))
+        bar = None
+        if self._progress and todo:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo), desc=name[:60], unit="task", leave=True)
+        tries: dict[int, int] = {}
+        retried = 0
+        try:
+            while todo:
+                failed: list[TaskSpec] = []
+                for position, outcome in self.executor.run(run_task, todo):
+                    task = todo[position]
+                    if outcome.ok:
+                        markers[task.index] = outcome.value
+                        if bar is not None:
+                            bar.update(1)
+                        continue
+                    tries[task.index] = tries.get(task.index, 0) + 1
+                    if tries[task.index] > self.options.max_retries:
+                        raise TaskError(
+                            f"stage {name!r}: task {task.index} ({task.description}) failed after "
+                            f"{tries[task.index]} tries; last error:\n{outcome.error}",
+                            stage=name,
+                            shard=task.description,
+                        )
+                    log.warning(
+                        "stage %s: task %d (%s) failed (try %d), retrying: %s",
+                        name, task.index, task.description, tries[task.index], outcome.error.splitlines()[-1],
+                    )
+                    retried += 1
+                    failed.append(task)
+                todo = failed
+        finally:
+            if bar is not None:
+                bar.close()
+        self._timing = (time.perf_counter() - started, skipped, retried)
+        return [markers[t.index] for t in tasks]
+
+    def _exists(self, url: str) -> bool:
+        fs, path = fsspec.core.url_to_fs(url)
+        return fs.exists(path)
+
+    def _record(self, name: str, fingerprint: str, markers: list[dict], tasks: list[TaskSpec]) -> None:
+        wall, skipped, retried = self._timing
+        ops: list[dict] = []
+        user: dict[str, int] = {}
+        for marker in markers:
+            for i, op in enumerate(marker["ops"]):
+                if i == len(ops):
+                    ops.append({**op, "dropped_by_reason": dict(op["dropped_by_reason"])})
+                    continue
+                total = ops[i]
+                for key in ("rows_in", "rows_out", "rows_dropped", "rows_rejected"):
+                    total[key] += op[key]
+                for reason, n in op["dropped_by_reason"].items():
+                    total["dropped_by_reason"][reason] = total["dropped_by_reason"].get(reason, 0) + n
+            for key, value in marker["counters"].items():
+                user[key] = user.get(key, 0) + value
+        rows_in = sum(m["rows_in"] for m in markers)
+        read_rejected = sum(m.get("rows_read_rejected", 0) for m in markers)
+        stage = {
+            "stage": name,
+            "fingerprint": fingerprint[:16],
+            "tasks": len(tasks),
+            "tasks_resumed": skipped,
+            "task_retries": retried,
+            "rows_in": rows_in,
+            "rows_out": sum(m["rows_out"] for m in markers),
+            "rows_dropped": sum(op["rows_dropped"] for op in ops),
+            "rows_rejected": read_rejected + sum(op["rows_rejected"] for op in ops),
+            "rows_read_rejected": read_rejected,
+            "bytes_out": sum(m["bytes_out"] for m in markers),
+            "task_seconds": round(sum(m["seconds"] for m in markers), 3),
+            "wall_seconds": round(wall, 3),
+            "ops": ops,
+            "counters": user,
+            "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
+        }
+        self.stages.append(stage)
+        log.info(
+            "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, rejected %d, %.2fs",
+            name, len(tasks), skipped, stage["rows_in"], stage["rows_out"], stage["rows_dropped"],
+            stage["rows_rejected"], wall,
+        )
+
+    # -- inputs -----------------------------------------------------------------------------------------
+    def _source(self, source: ReadFiles | FromTable) -> tuple[list[Shard], str, int]:
+        """Shards of a source, its fingerprint and its estimated in-memory bytes (listed once per job)."""
+        if id(source) not in self._sources:
+            self._sources[id(source)] = self._list_source(source)
+        return self._sources[id(source)]
+
+    def _list_source(self, source: ReadFiles | FromTable) -> tuple[list[Shard], str, int]:
+        if isinstance(source, FromTable):
+            digest = table_digest(source.table)
+            directory = f"{self.root}/inputs/{digest[:16]}-{source.num_shards}"
+            rows = source.table.num_rows
+            files = []
+            for i in range(source.num_shards):
+                start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
+                path = f"{directory}/part-{i:05d}.parquet"
+                if not self.fs.exists(path):
+                    self.fs.makedirs(directory, exist_ok=True)
+                    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+                    with self.fs.open(tmp, "wb") as f:
+                        pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
+                    self.fs.mv(tmp, path)
+                files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
+            shards = list_shards(files, "parquet")
+            return shards, digest, source.table.nbytes
+        shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
+        sizes = {}
+        for shard in shards:
+            if shard.path not in sizes:
+                fs, path = fsspec.core.url_to_fs(shard.path)
+                sizes[shard.path] = fs.size(path)
+        estimate = 0
+        for path, size in sizes.items():
+            factor = _SIZE_FACTOR[source.format]
+            for suffix, compressed in _COMPRESSED_FACTOR.items():
+                if path.endswith(suffix):
+                    factor = compressed
+            estimate += int(size * factor)
+        source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards])
+        return shards, source_fp, estimate
+
+    def _estimate(self, segment: Segment) -> int:
+        if segment.source is not None:
+            return self._source(segment.source)[2]
+        return sum(self._estimate(up) for up in segment.upstream)
+
+    def _partitions_for(self, estimated_bytes: int) -> int:
+        target = max(1 << 20, min(self.options.memory_budget_bytes // 4, PARTITION_TARGET_CAP))
+        partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated_bytes / target)))
+        log.info(
+            "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition "
+            "(min(budget/4, %d MiB)))", partitions, estimated_bytes, target, PARTITION_TARGET_CAP >> 20,
+        )
+        return partitions
+
+    def _map_side(self, segment: Segment):
+        """Run the upstream segment(s) as shuffle map stages; return what the reduce stage needs."""
+        op = segment.wide
+        if isinstance(op, Sort):
+            return self._sort_map_side(segment, op)
+        estimate = self._estimate(segment)
+        if isinstance(op, Reshard):
+            partitions = op.num_shards
+        else:
+            partitions = op.num_partitions or self._partitions_for(estimate)
+        if isinstance(op, GroupAggregate):
+            decomposable = is_decomposable(op.aggs)
+            combine = PartialAggregate(op.keys, op.aggs) if decomposable else None
+            specs = [ShuffleSpec("hash", partitions, op.keys, combine=combine)]
+            reducer = GroupAggregateReducer(op.keys, op.aggs, partial=decomposable)
+        elif isinstance(op, GroupApply):
+            specs = [ShuffleSpec("hash", partitions, op.keys, sort_by=op.sort_by)]
+            reducer = GroupApplyReducer(op.keys, op.sort_by, op.fn)
+        elif isinstance(op, Deduplicate):
+            specs = [ShuffleSpec("hash", partitions, op.keys, combine=FirstOccurrence(op.keys))]
+            reducer = DeduplicateReducer(op.keys)
+        elif isinstance(op, Join):
+            specs = [ShuffleSpec("hash", partitions, op.left_on), ShuffleSpec("hash", partitions, op.right_on)]
+            reducer = JoinReducer(op.left_on, op.right_on, op.how, op.suffix)
+        elif isinstance(op, Reshard):
+            specs = [ShuffleSpec("round_robin", partitions)]
+            reducer = ConcatReducer()
+        else:
+            raise ConfigError(f"no shuffle for {type(op).__name__}")
+        runs, schemas, fingerprints = [], [], []
+        for upstream, spec in zip(segment.upstream, specs):
+            result = self.run_segment(
+                upstream, ("shuffle", cloudpickle.dumps(spec)), lambda d, spec=spec: ShuffleOutput(spec, f"{d}/runs")
+            )
+            runs.append([run for m in result.markers for run in m["runs"]])
+            schemas.append(next((m["schema"] for m in result.markers if m.get("schema")), None))
+            fingerprints.append(result.fingerprint)
+        inputs = {"runs": runs, "schemas": schemas}
+        return reducer, inputs, partitions, fingerprint_of(*fingerprints), estimate
+
+    def _sort_map_side(self, segment: Segment, op: Sort):
+        upstream = segment.upstream[0]
+        if upstream.source is None or upstream.narrow:
+            # Computed rows: materialize them once, then sample and partition the files (no recompute).
+            result = self.run_segment(
+                upstream, ("materialize",), lambda d: SinkOutput(f"{d}/data", "parquet")
+            )
+            files = [f for m in result.markers for f in m["files"]]
+            if not files:
+                empty = {"runs": [[]], "schemas": [None]}
+                return SortReducer(tuple(zip(op.by, op.descending))), empty, 1, result.fingerprint, 0
+            upstream = Segment(source=ReadFiles(tuple(files), "parquet"))
+        sample = self.run_segment(
+            upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
+        )
+        estimate = self._estimate(upstream)
+        partitions = op.num_partitions or self._partitions_for(estimate)
+        sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
+        if sample_files:
+            table = pa.concat_tables([_read_url(f) for f in sample_files])
+            boundaries = range_boundaries(table, op.by[0], partitions, descending=op.descending[0])
+        else:
+            boundaries = pa.array([])
+        spec = ShuffleSpec("range", partitions, op.by, op.descending, boundaries=boundaries)
+        result = self.run_segment(
+            upstream, ("shuffle", cloudpickle.dumps(spec)), lambda d: ShuffleOutput(spec, f"{d}/runs")
+        )
+        inputs = {"runs": [[run for m in result.markers for run in m["runs"]]], "schemas": [None]}
+        reducer = SortReducer(tuple(zip(op.by, op.descending)))
+        return reducer, inputs, partitions, result.fingerprint, estimate
+
+
+def _read_url(url: str) -> pa.Table:
+    fs, path = fsspec.core.url_to_fs(url)
+    with fs.open(path, "rb") as f:
+        return pq.read_table(f)
+
+
+@dataclass(frozen=True)
+class FirstOccurrence:
+    """Map-side combiner for ``deduplicate``: keep the first row of each key within a buffer."""
+
+    keys: tuple[str, ...]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        import polars as pl
+
+        frame = pl.from_arrow(table, rechunk=False)
+        return frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow()
+
+
+# -- actions ------------------------------------------------------------------------------------------------
+def _read_parts(files: list[str]) -> pa.Table | None:
+    tables = [_read_url(f) for f in files]
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
+    from zephyr.dataset import WriteResult
+
+    segment = build_plan(dataset._ops)
+    with Job(options) as job:
+        output = SinkOutput(directory.rstrip("/"), fmt, compression)
+        result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
+        files = [f for m in result.markers for f in m["files"]]
+        _remove_stale_parts(directory, files)
+        return WriteResult(files=files, stats=job.write_stats())
+
+
+def _remove_stale_parts(directory: str, files: list[str]) -> None:
+    """Drop ``part-NNNNN.*`` files a previous run with more shards left behind, so the directory is exact."""
+    fs, root = fsspec.core.url_to_fs(directory)
+    keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
+    try:
+        entries = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
+            fs.rm(entry)
+
+
+def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
+    segment = build_plan(dataset._ops)
+    with Job(options) as job:
+        result = job.run_segment(
+            segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet")
+        )
+        job.write_stats()
+        table = _read_parts([f for m in result.markers for f in m["files"]])
+    if table is not None:
+        return table
+    schemas = [m["schema"] for m in result.markers if m.get("schema")]
+    return schema_from_text(schemas[0]).empty_table() if schemas else pa.table({})
+
+
+def run_count(dataset, options: ExecutionOptions) -> int:
+    segment = build_plan(dataset._ops)
+    with Job(options) as job:
+        result = job.run_segment(segment, ("count",), lambda d: SinkOutput(f"{d}/count", "count"))
+        job.write_stats()
+        return sum(m["rows_out"] for m in result.markers)
+
+
+def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
+    from zephyr.dataset import Dataset, from_arrow
+
+    if directory is None:
+        if options.work_dir is None:
+            directory = tempfile.mkdtemp(prefix="zephyr-materialized-")
+        else:
+            plan_fp = fingerprint_of(*dataset._ops)[:16]
+            directory = f"{options.work_dir.rstrip('/')}/materialized/{plan_fp}"
+    result = run_write(dataset, directory, "parquet", None, options)
+    if not result.files:
+        return from_arrow(pa.table({}))
+    return Dataset((ReadFiles(tuple(result.files), "parquet"),))

@@ -1,0 +1,245 @@
+"""Runs a fused chain of narrow ops over a stream of tables, counting every row.
+
+Each op keeps counters ``rows_in``, ``rows_out``, ``rows_dropped`` (filtered out, or dropped on purpose by a
+batch function) and ``rows_rejected`` (quarantined). For ``map``, ``filter`` and ``map_batches``
+``rows_in = rows_out + rows_dropped + rows_rejected``; ``flat_map`` may emit any number of rows per input.
+
+Row functions see ``dict`` rows (the user boundary); everything else stays columnar. A row function that
+raises either fails the task with an error naming the shard, the row and the op (``on_error="raise"``) or
+sends the row to the quarantine output with the error as its reason (``on_error="quarantine"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+import pyarrow as pa
+
+from zephyr.errors import SchemaError, ZephyrError
+from zephyr.ops import BatchOutput, Filter, FlatMap, Map, MapBatches, Op, Select
+
+__all__ = ["OpCounters", "QUARANTINE_SCHEMA", "run_narrow", "op_label"]
+
+QUARANTINE_SCHEMA = pa.schema(
+    [("source", pa.string()), ("line", pa.int64()), ("reason", pa.string()), ("raw", pa.large_binary())]
+)
+
+
+@dataclass
+class OpCounters:
+    name: str
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_dropped: int = 0
+    rows_rejected: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "op": self.name,
+            "rows_in": self.rows_in,
+            "rows_out": self.rows_out,
+            "rows_dropped": self.rows_dropped,
+            "rows_rejected": self.rows_rejected,
+            "dropped_by_reason": dict(self.dropped_by_reason),
+        }
+
+
+def op_label(op: Op) -> str:
+    fn = getattr(op, "fn", None)
+    name = getattr(op, "name", None) or (getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None)
+    kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[type(op)]
+    return f"{kind}({name})" if name else f"{kind}({', '.join(op.columns)})"
+
+
+Quarantine = Callable[[pa.Table], None]
+
+
+def run_narrow(
+    tables: Iterable[pa.Table],
+    ops: Sequence[Op],
+    counters: Sequence[OpCounters],
+    *,
+    where: str,
+    quarantine: Quarantine,
+) -> Iterator[pa.Table]:
+    """Apply ``ops`` in order to each table; ``where`` names the shard in error messages."""
+    stream: Iterable[pa.Table] = tables
+    for op, count in zip(ops, counters):
+        stream = _APPLY[type(op)](stream, op, count, where, quarantine)
+    yield from stream  # empty tables pass too: they carry the schema to the sink
+
+
+def _call_rows(
+    table: pa.Table, op: Map | Filter | FlatMap, where: str, quarantine: Quarantine, base: int
+) -> tuple[list[tuple[int, object]], int]:
+    """Call ``op.fn`` on every row: (row index, result) for the calls that succeeded, and how many were
+    quarantined (``on_error="quarantine"``) — or raise naming the row."""
+    results: list[tuple[int, object]] = []
+    rejected: list[tuple[int, dict, BaseException]] = []
+    for i, row in enumerate(table.to_pylist()):
+        try:
+            results.append((i, op.fn(row)))
+        except Exception as exc:
+            if op.on_error == "raise":
+                raise ZephyrError(
+                    f"{op_label(op)} failed on row {base + i} of {where}: {type(exc).__name__}: {exc} "
+                    "(pass on_error='quarantine' to set such rows aside)"
+                ) from exc
+            rejected.append((i, row, exc))
+    if rejected:
+        quarantine(
+            pa.table(
+                {
+                    "source": [where] * len(rejected),
+                    "line": [base + i for i, _, _ in rejected],
+                    "reason": [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in rejected],
+                    "raw": [orjson.dumps(row, default=str) for _, row, _ in rejected],
+                },
+                schema=QUARANTINE_SCHEMA,
+            )
+        )
+    return results, len(rejected)
+
+
+def _apply_map(stream, op: Map, count: OpCounters, where: str, quarantine: Quarantine):
+    base = 0
+    for table in stream:
+        results, rejected = _call_rows(table, op, where, quarantine, base)
+        base += table.num_rows
+        out = [result for _, result in results]
+        _check_rows(out, op)
+        count.rows_in += table.num_rows
+        count.rows_rejected += rejected
+        count.rows_out += len(out)
+        if out:
+            yield pa.Table.from_pylist(out)
+
+
+def _apply_flat_map(stream, op: FlatMap, count: OpCounters, where: str, quarantine: Quarantine):
+    base = 0
+    for table in stream:
+        results, rejected = _call_rows(table, op, where, quarantine, base)
+        base += table.num_rows
+        out: list[dict] = [row for _, result in results for row in result]
+        _check_rows(out, op)
+        count.rows_in += table.num_rows
+        count.rows_rejected += rejected
+        count.rows_out += len(out)
+        if out:
+            yield pa.Table.from_pylist(out)
+
+
+def _check_rows(rows: list, op: Op) -> None:
+    if rows and not isinstance(rows[0], dict):
+        raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(rows[0]).__name__}")
+
+
+def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine: Quarantine):
+    base = 0
+    for table in stream:
+        results, rejected = _call_rows(table, op, where, quarantine, base)
+        base += table.num_rows
+        keep = [False] * table.num_rows
+        for i, result in results:
+            keep[i] = bool(result)
+        kept = table.filter(pa.array(keep, type=pa.bool_()))
+        count.rows_in += table.num_rows
+        count.rows_rejected += rejected
+        count.rows_out += kept.num_rows
+        count.rows_dropped += table.num_rows - kept.num_rows - rejected
+        yield kept
+
+
+def _apply_select(stream, op: Select, count: OpCounters, where: str, quarantine: Quarantine):
+    for table in stream:
+        missing = [c for c in op.columns if c not in table.column_names]
+        if missing:
+            raise SchemaError(f"select: column(s) {missing} not in {where}; available: {table.column_names}")
+        count.rows_in += table.num_rows
+        count.rows_out += table.num_rows
+        yield table.select(list(op.columns))
+
+
+def _rebatch(stream: Iterable[pa.Table], rows: int | None) -> Iterator[pa.Table]:
+    if not rows:
+        yield from stream
+        return
+    pending: list[pa.Table] = []
+    size = 0
+    for table in stream:
+        pending.append(table)
+        size += table.num_rows
+        while size >= rows:
+            joined = pa.concat_tables(pending)
+            yield joined.slice(0, rows)
+            rest = joined.slice(rows)
+            pending, size = ([rest] if rest.num_rows else []), rest.num_rows
+    if size:
+        yield pa.concat_tables(pending)
+
+
+def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine):
+    for table in _rebatch(stream, op.batch_rows):
+        count.rows_in += table.num_rows
+        try:
+            result = op.fn(table)
+        except ZephyrError:
+            raise
+        except Exception as exc:
+            raise ZephyrError(f"{op_label(op)} failed on {where}: {type(exc).__name__}: {exc}") from exc
+        rejected_rows = 0
+        dropped_rows = 0
+        if isinstance(result, BatchOutput):
+            for reason, n in result.dropped.items():
+                count.dropped_by_reason[reason] = count.dropped_by_reason.get(reason, 0) + int(n)
+                dropped_rows += int(n)
+            if result.rejected is not None and result.rejected.num_rows:
+                rejected_rows = result.rejected.num_rows
+                quarantine(_as_quarantine(result.rejected, result.reason, op, where))
+            result = result.kept
+        if result is None:
+            out = table.slice(0, 0)
+        elif isinstance(result, pa.RecordBatch):
+            out = pa.Table.from_batches([result])
+        elif isinstance(result, pa.Table):
+            out = result
+        else:
+            raise ZephyrError(
+                f"{op_label(op)} returned {type(result).__name__}; return a pyarrow Table, RecordBatch, "
+                "BatchOutput or None"
+            )
+        count.rows_out += out.num_rows
+        count.rows_rejected += rejected_rows
+        # Rows neither kept nor rejected were dropped by the function; count those it did not name.
+        unnamed = table.num_rows - out.num_rows - rejected_rows - dropped_rows
+        if unnamed > 0:
+            count.dropped_by_reason["unspecified"] = count.dropped_by_reason.get("unspecified", 0) + unnamed
+            dropped_rows += unnamed
+        count.rows_dropped += max(dropped_rows, 0)
+        yield out
+
+
+def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:
+    n = rejected.num_rows
+    if "reject_reason" in rejected.column_names:
+        reasons = rejected.column("reject_reason").to_pylist()
+        body = rejected.drop_columns(["reject_reason"])
+    else:
+        reasons = [reason or op_label(op)] * n
+        body = rejected
+    raw = [orjson.dumps(row, default=str) for row in body.to_pylist()]
+    return pa.table(
+        {"source": [where] * n, "line": [None] * n, "reason": reasons, "raw": raw}, schema=QUARANTINE_SCHEMA
+    )
+
+
+_APPLY = {
+    Map: _apply_map,
+    Filter: _apply_filter,
+    FlatMap: _apply_flat_map,
+    MapBatches: _apply_map_batches,
+    Select: _apply_select,
+}

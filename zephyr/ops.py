@@ -1,0 +1,156 @@
+"""Logical operations: what a ``Dataset`` method appends to the plan. Plain frozen dataclasses.
+
+Narrow ops (``Map``, ``Filter``, ``FlatMap``, ``MapBatches``, ``Select``) transform a stream of batches and
+fuse into one stage. Wide ops (``GroupAggregate``, ``GroupApply``, ``Deduplicate``, ``Sort``, ``Join``,
+``Reshard``) need rows from every input shard and cut the plan with a shuffle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from zephyr.shuffle.aggregate import Agg
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+
+__all__ = [
+    "OnError",
+    "Op",
+    "ReadFiles",
+    "FromTable",
+    "Map",
+    "Filter",
+    "FlatMap",
+    "MapBatches",
+    "Select",
+    "GroupAggregate",
+    "GroupApply",
+    "Deduplicate",
+    "Sort",
+    "Join",
+    "Reshard",
+    "BatchOutput",
+    "NARROW_OPS",
+    "WIDE_OPS",
+]
+
+OnError = Literal["raise", "quarantine"]
+
+
+class Op:
+    """Base of all logical ops."""
+
+
+@dataclass(frozen=True)
+class ReadFiles(Op):
+    paths: tuple[str, ...]
+    format: Literal["parquet", "jsonl", "vortex"]
+    columns: tuple[str, ...] | None = None
+    schema: pa.Schema | None = None
+    approx_shard_bytes: int | None = None
+    on_error: OnError = "raise"
+
+
+@dataclass(frozen=True, eq=False)
+class FromTable(Op):
+    """In-memory rows; staged to Parquet in the work directory before any task runs (never pickled)."""
+
+    table: pa.Table
+    num_shards: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Op):
+    fn: Callable[[dict], dict]
+    on_error: OnError = "raise"
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Op):
+    fn: Callable[[dict], bool]
+    on_error: OnError = "raise"
+
+
+@dataclass(frozen=True, eq=False)
+class FlatMap(Op):
+    fn: Callable[[dict], Any]
+    on_error: OnError = "raise"
+
+
+@dataclass(frozen=True, eq=False)
+class MapBatches(Op):
+    fn: Callable[[pa.Table], Any]
+    batch_rows: int | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Select(Op):
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GroupAggregate(Op):
+    keys: tuple[str, ...]
+    aggs: tuple[Agg, ...]
+    num_partitions: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class GroupApply(Op):
+    keys: tuple[str, ...]
+    sort_by: tuple[tuple[str, bool], ...]
+    fn: Callable[[pa.Table], Any]
+    num_partitions: int | None = None
+
+
+@dataclass(frozen=True)
+class Deduplicate(Op):
+    keys: tuple[str, ...]
+    num_partitions: int | None = None
+
+
+@dataclass(frozen=True)
+class Sort(Op):
+    by: tuple[str, ...]
+    descending: tuple[bool, ...]
+    num_partitions: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Op):
+    right: Dataset
+    left_on: tuple[str, ...]
+    right_on: tuple[str, ...]
+    how: Literal["inner", "left", "right", "outer"]
+    suffix: str = "_right"
+    num_partitions: int | None = None
+
+
+@dataclass(frozen=True)
+class Reshard(Op):
+    num_shards: int
+
+
+@dataclass
+class BatchOutput:
+    """What a ``map_batches`` function may return to quarantine rows or count drops by reason.
+
+    ``kept`` continues down the plan; ``rejected`` rows go to the quarantine output with the reason in a
+    ``reject_reason`` column (add it yourself, or give ``reason`` for all of them); ``dropped`` counts rows the
+    function removed on purpose, by reason (they are counted, not stored).
+    """
+
+    kept: pa.Table | pa.RecordBatch
+    rejected: pa.Table | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+    reason: str | None = None
+
+
+NARROW_OPS = (Map, Filter, FlatMap, MapBatches, Select)
+WIDE_OPS = (GroupAggregate, GroupApply, Deduplicate, Sort, Join, Reshard)

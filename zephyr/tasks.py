@@ -1,0 +1,327 @@
+"""What one task does, wherever it runs: read its input, run the fused ops, write its output, leave a marker.
+
+A task is (stage, input unit): a source shard, or one partition of a shuffle. Its stage description (ops,
+reducer, output) is cloudpickled once per stage into ``stage.pkl`` in the work directory; a task carries only
+small metadata (paths and indices) and loads the stage from there, cached per worker process. Rows never travel
+in the task or its result: they are read from and written to files.
+
+Outputs are written under attempt-unique or temporary names and published by rename; the marker
+(``_done/task-NNNNN.json``, holding the stage fingerprint, counters and output paths) is written last, the
+same way. A task with a valid marker is finished: a rerun of the job skips it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephyr import counters
+from zephyr.errors import ZephyrError
+from zephyr.io.sinks import ShardWriter
+from zephyr.io.sources import Shard, read_shard
+from zephyr.narrow import QUARANTINE_SCHEMA, OpCounters, op_label, run_narrow
+from zephyr.ops import Op
+from zephyr.shuffle.read import partition_sources
+from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
+
+__all__ = [
+    "SinkOutput",
+    "ShuffleOutput",
+    "SampleOutput",
+    "StageSpec",
+    "TaskSpec",
+    "run_task",
+    "read_marker",
+    "write_json_atomic",
+]
+
+SAMPLE_ROWS_PER_TASK = 4096
+
+
+@dataclass(frozen=True)
+class SinkOutput:
+    """Final files ``part-NNNNN.<ext>`` in ``directory`` (``format="count"`` writes nothing, counts rows)."""
+
+    directory: str
+    format: str
+    compression: str | None = None
+
+
+@dataclass(frozen=True)
+class ShuffleOutput:
+    """The map side of a shuffle: sorted, indexed runs under ``directory``/map-NNNNN/<attempt>/."""
+
+    spec: ShuffleSpec
+    directory: str
+
+
+@dataclass(frozen=True)
+class SampleOutput:
+    """A systematic sample (at most ``SAMPLE_ROWS_PER_TASK`` rows) of the rows, for range boundaries."""
+
+    directory: str
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    fingerprint: str
+    name: str
+    narrow: tuple[Op, ...]
+    output: SinkOutput | ShuffleOutput | SampleOutput
+    reducer: Any = None
+    read_columns: tuple[str, ...] | None = None
+    read_schema: pa.Schema | None = None
+    on_error: str = "raise"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    stage_path: str
+    """URL of the cloudpickled ``StageSpec``."""
+    fingerprint: str
+    index: int
+    marker_path: str
+    quarantine_path: str
+    budget_bytes: int
+    shard: Shard | None = None
+    partition: int | None = None
+    inputs_path: str | None = None
+    """URL of a JSON list (one per upstream) of the run data paths a reduce task merges."""
+    description: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    return fsspec.core.url_to_fs(url)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_stage(stage_path: str, fingerprint: str) -> StageSpec:
+    fs, path = _fs(stage_path)
+    stage = cloudpickle.loads(fs.cat_file(path))
+    if stage.fingerprint != fingerprint:
+        raise ZephyrError(f"stage file {stage_path} holds another plan ({stage.fingerprint[:12]})")
+    return stage
+
+
+def write_json_atomic(url: str, payload: dict) -> None:
+    fs, path = _fs(url)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open(tmp, "w") as f:
+        json.dump(payload, f, indent=1, sort_keys=True)
+    fs.mv(tmp, path)
+
+
+def read_marker(url: str, fingerprint: str) -> dict | None:
+    """The task's marker if it exists and belongs to this stage fingerprint."""
+    fs, path = _fs(url)
+    try:
+        marker = json.loads(fs.cat_file(path))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # a torn marker is no marker: the task reruns
+    return marker if marker.get("fingerprint") == fingerprint else None
+
+
+class _Counted:
+    """Counts rows passing through an iterator of tables."""
+
+    def __init__(self, tables: Iterator[pa.Table]):
+        self.tables = tables
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.Table]:
+        for table in self.tables:
+            self.rows += table.num_rows
+            yield table
+
+
+def run_task(task: TaskSpec) -> dict:
+    """Run one task to completion and return its marker (also written to ``task.marker_path``)."""
+    stage = _load_stage(task.stage_path, task.fingerprint)
+    started = time.perf_counter()
+    quarantined: list[pa.Table] = []
+    op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
+    with counters.collecting() as user_counters:
+        source = _Counted(_input_tables(task, stage, quarantined.append))
+        tables = run_narrow(source, stage.narrow, op_counters, where=task.description, quarantine=quarantined.append)
+        outputs = _write_output(tables, stage.output, task)
+    read_rejected = 0
+    quarantine = None
+    if quarantined:
+        table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
+        read_rejected = table.num_rows - sum(c.rows_rejected for c in op_counters)
+        fs, path = _fs(task.quarantine_path)
+        fs.makedirs(fs._parent(path), exist_ok=True)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with fs.open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+        fs.mv(tmp, path)
+        quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
+    marker = {
+        "fingerprint": task.fingerprint,
+        "index": task.index,
+        "input": task.description,
+        "rows_in": source.rows + read_rejected,
+        "rows_read_rejected": read_rejected,
+        "ops": [c.as_dict() for c in op_counters],
+        "counters": dict(user_counters),
+        "quarantine": quarantine,
+        "seconds": round(time.perf_counter() - started, 4),
+        **outputs,
+    }
+    write_json_atomic(task.marker_path, marker)
+    return marker
+
+
+def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
+    if task.shard is not None:
+        empty = True
+        for batch in read_shard(
+            task.shard,
+            columns=stage.read_columns,
+            schema=stage.read_schema,
+            on_error=stage.on_error,
+            quarantine=quarantine,
+            batch_bytes=max(1 << 20, task.budget_bytes // 8),
+        ):
+            empty = False
+            yield pa.Table.from_batches([batch])
+        if empty and task.shard.format == "parquet":  # no rows, but the schema still flows downstream
+            fs, path = _fs(task.shard.path)
+            with fs.open(path, "rb") as f:
+                schema = pq.read_schema(f)
+            if stage.read_columns:
+                schema = pa.schema([schema.field(c) for c in stage.read_columns if c in schema.names])
+            yield schema.empty_table()
+        return
+    fs, inputs_path = _fs(task.inputs_path)
+    inputs = json.loads(fs.cat_file(inputs_path))
+    reducer = stage.reducer
+    merge_columns = getattr(reducer, "merge_columns", None)
+    scratches = []
+    try:
+        sides = []
+        for runs in inputs["runs"]:
+            sources, scratch = partition_sources(runs, task.partition, merge_columns, task.budget_bytes)
+            sides.append(sources)
+            scratches.append(scratch)
+        if len(sides) == 2:
+            schemas = [schema_from_text(s) if s else None for s in inputs["schemas"]]
+            yield from reducer.join(*sides, schemas=schemas)
+        else:
+            yield from reducer.reduce(sides[0])
+    finally:
+        for scratch in scratches:
+            scratch.cleanup()
+
+
+def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
+    if isinstance(output, SinkOutput):
+        return _write_sink(tables, output, task)
+    if isinstance(output, ShuffleOutput):
+        fs, base = _fs(output.directory)
+        attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
+        writer = ShuffleWriter(output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index)
+        rows = 0
+        schema = None
+        for table in tables:
+            rows += table.num_rows
+            schema = table.schema
+            writer.write(table)
+        runs = [fs.unstrip_protocol(p) if "://" in output.directory else p for p in writer.close()]
+        return {"rows_out": rows, "bytes_out": writer.bytes_written, "runs": runs, "schema": _schema_text(schema)}
+    if isinstance(output, SampleOutput):
+        return _write_sample(tables, output, task)
+    raise ZephyrError(f"unknown output {type(output).__name__}")
+
+
+def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:
+    from zephyr.io.sinks import output_name
+
+    rows = 0
+    if output.format == "count":
+        for table in tables:
+            rows += table.num_rows
+        return {"rows_out": rows, "bytes_out": 0, "files": []}
+    path = f"{output.directory.rstrip('/')}/{output_name(task.index, output.format, output.compression)}"
+    writer: ShardWriter | None = None
+    schema: pa.Schema | None = None
+    try:
+        for table in tables:
+            schema = table.schema
+            if table.num_rows == 0:
+                continue
+            if writer is None:
+                writer = ShardWriter(path, output.format, compression=output.compression)
+            writer.write(table)
+            rows += table.num_rows
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is None:  # nothing to write: no file, and any stale file from an older plan goes
+        fs, local = _fs(path)
+        if fs.exists(local):
+            fs.rm(local)
+        return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
+    written = writer.close()
+    return {"rows_out": rows, "bytes_out": written.bytes, "files": [path]}
+
+
+def _schema_text(schema: pa.Schema | None) -> str | None:
+    """A schema as base64 Arrow IPC, so an empty result can still say what its columns are."""
+    if schema is None:
+        return None
+    import base64
+
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def schema_from_text(text: str) -> pa.Schema:
+    import base64
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSpec) -> dict:
+    """Keep every ``stride``-th row; when the sample doubles its cap, halve it and double the stride."""
+    kept: list[pa.Table] = []
+    kept_rows = 0
+    stride = 1
+    offset = 0
+    rows = 0
+    for table in tables:
+        rows += table.num_rows
+        start = (-offset) % stride
+        indices = pa.array(range(start, table.num_rows, stride), type=pa.int64())
+        offset += table.num_rows
+        if len(indices):
+            piece = table.take(indices)
+            kept.append(piece)
+            kept_rows += piece.num_rows
+        if kept_rows >= 2 * SAMPLE_ROWS_PER_TASK:
+            merged = pa.concat_tables(kept)
+            merged = merged.take(pa.array(range(0, merged.num_rows, 2), type=pa.int64()))
+            kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
+    fs, base = _fs(output.directory)
+    fs.makedirs(base, exist_ok=True)
+    path = f"{base}/sample-{task.index:05d}.parquet"
+    if kept:
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with fs.open(tmp, "wb") as f:
+            pq.write_table(pa.concat_tables(kept), f)
+        fs.mv(tmp, path)
+    url = fs.unstrip_protocol(path) if "://" in output.directory else path
+    return {"rows_out": rows, "bytes_out": 0, "sample": url if kept else None}
