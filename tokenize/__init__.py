@@ -19,6 +19,39 @@ if __name__ == "tokenize":  # imported as the stdlib name from a checkout root: 
     _sys.modules["tokenize"] = _stdlib_tokenize
     _spec.loader.exec_module(_stdlib_tokenize)
 else:
+    # Public names load lazily: the loader side pulls in only numpy, torch and fsspec; the writer side
+    # (tokenizers, pyarrow, the engine) loads only when a writer name is used.
+    import importlib as _importlib
     from typing import TYPE_CHECKING as _TYPE_CHECKING
+    from typing import Any as _Any
 
-    __all__: list[str] = []
+    _LAZY = {
+        "TokenLoader": "zephyr.tokenize.loader",
+        "TokenDataLoader": "zephyr.tokenize.loader",
+        "read_documents": "zephyr.tokenize.storage",
+        "read_manifest": "zephyr.tokenize.format",
+        "Manifest": "zephyr.tokenize.format",
+        "FORMAT_VERSION": "zephyr.tokenize.format",
+        "write_token_shards": "zephyr.tokenize.writer",
+        "TokenizeResult": "zephyr.tokenize.writer",
+        "TextTokenizer": "zephyr.tokenize.tokenizer",
+    }
+    __all__ = sorted(_LAZY)
+
+    if _TYPE_CHECKING:
+        from zephyr.tokenize.format import FORMAT_VERSION, Manifest, read_manifest  # noqa: F401
+        from zephyr.tokenize.loader import TokenDataLoader, TokenLoader  # noqa: F401
+        from zephyr.tokenize.storage import read_documents  # noqa: F401
+        from zephyr.tokenize.tokenizer import TextTokenizer  # noqa: F401
+        from zephyr.tokenize.writer import TokenizeResult, write_token_shards  # noqa: F401
+
+    def __getattr__(name: str) -> _Any:
+        module_name = _LAZY.get(name)
+        if module_name is None:
+            raise AttributeError(f"module 'zephyr.tokenize' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module_name), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_LAZY))

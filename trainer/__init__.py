@@ -1,1 +1,53 @@
-"""zephyr.trainer: a torch MoE language model and its training loop (imports with torch, numpy, fsspec only)."""
+"""zephyr.trainer: a torch MoE language model and its training loop (imports with torch, numpy, fsspec only).
+
+>>> from zephyr.trainer import TrainConfig, train          # doctest: +SKIP
+>>> result = train(TrainConfig(preset="tiny", steps=20, device="cpu", log="train.jsonl"))  # doctest: +SKIP
+
+Modules: ``config`` (dataclasses), ``presets``, ``layers`` / ``moe`` / ``model`` (the network), ``devices``,
+``distributed`` (FSDP2, compile), ``optim``, ``data`` (batching the TokenLoader), ``checkpoint`` (atomic DCP),
+``metrics`` (JSONL, MFU, alarms), ``train`` (the loop), ``cli`` (``zephyr train``). See docs/trainer.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "TrainConfig": "zephyr.trainer.config",
+    "ModelConfig": "zephyr.trainer.config",
+    "MoEConfig": "zephyr.trainer.config",
+    "OptimConfig": "zephyr.trainer.config",
+    "PRESETS": "zephyr.trainer.presets",
+    "get_preset": "zephyr.trainer.presets",
+    "Transformer": "zephyr.trainer.model",
+    "build_model": "zephyr.trainer.model",
+    "count_params": "zephyr.trainer.model",
+    "flops_per_token": "zephyr.trainer.model",
+    "train": "zephyr.trainer.train",
+    "TrainResult": "zephyr.trainer.train",
+    "CheckpointManager": "zephyr.trainer.checkpoint",
+    "NonFiniteLossError": "zephyr.trainer.metrics",
+}
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
+    from zephyr.trainer.checkpoint import CheckpointManager  # noqa: F401
+    from zephyr.trainer.config import ModelConfig, MoEConfig, OptimConfig, TrainConfig  # noqa: F401
+    from zephyr.trainer.metrics import NonFiniteLossError  # noqa: F401
+    from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token  # noqa: F401
+    from zephyr.trainer.presets import PRESETS, get_preset  # noqa: F401
+    from zephyr.trainer.train import TrainResult, train  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zephyr.trainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

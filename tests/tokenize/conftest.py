@@ -1,0 +1,92 @@
+"""Fixtures for zephyr.tokenize: a small byte-level BPE trained on the spot, and synthetic token-shard sets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TRAIN_TEXT = [
+    "The quick brown fox jumps over the lazy dog. It's 2024; we'll see what they've done!",
+    "def tokenize(text):\n    return [ord(c) for c in text]  # 42 characters\n",
+    "Zürich, São Paulo, Kraków and Москва are cities. 東京 is too. Emoji: 🎉😀",
+    "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt.",
+    "   indented   text\twith\ttabs\n\nand blank lines   \n",
+] * 20
+
+
+def train_bpe(path: Path, *, vocab_size: int = 600, lowercase: bool = False) -> Path:
+    """Train a GPT-2-style byte-level BPE (optionally with a normalizer, which rules out the fast path)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    if lowercase:
+        tok.normalizer = normalizers.Lowercase()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TRAIN_TEXT, trainer=trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(tmp_path_factory) -> Path:
+    return train_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def write_synthetic_set(
+    directory: Path,
+    doc_lengths: Sequence[int],
+    *,
+    num_shards: int = 3,
+    base: int = 0,
+    vocab_size: int = 1 << 20,
+) -> Path:
+    """A shard set whose token at stream position p is ``base + p`` (uint32), so windows are identifiable."""
+    import pyarrow as pa
+    from zephyr.tokenize.format import token_dtype
+    from zephyr.tokenize.shards import write_manifest, write_shard
+
+    dtype = token_dtype(vocab_size)
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    stream = (np.arange(offsets[-1], dtype=np.int64) + base).astype(dtype)
+    shards = []
+    for s, docs in enumerate(np.array_split(np.arange(len(lengths)), num_shards)):
+        lo, hi = int(offsets[docs[0]]), int(offsets[docs[-1] + 1])
+        body = offsets[docs[0] : docs[-1] + 2] - lo
+        tokens = pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(),
+            len(docs),
+            [None, pa.py_buffer(body * dtype.itemsize), pa.py_buffer(stream[lo:hi].tobytes())],
+        )
+        table = pa.table({"tokens": tokens, "source": pa.array(["synthetic"] * len(docs))})
+        info, _ = write_shard(str(directory), f"shard-{s:05d}", [table], dtype=dtype, num_tokens=hi - lo)
+        shards.append(info)
+    meta = {
+        "dtype": dtype.name,
+        "vocab_size": vocab_size,
+        "eos_id": 0,
+        "bos_id": None,
+        "bos_policy": "never",
+        "tokenizer": {"path": None, "sha256": "0" * 64, "engine": "none"},
+        "seed": 0,
+        "sources": {},
+    }
+    write_manifest(str(directory), shards, meta=meta)
+    return directory
+
+
+@pytest.fixture
+def token_set(tmp_path) -> Path:
+    """~20k tokens in 3 shards, documents of 1..300 tokens."""
+    rng = np.random.default_rng(0)
+    return write_synthetic_set(tmp_path / "set", rng.integers(1, 300, size=140))

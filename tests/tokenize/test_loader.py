@@ -1,0 +1,255 @@
+"""TokenLoader: coverage per epoch, disjoint ranks/workers, exact resume, positions, mixtures, corruption."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from zephyr.tokenize import TokenLoader, read_documents
+from zephyr.tokenize.format import read_manifest
+
+from zephyr.errors import InputError, ResumeError
+
+from .conftest import write_synthetic_set
+
+SEQ = 64
+
+
+def _first_tokens(items) -> list[int]:
+    return [
+        int(s["input_ids"].reshape(-1, SEQ)[j, 0])
+        for s in items
+        for j in range(s["input_ids"].reshape(-1, SEQ).shape[0])
+    ]
+
+
+def _all_window_starts(path: Path) -> list[int]:
+    """Every window's first token (= its stream position, by construction of the synthetic set)."""
+    manifest = read_manifest(str(path))
+    starts, base = [], 0
+    for shard in manifest.shards:
+        n = (shard.num_tokens - 1) // SEQ
+        starts += [base + j * SEQ for j in range(n)]
+        base += shard.num_tokens
+    return starts
+
+
+def test_one_epoch_sees_every_window_once(token_set: Path) -> None:
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=3, num_epochs=1)
+    items = list(loader)
+    firsts = _first_tokens(items)
+    assert sorted(firsts) == _all_window_starts(token_set)
+    assert len(items) == len(loader) == loader.num_samples()
+    # shuffled, not in stream order
+    assert firsts != sorted(firsts)
+    sample = items[0]
+    assert set(sample) == {"input_ids", "labels", "positions"}
+    assert all(v.shape == (SEQ,) and v.dtype == torch.int64 for v in sample.values())
+    assert torch.equal(sample["labels"][:-1], sample["input_ids"][1:])
+
+
+def test_two_epochs_differ_in_order_and_cover_twice(token_set: Path) -> None:
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=3, num_epochs=2)
+    firsts = _first_tokens(list(loader))
+    n = loader.num_samples()
+    assert sorted(firsts[:n]) == sorted(firsts[n:]) == _all_window_starts(token_set)
+    assert firsts[:n] != firsts[n:]
+
+
+def test_order_is_a_function_of_the_seed(token_set: Path) -> None:
+    a = _first_tokens(TokenLoader(str(token_set), seq_len=SEQ, seed=1, num_epochs=1))
+    b = _first_tokens(TokenLoader(str(token_set), seq_len=SEQ, seed=1, num_epochs=1))
+    c = _first_tokens(TokenLoader(str(token_set), seq_len=SEQ, seed=2, num_epochs=1))
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_are_disjoint_and_complete(token_set: Path, world_size: int) -> None:
+    single = _first_tokens(TokenLoader(str(token_set), seq_len=SEQ, seed=5, num_epochs=1))
+    per_rank = [
+        _first_tokens(
+            TokenLoader(str(token_set), seq_len=SEQ, seed=5, rank=r, world_size=world_size, num_epochs=1)
+        )
+        for r in range(world_size)
+    ]
+    for r, got in enumerate(per_rank):
+        assert got == single[r::world_size]
+    assert sorted(sum(per_rank, [])) == sorted(single)
+
+
+@pytest.mark.parametrize("batch_size", [None, 4], ids=["samples", "batches"])
+def test_dataloader_workers_reproduce_single_process_order(token_set: Path, batch_size) -> None:
+    kwargs = dict(seq_len=SEQ, seed=7, rank=1, world_size=2, num_epochs=1, batch_size=batch_size)
+    single = _first_tokens(TokenLoader(str(token_set), **kwargs))
+    loader = TokenLoader(str(token_set), **kwargs)
+    got = _first_tokens(loader.data_loader(num_workers=2))
+    assert got == single
+    assert loader.consumed == 2 * len(single)  # both ranks in lockstep: the global position
+
+
+def _take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def test_resume_is_exact(token_set: Path) -> None:
+    full = _first_tokens(_take(iter(TokenLoader(str(token_set), seq_len=SEQ, seed=9)), 500))
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=9)
+    head = _first_tokens(_take(iter(loader), 137))
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert set(state) >= {"consumed", "counts", "seed", "fingerprint"} and state["consumed"] == 137
+    fresh = TokenLoader(str(token_set), seq_len=SEQ, seed=9)
+    fresh.load_state_dict(state)
+    tail = _first_tokens(_take(iter(fresh), 500 - 137))
+    assert head + tail == full  # crosses the epoch boundary (~300 samples per epoch)
+
+
+def test_resume_with_fewer_ranks_continues_the_global_order(token_set: Path) -> None:
+    full = _first_tokens(_take(iter(TokenLoader(str(token_set), seq_len=SEQ, seed=4)), 400))
+    ranks = [
+        TokenLoader(str(token_set), seq_len=SEQ, seed=4, rank=r, world_size=4, batch_size=2) for r in range(4)
+    ]
+    iters = [iter(x) for x in ranks]
+    steps = 10
+    seen = [_first_tokens(_take(it, steps)) for it in iters]  # 4 ranks x 10 steps x 2 samples
+    for r in range(4):  # rank r holds global indices r, r+4, ...
+        assert seen[r] == full[r : 4 * 2 * steps : 4]
+    states = [x.state_dict() for x in ranks]
+    assert all(s == states[0] for s in states)
+    resumed = [
+        TokenLoader(str(token_set), seq_len=SEQ, seed=4, rank=r, world_size=2, batch_size=4) for r in range(2)
+    ]
+    for x in resumed:
+        x.load_state_dict(states[0])
+    got = [_first_tokens(_take(iter(x), 5)) for x in resumed]
+    g0 = 4 * 2 * steps
+    for r in range(2):
+        assert got[r] == full[g0 + r : g0 + 2 * 4 * 5 : 2]
+
+
+def test_resume_refuses_other_data(token_set: Path, tmp_path: Path) -> None:
+    other = write_synthetic_set(tmp_path / "other", [50] * 40, num_shards=2)
+    state = TokenLoader(str(token_set), seq_len=SEQ).state_dict()
+    with pytest.raises(ResumeError, match="other data"):
+        TokenLoader(str(other), seq_len=SEQ).load_state_dict(state)
+    with pytest.raises(ResumeError):
+        TokenLoader(str(token_set), seq_len=SEQ * 2).load_state_dict(state)
+
+
+def _naive_positions(offsets: np.ndarray, start: int, n: int) -> np.ndarray:
+    idx = np.arange(start, start + n)
+    doc = np.searchsorted(offsets, idx, side="right") - 1
+    return idx - offsets[doc]
+
+
+def test_positions_reset_at_document_starts(token_set: Path) -> None:
+    manifest = read_manifest(str(token_set))
+    shard_base = np.concatenate([[0], np.cumsum([s.num_tokens for s in manifest.shards])])
+    offsets = [np.load(token_set / s.files["offsets"].path) for s in manifest.shards]
+    for s in _take(iter(TokenLoader(str(token_set), seq_len=SEQ, seed=0)), 60):
+        first = int(s["input_ids"][0])
+        shard = int(np.searchsorted(shard_base, first, side="right") - 1)
+        expected = _naive_positions(offsets[shard], first - int(shard_base[shard]), SEQ)
+        assert s["positions"].tolist() == expected.tolist()
+
+
+def test_document_packing_keeps_documents_whole(tmp_path: Path) -> None:
+    lengths = [5, 30, 64, 65, 66, 200, 1, 12, 40, 7] * 3
+    path = write_synthetic_set(tmp_path / "docs", lengths, num_shards=2)
+    loader = TokenLoader(str(path), seq_len=SEQ, seed=0, num_epochs=1, packing="documents")
+    covered: list[int] = []
+    manifest = read_manifest(str(path))
+    starts = set()
+    base = 0
+    for shard in manifest.shards:
+        starts |= set((np.load(path / shard.files["offsets"].path)[:-1] + base).tolist())
+        base += shard.num_tokens
+    for s in loader:
+        ids, labels, pos = s["input_ids"], s["labels"], s["positions"]
+        real = int((labels != -100).sum()) + 1  # tokens in the sample
+        first = int(ids[0])
+        assert first in starts or int(pos[0]) > 0  # a document start, or the next chunk of a long document
+        n_in = min(real, SEQ)
+        assert torch.equal(labels[: n_in - 1], ids[1:n_in])
+        covered += [first] + labels[: real - 1].tolist()
+        if real < SEQ:
+            assert (ids[real:] == loader.pad_id).all() and int(pos[real]) == 0
+    # every token appears (chunk boundaries repeat one token of a long document)
+    assert set(covered) == set(range(sum(lengths)))
+
+
+def test_mixture_proportions_and_weight_change(tmp_path: Path) -> None:
+    a = write_synthetic_set(tmp_path / "a", [100] * 50, num_shards=2, base=0)
+    b = write_synthetic_set(tmp_path / "b", [100] * 50, num_shards=2, base=1_000_000)
+    loader = TokenLoader({str(a): 0.7, str(b): 0.3}, seq_len=SEQ, seed=0, batch_size=8)
+    it = iter(loader)
+    items = _take(it, 250)  # 2000 samples
+    from_b = sum(int((x["input_ids"][:, 0] >= 1_000_000).sum()) for x in items)
+    n = 2000
+    assert abs(from_b / n - 0.3) < 4 * (0.3 * 0.7 / n) ** 0.5
+    assert loader.mix_counts() == {str(a): n - from_b, str(b): from_b}
+    loader.set_weights({str(a): 0.0, str(b): 1.0})
+    later = _take(it, 10)
+    assert all(bool((x["input_ids"][:, 0] >= 1_000_000).all()) for x in later)
+    assert loader.mix_counts()[str(b)] == from_b + 80
+
+
+def test_mixture_resume_is_exact(tmp_path: Path) -> None:
+    a = write_synthetic_set(tmp_path / "a", [100] * 20, num_shards=1, base=0)
+    b = write_synthetic_set(tmp_path / "b", [100] * 20, num_shards=1, base=1_000_000)
+    weights = {str(a): 0.5, str(b): 0.5}
+    full = _first_tokens(_take(iter(TokenLoader(weights, seq_len=SEQ, seed=1)), 200))
+    loader = TokenLoader(weights, seq_len=SEQ, seed=1)
+    head = _first_tokens(_take(iter(loader), 77))
+    fresh = TokenLoader(weights, seq_len=SEQ, seed=1)
+    fresh.load_state_dict(loader.state_dict())
+    assert head + _first_tokens(_take(iter(fresh), 123)) == full
+
+
+def test_corrupt_shard_is_named(token_set: Path) -> None:
+    manifest = read_manifest(str(token_set))
+    victim = token_set / manifest.shards[1].files["tokens"].path
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="shard-00001"):
+        list(TokenLoader(str(token_set), seq_len=SEQ, num_epochs=1))
+    with pytest.raises(InputError, match="shard-00001"):
+        list(read_documents(str(token_set)))
+
+
+def test_read_documents_round_trip(tmp_path: Path) -> None:
+    lengths = [3, 1, 10, 7, 100]
+    path = write_synthetic_set(tmp_path / "s", lengths, num_shards=2)
+    docs = list(read_documents(str(path)))
+    assert [len(d) for d in docs] == lengths
+    assert np.concatenate(docs).tolist() == list(range(sum(lengths)))
+
+
+def test_missing_manifest_and_unknown_version(tmp_path: Path, token_set: Path) -> None:
+    with pytest.raises(InputError, match="manifest"):
+        TokenLoader(str(tmp_path / "nothing"), seq_len=SEQ)
+    manifest = json.loads((token_set / "manifest.json").read_text())
+    manifest["version"] = 99
+    (token_set / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="version 99"):
+        TokenLoader(str(token_set), seq_len=SEQ)
+
+
+def test_fsspec_url_with_local_cache(token_set: Path, tmp_path: Path) -> None:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    root = f"memory://{tmp_path.name}-set"
+    for f in token_set.iterdir():
+        fs.pipe(f"{root}/{f.name}", f.read_bytes())
+    cache = tmp_path / "cache"
+    remote = _first_tokens(TokenLoader(root, seq_len=SEQ, seed=2, num_epochs=1, cache_dir=str(cache)))
+    local = _first_tokens(TokenLoader(str(token_set), seq_len=SEQ, seed=2, num_epochs=1))
+    assert remote == local
+    assert len(list(cache.glob("*.npy"))) == 6
+    shutil.rmtree(cache)
+    fs.rm(root, recursive=True)

@@ -1,0 +1,77 @@
+"""TextTokenizer: HF ids + EOS, BOS policy, the tiktoken fast path proven identical or refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from zephyr.tokenize.tokenizer import PROBE_TEXTS, TextTokenizer
+
+from zephyr.errors import ConfigError
+
+from .conftest import TRAIN_TEXT, train_bpe
+
+EDGE_TEXTS = ["", " ", "\n\n\n", "!!!???", "a" * 1000, "x <|endoftext|> y", "日本語 😀", "   \t  mixed\r\n"]
+
+
+def test_fast_path_is_used_and_identical_to_hf(bpe_tokenizer: Path) -> None:
+    tok = TextTokenizer(bpe_tokenizer, num_threads=1)
+    assert tok.engine == "tiktoken"
+    texts = list(PROBE_TEXTS) + EDGE_TEXTS + TRAIN_TEXT[:5]
+    flat, offsets = tok.encode_batch(texts)
+    for i, text in enumerate(texts):
+        assert flat[offsets[i] : offsets[i + 1]].tolist() == tok.hf_ids(text) + [tok.eos_id]
+
+
+def test_hf_engine_matches_fast_engine(bpe_tokenizer: Path) -> None:
+    texts = EDGE_TEXTS + TRAIN_TEXT[:10]
+    fast = TextTokenizer(bpe_tokenizer, engine="tiktoken").encode_batch(texts)
+    slow = TextTokenizer(bpe_tokenizer, engine="hf").encode_batch(texts)
+    assert all(np.array_equal(a, b) for a, b in zip(fast, slow))
+
+
+def test_normalizer_falls_back_to_hf(tmp_path: Path) -> None:
+    path = train_bpe(tmp_path / "lower.json", lowercase=True)
+    tok = TextTokenizer(path)
+    assert tok.engine == "hf"
+    flat, offsets = tok.encode_batch(["Hello World"])
+    assert flat.tolist() == tok.hf_ids("Hello World") + [tok.eos_id]
+    with pytest.raises(ConfigError, match="normalizer"):
+        _ = TextTokenizer(path, engine="tiktoken").engine
+
+
+def test_bos_policy(bpe_tokenizer: Path) -> None:
+    tok = TextTokenizer(bpe_tokenizer, bos="always")
+    flat, offsets = tok.encode_batch(["ab", "", "cd"])
+    for i, text in enumerate(["ab", "", "cd"]):
+        assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
+
+
+def test_missing_eos_is_a_config_error(bpe_tokenizer: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot find the EOS token"):
+        TextTokenizer(bpe_tokenizer, eos_token="<nope>")
+    with pytest.raises(ConfigError, match="not found"):
+        TextTokenizer(bpe_tokenizer.parent / "absent.json")
+
+
+def test_pickles_without_rust_objects(bpe_tokenizer: Path) -> None:
+    import pickle
+
+    tok = TextTokenizer(bpe_tokenizer)
+    before = tok.encode_batch(["pickle me"])
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone._hf is None and np.array_equal(clone.encode_batch(["pickle me"])[0], before[0])
+
+
+@pytest.mark.corpus
+def test_gpt2_fast_path_on_corpus(corpus_small: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tok = TextTokenizer(corpus_small / "models" / "gpt2" / "tokenizer.json")
+    assert tok.engine == "tiktoken"
+    texts = pq.read_table(sorted((corpus_small / "docs").glob("*.parquet"))[0], columns=["text"]).column(
+        "text"
+    )
+    texts = texts.to_pylist()[::25][:200]
+    assert tok.first_mismatch(texts) is None

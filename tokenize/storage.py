@@ -1,0 +1,183 @@
+"""Open token shards: local or any fsspec URL, a local cache for remote files, sha256 verification.
+
+Contract:
+
+- A local shard file is memory-mapped in place. A remote one (any fsspec URL other than ``file://``) is
+  copied once into ``cache_dir`` under its sha256 (``<cache_dir>/<sha256>.npy``), via a temporary name
+  and a rename, so concurrent ranks/workers on one node share one copy and a half-copied file is never used.
+- Every file's sha256 is checked against the manifest before its first use in a process (verified files are
+  remembered per process by path, size and mtime). A mismatch raises ``InputError`` naming the shard and the
+  file: a corrupt or half-synced shard fails loudly instead of training on garbage.
+- ``read_documents`` yields each document's tokens (EOS included) as a NumPy array, in manifest order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from zephyr.tokenize.format import Manifest, ShardFile, ShardInfo, join_path, read_manifest, sha256_file
+
+from zephyr.errors import InputError
+
+__all__ = ["OpenShard", "ShardStore", "read_documents"]
+
+log = logging.getLogger(__name__)
+
+_VERIFIED: set[tuple[str, int, int, str]] = set()
+_VERIFIED_LOCK = threading.Lock()
+
+
+@dataclass
+class OpenShard:
+    """A shard ready to read: tokens memory-mapped, offsets in memory."""
+
+    info: ShardInfo
+    tokens: np.ndarray
+    offsets: np.ndarray
+
+
+def _is_remote(root: str) -> bool:
+    return "://" in root and not root.startswith("file://")
+
+
+def _local(root: str) -> str:
+    return root[len("file://") :] if root.startswith("file://") else root
+
+
+class ShardStore:
+    """Resolves and opens the shards of one manifest; caches open shards for the life of the object."""
+
+    def __init__(self, manifest: Manifest, *, cache_dir: str | None = None, verify: bool = True):
+        self.manifest = manifest
+        self.verify = verify
+        self.cache_dir = cache_dir
+        self._open: dict[int, OpenShard] = {}
+        self._offsets: dict[int, np.ndarray] = {}
+        if _is_remote(manifest.root) and cache_dir is None:
+            self.cache_dir = os.path.join(tempfile.gettempdir(), "zephyr-token-cache")
+
+    def __getstate__(self) -> dict:
+        # open memmaps would pickle as full copies: workers reopen (and re-verify) lazily instead
+        return {**self.__dict__, "_open": {}}
+
+    def _local_path(self, shard: ShardInfo, file: ShardFile) -> str:
+        if not _is_remote(self.manifest.root):
+            return os.path.join(_local(self.manifest.root), file.path)
+        import fsspec
+
+        assert self.cache_dir is not None  # set in __init__ for remote roots
+        os.makedirs(self.cache_dir, exist_ok=True)
+        target = os.path.join(self.cache_dir, f"{file.sha256}.npy")
+        if os.path.exists(target) and os.path.getsize(target) == file.bytes:
+            return target
+        url = join_path(self.manifest.root, file.path)
+        fs, remote_path = fsspec.core.url_to_fs(url)
+        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
+        os.close(fd)
+        try:
+            log.info("caching shard %s file %s -> %s", shard.name, url, target)
+            fs.get_file(remote_path, tmp)
+            self._check(shard, file, tmp, where=url)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return target
+
+    def _check(self, shard: ShardInfo, file: ShardFile, path: str, *, where: str | None = None) -> None:
+        if not self.verify:
+            return
+        stat = os.stat(path)
+        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, file.sha256)
+        with _VERIFIED_LOCK:
+            if key in _VERIFIED:
+                return
+        actual = sha256_file(path) if stat.st_size == file.bytes else f"size {stat.st_size} != {file.bytes}"
+        if actual != file.sha256:
+            raise InputError(
+                f"shard {shard.name!r}: file {file.path} does not match its manifest checksum "
+                f"(expected sha256 {file.sha256}, got {actual}); the shard is corrupt or partly copied — "
+                "re-copy it or rewrite the shard set",
+                path=where or path,
+            )
+        with _VERIFIED_LOCK:
+            _VERIFIED.add(key)
+
+    def _path(self, index: int, kind: str) -> str:
+        shard = self.manifest.shards[index]
+        file = shard.files[kind]
+        path = self._local_path(shard, file)
+        if not _is_remote(self.manifest.root):
+            self._check(shard, file, path)
+        return path
+
+    def offsets(self, index: int) -> np.ndarray:
+        """The shard's document offsets (int64, in memory); verifies only the small offsets file."""
+        cached = self._offsets.get(index)
+        if cached is not None:
+            return cached
+        shard = self.manifest.shards[index]
+        path = self._path(index, "offsets")
+        try:
+            offsets = np.array(np.load(path), dtype=np.int64)
+        except (ValueError, OSError) as exc:
+            raise InputError(f"shard {shard.name!r}: offsets cannot be read: {exc}", path=path) from exc
+        if (
+            offsets.ndim != 1
+            or len(offsets) != shard.num_documents + 1
+            or offsets[0] != 0
+            or offsets[-1] != shard.num_tokens
+            or (np.diff(offsets) < 0).any()
+        ):
+            raise InputError(
+                f"shard {shard.name!r}: offsets disagree with the manifest ({len(offsets)} entries for "
+                f"{shard.num_documents} documents / {shard.num_tokens} tokens)",
+                path=path,
+            )
+        self._offsets[index] = offsets
+        return offsets
+
+    def open(self, index: int) -> OpenShard:
+        """The shard at manifest position ``index``, verified and mapped (cached after the first call)."""
+        cached = self._open.get(index)
+        if cached is not None:
+            return cached
+        shard = self.manifest.shards[index]
+        offsets = self.offsets(index)
+        path = self._path(index, "tokens")
+        try:
+            # a plain ndarray view of the map: np.memmap's per-slice Python hooks cost more than the copy
+            tokens = np.load(path, mmap_mode="r").view(np.ndarray)
+        except (ValueError, OSError) as exc:
+            raise InputError(f"shard {shard.name!r}: tokens cannot be read: {exc}", path=path) from exc
+        if tokens.ndim != 1 or tokens.dtype != self.manifest.dtype or len(tokens) != shard.num_tokens:
+            raise InputError(
+                f"shard {shard.name!r}: tokens {tokens.dtype}[{len(tokens)}] disagree with the manifest "
+                f"({self.manifest.dtype}[{shard.num_tokens}])",
+                path=path,
+            )
+        opened = OpenShard(shard, tokens, offsets)
+        self._open[index] = opened
+        return opened
+
+
+def read_documents(path: str, *, cache_dir: str | None = None, verify: bool = True) -> Iterator[np.ndarray]:
+    """Yield every document's tokens (EOS included, BOS if the set was written with one), in shard order.
+
+    >>> # for doc in read_documents("shards/"): ...   (each ``doc`` a 1-D uint16/uint32 array)
+
+    The arrays are copies, safe to keep after the shard is closed.
+    """
+    store = ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify)
+    for index in range(len(store.manifest.shards)):
+        shard = store.open(index)
+        tokens = np.asarray(shard.tokens)
+        offsets = shard.offsets
+        for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
+            yield np.array(tokens[start:stop])

@@ -1,0 +1,185 @@
+"""``zephyr train [CONFIG.yaml] [--flags]``: train the MoE language model on token shards.
+
+Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
+
+    zephyr train --data shards/ --preset tiny --steps 200 --batch-size 8 --seq-len 256 --device cpu \\
+        --checkpoint-dir ckpt/ --checkpoint-every 50 --log train.jsonl
+    zephyr train run.yaml --steps 1000 --lr 6e-4
+    zephyr train --data web/=0.7 --data code/=0.3 ...          # a weighted mixture
+    zephyr train ... --set moe.top_k=2 --set qk_norm=true        # any model field (dotted for moe.*)
+    torchrun --nproc-per-node 8 -m zephyr.cli train run.yaml     # FSDP2 over 8 devices
+
+Rerunning with the same ``--checkpoint-dir`` resumes from its latest checkpoint. The global execution options
+(``--workers``, ``--executor``...) are accepted and ignored: training is not an engine job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+from zephyr.errors import ConfigError
+
+__all__ = ["register", "handler", "config_from_args"]
+
+log = logging.getLogger(__name__)
+
+_TOP = {  # flag dest -> (type, help)
+    "preset": (str, "model preset: tiny, tiny-dense, small, moe-785m, moe-1b"),
+    "steps": (int, "optimizer steps in total (a resumed run continues up to this)"),
+    "batch_size": (int, "sequences per micro-batch per device"),
+    "seq_len": (int, "tokens per sequence"),
+    "grad_accum": (int, "micro-batches per optimizer step"),
+    "device": (str, "auto, cuda, xpu, cpu or xla (experimental)"),
+    "dtype": (str, "auto (bf16 on accelerators, fp32 on CPU), bf16 or fp32"),
+    "seed": (int, "seed for initialization and data order"),
+    "checkpoint_dir": (str, "checkpoint directory; an existing checkpoint there is resumed"),
+    "checkpoint_every": (int, "save every K steps (0: only at the end)"),
+    "keep_checkpoints": (int, "checkpoints kept on disk (0: all)"),
+    "log": (str, "JSONL metrics file, one object per step"),
+    "tensorboard_dir": (str, "TensorBoard log directory (needs tensorboard installed)"),
+    "spike_factor": (float, "warn when loss > this x running mean"),
+    "peak_tflops": (float, "peak TFLOPS per device for MFU (default: looked up, H100 = 989)"),
+}
+_OPTIM = {
+    "lr": (float, "peak learning rate"),
+    "min_lr_ratio": (float, "final lr as a fraction of --lr"),
+    "warmup_steps": (int, "linear warmup steps"),
+    "schedule": (str, "cosine, wsd or constant"),
+    "decay_fraction": (float, "WSD: fraction of steps in the final decay"),
+    "weight_decay": (float, "AdamW weight decay (matrices only)"),
+    "beta1": (float, "AdamW beta1"),
+    "beta2": (float, "AdamW beta2"),
+    "eps": (float, "AdamW epsilon"),
+    "grad_clip": (float, "clip the global grad norm to this (0: no clipping)"),
+}
+_MODEL = {
+    "vocab_size": (int, "model vocabulary (default: the preset's, widened to the data's tokenizer)"),
+    "attention": (str, "auto, flex or sdpa"),
+}
+_MOE = {
+    "dispatch": (str, "MoE dispatch: auto, grouped_mm, loop or capacity"),
+    "capacity_factor": (float, "capacity dispatch: slots per expert relative to an even split"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "train",
+        parents=[common],
+        help="train the MoE language model on token shards",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    p.add_argument("config", nargs="?", default=None, help="YAML/JSON training config (flags override it)")
+    S = argparse.SUPPRESS
+    p.add_argument(
+        "--data",
+        action="append",
+        default=S,
+        metavar="DIR[=WEIGHT]",
+        help="token-shard directory; repeat with =WEIGHT for a mixture; omit for synthetic tokens",
+    )
+    for table in (_TOP, _OPTIM, _MODEL, _MOE):
+        for dest, (typ, text) in table.items():
+            p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
+    p.add_argument(
+        "--compile",
+        dest="compile",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="torch.compile each transformer block",
+    )
+    p.add_argument(
+        "--qk-norm",
+        dest="qk_norm",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="RMSNorm on queries and keys",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is JSON or text",
+    )
+    p.set_defaults(func=handler)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_data(values: list[str]) -> str | dict[str, float]:
+    if len(values) == 1 and "=" not in values[0]:
+        return values[0]
+    mixture: dict[str, float] = {}
+    for item in values:
+        path, sep, weight = item.rpartition("=")
+        if not sep:
+            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source")
+        try:
+            mixture[path] = float(weight)
+        except ValueError:
+            raise ConfigError(f"--data {item!r}: weight {weight!r} is not a number") from None
+    return mixture
+
+
+def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (imported lazily)
+    """Merge the config file (if any) with the flags given on the command line."""
+    from zephyr.trainer.config import TrainConfig
+
+    raw: dict[str, Any] = {}
+    if args.config:
+        raw = TrainConfig.from_yaml(args.config).to_dict()
+    given = vars(args)
+    for dest in _TOP:
+        if dest in given:
+            raw[dest] = given[dest]
+    if "compile" in given:
+        raw["compile"] = given["compile"]
+    if "data" in given:
+        raw["data"] = _parse_data(given["data"])
+    optim = dict(raw.get("optim") or {})
+    optim.update({k: given[k] for k in _OPTIM if k in given})
+    raw["optim"] = optim
+    model = dict(raw.get("model") or {})
+    model.update({k: given[k] for k in _MODEL if k in given})
+    if "qk_norm" in given:
+        model["qk_norm"] = given["qk_norm"]
+    moe = dict(model.get("moe") or {}) if model.get("moe", {}) is not None else None
+    for item in given.get("overrides", []):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        if key.startswith("moe."):
+            if moe is None:
+                raise ConfigError(f"--set {item!r}: the model has moe disabled")
+            moe[key[4:]] = _parse_value(value)
+        else:
+            model[key] = _parse_value(value)
+    if moe is not None:
+        moe.update({k: given[k] for k in _MOE if k in given})
+        if moe:
+            model["moe"] = moe
+    raw["model"] = model
+    return TrainConfig.from_dict(raw)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from zephyr.trainer.train import train
+
+    cfg = config_from_args(args)
+    result = train(cfg)
+    if result.losses:
+        first = result.step - len(result.losses) + 1
+        print(f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
+    return 0

@@ -1,0 +1,283 @@
+"""Mixture-of-experts FFN: token-choice top-k router, aux-loss-free balancing, three dispatch paths.
+
+Shape legend: B batch, L sequence, T = B·L tokens, D model width, E routed experts, K experts per token,
+F expert hidden width, S = T·K routed slots, N padded slots (grouped_mm), C slots per expert (capacity).
+
+Router (fp32, autocast off): ``scores_TE = softmax(x W)`` or ``sigmoid(x W)``. Experts are *selected* with
+``topk(scores + expert_bias)`` but *weighted* with the unbiased scores (DeepSeek-V3 §2.1.2, aux-loss-free load
+balancing): the bias only steers selection. After each optimizer step ``update_expert_bias`` moves every bias by
+``rate · sign(mean_load − load)`` using the token counts accumulated since the last update (all-reduced across
+data-parallel ranks, so every rank keeps the same bias). An optional sequence-level balance loss
+(DeepSeek-V3 eq. 17–20) ``α · Σ_e f_e P_e`` per sequence is returned as the layer's auxiliary loss.
+
+Dispatch — all three compute the same function when no token is dropped:
+
+* ``grouped_mm`` (dropless): slots are sorted by expert and scattered into a buffer where each expert's group
+  starts at a multiple of 16 rows (the alignment grouped GEMM kernels need); one ``torch._grouped_mm`` per
+  projection. Every shape is static (N = S + E·16), nothing syncs with the host — friendly to CUDA graphs and
+  ``torch.compile``.
+* ``loop`` (dropless): one matmul per expert over its contiguous slice; needs the group sizes on the host (one
+  sync). The exact reference path and the fallback where grouped_mm is missing (XPU).
+* ``capacity``: each expert takes at most C = ceil(capacity_factor·S/E) slots, earliest tokens first; the rest
+  are dropped (their expert output is 0, the residual passes through) and counted in ``dropped_tokens``. Shapes
+  are static for torch_xla; experts run as one ``bmm`` over ``[E, C, D]``.
+
+The combine step is deterministic: each token's K expert outputs are put back in slot order and summed with
+the routing weights, no atomics.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from zephyr.trainer.config import MoEConfig
+from zephyr.trainer.layers import SwiGLU
+
+__all__ = ["MoE", "Router", "GroupedExperts", "update_expert_bias", "moe_layers", "GROUP_ALIGN_ROWS"]
+
+GROUP_ALIGN_ROWS = 16
+"""Each expert's group in the grouped_mm buffer starts at a multiple of this many rows (16 covers bf16/fp8)."""
+
+
+class Router(nn.Module):
+    """Token-choice top-k router with a selection-only expert bias (buffers: ``expert_bias``, load counters)."""
+
+    def __init__(self, dim: int, cfg: MoEConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.gate = nn.Linear(dim, cfg.num_experts, bias=False)
+        # Persistent: the bias is model state and goes into checkpoints.
+        self.register_buffer("expert_bias", torch.zeros(cfg.num_experts, dtype=torch.float32))
+        # Counters since the last bias update / metrics read; reset every optimizer step (not checkpointed:
+        # checkpoints are taken right after an update, when they are zero).
+        self.register_buffer(
+            "tokens_per_expert", torch.zeros(cfg.num_experts, dtype=torch.float32), persistent=False
+        )
+        self.register_buffer("dropped_tokens", torch.zeros((), dtype=torch.float32), persistent=False)
+
+    def forward(self, x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Return routing weights ``[T, K]`` (fp32), selected experts ``[T, K]`` and the balance loss (scalar)."""
+        B, L, D = x_BLD.shape
+        E, K = self.cfg.num_experts, self.cfg.top_k
+        with torch.autocast(x_BLD.device.type, enabled=False):
+            logits_TE = F.linear(x_BLD.reshape(B * L, D).float(), self.gate.weight.float())
+            if self.cfg.score_func == "softmax":
+                scores_TE = torch.softmax(logits_TE, dim=-1)
+            else:
+                scores_TE = torch.sigmoid(logits_TE)
+            _, experts_TK = torch.topk(scores_TE + self.expert_bias, K, dim=-1)
+            weights_TK = scores_TE.gather(1, experts_TK)
+            if self.cfg.route_norm:
+                weights_TK = weights_TK / weights_TK.sum(dim=-1, keepdim=True).clamp_min(1e-20)
+            weights_TK = weights_TK * self.cfg.route_scale
+            with torch.no_grad():
+                counts_E = torch.zeros(E, dtype=torch.float32, device=x_BLD.device)
+                counts_E.scatter_add_(
+                    0, experts_TK.reshape(-1), torch.ones_like(experts_TK, dtype=torch.float32).reshape(-1)
+                )
+                self.tokens_per_expert.add_(counts_E)
+            if self.cfg.balance_loss_weight > 0 and self.training:
+                aux = sequence_balance_loss(scores_TE.view(B, L, E), experts_TK.view(B, L, K), E, K)
+                aux = aux * self.cfg.balance_loss_weight
+            else:
+                aux = logits_TE.new_zeros(())
+        return weights_TK, experts_TK, aux
+
+    def reset_parameters(self, std: float) -> None:
+        nn.init.normal_(self.gate.weight, std=std)
+        self.expert_bias.zero_()
+        self.tokens_per_expert.zero_()
+        self.dropped_tokens.zero_()
+
+
+def sequence_balance_loss(
+    scores_BLE: torch.Tensor, experts_BLK: torch.Tensor, E: int, K: int
+) -> torch.Tensor:
+    """DeepSeek-V3's sequence-wise balance loss without α: mean over sequences of ``Σ_e f_e · P_e``.
+
+    ``f_e = E / (K·L) · #{tokens of the sequence routed to e}`` and ``P_e`` = mean over the sequence of the
+    normalized scores. Perfect balance gives 1 for softmax scores.
+    """
+    B, L, _ = scores_BLE.shape
+    probs_BLE = scores_BLE / scores_BLE.sum(dim=-1, keepdim=True).clamp_min(1e-20)
+    counts_BE = torch.zeros(B, E, dtype=scores_BLE.dtype, device=scores_BLE.device)
+    counts_BE.scatter_add_(
+        1,
+        experts_BLK.reshape(B, L * K),
+        torch.ones(B, L * K, dtype=scores_BLE.dtype, device=scores_BLE.device),
+    )
+    f_BE = counts_BE * (E / (K * L))
+    P_BE = probs_BLE.mean(dim=1)
+    return (f_BE * P_BE).sum(dim=-1).mean()
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    device_type = x.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return x.dtype
+
+
+class GroupedExperts(nn.Module):
+    """E SwiGLU experts stored as 3-D weights in ``nn.Linear`` layout (``w1, w3: [E, F, D]``, ``w2: [E, D, F]``).
+
+    The matmuls use the transposed views (``[E, D, F]`` column-major), the operand layout grouped GEMM kernels
+    take without a copy.
+    """
+
+    def __init__(self, dim: int, hidden: int, num_experts: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.empty(num_experts, hidden, dim))
+        self.w3 = nn.Parameter(torch.empty(num_experts, hidden, dim))
+        self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden))
+
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        nn.init.normal_(self.w1, std=std)
+        nn.init.normal_(self.w3, std=std)
+        nn.init.normal_(self.w2, std=out_std)
+
+    def _weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x @ w`` operands: ``[E, D, F]``, ``[E, D, F]``, ``[E, F, D]`` (transposed views, no copy)."""
+        return (
+            self.w1.to(dtype).transpose(-2, -1),
+            self.w3.to(dtype).transpose(-2, -1),
+            self.w2.to(dtype).transpose(-2, -1),
+        )
+
+    def run_grouped_mm(self, x_ND: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
+        """Rows ``offsets[e-1]:offsets[e]`` of ``x`` go through expert e (int32 cumulative group ends)."""
+        dtype = _compute_dtype(x_ND)
+        w1, w3, w2 = self._weights(dtype)
+        x = x_ND.to(dtype)
+        h = F.silu(torch._grouped_mm(x, w1, offs=offsets_E)) * torch._grouped_mm(x, w3, offs=offsets_E)
+        return torch._grouped_mm(h, w2, offs=offsets_E)
+
+    def run_loop(self, x_SD: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """The reference: expert e takes the next ``counts[e]`` rows of ``x`` (sorted by expert)."""
+        dtype = _compute_dtype(x_SD)
+        w1, w3, w2 = self._weights(dtype)
+        outs = []
+        for e, chunk in enumerate(torch.split(x_SD.to(dtype), counts, dim=0)):
+            outs.append((F.silu(chunk @ w1[e]) * (chunk @ w3[e])) @ w2[e])
+        return torch.cat(outs, dim=0)
+
+    def run_batched(self, x_ECD: torch.Tensor) -> torch.Tensor:
+        """Every expert over its fixed-capacity slice ``[E, C, D]`` with three ``bmm``s."""
+        dtype = _compute_dtype(x_ECD)
+        w1, w3, w2 = self._weights(dtype)
+        x = x_ECD.to(dtype)
+        return torch.bmm(F.silu(torch.bmm(x, w1)) * torch.bmm(x, w3), w2)
+
+
+class MoE(nn.Module):
+    """Router + routed experts (+ shared experts). ``forward`` returns the output and the auxiliary loss."""
+
+    def __init__(self, dim: int, cfg: MoEConfig, dispatch: str) -> None:
+        super().__init__()
+        if dispatch not in ("grouped_mm", "loop", "capacity"):
+            raise ValueError(f"resolve moe.dispatch before building the layer, got {dispatch!r}")
+        self.cfg = cfg
+        self.dispatch = dispatch
+        self.router = Router(dim, cfg)
+        self.experts = GroupedExperts(dim, cfg.expert_ffn_dim, cfg.num_experts)
+        self.shared = (
+            SwiGLU(dim, cfg.expert_ffn_dim * cfg.num_shared_experts) if cfg.num_shared_experts else None
+        )
+
+    def forward(self, x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, L, D = x_BLD.shape
+        x_TD = x_BLD.reshape(B * L, D)
+        weights_TK, experts_TK, aux = self.router(x_BLD)
+        routed_TD = self.route(x_TD, weights_TK, experts_TK)
+        out = routed_TD.to(x_BLD.dtype) if routed_TD.dtype != x_BLD.dtype else routed_TD
+        if self.shared is not None:
+            out = out + self.shared(x_TD)
+        return out.view(B, L, D), aux
+
+    def route(self, x_TD: torch.Tensor, weights_TK: torch.Tensor, experts_TK: torch.Tensor) -> torch.Tensor:
+        """Send each token to its K experts with the configured dispatch and combine the weighted outputs."""
+        T, K = experts_TK.shape
+        E = self.cfg.num_experts
+        flat_S = experts_TK.reshape(-1)
+        order_S = torch.argsort(flat_S, stable=True)  # slots grouped by expert, token order inside a group
+        expert_of_slot_S = flat_S[order_S]
+        token_of_slot_S = order_S // K
+        counts_E = torch.zeros(E, dtype=torch.int64, device=x_TD.device)
+        counts_E.scatter_add_(0, flat_S, torch.ones_like(flat_S))
+        starts_E = torch.cumsum(counts_E, 0) - counts_E
+        rank_in_group_S = torch.arange(T * K, device=x_TD.device) - starts_E[expert_of_slot_S]
+        x_SD = x_TD[token_of_slot_S]
+
+        if self.dispatch == "grouped_mm":
+            padded_E = (counts_E + GROUP_ALIGN_ROWS - 1) // GROUP_ALIGN_ROWS * GROUP_ALIGN_ROWS
+            ends_E = torch.cumsum(padded_E, 0)
+            dest_S = (ends_E - padded_E)[expert_of_slot_S] + rank_in_group_S
+            N = T * K + E * GROUP_ALIGN_ROWS  # static upper bound of sum(padded_E)
+            buf_ND = x_SD.new_zeros(N, x_TD.shape[1]).index_copy(0, dest_S, x_SD)
+            out_SD = self.experts.run_grouped_mm(buf_ND, ends_E.to(torch.int32))[dest_S]
+        elif self.dispatch == "loop":
+            out_SD = self.experts.run_loop(x_SD, counts_E.tolist())
+        else:
+            C = max(1, math.ceil(self.cfg.capacity_factor * T * K / E))
+            keep_S = rank_in_group_S < C
+            trash = E * C
+            dest_S = torch.where(
+                keep_S, expert_of_slot_S * C + rank_in_group_S, torch.full_like(rank_in_group_S, trash)
+            )
+            buf = x_SD.new_zeros(E * C + 1, x_TD.shape[1]).index_put((dest_S,), x_SD)
+            out_ECD = self.experts.run_batched(buf[:trash].view(E, C, -1))
+            out_ext = torch.cat([out_ECD.reshape(trash, -1), out_ECD.new_zeros(1, out_ECD.shape[-1])], dim=0)
+            out_SD = out_ext[dest_S]
+            with torch.no_grad():
+                self.router.dropped_tokens.add_((~keep_S).sum().to(torch.float32))
+
+        # Deterministic combine: put slot outputs back in (token, k) order, weight, sum over k.
+        slot_out = torch.empty_like(out_SD).index_copy(0, order_S, out_SD).view(T, K, -1)
+        return (slot_out.float() * weights_TK[..., None]).sum(dim=1).to(out_SD.dtype)
+
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        self.router.reset_parameters(std)
+        self.experts.reset_parameters(std, out_std)
+        if self.shared is not None:
+            nn.init.normal_(self.shared.w1.weight, std=std)
+            nn.init.normal_(self.shared.w3.weight, std=std)
+            nn.init.normal_(self.shared.w2.weight, std=out_std)
+
+
+def moe_layers(model: nn.Module) -> list[MoE]:
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+@torch.no_grad()
+def update_expert_bias(model: nn.Module, *, all_reduce: bool = False) -> dict[str, torch.Tensor]:
+    """Apply the aux-loss-free bias update from the loads counted since the last call, then reset the counters.
+
+    Returns device tensors for metrics (no host sync here): ``load [layers, E]`` (fraction of slots per
+    expert), ``bias [layers, E]`` (after the update) and ``dropped`` (tokens dropped by capacity dispatch).
+    With ``all_reduce`` the counts are summed over the default process group first, so every data-parallel
+    rank applies the same update.
+    """
+    layers = moe_layers(model)
+    if not layers:
+        return {}
+    counts_LE = torch.stack([m.router.tokens_per_expert for m in layers])
+    dropped = torch.stack([m.router.dropped_tokens for m in layers]).sum()
+    if all_reduce:
+        import torch.distributed as dist
+
+        packed = torch.cat([counts_LE.reshape(-1), dropped.reshape(1)])
+        dist.all_reduce(packed)
+        counts_LE, dropped = packed[:-1].view_as(counts_LE), packed[-1]
+    for i, m in enumerate(layers):
+        rate = m.cfg.bias_update_rate
+        if rate > 0:
+            load_E = counts_LE[i]
+            m.router.expert_bias.add_(rate * torch.sign(load_E.mean() - load_E))
+        m.router.tokens_per_expert.zero_()
+        m.router.dropped_tokens.zero_()
+    load_LE = counts_LE / counts_LE.sum(dim=-1, keepdim=True).clamp_min(1.0)
+    bias_LE = torch.stack([m.router.expert_bias for m in layers])
+    return {"load": load_LE, "bias": bias_LE, "dropped": dropped}

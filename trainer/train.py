@@ -1,0 +1,282 @@
+"""The training loop: wiring of model, data, optimizer, checkpoints and metrics.
+
+``train(cfg)`` runs ``cfg.steps`` optimizer steps (resuming from ``cfg.checkpoint_dir`` when it holds a
+checkpoint) and returns a ``TrainResult``. One step = ``grad_accum`` micro-batches of ``batch_size`` sequences
+per rank → clip → AdamW → router-bias update → metrics → maybe checkpoint.
+
+The step issues no host synchronization of its own: metric scalars are packed into one device tensor and read
+one step later (while the device works on the next step), so tokens/s in steady state is the device's rate.
+Before a checkpoint is written the pending metrics are read, so a NaN loss is caught before it is saved.
+
+Run it with ``zephyr train`` (``zephyr.trainer.cli``) or ``torchrun --nproc-per-node N -m zephyr.cli train ...``
+for FSDP2 across devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from zephyr.trainer.checkpoint import CheckpointManager
+from zephyr.trainer.config import ModelConfig, TrainConfig, model_config_from_dict
+from zephyr.trainer.data import Batcher, build_source
+from zephyr.trainer.devices import DeviceInfo, resolve_device
+from zephyr.trainer.distributed import DistInfo, destroy_distributed, init_distributed, parallelize
+from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
+from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
+from zephyr.trainer.moe import update_expert_bias
+from zephyr.trainer.optim import build_optimizer, lr_at, set_lr
+from zephyr.trainer.presets import get_preset
+
+from zephyr.errors import ConfigError
+
+__all__ = ["train", "TrainResult", "resolve_model_config"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    """Optimizer steps completed in total (including those before a resume)."""
+    losses: list[float] = field(default_factory=list)
+    """Loss of each step run by this call, in order."""
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """The metric records of this call (what went to the JSONL log)."""
+    resumed_from: int | None = None
+
+
+def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> ModelConfig:
+    """The preset with ``cfg.model`` overrides; a data vocabulary larger than the preset's widens the model
+    (rounded up to a multiple of 64) unless ``vocab_size`` was given explicitly."""
+    model_cfg = model_config_from_dict(cfg.model, get_preset(cfg.preset))
+    if data_vocab and "vocab_size" not in cfg.model and data_vocab > model_cfg.vocab_size:
+        vocab = (data_vocab + 63) // 64 * 64
+        log.info("widening vocab_size %d -> %d to cover the data's tokenizer", model_cfg.vocab_size, vocab)
+        model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)
+    return model_cfg
+
+
+def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo) -> str:
+    chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
+    return info.default_dispatch() if chosen == "auto" else chosen
+
+
+class _PendingMetrics:
+    """One step's metrics as device tensors, copied to the host without blocking the step."""
+
+    def __init__(
+        self, step: int, scalars: torch.Tensor, load: torch.Tensor | None, bias: torch.Tensor | None
+    ):
+        self.step = step
+        self.host = [
+            t.detach().to("cpu", non_blocking=True) if t is not None else None for t in (scalars, load, bias)
+        ]
+        self.event = None
+        self.done_at = time.perf_counter()  # synchronous devices (CPU) have finished the step by now
+        if scalars.device.type in ("cuda", "xpu"):
+            self.event = torch.Event(device=scalars.device)
+            self.event.record()
+
+    def read(self) -> tuple[list[float], torch.Tensor | None, torch.Tensor | None]:
+        if self.event is not None:
+            self.event.synchronize()  # returns when the device finished the step (the host runs ahead)
+            self.done_at = time.perf_counter()
+        scalars, load, bias = self.host
+        return scalars.tolist(), load, bias
+
+
+def train(cfg: TrainConfig) -> TrainResult:
+    """Train (or resume) according to ``cfg``; see the module docstring for the step's anatomy."""
+    info = resolve_device(cfg.device)
+    dinfo = init_distributed(info)
+    try:
+        return _train(cfg, info, dinfo)
+    finally:
+        destroy_distributed()
+
+
+def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
+    bf16 = info.bf16 if cfg.dtype == "auto" else cfg.dtype == "bf16"
+    source, data_vocab = build_source(
+        cfg.data,
+        vocab_size=resolve_model_config(cfg).vocab_size,
+        seq_len=cfg.seq_len,
+        seed=cfg.seed,
+        rank=dinfo.rank,
+        world_size=dinfo.world_size,
+    )
+    model_cfg = resolve_model_config(cfg, data_vocab)
+    dispatch = _resolved_dispatch(model_cfg, info)
+    attention = info.default_attention() if model_cfg.attention == "auto" else model_cfg.attention
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_cfg, device=info.device, dispatch=dispatch, attention=attention)
+    counts = count_params(model_cfg)
+    fpt = flops_per_token(model_cfg, cfg.seq_len)
+    peak = cfg.peak_tflops * 1e12 if cfg.peak_tflops > 0 else info.peak_flops
+    if dinfo.is_main:
+        log.info(
+            "model %s: %.1fM total / %.1fM active params, dispatch=%s, attention=%s, device=%s (%s), bf16=%s, "
+            "world=%d, %.3g FLOPs/token",
+            cfg.preset,
+            counts.total / 1e6,
+            counts.active / 1e6,
+            dispatch,
+            attention,
+            info.type,
+            info.name,
+            bf16,
+            dinfo.world_size,
+            fpt,
+        )
+    parallelize(model, compile=cfg.compile, fsdp=dinfo.distributed, bf16=bf16 and info.type != "cpu")
+    autocast = (
+        torch.autocast(info.type, dtype=torch.bfloat16)
+        if bf16 and not dinfo.distributed
+        else contextlib.nullcontext()
+    )
+    optimizer = build_optimizer(model, cfg.optim, info.type)
+    batcher = Batcher(source, cfg.batch_size, vocab_size=model_cfg.vocab_size)
+    model_cfg_dict = dataclasses.asdict(model_cfg)
+
+    ckpt = CheckpointManager(cfg.checkpoint_dir, keep=cfg.keep_checkpoints) if cfg.checkpoint_dir else None
+    start, resumed_from = 0, None
+    if ckpt is not None and (latest := ckpt.latest()) is not None:
+        state = ckpt.load(latest, model, optimizer, model_config=model_cfg_dict)
+        batcher.load_state_dict(state.loader_state)
+        start = resumed_from = state.step
+        if dinfo.is_main:
+            log.info("resumed from %s at step %d", latest, start)
+    if start >= cfg.steps:
+        log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
+        return TrainResult(step=start, resumed_from=resumed_from)
+
+    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main)
+    alarm = LossAlarm(cfg.spike_factor)
+    result = TrainResult(step=start, resumed_from=resumed_from)
+    tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
+    params = [p for p in model.parameters() if p.requires_grad]
+    pending: _PendingMetrics | None = None
+    last_time = time.perf_counter()
+
+    def flush() -> None:
+        nonlocal pending, last_time
+        if pending is None:
+            return
+        (loss, aux, grad_norm, dropped, lr), load, bias = pending.read()
+        elapsed = max(pending.done_at - last_time, 1e-9)
+        last_time = pending.done_at
+        spike = alarm.check(pending.step, loss)
+        tps = tokens_per_step / elapsed
+        record: dict[str, Any] = {
+            "step": pending.step,
+            "loss": loss,
+            "aux_loss": aux,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "tokens": tokens_per_step,
+            "tokens_per_s": tps,
+            "mfu": mfu(tps, fpt, peak, dinfo.world_size),
+            "step_time_s": elapsed,
+        }
+        if load is not None:
+            mean_load = load.mean(dim=0)
+            entropy = -(load * load.clamp_min(1e-12).log()).sum(dim=-1) / math.log(load.shape[-1])
+            record.update(
+                expert_load=[round(v, 5) for v in mean_load.tolist()],
+                load_entropy=float(entropy.mean()) if load.shape[-1] > 1 else 1.0,
+                load_max_over_mean=float((load.max(dim=-1).values * load.shape[-1]).max()),
+                bias_abs_mean=float(bias.abs().mean()),
+                bias_abs_max=float(bias.abs().max()),
+                dropped_tokens=int(dropped),
+            )
+        record["loss_spike"] = spike
+        logger.write(record)
+        result.losses.append(loss)
+        result.records.append(record)
+        pending = None
+
+    try:
+        model.train()
+        for step in range(start, cfg.steps):
+            lr = lr_at(step, cfg.optim, cfg.steps)
+            set_lr(optimizer, lr)
+            loss_sum = torch.zeros((), device=info.device)
+            aux_sum = torch.zeros((), device=info.device)
+            for _ in range(cfg.grad_accum):
+                batch = {k: v.to(info.device, non_blocking=True) for k, v in batcher.next_batch().items()}
+                with autocast:
+                    logits, aux = model(batch["input_ids"], batch["positions"])
+                    loss = Transformer.loss(logits, batch["labels"])
+                ((loss + aux) / cfg.grad_accum).backward()
+                loss_sum += loss.detach()
+                aux_sum += aux.detach()
+            max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+            if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
+                grad_norm = grad_norm.full_tensor()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            moe_stats = update_expert_bias(model, all_reduce=dinfo.distributed)
+            if info.type == "xla":  # pragma: no cover - needs torch_xla
+                import torch_xla.core.xla_model as xm
+
+                xm.mark_step()
+            scalars = torch.stack(
+                [
+                    loss_sum / cfg.grad_accum,
+                    aux_sum / cfg.grad_accum,
+                    grad_norm.float().to(info.device),
+                    moe_stats.get("dropped", torch.zeros((), device=info.device)).float(),
+                    torch.tensor(lr, device=info.device),
+                ]
+            )
+            if dinfo.distributed:
+                _average_losses(scalars)
+            flush()  # the previous step's metrics; this step keeps running on the device meanwhile
+            pending = _PendingMetrics(step, scalars, moe_stats.get("load"), moe_stats.get("bias"))
+            result.step = step + 1
+            due = ckpt is not None and (
+                (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
+            )
+            if due:
+                flush()  # never save a step whose loss was NaN
+                ckpt.save(
+                    step + 1,
+                    model,
+                    optimizer,
+                    loader_state=batcher.state_dict(),
+                    model_config=model_cfg_dict,
+                    schedule={"name": cfg.optim.schedule, "step": step + 1, "total_steps": cfg.steps},
+                )
+                last_time = time.perf_counter()  # saving is not training time
+        flush()
+    finally:
+        logger.close()
+    return result
+
+
+def _average_losses(scalars: torch.Tensor) -> None:
+    """Average the loss terms (first two entries) over ranks; SUM then divide, since gloo lacks AVG."""
+    import torch.distributed as dist
+
+    head = scalars[:2].clone()
+    dist.all_reduce(head)
+    scalars[:2] = head / dist.get_world_size()
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Fail fast on settings that cannot work together (called by the CLI before any heavy setup)."""
+    model_cfg = resolve_model_config(cfg)
+    if (
+        model_cfg.moe is not None
+        and model_cfg.moe.dispatch == "grouped_mm"
+        and not hasattr(torch, "_grouped_mm")
+    ):
+        raise ConfigError("moe.dispatch=grouped_mm needs torch._grouped_mm (torch >= 2.8); use loop")
