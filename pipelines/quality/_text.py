@@ -1,0 +1,81 @@
+"""Shared helpers: pull the text (and language) column out of an Arrow table, checked, as polars Series.
+
+Every quality function takes a ``pyarrow.Table`` and the *name* of its text column. A missing column or a
+column that is not a string type is a ``SchemaError`` naming the column and the columns there are; null
+texts are the caller's business (filters quarantine them, annotators leave their outputs null).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zephyr.errors import SchemaError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+__all__ = ["text_array", "text_series", "lang_series", "NO_SPACE_LANGUAGES", "require_column"]
+
+NO_SPACE_LANGUAGES: frozenset[str] = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "wuu", "yue"})
+"""Languages written without spaces between words: whitespace-token rules (word counts, stop words,
+n-grams) say nothing about them, so the word-based rules skip their rows instead of dropping them all."""
+
+_STRING_TYPES = (pa.string(), pa.large_string(), pa.string_view())
+
+
+def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "text") -> None:
+    """Raise ``SchemaError`` unless ``column`` exists and holds strings."""
+    if column not in table.schema.names:
+        raise SchemaError(
+            f"{what} column {column!r} not found; the table has columns {table.schema.names} "
+            f"(pass the right name, e.g. --text-column)"
+        )
+    if table.schema.field(column).type not in _STRING_TYPES:
+        raise SchemaError(
+            f"{what} column {column!r} has type {table.schema.field(column).type}, expected a string type"
+        )
+
+
+def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
+    """The text column as one contiguous ``large_string`` array (chunks combined)."""
+    require_column(table, column)
+    col = table.column(column)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if col.type != pa.large_string():
+        col = pc.cast(col, pa.large_string())
+    return col
+
+
+def text_series(table: pa.Table | pa.RecordBatch, column: str = "text") -> pl.Series:
+    import polars as pl
+
+    return pl.Series("text", text_array(table, column))
+
+
+def lang_series(
+    table: pa.Table | pa.RecordBatch, column: str | None, default: str
+) -> pl.Series:
+    """Per-row language codes: ``column``'s values (nulls → ``default``), or ``default`` everywhere.
+
+    Codes are reduced to their primary subtag, lower-cased (``de-DE`` → ``de``, ``zh_TW`` → ``zh``).
+    """
+    import polars as pl
+
+    if column is None or column not in table.schema.names:
+        return pl.Series("lang", [default] * table.num_rows, dtype=pl.String)
+    require_column(table, column, "language")
+    values = pl.Series("lang", text_array(table, column)).cast(pl.String)
+    return (
+        values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
+    )
+
+
+def compile_check(pattern: str) -> str:
+    """Validate a regex early (Python's engine, a close superset of what RE2/Rust accept here)."""
+    re.compile(pattern)
+    return pattern

@@ -1,0 +1,265 @@
+"""``zephyr`` subcommands of the quality package: normalize, langid, filter, quality train|score, pii, decontaminate.
+
+Every command reads Parquet or JSONL inputs (files, directories, globs), runs on the engine with the global
+execution options, and writes Parquet ``part-*.parquet`` files into ``--output``. ``zephyr filter`` also
+writes ``dropped/`` (rows with ``drop_reason``), ``quarantine/`` (null texts, ``reject_reason``), ``stats.json``
+(format version 1: counts that balance, ``rows_in = rows_kept + rows_dropped + rows_quarantined``), and
+the retention report ``report.json`` / ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+log = logging.getLogger(__name__)
+
+
+def _read(inputs: list[str], text_column: str) -> Any:
+    import zephyr
+
+    if all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs):
+        return zephyr.read_jsonl(inputs)
+    return zephyr.read_parquet(inputs)
+
+
+def _opts(args: argparse.Namespace) -> dict[str, Any]:
+    from zephyr.cli import execution_options
+
+    o = execution_options(args)
+    return {"executor": o.executor, "workers": o.workers, "cluster": o.cluster, "memory_budget": o.memory_budget,
+            "work_dir": o.work_dir, "max_retries": o.max_retries}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _cmd_normalize(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.normalize import NormalizeConfig
+    from zephyr.pipelines.quality.stages import Normalize
+
+    cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
+    _read(args.inputs, args.text_column).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
+        args.output, **_opts(args))
+    return 0
+
+
+def _cmd_langid(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
+    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.stages import LanguageFilter
+
+    model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
+    ds = _read(args.inputs, args.text_column)
+    ds = ds.map_batches(LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
+                        name="langid")
+    if args.languages or args.min_score > 0:
+        langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
+        ds = ds.map_batches(LanguageFilter(langs, args.min_score), name="language_filter")
+    result = ds.write_parquet(args.output, **_opts(args))
+    _write_json(Path(args.output) / "stats.json", {"version": 1, "job": result.stats})
+    return 0
+
+
+def _cmd_filter(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.filters import build_rule_families
+    from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
+    from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
+
+    build_rule_families(args.rules)  # validate names before any work
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    opts = _opts(args)
+    ds = _read(args.inputs, args.text_column)
+    if args.normalize:
+        ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
+    lang_column = None if args.lang_column == "" else args.lang_column
+    annotate = FilterAnnotator(args.rules, {}, args.text_column, lang_column, args.default_lang)
+    scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
+    try:
+        annotated = ds.map_batches(annotate, name="filter").materialize(str(scratch), **opts)
+        kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(str(out), **opts)
+        annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(str(out / "dropped"), **opts)
+        annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
+            str(out / "quarantine"), **opts)
+        source = args.source_column if args.source_column else None
+        parts = annotated.map_batches(
+            lambda t: summarize_batch(t, text_column=args.text_column, source_column=source,
+                                      id_column=args.id_column, sample_size=args.samples),
+            name="report").to_arrow(**opts)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report = merge_summaries([parts], sample_size=args.samples)
+    totals = report["totals"] or {"rows_in": 0, "rows_kept": 0, "rows_dropped": 0, "rows_quarantined": 0,
+                                  "balanced": True}
+    stats = {"version": 1, "rules": args.rules, **totals, "engine": kept.stats}
+    _write_json(out / "stats.json", stats)
+    _write_json(out / "report.json", report)
+    (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
+    if not totals["balanced"]:
+        from zephyr.errors import TaskError
+
+        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
+    print(json.dumps({k: totals[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from zephyr.pipelines.quality.classifier import ClassifierConfig, evaluate_classifier, train_classifier
+
+    table = pq.read_table(args.labelled)
+    cfg = ClassifierConfig(positive_label=args.positive, negative_label=args.negative, epoch=args.epoch,
+                           threads=args.threads)
+    if args.test:
+        train, test = table, pq.read_table(args.test)
+    else:  # deterministic held-out split by text hash
+        h = pl.Series(table.column(args.text_column)).fill_null("").hash(seed=7).to_numpy() % 1000
+        held = pa.array(h < int(args.holdout * 1000))
+        train, test = table.filter(pa.compute.invert(held)), table.filter(held)
+    model = train_classifier(train, args.output, cfg, text_column=args.text_column, label_column=args.label_column)
+    report = evaluate_classifier(test, model, cfg, text_column=args.text_column, label_column=args.label_column)
+    report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
+    _write_json(Path(str(model) + ".report.json"), report)
+    print(json.dumps({k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")}))
+    return 0
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    import pyarrow.parquet as pq
+    from zephyr.pipelines.quality.classifier import (
+        ClassifierConfig,
+        QualityScorer,
+        assign_buckets,
+        quantile_edges,
+    )
+
+    opts = _opts(args)
+    out = Path(args.output)
+    scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
+    scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
+    try:
+        scored = _read(args.inputs, args.text_column).map_batches(scorer, name="quality_score").materialize(
+            str(scratch), **opts)
+        scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
+        edges = quantile_edges(scores, args.buckets)
+
+        def bucket(t):
+            return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
+
+        result = scored.map_batches(bucket, name="quality_bucket").write_parquet(str(out), **opts)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats})
+    return 0
+
+
+def _cmd_pii(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.pii import PIIConfig
+    from zephyr.pipelines.quality.stages import RedactPII
+
+    kinds = tuple(k.strip() for k in args.kinds.split(","))
+    result = _read(args.inputs, args.text_column).map_batches(
+        RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column), name="pii"
+    ).write_parquet(args.output, **_opts(args))
+    counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
+    _write_json(Path(args.output) / "stats.json", {"version": 1, "pii_counts": counts, "job": result.stats})
+    print(json.dumps(counts))
+    return 0
+
+
+def _cmd_decontaminate(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
+    from zephyr.pipelines.quality.stages import Decontaminate
+
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
+    index_path = out / "eval-ngrams.npz"
+    index.save(index_path)
+    result = _read(args.inputs, args.text_column).map_batches(
+        Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate"
+    ).write_parquet(str(out), **_opts(args))
+    _write_json(out / "stats.json", {"version": 1, "eval_items": index.items, "eval_ngrams": int(len(index.hashes)),
+                                     "eval_items_shorter_than_n": index.short_items, "job": result.stats})
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    def io(p: argparse.ArgumentParser, inputs: bool = True) -> None:
+        if inputs:
+            p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")
+            p.add_argument("--output", required=True, help="output directory")
+        p.add_argument("--text-column", default="text")
+
+    p = command("normalize", _cmd_normalize, "NFC, control characters, whitespace (code-safe), optional ftfy")
+    io(p)
+    p.add_argument("--fix-mojibake", action="store_true", help="repair mojibake with ftfy")
+    p.add_argument("--keep-whitespace", action="store_true", help="do not collapse whitespace")
+
+    p = command("langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages")
+    io(p)
+    p.add_argument("--model", default=None, help="LID model (default: ZEPHYR_LID_MODEL or the cache)")
+    p.add_argument("--languages", default=None, help="comma-separated languages to keep, e.g. en,de")
+    p.add_argument("--min-score", type=float, default=0.0, help="drop rows whose lang_score is below this")
+    p.add_argument("--max-chars", type=int, default=10_000, help="predict on the first N characters")
+
+    p = command("filter", _cmd_filter, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts")
+    io(p)
+    p.add_argument("--rules", default="gopher,c4,fineweb", help="comma-separated: gopher, gopher_quality, "
+                   "gopher_repetition, c4, fineweb")
+    p.add_argument("--lang-column", default="lang", help="per-row language for stop words ('' = none)")
+    p.add_argument("--default-lang", default="en")
+    p.add_argument("--source-column", default="source", help="report retention per value of this column")
+    p.add_argument("--id-column", default="id")
+    p.add_argument("--samples", type=int, default=5, help="sampled examples per rule and source in the report")
+    p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
+
+    q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
+    qsub = q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND")
+    p = command("train", _cmd_train, "train a fastText hq/lq classifier from labelled Parquet", qsub)
+    p.add_argument("labelled", help="Parquet with text and label columns")
+    p.add_argument("--output", required=True, help="model file (.bin); a .report.json is written beside it")
+    p.add_argument("--test", default=None, help="held-out Parquet (default: a hash-based split of the input)")
+    p.add_argument("--holdout", type=float, default=0.2)
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--positive", default="hq")
+    p.add_argument("--negative", default="lq")
+    p.add_argument("--epoch", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1)
+    io(p, inputs=False)
+    p = command("score", _cmd_score, "add quality_score and quality_bucket (by quantile)", qsub)
+    io(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--buckets", type=int, default=5)
+    p.add_argument("--positive", default="hq")
+
+    p = command("pii", _cmd_pii, "replace e-mails, phone numbers and IP addresses with placeholders")
+    io(p)
+    p.add_argument("--kinds", default="email,ipv6,ipv4,phone")
+    p.add_argument("--no-count-columns", action="store_true", help="do not add pii_<kind> columns")
+
+    p = command("decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set")
+    io(p)
+    p.add_argument("--eval", nargs="+", required=True, help="eval set(s), Parquet or JSONL")
+    p.add_argument("--eval-column", nargs="+", default=["text"])
+    p.add_argument("-n", type=int, default=13)
+    p.add_argument("--mode", choices=("drop", "flag"), default="drop")

@@ -1,0 +1,147 @@
+"""Decontamination: find documents that share a word 13-gram with an evaluation set.
+
+Both sides are normalized the same way (lower case, every character that is not a letter, digit or space
+becomes a space, split on whitespace — as in GPT-3's contamination study, Brown et al. 2020, App. C) and
+hashed with ngrams.py's batch hashing. The eval set's n-grams go into one sorted unique ``uint64`` array
+(``EvalNgramIndex``; 8 bytes per distinct n-gram, saved as ``.npy``); a batch of documents is checked with
+one ``np.searchsorted`` over all of its n-grams — no per-document loop. Eval items shorter than ``n`` words
+contribute no n-gram (counted in ``EvalNgramIndex.short_items``). A match is by 64-bit hash, so a false
+positive needs a hash collision (~ W·E/2^64 for W document n-grams against E eval n-grams).
+
+``decontaminate(table, index)`` adds ``contaminated`` (bool) and ``contaminated_ngrams`` (int32, number of
+matching n-gram positions) columns, or with ``mode="drop"`` returns (kept, dropped) where dropped rows carry
+``drop_reason = "decontam_shares_13gram"``. Null texts are never contaminated.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
+
+from zephyr.errors import ConfigError, InputError, SchemaError
+
+__all__ = ["EvalNgramIndex", "build_eval_index", "read_eval_texts", "contamination", "decontaminate"]
+
+log = logging.getLogger(__name__)
+
+
+def _normalized_words(texts: pa.Array) -> FlatWords:
+    import polars as pl
+
+    s = pl.Series("t", texts).fill_null("").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}\s]", " ")
+    return flat_words(s.str.extract_all(r"\S+").to_arrow())
+
+
+def _all_ngrams(fw: FlatWords, n: int) -> tuple[np.ndarray, np.ndarray]:
+    keys, valid = ngram_keys(fw, n)
+    return keys, valid
+
+
+@dataclass(frozen=True)
+class EvalNgramIndex:
+    """Sorted unique 64-bit hashes of an eval set's word n-grams."""
+
+    hashes: np.ndarray
+    n: int = 13
+    items: int = 0
+    short_items: int = 0
+
+    def save(self, path: str | Path) -> None:
+        """``.npz`` with ``hashes``, ``n`` and a format ``version`` (1)."""
+        np.savez(path, hashes=self.hashes, n=self.n, items=self.items, short_items=self.short_items, version=1)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalNgramIndex:
+        try:
+            z = np.load(path)
+        except (OSError, ValueError) as exc:
+            raise InputError(f"cannot read eval n-gram index: {exc}", path=str(path)) from exc
+        if int(z["version"]) != 1:
+            raise InputError(f"eval index version {int(z['version'])} is not 1", path=str(path))
+        return cls(z["hashes"], int(z["n"]), int(z["items"]), int(z["short_items"]))
+
+
+def read_eval_texts(paths: Sequence[str | Path], columns: Sequence[str] = ("text",)) -> pa.Array:
+    """All strings of ``columns`` in Parquet / JSONL (``.jsonl``, ``.json``, optionally ``.gz``/``.zst``) files."""
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+
+    chunks: list[pa.Array] = []
+    for path in paths:
+        p = str(path)
+        try:
+            if p.endswith(".parquet"):
+                table = pq.read_table(p)
+            else:
+                with pa.input_stream(p, compression="detect") as f:
+                    table = pj.read_json(f)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise InputError(f"cannot read eval set: {exc}", path=p) from exc
+        for column in columns:
+            if column not in table.schema.names:
+                raise SchemaError(f"{p}: eval column {column!r} not found; columns are {table.schema.names}")
+            chunks.append(text_array(table, column))
+    if not chunks:
+        raise ConfigError("no eval set given")
+    return pa.concat_arrays(chunks)
+
+
+def build_eval_index(texts: pa.Array | Iterable[str], n: int = 13) -> EvalNgramIndex:
+    """Hash every word n-gram of the eval texts into a sorted unique array."""
+    if not 1 <= n <= MAX_N:
+        raise ConfigError(f"n must be in [1, {MAX_N}], got {n}")
+    if not isinstance(texts, pa.Array):
+        texts = pa.array(list(texts), type=pa.large_string())
+    fw = _normalized_words(texts)
+    keys, valid = _all_ngrams(fw, n)
+    words_per_item = np.diff(fw.offsets)
+    short = int(((words_per_item < n) & (words_per_item > 0)).sum())
+    hashes = np.unique(keys[valid])
+    log.info("eval index: %d items, %d distinct %d-grams, %d items shorter than n", len(texts), len(hashes), n, short)
+    return EvalNgramIndex(hashes, n, len(texts), short)
+
+
+def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
+    """int32 per row: how many of the document's n-gram positions occur in the eval set."""
+    fw = _normalized_words(texts)
+    keys, valid = _all_ngrams(fw, index.n)
+    hits = np.zeros(len(keys), dtype=bool)
+    if len(index.hashes) and len(keys):
+        pos = np.minimum(np.searchsorted(index.hashes, keys), len(index.hashes) - 1)
+        hits = (index.hashes[pos] == keys) & valid
+    return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
+
+
+def decontaminate(
+    table: pa.Table, index: EvalNgramIndex, *, mode: str = "flag", text_column: str = "text"
+) -> pa.Table | tuple[pa.Table, pa.Table]:
+    """Flag (add ``contaminated``/``contaminated_ngrams``) or drop documents sharing an n-gram with the eval set.
+
+    >>> import pyarrow as pa
+    >>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
+    >>> t = pa.table({"text": ["Intro: the QUICK brown fox jumps over the lazy dog near the river bank!", "other"]})
+    >>> decontaminate(t, idx)["contaminated"].to_pylist()
+    [True, False]
+    """
+    if mode not in ("flag", "drop"):
+        raise ConfigError(f"mode must be 'flag' or 'drop', got {mode!r}")
+    counts = contamination(text_array(table, text_column), index)
+    flagged = pa.array(counts > 0)
+    if mode == "flag":
+        for name, values in (("contaminated", flagged), ("contaminated_ngrams", pa.array(counts))):
+            if name in table.schema.names:
+                table = table.drop_columns([name])
+            table = table.append_column(name, values)
+        return table
+    reason = f"decontam_shares_{index.n}gram"
+    dropped = table.filter(flagged)
+    dropped = dropped.append_column("drop_reason", pa.array([reason] * dropped.num_rows, pa.string()))
+    return table.filter(pc.invert(flagged)), dropped

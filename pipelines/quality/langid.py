@@ -1,0 +1,192 @@
+"""Language identification with fastText ``lid.176.ftz``: ``lang`` and ``lang_score`` columns.
+
+``identify_language(table)`` predicts one label per row with a single batched fastText call
+(``FastText.predict(list_of_strings)`` runs the whole list in C++). fastText reads one line per text, so
+newlines (and other line breaks) are replaced by spaces first, vectorized; texts are cut to
+``max_chars`` characters, which changes almost no prediction and bounds the cost of huge files. Null or
+blank texts get null ``lang`` and ``lang_score``.
+
+``filter_language(table, languages=..., min_score=...)`` keeps rows whose language is allowed and whose score
+reaches the threshold and returns the others with a ``drop_reason`` (``lang_not_allowed``,
+``lang_score_too_low``, ``lang_unknown``). ``split_by_language`` routes rows to one table per language.
+
+The model is loaded lazily, once per process, from ``ensure_lid_model()`` (never downloaded).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from zephyr.pipelines.quality._text import text_array
+
+from zephyr.errors import ConfigError, SchemaError
+
+__all__ = [
+    "LangIdConfig",
+    "LanguageIdentifier",
+    "identify_language",
+    "filter_language",
+    "split_by_language",
+    "load_fasttext_model",
+]
+
+log = logging.getLogger(__name__)
+
+_MODELS: dict[str, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_fasttext_model(path: str | Path) -> Any:
+    """Load (once per process and path) a fastText model; fastText's stderr warning is silenced."""
+    key = str(path)
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            import fasttext
+
+            # fasttext.load_model prints a deprecation notice for .ftz files through eprint; bypass it.
+            fasttext.FastText.eprint = lambda *args, **kwargs: None
+            try:
+                model = fasttext.load_model(key)
+            except ValueError as exc:
+                raise ConfigError(f"cannot load fastText model {key}: {exc}") from exc
+            _MODELS[key] = model
+        return model
+
+
+@dataclass(frozen=True)
+class LangIdConfig:
+    """Language-ID settings."""
+
+    model_path: str | None = None
+    """fastText LID model; ``None`` means ``ensure_lid_model()`` (ZEPHYR_LID_MODEL or the cache)."""
+    max_chars: int | None = 10_000
+    """Predict on the first N characters only (``None``: whole text)."""
+    lang_column: str = "lang"
+    score_column: str = "lang_score"
+
+    def __post_init__(self) -> None:
+        if self.max_chars is not None and self.max_chars < 1:
+            raise ConfigError(f"max_chars must be >= 1 or None, got {self.max_chars}")
+
+
+@dataclass
+class LanguageIdentifier:
+    """Callable ``pa.Table -> pa.Table`` adding the language columns; picklable, loads the model lazily."""
+
+    config: LangIdConfig = field(default_factory=LangIdConfig)
+    text_column: str = "text"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "text_column": self.text_column}
+
+    def _model(self) -> Any:
+        from zephyr.pipelines.quality.lid_model import ensure_lid_model
+
+        path = self.config.model_path or ensure_lid_model()
+        return load_fasttext_model(path)
+
+    def predict(self, texts: pa.Array) -> tuple[pa.Array, pa.Array]:
+        """(labels, scores) for a string array; null/blank texts give nulls."""
+        n = len(texts)
+        if self.config.max_chars is not None:
+            texts = pc.utf8_slice_codeunits(texts, 0, self.config.max_chars)
+        flat = pc.utf8_trim_whitespace(pc.replace_substring_regex(texts, r"[\r\n\v\f\x{85}\x{2028}\x{2029}]+", " "))
+        valid = pc.fill_null(pc.greater(pc.utf8_length(flat), 0), False)
+        idx = pc.indices_nonzero(valid).to_numpy()
+        labels = np.empty(n, dtype=object)
+        scores = np.full(n, np.nan, dtype=np.float32)
+        if len(idx):
+            # fastText's predict takes Python strings; one C++ call does the whole list.
+            batch = pc.take(flat, pa.array(idx)).to_pylist()
+            raw_labels, raw_probs = self._model().predict(batch, k=1)
+            labels[idx] = [lab[0][9:] if lab else None for lab in raw_labels]  # strip "__label__"
+            scores[idx] = np.fromiter((p[0] if len(p) else np.nan for p in raw_probs), np.float32, len(idx))
+        mask = np.ones(n, dtype=bool)
+        mask[idx] = False
+        return (
+            pa.array(labels, type=pa.string(), mask=mask),
+            pa.array(np.minimum(scores, 1.0), type=pa.float32(), mask=mask),
+        )
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        labels, scores = self.predict(text_array(table, self.text_column))
+        for name, values in ((self.config.lang_column, labels), (self.config.score_column, scores)):
+            if name in table.schema.names:
+                table = table.set_column(table.schema.get_field_index(name), name, values)
+            else:
+                table = table.append_column(name, values)
+        return table
+
+
+def identify_language(
+    table: pa.Table, config: LangIdConfig = LangIdConfig(), *, text_column: str = "text"
+) -> pa.Table:
+    """``table`` plus ``lang`` (ISO 639 code as fastText names it) and ``lang_score`` (float32 in [0, 1]).
+
+    Existing ``lang``/``lang_score`` columns are replaced (rename a claimed-language column first if you
+    want to keep it).
+    """
+    return LanguageIdentifier(config, text_column)(table)
+
+
+def _language_verdict(
+    table: pa.Table, languages: Sequence[str] | None, min_score: float, lang_column: str, score_column: str
+) -> pa.Array:
+    """Per-row drop reason (null = keep)."""
+    for name in (lang_column, score_column):
+        if name not in table.schema.names:
+            raise SchemaError(f"column {name!r} missing; run identify_language (zephyr langid) first")
+    lang = table.column(lang_column).combine_chunks()
+    score = table.column(score_column).combine_chunks()
+    unknown = pc.is_null(lang).to_numpy(zero_copy_only=False)
+    if languages:
+        allowed = pc.fill_null(pc.is_in(lang, value_set=pa.array(list(languages))), False)
+        not_allowed = ~allowed.to_numpy(zero_copy_only=False)
+    else:
+        not_allowed = np.zeros(len(lang), dtype=bool)
+    too_low = pc.fill_null(pc.less(score, min_score), False).to_numpy(zero_copy_only=False)
+    reason = np.select(
+        [unknown, not_allowed, too_low], ["lang_unknown", "lang_not_allowed", "lang_score_too_low"], default=""
+    )
+    return pa.array(reason, type=pa.string(), mask=reason == "")
+
+
+def filter_language(
+    table: pa.Table,
+    languages: Sequence[str] | None = None,
+    *,
+    min_score: float = 0.0,
+    lang_column: str = "lang",
+    score_column: str = "lang_score",
+) -> tuple[pa.Table, pa.Table]:
+    """Split an LID-annotated table into (kept, dropped); ``dropped`` has a ``drop_reason`` column.
+
+    ``languages=None`` allows every language (only the score threshold applies).
+    """
+    if not 0.0 <= min_score <= 1.0:
+        raise ConfigError(f"min_score must be in [0, 1], got {min_score}")
+    reason = _language_verdict(table, languages, min_score, lang_column, score_column)
+    keep = pc.is_null(reason)
+    dropped = table.filter(pc.invert(keep)).append_column("drop_reason", reason.filter(pc.invert(keep)))
+    return table.filter(keep), dropped
+
+
+def split_by_language(table: pa.Table, *, lang_column: str = "lang") -> dict[str | None, pa.Table]:
+    """One table per distinct language value (``None`` key for rows without a prediction)."""
+    if lang_column not in table.schema.names:
+        raise SchemaError(f"column {lang_column!r} missing; run identify_language first")
+    lang = table.column(lang_column)
+    out: dict[str | None, pa.Table] = {}
+    for value in pc.unique(lang).to_pylist():
+        mask = pc.is_null(lang) if value is None else pc.fill_null(pc.equal(lang, value), False)
+        out[value] = table.filter(mask)
+    return out

@@ -1,0 +1,192 @@
+"""Engine stages: the plain functions of this package as picklable ``Dataset.map_batches`` callables.
+
+Each stage is a small dataclass holding only configuration (so it pickles cheaply and fingerprints
+stably); models and indexes load lazily on the first batch of each task. Stages that remove rows return a
+``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_rejected``, with
+drops counted by reason; rule counters go to ``zephyr.counters``.
+
+>>> import zephyr
+>>> from zephyr.pipelines.quality.stages import HeuristicFilter
+>>> ds = zephyr.from_items([{"text": "short."}, {"text": "A line of text well over thirty characters."}, {"text": None}])
+>>> ds.map_batches(HeuristicFilter("fineweb"), name="filter").count(executor="inprocess")
+1
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from zephyr.pipelines.quality.decontaminate import EvalNgramIndex, contamination
+from zephyr.pipelines.quality.filters import (
+    DROP_REASON,
+    NULL_TEXT,
+    REJECT_REASON,
+    annotate_drop_reasons,
+    build_rule_families,
+)
+from zephyr.pipelines.quality.langid import _language_verdict
+from zephyr.pipelines.quality.normalize import NormalizeConfig, normalize_text
+from zephyr.pipelines.quality.pii import PIIConfig, redact_pii
+
+from zephyr import counters
+from zephyr.ops import BatchOutput
+
+__all__ = [
+    "Normalize",
+    "FilterAnnotator",
+    "HeuristicFilter",
+    "RouteByReason",
+    "LanguageFilter",
+    "RedactPII",
+    "Decontaminate",
+]
+
+
+def _count_reasons(reasons: pa.Array) -> dict[str, int]:
+    vc = pc.value_counts(reasons.drop_null())
+    return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}
+
+
+@dataclass
+class Normalize:
+    config: NormalizeConfig = field(default_factory=NormalizeConfig)
+    text_column: str = "text"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return normalize_text(table, self.config, text_column=self.text_column)
+
+
+@dataclass
+class FilterAnnotator:
+    """Adds ``drop_reason`` (null = kept, ``null_text`` = quarantine) and writes cleaned text for kept rows."""
+
+    rules: str = "gopher,c4,fineweb"
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    text_column: str = "text"
+    lang_column: str | None = "lang"
+    default_lang: str = "en"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        families = build_rule_families(self.rules, **self.overrides)
+        reasons, text, extra = annotate_drop_reasons(
+            table, families, text_column=self.text_column, lang_column=self.lang_column,
+            default_lang=self.default_lang,
+        )
+        for name, n in _count_reasons(reasons).items():
+            counters.increment(f"rule/{name}", n)
+        for name, n in extra.items():
+            counters.increment(name, n)
+        keep = pc.is_null(reasons)
+        original = table.column(self.text_column)
+        merged = pc.if_else(keep, text.cast(original.type), original)
+        table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)
+        if DROP_REASON in table.schema.names:
+            table = table.drop_columns([DROP_REASON])
+        return table.append_column(DROP_REASON, reasons)
+
+
+@dataclass
+class RouteByReason:
+    """Selects one outcome of annotated rows: ``kept`` (drops the reason column), ``dropped`` or ``quarantined``.
+
+    The ``kept`` route reports every other row to the engine as dropped by its reason, so that stage's
+    stats show the per-rule counts."""
+
+    outcome: str = "kept"
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        reasons = table.column(DROP_REASON)
+        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
+        if self.outcome == "kept":
+            keep = pc.is_null(reasons)
+            return BatchOutput(kept=table.filter(keep).drop_columns([DROP_REASON]),
+                               dropped=_count_reasons(reasons.combine_chunks() if isinstance(reasons, pa.ChunkedArray) else reasons))
+        if self.outcome == "dropped":
+            return table.filter(pc.and_(pc.is_valid(reasons), pc.invert(quarantine)))
+        if self.outcome == "quarantined":
+            q = table.filter(quarantine)
+            return q.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in q.schema.names])
+        raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+@dataclass
+class HeuristicFilter:
+    """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted."""
+
+    rules: str = "gopher,c4,fineweb"
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    text_column: str = "text"
+    lang_column: str | None = "lang"
+    default_lang: str = "en"
+
+    def __call__(self, table: pa.Table) -> BatchOutput:
+        annotated = FilterAnnotator(self.rules, self.overrides, self.text_column, self.lang_column,
+                                    self.default_lang)(table)
+        reasons = annotated.column(DROP_REASON).combine_chunks()
+        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
+        dropped = {k: v for k, v in _count_reasons(reasons).items() if k != NULL_TEXT}
+        rejected = annotated.filter(quarantine)
+        rejected = rejected.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names])
+        return BatchOutput(
+            kept=annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON]),
+            rejected=rejected if rejected.num_rows else None,
+            dropped=dropped,
+        )
+
+
+@dataclass
+class LanguageFilter:
+    """Keeps rows whose predicted language is allowed and confident enough (after ``LanguageIdentifier``)."""
+
+    languages: tuple[str, ...] | None = None
+    min_score: float = 0.0
+    lang_column: str = "lang"
+    score_column: str = "lang_score"
+
+    def __call__(self, table: pa.Table) -> BatchOutput:
+        reasons = _language_verdict(table, self.languages, self.min_score, self.lang_column, self.score_column)
+        return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=_count_reasons(reasons))
+
+
+@dataclass
+class RedactPII:
+    config: PIIConfig = field(default_factory=PIIConfig)
+    text_column: str = "text"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        out = redact_pii(table, PIIConfig(self.config.kinds, self.config.placeholders, True), text_column=self.text_column)
+        for kind in self.config.kinds:
+            counters.increment(f"pii/{kind}", int(pc.sum(out[f"pii_{kind}"]).as_py() or 0))
+        if not self.config.count_columns:
+            out = out.drop_columns([f"pii_{k}" for k in self.config.kinds])
+        return out
+
+
+@dataclass
+class Decontaminate:
+    """Flags (``mode="flag"``) or drops (``mode="drop"``) rows sharing an n-gram with the eval index file."""
+
+    index_path: str
+    mode: str = "drop"
+    text_column: str = "text"
+    _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"index_path": self.index_path, "mode": self.mode, "text_column": self.text_column, "_index": None}
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        if self._index is None:
+            self._index = EvalNgramIndex.load(self.index_path)
+        counts = contamination(table.column(self.text_column).combine_chunks(), self._index)
+        hit = counts > 0
+        counters.increment("decontam/contaminated_rows", int(hit.sum()))
+        if self.mode == "flag":
+            return table.append_column("contaminated", pa.array(hit)).append_column(
+                "contaminated_ngrams", pa.array(counts))
+        reason = f"decontam_shares_{self._index.n}gram"
+        return BatchOutput(kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {})
+
+

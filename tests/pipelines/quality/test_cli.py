@@ -1,0 +1,83 @@
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from zephyr.pipelines.quality.report import merge_summaries, summarize_batch
+
+from zephyr.cli import main
+
+GOOD = (
+    "The history of the city is long and it is closely tied to the river that runs through it. "
+    "Merchants came to trade with the people of the valley, and they brought new ideas with them. "
+    "Over the centuries the town grew into a busy market, and many of the old buildings still stand today. "
+    "Visitors who walk along the water can see the bridges, the churches and the houses of the traders."
+)
+
+
+def _parts(directory):
+    """The part files of one output directory (it also holds JSON reports and sub-directories)."""
+    return pa.concat_tables([pq.read_table(f) for f in sorted(directory.glob("part-*.parquet"))])
+
+
+def _input(tmp_path):
+    rows = {
+        "id": [f"d{i}" for i in range(8)],
+        "text": [GOOD, GOOD + " Again.", "", None, "short", "{ code }", GOOD.upper(), "x " * 100],
+        "source": ["web", "web", "web", "mail", "mail", "code", "web", "mail"],
+    }
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table(rows), path)
+    return path
+
+
+def test_filter_command_balances_and_reports(tmp_path, capsys):
+    src = _input(tmp_path)
+    out = tmp_path / "out"
+    assert main(["filter", str(src), "--output", str(out), "--executor", "inprocess", "--rules", "gopher,c4,fineweb"]) == 0
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["version"] == 1 and stats["balanced"]
+    kept = _parts(out).num_rows
+    dropped = _parts(out / "dropped")
+    quarantine = _parts(out / "quarantine")
+    assert (kept, dropped.num_rows, quarantine.num_rows) == (stats["rows_kept"], stats["rows_dropped"], 1)
+    assert stats["rows_in"] == 8 == kept + dropped.num_rows + quarantine.num_rows
+    assert sum(stats["dropped_rows_by_reason"].values()) == dropped.num_rows
+    assert quarantine["reject_reason"].to_pylist() == ["null_text"]
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["sources"]) == {"web", "mail", "code"}
+    assert "drop_reason" not in _parts(out).schema.names
+    assert "# Retention report" in (out / "report.md").read_text()
+
+
+def test_report_samples_do_not_depend_on_batching():
+    t = pa.table({"text": [f"doc {i}" for i in range(40)], "drop_reason": [None, "r1", "r2", None] * 10,
+                  "source": ["a", "b"] * 20, "id": [str(i) for i in range(40)]})
+    whole = merge_summaries([summarize_batch(t)])
+    parts = merge_summaries([summarize_batch(t.slice(i, 7)) for i in range(0, 40, 7)])
+    assert whole == parts and whole["totals"]["balanced"]
+    assert len(whole["sources"]["a"]["kept"]["samples"]) == 5
+
+
+def test_pii_decontaminate_and_quality_commands(tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": ["mail me at a@b.com " + GOOD, "clean " + GOOD[:80], None]}), src)
+    assert main(["pii", str(src), "--output", str(tmp_path / "pii"), "--executor", "inprocess"]) == 0
+    out = _parts(tmp_path / "pii")
+    assert out["pii_email"].to_pylist() == [1, 0, 0] and "<EMAIL>" in out["text"][0].as_py()
+
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
+    assert main(["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--output",
+                 str(tmp_path / "dc"), "--executor", "inprocess"]) == 0
+    assert _parts(tmp_path / "dc")["text"].to_pylist() == [None]
+
+    labelled = tmp_path / "lab.parquet"
+    pq.write_table(pa.table({
+        "text": [t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")],
+        "label": ["hq", "lq"] * 30,
+    }), labelled)
+    assert main(["quality", "train", str(labelled), "--output", str(tmp_path / "m.bin"), "--epoch", "5"]) == 0
+    assert json.loads((tmp_path / "m.bin.report.json").read_text())["rows"] > 0
+    assert main(["quality", "score", str(labelled), "--model", str(tmp_path / "m.bin"), "--output",
+                 str(tmp_path / "scored"), "--buckets", "2", "--executor", "inprocess"]) == 0
+    scored = _parts(tmp_path / "scored")
+    assert set(scored["quality_bucket"].to_pylist()) == {0, 1}

@@ -1,0 +1,54 @@
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from zephyr.pipelines.quality.decontaminate import (
+    EvalNgramIndex,
+    build_eval_index,
+    contamination,
+    decontaminate,
+    read_eval_texts,
+)
+from zephyr.pipelines.quality.stages import Decontaminate
+
+import zephyr
+from zephyr.errors import SchemaError
+
+QUESTION = "Which planet in the solar system has the largest number of known moons as of the year two thousand twenty three"
+
+
+def test_shared_13gram_is_found_after_normalization():
+    idx = build_eval_index([QUESTION, "too short to index"])
+    assert idx.short_items == 1 and len(idx.hashes) == len(QUESTION.split()) - 12
+    docs = pa.array([
+        "Quiz time! WHICH planet, in the solar system, has the largest number of known moons as of... next",
+        "planet in the solar system has the largest number of known moons",  # only 12 words
+        None,
+        "",
+    ])
+    assert contamination(docs, idx).tolist() == [3, 0, 0, 0]  # 15 matching words = 3 13-grams
+
+
+def test_flag_and_drop():
+    idx = build_eval_index([QUESTION])
+    t = pa.table({"text": ["clean text", "prefix " + QUESTION + " suffix"], "id": [1, 2]})
+    flagged = decontaminate(t, idx, mode="flag")
+    assert flagged["contaminated"].to_pylist() == [False, True]
+    assert flagged["contaminated_ngrams"].to_pylist() == [0, len(QUESTION.split()) - 12]
+    kept, dropped = decontaminate(t, idx, mode="drop")
+    assert kept["id"].to_pylist() == [1] and dropped["drop_reason"].to_pylist() == ["decontam_shares_13gram"]
+
+
+def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"question": QUESTION}) + "\n")
+    texts = read_eval_texts([tmp_path / "eval.jsonl"], ["question"])
+    idx = build_eval_index(texts)
+    idx.save(tmp_path / "idx.npz")
+    loaded = EvalNgramIndex.load(tmp_path / "idx.npz")
+    np.testing.assert_array_equal(loaded.hashes, idx.hashes)
+    with pytest.raises(SchemaError, match="answer"):
+        read_eval_texts([tmp_path / "eval.jsonl"], ["answer"])
+    ds = zephyr.from_items([{"text": QUESTION}, {"text": "fine"}, {"text": "also fine"}], num_shards=2)
+    out = ds.map_batches(Decontaminate(str(tmp_path / "idx.npz")), name="decontam").to_arrow(executor=executor, workers=2)
+    assert sorted(out["text"].to_pylist()) == ["also fine", "fine"]

@@ -1,0 +1,149 @@
+"""Heuristic rules on hand-made edge cases; every reason names the failing condition."""
+
+import pyarrow as pa
+import pytest
+from zephyr.pipelines.quality.c4 import C4Quality
+from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
+from zephyr.pipelines.quality.fineweb import FineWebQuality
+from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
+
+from zephyr.errors import ConfigError
+
+GOOD_EN = (
+    "The history of the city is long and it is closely tied to the river that runs through it.\n"
+    "Merchants came to trade with the people of the valley, and they brought new ideas with them.\n"
+    "Over the centuries the town grew into a busy market, and many of the old buildings still stand today.\n"
+    "Visitors who walk along the water can see the bridges, the churches and the houses of the traders.\n"
+    "Local historians have written that the growth of the port was the key to the success of the region."
+)
+GOOD_RU = (
+    "История города длинная, и она тесно связана с рекой, которая течёт через него. Купцы приходили "
+    "торговать с жителями долины, и они приносили с собой новые идеи. За много веков город вырос в большой "
+    "рынок, и многие старые здания всё ещё стоят. Гости, которые гуляют вдоль воды, видят мосты, церкви и "
+    "дома купцов. Местные историки пишут, что рост порта был ключом к успеху всего края, и это так."
+)
+GOOD_ZH = "这座城市的历史很长，与流经它的河流密切相关。商人们来到山谷与人们进行贸易，并带来了新的思想。" * 3
+
+EDGE = {
+    "empty": "",
+    "whitespace": "   \n\t\n  ",
+    "punctuation": "!!! ... ??? ;;; --- ***",
+    "long_word": "a" * 1000,
+}
+
+
+def _run(texts, rules, langs=None):
+    cols = {"text": texts}
+    if langs is not None:
+        cols["lang"] = langs
+    return apply_filters(pa.table(cols), rules)
+
+
+def _reasons(result):
+    return dict(zip(result.dropped["text"].to_pylist(), result.dropped["drop_reason"].to_pylist()))
+
+
+@pytest.mark.parametrize("rules", ["gopher", "c4", "fineweb", "gopher,c4,fineweb"])
+def test_edge_cases_are_dropped_with_reasons_and_nulls_quarantined(rules):
+    texts = [*EDGE.values(), None, GOOD_EN]
+    r = _run(texts, rules)
+    assert r.stats.balanced()
+    assert r.stats.rows_in == 6 and r.stats.rows_quarantined == 1
+    assert r.quarantined["reject_reason"].to_pylist() == ["null_text"]
+    assert r.kept["text"].to_pylist() == [GOOD_EN]
+    reasons = _reasons(r)
+    assert set(reasons) == set(EDGE.values())
+    assert sum(r.stats.dropped_rows.values()) == 4
+    for reason in reasons.values():
+        assert "enough" not in reason and reason.split("_")[0] in ("gopher", "c4", "fineweb")
+
+
+def test_gopher_reasons_name_the_failure():
+    r = _run([EDGE["empty"], EDGE["long_word"], "ab " * 60, "# " + "tag #x " * 40 + GOOD_EN], "gopher_quality")
+    reasons = list(_reasons(r).values())
+    assert reasons == [
+        "gopher_too_few_words", "gopher_too_few_words", "gopher_mean_word_too_short", "gopher_too_many_hashes",
+    ]
+    long_words = " ".join(["a" * 1000] + ["abcdefghijklmnop"] * 60)
+    assert _reasons(_run([long_words], "gopher_quality"))[long_words] == "gopher_mean_word_too_long"
+    no_stop = " ".join(["alpha beta gamma delta epsilon"] * 15)
+    assert _reasons(_run([no_stop], "gopher_quality"))[no_stop] == "gopher_too_few_stop_words"
+    bullets = "\n".join(f"- item number {i} of the list with the words" for i in range(60))
+    assert _reasons(_run([bullets], "gopher_quality"))[bullets] == "gopher_too_many_bullet_lines"
+
+
+def test_non_latin_scripts_use_their_language():
+    r = _run([GOOD_RU, GOOD_ZH], "gopher_quality", langs=["ru", "zh"])
+    assert r.kept.num_rows == 2, _reasons(r)
+    # as English: Russian has none of the English stop words, Chinese has no spaces
+    r_en = _run([GOOD_RU, GOOD_ZH], "gopher_quality")
+    assert list(_reasons(r_en).values()) == ["gopher_too_few_stop_words", "gopher_too_few_words"]
+
+
+def test_gopher_repetition_rules():
+    lines = "\n".join(["the same line of text is here again"] * 10 + ["one different line"])
+    ngram = " ".join(["the cat sat on the mat"] * 20)
+    r = _run([lines, ngram, GOOD_EN], "gopher_repetition")
+    reasons = _reasons(r)
+    assert reasons[lines] == "gopher_too_many_duplicate_lines"
+    assert reasons[ngram].startswith("gopher_top_2gram") or reasons[ngram].startswith("gopher_too_many_duplicate")
+    assert r.kept["text"].to_pylist() == [GOOD_EN]
+
+
+def test_c4_page_rules_and_line_cleaning():
+    lorem = GOOD_EN + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit."
+    curly = GOOD_EN + "\nThe function body is { return x; } in this example code."
+    bad = GOOD_EN.replace("busy market", "porn market")
+    cleaned = "Menu\nPlease enable JavaScript in your browser to see this page.\n" + GOOD_EN + "[1]\nHome | About"
+    r = _run([lorem, curly, bad, cleaned], "c4")
+    reasons = _reasons(r)
+    assert reasons[lorem] == "c4_lorem_ipsum"
+    assert reasons[curly] == "c4_curly_bracket"
+    assert reasons[bad] == "c4_bad_words"
+    assert r.kept["text"].to_pylist() == [GOOD_EN]  # nav, javascript line and citation removed
+    assert r.stats.counters["c4_lines_removed"] >= 3
+    assert _reasons(_run(["One sentence only. Two."], "c4"))["One sentence only. Two."] == "c4_too_few_sentences"
+
+
+def test_c4_without_line_cleaning_keeps_text():
+    text = "Menu\n" + GOOD_EN
+    r = apply_filters(pa.table({"text": [text]}), [C4Quality(clean_lines=False)])
+    assert r.kept["text"].to_pylist() == [text]
+
+
+def test_fineweb_rules():
+    short = "\n".join(f"Item {i}." for i in range(20))
+    unpunct = "\n".join(["a long line of text without any ending mark at all here"] * 1 + [f"line {i} with more words and no stop" for i in range(9)])
+    dup = GOOD_EN + "\n" + "\n".join(["This exact sentence is repeated many times in the page."] * 4)
+    r = _run([short, unpunct, dup], "fineweb")
+    reasons = _reasons(r)
+    assert reasons[unpunct] == "fineweb_too_few_punctuated_lines"
+    assert reasons[dup] == "fineweb_too_many_duplicate_line_chars"
+    assert reasons[short] == "fineweb_too_many_short_lines"
+
+
+def test_thresholds_are_config():
+    strict = [GopherQuality(min_words=1000)]
+    assert apply_filters(pa.table({"text": [GOOD_EN]}), strict).stats.dropped_rows == {"gopher_too_few_words": 1}
+    off = [GopherQuality(min_words=None, min_stop_words=None, min_alpha_word_ratio=None, min_mean_word_length=None)]
+    assert apply_filters(pa.table({"text": ["x"]}), off).stats.rows_kept == 1
+    assert isinstance(build_rule_families("gopher", gopher_repetition={"max_duplicate_line_fraction": 0.5})[1],
+                      GopherRepetition)
+    assert FineWebQuality().max_duplicate_line_char_ratio == 0.1
+    with pytest.raises(ConfigError, match="unknown rule set"):
+        build_rule_families("gopher,nope")
+
+
+def test_stats_merge_and_bytes():
+    a = _run([GOOD_EN, "", None], "fineweb").stats
+    b = _run(["x"], "fineweb").stats
+    total = a + b
+    assert total.rows_in == 4 and total.balanced()
+    assert total.bytes_in == len(GOOD_EN.encode()) + 1
+    assert total.to_dict()["rows_dropped"] == 2
+
+
+def test_text_column_and_large_string_types():
+    t = pa.table({"body": pa.array([GOOD_EN, None], pa.large_string()), "id": [1, 2]})
+    r = apply_filters(t, "fineweb", text_column="body")
+    assert r.kept.schema == t.schema and r.kept["id"].to_pylist() == [1]

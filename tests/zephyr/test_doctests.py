@@ -1,0 +1,17 @@
+"""The runnable examples in the engine's docstrings are tests too."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_doctests(name: str) -> None:
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no examples"
+    assert result.failed == 0
