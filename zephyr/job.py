@@ -245,10 +245,11 @@ class Job:
                             bar.update(1)
                         continue
                     tries[task.index] = tries.get(task.index, 0) + 1
-                    if tries[task.index] > self.options.max_retries:
+                    if tries[task.index] > self.options.max_retries or not outcome.retryable:
+                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried: bad input)"
                         raise TaskError(
-                            f"stage {name!r}: task {task.index} ({task.description}) failed after "
-                            f"{tries[task.index]} tries; last error:\n{outcome.error}",
+                            f"stage {name!r}: task {task.index} ({task.description}) failed {how}; "
+                            f"error:\n{_last_line(outcome.error)}\n\n{outcome.error}",
                             stage=name,
                             shard=task.description,
                         )
@@ -437,6 +438,12 @@ class Job:
         inputs = {"runs": [[run for m in result.markers for run in m["runs"]]], "schemas": [None]}
         reducer = SortReducer(tuple(zip(op.by, op.descending)))
         return reducer, inputs, partitions, result.fingerprint, estimate
+
+
+def _last_line(error: str) -> str:
+    """The exception line of a formatted traceback: what a user reads first."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else error
 
 
 def _read_url(url: str) -> pa.Table:

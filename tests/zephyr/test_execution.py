@@ -62,12 +62,13 @@ def test_outputs_byte_identical_across_workers_and_executors(tmp_path):
         "inprocess": dict(executor="inprocess"),
         "local-1": dict(executor="local", workers=1),
         "local-2": dict(executor="local", workers=2),
+        "local-4": dict(executor="local", workers=4),
     }.items():
         out = tmp_path / f"out-{name}"
         _plan(pattern).write_parquet(str(out), memory_budget="4MiB", **options)
         digests[name] = _digest(out)
     assert digests["inprocess"], "no output written"
-    assert digests["inprocess"] == digests["local-1"] == digests["local-2"]
+    assert digests["inprocess"] == digests["local-1"] == digests["local-2"] == digests["local-4"]
 
 
 def test_rerun_gives_same_bytes_and_skips_finished_tasks(tmp_path):
@@ -228,3 +229,30 @@ def test_memory_work_dir_needs_inprocess(tmp_path):
     with pytest.raises(zephyr.ConfigError, match="memory"):
         zephyr.from_items([{"a": 1}]).to_arrow(executor="local", work_dir="memory://zephyr-test")
     assert zephyr.from_items([{"a": 1}]).to_arrow(executor="inprocess", work_dir="memory://zephyr-test").num_rows == 1
+
+
+def test_bad_input_fails_at_once_naming_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n{"a": 2}\n{"a": \n')
+    with pytest.raises(TaskError, match=r"not retried: bad input.*\n.*bad\.jsonl:3"):
+        zephyr.read_jsonl(str(bad)).to_arrow(executor="inprocess", max_retries=5)
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"PAR1 this is not parquet PAR1")
+    with pytest.raises(TaskError, match=r"corrupt\.parquet"):
+        zephyr.read_parquet(str(corrupt)).to_arrow(executor="local", workers=1)
+
+
+def test_missing_column_is_a_schema_error_naming_it(tmp_path):
+    with pytest.raises(TaskError, match=r"\['nope'\].*available"):
+        zephyr.from_items([{"a": 1}]).select("nope").to_arrow(executor="inprocess")
+
+
+def test_writers_round_trip_every_format(tmp_path):
+    rows = [{"id": i, "text": f"doc {i}", "score": i / 3} for i in range(50)]
+    ds = zephyr.from_items(rows, num_shards=3)
+    jsonl = ds.write_jsonl(str(tmp_path / "j"), compression="zstd", executor="inprocess")
+    assert [p.rsplit("/", 1)[-1] for p in jsonl.files] == [f"part-0000{i}.jsonl.zst" for i in range(3)]
+    assert zephyr.read_jsonl(str(tmp_path / "j")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+    vortex = ds.write_vortex(str(tmp_path / "v"), executor="inprocess")
+    assert len(vortex.files) == 3
+    assert zephyr.read_vortex(str(tmp_path / "v")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows

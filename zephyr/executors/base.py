@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Executor", "Outcome"]
+__all__ = ["Executor", "Outcome", "is_retryable"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,15 @@ class Outcome:
     value: Any = None
     error: str = ""
     worker_died: bool = False
+    retryable: bool = True
+    """False for errors that another try cannot fix (unreadable input, a missing column, bad config)."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Deterministic failures — bad input, schema, config — fail the job at once instead of being retried."""
+    from zephyr.errors import ConfigError, InputError, SchemaError
+
+    return not isinstance(exc, InputError | SchemaError | ConfigError)
 
 
 class Executor(ABC):

@@ -6,7 +6,7 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome
+from zephyr.executors.base import Executor, Outcome, is_retryable
 
 __all__ = ["InProcessExecutor"]
 
@@ -17,7 +17,7 @@ class InProcessExecutor(Executor):
             try:
                 value = fn(task)
             except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                yield position, Outcome(False, error=_describe(exc))
+                yield position, Outcome(False, error=_describe(exc), retryable=is_retryable(exc))
             else:
                 yield position, Outcome(True, value)
 

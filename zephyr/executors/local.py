@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome
+from zephyr.executors.base import Executor, Outcome, is_retryable
 
 __all__ = ["LocalExecutor"]
 
@@ -36,13 +36,13 @@ def _worker_main(conn: Connection) -> None:
             return
         fn, task = message
         try:
-            reply = (True, fn(task))
+            reply = (True, fn(task), True)
         except BaseException as exc:  # everything goes back to the driver, which decides
-            reply = (False, "".join(traceback.format_exception(exc)).rstrip())
+            reply = (False, "".join(traceback.format_exception(exc)).rstrip(), is_retryable(exc))
         try:
             conn.send(reply)
         except Exception as exc:  # e.g. an unpicklable return value
-            conn.send((False, f"could not send the task result back: {exc!r}"))
+            conn.send((False, f"could not send the task result back: {exc!r}", False))
 
 
 class _Worker:
@@ -130,8 +130,8 @@ class LocalExecutor(Executor):
     def _collect(self, worker: _Worker) -> Outcome:
         try:
             if worker.conn.poll():
-                ok, value = worker.conn.recv()
-                return Outcome(True, value) if ok else Outcome(False, error=value)
+                ok, value, retryable = worker.conn.recv()
+                return Outcome(True, value) if ok else Outcome(False, error=value, retryable=retryable)
         except (EOFError, OSError):
             pass
         worker.process.join(timeout=5)
