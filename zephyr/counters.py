@@ -8,24 +8,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 __all__ = ["increment", "collecting"]
 
-_active: dict[str, int] | None = None
+# Per thread (context), not per process: a dask worker with several threads runs several tasks at once.
+_active: ContextVar[dict[str, int] | None] = ContextVar("zephyr_counters", default=None)
 
 
 def increment(name: str, value: int = 1) -> None:
     """Add ``value`` to counter ``name`` of the running task (no-op outside a task)."""
-    if _active is not None:
-        _active[name] = _active.get(name, 0) + int(value)
+    active = _active.get()
+    if active is not None:
+        active[name] = active.get(name, 0) + int(value)
 
 
 @contextmanager
 def collecting() -> Iterator[dict[str, int]]:
     """Collect the counters incremented while the block runs (used by the task runner)."""
-    global _active
-    previous, _active = _active, {}
+    active: dict[str, int] = {}
+    token = _active.set(active)
     try:
-        yield _active
+        yield active
     finally:
-        _active = previous
+        _active.reset(token)

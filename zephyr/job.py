@@ -117,9 +117,12 @@ class Job:
             self.quarantine_root = os.path.join(tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}")
         else:
             self.quarantine_root = f"{self.root}/quarantine"
-        self.executor = make_executor(options)
+        # Created on first use (``executor``), after ``prepare`` may have picked in-process for a small job. If
+        # creating it fails (an unreachable dask scheduler), ``close`` still removes the temporary directory.
+        self._executor: Executor | None = None
         self.stages: list[dict] = []
         self._sources: dict[int, tuple[list[Shard], str, int]] = {}
+        self._column_bytes: dict[int, dict[str, int]] = {}
         self.started = time.time()
         self._progress = options.progress if options.progress is not None else sys.stderr.isatty()
 
@@ -130,8 +133,8 @@ class Job:
         self.close()
 
     def close(self) -> None:
-        if not isinstance(self.options.executor, Executor):
-            self.executor.close()
+        if self._executor is not None and self._executor is not self.options.executor:
+            self._executor.close()
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -140,7 +143,7 @@ class Job:
         quarantined = sum(s["rows_rejected"] for s in self.stages)
         return {
             "seconds": round(time.time() - self.started, 3),
-            "executor": self.options.executor if isinstance(self.options.executor, str) else type(self.options.executor).__name__,
+            "executor": type(self._executor).__name__ if self._executor is not None else str(self.options.executor),
             "workers": self.options.num_workers,
             "memory_budget_bytes": self.options.memory_budget_bytes,
             "rows_quarantined": quarantined,
@@ -268,6 +271,7 @@ class Job:
 
     def _exists(self, url: str) -> bool:
         fs, path = fsspec.core.url_to_fs(url)
+        fs.invalidate_cache(path)  # a cached object-store listing may predate another process's change
         return fs.exists(path)
 
     def _record(self, name: str, fingerprint: str, markers: list[dict], tasks: list[TaskSpec]) -> None:
@@ -351,13 +355,50 @@ class Job:
                 if path.endswith(suffix):
                     factor = compressed
             estimate += int(size * factor)
+        if source.format == "parquet" and len(sizes) <= FOOTER_ESTIMATE_MAX_FILES:
+            self._column_bytes[id(source)] = _parquet_column_bytes(list(sizes))
         source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards])
         return shards, source_fp, estimate
 
-    def _estimate(self, segment: Segment) -> int:
+    def _estimate(self, segment: Segment, columns: tuple[str, ...] | None = None) -> int:
+        """Estimated in-memory bytes a segment reads: from Parquet footers (only ``columns``, or the source's
+        own projection) when available, else file sizes × a per-format expansion factor."""
         if segment.source is not None:
-            return self._source(segment.source)[2]
+            shards, _, estimate = self._source(segment.source)
+            per_column = self._column_bytes.get(id(segment.source))
+            if per_column is not None:
+                wanted = columns or getattr(segment.source, "columns", None)
+                return sum(v for k, v in per_column.items() if wanted is None or k in wanted)
+            return estimate
         return sum(self._estimate(up) for up in segment.upstream)
+
+    def plan_estimate(self, segment: Segment, consumer=None) -> int:
+        """Bytes the whole plan reads from its sources (decides whether a job is small)."""
+        if segment.source is not None:
+            return self._estimate(segment, _pushdown_columns(segment, consumer))
+        return sum(self.plan_estimate(up, segment.wide) for up in segment.upstream)
+
+    def prepare(self, segment: Segment) -> None:
+        """Pick the executor for this plan: a ``local`` job whose inputs are estimated below
+        ``small_job_bytes`` runs in this process, where starting worker processes would cost more than the
+        work (outputs are identical either way)."""
+        options = self.options
+        if options.executor == "local" and options.small_job_bytes_value > 0:
+            estimate = self.plan_estimate(segment)
+            if estimate < options.small_job_bytes_value:
+                from zephyr.executors.inprocess import InProcessExecutor
+
+                log.info(
+                    "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
+                    estimate, options.small_job_bytes_value,
+                )
+                self._executor = InProcessExecutor()
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = make_executor(self.options)
+        return self._executor
 
     def _partitions_for(self, estimated_bytes: int) -> int:
         target = max(1 << 20, min(self.options.memory_budget_bytes // 4, PARTITION_TARGET_CAP))
@@ -373,7 +414,7 @@ class Job:
         op = segment.wide
         if isinstance(op, Sort):
             return self._sort_map_side(segment, op)
-        estimate = self._estimate(segment)
+        estimate = sum(self._estimate(up, _pushdown_columns(up, op)) for up in segment.upstream)
         if isinstance(op, Reshard):
             partitions = op.num_shards
         else:
@@ -400,7 +441,10 @@ class Job:
         runs, schemas, fingerprints = [], [], []
         for upstream, spec in zip(segment.upstream, specs):
             result = self.run_segment(
-                upstream, ("shuffle", cloudpickle.dumps(spec)), lambda d, spec=spec: ShuffleOutput(spec, f"{d}/runs")
+                upstream,
+                ("shuffle", cloudpickle.dumps(spec)),
+                lambda d, spec=spec: ShuffleOutput(spec, f"{d}/runs"),
+                read_columns=_pushdown_columns(upstream, op),
             )
             runs.append([run for m in result.markers for run in m["runs"]])
             schemas.append(next((m["schema"] for m in result.markers if m.get("schema")), None))
@@ -438,6 +482,44 @@ class Job:
         inputs = {"runs": [[run for m in result.markers for run in m["runs"]]], "schemas": [None]}
         reducer = SortReducer(tuple(zip(op.by, op.descending)))
         return reducer, inputs, partitions, result.fingerprint, estimate
+
+
+FOOTER_ESTIMATE_MAX_FILES = 2000
+"""Above this many Parquet files, sizes are estimated from file sizes instead of reading every footer."""
+
+
+def _parquet_column_bytes(paths: list[str]) -> dict[str, int]:
+    """Uncompressed bytes per top-level column over all row groups of these files (one footer read each)."""
+    totals: dict[str, int] = {}
+    for url in paths:
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            with fs.open(path, "rb") as f:
+                metadata = pq.ParquetFile(f).metadata
+        except Exception:  # unreadable here: the reading task reports it with its path
+            continue
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            for i in range(row_group.num_columns):
+                chunk = row_group.column(i)
+                name = chunk.path_in_schema.split(".")[0]
+                totals[name] = totals.get(name, 0) + chunk.total_uncompressed_size
+    return totals
+
+
+def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
+    """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
+    map side decodes only those; None means all columns."""
+    consumer = consumer if consumer is not None else None
+    if not isinstance(consumer, GroupAggregate) or segment.narrow or not isinstance(segment.source, ReadFiles):
+        return None
+    if segment.source.format != "parquet" or segment.source.columns is not None:
+        return None
+    needed = list(consumer.keys)
+    for agg in consumer.aggs:
+        if agg.column is not None and agg.column not in needed:
+            needed.append(agg.column)
+    return tuple(needed)
 
 
 def _last_line(error: str) -> str:
@@ -479,6 +561,7 @@ def run_write(dataset, directory: str, fmt: str, compression: str | None, option
 
     segment = build_plan(dataset._ops)
     with Job(options) as job:
+        job.prepare(segment)
         output = SinkOutput(directory.rstrip("/"), fmt, compression)
         result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
         files = [f for m in result.markers for f in m["files"]]
@@ -490,6 +573,7 @@ def _remove_stale_parts(directory: str, files: list[str]) -> None:
     """Drop ``part-NNNNN.*`` files a previous run with more shards left behind, so the directory is exact."""
     fs, root = fsspec.core.url_to_fs(directory)
     keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
+    fs.invalidate_cache(root)  # the workers wrote here: a listing cached by this process is stale
     try:
         entries = fs.ls(root, detail=False)
     except FileNotFoundError:
@@ -503,6 +587,7 @@ def _remove_stale_parts(directory: str, files: list[str]) -> None:
 def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
     segment = build_plan(dataset._ops)
     with Job(options) as job:
+        job.prepare(segment)
         result = job.run_segment(
             segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet")
         )
@@ -517,6 +602,7 @@ def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
 def run_count(dataset, options: ExecutionOptions) -> int:
     segment = build_plan(dataset._ops)
     with Job(options) as job:
+        job.prepare(segment)
         result = job.run_segment(segment, ("count",), lambda d: SinkOutput(f"{d}/count", "count"))
         job.write_stats()
         return sum(m["rows_out"] for m in result.markers)

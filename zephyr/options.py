@@ -43,6 +43,9 @@ class ExecutionOptions:
     """Extra tries for a failing task before the job fails naming its shard."""
     progress: bool | None = None
     """Progress bar per stage; ``None`` shows it only when stderr is a TTY."""
+    small_job_bytes: int | str = "4MiB"
+    """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
+    starting worker processes would take longer than the work. Outputs are identical. ``0`` disables."""
 
     def __post_init__(self) -> None:
         if isinstance(self.executor, str) and self.executor not in ("inprocess", "local", "dask"):
@@ -57,6 +60,10 @@ class ExecutionOptions:
     @property
     def memory_budget_bytes(self) -> int:
         return parse_bytes(self.memory_budget)
+
+    @property
+    def small_job_bytes_value(self) -> int:
+        return parse_bytes(self.small_job_bytes)
 
     @property
     def num_workers(self) -> int:

@@ -60,9 +60,9 @@ def test_outputs_byte_identical_across_workers_and_executors(tmp_path):
     digests = {}
     for name, options in {
         "inprocess": dict(executor="inprocess"),
-        "local-1": dict(executor="local", workers=1),
-        "local-2": dict(executor="local", workers=2),
-        "local-4": dict(executor="local", workers=4),
+        "local-1": dict(executor="local", workers=1, small_job_bytes=0),
+        "local-2": dict(executor="local", workers=2, small_job_bytes=0),
+        "local-4": dict(executor="local", workers=4, small_job_bytes=0),
     }.items():
         out = tmp_path / f"out-{name}"
         _plan(pattern).write_parquet(str(out), memory_budget="4MiB", **options)
@@ -123,7 +123,7 @@ def test_worker_killed_mid_stage_reruns_only_its_task(tmp_path):
     zephyr.read_parquet(pattern).map_batches(lambda t: t).sort("word").write_parquet(str(clean), executor="inprocess")
     out = tmp_path / "killed"
     result = zephyr.read_parquet(pattern).map_batches(record_and_maybe_die).sort("word").write_parquet(
-        str(out), executor="local", workers=2
+        str(out), executor="local", workers=2, small_job_bytes=0
     )
     assert _digest(out) == _digest(clean)
     first_stage = result.stats["stages"][0]
@@ -144,7 +144,7 @@ DRIVER = textwrap.dedent(
         return table
     if __name__ == "__main__":  # spawned workers import this file too
         zephyr.read_parquet(pattern).map_batches(step).group_by("key").count().write_parquet(
-            out, executor="local", workers=1, work_dir=work)
+            out, executor="local", workers=1, work_dir=work, small_job_bytes=0)
     """
 )
 
@@ -225,6 +225,32 @@ def test_counters_are_summed_per_stage(tmp_path):
     assert result.stats["stages"][0]["counters"] == {"long_words": 3}
 
 
+def test_small_jobs_run_in_process_and_give_the_same_bytes(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=2, rows=200)
+    small = _plan(pattern).write_parquet(str(tmp_path / "small"), executor="local", workers=2)
+    assert small.stats["executor"] == "InProcessExecutor"
+    forced = _plan(pattern).write_parquet(str(tmp_path / "forced"), executor="local", workers=2, small_job_bytes=0)
+    assert forced.stats["executor"] == "LocalExecutor"
+    assert _digest(tmp_path / "small") == _digest(tmp_path / "forced")
+
+
+def test_aggregation_reads_only_the_columns_it_needs(tmp_path, monkeypatch):
+    pattern = _write_shards(tmp_path / "in", shards=2, rows=100)
+    from zephyr.io import sources
+
+    seen = []
+    original = sources.read_shard
+
+    def spy(shard, **kwargs):
+        seen.append(kwargs.get("columns"))
+        return original(shard, **kwargs)
+
+    monkeypatch.setattr("zephyr.tasks.read_shard", spy)
+    got = zephyr.read_parquet(pattern).group_by("key").agg(total=("value", "sum")).to_arrow(executor="inprocess")
+    assert got.column_names == ["key", "total"]
+    assert seen and all(tuple(c) == ("key", "value") for c in seen)
+
+
 def test_memory_work_dir_needs_inprocess(tmp_path):
     with pytest.raises(zephyr.ConfigError, match="memory"):
         zephyr.from_items([{"a": 1}]).to_arrow(executor="local", work_dir="memory://zephyr-test")
@@ -239,7 +265,7 @@ def test_bad_input_fails_at_once_naming_file_and_line(tmp_path):
     corrupt = tmp_path / "corrupt.parquet"
     corrupt.write_bytes(b"PAR1 this is not parquet PAR1")
     with pytest.raises(TaskError, match=r"corrupt\.parquet"):
-        zephyr.read_parquet(str(corrupt)).to_arrow(executor="local", workers=1)
+        zephyr.read_parquet(str(corrupt)).to_arrow(executor="local", workers=1, small_job_bytes=0)
 
 
 def test_missing_column_is_a_schema_error_naming_it(tmp_path):

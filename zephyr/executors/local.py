@@ -27,6 +27,7 @@ __all__ = ["LocalExecutor"]
 
 def _worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
     while True:
         try:
             message = conn.recv()
@@ -87,6 +88,7 @@ class LocalExecutor(Executor):
         self._context = multiprocessing.get_context("spawn")
         self._threads = max(1, (os.cpu_count() or 1) // self.workers)
         self._pool: list[_Worker] = []
+        self._ensure(self.workers)  # start now: their imports overlap with the driver's planning
 
     def _ensure(self, count: int) -> None:
         while len(self._pool) < count:

@@ -130,6 +130,9 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
 def _expand_one(
     fs: fsspec.AbstractFileSystem, stripped: str, pattern: str, formats: tuple[str, ...]
 ) -> list[str]:
+    # Object-store filesystems (s3fs, gcsfs) cache listings in an instance shared by the whole process; a
+    # long-lived driver would otherwise miss files added since its last listing and silently drop their rows.
+    fs.invalidate_cache()
     try:
         if any(ch in stripped for ch in _GLOB_CHARS) and not fs.exists(stripped):
             out: list[str] = []

@@ -1,0 +1,227 @@
+"""Runs tasks on a dask.distributed cluster: a scheduler address, a ``Client`` you pass in, or a LocalCluster.
+
+Contract (the same as every executor, see ``executors/base.py``):
+
+- Only task specs (paths and indices) go to the cluster and only markers (small dicts) come back; rows are
+  read and written by the tasks themselves under the work directory, which must therefore be storage every
+  worker can reach (a local directory when all workers share this machine, ``s3://``, ``gs://``, NFS ...).
+- Each task is ``client.submit(fn, task, pure=False, retries=0)``: dask never retries on its own, the zephyr
+  driver owns retries and counts them. A worker that dies while running a task (SIGKILL, the nanny's memory
+  limit, a lost machine) surfaces as ``distributed.KilledWorker`` and is reported as
+  ``Outcome(ok=False, worker_died=True)``; the driver reruns the task elsewhere. Task outputs are published by
+  rename and markers are written last, so a rerun gives the same bytes.
+- A LocalCluster zephyr starts itself (no address given) binds 127.0.0.1 only, dashboard off unless asked
+  for (and then on 127.0.0.1), ``workers`` processes with one thread each, and the scheduler's
+  ``allowed_failures`` set to 0, so a worker death fails the task at once instead of being retried silently by
+  dask up to ``distributed.scheduler.allowed-failures`` (default 3) times per task.
+- ``close()`` closes what this executor started (client, cluster) and nothing else: a ``Client`` passed in
+  stays open, and a scheduler reached by address keeps running.
+
+One task holds up to ``memory_budget`` bytes of Arrow data, so a dask worker with ``nthreads`` threads needs
+about ``nthreads × memory_budget`` plus overhead; run workers with ``--nthreads 1`` (a warning says so
+otherwise).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import traceback
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from zephyr.errors import ConfigError
+from zephyr.executors.base import Executor, Outcome
+
+if TYPE_CHECKING:
+    from distributed import Client, Future, LocalCluster
+
+    from zephyr.options import ExecutionOptions
+
+__all__ = ["DaskExecutor", "start_local_cluster"]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 30
+
+
+def start_local_cluster(workers: int, *, dashboard: bool = False) -> LocalCluster:
+    """A LocalCluster of ``workers`` processes × 1 thread on 127.0.0.1, dask retries off.
+
+    ``dashboard=True`` serves the dashboard on 127.0.0.1 (a free port); it is never bound to other interfaces.
+    """
+    from distributed import LocalCluster
+
+    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0" if dashboard else None,
+        # The scheduler serves HTTP (health, metrics) even without the dashboard; without an address it takes
+        # port 8787 and warns when another cluster holds it. A free loopback port avoids both.
+        scheduler_kwargs={"allowed_failures": 0, "dashboard": dashboard, "dashboard_address": "127.0.0.1:0"},
+        # Each worker's polars pool sized to its share of the cores, as the local executor does.
+        env={"POLARS_MAX_THREADS": str(threads)},
+    )
+
+
+class DaskExecutor(Executor):
+    """Runs tasks through ``client``; closes ``client``/``cluster`` on ``close()`` only when it owns them."""
+
+    def __init__(self, client: Client, *, cluster: LocalCluster | None = None, owns_client: bool = False):
+        self.client = client
+        self.cluster = cluster
+        self._owns_client = owns_client
+        self._closed = False
+
+    @classmethod
+    def from_options(cls, options: ExecutionOptions) -> DaskExecutor:
+        """The executor ``options`` ask for: the ``Client`` given as ``executor``, a client connected to
+        ``options.cluster``, or a LocalCluster of ``options.num_workers`` workers started here."""
+        from distributed import Client
+
+        if isinstance(options.executor, Client):
+            executor = cls(options.executor)
+        elif options.cluster:
+            try:
+                client = Client(options.cluster, set_as_default=False, timeout=CONNECT_TIMEOUT_S)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot reach the dask scheduler at {options.cluster!r} ({exc}); start one with "
+                    "`dask scheduler --host HOST` and pass its tcp://HOST:PORT as cluster= / --cluster"
+                ) from exc
+            executor = cls(client, owns_client=True)
+        else:
+            cluster = start_local_cluster(options.num_workers)
+            try:
+                client = Client(cluster, set_as_default=False)
+            except BaseException:
+                cluster.close()
+                raise
+            executor = cls(client, cluster=cluster, owns_client=True)
+            log.info(
+                "dask: started a LocalCluster of %d workers at %s",
+                options.num_workers,
+                cluster.scheduler_address,
+            )
+        try:
+            executor._check_cluster(options.work_dir)
+        except BaseException:
+            executor.close()
+            raise
+        return executor
+
+    def _check_cluster(self, work_dir: str | None) -> None:
+        """Refuse a work directory the workers cannot see; warn about settings that break the memory budget."""
+        nthreads = self.client.nthreads()
+        if not nthreads:
+            log.warning(
+                "dask: the scheduler at %s has no workers yet; tasks wait for some",
+                self.client.scheduler.address,
+            )
+        crowded = sorted(addr for addr, n in nthreads.items() if n > 1)
+        if crowded:
+            log.warning(
+                "dask: %d worker(s) run more than one thread (%s ...): each thread runs a task holding up to "
+                "memory_budget bytes; start workers with `--nthreads 1` or lower memory_budget",
+                len(crowded),
+                crowded[0],
+            )
+        remote = sorted(addr for addr in nthreads if not _is_this_machine(addr))
+        if remote and work_dir is None:
+            raise ConfigError(
+                f"dask workers on other machines ({remote[0]} ...) cannot see a temporary work directory on this "
+                "one; pass work_dir= (--work-dir) on shared storage, e.g. s3://bucket/zephyr-work"
+            )
+        if remote and ("://" not in work_dir or work_dir.startswith("file://")):
+            log.warning(
+                "dask: work_dir %r is a local path but workers run on other machines (%s ...); it must be a "
+                "shared mount there, or use object storage (s3://, gs://)",
+                work_dir,
+                remote[0],
+            )
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+        from distributed import as_completed
+
+        if self._closed:
+            raise ConfigError("this DaskExecutor is closed; create a new one")
+        batch = uuid.uuid4().hex[:8]
+        name = getattr(fn, "__name__", "task")
+        positions: dict[str, int] = {}
+        pending: dict[str, Future] = {}
+        try:
+            for position, task in enumerate(tasks):
+                future = self.client.submit(
+                    fn, task, pure=False, retries=0, key=f"zephyr-{name}-{batch}-{position:05d}"
+                )
+                positions[future.key] = position
+                pending[future.key] = future
+            for future in as_completed(list(pending.values()), loop=self.client.loop):
+                outcome = _outcome(future)
+                del pending[future.key]
+                future.release()  # the marker is ours now: nothing may recompute it behind our back
+                yield positions[future.key], outcome
+        finally:
+            if pending:
+                # The driver gave up (a task exhausted its retries, Ctrl-C). Tasks already running on a
+                # worker finish there (dask cannot interrupt a thread); their outputs are never published
+                # to this job's markers because nobody collects them.
+                self.client.cancel(list(pending.values()), force=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _outcome(future: Future) -> Outcome:
+    """The ``Outcome`` of a finished, erred or cancelled future."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    if future.status == "finished":
+        try:
+            return Outcome(True, future.result())
+        except (KilledWorker, CommClosedError) as exc:  # the result's holder died before we fetched it
+            return Outcome(
+                False, error=f"dask worker lost before its result was fetched: {exc}", worker_died=True
+            )
+    if future.status == "error":
+        exc = future.exception()
+        if isinstance(exc, KilledWorker):
+            return Outcome(False, error=f"dask worker died while running the task: {exc}", worker_died=True)
+        text = "".join(traceback.format_exception(type(exc), exc, future.traceback())).rstrip()
+        return Outcome(False, error=text)
+    # cancelled or lost: the scheduler dropped the task (scheduler restart, someone cancelled it)
+    return Outcome(False, error=f"dask task {future.key} ended as {future.status!r}", worker_died=True)
+
+
+def _is_this_machine(address: str) -> bool:
+    """Whether a worker address (``tcp://host:port``) is on loopback or one of this machine's addresses."""
+    if address.startswith("inproc://"):  # a LocalCluster(processes=False) in this very process
+        return True
+    host = urlparse(address).hostname or ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return True
+    except ValueError:
+        if host in ("localhost", socket.gethostname()):
+            return True
+    return host in _local_addresses()
+
+
+def _local_addresses() -> set[str]:
+    import psutil
+
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
