@@ -1,1 +1,54 @@
-"""zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters."""
+"""zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters.
+
+Two surfaces share one set of numpy kernels (normalize → hash/shingle → MinHash → LSH → verify →
+components):
+
+- plain functions on ``pyarrow.Table`` / record batches, no cluster needed: ``exact_dedup``,
+  ``paragraph_dedup``, ``fuzzy_dedup``, ``SignatureIndex``;
+- engine stages taking and returning a ``zephyr.Dataset``: ``exact_dedup_dataset``,
+  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.stages``).
+
+Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
+
+>>> import pyarrow as pa
+>>> from zephyr.dedup import exact_dedup
+>>> exact_dedup(pa.table({"id": [1, 2], "text": ["A b", "a  B"]}), mode="remove").table["id"].to_pylist()
+[1]
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "DedupResult": "zephyr.dedup.clusters",
+    "ExactDedupConfig": "zephyr.dedup.config",
+    "FuzzyDedupConfig": "zephyr.dedup.config",
+    "PRESETS": "zephyr.dedup.config",
+    "exact_dedup": "zephyr.dedup.exact",
+    "paragraph_dedup": "zephyr.dedup.exact",
+    "fuzzy_dedup": "zephyr.dedup.fuzzy",
+    "SignatureIndex": "zephyr.dedup.fuzzy",
+    "lsh_threshold": "zephyr.dedup.lsh",
+    "optimal_bands": "zephyr.dedup.lsh",
+    "pair_scores": "zephyr.dedup.evaluate",
+    "exact_dedup_dataset": "zephyr.dedup.stages",
+    "paragraph_dedup_dataset": "zephyr.dedup.stages",
+    "fuzzy_dedup_dataset": "zephyr.dedup.stages",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'zephyr.dedup' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

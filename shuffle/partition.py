@@ -3,7 +3,7 @@
 Hash partitioning uses one 64-bit hash per row of the key columns (``KEY_HASH``). The same column is the sort
 key of every spilled run of a hash shuffle, so reducers merge runs on a single ``uint64`` and group equal keys
 (which share a hash) into the same emitted batch; the real key columns decide the groups inside that batch.
-Key columns are cast to canonical types first (all integers to Int64, all strings to String), so an ``int32``
+Key columns are cast to canonical types first (integers to Int64 — UInt64 by bit pattern — strings to String), so an ``int32``
 key on one side of a join hashes like an ``int64`` key on the other. Hashes come from polars ``hash_rows``
 with fixed seeds: stable between runs and processes of one polars version (keep versions equal on a cluster).
 """
@@ -41,7 +41,9 @@ def canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     exprs = []
     for name in keys:
         dtype = frame.schema[name]
-        if dtype.is_integer():
+        if dtype == pl.UInt64:  # keep the bit pattern: values above 2**63 (hashes) must not overflow
+            exprs.append(pl.col(name).reinterpret(signed=True))
+        elif dtype.is_integer():
             exprs.append(pl.col(name).cast(pl.Int64))
         elif dtype == pl.Categorical or dtype == pl.Enum:
             exprs.append(pl.col(name).cast(pl.String))

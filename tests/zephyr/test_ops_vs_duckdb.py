@@ -190,3 +190,12 @@ def test_non_decomposable_aggregations(how):
     got = zephyr.from_arrow(table, num_shards=2).group_by("k", num_partitions=2).agg(out=("v", how)).sort("k").to_arrow(**RUN)
     want = {"sum": [5, 3], "n_unique": [2, 1], "list": [[1, 2, 2], [3]]}[how]
     assert got.column("out").to_pylist() == want
+
+
+def test_uint64_keys_above_int64_range():
+    keys = pa.array([2**64 - 1, 2**63, 5, 2**64 - 1], pa.uint64())
+    ds = zephyr.from_arrow(pa.table({"h": keys, "x": [1, 2, 3, 4]}))
+    got = ds.group_by("h", num_partitions=3).agg(total=("x", "sum")).sort("h").to_arrow(**RUN)
+    assert got.to_pylist() == [{"h": 5, "total": 3}, {"h": 2**63, "total": 2}, {"h": 2**64 - 1, "total": 5}]
+    joined = ds.join(ds.deduplicate("h").select("h"), on="h", num_partitions=2).count(**RUN)
+    assert joined == 4

@@ -1,0 +1,203 @@
+"""``zephyr dedup exact|fuzzy``: the dedup command line (registered by ``zephyr.cli``).
+
+::
+
+    zephyr dedup exact INPUT... --output DIR [--level document|paragraph] [--normalize default|none|simplify]
+                       [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
+    zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
+                       [--shingle word|char] [--bands B --rows R] [--num-perm K] [--no-verify]
+                       [--mode annotate|remove] [--text-column text] [--id-column id]
+
+Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
+as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
+``DIR/_dedup_stats.json`` holds the job statistics (per stage rows in/out/dropped/rejected, counters with
+the cluster-size histogram ``dedup/cluster_size=N``). Rows with null text pass through unchanged and are
+counted (``dedup/null_text``). Imports of the engine happen inside the handlers, so ``zephyr --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from typing import Any
+
+__all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+_JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".ndjson")
+
+
+def _read(inputs: list[str]):
+    import zephyr
+
+    if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
+        return zephyr.read_jsonl(inputs)
+    if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
+        from zephyr.errors import ConfigError
+
+        raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
+    return zephyr.read_parquet(inputs)
+
+
+def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
+    stats = dict(result.stats)
+    stats["dedup"] = extra
+    counters: dict[str, int] = {}
+    for stage in stats.get("stages", []):
+        for key, value in (stage.get("counters") or {}).items():
+            if key.startswith("dedup/"):
+                counters[key] = counters.get(key, 0) + value
+    hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
+    stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
+    stats["dedup"]["counters"] = counters
+    os.makedirs(output, exist_ok=True)
+    with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
+    return 0
+
+
+def _exact(args: argparse.Namespace) -> int:
+    from zephyr.dedup.stages import exact_dedup_dataset, paragraph_dedup_dataset
+
+    from zephyr.cli import execution_options
+
+    opts = execution_options(args)
+    ds = _read(args.inputs)
+    if args.level == "paragraph":
+        out = paragraph_dedup_dataset(
+            ds,
+            text_column=args.text_column,
+            id_column=args.id_column,
+            normalize=args.normalize,
+            mode=args.mode,
+        )
+    else:
+        out = exact_dedup_dataset(
+            ds,
+            text_column=args.text_column,
+            id_column=args.id_column,
+            normalize=args.normalize,
+            mode=args.mode,
+            priority_column=args.priority_column,
+        )
+    result = out.write_parquet(args.output, **_kwargs(opts))
+    return _finish(
+        result,
+        args.output,
+        {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode},
+    )
+
+
+def _kwargs(opts: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+
+
+def _fuzzy_config(args: argparse.Namespace):
+    from zephyr.dedup.config import FuzzyDedupConfig
+
+    overrides: dict[str, Any] = {"threshold": args.threshold, "verify": not args.no_verify}
+    for name in ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    if args.preset:
+        return FuzzyDedupConfig.from_preset(args.preset, **overrides)
+    return FuzzyDedupConfig(**overrides)
+
+
+def _fuzzy(args: argparse.Namespace) -> int:
+    from zephyr.dedup.stages import fuzzy_dedup_dataset
+
+    from zephyr.cli import execution_options
+
+    config = _fuzzy_config(args)
+    opts = execution_options(args)
+    bands, rows = config.bands_rows()
+    logger.warning(
+        "fuzzy dedup: %s %d-grams, %d bands x %d rows = %d permutations, LSH threshold (1/b)^(1/r) = %.3f, "
+        "Jaccard threshold %.2f, verification %s",
+        config.shingle,
+        config.ngram,
+        bands,
+        rows,
+        config.num_perm_resolved,
+        config.lsh_threshold,
+        config.threshold,
+        "on" if config.verify else "off",
+    )
+    out = fuzzy_dedup_dataset(
+        _read(args.inputs),
+        config,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        mode=args.mode,
+        priority_column=args.priority_column,
+        execution=_kwargs(opts),
+    )
+    result = out.write_parquet(args.output, **_kwargs(opts))
+    return _finish(
+        result,
+        args.output,
+        {
+            "kind": "fuzzy",
+            "config": config.to_dict(),
+            "bands": bands,
+            "rows": rows,
+            "lsh_threshold": config.lsh_threshold,
+            "mode": args.mode,
+        },
+    )
+
+
+def _common_io(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
+    )
+    p.add_argument("--output", required=True, help="output directory (Parquet parts + _dedup_stats.json)")
+    p.add_argument(
+        "--mode",
+        choices=("annotate", "remove"),
+        default="annotate",
+        help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
+    )
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--id-column", default="id", help="unique id; the minimum id of a cluster is kept")
+    p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
+
+
+def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
+    dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
+    sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
+    sub.required = True
+
+    exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
+    _common_io(exact)
+    exact.add_argument("--level", choices=("document", "paragraph"), default="document")
+    exact.add_argument(
+        "--normalize",
+        choices=("default", "none", "simplify"),
+        default="default",
+        help="default: NFC + lower case + whitespace collapse; none: byte-exact",
+    )
+    exact.set_defaults(func=_exact)
+
+    fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
+    _common_io(fuzzy)
+    fuzzy.add_argument("--threshold", type=float, default=0.8, help="Jaccard threshold (default 0.8)")
+    fuzzy.add_argument("--preset", choices=("datatrove", "nemo", "redpajama"), default=None)
+    fuzzy.add_argument("--ngram", type=int, default=None, help="shingle length (default 5)")
+    fuzzy.add_argument("--shingle", choices=("word", "char"), default=None)
+    fuzzy.add_argument("--normalize", choices=("default", "none", "simplify"), default=None)
+    fuzzy.add_argument("--bands", type=int, default=None)
+    fuzzy.add_argument("--rows", type=int, default=None)
+    fuzzy.add_argument("--num-perm", type=int, default=None)
+    fuzzy.add_argument("--seed", type=int, default=None)
+    fuzzy.add_argument("--no-verify", action="store_true", help="skip the exact Jaccard check of candidates")
+    fuzzy.set_defaults(func=_fuzzy)

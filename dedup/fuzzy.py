@@ -1,0 +1,303 @@
+"""Fuzzy (MinHash-LSH) dedup as plain functions on ``pyarrow.Table`` or record batches.
+
+Pipeline: normalize → shingle hashes → MinHash signatures → band hashes → candidate edges (each bucket
+member to the bucket minimum) → verification (true Jaccard of the shingle sets ≥ threshold; on by
+default) → connected components (min-label propagation) → cluster id (the smallest id), size and keep
+flag. ``SignatureIndex`` holds a deduplicated corpus A so a later corpus B can be deduped against it.
+
+>>> import pyarrow as pa
+>>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
+>>> t = pa.table({"id": [0, 1, 2], "text": [base, base.replace("today", "again"), "something else entirely"]})
+>>> r = fuzzy_dedup(t, FuzzyDedupConfig(threshold=0.7, ngram=3))
+>>> r.table.select(["id", "dup_cluster", "dup_cluster_size", "dup_keep"]).to_pylist()[1]
+{'id': 1, 'dup_cluster': 0, 'dup_cluster_size': 2, 'dup_keep': False}
+>>> index = SignatureIndex.build(t.slice(0, 1), FuzzyDedupConfig(threshold=0.7, ngram=3))
+>>> fuzzy_dedup(t.slice(1), index.config, index=index, mode="remove").table["id"].to_pylist()
+[2]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from zephyr.dedup.clusters import (
+    DedupResult,
+    apply_mode,
+    as_table,
+    cluster_columns,
+    id_ranks,
+    require_column,
+    size_histogram,
+)
+from zephyr.dedup.components import connected_components
+from zephyr.dedup.config import FuzzyDedupConfig
+from zephyr.dedup.lsh import candidate_edges, unique_edges
+from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
+from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
+from zephyr.dedup.verify import jaccard
+
+from zephyr.errors import ConfigError, InputError, ResumeError
+
+__all__ = ["fuzzy_dedup", "SignatureIndex", "compute_signatures", "INDEX_FORMAT", "INDEX_VERSION"]
+
+logger = logging.getLogger(__name__)
+
+INDEX_FORMAT = "zephyr.dedup.signature_index"
+INDEX_VERSION = 1
+
+
+def compute_signatures(
+    texts: pa.Array | pa.ChunkedArray, config: FuzzyDedupConfig
+) -> tuple[Shingles, np.ndarray]:
+    """(shingles, ``(n, bands)`` band hashes) of a text column: the per-batch kernel of every surface."""
+    shingles = shingle_hashes(texts, kind=config.shingle, n=config.ngram, normalize=config.normalize)
+    bands, rows = config.bands_rows()
+    perms = make_permutations(config.num_perm_resolved, seed=config.seed, scheme=config.scheme)
+    return shingles, band_hashes(signatures(shingles, perms), bands, rows)
+
+
+@dataclass
+class SignatureIndex:
+    """Band hashes and shingle sets of a reference corpus (A), for deduping later corpora against it.
+
+    On disk (``save``/``load``): one Parquet file with columns ``id`` (the corpus' id type), ``bands``
+    (``fixed_size_list<uint64>[bands]``) and ``shingles`` (``large_list<uint64>``, the sorted set), and the
+    schema metadata key ``zephyr.dedup`` = JSON ``{"format": "zephyr.dedup.signature_index",
+    "version": 1, "fingerprint": ..., "config": {...}}``. A config whose signature fingerprint differs
+    (shingling, permutations) is refused.
+    """
+
+    config: FuzzyDedupConfig
+    ids: pa.Array
+    bands: np.ndarray
+    shingles: Shingles
+
+    @classmethod
+    def build(
+        cls, data: Any, config: FuzzyDedupConfig, *, text_column: str = "text", id_column: str = "id"
+    ) -> SignatureIndex:
+        """Index corpus A (its null/empty texts are left out); A should already be deduplicated."""
+        table = as_table(data)
+        texts = require_column(table, text_column, "text")
+        ids = require_column(table, id_column, "id").combine_chunks()
+        shingles, bands = compute_signatures(texts, config)
+        has = shingles.counts > 0
+        order = np.flatnonzero(has)[
+            np.argsort(id_ranks(table.filter(pa.array(has)), id_column), kind="stable")
+        ]
+        sets = unique_sets(shingles)
+        keep_sets = _select(sets, order)
+        return cls(
+            config=config,
+            ids=ids.take(pa.array(order, type=pa.int64())),
+            bands=bands[order],
+            shingles=keep_sets,
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def save(self, path: str) -> str:
+        """Write the index to ``path`` (a file name ending in .parquet, or a directory)."""
+        if not path.endswith(".parquet"):
+            os.makedirs(path, exist_ok=True)
+            path = os.path.join(path, "signature_index.parquet")
+        width = self.bands.shape[1]
+        bands = pa.FixedSizeListArray.from_arrays(pa.array(self.bands.reshape(-1), pa.uint64()), width)
+        sets = pa.LargeListArray.from_arrays(pa.array(self.shingles.offsets), pa.array(self.shingles.hashes))
+        meta = {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "fingerprint": self.config.signature_fingerprint(),
+            "config": self.config.to_dict(),
+        }
+        table = pa.table({"id": self.ids, "bands": bands, "shingles": sets})
+        table = table.replace_schema_metadata({"zephyr.dedup": json.dumps(meta, sort_keys=True)})
+        pq.write_table(table, path, compression="zstd")
+        return path
+
+    @classmethod
+    def load(cls, path: str) -> SignatureIndex:
+        if os.path.isdir(path):
+            path = os.path.join(path, "signature_index.parquet")
+        try:
+            table = pq.read_table(path)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise InputError(f"cannot read signature index: {exc}", path=path) from exc
+        raw = (table.schema.metadata or {}).get(b"zephyr.dedup")
+        meta = json.loads(raw) if raw else {}
+        if meta.get("format") != INDEX_FORMAT or meta.get("version") != INDEX_VERSION:
+            raise InputError(
+                f"not a zephyr signature index (format {meta.get('format')!r}, version {meta.get('version')!r}; "
+                f"expected {INDEX_FORMAT!r} version {INDEX_VERSION}); rebuild it with SignatureIndex.build",
+                path=path,
+            )
+        config = FuzzyDedupConfig(**meta["config"])
+        bands = table["bands"].combine_chunks()
+        width = bands.type.list_size
+        band_arr = np.asarray(bands.flatten(), dtype=np.uint64).reshape(-1, width)
+        sets = table["shingles"].combine_chunks()
+        offsets = np.asarray(sets.offsets, dtype=np.int64)
+        hashes = np.asarray(sets.flatten(), dtype=np.uint64)
+        return cls(
+            config=config,
+            ids=table["id"].combine_chunks(),
+            bands=band_arr,
+            shingles=Shingles(hashes=hashes, offsets=offsets - offsets[0]),
+        )
+
+    def check_compatible(self, config: FuzzyDedupConfig) -> None:
+        if config.signature_fingerprint() != self.config.signature_fingerprint() or (
+            config.bands_rows() != self.config.bands_rows()
+        ):
+            raise ResumeError(
+                "the signature index was built with another shingling/permutation/banding config "
+                f"({self.config.to_dict()}) than the one given ({config.to_dict()}); "
+                "pass index.config, or rebuild the index"
+            )
+
+
+def _select(shingles: Shingles, docs: np.ndarray) -> Shingles:
+    counts = shingles.counts[docs]
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    from zephyr.dedup.verify import gather_sets
+
+    hashes, _ = gather_sets(shingles, docs)
+    return Shingles(hashes=hashes, offsets=offsets)
+
+
+def _concat(a: Shingles, b: Shingles) -> Shingles:
+    return Shingles(
+        hashes=np.concatenate((a.hashes, b.hashes)),
+        offsets=np.concatenate((a.offsets, b.offsets[1:] + a.offsets[-1])),
+    )
+
+
+def fuzzy_dedup(
+    data: Any,
+    config: FuzzyDedupConfig | None = None,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+    index: SignatureIndex | None = None,
+) -> DedupResult:
+    """Near-duplicate dedup of one table; with ``index``, rows matching the indexed corpus are dropped too.
+
+    ``annotate`` adds ``dup_cluster`` (smallest id of the cluster; with an index, possibly an indexed id),
+    ``dup_cluster_size`` (members in this table plus matched indexed docs) and ``dup_keep``; ``remove``
+    keeps the rows with ``dup_keep``. Null texts pass through (null cluster, kept); texts without any
+    shingle (empty) are singletons.
+    """
+    config = config or FuzzyDedupConfig()
+    if mode not in ("annotate", "remove"):
+        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    if index is not None:
+        index.check_compatible(config)
+        if id_column is None:
+            raise ConfigError("deduping against an index needs an id column (id_column=...)")
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    table = as_table(data)
+    texts = require_column(table, text_column, "text")
+    n = table.num_rows
+    members = np.asarray(texts.is_valid()) if n else np.zeros(0, dtype=bool)
+    ranks = id_ranks(table, id_column)
+    shingles, bands = compute_signatures(texts, config)
+    timings["signatures_s"] = time.perf_counter() - t0
+    has = shingles.counts > 0
+    n_index = len(index) if index is not None else 0
+    # nodes: indexed docs first (ranks 0..n_index-1, they are "earlier" than anything new), then this table
+    node_rank = np.concatenate((np.arange(n_index, dtype=np.int64), ranks + n_index))
+    node_bands = np.concatenate((index.bands, bands)) if index is not None else bands
+    node_has = np.concatenate((np.ones(n_index, dtype=bool), has))
+    node_shingles = _concat(index.shingles, shingles) if index is not None else shingles
+    node_of_rank = np.empty(n_index + n, dtype=np.int64)
+    node_of_rank[node_rank] = np.arange(n_index + n, dtype=np.int64)
+    t1 = time.perf_counter()
+    active = np.flatnonzero(node_has)
+    raw = candidate_edges(node_bands[active], node_rank[active])
+    edges = unique_edges(raw)  # [larger rank, smaller rank]
+    if n_index:
+        edges = edges[edges[:, 0] >= n_index]  # pairs inside the index were settled when it was built
+    timings["candidates_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    if config.verify and len(edges):
+        sims = jaccard(node_shingles, node_of_rank[edges])
+        verified = edges[sims >= config.threshold]
+    else:
+        verified = edges
+    timings["verify_s"] = time.perf_counter() - t2
+    t3 = time.perf_counter()
+    labels_by_rank = connected_components(n_index + n, verified)
+    timings["components_s"] = time.perf_counter() - t3
+    labels_all = labels_by_rank[node_rank[n_index:]]  # per row of this table, in node-rank space
+    matched_index = members & (labels_all < n_index)
+    # clusters over this table only: rank space of the table = node rank - n_index; clusters whose minimum
+    # is an indexed doc are relabelled to the smallest table member and all their rows are dropped
+    local_labels = np.where(matched_index, ranks, labels_all - n_index)
+    if n_index and matched_index.any():
+        rows = np.flatnonzero(matched_index)
+        order = np.lexsort((ranks[rows], labels_all[rows]))
+        lab = labels_all[rows][order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = lab[1:] != lab[:-1]
+        local_labels[rows[order]] = ranks[rows[order]][np.flatnonzero(first)][np.cumsum(first) - 1]
+    cluster, size, keep = cluster_columns(
+        table, ranks, local_labels, members, id_column=id_column, priority_column=priority_column
+    )
+    if n_index:
+        keep &= ~matched_index
+        if matched_index.any():
+            index_sizes = np.bincount(labels_by_rank[:n_index], minlength=n_index + n)
+            extra = np.where(matched_index, index_sizes[labels_all], 0)
+            size = pa.array(np.asarray(size.fill_null(0)) + extra, mask=~members, type=pa.int64())
+            index_ids = index.ids.take(pa.array(np.where(matched_index, labels_all, 0), type=pa.int64()))
+            cluster = pc.if_else(pa.array(matched_index), index_ids.cast(cluster.type), cluster)
+    out = apply_mode(table, cluster, size, keep, mode)
+    hist = size_histogram(local_labels, members)
+    b, r = config.bands_rows()
+    stats = {
+        "rows_in": n,
+        "rows_out": out.num_rows,
+        "rows_dropped": n - out.num_rows,
+        "rows_rejected": 0,
+        "null_text": int((~members).sum()),
+        "no_shingles": int((members & ~has).sum()),
+        "duplicates": int((~keep).sum()),
+        "matched_index": int(matched_index.sum()),
+        "candidate_edges": int(len(raw)),
+        "unique_edges": int(len(edges)),
+        "verified_edges": int(len(verified)),
+        "rejected_edges": int(len(edges) - len(verified)),
+        "clusters": int(sum(hist.values())),
+        "cluster_size_histogram": hist,
+        "bands": b,
+        "rows": r,
+        "lsh_threshold": config.lsh_threshold,
+        "threshold": config.threshold,
+        "verify": config.verify,
+        **{k: round(v, 4) for k, v in timings.items()},
+    }
+    logger.info(
+        "fuzzy dedup: %d rows, %d bands x %d rows (LSH threshold %.3f), %d candidate pairs, %d verified, %d duplicates",
+        n,
+        b,
+        r,
+        config.lsh_threshold,
+        len(edges),
+        len(verified),
+        stats["duplicates"],
+    )
+    return DedupResult(out, stats)

@@ -1,0 +1,91 @@
+"""LSH banding: threshold arithmetic and candidate edges from band buckets.
+
+A pair with Jaccard ``s`` shares at least one of ``b`` bands of ``r`` rows with probability
+``1 − (1 − s^r)^b``; the S-curve's midpoint is ``t ≈ (1/b)^(1/r)`` (Leskovec, Rajaraman & Ullman,
+*Mining of Massive Datasets*, §3.4.2; the same approximation is printed by datatrove's
+``dedup/minhash.py``). ``optimal_bands`` picks ``(b, r)`` by minimizing weighted false-positive and
+false-negative areas under that curve (the approach of datasketch's ``lsh._optimal_param``, integrated
+here with numpy).
+
+Candidate edges: documents are grouped by ``(band, band hash)``; every member of a bucket gets one edge
+to the bucket's smallest document (by rank), so a bucket of ``m`` documents costs ``m − 1`` edges, never
+``m²``.
+
+>>> round(lsh_threshold(14, 8), 3)
+0.719
+>>> import numpy as np
+>>> candidate_edges(np.array([[5], [5], [7], [5]], dtype=np.uint64), np.arange(4)).tolist()
+[[1, 0], [3, 0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zephyr.errors import ConfigError
+
+__all__ = ["lsh_threshold", "collision_probability", "optimal_bands", "candidate_edges", "unique_edges"]
+
+
+def lsh_threshold(bands: int, rows: int) -> float:
+    """Approximate Jaccard at which a pair becomes a candidate with probability ~1/2: ``(1/b)^(1/r)``."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def collision_probability(similarity: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """Probability that a pair of Jaccard ``similarity`` shares a bucket in at least one band."""
+    return 1.0 - (1.0 - np.asarray(similarity, dtype=np.float64) ** rows) ** bands
+
+
+def optimal_bands(
+    threshold: float, num_perm: int, *, false_positive_weight: float = 0.5, false_negative_weight: float = 0.5
+) -> tuple[int, int]:
+    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted FP + FN areas."""
+    if not 0.0 < threshold < 1.0:
+        raise ConfigError(f"threshold must be in (0, 1), got {threshold}")
+    lo = np.linspace(0.0, threshold, 201)
+    hi = np.linspace(threshold, 1.0, 201)
+    best: tuple[float, int, int] | None = None
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(collision_probability(lo, b, r), lo)
+            fn = np.trapezoid(1.0 - collision_probability(hi, b, r), hi)
+            err = false_positive_weight * fp + false_negative_weight * fn
+            if best is None or err < best[0] - 1e-15:
+                best = (err, b, r)
+    assert best is not None
+    return best[1], best[2]
+
+
+def candidate_edges(bands: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """``(m, 2)`` int64 edges ``[rank, bucket-min rank]`` from ``(num_docs, num_bands)`` band hashes.
+
+    ``ranks`` orders the documents (smaller = earlier = kept); rows whose band hashes should not take part
+    must be left out by the caller. Duplicate edges across bands are kept; see ``unique_edges``.
+    """
+    parts = []
+    ranks = np.asarray(ranks, dtype=np.int64)
+    for band in range(bands.shape[1]):
+        keys = bands[:, band]
+        order = np.lexsort((ranks, keys))
+        k = keys[order]
+        r = ranks[order]
+        new_group = np.ones(len(k), dtype=bool)
+        new_group[1:] = k[1:] != k[:-1]
+        group_min = r[np.flatnonzero(new_group)][np.cumsum(new_group) - 1]
+        member = ~new_group
+        parts.append(np.stack((r[member], group_min[member]), axis=1))
+    if not parts:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.concatenate(parts)
+
+
+def unique_edges(edges: np.ndarray) -> np.ndarray:
+    """Distinct edges, each as ``[larger, smaller]``, sorted (deterministic order)."""
+    if len(edges) == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    hi = np.maximum(edges[:, 0], edges[:, 1])
+    lo = np.minimum(edges[:, 0], edges[:, 1])
+    keep = hi != lo
+    pairs = np.unique(np.stack((hi[keep], lo[keep]), axis=1), axis=0)
+    return pairs.astype(np.int64, copy=False)

@@ -1,0 +1,195 @@
+"""Kernels against independent references: Python strings/sets, datasketch, big-int arithmetic, torch."""
+
+from __future__ import annotations
+
+import datasketch
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zephyr.dedup.components import connected_components
+from zephyr.dedup.hashing import poly_hash_bytes, xxh3_128_array
+from zephyr.dedup.lsh import candidate_edges, collision_probability, lsh_threshold, optimal_bands
+from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
+from zephyr.dedup.minhash_torch import signatures_torch
+from zephyr.dedup.normalize import normalize_text
+from zephyr.dedup.shingles import shingle_hashes
+from zephyr.dedup.verify import jaccard
+
+EDGE_TEXTS = [
+    "",
+    " ",
+    "\t\n  \u00a0",
+    "word",
+    "!!! ??? ...",
+    "x" * 1000 + " tail",
+    "Ünïcödé  ÉCOLE\u2003mixed\u3000spaces and 😀 emoji",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox!",
+    "a b c d e f g h i j k l m n o p",
+]
+
+
+def _ref_shingles(text: str, kind: str, n: int) -> set[bytes]:
+    toks = text.lower().split() if kind == "word" else list(" ".join(text.lower().split()))
+    if not toks:
+        return set()
+    sep = " " if kind == "word" else ""
+    grams = (
+        [sep.join(toks[i : i + n]) for i in range(len(toks) - n + 1)] if len(toks) >= n else [sep.join(toks)]
+    )
+    return {g.encode() for g in grams}
+
+
+def test_normalize_matches_python_lower_split():
+    out = normalize_text(pa.array(EDGE_TEXTS + [None]), "default").to_pylist()
+    assert out[-1] is None
+    for text, got in zip(EDGE_TEXTS, out):
+        assert got == " ".join(text.lower().split())
+
+
+@pytest.mark.parametrize(("kind", "n"), [("word", 5), ("word", 1), ("char", 3), ("char", 24)])
+def test_shingle_hashes_equal_reference(kind, n):
+    s = shingle_hashes(pa.array(EDGE_TEXTS + [None]), kind=kind, n=n)
+    assert len(s) == len(EDGE_TEXTS) + 1
+    assert s.counts[-1] == 0
+    for i, text in enumerate(EDGE_TEXTS):
+        got = {int(h) for h in s.hashes[s.offsets[i] : s.offsets[i + 1]]}
+        assert got == {poly_hash_bytes(g) for g in _ref_shingles(text, kind, n)}, text
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("ab c\n\u00e9\u00a0X"), max_size=40), min_size=1, max_size=8)
+)
+def test_shingles_property(texts):
+    s = shingle_hashes(pa.array(texts), kind="word", n=3)
+    for i, text in enumerate(texts):
+        got = {int(h) for h in s.hashes[s.offsets[i] : s.offsets[i + 1]]}
+        assert got == {poly_hash_bytes(g) for g in _ref_shingles(text, "word", 3)}
+
+
+def test_xxh3_128_array_matches_xxhash():
+    texts = ["", "a", "héllo", "x" * 10000]
+    d = xxh3_128_array(pa.array(texts, pa.large_string()).slice(0))
+    for i, text in enumerate(texts):
+        assert bytes(d[i]) == xxhash.xxh3_128_digest(text.encode())
+    sliced = xxh3_128_array(pa.array(texts).slice(1, 2))
+    assert bytes(sliced[0]) == xxhash.xxh3_128_digest(b"a")
+
+
+def test_signatures_equal_datasketch_affine64():
+    texts = [t for t in EDGE_TEXTS if t.split()]
+    perms = make_permutations(64, seed=7)
+    s = shingle_hashes(pa.array(texts), n=3)
+    sig = signatures(s, perms)
+    for i, text in enumerate(texts):
+        mh = datasketch.MinHash(
+            num_perm=64, hashfunc=poly_hash_bytes, permutations=(perms.a, perms.b), scheme="affine64"
+        )
+        mh.update_batch(sorted(_ref_shingles(text, "word", 3)))
+        np.testing.assert_array_equal(mh.hashvalues, sig[i])
+
+
+def test_signatures_mersenne61_equal_bigint_reference():
+    perms = make_permutations(16, seed=3, scheme="mersenne61")
+    text = EDGE_TEXTS[-1]
+    s = shingle_hashes(pa.array([text]), n=2)
+    sig = signatures(s, perms)
+    p = (1 << 61) - 1
+    for k in range(16):
+        a, b = int(perms.a[k]), int(perms.b[k])
+        ref = min(((a * poly_hash_bytes(g) + b) % (1 << 64)) % p for g in _ref_shingles(text, "word", 2))
+        assert int(sig[0, k]) == ref
+
+
+@pytest.mark.parametrize("scheme", ["affine64", "mersenne61"])
+def test_torch_signatures_equal_numpy_on_cpu(scheme):
+    perms = make_permutations(40, scheme=scheme)
+    s = shingle_hashes(pa.array(EDGE_TEXTS * 3), n=2)
+    np.testing.assert_array_equal(signatures_torch(s, perms, device="cpu"), signatures(s, perms))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", ["affine64", "mersenne61"])
+def test_torch_signatures_equal_numpy_on_cuda(scheme):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    perms = make_permutations(112, scheme=scheme)
+    s = shingle_hashes(pa.array(EDGE_TEXTS * 50), n=5)
+    np.testing.assert_array_equal(signatures_torch(s, perms, device="cuda"), signatures(s, perms))
+
+
+def test_empty_docs_get_empty_signature_and_equal_docs_equal_bands():
+    perms = make_permutations(16)
+    s = shingle_hashes(pa.array(["", "same words here", "same words here"]), n=2)
+    sig = signatures(s, perms)
+    assert (sig[0] == np.iinfo(np.uint64).max).all()
+    bands = band_hashes(sig, 4, 4)
+    np.testing.assert_array_equal(bands[1], bands[2])
+
+
+def test_lsh_threshold_and_optimal_bands():
+    assert lsh_threshold(14, 8) == pytest.approx((1 / 14) ** (1 / 8))
+    assert optimal_bands(0.8, 128) == (9, 13)  # RedPajama-v2's choice at 0.8
+    assert collision_probability(0.9, 14, 8) > 0.99
+    assert collision_probability(0.3, 14, 8) < 0.01
+
+
+def test_candidate_edges_are_linear_stars():
+    # one bucket of 50 docs in band 0 -> 49 edges, all to the minimum rank (not 1225 pairs)
+    bands = np.zeros((50, 1), dtype=np.uint64)
+    ranks = np.arange(50)[::-1].copy()
+    edges = candidate_edges(bands, ranks)
+    assert len(edges) == 49
+    assert set(edges[:, 1].tolist()) == {0}
+
+
+def test_jaccard_equals_python_sets():
+    texts = ["a b c d e f", "a b c d x y", "", "", "q r s"]
+    s = shingle_hashes(pa.array(texts), n=2)
+    edges = np.array([[0, 1], [2, 3], [0, 4], [1, 1]])
+    got = jaccard(s, edges)
+    for (u, v), j in zip(edges, got):
+        a, b = _ref_shingles(texts[u], "word", 2), _ref_shingles(texts[v], "word", 2)
+        ref = len(a & b) / len(a | b) if a | b else 1.0
+        assert j == pytest.approx(ref)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 60), st.lists(st.tuples(st.integers(0, 59), st.integers(0, 59)), max_size=80))
+def test_connected_components_equal_union_find(n, pairs):
+    edges = np.array([(u % n, v % n) for u, v in pairs], dtype=np.int64).reshape(-1, 2)
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for u, v in edges.tolist():
+        ru, rv = find(u), find(v)
+        if ru != rv:
+            parent[max(ru, rv)] = min(ru, rv)
+    ref = [min(i for i in range(n) if find(i) == find(x)) for x in range(n)]
+    assert connected_components(n, edges).tolist() == ref
+
+
+def test_jaccard_exact_on_structured_near_identical_texts():
+    # shingles one byte apart have polynomial hashes differing by multiples of the base: the batched
+    # (edge, shingle) keys must not collide across neighbouring edges (a bug once found on the corpus)
+    words = [f"tok{i}" for i in range(60)]
+    texts = []
+    for k in range(12):
+        w = list(words)
+        w[k * 4] = f"tok{k * 4}x"
+        texts.append(" ".join(w))
+    s = shingle_hashes(pa.array(texts), n=5)
+    edges = np.array([(i, j) for i in range(12) for j in range(i)], dtype=np.int64)
+    got = jaccard(s, edges)
+    for (u, v), j in zip(edges, got):
+        a, b = _ref_shingles(texts[u], "word", 5), _ref_shingles(texts[v], "word", 5)
+        assert j == len(a & b) / len(a | b)

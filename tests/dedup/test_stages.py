@@ -1,0 +1,242 @@
+"""Engine stages and the CLI: same clusters as the plain functions, deterministic bytes, duckdb parity."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup
+from zephyr.dedup.stages import exact_dedup_dataset, fuzzy_dedup_dataset
+
+import zephyr
+from zephyr.cli import main
+
+DUP_COLUMNS = ["id", "dup_cluster", "dup_cluster_size", "dup_keep"]
+# spawning local workers costs seconds per action: the local-executor runs of the multi-action fuzzy stage are
+# slow tests; the default suite covers the local executor with the single-action exact stage.
+EXECUTORS = [
+    pytest.param("inprocess", id="inprocess"),
+    pytest.param("local", id="local", marks=pytest.mark.slow),
+]
+WORDS = [f"w{i}" for i in range(300)]
+
+
+def _corpus(n_clusters: int = 12) -> pa.Table:
+    rng = random.Random(5)
+    rows = []
+    for c in range(n_clusters):
+        base = [rng.choice(WORDS) for _ in range(80)]
+        for v in range(1 + c % 3):
+            words = list(base)
+            if v:
+                words[rng.randrange(len(words))] = "edited"
+            rows.append({"id": f"d{c:02d}{v}", "text": " ".join(words), "source": "s" + str(c % 2)})
+    rows.append({"id": "nulltext", "text": None, "source": "s0"})
+    rows.append({"id": "exact1", "text": "Same  TEXT", "source": "s1"})
+    rows.append({"id": "exact0", "text": "same text", "source": "s0"})
+    rng.shuffle(rows)
+    return pa.Table.from_pylist(rows)
+
+
+def _norm(t: pa.Table) -> pa.Table:
+    t = t.select(DUP_COLUMNS).sort_by("id")
+    return t.cast(
+        pa.schema(
+            [
+                pa.field("id", pa.large_string()),
+                pa.field("dup_cluster", pa.large_string()),
+                pa.field("dup_cluster_size", pa.int64()),
+                pa.field("dup_keep", pa.bool_()),
+            ]
+        )
+    )
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_exact_stage_equals_plain_function(executor):
+    t = _corpus()
+    out = exact_dedup_dataset(zephyr.from_arrow(t, num_shards=2)).to_arrow(executor=executor, workers=2)
+    assert _norm(out).equals(_norm(exact_dedup(t).table))
+    assert set(out.column_names) >= set(t.column_names)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_fuzzy_stage_equals_plain_function(executor):
+    t = _corpus()
+    cfg = FuzzyDedupConfig(threshold=0.8)
+    ex = {"executor": executor, "workers": 2}
+    out = fuzzy_dedup_dataset(zephyr.from_arrow(t, num_shards=2), cfg, execution=ex).to_arrow(**ex)
+    ref = fuzzy_dedup(t, cfg).table
+    assert _norm(out).equals(_norm(ref))
+    removed = fuzzy_dedup_dataset(zephyr.from_arrow(t), cfg, mode="remove", execution=ex).to_arrow(**ex)
+    assert removed.num_rows == fuzzy_dedup(t, cfg, mode="remove").table.num_rows
+    assert "nulltext" in removed["id"].to_pylist()  # null text passes through
+
+
+def test_fuzzy_stage_external_components_equal_in_memory():
+    t = _corpus()
+    cfg = FuzzyDedupConfig(threshold=0.8)
+    ex = {"executor": "inprocess"}
+    out = fuzzy_dedup_dataset(zephyr.from_arrow(t, num_shards=2), cfg, execution=ex, in_memory_edges=0)
+    assert _norm(out.to_arrow(**ex)).equals(_norm(fuzzy_dedup(t, cfg).table))
+
+
+def _digests(directory) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.glob("*.parquet"))}
+
+
+@pytest.mark.slow
+def test_cli_fuzzy_same_bytes_for_1_and_2_workers_and_reruns(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    t = _corpus()
+    pq.write_table(t.slice(0, 15), src / "a.parquet")
+    pq.write_table(t.slice(15), src / "b.parquet")
+    runs = []
+    for i, workers in enumerate((1, 2, 2)):
+        out = tmp_path / f"out{i}"
+        rc = main(["dedup", "fuzzy", str(src), "--output", str(out), "--workers", str(workers)])
+        assert rc == 0
+        runs.append(_digests(out))
+    assert runs[0] == runs[1] == runs[2] and runs[0]
+    stats = json.loads((tmp_path / "out0" / "_dedup_stats.json").read_text())
+    hist = stats["dedup"]["cluster_size_histogram"]
+    assert sum(int(k) * v for k, v in hist.items()) == t.num_rows - 1  # every non-null row in one cluster
+    result = pq.read_table(tmp_path / "out0")
+    assert set(t.column_names) <= set(result.column_names) and result.num_rows == t.num_rows
+
+
+def test_cli_exact_same_bytes_for_1_and_2_workers(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    t = _corpus()
+    pq.write_table(t.slice(0, 15), src / "a.parquet")
+    pq.write_table(t.slice(15), src / "b.parquet")
+    runs = []
+    for i, workers in enumerate((1, 2)):
+        out = tmp_path / f"out{i}"
+        assert main(["dedup", "exact", str(src), "--output", str(out), "--workers", str(workers)]) == 0
+        runs.append(_digests(out))
+    assert runs[0] == runs[1] and runs[0]  # reruns: test_cli_fuzzy_inprocess_reruns_same_bytes
+
+
+def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
+    pq.write_table(_corpus(), tmp_path / "in.parquet")
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"out{i}"
+        assert (
+            main(
+                [
+                    "dedup",
+                    "fuzzy",
+                    str(tmp_path / "in.parquet"),
+                    "--output",
+                    str(out),
+                    "--executor",
+                    "inprocess",
+                ]
+            )
+            == 0
+        )
+        runs.append(_digests(out))
+    assert runs[0] == runs[1] and runs[0]
+
+
+def test_cli_exact_none_keeps_count_distinct_like_duckdb(tmp_path):
+    texts = [f"row {i % 23}" + ("  " if i % 4 == 0 else "") for i in range(300)] + [None, ""]
+    t = pa.table({"id": [f"i{k:04d}" for k in range(len(texts))], "text": texts})
+    pq.write_table(t, tmp_path / "in.parquet")
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "dedup",
+            "exact",
+            str(tmp_path / "in.parquet"),
+            "--output",
+            str(out),
+            "--normalize",
+            "none",
+            "--mode",
+            "remove",
+            "--executor",
+            "inprocess",
+        ]
+    )
+    assert rc == 0
+    kept = pq.read_table(out)
+    path = str(tmp_path / "in.parquet")
+    distinct = duckdb.sql(f"select count(distinct text) from '{path}'").fetchall()[0][0]
+    assert kept.num_rows == distinct + 1  # + the null-text row, passed through
+    assert (
+        kept.filter(pa.compute.is_valid(kept["text"]))["text"].to_pylist()
+        == sorted(set(x for x in texts if x is not None), key=lambda s: texts.index(s))
+        or len(set(kept["text"].to_pylist())) == kept.num_rows
+    )
+
+
+def test_cli_paragraph_level_jsonl(tmp_path):
+    lines = [{"id": "b", "text": "shared\nb only"}, {"id": "a", "text": "shared\na only"}]
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "dedup",
+            "exact",
+            str(tmp_path / "in.jsonl"),
+            "--output",
+            str(out),
+            "--level",
+            "paragraph",
+            "--mode",
+            "remove",
+            "--executor",
+            "inprocess",
+        ]
+    )
+    assert rc == 0
+    got = dict(zip(*pq.read_table(out).select(["id", "text"]).to_pydict().values()))
+    assert got == {"a": "shared\na only", "b": "b only"}
+
+
+def test_cli_missing_column_is_a_clear_error(tmp_path, capsys):
+    pq.write_table(pa.table({"id": [1], "body": ["x"]}), tmp_path / "in.parquet")
+    rc = main(
+        [
+            "dedup",
+            "exact",
+            str(tmp_path / "in.parquet"),
+            "--output",
+            str(tmp_path / "o"),
+            "--executor",
+            "inprocess",
+        ]
+    )
+    assert rc != 0
+    assert "text column 'text' not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["datatrove", "nemo", "redpajama"])
+def test_cli_presets_run(tmp_path, preset):
+    pq.write_table(_corpus(4), tmp_path / "in.parquet")
+    rc = main(
+        [
+            "dedup",
+            "fuzzy",
+            str(tmp_path / "in.parquet"),
+            "--output",
+            str(tmp_path / "o"),
+            "--preset",
+            preset,
+            "--executor",
+            "inprocess",
+            "--mode",
+            "remove",
+        ]
+    )
+    assert rc == 0

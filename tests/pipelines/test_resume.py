@@ -1,0 +1,135 @@
+"""Resume after SIGKILL: finished stages are skipped, the interrupted stage skips its finished tasks, and the
+outputs are byte-identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from zephyr.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data" / "sample" / "sample.parquet"
+SHARDS = 6
+
+SLOW_MODULE = textwrap.dedent(
+    '''
+    """A deliberately slow batch function, so a test can kill a run in the middle of a stage."""
+    import time
+
+    import pyarrow.compute as pc
+    from zephyr.ops import BatchOutput
+
+
+    def slow_upper_source(table):
+        time.sleep(0.4)
+        short = pc.less(pc.utf8_length(table["text"]), 2000)
+        kept = table.filter(pc.invert(short))
+        return BatchOutput(kept=kept, dropped={"short": table.num_rows - kept.num_rows})
+    '''
+)
+
+
+@pytest.fixture
+def pipeline(tmp_path, monkeypatch):
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "slow_stage_mod.py").write_text(SLOW_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    data = tmp_path / "in.parquet"
+    pq.write_table(pq.read_table(SAMPLE).slice(0, 90), data)
+    config = {
+        "name": "resume",
+        "stages": [
+            {"stage": "read", "paths": [str(data)], "num_shards": SHARDS},
+            {"stage": "normalize"},
+            {"stage": "map", "name": "slow", "function": "slow_stage_mod:slow_upper_source"},
+            {"stage": "exact_dedup"},
+        ],
+    }
+    path = tmp_path / "resume.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _outputs(job: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(job)): p.read_bytes() for p in sorted(job.glob("*/part-*.parquet"))}
+
+
+def _markers(job: Path) -> list[Path]:
+    return list(job.glob("02-slow/_work/main/stage-*/_done/task-*.json"))
+
+
+def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
+    reference = tmp_path / "reference"
+    assert main(["run", str(pipeline), "--job-dir", str(reference), "--executor", "inprocess", "--no-report"]) == 0
+
+    job = tmp_path / "job"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zephyr.cli", "run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess",
+         "--no-report"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_markers(job)) < 2:
+            if proc.poll() is not None:
+                pytest.fail(f"zephyr run ended before the kill: {proc.stderr.read().decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail("no task of the slow stage finished within 120 s")
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    done_at_kill = len(_markers(job))
+    assert 2 <= done_at_kill < SHARDS, "the kill must land inside the slow stage"
+    assert (job / "01-normalize" / "_SUCCESS.json").is_file() and not (job / "02-slow" / "_SUCCESS.json").exists()
+    finished_parts = {p: p.stat().st_mtime_ns for p in job.glob("0[01]-*/part-*.parquet")}
+
+    assert main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
+    stats = {s["stage"]: s for s in json.loads((job / "stats.json").read_text())["stages"]}
+    assert stats["read"]["status"] == stats["normalize"]["status"] == "skipped"
+    assert {p: p.stat().st_mtime_ns for p in finished_parts} == finished_parts  # not rewritten
+    slow = stats["slow"]
+    assert slow["status"] == "ran" and slow["tasks"] == SHARDS
+    assert slow["tasks_resumed"] >= done_at_kill  # finished tasks were not run again
+    assert slow["rows_in"] == slow["rows_kept"] + slow["dropped_by_reason"].get("short", 0)
+    assert _outputs(job) == _outputs(reference)  # byte-identical to the uninterrupted run
+    ref_stats = {s["stage"]: s for s in json.loads((reference / "stats.json").read_text())["stages"]}
+    for name in stats:
+        for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined", "dropped_by_reason", "per_source"):
+            assert stats[name][key] == ref_stats[name][key], (name, key)
+
+
+def test_from_reruns_and_until_stops(pipeline, tmp_path, capsys):
+    job = tmp_path / "job"
+    argv = ["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
+    assert main([*argv, "--until", "normalize"]) == 0
+    assert sorted(p.name for p in job.iterdir() if p.is_dir()) == ["00-read", "01-normalize"]
+    capsys.readouterr()
+    assert main([*argv, "--from", "normalize", "--until", "normalize"]) == 0
+    err = capsys.readouterr().err
+    assert "read (read): skipped, before --from" in err and "normalize (normalize): done" in err
+    assert main([*argv, "--from", "exact_dedup"]) == 1
+    assert "stage 'slow' before it is not complete" in capsys.readouterr().err
+    # a changed config reruns the changed stage and everything after it, not the stages before
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--set", "stages.normalize.collapse_whitespace=false"]) == 0
+    err = capsys.readouterr().err
+    assert "read (read): skipped" in err
+    assert all(f"{name}): done" in err for name in ("normalize", "map", "exact_dedup"))
