@@ -32,8 +32,19 @@ of W' resumes at g = consumed + r'. ``set_weights`` changes the mixture from the
 counts carry over, so nothing is repeated or skipped within a source's epoch.
 
 Each yielded sample is a dict of int64 tensors ``input_ids``, ``labels`` and ``positions``, each
-``[seq_len]`` (``[batch_size, seq_len]`` with ``batch_size``); ``positions`` restart at 0 at each document
-start, for document-masked attention (e.g. ``positions == 0`` marks the boundaries).
+``[seq_len]`` (``[batch_size, seq_len]`` with ``batch_size`` or ``iter_batches``); ``positions`` restart at
+0 at each document start, for document-masked attention (e.g. ``positions == 0`` marks the boundaries).
+
+Gathering (the hot path). Samples are planned 4096 at a time (source choice, counters, Feistel permutation,
+shard and token offset, and each window's position *segments*: all vectorized; the segments come from one
+``searchsorted`` of the windows in the source's document starts — every shard's offsets folded into one
+sorted array in stream coordinates, built on first use, replacing per-shard offset arrays). A batch (64
+samples at a time for single samples) is then one slice copy per sample from the memory-mapped shard into a
+buffer in the token dtype, one widening cast per field, and one ``np.repeat`` of its slice of the segments
+for the positions. The three fields are contiguous views of one ``[3, n, seq_len]`` int64 tensor; inside
+DataLoader workers that tensor is allocated in shared memory, so handing it over copies nothing more.
+Single samples are row views of the gathered block. benchmarks/loader_throughput.py measures it against
+the numpy memmap limit (rows in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -60,7 +71,9 @@ log = logging.getLogger(__name__)
 Packing = Literal["tokens", "documents"]
 STATE_VERSION = 1
 IGNORE_INDEX = -100
-_PLAN_BLOCK = 256
+_PLAN_SAMPLES = 4096  # rank-local samples planned per vectorized block (rounded up to whole items)
+_SAMPLE_GATHER = 64  # samples gathered at once when yielding single samples
+_FIELDS = ("input_ids", "labels", "positions")
 
 
 @dataclass
@@ -73,10 +86,15 @@ class _Source:
     packing: Packing
     shard_samples: np.ndarray = field(init=False)
     cum_samples: np.ndarray = field(init=False)
+    token_base: np.ndarray = field(init=False)  # stream position of each shard's first token, + the total
+    doc_base: np.ndarray = field(init=False)  # index of each shard's first document, + the total
+    _doc_starts: np.ndarray | None = field(init=False, default=None)
     _spans: dict[int, tuple[np.ndarray, np.ndarray]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         shards = self.store.manifest.shards
+        self.token_base = np.concatenate([[0], np.cumsum([s.num_tokens for s in shards])]).astype(np.int64)
+        self.doc_base = np.concatenate([[0], np.cumsum([s.num_documents for s in shards])]).astype(np.int64)
         if self.packing == "tokens":
             counts = [max(0, (s.num_tokens - 1) // self.seq_len) for s in shards]
         else:
@@ -89,16 +107,42 @@ class _Source:
                 f"({self.store.manifest.num_tokens} tokens in {len(shards)} shards); lower seq_len"
             )
 
+    def __getstate__(self) -> dict:
+        # spawned DataLoader workers rebuild the document starts from the (verified) offsets files instead of
+        # receiving a copy through a pipe; forked ones inherit them
+        return {**self.__dict__, "_doc_starts": None}
+
     @property
     def num_samples(self) -> int:
         return int(self.cum_samples[-1])
+
+    def doc_starts(self) -> np.ndarray:
+        """Every document start of the set in stream coordinates (shard k's token t is at
+        ``token_base[k] + t``), then the total token count: one sorted int64 array, so the documents of a
+        whole batch are found with one ``searchsorted``. Built on first use from every shard's offsets file
+        (each verified); it replaces per-shard offset arrays, so it costs no extra memory.
+        """
+        if self._doc_starts is None:
+            shards = self.store.manifest.shards
+            starts = np.empty(int(self.doc_base[-1]) + 1, dtype=np.int64)
+            for k in range(len(shards)):
+                lo, hi = int(self.doc_base[k]), int(self.doc_base[k + 1])
+                np.add(self.store.offsets(k)[:-1], self.token_base[k], out=starts[lo:hi])
+            starts[-1] = self.token_base[-1]
+            self._doc_starts = starts
+        return self._doc_starts
+
+    def shard_offsets(self, shard: int) -> np.ndarray:
+        """One shard's document offsets (shard-local, documents + 1), from ``doc_starts``."""
+        lo, hi = int(self.doc_base[shard]), int(self.doc_base[shard + 1])
+        return self.doc_starts()[lo : hi + 1] - self.token_base[shard]
 
     def _doc_spans(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
         """(start, length) of each document-aligned sample of a shard (greedy whole-document fill)."""
         cached = self._spans.get(shard)
         if cached is not None:
             return cached
-        offsets = self.store.offsets(shard)
+        offsets = self.shard_offsets(shard)
         capacity = self.seq_len + 1
         starts: list[int] = []
         lengths: list[int] = []
@@ -118,16 +162,17 @@ class _Source:
         return spans
 
     def locate(self, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(shard, token start, length) of source-local sample indices."""
+        """(shard, token start, length) of source-local sample indices (vectorized, one pass per shard)."""
         shard = np.searchsorted(self.cum_samples, sample, side="right") - 1
         local = sample - self.cum_samples[shard]
         if self.packing == "tokens":
             return shard, local * self.seq_len, np.full(len(sample), self.seq_len + 1, dtype=np.int64)
         starts = np.empty(len(sample), dtype=np.int64)
         lengths = np.empty(len(sample), dtype=np.int64)
-        for i, (s, j) in enumerate(zip(shard.tolist(), local.tolist())):
+        for s in np.unique(shard).tolist():
+            sel = shard == s
             spans = self._doc_spans(s)
-            starts[i], lengths[i] = spans[0][j], spans[1][j]
+            starts[sel], lengths[sel] = spans[0][local[sel]], spans[1][local[sel]]
         return shard, starts, lengths
 
 
@@ -135,12 +180,32 @@ class _Source:
 class _Plan:
     """The next rank-local samples, planned as one vectorized block."""
 
-    g: np.ndarray  # global indices
     source: np.ndarray
     shard: np.ndarray
     start: np.ndarray
     length: np.ndarray
     counts_end: np.ndarray  # per-source counters after the block's last global index
+    segments: _Segments | None = None  # position segments of all the block's samples (filled lazily)
+
+
+@dataclass
+class _Segments:
+    """The position segments of n samples, in CSR form: the segments of sample j are ``ptr[j]:ptr[j+1]``.
+
+    On the flattened ``[n, seq_len]`` grid a segment covers ``length[k]`` tokens, and the position of flat
+    token f inside it is ``f - origin[k]`` (origin = the flat index where its document, or the padding,
+    began: before the row for a window that starts inside a document).
+    """
+
+    origin: np.ndarray
+    length: np.ndarray
+    ptr: np.ndarray
+
+    def positions(self, first: int, n: int, seq_len: int, out: np.ndarray) -> None:
+        """``out[:n]`` = positions of samples ``first .. first + n - 1``: one ``np.repeat``, one subtraction."""
+        a, b = int(self.ptr[first]), int(self.ptr[first + n])
+        origin = self.origin[a:b] - first * seq_len  # rebase the flat grid at row `first`
+        np.subtract(_ramp(n * seq_len), np.repeat(origin, self.length[a:b]), out=out.reshape(-1))
 
 
 class TokenLoader(torch.utils.data.IterableDataset):
@@ -216,7 +281,11 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._start_counts = np.zeros(len(self._sources), dtype=np.int64)
         self._yielded = 0
         self._weights_version = 0
+        self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
         self._arange = np.arange(seq_len, dtype=np.int64)
+        # gather buffer dtype: the widest token dtype of the sources (a mixture may mix uint16 and uint32)
+        self._buffer_dtype = np.result_type(*[src.store.manifest.dtype for src in self._sources])
+        self._shard_stride = max(len(src.store.manifest.shards) for src in self._sources)
 
     # ---- configuration ---------------------------------------------------------------------------------
     def _check_weights(self, weights: Mapping[str, float]) -> np.ndarray:
@@ -262,17 +331,36 @@ class TokenLoader(torch.utils.data.IterableDataset):
         return self._start + self._yielded * self.world_size
 
     def _counts_at(self, g_end: int) -> np.ndarray:
-        counts = self._start_counts.copy()
-        for lo in range(self._start, g_end, 1 << 20):
-            hi = min(g_end, lo + (1 << 20))
-            counts += np.bincount(self._choose(np.arange(lo, hi)), minlength=len(self._sources))
+        """Per-source counters at global index ``g_end`` (>= the start).
+
+        One source: every index drew from it. A mixture replays the choices from the last computed point
+        (cached), so calling ``state_dict()`` every step costs O(samples per step), not O(consumed).
+        """
+        if len(self._sources) == 1:
+            return self._start_counts + (g_end - self._start)
+        cached_g, cached = self._counts_cache
+        lo, counts = (
+            (cached_g, cached.copy())
+            if self._start <= cached_g <= g_end
+            else (
+                self._start,
+                self._start_counts.copy(),
+            )
+        )
+        for block in range(lo, g_end, 1 << 20):
+            hi = min(g_end, block + (1 << 20))
+            counts += np.bincount(self._choose(np.arange(block, hi)), minlength=len(self._sources))
+        self._counts_cache = (g_end, counts.copy())
         return counts
+
+    def _set_start(self, g: int, counts: np.ndarray) -> None:
+        self._start, self._start_counts, self._yielded = g, counts, 0
+        self._counts_cache = (g, counts.copy())
 
     def _rebase(self) -> None:
         """Move the start to the current position (needed before the weights change)."""
         g = self.consumed
-        self._start_counts = self._counts_at(g)
-        self._start, self._yielded = g, 0
+        self._set_start(g, self._counts_at(g))
 
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
@@ -312,7 +400,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         weights = np.asarray(state["weights"], dtype=np.float64)
         if len(counts) != len(self._sources) or len(weights) != len(self._sources):
             raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
-        self._start, self._start_counts, self._yielded = int(state["consumed"]), counts, 0
+        self._set_start(int(state["consumed"]), counts)
         self._weights = weights
         self._weights_version += 1
 
@@ -335,15 +423,22 @@ class TokenLoader(torch.utils.data.IterableDataset):
         ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
         replayed (vectorized) so each source's counter, hence its permutation position, is exact.
         """
-        width = self.world_size
-        all_g = np.arange(base_g, base_g + count * width, dtype=np.int64)
-        choice = self._choose(all_g)
-        onehot = np.zeros((len(all_g), len(self._sources)), dtype=np.int64)
-        onehot[np.arange(len(all_g)), choice] = 1
-        before = np.cumsum(onehot, axis=0) - onehot + base_counts  # counters before each global index
-        mine = np.arange(count) * width + self.rank
-        g, source = all_g[mine], choice[mine]
-        n = before[mine, source]
+        width, num_sources = self.world_size, len(self._sources)
+        mine = np.arange(count, dtype=np.int64) * width + self.rank  # offsets from base_g of this rank's g
+        if num_sources == 1:  # every global index draws from the one source: its counter is base + offset
+            source = np.zeros(count, dtype=np.int64)
+            n = base_counts[0] + mine
+            counts_end = base_counts + count * width
+        else:
+            choice = self._choose(np.arange(base_g, base_g + count * width, dtype=np.int64))
+            source = choice[mine]
+            n = np.empty(count, dtype=np.int64)
+            counts_end = base_counts.copy()
+            for s in range(num_sources):
+                drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
+                sel = source == s
+                n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
+                counts_end[s] += int(drawn[-1])
         shard = np.empty(count, dtype=np.int64)
         start = np.empty(count, dtype=np.int64)
         length = np.empty(count, dtype=np.int64)
@@ -351,113 +446,203 @@ class TokenLoader(torch.utils.data.IterableDataset):
             sel = np.flatnonzero(source == s)
             if not len(sel):
                 continue
-            epoch = n[sel] // src.num_samples
-            local = n[sel] % src.num_samples
-            sample = np.empty(len(sel), dtype=np.int64)
-            for e in np.unique(epoch).tolist():
-                in_epoch = epoch == e
-                sample[in_epoch] = permute(
-                    local[in_epoch], src.num_samples, derive_key(self._source_keys[s], e)
-                )
+            epoch, local = np.divmod(n[sel], src.num_samples)
+            epochs, which = np.unique(epoch, return_inverse=True)  # a block spans few epochs (many if tiny)
+            keys = np.array([derive_key(self._source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
+            sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
             shard[sel], start[sel], length[sel] = src.locate(sample)
-        counts_end = base_counts + onehot.sum(axis=0)  # counters after all count * W global indices
-        return _Plan(g, source, shard, start, length, counts_end)
+        return _Plan(source, shard, start, length, counts_end)
+
+    # ---- gathering -------------------------------------------------------------------------------------
+    def _segments(
+        self, source: np.ndarray, shard: np.ndarray, start: np.ndarray, length: np.ndarray
+    ) -> _Segments:
+        """Position segments of any number of samples, vectorized over all of them.
+
+        Per source one ``searchsorted`` of the windows in its document starts gives each window's document
+        and the documents starting strictly inside it; documents packing adds a segment for the padding
+        (and drops document starts inside it). Sorted on the flattened grid, the segment starts give the
+        lengths by differences. Done once per plan block (4096 samples), so a batch only slices it.
+        """
+        n, L = len(start), self.seq_len
+        heads = np.arange(0, n * L, L, dtype=np.int64)
+        head_origin = heads.copy()  # minus the position of each window's first token in its document
+        keys = [heads]  # flat starts of every segment: row heads, then document starts and padding
+        for s, src in enumerate(self._sources):
+            rows = np.arange(n) if len(self._sources) == 1 else np.flatnonzero(source == s)
+            if not len(rows):
+                continue
+            at = src.token_base[shard[rows]] + start[rows]  # window starts in stream coordinates
+            doc_starts = src.doc_starts()
+            # (#starts <= a) - 1 is the document holding token a; #starts <= a + L - 1 is the first one at or
+            # after the window's end: the ones between start strictly inside the window
+            found = doc_starts.searchsorted(np.concatenate([at, at + (L - 1)]), side="right")
+            first, last = found[: len(rows)] - 1, found[len(rows) :]
+            head_origin[rows] -= at - doc_starts[first]
+            inside = last - first - 1
+            total = int(inside.sum())
+            if total:
+                doc = np.arange(total) + np.repeat(first + 1 - (np.cumsum(inside) - inside), inside)
+                bound = doc_starts[doc] - np.repeat(at, inside)  # window-relative, in (0, L)
+                row = np.repeat(rows, inside)
+                if (length < L + 1).any():  # documents packing: starts at or past the padding do not count
+                    keep = bound < length[row]
+                    bound, row = bound[keep], row[keep]
+                keys.append(row * L + bound)
+        padded = np.flatnonzero(length < L)  # the padding is a segment of its own, from the first pad input
+        if len(padded):
+            keys.append(padded * L + length[padded])
+        starts = np.sort(np.concatenate(keys)) if len(keys) > 1 else heads
+        ptr = np.append(starts.searchsorted(heads), len(starts))  # heads are unique: bounds lie inside rows
+        origin = starts.copy()
+        origin[ptr[:-1]] = head_origin
+        lengths = np.empty_like(starts)  # (np.diff with append= costs ~50 us: it broadcasts the scalar)
+        np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
+        lengths[-1] = n * L - starts[-1]
+        return _Segments(origin, lengths, ptr)
+
+    def _gather(self, plan: _Plan, positions: np.ndarray, out: np.ndarray) -> None:
+        """Fill ``out[0]`` (input_ids), ``out[1]`` (labels), ``out[2]`` (positions), ``[n, seq_len]`` each,
+        for the block's samples at ``positions``.
+
+        Per sample: one slice copy of its ``length`` tokens from the memory-mapped shard into a buffer in the
+        token dtype (a memcpy from the page cache). Per batch: one widening cast per field, and the
+        positions from the block's segments (``_segments``, computed once per block) with one
+        ``np.repeat``. No per-token Python; the output is one contiguous int64 array.
+        """
+        n, L = len(positions), self.seq_len
+        source, shard = plan.source[positions], plan.shard[positions]
+        start, length = plan.start[positions], plan.length[positions]
+        buffer = np.empty((n, L + 1), dtype=self._buffer_dtype)
+        sources = self._sources
+        for row, (s, k, a, m) in enumerate(
+            zip(source.tolist(), shard.tolist(), start.tolist(), length.tolist())
+        ):
+            buffer[row, :m] = sources[s].store.open(k).tokens[a : a + m]
+        np.copyto(out[0], buffer[:, :L], casting="unsafe")
+        np.copyto(out[1], buffer[:, 1:], casting="unsafe")
+        short = np.flatnonzero(length < L + 1)
+        if len(short):  # documents packing: padding after the sample's tokens, no labels past its last
+            ids = out[0][short]
+            ids[self._arange >= length[short, None]] = self.pad_id
+            out[0][short] = ids
+            labels = out[1][short]
+            labels[self._arange >= (length[short] - 1)[:, None]] = IGNORE_INDEX
+            out[1][short] = labels
+        first = int(positions[0])
+        if first + n - 1 == int(
+            positions[-1]
+        ):  # consecutive samples (batches, single process): slice the block's
+            if plan.segments is None:
+                plan.segments = self._segments(plan.source, plan.shard, plan.start, plan.length)
+            plan.segments.positions(first, n, L, out[2])
+        else:  # every K-th sample (single samples across DataLoader workers)
+            self._segments(source, shard, start, length).positions(0, n, L, out[2])
 
     # ---- iteration -------------------------------------------------------------------------------------
-    def _worker_split(self) -> tuple[int, int]:
+    def _allocate(self, n: int, in_worker: bool) -> torch.Tensor:
+        """``[3, n, seq_len]`` int64 for one gather (input_ids, labels, positions).
+
+        In a DataLoader worker it is allocated in shared memory: torch moves a tensor's storage to shared
+        memory when it crosses the worker queue, which would otherwise copy every item once more.
+        """
+        shape = (3, n, self.seq_len)
+        return _shared_empty(shape) if in_worker else torch.empty(shape, dtype=torch.int64)
+
+    def _items(self, batch_size: int | None) -> Iterator[dict[str, torch.Tensor]]:
+        """Items from the current position; restarts from the new state after set_weights/load_state_dict."""
+        while True:
+            restarted = yield from self._items_from_position(batch_size)
+            if not restarted:
+                return
+
+    def _items_from_position(self, batch_size: int | None) -> Generator[dict[str, torch.Tensor], None, bool]:
+        """Yield items until the end (returns False) or until the state changed under us (returns True)."""
         info = torch.utils.data.get_worker_info()
-        return (0, 1) if info is None else (info.id, info.num_workers)
-
-    def _sample_arrays(
-        self, source: int, shard: int, start: int, length: int, out: np.ndarray, pos: np.ndarray
-    ) -> None:
-        """Fill ``out[:seq_len+1]`` (tokens, padded) and ``pos[:seq_len]`` for one planned sample."""
-        opened = self._sources[source].store.open(shard)
-        out[:length] = opened.tokens[start : start + length]
-        L = self.seq_len
-        if length <= L:
-            out[length:] = self.pad_id
-        offsets = opened.offsets
-        first = int(offsets.searchsorted(start, side="right")) - 1
-        last = int(offsets.searchsorted(start + L, side="left"))
-        # segment starts (relative to the window) and their lengths; positions = t - start of t's segment
-        bounds = offsets[first + 1 : last] - start
-        if length < L:  # padding (documents packing) is its own segment, starting at input index `length`
-            bounds = np.append(bounds[bounds < length], length)
-        seg_starts = np.empty(len(bounds) + 1, dtype=np.int64)
-        seg_starts[0] = offsets[first] - start
-        seg_starts[1:] = bounds
-        edges = np.empty(len(bounds) + 2, dtype=np.int64)
-        edges[0], edges[-1] = 0, L
-        edges[1:-1] = bounds
-        np.subtract(self._arange, np.repeat(seg_starts, np.diff(edges)), out=pos)
-
-    def _emit(
-        self, tokens: np.ndarray, positions: np.ndarray, lengths: np.ndarray
-    ) -> dict[str, torch.Tensor]:
-        L = self.seq_len
-        ids = torch.from_numpy(tokens[:, :L].copy())
-        labels = torch.from_numpy(tokens[:, 1:].copy())
-        short = lengths < L + 1
-        if short.any():
-            mask = np.arange(L)[None, :] >= (lengths[:, None] - 1)
-            labels[torch.from_numpy(mask)] = IGNORE_INDEX
-        batch = {"input_ids": ids, "labels": labels, "positions": torch.from_numpy(positions)}
-        if self.batch_size is None:
-            batch = {k: v[0] for k, v in batch.items()}
-        if self.pin_memory:
-            batch = {k: v.pin_memory() for k, v in batch.items()}
-        return batch
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        worker, num_workers = self._worker_split()
-        in_main = torch.utils.data.get_worker_info() is None
-        chunk = self.batch_size or 1
+        worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
+        in_main = info is None
+        chunk = batch_size or 1
         limit = self._limit()
         version = self._weights_version
         base_g = self.consumed
         base_counts = self._counts_at(base_g)
         start_yielded = self._yielded
-        k = 0  # rank-local samples planned so far by this iterator
-        L = self.seq_len
+        k = 0  # rank-local samples planned so far by this iterator (a multiple of chunk)
         while True:
-            count = _PLAN_BLOCK * chunk  # a multiple of chunk: items never straddle blocks
+            count = chunk * -(-_PLAN_SAMPLES // chunk)  # whole items: an item never straddles two blocks
             if limit is not None:
                 count = min(count, math.ceil((limit - base_g - self.rank) / self.world_size))
                 if count <= 0:
-                    return
+                    return False
             plan = self._plan(count, base_g, base_counts)
-            src_l, shard_l = plan.source.tolist(), plan.shard.tolist()
-            start_l, len_l = plan.start.tolist(), plan.length.tolist()
-            for i in range(0, count, chunk):
-                n = min(chunk, count - i)
-                if ((k + i) // chunk) % num_workers != worker:
-                    continue
-                tokens = np.empty((n, L + 1), dtype=np.int64)
-                positions = np.empty((n, L), dtype=np.int64)
-                lengths = np.empty(n, dtype=np.int64)
-                for j in range(n):
-                    self._sample_arrays(
-                        src_l[i + j], shard_l[i + j], start_l[i + j], len_l[i + j], tokens[j], positions[j]
-                    )
-                    lengths[j] = len_l[i + j]
-                item = self._emit(tokens, positions, lengths)
-                if in_main:
-                    self._yielded = start_yielded + k + i + n  # before the yield: state_dict() sees it
-                yield item
-                if in_main and self._weights_version != version:
-                    # set_weights/load_state_dict between steps: continue from the new state
-                    yield from self.__iter__()
-                    return
+            # item c (counted from this iterator's start) belongs to worker c % K
+            first = (worker - k // chunk) % num_workers
+            if batch_size is None:  # single samples: gather a few of this worker's at once, yield row views
+                mine = np.arange(first, count, num_workers)
+                groups = [mine[i : i + _SAMPLE_GATHER] for i in range(0, len(mine), _SAMPLE_GATHER)]
+            else:
+                groups = [
+                    np.arange(i, min(i + chunk, count))
+                    for i in range(first * chunk, count, num_workers * chunk)
+                ]
+            for positions in groups:
+                out = self._allocate(len(positions), not in_main)
+                self._gather(plan, positions, out.numpy())
+                if self.pin_memory:
+                    out = out.pin_memory()
+                if batch_size is None:  # unbind: one call per field for all the rows' views
+                    rows = zip(*(column.unbind(0) for column in out.unbind(0)))
+                    items = [(dict(zip(_FIELDS, row)), p + 1) for row, p in zip(rows, positions.tolist())]
+                else:
+                    items = [(dict(zip(_FIELDS, out.unbind(0))), int(positions[-1]) + 1)]
+                for item, done in items:
+                    if in_main:
+                        self._yielded = start_yielded + k + done  # before the yield: state_dict() sees it
+                    yield item
+                    if in_main and self._weights_version != version:
+                        return True  # set_weights/load_state_dict between steps: continue from the new state
             k += count
             base_g += count * self.world_size
             base_counts = plan.counts_end
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return self._items(self.batch_size)
+
+    def iter_batches(self, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        """``[batch_size, seq_len]`` batches from the current position, whatever ``self.batch_size`` is.
+
+        Batch i holds this rank's samples i*B .. i*B + B - 1 of the single-sample sequence (the last one may
+        be short when ``num_epochs`` ends the data), so stacking B samples and taking one batch agree
+        exactly, ``state_dict()`` included; the gather is vectorized over the batch.
+        """
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        return self._items(batch_size)
 
     def data_loader(
         self, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
     ) -> TokenDataLoader:
         """A torch DataLoader over this loader whose main process tracks the position (for ``state_dict``)."""
         return TokenDataLoader(self, num_workers=num_workers, prefetch_factor=prefetch_factor, **kwargs)
+
+
+_RAMP = np.arange(0, dtype=np.int64)
+
+
+def _ramp(size: int) -> np.ndarray:
+    """``arange(size)`` as a view of a cached, growing array (one allocation per process, not per batch)."""
+    global _RAMP
+    if len(_RAMP) < size:
+        _RAMP = np.arange(max(size, 2 * len(_RAMP)), dtype=np.int64)
+    return _RAMP[:size]
+
+
+def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialized int64 tensor in shared memory (what DataLoader's own collate does in workers)."""
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:  # a torch without the (private) constructor: allocate, then move (one copy)
+        return torch.empty(shape, dtype=torch.int64).share_memory_()
+    return torch.empty(0, dtype=torch.int64).set_(new_shared(math.prod(shape) * 8), 0, shape)
 
 
 class TokenDataLoader:

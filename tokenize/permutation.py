@@ -44,6 +44,7 @@ def uniform01(indices: np.ndarray, key: int) -> np.ndarray:
 
 
 def _encrypt(x: np.ndarray, half_bits: int, round_keys: np.ndarray) -> np.ndarray:
+    """Feistel rounds on ``x``; ``round_keys`` is ``[rounds]`` (one key) or ``[rounds, len(x)]`` (per index)."""
     mask = np.uint64((1 << half_bits) - 1)
     shift = np.uint64(half_bits)
     left, right = x >> shift, x & mask
@@ -52,8 +53,12 @@ def _encrypt(x: np.ndarray, half_bits: int, round_keys: np.ndarray) -> np.ndarra
     return (left << shift) | right
 
 
-def permute(indices: np.ndarray, n: int, key: int) -> np.ndarray:
-    """``perm(indices)`` for the permutation of ``[0, n)`` selected by ``key`` (int64 in, int64 out)."""
+def permute(indices: np.ndarray, n: int, key: int | np.ndarray) -> np.ndarray:
+    """``perm(indices)`` for the permutation of ``[0, n)`` selected by ``key`` (int64 in, int64 out).
+
+    ``key`` may also be an array of one key per index (e.g. per-epoch keys for a block of samples that
+    spans epochs): the result equals calling ``permute`` per distinct key, in one vectorized pass.
+    """
     idx = np.asarray(indices, dtype=np.int64)
     if n <= 1:
         return np.zeros_like(idx)
@@ -61,10 +66,17 @@ def permute(indices: np.ndarray, n: int, key: int) -> np.ndarray:
         raise IndexError(f"permutation index out of range [0, {n})")
     bits = max(2, int(n - 1).bit_length())
     bits += bits & 1
-    round_keys = mix64(np.uint64(key) ^ np.arange(1, _ROUNDS + 1, dtype=np.uint64))
-    out = _encrypt(idx.astype(np.uint64), bits // 2, round_keys)
-    outside = out >= np.uint64(n)
-    while outside.any():
-        out[outside] = _encrypt(out[outside], bits // 2, round_keys)
-        outside = out >= np.uint64(n)
-    return out.astype(np.int64)
+    rounds = np.arange(1, _ROUNDS + 1, dtype=np.uint64)
+    if np.ndim(key) == 0:
+        round_keys = mix64(np.uint64(int(key) & _M64) ^ rounds)
+    else:
+        keys = np.broadcast_to(np.asarray(key, dtype=np.uint64), idx.shape).reshape(-1)
+        round_keys = mix64(keys[None, :] ^ rounds[:, None])  # [rounds, indices]
+    flat = idx.reshape(-1).astype(np.uint64)
+    out = _encrypt(flat, bits // 2, round_keys)
+    outside = np.flatnonzero(out >= np.uint64(n))
+    while len(outside):  # cycle walking: re-encrypt until inside [0, n) (< 4 steps expected)
+        keys_out = round_keys if round_keys.ndim == 1 else round_keys[:, outside]
+        out[outside] = _encrypt(out[outside], bits // 2, keys_out)
+        outside = outside[out[outside] >= np.uint64(n)]
+    return out.astype(np.int64).reshape(idx.shape)

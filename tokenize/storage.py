@@ -8,6 +8,9 @@ Contract:
 - Every file's sha256 is checked against the manifest before its first use in a process (verified files are
   remembered per process by path, size and mtime). A mismatch raises ``InputError`` naming the shard and the
   file: a corrupt or half-synced shard fails loudly instead of training on garbage.
+- ``ShardStore.open`` maps a shard's tokens (cached per store); ``ShardStore.offsets`` reads and validates a
+  shard's document offsets and does not cache them: the loader folds every shard's offsets into one sorted
+  array of document starts (``zephyr.tokenize.loader``), so a second per-shard copy would double that memory.
 - ``read_documents`` yields each document's tokens (EOS included) as a NumPy array, in manifest order.
 """
 
@@ -35,11 +38,10 @@ _VERIFIED_LOCK = threading.Lock()
 
 @dataclass
 class OpenShard:
-    """A shard ready to read: tokens memory-mapped, offsets in memory."""
+    """A shard ready to read: its tokens memory-mapped (a plain ndarray view of the map)."""
 
     info: ShardInfo
     tokens: np.ndarray
-    offsets: np.ndarray
 
 
 def _is_remote(root: str) -> bool:
@@ -58,7 +60,6 @@ class ShardStore:
         self.verify = verify
         self.cache_dir = cache_dir
         self._open: dict[int, OpenShard] = {}
-        self._offsets: dict[int, np.ndarray] = {}
         if _is_remote(manifest.root) and cache_dir is None:
             self.cache_dir = os.path.join(tempfile.gettempdir(), "zephyr-token-cache")
 
@@ -118,10 +119,7 @@ class ShardStore:
         return path
 
     def offsets(self, index: int) -> np.ndarray:
-        """The shard's document offsets (int64, in memory); verifies only the small offsets file."""
-        cached = self._offsets.get(index)
-        if cached is not None:
-            return cached
+        """The shard's document offsets (int64, in memory, not cached); verifies only the offsets file."""
         shard = self.manifest.shards[index]
         path = self._path(index, "offsets")
         try:
@@ -140,7 +138,6 @@ class ShardStore:
                 f"{shard.num_documents} documents / {shard.num_tokens} tokens)",
                 path=path,
             )
-        self._offsets[index] = offsets
         return offsets
 
     def open(self, index: int) -> OpenShard:
@@ -149,7 +146,6 @@ class ShardStore:
         if cached is not None:
             return cached
         shard = self.manifest.shards[index]
-        offsets = self.offsets(index)
         path = self._path(index, "tokens")
         try:
             # a plain ndarray view of the map: np.memmap's per-slice Python hooks cost more than the copy
@@ -162,7 +158,7 @@ class ShardStore:
                 f"({self.manifest.dtype}[{shard.num_tokens}])",
                 path=path,
             )
-        opened = OpenShard(shard, tokens, offsets)
+        opened = OpenShard(shard, tokens)
         self._open[index] = opened
         return opened
 
@@ -176,8 +172,7 @@ def read_documents(path: str, *, cache_dir: str | None = None, verify: bool = Tr
     """
     store = ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify)
     for index in range(len(store.manifest.shards)):
-        shard = store.open(index)
-        tokens = np.asarray(shard.tokens)
-        offsets = shard.offsets
+        offsets = store.offsets(index)
+        tokens = store.open(index).tokens
         for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
             yield np.array(tokens[start:stop])

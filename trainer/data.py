@@ -4,7 +4,8 @@ A *sample source* follows the ``zephyr.tokenize.TokenLoader`` contract: iteratin
 a dict of int64 tensors ``input_ids [L]``, ``labels [L]``, ``positions [L]`` (position within its document, 0
 at each document start); ``state_dict()`` / ``load_state_dict()`` are JSON-serializable and exact.
 
-``Batcher`` stacks ``batch_size`` samples per micro-batch and reads the source's state right after the last
+``Batcher`` stacks ``batch_size`` samples per micro-batch (a source with ``iter_batches`` hands it the batch
+already gathered, vectorized) and reads the source's state right after the last
 sample of a batch, so a checkpoint taken between steps resumes at exactly the next sample.
 
 ``SyntheticTokens`` is a learnable stand-in used when no data directory is given (benchmarks, smoke tests):
@@ -14,6 +15,7 @@ back to back. Sample ``i`` of rank ``r`` is a pure function of ``(seed, i·world
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -130,18 +132,31 @@ class Batcher:
         self._state = source.state_dict()
         self.batches = 0
 
+    def _batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        """Whole ``[B, L]`` batches; ends where a full one cannot be made.
+
+        A source with ``iter_batches`` (``TokenLoader``) gathers each batch vectorized: it holds the same
+        samples as stacking B single ones, and its ``state_dict()`` after the batch is the same.
+        """
+        if hasattr(self.source, "iter_batches"):
+            for batch in self.source.iter_batches(self.batch_size):
+                if batch["input_ids"].shape[0] < self.batch_size:
+                    return
+                yield batch
+            return
+        it = iter(self.source)
+        while len(samples := list(itertools.islice(it, self.batch_size))) == self.batch_size:
+            yield {k: torch.stack([s[k] for s in samples]) for k in ("input_ids", "labels", "positions")}
+
     def next_batch(self) -> dict[str, torch.Tensor]:
         if self._it is None:
-            self._it = iter(self.source)
-        samples = []
-        for _ in range(self.batch_size):
-            try:
-                samples.append(next(self._it))
-            except StopIteration:
-                raise ConfigError(
-                    f"the data ran out after {self.batches} batches; train fewer --steps or add data"
-                ) from None
-        batch = {k: torch.stack([s[k] for s in samples]) for k in ("input_ids", "labels", "positions")}
+            self._it = self._batches()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            raise ConfigError(
+                f"the data ran out after {self.batches} batches; train fewer --steps or add data"
+            ) from None
         if self.vocab_size is not None:
             top = int(batch["input_ids"].max())
             if top >= self.vocab_size:

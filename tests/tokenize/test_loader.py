@@ -253,3 +253,162 @@ def test_fsspec_url_with_local_cache(token_set: Path, tmp_path: Path) -> None:
     assert len(list(cache.glob("*.npy"))) == 6
     shutil.rmtree(cache)
     fs.rm(root, recursive=True)
+
+
+# ---- the vectorized batch path ------------------------------------------------------------------------------
+
+
+def _stack(items) -> dict[str, torch.Tensor]:
+    return {k: torch.stack([s[k] for s in items]) for k in ("input_ids", "labels", "positions")}
+
+
+def _mixed_dtype_sources(tmp_path: Path) -> dict[str, float]:
+    """A uint16 set (ids = stream position) and a uint32 set (ids = 1,000,000 + stream position)."""
+    rng = np.random.default_rng(1)
+    small = write_synthetic_set(
+        tmp_path / "u16", rng.integers(1, 200, size=150), num_shards=2, vocab_size=60_000
+    )
+    large = write_synthetic_set(tmp_path / "u32", rng.integers(1, 400, size=80), num_shards=3, base=1_000_000)
+    assert read_manifest(str(small)).dtype == np.uint16 and read_manifest(str(large)).dtype == np.uint32
+    return {str(small): 0.6, str(large): 0.4}
+
+
+@pytest.mark.parametrize("packing", ["tokens", "documents"])
+@pytest.mark.parametrize("mixture", [False, True], ids=["one-set", "mixture"])
+def test_batches_equal_stacked_samples(token_set: Path, tmp_path: Path, packing: str, mixture: bool) -> None:
+    sources = _mixed_dtype_sources(tmp_path) if mixture else str(token_set)
+    kwargs = dict(seq_len=SEQ, seed=11, rank=1, world_size=3, packing=packing)
+    single = TokenLoader(sources, **kwargs)
+    batched = TokenLoader(sources, **kwargs)
+    samples, batches = iter(single), batched.iter_batches(7)
+    for _ in range(60):  # 420 samples: several plan blocks of single samples, past an epoch of each set
+        want = _stack(_take(samples, 7))
+        got = next(batches)
+        for k in want:
+            assert got[k].dtype == torch.int64 and got[k].is_contiguous()
+            assert torch.equal(got[k], want[k]), k
+        assert batched.state_dict() == single.state_dict()  # called every step: the incremental counters
+
+
+def test_batch_positions_and_labels_match_a_naive_reference(tmp_path: Path) -> None:
+    """Every row of batches drawn from a uint16 + uint32 mixture equals the window computed token by token."""
+    sources = _mixed_dtype_sources(tmp_path)
+    reference = {}
+    for path in sources:
+        manifest = read_manifest(path)
+        stream = np.concatenate([np.load(Path(path) / s.files["tokens"].path) for s in manifest.shards])
+        bases = np.concatenate([[0], np.cumsum([s.num_tokens for s in manifest.shards])])
+        offsets = [np.load(Path(path) / s.files["offsets"].path) for s in manifest.shards]
+        reference[path] = (stream.astype(np.int64), bases, offsets)
+    loader = TokenLoader(sources, seq_len=SEQ, seed=2, batch_size=9)
+    counts = dict.fromkeys(sources, 0)
+    for batch in _take(iter(loader), 40):
+        for ids, labels, pos in zip(batch["input_ids"], batch["labels"], batch["positions"]):
+            first = int(ids[0])
+            path = next(p for p in sources if (first >= 1_000_000) == ("u32" in p))
+            stream, bases, offsets = reference[path]
+            p = first - (1_000_000 if first >= 1_000_000 else 0)  # stream position of the window start
+            shard = int(np.searchsorted(bases, p, side="right") - 1)
+            assert ids.tolist() == stream[p : p + SEQ].tolist()
+            assert labels.tolist() == stream[p + 1 : p + SEQ + 1].tolist()
+            expected = _naive_positions(offsets[shard], p - int(bases[shard]), SEQ)
+            assert pos.tolist() == expected.tolist()
+            counts[path] += 1
+    assert loader.mix_counts() == counts and all(counts.values())
+
+
+def test_document_packing_positions_restart_at_documents_and_padding(tmp_path: Path) -> None:
+    lengths = [5, 30, 64, 65, 66, 200, 1, 12, 40, 7] * 3
+    path = write_synthetic_set(tmp_path / "docs", lengths, num_shards=2)
+    manifest = read_manifest(str(path))
+    bases = np.concatenate([[0], np.cumsum([s.num_tokens for s in manifest.shards])])
+    offsets = [np.load(path / s.files["offsets"].path) for s in manifest.shards]
+    loader = TokenLoader(str(path), seq_len=SEQ, seed=0, num_epochs=1, packing="documents", batch_size=5)
+    rows = 0
+    for batch in loader:
+        for ids, labels, pos in zip(batch["input_ids"], batch["labels"], batch["positions"]):
+            real = int((labels != -100).sum()) + 1  # tokens in the sample
+            n_in = min(real, SEQ)
+            first = int(ids[0])
+            shard = int(np.searchsorted(bases, first, side="right") - 1)
+            expected = _naive_positions(offsets[shard], first - int(bases[shard]), n_in)
+            assert pos[:n_in].tolist() == expected.tolist()
+            assert pos[n_in:].tolist() == list(range(SEQ - n_in))  # the padding is one segment of its own
+            assert (ids[n_in:] == loader.pad_id).all() and (labels[real - 1 :] == -100).all()
+            rows += 1
+    assert rows == loader.num_samples()
+
+
+def test_dataloader_workers_with_document_packing_and_a_mixture(tmp_path: Path) -> None:
+    sources = _mixed_dtype_sources(tmp_path)
+    kwargs = dict(seq_len=SEQ, seed=3, batch_size=5, packing="documents")
+    single = TokenLoader(sources, **kwargs)
+    want = _take(iter(single), 30)
+    loader = TokenLoader(sources, **kwargs)
+    got = _take(iter(loader.data_loader(num_workers=2)), 30)
+    for a, b in zip(got, want):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+    assert loader.consumed == 150 and loader.state_dict() == single.state_dict()
+
+
+def test_dataloader_workers_single_samples_equal_the_single_process_ones(tmp_path: Path) -> None:
+    """Single samples across workers are every K-th of a block (not consecutive): all fields still agree."""
+    path = next(iter(_mixed_dtype_sources(tmp_path)))
+    kwargs = dict(seq_len=SEQ, seed=4, packing="documents", num_epochs=1)  # every sample, shard ends included
+    want = list(TokenLoader(path, **kwargs))
+    got = list(TokenLoader(path, **kwargs).data_loader(num_workers=2))
+    assert len(got) == len(want) > 100
+    for a, b in zip(got, want):
+        assert all(torch.equal(a[k], b[k]) for k in b)
+
+
+def test_padding_at_a_shard_end_is_one_segment_even_if_the_next_shard_has_short_documents(
+    tmp_path: Path,
+) -> None:
+    """The last sample of shard 0 is padded; shard 1's short documents start inside that padding in stream
+    coordinates, and must not split it (single samples, batches, and single samples across workers)."""
+    path = write_synthetic_set(tmp_path / "ends", [60, 2, 2, 2] * 2, num_shards=2)
+    kwargs = dict(seq_len=SEQ, seed=0, packing="documents", num_epochs=1)
+    samples = list(TokenLoader(str(path), **kwargs))
+    via_workers = list(TokenLoader(str(path), **kwargs).data_loader(num_workers=2))
+    batches = list(TokenLoader(str(path), batch_size=3, **kwargs))
+    stacked = {k: torch.cat([b[k] for b in batches]) for k in ("input_ids", "labels", "positions")}
+    tail = next(s for s in samples if int(s["input_ids"][0]) == 64)  # shard 0's last 2 tokens
+    assert tail["positions"].tolist() == [0, 1] + list(range(SEQ - 2))
+    for j, s in enumerate(samples):
+        assert all(torch.equal(s[k], via_workers[j][k]) and torch.equal(s[k], stacked[k][j]) for k in s)
+
+
+def test_trainer_batcher_takes_whole_batches_and_resumes_exactly(token_set: Path) -> None:
+    from zephyr.trainer.data import Batcher
+
+    stacked = _stack(_take(iter(TokenLoader(str(token_set), seq_len=SEQ, seed=8)), 5 * 12))
+    batcher = Batcher(TokenLoader(str(token_set), seq_len=SEQ, seed=8), batch_size=12)
+    head = [batcher.next_batch() for _ in range(3)]
+    state = batcher.state_dict()
+    assert state["consumed"] == 36
+    resumed = Batcher(TokenLoader(str(token_set), seq_len=SEQ, seed=8), batch_size=12)
+    resumed.load_state_dict(state)
+    tail = [resumed.next_batch() for _ in range(2)]
+    for k in stacked:
+        assert torch.equal(torch.cat([b[k] for b in head + tail]), stacked[k])
+
+
+def test_permutation_is_pinned_and_per_index_keys_agree() -> None:
+    """The order is part of the resume contract: these values must never change (old checkpoints)."""
+    from zephyr.tokenize.permutation import derive_key, permute
+
+    assert permute(np.arange(10), 10, derive_key(0, 1)).tolist() == [5, 2, 0, 9, 4, 1, 7, 6, 3, 8]
+    assert permute(np.array([0, 5, 999, 123456]), 1000003, derive_key(7, 2)).tolist() == [
+        944742,
+        169658,
+        237368,
+        289168,
+    ]
+    keys = np.array([derive_key(3, e) for e in range(5)], dtype=np.uint64)
+    epoch = np.random.default_rng(0).integers(0, 5, size=1000)
+    local = np.random.default_rng(1).integers(0, 777, size=1000)
+    one_pass = permute(local, 777, keys[epoch])
+    for e in range(5):
+        assert one_pass[epoch == e].tolist() == permute(local[epoch == e], 777, int(keys[e])).tolist()
+    assert sorted(permute(np.arange(777), 777, int(keys[0])).tolist()) == list(range(777))
