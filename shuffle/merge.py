@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.writer import sort_table
 
 __all__ = ["merge_sorted"]
@@ -107,7 +108,7 @@ def _is_hash_merge(columns: SortColumns, heads: list[_Head]) -> bool:
 
 def _sort_by_hash(table: pa.Table, name: str) -> pa.Table:
     order = np.argsort(_hash_keys(table, name), kind="stable")
-    return table.take(order)
+    return table.take(numpy_to_arrow(order))
 
 
 def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) -> Iterator[pa.Table]:

@@ -19,6 +19,7 @@ import pyarrow as pa
 from zephyr.errors import SchemaError
 
 __all__ = [
+    "numpy_to_arrow",
     "KEY_HASH",
     "PARTITION",
     "canonical_keys",
@@ -58,6 +59,13 @@ def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """One ``uint64`` per row of ``table``'s key columns."""
     frame = canonical_keys(pl.from_arrow(table.select(list(keys)), rechunk=False), keys)
     return frame.hash_rows(**_SEEDS).to_numpy()
+
+
+def numpy_to_arrow(values: np.ndarray) -> pa.Array:
+    """A numeric numpy array as an Arrow array, zero-copy. ``pa.array(ndarray)`` would first probe for pandas
+    (importing it, ~0.5 s per worker process, when it is installed)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
 def hash_partitions(hashes: np.ndarray, num_partitions: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from zephyr.shuffle.partition import (
     PARTITION,
     hash_partitions,
     key_hash,
+    numpy_to_arrow,
     range_partitions,
 )
 from zephyr.shuffle.runs import RunWriter, row_group_bytes_for
@@ -125,22 +126,22 @@ class ShuffleWriter:
         table = self._combine(table)
         spec = self.spec
         if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(KEY_HASH, pa.array(key_hash(table, spec.keys), type=pa.uint64()))
+            table = table.append_column(KEY_HASH, numpy_to_arrow(key_hash(table, spec.keys).astype(np.uint64, copy=False)))
         elif spec.kind == "round_robin":
             start = self._rows_seen + self.task_index
             self._rows_seen += table.num_rows
             ids = (np.arange(start, start + table.num_rows) % spec.num_partitions).astype(np.int64)
-            table = table.append_column(PARTITION, pa.array(ids))
+            table = table.append_column(PARTITION, numpy_to_arrow(ids))
         # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
         table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
         if spec.kind == "hash":
-            partitions = hash_partitions(table.column(KEY_HASH).to_numpy(), spec.num_partitions)
+            partitions = hash_partitions(table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions)
         elif spec.kind == "range":
             partitions = range_partitions(
                 table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
             )
         else:
-            partitions = table.column(PARTITION).to_numpy()
+            partitions = table.column(PARTITION).combine_chunks().to_numpy()
             table = table.drop_columns([PARTITION])
         prefix = f"{self.directory}/run-{len(self.runs):05d}"
         rows, nbytes = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes).write(table, partitions)

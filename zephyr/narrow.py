@@ -145,7 +145,7 @@ def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine:
         keep = [False] * table.num_rows
         for i, result in results:
             keep[i] = bool(result)
-        kept = table.filter(pa.array(keep, type=pa.bool_()))
+        kept = table.filter(pa.array(keep, type=pa.bool_()))  # a list, not numpy: no pandas probe
         count.rows_in += table.num_rows
         count.rows_rejected += rejected
         count.rows_out += kept.num_rows

@@ -22,6 +22,7 @@ from typing import Any
 
 import cloudpickle
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -31,6 +32,7 @@ from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.narrow import QUARANTINE_SCHEMA, OpCounters, op_label, run_narrow
 from zephyr.ops import Op
+from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
 from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
 
@@ -263,8 +265,13 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
             schema = table.schema
             if table.num_rows == 0:
                 continue
-            if writer is None:
-                writer = ShardWriter(path, output.format, compression=output.compression)
+            if writer is None:  # row groups sized from the budget: the writer buffers one before flushing it
+                writer = ShardWriter(
+                    path,
+                    output.format,
+                    compression=output.compression,
+                    row_group_bytes=max(1 << 20, min(128 << 20, task.budget_bytes // 4)),
+                )
             writer.write(table)
             rows += table.num_rows
     except BaseException:
@@ -305,7 +312,7 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
     for table in tables:
         rows += table.num_rows
         start = (-offset) % stride
-        indices = pa.array(range(start, table.num_rows, stride), type=pa.int64())
+        indices = numpy_to_arrow(np.arange(start, table.num_rows, stride, dtype=np.int64))
         offset += table.num_rows
         if len(indices):
             piece = table.take(indices)
@@ -313,7 +320,7 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
             kept_rows += piece.num_rows
         if kept_rows >= 2 * SAMPLE_ROWS_PER_TASK:
             merged = pa.concat_tables(kept)
-            merged = merged.take(pa.array(range(0, merged.num_rows, 2), type=pa.int64()))
+            merged = merged.take(numpy_to_arrow(np.arange(0, merged.num_rows, 2, dtype=np.int64)))
             kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
     fs, base = _fs(output.directory)
     fs.makedirs(base, exist_ok=True)

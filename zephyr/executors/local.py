@@ -28,6 +28,11 @@ __all__ = ["LocalExecutor"]
 def _worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
+
+    try:  # pyarrow imports pandas (when installed) on first use anyway: pay for it now, not in a task
+        import pandas  # noqa: F401
+    except ImportError:
+        pass
     while True:
         try:
             message = conn.recv()
