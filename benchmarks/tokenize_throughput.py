@@ -13,6 +13,7 @@ its own venv). Peak RSS is sampled (psutil, this process + children) during each
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import glob
 import os
@@ -44,10 +45,8 @@ class PeakRSS:
         while not self._stop.is_set():
             total = me.memory_info().rss
             for child in me.children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.Error):
                     total += child.memory_info().rss
-                except psutil.Error:
-                    pass
             self.peak = max(self.peak, total)
             time.sleep(0.05)
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
+from zephyr.shuffle.partition import KEY_HASH
 
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.shuffle.partition import KEY_HASH
 
 __all__ = ["Agg", "AGGREGATIONS", "aggregate", "PartialAggregate", "final_aggregate", "is_decomposable"]
 

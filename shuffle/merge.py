@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
 from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.writer import sort_table
 

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from zephyr.shuffle.merge import merge_sorted
 from zephyr.shuffle.runs import RunPart, read_index_entry, read_run_part, row_group_bytes_for
 from zephyr.shuffle.writer import sort_table

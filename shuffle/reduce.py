@@ -14,12 +14,12 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
-from zephyr.errors import SchemaError, ZephyrError
 from zephyr.shuffle.aggregate import Agg, aggregate, final_aggregate
 from zephyr.shuffle.merge import concat_sources, merge_sorted
 from zephyr.shuffle.partition import KEY_HASH
 from zephyr.shuffle.writer import sort_table
+
+from zephyr.errors import SchemaError, ZephyrError
 
 __all__ = [
     "GroupAggregateReducer",
@@ -163,9 +163,11 @@ class JoinReducer:
         right = _load(right_sources, _RIGHT_ROW, schemas[1])
         if left is None and right is None:
             return
-        if left is None or right is None:
-            if self.how == "inner" or (left is None and self.how == "left") or (right is None and self.how == "right"):
-                return
+        one_side_empty = left is None or right is None
+        if one_side_empty and (
+            self.how == "inner" or (left is None and self.how == "left") or (right is None and self.how == "right")
+        ):
+            return
         left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
         right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)
         for name in (*self.left_on,):

@@ -17,7 +17,6 @@ import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
 from zephyr.shuffle.partition import (
     KEY_HASH,
     PARTITION,

@@ -34,7 +34,23 @@ _LAZY = {
     "counters": "zephyr.counters",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "ConfigError",
+    "Dataset",
+    "ExecutionOptions",
+    "GroupedDataset",
+    "InputError",
+    "ResumeError",
+    "SchemaError",
+    "TaskError",
+    "ZephyrError",
+    "counters",
+    "from_arrow",
+    "from_items",
+    "read_jsonl",
+    "read_parquet",
+    "read_vortex",
+]
 
 if TYPE_CHECKING:
     from zephyr import counters

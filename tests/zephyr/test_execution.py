@@ -219,7 +219,7 @@ def test_counters_are_summed_per_stage(tmp_path):
         zephyr.counters.increment("long_words", sum(len(w) > 3 for w in table.column("w").to_pylist()))
         return table
 
-    result = zephyr.from_items([{"w": w} for w in "a bbbb cc dddd eeeee".split()], num_shards=2).map_batches(
+    result = zephyr.from_items([{"w": w} for w in ["a", "bbbb", "cc", "dddd", "eeeee"]], num_shards=2).map_batches(
         count_long
     ).write_parquet(str(tmp_path / "o"), executor="inprocess")
     assert result.stats["stages"][0]["counters"] == {"long_words": 3}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -32,10 +33,8 @@ def test_group_by_over_4x_budget_completes_with_bounded_rss(tmp_path):
         me = psutil.Process()
         while not stop.is_set():
             for child in me.children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.Error):
                     peak["rss"] = max(peak["rss"], child.memory_info().rss)
-                except psutil.Error:
-                    pass
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch, daemon=True)

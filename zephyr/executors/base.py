@@ -39,7 +39,7 @@ class Executor(ABC):
     def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
         """Run ``fn(task)`` for every task; yield (position in ``tasks``, outcome) in completion order."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook: executors without workers have nothing to release)
         """Release workers. Safe to call twice."""
 
     def __enter__(self) -> Executor:

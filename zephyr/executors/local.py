@@ -11,6 +11,7 @@ worker's polars/Arrow thread pools are sized to its share of the cores, so W wor
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -29,10 +30,8 @@ def _worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
-    try:  # pyarrow imports pandas (when installed) on first use anyway: pay for it now, not in a task
+    with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
         import pandas  # noqa: F401
-    except ImportError:
-        pass
     while True:
         try:
             message = conn.recv()
@@ -74,10 +73,8 @@ class _Worker:
             if kill:
                 self.process.kill()
             else:
-                try:
+                with contextlib.suppress(OSError):
                     self.conn.send(None)
-                except OSError:
-                    pass
         self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()
