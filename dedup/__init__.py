@@ -18,8 +18,7 @@ Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
     "DedupResult": "zephyr.dedup.clusters",
@@ -41,14 +40,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'zephyr.dedup' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -21,9 +21,9 @@ if __name__ == "tokenize":  # imported as the stdlib name from a checkout root: 
 else:
     # Public names load lazily: the loader side pulls in only numpy, torch and fsspec; the writer side
     # (tokenizers, pyarrow, the engine) loads only when a writer name is used.
-    import importlib as _importlib
     from typing import TYPE_CHECKING as _TYPE_CHECKING
-    from typing import Any as _Any
+
+    from zephyr._lazy import lazy_exports as _lazy_exports
 
     _LAZY = {
         "TokenLoader": "zephyr.tokenize.loader",
@@ -45,13 +45,4 @@ else:
         from zephyr.tokenize.tokenizer import TextTokenizer  # noqa: F401
         from zephyr.tokenize.writer import TokenizeResult, write_token_shards  # noqa: F401
 
-    def __getattr__(name: str) -> _Any:
-        module_name = _LAZY.get(name)
-        if module_name is None:
-            raise AttributeError(f"module 'zephyr.tokenize' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(module_name), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(_LAZY))
+    __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

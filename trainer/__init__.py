@@ -10,8 +10,9 @@ Modules: ``config`` (dataclasses), ``presets``, ``layers`` / ``moe`` / ``model``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
     "TrainConfig": "zephyr.trainer.config",
@@ -40,14 +41,4 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
     from zephyr.trainer.train import TrainResult, train  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zephyr.trainer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -11,8 +11,9 @@ with only torch, numpy and fsspec, so this package's own import pulls in nothing
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from zephyr._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
 
@@ -67,15 +68,4 @@ if TYPE_CHECKING:
     from zephyr.options import ExecutionOptions
 
 
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'zephyr' has no attribute {name!r}")
-    module = importlib.import_module(module_name)
-    value = module if module_name == f"zephyr.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

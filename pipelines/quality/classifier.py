@@ -64,6 +64,10 @@ class ClassifierConfig:
     seed: int = 0
 
 
+_NAN_RETRIES = 3
+"""Times training restarts at half the learning rate after fastText diverges to NaN."""
+
+
 def prepare_fasttext_text(texts: pa.Array, max_chars: int) -> pa.Array:
     """Lower-case, one line, whitespace runs collapsed, cut to ``max_chars`` characters; nulls → ''."""
     t = pc.utf8_slice_codeunits(pc.fill_null(texts, ""), 0, max_chars)
@@ -130,10 +134,23 @@ def train_classifier(
         f.write("\n".join(lines.to_pylist()))  # fastText trains from a file only
         f.write("\n")
     try:
-        model = fasttext.train_supervised(
-            input=f.name, epoch=config.epoch, lr=config.lr, dim=config.dim, wordNgrams=config.word_ngrams,
-            minCount=config.min_count, bucket=config.bucket, thread=config.threads, seed=config.seed, verbose=0,
-        )
+        model = None
+        lr = config.lr
+        for attempt in range(_NAN_RETRIES + 1):
+            try:
+                model = fasttext.train_supervised(
+                    input=f.name, epoch=config.epoch, lr=lr, dim=config.dim, wordNgrams=config.word_ngrams,
+                    minCount=config.min_count, bucket=config.bucket, thread=config.threads, seed=config.seed,
+                    verbose=0,
+                )
+                break
+            except RuntimeError as exc:  # fastText diverges ("Encountered NaN") when lr is too high for the data
+                if "NaN" not in str(exc) or attempt == _NAN_RETRIES:
+                    raise ConfigError(
+                        f"fastText training diverged (NaN) even at lr={lr:g}; lower `lr` or `epoch`"
+                    ) from exc
+                log.warning("fastText diverged at lr=%g; retrying at lr=%g", lr, lr / 2)
+                lr /= 2
     finally:
         os.unlink(f.name)
     tmp = output.with_name(output.name + ".tmp")

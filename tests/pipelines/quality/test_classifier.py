@@ -12,7 +12,7 @@ from zephyr.pipelines.quality.classifier import (
     train_classifier,
 )
 
-from zephyr.errors import SchemaError
+from zephyr.errors import SchemaError, ZephyrError
 
 
 def test_roc_auc_matches_pair_counting():
@@ -51,6 +51,26 @@ def test_train_evaluate_score(tmp_path):
     assert scored["quality_score"][0].as_py() > 0.5 and scored["quality_score"][1].as_py() is None
     with pytest.raises(SchemaError, match="row 1"):
         train_classifier(pa.table({"text": ["a", "b"], "label": ["hq", "good"]}), tmp_path / "x.bin")
+
+
+def test_divergence_retries_at_lower_learning_rate(tmp_path, monkeypatch):
+    import fasttext
+
+    real = fasttext.train_supervised
+    rates = []
+
+    def diverge_above(*args, **kwargs):
+        rates.append(kwargs["lr"])
+        if kwargs["lr"] > 0.06:
+            raise RuntimeError("Encountered NaN.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fasttext, "train_supervised", diverge_above)
+    train_classifier(_synthetic(100, 0), tmp_path / "m.bin", ClassifierConfig(epoch=2, lr=0.2))
+    assert rates == [0.2, 0.1, 0.05]
+    monkeypatch.setattr(fasttext, "train_supervised", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("Encountered NaN.")))
+    with pytest.raises(ZephyrError, match="diverged"):
+        train_classifier(_synthetic(100, 0), tmp_path / "n.bin", ClassifierConfig(epoch=2))
 
 
 @pytest.mark.corpus
