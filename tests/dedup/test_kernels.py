@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import datasketch
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -14,7 +17,7 @@ from zephyr.dedup.hashing import poly_hash_bytes, xxh3_128_array
 from zephyr.dedup.lsh import candidate_edges, collision_probability, lsh_threshold, optimal_bands
 from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
 from zephyr.dedup.minhash_torch import signatures_torch
-from zephyr.dedup.normalize import normalize_text
+from zephyr.dedup.normalize import collapse_whitespace, normalize_text
 from zephyr.dedup.shingles import shingle_hashes
 from zephyr.dedup.verify import jaccard
 
@@ -193,3 +196,45 @@ def test_jaccard_exact_on_structured_near_identical_texts():
     for (u, v), j in zip(edges, got):
         a, b = _ref_shingles(texts[u], "word", 5), _ref_shingles(texts[v], "word", 5)
         assert j == len(a & b) / len(a | b)
+
+
+# The pre-2026-11-22 whitespace collapse (one RE2 regex over Python's str.isspace() set), kept as an
+# independent reference for the polars implementation that replaced it.
+_OLD_WHITESPACE_RUN = r"[\t\n\x{0b}\x{0c}\r\x{1c}-\x{1f} \x{85}\p{Z}]+"
+_ALL_PY_SPACES = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+
+
+def _old_collapse(values: pa.Array) -> pa.Array:
+    return pc.utf8_trim(pc.replace_substring_regex(values, _OLD_WHITESPACE_RUN, " "), " ")
+
+
+@pytest.mark.parametrize("typ", [pa.string(), pa.large_string()])
+def test_collapse_whitespace_equals_old_regex_and_python(typ):
+    texts = (
+        [f"a{c}b" for c in _ALL_PY_SPACES]
+        + [f"{c}a{c}{c}b{c}" for c in _ALL_PY_SPACES]
+        + ["", " ", "  x  ", "\t\ttabs\tand\nnewlines\r\n", "\u00a0nbsp\u00a0\u00a0", "\u2003em\u3000ideo "]
+        + ["zero\u200bwidth\ufeffnot\u180espace", "x" * 300 + "\n\n" + "y", None, "\x1c\x1d\x1e\x1fseps"]
+    )
+    arr = pa.array(texts, typ)
+    new = collapse_whitespace(arr)
+    assert new.type == typ
+    assert new.equals(_old_collapse(arr))
+    assert new.to_pylist() == [None if t is None else " ".join(t.split()) for t in texts]
+    # sliced and chunked inputs take the same path
+    assert collapse_whitespace(arr.slice(3, 40)).equals(_old_collapse(arr.slice(3, 40)))
+    chunked = pa.chunked_array([arr.slice(0, 10), arr.slice(10)])
+    assert collapse_whitespace(chunked).combine_chunks().equals(new)
+    assert len(collapse_whitespace(pa.array([], typ))) == 0
+    assert collapse_whitespace(pa.array([None, None], pa.null())).null_count == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from(["a", "B", "é", " ", "\t", "\n", *_ALL_PY_SPACES[5:]])), max_size=10
+    )
+)
+def test_collapse_whitespace_property(texts):
+    arr = pa.array(texts, pa.large_string())
+    assert collapse_whitespace(arr).equals(_old_collapse(arr))
