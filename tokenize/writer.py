@@ -24,7 +24,6 @@ import logging
 import math
 import os
 import shutil
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -296,7 +295,9 @@ def write_token_shards(
     if os.path.exists(os.path.join(output, "manifest.json")):
         os.remove(os.path.join(output, "manifest.json"))  # the old set is being replaced: invalidate it first
     os.makedirs(output, exist_ok=True)
-    scratch = os.path.join(output, f"_work-{uuid.uuid4().hex[:8]}")
+    # A fixed name, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
+    # outputs by path); removed once the set is complete.
+    scratch = os.path.join(output, "_work")
     try:
         batch_fn = TokenizeBatch(
             tok, text_column=text_column, id_column=id_column, source_column=source_column, seed=seed
@@ -348,8 +349,11 @@ def write_token_shards(
         }
         manifest = write_manifest(output, shards, meta=meta)
         stats = getattr(written, "stats", {})
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    except BaseException:
+        if "work_dir" not in execution or execution.get("work_dir") is None:
+            shutil.rmtree(scratch, ignore_errors=True)  # nothing could resume from it
+        raise
+    shutil.rmtree(scratch, ignore_errors=True)
     return TokenizeResult(output, manifest, stats)
 
 

@@ -101,7 +101,7 @@ def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Pat
     _corpus(tmp_path / "in", n=200, files=3)
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=11, batch_rows=50)
     write_token_shards(
-        str(tmp_path / "in"), output=str(tmp_path / "w2"), executor="local", workers=2, **common
+        str(tmp_path / "in"), output=str(tmp_path / "w2"), executor="local", workers=2, small_job_bytes=0, **common
     )
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "ip"), executor="inprocess", **common)
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
@@ -118,6 +118,31 @@ def test_shard_bytes_local_one_vs_two_workers(tmp_path: Path, bpe_tokenizer: Pat
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "w1"), workers=1, **common)
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "w2"), workers=2, **common)
     assert _sha(tmp_path / "w1") == _sha(tmp_path / "w2")
+
+
+def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
+    """With a work_dir, a rerun after a failure skips the tokenize and sort tasks that had finished."""
+    import zephyr.tokenize.writer as writer
+
+    _corpus(tmp_path / "in", n=120, files=3)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=3, executor="inprocess")
+    work = str(tmp_path / "work")
+    original = writer._PackPartition.__call__
+
+    def fail(self, row):
+        raise RuntimeError("crash while packing")
+
+    monkeypatch.setattr(writer._PackPartition, "__call__", fail)
+    with pytest.raises(Exception, match="crash while packing"):
+        write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, max_retries=0, **common)
+    assert (tmp_path / "out" / "_work").is_dir(), "scratch must survive a failure when a work_dir is given"
+    monkeypatch.setattr(writer._PackPartition, "__call__", original)
+    result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
+    sorted_stages = result.stats["stages"]
+    assert sorted_stages and all(s["tasks_resumed"] == s["tasks"] for s in sorted_stages)
+    assert not (tmp_path / "out" / "_work").exists()
+    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "clean"), **common)
+    assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
 
 
 def test_megatron_index_layout(tmp_path: Path, bpe_tokenizer: Path) -> None:
