@@ -16,7 +16,7 @@ sources into intermediate runs first (external merge), so a reducer never holds 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -186,5 +186,3 @@ def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:
     for source in sources:
         yield from source
 
-
-MergeFn = Callable[[Sequence[Iterator[pa.Table]], SortColumns], Iterator[pa.Table]]

@@ -25,6 +25,7 @@ __all__ = [
     "GroupAggregateReducer",
     "GroupApplyReducer",
     "DeduplicateReducer",
+    "FirstOccurrence",
     "SortReducer",
     "ConcatReducer",
     "JoinReducer",
@@ -115,6 +116,17 @@ class DeduplicateReducer:
         for batch in merge_sorted(sources, _BY_HASH):
             frame = pl.from_arrow(batch, rechunk=False)
             yield _drop_hash(frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow())
+
+
+@dataclass(frozen=True)
+class FirstOccurrence:
+    """Map-side combiner for ``deduplicate``: keep the first row of each key within a buffer."""
+
+    keys: tuple[str, ...]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        frame = pl.from_arrow(table, rechunk=False)
+        return frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow()
 
 
 @dataclass(frozen=True)

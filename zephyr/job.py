@@ -44,6 +44,7 @@ from zephyr.shuffle.partition import range_boundaries
 from zephyr.shuffle.reduce import (
     ConcatReducer,
     DeduplicateReducer,
+    FirstOccurrence,
     GroupAggregateReducer,
     GroupApplyReducer,
     JoinReducer,
@@ -510,7 +511,6 @@ def _parquet_column_bytes(paths: list[str]) -> dict[str, int]:
 def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
     """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
     map side decodes only those; None means all columns."""
-    consumer = consumer if consumer is not None else None
     if not isinstance(consumer, GroupAggregate) or segment.narrow or not isinstance(segment.source, ReadFiles):
         return None
     if segment.source.format != "parquet" or segment.source.columns is not None:
@@ -532,19 +532,6 @@ def _read_url(url: str) -> pa.Table:
     fs, path = fsspec.core.url_to_fs(url)
     with fs.open(path, "rb") as f:
         return pq.read_table(f)
-
-
-@dataclass(frozen=True)
-class FirstOccurrence:
-    """Map-side combiner for ``deduplicate``: keep the first row of each key within a buffer."""
-
-    keys: tuple[str, ...]
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        import polars as pl
-
-        frame = pl.from_arrow(table, rechunk=False)
-        return frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow()
 
 
 # -- actions ------------------------------------------------------------------------------------------------
