@@ -1,13 +1,20 @@
-"""Tokenization throughput: HF encode_batch vs tiktoken vs zephyr's end-to-end writer (Parquet → shards).
+"""Tokenization throughput: HF encode_batch vs tiktoken vs datatrove vs zephyr's end-to-end writer (Parquet → shards).
 
-    .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2]
+    .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2] \
+        [--batch-rows 128,4096] [--datatrove-venv benchmarks/.venvs/datatrove]
 
 Reads the first --mb MB of text from the corpus's docs Parquet, then times on the same documents:
-HF ``Tokenizer.encode_batch`` and ``encode_batch_fast``, tiktoken's GPT-2 encoding (the peer), and
-``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize, shuffle by the engine's sort,
-pack, sha256). Checks every engine gives the same token count and that zephyr's ids equal HF's on a sample;
-prints a Markdown row per engine and appends them to benchmarks/RESULTS.md. datatrove is not run (it needs
-its own venv). Peak RSS is sampled (psutil, this process + children) during each engine's run.
+HF ``Tokenizer.encode_batch`` and ``encode_batch_fast``, tiktoken's GPT-2 encoding (in this process, texts in
+memory: tokenization only), datatrove 0.10.1's ``DocumentTokenizer`` end to end (ParquetReader → tokenize →
+document shuffle → .ds files; ``benchmarks/peers/datatrove_tokenize.py`` run as a subprocess in the datatrove
+venv, one EOS per document), and ``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize,
+shuffle by the engine's sort, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
+executor. datatrove and every zephyr run are separate subprocesses, and their peak RSS is sampled (psutil,
+every 50 ms) over that subprocess tree only, so the driver's in-memory texts do not count; this is what shows
+whether zephyr's peak RSS is bounded by ``batch_rows``. The in-process engines' RSS includes the driver.
+Checks every engine gives the same token count (EOS excluded) and that zephyr's ids equal HF's on a sample;
+prints a Markdown table and appends it to benchmarks/RESULTS.md. The subprocesses do not take the benchmark
+lock: hold it around the whole command.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ import argparse
 import contextlib
 import datetime
 import glob
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,10 +38,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+REPO = Path(__file__).resolve().parent.parent
 
 
 class PeakRSS:
-    """Samples RSS of this process and its children every 50 ms (the max is the peak)."""
+    """Samples RSS of this process and its children every 50 ms (the max is the peak).
+
+    ``children_only``: leave this process out (a subprocess engine's own memory)."""
+
+    def __init__(self, children_only: bool = False):
+        self.children_only = children_only
 
     def __enter__(self):
         self.peak, self._stop = 0, threading.Event()
@@ -43,7 +58,7 @@ class PeakRSS:
     def _run(self):
         me = psutil.Process()
         while not self._stop.is_set():
-            total = me.memory_info().rss
+            total = 0 if self.children_only else me.memory_info().rss
             for child in me.children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     total += child.memory_info().rss
@@ -55,7 +70,45 @@ class PeakRSS:
         self._thread.join()
 
 
+def zephyr_child(argv: list[str]) -> int:
+    """``--zephyr-child IN TOKENIZER OUT EXECUTOR WORKERS BATCH_ROWS``: one timed write_token_shards run; JSON on stdout."""
+    src, tok_path, out, executor, workers, batch_rows = argv
+    from zephyr.tokenize import write_token_shards
+
+    t0 = time.perf_counter()
+    result = write_token_shards(
+        src,
+        tokenizer=tok_path,
+        output=out,
+        shard_size="64MB",
+        batch_rows=int(batch_rows),
+        executor=executor,
+        workers=int(workers) or None,
+    )
+    seconds = time.perf_counter() - t0
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "num_tokens": result.num_tokens,
+                "num_documents": result.num_documents,
+                "engine": result.manifest["tokenizer"]["engine"],
+            }
+        )
+    )
+    return 0
+
+
+def run_child(cmd: list[str]) -> tuple[dict, int]:
+    """Run ``cmd`` (which prints one JSON line last) and sample its process tree's peak RSS."""
+    with PeakRSS(children_only=True) as p:
+        proc = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1]), p.peak
+
+
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--zephyr-child":
+        return zephyr_child(sys.argv[2:])
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--corpus",
@@ -65,12 +118,16 @@ def main() -> int:
     )
     parser.add_argument("--mb", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batch-rows", type=int, default=1024)
+    parser.add_argument(
+        "--batch-rows", default="128,4096", help="comma list: one local-executor zephyr run per value"
+    )
+    parser.add_argument("--datatrove-venv", type=Path, default=REPO / "benchmarks/.venvs/datatrove")
     args = parser.parse_args()
+    batch_rows = [int(b) for b in args.batch_rows.split(",")]
 
     import tiktoken
     from tokenizers import Tokenizer
-    from zephyr.tokenize import read_documents, write_token_shards
+    from zephyr.tokenize import read_documents
     from zephyr.tokenize.tokenizer import TextTokenizer
 
     tok_path = f"{args.corpus}/models/gpt2/tokenizer.json"
@@ -113,41 +170,77 @@ def main() -> int:
         n_tt = sum(len(x) for x in enc.encode_batch(texts, num_threads=os.cpu_count(), allowed_special="all"))
     record("tiktoken encode_batch", time.perf_counter() - t0, n_tt, p.peak)
 
-    for executor, workers in (("inprocess", None), ("local", args.workers)):
-        out = work / f"out-{executor}"
-        with PeakRSS() as p:
-            t0 = time.perf_counter()
-            result = write_token_shards(
+    dt_seconds = None
+    dt_py = args.datatrove_venv / "bin/python"
+    if dt_py.exists():
+        dt, dt_rss = run_child(
+            [
+                str(dt_py),
+                str(REPO / "benchmarks/peers/datatrove_tokenize.py"),
                 str(work / "in.parquet"),
-                tokenizer=tok_path,
-                output=str(out),
-                shard_size="64MB",
-                batch_rows=args.batch_rows,
-                executor=executor,
-                workers=workers,
-            )
-            seconds = time.perf_counter() - t0
-        n_z = result.num_tokens - result.num_documents  # minus the EOS per document
-        record(
-            f"zephyr write_token_shards ({executor}{f', {workers} workers' if workers else ''}, engine={result.manifest['tokenizer']['engine']})",
-            seconds,
-            n_z,
-            p.peak,
-            "end to end: Parquet → shuffled shards + sha256",
+                tok_path,
+                str(work / "out-datatrove"),
+            ]
         )
+        dt_seconds = dt["seconds"]
+        n_dt = dt["tokens"] - (dt["docs"] if dt["eos_per_doc"] else 0)
+        record(
+            "datatrove 0.10.1 DocumentTokenizer (1 task)",
+            dt_seconds,
+            n_dt,
+            dt_rss,
+            f"end to end: Parquet → doc-shuffled .ds + index; {dt['docs']} EOS (1/doc) excluded from tokens; "
+            f"batch_size 10000; its own ru_maxrss {dt['peak_rss_bytes'] / 2**30:.2f} GiB",
+        )
+    else:
+        print(f"datatrove venv {args.datatrove_venv} missing: datatrove not run", file=sys.stderr)
+
+    zephyr_rows = []
+    runs = [("inprocess", 0, batch_rows[0])] + [("local", args.workers, b) for b in batch_rows]
+    for executor, workers, rows_per_batch in runs:
+        out = work / f"out-{executor}-{rows_per_batch}"
+        z, rss = run_child(
+            [
+                sys.executable,
+                __file__,
+                "--zephyr-child",
+                str(work / "in.parquet"),
+                tok_path,
+                str(out),
+                executor,
+                str(workers),
+                str(rows_per_batch),
+            ]
+        )
+        n_z = z["num_tokens"] - z["num_documents"]  # minus the EOS per document
+        record(
+            f"zephyr write_token_shards ({executor}{f', {workers} workers' if workers else ''}, "
+            f"batch_rows={rows_per_batch}, engine={z['engine']})",
+            z["seconds"],
+            n_z,
+            rss,
+            "end to end: Parquet → shuffled shards + sha256; RSS = its subprocess tree",
+        )
+        if executor == "local":
+            zephyr_rows.append((z["seconds"], out))
+    best_seconds, best_out = min(zephyr_rows)
     # ids identical to HF: every 50th document of the output, compared with HF's own encoding
-    by_text = {}
     tt = TextTokenizer(tok_path)
     sample = texts[::50]
     expected = {tuple(tt.hf_ids(t) + [tt.eos_id]) for t in sample}
-    got = {tuple(d.tolist()) for d in read_documents(str(work / "out-local"))}
+    got = {tuple(d.tolist()) for d in read_documents(str(best_out))}
     missing = len(expected - got)
-    del by_text
     counts_equal = len({r[2] for r in rows}) == 1
     print(
         f"token counts equal across engines: {counts_equal}; sampled docs missing from zephyr output: {missing}"
     )
 
+    fastest_peer = min(r[1] for r in rows if not r[0].startswith(("zephyr", "datatrove")))
+    ratios = f"best zephyr (local) / fastest in-memory encoder: {fastest_peer / best_seconds:.2f}×"
+    if dt_seconds is not None:
+        ratios += f"; best zephyr (local) / datatrove: {dt_seconds / best_seconds:.2f}×"
+    print(ratios)
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     machine = f"{platform.node()} ({os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)"
     date = datetime.date.today().isoformat()
     command = "python " + " ".join(sys.argv)
@@ -155,7 +248,8 @@ def main() -> int:
         "",
         f"### Tokenization throughput — {date}, {machine}",
         f"`{command}` — {mb:.1f} MB of text ({len(texts)} docs) from {args.corpus}, GPT-2 tokenizer; "
-        f"token counts equal: {counts_equal}; HF-id check on {len(sample)} docs: {len(sample) - missing} equal",
+        f"token counts equal: {counts_equal}; HF-id check on {len(sample)} docs: {len(sample) - missing} equal; "
+        f"load average at end {load}. {ratios}.",
         "",
         "| engine | MB/s | tokens | peak RSS (GiB) | note |",
         "|---|---|---|---|---|",

@@ -131,16 +131,19 @@ def _fuzzy(args: argparse.Namespace) -> int:
         config.threshold,
         "on" if config.verify else "off",
     )
-    out = fuzzy_dedup_dataset(
-        _read(args.inputs),
-        config,
-        text_column=args.text_column,
-        id_column=args.id_column,
-        mode=args.mode,
-        priority_column=args.priority_column,
-        execution=_kwargs(opts),
-    )
-    result = out.write_parquet(args.output, **_kwargs(opts))
+    from zephyr.executors import reuse_workers
+
+    with reuse_workers(_kwargs(opts)) as execution:  # one worker pool for the candidate/verify/components jobs
+        out = fuzzy_dedup_dataset(
+            _read(args.inputs),
+            config,
+            text_column=args.text_column,
+            id_column=args.id_column,
+            mode=args.mode,
+            priority_column=args.priority_column,
+            execution=execution,
+        )
+        result = out.write_parquet(args.output, **execution)
     return _finish(
         result,
         args.output,

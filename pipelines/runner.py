@@ -306,15 +306,10 @@ def run_pipeline(config: PipelineConfig, job_dir: str | os.PathLike[str], *, exe
     With the local executor, one pool of worker processes serves every engine job of every stage: a pipeline
     runs dozens of short jobs, and starting workers for each would cost seconds apiece.
     """
-    execution_kw = _execution_dict(execution)
-    if execution_kw.get("executor", "local") != "local":
-        return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
-    from zephyr.executors.local import LocalExecutor
-    from zephyr.options import ExecutionOptions
+    from zephyr.executors import reuse_workers
 
-    workers = ExecutionOptions(workers=execution_kw.get("workers")).num_workers
-    with LocalExecutor(workers) as pool:
-        return _run_pipeline(config, job_dir, execution={**execution_kw, "executor": pool}, **kwargs)
+    with reuse_workers(_execution_dict(execution)) as execution_kw:
+        return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
 
 
 def _run_pipeline(

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate"]
+MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,1 +1,31 @@
 """zephyr.executors: where tasks run — in-process, local spawned processes, dask.distributed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["reuse_workers"]
+
+
+@contextmanager
+def reuse_workers(execution: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Execution keywords whose ``local`` executor is one worker pool kept for the whole block.
+
+    For callers that run many engine jobs in a row (a pipeline, iterative connected components): each job would
+    otherwise start and import its own worker processes. Other executors pass through unchanged.
+
+    >>> with reuse_workers({"executor": "inprocess"}) as kw:
+    ...     kw["executor"]
+    'inprocess'
+    """
+    if execution.get("executor", "local") != "local":
+        yield dict(execution)
+        return
+    from zephyr.executors.local import LocalExecutor
+    from zephyr.options import ExecutionOptions
+
+    workers = ExecutionOptions(workers=execution.get("workers")).num_workers
+    with LocalExecutor(workers) as pool:
+        yield {**execution, "executor": pool}
