@@ -298,63 +298,66 @@ def write_token_shards(
     # A fixed name, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
     # outputs by path); removed once the set is complete.
     scratch = os.path.join(output, "_work")
-    try:
-        batch_fn = TokenizeBatch(
-            tok, text_column=text_column, id_column=id_column, source_column=source_column, seed=seed
-        )
-        tokenized = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").materialize(
-            os.path.join(scratch, "tokenized"), **execution
-        )
-        counts = tokenized.select("num_tokens").to_arrow(**execution)["num_tokens"]
-        total_tokens = int(pc.sum(counts).as_py() or 0)
-        num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
-        log.info(
-            "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
-            len(counts),
-            total_tokens,
-            dtype.itemsize,
-            shard_bytes,
-            num_shards,
-        )
-        written = tokenized.sort("key_hi", "key_lo", num_partitions=num_shards).write_parquet(
-            os.path.join(scratch, "sorted"), **execution
-        )
-        parts = sorted(written.files)
-        jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
-        packed = (
-            zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
-            .map(_PackPartition(output, dtype.name, megatron))
-            .to_arrow(**execution)
-        )
-        shards, per_source = _collect(packed.to_pylist())
-        shards = [s for s in shards if s.num_documents > 0] or shards[:1]
-        meta = {
-            "dtype": dtype.name,
-            "vocab_size": tok.vocab_size,
-            "eos_id": tok.eos_id,
-            "bos_id": tok.bos_id,
-            "bos_policy": tok.bos_policy,
-            "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": tok.engine},
-            "seed": seed,
-            "shard_size_bytes": shard_bytes,
-            "sources": {
-                "inputs": [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)]
-                if not isinstance(data, zephyr.Dataset)
-                else [],
-                "text_column": text_column,
-                "id_column": id_column,
-                "source_column": source_column,
-                "per_source": per_source,
-            },
-        }
-        manifest = write_manifest(output, shards, meta=meta)
-        stats = getattr(written, "stats", {})
-    except BaseException:
-        if "work_dir" not in execution or execution.get("work_dir") is None:
-            shutil.rmtree(scratch, ignore_errors=True)  # nothing could resume from it
-        raise
-    shutil.rmtree(scratch, ignore_errors=True)
-    return TokenizeResult(output, manifest, stats)
+    from zephyr.executors import reuse_workers
+
+    with reuse_workers(execution) as execution:  # one worker pool for the writer's four engine jobs
+        try:
+            batch_fn = TokenizeBatch(
+                tok, text_column=text_column, id_column=id_column, source_column=source_column, seed=seed
+            )
+            tokenized = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").materialize(
+                os.path.join(scratch, "tokenized"), **execution
+            )
+            counts = tokenized.select("num_tokens").to_arrow(**execution)["num_tokens"]
+            total_tokens = int(pc.sum(counts).as_py() or 0)
+            num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
+            log.info(
+                "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
+                len(counts),
+                total_tokens,
+                dtype.itemsize,
+                shard_bytes,
+                num_shards,
+            )
+            written = tokenized.sort("key_hi", "key_lo", num_partitions=num_shards).write_parquet(
+                os.path.join(scratch, "sorted"), **execution
+            )
+            parts = sorted(written.files)
+            jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
+            packed = (
+                zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
+                .map(_PackPartition(output, dtype.name, megatron))
+                .to_arrow(**execution)
+            )
+            shards, per_source = _collect(packed.to_pylist())
+            shards = [s for s in shards if s.num_documents > 0] or shards[:1]
+            meta = {
+                "dtype": dtype.name,
+                "vocab_size": tok.vocab_size,
+                "eos_id": tok.eos_id,
+                "bos_id": tok.bos_id,
+                "bos_policy": tok.bos_policy,
+                "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": tok.engine},
+                "seed": seed,
+                "shard_size_bytes": shard_bytes,
+                "sources": {
+                    "inputs": [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)]
+                    if not isinstance(data, zephyr.Dataset)
+                    else [],
+                    "text_column": text_column,
+                    "id_column": id_column,
+                    "source_column": source_column,
+                    "per_source": per_source,
+                },
+            }
+            manifest = write_manifest(output, shards, meta=meta)
+            stats = getattr(written, "stats", {})
+        except BaseException:
+            if "work_dir" not in execution or execution.get("work_dir") is None:
+                shutil.rmtree(scratch, ignore_errors=True)  # nothing could resume from it
+            raise
+        shutil.rmtree(scratch, ignore_errors=True)
+        return TokenizeResult(output, manifest, stats)
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:
