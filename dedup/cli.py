@@ -93,9 +93,7 @@ def _exact(args: argparse.Namespace) -> int:
 
 
 def _kwargs(opts: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    return opts.as_kwargs()
 
 
 def _fuzzy_config(args: argparse.Namespace):

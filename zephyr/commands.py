@@ -44,15 +44,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
 def _write(dataset, args: argparse.Namespace) -> int:
     from zephyr.cli import execution_options
 
-    options = execution_options(args)
-    kwargs = dict(
-        executor=options.executor,
-        workers=options.workers,
-        memory_budget=options.memory_budget,
-        work_dir=options.work_dir,
-        cluster=options.cluster,
-        max_retries=options.max_retries,
-    )
+    kwargs = execution_options(args).as_kwargs()
     to = getattr(args, "to", "parquet")
     if to == "jsonl":
         result = dataset.write_jsonl(args.output, compression=args.compression, **kwargs)
@@ -78,11 +70,7 @@ def _sort(args: argparse.Namespace) -> int:
 def _count(args: argparse.Namespace) -> int:
     from zephyr.cli import execution_options
 
-    options = execution_options(args)
-    rows = _reader(args).count(
-        executor=options.executor, workers=options.workers, memory_budget=options.memory_budget,
-        work_dir=options.work_dir, cluster=options.cluster, max_retries=options.max_retries,
-    )
+    rows = _reader(args).count(**execution_options(args).as_kwargs())
     sys.stdout.write(f"{rows}\n")
     return 0
 

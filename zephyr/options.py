@@ -71,6 +71,10 @@ class ExecutionOptions:
             return 1
         return self.workers or os.cpu_count() or 1
 
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as action keywords (``ds.write_parquet(out, **options.as_kwargs())``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
     def replace(self, **changes: Any) -> ExecutionOptions:
         return dataclasses.replace(self, **changes)
 
