@@ -32,3 +32,13 @@ def run_measured(cmd: list[str], *, log_path: str, env: dict | None = None, time
 
 def machine() -> str:
     return f"{platform.machine()} {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+
+
+def publish(text: str, *, append: bool) -> None:
+    """Print a result table and, unless told not to, append it to benchmarks/RESULTS.md."""
+    from pathlib import Path
+
+    print(text)
+    if append:
+        with open(Path(__file__).resolve().parent / "RESULTS.md", "a") as f:
+            f.write(text)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, run_measured  # noqa: E402
+from _measure import machine, publish, run_measured  # noqa: E402
 from zephyr.dedup.evaluate import oversized_clusters, pair_scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,10 +150,7 @@ def main() -> int:
             f"{r['oversized_clusters']} |"
         )
     text = "\n".join(table) + "\n"
-    print(text)
-    if not args.no_append:
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
-            f.write(text)
+    publish(text, append=not args.no_append)
     return 0
 
 
