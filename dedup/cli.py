@@ -30,16 +30,21 @@ logger = logging.getLogger(__name__)
 _JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".ndjson")
 
 
+# Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
+# files of very different sizes would otherwise leave one worker hashing the largest file alone.
+_SHARD_BYTES = "32MiB"
+
+
 def _read(inputs: list[str]):
     import zephyr
 
     if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        return zephyr.read_jsonl(inputs)
+        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES)
     if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
         from zephyr.errors import ConfigError
 
         raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
-    return zephyr.read_parquet(inputs)
+    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES)
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
@@ -110,12 +115,23 @@ def _fuzzy_config(args: argparse.Namespace):
 
 
 def _fuzzy(args: argparse.Namespace) -> int:
-    from zephyr.dedup.stages import fuzzy_dedup_dataset
+    from zephyr.dedup import compiled
 
     from zephyr.cli import execution_options
+    from zephyr.executors import reuse_workers
+
+    opts = execution_options(args)
+    # one worker pool for the candidate/verify/components jobs, started before the driver's own imports
+    # so the workers import (and load the MinHash kernels) meanwhile
+    preload = ("zephyr.dedup.compiled:warm_up",) if compiled.available() else ()
+    with reuse_workers(_kwargs(opts), preload=preload) as execution:
+        return _run_fuzzy(args, execution)
+
+
+def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
+    from zephyr.dedup.stages import fuzzy_dedup_dataset
 
     config = _fuzzy_config(args)
-    opts = execution_options(args)
     bands, rows = config.bands_rows()
     logger.warning(
         "fuzzy dedup: %s %d-grams, %d bands x %d rows = %d permutations, LSH threshold (1/b)^(1/r) = %.3f, "
@@ -129,19 +145,18 @@ def _fuzzy(args: argparse.Namespace) -> int:
         config.threshold,
         "on" if config.verify else "off",
     )
-    from zephyr.executors import reuse_workers
-
-    with reuse_workers(_kwargs(opts)) as execution:  # one worker pool for the candidate/verify/components jobs
-        out = fuzzy_dedup_dataset(
-            _read(args.inputs),
-            config,
-            text_column=args.text_column,
-            id_column=args.id_column,
-            mode=args.mode,
-            priority_column=args.priority_column,
-            execution=execution,
-        )
-        result = out.write_parquet(args.output, **execution)
+    graph: dict[str, Any] = {}
+    out = fuzzy_dedup_dataset(
+        _read(args.inputs),
+        config,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        mode=args.mode,
+        priority_column=args.priority_column,
+        execution=execution,
+        stats=graph,
+    )
+    result = out.write_parquet(args.output, **execution)
     return _finish(
         result,
         args.output,
@@ -152,6 +167,7 @@ def _fuzzy(args: argparse.Namespace) -> int:
             "rows": rows,
             "lsh_threshold": config.lsh_threshold,
             "mode": args.mode,
+            **graph,
         },
     )
 

@@ -4,8 +4,10 @@ Scheme (``affine64``, identical to datasketch ≥ 2.0's ``scheme="affine64"``): 
 pre-mixed once with MurmurHash3's 64-bit finalizer, then permutation ``k`` maps it to
 ``a_k · fmix64(h) + b_k mod 2⁶⁴`` (``a_k`` odd, so the map is a bijection); the signature is the minimum
 per permutation. ``mersenne61`` is datatrove's arithmetic instead: ``((a_k·h + b_k) mod 2⁶⁴) mod (2⁶¹−1)``
-on the raw shingle hash. Both are computed on a ``(shingles × permutations)`` block with
-``np.minimum.reduceat`` over document boundaries, many documents per call. Documents without shingles get
+on the raw shingle hash. With numba (a dependency) the minima come from one compiled
+pass per document (``compiled.minhash``); the numpy form below — one multiply-add per permutation over a
+cache-sized run of documents and ``np.minimum.reduceat`` over their boundaries — is the reference and
+the fallback, and the two are tested equal. Documents without shingles get
 the all-``UINT64_MAX`` signature and must be kept out of LSH by the caller.
 
 Permutations come from ``numpy.random.default_rng(seed)``; ``Permutations`` is plain data and is stored in
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from zephyr.dedup import compiled
 from zephyr.dedup.hashing import fmix64
 from zephyr.dedup.shingles import Shingles
 
@@ -101,6 +104,8 @@ def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
     per-permutation form is ~2x faster than a broadcast ``(shingles × permutations)`` block (numpy's
     broadcast inner loop is not vectorized as well, and the 2-D block falls out of cache).
     """
+    if compiled.available():
+        return compiled.minhash(shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61")
     num_docs = len(shingles)
     k = len(perms)
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)

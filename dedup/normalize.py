@@ -20,7 +20,6 @@ import unicodedata
 from typing import Literal
 
 import numpy as np
-import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -57,6 +56,8 @@ def collapse_whitespace(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chu
     values = _as_string(values)
     if len(values) == 0:
         return values
+    import polars as pl  # here, not at import: a driver that only plans dedup jobs never loads it (~0.2 s)
+
     collapsed = pl.Series(values=values).str.replace_all(_WHITESPACE_RUN, " ").str.strip_chars(" ").to_arrow()
     collapsed = collapsed.cast(values.type)
     return pa.chunked_array([collapsed], values.type) if isinstance(values, pa.ChunkedArray) else collapsed

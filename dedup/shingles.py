@@ -5,8 +5,9 @@ joined by one space; a document with fewer than ``n`` words has the single shing
 the corpus' Jaccard definition) or a character n-gram (``n`` consecutive Unicode code points of the
 normalized text; shorter documents give one shingle of the whole text). Empty documents have no shingles.
 
-Every shingle hash is ``poly_hash_bytes`` of the shingle's UTF-8 bytes, computed with vectorized prefix
-sums over the Arrow buffer (see ``hashing.span_hashes``); nothing is copied per shingle.
+Every shingle hash is ``poly_hash_bytes`` of the shingle's UTF-8 bytes, computed in one compiled pass per
+document (``compiled.word_shingles``/``char_shingles``), or, without numba, with vectorized prefix sums over
+the Arrow buffer (``hashing.span_hashes``, the reference form); nothing is copied per shingle.
 
 Output layout (``Shingles``): ``hashes`` (uint64, all docs concatenated, in text order, duplicates kept) and
 ``offsets`` (int64, ``len(docs) + 1``): document ``i`` owns ``hashes[offsets[i]:offsets[i+1]]``.
@@ -27,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+from zephyr.dedup import compiled
 from zephyr.dedup.hashing import span_hashes, string_buffers
 from zephyr.dedup.normalize import normalize_text
 
@@ -160,6 +162,8 @@ def shingle_hashes(
     """Hash the shingles of every text; nulls and empty texts get no shingles."""
     if n < 1:
         raise ConfigError(f"ngram size must be >= 1, got {n}")
+    if kind not in ("word", "char"):
+        raise ConfigError(f"shingle kind must be 'word' or 'char', got {kind!r}")
     if kind == "word":
         values = normalize_text(texts, normalize, collapse=False)  # the tokenizer splits on whitespace bytes
     else:
@@ -185,6 +189,14 @@ def shingle_hashes(
         hi = min(max(hi, lo + 1), num_docs)
         byte_lo, byte_hi = int(offsets[lo]), int(offsets[hi])
         chunk = data[byte_lo:byte_hi]
+        if compiled.available():
+            kernel = compiled.word_shingles if kind == "word" else compiled.char_shingles
+            hashes, counts = kernel(chunk, offsets[lo : hi + 1] - byte_lo, n)
+            hash_parts.append(hashes)
+            offset_parts.append(np.cumsum(counts) + base)
+            base += len(hashes)
+            lo = hi
+            continue
         if kind == "word":
             ts, te, ft, lt, sh_off = shingle_spans(
                 chunk, offsets[lo : hi + 1] - byte_lo, kind=kind, n=n, tokens=True
@@ -202,6 +214,11 @@ def shingle_hashes(
 
 def unique_sets(shingles: Shingles) -> Shingles:
     """The shingle *sets*: each document's hashes sorted and de-duplicated (for Jaccard)."""
+    if compiled.available():
+        hashes, counts = compiled.sorted_sets(shingles.hashes, shingles.offsets)
+        offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return Shingles(hashes=hashes, offsets=offsets)
     doc = np.repeat(np.arange(len(shingles), dtype=np.int64), shingles.counts)
     order = np.lexsort((shingles.hashes, doc))
     h = shingles.hashes[order]

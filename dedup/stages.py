@@ -361,29 +361,38 @@ class _NoClusters:
         return table
 
 
-def _components(edges: Dataset, kw: dict[str, Any], in_memory_edges: int | None) -> Dataset | None:
-    """Labels (NODE, LABEL) of the verified-edge graph: in memory when it is small, else engine rounds."""
-    from zephyr.dedup.components import connected_components
-
-    import zephyr
+def _in_memory_limit(kw: dict[str, Any], in_memory_edges: int | None) -> int:
+    """Edge count up to which the graph work runs in the driver: 64 bytes per edge within a quarter budget."""
     from zephyr.options import ExecutionOptions
 
+    if in_memory_edges is not None:
+        return in_memory_edges
+    return ExecutionOptions.from_kwargs(**kw).memory_budget_bytes // 4 // 64
+
+
+def _components(edges: Dataset, kw: dict[str, Any], limit: int) -> Dataset | None:
+    """Labels (NODE, LABEL) of the verified-edge graph: in memory when it is small, else engine rounds."""
     edges = edges.materialize(**kw)
     count = edges.count(**kw)
     if count == 0:  # no verified edge: the caller marks every document a singleton (empty joins lose schema)
         return None
-    if in_memory_edges is None:
-        budget = ExecutionOptions.from_kwargs(**kw).memory_budget_bytes
-        in_memory_edges = budget // 4 // 64
     logger.info(
         "connected components: %d verified edges, in-memory limit %d -> %s",
         count,
-        in_memory_edges,
-        "numpy in the driver" if count <= in_memory_edges else "engine rounds",
+        limit,
+        "numpy in the driver" if count <= limit else "engine rounds",
     )
-    if count > in_memory_edges:
+    if count > limit:
         return connected_components_dataset(edges, execution=kw)
-    table = edges.to_arrow(**kw)
+    return _labels_in_memory(edges.to_arrow(**kw))
+
+
+def _labels_in_memory(table: pa.Table) -> Dataset:
+    """(NODE, LABEL = smallest id of its component) from an in-memory edge table (u, v), with numpy."""
+    from zephyr.dedup.components import connected_components
+
+    import zephyr
+
     ids = pa.chunked_array(table["u"].chunks + table["v"].chunks).combine_chunks()
     nodes = pc.unique(ids)
     nodes = nodes.take(pc.sort_indices(nodes))  # code order = id order, so the min code is the min id
@@ -391,6 +400,69 @@ def _components(edges: Dataset, kw: dict[str, Any], in_memory_edges: int | None)
     v = np.asarray(pc.index_in(table["v"], value_set=nodes), dtype=np.int64)
     labels = connected_components(len(nodes), np.stack((u, v), axis=1))
     return zephyr.from_arrow(pa.table({NODE: nodes, LABEL: nodes.take(pa.array(labels))}))
+
+
+class _ShingleSetsOf:
+    """(id, sorted shingle set) of the rows whose id is in ``nodes``: the texts verification needs."""
+
+    def __init__(self, nodes: pa.Array, config: FuzzyDedupConfig, text_column: str, id_column: str):
+        self.nodes, self.config, self.text_column, self.id_column = nodes, config, text_column, id_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.shingles import shingle_hashes, unique_sets
+
+        wanted = table.filter(pc.is_in(table[self.id_column], value_set=self.nodes))
+        cfg = self.config
+        sets = unique_sets(
+            shingle_hashes(wanted[self.text_column], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
+        )
+        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+        return pa.table({NODE: wanted[self.id_column], "shingles": lists})
+
+
+def _verify_in_memory(
+    ds: Dataset, edges: pa.Table, config: FuzzyDedupConfig, text_column: str, id_column: str, kw: dict[str, Any]
+) -> pa.Table:
+    """Exact-Jaccard check of a driver-sized edge table: one pass over the input collects the shingle sets of
+    the edges' endpoints only (no join of the whole text column), then a merge count per edge."""
+    from zephyr.dedup.shingles import Shingles
+    from zephyr.dedup.verify import jaccard
+
+    nodes = pc.unique(pa.chunked_array(edges["u"].chunks + edges["v"].chunks).combine_chunks())
+    sets = (
+        ds.select(id_column, text_column)
+        .map_batches(_ShingleSetsOf(nodes, config, text_column, id_column), name="dedup.fuzzy.verify_sets")
+        .to_arrow(**kw)
+    )
+    lists = sets["shingles"].combine_chunks()
+    shingles = Shingles(
+        hashes=np.asarray(lists.flatten(), dtype=np.uint64),
+        offsets=np.asarray(lists.offsets, dtype=np.int64) - lists.offsets[0].as_py(),
+    )
+    owners = sets[NODE].combine_chunks()
+    pairs = np.stack(
+        (
+            np.asarray(pc.index_in(edges["u"], value_set=owners), dtype=np.int64),
+            np.asarray(pc.index_in(edges["v"], value_set=owners), dtype=np.int64),
+        ),
+        axis=1,
+    )
+    keep = jaccard(shingles, pairs, sets=True) >= config.threshold
+    return edges.filter(pa.array(keep))
+
+
+class _AttachClusters:
+    """Looks each row's id up in a small (NODE, CLUSTER, SIZE, KEEPER) table held in memory (a broadcast
+    join: the input keeps its shards and order, no shuffle of the text)."""
+
+    def __init__(self, node_info: pa.Table, id_column: str):
+        self.node_info, self.id_column = node_info, id_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        idx = pc.index_in(table[self.id_column], value_set=self.node_info[NODE].combine_chunks())
+        for name in (CLUSTER, SIZE, KEEPER):
+            table = table.append_column(name, self.node_info[name].take(idx))
+        return table
 
 
 def fuzzy_dedup_dataset(
@@ -403,13 +475,17 @@ def fuzzy_dedup_dataset(
     priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
     in_memory_edges: int | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> Dataset:
     """MinHash-LSH dedup on the engine. Runs candidates, verification and components eagerly (they are
     iterative) with ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
 
-    ``in_memory_edges``: verified-edge count up to which the components are computed in the driver with
-    numpy (one collect instead of several engine rounds); ``None`` derives it from the memory budget
-    (64 bytes per edge within a quarter of it), 0 forces the external-memory rounds.
+    ``in_memory_edges``: candidate-edge count up to which the graph work runs in the driver: verification
+    collects only the endpoints' shingle sets (one filtered pass over the input), components use numpy,
+    and the cluster columns are attached to the input by a broadcast lookup instead of a shuffle join.
+    ``None`` derives it from the memory budget (64 bytes per edge within a quarter of it); 0 forces the
+    external-memory path (join-based verification, component rounds, shuffle join). ``stats``, when
+    given, receives the eager phase's figures (candidate, verified and rejected edges, which path ran).
 
     >>> import zephyr
     >>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
@@ -419,39 +495,69 @@ def fuzzy_dedup_dataset(
     >>> out.sort("id").to_arrow(executor="inprocess").select(["id", "dup_cluster", "dup_keep"]).to_pylist()[1]
     {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
     """
+    import zephyr
+
     config = config or FuzzyDedupConfig()
     _check_mode(mode)
     kw = _execution_kwargs(execution)
+    limit = _in_memory_limit(kw, in_memory_edges)
+    if config.verify:  # the driver checks small edge sets itself: load its kernels while the workers hash
+        from zephyr.dedup import compiled
+
+        compiled.warm_up_in_background()
     band_rows = ds.map_batches(_BandRows(config, text_column, id_column), name="dedup.fuzzy.signatures")
     edges = (
         band_rows.group_by("band", "bhash")
         .agg(members=(NODE, "list"), n=(NODE, "count"))
         .map_batches(_bucket_edges, name="dedup.fuzzy.bucket_edges")
         .deduplicate("u", "v")
+        .materialize(**kw)
     )
-    if config.verify:
-        texts = ds.select(id_column, text_column)
-        text_u = texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u")
-        text_v = texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v")
-        edges = (
-            edges.join(text_u, on="u")
-            .join(text_v, on="v")
-            .map_batches(_VerifyEdges(config, "text_u", "text_v"), name="dedup.fuzzy.verify")
-        )
-    labels = _components(edges, kw, in_memory_edges)
+    candidates = edges.count(**kw)
+    in_memory = candidates <= limit
+    info: dict[str, Any] = {"candidate_edges": candidates, "in_memory": in_memory, "in_memory_limit": limit}
+    logger.info("fuzzy dedup: %d candidate edges, in-memory limit %d", candidates, limit)
+    if in_memory:
+        edge_table = edges.to_arrow(**kw)
+        if config.verify and edge_table.num_rows:
+            edge_table = _verify_in_memory(ds, edge_table, config, text_column, id_column, kw)
+        info["verified_edges"] = edge_table.num_rows
+        labels = _labels_in_memory(edge_table) if edge_table.num_rows else None
+    else:
+        if config.verify:
+            texts = ds.select(id_column, text_column)
+            text_u = texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u")
+            text_v = texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v")
+            edges = (
+                edges.join(text_u, on="u")
+                .join(text_v, on="v")
+                .map_batches(_VerifyEdges(config, "text_u", "text_v"), name="dedup.fuzzy.verify")
+            )
+        edges = edges.materialize(**kw)
+        info["verified_edges"] = edges.count(**kw)
+        labels = _components(edges, kw, limit)
+    info["rejected_edges"] = candidates - info["verified_edges"]
+    if stats is not None:
+        stats.update(info)
     if labels is None:
         return ds.map_batches(_NoClusters(id_column), name="dedup.fuzzy.no_clusters").map_batches(
             _Finish(id_column, mode, (CLUSTER, SIZE, KEEPER), text_column), name="dedup.fuzzy.finish"
         )
-    members = ds.select(id_column, *([priority_column] if priority_column else [])).join(
-        labels, left_on=id_column, right_on=NODE
-    )
+    if in_memory and priority_column is None:
+        nodes = labels.to_arrow(**kw)
+        members = zephyr.from_arrow(nodes.rename_columns([id_column, LABEL]))
+    else:
+        members = ds.select(id_column, *([priority_column] if priority_column else [])).join(
+            labels, left_on=id_column, right_on=NODE
+        )
     groups = _keepers(members, [LABEL], id_column, priority_column)
     node_info = labels.join(groups, on=LABEL).select(NODE, CLUSTER, SIZE, KEEPER)
+    finish = _Finish(id_column, mode, (NODE, CLUSTER, SIZE, KEEPER), text_column)
+    if in_memory:
+        attached = ds.map_batches(_AttachClusters(node_info.to_arrow(**kw), id_column), name="dedup.fuzzy.attach")
+        return attached.map_batches(finish, name="dedup.fuzzy.finish")
     joined = ds.join(node_info, left_on=id_column, right_on=NODE, how="left")
-    return joined.map_batches(
-        _Finish(id_column, mode, (NODE, CLUSTER, SIZE, KEEPER), text_column), name="dedup.fuzzy.finish"
-    )
+    return joined.map_batches(finish, name="dedup.fuzzy.finish")
 
 
 def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:

@@ -14,6 +14,7 @@ the transitive chains they would build) out of the clusters.
 from __future__ import annotations
 
 import numpy as np
+from zephyr.dedup import compiled
 from zephyr.dedup.shingles import Shingles
 
 __all__ = ["jaccard", "gather_sets"]
@@ -36,13 +37,15 @@ def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.nd
 _EDGE_MIX = np.uint64(0xD6E8FEB86659FD93)
 
 
-def jaccard(shingles: Shingles, edges: np.ndarray) -> np.ndarray:
+def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.ndarray:
     """float64 Jaccard of each ``edges[i] = [doc_u, doc_v]`` (row indices into ``shingles``).
 
     The sets of all documents named by an edge are made once (sorted, de-duplicated); then, per batch of
     edges, both endpoints' sets are keyed by ``fmix64(fmix64(hash) ^ edge·C)`` — one 1-D key per (edge, shingle) —
     and an argsort puts each shared shingle of an edge next to itself. Keys of distinct (edge, shingle)
-    pairs collide with probability ~n²/2⁶⁴, the same order as the shingle hashes themselves.
+    pairs collide with probability ~n²/2⁶⁴, the same order as the shingle hashes themselves. With numba,
+    the count is instead an exact merge of the two sorted sets per edge (``compiled.intersections``);
+    ``sets=True`` says ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
     """
     from zephyr.dedup.hashing import fmix64
     from zephyr.dedup.shingles import unique_sets
@@ -50,6 +53,12 @@ def jaccard(shingles: Shingles, edges: np.ndarray) -> np.ndarray:
     out = np.empty(len(edges), dtype=np.float64)
     if len(edges) == 0:
         return out
+    if sets and compiled.available():  # already sorted and de-duplicated per document
+        u, v = edges[:, 0], edges[:, 1]
+        inter = compiled.intersections(shingles.hashes, shingles.offsets, u, v)
+        counts = shingles.counts
+        union = counts[u] + counts[v] - inter
+        return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
     docs, pos = np.unique(edges.reshape(-1), return_inverse=True)
     pos = pos.reshape(-1, 2)
     counts = shingles.counts[docs]
@@ -58,6 +67,10 @@ def jaccard(shingles: Shingles, edges: np.ndarray) -> np.ndarray:
     hashes, _ = gather_sets(shingles, docs)
     sets = unique_sets(Shingles(hashes=hashes, offsets=offsets))
     sizes = sets.counts
+    if compiled.available():  # a merge count per edge on the sorted sets
+        inter = compiled.intersections(sets.hashes, sets.offsets, pos[:, 0], pos[:, 1])
+        union = sizes[pos[:, 0]] + sizes[pos[:, 1]] - inter
+        return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
     for lo in range(0, len(edges), _EDGES_PER_BATCH):
         batch = pos[lo : lo + _EDGES_PER_BATCH]
         m = len(batch)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -91,5 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def console_main() -> None:
+    """The ``zephyr`` executable: ``main``, then exit without the interpreter's teardown.
+
+    Every command has closed its files, workers and clusters by the time ``main`` returns; what remains is
+    unloading pyarrow's allocators, LLVM (numba) and thread pools, ~0.25–0.6 s of a short command's wall time.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -146,6 +146,21 @@ def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
         )
         runs.append(_digests(out))
     assert runs[0] == runs[1] and runs[0]
+    graph = json.loads((tmp_path / "out0" / "_dedup_stats.json").read_text())["dedup"]
+    plain = fuzzy_dedup(_corpus(), FuzzyDedupConfig()).stats
+    assert graph["in_memory"] is True
+    assert (graph["candidate_edges"], graph["verified_edges"]) == (plain["unique_edges"], plain["verified_edges"])
+    assert graph["rejected_edges"] == graph["candidate_edges"] - graph["verified_edges"]
+
+
+def test_fuzzy_stage_stats_on_external_path():
+    t = _corpus()
+    stats: dict = {}
+    ex = {"executor": "inprocess"}
+    fuzzy_dedup_dataset(zephyr.from_arrow(t), FuzzyDedupConfig(), execution=ex, in_memory_edges=0, stats=stats)
+    plain = fuzzy_dedup(t, FuzzyDedupConfig()).stats
+    assert stats["in_memory"] is False
+    assert (stats["candidate_edges"], stats["verified_edges"]) == (plain["unique_edges"], plain["verified_edges"])
 
 
 def test_cli_exact_none_keeps_count_distinct_like_duckdb(tmp_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -10,11 +10,12 @@ __all__ = ["reuse_workers"]
 
 
 @contextmanager
-def reuse_workers(execution: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def reuse_workers(execution: dict[str, Any], *, preload: Sequence[str] = ()) -> Iterator[dict[str, Any]]:
     """Execution keywords whose ``local`` executor is one worker pool kept for the whole block.
 
     For callers that run many engine jobs in a row (a pipeline, iterative connected components): each job would
     otherwise start and import its own worker processes. Other executors pass through unchanged.
+    ``preload``: ``"module:function"`` names each local worker calls at start (see ``LocalExecutor``).
 
     >>> with reuse_workers({"executor": "inprocess"}) as kw:
     ...     kw["executor"]
@@ -27,5 +28,5 @@ def reuse_workers(execution: dict[str, Any]) -> Iterator[dict[str, Any]]:
     from zephyr.options import ExecutionOptions
 
     workers = ExecutionOptions(workers=execution.get("workers")).num_workers
-    with LocalExecutor(workers) as pool:
+    with LocalExecutor(workers, preload=preload) as pool:
         yield {**execution, "executor": pool}

@@ -12,9 +12,12 @@ worker's polars/Arrow thread pools are sized to its share of the cores, so W wor
 from __future__ import annotations
 
 import contextlib
+import importlib
+import logging
 import multiprocessing
 import os
 import signal
+import sys
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -26,19 +29,29 @@ from zephyr.executors.base import Executor, Outcome, is_retryable
 __all__ = ["LocalExecutor"]
 
 
-def _worker_main(conn: Connection) -> None:
+def _worker_main(conn: Connection, preload: tuple[str, ...] = ()) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
     with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
         import pandas  # noqa: F401
+    for spec in preload:  # "module:function", e.g. loading compiled kernels the coming tasks will call
+        module, _, name = spec.partition(":")
+        try:
+            getattr(importlib.import_module(module), name)()
+        except Exception:  # only a head start: the task that needs it will raise the real error
+            logging.getLogger(__name__).warning("worker preload %s failed", spec, exc_info=True)
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
         if message is None:
-            return
+            # every result went back and every task closed its files: skip the interpreter teardown
+            # (~0.4 s with pyarrow/polars/numba loaded), which the driver would otherwise wait for
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         fn, task = message
         try:
             reply = (True, fn(task), True)
@@ -51,7 +64,7 @@ def _worker_main(conn: Connection) -> None:
 
 
 class _Worker:
-    def __init__(self, context, threads: int):
+    def __init__(self, context, threads: int, preload: tuple[str, ...] = ()):
         parent, child = context.Pipe()
         saved = {k: os.environ.get(k) for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")}
         os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
@@ -60,7 +73,7 @@ class _Worker:
         # between batches (measured -50..80 MiB per worker in benchmarks/engine_bench.py's out-of-core run).
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
         try:
-            self.process = context.Process(target=_worker_main, args=(child,), daemon=True)
+            self.process = context.Process(target=_worker_main, args=(child, preload), daemon=True)
             self.process.start()
         finally:
             for key, value in saved.items():
@@ -70,14 +83,20 @@ class _Worker:
                     os.environ[key] = value
         child.close()
         self.conn = parent
+        self._stop_sent = False
+
+    def request_stop(self) -> None:
+        if self.process.is_alive() and not self._stop_sent:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self._stop_sent = True
 
     def stop(self, *, kill: bool = False) -> None:
         if self.process.is_alive():
             if kill:
                 self.process.kill()
             else:
-                with contextlib.suppress(OSError):
-                    self.conn.send(None)
+                self.request_stop()
         self.process.join(timeout=10)
         if self.process.is_alive():
             self.process.kill()
@@ -86,18 +105,23 @@ class _Worker:
 
 
 class LocalExecutor(Executor):
-    """``workers`` spawned processes, started on first use and reused across stages."""
+    """``workers`` spawned processes, started at once and reused across stages.
 
-    def __init__(self, workers: int):
+    ``preload``: ``"module:function"`` names each worker calls once at start, before its first task (e.g.
+    loading compiled kernels while the driver is still importing and planning).
+    """
+
+    def __init__(self, workers: int, *, preload: Sequence[str] = ()):
         self.workers = max(1, workers)
         self._context = multiprocessing.get_context("spawn")
         self._threads = max(1, (os.cpu_count() or 1) // self.workers)
+        self._preload = tuple(preload)
         self._pool: list[_Worker] = []
         self._ensure(self.workers)  # start now: their imports overlap with the driver's planning
 
     def _ensure(self, count: int) -> None:
         while len(self._pool) < count:
-            self._pool.append(_Worker(self._context, self._threads))
+            self._pool.append(_Worker(self._context, self._threads, self._preload))
 
     def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
         queue = deque(enumerate(tasks))
@@ -149,9 +173,11 @@ class LocalExecutor(Executor):
     def _replace(self, worker: _Worker) -> None:
         worker.stop(kill=True)
         self._pool.remove(worker)
-        self._pool.append(_Worker(self._context, self._threads))
+        self._pool.append(_Worker(self._context, self._threads, self._preload))
 
     def close(self) -> None:
+        for worker in self._pool:  # ask all to exit first, then wait: they shut down in parallel
+            worker.request_stop()
         for worker in self._pool:
             worker.stop()
         self._pool.clear()

@@ -1,0 +1,350 @@
+"""numba-compiled forms of the MinHash kernels: the same integers as the numpy code, 4–8× faster.
+
+Why compiled code here: the numpy kernels (``shingles.shingle_hashes``, ``minhash.signatures``,
+``verify.jaccard``) are vectorized but make many passes over arrays 8–24× the size of the text (a uint64
+prefix sum per byte, one multiply-add pass per permutation, a lexsort per verification batch). One pass
+per document that keeps its state in registers/L1 is what the hardware wants, and numpy cannot express
+it. numba (a maintained LLVM JIT, cached on disk after the first compile) can, with no C toolchain.
+
+Each function mirrors its numpy twin exactly; tests/dedup/test_kernels.py compares them on edge-case and
+random texts, and the numpy twins stay the reference (and the fallback where numba is not installed, or
+with ``ZEPHYR_NO_NUMBA=1``).
+
+- ``word_shingles``/``char_shingles``: the polynomial hash (``hashing.poly_hash_bytes``) of every word
+  n-gram (tokens are runs of non-whitespace bytes, Python's ``str.isspace`` set, joined by one space) or
+  character n-gram (code points); documents shorter than ``n`` give one shingle of everything they have.
+- ``minhash``: ``min_k (a_k · fmix64(h) + b_k)`` mod 2⁶⁴ (``affine64``) or datatrove's
+  ``((a_k · h + b_k) mod 2⁶⁴) mod (2⁶¹ − 1)`` (``mersenne61``) per document.
+- ``sorted_sets`` + ``intersections``: per-document sorted unique shingle sets, then a merge count of
+  each edge's two sets (exact Jaccard without hashing pairs together).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+
+import numpy as np
+
+__all__ = ["available", "warm_up", "warm_up_in_background", "word_shingles", "char_shingles", "minhash", "sorted_sets", "intersections"]
+
+logger = logging.getLogger(__name__)
+
+# numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
+# imported on the first kernel call only; the numpy twins keep working where it is missing.
+_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
+_KERNELS = ("_tokens", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections")
+_jit_lock = threading.Lock()
+_jitted = False
+
+
+def available() -> bool:
+    """True when the compiled kernels are used (numba installed and not disabled by ``ZEPHYR_NO_NUMBA``)."""
+    return _NUMBA
+
+
+def _jit_all() -> None:
+    """Replace the kernels in this module's globals by numba dispatchers (callees first, so a compiled
+    caller resolves them); compiled code is cached on disk beside this file after the first run."""
+    global _jitted
+    if _jitted:
+        return
+    with _jit_lock:
+        if _jitted:
+            return
+        import numba
+
+        g = globals()
+        for name in _KERNELS:
+            g[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(g[name])
+        _jitted = True
+
+
+def warm_up() -> None:
+    """Import numba and load every kernel (from the disk cache, or compile it) on tiny inputs."""
+    data = np.frombuffer(b"a b c", dtype=np.uint8)
+    offsets = np.array([0, len(data)], dtype=np.int64)
+    hashes, counts = word_shingles(data, offsets, 2)
+    char_shingles(data, offsets, 2)
+    sh_offsets = np.array([0, len(hashes)], dtype=np.int64)
+    minhash(hashes, sh_offsets, np.ones(2, np.uint64), np.ones(2, np.uint64), False)
+    minhash(hashes, sh_offsets, np.ones(2, np.uint64), np.ones(2, np.uint64), True)
+    sets, set_counts = sorted_sets(hashes, sh_offsets)
+    intersections(sets, sh_offsets, np.zeros(1, np.int64), np.zeros(1, np.int64))
+
+
+def warm_up_in_background() -> threading.Thread | None:
+    """Start ``warm_up`` on a daemon thread (a driver that will need the kernels later hides the cost
+    behind work it is waiting for anyway); None when the kernels are not in use."""
+    if not _NUMBA or _jitted:
+        return None
+    thread = threading.Thread(target=warm_up, name="zephyr-numba-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+_P = np.uint64(0x9E3779B97F4A7C15)  # hashing.POLY_BASE
+_SPACE = np.uint64(32)
+_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+_S61 = np.uint64(61)
+_M61 = np.uint64((1 << 61) - 1)
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+# Python's str.isspace() in UTF-8: ASCII 9-13 and 28-32, plus the multi-byte sequences tested in _tokens
+_ASCII_SPACE = np.zeros(256, dtype=np.bool_)
+_ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+
+
+def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
+    """Hash (and P^len) of each whitespace-separated token of ``data[lo:hi]``; returns the token count.
+
+    The whitespace test is written inline: a helper taking the array would cost an atomic refcount
+    increment/decrement per byte (numba does not prune them across a non-inlined call) — 35× slower.
+    """
+    count = 0
+    h = _ZERO
+    pw = _ONE
+    in_token = False
+    i = lo
+    while i < hi:
+        c = data[i]
+        w = 0  # byte length of the whitespace character at i (Python's str.isspace set), 0 if none
+        if c < 128:
+            if ascii_space[c]:
+                w = 1
+        elif c == 0xC2:
+            if i + 1 < hi and (data[i + 1] == 0x85 or data[i + 1] == 0xA0):
+                w = 2
+        elif (c == 0xE1 or c == 0xE2 or c == 0xE3) and i + 2 < hi:
+            c1 = data[i + 1]
+            c2 = data[i + 2]
+            if c == 0xE1:
+                if c1 == 0x9A and c2 == 0x80:
+                    w = 3
+            elif c == 0xE2:
+                general_punct = c1 == 0x80 and (0x80 <= c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF)
+                if general_punct or (c1 == 0x81 and c2 == 0x9F):
+                    w = 3
+            elif c1 == 0x80 and c2 == 0x80:
+                w = 3
+        if w:
+            if in_token:
+                tok_hash[count] = h
+                tok_pow[count] = pw
+                count += 1
+                in_token = False
+            i += w
+        else:
+            if not in_token:
+                h = _ZERO
+                pw = _ONE
+                in_token = True
+            h = h * _P + np.uint64(c)
+            pw = pw * _P
+            i += 1
+    if in_token:
+        tok_hash[count] = h
+        tok_pow[count] = pw
+        count += 1
+    return count
+
+
+def _word_shingles(data, offsets, n, ascii_space):
+    num_docs = len(offsets) - 1
+    # a document has at most len/2+1 tokens; one scratch buffer sized for the longest document
+    longest = 0
+    for d in range(num_docs):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    tok_hash = np.empty(longest // 2 + 2, dtype=np.uint64)
+    tok_pow = np.empty(longest // 2 + 2, dtype=np.uint64)
+    counts = np.zeros(num_docs, dtype=np.int64)
+    out = np.empty(len(data) // 2 + num_docs + 1, dtype=np.uint64)  # >= total tokens >= total grams
+    pos = 0
+    for d in range(num_docs):
+        t = _tokens(data, offsets[d], offsets[d + 1], ascii_space, tok_hash, tok_pow)
+        if t == 0:
+            continue
+        grams = t - n + 1 if t >= n else 1
+        span = min(n, t)
+        for g in range(grams):
+            acc = tok_hash[g]
+            for j in range(g + 1, g + span):
+                # H(a + " " + b) = H(a)·P^(1+|b|) + 32·P^|b| + H(b)
+                acc = acc * (tok_pow[j] * _P) + _SPACE * tok_pow[j] + tok_hash[j]
+            out[pos] = acc
+            pos += 1
+        counts[d] = grams
+    return out[:pos].copy(), counts
+
+
+def _char_shingles(data, offsets, n):
+    num_docs = len(offsets) - 1
+    counts = np.zeros(num_docs, dtype=np.int64)
+    out = np.empty(len(data) + 1, dtype=np.uint64)  # >= total code points >= total grams
+    starts = np.empty(n + 1, dtype=np.int64)  # ring of the last n+1 code point starts
+    pos = 0
+    for d in range(num_docs):
+        lo = offsets[d]
+        hi = offsets[d + 1]
+        if hi <= lo:
+            continue
+        cps = 0
+        for i in range(lo, hi):
+            if (data[i] & 0xC0) != 0x80:
+                cps += 1
+        if cps < n:
+            h = _ZERO
+            for i in range(lo, hi):
+                h = h * _P + np.uint64(data[i])
+            out[pos] = h
+            pos += 1
+            counts[d] = 1
+            continue
+        # slide over code point starts; a gram is the bytes from start k to start k+n (or the end)
+        seen = 0
+        i = lo
+        while i <= hi:
+            if i == hi or (data[i] & 0xC0) != 0x80:
+                starts[seen % (n + 1)] = i
+                seen += 1
+                if seen > n:
+                    a = starts[(seen - n - 1) % (n + 1)]
+                    h = _ZERO
+                    for k in range(a, i):
+                        h = h * _P + np.uint64(data[k])
+                    out[pos] = h
+                    pos += 1
+            i += 1
+        counts[d] = cps - n + 1
+    return out[:pos].copy(), counts
+
+
+def word_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, per-document counts) of the word ``n``-grams of each ``data[offsets[d]:offsets[d+1]]``."""
+    _jit_all()
+    return _word_shingles(data, offsets.astype(np.int64, copy=False), np.int64(n), _ASCII_SPACE)
+
+
+def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(hashes, per-document counts) of the code point ``n``-grams of each document."""
+    _jit_all()
+    return _char_shingles(data, offsets.astype(np.int64, copy=False), np.int64(n))
+
+
+def _minhash(hashes, offsets, a, b, mersenne, out):
+    # Loop order: per document, per permutation, a min-reduction over the document's shingles. The
+    # reduction has no stores, so LLVM vectorizes it; the document's (mixed) hashes stay in L1/L2.
+    k = len(a)
+    num_docs = len(offsets) - 1
+    longest = 0
+    for d in range(num_docs):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    x = np.empty(longest, dtype=np.uint64)
+    for d in range(num_docs):
+        lo = offsets[d]
+        m = offsets[d + 1] - lo
+        if m <= 0:
+            continue
+        for s in range(m):
+            h = hashes[lo + s]
+            if not mersenne:  # fmix64
+                h ^= h >> _S33
+                h *= _C1
+                h ^= h >> _S33
+                h *= _C2
+                h ^= h >> _S33
+            x[s] = h
+        for q in range(k):
+            aq = a[q]
+            bq = b[q]
+            best = _MAX
+            if mersenne:
+                for s in range(m):
+                    v = aq * x[s] + bq
+                    v = (v & _M61) + (v >> _S61)
+                    v = v - _M61 if v >= _M61 else v
+                    best = min(best, v)
+            else:
+                for s in range(m):
+                    best = min(best, aq * x[s] + bq)
+            out[d, q] = best
+
+
+def minhash(hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, mersenne: bool) -> np.ndarray:
+    """``(num_docs, len(a))`` signatures; documents without shingles keep the all-``UINT64_MAX`` row."""
+    _jit_all()
+    out = np.full((len(offsets) - 1, len(a)), _MAX, dtype=np.uint64)
+    _minhash(
+        np.ascontiguousarray(hashes, dtype=np.uint64),
+        offsets.astype(np.int64, copy=False),
+        np.ascontiguousarray(a, dtype=np.uint64),
+        np.ascontiguousarray(b, dtype=np.uint64),
+        bool(mersenne),
+        out,
+    )
+    return out
+
+
+def _sorted_sets(hashes, offsets):
+    num_docs = len(offsets) - 1
+    out = np.empty_like(hashes)
+    counts = np.zeros(num_docs, dtype=np.int64)
+    pos = 0
+    for d in range(num_docs):
+        lo = offsets[d]
+        hi = offsets[d + 1]
+        if hi <= lo:
+            continue
+        seg = np.sort(hashes[lo:hi])
+        out[pos] = seg[0]
+        c = 1
+        for i in range(1, len(seg)):
+            if seg[i] != seg[i - 1]:
+                out[pos + c] = seg[i]
+                c += 1
+        pos += c
+        counts[d] = c
+    return out[:pos].copy(), counts
+
+
+def sorted_sets(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each document's hashes sorted and de-duplicated: (flat hashes, per-document counts)."""
+    _jit_all()
+    return _sorted_sets(np.ascontiguousarray(hashes, dtype=np.uint64), offsets.astype(np.int64, copy=False))
+
+
+def _intersections(hashes, offsets, u, v):
+    out = np.zeros(len(u), dtype=np.int64)
+    for e in range(len(u)):
+        i = offsets[u[e]]
+        i_end = offsets[u[e] + 1]
+        j = offsets[v[e]]
+        j_end = offsets[v[e] + 1]
+        c = 0
+        while i < i_end and j < j_end:
+            x = hashes[i]
+            y = hashes[j]
+            if x == y:
+                c += 1
+                i += 1
+                j += 1
+            elif x < y:
+                i += 1
+            else:
+                j += 1
+        out[e] = c
+    return out
+
+
+def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``|set(u_e) ∩ set(v_e)|`` per edge, on sets from ``sorted_sets`` (``offsets`` = its cumulative counts)."""
+    _jit_all()
+    return _intersections(
+        hashes, offsets.astype(np.int64, copy=False), u.astype(np.int64, copy=False), v.astype(np.int64, copy=False)
+    )
