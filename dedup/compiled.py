@@ -28,14 +28,14 @@ import threading
 
 import numpy as np
 
-__all__ = ["available", "warm_up", "warm_up_in_background", "word_shingles", "char_shingles", "minhash", "sorted_sets", "intersections"]
+__all__ = ["available", "warm_up", "warm_up_in_background", "collapse_whitespace", "word_shingles", "char_shingles", "minhash", "sorted_sets", "intersections"]
 
 logger = logging.getLogger(__name__)
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only; the numpy twins keep working where it is missing.
 _NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
-_KERNELS = ("_tokens", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections")
+_KERNELS = ("_multibyte_space", "_tokens", "_collapse", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections")
 _jit_lock = threading.Lock()
 _jitted = False
 
@@ -68,6 +68,7 @@ def warm_up() -> None:
     offsets = np.array([0, len(data)], dtype=np.int64)
     hashes, counts = word_shingles(data, offsets, 2)
     char_shingles(data, offsets, 2)
+    collapse_whitespace(data, offsets)
     sh_offsets = np.array([0, len(hashes)], dtype=np.int64)
     minhash(hashes, sh_offsets, np.ones(2, np.uint64), np.ones(2, np.uint64), False)
     minhash(hashes, sh_offsets, np.ones(2, np.uint64), np.ones(2, np.uint64), True)
@@ -96,17 +97,29 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 _MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
 
-# Python's str.isspace() in UTF-8: ASCII 9-13 and 28-32, plus the multi-byte sequences tested in _tokens
+# Python's str.isspace() in UTF-8: ASCII 9-13 and 28-32, plus the multi-byte sequences of _multibyte_space
 _ASCII_SPACE = np.zeros(256, dtype=np.bool_)
 _ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 
 
-def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
-    """Hash (and P^len) of each whitespace-separated token of ``data[lo:hi]``; returns the token count.
+def _multibyte_space(c, c1, c2):
+    """Byte length of the whitespace character starting with bytes ``c c1 c2`` (``c`` ≥ 0x80; missing bytes
+    past the end are passed as 0), or 0. Scalars only: a helper taking the array would cost an atomic
+    refcount increment/decrement per call (numba does not prune them across calls), 35× slower."""
+    if c == 0xC2:
+        return 2 if c1 == 0x85 or c1 == 0xA0 else 0
+    if c == 0xE1:
+        return 3 if c1 == 0x9A and c2 == 0x80 else 0
+    if c == 0xE2:
+        general_punct = c1 == 0x80 and (0x80 <= c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF)
+        return 3 if general_punct or (c1 == 0x81 and c2 == 0x9F) else 0
+    if c == 0xE3:
+        return 3 if c1 == 0x80 and c2 == 0x80 else 0
+    return 0
 
-    The whitespace test is written inline: a helper taking the array would cost an atomic refcount
-    increment/decrement per byte (numba does not prune them across a non-inlined call) — 35× slower.
-    """
+
+def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
+    """Hash (and P^len) of each whitespace-separated token of ``data[lo:hi]``; returns the token count."""
     count = 0
     h = _ZERO
     pw = _ONE
@@ -114,25 +127,10 @@ def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
     i = lo
     while i < hi:
         c = data[i]
-        w = 0  # byte length of the whitespace character at i (Python's str.isspace set), 0 if none
         if c < 128:
-            if ascii_space[c]:
-                w = 1
-        elif c == 0xC2:
-            if i + 1 < hi and (data[i + 1] == 0x85 or data[i + 1] == 0xA0):
-                w = 2
-        elif (c == 0xE1 or c == 0xE2 or c == 0xE3) and i + 2 < hi:
-            c1 = data[i + 1]
-            c2 = data[i + 2]
-            if c == 0xE1:
-                if c1 == 0x9A and c2 == 0x80:
-                    w = 3
-            elif c == 0xE2:
-                general_punct = c1 == 0x80 and (0x80 <= c2 <= 0x8A or c2 == 0xA8 or c2 == 0xA9 or c2 == 0xAF)
-                if general_punct or (c1 == 0x81 and c2 == 0x9F):
-                    w = 3
-            elif c1 == 0x80 and c2 == 0x80:
-                w = 3
+            w = 1 if ascii_space[c] else 0
+        else:
+            w = _multibyte_space(c, data[i + 1] if i + 1 < hi else 0, data[i + 2] if i + 2 < hi else 0)
         if w:
             if in_token:
                 tok_hash[count] = h
@@ -153,6 +151,37 @@ def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
         tok_pow[count] = pw
         count += 1
     return count
+
+
+def _collapse(data, offsets, ascii_space):
+    """Each document's tokens joined by one ASCII space (``" ".join(text.split())``): (bytes, offsets)."""
+    num_docs = len(offsets) - 1
+    out = np.empty(len(data), dtype=np.uint8)
+    out_offsets = np.zeros(num_docs + 1, dtype=np.int64)
+    pos = 0
+    for d in range(num_docs):
+        hi = offsets[d + 1]
+        i = offsets[d]
+        pending_space = False
+        while i < hi:
+            c = data[i]
+            if c < 128:
+                w = 1 if ascii_space[c] else 0
+            else:
+                w = _multibyte_space(c, data[i + 1] if i + 1 < hi else 0, data[i + 2] if i + 2 < hi else 0)
+            if w:
+                pending_space = pos > out_offsets[d]
+                i += w
+            else:
+                if pending_space:
+                    out[pos] = 32
+                    pos += 1
+                    pending_space = False
+                out[pos] = c
+                pos += 1
+                i += 1
+        out_offsets[d + 1] = pos
+    return out[:pos].copy(), out_offsets
 
 
 def _word_shingles(data, offsets, n, ascii_space):
@@ -229,6 +258,12 @@ def word_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.nda
     """(hashes, per-document counts) of the word ``n``-grams of each ``data[offsets[d]:offsets[d+1]]``."""
     _jit_all()
     return _word_shingles(data, offsets.astype(np.int64, copy=False), np.int64(n), _ASCII_SPACE)
+
+
+def collapse_whitespace(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, offsets) of every document with whitespace runs collapsed to one space and trimmed."""
+    _jit_all()
+    return _collapse(data, offsets.astype(np.int64, copy=False), _ASCII_SPACE)
 
 
 def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

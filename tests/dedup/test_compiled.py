@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zephyr.dedup import compiled
 from zephyr.dedup.minhash import make_permutations, signatures
+from zephyr.dedup.normalize import collapse_whitespace
 from zephyr.dedup.shingles import shingle_hashes, unique_sets
 from zephyr.dedup.verify import jaccard
 
@@ -83,3 +84,14 @@ def test_sets_and_jaccard_equal_numpy():
     got, want = _both(lambda: jaccard(s, edges))
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(jaccard(unique_sets(s), edges, sets=True), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.none() | st.text(alphabet=st.sampled_from("ab c" + SPACES + NEAR), max_size=60), max_size=10))
+def test_collapse_whitespace_equals_polars(texts):
+    for typ in (pa.string(), pa.large_string()):
+        arr = pa.array(texts, typ)
+        arr = arr.slice(1) if len(arr) else arr  # a non-zero offset
+        got, want = _both(lambda arr=arr: collapse_whitespace(arr))
+        assert got.type == typ and got.equals(want)
+        assert got.to_pylist() == [None if t is None else " ".join(t.split()) for t in texts[1:]]
