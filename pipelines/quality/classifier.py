@@ -3,7 +3,8 @@
 Training data: a table with a text column and a label column (``hq``/``lq`` by default). Each text becomes
 one fastText line ``__label__<label> <text>``: lower-cased, line breaks and whitespace runs → one space,
 cut to ``max_chars`` (vectorized Arrow kernels); the file is written with one Arrow CSV-free join.
-Training runs ``fasttext.train_supervised`` with a fixed seed (``thread=1`` makes it bit-reproducible).
+Training runs ``fasttext.train_supervised`` with a fixed seed (``thread=1`` makes it bit-reproducible), in a
+spawned child process (see ``_fit_in_child``).
 
 Held-out report (``evaluate``): precision, recall and F1 of the positive label at threshold 0.5, and ROC AUC
 (Mann–Whitney rank statistic, ties averaged) of the positive-label probability.
@@ -105,6 +106,28 @@ def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def _fit(model_path: str, kwargs: dict[str, Any]) -> None:
+    """``fasttext.train_supervised(**kwargs)``, saved to ``model_path`` (runs in the child process)."""
+    import fasttext
+
+    fasttext.train_supervised(**kwargs).save_model(model_path)
+
+
+def _fit_in_child(model_path: Path, **kwargs: Any) -> None:
+    """Train in a fresh spawned process. fastText's trainer is not isolated from its host process: after
+    numba-compiled dedup kernels had run in the same process, the same seeded single-thread training
+    intermittently hit "Encountered NaN" (reproduced in tests; never in a fresh process). A child also keeps
+    a native crash in fastText from taking the caller down. Cost: one interpreter start (~0.3 s)."""
+    import concurrent.futures
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:  # an engine worker may not start children: train here
+        _fit(str(model_path), kwargs)
+        return
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(_fit, str(model_path), kwargs).result()
+
+
 def train_classifier(
     train: pa.Table,
     output: str | Path,
@@ -114,8 +137,6 @@ def train_classifier(
     label_column: str = "label",
 ) -> Path:
     """Train a fastText model on ``train`` and save it to ``output`` (``.bin``). Rows with null text are skipped."""
-    import fasttext
-
     positive = _labels(train, label_column, config)
     texts = text_array(train, text_column)
     keep = pc.is_valid(texts)
@@ -133,12 +154,13 @@ def train_classifier(
     with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=output.parent, delete=False, encoding="utf-8") as f:
         f.write("\n".join(lines.to_pylist()))  # fastText trains from a file only
         f.write("\n")
+    tmp = output.with_name(output.name + ".tmp")
     try:
-        model = None
         lr = config.lr
         for attempt in range(_NAN_RETRIES + 1):
             try:
-                model = fasttext.train_supervised(
+                _fit_in_child(
+                    tmp,
                     input=f.name, epoch=config.epoch, lr=lr, dim=config.dim, wordNgrams=config.word_ngrams,
                     minCount=config.min_count, bucket=config.bucket, thread=config.threads, seed=config.seed,
                     verbose=0,
@@ -153,8 +175,6 @@ def train_classifier(
                 lr /= 2
     finally:
         os.unlink(f.name)
-    tmp = output.with_name(output.name + ".tmp")
-    model.save_model(str(tmp))
     os.replace(tmp, output)
     log.info("trained quality classifier on %d rows -> %s", len(lines), output)
     return output

@@ -54,21 +54,26 @@ def test_train_evaluate_score(tmp_path):
 
 
 def test_divergence_retries_at_lower_learning_rate(tmp_path, monkeypatch):
-    import fasttext
+    from zephyr.pipelines.quality import classifier
 
-    real = fasttext.train_supervised
+    real = classifier._fit_in_child
     rates = []
 
-    def diverge_above(*args, **kwargs):
+    def diverge_above(path, **kwargs):
         rates.append(kwargs["lr"])
         if kwargs["lr"] > 0.06:
             raise RuntimeError("Encountered NaN.")
-        return real(*args, **kwargs)
+        return real(path, **kwargs)
 
-    monkeypatch.setattr(fasttext, "train_supervised", diverge_above)
+    monkeypatch.setattr(classifier, "_fit_in_child", diverge_above)
     train_classifier(_synthetic(100, 0), tmp_path / "m.bin", ClassifierConfig(epoch=2, lr=0.2))
     assert rates == [0.2, 0.1, 0.05]
-    monkeypatch.setattr(fasttext, "train_supervised", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("Encountered NaN.")))
+    assert (tmp_path / "m.bin").exists() and not (tmp_path / "m.bin.tmp").exists()
+
+    def always_nan(path, **kwargs):
+        raise RuntimeError("Encountered NaN.")
+
+    monkeypatch.setattr(classifier, "_fit_in_child", always_nan)
     with pytest.raises(ZephyrError, match="diverged"):
         train_classifier(_synthetic(100, 0), tmp_path / "n.bin", ClassifierConfig(epoch=2))
 
