@@ -1,20 +1,30 @@
-"""Tokenization throughput: HF encode_batch vs tiktoken vs datatrove vs zephyr's end-to-end writer (Parquet → shards).
+"""Tokenization throughput: in-memory encoders vs datatrove vs zephyr's end-to-end writer (Parquet → shards).
 
     .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2] \
-        [--batch-rows 128,4096] [--datatrove-venv benchmarks/.venvs/datatrove]
+        [--batch-rows 128,4096] [--row-group-rows 1000] [--datatrove-venv benchmarks/.venvs/datatrove] \
+        [--skip hf,datatrove]
 
-Reads the first --mb MB of text from the corpus's docs Parquet, then times on the same documents:
-HF ``Tokenizer.encode_batch`` and ``encode_batch_fast``, tiktoken's GPT-2 encoding (in this process, texts in
-memory: tokenization only), datatrove 0.10.1's ``DocumentTokenizer`` end to end (ParquetReader → tokenize →
-document shuffle → .ds files; ``benchmarks/peers/datatrove_tokenize.py`` run as a subprocess in the datatrove
-venv, one EOS per document), and ``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize,
-shuffle by the engine's sort, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
-executor. datatrove and every zephyr run are separate subprocesses, and their peak RSS is sampled (psutil,
-every 50 ms) over that subprocess tree only, so the driver's in-memory texts do not count; this is what shows
-whether zephyr's peak RSS is bounded by ``batch_rows``. The in-process engines' RSS includes the driver.
-Checks every engine gives the same token count (EOS excluded) and that zephyr's ids equal HF's on a sample;
-prints a Markdown table and appends it to benchmarks/RESULTS.md. The subprocesses do not take the benchmark
-lock: hold it around the whole command.
+Reads the first --mb MB of text from the corpus's docs Parquet and writes it to one Parquet file (row groups of
+--row-group-rows documents, as corpora are written), then times on the same documents:
+
+- in-memory encoders, in this process, texts already in memory (tokenization only), every one using all
+  cores: HF ``Tokenizer.encode_batch`` and ``encode_batch_fast`` (Rayon), tiktoken with our GPT-2 ranks
+  (``encode_batch`` and ``encode_to_numpy`` on ``os.cpu_count()`` threads), and ``fastokens``
+  ``encode_batch_flat`` when installed. All give HF's ids (tiktoken and fastokens are proven per tokenizer by
+  zephyr; token counts are compared here);
+- datatrove 0.10.1's ``DocumentTokenizer`` end to end (ParquetReader → tokenize → document shuffle → .ds
+  files; ``benchmarks/peers/datatrove_tokenize.py`` as a subprocess in the datatrove venv, one EOS per
+  document, one task);
+- ``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize, shuffle by the engine's sort of
+  document references, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
+  executor.
+
+datatrove and every zephyr run are separate subprocesses, timed from the call (imports inside the call count),
+and their peak RSS is sampled (psutil, every 50 ms) over that subprocess tree only, so the driver's in-memory
+texts do not count; this is what shows whether zephyr's peak RSS is bounded by ``batch_rows``. The in-process
+engines' RSS includes the driver. Checks every engine gives the same token count (EOS excluded) and that
+zephyr's ids equal HF's on a sample; prints a Markdown table and appends it to benchmarks/RESULTS.md. The
+subprocesses do not take the benchmark lock: hold it around the whole command.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import glob
 import json
 import os
@@ -31,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -93,6 +105,7 @@ def zephyr_child(argv: list[str]) -> int:
                 "num_tokens": result.num_tokens,
                 "num_documents": result.num_documents,
                 "engine": result.manifest["tokenizer"]["engine"],
+                "plan": result.stats.get("tokenize_plan", {}),
             }
         )
     )
@@ -121,8 +134,15 @@ def main() -> int:
     parser.add_argument(
         "--batch-rows", default="128,4096", help="comma list: one local-executor zephyr run per value"
     )
+    parser.add_argument(
+        "--row-group-rows", type=int, default=1000, help="documents per Parquet row group of the sample file"
+    )
     parser.add_argument("--datatrove-venv", type=Path, default=REPO / "benchmarks/.venvs/datatrove")
+    parser.add_argument(
+        "--skip", default="", help="comma list of peers not to run: hf, datatrove (slow on large samples)"
+    )
     args = parser.parse_args()
+    skip = {x for x in args.skip.split(",") if x}
     batch_rows = [int(b) for b in args.batch_rows.split(",")]
 
     import tiktoken
@@ -145,7 +165,12 @@ def main() -> int:
             break
     mb = size / 1e6
     work = Path(tempfile.mkdtemp(prefix="zephyr-tokbench-"))
-    pq.write_table(pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}), work / "in.parquet")
+    # row groups of --row-group-rows documents, as corpora are written (one 40 MB row group would be one task)
+    pq.write_table(
+        pa.table({"id": [str(i) for i in range(len(texts))], "text": texts}),
+        work / "in.parquet",
+        row_group_size=args.row_group_rows,
+    )
     rows = []
 
     def record(name, seconds, tokens, rss, note=""):
@@ -155,24 +180,57 @@ def main() -> int:
             flush=True,
         )
 
-    hf = Tokenizer.from_file(tok_path)
+    if "hf" not in skip:
+        hf = Tokenizer.from_file(tok_path)
+        with PeakRSS() as p:
+            t0 = time.perf_counter()
+            n = sum(len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False))
+        record("HF encode_batch", time.perf_counter() - t0, n, p.peak, "Rayon: all cores")
+        with PeakRSS() as p:
+            t0 = time.perf_counter()
+            n_fast = sum(len(e.ids) for e in hf.encode_batch_fast(texts, add_special_tokens=False))
+        record("HF encode_batch_fast", time.perf_counter() - t0, n_fast, p.peak, "Rayon: all cores")
+    enc = (
+        tiktoken.get_encoding("gpt2")
+        if _has_tiktoken_gpt2()
+        else TextTokenizer(tok_path, engine="tiktoken")._fast_encoding()
+    )
+    threads = os.cpu_count() or 1
     with PeakRSS() as p:
         t0 = time.perf_counter()
-        n = sum(len(e.ids) for e in hf.encode_batch(texts, add_special_tokens=False))
-    record("HF encode_batch", time.perf_counter() - t0, n, p.peak)
+        n_tt = sum(len(x) for x in enc.encode_batch(texts, num_threads=threads, allowed_special="all"))
+    record("tiktoken encode_batch", time.perf_counter() - t0, n_tt, p.peak, f"{threads} threads")
+    # what zephyr's fast path calls: one uint32 array per document, no Python int per token
+    encode = functools.partial(enc.encode_to_numpy, allowed_special="all")
     with PeakRSS() as p:
         t0 = time.perf_counter()
-        n_fast = sum(len(e.ids) for e in hf.encode_batch_fast(texts, add_special_tokens=False))
-    record("HF encode_batch_fast", time.perf_counter() - t0, n_fast, p.peak)
-    enc = tiktoken.get_encoding("gpt2") if _has_tiktoken_gpt2() else TextTokenizer(tok_path)._fast_encoding()
-    with PeakRSS() as p:
-        t0 = time.perf_counter()
-        n_tt = sum(len(x) for x in enc.encode_batch(texts, num_threads=os.cpu_count(), allowed_special="all"))
-    record("tiktoken encode_batch", time.perf_counter() - t0, n_tt, p.peak)
+        with ThreadPoolExecutor(threads) as pool:
+            n_np = sum(len(x) for x in pool.map(encode, texts))
+    record("tiktoken encode_to_numpy", time.perf_counter() - t0, n_np, p.peak, f"{threads} threads")
+    try:
+        import fastokens
+    except ImportError:
+        print(
+            "fastokens not installed (pip install zephyr[tokenize-fast]): no fastokens row", file=sys.stderr
+        )
+    else:
+        ft = fastokens.Tokenizer.from_file(tok_path)
+        with PeakRSS() as p:
+            t0 = time.perf_counter()
+            ids, _ = ft.encode_batch_flat(texts, add_special_tokens=False)
+        record(
+            "fastokens encode_batch_flat",
+            time.perf_counter() - t0,
+            len(ids) // 4,
+            p.peak,
+            "its own threads (all cores); one flat uint32 buffer",
+        )
 
     dt_seconds = None
     dt_py = args.datatrove_venv / "bin/python"
-    if dt_py.exists():
+    if "datatrove" in skip:
+        pass
+    elif dt_py.exists():
         dt, dt_rss = run_child(
             [
                 str(dt_py),
@@ -219,7 +277,8 @@ def main() -> int:
             z["seconds"],
             n_z,
             rss,
-            "end to end: Parquet → shuffled shards + sha256; RSS = its subprocess tree",
+            f"end to end: Parquet → shuffled shards + sha256; RSS = its subprocess tree; tokenize step: "
+            f"{_plan_note(z.get('plan', {}))}",
         )
         if executor == "local":
             zephyr_rows.append((z["seconds"], out))
@@ -235,10 +294,20 @@ def main() -> int:
         f"token counts equal across engines: {counts_equal}; sampled docs missing from zephyr output: {missing}"
     )
 
-    fastest_peer = min(r[1] for r in rows if not r[0].startswith(("zephyr", "datatrove")))
-    ratios = f"best zephyr (local) / fastest in-memory encoder: {fastest_peer / best_seconds:.2f}×"
+    peers = [r for r in rows if not r[0].startswith(("zephyr", "datatrove"))]
+    fastest = min(peers, key=lambda r: r[1])
+    tiktoken_seconds = min(r[1] for r in peers if r[0].startswith("tiktoken"))
+    inprocess_seconds = next(r[1] for r in rows if r[0].startswith("zephyr write_token_shards (inprocess"))
+    ratios = (
+        f"best zephyr (local) / fastest in-memory encoder ({fastest[0]}): {fastest[1] / best_seconds:.2f}× "
+        f"(in-process {fastest[1] / inprocess_seconds:.2f}×); / fastest tiktoken row: "
+        f"{tiktoken_seconds / best_seconds:.2f}×"
+    )
     if dt_seconds is not None:
-        ratios += f"; best zephyr (local) / datatrove: {dt_seconds / best_seconds:.2f}×"
+        ratios += (
+            f"; best zephyr (local) / datatrove: {dt_seconds / best_seconds:.2f}× "
+            f"(in-process {dt_seconds / inprocess_seconds:.2f}×)"
+        )
     print(ratios)
     load = "/".join(f"{x:.1f}" for x in os.getloadavg())
     machine = f"{platform.node()} ({os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)"
@@ -263,6 +332,15 @@ def main() -> int:
 
     shutil.rmtree(work, ignore_errors=True)
     return 0 if counts_equal and missing == 0 else 1
+
+
+def _plan_note(plan: dict) -> str:
+    if not plan:
+        return "?"
+    where = (
+        "in the driver process" if plan.get("executor") == "inprocess" else f"{plan.get('workers')} workers"
+    )
+    return f"{plan.get('tasks')} tasks, {where}"
 
 
 def _has_tiktoken_gpt2() -> bool:

@@ -38,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--bos", choices=("never", "always"), default="never", help="prepend BOS to documents"
     )
     parser.add_argument(
-        "--engine", choices=("auto", "hf", "tiktoken"), default="auto", help="encoder (default auto)"
+        "--engine",
+        choices=("auto", "fastokens", "tiktoken", "hf"),
+        default="auto",
+        help="encoder (default auto)",
     )
     parser.add_argument("--eos-token", default=None, help="EOS token text when it cannot be detected")
     parser.add_argument("--bos-token", default=None, help="BOS token text (with --bos always)")

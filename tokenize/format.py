@@ -23,7 +23,7 @@ token counts (the target shard size in bytes, give or take the shuffle's partiti
       "version": 1,
       "dtype": "uint16",
       "vocab_size": 50257, "eos_id": 50256, "bos_id": null, "bos_policy": "never",
-      "tokenizer": {"path": "...", "sha256": "...", "engine": "tiktoken" | "hf"},
+      "tokenizer": {"path": "...", "sha256": "...", "engine": "fastokens" | "tiktoken" | "hf"},
       "seed": 0,
       "num_tokens": 123, "num_documents": 4,
       "sources": {"inputs": [...], "text_column": "text",
@@ -36,6 +36,8 @@ token counts (the target shard size in bytes, give or take the shuffle's partiti
     }
 
 Readers must refuse a ``version`` they do not know. Paths inside the manifest are relative to DIR.
+``tokenizer.engine`` names the encoder the writer's tasks used (several joined by ``+`` when processes
+differed); every engine is proven to give HF's ids, so it does not change the tokens.
 This module needs only numpy and fsspec: the loader side imports it on training nodes.
 """
 

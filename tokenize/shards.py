@@ -1,9 +1,10 @@
 """Write token shards (format version 1, see ``zephyr.tokenize.format``) and their Megatron export.
 
 ``write_shard`` streams one shard from record batches of tokenized documents (a ``tokens`` binary column
-holding each document's little-endian ids, in the shard dtype): it learns the shard's token count from the
-``num_tokens`` column first, then copies the token bytes batch by batch into a pre-sized ``.npy`` memmap, so
-memory stays at one record batch whatever the shard size. ``write_manifest`` writes ``manifest.json`` last,
+holding each document's little-endian ids, in the shard dtype): given the shard's token count it writes the
+``.npy`` header, then appends the token bytes batch by batch with plain sequential writes, hashing (sha256)
+as it goes, so memory stays at one record batch whatever the shard size (a writable memory map would keep the
+whole shard's dirty pages in the writer's RSS) and no file is read back to be hashed. ``write_manifest`` writes ``manifest.json`` last,
 through a temporary name and a rename: a set without a manifest is incomplete by definition.
 
 Megatron export (``megatron=True``): ``<shard>.bin`` holds the same token bytes as the ``.npy`` body and
@@ -54,6 +55,27 @@ MEGATRON_DTYPE_CODES = {
 }
 
 
+class _HashingWriter:
+    """A binary file that sha256-hashes and counts what is written to it (for the manifest's file entries)."""
+
+    def __init__(self, path: str):
+        import hashlib
+
+        self._handle = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        self.size += len(view)
+        return self._handle.write(view)
+
+    def close(self) -> str:
+        self._handle.close()
+        return self._hash.hexdigest()
+
+
 def _file(directory: str, name: str) -> ShardFile:
     path = os.path.join(directory, name)
     return ShardFile(name, sha256_file(path), os.path.getsize(path))
@@ -96,41 +118,55 @@ def write_shard(
     os.makedirs(directory, exist_ok=True)
     tokens_name, offsets_name = f"{name}.tokens.npy", f"{name}.offsets.npy"
     tmp_tokens = os.path.join(directory, f".{tokens_name}.tmp")
-    tokens = np.lib.format.open_memmap(tmp_tokens, mode="w+", dtype=dtype, shape=(num_tokens,))
+    tokens = _HashingWriter(tmp_tokens)
     lengths: list[np.ndarray] = []
     per_source: dict[str, dict[str, int]] = {}
     position = 0
-    for batch in batches:
-        raw, nbytes = _binary_bytes(batch.column("tokens"))
-        ids = raw.view(dtype)
-        if position + len(ids) > num_tokens:
-            raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
-        tokens[position : position + len(ids)] = ids
-        position += len(ids)
-        doc_tokens = nbytes // dtype.itemsize
-        lengths.append(doc_tokens)
-        if "source" in batch.schema.names:
-            sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
-            names, inverse = np.unique(sources.astype(str), return_inverse=True)
-            docs = np.bincount(inverse, minlength=len(names))
-            toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
-            for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
-                entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-                entry["documents"] += int(d)
-                entry["tokens"] += int(t)
+    try:
+        header = {
+            "descr": np.lib.format.dtype_to_descr(dtype),
+            "fortran_order": False,
+            "shape": (num_tokens,),
+        }
+        np.lib.format.write_array_header_1_0(tokens, header)
+        for batch in batches:
+            raw, nbytes = _binary_bytes(batch.column("tokens"))
+            count = len(raw) // dtype.itemsize
+            if position + count > num_tokens:
+                raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
+            tokens.write(raw)
+            position += count
+            doc_tokens = nbytes // dtype.itemsize
+            lengths.append(doc_tokens)
+            if "source" in batch.schema.names:
+                sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
+                names, inverse = np.unique(sources.astype(str), return_inverse=True)
+                docs = np.bincount(inverse, minlength=len(names))
+                toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
+                for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
+                    entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
+                    entry["documents"] += int(d)
+                    entry["tokens"] += int(t)
+    finally:
+        tokens_sha = tokens.close()
     if position != num_tokens:
+        os.remove(tmp_tokens)
         raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
-    tokens.flush()
-    del tokens
     os.replace(tmp_tokens, os.path.join(directory, tokens_name))
     doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     offsets = np.zeros(len(doc_lengths) + 1, dtype=np.int64)
     np.cumsum(doc_lengths, out=offsets[1:])
     tmp_offsets = os.path.join(directory, f".{offsets_name}.tmp")
-    with open(tmp_offsets, "wb") as handle:
-        np.lib.format.write_array(handle, offsets)
+    offsets_writer = _HashingWriter(tmp_offsets)
+    try:
+        np.lib.format.write_array(offsets_writer, offsets)
+    finally:
+        offsets_sha = offsets_writer.close()
     os.replace(tmp_offsets, os.path.join(directory, offsets_name))
-    files = {"tokens": _file(directory, tokens_name), "offsets": _file(directory, offsets_name)}
+    files = {
+        "tokens": ShardFile(tokens_name, tokens_sha, tokens.size),
+        "offsets": ShardFile(offsets_name, offsets_sha, offsets_writer.size),
+    }
     if megatron:
         files.update(write_megatron(directory, name, os.path.join(directory, tokens_name), offsets, dtype))
     return ShardInfo(name, int(num_tokens), len(doc_lengths), files), per_source

@@ -1,4 +1,4 @@
-"""Batch text → token ids with HF ``tokenizers``, and a tiktoken fast path proven identical at load time.
+"""Batch text → token ids identical to HF ``tokenizers``, through the fastest engine proven identical.
 
 ``TextTokenizer`` is built from the bytes of a ``tokenizer.json`` (so it pickles to any worker without a
 shared filesystem) and loads the Rust objects lazily on first use. ``encode_batch(texts)`` returns one flat
@@ -6,22 +6,31 @@ token array plus document offsets (the shard layout), with EOS appended to every
 under the ``"always"`` policy. Ids are HF's own ``encode(text, add_special_tokens=False).ids``: added tokens
 that appear literally in the text are recognized, exactly as HF does.
 
-Fast path: a GPT-2-style byte-level BPE (no normalizer, one ``ByteLevel`` pre-tokenizer with its regex, BPE
-without dropout/suffixes/byte fallback) is rebuilt as a ``tiktoken.Encoding``: vocabulary strings are mapped
-back from GPT-2's byte-to-unicode alphabet to raw bytes, merge order becomes tiktoken rank order, and a lookup
-array maps tiktoken ranks back to HF ids. tiktoken encodes about 3-5x faster than HF's ``encode_batch``
-here (see benchmarks/RESULTS.md). The fast path is only used after it reproduces HF's ids exactly on a
-built-in probe sample (scripts, digits, whitespace runs, contractions, emoji, code, special tokens); any
-difference, or a tokenizer of another shape (DeepSeek-V3's chained regex splits), falls back to HF.
+Engines, tried in this order by ``engine="auto"``; each is used only after it reproduced HF's ids exactly on a
+built-in probe sample (scripts, digits, whitespace runs, contractions, emoji, code, special tokens), in the
+process that uses it, and any difference falls back to the next:
+
+- ``fastokens`` (optional dependency, ``pip install zephyr[tokenize-fast]``): a Rust reimplementation of HF's
+  pipeline that loads the same ``tokenizer.json`` (any model shape it supports: GPT-2, DeepSeek-V3...) and
+  returns a batch as one flat ``uint32`` buffer + offsets, no Python object per token. Measured 10-15x
+  tiktoken here (benchmarks/RESULTS.md).
+- ``tiktoken``: a GPT-2-style byte-level BPE (no normalizer, one ``ByteLevel`` pre-tokenizer with its regex,
+  BPE without dropout/suffixes/byte fallback) rebuilt as a ``tiktoken.Encoding``: vocabulary strings are
+  mapped back from GPT-2's byte-to-unicode alphabet to raw bytes, merge order becomes tiktoken rank order,
+  and a lookup array maps tiktoken ranks back to HF ids. About 3-5x HF's ``encode_batch`` here. A tokenizer of
+  another shape (DeepSeek-V3's chained regex splits) is refused.
+- ``hf``: HF ``tokenizers`` itself.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -30,12 +39,22 @@ import numpy as np
 
 from zephyr.errors import ConfigError
 
-__all__ = ["TextTokenizer", "BosPolicy", "EngineChoice", "PROBE_TEXTS"]
+__all__ = ["TextTokenizer", "BosPolicy", "EngineChoice", "ENGINES", "PROBE_TEXTS"]
 
 log = logging.getLogger(__name__)
 
+# Per process: tokenizer.json sha256 -> the fast path proven in this process ((tiktoken.Encoding, rank_to_id)),
+# or the reason it cannot be used. Building the rank table and proving it costs ~0.5 s; engine tasks in a
+# reused worker process (and the in-process executor's copy of the driver's tokenizer) skip it.
+_FAST_PATHS: dict[str, tuple[Any, np.ndarray] | str] = {}
+# Per process: tokenizer.json sha256 -> the proven ``fastokens.Tokenizer``, or why it cannot be used.
+_FASTOKENS: dict[str, Any] = {}
+# Per process: tokenizer.json sha256 -> its HF ``Tokenizer`` (parsing GPT-2's JSON takes ~0.15 s).
+_HF: dict[str, Any] = {}
+
 BosPolicy = Literal["never", "always"]
-EngineChoice = Literal["auto", "hf", "tiktoken"]
+EngineChoice = Literal["auto", "hf", "tiktoken", "fastokens"]
+ENGINES: tuple[str, ...] = ("auto", "hf", "tiktoken", "fastokens")
 
 _EOS_CANDIDATES = (
     "<|endoftext|>",
@@ -114,8 +133,8 @@ class TextTokenizer:
             self.json_bytes, self.path = path.read_bytes(), str(path)
         if bos not in ("never", "always"):
             raise ConfigError(f"bos must be 'never' or 'always', got {bos!r}")
-        if engine not in ("auto", "hf", "tiktoken"):
-            raise ConfigError(f"engine must be 'auto', 'hf' or 'tiktoken', got {engine!r}")
+        if engine not in ENGINES:
+            raise ConfigError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
         self.bos_policy: BosPolicy = bos
         self.engine_choice: EngineChoice = engine
         self.num_threads = num_threads
@@ -133,18 +152,34 @@ class TextTokenizer:
                     "no BOS token in %s; using the EOS id %d as BOS", self.path or "tokenizer", self.eos_id
                 )
                 self.bos_id = self.eos_id
-        self._config = config
+        self.__dict__["_config"] = config
         self._hf: Any = None
         self._fast: Any = None
         self._rank_to_id: np.ndarray | None = None
         self._engine: str | None = None
+        self._ft: Any = None
+        self._tables: tuple[bytes, np.ndarray, dict[str, int], np.ndarray] | None = None
 
-    # pickling ships the JSON bytes only; Rust objects are rebuilt lazily in the worker
+    # Pickling ships the JSON bytes, plus the fast path's rank tables once proven (building them from the
+    # vocabulary is most of the fast path's setup). Rust objects are rebuilt lazily in the worker, and the
+    # shipped tables are proven again there against that process's own HF before first use.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_hf=None, _fast=None, _rank_to_id=None, _engine=None)
+        tables = None
+        if self._fast is not None:
+            # ranks 0..n-1 in order as one blob + lengths: two objects to pickle, not 50,000 dict entries
+            tokens = sorted(self._fast._mergeable_ranks, key=self._fast._mergeable_ranks.get)
+            lengths = np.fromiter(map(len, tokens), dtype=np.int32, count=len(tokens))
+            tables = (b"".join(tokens), lengths, self._fast._special_tokens, self._rank_to_id)
+        state.update(_hf=None, _fast=None, _rank_to_id=None, _engine=None, _tables=tables, _ft=None)
         state.pop("vocab_size", None)
+        state.pop("_config", None)  # re-parsed from the JSON bytes on use: cheaper than pickling the dict
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_tables", None)
+        state.setdefault("_ft", None)
+        self.__dict__.update(state)
 
     def _special_id(self, config: dict, given: str | None, candidates: Sequence[str], kind: str) -> int:
         vocab = config.get("model", {}).get("vocab", {})
@@ -161,6 +196,11 @@ class TextTokenizer:
         )
 
     @cached_property
+    def _config(self) -> dict[str, Any]:
+        """The parsed tokenizer.json (not pickled: re-parsed on first use in a worker)."""
+        return json.loads(self.json_bytes)
+
+    @cached_property
     def vocab_size(self) -> int:
         """Number of ids, added tokens included (decides the shard dtype)."""
         return int(self.hf.get_vocab_size(with_added_tokens=True))
@@ -168,25 +208,62 @@ class TextTokenizer:
     @property
     def hf(self) -> Any:
         if self._hf is None:
+            self._hf = _HF.get(self.sha256)
+        if self._hf is None:
             from tokenizers import Tokenizer
 
-            self._hf = Tokenizer.from_str(self.json_bytes.decode("utf-8"))
+            self._hf = _HF[self.sha256] = Tokenizer.from_str(self.json_bytes.decode("utf-8"))
         return self._hf
 
     @property
     def engine(self) -> str:
-        """``"tiktoken"`` or ``"hf"``: which encoder ``encode_batch`` uses (decided, and proven, on first use)."""
+        """``"fastokens"``, ``"tiktoken"`` or ``"hf"``: the encoder ``encode_batch`` uses (decided, and proven,
+        on first use)."""
         if self._engine is None:
-            self._engine = "hf"
-            if self.engine_choice != "hf":
-                reason = self._build_fast_path()
+            choice = self.engine_choice
+            skipped = []
+            for name, build in (("fastokens", self._build_fastokens), ("tiktoken", self._build_fast_path)):
+                if choice not in ("auto", name):
+                    continue
+                reason = build()
                 if reason is None:
-                    self._engine = "tiktoken"
-                elif self.engine_choice == "tiktoken":
-                    raise ConfigError(f"the tiktoken fast path cannot be used for this tokenizer: {reason}")
-                else:
-                    log.info("tokenizer: HF encoder (fast path not used: %s)", reason)
+                    self._engine = name
+                    break
+                if choice == name:
+                    raise ConfigError(f"the {name} engine cannot be used for this tokenizer: {reason}")
+                skipped.append(f"{name}: {reason}")
+            if self._engine is None:
+                self._engine = "hf"
+                if skipped:
+                    log.info("tokenizer: HF encoder (%s)", "; ".join(skipped))
         return self._engine
+
+    # ---- fastokens -------------------------------------------------------------------------------------
+    def _build_fastokens(self) -> str | None:
+        """Load and prove ``fastokens`` once per process (see ``_FASTOKENS``); the reason when it fails."""
+        cached = _FASTOKENS.get(self.sha256)
+        if cached is None:
+            cached = self._prove_fastokens()
+            _FASTOKENS[self.sha256] = cached
+        if isinstance(cached, str):
+            return cached
+        self._ft = cached
+        return None
+
+    def _prove_fastokens(self) -> Any:
+        try:
+            import fastokens
+        except ImportError:
+            return "fastokens is not installed"
+        try:
+            self._ft = fastokens.Tokenizer.from_json_str(self.json_bytes.decode("utf-8"))
+        except Exception as exc:  # a model or component it does not implement: fall back
+            return f"fastokens refused the tokenizer ({exc})"
+        mismatch = self.first_mismatch(PROBE_TEXTS, engine="fastokens")
+        tokenizer, self._ft = self._ft, None
+        if mismatch is not None:
+            return f"fastokens ids differ from HF on probe text {mismatch!r}"
+        return tokenizer
 
     # ---- fast path -------------------------------------------------------------------------------------
     def _fast_path_shape(self) -> str | None:
@@ -211,13 +288,33 @@ class TextTokenizer:
         return None
 
     def _build_fast_path(self) -> str | None:
-        reason = self._fast_path_shape()
-        if reason is not None:
-            return reason
+        """Set up and prove the fast path once per process (see ``_FAST_PATHS``); the reason when it fails."""
+        cached = _FAST_PATHS.get(self.sha256)
+        if cached is None:
+            reason = self._prove_fast_path()
+            cached = reason if reason is not None else (self._fast, self._rank_to_id)
+            _FAST_PATHS[self.sha256] = cached
+        self._tables = None  # shipped tables are not needed once this process has its proven copy
+        if isinstance(cached, str):
+            return cached
+        self._fast, self._rank_to_id = cached
+        return None
+
+    def _prove_fast_path(self) -> str | None:
         try:
             import tiktoken
         except ImportError:
             return "tiktoken is not installed"
+        if self._tables is not None:  # built and proven by the process that pickled us: prove it here too
+            blob, lengths, special, rank_to_id = self._tables
+            ends = np.cumsum(lengths).tolist()
+            starts = [0, *ends[:-1]]
+            ranks = {blob[a:b]: rank for rank, (a, b) in enumerate(zip(starts, ends))}
+            if len(ranks) == len(lengths):
+                return self._adopt(tiktoken, ranks, special, rank_to_id)
+        reason = self._fast_path_shape()
+        if reason is not None:
+            return reason
         model = self._config["model"]
         vocab: dict[str, int] = model["vocab"]
         decode = {ch: b for b, ch in _bytes_to_unicode().items()}
@@ -243,6 +340,12 @@ class TextTokenizer:
             rank_to_id[rank] = id_of_bytes[raw]
         for name, rank in special.items():
             rank_to_id[rank] = self._added[name]
+        return self._adopt(tiktoken, ranks, special, rank_to_id)
+
+    def _adopt(
+        self, tiktoken: Any, ranks: dict[bytes, int], special: dict[str, int], rank_to_id: np.ndarray
+    ) -> str | None:
+        """Build the ``tiktoken.Encoding`` from rank tables and keep it only if it equals HF on the probe."""
         try:
             fast = tiktoken.Encoding(
                 name=f"zephyr-{self.sha256[:12]}",
@@ -253,7 +356,7 @@ class TextTokenizer:
         except Exception as exc:  # tiktoken rejects odd vocabularies with assorted errors; fall back to HF
             return f"tiktoken refused the vocabulary ({exc})"
         self._fast, self._rank_to_id = fast, rank_to_id
-        mismatch = self.first_mismatch(PROBE_TEXTS, use_fast=True)
+        mismatch = self.first_mismatch(PROBE_TEXTS, engine="tiktoken")
         if mismatch is not None:
             self._fast, self._rank_to_id = None, None
             return f"tiktoken ids differ from HF on probe text {mismatch!r}"
@@ -264,43 +367,70 @@ class TextTokenizer:
         return self._fast if self.engine == "tiktoken" else None
 
     # ---- encoding --------------------------------------------------------------------------------------
-    def _encode_lists(self, texts: Sequence[str], *, use_fast: bool) -> list[list[int]]:
-        threads = self.num_threads or os.cpu_count() or 1
-        if use_fast:
+    def _encode_lists(self, texts: Sequence[str], *, engine: str) -> list[list[int]]:
+        """HF ids of ``texts`` through ``engine`` (for proofs; ``encode_batch`` is the fast way)."""
+        if engine == "fastokens":
+            return [e.ids for e in self._ft.encode_batch(list(texts), add_special_tokens=False)]
+        if engine == "tiktoken":
             assert self._fast is not None and self._rank_to_id is not None  # built by _build_fast_path
-            return self._fast.encode_batch(list(texts), num_threads=threads, allowed_special="all")
+            threads = self.num_threads or os.cpu_count() or 1
+            ranks = self._fast.encode_batch(list(texts), num_threads=threads, allowed_special="all")
+            return [self._rank_to_id[np.asarray(r, dtype=np.int64)].tolist() for r in ranks]
         hf = self.hf
         encode = getattr(hf, "encode_batch_fast", hf.encode_batch)
         return [e.ids for e in encode(list(texts), add_special_tokens=False)]
 
     def hf_ids(self, text: str) -> list[int]:
-        """HF's own ids for one text (the reference the fast path must equal)."""
+        """HF's own ids for one text (the reference every other engine must equal)."""
         return self.hf.encode(text, add_special_tokens=False).ids
 
-    def first_mismatch(self, texts: Sequence[str], *, use_fast: bool | None = None) -> str | None:
-        """The first text whose ids differ between the active encoder and HF's ``encode`` (``None``: all equal)."""
-        fast = self._fast is not None if use_fast is None else use_fast
-        got = self._encode_lists(texts, use_fast=fast)
+    def first_mismatch(self, texts: Sequence[str], *, engine: str | None = None) -> str | None:
+        """The first text whose ids differ between ``engine`` (default: the active one) and HF's ``encode``."""
+        got = self._encode_lists(texts, engine=engine or self.engine)
         for text, ids in zip(texts, got):
-            if fast:
-                ids = self._rank_to_id[np.asarray(ids, dtype=np.int64)].tolist()  # type: ignore[index]
             if list(ids) != self.hf_ids(text):
                 return text
         return None
 
+    def _fast_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """tiktoken ranks of every text as ``uint32`` arrays, encoded on ``num_threads`` threads.
+
+        tiktoken releases the GIL while it encodes; ``encode_to_numpy`` hands back its Rust buffer, so no Python
+        int is built per token (``encode_batch``'s lists, then list → array, cost ~15% on top of encoding).
+        The threads live for one call (a batch): starting two threads costs microseconds, and none outlive it.
+        """
+        assert self._fast is not None  # built by _build_fast_path
+        if not hasattr(self._fast, "encode_to_numpy"):  # tiktoken < 0.8
+            ranks = self._fast.encode_batch(list(texts), num_threads=1, allowed_special="all")
+            return [np.array(r, dtype=np.uint32) for r in ranks]
+        encode = functools.partial(self._fast.encode_to_numpy, allowed_special="all")
+        threads = self.num_threads or os.cpu_count() or 1
+        if threads == 1 or len(texts) < 2:
+            return [encode(t) for t in texts]
+        with ThreadPoolExecutor(threads, thread_name_prefix="zephyr-tokenize") as pool:
+            return list(pool.map(encode, texts))
+
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``texts`` as (flat int64 tokens, int64 offsets[len(texts) + 1]), EOS (and BOS) added."""
         engine = self.engine
-        lists = self._encode_lists(texts, use_fast=engine == "tiktoken")
+        if engine == "fastokens":
+            # one flat uint32 buffer + uint64 offsets: no Python object per token or per document
+            raw, raw_offsets = self._ft.encode_batch_flat(list(texts), add_special_tokens=False)
+            body = np.frombuffer(raw, dtype="<u4")
+            lengths = np.diff(np.frombuffer(raw_offsets, dtype="<u8").astype(np.int64))
+        else:
+            if engine == "tiktoken":
+                parts: list[Any] = self._fast_arrays(texts)
+            else:
+                # one C-level list→array conversion per document (a per-token generator is ~5x slower)
+                parts = [np.array(ids, dtype=np.int64) for ids in self._encode_lists(texts, engine="hf")]
+            lengths = np.fromiter((len(ids) for ids in parts), dtype=np.int64, count=len(parts))
+            body = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            if engine == "tiktoken":
+                body = self._rank_to_id[body]  # type: ignore[index]
         extra = 1 + (self.bos_id is not None)
-        lengths = np.fromiter((len(ids) for ids in lists), dtype=np.int64, count=len(lists)) + extra
-        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        # one C-level list→array conversion per document (a per-token generator is ~5x slower)
-        parts = [np.array(ids, dtype=np.int64) for ids in lists]
-        body = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        if engine == "tiktoken":
-            body = self._rank_to_id[body]  # type: ignore[index]
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths + extra, out=offsets[1:])
         tokens = np.empty(int(offsets[-1]), dtype=np.int64)
         # scatter the bodies: every position except each document's EOS (and BOS) slot
         is_body = np.ones(len(tokens), dtype=bool)

@@ -4,18 +4,25 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 
 1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns).
 2. ``map_batches(tokenize)``: ``batch_rows`` documents at a time (this bounds peak memory), encode on the
-   tokenizer's Rust threads, append EOS (prepend BOS under ``bos="always"``), and add the shuffle key: a
-   seeded 128-bit xxh3 of the document (of its id when ``id_column`` is given, so duplicate texts do not land
-   side by side; the text hash breaks ties). Output: ``key_hi``, ``key_lo``, ``tokens`` (the ids as
-   little-endian bytes in the shard dtype), ``num_tokens`` and ``source``. Null texts are quarantined
-   (``reject_reason = "null_text"``), never silently lost.
-3. ``materialize``, then the total token count decides the number of shards:
-   ``ceil(total_tokens * itemsize / shard_bytes)``.
-4. ``sort(key_hi, key_lo, num_partitions=P)``: the global document shuffle. Output shard i is the sort's
-   partition i, so shard contents depend only on the data, the seed and the shard size — never on the worker
-   count or executor. Equal keys mean equal text (and id), hence equal tokens: ties cannot change bytes.
-5. ``map(pack)`` over the partitions: stream each into ``shard-<i>.tokens.npy`` + ``.offsets.npy``
-   (+ Megatron ``.bin``/``.idx``), hashing every file; the driver writes ``manifest.json`` last.
+   tokenizer's threads (every core this machine gives the stage: ``cores // concurrent tasks``), append EOS
+   (prepend BOS under ``bos="always"``). The batch's token ids go, as little-endian bytes in the shard dtype,
+   into one spill file (``zephyr.tokenize.spill``); the stage's output is one small *reference* row per
+   document: the shuffle key (``key_hi``, ``key_lo``: a seeded 128-bit xxh3 of the document, of its id when
+   ``id_column`` is given so duplicate texts do not land side by side, the text hash breaking ties),
+   ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null texts are quarantined
+   (``reject_reason = "null_text"``), never silently lost. The job's ``tokens`` counter gives the total.
+3. The total token count decides the number of shards: ``ceil(total_tokens * itemsize / shard_bytes)``.
+4. ``sort(key_hi, key_lo, num_partitions=P)`` of the references: the global document shuffle, over ~50 bytes
+   a document instead of its tokens. Output shard i is the sort's partition i, so shard contents depend only
+   on the data, the seed and the shard size — never on the worker count or executor. Equal keys mean equal
+   text (and id), hence equal tokens: ties cannot change bytes.
+5. ``map(pack)`` over the partitions: read each partition's references ``batch_rows`` at a time, gather their
+   token bytes from the spill files, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
+   (+ Megatron ``.bin``/``.idx``), hashing as they are written; the driver writes ``manifest.json`` last.
+
+Token bytes are thus written once (spill) and read once (pack); peak memory per worker is one batch of
+documents (texts, ids, references) whatever the input size, plus what the input format itself needs to
+decode (one Parquet row group's text column).
 """
 
 from __future__ import annotations
@@ -31,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zephyr.tokenize.format import token_dtype
 from zephyr.tokenize.shards import write_manifest, write_shard
+from zephyr.tokenize.spill import gather, spill_name, write_spill
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
-from zephyr.errors import ConfigError, SchemaError
+from zephyr.errors import ConfigError, SchemaError, ZephyrError
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
@@ -46,6 +54,9 @@ __all__ = ["write_token_shards", "TokenizeResult", "TokenizeBatch"]
 log = logging.getLogger(__name__)
 
 _MIN_SHARD_BYTES = 1 << 10
+_U64 = 0xFFFFFFFFFFFFFFFF
+# tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
+_VERIFIED_ON_DATA: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -65,8 +76,62 @@ class TokenizeResult:
         return int(self.manifest["num_documents"])
 
 
+def _string_spans(column: Any) -> tuple[memoryview, list[int]]:
+    """(UTF-8 data buffer, row offsets) of a string Arrow array, zero-copy (for per-row hashing)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_large_string(column.type):
+        column = column.cast(pa.large_string())
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[
+        column.offset : column.offset + len(column) + 1
+    ]
+    data = column.buffers()[2]
+    return (memoryview(data) if data is not None else memoryview(b"")), offsets.tolist()
+
+
+def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
+    """Seeded xxh3 (64 or 128 bits) of every string of ``column``: ``(n,)`` or ``(n, 2)`` (hi, lo) uint64.
+
+    One C call per row on a zero-copy slice of the Arrow buffer (no library offers a vectorized xxh3); the
+    digests are joined and viewed as big-endian words, so no Python integer is built per row.
+    """
+    import xxhash
+
+    data, offsets = _string_spans(column)
+    digest = xxhash.xxh3_128_digest if bits == 128 else xxhash.xxh3_64_digest
+    joined = b"".join([digest(data[a:b], seed) for a, b in zip(offsets[:-1], offsets[1:])])
+    words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
+    return words.reshape(-1, 2) if bits == 128 else words
+
+
+# Arrow arrays built from buffers: ``pa.array(ndarray)``/``pa.array(list)`` first probe for pandas, and importing
+# it costs ~0.4 s in a process that has not yet.
+def _numeric(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string array of ``n`` copies of ``text``."""
+    import pyarrow as pa
+
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
 class TokenizeBatch:
-    """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per task)."""
+    """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
+
+    ``concurrency``: how many tokenize tasks run at once on one machine; each uses
+    ``cores // concurrency`` encoder threads, so the stage keeps every core busy without oversubscribing.
+    (tiktoken and HF follow it; fastokens runs its own thread pool, which no API here sizes, so two
+    concurrent fastokens tasks may run more threads than cores: its encoding is a small share of the step.)
+    """
 
     def __init__(
         self,
@@ -76,6 +141,8 @@ class TokenizeBatch:
         id_column: str | None,
         source_column: str | None,
         seed: int,
+        spill_dir: str,
+        concurrency: int = 1,
         verify_rows: int = 16,
     ):
         self.tokenizer = tokenizer
@@ -83,25 +150,43 @@ class TokenizeBatch:
         self.id_column = id_column
         self.source_column = source_column
         self.seed = seed
+        self.spill_dir = spill_dir
+        self.concurrency = max(1, concurrency)
         self.verify_rows = verify_rows
-        self._verified = False
 
-    def _keys(self, texts: list[str], ids: list[Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
+        import pyarrow as pa
         import xxhash
 
-        # Per-document hashing is a C call per row; pyarrow/polars offer no version-stable vectorized hash.
-        seed = self.seed & 0xFFFFFFFFFFFFFFFF
-        text_hash = [xxhash.xxh3_128_intdigest(t.encode("utf-8"), seed) for t in texts]
-        lo = np.fromiter((h & 0xFFFFFFFFFFFFFFFF for h in text_hash), dtype=np.uint64, count=len(texts))
-        if ids is None:
-            hi = np.fromiter((h >> 64 for h in text_hash), dtype=np.uint64, count=len(texts))
-        else:
+        seed = self.seed & _U64
+        text_hash = _hash_strings(table[self.text_column], seed, 128)
+        if self.id_column is None:
+            return text_hash[:, 0].copy(), text_hash[:, 1].copy()
+        ids = table[self.id_column]
+        if (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) and not ids.null_count:
+            hi = _hash_strings(ids, seed, 64)
+        else:  # other id types hash their Python ``str`` (nulls as "None"), as format version 1 always has
             hi = np.fromiter(
-                (xxhash.xxh3_64_intdigest(str(i).encode("utf-8"), seed) for i in ids),
+                (xxhash.xxh3_64_intdigest(str(i).encode("utf-8"), seed) for i in ids.to_pylist()),
                 dtype=np.uint64,
-                count=len(texts),
+                count=len(ids),
             )
-        return hi, lo
+        return hi, text_hash[:, 1].copy()
+
+    def _verify(self, texts: list[str]) -> None:
+        """Prove the fast engine on this process's first real documents (once per process: the load-time probe
+        covers the tokenizer; this covers the data and this process's libraries)."""
+        tok = self.tokenizer
+        if tok.engine == "hf" or tok.sha256 in _VERIFIED_ON_DATA:
+            return
+        sample = [t[:4000] for t in texts[: self.verify_rows]]
+        bad = tok.first_mismatch(sample)
+        if bad is not None:
+            raise ConfigError(
+                f"the {tok.engine} engine differs from HF on input text {bad[:200]!r}; use engine='hf'"
+            )
+        _VERIFIED_ON_DATA.add(tok.sha256)
 
     def __call__(self, table: pa.Table) -> Any:
         import pyarrow as pa
@@ -122,45 +207,69 @@ class TokenizeBatch:
                 "reject_reason", pa.array(["null_text"] * int(pc.sum(null).as_py()), pa.string())
             )
             table = table.filter(pc.invert(null))
-        texts = table[self.text_column].cast(pa.string()).to_pylist()
-        if not self._verified and self.tokenizer.engine == "tiktoken":
-            # the load-time probe proved the fast path; re-prove it on this task's own first documents
-            sample = [t[:20000] for t in texts[: self.verify_rows]]
-            bad = self.tokenizer.first_mismatch(sample)
-            if bad is not None:
-                raise ConfigError(
-                    f"tiktoken fast path differs from HF on input text {bad[:200]!r}; use engine='hf'"
-                )
-            self._verified = True
+        if not pa.types.is_large_string(table.schema.field(self.text_column).type):
+            column = table[self.text_column].cast(pa.large_string())
+            table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, column)
+        texts = table[self.text_column].to_pylist()
+        self._verify(texts)
+        self.tokenizer.num_threads = max(1, (os.cpu_count() or 1) // self.concurrency)
         flat, offsets = self.tokenizer.encode_batch(texts)
-        dtype = token_dtype(self.tokenizer.vocab_size)
-        raw = flat.astype(dtype).tobytes()
-        tokens = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), len(texts), [None, pa.py_buffer(offsets * dtype.itemsize), pa.py_buffer(raw)]
-        )
-        ids = table[self.id_column].to_pylist() if self.id_column else None
-        hi, lo = self._keys(texts, ids)
+        dtype = token_dtype(self.tokenizer.vocab_size).newbyteorder("<")
+        raw = flat.astype(dtype)
+        num_tokens = np.diff(offsets)
+        hi, lo = self._keys(table)
+        name = spill_name(hi, lo, num_tokens)
+        write_spill(self.spill_dir, name, raw)
         columns = {
-            "key_hi": pa.array(hi, pa.uint64()),
-            "key_lo": pa.array(lo, pa.uint64()),
-            "tokens": tokens,
-            "num_tokens": pa.array(np.diff(offsets), pa.int64()),
+            "key_hi": _numeric(hi, pa.uint64()),
+            "key_lo": _numeric(lo, pa.uint64()),
+            "num_tokens": _numeric(num_tokens, pa.int64()),
+            "spill_file": _repeated(name, len(texts)),
+            "spill_offset": _numeric(offsets[:-1] * dtype.itemsize, pa.int64()),
         }
         if self.source_column:
             columns["source"] = table[self.source_column].cast(pa.string())
         counters.increment("documents", len(texts))
         counters.increment("tokens", int(offsets[-1]))
-        out = pa.table(columns)
+        counters.increment(f"engine_{self.tokenizer.engine}", len(texts))  # for the manifest
+        out = pa.Table.from_arrays(list(columns.values()), names=list(columns))
         if rejected is not None:
             return BatchOutput(kept=out, rejected=rejected)
         return out
 
 
 class _PackPartition:
-    """The ``map`` function of step 5: one sorted partition file → one shard."""
+    """The ``map`` function of step 5: one sorted partition of references → one shard."""
 
-    def __init__(self, output: str, dtype: str, megatron: bool):
+    def __init__(self, output: str, dtype: str, megatron: bool, spill_dir: str, batch_rows: int):
         self.output, self.dtype, self.megatron = output, dtype, megatron
+        self.spill_dir, self.batch_rows = spill_dir, batch_rows
+
+    def _batches(self, parquet: Any, columns: list[str]) -> Any:
+        """The partition's documents as tables with a ``tokens`` column, ``batch_rows`` documents at a time."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        itemsize = np.dtype(self.dtype).itemsize
+        for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
+            files = pc.dictionary_encode(batch.column("spill_file"))
+            nbytes = batch.column("num_tokens").to_numpy() * itemsize
+            data = gather(
+                self.spill_dir,
+                files.indices.to_numpy(),
+                files.dictionary.to_pylist(),
+                batch.column("spill_offset").to_numpy(),
+                nbytes,
+            )
+            offsets = np.zeros(len(nbytes) + 1, dtype=np.int64)
+            np.cumsum(nbytes, out=offsets[1:])
+            tokens = pa.LargeBinaryArray.from_buffers(
+                pa.large_binary(), len(nbytes), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+            )
+            out = {"tokens": tokens}
+            if "source" in batch.schema.names:
+                out["source"] = batch.column("source")
+            yield pa.Table.from_arrays(list(out.values()), names=list(out))
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         import json
@@ -171,11 +280,13 @@ class _PackPartition:
         total = int(
             sum(b["num_tokens"].to_numpy().sum() for b in parquet.iter_batches(columns=["num_tokens"]))
         )
-        columns = ["tokens", "source"] if "source" in parquet.schema_arrow.names else ["tokens"]
+        columns = ["num_tokens", "spill_file", "spill_offset"]
+        if "source" in parquet.schema_arrow.names:
+            columns.append("source")
         info, per_source = write_shard(
             self.output,
             row["name"],
-            parquet.iter_batches(batch_size=4096, columns=columns),
+            self._batches(parquet, columns),
             dtype=np.dtype(self.dtype),
             num_tokens=total,
             megatron=self.megatron,
@@ -187,20 +298,58 @@ class _PackPartition:
         }
 
 
-def _input_dataset(data: Any, columns: list[str]) -> Dataset:
+def _input_dataset(data: Any, columns: list[str], split_bytes: int | None) -> Dataset:
     import zephyr
 
-    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
-    paths = [os.fspath(p) for p in paths]
+    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
     if all(".json" in os.path.basename(p) for p in paths):
-        return zephyr.read_jsonl(paths)
-    return zephyr.read_parquet(paths, columns=columns)
+        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes)
+    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes)
 
 
-def _detect_column(data: Any, wanted: str | None, default: str) -> str | None:
-    """``"auto"`` → ``default`` when the first Parquet input has that column, else ``None``."""
-    if wanted != "auto":
-        return wanted
+# An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
+_PARQUET_EXPANSION = 3
+# A task's fixed cost is loading and proving the tokenizer in its process (~1 s for GPT-2 with fastokens) and
+# starting it; at fastokens' ~100 MB/s a task smaller than this would be mostly setup.
+_MIN_SPLIT_BYTES = 64 << 20
+
+
+def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
+    """(``approx_shard_bytes`` for reading the inputs, tokenize tasks that run at once on one machine).
+
+    With worker processes and fewer input files than ~8 per worker, files are split into runs of row groups
+    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)``, so every worker has work
+    and the last tasks are short. The encoder threads of a task are ``cores // concurrent tasks``: a single
+    unsplittable file still gets every core, and two workers never run 2 x 2 threads on 2 cores.
+    In-process (one task at a time, all cores each) and ``Dataset`` inputs are left as they are.
+    """
+    workers = options.num_workers
+    if options.executor == "inprocess":
+        return None, 1
+    if _is_dataset(data):
+        return None, workers
+    from zephyr.io.paths import filesystem
+    from zephyr.io.sources import list_shards
+
+    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
+    try:
+        shards = list_shards(paths)
+        split = None
+        if len(shards) < 8 * workers:
+            total = 0
+            for shard in shards:
+                fs, path = filesystem(shard.path)
+                size = int(fs.size(path) or 0)
+                total += size * (_PARQUET_EXPANSION if shard.format == "parquet" else 1)
+            split = max(_MIN_SPLIT_BYTES, total // (8 * workers))
+            shards = list_shards(paths, approx_shard_bytes=split)
+    except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
+        return None, workers
+    return split, max(1, min(workers, len(shards)))
+
+
+def _input_columns(data: Any) -> list[str] | None:
+    """Column names of the first Parquet input (``None``: not Parquet paths, or unreadable)."""
     if not isinstance(data, str | os.PathLike | list | tuple):
         return None
     import fsspec
@@ -213,10 +362,16 @@ def _detect_column(data: Any, wanted: str | None, default: str) -> str | None:
             found = sorted(p for p in fs.find(first) if p.endswith(".parquet"))
             first = found[0]
         with fs.open(first, "rb") as handle:
-            names = pq.read_schema(handle).names
+            return pq.read_schema(handle).names
     except (IndexError, OSError, ValueError):
         return None
-    return default if default in names else None
+
+
+def _detect_column(names: list[str] | None, wanted: str | None, default: str) -> str | None:
+    """``"auto"`` → ``default`` when the first Parquet input has that column, else ``None``."""
+    if wanted != "auto":
+        return wanted
+    return default if names and default in names else None
 
 
 def write_token_shards(
@@ -252,14 +407,14 @@ def write_token_shards(
             ``ceil(total token bytes / shard_size)``.
         seed: shuffle seed; the same seed and inputs give byte-identical shards.
         bos: ``"never"`` or ``"always"``. EOS is always appended.
-        engine: ``"auto"`` (tiktoken fast path when proven identical to HF), ``"hf"``, ``"tiktoken"``.
+        engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
+            or one of ``"fastokens"``, ``"tiktoken"``, ``"hf"`` (an engine that cannot be proven is an error).
         eos_token / bos_token: the special tokens' text, when detection fails (e.g. ``"</s>"``).
-        batch_rows: documents per tokenize batch; bounds each worker's peak memory.
+        batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
+            writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
         megatron: also write Megatron ``.bin``/``.idx`` per shard.
         execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
     """
-    import pyarrow.compute as pc
-
     import zephyr
 
     shard_bytes = parse_bytes(shard_size)
@@ -274,59 +429,86 @@ def write_token_shards(
     output = output.removeprefix("file://")
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     workers = options.num_workers
-    tok = (
-        tokenizer
-        if isinstance(tokenizer, TextTokenizer)
-        else TextTokenizer(
-            tokenizer,
-            bos=bos,
-            engine=engine,
-            eos_token=eos_token,
-            bos_token=bos_token,
-            num_threads=max(1, (os.cpu_count() or 1) // workers),
-        )
-    )
-    dtype = token_dtype(tok.vocab_size)
-    id_column = _detect_column(data, id_column, "id")
-    source_column = _detect_column(data, source_column, "source")
-    columns = [c for c in (text_column, id_column, source_column) if c]
-    dataset = data if isinstance(data, zephyr.Dataset) else _input_dataset(data, columns)
-
-    if os.path.exists(os.path.join(output, "manifest.json")):
-        os.remove(os.path.join(output, "manifest.json"))  # the old set is being replaced: invalidate it first
-    os.makedirs(output, exist_ok=True)
-    # A fixed name, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
-    # outputs by path); removed once the set is complete.
-    scratch = os.path.join(output, "_work")
+    split_bytes, concurrency = _plan_tasks(data, options)
+    pool = dict(execution)
+    if options.executor == "local" and concurrency < workers:
+        # More worker processes than tokenize tasks would only import and sit idle on the cores the encoder
+        # threads use (later stages are a small sort and I/O-bound packing). One task runs in this process,
+        # like the engine's small jobs: a worker would add its start-up and nothing else (the driver only
+        # waits meanwhile). ``small_job_bytes=0`` turns that off. Outputs do not depend on either.
+        pool["workers"] = concurrency
+        if concurrency == 1 and options.small_job_bytes_value > 0:
+            log.info(
+                "tokenize: the input is one task: running in this process (small_job_bytes=0 to force workers)"
+            )
+            pool["executor"] = "inprocess"
     from zephyr.executors import reuse_workers
 
-    with reuse_workers(execution) as execution:  # one worker pool for the writer's four engine jobs
+    # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
+    # parses and proves the tokenizer.
+    with reuse_workers(pool) as execution:
+        tok = (
+            tokenizer
+            if isinstance(tokenizer, TextTokenizer)
+            else TextTokenizer(
+                tokenizer,
+                bos=bos,
+                engine=engine,
+                eos_token=eos_token,
+                bos_token=bos_token,
+                num_threads=max(1, (os.cpu_count() or 1) // workers),
+            )
+        )
+        dtype = token_dtype(tok.vocab_size)
+        names = _input_columns(data) if "auto" in (id_column, source_column) else None
+        id_column = _detect_column(names, id_column, "id")
+        source_column = _detect_column(names, source_column, "source")
+        columns = [c for c in (text_column, id_column, source_column) if c]
+        dataset = data if isinstance(data, zephyr.Dataset) else _input_dataset(data, columns, split_bytes)
+
+        if os.path.exists(os.path.join(output, "manifest.json")):
+            # the old set is being replaced: invalidate it first
+            os.remove(os.path.join(output, "manifest.json"))
+        os.makedirs(output, exist_ok=True)
+        # A fixed name, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints
+        # its outputs by path); removed once the set is complete.
+        scratch = os.path.join(output, "_work")
+        spill_dir = os.path.join(scratch, "spill")
+        if engine != "auto" or options.executor == "inprocess":
+            # a forced engine that cannot be proven fails here, before any task; in-process the proof is shared
+            _ = tok.engine
         try:
             batch_fn = TokenizeBatch(
-                tok, text_column=text_column, id_column=id_column, source_column=source_column, seed=seed
+                tok,
+                text_column=text_column,
+                id_column=id_column,
+                source_column=source_column,
+                seed=seed,
+                spill_dir=spill_dir,
+                concurrency=concurrency,
             )
-            tokenized = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").materialize(
-                os.path.join(scratch, "tokenized"), **execution
+            refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
+                os.path.join(scratch, "refs"), **execution
             )
-            counts = tokenized.select("num_tokens").to_arrow(**execution)["num_tokens"]
-            total_tokens = int(pc.sum(counts).as_py() or 0)
+            total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
             num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
             log.info(
                 "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
-                len(counts),
+                num_docs,
                 total_tokens,
                 dtype.itemsize,
                 shard_bytes,
                 num_shards,
             )
-            written = tokenized.sort("key_hi", "key_lo", num_partitions=num_shards).write_parquet(
+            references = zephyr.read_parquet(sorted(refs.files)) if refs.files else zephyr.from_items([])
+            written = references.sort("key_hi", "key_lo", num_partitions=num_shards).write_parquet(
                 os.path.join(scratch, "sorted"), **execution
             )
             parts = sorted(written.files)
             jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
             packed = (
                 zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
-                .map(_PackPartition(output, dtype.name, megatron))
+                .map(_PackPartition(output, dtype.name, megatron, spill_dir, batch_rows))
                 .to_arrow(**execution)
             )
             shards, per_source = _collect(packed.to_pylist())
@@ -337,11 +519,17 @@ def write_token_shards(
                 "eos_id": tok.eos_id,
                 "bos_id": tok.bos_id,
                 "bos_policy": tok.bos_policy,
-                "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": tok.engine},
+                "tokenizer": {
+                    "path": tok.path,
+                    "sha256": tok.sha256,
+                    "engine": _engine_used(refs.stats, tok),
+                },
                 "seed": seed,
                 "shard_size_bytes": shard_bytes,
                 "sources": {
-                    "inputs": [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)]
+                    "inputs": [
+                        os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)
+                    ]
                     if not isinstance(data, zephyr.Dataset)
                     else [],
                     "text_column": text_column,
@@ -351,13 +539,45 @@ def write_token_shards(
                 },
             }
             manifest = write_manifest(output, shards, meta=meta)
-            stats = getattr(written, "stats", {})
+            stats = dict(getattr(written, "stats", {}))
+            stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
+                "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
+                "concurrent_tasks": concurrency,
+                "executor": pool.get("executor", "local")
+                if isinstance(pool.get("executor", "local"), str)
+                else "custom",
+                "workers": 0 if pool.get("executor") == "inprocess" else (pool.get("workers") or workers),
+            }
         except BaseException:
             if "work_dir" not in execution or execution.get("work_dir") is None:
                 shutil.rmtree(scratch, ignore_errors=True)  # nothing could resume from it
             raise
         shutil.rmtree(scratch, ignore_errors=True)
         return TokenizeResult(output, manifest, stats)
+
+
+def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
+    """The engine(s) the tokenize tasks used (each decided and proved it in its own process), e.g.
+    ``"fastokens"``; several, when processes differed (e.g. one lacked fastokens), joined by ``+``."""
+    names = set()
+    for stage in stats.get("stages", []):
+        names |= {
+            k.removeprefix("engine_")
+            for k, v in stage.get("counters", {}).items()
+            if k.startswith("engine_") and v
+        }
+    return "+".join(sorted(names)) if names else tok.engine
+
+
+def _counter(stats: dict[str, Any], name: str) -> int:
+    """A counter summed over a job's stages (the tokenize stage's ``tokens``/``documents``)."""
+    return int(sum(stage.get("counters", {}).get(name, 0) for stage in stats.get("stages", [])))
+
+
+def _is_dataset(data: Any) -> bool:
+    import zephyr
+
+    return isinstance(data, zephyr.Dataset)
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:

@@ -1,4 +1,4 @@
-"""TextTokenizer: HF ids + EOS, BOS policy, the tiktoken fast path proven identical or refused."""
+"""TextTokenizer: HF ids + EOS, BOS policy, the fastokens and tiktoken engines proven identical or refused."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ EDGE_TEXTS = ["", " ", "\n\n\n", "!!!???", "a" * 1000, "x <|endoftext|> y", "日
 
 
 def test_fast_path_is_used_and_identical_to_hf(bpe_tokenizer: Path) -> None:
-    tok = TextTokenizer(bpe_tokenizer, num_threads=1)
+    tok = TextTokenizer(bpe_tokenizer, num_threads=1, engine="tiktoken")
     assert tok.engine == "tiktoken"
     texts = list(PROBE_TEXTS) + EDGE_TEXTS + TRAIN_TEXT[:5]
     flat, offsets = tok.encode_batch(texts)
@@ -33,7 +33,7 @@ def test_hf_engine_matches_fast_engine(bpe_tokenizer: Path) -> None:
 
 def test_normalizer_falls_back_to_hf(tmp_path: Path) -> None:
     path = train_bpe(tmp_path / "lower.json", lowercase=True)
-    tok = TextTokenizer(path)
+    tok = TextTokenizer(path, engine="hf")
     assert tok.engine == "hf"
     flat, offsets = tok.encode_batch(["Hello World"])
     assert flat.tolist() == tok.hf_ids("Hello World") + [tok.eos_id]
@@ -68,10 +68,74 @@ def test_pickles_without_rust_objects(bpe_tokenizer: Path) -> None:
 def test_gpt2_fast_path_on_corpus(corpus_small: Path) -> None:
     import pyarrow.parquet as pq
 
-    tok = TextTokenizer(corpus_small / "models" / "gpt2" / "tokenizer.json")
+    tok = TextTokenizer(corpus_small / "models" / "gpt2" / "tokenizer.json", engine="tiktoken")
     assert tok.engine == "tiktoken"
     texts = pq.read_table(sorted((corpus_small / "docs").glob("*.parquet"))[0], columns=["text"]).column(
         "text"
     )
     texts = texts.to_pylist()[::25][:200]
     assert tok.first_mismatch(texts) is None
+
+
+def _fresh_caches(monkeypatch) -> None:
+    """Forget what this process proved (the caches are per tokenizer sha256, and the test BPE is reused)."""
+    import zephyr.tokenize.tokenizer as module
+
+    monkeypatch.setattr(module, "_FASTOKENS", {})
+    monkeypatch.setattr(module, "_FAST_PATHS", {})
+
+
+def test_fastokens_engine_is_preferred_and_identical_to_hf(bpe_tokenizer: Path, tmp_path: Path) -> None:
+    pytest.importorskip("fastokens")
+    lower = train_bpe(tmp_path / "lower.json", lowercase=True)  # a normalizer: tiktoken cannot, fastokens can
+    texts = list(PROBE_TEXTS) + EDGE_TEXTS + TRAIN_TEXT[:5]
+    for path in (bpe_tokenizer, lower):
+        tok = TextTokenizer(path, bos="always")
+        assert tok.engine == "fastokens"
+        flat, offsets = tok.encode_batch(texts)
+        for i, text in enumerate(texts):
+            assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
+
+
+def test_auto_falls_back_when_fastokens_is_missing(bpe_tokenizer: Path, monkeypatch) -> None:
+    import sys
+
+    _fresh_caches(monkeypatch)
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # ``import fastokens`` raises ImportError
+    assert TextTokenizer(bpe_tokenizer).engine == "tiktoken"
+    with pytest.raises(ConfigError, match="fastokens is not installed"):
+        _ = TextTokenizer(bpe_tokenizer, engine="fastokens").engine
+
+
+def test_an_engine_that_differs_from_hf_is_refused(bpe_tokenizer: Path, monkeypatch) -> None:
+    """A fast engine whose ids differ from HF's on the probe is never used: auto falls back to the next."""
+    pytest.importorskip("fastokens")
+    _fresh_caches(monkeypatch)
+    original = TextTokenizer._encode_lists
+
+    def off_by_one(self, texts, *, engine):
+        lists = original(self, texts, engine=engine)
+        return [[i + 1 for i in ids] for ids in lists] if engine == "fastokens" else lists
+
+    monkeypatch.setattr(TextTokenizer, "_encode_lists", off_by_one)
+    assert TextTokenizer(bpe_tokenizer).engine == "tiktoken"
+    with pytest.raises(ConfigError, match="differ from HF"):
+        _ = TextTokenizer(bpe_tokenizer, engine="fastokens").engine
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("model", ["gpt2", "deepseek-v3"])
+def test_fastokens_on_corpus(corpus_small: Path, model: str) -> None:
+    pytest.importorskip("fastokens")
+    import pyarrow.parquet as pq
+
+    tok = TextTokenizer(corpus_small / "models" / model / "tokenizer.json")
+    assert tok.engine == "fastokens"
+    texts = pq.read_table(sorted((corpus_small / "docs").glob("*.parquet"))[0], columns=["text"]).column(
+        "text"
+    )
+    texts = texts.to_pylist()[::25][:200]
+    assert tok.first_mismatch(texts) is None
+    flat, offsets = tok.encode_batch(texts[:20])
+    for i, text in enumerate(texts[:20]):
+        assert flat[offsets[i] : offsets[i + 1]].tolist() == tok.hf_ids(text) + [tok.eos_id]

@@ -101,7 +101,12 @@ def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Pat
     _corpus(tmp_path / "in", n=200, files=3)
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=11, batch_rows=50)
     write_token_shards(
-        str(tmp_path / "in"), output=str(tmp_path / "w2"), executor="local", workers=2, small_job_bytes=0, **common
+        str(tmp_path / "in"),
+        output=str(tmp_path / "w2"),
+        executor="local",
+        workers=2,
+        small_job_bytes=0,
+        **common,
     )
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "ip"), executor="inprocess", **common)
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
@@ -134,7 +139,9 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
 
     monkeypatch.setattr(writer._PackPartition, "__call__", fail)
     with pytest.raises(Exception, match="crash while packing"):
-        write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, max_retries=0, **common)
+        write_token_shards(
+            str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, max_retries=0, **common
+        )
     assert (tmp_path / "out" / "_work").is_dir(), "scratch must survive a failure when a work_dir is given"
     monkeypatch.setattr(writer._PackPartition, "__call__", original)
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
@@ -222,3 +229,140 @@ def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys) -> None:
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["documents"] == 40 and summary["shards"] >= 2
     assert read_manifest(str(tmp_path / "out")).seed == 5
+
+
+def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
+    rng = np.random.default_rng(4)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 60)))) for _ in range(n)]
+    path.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"id": [f"d{i}" for i in range(n)], "text": texts})
+    pq.write_table(table, path / "one.parquet", row_group_size=20)
+
+
+def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
+    """One file of 12 row groups, 2 local workers: split into row-group runs, 2 tasks at a time (1 thread each);
+    in-process: no split, one task with every core."""
+    import zephyr.tokenize.writer as writer
+
+    from zephyr import ExecutionOptions
+
+    _one_file_many_row_groups(tmp_path / "in")
+    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)
+    split, concurrency = writer._plan_tasks(
+        str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
+    )
+    assert split is not None and concurrency == 2
+    assert writer._plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
+    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1 << 30)
+    split, concurrency = writer._plan_tasks(
+        str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
+    )
+    assert concurrency == 1, "one unsplittable task: one worker, every core for its encoder threads"
+
+
+def test_split_input_gives_the_same_bytes_as_in_process(
+    tmp_path: Path, bpe_tokenizer: Path, monkeypatch
+) -> None:
+    """Shard bytes depend on data, seed and shard size only: not on how the input was cut into tasks."""
+    import zephyr.tokenize.writer as writer
+
+    _one_file_many_row_groups(tmp_path / "in")
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
+    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
+    write_token_shards(
+        str(tmp_path / "in"),
+        output=str(tmp_path / "w2"),
+        executor="local",
+        workers=2,
+        small_job_bytes=0,
+        **common,
+    )
+    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "ip"), executor="inprocess", **common)
+    assert len(list((tmp_path / "ip").glob("*.tokens.npy"))) > 1
+    assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
+
+
+def test_pack_reads_batch_rows_documents_at_a_time(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
+    """The pack step's memory is one batch of documents: it never gathers more than ``batch_rows`` at once."""
+    import zephyr.tokenize.writer as writer
+
+    _corpus(tmp_path / "in", n=150, files=1)
+    seen: list[int] = []
+    original = writer.gather
+
+    def spy(directory, files, names, starts, nbytes):
+        seen.append(len(nbytes))
+        return original(directory, files, names, starts, nbytes)
+
+    monkeypatch.setattr(writer, "gather", spy)
+    result = write_token_shards(
+        str(tmp_path / "in"),
+        tokenizer=str(bpe_tokenizer),
+        output=str(tmp_path / "o"),
+        batch_rows=8,
+        shard_size="1MB",
+        executor="inprocess",
+    )
+    assert sum(seen) == result.num_documents == 150 and max(seen) <= 8 and len(seen) >= 150 // 8
+
+
+@pytest.mark.slow
+def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) -> None:
+    """RSS growth during a whole write (fresh process, warmed up, sampled every 5 ms) with a fixed batch_rows:
+    16x the input adds far less than the extra input. The old writer's sort and pack held token bytes in
+    proportion to the input (+0.3 GiB per +120 MB of text)."""
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(9)
+    words = np.array(WORDS * 4)
+    sizes = {}
+    for copies in (1, 16):
+        src = tmp_path / f"in{copies}"
+        src.mkdir()
+        for f in range(copies):
+            texts = [" ".join(rng.choice(words, size=int(rng.integers(200, 2000)))) for _ in range(600)]
+            pq.write_table(pa.table({"text": texts}), src / f"part-{f}.parquet", row_group_size=100)
+            sizes[copies] = sizes.get(copies, 0) + sum(len(t) for t in texts)
+    script = (
+        "import sys, threading, time, psutil\n"
+        "from zephyr.tokenize import write_token_shards\n"
+        "def write(src, out):\n"
+        "    write_token_shards(src, tokenizer=sys.argv[2], output=out, batch_rows=32, shard_size='4MB',\n"
+        "                       executor='inprocess')\n"
+        "write(sys.argv[4], sys.argv[3] + '-warm')  # imports, tokenizer proof, first-use allocations\n"
+        "me = psutil.Process()\n"
+        "base = peak = me.memory_info().rss\n"
+        "done = threading.Event()\n"
+        "def sample():\n"
+        "    global peak\n"
+        "    while not done.is_set():\n"
+        "        peak = max(peak, me.memory_info().rss)\n"
+        "        time.sleep(0.005)\n"
+        "thread = threading.Thread(target=sample)\n"
+        "thread.start()\n"
+        "write(sys.argv[1], sys.argv[3])\n"
+        "done.set()\n"
+        "thread.join()\n"
+        "print(peak - base)\n"
+    )
+    growth = {}
+    for copies in (1, 16):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                script,
+                str(tmp_path / f"in{copies}"),
+                str(bpe_tokenizer),
+                str(tmp_path / f"o{copies}"),
+                str(tmp_path / "in1"),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        growth[copies] = int(out.stdout.strip().splitlines()[-1])
+    print("RSS growth during the write", growth, "text bytes", sizes)
+    assert growth[16] - growth[1] < 0.4 * (sizes[16] - sizes[1]), (growth, sizes)

@@ -1,0 +1,50 @@
+"""Token spill files: content-derived names, atomic writes, and the pack step's gather."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from zephyr.tokenize.spill import gather, spill_name, write_spill
+
+from zephyr.errors import InputError
+
+
+def test_name_depends_on_content_only() -> None:
+    keys = np.arange(5, dtype=np.uint64)
+    assert spill_name(keys, keys) == spill_name(keys.copy(), keys.copy())
+    assert spill_name(keys, keys) != spill_name(keys, keys[::-1].copy())
+    assert spill_name(keys).endswith(".tokens") and len(spill_name(keys)) == 32 + len(".tokens")
+
+
+def test_gather_reads_documents_in_reference_order(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    files, docs = [], []
+    for f in range(3):
+        lengths = rng.integers(0, 50, size=20)
+        tokens = [rng.integers(0, 60000, size=n).astype("<u2") for n in lengths]
+        name = spill_name(np.array([f], dtype=np.uint64))
+        write_spill(str(tmp_path), name, np.concatenate(tokens))
+        files.append(name)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) * 2
+        docs += [(f, int(s), t) for s, t in zip(starts, tokens)]
+    assert not list(tmp_path.glob(".*.tmp")), "a finished spill leaves no temporary file"
+    order = rng.permutation(len(docs))
+    picked = [docs[i] for i in order]
+    out = gather(
+        str(tmp_path),
+        np.array([d[0] for d in picked]),
+        files,
+        np.array([d[1] for d in picked], dtype=np.int64),
+        np.array([d[2].nbytes for d in picked], dtype=np.int64),
+    )
+    assert out.tobytes() == b"".join(d[2].tobytes() for d in picked)
+
+
+def test_missing_or_truncated_spill_names_the_file(tmp_path: Path) -> None:
+    write_spill(str(tmp_path), "a.tokens", np.arange(4, dtype="<u2"))
+    with pytest.raises(InputError, match="b.tokens"):
+        gather(str(tmp_path), np.array([0]), ["b.tokens"], np.array([0]), np.array([2]))
+    with pytest.raises(InputError, match="truncated"):
+        gather(str(tmp_path), np.array([0]), ["a.tokens"], np.array([4]), np.array([8]))

@@ -1,0 +1,90 @@
+"""Token spill files: where the tokenize step leaves each batch's token bytes until the pack step gathers them.
+
+The writer's global shuffle sorts small *references* (shuffle key, token count, spill file, byte offset: ~50
+bytes a document) instead of the token bytes themselves; the bytes are written once by the tokenize step and
+read once by the pack step. Layout (version 1), in the writer's scratch directory::
+
+    <dir>/<32 hex digits>.tokens    the batch's documents' token ids, concatenated, little-endian, in the
+                                    shard dtype, no header; a document is the byte range given by its
+                                    reference (``spill_offset``, ``num_tokens * itemsize``)
+
+A spill file is named by the xxh3-128 of its batch's shuffle keys and token counts, so a retried or resumed
+task rewrites the same name with the same bytes, and no task or worker identity is needed to name it. It is
+written to a temporary name and renamed, so a reader never sees a partial file.
+
+``gather`` reads the documents of one pack batch with one ``preadv`` per document straight into the output
+buffer. Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
+in the packer's RSS until unmapped, and the point of packing in batches is a peak RSS bounded by the batch.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import numpy as np
+import xxhash
+
+from zephyr.errors import InputError
+
+__all__ = ["SPILL_VERSION", "spill_name", "write_spill", "gather"]
+
+SPILL_VERSION = 1
+_SUFFIX = ".tokens"
+
+
+def spill_name(*arrays: np.ndarray) -> str:
+    """A content-derived file name for a batch: xxh3-128 over the raw bytes of ``arrays`` (keys, counts)."""
+    digest = xxhash.xxh3_128()
+    for array in arrays:
+        digest.update(np.ascontiguousarray(array).view(np.uint8))
+    return digest.hexdigest() + _SUFFIX
+
+
+def write_spill(directory: str, name: str, data: np.ndarray) -> None:
+    """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename)."""
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+    os.replace(tmp, os.path.join(directory, name))
+
+
+def gather(
+    directory: str, files: np.ndarray, names: list[str], starts: np.ndarray, nbytes: np.ndarray
+) -> np.ndarray:
+    """The bytes of each referenced document, concatenated in reference order (a ``uint8`` array).
+
+    ``files[i]`` indexes ``names`` (the spill file of document ``i``), ``starts[i]`` is its byte offset there
+    and ``nbytes[i]`` its length. Reads are grouped by file and ordered by offset; each lands at its
+    document's place in the output.
+    """
+    positions = np.zeros(len(nbytes) + 1, dtype=np.int64)
+    np.cumsum(nbytes, out=positions[1:])
+    out = np.empty(int(positions[-1]), dtype=np.uint8)
+    view = memoryview(out)
+    order = np.lexsort((starts, files))
+    files_sorted = files[order]
+    bounds = np.flatnonzero(np.diff(files_sorted)) + 1
+    for group in np.split(order, bounds):
+        if not len(group):
+            continue
+        path = os.path.join(directory, names[int(files[group[0]])])
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError as exc:
+            raise InputError(
+                f"token spill file {path} is missing: the scratch directory was changed while the set was "
+                "being written; rerun without the work_dir (or with a fresh one)"
+            ) from exc
+        try:
+            # one read per document: no batched positional read exists, and a map would grow RSS (see above)
+            for i, start, size in zip(group.tolist(), starts[group].tolist(), nbytes[group].tolist()):
+                if size and os.preadv(fd, [view[positions[i] : positions[i] + size]], start) != size:
+                    raise InputError(
+                        f"token spill file {path} is truncated (document at byte {start}, {size} bytes); "
+                        "rerun without the work_dir (or with a fresh one)"
+                    )
+        finally:
+            os.close(fd)
+    return out
