@@ -62,6 +62,15 @@ def _jit_all() -> None:
         _jitted = True
 
 
+def _ro(array: np.ndarray, dtype: type) -> np.ndarray:
+    """A contiguous read-only view (a copy only if the dtype or layout differs). Kernels never write their
+    inputs; passing every input read-only gives each kernel one compiled signature, whether the array came
+    from an Arrow buffer (read-only) or from numpy — so one ``warm_up`` compiles everything a job needs."""
+    view = np.ascontiguousarray(array, dtype=dtype).view()
+    view.flags.writeable = False
+    return view
+
+
 def warm_up() -> None:
     """Import numba and load every kernel (from the disk cache, or compile it) on tiny inputs."""
     data = np.frombuffer(b"a b c", dtype=np.uint8)
@@ -257,19 +266,19 @@ def _char_shingles(data, offsets, n):
 def word_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the word ``n``-grams of each ``data[offsets[d]:offsets[d+1]]``."""
     _jit_all()
-    return _word_shingles(data, offsets.astype(np.int64, copy=False), np.int64(n), _ASCII_SPACE)
+    return _word_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n), _ASCII_SPACE)
 
 
 def collapse_whitespace(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, offsets) of every document with whitespace runs collapsed to one space and trimmed."""
     _jit_all()
-    return _collapse(data, offsets.astype(np.int64, copy=False), _ASCII_SPACE)
+    return _collapse(_ro(data, np.uint8), _ro(offsets, np.int64), _ASCII_SPACE)
 
 
 def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the code point ``n``-grams of each document."""
     _jit_all()
-    return _char_shingles(data, offsets.astype(np.int64, copy=False), np.int64(n))
+    return _char_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n))
 
 
 def _minhash(hashes, offsets, a, b, mersenne, out):
@@ -316,10 +325,10 @@ def minhash(hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarra
     _jit_all()
     out = np.full((len(offsets) - 1, len(a)), _MAX, dtype=np.uint64)
     _minhash(
-        np.ascontiguousarray(hashes, dtype=np.uint64),
-        offsets.astype(np.int64, copy=False),
-        np.ascontiguousarray(a, dtype=np.uint64),
-        np.ascontiguousarray(b, dtype=np.uint64),
+        _ro(hashes, np.uint64),
+        _ro(offsets, np.int64),
+        _ro(a, np.uint64),
+        _ro(b, np.uint64),
         bool(mersenne),
         out,
     )
@@ -351,7 +360,7 @@ def _sorted_sets(hashes, offsets):
 def sorted_sets(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each document's hashes sorted and de-duplicated: (flat hashes, per-document counts)."""
     _jit_all()
-    return _sorted_sets(np.ascontiguousarray(hashes, dtype=np.uint64), offsets.astype(np.int64, copy=False))
+    return _sorted_sets(_ro(hashes, np.uint64), _ro(offsets, np.int64))
 
 
 def _intersections(hashes, offsets, u, v):
@@ -381,5 +390,5 @@ def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.
     """``|set(u_e) ∩ set(v_e)|`` per edge, on sets from ``sorted_sets`` (``offsets`` = its cumulative counts)."""
     _jit_all()
     return _intersections(
-        hashes, offsets.astype(np.int64, copy=False), u.astype(np.int64, copy=False), v.astype(np.int64, copy=False)
+        _ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64)
     )
