@@ -21,6 +21,7 @@ with ``ZEPHYR_NO_NUMBA=1``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -85,12 +86,19 @@ def warm_up() -> None:
     intersections(sets, sh_offsets, np.zeros(1, np.int64), np.zeros(1, np.int64))
 
 
+def _warm_up_niced() -> None:
+    # Linux nice values are per thread: at 19 this thread only takes CPU the workers leave idle
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    warm_up()
+
+
 def warm_up_in_background() -> threading.Thread | None:
-    """Start ``warm_up`` on a daemon thread (a driver that will need the kernels later hides the cost
-    behind work it is waiting for anyway); None when the kernels are not in use."""
+    """Start ``warm_up`` on a low-priority daemon thread (a driver that will need the kernels later hides the
+    cost behind work it is waiting for anyway, without slowing its workers); None when not in use."""
     if not _NUMBA or _jitted:
         return None
-    thread = threading.Thread(target=warm_up, name="zephyr-numba-warm-up", daemon=True)
+    thread = threading.Thread(target=_warm_up_niced, name="zephyr-numba-warm-up", daemon=True)
     thread.start()
     return thread
 
