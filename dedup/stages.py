@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
 
 from zephyr import counters
-from zephyr.errors import ConfigError, SchemaError
+from zephyr.errors import ConfigError, InputError, SchemaError
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -440,13 +440,13 @@ def _verify_in_memory(
         offsets=np.asarray(lists.offsets, dtype=np.int64) - lists.offsets[0].as_py(),
     )
     owners = sets[NODE].combine_chunks()
-    pairs = np.stack(
-        (
-            np.asarray(pc.index_in(edges["u"], value_set=owners), dtype=np.int64),
-            np.asarray(pc.index_in(edges["v"], value_set=owners), dtype=np.int64),
-        ),
-        axis=1,
-    )
+    positions = [pc.index_in(edges[end], value_set=owners) for end in ("u", "v")]
+    if any(p.null_count for p in positions):  # the input changed between passes: never index garbage
+        raise InputError(
+            f"{sum(p.null_count for p in positions)} candidate-edge endpoints have no row on the second read of "
+            f"the input (column {id_column!r}); the input must not change while the job runs"
+        )
+    pairs = np.stack([np.asarray(p, dtype=np.int64) for p in positions], axis=1)
     keep = jaccard(shingles, pairs, sets=True) >= config.threshold
     return edges.filter(pa.array(keep))
 

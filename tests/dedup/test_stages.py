@@ -15,6 +15,7 @@ from zephyr.dedup.stages import exact_dedup_dataset, fuzzy_dedup_dataset
 
 import zephyr
 from zephyr.cli import main
+from zephyr.errors import InputError
 
 DUP_COLUMNS = ["id", "dup_cluster", "dup_cluster_size", "dup_keep"]
 # spawning local workers costs seconds per action: the local-executor runs of the multi-action fuzzy stage are
@@ -255,3 +256,16 @@ def test_cli_presets_run(tmp_path, preset):
         ]
     )
     assert rc == 0
+
+
+def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
+    from zephyr.dedup import stages
+
+    real = stages._ShingleSetsOf.__call__
+
+    def drop_first(self, table):
+        return real(self, table).slice(1)  # as if a row vanished from the input on the second read
+
+    monkeypatch.setattr(stages._ShingleSetsOf, "__call__", drop_first)
+    with pytest.raises(InputError, match="must not change"):
+        fuzzy_dedup_dataset(zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"})
