@@ -66,34 +66,52 @@ def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
 
 
 def _exact(args: argparse.Namespace) -> int:
-    from zephyr.dedup.stages import exact_dedup_dataset, paragraph_dedup_dataset
+    from zephyr.dedup import compiled
+    from zephyr.dedup.stages import paragraph_dedup_dataset
 
     from zephyr.cli import execution_options
+    from zephyr.executors import reuse_workers
 
     opts = execution_options(args)
-    ds = _read(args.inputs)
-    if args.level == "paragraph":
-        out = paragraph_dedup_dataset(
-            ds,
-            text_column=args.text_column,
-            id_column=args.id_column,
-            normalize=args.normalize,
-            mode=args.mode,
-        )
-    else:
-        out = exact_dedup_dataset(
-            ds,
-            text_column=args.text_column,
-            id_column=args.id_column,
-            normalize=args.normalize,
-            mode=args.mode,
-            priority_column=args.priority_column,
-        )
+    if args.level == "document":
+        # one pool for the hash pass and the final pass; workers load the normalization kernels at start
+        preload = ("zephyr.dedup.compiled:warm_up",) if compiled.available() and args.normalize != "none" else ()
+        with reuse_workers(_kwargs(opts), preload=preload) as execution:
+            return _run_exact_document(args, execution)
+    out = paragraph_dedup_dataset(
+        _read(args.inputs),
+        text_column=args.text_column,
+        id_column=args.id_column,
+        normalize=args.normalize,
+        mode=args.mode,
+    )
     result = out.write_parquet(args.output, **_kwargs(opts))
     return _finish(
         result,
         args.output,
         {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode},
+    )
+
+
+def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> int:
+    from zephyr.dedup.stages import exact_dedup_dataset
+
+    path: dict[str, Any] = {}
+    out = exact_dedup_dataset(
+        _read(args.inputs),
+        text_column=args.text_column,
+        id_column=args.id_column,
+        normalize=args.normalize,
+        mode=args.mode,
+        priority_column=args.priority_column,
+        execution=execution,
+        stats=path,
+    )
+    result = out.write_parquet(args.output, **execution)
+    return _finish(
+        result,
+        args.output,
+        {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path},
     )
 
 

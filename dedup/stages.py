@@ -167,6 +167,50 @@ def _keepers(members: Dataset, keys: list[str], id_column: str, priority_column:
     return groups.select(*keys, CLUSTER, SIZE).join(best, on=keys)
 
 
+class _MemberHashes:
+    """(id, H0, H1[, priority]) of every row with an id: the small table the in-memory exact path groups.
+    Null-id rows are skipped here; the final pass quarantines them (once)."""
+
+    def __init__(self, text_column: str, id_column: str, normalize: str, priority_column: str | None):
+        self.text_column, self.id_column, self.normalize = text_column, id_column, normalize
+        self.priority_column = priority_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.exact import document_hashes
+
+        _require(table, self.text_column, "text")
+        _require(table, self.id_column, "id")
+        table = table.filter(pc.is_valid(table[self.id_column]))
+        texts = table[self.text_column]
+        hashes = document_hashes(texts, self.normalize)
+        mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
+        cols = {
+            self.id_column: table[self.id_column],
+            H0: pa.array(hashes[:, 0].view(np.int64), mask=mask, type=pa.int64()),
+            H1: pa.array(hashes[:, 1].view(np.int64), mask=mask, type=pa.int64()),
+        }
+        if self.priority_column:
+            _require(table, self.priority_column, "priority")
+            cols[self.priority_column] = table[self.priority_column]
+        return pa.table(cols)
+
+
+class _AttachExact:
+    """Final pass of the in-memory exact path: quarantine null ids, count null texts, attach the cluster
+    columns of the rows that have duplicates (a broadcast lookup by id; every other row is a singleton)."""
+
+    def __init__(self, node_info: pa.Table | None, text_column: str, id_column: str):
+        self.attach = _AttachClusters(node_info, id_column) if node_info is not None else _NoClusters(id_column)
+        self.text_column, self.id_column = text_column, id_column
+
+    def __call__(self, table: pa.Table) -> Any:
+        _require(table, self.text_column, "text")
+        _require(table, self.id_column, "id")
+        table, rejected = _split_null_ids(table, self.id_column)
+        counters.increment("dedup/null_text", int(table[self.text_column].null_count))
+        return _output(self.attach(table), rejected)
+
+
 def exact_dedup_dataset(
     ds: Dataset,
     *,
@@ -175,8 +219,18 @@ def exact_dedup_dataset(
     normalize: str = "default",
     mode: str = "annotate",
     priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    in_memory_rows: int | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> Dataset:
-    """Document-level exact dedup on the engine (lazy); same output columns as ``exact.exact_dedup``.
+    """Document-level exact dedup on the engine; same output columns as ``exact.exact_dedup``.
+
+    Without ``execution`` the plan is lazy: hash → ``group_by(hash)`` → a shuffle join of every column back
+    onto its group. With ``execution``, one eager pass first hashes each row into a small (id, hash) table;
+    when it has at most ``in_memory_rows`` rows (default: 64 bytes a row within a quarter of the memory
+    budget) and the ids are unique, the groups are formed from it in the driver and the returned plan only
+    reads the input once more and attaches the cluster columns by id — no shuffle of the text, no second
+    hash. Otherwise the lazy plan is returned. ``stats`` receives which path ran and why.
 
     >>> import zephyr
     >>> ds = zephyr.from_items([{"id": 2, "text": "A  b"}, {"id": 1, "text": "a b"}, {"id": 3, "text": "c"}])
@@ -185,16 +239,62 @@ def exact_dedup_dataset(
     """
     ExactDedupConfig(normalize=normalize)
     _check_mode(mode)
+    info: dict[str, Any] = {"in_memory": False}
+    if execution is not None:
+        kw = _execution_kwargs(execution)
+        limit = in_memory_rows if in_memory_rows is not None else _in_memory_limit(kw, None)
+        members = ds.map_batches(
+            _MemberHashes(text_column, id_column, normalize, priority_column), name="dedup.exact.member_hashes"
+        ).materialize(**kw)
+        rows = members.count(**kw)
+        info.update(member_rows=rows, in_memory_limit=limit)
+        table = members.to_arrow(**kw) if 0 < rows <= limit else None
+        if table is not None and pc.count_distinct(table[id_column]).as_py() != table.num_rows:
+            info["fallback"] = f"ids in column {id_column!r} are not unique"
+            table = None
+        elif table is None:
+            info["fallback"] = f"{rows} rows exceed the in-memory limit {limit}" if rows else "no rows"
+        if table is not None:
+            info["in_memory"] = True
+            node_info = _exact_node_info(table, id_column, priority_column, kw)
+            if stats is not None:
+                stats.update(info, duplicate_rows=0 if node_info is None else node_info.num_rows)
+            attached = ds.map_batches(_AttachExact(node_info, text_column, id_column), name="dedup.exact.attach")
+            return attached.map_batches(
+                _Finish(id_column, mode, (CLUSTER, SIZE, KEEPER), text_column), name="dedup.exact.finish"
+            )
+        logger.info("exact dedup: shuffle-join path (%s)", info["fallback"])
+    if stats is not None:
+        stats.update(info)
     hashed = ds.map_batches(_AddDocHash(text_column, id_column, normalize), name="dedup.exact.hash")
     cols = [H0, H1, id_column] + ([priority_column] if priority_column else [])
-    members = hashed.select(*cols).map_batches(
+    members_ds = hashed.select(*cols).map_batches(
         lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
     )
-    groups = _keepers(members, [H0, H1], id_column, priority_column)
+    groups = _keepers(members_ds, [H0, H1], id_column, priority_column)
     joined = hashed.join(groups, on=[H0, H1], how="left")
     return joined.map_batches(
         _Finish(id_column, mode, (H0, H1, CLUSTER, SIZE, KEEPER), None), name="dedup.exact.finish"
     )
+
+
+def _exact_node_info(
+    members: pa.Table, id_column: str, priority_column: str | None, kw: dict[str, Any]
+) -> pa.Table | None:
+    """(NODE, CLUSTER, SIZE, KEEPER) of the rows whose normalized text occurs more than once; None if none."""
+    import zephyr
+
+    valid = members.filter(pc.is_valid(members[H0]))
+    counts = valid.group_by([H0, H1]).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1)).select([H0, H1])
+    if repeated.num_rows == 0:
+        return None
+    dup = valid.join(repeated, keys=[H0, H1], join_type="inner")
+    groups = _keepers(zephyr.from_arrow(dup), [H0, H1], id_column, priority_column).to_arrow(**kw)
+    info = dup.select([H0, H1, id_column]).join(groups, keys=[H0, H1], join_type="inner")
+    return pa.table(
+        {NODE: info[id_column], CLUSTER: info[CLUSTER], SIZE: info[SIZE], KEEPER: info[KEEPER]}
+    ).combine_chunks()
 
 
 # -- fuzzy ---------------------------------------------------------------------------------------------

@@ -335,7 +335,7 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
         ctx.read_inputs(), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
-        mode="annotate", priority_column=cfg.priority_column,
+        mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
     return _finish(ctx, annotated.map_batches(RemoveDuplicates("exact"), name=remove), (remove,))
 

@@ -269,3 +269,45 @@ def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
     monkeypatch.setattr(stages._ShingleSetsOf, "__call__", drop_first)
     with pytest.raises(InputError, match="must not change"):
         fuzzy_dedup_dataset(zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"})
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("priority", [None, "prio"])
+def test_exact_stage_in_memory_path_equals_plain_function(executor, priority):
+    t = _corpus()
+    t = t.append_column("prio", pa.array([i % 3 for i in range(t.num_rows)], pa.int64()))
+    ex = {"executor": executor, "workers": 2}
+    stats: dict = {}
+    out = exact_dedup_dataset(
+        zephyr.from_arrow(t, num_shards=2), priority_column=priority, execution=ex, stats=stats
+    ).to_arrow(**ex)
+    assert stats["in_memory"] is True and stats["duplicate_rows"] >= 2
+    assert _norm(out).equals(_norm(exact_dedup(t, priority_column=priority).table))
+    removed = exact_dedup_dataset(zephyr.from_arrow(t), mode="remove", execution=ex).to_arrow(**ex)
+    assert removed.num_rows == exact_dedup(t, mode="remove").table.num_rows
+
+
+def test_exact_stage_falls_back_to_the_join_on_duplicate_ids_or_a_small_limit():
+    t = _corpus()
+    ex = {"executor": "inprocess"}
+    want = _norm(exact_dedup(t).table)
+    stats: dict = {}
+    out = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, in_memory_rows=3, stats=stats).to_arrow(**ex)
+    assert stats["in_memory"] is False and "limit" in stats["fallback"] and _norm(out).equals(want)
+    dup_ids = pa.concat_tables([t, t.slice(0, 1)])
+    stats = {}
+    out = exact_dedup_dataset(zephyr.from_arrow(dup_ids), execution=ex, stats=stats).to_arrow(**ex)
+    assert stats["in_memory"] is False and "not unique" in stats["fallback"]
+    lazy = exact_dedup_dataset(zephyr.from_arrow(dup_ids)).to_arrow(**ex)
+    assert _norm(out).equals(_norm(lazy))
+
+
+def test_exact_stage_in_memory_quarantines_null_ids_once(tmp_path):
+    t = pa.table({"id": ["a", None, "b", "c"], "text": ["x y", "x y", "x  Y", None]})
+    ex = {"executor": "inprocess"}
+    result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex).write_parquet(str(tmp_path / "out"), **ex)
+    out = pq.read_table(tmp_path / "out").sort_by("id")
+    assert out["id"].to_pylist() == ["a", "b", "c"]
+    assert out["dup_keep"].to_pylist() == [True, False, True]
+    assert out["dup_cluster_size"].to_pylist() == [2, 2, None]
+    assert result.stats["rows_quarantined"] == 1
