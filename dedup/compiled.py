@@ -23,15 +23,23 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import logging
 import os
 import threading
 
 import numpy as np
 
-__all__ = ["available", "warm_up", "warm_up_in_background", "collapse_whitespace", "word_shingles", "char_shingles", "minhash", "sorted_sets", "intersections"]
+__all__ = [
+    "available",
+    "warm_up",
+    "warm_up_in_background",
+    "collapse_whitespace",
+    "word_shingles",
+    "char_shingles",
+    "minhash",
+    "sorted_sets",
+    "intersections",
+]
 
-logger = logging.getLogger(__name__)
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only; the numpy twins keep working where it is missing.
