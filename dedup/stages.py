@@ -242,7 +242,7 @@ def exact_dedup_dataset(
     info: dict[str, Any] = {"in_memory": False}
     if execution is not None:
         kw = _execution_kwargs(execution)
-        limit = in_memory_rows if in_memory_rows is not None else _in_memory_limit(kw, None)
+        limit = _in_memory_limit(kw, in_memory_rows)
         members = ds.map_batches(
             _MemberHashes(text_column, id_column, normalize, priority_column), name="dedup.exact.member_hashes"
         ).materialize(**kw)
@@ -461,12 +461,13 @@ class _NoClusters:
         return table
 
 
-def _in_memory_limit(kw: dict[str, Any], in_memory_edges: int | None) -> int:
-    """Edge count up to which the graph work runs in the driver: 64 bytes per edge within a quarter budget."""
+def _in_memory_limit(kw: dict[str, Any], given: int | None) -> int:
+    """Row (edge) count up to which the work runs in the driver: ``given``, or 64 bytes a row within a quarter
+    of the memory budget."""
     from zephyr.options import ExecutionOptions
 
-    if in_memory_edges is not None:
-        return in_memory_edges
+    if given is not None:
+        return given
     return ExecutionOptions.from_kwargs(**kw).memory_budget_bytes // 4 // 64
 
 

@@ -53,35 +53,35 @@ def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.
     out = np.empty(len(edges), dtype=np.float64)
     if len(edges) == 0:
         return out
-    if sets and compiled.available():  # already sorted and de-duplicated per document
-        u, v = edges[:, 0], edges[:, 1]
-        inter = compiled.intersections(shingles.hashes, shingles.offsets, u, v)
-        counts = shingles.counts
-        union = counts[u] + counts[v] - inter
-        return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
-    docs, pos = np.unique(edges.reshape(-1), return_inverse=True)
-    pos = pos.reshape(-1, 2)
-    counts = shingles.counts[docs]
-    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    hashes, _ = gather_sets(shingles, docs)
-    sets = unique_sets(Shingles(hashes=hashes, offsets=offsets))
-    sizes = sets.counts
+    if sets:  # already sorted and de-duplicated per document
+        uniq, pos = shingles, edges
+    else:  # the sets of the documents the edges name, made once
+        docs, pos = np.unique(edges.reshape(-1), return_inverse=True)
+        pos = pos.reshape(-1, 2)
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(shingles.counts[docs], out=offsets[1:])
+        hashes, _ = gather_sets(shingles, docs)
+        uniq = unique_sets(Shingles(hashes=hashes, offsets=offsets))
+    sizes = uniq.counts
     if compiled.available():  # a merge count per edge on the sorted sets
-        inter = compiled.intersections(sets.hashes, sets.offsets, pos[:, 0], pos[:, 1])
-        union = sizes[pos[:, 0]] + sizes[pos[:, 1]] - inter
-        return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+        inter = compiled.intersections(uniq.hashes, uniq.offsets, pos[:, 0], pos[:, 1])
+        return _ratio(inter, sizes[pos[:, 0]] + sizes[pos[:, 1]])
     for lo in range(0, len(edges), _EDGES_PER_BATCH):
         batch = pos[lo : lo + _EDGES_PER_BATCH]
         m = len(batch)
-        hu, ou = gather_sets(sets, batch[:, 0])
-        hv, ov = gather_sets(sets, batch[:, 1])
+        hu, ou = gather_sets(uniq, batch[:, 0])
+        hv, ov = gather_sets(uniq, batch[:, 1])
         owner = np.concatenate((ou, ov))
         keys = fmix64(fmix64(np.concatenate((hu, hv))) ^ (owner.astype(np.uint64) * _EDGE_MIX))
         order = np.argsort(keys)
         ks = keys[order]
         dup = np.flatnonzero(ks[1:] == ks[:-1])
         inter = np.bincount(owner[order[dup]], minlength=m)
-        union = sizes[batch[:, 0]] + sizes[batch[:, 1]] - inter
-        out[lo : lo + m] = np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+        out[lo : lo + m] = _ratio(inter, sizes[batch[:, 0]] + sizes[batch[:, 1]])
     return out
+
+
+def _ratio(inter: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """|A ∩ B| / |A ∪ B| from the intersection and |A| + |B|; two empty sets have J = 1."""
+    union = total - inter
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
