@@ -81,20 +81,24 @@ class _AddDocHash:
         self.text_column, self.id_column, self.normalize = text_column, id_column, normalize
 
     def __call__(self, table: pa.Table) -> Any:
-        from zephyr.dedup.exact import document_hashes
 
         _require(table, self.text_column, "text")
         _require(table, self.id_column, "id")
         table, rejected = _split_null_ids(table, self.id_column)
         texts = table[self.text_column]
-        valid = pc.is_valid(texts)
-        hashes = document_hashes(texts, self.normalize)
-        mask = ~np.asarray(valid, dtype=bool)
-        counters.increment("dedup/null_text", int(mask.sum()))
-        # int64 bit patterns: the engine's shuffle keys are signed integers
-        table = table.append_column(H0, pa.array(hashes[:, 0].view(np.int64), mask=mask, type=pa.int64()))
-        table = table.append_column(H1, pa.array(hashes[:, 1].view(np.int64), mask=mask, type=pa.int64()))
-        return _output(table, rejected)
+        counters.increment("dedup/null_text", int(texts.null_count))
+        h0, h1 = _hash_columns(texts, self.normalize)
+        return _output(table.append_column(H0, h0).append_column(H1, h1), rejected)
+
+
+def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.Array]:
+    """The two 64-bit halves of each normalized text's xxh3-128 (int64 bit patterns: the engine's shuffle keys
+    are signed integers); null for null text."""
+    from zephyr.dedup.exact import document_hashes
+
+    hashes = document_hashes(texts, normalize)
+    mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
+    return tuple(pa.array(hashes[:, k].view(np.int64), mask=mask, type=pa.int64()) for k in (0, 1))
 
 
 class _Finish:
@@ -176,19 +180,12 @@ class _MemberHashes:
         self.priority_column = priority_column
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.dedup.exact import document_hashes
 
         _require(table, self.text_column, "text")
         _require(table, self.id_column, "id")
         table = table.filter(pc.is_valid(table[self.id_column]))
-        texts = table[self.text_column]
-        hashes = document_hashes(texts, self.normalize)
-        mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
-        cols = {
-            self.id_column: table[self.id_column],
-            H0: pa.array(hashes[:, 0].view(np.int64), mask=mask, type=pa.int64()),
-            H1: pa.array(hashes[:, 1].view(np.int64), mask=mask, type=pa.int64()),
-        }
+        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        cols = {self.id_column: table[self.id_column], H0: h0, H1: h1}
         if self.priority_column:
             _require(table, self.priority_column, "priority")
             cols[self.priority_column] = table[self.priority_column]
