@@ -38,6 +38,7 @@ from zephyr.ops import (
     Reshard,
     Select,
     Sort,
+    WithRowIndex,
 )
 from zephyr.shuffle.aggregate import Agg
 
@@ -200,6 +201,20 @@ class Dataset:
     def select(self, *columns: str | Sequence[str]) -> Dataset:
         """Keep these columns, in this order."""
         return self._then(Select(_names(columns, "select")))
+
+    def with_row_index(self, name: str = "index") -> Dataset:
+        """Add an int64 column ``name`` that identifies each row: unique, increasing in input order, not dense.
+
+        The value is ``shard << 40 | position in shard``; it depends only on the input and its shard layout,
+        so every job over this plan sees the same index whatever the executor or worker count (dedup uses it
+        to tell apart rows that share a user id).
+
+        >>> from_items([{"x": "a"}, {"x": "b"}]).with_row_index("row").to_arrow(executor="inprocess").to_pylist()
+        [{'x': 'a', 'row': 0}, {'x': 'b', 'row': 1}]
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"with_row_index needs a column name, got {name!r}")
+        return self._then(WithRowIndex(name))
 
     # -- wide ops ---------------------------------------------------------------------------------------
     def group_by(

@@ -14,11 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.ops import BatchOutput, Filter, FlatMap, Map, MapBatches, Op, Select
+from zephyr.ops import (
+    ROW_INDEX_SHARD_SHIFT,
+    BatchOutput,
+    Filter,
+    FlatMap,
+    Map,
+    MapBatches,
+    Op,
+    Select,
+    WithRowIndex,
+)
 
 __all__ = ["OpCounters", "QUARANTINE_SCHEMA", "run_narrow", "op_label"]
 
@@ -50,6 +61,8 @@ class OpCounters:
 def op_label(op: Op) -> str:
     fn = getattr(op, "fn", None)
     name = getattr(op, "name", None) or (getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None)
+    if isinstance(op, WithRowIndex):
+        return f"with_row_index({op.name})"
     kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[type(op)]
     return f"{kind}({name})" if name else f"{kind}({', '.join(op.columns)})"
 
@@ -64,11 +77,16 @@ def run_narrow(
     *,
     where: str,
     quarantine: Quarantine,
+    shard_index: int = 0,
 ) -> Iterator[pa.Table]:
-    """Apply ``ops`` in order to each table; ``where`` names the shard in error messages."""
+    """Apply ``ops`` in order to each table; ``where`` names the shard in error messages, ``shard_index``
+    numbers it (the high bits of ``with_row_index``)."""
     stream: Iterable[pa.Table] = tables
     for op, count in zip(ops, counters):
-        stream = _APPLY[type(op)](stream, op, count, where, quarantine)
+        if isinstance(op, WithRowIndex):  # the one op that needs to know which shard it runs on
+            stream = _apply_row_index(stream, op, count, shard_index)
+        else:
+            stream = _APPLY[type(op)](stream, op, count, where, quarantine)
     yield from stream  # empty tables pass too: they carry the schema to the sink
 
 
@@ -161,6 +179,21 @@ def _apply_select(stream, op: Select, count: OpCounters, where: str, quarantine:
         count.rows_in += table.num_rows
         count.rows_out += table.num_rows
         yield table.select(list(op.columns))
+
+
+def _apply_row_index(stream, op: WithRowIndex, count: OpCounters, shard_index: int):
+    if not 0 <= shard_index < 1 << (63 - ROW_INDEX_SHARD_SHIFT):
+        raise ZephyrError(f"with_row_index: shard index {shard_index} does not fit the row index")
+    position = shard_index << ROW_INDEX_SHARD_SHIFT
+    for table in stream:
+        n = table.num_rows
+        if op.name in table.column_names:
+            raise SchemaError(f"with_row_index: column {op.name!r} already exists; pick another name")
+        count.rows_in += n
+        count.rows_out += n
+        index = pa.array(np.arange(position, position + n, dtype=np.int64))
+        position += n
+        yield table.append_column(op.name, index)
 
 
 def _rebatch(stream: Iterable[pa.Table], rows: int | None) -> Iterator[pa.Table]:

@@ -28,6 +28,7 @@ __all__ = [
     "FlatMap",
     "MapBatches",
     "Select",
+    "WithRowIndex",
     "GroupAggregate",
     "GroupApply",
     "Deduplicate",
@@ -95,6 +96,22 @@ class Select(Op):
 
 
 @dataclass(frozen=True)
+class WithRowIndex(Op):
+    """Adds an int64 column that names each row: ``shard_index << ROW_INDEX_SHARD_SHIFT | position``.
+
+    Unique within a plan and increasing in input order (shards are contiguous runs of the input, in order),
+    but not dense. Deterministic for a given input and shard layout, whatever the executor or worker count,
+    so two jobs over the same plan agree on it: dedup addresses rows by it instead of by user ids.
+    """
+
+    name: str
+
+
+ROW_INDEX_SHARD_SHIFT = 40
+"""Rows per shard up to 2⁴⁰, shards up to 2²³ in a non-negative int64."""
+
+
+@dataclass(frozen=True)
 class GroupAggregate(Op):
     keys: tuple[str, ...]
     aggs: tuple[Agg, ...]
@@ -152,5 +169,5 @@ class BatchOutput:
     reason: str | None = None
 
 
-NARROW_OPS = (Map, Filter, FlatMap, MapBatches, Select)
+NARROW_OPS = (Map, Filter, FlatMap, MapBatches, Select, WithRowIndex)
 WIDE_OPS = (GroupAggregate, GroupApply, Deduplicate, Sort, Join, Reshard)

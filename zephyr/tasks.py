@@ -157,7 +157,14 @@ def run_task(task: TaskSpec) -> dict:
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     with counters.collecting() as user_counters:
         source = _Counted(_input_tables(task, stage, quarantined.append))
-        tables = run_narrow(source, stage.narrow, op_counters, where=task.description, quarantine=quarantined.append)
+        tables = run_narrow(
+            source,
+            stage.narrow,
+            op_counters,
+            where=task.description,
+            quarantine=quarantined.append,
+            shard_index=task.index,
+        )
         outputs = _write_output(tables, stage.output, task)
     read_rejected = 0
     quarantine = None
