@@ -6,7 +6,8 @@
                        [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
     zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
                        [--shingle word|char] [--bands B --rows R] [--num-perm K] [--no-verify]
-                       [--mode annotate|remove] [--text-column text] [--id-column id]
+                       [--clusters anchored|components] [--bucket-links 8]
+                       [--mode annotate|remove] [--text-column text] [--id-column id|none]
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
@@ -122,8 +123,8 @@ def _kwargs(opts: Any) -> dict[str, Any]:
 def _fuzzy_config(args: argparse.Namespace):
     from zephyr.dedup.config import FuzzyDedupConfig
 
-    overrides: dict[str, Any] = {"threshold": args.threshold, "verify": not args.no_verify}
-    for name in ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed"):
+    overrides: dict[str, Any] = {"threshold": args.threshold, "verify": not args.no_verify, "clusters": args.clusters}
+    for name in ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed", "bucket_links"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
@@ -151,9 +152,9 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
 
     config = _fuzzy_config(args)
     bands, rows = config.bands_rows()
-    logger.warning(
+    logger.info(
         "fuzzy dedup: %s %d-grams, %d bands x %d rows = %d permutations, LSH threshold (1/b)^(1/r) = %.3f, "
-        "Jaccard threshold %.2f, verification %s",
+        "Jaccard threshold %.2f, verification %s, %s clusters",
         config.shingle,
         config.ngram,
         bands,
@@ -162,6 +163,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         config.lsh_threshold,
         config.threshold,
         "on" if config.verify else "off",
+        config.clusters,
     )
     graph: dict[str, Any] = {}
     out = fuzzy_dedup_dataset(
@@ -202,8 +204,18 @@ def _common_io(p: argparse.ArgumentParser) -> None:
         help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
     )
     p.add_argument("--text-column", default="text")
-    p.add_argument("--id-column", default="id", help="unique id; the minimum id of a cluster is kept")
+    p.add_argument(
+        "--id-column",
+        default="id",
+        type=_column_or_none,
+        help="ids order rows: the smallest id of a cluster is kept (rows that share an id, or have none, are "
+        "still separate rows); 'none': no id column, input order decides",
+    )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
+
+
+def _column_or_none(value: str) -> str | None:
+    return None if value.lower() == "none" else value
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -235,4 +247,17 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     fuzzy.add_argument("--num-perm", type=int, default=None)
     fuzzy.add_argument("--seed", type=int, default=None)
     fuzzy.add_argument("--no-verify", action="store_true", help="skip the exact Jaccard check of candidates")
+    fuzzy.add_argument(
+        "--clusters",
+        choices=("anchored", "components"),
+        default="anchored",
+        help="anchored (default): a row is removed only if it is similar to its cluster's kept row; "
+        "components: transitive clusters (a chain A~B~C joins A and C however different they are)",
+    )
+    fuzzy.add_argument(
+        "--bucket-links",
+        type=int,
+        default=None,
+        help="pair each LSH bucket member with at most this many earlier members (default 8): bounds giant buckets",
+    )
     fuzzy.set_defaults(func=_fuzzy)

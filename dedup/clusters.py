@@ -1,9 +1,9 @@
 """From cluster labels to output columns: keep rule, annotate/remove, cluster-size histogram.
 
-Rows are addressed by *rank*: their position in the order of the id column (ties by input position),
-so "minimum id" is "minimum rank". A cluster's id is the id of its smallest-rank member. The kept member
-is the smallest-rank one, or, with a priority column, the one with the largest priority (ties: smallest
-rank). Rows outside dedup (null text) get null cluster columns and ``dup_keep = true``.
+Rows are addressed by *keep rank*: their position in keep order (largest priority, then smallest id,
+then input position; nulls last), so the kept member of a cluster is its smallest-rank one and a cluster
+is named by the id of that kept row. User ids only order rows; two rows with one id are still two rows.
+Rows outside dedup (null text) get null cluster columns and ``dup_keep = true``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from zephyr.errors import ConfigError, SchemaError
 
-__all__ = ["DedupResult", "id_ranks", "cluster_columns", "apply_mode", "size_histogram", "as_table"]
+__all__ = ["DedupResult", "keep_ranks", "cluster_columns", "apply_mode", "size_histogram", "as_table"]
 
 
 @dataclass
@@ -49,12 +49,27 @@ def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
     return table[name]
 
 
-def id_ranks(table: pa.Table, id_column: str | None) -> np.ndarray:
-    """int64 rank of each row in id order (ties and nulls by input position); row number without ids."""
-    if id_column is None:
-        return np.arange(table.num_rows, dtype=np.int64)
-    ids = require_column(table, id_column, "id")
-    return np.asarray(pc.rank(ids, sort_keys="ascending", tiebreaker="first"), dtype=np.int64) - 1
+def keep_ranks(table: pa.Table, id_column: str | None, priority_column: str | None = None) -> np.ndarray:
+    """int64 rank of each row in keep order: priority descending, then id ascending, then input position
+    (nulls after every value in both columns). Rank 0 is the row every rule keeps first.
+
+    Rows are told apart by position, never by id, so rows that share an id (a crawl merged twice) are still
+    two rows: one is kept, the other is its duplicate.
+    """
+    n = table.num_rows
+    keys = [np.arange(n, dtype=np.int64)]  # np.lexsort: least significant key first
+    if id_column is not None:
+        keys.append(_rank(require_column(table, id_column, "id"), "ascending"))
+    if priority_column is not None:
+        keys.append(_rank(require_column(table, priority_column, "priority"), "descending"))
+    ranks = np.empty(n, dtype=np.int64)
+    ranks[np.lexsort(keys)] = np.arange(n, dtype=np.int64)
+    return ranks
+
+
+def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
+    """Dense-enough rank of a column (equal values share a rank; nulls last)."""
+    return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)
 
 
 def cluster_columns(
@@ -64,9 +79,9 @@ def cluster_columns(
     members: np.ndarray,
     *,
     id_column: str | None,
-    priority_column: str | None,
 ) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(dup_cluster, dup_cluster_size, keep) for all rows; ``labels[i]`` is the min rank of row i's cluster.
+    """(dup_cluster, dup_cluster_size, keep) for all rows; ``labels[i]`` is the keep rank of the row that row
+    i's cluster keeps. ``dup_cluster`` is that row's id (its position without an id column).
 
     ``members`` marks the rows that took part (others get nulls and keep = True).
     """
@@ -76,24 +91,12 @@ def cluster_columns(
     sizes = np.zeros(n, dtype=np.int64)
     sizes_by_label = np.bincount(labels[members], minlength=n)
     sizes[members] = sizes_by_label[labels[members]]
-    keep = np.ones(n, dtype=bool)
-    rows = np.flatnonzero(members)
-    if priority_column is None:
-        keep[rows] = ranks[rows] == labels[rows]
-    else:
-        prio = require_column(table, priority_column, "priority")
-        prio_rank = np.asarray(pc.rank(prio, sort_keys="descending", tiebreaker="first"), dtype=np.int64)
-        order = np.lexsort((ranks[rows], prio_rank[rows], labels[rows]))
-        lab = labels[rows][order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = lab[1:] != lab[:-1]
-        keep[rows] = False
-        keep[rows[order[first]]] = True
-    cluster_rows = row_of_rank[labels]
+    keep = ~members | (ranks == labels)
+    kept_rows = row_of_rank[labels]
     if id_column is None:
-        cluster = pa.array(np.where(members, cluster_rows, 0), mask=~members, type=pa.int64())
+        cluster = pa.array(np.where(members, kept_rows, 0), mask=~members, type=pa.int64())
     else:
-        cluster = pc.take(table[id_column], pa.array(cluster_rows, mask=~members))
+        cluster = pc.take(table[id_column], pa.array(kept_rows, mask=~members))
         if isinstance(cluster, pa.ChunkedArray):
             cluster = cluster.combine_chunks()
     size = pa.array(sizes, mask=~members, type=pa.int64())

@@ -17,6 +17,7 @@ with ``ZEPHYR_NO_NUMBA=1``).
   ``((a_k · h + b_k) mod 2⁶⁴) mod (2⁶¹ − 1)`` (``mersenne61``) per document.
 - ``sorted_sets`` + ``intersections``: per-document sorted unique shingle sets, then a merge count of
   each edge's two sets (exact Jaccard without hashing pairs together).
+- ``greedy_anchors``: the anchored-cluster pass of ``anchored.anchors`` (one sweep in keep order).
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ __all__ = [
     "minhash",
     "sorted_sets",
     "intersections",
+    "greedy_anchors",
 ]
 
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only; the numpy twins keep working where it is missing.
 _NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
-_KERNELS = ("_multibyte_space", "_tokens", "_collapse", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections")
+_KERNELS = ("_multibyte_space", "_tokens", "_collapse", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections", "_greedy_anchors")
 _jit_lock = threading.Lock()
 _jitted = False
 
@@ -92,6 +94,7 @@ def warm_up() -> None:
     minhash(hashes, sh_offsets, np.ones(2, np.uint64), np.ones(2, np.uint64), True)
     sets, set_counts = sorted_sets(hashes, sh_offsets)
     intersections(sets, sh_offsets, np.zeros(1, np.int64), np.zeros(1, np.int64))
+    greedy_anchors(np.zeros(2, np.int64), np.zeros(0, np.int64))
 
 
 def _warm_up_niced() -> None:
@@ -408,3 +411,24 @@ def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.
     return _intersections(
         _ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64)
     )
+
+
+def _greedy_anchors(offsets, earlier):
+    n = len(offsets) - 1
+    anchor = np.arange(n, dtype=np.int64)
+    for u in range(n):
+        best = -1
+        for k in range(offsets[u], offsets[u + 1]):
+            v = earlier[k]
+            if anchor[v] == v and (best < 0 or v < best):
+                best = v
+        if best >= 0:
+            anchor[u] = best
+    return anchor
+
+
+def greedy_anchors(offsets: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Anchor of each node in keep order: itself, or the earliest adjacent anchor; ``earlier[offsets[u]:
+    offsets[u + 1]]`` are the nodes before ``u`` that share a verified edge with it (CSR)."""
+    _jit_all()
+    return _greedy_anchors(_ro(offsets, np.int64), _ro(earlier, np.int64))

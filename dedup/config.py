@@ -31,10 +31,11 @@ from zephyr.dedup.normalize import NORMALIZATIONS
 
 from zephyr.errors import ConfigError
 
-__all__ = ["ExactDedupConfig", "FuzzyDedupConfig", "PRESETS", "MODES"]
+__all__ = ["ExactDedupConfig", "FuzzyDedupConfig", "PRESETS", "MODES", "CLUSTER_RULES"]
 
 MODES = ("annotate", "remove")
 PRESETS = ("datatrove", "nemo", "redpajama")
+CLUSTER_RULES = ("anchored", "components")
 _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
@@ -83,6 +84,13 @@ class FuzzyDedupConfig:
     """``affine64`` (datasketch 2.x ``affine64``) or ``mersenne61`` (datatrove's ``(a·h+b) mod 2^61−1``)."""
     verify: bool = True
     """Keep a candidate pair only if the true Jaccard of its shingle sets reaches ``threshold``."""
+    clusters: str = "anchored"
+    """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
+    ``threshold`` (see ``zephyr.dedup.anchored``); ``components``: connected components of the verified
+    pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
+    bucket_links: int = 8
+    """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
+    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup.lsh.candidate_edges``)."""
     preset: str | None = field(default=None, compare=False)
     """Name of the preset this config came from (informational)."""
 
@@ -95,6 +103,10 @@ class FuzzyDedupConfig:
             raise ConfigError(f"ngram must be >= 1, got {self.ngram}")
         if self.normalize not in NORMALIZATIONS:
             raise ConfigError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
+        if self.clusters not in CLUSTER_RULES:
+            raise ConfigError(f"clusters must be one of {', '.join(CLUSTER_RULES)}, got {self.clusters!r}")
+        if self.bucket_links < 1:
+            raise ConfigError(f"bucket_links must be >= 1, got {self.bucket_links}")
         if self.scheme not in SCHEMES:
             raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if (self.bands is None) != (self.rows is None):

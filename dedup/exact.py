@@ -1,8 +1,9 @@
 """Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documents and paragraphs.
 
 Document level: the text is normalized (``none`` or NFC + lower case + whitespace collapse), hashed with
-128-bit xxh3, and rows with equal hashes form a cluster; the kept row is the one with the minimum id (or
-the maximum priority). Paragraph level: documents are split on a separator (newline); a paragraph whose
+128-bit xxh3, and rows with equal hashes form a cluster; the kept row is the one with the maximum
+priority, then the minimum id, then the first in input order (rows that share an id are still separate
+rows), and ``dup_cluster`` is its id. Paragraph level: documents are split on a separator (newline); a paragraph whose
 normalized hash was already seen in an earlier paragraph (order: id, then position) is removed. Blank
 paragraphs are never removed. Rows with null text are passed through unchanged and counted.
 
@@ -31,7 +32,7 @@ from zephyr.dedup.clusters import (
     apply_mode,
     as_table,
     cluster_columns,
-    id_ranks,
+    keep_ranks,
     require_column,
     size_histogram,
 )
@@ -84,11 +85,9 @@ def exact_dedup(
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     members = np.asarray(texts.is_valid()) if table.num_rows else np.zeros(0, dtype=bool)
-    ranks = id_ranks(table, id_column)
+    ranks = keep_ranks(table, id_column, priority_column)
     labels = group_labels(document_hashes(texts, normalize), ranks, members)
-    cluster, size, keep = cluster_columns(
-        table, ranks, labels, members, id_column=id_column, priority_column=priority_column
-    )
+    cluster, size, keep = cluster_columns(table, ranks, labels, members, id_column=id_column)
     out = apply_mode(table, cluster, size, keep, mode)
     hist = size_histogram(labels, members)
     stats = {
@@ -133,7 +132,7 @@ def paragraph_dedup(
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
     texts = texts.cast(pa.large_string())
-    ranks = id_ranks(table, id_column)
+    ranks = keep_ranks(table, id_column)
     parts = pc.split_pattern(texts, separator)
     values = parts.flatten()
     doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)

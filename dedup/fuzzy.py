@@ -29,12 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from zephyr.dedup.anchored import Measure, anchored_clusters, split_rows
 from zephyr.dedup.clusters import (
     DedupResult,
     apply_mode,
     as_table,
     cluster_columns,
-    id_ranks,
+    keep_ranks,
     require_column,
     size_histogram,
 )
@@ -47,7 +48,14 @@ from zephyr.dedup.verify import jaccard
 
 from zephyr.errors import ConfigError, InputError, ResumeError
 
-__all__ = ["fuzzy_dedup", "SignatureIndex", "compute_signatures", "INDEX_FORMAT", "INDEX_VERSION"]
+__all__ = [
+    "fuzzy_dedup",
+    "cluster_labels",
+    "SignatureIndex",
+    "compute_signatures",
+    "INDEX_FORMAT",
+    "INDEX_VERSION",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +100,7 @@ class SignatureIndex:
         shingles, bands = compute_signatures(texts, config)
         has = shingles.counts > 0
         order = np.flatnonzero(has)[
-            np.argsort(id_ranks(table.filter(pa.array(has)), id_column), kind="stable")
+            np.argsort(keep_ranks(table.filter(pa.array(has)), id_column), kind="stable")
         ]
         sets = unique_sets(shingles)
         keep_sets = _select(sets, order)
@@ -195,10 +203,12 @@ def fuzzy_dedup(
 ) -> DedupResult:
     """Near-duplicate dedup of one table; with ``index``, rows matching the indexed corpus are dropped too.
 
-    ``annotate`` adds ``dup_cluster`` (smallest id of the cluster; with an index, possibly an indexed id),
+    ``annotate`` adds ``dup_cluster`` (id of the cluster's kept row; with an index, possibly an indexed id),
     ``dup_cluster_size`` (members in this table plus matched indexed docs) and ``dup_keep``; ``remove``
-    keeps the rows with ``dup_keep``. Null texts pass through (null cluster, kept); texts without any
-    shingle (empty) are singletons.
+    keeps the rows with ``dup_keep``. The kept row is the one with the largest priority, then the smallest
+    id, then the first in input order; with ``config.clusters == "anchored"`` (the default) a row is removed
+    only if its verified Jaccard to that kept row reaches the threshold. Null texts pass through (null
+    cluster, kept); texts without any shingle (empty) are singletons.
     """
     config = config or FuzzyDedupConfig()
     if mode not in ("annotate", "remove"):
@@ -213,58 +223,51 @@ def fuzzy_dedup(
     texts = require_column(table, text_column, "text")
     n = table.num_rows
     members = np.asarray(texts.is_valid()) if n else np.zeros(0, dtype=bool)
-    ranks = id_ranks(table, id_column)
+    ranks = keep_ranks(table, id_column, priority_column)
     shingles, bands = compute_signatures(texts, config)
     timings["signatures_s"] = time.perf_counter() - t0
-    has = shingles.counts > 0
     n_index = len(index) if index is not None else 0
-    # nodes: indexed docs first (ranks 0..n_index-1, they are "earlier" than anything new), then this table
-    node_rank = np.concatenate((np.arange(n_index, dtype=np.int64), ranks + n_index))
-    node_bands = np.concatenate((index.bands, bands)) if index is not None else bands
-    node_has = np.concatenate((np.ones(n_index, dtype=bool), has))
-    node_shingles = _concat(index.shingles, shingles) if index is not None else shingles
-    node_of_rank = np.empty(n_index + n, dtype=np.int64)
-    node_of_rank[node_rank] = np.arange(n_index + n, dtype=np.int64)
+    # Two numberings of the same documents: storage position (indexed docs, then this table in input order:
+    # what candidates are ordered by and shingle sets are stored in) and node = keep rank (indexed docs are
+    # earlier than anything new, so they are always kept).
+    node_of_pos = np.concatenate((np.arange(n_index, dtype=np.int64), ranks + n_index))
+    pos_of_node = np.empty(n_index + n, dtype=np.int64)
+    pos_of_node[node_of_pos] = np.arange(n_index + n, dtype=np.int64)
+    pos_bands = np.concatenate((index.bands, bands)) if index is not None else bands
+    pos_shingles = _concat(index.shingles, shingles) if index is not None else shingles
+    active = np.flatnonzero(np.concatenate((np.ones(n_index, dtype=bool), shingles.counts > 0)))
     t1 = time.perf_counter()
-    active = np.flatnonzero(node_has)
-    raw = candidate_edges(node_bands[active], node_rank[active])
-    edges = unique_edges(raw)  # [larger rank, smaller rank]
+    raw = candidate_edges(pos_bands[active], active, links=config.bucket_links)
+    edges = unique_edges(node_of_pos[raw]) if len(raw) else unique_edges(raw)  # [later node, earlier node]
     if n_index:
         edges = edges[edges[:, 0] >= n_index]  # pairs inside the index were settled when it was built
     timings["candidates_s"] = time.perf_counter() - t1
+
+    def measure(pairs: np.ndarray) -> np.ndarray:
+        return jaccard(pos_shingles, pos_of_node[pairs])
+
     t2 = time.perf_counter()
-    if config.verify and len(edges):
-        sims = jaccard(node_shingles, node_of_rank[edges])
-        verified = edges[sims >= config.threshold]
-    else:
-        verified = edges
+    sims = measure(edges) if config.verify and len(edges) else None
+    verified = edges[sims >= config.threshold] if sims is not None else edges
     timings["verify_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
-    labels_by_rank = connected_components(n_index + n, verified)
-    timings["components_s"] = time.perf_counter() - t3
-    labels_all = labels_by_rank[node_rank[n_index:]]  # per row of this table, in node-rank space
+    verified_sims = sims[sims >= config.threshold] if sims is not None else None
+    labels, graph = cluster_labels(n_index + n, verified, verified_sims, config, measure if config.verify else None)
+    timings["clusters_s"] = time.perf_counter() - t3
+    labels_all = labels[node_of_pos[n_index:]]  # per row of this table, in node space
     matched_index = members & (labels_all < n_index)
-    # clusters over this table only: rank space of the table = node rank - n_index; clusters whose minimum
-    # is an indexed doc are relabelled to the smallest table member and all their rows are dropped
     local_labels = np.where(matched_index, ranks, labels_all - n_index)
-    if n_index and matched_index.any():
-        rows = np.flatnonzero(matched_index)
-        order = np.lexsort((ranks[rows], labels_all[rows]))
-        lab = labels_all[rows][order]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = lab[1:] != lab[:-1]
-        local_labels[rows[order]] = ranks[rows[order]][np.flatnonzero(first)][np.cumsum(first) - 1]
-    cluster, size, keep = cluster_columns(
-        table, ranks, local_labels, members, id_column=id_column, priority_column=priority_column
-    )
-    if n_index:
+    cluster, size, keep = cluster_columns(table, ranks, local_labels, members, id_column=id_column)
+    if matched_index.any():
         keep &= ~matched_index
-        if matched_index.any():
-            index_sizes = np.bincount(labels_by_rank[:n_index], minlength=n_index + n)
-            extra = np.where(matched_index, index_sizes[labels_all], 0)
-            size = pa.array(np.asarray(size.fill_null(0)) + extra, mask=~members, type=pa.int64())
-            index_ids = index.ids.take(pa.array(np.where(matched_index, labels_all, 0), type=pa.int64()))
-            cluster = pc.if_else(pa.array(matched_index), index_ids.cast(cluster.type), cluster)
+        node_sizes = np.bincount(labels[np.concatenate((np.ones(n_index, dtype=bool), members))[pos_of_node]])
+        size = pa.array(
+            np.where(matched_index, node_sizes[np.where(matched_index, labels_all, 0)], np.asarray(size.fill_null(0))),
+            mask=~members,
+            type=pa.int64(),
+        )
+        index_ids = index.ids.take(pa.array(np.where(matched_index, labels_all, 0), type=pa.int64()))
+        cluster = pc.if_else(pa.array(matched_index), index_ids.cast(cluster.type), cluster)
     out = apply_mode(table, cluster, size, keep, mode)
     hist = size_histogram(local_labels, members)
     b, r = config.bands_rows()
@@ -274,13 +277,14 @@ def fuzzy_dedup(
         "rows_dropped": n - out.num_rows,
         "rows_rejected": 0,
         "null_text": int((~members).sum()),
-        "no_shingles": int((members & ~has).sum()),
+        "no_shingles": int((members & (shingles.counts == 0)).sum()),
         "duplicates": int((~keep).sum()),
         "matched_index": int(matched_index.sum()),
         "candidate_edges": int(len(raw)),
         "unique_edges": int(len(edges)),
         "verified_edges": int(len(verified)),
         "rejected_edges": int(len(edges) - len(verified)),
+        **graph,
         "clusters": int(sum(hist.values())),
         "cluster_size_histogram": hist,
         "bands": b,
@@ -288,10 +292,12 @@ def fuzzy_dedup(
         "lsh_threshold": config.lsh_threshold,
         "threshold": config.threshold,
         "verify": config.verify,
+        "cluster_rule": config.clusters,
         **{k: round(v, 4) for k, v in timings.items()},
     }
     logger.info(
-        "fuzzy dedup: %d rows, %d bands x %d rows (LSH threshold %.3f), %d candidate pairs, %d verified, %d duplicates",
+        "fuzzy dedup: %d rows, %d bands x %d rows (LSH threshold %.3f), %d candidate pairs, %d verified, "
+        "%d duplicates (%s clusters, %d rows split from components)",
         n,
         b,
         r,
@@ -299,5 +305,25 @@ def fuzzy_dedup(
         len(edges),
         len(verified),
         stats["duplicates"],
+        config.clusters,
+        graph["split_rows"],
     )
     return DedupResult(out, stats)
+
+
+def cluster_labels(
+    num_nodes: int,
+    verified: np.ndarray,
+    similarity: np.ndarray | None,
+    config: FuzzyDedupConfig,
+    measure: Measure | None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Label (the kept node) of every node, nodes numbered in keep order, by ``config.clusters``; and the
+    graph stats (``split_rows``: rows anchoring kept out of their component's cluster; refinement figures)."""
+    if config.clusters == "components":
+        labels = connected_components(num_nodes, verified)
+        return labels, {"split_rows": 0, "refine_rounds": 0, "refine_candidates": 0, "refine_verified": 0}
+    labels, edges, stats = anchored_clusters(
+        num_nodes, verified, similarity, measure=measure, threshold=config.threshold
+    )
+    return labels, {"split_rows": split_rows(labels, edges), **stats}

@@ -7,15 +7,18 @@ A pair with Jaccard ``s`` shares at least one of ``b`` bands of ``r`` rows with 
 false-negative areas under that curve (the approach of datasketch's ``lsh._optimal_param``, integrated
 here with numpy).
 
-Candidate edges: documents are grouped by ``(band, band hash)``; every member of a bucket gets one edge
-to the bucket's smallest document (by rank), so a bucket of ``m`` documents costs ``m − 1`` edges, never
-``m²``.
+Candidate edges: documents are grouped by ``(band, band hash)``; every member of a bucket is paired with
+the bucket's first ``BUCKET_LINKS`` members before it, so a small bucket gives all its pairs and a giant
+one (a templated source, boilerplate pages) costs ``m · BUCKET_LINKS`` pairs, never ``m²``. A true pair
+missed this way must share no small bucket; the refinement rounds of ``anchored`` recover most of those.
 
 >>> round(lsh_threshold(14, 8), 3)
 0.719
 >>> import numpy as np
 >>> candidate_edges(np.array([[5], [5], [7], [5]], dtype=np.uint64), np.arange(4)).tolist()
-[[1, 0], [3, 0]]
+[[1, 0], [3, 0], [3, 1]]
+>>> len(candidate_edges(np.zeros((1000, 1), dtype=np.uint64), np.arange(1000), links=2))  # not 499,500
+1997
 """
 
 from __future__ import annotations
@@ -24,7 +27,17 @@ import numpy as np
 
 from zephyr.errors import ConfigError
 
-__all__ = ["lsh_threshold", "collision_probability", "optimal_bands", "candidate_edges", "unique_edges"]
+__all__ = [
+    "BUCKET_LINKS",
+    "lsh_threshold",
+    "collision_probability",
+    "optimal_bands",
+    "candidate_edges",
+    "unique_edges",
+]
+
+BUCKET_LINKS = 8
+"""Earlier bucket members each member is paired with (see ``candidate_edges``)."""
 
 
 def lsh_threshold(bands: int, rows: int) -> float:
@@ -57,27 +70,41 @@ def optimal_bands(
     return best[1], best[2]
 
 
-def candidate_edges(bands: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """``(m, 2)`` int64 edges ``[rank, bucket-min rank]`` from ``(num_docs, num_bands)`` band hashes.
+def candidate_edges(bands: np.ndarray, ranks: np.ndarray, *, links: int = BUCKET_LINKS) -> np.ndarray:
+    """``(m, 2)`` int64 edges ``[rank, earlier rank]`` from ``(num_docs, num_bands)`` band hashes.
 
-    ``ranks`` orders the documents (smaller = earlier = kept); rows whose band hashes should not take part
-    must be left out by the caller. Duplicate edges across bands are kept; see ``unique_edges``.
+    Each bucket member is paired with the bucket's first ``links`` members (by rank) that precede it, so a
+    bucket of ``m`` members costs at most ``m · links`` pairs (all ``m(m−1)/2`` when ``m ≤ links + 1``).
+    ``ranks`` orders the documents; rows whose band hashes should not take part must be left out by the
+    caller. Duplicate edges across bands are kept; see ``unique_edges``.
     """
     parts = []
     ranks = np.asarray(ranks, dtype=np.int64)
     for band in range(bands.shape[1]):
-        keys = bands[:, band]
-        order = np.lexsort((ranks, keys))
-        k = keys[order]
-        r = ranks[order]
-        new_group = np.ones(len(k), dtype=bool)
-        new_group[1:] = k[1:] != k[:-1]
-        group_min = r[np.flatnonzero(new_group)][np.cumsum(new_group) - 1]
-        member = ~new_group
-        parts.append(np.stack((r[member], group_min[member]), axis=1))
+        order = np.lexsort((ranks, bands[:, band]))
+        parts.extend(_bucket_links(bands[order, band], ranks[order], links))
     if not parts:
         return np.zeros((0, 2), dtype=np.int64)
     return np.concatenate(parts)
+
+
+def _bucket_links(keys: np.ndarray, ranks: np.ndarray, links: int) -> list[np.ndarray]:
+    """Edges member → each of the first ``links`` earlier members of its bucket; ``keys`` sorted, ``ranks``
+    ascending within equal keys."""
+    n = len(keys)
+    if n < 2:
+        return []
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = keys[1:] != keys[:-1]
+    start = np.flatnonzero(new_group)[np.cumsum(new_group) - 1]
+    position = np.arange(n, dtype=np.int64) - start
+    out = []
+    for j in range(links):
+        member = np.flatnonzero(position > j)
+        if len(member) == 0:
+            break
+        out.append(np.stack((ranks[member], ranks[start[member] + j]), axis=1))
+    return out
 
 
 def unique_edges(edges: np.ndarray) -> np.ndarray:

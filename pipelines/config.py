@@ -236,6 +236,9 @@ class FuzzyDedupStage:
     """Permutation seed."""
     verify: bool = True
     """Check candidate pairs with the true Jaccard before they join clusters (Marin #6854: always on)."""
+    clusters: Literal["anchored", "components"] = "anchored"
+    """``anchored``: a row is removed only if its true Jaccard to its cluster's kept row reaches
+    ``threshold``; ``components``: transitive clusters (a chain of near-duplicates becomes one)."""
     priority_column: str | None = None
     """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
 
@@ -258,7 +261,7 @@ class FuzzyDedupStage:
 
         given = {
             k: getattr(self, k)
-            for k in ("threshold", "shingle", "ngram", "normalize", "bands", "rows", "num_perm", "seed", "verify")
+            for k in ("threshold", "shingle", "ngram", "normalize", "bands", "rows", "num_perm", "seed", "verify", "clusters")
             if getattr(self, k) is not None
         }
         if self.preset is not None:
@@ -476,7 +479,8 @@ class PipelineConfig:
     text_column: str = "text"
     """The document text."""
     id_column: str = "id"
-    """Unique document ids (dedup keeps the smallest id of a cluster; the token shuffle keys on it)."""
+    """Document ids (dedup keeps the smallest id of a cluster, and tells rows that share an id apart by their
+    position; the token shuffle keys on it)."""
     source_column: str = "source"
     """Where each document comes from (per-source retention in the report, source mix in the manifest)."""
     lang_column: str = "lang"

@@ -65,8 +65,11 @@ def test_verification_rejects_chained_false_candidates():
     t = pa.table(
         {"id": ["a", "b", "c"], "text": [" ".join(left), " ".join(left + right), " ".join(right + other)]}
     )
-    loose = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=False)
+    loose = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=False, clusters="components")
     assert fuzzy_dedup(t, loose).table["dup_cluster_size"].to_pylist() == [3, 3, 3]
+    # unverified but anchored: c is a candidate of b only, and b is not kept, so c is not removed
+    anchored = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=False)
+    assert fuzzy_dedup(t, anchored).table["dup_keep"].to_pylist() == [True, False, True]
     strict = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=True)
     r = fuzzy_dedup(t, strict)
     assert r.table["dup_cluster_size"].to_pylist() == [1, 1, 1]

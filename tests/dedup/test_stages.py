@@ -8,6 +8,7 @@ import random
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup
@@ -45,7 +46,7 @@ def _corpus(n_clusters: int = 12) -> pa.Table:
 
 
 def _norm(t: pa.Table) -> pa.Table:
-    t = t.select(DUP_COLUMNS).sort_by("id")
+    t = t.select(DUP_COLUMNS).sort_by([("id", "ascending"), ("dup_keep", "descending")])
     return t.cast(
         pa.schema(
             [
@@ -261,12 +262,12 @@ def test_cli_presets_run(tmp_path, preset):
 def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
     from zephyr.dedup import stages
 
-    real = stages._ShingleSetsOf.__call__
+    real = stages._NodeSets.__call__
 
     def drop_first(self, table):
         return real(self, table).slice(1)  # as if a row vanished from the input on the second read
 
-    monkeypatch.setattr(stages._ShingleSetsOf, "__call__", drop_first)
+    monkeypatch.setattr(stages._NodeSets, "__call__", drop_first)
     with pytest.raises(InputError, match="must not change"):
         fuzzy_dedup_dataset(zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"})
 
@@ -287,27 +288,29 @@ def test_exact_stage_in_memory_path_equals_plain_function(executor, priority):
     assert removed.num_rows == exact_dedup(t, mode="remove").table.num_rows
 
 
-def test_exact_stage_falls_back_to_the_join_on_duplicate_ids_or_a_small_limit():
+def test_exact_stage_falls_back_to_the_join_past_the_limit_and_both_agree_on_repeated_ids():
     t = _corpus()
     ex = {"executor": "inprocess"}
     want = _norm(exact_dedup(t).table)
     stats: dict = {}
     out = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, in_memory_rows=3, stats=stats).to_arrow(**ex)
     assert stats["in_memory"] is False and "limit" in stats["fallback"] and _norm(out).equals(want)
-    dup_ids = pa.concat_tables([t, t.slice(0, 1)])
+    dup_ids = pa.concat_tables([t, t.slice(0, 1)])  # a row repeated with its id: it is a duplicate, not "the same row"
     stats = {}
     out = exact_dedup_dataset(zephyr.from_arrow(dup_ids), execution=ex, stats=stats).to_arrow(**ex)
-    assert stats["in_memory"] is False and "not unique" in stats["fallback"]
+    assert stats["in_memory"] is True
     lazy = exact_dedup_dataset(zephyr.from_arrow(dup_ids)).to_arrow(**ex)
     assert _norm(out).equals(_norm(lazy))
+    assert pc.sum(pc.invert(out["dup_keep"])).as_py() == pc.sum(pc.invert(want["dup_keep"])).as_py() + 1
 
 
-def test_exact_stage_in_memory_quarantines_null_ids_once(tmp_path):
+def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
     t = pa.table({"id": ["a", None, "b", "c"], "text": ["x y", "x y", "x  Y", None]})
     ex = {"executor": "inprocess"}
     result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex).write_parquet(str(tmp_path / "out"), **ex)
-    out = pq.read_table(tmp_path / "out").sort_by("id")
-    assert out["id"].to_pylist() == ["a", "b", "c"]
-    assert out["dup_keep"].to_pylist() == [True, False, True]
-    assert out["dup_cluster_size"].to_pylist() == [2, 2, None]
-    assert result.stats["rows_quarantined"] == 1
+    out = pq.read_table(tmp_path / "out")
+    assert out["id"].to_pylist() == ["a", None, "b", "c"]
+    assert out["dup_keep"].to_pylist() == [True, False, False, True]
+    assert out["dup_cluster"].to_pylist() == ["a", "a", "a", None]
+    assert out["dup_cluster_size"].to_pylist() == [3, 3, 3, None]
+    assert result.stats["rows_quarantined"] == 0
