@@ -10,7 +10,8 @@ removes a row only if its own verified Jaccard to the row that is kept reaches t
 2. One sweep in that order: a node is an **anchor** (kept) unless it has a verified edge to an earlier
    anchor. A removed node never anchors anyone, so in the chain doc 1 is kept, doc 2 joins it, doc 3
    (not near doc 1) is kept, doc 4 joins doc 3, and so on. A removed node near several earlier anchors
-   joins the one it is most similar to (ties: the earliest), which keeps the most true pairs together.
+   joins the one whose cluster holds most of its verified neighbours (then the most similar, then the
+   earliest): which kept row it joins is free under the rule, and this keeps the most true pairs together.
 3. LSH only proposes some pairs (each bucket member to the bucket's first members), so a node may be
    near the anchor that took its neighbour without a candidate edge to it. Each refinement round proposes
    ``(node, anchor of a verified neighbour)`` for every verified edge whose ends have different anchors,
@@ -121,17 +122,34 @@ def anchored_clusters(
     return _most_similar_anchor(anchor, edges, similarity), edges, stats
 
 
-def _most_similar_anchor(anchor: np.ndarray, edges: np.ndarray, similarity: np.ndarray) -> np.ndarray:
-    """Relabel each removed node with the earlier kept node it shares the most similar edge with."""
-    kept = anchor == np.arange(len(anchor))
+def _most_similar_anchor(anchor: np.ndarray, edges: np.ndarray, similarity: np.ndarray, rounds: int = 3) -> np.ndarray:
+    """Relabel each removed node with one of the earlier kept nodes it has a verified edge to: the one whose
+    cluster holds most of its verified neighbours, then the most similar, then the earliest. Repeated a few
+    times, since moving one node changes its neighbours' counts (stops when nothing moves)."""
+    n = len(anchor)
+    kept = anchor == np.arange(n)
     later, earlier = edges[:, 0], edges[:, 1]
     usable = kept[earlier] & ~kept[later]
-    later, earlier, sims = later[usable], earlier[usable], similarity[usable]
-    order = np.lexsort((earlier, -sims, later))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = later[order][1:] != later[order][:-1]
+    opt_node, opt_anchor, opt_sim = later[usable], earlier[usable], similarity[usable]
+    if len(opt_node) == 0:
+        return anchor
+    both_node = np.concatenate((later, earlier))
+    both_other = np.concatenate((earlier, later))
+    opt_key = opt_node * n + opt_anchor
     label = anchor.copy()
-    label[later[order][first]] = earlier[order][first]
+    for _ in range(rounds):
+        votes_key, votes = np.unique(both_node * n + label[both_other], return_counts=True)
+        at = np.searchsorted(votes_key, opt_key)
+        found = (at < len(votes_key)) & (votes_key[np.minimum(at, len(votes_key) - 1)] == opt_key)
+        score = np.where(found, votes[np.minimum(at, len(votes) - 1)], 0)
+        order = np.lexsort((opt_anchor, -opt_sim, -score, opt_node))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = opt_node[order][1:] != opt_node[order][:-1]
+        new = label.copy()
+        new[opt_node[order][first]] = opt_anchor[order][first]
+        if np.array_equal(new, label):
+            break
+        label = new
     return label
 
 

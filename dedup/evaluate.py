@@ -113,32 +113,53 @@ def pair_scores(
     }
 
 
-def oversized_clusters(pred: pa.Table, truth: pa.Table, *, factor: float = 1.1) -> list[dict[str, Any]]:
-    """Predicted clusters larger than ``factor`` × the true cluster most of their members belong to."""
+def oversized_clusters(
+    pred: pa.Table,
+    truth: pa.Table,
+    *,
+    factor: float = 1.1,
+    texts: pa.Table | None = None,
+    threshold: float = 0.8,
+) -> list[dict[str, Any]]:
+    """Predicted clusters larger than ``factor`` × the true cluster most of their members belong to.
+
+    With ``texts`` (``id``, ``text``) the corpus rule applies as in ``pair_scores``: a member outside that
+    true cluster whose reference Jaccard to the cluster's kept row (the row ``cluster`` names) reaches
+    ``threshold`` is not wrong (the truth missed the pair), so it counts towards the true size
+    (``reference_supported``)."""
     true_code = pc.dictionary_encode(truth["cluster"].combine_chunks().cast(pa.large_string()))
     true_sizes = np.bincount(np.asarray(true_code.indices, dtype=np.int64))
+    pred_ids = pred["id"].combine_chunks().cast(pa.large_string())
     pos = np.asarray(
-        pc.index_in(
-            pred["id"].combine_chunks().cast(pa.large_string()),
-            value_set=truth["id"].combine_chunks().cast(pa.large_string()),
-        ).fill_null(-1)
+        pc.index_in(pred_ids, value_set=truth["id"].combine_chunks().cast(pa.large_string())).fill_null(-1)
     )
     tc = np.where(pos >= 0, np.asarray(true_code.indices, dtype=np.int64)[np.maximum(pos, 0)], -1)
     pc_codes = pc.dictionary_encode(pred["cluster"].combine_chunks().cast(pa.large_string()))
     pcode = np.asarray(pc_codes.indices, dtype=np.int64)
     pred_sizes = np.bincount(pcode)
+    text_of = dict(zip(texts["id"].to_pylist(), texts["text"].to_pylist())) if texts is not None else None
     out = []
     for c in np.flatnonzero(pred_sizes > 1):
-        members = tc[pcode == c]
-        members = members[members >= 0]
-        majority = np.bincount(members).argmax() if len(members) else -1
+        rows = np.flatnonzero(pcode == c)
+        members = tc[rows]
+        majority = np.bincount(members[members >= 0]).argmax() if (members >= 0).any() else -1
         true_size = int(true_sizes[majority]) if majority >= 0 else 1
-        if pred_sizes[c] > factor * true_size:
+        if pred_sizes[c] <= factor * true_size:
+            continue
+        supported = 0
+        if text_of is not None:
+            kept = text_of.get(pc_codes.dictionary[c].as_py())
+            outsiders = [pred_ids[int(r)].as_py() for r in rows[members != majority]]
+            supported = sum(
+                kept is not None and reference_jaccard(kept, text_of[o]) >= threshold for o in outsiders
+            )
+        if pred_sizes[c] > factor * (true_size + supported):
             out.append(
                 {
                     "cluster": pc_codes.dictionary[c].as_py(),
                     "size": int(pred_sizes[c]),
                     "true_size": true_size,
+                    "reference_supported": supported,
                 }
             )
     return out
