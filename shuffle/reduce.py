@@ -152,6 +152,8 @@ class ConcatReducer:
 
 _LEFT_ROW = "__zephyr_left_row"
 _RIGHT_ROW = "__zephyr_right_row"
+_JOIN_SLICE_ROWS = 1 << 15
+"""Left rows joined per output slice (inner/left joins): bounds a one-to-many join's output in memory."""
 
 
 @dataclass(frozen=True)
@@ -190,17 +192,22 @@ class JoinReducer:
                 raise SchemaError(f"join key {name!r} not in the right dataset; columns: {right.columns}")
         left, right = _align_key_types(left, right, self.left_on, self.right_on)
         how = {"inner": "inner", "left": "left", "right": "right", "outer": "full"}[self.how]
-        joined = left.join(
-            right,
-            left_on=list(self.left_on),
-            right_on=list(self.right_on),
-            how=how,
-            suffix=self.suffix,
-            coalesce=True,
-            nulls_equal=False,
-        )
-        joined = joined.sort([_LEFT_ROW, _RIGHT_ROW], nulls_last=True, maintain_order=True)
-        yield joined.drop([_LEFT_ROW, _RIGHT_ROW]).to_arrow()
+        # Inner and left joins go slice by slice of the left side: a one-to-many join (every pair of a
+        # candidate list joined with its text) would otherwise hold the partition's whole output at once.
+        # Slices are in left order, so the concatenation is the same rows in the same order.
+        step = _JOIN_SLICE_ROWS if how in ("inner", "left") else max(1, left.height)
+        for start in range(0, max(1, left.height), step):
+            joined = left.slice(start, step).join(
+                right,
+                left_on=list(self.left_on),
+                right_on=list(self.right_on),
+                how=how,
+                suffix=self.suffix,
+                coalesce=True,
+                nulls_equal=False,
+            )
+            joined = joined.sort([_LEFT_ROW, _RIGHT_ROW], nulls_last=True, maintain_order=True)
+            yield joined.drop([_LEFT_ROW, _RIGHT_ROW]).to_arrow()
 
 
 def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:
