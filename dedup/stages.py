@@ -459,21 +459,30 @@ def _graph_in_driver(
             f"{len(nodes) - sets.num_rows} candidate-pair rows were not found on the second read of the input; "
             "the input must not change while the job runs"
         )
-    sets = sets.take(pc.sort_indices(sets[ROW]))
-    order = np.argsort(keep_ranks(sets, id_column, priority_column))  # node number = keep rank
-    sets = sets.take(pa.array(order))
+    # The sets stay where they arrived (no copy of the big column); nodes are numbered in keep order
+    # (rank), with input order (row number) as the last tie-break.
+    keys = sets.drop_columns(["shingles"])
+    by_row = np.asarray(pc.sort_indices(keys[ROW]), dtype=np.int64)
+    node_of_pos = np.empty(len(by_row), dtype=np.int64)
+    node_of_pos[by_row] = keep_ranks(keys.take(pa.array(by_row)), id_column, priority_column)
+    pos_of_node = np.empty_like(node_of_pos)
+    pos_of_node[node_of_pos] = np.arange(len(node_of_pos), dtype=np.int64)
     lists = sets["shingles"].combine_chunks()
     shingles = Shingles(
         hashes=np.asarray(lists.flatten(), dtype=np.uint64),
         offsets=np.asarray(lists.offsets, dtype=np.int64) - lists.offsets[0].as_py(),
     )
-    owners = sets[ROW].combine_chunks()
+    owners = keys[ROW].combine_chunks()
     edges = np.stack(
-        [np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64) for end in ("u", "v")], axis=1
+        [
+            node_of_pos[np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64)]
+            for end in ("u", "v")
+        ],
+        axis=1,
     )
 
     def measure(node_pairs: np.ndarray) -> np.ndarray:
-        return jaccard(shingles, node_pairs, sets=True)
+        return jaccard(shingles, pos_of_node[node_pairs], sets=True)
 
     if "sim" in pairs.column_names:
         sims = np.asarray(pairs["sim"], dtype=np.float64)
@@ -484,9 +493,9 @@ def _graph_in_driver(
     else:
         sims = None
     info["verified_edges"] = len(edges)
-    labels, graph = cluster_labels(len(sets), edges, sims, config, measure if config.verify else None)
+    labels, graph = cluster_labels(len(keys), edges, sims, config, measure if config.verify else None)
     info.update(graph)
-    return _node_info(sets, labels, id_column)
+    return _node_info(keys.take(pa.array(pos_of_node)), labels, id_column)
 
 
 def fuzzy_dedup_dataset(
@@ -556,17 +565,16 @@ def fuzzy_dedup_dataset(
         verified = edges
         if config.verify:
             texts = rows.select(ROW, text_column)
-            verified = (
-                edges.join(
-                    texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u"),
-                    on="u",
-                )
-                .join(
-                    texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"),
-                    on="v",
-                )
-                .map_batches(_VerifyEdges(config), name="dedup.fuzzy.verify")
-            )
+            # materialized between the joins: the second join's partitions are then sized from the real bytes
+            # of (pair, text) rows, one text per pair, not from the pair files' few bytes
+            with_u = edges.join(
+                texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u"),
+                on="u",
+            ).materialize(**kw)
+            verified = with_u.join(
+                texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"),
+                on="v",
+            ).map_batches(_VerifyEdges(config), name="dedup.fuzzy.verify")
         verified = verified.materialize(**kw)
         count = verified.count(**kw)
         info["verified_edges"] = count
