@@ -51,6 +51,8 @@ ROW = "__dedup_row"
 H0, H1 = "__dedup_h0", "__dedup_h1"
 CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
 _HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
+_VERIFY_BATCH_ROWS = 2048
+"""Pairs verified per batch on the engine path: two texts each, shingled (about 10× the text bytes)."""
 _GRAPH_BYTES_PER_EDGE = 48
 """Driver bytes per verified edge when the graph is clustered in memory (pairs, similarity, sort scratch)."""
 
@@ -574,7 +576,7 @@ def fuzzy_dedup_dataset(
             verified = with_u.join(
                 texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"),
                 on="v",
-            ).map_batches(_VerifyEdges(config), name="dedup.fuzzy.verify")
+            ).map_batches(_VerifyEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify")
         verified = verified.materialize(**kw)
         count = verified.count(**kw)
         info["verified_edges"] = count

@@ -152,8 +152,15 @@ class ConcatReducer:
 
 _LEFT_ROW = "__zephyr_left_row"
 _RIGHT_ROW = "__zephyr_right_row"
-_JOIN_SLICE_ROWS = 1 << 15
-"""Left rows joined per output slice (inner/left joins): bounds a one-to-many join's output in memory."""
+_JOIN_SLICE_BYTES = 16 << 20
+"""Output bytes per slice of an inner/left join (at one match per left row): bounds what a one-to-many join
+holds in memory, and the batches the next op sees."""
+
+
+def _slice_rows(left: pl.DataFrame, right: pl.DataFrame) -> int:
+    """Left rows per slice: ``_JOIN_SLICE_BYTES`` over the bytes of one left row plus one right row."""
+    per_row = left.estimated_size() / max(1, left.height) + right.estimated_size() / max(1, right.height)
+    return max(256, int(_JOIN_SLICE_BYTES / max(1.0, per_row)))
 
 
 @dataclass(frozen=True)
@@ -195,7 +202,7 @@ class JoinReducer:
         # Inner and left joins go slice by slice of the left side: a one-to-many join (every pair of a
         # candidate list joined with its text) would otherwise hold the partition's whole output at once.
         # Slices are in left order, so the concatenation is the same rows in the same order.
-        step = _JOIN_SLICE_ROWS if how in ("inner", "left") else max(1, left.height)
+        step = _slice_rows(left, right) if how in ("inner", "left") else max(1, left.height)
         for start in range(0, max(1, left.height), step):
             joined = left.slice(start, step).join(
                 right,
