@@ -9,6 +9,7 @@ Each capability registers its subcommands from its own package through ``registe
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -99,6 +100,7 @@ def console_main() -> None:
     unloading pyarrow's allocators, LLVM (numba) and thread pools, ~0.25–0.6 s of a short command's wall time.
     """
     code = main()
+    gc.collect()  # scratch folders (materialize) are removed by finalizers, which os._exit would skip
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -598,13 +599,24 @@ def run_count(dataset, options: ExecutionOptions) -> int:
 def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
     from zephyr.dataset import Dataset, from_arrow
 
+    scratch = None
     if directory is None:
         if options.work_dir is None:
-            directory = tempfile.mkdtemp(prefix="zephyr-materialized-")
+            directory = scratch = tempfile.mkdtemp(prefix="zephyr-materialized-")
         else:
             plan_fp = fingerprint_of(*dataset._ops)[:16]
             directory = f"{options.work_dir.rstrip('/')}/materialized/{plan_fp}"
-    result = run_write(dataset, directory, "parquet", None, options)
+    try:
+        result = run_write(dataset, directory, "parquet", None, options)
+    except BaseException:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
     if not result.files:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         return from_arrow(pa.table({}))
-    return Dataset((ReadFiles(tuple(result.files), "parquet"),))
+    source = ReadFiles(tuple(result.files), "parquet")
+    if scratch is not None:  # a scratch copy lives as long as some Dataset still reads it (or the process)
+        weakref.finalize(source, shutil.rmtree, scratch, True)
+    return Dataset((source,))

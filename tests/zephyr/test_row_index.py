@@ -49,3 +49,21 @@ def test_row_index_same_in_two_jobs_and_any_worker_count(tmp_path):
 def test_row_index_refuses_an_existing_column():
     with pytest.raises(ZephyrError, match="already exists"):
         zephyr.from_items([{"row": 1}]).with_row_index("row").to_arrow(executor="inprocess")
+
+
+def test_materialize_scratch_lives_as_long_as_a_dataset_reads_it():
+    """``materialize()`` without a directory or work_dir writes to a scratch folder; it goes when the last
+    Dataset reading it goes (it used to stay in /tmp for good)."""
+    import gc
+    import os
+
+    ds = zephyr.from_items([{"x": i} for i in range(10)]).materialize(executor="inprocess")
+    folder = os.path.dirname(ds._ops[0].paths[0])
+    derived = ds.map_batches(lambda t: t, name="same")
+    del ds
+    gc.collect()
+    assert os.path.isdir(folder)
+    assert derived.count(executor="inprocess") == 10
+    del derived
+    gc.collect()
+    assert not os.path.exists(folder)
