@@ -100,6 +100,32 @@ def _bytes_to_unicode() -> dict[int, str]:
     return mapping
 
 
+_EXPECTED_TOKENIZER = (
+    "expected a Hugging Face tokenizer.json (a JSON object with a 'model', as written by tokenizers' "
+    "Tokenizer.save or transformers' save_pretrained); a vocab.json, merges.txt or .model file is not one"
+)
+
+
+def _parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
+    """The parsed tokenizer.json, or a ``ConfigError`` that names the file and says what it should be."""
+    name = path or "the tokenizer bytes"
+    expected = _EXPECTED_TOKENIZER
+    try:
+        config = json.loads(data)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{name} is not a tokenizer.json: not UTF-8 text ({exc.reason}); {expected}") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{name} is not a tokenizer.json: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
+            f"{expected}"
+        ) from exc
+    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+        kinds = {list: "a JSON array", str: "a JSON string", int: "a number", float: "a number", bool: "a boolean"}
+        found = "an object without a 'model' object" if isinstance(config, dict) else kinds.get(type(config), "null")
+        raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
+    return config
+
+
 class TextTokenizer:
     """A tokenizer.json with an EOS/BOS policy; encodes batches to flat arrays + offsets.
 
@@ -139,7 +165,7 @@ class TextTokenizer:
         self.engine_choice: EngineChoice = engine
         self.num_threads = num_threads
         self.sha256 = hashlib.sha256(self.json_bytes).hexdigest()
-        config = json.loads(self.json_bytes)
+        config = _parse_tokenizer_json(self.json_bytes, self.path)
         self._added = {t["content"]: int(t["id"]) for t in config.get("added_tokens", [])}
         self.eos_id = self._special_id(config, eos_token, _EOS_CANDIDATES, "eos")
         self.bos_id: int | None = None
@@ -212,7 +238,14 @@ class TextTokenizer:
         if self._hf is None:
             from tokenizers import Tokenizer
 
-            self._hf = _HF[self.sha256] = Tokenizer.from_str(self.json_bytes.decode("utf-8"))
+            try:
+                hf = Tokenizer.from_str(self.json_bytes.decode("utf-8"))
+            except Exception as exc:  # tokenizers raises a bare Exception for a JSON it cannot load
+                raise ConfigError(
+                    f"{self.path or 'the tokenizer bytes'} is not a tokenizer.json the Hugging Face tokenizers "
+                    f"library can load: {exc}; {_EXPECTED_TOKENIZER}"
+                ) from exc
+            self._hf = _HF[self.sha256] = hf
         return self._hf
 
     @property

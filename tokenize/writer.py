@@ -2,7 +2,8 @@
 
 Plan (each step is an engine stage, so it runs on any executor and resumes with ``work_dir``):
 
-1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns).
+1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
+   input file's text column (``zephyr.io.text_column``: strings, never numbers turned into text).
 2. ``map_batches(tokenize)``: ``batch_rows`` documents at a time (this bounds peak memory), encode on the
    tokenizer's threads (every core this machine gives the stage: ``cores // concurrent tasks``), append EOS
    (prepend BOS under ``bos="always"``). The batch's token ids go, as little-endian bytes in the shard dtype,
@@ -12,6 +13,8 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
    ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null texts are quarantined
    (``reject_reason = "null_text"``), never silently lost. The job's ``tokens`` counter gives the total.
 3. The total token count decides the number of shards: ``ceil(total_tokens * itemsize / shard_bytes)``.
+   Without any document (empty inputs, or only null texts) steps 4 and 5 are skipped and the set is one
+   empty shard, still a valid set for the loader.
 4. ``sort(key_hi, key_lo, num_partitions=P)`` of the references: the global document shuffle, over ~50 bytes
    a document instead of its tokens. Output shard i is the sort's partition i, so shard contents depend only
    on the data, the seed and the shard size — never on the worker count or executor. Equal keys mean equal
@@ -41,7 +44,7 @@ from zephyr.tokenize.shards import write_manifest, write_shard
 from zephyr.tokenize.spill import gather, spill_name, write_spill
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
-from zephyr.errors import ConfigError, SchemaError, ZephyrError
+from zephyr.errors import ConfigError, ZephyrError
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
@@ -193,13 +196,10 @@ class TokenizeBatch:
         import pyarrow.compute as pc
 
         from zephyr import counters
+        from zephyr.io.text_column import require_text_column
         from zephyr.ops import BatchOutput
 
-        if self.text_column not in table.schema.names:
-            raise SchemaError(
-                f"text column {self.text_column!r} not in the input (columns: {table.schema.names}); "
-                "pass --text-column"
-            )
+        require_text_column(table.schema, self.text_column, where="tokenize input")
         null = pc.is_null(table[self.text_column])
         rejected = None
         if table[self.text_column].null_count:
@@ -298,11 +298,17 @@ class _PackPartition:
         }
 
 
+def _input_paths(data: Any) -> tuple[list[str], str]:
+    """(paths, ``"jsonl"`` or ``"parquet"``) of path inputs."""
+    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
+    return paths, "jsonl" if all(".json" in os.path.basename(p) for p in paths) else "parquet"
+
+
 def _input_dataset(data: Any, columns: list[str], split_bytes: int | None) -> Dataset:
     import zephyr
 
-    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    if all(".json" in os.path.basename(p) for p in paths):
+    paths, fmt = _input_paths(data)
+    if fmt == "jsonl":
         return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes)
     return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes)
 
@@ -427,6 +433,11 @@ def write_token_shards(
             f"output must be a local directory for now, got {output!r}; copy the set afterwards"
         )
     output = output.removeprefix("file://")
+    if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
+        from zephyr.io.text_column import check_text_inputs
+
+        paths, fmt = _input_paths(data)
+        check_text_inputs(paths, text_column, format=fmt)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     workers = options.num_workers
     split_bytes, concurrency = _plan_tasks(data, options)
@@ -500,19 +511,28 @@ def write_token_shards(
                 shard_bytes,
                 num_shards,
             )
-            references = zephyr.read_parquet(sorted(refs.files)) if refs.files else zephyr.from_items([])
-            written = references.sort("key_hi", "key_lo", num_partitions=num_shards).write_parquet(
-                os.path.join(scratch, "sorted"), **execution
-            )
-            parts = sorted(written.files)
-            jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
-            packed = (
-                zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
-                .map(_PackPartition(output, dtype.name, megatron, spill_dir, batch_rows))
-                .to_arrow(**execution)
-            )
-            shards, per_source = _collect(packed.to_pylist())
-            shards = [s for s in shards if s.num_documents > 0] or shards[:1]
+            if refs.files:
+                written = (
+                    zephyr.read_parquet(sorted(refs.files))
+                    .sort("key_hi", "key_lo", num_partitions=num_shards)
+                    .write_parquet(os.path.join(scratch, "sorted"), **execution)
+                )
+                parts = sorted(written.files)
+                jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
+                packed = (
+                    zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
+                    .map(_PackPartition(output, dtype.name, megatron, spill_dir, batch_rows))
+                    .to_arrow(**execution)
+                )
+                shards, per_source = _collect(packed.to_pylist())
+                shards = [s for s in shards if s.num_documents > 0] or shards[:1]
+                stats = dict(written.stats)
+            else:
+                # no document (empty inputs, or only null texts): a valid set of one empty shard
+                info, per_source = write_shard(
+                    output, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=megatron
+                )
+                shards, stats = [info], dict(refs.stats)
             meta = {
                 "dtype": dtype.name,
                 "vocab_size": tok.vocab_size,
@@ -539,7 +559,6 @@ def write_token_shards(
                 },
             }
             manifest = write_manifest(output, shards, meta=meta)
-            stats = dict(getattr(written, "stats", {}))
             stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
                 "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
                 "concurrent_tasks": concurrency,

@@ -52,6 +52,11 @@ def _write(dataset, args: argparse.Namespace) -> int:
         result = dataset.write_vortex(args.output, **kwargs)
     else:
         result = dataset.write_parquet(args.output, **kwargs)
+    if not result.files:  # no row to write: the output is an empty directory, not a missing one
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(args.output)
+        fs.makedirs(root, exist_ok=True)
     stage = result.stats["stages"][-1]
     print(json.dumps({"files": len(result.files), "rows": stage["rows_out"],
                       "rows_quarantined": result.stats["rows_quarantined"]}))

@@ -1,8 +1,9 @@
 """Shared helpers: pull the text (and language) column out of an Arrow table, checked, as polars Series.
 
 Every quality function takes a ``pyarrow.Table`` and the *name* of its text column. A missing column or a
-column that is not a string type is a ``SchemaError`` naming the column and the columns there are; null
-texts are the caller's business (filters quarantine them, annotators leave their outputs null).
+column that is not a string type is a ``SchemaError`` naming the column and the columns there are (a ``null``
+typed column, all nulls, is text: see ``zephyr.io.text_column``); null texts are the caller's business
+(filters quarantine them, annotators leave their outputs null).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.errors import SchemaError
+from zephyr.io.text_column import require_text_column
 
 if TYPE_CHECKING:
     import polars as pl
@@ -24,20 +25,11 @@ NO_SPACE_LANGUAGES: frozenset[str] = frozenset({"zh", "ja", "th", "lo", "km", "m
 """Languages written without spaces between words: whitespace-token rules (word counts, stop words,
 n-grams) say nothing about them, so the word-based rules skip their rows instead of dropping them all."""
 
-_STRING_TYPES = (pa.string(), pa.large_string(), pa.string_view())
-
 
 def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "text") -> None:
-    """Raise ``SchemaError`` unless ``column`` exists and holds strings."""
-    if column not in table.schema.names:
-        raise SchemaError(
-            f"{what} column {column!r} not found; the table has columns {table.schema.names} "
-            f"(pass the right name, e.g. --text-column)"
-        )
-    if table.schema.field(column).type not in _STRING_TYPES:
-        raise SchemaError(
-            f"{what} column {column!r} has type {table.schema.field(column).type}, expected a string type"
-        )
+    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.text_column``,
+    shared with tokenize: a string type, or ``null`` for a column without a single value)."""
+    require_text_column(table.schema, column, what=what)
 
 
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:

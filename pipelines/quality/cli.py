@@ -23,11 +23,14 @@ log = logging.getLogger(__name__)
 
 
 def _read(inputs: list[str], text_column: str) -> Any:
+    """The inputs as a Dataset, after checking that every file's ``text_column`` holds text (one line naming
+    the file and the column, before any task starts)."""
     import zephyr
+    from zephyr.io.text_column import check_text_inputs
 
-    if all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs):
-        return zephyr.read_jsonl(inputs)
-    return zephyr.read_parquet(inputs)
+    jsonl = all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs)
+    check_text_inputs(inputs, text_column, format="jsonl" if jsonl else "parquet")
+    return zephyr.read_jsonl(inputs) if jsonl else zephyr.read_parquet(inputs)
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:
@@ -72,10 +75,18 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     return 0
 
 
+# The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
+_NO_ROWS: dict[str, Any] = {"rows_in": 0, "bytes_in": 0, "rows_kept": 0, "bytes_kept": 0, "rows_dropped": 0,
+                            "rows_quarantined": 0, "dropped_rows_by_reason": {}, "dropped_bytes_by_reason": {},
+                            "balanced": True}
+
+
 def _cmd_filter(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.filters import build_rule_families
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
     from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
+
+    import zephyr
 
     build_rule_families(args.rules)  # validate names before any work
     out = Path(args.output)
@@ -88,22 +99,27 @@ def _cmd_filter(args: argparse.Namespace) -> int:
     annotate = FilterAnnotator(args.rules, {}, args.text_column, lang_column, args.default_lang)
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
-        annotated = ds.map_batches(annotate, name="filter").materialize(str(scratch), **opts)
-        kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(str(out), **opts)
-        annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(str(out / "dropped"), **opts)
-        annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
-            str(out / "quarantine"), **opts)
-        source = args.source_column if args.source_column else None
-        parts = annotated.map_batches(
-            lambda t: summarize_batch(t, text_column=args.text_column, source_column=source,
-                                      id_column=args.id_column, sample_size=args.samples),
-            name="report").to_arrow(**opts)
+        written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
+        engine_stats = written.stats
+        parts = []
+        if written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
+            annotated = zephyr.read_parquet(list(written.files))
+            kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(str(out), **opts)
+            engine_stats = kept.stats
+            annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(
+                str(out / "dropped"), **opts)
+            annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
+                str(out / "quarantine"), **opts)
+            source = args.source_column if args.source_column else None
+            parts = [annotated.map_batches(
+                lambda t: summarize_batch(t, text_column=args.text_column, source_column=source,
+                                          id_column=args.id_column, sample_size=args.samples),
+                name="report").to_arrow(**opts)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    report = merge_summaries([parts], sample_size=args.samples)
-    totals = report["totals"] or {"rows_in": 0, "rows_kept": 0, "rows_dropped": 0, "rows_quarantined": 0,
-                                  "balanced": True}
-    stats = {"version": 1, "rules": args.rules, **totals, "engine": kept.stats}
+    report = merge_summaries(parts, sample_size=args.samples)
+    report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
+    stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats}
     _write_json(out / "stats.json", stats)
     _write_json(out / "report.json", report)
     (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
@@ -147,20 +163,25 @@ def _cmd_score(args: argparse.Namespace) -> int:
         quantile_edges,
     )
 
+    import zephyr
+
     opts = _opts(args)
     out = Path(args.output)
     scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
-        scored = _read(args.inputs, args.text_column).map_batches(scorer, name="quality_score").materialize(
+        result = _read(args.inputs, args.text_column).map_batches(scorer, name="quality_score").write_parquet(
             str(scratch), **opts)
-        scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
-        edges = quantile_edges(scores, args.buckets)
+        edges: tuple[float, ...] = ()
+        if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
+            scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
+            edges = quantile_edges(scores, args.buckets)
 
-        def bucket(t):
-            return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
+            def bucket(t):
+                return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
 
-        result = scored.map_batches(bucket, name="quality_bucket").write_parquet(str(out), **opts)
+            result = zephyr.read_parquet(list(result.files)).map_batches(bucket, name="quality_bucket").write_parquet(
+                str(out), **opts)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats})

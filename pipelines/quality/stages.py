@@ -81,6 +81,8 @@ class FilterAnnotator:
             counters.increment(name, n)
         keep = pc.is_null(reasons)
         original = table.column(self.text_column)
+        if pa.types.is_null(original.type):  # no value at all (see zephyr.io.text_column): becomes a text column
+            original = original.cast(text.type)
         merged = pc.if_else(keep, text.cast(original.type), original)
         table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)
         if DROP_REASON in table.schema.names:

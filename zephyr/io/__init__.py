@@ -16,7 +16,8 @@ Writing::
 
 Contracts (memory bound, bad-input handling, atomicity, determinism) are in the docstrings of
 ``zephyr.io.sources``, ``zephyr.io.jsonl_source``, ``zephyr.io.parquet_source``, ``zephyr.io.vortex_source``,
-``zephyr.io.sinks`` and ``zephyr.io.quarantine``.
+``zephyr.io.sinks`` and ``zephyr.io.quarantine``; the rule for text columns (``require_text_column``,
+``check_text_inputs``) in ``zephyr.io.text_column``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from zephyr.io.paths import expand_paths, infer_compression, infer_format
 from zephyr.io.quarantine import QUARANTINE_SCHEMA, quarantine_table
 from zephyr.io.sinks import ShardWriter, WrittenFile, encode_ndjson, output_name
 from zephyr.io.sources import DEFAULT_BATCH_BYTES, Shard, list_shards, read_shard
+from zephyr.io.text_column import check_text_inputs, require_text_column
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -33,6 +35,7 @@ __all__ = [
     "Shard",
     "ShardWriter",
     "WrittenFile",
+    "check_text_inputs",
     "conform",
     "encode_ndjson",
     "expand_paths",
@@ -44,4 +47,5 @@ __all__ = [
     "promote_types",
     "quarantine_table",
     "read_shard",
+    "require_text_column",
 ]

@@ -2,19 +2,23 @@
 
 Why not ``zstandard.stream_reader`` or fsspec's ``compression=``: a zstd stream cut mid-frame reads as a clean
 end of file through them (checked with zstandard 0.25), which would turn a truncated download into a silent
-short read. Here a stream that ends inside a gzip member or zstd frame raises ``TruncatedStream``; corrupt data
-raises ``CorruptStream``. Multi-member gzip and multi-frame zstd are read to the end. Empty input (0 bytes) reads
+short read. And ``gzip.GzipFile.read(n)`` raises on a cut without returning the bytes it decoded before it, so
+a cut file read 64 MiB at a time loses all of its first 64 MiB. Here a stream that ends inside a gzip member or
+zstd frame raises ``TruncatedStream`` and corrupt data raises ``CorruptStream``, each only after every byte
+decoded before the damage has been returned (zstd decodes whole blocks of up to 128 KiB, so up to one block
+before a cut is lost with it). Multi-member gzip and multi-frame zstd are read to the end. Empty input (0 bytes) reads
 as empty. (A cut exactly between two gzip members or zstd frames cannot be told from a shorter file: each member
 is complete and checksummed. Single-stream files, what gzip/zstd and our writers produce, are always caught.)
 
-Memory: ``read(n)`` returns at most ``n`` bytes; the zstd reader feeds the decompressor 64 KiB of compressed
-input at a time, so its buffer holds at most ``n`` plus one chunk's expansion.
+Memory: ``read(n)`` returns at most ``n`` bytes; the readers feed their decompressor 64 KiB of compressed input
+at a time, so the buffer holds at most ``n`` plus one chunk's expansion.
 
 Writers are deterministic: gzip with ``mtime=0`` and no file name in the header, zstd level 3 single-threaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import zlib
 from typing import IO, Protocol
@@ -35,7 +39,7 @@ __all__ = [
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_ZSTD_FEED_BYTES = 64 << 10
+_FEED_BYTES = 64 << 10  # compressed bytes handed to a decompressor at a time
 
 
 class ByteReader(Protocol):
@@ -50,59 +54,111 @@ class CorruptStream(Exception):
     """The compressed stream holds data its codec cannot decode."""
 
 
-class _GzipReader:
-    def __init__(self, raw: IO[bytes]):
-        self._file = gzip.GzipFile(fileobj=raw, mode="rb")
+class _StreamReader:
+    """Buffering shared by the codecs: compressed input is fed ``_FEED_BYTES`` at a time, decoded bytes wait in
+    ``_pending``. An error found while filling the buffer (a cut, corrupt data) is held back until the bytes
+    decoded before it have been returned, so a caller sees every byte that decodes and then the error."""
 
-    def read(self, n: int) -> bytes:
-        try:
-            return self._file.read(n)
-        except EOFError as exc:
-            raise TruncatedStream(f"gzip stream ends before its end-of-stream marker ({exc})") from exc
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise CorruptStream(f"corrupt gzip data: {exc}") from exc
+    _codec = "compressed"
 
-
-class _ZstdReader:
     def __init__(self, raw: IO[bytes]):
         self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
-        self._frame = None  # the decompressor of the frame in progress; None between frames
-        self._pending: list[bytes] = []  # decompressed, not yet returned
+        self._pending: list[bytes] = []  # decoded, not yet returned
         self._pending_bytes = 0
         self._at_eof = False
+        self._error: TruncatedStream | CorruptStream | None = None
 
     def read(self, n: int) -> bytes:
-        while self._pending_bytes < n and not self._at_eof:
-            chunk = self._raw.read(_ZSTD_FEED_BYTES)
-            if not chunk:
-                self._at_eof = True
-                if self._frame is not None:
-                    raise TruncatedStream("zstd stream ends inside a frame")
-                break
-            self._feed(chunk)
+        while self._pending_bytes < n and not self._at_eof and self._error is None:
+            chunk = self._raw.read(_FEED_BYTES)
+            try:
+                if chunk:
+                    self._feed(chunk)
+                else:
+                    self._at_eof = True
+                    self._finish()
+            except (TruncatedStream, CorruptStream) as exc:
+                self._error = exc
+        if not self._pending_bytes and self._error is not None:
+            raise self._error
         data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
         out, rest = (data, b"") if len(data) <= n else (data[:n], data[n:])
         self._pending = [rest] if rest else []
         self._pending_bytes = len(rest)
         return out
 
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self._pending.append(data)
+            self._pending_bytes += len(data)
+
+    def _feed(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        """At the end of the raw input: raise ``TruncatedStream`` when it ends inside a member or frame."""
+        raise NotImplementedError
+
+
+class _GzipReader(_StreamReader):
+    """Members are decoded by zlib (``wbits=31``: gzip header, deflate, CRC-32 and length checked). Unlike
+    ``gzip.GzipFile``, whose ``read(n)`` drops everything it decoded when the stream turns out to be cut, the
+    bytes before a cut are returned. Zero bytes after a member are padding, as ``gzip.GzipFile`` reads them."""
+
+    def __init__(self, raw: IO[bytes]):
+        super().__init__(raw)
+        self._member = None  # the decompressor of the member in progress; None between members
+        self._members = 0  # members finished
+
+    def _feed(self, data: bytes) -> None:
+        while data:
+            if self._member is None:
+                if self._members:
+                    data = data.lstrip(b"\x00")
+                    if not data:
+                        return
+                self._member = zlib.decompressobj(wbits=31)
+            try:
+                self._emit(self._member.decompress(data))
+            except zlib.error as exc:
+                raise CorruptStream(f"corrupt gzip data: {exc}") from exc
+            if self._member.eof:
+                data = self._member.unused_data
+                self._member = None
+                self._members += 1
+            else:
+                data = b""
+
+    def _finish(self) -> None:
+        if self._member is not None:
+            with contextlib.suppress(zlib.error):  # what can be decoded is; the cut is reported just below
+                self._emit(self._member.flush())
+            raise TruncatedStream("gzip stream ends before its end-of-stream marker")
+
+
+class _ZstdReader(_StreamReader):
+    def __init__(self, raw: IO[bytes]):
+        super().__init__(raw)
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame = None  # the decompressor of the frame in progress; None between frames
+
     def _feed(self, data: bytes) -> None:
         while data:
             if self._frame is None:
                 self._frame = self._dctx.decompressobj()
             try:
-                out = self._frame.decompress(data)
+                self._emit(self._frame.decompress(data))
             except zstandard.ZstdError as exc:
                 raise CorruptStream(f"corrupt zstd data: {exc}") from exc
-            if out:
-                self._pending.append(out)
-                self._pending_bytes += len(out)
             if self._frame.eof:
                 data = self._frame.unused_data
                 self._frame = None
             else:
                 data = b""
+
+    def _finish(self) -> None:
+        if self._frame is not None:
+            raise TruncatedStream("zstd stream ends inside a frame")
 
 
 def open_decompressed(raw: IO[bytes], compression: str | None) -> ByteReader:

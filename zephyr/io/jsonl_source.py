@@ -28,9 +28,12 @@ How a shard is read:
    newline (unless at 0) and reads every line that *starts* before ``stop``. Absolute line numbers are unknown
    past byte 0 without reading the prefix, so such shards report "byte offset N" (and a null quarantine
    ``line``), and say so in the message.
-6. **Truncated .gz/.zst** raise ``InputError`` naming the file and the last complete line; rows before the cut
-   may already have been yielded, but the error is always raised. An empty file (0 bytes, or a compressed empty
-   stream) yields no rows.
+6. **Truncated .gz/.zst.** Every whole line that decompresses before the cut is read (with zstd, up to one
+   128 KiB block before the cut does not decompress). Then, with ``on_error="raise"``, ``InputError`` names
+   the file and the last whole line (rows before it have already been yielded, but the error is always
+   raised); with ``"quarantine"``, the cut goes to the callback as one entry: the cut line's number, a reason
+   naming the last whole line, and the cut line's bytes as ``raw``. An empty file
+   (0 bytes, or a compressed empty stream) yields no rows.
 """
 
 from __future__ import annotations
@@ -85,6 +88,18 @@ def split_byte_ranges(path: str, approx_shard_bytes: int) -> list[tuple[int, int
     return [(start, min(size, start + approx_shard_bytes)) for start in range(0, size, approx_shard_bytes)]
 
 
+class _Cut(Exception):
+    """A compressed stream ended mid-way, after the whole lines already yielded; ``partial`` is the cut line."""
+
+    def __init__(self, codec: str, line: int | None, offset: int, partial: bytes, detail: str):
+        super().__init__(detail)
+        self.codec, self.line, self.offset, self.partial, self.detail = codec, line, offset, partial, detail
+
+    def where(self) -> str:
+        """``after line 48`` (the last whole line), or the byte offset when line numbers are unknown."""
+        return f"after line {self.line - 1}" if self.line is not None else f"after byte {self.offset}"
+
+
 @dataclass
 class _Block:
     data: bytes
@@ -135,12 +150,8 @@ def _iter_blocks(
             try:
                 chunk = stream.read(want)
             except TruncatedStream as exc:
-                last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
-                raise InputError(
-                    f"truncated {_codec_name(compression)} stream: the file is cut off {last} ({exc}); "
-                    "rows up to that line were read, the rest is missing. Re-download or re-compress the file.",
-                    path=path,
-                ) from exc
+                # every whole line before the cut has been yielded; what is left is the start of a cut line
+                raise _Cut(_codec_name(compression), line, block_start, b"".join(parts), str(exc)) from exc
             except CorruptStream as exc:
                 last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
                 raise InputError(f"{exc} {last}", path=path) from exc
@@ -501,12 +512,35 @@ def read_jsonl_shard(
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
     parser = _Parser(shard.path, schema=schema, columns=columns, quarantine=quarantine)
-    for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
-        table = parser.parse(block)
-        if table is None or table.num_rows == 0:
-            continue
-        if table.num_columns == 0:  # rows of `{}`: to_batches() would lose the row count
-            yield pa.RecordBatch.from_struct_array(pa.array([{}] * table.num_rows, type=pa.struct([])))
-            continue
-        # Arrow's parse chunks (about _PARSE_CHUNK_BYTES each) are yielded as they are: no copy
-        yield from table.to_batches()
+    try:
+        for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
+            table = parser.parse(block)
+            if table is None or table.num_rows == 0:
+                continue
+            if table.num_columns == 0:  # rows of `{}`: to_batches() would lose the row count
+                yield pa.RecordBatch.from_struct_array(pa.array([{}] * table.num_rows, type=pa.struct([])))
+                continue
+            # Arrow's parse chunks (about _PARSE_CHUNK_BYTES each) are yielded as they are: no copy
+            yield from table.to_batches()
+    except _Cut as cut:
+        _report_cut(shard.path, cut, quarantine)
+
+
+def _report_cut(path: str, cut: _Cut, quarantine: QuarantineFn | None) -> None:
+    """A cut stream: raise naming the last whole line, or quarantine the cut as one entry (the lines before it
+    have been yielded)."""
+    what = f"truncated {cut.codec} stream: the file is cut off {cut.where()} ({cut.detail})"
+    if quarantine is None:
+        whole = (cut.line or 1) - 1
+        kept = f"lines 1-{whole} decompress" if whole else "no whole line decompresses"
+        raise InputError(
+            f"{what}; {kept}, the rest of the file is missing. Re-download or re-compress the file, or pass "
+            "on_error='quarantine' to keep the whole lines and set the cut aside.",
+            path=path,
+        ) from cut.__cause__
+    partial = f"{len(cut.partial)} bytes of a cut line" if cut.partial else "no bytes of the next line"
+    quarantine(
+        quarantine_table(
+            path, [cut.line], [f"{what}: {partial} and the rest of the file are missing"], [cut.partial]
+        )
+    )

@@ -11,7 +11,9 @@ Contract:
   larger than that is yielded alone). Memory stays bounded by a few batches whatever the file size: Parquet is
   read row group by row group with ``iter_batches``, JSONL in newline-aligned blocks, Vortex with its scan.
 - Bad input never crashes obscurely and never silently loses rows. Unreadable files (corrupt Parquet, a cut
-  .gz/.zst stream, an empty .parquet) raise ``InputError`` naming the file (and row group / line). Bad rows
+  .gz/.zst stream, an empty .parquet) raise ``InputError`` naming the file (and row group / line); with
+  ``on_error="quarantine"`` a cut .gz/.zst stream instead yields every whole line before the cut and
+  quarantines the cut as one entry. A 0-row Parquet file or a 0-byte JSONL file yields no rows. Bad rows
   (invalid JSON or UTF-8, a JSON line that is not an object, a Parquet string that is not UTF-8) raise
   ``InputError`` naming file and line/row with ``on_error="raise"``; with ``on_error="quarantine"`` they are
   passed to ``quarantine`` (schema in ``zephyr.io.quarantine``) and not yielded, so rows yielded + rows

@@ -1,0 +1,43 @@
+"""Fixtures for the bad-input tests: the CLI as a user runs it, a small tokenizer, a text that filters keep."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FAST = ("--executor", "inprocess")
+"""Global options for CLI runs here: one process, so a run costs its start-up and little more."""
+
+GOOD = (
+    "The history of the city is long and it is closely tied to the river that runs through it. "
+    "Merchants came to trade with the people of the valley, and they brought new ideas with them. "
+    "Over the centuries the town grew into a busy market, and many of the old buildings still stand today."
+)
+
+
+def zephyr_cli(*args: str) -> subprocess.CompletedProcess:
+    """``zephyr ARGS...`` in a subprocess (text output captured)."""
+    return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_json(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer.json with an ``<|endoftext|>`` EOS, trained on a few sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([GOOD] * 20, trainer=trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path

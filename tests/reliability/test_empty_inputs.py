@@ -1,0 +1,108 @@
+"""Empty inputs through the CLI: a 0-byte JSONL file, a 0-row Parquet file, a folder where one file is empty.
+
+Each command exits 0 with empty outputs and counts of 0 that balance; in a folder, every row of the other files
+arrives.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from zephyr.tokenize import read_documents, read_manifest
+
+from .conftest import FAST, GOOD, zephyr_cli
+
+EMPTY_PARQUET_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string())])
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows, schema=EMPTY_PARQUET_SCHEMA), path)
+    return path
+
+
+@pytest.fixture(params=[pytest.param(".jsonl", id="0-byte-jsonl"), pytest.param(".parquet", id="0-row-parquet")])
+def empty_input(request, tmp_path) -> Path:
+    path = _write(tmp_path / f"empty{request.param}", [])
+    assert path.stat().st_size == 0 or pq.read_metadata(path).num_rows == 0
+    return path
+
+
+def _parts(directory: Path) -> list[Path]:
+    return sorted(directory.glob("part-*"))
+
+
+def test_filter(empty_input, tmp_path):
+    out = tmp_path / "out"
+    run = zephyr_cli("filter", str(empty_input), "--output", str(out), *FAST)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"rows_in": 0, "rows_kept": 0, "rows_dropped": 0, "rows_quarantined": 0}
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["rows_in"] == stats["rows_kept"] + stats["rows_dropped"] + stats["rows_quarantined"] == 0
+    assert stats["balanced"] and all(stage["task_retries"] == 0 for stage in stats["engine"]["stages"])
+    assert json.loads((out / "report.json").read_text())["totals"]["rows_in"] == 0
+    assert _parts(out) == []
+
+
+def test_tokenize(empty_input, tmp_path, tokenizer_json):
+    out = tmp_path / "tokens"
+    run = zephyr_cli("tokenize", str(empty_input), "--tokenizer", str(tokenizer_json), "--output", str(out),
+                     "--megatron", *FAST)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert (summary["documents"], summary["tokens"], summary["shards"]) == (0, 0, 1)
+    manifest = read_manifest(str(out))
+    assert manifest.num_documents == 0 and manifest.num_tokens == 0
+    assert list(read_documents(str(out))) == []
+    assert not (out / "_work").exists()
+
+
+def test_count_and_convert(empty_input, tmp_path):
+    run = zephyr_cli("count", str(empty_input), *FAST)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "0"
+    out = tmp_path / "converted"
+    run = zephyr_cli("convert", str(empty_input), "--output", str(out), *FAST)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"files": 0, "rows": 0, "rows_quarantined": 0}
+    assert out.is_dir() and _parts(out) == []
+
+
+@pytest.mark.parametrize("suffix", [pytest.param(".jsonl", id="jsonl"), pytest.param(".parquet", id="parquet")])
+def test_folder_with_one_empty_file(tmp_path, tokenizer_json, suffix):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rows = [{"id": f"d{i}", "text": f"{GOOD} Number {i}."} for i in range(10)]
+    _write(folder / f"a{suffix}", rows[:6])
+    _write(folder / f"b{suffix}", [])
+    _write(folder / f"c{suffix}", rows[6:])
+    # The commands pick a folder's format by name (a bare folder reads as Parquet): JSONL folders are named by
+    # --format where there is one, by a glob elsewhere.
+    fmt = ("--format", "jsonl") if suffix == ".jsonl" else ()
+    files = [str(folder / f"*{suffix}")] if suffix == ".jsonl" else [str(folder)]
+
+    run = zephyr_cli("count", str(folder), *fmt, *FAST)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "10"
+
+    run = zephyr_cli("convert", str(folder), *fmt, "--output", str(tmp_path / "converted"), *FAST)
+    assert run.returncode == 0, run.stderr
+    converted = pa.concat_tables(pq.read_table(p) for p in _parts(tmp_path / "converted"))
+    assert sorted(converted.column("id").to_pylist()) == sorted(r["id"] for r in rows)
+
+    run = zephyr_cli("filter", *files, "--output", str(tmp_path / "filtered"), *FAST)
+    assert run.returncode == 0, run.stderr
+    counts = json.loads(run.stdout)
+    assert counts["rows_in"] == 10
+    assert counts["rows_kept"] + counts["rows_dropped"] + counts["rows_quarantined"] == 10
+
+    run = zephyr_cli("tokenize", *files, "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "tok"), *FAST)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["documents"] == 10
+    assert len(list(read_documents(str(tmp_path / "tok")))) == 10
