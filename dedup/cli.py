@@ -6,7 +6,7 @@
                        [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
     zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
                        [--shingle word|char] [--bands B --rows R] [--num-perm K] [--no-verify]
-                       [--clusters anchored|components] [--bucket-links 8]
+                       [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
@@ -124,7 +124,8 @@ def _fuzzy_config(args: argparse.Namespace):
     from zephyr.dedup.config import FuzzyDedupConfig
 
     overrides: dict[str, Any] = {"threshold": args.threshold, "verify": not args.no_verify, "clusters": args.clusters}
-    for name in ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed", "bucket_links"):
+    tunables = ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed", "bucket_links", "signature_device")
+    for name in tunables:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
@@ -253,6 +254,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default="anchored",
         help="anchored (default): a row is removed only if it is similar to its cluster's kept row; "
         "components: transitive clusters (a chain A~B~C joins A and C however different they are)",
+    )
+    fuzzy.add_argument(
+        "--signature-device",
+        choices=("auto", "cpu", "cuda", "xpu", "torch-cpu"),
+        default=None,
+        help="where MinHash signatures are computed (same integers everywhere); auto: a CUDA/XPU device when "
+        "torch sees one, else the compiled CPU kernels",
     )
     fuzzy.add_argument(
         "--bucket-links",

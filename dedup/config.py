@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephyr.dedup.lsh import lsh_threshold, optimal_bands
-from zephyr.dedup.minhash import SCHEMES
+from zephyr.dedup.minhash import SCHEMES, SIGNATURE_DEVICES
 from zephyr.dedup.normalize import NORMALIZATIONS
 
 from zephyr.errors import ConfigError
@@ -88,6 +88,10 @@ class FuzzyDedupConfig:
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
     ``threshold`` (see ``zephyr.dedup.anchored``); ``components``: connected components of the verified
     pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
+    signature_device: str = "auto"
+    """Where signatures are computed: ``auto`` (CUDA or XPU when torch sees one, else the numba kernels),
+    ``cpu``, ``cuda``, ``xpu``, or ``torch-cpu`` (the accelerator code on CPU). Same integers on every
+    device, so it is not part of ``signature_fingerprint``."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
     of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup.lsh.candidate_edges``)."""
@@ -105,6 +109,10 @@ class FuzzyDedupConfig:
             raise ConfigError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
         if self.clusters not in CLUSTER_RULES:
             raise ConfigError(f"clusters must be one of {', '.join(CLUSTER_RULES)}, got {self.clusters!r}")
+        if self.signature_device not in SIGNATURE_DEVICES:
+            raise ConfigError(
+                f"signature_device must be one of {', '.join(SIGNATURE_DEVICES)}, got {self.signature_device!r}"
+            )
         if self.bucket_links < 1:
             raise ConfigError(f"bucket_links must be >= 1, got {self.bucket_links}")
         if self.scheme not in SCHEMES:

@@ -42,7 +42,7 @@ from zephyr.dedup.clusters import (
 from zephyr.dedup.components import connected_components
 from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.dedup.lsh import candidate_edges, unique_edges
-from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
+from zephyr.dedup.minhash import band_hashes, make_permutations, signatures_on
 from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
 from zephyr.dedup.verify import jaccard
 
@@ -70,7 +70,7 @@ def compute_signatures(
     shingles = shingle_hashes(texts, kind=config.shingle, n=config.ngram, normalize=config.normalize)
     bands, rows = config.bands_rows()
     perms = make_permutations(config.num_perm_resolved, seed=config.seed, scheme=config.scheme)
-    return shingles, band_hashes(signatures(shingles, perms), bands, rows)
+    return shingles, band_hashes(signatures_on(shingles, perms, config.signature_device), bands, rows)
 
 
 @dataclass

@@ -3,8 +3,11 @@
 torch has no full uint64 arithmetic, so the kernel works on int64 bit patterns: multiplication and
 addition wrap modulo 2⁶⁴ in two's complement exactly as uint64 does, and the unsigned minimum is taken on
 ``x ^ 0x8000_0000_0000_0000`` (flipping the sign bit maps unsigned order onto signed order). The
-``mersenne61`` fold needs a logical shift, done as an arithmetic shift followed by a mask. Per-document
-minima use ``scatter_reduce(..., "amin")`` over a document index, many documents per call.
+``mersenne61`` fold needs a logical shift, done as an arithmetic shift followed by a mask. Documents are
+grouped by their length rounded up to the next quarter octave and padded with their own first shingle (a repeat
+never changes a minimum), so each group is one dense ``(docs × length × permutations)`` block and the
+per-document minimum is ``amin`` over the length axis — no scatter over a document index, which made the
+earlier form 50–70× slower than the CPU kernels on CPU. Blocks hold at most 2²⁴ elements (128 MiB).
 
 The shingle hashes themselves come from numpy (``shingles.shingle_hashes``); only the
 ``shingles × permutations`` product, the dominant cost, runs on the device.
@@ -35,6 +38,9 @@ __all__ = ["signatures_torch"]
 _SIGN = -(1 << 63)
 _MERSENNE61 = (1 << 61) - 1
 _BLOCK_ELEMENTS = 1 << 24
+"""Elements of one (docs × length × permutations) block on an accelerator (128 MiB of int64)."""
+_CPU_BLOCK_ELEMENTS = 1 << 20
+"""The same on CPU (8 MiB): 2¹⁶–2²⁰ measured alike; 2²⁴ was 2–3× slower."""
 
 
 def _as_i64(values: np.ndarray) -> np.ndarray:
@@ -52,29 +58,39 @@ def signatures_torch(
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)
     if len(shingles.hashes) == 0:
         return out
-    values = fmix64(shingles.hashes) if perms.scheme == "affine64" else shingles.hashes
-    a = torch.from_numpy(_as_i64(perms.a)).to(device)[None, :]
-    b = torch.from_numpy(_as_i64(perms.b)).to(device)[None, :]
+    affine = perms.scheme == "affine64"
+    values = torch.from_numpy(_as_i64(fmix64(shingles.hashes) if affine else shingles.hashes)).to(device)
+    a = torch.from_numpy(_as_i64(perms.a)).to(device).view(1, 1, k)
+    # affine64: (a·h + b) ^ 2⁶³ == a·h + (b ^ 2⁶³) mod 2⁶⁴ (flipping the top bit adds 2⁶³), so the map from
+    # unsigned to signed order costs nothing: it is folded into b
+    b_np = _as_i64(perms.b) ^ np.int64(_SIGN) if affine else _as_i64(perms.b)
+    b = torch.from_numpy(np.ascontiguousarray(b_np)).to(device).view(1, 1, k)
+    block_elements = _BLOCK_ELEMENTS if torch.device(device).type != "cpu" else _CPU_BLOCK_ELEMENTS
     counts = shingles.counts
-    doc_of = np.repeat(np.arange(num_docs, dtype=np.int64), counts)
-    rows_per_block = max(1, _BLOCK_ELEMENTS // k)
-    result = torch.full((num_docs, k), torch.iinfo(torch.int64).max, dtype=torch.int64, device=device)
-    total = len(values)
-    for lo in range(0, total, rows_per_block):
-        hi = min(total, lo + rows_per_block)
-        h = torch.from_numpy(_as_i64(values[lo:hi])).to(device)[:, None]
-        v = h * a + b
-        if perms.scheme == "mersenne61":
-            folded = (v & _MERSENNE61) + ((v >> 61) & 0x7)
-            v = torch.where(folded >= _MERSENNE61, folded - _MERSENNE61, folded)
-        else:
-            v = v ^ _SIGN  # unsigned order -> signed order
-        idx = torch.from_numpy(doc_of[lo:hi]).to(device)[:, None].expand(-1, k)
-        result.scatter_reduce_(0, idx, v, reduce="amin")
-    res = result.cpu().numpy()
-    if perms.scheme == "affine64":
-        res = res ^ np.int64(_SIGN)
-    res = res.view(np.uint64)
+    starts = shingles.offsets[:-1]
+    # Documents padded to the next quarter octave of their length (≤ 25% more work); every length is one
+    # dense (docs × length × permutations) block — no scatter over a document index.
+    width = np.zeros(num_docs, dtype=np.int64)
     has = counts > 0
-    out[has] = res[has]
+    step = 1 << np.maximum(0, np.floor(np.log2(np.maximum(counts, 1))).astype(np.int64) - 2)
+    width[has] = (-(-counts[has] // step[has])) * step[has]  # up to the next quarter octave: ≤ 25% padding
+    for length in np.unique(width[has]).tolist():
+        docs = np.flatnonzero(width == length)
+        per_block = max(1, block_elements // (length * k))
+        span = torch.arange(length, device=device).view(1, length)
+        for lo in range(0, len(docs), per_block):
+            block = docs[lo : lo + per_block]
+            first = torch.from_numpy(starts[block]).to(device).view(-1, 1)
+            n = torch.from_numpy(counts[block]).to(device).view(-1, 1)
+            inside = span < n
+            index = torch.where(inside, first + span, first)  # padding repeats the first shingle
+            v = torch.addcmul(b, values[index].unsqueeze(2), a)  # (docs, length, k); wraps mod 2⁶⁴ like uint64
+            if not affine:
+                high = (v >> 61).bitwise_and_(0x7)
+                v.bitwise_and_(_MERSENNE61).add_(high)
+                v.sub_((v >= _MERSENNE61).to(v.dtype) * _MERSENNE61)
+            mins = v.amin(dim=1).cpu().numpy()
+            if affine:
+                mins ^= np.int64(_SIGN)
+            out[block] = mins.view(np.uint64)
     return out

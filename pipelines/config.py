@@ -236,6 +236,8 @@ class FuzzyDedupStage:
     """Permutation seed."""
     verify: bool = True
     """Check candidate pairs with the true Jaccard before they join clusters (Marin #6854: always on)."""
+    signature_device: Literal["auto", "cpu", "cuda", "xpu", "torch-cpu"] = "auto"
+    """Where MinHash signatures are computed (same integers on every device; see ``zephyr.dedup``)."""
     clusters: Literal["anchored", "components"] = "anchored"
     """``anchored``: a row is removed only if its true Jaccard to its cluster's kept row reaches
     ``threshold``; ``components``: transitive clusters (a chain of near-duplicates becomes one)."""
@@ -261,7 +263,10 @@ class FuzzyDedupStage:
 
         given = {
             k: getattr(self, k)
-            for k in ("threshold", "shingle", "ngram", "normalize", "bands", "rows", "num_perm", "seed", "verify", "clusters")
+            for k in (
+                "threshold", "shingle", "ngram", "normalize", "bands", "rows", "num_perm", "seed", "verify",
+                "clusters", "signature_device",
+            )
             if getattr(self, k) is not None
         }
         if self.preset is not None:
