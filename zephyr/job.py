@@ -176,7 +176,7 @@ class Job:
         if segment.source is not None:
             shards, source_fp, estimate = self._source(segment.source)
             base_fp = fingerprint_of("source", source_fp, read_columns, *segment.narrow)
-            reducer, inputs = None, [("shard", s) for s in shards]
+            reducer, inputs, map_rows = None, [("shard", s) for s in shards], None
             source = segment.source
             read = dict(
                 read_columns=read_columns or (source.columns if isinstance(source, ReadFiles) else None),
@@ -184,7 +184,7 @@ class Job:
                 on_error=source.on_error if isinstance(source, ReadFiles) else "raise",
             )
         else:
-            reducer, upstream_runs, partitions, up_fp, estimate = self._map_side(segment)
+            reducer, upstream_runs, partitions, up_fp, estimate, map_rows = self._map_side(segment)
             base_fp = fingerprint_of("reduce", up_fp, cloudpickle.dumps(reducer), *segment.narrow)
             inputs = [("partition", p) for p in range(partitions)]
             read = {}
@@ -218,7 +218,7 @@ class Job:
         ]
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         markers = self._run_tasks(segment.name, fingerprint, tasks, output)
-        self._record(segment.name, fingerprint, markers, tasks)
+        self._record(segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None)
         return StageResult(fingerprint, markers, estimate)
 
     def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
@@ -276,7 +276,14 @@ class Job:
         fs.invalidate_cache(path)  # a cached object-store listing may predate another process's change
         return fs.exists(path)
 
-    def _record(self, name: str, fingerprint: str, markers: list[dict], tasks: list[TaskSpec]) -> None:
+    def _record(
+        self, name: str, fingerprint: str, markers: list[dict], tasks: list[TaskSpec], wide: tuple | None = None
+    ) -> None:
+        """Append the stage's record. Every stage balances ``rows_in = rows_out + rows_dropped +
+        rows_rejected``, with two kinds of exception named in its ``wide`` entry: an aggregation turns rows
+        into groups (``rows_in`` rows, ``groups`` out) and a join's output is its matches. For a reduce stage,
+        ``rows_in`` is what its map side wrote (before any map-side combine), so the rows a ``deduplicate``
+        removes — in the map-side combiner or in the reducer — are dropped with reason ``duplicate``."""
         wall, skipped, retried = self._timing
         ops: list[dict] = []
         user: dict[str, int] = {}
@@ -294,6 +301,17 @@ class Job:
                 user[key] = user.get(key, 0) + value
         rows_in = sum(m["rows_in"] for m in markers)
         read_rejected = sum(m.get("rows_read_rejected", 0) for m in markers)
+        wide_entry = None
+        duplicates = 0
+        if wide is not None:
+            op, map_rows = wide
+            reduced, rows_in = rows_in, map_rows
+            wide_entry = {"op": type(op).__name__, "rows_in": map_rows, "rows_out": reduced}
+            if isinstance(op, Deduplicate):
+                duplicates = map_rows - reduced
+                wide_entry.update(rows_dropped=duplicates, dropped_by_reason={"duplicate": duplicates})
+            elif isinstance(op, GroupAggregate | GroupApply):
+                wide_entry["groups"] = reduced
         stage = {
             "stage": name,
             "fingerprint": fingerprint[:16],
@@ -302,13 +320,14 @@ class Job:
             "task_retries": retried,
             "rows_in": rows_in,
             "rows_out": sum(m["rows_out"] for m in markers),
-            "rows_dropped": sum(op["rows_dropped"] for op in ops),
+            "rows_dropped": duplicates + sum(op["rows_dropped"] for op in ops),
             "rows_rejected": read_rejected + sum(op["rows_rejected"] for op in ops),
             "rows_read_rejected": read_rejected,
             "bytes_out": sum(m["bytes_out"] for m in markers),
             "task_seconds": round(sum(m["seconds"] for m in markers), 3),
             "wall_seconds": round(wall, 3),
             "ops": ops,
+            **({"wide": wide_entry} if wide_entry else {}),
             "counters": user,
             "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
         }
@@ -441,6 +460,7 @@ class Job:
         else:
             raise ConfigError(f"no shuffle for {type(op).__name__}")
         runs, schemas, fingerprints = [], [], []
+        map_rows = 0  # what the wide op receives: rows written to the shuffle before any map-side combine
         for upstream, spec in zip(segment.upstream, specs):
             result = self.run_segment(
                 upstream,
@@ -449,10 +469,11 @@ class Job:
                 read_columns=_pushdown_columns(upstream, op),
             )
             runs.append([run for m in result.markers for run in m["runs"]])
+            map_rows += sum(m["rows_out"] for m in result.markers)
             schemas.append(next((m["schema"] for m in result.markers if m.get("schema")), None))
             fingerprints.append(result.fingerprint)
         inputs = {"runs": runs, "schemas": schemas}
-        return reducer, inputs, partitions, fingerprint_of(*fingerprints), estimate
+        return reducer, inputs, partitions, fingerprint_of(*fingerprints), estimate, map_rows
 
     def _sort_map_side(self, segment: Segment, op: Sort):
         upstream = segment.upstream[0]
@@ -464,7 +485,7 @@ class Job:
             files = [f for m in result.markers for f in m["files"]]
             if not files:
                 empty = {"runs": [[]], "schemas": [None]}
-                return SortReducer(tuple(zip(op.by, op.descending))), empty, 1, result.fingerprint, 0
+                return SortReducer(tuple(zip(op.by, op.descending))), empty, 1, result.fingerprint, 0, 0
             upstream = Segment(source=ReadFiles(tuple(files), "parquet"))
         sample = self.run_segment(
             upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
@@ -483,7 +504,8 @@ class Job:
         )
         inputs = {"runs": [[run for m in result.markers for run in m["runs"]]], "schemas": [None]}
         reducer = SortReducer(tuple(zip(op.by, op.descending)))
-        return reducer, inputs, partitions, result.fingerprint, estimate
+        map_rows = sum(m["rows_out"] for m in result.markers)
+        return reducer, inputs, partitions, result.fingerprint, estimate, map_rows
 
 
 FOOTER_ESTIMATE_MAX_FILES = 2000
