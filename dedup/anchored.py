@@ -13,10 +13,12 @@ removes a row only if its own verified Jaccard to the row that is kept reaches t
    joins the one whose cluster holds most of its verified neighbours (then the most similar, then the
    earliest): which kept row it joins is free under the rule, and this keeps the most true pairs together.
 3. LSH only proposes some pairs (each bucket member to the bucket's first members), so a node may be
-   near the anchor that took its neighbour without a candidate edge to it. Each refinement round proposes
-   ``(node, anchor of a verified neighbour)`` for every verified edge whose ends have different anchors,
-   verifies those pairs, and sweeps again; it stops when a round finds nothing new (at most
-   ``max_rounds``). Every proposal is checked by true Jaccard, so no round can chain.
+   near the anchor that took its earlier neighbour without a candidate edge to it. Each refinement round
+   proposes ``(node, anchor of a verified earlier neighbour)`` for every verified edge whose ends have
+   different anchors, verifies those pairs, and sweeps again; it stops when a round finds nothing new (at
+   most ``max_rounds``). Every proposal is checked by true Jaccard, so no round can chain. Only earlier
+   neighbours propose, so a node's fate depends on the nodes before it alone (causal): rows that come
+   later in keep order, in this run or a later one against an index, never change it.
 
 The sweep is sequential (a node's fate depends on earlier ones): ``compiled.greedy_anchors`` does it in
 one O(nodes + edges) pass; ``_anchors_by_rounds`` is the numpy reference and fallback (rounds decide every
@@ -168,9 +170,11 @@ def _canonical(edges: np.ndarray, similarity: np.ndarray | None) -> tuple[np.nda
 
 
 def _proposals(anchor: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """New pairs (node, earlier anchor of a verified neighbour) that are not edges yet."""
-    u, v = edges[:, 0], edges[:, 1]
-    pairs = np.concatenate((np.stack((u, anchor[v]), axis=1), np.stack((v, anchor[u]), axis=1)))
+    """New pairs (node, anchor of a verified *earlier* neighbour) that are not edges yet. Only earlier
+    neighbours: a node's fate then depends on the nodes before it in keep order alone, so rows added later
+    (a later corpus, deduped against an index) never change an earlier row's fate."""
+    u, v = edges[:, 0], edges[:, 1]  # canonical: u later than v
+    pairs = np.stack((u, anchor[v]), axis=1)
     pairs = pairs[(pairs[:, 1] < pairs[:, 0]) & (anchor[pairs[:, 0]] != pairs[:, 1])]
     if len(pairs) == 0:
         return pairs

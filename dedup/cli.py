@@ -8,12 +8,15 @@
                        [--shingle word|char] [--bands B --rows R] [--num-perm K] [--no-verify]
                        [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
+                       [--index DIR [--update-index]] [--write-index DIR]
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
 ``DIR/_dedup_stats.json`` holds the job statistics (per stage rows in/out/dropped/rejected, counters with
 the cluster-size histogram ``dedup/cluster_size=N``). Rows with null text pass through unchanged and are
-counted (``dedup/null_text``). Imports of the engine happen inside the handlers, so ``zephyr --help`` stays fast.
+counted (``dedup/null_text``). Incremental dedup: ``--write-index DIR`` keeps the signatures of this run's
+kept rows; a later run with ``--index DIR`` also removes rows near them, and ``--update-index`` adds its own
+kept rows (``zephyr.dedup.index``). Imports of the engine happen inside the handlers, so ``zephyr --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -148,10 +151,50 @@ def _fuzzy(args: argparse.Namespace) -> int:
         return _run_fuzzy(args, execution)
 
 
+def _index_args(args: argparse.Namespace, config: Any) -> Any:
+    """The opened ``--index`` (checked against ``config`` before any work), after checking the flags agree."""
+    from zephyr.dedup.index import open_index
+
+    from zephyr.errors import ConfigError
+
+    if args.update_index and args.index is None:
+        raise ConfigError("--update-index needs --index DIR (the index to add to)")
+    if args.index is not None and args.write_index is not None:
+        raise ConfigError("--write-index starts a new index; to add to --index DIR, pass --update-index instead")
+    if args.write_index is not None and open_index(args.write_index, config, missing_ok=True) is not None:
+        raise ConfigError(
+            f"a signature index already exists at {args.write_index}; "
+            f"add to it with --index {args.write_index} --update-index"
+        )
+    return open_index(args.index, config) if args.index is not None else None
+
+
+def _write_index(args: argparse.Namespace, config: Any, annotated: Any, execution: dict[str, Any]) -> dict:
+    """Append this run's rows (kept, and removed ones tied to their kept row) to ``--index`` (with
+    ``--update-index``) or ``--write-index``; called after the output is written."""
+    from zephyr.dedup.index import write_generation
+
+    target = args.write_index or args.index
+    entry = write_generation(
+        target,
+        annotated,
+        config,
+        text_column=args.text_column,
+        id_column=args.id_column,
+        create=args.write_index is not None,
+        execution=execution,
+    )
+    logger.info(
+        "fuzzy dedup: %d documents (%d kept) added to the signature index %s", entry["docs"], entry["kept"], target
+    )
+    return {"path": target, **entry}
+
+
 def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup.stages import fuzzy_dedup_dataset
+    from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
 
     config = _fuzzy_config(args)
+    index = _index_args(args, config)
     bands, rows = config.bands_rows()
     logger.info(
         "fuzzy dedup: %s %d-grams, %d bands x %d rows = %d permutations, LSH threshold (1/b)^(1/r) = %.3f, "
@@ -167,17 +210,23 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         config.clusters,
     )
     graph: dict[str, Any] = {}
+    indexing = args.write_index is not None or args.update_index
     out = fuzzy_dedup_dataset(
         _read(args.inputs),
         config,
         text_column=args.text_column,
         id_column=args.id_column,
-        mode=args.mode,
+        mode="annotate" if indexing else args.mode,
         priority_column=args.priority_column,
         execution=execution,
         stats=graph,
+        index=index,
+        row_numbers=indexing,
     )
-    result = out.write_parquet(args.output, **execution)
+    written = out.map_batches(StripRowNumbers(args.mode), name="dedup.fuzzy.output") if indexing else out
+    result = written.write_parquet(args.output, **execution)
+    if indexing:
+        graph["index_written"] = _write_index(args, config, out, execution)
     return _finish(
         result,
         args.output,
@@ -267,5 +316,22 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         type=int,
         default=None,
         help="pair each LSH bucket member with at most this many earlier members (default 8): bounds giant buckets",
+    )
+    fuzzy.add_argument(
+        "--index",
+        metavar="DIR",
+        default=None,
+        help="signature index of earlier runs' kept rows: rows near an indexed document are duplicates too",
+    )
+    fuzzy.add_argument(
+        "--update-index",
+        action="store_true",
+        help="with --index: append this run's kept rows to the index (after the output is written)",
+    )
+    fuzzy.add_argument(
+        "--write-index",
+        metavar="DIR",
+        default=None,
+        help="start a new signature index at DIR holding this run's kept rows",
     )
     fuzzy.set_defaults(func=_fuzzy)

@@ -25,8 +25,12 @@ the cluster-size histogram), ``dedup/candidate_edges``, ``dedup/verified_edges``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +44,8 @@ from zephyr import counters
 from zephyr.errors import ConfigError, InputError, SchemaError, ZephyrError
 
 if TYPE_CHECKING:
+    from zephyr.dedup.index import IndexInfo
+
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
@@ -87,10 +93,12 @@ def _key_columns(table: pa.Table, id_column: str | None, priority_column: str | 
 
 class _Finish:
     """Turns the helper columns (CLUSTER, SIZE, KEEP: null for rows in no cluster) into dup_cluster /
-    dup_cluster_size / dup_keep, counts, then annotates or removes."""
+    dup_cluster_size / dup_keep, counts, then annotates or removes. With ``row_numbers`` (annotate mode) the
+    row's number (ROW) and its kept row's (KEEPER; its own outside a cluster) stay: what an index records."""
 
-    def __init__(self, text_column: str, id_column: str | None, mode: str):
+    def __init__(self, text_column: str, id_column: str | None, mode: str, row_numbers: bool = False):
         self.text_column, self.id_column, self.mode = text_column, id_column, mode
+        self.row_numbers = row_numbers
 
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
@@ -111,22 +119,48 @@ class _Finish:
             counters.increment(f"dedup/cluster_size={s}", c)
         duplicates = int((~keep_np).sum())
         counters.increment("dedup/duplicates", duplicates)
+        numbers = {}
+        if self.row_numbers:
+            numbers = {ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])}
         table = table.drop_columns(
             [c for c in (*_HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
         )
         if self.mode == "remove":
             kept = table.filter(keep)
             return BatchOutput(kept=kept, dropped={"duplicate": duplicates}) if duplicates else kept
-        return (
+        table = (
             table.append_column("dup_cluster", cluster)
             .append_column("dup_cluster_size", size)
             .append_column("dup_keep", keep)
         )
+        for name, column in numbers.items():
+            table = table.append_column(name, column)
+        return table
+
+
+class StripRowNumbers:
+    """The user's view of a dedup output made with ``row_numbers=True``: the row-number columns dropped, and
+    in ``remove`` mode the removed rows and the dup columns too (counted as dropped, reason ``duplicate``)."""
+
+    def __init__(self, mode: str):
+        _check_mode(mode)
+        self.mode = mode
+
+    def __call__(self, table: pa.Table) -> Any:
+        from zephyr.ops import BatchOutput
+
+        table = table.drop_columns([c for c in (ROW, KEEPER) if c in table.column_names])
+        if self.mode == "annotate" or "dup_keep" not in table.column_names:
+            return table
+        keep = table["dup_keep"]
+        kept = table.filter(keep).drop_columns(["dup_cluster", "dup_cluster_size", "dup_keep"])
+        removed = table.num_rows - kept.num_rows
+        return BatchOutput(kept=kept, dropped={"duplicate": removed}) if removed else kept
 
 
 class _Attach:
-    """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEP) table held in memory: a broadcast
-    join, so the input keeps its shards and order and the text is never shuffled."""
+    """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEP, KEEPER) table held in memory: a
+    broadcast join, so the input keeps its shards and order and the text is never shuffled."""
 
     def __init__(self, node_info: pa.Table | None, id_column: str | None):
         self.node_info, self.id_column = node_info, id_column
@@ -136,18 +170,18 @@ class _Attach:
             return table
         if self.node_info is None or self.node_info.num_rows == 0:
             own = table.schema.field(self.id_column).type if self.id_column is not None else pa.int64()
-            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEP, pa.bool_())):
+            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEP, pa.bool_()), (KEEPER, pa.int64())):
                 table = table.append_column(name, pa.nulls(table.num_rows, kind))
             return table
         idx = pc.index_in(table[ROW], value_set=self.node_info[ROW].combine_chunks())
-        for name in (CLUSTER, SIZE, KEEP):
+        for name in (CLUSTER, SIZE, KEEP, KEEPER):
             table = table.append_column(name, self.node_info[name].take(idx))
         return table
 
 
 def _node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
-    """(ROW, CLUSTER, SIZE, KEEP) of the rows in clusters of 2 or more; ``labels[i]`` is the position in
-    ``rows`` of row i's kept row (rows in keep order or not)."""
+    """(ROW, CLUSTER, SIZE, KEEP, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
+    in ``rows`` of row i's kept row (rows in keep order or not)."""
     sizes = np.bincount(labels, minlength=len(labels))[labels]
     grouped = np.flatnonzero(sizes > 1)
     own = rows[id_column] if id_column is not None else rows[ROW]
@@ -157,6 +191,7 @@ def _node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.
             CLUSTER: own.take(pa.array(labels[grouped])),
             SIZE: pa.array(sizes[grouped], pa.int64()),
             KEEP: pa.array(labels[grouped] == grouped),
+            KEEPER: rows[ROW].take(pa.array(labels[grouped])),
         }
     ).combine_chunks()
 
@@ -195,8 +230,14 @@ def _mark_keep(table: pa.Table) -> pa.Table:
     keep = pc.if_else(grouped, pc.equal(table[ROW], table[KEEPER]), pa.nulls(table.num_rows, pa.bool_()))
     cluster = pc.if_else(grouped, table[CLUSTER], pa.nulls(table.num_rows, table.schema.field(CLUSTER).type))
     size = pc.if_else(grouped, table[SIZE], pa.nulls(table.num_rows, pa.int64()))
+    keeper = pc.if_else(grouped, table[KEEPER], pa.nulls(table.num_rows, pa.int64()))
     table = table.drop_columns([c for c in (KEEPER, CLUSTER, SIZE, H0, H1) if c in table.column_names])
-    return table.append_column(CLUSTER, cluster).append_column(SIZE, size).append_column(KEEP, keep)
+    return (
+        table.append_column(CLUSTER, cluster)
+        .append_column(SIZE, size)
+        .append_column(KEEP, keep)
+        .append_column(KEEPER, keeper)
+    )
 
 
 # -- exact ---------------------------------------------------------------------------------------------
@@ -377,6 +418,7 @@ class _BucketEdges:
         bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
         rows = np.asarray(members.flatten(), dtype=np.int64)
         pairs = candidate_edges(bucket[:, None], rows, links=self.links)
+        pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
         counters.increment("dedup/candidate_edges", len(pairs))
         return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
 
@@ -445,28 +487,46 @@ def _graph_in_driver(
     priority_column: str | None,
     kw: dict[str, Any],
     info: dict[str, Any],
+    index: IndexInfo | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
-    the node info of the rows in clusters of 2 or more. One filtered pass collects the endpoints' sets."""
+    the node info of the rows in clusters of 2 or more. One filtered pass collects the endpoints' sets
+    (and one over the index's docs, for indexed endpoints)."""
     from zephyr.dedup.fuzzy import cluster_labels
     from zephyr.dedup.shingles import Shingles
     from zephyr.dedup.verify import jaccard
 
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+    new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = rows.map_batches(
-        _NodeSets(nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
+        _NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
     ).to_arrow(**kw)
-    if sets.num_rows != len(nodes):  # the input changed between passes: never index garbage
+    if sets.num_rows != len(new_nodes):  # the input changed between passes: never index garbage
         raise InputError(
-            f"{len(nodes) - sets.num_rows} candidate-pair rows were not found on the second read of the input; "
+            f"{len(new_nodes) - sets.num_rows} candidate-pair rows were not found on the second read of the input; "
             "the input must not change while the job runs"
         )
+    indexed, anchor = 0, np.zeros(0, dtype=np.int64)
+    if len(new_nodes) < len(nodes):
+        found, anchor = _indexed_sets(
+            index, nodes.filter(pc.less(nodes, 0)), sets.schema, id_column, priority_column, kw
+        )
+        sets, indexed = pa.concat_tables([found, sets]), found.num_rows
     # The sets stay where they arrived (no copy of the big column); nodes are numbered in keep order
-    # (rank), with input order (row number) as the last tie-break.
+    # (rank), with input order (row number) as the last tie-break. Indexed documents (negative keys, the
+    # first ``indexed`` positions) rank first, those an earlier run kept before those it removed: they are
+    # in the corpus already (or were removed for a document that is), so no new row can change them.
     keys = sets.drop_columns(["shingles"])
     by_row = np.asarray(pc.sort_indices(keys[ROW]), dtype=np.int64)
     node_of_pos = np.empty(len(by_row), dtype=np.int64)
-    node_of_pos[by_row] = keep_ranks(keys.take(pa.array(by_row)), id_column, priority_column)
+    index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
+    kept_first = by_row[:indexed][
+        np.argsort(anchor[by_row[:indexed]] != index_keys[by_row[:indexed]], kind="stable")
+    ]
+    node_of_pos[kept_first] = np.arange(indexed)
+    node_of_pos[by_row[indexed:]] = indexed + keep_ranks(
+        keys.take(pa.array(by_row[indexed:])), id_column, priority_column
+    )
     pos_of_node = np.empty_like(node_of_pos)
     pos_of_node[node_of_pos] = np.arange(len(node_of_pos), dtype=np.int64)
     lists = sets["shingles"].combine_chunks()
@@ -484,7 +544,9 @@ def _graph_in_driver(
     )
 
     def measure(node_pairs: np.ndarray) -> np.ndarray:
-        return jaccard(shingles, pos_of_node[node_pairs], sets=True)
+        sims = jaccard(shingles, pos_of_node[node_pairs], sets=True)
+        sims[node_pairs.max(axis=1, initial=0) < indexed] = 0.0  # two indexed documents: both stay kept
+        return sims
 
     if "sim" in pairs.column_names:
         sims = np.asarray(pairs["sim"], dtype=np.float64)
@@ -495,9 +557,60 @@ def _graph_in_driver(
     else:
         sims = None
     info["verified_edges"] = len(edges)
+    removed = np.flatnonzero(anchor != index_keys)
+    if len(removed):  # each indexed document an earlier run removed stays tied to the document it kept
+        owner = np.asarray(pc.index_in(pa.array(anchor[removed]), value_set=owners), dtype=np.int64)
+        tied = np.stack((node_of_pos[removed], node_of_pos[owner]), axis=1)
+        edges = np.concatenate((edges, tied))
+        if sims is not None:
+            sims = np.concatenate((sims, jaccard(shingles, np.stack((removed, owner), axis=1), sets=True)))
     labels, graph = cluster_labels(len(keys), edges, sims, config, measure if config.verify else None)
     info.update(graph)
+    if index is not None:
+        info["indexed_nodes"] = indexed
+        info["matched_index"] = int(np.count_nonzero(labels[indexed:] < indexed))
     return _node_info(keys.take(pa.array(pos_of_node)), labels, id_column)
+
+
+def _indexed_sets(
+    index: IndexInfo,
+    keys: pa.Array,
+    like: pa.Schema,
+    id_column: str | None,
+    priority_column: str | None,
+    kw: dict[str, Any],
+) -> tuple[pa.Table, np.ndarray]:
+    """The node-set rows (``like``'s schema) of the indexed documents in ``keys`` and of the documents their
+    removed ones were removed for, with each one's anchor (the key of the document kept for it; its own
+    key when kept). ROW is the (negative) key, the id the indexed one cast to this input's id type, the
+    priority null (indexed rows rank first)."""
+    from zephyr.dedup.index import KEY
+
+    found = index.node_sets(keys, kw)
+    missing = pc.filter(found["anchor"], pc.invert(pc.is_in(found["anchor"], value_set=found[KEY])))
+    if len(missing):  # a second filtered pass: the kept documents of removed ones, when not yet found
+        found = pa.concat_tables([found, index.node_sets(pc.unique(missing), kw)])
+    wanted = len(keys) + len(pc.unique(missing)) if len(missing) else len(keys)
+    if found.num_rows != wanted:
+        raise InputError(
+            f"{wanted - found.num_rows} indexed documents named by band rows are missing from the index's "
+            "docs parts; the index was changed by hand or a run is writing to it",
+            path=index.path,
+        )
+    columns: dict[str, Any] = {ROW: found[KEY], "shingles": found["shingles"]}
+    if id_column is not None:
+        want = like.field(id_column).type
+        try:
+            columns[id_column] = found["id"].cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ConfigError(
+                f"the index's ids are {found.schema.field('id').type}, this input's {id_column!r} is {want}, and "
+                f"one cannot become the other ({exc}); index and dedup with the same id column"
+            ) from None
+    if priority_column is not None:
+        columns[priority_column] = pa.nulls(found.num_rows, like.field(priority_column).type)
+    table = pa.table(columns).select(like.names).cast(like)
+    return table, np.asarray(found["anchor"], dtype=np.int64)
 
 
 def fuzzy_dedup_dataset(
@@ -511,6 +624,8 @@ def fuzzy_dedup_dataset(
     execution: ExecutionOptions | dict[str, Any] | None = None,
     in_memory_edges: int | None = None,
     stats: dict[str, Any] | None = None,
+    index: IndexInfo | str | None = None,
+    row_numbers: bool = False,
 ) -> Dataset:
     """MinHash-LSH dedup on the engine. Runs candidates, verification and clustering eagerly with
     ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
@@ -521,6 +636,14 @@ def fuzzy_dedup_dataset(
     pair). The verified graph is clustered in the driver when it fits (48 bytes per edge within the
     budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
     eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
+
+    ``index`` (an ``IndexInfo`` or a path; ``zephyr.dedup.index``): earlier runs' kept documents. Their band
+    rows join the bucket shuffle (read from the index's Parquet parts, never whole into RAM) and rank before
+    every row of ``ds``; rows near an indexed document are removed like rows near an earlier kept row. Index
+    documents are never in the output. Needs the verified graph to fit the driver. ``row_numbers``
+    (annotate mode) keeps each row's number and its kept row's (``__dedup_row``, ``__dedup_keeper``; the
+    kept row may be an indexed document): ``index.write_generation`` records them, ``StripRowNumbers``
+    turns the result into the output of either mode.
 
     >>> import zephyr
     >>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
@@ -538,20 +661,29 @@ def fuzzy_dedup_dataset(
         from zephyr.dedup import compiled
 
         compiled.warm_up_in_background()
+    if isinstance(index, str):
+        from zephyr.dedup.index import open_index
+
+        index = open_index(index, config)
+    if row_numbers and mode != "annotate":
+        raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
     rows = ds.with_row_index(ROW)
-    finish = _Finish(text_column, id_column, mode)
-    edges = (
-        rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
-        .group_by("band", "bhash")
-        .agg(members=(ROW, "list"), n=(ROW, "count"))
-        .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
-        .deduplicate("u", "v")
-        .materialize(**kw)
-    )
+    finish = _Finish(text_column, id_column, mode, row_numbers)
+    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
+    with _with_index_bands(band_rows, index, kw) as band_rows:
+        edges = (
+            band_rows.group_by("band", "bhash")
+            .agg(members=(ROW, "list"), n=(ROW, "count"))
+            .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
+            .deduplicate("u", "v")
+            .materialize(**kw)
+        )
     candidates = edges.count(**kw)
     in_memory = candidates <= limit
     info: dict[str, Any] = {"candidate_edges": candidates, "in_memory": in_memory, "in_memory_limit": limit}
     info["cluster_rule"] = config.clusters
+    if index is not None:
+        info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
     logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
     node_info: pa.Table | None = None
     labels_ds: Dataset | None = None
@@ -559,33 +691,33 @@ def fuzzy_dedup_dataset(
         pairs = edges.to_arrow(**kw)
         if pairs.num_rows:
             node_info = _graph_in_driver(
-                rows, pairs, config, text_column, id_column, priority_column, kw, info
+                rows, pairs, config, text_column, id_column, priority_column, kw, info, index
             )
         else:
             info["verified_edges"] = 0
     else:
-        verified = edges
+        parts = [edges]
         if config.verify:
-            texts = rows.select(ROW, text_column)
-            # materialized between the joins: the second join's partitions are then sized from the real bytes
-            # of (pair, text) rows, one text per pair, not from the pair files' few bytes
-            with_u = edges.join(
-                texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u"),
-                on="u",
-            ).materialize(**kw)
-            verified = with_u.join(
-                texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"),
-                on="v",
-            ).map_batches(_VerifyEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify")
-        verified = verified.materialize(**kw)
-        count = verified.count(**kw)
+            parts = _verify_on_engine(rows, edges, config, text_column, index, kw)
+        parts = [part.materialize(**kw) for part in parts]
+        count = sum(part.count(**kw) for part in parts)
         info["verified_edges"] = count
         graph_limit = _memory_budget_bytes(kw) // _GRAPH_BYTES_PER_EDGE
         if 0 < count <= graph_limit:
+            verified_pairs = pa.concat_tables(
+                [t for t in (part.to_arrow(**kw) for part in parts) if t.num_rows], promote_options="default"
+            )
             node_info = _graph_in_driver(
-                rows, verified.to_arrow(**kw), config, text_column, id_column, priority_column, kw, info
+                rows, verified_pairs, config, text_column, id_column, priority_column, kw, info, index
             )
         elif count:
+            if index is not None:
+                raise ZephyrError(
+                    f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
+                    f"of the memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
+                    "--memory-budget, or dedup the input in parts"
+                )
+            (verified,) = parts
             if config.clusters != "components":
                 raise ZephyrError(
                     f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
@@ -603,6 +735,104 @@ def fuzzy_dedup_dataset(
         )
     attach = _Attach(node_info, id_column)
     return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")
+
+
+@contextlib.contextmanager
+def _with_index_bands(band_rows: Dataset, index: IndexInfo | None, kw: dict[str, Any]) -> Iterator[Dataset]:
+    """``band_rows`` plus the index's band rows: the new rows' are written to a scratch folder first, so that
+    one Parquet read of both (same schema) feeds the bucket shuffle. The scratch goes when the block ends."""
+    if index is None or not index.docs:
+        yield band_rows
+        return
+    import zephyr
+
+    scratch = tempfile.mkdtemp(prefix="zephyr-dedup-bands-")
+    try:
+        new = band_rows.write_parquet(scratch, **kw).files
+        yield zephyr.read_parquet([*new, *index.band_files()])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _VerifyIndexedEdges:
+    """Keeps the (new row, indexed document) pairs whose Jaccard reaches the threshold: the row's text is
+    shingled here, the document's shingle set comes from the index."""
+
+    def __init__(self, config: FuzzyDedupConfig):
+        self.config = config
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
+        from zephyr.dedup.verify import jaccard
+
+        m, cfg = table.num_rows, self.config
+        own = unique_sets(
+            shingle_hashes(
+                table["text_u"].cast(pa.large_string()),
+                kind=cfg.shingle,
+                n=cfg.ngram,
+                normalize=cfg.normalize,
+            )
+        )
+        theirs = table["shingles_v"].combine_chunks()
+        their_offsets = np.asarray(theirs.offsets, dtype=np.int64)
+        both = Shingles(
+            hashes=np.concatenate((own.hashes, np.asarray(theirs.flatten(), dtype=np.uint64))),
+            offsets=np.concatenate((own.offsets, own.offsets[-1] + their_offsets[1:] - their_offsets[0])),
+        )
+        sims = (
+            jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True) if m else np.zeros(0)
+        )
+        keep = sims >= cfg.threshold
+        counters.increment("dedup/verified_edges", int(keep.sum()))
+        counters.increment("dedup/rejected_edges", int((~keep).sum()))
+        return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
+
+
+def _verify_on_engine(
+    rows: Dataset,
+    edges: Dataset,
+    config: FuzzyDedupConfig,
+    text_column: str,
+    index: IndexInfo | None,
+    kw: dict[str, Any],
+) -> list[Dataset]:
+    """The verified pairs, by joins on the engine: both texts onto each pair of new rows; the new row's text
+    and the indexed document's shingle set onto each pair with an indexed document (``v`` < 0)."""
+    import zephyr
+
+    texts = rows.select(ROW, text_column)
+    text_u = texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u")
+    if index is not None and index.docs:
+        between = edges.map_batches(
+            lambda t: t.filter(pc.greater_equal(t["v"], 0)), name="dedup.fuzzy.new_pairs"
+        )
+        indexed = edges.map_batches(lambda t: t.filter(pc.less(t["v"], 0)), name="dedup.fuzzy.indexed_pairs")
+    else:
+        between, indexed = edges, None
+    # materialized between the joins: the second join's partitions are then sized from the real bytes
+    # of (pair, text) rows, one text per pair, not from the pair files' few bytes
+    parts = [
+        between.join(text_u, on="u")
+        .materialize(**kw)
+        .join(
+            texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"), on="v"
+        )
+        .map_batches(_VerifyEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify")
+    ]
+    if indexed is not None:
+        sets_v = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"]).map_batches(
+            lambda t: t.rename_columns(["v", "shingles_v"]), name="dedup.fuzzy.index_sets"
+        )
+        parts.append(
+            indexed.join(text_u, on="u")
+            .materialize(**kw)
+            .join(sets_v, on="v")
+            .map_batches(
+                _VerifyIndexedEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify_indexed"
+            )
+        )
+    return parts
 
 
 def _components_on_engine(

@@ -243,8 +243,15 @@ class FuzzyDedupStage:
     ``threshold``; ``components``: transitive clusters (a chain of near-duplicates becomes one)."""
     priority_column: str | None = None
     """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
+    index: str | None = None
+    """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
+    (``zephyr.dedup.index``; its MinHash settings must equal this stage's)."""
+    update_index: bool = False
+    """Append this stage's kept rows to ``index`` (created on the first run)."""
 
     def __post_init__(self) -> None:
+        if self.update_index and not self.index:
+            raise FieldError("update_index", "update_index needs index: (the folder to add to)")
         _within("threshold", self.threshold, 0.0, 1.0, low_open=True)
         _at_least("ngram", self.ngram, 1)
         _at_least("bands", self.bands, 1)

@@ -341,17 +341,32 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
 
 
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
-    from zephyr.dedup.stages import fuzzy_dedup_dataset
+    from zephyr.dedup.index import open_index, write_generation
+    from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
 
     cfg = ctx.entry.config
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     dedup_config = cfg.build()
+    # generations this stage wrote before it was interrupted are not "earlier runs": left out, then replaced
+    index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
+    graph: dict[str, Any] = {}
     annotated = fuzzy_dedup_dataset(
         ctx.read_inputs(), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
-        priority_column=cfg.priority_column, execution=ctx.engine("candidates"),
+        priority_column=cfg.priority_column, execution=ctx.engine("candidates"), stats=graph, index=index,
+        row_numbers=cfg.update_index,
     )
-    outcome = _finish(ctx, annotated.map_batches(RemoveDuplicates("fuzzy"), name=remove), (remove,))
+    output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
+    outcome = _finish(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove), (remove,))
+    if index is not None:
+        outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
+    if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
+        entry = write_generation(
+            cfg.index, annotated, dedup_config, text_column=p.text_column, id_column=p.id_column,
+            create=open_index(cfg.index, dedup_config, missing_ok=True) is None, run=ctx.fingerprint,
+            execution=ctx.engine("index"),
+        )
+        outcome.extra["index_written"] = entry
     bands, rows = dedup_config.bands_rows()
     outcome.extra["lsh"] = {"bands": bands, "rows": rows, "threshold": dedup_config.threshold,
                             "lsh_threshold": round(dedup_config.lsh_threshold, 4)}

@@ -1,0 +1,332 @@
+"""On-disk signature index for incremental fuzzy dedup, read through the engine (never whole into RAM).
+
+Dedup corpus A once and keep its signatures; later corpora B, C, … are deduped against them (and within
+themselves), and their signatures are appended. Indexed documents are never changed by a later run: a row
+of B is removed when its true Jaccard to a kept indexed document (or to a kept row of B) reaches the
+threshold. The index also records the rows each run *removed*, tied to the row kept for them, because one
+dedup of the union links through them: a row of B near a removed row of A is checked against the row of A
+that was kept for it (the anchored rule's refinement), which LSH alone may miss. So "A, then B against the
+index" keeps exactly the rows "A ∪ B at once" keeps whenever A's rows come before B's in keep order (ids
+that grow with time, or no id column); rows that come later are never un-removed.
+
+Layout of an index directory (any fsspec URL)::
+
+    _index.json                    {"format": "zephyr.dedup.index", "version": 1, "settings": {shingle, ngram,
+                                    normalize, num_perm_resolved, seed, scheme, bands, rows}, "config",
+                                    "generations": [{"name", "docs", "kept", "run"}, ...]}
+    gen-00000/docs/part-*.parquet  key int64, anchor int64, id, bands fixed_size_list<int64>,
+                                   shingles large_list<uint64> (sorted set)
+    gen-00000/bands/part-*.parquet __dedup_row int64 (= key), band int32, bhash int64: one row per band
+    gen-00001/...                  one generation per run that wrote or updated the index
+
+``key`` is negative, unique across generations and ascending in the order documents were added
+(``(generation << 46 | shard << 30 | position) - 2**62``), so in a new run every indexed document comes
+before every new row (row numbers are ≥ 0): in LSH buckets a new row is paired with indexed documents
+first, and in keep order indexed documents rank first. The band rows have the schema of the new rows' band
+rows, so one Parquet read of both feeds the bucket shuffle. A generation is written under a temporary name
+and renamed; ``_index.json`` is replaced last, so a run that dies leaves the index as it was. A generation
+may carry the fingerprint of the run that wrote it (``run``): that run, resumed, ignores and replaces it.
+
+An index built with other shingling, permutations or banding is refused, naming the differing settings.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from zephyr.dedup.config import FuzzyDedupConfig
+
+from zephyr.errors import ConfigError, InputError
+from zephyr.tasks import write_json_atomic
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+
+__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "KEY", "IndexInfo", "open_index", "write_generation"]
+
+INDEX_FORMAT = "zephyr.dedup.index"
+INDEX_VERSION = 1
+KEY = "key"
+_CHECKED = ("shingle", "ngram", "normalize", "num_perm_resolved", "seed", "scheme", "bands", "rows")
+_GEN_BITS, _SHARD_BITS = 46, 30
+_KEY_BASE = 1 << 62
+_ROW_SHIFT = 40  # Dataset.with_row_index: shard << 40 | position
+_BAND_ROW = "__dedup_row"  # zephyr.dedup.stages.ROW: the row number in band rows and row-numbered outputs
+_KEEPER = "__dedup_keeper"  # zephyr.dedup.stages.KEEPER: the row number (or index key) of the kept row
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    """An opened index: where it is and the generations this run reads."""
+
+    path: str
+    meta: dict[str, Any]
+    generations: tuple[dict[str, Any], ...]
+
+    @property
+    def docs(self) -> int:
+        return sum(g["docs"] for g in self.generations)
+
+    def _files(self, part: str) -> list[str]:
+        fs, root = fsspec.core.url_to_fs(self.path)
+        out: list[str] = []
+        for gen in self.generations:
+            if gen["docs"]:
+                out += sorted(fs.glob(f"{root}/{gen['name']}/{part}/part-*.parquet"))
+        return [fs.unstrip_protocol(f) for f in out] if "://" in self.path else out
+
+    def doc_files(self) -> list[str]:
+        """Parquet parts of (key, id, bands, shingles), one row per indexed document."""
+        return self._files("docs")
+
+    def band_files(self) -> list[str]:
+        """Parquet parts of (__dedup_row = key, band, bhash), one row per indexed document and band."""
+        return self._files("bands")
+
+    def node_sets(self, keys: pa.Array, execution: dict[str, Any]) -> pa.Table:
+        """(key, anchor, id, shingles) of the indexed documents whose key is in ``keys``: one filtered pass."""
+        import zephyr
+
+        if not self.docs or len(keys) == 0:
+            return pa.table({KEY: pa.array([], pa.int64())})
+        return (
+            zephyr.read_parquet(self.doc_files(), columns=[KEY, "anchor", "id", "shingles"])
+            .map_batches(lambda t: t.filter(pc.is_in(t[KEY], value_set=keys)), name="dedup.index.node_sets")
+            .to_arrow(**execution)
+        )
+
+
+def _settings(config: FuzzyDedupConfig) -> dict[str, Any]:
+    b, r = config.bands_rows()
+    return {
+        "shingle": config.shingle,
+        "ngram": config.ngram,
+        "normalize": config.normalize,
+        "num_perm_resolved": config.num_perm_resolved,
+        "seed": config.seed,
+        "scheme": config.scheme,
+        "bands": b,
+        "rows": r,
+    }
+
+
+def open_index(
+    path: str, config: FuzzyDedupConfig, *, missing_ok: bool = False, run: str | None = None
+) -> IndexInfo | None:
+    """The index at ``path`` if its signatures match ``config``'s (else a ConfigError naming each
+    difference); None when there is none and ``missing_ok``. Generations written by ``run`` are left out."""
+    fs, root = fsspec.core.url_to_fs(path)
+    try:
+        meta = json.loads(fs.cat_file(f"{root}/_index.json"))
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise InputError(
+            f"no signature index at {path} (no _index.json); create one with --write-index {path}", path=path
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"signature index metadata is not JSON: {exc}", path=f"{path}/_index.json") from exc
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != INDEX_FORMAT
+        or meta.get("version") != INDEX_VERSION
+    ):
+        got = (
+            (meta.get("format"), meta.get("version"))
+            if isinstance(meta, dict)
+            else (type(meta).__name__, None)
+        )
+        raise InputError(
+            f"not a zephyr signature index (format {got[0]!r} version {got[1]!r}; "
+            f"expected {INDEX_FORMAT!r} version {INDEX_VERSION})",
+            path=f"{path}/_index.json",
+        )
+    built, wanted = meta["settings"], _settings(config)
+    differ = [
+        f"{k} {built.get(k)!r} (this run: {wanted[k]!r})" for k in _CHECKED if built.get(k) != wanted[k]
+    ]
+    if differ:
+        raise ConfigError(
+            f"the signature index at {path} was built with other MinHash settings: {', '.join(differ)}; "
+            "run with the index's settings, or start a new index"
+        )
+    gens = tuple(g for g in meta["generations"] if run is None or g.get("run") != run)
+    return IndexInfo(path, meta, gens)
+
+
+class _IndexRows:
+    """(key, anchor, id, bands, shingles) of one generation's rows. From a dedup output with row numbers
+    (``fuzzy_dedup_dataset(row_numbers=True)``) every row is recorded, the removed ones with the key of the
+    row kept for them: later runs link through them as one dedup of the union would. Any other dataset is
+    recorded as all kept. Rows without text or shingles are left out (no band hash: nothing can match them).
+    """
+
+    def __init__(self, config: FuzzyDedupConfig, text_column: str, id_column: str | None, generation: int):
+        self.config, self.text_column, self.id_column, self.generation = (
+            config,
+            text_column,
+            id_column,
+            generation,
+        )
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.fuzzy import compute_signatures
+        from zephyr.dedup.shingles import unique_sets
+
+        if self.text_column not in table.column_names:  # an empty output file without columns
+            return _empty_docs(self.config)
+        table = table.filter(pc.is_valid(table[self.text_column]))
+        shingles, bands = compute_signatures(table[self.text_column], self.config)
+        if _BAND_ROW in table.column_names:
+            key = self._keys(np.asarray(table[_BAND_ROW], dtype=np.int64))
+            anchor = self._keys(np.asarray(table[_KEEPER], dtype=np.int64))
+        else:
+            key = anchor = self._keys(np.asarray(table["__index_row"], dtype=np.int64))
+        # without an id column an indexed document is named by its key (unique, stable across runs)
+        ids = table[self.id_column] if self.id_column is not None else pa.array(key)
+        sets = unique_sets(shingles)
+        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+        flat = pa.array(np.ascontiguousarray(bands).reshape(-1).view(np.int64))
+        out = pa.table(
+            {
+                KEY: pa.array(key, pa.int64()),
+                "anchor": pa.array(anchor, pa.int64()),
+                "id": ids,
+                "bands": pa.FixedSizeListArray.from_arrays(flat, bands.shape[1]),
+                "shingles": lists,
+            }
+        )
+        return out.filter(pa.array(shingles.counts > 0))
+
+    def _keys(self, rows: np.ndarray) -> np.ndarray:
+        """Index keys of row numbers (``shard << 40 | position``); negative numbers are keys already."""
+        new = rows >= 0
+        shard, position = rows[new] >> _ROW_SHIFT, rows[new] & ((1 << _ROW_SHIFT) - 1)
+        if new.any() and (
+            shard.max() >= 1 << (_GEN_BITS - _SHARD_BITS) or position.max() >= 1 << _SHARD_BITS
+        ):
+            raise ConfigError(
+                "an index generation holds at most 2^16 shards of 2^30 rows; index the output in parts"
+            )
+        keys = rows.copy()
+        keys[new] = ((self.generation << _GEN_BITS) | (shard << _SHARD_BITS) | position) - _KEY_BASE
+        return keys
+
+
+def _empty_docs(config: FuzzyDedupConfig) -> pa.Table:
+    b, _ = config.bands_rows()
+    return pa.table(
+        {
+            KEY: pa.array([], pa.int64()),
+            "anchor": pa.array([], pa.int64()),
+            "id": pa.array([], pa.int64()),
+            "bands": pa.array([], pa.list_(pa.int64(), b)),
+            "shingles": pa.array([], pa.large_list(pa.uint64())),
+        }
+    )
+
+
+def _explode_bands(table: pa.Table) -> pa.Table:
+    """(key, bands) → one (__dedup_row, band, bhash) row per document and band."""
+    bands = table["bands"].combine_chunks()
+    width = bands.type.list_size
+    n = table.num_rows
+    return pa.table(
+        {
+            _BAND_ROW: pa.array(np.repeat(np.asarray(table[KEY], dtype=np.int64), width)),
+            "band": pa.array(np.tile(np.arange(width, dtype=np.int32), n)),
+            "bhash": bands.flatten().cast(pa.int64()),
+        }
+    )
+
+
+def write_generation(
+    path: str,
+    kept: Dataset,
+    config: FuzzyDedupConfig,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    create: bool,
+    run: str | None = None,
+    execution: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Append the signatures of ``kept`` (rows whose ``dup_keep`` is false are skipped) to the index at
+    ``path`` as a new generation; ``create`` starts the index (refused if one exists there; an index
+    never grows by accident), else it must exist. ``run`` tags the generation: a generation with the same
+    tag (left by this run before it was interrupted) is replaced. Returns the generation's entry."""
+    import zephyr
+
+    fs, root = fsspec.core.url_to_fs(path)
+    info = open_index(path, config, missing_ok=True)
+    if create and info is not None:
+        raise ConfigError(
+            f"a signature index already exists at {path}; add to it with --index {path} --update-index"
+        )
+    if not create and info is None:
+        raise ConfigError(f"no signature index at {path} to update; create one with --write-index {path}")
+    meta = (
+        info.meta
+        if info is not None
+        else {
+            "format": INDEX_FORMAT,
+            "version": INDEX_VERSION,
+            "settings": _settings(config),
+            "config": config.to_dict(),
+            "generations": [],
+        }
+    )
+    earlier = [g for g in meta["generations"] if run is None or g.get("run") != run]
+    generation = 1 + max((int(g["name"].split("-")[1]) for g in meta["generations"]), default=-1)
+    name = f"gen-{generation:05d}"
+    scratch = f"{root}/{name}.tmp-{uuid.uuid4().hex[:8]}"
+    url = (lambda p: fs.unstrip_protocol(p)) if "://" in path else (lambda p: p)
+    execution = dict(execution or {})
+    docs = (
+        kept.with_row_index("__index_row")
+        .map_batches(_IndexRows(config, text_column, id_column, generation), name="dedup.index.docs")
+        .write_parquet(url(f"{scratch}/docs"), **execution)
+    )
+    count = sum(_parquet_rows(fs, f) for f in docs.files)
+    kept = _kept_docs(docs.files, execution) if docs.files else 0
+    if docs.files:
+        zephyr.read_parquet(docs.files, columns=[KEY, "bands"]).map_batches(
+            _explode_bands, name="dedup.index.bands"
+        ).write_parquet(url(f"{scratch}/bands"), **execution)
+    final = f"{root}/{name}"
+    if fs.exists(final):  # left by a run that died before it updated _index.json
+        fs.rm(final, recursive=True)
+    if fs.exists(scratch):
+        fs.mv(scratch, final, recursive=True)
+    entry: dict[str, Any] = {"name": name, "docs": count, "kept": kept}
+    if run is not None:
+        entry["run"] = run
+    meta = {**meta, "generations": [*earlier, entry]}
+    fs.makedirs(root, exist_ok=True)
+    write_json_atomic(url(f"{root}/_index.json"), meta)
+    return entry
+
+
+def _kept_docs(files: list[str], execution: dict[str, Any]) -> int:
+    import zephyr
+
+    counts = (
+        zephyr.read_parquet(files, columns=[KEY, "anchor"])
+        .map_batches(lambda t: pa.table({"kept": [pc.sum(pc.equal(t[KEY], t["anchor"])).as_py() or 0]}))
+        .to_arrow(**execution)
+    )
+    return int(pc.sum(counts["kept"]).as_py() or 0) if counts.num_rows else 0
+
+
+def _parquet_rows(fs: fsspec.AbstractFileSystem, path: str) -> int:
+    import pyarrow.parquet as pq
+
+    with fs.open(fs._strip_protocol(path), "rb") as f:
+        return pq.ParquetFile(f).metadata.num_rows
