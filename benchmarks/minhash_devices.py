@@ -57,9 +57,9 @@ def main() -> int:
     for scheme in ("affine64", "mersenne61"):
         perms = make_permutations(args.num_perm, seed=1, scheme=scheme)
         signatures(first, perms)  # load the kernel
-        cpu_s, ref = _best_of(args.repeat, lambda: signatures(shingles, perms))
+        cpu_s, ref = _best_of(args.repeat, lambda perms=perms: signatures(shingles, perms))
         signatures_torch(first, perms, device=args.device)
-        torch_s, got = _best_of(args.repeat, lambda: signatures_torch(shingles, perms, device=args.device))
+        torch_s, got = _best_of(args.repeat, lambda perms=perms: signatures_torch(shingles, perms, device=args.device))
         equal = bool(np.array_equal(ref, got))
         rows.append((scheme, cpu_s, torch_s, equal))
         print(f"{scheme}: kernel {cpu_s:.3f} s, torch[{args.device}] {torch_s:.3f} s, equal {equal}", flush=True)
