@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zephyr.dedup.lsh import lsh_threshold, optimal_bands
-from zephyr.dedup.minhash import SCHEMES, SIGNATURE_DEVICES
+from zephyr.dedup.minhash import SCHEMES
 from zephyr.dedup.normalize import NORMALIZATIONS
+from zephyr.dedup.signature_device import SIGNATURE_DEVICES
 
 from zephyr.errors import ConfigError
 

@@ -42,8 +42,9 @@ from zephyr.dedup.clusters import (
 from zephyr.dedup.components import connected_components
 from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.dedup.lsh import candidate_edges, unique_edges
-from zephyr.dedup.minhash import band_hashes, make_permutations, signatures_on
+from zephyr.dedup.minhash import band_hashes, make_permutations
 from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
+from zephyr.dedup.signature_device import signatures_on
 from zephyr.dedup.verify import jaccard
 
 from zephyr.errors import ConfigError, InputError, ResumeError

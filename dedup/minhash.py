@@ -23,10 +23,6 @@ a signature index so that a later corpus is hashed the same way.
 
 from __future__ import annotations
 
-import functools
-import glob
-import importlib.util
-import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,15 +40,11 @@ __all__ = [
     "Permutations",
     "make_permutations",
     "signatures",
-    "signatures_on",
-    "resolve_signature_device",
-    "SIGNATURE_DEVICES",
     "band_hashes",
 ]
 
 Scheme = Literal["affine64", "mersenne61"]
 SCHEMES: tuple[str, ...] = ("affine64", "mersenne61")
-SIGNATURE_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "xpu", "torch-cpu")
 """Where MinHash signatures are computed; every choice gives the same integers (tested)."""
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MERSENNE61 = np.uint64((1 << 61) - 1)
@@ -147,55 +139,6 @@ def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
         out[docs[i:j]] = res
         i = j
     return out
-
-
-def signatures_on(shingles: Shingles, perms: Permutations, device: str = "auto") -> np.ndarray:
-    """``signatures`` on ``device`` (see ``resolve_signature_device``); the same integers everywhere."""
-    target = resolve_signature_device(device)
-    if target == "cpu":
-        return signatures(shingles, perms)
-    from zephyr.dedup.minhash_torch import signatures_torch
-
-    return signatures_torch(shingles, perms, device="cpu" if target == "torch-cpu" else target)
-
-
-@functools.cache
-def resolve_signature_device(device: str) -> str:
-    """``auto``: CUDA or XPU when torch sees one, else ``cpu`` (the numba kernels, numpy without numba);
-    ``cuda``/``xpu``: torch on that device, refused by name when there is none; ``torch-cpu``: the torch
-    path on CPU (what accelerators run, checkable anywhere).
-
-    ``auto`` imports torch only where an accelerator's device files exist: importing it costs ~1.5 s and
-    ~300 MB in every worker, for nothing on a CPU-only machine.
-    """
-    if device not in SIGNATURE_DEVICES:
-        raise ConfigError(f"signature device must be one of {', '.join(SIGNATURE_DEVICES)}, got {device!r}")
-    if device in ("cpu", "torch-cpu"):
-        return device
-    if device == "auto":
-        if importlib.util.find_spec("torch") is None or not _accelerator_files():
-            return "cpu"
-        import torch
-
-        for kind in ("cuda", "xpu"):
-            backend = getattr(torch, kind, None)
-            if backend is not None and backend.is_available():
-                return kind
-        return "cpu"
-    try:
-        import torch
-    except ImportError as exc:
-        raise ConfigError(f"signature device {device!r} needs torch (pip install torch)") from exc
-    backend = getattr(torch, device, None)
-    if backend is None or not backend.is_available():
-        raise ConfigError(f"signature device {device!r}: torch {torch.__version__} sees no {device} device here")
-    return device
-
-
-def _accelerator_files() -> bool:
-    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")) or bool(
-        glob.glob("/dev/dri/renderD*")
-    )
 
 
 def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup, minhash_torch
-from zephyr.dedup.minhash import make_permutations, resolve_signature_device, signatures, signatures_on
+from zephyr.dedup.minhash import make_permutations, signatures
 from zephyr.dedup.shingles import Shingles, shingle_hashes
+from zephyr.dedup.signature_device import resolve_signature_device, signatures_on
 
 from zephyr.errors import ConfigError
 
