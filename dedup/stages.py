@@ -472,10 +472,15 @@ class _VerifyEdges:
         texts = pa.chunked_array(table["text_u"].chunks + table["text_v"].chunks).cast(pa.large_string())
         s = shingle_hashes(texts, kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
         sims = jaccard(s, np.stack((np.arange(m), np.arange(m) + m), axis=1)) if m else np.zeros(0)
-        keep = sims >= cfg.threshold
-        counters.increment("dedup/verified_edges", int(keep.sum()))
-        counters.increment("dedup/rejected_edges", int((~keep).sum()))
-        return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
+        return _similar_pairs(table, sims, cfg.threshold)
+
+
+def _similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
+    """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
+    keep = sims >= threshold
+    counters.increment("dedup/verified_edges", int(keep.sum()))
+    counters.increment("dedup/rejected_edges", int((~keep).sum()))
+    return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
 
 
 def _graph_in_driver(
@@ -783,10 +788,7 @@ class _VerifyIndexedEdges:
         sims = (
             jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True) if m else np.zeros(0)
         )
-        keep = sims >= cfg.threshold
-        counters.increment("dedup/verified_edges", int(keep.sum()))
-        counters.increment("dedup/rejected_edges", int((~keep).sum()))
-        return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
+        return _similar_pairs(table, sims, cfg.threshold)
 
 
 def _verify_on_engine(
