@@ -101,7 +101,6 @@ class _Finish:
         self.row_numbers = row_numbers
 
     def __call__(self, table: pa.Table) -> Any:
-        from zephyr.ops import BatchOutput
 
         if not _has(table, self.text_column, "text"):
             return table
@@ -125,9 +124,6 @@ class _Finish:
         table = table.drop_columns(
             [c for c in (*_HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
         )
-        if self.mode == "remove":
-            kept = table.filter(keep)
-            return BatchOutput(kept=kept, dropped={"duplicate": duplicates}) if duplicates else kept
         table = (
             table.append_column("dup_cluster", cluster)
             .append_column("dup_cluster_size", size)
@@ -135,7 +131,7 @@ class _Finish:
         )
         for name, column in numbers.items():
             table = table.append_column(name, column)
-        return table
+        return StripRowNumbers("remove")(table) if self.mode == "remove" else table
 
 
 class StripRowNumbers:
