@@ -124,7 +124,9 @@ def anchored_clusters(
     return _most_similar_anchor(anchor, edges, similarity), edges, stats
 
 
-def _most_similar_anchor(anchor: np.ndarray, edges: np.ndarray, similarity: np.ndarray, rounds: int = 3) -> np.ndarray:
+def _most_similar_anchor(
+    anchor: np.ndarray, edges: np.ndarray, similarity: np.ndarray, rounds: int = 3
+) -> np.ndarray:
     """Relabel each removed node with one of the earlier kept nodes it has a verified edge to: the one whose
     cluster holds most of its verified neighbours, then the most similar, then the earliest. Repeated a few
     times, since moving one node changes its neighbours' counts (stops when nothing moves)."""

@@ -79,7 +79,9 @@ def _exact(args: argparse.Namespace) -> int:
     opts = execution_options(args)
     if args.level == "document":
         # one pool for the hash pass and the final pass; workers load the normalization kernels at start
-        preload = ("zephyr.dedup.compiled:warm_up",) if compiled.available() and args.normalize != "none" else ()
+        preload = (
+            ("zephyr.dedup.compiled:warm_up",) if compiled.available() and args.normalize != "none" else ()
+        )
         with reuse_workers(_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
     out = paragraph_dedup_dataset(
@@ -126,8 +128,22 @@ def _kwargs(opts: Any) -> dict[str, Any]:
 def _fuzzy_config(args: argparse.Namespace):
     from zephyr.dedup.config import FuzzyDedupConfig
 
-    overrides: dict[str, Any] = {"threshold": args.threshold, "verify": not args.no_verify, "clusters": args.clusters}
-    tunables = ("ngram", "bands", "rows", "num_perm", "shingle", "normalize", "seed", "bucket_links", "signature_device")
+    overrides: dict[str, Any] = {
+        "threshold": args.threshold,
+        "verify": not args.no_verify,
+        "clusters": args.clusters,
+    }
+    tunables = (
+        "ngram",
+        "bands",
+        "rows",
+        "num_perm",
+        "shingle",
+        "normalize",
+        "seed",
+        "bucket_links",
+        "signature_device",
+    )
     for name in tunables:
         value = getattr(args, name)
         if value is not None:
@@ -160,7 +176,9 @@ def _index_args(args: argparse.Namespace, config: Any) -> Any:
     if args.update_index and args.index is None:
         raise ConfigError("--update-index needs --index DIR (the index to add to)")
     if args.index is not None and args.write_index is not None:
-        raise ConfigError("--write-index starts a new index; to add to --index DIR, pass --update-index instead")
+        raise ConfigError(
+            "--write-index starts a new index; to add to --index DIR, pass --update-index instead"
+        )
     if args.write_index is not None and open_index(args.write_index, config, missing_ok=True) is not None:
         raise ConfigError(
             f"a signature index already exists at {args.write_index}; "
@@ -185,7 +203,10 @@ def _write_index(args: argparse.Namespace, config: Any, annotated: Any, executio
         execution=execution,
     )
     logger.info(
-        "fuzzy dedup: %d documents (%d kept) added to the signature index %s", entry["docs"], entry["kept"], target
+        "fuzzy dedup: %d documents (%d kept) added to the signature index %s",
+        entry["docs"],
+        entry["kept"],
+        target,
     )
     return {"path": target, **entry}
 

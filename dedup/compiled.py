@@ -46,7 +46,17 @@ __all__ = [
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only; the numpy twins keep working where it is missing.
 _NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
-_KERNELS = ("_multibyte_space", "_tokens", "_collapse", "_word_shingles", "_char_shingles", "_minhash", "_sorted_sets", "_intersections", "_greedy_anchors")
+_KERNELS = (
+    "_multibyte_space",
+    "_tokens",
+    "_collapse",
+    "_word_shingles",
+    "_char_shingles",
+    "_minhash",
+    "_sorted_sets",
+    "_intersections",
+    "_greedy_anchors",
+)
 _jit_lock = threading.Lock()
 _jitted = False
 
@@ -339,7 +349,9 @@ def _minhash(hashes, offsets, a, b, mersenne, out):
             out[d, q] = best
 
 
-def minhash(hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, mersenne: bool) -> np.ndarray:
+def minhash(
+    hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, mersenne: bool
+) -> np.ndarray:
     """``(num_docs, len(a))`` signatures; documents without shingles keep the all-``UINT64_MAX`` row."""
     _jit_all()
     out = np.full((len(offsets) - 1, len(a)), _MAX, dtype=np.uint64)
@@ -408,9 +420,7 @@ def _intersections(hashes, offsets, u, v):
 def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``|set(u_e) ∩ set(v_e)|`` per edge, on sets from ``sorted_sets`` (``offsets`` = its cumulative counts)."""
     _jit_all()
-    return _intersections(
-        _ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64)
-    )
+    return _intersections(_ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64))
 
 
 def _greedy_anchors(offsets, earlier):

@@ -253,7 +253,9 @@ def fuzzy_dedup(
     timings["verify_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
     verified_sims = sims[sims >= config.threshold] if sims is not None else None
-    labels, graph = cluster_labels(n_index + n, verified, verified_sims, config, measure if config.verify else None)
+    labels, graph = cluster_labels(
+        n_index + n, verified, verified_sims, config, measure if config.verify else None
+    )
     timings["clusters_s"] = time.perf_counter() - t3
     labels_all = labels[node_of_pos[n_index:]]  # per row of this table, in node space
     matched_index = members & (labels_all < n_index)
@@ -263,7 +265,11 @@ def fuzzy_dedup(
         keep &= ~matched_index
         node_sizes = np.bincount(labels[np.concatenate((np.ones(n_index, dtype=bool), members))[pos_of_node]])
         size = pa.array(
-            np.where(matched_index, node_sizes[np.where(matched_index, labels_all, 0)], np.asarray(size.fill_null(0))),
+            np.where(
+                matched_index,
+                node_sizes[np.where(matched_index, labels_all, 0)],
+                np.asarray(size.fill_null(0)),
+            ),
             mask=~members,
             type=pa.int64(),
         )

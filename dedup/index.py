@@ -41,6 +41,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.dedup.columns import KEEPER, ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
@@ -58,8 +59,6 @@ _CHECKED = ("shingle", "ngram", "normalize", "num_perm_resolved", "seed", "schem
 _GEN_BITS, _SHARD_BITS = 46, 30
 _KEY_BASE = 1 << 62
 _ROW_SHIFT = 40  # Dataset.with_row_index: shard << 40 | position
-_BAND_ROW = "__dedup_row"  # zephyr.dedup.stages.ROW: the row number in band rows and row-numbered outputs
-_KEEPER = "__dedup_keeper"  # zephyr.dedup.stages.KEEPER: the row number (or index key) of the kept row
 
 
 @dataclass(frozen=True)
@@ -184,9 +183,9 @@ class _IndexRows:
             return _empty_docs(self.config)
         table = table.filter(pc.is_valid(table[self.text_column]))
         shingles, bands = compute_signatures(table[self.text_column], self.config)
-        if _BAND_ROW in table.column_names:
-            key = self._keys(np.asarray(table[_BAND_ROW], dtype=np.int64))
-            anchor = self._keys(np.asarray(table[_KEEPER], dtype=np.int64))
+        if ROW in table.column_names:
+            key = self._keys(np.asarray(table[ROW], dtype=np.int64))
+            anchor = self._keys(np.asarray(table[KEEPER], dtype=np.int64))
         else:
             key = anchor = self._keys(np.asarray(table["__index_row"], dtype=np.int64))
         # without an id column an indexed document is named by its key (unique, stable across runs)
@@ -240,7 +239,7 @@ def _explode_bands(table: pa.Table) -> pa.Table:
     n = table.num_rows
     return pa.table(
         {
-            _BAND_ROW: pa.array(np.repeat(np.asarray(table[KEY], dtype=np.int64), width)),
+            ROW: pa.array(np.repeat(np.asarray(table[KEY], dtype=np.int64), width)),
             "band": pa.array(np.tile(np.arange(width, dtype=np.int32), n)),
             "bhash": bands.flatten().cast(pa.int64()),
         }

@@ -106,7 +106,9 @@ def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
     broadcast inner loop is not vectorized as well, and the 2-D block falls out of cache).
     """
     if compiled.available():
-        return compiled.minhash(shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61")
+        return compiled.minhash(
+            shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61"
+        )
     num_docs = len(shingles)
     k = len(perms)
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)

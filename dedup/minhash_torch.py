@@ -84,7 +84,9 @@ def signatures_torch(
             n = torch.from_numpy(counts[block]).to(device).view(-1, 1)
             inside = span < n
             index = torch.where(inside, first + span, first)  # padding repeats the first shingle
-            v = torch.addcmul(b, values[index].unsqueeze(2), a)  # (docs, length, k); wraps mod 2⁶⁴ like uint64
+            v = torch.addcmul(
+                b, values[index].unsqueeze(2), a
+            )  # (docs, length, k); wraps mod 2⁶⁴ like uint64
             if not affine:
                 high = (v >> 61).bitwise_and_(0x7)
                 v.bitwise_and_(_MERSENNE61).add_(high)

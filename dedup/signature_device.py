@@ -62,7 +62,9 @@ def resolve_signature_device(device: str) -> str:
         raise ConfigError(f"signature device {device!r} needs torch (pip install torch)") from exc
     backend = getattr(torch, device, None)
     if backend is None or not backend.is_available():
-        raise ConfigError(f"signature device {device!r}: torch {torch.__version__} sees no {device} device here")
+        raise ConfigError(
+            f"signature device {device!r}: torch {torch.__version__} sees no {device} device here"
+        )
     return device
 
 

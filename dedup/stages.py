@@ -10,11 +10,12 @@ inputs without an id column (``id_column=None``) dedup like any others, and noth
   text is never shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash →
   keepers by aggregation (``_keepers``) → a join back on the hash.
 - fuzzy: signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)``
-  → bounded candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs. When they fit
-  the driver, one filtered pass collects the endpoints' shingle sets and keys, verification and clusters
-  (``fuzzy.cluster_labels``: anchored by default) run in the driver and the result is attached by row
-  number. Larger candidate sets are verified on the engine (both texts joined onto each pair); the
-  verified graph is then clustered in the driver when it fits, else (components only) by engine rounds
+  → bounded candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs. One pass writes
+  the endpoints' shingle sets and keys (every row's, when the pairs do not fit the driver). When pairs
+  and sets fit the driver, verification and clusters (``fuzzy.cluster_labels``: anchored by default) run
+  there and the result is attached by row number. Otherwise the pairs are verified on the engine
+  (``verify_engine``: sets joined onto pairs, a giant bucket's first members broadcast); the verified
+  graph is then clustered in the driver when it fits, else (components only) by engine rounds
   (``engine_components``).
 
 Columns added: ``dup_cluster`` (the id of the cluster's kept row; its row number without an id column),
@@ -28,17 +29,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup.clusters import keep_ranks
+from zephyr.dedup.columns import CLUSTER, H0, H1, HELPERS, KEEP, KEEPER, ROW, SIZE
 from zephyr.dedup.config import MODES, ExactDedupConfig, FuzzyDedupConfig
 from zephyr.dedup.lsh import BUCKET_LINKS
+from zephyr.dedup.verify_engine import RowsIn, WithSim, shingles_of, verify_on_engine
 
 from zephyr import counters
 from zephyr.errors import ConfigError, InputError, SchemaError, ZephyrError
@@ -53,12 +55,8 @@ __all__ = ["exact_dedup_dataset", "fuzzy_dedup_dataset", "paragraph_dedup_datase
 
 logger = logging.getLogger(__name__)
 
-ROW = "__dedup_row"
-H0, H1 = "__dedup_h0", "__dedup_h1"
-CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
-_HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
-_VERIFY_BATCH_ROWS = 2048
-"""Pairs verified per batch on the engine path: two texts each, shingled (about 10× the text bytes)."""
+_DRIVER_SET_SHARE = 8
+"""The driver verifies candidate pairs itself only when the endpoints' shingle sets fit budget / this."""
 _GRAPH_BYTES_PER_EDGE = 48
 """Driver bytes per verified edge when the graph is clustered in memory (pairs, similarity, sort scratch)."""
 
@@ -122,7 +120,7 @@ class _Finish:
         if self.row_numbers:
             numbers = {ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])}
         table = table.drop_columns(
-            [c for c in (*_HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
+            [c for c in (*HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
         )
         table = (
             table.append_column("dup_cluster", cluster)
@@ -420,11 +418,12 @@ class _BucketEdges:
 
 
 class _NodeSets:
-    """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes``."""
+    """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes`` (every row when
+    ``nodes`` is None). Counts the sets' bytes (``dedup/set_bytes``): what holding them in the driver costs."""
 
     def __init__(
         self,
-        nodes: pa.Array,
+        nodes: pa.Array | None,
         config: FuzzyDedupConfig,
         text_column: str,
         id_column: str | None,
@@ -438,12 +437,13 @@ class _NodeSets:
 
         if not (_has(table, self.text_column, "text") and _has(table, self.id_column, "id")):
             return pa.table({ROW: pa.array([], pa.int64())})
-        wanted = table.filter(pc.is_in(table[ROW], value_set=self.nodes))
+        wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
         cfg = self.config
         sets = unique_sets(
             shingle_hashes(wanted[self.text_column], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
         )
         lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+        counters.increment("dedup/set_bytes", lists.nbytes)
         return pa.table(
             {
                 ROW: wanted[ROW],
@@ -453,37 +453,10 @@ class _NodeSets:
         )
 
 
-class _VerifyEdges:
-    """Keeps the pairs whose two texts reach the Jaccard threshold, with their similarity."""
-
-    def __init__(self, config: FuzzyDedupConfig):
-        self.config = config
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.dedup.shingles import shingle_hashes
-        from zephyr.dedup.verify import jaccard
-
-        m = table.num_rows
-        cfg = self.config
-        texts = pa.chunked_array(table["text_u"].chunks + table["text_v"].chunks).cast(pa.large_string())
-        s = shingle_hashes(texts, kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
-        sims = jaccard(s, np.stack((np.arange(m), np.arange(m) + m), axis=1)) if m else np.zeros(0)
-        return _similar_pairs(table, sims, cfg.threshold)
-
-
-def _similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
-    """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
-    keep = sims >= threshold
-    counters.increment("dedup/verified_edges", int(keep.sum()))
-    counters.increment("dedup/rejected_edges", int((~keep).sum()))
-    return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
-
-
 def _graph_in_driver(
-    rows: Dataset,
+    collect_sets: Callable[[pa.Array], pa.Table],
     pairs: pa.Table,
     config: FuzzyDedupConfig,
-    text_column: str,
     id_column: str | None,
     priority_column: str | None,
     kw: dict[str, Any],
@@ -491,17 +464,14 @@ def _graph_in_driver(
     index: IndexInfo | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
-    the node info of the rows in clusters of 2 or more. One filtered pass collects the endpoints' sets
-    (and one over the index's docs, for indexed endpoints)."""
+    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``_NodeSets`` rows of
+    the endpoints (one filtered pass); the index's docs give those of indexed endpoints."""
     from zephyr.dedup.fuzzy import cluster_labels
-    from zephyr.dedup.shingles import Shingles
     from zephyr.dedup.verify import jaccard
 
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
-    sets = rows.map_batches(
-        _NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
-    ).to_arrow(**kw)
+    sets = collect_sets(new_nodes)
     if sets.num_rows != len(new_nodes):  # the input changed between passes: never index garbage
         raise InputError(
             f"{len(new_nodes) - sets.num_rows} candidate-pair rows were not found on the second read of the input; "
@@ -530,11 +500,7 @@ def _graph_in_driver(
     )
     pos_of_node = np.empty_like(node_of_pos)
     pos_of_node[node_of_pos] = np.arange(len(node_of_pos), dtype=np.int64)
-    lists = sets["shingles"].combine_chunks()
-    shingles = Shingles(
-        hashes=np.asarray(lists.flatten(), dtype=np.uint64),
-        offsets=np.asarray(lists.offsets, dtype=np.int64) - lists.offsets[0].as_py(),
-    )
+    shingles = shingles_of(sets["shingles"])
     owners = keys[ROW].combine_chunks()
     edges = np.stack(
         [
@@ -631,10 +597,9 @@ def fuzzy_dedup_dataset(
     """MinHash-LSH dedup on the engine. Runs candidates, verification and clustering eagerly with
     ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
 
-    ``in_memory_edges``: candidate-pair count up to which verification runs in the driver (one filtered
-    pass collects only the endpoints' shingle sets); ``None`` derives it from the memory budget (64 bytes
-    per pair within a quarter of it); 0 forces verification on the engine (both texts joined onto each
-    pair). The verified graph is clustered in the driver when it fits (48 bytes per edge within the
+    ``in_memory_edges``: candidate-pair count up to which verification can run in the driver; ``None``
+    derives it from the memory budget (64 bytes per pair within a quarter of it); 0 forces verification on
+    the engine. The driver also needs the endpoints' shingle sets to fit an eighth of the budget. The verified graph is clustered in the driver when it fits (48 bytes per edge within the
     budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
     eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
 
@@ -671,61 +636,26 @@ def fuzzy_dedup_dataset(
     rows = ds.with_row_index(ROW)
     finish = _Finish(text_column, id_column, mode, row_numbers)
     band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
-    with _with_index_bands(band_rows, index, kw) as band_rows:
-        edges = (
-            band_rows.group_by("band", "bhash")
-            .agg(members=(ROW, "list"), n=(ROW, "count"))
-            .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
-            .deduplicate("u", "v")
-            .materialize(**kw)
+    with _scratch(kw) as scratch:
+        with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
+            edges = (
+                band_rows.group_by("band", "bhash")
+                .agg(members=(ROW, "list"), n=(ROW, "count"))
+                .map_batches(
+                    _BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges"
+                )
+                .deduplicate("u", "v")
+                .materialize(**kw)
+            )
+        candidates = edges.count(**kw)
+        info: dict[str, Any] = {"candidate_edges": candidates, "in_memory_limit": limit}
+        info["cluster_rule"] = config.clusters
+        if index is not None:
+            info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
+        logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
+        node_info, labels_ds = _cluster(
+            rows, edges, candidates, config, text_column, id_column, priority_column, kw, info, index, scratch
         )
-    candidates = edges.count(**kw)
-    in_memory = candidates <= limit
-    info: dict[str, Any] = {"candidate_edges": candidates, "in_memory": in_memory, "in_memory_limit": limit}
-    info["cluster_rule"] = config.clusters
-    if index is not None:
-        info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
-    logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
-    node_info: pa.Table | None = None
-    labels_ds: Dataset | None = None
-    if in_memory:
-        pairs = edges.to_arrow(**kw)
-        if pairs.num_rows:
-            node_info = _graph_in_driver(
-                rows, pairs, config, text_column, id_column, priority_column, kw, info, index
-            )
-        else:
-            info["verified_edges"] = 0
-    else:
-        parts = [edges]
-        if config.verify:
-            parts = _verify_on_engine(rows, edges, config, text_column, index, kw)
-        parts = [part.materialize(**kw) for part in parts]
-        count = sum(part.count(**kw) for part in parts)
-        info["verified_edges"] = count
-        graph_limit = _memory_budget_bytes(kw) // _GRAPH_BYTES_PER_EDGE
-        if 0 < count <= graph_limit:
-            verified_pairs = pa.concat_tables(
-                [t for t in (part.to_arrow(**kw) for part in parts) if t.num_rows], promote_options="default"
-            )
-            node_info = _graph_in_driver(
-                rows, verified_pairs, config, text_column, id_column, priority_column, kw, info, index
-            )
-        elif count:
-            if index is not None:
-                raise ZephyrError(
-                    f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
-                    f"of the memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
-                    "--memory-budget, or dedup the input in parts"
-                )
-            (verified,) = parts
-            if config.clusters != "components":
-                raise ZephyrError(
-                    f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
-                    f"memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
-                    "--memory-budget, or pass --clusters components (engine rounds, transitive clusters)"
-                )
-            labels_ds = _components_on_engine(rows, verified, id_column, priority_column, kw)
     info["rejected_edges"] = candidates - info["verified_edges"] if config.verify else 0
     if stats is not None:
         stats.update(info)
@@ -738,99 +668,128 @@ def fuzzy_dedup_dataset(
     return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")
 
 
+def _cluster(
+    rows: Dataset,
+    edges: Dataset,
+    candidates: int,
+    config: FuzzyDedupConfig,
+    text_column: str,
+    id_column: str | None,
+    priority_column: str | None,
+    kw: dict[str, Any],
+    info: dict[str, Any],
+    index: IndexInfo | None,
+    scratch: str,
+) -> tuple[pa.Table | None, Dataset | None]:
+    """Verify and cluster the candidate pairs: (node info for ``_Attach``, None) when the verified graph is
+    clustered in the driver, (None, labels) when by engine rounds.
+
+    The driver verifies when both the pairs (``in_memory_limit``) and the endpoints' shingle sets (an
+    eighth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
+    path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
+    engine (``verify_on_engine``) and only the verified graph comes to the driver."""
+    budget = _memory_budget_bytes(kw)
+    new_nodes: pa.Array | None = None
+    pairs: pa.Table | None = None
+    if candidates <= info["in_memory_limit"]:
+        pairs = edges.to_arrow(**kw)
+        if not pairs.num_rows:
+            info.update(in_memory=True, verified_edges=0)
+            return None, None
+        nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+        new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
+    written = rows.map_batches(
+        _NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
+    ).write_parquet(f"{scratch}/sets", **kw)
+    set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
+    info["set_bytes"] = set_bytes
+    import zephyr
+
+    if not written.files:  # no row has a set: nothing can pair
+        info.update(in_memory=pairs is not None, verified_edges=0)
+        return None, None
+    sets = zephyr.read_parquet(written.files)
+
+    def collect_sets(keys: pa.Array) -> pa.Table:
+        return sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_sets").to_arrow(**kw)
+
+    in_memory = pairs is not None and (not config.verify or set_bytes <= budget // _DRIVER_SET_SHARE)
+    info["in_memory"] = in_memory
+    if in_memory:
+        return _graph_in_driver(
+            collect_sets, pairs, config, id_column, priority_column, kw, info, index
+        ), None
+    if config.verify:
+        set_rows = written.stats["stages"][-1]["rows_out"]
+        parts, info["hot_rows"] = verify_on_engine(
+            edges, pairs, sets, set_rows, set_bytes, info["in_memory_limit"], budget, config, index, kw
+        )
+    else:
+        parts = [edges.map_batches(WithSim(), name="dedup.fuzzy.unverified")]
+    files = [
+        f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
+    ]
+    verified = zephyr.read_parquet(files) if files else None
+    count = verified.count(**kw) if verified is not None else 0
+    info["verified_edges"] = count
+    graph_limit = budget // _GRAPH_BYTES_PER_EDGE
+    if not count:
+        return None, None
+    if count <= graph_limit:
+        pairs = verified.to_arrow(**kw)
+        if not config.verify:
+            pairs = pairs.drop_columns(["sim"])
+        node_info = _graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
+        return node_info, None
+    if index is not None:
+        raise ZephyrError(
+            f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
+            f"of the memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            "--memory-budget, or dedup the input in parts"
+        )
+    if config.clusters != "components":
+        raise ZephyrError(
+            f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
+            f"memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            "--memory-budget, or pass --clusters components (engine rounds, transitive clusters)"
+        )
+    return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)
+
+
 @contextlib.contextmanager
-def _with_index_bands(band_rows: Dataset, index: IndexInfo | None, kw: dict[str, Any]) -> Iterator[Dataset]:
-    """``band_rows`` plus the index's band rows: the new rows' are written to a scratch folder first, so that
-    one Parquet read of both (same schema) feeds the bucket shuffle. The scratch goes when the block ends."""
+def _scratch(kw: dict[str, Any]) -> Iterator[str]:
+    """A folder for the eager phase's intermediate Parquet, removed when the block ends: under ``work_dir``
+    when one is given (remote workers see it), else a local temporary folder."""
+    import uuid
+
+    import fsspec
+
+    work_dir = kw.get("work_dir")
+    if work_dir:
+        url = f"{str(work_dir).rstrip('/')}/dedup-scratch-{uuid.uuid4().hex[:12]}"
+    else:
+        url = tempfile.mkdtemp(prefix="zephyr-dedup-")
+    try:
+        yield url
+    finally:
+        fs, path = fsspec.core.url_to_fs(url)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(path, recursive=True)
+
+
+@contextlib.contextmanager
+def _with_index_bands(
+    band_rows: Dataset, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
+) -> Iterator[Dataset]:
+    """``band_rows`` plus the index's band rows: the new rows' are written to ``scratch`` first, so that one
+    Parquet read of both (same schema) feeds the bucket shuffle."""
     if index is None or not index.docs:
         yield band_rows
         return
     import zephyr
 
-    scratch = tempfile.mkdtemp(prefix="zephyr-dedup-bands-")
-    try:
-        new = band_rows.write_parquet(scratch, **kw).files
-        yield zephyr.read_parquet([*new, *index.band_files()])
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-class _VerifyIndexedEdges:
-    """Keeps the (new row, indexed document) pairs whose Jaccard reaches the threshold: the row's text is
-    shingled here, the document's shingle set comes from the index."""
-
-    def __init__(self, config: FuzzyDedupConfig):
-        self.config = config
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
-        from zephyr.dedup.verify import jaccard
-
-        m, cfg = table.num_rows, self.config
-        own = unique_sets(
-            shingle_hashes(
-                table["text_u"].cast(pa.large_string()),
-                kind=cfg.shingle,
-                n=cfg.ngram,
-                normalize=cfg.normalize,
-            )
-        )
-        theirs = table["shingles_v"].combine_chunks()
-        their_offsets = np.asarray(theirs.offsets, dtype=np.int64)
-        both = Shingles(
-            hashes=np.concatenate((own.hashes, np.asarray(theirs.flatten(), dtype=np.uint64))),
-            offsets=np.concatenate((own.offsets, own.offsets[-1] + their_offsets[1:] - their_offsets[0])),
-        )
-        sims = (
-            jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True) if m else np.zeros(0)
-        )
-        return _similar_pairs(table, sims, cfg.threshold)
-
-
-def _verify_on_engine(
-    rows: Dataset,
-    edges: Dataset,
-    config: FuzzyDedupConfig,
-    text_column: str,
-    index: IndexInfo | None,
-    kw: dict[str, Any],
-) -> list[Dataset]:
-    """The verified pairs, by joins on the engine: both texts onto each pair of new rows; the new row's text
-    and the indexed document's shingle set onto each pair with an indexed document (``v`` < 0)."""
-    import zephyr
-
-    texts = rows.select(ROW, text_column)
-    text_u = texts.map_batches(lambda t: t.rename_columns(["u", "text_u"]), name="dedup.fuzzy.text_u")
-    if index is not None and index.docs:
-        between = edges.map_batches(
-            lambda t: t.filter(pc.greater_equal(t["v"], 0)), name="dedup.fuzzy.new_pairs"
-        )
-        indexed = edges.map_batches(lambda t: t.filter(pc.less(t["v"], 0)), name="dedup.fuzzy.indexed_pairs")
-    else:
-        between, indexed = edges, None
-    # materialized between the joins: the second join's partitions are then sized from the real bytes
-    # of (pair, text) rows, one text per pair, not from the pair files' few bytes
-    parts = [
-        between.join(text_u, on="u")
-        .materialize(**kw)
-        .join(
-            texts.map_batches(lambda t: t.rename_columns(["v", "text_v"]), name="dedup.fuzzy.text_v"), on="v"
-        )
-        .map_batches(_VerifyEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify")
-    ]
-    if indexed is not None:
-        sets_v = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"]).map_batches(
-            lambda t: t.rename_columns(["v", "shingles_v"]), name="dedup.fuzzy.index_sets"
-        )
-        parts.append(
-            indexed.join(text_u, on="u")
-            .materialize(**kw)
-            .join(sets_v, on="v")
-            .map_batches(
-                _VerifyIndexedEdges(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify_indexed"
-            )
-        )
-    return parts
+    new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+    yield zephyr.read_parquet([*new, *index.band_files()])
 
 
 def _components_on_engine(

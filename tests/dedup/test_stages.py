@@ -151,7 +151,10 @@ def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
     graph = json.loads((tmp_path / "out0" / "_dedup_stats.json").read_text())["dedup"]
     plain = fuzzy_dedup(_corpus(), FuzzyDedupConfig()).stats
     assert graph["in_memory"] is True
-    assert (graph["candidate_edges"], graph["verified_edges"]) == (plain["unique_edges"], plain["verified_edges"])
+    assert (graph["candidate_edges"], graph["verified_edges"]) == (
+        plain["unique_edges"],
+        plain["verified_edges"],
+    )
     assert graph["rejected_edges"] == graph["candidate_edges"] - graph["verified_edges"]
 
 
@@ -159,10 +162,15 @@ def test_fuzzy_stage_stats_on_external_path():
     t = _corpus()
     stats: dict = {}
     ex = {"executor": "inprocess"}
-    fuzzy_dedup_dataset(zephyr.from_arrow(t), FuzzyDedupConfig(), execution=ex, in_memory_edges=0, stats=stats)
+    fuzzy_dedup_dataset(
+        zephyr.from_arrow(t), FuzzyDedupConfig(), execution=ex, in_memory_edges=0, stats=stats
+    )
     plain = fuzzy_dedup(t, FuzzyDedupConfig()).stats
     assert stats["in_memory"] is False
-    assert (stats["candidate_edges"], stats["verified_edges"]) == (plain["unique_edges"], plain["verified_edges"])
+    assert (stats["candidate_edges"], stats["verified_edges"]) == (
+        plain["unique_edges"],
+        plain["verified_edges"],
+    )
 
 
 def test_cli_exact_none_keeps_count_distinct_like_duckdb(tmp_path):
@@ -269,7 +277,9 @@ def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
 
     monkeypatch.setattr(stages._NodeSets, "__call__", drop_first)
     with pytest.raises(InputError, match="must not change"):
-        fuzzy_dedup_dataset(zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"})
+        fuzzy_dedup_dataset(
+            zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"}
+        )
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -293,9 +303,13 @@ def test_exact_stage_falls_back_to_the_join_past_the_limit_and_both_agree_on_rep
     ex = {"executor": "inprocess"}
     want = _norm(exact_dedup(t).table)
     stats: dict = {}
-    out = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, in_memory_rows=3, stats=stats).to_arrow(**ex)
+    out = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, in_memory_rows=3, stats=stats).to_arrow(
+        **ex
+    )
     assert stats["in_memory"] is False and "limit" in stats["fallback"] and _norm(out).equals(want)
-    dup_ids = pa.concat_tables([t, t.slice(0, 1)])  # a row repeated with its id: it is a duplicate, not "the same row"
+    dup_ids = pa.concat_tables(
+        [t, t.slice(0, 1)]
+    )  # a row repeated with its id: it is a duplicate, not "the same row"
     stats = {}
     out = exact_dedup_dataset(zephyr.from_arrow(dup_ids), execution=ex, stats=stats).to_arrow(**ex)
     assert stats["in_memory"] is True
@@ -307,10 +321,44 @@ def test_exact_stage_falls_back_to_the_join_past_the_limit_and_both_agree_on_rep
 def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
     t = pa.table({"id": ["a", None, "b", "c"], "text": ["x y", "x y", "x  Y", None]})
     ex = {"executor": "inprocess"}
-    result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex).write_parquet(str(tmp_path / "out"), **ex)
+    result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex).write_parquet(
+        str(tmp_path / "out"), **ex
+    )
     out = pq.read_table(tmp_path / "out")
     assert out["id"].to_pylist() == ["a", None, "b", "c"]
     assert out["dup_keep"].to_pylist() == [True, False, False, True]
     assert out["dup_cluster"].to_pylist() == ["a", "a", "a", None]
     assert out["dup_cluster_size"].to_pylist() == [3, 3, 3, None]
     assert result.stats["rows_quarantined"] == 0
+
+
+def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
+    """One templated source (every page in the same LSH buckets): the driver path, the engine path with the
+    pairs in the driver (sets over the driver's share: semi-joins), the engine path without them
+    (in_memory_edges=0: hot rows found by a group-by) and one whose budget holds a single hot row's set
+    keep the same rows."""
+    from zephyr.dedup import verify_engine
+    from zephyr.dedup.synthetic import templated_source
+
+    table, _ = templated_source(600, seed=3)
+    cfg = FuzzyDedupConfig()
+    outs, infos = [], []
+    for budget, limit, hot_share in (
+        ("1GiB", None, 8),
+        ("1MiB", None, 8),
+        ("1GiB", 0, 8),
+        ("1MiB", None, 1 << 20),
+    ):
+        monkeypatch.setattr(verify_engine, "_HOT_SET_SHARE", hot_share)  # inprocess: the tasks see it
+        ex = {"executor": "inprocess", "memory_budget": budget}
+        info: dict = {}
+        out = fuzzy_dedup_dataset(
+            zephyr.from_arrow(table, num_shards=3), cfg, execution=ex, in_memory_edges=limit, stats=info
+        )
+        outs.append(out.to_arrow(**ex).select(["id", "dup_cluster", "dup_keep"]).sort_by("id"))
+        infos.append(info)
+    assert [i["in_memory"] for i in infos] == [True, False, False, False]
+    assert infos[1]["hot_rows"] == infos[2]["hot_rows"] > 1 and infos[3]["hot_rows"] == 1
+    assert len({i["verified_edges"] for i in infos}) == 1 and infos[0]["verified_edges"] > 0
+    assert all(out.equals(outs[0]) for out in outs)
+    assert not all(outs[0]["dup_keep"].to_pylist())
