@@ -55,7 +55,7 @@ __all__ = ["exact_dedup_dataset", "fuzzy_dedup_dataset", "paragraph_dedup_datase
 
 logger = logging.getLogger(__name__)
 
-_DRIVER_SET_SHARE = 8
+_DRIVER_SET_SHARE = 16
 """The driver verifies candidate pairs itself only when the endpoints' shingle sets fit budget / this."""
 _GRAPH_BYTES_PER_EDGE = 48
 """Driver bytes per verified edge when the graph is clustered in memory (pairs, similarity, sort scratch)."""
@@ -599,7 +599,7 @@ def fuzzy_dedup_dataset(
 
     ``in_memory_edges``: candidate-pair count up to which verification can run in the driver; ``None``
     derives it from the memory budget (64 bytes per pair within a quarter of it); 0 forces verification on
-    the engine. The driver also needs the endpoints' shingle sets to fit an eighth of the budget. The verified graph is clustered in the driver when it fits (48 bytes per edge within the
+    the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The verified graph is clustered in the driver when it fits (48 bytes per edge within the
     budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
     eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
 
@@ -685,7 +685,7 @@ def _cluster(
     clustered in the driver, (None, labels) when by engine rounds.
 
     The driver verifies when both the pairs (``in_memory_limit``) and the endpoints' shingle sets (an
-    eighth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
+    sixteenth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
     path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
     engine (``verify_on_engine``) and only the verified graph comes to the driver."""
     budget = _memory_budget_bytes(kw)

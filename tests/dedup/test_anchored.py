@@ -30,7 +30,9 @@ def test_chain_is_not_one_cluster(neighbour):
     assert anchored["dup_cluster"].to_pylist() == truth["cluster"].to_pylist()
     components = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8, clusters="components")).table
     assert set(components["dup_cluster_size"].to_pylist()) == {30}
-    engine = fuzzy_dedup_dataset(zephyr.from_arrow(table, num_shards=3), FuzzyDedupConfig(threshold=0.8), execution=INPROCESS)
+    engine = fuzzy_dedup_dataset(
+        zephyr.from_arrow(table, num_shards=3), FuzzyDedupConfig(threshold=0.8), execution=INPROCESS
+    )
     assert engine.to_arrow(**INPROCESS)["dup_cluster"].to_pylist() == truth["cluster"].to_pylist()
 
 
@@ -38,12 +40,19 @@ def test_chain_stats_report_rows_split_from_components(tmp_path):
     table, truth = chain(30, 0.88)
     pq.write_table(table, tmp_path / "in.parquet")
     out = tmp_path / "out"
-    assert main(["dedup", "fuzzy", str(tmp_path / "in.parquet"), "--output", str(out), "--executor", "inprocess"]) == 0
+    assert (
+        main(
+            ["dedup", "fuzzy", str(tmp_path / "in.parquet"), "--output", str(out), "--executor", "inprocess"]
+        )
+        == 0
+    )
     stats = json.loads((out / "_dedup_stats.json").read_text())["dedup"]
     kept = sum(1 for i, c in zip(truth["id"].to_pylist(), truth["cluster"].to_pylist()) if i == c)
     assert stats["cluster_rule"] == "anchored"
     assert stats["verified_edges"] >= 29 and stats["rejected_edges"] >= 0
-    assert stats["split_rows"] == 30 - 2  # all but the first kept row and its one duplicate leave its component
+    assert (
+        stats["split_rows"] == 30 - 2
+    )  # all but the first kept row and its one duplicate leave its component
     assert kept == 15
 
 
@@ -60,13 +69,23 @@ def test_templated_source_does_not_collapse(seed):
     bands, _ = config.bands_rows()
     assert result.stats["candidate_edges"] <= table.num_rows * bands * config.bucket_links
     components = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8, clusters="components"), mode="remove")
-    assert removal_score(components.table, truth)["precision"] >= s["precision"]  # both verified: no chain here
-    engine = fuzzy_dedup_dataset(zephyr.from_arrow(table, num_shards=4), config, mode="remove", execution=INPROCESS)
+    assert (
+        removal_score(components.table, truth)["precision"] >= s["precision"]
+    )  # both verified: no chain here
+    engine = fuzzy_dedup_dataset(
+        zephyr.from_arrow(table, num_shards=4), config, mode="remove", execution=INPROCESS
+    )
     assert sorted(engine.to_arrow(**INPROCESS)["id"].to_pylist()) == sorted(result.table["id"].to_pylist())
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 40).flatmap(lambda n: st.tuples(st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=120))))
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(
+            st.just(n), st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=120)
+        )
+    )
+)
 def test_anchor_invariants(graph):
     """Kept nodes have no edge to an earlier kept node; every removed node has an edge to its kept node,
     which is earlier; the compiled sweep equals the numpy rounds."""

@@ -87,7 +87,9 @@ def test_sets_and_jaccard_equal_numpy():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.none() | st.text(alphabet=st.sampled_from("ab c" + SPACES + NEAR), max_size=60), max_size=10))
+@given(
+    st.lists(st.none() | st.text(alphabet=st.sampled_from("ab c" + SPACES + NEAR), max_size=60), max_size=10)
+)
 def test_collapse_whitespace_equals_polars(texts):
     for typ in (pa.string(), pa.large_string()):
         arr = pa.array(texts, typ)

@@ -26,8 +26,25 @@ def test_empty_file(tmp_path, kind, command):
     else:
         path.write_bytes(b"")
     out = tmp_path / "out"
-    assert main(["dedup", *command, str(path), "--output", str(out), "--executor", "inprocess", "--mode", "remove"]) == 0
-    final = json.loads((out / "_dedup_stats.json").read_text())["stages"][-1]  # reads the input, writes the output
+    assert (
+        main(
+            [
+                "dedup",
+                *command,
+                str(path),
+                "--output",
+                str(out),
+                "--executor",
+                "inprocess",
+                "--mode",
+                "remove",
+            ]
+        )
+        == 0
+    )
+    final = json.loads((out / "_dedup_stats.json").read_text())["stages"][
+        -1
+    ]  # reads the input, writes the output
     assert final["rows_in"] == 0 and final["rows_out"] == 0
     assert not list(out.glob("part-*"))
 

@@ -100,7 +100,9 @@ def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, in_memor
         out = annotated.map_batches(StripRowNumbers("remove")).to_arrow(**INPROCESS)
         kept |= kept_texts(out)
         matched += stats.get("matched_index", 0)
-        entry = write_generation(index, annotated, CONFIG, id_column=id_column, create=k == 0, execution=INPROCESS)
+        entry = write_generation(
+            index, annotated, CONFIG, id_column=id_column, create=k == 0, execution=INPROCESS
+        )
         assert (entry["docs"], entry["kept"]) == (piece.num_rows, out.num_rows)
     assert kept == kept_texts(expected)
     assert matched > 0  # rows were removed for indexed documents, not only within a part
@@ -131,7 +133,11 @@ def test_a_later_corpus_links_through_rows_an_earlier_run_removed(tmp_path):
         first, later = _triple(seed)
         stats: dict = {}
         union = fuzzy_dedup_dataset(
-            zephyr.from_arrow(pa.concat_tables([first, later])), cfg, mode="remove", execution=INPROCESS, stats=stats
+            zephyr.from_arrow(pa.concat_tables([first, later])),
+            cfg,
+            mode="remove",
+            execution=INPROCESS,
+            stats=stats,
         )
         if stats.get("refine_verified") == 1 and union.to_arrow(**INPROCESS)["id"].to_pylist() == [0]:
             break
@@ -145,12 +151,16 @@ def test_a_later_corpus_links_through_rows_an_earlier_run_removed(tmp_path):
     out = fuzzy_dedup_dataset(
         zephyr.from_arrow(later), cfg, mode="annotate", execution=INPROCESS, index=index, stats=stats
     ).to_arrow(**INPROCESS)
-    assert out.select(["id", "dup_cluster", "dup_keep"]).to_pylist() == [{"id": 2, "dup_cluster": 0, "dup_keep": False}]
+    assert out.select(["id", "dup_cluster", "dup_keep"]).to_pylist() == [
+        {"id": 2, "dup_cluster": 0, "dup_keep": False}
+    ]
     assert stats["matched_index"] == 1 and stats["refine_verified"] == 1
     # an index of what was kept only (a plain dataset is recorded as all kept) cannot see it
     kept_only = str(tmp_path / "kept-only")
     write_generation(kept_only, zephyr.from_arrow(first.slice(0, 1)), cfg, create=True, execution=INPROCESS)
-    alone = fuzzy_dedup_dataset(zephyr.from_arrow(later), cfg, mode="remove", execution=INPROCESS, index=kept_only)
+    alone = fuzzy_dedup_dataset(
+        zephyr.from_arrow(later), cfg, mode="remove", execution=INPROCESS, index=kept_only
+    )
     assert alone.to_arrow(**INPROCESS).num_rows == 1
 
 
@@ -182,7 +192,9 @@ def test_ids_of_another_type_are_cast_or_refused(tmp_path):
     text_index = str(tmp_path / "text-index")
     write_generation(text_index, zephyr.from_arrow(as_text), CONFIG, create=True, execution=INPROCESS)
     with pytest.raises(ConfigError, match="index's ids are string.*'id' is int64"):
-        dedup(pa.concat_tables([a, as_text.slice(0, 1).set_column(0, "id", pa.array([-5]))]), index=text_index)
+        dedup(
+            pa.concat_tables([a, as_text.slice(0, 1).set_column(0, "id", pa.array([-5]))]), index=text_index
+        )
 
 
 def test_other_minhash_settings_are_refused_by_name(tmp_path):
@@ -231,10 +243,25 @@ def test_cli(tmp_path):
     pq.write_table(union, tmp_path / "union.parquet")
     common = ["--mode", "remove", "--workers", "2"]
     index = str(tmp_path / "index")
-    assert main(["dedup", "fuzzy", str(tmp_path / "union.parquet"), "--output", str(tmp_path / "u"), *common]) == 0
-    assert main(["dedup", "fuzzy", paths[0], "--output", str(tmp_path / "o0"), "--write-index", index, *common]) == 0
+    assert (
+        main(["dedup", "fuzzy", str(tmp_path / "union.parquet"), "--output", str(tmp_path / "u"), *common])
+        == 0
+    )
+    assert (
+        main(["dedup", "fuzzy", paths[0], "--output", str(tmp_path / "o0"), "--write-index", index, *common])
+        == 0
+    )
     for k in (1, 2):
-        args = ["dedup", "fuzzy", paths[k], "--output", str(tmp_path / f"o{k}"), "--index", index, "--update-index"]
+        args = [
+            "dedup",
+            "fuzzy",
+            paths[k],
+            "--output",
+            str(tmp_path / f"o{k}"),
+            "--index",
+            index,
+            "--update-index",
+        ]
         assert main([*args, *common]) == 0
     kept = set().union(*(kept_texts(pq.read_table(tmp_path / f"o{k}")) for k in range(3)))
     assert kept == kept_texts(pq.read_table(tmp_path / "u"))
@@ -246,7 +273,9 @@ def test_cli(tmp_path):
     assert main(bad) == 1  # other MinHash settings: refused before any work
     assert main(["dedup", "fuzzy", paths[1], "--output", str(tmp_path / "y"), "--write-index", index]) == 1
     assert main(["dedup", "fuzzy", paths[1], "--output", str(tmp_path / "z"), "--update-index"]) == 1
-    assert json.loads((tmp_path / "index" / "_index.json").read_text())["generations"][-1]["name"] == "gen-00002"
+    assert (
+        json.loads((tmp_path / "index" / "_index.json").read_text())["generations"][-1]["name"] == "gen-00002"
+    )
 
 
 def test_zephyr_run_stage_option(tmp_path):
@@ -266,7 +295,9 @@ def test_zephyr_run_stage_option(tmp_path):
         pipeline = tmp_path / f"p{k}.yaml"
         pipeline.write_text(yaml.safe_dump(config))
         job = tmp_path / f"job{k}"
-        assert main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
+        assert (
+            main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
+        )
         kept |= kept_texts(pq.read_table(sorted(job.glob("01-*/part-*.parquet"))))
     assert kept == kept_texts(dedup(union))
     kept_a = len(kept_texts(dedup(a)))

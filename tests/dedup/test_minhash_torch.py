@@ -19,7 +19,9 @@ def _random_shingles(rng: np.random.Generator, lengths: list[int]) -> Shingles:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     hashes = rng.integers(0, 2**64, size=int(offsets[-1]), dtype=np.uint64)
-    hashes[: min(4, len(hashes))] = [0, 2**64 - 1, 2**63, 2**63 - 1][: min(4, len(hashes))]  # edge bit patterns
+    hashes[: min(4, len(hashes))] = [0, 2**64 - 1, 2**63, 2**63 - 1][
+        : min(4, len(hashes))
+    ]  # edge bit patterns
     return Shingles(hashes=hashes, offsets=offsets)
 
 

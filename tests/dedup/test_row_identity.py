@@ -94,7 +94,9 @@ def test_engine_stages(case, path):
     _check(case, exact.to_arrow(**INPROCESS))
     lazy = exact_dedup_dataset(ds, id_column=idc, mode="remove")  # the plan without an eager pass
     _check(case, lazy.to_arrow(**INPROCESS))
-    fuzzy = fuzzy_dedup_dataset(ds, _fuzzy_config(), id_column=idc, mode="remove", execution=INPROCESS, in_memory_edges=limit)
+    fuzzy = fuzzy_dedup_dataset(
+        ds, _fuzzy_config(), id_column=idc, mode="remove", execution=INPROCESS, in_memory_edges=limit
+    )
     _check(case, fuzzy.to_arrow(**INPROCESS))
     para = paragraph_dedup_dataset(ds, id_column=idc, mode="remove").to_arrow(**INPROCESS)
     assert pc.sum(pc.not_equal(para["text"], "")).as_py() == EXPECTED_KEPT[case]
@@ -125,7 +127,9 @@ def test_engine_anchored_refuses_a_graph_beyond_the_driver_by_name():
     stages._GRAPH_BYTES_PER_EDGE = 1 << 40
     try:
         with pytest.raises(ZephyrError, match="--clusters components"):
-            fuzzy_dedup_dataset(zephyr.from_arrow(corpus("same_id")), _fuzzy_config(), execution=INPROCESS, in_memory_edges=0)
+            fuzzy_dedup_dataset(
+                zephyr.from_arrow(corpus("same_id")), _fuzzy_config(), execution=INPROCESS, in_memory_edges=0
+            )
     finally:
         stages._GRAPH_BYTES_PER_EDGE = original
 
