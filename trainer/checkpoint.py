@@ -117,6 +117,16 @@ class _SafeLoadPlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = obj
 
 
+def _differences(saved: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, saved value, current value) for each leaf where two nested config dicts differ."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        out = []
+        for key in sorted(set(saved) | set(now)):
+            out += _differences(saved.get(key), now.get(key), f"{prefix}{key}.")
+        return out
+    return [] if saved == now else [(prefix.rstrip("."), saved, now)]
+
+
 # ---- manager -----------------------------------------------------------------------------------------------
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -242,14 +252,13 @@ class CheckpointManager:
                 f"{meta_path}: checkpoint format version {meta.get('version')}, expected {FORMAT_VERSION}"
             )
         if meta["model_config"] != model_config:
-            diff = sorted(
-                k
-                for k in set(meta["model_config"]) | set(model_config)
-                if meta["model_config"].get(k) != model_config.get(k)
+            diff = "; ".join(
+                f"model.{key}: checkpoint {saved!r}, this run {now!r}"
+                for key, saved, now in _differences(meta["model_config"], model_config)
             )
             raise ResumeError(
-                f"{path} was written for a different model (fields {diff} differ); use another --checkpoint-dir "
-                "or the same model settings"
+                f"{path} was written for a different model ({diff}); use another --checkpoint-dir "
+                "or the checkpoint's model settings"
             )
         _read_metadata(path)  # fail with a clear error (DCP would wrap it) before touching the model
         model_sd, optim_sd = get_state_dict(model, optimizer)

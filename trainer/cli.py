@@ -134,12 +134,13 @@ def _parse_data(values: list[str]) -> str | dict[str, float]:
 
 
 def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (imported lazily)
-    """Merge the config file (if any) with the flags given on the command line."""
-    from zephyr.trainer.config import TrainConfig
+    """Merge the config file (if any) with the flags given on the command line, then validate the result once
+    (every problem listed, each by its key); the file is not validated alone, so a flag can replace a bad value."""
+    from zephyr.trainer.config import TrainConfig, read_config_file
 
     raw: dict[str, Any] = {}
     if args.config:
-        raw = TrainConfig.from_yaml(args.config).to_dict()
+        raw = read_config_file(args.config)
     given = vars(args)
     for dest in _TOP:
         if dest in given:
@@ -148,14 +149,20 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
         raw["compile"] = given["compile"]
     if "data" in given:
         raw["data"] = _parse_data(given["data"])
-    optim = dict(raw.get("optim") or {})
-    optim.update({k: given[k] for k in _OPTIM if k in given})
-    raw["optim"] = optim
-    model = dict(raw.get("model") or {})
-    model.update({k: given[k] for k in _MODEL if k in given})
+    # a section that is not a mapping is left as it is for TrainConfig.from_dict to report by its key
+    if isinstance(optim := raw.get("optim", {}), dict):
+        raw["optim"] = {**optim, **{k: given[k] for k in _OPTIM if k in given}}
+    model = raw.get("model", {})
+    if not isinstance(model, dict):
+        return TrainConfig.from_dict(raw)
+    model = {**model, **{k: given[k] for k in _MODEL if k in given}}
     if "qk_norm" in given:
         model["qk_norm"] = given["qk_norm"]
-    moe = dict(model.get("moe") or {}) if model.get("moe", {}) is not None else None
+    moe = model.get("moe", {})
+    if moe is not None and not isinstance(moe, dict):
+        raw["model"] = model
+        return TrainConfig.from_dict(raw)
+    moe = dict(moe) if moe is not None else None
     for item in given.get("overrides", []):
         key, sep, value = item.partition("=")
         if not sep:

@@ -1,8 +1,19 @@
 """Configuration dataclasses for the MoE language model and its training run.
 
-Configs are plain, frozen, serializable data; change them with ``dataclasses.replace`` (or
-``TrainConfig.with_overrides({"model.moe.top_k": 2})``), never by mutation. Cross-field rules are checked in
-``__post_init__`` and raise ``ConfigError`` naming both sides. ``ModelConfig.build()`` and ``TrainConfig`` are
+Configs are plain, frozen, serializable data; change them with ``dataclasses.replace``, never by mutation.
+
+Validation happens before any work, in ``__post_init__`` (so ``dataclasses.replace`` and direct construction are
+checked too): every field's type against its annotation, ranges declared on the field (``_range``), then
+cross-field rules naming both sides. All problems are reported at once in one ``ConfigProblems`` (a
+``ConfigError``), one line each, led by the key path as written in a config file::
+
+    invalid training config (3 problems):
+      steps must be an integer, got 'ten' (str)
+      optim.lr must be a number, got [0.1] (list)
+      model.moe.top_k must be >= 1, got 0
+
+A wrong type would otherwise surface later as a ``TypeError`` from a comparison (``'<' not supported between
+instances of 'str' and 'int'``) that names neither the key nor the file. ``ModelConfig.build()`` and ``TrainConfig`` are
 consumed by ``zephyr.trainer.model.build_model`` and ``zephyr.trainer.train.train``.
 
 YAML is optional: ``TrainConfig.from_yaml`` imports PyYAML lazily, so the trainer imports with torch, numpy and
@@ -12,7 +23,10 @@ fsspec alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +43,9 @@ __all__ = [
     "Dispatch",
     "AttentionBackend",
     "Schedule",
+    "ConfigProblems",
+    "model_config_from_dict",
+    "read_config_file",
 ]
 
 ScoreFunc = Literal["softmax", "sigmoid"]
@@ -37,99 +54,240 @@ AttentionBackend = Literal["auto", "flex", "sdpa"]
 Schedule = Literal["cosine", "wsd", "constant"]
 
 
+class ConfigProblems(ConfigError):
+    """Every problem found in one config, one line each, each led by its key path (``optim.lr must be ...``).
+
+    One problem reads as that line alone; several as ``invalid training config (N problems):`` and the lines.
+    """
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+        else:
+            super().__init__(
+                f"invalid training config ({len(self.problems)} problems):\n  " + "\n  ".join(self.problems)
+            )
+
+
+def _range(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    sentinel: int | None = None,
+    **kw: Any,
+) -> Any:
+    """A field whose value must lie within [low, high] (open ends as flagged); ``sentinel`` is also allowed."""
+    limits = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "sentinel": sentinel}
+    return field(metadata={"range": limits}, **kw)
+
+
+def _range_problem(key: str, value: float, limits: dict[str, Any]) -> str | None:
+    low, high = limits["low"], limits["high"]
+    if value == limits["sentinel"]:
+        return None
+    ok = (
+        not math.isnan(value)
+        and (low is None or (value > low if limits["low_open"] else value >= low))
+        and (high is None or (value < high if limits["high_open"] else value <= high))
+    )
+    if ok:
+        return None
+    if high is None:
+        wanted = f"{'>' if limits['low_open'] else '>='} {low:g}"
+    else:
+        wanted = f"within {'(' if limits['low_open'] else '['}{low:g}, {high:g}{')' if limits['high_open'] else ']'}"
+    if limits["sentinel"] is not None:
+        wanted = f"{limits['sentinel']} or {wanted}"
+    return f"{key} must be {wanted}, got {value!r}"
+
+
+def _describe(hint: Any) -> str:
+    """A type annotation in words, as a config file's author writes values (the pipelines config's wording)."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        *arms, last = [_describe(a) for a in typing.get_args(hint)]
+        return f"{', '.join(arms)} or {last}"
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        words = {str: "string", float: "number", int: "integer"}
+        return "a mapping" if value is Any else f"a mapping {{{words[key]}: {words[value]}}}"
+    if hint is type(None):
+        return "null"
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} keys"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of the annotated type: bool is not an integer, an integer is a number."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is Literal:
+        return isinstance(value, str) and value in typing.get_args(hint)
+    if origin is dict:
+        key, item = typing.get_args(hint)
+        return isinstance(value, dict) and all(_fits(k, key) and _fits(v, item) for k, v in value.items())
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _got(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    hint = ""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            hint = "; write numbers unquoted"
+            if "e" in value.lower() and "." not in value:  # YAML 1.1 (PyYAML) reads 3e-4 as text
+                hint += ", with a dot before the exponent (3.0e-4)"
+    return f"{text} ({type(value).__name__}){hint}"
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _field_problems(obj: Any, prefix: str) -> list[str]:
+    """Type and range problems of each field of the dataclass instance ``obj``, keys prefixed with ``prefix``."""
+    problems = []
+    hints = _hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), prefix + f.name
+        if not _fits(value, hints[f.name]):
+            problems.append(f"{key} must be {_describe(hints[f.name])}, got {_got(value)}")
+        elif "range" in f.metadata and (problem := _range_problem(key, value, f.metadata["range"])):
+            problems.append(problem)
+    return problems
+
+
+def _unknown_keys(raw: dict[str, Any], cls: type, prefix: str) -> list[str]:
+    known = [f.name for f in dataclasses.fields(cls)]
+    return [
+        f"{prefix}{key} is not a known key; allowed: {', '.join(sorted(known))}"
+        for key in raw
+        if key not in known
+    ]
+
+
+def _check(obj: Any, prefix: str, rules: Any) -> None:
+    """Raise ``ConfigProblems`` with the field problems of ``obj``, or else those its cross-field ``rules`` find."""
+    problems = _field_problems(obj, prefix)
+    if not problems:
+        problems = rules()
+    if problems:
+        raise ConfigProblems(problems)
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """The mixture-of-experts feed-forward layer (token-choice top-k routing)."""
 
-    num_experts: int = 8
+    num_experts: int = _range(1, default=8)
     """Routed experts per MoE layer (E)."""
-    top_k: int = 2
+    top_k: int = _range(1, default=2)
     """Experts each token is sent to (K)."""
-    expert_ffn_dim: int = 64
+    expert_ffn_dim: int = _range(1, default=64)
     """Hidden width of one SwiGLU expert."""
-    num_shared_experts: int = 0
+    num_shared_experts: int = _range(0, default=0)
     """Experts every token passes through (DeepSeek-style); 0 disables them. They share one SwiGLU of width
     ``num_shared_experts * expert_ffn_dim``."""
     score_func: ScoreFunc = "softmax"
     """Router scoring: ``softmax`` over experts or an independent ``sigmoid`` per expert (DeepSeek-V3)."""
     route_norm: bool = False
     """Renormalize the K selected scores to sum to 1 (DeepSeek-V3 does this with sigmoid scoring)."""
-    route_scale: float = 1.0
+    route_scale: float = _range(0, low_open=True, default=1.0)
     """Multiplier on the routing weights."""
-    bias_update_rate: float = 1e-3
+    bias_update_rate: float = _range(0, default=1e-3)
     """Aux-loss-free balancing: after each optimizer step every expert bias moves by this amount towards balance,
     ``bias += rate * sign(mean_load - load)``. 0 disables it (the bias stays 0)."""
-    balance_loss_weight: float = 0.0
+    balance_loss_weight: float = _range(0, default=0.0)
     """Weight α of the sequence-level balance loss (DeepSeek-V3 eq. 17-20); 0 disables it. Keep it tiny (1e-4)."""
     dispatch: Dispatch = "auto"
     """``grouped_mm`` (dropless, one ``torch._grouped_mm`` per projection), ``loop`` (dropless, one matmul per
     expert; the exact fallback for devices without grouped_mm such as XPU), ``capacity`` (fixed expert capacity,
     static shapes for torch_xla; overflow tokens are dropped and counted) or ``auto`` (chosen by device)."""
-    capacity_factor: float = 1.25
+    capacity_factor: float = _range(0, low_open=True, default=1.25)
     """``capacity`` dispatch only: slots per expert = ceil(capacity_factor * tokens * K / E)."""
 
     def __post_init__(self) -> None:
-        if self.num_experts < 1 or self.top_k < 1:
-            raise ConfigError(
-                f"moe.num_experts ({self.num_experts}) and moe.top_k ({self.top_k}) must be >= 1"
-            )
+        _check(self, "model.moe.", self._rules)
+
+    def _rules(self) -> list[str]:
         if self.top_k > self.num_experts:
-            raise ConfigError(f"moe.top_k ({self.top_k}) must be <= moe.num_experts ({self.num_experts})")
-        if self.score_func not in typing.get_args(ScoreFunc):
-            raise ConfigError(
-                f"moe.score_func must be one of {typing.get_args(ScoreFunc)}, got {self.score_func!r}"
-            )
-        if self.dispatch not in typing.get_args(Dispatch):
-            raise ConfigError(
-                f"moe.dispatch must be one of {typing.get_args(Dispatch)}, got {self.dispatch!r}"
-            )
-        if self.capacity_factor <= 0:
-            raise ConfigError(f"moe.capacity_factor must be > 0, got {self.capacity_factor}")
+            return [f"model.moe.top_k ({self.top_k}) must be <= model.moe.num_experts ({self.num_experts})"]
+        return []
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """A decoder-only transformer: RMSNorm, RoPE, attention with document masks, SwiGLU or MoE FFN."""
 
-    vocab_size: int = 256
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    n_kv_heads: int = -1
+    vocab_size: int = _range(1, default=256)
+    d_model: int = _range(1, default=64)
+    n_layers: int = _range(1, default=2)
+    n_heads: int = _range(1, default=4)
+    n_kv_heads: int = _range(1, sentinel=-1, default=-1)
     """Key/value heads (grouped-query attention); -1 means ``n_heads`` (plain multi-head attention)."""
     qk_norm: bool = False
     """RMSNorm on queries and keys per head before RoPE (stabilizes attention logits)."""
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-6
-    dense_ffn_dim: int = 256
+    rope_theta: float = _range(0, low_open=True, default=10000.0)
+    norm_eps: float = _range(0, low_open=True, default=1e-6)
+    dense_ffn_dim: int = _range(1, default=256)
     """SwiGLU width of dense layers (all layers when ``moe`` is None, else the first ``n_dense_layers``)."""
-    n_dense_layers: int = 0
+    n_dense_layers: int = _range(0, default=0)
     """Leading layers that use a dense FFN even when ``moe`` is set (DeepSeek keeps the first few dense)."""
     moe: MoEConfig | None = field(default_factory=MoEConfig)
     """The MoE FFN; None makes every layer dense."""
     tie_embeddings: bool = False
-    init_std: float = 0.02
+    init_std: float = _range(0, low_open=True, default=0.02)
     attention: AttentionBackend = "auto"
     """``flex`` (FlexAttention block mask; CUDA), ``sdpa`` (SDPA with an explicit boolean mask; any device) or
     ``auto`` (flex on CUDA, sdpa elsewhere)."""
 
     def __post_init__(self) -> None:
+        _check(self, "model.", self._rules)
+
+    def _rules(self) -> list[str]:
+        problems = []
         if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.head_dim % 2:
-            raise ConfigError(f"head_dim = d_model / n_heads ({self.head_dim}) must be even for RoPE")
-        if self.kv_heads < 1 or self.n_heads % self.kv_heads:
-            raise ConfigError(
-                f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})"
+            problems.append(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
             )
-        if not 0 <= self.n_dense_layers <= self.n_layers:
-            raise ConfigError(
-                f"n_dense_layers ({self.n_dense_layers}) must be within [0, n_layers={self.n_layers}]"
+        elif self.head_dim % 2:
+            problems.append(
+                f"model.d_model / model.n_heads ({self.d_model} / {self.n_heads} = {self.head_dim}) must be even "
+                "for RoPE"
             )
-        if self.attention not in typing.get_args(AttentionBackend):
-            raise ConfigError(
-                f"attention must be one of {typing.get_args(AttentionBackend)}, got {self.attention!r}"
+        if self.n_heads % self.kv_heads:
+            problems.append(
+                f"model.n_heads ({self.n_heads}) must be a multiple of model.n_kv_heads ({self.n_kv_heads})"
             )
+        if self.n_dense_layers > self.n_layers:
+            problems.append(
+                f"model.n_dense_layers ({self.n_dense_layers}) must be <= model.n_layers ({self.n_layers})"
+            )
+        return problems
 
     @property
     def head_dim(self) -> int:
@@ -147,29 +305,22 @@ class ModelConfig:
 class OptimConfig:
     """AdamW with warmup and a cosine or warmup-stable-decay (WSD) schedule."""
 
-    lr: float = 3e-4
-    min_lr_ratio: float = 0.1
+    lr: float = _range(0, low_open=True, default=3e-4)
+    min_lr_ratio: float = _range(0, 1, default=0.1)
     """The final learning rate as a fraction of ``lr`` (cosine floor, WSD end point)."""
-    warmup_steps: int = 100
+    warmup_steps: int = _range(0, default=100)
     schedule: Schedule = "cosine"
-    decay_fraction: float = 0.2
+    decay_fraction: float = _range(0, 1, low_open=True, default=0.2)
     """WSD only: the last fraction of the steps decays linearly to ``min_lr_ratio * lr``."""
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    grad_clip: float = 1.0
+    weight_decay: float = _range(0, default=0.1)
+    beta1: float = _range(0, 1, high_open=True, default=0.9)
+    beta2: float = _range(0, 1, high_open=True, default=0.95)
+    eps: float = _range(0, low_open=True, default=1e-8)
+    grad_clip: float = _range(0, default=1.0)
     """Clip the global gradient norm to this; 0 disables clipping (the norm is still logged)."""
 
     def __post_init__(self) -> None:
-        if self.schedule not in typing.get_args(Schedule):
-            raise ConfigError(
-                f"optim.schedule must be one of {typing.get_args(Schedule)}, got {self.schedule!r}"
-            )
-        if self.lr <= 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"optim.lr ({self.lr}) must be > 0 and optim.min_lr_ratio within [0, 1]")
-        if not 0 < self.decay_fraction <= 1:
-            raise ConfigError(f"optim.decay_fraction must be within (0, 1], got {self.decay_fraction}")
+        _check(self, "optim.", list)
 
 
 @dataclass(frozen=True)
@@ -183,11 +334,11 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)
     """Overrides of the preset's ``ModelConfig`` fields, e.g. ``{"moe": {"top_k": 2}, "qk_norm": True}``."""
     optim: OptimConfig = field(default_factory=OptimConfig)
-    steps: int = 100
-    batch_size: int = 8
+    steps: int = _range(1, default=100)
+    batch_size: int = _range(1, default=8)
     """Sequences per micro-batch per rank."""
-    seq_len: int = 256
-    grad_accum: int = 1
+    seq_len: int = _range(1, default=256)
+    grad_accum: int = _range(1, default=1)
     """Micro-batches per optimizer step; the global batch is batch_size * grad_accum * world_size sequences."""
     device: str = "auto"
     """``auto``, ``cuda``, ``xpu``, ``cpu`` or ``xla`` (experimental)."""
@@ -195,83 +346,124 @@ class TrainConfig:
     """Autocast dtype: ``auto`` means bf16 where the device supports it, fp32 on CPU."""
     compile: bool = False
     """``torch.compile`` each transformer block separately."""
-    seed: int = 0
+    seed: int = _range(0, default=0)
+    """Seeds initialization and data order (numpy seeds must be >= 0)."""
     checkpoint_dir: str | None = None
     """Where step-N checkpoints go; an existing ``latest`` there is resumed."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = _range(0, default=0)
     """Save every K steps (and at the end); 0 saves only at the end (when checkpoint_dir is set)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = _range(0, default=2)
     """Checkpoints kept on disk; older ones are deleted after a successful save. 0 keeps all."""
     log: str | None = None
     """JSONL metrics file, one object per step."""
     tensorboard_dir: str | None = None
-    spike_factor: float = 3.0
-    """Warn when a step's loss exceeds this multiple of the running mean."""
-    peak_tflops: float = 0.0
+    spike_factor: float = _range(0, default=3.0)
+    """Warn when a step's loss exceeds this multiple of the running mean; 0 disables the warning."""
+    peak_tflops: float = _range(0, default=0.0)
     """Peak dense TFLOPS per device for MFU; 0 looks it up from the device name (H100: 989 bf16)."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "grad_accum"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.checkpoint_every < 0:
-            raise ConfigError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
-        if self.dtype not in ("auto", "bf16", "fp32"):
-            raise ConfigError(f"dtype must be auto, bf16 or fp32, got {self.dtype!r}")
+        problems = _field_problems(self, "")
+        if isinstance(self.preset, str) and isinstance(self.model, dict):
+            problems += _model_problems(self.preset, self.model)
+        if problems:
+            raise ConfigProblems(problems)
 
     # ---- construction ------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TrainConfig:
-        """Build from plain data (parsed YAML/JSON); unknown keys raise naming the key."""
-        raw = dict(raw)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"unknown training config keys {unknown}; known keys: {sorted(known)}")
-        if isinstance(raw.get("optim"), dict):
-            raw["optim"] = _from_dict(OptimConfig, raw["optim"], "optim")
-        return cls(**raw)
+        """Build from plain data (parsed YAML/JSON); raises one ``ConfigProblems`` listing every bad key."""
+        if not isinstance(raw, dict):
+            raise ConfigProblems([f"a training config must be a mapping of keys to values, got {_got(raw)}"])
+        problems = _unknown_keys(raw, cls, "")
+        values = {k: v for k, v in raw.items() if k in _hints(cls)}
+        optim_problems = []
+        if isinstance(values.get("optim"), dict):
+            optim_problems = _unknown_keys(values["optim"], OptimConfig, "optim.")
+            try:
+                values["optim"] = OptimConfig(
+                    **{k: v for k, v in values["optim"].items() if k in _hints(OptimConfig)}
+                )
+            except ConfigProblems as exc:
+                optim_problems += exc.problems
+                values["optim"] = OptimConfig()  # stands in, so the other keys are still checked
+        try:
+            cfg = cls(**values)
+        except ConfigProblems as exc:
+            problems += exc.problems
+        problems += optim_problems
+        if problems:
+            raise ConfigProblems(problems)
+        return cfg
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainConfig:
         """Read a YAML (or JSON) config file; PyYAML is imported only here."""
-        text = Path(path).read_text()
-        if str(path).endswith(".json"):
-            raw = json.loads(text)
-        else:
-            try:
-                import yaml
-            except ImportError as exc:  # pragma: no cover - pyyaml is a project dependency
-                raise ConfigError(f"reading {path} needs PyYAML: pip install pyyaml") from exc
-            raw = yaml.safe_load(text) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: a training config must be a mapping of keys to values")
-        return cls.from_dict(raw)
+        return cls.from_dict(read_config_file(path))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _from_dict(cls: type, raw: dict[str, Any], where: str) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"unknown {where} keys {unknown}; known keys: {sorted(known)}")
-    return cls(**raw)
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The raw mapping in a YAML (or ``.json``) training config, unvalidated: the CLI lays its flags over it
+    first, so a value a flag replaces is never checked (and never refused)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read training config {path}: {exc.strerror or exc}") from None
+    if str(path).endswith(".json"):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    else:
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - pyyaml is a project dependency
+            raise ConfigError(f"reading {path} needs PyYAML: pip install pyyaml") from exc
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a training config must be a mapping of keys to values")
+    return raw
+
+
+def _model_problems(preset: str, overrides: dict[str, Any]) -> list[str]:
+    from zephyr.trainer.presets import get_preset  # presets imports this module
+
+    try:
+        base = get_preset(preset)
+    except ConfigError as exc:
+        return [str(exc)]
+    try:
+        model_config_from_dict(overrides, base)
+    except ConfigProblems as exc:
+        return exc.problems
+    return []
 
 
 def model_config_from_dict(raw: dict[str, Any], base: ModelConfig) -> ModelConfig:
-    """Apply plain-data overrides (nested ``moe`` dict allowed; ``moe: null`` makes the model dense)."""
-    raw = dict(raw)
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ConfigError(f"unknown model keys {unknown}; known keys: {sorted(known)}")
-    if "moe" in raw and isinstance(raw["moe"], dict):
-        moe_base = base.moe or MoEConfig()
-        moe_known = {f.name for f in dataclasses.fields(MoEConfig)}
-        bad = sorted(set(raw["moe"]) - moe_known)
-        if bad:
-            raise ConfigError(f"unknown model.moe keys {bad}; known keys: {sorted(moe_known)}")
-        raw["moe"] = dataclasses.replace(moe_base, **raw["moe"])
-    return dataclasses.replace(base, **raw)
+    """Apply plain-data overrides (nested ``moe`` dict allowed; ``moe: null`` makes the model dense); raises one
+    ``ConfigProblems`` listing every bad key."""
+    problems = _unknown_keys(raw, ModelConfig, "model.")
+    values = {k: v for k, v in raw.items() if k in _hints(ModelConfig)}
+    if isinstance(values.get("moe"), dict):
+        moe = values["moe"]
+        problems += _unknown_keys(moe, MoEConfig, "model.moe.")
+        try:
+            values["moe"] = dataclasses.replace(
+                base.moe or MoEConfig(), **{k: v for k, v in moe.items() if k in _hints(MoEConfig)}
+            )
+        except ConfigProblems as exc:
+            problems += exc.problems
+            values["moe"] = base.moe  # stands in, so the other keys are still checked
+    try:
+        model = dataclasses.replace(base, **values)
+    except ConfigProblems as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigProblems(problems)
+    return model

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, ResumeError
 
 __all__ = ["SampleSource", "Batcher", "SyntheticTokens", "build_source"]
 
@@ -84,12 +84,31 @@ class SyntheticTokens:
             yield self.sample(index * self.world_size + self.rank)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"version": self.STATE_VERSION, "kind": "synthetic", "seed": self.seed, "index": self._index}
+        return {
+            "version": self.STATE_VERSION,
+            "kind": "synthetic",
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "vocab_size": self.vocab_size,
+            "index": self._index,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("kind") != "synthetic" or state.get("seed") != self.seed:
-            raise ConfigError(
-                f"loader state {state} does not belong to a synthetic stream with seed {self.seed}"
+        """Resume at ``state``; refuses a state of other data or of a stream with another seed, seq_len or
+        vocabulary (the samples would differ from the checkpointed run's). States saved before seq_len and
+        vocab_size were recorded are checked on the seed alone."""
+        if state.get("kind") != "synthetic":
+            raise ResumeError(
+                "the checkpoint's loader state is from token shards, not the synthetic stream; give the same --data"
+            )
+        mine = {"seed": self.seed, "seq_len": self.seq_len, "vocab_size": self.vocab_size}
+        differ = [
+            f"{k}: checkpoint {state[k]!r}, this run {v!r}" for k, v in mine.items() if state.get(k, v) != v
+        ]
+        if differ:
+            raise ResumeError(
+                f"the checkpoint's synthetic token stream had other settings ({'; '.join(differ)}); "
+                "resume with the checkpoint's settings or use another --checkpoint-dir"
             )
         self._index = int(state["index"])
 

@@ -13,6 +13,11 @@ MFU follows torchtitan / PaLM (appendix B): ``tokens_per_s · flops_per_token / 
 seq_len`` (``zephyr.trainer.model.flops_per_token``); the peak is the device's dense bf16 figure (H100: 989
 TFLOPS). ``null`` when the device's peak is unknown (CPU).
 
+Resume: the log holds each step exactly once, in order. When a run starts at step S (S = the step of the
+checkpoint it resumes, 0 for a fresh run), ``MetricsLogger(..., start_step=S)`` first rewrites the file to the
+records of steps < S (``trim_log``): records a killed run logged after its last checkpoint are dropped (the
+resumed run logs those steps again), and so is a line cut short by the kill. Readers need no deduplication.
+
 Alarms: a non-finite loss stops the run with ``NonFiniteLossError`` naming the step; a loss above
 ``spike_factor`` × the running mean of the last 50 steps logs a warning and sets ``loss_spike``.
 """
@@ -23,12 +28,14 @@ import collections
 import json
 import logging
 import math
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
 from zephyr.errors import ZephyrError
 
-__all__ = ["MetricsLogger", "NonFiniteLossError", "LossAlarm", "mfu"]
+__all__ = ["MetricsLogger", "NonFiniteLossError", "LossAlarm", "mfu", "trim_log"]
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +82,93 @@ class LossAlarm:
         return spike
 
 
+def _record_step(line: bytes) -> int | None:
+    """The ``step`` of one JSONL line, or None for a line that is not a whole record (cut by a kill)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
+    """Rewrite the JSONL log at ``path`` to hold each step below ``start_step`` once; return the lines dropped.
+
+    A run killed after its last checkpoint has logged steps the resumed run will run (and log) again; the last
+    line may be cut mid-write. Both go, so the log reads as one uninterrupted run. A record whose step is not
+    above the one before it marks a restart that an older zephyr appended without trimming: the records it
+    supersedes go too (the later run's values are the ones the checkpoints hold).
+
+    The kept prefix is written to ``<path>.tmp-<random>``, fsynced and renamed over the log (``os.replace``),
+    as ``zephyr.tasks.write_json_atomic`` does, so a kill during the trim leaves the old log or the new one.
+    (That helper is not imported: ``zephyr.tasks`` needs pyarrow, and the trainer imports with torch, numpy
+    and fsspec alone. The log is a local file: the logger appends to it with ``open``.)
+    """
+    path = Path(path)
+    if not path.exists():
+        return 0
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    ends_whole = lines[-1] == b""
+    if ends_whole:
+        lines.pop()
+    steps = [_record_step(line) for line in lines]
+    kept: list[tuple[int, int]] = []  # (step, line index), steps strictly increasing
+    for index, step in enumerate(steps):
+        if step is None:
+            continue
+        while kept and kept[-1][0] >= step:
+            kept.pop()
+        kept.append((step, index))
+    kept = [(step, index) for step, index in kept if step < start_step]
+    if len(kept) == len(lines) and ends_whole:
+        return 0
+    unreadable = steps.count(None)
+    later = [step for step in steps if step is not None and step >= start_step]
+    log.info(
+        "%s: the run starts at step %d: kept %d records, dropped %d of steps %s and %d superseded",
+        path,
+        start_step,
+        len(kept),
+        len(later),
+        f"{min(later)}..{max(later)}" if later else "-",
+        len(lines) - len(kept) - len(later) - unreadable,
+    )
+    if start_step == 0 and later:
+        log.warning(
+            "%s: held %d records of an earlier run with no checkpoint to resume; logging afresh",
+            path,
+            len(later),
+        )
+    if unreadable:
+        log.warning("%s: dropped %d unreadable line(s) (a write cut short by a kill?)", path, unreadable)
+    tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as f:
+            f.writelines(lines[index] + b"\n" for _, index in kept)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return len(lines) - len(kept)
+
+
 class MetricsLogger:
-    """Writes one JSON object per step (rank 0 only) and mirrors scalars to TensorBoard if it is installed."""
+    """Writes one JSON object per step (rank 0 only) and mirrors scalars to TensorBoard if it is installed.
+
+    ``start_step``: the first step this run logs; the existing log is first trimmed to the steps before it
+    (``trim_log``), so a resumed run continues the log without repeating steps. None appends as it is.
+    """
 
     def __init__(
-        self, jsonl: str | None, tensorboard_dir: str | None = None, *, enabled: bool = True
+        self,
+        jsonl: str | None,
+        tensorboard_dir: str | None = None,
+        *,
+        enabled: bool = True,
+        start_step: int | None = None,
     ) -> None:
         self.enabled = enabled
         self._file = None
@@ -88,6 +177,8 @@ class MetricsLogger:
             return
         if jsonl:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
+            if start_step is not None:
+                trim_log(jsonl, start_step)
             self._file = open(jsonl, "a")  # noqa: SIM115 - lives as long as the logger; append continues a resumed log
         if tensorboard_dir:
             try:
@@ -97,7 +188,8 @@ class MetricsLogger:
                     "tensorboard is not installed; metrics go to the JSONL log only (pip install tensorboard)"
                 )
             else:
-                self._tb = SummaryWriter(tensorboard_dir)
+                # purge_step hides events a killed run wrote at steps >= the resumed step
+                self._tb = SummaryWriter(tensorboard_dir, purge_step=start_step or None)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:

@@ -157,7 +157,7 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
         log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
         return TrainResult(step=start, resumed_from=resumed_from)
 
-    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main)
+    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main, start_step=start)
     alarm = LossAlarm(cfg.spike_factor)
     result = TrainResult(step=start, resumed_from=resumed_from)
     tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
