@@ -599,8 +599,8 @@ def fuzzy_dedup_dataset(
 
     ``in_memory_edges``: candidate-pair count up to which verification can run in the driver; ``None``
     derives it from the memory budget (64 bytes per pair within a quarter of it); 0 forces verification on
-    the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The verified graph is clustered in the driver when it fits (48 bytes per edge within the
-    budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
+    the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The
+    verified graph is clustered in the driver when it fits (48 bytes per edge within the budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
     eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
 
     ``index`` (an ``IndexInfo`` or a path; ``zephyr.dedup.index``): earlier runs' kept documents. Their band
