@@ -4,6 +4,7 @@
   multiprocessing resource tracker) outlives it by more than a moment. The CLI runs as a user runs it, in its
   own session, so its process group holds the driver and everything it started.
 - kill -9 of the driver mid-stage, then a rerun in the same job directory: byte-identical outputs.
+- A worker killed by SIGKILL fails its task with a message that says so, names the memory budget and the fix.
 
 Also covered elsewhere: a local worker killed once, then its task retried (tests/zephyr/test_execution.py).
 """
@@ -20,10 +21,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import zephyr
 from zephyr.cli import main
+from zephyr.errors import TaskError
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
@@ -242,3 +246,19 @@ def test_driver_sigkill_mid_stage_then_rerun_gives_identical_bytes(job_config, t
     assert rerun.returncode == 0, err.decode()[-2000:]
     assert len(list((tmp_path / "log-rerun").iterdir())) == SHARDS - 2  # only the unfinished tasks ran again
     assert _outputs(job) == _outputs(reference) and _outputs(job)
+
+
+# -- a worker killed by SIGKILL ------------------------------------------------------------------------------
+def test_worker_sigkill_is_reported_as_likely_oom_with_the_budget(tmp_path):
+    def die(table: pa.Table) -> pa.Table:
+        os.kill(os.getpid(), signal.SIGKILL)  # what the out-of-memory killer does
+        return table
+
+    with pytest.raises(TaskError) as info:
+        zephyr.from_items([{"x": i} for i in range(10)]).map_batches(die).to_arrow(
+            executor="local", workers=1, small_job_bytes=0, max_retries=0, memory_budget="64MiB"
+        )
+    message = str(info.value)
+    assert "killed by signal 9 (SIGKILL, likely the out-of-memory killer)" in message
+    assert "64.0 MiB per task" in message and "1 worker(s)" in message
+    assert "lower --memory-budget" in message and "fewer --workers" in message

@@ -213,8 +213,22 @@ class LocalExecutor(Executor):
             pass
         worker.process.join(timeout=5)
         code = worker.process.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return Outcome(False, error=f"worker process {worker.process.pid} died ({how})", worker_died=True)
+        pid = worker.process.pid
+        if code is None or code >= 0:
+            return Outcome(False, error=f"worker process {pid} died (exit code {code})", worker_died=True)
+        number = -code
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        if number == signal.SIGKILL:
+            name += ", likely the out-of-memory killer"
+        return Outcome(
+            False,
+            error=f"worker process {pid} was killed by signal {number} ({name}) while running the task",
+            worker_died=True,
+            signal=number,
+        )
 
     def _replace(self, worker: _Worker) -> None:
         worker.stop(kill=True)
