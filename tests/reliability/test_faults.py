@@ -5,8 +5,10 @@
   own session, so its process group holds the driver and everything it started.
 - kill -9 of the driver mid-stage, then a rerun in the same job directory: byte-identical outputs.
 - A worker killed by SIGKILL fails its task with a message that says so, names the memory budget and the fix.
+- A dask worker killed mid-job costs exactly the one task it was running (workers have one thread).
 
-Also covered elsewhere: a local worker killed once, then its task retried (tests/zephyr/test_execution.py).
+Also covered elsewhere: a local worker killed once, then its task retried (tests/zephyr/test_execution.py);
+a ``dask worker --no-nanny`` process killed on a real scheduler (tests/test_dask.py).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -262,3 +266,72 @@ def test_worker_sigkill_is_reported_as_likely_oom_with_the_budget(tmp_path):
     assert "killed by signal 9 (SIGKILL, likely the out-of-memory killer)" in message
     assert "64.0 MiB per task" in message and "1 worker(s)" in message
     assert "lower --memory-budget" in message and "fewer --workers" in message
+
+
+# -- dask: a worker killed mid-job ---------------------------------------------------------------------------
+def _write_shards(directory: Path, shards: int = 8, rows: int = 100) -> str:
+    directory.mkdir()
+    for i in range(shards):
+        ids = np.arange(i * rows, (i + 1) * rows)
+        pq.write_table(pa.table({"id": ids, "key": ids % 7}), directory / f"in-{i:02d}.parquet")
+    return str(directory / "*.parquet")
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.glob("part-*"))}
+
+
+@pytest.mark.dask
+def test_dask_worker_killed_costs_exactly_its_task(tmp_path):
+    """zephyr's own LocalCluster (2 workers × 1 thread, nannies restart the dead): the task on the killed
+    worker is retried once and no other, although 5 tasks were still waiting when it died."""
+    pytest.importorskip("distributed")
+    from zephyr.executors.dask import DaskExecutor
+    from zephyr.options import ExecutionOptions
+
+    pattern = _write_shards(tmp_path / "in")
+    log = tmp_path / "log"
+    log.mkdir()
+    flag = tmp_path / "held-once"
+
+    def hold_shard_3(table: pa.Table) -> pa.Table:
+        first = table.column("id")[0].as_py()
+        (log / f"{first}-{os.getpid()}").write_text("")
+        if first == 300 and not flag.exists():
+            flag.write_text("")
+            time.sleep(120)  # killed meanwhile
+        return table
+
+    victim: list[int] = []
+    stop = threading.Event()
+
+    def kill_the_holder() -> None:
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            holders = [p for p in log.iterdir() if p.name.startswith("300-")]
+            if holders and flag.exists():
+                victim.append(int(holders[0].name.split("-")[1]))
+                os.kill(victim[0], signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+    executor = DaskExecutor.from_options(ExecutionOptions(executor="dask", workers=2))
+    killer = threading.Thread(target=kill_the_holder, name="test-killer")
+    try:
+        killer.start()
+        result = (
+            zephyr.read_parquet(pattern)
+            .map_batches(hold_shard_3)
+            .write_parquet(str(tmp_path / "out"), executor=executor)
+        )
+    finally:
+        stop.set()
+        killer.join()
+        executor.close()
+    assert victim, "the held task never started"
+    stage = result.stats["stages"][0]
+    assert stage["tasks"] == 8 and stage["task_retries"] == 1
+    runs = sorted(p.name.split("-")[0] for p in log.iterdir())
+    assert runs.count("300") == 2 and all(runs.count(str(i * 100)) == 1 for i in range(8) if i != 3), runs
+    zephyr.read_parquet(pattern).write_parquet(str(tmp_path / "clean"), executor="inprocess")
+    assert _digest(tmp_path / "out") == _digest(tmp_path / "clean")
