@@ -67,15 +67,14 @@ def _dask_cli() -> list[str]:
 def start_dask(tmp: Path, workers: int = 2) -> DaskProcesses:
     """``dask scheduler`` + ``workers`` × ``dask worker --nthreads 1 --no-nanny``, all on 127.0.0.1.
 
-    The scheduler runs with ``allowed-failures 0`` (a worker death fails the task at once; zephyr retries) and
-    ``worker-saturation 1.0`` (a worker holds only the task it runs), as docs/dask.md recommends. No nanny,
-    so a killed worker stays dead and its task must move to the other worker.
+    The scheduler runs with ``allowed-failures 0`` (a worker death fails the task at once; zephyr retries), as
+    docs/dask.md recommends, and dask's default ``worker-saturation``. No nanny, so a killed worker stays dead
+    and its task must move to the other worker.
     """
     tmp.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0",
-        "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": "1.0",
         "POLARS_MAX_THREADS": "1",
     }
     scheduler_file = tmp / "scheduler.json"
@@ -349,7 +348,7 @@ def test_worker_killed_mid_stage_reruns_elsewhere(inputs, dask_cluster, local_ex
     attempts = [int(p.name.split("-")[1]) for p in runs if p.name.startswith("1500-")]
     assert len(attempts) == 2 and attempts[1 - attempts.index(victim[0])] in worker_pids - {victim[0]}
     map_stage = result.stats["stages"][0]
-    assert map_stage["task_retries"] >= 1
+    assert map_stage["task_retries"] == 1  # only the task the dead worker was running (docs/dask.md)
     PLANS["sort"](zephyr.read_parquet(inputs)).write_parquet(
         str(tmp_path / "clean"), executor=local_executor, memory_budget=BUDGET
     )

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr.errors import ConfigError, TaskError
-from zephyr.executors.base import Executor
+from zephyr.executors.base import Executor, explain_worker_death
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
@@ -249,6 +249,9 @@ class Job:
                         if bar is not None:
                             bar.update(1)
                         continue
+                    outcome = explain_worker_death(
+                        outcome, memory_budget_bytes=self.options.memory_budget_bytes, workers=self.options.num_workers
+                    )
                     tries[task.index] = tries.get(task.index, 0) + 1
                     if tries[task.index] > self.options.max_retries or not outcome.retryable:
                         how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried: bad input)"

@@ -7,12 +7,13 @@ that dies (SIGKILL, OOM) fails only the task it was running.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Executor", "Outcome", "is_retryable"]
+__all__ = ["Executor", "Outcome", "is_retryable", "explain_worker_death"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Outcome:
     worker_died: bool = False
     retryable: bool = True
     """False for errors that another try cannot fix (unreadable input, a missing column, bad config)."""
+    signal: int | None = None
+    """The signal that ended the worker process, when ``worker_died`` and the executor knows it."""
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -47,3 +50,23 @@ class Executor(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers: int) -> Outcome:
+    """``outcome``, with the memory settings in force and how to change them when its worker got SIGKILL.
+
+    SIGKILL with nobody asking for it is what the kernel's out-of-memory killer sends; the executor cannot
+    know the budget (a pool of workers serves jobs with different budgets), the driver can, so it adds this.
+    """
+    import signal
+
+    from zephyr.sizes import format_bytes
+
+    if not outcome.worker_died or outcome.signal != signal.SIGKILL:
+        return outcome
+    hint = (
+        f"the memory budget in force is {format_bytes(memory_budget_bytes)} per task (--memory-budget) with "
+        f"{workers} worker(s) (--workers); if memory ran out, lower --memory-budget, or give the workers more "
+        "memory or run fewer --workers"
+    )
+    return dataclasses.replace(outcome, error=f"{outcome.error}; {hint}")

@@ -10,6 +10,8 @@ Contract (the same as every executor, see ``executors/base.py``):
   limit, a lost machine) surfaces as ``distributed.KilledWorker`` and is reported as
   ``Outcome(ok=False, worker_died=True)``; the driver reruns the task elsewhere. Task outputs are published by
   rename and markers are written last, so a rerun gives the same bytes.
+- At most as many tasks are in flight as the cluster has threads (``run``), so a worker death costs only the
+  tasks it was running: one per thread.
 - A LocalCluster zephyr starts itself (no address given) binds 127.0.0.1 only, dashboard off unless asked
   for (and then on 127.0.0.1), ``workers`` processes with one thread each, and the scheduler's
   ``allowed_failures`` set to 0, so a worker death fails the task at once instead of being retried silently by
@@ -30,6 +32,7 @@ import os
 import socket
 import traceback
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -148,25 +151,47 @@ class DaskExecutor(Executor):
             )
 
     def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+        """Submit tasks as threads free up, never more at once than the cluster has threads.
+
+        Why not all at once: the scheduler hands a worker more tasks than it has threads (``worker-saturation``
+        defaults to 1.1, so a 1-thread worker holds 2; tasks of small groups are all assigned at once), and
+        when a worker dies the scheduler fails every task assigned to it, started or not. With at most
+        ``sum(nthreads)`` tasks in flight and the scheduler placing each on a worker with a free thread, a
+        death costs the tasks that worker was running: one per thread. The price is one round trip to the
+        scheduler between one task's end and the next task's start on that thread.
+        """
         from distributed import as_completed
 
         if self._closed:
             raise ConfigError("this DaskExecutor is closed; create a new one")
         batch = uuid.uuid4().hex[:8]
         name = getattr(fn, "__name__", "task")
+        queue = deque(enumerate(tasks))
         positions: dict[str, int] = {}
         pending: dict[str, Future] = {}
-        try:
-            for position, task in enumerate(tasks):
+        finished = as_completed(loop=self.client.loop)
+
+        def submit_while_threads_free() -> None:
+            # Threads of the workers alive now (asked at every completion, so a restarted or added worker
+            # counts). At least one task stays in flight so that a cluster with no workers yet starts when one
+            # joins; more follow as tasks complete.
+            slots = max(1, sum(self.client.nthreads().values())) if queue else 0
+            while queue and len(pending) < slots:
+                position, task = queue.popleft()
                 future = self.client.submit(
                     fn, task, pure=False, retries=0, key=f"zephyr-{name}-{batch}-{position:05d}"
                 )
                 positions[future.key] = position
                 pending[future.key] = future
-            for future in as_completed(list(pending.values()), loop=self.client.loop):
+                finished.add(future)
+
+        try:
+            submit_while_threads_free()
+            for future in finished:
                 outcome = _outcome(future)
                 del pending[future.key]
                 future.release()  # the marker is ours now: nothing may recompute it behind our back
+                submit_while_threads_free()
                 yield positions[future.key], outcome
         finally:
             if pending:

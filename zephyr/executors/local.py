@@ -7,6 +7,14 @@ killer) is charged to exactly the task that worker was running, and a fresh work
 
 Workers use the ``spawn`` start method (no inherited locks or threads) and are kept for the whole job. Each
 worker's polars/Arrow thread pools are sized to its share of the cores, so W workers do not oversubscribe.
+
+No worker outlives the driver, however the driver ends. A normal exit or an exception stops them through
+``close()``; but SIGKILL or an unhandled SIGTERM runs no Python code in the driver, and a worker busy in a long
+task would otherwise finish it (seconds to hours) before noticing, holding its memory and writing files nobody
+collects. So each worker watches its parent twice: on Linux the kernel sends it SIGKILL when the driver dies
+(``prctl(PR_SET_PDEATHSIG)``, set only for workers started from the main thread, because the kernel ties it to
+the thread that started the child); everywhere, a daemon thread blocks on a lifeline pipe whose only write end
+the driver holds and exits the worker on end-of-file, which the OS delivers when the driver dies.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +38,36 @@ from zephyr.executors.base import Executor, Outcome, is_retryable
 __all__ = ["LocalExecutor"]
 
 
-def _worker_main(conn: Connection, preload: tuple[str, ...] = ()) -> None:
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _die_with_parent(parent_pid: int, lifeline: Connection, pdeathsig: bool) -> None:
+    """Exit this worker as soon as the driver ``parent_pid`` is gone (see the module docstring)."""
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):  # no libc / no prctl: the lifeline still works
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # the driver died before we got here: nobody will send us work
+        os._exit(1)
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            lifeline.recv_bytes()  # the driver never writes: this returns only at end-of-file
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zephyr-lifeline", daemon=True).start()
+
+
+def _worker_main(
+    conn: Connection,
+    preload: tuple[str, ...] = (),
+    lifeline: Connection | None = None,
+    parent_pid: int | None = None,
+    pdeathsig: bool = False,
+) -> None:
+    if lifeline is not None and parent_pid is not None:  # first, before the imports below (~1 s)
+        _die_with_parent(parent_pid, lifeline, pdeathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
@@ -66,6 +104,10 @@ def _worker_main(conn: Connection, preload: tuple[str, ...] = ()) -> None:
 class _Worker:
     def __init__(self, context, threads: int, preload: tuple[str, ...] = ()):
         parent, child = context.Pipe()
+        # The lifeline's write end stays here and is never written: the worker sees end-of-file when this
+        # process dies. spawn passes a child only the descriptors it is given, so no sibling holds a copy.
+        lifeline, self._lifeline = context.Pipe(duplex=False)
+        pdeathsig = threading.current_thread() is threading.main_thread()
         saved = {k: os.environ.get(k) for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")}
         os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -73,7 +115,9 @@ class _Worker:
         # between batches (measured -50..80 MiB per worker in benchmarks/engine_bench.py's out-of-core run).
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
         try:
-            self.process = context.Process(target=_worker_main, args=(child, preload), daemon=True)
+            self.process = context.Process(
+                target=_worker_main, args=(child, preload, lifeline, os.getpid(), pdeathsig), daemon=True
+            )
             self.process.start()
         finally:
             for key, value in saved.items():
@@ -82,6 +126,7 @@ class _Worker:
                 else:
                     os.environ[key] = value
         child.close()
+        lifeline.close()
         self.conn = parent
         self._stop_sent = False
 
@@ -102,6 +147,7 @@ class _Worker:
             self.process.kill()
             self.process.join()
         self.conn.close()
+        self._lifeline.close()
 
 
 class LocalExecutor(Executor):
@@ -167,8 +213,22 @@ class LocalExecutor(Executor):
             pass
         worker.process.join(timeout=5)
         code = worker.process.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        return Outcome(False, error=f"worker process {worker.process.pid} died ({how})", worker_died=True)
+        pid = worker.process.pid
+        if code is None or code >= 0:
+            return Outcome(False, error=f"worker process {pid} died (exit code {code})", worker_died=True)
+        number = -code
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        if number == signal.SIGKILL:
+            name += ", likely the out-of-memory killer"
+        return Outcome(
+            False,
+            error=f"worker process {pid} was killed by signal {number} ({name}) while running the task",
+            worker_died=True,
+            signal=number,
+        )
 
     def _replace(self, worker: _Worker) -> None:
         worker.stop(kill=True)
