@@ -348,3 +348,9 @@ def test_run_pipeline_read_stage(int_double, tmp_path, unify):
             _assert_one_schema(stage_dir)
     normalized = next(job.glob("*-normalize"))
     assert sum(pq.read_metadata(p).num_rows for p in normalized.glob("part-*.parquet")) == 6
+
+
+def test_only_read_columns_take_part(id_conflict):
+    """A projection that skips the conflicting column reads fine (tokenize reads text, id and source only)."""
+    folder, _, _ = id_conflict
+    assert zephyr.read_parquet(str(folder), columns=["text"]).count(executor="inprocess") == 6
