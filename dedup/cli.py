@@ -39,16 +39,19 @@ _JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".j
 _SHARD_BYTES = "32MiB"
 
 
-def _read(inputs: list[str]):
+def _read(args: argparse.Namespace):
     import zephyr
+    from zephyr.io.input_schema import schema_arguments
 
+    inputs = args.inputs
+    schema = schema_arguments(args)  # --unify-schemas / --schema FILE
     if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES)
+        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES, **schema)
     if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
         from zephyr.errors import ConfigError
 
         raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
-    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES)
+    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, **schema)
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
@@ -85,7 +88,7 @@ def _exact(args: argparse.Namespace) -> int:
         with reuse_workers(_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
     out = paragraph_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
@@ -104,7 +107,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
 
     path: dict[str, Any] = {}
     out = exact_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
@@ -233,7 +236,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
     graph: dict[str, Any] = {}
     indexing = args.write_index is not None or args.update_index
     out = fuzzy_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         config,
         text_column=args.text_column,
         id_column=args.id_column,
@@ -283,6 +286,9 @@ def _common_io(p: argparse.ArgumentParser) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
+    from zephyr.io.input_schema import add_schema_arguments
+
+    add_schema_arguments(p)
 
 
 def _column_or_none(value: str) -> str | None:

@@ -119,10 +119,17 @@ class ReadStage:
     """Split large Parquet/JSONL files into shards of about this many bytes (e.g. ``64MB``)."""
     on_error: Literal["raise", "quarantine"] = "raise"
     """Unparseable JSONL lines: fail naming the file and line, or set them aside in the quarantine."""
+    unify_schemas: bool = False
+    """Input files whose column types differ: promote them by the documented rule (int → wider int → double;
+    ``zephyr.io.input_schema``). ``False``: files must agree (a column missing from some files is nulls)."""
+    schema: str | None = _path(None)
+    """A schema file (Parquet, or a JSON/YAML map of column to type) every input file is cast to."""
 
     def __post_init__(self) -> None:
         if not self.paths:
             raise FieldError("paths", "give at least one input path")
+        if self.unify_schemas and self.schema is not None:
+            raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
         _at_least("num_shards", self.num_shards, 1)
         if self.approx_shard_bytes is not None:
             from zephyr.sizes import parse_bytes

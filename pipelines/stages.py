@@ -246,12 +246,15 @@ def run_read(ctx: StageContext) -> StageOutcome:
     cfg = ctx.entry.config
     p = ctx.pipeline
     fmt = _input_format(cfg.paths, cfg.format)
+    schema = {"unify_schemas": cfg.unify_schemas, "schema": cfg.schema}  # files that disagree: zephyr.io.input_schema
     if fmt == "jsonl":
-        ds = zephyr.read_jsonl(cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes, on_error=cfg.on_error)
+        ds = zephyr.read_jsonl(
+            cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes, on_error=cfg.on_error, **schema
+        )
     elif fmt == "vortex":
-        ds = zephyr.read_vortex(cfg.paths)
+        ds = zephyr.read_vortex(cfg.paths, **schema)
     else:
-        ds = zephyr.read_parquet(cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes)
+        ds = zephyr.read_parquet(cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes, **schema)
     prepare = f"pipeline.{ctx.entry.name}.prepare"
     ds = ds.map_batches(PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare)
     if cfg.num_shards:

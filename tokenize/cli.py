@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--batch-rows", type=int, default=1024, help="documents per tokenize batch (bounds memory)"
     )
     parser.add_argument("--megatron", action="store_true", help="also write Megatron .bin/.idx per shard")
+    from zephyr.io.input_schema import add_schema_arguments
+
+    add_schema_arguments(parser)
     parser.set_defaults(func=handler)
 
 
@@ -56,6 +59,7 @@ def handler(args: argparse.Namespace) -> int:
     from zephyr.tokenize.writer import write_token_shards
 
     from zephyr.cli import execution_options
+    from zephyr.io.input_schema import schema_arguments
 
     def _column(value: str) -> str | None:
         return None if value.lower() == "none" else value
@@ -80,6 +84,7 @@ def handler(args: argparse.Namespace) -> int:
         bos_token=args.bos_token,
         batch_rows=args.batch_rows,
         megatron=args.megatron,
+        **schema_arguments(args),
         **execution,
     )
     summary = {

@@ -304,13 +304,13 @@ def _input_paths(data: Any) -> tuple[list[str], str]:
     return paths, "jsonl" if all(".json" in os.path.basename(p) for p in paths) else "parquet"
 
 
-def _input_dataset(data: Any, columns: list[str], split_bytes: int | None) -> Dataset:
+def _input_dataset(data: Any, columns: list[str], split_bytes: int | None, **schema: Any) -> Dataset:
     import zephyr
 
     paths, fmt = _input_paths(data)
     if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes)
-    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes)
+        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, **schema)
+    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes, **schema)
 
 
 # An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
@@ -396,6 +396,8 @@ def write_token_shards(
     bos_token: str | None = None,
     batch_rows: int = 1024,
     megatron: bool = False,
+    unify_schemas: bool = False,
+    schema: Any = None,
     **execution: Any,
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``).
@@ -419,6 +421,8 @@ def write_token_shards(
         batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
             writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
         megatron: also write Megatron ``.bin``/``.idx`` per shard.
+        unify_schemas / schema: how input files that disagree on a column's type are read (path inputs only;
+            ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
         execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
     """
     import zephyr
@@ -475,7 +479,11 @@ def write_token_shards(
         id_column = _detect_column(names, id_column, "id")
         source_column = _detect_column(names, source_column, "source")
         columns = [c for c in (text_column, id_column, source_column) if c]
-        dataset = data if isinstance(data, zephyr.Dataset) else _input_dataset(data, columns, split_bytes)
+        dataset = (
+            data
+            if isinstance(data, zephyr.Dataset)
+            else _input_dataset(data, columns, split_bytes, unify_schemas=unify_schemas, schema=schema)
+        )
 
         if os.path.exists(os.path.join(output, "manifest.json")):
             # the old set is being replaced: invalidate it first

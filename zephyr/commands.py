@@ -13,11 +13,14 @@ import argparse
 import json
 import sys
 
+from zephyr.io.input_schema import add_schema_arguments
+
 __all__ = ["register"]
 
 
 def _reader(args: argparse.Namespace):
     import zephyr
+    from zephyr.io.input_schema import schema_arguments
 
     fmt = args.format
     paths = list(args.inputs)
@@ -26,11 +29,12 @@ def _reader(args: argparse.Namespace):
         fmt = "jsonl" if any(s in first for s in (".jsonl", ".json", ".ndjson")) else (
             "vortex" if first.endswith(".vortex") else "parquet"
         )
+    schema = schema_arguments(args)
     if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, on_error=args.on_error)
+        return zephyr.read_jsonl(paths, on_error=args.on_error, **schema)
     if fmt == "vortex":
-        return zephyr.read_vortex(paths)
-    return zephyr.read_parquet(paths)
+        return zephyr.read_vortex(paths, **schema)
+    return zephyr.read_parquet(paths, **schema)
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +43,7 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--on-error", choices=("raise", "quarantine"), default="raise", help="bad JSONL lines: fail or set aside"
     )
+    add_schema_arguments(parser)
 
 
 def _write(dataset, args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ Actions (``to_arrow``, ``count``, ``write_*``, ``materialize``) take the executi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -69,31 +70,83 @@ def _check_on_error(on_error: str) -> None:
 
 
 def read_parquet(
-    paths: str | Sequence[str], *, columns: Sequence[str] | None = None, approx_shard_bytes: int | str | None = None
+    paths: str | Sequence[str],
+    *,
+    columns: Sequence[str] | None = None,
+    approx_shard_bytes: int | str | None = None,
+    unify_schemas: bool = False,
+    schema: pa.Schema | str | None = None,
 ) -> Dataset:
     """Parquet files (globs, directories, fsspec URLs). One shard per file, or row-group runs of about
-    ``approx_shard_bytes`` uncompressed bytes each."""
+    ``approx_shard_bytes`` uncompressed bytes each.
+
+    Files whose schemas differ follow one rule, checked from their footers before any task runs
+    (``zephyr.io.input_schema``): missing columns are nulls, other type differences fail naming both files,
+    unless ``unify_schemas=True`` (promote int → wider int → double) or ``schema=`` (a ``pa.Schema`` or a
+    schema file: cast every file to it)."""
     return Dataset(
-        (ReadFiles(_paths(paths), "parquet", tuple(columns) if columns else None, None, _shard_bytes(approx_shard_bytes)),)
+        (
+            ReadFiles(
+                _paths(paths),
+                "parquet",
+                tuple(columns) if columns else None,
+                _schema(schema, unify_schemas),
+                _shard_bytes(approx_shard_bytes),
+                unify_schemas=unify_schemas,
+            ),
+        )
     )
 
 
 def read_jsonl(
     paths: str | Sequence[str],
     *,
-    schema: pa.Schema | None = None,
+    schema: pa.Schema | str | None = None,
     approx_shard_bytes: int | str | None = None,
     on_error: OnError = "raise",
+    unify_schemas: bool = False,
 ) -> Dataset:
     """JSON-lines files, plain or ``.gz``/``.zst``. Bad lines raise naming file and line, or go to the
-    quarantine output with ``on_error="quarantine"``."""
+    quarantine output with ``on_error="quarantine"``.
+
+    ``schema`` (a ``pa.Schema`` or a schema file) parses every file with those types; without it, files whose
+    inferred types differ follow the rule of ``read_parquet`` (``unify_schemas``)."""
     _check_on_error(on_error)
-    return Dataset((ReadFiles(_paths(paths), "jsonl", None, schema, _shard_bytes(approx_shard_bytes), on_error),))
+    return Dataset(
+        (
+            ReadFiles(
+                _paths(paths),
+                "jsonl",
+                None,
+                _schema(schema, unify_schemas),
+                _shard_bytes(approx_shard_bytes),
+                on_error,
+                unify_schemas=unify_schemas,
+            ),
+        )
+    )
 
 
-def read_vortex(paths: str | Sequence[str]) -> Dataset:
-    """Vortex files (``vortex-data``)."""
-    return Dataset((ReadFiles(_paths(paths), "vortex"),))
+def read_vortex(
+    paths: str | Sequence[str], *, unify_schemas: bool = False, schema: pa.Schema | str | None = None
+) -> Dataset:
+    """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` as in ``read_parquet``."""
+    return Dataset(
+        (ReadFiles(_paths(paths), "vortex", None, _schema(schema, unify_schemas), unify_schemas=unify_schemas),)
+    )
+
+
+def _schema(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:
+    """A schema object, or one loaded from a schema file (``zephyr.io.input_schema.load_schema_file``)."""
+    if schema is not None and unify_schemas:
+        raise ConfigError("give unify_schemas=True or schema=, not both: a schema already says every type")
+    if schema is None or isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, str | os.PathLike):
+        from zephyr.io.input_schema import load_schema_file
+
+        return load_schema_file(os.fspath(schema))
+    raise ConfigError(f"schema must be a pyarrow.Schema or a schema file path, got {type(schema).__name__}")
 
 
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:

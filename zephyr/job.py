@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
+from zephyr.io.input_schema import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
@@ -125,6 +126,7 @@ class Job:
         self.stages: list[dict] = []
         self._sources: dict[int, tuple[list[Shard], str, int]] = {}
         self._column_bytes: dict[int, dict[str, int]] = {}
+        self._input_schemas: dict[int, pa.Schema | None] = {}  # per source: what every task casts to
         self.started = time.time()
         self._progress = options.progress if options.progress is not None else sys.stderr.isatty()
 
@@ -181,6 +183,7 @@ class Job:
             read = dict(
                 read_columns=read_columns or (source.columns if isinstance(source, ReadFiles) else None),
                 read_schema=source.schema if isinstance(source, ReadFiles) else None,
+                input_schema=self._input_schemas.get(id(source)),
                 on_error=source.on_error if isinstance(source, ReadFiles) else "raise",
             )
         else:
@@ -381,7 +384,12 @@ class Job:
             estimate += int(size * factor)
         if source.format == "parquet" and len(sizes) <= FOOTER_ESTIMATE_MAX_FILES:
             self._column_bytes[id(source)] = _parquet_column_bytes(list(sizes))
-        source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards])
+        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
+        planned = None if source.schema is not None else plan_input_schema(
+            shards, unify=source.unify_schemas, columns=source.columns
+        )
+        self._input_schemas[id(source)] = planned
+        source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards], None if planned is None else planned.to_string())
         return shards, source_fp, estimate
 
     def _estimate(self, segment: Segment, columns: tuple[str, ...] | None = None) -> int:

@@ -55,6 +55,8 @@ class ReadFiles(Op):
     schema: pa.Schema | None = None
     approx_shard_bytes: int | None = None
     on_error: OnError = "raise"
+    unify_schemas: bool = False
+    """Promote types that differ between files (``zephyr.io.input_schema``); else files must agree."""
 
 
 @dataclass(frozen=True, eq=False)

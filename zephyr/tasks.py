@@ -84,6 +84,8 @@ class StageSpec:
     read_columns: tuple[str, ...] | None = None
     read_schema: pa.Schema | None = None
     on_error: str = "raise"
+    input_schema: pa.Schema | None = None
+    """The job's one schema for its input files (``zephyr.io.input_schema``); None: read each as it is."""
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
             task.shard,
             columns=stage.read_columns,
             schema=stage.read_schema,
+            input_schema=stage.input_schema,
             on_error=stage.on_error,
             quarantine=quarantine,
             batch_bytes=max(1 << 20, task.budget_bytes // 8),
@@ -208,9 +211,11 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
             empty = False
             yield pa.Table.from_batches([batch])
         if empty and task.shard.format == "parquet":  # no rows, but the schema still flows downstream
-            fs, path = _fs(task.shard.path)
-            with fs.open(path, "rb") as f:
-                schema = pq.read_schema(f)
+            schema = stage.input_schema or stage.read_schema
+            if schema is None:
+                fs, path = _fs(task.shard.path)
+                with fs.open(path, "rb") as f:
+                    schema = pq.read_schema(f)
             if stage.read_columns:
                 schema = pa.schema([schema.field(c) for c in stage.read_columns if c in schema.names])
             yield schema.empty_table()

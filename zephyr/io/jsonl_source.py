@@ -23,7 +23,9 @@ How a shard is read:
    does not fit is a bad line). Otherwise types are inferred per block and promoted across blocks
    (``zephyr.io.casting``): each batch is cast to the running schema, so batch schemas only ever widen (null →
    a type, int64 → double, new columns appended). A real conflict (string vs number in one column) raises
-   ``SchemaError`` naming file, line range, column and the fix (pass ``schema=``).
+   ``SchemaError`` naming file, line range, column and the fix (pass ``schema=``). With ``planned=`` (the
+   schema a job decided for all its files, ``zephyr.io.input_schema``), each inferred batch is then cast to
+   it; a type the plan does not hold raises ``SchemaError`` naming the lines, the column and both types.
 5. **Byte ranges** (plain files only): a shard ``[start, stop)`` seeks to ``start - 1``, skips to the next
    newline (unless at 0) and reads every line that *starts* before ``stop``. Absolute line numbers are unknown
    past byte 0 without reading the prefix, so such shards report "byte offset N" (and a null quarantine
@@ -57,6 +59,7 @@ from zephyr.io.compression import (
     TruncatedStream,
     open_decompressed,
 )
+from zephyr.io.input_schema import fit_planned
 from zephyr.io.paths import filesystem, infer_compression
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 
@@ -290,6 +293,7 @@ class _Parser:
         schema: pa.Schema | None,
         columns: Sequence[str] | None,
         quarantine: QuarantineFn | None,
+        planned: pa.Schema | None = None,
     ):
         self.path = path
         self.columns = list(columns) if columns is not None else None
@@ -304,6 +308,9 @@ class _Parser:
                 )
             schema = pa.schema([schema.field(c) for c in columns])
         self.explicit = schema  # the user's schema, projected to `columns`
+        if planned is not None and columns is not None:
+            planned = pa.schema([planned.field(c) for c in columns if c in planned.names])
+        self.planned = planned  # the job's one input schema (zephyr.io.input_schema): inferred batches fit it
         self.forced: dict[str, pa.DataType] = {}  # inferred fields whose timestamps must stay strings
         self.running: pa.Schema | None = None
 
@@ -491,6 +498,8 @@ class _Parser:
                         f"in {where}; one column needs one type. {_FIX_SCHEMA}"
                     ) from exc
             table = conform(table, self.running, where=where, fix=_FIX_SCHEMA)
+            if self.planned is not None:
+                table = fit_planned(table, self.planned, where=where)
         return table
 
     def _block_range(self, block: _Block) -> str:
@@ -507,11 +516,12 @@ def read_jsonl_shard(
     schema: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
+    planned: pa.Schema | None = None,
 ) -> Iterator[pa.RecordBatch]:
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
-    parser = _Parser(shard.path, schema=schema, columns=columns, quarantine=quarantine)
+    parser = _Parser(shard.path, schema=schema, columns=columns, quarantine=quarantine, planned=planned)
     try:
         for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
             table = parser.parse(block)

@@ -9,6 +9,9 @@
 - Corrupt files (bad magic, truncated footer, undecodable pages, 0 bytes) raise ``InputError`` naming the file
   and, when known, the row group. A requested column missing from the file raises ``SchemaError`` naming the
   column, the file and the columns it has.
+- With ``schema=`` each batch is cast to it (``zephyr.io.input_schema.cast_to_schema``): columns missing from
+  the file are nulls, values are checked, and one that does not fit raises ``SchemaError`` naming file, row
+  and column.
 - Each batch is checked with Arrow's full validation (UTF-8 included); bad rows are located by bisection and
   either raise ``InputError`` naming file, row group and row, or go to the quarantine with ``line`` = the row's
   0-based index within the file.
@@ -25,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io.casting import conform
+from zephyr.io.input_schema import cast_to_schema
 from zephyr.io.paths import filesystem
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.validation import bad_rows
@@ -182,12 +185,7 @@ class _RowGroupReader:
             if batch is None or batch.num_rows == 0:
                 continue
             if self.target is not None:
-                batch = conform(
-                    batch,
-                    self.target,
-                    where=f"{self.path} (row group {group})",
-                    fix="Pass a schema= whose types the file's columns widen into, or leave schema=None.",
-                )
+                batch = cast_to_schema(batch, self.target, where=f"{self.path} (row group {group})", first_row=start)
             yield from _split(batch, self.batch_bytes)
 
     def _check(self, batch: pa.RecordBatch, group: int, start: int) -> pa.RecordBatch | None:

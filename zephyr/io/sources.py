@@ -19,6 +19,8 @@ Contract:
   passed to ``quarantine`` (schema in ``zephyr.io.quarantine``) and not yielded, so rows yielded + rows
   quarantined == input rows. A missing requested column or an inconsistent JSONL column type raises
   ``SchemaError`` naming file, column and the fix.
+- Files of one input that disagree on their schemas are cast to one schema a job decides before its tasks
+  (``input_schema=``; the rule is in ``zephyr.io.input_schema``).
 """
 
 from __future__ import annotations
@@ -134,11 +136,17 @@ def read_shard(
     *,
     columns: Sequence[str] | None = None,
     schema: pa.Schema | None = None,
+    input_schema: pa.Schema | None = None,
     on_error: Literal["raise", "quarantine"] = "raise",
     quarantine: QuarantineFn | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Stream ``shard`` as record batches of about ``batch_bytes`` (see the module docstring)."""
+    """Stream ``shard`` as record batches of about ``batch_bytes`` (see the module docstring).
+
+    ``schema``: the user's schema (JSONL is parsed with it; Parquet and Vortex columns are cast to it).
+    ``input_schema``: the schema a job planned for all its files (``zephyr.io.input_schema``); every batch is
+    cast to it, so all files of one input yield one schema.
+    """
     if on_error not in ("raise", "quarantine"):
         raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
     if on_error == "quarantine" and quarantine is None:
@@ -155,14 +163,21 @@ def read_shard(
         from zephyr.io.parquet_source import read_parquet_shard
 
         return read_parquet_shard(
-            shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes
+            shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes
         )
     if shard.format == "jsonl":
         from zephyr.io.jsonl_source import read_jsonl_shard
 
         return read_jsonl_shard(
-            shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes
+            shard,
+            columns=columns,
+            schema=schema,
+            planned=None if schema is not None else input_schema,
+            quarantine=sink,
+            batch_bytes=batch_bytes,
         )
     from zephyr.io.vortex_source import read_vortex_shard
 
-    return read_vortex_shard(shard, columns=columns, schema=schema, quarantine=sink, batch_bytes=batch_bytes)
+    return read_vortex_shard(
+        shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes
+    )

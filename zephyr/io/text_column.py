@@ -85,19 +85,6 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
 
 def _peek_schema(shard) -> tuple[str, pa.Schema | None]:
     """(path, the file's schema as a job reads it), or (path, None) for a JSONL/Vortex file without rows."""
-    if shard.format == "parquet":
-        from zephyr.io.parquet_source import open_parquet
+    from zephyr.io.input_schema import peek_schema
 
-        with open_parquet(shard.path) as parquet_file:  # even without rows: its typed columns reach the steps
-            return shard.path, parquet_file.schema_arrow
-    from zephyr.io.sources import read_shard
-
-    # bad lines are the job's business (it raises or quarantines them by its own on_error): skip them here
-    batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=_PEEK_BYTES))
-    try:
-        first = next(batches, None)
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a generator: closes the file now
-    return shard.path, None if first is None else first.schema
+    return peek_schema(shard, peek_bytes=_PEEK_BYTES)

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io.casting import conform, normalize_view_types
+from zephyr.io.casting import normalize_view_types
+from zephyr.io.input_schema import cast_to_schema
 from zephyr.io.paths import filesystem, is_local
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.validation import bad_rows
@@ -104,12 +105,7 @@ def read_vortex_shard(
             if batch.num_rows == 0:
                 continue
             if target is not None:
-                batch = conform(
-                    batch,
-                    target,
-                    where=path,
-                    fix="Pass a schema= whose types the file's columns widen into, or leave schema=None.",
-                )
+                batch = cast_to_schema(batch, target, where=path, first_row=start)
             if batch.nbytes > 2 * batch_bytes and batch.num_rows > 1:
                 step = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
                 for offset in range(0, batch.num_rows, step):

@@ -1,0 +1,437 @@
+"""One schema for a multi-file input, decided before any task runs.
+
+Files of one input often disagree: ``id`` is ``string`` in one export and ``int64`` in another, a column exists
+only in newer files, Parquet keeps ``int32`` where JSON infers ``int64``. Read file by file, they give output
+parts with different schemas and shuffles that fail with Arrow's "Unable to merge", naming no file. So the
+planner reads each file's *schema* (a Parquet footer, the first ``SCHEMA_PEEK_BYTES`` of a JSONL file, the
+first batch of a Vortex file — never all the data) and fixes one input schema; every task casts its batches
+to it, so every output part of a job has the same schema.
+
+The rule (``plan_input_schema``), per column and recursively inside structs and lists:
+
+- **Default — files must agree.** Allowed without asking, because no value changes: a column (or struct
+  field) missing from some files is read as nulls there; ``null`` (a column with no value at all) takes the
+  other file's type; ``string``/``large_string``/``string_view`` are one type (``large_string`` if any file
+  has it), the same for binary and for ``list``/``large_list``; a dictionary-encoded column counts as its
+  value type. Any other difference (``string`` vs ``int64``, ``int32`` vs ``int64``, ``int64`` vs
+  ``double``) is a **type conflict**: ``SchemaError`` in one line naming both files, the column, both
+  types and the two fixes below.
+- **``unify_schemas=True`` (``--unify-schemas``)**: also promote by ``zephyr.io.casting.promote_types``:
+  integers to the wider integer, integer + float to ``float64`` (each value is checked when cast: an integer
+  above 2**53 fails naming file, row and column), struct fields united. Numbers never become strings here
+  — that changes values, so it needs a schema.
+- **``schema=`` (``--schema FILE``)**: the given schema, exactly. Each file is cast to it (Arrow's safe
+  casts, so ``int64 → string`` works and ``"abc" → int64`` fails naming file, row and column); columns
+  missing from a file are nulls, columns not in the schema are not read. ``load_schema_file`` reads it from
+  a Parquet file (its schema) or a JSON/YAML mapping of column to type (see there). JSONL files are parsed
+  with the schema's types: a line whose value does not fit is a bad line (``file:line``; quarantined with
+  ``on_error="quarantine"``).
+
+An input of a single shard needs no rule (one task writes one part) and is read exactly as before. JSONL types
+come from the first ``SCHEMA_PEEK_BYTES`` of each file; a later line whose type does not fit the plan (a
+column that was null so far and now holds text, int64 turning into double) fails naming the lines, the
+column and both types — pass ``schema=`` then. Only the columns a job reads take part (``columns=``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.casting import promote_types
+
+if TYPE_CHECKING:
+    from zephyr.io.sources import Shard
+
+__all__ = [
+    "SCHEMA_PEEK_BYTES",
+    "peek_schema",
+    "merge_schemas",
+    "plan_input_schema",
+    "cast_to_schema",
+    "fit_planned",
+    "load_schema_file",
+    "add_schema_arguments",
+    "schema_arguments",
+]
+
+SCHEMA_PEEK_BYTES = 1 << 20
+"""JSONL bytes parsed per file to learn its column types (a longer first line is read whole)."""
+_PEEK_THREADS = 8  # footer and first-block reads wait on storage, not CPU
+_FIX = (
+    "pass --unify-schemas to promote types by the documented rule (Python: unify_schemas=True), "
+    "or --schema FILE to cast every file to one schema (Python: schema=)"
+)
+_FIX_SCHEMA = "pass --schema FILE (Python: schema=) giving the column the type you want"
+
+
+class _Conflict(Exception):
+    def __init__(self, path: str, left: pa.DataType, right: pa.DataType):
+        super().__init__(path)
+        self.path, self.left, self.right = path, left, right
+
+
+# -- reading schemas cheaply --------------------------------------------------------------------------------
+def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
+    """(path, the file's schema as a reader yields it), or (path, None) for a JSONL/Vortex file without rows.
+
+    Parquet: the footer (even a 0-row file has typed columns). JSONL/Vortex: the first batch; bad lines are the
+    job's business (it raises or quarantines them by its own ``on_error``), so they are skipped here.
+    """
+    if shard.format == "parquet":
+        from zephyr.io.parquet_source import open_parquet
+
+        with open_parquet(shard.path) as parquet_file:
+            return shard.path, parquet_file.schema_arrow
+    from zephyr.io.sources import read_shard
+
+    batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))
+    try:
+        first = next(batches, None)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # a generator: closes the file now
+    return shard.path, None if first is None else first.schema
+
+
+def peek_schemas(shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> list[tuple[str, pa.Schema | None]]:
+    """``peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
+    seen: dict[str, Shard] = {}
+    for shard in shards:
+        seen.setdefault(shard.path, shard)
+    files = [s if s.byte_range is None and s.row_groups is None else _whole(s) for s in seen.values()]
+    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
+        return list(pool.map(lambda s: peek_schema(s, peek_bytes=peek_bytes), files))
+
+
+def _whole(shard: Shard) -> Shard:
+    from dataclasses import replace
+
+    return replace(shard, byte_range=None, row_groups=None)
+
+
+# -- the rule -----------------------------------------------------------------------------------------------
+def _string_like(t: pa.DataType) -> bool:
+    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
+
+
+def _binary_like(t: pa.DataType) -> bool:
+    return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
+
+
+def _list_like(t: pa.DataType) -> bool:
+    return pat.is_list(t) or pat.is_large_list(t)
+
+
+def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str) -> pa.DataType:
+    """The type both files' ``path`` is read as; raises ``_Conflict`` naming the innermost differing field."""
+    if a.equals(b):
+        return pa.string() if pat.is_string_view(a) else pa.binary() if pat.is_binary_view(a) else a
+    if pat.is_null(a):
+        return _merge_type(b, b, unify=unify, path=path)
+    if pat.is_null(b):
+        return _merge_type(a, a, unify=unify, path=path)
+    if pat.is_dictionary(a):
+        return _merge_type(a.value_type, b, unify=unify, path=path)
+    if pat.is_dictionary(b):
+        return _merge_type(a, b.value_type, unify=unify, path=path)
+    if _string_like(a) and _string_like(b):
+        return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
+    if _binary_like(a) and _binary_like(b):
+        return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
+    if _list_like(a) and _list_like(b):
+        item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
+        field = a.value_field.with_type(item).with_nullable(a.value_field.nullable or b.value_field.nullable)
+        return pa.large_list(field) if pat.is_large_list(a) or pat.is_large_list(b) else pa.list_(field)
+    if pat.is_struct(a) and pat.is_struct(b):
+        return pa.struct(_merge_fields(list(a), list(b), unify=unify, prefix=f"{path}."))
+    if unify:
+        promoted = promote_types(a, b)
+        if promoted is not None:
+            return promoted
+    raise _Conflict(path, a, b)
+
+
+def _merge_fields(left: list[pa.Field], right: list[pa.Field], *, unify: bool, prefix: str) -> list[pa.Field]:
+    """Union by name, ``left``'s order first; a field missing on one side becomes nullable (read as nulls)."""
+    others = {f.name: f for f in right}
+    out: list[pa.Field] = []
+    for f in left:
+        other = others.pop(f.name, None)
+        if other is None:
+            out.append(f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(True))
+            continue
+        t = _merge_type(f.type, other.type, unify=unify, path=prefix + f.name)
+        out.append(pa.field(f.name, t, nullable=f.nullable or other.nullable, metadata=f.metadata))
+    for f in right:
+        if f.name in others:
+            out.append(f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(True))
+    return out
+
+
+def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
+    """The type at a dotted field path (``meta.score``, ``tags[]``) of ``schema``, None when absent."""
+    head, _, rest = path.partition(".")
+    name = head.split("[", 1)[0]
+    if name not in schema.names:
+        return None
+    t = schema.field(name).type
+    for _ in range(head.count("[]")):
+        t = t.value_type if _list_like(t) else t
+    while rest:
+        head, _, rest = rest.partition(".")
+        name = head.split("[", 1)[0]
+        if not pat.is_struct(t) or t.get_field_index(name) < 0:
+            return None
+        t = t.field(name).type
+        for _ in range(head.count("[]")):
+            t = t.value_type if _list_like(t) else t
+    return t
+
+
+def merge_schemas(peeks: Sequence[tuple[str, pa.Schema | None]], *, unify: bool = False) -> pa.Schema | None:
+    """The one schema for files with these schemas (the module docstring's rule); None when none has one.
+
+    A conflict raises ``SchemaError`` naming the earlier file that disagrees and the later one.
+    """
+    merged: list[pa.Field] | None = None
+    seen: list[tuple[str, pa.Schema]] = []
+    metadata: dict | None = None
+    for path, schema in peeks:
+        if schema is None:
+            continue
+        try:
+            if merged is None:
+                merged = _merge_fields(list(schema), [], unify=unify, prefix="")
+                merged = [f.with_nullable(schema.field(f.name).nullable) for f in merged]
+                metadata = schema.metadata
+            else:
+                merged = _merge_fields(merged, list(schema), unify=unify, prefix="")
+                if metadata != schema.metadata:
+                    metadata = None  # per-file metadata (pandas index info) would be wrong for the others
+        except _Conflict as exc:
+            raise _conflict_error(exc, path, schema, seen, unify) from None
+        seen.append((path, schema))
+    return None if merged is None else pa.schema(merged, metadata=metadata)
+
+
+def _conflict_error(exc: _Conflict, path: str, schema: pa.Schema, seen: list, unify: bool) -> SchemaError:
+    top = exc.path.split(".", 1)[0].split("[", 1)[0]
+    for earlier, earlier_schema in seen:  # the first earlier file that alone disagrees with this one
+        if top not in earlier_schema.names:
+            continue
+        try:
+            _merge_type(earlier_schema.field(top).type, schema.field(top).type, unify=unify, path=top)
+        except _Conflict as pair:
+            return _one_line(pair.path, earlier, pair.left, path, pair.right, unify)
+    first = next((p for p, s in seen if _at(s, exc.path) is not None), "earlier files")
+    return _one_line(exc.path, first, exc.left, path, exc.right, unify)
+
+
+def _one_line(field: str, left_path: str, left: pa.DataType, right_path: str, right: pa.DataType, unify: bool):
+    how = "even with --unify-schemas" if unify else "and the default rule allows no type change"
+    fix = _FIX_SCHEMA if unify else _FIX
+    return SchemaError(
+        f"input files disagree on column {field!r}: {left} in {left_path} but {right} in {right_path} "
+        f"({how}); {fix}"
+    )
+
+
+def plan_input_schema(
+    shards: Sequence[Shard],
+    *,
+    unify: bool = False,
+    schema: pa.Schema | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Schema | None:
+    """The schema every task of this input casts to, or None when no rule is needed (one shard, no schema).
+
+    ``columns``: only these take part (a projection never fails on a column it does not read).
+    """
+    if schema is not None:
+        return schema
+    if len(shards) <= 1:
+        return None
+    peeks = peek_schemas(shards)
+    if columns is not None:
+        wanted = list(columns)
+        peeks = [(p, None if s is None else pa.schema([s.field(c) for c in wanted if c in s.names])) for p, s in peeks]
+    return merge_schemas(peeks, unify=unify)
+
+
+# -- applying it --------------------------------------------------------------------------------------------
+def cast_to_schema(batch: pa.RecordBatch, target: pa.Schema, *, where: str, first_row: int = 0) -> pa.RecordBatch:
+    """``batch`` with exactly ``target``'s columns: missing ones as nulls, others cast (values checked).
+
+    A value that does not cast raises ``SchemaError`` naming ``where``, its row (``first_row`` + the row in
+    the batch, found by bisection: O(log n) casts, only on failure) and the column.
+    """
+    if batch.schema.equals(target):
+        return batch
+    arrays = []
+    for field in target:
+        index = batch.schema.get_field_index(field.name)
+        if index < 0:
+            if not field.nullable:
+                raise SchemaError(f"{where}: non-nullable column {field.name!r} is missing")
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        column = batch.column(index)
+        if not column.type.equals(field.type):
+            column = _cast(column, field, where=where, first_row=first_row)
+        if not field.nullable and column.null_count:
+            raise SchemaError(f"{where}: column {field.name!r} is non-nullable but holds {column.null_count} nulls")
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _cast(column: pa.Array, field: pa.Field, *, where: str, first_row: int) -> pa.Array:
+    try:
+        return column.cast(field.type, safe=True)
+    except pa.ArrowNotImplementedError as exc:
+        raise SchemaError(
+            f"{where}: column {field.name!r} has type {column.type}, which has no cast to {field.type}: {exc}"
+        ) from exc
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        lo, hi = 0, len(column)
+        while hi - lo > 1:  # the first failing row: the left half holds one whenever it fails alone
+            mid = (lo + hi) // 2
+            try:
+                column.slice(lo, mid - lo).cast(field.type, safe=True)
+                lo = mid
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                hi = mid
+        try:
+            column.slice(lo, 1).cast(field.type, safe=True)
+            reason = str(exc)  # no single row fails alone (cannot happen for Arrow's element-wise casts)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as row_exc:
+            reason = str(row_exc)  # Arrow's own message for the whole column may name another value
+        raise SchemaError(
+            f"{where}: row {first_row + lo}: column {field.name!r} value {column[lo].as_py()!r} does not fit "
+            f"{field.type} (from {column.type}): {reason}"
+        ) from exc
+
+
+def fit_planned(batch: pa.RecordBatch | pa.Table, planned: pa.Schema, *, where: str):
+    """Cast a JSONL batch, whose types were inferred, to the planned input schema — only where the plan's type
+    holds this batch's type (the rule with promotion); a wider type seen after planning raises naming it."""
+    for field in batch.schema:
+        index = planned.get_field_index(field.name)
+        if index < 0:
+            raise SchemaError(
+                f"{where}: column {field.name!r} first appears here, after the input schema was decided from "
+                f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB; {_FIX_SCHEMA}"
+            )
+        want = planned.field(index).type
+        try:
+            fits = _merge_type(field.type, want, unify=True, path=field.name).equals(want)
+        except _Conflict:
+            fits = False
+        if not fits:
+            raise SchemaError(
+                f"{where}: column {field.name!r} holds {field.type} here, but the input schema decided from "
+                f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB has {want}; {_FIX_SCHEMA}"
+            )
+    if isinstance(batch, pa.Table):
+        return pa.Table.from_batches(
+            [cast_to_schema(b, planned, where=where) for b in batch.to_batches()], schema=planned
+        )
+    return cast_to_schema(batch, planned, where=where)
+
+
+# -- schema files -------------------------------------------------------------------------------------------
+def load_schema_file(path: str) -> pa.Schema:
+    """A schema from ``path``: a Parquet file (its schema; data is not read), or a JSON/YAML mapping of column
+    name to type, in column order.
+
+    A type is an Arrow type name (``string``, ``large_string``, ``int64``, ``double``, ``bool``,
+    ``timestamp[ms]``, ``date32``...), a mapping (a struct of those fields) or a one-item list (a list of
+    that type)::
+
+        id: string
+        score: double
+        meta: {lang: string, year: int32}
+        tags: [string]
+    """
+    from zephyr.io.paths import filesystem
+
+    fs, stripped = filesystem(path)
+    try:
+        data = fs.cat_file(stripped)
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        raise ConfigError(f"schema file {path!r} not found") from exc
+    if data[:4] == b"PAR1":
+        import io
+
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(io.BytesIO(data))
+    text = data.decode("utf-8", errors="replace")
+    try:
+        spec = json.loads(text) if path.endswith(".json") else _yaml(text)
+    except ValueError as exc:
+        raise ConfigError(f"schema file {path!r} is not valid JSON/YAML: {exc}") from exc
+    if not isinstance(spec, dict) or not spec:
+        raise ConfigError(
+            f"schema file {path!r} must map column names to types, e.g. {{\"id\": \"string\", \"score\": \"double\"}}"
+        )
+    return pa.schema([pa.field(str(name), _type(value, f"{path}: {name}")) for name, value in spec.items()])
+
+
+def _yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _type(value: Any, where: str) -> pa.DataType:
+    if isinstance(value, dict):
+        return pa.struct([pa.field(str(k), _type(v, f"{where}.{k}")) for k, v in value.items()])
+    if isinstance(value, list) and len(value) == 1:
+        return pa.list_(_type(value[0], f"{where}[]"))
+    if isinstance(value, str):
+        name = value.strip()
+        if name.startswith("timestamp[") and name.endswith("]"):
+            unit, _, tz = name[len("timestamp[") : -1].partition(",")
+            return pa.timestamp(unit.strip(), tz=tz.strip().removeprefix("tz=") or None)
+        try:
+            return pa.type_for_alias(name)
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: {value!r} is not a type; use an Arrow type name (string, int64, double, bool, ...)")
+
+
+# -- command-line flags -------------------------------------------------------------------------------------
+def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--unify-schemas`` and ``--schema FILE``, for every command that reads input files."""
+    group = parser.add_argument_group("input schema (files that disagree; see docs/engine.md)")
+    group.add_argument(
+        "--unify-schemas",
+        action="store_true",
+        help="promote types that differ between input files (int32+int64 -> int64, int+double -> double)",
+    )
+    group.add_argument(
+        "--schema",
+        metavar="FILE",
+        default=None,
+        help="cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)",
+    )
+
+
+def schema_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The reader keywords (``unify_schemas=``, ``schema=``) given by ``add_schema_arguments``' flags."""
+    schema = getattr(args, "schema", None)
+    if schema is not None and getattr(args, "unify_schemas", False):
+        raise ConfigError("give --unify-schemas or --schema FILE, not both")
+    return {"unify_schemas": bool(getattr(args, "unify_schemas", False)), "schema": schema}
