@@ -251,12 +251,13 @@ class Job:
                         continue
                     tries[task.index] = tries.get(task.index, 0) + 1
                     if tries[task.index] > self.options.max_retries or not outcome.retryable:
-                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried: bad input)"
+                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
                         raise TaskError(
-                            f"stage {name!r}: task {task.index} ({task.description}) failed {how}; "
-                            f"error:\n{_last_line(outcome.error)}\n\n{outcome.error}",
+                            f"{outcome.summary or _last_line(outcome.error)} "
+                            f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
                             stage=name,
                             shard=task.description,
+                            worker_traceback=outcome.error,
                         )
                     log.warning(
                         "stage %s: task %d (%s) failed (try %d), retrying: %s",
@@ -568,7 +569,9 @@ def _read_parts(files: list[str]) -> pa.Table | None:
 
 def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
     from zephyr.dataset import WriteResult
+    from zephyr.io.paths import check_output_dir
 
+    check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
     segment = build_plan(dataset._ops)
     with Job(options) as job:
         job.prepare(segment)

@@ -18,13 +18,12 @@ import multiprocessing
 import os
 import signal
 import sys
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, is_retryable
+from zephyr.executors.base import Executor, Outcome, failure
 
 __all__ = ["LocalExecutor"]
 
@@ -56,11 +55,12 @@ def _worker_main(conn: Connection, preload: tuple[str, ...] = ()) -> None:
         try:
             reply = (True, fn(task), True)
         except BaseException as exc:  # everything goes back to the driver, which decides
-            reply = (False, "".join(traceback.format_exception(exc)).rstrip(), is_retryable(exc))
+            reply = (False, failure(exc), False)
         try:
             conn.send(reply)
         except Exception as exc:  # e.g. an unpicklable return value
-            conn.send((False, f"could not send the task result back: {exc!r}", False))
+            text = f"could not send the task result back: {exc!r}"
+            conn.send((False, Outcome(False, error=text, retryable=False, summary=text), False))
 
 
 class _Worker:
@@ -161,8 +161,8 @@ class LocalExecutor(Executor):
     def _collect(self, worker: _Worker) -> Outcome:
         try:
             if worker.conn.poll():
-                ok, value, retryable = worker.conn.recv()
-                return Outcome(True, value) if ok else Outcome(False, error=value, retryable=retryable)
+                ok, value, _ = worker.conn.recv()  # a failure arrives as its Outcome (executors.base.failure)
+                return Outcome(True, value) if ok else value
         except (EOFError, OSError):
             pass
         worker.process.join(timeout=5)
