@@ -39,16 +39,17 @@ _JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".j
 _SHARD_BYTES = "32MiB"
 
 
-def _read(inputs: list[str]):
+def _read(args: argparse.Namespace):
     import zephyr
 
+    inputs = args.inputs
     if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES)
+        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error)
     if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
         from zephyr.errors import ConfigError
 
         raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
-    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES)
+    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error)
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
@@ -62,11 +63,25 @@ def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
     hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
     stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
     stats["dedup"]["counters"] = counters
+    stats["dedup"]["rows"] = _row_balance(stats.get("stages", []))
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True, default=str)
     logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
     return 0
+
+
+def _row_balance(stages: list[dict]) -> dict[str, int]:
+    """The input rows and where they went: ``in = kept + dropped + quarantined``. The first stage reads the
+    input (a paragraph-level run reads it twice: counted once); kept rows are what the last stage wrote."""
+    if not stages:
+        return {"in": 0, "kept": 0, "dropped": 0, "quarantined": 0}
+    return {
+        "in": stages[0]["rows_in"],
+        "kept": stages[-1]["rows_out"],
+        "dropped": sum(s["rows_dropped"] for s in stages),
+        "quarantined": stages[0]["rows_rejected"],
+    }
 
 
 def _exact(args: argparse.Namespace) -> int:
@@ -83,7 +98,7 @@ def _exact(args: argparse.Namespace) -> int:
         with reuse_workers(_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
     out = paragraph_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
@@ -102,7 +117,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
 
     path: dict[str, Any] = {}
     out = exact_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
@@ -212,7 +227,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
     graph: dict[str, Any] = {}
     indexing = args.write_index is not None or args.update_index
     out = fuzzy_dedup_dataset(
-        _read(args.inputs),
+        _read(args),
         config,
         text_column=args.text_column,
         id_column=args.id_column,
@@ -243,10 +258,13 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
 
 
 def _common_io(p: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
+
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
     )
-    p.add_argument("--output", required=True, help="output directory (Parquet parts + _dedup_stats.json)")
+    add_on_error(p)
+    add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
         choices=("annotate", "remove"),

@@ -304,13 +304,13 @@ def _input_paths(data: Any) -> tuple[list[str], str]:
     return paths, "jsonl" if all(".json" in os.path.basename(p) for p in paths) else "parquet"
 
 
-def _input_dataset(data: Any, columns: list[str], split_bytes: int | None) -> Dataset:
+def _input_dataset(data: Any, columns: list[str], split_bytes: int | None, on_error: str) -> Dataset:
     import zephyr
 
     paths, fmt = _input_paths(data)
     if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes)
-    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes)
+        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, on_error=on_error)
+    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes, on_error=on_error)
 
 
 # An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
@@ -396,6 +396,7 @@ def write_token_shards(
     bos_token: str | None = None,
     batch_rows: int = 1024,
     megatron: bool = False,
+    on_error: str = "raise",
     **execution: Any,
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``).
@@ -419,6 +420,8 @@ def write_token_shards(
         batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
             writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
         megatron: also write Megatron ``.bin``/``.idx`` per shard.
+        on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
+            and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
         execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
     """
     import zephyr
@@ -475,7 +478,7 @@ def write_token_shards(
         id_column = _detect_column(names, id_column, "id")
         source_column = _detect_column(names, source_column, "source")
         columns = [c for c in (text_column, id_column, source_column) if c]
-        dataset = data if isinstance(data, zephyr.Dataset) else _input_dataset(data, columns, split_bytes)
+        dataset = data if isinstance(data, zephyr.Dataset) else _input_dataset(data, columns, split_bytes, on_error)
 
         if os.path.exists(os.path.join(output, "manifest.json")):
             # the old set is being replaced: invalidate it first
@@ -559,6 +562,13 @@ def write_token_shards(
                 },
             }
             manifest = write_manifest(output, shards, meta=meta)
+            read = refs.stats["stages"][0] if refs.stats.get("stages") else {}
+            stats["rows"] = {  # where every input row went: in = kept + dropped + quarantined
+                "in": read.get("rows_in", 0),
+                "kept": read.get("rows_out", 0),
+                "dropped": read.get("rows_dropped", 0),
+                "quarantined": read.get("rows_rejected", 0),
+            }
             stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
                 "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
                 "concurrent_tasks": concurrency,

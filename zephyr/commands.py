@@ -29,16 +29,16 @@ def _reader(args: argparse.Namespace):
     if fmt == "jsonl":
         return zephyr.read_jsonl(paths, on_error=args.on_error)
     if fmt == "vortex":
-        return zephyr.read_vortex(paths)
-    return zephyr.read_parquet(paths)
+        return zephyr.read_vortex(paths, on_error=args.on_error)
+    return zephyr.read_parquet(paths, on_error=args.on_error)
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error
+
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories, globs or fsspec URLs")
     parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
-    parser.add_argument(
-        "--on-error", choices=("raise", "quarantine"), default="raise", help="bad JSONL lines: fail or set aside"
-    )
+    add_on_error(parser)
 
 
 def _write(dataset, args: argparse.Namespace) -> int:
@@ -81,9 +81,11 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_output_dir
+
     convert = subparsers.add_parser("convert", parents=[common], help="rewrite files in another format")
     _add_inputs(convert)
-    convert.add_argument("--output", required=True, help="output directory (part-00000.<ext>, ...)")
+    add_output_dir(convert, "output directory (part-00000.<ext>, ...)")
     convert.add_argument("--to", choices=("parquet", "jsonl", "vortex"), default="parquet")
     convert.add_argument("--compression", choices=("gzip", "zstd"), default=None, help="for --to jsonl")
     convert.set_defaults(func=_convert)
@@ -92,7 +94,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     _add_inputs(sort)
     sort.add_argument("--by", required=True, help="comma-separated column names")
     sort.add_argument("--descending", action="store_true")
-    sort.add_argument("--output", required=True)
+    add_output_dir(sort)
     sort.set_defaults(func=_sort, to="parquet")
 
     count = subparsers.add_parser("count", parents=[common], help="count rows")

@@ -69,13 +69,18 @@ def _check_on_error(on_error: str) -> None:
 
 
 def read_parquet(
-    paths: str | Sequence[str], *, columns: Sequence[str] | None = None, approx_shard_bytes: int | str | None = None
+    paths: str | Sequence[str],
+    *,
+    columns: Sequence[str] | None = None,
+    approx_shard_bytes: int | str | None = None,
+    on_error: OnError = "raise",
 ) -> Dataset:
     """Parquet files (globs, directories, fsspec URLs). One shard per file, or row-group runs of about
-    ``approx_shard_bytes`` uncompressed bytes each."""
-    return Dataset(
-        (ReadFiles(_paths(paths), "parquet", tuple(columns) if columns else None, None, _shard_bytes(approx_shard_bytes)),)
-    )
+    ``approx_shard_bytes`` uncompressed bytes each. Rows that cannot be read (invalid UTF-8 in a string
+    column) raise naming file, row group and row, or go to the quarantine output with ``on_error="quarantine"``."""
+    _check_on_error(on_error)
+    columns = tuple(columns) if columns else None
+    return Dataset((ReadFiles(_paths(paths), "parquet", columns, None, _shard_bytes(approx_shard_bytes), on_error),))
 
 
 def read_jsonl(
@@ -91,9 +96,10 @@ def read_jsonl(
     return Dataset((ReadFiles(_paths(paths), "jsonl", None, schema, _shard_bytes(approx_shard_bytes), on_error),))
 
 
-def read_vortex(paths: str | Sequence[str]) -> Dataset:
-    """Vortex files (``vortex-data``)."""
-    return Dataset((ReadFiles(_paths(paths), "vortex"),))
+def read_vortex(paths: str | Sequence[str], *, on_error: OnError = "raise") -> Dataset:
+    """Vortex files (``vortex-data``); bad rows as in ``read_parquet``."""
+    _check_on_error(on_error)
+    return Dataset((ReadFiles(_paths(paths), "vortex", on_error=on_error),))
 
 
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:

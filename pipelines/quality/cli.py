@@ -22,15 +22,17 @@ __all__ = ["register"]
 log = logging.getLogger(__name__)
 
 
-def _read(inputs: list[str], text_column: str) -> Any:
+def _read(args: argparse.Namespace) -> Any:
     """The inputs as a Dataset, after checking that every file's ``text_column`` holds text (one line naming
     the file and the column, before any task starts)."""
     import zephyr
     from zephyr.io.text_column import check_text_inputs
 
+    inputs, text_column = args.inputs, args.text_column
     jsonl = all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs)
     check_text_inputs(inputs, text_column, format="jsonl" if jsonl else "parquet")
-    return zephyr.read_jsonl(inputs) if jsonl else zephyr.read_parquet(inputs)
+    read = zephyr.read_jsonl if jsonl else zephyr.read_parquet
+    return read(inputs, on_error=args.on_error)
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:
@@ -53,7 +55,7 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Normalize
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
-    _read(args.inputs, args.text_column).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
+    _read(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
         args.output, **_opts(args))
     return 0
 
@@ -64,7 +66,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
-    ds = _read(args.inputs, args.text_column)
+    ds = _read(args)
     ds = ds.map_batches(LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
                         name="langid")
     if args.languages or args.min_score > 0:
@@ -92,7 +94,7 @@ def _cmd_filter(args: argparse.Namespace) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     opts = _opts(args)
-    ds = _read(args.inputs, args.text_column)
+    ds = _read(args)
     if args.normalize:
         ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
     lang_column = None if args.lang_column == "" else args.lang_column
@@ -101,6 +103,7 @@ def _cmd_filter(args: argparse.Namespace) -> int:
     try:
         written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
         engine_stats = written.stats
+        unreadable = written.stats["rows_quarantined"]  # input rows set aside by --on-error quarantine
         parts = []
         if written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
             annotated = zephyr.read_parquet(list(written.files))
@@ -119,6 +122,11 @@ def _cmd_filter(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     report = merge_summaries(parts, sample_size=args.samples)
     report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
+    if unreadable:  # never reached the filters, so the report does not see them; they are input all the same
+        totals["rows_in"] += unreadable
+        totals["rows_quarantined"] += unreadable
+        totals["rows_unreadable"] = unreadable
+        totals["unreadable_quarantine_dir"] = written.stats["quarantine_dir"]
     stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats}
     _write_json(out / "stats.json", stats)
     _write_json(out / "report.json", report)
@@ -170,7 +178,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
-        result = _read(args.inputs, args.text_column).map_batches(scorer, name="quality_score").write_parquet(
+        result = _read(args).map_batches(scorer, name="quality_score").write_parquet(
             str(scratch), **opts)
         edges: tuple[float, ...] = ()
         if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
@@ -193,7 +201,7 @@ def _cmd_pii(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import RedactPII
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
-    result = _read(args.inputs, args.text_column).map_batches(
+    result = _read(args).map_batches(
         RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column), name="pii"
     ).write_parquet(args.output, **_opts(args))
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
@@ -211,7 +219,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index_path = out / "eval-ngrams.npz"
     index.save(index_path)
-    result = _read(args.inputs, args.text_column).map_batches(
+    result = _read(args).map_batches(
         Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate"
     ).write_parquet(str(out), **_opts(args))
     _write_json(out / "stats.json", {"version": 1, "eval_items": index.items, "eval_ngrams": int(len(index.hashes)),
@@ -220,6 +228,8 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
+
     def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=help)
         p.set_defaults(func=func)
@@ -228,7 +238,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     def io(p: argparse.ArgumentParser, inputs: bool = True) -> None:
         if inputs:
             p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")
-            p.add_argument("--output", required=True, help="output directory")
+            add_output_dir(p)
+            add_on_error(p)
         p.add_argument("--text-column", default="text")
 
     p = command("normalize", _cmd_normalize, "NFC, control characters, whitespace (code-safe), optional ftfy")
