@@ -139,5 +139,5 @@ def one_line(exc: BaseException) -> str:
     """
     if isinstance(exc, OSError) and not isinstance(exc, ZephyrError) and exc.errno is not None:
         return describe_os_error(exc)
-    text = " ".join(str(exc).split("\n", 1)[0].split()) or repr(exc)
+    text = " ".join(str(exc).split()) or repr(exc)  # a message listing several problems keeps them all
     return f"{type(exc).__name__}: {text}"

@@ -217,3 +217,34 @@ def test_every_reading_command_takes_on_error(tmp_path, command):
     at all, but never with 'unrecognized arguments')."""
     run = zephyr_cli(command, "--help")
     assert run.returncode == 0 and "--on-error" in run.stdout, run.stdout
+
+
+# -- 2. the classification itself ----------------------------------------------------------------------------
+def test_is_retryable_sees_permanent_errors_through_wrappers():
+    import errno
+
+    import polars as pl
+
+    from zephyr.errors import InputError
+    from zephyr.executors.base import failure, is_retryable
+
+    def wrapped(inner: BaseException) -> BaseException:
+        try:
+            try:
+                raise inner
+            except BaseException as exc:
+                raise RuntimeError("while writing a run") from exc
+        except RuntimeError as outer:
+            return outer
+
+    assert not is_retryable(wrapped(OSError(errno.ENOSPC, "No space left on device", "/spill/run-0")))
+    assert not is_retryable(PermissionError(errno.EACCES, "Permission denied", "/out"))
+    assert not is_retryable(InputError("bad line", path="a.jsonl", line=2))
+    with pytest.raises(pl.exceptions.ColumnNotFoundError) as info:
+        pl.DataFrame({"a": [1]}).select("nope")
+    assert not is_retryable(info.value)
+    assert is_retryable(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
+    assert is_retryable(RuntimeError("transient"))
+    outcome = failure(wrapped(OSError(errno.ENOSPC, "No space left on device", "/spill/run-0")))
+    assert not outcome.retryable and "Traceback" in outcome.error and outcome.summary.startswith("RuntimeError")
+    assert "disk full: /spill/run-0" in outcome.summary

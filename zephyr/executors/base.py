@@ -70,7 +70,24 @@ def failure(exc: BaseException, tb: Any = None) -> Outcome:
         text = "".join(traceback.format_exception(exc))
     else:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return Outcome(False, error=text.rstrip(), retryable=is_retryable(exc), summary=one_line(exc))
+    summary = one_line(exc)
+    cause = _os_cause(exc)
+    if cause is not None and cause is not exc:  # a wrapper's message may not say the disk is full: add it
+        summary = f"{summary} (because: {one_line(cause)})"
+    return Outcome(False, error=text.rstrip(), retryable=is_retryable(exc), summary=summary)
+
+
+def _os_cause(exc: BaseException | None) -> OSError | None:
+    """The first ``OSError`` with a permanent errno in ``exc``'s cause chain, ``exc`` included."""
+    from zephyr.errors import PERMANENT_ERRNOS
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class Executor(ABC):
