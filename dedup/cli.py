@@ -46,12 +46,12 @@ def _read(args: argparse.Namespace):
     inputs = args.inputs
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
     if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES, **schema)
+        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
     if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
         from zephyr.errors import ConfigError
 
         raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
-    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, **schema)
+    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
@@ -65,11 +65,25 @@ def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
     hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
     stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
     stats["dedup"]["counters"] = counters
+    stats["dedup"]["rows"] = _row_balance(stats.get("stages", []))
     os.makedirs(output, exist_ok=True)
     with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True, default=str)
     logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
     return 0
+
+
+def _row_balance(stages: list[dict]) -> dict[str, int]:
+    """The input rows and where they went: ``in = kept + dropped + quarantined``. The first stage reads the
+    input (a paragraph-level run reads it twice: counted once); kept rows are what the last stage wrote."""
+    if not stages:
+        return {"in": 0, "kept": 0, "dropped": 0, "quarantined": 0}
+    return {
+        "in": stages[0]["rows_in"],
+        "kept": stages[-1]["rows_out"],
+        "dropped": sum(s["rows_dropped"] for s in stages),
+        "quarantined": stages[0]["rows_rejected"],
+    }
 
 
 def _exact(args: argparse.Namespace) -> int:
@@ -267,10 +281,13 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
 
 
 def _common_io(p: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
+
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
     )
-    p.add_argument("--output", required=True, help="output directory (Parquet parts + _dedup_stats.json)")
+    add_on_error(p)
+    add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
         choices=("annotate", "remove"),

@@ -13,6 +13,8 @@ __all__ = ["register", "handler"]
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
+
     parser = subparsers.add_parser(
         "tokenize",
         parents=[common],
@@ -24,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
     )
     parser.add_argument("--tokenizer", required=True, help="path of a HF tokenizer.json")
-    parser.add_argument("--output", required=True, help="output directory for shards and manifest.json")
+    add_output_dir(parser, "output directory for shards and manifest.json")
+    add_on_error(parser)
     parser.add_argument("--text-column", default="text", help="column with the document text (default: text)")
     parser.add_argument(
         "--id-column", default="auto", help="id column for the shuffle key ('auto': id if present; 'none')"
@@ -85,6 +88,7 @@ def handler(args: argparse.Namespace) -> int:
         batch_rows=args.batch_rows,
         megatron=args.megatron,
         **schema_arguments(args),
+        on_error=args.on_error,
         **execution,
     )
     summary = {
@@ -93,6 +97,7 @@ def handler(args: argparse.Namespace) -> int:
         "documents": result.num_documents,
         "tokens": result.num_tokens,
         "engine": result.manifest["tokenizer"]["engine"],
+        "rows": result.stats.get("rows"),
     }
     print(json.dumps(summary))
     return 0

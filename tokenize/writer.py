@@ -304,13 +304,17 @@ def _input_paths(data: Any) -> tuple[list[str], str]:
     return paths, "jsonl" if all(".json" in os.path.basename(p) for p in paths) else "parquet"
 
 
-def _input_dataset(data: Any, columns: list[str], split_bytes: int | None, **schema: Any) -> Dataset:
+def _input_dataset(
+    data: Any, columns: list[str], split_bytes: int | None, on_error: str, **schema: Any
+) -> Dataset:
     import zephyr
 
     paths, fmt = _input_paths(data)
     if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, **schema)
-    return zephyr.read_parquet(paths, columns=columns, approx_shard_bytes=split_bytes, **schema)
+        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, on_error=on_error, **schema)
+    return zephyr.read_parquet(
+        paths, columns=columns, approx_shard_bytes=split_bytes, on_error=on_error, **schema
+    )
 
 
 # An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
@@ -398,6 +402,7 @@ def write_token_shards(
     megatron: bool = False,
     unify_schemas: bool = False,
     schema: Any = None,
+    on_error: str = "raise",
     **execution: Any,
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``).
@@ -423,6 +428,8 @@ def write_token_shards(
         megatron: also write Megatron ``.bin``/``.idx`` per shard.
         unify_schemas / schema: how input files that disagree on a column's type are read (path inputs only;
             ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
+        on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
+            and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
         execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
     """
     import zephyr
@@ -482,7 +489,9 @@ def write_token_shards(
         dataset = (
             data
             if isinstance(data, zephyr.Dataset)
-            else _input_dataset(data, columns, split_bytes, unify_schemas=unify_schemas, schema=schema)
+            else _input_dataset(
+                data, columns, split_bytes, on_error, unify_schemas=unify_schemas, schema=schema
+            )
         )
 
         if os.path.exists(os.path.join(output, "manifest.json")):
@@ -567,6 +576,13 @@ def write_token_shards(
                 },
             }
             manifest = write_manifest(output, shards, meta=meta)
+            read = refs.stats["stages"][0] if refs.stats.get("stages") else {}
+            stats["rows"] = {  # where every input row went: in = kept + dropped + quarantined
+                "in": read.get("rows_in", 0),
+                "kept": read.get("rows_out", 0),
+                "dropped": read.get("rows_dropped", 0),
+                "quarantined": read.get("rows_rejected", 0),
+            }
             stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
                 "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
                 "concurrent_tasks": concurrency,

@@ -16,10 +16,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from zephyr.errors import ZephyrError
 from zephyr.options import ExecutionOptions
 
-__all__ = ["main", "build_parser", "execution_options"]
+__all__ = ["main", "build_parser", "execution_options", "add_on_error", "add_output_dir"]
 
 COMMAND_MODULES = (
     "zephyr.commands",  # engine utilities: convert, count, sort, stats
@@ -46,6 +45,29 @@ def _common_parser() -> argparse.ArgumentParser:
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
+
+
+def add_on_error(parser: argparse.ArgumentParser) -> None:
+    """``--on-error raise|quarantine`` for a command that reads input; read it back as ``args.on_error``.
+
+    One definition for every command, so the hint in bad-input errors (``--on-error quarantine``, see
+    ``zephyr.cli_errors``) is true wherever it is printed.
+    """
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "quarantine"),
+        default="raise",
+        help="bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise, the default) "
+        "or set them aside in the quarantine output and go on (quarantine; counted in the stats)",
+    )
+
+
+def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:
+    """``--output DIR`` for a command that writes a directory; ``main`` checks it can be written before the
+    command starts (``zephyr.io.paths.check_output_dir``), so a read-only location or a file in the way is one
+    line naming the path, not a failure after the work."""
+    parser.add_argument("--output", required=True, help=help)
+    parser.set_defaults(output_is_dir=True)
 
 
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:
@@ -87,10 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "output_is_dir", False):
+            from zephyr.io.paths import check_output_dir
+
+            check_output_dir(args.output)
         return int(args.func(args) or 0)
-    except ZephyrError as exc:
-        print(f"zephyr {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+    except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
+        from zephyr.cli_errors import report_failure
+
+        return report_failure(exc, args, None if argv is None else list(argv))
 
 
 def console_main() -> None:

@@ -26,23 +26,25 @@ def _reader(args: argparse.Namespace):
     paths = list(args.inputs)
     if fmt == "auto":
         first = paths[0].lower()
-        fmt = "jsonl" if any(s in first for s in (".jsonl", ".json", ".ndjson")) else (
-            "vortex" if first.endswith(".vortex") else "parquet"
+        fmt = (
+            "jsonl"
+            if any(s in first for s in (".jsonl", ".json", ".ndjson"))
+            else ("vortex" if first.endswith(".vortex") else "parquet")
         )
     schema = schema_arguments(args)
     if fmt == "jsonl":
         return zephyr.read_jsonl(paths, on_error=args.on_error, **schema)
     if fmt == "vortex":
-        return zephyr.read_vortex(paths, **schema)
-    return zephyr.read_parquet(paths, **schema)
+        return zephyr.read_vortex(paths, on_error=args.on_error, **schema)
+    return zephyr.read_parquet(paths, on_error=args.on_error, **schema)
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error
+
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories, globs or fsspec URLs")
     parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
-    parser.add_argument(
-        "--on-error", choices=("raise", "quarantine"), default="raise", help="bad JSONL lines: fail or set aside"
-    )
+    add_on_error(parser)
     add_schema_arguments(parser)
 
 
@@ -63,8 +65,15 @@ def _write(dataset, args: argparse.Namespace) -> int:
         fs, root = fsspec.core.url_to_fs(args.output)
         fs.makedirs(root, exist_ok=True)
     stage = result.stats["stages"][-1]
-    print(json.dumps({"files": len(result.files), "rows": stage["rows_out"],
-                      "rows_quarantined": result.stats["rows_quarantined"]}))
+    print(
+        json.dumps(
+            {
+                "files": len(result.files),
+                "rows": stage["rows_out"],
+                "rows_quarantined": result.stats["rows_quarantined"],
+            }
+        )
+    )
     return 0
 
 
@@ -86,9 +95,11 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_output_dir
+
     convert = subparsers.add_parser("convert", parents=[common], help="rewrite files in another format")
     _add_inputs(convert)
-    convert.add_argument("--output", required=True, help="output directory (part-00000.<ext>, ...)")
+    add_output_dir(convert, "output directory (part-00000.<ext>, ...)")
     convert.add_argument("--to", choices=("parquet", "jsonl", "vortex"), default="parquet")
     convert.add_argument("--compression", choices=("gzip", "zstd"), default=None, help="for --to jsonl")
     convert.set_defaults(func=_convert)
@@ -97,7 +108,7 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
     _add_inputs(sort)
     sort.add_argument("--by", required=True, help="comma-separated column names")
     sort.add_argument("--descending", action="store_true")
-    sort.add_argument("--output", required=True)
+    add_output_dir(sort)
     sort.set_defaults(func=_sort, to="parquet")
 
     count = subparsers.add_parser("count", parents=[common], help="count rows")

@@ -76,14 +76,17 @@ def read_parquet(
     approx_shard_bytes: int | str | None = None,
     unify_schemas: bool = False,
     schema: pa.Schema | str | None = None,
+    on_error: OnError = "raise",
 ) -> Dataset:
     """Parquet files (globs, directories, fsspec URLs). One shard per file, or row-group runs of about
-    ``approx_shard_bytes`` uncompressed bytes each.
+    ``approx_shard_bytes`` uncompressed bytes each. Rows that cannot be read (invalid UTF-8 in a string
+    column) raise naming file, row group and row, or go to the quarantine output with ``on_error="quarantine"``.
 
     Files whose schemas differ follow one rule, checked from their footers before any task runs
     (``zephyr.io.input_schema``): missing columns are nulls, other type differences fail naming both files,
     unless ``unify_schemas=True`` (promote int → wider int → double) or ``schema=`` (a ``pa.Schema`` or a
     schema file: cast every file to it)."""
+    _check_on_error(on_error)
     return Dataset(
         (
             ReadFiles(
@@ -92,6 +95,7 @@ def read_parquet(
                 tuple(columns) if columns else None,
                 _schema(schema, unify_schemas),
                 _shard_bytes(approx_shard_bytes),
+                on_error,
                 unify_schemas=unify_schemas,
             ),
         )
@@ -128,11 +132,25 @@ def read_jsonl(
 
 
 def read_vortex(
-    paths: str | Sequence[str], *, unify_schemas: bool = False, schema: pa.Schema | str | None = None
+    paths: str | Sequence[str],
+    *,
+    unify_schemas: bool = False,
+    schema: pa.Schema | str | None = None,
+    on_error: OnError = "raise",
 ) -> Dataset:
-    """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` as in ``read_parquet``."""
+    """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` and bad rows as in ``read_parquet``."""
+    _check_on_error(on_error)
     return Dataset(
-        (ReadFiles(_paths(paths), "vortex", None, _schema(schema, unify_schemas), unify_schemas=unify_schemas),)
+        (
+            ReadFiles(
+                _paths(paths),
+                "vortex",
+                None,
+                _schema(schema, unify_schemas),
+                on_error=on_error,
+                unify_schemas=unify_schemas,
+            ),
+        )
     )
 
 
@@ -344,7 +362,9 @@ class Dataset:
                 raise ConfigError("join: give on=, or both left_on= and right_on=")
             left_keys, right_keys = _names((left_on,), "join"), _names((right_on,), "join")
             if len(left_keys) != len(right_keys):
-                raise ConfigError(f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}")
+                raise ConfigError(
+                    f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}"
+                )
         return self._then(Join(other, left_keys, right_keys, how, suffix, _partitions(num_partitions)))
 
     def reshard(self, num_shards: int) -> Dataset:
@@ -411,7 +431,11 @@ class GroupedDataset:
     """The result of ``Dataset.group_by``: pick an aggregation."""
 
     def __init__(
-        self, parent: Dataset, keys: tuple[str, ...], sort_by: tuple[tuple[str, bool], ...], num_partitions: int | None
+        self,
+        parent: Dataset,
+        keys: tuple[str, ...],
+        sort_by: tuple[tuple[str, bool], ...],
+        num_partitions: int | None,
     ):
         self._parent = parent
         self._keys = keys
@@ -420,7 +444,9 @@ class GroupedDataset:
 
     def count(self, name: str = "count") -> Dataset:
         """Rows per key: ``Dataset(keys..., count)``."""
-        return self._parent._then(GroupAggregate(self._keys, (Agg(name, None, "count"),), self._num_partitions))
+        return self._parent._then(
+            GroupAggregate(self._keys, (Agg(name, None, "count"),), self._num_partitions)
+        )
 
     def agg(self, **aggregations: tuple[str, str]) -> Dataset:
         """Named aggregations ``out=(column, how)``; how: count, sum, min, max, mean, first, last, n_unique, list.

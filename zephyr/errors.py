@@ -6,13 +6,19 @@ User input is checked with these exceptions, never with ``assert`` (``python -O`
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "ZephyrError",
     "ConfigError",
     "InputError",
+    "OutputError",
     "SchemaError",
     "TaskError",
     "ResumeError",
+    "PERMANENT_ERRNOS",
+    "describe_os_error",
+    "one_line",
 ]
 
 
@@ -30,7 +36,9 @@ class InputError(ZephyrError):
     ``path`` and ``line``/``row`` say where, when known.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None, row: int | None = None):
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, row: int | None = None
+    ):
         where = ""
         if path is not None:
             where = path
@@ -49,14 +57,91 @@ class SchemaError(ZephyrError):
     """A missing column or a column whose type does not fit the operation."""
 
 
-class TaskError(ZephyrError):
-    """A task kept failing after its retries; names the stage, the input shard and the last error."""
+class OutputError(ZephyrError):
+    """An output path that cannot be written: read-only, not a directory, out of space. ``path`` names it."""
 
-    def __init__(self, message: str, *, stage: str | None = None, shard: str | None = None):
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.errno = errno
+
+
+class TaskError(ZephyrError):
+    """A task kept failing after its retries; names the stage, the input shard and the last error.
+
+    The message is one line (what a person reads first); the worker's full traceback, which can be 60 lines,
+    is kept in ``worker_traceback`` and attached as a note, so Python still prints it under the exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: str | None = None,
+        shard: str | None = None,
+        worker_traceback: str | None = None,
+    ):
         super().__init__(message)
         self.stage = stage
         self.shard = shard
+        self.worker_traceback = worker_traceback
+        if worker_traceback:
+            self.add_note(f"worker traceback:\n{worker_traceback}")
 
 
 class ResumeError(ZephyrError):
     """A work directory or checkpoint that belongs to a different plan or configuration."""
+
+
+PERMANENT_ERRNOS: dict[int, str] = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "not a directory",
+    errno.EISDIR: "is a directory",
+    errno.EEXIST: "a file is in the way",
+}
+"""OS errors that the same task on the same paths meets again on every try: the job fails at once with one
+of these words instead of retrying (``executors.base.is_retryable``)."""
+
+_FIXES = {
+    errno.ENOSPC: "free some space or write elsewhere",
+    errno.EDQUOT: "free some space or write elsewhere",
+    errno.EACCES: "choose a location you can write to, or fix its permissions",
+    errno.EPERM: "choose a location you can write to, or fix its permissions",
+    errno.EROFS: "choose a location on a writable file system",
+    errno.ENOTDIR: "a part of the path is a file; choose a directory path",
+    errno.EISDIR: "a directory is where a file should go; choose another path",
+    errno.EEXIST: "it exists and is not a directory; remove it or choose another path",
+}
+
+
+def describe_os_error(exc: OSError, path: str | None = None) -> str:
+    """One line for an ``OSError``: what happened in plain words, the path, and the fix.
+
+    >>> describe_os_error(OSError(errno.ENOSPC, "No space left on device", "/data/out/part-00000.parquet"))
+    'disk full: /data/out/part-00000.parquet: No space left on device (free some space or write elsewhere)'
+    """
+    where = path if path is not None else exc.filename
+    words = PERMANENT_ERRNOS.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    if words is None:
+        return (
+            f"{type(exc).__name__}: {where}: {text}" if where is not None else f"{type(exc).__name__}: {exc}"
+        )
+    where_text = f"{where}: " if where is not None else "(path not known): "
+    return f"{words}: {where_text}{text} ({_FIXES[exc.errno]})"
+
+
+def one_line(exc: BaseException) -> str:
+    """What a person reads first about ``exc``: its class and message on one line (an ``OSError`` in words).
+
+    >>> one_line(InputError("invalid JSON", path="in.jsonl", line=3))
+    'InputError: in.jsonl:3: invalid JSON'
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, ZephyrError) and exc.errno is not None:
+        return describe_os_error(exc)
+    text = " ".join(str(exc).split()) or repr(exc)  # a message listing several problems keeps them all
+    return f"{type(exc).__name__}: {text}"

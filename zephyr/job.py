@@ -111,13 +111,19 @@ class Job:
         self.fs, root = fsspec.core.url_to_fs(work_dir)
         self.root = work_dir.rstrip("/") if "://" in work_dir else root.rstrip("/")
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        if protocol == "memory" and options.executor not in ("inprocess",) and not isinstance(options.executor, Executor):
+        if (
+            protocol == "memory"
+            and options.executor not in ("inprocess",)
+            and not isinstance(options.executor, Executor)
+        ):
             raise ConfigError(
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
             )
         if self.temporary:
-            self.quarantine_root = os.path.join(tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}")
+            self.quarantine_root = os.path.join(
+                tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}"
+            )
         else:
             self.quarantine_root = f"{self.root}/quarantine"
         # Created on first use (``executor``), after ``prepare`` may have picked in-process for a small job. If
@@ -147,7 +153,9 @@ class Job:
         quarantined = sum(s["rows_rejected"] for s in self.stages)
         return {
             "seconds": round(time.time() - self.started, 3),
-            "executor": type(self._executor).__name__ if self._executor is not None else str(self.options.executor),
+            "executor": type(self._executor).__name__
+            if self._executor is not None
+            else str(self.options.executor),
             "workers": self.options.num_workers,
             "memory_budget_bytes": self.options.memory_budget_bytes,
             "rows_quarantined": quarantined,
@@ -221,7 +229,9 @@ class Job:
         ]
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         markers = self._run_tasks(segment.name, fingerprint, tasks, output)
-        self._record(segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None)
+        self._record(
+            segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
+        )
         return StageResult(fingerprint, markers, estimate)
 
     def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
@@ -253,20 +263,27 @@ class Job:
                             bar.update(1)
                         continue
                     outcome = explain_worker_death(
-                        outcome, memory_budget_bytes=self.options.memory_budget_bytes, workers=self.options.num_workers
+                        outcome,
+                        memory_budget_bytes=self.options.memory_budget_bytes,
+                        workers=self.options.num_workers,
                     )
                     tries[task.index] = tries.get(task.index, 0) + 1
                     if tries[task.index] > self.options.max_retries or not outcome.retryable:
-                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried: bad input)"
+                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
                         raise TaskError(
-                            f"stage {name!r}: task {task.index} ({task.description}) failed {how}; "
-                            f"error:\n{_last_line(outcome.error)}\n\n{outcome.error}",
+                            f"{outcome.summary or _last_line(outcome.error)} "
+                            f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
                             stage=name,
                             shard=task.description,
+                            worker_traceback=outcome.error,
                         )
                     log.warning(
                         "stage %s: task %d (%s) failed (try %d), retrying: %s",
-                        name, task.index, task.description, tries[task.index], outcome.error.splitlines()[-1],
+                        name,
+                        task.index,
+                        task.description,
+                        tries[task.index],
+                        outcome.error.splitlines()[-1],
                     )
                     retried += 1
                     failed.append(task)
@@ -283,7 +300,12 @@ class Job:
         return fs.exists(path)
 
     def _record(
-        self, name: str, fingerprint: str, markers: list[dict], tasks: list[TaskSpec], wide: tuple | None = None
+        self,
+        name: str,
+        fingerprint: str,
+        markers: list[dict],
+        tasks: list[TaskSpec],
+        wide: tuple | None = None,
     ) -> None:
         """Append the stage's record. Every stage balances ``rows_in = rows_out + rows_dropped +
         rows_rejected``, with two kinds of exception named in its ``wide`` entry: an aggregation turns rows
@@ -340,8 +362,14 @@ class Job:
         self.stages.append(stage)
         log.info(
             "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, rejected %d, %.2fs",
-            name, len(tasks), skipped, stage["rows_in"], stage["rows_out"], stage["rows_dropped"],
-            stage["rows_rejected"], wall,
+            name,
+            len(tasks),
+            skipped,
+            stage["rows_in"],
+            stage["rows_out"],
+            stage["rows_dropped"],
+            stage["rows_rejected"],
+            wall,
         )
 
     # -- inputs -----------------------------------------------------------------------------------------
@@ -385,11 +413,15 @@ class Job:
         if source.format == "parquet" and len(sizes) <= FOOTER_ESTIMATE_MAX_FILES:
             self._column_bytes[id(source)] = _parquet_column_bytes(list(sizes))
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
-        planned = None if source.schema is not None else plan_input_schema(
-            shards, unify=source.unify_schemas, columns=source.columns
+        planned = (
+            None
+            if source.schema is not None
+            else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
         )
         self._input_schemas[id(source)] = planned
-        source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards], None if planned is None else planned.to_string())
+        source_fp = fingerprint_of(
+            source, [(s, sizes[s.path]) for s in shards], None if planned is None else planned.to_string()
+        )
         return shards, source_fp, estimate
 
     def _estimate(self, segment: Segment, columns: tuple[str, ...] | None = None) -> int:
@@ -422,7 +454,8 @@ class Job:
 
                 log.info(
                     "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
-                    estimate, options.small_job_bytes_value,
+                    estimate,
+                    options.small_job_bytes_value,
                 )
                 self._executor = InProcessExecutor()
 
@@ -437,7 +470,11 @@ class Job:
         partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated_bytes / target)))
         log.info(
             "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition "
-            "(min(budget/4, %d MiB)))", partitions, estimated_bytes, target, PARTITION_TARGET_CAP >> 20,
+            "(min(budget/4, %d MiB)))",
+            partitions,
+            estimated_bytes,
+            target,
+            PARTITION_TARGET_CAP >> 20,
         )
         return partitions
 
@@ -463,7 +500,10 @@ class Job:
             specs = [ShuffleSpec("hash", partitions, op.keys, combine=FirstOccurrence(op.keys))]
             reducer = DeduplicateReducer(op.keys)
         elif isinstance(op, Join):
-            specs = [ShuffleSpec("hash", partitions, op.left_on), ShuffleSpec("hash", partitions, op.right_on)]
+            specs = [
+                ShuffleSpec("hash", partitions, op.left_on),
+                ShuffleSpec("hash", partitions, op.right_on),
+            ]
             reducer = JoinReducer(op.left_on, op.right_on, op.how, op.suffix)
         elif isinstance(op, Reshard):
             specs = [ShuffleSpec("round_robin", partitions)]
@@ -545,7 +585,11 @@ def _parquet_column_bytes(paths: list[str]) -> dict[str, int]:
 def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
     """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
     map side decodes only those; None means all columns."""
-    if not isinstance(consumer, GroupAggregate) or segment.narrow or not isinstance(segment.source, ReadFiles):
+    if (
+        not isinstance(consumer, GroupAggregate)
+        or segment.narrow
+        or not isinstance(segment.source, ReadFiles)
+    ):
         return None
     if segment.source.format != "parquet" or segment.source.columns is not None:
         return None
@@ -579,7 +623,9 @@ def _read_parts(files: list[str]) -> pa.Table | None:
 
 def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
     from zephyr.dataset import WriteResult
+    from zephyr.io.paths import check_output_dir
 
+    check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
     segment = build_plan(dataset._ops)
     with Job(options) as job:
         job.prepare(segment)
@@ -609,9 +655,7 @@ def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
     segment = build_plan(dataset._ops)
     with Job(options) as job:
         job.prepare(segment)
-        result = job.run_segment(
-            segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet")
-        )
+        result = job.run_segment(segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet"))
         job.write_stats()
         table = _read_parts([f for m in result.markers for f in m["files"]])
     if table is not None:

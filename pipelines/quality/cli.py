@@ -34,15 +34,22 @@ def _read(args: argparse.Namespace) -> Any:
     jsonl = all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs)
     check_text_inputs(inputs, args.text_column, format="jsonl" if jsonl else "parquet")
     schema = schema_arguments(args)
-    return zephyr.read_jsonl(inputs, **schema) if jsonl else zephyr.read_parquet(inputs, **schema)
+    read = zephyr.read_jsonl if jsonl else zephyr.read_parquet
+    return read(inputs, on_error=args.on_error, **schema)
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:
     from zephyr.cli import execution_options
 
     o = execution_options(args)
-    return {"executor": o.executor, "workers": o.workers, "cluster": o.cluster, "memory_budget": o.memory_budget,
-            "work_dir": o.work_dir, "max_retries": o.max_retries}
+    return {
+        "executor": o.executor,
+        "workers": o.workers,
+        "cluster": o.cluster,
+        "memory_budget": o.memory_budget,
+        "work_dir": o.work_dir,
+        "max_retries": o.max_retries,
+    }
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -58,7 +65,8 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
     _read(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
-        args.output, **_opts(args))
+        args.output, **_opts(args)
+    )
     return 0
 
 
@@ -69,8 +77,10 @@ def _cmd_langid(args: argparse.Namespace) -> int:
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
     ds = _read(args)
-    ds = ds.map_batches(LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
-                        name="langid")
+    ds = ds.map_batches(
+        LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
+        name="langid",
+    )
     if args.languages or args.min_score > 0:
         langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
         ds = ds.map_batches(LanguageFilter(langs, args.min_score), name="language_filter")
@@ -80,9 +90,17 @@ def _cmd_langid(args: argparse.Namespace) -> int:
 
 
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
-_NO_ROWS: dict[str, Any] = {"rows_in": 0, "bytes_in": 0, "rows_kept": 0, "bytes_kept": 0, "rows_dropped": 0,
-                            "rows_quarantined": 0, "dropped_rows_by_reason": {}, "dropped_bytes_by_reason": {},
-                            "balanced": True}
+_NO_ROWS: dict[str, Any] = {
+    "rows_in": 0,
+    "bytes_in": 0,
+    "rows_kept": 0,
+    "bytes_kept": 0,
+    "rows_dropped": 0,
+    "rows_quarantined": 0,
+    "dropped_rows_by_reason": {},
+    "dropped_bytes_by_reason": {},
+    "balanced": True,
+}
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
@@ -105,24 +123,42 @@ def _cmd_filter(args: argparse.Namespace) -> int:
     try:
         written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
         engine_stats = written.stats
+        unreadable = written.stats["rows_quarantined"]  # input rows set aside by --on-error quarantine
         parts = []
         if written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
             annotated = zephyr.read_parquet(list(written.files))
-            kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(str(out), **opts)
+            kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(
+                str(out), **opts
+            )
             engine_stats = kept.stats
             annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(
-                str(out / "dropped"), **opts)
+                str(out / "dropped"), **opts
+            )
             annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
-                str(out / "quarantine"), **opts)
+                str(out / "quarantine"), **opts
+            )
             source = args.source_column if args.source_column else None
-            parts = [annotated.map_batches(
-                lambda t: summarize_batch(t, text_column=args.text_column, source_column=source,
-                                          id_column=args.id_column, sample_size=args.samples),
-                name="report").to_arrow(**opts)]
+            parts = [
+                annotated.map_batches(
+                    lambda t: summarize_batch(
+                        t,
+                        text_column=args.text_column,
+                        source_column=source,
+                        id_column=args.id_column,
+                        sample_size=args.samples,
+                    ),
+                    name="report",
+                ).to_arrow(**opts)
+            ]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report = merge_summaries(parts, sample_size=args.samples)
     report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
+    if unreadable:  # never reached the filters, so the report does not see them; they are input all the same
+        totals["rows_in"] += unreadable
+        totals["rows_quarantined"] += unreadable
+        totals["rows_unreadable"] = unreadable
+        totals["unreadable_quarantine_dir"] = written.stats["quarantine_dir"]
     stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats}
     _write_json(out / "stats.json", stats)
     _write_json(out / "report.json", report)
@@ -142,16 +178,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.classifier import ClassifierConfig, evaluate_classifier, train_classifier
 
     table = pq.read_table(args.labelled)
-    cfg = ClassifierConfig(positive_label=args.positive, negative_label=args.negative, epoch=args.epoch,
-                           threads=args.threads)
+    cfg = ClassifierConfig(
+        positive_label=args.positive, negative_label=args.negative, epoch=args.epoch, threads=args.threads
+    )
     if args.test:
         train, test = table, pq.read_table(args.test)
     else:  # deterministic held-out split by text hash
         h = pl.Series(table.column(args.text_column)).fill_null("").hash(seed=7).to_numpy() % 1000
         held = pa.array(h < int(args.holdout * 1000))
         train, test = table.filter(pa.compute.invert(held)), table.filter(held)
-    model = train_classifier(train, args.output, cfg, text_column=args.text_column, label_column=args.label_column)
-    report = evaluate_classifier(test, model, cfg, text_column=args.text_column, label_column=args.label_column)
+    model = train_classifier(
+        train, args.output, cfg, text_column=args.text_column, label_column=args.label_column
+    )
+    report = evaluate_classifier(
+        test, model, cfg, text_column=args.text_column, label_column=args.label_column
+    )
     report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
     _write_json(Path(str(model) + ".report.json"), report)
     print(json.dumps({k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")}))
@@ -174,8 +215,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
-        result = _read(args).map_batches(scorer, name="quality_score").write_parquet(
-            str(scratch), **opts)
+        result = _read(args).map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
         edges: tuple[float, ...] = ()
         if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
             scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
@@ -184,8 +224,11 @@ def _cmd_score(args: argparse.Namespace) -> int:
             def bucket(t):
                 return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
 
-            result = zephyr.read_parquet(list(result.files)).map_batches(bucket, name="quality_bucket").write_parquet(
-                str(out), **opts)
+            result = (
+                zephyr.read_parquet(list(result.files))
+                .map_batches(bucket, name="quality_bucket")
+                .write_parquet(str(out), **opts)
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats})
@@ -197,9 +240,14 @@ def _cmd_pii(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import RedactPII
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
-    result = _read(args).map_batches(
-        RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column), name="pii"
-    ).write_parquet(args.output, **_opts(args))
+    result = (
+        _read(args)
+        .map_batches(
+            RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column),
+            name="pii",
+        )
+        .write_parquet(args.output, **_opts(args))
+    )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
     _write_json(Path(args.output) / "stats.json", {"version": 1, "pii_counts": counts, "job": result.stats})
     print(json.dumps(counts))
@@ -215,15 +263,26 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index_path = out / "eval-ngrams.npz"
     index.save(index_path)
-    result = _read(args).map_batches(
-        Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate"
-    ).write_parquet(str(out), **_opts(args))
-    _write_json(out / "stats.json", {"version": 1, "eval_items": index.items, "eval_ngrams": int(len(index.hashes)),
-                                     "eval_items_shorter_than_n": index.short_items, "job": result.stats})
+    result = (
+        _read(args)
+        .map_batches(Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate")
+        .write_parquet(str(out), **_opts(args))
+    )
+    _write_json(
+        out / "stats.json",
+        {
+            "version": 1,
+            "eval_items": index.items,
+            "eval_ngrams": int(len(index.hashes)),
+            "eval_items_shorter_than_n": index.short_items,
+            "job": result.stats,
+        },
+    )
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
     from zephyr.io.input_schema import add_schema_arguments
 
     def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
@@ -233,8 +292,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     def io(p: argparse.ArgumentParser, inputs: bool = True) -> None:
         if inputs:
-            p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")
-            p.add_argument("--output", required=True, help="output directory")
+            p.add_argument(
+                "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
+            )
+            add_output_dir(p)
+            add_on_error(p)
             add_schema_arguments(p)
         p.add_argument("--text-column", default="text")
 
@@ -243,7 +305,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--fix-mojibake", action="store_true", help="repair mojibake with ftfy")
     p.add_argument("--keep-whitespace", action="store_true", help="do not collapse whitespace")
 
-    p = command("langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages")
+    p = command(
+        "langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages"
+    )
     io(p)
     p.add_argument("--model", default=None, help="LID model (default: ZEPHYR_LID_MODEL or the cache)")
     p.add_argument("--languages", default=None, help="comma-separated languages to keep, e.g. en,de")
@@ -252,13 +316,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     p = command("filter", _cmd_filter, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts")
     io(p)
-    p.add_argument("--rules", default="gopher,c4,fineweb", help="comma-separated: gopher, gopher_quality, "
-                   "gopher_repetition, c4, fineweb")
+    p.add_argument(
+        "--rules",
+        default="gopher,c4,fineweb",
+        help="comma-separated: gopher, gopher_quality, gopher_repetition, c4, fineweb",
+    )
     p.add_argument("--lang-column", default="lang", help="per-row language for stop words ('' = none)")
     p.add_argument("--default-lang", default="en")
     p.add_argument("--source-column", default="source", help="report retention per value of this column")
     p.add_argument("--id-column", default="id")
-    p.add_argument("--samples", type=int, default=5, help="sampled examples per rule and source in the report")
+    p.add_argument(
+        "--samples", type=int, default=5, help="sampled examples per rule and source in the report"
+    )
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
 
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
@@ -285,7 +354,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--kinds", default="email,ipv6,ipv4,phone")
     p.add_argument("--no-count-columns", action="store_true", help="do not add pii_<kind> columns")
 
-    p = command("decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set")
+    p = command(
+        "decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set"
+    )
     io(p)
     p.add_argument("--eval", nargs="+", required=True, help="eval set(s), Parquet or JSONL")
     p.add_argument("--eval-column", nargs="+", default=["text"])

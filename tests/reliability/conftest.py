@@ -23,6 +23,14 @@ def zephyr_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zephyr.cli", *args], capture_output=True, text=True)
 
 
+def error_lines(run: subprocess.CompletedProcess) -> list[str]:
+    """stderr of a failed CLI run without its last line, ``full traceback: PATH`` (checked to be there): what
+    should be the one error line."""
+    lines = run.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("full traceback: "), run.stderr
+    return lines[:-1]
+
+
 @pytest.fixture(scope="session")
 def tokenizer_json(tmp_path_factory) -> Path:
     """A byte-level BPE tokenizer.json with an ``<|endoftext|>`` EOS, trained on a few sentences."""

@@ -15,7 +15,7 @@ import zephyr
 from zephyr.errors import SchemaError, ZephyrError
 from zephyr.io.text_column import check_text_inputs, require_text_column
 
-from .conftest import FAST, GOOD, zephyr_cli
+from .conftest import FAST, GOOD, error_lines, zephyr_cli
 
 
 def _command(name: str, tmp_path: Path, tokenizer: Path) -> tuple[list[str], list[str]]:
@@ -45,7 +45,7 @@ def test_int_text_column_is_one_line_error(tmp_path, tokenizer_json, name):
     words, options = _command(name, tmp_path, tokenizer_json)
     run = zephyr_cli(*words, str(good), str(bad), *options, "--output", str(out), *FAST)
     assert run.returncode == 1
-    lines = run.stderr.strip().splitlines()
+    lines = error_lines(run)
     assert len(lines) == 1, run.stderr
     assert str(bad) in lines[0] and "'text'" in lines[0] and "int64" in lines[0]
     assert not list(out.glob("part-*")) and not list(out.glob("shard-*"))
@@ -57,7 +57,7 @@ def test_jsonl_numbers_are_refused_by_tokenize(tmp_path, tokenizer_json):
     run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST)
     assert run.returncode == 1
     assert f"{path}: text column 'text' has type int64" in run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1
+    assert len(error_lines(run)) == 1
 
 
 def test_other_text_column_name(tmp_path, tokenizer_json):

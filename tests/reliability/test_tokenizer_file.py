@@ -9,7 +9,7 @@ from zephyr.tokenize.tokenizer import TextTokenizer
 
 from zephyr.errors import ConfigError
 
-from .conftest import FAST, GOOD, zephyr_cli
+from .conftest import FAST, GOOD, error_lines, zephyr_cli
 
 NOT_TOKENIZERS = {
     "not-json": (b"version: 1\nmodel: bpe\n", "invalid JSON at line 1 column 1"),
@@ -29,7 +29,7 @@ def test_cli_names_the_file_and_what_is_expected(tmp_path, name):
     pq.write_table(pa.table({"text": [GOOD]}), data)
     run = zephyr_cli("tokenize", str(data), "--tokenizer", str(bad), "--output", str(tmp_path / "t"), *FAST)
     assert run.returncode == 1
-    lines = run.stderr.strip().splitlines()
+    lines = error_lines(run)
     assert len(lines) == 1, run.stderr
     assert f"{bad} is not a tokenizer.json" in lines[0] and detail in lines[0]
     assert "expected a Hugging Face tokenizer.json" in lines[0]

@@ -8,12 +8,14 @@ that dies (SIGKILL, OOM) fails only the task it was running.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Executor", "Outcome", "is_retryable", "explain_worker_death"]
+__all__ = ["Executor", "Outcome", "is_retryable", "failure", "explain_worker_death"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +30,73 @@ class Outcome:
     """False for errors that another try cannot fix (unreadable input, a missing column, bad config)."""
     signal: int | None = None
     """The signal that ended the worker process, when ``worker_died`` and the executor knows it."""
+    summary: str = ""
+    """The error on one line (``zephyr.errors.one_line``), made where the exception object still exists: the
+    driver only gets ``error`` as text, and its last line may lack the words (\"disk full\") or the path."""
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Deterministic failures — bad input, schema, config — fail the job at once instead of being retried."""
-    from zephyr.errors import ConfigError, InputError, SchemaError
+    """Deterministic failures fail the job at once instead of being retried: bad input, schema or config, a
+    missing column, and OS errors that recur on every try (disk full, permission denied, read-only file
+    system, a file where a directory should be: ``errors.PERMANENT_ERRNOS``). The exception's causes are
+    looked at too, since a reader may wrap the ``OSError`` it met."""
+    from zephyr.errors import PERMANENT_ERRNOS, ConfigError, InputError, OutputError, SchemaError
 
-    return not isinstance(exc, InputError | SchemaError | ConfigError)
+    permanent: tuple[type, ...] = (
+        InputError,
+        SchemaError,
+        ConfigError,
+        OutputError,
+        *_library_schema_errors(),
+    )
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, permanent):
+            return False
+        if isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS:
+            return False
+        exc = exc.__cause__ or exc.__context__
+    return True
+
+
+def _library_schema_errors() -> tuple[type, ...]:
+    """polars' missing-column and schema errors, if polars is already imported (never import it for this)."""
+    polars_exceptions = sys.modules.get("polars.exceptions")
+    if polars_exceptions is None:
+        return ()
+    names = ("ColumnNotFoundError", "SchemaError", "SchemaFieldNotFoundError")
+    return tuple(getattr(polars_exceptions, n) for n in names if hasattr(polars_exceptions, n))
+
+
+def failure(exc: BaseException, tb: Any = None) -> Outcome:
+    """The ``Outcome`` of a task that raised ``exc``: its full traceback as text (for the log), one summary
+    line and whether a retry can help. Every executor reports failures through this, so a disk-full error is
+    classified the same way in-process, in a worker process and on a dask worker."""
+    from zephyr.errors import one_line
+
+    if tb is None:
+        text = "".join(traceback.format_exception(exc))
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, tb))
+    summary = one_line(exc)
+    cause = _os_cause(exc)
+    if cause is not None and cause is not exc:  # a wrapper's message may not say the disk is full: add it
+        summary = f"{summary} (because: {one_line(cause)})"
+    return Outcome(False, error=text.rstrip(), retryable=is_retryable(exc), summary=summary)
+
+
+def _os_cause(exc: BaseException | None) -> OSError | None:
+    """The first ``OSError`` with a permanent errno in ``exc``'s cause chain, ``exc`` included."""
+    from zephyr.errors import PERMANENT_ERRNOS
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class Executor(ABC):

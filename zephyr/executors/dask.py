@@ -30,7 +30,6 @@ import ipaddress
 import logging
 import os
 import socket
-import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from zephyr.errors import ConfigError
-from zephyr.executors.base import Executor, Outcome
+from zephyr.executors.base import Executor, Outcome, failure
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -226,8 +225,7 @@ def _outcome(future: Future) -> Outcome:
         exc = future.exception()
         if isinstance(exc, KilledWorker):
             return Outcome(False, error=f"dask worker died while running the task: {exc}", worker_died=True)
-        text = "".join(traceback.format_exception(type(exc), exc, future.traceback())).rstrip()
-        return Outcome(False, error=text)
+        return failure(exc, future.traceback())
     # cancelled or lost: the scheduler dropped the task (scheduler restart, someone cancelled it)
     return Outcome(False, error=f"dask task {future.key} ended as {future.status!r}", worker_died=True)
 

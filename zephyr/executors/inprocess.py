@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, is_retryable
+from zephyr.executors.base import Executor, Outcome, failure
 
 __all__ = ["InProcessExecutor"]
 
@@ -17,10 +16,6 @@ class InProcessExecutor(Executor):
             try:
                 value = fn(task)
             except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                yield position, Outcome(False, error=_describe(exc), retryable=is_retryable(exc))
+                yield position, failure(exc)
             else:
                 yield position, Outcome(True, value)
-
-
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc)).rstrip()

@@ -27,13 +27,12 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, is_retryable
+from zephyr.executors.base import Executor, Outcome, failure
 
 __all__ = ["LocalExecutor"]
 
@@ -94,11 +93,12 @@ def _worker_main(
         try:
             reply = (True, fn(task), True)
         except BaseException as exc:  # everything goes back to the driver, which decides
-            reply = (False, "".join(traceback.format_exception(exc)).rstrip(), is_retryable(exc))
+            reply = (False, failure(exc), False)
         try:
             conn.send(reply)
         except Exception as exc:  # e.g. an unpicklable return value
-            conn.send((False, f"could not send the task result back: {exc!r}", False))
+            text = f"could not send the task result back: {exc!r}"
+            conn.send((False, Outcome(False, error=text, retryable=False, summary=text), False))
 
 
 class _Worker:
@@ -108,7 +108,10 @@ class _Worker:
         # process dies. spawn passes a child only the descriptors it is given, so no sibling holds a copy.
         lifeline, self._lifeline = context.Pipe(duplex=False)
         pdeathsig = threading.current_thread() is threading.main_thread()
-        saved = {k: os.environ.get(k) for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")}
+        saved = {
+            k: os.environ.get(k)
+            for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")
+        }
         os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         # jemalloc returns freed pages to the OS sooner than Arrow's default mimalloc: lower worker RSS
@@ -207,8 +210,8 @@ class LocalExecutor(Executor):
     def _collect(self, worker: _Worker) -> Outcome:
         try:
             if worker.conn.poll():
-                ok, value, retryable = worker.conn.recv()
-                return Outcome(True, value) if ok else Outcome(False, error=value, retryable=retryable)
+                ok, value, _ = worker.conn.recv()  # a failure arrives as its Outcome (executors.base.failure)
+                return Outcome(True, value) if ok else value
         except (EOFError, OSError):
             pass
         worker.process.join(timeout=5)

@@ -10,19 +10,23 @@ Contract:
   own unfinished ``.tmp-`` files; a file named explicitly is always kept. The
   result is sorted and de-duplicated, so the same arguments give the same list on every machine.
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
+- ``check_output_dir`` fails before any work on a local output directory that cannot be written (an ``OutputError``
+  naming it); ``naming_path`` gives an ``OSError`` raised mid-write without a file name (a full disk) the path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ConfigError, InputError, OutputError, describe_os_error
 
 __all__ = [
     "Format",
@@ -34,6 +38,8 @@ __all__ = [
     "filesystem",
     "is_local",
     "public_path",
+    "check_output_dir",
+    "naming_path",
 ]
 
 Format = Literal["parquet", "jsonl", "vortex"]
@@ -55,6 +61,44 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
         return url_to_fs(path)
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"cannot open {path!r}: {exc}") from exc
+
+
+def check_output_dir(url: str) -> None:
+    """Create the output directory ``url`` and write (then remove) an empty probe file in it, so a read-only
+    location, a file in the way or a path through a file fails now, naming the path, instead of in every task.
+
+    Only local filesystems are probed: on an object store the probe would be a request of its own, and the
+    first write's error names the path anyway.
+    """
+    fs, path = filesystem(url)
+    if not is_local(fs):
+        return
+    probe = posixpath.join(path, f".zephyr-write-check-{uuid.uuid4().hex[:12]}")
+    try:
+        fs.makedirs(path, exist_ok=True)
+        with fs.open(probe, "wb"):
+            pass
+        fs.rm(probe)
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write the output directory: {describe_os_error(exc, exc.filename or path)}",
+            path=path,
+            errno=exc.errno,
+        ) from exc
+
+
+@contextlib.contextmanager
+def naming_path(path: str) -> Iterator[None]:
+    """Re-raise an ``OSError`` that has an errno but no file name with ``path`` as its file name.
+
+    ``write(2)`` on a full disk raises ``OSError(ENOSPC)`` without a name; the user needs to know which disk.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
+        raise
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -47,7 +47,7 @@ import pyarrow.types as pat
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
 from zephyr.io.casting import SchemaConflict, conform, promote_schemas
 from zephyr.io.compression import open_compressed_writer
-from zephyr.io.paths import Compression, Format, filesystem, is_local, public_path
+from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
 
 __all__ = [
     "ShardWriter",
@@ -495,7 +495,8 @@ class ShardWriter:
         for b in batches:
             if not isinstance(b, pa.RecordBatch):
                 raise ConfigError(f"write() takes a pyarrow RecordBatch or Table, got {type(b).__name__}")
-            self._encoder.write(b)
+            with naming_path(self.path):
+                self._encoder.write(b)
             self._rows += b.num_rows
 
     def close(self) -> WrittenFile:
@@ -505,13 +506,14 @@ class ShardWriter:
         if self._state != "open":
             raise ZephyrError(f"{self.path}: close() after abort()")
         try:
-            self._encoder.finish()
-            if self._local_dir is not None:
-                self.fs.put_file(self._encoder.path, self._tmp)
-                source = self._tmp
-            else:
-                source = self._encoder.path
-            self._rename(source)
+            with naming_path(self.path):
+                self._encoder.finish()
+                if self._local_dir is not None:
+                    self.fs.put_file(self._encoder.path, self._tmp)
+                    source = self._tmp
+                else:
+                    source = self._encoder.path
+                self._rename(source)
         except BaseException:
             self.abort()
             raise
