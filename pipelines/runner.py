@@ -15,12 +15,12 @@ Job directory layout (format version 1)::
         dropped/, shards/, tokenizer.json, classifier.bin, train.jsonl, checkpoints/   (by stage type)
 
 Resume. A stage's fingerprint hashes its config and the fingerprint of the stage before it (the ``read``
-stage hashes its input files' paths, sizes and modification times). A rerun skips every stage whose
-``_SUCCESS.json`` holds the same fingerprint; the first unfinished stage reruns with the same engine work
-directories, so its finished tasks are skipped too (and ``train`` resumes from its last checkpoint). A
-stage whose folder belongs to another fingerprint (the config changed) is cleared first. ``from_stage``
-reruns that stage and the ones after it from scratch (earlier ones must be complete); ``until_stage`` stops
-after it.
+stage hashes its input files' paths, sizes and version stamps: mtime, or ETag on object stores). A rerun
+skips every stage whose ``_SUCCESS.json`` holds the same fingerprint; the first unfinished stage reruns with
+the same engine work directories, so its finished tasks are skipped too (and ``train`` resumes from its last
+checkpoint). A stage whose folder belongs to another fingerprint (the config changed) is cleared first.
+``from_stage`` reruns that stage and the ones after it from scratch (earlier ones must be complete);
+``until_stage`` stops after it.
 
 Stage record (``stats.json`` of a stage, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
@@ -131,18 +131,12 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def _input_fingerprint(paths: list[str]) -> str:
-    """Paths, sizes and mtimes of a read stage's inputs: new or changed files invalidate the pipeline."""
-    items: list[Any] = []
-    for p in paths:
-        if "://" in p:
-            items.append(p)
-            continue
-        matched = sorted(glob.glob(p, recursive=True)) if glob.has_magic(p) else [p]
-        for m in matched:
-            files = sorted(str(f) for f in Path(m).rglob("*") if f.is_file()) if os.path.isdir(m) else [m]
-            for f in files:
-                st = os.stat(f)
-                items.append([f, st.st_size, st.st_mtime_ns])
+    """Paths, sizes and version stamps (mtime, ETag: ``zephyr.io.paths.file_stat``, the engine's own rule) of
+    the files a read stage reads: new, removed or changed files, same-size edits in place included, invalidate
+    the pipeline."""
+    from zephyr.io.paths import expand_paths, file_stat
+
+    items = [[f, *file_stat(f)] for f in expand_paths(list(paths))]
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()
 
 

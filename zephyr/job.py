@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor
+from zephyr.io.paths import file_stat
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
@@ -364,21 +365,21 @@ class Job:
             shards = list_shards(files, "parquet")
             return shards, digest, source.table.nbytes
         shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
-        sizes = {}
+        stats = {}
         for shard in shards:
-            if shard.path not in sizes:
-                fs, path = fsspec.core.url_to_fs(shard.path)
-                sizes[shard.path] = fs.size(path)
+            if shard.path not in stats:
+                stats[shard.path] = file_stat(shard.path)
         estimate = 0
-        for path, size in sizes.items():
+        for path, (size, _) in stats.items():
             factor = _SIZE_FACTOR[source.format]
             for suffix, compressed in _COMPRESSED_FACTOR.items():
                 if path.endswith(suffix):
                     factor = compressed
             estimate += int(size * factor)
-        if source.format == "parquet" and len(sizes) <= FOOTER_ESTIMATE_MAX_FILES:
-            self._column_bytes[id(source)] = _parquet_column_bytes(list(sizes))
-        source_fp = fingerprint_of(source, [(s, sizes[s.path]) for s in shards])
+        if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+            self._column_bytes[id(source)] = _parquet_column_bytes(list(stats))
+        # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
+        source_fp = fingerprint_of(source, [(s, *stats[s.path]) for s in shards])
         return shards, source_fp, estimate
 
     def _estimate(self, segment: Segment, columns: tuple[str, ...] | None = None) -> int:
