@@ -34,6 +34,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephyr import job_stats
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor
 from zephyr.io.paths import file_stat
@@ -151,11 +152,15 @@ class Job:
             "memory_budget_bytes": self.options.memory_budget_bytes,
             "rows_quarantined": quarantined,
             "quarantine_dir": self.quarantine_root if quarantined else None,
+            **job_stats.task_totals(self.stages),
             "stages": self.stages,
         }
 
     def write_stats(self) -> dict:
+        """Write ``stats.json`` into the work directory and hand the stats to ``zephyr.job_stats`` (a command
+        that runs several jobs reports the retries and resumed tasks of all of them)."""
         stats = self.stats()
+        job_stats.record(stats)
         if not self.temporary:
             with self.fs.open(f"{self.root}/stats.json", "w") as f:
                 json.dump(stats, f, indent=1)
