@@ -24,7 +24,8 @@ checkpoint). A stage whose folder belongs to another fingerprint (the config cha
 
 Stage record (``stats.json`` of a stage, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
-disk), ``seconds``, ``tasks``/``tasks_resumed``, ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
+disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the stage, one
+entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
 {...}}``), ``cluster_sizes`` (kept documents by duplicate-cluster size), ``files``, ``quarantine_files``,
 ``counters`` (every engine counter) and ``extra`` (tokens, training...). For every data stage
 ``rows_in == rows_kept + rows_dropped + rows_quarantined`` is checked from the engine's per-operator counters
@@ -109,6 +110,8 @@ class ProgressReporter:
             loss = extra.get("final_loss")
             body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
         resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
+        if record.get("task_retries"):
+            resumed += f", {record['task_retries']} task retries"
         self._write(f"[{position}/{total}] {record['stage']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
 
 
@@ -324,6 +327,8 @@ def _run_pipeline(
     """
     from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
 
+    from zephyr import job_stats
+
     execution_kw = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
     if execution_kw.get("progress") is None:
@@ -387,7 +392,8 @@ def _run_pipeline(
                 execution=execution_kw, earlier=by_name, tokenize_dir=tokenize_dir,
             )
             began = time.perf_counter()
-            outcome = RUNNERS[entry.type](ctx)
+            with job_stats.recording() as jobs:  # a stage may run several engine jobs (dedup, tokenize)
+                outcome = RUNNERS[entry.type](ctx)
             seconds = time.perf_counter() - began
             record = {
                 "version": STATS_VERSION,
@@ -398,6 +404,7 @@ def _run_pipeline(
                 "fingerprint": fingerprint,
                 "config": entry.to_dict(),
                 **account(entry, outcome, input_rows, inputs if inputs else _read_inputs(entry)),
+                **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the stage
                 "seconds": round(seconds, 3),
                 "files": outcome.files,
                 "extra": outcome.extra,
@@ -428,6 +435,7 @@ def _run_pipeline(
             if k != "progress"
         },
         "balanced": all(r.get("balanced", True) for r in records),
+        **job_stats.task_totals(r for r in records if r["status"] == "ran"),
         "seconds": round(sum(r["seconds"] for r in records if r["status"] == "ran"), 3),
         "stages": records,
     }
