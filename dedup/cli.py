@@ -13,15 +13,18 @@
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
 ``DIR/_dedup_stats.json`` holds the job statistics (per stage rows in/out/dropped/rejected, counters with
-the cluster-size histogram ``dedup/cluster_size=N``). Rows with null text pass through unchanged and are
-counted (``dedup/null_text``). Incremental dedup: ``--write-index DIR`` keeps the signatures of this run's
-kept rows; a later run with ``--index DIR`` also removes rows near them, and ``--update-index`` adds its own
-kept rows (``zephyr.dedup.index``). Imports of the engine happen inside the handlers, so ``zephyr --help`` stays fast.
+the cluster-size histogram ``dedup/cluster_size=N``); its top-level ``tasks``, ``tasks_resumed``,
+``task_retries`` and ``jobs`` cover every engine job of the run, its ``stages`` the final write. Rows with
+null text pass through unchanged and are counted (``dedup/null_text``). Incremental dedup: ``--write-index
+DIR`` keeps the signatures of this run's kept rows; a later run with ``--index DIR`` also removes rows near
+them, and ``--update-index`` adds its own kept rows (``zephyr.dedup.index``). Imports of the engine happen
+inside the handlers, so ``zephyr --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -54,8 +57,11 @@ def _read(args: argparse.Namespace):
     return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
 
 
-def _finish(result: Any, output: str, extra: dict[str, Any]) -> int:
+def _finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
+    from zephyr import job_stats
+
     stats = dict(result.stats)
+    stats.update(job_stats.summarize(jobs))  # task totals of every engine job (``_recorded``), not only this write
     stats["dedup"] = extra
     counters: dict[str, int] = {}
     for stage in stats.get("stages", []):
@@ -86,6 +92,22 @@ def _row_balance(stages: list[dict]) -> dict[str, int]:
     }
 
 
+def _recorded(handler):
+    """Run a dedup handler with every engine job it starts recorded (hash or candidate jobs, then the final
+    write) in ``args.engine_jobs``, so ``_finish`` reports the retries and resumed tasks of all of them."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        from zephyr import job_stats
+
+        with job_stats.recording() as jobs:
+            args.engine_jobs = jobs
+            return handler(args)
+
+    return run
+
+
+@_recorded
 def _exact(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
     from zephyr.dedup.stages import paragraph_dedup_dataset
@@ -113,6 +135,7 @@ def _exact(args: argparse.Namespace) -> int:
         result,
         args.output,
         {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode},
+        args.engine_jobs,
     )
 
 
@@ -135,6 +158,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
         result,
         args.output,
         {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path},
+        args.engine_jobs,
     )
 
 
@@ -170,6 +194,7 @@ def _fuzzy_config(args: argparse.Namespace):
     return FuzzyDedupConfig(**overrides)
 
 
+@_recorded
 def _fuzzy(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
 
@@ -277,6 +302,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
             "mode": args.mode,
             **graph,
         },
+        args.engine_jobs,
     )
 
 

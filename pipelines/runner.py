@@ -15,16 +15,17 @@ Job directory layout (format version 1)::
         dropped/, shards/, tokenizer.json, classifier.bin, train.jsonl, checkpoints/   (by stage type)
 
 Resume. A stage's fingerprint hashes its config and the fingerprint of the stage before it (the ``read``
-stage hashes its input files' paths, sizes and modification times). A rerun skips every stage whose
-``_SUCCESS.json`` holds the same fingerprint; the first unfinished stage reruns with the same engine work
-directories, so its finished tasks are skipped too (and ``train`` resumes from its last checkpoint). A
-stage whose folder belongs to another fingerprint (the config changed) is cleared first. ``from_stage``
-reruns that stage and the ones after it from scratch (earlier ones must be complete); ``until_stage`` stops
-after it.
+stage hashes its input files' paths, sizes and version stamps: mtime, or ETag on object stores). A rerun
+skips every stage whose ``_SUCCESS.json`` holds the same fingerprint; the first unfinished stage reruns with
+the same engine work directories, so its finished tasks are skipped too (and ``train`` resumes from its last
+checkpoint). A stage whose folder belongs to another fingerprint (the config changed) is cleared first.
+``from_stage`` reruns that stage and the ones after it from scratch (earlier ones must be complete);
+``until_stage`` stops after it.
 
 Stage record (``stats.json`` of a stage, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
-disk), ``seconds``, ``tasks``/``tasks_resumed``, ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
+disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the stage, one
+entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
 {...}}``), ``cluster_sizes`` (kept documents by duplicate-cluster size), ``files``, ``quarantine_files``,
 ``counters`` (every engine counter) and ``extra`` (tokens, training...). For every data stage
 ``rows_in == rows_kept + rows_dropped + rows_quarantined`` is checked from the engine's per-operator counters
@@ -109,6 +110,8 @@ class ProgressReporter:
             loss = extra.get("final_loss")
             body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
         resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
+        if record.get("task_retries"):
+            resumed += f", {record['task_retries']} task retries"
         self._write(f"[{position}/{total}] {record['stage']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
 
 
@@ -131,18 +134,12 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def _input_fingerprint(paths: list[str]) -> str:
-    """Paths, sizes and mtimes of a read stage's inputs: new or changed files invalidate the pipeline."""
-    items: list[Any] = []
-    for p in paths:
-        if "://" in p:
-            items.append(p)
-            continue
-        matched = sorted(glob.glob(p, recursive=True)) if glob.has_magic(p) else [p]
-        for m in matched:
-            files = sorted(str(f) for f in Path(m).rglob("*") if f.is_file()) if os.path.isdir(m) else [m]
-            for f in files:
-                st = os.stat(f)
-                items.append([f, st.st_size, st.st_mtime_ns])
+    """Paths, sizes and version stamps (mtime, ETag: ``zephyr.io.paths.file_stat``, the engine's own rule) of
+    the files a read stage reads: new, removed or changed files, same-size edits in place included, invalidate
+    the pipeline."""
+    from zephyr.io.paths import expand_paths, file_stat
+
+    items = [[f, *file_stat(f)] for f in expand_paths(list(paths))]
     return hashlib.sha256(json.dumps(items).encode()).hexdigest()
 
 
@@ -330,6 +327,8 @@ def _run_pipeline(
     """
     from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
 
+    from zephyr import job_stats
+
     execution_kw = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
     if execution_kw.get("progress") is None:
@@ -393,7 +392,8 @@ def _run_pipeline(
                 execution=execution_kw, earlier=by_name, tokenize_dir=tokenize_dir,
             )
             began = time.perf_counter()
-            outcome = RUNNERS[entry.type](ctx)
+            with job_stats.recording() as jobs:  # a stage may run several engine jobs (dedup, tokenize)
+                outcome = RUNNERS[entry.type](ctx)
             seconds = time.perf_counter() - began
             record = {
                 "version": STATS_VERSION,
@@ -404,6 +404,7 @@ def _run_pipeline(
                 "fingerprint": fingerprint,
                 "config": entry.to_dict(),
                 **account(entry, outcome, input_rows, inputs if inputs else _read_inputs(entry)),
+                **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the stage
                 "seconds": round(seconds, 3),
                 "files": outcome.files,
                 "extra": outcome.extra,
@@ -434,6 +435,7 @@ def _run_pipeline(
             if k != "progress"
         },
         "balanced": all(r.get("balanced", True) for r in records),
+        **job_stats.task_totals(r for r in records if r["status"] == "ran"),
         "seconds": round(sum(r["seconds"] for r in records if r["status"] == "ran"), 3),
         "stages": records,
     }

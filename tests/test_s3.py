@@ -209,3 +209,23 @@ def test_long_lived_driver_sees_changes_made_by_other_processes(local_inputs, bu
     assert [s["tasks_resumed"] for s in again.stats["stages"]] == [len(first.files) - 1]
     other.invalidate_cache()
     assert all(other.exists(f) for f in again.files)
+
+
+def test_same_size_object_rewritten_by_another_process_is_recomputed(bucket, tmp_path):
+    """The resume fingerprint holds each object's ETag: an object replaced by one of the same size (by another
+    process) is read again, while an untouched object still resumes."""
+    other = fsspec.filesystem("s3", skip_instance_cache=True)
+    body = b"".join(b'{"id": %d, "text": "alpha number %d"}\n' % (i, i) for i in range(12))
+    url = f"s3://{bucket}/in/docs.jsonl"
+    other.pipe(f"{bucket}/in/docs.jsonl", body)
+    out = tmp_path / "out"
+
+    def run():
+        result = zephyr.read_jsonl(url).write_parquet(str(out), executor="inprocess", work_dir=f"s3://{bucket}/w")
+        texts = sorted(t for p in sorted(out.glob("part-*")) for t in pq.read_table(p)["text"].to_pylist())
+        return [s["tasks_resumed"] for s in result.stats["stages"]], texts
+
+    assert run() == ([0], sorted(f"alpha number {i}" for i in range(12)))
+    assert run()[0] == [1]
+    other.pipe(f"{bucket}/in/docs.jsonl", body.replace(b"alpha", b"omega"))
+    assert run() == ([0], sorted(f"omega number {i}" for i in range(12)))

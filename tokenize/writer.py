@@ -464,11 +464,12 @@ def write_token_shards(
                 "tokenize: the input is one task: running in this process (small_job_bytes=0 to force workers)"
             )
             pool["executor"] = "inprocess"
+    from zephyr import job_stats
     from zephyr.executors import reuse_workers
 
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
-    # parses and proves the tokenizer.
-    with reuse_workers(pool) as execution:
+    # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
+    with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
         tok = (
             tokenizer
             if isinstance(tokenizer, TextTokenizer)
@@ -583,6 +584,7 @@ def write_token_shards(
                 "dropped": read.get("rows_dropped", 0),
                 "quarantined": read.get("rows_rejected", 0),
             }
+            stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
             stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
                 "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
                 "concurrent_tasks": concurrency,

@@ -34,9 +34,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephyr import job_stats
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
 from zephyr.io.input_schema import plan_input_schema
+from zephyr.io.paths import file_stat
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
@@ -160,11 +162,15 @@ class Job:
             "memory_budget_bytes": self.options.memory_budget_bytes,
             "rows_quarantined": quarantined,
             "quarantine_dir": self.quarantine_root if quarantined else None,
+            **job_stats.task_totals(self.stages),
             "stages": self.stages,
         }
 
     def write_stats(self) -> dict:
+        """Write ``stats.json`` into the work directory and hand the stats to ``zephyr.job_stats`` (a command
+        that runs several jobs reports the retries and resumed tasks of all of them)."""
         stats = self.stats()
+        job_stats.record(stats)
         if not self.temporary:
             with self.fs.open(f"{self.root}/stats.json", "w") as f:
                 json.dump(stats, f, indent=1)
@@ -398,20 +404,19 @@ class Job:
             shards = list_shards(files, "parquet")
             return shards, digest, source.table.nbytes
         shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
-        sizes = {}
+        stats = {}
         for shard in shards:
-            if shard.path not in sizes:
-                fs, path = fsspec.core.url_to_fs(shard.path)
-                sizes[shard.path] = fs.size(path)
+            if shard.path not in stats:
+                stats[shard.path] = file_stat(shard.path)
         estimate = 0
-        for path, size in sizes.items():
+        for path, (size, _) in stats.items():
             factor = _SIZE_FACTOR[source.format]
             for suffix, compressed in _COMPRESSED_FACTOR.items():
                 if path.endswith(suffix):
                     factor = compressed
             estimate += int(size * factor)
-        if source.format == "parquet" and len(sizes) <= FOOTER_ESTIMATE_MAX_FILES:
-            self._column_bytes[id(source)] = _parquet_column_bytes(list(sizes))
+        if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+            self._column_bytes[id(source)] = _parquet_column_bytes(list(stats))
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
         planned = (
             None
@@ -419,8 +424,9 @@ class Job:
             else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
         )
         self._input_schemas[id(source)] = planned
+        # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
         source_fp = fingerprint_of(
-            source, [(s, sizes[s.path]) for s in shards], None if planned is None else planned.to_string()
+            source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
         )
         return shards, source_fp, estimate
 

@@ -4,7 +4,9 @@ Every command reads Parquet or JSONL inputs (files, directories, globs), runs on
 execution options, and writes Parquet ``part-*.parquet`` files into ``--output``. ``zephyr filter`` also
 writes ``dropped/`` (rows with ``drop_reason``), ``quarantine/`` (null texts, ``reject_reason``), ``stats.json``
 (format version 1: counts that balance, ``rows_in = rows_kept + rows_dropped + rows_quarantined``), and
-the retention report ``report.json`` / ``report.md``.
+the retention report ``report.json`` / ``report.md``. Commands that run several engine jobs (``filter``,
+``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over all of them, and one entry
+per job (``jobs``), at the top of their ``stats.json`` (``zephyr.job_stats``).
 """
 
 from __future__ import annotations
@@ -104,11 +106,19 @@ _NO_ROWS: dict[str, Any] = {
 
 
 def _cmd_filter(args: argparse.Namespace) -> int:
+    from zephyr import job_stats
+
+    with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
+        return _filter(args, jobs)
+
+
+def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     from zephyr.pipelines.quality.filters import build_rule_families
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
     from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
 
     import zephyr
+    from zephyr import job_stats
 
     build_rule_families(args.rules)  # validate names before any work
     out = Path(args.output)
@@ -159,7 +169,8 @@ def _cmd_filter(args: argparse.Namespace) -> int:
         totals["rows_quarantined"] += unreadable
         totals["rows_unreadable"] = unreadable
         totals["unreadable_quarantine_dir"] = written.stats["quarantine_dir"]
-    stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats}
+    # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
+    stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats, **job_stats.summarize(jobs)}
     _write_json(out / "stats.json", stats)
     _write_json(out / "report.json", report)
     (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
@@ -200,6 +211,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
+    from zephyr import job_stats
+
+    with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
+        return _score(args, jobs)
+
+
+def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     import pyarrow.parquet as pq
     from zephyr.pipelines.quality.classifier import (
         ClassifierConfig,
@@ -209,6 +227,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     )
 
     import zephyr
+    from zephyr import job_stats
 
     opts = _opts(args)
     out = Path(args.output)
@@ -231,7 +250,8 @@ def _cmd_score(args: argparse.Namespace) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats})
+    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats,
+                                     **job_stats.summarize(jobs)})
     return 0
 
 

@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors"]
+MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors",
+           "zephyr.job_stats"]
 
 
 @pytest.mark.parametrize("name", MODULES)

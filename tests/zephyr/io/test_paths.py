@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import fsspec
 import pytest
 
@@ -92,3 +94,22 @@ def test_nothing_matches_names_the_pattern(tmp_path):
 def test_inference(name, fmt, codec):
     assert infer_format(name) == fmt
     assert infer_compression(name) == codec
+
+
+def test_file_stat_changes_with_a_same_size_rewrite_and_names_a_missing_file(tmp_path):
+    from zephyr.io.paths import file_stat
+
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"{}\n")
+    first = file_stat(str(path))
+    assert first == file_stat(str(path))  # stable while the file is untouched
+    os.utime(path, ns=(0, path.stat().st_mtime_ns + 1_000_000_000))  # same bytes, rewritten later
+    assert file_stat(str(path)).size_bytes == first.size_bytes and file_stat(str(path)) != first
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/stat-test/a.jsonl", b"{}\n")
+    before = file_stat("memory:///stat-test/a.jsonl")
+    memory.pipe("/stat-test/a.jsonl", b"[]\n")
+    assert file_stat("memory:///stat-test/a.jsonl") != before
+    memory.rm("/stat-test", recursive=True)
+    with pytest.raises(InputError, match="missing.jsonl"):
+        file_stat(str(tmp_path / "missing.jsonl"))
