@@ -34,8 +34,6 @@ __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 
-_JSONL_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".json.gz", ".json.zst", ".ndjson")
-
 
 # Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
 # files of very different sizes would otherwise leave one worker hashing the largest file alone.
@@ -46,15 +44,8 @@ def _read(args: argparse.Namespace):
     import zephyr
     from zephyr.io.input_schema import schema_arguments
 
-    inputs = args.inputs
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    if all(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        return zephyr.read_jsonl(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
-    if any(p.endswith(_JSONL_SUFFIXES) for p in inputs):
-        from zephyr.errors import ConfigError
-
-        raise ConfigError("mixing JSON-lines and Parquet inputs in one run is not supported; convert first")
-    return zephyr.read_parquet(inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
+    return zephyr.read(args.inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:

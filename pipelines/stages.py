@@ -83,8 +83,10 @@ class StageContext:
     def read_inputs(self, columns: list[str] | None = None) -> Dataset:
         import zephyr
 
-        if not self.inputs:
-            raise InputError(f"stage {self.entry.name!r} has no input parts; did the previous stage keep any rows?")
+        if not self.inputs:  # the previous stage kept no rows (or read none): empty input is valid input
+            p = self.pipeline
+            names = [c for c in (p.id_column, p.text_column, p.source_column) if c and (not columns or c in columns)]
+            return zephyr.from_arrow(pa.table({c: pa.array([], pa.string()) for c in names}))
         return zephyr.read_parquet(self.inputs, columns=columns)
 
 
@@ -229,32 +231,23 @@ def _finish(ctx: StageContext, ds: Dataset, accounting: tuple[str, ...], step: s
 
 
 # -- stage adapters --------------------------------------------------------------------------------------
-def _input_format(paths: list[str], fmt: str) -> str:
-    if fmt != "auto":
-        return fmt
-    names = [os.path.basename(p.rstrip("/")) for p in paths]
-    if all(".jsonl" in n or n.endswith(".json") or ".json." in n for n in names):
-        return "jsonl"
-    if all(n.endswith(".vortex") for n in names):
-        return "vortex"
-    return "parquet"
-
-
 def run_read(ctx: StageContext) -> StageOutcome:
     import zephyr
+    from zephyr.io.paths import input_files
+    from zephyr.io.text_column import check_text_inputs
 
     cfg = ctx.entry.config
     p = ctx.pipeline
-    fmt = _input_format(cfg.paths, cfg.format)
-    schema = {"unify_schemas": cfg.unify_schemas, "schema": cfg.schema}  # files that disagree: zephyr.io.input_schema
-    if fmt == "jsonl":
-        ds = zephyr.read_jsonl(
-            cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes, on_error=cfg.on_error, **schema
-        )
-    elif fmt == "vortex":
-        ds = zephyr.read_vortex(cfg.paths, **schema)
-    else:
-        ds = zephyr.read_parquet(cfg.paths, approx_shard_bytes=cfg.approx_shard_bytes, **schema)
+    files, fmt = input_files(cfg.paths, cfg.format)
+    check_text_inputs(files, p.text_column, format=fmt)  # a non-text column: one line naming the input file
+    ds = zephyr.read(
+        files,
+        format=fmt,
+        approx_shard_bytes=cfg.approx_shard_bytes,
+        on_error=cfg.on_error,
+        unify_schemas=cfg.unify_schemas,  # files that disagree: zephyr.io.input_schema
+        schema=cfg.schema,
+    )
     prepare = f"pipeline.{ctx.entry.name}.prepare"
     ds = ds.map_batches(PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare)
     if cfg.num_shards:

@@ -299,9 +299,10 @@ class _PackPartition:
 
 
 def _input_paths(data: Any) -> tuple[list[str], str]:
-    """(paths, ``"jsonl"`` or ``"parquet"``) of path inputs."""
-    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    return paths, "jsonl" if all(".json" in os.path.basename(p) for p in paths) else "parquet"
+    """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
+    from zephyr.io.paths import input_files
+
+    return input_files([os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))])
 
 
 def _input_dataset(

@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Dataset": "zephyr.dataset",
     "GroupedDataset": "zephyr.dataset",
+    "read": "zephyr.dataset",
     "read_parquet": "zephyr.dataset",
     "read_jsonl": "zephyr.dataset",
     "read_vortex": "zephyr.dataset",
@@ -48,6 +49,7 @@ __all__ = [
     "counters",
     "from_arrow",
     "from_items",
+    "read",
     "read_jsonl",
     "read_parquet",
     "read_vortex",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
         GroupedDataset,
         from_arrow,
         from_items,
+        read,
         read_jsonl,
         read_parquet,
         read_vortex,

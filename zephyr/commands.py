@@ -22,21 +22,7 @@ def _reader(args: argparse.Namespace):
     import zephyr
     from zephyr.io.input_schema import schema_arguments
 
-    fmt = args.format
-    paths = list(args.inputs)
-    if fmt == "auto":
-        first = paths[0].lower()
-        fmt = (
-            "jsonl"
-            if any(s in first for s in (".jsonl", ".json", ".ndjson"))
-            else ("vortex" if first.endswith(".vortex") else "parquet")
-        )
-    schema = schema_arguments(args)
-    if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, on_error=args.on_error, **schema)
-    if fmt == "vortex":
-        return zephyr.read_vortex(paths, on_error=args.on_error, **schema)
-    return zephyr.read_parquet(paths, on_error=args.on_error, **schema)
+    return zephyr.read(list(args.inputs), format=args.format, on_error=args.on_error, **schema_arguments(args))
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -87,10 +73,18 @@ def _sort(args: argparse.Namespace) -> int:
 
 
 def _count(args: argparse.Namespace) -> int:
+    """Prints the readable rows; rows set aside by ``--on-error quarantine`` are said on stderr (never lost
+    silently: the count alone would not show them)."""
+    from zephyr import job_stats
     from zephyr.cli import execution_options
 
-    rows = _reader(args).count(**execution_options(args).as_kwargs())
+    with job_stats.recording() as jobs:
+        rows = _reader(args).count(**execution_options(args).as_kwargs())
     sys.stdout.write(f"{rows}\n")
+    quarantined = sum(job.get("rows_quarantined", 0) for job in jobs)
+    if quarantined:
+        where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
+        sys.stderr.write(f"zephyr count: {quarantined} unreadable rows not counted, quarantined in {where}\n")
     return 0
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "Dataset",
     "GroupedDataset",
     "WriteResult",
+    "read",
     "read_parquet",
     "read_jsonl",
     "read_vortex",
@@ -67,6 +68,42 @@ def _paths(paths: str | Sequence[str]) -> tuple[str, ...]:
 def _check_on_error(on_error: str) -> None:
     if on_error not in ("raise", "quarantine"):
         raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
+
+
+def read(
+    paths: str | Sequence[str],
+    *,
+    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto",
+    columns: Sequence[str] | None = None,
+    approx_shard_bytes: int | str | None = None,
+    on_error: OnError = "raise",
+    unify_schemas: bool = False,
+    schema: pa.Schema | str | None = None,
+) -> Dataset:
+    """Files of one format, told by their extensions (``zephyr.io.paths.input_files``: a folder of
+    ``.jsonl.zst`` files is JSON lines; two formats at once are refused), or by ``format``. ``columns``
+    projects Parquet files only (JSON lines and Vortex are read whole); the rest as in ``read_parquet``."""
+    from zephyr.io.paths import input_files
+
+    files, fmt = input_files(list(_paths(paths)), format)
+    if fmt == "jsonl":
+        return read_jsonl(
+            files,
+            approx_shard_bytes=approx_shard_bytes,
+            on_error=on_error,
+            unify_schemas=unify_schemas,
+            schema=schema,
+        )
+    if fmt == "vortex":
+        return read_vortex(files, on_error=on_error, unify_schemas=unify_schemas, schema=schema)
+    return read_parquet(
+        files,
+        columns=columns,
+        approx_shard_bytes=approx_shard_bytes,
+        on_error=on_error,
+        unify_schemas=unify_schemas,
+        schema=schema,
+    )
 
 
 def read_parquet(

@@ -30,14 +30,12 @@ def _read(args: argparse.Namespace) -> Any:
     ``--schema FILE`` (``zephyr.io.input_schema``)."""
     import zephyr
     from zephyr.io.input_schema import schema_arguments
+    from zephyr.io.paths import input_files
     from zephyr.io.text_column import check_text_inputs
 
-    inputs = args.inputs
-    jsonl = all(".jsonl" in p or p.endswith(".json") or ".json." in p for p in inputs)
-    check_text_inputs(inputs, args.text_column, format="jsonl" if jsonl else "parquet")
-    schema = schema_arguments(args)
-    read = zephyr.read_jsonl if jsonl else zephyr.read_parquet
-    return read(inputs, on_error=args.on_error, **schema)
+    files, fmt = input_files(args.inputs)
+    check_text_inputs(files, args.text_column, format=fmt)
+    return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
 
 
 def _opts(args: argparse.Namespace) -> dict[str, Any]:

@@ -39,6 +39,7 @@ __all__ = [
     "Compression",
     "FORMAT_EXTENSIONS",
     "expand_paths",
+    "input_files",
     "infer_format",
     "infer_compression",
     "filesystem",
@@ -230,6 +231,38 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
         matches = _expand_one(fs, stripped, pattern, wanted_formats)
         found.update(public_path(fs, m) for m in matches)
     return sorted(found)
+
+
+def input_files(paths: str | Sequence[str], format: Format | Literal["auto"] = "auto") -> tuple[list[str], Format]:
+    """The files ``paths`` name (globs and directories expanded) and the one format to read them as.
+
+    The one place a command's inputs get their format: with ``"auto"`` it comes from the files' extensions
+    (a folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like); files of two formats
+    are refused naming one of each; files with no known extension (named explicitly) are read as Parquet.
+    With a format given, directory listings keep only that format's files.
+
+    >>> import fsspec
+    >>> fs = fsspec.filesystem("memory")
+    >>> for name in ("b.jsonl.zst", "a.jsonl", "_SUCCESS"):
+    ...     fs.pipe(f"/input-files/{name}", b"")
+    >>> input_files("memory://input-files")
+    (['memory:///input-files/a.jsonl', 'memory:///input-files/b.jsonl.zst'], 'jsonl')
+    """
+    if format != "auto":
+        return expand_paths(paths, formats=[format]), format
+    files = expand_paths(paths)
+    seen: dict[str, str] = {}
+    for f in files:
+        fmt = infer_format(f)
+        if fmt is not None:
+            seen.setdefault(fmt, f)
+    if len(seen) > 1:
+        (fa, a), (fb, b) = list(seen.items())[:2]
+        raise ConfigError(
+            f"the inputs mix formats: {a!r} is {fa} and {b!r} is {fb}; read one format per command (convert the "
+            "others first, or pass --format to read only one of them from a folder)"
+        )
+    return files, next(iter(seen), "parquet")  # type: ignore[return-value]
 
 
 def _expand_one(
