@@ -86,10 +86,10 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
     job's business (it raises or quarantines them by its own ``on_error``), so they are skipped here.
     """
     if shard.format == "parquet":
-        from zephyr.io.parquet_source import open_parquet
+        from zephyr.io.parquet_source import open_parquet, plain_schema
 
         with open_parquet(shard.path) as parquet_file:
-            return shard.path, parquet_file.schema_arrow
+            return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
     from zephyr.io.sources import read_shard
 
     batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))

@@ -33,7 +33,7 @@ from zephyr.io.paths import filesystem
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.validation import bad_rows
 
-__all__ = ["read_parquet_shard", "split_row_groups", "open_parquet"]
+__all__ = ["read_parquet_shard", "split_row_groups", "open_parquet", "plain_schema"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,33 @@ def _estimated_bytes(row_group: pq.RowGroupMetaData, wanted: set[str] | None) ->
     return total
 
 
+def plain_schema(schema: pa.Schema, path: str, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The schema a job reads from a Parquet file: dictionary-encoded columns (pandas categoricals, Arrow
+    dictionary arrays) as their value type, like any other writer's. A column name that appears twice among
+    ``columns`` (all, when None) has no meaning: one line naming the file and the column."""
+    names = schema.names
+    wanted = set(names if columns is None else columns)
+    twice = sorted({n for n in names if names.count(n) > 1 and n in wanted})
+    if twice:
+        raise SchemaError(
+            f"{path}: column {twice[0]!r} appears {names.count(twice[0])} times in the file; a column needs one "
+            "name, so rewrite the file with distinct column names"
+        )
+    return pa.schema([_plain_field(f) for f in schema])
+
+
+def _plain_field(field: pa.Field) -> pa.Field:
+    return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+
+
+def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its dictionary columns decoded (see ``plain_schema``)."""
+    if not any(pa.types.is_dictionary(t) for t in batch.schema.types):
+        return batch
+    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns]
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema([_plain_field(f) for f in batch.schema]))
+
+
 def read_parquet_shard(
     shard,
     *,
@@ -103,7 +130,7 @@ def read_parquet_shard(
     path = shard.path
     with open_parquet(path) as parquet_file:
         metadata = parquet_file.metadata
-        file_schema = parquet_file.schema_arrow
+        file_schema = plain_schema(parquet_file.schema_arrow, path, columns)
         available = file_schema.names
         target = schema
         if columns is not None:
@@ -184,6 +211,7 @@ class _RowGroupReader:
             batch = self._check(batch, group, start)
             if batch is None or batch.num_rows == 0:
                 continue
+            batch = _plain_batch(batch)
             if self.target is not None:
                 batch = cast_to_schema(batch, self.target, where=f"{self.path} (row group {group})", first_row=start)
             yield from _split(batch, self.batch_bytes)
