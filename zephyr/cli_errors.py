@@ -23,13 +23,18 @@ import tempfile
 import time
 import traceback
 
-from zephyr.errors import TaskError, one_line
+from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
 
 __all__ = ["report_failure", "log_path"]
 
 _CLI_SPELLING = (
     ("on_error='quarantine'", "--on-error quarantine", "on_error"),
     ('on_error="quarantine"', "--on-error quarantine", "on_error"),
+    (
+        "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())",
+        "Pass --schema FILE with the type you want for it (e.g. a YAML file of 'column: string')",
+        "schema",
+    ),
 )
 """(library spelling, command-line spelling, the ``argparse`` dest that must exist for the flag to apply)."""
 
@@ -42,6 +47,10 @@ def log_path() -> str:
 def _summary(exc: BaseException, args: argparse.Namespace) -> str:
     text = str(exc) if isinstance(exc, TaskError) else one_line(exc)
     text = " ".join(text.split())  # one line, whatever the message held
+    return _cli_spelling(text, args)
+
+
+def _cli_spelling(text: str, args: argparse.Namespace) -> str:
     for library, flag, dest in _CLI_SPELLING:
         if hasattr(args, dest):
             text = text.replace(library, flag)
@@ -62,8 +71,14 @@ def _write_log(path: str, exc: BaseException, argv: list[str]) -> str | None:
 
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the failure of ``zephyr <args.command>`` (one line; the traceback too with ``-v``), log the full
-    traceback, and return the exit code (1)."""
+    traceback, and return the exit code (1). Configuration errors (``ConfigError``, ``ResumeError``) print
+    their message only: each listed problem on its own line, no traceback log."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
+        # a bad setting, found before any work: the message is the whole story (a list of problems keeps
+        # one line each), and a traceback of the checking code would help nobody
+        print(f"zephyr {args.command}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        return 1
     path = log_path()
     unwritten = _write_log(path, exc, argv)
     if getattr(args, "verbose", 0):
