@@ -70,6 +70,11 @@ def start_local_cluster(workers: int, *, dashboard: bool = False) -> LocalCluste
         scheduler_kwargs={"allowed_failures": 0, "dashboard": dashboard, "dashboard_address": "127.0.0.1:0"},
         # Each worker's polars pool sized to its share of the cores, as the local executor does.
         env={"POLARS_MAX_THREADS": str(threads)},
+        # A failing task is the driver's to report (one line, the traceback in its log); the workers' own
+        # "Compute Failed" records would print a traceback per try. Shown with -v (INFO logging).
+        silence_logs=logging.WARNING
+        if logging.getLogger().getEffectiveLevel() <= logging.INFO
+        else logging.CRITICAL,
     )
 
 
