@@ -52,7 +52,9 @@ def _finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str
     from zephyr import job_stats
 
     stats = dict(result.stats)
-    stats.update(job_stats.summarize(jobs))  # task totals of every engine job (``_recorded``), not only this write
+    stats.update(
+        job_stats.summarize(jobs)
+    )  # task totals of every engine job (``_recorded``), not only this write
     stats["dedup"] = extra
     counters: dict[str, int] = {}
     for stage in stats.get("stages", []):

@@ -721,9 +721,10 @@ def _cluster(
         ), None
     if config.verify:
         set_rows = written.stats["stages"][-1]["rows_out"]
-        parts, info["hot_rows"] = verify_on_engine(
+        parts, figures = verify_on_engine(
             edges, pairs, sets, set_rows, set_bytes, info["in_memory_limit"], budget, config, index, kw
         )
+        info.update(figures)
     else:
         parts = [edges.map_batches(WithSim(), name="dedup.fuzzy.unverified")]
     files = [

@@ -34,6 +34,8 @@ _VERIFY_BATCH_ROWS = 2048
 """Pairs (or u rows, on the hot path) verified per batch on the engine path."""
 _HOT_FAN = 32
 """A row that is the earlier end (v) of more candidate pairs than this is *hot* on the engine path."""
+_PAIR_BYTES = 16
+"""Bytes of one (u, v) pair held in memory: the hot pairs broadcast when they fit budget / _HOT_SET_SHARE."""
 _HOT_SET_SHARE = 8
 """The hot rows' sets broadcast to each verify task take at most budget / this."""
 
@@ -110,20 +112,39 @@ class _VerifySetPairs:
 class _VerifyHotPairs:
     """Keeps the pairs of (u, vs: the hot rows u is paired with, shingles_u) that reach the threshold. The
     hot rows' sets (``hot``: ROW, shingles) come with the stage, loaded once per worker process: a broadcast,
-    so a giant bucket's first members are never copied once per pair nor gathered into one partition."""
+    so a giant bucket's first members are never copied once per pair nor gathered into one partition.
 
-    def __init__(self, hot: pa.Table, config: FuzzyDedupConfig):
+    With ``grouped`` (u, vs), the pairs come with the stage too and the batches are (ROW, shingles) rows of
+    the sets themselves: no shuffle at all, a map over the sets that keeps the rows named as u."""
+
+    def __init__(self, hot: pa.Table, config: FuzzyDedupConfig, grouped: pa.Table | None = None):
         self.hot, self.config = hot.combine_chunks(), config
+        self.grouped = None if grouped is None else grouped.combine_chunks()
         self._sets: Shingles | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_sets": None}
+
+    def _with_pairs(self, sets: pa.Table) -> pa.Table:
+        """(u, vs, shingles_u) of the set rows named as u by ``grouped``."""
+        assert self.grouped is not None
+        at = pc.index_in(sets[ROW], value_set=self.grouped["u"].chunk(0))
+        named = pc.is_valid(at)
+        return pa.table(
+            {
+                "u": sets[ROW].filter(named),
+                "vs": self.grouped["vs"].take(at.filter(named)),
+                "shingles_u": sets["shingles"].filter(named),
+            }
+        )
 
     def __call__(self, table: pa.Table) -> pa.Table:
         from zephyr.dedup.verify import jaccard
 
         if self._sets is None:
             self._sets = shingles_of(self.hot["shingles"])
+        if self.grouped is not None:
+            table = self._with_pairs(table)
         m = table.num_rows
         vs = table["vs"].combine_chunks()
         lengths = np.asarray(pc.list_value_length(vs).fill_null(0), dtype=np.int64)
@@ -167,8 +188,8 @@ def verify_on_engine(
     config: FuzzyDedupConfig,
     index: IndexInfo | None,
     kw: dict[str, Any],
-) -> tuple[list[Dataset], int]:
-    """The verified pairs (u, v, sim) and the number of hot rows, by joins of shingle sets (``sets``: every endpoint's ``_NodeSets`` row;
+) -> tuple[list[Dataset], dict[str, Any]]:
+    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``_NodeSets`` row;
     the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
@@ -179,7 +200,7 @@ def verify_on_engine(
     import zephyr
 
     sets = sets.select(ROW, "shingles")
-    hot = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
+    hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def side(name: str, keys: pa.Array | None, source: Dataset = sets, key: str = ROW) -> Dataset:
@@ -192,19 +213,26 @@ def verify_on_engine(
         return None if table is None else pc.unique(table[end].combine_chunks())
 
     parts = []
+    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= budget_bytes // _HOT_SET_SHARE
     if len(hot):
-        hot_u = None if pairs is None else ends(pairs.filter(pc.is_in(pairs["v"], value_set=hot)), "u")
-        parts.append(
+        grouped = (
             edges.map_batches(RowsIn("v", hot), name="dedup.fuzzy.hot_pairs")
             .group_by("u")
             .agg(vs=("v", "list"))
-            .join(side("u", hot_u), on="u")
-            .map_batches(
-                _VerifyHotPairs(hot_sets, config),
-                batch_rows=_VERIFY_BATCH_ROWS,
-                name="dedup.fuzzy.verify_hot",
-            )
         )
+        if broadcast:
+            # the hot pairs travel with the stage (u → its hot partners): a map over the sets, no shuffle
+            verify = _VerifyHotPairs(hot_sets, config, grouped.to_arrow(**kw))
+            parts.append(sets.map_batches(verify, name="dedup.fuzzy.verify_hot"))
+        else:
+            hot_u = None if pairs is None else ends(pairs.filter(pc.is_in(pairs["v"], value_set=hot)), "u")
+            parts.append(
+                grouped.join(side("u", hot_u), on="u").map_batches(
+                    _VerifyHotPairs(hot_sets, config),
+                    batch_rows=_VERIFY_BATCH_ROWS,
+                    name="dedup.fuzzy.verify_hot",
+                )
+            )
     cold = edges.map_batches(RowsIn("v", hot, keep=False), name="dedup.fuzzy.cold_pairs")
     if pairs is not None:
         cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
@@ -227,15 +255,15 @@ def verify_on_engine(
                 _VerifySetPairs(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify_indexed"
             )
         )
-    return parts, len(hot)
+    return parts, {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast}
 
 
 def _hot_rows(
     edges: Dataset, pairs: pa.Table | None, per_set: int, budget: int, kw: dict[str, Any]
-) -> pa.Array:
+) -> tuple[pa.Array, int]:
     """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
     group-by), most-paired first, as many as budget / ``_HOT_SET_SHARE`` holds at ``per_set`` bytes each
-    (the rest stay cold: correct, only slower)."""
+    (the rest stay cold: correct, only slower), and how many pairs they end."""
     if pairs is not None:
         counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
         fan = _FanAbove(_HOT_FAN)(pa.table({"v": counts[0], "n": counts[1]}))
@@ -249,7 +277,9 @@ def _hot_rows(
     cap = max(1, budget // _HOT_SET_SHARE // per_set)
     if fan.num_rows > cap:
         fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
-    return fan["v"].combine_chunks().cast(pa.int64()) if fan.num_rows else pa.array([], pa.int64())
+    if not fan.num_rows:
+        return pa.array([], pa.int64()), 0
+    return fan["v"].combine_chunks().cast(pa.int64()), int(pc.sum(fan["n"]).as_py())
 
 
 def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[str, Any]) -> pa.Table:

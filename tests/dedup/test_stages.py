@@ -335,21 +335,23 @@ def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
 def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     """One templated source (every page in the same LSH buckets): the driver path, the engine path with the
     pairs in the driver (sets over the driver's share: semi-joins), the engine path without them
-    (in_memory_edges=0: hot rows found by a group-by) and one whose budget holds a single hot row's set
-    keep the same rows."""
+    (in_memory_edges=0: hot rows found by a group-by), one whose budget holds a single hot row's set and one
+    whose hot pairs are joined to their sets rather than broadcast keep the same rows."""
     from zephyr.dedup import verify_engine
     from zephyr.dedup.synthetic import templated_source
 
     table, _ = templated_source(600, seed=3)
     cfg = FuzzyDedupConfig()
     outs, infos = [], []
-    for budget, limit, hot_share in (
-        ("1GiB", None, 8),
-        ("1MiB", None, 8),
-        ("1GiB", 0, 8),
-        ("1MiB", None, 1 << 20),
+    for budget, limit, hot_share, pair_bytes in (
+        ("1GiB", None, 8, 16),
+        ("1MiB", None, 8, 16),
+        ("1GiB", 0, 8, 16),
+        ("1MiB", None, 1 << 20, 16),
+        ("1GiB", 0, 8, 1 << 30),
     ):
         monkeypatch.setattr(verify_engine, "_HOT_SET_SHARE", hot_share)  # inprocess: the tasks see it
+        monkeypatch.setattr(verify_engine, "_PAIR_BYTES", pair_bytes)
         ex = {"executor": "inprocess", "memory_budget": budget}
         info: dict = {}
         out = fuzzy_dedup_dataset(
@@ -357,8 +359,11 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         )
         outs.append(out.to_arrow(**ex).select(["id", "dup_cluster", "dup_keep"]).sort_by("id"))
         infos.append(info)
-    assert [i["in_memory"] for i in infos] == [True, False, False, False]
-    assert infos[1]["hot_rows"] == infos[2]["hot_rows"] > 1 and infos[3]["hot_rows"] == 1
+    assert [i["in_memory"] for i in infos] == [True, False, False, False, False]
+    assert (
+        infos[1]["hot_rows"] == infos[2]["hot_rows"] == infos[4]["hot_rows"] > 1 and infos[3]["hot_rows"] == 1
+    )
+    assert [i["hot_broadcast"] for i in infos[1:]] == [True, True, False, False]  # a 1-byte share or 1 GiB pairs: joined
     assert len({i["verified_edges"] for i in infos}) == 1 and infos[0]["verified_edges"] > 0
     assert all(out.equals(outs[0]) for out in outs)
     assert not all(outs[0]["dup_keep"].to_pylist())
