@@ -35,6 +35,11 @@ __all__ = ["register"]
 logger = logging.getLogger(__name__)
 
 
+_DEFAULT_EXECUTOR = "threads"
+"""Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
+each worker process importing pyarrow, polars and numba first (``zephyr.executors.threads``). The output is
+the same bytes on every executor; ``--executor local`` isolates tasks in processes."""
+
 # Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
 # files of very different sizes would otherwise leave one worker hashing the largest file alone.
 _SHARD_BYTES = "32MiB"
@@ -346,7 +351,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default="default",
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
-    exact.set_defaults(func=_exact)
+    exact.set_defaults(func=_exact, default_executor=_DEFAULT_EXECUTOR)
 
     fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
     _common_io(fuzzy)
@@ -397,4 +402,4 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default=None,
         help="start a new signature index at DIR holding this run's kept rows",
     )
-    fuzzy.set_defaults(func=_fuzzy)
+    fuzzy.set_defaults(func=_fuzzy, default_executor=_DEFAULT_EXECUTOR)

@@ -33,9 +33,13 @@ COMMAND_MODULES = (
 def _common_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("execution (accepted by every command)")
-    group.add_argument("--workers", type=int, default=None, help="worker processes (default: one per core)")
+    group.add_argument("--workers", type=int, default=None, help="workers (default: one per core)")
     group.add_argument(
-        "--executor", choices=("inprocess", "local", "dask"), default="local", help="where tasks run"
+        "--executor",
+        choices=("inprocess", "threads", "local", "dask"),
+        default=None,
+        help="where tasks run: worker processes (local, the default), threads of this process (threads: the "
+        "default of the dedup commands, whose work releases the GIL), one task at a time (inprocess), or dask",
     )
     group.add_argument("--cluster", default=None, help="dask scheduler address, e.g. tcp://127.0.0.1:8786")
     group.add_argument(
@@ -71,9 +75,10 @@ def add_output_dir(parser: argparse.ArgumentParser, help: str = "output director
 
 
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:
-    """The ``ExecutionOptions`` given by the global flags of a parsed command line."""
+    """The ``ExecutionOptions`` given by the global flags of a parsed command line. Without ``--executor``, a
+    command's own ``default_executor`` (``parser.set_defaults``) applies, else ``local``."""
     return ExecutionOptions(
-        executor=args.executor,
+        executor=args.executor or getattr(args, "default_executor", "local"),
         workers=args.workers,
         cluster=args.cluster,
         memory_budget=args.memory_budget,

@@ -85,6 +85,10 @@ def make_executor(options: ExecutionOptions) -> Executor:
         from zephyr.executors.inprocess import InProcessExecutor
 
         return InProcessExecutor()
+    if executor == "threads":
+        from zephyr.executors.threads import ThreadExecutor
+
+        return ThreadExecutor(options.num_workers)
     if executor == "local":
         from zephyr.executors.local import LocalExecutor
 

@@ -17,7 +17,7 @@ from zephyr.sizes import parse_bytes
 
 __all__ = ["ExecutionOptions", "ExecutorName", "DEFAULT_MEMORY_BUDGET"]
 
-ExecutorName = Literal["inprocess", "local", "dask"]
+ExecutorName = Literal["inprocess", "threads", "local", "dask"]
 DEFAULT_MEMORY_BUDGET = "1GiB"
 
 
@@ -26,10 +26,12 @@ class ExecutionOptions:
     """How a plan runs. Plain data: safe to log, compare and ship to workers."""
 
     executor: ExecutorName | Any = "local"
-    """``inprocess`` (debugging, tests), ``local`` (spawned worker processes; the default) or ``dask``.
+    """``inprocess`` (debugging, tests), ``threads`` (threads of this process: for work that releases the GIL),
+    ``local`` (spawned worker processes; the default) or ``dask``.
     An ``Executor`` instance or a ``dask.distributed.Client`` is accepted too."""
     workers: int | None = None
-    """Worker processes for ``local``; ``None`` means one per CPU core. Ignored by ``inprocess``."""
+    """Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
+    ``inprocess``."""
     memory_budget: int | str = DEFAULT_MEMORY_BUDGET
     """Bytes of Arrow data one worker may hold (``"512MB"``, ``"4GiB"``). Shuffle buffers spill to disk
     when they reach their share of it; partition counts are derived from it. Per worker process, so the
@@ -48,8 +50,8 @@ class ExecutionOptions:
     starting worker processes would take longer than the work. Outputs are identical. ``0`` disables."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.executor, str) and self.executor not in ("inprocess", "local", "dask"):
-            raise ConfigError(f"executor must be 'inprocess', 'local' or 'dask', got {self.executor!r}")
+        if isinstance(self.executor, str) and self.executor not in ("inprocess", "threads", "local", "dask"):
+            raise ConfigError(f"executor must be 'inprocess', 'threads', 'local' or 'dask', got {self.executor!r}")
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ConfigError(f"workers must be a positive integer, got {self.workers!r}")
         if self.max_retries < 0:

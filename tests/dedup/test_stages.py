@@ -127,6 +127,28 @@ def test_cli_exact_same_bytes_for_1_and_2_workers(tmp_path):
     assert runs[0] == runs[1] and runs[0]  # reruns: test_cli_fuzzy_inprocess_reruns_same_bytes
 
 
+@pytest.mark.parametrize("kind", ["exact", "fuzzy"])
+def test_cli_dedup_runs_on_threads_by_default_with_the_bytes_of_every_executor(tmp_path, kind):
+    src = tmp_path / "in"
+    src.mkdir()
+    t = _corpus()
+    pq.write_table(t.slice(0, 15), src / "a.parquet")
+    pq.write_table(t.slice(15), src / "b.parquet")
+    runs = {}
+    for name, flags in {
+        "default": [],
+        "inprocess": ["--executor", "inprocess"],
+        "local": ["--executor", "local"],
+    }.items():
+        out = tmp_path / name
+        assert main(["dedup", kind, str(src), "--output", str(out), "--workers", "2", *flags]) == 0
+        runs[name] = _digests(out)
+    assert runs["default"] == runs["inprocess"] == runs["local"] and runs["default"]
+    assert (
+        json.loads((tmp_path / "default" / "_dedup_stats.json").read_text())["executor"] == "ThreadExecutor"
+    )
+
+
 def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
     pq.write_table(_corpus(), tmp_path / "in.parquet")
     runs = []
@@ -363,7 +385,12 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     assert (
         infos[1]["hot_rows"] == infos[2]["hot_rows"] == infos[4]["hot_rows"] > 1 and infos[3]["hot_rows"] == 1
     )
-    assert [i["hot_broadcast"] for i in infos[1:]] == [True, True, False, False]  # a 1-byte share or 1 GiB pairs: joined
+    assert [i["hot_broadcast"] for i in infos[1:]] == [
+        True,
+        True,
+        False,
+        False,
+    ]  # a 1-byte share or 1 GiB pairs: joined
     assert len({i["verified_edges"] for i in infos}) == 1 and infos[0]["verified_edges"] > 0
     assert all(out.equals(outs[0]) for out in outs)
     assert not all(outs[0]["dup_keep"].to_pylist())

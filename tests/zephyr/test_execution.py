@@ -63,12 +63,14 @@ def test_outputs_byte_identical_across_workers_and_executors(tmp_path):
         "local-1": dict(executor="local", workers=1, small_job_bytes=0),
         "local-2": dict(executor="local", workers=2, small_job_bytes=0),
         "local-4": dict(executor="local", workers=4, small_job_bytes=0),
+        "threads-3": dict(executor="threads", workers=3),
     }.items():
         out = tmp_path / f"out-{name}"
         _plan(pattern).write_parquet(str(out), memory_budget="4MiB", **options)
         digests[name] = _digest(out)
     assert digests["inprocess"], "no output written"
     assert digests["inprocess"] == digests["local-1"] == digests["local-2"] == digests["local-4"]
+    assert digests["threads-3"] == digests["inprocess"]
 
 
 def test_rerun_gives_same_bytes_and_skips_finished_tasks(tmp_path):
@@ -102,6 +104,35 @@ def test_failing_task_is_retried_then_fails_naming_its_shard(tmp_path):
 
     with pytest.raises(TaskError, match=r"in-02\.parquet.*\n?.*failed after 3 tries") as info:
         zephyr.read_parquet(pattern).map(poisoned).to_arrow(executor="inprocess", max_retries=2)
+    assert "bad row" in str(info.value)
+
+
+def test_threads_retry_a_failing_task_and_report_the_one_that_keeps_failing(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=4, rows=10)
+    flag = str(tmp_path / "flaky")
+
+    def flaky(row):
+        if row["id"] == 15:
+            try:  # O_EXCL: exactly one try of the task fails, whichever thread runs it
+                os.close(os.open(flag, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return row
+            raise RuntimeError("transient")
+        return row
+
+    options = dict(executor="threads", workers=3)
+    result = zephyr.read_parquet(pattern).map(flaky).write_parquet(str(tmp_path / "ok"), **options)
+    assert sum(s["task_retries"] for s in result.stats["stages"]) == 1
+    assert result.stats["executor"] == "ThreadExecutor"
+    assert zephyr.read_parquet(str(tmp_path / "ok")).count(executor="inprocess") == 40
+
+    def poisoned(row):
+        if row["id"] == 25:
+            raise ValueError("bad row")
+        return row
+
+    with pytest.raises(TaskError, match=r"in-02\.parquet.*failed after 2 tries") as info:
+        zephyr.read_parquet(pattern).map(poisoned).to_arrow(max_retries=1, **options)
     assert "bad row" in str(info.value)
 
 

@@ -21,12 +21,19 @@ def reuse_workers(execution: dict[str, Any], *, preload: Sequence[str] = ()) -> 
     ...     kw["executor"]
     'inprocess'
     """
-    if execution.get("executor", "local") != "local":
+    executor = execution.get("executor", "local")
+    if executor not in ("local", "threads"):
         yield dict(execution)
         return
-    from zephyr.executors.local import LocalExecutor
     from zephyr.options import ExecutionOptions
 
     workers = ExecutionOptions(workers=execution.get("workers")).num_workers
+    if executor == "threads":
+        from zephyr.executors.threads import ThreadExecutor
+
+        yield {**execution, "executor": ThreadExecutor(workers, preload=preload)}
+        return
+    from zephyr.executors.local import LocalExecutor
+
     with LocalExecutor(workers, preload=preload) as pool:
         yield {**execution, "executor": pool}
