@@ -279,6 +279,26 @@ def spark_style_folder(d: Path):
     return [str(folder)], Ok(10)
 
 
+def parquet_without_extension(d: Path):
+    pq.write_table(pa.Table.from_pylist(_texts(10)), d / "rows")
+    return [str(d / "rows")], Ok(10)
+
+
+def jsonl_without_extension(d: Path):
+    (d / "rows").write_bytes(b"\xef\xbb\xbf" + _jsonl_bytes(_texts(10)))
+    return [str(d / "rows")], Ok(10)
+
+
+def gzip_without_codec_extension(d: Path):
+    (d / "rows").write_bytes(gzip.compress(_jsonl_bytes(_texts(10)), mtime=0))
+    return [str(d / "rows")], Fails(("rows",), (".jsonl.gz",))
+
+
+def unknown_content_without_extension(d: Path):
+    (d / "notes").write_bytes(b"just some words, not rows\n")
+    return [str(d / "notes")], Fails(("notes",), ("--format",))
+
+
 def missing_file(d: Path):
     return [str(d / "nope.jsonl")], Fails(("nope.jsonl",))
 
@@ -356,6 +376,10 @@ CASES: dict[str, Callable[[Path], tuple[list[str], Ok | Fails]]] = {
         symlink_loop_in_folder,
         glob_matching_directories,
         spark_style_folder,
+        parquet_without_extension,
+        jsonl_without_extension,
+        gzip_without_codec_extension,
+        unknown_content_without_extension,
         missing_file,
         empty_folder,
         id_types_disagree,

@@ -40,6 +40,7 @@ __all__ = [
     "FORMAT_EXTENSIONS",
     "expand_paths",
     "input_files",
+    "sniff_format",
     "infer_format",
     "infer_compression",
     "filesystem",
@@ -237,9 +238,9 @@ def input_files(paths: str | Sequence[str], format: Format | Literal["auto"] = "
     """The files ``paths`` name (globs and directories expanded) and the one format to read them as.
 
     The one place a command's inputs get their format: with ``"auto"`` it comes from the files' extensions
-    (a folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like); files of two formats
-    are refused naming one of each; files with no known extension (named explicitly) are read as Parquet.
-    With a format given, directory listings keep only that format's files.
+    (a folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like), and for a file named
+    explicitly without a known extension, from its first bytes (``sniff_format``); files of two formats are
+    refused naming one of each. With a format given, directory listings keep only that format's files.
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
@@ -253,9 +254,8 @@ def input_files(paths: str | Sequence[str], format: Format | Literal["auto"] = "
     files = expand_paths(paths)
     seen: dict[str, str] = {}
     for f in files:
-        fmt = infer_format(f)
-        if fmt is not None:
-            seen.setdefault(fmt, f)
+        fmt = infer_format(f) or sniff_format(f)
+        seen.setdefault(fmt, f)
     if len(seen) > 1:
         (fa, a), (fb, b) = list(seen.items())[:2]
         raise ConfigError(
@@ -263,6 +263,42 @@ def input_files(paths: str | Sequence[str], format: Format | Literal["auto"] = "
             "others first, or pass --format to read only one of them from a folder)"
         )
     return files, next(iter(seen), "parquet")  # type: ignore[return-value]
+
+
+_MAGIC_CODECS = {b"\x1f\x8b": ("gzip", ".gz"), b"\x28\xb5\x2f\xfd": ("zstd", ".zst")}
+
+
+def sniff_format(path: str) -> Format:
+    """The format of a file whose name does not say it, from its first bytes: ``PAR1`` is Parquet, a JSON
+    object (after an optional UTF-8 BOM and whitespace) is JSON lines. A compressed file must say its codec in
+    its name (readers decompress by extension), and anything else is refused naming the file.
+
+    >>> import fsspec
+    >>> fsspec.filesystem("memory").pipe("/sniff/rows", b'{"text": "a"}\\n')
+    >>> sniff_format("memory://sniff/rows")
+    'jsonl'
+    """
+    fs, stripped = filesystem(path)
+    try:
+        with fs.open(stripped, "rb") as f:
+            head = f.read(64)
+    except OSError as exc:
+        raise InputError(f"cannot read {path!r} to tell its format: {describe_os_error(exc)}") from exc
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    for magic, (codec, suffix) in _MAGIC_CODECS.items():
+        if head.startswith(magic):
+            raise InputError(
+                f"{path} is {codec}-compressed but its name does not say so; rename it with a format and a codec "
+                f"extension (e.g. .jsonl{suffix}) so that it is decompressed"
+            )
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
+    if text.startswith(b"{") or not text:
+        return "jsonl"
+    raise InputError(
+        f"{path}: cannot tell its format from its name or its first bytes (neither Parquet nor JSON lines); name "
+        "it .parquet, .jsonl(.gz/.zst) or .vortex, or pass --format"
+    )
 
 
 def _expand_one(
