@@ -593,3 +593,7 @@ def run_map(ctx: StageContext) -> StageOutcome:
 
 
 RUNNERS["map"] = run_map
+
+from zephyr.pipelines.web.stages import run_extract  # noqa: E402  (it builds on this module's operators)
+
+RUNNERS["extract"] = run_extract

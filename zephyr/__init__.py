@@ -24,6 +24,8 @@ _LAZY = {
     "read_parquet": "zephyr.dataset",
     "read_jsonl": "zephyr.dataset",
     "read_vortex": "zephyr.dataset",
+    "read_warc_records": "zephyr.dataset",
+    "read_warc": "zephyr.pipelines.web.extract",
     "from_arrow": "zephyr.dataset",
     "from_items": "zephyr.dataset",
     "ExecutionOptions": "zephyr.options",
@@ -53,6 +55,8 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "read_vortex",
+    "read_warc",
+    "read_warc_records",
 ]
 
 if TYPE_CHECKING:
@@ -66,9 +70,11 @@ if TYPE_CHECKING:
         read_jsonl,
         read_parquet,
         read_vortex,
+        read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
     from zephyr.options import ExecutionOptions
+    from zephyr.pipelines.web.extract import read_warc
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096
 PARTITION_TARGET_CAP = 64 << 20
-_SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
+_SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0, "warc": 1.0}
 _COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
 _PART_FILE = re.compile(r"^part-\d{5}\.")
 

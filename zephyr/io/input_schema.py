@@ -90,6 +90,10 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
 
         with open_parquet(shard.path) as parquet_file:
             return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
+    if shard.format == "warc":  # one fixed schema; peeking would parse records
+        from zephyr.io.warc import WARC_SCHEMA
+
+        return shard.path, WARC_SCHEMA
     from zephyr.io.sources import read_shard
 
     batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))
