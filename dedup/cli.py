@@ -160,6 +160,33 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
     )
 
 
+@_recorded
+def _url(args: argparse.Namespace) -> int:
+    from zephyr.dedup.url import url_dedup_dataset
+
+    from zephyr.cli import execution_options
+    from zephyr.executors import reuse_workers
+
+    with reuse_workers(_kwargs(execution_options(args))) as execution:
+        path: dict[str, Any] = {}
+        out = url_dedup_dataset(
+            _read(args),
+            url_column=args.url_column,
+            id_column=args.id_column,
+            mode=args.mode,
+            priority_column=args.priority_column,
+            execution=execution,
+            stats=path,
+        )
+        result = out.write_parquet(args.output, **execution)
+        return _finish(
+            result,
+            args.output,
+            {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path},
+            args.engine_jobs,
+        )
+
+
 def _kwargs(opts: Any) -> dict[str, Any]:
     return opts.as_kwargs()
 
@@ -352,6 +379,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
     exact.set_defaults(func=_exact, default_executor=_DEFAULT_EXECUTOR)
+
+    url = sub.add_parser(
+        "url", parents=[common], help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)"
+    )
+    _common_io(url)
+    url.add_argument("--url-column", default="url", help="the URL column (default url)")
+    url.set_defaults(func=_url, default_executor=_DEFAULT_EXECUTOR)
 
     fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
     _common_io(fuzzy)

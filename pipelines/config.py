@@ -451,7 +451,7 @@ class MapStage:
 
 
 # The web package's stages; imported here, after the helpers they use (_path, FieldError) are defined.
-from zephyr.pipelines.web.config import ExtractStage  # noqa: E402
+from zephyr.pipelines.web.config import ExtractStage, UrlDedupStage, UrlFilterStage  # noqa: E402
 
 STAGE_TYPES: dict[str, type] = {
     "read": ReadStage,
@@ -465,13 +465,15 @@ STAGE_TYPES: dict[str, type] = {
     "tokenize": TokenizeStage,
     "train": TrainStage,
     "extract": ExtractStage,
+    "url_filter": UrlFilterStage,
+    "url_dedup": UrlDedupStage,
 }
 """Stage type name → its config dataclass."""
 
 SOURCE_STAGES = ("read", "extract")
 """Stage types that start a pipeline from files (exactly one, first)."""
 
-DATA_STAGES = ("read", "extract", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
+DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
 """Stage types whose output is a set of Parquet parts (the input of the next stage)."""
 
 _COMMON_KEYS = ("stage", "name", "enabled")

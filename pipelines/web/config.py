@@ -17,7 +17,7 @@ from typing import Literal
 
 from zephyr.pipelines.config import FieldError, _at_least, _path  # defined before config.py imports this
 
-__all__ = ["ExtractStage"]
+__all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,26 @@ class ExtractStage:
             raise FieldError("paths", "give at least one WARC file, folder or glob")
         _at_least("min_text_chars", self.min_text_chars, 0)
         _at_least("num_shards", self.num_shards, 1)
+
+
+@dataclass(frozen=True)
+class UrlFilterStage:
+    """Normalize the url column, add ``domain`` (registered domain), and drop rows with an unusable URL or a
+    blocked domain/host (``zephyr filter --rules url``; reasons ``url_invalid``, ``url_blocked_domain``,
+    ``url_blocked_subdomain``)."""
+
+    blocklist: str | None = _path(None)
+    """A file of blocked domains and hosts, one per line (``pipelines/web/data/blocklist.example.txt``);
+    ``None``: only unusable URLs are dropped."""
+    url_column: str = "url"
+    """The column holding each document's URL."""
+
+
+@dataclass(frozen=True)
+class UrlDedupStage:
+    """Keep one document per normalized URL (``zephyr dedup url``; the keep rule of exact dedup)."""
+
+    url_column: str = "url"
+    """The column holding each document's URL."""
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column per URL (ties: smallest id)."""

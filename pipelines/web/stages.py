@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zephyr.pipelines.stages import PrepareRows, StageContext, StageOutcome, _finish
+from zephyr.pipelines.stages import PrepareRows, RemoveDuplicates, StageContext, StageOutcome, _finish
 
-__all__ = ["run_extract"]
+__all__ = ["run_extract", "run_url_filter", "run_url_dedup"]
 
 
 def run_extract(ctx: StageContext) -> StageOutcome:
@@ -34,3 +34,41 @@ def run_extract(ctx: StageContext) -> StageOutcome:
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
     return _finish(ctx, ds, (extract, prepare))
+
+
+def run_url_filter(ctx: StageContext) -> StageOutcome:
+    """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
+    from zephyr.pipelines.quality.stages import HeuristicFilter
+    from zephyr.pipelines.web.urls import NormalizeUrls, load_blocklist
+
+    cfg = ctx.entry.config
+    p = ctx.pipeline
+    if cfg.blocklist:
+        load_blocklist(cfg.blocklist)  # a bad line fails before any work
+    step = f"pipeline.{ctx.entry.name}.filter"
+    rules = HeuristicFilter(
+        "url", {"url": {"blocklist": cfg.blocklist, "url_column": cfg.url_column}}, p.text_column, None
+    )
+    ds = ctx.read_inputs().map_batches(
+        NormalizeUrls(cfg.url_column), name=f"pipeline.{ctx.entry.name}.normalize"
+    )
+    return _finish(ctx, ds.map_batches(rules, name=step), (step,))
+
+
+def run_url_dedup(ctx: StageContext) -> StageOutcome:
+    """One document per normalized URL (``zephyr.dedup.url``), duplicates removed with reason
+    ``url_duplicate``."""
+    from zephyr.dedup.url import url_dedup_dataset
+
+    cfg = ctx.entry.config
+    p = ctx.pipeline
+    remove = f"pipeline.{ctx.entry.name}.remove"
+    annotated = url_dedup_dataset(
+        ctx.read_inputs(),
+        url_column=cfg.url_column,
+        id_column=p.id_column,
+        mode="annotate",
+        priority_column=cfg.priority_column,
+        execution=ctx.engine("hashes"),
+    )
+    return _finish(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove), (remove,))

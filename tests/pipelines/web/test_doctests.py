@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr.io.warc", "zephyr.pipelines.web.extract"]
+MODULES = ["zephyr.io.warc", "zephyr.pipelines.web.extract", "zephyr.pipelines.web.urls", "zephyr.dedup.url"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -25,6 +25,8 @@ def test_pipeline_starts_from_warc(tmp_path):
             "name": "web-test",
             "stages": [
                 {"stage": "extract", "paths": [str(warc)], "source": "crawl"},
+                {"stage": "url_filter"},
+                {"stage": "url_dedup"},
                 {"stage": "normalize"},
                 {"stage": "exact_dedup"},
             ],
@@ -34,8 +36,12 @@ def test_pipeline_starts_from_warc(tmp_path):
     stats = json.loads((tmp_path / "job" / "stats.json").read_text())
     extract = stats["stages"][0]
     assert (extract["rows_in"], extract["rows_kept"], extract["rows_quarantined"]) == (18, 12, 6)
-    assert stats["stages"][2]["rows_kept"] == 9
-    out = pq.read_table(sorted((tmp_path / "job" / "02-exact_dedup").glob("part-*.parquet")))
+    # sample_pages(3) repeats the first 3 pages' URLs: url_dedup removes them
+    assert stats["stages"][2]["dropped_by_reason"] == {"url_duplicate": 3}
+    assert stats["stages"][4]["rows_kept"] == 9
+    out = pq.read_table(sorted((tmp_path / "job" / "04-exact_dedup").glob("part-*.parquet")))
+    assert not any("utm_source" in u for u in out.column("url").to_pylist())  # normalized by url_filter
+    assert set(out.column("domain").to_pylist()) == {"example.com", "example.org", "example.co.uk", "example.net"}
     assert set(out.column("source").to_pylist()) == {"crawl"}
     assert {"id", "url", "fetch_time", "text"} <= set(out.column_names)
 
