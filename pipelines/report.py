@@ -174,6 +174,9 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
                                [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())]))
             if f"clusters_{s['stage']}" in plots:
                 blocks.append(("img", plots[f"clusters_{s['stage']}"], f"cluster sizes of {s['stage']}"))
+    from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
+
+    blocks.extend(web_blocks(stages))
     # 5. tokens
     for s in (s for s in stages if s["type"] == "tokenize"):
         extra = s.get("extra", {})
