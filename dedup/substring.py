@@ -127,7 +127,10 @@ class _Candidates:
         if table.num_rows == 0 and self.config.text_column not in table.column_names:
             return empty
         data, offsets, _ = _texts(table, self.config.text_column)
-        wh, docs, starts = candidates(data, offsets, self.config.min_bytes, self.config.anchor, self.repeated)
+        wh, docs, starts, first = candidates(
+            data, offsets, self.config.min_bytes, self.config.anchor, self.repeated
+        )
+        wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
         rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
         return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
 
@@ -150,11 +153,8 @@ class _Cut:
     first row holding each; a document's first occurrence of such a window repeats it when its row is later."""
     group_first: np.ndarray | None = field(default=None, repr=False)
 
-    def _broadcast(self, data, offsets, rows) -> tuple[np.ndarray, np.ndarray]:
-        from zephyr.dedup.substring_kernels import candidates
-
-        cfg = self.config
-        wh, docs, starts = candidates(data, offsets, cfg.min_bytes, cfg.anchor, self.repeated)
+    def _broadcast(self, wh, docs, starts, rows) -> tuple[np.ndarray, np.ndarray]:
+        """Of the documents' first occurrences (wh, docs, starts), those a document earlier than this one has."""
         at = np.minimum(np.searchsorted(self.group_hashes, wh), max(len(self.group_hashes) - 1, 0))
         hit = (
             (self.group_hashes[at] == wh) & (rows[docs] > self.group_first[at])
@@ -191,11 +191,14 @@ class _Cut:
             return table.drop_columns([c for c in (ROW,) if c in table.column_names])
         data, offsets, texts = _texts(table, cfg.text_column)
         rows = np.asarray(table.column(ROW), dtype=np.int64)
-        _, local_docs, local_starts = candidates(
-            data, offsets, cfg.min_bytes, cfg.anchor, self.repeated, local_repeats=True
+        wh, cand_docs, cand_starts, first = candidates(
+            data, offsets, cfg.min_bytes, cfg.anchor, self.repeated
         )
+        local_docs, local_starts = cand_docs[~first], cand_starts[~first]
         if self.group_hashes is not None and len(self.group_hashes):
-            global_docs, global_starts = self._broadcast(data, offsets, rows)
+            global_docs, global_starts = self._broadcast(
+                wh[first], cand_docs[first], cand_starts[first], rows
+            )
         else:
             global_docs, global_starts = self._global(rows)
         docs = np.concatenate([local_docs, global_docs])

@@ -65,7 +65,9 @@ def _kernel_path(docs: list[bytes], min_bytes: int, anchor: int) -> list[bytes]:
     offsets = np.cumsum([0] + [len(d) for d in docs]).astype(np.int64)
     hashes, counts = np.unique(kernels.anchor_hashes(data, offsets, min_bytes, anchor), return_counts=True)
     repeated = hashes[counts >= 2]
-    wh, doc, start = kernels.candidates(data, offsets, min_bytes, anchor, repeated)
+    wh, doc, start, is_first = kernels.candidates(data, offsets, min_bytes, anchor, repeated)
+    local_docs, local_starts = doc[~is_first], start[~is_first]
+    wh, doc, start = wh[is_first], doc[is_first], start[is_first]
     first: dict[int, int] = {}
     later_docs, later_starts = [], []
     for i in np.lexsort((start, doc)):
@@ -74,9 +76,6 @@ def _kernel_path(docs: list[bytes], min_bytes: int, anchor: int) -> list[bytes]:
             later_starts.append(start[i])
         else:
             first[int(wh[i])] = doc[i]
-    _, local_docs, local_starts = kernels.candidates(
-        data, offsets, min_bytes, anchor, repeated, local_repeats=True
-    )
     out, out_offsets, _ = kernels.cut(
         data,
         offsets,
