@@ -170,6 +170,7 @@ def _substring(args: argparse.Namespace) -> int:
         text_column=args.text_column,
         source_column=args.source_column or None,
         top_spans=args.top_spans,
+        tokenizer=_tokenizer(args),
     )
     opts = _kwargs(execution_options(args))
     scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=opts.get("work_dir") if _local(opts) else None)
@@ -202,6 +203,20 @@ def _substring(args: argparse.Namespace) -> int:
         "substring dedup: %d bytes removed from %d documents", extra["bytes_removed"], extra["docs_changed"]
     )
     return _finish(result, args.output, extra, args.engine_jobs)
+
+
+def _tokenizer(args: argparse.Namespace) -> str | None:
+    from zephyr.errors import ConfigError
+
+    if args.unit == "bytes":
+        if args.tokenizer:
+            raise ConfigError("--tokenizer is for --unit tokens")
+        return None
+    if not args.tokenizer:
+        raise ConfigError("--unit tokens needs --tokenizer FILE (a tokenizer.json)")
+    if not os.path.exists(args.tokenizer):
+        raise ConfigError(f"--tokenizer {args.tokenizer}: no such file")
+    return args.tokenizer
 
 
 def _local(opts: dict[str, Any]) -> bool:
@@ -271,4 +286,13 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         "--source-column", default="source", help="report removed bytes per value ('' = none)"
     )
     substring.add_argument("--top-spans", type=int, default=20, help="most repeated spans in the stats")
+    substring.add_argument(
+        "--unit",
+        choices=("bytes", "tokens"),
+        default="bytes",
+        help="what removed spans snap to: UTF-8 characters (bytes) or the token starts of --tokenizer",
+    )
+    substring.add_argument(
+        "--tokenizer", default=None, metavar="FILE", help="tokenizer.json for --unit tokens"
+    )
     substring.set_defaults(func=_substring, default_executor=_DEFAULT_EXECUTOR)

@@ -5,7 +5,8 @@ Definition. Documents are taken in input order (the engine's row index), bytes i
 is ``min_bytes`` consecutive bytes of one document; it *repeats* when an equal window starts at an earlier
 position of the corpus. The bytes removed are the union of the repeating windows (a repeated span of any
 length ≥ ``min_bytes`` is exactly the union of its windows), each run of it snapped inward to UTF-8 character
-boundaries, so the text stays valid and a character straddling a run's edge is kept. Documents that lost bytes
+boundaries, so the text stays valid and a character straddling a run's edge is kept (or, with a
+``tokenizer``, to token starts: no token is cut). Documents that lost bytes
 and are left with fewer than ``min_doc_bytes`` are dropped (reason ``substring_short_doc``).
 
 Bounded memory, no suffix array (each pass holds one batch; the shuffles spill by the memory budget):
@@ -28,6 +29,7 @@ and the most repeated spans (text, count).
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ from zephyr.errors import ConfigError, SchemaError
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = ["SubstringConfig", "substring_dedup_dataset", "SHORT_DOC"]
+__all__ = ["SubstringConfig", "substring_dedup_dataset", "token_starts", "SHORT_DOC"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,9 @@ class SubstringConfig:
     source_column: str | None = "source"
     """Bytes removed are reported per value of this column (when present)."""
     top_spans: int = 20
+    tokenizer: str | None = None
+    """A ``tokenizer.json`` (HF tokenizers): removed runs snap to its token starts instead of UTF-8
+    characters (``--unit tokens``), so no token is cut in half."""
 
     def __post_init__(self) -> None:
         if self.min_bytes < 2:
@@ -203,7 +208,8 @@ class _Cut:
             global_docs, global_starts = self._global(rows)
         docs = np.concatenate([local_docs, global_docs])
         starts = np.concatenate([local_starts, global_starts])
-        out, out_offsets, removed = cut(data, offsets, cfg.min_bytes, docs, starts)
+        bounds = token_starts(texts, cfg.tokenizer) if cfg.tokenizer else None
+        out, out_offsets, removed = cut(data, offsets, cfg.min_bytes, docs, starts, bounds)
         new_text = pa.LargeStringArray.from_buffers(
             len(texts), pa.py_buffer(out_offsets), pa.py_buffer(out), texts.buffers()[0], texts.null_count
         )
@@ -218,6 +224,28 @@ class _Cut:
         if not short.any():
             return table
         return BatchOutput(kept=table.filter(pa.array(~short)), dropped={SHORT_DOC: int(short.sum())})
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def token_starts(texts: pa.Array, tokenizer: str) -> list[np.ndarray]:
+    """The byte position where each token starts, per text (tokenizers report character offsets)."""
+    values = texts.to_pylist()
+    encodings = _load_tokenizer(tokenizer).encode_batch([v or "" for v in values], add_special_tokens=False)
+    out = []
+    for text, enc in zip(values, encodings):
+        text = text or ""
+        points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        widths = 1 + (points >= 0x80) + (points >= 0x800) + (points >= 0x10000)
+        byte_at = np.concatenate(([0], np.cumsum(widths))).astype(np.int64)
+        chars = np.array([s for s, _ in enc.offsets], dtype=np.int64)
+        out.append(np.unique(byte_at[np.minimum(chars, len(points))]))
+    return out
 
 
 def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> None:

@@ -217,9 +217,13 @@ def _candidates(data, offsets, L, w, repeated):
     return hashes[:count], docs[:count], starts[:count], firsts[:count]
 
 
-def _cut(data, offsets, L, removed_docs, removed_starts, out, out_offsets, removed_bytes):
+def _cut(
+    data, offsets, L, removed_docs, removed_starts, bounds, bound_offsets, out, out_offsets, removed_bytes
+):
     """Copy each document without the union of the windows at ``removed_starts`` (sorted by document),
-    each run of the union snapped inward to UTF-8 character boundaries."""
+    each run of the union snapped inward to UTF-8 character boundaries, or, when ``bound_offsets`` is not
+    empty, to the sorted byte positions ``bounds[bound_offsets[d]:bound_offsets[d + 1]]`` (token starts)."""
+    tokens = len(bound_offsets) > 0
     k = 0
     o = 0
     out_offsets[0] = 0
@@ -250,12 +254,22 @@ def _cut(data, offsets, L, removed_docs, removed_starts, out, out_offsets, remov
                 i += 1
             b = i
             a2 = a
-            while a2 < b and (data[lo + a2] & 0xC0) == 0x80:  # a is inside a character: keep it whole
-                a2 += 1
             b2 = b
-            if b < n:
-                while b2 > a2 and (data[lo + b2] & 0xC0) == 0x80:  # the char at b began before b: keep it
-                    b2 -= 1
+            if tokens:  # the first token start at or after a, the last at or before b (or the end)
+                own = bounds[bound_offsets[d] : bound_offsets[d + 1]]
+                j = np.searchsorted(own, a)
+                a2 = own[j] if j < len(own) else n
+                if b < n:
+                    j = np.searchsorted(own, b, side="right") - 1
+                    b2 = own[j] if j >= 0 else 0
+                if b2 < a2:
+                    b2 = a2
+            else:
+                while a2 < b and (data[lo + a2] & 0xC0) == 0x80:  # a is inside a character: keep it whole
+                    a2 += 1
+                if b < n:
+                    while b2 > a2 and (data[lo + b2] & 0xC0) == 0x80:  # the char at b began before b: keep it
+                        b2 -= 1
             for j in range(a, a2):
                 out[o] = data[lo + j]
                 o += 1
@@ -291,21 +305,38 @@ def candidates(
 
 
 def cut(
-    data: np.ndarray, offsets: np.ndarray, min_bytes: int, docs: np.ndarray, starts: np.ndarray
+    data: np.ndarray,
+    offsets: np.ndarray,
+    min_bytes: int,
+    docs: np.ndarray,
+    starts: np.ndarray,
+    token_starts: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bytes, offsets, removed bytes per document) after removing the windows (docs, starts)."""
+    """(bytes, offsets, removed bytes per document) after removing the windows (docs, starts); runs snap to
+    UTF-8 characters, or to ``token_starts`` (sorted byte positions per document) when given."""
     _jit()
     order = np.lexsort((starts, docs))
     n_docs = len(offsets) - 1
     out = np.empty(len(data), dtype=np.uint8)
     out_offsets = np.empty(n_docs + 1, dtype=np.int64)
     removed = np.zeros(n_docs, dtype=np.int64)
+    if token_starts is None:
+        bounds, bound_offsets = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    else:
+        bounds = (
+            np.concatenate([np.asarray(t, np.int64) for t in token_starts])
+            if n_docs
+            else np.zeros(0, np.int64)
+        )
+        bound_offsets = np.concatenate(([0], np.cumsum([len(t) for t in token_starts]))).astype(np.int64)
     _cut(
         data,
         offsets.astype(np.int64),
         min_bytes,
         docs[order].astype(np.int64),
         starts[order].astype(np.int64),
+        bounds,
+        bound_offsets,
         out,
         out_offsets,
         removed,

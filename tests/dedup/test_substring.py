@@ -277,3 +277,58 @@ def test_memory_stays_within_the_budget(tmp_path):
 
     base, peak = peak_kib("tiny.parquet"), peak_kib("in.parquet")
     assert (peak - base) * 1024 < 6 * 64 * 2**20, (peak, base)
+
+
+def test_unit_tokens_snaps_to_token_starts(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(
+        ["alpha beta gamma delta zeta"], trainers.WordLevelTrainer(special_tokens=["[UNK]"])
+    )
+    tok.save(str(tmp_path / "tokenizer.json"))
+    pq.write_table(
+        pa.table({"id": [1, 2], "text": ["alpha beta gamma delta", "zeta beta gamma delta"]}),
+        tmp_path / "in.parquet",
+    )
+    common = ["--min-bytes", "8", "--executor", "inprocess"]
+    assert (
+        main(["dedup", "substring", str(tmp_path / "in.parquet"), "--output", str(tmp_path / "b"), *common])
+        == 0
+    )
+    assert pq.read_table(tmp_path / "b")["text"].to_pylist()[1] == "zet"  # "a beta gamma delta" is in doc 1
+    assert (
+        main(
+            [
+                "dedup",
+                "substring",
+                str(tmp_path / "in.parquet"),
+                "--output",
+                str(tmp_path / "t"),
+                *common,
+                "--unit",
+                "tokens",
+                "--tokenizer",
+                str(tmp_path / "tokenizer.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        pq.read_table(tmp_path / "t")["text"].to_pylist()[1] == "zeta "
+    )  # the run starts at the token "beta"
+    assert (
+        main(
+            [
+                "dedup",
+                "substring",
+                str(tmp_path / "in.parquet"),
+                "--output",
+                str(tmp_path / "x"),
+                "--unit",
+                "tokens",
+            ]
+        )
+        == 1
+    )
