@@ -77,6 +77,13 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
     from zephyr.io.sources import list_shards
 
     files = list_shards(paths, format)  # one shard per file
+    if files and files[0].format == "warc":
+        from zephyr.errors import SchemaError
+
+        raise SchemaError(
+            f"{files[0].path} is a WARC file: its records hold HTML, not a {column!r} column; extract the text "
+            "first (zephyr extract WARC... --output DIR, or zephyr.read_warc), then run this command on DIR"
+        )
     with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
         for path, schema in pool.map(_peek_schema, files):
             if schema is not None:

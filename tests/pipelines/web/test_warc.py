@@ -208,3 +208,13 @@ def test_warc_is_a_format():
         None
     ]
     assert infer_compression("a.warc.gz") == "gzip"
+
+
+def test_text_commands_on_a_warc_say_to_extract_first(tmp_path, capsys):
+    from zephyr.cli import main
+
+    path = tmp_path / "crawl.warc.gz"
+    write_warc(str(path), sample_pages(2))
+    assert main(["filter", str(path), "--output", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "is a WARC file" in err and "zephyr extract WARC... --output DIR" in err
