@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.heap import fix_mmap_threshold
 
 __all__ = ["ThreadExecutor"]
 
@@ -28,6 +29,7 @@ class ThreadExecutor(Executor):
 
     def __init__(self, workers: int, *, preload: Sequence[str] = ()):
         self.workers = max(1, workers)
+        fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
         if preload:
             threading.Thread(
                 target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
