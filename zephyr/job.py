@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr import job_stats
+from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
 from zephyr.io.input_schema import plan_input_schema
@@ -71,7 +72,6 @@ __all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096
-PARTITION_TARGET_CAP = 64 << 20
 _SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
 _COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
 _PART_FILE = re.compile(r"^part-\d{5}\.")
@@ -476,7 +476,7 @@ class Job:
         return self._executor
 
     def _partitions_for(self, estimated_bytes: int) -> int:
-        target = max(1 << 20, min(self.options.memory_budget_bytes // 4, PARTITION_TARGET_CAP))
+        target = Budget(self.options.memory_budget_bytes).partition_target_bytes
         partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated_bytes / target)))
         log.info(
             "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition "
