@@ -38,8 +38,8 @@ from zephyr import job_stats
 from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
-from zephyr.io.input_schema import plan_input_schema
 from zephyr.io.paths import file_stat
+from zephyr.io.schema_plan import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
