@@ -41,9 +41,10 @@ from zephyr.executors.base import Executor, explain_worker_death
 from zephyr.io.paths import file_stat
 from zephyr.io.schema_plan import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
-from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
+from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
+from zephyr.results import WriteResult
 from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
 from zephyr.shuffle.partition import range_boundaries
 from zephyr.shuffle.reduce import (
@@ -631,12 +632,13 @@ def _read_parts(files: list[str]) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
-    from zephyr.dataset import WriteResult
+def run_write(
+    ops: tuple[Op, ...], directory: str, fmt: str, compression: str | None, options: ExecutionOptions
+) -> WriteResult:
     from zephyr.io.paths import check_output_dir
 
     check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
-    segment = build_plan(dataset._ops)
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
         output = SinkOutput(directory.rstrip("/"), fmt, compression)
@@ -661,8 +663,8 @@ def _remove_stale_parts(directory: str, files: list[str]) -> None:
             fs.rm(entry)
 
 
-def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
-    segment = build_plan(dataset._ops)
+def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
         result = job.run_segment(segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet"))
@@ -674,8 +676,8 @@ def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
     return schema_from_text(schemas[0]).empty_table() if schemas else pa.table({})
 
 
-def run_count(dataset, options: ExecutionOptions) -> int:
-    segment = build_plan(dataset._ops)
+def run_count(ops: tuple[Op, ...], options: ExecutionOptions) -> int:
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
         result = job.run_segment(segment, ("count",), lambda d: SinkOutput(f"{d}/count", "count"))
@@ -683,18 +685,17 @@ def run_count(dataset, options: ExecutionOptions) -> int:
         return sum(m["rows_out"] for m in result.markers)
 
 
-def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
-    from zephyr.dataset import Dataset, from_arrow
-
+def run_materialize(ops: tuple[Op, ...], directory: str | None, options: ExecutionOptions) -> tuple[Op, ...]:
+    """Runs ``ops`` once into Parquet and returns the plan that reads it back (the facade wraps it)."""
     scratch = None
     if directory is None:
         if options.work_dir is None:
             directory = scratch = tempfile.mkdtemp(prefix="zephyr-materialized-")
         else:
-            plan_fp = fingerprint_of(*dataset._ops)[:16]
+            plan_fp = fingerprint_of(*ops)[:16]
             directory = f"{options.work_dir.rstrip('/')}/materialized/{plan_fp}"
     try:
-        result = run_write(dataset, directory, "parquet", None, options)
+        result = run_write(ops, directory, "parquet", None, options)
     except BaseException:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -702,8 +703,8 @@ def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
     if not result.files:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        return from_arrow(pa.table({}))
+        return (FromTable(pa.table({}), 1),)
     source = ReadFiles(tuple(result.files), "parquet")
     if scratch is not None:  # a scratch copy lives as long as some Dataset still reads it (or the process)
         weakref.finalize(source, shutil.rmtree, scratch, True)
-    return Dataset((source,))
+    return (source,)
