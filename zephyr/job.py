@@ -38,6 +38,7 @@ from zephyr import job_stats
 from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
+from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
 from zephyr.io.paths import file_stat
 from zephyr.io.schema_plan import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
@@ -73,8 +74,6 @@ __all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096
-_SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
-_COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
 _PART_FILE = re.compile(r"^part-\d{5}\.")
 
 
@@ -413,15 +412,9 @@ class Job:
         for shard in shards:
             if shard.path not in stats:
                 stats[shard.path] = file_stat(shard.path)
-        estimate = 0
-        for path, (size, _) in stats.items():
-            factor = _SIZE_FACTOR[source.format]
-            for suffix, compressed in _COMPRESSED_FACTOR.items():
-                if path.endswith(suffix):
-                    factor = compressed
-            estimate += int(size * factor)
+        estimate = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
         if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-            self._column_bytes[id(source)] = _parquet_column_bytes(list(stats))
+            self._column_bytes[id(source)] = parquet_column_bytes(list(stats))
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
         planned = (
             None
@@ -568,29 +561,6 @@ class Job:
         reducer = SortReducer(tuple(zip(op.by, op.descending)))
         map_rows = sum(m["rows_out"] for m in result.markers)
         return reducer, inputs, partitions, result.fingerprint, estimate, map_rows
-
-
-FOOTER_ESTIMATE_MAX_FILES = 2000
-"""Above this many Parquet files, sizes are estimated from file sizes instead of reading every footer."""
-
-
-def _parquet_column_bytes(paths: list[str]) -> dict[str, int]:
-    """Uncompressed bytes per top-level column over all row groups of these files (one footer read each)."""
-    totals: dict[str, int] = {}
-    for url in paths:
-        fs, path = fsspec.core.url_to_fs(url)
-        try:
-            with fs.open(path, "rb") as f:
-                metadata = pq.ParquetFile(f).metadata
-        except Exception:  # unreadable here: the reading task reports it with its path
-            continue
-        for group in range(metadata.num_row_groups):
-            row_group = metadata.row_group(group)
-            for i in range(row_group.num_columns):
-                chunk = row_group.column(i)
-                name = chunk.path_in_schema.split(".")[0]
-                totals[name] = totals.get(name, 0) + chunk.total_uncompressed_size
-    return totals
 
 
 def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
