@@ -39,7 +39,7 @@ from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
 from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
-from zephyr.io.paths import file_stat
+from zephyr.io.paths import atomic_write, file_stat, public_path
 from zephyr.io.schema_plan import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
@@ -399,11 +399,8 @@ class Job:
                 start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
                 path = f"{directory}/part-{i:05d}.parquet"
                 if not self.fs.exists(path):
-                    self.fs.makedirs(directory, exist_ok=True)
-                    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-                    with self.fs.open(tmp, "wb") as f:
+                    with atomic_write(public_path(self.fs, path)) as f:
                         pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
-                    self.fs.mv(tmp, path)
                 files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
             shards = list_shards(files, "parquet")
             return shards, digest, source.table.nbytes
