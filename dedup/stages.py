@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup.clusters import keep_ranks
 from zephyr.dedup.columns import CLUSTER, H0, H1, HELPERS, KEEP, KEEPER, ROW, SIZE
-from zephyr.dedup.config import MODES, ExactDedupConfig, FuzzyDedupConfig
+from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig, check_mode
 from zephyr.dedup.lsh import BUCKET_LINKS
 from zephyr.dedup.verify_engine import RowsIn, WithSim, shingles_of, verify_on_engine
 
@@ -56,11 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["exact_dedup_dataset", "fuzzy_dedup_dataset", "paragraph_dedup_dataset", "ROW"]
 
 logger = logging.getLogger(__name__)
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
 
 
 def _has(table: pa.Table, name: str | None, what: str) -> bool:
@@ -134,7 +129,7 @@ class StripRowNumbers:
     in ``remove`` mode the removed rows and the dup columns too (counted as dropped, reason ``duplicate``)."""
 
     def __init__(self, mode: str):
-        _check_mode(mode)
+        check_mode(mode)
         self.mode = mode
 
     def __call__(self, table: pa.Table) -> Any:
@@ -322,7 +317,7 @@ def exact_dedup_dataset(
     [{'id': 1, 'text': 'a b'}]
     """
     ExactDedupConfig(normalize=normalize)
-    _check_mode(mode)
+    check_mode(mode)
     rows = ds.with_row_index(ROW)
     finish = _Finish(text_column, id_column, mode)
     info: dict[str, Any] = {"in_memory": False}
@@ -617,7 +612,7 @@ def fuzzy_dedup_dataset(
     {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
     """
     config = config or FuzzyDedupConfig()
-    _check_mode(mode)
+    check_mode(mode)
     kw = _execution_kwargs(execution)
     limit = _in_memory_limit(kw, in_memory_edges)
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
