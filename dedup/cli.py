@@ -353,7 +353,7 @@ def _common_io(p: argparse.ArgumentParser) -> None:
     add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
-        choices=("annotate", "remove"),
+        choices=("annotate", "remove"),  # dedup.config.MODES, not imported: --help stays fast
         default="annotate",
         help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
     )

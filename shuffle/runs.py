@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephyr.budget import Budget
 from zephyr.errors import InputError
 
 __all__ = ["RunPart", "RunWriter", "read_index_entry", "read_run_part", "INDEX_VERSION"]
@@ -40,7 +41,7 @@ _ENTRY = struct.Struct("<QQQ")
 
 def row_group_bytes_for(budget_bytes: int) -> int:
     """Row-group size of spilled blobs: small enough that a reducer can stream many parts within its budget."""
-    return max(256 << 10, min(4 << 20, budget_bytes // 64))
+    return Budget(budget_bytes).spill_row_group_bytes
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ in the packer's RSS until unmapped, and the point of packing in batches is a pea
 from __future__ import annotations
 
 import os
-import uuid
 
 import numpy as np
 import xxhash
@@ -43,11 +42,10 @@ def spill_name(*arrays: np.ndarray) -> str:
 
 def write_spill(directory: str, name: str, data: np.ndarray) -> None:
     """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename)."""
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as handle:
+    from zephyr.io.paths import atomic_write
+
+    with atomic_write(os.path.join(directory, name)) as handle:
         handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-    os.replace(tmp, os.path.join(directory, name))
 
 
 def gather(

@@ -318,8 +318,6 @@ def _input_dataset(
     )
 
 
-# An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
-_PARQUET_EXPANSION = 3
 # A task's fixed cost is loading and proving the tokenizer in its process (~1 s for GPT-2 with fastokens) and
 # starting it; at fastokens' ~100 MB/s a task smaller than this would be mostly setup.
 _MIN_SPLIT_BYTES = 64 << 20
@@ -339,6 +337,7 @@ def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
         return None, 1
     if _is_dataset(data):
         return None, workers
+    from zephyr.io.estimate import estimated_bytes
     from zephyr.io.paths import filesystem
     from zephyr.io.sources import list_shards
 
@@ -351,7 +350,7 @@ def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
             for shard in shards:
                 fs, path = filesystem(shard.path)
                 size = int(fs.size(path) or 0)
-                total += size * (_PARQUET_EXPANSION if shard.format == "parquet" else 1)
+                total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
             split = max(_MIN_SPLIT_BYTES, total // (8 * workers))
             shards = list_shards(paths, approx_shard_bytes=split)
     except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr import counters
+from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
@@ -206,7 +207,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
             input_schema=stage.input_schema,
             on_error=stage.on_error,
             quarantine=quarantine,
-            batch_bytes=max(1 << 20, task.budget_bytes // 8),
+            batch_bytes=Budget(task.budget_bytes).read_batch_bytes,
         ):
             empty = False
             yield pa.Table.from_batches([batch])
@@ -282,7 +283,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
                     path,
                     output.format,
                     compression=output.compression,
-                    row_group_bytes=max(1 << 20, min(128 << 20, task.budget_bytes // 4)),
+                    row_group_bytes=Budget(task.budget_bytes).row_group_bytes,
                 )
             writer.write(table)
             rows += table.num_rows

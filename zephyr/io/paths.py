@@ -48,6 +48,8 @@ __all__ = [
     "public_path",
     "check_output_dir",
     "naming_path",
+    "atomic_output",
+    "atomic_write",
     "FileStat",
     "file_stat",
 ]
@@ -111,6 +113,41 @@ def naming_path(path: str) -> Iterator[None]:
         if exc.filename is None and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
         raise
+
+
+@contextlib.contextmanager
+def atomic_output(url: str | os.PathLike) -> Iterator[str]:
+    """A temporary path beside ``url`` to write; renamed to ``url`` when the block ends without an error, removed
+    when it raises. Readers never see a partial file at ``url``.
+
+    The one temporary-name scheme of the project, ``<name>.tmp-<8 hex>`` in the same directory (so the rename
+    stays on one filesystem), which ``expand_paths`` never lists. The parent directory is created. Local paths
+    rename with ``os.replace`` (atomic on POSIX); other filesystems with ``fs.mv`` (object stores have no
+    atomic rename: the object appears whole, under its final name, once the copy completes)."""
+    fs, path = url_to_fs(os.fspath(url))
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+    try:
+        yield public_path(fs, tmp)
+        if is_local(fs):
+            os.replace(tmp, path)
+        else:
+            fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Iterator:
+    """An open file whose contents appear at ``url`` only once the block ends without an error
+    (``atomic_output``); text mode writes UTF-8."""
+    with atomic_output(url) as tmp:
+        fs, path = url_to_fs(tmp)
+        with fs.open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            yield handle
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
