@@ -9,6 +9,7 @@
                        [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
                        [--index DIR [--update-index]] [--write-index DIR]
+    both:              [--overwrite | --output-column NAME]   (annotate mode: the dup columns; see _read)
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
@@ -45,12 +46,50 @@ the same bytes on every executor; ``--executor local`` isolates tasks in process
 _SHARD_BYTES = "32MiB"
 
 
+_DUP_COLUMNS = {
+    "document": ("dup_cluster", "dup_cluster_size", "dup_keep"),
+    "paragraph": ("dup_paragraphs", "dup_paragraph_bytes"),
+}
+"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode."""
+
+
 def _read(args: argparse.Namespace):
+    """The inputs, after the column check (``annotate`` mode: none of the columns it writes may exist unless
+    ``--overwrite``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
+    ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
+    ``--output-column`` (dedup's are renamed at the end). ``_output`` undoes it."""
     import zephyr
+    from zephyr.io.added_columns import check_input_columns, set_aside
     from zephyr.io.input_schema import schema_arguments
 
+    internal, written = _dup_columns(args)
+    if args.mode == "annotate":
+        check_input_columns(args.inputs, written, overwrite=args.overwrite, rename="--output-column NAME")
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    return zephyr.read(args.inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
+    ds = zephyr.read(args.inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
+    return ds.map_batches(set_aside(internal), name="dedup.aside") if _sets_aside(args) else ds
+
+
+def _dup_columns(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the columns dedup computes at this level, the names ``annotate`` writes them under)."""
+    internal = _DUP_COLUMNS[getattr(args, "level", "document")]
+    return internal, tuple(args.output_column + name[len("dup") :] for name in internal)
+
+
+def _sets_aside(args: argparse.Namespace) -> bool:
+    return args.mode == "remove" or args.output_column != "dup"
+
+
+def _output(args: argparse.Namespace, out: Any) -> Any:
+    """The dedup result as written: its columns under ``--output-column`` names, the input's own restored."""
+    from zephyr.io.added_columns import ASIDE_PREFIX, RenameColumns
+
+    if not _sets_aside(args):
+        return out
+    internal, written = _dup_columns(args)
+    names = tuple(zip(internal, written)) if args.mode == "annotate" else ()
+    restore = tuple((ASIDE_PREFIX + name, name) for name in internal)
+    return out.map_batches(RenameColumns(names + restore, replace=args.overwrite), name="dedup.columns")
 
 
 def _finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
@@ -128,7 +167,7 @@ def _exact(args: argparse.Namespace) -> int:
         normalize=args.normalize,
         mode=args.mode,
     )
-    result = out.write_parquet(args.output, **_kwargs(opts))
+    result = _output(args, out).write_parquet(args.output, **_kwargs(opts))
     return _finish(
         result,
         args.output,
@@ -151,7 +190,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
         execution=execution,
         stats=path,
     )
-    result = out.write_parquet(args.output, **execution)
+    result = _output(args, out).write_parquet(args.output, **execution)
     return _finish(
         result,
         args.output,
@@ -285,7 +324,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         row_numbers=indexing,
     )
     written = out.map_batches(StripRowNumbers(args.mode), name="dedup.fuzzy.output") if indexing else out
-    result = written.write_parquet(args.output, **execution)
+    result = _output(args, written).write_parquet(args.output, **execution)
     if indexing:
         graph["index_written"] = _write_index(args, config, out, execution)
     return _finish(
@@ -327,9 +366,18 @@ def _common_io(p: argparse.ArgumentParser) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
+    from zephyr.cli import add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
 
     add_schema_arguments(p)
+    add_overwrite(
+        p,
+        "the dup columns (--mode annotate)",
+        default="dup",
+        output_help="--mode annotate: write NAME_cluster, NAME_cluster_size, NAME_keep (paragraphs: "
+        "NAME_paragraphs, NAME_paragraph_bytes); an input's own dup_* columns then pass unchanged, as they "
+        "always do in --mode remove",
+    )
 
 
 def _column_or_none(value: str) -> str | None:

@@ -325,6 +325,7 @@ def _run_pipeline(
     ``execution``: ``zephyr.ExecutionOptions`` or action keywords (``executor``, ``workers``, ``cluster``,
     ``memory_budget``, ``max_retries``, ``progress``); ``work_dir`` is not allowed (the job dir holds them).
     """
+    from zephyr.pipelines.columns import check_added_columns
     from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
 
     from zephyr import job_stats
@@ -343,6 +344,7 @@ def _run_pipeline(
     if stop < start:
         raise ConfigError(f"--until {until_stage!r} comes before --from {from_stage!r}")
     check_inputs(config)
+    check_added_columns(config)  # no stage replaces a column the data has, unless told to
     for _, entry in enabled[start : stop + 1]:
         preflight(entry)
 

@@ -269,29 +269,23 @@ def run_normalize(ctx: StageContext) -> StageOutcome:
 
 
 def run_langid(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.columns import lang_columns
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.lid_model import ensure_lid_model
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     cfg = ctx.entry.config
-    p = ctx.pipeline
-    score_column = f"{p.lang_column}_score"
+    lang_column, score_column = lang_columns(ctx.entry, ctx.pipeline)
     model = cfg.model or str(ensure_lid_model())
     identify = f"pipeline.{ctx.entry.name}.identify"
     keep = f"pipeline.{ctx.entry.name}.filter"
+    lid = LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column)
     ds = (
         ctx.read_inputs()
+        .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.overwrite), name=identify)
+        .map_batches(CountValues("in", (("lang", lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
         .map_batches(
-            LanguageIdentifier(
-                LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=p.lang_column,
-                             score_column=score_column),
-                p.text_column,
-            ),
-            name=identify,
-        )
-        .map_batches(CountValues("in", (("lang", p.lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
-        .map_batches(
-            LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, p.lang_column, score_column),
+            LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column),
             name=keep,
         )
     )
@@ -299,23 +293,33 @@ def run_langid(ctx: StageContext) -> StageOutcome:
 
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.quality.filters import DROP_REASON
     from zephyr.pipelines.quality.stages import FilterAnnotator, RouteByReason
 
     import zephyr
+    from zephyr.io.added_columns import set_aside
 
     cfg = ctx.entry.config
     p = ctx.pipeline
     annotate = f"pipeline.{ctx.entry.name}.annotate"
     route = f"pipeline.{ctx.entry.name}.route"
-    annotator = FilterAnnotator(",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang)
-    scratch = ctx.stage_dir / "_annotated"
-    annotated_result = ctx.read_inputs().map_batches(annotator, name=annotate).write_parquet(
-        str(scratch), **ctx.engine("annotate")
+    reason = cfg.output_column or DROP_REASON
+    aside = (DROP_REASON,) if reason != DROP_REASON else ()  # the data's own drop_reason passes unchanged
+    annotator = FilterAnnotator(
+        ",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang, cfg.overwrite
     )
+    scratch = ctx.stage_dir / "_annotated"
+    ds = ctx.read_inputs()
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
+    annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(str(scratch), **ctx.engine("annotate"))
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
-    outcome = _finish(ctx, annotated.map_batches(RouteByReason("kept"), name=route), (route,), step="kept")
+    kept = annotated.map_batches(RouteByReason("kept", reason, aside), name=route)
+    outcome = _finish(ctx, kept, (route,), step="kept")
     if cfg.keep_dropped:
-        dropped = annotated.map_batches(RouteByReason("dropped"), name=f"pipeline.{ctx.entry.name}.dropped")
+        dropped = annotated.map_batches(
+            RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
+        )
         result = dropped.write_parquet(str(ctx.stage_dir / "dropped"), **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = _parquet_rows(result.files)
@@ -330,10 +334,29 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
-        ctx.read_inputs(), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
+        _dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
         mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
-    return _finish(ctx, annotated.map_batches(RemoveDuplicates("exact"), name=remove), (remove,))
+    output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
+    return _finish(ctx, _restore_dedup_columns(ctx, output), (remove,))
+
+
+def _dedup_inputs(ctx: StageContext) -> Dataset:
+    """The stage input with the data's own ``dup_*`` columns (if any) set aside: dedup's helper columns of those
+    names are removed with the duplicates, and would take the data's with them (``zephyr.pipelines.columns``)."""
+    from zephyr.pipelines.columns import DEDUP_COLUMNS
+
+    from zephyr.io.added_columns import set_aside
+
+    return ctx.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=f"pipeline.{ctx.entry.name}.aside")
+
+
+def _restore_dedup_columns(ctx: StageContext, ds: Dataset) -> Dataset:
+    from zephyr.pipelines.columns import DEDUP_COLUMNS
+
+    from zephyr.io.added_columns import set_aside
+
+    return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=f"pipeline.{ctx.entry.name}.restore")
 
 
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
@@ -348,12 +371,13 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
     graph: dict[str, Any] = {}
     annotated = fuzzy_dedup_dataset(
-        ctx.read_inputs(), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
+        _dedup_inputs(ctx), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
         priority_column=cfg.priority_column, execution=ctx.engine("candidates"), stats=graph, index=index,
         row_numbers=cfg.update_index,
     )
     output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
-    outcome = _finish(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove), (remove,))
+    output = _restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
+    outcome = _finish(ctx, output, (remove,))
     if index is not None:
         outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
     if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
@@ -438,10 +462,14 @@ def run_quality(ctx: StageContext) -> StageOutcome:
     model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "classifier.bin")
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
+    column = cfg.output_column or "quality_score"
+    scorer = QualityScorer(
+        str(model), cfg.classifier_config(), ctx.pipeline.text_column, overwrite=cfg.overwrite, score_column=column
+    )
     ds = (
         ctx.read_inputs()
-        .map_batches(QualityScorer(str(model), cfg.classifier_config(), ctx.pipeline.text_column), name=score)
-        .map_batches(MinScoreFilter("quality_score", cfg.min_score), name=keep)
+        .map_batches(scorer, name=score)
+        .map_batches(MinScoreFilter(column, cfg.min_score), name=keep)
     )
     outcome = _finish(ctx, ds, (score, keep))
     outcome.extra["classifier"] = str(model)

@@ -27,7 +27,7 @@ else:
 
     _LAZY = {
         "TokenLoader": "zephyr.tokenize.loader",
-        "TokenDataLoader": "zephyr.tokenize.loader",
+        "TokenDataLoader": "zephyr.tokenize.data_loader",
         "read_documents": "zephyr.tokenize.storage",
         "read_manifest": "zephyr.tokenize.format",
         "Manifest": "zephyr.tokenize.format",

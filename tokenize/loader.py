@@ -23,7 +23,9 @@ Ranks and workers. Rank r of W takes g = start + r, start + r + W, ... (start = 
 Inside a rank, DataLoader worker w of K takes the rank's chunks c with c % K == w, a chunk being one yielded
 item (one sample, or one batch with ``batch_size``); ``DataLoader``'s in-order round robin then reproduces
 the single-process sequence exactly (use ``loader.data_loader(num_workers=K)``, which also keeps
-``state_dict`` right in the main process).
+``state_dict`` right in the main process). A plain ``DataLoader(loader, num_workers=K)`` cannot: its workers
+advance copies the parent never sees, so afterwards ``state_dict()`` raises ``ResumeError`` pointing to
+``data_loader`` rather than return a stale position (``zephyr.tokenize.data_loader``).
 
 State. ``state_dict()`` = {version, fingerprint, seed, consumed (global samples), counts (per-source
 ``n_s`` at ``consumed``), weights}: plain ints/floats/strings. Every rank saves the same dict (ranks step
@@ -58,6 +60,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from zephyr.tokenize.data_loader import (
+    TokenDataLoader,
+    check_position_known,
+    mark_plain_worker,
+    new_worker_flag,
+)
 from zephyr.tokenize.format import read_manifest
 from zephyr.tokenize.permutation import derive_key, permute, uniform01
 from zephyr.tokenize.storage import ShardStore
@@ -281,6 +289,9 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._start_counts = np.zeros(len(self._sources), dtype=np.int64)
         self._yielded = 0
         self._weights_version = 0
+        # set by DataLoader workers that no TokenDataLoader started; shared with them (zephyr.tokenize.data_loader)
+        self._worker_flag = new_worker_flag()
+        self._wrapped = False  # True while TokenDataLoader starts workers over this loader
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
         self._arange = np.arange(seq_len, dtype=np.int64)
         # gather buffer dtype: the widest token dtype of the sources (a mixture may mix uint16 and uint32)
@@ -364,17 +375,20 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
+        check_position_known(self, "mix_counts()")
         return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Change the mixture weights from the next sample on (call between steps, on every rank)."""
         values = self._check_weights(weights)
+        check_position_known(self, "set_weights()")
         self._rebase()
         self._weights = values
         self._weights_version += 1
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
+        check_position_known(self, "state_dict()")
         g = self.consumed
         return {
             "version": STATE_VERSION,
@@ -401,6 +415,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         if len(counts) != len(self._sources) or len(weights) != len(self._sources):
             raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
         self._set_start(int(state["consumed"]), counts)
+        self._worker_flag.zero_()  # the position is known again
         self._weights = weights
         self._weights_version += 1
 
@@ -561,6 +576,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         in_main = info is None
+        if not in_main:
+            mark_plain_worker(self)
         chunk = batch_size or 1
         limit = self._limit()
         version = self._weights_version
@@ -643,50 +660,3 @@ def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
     if new_shared is None:  # a torch without the (private) constructor: allocate, then move (one copy)
         return torch.empty(shape, dtype=torch.int64).share_memory_()
     return torch.empty(0, dtype=torch.int64).set_(new_shared(math.prod(shape) * 8), 0, shape)
-
-
-class TokenDataLoader:
-    """Wraps ``torch.utils.data.DataLoader(loader, batch_size=None, num_workers=K)``.
-
-    Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
-    single-process one. Each item received advances the wrapped loader's position in the main process, so
-    ``loader.state_dict()`` is exact. Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
-    ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
-    """
-
-    def __init__(
-        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
-    ):
-        self.loader = loader
-        self.num_workers = num_workers
-        self.kwargs = dict(kwargs)
-        if num_workers > 0:
-            self.kwargs.setdefault("prefetch_factor", prefetch_factor or 4)
-            self.kwargs.setdefault("persistent_workers", False)
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        loader = self.loader
-        while True:
-            version = loader._weights_version
-            pinned = loader.pin_memory
-            loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
-            try:
-                data_loader = torch.utils.data.DataLoader(
-                    loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
-                )
-                iterator = iter(data_loader)
-            finally:
-                loader.pin_memory = pinned
-            restarted = False
-            try:
-                for item in iterator:
-                    if self.num_workers > 0:  # workers advanced their own copies; mirror it here
-                        loader._yielded += 1 if loader.batch_size is None else int(item["input_ids"].shape[0])
-                    yield item
-                    if self.num_workers > 0 and loader._weights_version != version:
-                        restarted = True
-                        break
-            finally:
-                del iterator
-            if not restarted:
-                return

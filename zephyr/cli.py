@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from zephyr.options import ExecutionOptions
 
-__all__ = ["main", "build_parser", "execution_options", "add_on_error", "add_output_dir"]
+__all__ = ["main", "build_parser", "execution_options", "add_on_error", "add_output_dir", "add_overwrite"]
 
 COMMAND_MODULES = (
     "zephyr.commands",  # engine utilities: convert, count, sort, stats
@@ -64,6 +64,22 @@ def add_on_error(parser: argparse.ArgumentParser) -> None:
         help="bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise, the default) "
         "or set them aside in the quarantine output and go on (quarantine; counted in the stats)",
     )
+
+
+def add_overwrite(parser: argparse.ArgumentParser, columns: str, *, default: str, output_help: str) -> None:
+    """``--overwrite`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read them
+    back as ``args.overwrite`` and ``args.output_column`` (``default`` when not given).
+
+    Without either, such a command refuses an input that already has one of them (``zephyr.io.added_columns``):
+    replacing a column is a choice a person makes, never a side effect. One definition, so the hint in that
+    error (``--overwrite``, see ``zephyr.cli_errors``) is true wherever it is printed.
+    """
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace {columns} when the input already has them (without it: an error, before any work)",
+    )
+    parser.add_argument("--output-column", default=default, metavar="NAME", help=f"{output_help} (default: {default})")
 
 
 def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:

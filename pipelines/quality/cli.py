@@ -24,17 +24,20 @@ __all__ = ["register"]
 log = logging.getLogger(__name__)
 
 
-def _read(args: argparse.Namespace) -> Any:
-    """The inputs as a Dataset, after checking that every file's text column holds text (one line naming
-    the file and the column, before any task starts); files that disagree follow ``--unify-schemas`` /
-    ``--schema FILE`` (``zephyr.io.input_schema``)."""
+def _read(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
+    """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
+    columns ``adds`` the command will add (unless ``--overwrite``): one line naming the file and the column,
+    before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
+    (``zephyr.io.input_schema``)."""
     import zephyr
+    from zephyr.io.added_columns import check_input_columns
     from zephyr.io.input_schema import schema_arguments
     from zephyr.io.paths import input_files
     from zephyr.io.text_column import check_text_inputs
 
     files, fmt = input_files(args.inputs)
     check_text_inputs(files, args.text_column, format=fmt)
+    check_input_columns(files, adds, overwrite=getattr(args, "overwrite", False), format=fmt, rename=rename)
     return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
 
 
@@ -76,14 +79,13 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
-    ds = _read(args)
-    ds = ds.map_batches(
-        LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
-        name="langid",
-    )
+    lang, score = args.output_column, f"{args.output_column}_score"
+    config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
+    ds = _read(args, adds=(lang, score), rename="--output-column NAME")
+    ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.overwrite), name="langid")
     if args.languages or args.min_score > 0:
         langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
-        ds = ds.map_batches(LanguageFilter(langs, args.min_score), name="language_filter")
+        ds = ds.map_batches(LanguageFilter(langs, args.min_score, lang, score), name="language_filter")
     result = ds.write_parquet(args.output, **_opts(args))
     _write_json(Path(args.output) / "stats.json", {"version": 1, "job": result.stats})
     return 0
@@ -111,22 +113,28 @@ def _cmd_filter(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
-    from zephyr.pipelines.quality.filters import build_rule_families
+    from zephyr.pipelines.quality.filters import DROP_REASON, build_rule_families
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
     from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
 
     import zephyr
     from zephyr import job_stats
+    from zephyr.io.added_columns import set_aside
 
     build_rule_families(args.rules)  # validate names before any work
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
     opts = _opts(args)
-    ds = _read(args)
+    reason = args.output_column
+    ds = _read(args, adds=(reason,), rename="--output-column NAME")
+    out.mkdir(parents=True, exist_ok=True)
+    # with --output-column, an input's own drop_reason steps aside for the filter and comes back unchanged
+    aside = (DROP_REASON,) if reason != DROP_REASON else ()
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name="set_aside")
     if args.normalize:
         ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
     lang_column = None if args.lang_column == "" else args.lang_column
-    annotate = FilterAnnotator(args.rules, {}, args.text_column, lang_column, args.default_lang)
+    annotate = FilterAnnotator(args.rules, {}, args.text_column, lang_column, args.default_lang, args.overwrite)
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
         written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
@@ -135,14 +143,14 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         parts = []
         if written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
             annotated = zephyr.read_parquet(list(written.files))
-            kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(
+            kept = annotated.map_batches(RouteByReason("kept", reason, aside), name="route_kept").write_parquet(
                 str(out), **opts
             )
             engine_stats = kept.stats
-            annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(
+            annotated.map_batches(RouteByReason("dropped", reason, aside), name="route_dropped").write_parquet(
                 str(out / "dropped"), **opts
             )
-            annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
+            annotated.map_batches(RouteByReason("quarantined", reason, aside), name="route_quarantine").write_parquet(
                 str(out / "quarantine"), **opts
             )
             source = args.source_column if args.source_column else None
@@ -221,6 +229,8 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         ClassifierConfig,
         QualityScorer,
         assign_buckets,
+        bucket_column,
+        put_column,
         quantile_edges,
     )
 
@@ -229,17 +239,22 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
     opts = _opts(args)
     out = Path(args.output)
-    scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
+    score, buckets = args.output_column, bucket_column(args.output_column)
+    scorer = QualityScorer(
+        args.model, ClassifierConfig(positive_label=args.positive), args.text_column, overwrite=args.overwrite,
+        score_column=score,
+    )
+    ds = _read(args, adds=(score, buckets), rename="--output-column NAME")
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
-        result = _read(args).map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
+        result = ds.map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
         edges: tuple[float, ...] = ()
         if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
-            scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
+            scores = pq.read_table(str(scratch), columns=[score])[score]
             edges = quantile_edges(scores, args.buckets)
 
             def bucket(t):
-                return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
+                return put_column(t, buckets, assign_buckets(t[score], edges))
 
             result = (
                 zephyr.read_parquet(list(result.files))
@@ -254,17 +269,14 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.pii import PIIConfig
+    from zephyr.pipelines.quality.pii import PIIConfig, count_columns
     from zephyr.pipelines.quality.stages import RedactPII
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
-    result = (
-        _read(args)
-        .map_batches(
-            RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column),
-            name="pii",
-        )
-        .write_parquet(args.output, **_opts(args))
+    config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
+    ds = _read(args, adds=count_columns(config), rename="--output-column NAME")
+    result = ds.map_batches(RedactPII(config, args.text_column, args.overwrite), name="pii").write_parquet(
+        args.output, **_opts(args)
     )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
     _write_json(Path(args.output) / "stats.json", {"version": 1, "pii_counts": counts, "job": result.stats})
@@ -277,15 +289,13 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Decontaminate
 
     out = Path(args.output)
+    index_path = out / "eval-ngrams.npz"
+    step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
+    ds = _read(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
     out.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
-    index_path = out / "eval-ngrams.npz"
     index.save(index_path)
-    result = (
-        _read(args)
-        .map_batches(Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate")
-        .write_parquet(str(out), **_opts(args))
-    )
+    result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
     _write_json(
         out / "stats.json",
         {
@@ -300,7 +310,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error, add_output_dir
+    from zephyr.cli import add_on_error, add_output_dir, add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
 
     def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
@@ -331,6 +341,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--languages", default=None, help="comma-separated languages to keep, e.g. en,de")
     p.add_argument("--min-score", type=float, default=0.0, help="drop rows whose lang_score is below this")
     p.add_argument("--max-chars", type=int, default=10_000, help="predict on the first N characters")
+    add_overwrite(
+        p, "the language columns", default="lang",
+        output_help="write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language "
+        "column the input already has",
+    )
 
     p = command("filter", _cmd_filter, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts")
     io(p)
@@ -347,6 +362,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--samples", type=int, default=5, help="sampled examples per rule and source in the report"
     )
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
+    add_overwrite(
+        p, "a drop_reason column", default="drop_reason",
+        output_help="the reason column of the dropped rows (dropped/); an input's own drop_reason then stays as it is",
+    )
 
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
     qsub = q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND")
@@ -366,11 +385,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--model", required=True)
     p.add_argument("--buckets", type=int, default=5)
     p.add_argument("--positive", default="hq")
+    add_overwrite(
+        p, "the score and bucket columns", default="quality_score",
+        output_help="write the score to NAME and its bucket to NAME_bucket",
+    )
 
     p = command("pii", _cmd_pii, "replace e-mails, phone numbers and IP addresses with placeholders")
     io(p)
     p.add_argument("--kinds", default="email,ipv6,ipv4,phone")
     p.add_argument("--no-count-columns", action="store_true", help="do not add pii_<kind> columns")
+    add_overwrite(p, "the count columns", default="pii", output_help="name the count columns NAME_<kind>")
 
     p = command(
         "decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set"
@@ -380,3 +404,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--eval-column", nargs="+", default=["text"])
     p.add_argument("-n", type=int, default=13)
     p.add_argument("--mode", choices=("drop", "flag"), default="drop")
+    add_overwrite(
+        p, "the flag columns (--mode flag)", default="contaminated",
+        output_help="--mode flag: write the flag to NAME and the matching n-grams to NAME_ngrams",
+    )
