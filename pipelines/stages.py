@@ -646,3 +646,7 @@ def run_map(ctx: StageContext) -> StageOutcome:
 
 
 RUNNERS["map"] = run_map
+
+from zephyr.pipelines.web.stages import run_extract, run_url_dedup, run_url_filter  # noqa: E402
+
+RUNNERS.update(extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup)
