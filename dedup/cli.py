@@ -401,6 +401,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     exact.set_defaults(func=_exact, default_executor=_DEFAULT_EXECUTOR)
 
+    from zephyr.dedup.cli_text import register_text_commands
+
+    register_text_commands(sub, common)
+
     fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
     _common_io(fuzzy)
     fuzzy.add_argument("--threshold", type=float, default=0.8, help="Jaccard threshold (default 0.8)")

@@ -52,6 +52,7 @@ __all__ = [
     "CONFIG_VERSION",
     "STAGE_TYPES",
     "DATA_STAGES",
+    "SOURCE_STAGES",
     "PipelineConfig",
     "StageEntry",
     "ReadStage",
@@ -472,6 +473,9 @@ class MapStage:
         return target
 
 
+# The web package's stages; imported here, after the helpers they use (_path, FieldError) are defined.
+from zephyr.pipelines.web.config import ExtractStage, UrlDedupStage, UrlFilterStage  # noqa: E402
+
 STAGE_TYPES: dict[str, type] = {
     "read": ReadStage,
     "normalize": NormalizeStage,
@@ -483,10 +487,16 @@ STAGE_TYPES: dict[str, type] = {
     "map": MapStage,
     "tokenize": TokenizeStage,
     "train": TrainStage,
+    "extract": ExtractStage,
+    "url_filter": UrlFilterStage,
+    "url_dedup": UrlDedupStage,
 }
 """Stage type name → its config dataclass."""
 
-DATA_STAGES = ("read", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
+SOURCE_STAGES = ("read", "extract")
+"""Stage types that start a pipeline from files (exactly one, first)."""
+
+DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
 """Stage types whose output is a set of Parquet parts (the input of the next stage)."""
 
 _COMMON_KEYS = ("stage", "name", "enabled")
@@ -864,11 +874,11 @@ def _check_order(entries: list[StageEntry], errors: list[str]) -> None:
             errors.append(f"stages[{i}].name: {entry.name!r} is already the name of stages[{seen[entry.name]}]")
         seen[entry.name] = i
     active = [(i, e) for i, e in enumerate(entries) if e.enabled]
-    if not active or active[0][1].type != "read":
-        errors.append("stages[0].stage: the first (enabled) stage must be 'read'")
+    if not active or active[0][1].type not in SOURCE_STAGES:
+        errors.append("stages[0].stage: the first (enabled) stage must be 'read' or 'extract'")
     for i, entry in active[1:]:
-        if entry.type == "read":
-            errors.append(f"stages[{i}].stage: only the first stage may be 'read'")
+        if entry.type in SOURCE_STAGES:
+            errors.append(f"stages[{i}].stage: only the first stage may be {entry.type!r}")
     tokenize_at = next((i for i, e in active if e.type == "tokenize"), None)
     for i, entry in active:
         if entry.type in DATA_STAGES and tokenize_at is not None and i > tokenize_at:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from zephyr.pipelines.config import DATA_STAGES, PipelineConfig, StageEntry, check_inputs
+from zephyr.pipelines.config import DATA_STAGES, SOURCE_STAGES, PipelineConfig, StageEntry, check_inputs
 
 from zephyr.errors import ConfigError, ZephyrError
 
@@ -145,7 +145,7 @@ def _input_fingerprint(paths: list[str]) -> str:
 
 def _read_inputs(entry: StageEntry) -> list[str]:
     """The local files a read stage reads (for its bytes-in figure)."""
-    if entry.type != "read":
+    if entry.type not in SOURCE_STAGES:
         return []
     found: list[str] = []
     for p in entry.config.paths:
@@ -239,7 +239,7 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
     dropped = sum(op["rows_dropped"] for op in ops)
     quarantined = sum(op["rows_rejected"] for op in ops) + read_rejected
     kept = _parquet_rows(outcome.files)
-    if entry.type == "read":
+    if entry.type in SOURCE_STAGES:
         rows_in = seen_in + read_rejected
     else:
         rows_in = int(input_rows or 0)

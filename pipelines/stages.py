@@ -202,13 +202,22 @@ class MinScoreFilter:
     score_column: str
     min_score: float
 
+    @property
+    def reason(self) -> str:
+        return f"quality_below_{self.min_score:g}"
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
+        keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
+        return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
+
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
 
         keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
         kept = table.filter(keep)
         removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={f"quality_below_{self.min_score:g}": removed} if removed else {})
+        return BatchOutput(kept=kept, dropped={self.reason: removed} if removed else {})
 
 
 def _label(name: str) -> str:
@@ -270,6 +279,7 @@ def run_normalize(ctx: StageContext) -> StageOutcome:
 
 def run_langid(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.columns import lang_columns
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.lid_model import ensure_lid_model
     from zephyr.pipelines.quality.stages import LanguageFilter
@@ -280,20 +290,22 @@ def run_langid(ctx: StageContext) -> StageOutcome:
     identify = f"pipeline.{ctx.entry.name}.identify"
     keep = f"pipeline.{ctx.entry.name}.filter"
     lid = LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column)
+    verdict = LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column)
     ds = (
         ctx.read_inputs()
         .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.overwrite), name=identify)
         .map_batches(CountValues("in", (("lang", lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
         .map_batches(
-            LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column),
-            name=keep,
+            filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
         )
+        .map_batches(verdict, name=keep)
     )
-    return _finish(ctx, ds, (identify, keep))
+    return filter_examples(ctx, _finish(ctx, ds, (identify, keep)))
 
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
-    from zephyr.pipelines.quality.filters import DROP_REASON
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+    from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
     from zephyr.pipelines.quality.stages import FilterAnnotator, RouteByReason
 
     import zephyr
@@ -314,7 +326,9 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
         ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
     annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(str(scratch), **ctx.engine("annotate"))
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
-    kept = annotated.map_batches(RouteByReason("kept", reason, aside), name=route)
+    examples = filter_collector(ctx, ReasonGroups(reason, skip=(NULL_TEXT,)))
+    kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
+    kept = kept.map_batches(RouteByReason("kept", reason, aside), name=route)
     outcome = _finish(ctx, kept, (route,), step="kept")
     if cfg.keep_dropped:
         dropped = annotated.map_batches(
@@ -324,11 +338,12 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = _parquet_rows(result.files)
     shutil.rmtree(scratch, ignore_errors=True)
-    return outcome
+    return filter_examples(ctx, outcome)
 
 
 def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     from zephyr.dedup.stages import exact_dedup_dataset
+    from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -337,8 +352,12 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
         _dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
         mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
+    annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
     output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
-    return _finish(ctx, _restore_dedup_columns(ctx, output), (remove,))
+    outcome = _finish(ctx, _restore_dedup_columns(ctx, output), (remove,))
+    # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
+    dedup_examples(ctx, outcome, "word", 5, cfg.normalize)
+    return outcome
 
 
 def _dedup_inputs(ctx: StageContext) -> Dataset:
@@ -362,6 +381,7 @@ def _restore_dedup_columns(ctx: StageContext, ds: Dataset) -> Dataset:
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     from zephyr.dedup.index import open_index, write_generation
     from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
+    from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -376,8 +396,10 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
         row_numbers=cfg.update_index,
     )
     output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
+    output = output.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
     output = _restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
     outcome = _finish(ctx, output, (remove,))
+    dedup_examples(ctx, outcome, dedup_config.shingle, dedup_config.ngram, dedup_config.normalize)
     if index is not None:
         outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
     if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
@@ -456,6 +478,7 @@ def _train_quality_classifier(ctx: StageContext, output: Path) -> Path:
 
 
 def run_quality(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
     from zephyr.pipelines.quality.classifier import QualityScorer
 
     cfg = ctx.entry.config
@@ -463,15 +486,17 @@ def run_quality(ctx: StageContext) -> StageOutcome:
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
     column = cfg.output_column or "quality_score"
+    verdict = MinScoreFilter(column, cfg.min_score)
     scorer = QualityScorer(
         str(model), cfg.classifier_config(), ctx.pipeline.text_column, overwrite=cfg.overwrite, score_column=column
     )
     ds = (
         ctx.read_inputs()
         .map_batches(scorer, name=score)
-        .map_batches(MinScoreFilter(column, cfg.min_score), name=keep)
+        .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples")
+        .map_batches(verdict, name=keep)
     )
-    outcome = _finish(ctx, ds, (score, keep))
+    outcome = filter_examples(ctx, _finish(ctx, ds, (score, keep)))
     outcome.extra["classifier"] = str(model)
     return outcome
 
@@ -621,3 +646,7 @@ def run_map(ctx: StageContext) -> StageOutcome:
 
 
 RUNNERS["map"] = run_map
+
+from zephyr.pipelines.web.stages import run_extract, run_url_dedup, run_url_filter  # noqa: E402
+
+RUNNERS.update(extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup)

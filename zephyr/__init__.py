@@ -27,6 +27,8 @@ _LAZY = {
     "read_parquet": "zephyr.dataset",
     "read_jsonl": "zephyr.dataset",
     "read_vortex": "zephyr.dataset",
+    "read_warc_records": "zephyr.dataset",
+    "read_warc": "zephyr.pipelines.web.extract",
     "from_arrow": "zephyr.dataset",
     "from_items": "zephyr.dataset",
     "ExecutionOptions": "zephyr.options",
@@ -59,6 +61,8 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "read_vortex",
+    "read_warc",
+    "read_warc_records",
 ]
 
 if TYPE_CHECKING:
@@ -72,10 +76,12 @@ if TYPE_CHECKING:
         read_jsonl,
         read_parquet,
         read_vortex,
+        read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
     from zephyr.ops import BatchOutput
     from zephyr.options import ExecutionOptions
+    from zephyr.pipelines.web.extract import read_warc
     from zephyr.results import WriteResult
     from zephyr.shuffle.aggregate import Agg
 

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "zephyr.commands",  # engine utilities: convert, count, sort, stats
     "zephyr.dedup.cli",
     "zephyr.pipelines.quality.cli",
+    "zephyr.pipelines.web.cli",
     "zephyr.tokenize.cli",
     "zephyr.trainer.cli",
     "zephyr.pipelines.cli",

@@ -51,6 +51,7 @@ __all__ = [
     "read_parquet",
     "read_jsonl",
     "read_vortex",
+    "read_warc_records",
     "from_arrow",
     "from_items",
 ]
@@ -73,7 +74,7 @@ def _check_on_error(on_error: str) -> None:
 def read(
     paths: str | Sequence[str],
     *,
-    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto",
+    format: Literal["auto", "parquet", "jsonl", "vortex", "warc"] = "auto",
     columns: Sequence[str] | None = None,
     approx_shard_bytes: int | str | None = None,
     on_error: OnError = "raise",
@@ -96,6 +97,8 @@ def read(
         )
     if fmt == "vortex":
         return read_vortex(files, on_error=on_error, unify_schemas=unify_schemas, schema=schema)
+    if fmt == "warc":
+        return read_warc_records(files, on_error=on_error)
     return read_parquet(
         files,
         columns=columns,
@@ -189,6 +192,16 @@ def read_vortex(
             ),
         )
     )
+
+
+def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quarantine") -> Dataset:
+    """The HTML response records of WARC/ARC files (``.warc[.gz]``, ``.arc[.gz]``), one row each, with the
+    decoded ``html`` (schema and rules: ``zephyr.io.warc``). Bad records (a truncated gzip member, a wrong
+    Content-Length, a non-HTML payload, an undecodable charset) go to the quarantine output with their byte
+    offset by default, since crawls always hold some; ``on_error="raise"`` fails on the first.
+    ``zephyr.read_warc`` adds text extraction."""
+    _check_on_error(on_error)
+    return Dataset((ReadFiles(_paths(paths), "warc", on_error=on_error),))
 
 
 def _schema(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:

@@ -47,7 +47,7 @@ class Op:
 @dataclass(frozen=True)
 class ReadFiles(Op):
     paths: tuple[str, ...]
-    format: Literal["parquet", "jsonl", "vortex"]
+    format: Literal["parquet", "jsonl", "vortex", "warc"]
     columns: tuple[str, ...] | None = None
     schema: pa.Schema | None = None
     approx_shard_bytes: int | None = None

@@ -121,7 +121,8 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     from zephyr import job_stats
     from zephyr.io.added_columns import set_aside
 
-    build_rule_families(args.rules)  # validate names before any work
+    overrides = _rule_overrides(args)
+    build_rule_families(args.rules, **overrides)  # validate names before any work
     out = Path(args.output)
     opts = _opts(args)
     reason = args.output_column
@@ -133,8 +134,12 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         ds = ds.map_batches(set_aside(aside), name="set_aside")
     if args.normalize:
         ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
+    if "url" in overrides:
+        from zephyr.pipelines.web.urls import NormalizeUrls
+
+        ds = ds.map_batches(NormalizeUrls(args.url_column), name="normalize_urls")
     lang_column = None if args.lang_column == "" else args.lang_column
-    annotate = FilterAnnotator(args.rules, {}, args.text_column, lang_column, args.default_lang, args.overwrite)
+    annotate = FilterAnnotator(args.rules, overrides, args.text_column, lang_column, args.default_lang, args.overwrite)
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
         written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
@@ -186,6 +191,23 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
     print(json.dumps({k: totals[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}))
     return 0
+
+
+def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Settings of rule families that take some (the url rules: blocklist file, url column); the blocklist is
+    read now, so a bad line fails before any work, naming the file and line."""
+    names = [n.strip() for n in args.rules.split(",")]
+    if "url" not in names:
+        if args.url_blocklist:
+            from zephyr.errors import ConfigError
+
+            raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
+        return {}
+    if args.url_blocklist:
+        from zephyr.pipelines.web.urls import load_blocklist
+
+        load_blocklist(args.url_blocklist)
+    return {"url": {"blocklist": args.url_blocklist, "url_column": args.url_column}}
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -352,8 +374,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument(
         "--rules",
         default="gopher,c4,fineweb",
-        help="comma-separated: gopher, gopher_quality, gopher_repetition, c4, fineweb",
+        help="comma-separated: gopher, gopher_quality, gopher_repetition, c4, fineweb, url (URL normalization, "
+        "invalid URLs, --url-blocklist)",
     )
+    p.add_argument(
+        "--url-blocklist",
+        default=None,
+        metavar="FILE",
+        help="with --rules url: domains/hosts to drop, one per line (example: pipelines/web/data/blocklist.example.txt)",
+    )
+    p.add_argument("--url-column", default="url", help="the URL column the url rules read and normalize")
     p.add_argument("--lang-column", default="lang", help="per-row language for stop words ('' = none)")
     p.add_argument("--default-lang", default="en")
     p.add_argument("--source-column", default="source", help="report retention per value of this column")

@@ -173,8 +173,12 @@ class LanguageFilter:
     lang_column: str = "lang"
     score_column: str = "lang_score"
 
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
+        return _language_verdict(table, self.languages, self.min_score, self.lang_column, self.score_column)
+
     def __call__(self, table: pa.Table) -> BatchOutput:
-        reasons = _language_verdict(table, self.languages, self.min_score, self.lang_column, self.score_column)
+        reasons = self.reasons(table)
         return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=_count_reasons(reasons))
 
 

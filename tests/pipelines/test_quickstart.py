@@ -124,7 +124,7 @@ def test_quickstart_end_to_end(finished):
     train = stages["train"]
     records = [json.loads(line) for line in Path(train["extra"]["log"]).read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2] and train["extra"]["final_loss"] == records[-1]["loss"]
-    for name in ("rows", "time", "sources", "loss", "clusters_exact_dedup"):
+    for name in ("rows", "time", "sources", "training", "clusters_exact_dedup", "clusters_fuzzy_dedup"):
         assert (job / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -159,7 +159,35 @@ def test_report_numbers_match_the_stats(finished):
     final = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")][-1]
     for source, n in final["per_source"]["out"].items():
         assert re.search(rf"\| {source} \| [\d,]+ \| {n:,} \|", markdown)
-    assert page.startswith("<!DOCTYPE html>") and 'src="plots/loss.png"' in page and "<table>" in page
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page
+    assert page.count('<img src="data:image/png;base64,') == 6 and 'src="plots/' not in page  # one file
+
+
+def test_report_shows_dedup_and_filter_examples(finished):
+    """The acceptance check of the report: each dedup stage shows example clusters (kept text beside a
+    removed one, with their Jaccard), each filter its kept and dropped rows; all saved by the stages."""
+    job, stats, _ = finished
+    page = (job / "report.html").read_text()
+    markdown = (job / "report.md").read_text()
+    stages = {s["stage"]: s for s in stats["stages"]}
+    for name in ("exact_dedup", "fuzzy_dedup"):
+        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        assert payload["clusters"], name
+        for cluster in payload["clusters"]:
+            assert cluster["kept"]["id"] == cluster["cluster"] != cluster["removed"]["id"]
+            assert cluster["jaccard"] >= 0.8 and f"<code>{cluster['removed']['id']}</code>" in page
+        assert f"Examples from <code>{name}</code>" in page and f"Examples from `{name}`" in markdown
+    (fuzzy,) = json.loads(Path(stages["fuzzy_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    assert (fuzzy["kept"]["id"], fuzzy["removed"]["id"]) == ("kjv/5", "x-planted/near")
+    assert 0.8 <= fuzzy["jaccard"] < 1 and '<mark class="removed">changed</mark>' in page
+    exact = json.loads(Path(stages["exact_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    assert all(c["jaccard"] == 1.0 for c in exact)
+    for name in [s["stage"] for s in stats["stages"] if s["type"] in ("langid", "heuristic_filter", "quality")]:
+        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        assert len(payload["kept"]) == 3 and f"Examples: <code>{name}</code>" in page
+        assert set(payload["dropped"]) <= set(stages[name]["dropped_by_reason"])
+    heuristics = json.loads(Path(stages["heuristic_filter"]["extra"]["examples"]).read_text())
+    assert heuristics["dropped"] and all(e["examples"] for e in heuristics["dropped"].values())
 
 
 def test_rerun_skips_every_stage(finished, quickstart_job, capsys):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 __all__ = ["FOOTER_ESTIMATE_MAX_FILES", "estimated_bytes", "parquet_column_bytes"]
 
-SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
+SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0, "warc": 1.0}
 """In-memory bytes per stored byte: zstd/snappy Parquet and Vortex of prose and code hold 2-4x; plain JSONL's
 text is about its size in Arrow."""
 COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}

@@ -56,7 +56,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Format = Literal["parquet", "jsonl", "vortex"]
+Format = Literal["parquet", "jsonl", "vortex", "warc"]
 Compression = Literal["gzip", "zstd"]
 
 #: Extensions (without codec suffix) that name each format.
@@ -64,7 +64,10 @@ FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".pq"),
     "jsonl": (".jsonl", ".ndjson", ".json"),
     "vortex": (".vortex", ".vtx"),
+    "warc": (".warc", ".arc"),
 }
+_CODEC_FORMATS = {"jsonl": ("gzip", "zstd"), "warc": ("gzip",)}
+"""Formats that may be compressed as a whole file, and with which codecs (``.warc.gz``: per-record gzip)."""
 _CODEC_EXTENSIONS: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 _GLOB_CHARS = ("*", "?", "[")
 
@@ -224,7 +227,7 @@ def infer_format(path: str) -> Format | None:
         name = name[: -len(ext)]
     for fmt, extensions in FORMAT_EXTENSIONS.items():
         if name.endswith(extensions):
-            if fmt != "jsonl" and ext in _CODEC_EXTENSIONS:
+            if ext in _CODEC_EXTENSIONS and _CODEC_EXTENSIONS[ext] not in _CODEC_FORMATS.get(fmt, ()):
                 return None  # a compressed Parquet/Vortex file is not something we can read
             return fmt  # type: ignore[return-value]
     return None

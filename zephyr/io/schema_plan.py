@@ -29,6 +29,10 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
     if shard.format == "parquet":
         with open_parquet(shard.path) as parquet_file:
             return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
+    if shard.format == "warc":  # one fixed schema; peeking would parse records
+        from zephyr.io.warc import WARC_SCHEMA
+
+        return shard.path, WARC_SCHEMA
     batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))
     try:
         first = next(batches, None)

@@ -93,8 +93,11 @@ def _file_format(path: str, fmt: Format | None) -> Format:
         return inferred
     if inferred is not None and inferred != fmt:
         raise ConfigError(f"{path!r} has a {inferred} extension but format={fmt!r} was asked for")
-    if fmt != "jsonl" and infer_compression(path) is not None:
-        raise ConfigError(f"{path!r}: compressed {fmt} files are not readable; only JSONL may be .gz/.zst")
+    codec = infer_compression(path)
+    if codec is not None and not (fmt == "jsonl" or (fmt == "warc" and codec == "gzip")):
+        raise ConfigError(
+            f"{path!r}: compressed {fmt} files are not readable; only JSONL may be .gz/.zst, and WARC .gz"
+        )
     return fmt
 
 
@@ -176,6 +179,10 @@ def read_shard(
             quarantine=sink,
             batch_bytes=batch_bytes,
         )
+    if shard.format == "warc":
+        from zephyr.io.warc import read_warc_shard
+
+        return read_warc_shard(shard, columns=columns, quarantine=sink, batch_bytes=batch_bytes)
     from zephyr.io.vortex_source import read_vortex_shard
 
     return read_vortex_shard(

@@ -1,0 +1,505 @@
+"""WARC/ARC input: each HTML response record of a ``.warc[.gz]`` / ``.arc[.gz]`` file becomes one row.
+
+Contract (format ``"warc"`` of ``zephyr.io.sources``; ``zephyr.read(paths, format="warc")``):
+
+- One shard per file (a gzip stream cannot be entered mid-file). Records stream: memory holds one record
+  (at most ``MAX_RECORD_BYTES`` decompressed) and one output batch of about ``batch_bytes`` of HTML.
+- Rows (``WARC_SCHEMA``): ``id`` (WARC-Record-ID without ``<>``; ARC: ``<file>@<offset>``), ``url``,
+  ``fetch_time`` (UTC), ``content_type`` (the HTTP MIME type), ``charset`` (the one the HTML was decoded
+  with), ``html`` (text), ``html_bytes`` (payload bytes after HTTP content decoding) and ``warc_offset``
+  (the byte offset of the record's gzip member, or of the record in an uncompressed file).
+- Records that are not documents are skipped and counted, never quarantined: ``warcinfo``, ``request``,
+  ``metadata``, ``revisit`` … (counter ``warc/skipped_<type>``) and responses whose HTTP status is not 2xx
+  (``warc/skipped_http_status``).
+- Bad records never stop the file: each is quarantined (``zephyr.io.quarantine``, ``line`` = its byte offset)
+  and reading resumes at the next record. The kinds: a truncated or corrupt gzip member, a Content-Length
+  that does not end the record (too long or too short), a response whose payload is not HTML, and HTML that
+  does not decode (an unknown charset, or more than ``MAX_INVALID_FRACTION`` of its bytes invalid in the
+  declared charset). With ``on_error="raise"`` the first one raises ``InputError`` naming file, offset and
+  the fix. rows yielded + rows quarantined = HTML response records + bad records.
+
+Framing is done here (gzip members with ``zlib``, the WARC header's Content-Length checked against the
+record end), so a damaged record can be skipped without losing the rest; warcio parses each record's WARC
+and HTTP headers and decodes chunked / gzip payloads.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import logging
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+
+from zephyr import counters
+from zephyr.errors import InputError, describe_os_error
+from zephyr.io.quarantine import QuarantineFn, quarantine_table
+
+__all__ = ["WARC_SCHEMA", "read_warc_shard", "MAX_RECORD_BYTES", "MAX_INVALID_FRACTION", "decode_html"]
+
+log = logging.getLogger(__name__)
+
+WARC_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("url", pa.string()),
+        pa.field("fetch_time", pa.timestamp("us", tz="UTC")),
+        pa.field("content_type", pa.string()),
+        pa.field("charset", pa.string()),
+        pa.field("html", pa.large_string()),
+        pa.field("html_bytes", pa.int64()),
+        pa.field("warc_offset", pa.int64()),
+    ]
+)
+
+MAX_RECORD_BYTES = 64 << 20
+"""A record (or gzip member) that decompresses to more than this is quarantined: per-record gzip keeps
+records small (Common Crawl truncates payloads at 1 MiB); a larger one is a whole-file gzip or garbage."""
+MAX_INVALID_FRACTION = 0.01
+"""HTML whose bytes are invalid in its charset beyond this share is quarantined as undecodable; below it the
+invalid bytes become U+FFFD (counter ``warc/replaced_bytes``), as browsers do."""
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+_CHUNK = 1 << 20
+_RAW_LIMIT = 4096  # bytes of a bad record's header kept in the quarantine's ``raw``
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
+_HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)", re.IGNORECASE | re.DOTALL)
+
+
+class BadRecord(Exception):
+    """One damaged record: ``offset`` is where it starts, ``raw`` what of it is worth keeping."""
+
+    def __init__(self, offset: int, reason: str, raw: bytes | None = None):
+        super().__init__(reason)
+        self.offset, self.reason, self.raw = offset, reason, raw
+
+
+@dataclass
+class _Record:
+    offset: int
+    data: bytes
+    """The record's bytes: headers and block (without the trailing CRLF CRLF)."""
+    arc: bool
+
+
+# -- framing -----------------------------------------------------------------------------------------------
+def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | BadRecord]:
+    """(offset, decompressed bytes) of each gzip member, or a ``BadRecord`` for a damaged stretch, after which
+    the next member is found by its magic bytes and a trial decompression."""
+    buf = bytearray()
+    base = 0  # file offset of buf[0]
+    eof = False
+
+    def fill(need: int) -> bool:
+        nonlocal eof
+        while len(buf) < need and not eof:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                eof = True
+            buf.extend(chunk)
+        return len(buf) >= need
+
+    def resync(start: int) -> int:
+        """Index in buf of the next member after ``start`` that begins a valid gzip stream, else len(buf)."""
+        at = start
+        while True:
+            fill(at + 1 + _CHUNK)
+            found = buf.find(_GZIP_MAGIC, at + 1)
+            if found < 0:
+                if eof:
+                    return len(buf)
+                at = max(at, len(buf) - len(_GZIP_MAGIC))
+                continue
+            probe = zlib.decompressobj(31)
+            try:
+                probe.decompress(bytes(buf[found : found + 4096]), 64)
+                return found
+            except zlib.error:
+                at = found
+
+    while fill(1):
+        fill(3)
+        if not buf.startswith(_GZIP_MAGIC):
+            skip = resync(0)
+            yield BadRecord(
+                base, f"{skip} bytes that are not a gzip member", bytes(buf[: min(skip, _RAW_LIMIT)])
+            )
+            del buf[:skip]
+            base += skip
+            continue
+        d = zlib.decompressobj(31)
+        out: list[bytes] = []
+        size = 0
+        pos = 0  # bytes of buf fed to d
+        error: str | None = None
+        while not d.eof:
+            if pos >= len(buf):
+                fill(pos + _CHUNK)
+            if pos >= len(buf):
+                error = f"truncated gzip member: the file ends {len(buf)} bytes after its start"
+                break
+            piece = bytes(buf[pos : pos + _CHUNK])
+            pos += len(piece)
+            try:
+                chunk = d.decompress(piece)
+            except zlib.error as exc:
+                error = f"corrupt or truncated gzip member ({exc})"
+                break
+            size += len(chunk)
+            if size > MAX_RECORD_BYTES:
+                error = f"gzip member decompresses to over {MAX_RECORD_BYTES} bytes (a whole-file gzip?)"
+                break
+            out.append(chunk)
+        if error is not None:
+            skip = resync(0)
+            yield BadRecord(base, error, b"".join(out)[:_RAW_LIMIT] or None)
+            del buf[:skip]
+            base += skip
+            continue
+        used = pos - len(d.unused_data)
+        yield base, b"".join(out)
+        del buf[:used]
+        base += used
+
+
+def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[_Record | BadRecord]:
+    """The records in ``data`` (a gzip member's bytes, or a whole uncompressed file read by
+    ``_plain_records``): each must end where its Content-Length says, followed by CRLF CRLF (ARC: LF)."""
+    pos = 0
+    n = len(data)
+    while pos < n:
+        while pos < n and data[pos] in b"\r\n":  # blank lines between records
+            pos += 1
+        if pos >= n:
+            return
+        try:
+            end, next_pos, arc = _frame(data, pos, base)
+        except BadRecord as bad:
+            yield bad
+            if one_member:
+                return
+            pos = _next_record(data, pos + 1)
+            continue
+        yield _Record(base + pos, data[pos:end], arc)
+        pos = next_pos
+
+
+def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
+    """(end of the record's block, start of what follows, is ARC) for the record at ``pos``."""
+    if data.startswith(b"WARC/", pos):
+        head_end = data.find(b"\r\n\r\n", pos)
+        if head_end < 0:
+            raise BadRecord(base + pos, "WARC header without its blank line", data[pos : pos + _RAW_LIMIT])
+        header = data[pos:head_end]
+        match = re.search(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*(?=\r\n|$)", header, re.IGNORECASE)
+        if match is None:
+            raise BadRecord(base + pos, "WARC header without a valid Content-Length", header[:_RAW_LIMIT])
+        length = int(match.group(1))
+        end = head_end + 4 + length
+        if end > len(data):
+            raise BadRecord(
+                base + pos,
+                f"wrong Content-Length: {length} but the record has only {len(data) - head_end - 4} bytes",
+                header[:_RAW_LIMIT],
+            )
+        if data[end : end + 4] != b"\r\n\r\n" and end != len(data):
+            raise BadRecord(
+                base + pos,
+                f"wrong Content-Length: {length} does not end the record (no CRLF CRLF after it)",
+                header[:_RAW_LIMIT],
+            )
+        return end, end + 4, False
+    line_end = data.find(b"\n", pos)
+    fields = data[pos : line_end if line_end >= 0 else len(data)].split()
+    if line_end < 0 or len(fields) < 3 or not fields[-1].isdigit():
+        raise BadRecord(
+            base + pos, "neither a WARC record nor an ARC record header", data[pos : pos + _RAW_LIMIT]
+        )
+    length = int(fields[-1])
+    end = line_end + 1 + length
+    if end > len(data):
+        raise BadRecord(
+            base + pos,
+            f"wrong ARC length: {length} but the record has only {len(data) - line_end - 1} bytes",
+            data[pos:line_end][:_RAW_LIMIT],
+        )
+    return end, end, True
+
+
+def _next_record(data: bytes, start: int) -> int:
+    """Where the next record header after ``start`` begins (a line starting ``WARC/1.``), else the end."""
+    found = data.find(b"\nWARC/1.", start)
+    return len(data) if found < 0 else found + 1
+
+
+class _Stream:
+    """A read buffer over an uncompressed file: ``buf`` holds the bytes from file offset ``base`` on."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.buf, self.base, self.eof = f, bytearray(), 0, False
+
+    def fill(self, need: int) -> None:
+        while len(self.buf) < need and not self.eof:
+            chunk = self.f.read(max(_CHUNK, need - len(self.buf)))
+            self.eof = not chunk
+            self.buf += chunk
+
+    def consume(self, n: int) -> None:
+        del self.buf[:n]
+        self.base += n
+
+    def skip_blank(self) -> None:
+        while True:
+            self.fill(1)
+            lead = len(self.buf) - len(self.buf.lstrip(b"\r\n"))
+            self.consume(lead)
+            if self.buf or self.eof:
+                return
+
+    def skip_to_next_record(self) -> None:
+        """Drop bytes up to the next line that starts a WARC record, reading on until one or the end."""
+        while True:
+            found = _next_record(self.buf, 1)
+            if found < len(self.buf) or self.eof:
+                self.consume(found)
+                return
+            self.consume(max(0, len(self.buf) - 8))
+            self.fill(len(self.buf) + _CHUNK)
+
+
+def _plain_records(f: BinaryIO) -> Iterator[_Record | BadRecord]:
+    """Records of an uncompressed file, read a record at a time (a record is at most ``MAX_RECORD_BYTES``)."""
+    s = _Stream(f)
+    while True:
+        s.skip_blank()
+        if not s.buf:
+            return
+        s.fill(_CHUNK)
+        need = _needed_bytes(s.buf)
+        if need is not None and need > MAX_RECORD_BYTES:
+            yield BadRecord(
+                s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
+            )
+            s.skip_to_next_record()
+            continue
+        if need is not None:
+            s.fill(need + 4)
+        window = bytes(s.buf[: need + 4] if need is not None else s.buf)
+        item = next(_records(window, s.base, one_member=True))
+        yield item
+        if isinstance(item, BadRecord):
+            s.skip_to_next_record()
+        else:
+            s.consume(len(item.data) + (0 if item.arc else 4))
+
+
+def _needed_bytes(buf: bytes) -> int | None:
+    """Bytes the record at the start of ``buf`` spans by its own header (None: not known from the header)."""
+    if buf.startswith(b"WARC/"):
+        head_end = buf.find(b"\r\n\r\n")
+        match = re.search(rb"\r\ncontent-length:[ \t]*(\d+)", buf[: max(head_end, 0)], re.IGNORECASE)
+        return None if head_end < 0 or match is None else head_end + 4 + int(match.group(1))
+    line_end = buf.find(b"\n")
+    fields = buf[: max(line_end, 0)].split()
+    if line_end < 0 or not fields or not fields[-1].isdigit():
+        return None
+    return line_end + 1 + int(fields[-1])
+
+
+# -- one record → one row ----------------------------------------------------------------------------------
+def decode_html(payload: bytes, header_charset: str | None) -> tuple[str, str, int]:
+    """(text, charset used, invalid bytes replaced) of an HTML payload.
+
+    The charset is the HTTP header's, else a ``<meta charset>`` in the first 4 KiB, else a BOM, else UTF-8
+    with windows-1252 as the fallback for undeclared pages that are not UTF-8 (what browsers do). Raises
+    ``LookupError`` for an unknown charset and ``UnicodeDecodeError`` when more than
+    ``MAX_INVALID_FRACTION`` of the bytes are invalid in it.
+
+    >>> decode_html("café".encode("latin-1"), None)[:2]
+    ('café', 'cp1252')
+    """
+    declared = header_charset
+    if declared is None:
+        match = _META_CHARSET.search(payload[:4096])
+        declared = match.group(1).decode("ascii") if match else None
+    if declared is None:
+        for bom, name in (
+            (codecs.BOM_UTF8, "utf-8-sig"),
+            (codecs.BOM_UTF16_LE, "utf-16"),
+            (codecs.BOM_UTF16_BE, "utf-16"),
+        ):
+            if payload.startswith(bom):
+                declared = name
+    if declared is not None:
+        name = codecs.lookup(declared.strip().lower()).name  # LookupError: unknown charset
+        if name == "iso8859-1" or name == "ascii":  # labels browsers read as windows-1252 (WHATWG encoding)
+            name = "cp1252"
+        candidates = [name]
+    else:
+        candidates = ["utf-8", "cp1252"]
+    for name in candidates:
+        try:
+            return payload.decode(name), name, 0
+        except UnicodeDecodeError:
+            continue
+    name = candidates[-1]
+    text = payload.decode(name, errors="replace")
+    invalid = text.count("\ufffd")
+    if invalid > max(1, MAX_INVALID_FRACTION * len(payload)):
+        raise UnicodeDecodeError(name, payload[:1], 0, 1, f"{invalid} of {len(payload)} bytes are invalid")
+    return text, codecs.lookup(name).name, invalid
+
+
+def _fetch_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        if value.isdigit() and len(value) >= 14:  # ARC: YYYYMMDDhhmmss
+            return datetime.strptime(value[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        stamp = datetime.fromisoformat(value)
+        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _mime(content_type: str | None) -> tuple[str | None, str | None]:
+    """(lower-case MIME type, charset parameter) of a Content-Type header value."""
+    if not content_type:
+        return None, None
+    parts = [p.strip() for p in content_type.split(";")]
+    charset = None
+    for p in parts[1:]:
+        key, _, value = p.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip("\"'")
+    return parts[0].lower() or None, charset
+
+
+def _row(record: _Record, path: str) -> dict[str, Any] | None:
+    """The row of one record; None for a record that is not a document (counted); ``BadRecord`` when bad."""
+    from warcio.recordloader import ArchiveLoadFailed, ArcWarcRecordLoader
+
+    header_raw = record.data[: record.data.find(b"\r\n\r\n") if not record.arc else record.data.find(b"\n")]
+    try:
+        rec = ArcWarcRecordLoader().parse_record_stream(
+            io.BytesIO(record.data), known_format="arc" if record.arc else "warc"
+        )
+    except (ArchiveLoadFailed, ValueError, EOFError) as exc:
+        raise BadRecord(record.offset, f"unparseable record: {exc}", header_raw[:_RAW_LIMIT]) from None
+    kind = rec.rec_type or "unknown"
+    if kind != "response":
+        counters.increment(f"warc/skipped_{kind}")
+        return None
+    http = rec.http_headers
+    status = http.get_statuscode() if http is not None else None
+    if http is None or not str(status or "").startswith("2"):
+        counters.increment("warc/skipped_http_status")
+        return None
+    try:
+        payload = rec.content_stream().read()
+    except Exception as exc:  # a bad chunked / gzip / brotli payload: the record, not the file, is damaged
+        raise BadRecord(
+            record.offset, f"undecodable HTTP payload: {type(exc).__name__}: {exc}", header_raw
+        ) from None
+    mime, charset = _mime(http.get_header("Content-Type"))
+    if mime is None and _HTML_START.match(payload[:1024]):
+        mime = "text/html"
+    if mime not in HTML_TYPES:
+        raise BadRecord(record.offset, f"not HTML: content type {mime or 'missing'}", header_raw[:_RAW_LIMIT])
+    try:
+        html, used, replaced = decode_html(payload, charset)
+    except LookupError:
+        raise BadRecord(
+            record.offset, f"undecodable: unknown charset {charset!r}", header_raw[:_RAW_LIMIT]
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise BadRecord(
+            record.offset, f"undecodable charset: {exc.reason}", header_raw[:_RAW_LIMIT]
+        ) from None
+    if replaced:
+        counters.increment("warc/replaced_bytes", replaced)
+    headers = rec.rec_headers  # warcio gives ARC records WARC headers too, with a random record id
+    rid = headers.get_header("WARC-Record-ID") if not record.arc else None
+    rid = rid.strip("<>") if rid else f"{path}@{record.offset}"
+    url, date = headers.get_header("WARC-Target-URI"), headers.get_header("WARC-Date")
+    return {
+        "id": rid,
+        "url": url,
+        "fetch_time": _fetch_time(date),
+        "content_type": mime,
+        "charset": used,
+        "html": html,
+        "html_bytes": len(payload),
+        "warc_offset": record.offset,
+    }
+
+
+# -- the shard reader --------------------------------------------------------------------------------------
+def read_warc_shard(
+    shard: Any,
+    *,
+    columns: list[str] | None = None,
+    quarantine: QuarantineFn | None = None,
+    batch_bytes: int = 64 << 20,
+) -> Iterator[pa.RecordBatch]:
+    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
+    from zephyr.io.paths import filesystem
+
+    path = shard.path
+    fs, stripped = filesystem(path)
+    try:
+        f = fs.open(stripped, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
+    schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
+    rows: list[dict[str, Any]] = []
+    size = 0
+    with f:
+        head = f.read(2)
+        f.seek(0)
+        items = _from_members(f) if head == _GZIP_MAGIC[:2] else _plain_records(f)
+        for item in items:
+            try:
+                if isinstance(item, BadRecord):
+                    raise item
+                row = _row(item, path)
+            except BadRecord as bad:
+                _bad(path, bad, quarantine)
+                continue
+            if row is None:
+                continue
+            rows.append(row)
+            size += row["html_bytes"]
+            if size >= batch_bytes:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows, size = [], 0
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _from_members(f: BinaryIO) -> Iterator[_Record | BadRecord]:
+    for member in _gzip_members(f):
+        if isinstance(member, BadRecord):
+            yield member
+            continue
+        offset, data = member
+        yield from _records(data, offset, one_member=False)
+
+
+def _bad(path: str, bad: BadRecord, quarantine: QuarantineFn | None) -> None:
+    counters.increment("warc/bad_records")
+    if quarantine is None:
+        raise InputError(
+            f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
+            "and keep the rest of the file",
+            path=path,
+        )
+    quarantine(
+        quarantine_table(path, [bad.offset], [f"warc record at byte {bad.offset}: {bad.reason}"], [bad.raw])
+    )
