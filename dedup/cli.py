@@ -49,8 +49,10 @@ _SHARD_BYTES = "32MiB"
 _DUP_COLUMNS = {
     "document": ("dup_cluster", "dup_cluster_size", "dup_keep"),
     "paragraph": ("dup_paragraphs", "dup_paragraph_bytes"),
+    "none": (),
 }
-"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode."""
+"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode. A command
+sets ``dup_level`` when its own ``--level`` does not say (``paragraph``, ``url``, ``substring``: none)."""
 
 
 def _read(args: argparse.Namespace):
@@ -72,12 +74,12 @@ def _read(args: argparse.Namespace):
 
 def _dup_columns(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the columns dedup computes at this level, the names ``annotate`` writes them under)."""
-    internal = _DUP_COLUMNS[getattr(args, "level", "document")]
+    internal = _DUP_COLUMNS[getattr(args, "dup_level", None) or getattr(args, "level", "document")]
     return internal, tuple(args.output_column + name[len("dup") :] for name in internal)
 
 
 def _sets_aside(args: argparse.Namespace) -> bool:
-    return args.mode == "remove" or args.output_column != "dup"
+    return bool(_dup_columns(args)[0]) and (args.mode == "remove" or args.output_column != "dup")
 
 
 def _output(args: argparse.Namespace, out: Any) -> Any:

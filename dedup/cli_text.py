@@ -16,7 +16,16 @@ import argparse
 import os
 from typing import Any
 
-from zephyr.dedup.cli import _DEFAULT_EXECUTOR, _common_io, _finish, _kwargs, _read, _recorded, logger
+from zephyr.dedup.cli import (
+    _DEFAULT_EXECUTOR,
+    _common_io,
+    _finish,
+    _kwargs,
+    _output,
+    _read,
+    _recorded,
+    logger,
+)
 
 __all__ = ["register_text_commands"]
 
@@ -39,7 +48,7 @@ def _url(args: argparse.Namespace) -> int:
             execution=execution,
             stats=path,
         )
-        result = out.write_parquet(args.output, **execution)
+        result = _output(args, out).write_parquet(args.output, **execution)
         return _finish(
             result,
             args.output,
@@ -71,7 +80,7 @@ def _paragraph(args: argparse.Namespace) -> int:
             normalize=args.normalize,
             mode=args.mode,
         )
-        return _finish(out.write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
+        return _finish(_output(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
     return _paragraph_bloom(args, opts, extra)
 
 
@@ -106,12 +115,8 @@ def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict
         args.load_filter,
         partial,
     )
-    result = (
-        _read(args)
-        .reshard(1)
-        .map_batches(stage, name="dedup.paragraph.bloom")
-        .write_parquet(args.output, **opts)
-    )
+    out = _read(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
+    result = _output(args, out).write_parquet(args.output, **opts)
     bloom = _final_filter(args, partial)
     if args.save_filter is not None:
         bloom.save(args.save_filter)
@@ -217,7 +222,7 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         help="remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass",
     )
     _common_io(para)
-    para.set_defaults(mode="remove")
+    para.set_defaults(mode="remove", dup_level="paragraph")
     para.add_argument(
         "--method",
         choices=("exact", "bloom"),
@@ -246,7 +251,7 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
     )
     _common_io(url)
     url.add_argument("--url-column", default="url", help="the URL column (default url)")
-    url.set_defaults(func=_url, default_executor=_DEFAULT_EXECUTOR)
+    url.set_defaults(func=_url, default_executor=_DEFAULT_EXECUTOR, dup_level="document")
 
     substring = sub.add_parser(
         "substring",
@@ -254,7 +259,7 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
     )
     _common_io(substring)
-    substring.set_defaults(mode="remove")
+    substring.set_defaults(mode="remove", dup_level="none")  # adds no column: --overwrite has nothing to do
     substring.add_argument(
         "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
     )

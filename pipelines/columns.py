@@ -14,8 +14,11 @@ What each stage adds to the rows it passes on:
 - ``quality``: ``quality_score`` (or ``output_column``);
 - ``heuristic_filter``: ``drop_reason`` on the rows it writes to ``dropped/`` (or ``output_column``; an input
   ``drop_reason`` is then set aside around the filter and kept);
-- ``exact_dedup`` / ``fuzzy_dedup``: nothing: their ``dup_*`` columns are removed with the duplicates, and an
-  input's own ``dup_*`` columns are set aside around them (``DEDUP_COLUMNS``), so they pass unchanged.
+- ``exact_dedup`` / ``fuzzy_dedup`` / ``url_dedup``: nothing: their ``dup_*`` columns are removed with the
+  duplicates, and an input's own ``dup_*`` columns are set aside around them (``DEDUP_COLUMNS``), so they
+  pass unchanged; ``url_filter`` likewise keeps an input's ``drop_reason`` (``HeuristicFilter``).
+
+The walk starts at the read stage's input files, or at the columns an ``extract`` stage writes.
 
 A ``map`` stage's output columns are unknown before it runs: the walk stops there, and the stages after it
 still refuse a clash per batch (each step checks its own input, ``zephyr.io.added_columns``).
@@ -68,6 +71,14 @@ def _read_columns(entry: StageEntry, config: PipelineConfig) -> dict[str, str]:
     return origin
 
 
+def _extract_columns(entry: StageEntry, config: PipelineConfig) -> dict[str, str]:
+    """The columns an ``extract`` stage writes (its text column under the pipeline's name)."""
+    from zephyr.pipelines.web.extract import OUTPUT_COLUMNS
+
+    names = [config.text_column if name == "text" else name for name in OUTPUT_COLUMNS]
+    return {name: f"stage {entry.name!r}" for name in (*names, config.source_column)}
+
+
 def check_added_columns(config: PipelineConfig) -> None:
     """Raise ``ColumnExistsError`` (one line, key paths) when an enabled stage would replace a column the data
     has at that point without ``overwrite: true``; see the module docstring for the walk."""
@@ -80,6 +91,9 @@ def check_added_columns(config: PipelineConfig) -> None:
             continue
         if entry.type == "read":
             origin = _read_columns(entry, config)
+            continue
+        if entry.type == "extract":  # WARC records → a fixed set of columns
+            origin = _extract_columns(entry, config)
             continue
         if entry.type == "map":
             return  # its output columns are unknown until it runs; each later step checks its own batches

@@ -139,27 +139,30 @@ class RouteByReason:
 
 @dataclass
 class HeuristicFilter:
-    """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted."""
+    """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
+
+    Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``reject_reason``),
+    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged."""
 
     rules: str = "gopher,c4,fineweb"
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     text_column: str = "text"
     lang_column: str | None = "lang"
     default_lang: str = "en"
-    overwrite: bool = False
-    """Replace (here: remove) an input's own ``drop_reason`` column instead of failing."""
 
     def __call__(self, table: pa.Table) -> BatchOutput:
-        annotated = FilterAnnotator(self.rules, self.overrides, self.text_column, self.lang_column,
-                                    self.default_lang, self.overwrite)(table)
+        aside = (DROP_REASON,) if DROP_REASON in table.schema.names else ()
+        annotate = FilterAnnotator(self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang)
+        annotated = annotate(set_aside(aside)(table))
         reasons = annotated.column(DROP_REASON).combine_chunks()
         quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
         dropped = {k: v for k, v in _count_reasons(reasons).items() if k != NULL_TEXT}
         rejected = annotated.filter(quarantine)
         rejected = rejected.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names])
+        restore = set_aside(aside, restore=True)
         return BatchOutput(
-            kept=annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON]),
-            rejected=rejected if rejected.num_rows else None,
+            kept=restore(annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON])),
+            rejected=restore(rejected) if rejected.num_rows else None,
             dropped=dropped,
         )
 

@@ -57,3 +57,21 @@ def test_paragraph_annotate_checks_its_own_columns(tmp_path, capsys):
     assert main([*run, "--output", str(tmp_path / "oc"), "--output-column", "para"]) == 0
     out = pq.read_table(tmp_path / "oc").sort_by("id")
     assert out["dup_paragraphs"].to_pylist() == [7, 7, 7] and out["para_paragraphs"].to_pylist() == [0, 1, 0]
+
+
+def test_paragraph_bloom_and_url_commands_check_their_columns(tmp_path, capsys):
+    src = _input(tmp_path, dup_paragraphs=[7, 7, 7], dup_keep=[True, True, True], url=["https://example.org/a", "https://EXAMPLE.org/a", "https://example.org/b"])
+    bloom = ["dedup", "paragraph", src, "--method", "bloom", "--expected", "100", "--mode", "annotate",
+             "--executor", "inprocess"]
+    assert main([*bloom, "--output", str(tmp_path / "r")]) == 1
+    assert "a column 'dup_paragraphs'" in capsys.readouterr().err
+    assert main([*bloom, "--output", str(tmp_path / "oc"), "--output-column", "para"]) == 0
+    out = pq.read_table(tmp_path / "oc")
+    assert out["dup_paragraphs"].to_pylist() == [7, 7, 7] and "para_paragraph_bytes" in out.column_names
+
+    url = ["dedup", "url", src, "--executor", "inprocess"]
+    assert main([*url, "--output", str(tmp_path / "u")]) == 1
+    assert "a column 'dup_keep'" in capsys.readouterr().err
+    assert main([*url, "--output", str(tmp_path / "urm"), "--mode", "remove"]) == 0
+    kept = pq.read_table(tmp_path / "urm").sort_by("id")
+    assert kept["id"].to_pylist() == ["a", "c"] and kept["dup_keep"].to_pylist() == [True, True]

@@ -169,3 +169,14 @@ def test_check_names_every_clash_and_passes_empty_and_overwrite(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     check_input_columns([str(empty)], ["lang"], overwrite=False)  # no rows, no columns: nothing to replace
+
+
+def test_one_pass_filter_keeps_an_input_drop_reason():
+    from zephyr.pipelines.quality.stages import HeuristicFilter
+
+    t = pa.table({"text": [GOOD, "short", None], "drop_reason": ["x", "y", "z"]})
+    out = HeuristicFilter("c4")(t)
+    assert out.kept.to_pylist() == [{"text": GOOD, "drop_reason": "x"}]
+    assert out.rejected.select(["drop_reason", "reject_reason"]).to_pylist() == [
+        {"drop_reason": "z", "reject_reason": "null_text"}]
+    assert sum(out.dropped.values()) == 1
