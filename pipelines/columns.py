@@ -3,7 +3,7 @@
 Why: ``zephyr langid`` used to replace a claimed ``lang`` column without a word (``zephyr.io.added_columns``),
 and a pipeline built on the same steps did the same, deep inside a run. ``check_added_columns(config)`` walks
 the enabled stages in order before any work: it starts from the read stage's input files (their footers or
-first blocks, ``zephyr.io.input_schema.peek_schemas``, plus the source column the read stage fills in) and
+first blocks, ``zephyr.io.schema_plan.peek_schemas``, plus the source column the read stage fills in) and
 adds what each stage writes. A stage whose columns are already there fails in one line naming the stage, the
 column, where it came from (an input file or an earlier stage) and the two keys that fix it: ``overwrite:
 true`` or ``output_column: NAME``.
@@ -55,7 +55,7 @@ def added_columns(entry: StageEntry, config: PipelineConfig) -> tuple[str, ...]:
 
 def _read_columns(entry: StageEntry, config: PipelineConfig) -> dict[str, str]:
     """Column → the first input file that has it, for the read stage's files (plus the source column)."""
-    from zephyr.io.input_schema import peek_schemas
+    from zephyr.io.schema_plan import peek_schemas
     from zephyr.io.paths import input_files
     from zephyr.io.sources import list_shards
 

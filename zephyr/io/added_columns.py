@@ -13,7 +13,7 @@ Two entry points, one rule:
 - ``check_added_columns(names, added, overwrite=..., where=...)`` checks one schema (a batch inside a stage,
   a table given to a plain function);
 - ``check_input_columns(paths, added, overwrite=..., format=...)`` runs it on every input file before a job
-  starts, reading only footers / first blocks (``zephyr.io.input_schema.peek_schemas``), so a command fails in
+  starts, reading only footers / first blocks (``zephyr.io.schema_plan.peek_schemas``), so a command fails in
   one line before any work instead of inside a task.
 
 A step that uses columns of its own only on the way (dedup's ``dup_*`` before removal, the filter's
@@ -92,7 +92,7 @@ def check_input_columns(
     order, names its file. A JSONL or Vortex file without rows has no columns and passes."""
     if overwrite or not added:
         return
-    from zephyr.io.input_schema import peek_schemas
+    from zephyr.io.schema_plan import peek_schemas
     from zephyr.io.sources import list_shards
 
     for path, schema in peek_schemas(list_shards(paths, format)):
