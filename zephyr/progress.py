@@ -15,6 +15,7 @@ or, used from Python with ``progress=True`` and none installed, opens its own fo
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 import threading
 import time
@@ -75,7 +76,17 @@ class Display:
         if self._bar is None:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=tasks, desc=self.label, unit="task", leave=True, dynamic_ncols=True, file=sys.stderr)
+            # a terminal that reports a size of 0 x 0 (a fresh pty): tqdm would hide the bar below row 0
+            size = shutil.get_terminal_size((120, 24))
+            self._bar = tqdm(
+                total=tasks,
+                desc=self.label,
+                unit="task",
+                leave=True,
+                ncols=size.columns or 120,
+                nrows=size.lines or 24,
+                file=sys.stderr,
+            )
         self.steps += 1
         self._bar.reset(total=tasks)
         self._bar.set_description_str(f"{self.label} [{self.steps}: {_short(name)}]", refresh=False)
