@@ -328,12 +328,12 @@ def _run_pipeline(
     from zephyr.pipelines.columns import check_added_columns
     from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
 
-    from zephyr import job_stats
+    from zephyr import job_stats, progress
 
     execution_kw = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
     if execution_kw.get("progress") is None:
-        execution_kw["progress"] = reporter.tty  # task bars only on a terminal
+        execution_kw["progress"] = reporter.tty  # progress lines only on a terminal
     enabled = [(i, e) for i, e in enumerate(config.stages) if e.enabled]
     names = [e.name for _, e in enabled]
     for flag, value in (("--from", from_stage), ("--until", until_stage)):
@@ -394,8 +394,9 @@ def _run_pipeline(
                 execution=execution_kw, earlier=by_name, tokenize_dir=tokenize_dir,
             )
             began = time.perf_counter()
-            with job_stats.recording() as jobs:  # a stage may run several engine jobs (dedup, tokenize)
-                outcome = RUNNERS[entry.type](ctx)
+            label = f"[{position}/{total}] {entry.name}"  # one progress line per stage, left when it ends
+            with job_stats.recording() as jobs, progress.command(label, execution_kw.get("progress")):
+                outcome = RUNNERS[entry.type](ctx)  # a stage may run several engine jobs (dedup, tokenize)
             seconds = time.perf_counter() - began
             record = {
                 "version": STATS_VERSION,

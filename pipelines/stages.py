@@ -326,7 +326,7 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
         ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
     annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(str(scratch), **ctx.engine("annotate"))
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
-    examples = filter_collector(ctx, ReasonGroups(reason, skip=(NULL_TEXT,)))
+    examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
     kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
     kept = kept.map_batches(RouteByReason("kept", reason, aside), name=route)
     outcome = _finish(ctx, kept, (route,), step="kept")

@@ -48,6 +48,12 @@ def _common_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
+    group.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one progress line on stderr: rows and bytes read, rate, ETA (default: only on a terminal)",
+    )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
 
@@ -101,6 +107,7 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         memory_budget=args.memory_budget,
         work_dir=args.work_dir,
         max_retries=args.max_retries,
+        progress=getattr(args, "progress", None),
     )
 
 
@@ -122,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _label(args: argparse.Namespace) -> str:
+    """``zephyr dedup fuzzy``: the command words the user typed (the parsers' ``*command`` destinations)."""
+    words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
+    return "zephyr " + " ".join(str(w) for w in words if w)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -135,7 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from zephyr.io.paths import check_output_dir
 
             check_output_dir(args.output)
-        return int(args.func(args) or 0)
+        from zephyr import progress
+
+        with progress.command(_label(args), getattr(args, "progress", None)):
+            return int(args.func(args) or 0)
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         from zephyr.cli_errors import report_failure
 

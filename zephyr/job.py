@@ -21,7 +21,6 @@ import math
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -34,7 +33,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import job_stats
+from zephyr import job_stats, progress
 from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
@@ -140,7 +139,7 @@ class Job:
         self._column_bytes: dict[int, dict[str, int]] = {}
         self._input_schemas: dict[int, pa.Schema | None] = {}  # per source: what every task casts to
         self.started = time.time()
-        self._progress = options.progress if options.progress is not None else sys.stderr.isatty()
+        self._progress = progress.enabled(options.progress)
 
     def __enter__(self) -> Job:
         return self
@@ -255,11 +254,13 @@ class Job:
         skipped = len(tasks) - len(todo)
         if skipped:
             log.info("stage %s: %d of %d tasks already done (resumed)", name, skipped, len(tasks))
-        bar = None
-        if self._progress and todo:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(todo), desc=name[:60], unit="task", leave=True)
+        display = progress.current()
+        own = None
+        if display is None and self._progress and todo:  # from Python, no command display installed
+            own = progress.command("zephyr", True)
+            display = own.__enter__()
+        if display is not None and todo:
+            display.step(name, len(todo))
         tries: dict[int, int] = {}
         retried = 0
         try:
@@ -269,8 +270,8 @@ class Job:
                     task = todo[position]
                     if outcome.ok:
                         markers[task.index] = outcome.value
-                        if bar is not None:
-                            bar.update(1)
+                        if display is not None:
+                            display.advance(outcome.value.get("rows_in", 0), outcome.value.get("bytes_in", 0))
                         continue
                     outcome = explain_worker_death(
                         outcome,
@@ -299,8 +300,8 @@ class Job:
                     failed.append(task)
                 todo = failed
         finally:
-            if bar is not None:
-                bar.close()
+            if own is not None:
+                own.__exit__(None, None, None)
         self._timing = (time.perf_counter() - started, skipped, retried)
         return [markers[t.index] for t in tasks]
 

@@ -140,15 +140,17 @@ def read_marker(url: str, fingerprint: str) -> dict | None:
 
 
 class _Counted:
-    """Counts rows passing through an iterator of tables."""
+    """Counts rows and (decoded Arrow) bytes passing through an iterator of tables."""
 
     def __init__(self, tables: Iterator[pa.Table]):
         self.tables = tables
         self.rows = 0
+        self.bytes = 0
 
     def __iter__(self) -> Iterator[pa.Table]:
         for table in self.tables:
             self.rows += table.num_rows
+            self.bytes += table.nbytes
             yield table
 
 
@@ -187,6 +189,7 @@ def run_task(task: TaskSpec) -> dict:
         "input": task.description,
         "rows_in": source.rows + read_rejected,
         "rows_read_rejected": read_rejected,
+        "bytes_in": source.bytes,
         "ops": [c.as_dict() for c in op_counters],
         "counters": dict(user_counters),
         "quarantine": quarantine,
