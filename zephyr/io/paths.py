@@ -12,6 +12,8 @@ Contract:
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
 - ``check_output_dir`` fails before any work on a local output directory that cannot be written (an ``OutputError``
   naming it); ``naming_path`` gives an ``OSError`` raised mid-write without a file name (a full disk) the path.
+- ``write_bytes_atomic`` writes a small whole file (a tokenizer, a config) so that readers see the old file or
+  the complete new one, never a torn one.
 - ``file_stat`` is the one place that says whether an input changed since a run: its size and a version stamp
   (mtime in ns for local files; ETag, generation, version id or modification time from ``fsspec`` ``info()``
   on other filesystems), from one ``stat``/``info()`` call. Every resume fingerprint (engine sources, ``zephyr
@@ -48,6 +50,7 @@ __all__ = [
     "public_path",
     "check_output_dir",
     "naming_path",
+    "write_bytes_atomic",
     "FileStat",
     "file_stat",
 ]
@@ -111,6 +114,40 @@ def naming_path(path: str) -> Iterator[None]:
         if exc.filename is None and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
         raise
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write ``data`` to the file ``url`` (a path or fsspec URL) atomically, creating its folder.
+
+    The bytes go to a ``.tmp-`` sibling first (listings skip those names), which is then renamed over ``url``:
+    a crash leaves the old file or none, never half a file. Locally the rename is ``os.replace``; on an object
+    store the final object is written by one move (a copy of a complete object). An ``OSError`` becomes an
+    ``OutputError`` naming ``url`` and the fix.
+
+    >>> write_bytes_atomic("memory:///atomic/out.json", b"{}")
+    >>> fsspec.filesystem("memory").cat_file("/atomic/out.json")
+    b'{}'
+    """
+    fs, path = filesystem(url)
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        parent = posixpath.dirname(path)
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        with naming_path(tmp):
+            if is_local(fs):
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            else:
+                fs.pipe_file(tmp, data)
+                fs.mv(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            fs.rm(tmp)
+        raise OutputError(
+            f"cannot write {url}: {describe_os_error(exc, exc.filename or url)}", path=url, errno=exc.errno
+        ) from exc
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
