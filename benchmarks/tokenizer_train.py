@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/tokenizer_train.py                         # 8, 32, 96 MB samples, appends
     .venv/bin/python benchmarks/tokenizer_train.py --mb 8,32 --vocab-size 32768 --no-append
+    .venv/bin/python benchmarks/tokenizer_train.py --mb '' --budgets 512MiB,1GiB   # the cap on real data
 
 Each run is its own process, its RSS (whole process tree) sampled every 0.1 s from outside
 (``benchmarks/_measure.py``), on the benchmark corpus (``/work/corpus/medium/docs``: web pages, code, man pages
@@ -30,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, publish, run_measured  # noqa: E402
+
+from zephyr.sizes import parse_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / ".out" / "tokenizer_train"
@@ -93,12 +96,17 @@ def main() -> None:
     parser.add_argument("--docs", default="/work/corpus/medium/docs")
     parser.add_argument("--mb", default="8,32,96", help="sample sizes in MB, comma-separated")
     parser.add_argument("--vocab-size", type=int, default=32768)
+    parser.add_argument(
+        "--budgets",
+        default="",
+        help="also run zephyr with these --memory-budget values (default sample 256MB)",
+    )
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     load0 = os.getloadavg()[0]
     rows = []
-    for mb in (float(x) for x in args.mb.split(",")):
+    for mb in (float(x) for x in filter(None, args.mb.split(","))):
         nbytes = int(mb * 1e6)
         ours = _run("zephyr", ZEPHYR, args.docs, nbytes, args.vocab_size, "1TiB")
         peer = _run("in-memory", IN_MEMORY, args.docs, nbytes, args.vocab_size, "")
@@ -112,6 +120,16 @@ def main() -> None:
                 f"| {r['per_byte']:.2f} | {r['wall_s']:.1f} | {'yes' if same else 'NO'} |"
             )
         print(json.dumps({"mb": mb, "zephyr": ours, "in_memory": peer}), file=sys.stderr)
+    for budget in filter(None, args.budgets.split(",")):
+        r = _run(f"budget-{budget}", ZEPHYR, args.docs, 256_000_000, args.vocab_size, budget)
+        summary = json.loads((OUT / f"budget-{budget}-256000000.log").read_text().splitlines()[-1])
+        within = "yes" if r["peak_rss_mb"] * 1e6 < parse_bytes(budget) else "NO"
+        r["per_byte"] = r["growth_mb"] * 1e6 / summary["sample_bytes"]  # the bound, not the 256 MB asked for
+        rows.append(
+            f"| {summary['sample_bytes'] / 1e6:.0f} (bound of --memory-budget {budget}) | zephyr tokenizer "
+            f"train | {r['peak_rss_mb']:.0f} | {r['before_mb']:.0f} | {r['growth_mb']:.0f} | "
+            f"{r['per_byte']:.2f} | {r['wall_s']:.1f} | peak within budget: {within} |"
+        )
     cmd = "python benchmarks/tokenizer_train.py " + " ".join(sys.argv[1:])
     text = (
         f"\n### Tokenizer training memory — {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {machine()}\n\n"

@@ -27,10 +27,12 @@ the end); then, for training, one 32-byte symbol per character of every distinct
 a pair → set-of-words index over every adjacent pair of every distinct word, and the merge queue. So the
 peak grows with the *distinct* words of the sample (Heaps' law: sublinearly in its bytes; much faster for
 code and many languages than for English prose), plus up to ``_BUFFERED_ITEMS`` documents the binding
-buffers. ``sample_bound`` turns a memory budget into the sample bound with ``_RSS_PER_SAMPLE_BYTE``, the
-worst ratio of peak RSS growth to sample bytes measured on the benchmark corpus (web pages, code, man pages
-in many languages; benchmarks/tokenizer_train.py, rows in benchmarks/RESULTS.md), with headroom. The
-arithmetic is logged in one line.
+buffers. ``sample_bound`` turns a memory budget into the sample bound with a linear model, peak RSS ≤
+``_BASE_RSS_BYTES`` + ``_RSS_PER_SAMPLE_BYTE`` × sample bytes, fitted with headroom to peaks measured on the
+benchmark corpus (web pages, code, man pages in many languages: many distinct words per byte;
+benchmarks/tokenizer_train.py, rows in benchmarks/RESULTS.md). The arithmetic is logged in one line. What the
+model does not cover: Parquet row groups much larger than the benchmark's (their decode is part of the base),
+and many cores (rayon's per-thread word maps; measured on 2 cores).
 """
 
 from __future__ import annotations
@@ -71,10 +73,13 @@ _BUFFERED_ITEMS = 256
 """Items the ``tokenizers`` binding pulls from the iterator ahead of its threads (its ``PyBufferedIterator``)."""
 _READ_BATCH_BYTES = 8 << 20
 """Bytes per record batch read from a file while sampling."""
-_BASE_RSS_BYTES = 256 << 20
-"""What the process holds before training: Python, pyarrow, the tokenizers library, one read batch."""
-_RSS_PER_SAMPLE_BYTE = 12.0
-"""Peak RSS growth per sample byte, worst case measured (see the module docstring), with headroom."""
+_BASE_RSS_BYTES = 320 << 20
+"""What the process holds besides the trainer's per-byte state: Python and its libraries (~80 MB), the decode
+of one input row group (the benchmark corpus has 32 MiB of text per row group), the trainer's fixed costs."""
+_RSS_PER_SAMPLE_BYTE = 6.0
+"""Peak RSS per sample byte above ``_BASE_RSS_BYTES``. Measured on the benchmark corpus, vocab 32,768: peak
+385 MB at a 16 MB sample, 436 at 34, 605 at 64, 939 at 123 (slopes 3-6 bytes per byte); the model gives 431,
+558, 719 and 1,073 MB there: 12-28% headroom."""
 _MIN_SAMPLE_BYTES = 1 << 20
 
 
@@ -136,7 +141,7 @@ def sample_bound(sample_bytes: int | str, memory_budget: int | str | None) -> in
         )
     bound = min(wanted, allowed)
     log.info(
-        "tokenizer sample bound %s = min(requested %s, (budget %s - base %s) / %.1f RSS bytes per sample byte)",
+        "tokenizer sample bound %s = min(requested %s, (budget %s - base %s) / %.1f peak RSS bytes per sample byte)",
         format_bytes(bound),
         format_bytes(wanted),
         format_bytes(budget),
@@ -191,14 +196,23 @@ def _cut(text: str, limit: int) -> str:
 
 
 def _pieces(text: str) -> Iterator[str]:
-    """``text`` in pieces of at most ``_PIECE_BYTES`` bytes, cut after a newline where there is one."""
-    while len(text) * 4 > _PIECE_BYTES and len(text.encode("utf-8")) > _PIECE_BYTES:
-        head = text.encode("utf-8")[:_PIECE_BYTES].decode("utf-8", errors="ignore")
-        cut = head.rfind("\n") + 1 or len(head)
-        yield text[:cut]
-        text = text[cut:]
-    if text:
+    """``text`` in pieces of at most ``_PIECE_BYTES`` UTF-8 bytes, cut after a newline where the window has
+    one, else at a character boundary. The text is encoded once (linear in its length)."""
+    if len(text) * 4 <= _PIECE_BYTES:  # at most 4 bytes a character: short enough without encoding
         yield text
+        return
+    data = text.encode("utf-8")
+    start = 0
+    while len(data) - start > _PIECE_BYTES:
+        end = data.rfind(b"\n", start, start + _PIECE_BYTES) + 1  # a newline is never inside a character
+        if end <= start:
+            end = start + _PIECE_BYTES
+            while data[end] & 0xC0 == 0x80:  # a continuation byte: step back to the character's start
+                end -= 1
+        yield data[start:end].decode("utf-8")
+        start = end
+    if start < len(data):
+        yield data[start:].decode("utf-8")
 
 
 def iter_sample(

@@ -95,6 +95,9 @@ def test_long_documents_go_to_the_trainer_in_pieces(tmp_path, monkeypatch):
     text = "".join(f"line {i:02d} of a long document\n" for i in range(10))  # 28 bytes a line
     pieces = list(iter_sample(str(_jsonl(tmp_path / "a.jsonl", [text])), 10_000))
     assert "".join(pieces) == text and all(len(p.encode()) <= 64 and p.endswith("\n") for p in pieces)
+    no_newline = "é" * 100  # 200 bytes, 2 a character: cut at character boundaries
+    pieces = list(module._pieces(no_newline))
+    assert "".join(pieces) == no_newline and [len(p.encode()) for p in pieces] == [64, 64, 64, 8]
 
 
 def test_memory_budget_lowers_the_sample_bound():
