@@ -366,12 +366,14 @@ class TokenizeStage:
     """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given."""
 
     tokenizer: str | None = _path(None)
-    """A HF ``tokenizer.json``; ``None`` trains a byte-level BPE of ``vocab_size`` on the stage input and
-    saves it as ``tokenizer.json`` in the stage folder."""
+    """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
+    byte-level BPE of ``vocab_size`` on the stage input, as ``zephyr tokenizer train`` does (the same function,
+    ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the stage folder."""
     vocab_size: int = 8192
-    """Vocabulary of the trained tokenizer (only without ``tokenizer``)."""
+    """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
     tokenizer_train_bytes: str = "32MB"
-    """Text used to train the tokenizer: the first documents of the input up to this many bytes."""
+    """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
+    trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
     shard_size: str = "512MB"
     """Target bytes of tokens per shard."""
     seed: int = 0
@@ -386,7 +388,7 @@ class TokenizeStage:
     def __post_init__(self) -> None:
         from zephyr.sizes import parse_bytes
 
-        _at_least("vocab_size", self.vocab_size, 300)
+        _at_least("vocab_size", self.vocab_size, 258)
         _at_least("batch_rows", self.batch_rows, 1)
         for key in ("tokenizer_train_bytes", "shard_size"):
             try:

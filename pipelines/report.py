@@ -32,6 +32,7 @@ from zephyr.pipelines.config import DATA_STAGES
 from zephyr.pipelines.examples import read_examples
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
 from zephyr.pipelines.report_plots import make_plots, retention_start
+from zephyr.pipelines.runner import rows_rewritten
 
 from zephyr.errors import InputError
 
@@ -123,6 +124,14 @@ def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
             else "Row accounting: SOME STAGES DO NOT BALANCE — see the table above.",
         )
     )
+    rewritten = [(s, rows_rewritten(s)) for s in stages if rows_rewritten(s)]
+    if rewritten:
+        parts = []
+        for s, n in rewritten:
+            removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
+            parts.append(f"`{s['stage']}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+                         + (f" ({_n(removed)} bytes removed)" if removed else ""))
+        blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
     total_seconds = sum(s["seconds"] for s in stages)
     blocks.append(("p", f"Total stage time: {total_seconds:.1f} s (stages skipped in this run show their original time)."))
     for name in ("rows", "time"):
@@ -223,8 +232,11 @@ def _token_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
         extra = s.get("extra", {})
         blocks.append(("h", 2, "Tokens"))
         trained = extra.get("tokenizer_trained_on")
-        tok_note = (f" (a {extra.get('vocab_size')}-entry BPE trained here on {_n(trained['documents'])} documents)"
-                    if trained else "")
+        tok_note = (
+            f" (a {extra.get('vocab_size')}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
+            f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the stage input)"
+            if trained else ""
+        )
         blocks.append(
             (
                 "p",

@@ -103,6 +103,9 @@ class ProgressReporter:
                 f"in {record['rows_in']:,}, kept {record['rows_kept']:,}, dropped {record['rows_dropped']:,}, "
                 f"quarantined {record['rows_quarantined']:,}"
             )
+            rewritten = rows_rewritten(record)
+            if rewritten:
+                body += f", rewritten {rewritten:,}"
             if record["type"] == "tokenize":
                 body += f", {record['extra'].get('num_tokens', 0):,} tokens"
         else:
@@ -113,6 +116,11 @@ class ProgressReporter:
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
         self._write(f"[{position}/{total}] {record['stage']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
+
+
+def rows_rewritten(record: dict[str, Any]) -> int:
+    """Rows a stage kept but changed (its ``<step>/rows_rewritten`` counters, e.g. normalization's)."""
+    return sum(int(n) for name, n in record.get("counters", {}).items() if name.endswith("/rows_rewritten"))
 
 
 def stage_dir_name(index: int, entry: StageEntry) -> str:

@@ -16,8 +16,8 @@ Accounting. Every data stage ends its plan with operators of this module, named 
 
 The packages behind the adapters: ``zephyr.pipelines.quality`` (normalize, langid, heuristics, classifier),
 ``zephyr.dedup`` (exact and fuzzy dedup, engine stages in annotate mode), ``zephyr.tokenize``
-(``write_token_shards``) and ``zephyr.trainer`` (``train``). HF ``tokenizers`` trains the BPE of a pipeline
-without a tokenizer.
+(``write_token_shards``; ``train_tokenizer``, the function of ``zephyr tokenizer train``, makes the BPE of a
+pipeline without a tokenizer) and ``zephyr.trainer`` (``train``).
 """
 
 from __future__ import annotations
@@ -55,9 +55,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-EOS_TOKEN = "<|endoftext|>"
-
 
 @dataclass
 class StageContext:
@@ -421,18 +418,16 @@ def _parquet_rows(files: list[str]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def _first_texts(files: list[str], column: str, max_rows: int | None = None, max_bytes: int | None = None) -> list[str]:
-    """The first non-null texts of some Parquet parts, in file order, up to a row or byte cap."""
+def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
+    """The first non-null texts of some Parquet parts, in file order, up to ``max_rows``."""
     import pyarrow.parquet as pq
 
     texts: list[str] = []
-    total = 0
     for path in files:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column]):
             for text in batch.column(0).drop_null().to_pylist():
                 texts.append(text)
-                total += len(text)
-                if (max_rows is not None and len(texts) >= max_rows) or (max_bytes is not None and total >= max_bytes):
+                if len(texts) >= max_rows:
                     return texts
     return texts
 
@@ -501,33 +496,11 @@ def run_quality(ctx: StageContext) -> StageOutcome:
     return outcome
 
 
-def train_bpe_tokenizer(texts: list[str], vocab_size: int, output: Path) -> Path:
-    """A byte-level BPE (GPT-2 style pre-tokenizer, ``<|endoftext|>`` as EOS) trained on ``texts``.
-
-    The same texts give the same merges (HF's trainer is deterministic), so a rerun reproduces the file."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tokenizer.save(str(tmp))
-    os.replace(tmp, output)
-    return output
-
-
 def run_tokenize(ctx: StageContext) -> StageOutcome:
+    from zephyr.tokenize.train_tokenizer import train_tokenizer
     from zephyr.tokenize.writer import write_token_shards
 
-    from zephyr.sizes import parse_bytes
+    from zephyr.options import DEFAULT_MEMORY_BUDGET
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -536,13 +509,16 @@ def run_tokenize(ctx: StageContext) -> StageOutcome:
     extra: dict[str, Any] = {}
     if cfg.tokenizer:
         tokenizer = Path(cfg.tokenizer)
-    else:
-        tokenizer = ctx.stage_dir / "tokenizer.json"
-        budget = parse_bytes(cfg.tokenizer_train_bytes)
-        texts = _first_texts(ctx.inputs, p.text_column, max_bytes=budget)
-        train_bpe_tokenizer(texts, cfg.vocab_size, tokenizer)
-        extra["tokenizer_trained_on"] = {"documents": len(texts), "characters": sum(map(len, texts))}
-        log.info("tokenize: trained a %d-token BPE on %d documents -> %s", cfg.vocab_size, len(texts), tokenizer)
+    else:  # what `zephyr tokenizer train STAGE_INPUT --vocab-size N --output tokenizer.json` does
+        trained = train_tokenizer(
+            ctx.inputs, vocab_size=cfg.vocab_size, output=str(ctx.stage_dir / "tokenizer.json"),
+            text_column=p.text_column, sample_bytes=cfg.tokenizer_train_bytes,
+            memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET), format="parquet",
+        )
+        tokenizer = Path(trained.output)
+        extra["tokenizer_trained_on"] = trained.to_dict()
+        log.info("tokenize: trained a %d-token BPE on %d documents -> %s", trained.vocab_size, trained.documents,
+                 tokenizer)
     columns = [p.text_column, p.id_column, p.source_column]
     result = write_token_shards(
         ctx.read_inputs(columns),

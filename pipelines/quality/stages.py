@@ -58,7 +58,16 @@ class Normalize:
     text_column: str = "text"
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        return normalize_text(table, self.config, text_column=self.text_column)
+        """Normalized ``table``; counts ``normalize/rows_rewritten`` (texts that changed) and
+        ``normalize/bytes_removed`` (UTF-8 bytes fewer), so a report shows what normalization did."""
+        out = normalize_text(table, self.config, text_column=self.text_column)
+        before, after = table.column(self.text_column), out.column(self.text_column)
+        if table.num_rows and not pa.types.is_null(before.type):
+            changed = pc.sum(pc.fill_null(pc.not_equal(before, after.cast(before.type)), False)).as_py() or 0
+            removed = (pc.sum(pc.binary_length(before)).as_py() or 0) - (pc.sum(pc.binary_length(after)).as_py() or 0)
+            counters.increment("normalize/rows_rewritten", int(changed))
+            counters.increment("normalize/bytes_removed", int(removed))
+        return out
 
 
 @dataclass

@@ -12,6 +12,8 @@ Contract:
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
 - ``check_output_dir`` fails before any work on a local output directory that cannot be written (an ``OutputError``
   naming it); ``naming_path`` gives an ``OSError`` raised mid-write without a file name (a full disk) the path.
+- ``write_bytes_atomic`` writes a small whole file (a tokenizer, a config) so that readers see the old file or
+  the complete new one, never a torn one.
 - ``file_stat`` is the one place that says whether an input changed since a run: its size and a version stamp
   (mtime in ns for local files; ETag, generation, version id or modification time from ``fsspec`` ``info()``
   on other filesystems), from one ``stat``/``info()`` call. Every resume fingerprint (engine sources, ``zephyr
@@ -50,6 +52,7 @@ __all__ = [
     "naming_path",
     "atomic_output",
     "atomic_write",
+    "write_bytes_atomic",
     "FileStat",
     "file_stat",
 ]
@@ -151,6 +154,23 @@ def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Ite
         fs, path = url_to_fs(tmp)
         with fs.open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
             yield handle
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write ``data`` to the file ``url`` (a path or fsspec URL) atomically, creating its folder
+    (``atomic_write``); an ``OSError`` becomes an ``OutputError`` naming ``url`` and the fix.
+
+    >>> write_bytes_atomic("memory:///atomic/out.json", b"{}")
+    >>> fsspec.filesystem("memory").cat_file("/atomic/out.json")
+    b'{}'
+    """
+    try:
+        with naming_path(url), atomic_write(url) as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write {url}: {describe_os_error(exc, exc.filename or url)}", path=url, errno=exc.errno
+        ) from exc
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
