@@ -47,7 +47,7 @@ def init_distributed(info: DeviceInfo) -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world > 1 and not dist.is_initialized():
         kwargs = {}
-        if info.type in ("cuda", "xpu"):
+        if info.device.type in ("cuda", "xpu"):
             kwargs["device_id"] = info.device
         dist.init_process_group(backend=info.dist_backend, rank=rank, world_size=world, **kwargs)
         log.info("joined process group: rank %d of %d (%s)", rank, world, info.dist_backend)
