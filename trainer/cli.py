@@ -62,6 +62,12 @@ _MODEL = {
 _MOE = {
     "dispatch": (str, "MoE dispatch: auto, grouped_mm, loop or capacity"),
     "capacity_factor": (float, "capacity dispatch: slots per expert relative to an even split"),
+    "balance": (
+        str,
+        "router load balancing: bias (aux-loss-free, the default), quantile (Quantile Balancing) or aux",
+    ),
+    "bias_update_rate": (float, "--balance bias: bias step per optimizer step"),
+    "balance_loss_weight": (float, "weight of the sequence-level balance loss (needed by --balance aux)"),
 }
 
 
