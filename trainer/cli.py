@@ -100,6 +100,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="torch.compile each transformer block",
     )
     p.add_argument(
+        "--activation-checkpointing",
+        dest="activation_checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="recompute each block's activations in the backward pass (less memory, ~1 more forward)",
+    )
+    p.add_argument(
         "--qk-norm",
         dest="qk_norm",
         action=argparse.BooleanOptionalAction,
@@ -151,8 +158,9 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
     for dest in _TOP:
         if dest in given:
             raw[dest] = given[dest]
-    if "compile" in given:
-        raw["compile"] = given["compile"]
+    for flag in ("compile", "activation_checkpointing"):
+        if flag in given:
+            raw[flag] = given[flag]
     if "data" in given:
         raw["data"] = _parse_data(given["data"])
     # a section that is not a mapping is left as it is for TrainConfig.from_dict to report by its key

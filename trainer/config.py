@@ -364,6 +364,9 @@ class TrainConfig:
     """Autocast dtype: ``auto`` means bf16 where the device supports it, fp32 on CPU."""
     compile: bool = False
     """``torch.compile`` each transformer block separately."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass instead of keeping them (``Block``): less
+    memory (``zephyr train check`` estimates both), about one more forward pass of compute."""
     seed: int = _range(0, default=0)
     """Seeds initialization and data order (numpy seeds must be >= 0)."""
     checkpoint_dir: str | None = None

@@ -61,8 +61,12 @@ def destroy_distributed() -> None:
         dist.destroy_process_group()
 
 
-def parallelize(model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool) -> nn.Module:
-    """Compile blocks and/or shard them with FSDP2, in place; returns ``model``."""
+def parallelize(
+    model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool, activation_checkpointing: bool = False
+) -> nn.Module:
+    """Checkpoint, compile and/or shard the blocks with FSDP2, in place; returns ``model``."""
+    for block in model.layers:
+        block.checkpoint_activations = activation_checkpointing
     if compile:
         for block in model.layers:
             block.compile()

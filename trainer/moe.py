@@ -30,7 +30,9 @@ the routing weights, no atomics.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -39,10 +41,37 @@ from zephyr.trainer.balance import chunk_quantile_bias, mean_quantile_bias
 from zephyr.trainer.config import MoEConfig
 from zephyr.trainer.layers import SwiGLU
 
-__all__ = ["MoE", "Router", "GroupedExperts", "update_expert_bias", "moe_layers", "GROUP_ALIGN_ROWS"]
+__all__ = [
+    "MoE",
+    "Router",
+    "GroupedExperts",
+    "update_expert_bias",
+    "moe_layers",
+    "recomputing_activations",
+    "GROUP_ALIGN_ROWS",
+]
 
 GROUP_ALIGN_ROWS = 16
 """Each expert's group in the grouped_mm buffer starts at a multiple of this many rows (16 covers bf16/fp8)."""
+
+
+_recomputing = False
+"""True while activation checkpointing recomputes a block (``recomputing_activations``)."""
+
+
+@contextlib.contextmanager
+def recomputing_activations() -> Iterator[None]:
+    """Mark a block's recomputation in the backward pass (activation checkpointing's second forward).
+
+    The routers' counters (loads, dropped tokens, quantile estimates) were updated by the block's first
+    forward; inside this context they are left alone, so every token is counted once.
+    """
+    global _recomputing
+    before, _recomputing = _recomputing, True
+    try:
+        yield
+    finally:
+        _recomputing = before
 
 
 class Router(nn.Module):
@@ -86,7 +115,8 @@ class Router(nn.Module):
                 counts_E.scatter_add_(
                     0, experts_TK.reshape(-1), torch.ones_like(experts_TK, dtype=torch.float32).reshape(-1)
                 )
-                self.tokens_per_expert.add_(counts_E)
+                if not _recomputing:
+                    self.tokens_per_expert.add_(counts_E)
             if self.cfg.balance_loss_weight > 0 and self.training:
                 aux = sequence_balance_loss(scores_TE.view(B, L, E), experts_TK.view(B, L, K), E, K)
                 aux = aux * self.cfg.balance_loss_weight
@@ -100,7 +130,7 @@ class Router(nn.Module):
         if self.cfg.balance != "quantile":
             return torch.topk(scores_TE + self.expert_bias, K, dim=-1).indices
         top = torch.topk(scores_TE + self.expert_bias, K + 1, dim=-1)
-        if self.training:
+        if self.training and not _recomputing:
             self.quantile_bias_sum.add_(chunk_quantile_bias(top.values[:, K], scores_TE, K))
             self.quantile_chunks.add_(1.0)
         return top.indices[:, :K]
@@ -250,8 +280,9 @@ class MoE(nn.Module):
             out_ECD = self.experts.run_batched(buf[:trash].view(E, C, -1))
             out_ext = torch.cat([out_ECD.reshape(trash, -1), out_ECD.new_zeros(1, out_ECD.shape[-1])], dim=0)
             out_SD = out_ext[dest_S]
-            with torch.no_grad():
-                self.router.dropped_tokens.add_((~keep_S).sum().to(torch.float32))
+            if not _recomputing:
+                with torch.no_grad():
+                    self.router.dropped_tokens.add_((~keep_S).sum().to(torch.float32))
 
         # Deterministic combine: put slot outputs back in (token, k) order, weight, sum over k.
         slot_out = torch.empty_like(out_SD).index_copy(0, order_S, out_SD).view(T, K, -1)

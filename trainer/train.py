@@ -139,7 +139,13 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
             dinfo.world_size,
             fpt,
         )
-    parallelize(model, compile=cfg.compile, fsdp=dinfo.distributed, bf16=bf16 and info.type != "cpu")
+    parallelize(
+        model,
+        compile=cfg.compile,
+        fsdp=dinfo.distributed,
+        bf16=bf16 and info.type != "cpu",
+        activation_checkpointing=cfg.activation_checkpointing,
+    )
     autocast = (
         torch.autocast(info.device.type, dtype=torch.bfloat16)
         if bf16 and not dinfo.distributed
