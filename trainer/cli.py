@@ -62,6 +62,12 @@ _MODEL = {
 _MOE = {
     "dispatch": (str, "MoE dispatch: auto, grouped_mm, loop or capacity"),
     "capacity_factor": (float, "capacity dispatch: slots per expert relative to an even split"),
+    "balance": (
+        str,
+        "router load balancing: bias (aux-loss-free, the default), quantile (Quantile Balancing) or aux",
+    ),
+    "bias_update_rate": (float, "--balance bias: bias step per optimizer step"),
+    "balance_loss_weight": (float, "weight of the sequence-level balance loss (needed by --balance aux)"),
 }
 
 
@@ -92,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         action=argparse.BooleanOptionalAction,
         default=S,
         help="torch.compile each transformer block",
+    )
+    p.add_argument(
+        "--activation-checkpointing",
+        dest="activation_checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="recompute each block's activations in the backward pass (less memory, ~1 more forward)",
     )
     p.add_argument(
         "--qk-norm",
@@ -145,8 +158,9 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
     for dest in _TOP:
         if dest in given:
             raw[dest] = given[dest]
-    if "compile" in given:
-        raw["compile"] = given["compile"]
+    for flag in ("compile", "activation_checkpointing"):
+        if flag in given:
+            raw[flag] = given[flag]
     if "data" in given:
         raw["data"] = _parse_data(given["data"])
     # a section that is not a mapping is left as it is for TrainConfig.from_dict to report by its key

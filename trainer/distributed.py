@@ -47,7 +47,7 @@ def init_distributed(info: DeviceInfo) -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world > 1 and not dist.is_initialized():
         kwargs = {}
-        if info.type in ("cuda", "xpu"):
+        if info.device.type in ("cuda", "xpu"):
             kwargs["device_id"] = info.device
         dist.init_process_group(backend=info.dist_backend, rank=rank, world_size=world, **kwargs)
         log.info("joined process group: rank %d of %d (%s)", rank, world, info.dist_backend)
@@ -61,8 +61,12 @@ def destroy_distributed() -> None:
         dist.destroy_process_group()
 
 
-def parallelize(model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool) -> nn.Module:
-    """Compile blocks and/or shard them with FSDP2, in place; returns ``model``."""
+def parallelize(
+    model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool, activation_checkpointing: bool = False
+) -> nn.Module:
+    """Checkpoint, compile and/or shard the blocks with FSDP2, in place; returns ``model``."""
+    for block in model.layers:
+        block.checkpoint_activations = activation_checkpointing
     if compile:
         for block in model.layers:
             block.compile()
