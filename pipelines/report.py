@@ -30,9 +30,9 @@ from typing import Any
 
 from zephyr.pipelines.config import DATA_STAGES
 from zephyr.pipelines.examples import read_examples
+from zephyr.pipelines.records import rows_rewritten
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
 from zephyr.pipelines.report_plots import make_plots, retention_start
-from zephyr.pipelines.runner import rows_rewritten
 
 from zephyr.errors import InputError
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from zephyr.pipelines.config import DATA_STAGES, SOURCE_STAGES, PipelineConfig, StageEntry, check_inputs
+from zephyr.pipelines.records import rows_rewritten
 
 from zephyr.errors import ConfigError, ZephyrError
 
@@ -116,11 +117,6 @@ class ProgressReporter:
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
         self._write(f"[{position}/{total}] {record['stage']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
-
-
-def rows_rewritten(record: dict[str, Any]) -> int:
-    """Rows a stage kept but changed (its ``<step>/rows_rewritten`` counters, e.g. normalization's)."""
-    return sum(int(n) for name, n in record.get("counters", {}).items() if name.endswith("/rows_rewritten"))
 
 
 def stage_dir_name(index: int, entry: StageEntry) -> str:
