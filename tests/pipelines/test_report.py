@@ -165,6 +165,7 @@ def test_report_shows_examples_per_dedup_stage_and_filter(job):
     assert '<mark class="removed">&lt;script&gt;alert(1)&lt;/script&gt;</mark>' in page
     assert "Jaccard(kept, removed) = <b>0.9" in page
     assert "x/junk1" in page and "x/junk2" in markdown
+    assert SCRIPT not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt; buy now" in markdown
 
 
 def test_collected_examples_do_not_depend_on_the_task_split(tmp_path):
