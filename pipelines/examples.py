@@ -6,10 +6,10 @@ at report time: the stages record these rows as they go.
 
 **Collection.** A pass-through op, ``CollectExamples``, sits in a stage's plan just before the op that
 drops rows. It gives each row a *group* (filters: its drop reason, or ``kept``; dedup: its cluster, when the
-cluster has more than one row) and a *rank* (0 for a cluster's kept row, else the xxh3 of the row id with
+cluster has more than one row) and a *rank* (0 for a cluster's kept row, else the hash of the row id with
 the low bit set: a pseudo-random but fixed order, so the kept examples are not all from one source), and
 selects per group the ``per_group`` rows of smallest (rank, id); with ``max_groups``, only the groups whose
-key (the xxh3 of the group name) is smallest. The k smallest of a union are the k smallest of the parts'
+key (the hash of the group name) is smallest. The k smallest of a union are the k smallest of the parts'
 k smallest, so every executor, worker count and task split selects the same rows.
 
 Each op instance keeps its selection in memory; when a batch changes it, the rows that entered are written
@@ -96,11 +96,15 @@ _KEYS = (_GROUP, _GKEY, _RANK, _ID)
 
 
 def _hash64(values: pa.Array) -> np.ndarray:
-    """The first 64 bits of each string's xxh3-128 (``zephyr.dedup.hashing``): a stable pseudo-random order."""
-    from zephyr.dedup.hashing import xxh3_128_array
+    """A stable 64-bit hash of each string, vectorized: the dedup kernels' polynomial span hash of its bytes,
+    mixed with its length by ``fmix64`` (``zephyr.dedup.hashing``). Only orders rows; no security role."""
+    from zephyr.dedup.hashing import fmix64, span_hashes, string_buffers
 
-    digests = xxh3_128_array(values)
-    return np.ascontiguousarray(digests[:, :8]).view(">u8").reshape(-1).astype(np.uint64)
+    data, offsets = string_buffers(values)
+    starts, ends = offsets[:-1], offsets[1:]
+    spans = span_hashes(data, starts, ends) if len(data) else np.zeros(len(values), dtype=np.uint64)
+    spans[ends == starts] = 0
+    return fmix64(spans ^ fmix64((ends - starts).astype(np.uint64)))
 
 
 def _as_string(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -145,16 +149,32 @@ class ClusterGroups:
         return groups.combine_chunks() if isinstance(groups, pa.ChunkedArray) else groups, keepers
 
 
-def _select(keys: Any, per_group: int, max_groups: int | None) -> Any:
-    """The rows of a key frame (polars) that the selection rule keeps (see the module docstring)."""
-    import polars as pl
+def _select(keys: pa.Table, per_group: int, max_groups: int | None) -> np.ndarray:
+    """Positions in ``keys`` of the rows the selection rule keeps (see the module docstring), in order.
 
-    keys = keys.sort([_GKEY, _GROUP, _RANK, _ID])
-    keys = keys.filter(pl.int_range(pl.len()).over(_GROUP) < per_group)
+    One stable Arrow sort on (group key, group, rank, id); a row equal to the one before it (the same row
+    from a retried task, or already selected) is skipped, so earlier rows win ties."""
+    n = keys.num_rows
+    order = np.asarray(
+        pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in (_GKEY, _GROUP, _RANK, _ID)]),
+        dtype=np.int64,
+    )
+    group = np.asarray(pc.dictionary_encode(keys.column(_GROUP).combine_chunks()).indices, dtype=np.int64)[
+        order
+    ]
+    rank = np.asarray(keys.column(_RANK))[order]
+    ids = np.asarray(pc.dictionary_encode(keys.column(_ID).combine_chunks()).indices, dtype=np.int64)[order]
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = group[1:] != group[:-1]
+    repeat = np.zeros(n, dtype=bool)
+    repeat[1:] = ~new_group[1:] & (rank[1:] == rank[:-1]) & (ids[1:] == ids[:-1])
+    order, new_group = order[~repeat], new_group[~repeat]
+    group_no = np.cumsum(new_group) - 1
+    position = np.arange(len(order)) - np.flatnonzero(new_group)[group_no]
+    keep = position < per_group
     if max_groups is not None:
-        first = (pl.col(_GROUP) != pl.col(_GROUP).shift(1)).fill_null(True)
-        keys = keys.filter(first.cum_sum() <= max_groups)
-    return keys
+        keep &= group_no < max_groups
+    return order[keep]
 
 
 class CollectExamples:
@@ -199,59 +219,91 @@ class CollectExamples:
             or self.text_column not in table.column_names
         ):
             return table
-        rows = self._rows(table)
-        if rows is None:
+        keys = self._keys(table)
+        if keys is None:
             return table
         with self._lock:
             if self._written and not os.path.exists(self._written[-1]):
                 self._state, self._written = None, []  # the stage folder was cleared (--from): start again
-            entered = self._update(rows)
+            entered = self._update(table, keys)
             if entered is not None:
                 self._written.append(_write_part(Path(self.folder), entered))
         return table
 
-    def _rows(self, table: pa.Table) -> pa.Table | None:
-        """This batch's candidate rows: keys, id, text and fields, for the rows that have a group."""
+    def _keys(self, table: pa.Table) -> pa.Table | None:
+        """This batch's selection keys and row positions, for the rows that have a group (None: no row has)."""
         ids = _as_string(table.column(self.id_column))
         groups, keepers = self.groups(table, ids)
         valid = np.asarray(pc.is_valid(groups), dtype=bool)
         if not valid.any():
             return None
-        index = pa.array(np.flatnonzero(valid))
-        ids, groups = ids.take(index), groups.take(index)
+        rows = np.flatnonzero(valid)
+        ids, groups = ids.take(pa.array(rows)), groups.take(pa.array(rows))
+        codes = pc.dictionary_encode(groups)  # few distinct groups per batch: hash each once
+        group_keys = _hash64(codes.dictionary)[np.asarray(codes.indices, dtype=np.int64)]
         rank = _hash64(ids) | np.uint64(1)
         rank[keepers[valid]] = 0
-        columns = {
-            _GROUP: groups,
-            _GKEY: pa.array(_hash64(groups)),
-            _RANK: pa.array(rank),
-            _ID: ids,
-            _TEXT: table.column(self.text_column).take(index).cast(pa.large_string()),
-        }
+        return pa.table({_GROUP: groups, _GKEY: group_keys, _RANK: rank, _ID: ids, "_row": rows})
+
+    def _prune(self, keys: pa.Table) -> pa.Table:
+        """Drop the rows that cannot enter the selection, by comparing them with its worst members: rows of a
+        full group ranked after the group's last member, and (``max_groups``) rows of groups after the last
+        group. Ties stay, so the result is the same; once the selection fills, most batches end here."""
+        state = self._state
+        if state is None:
+            return keys
+        rank = np.asarray(keys.column(_RANK))
+        keep = np.ones(len(rank), dtype=bool)
+        if self.max_groups is not None:
+            state_gkeys = np.asarray(state.column(_GKEY))
+            if len(np.unique(state_gkeys)) >= self.max_groups:
+                keep &= np.asarray(keys.column(_GKEY)) <= state_gkeys.max()
+        worst: dict[str, int] = {}
+        for group, ranks in _group_ranks(state).items():
+            if len(ranks) >= self.per_group:
+                worst[group] = max(ranks)
+        if worst:
+            codes = pc.dictionary_encode(keys.column(_GROUP).combine_chunks())
+            limit = np.array([worst.get(g, 2**64 - 1) for g in codes.dictionary.to_pylist()], dtype=np.uint64)
+            keep &= rank <= limit[np.asarray(codes.indices, dtype=np.int64)]
+        return keys if keep.all() else keys.filter(pa.array(keep))
+
+    def _payload(self, table: pa.Table, keys: pa.Table) -> pa.Table:
+        """Keys plus text and recorded fields of the rows named by ``keys["_row"]`` (few rows: a cheap take)."""
+        rows = keys.column("_row")
+        columns = {name: keys.column(name) for name in _KEYS}
+        columns[_TEXT] = table.column(self.text_column).take(rows).cast(pa.large_string())
         for name in self.fields:
             if name in table.column_names and name != self.text_column:
-                columns[name] = table.column(name).take(index)
+                columns[name] = table.column(name).take(rows)
         return pa.table(columns)
 
-    def _update(self, rows: pa.Table) -> pa.Table | None:
-        """Merge ``rows`` into the selection; returns the rows that entered it (None: none did)."""
-        import polars as pl
-
+    def _update(self, table: pa.Table, keys: pa.Table) -> pa.Table | None:
+        """Merge a batch into the selection; returns the rows that entered it (None: none did)."""
         state = self._state
-        new_keys = pl.from_arrow(rows.select(list(_KEYS))).with_columns(pl.int_range(pl.len()).alias("_row"))
-        if state is not None:
-            old = pl.from_arrow(state.select(list(_KEYS))).with_columns(
-                (-1 - pl.int_range(pl.len())).alias("_row")
-            )
-            new_keys = pl.concat([old, new_keys])
-        chosen = _select(new_keys, self.per_group, self.max_groups)["_row"].to_numpy()
-        entered = rows.take(pa.array(np.sort(chosen[chosen >= 0])))
-        if entered.num_rows == 0:
+        keys = self._prune(keys)
+        if keys.num_rows == 0:
             return None
-        kept_old = np.sort(-1 - chosen[chosen < 0])
+        merged = keys.drop_columns(["_row"])
+        if state is not None:
+            merged = pa.concat_tables([state.select(list(_KEYS)), merged])
+        offset = 0 if state is None else state.num_rows
+        chosen = _select(merged, self.per_group, self.max_groups)
+        entered_at = np.sort(chosen[chosen >= offset] - offset)
+        if len(entered_at) == 0:
+            return None
+        entered = self._payload(table, keys.take(pa.array(entered_at)))
+        kept_old = np.sort(chosen[chosen < offset])
         parts = [state.take(pa.array(kept_old))] if state is not None and len(kept_old) else []
         self._state = pa.concat_tables([*parts, entered], promote_options="permissive")
         return entered
+
+
+def _group_ranks(state: pa.Table) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for group, rank in zip(state.column(_GROUP).to_pylist(), state.column(_RANK).to_pylist()):
+        out.setdefault(group, []).append(rank)
+    return out
 
 
 def _write_part(folder: Path, rows: pa.Table) -> str:
@@ -282,13 +334,9 @@ def _read_parts(stage_dir: Path) -> pa.Table | None:
 
 
 def _selected(table: pa.Table, per_group: int, max_groups: int | None) -> list[dict[str, Any]]:
-    """The selection over merged parts (duplicates from retried tasks removed), as row dicts in order."""
-    import polars as pl
-
-    keys = pl.from_arrow(table.select(list(_KEYS))).with_columns(pl.int_range(pl.len()).alias("_row"))
-    keys = keys.unique(subset=[_GROUP, _ID, _RANK], keep="first", maintain_order=True)
-    chosen = _select(keys, per_group, max_groups)["_row"].to_numpy()
-    return table.take(pa.array(chosen)).to_pylist()
+    """The selection over merged parts (the same row from retried tasks counted once), as row dicts."""
+    keys = table.select(list(_KEYS))
+    return table.take(pa.array(_select(keys, per_group, max_groups))).to_pylist()
 
 
 def _fields(row: dict[str, Any]) -> dict[str, Any]:

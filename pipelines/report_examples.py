@@ -130,8 +130,10 @@ def examples_html(block: tuple) -> str:
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
+    """A text on one line, cut to ``limit``, with ``<``, ``>`` and ``&`` escaped: Markdown renderers pass raw
+    HTML through, and a document's ``<script>`` must stay text there too."""
     flat = " ".join(text.split())
-    return "«" + (flat if len(flat) <= limit else flat[:limit] + " …") + "»"
+    return "«" + html.escape(flat if len(flat) <= limit else flat[:limit] + " …", quote=False) + "»"
 
 
 def _row_md(title: str, row: dict[str, Any]) -> str:

@@ -75,7 +75,7 @@ def _rows_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str]
         ax.annotate(text, (end, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("rows")
     ax.set_title("rows per stage")
-    ax.margins(x=0.2)
+    ax.set_xlim(0, max(max(left), 1) * 1.3)  # room for the labels inside the frame, clear of the legend
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     save(fig, "rows")
 
@@ -88,7 +88,7 @@ def _time_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str]
     ax.bar_label(bars, labels=[f"{s['seconds']:.1f} s" for s in stages][::-1], padding=2, fontsize=8)
     ax.set_xlabel("seconds")
     ax.set_title("time per stage")
-    ax.margins(x=0.12)
+    ax.set_xlim(0, max(max(s["seconds"] for s in stages), 0.1) * 1.15)
     save(fig, "time")
 
 

@@ -165,6 +165,7 @@ def test_report_shows_examples_per_dedup_stage_and_filter(job):
     assert '<mark class="removed">&lt;script&gt;alert(1)&lt;/script&gt;</mark>' in page
     assert "Jaccard(kept, removed) = <b>0.9" in page
     assert "x/junk1" in page and "x/junk2" in markdown
+    assert SCRIPT not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt; buy now" in markdown
 
 
 def test_collected_examples_do_not_depend_on_the_task_split(tmp_path):
@@ -340,3 +341,23 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
     assert list(training.axes[1].lines[0].get_ydata()) == [100.0, 101.0, 102.0, 103.0]
     for fig in figures.values():
         plt.close(fig)
+
+
+def test_report_screenshot_script(tmp_path):
+    import shutil
+    import subprocess
+
+    script = REPO / "scripts" / "report-screenshot"
+    missing = subprocess.run(
+        [script, tmp_path / "nope.html", tmp_path / "x.png"], capture_output=True, text=True
+    )
+    assert missing.returncode == 1 and "nope.html: no such file" in missing.stderr
+    if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        pytest.skip("no Chromium here (apt-get install -y chromium)")
+    page = tmp_path / "report.html"
+    page.write_text("<!DOCTYPE html><html><body><h1>report</h1></body></html>")
+    done = subprocess.run(
+        [script, page, tmp_path / "out" / "shot.png", "400", "300"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
