@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -74,7 +73,6 @@ MAX_PARTITIONS = 4096
 PARTITION_TARGET_CAP = 64 << 20
 _SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0}
 _COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
-_PART_FILE = re.compile(r"^part-\d{5}\.")
 
 
 def make_executor(options: ExecutionOptions) -> Executor:
@@ -105,6 +103,8 @@ class StageResult:
     fingerprint: str
     markers: list[dict]
     estimated_bytes: int
+    marker_paths: tuple[str, ...] = ()
+    """One per task, in task order (``markers[i]`` was read from ``marker_paths[i]``)."""
 
 
 class Job:
@@ -242,7 +242,7 @@ class Job:
         self._record(
             segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
         )
-        return StageResult(fingerprint, markers, estimate)
+        return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
 
     def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
         started = time.perf_counter()
@@ -634,31 +634,17 @@ def _read_parts(files: list[str]) -> pa.Table | None:
 def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
     from zephyr.dataset import WriteResult
     from zephyr.io.paths import check_output_dir
+    from zephyr.io.publish import publish_dense, remove_stale_parts
 
     check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
     segment = build_plan(dataset._ops)
     with Job(options) as job:
         job.prepare(segment)
-        output = SinkOutput(directory.rstrip("/"), fmt, compression)
+        output = SinkOutput(directory.rstrip("/"), fmt, compression, staged=True)
         result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
-        files = [f for m in result.markers for f in m["files"]]
-        _remove_stale_parts(directory, files)
+        files = publish_dense(directory, result.markers, result.marker_paths, fmt, compression)
+        remove_stale_parts(directory, files)
         return WriteResult(files=files, stats=job.write_stats())
-
-
-def _remove_stale_parts(directory: str, files: list[str]) -> None:
-    """Drop ``part-NNNNN.*`` files a previous run with more shards left behind, so the directory is exact."""
-    fs, root = fsspec.core.url_to_fs(directory)
-    keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
-    fs.invalidate_cache(root)  # the workers wrote here: a listing cached by this process is stale
-    try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
-            fs.rm(entry)
 
 
 def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
