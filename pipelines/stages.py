@@ -316,7 +316,7 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     outcome = _finish(ctx, annotated.map_batches(RouteByReason("kept"), name=route), (route,), step="kept")
     if cfg.keep_dropped:
         dropped = annotated.map_batches(RouteByReason("dropped"), name=f"pipeline.{ctx.entry.name}.dropped")
-        result = dropped.write_parquet(str(ctx.stage_dir / "dropped"), **ctx.engine("dropped"))
+        result = dropped.write_parquet(str(ctx.stage_dir / "_dropped"), **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = _parquet_rows(result.files)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -435,7 +435,7 @@ def run_quality(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.quality.classifier import QualityScorer
 
     cfg = ctx.entry.config
-    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "classifier.bin")
+    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "_classifier.bin")
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
     ds = (

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 import fsspec
 
-from zephyr.io.paths import is_local
+from zephyr.errors import ConfigError
+from zephyr.io.paths import check_output_dir, is_local
 
-__all__ = ["STAGING_DIR", "publish_dense", "remove_stale_parts"]
+__all__ = ["STAGING_DIR", "check_side_dir", "publish_dense", "remove_stale_parts"]
 
 STAGING_DIR = "_staging"
 """Where staged sink tasks write inside the output directory; readers skip it (``_`` prefix)."""
@@ -81,3 +82,25 @@ def remove_stale_parts(directory: str, files: Sequence[str]) -> None:
         name = entry.rstrip("/").rsplit("/", 1)[-1]
         if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
             fs.rm(entry)
+
+
+def check_side_dir(side: str, output: str, option: str) -> None:
+    """Refuse a directory for rows set aside (``--dropped-output``) that readers of ``output`` would read:
+    ``output`` itself or a folder inside it whose name does not start with ``_`` or ``.``; then check that it
+    can be written (``check_output_dir``), before any work."""
+    _, side_path = fsspec.core.url_to_fs(side)
+    _, out_path = fsspec.core.url_to_fs(output)
+    side_path, out_path = side_path.rstrip("/"), out_path.rstrip("/")
+    if side_path == out_path:
+        raise ConfigError(
+            f"{option} {side!r} is the output directory: the set-aside rows would mix with the kept ones; "
+            "pick another directory"
+        )
+    if side_path.startswith(out_path + "/"):
+        first = side_path[len(out_path) + 1 :].split("/", 1)[0]
+        if not first.startswith(("_", ".")):
+            raise ConfigError(
+                f"{option} {side!r} is inside the output {output!r}, where readers of the output would read "
+                f"its rows too; use {out_path}/_{first} or a directory outside the output"
+            )
+    check_output_dir(side)
