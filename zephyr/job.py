@@ -126,7 +126,9 @@ class Job:
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
             )
-        if self.temporary:
+        if options.quarantine_dir is not None:
+            self.quarantine_root = options.quarantine_dir.rstrip("/")
+        elif self.temporary:
             self.quarantine_root = os.path.join(
                 tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}"
             )

@@ -54,6 +54,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "memory_budget": o.memory_budget,
         "work_dir": o.work_dir,
         "max_retries": o.max_retries,
+        "quarantine_dir": o.quarantine_dir,
     }
 
 
@@ -130,6 +131,9 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         check_side_dir(args.dropped_output, args.output, "--dropped-output")
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
+    # (source, line, reason, raw) go to a folder in it that its readers skip
+    args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
     opts = _opts(args)
     ds = _read(args)
     if args.normalize:

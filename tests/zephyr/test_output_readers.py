@@ -88,8 +88,15 @@ def _job_rows(out: Path) -> int:
 
 
 # -- one case per command: (corpus, tmp dir) -> (output dir, kept rows) ------------------------------------
+def _unreadable(folder: Path) -> list[tuple[int, str]]:
+    """(line, reason head) of the input lines set aside under ``folder`` (``stage-*/task-*.parquet``)."""
+    table = pq.read_table(folder)
+    return [(r["line"], r["reason"].split(":")[0]) for r in table.select(["line", "reason"]).to_pylist()]
+
+
 def convert(corpus: Path, d: Path):
     _run("convert", str(corpus), "--output", str(d / "out"), "--on-error", "quarantine")
+    assert _unreadable(d / "out" / "_quarantine") == [(8, "invalid JSON")]
     return d / "out", 20
 
 
@@ -112,6 +119,7 @@ def dedup_exact(corpus: Path, d: Path):
     )
     rows = json.loads((d / "out" / "_dedup_stats.json").read_text())["dedup"]["rows"]
     assert rows["dropped"] == 3 and rows["quarantined"] == 1
+    assert set(_unreadable(d / "out" / "_quarantine")) == {(8, "invalid JSON")}  # a copy per pass over the input
     return d / "out", rows["kept"]
 
 
@@ -151,6 +159,8 @@ def filter_(corpus: Path, d: Path):
         == stats["rows_kept"] + dropped.num_rows + 1 + stats["rows_unreadable"]
     )
     assert {"_stats.json", "_report.json", "_report.md"} <= {p.name for p in out.iterdir()}
+    assert _unreadable(out / "_quarantine" / "_unreadable") == [(8, "invalid JSON")]
+    assert stats["unreadable_quarantine_dir"] == str(out / "_quarantine" / "_unreadable")
     return out, stats["rows_kept"]
 
 
@@ -315,3 +325,13 @@ def test_filter_dropped_output_goes_where_asked_and_not_inside_the_output(corpus
     check_reads_as(out, stats["rows_kept"])
     for bad in (out, out / "dropped"):
         assert main(["filter", str(corpus), "--output", str(out), "--dropped-output", str(bad), *FAST]) == 1
+
+
+def test_rerun_of_another_plan_leaves_only_its_own_quarantine(corpus, tmp_path):
+    out = tmp_path / "out"
+    _run("convert", str(corpus), "--output", str(out), "--on-error", "quarantine")
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"id": "a", "text": "x"}\nnot json\nnot json either\n')
+    _run("convert", str(other), "--output", str(out), "--on-error", "quarantine")
+    assert [line for line, _ in _unreadable(out / "_quarantine")] == [2, 3]  # the first run's line 8 is gone
+    check_reads_as(out, 1)

@@ -27,7 +27,7 @@ import fsspec
 from zephyr.errors import ConfigError
 from zephyr.io.paths import check_output_dir, is_local
 
-__all__ = ["STAGING_DIR", "check_side_dir", "publish_dense", "remove_stale_parts"]
+__all__ = ["STAGING_DIR", "check_side_dir", "prune_quarantine", "publish_dense", "remove_stale_parts"]
 
 STAGING_DIR = "_staging"
 """Where staged sink tasks write inside the output directory; readers skip it (``_`` prefix)."""
@@ -104,3 +104,20 @@ def check_side_dir(side: str, output: str, option: str) -> None:
                 f"its rows too; use {out_path}/_{first} or a directory outside the output"
             )
     check_output_dir(side)
+
+
+def prune_quarantine(root: str, jobs: Sequence[dict]) -> None:
+    """Remove the ``stage-<fp16>`` folders under a command's quarantine folder ``root`` that none of its
+    ``jobs`` (``Job.stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
+    another plan set aside, which readers of ``root`` would otherwise take for this run's."""
+    keep = {f"stage-{stage['fingerprint']}" for job in jobs for stage in job.get("stages", [])}
+    fs, path = fsspec.core.url_to_fs(root)
+    fs.invalidate_cache(path)
+    try:
+        entries = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("stage-") and name not in keep:
+            fs.rm(entry, recursive=True)
