@@ -189,7 +189,7 @@ class LangIdStage:
 
 @dataclass(frozen=True)
 class HeuristicFilterStage:
-    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``dropped/`` with reasons."""
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons."""
 
     rules: list[str] = field(default_factory=lambda: ["gopher", "c4", "fineweb"])
     """Rule families, applied in order; each row gets the first rule it fails."""
@@ -198,11 +198,11 @@ class HeuristicFilterStage:
     default_lang: str = "en"
     """Language assumed for rows without a ``lang`` value (stop words, word splitting)."""
     keep_dropped: bool = True
-    """Write the dropped rows (with ``drop_reason``) to ``dropped/``; needed by ``quality.train_from``."""
+    """Write the dropped rows (with ``drop_reason``) to ``_dropped/``; needed by ``quality.train_from``."""
     overwrite: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
     output_column: str | None = None
-    """Name of the reason column of ``dropped/`` rows; a ``drop_reason`` the data has then passes unchanged.
+    """Name of the reason column of ``_dropped/`` rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:

@@ -331,7 +331,7 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
         dropped = annotated.map_batches(
             RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
         )
-        result = dropped.write_parquet(str(ctx.stage_dir / "dropped"), **ctx.engine("dropped"))
+        result = dropped.write_parquet(str(ctx.stage_dir / "_dropped"), **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = _parquet_rows(result.files)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -477,7 +477,7 @@ def run_quality(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.quality.classifier import QualityScorer
 
     cfg = ctx.entry.config
-    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "classifier.bin")
+    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "_classifier.bin")
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
     column = cfg.output_column or "quality_score"

@@ -18,7 +18,15 @@ from collections.abc import Sequence
 
 from zephyr.options import ExecutionOptions
 
-__all__ = ["main", "build_parser", "execution_options", "add_on_error", "add_output_dir", "add_overwrite"]
+__all__ = [
+    "main",
+    "build_parser",
+    "execution_options",
+    "quarantine_dir",
+    "add_on_error",
+    "add_output_dir",
+    "add_overwrite",
+]
 
 COMMAND_MODULES = (
     "zephyr.commands",  # engine utilities: convert, count, sort, stats
@@ -108,7 +116,20 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         work_dir=args.work_dir,
         max_retries=args.max_retries,
         progress=getattr(args, "progress", None),
+        quarantine_dir=quarantine_dir(args),
     )
+
+
+def quarantine_dir(args: argparse.Namespace) -> str | None:
+    """Where a command's quarantined rows go: the folder a command picked (``args.quarantine_dir``), else
+    ``OUTPUT/_quarantine`` for a command that writes a directory (beside its data, skipped by its readers),
+    else the engine's default (``<work_dir>/quarantine``, or a temporary folder)."""
+    chosen = getattr(args, "quarantine_dir", None)
+    if chosen is not None:
+        return chosen
+    if getattr(args, "output_is_dir", False):
+        return f"{args.output.rstrip('/')}/_quarantine"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,10 +169,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from zephyr.io.paths import check_output_dir
 
             check_output_dir(args.output)
-        from zephyr import progress
+        from zephyr import job_stats, progress
 
-        with progress.command(_label(args), getattr(args, "progress", None)):
-            return int(args.func(args) or 0)
+        with job_stats.recording() as jobs, progress.command(_label(args), getattr(args, "progress", None)):
+            code = int(args.func(args) or 0)
+        quarantine = quarantine_dir(args)
+        if code == 0 and quarantine is not None:
+            from zephyr.io.publish import prune_quarantine
+
+            prune_quarantine(quarantine, jobs)
+        return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         from zephyr.cli_errors import report_failure
 

@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -73,7 +72,6 @@ __all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096
-_PART_FILE = re.compile(r"^part-\d{5}\.")
 
 
 def make_executor(options: ExecutionOptions) -> Executor:
@@ -104,6 +102,8 @@ class StageResult:
     fingerprint: str
     markers: list[dict]
     estimated_bytes: int
+    marker_paths: tuple[str, ...] = ()
+    """One per task, in task order (``markers[i]`` was read from ``marker_paths[i]``)."""
 
 
 class Job:
@@ -125,7 +125,9 @@ class Job:
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
             )
-        if self.temporary:
+        if options.quarantine_dir is not None:
+            self.quarantine_root = options.quarantine_dir.rstrip("/")
+        elif self.temporary:
             self.quarantine_root = os.path.join(
                 tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}"
             )
@@ -241,7 +243,7 @@ class Job:
         self._record(
             segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
         )
-        return StageResult(fingerprint, markers, estimate)
+        return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
 
     def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
         started = time.perf_counter()
@@ -604,31 +606,17 @@ def run_write(
     ops: tuple[Op, ...], directory: str, fmt: str, compression: str | None, options: ExecutionOptions
 ) -> WriteResult:
     from zephyr.io.paths import check_output_dir
+    from zephyr.io.publish import publish_dense, remove_stale_parts
 
     check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
     segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
-        output = SinkOutput(directory.rstrip("/"), fmt, compression)
+        output = SinkOutput(directory.rstrip("/"), fmt, compression, staged=True)
         result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
-        files = [f for m in result.markers for f in m["files"]]
-        _remove_stale_parts(directory, files)
+        files = publish_dense(directory, result.markers, result.marker_paths, fmt, compression)
+        remove_stale_parts(directory, files)
         return WriteResult(files=files, stats=job.write_stats())
-
-
-def _remove_stale_parts(directory: str, files: list[str]) -> None:
-    """Drop ``part-NNNNN.*`` files a previous run with more shards left behind, so the directory is exact."""
-    fs, root = fsspec.core.url_to_fs(directory)
-    keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
-    fs.invalidate_cache(root)  # the workers wrote here: a listing cached by this process is stale
-    try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
-            fs.rm(entry)
 
 
 def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:

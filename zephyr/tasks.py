@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from zephyr import counters
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
+from zephyr.io.publish import STAGING_DIR
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.narrow import QUARANTINE_SCHEMA, OpCounters, op_label, run_narrow
@@ -53,11 +54,15 @@ SAMPLE_ROWS_PER_TASK = 4096
 
 @dataclass(frozen=True)
 class SinkOutput:
-    """Final files ``part-NNNNN.<ext>`` in ``directory`` (``format="count"`` writes nothing, counts rows)."""
+    """Files ``part-NNNNN.<ext>`` in ``directory``, NNNNN the task index (``format="count"`` writes nothing,
+    counts rows). With ``staged``, a task writes ``directory/_staging/part-NNNNN.<ext>`` instead and the driver
+    renames the non-empty ones to dense names in task order (``zephyr.io.publish``); the staged name never
+    equals a final one, so a task rerun on resume cannot overwrite another task's published file."""
 
     directory: str
     format: str
     compression: str | None = None
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,7 +278,8 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
         for table in tables:
             rows += table.num_rows
         return {"rows_out": rows, "bytes_out": 0, "files": []}
-    path = f"{output.directory.rstrip('/')}/{output_name(task.index, output.format, output.compression)}"
+    folder = output.directory.rstrip("/") + (f"/{STAGING_DIR}" if output.staged else "")
+    path = f"{folder}/{output_name(task.index, output.format, output.compression)}"
     writer: ShardWriter | None = None
     schema: pa.Schema | None = None
     try:

@@ -1,12 +1,14 @@
 """``zephyr`` subcommands of the quality package: normalize, langid, filter, quality train|score, pii, decontaminate.
 
 Every command reads Parquet or JSONL inputs (files, directories, globs), runs on the engine with the global
-execution options, and writes Parquet ``part-*.parquet`` files into ``--output``. ``zephyr filter`` also
-writes ``dropped/`` (rows with ``drop_reason``), ``quarantine/`` (null texts, ``reject_reason``), ``stats.json``
-(format version 1: counts that balance, ``rows_in = rows_kept + rows_dropped + rows_quarantined``), and
-the retention report ``report.json`` / ``report.md``. Commands that run several engine jobs (``filter``,
-``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over all of them, and one entry
-per job (``jobs``), at the top of their ``stats.json`` (``zephyr.job_stats``).
+execution options, and writes Parquet ``part-00000.parquet``, ``part-00001.parquet``, ... into ``--output``,
+plus sidecars whose names start with ``_`` (``_stats.json``, format version 1), which Parquet readers skip:
+reading the output directory gives exactly the kept rows (``zephyr.io.publish``). ``zephyr filter`` also
+writes ``_dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere), ``_quarantine/``
+(null texts, ``reject_reason``), counts that balance (``rows_in = rows_kept + rows_dropped +
+rows_quarantined``) and the retention report ``_report.json`` / ``_report.md``. Commands that run several
+engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over
+all of them, and one entry per job (``jobs``), at the top of their ``_stats.json`` (``zephyr.job_stats``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import Any
 __all__ = ["register"]
 
 log = logging.getLogger(__name__)
+
+STATS = "_stats.json"
+"""A command's statistics beside its part files (``_``: Parquet readers skip it)."""
 
 
 def _read(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
@@ -52,6 +57,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "memory_budget": o.memory_budget,
         "work_dir": o.work_dir,
         "max_retries": o.max_retries,
+        "quarantine_dir": o.quarantine_dir,
     }
 
 
@@ -87,7 +93,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
         langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
         ds = ds.map_batches(LanguageFilter(langs, args.min_score, lang, score), name="language_filter")
     result = ds.write_parquet(args.output, **_opts(args))
-    _write_json(Path(args.output) / "stats.json", {"version": 1, "job": result.stats})
+    _write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
     return 0
 
 
@@ -123,7 +129,14 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
     overrides = _rule_overrides(args)
     build_rule_families(args.rules, **overrides)  # validate names before any work
+    if args.dropped_output:
+        from zephyr.io.publish import check_side_dir
+
+        check_side_dir(args.dropped_output, args.output, "--dropped-output")
     out = Path(args.output)
+    # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
+    # (source, line, reason, raw) go to a folder in it that its readers skip
+    args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
     opts = _opts(args)
     reason = args.output_column
     ds = _read(args, adds=(reason,), rename="--output-column NAME")
@@ -153,10 +166,10 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
             engine_stats = kept.stats
             annotated.map_batches(RouteByReason("dropped", reason, aside), name="route_dropped").write_parquet(
-                str(out / "dropped"), **opts
+                args.dropped_output or str(out / "_dropped"), **opts
             )
             annotated.map_batches(RouteByReason("quarantined", reason, aside), name="route_quarantine").write_parquet(
-                str(out / "quarantine"), **opts
+                str(out / "_quarantine"), **opts
             )
             source = args.source_column if args.source_column else None
             parts = [
@@ -181,10 +194,17 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         totals["rows_unreadable"] = unreadable
         totals["unreadable_quarantine_dir"] = written.stats["quarantine_dir"]
     # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
-    stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats, **job_stats.summarize(jobs)}
-    _write_json(out / "stats.json", stats)
-    _write_json(out / "report.json", report)
-    (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
+    stats = {
+        "version": 1,
+        "rules": args.rules,
+        **totals,
+        "dropped_output": args.dropped_output or str(out / "_dropped"),
+        "engine": engine_stats,
+        **job_stats.summarize(jobs),
+    }
+    _write_json(out / STATS, stats)
+    _write_json(out / "_report.json", report)
+    (out / "_report.md").write_text(report_markdown(report), encoding="utf-8")
     if not totals["balanced"]:
         from zephyr.errors import TaskError
 
@@ -285,7 +305,7 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats,
+    _write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
                                      **job_stats.summarize(jobs)})
     return 0
 
@@ -301,7 +321,7 @@ def _cmd_pii(args: argparse.Namespace) -> int:
         args.output, **_opts(args)
     )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    _write_json(Path(args.output) / "stats.json", {"version": 1, "pii_counts": counts, "job": result.stats})
+    _write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
     print(json.dumps(counts))
     return 0
 
@@ -311,7 +331,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Decontaminate
 
     out = Path(args.output)
-    index_path = out / "eval-ngrams.npz"
+    index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
     step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
     ds = _read(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
     out.mkdir(parents=True, exist_ok=True)
@@ -319,7 +339,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     index.save(index_path)
     result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
     _write_json(
-        out / "stats.json",
+        out / STATS,
         {
             "version": 1,
             "eval_items": index.items,
@@ -394,7 +414,13 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
     add_overwrite(
         p, "a drop_reason column", default="drop_reason",
-        output_help="the reason column of the dropped rows (dropped/); an input's own drop_reason then stays as it is",
+        output_help="the reason column of the dropped rows (_dropped/); an input's own drop_reason then stays as it is",
+    )
+    p.add_argument(
+        "--dropped-output",
+        default=None,
+        metavar="DIR",
+        help="where the dropped rows (with drop_reason) go (default: OUTPUT/_dropped)",
     )
 
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")

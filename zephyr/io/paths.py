@@ -259,8 +259,12 @@ def _hidden(name: str) -> bool:
     return base.startswith((".", "_")) or ".tmp-" in base
 
 
-def _wanted(name: str, formats: Sequence[str]) -> bool:
-    return not _hidden(name) and infer_format(name) in formats
+def _wanted(name: str, formats: Sequence[str], root: str = "") -> bool:
+    """A data file of a directory listing: a known format, and neither it nor a folder between ``root`` and it
+    hidden. The folders matter: a command's output keeps its ``_dropped/``, ``_quarantine/`` and ``_staging/``
+    rows beside the kept ones, and reading the directory must give the kept rows only (as pyarrow does)."""
+    below = name[len(root) :] if root and name.startswith(root) else posixpath.basename(name)
+    return not any(_hidden(part) for part in below.split("/") if part) and infer_format(name) in formats
 
 
 def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = None) -> list[str]:
@@ -271,7 +275,7 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
-    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS"):
+    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS", "_dropped/part-00000.parquet"):
     ...     fs.pipe(f"/doc-paths/{name}", b"")
     >>> expand_paths("memory://doc-paths")
     ['memory:///doc-paths/a.parquet', 'memory:///doc-paths/b.jsonl', 'memory:///doc-paths/sub/c.jsonl.gz']
@@ -372,14 +376,14 @@ def _expand_one(
             out: list[str] = []
             for match in fs.glob(stripped):
                 if fs.isdir(match):
-                    out.extend(p for p in fs.find(match) if _wanted(p, formats))
+                    out.extend(p for p in fs.find(match) if _wanted(p, formats, match.rstrip("/")))
                 elif not _hidden(match):
                     out.append(match)
             if not out:
                 raise InputError(f"no files match the pattern {pattern!r}")
             return out
         if fs.isdir(stripped):
-            out = [p for p in fs.find(stripped) if _wanted(p, formats)]
+            out = [p for p in fs.find(stripped) if _wanted(p, formats, stripped.rstrip("/"))]
             if not out:
                 exts = ", ".join(e for f in formats for e in FORMAT_EXTENSIONS[f])
                 raise InputError(f"directory {pattern!r} holds no files with a known extension ({exts})")
