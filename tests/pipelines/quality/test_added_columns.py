@@ -42,7 +42,7 @@ def test_langid_refuses_an_existing_lang_column(tmp_path, capsys, lid_model):
     out = tmp_path / "out"
     argv = ["langid", str(src), "--output", str(out), "--model", lid_model, "--executor", "inprocess"]
     _refused(capsys, argv, src, "lang")
-    assert not list(out.glob("part-*.parquet")) and not (out / "stats.json").exists()  # no work started
+    assert not list(out.glob("part-*.parquet")) and not (out / "_stats.json").exists()  # no work started
 
 
 def test_langid_refusal_names_the_file_that_has_the_column(tmp_path, capsys, lid_model):
@@ -148,18 +148,18 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
     out = tmp_path / "oc"
     assert main([*argv, "--output", str(out), "--output-column", "why"]) == 0
     assert _parts(out).select(["id", "drop_reason"]).to_pylist() == [{"id": "a", "drop_reason": "x"}]
-    dropped = _parts(out / "dropped")
+    dropped = _parts(out / "_dropped")
     assert dropped.select(["id", "drop_reason"]).to_pylist() == [{"id": "b", "drop_reason": "y"}]
     assert dropped["why"].to_pylist()[0].startswith("c4_")
-    quarantine = _parts(out / "quarantine")
+    quarantine = _parts(out / "_quarantine")
     assert quarantine.select(["id", "drop_reason", "reject_reason"]).to_pylist() == [
         {"id": "c", "drop_reason": "z", "reject_reason": "null_text"}]
-    assert json.loads((out / "stats.json").read_text())["balanced"]
+    assert json.loads((out / "_stats.json").read_text())["balanced"]
 
     out = tmp_path / "ow"
     assert main([*argv, "--output", str(out), "--overwrite"]) == 0
     assert "drop_reason" not in _parts(out).column_names
-    assert _parts(out / "dropped")["drop_reason"].to_pylist()[0].startswith("c4_")
+    assert _parts(out / "_dropped")["drop_reason"].to_pylist()[0].startswith("c4_")
 
 
 def test_check_names_every_clash_and_passes_empty_and_overwrite(tmp_path):
