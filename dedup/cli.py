@@ -1,4 +1,5 @@
-"""``zephyr dedup exact|fuzzy``: the dedup command line (registered by ``zephyr.cli``).
+"""``zephyr dedup exact|fuzzy``: the dedup command line (registered by ``zephyr.cli``; ``paragraph``, ``url`` and
+``substring`` are in ``zephyr.dedup.cli_text``).
 
 ::
 

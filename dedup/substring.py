@@ -127,7 +127,10 @@ class _Candidates:
         if table.num_rows == 0 and self.config.text_column not in table.column_names:
             return empty
         data, offsets, _ = _texts(table, self.config.text_column)
-        wh, docs, starts = candidates(data, offsets, self.config.min_bytes, self.config.anchor, self.repeated)
+        wh, docs, starts, first = candidates(
+            data, offsets, self.config.min_bytes, self.config.anchor, self.repeated
+        )
+        wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
         rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
         return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
 
@@ -145,6 +148,20 @@ class _Cut:
     config: SubstringConfig
     repeated: np.ndarray = field(repr=False)
     repeat_files: tuple[str, ...] = ()
+    group_hashes: np.ndarray | None = field(default=None, repr=False)
+    """Broadcast path: the sorted hashes of the windows in two or more documents, and ``group_first``, the
+    first row holding each; a document's first occurrence of such a window repeats it when its row is later."""
+    group_first: np.ndarray | None = field(default=None, repr=False)
+
+    def _broadcast(self, wh, docs, starts, rows) -> tuple[np.ndarray, np.ndarray]:
+        """Of the documents' first occurrences (wh, docs, starts), those a document earlier than this one has."""
+        at = np.minimum(np.searchsorted(self.group_hashes, wh), max(len(self.group_hashes) - 1, 0))
+        hit = (
+            (self.group_hashes[at] == wh) & (rows[docs] > self.group_first[at])
+            if len(wh)
+            else np.zeros(0, bool)
+        )
+        return docs[hit], starts[hit]
 
     def _global(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(document index in the batch, start) of the earlier-document repeats of these rows."""
@@ -174,10 +191,16 @@ class _Cut:
             return table.drop_columns([c for c in (ROW,) if c in table.column_names])
         data, offsets, texts = _texts(table, cfg.text_column)
         rows = np.asarray(table.column(ROW), dtype=np.int64)
-        _, local_docs, local_starts = candidates(
-            data, offsets, cfg.min_bytes, cfg.anchor, self.repeated, local_repeats=True
+        wh, cand_docs, cand_starts, first = candidates(
+            data, offsets, cfg.min_bytes, cfg.anchor, self.repeated
         )
-        global_docs, global_starts = self._global(rows)
+        local_docs, local_starts = cand_docs[~first], cand_starts[~first]
+        if self.group_hashes is not None and len(self.group_hashes):
+            global_docs, global_starts = self._broadcast(
+                wh[first], cand_docs[first], cand_starts[first], rows
+            )
+        else:
+            global_docs, global_starts = self._global(rows)
         docs = np.concatenate([local_docs, global_docs])
         starts = np.concatenate([local_starts, global_starts])
         out, out_offsets, removed = cut(data, offsets, cfg.min_bytes, docs, starts)
@@ -219,10 +242,13 @@ def substring_dedup_dataset(
     execution: dict[str, Any],
     scratch: str,
     stats: dict[str, Any] | None = None,
+    in_memory_windows: int | None = None,
 ) -> Dataset:
     """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
     ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
-    the pass sizes and the top repeated spans."""
+    the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
+    memory by every task when there are at most ``in_memory_windows`` of them (default: 48 bytes each within a
+    quarter of the memory budget), else found by a join and a sort."""
     rows = ds.with_row_index(ROW)
     counts = rows.map_batches(_Anchors(config), name="dedup.substring.anchors").group_by("h").count()
     repeated_table = counts.map_batches(
@@ -243,6 +269,7 @@ def substring_dedup_dataset(
     }
     repeat_files: tuple[str, ...] = ()
     groups = None
+    broadcast: tuple[np.ndarray, np.ndarray] | None = None
     if len(repeated):
         cand = rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates").materialize(
             f"{scratch}/candidates", **execution
@@ -254,15 +281,47 @@ def substring_dedup_dataset(
             .materialize(f"{scratch}/groups", **execution)
         )
         info["candidate_windows"] = sum(_rows(f) for f in _files(cand))
-        if sum(_rows(f) for f in _files(groups)):  # else no window is in two documents: only local repeats
+        info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
+        limit = in_memory_windows
+        if limit is None:
+            limit = _memory_budget(execution) // 4 // _BYTES_PER_SHARED_WINDOW
+        info["broadcast"] = 0 < shared <= limit
+        if info["broadcast"]:  # every task looks the windows up in memory: no join, no sort
+            table = pa.concat_tables(pq_read(f, ["wh", "r0"]) for f in _files(groups))
+            order = np.argsort(np.asarray(table["wh"], dtype=np.int64).view(np.uint64), kind="stable")
+            broadcast = (
+                np.asarray(table["wh"], dtype=np.int64).view(np.uint64)[order],
+                np.asarray(table["r0"], dtype=np.int64)[order],
+            )
+        elif shared:  # too many to hold: the repeats are found by a join and read back by row range
+            logger.info(
+                "substring dedup: %d shared windows exceed the in-memory limit %d: join path", shared, limit
+            )
             repeats = cand.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
             written = repeats.sort("row", "s").write_parquet(f"{scratch}/repeats", **execution)
             repeat_files = tuple(sorted(written.files))
-        info["repeat_windows"] = sum(_rows(f) for f in repeat_files)
+            info["repeat_windows"] = sum(_rows(f) for f in repeat_files)
     info["top_spans"] = _top_spans(rows, groups, config, execution) if groups is not None else []
     if stats is not None:
         stats.update(info)
-    return rows.map_batches(_Cut(config, repeated, repeat_files), name="dedup.substring.cut")
+    cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
+    return rows.map_batches(cut, name="dedup.substring.cut")
+
+
+_BYTES_PER_SHARED_WINDOW = 48
+"""Driver and task bytes per shared window on the broadcast path (hash, first row, the table they came in)."""
+
+
+def _memory_budget(execution: dict[str, Any]) -> int:
+    from zephyr.options import ExecutionOptions
+
+    return ExecutionOptions.from_kwargs(**execution).memory_budget_bytes
+
+
+def pq_read(path: str, columns: list[str]) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=columns)
 
 
 def _rows(path: str) -> int:

@@ -10,7 +10,7 @@ Definitions (bytes of one document ``d`` of length ``n``; ``L`` = ``min_bytes``,
   if its anchor's gram hash occurs at least twice in the corpus.
 - ``anchor_hashes``: the gram hash of every distinct anchor position of every document (pass 1);
   ``candidates``: for windows whose anchor gram hash is in the sorted set ``repeated``, the window hash and
-  start of each one's first occurrence in its document (pass 2); ``cut``: remove the union of the windows
+  start of every candidate window, and whether it is the first of its hash in its document (pass 2); ``cut``: remove the union of the windows
   that repeat inside their document or start at one of the given ``starts`` (earlier documents had them),
   snapped inward to UTF-8 character boundaries (pass 3).
 
@@ -170,10 +170,10 @@ def _anchors(data, offsets, L, w):
     return out[:count]
 
 
-def _candidates(data, offsets, L, w, repeated, local_repeats):
-    """(window hash, document, start) of each document's first occurrence of every candidate window; with
-    ``local_repeats`` instead the starts of windows that repeat an earlier window of the same document."""
+def _candidates(data, offsets, L, w, repeated):
+    """(window hash, document, start, first in its document) of every candidate window."""
     hashes = np.empty(1024, dtype=np.uint64)
+    firsts = np.empty(1024, dtype=np.bool_)
     docs = np.empty(1024, dtype=np.int64)
     starts = np.empty(1024, dtype=np.int64)
     count = 0
@@ -205,16 +205,16 @@ def _candidates(data, offsets, L, w, repeated, local_repeats):
         order = np.argsort(wins[:m], kind="mergesort")  # stable: starts stay increasing within a hash
         for k in range(m):
             i = order[k]
-            first = k == 0 or wins[order[k - 1]] != wins[i]
-            if first != local_repeats:
-                hashes = _grow(hashes, count + 1)
-                docs = _grow(docs, count + 1)
-                starts = _grow(starts, count + 1)
-                hashes[count] = wins[i]
-                docs[count] = d
-                starts[count] = pos[i]
-                count += 1
-    return hashes[:count], docs[:count], starts[:count]
+            hashes = _grow(hashes, count + 1)
+            docs = _grow(docs, count + 1)
+            starts = _grow(starts, count + 1)
+            firsts = _grow(firsts, count + 1)
+            hashes[count] = wins[i]
+            docs[count] = d
+            starts[count] = pos[i]
+            firsts[count] = k == 0 or wins[order[k - 1]] != wins[i]
+            count += 1
+    return hashes[:count], docs[:count], starts[:count], firsts[:count]
 
 
 def _cut(data, offsets, L, removed_docs, removed_starts, out, out_offsets, removed_bytes):
@@ -283,13 +283,11 @@ def candidates(
     min_bytes: int,
     anchor_bytes: int,
     repeated: np.ndarray,
-    *,
-    local_repeats: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(window hash, document index, start): first occurrences per document of the candidate windows, or
-    (``local_repeats``) the windows that repeat earlier ones of their own document."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(window hash, document index, start, first in its document) of every window whose anchor is in
+    ``repeated``; the windows that are not first repeat an earlier window of their own document."""
     _jit()
-    return _candidates(data, offsets.astype(np.int64), min_bytes, anchor_bytes, repeated, local_repeats)
+    return _candidates(data, offsets.astype(np.int64), min_bytes, anchor_bytes, repeated)
 
 
 def cut(

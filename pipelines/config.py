@@ -476,7 +476,12 @@ class MapStage:
 
 
 # The web package's stages; imported here, after the helpers they use (_path, FieldError) are defined.
-from zephyr.pipelines.web.config import ExtractStage, UrlDedupStage, UrlFilterStage  # noqa: E402
+from zephyr.pipelines.web.config import (  # noqa: E402
+    ExtractStage,
+    SubstringDedupStage,
+    UrlDedupStage,
+    UrlFilterStage,
+)
 
 STAGE_TYPES: dict[str, type] = {
     "read": ReadStage,
@@ -492,13 +497,14 @@ STAGE_TYPES: dict[str, type] = {
     "extract": ExtractStage,
     "url_filter": UrlFilterStage,
     "url_dedup": UrlDedupStage,
+    "substring_dedup": SubstringDedupStage,
 }
 """Stage type name → its config dataclass."""
 
 SOURCE_STAGES = ("read", "extract")
 """Stage types that start a pipeline from files (exactly one, first)."""
 
-DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
+DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "substring_dedup", "normalize", "langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup", "quality", "map")
 """Stage types whose output is a set of Parquet parts (the input of the next stage)."""
 
 _COMMON_KEYS = ("stage", "name", "enabled")

@@ -85,7 +85,12 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             f"`{stats.get('execution', {}).get('executor')}`.",
         )
     )
-    for section in (_stage_blocks, _drop_blocks, _retention_blocks, _dedup_blocks, _token_blocks, _train_blocks):
+    from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
+
+    for section in (_stage_blocks, _drop_blocks, _retention_blocks, _dedup_blocks):
+        blocks += section(stages, plots)
+    blocks += web_blocks(stages)
+    for section in (_token_blocks, _train_blocks):
         blocks += section(stages, plots)
     return blocks
 

@@ -623,6 +623,13 @@ def run_map(ctx: StageContext) -> StageOutcome:
 
 RUNNERS["map"] = run_map
 
-from zephyr.pipelines.web.stages import run_extract, run_url_dedup, run_url_filter  # noqa: E402
+from zephyr.pipelines.web.stages import (  # noqa: E402  (they build on this module's operators)
+    run_extract,
+    run_substring_dedup,
+    run_url_dedup,
+    run_url_filter,
+)
 
-RUNNERS.update(extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup)
+RUNNERS.update(
+    extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup, substring_dedup=run_substring_dedup
+)

@@ -17,7 +17,7 @@ from typing import Literal
 
 from zephyr.pipelines.config import FieldError, _at_least, _path  # defined before config.py imports this
 
-__all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage"]
+__all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,25 @@ class UrlDedupStage:
     """The column holding each document's URL."""
     priority_column: str | None = None
     """Keep the row with the largest value of this column per URL (ties: smallest id)."""
+
+
+@dataclass(frozen=True)
+class SubstringDedupStage:
+    """Remove repeats of byte spans of at least ``min_bytes`` after their first occurrence in corpus order
+    (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages."""
+
+    min_bytes: int = 100
+    """Shortest repeated span removed, in bytes (the Nemotron-CC and Lee et al. setting is 50 tokens ≈ 100+
+    bytes)."""
+    min_doc_bytes: int = 0
+    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``)."""
+    anchor_bytes: int | None = None
+    """Winnowing anchor length (``None``: ``min(32, min_bytes // 2)``)."""
+
+    def __post_init__(self) -> None:
+        _at_least("min_bytes", self.min_bytes, 2)
+        _at_least("min_doc_bytes", self.min_doc_bytes, 0)
+        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
+            raise FieldError(
+                "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
+            )

@@ -12,7 +12,7 @@ from zephyr.pipelines.stages import (
     _restore_dedup_columns,
 )
 
-__all__ = ["run_extract", "run_url_filter", "run_url_dedup"]
+__all__ = ["run_extract", "run_url_filter", "run_url_dedup", "run_substring_dedup"]
 
 
 def run_extract(ctx: StageContext) -> StageOutcome:
@@ -41,7 +41,23 @@ def run_extract(ctx: StageContext) -> StageOutcome:
     )
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
-    return _finish(ctx, ds, (extract, prepare))
+    outcome = _finish(ctx, ds, (extract, prepare))
+    outcome.extra["examples"] = _examples(outcome.files, p.text_column)
+    return outcome
+
+
+def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
+    """The first extracted documents (url and the start of the text), for the report."""
+    import pyarrow.parquet as pq
+
+    out: list[dict] = []
+    for path in files:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=count, columns=["url", text_column]):
+            for row in batch.to_pylist():
+                out.append({"url": row["url"], "text": (row[text_column] or "")[:chars]})
+                if len(out) == count:
+                    return out
+    return out
 
 
 def run_url_filter(ctx: StageContext) -> StageOutcome:
@@ -81,3 +97,38 @@ def run_url_dedup(ctx: StageContext) -> StageOutcome:
     )
     output = _restore_dedup_columns(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove))
     return _finish(ctx, output, (remove,))
+
+
+def run_substring_dedup(ctx: StageContext) -> StageOutcome:
+    """Exact substring dedup (``zephyr.dedup.substring``); the stage's extra holds the bytes removed per
+    source and the most repeated spans (the report shows them)."""
+    import shutil
+
+    from zephyr.dedup.substring import SubstringConfig, substring_dedup_dataset
+
+    cfg = ctx.entry.config
+    p = ctx.pipeline
+    config = SubstringConfig(
+        min_bytes=cfg.min_bytes,
+        anchor_bytes=cfg.anchor_bytes,
+        min_doc_bytes=cfg.min_doc_bytes,
+        text_column=p.text_column,
+        source_column=p.source_column,
+        top_spans=10,
+    )
+    scratch = ctx.stage_dir / "_substring"
+    info: dict = {}
+    out = substring_dedup_dataset(
+        ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info
+    )
+    outcome = _finish(ctx, out, ("dedup.substring.cut",))
+    shutil.rmtree(scratch, ignore_errors=True)
+    counters = {
+        k: v for st in outcome.engine_stats.get("stages", []) for k, v in (st.get("counters") or {}).items()
+    }
+    info["bytes_removed"] = counters.get("substring/bytes_removed", 0)
+    info["bytes_removed_per_source"] = {
+        k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("substring/bytes_removed/source=")
+    }
+    outcome.extra.update(substring=info)
+    return outcome

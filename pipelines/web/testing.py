@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Page", "sample_pages", "write_warc", "BROKEN_KINDS"]
+__all__ = ["Page", "sample_pages", "pages_from_html_files", "write_warc", "BROKEN_KINDS"]
 
 BROKEN_KINDS = (
     "truncated_gzip",
@@ -285,3 +285,14 @@ def write_warc(
             offsets[kind] = f.tell()
             f.write(_broken(kind, len(offsets), gzip_members))
     return offsets
+
+
+def pages_from_html_files(paths: Sequence[str], host: str = "docs.example.org") -> list[Page]:
+    """Pages for the given HTML files (e.g. Debian documentation under /usr/share/doc), one URL each."""
+    pages = []
+    for i, path in enumerate(paths):
+        with open(path, "rb") as f:
+            html = f.read().decode("utf-8", errors="replace")
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        pages.append(Page(f"https://{host}/{i}/{name}", html))
+    return pages

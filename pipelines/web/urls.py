@@ -32,7 +32,7 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 import numpy as np
 import pyarrow as pa
 
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ConfigError, InputError, SchemaError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -202,7 +202,7 @@ class UrlRules:
         from zephyr.pipelines.quality.rules import Verdict
 
         if self.url_column not in table.column_names:
-            raise ConfigError(
+            raise SchemaError(
                 f"the url rules need a {self.url_column!r} column; the input has {', '.join(table.column_names)} "
                 "(pass --url-column)"
             )
@@ -244,7 +244,7 @@ class NormalizeUrls:
         if self.url_column not in table.column_names:
             if table.num_rows == 0:
                 return table
-            raise ConfigError(
+            raise SchemaError(
                 f"no {self.url_column!r} column to normalize; the input has {', '.join(table.column_names)} "
                 "(pass --url-column)"
             )

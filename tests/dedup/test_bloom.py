@@ -180,3 +180,24 @@ def test_command_line_needs_a_size(tmp_path, capsys):
         == 1
     )
     assert "--expected N" in capsys.readouterr().err
+
+
+def test_command_line_exact_method_matches_the_plain_function(tmp_path):
+    table = _corpus(50)
+    pq.write_table(table, tmp_path / "in.parquet")
+    assert (
+        main(
+            [
+                "dedup",
+                "paragraph",
+                str(tmp_path / "in.parquet"),
+                "--output",
+                str(tmp_path / "o"),
+                "--executor",
+                "inprocess",
+            ]
+        )
+        == 0
+    )
+    got = pq.read_table(tmp_path / "o").sort_by("id")["text"].to_pylist()
+    assert got == paragraph_dedup(table, mode="remove").table["text"].to_pylist()

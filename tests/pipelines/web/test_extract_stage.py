@@ -41,7 +41,12 @@ def test_pipeline_starts_from_warc(tmp_path):
     assert stats["stages"][4]["rows_kept"] == 9
     out = pq.read_table(sorted((tmp_path / "job" / "04-exact_dedup").glob("part-*.parquet")))
     assert not any("utm_source" in u for u in out.column("url").to_pylist())  # normalized by url_filter
-    assert set(out.column("domain").to_pylist()) == {"example.com", "example.org", "example.co.uk", "example.net"}
+    assert set(out.column("domain").to_pylist()) == {
+        "example.com",
+        "example.org",
+        "example.co.uk",
+        "example.net",
+    }
     assert set(out.column("source").to_pylist()) == {"crawl"}
     assert {"id", "url", "fetch_time", "text"} <= set(out.column_names)
 
