@@ -366,7 +366,7 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
 
 def merge_filter_examples(stage_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
     """Write a filter stage's ``_examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
-    from zephyr.tasks import write_json_atomic
+    from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(stage_dir)
     rows = _selected(table, PER_GROUP, None) if table is not None else []
@@ -404,7 +404,7 @@ def merge_dedup_examples(stage_dir: Path, *, shingle: str, ngram: int, normalize
     from zephyr.dedup.shingles import shingle_hashes
     from zephyr.dedup.verify import jaccard
 
-    from zephyr.tasks import write_json_atomic
+    from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(stage_dir)
     rows = _selected(table, 2, DEDUP_CLUSTERS) if table is not None else []

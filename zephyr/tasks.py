@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from zephyr import counters
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
+from zephyr.io.paths import write_json_atomic
 from zephyr.io.publish import STAGING_DIR
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
@@ -122,14 +123,6 @@ def _load_stage(stage_path: str, fingerprint: str) -> StageSpec:
     if stage.fingerprint != fingerprint:
         raise ZephyrError(f"stage file {stage_path} holds another plan ({stage.fingerprint[:12]})")
     return stage
-
-
-def write_json_atomic(url: str, payload: dict) -> None:
-    fs, path = _fs(url)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-    fs.mv(tmp, path)
 
 
 def read_marker(url: str, fingerprint: str) -> dict | None:

@@ -338,9 +338,9 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
     pattern = _write_shards(tmp_path / "in", shards=5, rows=1000)
     plan = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards)
     plan.write_parquet(str(tmp_path / "clean"), executor="inprocess")
-    from zephyr import tasks
+    from zephyr.io import paths
 
-    original = tasks.write_json_atomic
+    original = paths.write_json_atomic
 
     def crash_on_publish(url, payload):
         if "_done" in url and payload.get("files") and not any("_staging" in f for f in payload["files"]):
@@ -348,10 +348,10 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
         original(url, payload)
 
     out, work = tmp_path / "out", tmp_path / "work"
-    monkeypatch.setattr(tasks, "write_json_atomic", crash_on_publish)
+    monkeypatch.setattr(paths, "write_json_atomic", crash_on_publish)
     with pytest.raises(KeyboardInterrupt):
         plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
-    monkeypatch.setattr(tasks, "write_json_atomic", original)
+    monkeypatch.setattr(paths, "write_json_atomic", original)
     assert (out / "part-00000.parquet").exists() and (out / "_staging" / "part-00003.parquet").exists()
     resumed = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
     assert resumed.stats["stages"][-1]["tasks_resumed"] == 4  # only the task whose marker was stale reran

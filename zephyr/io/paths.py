@@ -53,6 +53,7 @@ __all__ = [
     "atomic_output",
     "atomic_write",
     "write_bytes_atomic",
+    "write_json_atomic",
     "FileStat",
     "file_stat",
 ]
@@ -154,6 +155,15 @@ def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Ite
         fs, path = url_to_fs(tmp)
         with fs.open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
             yield handle
+
+
+def write_json_atomic(url: str, payload: dict) -> None:
+    """``payload`` as indented JSON with sorted keys at ``url``, whole or not at all (``atomic_write``): task
+    markers, index metadata, example files."""
+    import json
+
+    with atomic_write(url, "w") as handle:
+        json.dump(payload, handle, indent=1, sort_keys=True)
 
 
 def write_bytes_atomic(url: str, data: bytes) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import fsspec
 
 from zephyr.errors import ConfigError
+from zephyr.io import paths
 from zephyr.io.paths import check_output_dir, is_local
 
 __all__ = ["STAGING_DIR", "check_side_dir", "prune_quarantine", "publish_dense", "remove_stale_parts"]
@@ -42,7 +43,6 @@ def publish_dense(
     ... in ``directory``; return the published files, named in the form the tasks name theirs (a plain path for
     local files, a URL otherwise)."""
     from zephyr.io.sinks import output_name
-    from zephyr.tasks import write_json_atomic
 
     fs, root = fsspec.core.url_to_fs(directory)
     root = root.rstrip("/")
@@ -61,7 +61,7 @@ def publish_dense(
             names.append(f"{prefix}/{name}")
             published.append(f"{prefix}/{name}")
         if names != marker.get("files", []):
-            write_json_atomic(marker_path, {**marker, "files": names})
+            paths.write_json_atomic(marker_path, {**marker, "files": names})
     staging = f"{root}/{STAGING_DIR}"
     fs.invalidate_cache(root)
     if fs.exists(staging):  # every task is published: what is left is an aborted attempt's or another plan's
