@@ -70,7 +70,15 @@ def handler(args: argparse.Namespace) -> int:
     options = execution_options(args)
     execution = {
         k: getattr(options, k)
-        for k in ("executor", "workers", "memory_budget", "work_dir", "cluster", "max_retries")
+        for k in (
+            "executor",
+            "workers",
+            "memory_budget",
+            "work_dir",
+            "cluster",
+            "max_retries",
+            "small_job_bytes",
+        )
     }
     result = write_token_shards(
         args.inputs,

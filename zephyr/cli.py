@@ -46,6 +46,11 @@ def _common_parser() -> argparse.ArgumentParser:
         "--memory-budget", default="1GiB", help="bytes of data per worker before spilling (e.g. 512MB, 4GiB)"
     )
     group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
+    group.add_argument(
+        "--small-job-bytes",
+        default="4MiB",
+        help="with --executor local, inputs estimated below this run in this process (0: always use workers)",
+    )
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
@@ -84,6 +89,7 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         memory_budget=args.memory_budget,
         work_dir=args.work_dir,
         max_retries=args.max_retries,
+        small_job_bytes=args.small_job_bytes,
     )
 
 

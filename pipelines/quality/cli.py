@@ -49,6 +49,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "memory_budget": o.memory_budget,
         "work_dir": o.work_dir,
         "max_retries": o.max_retries,
+        "small_job_bytes": o.small_job_bytes,
     }
 
 
@@ -248,8 +249,10 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats,
-                                     **job_stats.summarize(jobs)})
+    _write_json(
+        out / "stats.json",
+        {"version": 1, "bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)},
+    )
     return 0
 
 
