@@ -33,25 +33,22 @@ unless ``--no-append``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import math
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine, publish  # noqa: E402
+from _measure import budget_mib, machine, publish, run_sampled  # noqa: E402
 from zephyr.dedup.synthetic import score, templated_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,73 +56,6 @@ ZEPHYR = str(ROOT / ".venv" / "bin" / "zephyr")
 MIB = 2**20
 ROW_GROUP_BYTES = 16 * 10**6
 BASELINE_ROWS = 500
-
-
-def _role(proc: psutil.Process, root_pid: int) -> str:
-    if proc.pid == root_pid:
-        return "driver"
-    try:
-        cmd = " ".join(proc.cmdline())
-    except psutil.Error:
-        return "other"
-    if "resource_tracker" in cmd:
-        return "tracker"
-    return "worker"  # multiprocessing spawn children (and anything they start)
-
-
-def run_sampled(cmd: list[str], *, log_path: Path, timeout_s: float, interval_s: float = 0.05) -> dict:
-    """Run ``cmd``; wall time, and the peak RSS of every process of its tree (each pid's maximum, by role).
-
-    ``timeline`` holds one ``(seconds, {role: summed RSS MiB})`` per sample, to find the phase of a peak."""
-    peak: dict[int, int] = {}
-    timeline: list[tuple[float, dict[str, float]]] = []
-    role: dict[int, str] = {}
-    tree_peak = 0
-    timed_out = False
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        root = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            try:
-                procs = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                procs = []
-            total = 0
-            now: dict[str, float] = {}
-            for p in procs:
-                try:
-                    rss = p.memory_info().rss
-                except psutil.Error:
-                    continue
-                if p.pid not in role:
-                    role[p.pid] = _role(p, proc.pid)
-                peak[p.pid] = max(peak.get(p.pid, 0), rss)
-                now[role[p.pid]] = now.get(role[p.pid], 0) + rss / MIB
-                total += rss
-            timeline.append((round(time.perf_counter() - start, 3), now))
-            tree_peak = max(tree_peak, total)
-            if time.perf_counter() - start > timeout_s:
-                timed_out = True
-                for p in reversed(procs):  # children first, then the driver
-                    with contextlib.suppress(psutil.Error):
-                        p.kill()
-                break
-            time.sleep(interval_s)
-        rc = proc.wait()
-    wall = time.perf_counter() - start
-    by_role: dict[str, list[int]] = {}
-    for pid, rss in peak.items():
-        by_role.setdefault(role[pid], []).append(rss)
-    return {
-        "rc": rc,
-        "timed_out": timed_out,
-        "wall_s": wall,
-        "tree_peak_mib": tree_peak / MIB,
-        "peak_mib": {r: max(v) / MIB for r, v in by_role.items()},
-        "processes": {r: len(v) for r, v in by_role.items()},
-        "timeline": timeline,
-    }
 
 
 def _cli(inp: Path, out: Path, args: argparse.Namespace) -> list[str]:
@@ -147,15 +77,6 @@ def _cli(inp: Path, out: Path, args: argparse.Namespace) -> list[str]:
         "-v",  # stage timings in the log
         *shlex.split(args.cli_args),
     ]
-
-
-def _budget_mib(text: str) -> float:
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
-    low = text.strip().lower()
-    for unit, factor in units.items():
-        if low.endswith(unit):
-            return float(low[: -len(unit)]) * factor / MIB
-    return float(low) / MIB
 
 
 def run_size(num_docs: int, args: argparse.Namespace, work: Path, logs: Path) -> dict:
@@ -215,11 +136,11 @@ def main() -> int:
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    budget_mib = _budget_mib(args.memory_budget)
+    budget = budget_mib(args.memory_budget)
     # what each role may hold above its baseline: the budget of every task it runs at once
     allowed = {
-        "driver": budget_mib * (args.workers if args.executor == "threads" else 1),
-        "worker": budget_mib,
+        "driver": budget * (args.workers if args.executor == "threads" else 1),
+        "worker": budget,
     }
     load = os.getloadavg()
     rows = []

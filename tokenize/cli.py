@@ -138,7 +138,16 @@ def handler(args: argparse.Namespace) -> int:
     options = execution_options(args)
     execution = {
         k: getattr(options, k)
-        for k in ("executor", "workers", "memory_budget", "work_dir", "cluster", "max_retries", "quarantine_dir")
+        for k in (
+            "executor",
+            "workers",
+            "memory_budget",
+            "work_dir",
+            "cluster",
+            "max_retries",
+            "quarantine_dir",
+            "small_job_bytes",
+        )
     }
     result = write_token_shards(
         args.inputs,

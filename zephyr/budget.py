@@ -7,8 +7,9 @@ driver sizes from the budget reads its size here, so the whole division can be p
 
 What a task holds at once, at most, for a budget B:
 
-- reading: one decoded batch (``read_batch_bytes``, B/8) — Parquet decodes a column chunk at a time, so a
-  row group larger than that is read in slices of it;
+- reading: one decoded batch (``read_batch_bytes``, B/8), and per column one read buffer
+  (``read_buffer_bytes``, B/64, 1–8 MiB) through which the compressed column chunk streams a page at a time —
+  a row group larger than the budget is read in batches, never whole;
 - writing: one row group being encoded (``row_group_bytes``, B/4, capped at 128 MiB);
 - the map side of a shuffle: the sort buffer (``shuffle_buffer_bytes``, B/4) plus its sorted copy and Parquet
   encoding while it spills (about twice that again), written as row groups of ``spill_row_group_bytes``
@@ -55,6 +56,10 @@ class Budget:
         return max(MIB, self.bytes // 8)
 
     @property
+    def read_buffer_bytes(self) -> int:
+        return max(MIB, min(8 * MIB, self.bytes // 64))
+
+    @property
     def row_group_bytes(self) -> int:
         return max(MIB, min(128 * MIB, self.bytes // 4))
 
@@ -99,6 +104,7 @@ class Budget:
         """(share, value, rule) for every share: what ``explain`` prints and the docs describe."""
         return [
             ("read_batch_bytes", self.read_batch_bytes, "B/8, ≥ 1 MiB"),
+            ("read_buffer_bytes", self.read_buffer_bytes, "B/64, 1–8 MiB, per column read"),
             ("row_group_bytes", self.row_group_bytes, "B/4, 1–128 MiB"),
             ("shuffle_buffer_bytes", self.shuffle_buffer_bytes, "B/4, ≥ 1 MiB (+2× while spilling)"),
             ("spill_row_group_bytes", self.spill_row_group_bytes, "B/64, 256 KiB–4 MiB"),

@@ -55,6 +55,11 @@ def _common_parser() -> argparse.ArgumentParser:
         "--memory-budget", default="1GiB", help="bytes of data per worker before spilling (e.g. 512MB, 4GiB)"
     )
     group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
+    group.add_argument(
+        "--small-job-bytes",
+        default="4MiB",
+        help="with --executor local, inputs estimated below this run in this process (0: always use workers)",
+    )
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
     group.add_argument(
         "--progress",
@@ -117,6 +122,7 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         max_retries=args.max_retries,
         progress=getattr(args, "progress", None),
         quarantine_dir=quarantine_dir(args),
+        small_job_bytes=args.small_job_bytes,
     )
 
 

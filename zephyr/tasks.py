@@ -209,6 +209,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
             on_error=stage.on_error,
             quarantine=quarantine,
             batch_bytes=Budget(task.budget_bytes).read_batch_bytes,
+            buffer_bytes=Budget(task.budget_bytes).read_buffer_bytes,
         ):
             empty = False
             yield pa.Table.from_batches([batch])

@@ -58,6 +58,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "work_dir": o.work_dir,
         "max_retries": o.max_retries,
         "quarantine_dir": o.quarantine_dir,
+        "small_job_bytes": o.small_job_bytes,
     }
 
 
