@@ -42,7 +42,7 @@ def run_extract(ctx: StageContext) -> StageOutcome:
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
     outcome = _finish(ctx, ds, (extract, prepare))
-    outcome.extra["examples"] = _examples(outcome.files, p.text_column)
+    outcome.extra["extract_examples"] = _examples(outcome.files, p.text_column)
     return outcome
 
 
