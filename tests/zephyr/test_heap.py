@@ -40,7 +40,9 @@ def _retained_mib(mode: str, env: dict[str, str] | None = None) -> tuple[str, in
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, **(env or {})},
+        # glibc's MALLOC_* variables (dask sets MALLOC_TRIM_THRESHOLD_ in this process when it starts a
+        # cluster) turn the dynamic threshold off too: the child starts without them
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}, **(env or {})},
     ).stdout.split()
     return out[0], int(out[1])
 
