@@ -168,3 +168,14 @@ def test_cli_check_rejects_an_unknown_dispatch(capsys: pytest.CaptureFixture[str
 
     assert main(["train", "check", "--preset", "tiny", "--dispatch", "grouped_mm,magic"]) == 1
     assert "--dispatch 'grouped_mm,magic': choose among grouped_mm, loop, capacity" in capsys.readouterr().err
+
+
+def test_a_region_dynamo_cannot_trace_is_reported_not_raised() -> None:
+    """grouped_mm in fp32 (the CPU's dtype) has no compilable kernel: the check names the failure and the line."""
+    report = find_graph_breaks(
+        _target("grouped_mm", resolve_device("cpu"), reduced_width(TINY)), optimizer_region=False
+    )
+    assert report.count == 1
+    (failure,) = report.breaks
+    assert failure.region == "forward" and failure.reason.startswith("tracing failed")
+    assert "BF16" in failure.reason and "moe.py" in failure.where, failure

@@ -1,7 +1,7 @@
 """``zephyr train check [CONFIG.yaml] [--flags]``: is this training run ready for the accelerator?
 
-Measured on this machine's CPU, in minutes, for the device whose code path is named by ``--device`` (default
-``cuda``; ``xpu``, ``xla`` and ``cpu`` too)::
+Measured on this machine's CPU, in minutes, for the accelerator whose code path is named by ``--device``
+(default ``cuda``; ``xpu`` and ``xla`` too; always bf16, as they train)::
 
     zephyr train check --preset moe-785m --batch-size 16 --seq-len 2048
     zephyr train check run.yaml --device-memory 80GiB --json          # the training config itself

@@ -21,6 +21,7 @@ line that caused it.
 from __future__ import annotations
 
 import collections
+import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -74,12 +75,28 @@ def _is_boundary(reason: str, stack: list[traceback.FrameSummary]) -> bool:
     return in_optim and ("graph_break" in reason or "disable" in reason)
 
 
+def _failure(region: str, exc: Exception) -> Break:
+    """A region dynamo could not trace at all: reported as a break, with dynamo's user-code stack if any."""
+    root: BaseException = exc
+    while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    text = " ".join(str(root).split())
+    inner = re.search(r"got (\w+(?:Error|Exception))\('(.+?)'\)", text)  # dynamo wraps the op's own error
+    detail = f"{inner.group(1)}: {inner.group(2)}" if inner else f"{type(root).__name__}: {text[:300]}"
+    stack = list(getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__))
+    return Break(region, f"tracing failed: {detail}", source_line(stack))
+
+
 def _explain(region: str, fn, *args, report: GraphBreaks) -> None:  # noqa: ANN001
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     before = collections.Counter(counters["graph_break"])
-    explained = torch._dynamo.explain(fn)(*args)
+    try:
+        explained = torch._dynamo.explain(fn)(*args)
+    except Exception as exc:  # noqa: BLE001 - whatever dynamo raises is the finding
+        report.breaks.append(_failure(region, exc))
+        return
     report.graphs[region] = explained.graph_count
     unexplained = (
         collections.Counter(counters["graph_break"]) - before
@@ -153,8 +170,12 @@ def find_graph_breaks(target: Target, *, backward: bool = True, optimizer_region
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
             _explain("forward", forward, *args, report=report)
-            if backward:
-                fw, bw = _count_backward_graphs(forward, *args)
+            if backward and not report.breaks:
+                try:
+                    fw, bw = _count_backward_graphs(forward, *args)
+                except Exception as exc:  # noqa: BLE001 - whatever AOTAutograd raises is the finding
+                    report.breaks.append(_failure("backward", exc))
+                    fw = bw = 0
                 report.graphs["backward"] = bw
                 if bw != fw:
                     reason = f"{fw} forward graph(s) compiled to {bw} backward graph(s)"

@@ -22,8 +22,10 @@ from zephyr.trainer.check.host_syncs import find_host_syncs
 from zephyr.trainer.check.memory import GIB, estimate_memory, measure_cpu_peak
 from zephyr.trainer.check.mfu import mfu_bounds
 from zephyr.trainer.config import ModelConfig
-from zephyr.trainer.devices import resolve_device
+from zephyr.trainer.devices import resolve_device, resolve_dispatch
 from zephyr.trainer.model import count_params
+
+from zephyr.errors import ConfigError
 
 __all__ = ["CheckOptions", "run_check", "FLOP_TOLERANCE", "MEMORY_TOLERANCE", "DISPATCHES"]
 
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 FLOP_TOLERANCE = 0.05
 MEMORY_TOLERANCE = 0.15
 DISPATCHES = ("grouped_mm", "loop", "capacity")
+ACCELERATORS = ("cuda", "xpu", "xla")
 TRACE_BATCH, TRACE_SEQ = 2, 32
 """Batch and sequence length of the reduced-width traces (graph breaks, host syncs)."""
 VALIDATE_BATCH, VALIDATE_SEQ, VALIDATE_WIDTH, VALIDATE_VOCAB = 4, 512, 16, 8192
@@ -45,7 +48,7 @@ class CheckOptions:
     batch_size: int
     seq_len: int
     device: str = "cuda"
-    """Whose code path to check: ``cuda``, ``xpu``, ``xla`` (emulated on the CPU) or ``cpu``."""
+    """Whose code path to check: ``cuda``, ``xpu`` or ``xla`` (emulated on the CPU, bf16)."""
     dispatches: tuple[str, ...] = DISPATCHES
     device_memory_bytes: int = 80 * GIB
     peak_flops: float = 989e12
@@ -73,11 +76,13 @@ class _Clock:
 def run_check(options: CheckOptions) -> dict[str, Any]:
     """Measure ``options``' configuration (module docstring); the result is plain JSON-serializable data."""
     clock = _Clock()
-    info = resolve_device(options.device, emulate=options.device != "cpu")
-    moe = options.model.moe
-    default = (
-        "grouped_mm" if moe is None else moe.dispatch if moe.dispatch != "auto" else info.default_dispatch()
-    )
+    if options.device not in ACCELERATORS:
+        raise ConfigError(
+            f"zephyr train check checks an accelerator's code path: --device {', '.join(ACCELERATORS)}"
+        )
+    info = resolve_device(options.device, emulate=True)
+    moe = options.model.moe  # a compiled bf16 run on the accelerator: the dispatch the trainer would take
+    default = "grouped_mm" if moe is None else resolve_dispatch(moe.dispatch, info, compile=True, bf16=True)
     dispatches = [d for d in options.dispatches if options.model.moe is not None] or [default]
     if default not in dispatches:
         dispatches.insert(0, default)
