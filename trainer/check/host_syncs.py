@@ -131,9 +131,8 @@ class _Tracer(TorchDispatchMode):
             position = len(self.sequence)
             expected = self.reference[position] if position < len(self.reference) else None
             if entry != expected:
-                self.first_difference = (
-                    f"{name} {entry[1]} (other data: {expected and expected[1]}) at {_where()}"
-                )
+                other = _brief(expected[1]) if expected else "no op"
+                self.first_difference = f"{name} {_brief(entry[1])} (other data: {other}) at {_where()}"
         self.sequence.append(entry)
         return out
 

@@ -44,7 +44,10 @@ def render(report: dict[str, Any]) -> str:
     for dispatch, data in report["dispatch"].items():
         tag = " (default)" if dispatch == default else ""
         lines.append(f"    {dispatch}{tag}: {_breaks_line(data['graph_breaks'])}")
-    lines.append("  host syncs in the step:")
+    lines.append(
+        f"  host syncs in the step (reduced width, {report['traced_moe_layers']} MoE block; the model has "
+        f"{report['moe_layers']}):"
+    )
     for dispatch, data in report["dispatch"].items():
         tag = " (default)" if dispatch == default else ""
         lines.append(f"    {dispatch}{tag}: {_syncs_line(data['host_syncs'])}")

@@ -133,6 +133,8 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
         "attention_traced": "sdpa",
         "torch": torch.__version__,
         "params": {"total": counts.total, "active": counts.active},
+        "moe_layers": sum(options.model.is_moe_layer(i) for i in range(options.model.n_layers)),
+        "traced_moe_layers": sum(small.model.is_moe_layer(i) for i in range(small.model.n_layers)),
         "graph_breaks": per_dispatch[default]["graph_breaks"]["count"],
         "host_syncs": per_dispatch[default]["host_syncs"]["count"],
         "static_shapes": per_dispatch[default]["host_syncs"]["static_shapes"],
