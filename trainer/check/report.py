@@ -89,22 +89,7 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
     full = Target(options.model, options.batch_size, options.seq_len, info, default, "sdpa")
     small = full.replace(model=reduced_width(options.model), batch_size=TRACE_BATCH, seq_len=TRACE_SEQ)
 
-    per_dispatch: dict[str, dict[str, Any]] = {}
-    for dispatch in sorted(
-        dispatches, key=lambda d: d != default
-    ):  # the default first: it traces the optimizer
-        log.info("graph breaks and host syncs: %s", dispatch)
-        breaks = clock.timed(
-            "graph_breaks",
-            find_graph_breaks,
-            small.replace(dispatch=dispatch),
-            optimizer_region=dispatch == default,
-        )
-        syncs = clock.timed("host_syncs", find_host_syncs, small.replace(dispatch=dispatch))
-        per_dispatch[dispatch] = {"graph_breaks": breaks.to_dict(), "host_syncs": syncs.to_dict()}
-        if dispatch != "loop":
-            flops = clock.timed("flops", count_flops, full.replace(dispatch=dispatch))
-            per_dispatch[dispatch]["flops"] = flops.to_dict()
+    per_dispatch = _measure_dispatches(dispatches, default, full, small, clock)
 
     log.info("FLOPs and memory of the full configuration (fake tensors)")
     flop_data = per_dispatch[default].get("flops") or clock.timed("flops", count_flops, full).to_dict()
@@ -157,6 +142,25 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
     report["ok"] = not report["problems"]
     report["seconds"] = clock.seconds
     return report
+
+
+def _measure_dispatches(
+    dispatches: list[str], default: str, full: Target, small: Target, clock: _Clock
+) -> dict[str, dict[str, Any]]:
+    """Graph breaks and host syncs (reduced width) and FLOPs (full size; not the loop, whose shapes need real
+    data) of each dispatch; the default first, the only one whose optimizer region is traced (the same in all)."""
+    out: dict[str, dict[str, Any]] = {}
+    for dispatch in sorted(dispatches, key=lambda d: d != default):
+        log.info("graph breaks and host syncs: %s", dispatch)
+        traced = small.replace(dispatch=dispatch)
+        breaks = clock.timed("graph_breaks", find_graph_breaks, traced, optimizer_region=dispatch == default)
+        syncs = clock.timed("host_syncs", find_host_syncs, traced)
+        out[dispatch] = {"graph_breaks": breaks.to_dict(), "host_syncs": syncs.to_dict()}
+        if dispatch != "loop":
+            out[dispatch]["flops"] = clock.timed(
+                "flops", count_flops, full.replace(dispatch=dispatch)
+            ).to_dict()
+    return out
 
 
 def _validate_memory(small: Target) -> dict[str, Any]:
