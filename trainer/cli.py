@@ -8,6 +8,7 @@ Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
     zephyr train --data web/=0.7 --data code/=0.3 ...          # a weighted mixture
     zephyr train ... --set moe.top_k=2 --set qk_norm=true        # any model field (dotted for moe.*)
     torchrun --nproc-per-node 8 -m zephyr.cli train run.yaml     # FSDP2 over 8 devices
+    zephyr train check --preset moe-785m --batch-size 16 --seq-len 2048   # before booking a GPU
 
 Rerunning with the same ``--checkpoint-dir`` resumes from its latest checkpoint. The global execution options
 (``--workers``, ``--executor``...) are accepted and ignored: training is not an engine job.
@@ -22,7 +23,7 @@ from typing import Any
 
 from zephyr.errors import ConfigError
 
-__all__ = ["register", "handler", "config_from_args"]
+__all__ = ["register", "handler", "config_from_args", "add_run_arguments"]
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +72,37 @@ _MOE = {
 }
 
 
+class _TrainParser(argparse.ArgumentParser):
+    """``zephyr train``'s parser: a first word ``check`` hands the rest of the line to ``zephyr train check``
+    (``train`` takes an optional config file as its first word, so the check cannot be a plain subcommand)."""
+
+    check_parser: argparse.ArgumentParser | None = None
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        if self.check_parser is not None and args and args[0] == "check":
+            return self.check_parser.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
+
+
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "train",
         parents=[common],
-        help="train the MoE language model on token shards",
+        help="train the MoE language model on token shards (zephyr train check: is it ready for the GPU?)",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
+    add_run_arguments(p)
+    p.set_defaults(func=handler)
+    from zephyr.trainer.check.cli import build_check_parser
+
+    p.__class__ = _TrainParser
+    p.check_parser = build_check_parser(common)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
+    """The config file and every ``TrainConfig`` flag (those in ``skip`` left out), for train and check."""
     p.add_argument("config", nargs="?", default=None, help="YAML/JSON training config (flags override it)")
     S = argparse.SUPPRESS
     p.add_argument(
@@ -91,28 +114,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     for table in (_TOP, _OPTIM, _MODEL, _MOE):
         for dest, (typ, text) in table.items():
-            p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
-    p.add_argument(
-        "--compile",
-        dest="compile",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="torch.compile each transformer block",
-    )
-    p.add_argument(
-        "--activation-checkpointing",
-        dest="activation_checkpointing",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="recompute each block's activations in the backward pass (less memory, ~1 more forward)",
-    )
-    p.add_argument(
-        "--qk-norm",
-        dest="qk_norm",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="RMSNorm on queries and keys",
-    )
+            if dest not in skip:
+                p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
+    flags = {
+        "compile": "torch.compile each transformer block",
+        "activation_checkpointing": "recompute each block's activations in the backward pass (less memory, "
+        "~1 more forward)",
+        "qk_norm": "RMSNorm on queries and keys",
+    }
+    for dest, text in flags.items():
+        if dest not in skip:
+            flag = "--" + dest.replace("_", "-")
+            p.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=S, help=text)
     p.add_argument(
         "--set",
         dest="overrides",
@@ -121,7 +134,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         metavar="KEY=VALUE",
         help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is JSON or text",
     )
-    p.set_defaults(func=handler)
 
 
 def _parse_value(text: str) -> Any:

@@ -25,7 +25,7 @@ import torch
 
 from zephyr.errors import ConfigError
 
-__all__ = ["DeviceInfo", "resolve_device", "grouped_mm_supported", "peak_flops_for"]
+__all__ = ["DeviceInfo", "resolve_device", "resolve_dispatch", "grouped_mm_supported", "peak_flops_for"]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,22 @@ def grouped_mm_supported(device: torch.device) -> bool:
     except (RuntimeError, NotImplementedError) as exc:
         log.info("torch._grouped_mm unavailable on %s (%s); MoE uses the per-expert loop", device, exc)
         return False
+
+
+def resolve_dispatch(chosen: str, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
+    """The MoE dispatch a run uses: ``auto`` takes the device's default, except that ``torch._grouped_mm``
+    compiles only for bf16 inputs (its fake-tensor kernel checks the dtype; the CPU's eager kernel takes fp32),
+    so a compiled fp32 run takes the loop instead. Asking for grouped_mm there is a config error."""
+    dispatch = info.default_dispatch() if chosen == "auto" else chosen
+    if dispatch == "grouped_mm" and compile and not bf16:
+        if chosen == "grouped_mm":
+            raise ConfigError(
+                "moe.dispatch=grouped_mm with --compile needs bf16 (torch._grouped_mm compiles only for bf16 "
+                "inputs): add --dtype bf16, or use --dispatch loop"
+            )
+        log.info("compiled fp32 run: MoE dispatch loop (torch._grouped_mm compiles only for bf16)")
+        return "loop"
+    return dispatch
 
 
 def peak_flops_for(name: str) -> float | None:

@@ -17,7 +17,7 @@ from torch import nn
 from zephyr.trainer.model import Transformer
 from zephyr.trainer.moe import update_expert_bias
 
-__all__ = ["StepOutput", "train_step"]
+__all__ = ["StepOutput", "train_step", "forward_loss", "apply_gradients"]
 
 
 @dataclass
@@ -32,6 +32,31 @@ class StepOutput:
     """Global gradient norm before clipping (scalar)."""
     moe: dict[str, torch.Tensor]
     """``update_expert_bias``'s load, bias and dropped-token tensors; empty for a dense model."""
+
+
+def forward_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], autocast: contextlib.AbstractContextManager
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy and auxiliary loss of one micro-batch: the region ``torch.compile`` captures (its backward
+    is derived from it by AOTAutograd)."""
+    with autocast:
+        logits, aux = model(batch["input_ids"], batch["positions"])
+        loss = Transformer.loss(logits, batch["labels"])
+    return loss, aux
+
+
+def apply_gradients(
+    model: nn.Module, optimizer: torch.optim.Optimizer, *, grad_clip: float, all_reduce: bool
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clip, AdamW step, drop the gradients, balance the routers; returns the pre-clip norm and the MoE stats."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    max_norm = grad_clip if grad_clip > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, update_expert_bias(model, all_reduce=all_reduce)
 
 
 def train_step(
@@ -54,19 +79,9 @@ def train_step(
     loss_sum = torch.zeros((), device=device)
     aux_sum = torch.zeros((), device=device)
     for _ in range(grad_accum):
-        batch = next_batch()
-        with autocast:
-            logits, aux = model(batch["input_ids"], batch["positions"])
-            loss = Transformer.loss(logits, batch["labels"])
+        loss, aux = forward_loss(model, next_batch(), autocast)
         ((loss + aux) / grad_accum).backward()
         loss_sum += loss.detach()
         aux_sum += aux.detach()
-    params = [p for p in model.parameters() if p.requires_grad]
-    max_norm = grad_clip if grad_clip > 0 else math.inf
-    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-    if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
-        grad_norm = grad_norm.full_tensor()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    moe_stats = update_expert_bias(model, all_reduce=all_reduce)
+    grad_norm, moe_stats = apply_gradients(model, optimizer, grad_clip=grad_clip, all_reduce=all_reduce)
     return StepOutput(loss_sum / grad_accum, aux_sum / grad_accum, grad_norm, moe_stats)

@@ -26,7 +26,7 @@ import torch
 from zephyr.trainer.checkpoint import CheckpointManager
 from zephyr.trainer.config import ModelConfig, TrainConfig, model_config_from_dict
 from zephyr.trainer.data import Batcher, build_source
-from zephyr.trainer.devices import DeviceInfo, resolve_device
+from zephyr.trainer.devices import DeviceInfo, resolve_device, resolve_dispatch
 from zephyr.trainer.distributed import DistInfo, destroy_distributed, init_distributed, parallelize
 from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
 from zephyr.trainer.model import build_model, count_params, flops_per_token
@@ -63,9 +63,9 @@ def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> Mod
     return model_cfg
 
 
-def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo) -> str:
+def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
     chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
-    return info.default_dispatch() if chosen == "auto" else chosen
+    return resolve_dispatch(chosen, info, compile=compile, bf16=bf16)
 
 
 class _PendingMetrics:
@@ -117,7 +117,7 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
         world_size=dinfo.world_size,
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
-    dispatch = _resolved_dispatch(model_cfg, info)
+    dispatch = _resolved_dispatch(model_cfg, info, compile=cfg.compile, bf16=bf16)
     attention = info.default_attention() if model_cfg.attention == "auto" else model_cfg.attention
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg, device=info.device, dispatch=dispatch, attention=attention)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from zephyr.trainer import train as train_mod
 from zephyr.trainer.config import OptimConfig, TrainConfig
-from zephyr.trainer.devices import DeviceInfo, resolve_device
+from zephyr.trainer.devices import DeviceInfo, resolve_device, resolve_dispatch
 from zephyr.trainer.moe import GroupedExperts, MoE
 
 from zephyr.errors import ConfigError
@@ -96,3 +96,16 @@ def test_emulated_cuda_takes_grouped_mm() -> None:
 def test_xla_without_torch_xla_names_the_install() -> None:
     with pytest.raises(ConfigError, match="pip install torch_xla"):
         resolve_device("xla")
+
+
+def test_a_compiled_fp32_run_takes_the_loop_and_refuses_grouped_mm() -> None:
+    """torch._grouped_mm compiles only for bf16 inputs (``zephyr train check --device cpu`` found it)."""
+    cpu = resolve_device("cpu")
+    assert resolve_dispatch("auto", cpu, compile=False, bf16=False) == "grouped_mm"
+    assert resolve_dispatch("auto", cpu, compile=True, bf16=False) == "loop"
+    assert (
+        resolve_dispatch("auto", resolve_device("cuda", emulate=True), compile=True, bf16=True)
+        == "grouped_mm"
+    )
+    with pytest.raises(ConfigError, match="add --dtype bf16, or use --dispatch loop"):
+        resolve_dispatch("grouped_mm", cpu, compile=True, bf16=False)
