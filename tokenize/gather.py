@@ -159,55 +159,64 @@ class Gatherer:
 
     # ---- best-fit bins --------------------------------------------------------------------------------
     def _gather_bins(self, source: np.ndarray, bins: np.ndarray, fill: np.ndarray, out: np.ndarray) -> None:
-        """Best-fit bins: each slot of the ``[n, L]`` grid gets its token's index in its shard from one
-        ``np.repeat`` over the segments (the pieces, then each row's padding), and the tokens come from one
-        fancy index per shard (labels: the same indices + 1)."""
+        """Best-fit bins: one slice copy per piece into a token-dtype buffer (reading the token after the
+        piece on the way: the label of its last input), one cast for the inputs and one for the labels (the
+        inputs shifted by one), then the pieces' last labels and the padding."""
         n, L = len(bins), self.seq_len
-        row_shard = np.empty(n, dtype=np.int64)
-        rows, starts, lengths, ends = [], [], [], []
+        parts = []  # per source: row, source, shard, start, length, offset of its pieces
         for s, src in enumerate(self.sources):
             sel = np.arange(n) if len(self.sources) == 1 else np.flatnonzero(source == s)
             if not len(sel):
                 continue
-            row, start, length = src.bins.pieces(bins[sel])
-            row_shard[sel] = src.bins.shard[bins[sel]]
-            base = src.token_base[row_shard[sel]][row]
-            rows.append(sel[row])
-            starts.append(start - base)  # shard-local
-            lengths.append(length)
-            ends.append(start + length == src.token_base[row_shard[sel] + 1][row])
+            index = src.bins
+            row, piece = index.pieces(bins[sel])
+            shard = index.shard[bins[sel]][row]
+            parts.append(
+                (
+                    sel[row],
+                    np.full(len(row), s),
+                    shard,
+                    index.start[piece],
+                    index.length[piece],
+                    index.offset[piece],
+                )
+            )
+        if len(parts) > 1:  # back to row order (stable: a row's pieces stay in stream order)
+            columns = [np.concatenate(c) for c in zip(*parts)]
+            order = np.argsort(columns[0], kind="stable")
+            parts = [tuple(c[order] for c in columns)]
+        row, src_of, shard, start, length, offset = parts[0]
+        buffer = np.empty((n, L), dtype=self._dtype)
+        successor = []
+        opened: dict[tuple[int, int], np.ndarray] = {}
+        for r, s, k, a, m, o in zip(
+            row.tolist(), src_of.tolist(), shard.tolist(), start.tolist(), length.tolist(), offset.tolist()
+        ):
+            tokens = opened.get((s, k))
+            if tokens is None:
+                tokens = opened[(s, k)] = self.sources[s].store.open(k).tokens
+            buffer[r, o : o + m] = tokens[a : a + m]
+            successor.append(
+                int(tokens[a + m]) if a + m < len(tokens) else IGNORE_INDEX
+            )  # none at a shard end
+        np.copyto(out[0], buffer, casting="unsafe")
+        np.copyto(out[1][:, :-1], buffer[:, 1:], casting="unsafe")
+        out[1].reshape(-1)[row * L + offset + length - 1] = (
+            successor  # every row ends with a piece or padding
+        )
         padded = np.flatnonzero(fill < L)
-        row = np.concatenate([*rows, padded])
-        start = np.concatenate([*starts, np.zeros(len(padded), np.int64)])  # padding reads token 0
-        length = np.concatenate([*lengths, L - fill[padded]])
-        shard_end = np.concatenate([*ends, np.zeros(len(padded), bool)])  # a piece ends its shard
-        if len(self.sources) > 1 or len(padded):  # by row; pieces keep stream order, padding comes last
-            order = np.argsort(row, kind="stable")
-            row, start, length, shard_end = row[order], start[order], length[order], shard_end[order]
-        before = np.cumsum(length) - length  # flat start of each segment (every row's segments fill it)
-        grid = ramp(n * L)
-        index = (grid + np.repeat(start - before, length)).reshape(n, L)  # shard-local index of every slot
-        np.subtract(grid, np.repeat(before, length), out=out[2].reshape(-1))  # positions restart per segment
-        groups = source * (1 << 32) + row_shard
-        for key in np.unique(groups).tolist():
-            tokens = self.sources[key >> 32].store.open(key & 0xFFFFFFFF).tokens
-            if len(groups) == 1 or (groups[0] == groups).all():
-                np.copyto(out[0], tokens[index], casting="unsafe")
-                np.copyto(out[1], tokens[np.minimum(index + 1, len(tokens) - 1)], casting="unsafe")
-                break
-            sel = np.flatnonzero(groups == key)
-            idx = index[sel]
-            out[0][sel] = tokens[idx]
-            out[1][sel] = tokens[np.minimum(idx + 1, len(tokens) - 1)]
-        last = (before + length - 1)[shard_end]  # a shard's last token has no successor
-        if len(last):
-            out[1].reshape(-1)[last] = IGNORE_INDEX
+        seg_start, seg_len = row * L + offset, length  # positions: a segment per piece, one per padding
         if len(padded):
             pad = self._arange >= fill[padded, None]
-            ids, labels = out[0][padded], out[1][padded]
-            ids[pad] = self.pad_id
-            labels[pad] = IGNORE_INDEX
-            out[0][padded], out[1][padded] = ids, labels
+            ids_p, labels_p = out[0][padded], out[1][padded]
+            ids_p[pad] = self.pad_id
+            labels_p[pad] = IGNORE_INDEX
+            out[0][padded], out[1][padded] = ids_p, labels_p
+            seg_start = np.concatenate([seg_start, padded * L + fill[padded]])
+            seg_len = np.concatenate([seg_len, L - fill[padded]])
+            order = np.argsort(seg_start)
+            seg_start, seg_len = seg_start[order], seg_len[order]
+        np.subtract(ramp(n * L), np.repeat(seg_start, seg_len), out=out[2].reshape(-1))
 
 
 _RAMP = np.arange(0, dtype=np.int64)

@@ -96,16 +96,17 @@ def cut_pieces(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarr
 
 @dataclass
 class BinIndex:
-    """Best-fit bins of one token set, in CSR form: bin b holds pieces ``ptr[b]:ptr[b+1]``.
+    """Best-fit bins of one token set, in CSR form: bin b holds pieces ``ptr[b]:ptr[b+1]`` (never none).
 
-    ``start`` is each piece's first token in stream coordinates (shard k's token t is ``token_base[k] + t``),
-    ``length`` its token count; ``shard`` the file of each bin and ``fill`` its tokens (<= seq_len). Bins are
-    ordered by shard, so a shard's bins are a contiguous range (``shard_bins`` of them).
+    Per piece: ``start`` (its first token, shard-local), ``length`` and ``offset`` (where it begins inside
+    its bin). Per bin: ``shard`` (its file) and ``fill`` (its tokens, <= seq_len). Bins are ordered by shard,
+    so a shard's bins are a contiguous range (``shard_bins`` of them).
     """
 
     ptr: np.ndarray
     start: np.ndarray
     length: np.ndarray
+    offset: np.ndarray
     shard: np.ndarray
     fill: np.ndarray
     shard_bins: np.ndarray
@@ -114,13 +115,21 @@ class BinIndex:
     def num_bins(self) -> int:
         return len(self.shard)
 
-    def pieces(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, start, length) of every piece of ``bins`` (row = position in ``bins``), bins in order."""
-        lo, hi = self.ptr[bins], self.ptr[bins + 1]
-        count = hi - lo
-        row = np.repeat(np.arange(len(bins), dtype=np.int64), count)
-        piece = np.arange(len(row), dtype=np.int64) + np.repeat(lo - (np.cumsum(count) - count), count)
-        return row, self.start[piece], self.length[piece]
+    def pieces(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, piece) of every piece of ``bins`` (row = position in ``bins``), bins in order.
+
+        Built with cumulative sums of unit steps rather than ``np.repeat``: a batch has a few dozen pieces,
+        where every numpy call's fixed cost counts.
+        """
+        lo = self.ptr[bins]
+        count = self.ptr[bins + 1] - lo
+        ends = np.cumsum(count)
+        step = np.ones(int(ends[-1]), dtype=np.int64)
+        step[0] = lo[0]
+        step[ends[:-1]] = lo[1:] - (lo[:-1] + count[:-1]) + 1  # jump to the next bin's first piece
+        row = np.zeros(len(step), dtype=np.int64)
+        row[ends[:-1]] = 1
+        return np.cumsum(row), np.cumsum(step)
 
 
 def pack_best_fit(
@@ -133,31 +142,37 @@ def pack_best_fit(
     """
     if window < 1:
         raise ValueError(f"window must be >= 1 document, got {window}")
-    ptrs, starts, lengths, shards, fills, per_shard = [], [], [], [], [], []
+    ptrs, starts, lengths, offsets, shards, fills, per_shard = [], [], [], [], [], [], []
     bins_so_far = pieces_so_far = 0
+    token_base = doc_starts[doc_base]  # each shard's first token in stream coordinates, + the total
     for k in range(len(doc_base) - 1):
-        before = bins_so_far
+        before_shard = bins_so_far
         for lo in range(int(doc_base[k]), int(doc_base[k + 1]), window):
             hi = min(lo + window, int(doc_base[k + 1]))
             docs = np.diff(doc_starts[lo : hi + 1])
             doc, offset, length = cut_pieces(docs, seq_len)
             bin_of, count = best_fit_decreasing(length, seq_len)
             order = np.lexsort((doc, bin_of))  # by bin, then stream order inside a bin
-            bin_of, length = bin_of[order], length[order]
-            starts.append(doc_starts[lo + doc[order]] + offset[order])
+            bin_of, length, doc = bin_of[order], length[order], doc[order]
+            ptr = np.searchsorted(bin_of, np.arange(count, dtype=np.int64))
+            before = np.cumsum(length) - length
+            starts.append(doc_starts[lo + doc] + offset[order] - token_base[k])
             lengths.append(length)
-            ptrs.append(np.searchsorted(bin_of, np.arange(count, dtype=np.int64)) + pieces_so_far)
+            offsets.append(before - np.repeat(before[ptr], np.diff(np.append(ptr, len(length)))))
+            ptrs.append(ptr + pieces_so_far)
             fills.append(np.bincount(bin_of, weights=length, minlength=count).astype(np.int64))
             bins_so_far += count
             pieces_so_far += len(length)
-        shards.append(np.full(bins_so_far - before, k, dtype=np.int64))
-        per_shard.append(bins_so_far - before)
+        shards.append(np.full(bins_so_far - before_shard, k, dtype=np.int64))
+        per_shard.append(bins_so_far - before_shard)
+    empty = np.zeros(0, np.int64)
     return BinIndex(
         ptr=np.concatenate([*ptrs, [pieces_so_far]]).astype(np.int64),
-        start=np.concatenate(starts).astype(np.int64) if starts else np.zeros(0, np.int64),
-        length=np.concatenate(lengths).astype(np.int64) if lengths else np.zeros(0, np.int64),
-        shard=np.concatenate(shards) if shards else np.zeros(0, np.int64),
-        fill=np.concatenate(fills) if fills else np.zeros(0, np.int64),
+        start=np.concatenate(starts).astype(np.int64) if starts else empty,
+        length=np.concatenate(lengths).astype(np.int64) if lengths else empty,
+        offset=np.concatenate(offsets).astype(np.int64) if offsets else empty,
+        shard=np.concatenate(shards) if shards else empty,
+        fill=np.concatenate(fills) if fills else empty,
         shard_bins=np.asarray(per_shard, dtype=np.int64),
     )
 
