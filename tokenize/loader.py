@@ -215,14 +215,24 @@ class TokenLoader(torch.utils.data.IterableDataset):
             caps = [math.inf if max_epochs is None else float(max_epochs)] * len(names)
         if any(not c > 0 for c in caps):
             raise ConfigError(f"max_epochs must be > 0, got {dict(zip(names, caps))}")
-        mixture = Mixture(
+        self._base_weights = values
+        self._mixture = Mixture(
             names, values, [s.num_samples for s in self._sources], derive_key(self.seed, 0xC401CE), caps
         )
-        for at, entry in sorted(schedule, key=lambda e: int(e[0])):
-            if int(at) < 0:
-                raise ConfigError(f"schedule: sample index {at} is negative")
-            mixture.set_weights(int(at), normalize_weights(names, dict(entry)))
-        return mixture
+        self.set_schedule(schedule)
+        return self._mixture
+
+    def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Replace the weight schedule: ``[(global sample index, {path: weight}), ...]`` on top of the initial
+        weights (before iterating, or between steps on every rank)."""
+        names = self.sources
+        entries = sorted(((int(at), dict(w)) for at, w in schedule), key=lambda e: e[0])
+        if entries and entries[0][0] < 0:
+            raise ConfigError(f"schedule: sample index {entries[0][0]} is negative")
+        self._mixture.changes = [(0, self._base_weights)]
+        for at, weights in entries:
+            self._mixture.set_weights(at, normalize_weights(names, weights))
+        self._weights_version = getattr(self, "_weights_version", -1) + 1
 
     def _make_fingerprint(self) -> str:
         packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing

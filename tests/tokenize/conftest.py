@@ -90,3 +90,13 @@ def token_set(tmp_path) -> Path:
     """~20k tokens in 3 shards, documents of 1..300 tokens."""
     rng = np.random.default_rng(0)
     return write_synthetic_set(tmp_path / "set", rng.integers(1, 300, size=140))
+
+
+def global_sequence(loaders: list, batches: int, batch_size: int) -> list[list[int]]:
+    """The global sample sequence (input ids) of a set of ranks: rank r's j-th sample is index r + j * W."""
+    W = len(loaders)
+    per_rank = []
+    for loader in loaders:
+        it = loader.iter_batches(batch_size)
+        per_rank.append([row.tolist() for _ in range(batches) for row in next(it)["input_ids"]])
+    return [per_rank[g % W][g // W] for g in range(W * len(per_rank[0]))]

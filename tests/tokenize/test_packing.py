@@ -13,7 +13,7 @@ from zephyr.tokenize.packing import best_fit_decreasing, cut_pieces, packing_sta
 
 from zephyr.errors import ConfigError
 
-from .conftest import write_synthetic_set
+from .conftest import global_sequence, write_synthetic_set
 
 SEQ = 64
 
@@ -140,17 +140,6 @@ def test_best_fit_is_deterministic_in_seed_and_epoch(tmp_path: Path) -> None:
     assert two[: len(a)] == a and two[len(a) :] != a and sorted(two[len(a) :]) == sorted(a)
 
 
-def _global(loaders: list[TokenLoader], batches: int, batch_size: int) -> list[list[int]]:
-    """The global sample sequence of a set of ranks: rank r's j-th sample is global index r + j * W."""
-    W = len(loaders)
-    per_rank = []
-    for loader in loaders:
-        it = loader.iter_batches(batch_size)
-        rows = [row.tolist() for _ in range(batches) for row in next(it)["input_ids"]]
-        per_rank.append(rows)
-    return [per_rank[g % W][g // W] for g in range(W * len(per_rank[0]))]
-
-
 @pytest.mark.parametrize("packing", ["tokens", "documents", "best-fit"])
 @pytest.mark.parametrize("mixture", [False, True], ids=["one-set", "mixture"])
 def test_exact_and_elastic_resume(tmp_path: Path, packing: str, mixture: bool) -> None:
@@ -159,16 +148,16 @@ def test_exact_and_elastic_resume(tmp_path: Path, packing: str, mixture: bool) -
     a = _set(tmp_path, "a")
     sources = {str(a): 0.6, str(_set(tmp_path, "b", base=1_000_000, seed=1)): 0.4} if mixture else str(a)
     kw = dict(seq_len=SEQ, seed=9, packing=packing)
-    full = _global([TokenLoader(sources, rank=r, world_size=2, **kw) for r in range(2)], 30, 4)
+    full = global_sequence([TokenLoader(sources, rank=r, world_size=2, **kw) for r in range(2)], 30, 4)
     first = [TokenLoader(sources, rank=r, world_size=2, **kw) for r in range(2)]
-    head = _global(first, 6, 4)
+    head = global_sequence(first, 6, 4)
     state = first[0].state_dict()
     assert state == first[1].state_dict() and state["consumed"] == 48
     for width in (3, 2):
         resumed = [TokenLoader(sources, rank=r, world_size=width, **kw) for r in range(width)]
         for loader in resumed:
             loader.load_state_dict(state)
-        tail = _global(resumed, 4, 3 if width == 3 else 4)
+        tail = global_sequence(resumed, 4, 3 if width == 3 else 4)
         assert head + tail == full[: len(head) + len(tail)]
 
 
