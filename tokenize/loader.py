@@ -434,11 +434,24 @@ class TokenLoader(torch.utils.data.IterableDataset):
         prefetcher = self._start_prefetcher()
         if prefetcher is None:
             return True
+        for src in self._sources:  # positions need every offsets file (small): copied here, in this thread
+            src.doc_starts()
         plans = self._blocks(self.batch_size or 1, self.consumed, self._counts_at(self.consumed))
         plan = next(plans, (0, None))[1]
         if plan is not None:
             prefetcher.want(upcoming_shards([plan], 0, self.prefetch_shards))
         return prefetcher.wait_primed(timeout)
+
+    def close(self) -> None:
+        """Stop this process's prefetch thread (iterating again starts a new one)."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def waits(self) -> tuple[int, float]:
+        """(times, seconds) this process's reader blocked on a remote copy, over every source."""
+        stores = [src.store for src in self._sources]
+        return sum(s.waits for s in stores), sum(s.wait_seconds for s in stores)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_prefetcher": None}  # threads stay in their process

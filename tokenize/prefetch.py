@@ -64,6 +64,7 @@ class CacheBudget:
         self.pinned: set[str] = set()  # cache files of the wanted shards
         self.evicted = 0
         self._used: dict[str, float] = {}  # last use in this process (falls back to the file's mtime)
+        self._reserved = 0  # bytes of copies admitted and still in flight
         self._lock = threading.Lock()
         self._owners: dict[str, tuple[ShardStore, int]] = {}
         for store in self.stores:
@@ -99,36 +100,45 @@ class CacheBudget:
         except (OSError, KeyError, ValueError):
             return False
 
-    def make_room(self, new_bytes: int, *, required: bool = True) -> bool:
-        """Evict until ``new_bytes`` more fit under the limit; False if they cannot (nothing is copied then
-        unless ``required``: a reader needs the file now)."""
+    def release(self, new_bytes: int) -> None:
+        """A copy that ``make_room`` admitted is in place (or failed): stop reserving its bytes."""
         with self._lock:
-            if not os.path.isdir(self.cache_dir):
-                return True
-            entries = self._entries()
-            used = sum(size for _, size, _ in entries)
-            for name, size, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
-                if used + new_bytes <= self.limit_bytes:
-                    break
-                if name in self.pinned or not _ENTRY.match(name) or not self._has_other_copy(name, size):
-                    continue
-                store, index = self._owners[name]
-                store.close(index)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.cache_dir, name))
-                used -= size
-                self.evicted += 1
-                log.info("cache: evicted %s (%d bytes) to stay under %d bytes", name, size, self.limit_bytes)
-            fits = used + new_bytes <= self.limit_bytes
-            if not fits and required:
-                log.warning(
-                    "cache: %d bytes in use + %d to copy exceed cache_limit_bytes=%d and nothing more can be "
-                    "evicted (wanted shards, or files whose only copy is here); copying anyway",
-                    used,
-                    new_bytes,
-                    self.limit_bytes,
-                )
+            self._reserved -= new_bytes
+
+    def make_room(self, new_bytes: int, *, required: bool = True) -> bool:
+        """Evict until ``new_bytes`` more fit under the limit, counting copies in flight; on True (or when
+        ``required``: a reader needs the file now) the bytes are reserved until ``release``."""
+        with self._lock:
+            fits = self._make_room(new_bytes, required)
+            if fits or required:
+                self._reserved += new_bytes
             return fits
+
+    def _make_room(self, new_bytes: int, required: bool) -> bool:
+        entries = self._entries() if os.path.isdir(self.cache_dir) else []
+        used = sum(size for _, size, _ in entries) + self._reserved
+        for name, size, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
+            if used + new_bytes <= self.limit_bytes:
+                break
+            if name in self.pinned or not _ENTRY.match(name) or not self._has_other_copy(name, size):
+                continue
+            store, index = self._owners[name]
+            store.close(index)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.cache_dir, name))
+            used -= size
+            self.evicted += 1
+            log.info("cache: evicted %s (%d bytes) to stay under %d bytes", name, size, self.limit_bytes)
+        fits = used + new_bytes <= self.limit_bytes
+        if not fits and required:
+            log.warning(
+                "cache: %d bytes in use + %d to copy exceed cache_limit_bytes=%d and nothing more can be "
+                "evicted (wanted shards, or files whose only copy is here); copying anyway",
+                used,
+                new_bytes,
+                self.limit_bytes,
+            )
+        return fits
 
 
 class ShardPrefetcher:
@@ -188,13 +198,11 @@ class ShardPrefetcher:
                     return
             s, k = job
             store = self.stores[s]
-            size = store.manifest.shards[k].files["tokens"].bytes
-            if self.budget is not None and not self.budget.make_room(size, required=False):
-                with self._cond:  # the limit is reached: wait until the wanted set changes
-                    self._idle()
-                continue
             try:
-                store.fetch(k, background=True)
+                if store.fetch(k, background=True) is None:
+                    with self._cond:  # the cache is full of wanted shards: wait until the wanted set changes
+                        self._idle()
+                    continue
                 self.fetched += 1
             except Exception as exc:  # the reader fetches it again and raises with the shard's name
                 log.warning("prefetch of shard %s failed: %s", store.manifest.shards[k].name, exc)

@@ -100,10 +100,11 @@ class ShardStore:
         with self._locks_guard:
             return self._locks.setdefault(target, threading.Lock())
 
-    def fetch(self, index: int, kind: str = "tokens", *, background: bool = False) -> str:
+    def fetch(self, index: int, kind: str = "tokens", *, background: bool = False) -> str | None:
         """The local path of a shard file, copying a remote one into the cache first (once per cache).
 
-        ``background`` marks the prefetcher's calls: only the reader's blocked time counts as waiting.
+        ``background`` marks the prefetcher's calls: only the reader's blocked time counts as waiting, and
+        a background copy that the cache budget has no room for is skipped (None).
         """
         shard = self.manifest.shards[index]
         file = shard.files[kind]
@@ -114,20 +115,32 @@ class ShardStore:
             return target
         started = time.perf_counter()
         with self._lock(target):
-            if not self.is_cached(index, kind):  # the prefetcher may have copied it while we waited
-                self._download(shard, file, target)
+            copied = self.is_cached(index, kind)  # the prefetcher may have copied it while we waited
+            if not copied and not self._download(shard, file, target, required=not background):
+                return None
         if not background:
             self.wait_seconds += time.perf_counter() - started
             self.waits += 1
         return target
 
-    def _download(self, shard: ShardInfo, file: ShardFile, target: str) -> None:
+    def _download(self, shard: ShardInfo, file: ShardFile, target: str, *, required: bool = True) -> bool:
+        """Copy one remote file into the cache (False: skipped, the budget had no room and it can wait)."""
+        assert self.cache_dir is not None
+        os.makedirs(self.cache_dir, exist_ok=True)
+        budget = self.budget
+        if budget is not None and not budget.make_room(file.bytes, required=required) and not required:
+            return False
+        try:
+            self._copy(shard, file, target)
+        finally:
+            if budget is not None:
+                budget.release(file.bytes)
+        return True
+
+    def _copy(self, shard: ShardInfo, file: ShardFile, target: str) -> None:
         import fsspec
 
         assert self.cache_dir is not None
-        os.makedirs(self.cache_dir, exist_ok=True)
-        if self.budget is not None:
-            self.budget.make_room(file.bytes)
         url = join_path(self.manifest.root, file.path)
         fs, remote_path = fsspec.core.url_to_fs(url)
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
