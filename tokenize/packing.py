@@ -32,7 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["best_fit_decreasing", "BinIndex", "pack_best_fit", "cut_pieces", "packing_stats"]
+__all__ = [
+    "best_fit_decreasing",
+    "BinIndex",
+    "pack_best_fit",
+    "cut_pieces",
+    "document_spans",
+    "packing_stats",
+]
 
 DEFAULT_WINDOW = 1 << 16  # documents per best-fit window
 
@@ -92,6 +99,30 @@ def cut_pieces(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarr
     k = np.arange(len(doc), dtype=np.int64) - first[doc]
     offset = k * capacity
     return doc, offset, np.minimum(capacity, lengths[doc] - offset)
+
+
+def document_spans(offsets: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``packing="documents"``: (start, length) of each sample of a shard with document ``offsets``.
+
+    Greedy: a sample starts at a document start and takes whole documents while they fit in ``seq_len + 1``
+    tokens; a longer document is cut into chunks of ``seq_len + 1`` that overlap by one token (the next
+    chunk starts at the last token of the previous one, which had no label there).
+    """
+    capacity = seq_len + 1
+    starts: list[int] = []
+    lengths: list[int] = []
+    pos, end = 0, int(offsets[-1])
+    while end - pos >= 2:  # a sample needs at least one input with a label
+        limit = pos + capacity
+        boundary = int(offsets[int(np.searchsorted(offsets, limit, side="right")) - 1])
+        if boundary > pos:  # whole documents (or the tail of a split one) fit: stop at the last boundary
+            stop, following = boundary, boundary
+        else:  # the document runs past the sample: take a chunk; the next one starts at its last token
+            stop, following = limit, limit - 1
+        starts.append(pos)
+        lengths.append(stop - pos)
+        pos = following
+    return np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
 
 
 @dataclass
@@ -214,8 +245,21 @@ def packing_stats(shard_lengths: list[np.ndarray], seq_len: int, packing: str, *
         samples, used = index.num_bins, total
         padding = 1.0 - total / max(1, samples * seq_len)
         split_mask = lengths > seq_len
+    elif packing == "documents":
+        split, samples, slots_used = [], 0, 0
+        for docs in shard_lengths:
+            offsets = np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)
+            starts, spans = document_spans(offsets, seq_len)
+            samples += len(starts)
+            slots_used += int(np.minimum(spans, seq_len).sum())
+            first = np.searchsorted(starts, offsets[:-1], side="right") - 1  # the sample holding each start
+            last_in = np.searchsorted(starts, np.maximum(offsets[1:] - 1, offsets[:-1]), side="right") - 1
+            split.append(last_in > first)
+        split_mask = np.concatenate(split) if split else np.zeros(0, bool)
+        used = total
+        padding = 1.0 - slots_used / max(1, samples * seq_len)
     else:
-        raise ValueError(f"packing_stats knows 'tokens' and 'best-fit', got {packing!r}")
+        raise ValueError(f"packing_stats knows 'tokens', 'documents' and 'best-fit', got {packing!r}")
     docs = max(1, len(lengths))
     return {
         "samples": float(samples),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-from zephyr.tokenize.packing import DEFAULT_WINDOW, BinIndex, pack_best_fit
+from zephyr.tokenize.packing import DEFAULT_WINDOW, BinIndex, document_spans, pack_best_fit
 from zephyr.tokenize.storage import ShardStore
 
 from zephyr.errors import ConfigError
@@ -101,22 +101,7 @@ class TokenSource:
         cached = self._spans.get(shard)
         if cached is not None:
             return cached
-        offsets = self.shard_offsets(shard)
-        capacity = self.seq_len + 1
-        starts: list[int] = []
-        lengths: list[int] = []
-        pos, end = 0, int(offsets[-1])
-        while end - pos >= 2:  # a sample needs at least one input with a label
-            limit = pos + capacity
-            boundary = int(offsets[int(np.searchsorted(offsets, limit, side="right")) - 1])
-            if boundary > pos:  # whole documents (or the tail of a split one) fit: stop at the last boundary
-                stop, following = boundary, boundary
-            else:  # the document runs past the sample: take a chunk; the next one starts at its last token,
-                stop, following = limit, limit - 1  # which had no label in this chunk
-            starts.append(pos)
-            lengths.append(stop - pos)
-            pos = following
-        spans = (np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64))
+        spans = document_spans(self.shard_offsets(shard), self.seq_len)
         self._spans[shard] = spans
         return spans
 

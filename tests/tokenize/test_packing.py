@@ -125,6 +125,9 @@ def test_best_fit_short_documents_stay_whole_and_padding_is_small(tmp_path: Path
     bf, tokens = packing_stats(lengths, SEQ, "best-fit"), packing_stats(lengths, SEQ, "tokens")
     assert bf["padding_fraction"] < 0.05 and bf["split_fraction"] < tokens["split_fraction"]
     assert tokens["fit_split_fraction"] > 0
+    docs = packing_stats(lengths, SEQ, "documents")
+    assert docs["fit_split_fraction"] == 0 and docs["padding_fraction"] > bf["padding_fraction"]
+    assert docs["samples"] == TokenLoader(str(path), seq_len=SEQ, packing="documents").num_samples()
 
 
 def test_best_fit_is_deterministic_in_seed_and_epoch(tmp_path: Path) -> None:
