@@ -143,14 +143,25 @@ def test_best_fit_is_deterministic_in_seed_and_epoch(tmp_path: Path) -> None:
     assert two[: len(a)] == a and two[len(a) :] != a and sorted(two[len(a) :]) == sorted(a)
 
 
+MIXES = {  # mixing modes: extra TokenLoader arguments (None: one set)
+    "one-set": None,
+    "weights": {},
+    "temperature": {"mix": "temperature:2"},
+    "unimax-capped": {"mix": "unimax:epochs=1", "mix_budget_tokens": 30_000},
+}
+
+
 @pytest.mark.parametrize("packing", ["tokens", "documents", "best-fit"])
-@pytest.mark.parametrize("mixture", [False, True], ids=["one-set", "mixture"])
-def test_exact_and_elastic_resume(tmp_path: Path, packing: str, mixture: bool) -> None:
+@pytest.mark.parametrize("mixing", list(MIXES))
+def test_exact_and_elastic_resume(tmp_path: Path, packing: str, mixing: str) -> None:
     """2 ranks run 6 batches of 4, stop, and resume on 3 ranks (and on 2): the global sequence of an
-    uninterrupted 2-rank run continues exactly (after 2 epochs of the small set)."""
+    uninterrupted 2-rank run continues exactly (past 2 epochs of the small set; past the caps for UniMax)."""
     a = _set(tmp_path, "a")
-    sources = {str(a): 0.6, str(_set(tmp_path, "b", base=1_000_000, seed=1)): 0.4} if mixture else str(a)
-    kw = dict(seq_len=SEQ, seed=9, packing=packing)
+    extra = MIXES[mixing]
+    sources = (
+        str(a) if extra is None else {str(a): 0.6, str(_set(tmp_path, "b", base=1_000_000, seed=1)): 0.4}
+    )
+    kw = dict(seq_len=SEQ, seed=9, packing=packing, **(extra or {}))
     full = global_sequence([TokenLoader(sources, rank=r, world_size=2, **kw) for r in range(2)], 30, 4)
     first = [TokenLoader(sources, rank=r, world_size=2, **kw) for r in range(2)]
     head = global_sequence(first, 6, 4)
