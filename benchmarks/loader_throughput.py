@@ -43,12 +43,10 @@ import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
+PEER_PYTHON = HERE / ".venvs" / "loader-peers" / "bin" / "python"  # benchmarks/venvs/loader_peers.sh
 PEERS = {
-    "mosaicml-streaming": (
-        HERE / ".venvs" / "streaming" / "bin" / "python",
-        HERE / "peers" / "streaming_loader.py",
-    ),
-    "litdata": (HERE / ".venvs" / "litdata" / "bin" / "python", HERE / "peers" / "litdata_loader.py"),
+    "mosaicml-streaming": (PEER_PYTHON, HERE / "peers" / "streaming_loader.py"),
+    "litdata": (PEER_PYTHON, HERE / "peers" / "litdata_loader.py"),
 }
 LIMIT = "numpy memmap shuffled windows (limit)"
 MODES = ("tokens", "documents", "best-fit")

@@ -186,24 +186,26 @@ class Gatherer:
             order = np.argsort(columns[0], kind="stable")
             parts = [tuple(c[order] for c in columns)]
         row, src_of, shard, start, length, offset = parts[0]
-        buffer = np.empty((n, L), dtype=self._dtype)
-        successor = []
-        opened: dict[tuple[int, int], np.ndarray] = {}
-        for r, s, k, a, m, o in zip(
-            row.tolist(), src_of.tolist(), shard.tolist(), start.tolist(), length.tolist(), offset.tolist()
-        ):
-            tokens = opened.get((s, k))
-            if tokens is None:
-                tokens = opened[(s, k)] = self.sources[s].store.open(k).tokens
-            buffer[r, o : o + m] = tokens[a : a + m]
-            successor.append(
-                int(tokens[a + m]) if a + m < len(tokens) else IGNORE_INDEX
-            )  # none at a shard end
-        np.copyto(out[0], buffer, casting="unsafe")
-        np.copyto(out[1][:, :-1], buffer[:, 1:], casting="unsafe")
-        out[1].reshape(-1)[row * L + offset + length - 1] = (
-            successor  # every row ends with a piece or padding
-        )
+        buffer = np.empty(n * L, dtype=self._dtype)
+        dest = row * L + offset  # flat slot of each piece's first input
+        after = start + length  # the token after each piece (its last input's label), shard-local
+        successor = np.full(len(row), IGNORE_INDEX, dtype=np.int64)
+        keys = src_of << 32 | shard
+        files = np.unique(keys).tolist()
+        for key in files:  # usually one file per batch
+            tokens = self.sources[key >> 32].store.open(key & 0xFFFFFFFF).tokens
+            sel = np.flatnonzero(keys == key) if len(files) > 1 else None
+            d, a, m = (dest, start, length) if sel is None else (dest[sel], start[sel], length[sel])
+            for d0, a0, m0 in zip(d.tolist(), a.tolist(), m.tolist()):
+                buffer[d0 : d0 + m0] = tokens[a0 : a0 + m0]
+            nxt = after if sel is None else after[sel]
+            inside = np.flatnonzero(nxt < len(tokens))  # none at a shard end
+            target = inside if sel is None else sel[inside]
+            successor[target] = tokens[nxt[inside]]
+        grid = buffer.reshape(n, L)
+        np.copyto(out[0], grid, casting="unsafe")
+        np.copyto(out[1][:, :-1], grid[:, 1:], casting="unsafe")
+        out[1].reshape(-1)[dest + length - 1] = successor  # every row ends with a piece or padding
         padded = np.flatnonzero(fill < L)
         seg_start, seg_len = row * L + offset, length  # positions: a segment per piece, one per padding
         if len(padded):
