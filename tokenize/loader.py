@@ -52,10 +52,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from zephyr.tokenize.dataloader import TokenDataLoader
 from zephyr.tokenize.filters import RepetitionFilter
 from zephyr.tokenize.format import read_manifest
 from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
-from zephyr.tokenize.mixing import Mixture, mix_weights, normalize_weights
+from zephyr.tokenize.mixing import Mixture, normalize_weights
 from zephyr.tokenize.packing import DEFAULT_WINDOW
 from zephyr.tokenize.permutation import derive_key, permute
 from zephyr.tokenize.prefetch import CacheBudget, ShardPrefetcher, upcoming_shards
@@ -168,7 +169,17 @@ class TokenLoader(torch.utils.data.IterableDataset):
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
         self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
-        self._mixture = self._build_mixture(weights, mix, mix_budget_tokens, max_epochs, schedule)
+        self._mixture = Mixture.build(
+            self.sources,
+            weights,
+            tokens=[src.store.manifest.num_tokens for src in self._sources],
+            samples=[src.num_samples for src in self._sources],
+            key=derive_key(seed, 0xC401CE),
+            mix=mix,
+            budget_tokens=mix_budget_tokens,
+            max_epochs=max_epochs,
+        )
+        self._mixture.set_schedule(schedule)
         self._source_keys = [derive_key(seed, 0x5EED, i) for i in range(len(self._sources))]
         self._fingerprint = self._make_fingerprint()
         self._gatherer = Gatherer(self._sources, seq_len, self.pad_id)
@@ -183,56 +194,11 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
 
     # ---- configuration ---------------------------------------------------------------------------------
-    def _build_mixture(
-        self,
-        weights: dict[str, float],
-        mix: str | None,
-        budget: float | None,
-        max_epochs: float | Mapping[str, float] | None,
-        schedule: Sequence[tuple[int, Mapping[str, float]]],
-    ) -> Mixture:
-        names = self.sources
-        implied = None
-        if mix is not None:
-            tokens = [src.store.manifest.num_tokens for src in self._sources]
-            values, implied = mix_weights(mix, tokens, budget_tokens=budget)
-            log.info(
-                "mix %s over %s tokens: weights %s",
-                mix,
-                dict(zip(names, tokens)),
-                ", ".join(f"{n}={w:.4f}" for n, w in zip(names, values)),
-            )
-        else:
-            values = normalize_weights(names, weights)
-        if max_epochs is None:
-            max_epochs = implied
-        if isinstance(max_epochs, Mapping):
-            unknown = sorted(set(map(str, max_epochs)) - set(names))
-            if unknown:
-                raise ConfigError(f"max_epochs names {unknown}, which are not sources of this loader {names}")
-            caps = [float(max_epochs.get(n, math.inf)) for n in names]
-        else:
-            caps = [math.inf if max_epochs is None else float(max_epochs)] * len(names)
-        if any(not c > 0 for c in caps):
-            raise ConfigError(f"max_epochs must be > 0, got {dict(zip(names, caps))}")
-        self._base_weights = values
-        self._mixture = Mixture(
-            names, values, [s.num_samples for s in self._sources], derive_key(self.seed, 0xC401CE), caps
-        )
-        self.set_schedule(schedule)
-        return self._mixture
-
     def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
         """Replace the weight schedule: ``[(global sample index, {path: weight}), ...]`` on top of the initial
         weights (before iterating, or between steps on every rank)."""
-        names = self.sources
-        entries = sorted(((int(at), dict(w)) for at, w in schedule), key=lambda e: e[0])
-        if entries and entries[0][0] < 0:
-            raise ConfigError(f"schedule: sample index {entries[0][0]} is negative")
-        self._mixture.changes = [(0, self._base_weights)]
-        for at, weights in entries:
-            self._mixture.set_weights(at, normalize_weights(names, weights))
-        self._weights_version = getattr(self, "_weights_version", -1) + 1
+        self._mixture.set_schedule(schedule)
+        self._weights_version += 1
 
     def _make_fingerprint(self) -> str:
         packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing
@@ -548,54 +514,3 @@ def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, An
         following = next(items, None) if look_ahead else None
         yield current, following
         current = following if look_ahead else next(items, None)
-
-
-class TokenDataLoader:
-    """Wraps ``torch.utils.data.DataLoader(loader, batch_size=None, num_workers=K)``.
-
-    Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
-    single-process one. Each item received advances the wrapped loader's position in the main process, so
-    ``loader.state_dict()`` is exact (and ``loader.filtered`` counts the rows whose labels the workers'
-    instance filter masked). Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
-    ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
-    """
-
-    def __init__(
-        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
-    ):
-        self.loader = loader
-        self.num_workers = num_workers
-        self.kwargs = dict(kwargs)
-        if num_workers > 0:
-            self.kwargs.setdefault("prefetch_factor", prefetch_factor or 4)
-            self.kwargs.setdefault("persistent_workers", False)
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        loader = self.loader
-        while True:
-            version = loader._weights_version
-            pinned = loader.pin_memory
-            loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
-            try:
-                data_loader = torch.utils.data.DataLoader(
-                    loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
-                )
-                iterator = iter(data_loader)
-            finally:
-                loader.pin_memory = pinned
-            restarted = False
-            try:
-                for item in iterator:
-                    if self.num_workers > 0:  # workers advanced their own copies; mirror it here
-                        labels = item["labels"].reshape(-1, loader.seq_len)
-                        loader._yielded += labels.shape[0]
-                        if loader.instance_filter is not None:
-                            loader.filtered += int((labels == -100).all(dim=1).sum())
-                    yield item
-                    if self.num_workers > 0 and loader._weights_version != version:
-                        restarted = True
-                        break
-            finally:
-                del iterator
-            if not restarted:
-                return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from zephyr.tokenize.permutation import uniform01
@@ -125,13 +125,64 @@ class Mixture:
     ):
         self.names = list(names)
         self.key = key
-        self.changes: list[tuple[int, np.ndarray]] = [(0, np.asarray(weights, dtype=np.float64))]
+        self.initial = np.asarray(weights, dtype=np.float64)
+        self.changes: list[tuple[int, np.ndarray]] = [(0, self.initial)]
         epochs = np.full(len(self.names), np.inf) if max_epochs is None else np.asarray(max_epochs, float)
         self.max_epochs = epochs
         self.caps = np.array(
             [_UNCAPPED if math.isinf(e) else int(e * n) for e, n in zip(epochs, samples)], dtype=np.int64
         )
         self._logged: set[int] = set()
+
+    @classmethod
+    def build(
+        cls,
+        names: Sequence[str],
+        weights: Mapping[str, float],
+        *,
+        tokens: Sequence[int],
+        samples: Sequence[int],
+        key: int,
+        mix: str | None = None,
+        budget_tokens: float | None = None,
+        max_epochs: float | Mapping[str, float] | None = None,
+    ) -> Mixture:
+        """The mixture of a loader: explicit ``weights`` or ``mix_weights(mix)`` from the sources' ``tokens``;
+        ``max_epochs`` one cap for all or ``{name: epochs}`` (default: the cap ``mix`` implies)."""
+        names = list(names)
+        implied = None
+        if mix is not None:
+            values, implied = mix_weights(mix, tokens, budget_tokens=budget_tokens)
+            log.info(
+                "mix %s over %s tokens: weights %s",
+                mix,
+                dict(zip(names, tokens)),
+                ", ".join(f"{n}={w:.4f}" for n, w in zip(names, values)),
+            )
+        else:
+            values = normalize_weights(names, dict(weights))
+        if max_epochs is None:
+            max_epochs = implied
+        if isinstance(max_epochs, Mapping):
+            unknown = sorted(set(map(str, max_epochs)) - set(names))
+            if unknown:
+                raise ConfigError(f"max_epochs names {unknown}, which are not sources of this loader {names}")
+            caps = [float(max_epochs.get(n, math.inf)) for n in names]
+        else:
+            caps = [math.inf if max_epochs is None else float(max_epochs)] * len(names)
+        if any(not c > 0 for c in caps):
+            raise ConfigError(f"max_epochs must be > 0, got {dict(zip(names, caps))}")
+        return cls(names, values, samples, key, caps)
+
+    def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Weights ``[(g, {name: weight}), ...]`` on top of the initial weights (replacing any earlier schedule
+        and ``set_weights``)."""
+        entries = sorted(((int(at), dict(w)) for at, w in schedule), key=lambda e: e[0])
+        if entries and entries[0][0] < 0:
+            raise ConfigError(f"schedule: sample index {entries[0][0]} is negative")
+        self.changes = [(0, self.initial)]
+        for at, weights in entries:
+            self.set_weights(at, normalize_weights(self.names, weights))
 
     # ---- weights over g -------------------------------------------------------------------------------
     def weights_at(self, g: int) -> np.ndarray:
