@@ -36,13 +36,11 @@ from zephyr.dedup.clusters import (
     require_column,
     size_histogram,
 )
-from zephyr.dedup.config import ExactDedupConfig
+from zephyr.dedup.config import ExactDedupConfig, check_mode
 from zephyr.dedup.hashing import xxh3_128_array
 from zephyr.dedup.normalize import normalize_text
 
-from zephyr.errors import ConfigError
-
-__all__ = ["exact_dedup", "paragraph_dedup", "document_hashes", "group_labels"]
+__all__ = ["exact_dedup", "paragraph_dedup", "document_hashes", "group_labels", "split_paragraphs", "join_paragraphs"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +78,7 @@ def exact_dedup(
 ) -> DedupResult:
     """Document-level exact dedup; see the module docstring."""
     ExactDedupConfig(normalize=normalize)
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_mode(mode)
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     members = np.asarray(texts.is_valid()) if table.num_rows else np.zeros(0, dtype=bool)
@@ -109,6 +106,41 @@ def exact_dedup(
     return DedupResult(out, stats)
 
 
+def split_paragraphs(
+    texts: pa.Array, separator: str, normalize: str
+) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The paragraphs of ``texts`` (a ``large_string`` array) as (values, document of each, paragraphs per
+    document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the normalized text).
+    Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash paragraphs alike."""
+    parts = pc.split_pattern(texts, separator)
+    values = parts.flatten()
+    doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
+    lengths = np.asarray(pc.list_value_length(parts).fill_null(0), dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    position = np.arange(len(values), dtype=np.int64) - starts[doc]
+    normalized = normalize_text(values, normalize)
+    blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
+    hashes = xxh3_128_array(normalized).view(np.uint64).reshape(len(values), 2)
+    return values, doc, lengths, position, blank, hashes
+
+
+def join_paragraphs(
+    values: pa.Array, lengths: np.ndarray, removed: np.ndarray, texts: pa.Array, separator: str
+) -> pa.Array:
+    """Each document's text rebuilt from its paragraphs without the ``removed`` ones (null texts stay null)."""
+    n = len(lengths)
+    kept = pc.filter(values, pa.array(~removed))
+    kept_per_doc = lengths - np.bincount(
+        np.repeat(np.arange(n), lengths)[removed], minlength=n
+    ).astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(kept_per_doc, out=offsets[1:])
+    joined = pc.binary_join(
+        pa.LargeListArray.from_arrays(pa.array(offsets), kept), pa.scalar(separator, pa.large_string())
+    )
+    return pc.if_else(texts.is_valid(), joined, pa.nulls(n, pa.large_string()))
+
+
 def paragraph_dedup(
     data: Any,
     *,
@@ -125,23 +157,14 @@ def paragraph_dedup(
     ``dup_paragraph_bytes`` (what ``remove`` would cut). Stats count removed paragraphs and bytes per source.
     """
     ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_mode(mode)
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
     texts = texts.cast(pa.large_string())
     ranks = keep_ranks(table, id_column)
-    parts = pc.split_pattern(texts, separator)
-    values = parts.flatten()
-    doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
-    lengths = np.asarray(pc.list_value_length(parts).fill_null(0), dtype=np.int64)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    position = np.arange(len(values), dtype=np.int64) - starts[doc]
-    normalized = normalize_text(values, normalize)
-    blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
-    hashes = xxh3_128_array(normalized).view(np.uint64).reshape(len(values), 2)
+    values, doc, lengths, position, blank, hashes = split_paragraphs(texts, separator, normalize)
     order = np.lexsort((position, ranks[doc], hashes[:, 1], hashes[:, 0]))
     hs = hashes[order]
     first = np.ones(len(order), dtype=bool)
@@ -155,14 +178,7 @@ def paragraph_dedup(
     removed_per_doc = np.bincount(doc[removed], minlength=n)
     bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
     if mode == "remove":
-        kept = pc.filter(values, pa.array(~removed))
-        kept_per_doc = lengths - removed_per_doc
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(kept_per_doc, out=offsets[1:])
-        joined = pc.binary_join(
-            pa.LargeListArray.from_arrays(pa.array(offsets), kept), pa.scalar(separator, pa.large_string())
-        )
-        new_text = pc.if_else(texts.is_valid(), joined, pa.nulls(n, pa.large_string()))
+        new_text = join_paragraphs(values, lengths, removed, texts, separator)
         new_text = new_text.cast(table.schema.field(text_column).type)
         out = table.set_column(table.column_names.index(text_column), text_column, new_text)
     else:

@@ -27,7 +27,7 @@ else:
 
     _LAZY = {
         "TokenLoader": "zephyr.tokenize.loader",
-        "TokenDataLoader": "zephyr.tokenize.dataloader",
+        "TokenDataLoader": "zephyr.tokenize.data_loader",
         "RepetitionFilter": "zephyr.tokenize.filters",
         "read_documents": "zephyr.tokenize.storage",
         "read_manifest": "zephyr.tokenize.format",
@@ -40,7 +40,7 @@ else:
     __all__ = sorted(_LAZY)
 
     if _TYPE_CHECKING:
-        from zephyr.tokenize.dataloader import TokenDataLoader  # noqa: F401
+        from zephyr.tokenize.data_loader import TokenDataLoader  # noqa: F401
         from zephyr.tokenize.filters import RepetitionFilter  # noqa: F401
         from zephyr.tokenize.format import FORMAT_VERSION, Manifest, read_manifest  # noqa: F401
         from zephyr.tokenize.loader import TokenLoader  # noqa: F401

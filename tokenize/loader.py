@@ -22,7 +22,9 @@ Ranks and workers. Rank r of W takes g = start + r, start + r + W, ... (start = 
 Inside a rank, DataLoader worker w of K takes the rank's chunks c with c % K == w, a chunk being one yielded
 item (one sample, or one batch with ``batch_size``); ``DataLoader``'s in-order round robin then reproduces
 the single-process sequence exactly (use ``loader.data_loader(num_workers=K)``, which also keeps
-``state_dict`` right in the main process).
+``state_dict`` right in the main process). A plain ``DataLoader(loader, num_workers=K)`` cannot: its workers
+advance copies the parent never sees, so afterwards ``state_dict()`` raises ``ResumeError`` pointing to
+``data_loader`` rather than return a stale position (``zephyr.tokenize.data_loader``).
 
 State. ``state_dict()`` = {version, fingerprint, seed, consumed (global samples), counts (per-source
 ``n_s`` at ``consumed``), weights (in effect at ``consumed``), sources}: plain ints/floats/strings. Every
@@ -52,7 +54,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from zephyr.tokenize.dataloader import TokenDataLoader
+from zephyr.tokenize.data_loader import (
+    TokenDataLoader,
+    check_position_known,
+    mark_plain_worker,
+    new_worker_flag,
+)
 from zephyr.tokenize.filters import RepetitionFilter
 from zephyr.tokenize.format import read_manifest
 from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
@@ -191,6 +198,9 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._yielded = 0
         self.filtered = 0  # samples this rank's instance filter flagged (main process)
         self._weights_version = 0
+        # set by DataLoader workers that no TokenDataLoader started; shared with them (zephyr.tokenize.data_loader)
+        self._worker_flag = new_worker_flag()
+        self._wrapped = False  # True while TokenDataLoader starts workers over this loader
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
 
     # ---- configuration ---------------------------------------------------------------------------------
@@ -260,11 +270,13 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
+        check_position_known(self, "mix_counts()")
         return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Change the mixture weights from the next sample on (call between steps, on every rank); later
         schedule entries still apply."""
+        check_position_known(self, "set_weights()")
         values = normalize_weights(self.sources, dict(weights))
         g = self.consumed
         self._set_start(g, self._counts_at(g))
@@ -273,6 +285,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
+        check_position_known(self, "state_dict()")
         g = self.consumed
         return {
             "version": STATE_VERSION,
@@ -312,6 +325,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 )
             log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
         self._set_start(g, counts)
+        self._worker_flag.zero_()  # the position is known again
         self._weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
@@ -434,6 +448,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         in_main = info is None
+        if not in_main:
+            mark_plain_worker(self)
         chunk = batch_size or 1
         version = self._weights_version
         start_yielded = self._yielded

@@ -10,6 +10,7 @@ Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
     zephyr train ... --max-epochs code/=2 --instance-filter repetition --reweight
     zephyr train ... --set moe.top_k=2 --set qk_norm=true        # any model field (dotted for moe.*)
     torchrun --nproc-per-node 8 -m zephyr.cli train run.yaml     # FSDP2 over 8 devices
+    zephyr train check --preset moe-785m --batch-size 16 --seq-len 2048   # before booking a GPU
 
 Rerunning with the same ``--checkpoint-dir`` resumes from its latest checkpoint. The global execution options
 (``--workers``, ``--executor``...) are accepted and ignored: training is not an engine job.
@@ -24,7 +25,7 @@ from typing import Any
 
 from zephyr.errors import ConfigError
 
-__all__ = ["register", "handler", "config_from_args"]
+__all__ = ["register", "handler", "config_from_args", "add_run_arguments"]
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +74,46 @@ _MODEL = {
 _MOE = {
     "dispatch": (str, "MoE dispatch: auto, grouped_mm, loop or capacity"),
     "capacity_factor": (float, "capacity dispatch: slots per expert relative to an even split"),
+    "balance": (
+        str,
+        "router load balancing: bias (aux-loss-free, the default), quantile (Quantile Balancing) or aux",
+    ),
+    "bias_update_rate": (float, "--balance bias: bias step per optimizer step"),
+    "balance_loss_weight": (float, "weight of the sequence-level balance loss (needed by --balance aux)"),
 }
+
+
+class _TrainParser(argparse.ArgumentParser):
+    """``zephyr train``'s parser: a first word ``check`` hands the rest of the line to ``zephyr train check``
+    (``train`` takes an optional config file as its first word, so the check cannot be a plain subcommand)."""
+
+    check_parser: argparse.ArgumentParser | None = None
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        if self.check_parser is not None and args and args[0] == "check":
+            return self.check_parser.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "train",
         parents=[common],
-        help="train the MoE language model on token shards",
+        help="train the MoE language model on token shards (zephyr train check: is it ready for the GPU?)",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
+    add_run_arguments(p)
+    p.set_defaults(func=handler)
+    from zephyr.trainer.check.cli import build_check_parser
+
+    p.__class__ = _TrainParser
+    p.check_parser = build_check_parser(common)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
+    """The config file and every ``TrainConfig`` flag (those in ``skip`` left out), for train and check."""
     p.add_argument("config", nargs="?", default=None, help="YAML/JSON training config (flags override it)")
     S = argparse.SUPPRESS
     p.add_argument(
@@ -118,21 +147,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     for table in (_TOP, _OPTIM, _MODEL, _MOE):
         for dest, (typ, text) in table.items():
-            p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
-    p.add_argument(
-        "--compile",
-        dest="compile",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="torch.compile each transformer block",
-    )
-    p.add_argument(
-        "--qk-norm",
-        dest="qk_norm",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="RMSNorm on queries and keys",
-    )
+            if dest not in skip:
+                p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
+    flags = {
+        "compile": "torch.compile each transformer block",
+        "activation_checkpointing": "recompute each block's activations in the backward pass (less memory, "
+        "~1 more forward)",
+        "qk_norm": "RMSNorm on queries and keys",
+    }
+    for dest, text in flags.items():
+        if dest not in skip:
+            flag = "--" + dest.replace("_", "-")
+            p.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=S, help=text)
     p.add_argument(
         "--set",
         dest="overrides",
@@ -141,7 +167,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         metavar="KEY=VALUE",
         help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is JSON or text",
     )
-    p.set_defaults(func=handler)
 
 
 def _parse_value(text: str) -> Any:
@@ -199,8 +224,9 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
     for dest in _TOP:
         if dest in given:
             raw[dest] = given[dest]
-    if "compile" in given:
-        raw["compile"] = given["compile"]
+    for flag in ("compile", "activation_checkpointing"):
+        if flag in given:
+            raw[flag] = given[flag]
     if "data" in given:
         raw["data"] = _parse_data(given["data"], mix="mix" in given or bool(raw.get("mix")))
     if "max_epochs" in given:

@@ -43,6 +43,7 @@ __all__ = [
     "Dispatch",
     "AttentionBackend",
     "Schedule",
+    "Balance",
     "ConfigProblems",
     "model_config_from_dict",
     "read_config_file",
@@ -52,6 +53,7 @@ ScoreFunc = Literal["softmax", "sigmoid"]
 Dispatch = Literal["auto", "grouped_mm", "loop", "capacity"]
 AttentionBackend = Literal["auto", "flex", "sdpa"]
 Schedule = Literal["cosine", "wsd", "constant"]
+Balance = Literal["bias", "quantile", "aux"]
 
 
 class ConfigProblems(ConfigError):
@@ -222,8 +224,14 @@ class MoEConfig:
     """Renormalize the K selected scores to sum to 1 (DeepSeek-V3 does this with sigmoid scoring)."""
     route_scale: float = _range(0, low_open=True, default=1.0)
     """Multiplier on the routing weights."""
+    balance: Balance = "bias"
+    """How expert load is balanced. ``bias``: aux-loss-free balancing (DeepSeek-V3), each step every expert bias
+    moves by ``bias_update_rate`` towards balance. ``quantile``: Quantile Balancing (``zephyr.trainer.balance``),
+    each step the bias is set to the one that would have balanced that step's tokens; no rate to tune.
+    ``aux``: no bias, the sequence-level balance loss alone (needs ``balance_loss_weight`` > 0). The balance
+    loss can be added to ``bias`` and ``quantile`` too."""
     bias_update_rate: float = _range(0, default=1e-3)
-    """Aux-loss-free balancing: after each optimizer step every expert bias moves by this amount towards balance,
+    """``balance: bias`` only: after each optimizer step every expert bias moves by this amount towards balance,
     ``bias += rate * sign(mean_load - load)``. 0 disables it (the bias stays 0)."""
     balance_loss_weight: float = _range(0, default=0.0)
     """Weight α of the sequence-level balance loss (DeepSeek-V3 eq. 17-20); 0 disables it. Keep it tiny (1e-4)."""
@@ -240,6 +248,16 @@ class MoEConfig:
     def _rules(self) -> list[str]:
         if self.top_k > self.num_experts:
             return [f"model.moe.top_k ({self.top_k}) must be <= model.moe.num_experts ({self.num_experts})"]
+        if self.balance == "quantile" and self.top_k == self.num_experts:
+            return [
+                f"model.moe.balance=quantile needs model.moe.top_k ({self.top_k}) < model.moe.num_experts "
+                f"({self.num_experts}): with every expert chosen there is nothing to balance"
+            ]
+        if self.balance == "aux" and self.balance_loss_weight == 0:
+            return [
+                "model.moe.balance=aux needs model.moe.balance_loss_weight > 0 (it is the only balancing), "
+                "e.g. --balance-loss-weight 1.0e-3"
+            ]
         return []
 
 
@@ -350,6 +368,9 @@ class TrainConfig:
     """Autocast dtype: ``auto`` means bf16 where the device supports it, fp32 on CPU."""
     compile: bool = False
     """``torch.compile`` each transformer block separately."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass instead of keeping them (``Block``): less
+    memory (``zephyr train check`` estimates both), about one more forward pass of compute."""
     seed: int = _range(0, default=0)
     """Seeds initialization and data order (numpy seeds must be >= 0)."""
     checkpoint_dir: str | None = None

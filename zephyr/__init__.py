@@ -19,11 +19,16 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Dataset": "zephyr.dataset",
+    "BatchOutput": "zephyr.ops",
+    "Agg": "zephyr.shuffle.aggregate",
+    "WriteResult": "zephyr.results",
     "GroupedDataset": "zephyr.dataset",
     "read": "zephyr.dataset",
     "read_parquet": "zephyr.dataset",
     "read_jsonl": "zephyr.dataset",
     "read_vortex": "zephyr.dataset",
+    "read_warc_records": "zephyr.dataset",
+    "read_warc": "zephyr.pipelines.web.extract",
     "from_arrow": "zephyr.dataset",
     "from_items": "zephyr.dataset",
     "ExecutionOptions": "zephyr.options",
@@ -37,6 +42,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "Agg",
+    "BatchOutput",
     "ConfigError",
     "Dataset",
     "ExecutionOptions",
@@ -45,6 +52,7 @@ __all__ = [
     "ResumeError",
     "SchemaError",
     "TaskError",
+    "WriteResult",
     "ZephyrError",
     "counters",
     "from_arrow",
@@ -53,6 +61,8 @@ __all__ = [
     "read_jsonl",
     "read_parquet",
     "read_vortex",
+    "read_warc",
+    "read_warc_records",
 ]
 
 if TYPE_CHECKING:
@@ -66,9 +76,14 @@ if TYPE_CHECKING:
         read_jsonl,
         read_parquet,
         read_vortex,
+        read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
+    from zephyr.ops import BatchOutput
     from zephyr.options import ExecutionOptions
+    from zephyr.pipelines.web.extract import read_warc
+    from zephyr.results import WriteResult
+    from zephyr.shuffle.aggregate import Agg
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -28,6 +28,7 @@ from zephyr.pipelines.quality.c4 import C4Quality
 from zephyr.pipelines.quality.fineweb import FineWebQuality
 from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
 from zephyr.pipelines.quality.rules import RuleFamily
+from zephyr.pipelines.web.urls import UrlRules
 
 from zephyr.errors import ConfigError
 
@@ -54,6 +55,7 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
     "gopher_repetition": (GopherRepetition,),
     "c4": (C4Quality,),
     "fineweb": (FineWebQuality,),
+    "url": (UrlRules,),
 }
 """Names accepted by ``build_rule_families`` and ``zephyr filter --rules``."""
 
@@ -165,7 +167,10 @@ def annotate_drop_reasons(
         if len(alive) == 0:
             break
         idx = pl.Series(alive)
-        verdict = family.evaluate(out_text.gather(idx), langs.gather(idx))
+        if hasattr(family, "evaluate_table"):  # a family that reads other columns (url rules)
+            verdict = family.evaluate_table(table.take(pa.array(alive)))
+        else:
+            verdict = family.evaluate(out_text.gather(idx), langs.gather(idx))
         failed = np.zeros(len(alive), dtype=bool)
         for reason, fails in verdict.reasons:
             new = fails & ~failed

@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "zephyr.dedup",
+    "zephyr.dedup.bloom",
     "zephyr.dedup.normalize",
     "zephyr.dedup.hashing",
     "zephyr.dedup.shingles",

@@ -187,8 +187,9 @@ def test_fuzzy_preset_with_overrides():
 @pytest.mark.parametrize("name", ["quickstart", "web", "code"])
 def test_builtin_configs_validate(name, monkeypatch):
     monkeypatch.setenv("ZEPHYR_INPUT", "/tmp/nothing-here")
+    monkeypatch.setenv("ZEPHYR_WARC", "/tmp/nothing-here")
     cfg = load_config(builtin_config(name))
-    assert cfg.stages[0].type == "read"
+    assert cfg.stages[0].type == ("extract" if name == "web" else "read")
     assert load_config(name).to_dict() == cfg.to_dict()  # a bare name finds the built-in
     if name == "quickstart":
         check_inputs(cfg)  # the embedded sample is where the config says

@@ -1,0 +1,279 @@
+"""``zephyr dedup paragraph|url|substring``: the dedup commands of web text (registered by ``zephyr.dedup.cli``).
+
+::
+
+    zephyr dedup paragraph INPUT... --output DIR [--method exact|bloom] [--expected N] [--fp-rate 1e-4]
+                           [--keep-first-in-doc] [--save-filter FILE] [--load-filter FILE]
+    zephyr dedup url INPUT... --output DIR [--url-column url] [--mode annotate|remove]
+    zephyr dedup substring INPUT... --output DIR [--min-bytes 100] [--min-doc-bytes 0] [--anchor-bytes N]
+
+Each writes Parquet parts and ``DIR/_dedup_stats.json`` like ``zephyr dedup exact``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from zephyr.dedup.cli_common import (
+    DEFAULT_EXECUTOR,
+    action_kwargs,
+    add_common_io,
+    finish,
+    logger,
+    output_of,
+    read_inputs,
+    recorded,
+)
+
+__all__ = ["register_text_commands"]
+
+
+@recorded
+def _url(args: argparse.Namespace) -> int:
+    from zephyr.dedup.url import url_dedup_dataset
+
+    from zephyr.cli import execution_options
+    from zephyr.executors import reuse_workers
+
+    with reuse_workers(action_kwargs(execution_options(args))) as execution:
+        path: dict[str, Any] = {}
+        out = url_dedup_dataset(
+            read_inputs(args),
+            url_column=args.url_column,
+            id_column=args.id_column,
+            mode=args.mode,
+            priority_column=args.priority_column,
+            execution=execution,
+            stats=path,
+        )
+        result = output_of(args, out).write_parquet(args.output, **execution)
+        return finish(
+            result,
+            args.output,
+            {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path},
+            args.engine_jobs,
+        )
+
+
+@recorded
+def _paragraph(args: argparse.Namespace) -> int:
+    """``zephyr dedup paragraph``: the exact paragraph dedup (``--method exact``, in id order) or the Bloom
+    filter's single streaming pass in input order (``--method bloom``)."""
+    from zephyr.cli import execution_options
+
+    opts = action_kwargs(execution_options(args))
+    extra: dict[str, Any] = {
+        "kind": "paragraph",
+        "method": args.method,
+        "normalize": args.normalize,
+        "mode": args.mode,
+    }
+    if args.method == "exact":
+        from zephyr.dedup.stages import paragraph_dedup_dataset
+
+        out = paragraph_dedup_dataset(
+            read_inputs(args),
+            text_column=args.text_column,
+            id_column=args.id_column,
+            normalize=args.normalize,
+            mode=args.mode,
+        )
+        return finish(output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
+    return _paragraph_bloom(args, opts, extra)
+
+
+def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict[str, Any]) -> int:
+    import uuid
+
+    from zephyr.dedup.bloom import BloomFilter, BloomParagraphDedup
+
+    from zephyr.errors import ConfigError
+
+    if args.load_filter is None and args.expected is None:
+        raise ConfigError(
+            "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
+        )
+    if args.load_filter is not None:
+        BloomFilter.load(args.load_filter).check_compatible(
+            args.normalize, "\n", args.load_filter
+        )  # fail now
+    else:
+        BloomFilter.sizing(args.expected, args.fp_rate)
+    partial = None
+    if args.save_filter is not None:
+        partial = f"{args.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
+    stage = BloomParagraphDedup(
+        args.expected or 1,
+        args.fp_rate,
+        args.text_column,
+        args.normalize,
+        "\n",
+        args.mode,
+        args.keep_first_in_doc,
+        args.load_filter,
+        partial,
+    )
+    out = read_inputs(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
+    result = output_of(args, out).write_parquet(args.output, **opts)
+    bloom = _final_filter(args, partial)
+    if args.save_filter is not None:
+        bloom.save(args.save_filter)
+        if partial is not None and os.path.exists(partial):
+            os.remove(partial)
+    num_bits, num_hashes = bloom.num_bits, bloom.num_hashes
+    extra.update(
+        fp_rate=bloom.fp_rate,
+        expected=bloom.expected,
+        filter_bytes=(num_bits + 7) // 8,
+        num_hashes=num_hashes,
+        inserted=bloom.inserted,
+        false_positive_rate_now=bloom.false_positive_rate(),
+        keep_first_in_doc=args.keep_first_in_doc,
+        filter_saved=args.save_filter,
+    )
+    if bloom.inserted > bloom.expected:
+        logger.warning(
+            "bloom dedup: %d paragraphs inserted into a filter sized for %d: its false-positive rate is now %.2g "
+            "(asked %.2g); rerun with a larger --expected",
+            bloom.inserted,
+            bloom.expected,
+            bloom.false_positive_rate(),
+            bloom.fp_rate,
+        )
+    return finish(result, args.output, extra, args.engine_jobs)
+
+
+def _final_filter(args: argparse.Namespace, partial: str | None):
+    """The filter after the run: the task's saved copy, else (no batch ran, or not saved) its starting
+    state with the inserts counted from the job's counters (bits not needed then)."""
+    from zephyr.dedup.bloom import BloomFilter
+
+    if partial is not None and os.path.exists(partial):
+        return BloomFilter.load(partial)
+    if args.load_filter is not None:
+        return BloomFilter.load(args.load_filter)
+    return BloomFilter.for_capacity(args.expected, args.fp_rate, normalize=args.normalize)
+
+
+@recorded
+def _substring(args: argparse.Namespace) -> int:
+    """Exact substring dedup (``zephyr.dedup.substring``): removed bytes per source, top repeated spans."""
+    import shutil
+    import tempfile
+
+    from zephyr.dedup.substring import SHORT_DOC, SubstringConfig, substring_dedup_dataset
+
+    from zephyr.cli import execution_options
+    from zephyr.executors import reuse_workers
+
+    config = SubstringConfig(
+        min_bytes=args.min_bytes,
+        anchor_bytes=args.anchor_bytes,
+        min_doc_bytes=args.min_doc_bytes,
+        text_column=args.text_column,
+        source_column=args.source_column or None,
+        top_spans=args.top_spans,
+    )
+    opts = action_kwargs(execution_options(args))
+    scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=opts.get("work_dir") if _local(opts) else None)
+    try:
+        with reuse_workers(opts) as execution:
+            info: dict[str, Any] = {}
+            out = substring_dedup_dataset(
+                read_inputs(args), config, execution=execution, scratch=scratch, stats=info
+            )
+            result = out.write_parquet(args.output, **execution)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    counters = {k: v for st in result.stats.get("stages", []) for k, v in (st.get("counters") or {}).items()}
+    per_source = {
+        k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("substring/bytes_removed/source=")
+    }
+    dropped = sum(
+        op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in result.stats["stages"] for op in st["ops"]
+    )
+    extra = {
+        "kind": "substring",
+        **info,
+        "min_doc_bytes": config.min_doc_bytes,
+        "bytes_removed": counters.get("substring/bytes_removed", 0),
+        "bytes_removed_per_source": per_source,
+        "docs_changed": counters.get("substring/docs_changed", 0),
+        "docs_dropped_short": dropped,
+    }
+    logger.info(
+        "substring dedup: %d bytes removed from %d documents", extra["bytes_removed"], extra["docs_changed"]
+    )
+    return finish(result, args.output, extra, args.engine_jobs)
+
+
+def _local(opts: dict[str, Any]) -> bool:
+    work_dir = opts.get("work_dir")
+    return bool(work_dir) and "://" not in str(work_dir)
+
+
+def register_text_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Add ``paragraph``, ``url`` and ``substring`` under ``zephyr dedup``."""
+    para = sub.add_parser(
+        "paragraph",
+        parents=[common],
+        help="remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass",
+    )
+    add_common_io(para)
+    para.set_defaults(mode="remove", dup_level="paragraph")
+    para.add_argument(
+        "--method",
+        choices=("exact", "bloom"),
+        default="exact",
+        help="exact: every paragraph hash in memory, id order; bloom: fixed memory from --expected/--fp-rate, "
+        "one pass in input order, false positives at most --fp-rate",
+    )
+    para.add_argument("--normalize", choices=("default", "none", "simplify"), default="default")
+    para.add_argument("--expected", type=int, default=None, help="bloom: paragraphs the filter is sized for")
+    para.add_argument("--fp-rate", type=float, default=1e-4, help="bloom: false-positive rate at --expected")
+    para.add_argument(
+        "--keep-first-in-doc",
+        action="store_true",
+        help="bloom: a paragraph repeated inside the document where it first appears keeps every copy there",
+    )
+    para.add_argument(
+        "--save-filter", default=None, metavar="FILE", help="bloom: write the filter here after the run"
+    )
+    para.add_argument("--load-filter", default=None, metavar="FILE", help="bloom: start from a saved filter")
+    para.set_defaults(func=_paragraph, default_executor=DEFAULT_EXECUTOR)
+
+    url = sub.add_parser(
+        "url",
+        parents=[common],
+        help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)",
+    )
+    add_common_io(url)
+    url.add_argument("--url-column", default="url", help="the URL column (default url)")
+    url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR, dup_level="document")
+
+    substring = sub.add_parser(
+        "substring",
+        parents=[common],
+        help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
+    )
+    add_common_io(substring)
+    substring.set_defaults(mode="remove", dup_level="none")  # adds no column: --overwrite has nothing to do
+    substring.add_argument(
+        "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
+    )
+    substring.add_argument(
+        "--min-doc-bytes",
+        type=int,
+        default=0,
+        help="drop documents left shorter than this (substring_short_doc)",
+    )
+    substring.add_argument(
+        "--anchor-bytes", type=int, default=None, help="winnowing anchor length (default 32)"
+    )
+    substring.add_argument(
+        "--source-column", default="source", help="report removed bytes per value ('' = none)"
+    )
+    substring.add_argument("--top-spans", type=int, default=20, help="most repeated spans in the stats")
+    substring.set_defaults(func=_substring, default_executor=DEFAULT_EXECUTOR)

@@ -1,0 +1,389 @@
+"""Exact substring dedup on the engine: remove every repeat, after its first occurrence in corpus order, of a
+byte span of at least ``min_bytes`` that occurs more than once in the corpus (within a document or across).
+
+Definition. Documents are taken in input order (the engine's row index), bytes in order within each. A window
+is ``min_bytes`` consecutive bytes of one document; it *repeats* when an equal window starts at an earlier
+position of the corpus. The bytes removed are the union of the repeating windows (a repeated span of any
+length ≥ ``min_bytes`` is exactly the union of its windows), each run of it snapped inward to UTF-8 character
+boundaries, so the text stays valid and a character straddling a run's edge is kept. Documents that lost bytes
+and are left with fewer than ``min_doc_bytes`` are dropped (reason ``substring_short_doc``).
+
+Bounded memory, no suffix array (each pass holds one batch; the shuffles spill by the memory budget):
+
+1. anchors: winnowing picks, per window, one ``anchor_bytes``-gram determined by the window's bytes
+   (``substring_kernels``); ``group_by(gram hash).count()`` keeps the gram hashes seen twice or more: the
+   *repeated anchors* (held by the driver and every task: 8 bytes each). A window can only repeat if its
+   anchor is repeated, which is what bounds the next pass's volume to the duplicated part of the corpus.
+2. candidates: each document's first occurrence of every window with a repeated anchor, as (window hash,
+   row, start); ``group_by(window hash)`` → (count, first row); joined back, every occurrence after the first
+   row's is a repeat. The repeats, sorted by row, are written once (Parquet).
+3. cut: each batch reads the repeats of its rows (a range read of the sorted files), adds the windows that
+   repeat inside their own document, and rewrites the text.
+
+Window identity is a 61-bit polynomial hash (mod 2⁶¹−1): two different windows collide with probability
+about ``min_bytes``/2⁶¹ per pair. On small corpora the result equals a plain reference
+(tests/dedup/test_substring.py, hypothesis). Stats: bytes removed per source, documents changed/dropped,
+and the most repeated spans (text, count).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zephyr import counters
+from zephyr.errors import ConfigError, SchemaError
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+
+__all__ = ["SubstringConfig", "substring_dedup_dataset", "SHORT_DOC"]
+
+logger = logging.getLogger(__name__)
+
+ROW = "__substring_row"
+SHORT_DOC = "substring_short_doc"
+_TOP_CANDIDATES = 200  # windows looked at for the report's top spans (neighbours merge into one span)
+
+
+@dataclass(frozen=True)
+class SubstringConfig:
+    """Settings of one substring dedup run."""
+
+    min_bytes: int = 100
+    """Shortest repeated span removed (bytes)."""
+    anchor_bytes: int | None = None
+    """Length of the winnowing anchors; None: ``min(32, min_bytes // 2)``. Shorter anchors repeat more by
+    chance (more candidates), longer ones leave fewer windows per anchor (fewer anchors to count)."""
+    min_doc_bytes: int = 0
+    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
+    text_column: str = "text"
+    source_column: str | None = "source"
+    """Bytes removed are reported per value of this column (when present)."""
+    top_spans: int = 20
+
+    def __post_init__(self) -> None:
+        if self.min_bytes < 2:
+            raise ConfigError(f"min_bytes must be >= 2, got {self.min_bytes}")
+        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
+            raise ConfigError(
+                f"anchor_bytes must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
+            )
+        if self.min_doc_bytes < 0:
+            raise ConfigError(f"min_doc_bytes must be >= 0, got {self.min_doc_bytes}")
+
+    @property
+    def anchor(self) -> int:
+        return self.anchor_bytes if self.anchor_bytes is not None else max(1, min(32, self.min_bytes // 2))
+
+
+def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    from zephyr.dedup.hashing import string_buffers
+
+    if column not in table.column_names:
+        raise SchemaError(
+            f"text column {column!r} not found; the input has {', '.join(table.column_names)} (pass --text-column)"
+        )
+    texts = table.column(column)
+    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    texts = texts.cast(pa.large_string())
+    if texts.offset:  # a slice: give it buffers of its own, so its validity bitmap starts at bit 0
+        texts = pa.concat_arrays([texts])
+    data, offsets = string_buffers(texts)
+    return data, offsets, texts
+
+
+@dataclass(frozen=True)
+class _Anchors:
+    config: SubstringConfig
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.substring_kernels import anchor_hashes
+
+        if table.num_rows == 0 and self.config.text_column not in table.column_names:
+            return pa.table({"h": pa.array([], pa.int64())})
+        data, offsets, _ = _texts(table, self.config.text_column)
+        hashes = anchor_hashes(data, offsets, self.config.min_bytes, self.config.anchor)
+        return pa.table({"h": pa.array(hashes.view(np.int64))})
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    config: SubstringConfig
+    repeated: np.ndarray = field(repr=False)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.substring_kernels import candidates
+
+        empty = pa.table(
+            {"wh": pa.array([], pa.int64()), "row": pa.array([], pa.int64()), "s": pa.array([], pa.int64())}
+        )
+        if table.num_rows == 0 and self.config.text_column not in table.column_names:
+            return empty
+        data, offsets, _ = _texts(table, self.config.text_column)
+        wh, docs, starts, first = candidates(
+            data, offsets, self.config.min_bytes, self.config.anchor, self.repeated
+        )
+        wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
+        rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
+        return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
+
+
+def _repeats_only(table: pa.Table) -> pa.Table:
+    """Joined (wh, row, s, n, r0) → (row, s) of the occurrences after the first row's."""
+    later = pc.greater(table["row"], table["r0"])
+    return table.filter(later).select(["row", "s"])
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """The final pass: remove local and global repeats from each document of a batch."""
+
+    config: SubstringConfig
+    repeated: np.ndarray = field(repr=False)
+    repeat_files: tuple[str, ...] = ()
+    group_hashes: np.ndarray | None = field(default=None, repr=False)
+    """Broadcast path: the sorted hashes of the windows in two or more documents, and ``group_first``, the
+    first row holding each; a document's first occurrence of such a window repeats it when its row is later."""
+    group_first: np.ndarray | None = field(default=None, repr=False)
+
+    def _broadcast(self, wh, docs, starts, rows) -> tuple[np.ndarray, np.ndarray]:
+        """Of the documents' first occurrences (wh, docs, starts), those a document earlier than this one has."""
+        at = np.minimum(np.searchsorted(self.group_hashes, wh), max(len(self.group_hashes) - 1, 0))
+        hit = (
+            (self.group_hashes[at] == wh) & (rows[docs] > self.group_first[at])
+            if len(wh)
+            else np.zeros(0, bool)
+        )
+        return docs[hit], starts[hit]
+
+    def _global(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(document index in the batch, start) of the earlier-document repeats of these rows."""
+        if not self.repeat_files or len(rows) == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        import pyarrow.dataset as pads
+
+        dataset = pads.dataset(list(self.repeat_files), format="parquet")
+        lo, hi = int(rows.min()), int(rows.max())
+        found = dataset.to_table(filter=(pads.field("row") >= lo) & (pads.field("row") <= hi))
+        if found.num_rows == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        order = np.argsort(rows, kind="stable")
+        found_rows = np.asarray(found["row"], dtype=np.int64)
+        at = np.searchsorted(rows[order], found_rows)
+        at = np.minimum(at, len(rows) - 1)
+        hit = rows[order][at] == found_rows
+        return order[at[hit]], np.asarray(found["s"], dtype=np.int64)[hit]
+
+    def __call__(self, table: pa.Table) -> Any:
+        from zephyr.dedup.substring_kernels import candidates, cut
+
+        from zephyr.ops import BatchOutput
+
+        cfg = self.config
+        if table.num_rows == 0 and cfg.text_column not in table.column_names:
+            return table.drop_columns([c for c in (ROW,) if c in table.column_names])
+        data, offsets, texts = _texts(table, cfg.text_column)
+        rows = np.asarray(table.column(ROW), dtype=np.int64)
+        wh, cand_docs, cand_starts, first = candidates(
+            data, offsets, cfg.min_bytes, cfg.anchor, self.repeated
+        )
+        local_docs, local_starts = cand_docs[~first], cand_starts[~first]
+        if self.group_hashes is not None and len(self.group_hashes):
+            global_docs, global_starts = self._broadcast(
+                wh[first], cand_docs[first], cand_starts[first], rows
+            )
+        else:
+            global_docs, global_starts = self._global(rows)
+        docs = np.concatenate([local_docs, global_docs])
+        starts = np.concatenate([local_starts, global_starts])
+        out, out_offsets, removed = cut(data, offsets, cfg.min_bytes, docs, starts)
+        new_text = pa.LargeStringArray.from_buffers(
+            len(texts), pa.py_buffer(out_offsets), pa.py_buffer(out), texts.buffers()[0], texts.null_count
+        )
+        table = table.set_column(
+            table.column_names.index(cfg.text_column),
+            cfg.text_column,
+            new_text.cast(table.schema.field(cfg.text_column).type),
+        ).drop_columns([ROW])
+        _count(table, removed, cfg.source_column)
+        left = np.diff(out_offsets)
+        short = (removed > 0) & (left < cfg.min_doc_bytes)
+        if not short.any():
+            return table
+        return BatchOutput(kept=table.filter(pa.array(~short)), dropped={SHORT_DOC: int(short.sum())})
+
+
+def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> None:
+    counters.increment("substring/bytes_removed", int(removed.sum()))
+    counters.increment("substring/docs_changed", int((removed > 0).sum()))
+    if source_column is None or source_column not in table.column_names or not removed.any():
+        return
+    sources = table.column(source_column).cast(pa.string()).fill_null("null").combine_chunks()
+    encoded = pc.dictionary_encode(sources)
+    per = np.bincount(
+        np.asarray(encoded.indices, dtype=np.int64), weights=removed, minlength=len(encoded.dictionary)
+    )
+    for name, n in zip(encoded.dictionary.to_pylist(), per.tolist()):
+        if n:
+            counters.increment(f"substring/bytes_removed/source={name}", int(n))
+
+
+def substring_dedup_dataset(
+    ds: Dataset,
+    config: SubstringConfig,
+    *,
+    execution: dict[str, Any],
+    scratch: str,
+    stats: dict[str, Any] | None = None,
+    in_memory_windows: int | None = None,
+) -> Dataset:
+    """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
+    ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
+    the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
+    memory by every task when there are at most ``in_memory_windows`` of them (default: 48 bytes each within a
+    quarter of the memory budget), else found by a join and a sort."""
+    rows = ds.with_row_index(ROW)
+    counts = rows.map_batches(_Anchors(config), name="dedup.substring.anchors").group_by("h").count()
+    repeated_table = counts.map_batches(
+        lambda t: t.filter(pc.greater_equal(t["count"], 2)).select(["h"]), name="dedup.substring.repeated"
+    ).to_arrow(**execution)
+    repeated = (
+        np.sort(np.asarray(repeated_table["h"], dtype=np.int64).view(np.uint64))
+        if repeated_table.num_rows
+        else np.zeros(0, np.uint64)
+    )
+    logger.info(
+        "substring dedup: %d repeated anchors (%d bytes held by every task)", len(repeated), repeated.nbytes
+    )
+    info: dict[str, Any] = {
+        "repeated_anchors": int(len(repeated)),
+        "min_bytes": config.min_bytes,
+        "anchor_bytes": config.anchor,
+    }
+    repeat_files: tuple[str, ...] = ()
+    groups = None
+    broadcast: tuple[np.ndarray, np.ndarray] | None = None
+    if len(repeated):
+        cand = rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates").materialize(
+            f"{scratch}/candidates", **execution
+        )
+        groups = (
+            cand.group_by("wh")
+            .agg(n=("row", "count"), r0=("row", "min"))
+            .map_batches(lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups")
+            .materialize(f"{scratch}/groups", **execution)
+        )
+        info["candidate_windows"] = sum(_rows(f) for f in _files(cand))
+        info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
+        limit = in_memory_windows
+        if limit is None:
+            limit = _memory_budget(execution) // 4 // _BYTES_PER_SHARED_WINDOW
+        info["broadcast"] = 0 < shared <= limit
+        if info["broadcast"]:  # every task looks the windows up in memory: no join, no sort
+            table = pa.concat_tables(pq_read(f, ["wh", "r0"]) for f in _files(groups))
+            order = np.argsort(np.asarray(table["wh"], dtype=np.int64).view(np.uint64), kind="stable")
+            broadcast = (
+                np.asarray(table["wh"], dtype=np.int64).view(np.uint64)[order],
+                np.asarray(table["r0"], dtype=np.int64)[order],
+            )
+        elif shared:  # too many to hold: the repeats are found by a join and read back by row range
+            logger.info(
+                "substring dedup: %d shared windows exceed the in-memory limit %d: join path", shared, limit
+            )
+            repeats = cand.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
+            written = repeats.sort("row", "s").write_parquet(f"{scratch}/repeats", **execution)
+            repeat_files = tuple(sorted(written.files))
+            info["repeat_windows"] = sum(_rows(f) for f in repeat_files)
+    info["top_spans"] = _top_spans(rows, groups, config, execution) if groups is not None else []
+    if stats is not None:
+        stats.update(info)
+    cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
+    return rows.map_batches(cut, name="dedup.substring.cut")
+
+
+_BYTES_PER_SHARED_WINDOW = 48
+"""Driver and task bytes per shared window on the broadcast path (hash, first row, the table they came in)."""
+
+
+def _memory_budget(execution: dict[str, Any]) -> int:
+    from zephyr.options import ExecutionOptions
+
+    return ExecutionOptions.from_kwargs(**execution).memory_budget_bytes
+
+
+def pq_read(path: str, columns: list[str]) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path, columns=columns)
+
+
+def _rows(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def _top_spans(
+    rows: Dataset, groups: Dataset, config: SubstringConfig, execution: dict[str, Any]
+) -> list[dict]:
+    """The most repeated spans: the windows found in the most documents, located in their first document and
+    merged with overlapping neighbours there, as (text, documents, bytes)."""
+    import pyarrow.parquet as pq
+    from zephyr.dedup.substring_kernels import window_hashes
+
+    top: list[tuple[int, int, int]] = []  # heap of (count, window hash, first row)
+    for path in _files(groups):
+        t = pq.read_table(path, columns=["wh", "n", "r0"])
+        for wh, n, r0 in zip(t["wh"].to_pylist(), t["n"].to_pylist(), t["r0"].to_pylist()):
+            item = (n, wh, r0)
+            if len(top) < _TOP_CANDIDATES:
+                heapq.heappush(top, item)
+            elif item > top[0]:
+                heapq.heapreplace(top, item)
+    if not top:
+        return []
+    wanted = {r0 for _, _, r0 in top}
+    docs = rows.map_batches(
+        lambda t: t.filter(pc.is_in(t[ROW], pa.array(sorted(wanted), pa.int64()))).select(
+            [ROW, config.text_column]
+        ),
+        name="dedup.substring.top_docs",
+    ).to_arrow(**execution)
+    text_of = dict(zip(docs[ROW].to_pylist(), docs[config.text_column].to_pylist()))
+    located: dict[int, list[tuple[int, int]]] = {}
+    for n, wh, r0 in top:
+        raw = (text_of.get(r0) or "").encode()
+        hits = np.flatnonzero(window_hashes(raw, config.min_bytes) == np.uint64(wh & 0xFFFFFFFFFFFFFFFF))
+        if len(hits):
+            located.setdefault(r0, []).append((int(hits[0]), n))
+    out = []
+    for r0, items in located.items():  # overlapping windows of one document are one span
+        raw = (text_of.get(r0) or "").encode()
+        items.sort()
+        a, b, count = items[0][0], items[0][0] + config.min_bytes, items[0][1]
+        for s, n in [*items[1:], (None, 0)]:
+            if s is not None and s <= b:
+                b, count = max(b, s + config.min_bytes), max(count, n)
+                continue
+            out.append(
+                {"text": raw[a:b].decode("utf-8", errors="replace"), "documents": int(count), "bytes": b - a}
+            )
+            if s is not None:
+                a, b, count = s, s + config.min_bytes, n
+    out.sort(key=lambda x: (-x["documents"], -x["bytes"], x["text"]))
+    return out[: config.top_spans]
+
+
+def _files(ds: Dataset) -> list[str]:
+    """The Parquet files behind a materialized dataset (none when it has no rows)."""
+    from zephyr.ops import ReadFiles
+
+    source = ds._ops[0]
+    return list(source.paths) if isinstance(source, ReadFiles) else []  # no rows: an empty in-memory table

@@ -1,0 +1,90 @@
+"""Pipeline stage configs of the web package (registered in ``zephyr.pipelines.config.STAGE_TYPES``).
+
+``extract`` starts a pipeline from WARC/ARC files, as ``read`` starts one from Parquet/JSONL::
+
+    stages:
+      - stage: extract
+        paths: ["${ZEPHYR_WARC}"]
+        extractor: resiliparse      # or trafilatura
+      - stage: url_filter
+        blocklist: blocklist.txt    # optional; one domain per line
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from zephyr.pipelines.config import FieldError, _at_least, _path  # defined before config.py imports this
+
+__all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
+
+
+@dataclass(frozen=True)
+class ExtractStage:
+    """Read WARC/ARC files and extract each HTML page's main text (``zephyr extract``); a first stage."""
+
+    paths: list[str] = _path([], required=True)
+    """WARC/ARC files (``.warc``, ``.warc.gz``, ``.arc``, ``.arc.gz``), folders or globs."""
+    extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
+    """HTML → text: resiliparse (fast, the default) or trafilatura (datatrove's choice)."""
+    min_text_chars: int = 1
+    """Pages with less extracted text are dropped (``extract_no_text``)."""
+    source: str = "web"
+    """The source column's value for every row (per-source retention in the report)."""
+    on_error: Literal["raise", "quarantine"] = "quarantine"
+    """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside
+    in the quarantine with their byte offset (default), or fail the stage on the first."""
+    num_shards: int | None = None
+    """Redistribute rows round-robin into this many shards; ``None`` keeps one shard per WARC file."""
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise FieldError("paths", "give at least one WARC file, folder or glob")
+        _at_least("min_text_chars", self.min_text_chars, 0)
+        _at_least("num_shards", self.num_shards, 1)
+
+
+@dataclass(frozen=True)
+class UrlFilterStage:
+    """Normalize the url column, add ``domain`` (registered domain), and drop rows with an unusable URL or a
+    blocked domain/host (``zephyr filter --rules url``; reasons ``url_invalid``, ``url_blocked_domain``,
+    ``url_blocked_subdomain``)."""
+
+    blocklist: str | None = _path(None)
+    """A file of blocked domains and hosts, one per line (``pipelines/web/data/blocklist.example.txt``);
+    ``None``: only unusable URLs are dropped."""
+    url_column: str = "url"
+    """The column holding each document's URL."""
+
+
+@dataclass(frozen=True)
+class UrlDedupStage:
+    """Keep one document per normalized URL (``zephyr dedup url``; the keep rule of exact dedup)."""
+
+    url_column: str = "url"
+    """The column holding each document's URL."""
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column per URL (ties: smallest id)."""
+
+
+@dataclass(frozen=True)
+class SubstringDedupStage:
+    """Remove repeats of byte spans of at least ``min_bytes`` after their first occurrence in corpus order
+    (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages."""
+
+    min_bytes: int = 100
+    """Shortest repeated span removed, in bytes (the Nemotron-CC and Lee et al. setting is 50 tokens ≈ 100+
+    bytes)."""
+    min_doc_bytes: int = 0
+    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``)."""
+    anchor_bytes: int | None = None
+    """Winnowing anchor length (``None``: ``min(32, min_bytes // 2)``)."""
+
+    def __post_init__(self) -> None:
+        _at_least("min_bytes", self.min_bytes, 2)
+        _at_least("min_doc_bytes", self.min_doc_bytes, 0)
+        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
+            raise FieldError(
+                "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
+            )

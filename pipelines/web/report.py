@@ -1,0 +1,60 @@
+"""The web stages' part of the job report: examples of extracted text and the spans substring dedup removed.
+
+``web_blocks(stages)`` returns report blocks (``zephyr.pipelines.report``'s format) from the stage records of
+``stats.json``: nothing is recomputed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["web_blocks"]
+
+
+def _excerpt(text: str, chars: int = 240) -> str:
+    flat = " ".join(text.split())
+    flat = flat if len(flat) <= chars else flat[: chars - 1] + "…"
+    return flat.replace("|", "\\|")
+
+
+def web_blocks(stages: list[dict[str, Any]]) -> list[tuple]:
+    blocks: list[tuple] = []
+    for s in stages:
+        extra = s.get("extra", {})
+        if s["type"] == "extract" and extra.get("extract_examples"):
+            blocks.append(("h", 2, f"Extracted text (`{s['stage']}`)"))
+            blocks.append(("p", "The first documents the extractor produced:"))
+            blocks.append(
+                (
+                    "table",
+                    ["url", "text (start)"],
+                    [[e["url"], _excerpt(e["text"])] for e in extra["extract_examples"]],
+                )
+            )
+        if s["type"] == "substring_dedup" and "substring" in extra:
+            info = extra["substring"]
+            blocks.append(("h", 2, f"Removed spans (`{s['stage']}`)"))
+            per = info.get("bytes_removed_per_source", {})
+            blocks.append(
+                (
+                    "p",
+                    f"{info.get('bytes_removed', 0):,} bytes removed in repeats of spans of at least "
+                    f"{info.get('min_bytes')} bytes"
+                    + (
+                        f"; per source: {', '.join(f'{k} {v:,}' for k, v in sorted(per.items()))}"
+                        if per
+                        else ""
+                    )
+                    + ".",
+                )
+            )
+            spans = info.get("top_spans", [])
+            if spans:
+                blocks.append(
+                    (
+                        "table",
+                        ["documents", "bytes", "span (start)"],
+                        [[f"{t['documents']:,}", f"{t['bytes']:,}", _excerpt(t["text"])] for t in spans],
+                    )
+                )
+    return blocks

@@ -1,0 +1,250 @@
+"""WARC/ARC input: each HTML response record of a ``.warc[.gz]`` / ``.arc[.gz]`` file becomes one row.
+
+Contract (format ``"warc"`` of ``zephyr.io.sources``; ``zephyr.read(paths, format="warc")``):
+
+- One shard per file (a gzip stream cannot be entered mid-file). Records stream: memory holds one record
+  (at most ``MAX_RECORD_BYTES`` decompressed) and one output batch of about ``batch_bytes`` of HTML.
+- Rows (``WARC_SCHEMA``): ``id`` (WARC-Record-ID without ``<>``; ARC: ``<file>@<offset>``), ``url``,
+  ``fetch_time`` (UTC), ``content_type`` (the HTTP MIME type), ``charset`` (the one the HTML was decoded
+  with), ``html`` (text), ``html_bytes`` (payload bytes after HTTP content decoding) and ``warc_offset``
+  (the byte offset of the record's gzip member, or of the record in an uncompressed file).
+- Records that are not documents are skipped and counted, never quarantined: ``warcinfo``, ``request``,
+  ``metadata``, ``revisit`` … (counter ``warc/skipped_<type>``) and responses whose HTTP status is not 2xx
+  (``warc/skipped_http_status``).
+- Bad records never stop the file: each is quarantined (``zephyr.io.quarantine``, ``line`` = its byte offset)
+  and reading resumes at the next record. The kinds: a truncated or corrupt gzip member, a Content-Length
+  that does not end the record (too long or too short), a response whose payload is not HTML, and HTML that
+  does not decode (an unknown charset, or more than ``MAX_INVALID_FRACTION`` of its bytes invalid in the
+  declared charset). With ``on_error="raise"`` the first one raises ``InputError`` naming file, offset and
+  the fix. rows yielded + rows quarantined = HTML response records + bad records.
+
+Framing is done by ``zephyr.io.warc_framing`` (gzip members with ``zlib``, the WARC header's Content-Length checked against the
+record end), so a damaged record can be skipped without losing the rest; warcio parses each record's WARC
+and HTTP headers and decodes chunked / gzip payloads.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import logging
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from zephyr import counters
+from zephyr.errors import InputError, describe_os_error
+from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.warc_framing import MAX_RECORD_BYTES, BadRecord, Record, from_members, plain_records
+
+__all__ = ["WARC_SCHEMA", "read_warc_shard", "MAX_RECORD_BYTES", "MAX_INVALID_FRACTION", "decode_html"]
+
+log = logging.getLogger(__name__)
+
+WARC_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string()),
+        pa.field("url", pa.string()),
+        pa.field("fetch_time", pa.timestamp("us", tz="UTC")),
+        pa.field("content_type", pa.string()),
+        pa.field("charset", pa.string()),
+        pa.field("html", pa.large_string()),
+        pa.field("html_bytes", pa.int64()),
+        pa.field("warc_offset", pa.int64()),
+    ]
+)
+
+MAX_INVALID_FRACTION = 0.01
+"""HTML whose bytes are invalid in its charset beyond this share is quarantined as undecodable; below it the
+invalid bytes become U+FFFD (counter ``warc/replaced_bytes``), as browsers do."""
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+_RAW_LIMIT = 4096  # bytes of a bad record's header kept in the quarantine's ``raw``
+_META_CHARSET = re.compile(rb"""<meta[^>]{0,200}?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
+_HTML_START = re.compile(rb"^\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body)", re.IGNORECASE | re.DOTALL)
+
+
+# -- one record → one row ----------------------------------------------------------------------------------
+def decode_html(payload: bytes, header_charset: str | None) -> tuple[str, str, int]:
+    """(text, charset used, invalid bytes replaced) of an HTML payload.
+
+    The charset is the HTTP header's, else a ``<meta charset>`` in the first 4 KiB, else a BOM, else UTF-8
+    with windows-1252 as the fallback for undeclared pages that are not UTF-8 (what browsers do). Raises
+    ``LookupError`` for an unknown charset and ``UnicodeDecodeError`` when more than
+    ``MAX_INVALID_FRACTION`` of the bytes are invalid in it.
+
+    >>> decode_html("café".encode("latin-1"), None)[:2]
+    ('café', 'cp1252')
+    """
+    declared = header_charset
+    if declared is None:
+        match = _META_CHARSET.search(payload[:4096])
+        declared = match.group(1).decode("ascii") if match else None
+    if declared is None:
+        for bom, name in (
+            (codecs.BOM_UTF8, "utf-8-sig"),
+            (codecs.BOM_UTF16_LE, "utf-16"),
+            (codecs.BOM_UTF16_BE, "utf-16"),
+        ):
+            if payload.startswith(bom):
+                declared = name
+    if declared is not None:
+        name = codecs.lookup(declared.strip().lower()).name  # LookupError: unknown charset
+        if name == "iso8859-1" or name == "ascii":  # labels browsers read as windows-1252 (WHATWG encoding)
+            name = "cp1252"
+        candidates = [name]
+    else:
+        candidates = ["utf-8", "cp1252"]
+    for name in candidates:
+        try:
+            return payload.decode(name), name, 0
+        except UnicodeDecodeError:
+            continue
+    name = candidates[-1]
+    text = payload.decode(name, errors="replace")
+    invalid = text.count("\ufffd")
+    if invalid > max(1, MAX_INVALID_FRACTION * len(payload)):
+        raise UnicodeDecodeError(name, payload[:1], 0, 1, f"{invalid} of {len(payload)} bytes are invalid")
+    return text, codecs.lookup(name).name, invalid
+
+
+def _fetch_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        if value.isdigit() and len(value) >= 14:  # ARC: YYYYMMDDhhmmss
+            return datetime.strptime(value[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        stamp = datetime.fromisoformat(value)
+        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _mime(content_type: str | None) -> tuple[str | None, str | None]:
+    """(lower-case MIME type, charset parameter) of a Content-Type header value."""
+    if not content_type:
+        return None, None
+    parts = [p.strip() for p in content_type.split(";")]
+    charset = None
+    for p in parts[1:]:
+        key, _, value = p.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip("\"'")
+    return parts[0].lower() or None, charset
+
+
+def _row(record: Record, path: str) -> dict[str, Any] | None:
+    """The row of one record; None for a record that is not a document (counted); ``BadRecord`` when bad."""
+    from warcio.recordloader import ArchiveLoadFailed, ArcWarcRecordLoader
+
+    header_raw = record.data[: record.data.find(b"\r\n\r\n") if not record.arc else record.data.find(b"\n")]
+    try:
+        rec = ArcWarcRecordLoader().parse_record_stream(
+            io.BytesIO(record.data), known_format="arc" if record.arc else "warc"
+        )
+    except (ArchiveLoadFailed, ValueError, EOFError) as exc:
+        raise BadRecord(record.offset, f"unparseable record: {exc}", header_raw[:_RAW_LIMIT]) from None
+    kind = rec.rec_type or "unknown"
+    if kind != "response":
+        counters.increment(f"warc/skipped_{kind}")
+        return None
+    http = rec.http_headers
+    status = http.get_statuscode() if http is not None else None
+    if http is None or not str(status or "").startswith("2"):
+        counters.increment("warc/skipped_http_status")
+        return None
+    try:
+        payload = rec.content_stream().read()
+    except Exception as exc:  # a bad chunked / gzip / brotli payload: the record, not the file, is damaged
+        raise BadRecord(
+            record.offset, f"undecodable HTTP payload: {type(exc).__name__}: {exc}", header_raw
+        ) from None
+    mime, charset = _mime(http.get_header("Content-Type"))
+    if mime is None and _HTML_START.match(payload[:1024]):
+        mime = "text/html"
+    if mime not in HTML_TYPES:
+        raise BadRecord(record.offset, f"not HTML: content type {mime or 'missing'}", header_raw[:_RAW_LIMIT])
+    try:
+        html, used, replaced = decode_html(payload, charset)
+    except LookupError:
+        raise BadRecord(
+            record.offset, f"undecodable: unknown charset {charset!r}", header_raw[:_RAW_LIMIT]
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise BadRecord(
+            record.offset, f"undecodable charset: {exc.reason}", header_raw[:_RAW_LIMIT]
+        ) from None
+    if replaced:
+        counters.increment("warc/replaced_bytes", replaced)
+    headers = rec.rec_headers  # warcio gives ARC records WARC headers too, with a random record id
+    rid = headers.get_header("WARC-Record-ID") if not record.arc else None
+    rid = rid.strip("<>") if rid else f"{path}@{record.offset}"
+    url, date = headers.get_header("WARC-Target-URI"), headers.get_header("WARC-Date")
+    return {
+        "id": rid,
+        "url": url,
+        "fetch_time": _fetch_time(date),
+        "content_type": mime,
+        "charset": used,
+        "html": html,
+        "html_bytes": len(payload),
+        "warc_offset": record.offset,
+    }
+
+
+# -- the shard reader --------------------------------------------------------------------------------------
+def read_warc_shard(
+    shard: Any,
+    *,
+    columns: list[str] | None = None,
+    quarantine: QuarantineFn | None = None,
+    batch_bytes: int = 64 << 20,
+) -> Iterator[pa.RecordBatch]:
+    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
+    from zephyr.io.paths import filesystem
+
+    path = shard.path
+    fs, stripped = filesystem(path)
+    try:
+        f = fs.open(stripped, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
+    schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
+    rows: list[dict[str, Any]] = []
+    size = 0
+    with f:
+        head = f.read(2)
+        f.seek(0)
+        items = from_members(f) if head == b"\x1f\x8b" else plain_records(f)
+        for item in items:
+            try:
+                if isinstance(item, BadRecord):
+                    raise item
+                row = _row(item, path)
+            except BadRecord as bad:
+                _bad(path, bad, quarantine)
+                continue
+            if row is None:
+                continue
+            rows.append(row)
+            size += row["html_bytes"]
+            if size >= batch_bytes:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                rows, size = [], 0
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _bad(path: str, bad: BadRecord, quarantine: QuarantineFn | None) -> None:
+    counters.increment("warc/bad_records")
+    if quarantine is None:
+        raise InputError(
+            f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
+            "and keep the rest of the file",
+            path=path,
+        )
+    quarantine(
+        quarantine_table(path, [bad.offset], [f"warc record at byte {bad.offset}: {bad.reason}"], [bad.raw])
+    )
