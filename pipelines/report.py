@@ -274,7 +274,15 @@ def _train_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
             text += f"; {tps:,.0f} tokens/s"
         if extra.get("resumed_from"):
             text += f"; resumed from step {extra['resumed_from']}"
+        if extra.get("packing"):
+            text += f"; packing {extra['packing']}"
+        if extra.get("instances_filtered") is not None:
+            text += f"; {_n(extra['instances_filtered'])} samples masked by the instance filter"
         blocks.append(("p", text + f". Metrics: `{extra.get('log')}`; checkpoints: `{extra.get('checkpoints')}`."))
+        if extra.get("mix_tokens"):
+            share = extra.get("mix_share") or {}
+            blocks.append(("table", ["source", "tokens drawn", "share over the last window"],
+                           [[k, _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()]))
         if "training" in plots:
             blocks.append(("img", plots["training"], "training loss and tokens/s per step"))
     return blocks

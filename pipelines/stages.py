@@ -571,6 +571,10 @@ def run_train(ctx: StageContext) -> StageOutcome:
         "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
         "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]])) if len(records) > 1 else None,
         "config": cfg.to_dict(),
+        "packing": cfg.packing,
+        "instances_filtered": records[-1].get("instances_filtered_total") if records else None,
+        "mix_tokens": records[-1].get("mix_tokens") if records else None,
+        "mix_share": records[-1].get("mix_share") if records else None,
     }
     return StageOutcome(extra=extra)
 

@@ -63,7 +63,8 @@ def test_training_side_imports_without_data_stack() -> None:
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import zephyr, zephyr.tokenize, zephyr.trainer\n"
-        "from zephyr.tokenize import TokenLoader, read_documents\n"
+        "from zephyr.tokenize import TokenLoader, TokenDataLoader, RepetitionFilter, read_documents\n"
+        "import zephyr.tokenize.packing, zephyr.tokenize.mixing, zephyr.tokenize.prefetch, zephyr.tokenize.gather\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -67,7 +67,8 @@ class TokenDataLoader:
 
     Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
     single-process one. Each item received advances the wrapped loader's position in the main process, so
-    ``loader.state_dict()`` is exact. Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
+    ``loader.state_dict()`` is exact (and ``loader.filtered`` counts the rows whose labels the workers'
+    instance filter masked). Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
     ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
     """
 
@@ -109,7 +110,10 @@ class TokenDataLoader:
             try:
                 for item in iterator:
                     if self.num_workers > 0:  # workers advanced their own copies; mirror it here
-                        loader._yielded += 1 if loader.batch_size is None else int(item["input_ids"].shape[0])
+                        labels = item["labels"].reshape(-1, loader.seq_len)
+                        loader._yielded += labels.shape[0]
+                        if loader.instance_filter is not None:  # rows the workers' filter masked
+                            loader.filtered += int((labels == -100).all(dim=1).sum())
                     yield item
                     if self.num_workers > 0 and loader._weights_version != version:
                         restarted = True

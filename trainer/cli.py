@@ -6,6 +6,8 @@ Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
         --checkpoint-dir ckpt/ --checkpoint-every 50 --log train.jsonl
     zephyr train run.yaml --steps 1000 --lr 6e-4
     zephyr train --data web/=0.7 --data code/=0.3 ...          # a weighted mixture
+    zephyr train --data web/ --data code/ --mix unimax:epochs=4 --packing best-fit ...
+    zephyr train ... --max-epochs code/=2 --instance-filter repetition --reweight
     zephyr train ... --set moe.top_k=2 --set qk_norm=true        # any model field (dotted for moe.*)
     torchrun --nproc-per-node 8 -m zephyr.cli train run.yaml     # FSDP2 over 8 devices
     zephyr train check --preset moe-785m --batch-size 16 --seq-len 2048   # before booking a GPU
@@ -43,6 +45,15 @@ _TOP = {  # flag dest -> (type, help)
     "tensorboard_dir": (str, "TensorBoard log directory (needs tensorboard installed)"),
     "spike_factor": (float, "warn when loss > this x running mean"),
     "peak_tflops": (float, "peak TFLOPS per device for MFU (default: looked up, H100 = 989)"),
+    "packing": (str, "tokens (concatenate and cut), documents (padded) or best-fit (bins; docs/tokenize.md)"),
+    "mix": (str, "mixture weights from token counts: temperature:T or unimax:epochs=N"),
+    "mix_window": (int, "steps over which the realized mix share is logged"),
+    "instance_filter": (str, "repetition: mask the loss of samples with a repeated token pattern"),
+    "repetition_min_period": (int, "repetition filter: shortest pattern (tokens)"),
+    "repetition_max_period": (int, "repetition filter: longest pattern (tokens)"),
+    "repetition_max_count": (int, "repetition filter: more repeats than this flag a sample"),
+    "prefetch_shards": (int, "remote shards copied ahead of use (0: none)"),
+    "cache_limit_bytes": (int, "bound on the local cache of remote shards"),
 }
 _OPTIM = {
     "lr": (float, "peak learning rate"),
@@ -112,6 +123,28 @@ def add_run_arguments(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ())
         metavar="DIR[=WEIGHT]",
         help="token-shard directory; repeat with =WEIGHT for a mixture; omit for synthetic tokens",
     )
+    p.add_argument(
+        "--max-epochs",
+        dest="max_epochs",
+        action="append",
+        default=S,
+        metavar="EPOCHS|DIR=EPOCHS",
+        help="cap on each source's repetition: one number, or DIR=EPOCHS (repeatable)",
+    )
+    p.add_argument(
+        "--mix-schedule",
+        dest="mix_schedule",
+        default=S,
+        metavar="JSON",
+        help='weights by step, e.g. \'[[0, {"web/": 0.9, "code/": 0.1}], [1000, {"web/": 0.5, "code/": 0.5}]]\'',
+    )
+    p.add_argument(
+        "--reweight",
+        dest="reweight",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="on resume, apply this run's mixture weights (else a mismatch with the checkpoint is an error)",
+    )
     for table in (_TOP, _OPTIM, _MODEL, _MOE):
         for dest, (typ, text) in table.items():
             if dest not in skip:
@@ -143,19 +176,40 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _parse_data(values: list[str]) -> str | dict[str, float]:
-    if len(values) == 1 and "=" not in values[0]:
+def _parse_data(values: list[str], *, mix: bool = False) -> str | dict[str, float]:
+    if len(values) == 1 and "=" not in values[0] and not mix:
         return values[0]
     mixture: dict[str, float] = {}
     for item in values:
         path, sep, weight = item.rpartition("=")
+        if not sep and mix:  # --mix derives the weights from token counts
+            mixture[item] = 1.0
+            continue
         if not sep:
-            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source")
+            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source (or --mix)")
         try:
             mixture[path] = float(weight)
         except ValueError:
             raise ConfigError(f"--data {item!r}: weight {weight!r} is not a number") from None
     return mixture
+
+
+def _parse_max_epochs(values: list[str]) -> float | dict[str, float]:
+    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``."""
+    caps: dict[str, float] = {}
+    for item in values:
+        path, sep, epochs = item.rpartition("=")
+        try:
+            if not sep:
+                if len(values) > 1:
+                    raise ConfigError(
+                        f"--max-epochs {item!r}: give one number, or DIR=EPOCHS for each source"
+                    )
+                return float(item)
+            caps[path] = float(epochs)
+        except ValueError:
+            raise ConfigError(f"--max-epochs {item!r}: {epochs or item!r} is not a number") from None
+    return caps
 
 
 def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (imported lazily)
@@ -174,7 +228,18 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
         if flag in given:
             raw[flag] = given[flag]
     if "data" in given:
-        raw["data"] = _parse_data(given["data"])
+        raw["data"] = _parse_data(given["data"], mix="mix" in given or bool(raw.get("mix")))
+    if "max_epochs" in given:
+        raw["max_epochs"] = _parse_max_epochs(given["max_epochs"])
+    if "mix_schedule" in given:
+        try:
+            raw["mix_schedule"] = json.loads(given["mix_schedule"])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--mix-schedule is not JSON ({exc}); write [[STEP, {{DIR: WEIGHT}}], ...]"
+            ) from None
+    if "reweight" in given:
+        raw["reweight"] = given["reweight"]
     # a section that is not a mapping is left as it is for TrainConfig.from_dict to report by its key
     if isinstance(optim := raw.get("optim", {}), dict):
         raw["optim"] = {**optim, **{k: given[k] for k in _OPTIM if k in given}}

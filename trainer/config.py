@@ -120,6 +120,8 @@ def _describe(hint: Any) -> str:
         return "a mapping" if value is Any else f"a mapping {{{words[key]}: {words[value]}}}"
     if hint is type(None):
         return "null"
+    if hint is list:
+        return "a list"
     if dataclasses.is_dataclass(hint):
         return f"a mapping of {hint.__name__} keys"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
@@ -139,6 +141,8 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin is dict:
         key, item = typing.get_args(hint)
         return isinstance(value, dict) and all(_fits(k, key) and _fits(v, item) for k, v in value.items())
+    if hint is list:
+        return isinstance(value, list)
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
@@ -382,9 +386,32 @@ class TrainConfig:
     """Warn when a step's loss exceeds this multiple of the running mean; 0 disables the warning."""
     peak_tflops: float = _range(0, default=0.0)
     """Peak dense TFLOPS per device for MFU; 0 looks it up from the device name (H100: 989 bf16)."""
+    # ---- data loading (zephyr.tokenize.TokenLoader; docs/tokenize.md) ----
+    packing: Literal["tokens", "documents", "best-fit"] = "tokens"
+    """How documents become samples: concatenate and cut, whole documents padded, or best-fit bins."""
+    mix: str | None = None
+    """Mixture weights from token counts instead of ``data``'s: ``temperature:T`` or ``unimax:epochs=N``."""
+    max_epochs: float | dict[str, float] | None = None
+    """Cap on each source's repetition (one number, or ``{dir: epochs}``); capped sources stop being drawn."""
+    mix_schedule: list | None = None
+    """Weights by step, piecewise constant: ``[[step, {dir: weight}], ...]``."""
+    mix_window: int = _range(1, default=100)
+    """Steps over which train.jsonl's ``mix_share`` (the realized share per source) is measured."""
+    reweight: bool = False
+    """On resume, apply this run's mixture weights from the resume step (without it a mismatch is an error)."""
+    instance_filter: Literal["repetition"] | None = None
+    """Mask the loss of samples with a token pattern repeated more than ``repetition_max_count`` times."""
+    repetition_min_period: int = _range(1, default=1)
+    repetition_max_period: int = _range(1, default=13)
+    repetition_max_count: int = _range(1, default=32)
+    prefetch_shards: int = _range(0, default=0)
+    """Remote shards copied ahead of use into the cache by a background thread (0: none)."""
+    cache_limit_bytes: int | None = None
+    """Bound on the local cache of remote shards (least recently used verified copies are evicted)."""
 
     def __post_init__(self) -> None:
         problems = _field_problems(self, "")
+        problems += _data_problems(self)
         if isinstance(self.preset, str) and isinstance(self.model, dict):
             problems += _model_problems(self.preset, self.model)
         if problems:
@@ -424,6 +451,28 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _data_problems(cfg: TrainConfig) -> list[str]:
+    """Cross-field rules of the data-loading keys, each naming both sides."""
+    problems = []
+    sources = cfg.data if isinstance(cfg.data, dict) else {}
+    if cfg.mix is not None and isinstance(cfg.mix, str) and not sources:
+        problems.append("mix needs a mixture in data ({dir: weight}, or --data DIR repeated)")
+    if isinstance(cfg.mix_schedule, list):
+        for i, entry in enumerate(cfg.mix_schedule):
+            ok = isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[0], int)
+            if not ok or entry[0] < 0 or not isinstance(entry[1], dict) or set(entry[1]) != set(sources):
+                problems.append(
+                    f"mix_schedule[{i}] must be [step >= 0, {{dir: weight}} naming every data source "
+                    f"{sorted(sources)}], got {_got(entry)}"
+                )
+    if isinstance(cfg.max_epochs, dict) and set(cfg.max_epochs) - set(sources):
+        problems.append(f"max_epochs names {sorted(set(cfg.max_epochs) - set(sources))}, not in data")
+    low, high = cfg.repetition_min_period, cfg.repetition_max_period
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        problems.append(f"repetition_min_period ({low}) must be <= repetition_max_period ({high})")
+    return problems
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from zephyr.trainer.checkpoint import CheckpointManager
 from zephyr.trainer.config import ModelConfig, TrainConfig, model_config_from_dict
-from zephyr.trainer.data import Batcher, build_source
+from zephyr.trainer.data import Batcher, MixTracker, build_source, loader_options, schedule_samples
 from zephyr.trainer.devices import DeviceInfo, resolve_device, resolve_dispatch
 from zephyr.trainer.distributed import DistInfo, destroy_distributed, init_distributed, parallelize
 from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
@@ -79,6 +79,7 @@ class _PendingMetrics:
             t.detach().to("cpu", non_blocking=True) if t is not None else None for t in (scalars, load, bias)
         ]
         self.event = None
+        self.data: dict[str, Any] = {}  # host-side entries of the step's record (the realized mix)
         self.done_at = time.perf_counter()  # synchronous devices (CPU) have finished the step by now
         if scalars.device.type in ("cuda", "xpu"):
             self.event = torch.Event(device=scalars.device)
@@ -108,6 +109,7 @@ def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
 
 def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     bf16 = info.bf16 if cfg.dtype == "auto" else cfg.dtype == "bf16"
+    samples_per_step = cfg.batch_size * cfg.grad_accum * dinfo.world_size
     source, data_vocab = build_source(
         cfg.data,
         vocab_size=resolve_model_config(cfg).vocab_size,
@@ -115,6 +117,13 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
         seed=cfg.seed,
         rank=dinfo.rank,
         world_size=dinfo.world_size,
+        **(
+            loader_options(
+                cfg, samples_per_step=samples_per_step, tokens_per_step=samples_per_step * cfg.seq_len
+            )
+            if cfg.data is not None
+            else {}
+        ),
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
     dispatch = _resolved_dispatch(model_cfg, info, compile=cfg.compile, bf16=bf16)
@@ -159,7 +168,16 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     start, resumed_from = 0, None
     if ckpt is not None and (latest := ckpt.latest()) is not None:
         state = ckpt.load(latest, model, optimizer, model_config=model_cfg_dict)
-        batcher.load_state_dict(state.loader_state)
+        if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
+            source.set_schedule(
+                schedule_samples(
+                    cfg.mix_schedule,
+                    samples_per_step,
+                    origin_step=state.step,
+                    origin_sample=int(state.loader_state["consumed"]),
+                )
+            )
+        batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
         start = resumed_from = state.step
         if dinfo.is_main:
             log.info("resumed from %s at step %d", latest, start)
@@ -173,12 +191,16 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
     pending: _PendingMetrics | None = None
     last_time = time.perf_counter()
+    mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
+    filtering = getattr(source, "instance_filter", None) is not None
+    filtered_before = getattr(source, "filtered", 0)
+    filtered_total = 0
 
     def flush() -> None:
-        nonlocal pending, last_time
+        nonlocal pending, last_time, filtered_total
         if pending is None:
             return
-        (loss, aux, grad_norm, dropped, lr), load, bias = pending.read()
+        (loss, aux, grad_norm, dropped, lr, filtered), load, bias = pending.read()
         elapsed = max(pending.done_at - last_time, 1e-9)
         last_time = pending.done_at
         spike = alarm.check(pending.step, loss)
@@ -206,6 +228,10 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
                 dropped_tokens=int(dropped),
             )
         record["loss_spike"] = spike
+        record.update(pending.data)
+        if filtering:  # samples whose loss the instance filter masked, over all ranks
+            filtered_total += int(filtered)
+            record.update(instances_filtered=int(filtered), instances_filtered_total=filtered_total)
         logger.write(record)
         result.losses.append(loss)
         result.records.append(record)
@@ -233,12 +259,15 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
                     out.grad_norm.float().to(info.device),
                     out.moe.get("dropped", torch.zeros((), device=info.device)).float(),
                     torch.tensor(lr, device=info.device),
+                    torch.tensor(float(getattr(source, "filtered", 0) - filtered_before), device=info.device),
                 ]
             )
+            filtered_before = getattr(source, "filtered", 0)
             if dinfo.distributed:
                 _average_losses(scalars)
             flush()  # the previous step's metrics; this step keeps running on the device meanwhile
             pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
+            pending.data = mix.record()
             result.step = step + 1
             due = ckpt is not None and (
                 (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
@@ -261,12 +290,14 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
 
 
 def _average_losses(scalars: torch.Tensor) -> None:
-    """Average the loss terms (first two entries) over ranks; SUM then divide, since gloo lacks AVG."""
+    """Average the loss terms (first two entries) over ranks and sum the filtered-sample count (last);
+    one SUM then a division, since gloo lacks AVG."""
     import torch.distributed as dist
 
-    head = scalars[:2].clone()
-    dist.all_reduce(head)
-    scalars[:2] = head / dist.get_world_size()
+    picked = scalars[[0, 1, -1]].clone()
+    dist.all_reduce(picked)
+    scalars[:2] = picked[:2] / dist.get_world_size()
+    scalars[-1] = picked[2]
 
 
 def check_config(cfg: TrainConfig) -> None:
