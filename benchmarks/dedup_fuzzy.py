@@ -3,7 +3,8 @@
 Same corpus (the ``dupes`` corpus with ground truth), same shingling where the peer allows (word 5-grams,
 14 bands × 8 rows), 2 workers. Reports wall time, MB/s of text, peak RSS of the process tree, and pair
 precision/recall/F1 against ``pairs.parquet`` at Jaccard 0.8 (``zephyr.dedup.evaluate``), then appends a
-Markdown table to benchmarks/RESULTS.md.
+Markdown table to benchmarks/RESULTS.md. A corpus without ground truth (``pairs.parquet``/``truth.parquet``,
+e.g. ``medium/docs``, 382 MB) is timed only: quality columns read "–".
 
     .venv/bin/python benchmarks/dedup_fuzzy.py --corpus /work/corpus/medium/dupes [--only zephyr,datatrove]
 
@@ -83,9 +84,11 @@ def main() -> int:
     files = sorted(str(p) for p in corpus.glob("part-*.parquet"))
     docs = pa.concat_tables([pq.read_table(f, columns=["text"]) for f in files])
     text_mb = pc.sum(pc.binary_length(docs["text"])).as_py() / 1e6
-    pairs = pq.read_table(corpus / "pairs.parquet")
-    truth = pq.read_table(corpus / "truth.parquet")
-    texts = pa.concat_tables([pq.read_table(f, columns=["id", "text"]) for f in files])
+    scored = (corpus / "pairs.parquet").exists() and (corpus / "truth.parquet").exists()
+    if scored:
+        pairs = pq.read_table(corpus / "pairs.parquet")
+        truth = pq.read_table(corpus / "truth.parquet")
+        texts = pa.concat_tables([pq.read_table(f, columns=["id", "text"]) for f in files])
     rows = []
     earlier = {}
     if args.rescore:
@@ -101,12 +104,12 @@ def main() -> int:
             if name not in earlier:
                 continue
             row = {k: earlier[name][k] for k in ("system", "rc", "wall_s", "peak_rss_mb", "mb_per_s")}
-            if row["rc"] == 0:
+            if row["rc"] == 0 and scored:
                 pred = read_clusters(out, kind)
                 row.update(pair_scores(pred, pairs, threshold=0.8, texts=texts))
                 row["strict_precision"] = pair_scores(pred, pairs, threshold=0.8)["precision"]
                 row["oversized_clusters"] = len(oversized_clusters(pred, truth))
-            else:
+            elif row["rc"] != 0:
                 row["error"] = earlier[name].get("error", "failed")
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -120,12 +123,12 @@ def main() -> int:
             [c.replace("{out}", str(out)) for c in cmd], log_path=str(out.parent / (out.name + ".log"))
         )
         row = {"system": name, **res, "mb_per_s": text_mb / res["wall_s"]}
-        if res["rc"] == 0:
+        if res["rc"] == 0 and scored:
             pred = read_clusters(out, kind)
             row.update(pair_scores(pred, pairs, threshold=0.8, texts=texts))
             row["strict_precision"] = pair_scores(pred, pairs, threshold=0.8)["precision"]
             row["oversized_clusters"] = len(oversized_clusters(pred, truth))
-        else:
+        elif res["rc"] != 0:
             row["error"] = f"exit {res['rc']}, see {out.parent / (out.name + '.log')}"
         print(json.dumps(row), flush=True)
         rows.append(row)
@@ -142,6 +145,10 @@ def main() -> int:
     for r in rows:
         if "error" in r and "precision" not in r:
             table.append(f"| {r['system']} | – | – | – | – | – | – | – | – | {r['error']} |")
+            continue
+        if "precision" not in r:
+            timed = f"| {r['system']} | {r['wall_s']:.1f} | {r['mb_per_s']:.2f} | {r['peak_rss_mb']:.0f} |"
+            table.append(timed + " – | – | – | – | – | – |")
             continue
         table.append(
             f"| {r['system']} | {r['wall_s']:.1f} | {r['mb_per_s']:.2f} | {r['peak_rss_mb']:.0f} | "

@@ -1,4 +1,4 @@
-"""Training throughput and MFU of zephyr's MoE trainer on synthetic tokens.
+"""Training throughput and MFU of zephyr's MoE trainer on synthetic tokens, after ``zephyr train check``.
 
 Default: the ``moe-785m`` preset (785M total / 152M active), bf16, per-block ``torch.compile``, batch 16 × 2048,
 grouped_mm dispatch, fused AdamW — the configuration whose reference point on one H100 is a plain compiled torch
@@ -7,7 +7,10 @@ harness at 26% MFU / 226k tokens/s (DESIGN.md §7); the target is ≥ 30%.
     python benchmarks/train_mfu.py                                  # on a GPU machine
     python benchmarks/train_mfu.py --preset tiny --device cpu --steps 3 --batch-size 2 --seq-len 128   # smoke
 
-Reports the median over the steps after ``--warmup`` (compilation and allocator warm-up excluded) and appends
+First it runs ``zephyr train check`` on the same configuration (graph breaks, host syncs, FLOPs against the
+MFU formula, peak memory, the step time 30% MFU needs; printed with its exact command) and appends a row to
+the "Trainer readiness" table. Then, when an accelerator is present (or ``--device cpu`` is given), the timed
+run: it reports the median over the steps after ``--warmup`` (compilation and allocator warm-up excluded) and appends
 a Markdown row to benchmarks/RESULTS.md with the machine, date and command. MFU uses torchtitan's convention
 (``zephyr.trainer.metrics``): 6 × active non-embedding params + 12 · layers · d_model · seq_len FLOPs per
 token over the device's peak dense bf16 FLOPS (H100: 989 TFLOPS).
@@ -17,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -51,10 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dispatch", default="auto", help="MoE dispatch: auto, grouped_mm, loop, capacity")
     p.add_argument("--attention", default="auto", help="auto, flex or sdpa")
     p.add_argument("--no-append", action="store_true", help="print the row without appending to RESULTS.md")
+    p.add_argument("--skip-check", action="store_true", help="go straight to the timed run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     on_accelerator = args.device != "cpu" and torch.accelerator.is_available()
+    this_command = (
+        f"python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:] if argv is None else argv)}"
+    )
+    if not args.skip_check:
+        _check(args)
+    if not on_accelerator and args.device != "cpu":
+        print(
+            f"no accelerator here: the timed run is skipped. On a GPU machine run:\n  {this_command.strip()}"
+        )
+        return 0
     compile_blocks = on_accelerator if args.compile is None else args.compile
     cfg = TrainConfig(
         preset=args.preset,
@@ -82,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| {datetime.date.today()} | {device} | zephyr trainer | {args.preset} "
         f"({counts.total / 1e6:.3g}M/{counts.active / 1e6:.3g}M) | {args.batch_size}×{args.seq_len} | "
         f"{'compile' if compile_blocks else 'eager'} | {tps:,.0f} | "
-        f"{'n/a' if mfu is None else f'{100 * mfu:.1f}%'} | final loss {result.losses[-1]:.3f} | "
-        f"`python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:] if argv is None else argv)}` |"
+        f"{'n/a' if mfu is None else f'{100 * mfu:.1f}%'} | final loss {result.losses[-1]:.3f}, torch "
+        f"{torch.__version__} | `{this_command.strip()}` |"
     )
     header = (
         "\n## Trainer throughput (benchmarks/train_mfu.py)\n\n"
@@ -99,13 +116,63 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _append_row(header: str, row: str) -> None:
-    """Add ``row`` at the end of this benchmark's table (created on first use), whatever follows it."""
+def _check(args: argparse.Namespace) -> dict:
+    """Run ``zephyr train check`` on the benchmark's configuration (as a command, printed), add a readiness row."""
+    device = (
+        args.device if args.device in ("cuda", "xpu", "xla") else "cuda"
+    )  # the accelerator to prepare for
+    cmd = [sys.executable, "-m", "zephyr.cli", "train", "check", "--preset", args.preset, "--batch-size"]
+    cmd += [str(args.batch_size), "--seq-len", str(args.seq_len), "--device", device, "--json"]
+    if args.dispatch != "auto":
+        cmd += ["--set", f"moe.dispatch={args.dispatch}"]
+    shown = shlex.join(["zephyr", *cmd[3:]])
+    print(f"$ {shown}", flush=True)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if not done.stdout.strip():
+        print(done.stderr, file=sys.stderr)
+        raise SystemExit(f"zephyr train check failed (exit {done.returncode})")
+    report = json.loads(done.stdout)
+    summary = {
+        k: report[k]
+        for k in (
+            "graph_breaks",
+            "host_syncs",
+            "flops_measured_over_formula",
+            "peak_memory_gib",
+            "step_time_s_for_target_mfu",
+            "ok",
+        )
+    }
+    print(f"check ({wall:.0f} s): {json.dumps(summary)}")
+    for problem in report["problems"]:
+        print(f"  problem: {problem}")
+    with_ac = report["memory"]["with_activation_checkpointing"]["peak_memory_gib"]
+    row = (
+        f"| {datetime.date.today()} | {report['device']} on {platform.machine()} | {report['torch']} | "
+        f"{args.preset} | {args.batch_size}×{args.seq_len} | {report['default_dispatch']} | {report['graph_breaks']} | "
+        f"{report['host_syncs']} | {report['flops_measured_over_formula']:.4f} | {report['peak_memory_gib']:.1f} "
+        f"({with_ac:.1f} with AC) | {report['step_time_s_for_target_mfu']:.3f} s | {wall:.0f} | `{shown}` |"
+    )
+    header = (
+        "\n## Trainer readiness (zephyr train check, run by benchmarks/train_mfu.py)\n\n"
+        "| date | device path | torch | preset | batch | dispatch | graph breaks | host syncs | FLOPs measured/formula "
+        "| peak GiB | step time for 30% MFU (H100) | check wall s | command |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    if not args.no_append:
+        _append_row(header, row, "## Trainer readiness")
+    return report
+
+
+def _append_row(header: str, row: str, title: str = "## Trainer throughput") -> None:
+    """Add ``row`` at the end of the table under ``title`` (created on first use), whatever follows it."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    if "## Trainer throughput" not in text:
+    if title not in text:
         text = text.rstrip("\n") + "\n" + header
     lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("## Trainer throughput"))
+    at = next(i for i, line in enumerate(lines) if line.startswith(title))
     end = at + 1
     while end < len(lines) and (not lines[end].strip() or lines[end].startswith("|")):
         if lines[end].startswith("|"):

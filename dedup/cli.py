@@ -10,6 +10,7 @@
                        [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
                        [--index DIR [--update-index]] [--write-index DIR]
+    both:              [--overwrite | --output-column NAME]   (annotate mode: the dup columns; see read_inputs)
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
@@ -25,88 +26,25 @@ inside the handlers, so ``zephyr --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import logging
-import os
 from typing import Any
+
+from zephyr.dedup.cli_common import (
+    DEFAULT_EXECUTOR,
+    action_kwargs,
+    add_common_io,
+    finish,
+    output_of,
+    read_inputs,
+    recorded,
+)
 
 __all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 
 
-_DEFAULT_EXECUTOR = "threads"
-"""Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
-each worker process importing pyarrow, polars and numba first (``zephyr.executors.threads``). The output is
-the same bytes on every executor; ``--executor local`` isolates tasks in processes."""
-
-# Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
-# files of very different sizes would otherwise leave one worker hashing the largest file alone.
-_SHARD_BYTES = "32MiB"
-
-
-def _read(args: argparse.Namespace):
-    import zephyr
-    from zephyr.io.input_schema import schema_arguments
-
-    schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    return zephyr.read(args.inputs, approx_shard_bytes=_SHARD_BYTES, on_error=args.on_error, **schema)
-
-
-def _finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
-    from zephyr import job_stats
-
-    stats = dict(result.stats)
-    stats.update(
-        job_stats.summarize(jobs)
-    )  # task totals of every engine job (``_recorded``), not only this write
-    stats["dedup"] = extra
-    counters: dict[str, int] = {}
-    for stage in stats.get("stages", []):
-        for key, value in (stage.get("counters") or {}).items():
-            if key.startswith("dedup/"):
-                counters[key] = counters.get(key, 0) + value
-    hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
-    stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
-    stats["dedup"]["counters"] = counters
-    stats["dedup"]["rows"] = _row_balance(stats.get("stages", []))
-    os.makedirs(output, exist_ok=True)
-    with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=True, default=str)
-    logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
-    return 0
-
-
-def _row_balance(stages: list[dict]) -> dict[str, int]:
-    """The input rows and where they went: ``in = kept + dropped + quarantined``. The first stage reads the
-    input (a paragraph-level run reads it twice: counted once); kept rows are what the last stage wrote."""
-    if not stages:
-        return {"in": 0, "kept": 0, "dropped": 0, "quarantined": 0}
-    return {
-        "in": stages[0]["rows_in"],
-        "kept": stages[-1]["rows_out"],
-        "dropped": sum(s["rows_dropped"] for s in stages),
-        "quarantined": stages[0]["rows_rejected"],
-    }
-
-
-def _recorded(handler):
-    """Run a dedup handler with every engine job it starts recorded (hash or candidate jobs, then the final
-    write) in ``args.engine_jobs``, so ``_finish`` reports the retries and resumed tasks of all of them."""
-
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        from zephyr import job_stats
-
-        with job_stats.recording() as jobs:
-            args.engine_jobs = jobs
-            return handler(args)
-
-    return run
-
-
-@_recorded
+@recorded
 def _exact(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
     from zephyr.dedup.stages import paragraph_dedup_dataset
@@ -120,17 +58,17 @@ def _exact(args: argparse.Namespace) -> int:
         preload = (
             ("zephyr.dedup.compiled:warm_up",) if compiled.available() and args.normalize != "none" else ()
         )
-        with reuse_workers(_kwargs(opts), preload=preload) as execution:
+        with reuse_workers(action_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
     out = paragraph_dedup_dataset(
-        _read(args),
+        read_inputs(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
         mode=args.mode,
     )
-    result = out.write_parquet(args.output, **_kwargs(opts))
-    return _finish(
+    result = output_of(args, out).write_parquet(args.output, **action_kwargs(opts))
+    return finish(
         result,
         args.output,
         {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode},
@@ -143,7 +81,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
 
     path: dict[str, Any] = {}
     out = exact_dedup_dataset(
-        _read(args),
+        read_inputs(args),
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
@@ -152,17 +90,13 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
         execution=execution,
         stats=path,
     )
-    result = out.write_parquet(args.output, **execution)
-    return _finish(
+    result = output_of(args, out).write_parquet(args.output, **execution)
+    return finish(
         result,
         args.output,
         {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path},
         args.engine_jobs,
     )
-
-
-def _kwargs(opts: Any) -> dict[str, Any]:
-    return opts.as_kwargs()
 
 
 def _fuzzy_config(args: argparse.Namespace):
@@ -193,7 +127,7 @@ def _fuzzy_config(args: argparse.Namespace):
     return FuzzyDedupConfig(**overrides)
 
 
-@_recorded
+@recorded
 def _fuzzy(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
 
@@ -204,7 +138,7 @@ def _fuzzy(args: argparse.Namespace) -> int:
     # one worker pool for the candidate/verify/components jobs, started before the driver's own imports
     # so the workers import (and load the MinHash kernels) meanwhile
     preload = ("zephyr.dedup.compiled:warm_up",) if compiled.available() else ()
-    with reuse_workers(_kwargs(opts), preload=preload) as execution:
+    with reuse_workers(action_kwargs(opts), preload=preload) as execution:
         return _run_fuzzy(args, execution)
 
 
@@ -274,7 +208,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
     graph: dict[str, Any] = {}
     indexing = args.write_index is not None or args.update_index
     out = fuzzy_dedup_dataset(
-        _read(args),
+        read_inputs(args),
         config,
         text_column=args.text_column,
         id_column=args.id_column,
@@ -286,10 +220,10 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         row_numbers=indexing,
     )
     written = out.map_batches(StripRowNumbers(args.mode), name="dedup.fuzzy.output") if indexing else out
-    result = written.write_parquet(args.output, **execution)
+    result = output_of(args, written).write_parquet(args.output, **execution)
     if indexing:
         graph["index_written"] = _write_index(args, config, out, execution)
-    return _finish(
+    return finish(
         result,
         args.output,
         {
@@ -305,38 +239,6 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
     )
 
 
-def _common_io(p: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error, add_output_dir
-
-    p.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
-    )
-    add_on_error(p)
-    add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
-    p.add_argument(
-        "--mode",
-        choices=("annotate", "remove"),
-        default="annotate",
-        help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
-    )
-    p.add_argument("--text-column", default="text")
-    p.add_argument(
-        "--id-column",
-        default="id",
-        type=_column_or_none,
-        help="ids order rows: the smallest id of a cluster is kept (rows that share an id, or have none, are "
-        "still separate rows); 'none': no id column, input order decides",
-    )
-    p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.io.input_schema import add_schema_arguments
-
-    add_schema_arguments(p)
-
-
-def _column_or_none(value: str) -> str | None:
-    return None if value.lower() == "none" else value
-
-
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
     dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
@@ -344,7 +246,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     sub.required = True
 
     exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
-    _common_io(exact)
+    add_common_io(exact)
     exact.add_argument("--level", choices=("document", "paragraph"), default="document")
     exact.add_argument(
         "--normalize",
@@ -352,14 +254,14 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default="default",
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
-    exact.set_defaults(func=_exact, default_executor=_DEFAULT_EXECUTOR)
+    exact.set_defaults(func=_exact, default_executor=DEFAULT_EXECUTOR)
 
     from zephyr.dedup.cli_text import register_text_commands
 
     register_text_commands(sub, common)
 
     fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
-    _common_io(fuzzy)
+    add_common_io(fuzzy)
     fuzzy.add_argument("--threshold", type=float, default=0.8, help="Jaccard threshold (default 0.8)")
     fuzzy.add_argument("--preset", choices=("datatrove", "nemo", "redpajama"), default=None)
     fuzzy.add_argument("--ngram", type=int, default=None, help="shingle length (default 5)")
@@ -407,4 +309,4 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default=None,
         help="start a new signature index at DIR holding this run's kept rows",
     )
-    fuzzy.set_defaults(func=_fuzzy, default_executor=_DEFAULT_EXECUTOR)
+    fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)

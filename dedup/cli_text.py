@@ -16,22 +16,31 @@ import argparse
 import os
 from typing import Any
 
-from zephyr.dedup.cli import _DEFAULT_EXECUTOR, _common_io, _finish, _kwargs, _read, _recorded, logger
+from zephyr.dedup.cli_common import (
+    DEFAULT_EXECUTOR,
+    action_kwargs,
+    add_common_io,
+    finish,
+    logger,
+    output_of,
+    read_inputs,
+    recorded,
+)
 
 __all__ = ["register_text_commands"]
 
 
-@_recorded
+@recorded
 def _url(args: argparse.Namespace) -> int:
     from zephyr.dedup.url import url_dedup_dataset
 
     from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
-    with reuse_workers(_kwargs(execution_options(args))) as execution:
+    with reuse_workers(action_kwargs(execution_options(args))) as execution:
         path: dict[str, Any] = {}
         out = url_dedup_dataset(
-            _read(args),
+            read_inputs(args),
             url_column=args.url_column,
             id_column=args.id_column,
             mode=args.mode,
@@ -39,8 +48,8 @@ def _url(args: argparse.Namespace) -> int:
             execution=execution,
             stats=path,
         )
-        result = out.write_parquet(args.output, **execution)
-        return _finish(
+        result = output_of(args, out).write_parquet(args.output, **execution)
+        return finish(
             result,
             args.output,
             {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path},
@@ -48,13 +57,13 @@ def _url(args: argparse.Namespace) -> int:
         )
 
 
-@_recorded
+@recorded
 def _paragraph(args: argparse.Namespace) -> int:
     """``zephyr dedup paragraph``: the exact paragraph dedup (``--method exact``, in id order) or the Bloom
     filter's single streaming pass in input order (``--method bloom``)."""
     from zephyr.cli import execution_options
 
-    opts = _kwargs(execution_options(args))
+    opts = action_kwargs(execution_options(args))
     extra: dict[str, Any] = {
         "kind": "paragraph",
         "method": args.method,
@@ -65,13 +74,13 @@ def _paragraph(args: argparse.Namespace) -> int:
         from zephyr.dedup.stages import paragraph_dedup_dataset
 
         out = paragraph_dedup_dataset(
-            _read(args),
+            read_inputs(args),
             text_column=args.text_column,
             id_column=args.id_column,
             normalize=args.normalize,
             mode=args.mode,
         )
-        return _finish(out.write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
+        return finish(output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
     return _paragraph_bloom(args, opts, extra)
 
 
@@ -106,12 +115,8 @@ def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict
         args.load_filter,
         partial,
     )
-    result = (
-        _read(args)
-        .reshard(1)
-        .map_batches(stage, name="dedup.paragraph.bloom")
-        .write_parquet(args.output, **opts)
-    )
+    out = read_inputs(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
+    result = output_of(args, out).write_parquet(args.output, **opts)
     bloom = _final_filter(args, partial)
     if args.save_filter is not None:
         bloom.save(args.save_filter)
@@ -137,7 +142,7 @@ def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict
             bloom.false_positive_rate(),
             bloom.fp_rate,
         )
-    return _finish(result, args.output, extra, args.engine_jobs)
+    return finish(result, args.output, extra, args.engine_jobs)
 
 
 def _final_filter(args: argparse.Namespace, partial: str | None):
@@ -152,7 +157,7 @@ def _final_filter(args: argparse.Namespace, partial: str | None):
     return BloomFilter.for_capacity(args.expected, args.fp_rate, normalize=args.normalize)
 
 
-@_recorded
+@recorded
 def _substring(args: argparse.Namespace) -> int:
     """Exact substring dedup (``zephyr.dedup.substring``): removed bytes per source, top repeated spans."""
     import shutil
@@ -172,13 +177,13 @@ def _substring(args: argparse.Namespace) -> int:
         top_spans=args.top_spans,
         tokenizer=_tokenizer(args),
     )
-    opts = _kwargs(execution_options(args))
+    opts = action_kwargs(execution_options(args))
     scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=opts.get("work_dir") if _local(opts) else None)
     try:
         with reuse_workers(opts) as execution:
             info: dict[str, Any] = {}
             out = substring_dedup_dataset(
-                _read(args), config, execution=execution, scratch=scratch, stats=info
+                read_inputs(args), config, execution=execution, scratch=scratch, stats=info
             )
             result = out.write_parquet(args.output, **execution)
     finally:
@@ -202,7 +207,7 @@ def _substring(args: argparse.Namespace) -> int:
     logger.info(
         "substring dedup: %d bytes removed from %d documents", extra["bytes_removed"], extra["docs_changed"]
     )
-    return _finish(result, args.output, extra, args.engine_jobs)
+    return finish(result, args.output, extra, args.engine_jobs)
 
 
 def _tokenizer(args: argparse.Namespace) -> str | None:
@@ -231,8 +236,8 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         parents=[common],
         help="remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass",
     )
-    _common_io(para)
-    para.set_defaults(mode="remove")
+    add_common_io(para)
+    para.set_defaults(mode="remove", dup_level="paragraph")
     para.add_argument(
         "--method",
         choices=("exact", "bloom"),
@@ -252,24 +257,24 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         "--save-filter", default=None, metavar="FILE", help="bloom: write the filter here after the run"
     )
     para.add_argument("--load-filter", default=None, metavar="FILE", help="bloom: start from a saved filter")
-    para.set_defaults(func=_paragraph, default_executor=_DEFAULT_EXECUTOR)
+    para.set_defaults(func=_paragraph, default_executor=DEFAULT_EXECUTOR)
 
     url = sub.add_parser(
         "url",
         parents=[common],
         help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)",
     )
-    _common_io(url)
+    add_common_io(url)
     url.add_argument("--url-column", default="url", help="the URL column (default url)")
-    url.set_defaults(func=_url, default_executor=_DEFAULT_EXECUTOR)
+    url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR, dup_level="document")
 
     substring = sub.add_parser(
         "substring",
         parents=[common],
         help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
     )
-    _common_io(substring)
-    substring.set_defaults(mode="remove")
+    add_common_io(substring)
+    substring.set_defaults(mode="remove", dup_level="none")  # adds no column: --overwrite has nothing to do
     substring.add_argument(
         "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
     )
@@ -295,4 +300,4 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
     substring.add_argument(
         "--tokenizer", default=None, metavar="FILE", help="tokenizer.json for --unit tokens"
     )
-    substring.set_defaults(func=_substring, default_executor=_DEFAULT_EXECUTOR)
+    substring.set_defaults(func=_substring, default_executor=DEFAULT_EXECUTOR)

@@ -32,11 +32,17 @@ from zephyr.dedup.signature_device import SIGNATURE_DEVICES
 
 from zephyr.errors import ConfigError
 
-__all__ = ["ExactDedupConfig", "FuzzyDedupConfig", "PRESETS", "MODES", "CLUSTER_RULES"]
+__all__ = ["ExactDedupConfig", "FuzzyDedupConfig", "PRESETS", "MODES", "CLUSTER_RULES", "check_mode"]
 
 MODES = ("annotate", "remove")
 PRESETS = ("datatrove", "nemo", "redpajama")
 CLUSTER_RULES = ("anchored", "components")
+
+
+def check_mode(mode: str) -> None:
+    """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates."""
+    if mode not in MODES:
+        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
 _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 

@@ -36,11 +36,9 @@ from zephyr.dedup.clusters import (
     require_column,
     size_histogram,
 )
-from zephyr.dedup.config import ExactDedupConfig
+from zephyr.dedup.config import ExactDedupConfig, check_mode
 from zephyr.dedup.hashing import xxh3_128_array
 from zephyr.dedup.normalize import normalize_text
-
-from zephyr.errors import ConfigError
 
 __all__ = ["exact_dedup", "paragraph_dedup", "document_hashes", "group_labels", "split_paragraphs", "join_paragraphs"]
 
@@ -80,8 +78,7 @@ def exact_dedup(
 ) -> DedupResult:
     """Document-level exact dedup; see the module docstring."""
     ExactDedupConfig(normalize=normalize)
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_mode(mode)
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     members = np.asarray(texts.is_valid()) if table.num_rows else np.zeros(0, dtype=bool)
@@ -160,8 +157,7 @@ def paragraph_dedup(
     ``dup_paragraph_bytes`` (what ``remove`` would cut). Stats count removed paragraphs and bytes per source.
     """
     ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_mode(mode)
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     if isinstance(texts, pa.ChunkedArray):

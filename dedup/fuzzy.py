@@ -40,7 +40,7 @@ from zephyr.dedup.clusters import (
     size_histogram,
 )
 from zephyr.dedup.components import connected_components
-from zephyr.dedup.config import FuzzyDedupConfig
+from zephyr.dedup.config import FuzzyDedupConfig, check_mode
 from zephyr.dedup.lsh import candidate_edges, unique_edges
 from zephyr.dedup.minhash import band_hashes, make_permutations
 from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
@@ -212,8 +212,7 @@ def fuzzy_dedup(
     cluster, kept); texts without any shingle (empty) are singletons.
     """
     config = config or FuzzyDedupConfig()
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_mode(mode)
     if index is not None:
         index.check_compatible(config)
         if id_column is None:

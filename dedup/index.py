@@ -45,7 +45,7 @@ from zephyr.dedup.columns import KEEPER, ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
-from zephyr.tasks import write_json_atomic
+from zephyr.io.paths import write_json_atomic
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset

@@ -137,18 +137,18 @@ def _word_gram_hashes(
 ) -> np.ndarray:
     """Hash of the tokens first..last joined by single spaces, from per-token hashes:
     ``H(a + " " + b) = H(a)·P^(1+|b|) + 32·P^|b| + H(b)`` (mod 2⁶⁴), the same as hashing the joined bytes."""
-    from zephyr.dedup.hashing import _POWERS
+    from zephyr.dedup.hashing import base_powers
 
     tok_hash = span_hashes(data, tok_starts, tok_ends)
     tok_len = tok_ends - tok_starts
-    _POWERS.ensure(int(tok_len.max(initial=0)) + 2)
+    powers = base_powers(int(tok_len.max(initial=0)) + 2)
     acc = tok_hash[first_tok].copy()
     span = last_tok - first_tok
     for j in range(1, int(span.max(initial=0)) + 1):
         sel = np.flatnonzero(span >= j)
         t = first_tok[sel] + j
         length = tok_len[t]
-        acc[sel] = acc[sel] * _POWERS.p[length + 1] + np.uint64(32) * _POWERS.p[length] + tok_hash[t]
+        acc[sel] = acc[sel] * powers[length + 1] + np.uint64(32) * powers[length] + tok_hash[t]
     return acc
 
 

@@ -38,11 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup.clusters import keep_ranks
 from zephyr.dedup.columns import CLUSTER, H0, H1, HELPERS, KEEP, KEEPER, ROW, SIZE
-from zephyr.dedup.config import MODES, ExactDedupConfig, FuzzyDedupConfig
+from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig, check_mode
 from zephyr.dedup.lsh import BUCKET_LINKS
 from zephyr.dedup.verify_engine import RowsIn, WithSim, shingles_of, verify_on_engine
 
+from zephyr import budget as budget_module
 from zephyr import counters
+from zephyr.budget import Budget
 from zephyr.errors import ConfigError, InputError, SchemaError, ZephyrError
 
 if TYPE_CHECKING:
@@ -54,16 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["exact_dedup_dataset", "fuzzy_dedup_dataset", "paragraph_dedup_dataset", "ROW"]
 
 logger = logging.getLogger(__name__)
-
-_DRIVER_SET_SHARE = 16
-"""The driver verifies candidate pairs itself only when the endpoints' shingle sets fit budget / this."""
-_GRAPH_BYTES_PER_EDGE = 48
-"""Driver bytes per verified edge when the graph is clustered in memory (pairs, similarity, sort scratch)."""
-
-
-def _check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
 
 
 def _has(table: pa.Table, name: str | None, what: str) -> bool:
@@ -137,7 +129,7 @@ class StripRowNumbers:
     in ``remove`` mode the removed rows and the dup columns too (counted as dropped, reason ``duplicate``)."""
 
     def __init__(self, mode: str):
-        _check_mode(mode)
+        check_mode(mode)
         self.mode = mode
 
     def __call__(self, table: pa.Table) -> Any:
@@ -325,7 +317,7 @@ def exact_dedup_dataset(
     [{'id': 1, 'text': 'a b'}]
     """
     ExactDedupConfig(normalize=normalize)
-    _check_mode(mode)
+    check_mode(mode)
     rows = ds.with_row_index(ROW)
     finish = _Finish(text_column, id_column, mode)
     info: dict[str, Any] = {"in_memory": False}
@@ -620,7 +612,7 @@ def fuzzy_dedup_dataset(
     {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
     """
     config = config or FuzzyDedupConfig()
-    _check_mode(mode)
+    check_mode(mode)
     kw = _execution_kwargs(execution)
     limit = _in_memory_limit(kw, in_memory_edges)
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
@@ -713,7 +705,7 @@ def _cluster(
     def collect_sets(keys: pa.Array) -> pa.Table:
         return sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_sets").to_arrow(**kw)
 
-    in_memory = pairs is not None and (not config.verify or set_bytes <= budget // _DRIVER_SET_SHARE)
+    in_memory = pairs is not None and (not config.verify or set_bytes <= Budget(budget).driver_set_bytes)
     info["in_memory"] = in_memory
     if in_memory:
         return _graph_in_driver(
@@ -733,7 +725,7 @@ def _cluster(
     verified = zephyr.read_parquet(files) if files else None
     count = verified.count(**kw) if verified is not None else 0
     info["verified_edges"] = count
-    graph_limit = budget // _GRAPH_BYTES_PER_EDGE
+    graph_limit = Budget(budget).driver_graph_edges
     if not count:
         return None, None
     if count <= graph_limit:
@@ -745,13 +737,13 @@ def _cluster(
     if index is not None:
         raise ZephyrError(
             f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
-            f"of the memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            f"of the memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
             "--memory-budget, or dedup the input in parts"
         )
     if config.clusters != "components":
         raise ZephyrError(
             f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
-            f"memory budget ({graph_limit} pairs at {_GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            f"memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
             "--memory-budget, or pass --clusters components (engine rounds, transitive clusters)"
         )
     return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)
@@ -854,4 +846,4 @@ def _in_memory_limit(kw: dict[str, Any], given: int | None) -> int:
     quarter of the memory budget."""
     if given is not None:
         return given
-    return _memory_budget_bytes(kw) // 4 // 64
+    return Budget(_memory_budget_bytes(kw)).driver_pair_rows

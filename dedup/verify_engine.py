@@ -21,6 +21,7 @@ from zephyr.dedup.columns import ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr import counters
+from zephyr.budget import Budget
 
 if TYPE_CHECKING:
     from zephyr.dedup.index import IndexInfo
@@ -35,9 +36,7 @@ _VERIFY_BATCH_ROWS = 2048
 _HOT_FAN = 32
 """A row that is the earlier end (v) of more candidate pairs than this is *hot* on the engine path."""
 _PAIR_BYTES = 16
-"""Bytes of one (u, v) pair held in memory: the hot pairs broadcast when they fit budget / _HOT_SET_SHARE."""
-_HOT_SET_SHARE = 8
-"""The hot rows' sets broadcast to each verify task take at most budget / this."""
+"""Bytes of one (u, v) pair held in memory: the hot pairs broadcast when they fit ``Budget.broadcast_bytes``."""
 
 
 class RowsIn:
@@ -213,7 +212,7 @@ def verify_on_engine(
         return None if table is None else pc.unique(table[end].combine_chunks())
 
     parts = []
-    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= budget_bytes // _HOT_SET_SHARE
+    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= Budget(budget_bytes).broadcast_bytes
     if len(hot):
         grouped = (
             edges.map_batches(RowsIn("v", hot), name="dedup.fuzzy.hot_pairs")
@@ -262,7 +261,7 @@ def _hot_rows(
     edges: Dataset, pairs: pa.Table | None, per_set: int, budget: int, kw: dict[str, Any]
 ) -> tuple[pa.Array, int]:
     """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
-    group-by), most-paired first, as many as budget / ``_HOT_SET_SHARE`` holds at ``per_set`` bytes each
+    group-by), most-paired first, as many as ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each
     (the rest stay cold: correct, only slower), and how many pairs they end."""
     if pairs is not None:
         counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
@@ -274,7 +273,7 @@ def _hot_rows(
             .map_batches(_FanAbove(_HOT_FAN), name="dedup.fuzzy.hot_rows")
             .to_arrow(**kw)
         )
-    cap = max(1, budget // _HOT_SET_SHARE // per_set)
+    cap = max(1, Budget(budget).broadcast_bytes // per_set)
     if fan.num_rows > cap:
         fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
     if not fan.num_rows:

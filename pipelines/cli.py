@@ -49,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def handler(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from zephyr.pipelines.columns import check_added_columns
     from zephyr.pipelines.config import check_inputs, load_config
     from zephyr.pipelines.runner import ProgressReporter, run_pipeline, stage_dir_name
 
@@ -58,6 +59,7 @@ def handler(args: argparse.Namespace) -> int:
     job_dir = Path(args.job_dir) if args.job_dir else Path("out") / config.name
     if args.check:
         check_inputs(config)
+        check_added_columns(config)
         print(f"pipeline {config.name!r} ({config.path}): {len(config.stages)} stages, job dir {job_dir}")
         for index, entry in enumerate(config.stages):
             state = "" if entry.enabled else "  (disabled)"

@@ -102,6 +102,11 @@ def _at_least(key: str, value: int | float | None, low: int | float) -> None:
         raise FieldError(key, f"must be >= {low}, got {value!r}")
 
 
+def _column_name(key: str, value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise FieldError(key, "must name a column, or be null for the default")
+
+
 # -- stage configs ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReadStage:
@@ -167,17 +172,24 @@ class LangIdStage:
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
     max_chars: int = 10_000
     """Predict on the first N characters of each text."""
+    overwrite: bool = False
+    """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
+    ``false``: the pipeline refuses such data before any work (``zephyr.pipelines.columns``)."""
+    output_column: str | None = None
+    """Write the language here and its score to ``<output_column>_score``, keeping a column the data has;
+    ``null``: the pipeline's ``lang_column`` (and ``<lang_column>_score``)."""
 
     def __post_init__(self) -> None:
         _within("min_score", self.min_score, 0.0, 1.0)
         _at_least("max_chars", self.max_chars, 1)
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
+        _column_name("output_column", self.output_column)
 
 
 @dataclass(frozen=True)
 class HeuristicFilterStage:
-    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``dropped/`` with reasons."""
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons."""
 
     rules: list[str] = field(default_factory=lambda: ["gopher", "c4", "fineweb"])
     """Rule families, applied in order; each row gets the first rule it fails."""
@@ -186,9 +198,15 @@ class HeuristicFilterStage:
     default_lang: str = "en"
     """Language assumed for rows without a ``lang`` value (stop words, word splitting)."""
     keep_dropped: bool = True
-    """Write the dropped rows (with ``drop_reason``) to ``dropped/``; needed by ``quality.train_from``."""
+    """Write the dropped rows (with ``drop_reason``) to ``_dropped/``; needed by ``quality.train_from``."""
+    overwrite: bool = False
+    """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
+    output_column: str | None = None
+    """Name of the reason column of ``_dropped/`` rows; a ``drop_reason`` the data has then passes unchanged.
+    ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:
+        _column_name("output_column", self.output_column)
         from zephyr.pipelines.quality.filters import RULE_SETS
 
         if not self.rules:
@@ -312,8 +330,13 @@ class QualityStage:
     """At most this many rows of each label are used for training (a deterministic prefix)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
+    overwrite: bool = False
+    """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
+    output_column: str | None = None
+    """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""
 
     def __post_init__(self) -> None:
+        _column_name("output_column", self.output_column)
         given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
         if len(given) != 1:
             raise FieldError(
@@ -343,12 +366,14 @@ class TokenizeStage:
     """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given."""
 
     tokenizer: str | None = _path(None)
-    """A HF ``tokenizer.json``; ``None`` trains a byte-level BPE of ``vocab_size`` on the stage input and
-    saves it as ``tokenizer.json`` in the stage folder."""
+    """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
+    byte-level BPE of ``vocab_size`` on the stage input, as ``zephyr tokenizer train`` does (the same function,
+    ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the stage folder."""
     vocab_size: int = 8192
-    """Vocabulary of the trained tokenizer (only without ``tokenizer``)."""
+    """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
     tokenizer_train_bytes: str = "32MB"
-    """Text used to train the tokenizer: the first documents of the input up to this many bytes."""
+    """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
+    trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
     shard_size: str = "512MB"
     """Target bytes of tokens per shard."""
     seed: int = 0
@@ -363,7 +388,7 @@ class TokenizeStage:
     def __post_init__(self) -> None:
         from zephyr.sizes import parse_bytes
 
-        _at_least("vocab_size", self.vocab_size, 300)
+        _at_least("vocab_size", self.vocab_size, 258)
         _at_least("batch_rows", self.batch_rows, 1)
         for key in ("tokenizer_train_bytes", "shard_size"):
             try:
@@ -716,6 +741,7 @@ def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineCon
         entry = _parse_stage(item, f"stages[{i}]", errors)
         if entry is not None:
             entries.append(entry)
+            _check_output_column(entry, top, f"stages[{i}]", errors)
     if len(entries) == len(stages_raw):
         _check_order(entries, errors)
     if errors:
@@ -878,6 +904,15 @@ def _check_order(entries: list[StageEntry], errors: list[str]) -> None:
                 )
             elif not prior[ref].config.keep_dropped:
                 errors.append(f"stages[{i}].train_from: stage {ref!r} must have keep_dropped: true")
+
+
+def _check_output_column(entry: StageEntry, top: dict[str, str], where: str, errors: list[str]) -> None:
+    """A stage's ``output_column`` may not be one of the columns every stage works on: replacing the text or
+    the ids is never what a person meant, whatever ``overwrite`` says."""
+    name = getattr(entry.config, "output_column", None)
+    for key in ("text_column", "id_column", "source_column"):
+        if name is not None and name == top.get(key, PipelineConfig.__dataclass_fields__[key].default):
+            errors.append(f"{where}.output_column: {name!r} is the pipeline's {key}; choose another name")
 
 
 def check_inputs(config: PipelineConfig) -> None:

@@ -1,17 +1,21 @@
-"""The job report: ``report.md`` and ``report.html`` (PNG plots in ``plots/``) from a job's ``stats.json``.
+"""The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the stages' sidecars.
 
-Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``), nothing is recomputed, so
-the report and the stats always agree. Sections:
+Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``) and every example row from
+the ``_examples.json`` the stages saved while they ran (``zephyr.pipelines.examples``); nothing is
+recomputed or re-run, so the report and the stats always agree. Sections:
 
 1. Stages: rows in / kept / dropped / quarantined, bytes in and out, seconds, tasks resumed, and whether
-   the rows balance (``in = kept + dropped + quarantined``) — plot ``rows.png`` and ``time.png``.
-2. Why rows were dropped: per stage and reason.
+   the rows balance (``in = kept + dropped + quarantined``) — plots ``rows.png`` and ``time.png``.
+2. Why rows were dropped: per stage and reason; per filter, kept rows and dropped rows of its top reasons.
 3. Retention per source and per language (rows read → rows in the final data stage) — ``sources.png``.
-4. Dedup: kept documents by duplicate-cluster size (a cluster of n had n - 1 removed) — ``clusters_*.png``.
+4. Dedup: kept documents by duplicate-cluster size (a cluster of n had n - 1 removed) — ``clusters_*.png``;
+   per stage a few clusters, the kept text beside a removed one with their Jaccard and the differences marked.
 5. Tokens: documents, tokens, shards, per source.
-6. Training: loss curve (``loss.png``), steps, throughput.
+6. Training: steps, loss, throughput — ``training.png`` (loss and tokens/s per step).
 
-Plots use matplotlib's Agg backend (no display needed).
+``report.html`` is one self-contained file: its plots are inline PNGs (data: URIs), its style inline, no
+script, font or link to anything outside it. ``report.md`` links the same PNGs in ``plots/``. Plots:
+``zephyr.pipelines.report_plots``; example rendering: ``zephyr.pipelines.report_examples``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from zephyr.pipelines.config import DATA_STAGES
+from zephyr.pipelines.examples import read_examples
+from zephyr.pipelines.records import rows_rewritten
+from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
+from zephyr.pipelines.report_plots import make_plots, retention_start
 
 from zephyr.errors import InputError
 
@@ -77,8 +85,19 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             f"`{stats.get('execution', {}).get('executor')}`.",
         )
     )
-    # 1. stages
-    blocks.append(("h", 2, "Stages"))
+    from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
+
+    for section in (_stage_blocks, _drop_blocks, _retention_blocks, _dedup_blocks):
+        blocks += section(stages, plots)
+    blocks += web_blocks(stages)
+    for section in (_token_blocks, _train_blocks):
+        blocks += section(stages, plots)
+    return blocks
+
+
+def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """1. Stages: rows, bytes, time, resumed tasks, balance."""
+    blocks: list[Block] = [("h", 2, "Stages")]
     header = ["#", "stage", "type", "rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out",
               "seconds", "tasks (resumed)", "status", "balanced"]
     rows = []
@@ -110,12 +129,25 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             else "Row accounting: SOME STAGES DO NOT BALANCE — see the table above.",
         )
     )
+    rewritten = [(s, rows_rewritten(s)) for s in stages if rows_rewritten(s)]
+    if rewritten:
+        parts = []
+        for s, n in rewritten:
+            removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
+            parts.append(f"`{s['stage']}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+                         + (f" ({_n(removed)} bytes removed)" if removed else ""))
+        blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
     total_seconds = sum(s["seconds"] for s in stages)
     blocks.append(("p", f"Total stage time: {total_seconds:.1f} s (stages skipped in this run show their original time)."))
     for name in ("rows", "time"):
         if name in plots:
             blocks.append(("img", plots[name], name))
-    # 2. drop reasons
+    return blocks
+
+
+def _drop_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """2. Why rows were dropped, quarantined rows, and each filter's kept and dropped examples."""
+    blocks: list[Block] = []
     reasons = [(s["stage"], r, n) for s in stages for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
@@ -124,66 +156,92 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["stage", "file"], [[st, f"`{f}`"] for st, f in quarantine]))
-    # 3. retention
-    data = _data_stages(stages)
-    if data:
-        first, last = data[0], data[-1]
-        for key, title in (("per_source", "source"), ("per_lang", "language")):
-            start = _retention_start(data, key)
-            end = last.get(key, {}).get("out", {})
-            if not start:
-                continue
-            blocks.append(("h", 2, f"Retention per {title}"))
-            where = first["stage"] if key == "per_source" else next(
-                (s["stage"] for s in data if s.get(key, {}).get("in")), first["stage"]
-            )
-            blocks.append(("p", f"Rows entering `{where}` → rows written by `{last['stage']}`."))
-            table_rows = [[v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
-                          for v in sorted(start, key=lambda v: -start[v])]
-            total_in, total_out = sum(start.values()), sum(end.values())
-            table_rows.append(["**total**", _n(total_in), _n(total_out), _pct(total_out, total_in)])
-            blocks.append(("table", [title, "rows in", "rows kept", "retention"], table_rows))
-            if key == "per_source":
-                stage_rows = []
-                for s in data:
-                    out = s.get(key, {}).get("out", {})
-                    stage_rows.append([s["stage"], *[_n(out.get(v, 0)) for v in sorted(start)]])
-                blocks.append(("p", "Rows per source after each stage:"))
-                blocks.append(("table", ["after stage", *sorted(start)], stage_rows))
-                if "sources" in plots:
-                    blocks.append(("img", plots["sources"], "rows per source after each stage"))
-    # 4. dedup
-    dedup = [s for s in stages if s["type"] in ("exact_dedup", "fuzzy_dedup")]
-    if dedup:
-        blocks.append(("h", 2, "Dedup clusters"))
-        for s in dedup:
-            sizes = {int(k): v for k, v in s.get("cluster_sizes", {}).items()}
-            multi = {k: v for k, v in sizes.items() if k > 1}
-            lsh = s.get("extra", {}).get("lsh")
-            note = (f" LSH: {lsh['bands']} bands × {lsh['rows']} rows (S-curve midpoint ≈ {lsh['lsh_threshold']}), "
-                    f"verified Jaccard ≥ {lsh['threshold']}.") if lsh else ""
-            blocks.append(
-                (
-                    "p",
-                    f"`{s['stage']}`: {_n(sum(multi.values()))} cluster(s) with duplicates, "
-                    f"{_n(s['rows_dropped'])} document(s) removed.{note}",
-                )
-            )
-            if sizes:
-                blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"],
-                               [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())]))
-            if f"clusters_{s['stage']}" in plots:
-                blocks.append(("img", plots[f"clusters_{s['stage']}"], f"cluster sizes of {s['stage']}"))
-    from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
+    examples = [(s["stage"], _examples(s)) for s in stages]
+    examples = [(stage, payload) for stage, payload in examples if payload and payload["kind"] == "filter"]
+    if examples:
+        blocks.append(("h", 2, "What the filters kept and dropped"))
+        blocks += [(FILTER, stage, payload) for stage, payload in examples]
+    return blocks
 
-    blocks.extend(web_blocks(stages))
-    # 5. tokens
+
+def _examples(stage: dict[str, Any]) -> dict[str, Any] | None:
+    return read_examples(stage.get("extra", {}).get("examples"))
+
+
+def _retention_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """3. Retention per source and per language (rows read → rows in the final data stage)."""
+    blocks: list[Block] = []
+    data = _data_stages(stages)
+    if not data:
+        return blocks
+    first, last = data[0], data[-1]
+    for key, title in (("per_source", "source"), ("per_lang", "language")):
+        start = retention_start(data, key)
+        end = last.get(key, {}).get("out", {})
+        if not start:
+            continue
+        blocks.append(("h", 2, f"Retention per {title}"))
+        where = first["stage"] if key == "per_source" else next(
+            (s["stage"] for s in data if s.get(key, {}).get("in")), first["stage"]
+        )
+        blocks.append(("p", f"Rows entering `{where}` → rows written by `{last['stage']}`."))
+        table_rows = [[v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
+                      for v in sorted(start, key=lambda v: -start[v])]
+        total_in, total_out = sum(start.values()), sum(end.values())
+        table_rows.append(["**total**", _n(total_in), _n(total_out), _pct(total_out, total_in)])
+        blocks.append(("table", [title, "rows in", "rows kept", "retention"], table_rows))
+        if key == "per_source":
+            stage_rows = []
+            for s in data:
+                out = s.get(key, {}).get("out", {})
+                stage_rows.append([s["stage"], *[_n(out.get(v, 0)) for v in sorted(start)]])
+            blocks.append(("p", "Rows per source after each stage:"))
+            blocks.append(("table", ["after stage", *sorted(start)], stage_rows))
+            if "sources" in plots:
+                blocks.append(("img", plots["sources"], "rows per source after each stage"))
+    return blocks
+
+
+def _dedup_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """4. Dedup: clusters by size, and example clusters (kept beside removed, with their Jaccard)."""
+    dedup = [s for s in stages if s["type"] in ("exact_dedup", "fuzzy_dedup")]
+    blocks: list[Block] = [("h", 2, "Dedup clusters")] if dedup else []
+    for s in dedup:
+        sizes = {int(k): v for k, v in s.get("cluster_sizes", {}).items()}
+        multi = {k: v for k, v in sizes.items() if k > 1}
+        lsh = s.get("extra", {}).get("lsh")
+        note = (f" LSH: {lsh['bands']} bands × {lsh['rows']} rows (S-curve midpoint ≈ {lsh['lsh_threshold']}), "
+                f"verified Jaccard ≥ {lsh['threshold']}.") if lsh else ""
+        blocks.append(
+            (
+                "p",
+                f"`{s['stage']}`: {_n(sum(multi.values()))} cluster(s) with duplicates, "
+                f"{_n(s['rows_dropped'])} document(s) removed.{note}",
+            )
+        )
+        if sizes:
+            blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"],
+                           [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())]))
+        if f"clusters_{s['stage']}" in plots:
+            blocks.append(("img", plots[f"clusters_{s['stage']}"], f"cluster sizes of {s['stage']}"))
+        payload = _examples(s)
+        if payload and payload["kind"] == "dedup":
+            blocks.append((DEDUP, s["stage"], payload))
+    return blocks
+
+
+def _token_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """5. Tokens: documents, tokens, shards, per source."""
+    blocks: list[Block] = []
     for s in (s for s in stages if s["type"] == "tokenize"):
         extra = s.get("extra", {})
         blocks.append(("h", 2, "Tokens"))
         trained = extra.get("tokenizer_trained_on")
-        tok_note = (f" (a {extra.get('vocab_size')}-entry BPE trained here on {_n(trained['documents'])} documents)"
-                    if trained else "")
+        tok_note = (
+            f" (a {extra.get('vocab_size')}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
+            f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the stage input)"
+            if trained else ""
+        )
         blocks.append(
             (
                 "p",
@@ -198,7 +256,12 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
                            [[k, _n(v["documents"]), _n(v["tokens"]),
                              f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–"]
                             for k, v in per.items()]))
-    # 6. training
+    return blocks
+
+
+def _train_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """6. Training: steps, tokens, loss, throughput, and their curves."""
+    blocks: list[Block] = []
     for s in (s for s in stages if s["type"] == "train"):
         extra = s.get("extra", {})
         blocks.append(("h", 2, "Training"))
@@ -211,91 +274,18 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             text += f"; {tps:,.0f} tokens/s"
         if extra.get("resumed_from"):
             text += f"; resumed from step {extra['resumed_from']}"
+        if extra.get("packing"):
+            text += f"; packing {extra['packing']}"
+        if extra.get("instances_filtered") is not None:
+            text += f"; {_n(extra['instances_filtered'])} samples masked by the instance filter"
         blocks.append(("p", text + f". Metrics: `{extra.get('log')}`; checkpoints: `{extra.get('checkpoints')}`."))
-        if "loss" in plots:
-            blocks.append(("img", plots["loss"], "training loss"))
+        if extra.get("mix_tokens"):
+            share = extra.get("mix_share") or {}
+            blocks.append(("table", ["source", "tokens drawn", "share over the last window"],
+                           [[k, _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()]))
+        if "training" in plots:
+            blocks.append(("img", plots["training"], "training loss and tokens/s per step"))
     return blocks
-
-
-def _retention_start(data: list[dict[str, Any]], key: str) -> dict[str, int]:
-    for s in data:
-        start = s.get(key, {}).get("in")
-        if start:
-            return start
-    return {}
-
-
-# -- plots -----------------------------------------------------------------------------------------------
-def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
-    """Write the PNG plots; returns name → path relative to the report."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from zephyr.pipelines.stages import read_train_log
-
-    folder.mkdir(parents=True, exist_ok=True)
-    out: dict[str, str] = {}
-    stages = stats["stages"]
-
-    def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        fig.savefig(folder / f"{name}.png", dpi=100)
-        plt.close(fig)
-        out[name] = f"{folder.name}/{name}.png"
-
-    data = [s for s in stages if s["type"] in DATA_STAGES or s["type"] == "tokenize"]
-    if data:
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        names = [s["stage"] for s in data]
-        kept = [s["rows_kept"] for s in data]
-        dropped = [s["rows_dropped"] for s in data]
-        quarantined = [s["rows_quarantined"] for s in data]
-        ax.bar(names, kept, label="kept", color="#4c72b0")
-        ax.bar(names, dropped, bottom=kept, label="dropped", color="#dd8452")
-        ax.bar(names, quarantined, bottom=[k + d for k, d in zip(kept, dropped)], label="quarantined", color="#c44e52")
-        ax.set_ylabel("rows")
-        ax.set_title("rows per stage")
-        ax.legend()
-        ax.tick_params(axis="x", rotation=30)
-        save(fig, "rows")
-    fig, ax = plt.subplots(figsize=(8, 0.4 * len(stages) + 1.2))
-    ax.barh([s["stage"] for s in stages][::-1], [s["seconds"] for s in stages][::-1], color="#55a868")
-    ax.set_xlabel("seconds")
-    ax.set_title("time per stage")
-    save(fig, "time")
-    sources = _retention_start(_data_stages(stages), "per_source")
-    if sources:
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for value in sorted(sources):
-            series = [sources[value]] + [s.get("per_source", {}).get("out", {}).get(value, 0) for s in _data_stages(stages)]
-            ax.plot(["input"] + [s["stage"] for s in _data_stages(stages)], series, marker="o", label=value)
-        ax.set_ylabel("rows")
-        ax.set_title("rows per source")
-        ax.legend()
-        ax.tick_params(axis="x", rotation=30)
-        save(fig, "sources")
-    for s in stages:
-        if s["type"] in ("exact_dedup", "fuzzy_dedup") and s.get("cluster_sizes"):
-            sizes = sorted((int(k), v) for k, v in s["cluster_sizes"].items())
-            fig, ax = plt.subplots(figsize=(6, 3))
-            ax.bar([str(k) for k, _ in sizes], [v for _, v in sizes], color="#8172b3")
-            ax.set_yscale("log")
-            ax.set_xlabel("cluster size (documents)")
-            ax.set_ylabel("clusters")
-            ax.set_title(f"{s['stage']}: duplicate cluster sizes")
-            save(fig, f"clusters_{s['stage']}")
-        if s["type"] == "train" and s.get("extra", {}).get("log"):
-            records = read_train_log(s["extra"]["log"])
-            if records:
-                fig, ax = plt.subplots(figsize=(7, 3.5))
-                ax.plot([r["step"] for r in records], [r["loss"] for r in records], color="#4c72b0")
-                ax.set_xlabel("step")
-                ax.set_ylabel("loss")
-                ax.set_title("training loss")
-                ax.grid(alpha=0.3)
-                save(fig, "loss")
-    return out
 
 
 # -- rendering -------------------------------------------------------------------------------------------
@@ -315,6 +305,8 @@ def render_markdown(blocks: list[Block]) -> str:
             lines.append("")
         elif kind == "img":
             lines += [f"![{block[2]}]({block[1]})", ""]
+        elif kind in (DEDUP, FILTER):
+            lines += examples_markdown(block)
     return "\n".join(lines)
 
 
@@ -327,7 +319,27 @@ def _inline(text: str) -> str:
     return re.sub(r"\*\*([^*]*)\*\*", r"<b>\1</b>", escaped)
 
 
-def render_html(blocks: list[Block], title: str) -> str:
+def _inline_image(path: Path, alt: str) -> str:
+    """An ``<img>`` whose PNG travels inside the page (a data: URI): the report is one file to send."""
+    import base64
+
+    try:
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+    except FileNotFoundError:
+        return f"<p>[plot {html.escape(alt)}: {html.escape(str(path))} is missing]</p>"
+    return f'<p><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" style="max-width:100%"></p>'
+
+
+_STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+    "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    "td:first-child,th:first-child,td:nth-child(2){text-align:left}td{white-space:nowrap}code{background:#f4f4f4}"
+    + EXAMPLE_CSS
+)
+
+
+def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
+    """One self-contained page: plots inlined from ``base`` (the job folder), no external CSS, JS or fonts."""
     body: list[str] = []
     for block in blocks:
         kind = block[0]
@@ -340,14 +352,11 @@ def render_html(blocks: list[Block], title: str) -> str:
             rows = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in block[2])
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif kind == "img":
-            body.append(f'<p><img src="{html.escape(block[1])}" alt="{html.escape(block[2])}"></p>')
-    style = (
-        "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-        "td:first-child,th:first-child,td:nth-child(2){text-align:left}code{background:#f4f4f4}"
-    )
+            body.append(_inline_image(base / block[1], block[2]))
+        elif kind in (DEDUP, FILTER):
+            body.append(examples_html(block))
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
@@ -361,7 +370,7 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     blocks = build_blocks(stats, plots)
     markdown = job / "report.md"
     page = job / "report.html"
-    for path, text in ((markdown, render_markdown(blocks)), (page, render_html(blocks, f"zephyr: {stats['pipeline']}"))):
+    for path, text in ((markdown, render_markdown(blocks)), (page, render_html(blocks, f"zephyr: {stats['pipeline']}", base=job))):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)

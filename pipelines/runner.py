@@ -6,13 +6,17 @@ Job directory layout (format version 1)::
     JOB/stats.json                  the job: one record per stage (below), in order, and totals
     JOB/report.md, report.html      the human report (``zephyr.pipelines.report``), plots/ beside them
     JOB/NN-NAME/                    one folder per stage, NN = its position in the config
-        part-*.parquet              the stage's output rows (data stages)
-        stats.json                  the stage record (below)
+        part-00000.parquet, ...     the stage's output rows (data stages), numbered densely from 00000
+        _stats.json                 the stage record (below); ``stats.json`` of an older run is still read
         _SUCCESS.json               {"fingerprint": ...}: written last; the stage is complete
         _STARTED.json               {"fingerprint": ...}: which config the files in this folder belong to
         _work/STEP/                 engine work directories (task markers, spills); removed when the stage
                                     completes, except _work/*/quarantine/ (quarantined rows, Parquet)
-        dropped/, shards/, tokenizer.json, classifier.bin, train.jsonl, checkpoints/   (by stage type)
+        _dropped/, _classifier.bin  a heuristic filter's dropped rows, a quality stage's trained model
+        shards/, tokenizer.json, train.jsonl, checkpoints/   (tokenize and train stages, which hold no Parquet)
+
+    Everything in a data stage's folder but its part files starts with ``_``, so pyarrow, polars, duckdb and
+    HF ``datasets`` read the folder as exactly the stage's kept rows.
 
 Resume. A stage's fingerprint hashes its config and the fingerprint of the stage before it (the ``read``
 stage hashes its input files' paths, sizes and version stamps: mtime, or ETag on object stores). A rerun
@@ -22,7 +26,7 @@ checkpoint). A stage whose folder belongs to another fingerprint (the config cha
 ``from_stage`` reruns that stage and the ones after it from scratch (earlier ones must be complete);
 ``until_stage`` stops after it.
 
-Stage record (``stats.json`` of a stage, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
+Stage record (``_stats.json`` of a stage, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
 disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the stage, one
 entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from zephyr.pipelines.config import DATA_STAGES, SOURCE_STAGES, PipelineConfig, StageEntry, check_inputs
+from zephyr.pipelines.records import rows_rewritten
 
 from zephyr.errors import ConfigError, ZephyrError
 
@@ -59,6 +64,10 @@ log = logging.getLogger(__name__)
 STATS_VERSION = 1
 SUCCESS = "_SUCCESS.json"
 STARTED = "_STARTED.json"
+STAGE_STATS = "_stats.json"
+OLD_STAGE_STATS = "stats.json"
+"""The stage record's name in job folders made before the ``_`` rule: read, never written (for one release)."""
+_OLD_RENAMES = (("classifier.bin", "_classifier.bin"), ("classifier.fingerprint", "_classifier.fingerprint"))
 
 
 class AccountingError(ZephyrError):
@@ -103,6 +112,9 @@ class ProgressReporter:
                 f"in {record['rows_in']:,}, kept {record['rows_kept']:,}, dropped {record['rows_dropped']:,}, "
                 f"quarantined {record['rows_quarantined']:,}"
             )
+            rewritten = rows_rewritten(record)
+            if rewritten:
+                body += f", rewritten {rewritten:,}"
             if record["type"] == "tokenize":
                 body += f", {record['extra'].get('num_tokens', 0):,} tokens"
         else:
@@ -131,6 +143,24 @@ def _write_json(path: Path, payload: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=False, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def _read_stage_stats(stage_dir: Path) -> dict[str, Any] | None:
+    """A complete stage's record: ``_stats.json``, or ``stats.json`` written by an older zephyr (a job folder
+    made before the rename resumes instead of rerunning its finished stages)."""
+    stats = _read_json(stage_dir / STAGE_STATS)
+    return stats if stats is not None else _read_json(stage_dir / OLD_STAGE_STATS)
+
+
+def _migrate_old_names(stage_dir: Path) -> None:
+    """Resuming a stage an older zephyr began: its files named without ``_`` would be read as data by readers
+    of the folder. A trained classifier takes its new name (and is reused); a stale record and dropped rows
+    go (the stage writes them again)."""
+    for old, new in _OLD_RENAMES:
+        if (stage_dir / old).is_file() and not (stage_dir / new).exists():
+            os.replace(stage_dir / old, stage_dir / new)
+    (stage_dir / OLD_STAGE_STATS).unlink(missing_ok=True)
+    shutil.rmtree(stage_dir / "dropped", ignore_errors=True)
 
 
 def _input_fingerprint(paths: list[str]) -> str:
@@ -325,14 +355,15 @@ def _run_pipeline(
     ``execution``: ``zephyr.ExecutionOptions`` or action keywords (``executor``, ``workers``, ``cluster``,
     ``memory_budget``, ``max_retries``, ``progress``); ``work_dir`` is not allowed (the job dir holds them).
     """
+    from zephyr.pipelines.columns import check_added_columns
     from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
 
-    from zephyr import job_stats
+    from zephyr import job_stats, progress
 
     execution_kw = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
     if execution_kw.get("progress") is None:
-        execution_kw["progress"] = reporter.tty  # task bars only on a terminal
+        execution_kw["progress"] = reporter.tty  # progress lines only on a terminal
     enabled = [(i, e) for i, e in enumerate(config.stages) if e.enabled]
     names = [e.name for _, e in enabled]
     for flag, value in (("--from", from_stage), ("--until", until_stage)):
@@ -343,6 +374,7 @@ def _run_pipeline(
     if stop < start:
         raise ConfigError(f"--until {until_stage!r} comes before --from {from_stage!r}")
     check_inputs(config)
+    check_added_columns(config)  # no stage replaces a column the data has, unless told to
     for _, entry in enabled[start : stop + 1]:
         preflight(entry)
 
@@ -364,7 +396,7 @@ def _run_pipeline(
         stage_dir = job / stage_dir_name(index, entry)
         done = _read_json(stage_dir / SUCCESS)
         complete = done is not None and done.get("fingerprint") == fingerprint
-        stats = _read_json(stage_dir / "stats.json") if complete else None
+        stats = _read_stage_stats(stage_dir) if complete else None
         if complete and stats is not None and not all(os.path.exists(f) for f in stats.get("files", [])):
             complete = False
         if position - 1 < start:
@@ -385,6 +417,7 @@ def _run_pipeline(
             ):
                 shutil.rmtree(stage_dir, ignore_errors=True)  # outputs of another config, or a forced rerun
             stage_dir.mkdir(parents=True, exist_ok=True)
+            _migrate_old_names(stage_dir)
             _write_json(stage_dir / STARTED, {"fingerprint": fingerprint})
             reporter.started(position, total, entry)
             ctx = StageContext(
@@ -392,8 +425,9 @@ def _run_pipeline(
                 execution=execution_kw, earlier=by_name, tokenize_dir=tokenize_dir,
             )
             began = time.perf_counter()
-            with job_stats.recording() as jobs:  # a stage may run several engine jobs (dedup, tokenize)
-                outcome = RUNNERS[entry.type](ctx)
+            label = f"[{position}/{total}] {entry.name}"  # one progress line per stage, left when it ends
+            with job_stats.recording() as jobs, progress.command(label, execution_kw.get("progress")):
+                outcome = RUNNERS[entry.type](ctx)  # a stage may run several engine jobs (dedup, tokenize)
             seconds = time.perf_counter() - began
             record = {
                 "version": STATS_VERSION,
@@ -410,7 +444,7 @@ def _run_pipeline(
                 "extra": outcome.extra,
             }
             _inherit_inputs(record, records)
-            _write_json(stage_dir / "stats.json", record)
+            _write_json(stage_dir / STAGE_STATS, record)
             _clean_work(stage_dir)
             _write_json(stage_dir / SUCCESS, {"fingerprint": fingerprint, "finished": time.time()})
             record = {**record, "status": "ran"}

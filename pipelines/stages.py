@@ -16,8 +16,8 @@ Accounting. Every data stage ends its plan with operators of this module, named 
 
 The packages behind the adapters: ``zephyr.pipelines.quality`` (normalize, langid, heuristics, classifier),
 ``zephyr.dedup`` (exact and fuzzy dedup, engine stages in annotate mode), ``zephyr.tokenize``
-(``write_token_shards``) and ``zephyr.trainer`` (``train``). HF ``tokenizers`` trains the BPE of a pipeline
-without a tokenizer.
+(``write_token_shards``; ``train_tokenizer``, the function of ``zephyr tokenizer train``, makes the BPE of a
+pipeline without a tokenizer) and ``zephyr.trainer`` (``train``).
 """
 
 from __future__ import annotations
@@ -55,9 +55,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-EOS_TOKEN = "<|endoftext|>"
-
 
 @dataclass
 class StageContext:
@@ -202,13 +199,22 @@ class MinScoreFilter:
     score_column: str
     min_score: float
 
+    @property
+    def reason(self) -> str:
+        return f"quality_below_{self.min_score:g}"
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
+        keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
+        return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
+
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
 
         keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
         kept = table.filter(keep)
         removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={f"quality_below_{self.min_score:g}": removed} if removed else {})
+        return BatchOutput(kept=kept, dropped={self.reason: removed} if removed else {})
 
 
 def _label(name: str) -> str:
@@ -269,76 +275,110 @@ def run_normalize(ctx: StageContext) -> StageOutcome:
 
 
 def run_langid(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.columns import lang_columns
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.lid_model import ensure_lid_model
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     cfg = ctx.entry.config
-    p = ctx.pipeline
-    score_column = f"{p.lang_column}_score"
+    lang_column, score_column = lang_columns(ctx.entry, ctx.pipeline)
     model = cfg.model or str(ensure_lid_model())
     identify = f"pipeline.{ctx.entry.name}.identify"
     keep = f"pipeline.{ctx.entry.name}.filter"
+    lid = LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column)
+    verdict = LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column)
     ds = (
         ctx.read_inputs()
+        .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.overwrite), name=identify)
+        .map_batches(CountValues("in", (("lang", lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
         .map_batches(
-            LanguageIdentifier(
-                LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=p.lang_column,
-                             score_column=score_column),
-                p.text_column,
-            ),
-            name=identify,
+            filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
         )
-        .map_batches(CountValues("in", (("lang", p.lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
-        .map_batches(
-            LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, p.lang_column, score_column),
-            name=keep,
-        )
+        .map_batches(verdict, name=keep)
     )
-    return _finish(ctx, ds, (identify, keep))
+    return filter_examples(ctx, _finish(ctx, ds, (identify, keep)))
 
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+    from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
     from zephyr.pipelines.quality.stages import FilterAnnotator, RouteByReason
 
     import zephyr
+    from zephyr.io.added_columns import set_aside
 
     cfg = ctx.entry.config
     p = ctx.pipeline
     annotate = f"pipeline.{ctx.entry.name}.annotate"
     route = f"pipeline.{ctx.entry.name}.route"
-    annotator = FilterAnnotator(",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang)
-    scratch = ctx.stage_dir / "_annotated"
-    annotated_result = ctx.read_inputs().map_batches(annotator, name=annotate).write_parquet(
-        str(scratch), **ctx.engine("annotate")
+    reason = cfg.output_column or DROP_REASON
+    aside = (DROP_REASON,) if reason != DROP_REASON else ()  # the data's own drop_reason passes unchanged
+    annotator = FilterAnnotator(
+        ",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang, cfg.overwrite
     )
+    scratch = ctx.stage_dir / "_annotated"
+    ds = ctx.read_inputs()
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
+    annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(str(scratch), **ctx.engine("annotate"))
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
-    outcome = _finish(ctx, annotated.map_batches(RouteByReason("kept"), name=route), (route,), step="kept")
+    examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
+    kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
+    kept = kept.map_batches(RouteByReason("kept", reason, aside), name=route)
+    outcome = _finish(ctx, kept, (route,), step="kept")
     if cfg.keep_dropped:
-        dropped = annotated.map_batches(RouteByReason("dropped"), name=f"pipeline.{ctx.entry.name}.dropped")
-        result = dropped.write_parquet(str(ctx.stage_dir / "dropped"), **ctx.engine("dropped"))
+        dropped = annotated.map_batches(
+            RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
+        )
+        result = dropped.write_parquet(str(ctx.stage_dir / "_dropped"), **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = _parquet_rows(result.files)
     shutil.rmtree(scratch, ignore_errors=True)
-    return outcome
+    return filter_examples(ctx, outcome)
 
 
 def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     from zephyr.dedup.stages import exact_dedup_dataset
+    from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
-        ctx.read_inputs(), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
+        _dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
         mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
-    return _finish(ctx, annotated.map_batches(RemoveDuplicates("exact"), name=remove), (remove,))
+    annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
+    output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
+    outcome = _finish(ctx, _restore_dedup_columns(ctx, output), (remove,))
+    # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
+    dedup_examples(ctx, outcome, "word", 5, cfg.normalize)
+    return outcome
+
+
+def _dedup_inputs(ctx: StageContext) -> Dataset:
+    """The stage input with the data's own ``dup_*`` columns (if any) set aside: dedup's helper columns of those
+    names are removed with the duplicates, and would take the data's with them (``zephyr.pipelines.columns``)."""
+    from zephyr.pipelines.columns import DEDUP_COLUMNS
+
+    from zephyr.io.added_columns import set_aside
+
+    return ctx.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=f"pipeline.{ctx.entry.name}.aside")
+
+
+def _restore_dedup_columns(ctx: StageContext, ds: Dataset) -> Dataset:
+    from zephyr.pipelines.columns import DEDUP_COLUMNS
+
+    from zephyr.io.added_columns import set_aside
+
+    return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=f"pipeline.{ctx.entry.name}.restore")
 
 
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     from zephyr.dedup.index import open_index, write_generation
     from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
+    from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -348,12 +388,15 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
     graph: dict[str, Any] = {}
     annotated = fuzzy_dedup_dataset(
-        ctx.read_inputs(), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
+        _dedup_inputs(ctx), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
         priority_column=cfg.priority_column, execution=ctx.engine("candidates"), stats=graph, index=index,
         row_numbers=cfg.update_index,
     )
     output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
-    outcome = _finish(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove), (remove,))
+    output = output.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
+    output = _restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
+    outcome = _finish(ctx, output, (remove,))
+    dedup_examples(ctx, outcome, dedup_config.shingle, dedup_config.ngram, dedup_config.normalize)
     if index is not None:
         outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
     if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
@@ -375,18 +418,16 @@ def _parquet_rows(files: list[str]) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def _first_texts(files: list[str], column: str, max_rows: int | None = None, max_bytes: int | None = None) -> list[str]:
-    """The first non-null texts of some Parquet parts, in file order, up to a row or byte cap."""
+def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
+    """The first non-null texts of some Parquet parts, in file order, up to ``max_rows``."""
     import pyarrow.parquet as pq
 
     texts: list[str] = []
-    total = 0
     for path in files:
         for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column]):
             for text in batch.column(0).drop_null().to_pylist():
                 texts.append(text)
-                total += len(text)
-                if (max_rows is not None and len(texts) >= max_rows) or (max_bytes is not None and total >= max_bytes):
+                if len(texts) >= max_rows:
                     return texts
     return texts
 
@@ -432,49 +473,34 @@ def _train_quality_classifier(ctx: StageContext, output: Path) -> Path:
 
 
 def run_quality(ctx: StageContext) -> StageOutcome:
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
     from zephyr.pipelines.quality.classifier import QualityScorer
 
     cfg = ctx.entry.config
-    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "classifier.bin")
+    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.stage_dir / "_classifier.bin")
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
+    column = cfg.output_column or "quality_score"
+    verdict = MinScoreFilter(column, cfg.min_score)
+    scorer = QualityScorer(
+        str(model), cfg.classifier_config(), ctx.pipeline.text_column, overwrite=cfg.overwrite, score_column=column
+    )
     ds = (
         ctx.read_inputs()
-        .map_batches(QualityScorer(str(model), cfg.classifier_config(), ctx.pipeline.text_column), name=score)
-        .map_batches(MinScoreFilter("quality_score", cfg.min_score), name=keep)
+        .map_batches(scorer, name=score)
+        .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples")
+        .map_batches(verdict, name=keep)
     )
-    outcome = _finish(ctx, ds, (score, keep))
+    outcome = filter_examples(ctx, _finish(ctx, ds, (score, keep)))
     outcome.extra["classifier"] = str(model)
     return outcome
 
 
-def train_bpe_tokenizer(texts: list[str], vocab_size: int, output: Path) -> Path:
-    """A byte-level BPE (GPT-2 style pre-tokenizer, ``<|endoftext|>`` as EOS) trained on ``texts``.
-
-    The same texts give the same merges (HF's trainer is deterministic), so a rerun reproduces the file."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tokenizer.save(str(tmp))
-    os.replace(tmp, output)
-    return output
-
-
 def run_tokenize(ctx: StageContext) -> StageOutcome:
+    from zephyr.tokenize.train_tokenizer import train_tokenizer
     from zephyr.tokenize.writer import write_token_shards
 
-    from zephyr.sizes import parse_bytes
+    from zephyr.options import DEFAULT_MEMORY_BUDGET
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -483,13 +509,16 @@ def run_tokenize(ctx: StageContext) -> StageOutcome:
     extra: dict[str, Any] = {}
     if cfg.tokenizer:
         tokenizer = Path(cfg.tokenizer)
-    else:
-        tokenizer = ctx.stage_dir / "tokenizer.json"
-        budget = parse_bytes(cfg.tokenizer_train_bytes)
-        texts = _first_texts(ctx.inputs, p.text_column, max_bytes=budget)
-        train_bpe_tokenizer(texts, cfg.vocab_size, tokenizer)
-        extra["tokenizer_trained_on"] = {"documents": len(texts), "characters": sum(map(len, texts))}
-        log.info("tokenize: trained a %d-token BPE on %d documents -> %s", cfg.vocab_size, len(texts), tokenizer)
+    else:  # what `zephyr tokenizer train STAGE_INPUT --vocab-size N --output tokenizer.json` does
+        trained = train_tokenizer(
+            ctx.inputs, vocab_size=cfg.vocab_size, output=str(ctx.stage_dir / "tokenizer.json"),
+            text_column=p.text_column, sample_bytes=cfg.tokenizer_train_bytes,
+            memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET), format="parquet",
+        )
+        tokenizer = Path(trained.output)
+        extra["tokenizer_trained_on"] = trained.to_dict()
+        log.info("tokenize: trained a %d-token BPE on %d documents -> %s", trained.vocab_size, trained.documents,
+                 tokenizer)
     columns = [p.text_column, p.id_column, p.source_column]
     result = write_token_shards(
         ctx.read_inputs(columns),
@@ -542,6 +571,10 @@ def run_train(ctx: StageContext) -> StageOutcome:
         "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
         "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]])) if len(records) > 1 else None,
         "config": cfg.to_dict(),
+        "packing": cfg.packing,
+        "instances_filtered": records[-1].get("instances_filtered_total") if records else None,
+        "mix_tokens": records[-1].get("mix_tokens") if records else None,
+        "mix_share": records[-1].get("mix_share") if records else None,
     }
     return StageOutcome(extra=extra)
 

@@ -3,7 +3,7 @@
 First every run's index entry for the partition is read (24 bytes each). Their byte counts tell how big the
 partition is before any payload is touched:
 
-* small enough (``IN_MEMORY_SHARE`` of the budget, assuming ``EXPANSION``× decompression): all parts are
+* small enough (``Budget.in_memory_reduce_bytes``, assuming ``EXPANSION``× decompression; zephyr/budget.py): all parts are
   read, concatenated in run order and stably sorted once — one source; the fastest path;
 * otherwise parts are merged as streams, at most ``fan_in`` at a time (one row group per open part stays in
   memory); with more parts than that, groups are merged first into intermediate sorted Parquet files in a
@@ -27,12 +27,11 @@ from zephyr.shuffle.merge import merge_sorted
 from zephyr.shuffle.runs import RunPart, read_index_entry, read_run_part, row_group_bytes_for
 from zephyr.shuffle.writer import sort_table
 
-__all__ = ["partition_sources", "EXPANSION", "IN_MEMORY_SHARE"]
+from zephyr.budget import EXPANSION, Budget
+
+__all__ = ["partition_sources"]
 
 log = logging.getLogger(__name__)
-EXPANSION = 5
-IN_MEMORY_SHARE = 0.4
-MAX_FAN_IN = 64
 
 
 def _read_parts(run_urls: Sequence[str], partition: int) -> list[tuple[fsspec.AbstractFileSystem, RunPart]]:
@@ -47,7 +46,7 @@ def _read_parts(run_urls: Sequence[str], partition: int) -> list[tuple[fsspec.Ab
 
 def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
     """How many parts may stream at once: each holds about one decoded row group, plus the merged batch."""
-    return max(2, min(MAX_FAN_IN, budget_bytes // max(1, 4 * row_group_bytes)))
+    return Budget(budget_bytes).merge_fan_in(row_group_bytes)
 
 
 def partition_sources(
@@ -64,7 +63,7 @@ def partition_sources(
     stored = sum(p.length for _, p in parts)
     if merge_columns is None:  # no order needed: parts one after another
         return [read_run_part(fs, p) for fs, p in parts], scratch
-    if stored * EXPANSION <= budget_bytes * IN_MEMORY_SHARE:
+    if stored * EXPANSION <= Budget(budget_bytes).in_memory_reduce_bytes:
         tables = [t for fs, p in parts for t in read_run_part(fs, p)]
         whole = sort_table(pa.concat_tables(tables, promote_options="permissive"), merge_columns)
         return [iter([whole])], scratch
@@ -76,8 +75,16 @@ def partition_sources(
         for start in range(0, len(sources), fan_in):
             group = sources[start : start + fan_in]
             name = f"l{level}-{start // fan_in:05d}"
-            merged.append(scratch.spill(merge_sorted(group, merge_columns), name, row_group_bytes_for(budget_bytes)))
-        log.info("partition %d: merged %d sources into %d (fan-in %d)", partition, len(sources), len(merged), fan_in)
+            merged.append(
+                scratch.spill(merge_sorted(group, merge_columns), name, row_group_bytes_for(budget_bytes))
+            )
+        log.info(
+            "partition %d: merged %d sources into %d (fan-in %d)",
+            partition,
+            len(sources),
+            len(merged),
+            fan_in,
+        )
         sources = merged
         level += 1
     return sources, scratch

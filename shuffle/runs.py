@@ -11,9 +11,12 @@ A map task buffers its output until the buffer reaches its byte budget (measured
     (uint64 LE) — then P fixed-width entries of three uint64 LE: byte offset of the blob in the data file,
     its length, and its row count (0/0/0 for an empty partition).
 
-A reducer for partition p reads exactly 24 bytes of each run's index (``16 + 24 * p``) and then exactly its
-own blob's byte range from the data file: its I/O is its own bytes plus one tiny read per run, never a scan of
-other partitions' footers (Marin's reducers read 46 GB of footers before any payload, #8267).
+A reducer for partition p reads the header and the 24 bytes of its entry (at ``16 + 24 * p``) of each run's
+index, and then exactly its own blob's byte range from the data file: its I/O is its own bytes plus two tiny
+reads per run, never a scan of other partitions' footers (Marin's reducers read 46 GB of footers before any
+payload, #8267). The header, the index file's length (must be ``16 + 24 * P``), the blob's range within the
+data file and its row count are checked against each other: a damaged run is an ``InputError`` naming the
+file, never silently wrong rows (tests/shuffle/test_runs.py injects each fault).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephyr.budget import Budget
 from zephyr.errors import InputError
 
 __all__ = ["RunPart", "RunWriter", "read_index_entry", "read_run_part", "INDEX_VERSION"]
@@ -40,7 +44,7 @@ _ENTRY = struct.Struct("<QQQ")
 
 def row_group_bytes_for(budget_bytes: int) -> int:
     """Row-group size of spilled blobs: small enough that a reducer can stream many parts within its budget."""
-    return max(256 << 10, min(4 << 20, budget_bytes // 64))
+    return Budget(budget_bytes).spill_row_group_bytes
 
 
 @dataclass(frozen=True)
@@ -98,13 +102,52 @@ class RunWriter:
         return table.num_rows, offset
 
 
-def read_index_entry(fs: fsspec.AbstractFileSystem, data_path: str, partition: int) -> RunPart:
-    """The byte range of ``partition`` in the run whose data file is ``data_path`` (one 24-byte read)."""
+def read_index_entry(
+    fs: fsspec.AbstractFileSystem, data_path: str, partition: int, num_partitions: int | None = None
+) -> RunPart:
+    """The byte range of ``partition`` in the run whose data file is ``data_path``.
+
+    Reads the 16-byte header and the one 24-byte entry (two ranged reads) and the index file's size, and
+    checks them against each other, so a foreign, truncated or padded index is an ``InputError`` naming the
+    file — never a silently wrong byte range. ``num_partitions``, when the caller knows it, must match the
+    header's (a run written by another plan)."""
     index_path = data_path[: -len(".data")] + ".index"
     start = _HEADER.size + _ENTRY.size * partition
-    raw = fs.cat_file(index_path, start=start, end=start + _ENTRY.size)
-    if len(raw) != _ENTRY.size:
-        raise InputError(f"shuffle index too short for partition {partition}", path=index_path)
+    try:
+        header, raw = fs.cat_ranges(
+            [index_path, index_path], [0, start], [_HEADER.size, start + _ENTRY.size], on_error="raise"
+        )
+        size = fs.size(index_path)
+    except FileNotFoundError as exc:
+        raise InputError(
+            "shuffle index missing (was the work directory cleaned mid-job?)", path=index_path
+        ) from exc
+    if len(header) != _HEADER.size:
+        raise InputError(
+            f"shuffle index truncated: {size} bytes, not even the {_HEADER.size}-byte header", path=index_path
+        )
+    magic, version, partitions = _HEADER.unpack(header)
+    if magic != INDEX_MAGIC:
+        raise InputError(f"not a shuffle index: magic {magic!r}, expected {INDEX_MAGIC!r}", path=index_path)
+    if version != INDEX_VERSION:
+        raise InputError(
+            f"shuffle index version {version}, this zephyr reads version {INDEX_VERSION}: rerun the job "
+            "without the old work directory",
+            path=index_path,
+        )
+    expected_size = _HEADER.size + _ENTRY.size * partitions
+    if size != expected_size:
+        raise InputError(
+            f"shuffle index has the wrong length: {size} bytes, but its header says {partitions} partitions "
+            f"({expected_size} bytes); the run is damaged: rerun the job",
+            path=index_path,
+        )
+    if num_partitions is not None and partitions != num_partitions:
+        raise InputError(
+            f"shuffle index holds {partitions} partitions, the job expects {num_partitions}", path=index_path
+        )
+    if not 0 <= partition < partitions:
+        raise InputError(f"partition {partition} out of range: the index holds {partitions}", path=index_path)
     offset, length, rows = _ENTRY.unpack(raw)
     return RunPart(data_path, offset, length, rows)
 
@@ -151,18 +194,30 @@ class _Range(io.RawIOBase):
 def read_run_part(
     fs: fsspec.AbstractFileSystem, part: RunPart, columns: Sequence[str] | None = None
 ) -> Iterator[pa.Table]:
-    """Yield a run part's rows one row group at a time (sorted, as written), reading only its byte range."""
+    """Yield a run part's rows one row group at a time (sorted, as written), reading only its byte range.
+
+    A blob that is cut short (a truncated data file) or holds another row count than its index entry is an
+    ``InputError`` naming the data file and the byte range."""
     if part.rows == 0:
         return
+    where = f"shuffle blob at bytes {part.offset}-{part.offset + part.length}"
+    data_size = fs.size(part.data_path)
+    if part.offset + part.length > data_size:
+        raise InputError(
+            f"{where} lies past the end of the data file ({data_size} bytes): the run is truncated; rerun the job",
+            path=part.data_path,
+        )
     window = _Range(fs.open(part.data_path, "rb"), part.offset, part.length)
     try:
         reader = pq.ParquetFile(window)
+        if reader.metadata.num_rows != part.rows:
+            raise InputError(
+                f"{where} holds {reader.metadata.num_rows} rows, its index entry says {part.rows}; rerun the job",
+                path=part.data_path,
+            )
         for group in range(reader.num_row_groups):
             yield reader.read_row_group(group, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(
-            f"corrupt shuffle blob at bytes {part.offset}-{part.offset + part.length}: {exc}",
-            path=part.data_path,
-        ) from exc
+        raise InputError(f"corrupt {where}: {exc}", path=part.data_path) from exc
     finally:
         window.close()

@@ -1,6 +1,6 @@
 """The map side of a shuffle: buffer a task's rows, spill sorted runs when the byte budget fills.
 
-Memory: the buffer holds at most ``budget_bytes * BUFFER_SHARE`` of Arrow data (``Table.nbytes``); a spill
+Memory: the buffer holds at most ``Budget.shuffle_buffer_bytes`` (zephyr/budget.py) of Arrow data (``Table.nbytes``); a spill
 needs about twice that again (the sorted copy plus Parquet encoding), so a task stays near the budget
 whatever its input size. ``combine`` (map-side partial aggregation or first-occurrence dedup) runs on the
 buffer before it is partitioned, which shrinks what a group-by count or a dedup ships by orders of magnitude.
@@ -27,10 +27,11 @@ from zephyr.shuffle.partition import (
 )
 from zephyr.shuffle.runs import RunWriter, row_group_bytes_for
 
-__all__ = ["ShuffleSpec", "ShuffleWriter", "BUFFER_SHARE"]
+from zephyr.budget import Budget
+
+__all__ = ["ShuffleSpec", "ShuffleWriter"]
 
 log = logging.getLogger(__name__)
-BUFFER_SHARE = 0.25
 COMBINE_MIN_REDUCTION = 0.5
 """A combine that keeps more than this share of its input rows is not worth its grouping."""
 
@@ -92,7 +93,7 @@ class ShuffleWriter:
         self.spec = spec
         self.fs = fs
         self.directory = directory
-        self.buffer_limit = max(1 << 20, int(budget_bytes * BUFFER_SHARE))
+        self.buffer_limit = Budget(budget_bytes).shuffle_buffer_bytes
         self.row_group_bytes = row_group_bytes_for(budget_bytes)
         self.task_index = task_index
         self._buffer: list[pa.Table] = []
@@ -125,7 +126,9 @@ class ShuffleWriter:
         table = self._combine(table)
         spec = self.spec
         if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(KEY_HASH, numpy_to_arrow(key_hash(table, spec.keys).astype(np.uint64, copy=False)))
+            table = table.append_column(
+                KEY_HASH, numpy_to_arrow(key_hash(table, spec.keys).astype(np.uint64, copy=False))
+            )
         elif spec.kind == "round_robin":
             start = self._rows_seen + self.task_index
             self._rows_seen += table.num_rows
@@ -134,7 +137,9 @@ class ShuffleWriter:
         # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
         table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
         if spec.kind == "hash":
-            partitions = hash_partitions(table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions)
+            partitions = hash_partitions(
+                table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
+            )
         elif spec.kind == "range":
             partitions = range_partitions(
                 table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
@@ -143,7 +148,9 @@ class ShuffleWriter:
             partitions = table.column(PARTITION).combine_chunks().to_numpy()
             table = table.drop_columns([PARTITION])
         prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        rows, nbytes = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes).write(table, partitions)
+        rows, nbytes = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes).write(
+            table, partitions
+        )
         self.runs.append(prefix + ".data")
         self.rows_written += rows
         self.bytes_written += nbytes
@@ -160,5 +167,7 @@ class ShuffleWriter:
         combined = combine(table)
         if combined.num_rows > COMBINE_MIN_REDUCTION * table.num_rows:
             self._combine_useless = True
-            log.debug("combine kept %d of %d rows: off for the rest of this task", combined.num_rows, table.num_rows)
+            log.debug(
+                "combine kept %d of %d rows: off for the rest of this task", combined.num_rows, table.num_rows
+            )
         return combined

@@ -63,7 +63,8 @@ def test_training_side_imports_without_data_stack() -> None:
         "            raise ImportError('blocked ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
         "import zephyr, zephyr.tokenize, zephyr.trainer\n"
-        "from zephyr.tokenize import TokenLoader, read_documents\n"
+        "from zephyr.tokenize import TokenLoader, TokenDataLoader, RepetitionFilter, read_documents\n"
+        "import zephyr.tokenize.packing, zephyr.tokenize.mixing, zephyr.tokenize.prefetch, zephyr.tokenize.gather\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -72,3 +73,26 @@ def test_training_side_imports_without_data_stack() -> None:
 def test_cli_help() -> None:
     result = subprocess.run([sys.executable, "-m", "zephyr.cli", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "zephyr" in result.stdout
+
+
+def test_every_documented_top_level_name_resolves() -> None:
+    """``zephyr.Name`` in the docs and README (a class or function a user is told to use) is importable."""
+    import importlib
+    import re
+
+    import zephyr
+
+    root = Path(__file__).resolve().parent.parent
+    texts = [p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]]
+    names = {m for text in texts for m in re.findall(r"\bzephyr\.([A-Za-z_]\w*)\b(?![.*])", text)}
+    missing = []
+    for name in sorted(names):
+        try:
+            getattr(zephyr, name)
+        except AttributeError:
+            try:
+                importlib.import_module(f"zephyr.{name}")  # a subpackage or module named in prose
+            except ImportError:
+                missing.append(name)
+    assert not missing, f"documented but not importable: {missing}"
+    assert set(zephyr.__all__) <= set(dir(zephyr))

@@ -229,3 +229,64 @@ def test_same_size_object_rewritten_by_another_process_is_recomputed(bucket, tmp
     assert run()[0] == [1]
     other.pipe(f"{bucket}/in/docs.jsonl", body.replace(b"alpha", b"omega"))
     assert run() == ([0], sorted(f"omega number {i}" for i in range(12)))
+
+
+def _bpe(path: Path) -> str:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([f"document {i} about topic {i % 7}, with words." for i in range(200)], trainer)
+    tok.save(str(path))
+    return str(path)
+
+
+def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(bucket, tmp_path):
+    """Inputs, spills (the work_dir) and the shard set all on S3, tokenized by dask workers that share no
+    local directory: the set equals one written on local disk, and the loader reads it back through its cache."""
+    from zephyr.tokenize import TokenLoader, write_token_shards
+    from zephyr.tokenize.format import read_manifest
+
+    rng = np.random.default_rng(3)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for i in range(3):
+        texts = [" ".join(f"w{v}" for v in rng.integers(0, 50, rng.integers(5, 60))) for _ in range(150)]
+        pq.write_table(pa.table({"id": [f"{i}-{j}" for j in range(150)], "text": texts}), inputs / f"{i}.parquet")
+    fs = fsspec.filesystem("s3")
+    for path in sorted(inputs.glob("*.parquet")):
+        fs.put_file(str(path), f"{bucket}/docs/{path.name}")
+    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_size="4KB", seed=5, megatron=True)
+    local = write_token_shards(str(inputs), output=str(tmp_path / "local"), executor="inprocess", **common)
+    remote = write_token_shards(
+        f"s3://{bucket}/docs",
+        output=f"s3://{bucket}/tokens",
+        executor="dask",
+        workers=2,
+        work_dir=f"s3://{bucket}/tokwork",
+        **common,
+    )
+    assert remote.num_tokens == local.num_tokens and len(local.manifest["shards"]) > 2
+
+    def digests(manifest: dict) -> list[dict]:
+        return [{k: f["sha256"] for k, f in s["files"].items()} for s in manifest["shards"]]
+
+    assert digests(remote.manifest) == digests(local.manifest)
+    fs.invalidate_cache()
+    assert read_manifest(f"s3://{bucket}/tokens").num_tokens == local.num_tokens
+    assert not fs.exists(f"{bucket}/tokens/_work")  # spills went to the work_dir, removed once complete
+    assert not [p for p in fs.find(f"{bucket}/tokwork") if "/spill/" in p]
+
+    def samples(root: str, **kw) -> list[list[int]]:
+        loader = TokenLoader(root, seq_len=32, seed=1, num_epochs=1, **kw)
+        return [s["input_ids"].tolist() for s in loader]
+
+    streamed = samples(f"s3://{bucket}/tokens", cache_dir=str(tmp_path / "cache"))
+    assert streamed and streamed == samples(str(tmp_path / "local"))

@@ -27,7 +27,8 @@ else:
 
     _LAZY = {
         "TokenLoader": "zephyr.tokenize.loader",
-        "TokenDataLoader": "zephyr.tokenize.loader",
+        "TokenDataLoader": "zephyr.tokenize.data_loader",
+        "RepetitionFilter": "zephyr.tokenize.filters",
         "read_documents": "zephyr.tokenize.storage",
         "read_manifest": "zephyr.tokenize.format",
         "Manifest": "zephyr.tokenize.format",
@@ -39,8 +40,10 @@ else:
     __all__ = sorted(_LAZY)
 
     if _TYPE_CHECKING:
+        from zephyr.tokenize.data_loader import TokenDataLoader  # noqa: F401
+        from zephyr.tokenize.filters import RepetitionFilter  # noqa: F401
         from zephyr.tokenize.format import FORMAT_VERSION, Manifest, read_manifest  # noqa: F401
-        from zephyr.tokenize.loader import TokenDataLoader, TokenLoader  # noqa: F401
+        from zephyr.tokenize.loader import TokenLoader  # noqa: F401
         from zephyr.tokenize.storage import read_documents  # noqa: F401
         from zephyr.tokenize.tokenizer import TextTokenizer  # noqa: F401
         from zephyr.tokenize.writer import TokenizeResult, write_token_shards  # noqa: F401

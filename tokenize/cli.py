@@ -1,7 +1,8 @@
-"""``zephyr tokenize INPUT... --tokenizer PATH --output DIR``: corpus → globally shuffled token shards.
+"""``zephyr tokenize INPUT... --tokenizer PATH --output DIR``: corpus → globally shuffled token shards, and
+``zephyr tokenizer train INPUT... --vocab-size N --output tokenizer.json``: a byte-level BPE for it.
 
 Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the global execution options
-(``--workers``, ``--executor``, ...) come from ``common``. Heavy imports happen in the handler.
+(``--workers``, ``--executor``, ``--memory-budget``...) come from ``common``. Heavy imports happen in the handlers.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-__all__ = ["register", "handler"]
+__all__ = ["register", "handler", "train_handler"]
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -56,6 +57,73 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     add_schema_arguments(parser)
     parser.set_defaults(func=handler)
+    _register_tokenizer(subparsers, common)
+
+
+def _register_tokenizer(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error
+
+    group = subparsers.add_parser(
+        "tokenizer",
+        help="make a tokenizer.json (zephyr tokenizer train)",
+        description="Tokenizer files for `zephyr tokenize` (see docs/tokenize.md).",
+    )
+    commands = group.add_subparsers(dest="tokenizer_command", metavar="COMMAND")
+    parser = commands.add_parser(
+        "train",
+        parents=[common],
+        help="train a byte-level BPE tokenizer.json on a bounded sample of a corpus",
+        description="Train a GPT-2-style byte-level BPE with HF tokenizers on the first bytes of every input file "
+        "(an equal share each, up to --sample-bytes, lowered to fit --memory-budget) and write it atomically. "
+        "The same inputs give the same file. See docs/tokenize.md.",
+    )
+    parser.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL/Vortex files, folders, globs, URLs"
+    )
+    parser.add_argument(
+        "--vocab-size", type=int, required=True, help="ids in the tokenizer, special tokens included"
+    )
+    parser.add_argument(
+        "--output", required=True, help="the tokenizer.json to write (in a folder: FOLDER/tokenizer.json)"
+    )
+    parser.add_argument("--text-column", default="text", help="column with the document text (default: text)")
+    parser.add_argument(
+        "--sample-bytes",
+        default="256MB",
+        help="most text the trainer sees (default 256MB; lowered by --memory-budget)",
+    )
+    parser.add_argument(
+        "--min-frequency", type=int, default=2, help="fewest occurrences of a merged pair (default 2)"
+    )
+    parser.add_argument(
+        "--special-tokens",
+        default="<|endoftext|>",
+        help="comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)",
+    )
+    parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
+    add_on_error(parser)
+    parser.set_defaults(func=train_handler)
+    group.set_defaults(func=lambda args: group.print_help() or 2)
+
+
+def train_handler(args: argparse.Namespace) -> int:
+    from zephyr.tokenize.train_tokenizer import train_tokenizer
+
+    tokens = [t for t in args.special_tokens.split(",") if t.strip()]
+    result = train_tokenizer(
+        args.inputs,
+        vocab_size=args.vocab_size,
+        output=args.output,
+        text_column=args.text_column,
+        sample_bytes=args.sample_bytes,
+        memory_budget=args.memory_budget,
+        min_frequency=args.min_frequency,
+        special_tokens=tokens,
+        format=args.format,
+        on_error=args.on_error,
+    )
+    print(json.dumps(result.to_dict()))
+    return 0
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -70,7 +138,16 @@ def handler(args: argparse.Namespace) -> int:
     options = execution_options(args)
     execution = {
         k: getattr(options, k)
-        for k in ("executor", "workers", "memory_budget", "work_dir", "cluster", "max_retries")
+        for k in (
+            "executor",
+            "workers",
+            "memory_budget",
+            "work_dir",
+            "cluster",
+            "max_retries",
+            "quarantine_dir",
+            "small_job_bytes",
+        )
     }
     result = write_token_shards(
         args.inputs,

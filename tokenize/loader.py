@@ -2,49 +2,46 @@
 
 Overview
 --------
-A *source* is one token-shard set (``zephyr.tokenize.format``). Its *samples* are fixed per shard:
+The loader is a composition: a *source* is one token-shard set and its fixed samples for the packing mode
+(``zephyr.tokenize.sources``: ``"tokens"`` windows, ``"documents"`` padded whole documents, ``"best-fit"``
+bins from ``zephyr.tokenize.packing``); a ``Mixture`` (``zephyr.tokenize.mixing``) says which source each
+global sample index draws from (weights, a schedule, per-source epoch caps); a ``Gatherer``
+(``zephyr.tokenize.gather``) turns planned samples into tensors; an optional instance filter
+(``zephyr.tokenize.filters``) masks the loss of repetitive samples; an optional ``ShardPrefetcher``
+(``zephyr.tokenize.prefetch``) copies remote shards ahead of use.
 
-- ``packing="tokens"`` (default): windows of ``seq_len + 1`` tokens starting every ``seq_len`` tokens
-  (consecutive windows share one token, so every token but a shard's last is some sample's label);
-  a shard of T tokens has ``(T - 1) // seq_len`` samples; windows cross document boundaries.
-- ``packing="documents"``: each sample starts at a document start and holds whole consecutive documents
-  while they fit in ``seq_len + 1`` tokens; the rest is padding (``pad_id``, label -100). A document longer
-  than that is split into ``seq_len``-token chunks (its positions keep counting across chunks).
-
-Order. The loader walks one *global sample index* g = 0, 1, 2, ... For each g, the source is drawn with
-probability proportional to its weight by a counter-based hash of (seed, g) — a pure function, no RNG
-state; with one source it is always that source. The source's own counter ``n_s`` (how many of its samples
-were drawn before) picks the sample: epoch ``e = n_s // N_s``, and sample ``perm_{seed,source,e}(n_s % N_s)``,
-a seeded Feistel permutation (``zephyr.tokenize.permutation``). So with fixed weights the order is a pure
-function of (seed, epoch, global index), every sample of a source appears exactly once per epoch of it,
-and nothing is materialized per sample.
+Order. The loader walks one *global sample index* g = 0, 1, 2, ... For each g the mixture picks a source by a
+counter-based hash of (seed, g) — a pure function, no RNG state; with one source it is always that source.
+The source's own counter ``n_s`` (how many of its samples were drawn before) picks the sample: epoch
+``e = n_s // N_s``, and sample ``perm_{seed,source,e}(n_s % N_s)``, a seeded Feistel permutation
+(``zephyr.tokenize.permutation``). So the order is a pure function of (seed, epoch, global index) and the
+weights in effect, every sample of a source appears exactly once per epoch of it, and nothing is
+materialized per sample.
 
 Ranks and workers. Rank r of W takes g = start + r, start + r + W, ... (start = the resumed position).
 Inside a rank, DataLoader worker w of K takes the rank's chunks c with c % K == w, a chunk being one yielded
 item (one sample, or one batch with ``batch_size``); ``DataLoader``'s in-order round robin then reproduces
 the single-process sequence exactly (use ``loader.data_loader(num_workers=K)``, which also keeps
-``state_dict`` right in the main process).
+``state_dict`` right in the main process). A plain ``DataLoader(loader, num_workers=K)`` cannot: its workers
+advance copies the parent never sees, so afterwards ``state_dict()`` raises ``ResumeError`` pointing to
+``data_loader`` rather than return a stale position (``zephyr.tokenize.data_loader``).
 
 State. ``state_dict()`` = {version, fingerprint, seed, consumed (global samples), counts (per-source
-``n_s`` at ``consumed``), weights}: plain ints/floats/strings. Every rank saves the same dict (ranks step
-in lockstep). Loading it with any world size continues the same global sequence at ``consumed``: rank r'
-of W' resumes at g = consumed + r'. ``set_weights`` changes the mixture from the next sample on; the
-counts carry over, so nothing is repeated or skipped within a source's epoch.
+``n_s`` at ``consumed``), weights (in effect at ``consumed``), sources}: plain ints/floats/strings. Every
+rank saves the same dict (ranks step in lockstep). Loading it with any world size continues the same global
+sequence at ``consumed``: rank r' of W' resumes at g = consumed + r'. The weights the loader was built with
+(evaluated at ``consumed``: its schedule included) must equal the saved ones, else ``load_state_dict``
+raises naming both, unless ``reweight=True``, which applies this loader's weights from ``consumed`` on.
+``set_weights`` changes the mixture from the next sample on; the counts carry over, so nothing is repeated or
+skipped within a source's epoch.
 
 Each yielded sample is a dict of int64 tensors ``input_ids``, ``labels`` and ``positions``, each
 ``[seq_len]`` (``[batch_size, seq_len]`` with ``batch_size`` or ``iter_batches``); ``positions`` restart at
-0 at each document start, for document-masked attention (e.g. ``positions == 0`` marks the boundaries).
+0 at each document start (at each piece, for best-fit), for document-masked attention.
 
-Gathering (the hot path). Samples are planned 4096 at a time (source choice, counters, Feistel permutation,
-shard and token offset, and each window's position *segments*: all vectorized; the segments come from one
-``searchsorted`` of the windows in the source's document starts — every shard's offsets folded into one
-sorted array in stream coordinates, built on first use, replacing per-shard offset arrays). A batch (64
-samples at a time for single samples) is then one slice copy per sample from the memory-mapped shard into a
-buffer in the token dtype, one widening cast per field, and one ``np.repeat`` of its slice of the segments
-for the positions. The three fields are contiguous views of one ``[3, n, seq_len]`` int64 tensor; inside
-DataLoader workers that tensor is allocated in shared memory, so handing it over copies nothing more.
-Single samples are row views of the gathered block. benchmarks/loader_throughput.py measures it against
-the numpy memmap limit (rows in benchmarks/RESULTS.md).
+Samples are planned 4096 at a time (source choice, counters, Feistel permutation, shard and token offset: all
+vectorized), then gathered a batch (or 64 single samples) at a time; benchmarks/loader_throughput.py
+measures it (rows in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -52,14 +49,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Generator, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
+from zephyr.tokenize.data_loader import (
+    TokenDataLoader,
+    check_position_known,
+    mark_plain_worker,
+    new_worker_flag,
+)
+from zephyr.tokenize.filters import RepetitionFilter
 from zephyr.tokenize.format import read_manifest
-from zephyr.tokenize.permutation import derive_key, permute, uniform01
+from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
+from zephyr.tokenize.mixing import Mixture, normalize_weights
+from zephyr.tokenize.packing import DEFAULT_WINDOW
+from zephyr.tokenize.permutation import derive_key, permute
+from zephyr.tokenize.prefetch import CacheBudget, ShardPrefetcher, upcoming_shards
+from zephyr.tokenize.sources import PACKINGS, Packing, TokenSource
 from zephyr.tokenize.storage import ShardStore
 
 from zephyr.errors import ConfigError, ResumeError
@@ -68,167 +76,45 @@ __all__ = ["TokenLoader", "TokenDataLoader", "Packing", "STATE_VERSION"]
 
 log = logging.getLogger(__name__)
 
-Packing = Literal["tokens", "documents"]
 STATE_VERSION = 1
-IGNORE_INDEX = -100
 _PLAN_SAMPLES = 4096  # rank-local samples planned per vectorized block (rounded up to whole items)
 _SAMPLE_GATHER = 64  # samples gathered at once when yielding single samples
 _FIELDS = ("input_ids", "labels", "positions")
-
-
-@dataclass
-class _Source:
-    """One shard set and its fixed sample spans."""
-
-    name: str
-    store: ShardStore
-    seq_len: int
-    packing: Packing
-    shard_samples: np.ndarray = field(init=False)
-    cum_samples: np.ndarray = field(init=False)
-    token_base: np.ndarray = field(init=False)  # stream position of each shard's first token, + the total
-    doc_base: np.ndarray = field(init=False)  # index of each shard's first document, + the total
-    _doc_starts: np.ndarray | None = field(init=False, default=None)
-    _spans: dict[int, tuple[np.ndarray, np.ndarray]] = field(init=False, default_factory=dict)
-
-    def __post_init__(self) -> None:
-        shards = self.store.manifest.shards
-        self.token_base = np.concatenate([[0], np.cumsum([s.num_tokens for s in shards])]).astype(np.int64)
-        self.doc_base = np.concatenate([[0], np.cumsum([s.num_documents for s in shards])]).astype(np.int64)
-        if self.packing == "tokens":
-            counts = [max(0, (s.num_tokens - 1) // self.seq_len) for s in shards]
-        else:
-            counts = [len(self._doc_spans(i)[0]) for i in range(len(shards))]
-        self.shard_samples = np.asarray(counts, dtype=np.int64)
-        self.cum_samples = np.concatenate([[0], np.cumsum(self.shard_samples)])
-        if self.num_samples == 0:
-            raise ConfigError(
-                f"token set {self.name!r} has no sample of seq_len + 1 = {self.seq_len + 1} tokens "
-                f"({self.store.manifest.num_tokens} tokens in {len(shards)} shards); lower seq_len"
-            )
-
-    def __getstate__(self) -> dict:
-        # spawned DataLoader workers rebuild the document starts from the (verified) offsets files instead of
-        # receiving a copy through a pipe; forked ones inherit them
-        return {**self.__dict__, "_doc_starts": None}
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.cum_samples[-1])
-
-    def doc_starts(self) -> np.ndarray:
-        """Every document start of the set in stream coordinates (shard k's token t is at
-        ``token_base[k] + t``), then the total token count: one sorted int64 array, so the documents of a
-        whole batch are found with one ``searchsorted``. Built on first use from every shard's offsets file
-        (each verified); it replaces per-shard offset arrays, so it costs no extra memory.
-        """
-        if self._doc_starts is None:
-            shards = self.store.manifest.shards
-            starts = np.empty(int(self.doc_base[-1]) + 1, dtype=np.int64)
-            for k in range(len(shards)):
-                lo, hi = int(self.doc_base[k]), int(self.doc_base[k + 1])
-                np.add(self.store.offsets(k)[:-1], self.token_base[k], out=starts[lo:hi])
-            starts[-1] = self.token_base[-1]
-            self._doc_starts = starts
-        return self._doc_starts
-
-    def shard_offsets(self, shard: int) -> np.ndarray:
-        """One shard's document offsets (shard-local, documents + 1), from ``doc_starts``."""
-        lo, hi = int(self.doc_base[shard]), int(self.doc_base[shard + 1])
-        return self.doc_starts()[lo : hi + 1] - self.token_base[shard]
-
-    def _doc_spans(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of each document-aligned sample of a shard (greedy whole-document fill)."""
-        cached = self._spans.get(shard)
-        if cached is not None:
-            return cached
-        offsets = self.shard_offsets(shard)
-        capacity = self.seq_len + 1
-        starts: list[int] = []
-        lengths: list[int] = []
-        pos, end = 0, int(offsets[-1])
-        while end - pos >= 2:  # a sample needs at least one input with a label
-            limit = pos + capacity
-            boundary = int(offsets[int(np.searchsorted(offsets, limit, side="right")) - 1])
-            if boundary > pos:  # whole documents (or the tail of a split one) fit: stop at the last boundary
-                stop, following = boundary, boundary
-            else:  # the document runs past the sample: take a chunk; the next one starts at its last token,
-                stop, following = limit, limit - 1  # which had no label in this chunk
-            starts.append(pos)
-            lengths.append(stop - pos)
-            pos = following
-        spans = (np.asarray(starts, dtype=np.int64), np.asarray(lengths, dtype=np.int64))
-        self._spans[shard] = spans
-        return spans
-
-    def locate(self, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(shard, token start, length) of source-local sample indices (vectorized, one pass per shard)."""
-        shard = np.searchsorted(self.cum_samples, sample, side="right") - 1
-        local = sample - self.cum_samples[shard]
-        if self.packing == "tokens":
-            return shard, local * self.seq_len, np.full(len(sample), self.seq_len + 1, dtype=np.int64)
-        starts = np.empty(len(sample), dtype=np.int64)
-        lengths = np.empty(len(sample), dtype=np.int64)
-        for s in np.unique(shard).tolist():
-            sel = shard == s
-            spans = self._doc_spans(s)
-            starts[sel], lengths[sel] = spans[0][local[sel]], spans[1][local[sel]]
-        return shard, starts, lengths
-
-
-@dataclass
-class _Plan:
-    """The next rank-local samples, planned as one vectorized block."""
-
-    source: np.ndarray
-    shard: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-    counts_end: np.ndarray  # per-source counters after the block's last global index
-    segments: _Segments | None = None  # position segments of all the block's samples (filled lazily)
-
-
-@dataclass
-class _Segments:
-    """The position segments of n samples, in CSR form: the segments of sample j are ``ptr[j]:ptr[j+1]``.
-
-    On the flattened ``[n, seq_len]`` grid a segment covers ``length[k]`` tokens, and the position of flat
-    token f inside it is ``f - origin[k]`` (origin = the flat index where its document, or the padding,
-    began: before the row for a window that starts inside a document).
-    """
-
-    origin: np.ndarray
-    length: np.ndarray
-    ptr: np.ndarray
-
-    def positions(self, first: int, n: int, seq_len: int, out: np.ndarray) -> None:
-        """``out[:n]`` = positions of samples ``first .. first + n - 1``: one ``np.repeat``, one subtraction."""
-        a, b = int(self.ptr[first]), int(self.ptr[first + n])
-        origin = self.origin[a:b] - first * seq_len  # rebase the flat grid at row `first`
-        np.subtract(_ramp(n * seq_len), np.repeat(origin, self.length[a:b]), out=out.reshape(-1))
 
 
 class TokenLoader(torch.utils.data.IterableDataset):
     """Samples of ``seq_len`` tokens (+1 for labels) from one token-shard set or a weighted mixture.
 
     Args:
-        sources: a shard-set path/URL, or ``{path: weight}`` for a mixture (weights need not sum to 1).
+        sources: a shard-set path/URL, ``{path: weight}`` for a mixture (weights need not sum to 1), or a
+            list of paths when ``mix`` derives the weights.
         seq_len: tokens per sample (``input_ids`` length).
         seed: order seed (independent of the writer's shuffle seed).
         rank / world_size: this process's data-parallel rank and the number of ranks.
         batch_size: ``None`` yields single samples; an int yields ``[batch_size, seq_len]`` batches
             (rank-local micro-batches) and makes DataLoader workers split by batch.
-        packing: ``"tokens"`` (contiguous windows) or ``"documents"`` (document-aligned, padded).
+        packing: ``"tokens"`` (contiguous windows), ``"documents"`` (document-aligned, padded) or
+            ``"best-fit"`` (documents and pieces of long ones packed into bins, ``zephyr.tokenize.packing``).
+        packing_window: best-fit only: documents packed together (bounds the packing's memory).
         num_epochs: stop after this many epochs of the (single) source; ``None`` runs forever.
-        pad_id: padding id for ``packing="documents"`` (default: the set's EOS id).
+        mix: weights from token counts instead of ``sources``' values: ``"temperature:T"`` or
+            ``"unimax:epochs=N"`` (``zephyr.tokenize.mixing``).
+        mix_budget_tokens: UniMax's training budget in tokens (unless the spec gives ``budget=``).
+        max_epochs: cap on each source's repetition (one number, or ``{path: epochs}``); a capped source
+            stops being drawn and the others share its weight. ``unimax:epochs=N`` implies N.
+        schedule: weight changes ``[(global sample index, {path: weight}), ...]``, piecewise constant.
+        instance_filter: a ``RepetitionFilter``: flagged samples get labels -100 (``filtered`` counts them).
+        pad_id: padding id for ``"documents"``/``"best-fit"`` (default: the set's EOS id).
         cache_dir: local directory for copies of remote (fsspec) shards.
+        cache_limit_bytes: bound on ``cache_dir`` (least recently used verified copies are evicted).
+        prefetch_shards: remote shards copied ahead of use by a background thread (0: none).
         verify: check each shard file's sha256 before first use in a process.
         pin_memory: pin yielded tensors (default: when CUDA is available).
     """
 
     def __init__(
         self,
-        sources: str | Mapping[str, float],
+        sources: str | Mapping[str, float] | Sequence[str],
         *,
         seq_len: int,
         seed: int = 0,
@@ -236,9 +122,17 @@ class TokenLoader(torch.utils.data.IterableDataset):
         world_size: int = 1,
         batch_size: int | None = None,
         packing: Packing = "tokens",
+        packing_window: int = DEFAULT_WINDOW,
         num_epochs: int | None = None,
+        mix: str | None = None,
+        mix_budget_tokens: float | None = None,
+        max_epochs: float | Mapping[str, float] | None = None,
+        schedule: Sequence[tuple[int, Mapping[str, float]]] = (),
+        instance_filter: RepetitionFilter | None = None,
         pad_id: int | None = None,
         cache_dir: str | None = None,
+        cache_limit_bytes: int | None = None,
+        prefetch_shards: int = 0,
         verify: bool = True,
         pin_memory: bool | None = None,
     ):
@@ -249,56 +143,76 @@ class TokenLoader(torch.utils.data.IterableDataset):
             raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         if batch_size is not None and batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
-        if packing not in ("tokens", "documents"):
-            raise ConfigError(f"packing must be 'tokens' or 'documents', got {packing!r}")
-        weights = {sources: 1.0} if isinstance(sources, str) else dict(sources)
+        if packing not in PACKINGS:
+            raise ConfigError(f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {packing!r}")
+        if packing_window < 1 or prefetch_shards < 0:
+            raise ConfigError(
+                f"need packing_window >= 1 and prefetch_shards >= 0, got {packing_window}, {prefetch_shards}"
+            )
+        if isinstance(sources, str):
+            weights = {sources: 1.0}
+        elif isinstance(sources, Mapping):
+            weights = {str(k): float(v) for k, v in sources.items()}
+        else:
+            weights = {str(p): 1.0 for p in sources}
         if not weights:
             raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
         self.seq_len, self.seed, self.rank, self.world_size = seq_len, seed, rank, world_size
         self.batch_size, self.packing, self.num_epochs = batch_size, packing, num_epochs
-        self.cache_dir, self.verify = cache_dir, verify
+        self.packing_window = packing_window
+        self.cache_dir, self.verify, self.instance_filter = cache_dir, verify, instance_filter
+        self.prefetch_shards, self.cache_limit_bytes = prefetch_shards, cache_limit_bytes
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._sources = [
-            _Source(
+            TokenSource(
                 str(path),
                 ShardStore(read_manifest(str(path)), cache_dir=cache_dir, verify=verify),
                 seq_len,
                 packing,
+                packing_window,
             )
             for path in weights
         ]
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
-        first = self._sources[0].store.manifest
-        self.pad_id = first.eos_id if pad_id is None else pad_id
-        self._weights = self._check_weights(weights)
+        self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
+        self._mixture = Mixture.build(
+            self.sources,
+            weights,
+            tokens=[src.store.manifest.num_tokens for src in self._sources],
+            samples=[src.num_samples for src in self._sources],
+            key=derive_key(seed, 0xC401CE),
+            mix=mix,
+            budget_tokens=mix_budget_tokens,
+            max_epochs=max_epochs,
+        )
+        self._mixture.set_schedule(schedule)
         self._source_keys = [derive_key(seed, 0x5EED, i) for i in range(len(self._sources))]
-        self._choice_key = derive_key(seed, 0xC401CE)
         self._fingerprint = self._make_fingerprint()
+        self._gatherer = Gatherer(self._sources, seq_len, self.pad_id)
+        self._prefetcher: ShardPrefetcher | None = None
         # position: the global index where this run (re)started, the per-source counters there, and how many
         # samples this rank has handed out since
         self._start = 0
         self._start_counts = np.zeros(len(self._sources), dtype=np.int64)
         self._yielded = 0
+        self.filtered = 0  # samples this rank's instance filter flagged (main process)
         self._weights_version = 0
+        # set by DataLoader workers that no TokenDataLoader started; shared with them (zephyr.tokenize.data_loader)
+        self._worker_flag = new_worker_flag()
+        self._wrapped = False  # True while TokenDataLoader starts workers over this loader
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
-        self._arange = np.arange(seq_len, dtype=np.int64)
-        # gather buffer dtype: the widest token dtype of the sources (a mixture may mix uint16 and uint32)
-        self._buffer_dtype = np.result_type(*[src.store.manifest.dtype for src in self._sources])
-        self._shard_stride = max(len(src.store.manifest.shards) for src in self._sources)
 
     # ---- configuration ---------------------------------------------------------------------------------
-    def _check_weights(self, weights: Mapping[str, float]) -> np.ndarray:
-        names = [s.name for s in self._sources]
-        if sorted(map(str, weights)) != sorted(names):
-            raise ConfigError(f"weights must name exactly the loader's sources {names}, got {list(weights)}")
-        values = np.array([float(weights[n]) for n in names], dtype=np.float64)
-        if not np.all(np.isfinite(values)) or (values < 0).any() or values.sum() <= 0:
-            raise ConfigError(f"mixture weights must be finite, >= 0 and not all 0, got {dict(weights)}")
-        return values / values.sum()
+    def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Replace the weight schedule: ``[(global sample index, {path: weight}), ...]`` on top of the initial
+        weights (before iterating, or between steps on every rank)."""
+        self._mixture.set_schedule(schedule)
+        self._weights_version += 1
 
     def _make_fingerprint(self) -> str:
-        digest = hashlib.sha256(f"{self.seq_len}|{self.packing}|".encode())
+        packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing
+        digest = hashlib.sha256(f"{self.seq_len}|{packing}|".encode())
         for source in self._sources:
             digest.update(source.store.manifest.fingerprint().encode())
         return digest.hexdigest()[:16]
@@ -309,12 +223,17 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     @property
     def weights(self) -> dict[str, float]:
-        return {s.name: float(w) for s, w in zip(self._sources, self._weights)}
+        """The configured weights in effect at the current position (before any cap)."""
+        return dict(zip(self.sources, self._mixture.weights_at(self.consumed).tolist()))
 
     def num_samples(self, source: str | None = None) -> int:
         """Samples in one epoch of a source (the only one when ``source`` is None)."""
         index = 0 if source is None else self.sources.index(source)
         return self._sources[index].num_samples
+
+    def source_tokens(self) -> dict[str, int]:
+        """Tokens in each source (from the manifests)."""
+        return {s.name: s.store.manifest.num_tokens for s in self._sources}
 
     def __len__(self) -> int:
         """Items this rank yields (only with ``num_epochs``; a mixture or endless loader has no length)."""
@@ -333,48 +252,40 @@ class TokenLoader(torch.utils.data.IterableDataset):
     def _counts_at(self, g_end: int) -> np.ndarray:
         """Per-source counters at global index ``g_end`` (>= the start).
 
-        One source: every index drew from it. A mixture replays the choices from the last computed point
-        (cached), so calling ``state_dict()`` every step costs O(samples per step), not O(consumed).
+        The choices are replayed from the last computed point (cached), so calling ``state_dict()`` every
+        step costs O(samples per step), not O(consumed).
         """
-        if len(self._sources) == 1:
-            return self._start_counts + (g_end - self._start)
         cached_g, cached = self._counts_cache
         lo, counts = (
-            (cached_g, cached.copy())
-            if self._start <= cached_g <= g_end
-            else (
-                self._start,
-                self._start_counts.copy(),
-            )
+            (cached_g, cached) if self._start <= cached_g <= g_end else (self._start, self._start_counts)
         )
         for block in range(lo, g_end, 1 << 20):
-            hi = min(g_end, block + (1 << 20))
-            counts += np.bincount(self._choose(np.arange(block, hi)), minlength=len(self._sources))
-        self._counts_cache = (g_end, counts.copy())
-        return counts
+            _, counts = self._mixture.choose(block, min(g_end, block + (1 << 20)), counts)
+        self._counts_cache = (g_end, np.array(counts, dtype=np.int64))
+        return self._counts_cache[1].copy()
 
     def _set_start(self, g: int, counts: np.ndarray) -> None:
         self._start, self._start_counts, self._yielded = g, counts, 0
         self._counts_cache = (g, counts.copy())
 
-    def _rebase(self) -> None:
-        """Move the start to the current position (needed before the weights change)."""
-        g = self.consumed
-        self._set_start(g, self._counts_at(g))
-
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
+        check_position_known(self, "mix_counts()")
         return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        """Change the mixture weights from the next sample on (call between steps, on every rank)."""
-        values = self._check_weights(weights)
-        self._rebase()
-        self._weights = values
+        """Change the mixture weights from the next sample on (call between steps, on every rank); later
+        schedule entries still apply."""
+        check_position_known(self, "set_weights()")
+        values = normalize_weights(self.sources, dict(weights))
+        g = self.consumed
+        self._set_start(g, self._counts_at(g))
+        self._mixture.set_weights(g, values)
         self._weights_version += 1
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
+        check_position_known(self, "state_dict()")
         g = self.consumed
         return {
             "version": STATE_VERSION,
@@ -382,12 +293,13 @@ class TokenLoader(torch.utils.data.IterableDataset):
             "seed": self.seed,
             "consumed": g,
             "counts": [int(c) for c in self._counts_at(g)],
-            "weights": [float(w) for w in self._weights],
+            "weights": [float(w) for w in self._mixture.weights_at(g)],
             "sources": self.sources,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume at ``state``; refuses state from other data, seq_len, packing or seed (``ResumeError``)."""
+    def load_state_dict(self, state: Mapping[str, Any], *, reweight: bool = False) -> None:
+        """Resume at ``state``; refuses state from other data, seq_len, packing or seed (``ResumeError``), and
+        other weights than this loader's at that point unless ``reweight`` (then this loader's apply)."""
         if state.get("version") != STATE_VERSION:
             raise ResumeError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
         if state.get("fingerprint") != self._fingerprint or state.get("seed") != self.seed:
@@ -397,48 +309,51 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 "loader with the same shard sets, seq_len, packing and seed"
             )
         counts = np.asarray(state["counts"], dtype=np.int64)
-        weights = np.asarray(state["weights"], dtype=np.float64)
-        if len(counts) != len(self._sources) or len(weights) != len(self._sources):
+        saved = np.asarray(state["weights"], dtype=np.float64)
+        if len(counts) != len(self._sources) or len(saved) != len(self._sources):
             raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
-        self._set_start(int(state["consumed"]), counts)
-        self._weights = weights
+        g = int(state["consumed"])
+        mine = self._mixture.weights_at(g)
+        if not np.allclose(saved, mine, rtol=0, atol=1e-9):
+            if not reweight:
+                names = self.sources
+                raise ResumeError(
+                    f"the checkpoint's mixture weights at sample {g} are "
+                    f"{dict(zip(names, np.round(saved, 6).tolist()))}, this run's are "
+                    f"{dict(zip(names, np.round(mine, 6).tolist()))}; resume with the checkpoint's weights, "
+                    "or pass --reweight (reweight=True) to apply the new ones from here on"
+                )
+            log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
+        self._set_start(g, counts)
+        self._worker_flag.zero_()  # the position is known again
         self._weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
-    def _choose(self, g: np.ndarray) -> np.ndarray:
-        if len(self._sources) == 1:
-            return np.zeros(len(g), dtype=np.int64)
-        cum = np.cumsum(self._weights)
-        cum[-1] = 1.0
-        return np.searchsorted(cum, uniform01(g, self._choice_key), side="right").astype(np.int64)
-
     def _limit(self) -> int | None:
         if self.num_epochs is None:
             return None
         return self.num_epochs * self._sources[0].num_samples
 
-    def _plan(self, count: int, base_g: int, base_counts: np.ndarray) -> _Plan:
+    def _plan(self, count: int, base_g: int, base_counts: np.ndarray) -> Plan:
         """Plan this rank's next ``count`` samples: global indices base_g + rank + j * W.
 
         ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
-        replayed (vectorized) so each source's counter, hence its permutation position, is exact.
+        replayed (vectorized) so each source's counter, hence its permutation position, is exact. The plan
+        ends early where the mixture has no source left (every capped source exhausted).
         """
-        width, num_sources = self.world_size, len(self._sources)
+        width = self.world_size
         mine = np.arange(count, dtype=np.int64) * width + self.rank  # offsets from base_g of this rank's g
-        if num_sources == 1:  # every global index draws from the one source: its counter is base + offset
-            source = np.zeros(count, dtype=np.int64)
-            n = base_counts[0] + mine
-            counts_end = base_counts + count * width
-        else:
-            choice = self._choose(np.arange(base_g, base_g + count * width, dtype=np.int64))
-            source = choice[mine]
-            n = np.empty(count, dtype=np.int64)
-            counts_end = base_counts.copy()
-            for s in range(num_sources):
-                drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
-                sel = source == s
-                n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
-                counts_end[s] += int(drawn[-1])
+        choice, counts_end = self._mixture.choose(base_g, base_g + count * width, base_counts)
+        source = choice[mine]
+        ended = np.flatnonzero(source < 0)
+        if len(ended):
+            count = int(ended[0])
+            source, mine = source[:count], mine[:count]
+        n = np.empty(count, dtype=np.int64)
+        for s in np.unique(source).tolist():
+            drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
+            sel = source == s
+            n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
         shard = np.empty(count, dtype=np.int64)
         start = np.empty(count, dtype=np.int64)
         length = np.empty(count, dtype=np.int64)
@@ -451,93 +366,24 @@ class TokenLoader(torch.utils.data.IterableDataset):
             keys = np.array([derive_key(self._source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
             sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
             shard[sel], start[sel], length[sel] = src.locate(sample)
-        return _Plan(source, shard, start, length, counts_end)
+        return Plan(source, shard, start, length, counts_end)
 
-    # ---- gathering -------------------------------------------------------------------------------------
-    def _segments(
-        self, source: np.ndarray, shard: np.ndarray, start: np.ndarray, length: np.ndarray
-    ) -> _Segments:
-        """Position segments of any number of samples, vectorized over all of them.
-
-        Per source one ``searchsorted`` of the windows in its document starts gives each window's document
-        and the documents starting strictly inside it; documents packing adds a segment for the padding
-        (and drops document starts inside it). Sorted on the flattened grid, the segment starts give the
-        lengths by differences. Done once per plan block (4096 samples), so a batch only slices it.
-        """
-        n, L = len(start), self.seq_len
-        heads = np.arange(0, n * L, L, dtype=np.int64)
-        head_origin = heads.copy()  # minus the position of each window's first token in its document
-        keys = [heads]  # flat starts of every segment: row heads, then document starts and padding
-        for s, src in enumerate(self._sources):
-            rows = np.arange(n) if len(self._sources) == 1 else np.flatnonzero(source == s)
-            if not len(rows):
-                continue
-            at = src.token_base[shard[rows]] + start[rows]  # window starts in stream coordinates
-            doc_starts = src.doc_starts()
-            # (#starts <= a) - 1 is the document holding token a; #starts <= a + L - 1 is the first one at or
-            # after the window's end: the ones between start strictly inside the window
-            found = doc_starts.searchsorted(np.concatenate([at, at + (L - 1)]), side="right")
-            first, last = found[: len(rows)] - 1, found[len(rows) :]
-            head_origin[rows] -= at - doc_starts[first]
-            inside = last - first - 1
-            total = int(inside.sum())
-            if total:
-                doc = np.arange(total) + np.repeat(first + 1 - (np.cumsum(inside) - inside), inside)
-                bound = doc_starts[doc] - np.repeat(at, inside)  # window-relative, in (0, L)
-                row = np.repeat(rows, inside)
-                if (length < L + 1).any():  # documents packing: starts at or past the padding do not count
-                    keep = bound < length[row]
-                    bound, row = bound[keep], row[keep]
-                keys.append(row * L + bound)
-        padded = np.flatnonzero(length < L)  # the padding is a segment of its own, from the first pad input
-        if len(padded):
-            keys.append(padded * L + length[padded])
-        starts = np.sort(np.concatenate(keys)) if len(keys) > 1 else heads
-        ptr = np.append(starts.searchsorted(heads), len(starts))  # heads are unique: bounds lie inside rows
-        origin = starts.copy()
-        origin[ptr[:-1]] = head_origin
-        lengths = np.empty_like(starts)  # (np.diff with append= costs ~50 us: it broadcasts the scalar)
-        np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
-        lengths[-1] = n * L - starts[-1]
-        return _Segments(origin, lengths, ptr)
-
-    def _gather(self, plan: _Plan, positions: np.ndarray, out: np.ndarray) -> None:
-        """Fill ``out[0]`` (input_ids), ``out[1]`` (labels), ``out[2]`` (positions), ``[n, seq_len]`` each,
-        for the block's samples at ``positions``.
-
-        Per sample: one slice copy of its ``length`` tokens from the memory-mapped shard into a buffer in the
-        token dtype (a memcpy from the page cache). Per batch: one widening cast per field, and the
-        positions from the block's segments (``_segments``, computed once per block) with one
-        ``np.repeat``. No per-token Python; the output is one contiguous int64 array.
-        """
-        n, L = len(positions), self.seq_len
-        source, shard = plan.source[positions], plan.shard[positions]
-        start, length = plan.start[positions], plan.length[positions]
-        buffer = np.empty((n, L + 1), dtype=self._buffer_dtype)
-        sources = self._sources
-        for row, (s, k, a, m) in enumerate(
-            zip(source.tolist(), shard.tolist(), start.tolist(), length.tolist())
-        ):
-            buffer[row, :m] = sources[s].store.open(k).tokens[a : a + m]
-        np.copyto(out[0], buffer[:, :L], casting="unsafe")
-        np.copyto(out[1], buffer[:, 1:], casting="unsafe")
-        short = np.flatnonzero(length < L + 1)
-        if len(short):  # documents packing: padding after the sample's tokens, no labels past its last
-            ids = out[0][short]
-            ids[self._arange >= length[short, None]] = self.pad_id
-            out[0][short] = ids
-            labels = out[1][short]
-            labels[self._arange >= (length[short] - 1)[:, None]] = IGNORE_INDEX
-            out[1][short] = labels
-        first = int(positions[0])
-        if first + n - 1 == int(
-            positions[-1]
-        ):  # consecutive samples (batches, single process): slice the block's
-            if plan.segments is None:
-                plan.segments = self._segments(plan.source, plan.shard, plan.start, plan.length)
-            plan.segments.positions(first, n, L, out[2])
-        else:  # every K-th sample (single samples across DataLoader workers)
-            self._segments(source, shard, start, length).positions(0, n, L, out[2])
+    def _blocks(self, chunk: int, base_g: int, base_counts: np.ndarray) -> Iterator[tuple[int, Plan]]:
+        """(samples planned before, plan) per block from ``base_g``; a block holds whole items of ``chunk``."""
+        limit, k = self._limit(), 0
+        while True:
+            count = chunk * -(-_PLAN_SAMPLES // chunk)  # whole items: an item never straddles two blocks
+            if limit is not None:
+                count = min(count, math.ceil((limit - base_g - self.rank) / self.world_size))
+            if count <= 0:
+                return
+            plan = self._plan(count, base_g, base_counts)
+            yield k, plan
+            if len(plan.source) < count:  # the mixture ran out of sources
+                return
+            k += count
+            base_g += count * self.world_size
+            base_counts = plan.counts_end
 
     # ---- iteration -------------------------------------------------------------------------------------
     def _allocate(self, n: int, in_worker: bool) -> torch.Tensor:
@@ -547,7 +393,48 @@ class TokenLoader(torch.utils.data.IterableDataset):
         memory when it crosses the worker queue, which would otherwise copy every item once more.
         """
         shape = (3, n, self.seq_len)
-        return _shared_empty(shape) if in_worker else torch.empty(shape, dtype=torch.int64)
+        return shared_empty(shape) if in_worker else torch.empty(shape, dtype=torch.int64)
+
+    def _start_prefetcher(self) -> ShardPrefetcher | None:
+        """The prefetch thread of this process (remote sets with ``prefetch_shards`` > 0 only)."""
+        stores = [src.store for src in self._sources]
+        if self._prefetcher is None and self.prefetch_shards > 0 and any(s.remote for s in stores):
+            budget = None
+            if self.cache_limit_bytes is not None:
+                cache_dir = next(s.cache_dir for s in stores if s.remote)
+                budget = CacheBudget(cache_dir, self.cache_limit_bytes, [s for s in stores if s.remote])
+                for store in stores:
+                    store.budget = budget
+            self._prefetcher = ShardPrefetcher(stores, self.prefetch_shards, budget)
+        return self._prefetcher
+
+    def prime(self, timeout: float | None = None) -> bool:
+        """Start the prefetcher on the shards of the next samples and wait until they are cached (optional:
+        iteration starts it too). True when every wanted shard is local."""
+        prefetcher = self._start_prefetcher()
+        if prefetcher is None:
+            return True
+        for src in self._sources:  # positions need every offsets file (small): copied here, in this thread
+            src.doc_starts()
+        plans = self._blocks(self.batch_size or 1, self.consumed, self._counts_at(self.consumed))
+        plan = next(plans, (0, None))[1]
+        if plan is not None:
+            prefetcher.want(upcoming_shards([plan], 0, self.prefetch_shards))
+        return prefetcher.wait_primed(timeout)
+
+    def close(self) -> None:
+        """Stop this process's prefetch thread (iterating again starts a new one)."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+
+    def waits(self) -> tuple[int, float]:
+        """(times, seconds) this process's reader blocked on a remote copy, over every source."""
+        stores = [src.store for src in self._sources]
+        return sum(s.waits for s in stores), sum(s.wait_seconds for s in stores)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_prefetcher": None}  # threads stay in their process
 
     def _items(self, batch_size: int | None) -> Iterator[dict[str, torch.Tensor]]:
         """Items from the current position; restarts from the new state after set_weights/load_state_dict."""
@@ -561,20 +448,15 @@ class TokenLoader(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         in_main = info is None
+        if not in_main:
+            mark_plain_worker(self)
         chunk = batch_size or 1
-        limit = self._limit()
         version = self._weights_version
-        base_g = self.consumed
-        base_counts = self._counts_at(base_g)
         start_yielded = self._yielded
-        k = 0  # rank-local samples planned so far by this iterator (a multiple of chunk)
-        while True:
-            count = chunk * -(-_PLAN_SAMPLES // chunk)  # whole items: an item never straddles two blocks
-            if limit is not None:
-                count = min(count, math.ceil((limit - base_g - self.rank) / self.world_size))
-                if count <= 0:
-                    return False
-            plan = self._plan(count, base_g, base_counts)
+        prefetcher = self._start_prefetcher()
+        blocks = self._blocks(chunk, self.consumed, self._counts_at(self.consumed))
+        for (k, plan), ahead in _with_next(blocks, prefetcher is not None):  # ahead: to prefetch its shards
+            count = len(plan.source)
             # item c (counted from this iterator's start) belongs to worker c % K
             first = (worker - k // chunk) % num_workers
             if batch_size is None:  # single samples: gather a few of this worker's at once, yield row views
@@ -586,8 +468,13 @@ class TokenLoader(torch.utils.data.IterableDataset):
                     for i in range(first * chunk, count, num_workers * chunk)
                 ]
             for positions in groups:
+                if prefetcher is not None:
+                    later = [plan] if ahead is None else [plan, ahead[1]]
+                    prefetcher.want(upcoming_shards(later, int(positions[0]), self.prefetch_shards))
                 out = self._allocate(len(positions), not in_main)
-                self._gather(plan, positions, out.numpy())
+                array = out.numpy()
+                self._gatherer.gather(plan, positions, array)
+                dropped = self._filter(array, plan.length[positions])
                 if self.pin_memory:
                     out = out.pin_memory()
                 if batch_size is None:  # unbind: one call per field for all the rows' views
@@ -595,15 +482,25 @@ class TokenLoader(torch.utils.data.IterableDataset):
                     items = [(dict(zip(_FIELDS, row)), p + 1) for row, p in zip(rows, positions.tolist())]
                 else:
                     items = [(dict(zip(_FIELDS, out.unbind(0))), int(positions[-1]) + 1)]
+                if in_main:
+                    self.filtered += dropped
                 for item, done in items:
                     if in_main:
                         self._yielded = start_yielded + k + done  # before the yield: state_dict() sees it
                     yield item
                     if in_main and self._weights_version != version:
                         return True  # set_weights/load_state_dict between steps: continue from the new state
-            k += count
-            base_g += count * self.world_size
-            base_counts = plan.counts_end
+        return False
+
+    def _filter(self, out: np.ndarray, length: np.ndarray) -> int:
+        """Apply the instance filter to a gathered block: flagged rows lose their labels; their count."""
+        if self.instance_filter is None:
+            return 0
+        real = None if self.packing == "tokens" else np.minimum(length, self.seq_len)
+        flagged = self.instance_filter.flags(out[0], real)
+        if flagged.any():
+            out[1][flagged] = -100
+        return int(flagged.sum())
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         return self._items(self.batch_size)
@@ -612,8 +509,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         """``[batch_size, seq_len]`` batches from the current position, whatever ``self.batch_size`` is.
 
         Batch i holds this rank's samples i*B .. i*B + B - 1 of the single-sample sequence (the last one may
-        be short when ``num_epochs`` ends the data), so stacking B samples and taking one batch agree
-        exactly, ``state_dict()`` included; the gather is vectorized over the batch.
+        be short when the data ends), so stacking B samples and taking one batch agree exactly,
+        ``state_dict()`` included; the gather is vectorized over the batch.
         """
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -626,67 +523,10 @@ class TokenLoader(torch.utils.data.IterableDataset):
         return TokenDataLoader(self, num_workers=num_workers, prefetch_factor=prefetch_factor, **kwargs)
 
 
-_RAMP = np.arange(0, dtype=np.int64)
-
-
-def _ramp(size: int) -> np.ndarray:
-    """``arange(size)`` as a view of a cached, growing array (one allocation per process, not per batch)."""
-    global _RAMP
-    if len(_RAMP) < size:
-        _RAMP = np.arange(max(size, 2 * len(_RAMP)), dtype=np.int64)
-    return _RAMP[:size]
-
-
-def _shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialized int64 tensor in shared memory (what DataLoader's own collate does in workers)."""
-    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
-    if new_shared is None:  # a torch without the (private) constructor: allocate, then move (one copy)
-        return torch.empty(shape, dtype=torch.int64).share_memory_()
-    return torch.empty(0, dtype=torch.int64).set_(new_shared(math.prod(shape) * 8), 0, shape)
-
-
-class TokenDataLoader:
-    """Wraps ``torch.utils.data.DataLoader(loader, batch_size=None, num_workers=K)``.
-
-    Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
-    single-process one. Each item received advances the wrapped loader's position in the main process, so
-    ``loader.state_dict()`` is exact. Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
-    ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
-    """
-
-    def __init__(
-        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
-    ):
-        self.loader = loader
-        self.num_workers = num_workers
-        self.kwargs = dict(kwargs)
-        if num_workers > 0:
-            self.kwargs.setdefault("prefetch_factor", prefetch_factor or 4)
-            self.kwargs.setdefault("persistent_workers", False)
-
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        loader = self.loader
-        while True:
-            version = loader._weights_version
-            pinned = loader.pin_memory
-            loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
-            try:
-                data_loader = torch.utils.data.DataLoader(
-                    loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
-                )
-                iterator = iter(data_loader)
-            finally:
-                loader.pin_memory = pinned
-            restarted = False
-            try:
-                for item in iterator:
-                    if self.num_workers > 0:  # workers advanced their own copies; mirror it here
-                        loader._yielded += 1 if loader.batch_size is None else int(item["input_ids"].shape[0])
-                    yield item
-                    if self.num_workers > 0 and loader._weights_version != version:
-                        restarted = True
-                        break
-            finally:
-                del iterator
-            if not restarted:
-                return
+def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, Any]]:
+    """(item, the next item or None) pairs; without ``look_ahead`` the next is never taken early (None)."""
+    current = next(items, None)
+    while current is not None:
+        following = next(items, None) if look_ahead else None
+        yield current, following
+        current = following if look_ahead else next(items, None)

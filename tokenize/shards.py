@@ -40,6 +40,8 @@ from zephyr.tokenize.format import (
     sha256_file,
 )
 
+from zephyr.io.paths import atomic_output, atomic_write
+
 __all__ = ["write_shard", "write_manifest", "write_megatron", "MEGATRON_MAGIC", "MEGATRON_DTYPE_CODES"]
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
@@ -117,52 +119,49 @@ def write_shard(
     dtype = np.dtype(dtype).newbyteorder("<")
     os.makedirs(directory, exist_ok=True)
     tokens_name, offsets_name = f"{name}.tokens.npy", f"{name}.offsets.npy"
-    tmp_tokens = os.path.join(directory, f".{tokens_name}.tmp")
-    tokens = _HashingWriter(tmp_tokens)
-    lengths: list[np.ndarray] = []
-    per_source: dict[str, dict[str, int]] = {}
-    position = 0
-    try:
-        header = {
-            "descr": np.lib.format.dtype_to_descr(dtype),
-            "fortran_order": False,
-            "shape": (num_tokens,),
-        }
-        np.lib.format.write_array_header_1_0(tokens, header)
-        for batch in batches:
-            raw, nbytes = _binary_bytes(batch.column("tokens"))
-            count = len(raw) // dtype.itemsize
-            if position + count > num_tokens:
-                raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
-            tokens.write(raw)
-            position += count
-            doc_tokens = nbytes // dtype.itemsize
-            lengths.append(doc_tokens)
-            if "source" in batch.schema.names:
-                sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
-                names, inverse = np.unique(sources.astype(str), return_inverse=True)
-                docs = np.bincount(inverse, minlength=len(names))
-                toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
-                for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
-                    entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-                    entry["documents"] += int(d)
-                    entry["tokens"] += int(t)
-    finally:
-        tokens_sha = tokens.close()
-    if position != num_tokens:
-        os.remove(tmp_tokens)
-        raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
-    os.replace(tmp_tokens, os.path.join(directory, tokens_name))
+    with atomic_output(os.path.join(directory, tokens_name)) as tmp_tokens:
+        tokens = _HashingWriter(tmp_tokens)
+        lengths: list[np.ndarray] = []
+        per_source: dict[str, dict[str, int]] = {}
+        position = 0
+        try:
+            header = {
+                "descr": np.lib.format.dtype_to_descr(dtype),
+                "fortran_order": False,
+                "shape": (num_tokens,),
+            }
+            np.lib.format.write_array_header_1_0(tokens, header)
+            for batch in batches:
+                raw, nbytes = _binary_bytes(batch.column("tokens"))
+                count = len(raw) // dtype.itemsize
+                if position + count > num_tokens:
+                    raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
+                tokens.write(raw)
+                position += count
+                doc_tokens = nbytes // dtype.itemsize
+                lengths.append(doc_tokens)
+                if "source" in batch.schema.names:
+                    sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
+                    names, inverse = np.unique(sources.astype(str), return_inverse=True)
+                    docs = np.bincount(inverse, minlength=len(names))
+                    toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
+                    for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
+                        entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
+                        entry["documents"] += int(d)
+                        entry["tokens"] += int(t)
+        finally:
+            tokens_sha = tokens.close()
+        if position != num_tokens:  # raised inside the block: the temporary file is removed
+            raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
     doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     offsets = np.zeros(len(doc_lengths) + 1, dtype=np.int64)
     np.cumsum(doc_lengths, out=offsets[1:])
-    tmp_offsets = os.path.join(directory, f".{offsets_name}.tmp")
-    offsets_writer = _HashingWriter(tmp_offsets)
-    try:
-        np.lib.format.write_array(offsets_writer, offsets)
-    finally:
-        offsets_sha = offsets_writer.close()
-    os.replace(tmp_offsets, os.path.join(directory, offsets_name))
+    with atomic_output(os.path.join(directory, offsets_name)) as tmp_offsets:
+        offsets_writer = _HashingWriter(tmp_offsets)
+        try:
+            np.lib.format.write_array(offsets_writer, offsets)
+        finally:
+            offsets_sha = offsets_writer.close()
     files = {
         "tokens": ShardFile(tokens_name, tokens_sha, tokens.size),
         "offsets": ShardFile(offsets_name, offsets_sha, offsets_writer.size),
@@ -212,9 +211,7 @@ def write_manifest(directory: str, shards: list[ShardInfo], *, meta: dict[str, A
         "num_documents": sum(s.num_documents for s in shards),
         "shards": [s.to_json() for s in shards],
     }
-    tmp = os.path.join(directory, f".{MANIFEST_NAME}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with atomic_write(os.path.join(directory, MANIFEST_NAME), "w") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=False)
         handle.write("\n")
-    os.replace(tmp, os.path.join(directory, MANIFEST_NAME))
     return manifest

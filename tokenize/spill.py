@@ -12,15 +12,16 @@ A spill file is named by the xxh3-128 of its batch's shuffle keys and token coun
 task rewrites the same name with the same bytes, and no task or worker identity is needed to name it. It is
 written to a temporary name and renamed, so a reader never sees a partial file.
 
-``gather`` reads the documents of one pack batch with one ``preadv`` per document straight into the output
-buffer. Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
+The spill directory may be any fsspec URL (the job's ``work_dir`` on object storage, so that workers on
+several machines see each other's spills). ``gather`` reads the documents of one pack batch: on local disk
+with one ``preadv`` per document straight into the output buffer; elsewhere with one ``cat_ranges`` call per
+file (s3fs and gcsfs fetch the ranges concurrently). Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
 in the packer's RSS until unmapped, and the point of packing in batches is a peak RSS bounded by the batch.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
 
 import numpy as np
 import xxhash
@@ -43,11 +44,10 @@ def spill_name(*arrays: np.ndarray) -> str:
 
 def write_spill(directory: str, name: str, data: np.ndarray) -> None:
     """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename)."""
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "wb") as handle:
+    from zephyr.io.paths import atomic_write
+
+    with atomic_write(os.path.join(directory, name)) as handle:
         handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
-    os.replace(tmp, os.path.join(directory, name))
 
 
 def gather(
@@ -59,6 +59,10 @@ def gather(
     and ``nbytes[i]`` its length. Reads are grouped by file and ordered by offset; each lands at its
     document's place in the output.
     """
+    import fsspec
+
+    from zephyr.io.paths import is_local
+
     positions = np.zeros(len(nbytes) + 1, dtype=np.int64)
     np.cumsum(nbytes, out=positions[1:])
     out = np.empty(int(positions[-1]), dtype=np.uint8)
@@ -66,8 +70,12 @@ def gather(
     order = np.lexsort((starts, files))
     files_sorted = files[order]
     bounds = np.flatnonzero(np.diff(files_sorted)) + 1
+    fs, root = fsspec.core.url_to_fs(directory)
     for group in np.split(order, bounds):
         if not len(group):
+            continue
+        if not is_local(fs):
+            _gather_remote(fs, f"{root}/{names[int(files[group[0]])]}", group, starts, nbytes, positions, view)
             continue
         path = os.path.join(directory, names[int(files[group[0]])])
         try:
@@ -88,3 +96,28 @@ def gather(
         finally:
             os.close(fd)
     return out
+
+
+def _gather_remote(fs, path: str, group, starts, nbytes, positions, view: memoryview) -> None:
+    """One file's documents from an object store: their byte ranges in one ``cat_ranges`` call."""
+    begin = starts[group]
+    size = nbytes[group]
+    wanted = size > 0
+    if not wanted.any():
+        return
+    try:
+        blobs = fs.cat_ranges(
+            [path] * int(wanted.sum()), begin[wanted].tolist(), (begin + size)[wanted].tolist(), on_error="raise"
+        )
+    except FileNotFoundError as exc:
+        raise InputError(
+            f"token spill file {path} is missing: the scratch directory was changed while the set was "
+            "being written; rerun without the work_dir (or with a fresh one)"
+        ) from exc
+    for i, n, blob in zip(group[wanted].tolist(), size[wanted].tolist(), blobs):
+        if len(blob) != n:
+            raise InputError(
+                f"token spill file {path} is truncated ({len(blob)} of {n} bytes of a document); "
+                "rerun without the work_dir (or with a fresh one)"
+            )
+        view[positions[i] : positions[i] + n] = blob

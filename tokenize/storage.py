@@ -11,6 +11,10 @@ Contract:
 - ``ShardStore.open`` maps a shard's tokens (cached per store); ``ShardStore.offsets`` reads and validates a
   shard's document offsets and does not cache them: the loader folds every shard's offsets into one sorted
   array of document starts (``zephyr.tokenize.loader``), so a second per-shard copy would double that memory.
+- Prefetch (``zephyr.tokenize.prefetch``): a background thread may copy remote shards ahead of use through
+  ``fetch(..., background=True)``; one lock per cache file makes the thread and the reader share one copy.
+  Time the reader spends blocked on a copy (its own, or the thread's) is counted in ``wait_seconds`` and
+  ``waits``; a ``CacheBudget`` attached as ``budget`` makes room under ``cache_limit_bytes`` before a copy.
 - ``read_documents`` yields each document's tokens (EOS included) as a NumPy array, in manifest order.
 """
 
@@ -20,8 +24,10 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from zephyr.tokenize.format import Manifest, ShardFile, ShardInfo, join_path, read_manifest, sha256_file
@@ -59,24 +65,82 @@ class ShardStore:
         self.manifest = manifest
         self.verify = verify
         self.cache_dir = cache_dir
+        self.remote = _is_remote(manifest.root)
+        self.budget: Any = None  # a zephyr.tokenize.prefetch.CacheBudget when the cache is bounded
+        self.wait_seconds = 0.0  # time the reader was blocked on a remote copy (its own or the prefetcher's)
+        self.waits = 0
         self._open: dict[int, OpenShard] = {}
-        if _is_remote(manifest.root) and cache_dir is None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        if self.remote and cache_dir is None:
             self.cache_dir = os.path.join(tempfile.gettempdir(), "zephyr-token-cache")
 
     def __getstate__(self) -> dict:
-        # open memmaps would pickle as full copies: workers reopen (and re-verify) lazily instead
-        return {**self.__dict__, "_open": {}}
+        # open memmaps would pickle as full copies, locks not at all: workers reopen (and re-verify) lazily
+        return {**self.__dict__, "_open": {}, "_locks": {}, "_locks_guard": None, "budget": None}
 
-    def _local_path(self, shard: ShardInfo, file: ShardFile) -> str:
-        if not _is_remote(self.manifest.root):
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._locks_guard = threading.Lock()
+
+    def cache_path(self, file: ShardFile) -> str:
+        """Where the local copy of a remote file lives: ``<cache_dir>/<sha256>.npy``."""
+        assert self.cache_dir is not None  # set in __init__ for remote roots
+        return os.path.join(self.cache_dir, f"{file.sha256}.npy")
+
+    def is_cached(self, index: int, kind: str = "tokens") -> bool:
+        """Whether the shard's file is local already (always, for a local set)."""
+        if not self.remote:
+            return True
+        file = self.manifest.shards[index].files[kind]
+        target = self.cache_path(file)
+        return os.path.exists(target) and os.path.getsize(target) == file.bytes
+
+    def _lock(self, target: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(target, threading.Lock())
+
+    def fetch(self, index: int, kind: str = "tokens", *, background: bool = False) -> str | None:
+        """The local path of a shard file, copying a remote one into the cache first (once per cache).
+
+        ``background`` marks the prefetcher's calls: only the reader's blocked time counts as waiting, and
+        a background copy that the cache budget has no room for is skipped (None).
+        """
+        shard = self.manifest.shards[index]
+        file = shard.files[kind]
+        if not self.remote:
             return os.path.join(_local(self.manifest.root), file.path)
+        target = self.cache_path(file)
+        if self.is_cached(index, kind):
+            return target
+        started = time.perf_counter()
+        with self._lock(target):
+            copied = self.is_cached(index, kind)  # the prefetcher may have copied it while we waited
+            if not copied and not self._download(shard, file, target, required=not background):
+                return None
+        if not background:
+            self.wait_seconds += time.perf_counter() - started
+            self.waits += 1
+        return target
+
+    def _download(self, shard: ShardInfo, file: ShardFile, target: str, *, required: bool = True) -> bool:
+        """Copy one remote file into the cache (False: skipped, the budget had no room and it can wait)."""
+        assert self.cache_dir is not None
+        os.makedirs(self.cache_dir, exist_ok=True)
+        budget = self.budget
+        if budget is not None and not budget.make_room(file.bytes, required=required) and not required:
+            return False
+        try:
+            self._copy(shard, file, target)
+        finally:
+            if budget is not None:
+                budget.release(file.bytes)
+        return True
+
+    def _copy(self, shard: ShardInfo, file: ShardFile, target: str) -> None:
         import fsspec
 
-        assert self.cache_dir is not None  # set in __init__ for remote roots
-        os.makedirs(self.cache_dir, exist_ok=True)
-        target = os.path.join(self.cache_dir, f"{file.sha256}.npy")
-        if os.path.exists(target) and os.path.getsize(target) == file.bytes:
-            return target
+        assert self.cache_dir is not None
         url = join_path(self.manifest.root, file.path)
         fs, remote_path = fsspec.core.url_to_fs(url)
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
@@ -89,7 +153,10 @@ class ShardStore:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        return target
+
+    def close(self, index: int) -> None:
+        """Forget the shard's memory map (before its cached copy is evicted)."""
+        self._open.pop(index, None)
 
     def _check(self, shard: ShardInfo, file: ShardFile, path: str, *, where: str | None = None) -> None:
         if not self.verify:
@@ -112,10 +179,9 @@ class ShardStore:
 
     def _path(self, index: int, kind: str) -> str:
         shard = self.manifest.shards[index]
-        file = shard.files[kind]
-        path = self._local_path(shard, file)
-        if not _is_remote(self.manifest.root):
-            self._check(shard, file, path)
+        path = self.fetch(index, kind)
+        if not self.remote:
+            self._check(shard, shard.files[kind], path)
         return path
 
     def offsets(self, index: int) -> np.ndarray:
@@ -160,6 +226,8 @@ class ShardStore:
             )
         opened = OpenShard(shard, tokens)
         self._open[index] = opened
+        if self.budget is not None:
+            self.budget.touch(path)
         return opened
 
 

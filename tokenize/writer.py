@@ -30,11 +30,13 @@ decode (one Parquet row group's text column).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import shutil
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -238,6 +240,29 @@ class TokenizeBatch:
         return out
 
 
+@contextlib.contextmanager
+def shard_directory(output: str) -> Iterator[str]:
+    """Where a shard's files are written: ``output`` itself on local disk; for any other fsspec URL a local
+    temporary directory whose files are uploaded into ``output`` when the block ends (a shard is hashed, and
+    exported to Megatron, from local files; the manifest, written last by the driver, is what makes a set
+    complete, so a shard's files appearing one by one is never seen as a set)."""
+    import fsspec
+
+    from zephyr.io.paths import is_local
+
+    fs, root = fsspec.core.url_to_fs(output)
+    if is_local(fs):
+        yield root
+        return
+    staging = tempfile.mkdtemp(prefix="zephyr-shard-")
+    try:
+        yield staging
+        for name in sorted(os.listdir(staging)):
+            fs.put_file(os.path.join(staging, name), f"{root}/{name}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 class _PackPartition:
     """The ``map`` function of step 5: one sorted partition of references → one shard."""
 
@@ -274,23 +299,27 @@ class _PackPartition:
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         import json
 
+        import fsspec
         import pyarrow.parquet as pq
 
-        parquet = pq.ParquetFile(row["path"])
-        total = int(
-            sum(b["num_tokens"].to_numpy().sum() for b in parquet.iter_batches(columns=["num_tokens"]))
-        )
-        columns = ["num_tokens", "spill_file", "spill_offset"]
-        if "source" in parquet.schema_arrow.names:
-            columns.append("source")
-        info, per_source = write_shard(
-            self.output,
-            row["name"],
-            self._batches(parquet, columns),
-            dtype=np.dtype(self.dtype),
-            num_tokens=total,
-            megatron=self.megatron,
-        )
+        fs, path = fsspec.core.url_to_fs(row["path"])
+        with fs.open(path, "rb") as handle:
+            parquet = pq.ParquetFile(handle)
+            total = int(
+                sum(b["num_tokens"].to_numpy().sum() for b in parquet.iter_batches(columns=["num_tokens"]))
+            )
+            columns = ["num_tokens", "spill_file", "spill_offset"]
+            if "source" in parquet.schema_arrow.names:
+                columns.append("source")
+            with shard_directory(self.output) as directory:
+                info, per_source = write_shard(
+                    directory,
+                    row["name"],
+                    self._batches(parquet, columns),
+                    dtype=np.dtype(self.dtype),
+                    num_tokens=total,
+                    megatron=self.megatron,
+                )
         return {
             "index": row["index"],
             "shard": json.dumps(info.to_json()),
@@ -318,8 +347,6 @@ def _input_dataset(
     )
 
 
-# An input compressed Parquet byte holds about this many bytes of text (zstd/snappy on prose and code: 2-4x).
-_PARQUET_EXPANSION = 3
 # A task's fixed cost is loading and proving the tokenizer in its process (~1 s for GPT-2 with fastokens) and
 # starting it; at fastokens' ~100 MB/s a task smaller than this would be mostly setup.
 _MIN_SPLIT_BYTES = 64 << 20
@@ -339,6 +366,7 @@ def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
         return None, 1
     if _is_dataset(data):
         return None, workers
+    from zephyr.io.estimate import estimated_bytes
     from zephyr.io.paths import filesystem
     from zephyr.io.sources import list_shards
 
@@ -351,7 +379,7 @@ def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
             for shard in shards:
                 fs, path = filesystem(shard.path)
                 size = int(fs.size(path) or 0)
-                total += size * (_PARQUET_EXPANSION if shard.format == "parquet" else 1)
+                total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
             split = max(_MIN_SPLIT_BYTES, total // (8 * workers))
             shards = list_shards(paths, approx_shard_bytes=split)
     except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
@@ -411,7 +439,7 @@ def write_token_shards(
     Args:
         data: a ``zephyr.Dataset``, or Parquet/JSONL paths (files, directories, globs, fsspec URLs).
         tokenizer: path of a ``tokenizer.json`` (or a ``TextTokenizer``).
-        output: local directory for the shards and ``manifest.json``.
+        output: directory (any fsspec URL: local, ``s3://``, ``gs://``...) for the shards and ``manifest.json``.
         text_column: the column with the document text.
         id_column: a column of document ids for the shuffle key; ``"auto"`` uses ``id`` when the inputs have
             one, ``None`` keys on the text alone (then exact duplicate texts end up next to each other).
@@ -440,10 +468,6 @@ def write_token_shards(
         raise ConfigError(f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r}")
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
-    if "://" in output and not output.startswith("file://"):
-        raise ConfigError(
-            f"output must be a local directory for now, got {output!r}; copy the set afterwards"
-        )
     output = output.removeprefix("file://")
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         from zephyr.io.text_column import check_text_inputs
@@ -451,20 +475,8 @@ def write_token_shards(
         paths, fmt = _input_paths(data)
         check_text_inputs(paths, text_column, format=fmt)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    workers = options.num_workers
     split_bytes, concurrency = _plan_tasks(data, options)
-    pool = dict(execution)
-    if options.executor == "local" and concurrency < workers:
-        # More worker processes than tokenize tasks would only import and sit idle on the cores the encoder
-        # threads use (later stages are a small sort and I/O-bound packing). One task runs in this process,
-        # like the engine's small jobs: a worker would add its start-up and nothing else (the driver only
-        # waits meanwhile). ``small_job_bytes=0`` turns that off. Outputs do not depend on either.
-        pool["workers"] = concurrency
-        if concurrency == 1 and options.small_job_bytes_value > 0:
-            log.info(
-                "tokenize: the input is one task: running in this process (small_job_bytes=0 to force workers)"
-            )
-            pool["executor"] = "inprocess"
+    pool = _worker_pool(execution, options, concurrency)
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
 
@@ -480,7 +492,7 @@ def write_token_shards(
                 engine=engine,
                 eos_token=eos_token,
                 bos_token=bos_token,
-                num_threads=max(1, (os.cpu_count() or 1) // workers),
+                num_threads=max(1, (os.cpu_count() or 1) // options.num_workers),
             )
         )
         dtype = token_dtype(tok.vocab_size)
@@ -495,15 +507,8 @@ def write_token_shards(
                 data, columns, split_bytes, on_error, unify_schemas=unify_schemas, schema=schema
             )
         )
-
-        if os.path.exists(os.path.join(output, "manifest.json")):
-            # the old set is being replaced: invalidate it first
-            os.remove(os.path.join(output, "manifest.json"))
-        os.makedirs(output, exist_ok=True)
-        # A fixed name, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints
-        # its outputs by path); removed once the set is complete.
-        scratch = os.path.join(output, "_work")
-        spill_dir = os.path.join(scratch, "spill")
+        _replace_set(output)
+        scratch = _scratch_dir(output, execution.get("work_dir"))
         if engine != "auto" or options.executor == "inprocess":
             # a forced engine that cannot be proven fails here, before any task; in-process the proof is shared
             _ = tok.engine
@@ -514,63 +519,28 @@ def write_token_shards(
                 id_column=id_column,
                 source_column=source_column,
                 seed=seed,
-                spill_dir=spill_dir,
+                spill_dir=f"{scratch}/spill",
                 concurrency=concurrency,
             )
             refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
-                os.path.join(scratch, "refs"), **execution
+                f"{scratch}/refs", **execution
             )
-            total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
-            num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
-            log.info(
-                "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
-                num_docs,
-                total_tokens,
-                dtype.itemsize,
-                shard_bytes,
-                num_shards,
+            shards, per_source, stats = _shuffle_and_pack(
+                refs, output, scratch, dtype, shard_bytes, megatron, batch_rows, execution
             )
-            if refs.files:
-                written = (
-                    zephyr.read_parquet(sorted(refs.files))
-                    .sort("key_hi", "key_lo", num_partitions=num_shards)
-                    .write_parquet(os.path.join(scratch, "sorted"), **execution)
-                )
-                parts = sorted(written.files)
-                jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
-                packed = (
-                    zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
-                    .map(_PackPartition(output, dtype.name, megatron, spill_dir, batch_rows))
-                    .to_arrow(**execution)
-                )
-                shards, per_source = _collect(packed.to_pylist())
-                shards = [s for s in shards if s.num_documents > 0] or shards[:1]
-                stats = dict(written.stats)
-            else:
-                # no document (empty inputs, or only null texts): a valid set of one empty shard
-                info, per_source = write_shard(
-                    output, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=megatron
-                )
-                shards, stats = [info], dict(refs.stats)
             meta = {
                 "dtype": dtype.name,
                 "vocab_size": tok.vocab_size,
                 "eos_id": tok.eos_id,
                 "bos_id": tok.bos_id,
                 "bos_policy": tok.bos_policy,
-                "tokenizer": {
-                    "path": tok.path,
-                    "sha256": tok.sha256,
-                    "engine": _engine_used(refs.stats, tok),
-                },
+                "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)},
                 "seed": seed,
                 "shard_size_bytes": shard_bytes,
                 "sources": {
-                    "inputs": [
-                        os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)
-                    ]
-                    if not isinstance(data, zephyr.Dataset)
-                    else [],
+                    "inputs": []
+                    if isinstance(data, zephyr.Dataset)
+                    else [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)],
                     "text_column": text_column,
                     "id_column": id_column,
                     "source_column": source_column,
@@ -578,13 +548,7 @@ def write_token_shards(
                 },
             }
             manifest = write_manifest(output, shards, meta=meta)
-            read = refs.stats["stages"][0] if refs.stats.get("stages") else {}
-            stats["rows"] = {  # where every input row went: in = kept + dropped + quarantined
-                "in": read.get("rows_in", 0),
-                "kept": read.get("rows_out", 0),
-                "dropped": read.get("rows_dropped", 0),
-                "quarantined": read.get("rows_rejected", 0),
-            }
+            stats["rows"] = _row_accounts(refs.stats)
             stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
             stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
                 "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
@@ -592,14 +556,120 @@ def write_token_shards(
                 "executor": pool.get("executor", "local")
                 if isinstance(pool.get("executor", "local"), str)
                 else "custom",
-                "workers": 0 if pool.get("executor") == "inprocess" else (pool.get("workers") or workers),
+                "workers": 0
+                if pool.get("executor") == "inprocess"
+                else (pool.get("workers") or options.num_workers),
             }
         except BaseException:
-            if "work_dir" not in execution or execution.get("work_dir") is None:
-                shutil.rmtree(scratch, ignore_errors=True)  # nothing could resume from it
+            if execution.get("work_dir") is None:
+                _remove_tree(scratch)  # nothing could resume from it
             raise
-        shutil.rmtree(scratch, ignore_errors=True)
+        _remove_tree(scratch)
         return TokenizeResult(output, manifest, stats)
+
+
+def _worker_pool(execution: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
+    """The execution options of the writer's jobs. More worker processes than tokenize tasks would only import
+    and sit idle on the cores the encoder threads use (later stages are a small sort and I/O-bound packing).
+    One task runs in this process, like the engine's small jobs: a worker would add its start-up and nothing
+    else (the driver only waits meanwhile); ``small_job_bytes=0`` turns that off. Outputs depend on neither."""
+    pool = dict(execution)
+    if options.executor == "local" and concurrency < options.num_workers:
+        pool["workers"] = concurrency
+        if concurrency == 1 and options.small_job_bytes_value > 0:
+            log.info(
+                "tokenize: the input is one task: running in this process (small_job_bytes=0 to force workers)"
+            )
+            pool["executor"] = "inprocess"
+    return pool
+
+
+def _replace_set(output: str) -> None:
+    """Invalidate an old set at ``output`` (its manifest goes first) and create the directory."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(output)
+    manifest = f"{root}/manifest.json"
+    if fs.exists(manifest):
+        fs.rm(manifest)
+    fs.makedirs(root, exist_ok=True)
+
+
+def _scratch_dir(output: str, work_dir: str | None) -> str:
+    """Spills, references and the sorted partitions: under the job's ``work_dir`` (any fsspec URL every worker
+    sees, e.g. on object storage for a cluster of machines) when given, else ``<output>/_work``. A fixed name
+    per output, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
+    outputs by path); removed once the set is complete."""
+    import hashlib
+
+    if work_dir is None:
+        return f"{output.rstrip('/')}/_work"
+    return f"{work_dir.rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
+
+
+def _remove_tree(url: str) -> None:
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(url)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(root, recursive=True)
+
+
+def _shuffle_and_pack(
+    refs: Any,
+    output: str,
+    scratch: str,
+    dtype: np.dtype,
+    shard_bytes: int,
+    megatron: bool,
+    batch_rows: int,
+    execution: dict[str, Any],
+) -> tuple[list[Any], dict[str, dict[str, int]], dict[str, Any]]:
+    """Steps 3-5: the shard count from the token total, the reference sort, one pack task per shard.
+    Returns (shard infos, per-source counts, the sort's stats)."""
+    import zephyr
+
+    total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
+    num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
+    log.info(
+        "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
+        num_docs,
+        total_tokens,
+        dtype.itemsize,
+        shard_bytes,
+        num_shards,
+    )
+    if not refs.files:  # no document (empty inputs, or only null texts): a valid set of one empty shard
+        with shard_directory(output) as directory:
+            info, per_source = write_shard(
+                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=megatron
+            )
+        return [info], per_source, dict(refs.stats)
+    written = (
+        zephyr.read_parquet(sorted(refs.files))
+        .sort("key_hi", "key_lo", num_partitions=num_shards)
+        .write_parquet(f"{scratch}/sorted", **execution)
+    )
+    parts = sorted(written.files)
+    jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
+    packed = (
+        zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
+        .map(_PackPartition(output, dtype.name, megatron, f"{scratch}/spill", batch_rows))
+        .to_arrow(**execution)
+    )
+    shards, per_source = _collect(packed.to_pylist())
+    return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
+
+
+def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:
+    """Where every input row went (the tokenize stage's counts): in = kept + dropped + quarantined."""
+    read = stats["stages"][0] if stats.get("stages") else {}
+    return {
+        "in": read.get("rows_in", 0),
+        "kept": read.get("rows_out", 0),
+        "dropped": read.get("rows_dropped", 0),
+        "quarantined": read.get("rows_rejected", 0),
+    }
 
 
 def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:

@@ -5,7 +5,9 @@
 
 Modules: ``config`` (dataclasses), ``presets``, ``layers`` / ``moe`` / ``model`` (the network), ``devices``,
 ``distributed`` (FSDP2, compile), ``optim``, ``data`` (batching the TokenLoader), ``checkpoint`` (atomic DCP),
-``metrics`` (JSONL, MFU, alarms), ``train`` (the loop), ``cli`` (``zephyr train``). See docs/trainer.md.
+``metrics`` (JSONL, MFU, alarms), ``balance`` (Quantile Balancing), ``step`` (one optimizer step), ``train`` (the
+loop), ``cli`` (``zephyr train``), ``check`` (``zephyr train check``: graph breaks, host syncs, FLOPs, memory).
+See docs/trainer.md.
 """
 
 from __future__ import annotations

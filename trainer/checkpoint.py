@@ -22,6 +22,7 @@ with ``torch.load(weights_only=True)``. Resuming with a different model configur
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -40,6 +41,7 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from zephyr.trainer.config import ConfigProblems, ModelConfig, model_config_from_dict
 
 from zephyr.errors import InputError, ResumeError
 
@@ -125,6 +127,16 @@ def _differences(saved: Any, now: Any, prefix: str = "") -> list[tuple[str, Any,
             out += _differences(saved.get(key), now.get(key), f"{prefix}{key}.")
         return out
     return [] if saved == now else [(prefix.rstrip("."), saved, now)]
+
+
+def _with_later_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's model config with the keys added since it was written set to their defaults (e.g.
+    ``moe.balance``, whose default ``bias`` is what older runs did), so older checkpoints still resume."""
+    base = ModelConfig(moe=None) if saved.get("moe", {}) is None else ModelConfig()
+    try:
+        return dataclasses.asdict(model_config_from_dict(saved, base))
+    except ConfigProblems:  # a key this version no longer knows: compare as written, naming it
+        return saved
 
 
 # ---- manager -----------------------------------------------------------------------------------------------
@@ -251,10 +263,11 @@ class CheckpointManager:
             raise ResumeError(
                 f"{meta_path}: checkpoint format version {meta.get('version')}, expected {FORMAT_VERSION}"
             )
-        if meta["model_config"] != model_config:
+        saved_config = _with_later_defaults(meta["model_config"])
+        if saved_config != model_config:
             diff = "; ".join(
                 f"model.{key}: checkpoint {saved!r}, this run {now!r}"
-                for key, saved, now in _differences(meta["model_config"], model_config)
+                for key, saved, now in _differences(saved_config, model_config)
             )
             raise ResumeError(
                 f"{path} was written for a different model ({diff}); use another --checkpoint-dir "

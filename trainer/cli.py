@@ -6,8 +6,11 @@ Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
         --checkpoint-dir ckpt/ --checkpoint-every 50 --log train.jsonl
     zephyr train run.yaml --steps 1000 --lr 6e-4
     zephyr train --data web/=0.7 --data code/=0.3 ...          # a weighted mixture
+    zephyr train --data web/ --data code/ --mix unimax:epochs=4 --packing best-fit ...
+    zephyr train ... --max-epochs code/=2 --instance-filter repetition --reweight
     zephyr train ... --set moe.top_k=2 --set qk_norm=true        # any model field (dotted for moe.*)
     torchrun --nproc-per-node 8 -m zephyr.cli train run.yaml     # FSDP2 over 8 devices
+    zephyr train check --preset moe-785m --batch-size 16 --seq-len 2048   # before booking a GPU
 
 Rerunning with the same ``--checkpoint-dir`` resumes from its latest checkpoint. The global execution options
 (``--workers``, ``--executor``...) are accepted and ignored: training is not an engine job.
@@ -22,7 +25,7 @@ from typing import Any
 
 from zephyr.errors import ConfigError
 
-__all__ = ["register", "handler", "config_from_args"]
+__all__ = ["register", "handler", "config_from_args", "add_run_arguments"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,15 @@ _TOP = {  # flag dest -> (type, help)
     "tensorboard_dir": (str, "TensorBoard log directory (needs tensorboard installed)"),
     "spike_factor": (float, "warn when loss > this x running mean"),
     "peak_tflops": (float, "peak TFLOPS per device for MFU (default: looked up, H100 = 989)"),
+    "packing": (str, "tokens (concatenate and cut), documents (padded) or best-fit (bins; docs/tokenize.md)"),
+    "mix": (str, "mixture weights from token counts: temperature:T or unimax:epochs=N"),
+    "mix_window": (int, "steps over which the realized mix share is logged"),
+    "instance_filter": (str, "repetition: mask the loss of samples with a repeated token pattern"),
+    "repetition_min_period": (int, "repetition filter: shortest pattern (tokens)"),
+    "repetition_max_period": (int, "repetition filter: longest pattern (tokens)"),
+    "repetition_max_count": (int, "repetition filter: more repeats than this flag a sample"),
+    "prefetch_shards": (int, "remote shards copied ahead of use (0: none)"),
+    "cache_limit_bytes": (int, "bound on the local cache of remote shards"),
 }
 _OPTIM = {
     "lr": (float, "peak learning rate"),
@@ -62,18 +74,46 @@ _MODEL = {
 _MOE = {
     "dispatch": (str, "MoE dispatch: auto, grouped_mm, loop or capacity"),
     "capacity_factor": (float, "capacity dispatch: slots per expert relative to an even split"),
+    "balance": (
+        str,
+        "router load balancing: bias (aux-loss-free, the default), quantile (Quantile Balancing) or aux",
+    ),
+    "bias_update_rate": (float, "--balance bias: bias step per optimizer step"),
+    "balance_loss_weight": (float, "weight of the sequence-level balance loss (needed by --balance aux)"),
 }
+
+
+class _TrainParser(argparse.ArgumentParser):
+    """``zephyr train``'s parser: a first word ``check`` hands the rest of the line to ``zephyr train check``
+    (``train`` takes an optional config file as its first word, so the check cannot be a plain subcommand)."""
+
+    check_parser: argparse.ArgumentParser | None = None
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        if self.check_parser is not None and args and args[0] == "check":
+            return self.check_parser.parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "train",
         parents=[common],
-        help="train the MoE language model on token shards",
+        help="train the MoE language model on token shards (zephyr train check: is it ready for the GPU?)",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
+    add_run_arguments(p)
+    p.set_defaults(func=handler)
+    from zephyr.trainer.check.cli import build_check_parser
+
+    p.__class__ = _TrainParser
+    p.check_parser = build_check_parser(common)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
+    """The config file and every ``TrainConfig`` flag (those in ``skip`` left out), for train and check."""
     p.add_argument("config", nargs="?", default=None, help="YAML/JSON training config (flags override it)")
     S = argparse.SUPPRESS
     p.add_argument(
@@ -83,23 +123,42 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         metavar="DIR[=WEIGHT]",
         help="token-shard directory; repeat with =WEIGHT for a mixture; omit for synthetic tokens",
     )
+    p.add_argument(
+        "--max-epochs",
+        dest="max_epochs",
+        action="append",
+        default=S,
+        metavar="EPOCHS|DIR=EPOCHS",
+        help="cap on each source's repetition: one number, or DIR=EPOCHS (repeatable)",
+    )
+    p.add_argument(
+        "--mix-schedule",
+        dest="mix_schedule",
+        default=S,
+        metavar="JSON",
+        help='weights by step, e.g. \'[[0, {"web/": 0.9, "code/": 0.1}], [1000, {"web/": 0.5, "code/": 0.5}]]\'',
+    )
+    p.add_argument(
+        "--reweight",
+        dest="reweight",
+        action=argparse.BooleanOptionalAction,
+        default=S,
+        help="on resume, apply this run's mixture weights (else a mismatch with the checkpoint is an error)",
+    )
     for table in (_TOP, _OPTIM, _MODEL, _MOE):
         for dest, (typ, text) in table.items():
-            p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
-    p.add_argument(
-        "--compile",
-        dest="compile",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="torch.compile each transformer block",
-    )
-    p.add_argument(
-        "--qk-norm",
-        dest="qk_norm",
-        action=argparse.BooleanOptionalAction,
-        default=S,
-        help="RMSNorm on queries and keys",
-    )
+            if dest not in skip:
+                p.add_argument("--" + dest.replace("_", "-"), dest=dest, type=typ, default=S, help=text)
+    flags = {
+        "compile": "torch.compile each transformer block",
+        "activation_checkpointing": "recompute each block's activations in the backward pass (less memory, "
+        "~1 more forward)",
+        "qk_norm": "RMSNorm on queries and keys",
+    }
+    for dest, text in flags.items():
+        if dest not in skip:
+            flag = "--" + dest.replace("_", "-")
+            p.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=S, help=text)
     p.add_argument(
         "--set",
         dest="overrides",
@@ -108,7 +167,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         metavar="KEY=VALUE",
         help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is JSON or text",
     )
-    p.set_defaults(func=handler)
 
 
 def _parse_value(text: str) -> Any:
@@ -118,19 +176,40 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _parse_data(values: list[str]) -> str | dict[str, float]:
-    if len(values) == 1 and "=" not in values[0]:
+def _parse_data(values: list[str], *, mix: bool = False) -> str | dict[str, float]:
+    if len(values) == 1 and "=" not in values[0] and not mix:
         return values[0]
     mixture: dict[str, float] = {}
     for item in values:
         path, sep, weight = item.rpartition("=")
+        if not sep and mix:  # --mix derives the weights from token counts
+            mixture[item] = 1.0
+            continue
         if not sep:
-            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source")
+            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source (or --mix)")
         try:
             mixture[path] = float(weight)
         except ValueError:
             raise ConfigError(f"--data {item!r}: weight {weight!r} is not a number") from None
     return mixture
+
+
+def _parse_max_epochs(values: list[str]) -> float | dict[str, float]:
+    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``."""
+    caps: dict[str, float] = {}
+    for item in values:
+        path, sep, epochs = item.rpartition("=")
+        try:
+            if not sep:
+                if len(values) > 1:
+                    raise ConfigError(
+                        f"--max-epochs {item!r}: give one number, or DIR=EPOCHS for each source"
+                    )
+                return float(item)
+            caps[path] = float(epochs)
+        except ValueError:
+            raise ConfigError(f"--max-epochs {item!r}: {epochs or item!r} is not a number") from None
+    return caps
 
 
 def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (imported lazily)
@@ -145,10 +224,22 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
     for dest in _TOP:
         if dest in given:
             raw[dest] = given[dest]
-    if "compile" in given:
-        raw["compile"] = given["compile"]
+    for flag in ("compile", "activation_checkpointing"):
+        if flag in given:
+            raw[flag] = given[flag]
     if "data" in given:
-        raw["data"] = _parse_data(given["data"])
+        raw["data"] = _parse_data(given["data"], mix="mix" in given or bool(raw.get("mix")))
+    if "max_epochs" in given:
+        raw["max_epochs"] = _parse_max_epochs(given["max_epochs"])
+    if "mix_schedule" in given:
+        try:
+            raw["mix_schedule"] = json.loads(given["mix_schedule"])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--mix-schedule is not JSON ({exc}); write [[STEP, {{DIR: WEIGHT}}], ...]"
+            ) from None
+    if "reweight" in given:
+        raw["reweight"] = given["reweight"]
     # a section that is not a mapping is left as it is for TrainConfig.from_dict to report by its key
     if isinstance(optim := raw.get("optim", {}), dict):
         raw["optim"] = {**optim, **{k: given[k] for k in _OPTIM if k in given}}

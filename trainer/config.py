@@ -43,6 +43,7 @@ __all__ = [
     "Dispatch",
     "AttentionBackend",
     "Schedule",
+    "Balance",
     "ConfigProblems",
     "model_config_from_dict",
     "read_config_file",
@@ -52,6 +53,7 @@ ScoreFunc = Literal["softmax", "sigmoid"]
 Dispatch = Literal["auto", "grouped_mm", "loop", "capacity"]
 AttentionBackend = Literal["auto", "flex", "sdpa"]
 Schedule = Literal["cosine", "wsd", "constant"]
+Balance = Literal["bias", "quantile", "aux"]
 
 
 class ConfigProblems(ConfigError):
@@ -118,6 +120,8 @@ def _describe(hint: Any) -> str:
         return "a mapping" if value is Any else f"a mapping {{{words[key]}: {words[value]}}}"
     if hint is type(None):
         return "null"
+    if hint is list:
+        return "a list"
     if dataclasses.is_dataclass(hint):
         return f"a mapping of {hint.__name__} keys"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(hint, str(hint))
@@ -137,6 +141,8 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin is dict:
         key, item = typing.get_args(hint)
         return isinstance(value, dict) and all(_fits(k, key) and _fits(v, item) for k, v in value.items())
+    if hint is list:
+        return isinstance(value, list)
     if hint is bool:
         return isinstance(value, bool)
     if hint is int:
@@ -218,8 +224,14 @@ class MoEConfig:
     """Renormalize the K selected scores to sum to 1 (DeepSeek-V3 does this with sigmoid scoring)."""
     route_scale: float = _range(0, low_open=True, default=1.0)
     """Multiplier on the routing weights."""
+    balance: Balance = "bias"
+    """How expert load is balanced. ``bias``: aux-loss-free balancing (DeepSeek-V3), each step every expert bias
+    moves by ``bias_update_rate`` towards balance. ``quantile``: Quantile Balancing (``zephyr.trainer.balance``),
+    each step the bias is set to the one that would have balanced that step's tokens; no rate to tune.
+    ``aux``: no bias, the sequence-level balance loss alone (needs ``balance_loss_weight`` > 0). The balance
+    loss can be added to ``bias`` and ``quantile`` too."""
     bias_update_rate: float = _range(0, default=1e-3)
-    """Aux-loss-free balancing: after each optimizer step every expert bias moves by this amount towards balance,
+    """``balance: bias`` only: after each optimizer step every expert bias moves by this amount towards balance,
     ``bias += rate * sign(mean_load - load)``. 0 disables it (the bias stays 0)."""
     balance_loss_weight: float = _range(0, default=0.0)
     """Weight α of the sequence-level balance loss (DeepSeek-V3 eq. 17-20); 0 disables it. Keep it tiny (1e-4)."""
@@ -236,6 +248,16 @@ class MoEConfig:
     def _rules(self) -> list[str]:
         if self.top_k > self.num_experts:
             return [f"model.moe.top_k ({self.top_k}) must be <= model.moe.num_experts ({self.num_experts})"]
+        if self.balance == "quantile" and self.top_k == self.num_experts:
+            return [
+                f"model.moe.balance=quantile needs model.moe.top_k ({self.top_k}) < model.moe.num_experts "
+                f"({self.num_experts}): with every expert chosen there is nothing to balance"
+            ]
+        if self.balance == "aux" and self.balance_loss_weight == 0:
+            return [
+                "model.moe.balance=aux needs model.moe.balance_loss_weight > 0 (it is the only balancing), "
+                "e.g. --balance-loss-weight 1.0e-3"
+            ]
         return []
 
 
@@ -346,6 +368,9 @@ class TrainConfig:
     """Autocast dtype: ``auto`` means bf16 where the device supports it, fp32 on CPU."""
     compile: bool = False
     """``torch.compile`` each transformer block separately."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass instead of keeping them (``Block``): less
+    memory (``zephyr train check`` estimates both), about one more forward pass of compute."""
     seed: int = _range(0, default=0)
     """Seeds initialization and data order (numpy seeds must be >= 0)."""
     checkpoint_dir: str | None = None
@@ -361,9 +386,32 @@ class TrainConfig:
     """Warn when a step's loss exceeds this multiple of the running mean; 0 disables the warning."""
     peak_tflops: float = _range(0, default=0.0)
     """Peak dense TFLOPS per device for MFU; 0 looks it up from the device name (H100: 989 bf16)."""
+    # ---- data loading (zephyr.tokenize.TokenLoader; docs/tokenize.md) ----
+    packing: Literal["tokens", "documents", "best-fit"] = "tokens"
+    """How documents become samples: concatenate and cut, whole documents padded, or best-fit bins."""
+    mix: str | None = None
+    """Mixture weights from token counts instead of ``data``'s: ``temperature:T`` or ``unimax:epochs=N``."""
+    max_epochs: float | dict[str, float] | None = None
+    """Cap on each source's repetition (one number, or ``{dir: epochs}``); capped sources stop being drawn."""
+    mix_schedule: list | None = None
+    """Weights by step, piecewise constant: ``[[step, {dir: weight}], ...]``."""
+    mix_window: int = _range(1, default=100)
+    """Steps over which train.jsonl's ``mix_share`` (the realized share per source) is measured."""
+    reweight: bool = False
+    """On resume, apply this run's mixture weights from the resume step (without it a mismatch is an error)."""
+    instance_filter: Literal["repetition"] | None = None
+    """Mask the loss of samples with a token pattern repeated more than ``repetition_max_count`` times."""
+    repetition_min_period: int = _range(1, default=1)
+    repetition_max_period: int = _range(1, default=13)
+    repetition_max_count: int = _range(1, default=32)
+    prefetch_shards: int = _range(0, default=0)
+    """Remote shards copied ahead of use into the cache by a background thread (0: none)."""
+    cache_limit_bytes: int | None = None
+    """Bound on the local cache of remote shards (least recently used verified copies are evicted)."""
 
     def __post_init__(self) -> None:
         problems = _field_problems(self, "")
+        problems += _data_problems(self)
         if isinstance(self.preset, str) and isinstance(self.model, dict):
             problems += _model_problems(self.preset, self.model)
         if problems:
@@ -403,6 +451,28 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _data_problems(cfg: TrainConfig) -> list[str]:
+    """Cross-field rules of the data-loading keys, each naming both sides."""
+    problems = []
+    sources = cfg.data if isinstance(cfg.data, dict) else {}
+    if cfg.mix is not None and isinstance(cfg.mix, str) and not sources:
+        problems.append("mix needs a mixture in data ({dir: weight}, or --data DIR repeated)")
+    if isinstance(cfg.mix_schedule, list):
+        for i, entry in enumerate(cfg.mix_schedule):
+            ok = isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[0], int)
+            if not ok or entry[0] < 0 or not isinstance(entry[1], dict) or set(entry[1]) != set(sources):
+                problems.append(
+                    f"mix_schedule[{i}] must be [step >= 0, {{dir: weight}} naming every data source "
+                    f"{sorted(sources)}], got {_got(entry)}"
+                )
+    if isinstance(cfg.max_epochs, dict) and set(cfg.max_epochs) - set(sources):
+        problems.append(f"max_epochs names {sorted(set(cfg.max_epochs) - set(sources))}, not in data")
+    low, high = cfg.repetition_min_period, cfg.repetition_max_period
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        problems.append(f"repetition_min_period ({low}) must be <= repetition_max_period ({high})")
+    return problems
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

@@ -15,6 +15,7 @@ back to back. Sample ``i`` of rank ``r`` is a pure function of ``(seed, i·world
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ import torch
 
 from zephyr.errors import ConfigError, ResumeError
 
-__all__ = ["SampleSource", "Batcher", "SyntheticTokens", "build_source"]
+__all__ = ["SampleSource", "Batcher", "SyntheticTokens", "build_source", "loader_options", "MixTracker"]
 
 
 class SampleSource(Protocol):
@@ -121,10 +122,13 @@ def build_source(
     seed: int,
     rank: int,
     world_size: int,
+    **options: Any,
 ) -> tuple[SampleSource, int | None]:
     """A ``TokenLoader`` over ``data`` (directory or ``{dir: weight}`` mixture), or synthetic tokens if None.
 
-    Also returns the data's vocabulary size (the largest in the shard sets' manifests; None for synthetic).
+    ``options`` go to ``TokenLoader`` (packing, mix, max_epochs, schedule, instance_filter, prefetch...);
+    the synthetic stream has none of them. Also returns the data's vocabulary size (the largest in the shard
+    sets' manifests; None for synthetic).
     """
     if data is None:
         return SyntheticTokens(vocab_size, seq_len, seed=seed, rank=rank, world_size=world_size), None
@@ -137,7 +141,8 @@ def build_source(
         ) from exc
     paths = [data] if isinstance(data, str) else list(data)
     data_vocab = max(read_manifest(p).vocab_size for p in paths)
-    return TokenLoader(data, seq_len=seq_len, seed=seed, rank=rank, world_size=world_size), data_vocab
+    loader = TokenLoader(data, seq_len=seq_len, seed=seed, rank=rank, world_size=world_size, **options)
+    return loader, data_vocab
 
 
 class Batcher:
@@ -190,7 +195,71 @@ class Batcher:
     def state_dict(self) -> dict[str, Any]:
         return self._state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.source.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
+        """Resume the source at ``state``; ``reweight`` lets a ``TokenLoader`` take new mixture weights."""
+        if reweight:
+            self.source.load_state_dict(state, reweight=True)
+        else:
+            self.source.load_state_dict(state)
         self._it = None
         self._state = self.source.state_dict()
+
+
+def schedule_samples(
+    schedule: list, samples_per_step: int, *, origin_step: int = 0, origin_sample: int = 0
+) -> list[tuple[int, dict[str, float]]]:
+    """``[[step, weights], ...]`` as ``[(global sample index, weights), ...]``.
+
+    Steps count from ``origin_step``, which began at global sample ``origin_sample`` (a resume point), so the
+    switches land on their steps even when a resume changed the samples per step (world size, batch size).
+    Entries at or before the origin map to indices at or before it, in order.
+    """
+    return [
+        (max(0, origin_sample + (int(step) - origin_step) * samples_per_step), dict(weights))
+        for step, weights in schedule
+    ]
+
+
+def loader_options(cfg: Any, *, samples_per_step: int, tokens_per_step: int) -> dict[str, Any]:
+    """``TokenLoader`` keyword arguments from a ``TrainConfig``'s data-loading keys."""
+    options: dict[str, Any] = {"packing": cfg.packing, "prefetch_shards": cfg.prefetch_shards}
+    if cfg.mix is not None:
+        options.update(mix=cfg.mix, mix_budget_tokens=cfg.steps * tokens_per_step)
+    if cfg.max_epochs is not None:
+        options["max_epochs"] = cfg.max_epochs
+    if cfg.mix_schedule:
+        options["schedule"] = schedule_samples(cfg.mix_schedule, samples_per_step)
+    if cfg.instance_filter == "repetition":
+        from zephyr.tokenize.filters import RepetitionFilter
+
+        options["instance_filter"] = RepetitionFilter(
+            cfg.repetition_min_period, cfg.repetition_max_period, cfg.repetition_max_count
+        )
+    if cfg.cache_limit_bytes is not None:
+        options["cache_limit_bytes"] = cfg.cache_limit_bytes
+    return options
+
+
+class MixTracker:
+    """The realized mix for train.jsonl: per source, tokens drawn so far (samples x seq_len, all ranks) and
+    the share of the samples drawn over the last ``window`` steps."""
+
+    def __init__(self, source: Any, seq_len: int, window: int) -> None:
+        self.source = source
+        self.seq_len = seq_len
+        self.enabled = hasattr(source, "mix_counts") and len(getattr(source, "sources", [])) > 1
+        self._history: collections.deque[dict[str, int]] = collections.deque(maxlen=window + 1)
+
+    def record(self) -> dict[str, Any]:
+        """This step's entries (none for a single source or the synthetic stream)."""
+        if not self.enabled:
+            return {}
+        counts = self.source.mix_counts()
+        self._history.append(counts)
+        first = self._history[0] if len(self._history) > 1 else dict.fromkeys(counts, 0)
+        drawn = {k: counts[k] - first[k] for k in counts}
+        total = sum(drawn.values()) or 1
+        return {
+            "mix_tokens": {k: c * self.seq_len for k, c in counts.items()},
+            "mix_share": {k: round(d / total, 5) for k, d in drawn.items()},
+        }

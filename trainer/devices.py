@@ -8,6 +8,11 @@ backend suit it, and its peak dense bf16 FLOPS for MFU.
 Peak FLOPS table (dense bf16, no sparsity; vendor data sheets): H100 SXM 989 TFLOPS (the torchtitan value),
 H100 PCIe 756, H200 989, A100 312, B200 2250, L40S 362, MI300X 1307, Intel Data Center GPU Max 1550 ≈ 832.
 An unknown device gets no MFU (``None``), never a made-up one.
+
+Emulation: ``resolve_device("xpu" | "xla" | "cuda", emulate=True)`` takes that device's code path (its MoE
+dispatch and attention defaults, bf16 autocast, fused AdamW, step marks for torch_xla) with tensors on the CPU.
+Tests and ``zephyr train check`` use it to run the accelerator paths where no accelerator exists; what it
+cannot reach is the vendor runtime itself (kernels, collectives, the torch_xla lazy tensor).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import torch
 
 from zephyr.errors import ConfigError
 
-__all__ = ["DeviceInfo", "resolve_device", "grouped_mm_supported", "peak_flops_for"]
+__all__ = ["DeviceInfo", "resolve_device", "resolve_dispatch", "grouped_mm_supported", "peak_flops_for"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,13 @@ class DeviceInfo:
     name: str
     peak_flops: float | None
     """Peak dense bf16 FLOPS of one device, for MFU; None when unknown."""
+    emulated: bool = False
+    """The code path of ``type`` with tensors on the CPU (``device`` is the CPU); see the module docstring."""
+
+    @property
+    def autocast_type(self) -> str:
+        """The device type ``torch.autocast`` needs: where the tensors are, not whose code path runs."""
+        return self.device.type
 
     def default_dispatch(self) -> str:
         """grouped_mm where it runs, capacity on torch_xla (static shapes), the loop otherwise (XPU)."""
@@ -64,12 +76,27 @@ class DeviceInfo:
         return "flex" if self.type == "cuda" else "sdpa"
 
     def synchronize(self) -> None:
+        """Wait for the device's queued work (a no-op on the CPU, emulated devices included)."""
+        if self.emulated or self.type == "cpu":
+            return
         if self.type in ("cuda", "xpu"):
             torch.accelerator.synchronize()
         elif self.type == "xla":  # pragma: no cover - needs torch_xla
             import torch_xla.core.xla_model as xm
 
             xm.wait_device_ops()
+
+    def mark_step(self) -> None:
+        """End of an optimizer step: torch_xla compiles and runs the lazily traced step here; elsewhere nothing.
+
+        One mark per step keeps the XLA program the same every step (static shapes, no data-dependent ones:
+        capacity dispatch), so it is compiled once.
+        """
+        if self.type != "xla" or self.emulated:
+            return
+        import torch_xla.core.xla_model as xm  # pragma: no cover - needs torch_xla
+
+        xm.mark_step()  # pragma: no cover - needs torch_xla
 
 
 def grouped_mm_supported(device: torch.device) -> bool:
@@ -90,6 +117,22 @@ def grouped_mm_supported(device: torch.device) -> bool:
         return False
 
 
+def resolve_dispatch(chosen: str, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
+    """The MoE dispatch a run uses: ``auto`` takes the device's default, except that ``torch._grouped_mm``
+    compiles only for bf16 inputs (its fake-tensor kernel checks the dtype; the CPU's eager kernel takes fp32),
+    so a compiled fp32 run takes the loop instead. Asking for grouped_mm there is a config error."""
+    dispatch = info.default_dispatch() if chosen == "auto" else chosen
+    if dispatch == "grouped_mm" and compile and not bf16:
+        if chosen == "grouped_mm":
+            raise ConfigError(
+                "moe.dispatch=grouped_mm with --compile needs bf16 (torch._grouped_mm compiles only for bf16 "
+                "inputs): add --dtype bf16, or use --dispatch loop"
+            )
+        log.info("compiled fp32 run: MoE dispatch loop (torch._grouped_mm compiles only for bf16)")
+        return "loop"
+    return dispatch
+
+
 def peak_flops_for(name: str) -> float | None:
     for key, tflops in _PEAK_BF16_TFLOPS:
         if key in name:
@@ -97,8 +140,11 @@ def peak_flops_for(name: str) -> float | None:
     return None
 
 
-def resolve_device(kind: str = "auto", local_rank: int | None = None) -> DeviceInfo:
-    """The device this process trains on; ``local_rank`` (default ``$LOCAL_RANK`` or 0) picks the accelerator."""
+def resolve_device(kind: str = "auto", local_rank: int | None = None, *, emulate: bool = False) -> DeviceInfo:
+    """The device this process trains on; ``local_rank`` (default ``$LOCAL_RANK`` or 0) picks the accelerator.
+
+    ``emulate=True`` returns ``kind``'s code path with tensors on the CPU (see the module docstring).
+    """
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if kind == "auto":
@@ -106,13 +152,16 @@ def resolve_device(kind: str = "auto", local_rank: int | None = None) -> DeviceI
         kind = acc.type if acc is not None and acc.type in ("cuda", "xpu") else "cpu"
     if kind not in _BACKENDS:
         raise ConfigError(f"unknown device {kind!r}; choose auto, cuda, xpu, cpu or xla")
-    if kind == "xla":  # pragma: no cover - needs torch_xla
+    if emulate and kind != "cpu":
+        name = f"{kind} (emulated on the cpu)"
+        return DeviceInfo(kind, torch.device("cpu"), _BACKENDS[kind], True, name, None, emulated=True)
+    if kind == "xla":
         try:
             import torch_xla.core.xla_model as xm
         except ImportError as exc:
             raise ConfigError("--device xla needs torch_xla: pip install torch_xla") from exc
-        device = xm.xla_device()
-        return DeviceInfo("xla", device, "xla", True, "xla", None)
+        device = xm.xla_device()  # pragma: no cover - needs torch_xla
+        return DeviceInfo("xla", device, "xla", True, "xla", None)  # pragma: no cover - needs torch_xla
     if kind == "cpu":
         return DeviceInfo("cpu", torch.device("cpu"), "gloo", False, "cpu", None)
     module = getattr(torch, kind)

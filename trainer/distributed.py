@@ -20,7 +20,7 @@ from torch import nn
 from zephyr.trainer.devices import DeviceInfo
 from zephyr.trainer.moe import MoE
 
-__all__ = ["DistInfo", "init_distributed", "destroy_distributed", "parallelize"]
+__all__ = ["DistInfo", "init_distributed", "destroy_distributed", "parallelize", "dynamo_options"]
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def init_distributed(info: DeviceInfo) -> DistInfo:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world > 1 and not dist.is_initialized():
         kwargs = {}
-        if info.type in ("cuda", "xpu"):
+        if info.device.type in ("cuda", "xpu"):
             kwargs["device_id"] = info.device
         dist.init_process_group(backend=info.dist_backend, rank=rank, world_size=world, **kwargs)
         log.info("joined process group: rank %d of %d (%s)", rank, world, info.dist_backend)
@@ -61,9 +61,29 @@ def destroy_distributed() -> None:
         dist.destroy_process_group()
 
 
-def parallelize(model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool) -> nn.Module:
-    """Compile blocks and/or shard them with FSDP2, in place; returns ``model``."""
+def dynamo_options(model: nn.Module) -> dict[str, object]:
+    """The ``torch._dynamo.config`` settings compiling ``model`` needs.
+
+    The per-expert loop reads its group sizes with ``.tolist()``; with ``capture_scalar_outputs`` dynamo
+    keeps that in the graph (as unbacked sizes) instead of breaking the block in two. The read itself still
+    waits for the device: ``zephyr train check`` reports it as a host sync of the loop dispatch.
+    """
+    loop = any(isinstance(m, MoE) and m.dispatch == "loop" for m in model.modules())
+    return {"capture_scalar_outputs": True} if loop else {}
+
+
+def parallelize(
+    model: nn.Module, *, compile: bool, fsdp: bool, bf16: bool, activation_checkpointing: bool = False
+) -> nn.Module:
+    """Checkpoint, compile and/or shard the blocks with FSDP2, in place; returns ``model``."""
+    for block in model.layers:
+        block.checkpoint_activations = activation_checkpointing
     if compile:
+        for key, value in dynamo_options(model).items():
+            log.info(
+                "torch._dynamo.config.%s = %r (loop dispatch: the group sizes stay in the graph)", key, value
+            )
+            setattr(torch._dynamo.config, key, value)
         for block in model.layers:
             block.compile()
     if not fsdp:

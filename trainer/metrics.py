@@ -101,7 +101,7 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
     supersedes go too (the later run's values are the ones the checkpoints hold).
 
     The kept prefix is written to ``<path>.tmp-<random>``, fsynced and renamed over the log (``os.replace``),
-    as ``zephyr.tasks.write_json_atomic`` does, so a kill during the trim leaves the old log or the new one.
+    as ``zephyr.io.paths.write_json_atomic`` does, so a kill during the trim leaves the old log or the new one.
     (That helper is not imported: ``zephyr.tasks`` needs pyarrow, and the trainer imports with torch, numpy
     and fsspec alone. The log is a local file: the logger appends to it with ``open``.)
     """

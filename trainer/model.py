@@ -14,12 +14,14 @@ sequence — document masking is not credited).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from zephyr.trainer.config import ModelConfig
 from zephyr.trainer.layers import (
     Attention,
@@ -29,7 +31,7 @@ from zephyr.trainer.layers import (
     build_attention_mask,
     rope_cos_sin,
 )
-from zephyr.trainer.moe import MoE
+from zephyr.trainer.moe import MoE, recomputing_activations
 
 __all__ = [
     "Transformer",
@@ -46,7 +48,14 @@ IGNORE_INDEX = -100
 
 
 class Block(nn.Module):
-    """Pre-norm block: ``x + attn(norm(x))`` then ``x + ffn(norm(x))``; the FFN is SwiGLU or MoE."""
+    """Pre-norm block: ``x + attn(norm(x))`` then ``x + ffn(norm(x))``; the FFN is SwiGLU or MoE.
+
+    ``checkpoint_activations``: keep only the block's input for the backward pass and recompute the rest there
+    (``torch.utils.checkpoint``, non-reentrant): activation memory falls from every block's intermediates to
+    one block's, for one more forward pass of compute.
+    """
+
+    checkpoint_activations: bool = False
 
     def __init__(self, cfg: ModelConfig, layer: int, dispatch: str) -> None:
         super().__init__()
@@ -62,6 +71,17 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not (self.checkpoint_activations and torch.is_grad_enabled()):
+            return self._forward(x, cos, sin, mask)
+        if torch.compiler.is_compiling():  # the compiled backward recomputes ops, never the counter updates
+            return checkpoint(self._forward, x, cos, sin, mask, use_reentrant=False)
+        return checkpoint(
+            self._forward, x, cos, sin, mask, use_reentrant=False, context_fn=_recompute_context
+        )
+
+    def _forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: AttentionMask
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x = x + self.attn(self.attn_norm(x), (cos, sin), mask)
         h = self.ffn_norm(x)
         if isinstance(self.ffn, MoE):
@@ -69,6 +89,12 @@ class Block(nn.Module):
         else:
             out, aux = self.ffn(h), x.new_zeros((), dtype=torch.float32)
         return x + out, aux
+
+
+def _recompute_context() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """``torch.utils.checkpoint``'s ``context_fn``: nothing around the first forward, the router-counter guard
+    around the recomputation."""
+    return contextlib.nullcontext(), recomputing_activations()
 
 
 class Transformer(nn.Module):

@@ -5,9 +5,11 @@ F expert hidden width, S = T·K routed slots, N padded slots (grouped_mm), C slo
 
 Router (fp32, autocast off): ``scores_TE = softmax(x W)`` or ``sigmoid(x W)``. Experts are *selected* with
 ``topk(scores + expert_bias)`` but *weighted* with the unbiased scores (DeepSeek-V3 §2.1.2, aux-loss-free load
-balancing): the bias only steers selection. After each optimizer step ``update_expert_bias`` moves every bias by
-``rate · sign(mean_load − load)`` using the token counts accumulated since the last update (all-reduced across
-data-parallel ranks, so every rank keeps the same bias). An optional sequence-level balance loss
+balancing): the bias only steers selection. After each optimizer step ``update_expert_bias`` sets the bias from
+what was observed since the last update (all-reduced across data-parallel ranks, so every rank keeps the same
+bias): ``balance: bias`` moves every bias by ``rate · sign(mean_load − load)`` from the token counts;
+``balance: quantile`` replaces it with the Quantile Balancing estimate (``zephyr.trainer.balance``), the mean
+of the micro-batches' balancing biases; ``balance: aux`` leaves it at 0. An optional sequence-level balance loss
 (DeepSeek-V3 eq. 17–20) ``α · Σ_e f_e P_e`` per sequence is returned as the layer's auxiliary loss.
 
 Dispatch — all three compute the same function when no token is dropped:
@@ -28,18 +30,48 @@ the routing weights, no atomics.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from zephyr.trainer.balance import chunk_quantile_bias, mean_quantile_bias
 from zephyr.trainer.config import MoEConfig
 from zephyr.trainer.layers import SwiGLU
 
-__all__ = ["MoE", "Router", "GroupedExperts", "update_expert_bias", "moe_layers", "GROUP_ALIGN_ROWS"]
+__all__ = [
+    "MoE",
+    "Router",
+    "GroupedExperts",
+    "update_expert_bias",
+    "moe_layers",
+    "recomputing_activations",
+    "GROUP_ALIGN_ROWS",
+]
 
 GROUP_ALIGN_ROWS = 16
 """Each expert's group in the grouped_mm buffer starts at a multiple of this many rows (16 covers bf16/fp8)."""
+
+
+_recomputing = False
+"""True while activation checkpointing recomputes a block (``recomputing_activations``)."""
+
+
+@contextlib.contextmanager
+def recomputing_activations() -> Iterator[None]:
+    """Mark a block's recomputation in the backward pass (activation checkpointing's second forward).
+
+    The routers' counters (loads, dropped tokens, quantile estimates) were updated by the block's first
+    forward; inside this context they are left alone, so every token is counted once.
+    """
+    global _recomputing
+    before, _recomputing = _recomputing, True
+    try:
+        yield
+    finally:
+        _recomputing = before
 
 
 class Router(nn.Module):
@@ -57,6 +89,11 @@ class Router(nn.Module):
             "tokens_per_expert", torch.zeros(cfg.num_experts, dtype=torch.float32), persistent=False
         )
         self.register_buffer("dropped_tokens", torch.zeros((), dtype=torch.float32), persistent=False)
+        # Quantile Balancing: the sum of the micro-batches' balancing biases since the update, and their number.
+        self.register_buffer(
+            "quantile_bias_sum", torch.zeros(cfg.num_experts, dtype=torch.float32), persistent=False
+        )
+        self.register_buffer("quantile_chunks", torch.zeros((), dtype=torch.float32), persistent=False)
 
     def forward(self, x_BLD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Return routing weights ``[T, K]`` (fp32), selected experts ``[T, K]`` and the balance loss (scalar)."""
@@ -68,7 +105,7 @@ class Router(nn.Module):
                 scores_TE = torch.softmax(logits_TE, dim=-1)
             else:
                 scores_TE = torch.sigmoid(logits_TE)
-            _, experts_TK = torch.topk(scores_TE + self.expert_bias, K, dim=-1)
+            experts_TK = self._select(scores_TE)
             weights_TK = scores_TE.gather(1, experts_TK)
             if self.cfg.route_norm:
                 weights_TK = weights_TK / weights_TK.sum(dim=-1, keepdim=True).clamp_min(1e-20)
@@ -78,13 +115,25 @@ class Router(nn.Module):
                 counts_E.scatter_add_(
                     0, experts_TK.reshape(-1), torch.ones_like(experts_TK, dtype=torch.float32).reshape(-1)
                 )
-                self.tokens_per_expert.add_(counts_E)
+                if not _recomputing:
+                    self.tokens_per_expert.add_(counts_E)
             if self.cfg.balance_loss_weight > 0 and self.training:
                 aux = sequence_balance_loss(scores_TE.view(B, L, E), experts_TK.view(B, L, K), E, K)
                 aux = aux * self.cfg.balance_loss_weight
             else:
                 aux = logits_TE.new_zeros(())
         return weights_TK, experts_TK, aux
+
+    def _select(self, scores_TE: torch.Tensor) -> torch.Tensor:
+        """Top-K experts of the biased scores; under Quantile Balancing also record each token's cutoff."""
+        K = self.cfg.top_k
+        if self.cfg.balance != "quantile":
+            return torch.topk(scores_TE + self.expert_bias, K, dim=-1).indices
+        top = torch.topk(scores_TE + self.expert_bias, K + 1, dim=-1)
+        if self.training and not _recomputing:
+            self.quantile_bias_sum.add_(chunk_quantile_bias(top.values[:, K], scores_TE, K))
+            self.quantile_chunks.add_(1.0)
+        return top.indices[:, :K]
 
     def reset_parameters(self, std: float) -> None:
         nn.init.normal_(self.gate.weight, std=std)
@@ -231,8 +280,9 @@ class MoE(nn.Module):
             out_ECD = self.experts.run_batched(buf[:trash].view(E, C, -1))
             out_ext = torch.cat([out_ECD.reshape(trash, -1), out_ECD.new_zeros(1, out_ECD.shape[-1])], dim=0)
             out_SD = out_ext[dest_S]
-            with torch.no_grad():
-                self.router.dropped_tokens.add_((~keep_S).sum().to(torch.float32))
+            if not _recomputing:
+                with torch.no_grad():
+                    self.router.dropped_tokens.add_((~keep_S).sum().to(torch.float32))
 
         # Deterministic combine: put slot outputs back in (token, k) order, weight, sum over k.
         slot_out = torch.empty_like(out_SD).index_copy(0, order_S, out_SD).view(T, K, -1)
@@ -253,7 +303,7 @@ def moe_layers(model: nn.Module) -> list[MoE]:
 
 @torch.no_grad()
 def update_expert_bias(model: nn.Module, *, all_reduce: bool = False) -> dict[str, torch.Tensor]:
-    """Apply the aux-loss-free bias update from the loads counted since the last call, then reset the counters.
+    """Apply each layer's balancing (``moe.balance``) to what was observed since the last call, then reset.
 
     Returns device tensors for metrics (no host sync here): ``load [layers, E]`` (fraction of slots per
     expert), ``bias [layers, E]`` (after the update) and ``dropped`` (tokens dropped by capacity dispatch).
@@ -265,19 +315,32 @@ def update_expert_bias(model: nn.Module, *, all_reduce: bool = False) -> dict[st
         return {}
     counts_LE = torch.stack([m.router.tokens_per_expert for m in layers])
     dropped = torch.stack([m.router.dropped_tokens for m in layers]).sum()
+    qsum_LE = torch.stack([m.router.quantile_bias_sum for m in layers])
+    chunks_L = torch.stack([m.router.quantile_chunks for m in layers])
     if all_reduce:
         import torch.distributed as dist
 
-        packed = torch.cat([counts_LE.reshape(-1), dropped.reshape(1)])
+        packed = torch.cat([counts_LE.reshape(-1), qsum_LE.reshape(-1), chunks_L, dropped.reshape(1)])
         dist.all_reduce(packed)
-        counts_LE, dropped = packed[:-1].view_as(counts_LE), packed[-1]
+        counts_LE, qsum_LE, chunks_L, dropped = packed.split(
+            [counts_LE.numel(), qsum_LE.numel(), len(layers), 1]
+        )
+        counts_LE, qsum_LE, dropped = (
+            counts_LE.view(len(layers), -1),
+            qsum_LE.view(len(layers), -1),
+            dropped[0],
+        )
     for i, m in enumerate(layers):
-        rate = m.cfg.bias_update_rate
-        if rate > 0:
+        router = m.router
+        if m.cfg.balance == "quantile":
+            router.expert_bias.copy_(mean_quantile_bias(qsum_LE[i], chunks_L[i], router.expert_bias))
+            router.quantile_bias_sum.zero_()
+            router.quantile_chunks.zero_()
+        elif m.cfg.balance == "bias" and m.cfg.bias_update_rate > 0:
             load_E = counts_LE[i]
-            m.router.expert_bias.add_(rate * torch.sign(load_E.mean() - load_E))
-        m.router.tokens_per_expert.zero_()
-        m.router.dropped_tokens.zero_()
+            router.expert_bias.add_(m.cfg.bias_update_rate * torch.sign(load_E.mean() - load_E))
+        router.tokens_per_expert.zero_()
+        router.dropped_tokens.zero_()
     load_LE = counts_LE / counts_LE.sum(dim=-1, keepdim=True).clamp_min(1.0)
     bias_LE = torch.stack([m.router.expert_bias for m in layers])
     return {"load": load_LE, "bias": bias_LE, "dropped": dropped}

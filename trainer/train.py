@@ -25,14 +25,14 @@ from typing import Any
 import torch
 from zephyr.trainer.checkpoint import CheckpointManager
 from zephyr.trainer.config import ModelConfig, TrainConfig, model_config_from_dict
-from zephyr.trainer.data import Batcher, build_source
-from zephyr.trainer.devices import DeviceInfo, resolve_device
+from zephyr.trainer.data import Batcher, MixTracker, build_source, loader_options, schedule_samples
+from zephyr.trainer.devices import DeviceInfo, resolve_device, resolve_dispatch
 from zephyr.trainer.distributed import DistInfo, destroy_distributed, init_distributed, parallelize
 from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
-from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
-from zephyr.trainer.moe import update_expert_bias
+from zephyr.trainer.model import build_model, count_params, flops_per_token
 from zephyr.trainer.optim import build_optimizer, lr_at, set_lr
 from zephyr.trainer.presets import get_preset
+from zephyr.trainer.step import train_step
 
 from zephyr.errors import ConfigError
 
@@ -63,9 +63,9 @@ def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> Mod
     return model_cfg
 
 
-def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo) -> str:
+def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
     chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
-    return info.default_dispatch() if chosen == "auto" else chosen
+    return resolve_dispatch(chosen, info, compile=compile, bf16=bf16)
 
 
 class _PendingMetrics:
@@ -79,6 +79,7 @@ class _PendingMetrics:
             t.detach().to("cpu", non_blocking=True) if t is not None else None for t in (scalars, load, bias)
         ]
         self.event = None
+        self.data: dict[str, Any] = {}  # host-side entries of the step's record (the realized mix)
         self.done_at = time.perf_counter()  # synchronous devices (CPU) have finished the step by now
         if scalars.device.type in ("cuda", "xpu"):
             self.event = torch.Event(device=scalars.device)
@@ -92,9 +93,13 @@ class _PendingMetrics:
         return scalars.tolist(), load, bias
 
 
-def train(cfg: TrainConfig) -> TrainResult:
-    """Train (or resume) according to ``cfg``; see the module docstring for the step's anatomy."""
-    info = resolve_device(cfg.device)
+def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
+    """Train (or resume) according to ``cfg``; see the module docstring for the step's anatomy.
+
+    ``device`` replaces ``resolve_device(cfg.device)``, e.g. ``resolve_device("xla", emulate=True)`` runs the
+    XLA code path (capacity dispatch, step marks) on the CPU.
+    """
+    info = device if device is not None else resolve_device(cfg.device)
     dinfo = init_distributed(info)
     try:
         return _train(cfg, info, dinfo)
@@ -104,6 +109,7 @@ def train(cfg: TrainConfig) -> TrainResult:
 
 def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     bf16 = info.bf16 if cfg.dtype == "auto" else cfg.dtype == "bf16"
+    samples_per_step = cfg.batch_size * cfg.grad_accum * dinfo.world_size
     source, data_vocab = build_source(
         cfg.data,
         vocab_size=resolve_model_config(cfg).vocab_size,
@@ -111,9 +117,16 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
         seed=cfg.seed,
         rank=dinfo.rank,
         world_size=dinfo.world_size,
+        **(
+            loader_options(
+                cfg, samples_per_step=samples_per_step, tokens_per_step=samples_per_step * cfg.seq_len
+            )
+            if cfg.data is not None
+            else {}
+        ),
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
-    dispatch = _resolved_dispatch(model_cfg, info)
+    dispatch = _resolved_dispatch(model_cfg, info, compile=cfg.compile, bf16=bf16)
     attention = info.default_attention() if model_cfg.attention == "auto" else model_cfg.attention
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg, device=info.device, dispatch=dispatch, attention=attention)
@@ -135,9 +148,15 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
             dinfo.world_size,
             fpt,
         )
-    parallelize(model, compile=cfg.compile, fsdp=dinfo.distributed, bf16=bf16 and info.type != "cpu")
+    parallelize(
+        model,
+        compile=cfg.compile,
+        fsdp=dinfo.distributed,
+        bf16=bf16 and info.type != "cpu",
+        activation_checkpointing=cfg.activation_checkpointing,
+    )
     autocast = (
-        torch.autocast(info.type, dtype=torch.bfloat16)
+        torch.autocast(info.device.type, dtype=torch.bfloat16)
         if bf16 and not dinfo.distributed
         else contextlib.nullcontext()
     )
@@ -149,7 +168,16 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     start, resumed_from = 0, None
     if ckpt is not None and (latest := ckpt.latest()) is not None:
         state = ckpt.load(latest, model, optimizer, model_config=model_cfg_dict)
-        batcher.load_state_dict(state.loader_state)
+        if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
+            source.set_schedule(
+                schedule_samples(
+                    cfg.mix_schedule,
+                    samples_per_step,
+                    origin_step=state.step,
+                    origin_sample=int(state.loader_state["consumed"]),
+                )
+            )
+        batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
         start = resumed_from = state.step
         if dinfo.is_main:
             log.info("resumed from %s at step %d", latest, start)
@@ -161,15 +189,18 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     alarm = LossAlarm(cfg.spike_factor)
     result = TrainResult(step=start, resumed_from=resumed_from)
     tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
-    params = [p for p in model.parameters() if p.requires_grad]
     pending: _PendingMetrics | None = None
     last_time = time.perf_counter()
+    mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
+    filtering = getattr(source, "instance_filter", None) is not None
+    filtered_before = getattr(source, "filtered", 0)
+    filtered_total = 0
 
     def flush() -> None:
-        nonlocal pending, last_time
+        nonlocal pending, last_time, filtered_total
         if pending is None:
             return
-        (loss, aux, grad_norm, dropped, lr), load, bias = pending.read()
+        (loss, aux, grad_norm, dropped, lr, filtered), load, bias = pending.read()
         elapsed = max(pending.done_at - last_time, 1e-9)
         last_time = pending.done_at
         spike = alarm.check(pending.step, loss)
@@ -197,6 +228,10 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
                 dropped_tokens=int(dropped),
             )
         record["loss_spike"] = spike
+        record.update(pending.data)
+        if filtering:  # samples whose loss the instance filter masked, over all ranks
+            filtered_total += int(filtered)
+            record.update(instances_filtered=int(filtered), instances_filtered_total=filtered_total)
         logger.write(record)
         result.losses.append(loss)
         result.records.append(record)
@@ -207,40 +242,32 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
         for step in range(start, cfg.steps):
             lr = lr_at(step, cfg.optim, cfg.steps)
             set_lr(optimizer, lr)
-            loss_sum = torch.zeros((), device=info.device)
-            aux_sum = torch.zeros((), device=info.device)
-            for _ in range(cfg.grad_accum):
-                batch = {k: v.to(info.device, non_blocking=True) for k, v in batcher.next_batch().items()}
-                with autocast:
-                    logits, aux = model(batch["input_ids"], batch["positions"])
-                    loss = Transformer.loss(logits, batch["labels"])
-                ((loss + aux) / cfg.grad_accum).backward()
-                loss_sum += loss.detach()
-                aux_sum += aux.detach()
-            max_norm = cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-            if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
-                grad_norm = grad_norm.full_tensor()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            moe_stats = update_expert_bias(model, all_reduce=dinfo.distributed)
-            if info.type == "xla":  # pragma: no cover - needs torch_xla
-                import torch_xla.core.xla_model as xm
-
-                xm.mark_step()
+            out = train_step(
+                model,
+                optimizer,
+                lambda: {k: v.to(info.device, non_blocking=True) for k, v in batcher.next_batch().items()},
+                grad_accum=cfg.grad_accum,
+                grad_clip=cfg.optim.grad_clip,
+                autocast=autocast,
+                all_reduce=dinfo.distributed,
+            )
+            info.mark_step()  # torch_xla: cut the lazy graph here, one compiled program per step
             scalars = torch.stack(
                 [
-                    loss_sum / cfg.grad_accum,
-                    aux_sum / cfg.grad_accum,
-                    grad_norm.float().to(info.device),
-                    moe_stats.get("dropped", torch.zeros((), device=info.device)).float(),
+                    out.loss,
+                    out.aux,
+                    out.grad_norm.float().to(info.device),
+                    out.moe.get("dropped", torch.zeros((), device=info.device)).float(),
                     torch.tensor(lr, device=info.device),
+                    torch.tensor(float(getattr(source, "filtered", 0) - filtered_before), device=info.device),
                 ]
             )
+            filtered_before = getattr(source, "filtered", 0)
             if dinfo.distributed:
                 _average_losses(scalars)
             flush()  # the previous step's metrics; this step keeps running on the device meanwhile
-            pending = _PendingMetrics(step, scalars, moe_stats.get("load"), moe_stats.get("bias"))
+            pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
+            pending.data = mix.record()
             result.step = step + 1
             due = ckpt is not None and (
                 (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
@@ -263,12 +290,14 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
 
 
 def _average_losses(scalars: torch.Tensor) -> None:
-    """Average the loss terms (first two entries) over ranks; SUM then divide, since gloo lacks AVG."""
+    """Average the loss terms (first two entries) over ranks and sum the filtered-sample count (last);
+    one SUM then a division, since gloo lacks AVG."""
     import torch.distributed as dist
 
-    head = scalars[:2].clone()
-    dist.all_reduce(head)
-    scalars[:2] = head / dist.get_world_size()
+    picked = scalars[[0, 1, -1]].clone()
+    dist.all_reduce(picked)
+    scalars[:2] = picked[:2] / dist.get_world_size()
+    scalars[-1] = picked[2]
 
 
 def check_config(cfg: TrainConfig) -> None:

@@ -19,6 +19,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Dataset": "zephyr.dataset",
+    "BatchOutput": "zephyr.ops",
+    "Agg": "zephyr.shuffle.aggregate",
+    "WriteResult": "zephyr.results",
     "GroupedDataset": "zephyr.dataset",
     "read": "zephyr.dataset",
     "read_parquet": "zephyr.dataset",
@@ -39,6 +42,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "Agg",
+    "BatchOutput",
     "ConfigError",
     "Dataset",
     "ExecutionOptions",
@@ -47,6 +52,7 @@ __all__ = [
     "ResumeError",
     "SchemaError",
     "TaskError",
+    "WriteResult",
     "ZephyrError",
     "counters",
     "from_arrow",
@@ -73,8 +79,11 @@ if TYPE_CHECKING:
         read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
+    from zephyr.ops import BatchOutput
     from zephyr.options import ExecutionOptions
     from zephyr.pipelines.web.extract import read_warc
+    from zephyr.results import WriteResult
+    from zephyr.shuffle.aggregate import Agg
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

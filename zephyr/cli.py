@@ -18,7 +18,15 @@ from collections.abc import Sequence
 
 from zephyr.options import ExecutionOptions
 
-__all__ = ["main", "build_parser", "execution_options", "add_on_error", "add_output_dir"]
+__all__ = [
+    "main",
+    "build_parser",
+    "execution_options",
+    "quarantine_dir",
+    "add_on_error",
+    "add_output_dir",
+    "add_overwrite",
+]
 
 COMMAND_MODULES = (
     "zephyr.commands",  # engine utilities: convert, count, sort, stats
@@ -47,7 +55,18 @@ def _common_parser() -> argparse.ArgumentParser:
         "--memory-budget", default="1GiB", help="bytes of data per worker before spilling (e.g. 512MB, 4GiB)"
     )
     group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
+    group.add_argument(
+        "--small-job-bytes",
+        default="4MiB",
+        help="with --executor local, inputs estimated below this run in this process (0: always use workers)",
+    )
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
+    group.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one progress line on stderr: rows and bytes read, rate, ETA (default: only on a terminal)",
+    )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
 
@@ -65,6 +84,22 @@ def add_on_error(parser: argparse.ArgumentParser) -> None:
         help="bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise, the default) "
         "or set them aside in the quarantine output and go on (quarantine; counted in the stats)",
     )
+
+
+def add_overwrite(parser: argparse.ArgumentParser, columns: str, *, default: str, output_help: str) -> None:
+    """``--overwrite`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read them
+    back as ``args.overwrite`` and ``args.output_column`` (``default`` when not given).
+
+    Without either, such a command refuses an input that already has one of them (``zephyr.io.added_columns``):
+    replacing a column is a choice a person makes, never a side effect. One definition, so the hint in that
+    error (``--overwrite``, see ``zephyr.cli_errors``) is true wherever it is printed.
+    """
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=f"replace {columns} when the input already has them (without it: an error, before any work)",
+    )
+    parser.add_argument("--output-column", default=default, metavar="NAME", help=f"{output_help} (default: {default})")
 
 
 def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:
@@ -85,7 +120,22 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         memory_budget=args.memory_budget,
         work_dir=args.work_dir,
         max_retries=args.max_retries,
+        progress=getattr(args, "progress", None),
+        quarantine_dir=quarantine_dir(args),
+        small_job_bytes=args.small_job_bytes,
     )
+
+
+def quarantine_dir(args: argparse.Namespace) -> str | None:
+    """Where a command's quarantined rows go: the folder a command picked (``args.quarantine_dir``), else
+    ``OUTPUT/_quarantine`` for a command that writes a directory (beside its data, skipped by its readers),
+    else the engine's default (``<work_dir>/quarantine``, or a temporary folder)."""
+    chosen = getattr(args, "quarantine_dir", None)
+    if chosen is not None:
+        return chosen
+    if getattr(args, "output_is_dir", False):
+        return f"{args.output.rstrip('/')}/_quarantine"
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _label(args: argparse.Namespace) -> str:
+    """``zephyr dedup fuzzy``: the command words the user typed (the parsers' ``*command`` destinations)."""
+    words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
+    return "zephyr " + " ".join(str(w) for w in words if w)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -119,7 +175,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from zephyr.io.paths import check_output_dir
 
             check_output_dir(args.output)
-        return int(args.func(args) or 0)
+        from zephyr import job_stats, progress
+
+        with job_stats.recording() as jobs, progress.command(_label(args), getattr(args, "progress", None)):
+            code = int(args.func(args) or 0)
+        quarantine = quarantine_dir(args)
+        if code == 0 and quarantine is not None:
+            from zephyr.io.publish import prune_quarantine
+
+            prune_quarantine(quarantine, jobs)
+        return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         from zephyr.cli_errors import report_failure
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -41,6 +40,7 @@ from zephyr.ops import (
     Sort,
     WithRowIndex,
 )
+from zephyr.results import WriteResult
 from zephyr.shuffle.aggregate import Agg
 
 __all__ = [
@@ -256,14 +256,6 @@ def _partitions(num_partitions: int | None) -> int | None:
     return num_partitions
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What a ``write_*`` action produced: the files in shard order and the job's stats."""
-
-    files: list[str]
-    stats: dict
-
-
 class Dataset:
     """A lazy plan over shards of Arrow record batches. Build with ``zephyr.read_*`` / ``from_*``."""
 
@@ -415,7 +407,7 @@ class Dataset:
                 raise ConfigError(
                     f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}"
                 )
-        return self._then(Join(other, left_keys, right_keys, how, suffix, _partitions(num_partitions)))
+        return self._then(Join(other._ops, left_keys, right_keys, how, suffix, _partitions(num_partitions)))
 
     def reshard(self, num_shards: int) -> Dataset:
         """Redistribute rows round-robin into ``num_shards`` shards (e.g. before an expensive map)."""
@@ -428,19 +420,19 @@ class Dataset:
         """Run the plan and return all rows as one table, in shard order."""
         from zephyr.job import run_to_arrow
 
-        return run_to_arrow(self, _options(execution))
+        return run_to_arrow(self._ops, _options(execution))
 
     def count(self, **execution: Any) -> int:
         """Run the plan and return the number of rows it produces."""
         from zephyr.job import run_count
 
-        return run_count(self, _options(execution))
+        return run_count(self._ops, _options(execution))
 
     def write_parquet(self, directory: str, **execution: Any) -> WriteResult:
         """Write ``part-00000.parquet``, ... (zstd) into ``directory``, one file per output shard."""
         from zephyr.job import run_write
 
-        return run_write(self, directory, "parquet", None, _options(execution))
+        return run_write(self._ops, directory, "parquet", None, _options(execution))
 
     def write_jsonl(
         self, directory: str, *, compression: Literal["gzip", "zstd"] | None = None, **execution: Any
@@ -450,19 +442,19 @@ class Dataset:
 
         if compression not in (None, "gzip", "zstd"):
             raise ConfigError(f"compression must be None, 'gzip' or 'zstd', got {compression!r}")
-        return run_write(self, directory, "jsonl", compression, _options(execution))
+        return run_write(self._ops, directory, "jsonl", compression, _options(execution))
 
     def write_vortex(self, directory: str, **execution: Any) -> WriteResult:
         """Write ``part-00000.vortex``, ... into ``directory``."""
         from zephyr.job import run_write
 
-        return run_write(self, directory, "vortex", None, _options(execution))
+        return run_write(self._ops, directory, "vortex", None, _options(execution))
 
     def materialize(self, directory: str | None = None, **execution: Any) -> Dataset:
         """Run the plan once, write Parquet (to ``directory`` or under ``work_dir``), return a Dataset over it."""
         from zephyr.job import run_materialize
 
-        return run_materialize(self, directory, _options(execution))
+        return Dataset(run_materialize(self._ops, directory, _options(execution)))
 
     def explain(self) -> str:
         """The stages this plan runs as, one line each."""

@@ -14,6 +14,7 @@ __all__ = [
     "InputError",
     "OutputError",
     "SchemaError",
+    "ColumnExistsError",
     "TaskError",
     "ResumeError",
     "PERMANENT_ERRNOS",
@@ -55,6 +56,13 @@ class InputError(ZephyrError):
 
 class SchemaError(ZephyrError):
     """A missing column or a column whose type does not fit the operation."""
+
+
+class ColumnExistsError(SchemaError, ConfigError):
+    """A step would replace a column the input already has, and was not told to (``overwrite=True``).
+
+    A ``ConfigError`` too: it is found before any work (``zephyr.io.added_columns``) and the fix is an option,
+    so commands print its one line without a traceback log."""
 
 
 class OutputError(ZephyrError):

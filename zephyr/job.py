@@ -19,9 +19,7 @@ import json
 import logging
 import math
 import os
-import re
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -34,15 +32,18 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import job_stats
+from zephyr import job_stats, progress
+from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors.base import Executor, explain_worker_death
-from zephyr.io.input_schema import plan_input_schema
-from zephyr.io.paths import file_stat
+from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
+from zephyr.io.paths import atomic_write, file_stat, public_path
+from zephyr.io.schema_plan import plan_input_schema
 from zephyr.io.sources import Shard, list_shards
-from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, ReadFiles, Reshard, Sort
+from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
+from zephyr.results import WriteResult
 from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
 from zephyr.shuffle.partition import range_boundaries
 from zephyr.shuffle.reduce import (
@@ -71,10 +72,6 @@ __all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096
-PARTITION_TARGET_CAP = 64 << 20
-_SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0, "warc": 1.0}
-_COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
-_PART_FILE = re.compile(r"^part-\d{5}\.")
 
 
 def make_executor(options: ExecutionOptions) -> Executor:
@@ -105,6 +102,8 @@ class StageResult:
     fingerprint: str
     markers: list[dict]
     estimated_bytes: int
+    marker_paths: tuple[str, ...] = ()
+    """One per task, in task order (``markers[i]`` was read from ``marker_paths[i]``)."""
 
 
 class Job:
@@ -126,7 +125,9 @@ class Job:
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
             )
-        if self.temporary:
+        if options.quarantine_dir is not None:
+            self.quarantine_root = options.quarantine_dir.rstrip("/")
+        elif self.temporary:
             self.quarantine_root = os.path.join(
                 tempfile.gettempdir(), f"zephyr-quarantine-{uuid.uuid4().hex[:12]}"
             )
@@ -140,7 +141,7 @@ class Job:
         self._column_bytes: dict[int, dict[str, int]] = {}
         self._input_schemas: dict[int, pa.Schema | None] = {}  # per source: what every task casts to
         self.started = time.time()
-        self._progress = options.progress if options.progress is not None else sys.stderr.isatty()
+        self._progress = progress.enabled(options.progress)
 
     def __enter__(self) -> Job:
         return self
@@ -242,7 +243,7 @@ class Job:
         self._record(
             segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
         )
-        return StageResult(fingerprint, markers, estimate)
+        return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
 
     def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
         started = time.perf_counter()
@@ -255,11 +256,13 @@ class Job:
         skipped = len(tasks) - len(todo)
         if skipped:
             log.info("stage %s: %d of %d tasks already done (resumed)", name, skipped, len(tasks))
-        bar = None
-        if self._progress and todo:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(todo), desc=name[:60], unit="task", leave=True)
+        display = progress.current()
+        own = None
+        if display is None and self._progress and todo:  # from Python, no command display installed
+            own = progress.command("zephyr", True)
+            display = own.__enter__()
+        if display is not None and todo:
+            display.step(name, len(todo))
         tries: dict[int, int] = {}
         retried = 0
         try:
@@ -269,8 +272,8 @@ class Job:
                     task = todo[position]
                     if outcome.ok:
                         markers[task.index] = outcome.value
-                        if bar is not None:
-                            bar.update(1)
+                        if display is not None:
+                            display.advance(outcome.value.get("rows_in", 0), outcome.value.get("bytes_in", 0))
                         continue
                     outcome = explain_worker_death(
                         outcome,
@@ -299,8 +302,8 @@ class Job:
                     failed.append(task)
                 todo = failed
         finally:
-            if bar is not None:
-                bar.close()
+            if own is not None:
+                own.__exit__(None, None, None)
         self._timing = (time.perf_counter() - started, skipped, retried)
         return [markers[t.index] for t in tasks]
 
@@ -399,11 +402,8 @@ class Job:
                 start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
                 path = f"{directory}/part-{i:05d}.parquet"
                 if not self.fs.exists(path):
-                    self.fs.makedirs(directory, exist_ok=True)
-                    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-                    with self.fs.open(tmp, "wb") as f:
+                    with atomic_write(public_path(self.fs, path)) as f:
                         pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
-                    self.fs.mv(tmp, path)
                 files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
             shards = list_shards(files, "parquet")
             return shards, digest, source.table.nbytes
@@ -412,15 +412,9 @@ class Job:
         for shard in shards:
             if shard.path not in stats:
                 stats[shard.path] = file_stat(shard.path)
-        estimate = 0
-        for path, (size, _) in stats.items():
-            factor = _SIZE_FACTOR[source.format]
-            for suffix, compressed in _COMPRESSED_FACTOR.items():
-                if path.endswith(suffix):
-                    factor = compressed
-            estimate += int(size * factor)
+        estimate = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
         if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-            self._column_bytes[id(source)] = _parquet_column_bytes(list(stats))
+            self._column_bytes[id(source)] = parquet_column_bytes(list(stats))
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
         planned = (
             None
@@ -476,7 +470,7 @@ class Job:
         return self._executor
 
     def _partitions_for(self, estimated_bytes: int) -> int:
-        target = max(1 << 20, min(self.options.memory_budget_bytes // 4, PARTITION_TARGET_CAP))
+        target = Budget(self.options.memory_budget_bytes).partition_target_bytes
         partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated_bytes / target)))
         log.info(
             "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition "
@@ -569,29 +563,6 @@ class Job:
         return reducer, inputs, partitions, result.fingerprint, estimate, map_rows
 
 
-FOOTER_ESTIMATE_MAX_FILES = 2000
-"""Above this many Parquet files, sizes are estimated from file sizes instead of reading every footer."""
-
-
-def _parquet_column_bytes(paths: list[str]) -> dict[str, int]:
-    """Uncompressed bytes per top-level column over all row groups of these files (one footer read each)."""
-    totals: dict[str, int] = {}
-    for url in paths:
-        fs, path = fsspec.core.url_to_fs(url)
-        try:
-            with fs.open(path, "rb") as f:
-                metadata = pq.ParquetFile(f).metadata
-        except Exception:  # unreadable here: the reading task reports it with its path
-            continue
-        for group in range(metadata.num_row_groups):
-            row_group = metadata.row_group(group)
-            for i in range(row_group.num_columns):
-                chunk = row_group.column(i)
-                name = chunk.path_in_schema.split(".")[0]
-                totals[name] = totals.get(name, 0) + chunk.total_uncompressed_size
-    return totals
-
-
 def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
     """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
     map side decodes only those; None means all columns."""
@@ -631,38 +602,25 @@ def _read_parts(files: list[str]) -> pa.Table | None:
     return pa.concat_tables(tables, promote_options="permissive")
 
 
-def run_write(dataset, directory: str, fmt: str, compression: str | None, options: ExecutionOptions):
-    from zephyr.dataset import WriteResult
+def run_write(
+    ops: tuple[Op, ...], directory: str, fmt: str, compression: str | None, options: ExecutionOptions
+) -> WriteResult:
     from zephyr.io.paths import check_output_dir
+    from zephyr.io.publish import publish_dense, remove_stale_parts
 
     check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
-    segment = build_plan(dataset._ops)
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
-        output = SinkOutput(directory.rstrip("/"), fmt, compression)
+        output = SinkOutput(directory.rstrip("/"), fmt, compression, staged=True)
         result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
-        files = [f for m in result.markers for f in m["files"]]
-        _remove_stale_parts(directory, files)
+        files = publish_dense(directory, result.markers, result.marker_paths, fmt, compression)
+        remove_stale_parts(directory, files)
         return WriteResult(files=files, stats=job.write_stats())
 
 
-def _remove_stale_parts(directory: str, files: list[str]) -> None:
-    """Drop ``part-NNNNN.*`` files a previous run with more shards left behind, so the directory is exact."""
-    fs, root = fsspec.core.url_to_fs(directory)
-    keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
-    fs.invalidate_cache(root)  # the workers wrote here: a listing cached by this process is stale
-    try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
-            fs.rm(entry)
-
-
-def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
-    segment = build_plan(dataset._ops)
+def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
         result = job.run_segment(segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet"))
@@ -674,8 +632,8 @@ def run_to_arrow(dataset, options: ExecutionOptions) -> pa.Table:
     return schema_from_text(schemas[0]).empty_table() if schemas else pa.table({})
 
 
-def run_count(dataset, options: ExecutionOptions) -> int:
-    segment = build_plan(dataset._ops)
+def run_count(ops: tuple[Op, ...], options: ExecutionOptions) -> int:
+    segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
         result = job.run_segment(segment, ("count",), lambda d: SinkOutput(f"{d}/count", "count"))
@@ -683,18 +641,17 @@ def run_count(dataset, options: ExecutionOptions) -> int:
         return sum(m["rows_out"] for m in result.markers)
 
 
-def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
-    from zephyr.dataset import Dataset, from_arrow
-
+def run_materialize(ops: tuple[Op, ...], directory: str | None, options: ExecutionOptions) -> tuple[Op, ...]:
+    """Runs ``ops`` once into Parquet and returns the plan that reads it back (the facade wraps it)."""
     scratch = None
     if directory is None:
         if options.work_dir is None:
             directory = scratch = tempfile.mkdtemp(prefix="zephyr-materialized-")
         else:
-            plan_fp = fingerprint_of(*dataset._ops)[:16]
+            plan_fp = fingerprint_of(*ops)[:16]
             directory = f"{options.work_dir.rstrip('/')}/materialized/{plan_fp}"
     try:
-        result = run_write(dataset, directory, "parquet", None, options)
+        result = run_write(ops, directory, "parquet", None, options)
     except BaseException:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -702,8 +659,8 @@ def run_materialize(dataset, directory: str | None, options: ExecutionOptions):
     if not result.files:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        return from_arrow(pa.table({}))
+        return (FromTable(pa.table({}), 1),)
     source = ReadFiles(tuple(result.files), "parquet")
     if scratch is not None:  # a scratch copy lives as long as some Dataset still reads it (or the process)
         weakref.finalize(source, shutil.rmtree, scratch, True)
-    return Dataset((source,))
+    return (source,)

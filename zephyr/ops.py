@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from zephyr.shuffle.aggregate import Agg
-
-if TYPE_CHECKING:
-    from zephyr.dataset import Dataset
 
 __all__ = [
     "OnError",
@@ -143,7 +140,8 @@ class Sort(Op):
 
 @dataclass(frozen=True, eq=False)
 class Join(Op):
-    right: Dataset
+    right: tuple[Op, ...]
+    """The right side's own plan (its ops), so that planning needs no ``Dataset``."""
     left_on: tuple[str, ...]
     right_on: tuple[str, ...]
     how: Literal["inner", "left", "right", "outer"]

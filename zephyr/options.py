@@ -45,6 +45,11 @@ class ExecutionOptions:
     """Extra tries for a failing task before the job fails naming its shard."""
     progress: bool | None = None
     """Progress bar per stage; ``None`` shows it only when stderr is a TTY."""
+    quarantine_dir: str | None = None
+    """fsspec URL for the rows set aside (``on_error="quarantine"``, a ``BatchOutput``'s rejected rows), as
+    ``stage-<fp16>/task-NNNNN.parquet`` under it; ``None``: ``<work_dir>/quarantine``, or a new temporary
+    folder (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
+    ``OUTPUT/_quarantine``, beside their output and skipped by its readers."""
     small_job_bytes: int | str = "4MiB"
     """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
     starting worker processes would take longer than the work. Outputs are identical. ``0`` disables."""
@@ -87,4 +92,6 @@ class ExecutionOptions:
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
-        return cls(**{k: v for k, v in kwargs.items() if v is not None or k in ("work_dir", "cluster")})
+        return cls(
+            **{k: v for k, v in kwargs.items() if v is not None or k in ("work_dir", "cluster", "quarantine_dir")}
+        )

@@ -58,7 +58,7 @@ def build_plan(ops: tuple[Op, ...]) -> Segment:
         if isinstance(op, NARROW_OPS):
             current.narrow.append(op)
         elif isinstance(op, WIDE_OPS):
-            upstream = (current, build_plan(op.right._ops)) if isinstance(op, Join) else (current,)
+            upstream = (current, build_plan(op.right)) if isinstance(op, Join) else (current,)
             current = Segment(source=None, wide=op, upstream=upstream)
         elif isinstance(op, ReadFiles | FromTable):
             raise ConfigError("a source can only start a Dataset")

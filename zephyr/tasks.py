@@ -27,7 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr import counters
+from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
+from zephyr.io.paths import write_json_atomic
+from zephyr.io.publish import STAGING_DIR
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.narrow import QUARANTINE_SCHEMA, OpCounters, op_label, run_narrow
@@ -52,11 +55,15 @@ SAMPLE_ROWS_PER_TASK = 4096
 
 @dataclass(frozen=True)
 class SinkOutput:
-    """Final files ``part-NNNNN.<ext>`` in ``directory`` (``format="count"`` writes nothing, counts rows)."""
+    """Files ``part-NNNNN.<ext>`` in ``directory``, NNNNN the task index (``format="count"`` writes nothing,
+    counts rows). With ``staged``, a task writes ``directory/_staging/part-NNNNN.<ext>`` instead and the driver
+    renames the non-empty ones to dense names in task order (``zephyr.io.publish``); the staged name never
+    equals a final one, so a task rerun on resume cannot overwrite another task's published file."""
 
     directory: str
     format: str
     compression: str | None = None
+    staged: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,14 +125,6 @@ def _load_stage(stage_path: str, fingerprint: str) -> StageSpec:
     return stage
 
 
-def write_json_atomic(url: str, payload: dict) -> None:
-    fs, path = _fs(url)
-    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with fs.open(tmp, "w") as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-    fs.mv(tmp, path)
-
-
 def read_marker(url: str, fingerprint: str) -> dict | None:
     """The task's marker if it exists and belongs to this stage fingerprint."""
     fs, path = _fs(url)
@@ -139,15 +138,17 @@ def read_marker(url: str, fingerprint: str) -> dict | None:
 
 
 class _Counted:
-    """Counts rows passing through an iterator of tables."""
+    """Counts rows and (decoded Arrow) bytes passing through an iterator of tables."""
 
     def __init__(self, tables: Iterator[pa.Table]):
         self.tables = tables
         self.rows = 0
+        self.bytes = 0
 
     def __iter__(self) -> Iterator[pa.Table]:
         for table in self.tables:
             self.rows += table.num_rows
+            self.bytes += table.nbytes
             yield table
 
 
@@ -186,6 +187,7 @@ def run_task(task: TaskSpec) -> dict:
         "input": task.description,
         "rows_in": source.rows + read_rejected,
         "rows_read_rejected": read_rejected,
+        "bytes_in": source.bytes,
         "ops": [c.as_dict() for c in op_counters],
         "counters": dict(user_counters),
         "quarantine": quarantine,
@@ -206,7 +208,8 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
             input_schema=stage.input_schema,
             on_error=stage.on_error,
             quarantine=quarantine,
-            batch_bytes=max(1 << 20, task.budget_bytes // 8),
+            batch_bytes=Budget(task.budget_bytes).read_batch_bytes,
+            buffer_bytes=Budget(task.budget_bytes).read_buffer_bytes,
         ):
             empty = False
             yield pa.Table.from_batches([batch])
@@ -269,7 +272,8 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
         for table in tables:
             rows += table.num_rows
         return {"rows_out": rows, "bytes_out": 0, "files": []}
-    path = f"{output.directory.rstrip('/')}/{output_name(task.index, output.format, output.compression)}"
+    folder = output.directory.rstrip("/") + (f"/{STAGING_DIR}" if output.staged else "")
+    path = f"{folder}/{output_name(task.index, output.format, output.compression)}"
     writer: ShardWriter | None = None
     schema: pa.Schema | None = None
     try:
@@ -282,7 +286,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
                     path,
                     output.format,
                     compression=output.compression,
-                    row_group_bytes=max(1 << 20, min(128 << 20, task.budget_bytes // 4)),
+                    row_group_bytes=Budget(task.budget_bytes).row_group_bytes,
                 )
             writer.write(table)
             rows += table.num_rows

@@ -1,6 +1,6 @@
-"""mosaicml-streaming peer for benchmarks/loader_throughput.py (runs in benchmarks/.venvs/streaming).
+"""mosaicml-streaming peer for benchmarks/loader_throughput.py (runs in benchmarks/.venvs/loader-peers).
 
-    benchmarks/.venvs/streaming/bin/python benchmarks/peers/streaming_loader.py SHARD_DIR MDS_DIR \
+    benchmarks/.venvs/loader-peers/bin/python benchmarks/peers/streaming_loader.py SHARD_DIR MDS_DIR \
         --seq-len 2048 --samples 10000 --rounds 3
 
 Writes the zephyr shard set's samples as an MDS dataset (once; one ``tokens`` column of raw bytes per sample:
@@ -76,10 +76,10 @@ def main() -> int:
             if workers == 0:
                 it = iter(dataset)
                 next(it)
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 for _ in range(n):
                     next(it)
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
                 reader = "1 process"
             else:
                 loader = torch.utils.data.DataLoader(
@@ -90,12 +90,14 @@ def main() -> int:
                 t0 = time.perf_counter()
                 for _ in range(n // B):
                     next(it)
-                seconds = time.perf_counter() - t0
+                seconds, cpu = time.perf_counter() - t0, None  # the work is in the workers
                 n_read = (n // B) * B
                 reader = f"DataLoader, {workers} workers, batch_size={B}"
             del it
-            rate = (n if workers == 0 else n_read) * L / seconds
-            print(json.dumps({"reader": reader, "round": r, "tokens_per_s": rate}), flush=True)
+            count = (n if workers == 0 else n_read) * L
+            row = {"reader": reader, "round": r, "tokens_per_s": count / seconds}
+            row["cpu_tokens_per_s"] = count / cpu if cpu else None
+            print(json.dumps(row), flush=True)
             del dataset
     return 0
 

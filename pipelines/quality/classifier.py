@@ -29,6 +29,7 @@ from zephyr.pipelines.quality._text import require_column, text_array
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.added_columns import check_added_columns
 
 __all__ = [
     "ClassifierConfig",
@@ -38,6 +39,8 @@ __all__ = [
     "score_quality",
     "quantile_edges",
     "assign_buckets",
+    "bucket_column",
+    "put_column",
     "roc_auc",
     "prepare_fasttext_text",
 ]
@@ -180,14 +183,33 @@ def train_classifier(
     return output
 
 
+def bucket_column(score_column: str) -> str:
+    """Where the buckets of ``score_column`` go: ``quality_bucket`` beside the default ``quality_score``,
+    else ``<score_column>_bucket`` (so ``--output-column NAME`` moves both)."""
+    return "quality_bucket" if score_column == "quality_score" else f"{score_column}_bucket"
+
+
 @dataclass
 class QualityScorer:
-    """Callable ``pa.Table -> pa.Table`` adding ``quality_score`` (and ``quality_bucket`` given edges)."""
+    """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (and its bucket column given edges).
+
+    A table that already has one of them (scored before) fails unless ``overwrite``: a silent rescore would
+    replace scores from another model (``zephyr.io.added_columns``)."""
 
     model_path: str
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
     text_column: str = "text"
     bucket_edges: tuple[float, ...] | None = None
+    overwrite: bool = False
+    score_column: str = "quality_score"
+    """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns this step adds."""
+        if self.bucket_edges is None:
+            return (self.score_column,)
+        return self.score_column, bucket_column(self.score_column)
 
     def scores(self, texts: pa.Array) -> np.ndarray:
         model = load_fasttext_model(self.model_path)
@@ -205,15 +227,18 @@ class QualityScorer:
         return np.clip(out, 0.0, 1.0)
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
-        table = _put(table, "quality_score", scores)
+        table = put_column(table, self.score_column, scores)
         if self.bucket_edges is not None:
-            table = _put(table, "quality_bucket", assign_buckets(scores, self.bucket_edges))
+            table = put_column(table, bucket_column(self.score_column), assign_buckets(scores, self.bucket_edges))
         return table
 
 
-def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    """``table`` with ``values`` as column ``name``: replaced in place if it exists (the caller decided that,
+    see ``zephyr.io.added_columns``), else appended."""
     if name in table.schema.names:
         return table.set_column(table.schema.get_field_index(name), name, values)
     return table.append_column(name, values)
@@ -221,13 +246,20 @@ def _put(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 def score_quality(
     table: pa.Table, model_path: str | Path, config: ClassifierConfig = ClassifierConfig(), *,
-    text_column: str = "text", num_buckets: int | None = None,
+    text_column: str = "text", num_buckets: int | None = None, overwrite: bool = False,
+    score_column: str = "quality_score",
 ) -> pa.Table:
-    """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles."""
-    scored = QualityScorer(str(model_path), config, text_column)(table)
+    """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles.
+
+    A table that already has either column raises ``ColumnExistsError`` unless ``overwrite=True`` (or
+    ``score_column=`` names other columns: ``NAME`` and ``NAME_bucket``)."""
+    buckets = bucket_column(score_column)
+    added = (score_column, buckets) if num_buckets else (score_column,)
+    check_added_columns(table.schema.names, added, overwrite=overwrite, rename="score_column=NAME")
+    scored = QualityScorer(str(model_path), config, text_column, overwrite=True, score_column=score_column)(table)
     if num_buckets:
-        edges = quantile_edges(scored["quality_score"], num_buckets)
-        scored = _put(scored, "quality_bucket", assign_buckets(scored["quality_score"], edges))
+        edges = quantile_edges(scored[score_column], num_buckets)
+        scored = put_column(scored, buckets, assign_buckets(scored[score_column], edges))
     return scored
 
 

@@ -1,12 +1,14 @@
 """``zephyr`` subcommands of the quality package: normalize, langid, filter, quality train|score, pii, decontaminate.
 
 Every command reads Parquet or JSONL inputs (files, directories, globs), runs on the engine with the global
-execution options, and writes Parquet ``part-*.parquet`` files into ``--output``. ``zephyr filter`` also
-writes ``dropped/`` (rows with ``drop_reason``), ``quarantine/`` (null texts, ``reject_reason``), ``stats.json``
-(format version 1: counts that balance, ``rows_in = rows_kept + rows_dropped + rows_quarantined``), and
-the retention report ``report.json`` / ``report.md``. Commands that run several engine jobs (``filter``,
-``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over all of them, and one entry
-per job (``jobs``), at the top of their ``stats.json`` (``zephyr.job_stats``).
+execution options, and writes Parquet ``part-00000.parquet``, ``part-00001.parquet``, ... into ``--output``,
+plus sidecars whose names start with ``_`` (``_stats.json``, format version 1), which Parquet readers skip:
+reading the output directory gives exactly the kept rows (``zephyr.io.publish``). ``zephyr filter`` also
+writes ``_dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere), ``_quarantine/``
+(null texts, ``reject_reason``), counts that balance (``rows_in = rows_kept + rows_dropped +
+rows_quarantined``) and the retention report ``_report.json`` / ``_report.md``. Commands that run several
+engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over
+all of them, and one entry per job (``jobs``), at the top of their ``_stats.json`` (``zephyr.job_stats``).
 """
 
 from __future__ import annotations
@@ -23,18 +25,24 @@ __all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
+STATS = "_stats.json"
+"""A command's statistics beside its part files (``_``: Parquet readers skip it)."""
 
-def _read(args: argparse.Namespace) -> Any:
-    """The inputs as a Dataset, after checking that every file's text column holds text (one line naming
-    the file and the column, before any task starts); files that disagree follow ``--unify-schemas`` /
-    ``--schema FILE`` (``zephyr.io.input_schema``)."""
+
+def _read(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
+    """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
+    columns ``adds`` the command will add (unless ``--overwrite``): one line naming the file and the column,
+    before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
+    (``zephyr.io.input_schema``)."""
     import zephyr
+    from zephyr.io.added_columns import check_input_columns
     from zephyr.io.input_schema import schema_arguments
     from zephyr.io.paths import input_files
     from zephyr.io.text_column import check_text_inputs
 
     files, fmt = input_files(args.inputs)
     check_text_inputs(files, args.text_column, format=fmt)
+    check_input_columns(files, adds, overwrite=getattr(args, "overwrite", False), format=fmt, rename=rename)
     return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
 
 
@@ -49,6 +57,8 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
         "memory_budget": o.memory_budget,
         "work_dir": o.work_dir,
         "max_retries": o.max_retries,
+        "quarantine_dir": o.quarantine_dir,
+        "small_job_bytes": o.small_job_bytes,
     }
 
 
@@ -76,16 +86,15 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
-    ds = _read(args)
-    ds = ds.map_batches(
-        LanguageIdentifier(LangIdConfig(model_path=model, max_chars=args.max_chars), args.text_column),
-        name="langid",
-    )
+    lang, score = args.output_column, f"{args.output_column}_score"
+    config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
+    ds = _read(args, adds=(lang, score), rename="--output-column NAME")
+    ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.overwrite), name="langid")
     if args.languages or args.min_score > 0:
         langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
-        ds = ds.map_batches(LanguageFilter(langs, args.min_score), name="language_filter")
+        ds = ds.map_batches(LanguageFilter(langs, args.min_score, lang, score), name="language_filter")
     result = ds.write_parquet(args.output, **_opts(args))
-    _write_json(Path(args.output) / "stats.json", {"version": 1, "job": result.stats})
+    _write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
     return 0
 
 
@@ -111,19 +120,32 @@ def _cmd_filter(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
-    from zephyr.pipelines.quality.filters import build_rule_families
+    from zephyr.pipelines.quality.filters import DROP_REASON, build_rule_families
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
     from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
 
     import zephyr
     from zephyr import job_stats
+    from zephyr.io.added_columns import set_aside
 
     overrides = _rule_overrides(args)
     build_rule_families(args.rules, **overrides)  # validate names before any work
+    if args.dropped_output:
+        from zephyr.io.publish import check_side_dir
+
+        check_side_dir(args.dropped_output, args.output, "--dropped-output")
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
+    # (source, line, reason, raw) go to a folder in it that its readers skip
+    args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
     opts = _opts(args)
-    ds = _read(args)
+    reason = args.output_column
+    ds = _read(args, adds=(reason,), rename="--output-column NAME")
+    out.mkdir(parents=True, exist_ok=True)
+    # with --output-column, an input's own drop_reason steps aside for the filter and comes back unchanged
+    aside = (DROP_REASON,) if reason != DROP_REASON else ()
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name="set_aside")
     if args.normalize:
         ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
     if "url" in overrides:
@@ -131,7 +153,7 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
         ds = ds.map_batches(NormalizeUrls(args.url_column), name="normalize_urls")
     lang_column = None if args.lang_column == "" else args.lang_column
-    annotate = FilterAnnotator(args.rules, overrides, args.text_column, lang_column, args.default_lang)
+    annotate = FilterAnnotator(args.rules, overrides, args.text_column, lang_column, args.default_lang, args.overwrite)
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
         written = ds.map_batches(annotate, name="filter").write_parquet(str(scratch), **opts)
@@ -140,15 +162,15 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         parts = []
         if written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
             annotated = zephyr.read_parquet(list(written.files))
-            kept = annotated.map_batches(RouteByReason("kept"), name="route_kept").write_parquet(
+            kept = annotated.map_batches(RouteByReason("kept", reason, aside), name="route_kept").write_parquet(
                 str(out), **opts
             )
             engine_stats = kept.stats
-            annotated.map_batches(RouteByReason("dropped"), name="route_dropped").write_parquet(
-                str(out / "dropped"), **opts
+            annotated.map_batches(RouteByReason("dropped", reason, aside), name="route_dropped").write_parquet(
+                args.dropped_output or str(out / "_dropped"), **opts
             )
-            annotated.map_batches(RouteByReason("quarantined"), name="route_quarantine").write_parquet(
-                str(out / "quarantine"), **opts
+            annotated.map_batches(RouteByReason("quarantined", reason, aside), name="route_quarantine").write_parquet(
+                str(out / "_quarantine"), **opts
             )
             source = args.source_column if args.source_column else None
             parts = [
@@ -173,10 +195,17 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         totals["rows_unreadable"] = unreadable
         totals["unreadable_quarantine_dir"] = written.stats["quarantine_dir"]
     # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
-    stats = {"version": 1, "rules": args.rules, **totals, "engine": engine_stats, **job_stats.summarize(jobs)}
-    _write_json(out / "stats.json", stats)
-    _write_json(out / "report.json", report)
-    (out / "report.md").write_text(report_markdown(report), encoding="utf-8")
+    stats = {
+        "version": 1,
+        "rules": args.rules,
+        **totals,
+        "dropped_output": args.dropped_output or str(out / "_dropped"),
+        "engine": engine_stats,
+        **job_stats.summarize(jobs),
+    }
+    _write_json(out / STATS, stats)
+    _write_json(out / "_report.json", report)
+    (out / "_report.md").write_text(report_markdown(report), encoding="utf-8")
     if not totals["balanced"]:
         from zephyr.errors import TaskError
 
@@ -243,6 +272,8 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         ClassifierConfig,
         QualityScorer,
         assign_buckets,
+        bucket_column,
+        put_column,
         quantile_edges,
     )
 
@@ -251,17 +282,22 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
     opts = _opts(args)
     out = Path(args.output)
-    scorer = QualityScorer(args.model, ClassifierConfig(positive_label=args.positive), args.text_column)
+    score, buckets = args.output_column, bucket_column(args.output_column)
+    scorer = QualityScorer(
+        args.model, ClassifierConfig(positive_label=args.positive), args.text_column, overwrite=args.overwrite,
+        score_column=score,
+    )
+    ds = _read(args, adds=(score, buckets), rename="--output-column NAME")
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
-        result = _read(args).map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
+        result = ds.map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
         edges: tuple[float, ...] = ()
         if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
-            scores = pq.read_table(str(scratch), columns=["quality_score"])["quality_score"]
+            scores = pq.read_table(str(scratch), columns=[score])[score]
             edges = quantile_edges(scores, args.buckets)
 
             def bucket(t):
-                return t.append_column("quality_bucket", assign_buckets(t["quality_score"], edges))
+                return put_column(t, buckets, assign_buckets(t[score], edges))
 
             result = (
                 zephyr.read_parquet(list(result.files))
@@ -270,26 +306,23 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / "stats.json", {"version": 1, "bucket_edges": list(edges), "job": result.stats,
+    _write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
                                      **job_stats.summarize(jobs)})
     return 0
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.pii import PIIConfig
+    from zephyr.pipelines.quality.pii import PIIConfig, count_columns
     from zephyr.pipelines.quality.stages import RedactPII
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
-    result = (
-        _read(args)
-        .map_batches(
-            RedactPII(PIIConfig(kinds=kinds, count_columns=not args.no_count_columns), args.text_column),
-            name="pii",
-        )
-        .write_parquet(args.output, **_opts(args))
+    config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
+    ds = _read(args, adds=count_columns(config), rename="--output-column NAME")
+    result = ds.map_batches(RedactPII(config, args.text_column, args.overwrite), name="pii").write_parquet(
+        args.output, **_opts(args)
     )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    _write_json(Path(args.output) / "stats.json", {"version": 1, "pii_counts": counts, "job": result.stats})
+    _write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
     print(json.dumps(counts))
     return 0
 
@@ -299,17 +332,15 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Decontaminate
 
     out = Path(args.output)
+    index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
+    step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
+    ds = _read(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
     out.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
-    index_path = out / "eval-ngrams.npz"
     index.save(index_path)
-    result = (
-        _read(args)
-        .map_batches(Decontaminate(str(index_path), args.mode, args.text_column), name="decontaminate")
-        .write_parquet(str(out), **_opts(args))
-    )
+    result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
     _write_json(
-        out / "stats.json",
+        out / STATS,
         {
             "version": 1,
             "eval_items": index.items,
@@ -322,7 +353,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error, add_output_dir
+    from zephyr.cli import add_on_error, add_output_dir, add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
 
     def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
@@ -353,6 +384,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--languages", default=None, help="comma-separated languages to keep, e.g. en,de")
     p.add_argument("--min-score", type=float, default=0.0, help="drop rows whose lang_score is below this")
     p.add_argument("--max-chars", type=int, default=10_000, help="predict on the first N characters")
+    add_overwrite(
+        p, "the language columns", default="lang",
+        output_help="write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language "
+        "column the input already has",
+    )
 
     p = command("filter", _cmd_filter, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts")
     io(p)
@@ -377,6 +413,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--samples", type=int, default=5, help="sampled examples per rule and source in the report"
     )
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
+    add_overwrite(
+        p, "a drop_reason column", default="drop_reason",
+        output_help="the reason column of the dropped rows (_dropped/); an input's own drop_reason then stays as it is",
+    )
+    p.add_argument(
+        "--dropped-output",
+        default=None,
+        metavar="DIR",
+        help="where the dropped rows (with drop_reason) go (default: OUTPUT/_dropped)",
+    )
 
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
     qsub = q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND")
@@ -396,11 +442,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--model", required=True)
     p.add_argument("--buckets", type=int, default=5)
     p.add_argument("--positive", default="hq")
+    add_overwrite(
+        p, "the score and bucket columns", default="quality_score",
+        output_help="write the score to NAME and its bucket to NAME_bucket",
+    )
 
     p = command("pii", _cmd_pii, "replace e-mails, phone numbers and IP addresses with placeholders")
     io(p)
     p.add_argument("--kinds", default="email,ipv6,ipv4,phone")
     p.add_argument("--no-count-columns", action="store_true", help="do not add pii_<kind> columns")
+    add_overwrite(p, "the count columns", default="pii", output_help="name the count columns NAME_<kind>")
 
     p = command(
         "decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set"
@@ -410,3 +461,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--eval-column", nargs="+", default=["text"])
     p.add_argument("-n", type=int, default=13)
     p.add_argument("--mode", choices=("drop", "flag"), default="drop")
+    add_overwrite(
+        p, "the flag columns (--mode flag)", default="contaminated",
+        output_help="--mode flag: write the flag to NAME and the matching n-grams to NAME_ngrams",
+    )

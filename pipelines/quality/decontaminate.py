@@ -27,8 +27,17 @@ from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
 from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.io.added_columns import check_added_columns
 
-__all__ = ["EvalNgramIndex", "build_eval_index", "read_eval_texts", "contamination", "decontaminate"]
+__all__ = [
+    "EvalNgramIndex",
+    "build_eval_index",
+    "read_eval_texts",
+    "contamination",
+    "decontaminate",
+    "flag_columns",
+    "with_flags",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +129,19 @@ def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
 
 
+def flag_columns(flag_column: str = "contaminated") -> tuple[str, str]:
+    """The columns flag mode adds: ``flag_column`` (bool) and ``<flag_column>_ngrams`` (int32)."""
+    return flag_column, f"{flag_column}_ngrams"
+
+
 def decontaminate(
-    table: pa.Table, index: EvalNgramIndex, *, mode: str = "flag", text_column: str = "text"
+    table: pa.Table, index: EvalNgramIndex, *, mode: str = "flag", text_column: str = "text",
+    overwrite: bool = False, flag_column: str = "contaminated",
 ) -> pa.Table | tuple[pa.Table, pa.Table]:
     """Flag (add ``contaminated``/``contaminated_ngrams``) or drop documents sharing an n-gram with the eval set.
+
+    Flag mode refuses a table that already has those columns (``ColumnExistsError``) unless ``overwrite=True``
+    or ``flag_column=`` names others; drop mode refuses one with ``drop_reason`` (its dropped rows carry it).
 
     >>> import pyarrow as pa
     >>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
@@ -133,15 +151,22 @@ def decontaminate(
     """
     if mode not in ("flag", "drop"):
         raise ConfigError(f"mode must be 'flag' or 'drop', got {mode!r}")
+    added = flag_columns(flag_column) if mode == "flag" else ("drop_reason",)
+    check_added_columns(table.schema.names, added, overwrite=overwrite, rename="flag_column=NAME")
     counts = contamination(text_array(table, text_column), index)
     flagged = pa.array(counts > 0)
     if mode == "flag":
-        for name, values in (("contaminated", flagged), ("contaminated_ngrams", pa.array(counts))):
-            if name in table.schema.names:
-                table = table.drop_columns([name])
-            table = table.append_column(name, values)
-        return table
+        return with_flags(table, counts, flag_column)
     reason = f"decontam_shares_{index.n}gram"
     dropped = table.filter(flagged)
+    dropped = dropped.drop_columns([c for c in added if c in dropped.schema.names])
     dropped = dropped.append_column("drop_reason", pa.array([reason] * dropped.num_rows, pa.string()))
     return table.filter(pc.invert(flagged)), dropped
+
+
+def with_flags(table: pa.Table, counts: np.ndarray, flag_column: str = "contaminated") -> pa.Table:
+    """``table`` plus the flag columns of ``counts`` (matching n-gram positions per row); existing columns of
+    those names are replaced at the end (the caller checked that it may, ``zephyr.io.added_columns``)."""
+    flag, ngrams = flag_columns(flag_column)
+    table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
+    return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
 from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.added_columns import check_added_columns
 
 __all__ = [
     "LangIdConfig",
@@ -80,13 +81,22 @@ class LangIdConfig:
 
 @dataclass
 class LanguageIdentifier:
-    """Callable ``pa.Table -> pa.Table`` adding the language columns; picklable, loads the model lazily."""
+    """Callable ``pa.Table -> pa.Table`` adding the language columns; picklable, loads the model lazily.
+
+    A table that already has one of them fails (``ColumnExistsError``) unless ``overwrite``: a corpus often
+    carries a claimed ``lang`` (the sample corpus does), and replacing it must be asked for."""
 
     config: LangIdConfig = field(default_factory=LangIdConfig)
     text_column: str = "text"
+    overwrite: bool = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "text_column": self.text_column}
+        return {"config": self.config, "text_column": self.text_column, "overwrite": self.overwrite}
+
+    @property
+    def columns(self) -> tuple[str, str]:
+        """The columns this step adds: the language and its score."""
+        return self.config.lang_column, self.config.score_column
 
     def _model(self) -> Any:
         from zephyr.pipelines.quality.lid_model import ensure_lid_model
@@ -118,6 +128,10 @@ class LanguageIdentifier:
         )
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        check_added_columns(
+            table.schema.names, self.columns, overwrite=self.overwrite,
+            rename="LangIdConfig(lang_column=..., score_column=...)",
+        )
         labels, scores = self.predict(text_array(table, self.text_column))
         for name, values in ((self.config.lang_column, labels), (self.config.score_column, scores)):
             if name in table.schema.names:
@@ -128,14 +142,14 @@ class LanguageIdentifier:
 
 
 def identify_language(
-    table: pa.Table, config: LangIdConfig = LangIdConfig(), *, text_column: str = "text"
+    table: pa.Table, config: LangIdConfig = LangIdConfig(), *, text_column: str = "text", overwrite: bool = False
 ) -> pa.Table:
     """``table`` plus ``lang`` (ISO 639 code as fastText names it) and ``lang_score`` (float32 in [0, 1]).
 
-    Existing ``lang``/``lang_score`` columns are replaced (rename a claimed-language column first if you
-    want to keep it).
+    A table that already has ``lang`` or ``lang_score`` (a claimed language, an earlier run) raises
+    ``ColumnExistsError``; ``overwrite=True`` replaces them, ``LangIdConfig(lang_column=...)`` writes others.
     """
-    return LanguageIdentifier(config, text_column)(table)
+    return LanguageIdentifier(config, text_column, overwrite)(table)
 
 
 def _language_verdict(

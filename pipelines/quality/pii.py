@@ -24,7 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
-__all__ = ["PIIConfig", "PII_PATTERNS", "redact_pii", "redact_pii_array"]
+from zephyr.io.added_columns import check_added_columns
+
+__all__ = ["PIIConfig", "PII_PATTERNS", "redact_pii", "redact_pii_array", "count_columns", "with_redactions"]
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _H = r"[0-9A-Fa-f]{1,4}"
@@ -56,7 +58,9 @@ class PIIConfig:
         }
     )
     count_columns: bool = True
-    """Add ``pii_<kind>`` int32 columns with the per-row counts."""
+    """Add ``<column_prefix>_<kind>`` int32 columns with the per-row counts."""
+    column_prefix: str = "pii"
+    """Prefix of the count columns (``--output-column``): another one keeps an input's own ``pii_*``."""
 
     def __post_init__(self) -> None:
         from zephyr.errors import ConfigError
@@ -77,20 +81,40 @@ def redact_pii_array(texts: pa.Array, config: PIIConfig = PIIConfig()) -> tuple[
     return texts, counts
 
 
-def redact_pii(table: pa.Table, config: PIIConfig = PIIConfig(), *, text_column: str = "text") -> pa.Table:
+def redact_pii(
+    table: pa.Table, config: PIIConfig = PIIConfig(), *, text_column: str = "text", overwrite: bool = False
+) -> pa.Table:
     """``table`` with PII in its text column replaced, plus ``pii_<kind>`` count columns (if configured).
+
+    A table that already has one of those count columns raises ``ColumnExistsError`` unless ``overwrite=True``
+    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.io.added_columns``).
 
     >>> import pyarrow as pa
     >>> t = redact_pii(pa.table({"text": ["mail bob@example.com from 10.0.0.1 or +1 555-123-4567"]}))
     >>> t["text"][0].as_py(), t["pii_email"][0].as_py(), t["pii_phone"][0].as_py()
     ('mail <EMAIL> from <IP_ADDRESS> or <PHONE_NUMBER>', 1, 1)
     """
+    check_added_columns(
+        table.schema.names, count_columns(config), overwrite=overwrite, rename="PIIConfig(column_prefix=...)"
+    )
     texts, counts = redact_pii_array(text_array(table, text_column), config)
+    return with_redactions(table, texts, counts, config, text_column)
+
+
+def count_columns(config: PIIConfig) -> tuple[str, ...]:
+    """The columns ``redact_pii`` adds with ``config``: ``<column_prefix>_<kind>`` per kind, or none."""
+    return tuple(f"{config.column_prefix}_{kind}" for kind in config.kinds) if config.count_columns else ()
+
+
+def with_redactions(
+    table: pa.Table, texts: pa.Array, counts: dict[str, pa.Array], config: PIIConfig, text_column: str
+) -> pa.Table:
+    """``table`` with ``redact_pii_array``'s texts in ``text_column`` and (if configured) its count columns."""
     idx = table.schema.get_field_index(text_column)
     table = table.set_column(idx, pa.field(text_column, texts.type), texts)
     if config.count_columns:
         for kind, c in counts.items():
-            name = f"pii_{kind}"
+            name = f"{config.column_prefix}_{kind}"
             if name in table.schema.names:
                 table = table.set_column(table.schema.get_field_index(name), name, c)
             else:

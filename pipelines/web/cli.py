@@ -36,7 +36,8 @@ def _extract(args: argparse.Namespace) -> int:
     )
     result = ds.write_parquet(args.output, **execution_options(args).as_kwargs())
     summary = summarize(result.stats)
-    summary["quarantine_files"] = _copy_quarantine(result.stats, args.output)
+    # the engine set bad records aside under OUTPUT/_quarantine/ (zephyr.cli.quarantine_dir)
+    summary["quarantine_files"] = [f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])]
     with open(os.path.join(args.output, "_stats.json"), "w", encoding="utf-8") as f:
         json.dump(
             {"version": 1, "extractor": args.extractor, **summary, "engine": result.stats},
@@ -75,23 +76,6 @@ def summarize(stats: dict[str, Any]) -> dict[str, Any]:
         "text_bytes": counters.get("extract/text_bytes", 0),
         "counters": dict(sorted(counters.items())),
     }
-
-
-def _copy_quarantine(stats: dict[str, Any], output: str) -> list[str]:
-    """Copy the job's quarantine files (temporary when no --work-dir) into ``output/_quarantine/``."""
-    import fsspec
-
-    files = [f for stage in stats.get("stages", []) for f in stage.get("quarantine_files", [])]
-    copied = []
-    target = os.path.join(output, "_quarantine")
-    for i, path in enumerate(files):
-        os.makedirs(target, exist_ok=True)
-        dest = os.path.join(target, f"part-{i:05d}.parquet")
-        with fsspec.open(path, "rb") as src, open(dest + ".tmp", "wb") as dst:
-            dst.write(src.read())
-        os.replace(dest + ".tmp", dest)
-        copied.append(dest)
-    return copied
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

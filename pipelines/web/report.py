@@ -21,14 +21,14 @@ def web_blocks(stages: list[dict[str, Any]]) -> list[tuple]:
     blocks: list[tuple] = []
     for s in stages:
         extra = s.get("extra", {})
-        if s["type"] == "extract" and extra.get("examples"):
+        if s["type"] == "extract" and extra.get("extract_examples"):
             blocks.append(("h", 2, f"Extracted text (`{s['stage']}`)"))
             blocks.append(("p", "The first documents the extractor produced:"))
             blocks.append(
                 (
                     "table",
                     ["url", "text (start)"],
-                    [[e["url"], _excerpt(e["text"])] for e in extra["examples"]],
+                    [[e["url"], _excerpt(e["text"])] for e in extra["extract_examples"]],
                 )
             )
         if s["type"] == "substring_dedup" and "substring" in extra:

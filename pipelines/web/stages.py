@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from zephyr.pipelines.stages import PrepareRows, RemoveDuplicates, StageContext, StageOutcome, _finish
+from zephyr.pipelines.stages import (
+    PrepareRows,
+    RemoveDuplicates,
+    StageContext,
+    StageOutcome,
+    _dedup_inputs,
+    _finish,
+    _restore_dedup_columns,
+)
 
 __all__ = ["run_extract", "run_url_filter", "run_url_dedup", "run_substring_dedup"]
 
@@ -34,7 +42,7 @@ def run_extract(ctx: StageContext) -> StageOutcome:
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
     outcome = _finish(ctx, ds, (extract, prepare))
-    outcome.extra["examples"] = _examples(outcome.files, p.text_column)
+    outcome.extra["extract_examples"] = _examples(outcome.files, p.text_column)
     return outcome
 
 
@@ -80,14 +88,15 @@ def run_url_dedup(ctx: StageContext) -> StageOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = url_dedup_dataset(
-        ctx.read_inputs(),
+        _dedup_inputs(ctx),  # the data's own dup_* columns pass unchanged (zephyr.pipelines.columns)
         url_column=cfg.url_column,
         id_column=p.id_column,
         mode="annotate",
         priority_column=cfg.priority_column,
         execution=ctx.engine("hashes"),
     )
-    return _finish(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove), (remove,))
+    output = _restore_dedup_columns(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove))
+    return _finish(ctx, output, (remove,))
 
 
 def run_substring_dedup(ctx: StageContext) -> StageOutcome:

@@ -107,31 +107,30 @@ def test_engine_components_rounds_on_repeated_ids():
     t = corpus("same_id")
     ex = {**INPROCESS, "memory_budget": "64MB"}
     cfg = FuzzyDedupConfig(threshold=0.8, clusters="components")
-    from zephyr.dedup import stages
+    from zephyr import budget
 
-    original = stages._GRAPH_BYTES_PER_EDGE
-    stages._GRAPH_BYTES_PER_EDGE = 1 << 40  # no verified graph fits the driver: engine rounds
+    original = budget.GRAPH_BYTES_PER_EDGE
+    budget.GRAPH_BYTES_PER_EDGE = 1 << 40  # no verified graph fits the driver: engine rounds
     try:
         out = fuzzy_dedup_dataset(zephyr.from_arrow(t), cfg, mode="remove", execution=ex, in_memory_edges=0)
         _check("same_id", out.to_arrow(**ex))
     finally:
-        stages._GRAPH_BYTES_PER_EDGE = original
+        budget.GRAPH_BYTES_PER_EDGE = original
 
 
 def test_engine_anchored_refuses_a_graph_beyond_the_driver_by_name():
-    from zephyr.dedup import stages
-
+    from zephyr import budget
     from zephyr.errors import ZephyrError
 
-    original = stages._GRAPH_BYTES_PER_EDGE
-    stages._GRAPH_BYTES_PER_EDGE = 1 << 40
+    original = budget.GRAPH_BYTES_PER_EDGE
+    budget.GRAPH_BYTES_PER_EDGE = 1 << 40
     try:
         with pytest.raises(ZephyrError, match="--clusters components"):
             fuzzy_dedup_dataset(
                 zephyr.from_arrow(corpus("same_id")), _fuzzy_config(), execution=INPROCESS, in_memory_edges=0
             )
     finally:
-        stages._GRAPH_BYTES_PER_EDGE = original
+        budget.GRAPH_BYTES_PER_EDGE = original
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -362,6 +362,8 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     from zephyr.dedup import verify_engine
     from zephyr.dedup.synthetic import templated_source
 
+    from zephyr import budget as budget_shares
+
     table, _ = templated_source(600, seed=3)
     cfg = FuzzyDedupConfig()
     outs, infos = [], []
@@ -372,7 +374,7 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         ("1MiB", None, 1 << 20, 16),
         ("1GiB", 0, 8, 1 << 30),
     ):
-        monkeypatch.setattr(verify_engine, "_HOT_SET_SHARE", hot_share)  # inprocess: the tasks see it
+        monkeypatch.setattr(budget_shares, "BROADCAST_SHARE", hot_share)  # inprocess: the tasks see it
         monkeypatch.setattr(verify_engine, "_PAIR_BYTES", pair_bytes)
         ex = {"executor": "inprocess", "memory_budget": budget}
         info: dict = {}

@@ -106,6 +106,19 @@ def test_train_stage_checks_trainer_keys(tmp_path):
         parse_config(raw)
 
 
+def test_train_stage_takes_the_loader_keys(tmp_path):
+    """zephyr run: best-fit packing and the instance filter go from the stage to the trainer's config."""
+    raw = {"stages": [{"stage": "read", "paths": ["/"]}, {"stage": "tokenize"},
+                      {"stage": "train", "packing": "best-fit", "instance_filter": "repetition",
+                       "repetition_max_count": 16}]}
+    stage = parse_config(raw).stages[2].config
+    cfg = stage.build(data="shards/", log=None, checkpoint_dir=None)
+    assert (cfg.packing, cfg.instance_filter, cfg.repetition_max_count) == ("best-fit", "repetition", 16)
+    raw["stages"][2] = {"stage": "train", "packing": "bestfit"}
+    with pytest.raises(ConfigError, match=r"stages\[2\]\.packing: packing must be one of"):
+        parse_config(raw)
+
+
 def test_order_rules():
     with pytest.raises(ConfigError, match=r"'train' needs an enabled tokenize stage"):
         parse_config({"stages": [{"stage": "read", "paths": ["/"]}, {"stage": "train"}]})

@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -19,20 +20,29 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
 
 
+PLANTED = "~"  # data/sample/plant_duplicates.py: ids <seed id>~<edit>
+
+
 def make_slice(path: Path) -> Path:
-    """60 sample documents plus two planted duplicates of a Bible chapter: one exact, one near (a word of
-    the last verse changed: C4's line cleaning keeps verses, which end in a full stop)."""
+    """A small slice of the sample that still gives every stage something to do: the first documents of each
+    source, every planted copy (data/sample/plant_duplicates.py) with its seed, a Latin Milton poem (language
+    ID drops it) and chapters with repeated lines (kjv/100-125, mostly Numbers: the heuristics drop most,
+    so the quality classifier has negatives to learn from)."""
     table = pq.read_table(SAMPLE)
-    by = lambda source, n: table.filter(pc.equal(table["source"], source)).slice(0, n).to_pylist()  # noqa: E731
-    rows = by("kjv", 30) + by("milton", 15) + by("shakespeare", 15)
-    seed = next(r for r in rows if r["id"] == "kjv/5")
-    exact = {**seed, "id": "x-planted/exact"}  # ids sort after the seed's: the seed is the one kept
-    words = seed["text"].split(" ")
-    plain = [i for i, w in enumerate(words) if w.isalpha()][-3]
-    words[plain] = "changed"
-    near = {**seed, "id": "x-planted/near", "text": " ".join(words)}
-    pq.write_table(pa.Table.from_pylist(rows + [exact, near], schema=table.schema), path)
+    ids = table["id"].to_pylist()
+    planted = {i for i in ids if PLANTED in i}
+    wanted = planted | {i.split(PLANTED)[0] for i in planted} | {"milton/81"} | {f"kjv/{n}" for n in range(100, 126)}
+    for source, n in (("kjv", 20), ("milton", 10), ("shakespeare", 10)):
+        wanted |= {i for i in ids if i.startswith(f"{source}/") and PLANTED not in i}.intersection(
+            [i for i in ids if i.startswith(f"{source}/")][:n])
+    pq.write_table(table.filter(pc.is_in(table["id"], pa.array(sorted(wanted)))), path)
     return path
+
+
+def _planted(kind: str) -> set[str]:
+    """Planted ids of one kind: ``web`` (exact after normalization) or ``near`` (every other edit)."""
+    ids = pq.read_table(SAMPLE, columns=["id"])["id"].to_pylist()
+    return {i for i in ids if PLANTED in i and (i.endswith("~web") == (kind == "web"))}
 
 
 def _lid_available() -> bool:
@@ -49,7 +59,7 @@ def _lid_available() -> bool:
 
 TINY = [
     "--set", "stages.read.num_shards=2",
-    "--set", "stages.quality.min_score=0.2",
+    "--set", "stages.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
     "--set", "stages.tokenize.vocab_size=512",
     "--set", "stages.train.steps=3",
     "--set", "stages.train.batch_size=2",
@@ -93,23 +103,33 @@ def test_quickstart_end_to_end(finished):
     stages = {s["stage"]: s for s in stats["stages"]}
     assert stats["balanced"] and all(s["status"] == "ran" for s in stats["stages"])
     data = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")]
-    assert data[0]["rows_in"] == 62 and data[0]["per_source"]["in"] == {"kjv": 32, "milton": 15, "shakespeare": 15}
+    sliced = pq.read_table(job.parent / "slice.parquet")
+    per_source = {k: v for k, v in zip(*np.unique(sliced["source"].to_numpy(zero_copy_only=False), return_counts=True))}
+    assert data[0]["rows_in"] == sliced.num_rows and data[0]["per_source"]["in"] == per_source
     for before, after in zip(data, data[1:]):
         assert after["rows_in"] == before["rows_kept"]
     for s in data:
         assert s["rows_in"] == s["rows_kept"] + s["rows_dropped"] + s["rows_quarantined"]
         assert sum(pq.ParquetFile(f).metadata.num_rows for f in s["files"]) == s["rows_kept"]
-        assert Path(s["dir"], "_SUCCESS.json").is_file() and Path(s["dir"], "stats.json").is_file()
+        assert Path(s["dir"], "_SUCCESS.json").is_file() and Path(s["dir"], "_stats.json").is_file()
         assert not list(Path(s["dir"], "_work").glob("*/stage-*"))  # engine scratch removed when done
-    # the planted copies: the exact one goes in exact dedup, the edited one in fuzzy dedup
+    # the planted copies: web copies are rewritten by normalize and go in exact dedup, edited ones in fuzzy dedup,
+    # and every seed stays
+    web, near = _planted("web"), _planted("near")
+    seeds = {i.split(PLANTED)[0] for i in web | near}
     exact, fuzzy = stages["exact_dedup"], stages["fuzzy_dedup"]
-    assert {"x-planted/exact", "x-planted/near", "kjv/5"} <= _ids(stages["heuristic_filter"]["files"])
-    assert "x-planted/exact" not in _ids(exact["files"]) and "kjv/5" in _ids(exact["files"])
-    assert "x-planted/near" in _ids(exact["files"]) and "x-planted/near" not in _ids(fuzzy["files"])
-    assert "kjv/5" in _ids(fuzzy["files"])
-    assert exact["dropped_by_reason"].get("exact_duplicate", 0) >= 1
-    assert fuzzy["dropped_by_reason"].get("fuzzy_duplicate", 0) >= 1
-    assert int(exact["cluster_sizes"].get("2", 0)) >= 1
+    assert web | near | seeds <= _ids(stages["heuristic_filter"]["files"])
+    assert not web & _ids(exact["files"]) and near | seeds <= _ids(exact["files"])
+    assert not near & _ids(fuzzy["files"]) and seeds <= _ids(fuzzy["files"])
+    assert exact["dropped_by_reason"]["exact_duplicate"] == len(web)
+    assert fuzzy["dropped_by_reason"] == {"fuzzy_duplicate": len(near)}
+    assert int(exact["cluster_sizes"]["2"]) >= len(web) and int(fuzzy["cluster_sizes"]["2"]) == len(near)
+    # every stage visibly removes or changes something (quality marks rows with a score; on the whole sample,
+    # with min_score 0.7, it drops ~2%)
+    assert stages["normalize"]["counters"]["normalize/rows_rewritten"] >= len(web)
+    for name in ("langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup"):
+        assert name not in stages or stages[name]["rows_dropped"] > 0, name  # langid is off without its model
+    assert all(pq.read_schema(f).field("quality_score") for f in stages["quality"]["files"])
     # heuristics keep their dropped rows, the classifier was trained from them
     heuristics = stages["heuristic_filter"]
     assert heuristics["extra"]["dropped_rows"] == heuristics["rows_dropped"]
@@ -119,12 +139,15 @@ def test_quickstart_end_to_end(finished):
     tok = stages["tokenize"]
     assert tok["rows_kept"] == stages["quality"]["rows_kept"] == tok["extra"]["num_documents"]
     assert tok["extra"]["num_tokens"] > 10_000 and Path(tok["dir"], "tokenizer.json").is_file()
+    trained = tok["extra"]["tokenizer_trained_on"]  # by zephyr.tokenize.train_tokenizer, on the stage input
+    assert trained["output"] == str(Path(tok["dir"], "tokenizer.json")) and trained["vocab_size"] == 512
+    assert 0 < trained["sample_bytes"] <= trained["bound_bytes"] and trained["files"] == len(stages["quality"]["files"])
     manifest = json.loads(Path(tok["extra"]["shards_dir"], "manifest.json").read_text())
     assert manifest["vocab_size"] == 512 and manifest["num_documents"] == tok["rows_kept"]
     train = stages["train"]
     records = [json.loads(line) for line in Path(train["extra"]["log"]).read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2] and train["extra"]["final_loss"] == records[-1]["loss"]
-    for name in ("rows", "time", "sources", "loss", "clusters_exact_dedup"):
+    for name in ("rows", "time", "sources", "training", "clusters_exact_dedup", "clusters_fuzzy_dedup"):
         assert (job / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -152,6 +175,9 @@ def test_report_numbers_match_the_stats(finished):
         for reason, n in s["dropped_by_reason"].items():
             assert f"| {s['stage']} | {reason} | {n:,} |" in markdown
     assert "every stage balances exactly" in markdown
+    normalize = next(s for s in stats["stages"] if s["type"] == "normalize")
+    rewritten = normalize["counters"]["normalize/rows_rewritten"]
+    assert f"`normalize` rewrote {rewritten:,} of {normalize['rows_in']:,} documents" in markdown
     tok = next(s for s in stats["stages"] if s["type"] == "tokenize")
     assert f"{tok['extra']['num_tokens']:,} tokens" in markdown
     train = next(s for s in stats["stages"] if s["type"] == "train")
@@ -159,7 +185,38 @@ def test_report_numbers_match_the_stats(finished):
     final = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")][-1]
     for source, n in final["per_source"]["out"].items():
         assert re.search(rf"\| {source} \| [\d,]+ \| {n:,} \|", markdown)
-    assert page.startswith("<!DOCTYPE html>") and 'src="plots/loss.png"' in page and "<table>" in page
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page
+    assert page.count('<img src="data:image/png;base64,') == 6 and 'src="plots/' not in page  # one file
+
+
+def test_report_shows_dedup_and_filter_examples(finished):
+    """The acceptance check of the report: each dedup stage shows example clusters (kept text beside a
+    removed one, with their Jaccard), each filter its kept and dropped rows; all saved by the stages."""
+    job, stats, _ = finished
+    page = (job / "report.html").read_text()
+    markdown = (job / "report.md").read_text()
+    stages = {s["stage"]: s for s in stats["stages"]}
+    for name in ("exact_dedup", "fuzzy_dedup"):
+        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        assert payload["clusters"], name
+        for cluster in payload["clusters"]:
+            assert cluster["kept"]["id"] == cluster["cluster"] != cluster["removed"]["id"]
+            assert cluster["jaccard"] >= 0.8 and f"<code>{cluster['removed']['id']}</code>" in page
+        assert f"Examples from <code>{name}</code>" in page and f"Examples from `{name}`" in markdown
+    fuzzy = json.loads(Path(stages["fuzzy_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    assert len(fuzzy) == 3  # the sample's planted near duplicates (data/sample/README.md): 3 examples shown
+    for cluster in fuzzy:  # each removed row is a planted copy ``<seed id>~<edit>`` of the kept one
+        assert cluster["removed"]["id"].split("~")[0] == cluster["kept"]["id"]
+        assert 0.8 <= cluster["jaccard"] < 1
+    assert '<mark class="removed">' in page
+    exact = json.loads(Path(stages["exact_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    assert all(c["jaccard"] == 1.0 for c in exact)
+    for name in [s["stage"] for s in stats["stages"] if s["type"] in ("langid", "heuristic_filter", "quality")]:
+        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        assert len(payload["kept"]) == 3 and f"Examples: <code>{name}</code>" in page
+        assert set(payload["dropped"]) <= set(stages[name]["dropped_by_reason"])
+    heuristics = json.loads(Path(stages["heuristic_filter"]["extra"]["examples"]).read_text())
+    assert heuristics["dropped"] and all(e["examples"] for e in heuristics["dropped"].values())
 
 
 def test_rerun_skips_every_stage(finished, quickstart_job, capsys):

@@ -133,3 +133,28 @@ def test_from_reruns_and_until_stops(pipeline, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "read (read): skipped" in err
     assert all(f"{name}): done" in err for name in ("normalize", "map", "exact_dedup"))
+
+
+def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
+    """Job folders made before the ``_`` rule: a finished stage's ``stats.json`` is still read (no rerun), and a
+    stage that reruns clears its old-named files, so readers of its folder see only its kept rows."""
+    data = tmp_path / "in.parquet"
+    pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
+    config = {"name": "old", "stages": [{"stage": "read", "paths": [str(data)]}, {"stage": "heuristic_filter"}]}
+    path, job = tmp_path / "old.yaml", tmp_path / "job"
+    path.write_text(yaml.safe_dump(config))
+    argv = ["run", str(path), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
+    assert main(argv) == 0
+    read_dir, filter_dir = (Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"])
+    os.replace(read_dir / "_stats.json", read_dir / "stats.json")  # as an older zephyr named them
+    os.replace(filter_dir / "_stats.json", filter_dir / "stats.json")
+    os.replace(filter_dir / "_dropped", filter_dir / "dropped")
+    (filter_dir / "_SUCCESS.json").unlink()  # the filter stage was interrupted after its writes
+    assert main(argv) == 0
+    stages = json.loads((job / "stats.json").read_text())["stages"]
+    assert [s["status"] for s in stages] == ["skipped", "ran"]
+    assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
+        "_STARTED.json", "_SUCCESS.json", "_dropped", "_examples.json", "_stats.json", "_work"
+    ]
+    assert pq.read_table(filter_dir).num_rows == stages[1]["rows_kept"]
+    assert pq.read_table(filter_dir / "_dropped").num_rows == stages[1]["rows_dropped"]

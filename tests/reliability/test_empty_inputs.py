@@ -43,10 +43,10 @@ def test_filter(empty_input, tmp_path):
     run = zephyr_cli("filter", str(empty_input), "--output", str(out), *FAST)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"rows_in": 0, "rows_kept": 0, "rows_dropped": 0, "rows_quarantined": 0}
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / "_stats.json").read_text())
     assert stats["rows_in"] == stats["rows_kept"] + stats["rows_dropped"] + stats["rows_quarantined"] == 0
     assert stats["balanced"] and all(stage["task_retries"] == 0 for stage in stats["engine"]["stages"])
-    assert json.loads((out / "report.json").read_text())["totals"]["rows_in"] == 0
+    assert json.loads((out / "_report.json").read_text())["totals"]["rows_in"] == 0
     assert _parts(out) == []
 
 

@@ -91,7 +91,7 @@ def test_disk_full_names_the_path_and_is_not_retried(tmp_path, executor):
         tmp_path, "ENOSPC", "convert", str(data), "--output", f"faulty://{out}", "--executor", executor,
         "--workers", "1", "--max-retries", "3",
     )
-    _assert_one_line(run, "disk full", f"{out}/part-00000.parquet", "not retried")
+    _assert_one_line(run, "disk full", f"{out}/_staging/part-00000.parquet", "not retried")  # renamed when whole
     assert len(attempts) == 1, attempts  # one try: a full disk stays full
     if executor == "local":
         assert int(attempts[0].split()[0]) != run_pid_of(run)
@@ -124,7 +124,7 @@ def test_dask_does_not_retry_a_full_disk(tmp_path):
     assert run.returncode == 1
     assert "Traceback" not in run.stderr, run.stderr
     error, where = run.stderr.rstrip().splitlines()[-2:]
-    assert "disk full" in error and f"{tmp_path / 'out'}/part-00000.parquet" in error, error
+    assert "disk full" in error and f"{tmp_path / 'out'}/_staging/part-00000.parquet" in error, error
     assert where.startswith("full traceback: ")
     assert len(attempts) == 1
 
@@ -196,7 +196,7 @@ def test_filter_quarantines_a_bad_line(tmp_path):
     out = tmp_path / "out"
     run = zephyr_cli("filter", str(bad), "--output", str(out), *FAST, "--on-error", "quarantine")
     assert run.returncode == 0, run.stderr
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / "_stats.json").read_text())
     _balance({"in": stats["rows_in"], "kept": stats["rows_kept"], "dropped": stats["rows_dropped"],
               "quarantined": stats["rows_quarantined"]})
 

@@ -78,7 +78,7 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
     _fail_once(monkeypatch, FilterAnnotator, tmp_path / "failed")
     assert main(["filter", str(inputs), "--output", str(out), *FAST]) == 0
     assert (tmp_path / "failed").exists()
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / "_stats.json").read_text())
     assert stats["rows_in"] == 20 and stats["balanced"]
     assert stats["task_retries"] == 1  # the annotate job's retry, though "engine" is the kept-rows job
     assert [job["task_retries"] for job in stats["jobs"]] == [1, 0, 0, 0, 0]

@@ -421,7 +421,7 @@ def _balance(command: str, out: Path, stdout: str, stderr: str) -> tuple[int, in
         rows = json.loads((out / "_dedup_stats.json").read_text())["dedup"]["rows"]
         return rows["in"], rows["kept"], rows["dropped"], rows["quarantined"], _parquet_rows(out)
     if command == "filter":
-        s = json.loads((out / "stats.json").read_text())
+        s = json.loads((out / "_stats.json").read_text())
         return s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"], _parquet_rows(out)
     if command == "tokenize":
         rows = json.loads(stdout)["rows"]

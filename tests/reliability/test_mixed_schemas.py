@@ -317,7 +317,7 @@ def test_cli_filter_parts_share_one_schema(url_extra, tmp_path):
     assert json.loads(run.stdout)["rows_in"] == 6
     schema = _assert_one_schema(out)
     assert {"url", "extra"} <= set(schema.names)
-    dropped = sorted((out / "dropped").glob("part-*.parquet")) if (out / "dropped").exists() else []
+    dropped = sorted((out / "_dropped").glob("part-*.parquet")) if (out / "_dropped").exists() else []
     assert len({pq.read_schema(p).to_string() for p in dropped}) <= 1
 
 

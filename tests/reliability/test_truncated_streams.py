@@ -125,7 +125,7 @@ def test_cli_keeps_the_whole_lines_and_counts_the_cut(tmp_path, codec):
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"files": 1, "rows": whole, "rows_quarantined": 1}
     assert pq.read_table(next(out.glob("part-*.parquet"))).column("id").to_pylist() == list(range(whole))
-    (quarantine,) = (work / "quarantine").rglob("*.parquet")
+    (quarantine,) = (out / "_quarantine").rglob("*.parquet")  # beside the output, not in the work dir
     entry = pq.read_table(quarantine).to_pylist()
     assert [(e["source"], e["line"]) for e in entry] == [(str(path), whole + 1)]
 

@@ -49,8 +49,10 @@ def write_synthetic_set(
     num_shards: int = 3,
     base: int = 0,
     vocab_size: int = 1 << 20,
+    stream: np.ndarray | None = None,
 ) -> Path:
-    """A shard set whose token at stream position p is ``base + p`` (uint32), so windows are identifiable."""
+    """A shard set whose token at stream position p is ``base + p`` (uint32), so windows are identifiable;
+    or ``stream[p]`` when given."""
     import pyarrow as pa
     from zephyr.tokenize.format import token_dtype
     from zephyr.tokenize.shards import write_manifest, write_shard
@@ -58,7 +60,9 @@ def write_synthetic_set(
     dtype = token_dtype(vocab_size)
     lengths = np.asarray(doc_lengths, dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    stream = (np.arange(offsets[-1], dtype=np.int64) + base).astype(dtype)
+    if stream is None:
+        stream = np.arange(offsets[-1], dtype=np.int64) + base
+    stream = np.asarray(stream).astype(dtype)
     shards = []
     for s, docs in enumerate(np.array_split(np.arange(len(lengths)), num_shards)):
         lo, hi = int(offsets[docs[0]]), int(offsets[docs[-1] + 1])
@@ -90,3 +94,13 @@ def token_set(tmp_path) -> Path:
     """~20k tokens in 3 shards, documents of 1..300 tokens."""
     rng = np.random.default_rng(0)
     return write_synthetic_set(tmp_path / "set", rng.integers(1, 300, size=140))
+
+
+def global_sequence(loaders: list, batches: int, batch_size: int) -> list[list[int]]:
+    """The global sample sequence (input ids) of a set of ranks: rank r's j-th sample is index r + j * W."""
+    W = len(loaders)
+    per_rank = []
+    for loader in loaders:
+        it = loader.iter_batches(batch_size)
+        per_rank.append([row.tolist() for _ in range(batches) for row in next(it)["input_ids"]])
+    return [per_rank[g % W][g // W] for g in range(W * len(per_rank[0]))]

@@ -12,7 +12,7 @@ import torch
 from zephyr.tokenize import TokenLoader, read_documents
 from zephyr.tokenize.format import read_manifest
 
-from zephyr.errors import InputError, ResumeError
+from zephyr.errors import ConfigError, InputError, ResumeError
 
 from .conftest import write_synthetic_set
 
@@ -412,3 +412,64 @@ def test_permutation_is_pinned_and_per_index_keys_agree() -> None:
     for e in range(5):
         assert one_pass[epoch == e].tolist() == permute(local[epoch == e], 777, int(keys[e])).tolist()
     assert sorted(permute(np.arange(777), 777, int(keys[0])).tolist()) == list(range(777))
+
+
+# -- a plain torch DataLoader around the loader (zephyr.tokenize.data_loader) ---------------------------------
+GUARD = r"plain torch DataLoader .*loader\.data_loader\(num_workers=K\)"
+
+
+@pytest.mark.parametrize("batch_size", [None, 16], ids=["samples", "batch16"])
+def test_plain_dataloader_workers_make_state_dict_raise(token_set: Path, batch_size) -> None:
+    kwargs = dict(seq_len=SEQ, seed=7, num_epochs=1)
+    single = _first_tokens(TokenLoader(str(token_set), **kwargs))
+    loader = TokenLoader(str(token_set), **kwargs)
+    plain = list(torch.utils.data.DataLoader(loader, batch_size=batch_size, num_workers=2))
+    got = _first_tokens(plain)
+    assert sorted(got) == sorted(single)  # every sample once: the plain DataLoader "works"...
+    if batch_size is not None:
+        assert got != single  # ...but its batches are runs of one worker's samples: another order
+    assert loader.consumed == 0  # ...and the parent never moved: resuming from here would restart the epoch
+    with pytest.raises(ResumeError, match=GUARD):
+        loader.state_dict()
+    with pytest.raises(ResumeError, match=GUARD):
+        loader.mix_counts()
+    with pytest.raises(ResumeError, match=r"set_weights\(\)"):
+        loader.set_weights({str(token_set): 1.0})
+
+
+@pytest.mark.slow  # spawned workers import torch afresh: ~25 s on 2 busy cores
+def test_plain_dataloader_with_spawned_workers_is_caught_too(token_set: Path) -> None:
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=7, num_epochs=1)
+    batches = list(torch.utils.data.DataLoader(loader, batch_size=16, num_workers=2, multiprocessing_context="spawn"))
+    assert sum(b["input_ids"].shape[0] for b in batches) == loader.num_samples()
+    with pytest.raises(ResumeError, match=GUARD):
+        loader.state_dict()
+
+
+def test_data_loader_wrapper_keeps_exact_state_where_the_plain_one_raises(token_set: Path) -> None:
+    kwargs = dict(seq_len=SEQ, seed=7, batch_size=16)
+    single = TokenLoader(str(token_set), **kwargs)
+    want = _first_tokens(_take(iter(single), 5))
+    loader = TokenLoader(str(token_set), **kwargs)
+    it = iter(loader.data_loader(num_workers=2))
+    got = _first_tokens(_take(it, 5))
+    del it
+    assert got == want and loader.state_dict() == single.state_dict()
+    assert loader.state_dict()["consumed"] == 80
+
+
+def test_load_state_dict_clears_the_guard_and_num_workers_0_keeps_state(token_set: Path) -> None:
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=7, num_epochs=1)
+    list(torch.utils.data.DataLoader(loader, batch_size=None, num_workers=2))
+    with pytest.raises(ResumeError):
+        loader.state_dict()
+    state = TokenLoader(str(token_set), seq_len=SEQ, seed=7).state_dict()
+    loader.load_state_dict(state)  # a known position again
+    batches = _take(iter(torch.utils.data.DataLoader(loader, batch_size=4, num_workers=0)), 10)
+    assert len(batches) == 10 and loader.state_dict()["consumed"] == 40  # in-process: the parent's own object
+
+
+def test_data_loader_refuses_a_dataloader_batch_size(token_set: Path) -> None:
+    loader = TokenLoader(str(token_set), seq_len=SEQ)
+    with pytest.raises(ConfigError, match=r"data_loader\(batch_size=\.\.\.\).*TokenLoader\(\.\.\., batch_size=B\)"):
+        loader.data_loader(num_workers=2, batch_size=16)

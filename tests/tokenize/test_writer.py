@@ -142,12 +142,14 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
         write_token_shards(
             str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, max_retries=0, **common
         )
-    assert (tmp_path / "out" / "_work").is_dir(), "scratch must survive a failure when a work_dir is given"
+    scratch = list((tmp_path / "work").glob("tokenize-*"))
+    assert len(scratch) == 1 and (scratch[0] / "spill").is_dir(), "spills go to the work_dir and survive a failure"
+    assert not (tmp_path / "out" / "_work").exists()
     monkeypatch.setattr(writer._PackPartition, "__call__", original)
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
     sorted_stages = result.stats["stages"]
     assert sorted_stages and all(s["tasks_resumed"] == s["tasks"] for s in sorted_stages)
-    assert not (tmp_path / "out" / "_work").exists()
+    assert not scratch[0].exists()
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "clean"), **common)
     assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
 

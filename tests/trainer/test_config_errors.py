@@ -39,7 +39,11 @@ from zephyr.errors import ConfigError
         pytest.param(
             {"optim": "fast"}, "optim must be a mapping of OptimConfig keys, got 'fast' (str)", id="section"
         ),
-        pytest.param({"stepz": 3}, "stepz is not a known key; allowed: batch_size,", id="unknown-top"),
+        pytest.param(
+            {"stepz": 3},
+            "stepz is not a known key; allowed: activation_checkpointing, batch_size,",
+            id="unknown-top",
+        ),
         pytest.param(
             {"optim": {"lrr": 1}}, "optim.lrr is not a known key; allowed: beta1,", id="unknown-optim"
         ),
@@ -115,9 +119,11 @@ def test_cli_lists_the_problems_of_a_config_file_without_a_traceback(tmp_path: P
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
         "zephyr train: error: invalid training config (6 problems):",
-        "  stepz is not a known key; allowed: batch_size, checkpoint_dir, checkpoint_every, compile, data, device, "
-        "dtype, grad_accum, keep_checkpoints, log, model, optim, peak_tflops, preset, seed, seq_len, spike_factor, "
-        "steps, tensorboard_dir",
+        "  stepz is not a known key; allowed: activation_checkpointing, batch_size, cache_limit_bytes, "
+        "checkpoint_dir, checkpoint_every, compile, data, device, dtype, grad_accum, instance_filter, "
+        "keep_checkpoints, log, max_epochs, mix, mix_schedule, mix_window, model, optim, packing, "
+        "peak_tflops, prefetch_shards, preset, repetition_max_count, repetition_max_period, "
+        "repetition_min_period, reweight, seed, seq_len, spike_factor, steps, tensorboard_dir",
         "  steps must be an integer, got 'ten' (str)",
         "  batch_size must be >= 1, got -2",
         "  model.moe.top_k must be >= 1, got 0",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,13 @@ def test_cli_refuses_with_one_line_and_no_traceback(checkpointed: Path, capsys) 
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.splitlines()) == 1
     assert "was written for a different model (model.moe.top_k: checkpoint 2, this run 1)" in err
+
+
+def test_a_checkpoint_older_than_a_new_model_key_resumes_with_its_default(checkpointed: Path) -> None:
+    """``moe.balance`` came after the first checkpoints: one written without it resumes (its default, ``bias``,
+    is what the older run did); a key the checkpoint does have still has to match."""
+    meta_path = checkpointed / "ck" / "step-00000002" / "trainer.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["model_config"]["moe"]["balance"]
+    meta_path.write_text(json.dumps(meta))
+    assert train(_cfg(checkpointed, steps=3)).resumed_from == 2

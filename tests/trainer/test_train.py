@@ -8,9 +8,9 @@ import pathlib
 from pathlib import Path
 
 import pytest
-from zephyr.trainer import train as train_mod
 from zephyr.trainer.config import OptimConfig, TrainConfig
 from zephyr.trainer.metrics import NonFiniteLossError
+from zephyr.trainer.model import Transformer
 from zephyr.trainer.optim import lr_at
 from zephyr.trainer.train import train
 
@@ -150,14 +150,14 @@ def test_yaml_config_with_flag_override(tmp_path: Path) -> None:
 
 def test_nan_loss_stops_the_run_naming_the_step(tmp_path: Path, monkeypatch) -> None:
     calls = {"n": 0}
-    real = train_mod.Transformer.loss
+    real = Transformer.loss
 
     def poisoned(logits, labels):
         calls["n"] += 1
         loss = real(logits, labels)
         return loss * float("nan") if calls["n"] == 3 else loss
 
-    monkeypatch.setattr(train_mod.Transformer, "loss", staticmethod(poisoned))
+    monkeypatch.setattr(Transformer, "loss", staticmethod(poisoned))
     with pytest.raises(NonFiniteLossError, match="at step 2"):
         train(_cfg(tmp_path, steps=6, checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=1))
     # the NaN step was never checkpointed

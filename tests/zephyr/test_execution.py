@@ -313,3 +313,48 @@ def test_writers_round_trip_every_format(tmp_path):
     vortex = ds.write_vortex(str(tmp_path / "v"), executor="inprocess")
     assert len(vortex.files) == 3
     assert zephyr.read_vortex(str(tmp_path / "v")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+
+
+def _keep_odd_shards(table: pa.Table) -> pa.Table:
+    """Keeps shard 1's and 3's rows only (ids 1000-1999 and 3000-3999 with 1000 rows a shard)."""
+    keep = [(i // 1000) % 2 == 1 for i in table.column("id").to_pylist()]
+    return table.filter(pa.array(keep))
+
+
+def test_parts_are_dense_when_tasks_keep_no_rows(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=5, rows=1000)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "part-00004.parquet").write_bytes(b"stale part of an older run")
+    result = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards).write_parquet(str(out), executor="inprocess")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["part-00000.parquet", "part-00001.parquet"]  # tasks 1 and 3, renumbered; no _staging left
+    assert [p.rsplit("/", 1)[-1] for p in result.files] == names
+    firsts = [pq.read_table(out / n).column("id")[0].as_py() for n in names]
+    assert firsts == [1000, 3000]  # task order is kept
+
+
+def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, monkeypatch):
+    pattern = _write_shards(tmp_path / "in", shards=5, rows=1000)
+    plan = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards)
+    plan.write_parquet(str(tmp_path / "clean"), executor="inprocess")
+    from zephyr.io import paths
+
+    original = paths.write_json_atomic
+
+    def crash_on_publish(url, payload):
+        if "_done" in url and payload.get("files") and not any("_staging" in f for f in payload["files"]):
+            raise KeyboardInterrupt("killed after the first rename")  # the marker rewrite of a published file
+        original(url, payload)
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    monkeypatch.setattr(paths, "write_json_atomic", crash_on_publish)
+    with pytest.raises(KeyboardInterrupt):
+        plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
+    monkeypatch.setattr(paths, "write_json_atomic", original)
+    assert (out / "part-00000.parquet").exists() and (out / "_staging" / "part-00003.parquet").exists()
+    resumed = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
+    assert resumed.stats["stages"][-1]["tasks_resumed"] == 4  # only the task whose marker was stale reran
+    assert _digest(out) == _digest(tmp_path / "clean") and not (out / "_staging").exists()
+    again = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
+    assert again.stats["stages"][-1]["tasks_resumed"] == 5 and _digest(out) == _digest(tmp_path / "clean")

@@ -68,6 +68,9 @@ def _worker_main(
     if lifeline is not None and parent_pid is not None:  # first, before the imports below (~1 s)
         _die_with_parent(parent_pid, lifeline, pdeathsig)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
+
+    fix_mmap_threshold()  # before the imports' first large allocations
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
     with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
@@ -94,6 +97,7 @@ def _worker_main(
             reply = (True, fn(task), True)
         except BaseException as exc:  # everything goes back to the driver, which decides
             reply = (False, failure(exc), False)
+        release_freed_memory()  # the next task starts from the baseline, not from this one's peak
         try:
             conn.send(reply)
         except Exception as exc:  # e.g. an unpicklable return value

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
 
 __all__ = ["ThreadExecutor"]
 
@@ -28,6 +29,7 @@ class ThreadExecutor(Executor):
 
     def __init__(self, workers: int, *, preload: Sequence[str] = ()):
         self.workers = max(1, workers)
+        fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
         if preload:
             threading.Thread(
                 target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
@@ -39,6 +41,8 @@ class ThreadExecutor(Executor):
                 return Outcome(True, fn(task))
             except Exception as exc:  # reported to the driver, which retries or fails the job with context
                 return failure(exc)
+            finally:
+                release_freed_memory()  # what this task freed goes back before the next task's peak
 
         with futures.ThreadPoolExecutor(self.workers, thread_name_prefix="zephyr-task") as pool:
             pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}

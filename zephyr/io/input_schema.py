@@ -7,7 +7,8 @@ planner reads each file's *schema* (a Parquet footer, the first ``SCHEMA_PEEK_BY
 first batch of a Vortex file — never all the data) and fixes one input schema; every task casts its batches
 to it, so every output part of a job has the same schema.
 
-The rule (``plan_input_schema``), per column and recursively inside structs and lists:
+The rule (``zephyr.io.schema_plan.plan_input_schema`` reads the files' schemas; ``merge_schemas`` here
+decides), per column and recursively inside structs and lists:
 
 - **Default — files must agree.** Allowed without asking, because no value changes: a column (or struct
   field) missing from some files is read as nulls there; ``null`` (a column with no value at all) takes the
@@ -38,8 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.types as pat
@@ -47,14 +47,9 @@ import pyarrow.types as pat
 from zephyr.errors import ConfigError, SchemaError
 from zephyr.io.casting import promote_types
 
-if TYPE_CHECKING:
-    from zephyr.io.sources import Shard
-
 __all__ = [
     "SCHEMA_PEEK_BYTES",
-    "peek_schema",
     "merge_schemas",
-    "plan_input_schema",
     "cast_to_schema",
     "fit_planned",
     "load_schema_file",
@@ -64,7 +59,6 @@ __all__ = [
 
 SCHEMA_PEEK_BYTES = 1 << 20
 """JSONL bytes parsed per file to learn its column types (a longer first line is read whole)."""
-_PEEK_THREADS = 8  # footer and first-block reads wait on storage, not CPU
 _FIX = (
     "pass --unify-schemas to promote types by the documented rule (Python: unify_schemas=True), "
     "or --schema FILE to cast every file to one schema (Python: schema=)"
@@ -76,50 +70,6 @@ class _Conflict(Exception):
     def __init__(self, path: str, left: pa.DataType, right: pa.DataType):
         super().__init__(path)
         self.path, self.left, self.right = path, left, right
-
-
-# -- reading schemas cheaply --------------------------------------------------------------------------------
-def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
-    """(path, the file's schema as a reader yields it), or (path, None) for a JSONL/Vortex file without rows.
-
-    Parquet: the footer (even a 0-row file has typed columns). JSONL/Vortex: the first batch; bad lines are the
-    job's business (it raises or quarantines them by its own ``on_error``), so they are skipped here.
-    """
-    if shard.format == "parquet":
-        from zephyr.io.parquet_source import open_parquet, plain_schema
-
-        with open_parquet(shard.path) as parquet_file:
-            return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
-    if shard.format == "warc":  # one fixed schema; peeking would parse records
-        from zephyr.io.warc import WARC_SCHEMA
-
-        return shard.path, WARC_SCHEMA
-    from zephyr.io.sources import read_shard
-
-    batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))
-    try:
-        first = next(batches, None)
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a generator: closes the file now
-    return shard.path, None if first is None else first.schema
-
-
-def peek_schemas(shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> list[tuple[str, pa.Schema | None]]:
-    """``peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
-    seen: dict[str, Shard] = {}
-    for shard in shards:
-        seen.setdefault(shard.path, shard)
-    files = [s if s.byte_range is None and s.row_groups is None else _whole(s) for s in seen.values()]
-    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
-        return list(pool.map(lambda s: peek_schema(s, peek_bytes=peek_bytes), files))
-
-
-def _whole(shard: Shard) -> Shard:
-    from dataclasses import replace
-
-    return replace(shard, byte_range=None, row_groups=None)
 
 
 # -- the rule -----------------------------------------------------------------------------------------------
@@ -247,28 +197,6 @@ def _one_line(field: str, left_path: str, left: pa.DataType, right_path: str, ri
         f"input files disagree on column {field!r}: {left} in {left_path} but {right} in {right_path} "
         f"({how}); {fix}"
     )
-
-
-def plan_input_schema(
-    shards: Sequence[Shard],
-    *,
-    unify: bool = False,
-    schema: pa.Schema | None = None,
-    columns: Sequence[str] | None = None,
-) -> pa.Schema | None:
-    """The schema every task of this input casts to, or None when no rule is needed (one shard, no schema).
-
-    ``columns``: only these take part (a projection never fails on a column it does not read).
-    """
-    if schema is not None:
-        return schema
-    if len(shards) <= 1:
-        return None
-    peeks = peek_schemas(shards)
-    if columns is not None:
-        wanted = list(columns)
-        peeks = [(p, None if s is None else pa.schema([s.field(c) for c in wanted if c in s.names])) for p, s in peeks]
-    return merge_schemas(peeks, unify=unify)
 
 
 # -- applying it --------------------------------------------------------------------------------------------

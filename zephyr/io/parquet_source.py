@@ -1,7 +1,12 @@
 """Read Parquet shards: footer-based row-group splitting, column projection, bounded batches, bad-row handling.
 
 - Files are opened through fsspec file objects (``pq.ParquetFile(f)``), read row group by row group with
-  ``iter_batches`` (no pre-buffering), so memory is about one batch plus the column chunks being decoded.
+  ``iter_batches`` (no pre-buffering). Column chunks stream through buffers of ``buffer_bytes`` a column
+  (``Budget.read_buffer_bytes``), one page decompressed at a time, so memory is about one batch plus one
+  page and one buffer per column. Without the buffer Arrow reads each column chunk whole before decoding it:
+  a 320 MiB row group (128 MiB of zstd text) then costs ~200 MiB of RSS above the batches, with it ~70 MiB
+  (benchmarks/RESULTS.md, "the budget holds"). Row groups larger than the budget are read in batches like
+  any other; a row larger than a batch cannot be sliced: it is read alone, with one warning naming the file.
 - Batch size in rows comes from a probe: the first 1,024 rows of the shard are decoded once to measure Arrow
   bytes per row (footer sizes are post-encoding, and dictionary-encoded text decodes to 10x its footer size),
   then each row group is read with ``batch_bytes / bytes_per_row`` rows, rescaled by the row group's footer size.
@@ -41,8 +46,11 @@ _PROBE_ROWS = 1024
 
 
 @contextlib.contextmanager
-def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
-    """Open ``path`` (an fsspec URL) as a ``ParquetFile``; unreadable footers become ``InputError``."""
+def open_parquet(path: str, *, buffer_bytes: int = 0) -> Iterator[pq.ParquetFile]:
+    """Open ``path`` (an fsspec URL) as a ``ParquetFile``; unreadable footers become ``InputError``.
+
+    ``buffer_bytes`` > 0 streams each column chunk through a buffer of that size (reading data); 0 reads a
+    column chunk whole (enough for footers and schemas)."""
     fs, stripped = filesystem(path)
     try:
         handle = fs.open(stripped, "rb")
@@ -50,7 +58,7 @@ def open_parquet(path: str) -> Iterator[pq.ParquetFile]:
         raise InputError("file not found (was it deleted after listing?)", path=path) from exc
     with handle:
         try:
-            parquet_file = pq.ParquetFile(handle)
+            parquet_file = pq.ParquetFile(handle, buffer_size=buffer_bytes, pre_buffer=False)
         except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:
             raise InputError(f"not a readable Parquet file: {exc}", path=path) from exc
         with parquet_file:
@@ -126,9 +134,10 @@ def read_parquet_shard(
     schema: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
+    buffer_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
     path = shard.path
-    with open_parquet(path) as parquet_file:
+    with open_parquet(path, buffer_bytes=buffer_bytes) as parquet_file:
         metadata = parquet_file.metadata
         file_schema = plain_schema(parquet_file.schema_arrow, path, columns)
         available = file_schema.names
@@ -161,6 +170,7 @@ def read_parquet_shard(
         wanted = set(read_columns) if read_columns is not None else None
         reader = _RowGroupReader(parquet_file, path, read_columns, target, quarantine, batch_bytes)
         bytes_per_footer_byte: float | None = None
+        warned = False
         for group in row_groups:
             group_meta = metadata.row_group(group)
             rows = group_meta.num_rows
@@ -171,6 +181,17 @@ def read_parquet_shard(
                 probe_bytes_per_row = reader.probe(group)
                 bytes_per_footer_byte = probe_bytes_per_row * rows / footer_bytes
             bytes_per_row = max(1.0, bytes_per_footer_byte * footer_bytes / rows)
+            if bytes_per_row > batch_bytes and not warned:
+                warned = True
+                logger.warning(
+                    "%s: row group %d holds rows of ~%.1f MiB decoded, larger than the read batch of %.1f MiB "
+                    "the memory budget allows: each is read alone and the task may exceed its budget; raise "
+                    "--memory-budget or split these rows",
+                    path,
+                    group,
+                    bytes_per_row / 2**20,
+                    batch_bytes / 2**20,
+                )
             batch_rows = max(1, min(rows, int(batch_bytes / bytes_per_row)))
             yield from reader.read(group, batch_rows, first_row=starts[group])
 
@@ -213,7 +234,9 @@ class _RowGroupReader:
                 continue
             batch = _plain_batch(batch)
             if self.target is not None:
-                batch = cast_to_schema(batch, self.target, where=f"{self.path} (row group {group})", first_row=start)
+                batch = cast_to_schema(
+                    batch, self.target, where=f"{self.path} (row group {group})", first_row=start
+                )
             yield from _split(batch, self.batch_bytes)
 
     def _check(self, batch: pa.RecordBatch, group: int, start: int) -> pa.RecordBatch | None:

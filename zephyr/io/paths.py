@@ -12,6 +12,8 @@ Contract:
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
 - ``check_output_dir`` fails before any work on a local output directory that cannot be written (an ``OutputError``
   naming it); ``naming_path`` gives an ``OSError`` raised mid-write without a file name (a full disk) the path.
+- ``write_bytes_atomic`` writes a small whole file (a tokenizer, a config) so that readers see the old file or
+  the complete new one, never a torn one.
 - ``file_stat`` is the one place that says whether an input changed since a run: its size and a version stamp
   (mtime in ns for local files; ETag, generation, version id or modification time from ``fsspec`` ``info()``
   on other filesystems), from one ``stat``/``info()`` call. Every resume fingerprint (engine sources, ``zephyr
@@ -48,6 +50,10 @@ __all__ = [
     "public_path",
     "check_output_dir",
     "naming_path",
+    "atomic_output",
+    "atomic_write",
+    "write_bytes_atomic",
+    "write_json_atomic",
     "FileStat",
     "file_stat",
 ]
@@ -114,6 +120,67 @@ def naming_path(path: str) -> Iterator[None]:
         if exc.filename is None and exc.errno is not None:
             raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
         raise
+
+
+@contextlib.contextmanager
+def atomic_output(url: str | os.PathLike) -> Iterator[str]:
+    """A temporary path beside ``url`` to write; renamed to ``url`` when the block ends without an error, removed
+    when it raises. Readers never see a partial file at ``url``.
+
+    The one temporary-name scheme of the project, ``<name>.tmp-<8 hex>`` in the same directory (so the rename
+    stays on one filesystem), which ``expand_paths`` never lists. The parent directory is created. Local paths
+    rename with ``os.replace`` (atomic on POSIX); other filesystems with ``fs.mv`` (object stores have no
+    atomic rename: the object appears whole, under its final name, once the copy completes)."""
+    fs, path = url_to_fs(os.fspath(url))
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
+    try:
+        yield public_path(fs, tmp)
+        if is_local(fs):
+            os.replace(tmp, path)
+        else:
+            fs.mv(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Iterator:
+    """An open file whose contents appear at ``url`` only once the block ends without an error
+    (``atomic_output``); text mode writes UTF-8."""
+    with atomic_output(url) as tmp:
+        fs, path = url_to_fs(tmp)
+        with fs.open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            yield handle
+
+
+def write_json_atomic(url: str, payload: dict) -> None:
+    """``payload`` as indented JSON with sorted keys at ``url``, whole or not at all (``atomic_write``): task
+    markers, index metadata, example files."""
+    import json
+
+    with atomic_write(url, "w") as handle:
+        json.dump(payload, handle, indent=1, sort_keys=True)
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write ``data`` to the file ``url`` (a path or fsspec URL) atomically, creating its folder
+    (``atomic_write``); an ``OSError`` becomes an ``OutputError`` naming ``url`` and the fix.
+
+    >>> write_bytes_atomic("memory:///atomic/out.json", b"{}")
+    >>> fsspec.filesystem("memory").cat_file("/atomic/out.json")
+    b'{}'
+    """
+    try:
+        with naming_path(url), atomic_write(url) as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write {url}: {describe_os_error(exc, exc.filename or url)}", path=url, errno=exc.errno
+        ) from exc
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -202,8 +269,12 @@ def _hidden(name: str) -> bool:
     return base.startswith((".", "_")) or ".tmp-" in base
 
 
-def _wanted(name: str, formats: Sequence[str]) -> bool:
-    return not _hidden(name) and infer_format(name) in formats
+def _wanted(name: str, formats: Sequence[str], root: str = "") -> bool:
+    """A data file of a directory listing: a known format, and neither it nor a folder between ``root`` and it
+    hidden. The folders matter: a command's output keeps its ``_dropped/``, ``_quarantine/`` and ``_staging/``
+    rows beside the kept ones, and reading the directory must give the kept rows only (as pyarrow does)."""
+    below = name[len(root) :] if root and name.startswith(root) else posixpath.basename(name)
+    return not any(_hidden(part) for part in below.split("/") if part) and infer_format(name) in formats
 
 
 def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = None) -> list[str]:
@@ -214,7 +285,7 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
-    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS"):
+    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS", "_dropped/part-00000.parquet"):
     ...     fs.pipe(f"/doc-paths/{name}", b"")
     >>> expand_paths("memory://doc-paths")
     ['memory:///doc-paths/a.parquet', 'memory:///doc-paths/b.jsonl', 'memory:///doc-paths/sub/c.jsonl.gz']
@@ -315,14 +386,14 @@ def _expand_one(
             out: list[str] = []
             for match in fs.glob(stripped):
                 if fs.isdir(match):
-                    out.extend(p for p in fs.find(match) if _wanted(p, formats))
+                    out.extend(p for p in fs.find(match) if _wanted(p, formats, match.rstrip("/")))
                 elif not _hidden(match):
                     out.append(match)
             if not out:
                 raise InputError(f"no files match the pattern {pattern!r}")
             return out
         if fs.isdir(stripped):
-            out = [p for p in fs.find(stripped) if _wanted(p, formats)]
+            out = [p for p in fs.find(stripped) if _wanted(p, formats, stripped.rstrip("/"))]
             if not out:
                 exts = ", ".join(e for f in formats for e in FORMAT_EXTENSIONS[f])
                 raise InputError(f"directory {pattern!r} holds no files with a known extension ({exts})")

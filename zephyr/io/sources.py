@@ -36,11 +36,20 @@ from zephyr.errors import ConfigError
 from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
 from zephyr.io.quarantine import QuarantineFn
 
-__all__ = ["Shard", "list_shards", "read_shard", "expand_paths", "DEFAULT_BATCH_BYTES"]
+__all__ = [
+    "Shard",
+    "list_shards",
+    "read_shard",
+    "expand_paths",
+    "DEFAULT_BATCH_BYTES",
+    "DEFAULT_BUFFER_BYTES",
+]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_BYTES = 64 << 20
+DEFAULT_BUFFER_BYTES = 1 << 20
+"""Parquet: each column chunk streams through a buffer of this size (tasks use ``Budget.read_buffer_bytes``)."""
 _FORMATS = tuple(FORMAT_EXTENSIONS)
 
 
@@ -143,12 +152,14 @@ def read_shard(
     on_error: Literal["raise", "quarantine"] = "raise",
     quarantine: QuarantineFn | None = None,
     batch_bytes: int = DEFAULT_BATCH_BYTES,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Stream ``shard`` as record batches of about ``batch_bytes`` (see the module docstring).
 
     ``schema``: the user's schema (JSONL is parsed with it; Parquet and Vortex columns are cast to it).
     ``input_schema``: the schema a job planned for all its files (``zephyr.io.input_schema``); every batch is
     cast to it, so all files of one input yield one schema.
+    ``buffer_bytes``: Parquet column chunks are read through buffers of this size, never whole.
     """
     if on_error not in ("raise", "quarantine"):
         raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
@@ -166,7 +177,12 @@ def read_shard(
         from zephyr.io.parquet_source import read_parquet_shard
 
         return read_parquet_shard(
-            shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes
+            shard,
+            columns=columns,
+            schema=schema or input_schema,
+            quarantine=sink,
+            batch_bytes=batch_bytes,
+            buffer_bytes=buffer_bytes,
         )
     if shard.format == "jsonl":
         from zephyr.io.jsonl_source import read_jsonl_shard

@@ -92,6 +92,6 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
 
 def _peek_schema(shard) -> tuple[str, pa.Schema | None]:
     """(path, the file's schema as a job reads it), or (path, None) for a JSONL/Vortex file without rows."""
-    from zephyr.io.input_schema import peek_schema
+    from zephyr.io.schema_plan import peek_schema
 
     return peek_schema(shard, peek_bytes=_PEEK_BYTES)

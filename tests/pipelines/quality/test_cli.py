@@ -34,19 +34,19 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
     src = _input(tmp_path)
     out = tmp_path / "out"
     assert main(["filter", str(src), "--output", str(out), "--executor", "inprocess", "--rules", "gopher,c4,fineweb"]) == 0
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / "_stats.json").read_text())
     assert stats["version"] == 1 and stats["balanced"]
     kept = _parts(out).num_rows
-    dropped = _parts(out / "dropped")
-    quarantine = _parts(out / "quarantine")
+    dropped = _parts(out / "_dropped")
+    quarantine = _parts(out / "_quarantine")
     assert (kept, dropped.num_rows, quarantine.num_rows) == (stats["rows_kept"], stats["rows_dropped"], 1)
     assert stats["rows_in"] == 8 == kept + dropped.num_rows + quarantine.num_rows
     assert sum(stats["dropped_rows_by_reason"].values()) == dropped.num_rows
     assert quarantine["reject_reason"].to_pylist() == ["null_text"]
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "_report.json").read_text())
     assert set(report["sources"]) == {"web", "mail", "code"}
     assert "drop_reason" not in _parts(out).schema.names
-    assert "# Retention report" in (out / "report.md").read_text()
+    assert "# Retention report" in (out / "_report.md").read_text()
 
 
 def test_report_samples_do_not_depend_on_batching():

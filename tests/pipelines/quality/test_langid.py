@@ -15,7 +15,7 @@ from zephyr.pipelines.quality.lid_model import ensure_lid_model, install_from_wh
 from zephyr.pipelines.quality.stages import LanguageFilter
 
 import zephyr
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ColumnExistsError, ConfigError, InputError
 
 SAMPLES = {
     "en": "The committee will publish its final report on the new railway line next spring.",
@@ -29,10 +29,19 @@ SAMPLES = {
 
 def test_predicts_languages_and_nulls(lid_model):
     t = pa.table({"text": [*SAMPLES.values(), None, "  \n "], "lang": ["claimed"] * 8})
-    out = identify_language(t, LangIdConfig(model_path=lid_model))
-    assert out["lang"].to_pylist() == [*SAMPLES, None, None]  # existing 'lang' column replaced
+    out = identify_language(t, LangIdConfig(model_path=lid_model), overwrite=True)
+    assert out["lang"].to_pylist() == [*SAMPLES, None, None]  # existing 'lang' column replaced, as asked
+    assert out.column_names == ["text", "lang", "lang_score"]
     scores = out["lang_score"].to_pylist()
     assert all(0.5 < s <= 1.0 for s in scores[:6]) and scores[6:] == [None, None]
+
+
+def test_an_existing_lang_column_is_kept_unless_overwrite(lid_model):
+    t = pa.table({"text": [SAMPLES["de"]], "lang": ["en"]})
+    with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass overwrite=True"):
+        identify_language(t, LangIdConfig(model_path=lid_model))
+    other = identify_language(t, LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score"))
+    assert other.select(["lang", "lid"]).to_pylist() == [{"lang": "en", "lid": "de"}]
 
 
 def test_newlines_do_not_split_a_document(lid_model):

@@ -161,3 +161,24 @@ def test_invalid_utf8_quarantined(tmp_path, quarantine, read_all):
     assert q.column("raw").null_count == 2
     assert all("invalid UTF-8" in r for r in q.column("reason").to_pylist())
     table.validate(full=True)
+
+
+def test_rows_larger_than_the_batch_are_read_alone_with_one_warning(tmp_path, caplog):
+    """A row group cannot be sliced below one row: such rows are read (none lost), and one warning per file
+    names it, so a task that exceeds its memory budget says why."""
+    rng = np.random.default_rng(0)
+    big = [rng.bytes(600_000).hex() for _ in range(6)]  # 1.2 MB of text a row
+    path = _write(pa.table({"id": np.arange(6), "text": big}), tmp_path / "wide.parquet", row_group_size=3)
+    with caplog.at_level("WARNING", logger="zephyr.io.parquet_source"):
+        batches = list(read_shard(list_shards(path)[0], batch_bytes=1 << 20, buffer_bytes=1 << 20))
+    assert pa.Table.from_batches(batches).column("text").to_pylist() == big
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and path in warnings[0] and "larger than the read batch" in warnings[0]
+
+
+@pytest.mark.parametrize("buffer_bytes", [0, 1 << 16, 1 << 20])
+def test_buffered_column_reads_give_the_same_rows(tmp_path, buffer_bytes):
+    table = _table(5000)
+    path = _write(table, tmp_path / "a.parquet", row_group_size=2500)
+    batches = read_shard(list_shards(path)[0], batch_bytes=64 << 10, buffer_bytes=buffer_bytes)
+    assert pa.Table.from_batches(list(batches)).equals(table)

@@ -1,3 +1,5 @@
+"""Fixtures shared by the pipeline tests."""
+
 import pytest
 
 from zephyr.errors import ConfigError

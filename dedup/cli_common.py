@@ -1,0 +1,168 @@
+"""What the dedup commands share: reading the inputs, the dup columns, the stats file and the common flags
+(``zephyr.dedup.cli`` registers ``exact`` and ``fuzzy``, ``zephyr.dedup.cli_text`` the text-level kinds)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger("zephyr.dedup.cli")
+
+
+DEFAULT_EXECUTOR = "threads"
+"""Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
+each worker process importing pyarrow, polars and numba first (``zephyr.executors.threads``). The output is
+the same bytes on every executor; ``--executor local`` isolates tasks in processes."""
+
+# Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
+# files of very different sizes would otherwise leave one worker hashing the largest file alone.
+SHARD_BYTES = "32MiB"
+
+
+DUP_COLUMNS = {
+    "document": ("dup_cluster", "dup_cluster_size", "dup_keep"),
+    "paragraph": ("dup_paragraphs", "dup_paragraph_bytes"),
+    "none": (),
+}
+"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode. A command
+sets ``dup_level`` when its own ``--level`` does not say (``paragraph``, ``url``, ``substring``: none)."""
+
+
+def read_inputs(args: argparse.Namespace):
+    """The inputs, after the column check (``annotate`` mode: none of the columns it writes may exist unless
+    ``--overwrite``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
+    ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
+    ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
+    import zephyr
+    from zephyr.io.added_columns import check_input_columns, set_aside
+    from zephyr.io.input_schema import schema_arguments
+
+    internal, written = dup_columns(args)
+    if args.mode == "annotate":
+        check_input_columns(args.inputs, written, overwrite=args.overwrite, rename="--output-column NAME")
+    schema = schema_arguments(args)  # --unify-schemas / --schema FILE
+    ds = zephyr.read(args.inputs, approx_shard_bytes=SHARD_BYTES, on_error=args.on_error, **schema)
+    return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
+
+
+def dup_columns(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the columns dedup computes at this level, the names ``annotate`` writes them under)."""
+    internal = DUP_COLUMNS[getattr(args, "dup_level", None) or getattr(args, "level", "document")]
+    return internal, tuple(args.output_column + name[len("dup") :] for name in internal)
+
+
+def sets_aside(args: argparse.Namespace) -> bool:
+    return bool(dup_columns(args)[0]) and (args.mode == "remove" or args.output_column != "dup")
+
+
+def output_of(args: argparse.Namespace, out: Any) -> Any:
+    """The dedup result as written: its columns under ``--output-column`` names, the input's own restored."""
+    from zephyr.io.added_columns import ASIDE_PREFIX, RenameColumns
+
+    if not sets_aside(args):
+        return out
+    internal, written = dup_columns(args)
+    names = tuple(zip(internal, written)) if args.mode == "annotate" else ()
+    restore = tuple((ASIDE_PREFIX + name, name) for name in internal)
+    return out.map_batches(RenameColumns(names + restore, replace=args.overwrite), name="dedup.columns")
+
+
+def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
+    from zephyr import job_stats
+
+    stats = dict(result.stats)
+    stats.update(
+        job_stats.summarize(jobs)
+    )  # task totals of every engine job (``recorded``), not only this write
+    stats["dedup"] = extra
+    counters: dict[str, int] = {}
+    for stage in stats.get("stages", []):
+        for key, value in (stage.get("counters") or {}).items():
+            if key.startswith("dedup/"):
+                counters[key] = counters.get(key, 0) + value
+    hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
+    stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
+    stats["dedup"]["counters"] = counters
+    stats["dedup"]["rows"] = row_balance(stats.get("stages", []))
+    os.makedirs(output, exist_ok=True)
+    with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
+    return 0
+
+
+def row_balance(stages: list[dict]) -> dict[str, int]:
+    """The input rows and where they went: ``in = kept + dropped + quarantined``. The first stage reads the
+    input (a paragraph-level run reads it twice: counted once); kept rows are what the last stage wrote."""
+    if not stages:
+        return {"in": 0, "kept": 0, "dropped": 0, "quarantined": 0}
+    return {
+        "in": stages[0]["rows_in"],
+        "kept": stages[-1]["rows_out"],
+        "dropped": sum(s["rows_dropped"] for s in stages),
+        "quarantined": stages[0]["rows_rejected"],
+    }
+
+
+def recorded(handler):
+    """Run a dedup handler with every engine job it starts recorded (hash or candidate jobs, then the final
+    write) in ``args.engine_jobs``, so ``finish`` reports the retries and resumed tasks of all of them."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        from zephyr import job_stats
+
+        with job_stats.recording() as jobs:
+            args.engine_jobs = jobs
+            return handler(args)
+
+    return run
+
+
+def action_kwargs(opts: Any) -> dict[str, Any]:
+    return opts.as_kwargs()
+
+
+def add_common_io(p: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_on_error, add_output_dir
+
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
+    )
+    add_on_error(p)
+    add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
+    p.add_argument(
+        "--mode",
+        choices=("annotate", "remove"),  # dedup.config.MODES, not imported: --help stays fast
+        default="annotate",
+        help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
+    )
+    p.add_argument("--text-column", default="text")
+    p.add_argument(
+        "--id-column",
+        default="id",
+        type=column_or_none,
+        help="ids order rows: the smallest id of a cluster is kept (rows that share an id, or have none, are "
+        "still separate rows); 'none': no id column, input order decides",
+    )
+    p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
+    from zephyr.cli import add_overwrite
+    from zephyr.io.input_schema import add_schema_arguments
+
+    add_schema_arguments(p)
+    add_overwrite(
+        p,
+        "the dup columns (--mode annotate)",
+        default="dup",
+        output_help="--mode annotate: write NAME_cluster, NAME_cluster_size, NAME_keep (paragraphs: "
+        "NAME_paragraphs, NAME_paragraph_bytes); an input's own dup_* columns then pass unchanged, as they "
+        "always do in --mode remove",
+    )
+
+
+def column_or_none(value: str) -> str | None:
+    return None if value.lower() == "none" else value

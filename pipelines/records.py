@@ -1,0 +1,13 @@
+"""What a finished stage's record (its ``stats.json``) says, read the same way by the runner's lines and the
+report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["rows_rewritten"]
+
+
+def rows_rewritten(record: dict[str, Any]) -> int:
+    """Rows a stage kept but changed (its ``<step>/rows_rewritten`` counters, e.g. normalization's)."""
+    return sum(int(n) for name, n in record.get("counters", {}).items() if name.endswith("/rows_rewritten"))

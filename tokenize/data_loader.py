@@ -1,0 +1,124 @@
+"""``TokenLoader`` inside torch DataLoader workers: the supported wrapper, and the guard on the plain one.
+
+The trap. ``torch.utils.data.DataLoader(loader, num_workers=K)`` works, but each worker process iterates its
+own copy of the loader: the parent's position never moves, so ``loader.state_dict()["consumed"]`` stays where
+it was, and a resume from it silently restarts the epoch. With the DataLoader's own ``batch_size=B``, each
+batch is B consecutive samples of *one* worker (worker w holds every K-th sample), so the order differs from
+the single-process one as well.
+
+The supported path is ``loader.data_loader(num_workers=K)`` (``TokenDataLoader``): ``batch_size=None`` in the
+DataLoader (batches come from ``TokenLoader(batch_size=B)``, gathered per worker in the single-process order),
+and every item received advances the parent's position, so ``state_dict()`` is exact.
+
+The guard. Each ``TokenLoader`` holds a one-element int64 tensor in shared memory (``new_worker_flag``); a
+forked worker maps the same pages and a spawned one receives it through torch's shared-memory pickling. A
+worker iterating a copy that no ``TokenDataLoader`` started sets it (``mark_plain_worker``); afterwards the
+parent's ``state_dict()``, ``mix_counts()`` and ``set_weights()`` raise ``ResumeError`` naming the fix
+(``check_position_known``) instead of returning a stale position. ``load_state_dict`` sets the position
+again, and clears it. A plain DataLoader with ``num_workers=0`` iterates the parent's own object: its
+position stays exact, and nothing is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from zephyr.errors import ConfigError, ResumeError
+
+if TYPE_CHECKING:
+    from zephyr.tokenize.loader import TokenLoader
+
+__all__ = ["TokenDataLoader", "new_worker_flag", "mark_plain_worker", "check_position_known"]
+
+_OWN_KWARGS = ("batch_size", "batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")
+"""DataLoader arguments ``TokenDataLoader`` sets itself: batches and order come from the ``TokenLoader``."""
+
+
+def new_worker_flag() -> torch.Tensor:
+    """The shared flag a plain DataLoader worker sets (0: none has iterated a copy of this loader)."""
+    return torch.zeros(1, dtype=torch.int64).share_memory_()
+
+
+def mark_plain_worker(loader: TokenLoader) -> None:
+    """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
+    if not loader._wrapped:
+        loader._worker_flag.fill_(1)
+
+
+def check_position_known(loader: TokenLoader, what: str) -> None:
+    """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
+    this loader cannot count."""
+    if int(loader._worker_flag[0]) == 0:
+        return
+    raise ResumeError(
+        f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
+        f"(num_workers > 0), which advance their own copies, so its position (consumed={loader.consumed}) is "
+        "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
+        "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
+        "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
+    )
+
+
+class TokenDataLoader:
+    """Wraps ``torch.utils.data.DataLoader(loader, batch_size=None, num_workers=K)``.
+
+    Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
+    single-process one. Each item received advances the wrapped loader's position in the main process, so
+    ``loader.state_dict()`` is exact (and ``loader.filtered`` counts the rows whose labels the workers'
+    instance filter masked). Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
+    ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
+    """
+
+    def __init__(
+        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
+    ):
+        given = [name for name in _OWN_KWARGS if name in kwargs]
+        if given:
+            raise ConfigError(
+                f"data_loader({given[0]}=...): batches and order come from the TokenLoader, so workers split "
+                "by whole batches in the single-process order; build it with TokenLoader(..., batch_size=B) "
+                f"(or use loader.iter_batches(B)) and leave {', '.join(_OWN_KWARGS)} to data_loader"
+            )
+        if num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
+        self.loader = loader
+        self.num_workers = num_workers
+        self.kwargs = dict(kwargs)
+        if num_workers > 0:
+            self.kwargs.setdefault("prefetch_factor", prefetch_factor or 4)
+            self.kwargs.setdefault("persistent_workers", False)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        loader = self.loader
+        while True:
+            version = loader._weights_version
+            pinned = loader.pin_memory
+            loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
+            loader._wrapped = True  # the workers' copies (forked or pickled now) are ours: no guard
+            try:
+                data_loader = torch.utils.data.DataLoader(
+                    loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
+                )
+                iterator = iter(data_loader)
+            finally:
+                loader.pin_memory = pinned
+                loader._wrapped = False
+            restarted = False
+            try:
+                for item in iterator:
+                    if self.num_workers > 0:  # workers advanced their own copies; mirror it here
+                        labels = item["labels"].reshape(-1, loader.seq_len)
+                        loader._yielded += labels.shape[0]
+                        if loader.instance_filter is not None:  # rows the workers' filter masked
+                            loader.filtered += int((labels == -100).all(dim=1).sum())
+                    yield item
+                    if self.num_workers > 0 and loader._weights_version != version:
+                        restarted = True
+                        break
+            finally:
+                del iterator
+            if not restarted:
+                return

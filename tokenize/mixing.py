@@ -1,0 +1,253 @@
+"""Mixing token sets: which source each global sample index draws from.
+
+Contract. The loader walks global sample indices g = 0, 1, 2, ...; ``Mixture.choose(lo, hi, counts)`` says
+which source each g in ``[lo, hi)`` draws from, given ``counts`` (samples drawn from each source before
+``lo``). Index g draws source s when a counter-based uniform ``u(seed, g)`` falls in s's slice of the
+cumulative weights, so the choice is a pure function of (seed, g, the weights in effect at g, which sources
+are still active) and needs no RNG state.
+
+- **Weights** are piecewise constant in g: the initial weights, then ``(g, weights)`` changes (a schedule,
+  ``set_weights``). Weights are normalized; a source of weight 0 is never drawn.
+- **Caps.** ``max_epochs`` per source: once a source has been drawn ``cap = floor(max_epochs * samples)``
+  times it stops being drawn and the others share its weight (renormalized) from the next index on. The
+  index where that happens follows from the counts, so it is the same after any resume and for any number of
+  ranks. When every source with weight is exhausted, ``choose`` returns -1: the data ends.
+- **Weights from token counts** (``mix_weights``): ``temperature:T`` gives ``p_i ∝ n_i^(1/T)`` (T = 1:
+  proportional to tokens; T > 1 flattens towards uniform, T < 1 sharpens; the UniMax paper's convention,
+  Chung et al. 2023, "UniMax: Fairer and More Effective Language Sampling"); ``unimax:epochs=N`` spreads a
+  token budget uniformly over the sources, smallest first, none beyond N epochs (the paper's Algorithm 1),
+  and caps each source at N epochs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from zephyr.tokenize.permutation import uniform01
+
+from zephyr.errors import ConfigError
+
+__all__ = ["Mixture", "mix_weights", "parse_mix", "normalize_weights"]
+
+log = logging.getLogger(__name__)
+
+_UNCAPPED = np.iinfo(np.int64).max
+
+
+def normalize_weights(names: Sequence[str], weights: dict[str, float]) -> np.ndarray:
+    """Weights in ``names`` order, normalized to sum 1; ``ConfigError`` naming the sets on any problem."""
+    names = list(names)
+    if sorted(map(str, weights)) != sorted(names):
+        raise ConfigError(f"weights must name exactly the loader's sources {names}, got {list(weights)}")
+    values = np.array([float(weights[n]) for n in names], dtype=np.float64)
+    if not np.all(np.isfinite(values)) or (values < 0).any() or values.sum() <= 0:
+        raise ConfigError(f"mixture weights must be finite, >= 0 and not all 0, got {dict(weights)}")
+    return values / values.sum()
+
+
+def parse_mix(spec: str) -> tuple[str, dict[str, float]]:
+    """``"temperature:0.7"`` -> ("temperature", {"t": 0.7}); ``"unimax:epochs=4"`` -> ("unimax", {"epochs": 4})."""
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    try:
+        if kind == "temperature":
+            value = float(rest)
+            if not value > 0 or not math.isfinite(value):
+                raise ValueError
+            return kind, {"t": value}
+        if kind == "unimax":
+            params = dict(item.split("=", 1) for item in rest.split(",") if item.strip())
+            unknown = set(params) - {"epochs", "budget"}
+            if unknown or "epochs" not in params:
+                raise ValueError
+            parsed = {k: float(v) for k, v in params.items()}
+            if parsed["epochs"] <= 0 or parsed.get("budget", 1) <= 0:
+                raise ValueError
+            return kind, parsed
+    except ValueError:
+        pass
+    raise ConfigError(
+        f"mix {spec!r} is not understood; write temperature:T (T > 0, e.g. temperature:0.7) or "
+        "unimax:epochs=N[,budget=TOKENS] (N > 0, e.g. unimax:epochs=4)"
+    )
+
+
+def mix_weights(
+    spec: str, tokens: Sequence[int], *, budget_tokens: float | None = None
+) -> tuple[np.ndarray, float | None]:
+    """(normalized weights, the epoch cap the spec implies or None) from each source's token count."""
+    kind, params = parse_mix(spec)
+    n = np.asarray(tokens, dtype=np.float64)
+    if (n <= 0).any():
+        raise ConfigError(f"mix {spec!r}: every source needs tokens, got counts {list(map(int, n))}")
+    if kind == "temperature":
+        logits = np.log(n) / params["t"]
+        w = np.exp(logits - logits.max())
+        return w / w.sum(), None
+    epochs = params["epochs"]
+    budget = params.get("budget", budget_tokens)
+    if budget is None:
+        raise ConfigError(
+            f"mix {spec!r}: UniMax needs the training budget in tokens; give unimax:epochs=N,budget=TOKENS "
+            "(zephyr train passes steps x tokens per step)"
+        )
+    alloc = np.zeros_like(n)
+    left = float(budget)
+    order = np.argsort(n, kind="stable")  # smallest source first
+    for i, s in enumerate(order.tolist()):
+        share = left / (len(order) - i)
+        alloc[s] = min(share, epochs * n[s])
+        left -= alloc[s]
+    return alloc / alloc.sum(), epochs
+
+
+class Mixture:
+    """The source of each global sample index (see the module docstring).
+
+    Args:
+        names: source names (for messages and logs).
+        weights: initial normalized weights (at g = 0, or at the loader's start).
+        samples: samples in one epoch of each source.
+        key: the choice key (derived from the seed).
+        max_epochs: per-source epoch caps (``inf``: none).
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        weights: np.ndarray,
+        samples: Sequence[int],
+        key: int,
+        max_epochs: Sequence[float] | None = None,
+    ):
+        self.names = list(names)
+        self.key = key
+        self.initial = np.asarray(weights, dtype=np.float64)
+        self.changes: list[tuple[int, np.ndarray]] = [(0, self.initial)]
+        epochs = np.full(len(self.names), np.inf) if max_epochs is None else np.asarray(max_epochs, float)
+        self.max_epochs = epochs
+        self.caps = np.array(
+            [_UNCAPPED if math.isinf(e) else int(e * n) for e, n in zip(epochs, samples)], dtype=np.int64
+        )
+        self._logged: set[int] = set()
+
+    @classmethod
+    def build(
+        cls,
+        names: Sequence[str],
+        weights: Mapping[str, float],
+        *,
+        tokens: Sequence[int],
+        samples: Sequence[int],
+        key: int,
+        mix: str | None = None,
+        budget_tokens: float | None = None,
+        max_epochs: float | Mapping[str, float] | None = None,
+    ) -> Mixture:
+        """The mixture of a loader: explicit ``weights`` or ``mix_weights(mix)`` from the sources' ``tokens``;
+        ``max_epochs`` one cap for all or ``{name: epochs}`` (default: the cap ``mix`` implies)."""
+        names = list(names)
+        implied = None
+        if mix is not None:
+            values, implied = mix_weights(mix, tokens, budget_tokens=budget_tokens)
+            log.info(
+                "mix %s over %s tokens: weights %s",
+                mix,
+                dict(zip(names, tokens)),
+                ", ".join(f"{n}={w:.4f}" for n, w in zip(names, values)),
+            )
+        else:
+            values = normalize_weights(names, dict(weights))
+        if max_epochs is None:
+            max_epochs = implied
+        if isinstance(max_epochs, Mapping):
+            unknown = sorted(set(map(str, max_epochs)) - set(names))
+            if unknown:
+                raise ConfigError(f"max_epochs names {unknown}, which are not sources of this loader {names}")
+            caps = [float(max_epochs.get(n, math.inf)) for n in names]
+        else:
+            caps = [math.inf if max_epochs is None else float(max_epochs)] * len(names)
+        if any(not c > 0 for c in caps):
+            raise ConfigError(f"max_epochs must be > 0, got {dict(zip(names, caps))}")
+        return cls(names, values, samples, key, caps)
+
+    def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Weights ``[(g, {name: weight}), ...]`` on top of the initial weights (replacing any earlier schedule
+        and ``set_weights``)."""
+        entries = sorted(((int(at), dict(w)) for at, w in schedule), key=lambda e: e[0])
+        if entries and entries[0][0] < 0:
+            raise ConfigError(f"schedule: sample index {entries[0][0]} is negative")
+        self.changes = [(0, self.initial)]
+        for at, weights in entries:
+            self.set_weights(at, normalize_weights(self.names, weights))
+
+    # ---- weights over g -------------------------------------------------------------------------------
+    def weights_at(self, g: int) -> np.ndarray:
+        """The configured weights in effect at index g (before caps)."""
+        current = self.changes[0][1]
+        for at, weights in self.changes:
+            if at > g:
+                break
+            current = weights
+        return current
+
+    def set_weights(self, g: int, weights: np.ndarray, *, keep_later: bool = True) -> None:
+        """``weights`` from index g on; later scheduled changes still apply unless ``keep_later`` is False."""
+        later = [(a, w) for a, w in self.changes if a > g] if keep_later else []
+        earlier = [(a, w) for a, w in self.changes if a < g]
+        self.changes = [*earlier, (g, np.asarray(weights, dtype=np.float64)), *later]
+
+    def _next_change(self, g: int) -> int:
+        return next((a for a, _ in self.changes if a > g), _UNCAPPED)
+
+    # ---- choices ---------------------------------------------------------------------------------------
+    def choose(self, lo: int, hi: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source of each index in ``[lo, hi)``, -1 once no source is left; the counts at ``hi``)."""
+        counts = np.array(counts, dtype=np.int64)
+        out = np.empty(max(0, hi - lo), dtype=np.int64)
+        g = lo
+        while g < hi:
+            end = min(hi, self._next_change(g))
+            weights = self.weights_at(g) * (counts < self.caps)
+            if weights.sum() <= 0:
+                out[g - lo :] = -1
+                break
+            if len(weights) == 1:
+                choice = np.zeros(end - g, dtype=np.int64)
+            else:
+                cum = np.cumsum(weights / weights.sum())
+                cum[-1] = 1.0
+                u = uniform01(np.arange(g, end, dtype=np.int64), self.key)
+                choice = np.searchsorted(cum, u, side="right").astype(np.int64)
+            stop = end
+            for s in np.flatnonzero((self.caps < _UNCAPPED) & (weights > 0)).tolist():
+                room = int(self.caps[s] - counts[s])  # > 0: the source is active
+                hits = np.flatnonzero(choice[: stop - g] == s)
+                if len(hits) >= room:
+                    stop = g + int(hits[room - 1]) + 1  # the draw that fills the cap is the source's last
+            taken = choice[: stop - g]
+            out[g - lo : stop - lo] = taken
+            counts += np.bincount(taken, minlength=len(counts))
+            for s in np.flatnonzero((counts >= self.caps) & (weights > 0)).tolist():
+                self._log_exhausted(s, stop, counts)
+            g = stop
+        return out, counts
+
+    def _log_exhausted(self, s: int, g: int, counts: np.ndarray) -> None:
+        if s in self._logged:
+            return
+        self._logged.add(s)
+        active = self.weights_at(g) * (counts < self.caps)
+        share = active / active.sum() if active.sum() > 0 else active
+        log.info(
+            "mix: source %s reached max_epochs=%g (%d samples) at global sample %d; from there the others "
+            "take its share: %s",
+            self.names[s],
+            self.max_epochs[s],
+            int(self.caps[s]),
+            g,
+            ", ".join(f"{n}={w:.4f}" for n, w in zip(self.names, share)) or "none left",
+        )

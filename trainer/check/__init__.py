@@ -1,0 +1,1 @@
+"""``zephyr train check``: what decides the accelerator run, measured on a CPU before a GPU is booked."""

@@ -1,0 +1,136 @@
+"""How one task's memory budget divides: the one place that states every share.
+
+``--memory-budget`` is per task (a worker process runs one task at a time; the ``threads`` executor runs
+``--workers`` tasks in one process, so that process holds ``workers × budget``). Every buffer a task or the
+driver sizes from the budget reads its size here, so the whole division can be printed
+(``python -m zephyr.budget 256MB``) and checked against measured peaks (benchmarks/RESULTS.md).
+
+What a task holds at once, at most, for a budget B:
+
+- reading: one decoded batch (``read_batch_bytes``, B/8), and per column one read buffer
+  (``read_buffer_bytes``, B/64, 1–8 MiB) through which the compressed column chunk streams a page at a time —
+  a row group larger than the budget is read in batches, never whole;
+- writing: one row group being encoded (``row_group_bytes``, B/4, capped at 128 MiB);
+- the map side of a shuffle: the sort buffer (``shuffle_buffer_bytes``, B/4) plus its sorted copy and Parquet
+  encoding while it spills (about twice that again), written as row groups of ``spill_row_group_bytes``
+  (B/64, 256 KiB–4 MiB) so that a reducer can stream many parts at once;
+- the reduce side: a partition read whole when its stored bytes × ``EXPANSION`` fit ``in_memory_reduce_bytes``
+  (0.4·B); otherwise ``merge_fan_in`` parts streamed at once, one decoded spill row group each, 4× headroom;
+- planning: shuffle partitions of ``partition_target_bytes`` (B/4, capped at 64 MiB) of estimated input;
+- the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_pair_rows`` (B/4 at 64 bytes a
+  pair), endpoint sets up to ``driver_set_bytes`` (B/16), a verified graph up to ``driver_graph_edges``
+  (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Budget", "EXPANSION", "MAX_FAN_IN", "PARTITION_TARGET_CAP"]
+
+MIB = 1 << 20
+EXPANSION = 5
+"""Decoded Arrow bytes per stored (compressed Parquet) byte assumed when a reducer decides to read whole."""
+MAX_FAN_IN = 64
+"""Run parts merged at once, at most, whatever the budget."""
+PARTITION_TARGET_CAP = 64 << 20
+"""Estimated input bytes per shuffle partition, at most: more partitions keep the reducers' work even."""
+PAIR_BYTES = 64
+"""Driver bytes per candidate pair held in memory (two int64 ends, Arrow and sort scratch)."""
+GRAPH_BYTES_PER_EDGE = 48
+"""Driver bytes per verified edge when the graph is clustered in memory (pairs, similarity, sort scratch)."""
+DRIVER_SET_SHARE = 16
+"""The driver verifies candidate pairs itself only when the endpoints' shingle sets fit budget / this."""
+BROADCAST_SHARE = 8
+"""Data broadcast with a stage to every task (e.g. a giant bucket's hot sets) takes at most budget / this."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One task's memory budget, ``bytes``, and its shares (see the module docstring)."""
+
+    bytes: int
+
+    @property
+    def read_batch_bytes(self) -> int:
+        return max(MIB, self.bytes // 8)
+
+    @property
+    def read_buffer_bytes(self) -> int:
+        return max(MIB, min(8 * MIB, self.bytes // 64))
+
+    @property
+    def row_group_bytes(self) -> int:
+        return max(MIB, min(128 * MIB, self.bytes // 4))
+
+    @property
+    def shuffle_buffer_bytes(self) -> int:
+        return max(MIB, self.bytes // 4)
+
+    @property
+    def spill_row_group_bytes(self) -> int:
+        return max(256 << 10, min(4 * MIB, self.bytes // 64))
+
+    @property
+    def in_memory_reduce_bytes(self) -> int:
+        return int(self.bytes * 0.4)
+
+    def merge_fan_in(self, row_group_bytes: int | None = None) -> int:
+        """Parts streamed at once: each holds about one decoded row group; 4× headroom for the merged batch."""
+        row_group = self.spill_row_group_bytes if row_group_bytes is None else row_group_bytes
+        return max(2, min(MAX_FAN_IN, self.bytes // max(1, 4 * row_group)))
+
+    @property
+    def partition_target_bytes(self) -> int:
+        return max(MIB, min(self.bytes // 4, PARTITION_TARGET_CAP))
+
+    @property
+    def driver_pair_rows(self) -> int:
+        return self.bytes // 4 // PAIR_BYTES
+
+    @property
+    def driver_set_bytes(self) -> int:
+        return self.bytes // DRIVER_SET_SHARE
+
+    @property
+    def driver_graph_edges(self) -> int:
+        return self.bytes // GRAPH_BYTES_PER_EDGE
+
+    @property
+    def broadcast_bytes(self) -> int:
+        return self.bytes // BROADCAST_SHARE
+
+    def table(self) -> list[tuple[str, int, str]]:
+        """(share, value, rule) for every share: what ``explain`` prints and the docs describe."""
+        return [
+            ("read_batch_bytes", self.read_batch_bytes, "B/8, ≥ 1 MiB"),
+            ("read_buffer_bytes", self.read_buffer_bytes, "B/64, 1–8 MiB, per column read"),
+            ("row_group_bytes", self.row_group_bytes, "B/4, 1–128 MiB"),
+            ("shuffle_buffer_bytes", self.shuffle_buffer_bytes, "B/4, ≥ 1 MiB (+2× while spilling)"),
+            ("spill_row_group_bytes", self.spill_row_group_bytes, "B/64, 256 KiB–4 MiB"),
+            (
+                "in_memory_reduce_bytes",
+                self.in_memory_reduce_bytes,
+                f"0.4·B of decoded bytes ({EXPANSION}× stored)",
+            ),
+            ("merge_fan_in", self.merge_fan_in(), f"B / (4 × spill row group), 2–{MAX_FAN_IN} parts"),
+            ("partition_target_bytes", self.partition_target_bytes, "B/4, 1–64 MiB of input"),
+            ("driver_pair_rows", self.driver_pair_rows, f"B/4 at {PAIR_BYTES} bytes a pair"),
+            ("driver_set_bytes", self.driver_set_bytes, f"B/{DRIVER_SET_SHARE}"),
+            ("driver_graph_edges", self.driver_graph_edges, f"B at {GRAPH_BYTES_PER_EDGE} bytes an edge"),
+            ("broadcast_bytes", self.broadcast_bytes, f"B/{BROADCAST_SHARE}"),
+        ]
+
+    def describe(self) -> str:
+        """The table as aligned text lines."""
+        rows = self.table()
+        width = max(len(name) for name, _, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value:>14,}  {rule}" for name, value, rule in rows)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from zephyr.options import parse_bytes
+
+    print(Budget(parse_bytes(sys.argv[1] if len(sys.argv) > 1 else "1GB")).describe())
