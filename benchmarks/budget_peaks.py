@@ -71,6 +71,8 @@ OPS = (
     "tokenize",
     "read_one_row_group",
 )
+PEER_OPS = ("sort", "group_by_count", "join")
+"""Ops also run on the peer (``--peers duckdb``): duckdb with the same total memory limit and threads."""
 _STOP_WORDS = [
     "the",
     "of",
@@ -272,6 +274,15 @@ def command(
         return [ZEPHYR, "tokenize", docs, "--tokenizer", str(setup.tokenizer), "--output", output, *execution]
     if op in ("group_by_count", "group_by_list", "join"):
         return [PYTHON, __file__, "api", op, docs, output, "--labels", str(corpus.labels), *execution]
+    if op.startswith("duckdb:"):
+        peer = [PYTHON, __file__, "duckdb", op.split(":", 1)[1], docs, output, "--labels", str(corpus.labels)]
+        return [
+            *peer,
+            "--memory-limit-mib",
+            str(setup.workers * budget_mib(budget)),
+            "--threads",
+            str(setup.workers),
+        ]
     raise ValueError(f"unknown op {op!r}; one of {OPS}")
 
 
@@ -314,6 +325,44 @@ def run_api(argv: list[str]) -> int:
     return 0
 
 
+def run_duckdb(argv: list[str]) -> int:
+    """``budget_peaks.py duckdb OP DOCS OUT ...``: the peer, one process with ``memory_limit`` = the zephyr
+    workers' budgets together and as many threads, spilling to OUT.tmp."""
+    import duckdb
+
+    ap = argparse.ArgumentParser(prog="budget_peaks.py duckdb")
+    ap.add_argument("op", choices=PEER_OPS)
+    ap.add_argument("docs")
+    ap.add_argument("out")
+    ap.add_argument("--labels", required=True)
+    ap.add_argument("--memory-limit-mib", type=float, required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    Path(args.out).mkdir(parents=True)
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{int(args.memory_limit_mib)}MiB'")
+    con.execute(f"SET threads = {args.threads}")
+    con.execute(f"SET temp_directory = '{args.out}.tmp'")
+    docs = f"read_parquet('{args.docs}/*.parquet')"
+    query = {
+        "sort": f"SELECT * FROM {docs} ORDER BY url",
+        "group_by_count": f"SELECT key, count(text) AS n FROM {docs} GROUP BY key",
+        "join": f"SELECT * FROM {docs} AS d JOIN read_parquet('{args.labels}/*.parquet') AS l USING (id)",
+    }[args.op]
+    con.execute(f"COPY ({query}) TO '{args.out}/part-00000.parquet' (FORMAT parquet, COMPRESSION zstd)")
+    shutil.rmtree(f"{args.out}.tmp", ignore_errors=True)
+    return 0
+
+
+def _role(op: str, setup: Setup) -> tuple[str, int]:
+    """(the process role whose peak is the op's, and how many tasks' budgets that process may hold)."""
+    if op.startswith("duckdb:"):
+        return "driver", setup.workers
+    if setup.executor in ("threads", "inprocess"):
+        return "driver", setup.workers if setup.executor == "threads" else 1
+    return "worker", 1
+
+
 def measure(
     op: str,
     corpus: Corpus,
@@ -338,7 +387,7 @@ def measure(
     )
     timeline = res.pop("timeline")
     (logs / f"{op}-{tag}-rss.json").write_text(json.dumps({"started_unix": started, "timeline": timeline}))
-    role = "driver" if setup.executor in ("threads", "inprocess") else "worker"
+    role, _ = _role(op, setup)
     res["stages"] = stage_peaks(log_path.read_text(), timeline, started, role)
     shutil.rmtree(out, ignore_errors=True)
     if res["rc"] != 0 or res["timed_out"]:
@@ -377,8 +426,7 @@ def measure_op(
             timeout_s=timeout_s,
         )
     full = measure(op, corpus, budget, setup, work=work, logs=logs, tag=tag, timeout_s=timeout_s)
-    role = "driver" if setup.executor in ("threads", "inprocess") else "worker"
-    tasks = setup.workers if setup.executor == "threads" else 1
+    role, tasks = _role(op, setup)
     b = budget_mib(budget)
     row = {
         "op": op,
@@ -427,6 +475,8 @@ def render(rows: list[dict], corpora: dict[str, Corpus], args: argparse.Namespac
             for b, c in corpora.items()
         )
         + f". Baseline: the same op on {TINY_ROWS:,} rows with workers forced. Goal: peak − baseline ≤ {GOAL} × budget"
+        + " (`duckdb:` rows: the peer in one process with `memory_limit` = workers × budget and as many threads;"
+        + " its ÷ budget is over that limit)"
         + (" × workers (threads: one process runs every task)" if args.executor == "threads" else "")
         + ".\n",
         f"| op | budget | baseline MiB | {'driver' if args.executor == 'threads' else 'worker'} peak MiB | peak − baseline MiB | ÷ budget | goal ≤ {GOAL} | driver peak MiB | wall s |",
@@ -473,6 +523,8 @@ def prepare_tiny(work: Path, seed: int = 0) -> Corpus:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "api":
         return run_api(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "duckdb":
+        return run_duckdb(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budgets", default="64MiB,512MiB")
     ap.add_argument("--ops", default=",".join(OPS))
@@ -485,9 +537,12 @@ def main() -> int:
     ap.add_argument("--logs", default=str(ROOT / "benchmarks" / ".out" / "budget_peaks"))
     ap.add_argument("--keep-data", action="store_true", help="generate into --logs and keep the corpora")
     ap.add_argument("--no-append", action="store_true")
+    ap.add_argument(
+        "--peers", choices=("none", "duckdb"), default="duckdb", help="side-by-side runs of the peer"
+    )
     args = ap.parse_args()
     ops = [o for o in args.ops.split(",") if o]
-    unknown = sorted(set(ops) - set(OPS))
+    unknown = sorted(set(ops) - set(OPS) - {f"duckdb:{p}" for p in PEER_OPS})
     if unknown:
         ap.error(f"unknown ops {unknown}; choose from {list(OPS)}")
     logs = Path(args.logs)
@@ -507,7 +562,8 @@ def main() -> int:
             )
             if "tokenize" in ops and setup.tokenizer is None:
                 setup = Setup(args.executor, args.workers, train_tokenizer(work / "tokenizer.json", corpus))
-            for op in ops:
+            peers = [f"duckdb:{o}" for o in ops if o in PEER_OPS and args.peers == "duckdb"]
+            for op in ops + peers:
                 row = measure_op(
                     op, budget, corpus, tiny, setup, work=work, logs=logs, timeout_s=args.timeout
                 )

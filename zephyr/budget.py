@@ -10,6 +10,9 @@ What a task holds at once, at most, for a budget B:
 - reading: one decoded batch (``read_batch_bytes``, B/8), and per column one read buffer
   (``read_buffer_bytes``, B/64, 1–8 MiB) through which the compressed column chunk streams a page at a time —
   a row group larger than the budget is read in batches, never whole;
+- computing: a kernel's scratch (``kernel_scratch_bytes``, B/2). Kernels whose scratch is a multiple of their
+  input (the quality filters' token lists and joins: ~30× the text) work on row slices of the batch
+  (``kernel_slices``) sized so that multiple × slice fits the share;
 - writing: one row group being encoded (``row_group_bytes``, B/4, capped at 128 MiB);
 - the map side of a shuffle: the sort buffer (``shuffle_buffer_bytes``, B/4) plus its sorted copy and Parquet
   encoding while it spills (about twice that again), written as row groups of ``spill_row_group_bytes``
@@ -17,6 +20,8 @@ What a task holds at once, at most, for a budget B:
 - the reduce side: a partition read whole when its stored bytes × ``EXPANSION`` fit ``in_memory_reduce_bytes``
   (0.4·B); otherwise ``merge_fan_in`` parts streamed at once, one decoded spill row group each, 4× headroom;
 - planning: shuffle partitions of ``partition_target_bytes`` (B/4, capped at 64 MiB) of estimated input;
+- allocators: Arrow's pool and glibc's heap keep freed memory for reuse; task processes hand it back after
+  every task (``zephyr.executors.heap``), so retention never stacks across tasks and is not a share;
 - the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_pair_rows`` (B/4 at 64 bytes a
   pair), endpoint sets up to ``driver_set_bytes`` (B/16), a verified graph up to ``driver_graph_edges``
   (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8).
@@ -24,9 +29,24 @@ What a task holds at once, at most, for a budget B:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["Budget", "EXPANSION", "MAX_FAN_IN", "PARTITION_TARGET_CAP"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "Budget",
+    "EXPANSION",
+    "MAX_FAN_IN",
+    "PARTITION_TARGET_CAP",
+    "running",
+    "running_budget",
+    "kernel_slices",
+]
 
 MIB = 1 << 20
 EXPANSION = 5
@@ -58,6 +78,10 @@ class Budget:
     @property
     def read_buffer_bytes(self) -> int:
         return max(MIB, min(8 * MIB, self.bytes // 64))
+
+    @property
+    def kernel_scratch_bytes(self) -> int:
+        return max(MIB, self.bytes // 2)
 
     @property
     def row_group_bytes(self) -> int:
@@ -105,6 +129,7 @@ class Budget:
         return [
             ("read_batch_bytes", self.read_batch_bytes, "B/8, ≥ 1 MiB"),
             ("read_buffer_bytes", self.read_buffer_bytes, "B/64, 1–8 MiB, per column read"),
+            ("kernel_scratch_bytes", self.kernel_scratch_bytes, "B/2: scratch multiple × kernel slice"),
             ("row_group_bytes", self.row_group_bytes, "B/4, 1–128 MiB"),
             ("shuffle_buffer_bytes", self.shuffle_buffer_bytes, "B/4, ≥ 1 MiB (+2× while spilling)"),
             ("spill_row_group_bytes", self.spill_row_group_bytes, "B/64, 256 KiB–4 MiB"),
@@ -126,6 +151,41 @@ class Budget:
         rows = self.table()
         width = max(len(name) for name, _, _ in rows)
         return "\n".join(f"{name:<{width}}  {value:>14,}  {rule}" for name, value, rule in rows)
+
+
+# Per thread (context), like the counters: the threads executor and dask run several tasks in one process.
+_running: ContextVar[Budget | None] = ContextVar("zephyr_budget", default=None)
+
+
+@contextmanager
+def running(budget: Budget) -> Iterator[Budget]:
+    """Make ``budget`` the running task's (the task runner wraps every task in this)."""
+    token = _running.set(budget)
+    try:
+        yield budget
+    finally:
+        _running.reset(token)
+
+
+def running_budget() -> Budget | None:
+    """The budget of the task running in this thread; None outside a task (plain-function use)."""
+    return _running.get()
+
+
+def kernel_slices(table: pa.Table, scratch_per_byte: float) -> Iterator[pa.Table]:
+    """``table`` as consecutive row slices (zero-copy) whose scratch — ``scratch_per_byte`` × the slice's Arrow
+    bytes, the kernel's own measured multiple — fits the running task's ``kernel_scratch_bytes``.
+
+    Outside a task the table comes whole: a caller of a plain function holds its table anyway. Only for
+    kernels whose rows are independent, so that the output does not depend on where the slices fall."""
+    budget = running_budget()
+    nbytes = table.nbytes
+    if budget is None or table.num_rows <= 1 or nbytes * scratch_per_byte <= budget.kernel_scratch_bytes:
+        yield table
+        return
+    rows = max(1, int(table.num_rows * budget.kernel_scratch_bytes / (nbytes * scratch_per_byte)))
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
 
 
 if __name__ == "__main__":

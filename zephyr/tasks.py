@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import counters
+from zephyr import budget, counters
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.paths import write_json_atomic
@@ -158,7 +158,7 @@ def run_task(task: TaskSpec) -> dict:
     started = time.perf_counter()
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
-    with counters.collecting() as user_counters:
+    with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)):
         source = _Counted(_input_tables(task, stage, quarantined.append))
         tables = run_narrow(
             source,

@@ -30,6 +30,7 @@ from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
 from zephyr.pipelines.quality.rules import RuleFamily
 from zephyr.pipelines.web.urls import UrlRules
 
+from zephyr.budget import kernel_slices
 from zephyr.errors import ConfigError
 
 __all__ = [
@@ -145,6 +146,13 @@ class FilterResult:
     stats: FilterStats
 
 
+SCRATCH_PER_BYTE = 32
+"""Peak scratch of the rule families per byte of input (token and line lists, lower-cased copies, the stop-word
+join): measured 22× on 2 MiB and 28× on 8 MiB of web text. Tables larger than the running task's kernel share
+allows are evaluated in row slices (``zephyr.budget.kernel_slices``); rows are judged one by one, so the
+result does not depend on the slicing."""
+
+
 def annotate_drop_reasons(
     table: pa.Table,
     families: Sequence[RuleFamily],
@@ -154,6 +162,27 @@ def annotate_drop_reasons(
     default_lang: str = "en",
 ) -> tuple[pa.Array, pa.Array, dict[str, int]]:
     """(reason per row — null means kept, ``"null_text"`` means quarantine —, output text, counters)."""
+    pieces = [
+        _annotate_slice(piece, families, text_column, lang_column, default_lang)
+        for piece in kernel_slices(table, SCRATCH_PER_BYTE)
+    ]
+    if len(pieces) == 1:
+        return pieces[0]
+    counters: dict[str, int] = {}
+    for _, _, piece_counters in pieces:
+        for name, n in piece_counters.items():
+            counters[name] = counters.get(name, 0) + n
+    reasons = pa.concat_arrays([r for r, _, _ in pieces])
+    return reasons, pa.concat_arrays([t for _, t, _ in pieces]), counters
+
+
+def _annotate_slice(
+    table: pa.Table,
+    families: Sequence[RuleFamily],
+    text_column: str,
+    lang_column: str | None,
+    default_lang: str,
+) -> tuple[pa.Array, pa.Array, dict[str, int]]:
     texts = text_array(table, text_column)
     n = len(texts)
     langs = lang_series(table, lang_column, default_lang)

@@ -51,3 +51,38 @@ def test_describe_lists_every_share():
     ).stdout
     names = [line.split()[0] for line in out.splitlines()]
     assert names == [name for name, _, _ in Budget(256_000_000).table()]
+
+
+def test_kernel_slices_fit_the_running_task_share():
+    import pyarrow as pa
+
+    from zephyr.budget import kernel_slices, running, running_budget
+
+    table = pa.table({"text": ["x" * 1000] * 4000})  # ~4 MB
+    assert running_budget() is None
+    assert [t.num_rows for t in kernel_slices(table, 10.0)] == [4000]  # no task: whole
+    budget = Budget(8 * MIB)
+    with running(budget):
+        assert running_budget() is budget
+        slices = list(kernel_slices(table, 10.0))
+        assert len(slices) > 1
+        assert all(s.nbytes * 10 <= budget.kernel_scratch_bytes for s in slices)
+        assert pa.concat_tables(slices).equals(table)
+        assert len(list(kernel_slices(table, 0.1))) == 1  # a small multiple: whole
+    assert running_budget() is None
+
+
+def test_a_task_runs_with_its_budget(tmp_path):
+    """run_task makes the task's budget the running one, in every executor's thread or process."""
+    import zephyr
+    from zephyr.budget import running_budget
+
+    def probe(table):
+        budget = running_budget()
+        return table.append_column("budget", [[budget.bytes if budget else -1] * table.num_rows])
+
+    for executor in ("inprocess", "threads"):
+        out = (
+            zephyr.from_items([{"x": 1}]).map_batches(probe).to_arrow(executor=executor, memory_budget="3MiB")
+        )
+        assert out.column("budget").to_pylist() == [3 * MIB]

@@ -147,3 +147,21 @@ def test_text_column_and_large_string_types():
     t = pa.table({"body": pa.array([GOOD_EN, None], pa.large_string()), "id": [1, 2]})
     r = apply_filters(t, "fineweb", text_column="body")
     assert r.kept.schema == t.schema and r.kept["id"].to_pylist() == [1]
+
+
+def test_a_task_budget_slices_the_rules_without_changing_a_verdict():
+    """Inside a task the rules run on row slices that fit its kernel share (zephyr.budget.kernel_slices);
+    every row's reason, the cleaned text and the counters equal the whole-table run's."""
+    from zephyr.pipelines.quality.filters import annotate_drop_reasons
+
+    from zephyr.budget import Budget, running
+
+    texts = ([GOOD_EN, GOOD_RU, None, *EDGE.values(), GOOD_EN.replace(".", "...")] * 40)[:300]
+    table = pa.table({"text": texts, "lang": (["en", "ru", "en", "en", "en", "en", "en", "en"] * 40)[:300]})
+    families = build_rule_families("gopher,c4,fineweb")
+    whole = annotate_drop_reasons(table, families)
+    budget = Budget(1 << 20)  # kernel share 1 MiB: table.nbytes × 32 needs several slices
+    assert table.nbytes * 32 > 2 * budget.kernel_scratch_bytes
+    with running(budget):
+        sliced = annotate_drop_reasons(table, families)
+    assert sliced[0].equals(whole[0]) and sliced[1].equals(whole[1]) and sliced[2] == whole[2]
