@@ -33,10 +33,13 @@ from zephyr.dedup.cli_common import (
     DEFAULT_EXECUTOR,
     action_kwargs,
     add_common_io,
+    check_dropped_output,
     finish,
+    internal_mode,
     output_of,
     read_inputs,
     recorded,
+    write_output,
 )
 
 __all__ = ["register"]
@@ -53,6 +56,7 @@ def _exact(args: argparse.Namespace) -> int:
     from zephyr.executors import reuse_workers
 
     opts = execution_options(args)
+    check_dropped_output(args)
     if args.level == "document":
         # one pool for the hash pass and the final pass; workers load the normalization kernels at start
         preload = (
@@ -60,6 +64,10 @@ def _exact(args: argparse.Namespace) -> int:
         )
         with reuse_workers(action_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
+    if args.dropped_output:
+        from zephyr.errors import ConfigError
+
+        raise ConfigError("--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none")
     out = paragraph_dedup_dataset(
         read_inputs(args),
         text_column=args.text_column,
@@ -85,18 +93,14 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
         text_column=args.text_column,
         id_column=args.id_column,
         normalize=args.normalize,
-        mode=args.mode,
+        mode=internal_mode(args),
         priority_column=args.priority_column,
         execution=execution,
         stats=path,
     )
-    result = output_of(args, out).write_parquet(args.output, **execution)
-    return finish(
-        result,
-        args.output,
-        {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path},
-        args.engine_jobs,
-    )
+    extra = {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path}
+    result, routed = write_output(args, out, execution, extra)
+    return finish(result, args.output, extra, args.engine_jobs, routed)
 
 
 def _fuzzy_config(args: argparse.Namespace):
@@ -190,6 +194,7 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
     from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
 
     config = _fuzzy_config(args)
+    check_dropped_output(args)
     index = _index_args(args, config)
     bands, rows = config.bands_rows()
     logger.info(
@@ -212,35 +217,33 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         config,
         text_column=args.text_column,
         id_column=args.id_column,
-        mode="annotate" if indexing else args.mode,
+        mode="annotate" if indexing else internal_mode(args),
         priority_column=args.priority_column,
         execution=execution,
         stats=graph,
         index=index,
         row_numbers=indexing,
     )
-    written = out.map_batches(StripRowNumbers(args.mode), name="dedup.fuzzy.output") if indexing else out
-    result = output_of(args, written).write_parquet(args.output, **execution)
+    strip = StripRowNumbers(internal_mode(args))
+    written = out.map_batches(strip, name="dedup.fuzzy.output") if indexing else out
+    extra = {
+        "kind": "fuzzy",
+        "config": config.to_dict(),
+        "bands": bands,
+        "rows": rows,
+        "lsh_threshold": config.lsh_threshold,
+        "mode": args.mode,
+    }
+    result, routed = write_output(args, written, execution, extra)
     if indexing:
         graph["index_written"] = _write_index(args, config, out, execution)
-    return finish(
-        result,
-        args.output,
-        {
-            "kind": "fuzzy",
-            "config": config.to_dict(),
-            "bands": bands,
-            "rows": rows,
-            "lsh_threshold": config.lsh_threshold,
-            "mode": args.mode,
-            **graph,
-        },
-        args.engine_jobs,
-    )
+    return finish(result, args.output, {**extra, **graph}, args.engine_jobs, routed)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
+    from zephyr.cli import add_dropped_output
+
     dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
     sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
     sub.required = True
@@ -254,6 +257,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default="default",
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
+    add_dropped_output(exact, "duplicates --mode remove drops (--level document)")
     exact.set_defaults(func=_exact, default_executor=DEFAULT_EXECUTOR)
 
     from zephyr.dedup.cli_text import register_text_commands
@@ -309,4 +313,5 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         default=None,
         help="start a new signature index at DIR holding this run's kept rows",
     )
+    add_dropped_output(fuzzy, "near-duplicates --mode remove drops")
     fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)

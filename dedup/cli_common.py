@@ -71,8 +71,13 @@ def output_of(args: argparse.Namespace, out: Any) -> Any:
     return out.map_batches(RenameColumns(names + restore, replace=args.overwrite), name="dedup.columns")
 
 
-def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]]) -> int:
+def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]], routed: Any = None):
+    """Write ``OUTPUT/_dedup_stats.json`` and return the command's ``Summary`` (``zephyr.summary``).
+
+    ``routed`` (a ``zephyr.dropped.Routed``, with ``--dropped-output``): the run wrote its kept and removed
+    rows in separate jobs; ``result`` is the kept rows' write, and the accounting comes from all three."""
     from zephyr import job_stats
+    from zephyr.summary import from_stages
 
     stats = dict(result.stats)
     stats.update(
@@ -88,11 +93,66 @@ def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str,
     stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
     stats["dedup"]["counters"] = counters
     stats["dedup"]["rows"] = row_balance(stats.get("stages", []))
+    stats_path = os.path.join(output, "_dedup_stats.json")
+    fields: dict[str, Any] = {
+        "output": output,
+        "stats": stats_path,
+        "next": f"zephyr tokenize {output} --tokenizer tokenizer.json --output tokens/",
+        "details": {"kind": extra.get("kind"), "files": len(result.files)},
+    }
+    if routed is not None:
+        summary = routed.summary(dropped_output=extra["dropped_output"], **fields)
+        stats["dedup"]["rows"] = {
+            "in": summary.rows_in,
+            "kept": summary.rows_kept,
+            "dropped": summary.rows_dropped,
+            "quarantined": summary.rows_quarantined,
+        }
+    else:
+        summary = from_stages(stats.get("stages", []), **fields)
     os.makedirs(output, exist_ok=True)
-    with open(os.path.join(output, "_dedup_stats.json"), "w") as f:
+    with open(stats_path, "w") as f:
         json.dump(stats, f, indent=2, sort_keys=True, default=str)
     logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
-    return 0
+    return summary
+
+
+def write_output(args: argparse.Namespace, out: Any, execution: dict[str, Any], extra: dict[str, Any]):
+    """Write a document-level dedup's ``out`` to ``--output``: as it is, or, with ``--dropped-output``
+    (``out`` then made in ``annotate`` mode), split by ``dup_keep`` into the kept rows and the removed ones
+    with ``drop_reason = duplicate`` (``zephyr.dropped``). Returns (the kept rows' write, the routing)."""
+    if not getattr(args, "dropped_output", None):
+        return output_of(args, out).write_parquet(args.output, **execution), None
+    from zephyr.dropped import Unless, write_routed
+
+    extra["dropped_output"] = args.dropped_output
+    routed = write_routed(
+        out,
+        Unless("dup_keep", "duplicate"),
+        args.output,
+        args.dropped_output,
+        execution,
+        finish=lambda d: output_of(args, d),
+        working=DUP_COLUMNS["document"],
+    )
+    return routed.kept or routed.verdict, routed
+
+
+def internal_mode(args: argparse.Namespace) -> str:
+    """The mode dedup runs in: ``annotate`` when ``--dropped-output`` needs the verdict of every row."""
+    return "annotate" if getattr(args, "dropped_output", None) else args.mode
+
+
+def check_dropped_output(args: argparse.Namespace) -> None:
+    """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
+    if not getattr(args, "dropped_output", None):
+        return
+    from zephyr import dropped
+    from zephyr.errors import ConfigError
+
+    if args.mode != "remove":
+        raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
+    dropped.check(args)
 
 
 def row_balance(stages: list[dict]) -> dict[str, int]:

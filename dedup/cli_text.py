@@ -20,11 +20,14 @@ from zephyr.dedup.cli_common import (
     DEFAULT_EXECUTOR,
     action_kwargs,
     add_common_io,
+    check_dropped_output,
     finish,
+    internal_mode,
     logger,
     output_of,
     read_inputs,
     recorded,
+    write_output,
 )
 
 __all__ = ["register_text_commands"]
@@ -37,24 +40,21 @@ def _url(args: argparse.Namespace) -> int:
     from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
+    check_dropped_output(args)
     with reuse_workers(action_kwargs(execution_options(args))) as execution:
         path: dict[str, Any] = {}
         out = url_dedup_dataset(
             read_inputs(args),
             url_column=args.url_column,
             id_column=args.id_column,
-            mode=args.mode,
+            mode=internal_mode(args),
             priority_column=args.priority_column,
             execution=execution,
             stats=path,
         )
-        result = output_of(args, out).write_parquet(args.output, **execution)
-        return finish(
-            result,
-            args.output,
-            {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path},
-            args.engine_jobs,
-        )
+        extra = {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path}
+        result, routed = write_output(args, out, execution, extra)
+        return finish(result, args.output, extra, args.engine_jobs, routed)
 
 
 @recorded
@@ -231,6 +231,8 @@ def _local(opts: dict[str, Any]) -> bool:
 
 def register_text_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``paragraph``, ``url`` and ``substring`` under ``zephyr dedup``."""
+    from zephyr.cli import add_dropped_output
+
     para = sub.add_parser(
         "paragraph",
         parents=[common],
@@ -266,6 +268,7 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
     )
     add_common_io(url)
     url.add_argument("--url-column", default="url", help="the URL column (default url)")
+    add_dropped_output(url, "rows --mode remove drops (a URL seen before)")
     url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR, dup_level="document")
 
     substring = sub.add_parser(

@@ -8,7 +8,8 @@
 PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``, ``code``). Rerunning
 with the same ``--job-dir`` resumes: complete stages are skipped, the first unfinished one skips its
 finished tasks. The global execution options (``--executor``, ``--workers``, ``--cluster``...) pick where
-engine tasks run; outputs do not depend on them. Prints the report's path on stdout when done.
+engine tasks run; outputs do not depend on them. Ends with the run's summary (``zephyr.summary``), whose last
+line says where the report is.
 """
 
 from __future__ import annotations
@@ -74,8 +75,34 @@ def handler(args: argparse.Namespace) -> int:
         reporter=ProgressReporter(sys.stderr),
         report=args.report,
     )
-    if result.report is not None:
-        print(f"report: {result.report}")
-        print(f"html report: {result.html_report}")
-    print(f"stats: {result.stats_path}")
-    return 0
+    return _summary(result)
+
+
+def _summary(result):
+    """The run's ``Summary``: rows the first data stage read, kept by the last one, and what every stage
+    dropped and quarantined on the way (each stage reads what the one before kept), with the report's path
+    as its last line."""
+    from zephyr.summary import Summary
+
+    data = [s for s in result.stages if "rows_in" in s and s.get("type") != "train"]
+    reasons: dict[str, int] = {}
+    for stage in data:
+        for reason, n in (stage.get("dropped_by_reason") or {}).items():
+            reasons[reason] = reasons.get(reason, 0) + int(n)
+    report = result.html_report or result.report
+    return Summary(
+        rows_in=data[0]["rows_in"] if data else 0,
+        rows_kept=data[-1]["rows_kept"] if data else 0,
+        rows_dropped=sum(int(s.get("rows_dropped", 0)) for s in data),
+        rows_quarantined=sum(int(s.get("rows_quarantined", 0)) for s in data),
+        dropped_by_reason=reasons,
+        output=str(result.job_dir),
+        stats=str(result.stats_path) if result.stats_path else None,
+        next=f"open {report}" if report else None,
+        bytes_in=None,
+        details={
+            "report": str(result.report) if result.report else None,
+            "html_report": str(result.html_report) if result.html_report else None,
+            "stages": {s["stage"]: s.get("status") for s in result.stages},
+        },
+    )

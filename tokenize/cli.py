@@ -8,7 +8,6 @@ Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the globa
 from __future__ import annotations
 
 import argparse
-import json
 
 __all__ = ["register", "handler", "train_handler"]
 
@@ -122,8 +121,18 @@ def train_handler(args: argparse.Namespace) -> int:
         format=args.format,
         on_error=args.on_error,
     )
-    print(json.dumps(result.to_dict()))
-    return 0
+    from zephyr.summary import Summary
+
+    details = result.to_dict()
+    output = details.pop("output")
+    return Summary(
+        rows_in=result.documents + result.rows_quarantined,
+        rows_kept=result.documents,
+        rows_quarantined=result.rows_quarantined,
+        output=output,
+        next=f"zephyr tokenize {' '.join(args.inputs)} --tokenizer {output} --output tokens/",
+        details=details,
+    )
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -168,13 +177,21 @@ def handler(args: argparse.Namespace) -> int:
         on_error=args.on_error,
         **execution,
     )
-    summary = {
-        "output": result.output,
-        "shards": len(result.manifest["shards"]),
-        "documents": result.num_documents,
-        "tokens": result.num_tokens,
-        "engine": result.manifest["tokenizer"]["engine"],
-        "rows": result.stats.get("rows"),
-    }
-    print(json.dumps(summary))
-    return 0
+    from zephyr.summary import Summary
+
+    rows = result.stats.get("rows") or {}
+    return Summary(
+        rows_in=rows.get("in", 0),
+        rows_kept=rows.get("kept", 0),
+        rows_dropped=rows.get("dropped", 0),
+        rows_quarantined=rows.get("quarantined", 0),
+        output=result.output,
+        stats=f"{result.output.rstrip('/')}/manifest.json",
+        next=f"zephyr train --data {result.output} --preset tiny --steps 100",
+        details={
+            "shards": len(result.manifest["shards"]),
+            "documents": result.num_documents,
+            "tokens": result.num_tokens,
+            "engine": result.manifest["tokenizer"]["engine"],
+        },
+    )

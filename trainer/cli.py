@@ -272,12 +272,44 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
     return TrainConfig.from_dict(raw)
 
 
-def handler(args: argparse.Namespace) -> int:
+def handler(args: argparse.Namespace):
+    """Train, then return the run's ``Summary``: rows are the training sequences of the steps this call ran,
+    dropped the ones the instance filter masked (``zephyr.summary``)."""
+    import sys
+
     from zephyr.trainer.train import train
+
+    from zephyr.summary import Summary
 
     cfg = config_from_args(args)
     result = train(cfg)
+    details: dict[str, Any] = {"step": result.step, "resumed_from": result.resumed_from}
     if result.losses:
         first = result.step - len(result.losses) + 1
-        print(f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
-    return 0
+        details.update(first_step=first, loss_first=result.losses[0], loss_last=result.losses[-1])
+        if not args.json:  # the line a person looks for; with --json the same numbers are in details
+            sys.stderr.write(
+                f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}\n"
+            )
+    sequences = sum(int(r.get("tokens", 0)) for r in result.records) // max(cfg.seq_len, 1)
+    masked = sum(int(r.get("instances_filtered", 0)) for r in result.records)
+    details["tokens"] = sum(int(r.get("tokens", 0)) for r in result.records)
+    return Summary(
+        rows_in=sequences,
+        rows_kept=sequences - masked,
+        rows_dropped=masked,
+        dropped_by_reason={"instance_filter": masked} if masked else {},
+        output=cfg.checkpoint_dir or None,
+        stats=cfg.log or None,
+        bytes_in=_data_bytes(cfg.data),
+        details=details,
+    )
+
+
+def _data_bytes(data: Any) -> int:
+    """Bytes of the token shards trained on (0 for synthetic tokens)."""
+    from zephyr.summary import bytes_under
+
+    if not data:
+        return 0
+    return bytes_under([data] if isinstance(data, str) else list(data))

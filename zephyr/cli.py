@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from zephyr.options import ExecutionOptions
@@ -25,6 +26,7 @@ __all__ = [
     "quarantine_dir",
     "add_on_error",
     "add_output_dir",
+    "add_dropped_output",
     "add_overwrite",
 ]
 
@@ -67,6 +69,12 @@ def _common_parser() -> argparse.ArgumentParser:
         default=None,
         help="one progress line on stderr: rows and bytes read, rate, ETA (default: only on a terminal)",
     )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON object on stdout (rows in/kept/dropped/quarantined, bytes, seconds, output; "
+        "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
+    )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
 
@@ -100,6 +108,19 @@ def add_overwrite(parser: argparse.ArgumentParser, columns: str, *, default: str
         help=f"replace {columns} when the input already has them (without it: an error, before any work)",
     )
     parser.add_argument("--output-column", default=default, metavar="NAME", help=f"{output_help} (default: {default})")
+
+
+def add_dropped_output(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--dropped-output DIR`` for a command that drops rows; read it back as ``args.dropped_output``. The
+    command routes its rows with ``zephyr.dropped`` when it is given (one definition: the same words and
+    semantics on every command)."""
+    parser.add_argument(
+        "--dropped-output",
+        default=None,
+        metavar="DIR",
+        help=f"also write the {what} to DIR as Parquet, each with its reason in a drop_reason column "
+        "(default: dropped rows are counted, not kept)",
+    )
 
 
 def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:
@@ -162,6 +183,16 @@ def _label(args: argparse.Namespace) -> str:
     return "zephyr " + " ".join(str(w) for w in words if w)
 
 
+def _emit(summary, args: argparse.Namespace, seconds: float, quarantine: str | None) -> None:
+    """Print a command's ``Summary`` the one way every command ends (``zephyr.summary``)."""
+    from zephyr.summary import emit
+
+    if summary.quarantine_output is None:
+        summary.quarantine_output = quarantine
+    inputs = getattr(args, "inputs", None)
+    emit(summary, command=_label(args), seconds=seconds, inputs=inputs, as_json=getattr(args, "json", False))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -176,14 +207,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             check_output_dir(args.output)
         from zephyr import job_stats, progress
+        from zephyr.summary import Summary
 
+        started = time.perf_counter()
         with job_stats.recording() as jobs, progress.command(_label(args), getattr(args, "progress", None)):
-            code = int(args.func(args) or 0)
+            outcome = args.func(args)
+        code = 0 if isinstance(outcome, Summary) else int(outcome or 0)
         quarantine = quarantine_dir(args)
         if code == 0 and quarantine is not None:
             from zephyr.io.publish import prune_quarantine
 
             prune_quarantine(quarantine, jobs)
+        if isinstance(outcome, Summary):
+            _emit(outcome, args, time.perf_counter() - started, quarantine)
         return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         from zephyr.cli_errors import report_failure

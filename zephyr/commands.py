@@ -10,7 +10,6 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from zephyr.io.input_schema import add_schema_arguments
@@ -50,17 +49,14 @@ def _write(dataset, args: argparse.Namespace) -> int:
 
         fs, root = fsspec.core.url_to_fs(args.output)
         fs.makedirs(root, exist_ok=True)
-    stage = result.stats["stages"][-1]
-    print(
-        json.dumps(
-            {
-                "files": len(result.files),
-                "rows": stage["rows_out"],
-                "rows_quarantined": result.stats["rows_quarantined"],
-            }
-        )
+    from zephyr.summary import from_stages
+
+    return from_stages(
+        result.stats["stages"],
+        output=args.output,
+        details={"files": len(result.files)},
+        next=f"zephyr count {args.output}",
     )
-    return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -72,20 +68,21 @@ def _sort(args: argparse.Namespace) -> int:
     return _write(_reader(args).sort(*by, descending=args.descending), args)
 
 
-def _count(args: argparse.Namespace) -> int:
-    """Prints the readable rows; rows set aside by ``--on-error quarantine`` are said on stderr (never lost
-    silently: the count alone would not show them)."""
+def _count(args: argparse.Namespace):
+    """Prints the readable rows on stdout (the command's data: ``n=$(zephyr count data/)``); rows set aside
+    by ``--on-error quarantine`` are in the summary, never lost silently (the count alone would not show
+    them). With ``--json`` the count is the summary's ``rows_kept`` and stdout holds only the JSON."""
     from zephyr import job_stats
     from zephyr.cli import execution_options
+    from zephyr.summary import Summary
 
     with job_stats.recording() as jobs:
         rows = _reader(args).count(**execution_options(args).as_kwargs())
-    sys.stdout.write(f"{rows}\n")
+    if not args.json:
+        sys.stdout.write(f"{rows}\n")
     quarantined = sum(job.get("rows_quarantined", 0) for job in jobs)
-    if quarantined:
-        where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
-        sys.stderr.write(f"zephyr count: {quarantined} unreadable rows not counted, quarantined in {where}\n")
-    return 0
+    where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
+    return Summary(rows + quarantined, rows, rows_quarantined=quarantined, quarantine_output=where)
 
 
 def register(subparsers, common: argparse.ArgumentParser) -> None:

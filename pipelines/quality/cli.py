@@ -74,10 +74,10 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Normalize
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
-    _read(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
+    result = _read(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
         args.output, **_opts(args)
     )
-    return 0
+    return _summary(result, args, next=f"zephyr langid {args.output} --output OUT")
 
 
 def _cmd_langid(args: argparse.Namespace) -> int:
@@ -86,16 +86,43 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import LanguageFilter
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
+    if args.dropped_output:
+        from zephyr import dropped
+
+        dropped.check(args)
     lang, score = args.output_column, f"{args.output_column}_score"
     config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
     ds = _read(args, adds=(lang, score), rename="--output-column NAME")
     ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.overwrite), name="langid")
-    if args.languages or args.min_score > 0:
-        langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
-        ds = ds.map_batches(LanguageFilter(langs, args.min_score, lang, score), name="language_filter")
+    langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
+    language_filter = LanguageFilter(langs, args.min_score, lang, score)
+    filtering = args.languages or args.min_score > 0
+    if args.dropped_output:
+        from zephyr.dropped import keep_all, write_routed
+
+        verdict = language_filter.reasons if filtering else keep_all
+        routed = write_routed(ds, verdict, args.output, args.dropped_output, _opts(args))
+        job = (routed.kept or routed.verdict).stats
+        _write_json(Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output})
+        return routed.summary(
+            output=args.output, stats=str(Path(args.output) / STATS), dropped_output=args.dropped_output,
+            next=f"zephyr filter {args.output} --output OUT",
+        )
+    if filtering:
+        ds = ds.map_batches(language_filter, name="language_filter")
     result = ds.write_parquet(args.output, **_opts(args))
     _write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
-    return 0
+    return _summary(result, args, next=f"zephyr filter {args.output} --output OUT")
+
+
+def _summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any:
+    """The ``Summary`` of a one-job command that wrote ``args.output`` (``zephyr.summary``)."""
+    from zephyr.summary import from_stages
+
+    stats = Path(args.output) / STATS
+    return from_stages(
+        result.stats.get("stages", []), output=args.output, stats=str(stats) if stats.exists() else None, **fields
+    )
 
 
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
@@ -210,8 +237,20 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         from zephyr.errors import TaskError
 
         raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
-    print(json.dumps({k: totals[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}))
-    return 0
+    from zephyr.summary import Summary
+
+    return Summary(
+        rows_in=totals["rows_in"],
+        rows_kept=totals["rows_kept"],
+        rows_dropped=totals["rows_dropped"],
+        rows_quarantined=totals["rows_quarantined"],
+        dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
+        output=str(out),
+        stats=str(out / "_report.md"),
+        dropped_output=stats["dropped_output"],
+        quarantine_output=str(out / "_quarantine"),
+        next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
+    )
 
 
 def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -255,8 +294,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
     report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
     _write_json(Path(str(model) + ".report.json"), report)
-    print(json.dumps({k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")}))
-    return 0
+    from zephyr.summary import Summary
+
+    rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
+    return Summary(
+        rows_in=rows,
+        rows_kept=rows,
+        output=str(model),
+        stats=str(model) + ".report.json",
+        bytes_in=None,
+        next=f"zephyr quality score INPUT --model {model} --output OUT",
+        details={k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")} | {"train_rows": train.num_rows},
+    )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
@@ -308,7 +357,11 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     _write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
                                      **job_stats.summarize(jobs)})
-    return 0
+    first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
+    summary = _summary(result, args, details={"bucket_edges": list(edges)})
+    if first:
+        summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_rejected"] for s in first)
+    return summary
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
@@ -323,14 +376,20 @@ def _cmd_pii(args: argparse.Namespace) -> int:
     )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
     _write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
-    print(json.dumps(counts))
-    return 0
+    return _summary(result, args, details={"pii_counts": counts})
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
     from zephyr.pipelines.quality.stages import Decontaminate
 
+    if args.dropped_output:
+        from zephyr import dropped
+        from zephyr.errors import ConfigError
+
+        if args.mode != "drop":
+            raise ConfigError("--dropped-output needs --mode drop: --mode flag keeps every row")
+        dropped.check(args)
     out = Path(args.output)
     index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
     step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
@@ -338,22 +397,28 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index.save(index_path)
-    result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
-    _write_json(
-        out / STATS,
-        {
-            "version": 1,
-            "eval_items": index.items,
-            "eval_ngrams": int(len(index.hashes)),
-            "eval_items_shorter_than_n": index.short_items,
-            "job": result.stats,
-        },
-    )
-    return 0
+    if args.dropped_output:
+        from zephyr.dropped import write_routed
+
+        routed = write_routed(ds, step.reasons, str(out), args.dropped_output, _opts(args))
+        result = routed.kept or routed.verdict
+    else:
+        result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
+    eval_stats = {
+        "eval_items": index.items,
+        "eval_ngrams": int(len(index.hashes)),
+        "eval_items_shorter_than_n": index.short_items,
+    }
+    side = {"dropped_output": args.dropped_output} if args.dropped_output else {}
+    _write_json(out / STATS, {"version": 1, **eval_stats, "job": result.stats, **side})
+    fields = dict(next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats)
+    if args.dropped_output:
+        return routed.summary(output=str(out), stats=str(out / STATS), dropped_output=args.dropped_output, **fields)
+    return _summary(result, args, **fields)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error, add_output_dir, add_overwrite
+    from zephyr.cli import add_dropped_output, add_on_error, add_output_dir, add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
 
     def command(name: str, func, help: str, sub=subparsers) -> argparse.ArgumentParser:
@@ -389,6 +454,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         output_help="write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language "
         "column the input already has",
     )
+    add_dropped_output(p, "rows --languages/--min-score drop")
 
     p = command("filter", _cmd_filter, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts")
     io(p)
@@ -465,3 +531,4 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         p, "the flag columns (--mode flag)", default="contaminated",
         output_help="--mode flag: write the flag to NAME and the matching n-grams to NAME_ngrams",
     )
+    add_dropped_output(p, "contaminated rows (--mode drop)")

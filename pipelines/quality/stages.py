@@ -235,13 +235,24 @@ class Decontaminate:
         """The columns this step adds."""
         return flag_columns(self.flag_column) if self.mode == "flag" else ()
 
-    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
-        check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
+    def _counts(self, table: pa.Table) -> Any:
+        """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
         if self._index is None:
             self._index = EvalNgramIndex.load(self.index_path)
         counts = contamination(table.column(self.text_column).combine_chunks(), self._index)
+        counters.increment("decontam/contaminated_rows", int((counts > 0).sum()))
+        return counts
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason of drop mode (null: kept), for ``--dropped-output`` (``zephyr.dropped``)."""
+        hit = self._counts(table) > 0
+        reason = f"decontam_shares_{self._index.n}gram"
+        return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
+        counts = self._counts(table)
         hit = counts > 0
-        counters.increment("decontam/contaminated_rows", int(hit.sum()))
         if self.mode == "flag":
             return with_flags(table, counts, self.flag_column)
         reason = f"decontam_shares_{self._index.n}gram"

@@ -46,10 +46,19 @@ def _extract(args: argparse.Namespace) -> int:
             sort_keys=True,
             default=str,
         )
-    print(
-        json.dumps({k: summary[k] for k in ("records_in", "rows_kept", "rows_dropped", "rows_quarantined")})
+    from zephyr.summary import Summary
+
+    return Summary(
+        rows_in=summary["records_in"],
+        rows_kept=summary["rows_kept"],
+        rows_dropped=summary["rows_dropped"],
+        rows_quarantined=summary["rows_quarantined"],
+        dropped_by_reason=summary["dropped_by_reason"],
+        output=args.output,
+        stats=os.path.join(args.output, "_stats.json"),
+        next=f"zephyr filter {args.output} --output OUT",
+        details={"html_bytes": summary["html_bytes"], "text_bytes": summary["text_bytes"]},
     )
-    return 0
 
 
 def summarize(stats: dict[str, Any]) -> dict[str, Any]:

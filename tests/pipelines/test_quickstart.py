@@ -88,7 +88,7 @@ def finished(quickstart_job):
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = main(argv)
+        code = main([*argv, "--json"])
     assert code == 0
     return job, json.loads((job / "stats.json").read_text()), out.getvalue()
 
@@ -99,7 +99,9 @@ def _ids(files: list[str]) -> set[str]:
 
 def test_quickstart_end_to_end(finished):
     job, stats, stdout = finished
-    assert f"report: {job / 'report.md'}" in stdout
+    summary = json.loads(stdout)  # --json: the one object on stdout
+    assert summary["next"] == f"open {job / 'report.html'}" and summary["details"]["report"] == str(job / "report.md")
+    assert summary["balanced"] and summary["rows_in"] == stats["stages"][0]["rows_in"]
     stages = {s["stage"]: s for s in stats["stages"]}
     assert stats["balanced"] and all(s["status"] == "ran" for s in stats["stages"])
     data = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")]

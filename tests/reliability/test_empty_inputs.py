@@ -40,9 +40,10 @@ def _parts(directory: Path) -> list[Path]:
 
 def test_filter(empty_input, tmp_path):
     out = tmp_path / "out"
-    run = zephyr_cli("filter", str(empty_input), "--output", str(out), *FAST)
+    run = zephyr_cli("filter", str(empty_input), "--output", str(out), *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == {"rows_in": 0, "rows_kept": 0, "rows_dropped": 0, "rows_quarantined": 0}
+    summary = json.loads(run.stdout)
+    assert [summary[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")] == [0, 0, 0, 0]
     stats = json.loads((out / "_stats.json").read_text())
     assert stats["rows_in"] == stats["rows_kept"] + stats["rows_dropped"] + stats["rows_quarantined"] == 0
     assert stats["balanced"] and all(stage["task_retries"] == 0 for stage in stats["engine"]["stages"])
@@ -53,9 +54,9 @@ def test_filter(empty_input, tmp_path):
 def test_tokenize(empty_input, tmp_path, tokenizer_json):
     out = tmp_path / "tokens"
     run = zephyr_cli("tokenize", str(empty_input), "--tokenizer", str(tokenizer_json), "--output", str(out),
-                     "--megatron", *FAST)
+                     "--megatron", *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    summary = json.loads(run.stdout)
+    summary = json.loads(run.stdout)["details"]
     assert (summary["documents"], summary["tokens"], summary["shards"]) == (0, 0, 1)
     manifest = read_manifest(str(out))
     assert manifest.num_documents == 0 and manifest.num_tokens == 0
@@ -68,9 +69,10 @@ def test_count_and_convert(empty_input, tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "0"
     out = tmp_path / "converted"
-    run = zephyr_cli("convert", str(empty_input), "--output", str(out), *FAST)
+    run = zephyr_cli("convert", str(empty_input), "--output", str(out), *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == {"files": 0, "rows": 0, "rows_quarantined": 0}
+    summary = json.loads(run.stdout)
+    assert (summary["details"]["files"], summary["rows_in"], summary["rows_kept"], summary["balanced"]) == (0, 0, 0, True)
     assert out.is_dir() and _parts(out) == []
 
 
@@ -96,13 +98,13 @@ def test_folder_with_one_empty_file(tmp_path, tokenizer_json, suffix):
     converted = pa.concat_tables(pq.read_table(p) for p in _parts(tmp_path / "converted"))
     assert sorted(converted.column("id").to_pylist()) == sorted(r["id"] for r in rows)
 
-    run = zephyr_cli("filter", *files, "--output", str(tmp_path / "filtered"), *FAST)
+    run = zephyr_cli("filter", *files, "--output", str(tmp_path / "filtered"), *FAST, "--json")
     assert run.returncode == 0, run.stderr
     counts = json.loads(run.stdout)
     assert counts["rows_in"] == 10
     assert counts["rows_kept"] + counts["rows_dropped"] + counts["rows_quarantined"] == 10
 
-    run = zephyr_cli("tokenize", *files, "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "tok"), *FAST)
+    run = zephyr_cli("tokenize", *files, "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "tok"), *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["documents"] == 10
+    assert json.loads(run.stdout)["details"]["documents"] == 10
     assert len(list(read_documents(str(tmp_path / "tok")))) == 10

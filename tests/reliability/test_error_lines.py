@@ -204,11 +204,11 @@ def test_filter_quarantines_a_bad_line(tmp_path):
 def test_tokenize_quarantines_a_bad_line(tmp_path, tokenizer_json):
     bad = _jsonl(tmp_path / "in.jsonl")
     run = zephyr_cli("tokenize", str(bad), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"),
-                     *FAST, "--on-error", "quarantine")
+                     *FAST, "--on-error", "quarantine", "--json")
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
-    _balance(summary["rows"])
-    assert summary["documents"] == 2
+    _balance({k: summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")})
+    assert summary["details"]["documents"] == 2
 
 
 @pytest.mark.parametrize("command", ["normalize", "pii", "langid", "decontaminate", "convert", "count"])

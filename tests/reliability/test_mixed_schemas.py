@@ -282,13 +282,13 @@ def test_cli_unify_schemas(name, int_double, tmp_path, tokenizer_json):
     words = _commands(tmp_path, tokenizer_json)[name]
     run = zephyr_cli(*words, str(folder), *FAST)
     _assert_conflict_line(run, a, b, column, *types)
-    run = zephyr_cli(*words, str(folder), "--unify-schemas", *FAST)
+    run = zephyr_cli(*words, str(folder), "--unify-schemas", *FAST, *(() if name == "count" else ("--json",)))
     assert run.returncode == 0, run.stderr
     out = tmp_path / "out"
     if name == "count":
         assert run.stdout.strip() == "6"
     elif name == "tokenize":
-        assert json.loads(run.stdout)["documents"] == 6
+        assert json.loads(run.stdout)["details"]["documents"] == 6
     elif name == "filter":
         counts = json.loads(run.stdout)
         assert counts["rows_in"] == 6
@@ -312,7 +312,7 @@ def test_cli_schema_file(id_conflict, tmp_path):
 def test_cli_filter_parts_share_one_schema(url_extra, tmp_path):
     """Before: three parts with three schemas (url / extra / neither)."""
     out = tmp_path / "out"
-    run = zephyr_cli("filter", str(url_extra), "--output", str(out), *FAST)
+    run = zephyr_cli("filter", str(url_extra), "--output", str(out), *FAST, "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["rows_in"] == 6
     schema = _assert_one_schema(out)

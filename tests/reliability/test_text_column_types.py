@@ -65,9 +65,9 @@ def test_other_text_column_name(tmp_path, tokenizer_json):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": [1, 2], "body": [GOOD, GOOD + " Two."]}), path)
     run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--text-column", "body",
-                     "--output", str(tmp_path / "t"), *FAST)
+                     "--output", str(tmp_path / "t"), *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["documents"] == 2
+    assert json.loads(run.stdout)["details"]["documents"] == 2
 
 
 @pytest.mark.parametrize(
@@ -82,11 +82,11 @@ def test_text_types_that_are_text(tmp_path, tokenizer_json, text):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": text}), path)
     texts = text.to_pylist()
-    run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST)
+    run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["documents"] == sum(t is not None for t in texts)
+    assert json.loads(run.stdout)["details"]["documents"] == sum(t is not None for t in texts)
     assert len(list(read_documents(str(tmp_path / "t")))) == sum(t is not None for t in texts)
-    run = zephyr_cli("filter", str(path), "--output", str(tmp_path / "f"), *FAST)
+    run = zephyr_cli("filter", str(path), "--output", str(tmp_path / "f"), *FAST, "--json")
     assert run.returncode == 0, run.stderr
     counts = json.loads(run.stdout)
     assert counts["rows_in"] == 3 and counts["rows_quarantined"] == sum(t is None for t in texts)

@@ -121,9 +121,11 @@ def test_cli_keeps_the_whole_lines_and_counts_the_cut(tmp_path, codec):
     path, whole, _ = _cut_file(tmp_path, codec)
     out, work = tmp_path / "out", tmp_path / "work"
     run = zephyr_cli("convert", str(path), "--output", str(out), "--on-error", "quarantine", "--work-dir", str(work),
-                     *FAST)
+                     *FAST, "--json")
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == {"files": 1, "rows": whole, "rows_quarantined": 1}
+    summary = json.loads(run.stdout)
+    assert (summary["details"]["files"], summary["rows_kept"], summary["rows_quarantined"]) == (1, whole, 1)
+    assert summary["rows_in"] == whole + 1 and summary["balanced"]
     assert pq.read_table(next(out.glob("part-*.parquet"))).column("id").to_pylist() == list(range(whole))
     (quarantine,) = (out / "_quarantine").rglob("*.parquet")  # beside the output, not in the work dir
     entry = pq.read_table(quarantine).to_pylist()

@@ -220,12 +220,15 @@ def test_cli(tmp_path, capsys):
         "<|endoftext|>,<|pad|>",
         "--memory-budget",
         "512MiB",
+        "--json",
     ]
     assert main(argv) == 0
-    summary = json.loads(capsys.readouterr().out)
+    record = json.loads(capsys.readouterr().out)
+    summary = record["details"]
     assert (
-        summary["output"] == str(out) and summary["vocab_size"] == 500 and summary["bound_bytes"] == 1_000_000
+        record["output"] == str(out) and summary["vocab_size"] == 500 and summary["bound_bytes"] == 1_000_000
     )
+    assert record["balanced"] and record["rows_kept"] == summary["documents"] > 0
     assert summary["special_tokens"] == ["<|endoftext|>", "<|pad|>"] and TextTokenizer(out).eos_id == 0
     empty = tmp_path / "empty.jsonl"
     empty.touch()

@@ -225,10 +225,11 @@ def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys) -> None:
             "5",
             "--executor",
             "inprocess",
+            "--json",
         ]
     )
     assert code == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summary = json.loads(capsys.readouterr().out)["details"]
     assert summary["documents"] == 40 and summary["shards"] >= 2
     assert read_manifest(str(tmp_path / "out")).seed == 5
 

@@ -153,7 +153,7 @@ def test_sigkill_after_a_checkpoint_then_resume(tmp_path: Path) -> None:
 
     rerun = subprocess.run(_cli(tmp_path, steps), env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert f"trained steps {checkpoint + 1}..{steps}" in rerun.stdout
+    assert f"trained steps {checkpoint + 1}..{steps}" in rerun.stderr
     assert _steps(log) == list(range(steps))
 
     whole = train(TrainConfig(preset="tiny", steps=steps, batch_size=4, seq_len=64, device="cpu", optim=FAST))

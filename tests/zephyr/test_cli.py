@@ -18,9 +18,9 @@ def test_convert_sort_count(tmp_path):
     lines = [json.dumps({"id": i, "url": f"u{(i * 7) % 10}"}) for i in range(10)]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     out = _zephyr("convert", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "pq"), "--workers", "1",
-                  "--executor", "inprocess")
+                  "--executor", "inprocess", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["rows"] == 10
+    assert json.loads(out.stdout)["rows_kept"] == 10
     out = _zephyr("sort", str(tmp_path / "pq"), "--by", "url", "--output", str(tmp_path / "sorted"),
                   "--executor", "inprocess", "--memory-budget", "8MB")
     assert out.returncode == 0, out.stderr

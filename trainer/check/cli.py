@@ -56,7 +56,7 @@ def build_check_parser(common: argparse.ArgumentParser) -> argparse.ArgumentPars
         default=True,
         help="check the memory estimator against a small real step on the CPU (~30 s)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    # --json comes from ``common``: here it prints the check's report as one JSON object (not a run summary)
     p.set_defaults(func=handler)
     return p
 

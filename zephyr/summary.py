@@ -1,0 +1,262 @@
+"""The one success summary every ``zephyr`` command ends with.
+
+Why one helper: commands used to end in four different ways (a JSON line with their own keys, a log line, a
+``WARNING``, or nothing), so a person could not tell what a run did without reading its stats file, and a
+script needed a parser per command. Every handler now returns a ``Summary``; ``zephyr.cli.main`` times the
+command, adds the byte counts, and prints it one way:
+
+- without ``--json``: a short table on **stderr** (progress and logs live there too), e.g.::
+
+      zephyr dedup exact: done in 1.3 s
+        rows        in 1,000 = kept 850 + dropped 120 + quarantined 30
+        dropped     exact_duplicate 120
+        bytes       in 1.2 MB, out 980.4 kB
+        output      out/dedup
+        stats       out/dedup/_dedup_stats.json
+        next        zephyr tokenize out/dedup --tokenizer tokenizer.json --output tokens/
+
+  stdout then holds only what a command computes as data (``zephyr count``'s number), so
+  ``n=$(zephyr count data/)`` keeps working;
+- with ``--json``: exactly one JSON object on **stdout** and nothing else there, with the same keys for every
+  command (``KEYS``); command-specific numbers (tokens, shards, loss, PII counts, ...) go under ``details``.
+
+The accounting always reads ``rows_in = rows_kept + rows_dropped + rows_quarantined`` (``balanced`` says
+whether it holds). Rows a command rewrites in place (PII redaction, paragraph dedup) count as kept. For
+``zephyr train``, rows are the training sequences of the steps this call ran.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+__all__ = ["KEYS", "Summary", "from_stages", "emit", "human", "bytes_under"]
+
+log = logging.getLogger(__name__)
+
+KEYS = (
+    "command",
+    "rows_in",
+    "rows_kept",
+    "rows_dropped",
+    "rows_quarantined",
+    "balanced",
+    "dropped_by_reason",
+    "bytes_in",
+    "bytes_out",
+    "seconds",
+    "output",
+    "stats",
+    "dropped_output",
+    "quarantine_output",
+    "next",
+    "details",
+)
+"""The keys of every command's ``--json`` object, in this order."""
+
+
+@dataclass
+class Summary:
+    """What a command did, as a handler returns it (``zephyr.cli.main`` adds the command, time and bytes)."""
+
+    rows_in: int
+    rows_kept: int
+    rows_dropped: int = 0
+    rows_quarantined: int = 0
+    dropped_by_reason: dict[str, int] = field(default_factory=dict)
+    output: str | None = None
+    """The data the command wrote (a directory, or one file such as a tokenizer.json); None: nothing."""
+    stats: str | None = None
+    """The stats sidecar or report a person opens next, if the command wrote one."""
+    dropped_output: str | None = None
+    """Where the dropped rows were written (with their drop reason), if they were."""
+    quarantine_output: str | None = None
+    """Where quarantined rows went, when there were any."""
+    next: str | None = None
+    """The command a person most likely runs next, ready to paste."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Numbers only this command has (tokens, shards, loss, ...)."""
+    bytes_in: int | None = None
+    """Input bytes on disk; None: ``main`` measures the command's ``inputs``."""
+
+    @property
+    def balanced(self) -> bool:
+        return self.rows_in == self.rows_kept + self.rows_dropped + self.rows_quarantined
+
+    def record(
+        self, command: str, seconds: float, bytes_in: int | None, bytes_out: int | None
+    ) -> dict[str, Any]:
+        """The ``--json`` object: ``KEYS`` in order."""
+        values = {
+            "command": command,
+            "rows_in": int(self.rows_in),
+            "rows_kept": int(self.rows_kept),
+            "rows_dropped": int(self.rows_dropped),
+            "rows_quarantined": int(self.rows_quarantined),
+            "balanced": self.balanced,
+            "dropped_by_reason": {k: int(v) for k, v in sorted(self.dropped_by_reason.items())},
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "seconds": round(seconds, 3),
+            "output": self.output,
+            "stats": self.stats,
+            "dropped_output": self.dropped_output,
+            "quarantine_output": self.quarantine_output if self.rows_quarantined else None,
+            "next": self.next,
+            "details": self.details,
+        }
+        return {key: values[key] for key in KEYS}
+
+
+def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
+    """The accounting of one engine job from its stage records (``WriteResult.stats["stages"]``).
+
+    The stages counted are the chain that fed the output: from the last stage back, each earlier stage that
+    wrote as many rows as the next one read. A job may read its input more than once (a sort samples its
+    keys in a first pass; that pass, having set rows aside, wrote fewer rows than the real pass read, and
+    one that set none aside adds nothing), and may re-read what it materialized (paragraph dedup: part of
+    the chain). Rows in are what the chain's first stage read (unreadable rows included), kept what the last
+    stage wrote; the drops (by reason) and rejects of every stage of the chain count.
+
+    >>> read = {"rows_in": 4, "rows_out": 3, "rows_dropped": 0, "rows_rejected": 1, "ops": []}
+    >>> sort = {"rows_in": 3, "rows_out": 3, "rows_dropped": 0, "rows_rejected": 0, "ops": []}
+    >>> s = from_stages([read, read, sort])
+    >>> (s.rows_in, s.rows_kept, s.rows_quarantined, s.balanced)
+    (4, 3, 1, True)
+    """
+    if not stages:
+        return Summary(0, 0, **fields)
+    start = len(stages) - 1
+    while start > 0 and int(stages[start - 1]["rows_out"]) == int(stages[start]["rows_in"]):
+        start -= 1
+    chain = stages[start:]
+    reasons: dict[str, int] = {}
+    for stage in chain:
+        entries = list(stage.get("ops", [])) + ([stage["wide"]] if "wide" in stage else [])
+        for op in entries:
+            for reason, n in (op.get("dropped_by_reason") or {}).items():
+                reasons[reason] = reasons.get(reason, 0) + int(n)
+    fields.setdefault("dropped_by_reason", reasons)
+    return Summary(
+        rows_in=int(chain[0]["rows_in"]),
+        rows_kept=int(chain[-1]["rows_out"]),
+        rows_dropped=sum(int(s["rows_dropped"]) for s in chain),
+        rows_quarantined=sum(int(s["rows_rejected"]) for s in chain),
+        **fields,
+    )
+
+
+def bytes_under(paths: Iterable[str]) -> int:
+    """Bytes on disk of the files ``paths`` name: files as they are, directories walked, skipping sidecars
+    and set-aside rows (a name or folder starting with ``_`` or ``.``), so an output counts its data only."""
+    from zephyr.io.paths import filesystem
+
+    total = 0
+    for path in paths:
+        fs, root = filesystem(path)
+        if not fs.exists(root):
+            continue
+        if not fs.isdir(root):
+            total += int(fs.size(root) or 0)
+            continue
+        for name, info in fs.find(root, detail=True).items():
+            below = name[len(root.rstrip("/")) :].strip("/")
+            if not any(part.startswith(("_", ".")) for part in below.split("/")):
+                total += int(info.get("size") or 0)
+    return total
+
+
+def _measure(paths: Iterable[str] | None, expand: bool) -> int | None:
+    """``bytes_under`` of inputs (globs expanded) or an output; None when they cannot be listed. A summary
+    is printed after the work succeeded: a listing that fails now (a path moved meanwhile) must not turn
+    the run into a failure, so it is logged and the count left out."""
+    if not paths:
+        return None
+    try:
+        if expand:
+            from zephyr.io.paths import expand_paths
+
+            paths = expand_paths(list(paths), formats=None) if paths else []
+        return bytes_under(paths)
+    except Exception as exc:  # noqa: BLE001 - see the docstring; logged, never hidden
+        log.info("summary: bytes of %s not measured (%s)", paths, exc)
+        return None
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+def human(record: dict[str, Any]) -> str:
+    """The table a person reads (see the module docstring), from a ``Summary.record``."""
+    lines = [f"{record['command']}: done in {record['seconds']:.1f} s"]
+
+    def row(label: str, text: str) -> None:
+        lines.append(f"  {label:<11} {text}")
+
+    row(
+        "rows",
+        f"in {record['rows_in']:,} = kept {record['rows_kept']:,} + dropped {record['rows_dropped']:,} "
+        f"+ quarantined {record['rows_quarantined']:,}"
+        + ("" if record["balanced"] else "  (DOES NOT BALANCE)"),
+    )
+    if record["dropped_by_reason"]:
+        top = sorted(record["dropped_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))
+        row(
+            "dropped by",
+            ", ".join(f"{reason} {n:,}" for reason, n in top[:6]) + (", ..." if len(top) > 6 else ""),
+        )
+    row("bytes", f"in {_bytes(record['bytes_in'])}, out {_bytes(record['bytes_out'])}")
+    for key, label in (
+        ("output", "output"),
+        ("dropped_output", "dropped"),
+        ("quarantine_output", "quarantine"),
+        ("stats", "stats"),
+        ("next", "next"),
+    ):
+        if record[key]:
+            row(label, str(record[key]))
+    return "\n".join(lines)
+
+
+def emit(
+    summary: Summary,
+    *,
+    command: str,
+    seconds: float,
+    inputs: Sequence[str] | None,
+    as_json: bool,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> dict[str, Any]:
+    """Measure the bytes, then print ``summary``: one JSON object on stdout (``as_json``), else the table on
+    stderr. Returns the record."""
+    bytes_in = summary.bytes_in if summary.bytes_in is not None else _measure(inputs, expand=True)
+    bytes_out = _measure([summary.output] if summary.output else None, expand=False)
+    record = summary.record(command, seconds, bytes_in, bytes_out)
+    if as_json:
+        out = stdout or sys.stdout
+        out.write(json.dumps(record, default=str) + "\n")
+        out.flush()
+    else:
+        err = stderr or sys.stderr
+        err.write(human(record) + "\n")
+        err.flush()
+    return record
+
+
+def join(*parts: str) -> str:
+    """``posixpath.join`` for the paths a summary names (URLs keep their scheme)."""
+    return posixpath.join(*parts)
