@@ -218,7 +218,10 @@ def human(record: dict[str, Any]) -> str:
             "dropped by",
             ", ".join(f"{reason} {n:,}" for reason, n in top[:6]) + (", ..." if len(top) > 6 else ""),
         )
-    row("bytes", f"in {_bytes(record['bytes_in'])}, out {_bytes(record['bytes_out'])}")
+    sizes = [f"in {_bytes(record['bytes_in'])}"] if record["bytes_in"] is not None else []
+    sizes += [f"out {_bytes(record['bytes_out'])}"] if record["output"] else []
+    if sizes:
+        row("bytes", ", ".join(sizes))
     for key, label in (
         ("output", "output"),
         ("dropped_output", "dropped"),

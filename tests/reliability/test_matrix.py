@@ -4,7 +4,8 @@ Each case builds its input in a tmp dir and says what a demanding user expects f
 
 - ``Ok(rows, bad)``: the command succeeds with ``--on-error quarantine``; ``rows`` rows are read and ``bad``
   unreadable lines or rows are set aside, and the command's own stats balance: in = kept + dropped +
-  quarantined, with in = rows + bad (``count`` prints ``rows`` and says how many it set aside).
+  quarantined, with in = rows + bad (``count`` counts ``rows`` and says how many it set aside); every
+  command's ``--json`` summary says the same as its stats files.
 - ``Fails(names)``: the command exits 1 with one line on stderr (plus the "full traceback: LOG" pointer; a
   configuration error lists one problem per indented line instead) that names the file (each of
   ``names``), and no traceback.
@@ -392,6 +393,10 @@ CASES: dict[str, Callable[[Path], tuple[list[str], Ok | Fails]]] = {
 
 # -- running one command -------------------------------------------------------------------------------------
 def _argv(command: str, inputs: list[str], out: Path, tokenizer: Path) -> list[str]:
+    return [*_command_argv(command, inputs, out, tokenizer), "--json"]  # the summary is checked too
+
+
+def _command_argv(command: str, inputs: list[str], out: Path, tokenizer: Path) -> list[str]:
     quarantine = ["--on-error", "quarantine"]
     if command == "count":
         return ["count", *inputs, *quarantine, *FAST]
@@ -424,8 +429,9 @@ def _balance(command: str, out: Path, stdout: str, stderr: str) -> tuple[int, in
         s = json.loads((out / "_stats.json").read_text())
         return s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"], _parquet_rows(out)
     if command == "tokenize":
-        rows = json.loads(stdout)["rows"]
-        return rows["in"], rows["kept"], rows["dropped"], rows["quarantined"], json.loads(stdout)["documents"]
+        summary = json.loads(stdout)
+        rows = [summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")]
+        return (*rows, summary["details"]["documents"])
     job = json.loads((out / "stats.json").read_text())
     read = job["stages"][0]
     return read["rows_in"], read["rows_kept"], read["rows_dropped"], read["rows_quarantined"], None
@@ -453,12 +459,14 @@ def test_bad_input(case, command, tmp_path, capsys, tokenizer_json):
             assert name in " ".join(errors), (name, errors)
         return
     assert rc == 0, captured.err[-3000:]
+    summary = json.loads(captured.out)  # --json: one object, nothing else on stdout
     if command == "count":
-        assert int(captured.out.strip()) == expect.rows
-        if expect.bad:
-            assert f"{expect.bad} " in captured.err and "quarantine" in captured.err, captured.err
+        assert summary["rows_kept"] == expect.rows
+        assert summary["rows_quarantined"] == expect.bad and summary["balanced"], summary
         return
     rows_in, kept, dropped, quarantined, written = _balance(command, out, captured.out, captured.err)
+    assert [summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")] == [
+        rows_in, kept, dropped, quarantined], summary  # the summary says what the stats files say
     assert rows_in == kept + dropped + quarantined, (rows_in, kept, dropped, quarantined)
     assert rows_in == expect.rows + expect.bad, (rows_in, expect)
     assert quarantined >= expect.bad
