@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -258,8 +257,3 @@ def emit(
         err.write(human(record) + "\n")
         err.flush()
     return record
-
-
-def join(*parts: str) -> str:
-    """``posixpath.join`` for the paths a summary names (URLs keep their scheme)."""
-    return posixpath.join(*parts)

@@ -246,10 +246,11 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         rows_quarantined=totals["rows_quarantined"],
         dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
         output=str(out),
-        stats=str(out / "_report.md"),
+        stats=str(out / STATS),
         dropped_output=stats["dropped_output"],
         quarantine_output=str(out / "_quarantine"),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
+        details={"report": str(out / "_report.md"), "rules": args.rules},
     )
 
 
@@ -268,100 +269,6 @@ def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
         load_blocklist(args.url_blocklist)
     return {"url": {"blocklist": args.url_blocklist, "url_column": args.url_column}}
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    import polars as pl
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from zephyr.pipelines.quality.classifier import ClassifierConfig, evaluate_classifier, train_classifier
-
-    table = pq.read_table(args.labelled)
-    cfg = ClassifierConfig(
-        positive_label=args.positive, negative_label=args.negative, epoch=args.epoch, threads=args.threads
-    )
-    if args.test:
-        train, test = table, pq.read_table(args.test)
-    else:  # deterministic held-out split by text hash
-        h = pl.Series(table.column(args.text_column)).fill_null("").hash(seed=7).to_numpy() % 1000
-        held = pa.array(h < int(args.holdout * 1000))
-        train, test = table.filter(pa.compute.invert(held)), table.filter(held)
-    model = train_classifier(
-        train, args.output, cfg, text_column=args.text_column, label_column=args.label_column
-    )
-    report = evaluate_classifier(
-        test, model, cfg, text_column=args.text_column, label_column=args.label_column
-    )
-    report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
-    _write_json(Path(str(model) + ".report.json"), report)
-    from zephyr.summary import Summary
-
-    rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
-    return Summary(
-        rows_in=rows,
-        rows_kept=rows,
-        output=str(model),
-        stats=str(model) + ".report.json",
-        bytes_in=None,
-        next=f"zephyr quality score INPUT --model {model} --output OUT",
-        details={k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")} | {"train_rows": train.num_rows},
-    )
-
-
-def _cmd_score(args: argparse.Namespace) -> int:
-    from zephyr import job_stats
-
-    with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
-        return _score(args, jobs)
-
-
-def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
-    import pyarrow.parquet as pq
-    from zephyr.pipelines.quality.classifier import (
-        ClassifierConfig,
-        QualityScorer,
-        assign_buckets,
-        bucket_column,
-        put_column,
-        quantile_edges,
-    )
-
-    import zephyr
-    from zephyr import job_stats
-
-    opts = _opts(args)
-    out = Path(args.output)
-    score, buckets = args.output_column, bucket_column(args.output_column)
-    scorer = QualityScorer(
-        args.model, ClassifierConfig(positive_label=args.positive), args.text_column, overwrite=args.overwrite,
-        score_column=score,
-    )
-    ds = _read(args, adds=(score, buckets), rename="--output-column NAME")
-    scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
-    try:
-        result = ds.map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
-        edges: tuple[float, ...] = ()
-        if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
-            scores = pq.read_table(str(scratch), columns=[score])[score]
-            edges = quantile_edges(scores, args.buckets)
-
-            def bucket(t):
-                return put_column(t, buckets, assign_buckets(t[score], edges))
-
-            result = (
-                zephyr.read_parquet(list(result.files))
-                .map_batches(bucket, name="quality_bucket")
-                .write_parquet(str(out), **opts)
-            )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
-                                     **job_stats.summarize(jobs)})
-    first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
-    summary = _summary(result, args, details={"bucket_edges": list(edges)})
-    if first:
-        summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_rejected"] for s in first)
-    return summary
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
@@ -418,6 +325,8 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.pipelines.quality.cli_classifier import _cmd_score, _cmd_train
+
     from zephyr.cli import add_dropped_output, add_on_error, add_output_dir, add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
 
