@@ -164,30 +164,46 @@ def write_routed(
     working: tuple[str, ...] = (),
 ) -> Routed:
     """Write the rows of ``ds`` that ``reasons`` keeps (null) to ``output`` and the others, with their reason,
-    to ``dropped_output`` (see the module docstring), without the ``working`` columns. ``finish`` is applied to both sides before writing
-    (e.g. restoring columns a command set aside)."""
-    import zephyr
+    to ``dropped_output`` (see the module docstring), without the ``working`` columns. ``finish`` is applied
+    to both sides before writing (e.g. restoring columns a command set aside)."""
+    from zephyr.executors import reuse_workers
 
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".routed-", dir=out))
     try:
-        verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(
-            str(scratch), **opts
-        )
-        if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
-            from zephyr.io.paths import filesystem
-
-            fs, root = filesystem(dropped_output)
-            fs.makedirs(root, exist_ok=True)
-            return Routed(verdict, None, None)
-        annotated = zephyr.read_parquet(list(verdict.files))
-        kept = finish(annotated.map_batches(Route("kept"), name="route_kept")).write_parquet(output, **opts)
-        dropped = finish(annotated.map_batches(Route("dropped"), name="route_dropped")).write_parquet(
-            dropped_output, **opts
-        )
+        # one worker pool for the three jobs: each would otherwise start its own worker processes, which
+        # import the engine and load the step's model or index again
+        with reuse_workers(opts) as execution:
+            return _route(ds, reasons, output, dropped_output, execution, finish, working, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _route(
+    ds: Any,
+    reasons: Callable[[pa.Table], pa.Array],
+    output: str,
+    dropped_output: str,
+    opts: dict[str, Any],
+    finish: Callable[[Any], Any],
+    working: tuple[str, ...],
+    scratch: Path,
+) -> Routed:
+    import zephyr
+
+    verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(str(scratch), **opts)
+    if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
+        from zephyr.io.paths import filesystem
+
+        fs, root = filesystem(dropped_output)
+        fs.makedirs(root, exist_ok=True)
+        return Routed(verdict, None, None)
+    annotated = zephyr.read_parquet(list(verdict.files))
+    kept = finish(annotated.map_batches(Route("kept"), name="route_kept")).write_parquet(output, **opts)
+    dropped = finish(annotated.map_batches(Route("dropped"), name="route_dropped")).write_parquet(
+        dropped_output, **opts
+    )
     return Routed(verdict, kept, dropped)
 
 

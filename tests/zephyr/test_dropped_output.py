@@ -184,3 +184,34 @@ def test_an_input_drop_reason_column_is_refused_before_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{path}: the input already has a column 'drop_reason'" in err
     assert not (tmp_path / "d").exists() or not list((tmp_path / "d").iterdir())
+
+
+@pytest.mark.parametrize("case", ["decontaminate", "dedup url"])
+def test_routing_on_worker_processes(case, corpus, tmp_path, capsys):
+    """The verdict and routes are pickled to local workers (one pool for the three jobs)."""
+    words, reasons = CASES[case]
+    words = [str(corpus.parent / "eval.jsonl") if w == "EVAL" else w for w in words]
+    n = 2 if words[0] == "dedup" else 1
+    argv = [
+        *words[:n],
+        str(corpus),
+        *words[n:],
+        "--output",
+        str(tmp_path / "o"),
+        "--dropped-output",
+        str(tmp_path / "d"),
+        "--executor",
+        "local",
+        "--workers",
+        "2",
+        "--small-job-bytes",
+        "0",
+        "--on-error",
+        "quarantine",
+        "--json",
+    ]
+    assert main(argv) == 0
+    record = json.loads(capsys.readouterr().out)
+    removed = pq.read_table(tmp_path / "d")
+    assert record["balanced"] and record["rows_dropped"] == removed.num_rows >= 1
+    assert set(removed["drop_reason"].to_pylist()) <= reasons
