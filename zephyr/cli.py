@@ -4,6 +4,10 @@ Every subcommand accepts the global execution options (``--workers``, ``--execut
 ``--memory-budget``, ``--work-dir``) after its own name, e.g. ``zephyr dedup exact IN --output OUT --workers 2``.
 Each capability registers its subcommands from its own package through ``register(subparsers, common)``;
 ``COMMAND_MODULES`` lists them. Heavy imports happen inside the handlers, so ``zephyr --help`` is fast.
+
+A handler returns a ``zephyr.summary.Summary``; ``main`` times the command and prints it the one way every
+command ends: a table on stderr, or with ``--json`` one JSON object on stdout with the same keys for every
+command (``zephyr.summary.KEYS``).
 """
 
 from __future__ import annotations

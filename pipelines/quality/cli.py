@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["register", "read_text_inputs", "engine_options", "write_json", "one_job_summary", "STATS"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ STATS = "_stats.json"
 """A command's statistics beside its part files (``_``: Parquet readers skip it)."""
 
 
-def _read(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
+def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
     """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
     columns ``adds`` the command will add (unless ``--overwrite``): one line naming the file and the column,
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
@@ -46,7 +46,7 @@ def _read(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | No
     return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
 
 
-def _opts(args: argparse.Namespace) -> dict[str, Any]:
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     from zephyr.cli import execution_options
 
     o = execution_options(args)
@@ -62,7 +62,7 @@ def _opts(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -74,10 +74,10 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.stages import Normalize
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
-    result = _read(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
-        args.output, **_opts(args)
+    result = read_text_inputs(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
+        args.output, **engine_options(args)
     )
-    return _summary(result, args, next=f"zephyr langid {args.output} --output OUT")
+    return one_job_summary(result, args, next=f"zephyr langid {args.output} --output OUT")
 
 
 def _cmd_langid(args: argparse.Namespace) -> int:
@@ -92,7 +92,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
         dropped.check(args)
     lang, score = args.output_column, f"{args.output_column}_score"
     config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
-    ds = _read(args, adds=(lang, score), rename="--output-column NAME")
+    ds = read_text_inputs(args, adds=(lang, score), rename="--output-column NAME")
     ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.overwrite), name="langid")
     langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
     language_filter = LanguageFilter(langs, args.min_score, lang, score)
@@ -101,21 +101,21 @@ def _cmd_langid(args: argparse.Namespace) -> int:
         from zephyr.dropped import keep_all, write_routed
 
         verdict = language_filter.reasons if filtering else keep_all
-        routed = write_routed(ds, verdict, args.output, args.dropped_output, _opts(args))
+        routed = write_routed(ds, verdict, args.output, args.dropped_output, engine_options(args))
         job = (routed.kept or routed.verdict).stats
-        _write_json(Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output})
+        write_json(Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output})
         return routed.summary(
             output=args.output, stats=str(Path(args.output) / STATS), dropped_output=args.dropped_output,
             next=f"zephyr filter {args.output} --output OUT",
         )
     if filtering:
         ds = ds.map_batches(language_filter, name="language_filter")
-    result = ds.write_parquet(args.output, **_opts(args))
-    _write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
-    return _summary(result, args, next=f"zephyr filter {args.output} --output OUT")
+    result = ds.write_parquet(args.output, **engine_options(args))
+    write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
+    return one_job_summary(result, args, next=f"zephyr filter {args.output} --output OUT")
 
 
-def _summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any:
+def one_job_summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any:
     """The ``Summary`` of a one-job command that wrote ``args.output`` (``zephyr.summary``)."""
     from zephyr.summary import from_stages
 
@@ -165,9 +165,9 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
     # (source, line, reason, raw) go to a folder in it that its readers skip
     args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
-    opts = _opts(args)
+    opts = engine_options(args)
     reason = args.output_column
-    ds = _read(args, adds=(reason,), rename="--output-column NAME")
+    ds = read_text_inputs(args, adds=(reason,), rename="--output-column NAME")
     out.mkdir(parents=True, exist_ok=True)
     # with --output-column, an input's own drop_reason steps aside for the filter and comes back unchanged
     aside = (DROP_REASON,) if reason != DROP_REASON else ()
@@ -230,8 +230,8 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         "engine": engine_stats,
         **job_stats.summarize(jobs),
     }
-    _write_json(out / STATS, stats)
-    _write_json(out / "_report.json", report)
+    write_json(out / STATS, stats)
+    write_json(out / "_report.json", report)
     (out / "_report.md").write_text(report_markdown(report), encoding="utf-8")
     if not totals["balanced"]:
         from zephyr.errors import TaskError
@@ -277,13 +277,13 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
     config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
-    ds = _read(args, adds=count_columns(config), rename="--output-column NAME")
+    ds = read_text_inputs(args, adds=count_columns(config), rename="--output-column NAME")
     result = ds.map_batches(RedactPII(config, args.text_column, args.overwrite), name="pii").write_parquet(
-        args.output, **_opts(args)
+        args.output, **engine_options(args)
     )
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    _write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
-    return _summary(result, args, details={"pii_counts": counts})
+    write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
+    return one_job_summary(result, args, details={"pii_counts": counts})
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
@@ -300,32 +300,32 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     out = Path(args.output)
     index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
     step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
-    ds = _read(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
+    ds = read_text_inputs(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
     out.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index.save(index_path)
     if args.dropped_output:
         from zephyr.dropped import write_routed
 
-        routed = write_routed(ds, step.reasons, str(out), args.dropped_output, _opts(args))
+        routed = write_routed(ds, step.reasons, str(out), args.dropped_output, engine_options(args))
         result = routed.kept or routed.verdict
     else:
-        result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **_opts(args))
+        result = ds.map_batches(step, name="decontaminate").write_parquet(str(out), **engine_options(args))
     eval_stats = {
         "eval_items": index.items,
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
     side = {"dropped_output": args.dropped_output} if args.dropped_output else {}
-    _write_json(out / STATS, {"version": 1, **eval_stats, "job": result.stats, **side})
+    write_json(out / STATS, {"version": 1, **eval_stats, "job": result.stats, **side})
     fields = dict(next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats)
     if args.dropped_output:
         return routed.summary(output=str(out), stats=str(out / STATS), dropped_output=args.dropped_output, **fields)
-    return _summary(result, args, **fields)
+    return one_job_summary(result, args, **fields)
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.pipelines.quality.cli_classifier import _cmd_score, _cmd_train
+    from zephyr.pipelines.quality.cli_classifier import score_command, train_command
 
     from zephyr.cli import add_dropped_output, add_on_error, add_output_dir, add_overwrite
     from zephyr.io.input_schema import add_schema_arguments
@@ -401,7 +401,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
     qsub = q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND")
-    p = command("train", _cmd_train, "train a fastText hq/lq classifier from labelled Parquet", qsub)
+    p = command("train", train_command, "train a fastText hq/lq classifier from labelled Parquet", qsub)
     p.add_argument("labelled", help="Parquet with text and label columns")
     p.add_argument("--output", required=True, help="model file (.bin); a .report.json is written beside it")
     p.add_argument("--test", default=None, help="held-out Parquet (default: a hash-based split of the input)")
@@ -412,7 +412,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument("--epoch", type=int, default=10)
     p.add_argument("--threads", type=int, default=1)
     io(p, inputs=False)
-    p = command("score", _cmd_score, "add quality_score and quality_bucket (by quantile)", qsub)
+    p = command("score", score_command, "add quality_score and quality_bucket (by quantile)", qsub)
     io(p)
     p.add_argument("--model", required=True)
     p.add_argument("--buckets", type=int, default=5)

@@ -9,12 +9,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.quality.cli import STATS, _opts, _read, _summary, _write_json
+from zephyr.pipelines.quality.cli import STATS, engine_options, one_job_summary, read_text_inputs, write_json
 
-__all__ = ["_cmd_train", "_cmd_score"]
+__all__ = ["train_command", "score_command"]
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
+def train_command(args: argparse.Namespace) -> int:
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -37,7 +37,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         test, model, cfg, text_column=args.text_column, label_column=args.label_column
     )
     report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
-    _write_json(Path(str(model) + ".report.json"), report)
+    write_json(Path(str(model) + ".report.json"), report)
     from zephyr.summary import Summary
 
     rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
@@ -52,7 +52,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     )
 
 
-def _cmd_score(args: argparse.Namespace) -> int:
+def score_command(args: argparse.Namespace) -> int:
     from zephyr import job_stats
 
     with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
@@ -73,14 +73,14 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     import zephyr
     from zephyr import job_stats
 
-    opts = _opts(args)
+    opts = engine_options(args)
     out = Path(args.output)
     score, buckets = args.output_column, bucket_column(args.output_column)
     scorer = QualityScorer(
         args.model, ClassifierConfig(positive_label=args.positive), args.text_column, overwrite=args.overwrite,
         score_column=score,
     )
-    ds = _read(args, adds=(score, buckets), rename="--output-column NAME")
+    ds = read_text_inputs(args, adds=(score, buckets), rename="--output-column NAME")
     scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
     try:
         result = ds.map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
@@ -99,10 +99,10 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    _write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
+    write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
                                      **job_stats.summarize(jobs)})
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
-    summary = _summary(result, args, details={"bucket_edges": list(edges)})
+    summary = one_job_summary(result, args, details={"bucket_edges": list(edges)})
     if first:
         summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_rejected"] for s in first)
     return summary
