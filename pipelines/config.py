@@ -508,6 +508,8 @@ DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "substring_dedup", 
 """Stage types whose output is a set of Parquet parts (the input of the next stage)."""
 
 _COMMON_KEYS = ("stage", "name", "enabled")
+_DISPLAY_ONLY = {"train": ("log_every",)}
+"""Keys that change only what a person sees, not the outputs: changing one never reruns (or clears) a stage."""
 
 
 @dataclass(frozen=True)
@@ -525,7 +527,8 @@ class StageEntry:
 
     def fingerprint(self, upstream: str) -> str:
         """Hash of this stage's config and its upstream fingerprint: a changed config never reuses outputs."""
-        payload = json.dumps({"stage": self.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
+        stage = {k: v for k, v in self.to_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
+        payload = json.dumps({"stage": stage, "upstream": upstream, "version": CONFIG_VERSION},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()
 

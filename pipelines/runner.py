@@ -121,6 +121,8 @@ class ProgressReporter:
             extra = record["extra"]
             loss = extra.get("final_loss")
             body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
+            if extra.get("mean_tokens_per_s"):
+                body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
         resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"

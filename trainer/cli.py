@@ -3,7 +3,7 @@
 Every ``TrainConfig`` key is also a flag (flags override the file), e.g.::
 
     zephyr train --data shards/ --preset tiny --steps 200 --batch-size 8 --seq-len 256 --device cpu \\
-        --checkpoint-dir ckpt/ --checkpoint-every 50 --log train.jsonl
+        --checkpoint-dir ckpt/ --checkpoint-every 50 --log train.jsonl --log-every 20
     zephyr train run.yaml --steps 1000 --lr 6e-4
     zephyr train --data web/=0.7 --data code/=0.3 ...          # a weighted mixture
     zephyr train --data web/ --data code/ --mix unimax:epochs=4 --packing best-fit ...
@@ -42,6 +42,7 @@ _TOP = {  # flag dest -> (type, help)
     "checkpoint_every": (int, "save every K steps (0: only at the end)"),
     "keep_checkpoints": (int, "checkpoints kept on disk (0: all)"),
     "log": (str, "JSONL metrics file, one object per step"),
+    "log_every": (int, "a progress line on stderr every N steps: loss, tokens/s, MFU, lr, ETA (0: none)"),
     "tensorboard_dir": (str, "TensorBoard log directory (needs tensorboard installed)"),
     "spike_factor": (float, "warn when loss > this x running mean"),
     "peak_tflops": (float, "peak TFLOPS per device for MFU (default: looked up, H100 = 989)"),

@@ -381,6 +381,9 @@ class TrainConfig:
     """Checkpoints kept on disk; older ones are deleted after a successful save. 0 keeps all."""
     log: str | None = None
     """JSONL metrics file, one object per step."""
+    log_every: int = _range(0, default=10)
+    """Print a progress line on stderr every N steps and after the last (step, loss, tokens/s, MFU, lr, ETA;
+    ``zephyr.trainer.progress``); 0 prints none. The JSONL log still gets every step."""
     tensorboard_dir: str | None = None
     spike_factor: float = _range(0, default=3.0)
     """Warn when a step's loss exceeds this multiple of the running mean; 0 disables the warning."""

@@ -65,7 +65,8 @@ def _common_parser() -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="one progress line on stderr: rows and bytes read, rate, ETA (default: only on a terminal)",
+        help="one progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a "
+        "terminal)",
     )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     return common
