@@ -50,6 +50,15 @@ def test_every_wide_op_has_an_exchange():
     assert set(EXCHANGES) == set(WIDE_OPS)
 
 
+def test_a_narrow_op_has_no_exchange():
+    from zephyr.errors import ConfigError
+    from zephyr.ops import Select
+    from zephyr.physical import exchange
+
+    with pytest.raises(ConfigError, match="no shuffle for Select"):
+        exchange(Select(("k",)), 4)
+
+
 def test_sort_plan_samples_then_range_shuffles():
     ds = zephyr.from_arrow(_table(), num_shards=2).sort("k", descending=True, num_partitions=3)
     text = ds.explain()
@@ -134,6 +143,29 @@ def test_the_printed_plan_is_the_plan_that_runs(tmp_path, build):
     assert any(
         int(tasks) > 1 for name, tasks in ran if name in ("Sort", "GroupAggregate", "Join", "Deduplicate")
     )
+
+
+def test_lazy_exact_dedup_plan_is_printed_as_it_runs():
+    """Exact dedup without ``execution`` is one lazy plan of shuffles: hash, keepers by aggregation, joins."""
+    from zephyr.dedup.stages import exact_dedup_dataset
+
+    texts = [f"document {i % 40}" for i in range(200)]
+    ds = zephyr.from_items([{"id": f"d{i:03d}", "text": t} for i, t in enumerate(texts)], num_shards=2)
+    plan = exact_dedup_dataset(ds, mode="remove")
+    structure = _structure(plan.explain())
+    assert structure[0][:2] == (
+        "map",
+        "FromTable → with_row_index(__dedup_row) → map_batches(dedup.exact.hash)",
+    )
+    assert structure[0][3].startswith("shuffle #1: hash(__dedup_h0, __dedup_h1)")
+    assert structure[-1][:2] == (
+        "reduce",
+        "Join → map_batches(dedup.exact.keep) → map_batches(dedup.exact.finish)",
+    )
+    assert {role for role, *_ in structure} == {"map", "reduce"}
+    assert sum(writes.startswith("shuffle #") for *_, writes in structure) == len(structure) - 1
+    assert [(name, tasks) for _, name, tasks, _ in structure] == _runs(plan)
+    assert plan.count(executor="inprocess") == 40
 
 
 def test_budget_shares_are_printed_in_bytes():
