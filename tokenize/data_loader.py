@@ -22,16 +22,38 @@ position stays exact, and nothing is raised.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from zephyr.errors import ConfigError, ResumeError
 
-if TYPE_CHECKING:
-    from zephyr.tokenize.loader import TokenLoader
+__all__ = ["TokenDataLoader", "WorkerLoader", "new_worker_flag", "mark_plain_worker", "check_position_known"]
 
-__all__ = ["TokenDataLoader", "new_worker_flag", "mark_plain_worker", "check_position_known"]
+
+class WorkerLoader(Protocol):
+    """What this module reads and sets on the loader it wraps; ``TokenLoader`` is the implementation.
+
+    A Protocol rather than an import of ``zephyr.tokenize.loader``: that module imports this one (for the guard),
+    and even a type-only import back would close an import cycle.
+    """
+
+    pin_memory: bool
+    seq_len: int
+    instance_filter: Any
+    filtered: int
+    _wrapped: bool
+    _worker_flag: torch.Tensor
+    _yielded: int
+    _weights_version: int
+
+    @property
+    def consumed(self) -> int:
+        """Global samples consumed."""
+        ...
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
+
 
 _OWN_KWARGS = ("batch_size", "batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")
 """DataLoader arguments ``TokenDataLoader`` sets itself: batches and order come from the ``TokenLoader``."""
@@ -42,13 +64,13 @@ def new_worker_flag() -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int64).share_memory_()
 
 
-def mark_plain_worker(loader: TokenLoader) -> None:
+def mark_plain_worker(loader: WorkerLoader) -> None:
     """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
     if not loader._wrapped:
         loader._worker_flag.fill_(1)
 
 
-def check_position_known(loader: TokenLoader, what: str) -> None:
+def check_position_known(loader: WorkerLoader, what: str) -> None:
     """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
     this loader cannot count."""
     if int(loader._worker_flag[0]) == 0:
@@ -73,7 +95,7 @@ class TokenDataLoader:
     """
 
     def __init__(
-        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
+        self, loader: WorkerLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
     ):
         given = [name for name in _OWN_KWARGS if name in kwargs]
         if given:
