@@ -186,12 +186,6 @@ def _read_inputs(entry: StageEntry) -> list[str]:
     return found
 
 
-def _parquet_rows(files: list[str]) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
 def _file_bytes(files: list[str]) -> int:
     return sum(os.path.getsize(f) for f in files if os.path.exists(f))
 
@@ -220,6 +214,8 @@ def _split_counters(counters: dict[str, int]) -> tuple[dict[str, dict[str, dict[
 
 def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files: list[str]) -> dict[str, Any]:
     """The stage record's row accounting, checked: the engine's operator counters against the files."""
+    from zephyr.io.parquet_source import parquet_rows
+
     stats = outcome.engine_stats or {"stages": []}
     engine_stages = stats.get("stages", [])
     counters: dict[str, int] = {}
@@ -268,7 +264,7 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
         _merge(dropped_by_reason, op.get("dropped_by_reason", {}))
     dropped = sum(op["rows_dropped"] for op in ops)
     quarantined = sum(op["rows_rejected"] for op in ops) + read_rejected
-    kept = _parquet_rows(outcome.files)
+    kept = parquet_rows(outcome.files)
     if entry.type in SOURCE_STAGES:
         rows_in = seen_in + read_rejected
     else:

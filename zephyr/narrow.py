@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
+from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,
@@ -31,11 +32,7 @@ from zephyr.ops import (
     WithRowIndex,
 )
 
-__all__ = ["OpCounters", "QUARANTINE_SCHEMA", "run_narrow", "op_label"]
-
-QUARANTINE_SCHEMA = pa.schema(
-    [("source", pa.string()), ("line", pa.int64()), ("reason", pa.string()), ("raw", pa.large_binary())]
-)
+__all__ = ["OpCounters", "run_narrow", "op_label"]
 
 
 @dataclass
