@@ -352,7 +352,8 @@ def _run_pipeline(
     ``memory_budget``, ``max_retries``, ``progress``); ``work_dir`` is not allowed (the job dir holds them).
     """
     from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
+    from zephyr.pipelines.stage_ops import StageContext
+    from zephyr.pipelines.stages import RUNNERS, preflight
 
     from zephyr import job_stats, progress
 

@@ -51,16 +51,8 @@ from zephyr.io.parquet_source import parquet_rows
 if TYPE_CHECKING:
     from zephyr.pipelines.config import StageEntry
 
-__all__ = [
-    "StageContext",
-    "StageOutcome",
-    "PrepareRows",
-    "CountValues",
-    "RemoveDuplicates",
-    "MinScoreFilter",
-    "RUNNERS",
-    "preflight",
-]
+__all__ = ["RUNNERS", "preflight", "read_train_log"]
+"""The adapters' shared context, outcome and operators are in ``zephyr.pipelines.stage_ops``."""
 
 log = logging.getLogger(__name__)
 
