@@ -198,3 +198,21 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles (move what both sides use into a module below them): " + "; ".join(
         " <-> ".join(group) for group in cycles
     )
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    """``from zephyr.x import _name`` couples a module to another's internals: a helper two modules need is
+    public in the module where it belongs (or moves there)."""
+    found = []
+    for path in _modules(_package_folders()).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").split(".")[0] == "zephyr"
+            ):
+                private = [
+                    a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+                found += [
+                    f"{path.relative_to(REPO)}:{node.lineno} imports {n} from {node.module}" for n in private
+                ]
+    assert not found, "\n".join(found)
