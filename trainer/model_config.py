@@ -1,9 +1,9 @@
 """The model's configuration: ``ModelConfig`` (the transformer) and ``MoEConfig`` (its mixture-of-experts FFN).
 
-Frozen, serializable data, checked in ``__post_init__`` by ``zephyr.trainer.validation``. Apart from the training
-run's ``zephyr.trainer.config`` because the named presets (``zephyr.trainer.presets``) are built from these
-classes while ``TrainConfig`` validates its ``preset`` against them: with both here and there, config and presets
-imported each other. ``ModelConfig.build()`` is consumed by ``zephyr.trainer.model.build_model``.
+Frozen, serializable data, checked in ``__post_init__`` by ``zephyr.trainer.validation``. Kept apart from the
+training run's ``zephyr.trainer.config`` because the named presets (``zephyr.trainer.presets``) are built from
+these classes while ``TrainConfig`` checks its ``preset`` against them: while these classes lived in ``config``,
+config and presets imported each other. ``ModelConfig.build()`` is consumed by ``zephyr.trainer.model.build_model``.
 """
 
 from __future__ import annotations
