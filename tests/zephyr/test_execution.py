@@ -20,6 +20,7 @@ import pytest
 
 import zephyr
 from zephyr.errors import TaskError
+from zephyr.io.quarantine import QUARANTINE_SCHEMA
 
 
 def _write_shards(directory: Path, shards: int = 6, rows: int = 2000, seed: int = 0) -> str:
@@ -235,6 +236,10 @@ def test_row_accounting_balances_with_quarantine(tmp_path):
     quarantine = pa.concat_tables([pq.read_table(p) for p in stage["quarantine_files"]])
     assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(range(0, 100, 10))
     assert all("AttributeError" in r for r in quarantine.column("reason").to_pylist())
+    for path in stage["quarantine_files"]:  # the one quarantine schema of zephyr.io, its version tag included
+        schema = pq.read_schema(path)
+        assert schema.equals(QUARANTINE_SCHEMA), schema
+        assert schema.metadata[b"zephyr.quarantine.version"] == b"1"
     assert (work / "stats.json").exists()
 
 
