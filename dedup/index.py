@@ -45,6 +45,7 @@ from zephyr.dedup.columns import KEEPER, ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
+from zephyr.io.parquet_source import parquet_rows
 from zephyr.io.paths import write_json_atomic
 
 if TYPE_CHECKING:
@@ -293,7 +294,7 @@ def write_generation(
         .map_batches(_IndexRows(config, text_column, id_column, generation), name="dedup.index.docs")
         .write_parquet(url(f"{scratch}/docs"), **execution)
     )
-    count = sum(_parquet_rows(fs, f) for f in docs.files)
+    count = parquet_rows(docs.files)
     kept = _kept_docs(docs.files, execution) if docs.files else 0
     if docs.files:
         zephyr.read_parquet(docs.files, columns=[KEY, "bands"]).map_batches(
@@ -322,10 +323,3 @@ def _kept_docs(files: list[str], execution: dict[str, Any]) -> int:
         .to_arrow(**execution)
     )
     return int(pc.sum(counts["kept"]).as_py() or 0) if counts.num_rows else 0
-
-
-def _parquet_rows(fs: fsspec.AbstractFileSystem, path: str) -> int:
-    import pyarrow.parquet as pq
-
-    with fs.open(fs._strip_protocol(path), "rb") as f:
-        return pq.ParquetFile(f).metadata.num_rows

@@ -46,6 +46,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from zephyr.pipelines.config_fields import (
+    FieldError,
+    path_field,
+    require_at_least,
+    require_column_name,
+    require_within,
+)
+from zephyr.pipelines.web.config import ExtractStage, SubstringDedupStage, UrlDedupStage, UrlFilterStage
+
 from zephyr.errors import ConfigError
 
 __all__ = [
@@ -74,45 +83,12 @@ __all__ = [
 CONFIG_VERSION = 1
 
 
-def _path(default: Any = None, **kw: Any) -> Any:
-    """A field holding a filesystem path (or list of paths): resolved relative to the config file."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"path": True, **kw})
-    return field(default=default, metadata={"path": True, **kw})
-
-
-class FieldError(ConfigError):
-    """A bad value of one field; the loader prefixes the key path."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.detail = message
-
-
-def _within(key: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
-    ok = (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise FieldError(key, f"must be within {bracket}{low:g}, {high:g}], got {value!r}")
-
-
-def _at_least(key: str, value: int | float | None, low: int | float) -> None:
-    if value is not None and value < low:
-        raise FieldError(key, f"must be >= {low}, got {value!r}")
-
-
-def _column_name(key: str, value: str | None) -> None:
-    if value is not None and not value.strip():
-        raise FieldError(key, "must name a column, or be null for the default")
-
-
 # -- stage configs ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReadStage:
     """Read the raw corpus; quarantine rows without id or text; optionally reshard for parallelism."""
 
-    paths: list[str] = _path([], required=True)
+    paths: list[str] = path_field([], required=True)
     """Input files, directories or globs (Parquet, JSONL[.gz|.zst], Vortex) or fsspec URLs."""
     format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
     """``auto`` picks by file extension (``.jsonl``/``.json`` → JSONL, ``.vortex`` → Vortex, else Parquet)."""
@@ -128,7 +104,7 @@ class ReadStage:
     unify_schemas: bool = False
     """Input files whose column types differ: promote them by the documented rule (int → wider int → double;
     ``zephyr.io.input_schema``). ``False``: files must agree (a column missing from some files is nulls)."""
-    schema: str | None = _path(None)
+    schema: str | None = path_field(None)
     """A schema file (Parquet, or a JSON/YAML map of column to type) every input file is cast to."""
 
     def __post_init__(self) -> None:
@@ -136,7 +112,7 @@ class ReadStage:
             raise FieldError("paths", "give at least one input path")
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
-        _at_least("num_shards", self.num_shards, 1)
+        require_at_least("num_shards", self.num_shards, 1)
         if self.approx_shard_bytes is not None:
             from zephyr.sizes import parse_bytes
 
@@ -168,7 +144,7 @@ class LangIdStage:
     """Languages to keep (fastText codes: ``en``, ``de``...); ``None`` keeps every language."""
     min_score: float = 0.0
     """Drop rows whose language probability is below this, in [0, 1]."""
-    model: str | None = _path(None)
+    model: str | None = path_field(None)
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
     max_chars: int = 10_000
     """Predict on the first N characters of each text."""
@@ -180,11 +156,11 @@ class LangIdStage:
     ``null``: the pipeline's ``lang_column`` (and ``<lang_column>_score``)."""
 
     def __post_init__(self) -> None:
-        _within("min_score", self.min_score, 0.0, 1.0)
-        _at_least("max_chars", self.max_chars, 1)
+        require_within("min_score", self.min_score, 0.0, 1.0)
+        require_at_least("max_chars", self.max_chars, 1)
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
-        _column_name("output_column", self.output_column)
+        require_column_name("output_column", self.output_column)
 
 
 @dataclass(frozen=True)
@@ -206,7 +182,7 @@ class HeuristicFilterStage:
     ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:
-        _column_name("output_column", self.output_column)
+        require_column_name("output_column", self.output_column)
         from zephyr.pipelines.quality.filters import RULE_SETS
 
         if not self.rules:
@@ -278,11 +254,11 @@ class FuzzyDedupStage:
     def __post_init__(self) -> None:
         if self.update_index and not self.index:
             raise FieldError("update_index", "update_index needs index: (the folder to add to)")
-        _within("threshold", self.threshold, 0.0, 1.0, low_open=True)
-        _at_least("ngram", self.ngram, 1)
-        _at_least("bands", self.bands, 1)
-        _at_least("rows", self.rows, 1)
-        _at_least("num_perm", self.num_perm, 1)
+        require_within("threshold", self.threshold, 0.0, 1.0, low_open=True)
+        require_at_least("ngram", self.ngram, 1)
+        require_at_least("bands", self.bands, 1)
+        require_at_least("rows", self.rows, 1)
+        require_at_least("num_perm", self.num_perm, 1)
         if (self.bands is None) != (self.rows is None):
             raise FieldError("bands", f"give both bands and rows or neither (bands={self.bands}, rows={self.rows})")
         try:
@@ -313,9 +289,9 @@ class QualityStage:
 
     Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from."""
 
-    model: str | None = _path(None)
+    model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
-    train: list[str] | None = _path(None)
+    train: list[str] | None = path_field(None)
     """Labelled Parquet file(s) (``text`` + ``label_column``) to train the classifier on, inside the job."""
     train_from: str | None = None
     """Name of an earlier ``heuristic_filter`` stage: train on its kept rows (positive) against its dropped
@@ -336,14 +312,14 @@ class QualityStage:
     """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""
 
     def __post_init__(self) -> None:
-        _column_name("output_column", self.output_column)
+        require_column_name("output_column", self.output_column)
         given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
         if len(given) != 1:
             raise FieldError(
                 "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
-        _within("min_score", self.min_score, 0.0, 1.0)
-        _at_least("train_max_rows", self.train_max_rows, 2)
+        require_within("min_score", self.min_score, 0.0, 1.0)
+        require_at_least("train_max_rows", self.train_max_rows, 2)
         self.classifier_config()
 
     def classifier_config(self) -> Any:
@@ -365,7 +341,7 @@ class QualityStage:
 class TokenizeStage:
     """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given."""
 
-    tokenizer: str | None = _path(None)
+    tokenizer: str | None = path_field(None)
     """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
     byte-level BPE of ``vocab_size`` on the stage input, as ``zephyr tokenizer train`` does (the same function,
     ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the stage folder."""
@@ -388,8 +364,8 @@ class TokenizeStage:
     def __post_init__(self) -> None:
         from zephyr.sizes import parse_bytes
 
-        _at_least("vocab_size", self.vocab_size, 258)
-        _at_least("batch_rows", self.batch_rows, 1)
+        require_at_least("vocab_size", self.vocab_size, 258)
+        require_at_least("batch_rows", self.batch_rows, 1)
         for key in ("tokenizer_train_bytes", "shard_size"):
             try:
                 parse_bytes(getattr(self, key))
@@ -454,7 +430,7 @@ class MapStage:
     """Rows per call; ``None`` passes the engine's batches as they come."""
 
     def __post_init__(self) -> None:
-        _at_least("batch_rows", self.batch_rows, 1)
+        require_at_least("batch_rows", self.batch_rows, 1)
         self.load()
 
     def load(self) -> Any:
@@ -474,14 +450,6 @@ class MapStage:
             raise FieldError("function", f"{self.function!r} is not callable")
         return target
 
-
-# The web package's stages; imported here, after the helpers they use (_path, FieldError) are defined.
-from zephyr.pipelines.web.config import (  # noqa: E402
-    ExtractStage,
-    SubstringDedupStage,
-    UrlDedupStage,
-    UrlFilterStage,
-)
 
 STAGE_TYPES: dict[str, type] = {
     "read": ReadStage,
@@ -508,6 +476,8 @@ DATA_STAGES = ("read", "extract", "url_filter", "url_dedup", "substring_dedup", 
 """Stage types whose output is a set of Parquet parts (the input of the next stage)."""
 
 _COMMON_KEYS = ("stage", "name", "enabled")
+_DISPLAY_ONLY = {"train": ("log_every",)}
+"""Keys that change only what a person sees, not the outputs: changing one never reruns (or clears) a stage."""
 
 
 @dataclass(frozen=True)
@@ -525,7 +495,8 @@ class StageEntry:
 
     def fingerprint(self, upstream: str) -> str:
         """Hash of this stage's config and its upstream fingerprint: a changed config never reuses outputs."""
-        payload = json.dumps({"stage": self.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
+        stage = {k: v for k, v in self.to_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
+        payload = json.dumps({"stage": stage, "upstream": upstream, "version": CONFIG_VERSION},
                              sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()
 

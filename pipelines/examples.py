@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from zephyr.pipelines.stages import StageContext, StageOutcome
+    from zephyr.pipelines.stage_ops import StageContext, StageOutcome
 
 __all__ = [
     "EXAMPLES_FILE",

@@ -121,6 +121,8 @@ class ProgressReporter:
             extra = record["extra"]
             loss = extra.get("final_loss")
             body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
+            if extra.get("mean_tokens_per_s"):
+                body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
         resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
@@ -186,12 +188,6 @@ def _read_inputs(entry: StageEntry) -> list[str]:
     return found
 
 
-def _parquet_rows(files: list[str]) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
 def _file_bytes(files: list[str]) -> int:
     return sum(os.path.getsize(f) for f in files if os.path.exists(f))
 
@@ -220,6 +216,8 @@ def _split_counters(counters: dict[str, int]) -> tuple[dict[str, dict[str, dict[
 
 def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files: list[str]) -> dict[str, Any]:
     """The stage record's row accounting, checked: the engine's operator counters against the files."""
+    from zephyr.io.parquet_source import parquet_rows
+
     stats = outcome.engine_stats or {"stages": []}
     engine_stages = stats.get("stages", [])
     counters: dict[str, int] = {}
@@ -268,7 +266,7 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
         _merge(dropped_by_reason, op.get("dropped_by_reason", {}))
     dropped = sum(op["rows_dropped"] for op in ops)
     quarantined = sum(op["rows_rejected"] for op in ops) + read_rejected
-    kept = _parquet_rows(outcome.files)
+    kept = parquet_rows(outcome.files)
     if entry.type in SOURCE_STAGES:
         rows_in = seen_in + read_rejected
     else:
@@ -356,7 +354,8 @@ def _run_pipeline(
     ``memory_budget``, ``max_retries``, ``progress``); ``work_dir`` is not allowed (the job dir holds them).
     """
     from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.stages import RUNNERS, StageContext, preflight
+    from zephyr.pipelines.stage_ops import StageContext
+    from zephyr.pipelines.stages import RUNNERS, preflight
 
     from zephyr import job_stats, progress
 

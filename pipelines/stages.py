@@ -27,214 +27,34 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+from zephyr.pipelines.stage_ops import (
+    CountValues,
+    MinScoreFilter,
+    PrepareRows,
+    RemoveDuplicates,
+    StageContext,
+    StageOutcome,
+    dedup_inputs,
+    finish_stage,
+    restore_dedup_columns,
+)
+from zephyr.pipelines.web.stages import run_extract, run_substring_dedup, run_url_dedup, run_url_filter
 
-from zephyr import counters
-from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.errors import ConfigError, InputError
+from zephyr.io.parquet_source import parquet_rows
 
 if TYPE_CHECKING:
-    from zephyr.pipelines.config import PipelineConfig, StageEntry
+    from zephyr.pipelines.config import StageEntry
 
-    from zephyr.dataset import Dataset, WriteResult
-
-__all__ = [
-    "StageContext",
-    "StageOutcome",
-    "PrepareRows",
-    "CountValues",
-    "RemoveDuplicates",
-    "MinScoreFilter",
-    "RUNNERS",
-    "preflight",
-]
+__all__ = ["RUNNERS", "preflight", "read_train_log"]
+"""The adapters' shared context, outcome and operators are in ``zephyr.pipelines.stage_ops``."""
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class StageContext:
-    """Everything a stage adapter needs: its config, folders, input parts and the engine options."""
-
-    entry: StageEntry
-    pipeline: PipelineConfig
-    fingerprint: str
-    stage_dir: Path
-    inputs: list[str]
-    """Parquet parts written by the previous data stage (empty for ``read``)."""
-    execution: dict[str, Any]
-    """Engine action keywords without ``work_dir`` (``executor``, ``workers``, ``progress``...)."""
-    earlier: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Stats of the stages that ran before, by stage name."""
-    tokenize_dir: Path | None = None
-    """The token shards of the tokenize stage (for ``train``)."""
-
-    def engine(self, step: str = "main") -> dict[str, Any]:
-        """Engine keywords for one action of this stage, with its own resumable work directory."""
-        return {**self.execution, "work_dir": str(self.stage_dir / "_work" / step)}
-
-    def read_inputs(self, columns: list[str] | None = None) -> Dataset:
-        import zephyr
-
-        if not self.inputs:  # the previous stage kept no rows (or read none): empty input is valid input
-            p = self.pipeline
-            names = [c for c in (p.id_column, p.text_column, p.source_column) if c and (not columns or c in columns)]
-            return zephyr.from_arrow(pa.table({c: pa.array([], pa.string()) for c in names}))
-        return zephyr.read_parquet(self.inputs, columns=columns)
-
-
-@dataclass
-class StageOutcome:
-    """What a stage produced: Parquet parts (data stages), the engine stats of the write and extras."""
-
-    files: list[str] = field(default_factory=list)
-    engine_stats: dict[str, Any] | None = None
-    accounting_ops: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-# -- operators (picklable; they run inside engine tasks) ---------------------------------------------------
-def _column(table: pa.Table, name: str) -> pa.Array:
-    col = table.column(name)
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
-def _value_counts(values: pa.Array) -> dict[str, int]:
-    counts = pc.value_counts(values.cast(pa.string()) if not pa.types.is_string(values.type) else values)
-    out: dict[str, int] = {}
-    for item in counts.to_pylist():
-        key = "null" if item["values"] is None else str(item["values"])
-        out[key] = out.get(key, 0) + int(item["counts"])
-    return out
-
-
-@dataclass(frozen=True)
-class CountValues:
-    """Pass-through op: counts rows per value of some columns into ``pipeline/<role>/<key>=<value>``."""
-
-    role: str
-    """``in`` or ``out`` (or another label): which side of the stage the counts describe."""
-    columns: tuple[tuple[str, str], ...]
-    """(key, column) pairs, e.g. (("source", "source"), ("lang", "lang")); missing columns are skipped."""
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        for key, column in self.columns:
-            if column in table.column_names:
-                for value, n in _value_counts(_column(table, column)).items():
-                    counters.increment(f"pipeline/{self.role}/{key}={value}", n)
-        return table
-
-
-@dataclass(frozen=True)
-class PrepareRows:
-    """The read stage's row check: a string source column, and no row without id or text goes on.
-
-    Rows with a null id or null text are quarantined with reason ``null_id``/``null_text``; later stages
-    (dedup keys on ids, tokenize on texts) can rely on both being present."""
-
-    text_column: str
-    id_column: str
-    source_column: str
-    source: str | None = None
-    lang_column: str = "lang"
-
-    def __call__(self, table: pa.Table) -> Any:
-        from zephyr.ops import BatchOutput
-
-        for role, name in (("text", self.text_column), ("id", self.id_column)):
-            if name not in table.column_names:
-                raise SchemaError(
-                    f"the input has no {role} column {name!r} (columns: {', '.join(table.column_names)}); "
-                    f"set {role}_column: in the pipeline config"
-                )
-        n = table.num_rows
-        if self.source is not None or self.source_column not in table.column_names:
-            value = self.source if self.source is not None else "unknown"
-            sources = pa.array([value] * n, pa.string())
-        else:
-            sources = _column(table, self.source_column).cast(pa.string())
-        if self.source_column in table.column_names:
-            table = table.set_column(table.schema.get_field_index(self.source_column), self.source_column, sources)
-        else:
-            table = table.append_column(self.source_column, sources)
-        CountValues("in", (("source", self.source_column), ("lang", self.lang_column)))(table)
-        null_id = pc.is_null(_column(table, self.id_column))
-        null_text = pc.is_null(_column(table, self.text_column))
-        bad = pc.or_(null_id, null_text)
-        if not pc.any(bad).as_py():
-            return table
-        reasons = pc.if_else(null_id, pa.scalar("null_id"), pa.scalar("null_text"))
-        rejected = table.filter(bad).append_column("reject_reason", reasons.filter(bad))
-        return BatchOutput(kept=table.filter(pc.invert(bad)), rejected=rejected)
-
-
-@dataclass(frozen=True)
-class RemoveDuplicates:
-    """After dedup in annotate mode: drop rows with ``dup_keep = false`` (reason ``<kind>_duplicate``),
-    count kept documents by cluster size, and drop the dup columns."""
-
-    kind: str
-
-    def __call__(self, table: pa.Table) -> Any:
-        from zephyr.ops import BatchOutput
-
-        keep = pc.fill_null(_column(table, "dup_keep"), True)
-        sizes = np.asarray(pc.fill_null(_column(table, "dup_cluster_size"), 1), dtype=np.int64)
-        values, per = np.unique(sizes[np.asarray(keep, dtype=bool)], return_counts=True)
-        for size, n in zip(values.tolist(), per.tolist()):
-            counters.increment(f"pipeline/cluster_size={size}", n)
-        kept = table.filter(keep).drop_columns(["dup_cluster", "dup_cluster_size", "dup_keep"])
-        removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={f"{self.kind}_duplicate": removed} if removed else {})
-
-
-@dataclass(frozen=True)
-class MinScoreFilter:
-    """Keep rows whose ``score_column`` reaches ``min_score``; others are dropped as ``quality_below_<min>``."""
-
-    score_column: str
-    min_score: float
-
-    @property
-    def reason(self) -> str:
-        return f"quality_below_{self.min_score:g}"
-
-    def reasons(self, table: pa.Table) -> pa.Array:
-        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
-        keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
-        return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
-
-    def __call__(self, table: pa.Table) -> Any:
-        from zephyr.ops import BatchOutput
-
-        keep = pc.fill_null(pc.greater_equal(_column(table, self.score_column), self.min_score), False)
-        kept = table.filter(keep)
-        removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={self.reason: removed} if removed else {})
-
-
-def _label(name: str) -> str:
-    """The engine's label of a ``map_batches(..., name=name)`` op in its stats."""
-    return f"map_batches({name})"
-
-
-def _out_counter(ctx: StageContext) -> CountValues:
-    p = ctx.pipeline
-    return CountValues("out", (("source", p.source_column), ("lang", p.lang_column)))
-
-
-def _finish(ctx: StageContext, ds: Dataset, accounting: tuple[str, ...], step: str = "main") -> StageOutcome:
-    """Count the output, write ``part-*.parquet`` into the stage folder, return the outcome."""
-    name = f"pipeline.{ctx.entry.name}.count"
-    result: WriteResult = ds.map_batches(_out_counter(ctx), name=name).write_parquet(
-        str(ctx.stage_dir), **ctx.engine(step)
-    )
-    return StageOutcome(files=sorted(result.files), engine_stats=result.stats, accounting_ops=tuple(map(_label, accounting)))
-
 
 # -- stage adapters --------------------------------------------------------------------------------------
 def run_read(ctx: StageContext) -> StageOutcome:
@@ -258,7 +78,7 @@ def run_read(ctx: StageContext) -> StageOutcome:
     ds = ds.map_batches(PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare)
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
-    return _finish(ctx, ds, (prepare,))
+    return finish_stage(ctx, ds, (prepare,))
 
 
 def run_normalize(ctx: StageContext) -> StageOutcome:
@@ -271,7 +91,7 @@ def run_normalize(ctx: StageContext) -> StageOutcome:
         NormalizeConfig(cfg.nfc, cfg.strip_control, cfg.collapse_whitespace, cfg.fix_mojibake),
         ctx.pipeline.text_column,
     )
-    return _finish(ctx, ctx.read_inputs().map_batches(normalize, name=step), (step,))
+    return finish_stage(ctx, ctx.read_inputs().map_batches(normalize, name=step), (step,))
 
 
 def run_langid(ctx: StageContext) -> StageOutcome:
@@ -297,7 +117,7 @@ def run_langid(ctx: StageContext) -> StageOutcome:
         )
         .map_batches(verdict, name=keep)
     )
-    return filter_examples(ctx, _finish(ctx, ds, (identify, keep)))
+    return filter_examples(ctx, finish_stage(ctx, ds, (identify, keep)))
 
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
@@ -326,14 +146,14 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
     kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
     kept = kept.map_batches(RouteByReason("kept", reason, aside), name=route)
-    outcome = _finish(ctx, kept, (route,), step="kept")
+    outcome = finish_stage(ctx, kept, (route,), step="kept")
     if cfg.keep_dropped:
         dropped = annotated.map_batches(
             RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
         )
         result = dropped.write_parquet(str(ctx.stage_dir / "_dropped"), **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
-        outcome.extra["dropped_rows"] = _parquet_rows(result.files)
+        outcome.extra["dropped_rows"] = parquet_rows(result.files)
     shutil.rmtree(scratch, ignore_errors=True)
     return filter_examples(ctx, outcome)
 
@@ -346,33 +166,16 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
-        _dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
+        dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
         mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
     annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
     output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
-    outcome = _finish(ctx, _restore_dedup_columns(ctx, output), (remove,))
+    outcome = finish_stage(ctx, restore_dedup_columns(ctx, output), (remove,))
     # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
     dedup_examples(ctx, outcome, "word", 5, cfg.normalize)
     return outcome
 
-
-def _dedup_inputs(ctx: StageContext) -> Dataset:
-    """The stage input with the data's own ``dup_*`` columns (if any) set aside: dedup's helper columns of those
-    names are removed with the duplicates, and would take the data's with them (``zephyr.pipelines.columns``)."""
-    from zephyr.pipelines.columns import DEDUP_COLUMNS
-
-    from zephyr.io.added_columns import set_aside
-
-    return ctx.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=f"pipeline.{ctx.entry.name}.aside")
-
-
-def _restore_dedup_columns(ctx: StageContext, ds: Dataset) -> Dataset:
-    from zephyr.pipelines.columns import DEDUP_COLUMNS
-
-    from zephyr.io.added_columns import set_aside
-
-    return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=f"pipeline.{ctx.entry.name}.restore")
 
 
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
@@ -388,14 +191,14 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
     graph: dict[str, Any] = {}
     annotated = fuzzy_dedup_dataset(
-        _dedup_inputs(ctx), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
+        dedup_inputs(ctx), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
         priority_column=cfg.priority_column, execution=ctx.engine("candidates"), stats=graph, index=index,
         row_numbers=cfg.update_index,
     )
     output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
     output = output.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
-    output = _restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
-    outcome = _finish(ctx, output, (remove,))
+    output = restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
+    outcome = finish_stage(ctx, output, (remove,))
     dedup_examples(ctx, outcome, dedup_config.shingle, dedup_config.ngram, dedup_config.normalize)
     if index is not None:
         outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
@@ -410,12 +213,6 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     outcome.extra["lsh"] = {"bands": bands, "rows": rows, "threshold": dedup_config.threshold,
                             "lsh_threshold": round(dedup_config.lsh_threshold, 4)}
     return outcome
-
-
-def _parquet_rows(files: list[str]) -> int:
-    import pyarrow.parquet as pq
-
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
@@ -491,7 +288,7 @@ def run_quality(ctx: StageContext) -> StageOutcome:
         .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples")
         .map_batches(verdict, name=keep)
     )
-    outcome = filter_examples(ctx, _finish(ctx, ds, (score, keep)))
+    outcome = filter_examples(ctx, finish_stage(ctx, ds, (score, keep)))
     outcome.extra["classifier"] = str(model)
     return outcome
 
@@ -622,17 +419,10 @@ def run_map(ctx: StageContext) -> StageOutcome:
     cfg = ctx.entry.config
     step = f"pipeline.{ctx.entry.name}.map"
     ds = ctx.read_inputs().map_batches(cfg.load(), batch_rows=cfg.batch_rows, name=step)
-    return _finish(ctx, ds, (step,))
+    return finish_stage(ctx, ds, (step,))
 
 
 RUNNERS["map"] = run_map
-
-from zephyr.pipelines.web.stages import (  # noqa: E402  (they build on this module's operators)
-    run_extract,
-    run_substring_dedup,
-    run_url_dedup,
-    run_url_filter,
-)
 
 RUNNERS.update(
     extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup, substring_dedup=run_substring_dedup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import tomllib
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CHECK = "import tokenize, zephyr.tokenize; assert tokenize.open and zephyr.tokenize.__name__ == 'zephyr.tokenize'"
+CHECK = (
+    "import tokenize, zephyr.tokenize; assert tokenize.open and zephyr.tokenize.__name__ == 'zephyr.tokenize'"
+)
 
 
 @pytest.mark.parametrize("cwd", [REPO, Path("/")], ids=["repo-root", "elsewhere"])
@@ -96,3 +99,120 @@ def test_every_documented_top_level_name_resolves() -> None:
                 missing.append(name)
     assert not missing, f"documented but not importable: {missing}"
     assert set(zephyr.__all__) <= set(dir(zephyr))
+
+
+def _package_folders() -> dict[str, Path]:
+    """Import package → its folder, from pyproject's ``package-dir`` (``zephyr.dedup`` → ``dedup/``)."""
+    mapping = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {package: REPO / folder for package, folder in mapping.items()}
+
+
+def _modules(folders: dict[str, Path]) -> dict[str, Path]:
+    """Module name → source file, for every ``.py`` under the mapped folders."""
+    modules = {}
+    for package, root in folders.items():
+        for path in sorted(root.rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if any(part.startswith(".") or part == "__pycache__" for part in parts):
+                continue
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join([package, *parts])] = path
+    return modules
+
+
+def import_graph(folders: dict[str, Path]) -> dict[str, set[str]]:
+    """Module → the project modules it imports, read from the source with ``ast``: every ``import`` and
+    ``from ... import`` anywhere in the file, inside functions and ``if TYPE_CHECKING:`` blocks included.
+
+    A function-level (lazy) import only moves a cycle from import time to call time; the two modules still
+    need each other. A TYPE_CHECKING import counts too: a type-only import back still means the lower module
+    knows the upper one's classes (the layers are not layers; the seam is a Protocol or a shared lower
+    module, as ``zephyr.tokenize.data_loader.WorkerLoader``), and ``typing.get_type_hints`` (the config
+    validators use it) would import it at run time. A module importing a package it lies inside (its
+    ``__init__``) is the package's layout, not an edge. The reference is the project's hook
+    (``import_cycles.py``), which draws the same graph.
+    """
+    modules = _modules(folders)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, base] if base else parent)
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for target in targets:
+                found = resolve(target)
+                if found and found != name and not name.startswith(found + "."):
+                    graph[name].add(found)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (strongly connected
+    components of more than one module), each sorted."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph[node])
+        reach[start] = seen
+    groups = {frozenset({m} | {n for n in reach[m] if m in reach[n]}) for m in graph}
+    return sorted(sorted(group) for group in groups if len(group) > 1)
+
+
+def test_import_cycles_are_found(tmp_path: Path) -> None:
+    """The check itself: a cycle closed by a lazy import on one side and a TYPE_CHECKING one on the other."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.a import f\n")
+    (tmp_path / "pkg" / "a.py").write_text("def f():\n    from pkg import b\n    return b\n")
+    (tmp_path / "pkg" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n"
+    )
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.b\nfrom . import a\n")  # imports without a way back
+    graph = import_graph({"pkg": tmp_path / "pkg"})
+    assert graph["pkg.c"] == {"pkg.a", "pkg.b"}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_no_import_cycles() -> None:
+    """No two project modules import each other, directly or through others (lazy and type-only imports
+    counted: see ``import_graph``). Break a cycle by moving the shared piece into a module below both."""
+    cycles = import_cycles(import_graph(_package_folders()))
+    assert not cycles, "import cycles (move what both sides use into a module below them): " + "; ".join(
+        " <-> ".join(group) for group in cycles
+    )
+
+
+def test_no_private_names_imported_across_modules() -> None:
+    """``from zephyr.x import _name`` couples a module to another's internals: a helper two modules need is
+    public in the module where it belongs (or moves there)."""
+    found = []
+    for path in _modules(_package_folders()).values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").split(".")[0] == "zephyr"
+            ):
+                private = [
+                    a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+                found += [
+                    f"{path.relative_to(REPO)}:{node.lineno} imports {n} from {node.module}" for n in private
+                ]
+    assert not found, "\n".join(found)

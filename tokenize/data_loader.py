@@ -10,7 +10,7 @@ The supported path is ``loader.data_loader(num_workers=K)`` (``TokenDataLoader``
 DataLoader (batches come from ``TokenLoader(batch_size=B)``, gathered per worker in the single-process order),
 and every item received advances the parent's position, so ``state_dict()`` is exact.
 
-The guard. Each ``TokenLoader`` holds a one-element int64 tensor in shared memory (``new_worker_flag``); a
+The guard. Each ``TokenLoader`` holds a ``WorkerGuard``: a one-element int64 tensor in shared memory; a
 forked worker maps the same pages and a spawned one receives it through torch's shared-memory pickling. A
 worker iterating a copy that no ``TokenDataLoader`` started sets it (``mark_plain_worker``); afterwards the
 parent's ``state_dict()``, ``mix_counts()`` and ``set_weights()`` raise ``ResumeError`` naming the fix
@@ -22,44 +22,75 @@ position stays exact, and nothing is raised.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from zephyr.errors import ConfigError, ResumeError
 
-if TYPE_CHECKING:
-    from zephyr.tokenize.loader import TokenLoader
-
-__all__ = ["TokenDataLoader", "new_worker_flag", "mark_plain_worker", "check_position_known"]
+__all__ = ["TokenDataLoader", "WorkerGuard", "WorkerLoader"]
 
 _OWN_KWARGS = ("batch_size", "batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")
 """DataLoader arguments ``TokenDataLoader`` sets itself: batches and order come from the ``TokenLoader``."""
 
 
-def new_worker_flag() -> torch.Tensor:
-    """The shared flag a plain DataLoader worker sets (0: none has iterated a copy of this loader)."""
-    return torch.zeros(1, dtype=torch.int64).share_memory_()
+class WorkerGuard:
+    """One ``TokenLoader``'s guard against plain DataLoader workers (the module docstring's "The guard").
+
+    ``flag`` is a one-element int64 tensor in shared memory (0: no plain worker has iterated a copy); a forked
+    worker maps the same pages and a spawned one receives it through torch's shared-memory pickling, so a copy's
+    ``mark_plain_worker`` reaches the parent. ``wrapped`` is True while a ``TokenDataLoader`` starts workers
+    over the loader: those copies are tracked, and mark nothing.
+    """
+
+    def __init__(self) -> None:
+        self.flag = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.wrapped = False
+
+    def mark_plain_worker(self) -> None:
+        """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
+        if not self.wrapped:
+            self.flag.fill_(1)
+
+    def reset(self) -> None:
+        """The position is known again (``load_state_dict`` set it)."""
+        self.flag.zero_()
+
+    def check_position_known(self, what: str, consumed: int) -> None:
+        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
+        the loader cannot count (its position ``consumed`` is then stale)."""
+        if int(self.flag[0]) == 0:
+            return
+        raise ResumeError(
+            f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
+            f"(num_workers > 0), which advance their own copies, so its position (consumed={consumed}) is "
+            "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
+            "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
+            "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
+        )
 
 
-def mark_plain_worker(loader: TokenLoader) -> None:
-    """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
-    if not loader._wrapped:
-        loader._worker_flag.fill_(1)
+class WorkerLoader(Protocol):
+    """What ``TokenDataLoader`` uses of the loader it wraps; ``TokenLoader`` is the implementation.
 
+    A Protocol rather than an import of ``zephyr.tokenize.loader``: that module imports this one (for the guard),
+    and even a type-only import back would close an import cycle.
+    """
 
-def check_position_known(loader: TokenLoader, what: str) -> None:
-    """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
-    this loader cannot count."""
-    if int(loader._worker_flag[0]) == 0:
-        return
-    raise ResumeError(
-        f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
-        f"(num_workers > 0), which advance their own copies, so its position (consumed={loader.consumed}) is "
-        "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
-        "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
-        "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
-    )
+    pin_memory: bool
+    seq_len: int
+    worker_guard: WorkerGuard
+
+    @property
+    def weights_version(self) -> int:
+        """Changes whenever the weights or the position are set anew: the workers' copies are then stale."""
+        ...
+
+    def count_worker_samples(self, labels: torch.Tensor) -> None:
+        """Advance the position past samples DataLoader workers produced from their copies."""
+        ...
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
 
 
 class TokenDataLoader:
@@ -73,7 +104,7 @@ class TokenDataLoader:
     """
 
     def __init__(
-        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
+        self, loader: WorkerLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
     ):
         given = [name for name in _OWN_KWARGS if name in kwargs]
         if given:
@@ -94,10 +125,11 @@ class TokenDataLoader:
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         loader = self.loader
         while True:
-            version = loader._weights_version
+            version = loader.weights_version
             pinned = loader.pin_memory
             loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
-            loader._wrapped = True  # the workers' copies (forked or pickled now) are ours: no guard
+            # the workers' copies (forked or pickled now) are ours: no guard
+            loader.worker_guard.wrapped = True
             try:
                 data_loader = torch.utils.data.DataLoader(
                     loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
@@ -105,17 +137,14 @@ class TokenDataLoader:
                 iterator = iter(data_loader)
             finally:
                 loader.pin_memory = pinned
-                loader._wrapped = False
+                loader.worker_guard.wrapped = False
             restarted = False
             try:
                 for item in iterator:
                     if self.num_workers > 0:  # workers advanced their own copies; mirror it here
-                        labels = item["labels"].reshape(-1, loader.seq_len)
-                        loader._yielded += labels.shape[0]
-                        if loader.instance_filter is not None:  # rows the workers' filter masked
-                            loader.filtered += int((labels == -100).all(dim=1).sum())
+                        loader.count_worker_samples(item["labels"])
                     yield item
-                    if self.num_workers > 0 and loader._weights_version != version:
+                    if self.num_workers > 0 and loader.weights_version != version:
                         restarted = True
                         break
             finally:

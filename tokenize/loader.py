@@ -54,12 +54,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from zephyr.tokenize.data_loader import (
-    TokenDataLoader,
-    check_position_known,
-    mark_plain_worker,
-    new_worker_flag,
-)
+from zephyr.tokenize.data_loader import TokenDataLoader, WorkerGuard
 from zephyr.tokenize.filters import RepetitionFilter
 from zephyr.tokenize.format import read_manifest
 from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
@@ -199,8 +194,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self.filtered = 0  # samples this rank's instance filter flagged (main process)
         self._weights_version = 0
         # set by DataLoader workers that no TokenDataLoader started; shared with them (zephyr.tokenize.data_loader)
-        self._worker_flag = new_worker_flag()
-        self._wrapped = False  # True while TokenDataLoader starts workers over this loader
+        self.worker_guard = WorkerGuard()
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
 
     # ---- configuration ---------------------------------------------------------------------------------
@@ -249,6 +243,20 @@ class TokenLoader(torch.utils.data.IterableDataset):
         """Global samples consumed, assuming every rank has yielded as many as this one."""
         return self._start + self._yielded * self.world_size
 
+    @property
+    def weights_version(self) -> int:
+        """Changes whenever the weights or the position are set anew (``set_weights``, ``set_schedule``,
+        ``load_state_dict``): iterators and DataLoader workers started before then hold stale copies."""
+        return self._weights_version
+
+    def count_worker_samples(self, labels: torch.Tensor) -> None:
+        """Advance this rank's position past the samples (rows of ``labels``) that DataLoader workers produced
+        from their copies, and count those their instance filter masked (``TokenDataLoader`` calls it)."""
+        rows = labels.reshape(-1, self.seq_len)
+        self._yielded += rows.shape[0]
+        if self.instance_filter is not None:
+            self.filtered += int((rows == -100).all(dim=1).sum())
+
     def _counts_at(self, g_end: int) -> np.ndarray:
         """Per-source counters at global index ``g_end`` (>= the start).
 
@@ -270,13 +278,13 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
-        check_position_known(self, "mix_counts()")
+        self.worker_guard.check_position_known("mix_counts()", self.consumed)
         return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Change the mixture weights from the next sample on (call between steps, on every rank); later
         schedule entries still apply."""
-        check_position_known(self, "set_weights()")
+        self.worker_guard.check_position_known("set_weights()", self.consumed)
         values = normalize_weights(self.sources, dict(weights))
         g = self.consumed
         self._set_start(g, self._counts_at(g))
@@ -285,7 +293,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
-        check_position_known(self, "state_dict()")
+        self.worker_guard.check_position_known("state_dict()", self.consumed)
         g = self.consumed
         return {
             "version": STATE_VERSION,
@@ -325,7 +333,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 )
             log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
         self._set_start(g, counts)
-        self._worker_flag.zero_()  # the position is known again
+        self.worker_guard.reset()  # the position is known again
         self._weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
@@ -449,7 +457,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         in_main = info is None
         if not in_main:
-            mark_plain_worker(self)
+            self.worker_guard.mark_plain_worker()
         chunk = batch_size or 1
         version = self._weights_version
         start_yielded = self._yielded

@@ -18,8 +18,8 @@ from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
     "TrainConfig": "zephyr.trainer.config",
-    "ModelConfig": "zephyr.trainer.config",
-    "MoEConfig": "zephyr.trainer.config",
+    "ModelConfig": "zephyr.trainer.model_config",
+    "MoEConfig": "zephyr.trainer.model_config",
     "OptimConfig": "zephyr.trainer.config",
     "PRESETS": "zephyr.trainer.presets",
     "get_preset": "zephyr.trainer.presets",
@@ -36,9 +36,10 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
     from zephyr.trainer.checkpoint import CheckpointManager  # noqa: F401
-    from zephyr.trainer.config import ModelConfig, MoEConfig, OptimConfig, TrainConfig  # noqa: F401
+    from zephyr.trainer.config import OptimConfig, TrainConfig  # noqa: F401
     from zephyr.trainer.metrics import NonFiniteLossError  # noqa: F401
     from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token  # noqa: F401
+    from zephyr.trainer.model_config import ModelConfig, MoEConfig  # noqa: F401
     from zephyr.trainer.presets import PRESETS, get_preset  # noqa: F401
     from zephyr.trainer.train import TrainResult, train  # noqa: F401
 

@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from zephyr.trainer.config import ModelConfig
 from zephyr.trainer.layers import (
     Attention,
     AttentionMask,
@@ -31,6 +30,7 @@ from zephyr.trainer.layers import (
     build_attention_mask,
     rope_cos_sin,
 )
+from zephyr.trainer.model_config import ModelConfig
 from zephyr.trainer.moe import MoE, recomputing_activations
 
 __all__ = [

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from zephyr.trainer.balance import chunk_quantile_bias, mean_quantile_bias
-from zephyr.trainer.config import MoEConfig
 from zephyr.trainer.layers import SwiGLU
+from zephyr.trainer.model_config import MoEConfig
 
 __all__ = [
     "MoE",

@@ -19,7 +19,7 @@ including the output head: the convention of torchtitan's ``get_nparams_and_flop
 
 from __future__ import annotations
 
-from zephyr.trainer.config import ModelConfig, MoEConfig
+from zephyr.trainer.model_config import ModelConfig, MoEConfig
 
 from zephyr.errors import ConfigError
 

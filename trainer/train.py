@@ -7,6 +7,8 @@ per rank → clip → AdamW → router-bias update → metrics → maybe checkpo
 The step issues no host synchronization of its own: metric scalars are packed into one device tensor and read
 one step later (while the device works on the next step), so tokens/s in steady state is the device's rate.
 Before a checkpoint is written the pending metrics are read, so a NaN loss is caught before it is saved.
+Progress (a line every ``cfg.log_every`` steps, a bar on a terminal: ``zephyr.trainer.progress``) is shown
+from those same records, so it adds no synchronization either.
 
 Run it with ``zephyr train`` (``zephyr.trainer.cli``) or ``torchrun --nproc-per-node N -m zephyr.cli train ...``
 for FSDP2 across devices.
@@ -32,6 +34,7 @@ from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
 from zephyr.trainer.model import build_model, count_params, flops_per_token
 from zephyr.trainer.optim import build_optimizer, lr_at, set_lr
 from zephyr.trainer.presets import get_preset
+from zephyr.trainer.progress import TrainProgress
 from zephyr.trainer.step import train_step
 
 from zephyr.errors import ConfigError
@@ -187,6 +190,9 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
 
     logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main, start_step=start)
     alarm = LossAlarm(cfg.spike_factor)
+    shown = TrainProgress(
+        total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=dinfo.is_main
+    )
     result = TrainResult(step=start, resumed_from=resumed_from)
     tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
     pending: _PendingMetrics | None = None
@@ -233,6 +239,7 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
             filtered_total += int(filtered)
             record.update(instances_filtered=int(filtered), instances_filtered_total=filtered_total)
         logger.write(record)
+        shown.update(record)
         result.losses.append(loss)
         result.records.append(record)
         pending = None

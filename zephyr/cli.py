@@ -71,7 +71,8 @@ def _common_parser() -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="one progress line on stderr: rows and bytes read, rate, ETA (default: only on a terminal)",
+        help="one progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a "
+        "terminal)",
     )
     group.add_argument(
         "--json",

@@ -1,10 +1,14 @@
-"""Engine subcommands: ``convert``, ``count`` and ``sort`` over Parquet/JSONL/Vortex files.
+"""Engine subcommands: ``convert``, ``count`` and ``sort`` over Parquet/JSONL/Vortex files, and ``explain``.
 
 Each is a one-line plan on the engine, so they also resume (``--work-dir``), retry and spill like any job:
 
     zephyr convert 'raw/*.jsonl.zst' --output data/ --to parquet --workers 2
     zephyr sort data/ --by url --output sorted/ --memory-budget 512MB
     zephyr count data/
+
+``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
+run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
+command's own arguments, without ``--output``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ def _reader(args: argparse.Namespace):
     import zephyr
     from zephyr.io.input_schema import schema_arguments
 
-    return zephyr.read(list(args.inputs), format=args.format, on_error=args.on_error, **schema_arguments(args))
+    return zephyr.read(
+        list(args.inputs), format=args.format, on_error=args.on_error, **schema_arguments(args)
+    )
 
 
 def _add_inputs(parser: argparse.ArgumentParser) -> None:
@@ -63,9 +69,25 @@ def _convert(args: argparse.Namespace) -> int:
     return _write(_reader(args), args)
 
 
-def _sort(args: argparse.Namespace) -> int:
+def _sorted(args: argparse.Namespace):
     by = [c.strip() for c in args.by.split(",") if c.strip()]
-    return _write(_reader(args).sort(*by, descending=args.descending), args)
+    return _reader(args).sort(*by, descending=args.descending)
+
+
+def _sort(args: argparse.Namespace) -> int:
+    return _write(_sorted(args), args)
+
+
+_EXPLAINED = {"convert": _reader, "sort": _sorted, "count": _reader}
+"""Command → its dataset, built from the parsed arguments exactly as the command builds it."""
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from zephyr.cli import execution_options
+
+    dataset = _EXPLAINED[args.explain_command](args)
+    sys.stdout.write(dataset.explain(**execution_options(args).as_kwargs()) + "\n")
+    return 0
 
 
 def _count(args: argparse.Namespace):
@@ -97,11 +119,34 @@ def register(subparsers, common: argparse.ArgumentParser) -> None:
 
     sort = subparsers.add_parser("sort", parents=[common], help="globally sort rows by columns (nulls last)")
     _add_inputs(sort)
-    sort.add_argument("--by", required=True, help="comma-separated column names")
-    sort.add_argument("--descending", action="store_true")
+    _add_sort_keys(sort)
     add_output_dir(sort)
     sort.set_defaults(func=_sort, to="parquet")
 
     count = subparsers.add_parser("count", parents=[common], help="count rows")
     _add_inputs(count)
     count.set_defaults(func=_count)
+    _register_explain(subparsers, common)
+
+
+def _add_sort_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--by", required=True, help="comma-separated column names")
+    parser.add_argument("--descending", action="store_true")
+
+
+def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
+    explain = subparsers.add_parser(
+        "explain",
+        help="print the physical plan of an engine command without running it",
+        description="Print the physical plan a command would run: its stages in order, the shuffles between "
+        "them, partition counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and "
+        "Parquet footers read to size partitions as the run would. Give the command's own arguments without "
+        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB.",
+    )
+    commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
+    for name in _EXPLAINED:
+        parser = commands.add_parser(name, parents=[common], help=f"the plan of zephyr {name}")
+        _add_inputs(parser)
+        if name == "sort":
+            _add_sort_keys(parser)
+        parser.set_defaults(func=_explain)

@@ -456,11 +456,13 @@ class Dataset:
 
         return Dataset(run_materialize(self._ops, directory, _options(execution)))
 
-    def explain(self) -> str:
-        """The stages this plan runs as, one line each."""
-        from zephyr.plan import build_plan
+    def explain(self, **execution: Any) -> str:
+        """The physical plan, without running it: stages in the order they run, the shuffles between them,
+        partition counts and the budget's shares in bytes (``zephyr.physical``). Takes an action's execution
+        keywords: ``memory_budget`` sizes the partitions. Reads file listings and Parquet footers only."""
+        from zephyr.physical import explain
 
-        return build_plan(self._ops).describe()
+        return explain(self._ops, _options(execution)).text()
 
 
 def _options(execution: dict[str, Any]):

@@ -9,15 +9,16 @@ own reduce tasks (one per partition). Per stage the driver:
    job with a ``TaskError`` naming the stage, the input shard and the last error;
 4. sums the task markers into the stage's stats (rows in/out/dropped/rejected, bytes, seconds, counters).
 
-Partition counts, when not given, follow from the estimated input bytes and the per-worker byte budget
-(``_partitions_for``), never from the worker count, so outputs are identical for any number of workers.
+What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
+``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
+worker count, so outputs are identical for any number of workers), column pushdown and the small-job rule.
+This module only runs those decisions, and never imports the ``Dataset`` facade.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -32,29 +33,18 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import job_stats, progress
-from zephyr.budget import PARTITION_TARGET_CAP, Budget
+from zephyr import job_stats, physical, progress
+from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
+from zephyr.executors import make_executor
 from zephyr.executors.base import Executor, explain_worker_death
-from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
-from zephyr.io.paths import atomic_write, file_stat, public_path
-from zephyr.io.schema_plan import plan_input_schema
-from zephyr.io.sources import Shard, list_shards
-from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
+from zephyr.job_inputs import JobInputs
+from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
-from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
+from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; the limit lives there
+from zephyr.plan import Segment, build_plan, fingerprint_of
 from zephyr.results import WriteResult
-from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
 from zephyr.shuffle.partition import range_boundaries
-from zephyr.shuffle.reduce import (
-    ConcatReducer,
-    DeduplicateReducer,
-    FirstOccurrence,
-    GroupAggregateReducer,
-    GroupApplyReducer,
-    JoinReducer,
-    SortReducer,
-)
 from zephyr.shuffle.writer import ShuffleSpec
 from zephyr.tasks import (
     SampleOutput,
@@ -70,31 +60,6 @@ from zephyr.tasks import (
 __all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "make_executor"]
 
 log = logging.getLogger(__name__)
-
-MAX_PARTITIONS = 4096
-
-
-def make_executor(options: ExecutionOptions) -> Executor:
-    executor = options.executor
-    if isinstance(executor, Executor):
-        return executor
-    if executor == "inprocess":
-        from zephyr.executors.inprocess import InProcessExecutor
-
-        return InProcessExecutor()
-    if executor == "threads":
-        from zephyr.executors.threads import ThreadExecutor
-
-        return ThreadExecutor(options.num_workers)
-    if executor == "local":
-        from zephyr.executors.local import LocalExecutor
-
-        return LocalExecutor(options.num_workers)
-    if executor == "dask" or type(executor).__name__ == "Client":
-        from zephyr.executors.dask import DaskExecutor
-
-        return DaskExecutor.from_options(options)
-    raise ConfigError(f"unknown executor {executor!r}")
 
 
 @dataclass
@@ -137,10 +102,10 @@ class Job:
         # creating it fails (an unreachable dask scheduler), ``close`` still removes the temporary directory.
         self._executor: Executor | None = None
         self.stages: list[dict] = []
-        self._sources: dict[int, tuple[list[Shard], str, int]] = {}
-        self._column_bytes: dict[int, dict[str, int]] = {}
-        self._input_schemas: dict[int, pa.Schema | None] = {}  # per source: what every task casts to
+        self.inputs = JobInputs(self.fs, self.root)
+        self._size_of = self.inputs.size_of
         self.started = time.time()
+        self._budget = Budget(options.memory_budget_bytes)
         self._progress = progress.enabled(options.progress)
 
     def __enter__(self) -> Job:
@@ -195,20 +160,23 @@ class Job:
         """Run ``segment`` with the output ``output_for(stage_dir)``; ``output_key`` describes that output's
         layout for the fingerprint (everything but its directory)."""
         if segment.source is not None:
-            shards, source_fp, estimate = self._source(segment.source)
+            shards, source_fp = self.inputs.shards(segment.source)
+            estimate = self._size_of(segment.source).bytes
             base_fp = fingerprint_of("source", source_fp, read_columns, *segment.narrow)
             reducer, inputs, map_rows = None, [("shard", s) for s in shards], None
             source = segment.source
             read = dict(
                 read_columns=read_columns or (source.columns if isinstance(source, ReadFiles) else None),
                 read_schema=source.schema if isinstance(source, ReadFiles) else None,
-                input_schema=self._input_schemas.get(id(source)),
+                input_schema=self.inputs.schema(source),
                 on_error=source.on_error if isinstance(source, ReadFiles) else "raise",
             )
         else:
-            reducer, upstream_runs, partitions, up_fp, estimate, map_rows = self._map_side(segment)
-            base_fp = fingerprint_of("reduce", up_fp, cloudpickle.dumps(reducer), *segment.narrow)
-            inputs = [("partition", p) for p in range(partitions)]
+            side = self._map_side(segment)
+            reducer, upstream_runs, map_rows = side.reducer, side.inputs, side.map_rows
+            estimate = side.estimate
+            base_fp = fingerprint_of("reduce", side.fingerprint, cloudpickle.dumps(reducer), *segment.narrow)
+            inputs = [("partition", p) for p in range(side.partitions)]
             read = {}
         fingerprint = fingerprint_of(base_fp, output_key)
         stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
@@ -320,58 +288,9 @@ class Job:
         tasks: list[TaskSpec],
         wide: tuple | None = None,
     ) -> None:
-        """Append the stage's record. Every stage balances ``rows_in = rows_out + rows_dropped +
-        rows_rejected``, with two kinds of exception named in its ``wide`` entry: an aggregation turns rows
-        into groups (``rows_in`` rows, ``groups`` out) and a join's output is its matches. For a reduce stage,
-        ``rows_in`` is what its map side wrote (before any map-side combine), so the rows a ``deduplicate``
-        removes — in the map-side combiner or in the reducer — are dropped with reason ``duplicate``."""
+        """Append the stage's record (``zephyr.job_stats.stage_record``) and log its one-line summary."""
         wall, skipped, retried = self._timing
-        ops: list[dict] = []
-        user: dict[str, int] = {}
-        for marker in markers:
-            for i, op in enumerate(marker["ops"]):
-                if i == len(ops):
-                    ops.append({**op, "dropped_by_reason": dict(op["dropped_by_reason"])})
-                    continue
-                total = ops[i]
-                for key in ("rows_in", "rows_out", "rows_dropped", "rows_rejected"):
-                    total[key] += op[key]
-                for reason, n in op["dropped_by_reason"].items():
-                    total["dropped_by_reason"][reason] = total["dropped_by_reason"].get(reason, 0) + n
-            for key, value in marker["counters"].items():
-                user[key] = user.get(key, 0) + value
-        rows_in = sum(m["rows_in"] for m in markers)
-        read_rejected = sum(m.get("rows_read_rejected", 0) for m in markers)
-        wide_entry = None
-        duplicates = 0
-        if wide is not None:
-            op, map_rows = wide
-            reduced, rows_in = rows_in, map_rows
-            wide_entry = {"op": type(op).__name__, "rows_in": map_rows, "rows_out": reduced}
-            if isinstance(op, Deduplicate):
-                duplicates = map_rows - reduced
-                wide_entry.update(rows_dropped=duplicates, dropped_by_reason={"duplicate": duplicates})
-            elif isinstance(op, GroupAggregate | GroupApply):
-                wide_entry["groups"] = reduced
-        stage = {
-            "stage": name,
-            "fingerprint": fingerprint[:16],
-            "tasks": len(tasks),
-            "tasks_resumed": skipped,
-            "task_retries": retried,
-            "rows_in": rows_in,
-            "rows_out": sum(m["rows_out"] for m in markers),
-            "rows_dropped": duplicates + sum(op["rows_dropped"] for op in ops),
-            "rows_rejected": read_rejected + sum(op["rows_rejected"] for op in ops),
-            "rows_read_rejected": read_rejected,
-            "bytes_out": sum(m["bytes_out"] for m in markers),
-            "task_seconds": round(sum(m["seconds"] for m in markers), 3),
-            "wall_seconds": round(wall, 3),
-            "ops": ops,
-            **({"wide": wide_entry} if wide_entry else {}),
-            "counters": user,
-            "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
-        }
+        stage = job_stats.stage_record(name, fingerprint, markers, len(tasks), (wall, skipped, retried), wide)
         self.stages.append(stage)
         log.info(
             "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, rejected %d, %.2fs",
@@ -386,74 +305,13 @@ class Job:
         )
 
     # -- inputs -----------------------------------------------------------------------------------------
-    def _source(self, source: ReadFiles | FromTable) -> tuple[list[Shard], str, int]:
-        """Shards of a source, its fingerprint and its estimated in-memory bytes (listed once per job)."""
-        if id(source) not in self._sources:
-            self._sources[id(source)] = self._list_source(source)
-        return self._sources[id(source)]
-
-    def _list_source(self, source: ReadFiles | FromTable) -> tuple[list[Shard], str, int]:
-        if isinstance(source, FromTable):
-            digest = table_digest(source.table)
-            directory = f"{self.root}/inputs/{digest[:16]}-{source.num_shards}"
-            rows = source.table.num_rows
-            files = []
-            for i in range(source.num_shards):
-                start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
-                path = f"{directory}/part-{i:05d}.parquet"
-                if not self.fs.exists(path):
-                    with atomic_write(public_path(self.fs, path)) as f:
-                        pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
-                files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
-            shards = list_shards(files, "parquet")
-            return shards, digest, source.table.nbytes
-        shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
-        stats = {}
-        for shard in shards:
-            if shard.path not in stats:
-                stats[shard.path] = file_stat(shard.path)
-        estimate = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
-        if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-            self._column_bytes[id(source)] = parquet_column_bytes(list(stats))
-        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
-        planned = (
-            None
-            if source.schema is not None
-            else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
-        )
-        self._input_schemas[id(source)] = planned
-        # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
-        source_fp = fingerprint_of(
-            source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
-        )
-        return shards, source_fp, estimate
-
-    def _estimate(self, segment: Segment, columns: tuple[str, ...] | None = None) -> int:
-        """Estimated in-memory bytes a segment reads: from Parquet footers (only ``columns``, or the source's
-        own projection) when available, else file sizes × a per-format expansion factor."""
-        if segment.source is not None:
-            shards, _, estimate = self._source(segment.source)
-            per_column = self._column_bytes.get(id(segment.source))
-            if per_column is not None:
-                wanted = columns or getattr(segment.source, "columns", None)
-                return sum(v for k, v in per_column.items() if wanted is None or k in wanted)
-            return estimate
-        return sum(self._estimate(up) for up in segment.upstream)
-
-    def plan_estimate(self, segment: Segment, consumer=None) -> int:
-        """Bytes the whole plan reads from its sources (decides whether a job is small)."""
-        if segment.source is not None:
-            return self._estimate(segment, _pushdown_columns(segment, consumer))
-        return sum(self.plan_estimate(up, segment.wide) for up in segment.upstream)
-
     def prepare(self, segment: Segment) -> None:
-        """Pick the executor for this plan: a ``local`` job whose inputs are estimated below
-        ``small_job_bytes`` runs in this process, where starting worker processes would cost more than the
-        work (outputs are identical either way)."""
+        """Pick the executor for this plan: a small ``local`` job runs in this process
+        (``zephyr.physical.runs_in_process``; outputs are identical either way)."""
         options = self.options
         if options.executor == "local" and options.small_job_bytes_value > 0:
-            estimate = self.plan_estimate(segment)
-            if estimate < options.small_job_bytes_value:
+            estimate = physical.plan_bytes(segment, self._size_of)
+            if physical.runs_in_process(options, estimate):
                 from zephyr.executors.inprocess import InProcessExecutor
 
                 log.info(
@@ -469,116 +327,84 @@ class Job:
             self._executor = make_executor(self.options)
         return self._executor
 
-    def _partitions_for(self, estimated_bytes: int) -> int:
-        target = Budget(self.options.memory_budget_bytes).partition_target_bytes
-        partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated_bytes / target)))
-        log.info(
-            "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition "
-            "(min(budget/4, %d MiB)))",
-            partitions,
-            estimated_bytes,
-            target,
-            PARTITION_TARGET_CAP >> 20,
-        )
-        return partitions
-
-    def _map_side(self, segment: Segment):
-        """Run the upstream segment(s) as shuffle map stages; return what the reduce stage needs."""
+    # -- the map side of a shuffle ----------------------------------------------------------------------
+    def _map_side(self, segment: Segment) -> MapSide:
+        """Run the upstream segment(s) as shuffle map stages, as ``zephyr.physical`` plans them."""
         op = segment.wide
         if isinstance(op, Sort):
             return self._sort_map_side(segment, op)
-        estimate = sum(self._estimate(up, _pushdown_columns(up, op)) for up in segment.upstream)
-        if isinstance(op, Reshard):
-            partitions = op.num_shards
-        else:
-            partitions = op.num_partitions or self._partitions_for(estimate)
-        if isinstance(op, GroupAggregate):
-            decomposable = is_decomposable(op.aggs)
-            combine = PartialAggregate(op.keys, op.aggs) if decomposable else None
-            specs = [ShuffleSpec("hash", partitions, op.keys, combine=combine)]
-            reducer = GroupAggregateReducer(op.keys, op.aggs, partial=decomposable)
-        elif isinstance(op, GroupApply):
-            specs = [ShuffleSpec("hash", partitions, op.keys, sort_by=op.sort_by)]
-            reducer = GroupApplyReducer(op.keys, op.sort_by, op.fn)
-        elif isinstance(op, Deduplicate):
-            specs = [ShuffleSpec("hash", partitions, op.keys, combine=FirstOccurrence(op.keys))]
-            reducer = DeduplicateReducer(op.keys)
-        elif isinstance(op, Join):
-            specs = [
-                ShuffleSpec("hash", partitions, op.left_on),
-                ShuffleSpec("hash", partitions, op.right_on),
-            ]
-            reducer = JoinReducer(op.left_on, op.right_on, op.how, op.suffix)
-        elif isinstance(op, Reshard):
-            specs = [ShuffleSpec("round_robin", partitions)]
-            reducer = ConcatReducer()
-        else:
-            raise ConfigError(f"no shuffle for {type(op).__name__}")
-        runs, schemas, fingerprints = [], [], []
-        map_rows = 0  # what the wide op receives: rows written to the shuffle before any map-side combine
-        for upstream, spec in zip(segment.upstream, specs):
-            result = self.run_segment(
-                upstream,
-                ("shuffle", cloudpickle.dumps(spec)),
-                lambda d, spec=spec: ShuffleOutput(spec, f"{d}/runs"),
-                read_columns=_pushdown_columns(upstream, op),
-            )
-            runs.append([run for m in result.markers for run in m["runs"]])
-            map_rows += sum(m["rows_out"] for m in result.markers)
-            schemas.append(next((m["schema"] for m in result.markers if m.get("schema")), None))
-            fingerprints.append(result.fingerprint)
-        inputs = {"runs": runs, "schemas": schemas}
-        return reducer, inputs, partitions, fingerprint_of(*fingerprints), estimate, map_rows
+        estimate = physical.wide_input_bytes(segment, self._size_of)
+        plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
+        results = [
+            self._run_shuffle(upstream, spec, physical.pushdown_columns(upstream, op))
+            for upstream, spec in zip(segment.upstream, plan.specs)
+        ]
+        return MapSide.of(plan, results, estimate)
 
-    def _sort_map_side(self, segment: Segment, op: Sort):
+    def _run_shuffle(
+        self, upstream: Segment, spec: ShuffleSpec, read_columns: tuple[str, ...] | None = None
+    ) -> StageResult:
+        """Run ``upstream`` as map tasks writing the shuffle ``spec``."""
+        return self.run_segment(
+            upstream,
+            ("shuffle", cloudpickle.dumps(spec)),
+            lambda d: ShuffleOutput(spec, f"{d}/runs"),
+            read_columns=read_columns,
+        )
+
+    def _sort_map_side(self, segment: Segment, op: Sort) -> MapSide:
+        """Sample the keys, cut range boundaries, then range-partition (computed rows are written once
+        first, ``zephyr.physical.materializes_before_sort``)."""
         upstream = segment.upstream[0]
-        if upstream.source is None or upstream.narrow:
-            # Computed rows: materialize them once, then sample and partition the files (no recompute).
+        if physical.materializes_before_sort(upstream):
             result = self.run_segment(
                 upstream, ("materialize",), lambda d: SinkOutput(f"{d}/data", "parquet")
             )
             files = [f for m in result.markers for f in m["files"]]
             if not files:
-                empty = {"runs": [[]], "schemas": [None]}
-                return SortReducer(tuple(zip(op.by, op.descending))), empty, 1, result.fingerprint, 0, 0
+                empty = physical.exchange(op, 1)
+                return MapSide(empty.reducer, {"runs": [[]], "schemas": [None]}, 1, result.fingerprint, 0, 0)
             upstream = Segment(source=ReadFiles(tuple(files), "parquet"))
         sample = self.run_segment(
             upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
         )
-        estimate = self._estimate(upstream)
-        partitions = op.num_partitions or self._partitions_for(estimate)
+        estimate = physical.read_bytes(upstream, self._size_of)
+        plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
         sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
         if sample_files:
             table = pa.concat_tables([_read_url(f) for f in sample_files])
-            boundaries = range_boundaries(table, op.by[0], partitions, descending=op.descending[0])
+            boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
         else:
             boundaries = pa.array([])
-        spec = ShuffleSpec("range", partitions, op.by, op.descending, boundaries=boundaries)
-        result = self.run_segment(
-            upstream, ("shuffle", cloudpickle.dumps(spec)), lambda d: ShuffleOutput(spec, f"{d}/runs")
-        )
-        inputs = {"runs": [[run for m in result.markers for run in m["runs"]]], "schemas": [None]}
-        reducer = SortReducer(tuple(zip(op.by, op.descending)))
-        map_rows = sum(m["rows_out"] for m in result.markers)
-        return reducer, inputs, partitions, result.fingerprint, estimate, map_rows
+        result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
+        side = MapSide.of(plan, [result], estimate)
+        side.inputs["schemas"] = [None]
+        # a sort's one map side keeps its own fingerprint, unwrapped, as existing work directories have it
+        side.fingerprint = result.fingerprint
+        return side
 
 
-def _pushdown_columns(segment: Segment, consumer=None) -> tuple[str, ...] | None:
-    """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
-    map side decodes only those; None means all columns."""
-    if (
-        not isinstance(consumer, GroupAggregate)
-        or segment.narrow
-        or not isinstance(segment.source, ReadFiles)
-    ):
-        return None
-    if segment.source.format != "parquet" or segment.source.columns is not None:
-        return None
-    needed = list(consumer.keys)
-    for agg in consumer.aggs:
-        if agg.column is not None and agg.column not in needed:
-            needed.append(agg.column)
-    return tuple(needed)
+@dataclass
+class MapSide:
+    """What a reduce stage needs from its finished map side(s)."""
+
+    reducer: object
+    inputs: dict
+    """``runs``: per upstream, the run files of its map tasks; ``schemas``: per upstream, its output schema."""
+    partitions: int
+    fingerprint: str
+    estimate: int
+    map_rows: int
+    """What the wide op receives: rows written to the shuffle before any map-side combine."""
+
+    @classmethod
+    def of(cls, plan: physical.Exchange, results: list[StageResult], estimate: int) -> MapSide:
+        runs = [[run for m in r.markers for run in m["runs"]] for r in results]
+        schemas = [next((m["schema"] for m in r.markers if m.get("schema")), None) for r in results]
+        map_rows = sum(m["rows_out"] for r in results for m in r.markers)
+        fingerprint = fingerprint_of(*(r.fingerprint for r in results))
+        inputs = {"runs": runs, "schemas": schemas}
+        return cls(plan.reducer, inputs, plan.partitions, fingerprint, estimate, map_rows)
 
 
 def _last_line(error: str) -> str:

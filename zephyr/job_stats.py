@@ -12,6 +12,9 @@ stats to ``record`` when it writes them; a command collects them around its acti
 
 Recordings nest (every enclosing block sees a job); outside one, ``record`` does nothing. The recording is
 per context (``ContextVar``), like ``zephyr.counters``, so concurrent commands in threads do not mix.
+
+One stage's record (``stage_record``) is built here too, from its tasks' markers: the driver runs stages,
+this module does their accounting.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["TASK_KEYS", "record", "recording", "summarize", "task_totals"]
+__all__ = ["TASK_KEYS", "record", "recording", "stage_record", "summarize", "task_totals"]
 
 TASK_KEYS = ("tasks", "tasks_resumed", "task_retries")
 """Per-stage task counts that add up across stages and jobs."""
@@ -63,7 +66,84 @@ def summarize(jobs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     (4, ['read'])
     """
     per_job = [
-        {"stages": [s["stage"] for s in job["stages"]], **task_totals(job["stages"]), "seconds": job.get("seconds", 0)}
+        {
+            "stages": [s["stage"] for s in job["stages"]],
+            **task_totals(job["stages"]),
+            "seconds": job.get("seconds", 0),
+        }
         for job in jobs
     ]
     return {**{key: sum(j[key] for j in per_job) for key in TASK_KEYS}, "jobs": per_job}
+
+
+def _op_totals(markers: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Per fused op, its row counts summed over the tasks; and the user counters summed."""
+    ops: list[dict[str, Any]] = []
+    user: dict[str, int] = {}
+    for marker in markers:
+        for i, op in enumerate(marker["ops"]):
+            if i == len(ops):
+                ops.append({**op, "dropped_by_reason": dict(op["dropped_by_reason"])})
+                continue
+            total = ops[i]
+            for key in ("rows_in", "rows_out", "rows_dropped", "rows_rejected"):
+                total[key] += op[key]
+            for reason, n in op["dropped_by_reason"].items():
+                total["dropped_by_reason"][reason] = total["dropped_by_reason"].get(reason, 0) + n
+        for key, value in marker["counters"].items():
+            user[key] = user.get(key, 0) + value
+    return ops, user
+
+
+def stage_record(
+    name: str,
+    fingerprint: str,
+    markers: list[dict[str, Any]],
+    tasks: int,
+    timing: tuple[float, int, int],
+    wide: tuple[Any, int] | None = None,
+) -> dict[str, Any]:
+    """One stage's record from its task markers; ``timing`` is (wall seconds, tasks resumed, retries) and
+    ``wide`` (the wide op, rows its map side wrote) for a reduce stage.
+
+    Every stage balances ``rows_in = rows_out + rows_dropped + rows_rejected``, with two kinds of exception
+    named in its ``wide`` entry: an aggregation turns rows into groups (``rows_in`` rows, ``groups`` out) and
+    a join's output is its matches. For a reduce stage, ``rows_in`` is what its map side wrote (before any
+    map-side combine), so the rows a ``deduplicate`` removes — in the map-side combiner or in the reducer —
+    are dropped with reason ``duplicate``."""
+    from zephyr.ops import Deduplicate, GroupAggregate, GroupApply
+
+    wall, skipped, retried = timing
+    ops, user = _op_totals(markers)
+    rows_in = sum(m["rows_in"] for m in markers)
+    read_rejected = sum(m.get("rows_read_rejected", 0) for m in markers)
+    wide_entry = None
+    duplicates = 0
+    if wide is not None:
+        op, map_rows = wide
+        reduced, rows_in = rows_in, map_rows
+        wide_entry = {"op": type(op).__name__, "rows_in": map_rows, "rows_out": reduced}
+        if isinstance(op, Deduplicate):
+            duplicates = map_rows - reduced
+            wide_entry.update(rows_dropped=duplicates, dropped_by_reason={"duplicate": duplicates})
+        elif isinstance(op, GroupAggregate | GroupApply):
+            wide_entry["groups"] = reduced
+    return {
+        "stage": name,
+        "fingerprint": fingerprint[:16],
+        "tasks": tasks,
+        "tasks_resumed": skipped,
+        "task_retries": retried,
+        "rows_in": rows_in,
+        "rows_out": sum(m["rows_out"] for m in markers),
+        "rows_dropped": duplicates + sum(op["rows_dropped"] for op in ops),
+        "rows_rejected": read_rejected + sum(op["rows_rejected"] for op in ops),
+        "rows_read_rejected": read_rejected,
+        "bytes_out": sum(m["bytes_out"] for m in markers),
+        "task_seconds": round(sum(m["seconds"] for m in markers), 3),
+        "wall_seconds": round(wall, 3),
+        "ops": ops,
+        **({"wide": wide_entry} if wide_entry else {}),
+        "counters": user,
+        "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
+    }

@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
+from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,
@@ -31,11 +32,7 @@ from zephyr.ops import (
     WithRowIndex,
 )
 
-__all__ = ["OpCounters", "QUARANTINE_SCHEMA", "run_narrow", "op_label"]
-
-QUARANTINE_SCHEMA = pa.schema(
-    [("source", pa.string()), ("line", pa.int64()), ("reason", pa.string()), ("raw", pa.large_binary())]
-)
+__all__ = ["OpCounters", "run_narrow", "op_label"]
 
 
 @dataclass
@@ -123,25 +120,23 @@ def _call_rows(
 
 
 def _apply_map(stream, op: Map, count: OpCounters, where: str, quarantine: Quarantine):
-    base = 0
-    for table in stream:
-        results, rejected = _call_rows(table, op, where, quarantine, base)
-        base += table.num_rows
-        out = [result for _, result in results]
-        _check_rows(out, op)
-        count.rows_in += table.num_rows
-        count.rows_rejected += rejected
-        count.rows_out += len(out)
-        if out:
-            yield pa.Table.from_pylist(out)
+    return _apply_rows(stream, op, count, where, quarantine, flat=False)
 
 
 def _apply_flat_map(stream, op: FlatMap, count: OpCounters, where: str, quarantine: Quarantine):
+    return _apply_rows(stream, op, count, where, quarantine, flat=True)
+
+
+def _apply_rows(stream, op: Map | FlatMap, count: OpCounters, where: str, quarantine: Quarantine, *, flat: bool):
+    """Row functions: ``map`` returns one row per row, ``flat_map`` (``flat``) an iterable of rows per row."""
     base = 0
     for table in stream:
         results, rejected = _call_rows(table, op, where, quarantine, base)
         base += table.num_rows
-        out: list[dict] = [row for _, result in results for row in result]
+        if flat:
+            out: list[dict] = [row for _, result in results for row in result]
+        else:
+            out = [result for _, result in results]
         _check_rows(out, op)
         count.rows_in += table.num_rows
         count.rows_rejected += rejected

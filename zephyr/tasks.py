@@ -29,11 +29,12 @@ import pyarrow.parquet as pq
 from zephyr import budget, counters
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
-from zephyr.io.paths import write_json_atomic
+from zephyr.io.paths import atomic_write, write_json_atomic
 from zephyr.io.publish import STAGING_DIR
+from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
-from zephyr.narrow import QUARANTINE_SCHEMA, OpCounters, op_label, run_narrow
+from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import Op
 from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
@@ -174,12 +175,8 @@ def run_task(task: TaskSpec) -> dict:
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
         read_rejected = table.num_rows - sum(c.rows_rejected for c in op_counters)
-        fs, path = _fs(task.quarantine_path)
-        fs.makedirs(fs._parent(path), exist_ok=True)
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with fs.open(tmp, "wb") as f:
+        with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
             pq.write_table(table, f, compression="zstd")
-        fs.mv(tmp, path)
         quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
     marker = {
         "fingerprint": task.fingerprint,
@@ -341,10 +338,8 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
     fs, base = _fs(output.directory)
     fs.makedirs(base, exist_ok=True)
     path = f"{base}/sample-{task.index:05d}.parquet"
-    if kept:
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with fs.open(tmp, "wb") as f:
-            pq.write_table(pa.concat_tables(kept), f)
-        fs.mv(tmp, path)
     url = fs.unstrip_protocol(path) if "://" in output.directory else path
+    if kept:
+        with atomic_write(url) as f:
+            pq.write_table(pa.concat_tables(kept), f)
     return {"rows_out": rows, "bytes_out": 0, "sample": url if kept else None}

@@ -35,6 +35,7 @@ __all__ = [
     "LanguageIdentifier",
     "identify_language",
     "filter_language",
+    "language_drop_reasons",
     "split_by_language",
     "load_fasttext_model",
 ]
@@ -152,10 +153,11 @@ def identify_language(
     return LanguageIdentifier(config, text_column, overwrite)(table)
 
 
-def _language_verdict(
+def language_drop_reasons(
     table: pa.Table, languages: Sequence[str] | None, min_score: float, lang_column: str, score_column: str
 ) -> pa.Array:
-    """Per-row drop reason (null = keep)."""
+    """Per-row drop reason (null = keep): ``lang_unknown``, ``lang_not_allowed`` or ``lang_score_too_low``, the
+    first that applies. The one verdict of ``filter_language`` and the pipelines' ``LanguageFilter``."""
     for name in (lang_column, score_column):
         if name not in table.schema.names:
             raise SchemaError(f"column {name!r} missing; run identify_language (zephyr langid) first")
@@ -188,7 +190,7 @@ def filter_language(
     """
     if not 0.0 <= min_score <= 1.0:
         raise ConfigError(f"min_score must be in [0, 1], got {min_score}")
-    reason = _language_verdict(table, languages, min_score, lang_column, score_column)
+    reason = language_drop_reasons(table, languages, min_score, lang_column, score_column)
     keep = pc.is_null(reason)
     dropped = table.filter(pc.invert(keep)).append_column("drop_reason", reason.filter(pc.invert(keep)))
     return table.filter(keep), dropped

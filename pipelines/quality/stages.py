@@ -28,7 +28,7 @@ from zephyr.pipelines.quality.filters import (
     annotate_drop_reasons,
     build_rule_families,
 )
-from zephyr.pipelines.quality.langid import _language_verdict
+from zephyr.pipelines.quality.langid import language_drop_reasons
 from zephyr.pipelines.quality.normalize import NormalizeConfig, normalize_text
 from zephyr.pipelines.quality.pii import PIIConfig, count_columns, redact_pii_array, with_redactions
 
@@ -187,7 +187,7 @@ class LanguageFilter:
 
     def reasons(self, table: pa.Table) -> pa.Array:
         """Per-row drop reason (null: kept); the report's examples use the same verdict."""
-        return _language_verdict(table, self.languages, self.min_score, self.lang_column, self.score_column)
+        return language_drop_reasons(table, self.languages, self.min_score, self.lang_column, self.score_column)
 
     def __call__(self, table: pa.Table) -> BatchOutput:
         reasons = self.reasons(table)

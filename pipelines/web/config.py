@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from zephyr.pipelines.config import FieldError, _at_least, _path  # defined before config.py imports this
+from zephyr.pipelines.config_fields import FieldError, path_field, require_at_least
 
 __all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
 
@@ -24,7 +24,7 @@ __all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupSta
 class ExtractStage:
     """Read WARC/ARC files and extract each HTML page's main text (``zephyr extract``); a first stage."""
 
-    paths: list[str] = _path([], required=True)
+    paths: list[str] = path_field([], required=True)
     """WARC/ARC files (``.warc``, ``.warc.gz``, ``.arc``, ``.arc.gz``), folders or globs."""
     extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
     """HTML → text: resiliparse (fast, the default) or trafilatura (datatrove's choice)."""
@@ -41,8 +41,8 @@ class ExtractStage:
     def __post_init__(self) -> None:
         if not self.paths:
             raise FieldError("paths", "give at least one WARC file, folder or glob")
-        _at_least("min_text_chars", self.min_text_chars, 0)
-        _at_least("num_shards", self.num_shards, 1)
+        require_at_least("min_text_chars", self.min_text_chars, 0)
+        require_at_least("num_shards", self.num_shards, 1)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class UrlFilterStage:
     blocked domain/host (``zephyr filter --rules url``; reasons ``url_invalid``, ``url_blocked_domain``,
     ``url_blocked_subdomain``)."""
 
-    blocklist: str | None = _path(None)
+    blocklist: str | None = path_field(None)
     """A file of blocked domains and hosts, one per line (``pipelines/web/data/blocklist.example.txt``);
     ``None``: only unusable URLs are dropped."""
     url_column: str = "url"
@@ -82,8 +82,8 @@ class SubstringDedupStage:
     """Winnowing anchor length (``None``: ``min(32, min_bytes // 2)``)."""
 
     def __post_init__(self) -> None:
-        _at_least("min_bytes", self.min_bytes, 2)
-        _at_least("min_doc_bytes", self.min_doc_bytes, 0)
+        require_at_least("min_bytes", self.min_bytes, 2)
+        require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
         if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
             raise FieldError(
                 "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"

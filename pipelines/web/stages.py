@@ -1,15 +1,16 @@
-"""Pipeline stage adapters of the web package (registered in ``zephyr.pipelines.stages.RUNNERS``)."""
+"""Pipeline stage adapters of the web package (registered in ``zephyr.pipelines.stages.RUNNERS``); they build on
+the shared operators of ``zephyr.pipelines.stage_ops``."""
 
 from __future__ import annotations
 
-from zephyr.pipelines.stages import (
+from zephyr.pipelines.stage_ops import (
     PrepareRows,
     RemoveDuplicates,
     StageContext,
     StageOutcome,
-    _dedup_inputs,
-    _finish,
-    _restore_dedup_columns,
+    dedup_inputs,
+    finish_stage,
+    restore_dedup_columns,
 )
 
 __all__ = ["run_extract", "run_url_filter", "run_url_dedup", "run_substring_dedup"]
@@ -41,7 +42,7 @@ def run_extract(ctx: StageContext) -> StageOutcome:
     )
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
-    outcome = _finish(ctx, ds, (extract, prepare))
+    outcome = finish_stage(ctx, ds, (extract, prepare))
     outcome.extra["extract_examples"] = _examples(outcome.files, p.text_column)
     return outcome
 
@@ -76,7 +77,7 @@ def run_url_filter(ctx: StageContext) -> StageOutcome:
     ds = ctx.read_inputs().map_batches(
         NormalizeUrls(cfg.url_column), name=f"pipeline.{ctx.entry.name}.normalize"
     )
-    return _finish(ctx, ds.map_batches(rules, name=step), (step,))
+    return finish_stage(ctx, ds.map_batches(rules, name=step), (step,))
 
 
 def run_url_dedup(ctx: StageContext) -> StageOutcome:
@@ -88,15 +89,15 @@ def run_url_dedup(ctx: StageContext) -> StageOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = url_dedup_dataset(
-        _dedup_inputs(ctx),  # the data's own dup_* columns pass unchanged (zephyr.pipelines.columns)
+        dedup_inputs(ctx),  # the data's own dup_* columns pass unchanged (zephyr.pipelines.columns)
         url_column=cfg.url_column,
         id_column=p.id_column,
         mode="annotate",
         priority_column=cfg.priority_column,
         execution=ctx.engine("hashes"),
     )
-    output = _restore_dedup_columns(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove))
-    return _finish(ctx, output, (remove,))
+    output = restore_dedup_columns(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove))
+    return finish_stage(ctx, output, (remove,))
 
 
 def run_substring_dedup(ctx: StageContext) -> StageOutcome:
@@ -121,7 +122,7 @@ def run_substring_dedup(ctx: StageContext) -> StageOutcome:
     out = substring_dedup_dataset(
         ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info
     )
-    outcome = _finish(ctx, out, ("dedup.substring.cut",))
+    outcome = finish_stage(ctx, out, ("dedup.substring.cut",))
     shutil.rmtree(scratch, ignore_errors=True)
     counters = {
         k: v for st in outcome.engine_stats.get("stages", []) for k, v in (st.get("counters") or {}).items()

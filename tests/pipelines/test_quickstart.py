@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from zephyr.pipelines.runner import AccountingError, account
-from zephyr.pipelines.stages import StageOutcome
+from zephyr.pipelines.stage_ops import StageOutcome
 
 from zephyr.cli import main
 

@@ -121,7 +121,7 @@ def test_cli_lists_the_problems_of_a_config_file_without_a_traceback(tmp_path: P
         "zephyr train: error: invalid training config (6 problems):",
         "  stepz is not a known key; allowed: activation_checkpointing, batch_size, cache_limit_bytes, "
         "checkpoint_dir, checkpoint_every, compile, data, device, dtype, grad_accum, instance_filter, "
-        "keep_checkpoints, log, max_epochs, mix, mix_schedule, mix_window, model, optim, packing, "
+        "keep_checkpoints, log, log_every, max_epochs, mix, mix_schedule, mix_window, model, optim, packing, "
         "peak_tflops, prefetch_shards, preset, repetition_max_count, repetition_max_period, "
         "repetition_min_period, reweight, seed, seq_len, spike_factor, steps, tensorboard_dir",
         "  steps must be an integer, got 'ten' (str)",

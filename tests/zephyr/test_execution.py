@@ -20,6 +20,7 @@ import pytest
 
 import zephyr
 from zephyr.errors import TaskError
+from zephyr.io.quarantine import QUARANTINE_SCHEMA
 
 
 def _write_shards(directory: Path, shards: int = 6, rows: int = 2000, seed: int = 0) -> str:
@@ -235,6 +236,10 @@ def test_row_accounting_balances_with_quarantine(tmp_path):
     quarantine = pa.concat_tables([pq.read_table(p) for p in stage["quarantine_files"]])
     assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(range(0, 100, 10))
     assert all("AttributeError" in r for r in quarantine.column("reason").to_pylist())
+    for path in stage["quarantine_files"]:  # the one quarantine schema of zephyr.io, its version tag included
+        schema = pq.read_schema(path)
+        assert schema.equals(QUARANTINE_SCHEMA), schema
+        assert schema.metadata[b"zephyr.quarantine.version"] == b"1"
     assert (work / "stats.json").exists()
 
 
@@ -327,7 +332,7 @@ def test_parts_are_dense_when_tasks_keep_no_rows(tmp_path):
     out.mkdir()
     (out / "part-00004.parquet").write_bytes(b"stale part of an older run")
     result = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards).write_parquet(str(out), executor="inprocess")
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != ".huggingface.yaml")
     assert names == ["part-00000.parquet", "part-00001.parquet"]  # tasks 1 and 3, renumbered; no _staging left
     assert [p.rsplit("/", 1)[-1] for p in result.files] == names
     firsts = [pq.read_table(out / n).column("id")[0].as_py() for n in names]

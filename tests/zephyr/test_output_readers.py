@@ -1,6 +1,6 @@
-"""Every command's output directory reads as exactly its kept rows in pyarrow, polars, duckdb (and HF
-``datasets`` where installed): part files numbered densely from ``part-00000``, every other entry a sidecar
-whose name starts with ``_`` (``zephyr.io.publish``).
+"""Every command's output directory reads as exactly its kept rows in pyarrow, polars, duckdb and HF
+``datasets``: part files numbered densely from ``part-00000``, every other entry a sidecar
+whose name starts with ``_``, and the ``.huggingface.yaml`` that keeps HF off ``_quarantine/`` (``zephyr.io.publish``).
 
 The fixture has rows each command keeps, drops (duplicates, short or off-language texts, an eval overlap) and
 quarantines (a null text, an invalid JSON line read with ``--on-error quarantine``)."""
@@ -8,6 +8,8 @@ quarantines (a null text, an invalid JSON line read with ``--on-error quarantine
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +22,8 @@ import yaml
 
 import zephyr
 from zephyr.cli import main
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HF datasets reads local files only; never the Hub
 
 FAST = ["--executor", "inprocess"]
 GOOD = (
@@ -57,25 +61,26 @@ def corpus(tmp_path_factory) -> Path:
     return d / "in.jsonl"
 
 
-def _datasets_rows(directory: Path) -> int | None:
-    try:
-        import datasets
-    except ImportError:  # HF datasets is not a zephyr dependency; the other three readers still run
-        return None
-    return datasets.load_dataset("parquet", data_dir=str(directory), split="train").num_rows
+def _datasets_rows(directory: Path) -> int:
+    """Rows HF ``datasets`` reads from the directory the way its users load a local folder: by path, the builder
+    inferred from the files, which must skip the ``_`` sidecars (offline, cache in a temp dir)."""
+    import datasets
+
+    with tempfile.TemporaryDirectory() as cache:
+        return datasets.load_dataset(str(directory), split="train", cache_dir=cache).num_rows
 
 
 def check_reads_as(directory: Path, kept: int) -> None:
     """The directory's readers all see ``kept`` rows; parts are dense; everything else starts with ``_``."""
     names = sorted(p.name for p in directory.iterdir())
-    parts = [n for n in names if not n.startswith("_")]
+    parts = [n for n in names if not n.startswith(("_", "."))]
     assert parts == [f"part-{i:05d}.parquet" for i in range(len(parts))], names
     assert parts, f"{directory} holds no part file"
     assert pq.read_table(directory).num_rows == kept
     assert pl.read_parquet(f"{directory}/*.parquet").height == kept
     counted = duckdb.connect().sql(f"select count(*) as n from read_parquet('{directory}/*.parquet')")
     assert counted.to_arrow_table()["n"][0].as_py() == kept
-    assert _datasets_rows(directory) in (None, kept)
+    assert _datasets_rows(directory) == kept
 
 
 def _run(*argv: str) -> None:
@@ -301,8 +306,9 @@ def test_sort_with_few_keys_writes_dense_parts(tmp_path):
         .write_parquet(str(tmp_path / "out"), executor="inprocess")
     )
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names[0] == ".huggingface.yaml"
     assert (
-        names == ["part-00000.parquet", "part-00001.parquet"] == [f.rsplit("/", 1)[-1] for f in result.files]
+        names[1:] == ["part-00000.parquet", "part-00001.parquet"] == [f.rsplit("/", 1)[-1] for f in result.files]
     )
     assert pq.read_table(tmp_path / "out")["key"].to_pylist() == ["a"] * 50 + ["b"] * 50
     check_reads_as(tmp_path / "out", 100)

@@ -20,14 +20,14 @@ import argparse
 import json
 from typing import Any
 
+from zephyr.trainer.run_args import add_run_arguments, config_from_args
+
 from zephyr.errors import ConfigError
 
 __all__ = ["build_check_parser", "handler", "options_from_args"]
 
 
 def build_check_parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    from zephyr.trainer.cli import add_run_arguments
-
     p = argparse.ArgumentParser(
         prog="zephyr train check",
         parents=[common],
@@ -64,7 +64,6 @@ def build_check_parser(common: argparse.ArgumentParser) -> argparse.ArgumentPars
 def options_from_args(args: argparse.Namespace) -> Any:  # CheckOptions (imported lazily)
     """The training config the flags describe (as ``zephyr train`` reads it), turned into check options."""
     from zephyr.trainer.check.report import DISPATCHES, CheckOptions
-    from zephyr.trainer.cli import config_from_args
     from zephyr.trainer.devices import peak_flops_for
     from zephyr.trainer.train import resolve_model_config
 

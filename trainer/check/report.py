@@ -21,9 +21,9 @@ from zephyr.trainer.check.harness import Target, reduced_width
 from zephyr.trainer.check.host_syncs import find_host_syncs
 from zephyr.trainer.check.memory import GIB, estimate_memory, measure_cpu_peak
 from zephyr.trainer.check.mfu import mfu_bounds
-from zephyr.trainer.config import ModelConfig
 from zephyr.trainer.devices import resolve_device, resolve_dispatch
 from zephyr.trainer.model import count_params
+from zephyr.trainer.model_config import ModelConfig
 
 from zephyr.errors import ConfigError
 

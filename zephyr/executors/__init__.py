@@ -4,9 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["reuse_workers"]
+if TYPE_CHECKING:
+    from zephyr.executors.base import Executor
+    from zephyr.options import ExecutionOptions
+
+__all__ = ["make_executor", "reuse_workers"]
+
+
+def make_executor(options: ExecutionOptions) -> Executor:
+    """The executor ``options.executor`` names (an ``ExecutionOptions``), or the ``Executor`` it already is;
+    each executor module is imported only when chosen."""
+    from zephyr.errors import ConfigError
+    from zephyr.executors.base import Executor
+
+    executor = options.executor
+    if isinstance(executor, Executor):
+        return executor
+    if executor == "inprocess":
+        from zephyr.executors.inprocess import InProcessExecutor
+
+        return InProcessExecutor()
+    if executor == "threads":
+        from zephyr.executors.threads import ThreadExecutor
+
+        return ThreadExecutor(options.num_workers)
+    if executor == "local":
+        from zephyr.executors.local import LocalExecutor
+
+        return LocalExecutor(options.num_workers)
+    if executor == "dask" or type(executor).__name__ == "Client":
+        from zephyr.executors.dask import DaskExecutor
+
+        return DaskExecutor.from_options(options)
+    raise ConfigError(f"unknown executor {executor!r}")
 
 
 @contextmanager

@@ -38,7 +38,7 @@ from zephyr.io.paths import filesystem
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.validation import bad_rows
 
-__all__ = ["read_parquet_shard", "split_row_groups", "open_parquet", "plain_schema"]
+__all__ = ["read_parquet_shard", "split_row_groups", "open_parquet", "plain_schema", "parquet_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,17 @@ def open_parquet(path: str, *, buffer_bytes: int = 0) -> Iterator[pq.ParquetFile
             raise InputError(f"not a readable Parquet file: {exc}", path=path) from exc
         with parquet_file:
             yield parquet_file
+
+
+def parquet_rows(paths: Sequence[str]) -> int:
+    """Rows in some Parquet files (fsspec URLs), summed from their footers: no data page is read.
+
+    An unreadable file raises ``InputError`` naming it (``open_parquet``)."""
+    total = 0
+    for path in paths:
+        with open_parquet(path) as parquet_file:
+            total += parquet_file.metadata.num_rows
+    return total
 
 
 def split_row_groups(path: str, approx_shard_bytes: int) -> list[tuple[int, ...] | None]:

@@ -5,8 +5,12 @@ Contract of a directory written by ``Dataset.write_*`` (``zephyr.job.run_write``
 - its data files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task
   that keeps no row writes no file, and the names close up over it;
 - everything else zephyr puts there starts with ``_`` (``_staging/`` while the job runs, a command's
-  ``_stats.json``, ``_dropped/``, ``_quarantine/``), which pyarrow, polars, duckdb, HF ``datasets`` and
-  ``zephyr.io.paths.expand_paths`` skip, so reading the directory gives exactly the written rows.
+  ``_stats.json``, ``_dropped/``, ``_quarantine/``), which pyarrow, polars, duckdb and
+  ``zephyr.io.paths.expand_paths`` skip, so reading the directory gives exactly the written rows;
+- HF ``datasets`` skips only names that start with ``.`` or ``__``, and would read ``_quarantine/*.parquet``
+  with the parts (and fail on their other columns). So a Parquet or JSON Lines directory also gets
+  ``.huggingface.yaml`` (``HF_CONFIG``), the standalone dataset-card YAML that ``load_dataset(DIR)`` reads,
+  naming the part files as the data; the other readers skip it as a hidden file.
 
 How. A task writes ``DIR/_staging/part-<task index>.<ext>`` (``SinkOutput(staged=True)``); after the last task,
 the driver renames the non-empty ones to their dense names in task order (``publish_dense``) and rewrites each
@@ -28,12 +32,25 @@ from zephyr.errors import ConfigError
 from zephyr.io import paths
 from zephyr.io.paths import check_output_dir, is_local
 
-__all__ = ["STAGING_DIR", "check_side_dir", "prune_quarantine", "publish_dense", "remove_stale_parts"]
+__all__ = [
+    "HF_CONFIG",
+    "STAGING_DIR",
+    "check_side_dir",
+    "prune_quarantine",
+    "publish_dense",
+    "remove_stale_parts",
+    "write_hf_config",
+]
 
 STAGING_DIR = "_staging"
 """Where staged sink tasks write inside the output directory; readers skip it (``_`` prefix)."""
 
+HF_CONFIG = ".huggingface.yaml"
+"""The dataset-card YAML HF ``datasets`` reads beside a local folder's data: it names the part files."""
+
 _PART_FILE = re.compile(r"^part-\d{5}\.")
+_HF_READS = ("parquet", "jsonl")
+"""Formats HF ``datasets`` has a builder for (Vortex has none: no config is written)."""
 
 
 def publish_dense(
@@ -66,7 +83,31 @@ def publish_dense(
     fs.invalidate_cache(root)
     if fs.exists(staging):  # every task is published: what is left is an aborted attempt's or another plan's
         fs.rm(staging, recursive=True)
+    write_hf_config(directory, fmt, compression)
     return published
+
+
+def write_hf_config(directory: str, fmt: str, compression: str | None) -> None:
+    """Write ``HF_CONFIG`` into ``directory``: ``load_dataset(directory)`` then reads the part files only.
+
+    >>> import tempfile, pathlib
+    >>> d = tempfile.mkdtemp()
+    >>> write_hf_config(d, "parquet", None)
+    >>> "path: part-*.parquet" in (pathlib.Path(d) / HF_CONFIG).read_text()
+    True
+    """
+    from zephyr.io.sinks import output_name
+
+    if fmt not in _HF_READS:
+        return
+    pattern = "part-*" + output_name(0, fmt, compression).removeprefix("part-00000")
+    text = (
+        "# Written by zephyr: HF datasets' load_dataset(DIR) reads the part files only; the folders that start\n"
+        "# with _ hold rows set aside (dropped, quarantined) and the run's statistics.\n"
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        f"    path: {pattern}\n"
+    )
+    paths.write_bytes_atomic(f"{directory.rstrip('/')}/{HF_CONFIG}", text.encode())
 
 
 def remove_stale_parts(directory: str, files: Sequence[str]) -> None:

@@ -182,3 +182,22 @@ def test_buffered_column_reads_give_the_same_rows(tmp_path, buffer_bytes):
     path = _write(table, tmp_path / "a.parquet", row_group_size=2500)
     batches = read_shard(list_shards(path)[0], batch_bytes=64 << 10, buffer_bytes=buffer_bytes)
     assert pa.Table.from_batches(list(batches)).equals(table)
+
+
+def test_parquet_rows_sums_footers_local_and_remote(tmp_path):
+    from zephyr.io.parquet_source import parquet_rows
+
+    local = _write(_table(300), tmp_path / "a.parquet", row_group_size=100)
+    with fsspec.open("memory:///parquet_rows/b.parquet", "wb") as f:
+        pq.write_table(_table(7), f)
+    assert parquet_rows([local, "memory:///parquet_rows/b.parquet"]) == 307
+    assert parquet_rows([]) == 0  # empty input is valid input
+
+
+def test_parquet_rows_names_an_unreadable_file(tmp_path):
+    from zephyr.io.parquet_source import parquet_rows
+
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(InputError, match="bad.parquet"):
+        parquet_rows([str(bad)])

@@ -1,0 +1,133 @@
+"""What ``zephyr train`` shows: a line every ``--log-every`` steps with its fields, a bar only on a terminal
+(or with ``--progress``), none with ``--no-progress``, and no extra host read of the metrics for any of it."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import pytest
+from zephyr.trainer.config import TrainConfig
+from zephyr.trainer.progress import TrainProgress, format_line
+from zephyr.trainer.train import train
+
+from zephyr import progress
+from zephyr.cli import main
+
+train_module = importlib.import_module("zephyr.trainer.train")  # the package's ``train`` is the function
+
+TINY = ["--preset", "tiny", "--batch-size", "2", "--seq-len", "32", "--device", "cpu"]
+LINE = re.compile(
+    r"^zephyr train: step (\d+)/(\d+) \| loss ([\d.]+) \| ([\d.]+k?) tok/s \| MFU ([\d.]+)% \| lr ([\d.e+-]+)"
+    r"( \| ETA \d+(m\d\ds|s|h\d\dm))?$"
+)
+
+
+def test_a_line_every_n_steps_and_after_the_last(tmp_path, capsys):
+    """5 steps, --log-every 2: lines after steps 2, 4 and 5, each with the loss and lr the JSONL log holds for
+    that step, tokens/s, MFU (a peak is given, so it is known on the CPU) and an ETA on all but the last."""
+    log = tmp_path / "train.jsonl"
+    argv = ["train", *TINY, "--steps", "5", "--log-every", "2", "--peak-tflops", "1", "--log", str(log)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("zephyr train: step")]
+    matches = [LINE.match(line) for line in lines]
+    assert all(matches), lines
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [int(m[1]) for m in matches] == [2, 4, 5] and {m[2] for m in matches} == {"5"}
+    for m in matches:
+        record = records[int(m[1]) - 1]
+        assert float(m[3]) == pytest.approx(record["loss"], abs=1e-4)
+        assert float(m[6]) == pytest.approx(record["lr"], rel=1e-2)
+        assert float(m[5]) > 0
+    assert [m[7] is not None for m in matches] == [True, True, False]  # no ETA once done
+    assert "step/s" not in err and "%|" not in err  # stderr is not a terminal: no bar
+
+
+def test_log_every_0_prints_no_line_and_mfu_is_left_out_where_unknown(capsys):
+    assert main(["train", *TINY, "--steps", "2", "--log-every", "0"]) == 0
+    assert "step " not in capsys.readouterr().err
+    assert main(["train", *TINY, "--steps", "2", "--log-every", "1"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "step " in line]
+    assert len(lines) == 2 and all("MFU" not in line for line in lines)  # CPU: no peak to divide by
+
+
+def test_the_bar_counts_steps_from_a_resumed_checkpoint(tmp_path, capsys):
+    """The bar (forced on) counts steps from the checkpoint's step, and reads each step's metrics once: the
+    trainer's one-step-late read, no other."""
+    base = dict(preset="tiny", batch_size=2, seq_len=32, device="cpu", checkpoint_dir=str(tmp_path / "ckpt"))
+    train(TrainConfig(steps=3, log_every=0, **base))
+    capsys.readouterr()
+    reads = []
+    original = train_module._PendingMetrics.read
+
+    def counted(self: train_module._PendingMetrics) -> tuple:
+        reads.append(self.step)
+        return original(self)
+
+    with pytest.MonkeyPatch.context() as mp, progress.command("zephyr train", True) as display:
+        mp.setattr(train_module._PendingMetrics, "read", counted)
+        train(TrainConfig(steps=6, log_every=1, **base))
+        assert display._bar.initial == 3 and display._bar.n == 6 and display._bar.total == 6
+    assert reads == [3, 4, 5]
+    err = capsys.readouterr().err
+    # the bar starts at the checkpoint's step; its label is "zephyr train" alone, which says what it counts
+    assert "3/6" in err and "6/6" in err and "step/s" in err and "[train]" not in err
+    assert re.findall(r"zephyr train: step (\d)/6 \|", err) == ["4", "5", "6"]  # lines above the bar
+
+
+def test_tokens_per_s_averages_the_window_and_eta_counts_steps_left():
+    shown = TrainProgress(total_steps=10, start_step=0, log_every=2)
+    base = {"loss": 2.0, "lr": 1e-3, "mfu": None}
+    assert shown.update({**base, "step": 0, "tokens": 100, "tokens_per_s": 100.0, "step_time_s": 1.0}) is None
+    line = shown.update({**base, "step": 1, "tokens": 100, "tokens_per_s": 50.0, "step_time_s": 2.0})
+    assert line.startswith("train: step 2/10 | loss 2.0000 | 67 tok/s | lr 1.00e-03 | ETA ")
+    assert format_line(step=10, total=10, loss=1.5, tokens_per_s=2.5e6, mfu=0.214, lr=3e-4, eta_s=None) == (
+        "step 10/10 | loss 1.5000 | 2.5M tok/s | MFU 21.4% | lr 3.00e-04"
+    )
+    assert format_line(step=1, total=9, loss=1, tokens_per_s=1, mfu=None, lr=1, eta_s=3725).endswith(
+        "ETA 1h02m"
+    )
+    quiet = TrainProgress(total_steps=2, start_step=0, log_every=1, enabled=False)  # ranks other than 0
+    assert quiet.update({**base, "step": 0, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}) is None
+
+
+def _under_pty(argv: list[str]) -> str:
+    """Run ``python -m zephyr.cli ARGV`` with stderr on a pseudo-terminal; return what it showed there."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "160", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zephyr.cli", *argv], stdout=subprocess.PIPE, stderr=follower, env=env
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the pty closes when the process exits
+            break
+        if not chunk:
+            break
+        shown += chunk
+    out, _ = proc.communicate(timeout=300)
+    os.close(leader)
+    assert proc.returncode == 0 and out.startswith(b"trained steps 1..4"), shown.decode(errors="replace")
+    return shown.decode(errors="replace")
+
+
+@pytest.mark.parametrize(
+    "flag", [pytest.param([], id="terminal"), pytest.param(["--no-progress"], id="no-progress")]
+)
+def test_the_bar_shows_on_a_terminal_unless_no_progress(flag):
+    text = _under_pty(["train", *TINY, "--steps", "4", "--log-every", "2", *flag])
+    lines = [line for line in text.replace("\r", "\n").splitlines() if line.startswith("zephyr train: step")]
+    assert [line.split(" |")[0] for line in lines] == ["zephyr train: step 2/4", "zephyr train: step 4/4"]
+    if flag:
+        assert "step/s" not in text and "%|" not in text
+    else:
+        assert "step/s" in text and "100%|" in text and "4/4 [" in text and "loss " in text

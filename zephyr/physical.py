@@ -1,0 +1,449 @@
+"""The physical plan: how each wide op runs, how many partitions it gets, and the plan as text.
+
+``zephyr.plan`` cuts a dataset's ops into segments; this module decides, for every wide op, what the driver
+(``zephyr.job``) runs and how big it is. One table, ``EXCHANGES``, maps each wide op to its *exchange*: the
+shuffle spec each upstream segment's map tasks write (hash, range or round-robin partitioning, an optional
+map-side combine) and the reducer every partition's task runs. Beside it:
+
+- partition counts: given by the op, or ``ceil(estimated input bytes / Budget.partition_target_bytes)``
+  (``partitions_for``), from sizes estimated before any task runs (``zephyr.io.estimate``), never from the
+  worker count, so outputs are identical for any number of workers;
+- pushdown: an aggregation over a Parquet source reads only the columns it needs (``pushdown_columns``);
+- the printable plan: ``explain`` walks the same table, in the order the driver runs
+  stages, and prints stages, shuffles, partition counts and the budget's shares without running anything
+  (``Dataset.explain()``, ``zephyr explain``).
+
+The driver and ``explain`` share every decision here, so the printed plan is the plan that runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from zephyr.budget import PARTITION_TARGET_CAP, Budget
+from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
+from zephyr.io.paths import FileStat, file_stat
+from zephyr.io.sources import Shard, list_shards
+from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
+from zephyr.options import ExecutionOptions
+from zephyr.plan import Segment
+from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
+from zephyr.shuffle.reduce import (
+    ConcatReducer,
+    DeduplicateReducer,
+    FirstOccurrence,
+    GroupAggregateReducer,
+    GroupApplyReducer,
+    JoinReducer,
+    SortReducer,
+)
+from zephyr.shuffle.writer import ShuffleSpec
+from zephyr.sizes import format_bytes
+
+__all__ = [
+    "EXCHANGES",
+    "MAX_PARTITIONS",
+    "Exchange",
+    "PhysicalPlan",
+    "PlannedStage",
+    "SourceSize",
+    "exchange",
+    "explain",
+    "list_source_files",
+    "materializes_before_sort",
+    "partition_count",
+    "partitions_for",
+    "plan_bytes",
+    "pushdown_columns",
+    "read_bytes",
+    "runs_in_process",
+    "size_of_files",
+    "wide_input_bytes",
+    "with_boundaries",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_PARTITIONS = 4096
+"""Shuffle partitions of one wide op, at most: each is one reduce task and one index entry per spill."""
+
+
+# -- the table: wide op → shuffle specs + reducer ---------------------------------------------------------
+@dataclass(frozen=True)
+class Exchange:
+    """How one wide op runs: ``specs[i]`` is what the map tasks of upstream segment ``i`` write (one per
+    upstream: two for a join), ``reducer`` what each of the ``partitions`` reduce tasks runs."""
+
+    specs: tuple[ShuffleSpec, ...]
+    reducer: Any
+    partitions: int
+
+
+def _group_aggregate(op: GroupAggregate, partitions: int) -> Exchange:
+    # Decomposable aggregations (count, sum, min, ...) combine on the map side, so a reducer reads one partial
+    # row per key and map task instead of every row.
+    decomposable = is_decomposable(op.aggs)
+    combine = PartialAggregate(op.keys, op.aggs) if decomposable else None
+    spec = ShuffleSpec("hash", partitions, op.keys, combine=combine)
+    return Exchange((spec,), GroupAggregateReducer(op.keys, op.aggs, partial=decomposable), partitions)
+
+
+def _group_apply(op: GroupApply, partitions: int) -> Exchange:
+    spec = ShuffleSpec("hash", partitions, op.keys, sort_by=op.sort_by)
+    return Exchange((spec,), GroupApplyReducer(op.keys, op.sort_by, op.fn), partitions)
+
+
+def _deduplicate(op: Deduplicate, partitions: int) -> Exchange:
+    spec = ShuffleSpec("hash", partitions, op.keys, combine=FirstOccurrence(op.keys))
+    return Exchange((spec,), DeduplicateReducer(op.keys), partitions)
+
+
+def _join(op: Join, partitions: int) -> Exchange:
+    specs = (ShuffleSpec("hash", partitions, op.left_on), ShuffleSpec("hash", partitions, op.right_on))
+    return Exchange(specs, JoinReducer(op.left_on, op.right_on, op.how, op.suffix), partitions)
+
+
+def _reshard(op: Reshard, partitions: int) -> Exchange:
+    return Exchange((ShuffleSpec("round_robin", partitions),), ConcatReducer(), partitions)
+
+
+def _sort(op: Sort, partitions: int) -> Exchange:
+    # The boundaries come from a sample of the keys at run time (``with_boundaries``); until then, none.
+    spec = ShuffleSpec("range", partitions, op.by, op.descending, boundaries=None)
+    return Exchange((spec,), SortReducer(tuple(zip(op.by, op.descending))), partitions)
+
+
+EXCHANGES: dict[type[Op], Callable[[Any, int], Exchange]] = {
+    GroupAggregate: _group_aggregate,
+    GroupApply: _group_apply,
+    Deduplicate: _deduplicate,
+    Join: _join,
+    Reshard: _reshard,
+    Sort: _sort,
+}
+"""Wide op type → its exchange for a given partition count."""
+
+
+def exchange(op: Op, partitions: int) -> Exchange:
+    """The exchange of wide op ``op`` over ``partitions`` partitions (``EXCHANGES``)."""
+    try:
+        build = EXCHANGES[type(op)]
+    except KeyError:
+        from zephyr.errors import ConfigError
+
+        raise ConfigError(f"no shuffle for {type(op).__name__}") from None
+    return build(op, partitions)
+
+
+def with_boundaries(spec: ShuffleSpec, boundaries: pa.Array) -> ShuffleSpec:
+    """A sort's range spec once its split points are known (from the key sample)."""
+    return replace(spec, boundaries=boundaries)
+
+
+def materializes_before_sort(upstream: Segment) -> bool:
+    """A sort reads its input twice (key sample, then range shuffle): computed rows (a reduce or narrow ops)
+    are written to Parquet once first, so nothing is computed twice."""
+    return upstream.source is None or bool(upstream.narrow)
+
+
+# -- partition counts -------------------------------------------------------------------------------------
+def partitions_for(estimated: int, budget: Budget) -> int:
+    """``ceil(estimated input bytes / partition target)``, 1–``MAX_PARTITIONS`` (the arithmetic is logged)."""
+    target = budget.partition_target_bytes
+    partitions = max(1, min(MAX_PARTITIONS, math.ceil(estimated / target)))
+    log.info(
+        "partitions: %d = ceil(estimated %d bytes / target %d bytes per partition (min(budget/4, %d MiB)))",
+        partitions,
+        estimated,
+        target,
+        PARTITION_TARGET_CAP >> 20,
+    )
+    return partitions
+
+
+def partition_count(op: Op, estimated: int, budget: Budget) -> int:
+    """Partitions of wide op ``op``: a reshard's shard count, else the op's ``num_partitions``, else sized
+    from the estimated input (``partitions_for``)."""
+    if isinstance(op, Reshard):
+        return op.num_shards
+    return op.num_partitions or partitions_for(estimated, budget)
+
+
+# -- sizes ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceSize:
+    """A source's estimated in-memory bytes, and per column when Parquet footers told them."""
+
+    bytes: int
+    column_bytes: dict[str, int] | None = None
+    shards: int = 1
+    files: int = 1
+
+
+SizeOf = Callable[[ReadFiles | FromTable], SourceSize]
+"""How a planner learns a source's size: the driver answers from its one listing per job, ``explain`` from
+its own (``list_source_files``)."""
+
+
+def list_source_files(source: ReadFiles) -> tuple[list[Shard], dict[str, FileStat]]:
+    """The shards of a file source and the size and version stamp of each file (one stat per file)."""
+    shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
+    stats: dict[str, FileStat] = {}
+    for shard in shards:
+        if shard.path not in stats:
+            stats[shard.path] = file_stat(shard.path)
+    return shards, stats
+
+
+def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileStat]) -> SourceSize:
+    """Estimated bytes of a file source: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else
+    file sizes × the format's expansion (``zephyr.io.estimate``)."""
+    total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
+    columns = None
+    if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+        columns = parquet_column_bytes(list(stats))
+    return SourceSize(total, columns, shards=len(shards), files=len(stats))
+
+
+def read_bytes(segment: Segment, size_of: SizeOf, columns: tuple[str, ...] | None = None) -> int:
+    """Estimated in-memory bytes a segment reads: only ``columns`` (or the source's own projection) when
+    footers give per-column sizes; a reduce segment reads what its upstream segments read."""
+    if segment.source is not None:
+        size = size_of(segment.source)
+        if size.column_bytes is not None:
+            wanted = columns or getattr(segment.source, "columns", None)
+            return sum(v for k, v in size.column_bytes.items() if wanted is None or k in wanted)
+        return size.bytes
+    return sum(read_bytes(up, size_of) for up in segment.upstream)
+
+
+def plan_bytes(segment: Segment, size_of: SizeOf, consumer: Op | None = None) -> int:
+    """Bytes the whole plan reads from its sources (decides whether a job is small)."""
+    if segment.source is not None:
+        return read_bytes(segment, size_of, pushdown_columns(segment, consumer))
+    return sum(plan_bytes(up, size_of, segment.wide) for up in segment.upstream)
+
+
+def wide_input_bytes(segment: Segment, size_of: SizeOf) -> int:
+    """Estimated bytes the map side of a (non-sort) wide op reads: what sizes its partitions."""
+    return sum(read_bytes(up, size_of, pushdown_columns(up, segment.wide)) for up in segment.upstream)
+
+
+def pushdown_columns(segment: Segment, consumer: Op | None = None) -> tuple[str, ...] | None:
+    """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
+    map side decodes only those; None means all columns."""
+    if (
+        not isinstance(consumer, GroupAggregate)
+        or segment.narrow
+        or not isinstance(segment.source, ReadFiles)
+    ):
+        return None
+    if segment.source.format != "parquet" or segment.source.columns is not None:
+        return None
+    needed = list(consumer.keys)
+    for agg in consumer.aggs:
+        if agg.column is not None and agg.column not in needed:
+            needed.append(agg.column)
+    return tuple(needed)
+
+
+def runs_in_process(options: ExecutionOptions, estimated: int) -> bool:
+    """A ``local`` job whose inputs are estimated below ``small_job_bytes`` runs in the driver's process:
+    starting worker processes would cost more than the work (outputs are identical either way)."""
+    limit = options.small_job_bytes_value
+    return options.executor == "local" and limit > 0 and estimated < limit
+
+
+# -- the printable plan -----------------------------------------------------------------------------------
+ACTION_OUTPUT = "the action's output (write_* files, to_arrow rows or a count)"
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """One stage as the driver will run it (``PhysicalPlan.text`` prints it)."""
+
+    name: str
+    """As the driver names it in logs and stats (``Segment.name``)."""
+    role: str
+    """``map`` (reads a source), ``reduce`` (one task per shuffle partition) or ``sample`` (a sort's key
+    sample)."""
+    tasks: str
+    reads: str
+    writes: str
+    reducer: str = ""
+    """Reduce stages: the reducer and how its partition count was decided."""
+
+
+@dataclass(frozen=True)
+class PhysicalPlan:
+    """The stages of a plan in the order the driver runs them, with the budget that sizes them."""
+
+    stages: tuple[PlannedStage, ...]
+    budget: Budget
+    estimated_bytes: int
+    executor: str
+
+    @property
+    def shuffles(self) -> int:
+        return sum(stage.writes.startswith("shuffle #") for stage in self.stages)
+
+    def text(self) -> str:
+        """The plan as lines: a header, one block per stage, the budget's shares in bytes."""
+        lines = [
+            f"physical plan: {_count(len(self.stages), 'stage')}, {_count(self.shuffles, 'shuffle')}; "
+            f"estimated input {format_bytes(self.estimated_bytes)}; "
+            f"memory budget {format_bytes(self.budget.bytes)} per task; executor {self.executor}"
+        ]
+        for number, stage in enumerate(self.stages, 1):
+            lines.append(f"stage {number} {stage.role}: {stage.name}")
+            lines.append(f"  tasks {stage.tasks} · reads {stage.reads}")
+            if stage.reducer:
+                lines.append(f"  reducer {stage.reducer}")
+            lines.append(f"  writes {stage.writes}")
+        lines.append(f"budget shares (bytes per task, of {self.budget.bytes:,}):")
+        lines.extend("  " + line for line in self.budget.describe().splitlines())
+        return "\n".join(lines)
+
+
+def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION_OUTPUT) -> PhysicalPlan:
+    """The physical plan of ``ops`` under ``options`` without running it: sources are listed and their
+    footers read (to size partitions as the driver will), nothing else."""
+    from zephyr.plan import build_plan
+
+    segment = build_plan(ops)
+    sizes: dict[int, SourceSize] = {}
+
+    def size_of(source: ReadFiles | FromTable) -> SourceSize:
+        if id(source) not in sizes:
+            if isinstance(source, FromTable):
+                sizes[id(source)] = SourceSize(
+                    source.table.nbytes, None, source.num_shards, source.num_shards
+                )
+            else:
+                sizes[id(source)] = size_of_files(source, *list_source_files(source))
+        return sizes[id(source)]
+
+    budget = Budget(options.memory_budget_bytes)
+    walker = _Explainer(budget, size_of)
+    walker.walk(segment, output)
+    estimated = plan_bytes(segment, size_of)
+    executor = options.executor if isinstance(options.executor, str) else type(options.executor).__name__
+    if runs_in_process(options, estimated):
+        executor = f"in this process (small job: under small_job_bytes {options.small_job_bytes_value:,})"
+    elif executor != "inprocess":
+        executor = f"{executor}, {options.num_workers} workers"
+    return PhysicalPlan(tuple(walker.stages), budget, estimated, executor)
+
+
+class _Explainer:
+    """Walks the segment tree depth-first, as ``zephyr.job.Job.run_segment`` runs it, taking every decision
+    from the functions above."""
+
+    def __init__(self, budget: Budget, size_of: SizeOf):
+        self.budget = budget
+        self.size_of = size_of
+        self.stages: list[PlannedStage] = []
+        self.shuffle_count = 0
+
+    def walk(self, segment: Segment, writes: str, columns: tuple[str, ...] | None = None) -> str:
+        """Append the stages that produce ``segment`` (its map sides first); return its task count."""
+        if segment.source is not None:
+            tasks, reads = self._source(segment, columns)
+            self.stages.append(PlannedStage(segment.name, "map", tasks, reads, writes))
+            return tasks
+        op = segment.wide
+        if isinstance(op, Sort):
+            return self._sort(segment, op, writes)
+        estimated = wide_input_bytes(segment, self.size_of)
+        plan = exchange(op, partition_count(op, estimated, self.budget))
+        numbers = []
+        for upstream, spec in zip(segment.upstream, plan.specs):
+            self.walk(upstream, "", pushdown_columns(upstream, op))
+            numbers.append(self._shuffle_written(spec))
+        self._reduce(segment, op, plan, numbers, estimated, writes)
+        return str(plan.partitions)
+
+    def _shuffle_written(self, spec: ShuffleSpec) -> int:
+        """Number the shuffle the last stage writes (in the order stages run) and say so on that stage."""
+        self.shuffle_count += 1
+        self.stages[-1] = replace(self.stages[-1], writes=_describe_spec(self.shuffle_count, spec))
+        return self.shuffle_count
+
+    def _source(self, segment: Segment, columns: tuple[str, ...] | None) -> tuple[str, str]:
+        source = segment.source
+        size = self.size_of(source)
+        if isinstance(source, FromTable):
+            what = f"an in-memory table ({source.table.num_rows} rows)"
+        else:
+            what = f"{source.format} ({_count(size.files, 'file')}, {_count(size.shards, 'shard')})"
+        projected = f", columns {', '.join(columns)}" if columns else ""
+        return str(
+            size.shards
+        ), f"{what}, est. {format_bytes(read_bytes(segment, self.size_of, columns))}{projected}"
+
+    def _sort(self, segment: Segment, op: Sort, writes: str) -> str:
+        upstream = segment.upstream[0]
+        estimated = read_bytes(upstream, self.size_of)
+        if materializes_before_sort(upstream):
+            produced = self.walk(upstream, "Parquet files in the work directory (materialized: read twice)")
+            name, tasks = "ReadFiles", f"≤ {produced}"
+            reads = f"the materialized files, est. {format_bytes(estimated)} before materializing"
+        else:
+            name = upstream.name
+            tasks, reads = self._source(upstream, None)
+        plan = exchange(op, partition_count(op, estimated, self.budget))
+        by = ", ".join(op.by)
+        boundaries = f"{plan.partitions - 1} range boundaries on {op.by[0]}"
+        self.stages.append(
+            PlannedStage(name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}")
+        )
+        self.stages.append(PlannedStage(name, "map", tasks, reads, ""))
+        self._reduce(segment, op, plan, [self._shuffle_written(plan.specs[0])], estimated, writes)
+        return str(plan.partitions)
+
+    def _reduce(
+        self, segment: Segment, op: Op, plan: Exchange, numbers: list[int], estimated: int, writes: str
+    ):
+        if isinstance(op, Reshard):
+            rule = "reshard(num_shards)"
+        elif op.num_partitions:
+            rule = "num_partitions"
+        else:
+            target = self.budget.partition_target_bytes
+            rule = f"ceil(est. {format_bytes(estimated)} / {format_bytes(target)} partition target)"
+        shuffles = " + ".join(f"#{n}" for n in numbers)
+        reads = f"shuffle {shuffles}, one partition per task"
+        reducer = f"{type(plan.reducer).__name__}; {_count(plan.partitions, 'partition')} = {rule}"
+        self.stages.append(PlannedStage(segment.name, "reduce", str(plan.partitions), reads, writes, reducer))
+
+
+def _describe_spec(number: int, spec: ShuffleSpec) -> str:
+    """``shuffle #2: hash(word) into 4 partitions, map-side combine PartialAggregate``."""
+    if spec.kind == "hash":
+        how = f"hash({', '.join(spec.keys)})"
+    elif spec.kind == "range":
+        how = (
+            "range("
+            + ", ".join(f"{k}{' desc' if d else ''}" for k, d in zip(spec.keys, spec.descending))
+            + ")"
+        )
+    else:
+        how = "round-robin"
+    extra = ""
+    if spec.combine is not None:
+        extra += f", map-side combine {type(spec.combine).__name__}"
+    if spec.sort_by:
+        extra += ", rows in a key ordered by " + ", ".join(
+            f"{c}{' desc' if d else ''}" for c, d in spec.sort_by
+        )
+    return f"shuffle #{number}: {how} into {_count(spec.num_partitions, 'partition')}{extra}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
