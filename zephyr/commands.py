@@ -82,12 +82,16 @@ _EXPLAINED = {"convert": _reader, "sort": _sorted, "count": _reader}
 """Command → its dataset, built from the parsed arguments exactly as the command builds it."""
 
 
-def _explain(args: argparse.Namespace) -> int:
+def _explain(args: argparse.Namespace):
+    """The plan on stdout (with ``--json``: under the summary's ``details.plan``); no row is read."""
     from zephyr.cli import execution_options
+    from zephyr.summary import Summary
 
     dataset = _EXPLAINED[args.explain_command](args)
-    sys.stdout.write(dataset.explain(**execution_options(args).as_kwargs()) + "\n")
-    return 0
+    plan = dataset.explain(**execution_options(args).as_kwargs())
+    if not args.json:
+        sys.stdout.write(plan + "\n")
+    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
 
 
 def _count(args: argparse.Namespace):

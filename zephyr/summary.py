@@ -205,6 +205,9 @@ def human(record: dict[str, Any]) -> str:
     def row(label: str, text: str) -> None:
         lines.append(f"  {label:<11} {text}")
 
+    if record["details"].get("ran") is False:  # zephyr explain: a plan, no rows
+        row("rows", "none read: the plan only")
+        return "\n".join(lines)
     row(
         "rows",
         f"in {record['rows_in']:,} = kept {record['rows_kept']:,} + dropped {record['rows_dropped']:,} "

@@ -21,53 +21,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "read_text_inputs", "engine_options", "write_json", "one_job_summary", "STATS"]
+from zephyr.pipelines.quality.cli_common import (
+    STATS,
+    engine_options,
+    one_job_summary,
+    read_text_inputs,
+    write_json,
+)
+
+__all__ = ["register"]
 
 log = logging.getLogger(__name__)
-
-STATS = "_stats.json"
-"""A command's statistics beside its part files (``_``: Parquet readers skip it)."""
-
-
-def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
-    """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
-    columns ``adds`` the command will add (unless ``--overwrite``): one line naming the file and the column,
-    before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
-    (``zephyr.io.input_schema``)."""
-    import zephyr
-    from zephyr.io.added_columns import check_input_columns
-    from zephyr.io.input_schema import schema_arguments
-    from zephyr.io.paths import input_files
-    from zephyr.io.text_column import check_text_inputs
-
-    files, fmt = input_files(args.inputs)
-    check_text_inputs(files, args.text_column, format=fmt)
-    check_input_columns(files, adds, overwrite=getattr(args, "overwrite", False), format=fmt, rename=rename)
-    return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
-
-
-def engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    from zephyr.cli import execution_options
-
-    o = execution_options(args)
-    return {
-        "executor": o.executor,
-        "workers": o.workers,
-        "cluster": o.cluster,
-        "memory_budget": o.memory_budget,
-        "work_dir": o.work_dir,
-        "max_retries": o.max_retries,
-        "quarantine_dir": o.quarantine_dir,
-        "small_job_bytes": o.small_job_bytes,
-    }
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.normalize import NormalizeConfig
@@ -113,16 +77,6 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     result = ds.write_parquet(args.output, **engine_options(args))
     write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
     return one_job_summary(result, args, next=f"zephyr filter {args.output} --output OUT")
-
-
-def one_job_summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any:
-    """The ``Summary`` of a one-job command that wrote ``args.output`` (``zephyr.summary``)."""
-    from zephyr.summary import from_stages
-
-    stats = Path(args.output) / STATS
-    return from_stages(
-        result.stats.get("stages", []), output=args.output, stats=str(stats) if stats.exists() else None, **fields
-    )
 
 
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).

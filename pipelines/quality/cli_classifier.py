@@ -1,5 +1,5 @@
 """``zephyr quality train|score``: the fastText quality classifier commands (registered by
-``zephyr.pipelines.quality.cli``, whose input, option and stats helpers they share)."""
+``zephyr.pipelines.quality.cli``; helpers shared with it in ``cli_common``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.quality.cli import STATS, engine_options, one_job_summary, read_text_inputs, write_json
+from zephyr.pipelines.quality.cli_common import (
+    STATS,
+    engine_options,
+    one_job_summary,
+    read_text_inputs,
+    write_json,
+)
 
 __all__ = ["train_command", "score_command"]
 

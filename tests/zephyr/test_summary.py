@@ -126,6 +126,9 @@ def _argv(command: str, files: dict[str, Path], out: Path) -> list[str]:
             "cpu",
         ],
         "run": [str(root / "pipe.yaml"), "--job-dir", o],
+        "explain convert": [f, *q],
+        "explain sort": [f, "--by", "id", *q],
+        "explain count": [f, *q],
     }
     return [*command.split(), *table[command], "--executor", "inprocess", "--json"]
 
@@ -163,6 +166,9 @@ def test_every_command_ends_with_the_json_summary(command, files, tmp_path, caps
     assert record["rows_in"] == record["rows_kept"] + record["rows_dropped"] + record["rows_quarantined"]
     assert sum(record["dropped_by_reason"].values()) <= record["rows_dropped"]
     assert record["seconds"] >= 0 and isinstance(record["details"], dict)
+    if command.startswith("explain "):  # runs nothing: the plan is the result
+        assert record["rows_in"] == 0 and "ReadFiles" in record["details"]["plan"]
+        return
     reads_the_jsonl = _argv(command, files, tmp_path)[len(command.split())] == str(files["jsonl"])
     if reads_the_jsonl and command != "tokenizer train":
         assert record["rows_in"] == READ and record["rows_quarantined"] >= 1, record
