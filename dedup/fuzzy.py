@@ -261,23 +261,83 @@ def fuzzy_dedup(
     local_labels = np.where(matched_index, ranks, labels_all - n_index)
     cluster, size, keep = cluster_columns(table, ranks, local_labels, members, id_column=id_column)
     if matched_index.any():
-        keep &= ~matched_index
-        node_sizes = np.bincount(labels[np.concatenate((np.ones(n_index, dtype=bool), members))[pos_of_node]])
-        size = pa.array(
-            np.where(
-                matched_index,
-                node_sizes[np.where(matched_index, labels_all, 0)],
-                np.asarray(size.fill_null(0)),
-            ),
-            mask=~members,
-            type=pa.int64(),
+        cluster, size, keep = _with_index_matches(
+            index, labels, labels_all, matched_index, members, pos_of_node, cluster, size, keep
         )
-        index_ids = index.ids.take(pa.array(np.where(matched_index, labels_all, 0), type=pa.int64()))
-        cluster = pc.if_else(pa.array(matched_index), index_ids.cast(cluster.type), cluster)
     out = apply_mode(table, cluster, size, keep, mode)
     hist = size_histogram(local_labels, members)
+    figures = {"candidate_edges": len(raw), "unique_edges": len(edges), "verified_edges": len(verified)}
+    stats = _stats(n, out, members, shingles, keep, matched_index, figures, graph, hist, config, timings)
+    _log_summary(n, config, len(edges), len(verified), stats["duplicates"], graph["split_rows"])
+    return DedupResult(out, stats)
+
+
+def _log_summary(
+    n: int, config: FuzzyDedupConfig, candidates: int, verified: int, duplicates: int, split_rows: int
+) -> None:
+    """One line with the arithmetic of the run: scheme, pairs at each step, duplicates."""
     b, r = config.bands_rows()
-    stats = {
+    logger.info(
+        "fuzzy dedup: %d rows, %d bands x %d rows (LSH threshold %.3f), %d candidate pairs, %d verified, "
+        "%d duplicates (%s clusters, %d rows split from components)",
+        n,
+        b,
+        r,
+        config.lsh_threshold,
+        candidates,
+        verified,
+        duplicates,
+        config.clusters,
+        split_rows,
+    )
+
+
+def _with_index_matches(
+    index: SignatureIndex,
+    labels: np.ndarray,
+    labels_all: np.ndarray,
+    matched_index: np.ndarray,
+    members: np.ndarray,
+    pos_of_node: np.ndarray,
+    cluster: pa.Array,
+    size: pa.Array,
+    keep: np.ndarray,
+) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """(cluster, size, keep) once rows near an indexed document join its cluster: removed, named by the
+    indexed id, and sized with the indexed members."""
+    n_index = len(index)
+    keep &= ~matched_index
+    node_sizes = np.bincount(labels[np.concatenate((np.ones(n_index, dtype=bool), members))[pos_of_node]])
+    size = pa.array(
+        np.where(
+            matched_index,
+            node_sizes[np.where(matched_index, labels_all, 0)],
+            np.asarray(size.fill_null(0)),
+        ),
+        mask=~members,
+        type=pa.int64(),
+    )
+    index_ids = index.ids.take(pa.array(np.where(matched_index, labels_all, 0), type=pa.int64()))
+    cluster = pc.if_else(pa.array(matched_index), index_ids.cast(cluster.type), cluster)
+    return cluster, size, keep
+
+
+def _stats(
+    n: int,
+    out: pa.Table,
+    members: np.ndarray,
+    shingles: Any,
+    keep: np.ndarray,
+    matched_index: np.ndarray,
+    figures: dict[str, int],
+    graph: dict[str, Any],
+    hist: dict[int, int],
+    config: FuzzyDedupConfig,
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    """The ``DedupResult.stats`` of ``fuzzy_dedup``: row balance, pair counts, clusters, the LSH scheme."""
+    b, r = config.bands_rows()
+    return {
         "rows_in": n,
         "rows_out": out.num_rows,
         "rows_dropped": n - out.num_rows,
@@ -286,10 +346,10 @@ def fuzzy_dedup(
         "no_shingles": int((members & (shingles.counts == 0)).sum()),
         "duplicates": int((~keep).sum()),
         "matched_index": int(matched_index.sum()),
-        "candidate_edges": int(len(raw)),
-        "unique_edges": int(len(edges)),
-        "verified_edges": int(len(verified)),
-        "rejected_edges": int(len(edges) - len(verified)),
+        "candidate_edges": int(figures["candidate_edges"]),
+        "unique_edges": int(figures["unique_edges"]),
+        "verified_edges": int(figures["verified_edges"]),
+        "rejected_edges": int(figures["unique_edges"] - figures["verified_edges"]),
         **graph,
         "clusters": int(sum(hist.values())),
         "cluster_size_histogram": hist,
@@ -301,20 +361,6 @@ def fuzzy_dedup(
         "cluster_rule": config.clusters,
         **{k: round(v, 4) for k, v in timings.items()},
     }
-    logger.info(
-        "fuzzy dedup: %d rows, %d bands x %d rows (LSH threshold %.3f), %d candidate pairs, %d verified, "
-        "%d duplicates (%s clusters, %d rows split from components)",
-        n,
-        b,
-        r,
-        config.lsh_threshold,
-        len(edges),
-        len(verified),
-        stats["duplicates"],
-        config.clusters,
-        graph["split_rows"],
-    )
-    return DedupResult(out, stats)
 
 
 def cluster_labels(

@@ -186,6 +186,78 @@ def templated_source(
     (id of the original; an original names itself) and ``jaccard_to_seed`` (1.0 for originals).
     """
     header_words = boilerplate_words * 3 // 5
+    _check_templated(
+        num_docs, boilerplate_words, unrelated_jaccard, duplicate_fraction, variants, variant_jaccard
+    )
+    rng = np.random.default_rng(seed)
+    shared = boilerplate_words - 2 * (_NGRAM - 1)  # T: 5-grams inside the header or inside the footer
+    u_lo = math.ceil(shared * (1 / unrelated_jaccard[1] - 1) / 2)
+    u_hi = max(u_lo, math.floor(shared * (1 / unrelated_jaccard[0] - 1) / 2))
+    u_lo = max(u_lo, _NGRAM + _SLOT_WORDS)  # a body of ≥ 9 words: room for one edit slot
+
+    per_cluster = _variants_per_cluster(rng, num_docs, duplicate_fraction, variants)
+    num_clusters = len(per_cluster)
+    num_variants = int(per_cluster.sum())
+    num_originals = num_docs - num_variants
+
+    # originals: body lengths and words
+    own = rng.integers(u_lo, u_hi + 1, size=num_originals)  # u: shingles of a page not in the boilerplate
+    body_len = own - (_NGRAM - 1)
+    body_off = np.zeros(num_originals + 1, dtype=np.int64)
+    np.cumsum(body_len, out=body_off[1:])
+    body_words = rng.integers(boilerplate_words, boilerplate_words + _BODY_VOCABULARY, size=int(body_off[-1]))
+
+    # variants: copy the source body, then edit it
+    source = np.repeat(rng.choice(num_originals, size=num_clusters, replace=False), per_cluster)
+    src_len = body_len[source]
+    shingles = shared + own[source]  # S of the original
+    merged, new_len, jaccard, fresh_needed = _edit_variants(
+        rng, variant_jaccard, shingles, src_len, body_words, body_off, source, boilerplate_words
+    )
+
+    # all pages: originals then variants, then one shuffle of rows and an independent shuffle of ids
+    lengths = np.concatenate((body_len, new_len))
+    words = np.concatenate((body_words, merged))
+    text, row_order = _shuffled_pages(rng, lengths, words, boilerplate_words, header_words, fresh_needed)
+
+    ids = _ids("t", num_docs).take(pa.array(rng.permutation(num_docs)))  # id of the k-th page made
+    seed_of = np.concatenate((np.arange(num_originals), source))  # page → page index of its original
+    table = pa.table({"id": ids.take(pa.array(row_order)), "text": text})
+    truth = pa.table(
+        {
+            "id": table["id"],
+            "cluster": ids.take(pa.array(seed_of[row_order])),
+            "jaccard_to_seed": pa.array(np.concatenate((np.ones(num_originals), jaccard))[row_order]),
+        }
+    )
+    return table, truth
+
+
+def _variants_per_cluster(
+    rng: np.random.Generator, num_docs: int, duplicate_fraction: float, variants: tuple[int, int]
+) -> np.ndarray:
+    """How many variants each duplicated original gets, one entry per cluster: originals and variants
+    together make exactly ``num_docs`` rows."""
+    lo_v, hi_v = variants
+    mean_variants = (lo_v + hi_v) / 2
+    num_clusters = round(num_docs * duplicate_fraction / (1 + duplicate_fraction * mean_variants))
+    per_cluster = rng.integers(lo_v, hi_v + 1, size=num_clusters)
+    while num_clusters and per_cluster.sum() + num_clusters > num_docs:  # tiny corpora only
+        num_clusters -= 1
+        per_cluster = per_cluster[:num_clusters]
+    return per_cluster
+
+
+def _check_templated(
+    num_docs: int,
+    boilerplate_words: int,
+    unrelated_jaccard: tuple[float, float],
+    duplicate_fraction: float,
+    variants: tuple[int, int],
+    variant_jaccard: tuple[float, float],
+) -> None:
+    """Refuse ``templated_source`` arguments it cannot honour, naming them and the values given."""
+    header_words = boilerplate_words * 3 // 5
     footer_words = boilerplate_words - header_words
     lo_v, hi_v = variants
     if num_docs < 1:
@@ -203,34 +275,22 @@ def templated_source(
             f"templated_source: need 1 <= variants[0] <= variants[1] and 0 <= duplicate_fraction <= 1, "
             f"got variants={variants}, duplicate_fraction={duplicate_fraction}"
         )
-    rng = np.random.default_rng(seed)
-    shared = boilerplate_words - 2 * (_NGRAM - 1)  # T: 5-grams inside the header or inside the footer
-    u_lo = math.ceil(shared * (1 / unrelated_jaccard[1] - 1) / 2)
-    u_hi = max(u_lo, math.floor(shared * (1 / unrelated_jaccard[0] - 1) / 2))
-    u_lo = max(u_lo, _NGRAM + _SLOT_WORDS)  # a body of ≥ 9 words: room for one edit slot
 
-    # how many originals, and how many variants each of the duplicated ones gets (exactly num_docs rows)
-    mean_variants = (lo_v + hi_v) / 2
-    num_clusters = round(num_docs * duplicate_fraction / (1 + duplicate_fraction * mean_variants))
-    per_cluster = rng.integers(lo_v, hi_v + 1, size=num_clusters)
-    while num_clusters and per_cluster.sum() + num_clusters > num_docs:  # tiny corpora only
-        num_clusters -= 1
-        per_cluster = per_cluster[:num_clusters]
-    num_variants = int(per_cluster.sum())
-    num_originals = num_docs - num_variants
 
-    # originals: body lengths and words
-    own = rng.integers(u_lo, u_hi + 1, size=num_originals)  # u: shingles of a page not in the boilerplate
-    body_len = own - (_NGRAM - 1)
-    body_off = np.zeros(num_originals + 1, dtype=np.int64)
-    np.cumsum(body_len, out=body_off[1:])
-    boiler_ids = np.arange(boilerplate_words)  # vocabulary ids: boilerplate, then body words, then fresh
-    body_words = rng.integers(boilerplate_words, boilerplate_words + _BODY_VOCABULARY, size=int(body_off[-1]))
-
-    # variants: copy the source body, then edit it
-    source = np.repeat(rng.choice(num_originals, size=num_clusters, replace=False), per_cluster)
-    src_len = body_len[source]
-    shingles = shared + own[source]  # S of the original
+def _edit_variants(
+    rng: np.random.Generator,
+    variant_jaccard: tuple[float, float],
+    shingles: np.ndarray,
+    src_len: np.ndarray,
+    body_words: np.ndarray,
+    body_off: np.ndarray,
+    source: np.ndarray,
+    boilerplate_words: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(the variants' body words back to back, their lengths, their Jaccard to the original, fresh words
+    used): each variant copies its original's body (``source``) and gets as many single-word edits, 6+ words
+    apart, as keep it at its target Jaccard (see ``templated_source``)."""
+    num_variants = len(src_len)
     target = rng.uniform(variant_jaccard[0], variant_jaccard[1], size=num_variants)
     slots = src_len // _SLOT_WORDS
     # (S − R)/(S + A) ≥ (S − 5e)/(S + 5e) ≥ target  ⇔  e ≤ S(1 − target) / (5(1 + target))
@@ -266,10 +326,21 @@ def templated_source(
     added = _NGRAM * (n_sub + n_ins) + (_NGRAM - 1) * n_del
     jaccard = (shingles - removed) / (shingles + added)
     new_len = src_len - n_del + n_ins
+    return merged, new_len, jaccard, fresh_needed
 
-    # all pages: originals then variants, then one shuffle of rows and an independent shuffle of ids
-    lengths = np.concatenate((body_len, new_len))
-    words = np.concatenate((body_words, merged))
+
+def _shuffled_pages(
+    rng: np.random.Generator,
+    lengths: np.ndarray,
+    words: np.ndarray,
+    boilerplate_words: int,
+    header_words: int,
+    fresh_needed: int,
+) -> tuple[pa.Array, np.ndarray]:
+    """(page texts in shuffled row order, that order): header, body and footer joined by newlines, the
+    bodies cut from ``words`` by ``lengths`` (originals then variants) and the word ids turned into words."""
+    num_docs = len(lengths)
+    boiler_ids = np.arange(boilerplate_words)  # vocabulary ids: boilerplate, then body words, then fresh
     offsets = np.zeros(num_docs + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     row_order = rng.permutation(num_docs)
@@ -282,18 +353,7 @@ def templated_source(
     header = " ".join(vocabulary.take(pa.array(boiler_ids[:header_words])).to_pylist())
     footer = " ".join(vocabulary.take(pa.array(boiler_ids[header_words:])).to_pylist())
     text = pc.binary_join_element_wise(header, bodies, footer, "\n")
-
-    ids = _ids("t", num_docs).take(pa.array(rng.permutation(num_docs)))  # id of the k-th page made
-    seed_of = np.concatenate((np.arange(num_originals), source))  # page → page index of its original
-    table = pa.table({"id": ids.take(pa.array(row_order)), "text": text})
-    truth = pa.table(
-        {
-            "id": table["id"],
-            "cluster": ids.take(pa.array(seed_of[row_order])),
-            "jaccard_to_seed": pa.array(np.concatenate((np.ones(num_originals), jaccard))[row_order]),
-        }
-    )
-    return table, truth
+    return text, row_order
 
 
 def score(pred: pa.Table, truth: pa.Table, *, collapse_factor: float = 1.02) -> dict[str, Any]:

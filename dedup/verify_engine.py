@@ -7,7 +7,7 @@ row by row, each of their sets would be copied once per pair into a single parti
 one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
 set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
 *cold* pairs join both sets, at most ``_HOT_FAN`` copies of a set each. Sets, not texts, are joined: every
-row is shingled once (``stages._NodeSets``), never once per pair.
+row is shingled once (``fuzzy_clusters.NodeSets``), never once per pair.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def verify_on_engine(
     index: IndexInfo | None,
     kw: dict[str, Any],
 ) -> tuple[list[Dataset], dict[str, Any]]:
-    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``_NodeSets`` row;
+    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
     the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first

@@ -56,14 +56,14 @@ import numpy as np
 import torch
 from zephyr.tokenize.data_loader import TokenDataLoader, WorkerGuard
 from zephyr.tokenize.filters import RepetitionFilter
-from zephyr.tokenize.format import read_manifest
 from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
+from zephyr.tokenize.loader_setup import check_arguments, open_sources, source_weights
 from zephyr.tokenize.mixing import Mixture, normalize_weights
 from zephyr.tokenize.packing import DEFAULT_WINDOW
-from zephyr.tokenize.permutation import derive_key, permute
+from zephyr.tokenize.permutation import derive_key
 from zephyr.tokenize.prefetch import CacheBudget, ShardPrefetcher, upcoming_shards
-from zephyr.tokenize.sources import PACKINGS, Packing, TokenSource
-from zephyr.tokenize.storage import ShardStore
+from zephyr.tokenize.sample_plan import plan_samples
+from zephyr.tokenize.sources import Packing
 
 from zephyr.errors import ConfigError, ResumeError
 
@@ -132,42 +132,25 @@ class TokenLoader(torch.utils.data.IterableDataset):
         pin_memory: bool | None = None,
     ):
         super().__init__()
-        if seq_len < 1:
-            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
-        if packing not in PACKINGS:
-            raise ConfigError(f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {packing!r}")
-        if packing_window < 1 or prefetch_shards < 0:
-            raise ConfigError(
-                f"need packing_window >= 1 and prefetch_shards >= 0, got {packing_window}, {prefetch_shards}"
-            )
-        if isinstance(sources, str):
-            weights = {sources: 1.0}
-        elif isinstance(sources, Mapping):
-            weights = {str(k): float(v) for k, v in sources.items()}
-        else:
-            weights = {str(p): 1.0 for p in sources}
-        if not weights:
-            raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
+        check_arguments(
+            seq_len=seq_len,
+            rank=rank,
+            world_size=world_size,
+            batch_size=batch_size,
+            packing=packing,
+            packing_window=packing_window,
+            prefetch_shards=prefetch_shards,
+        )
+        weights = source_weights(sources)
         self.seq_len, self.seed, self.rank, self.world_size = seq_len, seed, rank, world_size
         self.batch_size, self.packing, self.num_epochs = batch_size, packing, num_epochs
         self.packing_window = packing_window
         self.cache_dir, self.verify, self.instance_filter = cache_dir, verify, instance_filter
         self.prefetch_shards, self.cache_limit_bytes = prefetch_shards, cache_limit_bytes
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self._sources = [
-            TokenSource(
-                str(path),
-                ShardStore(read_manifest(str(path)), cache_dir=cache_dir, verify=verify),
-                seq_len,
-                packing,
-                packing_window,
-            )
-            for path in weights
-        ]
+        self._sources = open_sources(
+            weights, seq_len, packing, packing_window, cache_dir=cache_dir, verify=verify
+        )
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
         self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
@@ -343,38 +326,17 @@ class TokenLoader(torch.utils.data.IterableDataset):
         return self.num_epochs * self._sources[0].num_samples
 
     def _plan(self, count: int, base_g: int, base_counts: np.ndarray) -> Plan:
-        """Plan this rank's next ``count`` samples: global indices base_g + rank + j * W.
-
-        ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
-        replayed (vectorized) so each source's counter, hence its permutation position, is exact. The plan
-        ends early where the mixture has no source left (every capped source exhausted).
-        """
-        width = self.world_size
-        mine = np.arange(count, dtype=np.int64) * width + self.rank  # offsets from base_g of this rank's g
-        choice, counts_end = self._mixture.choose(base_g, base_g + count * width, base_counts)
-        source = choice[mine]
-        ended = np.flatnonzero(source < 0)
-        if len(ended):
-            count = int(ended[0])
-            source, mine = source[:count], mine[:count]
-        n = np.empty(count, dtype=np.int64)
-        for s in np.unique(source).tolist():
-            drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
-            sel = source == s
-            n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
-        shard = np.empty(count, dtype=np.int64)
-        start = np.empty(count, dtype=np.int64)
-        length = np.empty(count, dtype=np.int64)
-        for s, src in enumerate(self._sources):
-            sel = np.flatnonzero(source == s)
-            if not len(sel):
-                continue
-            epoch, local = np.divmod(n[sel], src.num_samples)
-            epochs, which = np.unique(epoch, return_inverse=True)  # a block spans few epochs (many if tiny)
-            keys = np.array([derive_key(self._source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
-            sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
-            shard[sel], start[sel], length[sel] = src.locate(sample)
-        return Plan(source, shard, start, length, counts_end)
+        """Plan this rank's next ``count`` samples (``sample_plan.plan_samples``)."""
+        return plan_samples(
+            self._mixture,
+            self._sources,
+            self._source_keys,
+            self.rank,
+            self.world_size,
+            count,
+            base_g,
+            base_counts,
+        )
 
     def _blocks(self, chunk: int, base_g: int, base_counts: np.ndarray) -> Iterator[tuple[int, Plan]]:
         """(samples planned before, plan) per block from ``base_g``; a block holds whole items of ``chunk``."""

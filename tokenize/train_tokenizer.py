@@ -325,25 +325,11 @@ def train_tokenizer(
     cannot train a tokenizer), ``SchemaError`` for a missing or non-string text column, ``ConfigError`` for
     bad settings.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     from zephyr.io.paths import write_bytes_atomic
 
     started = time.perf_counter()
     tokens = _check_special_tokens(special_tokens)
-    if (
-        isinstance(vocab_size, bool)
-        or not isinstance(vocab_size, int)
-        or vocab_size <= _BYTE_ALPHABET + len(tokens)
-    ):
-        raise ConfigError(
-            f"vocab_size must be an integer above {_BYTE_ALPHABET + len(tokens)} (the 256 byte ids and "
-            f"{len(tokens)} special token(s) come first), got {vocab_size!r}"
-        )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ConfigError(f"min_frequency must be an integer >= 1, got {min_frequency!r}")
-    if on_error not in ("raise", "quarantine"):
-        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
+    _check_settings(vocab_size, min_frequency, on_error, len(tokens))
     bound = sample_bound(sample_bytes, memory_budget)
     output = _output_file(output)
     counts = _SampleCounts()
@@ -351,24 +337,9 @@ def train_tokenizer(
         inputs, bound, text_column=text_column, format=format, on_error=on_error, counts=counts
     )
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(tokens),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    tokenizer, trainer = _byte_level_bpe(vocab_size, min_frequency, tokens)
     tokenizer.train_from_iterator(sample, trainer=trainer)
-    if counts.sample_bytes == 0:
-        where = f"{counts.files} file(s)" if counts.files else "the input"
-        raise InputError(
-            f"no text to train a tokenizer on: {where} hold no non-empty {text_column!r} values"
-            + (f" ({counts.rows_quarantined} unreadable row(s) skipped)" if counts.rows_quarantined else "")
-            + "; give inputs with text (an empty input cannot train a tokenizer)"
-        )
+    _require_text(counts, text_column)
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
     if learned < vocab_size:
         log.warning(
@@ -396,3 +367,49 @@ def train_tokenizer(
     )
     log.info("tokenizer: %s", json.dumps(result.to_dict()))
     return result
+
+
+def _check_settings(vocab_size: int, min_frequency: int, on_error: str, special: int) -> None:
+    """Refuse, naming the value, a vocabulary too small for the byte ids and ``special`` special tokens, a
+    min_frequency below 1, or an unknown on_error."""
+    if (
+        isinstance(vocab_size, bool)
+        or not isinstance(vocab_size, int)
+        or vocab_size <= _BYTE_ALPHABET + special
+    ):
+        raise ConfigError(
+            f"vocab_size must be an integer above {_BYTE_ALPHABET + special} (the 256 byte ids and "
+            f"{special} special token(s) come first), got {vocab_size!r}"
+        )
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
+        raise ConfigError(f"min_frequency must be an integer >= 1, got {min_frequency!r}")
+    if on_error not in ("raise", "quarantine"):
+        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
+
+
+def _byte_level_bpe(vocab_size: int, min_frequency: int, tokens: Sequence[str]) -> tuple[Any, Any]:
+    """An untrained byte-level BPE tokenizer and its trainer (the 256 byte ids first, then ``tokens``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    return tokenizer, trainer
+
+
+def _require_text(counts: _SampleCounts, text_column: str) -> None:
+    """Refuse a sample without text: an empty input is valid input, but it cannot train a tokenizer."""
+    if counts.sample_bytes == 0:
+        where = f"{counts.files} file(s)" if counts.files else "the input"
+        raise InputError(
+            f"no text to train a tokenizer on: {where} hold no non-empty {text_column!r} values"
+            + (f" ({counts.rows_quarantined} unreadable row(s) skipped)" if counts.rows_quarantined else "")
+            + "; give inputs with text (an empty input cannot train a tokenizer)"
+        )

@@ -111,6 +111,48 @@ def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
 
 
 def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
+    """Setup, resume, the step loop, and the last metrics flush (see the module docstring)."""
+    run = _build_run(cfg, info, dinfo)
+    ckpt = CheckpointManager(cfg.checkpoint_dir, keep=cfg.keep_checkpoints) if cfg.checkpoint_dir else None
+    start, resumed_from = _resume(cfg, run, ckpt, dinfo)
+    if start >= cfg.steps:
+        log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
+        return TrainResult(step=start, resumed_from=resumed_from)
+
+    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main, start_step=start)
+    shown = TrainProgress(
+        total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=dinfo.is_main
+    )
+    result = TrainResult(step=start, resumed_from=resumed_from)
+    flush = _MetricsFlush(cfg, dinfo, run, logger, shown, result)
+    try:
+        _step_loop(cfg, info, dinfo, run, ckpt, start, flush, result)
+        flush()
+    finally:
+        logger.close()
+    return result
+
+
+@dataclass
+class _Run:
+    """What the step loop works on, built once per ``train`` call (``_build_run``)."""
+
+    model: torch.nn.Module
+    model_cfg_dict: dict[str, Any]
+    optimizer: torch.optim.Optimizer
+    source: Any
+    """The sample source (``TokenLoader`` or synthetic); the batcher draws from it."""
+    batcher: Batcher
+    autocast: contextlib.AbstractContextManager
+    samples_per_step: int
+    """Sequences per optimizer step over all ranks."""
+    flops_per_token: float
+    peak_flops: float
+    """Per device, for MFU."""
+
+
+def _build_run(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> _Run:
+    """Data source, model (parallelized), optimizer and batcher; logs the model's size on the main rank."""
     bf16 = info.bf16 if cfg.dtype == "auto" else cfg.dtype == "bf16"
     samples_per_step = cfg.batch_size * cfg.grad_accum * dinfo.world_size
     source, data_vocab = build_source(
@@ -165,135 +207,172 @@ def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
     )
     optimizer = build_optimizer(model, cfg.optim, info.type)
     batcher = Batcher(source, cfg.batch_size, vocab_size=model_cfg.vocab_size)
-    model_cfg_dict = dataclasses.asdict(model_cfg)
-
-    ckpt = CheckpointManager(cfg.checkpoint_dir, keep=cfg.keep_checkpoints) if cfg.checkpoint_dir else None
-    start, resumed_from = 0, None
-    if ckpt is not None and (latest := ckpt.latest()) is not None:
-        state = ckpt.load(latest, model, optimizer, model_config=model_cfg_dict)
-        if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
-            source.set_schedule(
-                schedule_samples(
-                    cfg.mix_schedule,
-                    samples_per_step,
-                    origin_step=state.step,
-                    origin_sample=int(state.loader_state["consumed"]),
-                )
-            )
-        batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
-        start = resumed_from = state.step
-        if dinfo.is_main:
-            log.info("resumed from %s at step %d", latest, start)
-    if start >= cfg.steps:
-        log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
-        return TrainResult(step=start, resumed_from=resumed_from)
-
-    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main, start_step=start)
-    alarm = LossAlarm(cfg.spike_factor)
-    shown = TrainProgress(
-        total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=dinfo.is_main
+    return _Run(
+        model=model,
+        model_cfg_dict=dataclasses.asdict(model_cfg),
+        optimizer=optimizer,
+        source=source,
+        batcher=batcher,
+        autocast=autocast,
+        samples_per_step=samples_per_step,
+        flops_per_token=fpt,
+        peak_flops=peak,
     )
-    result = TrainResult(step=start, resumed_from=resumed_from)
-    tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
-    pending: _PendingMetrics | None = None
-    last_time = time.perf_counter()
-    mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
-    filtering = getattr(source, "instance_filter", None) is not None
-    filtered_before = getattr(source, "filtered", 0)
-    filtered_total = 0
 
-    def flush() -> None:
-        nonlocal pending, last_time, filtered_total
+
+def _resume(
+    cfg: TrainConfig, run: _Run, ckpt: CheckpointManager | None, dinfo: DistInfo
+) -> tuple[int, int | None]:
+    """(first step to run, the checkpoint step resumed from or None): model, optimizer and loader position
+    restored from the latest checkpoint; a mix schedule is re-anchored at the resume point."""
+    if ckpt is None or (latest := ckpt.latest()) is None:
+        return 0, None
+    state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
+    if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
+        run.source.set_schedule(
+            schedule_samples(
+                cfg.mix_schedule,
+                run.samples_per_step,
+                origin_step=state.step,
+                origin_sample=int(state.loader_state["consumed"]),
+            )
+        )
+    run.batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
+    if dinfo.is_main:
+        log.info("resumed from %s at step %d", latest, state.step)
+    return state.step, state.step
+
+
+class _MetricsFlush:
+    """Reads the pending step's metrics (one step late, see the module docstring) and writes its record to
+    the log, the progress display and the ``TrainResult``; calling it with nothing pending does nothing."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        dinfo: DistInfo,
+        run: _Run,
+        logger: MetricsLogger,
+        shown: TrainProgress,
+        result: TrainResult,
+    ):
+        self.alarm = LossAlarm(cfg.spike_factor)
+        self.logger, self.shown, self.result, self.run = logger, shown, result, run
+        self.world_size = dinfo.world_size
+        self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
+        self.pending: _PendingMetrics | None = None
+        self.last_time = time.perf_counter()
+        self.filtering = getattr(run.source, "instance_filter", None) is not None
+        self.filtered_total = 0
+
+    def __call__(self) -> None:
+        pending = self.pending
         if pending is None:
             return
         (loss, aux, grad_norm, dropped, lr, filtered), load, bias = pending.read()
-        elapsed = max(pending.done_at - last_time, 1e-9)
-        last_time = pending.done_at
-        spike = alarm.check(pending.step, loss)
-        tps = tokens_per_step / elapsed
+        elapsed = max(pending.done_at - self.last_time, 1e-9)
+        self.last_time = pending.done_at
+        spike = self.alarm.check(pending.step, loss)
+        tps = self.tokens_per_step / elapsed
         record: dict[str, Any] = {
             "step": pending.step,
             "loss": loss,
             "aux_loss": aux,
             "grad_norm": grad_norm,
             "lr": lr,
-            "tokens": tokens_per_step,
+            "tokens": self.tokens_per_step,
             "tokens_per_s": tps,
-            "mfu": mfu(tps, fpt, peak, dinfo.world_size),
+            "mfu": mfu(tps, self.run.flops_per_token, self.run.peak_flops, self.world_size),
             "step_time_s": elapsed,
         }
         if load is not None:
-            mean_load = load.mean(dim=0)
-            entropy = -(load * load.clamp_min(1e-12).log()).sum(dim=-1) / math.log(load.shape[-1])
-            record.update(
-                expert_load=[round(v, 5) for v in mean_load.tolist()],
-                load_entropy=float(entropy.mean()) if load.shape[-1] > 1 else 1.0,
-                load_max_over_mean=float((load.max(dim=-1).values * load.shape[-1]).max()),
-                bias_abs_mean=float(bias.abs().mean()),
-                bias_abs_max=float(bias.abs().max()),
-                dropped_tokens=int(dropped),
-            )
+            record.update(_router_record(load, bias, dropped))
         record["loss_spike"] = spike
         record.update(pending.data)
-        if filtering:  # samples whose loss the instance filter masked, over all ranks
-            filtered_total += int(filtered)
-            record.update(instances_filtered=int(filtered), instances_filtered_total=filtered_total)
-        logger.write(record)
-        shown.update(record)
-        result.losses.append(loss)
-        result.records.append(record)
-        pending = None
+        if self.filtering:  # samples whose loss the instance filter masked, over all ranks
+            self.filtered_total += int(filtered)
+            record.update(instances_filtered=int(filtered), instances_filtered_total=self.filtered_total)
+        self.logger.write(record)
+        self.shown.update(record)
+        self.result.losses.append(loss)
+        self.result.records.append(record)
+        self.pending = None
 
-    try:
-        model.train()
-        for step in range(start, cfg.steps):
-            lr = lr_at(step, cfg.optim, cfg.steps)
-            set_lr(optimizer, lr)
-            out = train_step(
-                model,
-                optimizer,
-                lambda: {k: v.to(info.device, non_blocking=True) for k, v in batcher.next_batch().items()},
-                grad_accum=cfg.grad_accum,
-                grad_clip=cfg.optim.grad_clip,
-                autocast=autocast,
-                all_reduce=dinfo.distributed,
+
+def _router_record(load: torch.Tensor, bias: torch.Tensor, dropped: float) -> dict[str, Any]:
+    """The MoE router's entries of a step record: mean expert load, its entropy and peak, the bias size."""
+    mean_load = load.mean(dim=0)
+    entropy = -(load * load.clamp_min(1e-12).log()).sum(dim=-1) / math.log(load.shape[-1])
+    return dict(
+        expert_load=[round(v, 5) for v in mean_load.tolist()],
+        load_entropy=float(entropy.mean()) if load.shape[-1] > 1 else 1.0,
+        load_max_over_mean=float((load.max(dim=-1).values * load.shape[-1]).max()),
+        bias_abs_mean=float(bias.abs().mean()),
+        bias_abs_max=float(bias.abs().max()),
+        dropped_tokens=int(dropped),
+    )
+
+
+def _step_loop(
+    cfg: TrainConfig,
+    info: DeviceInfo,
+    dinfo: DistInfo,
+    run: _Run,
+    ckpt: CheckpointManager | None,
+    start: int,
+    flush: _MetricsFlush,
+    result: TrainResult,
+) -> None:
+    """Steps ``start`` .. ``cfg.steps - 1``: each step's metrics stay on the device until the next step has
+    been issued (``flush``), and a due checkpoint is saved after its step's metrics were read."""
+    source = run.source
+    mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
+    filtered_before = getattr(source, "filtered", 0)
+    run.model.train()
+    for step in range(start, cfg.steps):
+        lr = lr_at(step, cfg.optim, cfg.steps)
+        set_lr(run.optimizer, lr)
+        out = train_step(
+            run.model,
+            run.optimizer,
+            lambda: {k: v.to(info.device, non_blocking=True) for k, v in run.batcher.next_batch().items()},
+            grad_accum=cfg.grad_accum,
+            grad_clip=cfg.optim.grad_clip,
+            autocast=run.autocast,
+            all_reduce=dinfo.distributed,
+        )
+        info.mark_step()  # torch_xla: cut the lazy graph here, one compiled program per step
+        scalars = torch.stack(
+            [
+                out.loss,
+                out.aux,
+                out.grad_norm.float().to(info.device),
+                out.moe.get("dropped", torch.zeros((), device=info.device)).float(),
+                torch.tensor(lr, device=info.device),
+                torch.tensor(float(getattr(source, "filtered", 0) - filtered_before), device=info.device),
+            ]
+        )
+        filtered_before = getattr(source, "filtered", 0)
+        if dinfo.distributed:
+            _average_losses(scalars)
+        flush()  # the previous step's metrics; this step keeps running on the device meanwhile
+        flush.pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
+        flush.pending.data = mix.record()
+        result.step = step + 1
+        due = ckpt is not None and (
+            (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
+        )
+        if due:
+            flush()  # never save a step whose loss was NaN
+            ckpt.save(
+                step + 1,
+                run.model,
+                run.optimizer,
+                loader_state=run.batcher.state_dict(),
+                model_config=run.model_cfg_dict,
+                schedule={"name": cfg.optim.schedule, "step": step + 1, "total_steps": cfg.steps},
             )
-            info.mark_step()  # torch_xla: cut the lazy graph here, one compiled program per step
-            scalars = torch.stack(
-                [
-                    out.loss,
-                    out.aux,
-                    out.grad_norm.float().to(info.device),
-                    out.moe.get("dropped", torch.zeros((), device=info.device)).float(),
-                    torch.tensor(lr, device=info.device),
-                    torch.tensor(float(getattr(source, "filtered", 0) - filtered_before), device=info.device),
-                ]
-            )
-            filtered_before = getattr(source, "filtered", 0)
-            if dinfo.distributed:
-                _average_losses(scalars)
-            flush()  # the previous step's metrics; this step keeps running on the device meanwhile
-            pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
-            pending.data = mix.record()
-            result.step = step + 1
-            due = ckpt is not None and (
-                (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
-            )
-            if due:
-                flush()  # never save a step whose loss was NaN
-                ckpt.save(
-                    step + 1,
-                    model,
-                    optimizer,
-                    loader_state=batcher.state_dict(),
-                    model_config=model_cfg_dict,
-                    schedule={"name": cfg.optim.schedule, "step": step + 1, "total_steps": cfg.steps},
-                )
-                last_time = time.perf_counter()  # saving is not training time
-        flush()
-    finally:
-        logger.close()
-    return result
+            flush.last_time = time.perf_counter()  # saving is not training time
 
 
 def _average_losses(scalars: torch.Tensor) -> None:

@@ -15,12 +15,19 @@ Actions (``to_arrow``, ``count``, ``write_*``, ``materialize``) take the executi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
 
+from zephyr.dataset_args import (
+    check_on_error,
+    column_names,
+    input_paths,
+    partitions_argument,
+    schema_argument,
+    shard_bytes_argument,
+)
 from zephyr.errors import ConfigError
 from zephyr.ops import (
     Deduplicate,
@@ -57,20 +64,6 @@ __all__ = [
 ]
 
 
-def _paths(paths: str | Sequence[str]) -> tuple[str, ...]:
-    if isinstance(paths, str):
-        return (paths,)
-    result = tuple(str(p) for p in paths)
-    if not result:
-        raise ConfigError("no input paths given")
-    return result
-
-
-def _check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "quarantine"):
-        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
-
-
 def read(
     paths: str | Sequence[str],
     *,
@@ -86,7 +79,7 @@ def read(
     projects Parquet files only (JSON lines and Vortex are read whole); the rest as in ``read_parquet``."""
     from zephyr.io.paths import input_files
 
-    files, fmt = input_files(list(_paths(paths)), format)
+    files, fmt = input_files(list(input_paths(paths)), format)
     if fmt == "jsonl":
         return read_jsonl(
             files,
@@ -126,15 +119,15 @@ def read_parquet(
     (``zephyr.io.input_schema``): missing columns are nulls, other type differences fail naming both files,
     unless ``unify_schemas=True`` (promote int → wider int → double) or ``schema=`` (a ``pa.Schema`` or a
     schema file: cast every file to it)."""
-    _check_on_error(on_error)
+    check_on_error(on_error)
     return Dataset(
         (
             ReadFiles(
-                _paths(paths),
+                input_paths(paths),
                 "parquet",
                 tuple(columns) if columns else None,
-                _schema(schema, unify_schemas),
-                _shard_bytes(approx_shard_bytes),
+                schema_argument(schema, unify_schemas),
+                shard_bytes_argument(approx_shard_bytes),
                 on_error,
                 unify_schemas=unify_schemas,
             ),
@@ -155,15 +148,15 @@ def read_jsonl(
 
     ``schema`` (a ``pa.Schema`` or a schema file) parses every file with those types; without it, files whose
     inferred types differ follow the rule of ``read_parquet`` (``unify_schemas``)."""
-    _check_on_error(on_error)
+    check_on_error(on_error)
     return Dataset(
         (
             ReadFiles(
-                _paths(paths),
+                input_paths(paths),
                 "jsonl",
                 None,
-                _schema(schema, unify_schemas),
-                _shard_bytes(approx_shard_bytes),
+                schema_argument(schema, unify_schemas),
+                shard_bytes_argument(approx_shard_bytes),
                 on_error,
                 unify_schemas=unify_schemas,
             ),
@@ -179,14 +172,14 @@ def read_vortex(
     on_error: OnError = "raise",
 ) -> Dataset:
     """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` and bad rows as in ``read_parquet``."""
-    _check_on_error(on_error)
+    check_on_error(on_error)
     return Dataset(
         (
             ReadFiles(
-                _paths(paths),
+                input_paths(paths),
                 "vortex",
                 None,
-                _schema(schema, unify_schemas),
+                schema_argument(schema, unify_schemas),
                 on_error=on_error,
                 unify_schemas=unify_schemas,
             ),
@@ -200,21 +193,8 @@ def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quaran
     Content-Length, a non-HTML payload, an undecodable charset) go to the quarantine output with their byte
     offset by default, since crawls always hold some; ``on_error="raise"`` fails on the first.
     ``zephyr.read_warc`` adds text extraction."""
-    _check_on_error(on_error)
-    return Dataset((ReadFiles(_paths(paths), "warc", on_error=on_error),))
-
-
-def _schema(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:
-    """A schema object, or one loaded from a schema file (``zephyr.io.input_schema.load_schema_file``)."""
-    if schema is not None and unify_schemas:
-        raise ConfigError("give unify_schemas=True or schema=, not both: a schema already says every type")
-    if schema is None or isinstance(schema, pa.Schema):
-        return schema
-    if isinstance(schema, str | os.PathLike):
-        from zephyr.io.input_schema import load_schema_file
-
-        return load_schema_file(os.fspath(schema))
-    raise ConfigError(f"schema must be a pyarrow.Schema or a schema file path, got {type(schema).__name__}")
+    check_on_error(on_error)
+    return Dataset((ReadFiles(input_paths(paths), "warc", on_error=on_error),))
 
 
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
@@ -233,27 +213,6 @@ def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, nu
 def from_items(items: Iterable[dict], *, num_shards: int = 1) -> Dataset:
     """Python dict rows (types inferred by Arrow)."""
     return from_arrow(pa.Table.from_pylist(list(items)), num_shards=num_shards)
-
-
-def _shard_bytes(value: int | str | None) -> int | None:
-    from zephyr.sizes import parse_bytes
-
-    return None if value is None else parse_bytes(value)
-
-
-def _names(args: tuple, what: str) -> tuple[str, ...]:
-    names: list[str] = []
-    for arg in args:
-        names.extend([arg] if isinstance(arg, str) else list(arg))
-    if not names:
-        raise ConfigError(f"{what} needs at least one column name")
-    return tuple(names)
-
-
-def _partitions(num_partitions: int | None) -> int | None:
-    if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
-        raise ConfigError(f"num_partitions must be a positive integer, got {num_partitions!r}")
-    return num_partitions
 
 
 class Dataset:
@@ -276,12 +235,12 @@ class Dataset:
         ...     executor="inprocess").to_pylist()
         [{'y': 10}, {'y': 20}]
         """
-        _check_on_error(on_error)
+        check_on_error(on_error)
         return self._then(Map(fn, on_error))
 
     def filter(self, predicate: Callable[[dict], bool], *, on_error: OnError = "raise") -> Dataset:
         """Rows for which ``predicate`` is true; the others are counted as dropped."""
-        _check_on_error(on_error)
+        check_on_error(on_error)
         return self._then(Filter(predicate, on_error))
 
     def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, on_error: OnError = "raise") -> Dataset:
@@ -291,7 +250,7 @@ class Dataset:
         ...     ).to_arrow(executor="inprocess").column("w").to_pylist()
         ['a', 'b', 'c']
         """
-        _check_on_error(on_error)
+        check_on_error(on_error)
         return self._then(FlatMap(fn, on_error))
 
     def map_batches(
@@ -313,7 +272,7 @@ class Dataset:
 
     def select(self, *columns: str | Sequence[str]) -> Dataset:
         """Keep these columns, in this order."""
-        return self._then(Select(_names(columns, "select")))
+        return self._then(Select(column_names(columns, "select")))
 
     def with_row_index(self, name: str = "index") -> Dataset:
         """Add an int64 column ``name`` that identifies each row: unique, increasing in input order, not dense.
@@ -344,7 +303,9 @@ class Dataset:
         if sort_by is not None:
             for item in [sort_by] if isinstance(sort_by, str) else sort_by:
                 order.append((item, False) if isinstance(item, str) else (str(item[0]), bool(item[1])))
-        return GroupedDataset(self, _names(keys, "group_by"), tuple(order), _partitions(num_partitions))
+        return GroupedDataset(
+            self, column_names(keys, "group_by"), tuple(order), partitions_argument(num_partitions)
+        )
 
     def deduplicate(self, *keys: str | Sequence[str], num_partitions: int | None = None) -> Dataset:
         """One row per distinct key: the first in input order.
@@ -353,7 +314,7 @@ class Dataset:
         ...     "k").to_arrow(executor="inprocess").to_pylist()
         [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'c'}]
         """
-        return self._then(Deduplicate(_names(keys, "deduplicate"), _partitions(num_partitions)))
+        return self._then(Deduplicate(column_names(keys, "deduplicate"), partitions_argument(num_partitions)))
 
     def sort(
         self,
@@ -366,11 +327,11 @@ class Dataset:
         >>> from_items([{"k": 2}, {"k": None}, {"k": 1}]).sort("k").to_arrow(executor="inprocess").to_pylist()
         [{'k': 1}, {'k': 2}, {'k': None}]
         """
-        names = _names(by, "sort")
+        names = column_names(by, "sort")
         flags = [descending] * len(names) if isinstance(descending, bool) else list(descending)
         if len(flags) != len(names):
             raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
-        return self._then(Sort(names, tuple(bool(f) for f in flags), _partitions(num_partitions)))
+        return self._then(Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions)))
 
     def join(
         self,
@@ -398,16 +359,18 @@ class Dataset:
         if on is not None:
             if left_on is not None or right_on is not None:
                 raise ConfigError("join: give either on= or left_on=/right_on=, not both")
-            left_keys = right_keys = _names((on,), "join")
+            left_keys = right_keys = column_names((on,), "join")
         else:
             if left_on is None or right_on is None:
                 raise ConfigError("join: give on=, or both left_on= and right_on=")
-            left_keys, right_keys = _names((left_on,), "join"), _names((right_on,), "join")
+            left_keys, right_keys = column_names((left_on,), "join"), column_names((right_on,), "join")
             if len(left_keys) != len(right_keys):
                 raise ConfigError(
                     f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}"
                 )
-        return self._then(Join(other._ops, left_keys, right_keys, how, suffix, _partitions(num_partitions)))
+        return self._then(
+            Join(other._ops, left_keys, right_keys, how, suffix, partitions_argument(num_partitions))
+        )
 
     def reshard(self, num_shards: int) -> Dataset:
         """Redistribute rows round-robin into ``num_shards`` shards (e.g. before an expensive map)."""

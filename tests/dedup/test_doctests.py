@@ -22,7 +22,8 @@ MODULES = [
     "zephyr.dedup.exact",
     "zephyr.dedup.fuzzy",
     "zephyr.dedup.evaluate",
-    "zephyr.dedup.stages",
+    "zephyr.dedup.exact_stage",
+    "zephyr.dedup.fuzzy_stage",
 ]
 
 

@@ -290,14 +290,14 @@ def test_cli_presets_run(tmp_path, preset):
 
 
 def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
-    from zephyr.dedup import stages
+    from zephyr.dedup.fuzzy_clusters import NodeSets
 
-    real = stages._NodeSets.__call__
+    real = NodeSets.__call__
 
     def drop_first(self, table):
         return real(self, table).slice(1)  # as if a row vanished from the input on the second read
 
-    monkeypatch.setattr(stages._NodeSets, "__call__", drop_first)
+    monkeypatch.setattr(NodeSets, "__call__", drop_first)
     with pytest.raises(InputError, match="must not change"):
         fuzzy_dedup_dataset(
             zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"}

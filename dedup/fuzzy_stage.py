@@ -1,0 +1,203 @@
+"""MinHash-LSH fuzzy dedup as an engine stage (``fuzzy_dedup_dataset``).
+
+Signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)`` → bounded
+candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs; then verification and clusters
+(``fuzzy_clusters.verify_and_cluster``), and the result attached by row number or joined from engine
+labels. See ``dedup.stages`` for the columns and counters every dedup stage shares.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from zephyr.dedup.columns import ROW
+from zephyr.dedup.config import FuzzyDedupConfig, check_mode
+from zephyr.dedup.eager import execution_kwargs, in_memory_limit, scratch_folder
+from zephyr.dedup.fuzzy_clusters import verify_and_cluster
+from zephyr.dedup.lsh import BUCKET_LINKS
+from zephyr.dedup.stage_columns import Attach, Finish, has_column, mark_keep
+
+from zephyr import counters
+from zephyr.errors import ConfigError
+
+if TYPE_CHECKING:
+    from zephyr.dedup.index import IndexInfo
+
+    from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+
+__all__ = ["fuzzy_dedup_dataset"]
+
+logger = logging.getLogger(__name__)
+
+
+class _BandRows:
+    """One row (ROW, band, band hash) per document and band; documents without shingles emit none."""
+
+    def __init__(self, config: FuzzyDedupConfig, text_column: str):
+        self.config, self.text_column = config, text_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.fuzzy import compute_signatures
+
+        empty = pa.table(
+            {
+                ROW: pa.array([], pa.int64()),
+                "band": pa.array([], pa.int32()),
+                "bhash": pa.array([], pa.int64()),
+            }
+        )
+        if not has_column(table, self.text_column, "text"):
+            return empty
+        shingles, bands = compute_signatures(table[self.text_column], self.config)
+        has = np.flatnonzero(shingles.counts > 0)
+        nb = bands.shape[1]
+        return pa.table(
+            {
+                ROW: table[ROW].take(pa.array(np.repeat(has, nb))),
+                "band": pa.array(np.tile(np.arange(nb, dtype=np.int32), len(has))),
+                "bhash": pa.array(bands[has].reshape(-1).view(np.int64), type=pa.int64()),
+            }
+        )
+
+
+class _BucketEdges:
+    """Buckets (with their member lists) → candidate pairs [u later row, v earlier row], each member paired
+    with the bucket's first ``links`` members before it (``lsh.candidate_edges``' rule, by row number)."""
+
+    def __init__(self, links: int):
+        self.links = links
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup.lsh import candidate_edges
+
+        big = table.filter(pc.greater(table["n"], 1))
+        members = big["members"].combine_chunks()
+        bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
+        rows = np.asarray(members.flatten(), dtype=np.int64)
+        pairs = candidate_edges(bucket[:, None], rows, links=self.links)
+        pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
+        counters.increment("dedup/candidate_edges", len(pairs))
+        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+
+
+@contextlib.contextmanager
+def _with_index_bands(
+    band_rows: Dataset, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
+) -> Iterator[Dataset]:
+    """``band_rows`` plus the index's band rows: the new rows' are written to ``scratch`` first, so that one
+    Parquet read of both (same schema) feeds the bucket shuffle."""
+    if index is None or not index.docs:
+        yield band_rows
+        return
+    import zephyr
+
+    new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+    yield zephyr.read_parquet([*new, *index.band_files()])
+
+
+def fuzzy_dedup_dataset(
+    ds: Dataset,
+    config: FuzzyDedupConfig | None = None,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    in_memory_edges: int | None = None,
+    stats: dict[str, Any] | None = None,
+    index: IndexInfo | str | None = None,
+    row_numbers: bool = False,
+) -> Dataset:
+    """MinHash-LSH dedup on the engine. Runs candidates, verification and clustering eagerly with
+    ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
+
+    ``in_memory_edges``: candidate-pair count up to which verification can run in the driver; ``None``
+    derives it from the memory budget (64 bytes per pair within a quarter of it); 0 forces verification on
+    the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The
+    verified graph is clustered in the driver when it fits (48 bytes per edge within the budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
+    eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
+
+    ``index`` (an ``IndexInfo`` or a path; ``zephyr.dedup.index``): earlier runs' kept documents. Their band
+    rows join the bucket shuffle (read from the index's Parquet parts, never whole into RAM) and rank before
+    every row of ``ds``; rows near an indexed document are removed like rows near an earlier kept row. Index
+    documents are never in the output. Needs the verified graph to fit the driver. ``row_numbers``
+    (annotate mode) keeps each row's number and its kept row's (``__dedup_row``, ``__dedup_keeper``; the
+    kept row may be an indexed document): ``index.write_generation`` records them, ``StripRowNumbers``
+    turns the result into the output of either mode.
+
+    >>> import zephyr
+    >>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
+    >>> ds = zephyr.from_items([{"id": "a", "text": base}, {"id": "b", "text": base + " again"},
+    ...                         {"id": "c", "text": "something else"}])
+    >>> out = fuzzy_dedup_dataset(ds, FuzzyDedupConfig(threshold=0.7, ngram=3), execution={"executor": "inprocess"})
+    >>> out.to_arrow(executor="inprocess").select(["id", "dup_cluster", "dup_keep"]).to_pylist()[1]
+    {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
+    """
+    config = config or FuzzyDedupConfig()
+    check_mode(mode)
+    kw = execution_kwargs(execution)
+    limit = in_memory_limit(kw, in_memory_edges)
+    if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
+        from zephyr.dedup import compiled
+
+        compiled.warm_up_in_background()
+    if isinstance(index, str):
+        from zephyr.dedup.index import open_index
+
+        index = open_index(index, config)
+    if row_numbers and mode != "annotate":
+        raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
+    rows = ds.with_row_index(ROW)
+    finish = Finish(text_column, id_column, mode, row_numbers)
+    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
+    with scratch_folder(kw) as scratch:
+        edges = _candidate_pairs(band_rows, config, index, scratch, kw)
+        candidates = edges.count(**kw)
+        info: dict[str, Any] = {"candidate_edges": candidates, "in_memory_limit": limit}
+        info["cluster_rule"] = config.clusters
+        if index is not None:
+            info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
+        logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
+        node_info, labels_ds = verify_and_cluster(
+            rows, edges, candidates, config, text_column, id_column, priority_column, kw, info, index, scratch
+        )
+    info["rejected_edges"] = candidates - info["verified_edges"] if config.verify else 0
+    if stats is not None:
+        stats.update(info)
+    return _with_dup_columns(rows, node_info, labels_ds, finish, id_column)
+
+
+def _candidate_pairs(
+    band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
+) -> Dataset:
+    """The distinct candidate pairs (u, v), materialized: band rows (the index's too) grouped by (band,
+    band hash), each bucket's members paired by ``_BucketEdges``."""
+    with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
+        return (
+            band_rows.group_by("band", "bhash")
+            .agg(members=(ROW, "list"), n=(ROW, "count"))
+            .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
+            .deduplicate("u", "v")
+            .materialize(**kw)
+        )
+
+
+def _with_dup_columns(
+    rows: Dataset, node_info: pa.Table | None, labels: Dataset | None, finish: Finish, id_column: str | None
+) -> Dataset:
+    """The lazy output: engine labels joined on the row number, or the driver's node info attached to it."""
+    if labels is not None:
+        joined = rows.join(labels, on=ROW, how="left")
+        return joined.map_batches(mark_keep, name="dedup.fuzzy.keep").map_batches(
+            finish, name="dedup.fuzzy.finish"
+        )
+    attach = Attach(node_info, id_column)
+    return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")
