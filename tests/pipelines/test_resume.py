@@ -154,6 +154,7 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     stages = json.loads((job / "stats.json").read_text())["stages"]
     assert [s["status"] for s in stages] == ["skipped", "ran"]
     assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
+        ".huggingface.yaml",
         "_STARTED.json", "_SUCCESS.json", "_dropped", "_examples.json", "_stats.json", "_work"
     ]
     assert pq.read_table(filter_dir).num_rows == stages[1]["rows_kept"]
