@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from zephyr.pipelines.config_fields import FieldError, path_field, require_at_least
+from zephyr.config import FieldError, path_field, require_at_least
 
 __all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
 
