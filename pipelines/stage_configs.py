@@ -3,7 +3,7 @@ where it is declared.
 
 Where a package has a config dataclass of its own, the stage embeds it (``zephyr.config.embedded_field``)
 instead of copying its fields: a ``fuzzy_dedup`` stage's MinHash keys are ``zephyr.dedup.FuzzyDedupConfig``'s,
-a ``normalize`` stage's are ``NormalizeConfig``'s, and the YAML stays flat (``threshold: 0.7`` beside
+a ``normalize`` stage's are ``NormalizeConfig``'s, a ``tokenize`` stage's shard keys ``TokenShardOptions``', and the YAML stays flat (``threshold: 0.7`` beside
 ``index:``). Those package configs import only the standard library, so loading a pipeline (``zephyr run
 --check``) imports no pyarrow. Stage-only keys (``priority_column``, ``index``, ``output_column``...) are
 declared here; the web stages in ``zephyr.pipelines.web.config``.
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.quality.config import NormalizeConfig
 from zephyr.pipelines.web.config import ExtractStage, SubstringDedupStage, UrlDedupStage, UrlFilterStage
+from zephyr.tokenize.options import TokenShardOptions
 
 from zephyr.config import (
     FieldError,
@@ -252,7 +253,9 @@ class QualityStage:
 
 @dataclass(frozen=True)
 class TokenizeStage:
-    """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given."""
+    """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given.
+    ``shard_bytes`` (``shard_size`` until the next release), ``seed``, ``bos``, ``engine``, ``batch_rows`` and
+    ``megatron`` are ``zephyr.tokenize.options.TokenShardOptions``'s, as the ``zephyr tokenize`` flags are."""
 
     tokenizer: str | None = path_field(None)
     """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
@@ -263,30 +266,16 @@ class TokenizeStage:
     tokenizer_train_bytes: str = "32MB"
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
-    RENAMED: ClassVar[dict[str, str]] = {"shard_size": "shard_bytes"}
-    """Old key → new key, read with a warning until the next release."""
-
-    shard_bytes: str = "512MB"
-    """Target bytes of tokens per shard (e.g. ``512MB``; the writer's ``shard_size``)."""
-    seed: int = 0
-    """Document shuffle seed."""
-    bos: Literal["never", "always"] = "never"
-    engine: Literal["auto", "hf", "tiktoken"] = "auto"
-    batch_rows: int = 1024
-    """Documents per tokenize batch (bounds worker memory)."""
-    megatron: bool = False
-    """Also write Megatron ``.bin``/``.idx`` per shard."""
+    shards: TokenShardOptions = embedded_field(TokenShardOptions)
 
     def __post_init__(self) -> None:
         from zephyr.sizes import parse_bytes
 
         require_at_least("vocab_size", self.vocab_size, 258)
-        require_at_least("batch_rows", self.batch_rows, 1)
-        for key in ("tokenizer_train_bytes", "shard_bytes"):
-            try:
-                parse_bytes(getattr(self, key))
-            except (ConfigError, ValueError) as exc:
-                raise FieldError(key, f"not a byte size ({exc}); e.g. 64MB") from None
+        try:
+            parse_bytes(self.tokenizer_train_bytes)
+        except (ConfigError, ValueError) as exc:
+            raise FieldError("tokenizer_train_bytes", f"not a byte size ({exc}); e.g. 64MB") from None
 
 
 _TRAIN_MANAGED = ("data", "log", "checkpoint_dir", "tensorboard_dir")

@@ -319,12 +319,7 @@ def run_tokenize(ctx: StageContext) -> StageOutcome:
         text_column=p.text_column,
         id_column=p.id_column,
         source_column=p.source_column,
-        shard_size=cfg.shard_bytes,
-        seed=cfg.seed,
-        bos=cfg.bos,
-        engine=cfg.engine,
-        batch_rows=cfg.batch_rows,
-        megatron=cfg.megatron,
+        **cfg.shards.writer_kwargs(),
         **ctx.engine(),
     )
     manifest = result.manifest
