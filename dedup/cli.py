@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import typing
 import warnings
 from typing import Any
 
@@ -44,6 +45,7 @@ from zephyr.dedup.config import (
     NORMALIZATIONS,
     PRESETS,
     SIGNATURE_DEVICES,
+    ExactDedupConfig,
     FuzzyDedupConfig,
 )
 
@@ -262,11 +264,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
     add_common_io(exact)
-    exact.add_argument("--level", choices=("document", "paragraph"), default="document")
+    exact_fields = ExactDedupConfig.__dataclass_fields__
+    exact.add_argument(
+        "--level",
+        choices=typing.get_args(_hint(ExactDedupConfig, "level")),
+        default=exact_fields["level"].default,
+    )
     exact.add_argument(
         "--normalize",
         choices=NORMALIZATIONS,
-        default="default",
+        default=exact_fields["normalize"].default,
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
     exact.set_defaults(func=_exact, default_executor=DEFAULT_EXECUTOR)
@@ -298,6 +305,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)
 
 
+def _hint(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
 def _default(name: str) -> Any:
     return FuzzyDedupConfig.__dataclass_fields__[name].default
 
@@ -313,7 +324,10 @@ def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
         "--ngram", type=int, default=None, help=f"shingle length (default {_default('ngram')})"
     )
     fuzzy.add_argument(
-        "--shingle", choices=("word", "char"), default=None, help=f"default {_default('shingle')}"
+        "--shingle",
+        choices=typing.get_args(_hint(FuzzyDedupConfig, "shingle")),
+        default=None,
+        help=f"default {_default('shingle')}",
     )
     fuzzy.add_argument(
         "--normalize", choices=NORMALIZATIONS, default=None, help=f"default {_default('normalize')}"
