@@ -32,6 +32,7 @@ from zephyr.errors import ConfigError
 
 __all__ = [
     "ExactDedupConfig",
+    "SubstringConfig",
     "FuzzyDedupConfig",
     "PRESETS",
     "MODES",
@@ -260,3 +261,36 @@ class FuzzyDedupConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SubstringConfig:
+    """Settings of one substring dedup run (``zephyr.dedup.substring``; the web pipeline's ``substring_dedup``
+    stage embeds ``min_bytes``, ``anchor_bytes`` and ``min_doc_bytes``)."""
+
+    min_bytes: int = 100
+    """Shortest repeated span removed (bytes)."""
+    anchor_bytes: int | None = None
+    """Length of the winnowing anchors; None: ``min(32, min_bytes // 2)``. Shorter anchors repeat more by
+    chance (more candidates), longer ones leave fewer windows per anchor (fewer anchors to count)."""
+    min_doc_bytes: int = 0
+    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
+    text_column: str = "text"
+    source_column: str | None = "source"
+    """Bytes removed are reported per value of this column (when present)."""
+    top_spans: int = 20
+    tokenizer: str | None = None
+    """A ``tokenizer.json`` (HF tokenizers): removed runs snap to its token starts instead of UTF-8
+    characters (``--unit tokens``), so no token is cut in half."""
+
+    def __post_init__(self) -> None:
+        require_at_least("min_bytes", self.min_bytes, 2)
+        require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
+        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
+            raise FieldError(
+                "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
+            )
+
+    @property
+    def anchor(self) -> int:
+        return self.anchor_bytes if self.anchor_bytes is not None else max(1, min(32, self.min_bytes // 2))

@@ -15,8 +15,7 @@ once, each line led by its key path as written in a config file (``optim.lr must
 (0.7, ['en', 'de'], 0.001, 'flex')
 
 Only the standard library is imported at module level: the trainer and the token loader import this with
-torch, numpy and fsspec alone (``tests/trainer/test_imports.py``), and PyYAML is imported where a value or a
-file is parsed.
+torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imported where text is parsed.
 """
 
 from __future__ import annotations
@@ -93,10 +92,8 @@ class FieldError(ConfigError):
 
 
 class ZephyrDeprecationWarning(FutureWarning):
-    """A config key or flag renamed in this release; the old name still works until the next one.
-
-    A ``FutureWarning`` (not a ``DeprecationWarning``) because the people who must change are the authors of
-    config files and command lines, and Python shows ``FutureWarning`` to them by default."""
+    """A config key or flag renamed in this release, still read until the next one. A ``FutureWarning``: the
+    authors of config files and command lines must change, and Python shows them ``FutureWarning`` by default."""
 
 
 # -- field declarations -------------------------------------------------------------------------------------
@@ -216,6 +213,16 @@ class _Mismatch(Exception):
     pass
 
 
+_CHECKS = {  # bool is never an integer; an integer is a number
+    type(None): lambda v: v is None,
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    list: lambda v: isinstance(v, list),
+    dict: lambda v: isinstance(v, dict),
+}
+
+
 def _convert(value: Any, hint: Any, lenient: bool) -> Any:
     """``value`` as the annotated type, or ``_Mismatch``. bool is never an integer; an integer is a number.
     ``lenient`` (raw config files) also reads one string as a one-item list and a number as a string."""
@@ -229,14 +236,6 @@ def _convert(value: Any, hint: Any, lenient: bool) -> Any:
             except _Mismatch:
                 continue
         raise _Mismatch
-    checks = {
-        type(None): lambda v: v is None,
-        bool: lambda v: isinstance(v, bool),
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        list: lambda v: isinstance(v, list),
-        dict: lambda v: isinstance(v, dict),
-    }
     if origin is Literal:
         if isinstance(value, str | bool | int) and value in typing.get_args(hint):
             return value
@@ -249,15 +248,15 @@ def _convert(value: Any, hint: Any, lenient: bool) -> Any:
         key, item = typing.get_args(hint)
         if isinstance(value, dict):
             return {_convert(k, key, lenient): _convert(v, item, lenient) for k, v in value.items()}
-    elif hint is float and checks[float](value):
+    elif hint is float and _CHECKS[float](value):
         return float(value) if lenient else value
     elif hint is str:
         if isinstance(value, str):
             return value
-        if lenient and checks[float](value):
+        if lenient and _CHECKS[float](value):
             return str(value)
-    elif hint in checks:
-        if checks[hint](value):
+    elif hint in _CHECKS:
+        if _CHECKS[hint](value):
             return value
     elif not isinstance(hint, type) or isinstance(value, hint):
         return value  # a hint this checker does not know (a Protocol, a callable...) is the config's to check
