@@ -140,3 +140,15 @@ def test_renamed_set_override_and_attribute() -> None:
         assert cfg.rows == 8
     with pytest.warns(ZephyrDeprecationWarning):
         assert FuzzyDedupConfig.from_dict({"bands": 14, "rows": 8}) == cfg
+
+
+def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text("stages:\n  - stage: read\n    paths: [/]\n  - stage: tokenize\n    shard_size: 4MB\n")
+    cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        "zephyr: deprecated: stages[1].shard_size is renamed shard_bytes; write shard_bytes "
+        "(the old key is read until the next release)"
+    )
