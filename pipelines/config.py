@@ -18,11 +18,13 @@ File format (version 1)::
 Stage types and their keys are the dataclasses of ``zephyr.pipelines.stage_configs`` (``STAGE_TYPES``), which
 embed the packages' own configs (a ``fuzzy_dedup`` stage's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
 key is documented where it is declared, and a key renamed in this release (``rows`` → ``rows_per_band``,
-``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``. Validation walks the whole file and raises one ``ConfigError`` listing every problem, each naming
-its key path and what is allowed, e.g.::
+``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``.
+
+Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` (a ``ConfigError``) listing
+every problem, each naming its key path and what is allowed, e.g.::
 
     stages[5].threshold: must be within (0, 1], got 1.5
-    stages[2].langauges: unknown key; allowed: enabled, languages, max_chars, min_score, model, name, stage
+    stages[2].langauges: unknown key for a LangIdStage; allowed: enabled, languages, max_chars, ...
 
 String values may use ``${VAR}`` or ``${VAR:-default}`` (environment variables). Overrides
 (``--set stages.fuzzy_dedup.threshold=0.7``, ``--set stages.3.enabled=false``, ``--set seed=1``) are applied
@@ -63,7 +65,15 @@ from zephyr.pipelines.stage_configs import (
     TrainStage,
 )
 
-from zephyr.config import build_flat, expand_env, flat_dict, flat_fields, parse_value, read_mapping
+from zephyr.config import (
+    ConfigProblems,
+    build_flat,
+    expand_env,
+    flat_dict,
+    flat_fields,
+    parse_value,
+    read_mapping,
+)
 from zephyr.errors import ConfigError
 
 __all__ = [
@@ -312,10 +322,7 @@ def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineCon
     if len(entries) == len(stages_raw):
         _check_order(entries, errors)
     if errors:
-        where = f"{path}: " if path else ""
-        raise ConfigError(
-            f"{where}invalid pipeline config ({len(errors)} problem(s)):\n  " + "\n  ".join(errors)
-        )
+        raise ConfigProblems(errors, what="pipeline config", path=path)
     name = top.pop("name", None) or (Path(path).stem if path else "pipeline")
     return PipelineConfig(name=name, stages=tuple(entries), path=path, **top)
 

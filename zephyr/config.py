@@ -68,17 +68,19 @@ __all__ = [
 class ConfigProblems(ConfigError):
     """Every problem found in one config, one line each, each led by its key path (``optim.lr must be ...``).
 
-    One problem reads as that line alone; several as ``invalid training config (N problems):`` and the lines.
+    One problem reads as that line alone; several as ``invalid training config (N problems):`` and the lines
+    (``what`` names the config; ``path``, when given, leads the message).
     """
 
-    def __init__(self, problems: list[str]):
+    def __init__(self, problems: list[str], *, what: str = "training config", path: str | None = None):
         self.problems = list(problems)
+        self.path = path
+        where = f"{path}: " if path else ""
         if len(self.problems) == 1:
-            super().__init__(self.problems[0])
+            super().__init__(where + self.problems[0])
         else:
-            super().__init__(
-                f"invalid training config ({len(self.problems)} problems):\n  " + "\n  ".join(self.problems)
-            )
+            lines = "\n  ".join(self.problems)
+            super().__init__(f"{where}invalid {what} ({len(self.problems)} problems):\n  {lines}")
 
 
 class FieldError(ConfigError):

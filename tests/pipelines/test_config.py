@@ -61,7 +61,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(_write(tmp_path, raw))
     message = str(info.value)
-    assert "5 problem(s)" in message
+    assert "invalid pipeline config (5 problems)" in message
     assert "stages[4].threshold: must be within (0, 1], got 1.5" in message
     assert "stages[1].collapse_whitespce: unknown key" in message and "collapse_whitespace" in message
     assert "stages[3].normalize: must be one of 'none', 'default', 'simplify', got 'lowercase'" in message
