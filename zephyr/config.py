@@ -14,6 +14,10 @@ once, each line led by its key path as written in a config file (``optim.lr must
 >>> parse_value("0.7"), parse_value("[en, de]"), parse_value("1e-3"), parse_value("flex")
 (0.7, ['en', 'de'], 0.001, 'flex')
 
+A package keeps its own config dataclass; an owner embeds it (``embedded_field``) and a config file writes its
+keys flat beside the owner's (``build_flat``/``flat_dict``). A renamed key is declared in a ``RENAMED`` class
+attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``).
+
 Only the standard library is imported at module level: the trainer and the token loader import this with
 torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imported where text is parsed.
 """
