@@ -6,7 +6,7 @@
     zephyr dedup exact INPUT... --output DIR [--level document|paragraph] [--normalize default|none|simplify]
                        [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
     zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
-                       [--shingle word|char] [--bands B --rows R] [--num-perm K] [--no-verify]
+                       [--shingle word|char] [--bands B --rows-per-band R] [--num-perm K] [--no-verify]
                        [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
                        [--index DIR [--update-index]] [--write-index DIR]
@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import typing
+import warnings
 from typing import Any
 
 from zephyr.dedup.cli_common import (
@@ -41,6 +43,17 @@ from zephyr.dedup.cli_common import (
     recorded,
     write_output,
 )
+from zephyr.dedup.config import (
+    CLUSTER_RULES,
+    NORMALIZATIONS,
+    PRESETS,
+    SIGNATURE_DEVICES,
+    ExactDedupConfig,
+    FuzzyDedupConfig,
+)
+
+from zephyr.config import ZephyrDeprecationWarning
+from zephyr.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -103,32 +116,38 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
     return finish(result, args.output, extra, args.engine_jobs, routed)
 
 
-def _fuzzy_config(args: argparse.Namespace):
-    from zephyr.dedup.config import FuzzyDedupConfig
+_FUZZY_FLAGS = (  # FuzzyDedupConfig fields with a flag of their own; --no-verify sets ``verify``
+    "threshold",
+    "preset",
+    "ngram",
+    "shingle",
+    "normalize",
+    "bands",
+    "rows_per_band",
+    "num_perm",
+    "seed",
+    "clusters",
+    "signature_device",
+    "bucket_links",
+)
 
-    overrides: dict[str, Any] = {
-        "threshold": args.threshold,
-        "verify": not args.no_verify,
-        "clusters": args.clusters,
-    }
-    tunables = (
-        "ngram",
-        "bands",
-        "rows",
-        "num_perm",
-        "shingle",
-        "normalize",
-        "seed",
-        "bucket_links",
-        "signature_device",
-    )
-    for name in tunables:
-        value = getattr(args, name)
-        if value is not None:
-            overrides[name] = value
-    if args.preset:
-        return FuzzyDedupConfig.from_preset(args.preset, **overrides)
-    return FuzzyDedupConfig(**overrides)
+
+def _fuzzy_config(args: argparse.Namespace) -> FuzzyDedupConfig:
+    """The ``FuzzyDedupConfig`` of the flags given (the dataclass's defaults for the rest, a preset's when
+    ``--preset`` is given), built as a pipeline stage builds it (``FuzzyDedupConfig.from_dict``)."""
+    given: dict[str, Any] = {k: getattr(args, k) for k in _FUZZY_FLAGS if getattr(args, k) is not None}
+    if args.rows is not None:  # the old flag, read until the next release
+        if args.rows_per_band is not None:
+            raise ConfigError("--rows is the old name of --rows-per-band; give only --rows-per-band")
+        warnings.warn(
+            "--rows is renamed --rows-per-band (the old flag is read until the next release)",
+            ZephyrDeprecationWarning,
+            stacklevel=2,
+        )
+        given["rows_per_band"] = args.rows
+    if args.no_verify:
+        given["verify"] = False
+    return FuzzyDedupConfig.from_dict(given)
 
 
 @recorded
@@ -149,8 +168,6 @@ def _fuzzy(args: argparse.Namespace) -> int:
 def _index_args(args: argparse.Namespace, config: Any) -> Any:
     """The opened ``--index`` (checked against ``config`` before any work), after checking the flags agree."""
     from zephyr.dedup.index import open_index
-
-    from zephyr.errors import ConfigError
 
     if args.update_index and args.index is None:
         raise ConfigError("--update-index needs --index DIR (the index to add to)")
@@ -250,11 +267,16 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
     add_common_io(exact)
-    exact.add_argument("--level", choices=("document", "paragraph"), default="document")
+    exact_fields = ExactDedupConfig.__dataclass_fields__
+    exact.add_argument(
+        "--level",
+        choices=typing.get_args(_hint(ExactDedupConfig, "level")),
+        default=exact_fields["level"].default,
+    )
     exact.add_argument(
         "--normalize",
-        choices=("default", "none", "simplify"),
-        default="default",
+        choices=NORMALIZATIONS,
+        default=exact_fields["normalize"].default,
         help="default: NFC + lower case + whitespace collapse; none: byte-exact",
     )
     add_dropped_output(exact, "duplicates --mode remove drops (--level document)")
@@ -266,36 +288,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
     add_common_io(fuzzy)
-    fuzzy.add_argument("--threshold", type=float, default=0.8, help="Jaccard threshold (default 0.8)")
-    fuzzy.add_argument("--preset", choices=("datatrove", "nemo", "redpajama"), default=None)
-    fuzzy.add_argument("--ngram", type=int, default=None, help="shingle length (default 5)")
-    fuzzy.add_argument("--shingle", choices=("word", "char"), default=None)
-    fuzzy.add_argument("--normalize", choices=("default", "none", "simplify"), default=None)
-    fuzzy.add_argument("--bands", type=int, default=None)
-    fuzzy.add_argument("--rows", type=int, default=None)
-    fuzzy.add_argument("--num-perm", type=int, default=None)
-    fuzzy.add_argument("--seed", type=int, default=None)
-    fuzzy.add_argument("--no-verify", action="store_true", help="skip the exact Jaccard check of candidates")
-    fuzzy.add_argument(
-        "--clusters",
-        choices=("anchored", "components"),
-        default="anchored",
-        help="anchored (default): a row is removed only if it is similar to its cluster's kept row; "
-        "components: transitive clusters (a chain A~B~C joins A and C however different they are)",
-    )
-    fuzzy.add_argument(
-        "--signature-device",
-        choices=("auto", "cpu", "cuda", "xpu", "torch-cpu"),
-        default=None,
-        help="where MinHash signatures are computed (same integers everywhere); auto: a CUDA/XPU device when "
-        "torch sees one, else the compiled CPU kernels",
-    )
-    fuzzy.add_argument(
-        "--bucket-links",
-        type=int,
-        default=None,
-        help="pair each LSH bucket member with at most this many earlier members (default 8): bounds giant buckets",
-    )
+    _add_fuzzy_flags(fuzzy)
     fuzzy.add_argument(
         "--index",
         metavar="DIR",
@@ -315,3 +308,63 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     add_dropped_output(fuzzy, "near-duplicates --mode remove drops")
     fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)
+
+
+def _hint(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def _default(name: str) -> Any:
+    return FuzzyDedupConfig.__dataclass_fields__[name].default
+
+
+def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
+    """The MinHash flags: choices and defaults come from ``FuzzyDedupConfig`` (a flag left out keeps the
+    dataclass's default, or the preset's), so the CLI and pipeline stages cannot drift apart."""
+    fuzzy.add_argument(
+        "--threshold", type=float, default=None, help=f"Jaccard threshold (default {_default('threshold')})"
+    )
+    fuzzy.add_argument("--preset", choices=PRESETS, default=None)
+    fuzzy.add_argument(
+        "--ngram", type=int, default=None, help=f"shingle length (default {_default('ngram')})"
+    )
+    fuzzy.add_argument(
+        "--shingle",
+        choices=typing.get_args(_hint(FuzzyDedupConfig, "shingle")),
+        default=None,
+        help=f"default {_default('shingle')}",
+    )
+    fuzzy.add_argument(
+        "--normalize", choices=NORMALIZATIONS, default=None, help=f"default {_default('normalize')}"
+    )
+    fuzzy.add_argument("--bands", type=int, default=None, help="LSH bands (with --rows-per-band)")
+    fuzzy.add_argument(
+        "--rows-per-band", type=int, default=None, help="signature values per LSH band (with --bands)"
+    )
+    fuzzy.add_argument("--rows", type=int, default=None, help="deprecated: the old name of --rows-per-band")
+    fuzzy.add_argument("--num-perm", type=int, default=None)
+    fuzzy.add_argument(
+        "--seed", type=int, default=None, help=f"permutation seed (default {_default('seed')})"
+    )
+    fuzzy.add_argument("--no-verify", action="store_true", help="skip the exact Jaccard check of candidates")
+    fuzzy.add_argument(
+        "--clusters",
+        choices=CLUSTER_RULES,
+        default=None,
+        help=f"{_default('clusters')} (default): a row is removed only if it is similar to its cluster's kept "
+        "row; components: transitive clusters (a chain A~B~C joins A and C however different they are)",
+    )
+    fuzzy.add_argument(
+        "--signature-device",
+        choices=SIGNATURE_DEVICES,
+        default=None,
+        help="where MinHash signatures are computed (same integers everywhere); auto: a CUDA/XPU device when "
+        "torch sees one, else the compiled CPU kernels",
+    )
+    fuzzy.add_argument(
+        "--bucket-links",
+        type=int,
+        default=None,
+        help="pair each LSH bucket member with at most this many earlier members "
+        f"(default {_default('bucket_links')}): bounds giant buckets",
+    )

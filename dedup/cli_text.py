@@ -29,6 +29,7 @@ from zephyr.dedup.cli_common import (
     recorded,
     write_output,
 )
+from zephyr.dedup.config import NORMALIZATIONS
 
 __all__ = ["register_text_commands"]
 
@@ -80,7 +81,9 @@ def _paragraph(args: argparse.Namespace) -> int:
             normalize=args.normalize,
             mode=args.mode,
         )
-        return finish(output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs)
+        return finish(
+            output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs
+        )
     return _paragraph_bloom(args, opts, extra)
 
 
@@ -247,7 +250,7 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         help="exact: every paragraph hash in memory, id order; bloom: fixed memory from --expected/--fp-rate, "
         "one pass in input order, false positives at most --fp-rate",
     )
-    para.add_argument("--normalize", choices=("default", "none", "simplify"), default="default")
+    para.add_argument("--normalize", choices=NORMALIZATIONS, default="default")
     para.add_argument("--expected", type=int, default=None, help="bloom: paragraphs the filter is sized for")
     para.add_argument("--fp-rate", type=float, default=1e-4, help="bloom: false-positive rate at --expected")
     para.add_argument(

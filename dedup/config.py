@@ -3,7 +3,7 @@
 ``FuzzyDedupConfig.from_preset`` reproduces the shingling and banding of well-known pipelines:
 
 ========== ===================== ================= ============================================
-preset     shingles              bands × rows      notes
+preset     shingles              bands × rows/band notes
 ========== ===================== ================= ============================================
 datatrove  word 5-grams          14 × 8 (112)      64-bit hashes; text simplified (punctuation)
 nemo       character 24-grams    20 × 13 (260)     raw text (NeMo Curator's GPU MinHash)
@@ -11,7 +11,7 @@ redpajama  word 13-grams         128 permutations  0.7 → 14×9, 0.8 → 9×13,
 ========== ===================== ================= ============================================
 
 >>> cfg = FuzzyDedupConfig.from_preset("datatrove")
->>> cfg.bands, cfg.rows, cfg.num_perm_resolved, round(cfg.lsh_threshold, 3)
+>>> cfg.bands, cfg.rows_per_band, cfg.num_perm_resolved, round(cfg.lsh_threshold, 3)
 (14, 8, 112, 0.719)
 >>> FuzzyDedupConfig(threshold=0.8).bands_rows()
 (14, 8)
@@ -22,27 +22,55 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import typing
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from zephyr.dedup.lsh import lsh_threshold, optimal_bands
-from zephyr.dedup.minhash import SCHEMES
-from zephyr.dedup.normalize import NORMALIZATIONS
-from zephyr.dedup.signature_device import SIGNATURE_DEVICES
-
+from zephyr.config import FieldError, ZephyrDeprecationWarning, renamed_keys, require_at_least, require_within
 from zephyr.errors import ConfigError
 
-__all__ = ["ExactDedupConfig", "FuzzyDedupConfig", "PRESETS", "MODES", "CLUSTER_RULES", "check_mode"]
+__all__ = [
+    "ExactDedupConfig",
+    "SubstringConfig",
+    "FuzzyDedupConfig",
+    "PRESETS",
+    "MODES",
+    "CLUSTER_RULES",
+    "NORMALIZATIONS",
+    "SCHEMES",
+    "SIGNATURE_DEVICES",
+    "check_mode",
+]
 
+# The dedup vocabulary, declared here once: the kernels (``normalize``, ``minhash``, ``signature_device``),
+# the dedup CLI and the pipeline's dedup stages read it from this module, which imports only the standard
+# library, so loading a pipeline config (``zephyr run --check``) loads neither numpy nor pyarrow.
+Normalization = Literal["none", "default", "simplify"]
+NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
+Scheme = Literal["affine64", "mersenne61"]
+SCHEMES: tuple[str, ...] = typing.get_args(Scheme)
+SignatureDevice = Literal["auto", "cpu", "cuda", "xpu", "torch-cpu"]
+SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
+"""Where MinHash signatures are computed; every choice gives the same integers (tested)."""
+Preset = Literal["datatrove", "nemo", "redpajama"]
+PRESETS: tuple[str, ...] = typing.get_args(Preset)
+ClusterRule = Literal["anchored", "components"]
+CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
 MODES = ("annotate", "remove")
-PRESETS = ("datatrove", "nemo", "redpajama")
-CLUSTER_RULES = ("anchored", "components")
 
 
 def check_mode(mode: str) -> None:
     """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates."""
     if mode not in MODES:
         raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+
+
+def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise FieldError(key, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+
+
 _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
@@ -51,112 +79,138 @@ _DEFAULT_NUM_PERM = 112
 class ExactDedupConfig:
     """Exact (hash-equality) dedup of documents or paragraphs."""
 
-    level: str = "document"
+    level: Literal["document", "paragraph"] = "document"
     """``document`` (whole texts) or ``paragraph`` (lines seen earlier in id order are removed)."""
-    normalize: str = "default"
-    """``default`` (NFC + lower case + whitespace collapse), ``none`` (byte-exact), or ``simplify``."""
+    normalize: Normalization = "default"
+    """``default``: NFC + lower case + collapsed whitespace; ``none``: byte-exact; ``simplify``: also
+    punctuation → space and digits → 0."""
     paragraph_separator: str = "\n"
     """What splits a document into paragraphs (``level="paragraph"``)."""
 
     def __post_init__(self) -> None:
-        if self.level not in ("document", "paragraph"):
-            raise ConfigError(f"level must be 'document' or 'paragraph', got {self.level!r}")
-        if self.normalize not in NORMALIZATIONS:
-            raise ConfigError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
+        _require_choice("level", self.level, ("document", "paragraph"))
+        _require_choice("normalize", self.normalize, NORMALIZATIONS)
         if not self.paragraph_separator:
-            raise ConfigError("paragraph_separator must not be empty")
+            raise FieldError("paragraph_separator", "must not be empty")
 
 
 @dataclass(frozen=True)
 class FuzzyDedupConfig:
-    """MinHash-LSH near-duplicate detection with verified clusters."""
+    """MinHash-LSH near-duplicate detection with verified clusters.
+
+    ``rows`` is the old name of ``rows_per_band``, read with a ``ZephyrDeprecationWarning`` until the next
+    release: as a key of ``from_dict`` (config files, pipeline stages), the ``--rows`` flag and the ``.rows``
+    attribute. The constructor takes only ``rows_per_band``."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"rows": "rows_per_band"}
+    """Old key → new key, for config files (``from_dict``) and the pipeline's stage keys."""
 
     threshold: float = 0.8
-    """Jaccard similarity (of shingle sets) at or above which two documents are duplicates."""
-    shingle: str = "word"
+    """Jaccard similarity (of shingle sets) at or above which two documents are duplicates, in (0, 1]."""
+    shingle: Literal["word", "char"] = "word"
     """``word`` n-grams of the normalized text, or ``char`` (Unicode code point) n-grams."""
     ngram: int = 5
     """Shingle length in words or characters."""
-    normalize: str = "default"
+    normalize: Normalization = "default"
     """Text normalization before shingling (see ``zephyr.dedup.normalize``)."""
     bands: int | None = None
-    """LSH bands; ``None`` (with ``rows``) picks them from ``threshold`` and ``num_perm``."""
-    rows: int | None = None
-    """Signature values per band."""
+    """LSH bands (give with ``rows_per_band``); ``None`` picks them from ``threshold`` and ``num_perm``."""
+    rows_per_band: int | None = None
+    """Signature values per LSH band (give with ``bands``)."""
     num_perm: int | None = None
-    """Permutations; ``None`` means ``bands * rows`` when those are given, else 112."""
+    """Permutations; ``None`` means ``bands * rows_per_band`` when those are given, else 112."""
     seed: int = 1
     """Seed of the permutations; an index and the corpus deduped against it must share it."""
-    scheme: str = "affine64"
+    scheme: Scheme = "affine64"
     """``affine64`` (datasketch 2.x ``affine64``) or ``mersenne61`` (datatrove's ``(a·h+b) mod 2^61−1``)."""
     verify: bool = True
-    """Keep a candidate pair only if the true Jaccard of its shingle sets reaches ``threshold``."""
-    clusters: str = "anchored"
+    """Keep a candidate pair only if the true Jaccard of its shingle sets reaches ``threshold`` (Marin #6854:
+    always on)."""
+    clusters: ClusterRule = "anchored"
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
     ``threshold`` (see ``zephyr.dedup.anchored``); ``components``: connected components of the verified
     pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
-    signature_device: str = "auto"
+    signature_device: SignatureDevice = "auto"
     """Where signatures are computed: ``auto`` (CUDA or XPU when torch sees one, else the numba kernels),
     ``cpu``, ``cuda``, ``xpu``, or ``torch-cpu`` (the accelerator code on CPU). Same integers on every
     device, so it is not part of ``signature_fingerprint``."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
     of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup.lsh.candidate_edges``)."""
-    preset: str | None = field(default=None, compare=False)
-    """Name of the preset this config came from (informational)."""
+    preset: Preset | None = field(default=None, compare=False)
+    """The known pipeline whose shingling and banding this config reproduces (``from_preset``, or
+    ``preset:`` in a config file, where the other keys override it); informational on the dataclass."""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.threshold <= 1.0:
-            raise ConfigError(f"threshold must be in (0, 1], got {self.threshold}")
-        if self.shingle not in ("word", "char"):
-            raise ConfigError(f"shingle must be 'word' or 'char', got {self.shingle!r}")
-        if self.ngram < 1:
-            raise ConfigError(f"ngram must be >= 1, got {self.ngram}")
-        if self.normalize not in NORMALIZATIONS:
-            raise ConfigError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {self.normalize!r}")
-        if self.clusters not in CLUSTER_RULES:
-            raise ConfigError(f"clusters must be one of {', '.join(CLUSTER_RULES)}, got {self.clusters!r}")
-        if self.signature_device not in SIGNATURE_DEVICES:
-            raise ConfigError(
-                f"signature_device must be one of {', '.join(SIGNATURE_DEVICES)}, got {self.signature_device!r}"
+        require_within("threshold", self.threshold, 0.0, 1.0, low_open=True)
+        _require_choice("shingle", self.shingle, ("word", "char"))
+        require_at_least("ngram", self.ngram, 1)
+        _require_choice("normalize", self.normalize, NORMALIZATIONS)
+        _require_choice("clusters", self.clusters, CLUSTER_RULES)
+        _require_choice("signature_device", self.signature_device, SIGNATURE_DEVICES)
+        require_at_least("bucket_links", self.bucket_links, 1)
+        _require_choice("scheme", self.scheme, SCHEMES)
+        if self.preset is not None:
+            _require_choice("preset", self.preset, PRESETS)
+        self._check_banding()
+
+    def _check_banding(self) -> None:
+        bands, rows = self.bands, self.rows_per_band
+        if (bands is None) != (rows is None):
+            raise FieldError(
+                "bands", f"give both bands and rows_per_band or neither (bands={bands}, rows_per_band={rows})"
             )
-        if self.bucket_links < 1:
-            raise ConfigError(f"bucket_links must be >= 1, got {self.bucket_links}")
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
-        if (self.bands is None) != (self.rows is None):
-            raise ConfigError(f"give both bands and rows or neither (bands={self.bands}, rows={self.rows})")
-        if self.bands is not None and (self.bands < 1 or self.rows < 1):
-            raise ConfigError(f"bands and rows must be >= 1, got {self.bands} × {self.rows}")
-        if self.bands is not None and self.num_perm is not None and self.bands * self.rows > self.num_perm:
-            raise ConfigError(
-                f"bands × rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}; "
-                "raise num_perm or lower bands/rows"
+        require_at_least("bands", bands, 1)
+        require_at_least("rows_per_band", rows, 1)
+        require_at_least("num_perm", self.num_perm, 1)
+        if bands is not None and self.num_perm is not None and bands * rows > self.num_perm:
+            raise FieldError(
+                "bands",
+                f"bands × rows_per_band = {bands * rows} exceeds num_perm = {self.num_perm}; "
+                "raise num_perm or lower bands/rows_per_band",
             )
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], where: str = "") -> FuzzyDedupConfig:
+        """From a config file's keys: ``preset`` (if given) first, the other keys over it; ``rows`` is read as
+        ``rows_per_band`` with a deprecation warning (``where`` prefixes its key path)."""
+        values = renamed_keys(raw, cls.RENAMED, where)
+        preset = values.pop("preset", None)
+        if preset is not None:
+            return cls.from_preset(preset, **values)
+        return cls(**values)
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> FuzzyDedupConfig:
         """A config reproducing a known pipeline's shingling and banding; ``overrides`` replace fields."""
         threshold = float(overrides.get("threshold", 0.8))
         if name == "datatrove":
-            base: dict[str, Any] = dict(shingle="word", ngram=5, bands=14, rows=8, normalize="simplify")
+            base: dict[str, Any] = dict(
+                shingle="word", ngram=5, bands=14, rows_per_band=8, normalize="simplify"
+            )
         elif name == "nemo":
-            base = dict(shingle="char", ngram=24, bands=20, rows=13, normalize="none")
+            base = dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none")
         elif name == "redpajama":
             if threshold not in _REDPAJAMA_BANDS:
+                from zephyr.dedup.lsh import optimal_bands
+
                 bands, rows = optimal_bands(threshold, 128)
             else:
                 bands, rows = _REDPAJAMA_BANDS[threshold]
-            base = dict(shingle="word", ngram=13, bands=bands, rows=rows, num_perm=128, normalize="simplify")
+            base = dict(
+                shingle="word", ngram=13, bands=bands, rows_per_band=rows, num_perm=128, normalize="simplify"
+            )
         else:
-            raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+            raise FieldError("preset", f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
         base.update(overrides)
         return cls(preset=name, **base)
 
     def bands_rows(self) -> tuple[int, int]:
         """The (bands, rows) in force: explicit, or optimized for ``threshold`` (verification on: recall first)."""
-        if self.bands is not None and self.rows is not None:
-            return self.bands, self.rows
+        from zephyr.dedup.lsh import optimal_bands
+
+        if self.bands is not None and self.rows_per_band is not None:
+            return self.bands, self.rows_per_band
         if self.threshold >= 1.0:
             return optimal_bands(0.99, self.num_perm or _DEFAULT_NUM_PERM)
         weights = (0.05, 0.95) if self.verify else (0.5, 0.5)
@@ -166,6 +220,16 @@ class FuzzyDedupConfig:
             false_positive_weight=weights[0],
             false_negative_weight=weights[1],
         )
+
+    @property
+    def rows(self) -> int | None:
+        """``rows_per_band`` under its old name, with a ``ZephyrDeprecationWarning``."""
+        warnings.warn(
+            "FuzzyDedupConfig.rows is renamed rows_per_band (the old name is read until the next release)",
+            ZephyrDeprecationWarning,
+            stacklevel=2,
+        )
+        return self.rows_per_band
 
     @property
     def bands_resolved(self) -> int:
@@ -179,6 +243,8 @@ class FuzzyDedupConfig:
     @property
     def lsh_threshold(self) -> float:
         """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup.lsh``."""
+        from zephyr.dedup.lsh import lsh_threshold
+
         return lsh_threshold(*self.bands_rows())
 
     def signature_fingerprint(self) -> str:
@@ -195,3 +261,36 @@ class FuzzyDedupConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SubstringConfig:
+    """Settings of one substring dedup run (``zephyr.dedup.substring``; the web pipeline's ``substring_dedup``
+    stage embeds ``min_bytes``, ``anchor_bytes`` and ``min_doc_bytes``)."""
+
+    min_bytes: int = 100
+    """Shortest repeated span removed (bytes)."""
+    anchor_bytes: int | None = None
+    """Length of the winnowing anchors; None: ``min(32, min_bytes // 2)``. Shorter anchors repeat more by
+    chance (more candidates), longer ones leave fewer windows per anchor (fewer anchors to count)."""
+    min_doc_bytes: int = 0
+    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
+    text_column: str = "text"
+    source_column: str | None = "source"
+    """Bytes removed are reported per value of this column (when present)."""
+    top_spans: int = 20
+    tokenizer: str | None = None
+    """A ``tokenizer.json`` (HF tokenizers): removed runs snap to its token starts instead of UTF-8
+    characters (``--unit tokens``), so no token is cut in half."""
+
+    def __post_init__(self) -> None:
+        require_at_least("min_bytes", self.min_bytes, 2)
+        require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
+        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
+            raise FieldError(
+                "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
+            )
+
+    @property
+    def anchor(self) -> int:
+        return self.anchor_bytes if self.anchor_bytes is not None else max(1, min(32, self.min_bytes // 2))

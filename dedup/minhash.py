@@ -24,10 +24,10 @@ a signature index so that a later corpus is hashed the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from zephyr.dedup import compiled
+from zephyr.dedup.config import SCHEMES, Scheme
 from zephyr.dedup.hashing import fmix64
 from zephyr.dedup.shingles import Shingles
 
@@ -43,8 +43,6 @@ __all__ = [
     "band_hashes",
 ]
 
-Scheme = Literal["affine64", "mersenne61"]
-SCHEMES: tuple[str, ...] = ("affine64", "mersenne61")
 """Where MinHash signatures are computed; every choice gives the same integers (tested)."""
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MERSENNE61 = np.uint64((1 << 61) - 1)

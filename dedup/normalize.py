@@ -17,19 +17,17 @@ Modes:
 from __future__ import annotations
 
 import unicodedata
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup import compiled
+from zephyr.dedup.config import NORMALIZATIONS, Normalization
 
 from zephyr.errors import ConfigError
 
 __all__ = ["Normalization", "NORMALIZATIONS", "normalize_text", "collapse_whitespace"]
 
-Normalization = Literal["none", "default", "simplify"]
-NORMALIZATIONS: tuple[str, ...] = ("none", "default", "simplify")
 
 # Python's str.isspace() set: \s lacks \v, \x1c-\x1f, \x85 and the \p{Z} separators, so list them.
 _WHITESPACE_RUN = r"[\t\n\x{0b}\x{0c}\r\x{1c}-\x{1f} \x{85}\p{Z}]+"

@@ -13,14 +13,13 @@ import importlib.util
 import os
 
 import numpy as np
+from zephyr.dedup.config import SIGNATURE_DEVICES
 from zephyr.dedup.minhash import Permutations, signatures
 from zephyr.dedup.shingles import Shingles
 
 from zephyr.errors import ConfigError
 
 __all__ = ["SIGNATURE_DEVICES", "resolve_signature_device", "signatures_on"]
-
-SIGNATURE_DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda", "xpu", "torch-cpu")
 
 
 def signatures_on(shingles: Shingles, perms: Permutations, device: str = "auto") -> np.ndarray:

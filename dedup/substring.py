@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.dedup.config import SubstringConfig
 
 from zephyr import counters
-from zephyr.errors import ConfigError, SchemaError
+from zephyr.errors import SchemaError
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -52,40 +53,6 @@ logger = logging.getLogger(__name__)
 ROW = "__substring_row"
 SHORT_DOC = "substring_short_doc"
 _TOP_CANDIDATES = 200  # windows looked at for the report's top spans (neighbours merge into one span)
-
-
-@dataclass(frozen=True)
-class SubstringConfig:
-    """Settings of one substring dedup run."""
-
-    min_bytes: int = 100
-    """Shortest repeated span removed (bytes)."""
-    anchor_bytes: int | None = None
-    """Length of the winnowing anchors; None: ``min(32, min_bytes // 2)``. Shorter anchors repeat more by
-    chance (more candidates), longer ones leave fewer windows per anchor (fewer anchors to count)."""
-    min_doc_bytes: int = 0
-    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
-    text_column: str = "text"
-    source_column: str | None = "source"
-    """Bytes removed are reported per value of this column (when present)."""
-    top_spans: int = 20
-    tokenizer: str | None = None
-    """A ``tokenizer.json`` (HF tokenizers): removed runs snap to its token starts instead of UTF-8
-    characters (``--unit tokens``), so no token is cut in half."""
-
-    def __post_init__(self) -> None:
-        if self.min_bytes < 2:
-            raise ConfigError(f"min_bytes must be >= 2, got {self.min_bytes}")
-        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
-            raise ConfigError(
-                f"anchor_bytes must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
-            )
-        if self.min_doc_bytes < 0:
-            raise ConfigError(f"min_doc_bytes must be >= 0, got {self.min_doc_bytes}")
-
-    @property
-    def anchor(self) -> int:
-        return self.anchor_bytes if self.anchor_bytes is not None else max(1, min(32, self.min_bytes // 2))
 
 
 def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Array]:

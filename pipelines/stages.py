@@ -82,15 +82,10 @@ def run_read(ctx: StageContext) -> StageOutcome:
 
 
 def run_normalize(ctx: StageContext) -> StageOutcome:
-    from zephyr.pipelines.quality.normalize import NormalizeConfig
     from zephyr.pipelines.quality.stages import Normalize
 
-    cfg = ctx.entry.config
     step = f"pipeline.{ctx.entry.name}.normalize"
-    normalize = Normalize(
-        NormalizeConfig(cfg.nfc, cfg.strip_control, cfg.collapse_whitespace, cfg.fix_mojibake),
-        ctx.pipeline.text_column,
-    )
+    normalize = Normalize(ctx.entry.config.normalize, ctx.pipeline.text_column)
     return finish_stage(ctx, ctx.read_inputs().map_batches(normalize, name=step), (step,))
 
 
@@ -166,14 +161,14 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
-        dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.normalize,
+        dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.dedup.normalize,
         mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
     )
     annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
     output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
     outcome = finish_stage(ctx, restore_dedup_columns(ctx, output), (remove,))
     # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
-    dedup_examples(ctx, outcome, "word", 5, cfg.normalize)
+    dedup_examples(ctx, outcome, "word", 5, cfg.dedup.normalize)
     return outcome
 
 
@@ -186,7 +181,7 @@ def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
     cfg = ctx.entry.config
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
-    dedup_config = cfg.build()
+    dedup_config = cfg.dedup
     # generations this stage wrote before it was interrupted are not "earlier runs": left out, then replaced
     index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
     graph: dict[str, Any] = {}
@@ -324,12 +319,7 @@ def run_tokenize(ctx: StageContext) -> StageOutcome:
         text_column=p.text_column,
         id_column=p.id_column,
         source_column=p.source_column,
-        shard_size=cfg.shard_size,
-        seed=cfg.seed,
-        bos=cfg.bos,
-        engine=cfg.engine,
-        batch_rows=cfg.batch_rows,
-        megatron=cfg.megatron,
+        **cfg.shards.writer_kwargs(),
         **ctx.engine(),
     )
     manifest = result.manifest

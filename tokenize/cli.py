@@ -8,6 +8,13 @@ Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the globa
 from __future__ import annotations
 
 import argparse
+import typing
+import warnings
+
+from zephyr.tokenize.options import TokenShardOptions
+
+from zephyr.config import ZephyrDeprecationWarning
+from zephyr.errors import ConfigError
 
 __all__ = ["register", "handler", "train_handler"]
 
@@ -35,28 +42,69 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     parser.add_argument(
         "--source-column", default="auto", help="column counted in the manifest's source mix ('auto', 'none')"
     )
-    parser.add_argument("--shard-size", default="512MB", help="target token bytes per shard (default 512MB)")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    parser.add_argument(
-        "--bos", choices=("never", "always"), default="never", help="prepend BOS to documents"
-    )
-    parser.add_argument(
-        "--engine",
-        choices=("auto", "fastokens", "tiktoken", "hf"),
-        default="auto",
-        help="encoder (default auto)",
-    )
+    _add_shard_options(parser)
     parser.add_argument("--eos-token", default=None, help="EOS token text when it cannot be detected")
     parser.add_argument("--bos-token", default=None, help="BOS token text (with --bos always)")
-    parser.add_argument(
-        "--batch-rows", type=int, default=1024, help="documents per tokenize batch (bounds memory)"
-    )
-    parser.add_argument("--megatron", action="store_true", help="also write Megatron .bin/.idx per shard")
     from zephyr.io.input_schema import add_schema_arguments
 
     add_schema_arguments(parser)
     parser.set_defaults(func=handler)
     _register_tokenizer(subparsers, common)
+
+
+def _add_shard_options(parser: argparse.ArgumentParser) -> None:
+    """The ``TokenShardOptions`` flags, with that dataclass's defaults and choices (the pipeline's tokenize
+    stage embeds the same dataclass, so the two cannot drift apart)."""
+    default = TokenShardOptions()
+    hints = typing.get_type_hints(TokenShardOptions)
+    parser.add_argument(
+        "--shard-bytes",
+        default=None,
+        help=f"target token bytes per shard (default {default.shard_bytes})",
+    )
+    parser.add_argument("--shard-size", default=None, help="deprecated: the old name of --shard-bytes")
+    parser.add_argument(
+        "--seed", type=int, default=default.seed, help=f"shuffle seed (default {default.seed})"
+    )
+    parser.add_argument(
+        "--bos", choices=typing.get_args(hints["bos"]), default=default.bos, help="prepend BOS to documents"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=typing.get_args(hints["engine"]),
+        default=default.engine,
+        help=f"encoder (default {default.engine})",
+    )
+    parser.add_argument(
+        "--batch-rows",
+        type=int,
+        default=default.batch_rows,
+        help="documents per tokenize batch (bounds memory)",
+    )
+    parser.add_argument("--megatron", action="store_true", help="also write Megatron .bin/.idx per shard")
+
+
+def _shard_options(args: argparse.Namespace) -> TokenShardOptions:
+    """The ``TokenShardOptions`` of the flags; ``--shard-size`` is read as ``--shard-bytes`` with a warning."""
+    shard_bytes = args.shard_bytes
+    if args.shard_size is not None:
+        if shard_bytes is not None:
+            raise ConfigError("--shard-size is the old name of --shard-bytes; give only --shard-bytes")
+        warnings.warn(
+            "--shard-size is renamed --shard-bytes (the old flag is read until the next release)",
+            ZephyrDeprecationWarning,
+            stacklevel=2,
+        )
+        shard_bytes = args.shard_size
+    given = {"shard_bytes": shard_bytes} if shard_bytes is not None else {}
+    return TokenShardOptions(
+        **given,
+        seed=args.seed,
+        bos=args.bos,
+        engine=args.engine,
+        batch_rows=args.batch_rows,
+        megatron=args.megatron,
+    )
 
 
 def _register_tokenizer(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -165,14 +213,9 @@ def handler(args: argparse.Namespace) -> int:
         text_column=args.text_column,
         id_column=_column(args.id_column),
         source_column=_column(args.source_column),
-        shard_size=args.shard_size,
-        seed=args.seed,
-        bos=args.bos,
-        engine=args.engine,
+        **_shard_options(args).writer_kwargs(),
         eos_token=args.eos_token,
         bos_token=args.bos_token,
-        batch_rows=args.batch_rows,
-        megatron=args.megatron,
         **schema_arguments(args),
         on_error=args.on_error,
         **execution,

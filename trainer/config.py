@@ -3,7 +3,7 @@
 Configs are plain, frozen, serializable data; change them with ``dataclasses.replace``, never by mutation.
 
 Validation happens before any work, in ``__post_init__`` (so ``dataclasses.replace`` and direct construction are
-checked too; ``zephyr.trainer.validation``): every field's type against its annotation, ranges declared on the
+checked too; ``zephyr.config``): every field's type against its annotation, ranges declared on the
 field (``ranged_field``), then cross-field rules naming both sides. All problems are reported at once in one
 ``ConfigProblems`` (a ``ConfigError``), one line each, led by the key path as written in a config file::
 
@@ -24,7 +24,6 @@ fsspec alone.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,16 +38,17 @@ from zephyr.trainer.model_config import (
     model_config_from_dict,
 )
 from zephyr.trainer.presets import get_preset
-from zephyr.trainer.validation import (
+
+from zephyr.config import (
     ConfigProblems,
     check_fields,
     describe_value,
     field_hints,
     field_problems,
     ranged_field,
+    read_mapping,
     unknown_keys,
 )
-
 from zephyr.errors import ConfigError
 
 __all__ = [
@@ -229,27 +229,7 @@ def _data_problems(cfg: TrainConfig) -> list[str]:
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The raw mapping in a YAML (or ``.json``) training config, unvalidated: the CLI lays its flags over it
     first, so a value a flag replaces is never checked (and never refused)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read training config {path}: {exc.strerror or exc}") from None
-    if str(path).endswith(".json"):
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-    else:
-        try:
-            import yaml
-        except ImportError as exc:  # pragma: no cover - pyyaml is a project dependency
-            raise ConfigError(f"reading {path} needs PyYAML: pip install pyyaml") from exc
-        try:
-            raw = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a training config must be a mapping of keys to values")
-    return raw
+    return read_mapping(path, "training config")
 
 
 def _model_problems(preset: str, overrides: dict[str, Any]) -> list[str]:

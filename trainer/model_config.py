@@ -1,6 +1,6 @@
 """The model's configuration: ``ModelConfig`` (the transformer) and ``MoEConfig`` (its mixture-of-experts FFN).
 
-Frozen, serializable data, checked in ``__post_init__`` by ``zephyr.trainer.validation``. Kept apart from the
+Frozen, serializable data, checked in ``__post_init__`` by ``zephyr.config``. Kept apart from the
 training run's ``zephyr.trainer.config`` because the named presets (``zephyr.trainer.presets``) are built from
 these classes while ``TrainConfig`` checks its ``preset`` against them: while these classes lived in ``config``,
 config and presets imported each other. ``ModelConfig.build()`` is consumed by ``zephyr.trainer.model.build_model``.
@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zephyr.trainer.validation import ConfigProblems, check_fields, field_hints, ranged_field, unknown_keys
+from zephyr.config import ConfigProblems, check_fields, field_hints, ranged_field, unknown_keys
 
 __all__ = [
     "MoEConfig",

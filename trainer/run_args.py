@@ -13,6 +13,7 @@ import argparse
 import json
 from typing import Any
 
+from zephyr.config import parse_value
 from zephyr.errors import ConfigError
 
 __all__ = ["add_run_arguments", "config_from_args"]
@@ -125,15 +126,9 @@ def add_run_arguments(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ())
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is JSON or text",
+        help="override a model field, dotted for the MoE (moe.top_k=2, n_layers=4); VALUE is read as in "
+        "zephyr run --set: JSON, else YAML, else text",
     )
-
-
-def _parse_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
 
 
 def _parse_data(values: list[str], *, mix: bool = False) -> str | dict[str, float]:
@@ -221,9 +216,9 @@ def config_from_args(args: argparse.Namespace):  # noqa: ANN201 - TrainConfig (i
         if key.startswith("moe."):
             if moe is None:
                 raise ConfigError(f"--set {item!r}: the model has moe disabled")
-            moe[key[4:]] = _parse_value(value)
+            moe[key[4:]] = parse_value(value)
         else:
-            model[key] = _parse_value(value)
+            model[key] = parse_value(value)
     if moe is not None:
         moe.update({k: given[k] for k in _MOE if k in given})
         if moe:

@@ -30,11 +30,11 @@ Null texts stay null.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality.config import NormalizeConfig
 
 __all__ = ["NormalizeConfig", "normalize_text", "normalize_array"]
 
@@ -46,21 +46,10 @@ _UNICODE_SPACES = r"[\x{00A0}\x{1680}\x{2000}-\x{200A}\x{202F}\x{205F}\x{3000}]"
 _MOJIBAKE_HINT = r"[ÃÂâ][\x{0080}-\x{00BF}\x{2018}-\x{203A}\x{0152}\x{0153}\x{0160}\x{0161}\x{0178}\x{017D}\x{017E}\x{0192}\x{02C6}\x{02DC}\x{20AC}\x{2122}]"
 
 
-@dataclass(frozen=True)
-class NormalizeConfig:
-    """What ``normalize_text`` does. Defaults are safe for code and LaTeX."""
-
-    nfc: bool = True
-    """Apply Unicode NFC (never NFKC, which would fold ``²``/``ℝ``/ligatures)."""
-    strip_control: bool = True
-    """Remove control characters other than tab and newline (and the BOM); ``\\r\\n``/``\\r`` → ``\\n``."""
-    collapse_whitespace: bool = True
-    """Unicode spaces → ' ', strip line ends, collapse interior runs of 2+ spaces/tabs, ≥3 newlines → 2."""
-    fix_mojibake: bool = False
-    """Repair UTF-8-read-as-Latin-1 mojibake with ``ftfy.fix_encoding`` (needs the ``quality`` extra)."""
+_DEFAULT = NormalizeConfig()
 
 
-def normalize_array(texts: pa.Array, config: NormalizeConfig = NormalizeConfig()) -> pa.Array:
+def normalize_array(texts: pa.Array, config: NormalizeConfig = _DEFAULT) -> pa.Array:
     """Normalize a string array (see the module docstring for the steps)."""
     if config.fix_mojibake:
         texts = _fix_mojibake(texts)
@@ -80,7 +69,7 @@ def normalize_array(texts: pa.Array, config: NormalizeConfig = NormalizeConfig()
 
 
 def normalize_text(
-    table: pa.Table, config: NormalizeConfig = NormalizeConfig(), *, text_column: str = "text"
+    table: pa.Table, config: NormalizeConfig = _DEFAULT, *, text_column: str = "text"
 ) -> pa.Table:
     """Return ``table`` with its text column normalized; other columns and row order unchanged."""
     texts = text_array(table, text_column)

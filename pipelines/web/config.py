@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from zephyr.pipelines.config_fields import FieldError, path_field, require_at_least
+from zephyr.dedup.config import SubstringConfig
+
+from zephyr.config import FieldError, embedded_field, path_field, require_at_least
 
 __all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
 
@@ -71,20 +73,9 @@ class UrlDedupStage:
 @dataclass(frozen=True)
 class SubstringDedupStage:
     """Remove repeats of byte spans of at least ``min_bytes`` after their first occurrence in corpus order
-    (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages."""
+    (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages. ``min_bytes``,
+    ``min_doc_bytes`` and ``anchor_bytes`` are ``zephyr.dedup.config.SubstringConfig``'s, documented there."""
 
-    min_bytes: int = 100
-    """Shortest repeated span removed, in bytes (the Nemotron-CC and Lee et al. setting is 50 tokens ≈ 100+
-    bytes)."""
-    min_doc_bytes: int = 0
-    """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``)."""
-    anchor_bytes: int | None = None
-    """Winnowing anchor length (``None``: ``min(32, min_bytes // 2)``)."""
-
-    def __post_init__(self) -> None:
-        require_at_least("min_bytes", self.min_bytes, 2)
-        require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
-        if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
-            raise FieldError(
-                "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
-            )
+    substring: SubstringConfig = embedded_field(
+        SubstringConfig, keys=("min_bytes", "min_doc_bytes", "anchor_bytes")
+    )

@@ -3,6 +3,8 @@ the shared operators of ``zephyr.pipelines.stage_ops``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from zephyr.pipelines.stage_ops import (
     PrepareRows,
     RemoveDuplicates,
@@ -105,17 +107,11 @@ def run_substring_dedup(ctx: StageContext) -> StageOutcome:
     source and the most repeated spans (the report shows them)."""
     import shutil
 
-    from zephyr.dedup.substring import SubstringConfig, substring_dedup_dataset
+    from zephyr.dedup.substring import substring_dedup_dataset
 
-    cfg = ctx.entry.config
     p = ctx.pipeline
-    config = SubstringConfig(
-        min_bytes=cfg.min_bytes,
-        anchor_bytes=cfg.anchor_bytes,
-        min_doc_bytes=cfg.min_doc_bytes,
-        text_column=p.text_column,
-        source_column=p.source_column,
-        top_spans=10,
+    config = dataclasses.replace(
+        ctx.entry.config.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
     )
     scratch = ctx.stage_dir / "_substring"
     info: dict = {}

@@ -65,12 +65,12 @@ def test_verification_rejects_chained_false_candidates():
     t = pa.table(
         {"id": ["a", "b", "c"], "text": [" ".join(left), " ".join(left + right), " ".join(right + other)]}
     )
-    loose = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=False, clusters="components")
+    loose = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=False, clusters="components")
     assert fuzzy_dedup(t, loose).table["dup_cluster_size"].to_pylist() == [3, 3, 3]
     # unverified but anchored: c is a candidate of b only, and b is not kept, so c is not removed
-    anchored = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=False)
+    anchored = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=False)
     assert fuzzy_dedup(t, anchored).table["dup_keep"].to_pylist() == [True, False, True]
-    strict = FuzzyDedupConfig(threshold=0.8, bands=60, rows=1, verify=True)
+    strict = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=True)
     r = fuzzy_dedup(t, strict)
     assert r.table["dup_cluster_size"].to_pylist() == [1, 1, 1]
     assert r.stats["rejected_edges"] >= 2
@@ -106,7 +106,7 @@ def test_config_validation_and_presets():
     with pytest.raises(ConfigError, match="both bands and rows"):
         FuzzyDedupConfig(bands=4)
     with pytest.raises(ConfigError, match="exceeds num_perm"):
-        FuzzyDedupConfig(bands=20, rows=10, num_perm=100)
+        FuzzyDedupConfig(bands=20, rows_per_band=10, num_perm=100)
     with pytest.raises(ConfigError, match="unknown preset"):
         FuzzyDedupConfig.from_preset("minhashlsh")
     nemo = FuzzyDedupConfig.from_preset("nemo")
@@ -121,3 +121,23 @@ def test_output_is_deterministic_across_input_order():
     a = fuzzy_dedup(t).table.sort_by("id")
     b = fuzzy_dedup(t.take(list(range(t.num_rows))[::-1])).table.sort_by("id")
     assert a.equals(b)
+
+
+def test_cli_flags_build_the_one_config_and_rows_still_works(tmp_path, capsys):
+    """`zephyr dedup fuzzy` builds FuzzyDedupConfig from its flags (its defaults where none is given); the old
+    --rows flag is read as --rows-per-band with a warning, and giving both is refused."""
+    import json
+
+    from zephyr.cli import main
+    from zephyr.config import ZephyrDeprecationWarning
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3], "text": ["a b c d e f g", "a b c d e f g", "x y z"]}), src)
+    base = ["dedup", "fuzzy", str(src), "--executor", "inprocess", "--no-progress"]
+    assert main([*base, "--output", str(tmp_path / "new"), "--bands", "14", "--rows-per-band", "8"]) == 0
+    with pytest.warns(ZephyrDeprecationWarning, match="--rows is renamed --rows-per-band"):
+        assert main([*base, "--output", str(tmp_path / "old"), "--bands", "14", "--rows", "8"]) == 0
+    configs = [json.loads((tmp_path / d / "_dedup_stats.json").read_text())["dedup"]["config"] for d in ("new", "old")]
+    assert configs[0] == configs[1] == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
+    assert main([*base, "--output", str(tmp_path / "x"), "--rows", "8", "--rows-per-band", "8"]) == 1
+    assert "--rows is the old name of --rows-per-band" in capsys.readouterr().err

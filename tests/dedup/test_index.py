@@ -128,7 +128,7 @@ def test_a_later_corpus_links_through_rows_an_earlier_run_removed(tmp_path):
     """A kept, A' removed for it, then B near A' and near enough to A, but LSH did not pair B with A: one
     dedup of the union still removes B (refinement checks B against the row kept for its earlier neighbour
     A'), and so must the run against the index, which holds A' as a removed row tied to A."""
-    cfg = FuzzyDedupConfig(threshold=0.8, bands=2, rows=8)  # few bands: LSH often misses J ≈ 0.82
+    cfg = FuzzyDedupConfig(threshold=0.8, bands=2, rows_per_band=8)  # few bands: LSH often misses J ≈ 0.82
     for seed in range(200):  # the first triple where only refinement finds (b, a): deterministic
         first, later = _triple(seed)
         stats: dict = {}
@@ -206,7 +206,7 @@ def test_other_minhash_settings_are_refused_by_name(tmp_path):
         fuzzy_dedup_dataset(zephyr.from_arrow(b), other, execution=INPROCESS, index=index)
     with pytest.raises(ConfigError, match=r"seed 1 \(this run: 2\)"):
         open_index(index, FuzzyDedupConfig(threshold=0.8, seed=2))
-    assert open_index(index, FuzzyDedupConfig(threshold=0.7, bands=14, rows=8)) is not None  # same signatures
+    assert open_index(index, FuzzyDedupConfig(threshold=0.7, bands=14, rows_per_band=8)) is not None  # same signatures
     with pytest.raises(InputError, match="no signature index"):
         open_index(str(tmp_path / "nothing"), CONFIG)
     (tmp_path / "junk").mkdir()

@@ -54,7 +54,7 @@ def test_output_column_is_validated_with_key_paths(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "stages[1].output_column: 'text' is the pipeline's text_column; choose another name" in err
     assert "stages[2].output_column: must name a column" in err
-    assert "stages[3].overwrite: must be true/false, got 'yes'" in err
+    assert "stages[3].overwrite: must be true or false, got 'yes'" in err
 
 
 def test_a_column_added_by_an_earlier_stage_is_named_as_its_origin(tmp_path):

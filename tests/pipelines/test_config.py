@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.pipelines.config import (
-    FuzzyDedupStage,
     apply_overrides,
     builtin_config,
     check_inputs,
@@ -48,7 +48,7 @@ def test_valid_config_resolves_paths_from_the_config_folder(tmp_path):
     assert [s.name for s in cfg.stages] == ["read", "normalize", "exact_dedup", "fuzzy_dedup", "tokenize"]
     assert cfg.stage("read").config.paths == [str(tmp_path / "in.parquet")]
     assert cfg.stage("tokenize").config.tokenizer == str(tmp_path / "tok.json")
-    assert cfg.stage("fuzzy_dedup").config.build().threshold == 0.8
+    assert cfg.stage("fuzzy_dedup").config.dedup.threshold == 0.8
 
 
 def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
@@ -61,7 +61,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(_write(tmp_path, raw))
     message = str(info.value)
-    assert "5 problem(s)" in message
+    assert "invalid pipeline config (5 problems)" in message
     assert "stages[4].threshold: must be within (0, 1], got 1.5" in message
     assert "stages[1].collapse_whitespce: unknown key" in message and "collapse_whitespace" in message
     assert "stages[3].normalize: must be one of 'none', 'default', 'simplify', got 'lowercase'" in message
@@ -81,7 +81,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
         ({"stage": "fuzzy_dedup", "preset": "minhashlsh"}, "stages[1].preset: must be one of 'datatrove', 'nemo'"),
         ({"stage": "normalize", "enabled": "yes"}, "stages[1].enabled: must be true or false"),
         ({"stage": "map", "function": "no_such_module_xyz:f"}, "stages[1].function: cannot import"),
-        ({"stage": "tokenize", "shard_size": "lots"}, "stages[1].shard_size: not a byte size"),
+        ({"stage": "tokenize", "shard_bytes": "lots"}, "stages[1].shard_bytes: not a byte size"),
         ({"stage": "read", "paths": ["x"]}, "stages[1].stage: only the first stage may be 'read'"),
     ],
 )
@@ -140,7 +140,7 @@ def test_overrides_by_name_index_and_top_level(tmp_path):
     )
     cfg = parse_config(out)
     assert cfg.name == "other"
-    assert cfg.stage("fuzzy_dedup").config.threshold == 0.7 and cfg.stage("fuzzy_dedup").config.ngram == 3
+    assert cfg.stage("fuzzy_dedup").config.dedup.threshold == 0.7 and cfg.stage("fuzzy_dedup").config.dedup.ngram == 3
     assert cfg.stage("normalize").enabled is False
     assert cfg.stage("read").config.paths == [str(tmp_path / "cwd" / "a.parquet"), str(tmp_path / "cwd" / "b.parquet")]
     assert raw["stages"][3]["threshold"] == 0.8  # the input mapping is not mutated
@@ -179,9 +179,10 @@ def test_missing_inputs_are_reported_before_work(tmp_path):
 
 
 def test_fuzzy_preset_with_overrides():
-    stage = FuzzyDedupStage(preset="datatrove", threshold=0.7)
-    built = stage.build()
-    assert (built.shingle, built.ngram, built.bands, built.rows, built.threshold) == ("word", 5, 14, 8, 0.7)
+    raw = {"stages": [{"stage": "read", "paths": ["/"]}, {"stage": "fuzzy_dedup", "preset": "datatrove", "threshold": 0.7}]}
+    built = parse_config(raw).stage("fuzzy_dedup").config.dedup
+    assert (built.shingle, built.ngram, built.bands, built.rows_per_band, built.threshold) == ("word", 5, 14, 8, 0.7)
+    assert isinstance(built, FuzzyDedupConfig) and built.preset == "datatrove"
 
 
 @pytest.mark.parametrize("name", ["quickstart", "web", "code"])

@@ -31,7 +31,7 @@ def pipeline(tmp_path_factory, request) -> Path:
             {"stage": "normalize"},
             {"stage": "exact_dedup"},
             {"stage": "fuzzy_dedup", "threshold": 0.7, "enabled": request.param},
-            {"stage": "tokenize", "vocab_size": 400, "shard_size": "64KB"},
+            {"stage": "tokenize", "vocab_size": 400, "shard_bytes": "64KB"},
         ],
     }
     path = root / "p.yaml"

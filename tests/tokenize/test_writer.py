@@ -207,27 +207,20 @@ def test_missing_text_column_names_it(tmp_path: Path, bpe_tokenizer: Path) -> No
         )
 
 
-def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys) -> None:
+@pytest.mark.parametrize("flag", ["--shard-bytes", "--shard-size"])
+def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys, flag: str) -> None:
+    """``--shard-size`` is the old name of ``--shard-bytes``: read the same, with a deprecation warning."""
     from zephyr.cli import main
+    from zephyr.config import ZephyrDeprecationWarning
 
     _corpus(tmp_path / "in", n=40, files=1)
-    code = main(
-        [
-            "tokenize",
-            str(tmp_path / "in"),
-            "--tokenizer",
-            str(bpe_tokenizer),
-            "--output",
-            str(tmp_path / "out"),
-            "--shard-size",
-            "2KB",
-            "--seed",
-            "5",
-            "--executor",
-            "inprocess",
-            "--json",
-        ]
-    )
+    argv = ["tokenize", str(tmp_path / "in"), "--tokenizer", str(bpe_tokenizer), "--output", str(tmp_path / "out")]
+    argv += [flag, "2KB", "--seed", "5", "--executor", "inprocess", "--json"]
+    if flag == "--shard-size":
+        with pytest.warns(ZephyrDeprecationWarning, match="--shard-size is renamed --shard-bytes"):
+            code = main(argv)
+    else:
+        code = main(argv)
     assert code == 0
     summary = json.loads(capsys.readouterr().out)["details"]
     assert summary["documents"] == 40 and summary["shards"] >= 2

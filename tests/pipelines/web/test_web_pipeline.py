@@ -58,7 +58,7 @@ def test_web_config_runs_the_whole_chain_on_a_warc(tmp_path, capsys, monkeypatch
         "--set",
         "stages.tokenize.vocab_size=512",
         "--set",
-        "stages.tokenize.shard_size=1MB",
+        "stages.tokenize.shard_bytes=1MB",
         "--set",
         "stages.quality.min_score=0.0",
     ]

@@ -1,0 +1,154 @@
+"""The config base (zephyr.config): one --set value reader for `zephyr run` and `zephyr train`, checks with key
+paths, embedded package configs, and renamed keys that still work for one release with a warning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from argparse import Namespace
+from dataclasses import dataclass
+
+import pytest
+from zephyr.dedup.config import FuzzyDedupConfig
+from zephyr.pipelines.config import apply_overrides, parse_config
+from zephyr.pipelines.quality.config import NormalizeConfig
+from zephyr.trainer.run_args import config_from_args
+
+from zephyr.config import (
+    ZephyrDeprecationWarning,
+    build_flat,
+    coerce,
+    embedded_field,
+    flat_dict,
+    parse_value,
+)
+from zephyr.errors import ConfigError
+
+VALUES = ["0.7", "4", "true", "null", "flex", "1e-3", '{"a": 1}', "[1, 2]", "", "yes", "[en, de]", "a: b: c"]
+
+
+def _read_stage(**stage) -> dict:
+    return {"stages": [{"stage": "read", "paths": ["/"]}, stage]}
+
+
+@pytest.mark.parametrize("text", VALUES)
+def test_set_values_read_the_same_in_run_and_train(text: str) -> None:
+    """`zephyr run --set` and `zephyr train --set` give one value for one text (JSON first, then YAML)."""
+    run = apply_overrides(_read_stage(stage="normalize"), [f"stages.normalize.nfc={text}"])["stages"][1][
+        "nfc"
+    ]
+    args = Namespace(config=None, overrides=[f"n_layers={text}"])
+    try:
+        train = config_from_args(args).model["n_layers"]
+    except ConfigError as exc:  # a value TrainConfig refuses names the value it was given
+        train = exc
+    assert run == parse_value(text)
+    if isinstance(train, ConfigError):
+        assert f"n_layers must be an integer, got {run!r} ({type(run).__name__})" in str(train)
+    else:
+        assert train == run
+
+
+def test_set_value_json_before_yaml() -> None:
+    # PyYAML (YAML 1.1) reads 1e-3 as text; JSON and YAML 1.2 read a number: both commands now read 0.001
+    assert parse_value("1e-3") == 0.001
+    assert parse_value("[en, de]") == ["en", "de"] and parse_value("yes") is True
+    assert parse_value("") == "" and parse_value("a: b: c") == "a: b: c"
+
+
+def test_set_value_without_pyyaml() -> None:
+    """On a training node without PyYAML, JSON values read the same and YAML-only forms stay text."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'yaml':\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from zephyr.config import parse_value\n"
+        "print(repr([parse_value(t) for t in ['0.7', 'true', '1e-3', 'flex', '[en, de]']]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[0.7, True, 0.001, 'flex', '[en, de]']"
+
+
+def test_coerce_names_the_key_and_type() -> None:
+    assert coerce(3, float, "x") == 3.0 and coerce("en", list[str], "x") == ["en"]
+    with pytest.raises(ConfigError, match=r"stages\[1\]\.min_score: must be a number, got 'high'"):
+        coerce("high", float, "stages[1].min_score")
+    with pytest.raises(ConfigError, match="must be true or false, got 1"):
+        coerce(1, bool, "k")
+
+
+@dataclass(frozen=True)
+class _Owner:
+    normalize: NormalizeConfig = embedded_field(NormalizeConfig, keys=("nfc", "fix_mojibake"))
+    label: str = "x"
+
+
+def test_embedded_keys_are_flat_and_checked_by_the_package_dataclass() -> None:
+    errors: list[str] = []
+    built = build_flat(_Owner, {"nfc": False, "label": "y"}, "s", errors)
+    assert errors == [] and built.normalize == NormalizeConfig(nfc=False) and built.label == "y"
+    assert flat_dict(built) == {"nfc": False, "fix_mojibake": False, "label": "y"}
+    assert build_flat(_Owner, {"strip_control": False, "nfc": "no"}, "s", errors) is None
+    assert errors[0].startswith(
+        "s.strip_control: unknown key for a _Owner; allowed: fix_mojibake, label, nfc"
+    )
+    assert errors[1] == "s.nfc: must be true or false, got 'no'"
+
+
+def test_pipeline_stages_embed_the_package_configs() -> None:
+    cfg = parse_config(_read_stage(stage="fuzzy_dedup", preset="nemo", threshold=0.9, bucket_links=4))
+    dedup = cfg.stage("fuzzy_dedup").config.dedup
+    assert dedup == FuzzyDedupConfig.from_preset("nemo", threshold=0.9, bucket_links=4)
+    assert cfg.stage("fuzzy_dedup").to_dict()["rows_per_band"] == 13
+    errors = parse_config_errors(_read_stage(stage="fuzzy_dedup", rows_per_band=8))
+    assert "stages[1].bands: give both bands and rows_per_band or neither" in errors
+
+
+def parse_config_errors(raw: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("stage", "old", "new", "value"),
+    [("fuzzy_dedup", "rows", "rows_per_band", 8), ("tokenize", "shard_size", "shard_bytes", "4MB")],
+)
+def test_renamed_keys_still_work_with_a_warning(stage: str, old: str, new: str, value) -> None:
+    extra = {"bands": 14} if stage == "fuzzy_dedup" else {}
+    with pytest.warns(ZephyrDeprecationWarning, match=rf"stages\[1\]\.{old} is renamed {new}"):
+        old_cfg = parse_config(_read_stage(stage=stage, **{old: value}, **extra))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new_cfg = parse_config(_read_stage(stage=stage, **{new: value}, **extra))
+    assert old_cfg.stages[1].to_dict() == new_cfg.stages[1].to_dict()
+    assert new_cfg.stages[1].to_dict()[new] == value and old not in new_cfg.stages[1].to_dict()
+    both = parse_config_errors(_read_stage(stage=stage, **{old: value, new: value}, **extra))
+    assert f"stages[1].{old}: {old} is the old name of {new}; give only {new}" in both
+
+
+def test_renamed_set_override_and_attribute() -> None:
+    raw = apply_overrides(_read_stage(stage="fuzzy_dedup", bands=14), ["stages.fuzzy_dedup.rows=8"])
+    with pytest.warns(ZephyrDeprecationWarning):
+        assert parse_config(raw).stage("fuzzy_dedup").config.dedup.rows_per_band == 8
+    cfg = FuzzyDedupConfig(bands=14, rows_per_band=8)
+    with pytest.warns(ZephyrDeprecationWarning, match="FuzzyDedupConfig.rows is renamed rows_per_band"):
+        assert cfg.rows == 8
+    with pytest.warns(ZephyrDeprecationWarning):
+        assert FuzzyDedupConfig.from_dict({"bands": 14, "rows": 8}) == cfg
+
+
+def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
+    config = tmp_path / "p.yaml"
+    config.write_text("stages:\n  - stage: read\n    paths: [/]\n  - stage: tokenize\n    shard_size: 4MB\n")
+    cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        "zephyr: deprecated: stages[1].shard_size is renamed shard_bytes; write shard_bytes "
+        "(the old key is read until the next release)"
+    )

@@ -1,0 +1,514 @@
+"""The one config base: field declarations, type and range checks with key paths, reading config files, and
+``--set KEY=VALUE`` values — shared by ``zephyr run`` (``zephyr.pipelines.config``), ``zephyr train``
+(``zephyr.trainer.config``) and the packages' own config dataclasses (``zephyr.dedup.config``...).
+
+Configs are frozen dataclasses. Each field documents itself where it is declared; a field may carry a
+declared range (``ranged_field``) or mark a filesystem path (``path_field``). Checks report every problem at
+once, each line led by its key path as written in a config file (``optim.lr must be ...``,
+``stages[3].threshold: must be within (0, 1], got 1.5``):
+
+>>> describe_type(int | None), describe_type(list[str])
+('an integer or null', 'a list of a string')
+>>> coerce(3, float, "lr"), coerce("en", list[str], "languages")
+(3.0, ['en'])
+>>> parse_value("0.7"), parse_value("[en, de]"), parse_value("1e-3"), parse_value("flex")
+(0.7, ['en', 'de'], 0.001, 'flex')
+
+A package keeps its own config dataclass; an owner embeds it (``embedded_field``) and a config file writes its
+keys flat beside the owner's (``build_flat``/``flat_dict``). A renamed key is declared in a ``RENAMED`` class
+attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``).
+
+Only the standard library is imported at module level: the trainer and the token loader import this with
+torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imported where text is parsed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import json
+import math
+import os
+import re
+import types
+import typing
+import warnings
+from dataclasses import field
+from pathlib import Path
+from typing import Any, Literal
+
+from zephyr.errors import ConfigError
+
+__all__ = [
+    "ConfigProblems",
+    "FieldError",
+    "ZephyrDeprecationWarning",
+    "ranged_field",
+    "path_field",
+    "range_problem",
+    "require_within",
+    "require_at_least",
+    "require_column_name",
+    "describe_type",
+    "describe_value",
+    "coerce",
+    "fits",
+    "field_hints",
+    "field_problems",
+    "unknown_keys",
+    "check_fields",
+    "renamed_keys",
+    "embedded_field",
+    "flat_fields",
+    "build_flat",
+    "flat_dict",
+    "parse_value",
+    "expand_env",
+    "read_mapping",
+]
+
+
+class ConfigProblems(ConfigError):
+    """Every problem found in one config, one line each, each led by its key path (``optim.lr must be ...``).
+
+    One problem reads as that line alone; several as ``invalid training config (N problems):`` and the lines
+    (``what`` names the config; ``path``, when given, leads the message).
+    """
+
+    def __init__(self, problems: list[str], *, what: str = "training config", path: str | None = None):
+        self.problems = list(problems)
+        self.path = path
+        where = f"{path}: " if path else ""
+        if len(self.problems) == 1:
+            super().__init__(where + self.problems[0])
+        else:
+            lines = "\n  ".join(self.problems)
+            super().__init__(f"{where}invalid {what} ({len(self.problems)} problems):\n  {lines}")
+
+
+class FieldError(ConfigError):
+    """A bad value of one field, raised from a config's ``__post_init__``; the loader prefixes the key path
+    (``stages[3].`` in a pipeline), so the package configs need not know where they are embedded."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.detail = message
+
+
+class ZephyrDeprecationWarning(FutureWarning):
+    """A config key or flag renamed in this release, still read until the next one. A ``FutureWarning``: the
+    authors of config files and command lines must change, and Python shows them ``FutureWarning`` by default."""
+
+
+# -- field declarations -------------------------------------------------------------------------------------
+def ranged_field(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    sentinel: int | None = None,
+    **kw: Any,
+) -> Any:
+    """A field whose value must lie within [low, high] (open ends as flagged); ``sentinel`` is also allowed."""
+    limits = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "sentinel": sentinel}
+    return field(metadata={"range": limits}, **kw)
+
+
+def path_field(default: Any = None, **kw: Any) -> Any:
+    """A field holding a filesystem path (or list of paths): resolved relative to the config file."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"path": True, **kw})
+    return field(default=default, metadata={"path": True, **kw})
+
+
+# -- range checks -------------------------------------------------------------------------------------------
+def range_problem(value: float, limits: dict[str, Any]) -> str | None:
+    """``must be within (0, 1], got 1.5`` when ``value`` is outside ``limits`` (see ``ranged_field``), else None."""
+    low, high = limits.get("low"), limits.get("high")
+    if value == limits.get("sentinel"):
+        return None
+    ok = (
+        not math.isnan(value)
+        and (low is None or (value > low if limits.get("low_open") else value >= low))
+        and (high is None or (value < high if limits.get("high_open") else value <= high))
+    )
+    if ok:
+        return None
+    if high is None:
+        wanted = f"{'>' if limits.get('low_open') else '>='} {low:g}"
+    else:
+        wanted = (
+            f"within {'(' if limits.get('low_open') else '['}{low:g}, {high:g}"
+            f"{')' if limits.get('high_open') else ']'}"
+        )
+    if limits.get("sentinel") is not None:
+        wanted = f"{limits['sentinel']} or {wanted}"
+    return f"must be {wanted}, got {value!r}"
+
+
+def require_within(key: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
+    """Raise ``FieldError`` unless ``low <= value <= high`` (``low < value`` with ``low_open``)."""
+    problem = range_problem(value, {"low": low, "high": high, "low_open": low_open})
+    if problem:
+        raise FieldError(key, problem)
+
+
+def require_at_least(key: str, value: int | float | None, low: int | float) -> None:
+    """Raise ``FieldError`` when ``value`` is set and below ``low`` (``None`` means the default)."""
+    if value is not None and value < low:
+        raise FieldError(key, f"must be >= {low}, got {value!r}")
+
+
+def require_column_name(key: str, value: str | None) -> None:
+    """Raise ``FieldError`` for a blank column name (``None`` means the pipeline's default column)."""
+    if value is not None and not value.strip():
+        raise FieldError(key, "must name a column, or be null for the default")
+
+
+# -- types --------------------------------------------------------------------------------------------------
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_KEY_WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def describe_type(hint: Any) -> str:
+    """A type annotation in words, as a config file's author writes values."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        *arms, last = [describe_type(a) for a in typing.get_args(hint)]
+        return f"{', '.join(arms)} or {last}"
+    if origin is list:
+        return f"a list of {describe_type(typing.get_args(hint)[0])}"
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        if key in _KEY_WORDS and value in _KEY_WORDS:
+            return f"a mapping {{{_KEY_WORDS[key]}: {_KEY_WORDS[value]}}}"
+        return "a mapping"
+    if hint is type(None):
+        return "null"
+    if hint is list:
+        return "a list"
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} keys"
+    return _WORDS.get(hint, str(hint))
+
+
+def describe_value(value: Any) -> str:
+    """``repr`` (cut at 60 characters) and type of a bad value, with a hint for numbers written as text."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    hint = ""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            hint = "; write numbers unquoted"
+            if "e" in value.lower() and "." not in value:  # YAML 1.1 (PyYAML) reads 3e-4 as text
+                hint += ", with a dot before the exponent (3.0e-4)"
+    return f"{text} ({type(value).__name__}){hint}"
+
+
+class _Mismatch(Exception):
+    pass
+
+
+_CHECKS = {  # bool is never an integer; an integer is a number
+    type(None): lambda v: v is None,
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    list: lambda v: isinstance(v, list),
+    dict: lambda v: isinstance(v, dict),
+}
+
+
+def _convert(value: Any, hint: Any, lenient: bool) -> Any:
+    """``value`` as the annotated type, or ``_Mismatch``. bool is never an integer; an integer is a number.
+    ``lenient`` (raw config files) also reads one string as a one-item list and a number as a string."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(hint):
+            try:
+                return _convert(value, arm, lenient)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin is Literal:
+        if isinstance(value, str | bool | int) and value in typing.get_args(hint):
+            return value
+    elif origin is list:
+        value = [value] if lenient and isinstance(value, str) else value
+        if isinstance(value, list):
+            (inner,) = typing.get_args(hint)
+            return [_convert(v, inner, lenient) for v in value]
+    elif origin is dict:
+        key, item = typing.get_args(hint)
+        if isinstance(value, dict):
+            return {_convert(k, key, lenient): _convert(v, item, lenient) for k, v in value.items()}
+    elif hint is float and _CHECKS[float](value):
+        return float(value) if lenient else value
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if lenient and _CHECKS[float](value):
+            return str(value)
+    elif hint in _CHECKS:
+        if _CHECKS[hint](value):
+            return value
+    elif not isinstance(hint, type) or isinstance(value, hint):
+        return value  # a hint this checker does not know (a Protocol, a callable...) is the config's to check
+    raise _Mismatch
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against a type hint and converted as a config file means it (``3`` → ``3.0`` for a
+    number, ``en`` → ``[en]`` for a list); ``ConfigError`` ``WHERE: must be TYPE, got VALUE`` otherwise."""
+    try:
+        return _convert(value, hint, lenient=True)
+    except _Mismatch:
+        raise ConfigError(f"{where}: must be {describe_type(hint)}, got {value!r}") from None
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (already in a dataclass) is of the annotated type, converting nothing."""
+    try:
+        _convert(value, hint, lenient=False)
+    except _Mismatch:
+        return False
+    return True
+
+
+# -- dataclass checks ---------------------------------------------------------------------------------------
+@functools.cache
+def field_hints(cls: type) -> dict[str, Any]:
+    """The resolved type hints of a dataclass's fields (cached: ``get_type_hints`` re-evaluates strings)."""
+    return typing.get_type_hints(cls)
+
+
+def field_problems(obj: Any, prefix: str) -> list[str]:
+    """Type and range problems of each field of the dataclass instance ``obj``, keys prefixed with ``prefix``."""
+    problems = []
+    hints = field_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), prefix + f.name
+        if not fits(value, hints[f.name]):
+            problems.append(f"{key} must be {describe_type(hints[f.name])}, got {describe_value(value)}")
+        elif "range" in f.metadata and (problem := range_problem(value, f.metadata["range"])):
+            problems.append(f"{key} {problem}")
+    return problems
+
+
+def unknown_keys(raw: dict[str, Any], cls: type, prefix: str) -> list[str]:
+    """One line per key of ``raw`` that is not a field of ``cls``, naming the allowed keys."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    return [
+        f"{prefix}{key} is not a known key; allowed: {', '.join(sorted(known))}"
+        for key in raw
+        if key not in known
+    ]
+
+
+def check_fields(obj: Any, prefix: str, rules: Any) -> None:
+    """Raise ``ConfigProblems`` with the field problems of ``obj``, or else those its cross-field ``rules`` find."""
+    problems = field_problems(obj, prefix)
+    if not problems:
+        problems = rules()
+    if problems:
+        raise ConfigProblems(problems)
+
+
+def renamed_keys(raw: dict[str, Any], renames: dict[str, str], where: str = "") -> dict[str, Any]:
+    """``raw`` with each old key of ``renames`` (old → new) under its new name, warning once per key with a
+    ``ZephyrDeprecationWarning``; both names at once is a ``FieldError`` (which value was meant is unknown)."""
+    out = dict(raw)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise FieldError(old, f"{old} is the old name of {new}; give only {new}")
+        warnings.warn(
+            f"{where}{old} is renamed {new}; write {new} (the old key is read until the next release)",
+            ZephyrDeprecationWarning,
+            stacklevel=3,
+        )
+        out[new] = out.pop(old)
+    return out
+
+
+# -- embedded configs ---------------------------------------------------------------------------------------
+def embedded_field(cls: type, *, keys: tuple[str, ...] | None = None) -> Any:
+    """A field holding a package's own config dataclass whose keys a config file writes flat, beside the
+    owner's: ``threshold:`` in a pipeline's ``fuzzy_dedup`` stage is ``FuzzyDedupConfig.threshold``. The
+    package declares (and documents, and checks) each key once; the owner embeds it instead of copying it.
+    ``keys`` limits the keys taken (the others keep the package's defaults)."""
+    return field(default_factory=cls, metadata={"embed": cls, "keys": keys})
+
+
+@functools.cache
+def flat_fields(cls: type) -> dict[str, tuple[dataclasses.Field, type, str | None]]:
+    """Every key a config file may write for ``cls``, in declaration order, embedded keys in place of their
+    field: key → (its ``Field``, the class declaring it, the embedding field's name or None)."""
+    out: dict[str, tuple[dataclasses.Field, type, str | None]] = {}
+    for f in dataclasses.fields(cls):
+        inner = f.metadata.get("embed")
+        if inner is None:
+            out[f.name] = (f, cls, None)
+            continue
+        keys = f.metadata.get("keys")
+        for g in dataclasses.fields(inner):
+            if keys is None or g.name in keys:
+                out[g.name] = (g, inner, f.name)
+    return out
+
+
+def _renames(cls: type) -> dict[str, str]:
+    renames = dict(getattr(cls, "RENAMED", {}))
+    for f in dataclasses.fields(cls):
+        if "embed" in f.metadata:
+            renames.update(getattr(f.metadata["embed"], "RENAMED", {}))
+    return renames
+
+
+def build_flat(
+    cls: type, body: dict[str, Any], where: str, errors: list[str], *, also: tuple[str, ...] = ()
+) -> Any:
+    """An instance of ``cls`` from a flat mapping (see ``embedded_field``), or None with every problem
+    appended to ``errors`` as ``WHERE.KEY: ...``: unknown keys (``also`` names keys the caller handles, for
+    the allowed list), required keys left out, each value checked against its declaring class's annotation,
+    old key names read under their new ones (``RENAMED`` class attributes, with a warning), then each
+    embedded config built (by its ``from_dict`` when it has one) and the owner itself."""
+    try:
+        body = renamed_keys(body, _renames(cls), f"{where}.")
+    except FieldError as exc:
+        errors.append(f"{where}.{exc.key}: {exc.detail}")
+        return None
+    known = flat_fields(cls)
+    own: dict[str, Any] = {}
+    inner: dict[str, dict[str, Any]] = {}
+    ok = True
+    for key, value in body.items():
+        if key not in known:
+            allowed = ", ".join(sorted([*known, *also]))
+            errors.append(f"{where}.{key}: unknown key for a {cls.__name__}; allowed: {allowed}")
+            ok = False
+            continue
+        _, owner, embed = known[key]
+        try:
+            value = coerce(value, field_hints(owner)[key], f"{where}.{key}")
+        except ConfigError as exc:
+            errors.append(str(exc))
+            ok = False
+            continue
+        (own if embed is None else inner.setdefault(embed, {}))[key] = value
+    for key, (f, _, _) in known.items():
+        if f.metadata.get("required") and key not in body:
+            errors.append(f"{where}.{key}: required")
+            ok = False
+    if not ok:
+        return None
+    try:
+        for f in dataclasses.fields(cls):
+            if "embed" in f.metadata:
+                embedded, values = f.metadata["embed"], inner.get(f.name, {})
+                make = getattr(embedded, "from_dict", None)
+                own[f.name] = make(values) if make is not None else embedded(**values)
+        return cls(**own)
+    except FieldError as exc:
+        errors.append(f"{where}.{exc.key}: {exc.detail}")
+    except ConfigError as exc:
+        errors.append(f"{where}: {exc}")
+    return None
+
+
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """The flat mapping of a config built by ``build_flat`` (what a config file writes; fingerprints hash it)."""
+    out = {}
+    for key, (_, _, embed) in flat_fields(type(obj)).items():
+        value = getattr(getattr(obj, embed) if embed else obj, key)
+        out[key] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
+    return out
+
+
+# -- values and files ---------------------------------------------------------------------------------------
+def parse_value(text: str) -> Any:
+    """The value of a ``--set KEY=VALUE`` override, the same in ``zephyr run`` and ``zephyr train``.
+
+    JSON first (so ``1e-3`` is a number, as JSON and YAML 1.2 read it, where PyYAML's YAML 1.1 reads text),
+    then YAML (``[en, de]``, ``yes``, unquoted strings), then the text itself; empty text is ``""``. Without
+    PyYAML (a training node with torch, numpy and fsspec only) the YAML step is skipped: JSON values and plain
+    text still read the same, and only YAML-only forms such as ``[en, de]`` stay text."""
+    if not text.strip():
+        return ""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        import yaml
+    except ImportError:
+        return text
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, where: str = "") -> Any:
+    """``${VAR}`` and ``${VAR:-default}`` in every string of a raw config; an unset variable without a
+    default is a ``ConfigError`` naming its key path."""
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and "${" in value:
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"{where}: environment variable {name} is not set (and ${{{name}}} has no :-default)"
+            )
+
+        return _ENV.sub(sub, value)
+    return value
+
+
+def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The raw mapping in a YAML (or ``.json``) config file, unvalidated; ``what`` names the file in errors
+    (``training config``). PyYAML is imported only for a YAML file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if str(path).endswith(".json"):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    else:
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - pyyaml is a project dependency
+            raise ConfigError(f"reading {path} needs PyYAML: pip install pyyaml") from exc
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a {what} must be a mapping of keys to values")
+    return raw
