@@ -97,17 +97,22 @@ def _input_dataset(
     )
 
 
-# A task's fixed cost is loading and proving the tokenizer in its process (~1 s for GPT-2 with fastokens) and
-# starting it; at fastokens' ~100 MB/s a task smaller than this would be mostly setup.
+# Worker processes cost their start-up, imports and loading and proving the tokenizer (~1-2 CPU-s each for
+# GPT-2 with fastokens); an input under twice this stays one task (in the driver when it is one file).
 _MIN_SPLIT_BYTES = 64 << 20
+# Once the input is split, each process pays that cost once (the tokenizer is cached per process), so a task
+# only costs the engine's bookkeeping (~10 ms): small tasks keep both workers busy to the end (5 tasks of
+# 64 MB on 2 workers left one idle for a fifth of the step).
+_MIN_TASK_BYTES = 16 << 20
 
 
 def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
     """(``approx_shard_bytes`` for reading the inputs, tokenize tasks that run at once on one machine).
 
     With worker processes and fewer input files than ~8 per worker, files are split into runs of row groups
-    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)``, so every worker has work
-    and the last tasks are short. The encoder threads of a task are ``cores // concurrent tasks``: a single
+    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)`` (at least
+    ``_MIN_TASK_BYTES``), so every worker has work and the last tasks are short; an input under twice
+    ``_MIN_SPLIT_BYTES`` is not worth worker processes and keeps tasks of that size. The encoder threads of a task are ``cores // concurrent tasks``: a single
     unsplittable file still gets every core, and two workers never run 2 x 2 threads on 2 cores.
     In-process (one task at a time, all cores each) and ``Dataset`` inputs are left as they are.
     """
@@ -130,7 +135,11 @@ def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
                 fs, path = filesystem(shard.path)
                 size = int(fs.size(path) or 0)
                 total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
-            split = max(_MIN_SPLIT_BYTES, total // (8 * workers))
+            split = (
+                _MIN_SPLIT_BYTES
+                if total < 2 * _MIN_SPLIT_BYTES
+                else max(min(_MIN_TASK_BYTES, _MIN_SPLIT_BYTES), total // (8 * workers))
+            )
             shards = list_shards(paths, approx_shard_bytes=split)
     except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
         return None, workers
