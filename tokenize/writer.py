@@ -4,10 +4,11 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 
 1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
    input file's text column (``zephyr.io.text_column``: strings, never numbers turned into text).
-2. ``map_batches(tokenize)``: ``batch_rows`` documents at a time (this bounds peak memory), encode on the
-   tokenizer's threads (every core this machine gives the stage: ``cores // concurrent tasks``), append EOS
-   (prepend BOS under ``bos="always"``). The batch's token ids go, as little-endian bytes in the shard dtype,
-   into one spill file (``zephyr.tokenize.spill``); the stage's output is one small *reference* row per
+2. ``map_batches(tokenize)`` (``zephyr.tokenize.encode_step``): ``batch_rows`` documents at a time (this
+   bounds peak memory), encoded in one call on the tokenizer's threads (every core this machine gives the
+   stage: ``cores // concurrent tasks``). The encoder's flat ids go, as little-endian bytes in the shard
+   dtype and without EOS/BOS (step 5 adds them), into one spill file (``zephyr.tokenize.spill``); the
+   stage's output is one small *reference* row per
    document: the shuffle key (``key_hi``, ``key_lo``: a seeded 128-bit xxh3 of the document, of its id when
    ``id_column`` is given so duplicate texts do not land side by side, the text hash breaking ties),
    ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null texts are quarantined
@@ -19,8 +20,9 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
    a document instead of its tokens. Output shard i is the sort's partition i, so shard contents depend only
    on the data, the seed and the shard size — never on the worker count or executor. Equal keys mean equal
    text (and id), hence equal tokens: ties cannot change bytes.
-5. ``map(pack)`` over the partitions: read each partition's references ``batch_rows`` at a time, gather their
-   token bytes from the spill files, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
+5. ``map(pack)`` over the partitions (``zephyr.tokenize.pack_step``): read each partition's references
+   ``batch_rows`` at a time, gather their ids from the spill files with a gap for EOS (and BOS) around each
+   document, store the special tokens, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
    (+ Megatron ``.bin``/``.idx``), hashing as they are written; the driver writes ``manifest.json`` last.
 
 Token bytes are thus written once (spill) and read once (pack); peak memory per worker is one batch of
@@ -41,11 +43,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zephyr.tokenize.encode_step import TokenizeBatch, _numeric
 from zephyr.tokenize.format import token_dtype
+from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
 from zephyr.tokenize.pack_step import PackPartition, shard_directory
 from zephyr.tokenize.shards import write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
-from zephyr.errors import ConfigError, ZephyrError
+from zephyr.errors import ConfigError
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
@@ -73,103 +76,6 @@ class TokenizeResult:
     @property
     def num_documents(self) -> int:
         return int(self.manifest["num_documents"])
-
-
-def _input_paths(data: Any) -> tuple[list[str], str]:
-    """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
-    from zephyr.io.paths import input_files
-
-    return input_files(
-        [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    )
-
-
-def _input_dataset(
-    data: Any, columns: list[str], split_bytes: int | None, on_error: str, **schema: Any
-) -> Dataset:
-    import zephyr
-
-    paths, fmt = _input_paths(data)
-    if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, on_error=on_error, **schema)
-    return zephyr.read_parquet(
-        paths, columns=columns, approx_shard_bytes=split_bytes, on_error=on_error, **schema
-    )
-
-
-# Worker processes cost their start-up, imports and loading and proving the tokenizer (~1-2 CPU-s each for
-# GPT-2 with fastokens); an input under twice this stays one task (in the driver when it is one file).
-_MIN_SPLIT_BYTES = 64 << 20
-# Once the input is split, each process pays that cost once (the tokenizer is cached per process), so a task
-# only costs the engine's bookkeeping (~10 ms): small tasks keep both workers busy to the end (5 tasks of
-# 64 MB on 2 workers left one idle for a fifth of the step).
-_MIN_TASK_BYTES = 16 << 20
-
-
-def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
-    """(``approx_shard_bytes`` for reading the inputs, tokenize tasks that run at once on one machine).
-
-    With worker processes and fewer input files than ~8 per worker, files are split into runs of row groups
-    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)`` (at least
-    ``_MIN_TASK_BYTES``), so every worker has work and the last tasks are short; an input under twice
-    ``_MIN_SPLIT_BYTES`` is not worth worker processes and keeps tasks of that size. The encoder threads of a task are ``cores // concurrent tasks``: a single
-    unsplittable file still gets every core, and two workers never run 2 x 2 threads on 2 cores.
-    In-process (one task at a time, all cores each) and ``Dataset`` inputs are left as they are.
-    """
-    workers = options.num_workers
-    if options.executor == "inprocess":
-        return None, 1
-    if _is_dataset(data):
-        return None, workers
-    from zephyr.io.estimate import estimated_bytes
-    from zephyr.io.paths import filesystem
-    from zephyr.io.sources import list_shards
-
-    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    try:
-        shards = list_shards(paths)
-        split = None
-        if len(shards) < 8 * workers:
-            total = 0
-            for shard in shards:
-                fs, path = filesystem(shard.path)
-                size = int(fs.size(path) or 0)
-                total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
-            split = (
-                _MIN_SPLIT_BYTES
-                if total < 2 * _MIN_SPLIT_BYTES
-                else max(min(_MIN_TASK_BYTES, _MIN_SPLIT_BYTES), total // (8 * workers))
-            )
-            shards = list_shards(paths, approx_shard_bytes=split)
-    except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
-        return None, workers
-    return split, max(1, min(workers, len(shards)))
-
-
-def _input_columns(data: Any) -> list[str] | None:
-    """Column names of the first Parquet input (``None``: not Parquet paths, or unreadable)."""
-    if not isinstance(data, str | os.PathLike | list | tuple):
-        return None
-    import fsspec
-    import pyarrow.parquet as pq
-
-    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
-    try:
-        fs, first = fsspec.core.url_to_fs(os.fspath(paths[0]))
-        if fs.isdir(first):
-            found = sorted(p for p in fs.find(first) if p.endswith(".parquet"))
-            first = found[0]
-        with fs.open(first, "rb") as handle:
-            return pq.read_schema(handle).names
-    except (IndexError, OSError, ValueError):
-        return None
-
-
-def _detect_column(names: list[str] | None, wanted: str | None, default: str) -> str | None:
-    """``"auto"`` → ``default`` when the first Parquet input has that column, else ``None``."""
-    if wanted != "auto":
-        return wanted
-    return default if names and default in names else None
 
 
 def write_token_shards(
@@ -231,10 +137,10 @@ def write_token_shards(
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         from zephyr.io.text_column import check_text_inputs
 
-        paths, fmt = _input_paths(data)
+        paths, fmt = input_paths(data)
         check_text_inputs(paths, text_column, format=fmt)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    split_bytes, concurrency = _plan_tasks(data, options)
+    split_bytes, concurrency = plan_tasks(data, options)
     pool = _worker_pool(execution, options, concurrency)
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
@@ -254,14 +160,14 @@ def write_token_shards(
                 num_threads=max(1, (os.cpu_count() or 1) // options.num_workers),
             )
         )
-        names = _input_columns(data) if "auto" in (id_column, source_column) else None
-        id_column = _detect_column(names, id_column, "id")
-        source_column = _detect_column(names, source_column, "source")
+        names = input_columns(data) if "auto" in (id_column, source_column) else None
+        id_column = detect_column(names, id_column, "id")
+        source_column = detect_column(names, source_column, "source")
         columns = [c for c in (text_column, id_column, source_column) if c]
         dataset = (
             data
             if isinstance(data, zephyr.Dataset)
-            else _input_dataset(
+            else input_dataset(
                 data, columns, split_bytes, on_error, unify_schemas=unify_schemas, schema=schema
             )
         )
@@ -334,7 +240,7 @@ def _manifest_meta(
 
 
 def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
-    """How the tokenize step ran (see ``_plan_tasks``), for the result's stats."""
+    """How the tokenize step ran (see ``zephyr.tokenize.inputs.plan_tasks``), for the result's stats."""
     executor = pool.get("executor", "local")
     return {
         "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
@@ -485,12 +391,6 @@ def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
 def _counter(stats: dict[str, Any], name: str) -> int:
     """A counter summed over a job's stages (the tokenize stage's ``tokens``/``documents``)."""
     return int(sum(stage.get("counters", {}).get(name, 0) for stage in stats.get("stages", [])))
-
-
-def _is_dataset(data: Any) -> bool:
-    import zephyr
-
-    return isinstance(data, zephyr.Dataset)
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:

@@ -267,19 +267,19 @@ def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
 def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
     """One file of 12 row groups, 2 local workers: split into row-group runs, 2 tasks at a time (1 thread each);
     in-process: no split, one task with every core."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.inputs as inputs
 
     from zephyr import ExecutionOptions
 
     _one_file_many_row_groups(tmp_path / "in")
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)
-    split, concurrency = writer._plan_tasks(
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)
+    split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert split is not None and concurrency == 2
-    assert writer._plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1 << 30)
-    split, concurrency = writer._plan_tasks(
+    assert inputs.plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1 << 30)
+    split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert concurrency == 1, "one unsplittable task: one worker, every core for its encoder threads"
@@ -289,11 +289,11 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     tmp_path: Path, bpe_tokenizer: Path, monkeypatch
 ) -> None:
     """Shard bytes depend on data, seed and shard size only: not on how the input was cut into tasks."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.inputs as inputs
 
     _one_file_many_row_groups(tmp_path / "in")
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
     write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "w2"),
