@@ -33,7 +33,7 @@ from zephyr.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["TokenizeBatch"]
+__all__ = ["TokenizeBatch", "numeric_array"]
 
 _U64 = 0xFFFFFFFFFFFFFFFF
 # tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
@@ -80,7 +80,7 @@ def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
 
 # Arrow arrays built from buffers: ``pa.array(ndarray)``/``pa.array(list)`` first probe for pandas, and importing
 # it costs ~0.4 s in a process that has not yet.
-def _numeric(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+def numeric_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     import pyarrow as pa
 
     values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
@@ -204,11 +204,11 @@ class TokenizeBatch:
         name = spill_name(hi, lo, num_tokens)
         write_spill(self.spill_dir, name, body)
         columns = {
-            "key_hi": _numeric(hi, pa.uint64()),
-            "key_lo": _numeric(lo, pa.uint64()),
-            "num_tokens": _numeric(num_tokens, pa.int64()),
+            "key_hi": numeric_array(hi, pa.uint64()),
+            "key_lo": numeric_array(lo, pa.uint64()),
+            "num_tokens": numeric_array(num_tokens, pa.int64()),
             "spill_file": _repeated(name, len(lengths)),
-            "spill_offset": _numeric(starts * dtype.itemsize, pa.int64()),
+            "spill_offset": numeric_array(starts * dtype.itemsize, pa.int64()),
         }
         if self.source_column:
             columns["source"] = table[self.source_column].cast(pa.string())

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.encode_step import TokenizeBatch, _numeric
+from zephyr.tokenize.encode_step import TokenizeBatch, numeric_array
 from zephyr.tokenize.format import token_dtype
 from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
 from zephyr.tokenize.pack_step import PackPartition, shard_directory
@@ -332,7 +332,7 @@ def _shuffle_and_pack(
     # built from buffers: ``from_items`` (``pa.Table.from_pylist``) would import pandas in the driver (~1 s)
     jobs = pa.Table.from_arrays(
         [
-            _numeric(np.arange(len(parts)), pa.int64()),
+            numeric_array(np.arange(len(parts)), pa.int64()),
             _strings([f"shard-{i:05d}" for i in range(len(parts))]),
             _strings(parts),
         ],
