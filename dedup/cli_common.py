@@ -164,7 +164,7 @@ def row_balance(stages: list[dict]) -> dict[str, int]:
         "in": stages[0]["rows_in"],
         "kept": stages[-1]["rows_out"],
         "dropped": sum(s["rows_dropped"] for s in stages),
-        "quarantined": stages[0]["rows_rejected"],
+        "quarantined": stages[0]["rows_quarantined"],
     }
 
 

@@ -2,7 +2,7 @@
 
 Each stage is a small dataclass holding only configuration (so it pickles cheaply and fingerprints
 stably); models and indexes load lazily on the first batch of each task. Stages that remove rows return a
-``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_rejected``, with
+``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_quarantined``, with
 drops counted by reason; rule counters go to ``zephyr.counters``.
 
 >>> import zephyr
