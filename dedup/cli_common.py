@@ -20,7 +20,7 @@ the same bytes on every executor; ``--executor local`` isolates tasks in process
 
 # Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
 # files of very different sizes would otherwise leave one worker hashing the largest file alone.
-SHARD_BYTES = "32MiB"
+APPROX_SHARD_BYTES = "32MiB"
 
 
 DUP_COLUMNS = {
@@ -45,7 +45,7 @@ def read_inputs(args: argparse.Namespace):
     if args.mode == "annotate":
         check_input_columns(args.inputs, written, overwrite=args.overwrite, rename="--output-column NAME")
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    ds = zephyr.read(args.inputs, approx_shard_bytes=SHARD_BYTES, on_error=args.on_error, **schema)
+    ds = zephyr.read(args.inputs, approx_shard_bytes=APPROX_SHARD_BYTES, on_error=args.on_error, **schema)
     return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
 
 

@@ -19,7 +19,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.quarantine import QUARANTINE_SCHEMA
+from zephyr.io.quarantine import QUARANTINE_SCHEMA, REJECT_REASON
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,
@@ -252,9 +252,9 @@ def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, qu
 
 def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:
     n = rejected.num_rows
-    if "reject_reason" in rejected.column_names:
-        reasons = rejected.column("reject_reason").to_pylist()
-        body = rejected.drop_columns(["reject_reason"])
+    if REJECT_REASON in rejected.column_names:
+        reasons = rejected.column(REJECT_REASON).to_pylist()
+        body = rejected.drop_columns([REJECT_REASON])
     else:
         reasons = [reason or op_label(op)] * n
         body = rejected
