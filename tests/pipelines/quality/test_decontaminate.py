@@ -65,3 +65,12 @@ def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):
     ds = zephyr.from_items([{"text": QUESTION}, {"text": "fine"}, {"text": "also fine"}], num_shards=2)
     out = ds.map_batches(Decontaminate(str(tmp_path / "idx.npz")), name="decontam").to_arrow(executor=executor, workers=2)
     assert sorted(out["text"].to_pylist()) == ["also fine", "fine"]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import zephyr.pipelines.quality.decontaminate as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 2 and result.failed == 0
