@@ -10,6 +10,8 @@ import logging
 import os
 from typing import Any
 
+from zephyr.config import REMOVAL_MODES
+
 logger = logging.getLogger("zephyr.dedup.cli")
 
 
@@ -197,7 +199,7 @@ def add_common_io(p: argparse.ArgumentParser) -> None:
     add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
-        choices=("annotate", "remove"),  # dedup.config.MODES, not imported: --help stays fast
+        choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast
         default="annotate",
         help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
     )

@@ -61,6 +61,8 @@ __all__ = [
     "check_fields",
     "renamed_keys",
     "renamed_value",
+    "REMOVAL_MODES",
+    "check_removal_mode",
     "embedded_field",
     "flat_fields",
     "build_flat",
@@ -359,6 +361,24 @@ def renamed_value(value: Any, renames: dict[Any, Any], where: str) -> Any:
         stacklevel=3,
     )
     return new
+
+
+REMOVAL_MODES = ("annotate", "remove")
+"""The two modes of every op that removes rows (dedup, decontaminate): ``annotate`` keeps every row and adds the
+op's columns, ``remove`` drops the rows it finds."""
+
+
+def check_removal_mode(mode: str, where: str = "mode", old: dict[str, str] | None = None) -> str:
+    """``mode`` as one of ``REMOVAL_MODES``; an op's old name for one (``old``, old → new) is read with a
+    ``ZephyrDeprecationWarning``, any other value is a ``ConfigError`` naming the choices.
+
+    >>> check_removal_mode("remove")
+    'remove'
+    """
+    mode = renamed_value(mode, old or {}, where)
+    if mode not in REMOVAL_MODES:
+        raise ConfigError(f"{where} must be 'annotate' or 'remove', got {mode!r}")
+    return mode
 
 
 # -- embedded configs ---------------------------------------------------------------------------------------

@@ -28,12 +28,11 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
-from zephyr.config import renamed_value
+from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.added_columns import check_added_columns
 
 __all__ = [
-    "MODES",
     "OLD_MODES",
     "check_mode",
     "EvalNgramIndex",
@@ -135,23 +134,18 @@ def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
 
 
-MODES = ("annotate", "remove")
-"""``annotate`` keeps every row and adds the flag columns; ``remove`` drops the contaminated rows (as dedup)."""
 OLD_MODES = {"flag": "annotate", "drop": "remove"}
 """The modes' names before this release, still read with a ``ZephyrDeprecationWarning``."""
 
 
 def check_mode(mode: str, where: str = "mode") -> str:
-    """``mode`` as one of ``MODES``: an old name (``OLD_MODES``) is renamed with a warning, any other value
-    is a ``ConfigError`` naming the choices.
+    """``mode`` as one of ``zephyr.config.REMOVAL_MODES`` (``annotate`` keeps every row and adds the flag
+    columns; ``remove`` drops the contaminated rows); an old name (``OLD_MODES``) is renamed with a warning.
 
     >>> check_mode("remove")
     'remove'
     """
-    mode = renamed_value(mode, OLD_MODES, where)
-    if mode not in MODES:
-        raise ConfigError(f"{where} must be 'annotate' or 'remove', got {mode!r}")
-    return mode
+    return check_removal_mode(mode, where, OLD_MODES)
 
 
 def flag_columns(flag_column: str = "contaminated") -> tuple[str, str]:
