@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2] \
         [--batch-rows 128,4096] [--row-group-rows 1000] [--datatrove-venv benchmarks/.venvs/datatrove] \
-        [--skip hf,datatrove]
+        [--datatrove-mb 40] [--skip hf,datatrove,tiktoken-writer]
 
 Reads the first --mb MB of text from the corpus's docs Parquet and writes it to one Parquet file (row groups of
 --row-group-rows documents, as corpora are written), then times on the same documents:
@@ -17,7 +17,13 @@ Reads the first --mb MB of text from the corpus's docs Parquet and writes it to 
   document, one task);
 - ``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize, shuffle by the engine's sort of
   document references, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
-  executor.
+  executor (``engine="auto"``: fastokens when installed), and once more with the local executor and
+  ``engine="tiktoken"`` (the writer without fastokens), unless ``--skip tiktoken-writer``.
+
+``--datatrove-mb``: run datatrove on the first that many MB of the sample only (it holds several GB per
+100 MB of text; its MB/s is then over that prefix, and its token count is left out of the equality check).
+The verdict line compares the best local fastokens run with fastokens in memory and the tiktoken-engine
+run with tiktoken ``encode_to_numpy``, all from this one run.
 
 datatrove and every zephyr run are separate subprocesses, timed from the call (imports inside the call count),
 and their peak RSS is sampled (psutil, every 50 ms) over that subprocess tree only, so the driver's in-memory
@@ -83,8 +89,9 @@ class PeakRSS:
 
 
 def zephyr_child(argv: list[str]) -> int:
-    """``--zephyr-child IN TOKENIZER OUT EXECUTOR WORKERS BATCH_ROWS``: one timed write_token_shards run; JSON on stdout."""
-    src, tok_path, out, executor, workers, batch_rows = argv
+    """``--zephyr-child IN TOKENIZER OUT EXECUTOR WORKERS BATCH_ROWS ENGINE``: one timed write_token_shards run;
+    JSON on stdout."""
+    src, tok_path, out, executor, workers, batch_rows, engine = argv
     from zephyr.tokenize import write_token_shards
 
     t0 = time.perf_counter()
@@ -96,6 +103,7 @@ def zephyr_child(argv: list[str]) -> int:
         batch_rows=int(batch_rows),
         executor=executor,
         workers=int(workers) or None,
+        engine=engine,
     )
     seconds = time.perf_counter() - t0
     print(
@@ -139,7 +147,12 @@ def main() -> int:
     )
     parser.add_argument("--datatrove-venv", type=Path, default=REPO / "benchmarks/.venvs/datatrove")
     parser.add_argument(
-        "--skip", default="", help="comma list of peers not to run: hf, datatrove (slow on large samples)"
+        "--datatrove-mb", type=float, default=None, help="run datatrove on this prefix of the sample (MB)"
+    )
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma list of rows not to run: hf, datatrove (slow on large samples), tiktoken-writer",
     )
     args = parser.parse_args()
     skip = {x for x in args.skip.split(",") if x}
@@ -172,11 +185,12 @@ def main() -> int:
         row_group_size=args.row_group_rows,
     )
     rows = []
+    load_start = "/".join(f"{x:.1f}" for x in os.getloadavg())
 
-    def record(name, seconds, tokens, rss, note=""):
-        rows.append((name, seconds, tokens, rss, note))
+    def record(name, seconds, tokens, rss, note="", row_mb=None):
+        rows.append((name, seconds, tokens, rss, note, row_mb or mb))
         print(
-            f"{name}: {mb / seconds:.2f} MB/s, {tokens} tokens, peak RSS {rss / 2**30:.2f} GiB {note}",
+            f"{name}: {(row_mb or mb) / seconds:.2f} MB/s, {tokens} tokens, peak RSS {rss / 2**30:.2f} GiB {note}",
             flush=True,
         )
 
@@ -231,11 +245,12 @@ def main() -> int:
     if "datatrove" in skip:
         pass
     elif dt_py.exists():
+        dt_input, dt_mb = _datatrove_input(work, texts, mb, args.datatrove_mb, args.row_group_rows)
         dt, dt_rss = run_child(
             [
                 str(dt_py),
                 str(REPO / "benchmarks/peers/datatrove_tokenize.py"),
-                str(work / "in.parquet"),
+                str(dt_input),
                 tok_path,
                 str(work / "out-datatrove"),
             ]
@@ -248,15 +263,22 @@ def main() -> int:
             n_dt,
             dt_rss,
             f"end to end: Parquet → doc-shuffled .ds + index; {dt['docs']} EOS (1/doc) excluded from tokens; "
-            f"batch_size 10000; its own ru_maxrss {dt['peak_rss_bytes'] / 2**30:.2f} GiB",
+            f"batch_size 10000; its own ru_maxrss {dt['peak_rss_bytes'] / 2**30:.2f} GiB"
+            + (f"; on the first {dt_mb:.1f} MB of the sample only (memory)" if dt_mb < mb else ""),
+            row_mb=dt_mb,
         )
+        dt_seconds *= mb / dt_mb  # as if it ran the whole sample at that rate, for the ratio below
     else:
         print(f"datatrove venv {args.datatrove_venv} missing: datatrove not run", file=sys.stderr)
 
-    zephyr_rows = []
-    runs = [("inprocess", 0, batch_rows[0])] + [("local", args.workers, b) for b in batch_rows]
-    for executor, workers, rows_per_batch in runs:
-        out = work / f"out-{executor}-{rows_per_batch}"
+    zephyr_rows, tiktoken_writer = [], None
+    runs = [("inprocess", 0, batch_rows[0], "auto")] + [
+        ("local", args.workers, b, "auto") for b in batch_rows
+    ]
+    if "tiktoken-writer" not in skip:
+        runs.append(("local", args.workers, max(batch_rows), "tiktoken"))
+    for executor, workers, rows_per_batch, engine in runs:
+        out = work / f"out-{executor}-{rows_per_batch}-{engine}"
         z, rss = run_child(
             [
                 sys.executable,
@@ -268,6 +290,7 @@ def main() -> int:
                 executor,
                 str(workers),
                 str(rows_per_batch),
+                engine,
             ]
         )
         n_z = z["num_tokens"] - z["num_documents"]  # minus the EOS per document
@@ -280,7 +303,9 @@ def main() -> int:
             f"end to end: Parquet → shuffled shards + sha256; RSS = its subprocess tree; tokenize step: "
             f"{_plan_note(z.get('plan', {}))}",
         )
-        if executor == "local":
+        if engine == "tiktoken":
+            tiktoken_writer = z["seconds"]
+        elif executor == "local":
             zephyr_rows.append((z["seconds"], out))
     best_seconds, best_out = min(zephyr_rows)
     # ids identical to HF: every 50th document of the output, compared with HF's own encoding
@@ -289,7 +314,7 @@ def main() -> int:
     expected = {tuple(tt.hf_ids(t) + [tt.eos_id]) for t in sample}
     got = {tuple(d.tolist()) for d in read_documents(str(best_out))}
     missing = len(expected - got)
-    counts_equal = len({r[2] for r in rows}) == 1
+    counts_equal = len({r[2] for r in rows if r[5] == mb}) == 1
     print(
         f"token counts equal across engines: {counts_equal}; sampled docs missing from zephyr output: {missing}"
     )
@@ -308,8 +333,10 @@ def main() -> int:
             f"; best zephyr (local) / datatrove: {dt_seconds / best_seconds:.2f}× "
             f"(in-process {dt_seconds / inprocess_seconds:.2f}×)"
         )
+    verdict = _verdict(rows, best_seconds, tiktoken_writer)
+    ratios += f". {verdict}"
     print(ratios)
-    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    load = f"{load_start} at start, " + "/".join(f"{x:.1f}" for x in os.getloadavg()) + " at end"
     machine = f"{platform.node()} ({os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB)"
     date = datetime.date.today().isoformat()
     command = "python " + " ".join(sys.argv)
@@ -318,13 +345,13 @@ def main() -> int:
         f"### Tokenization throughput — {date}, {machine}",
         f"`{command}` — {mb:.1f} MB of text ({len(texts)} docs) from {args.corpus}, GPT-2 tokenizer; "
         f"token counts equal: {counts_equal}; HF-id check on {len(sample)} docs: {len(sample) - missing} equal; "
-        f"load average at end {load}. {ratios}.",
+        f"load average (1/5/15 min) {load}. {ratios}.",
         "",
         "| engine | MB/s | tokens | peak RSS (GiB) | note |",
         "|---|---|---|---|---|",
     ]
-    for name, seconds, tokens, rss, note in rows:
-        lines.append(f"| {name} | {mb / seconds:.2f} | {tokens:,} | {rss / 2**30:.2f} | {note} |")
+    for name, seconds, tokens, rss, note, row_mb in rows:
+        lines.append(f"| {name} | {row_mb / seconds:.2f} | {tokens:,} | {rss / 2**30:.2f} | {note} |")
     with open(RESULTS, "a") as handle:
         handle.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -332,6 +359,40 @@ def main() -> int:
 
     shutil.rmtree(work, ignore_errors=True)
     return 0 if counts_equal and missing == 0 else 1
+
+
+def _datatrove_input(work: Path, texts: list[str], mb: float, limit: float | None, group_rows: int):
+    """(Parquet file, MB of text) for datatrove: the whole sample, or its first ``limit`` MB."""
+    if limit is None or limit >= mb:
+        return work / "in.parquet", mb
+    size, n = 0, 0
+    while n < len(texts) and size < limit * 1e6:
+        size += len(texts[n].encode())
+        n += 1
+    path = work / "in-datatrove.parquet"
+    table = pa.table({"id": [str(i) for i in range(n)], "text": texts[:n]})
+    pq.write_table(table, path, row_group_size=group_rows)
+    return path, size / 1e6
+
+
+def _verdict(rows: list, best_seconds: float, tiktoken_writer: float | None) -> str:
+    """The issue-16 targets from this run: best local fastokens run >= 0.5x fastokens in memory, and the
+    tiktoken-engine writer >= 0.8x tiktoken ``encode_to_numpy``."""
+    seconds = {r[0]: r[1] for r in rows}
+    parts = []
+    ft = seconds.get("fastokens encode_batch_flat")
+    if ft is not None:
+        ratio = ft / best_seconds
+        parts.append(
+            f"writer (local, fastokens) / fastokens in memory: {ratio:.2f}x ({'met' if ratio >= 0.5 else 'NOT met'}: >= 0.5x)"
+        )
+    tt = seconds.get("tiktoken encode_to_numpy")
+    if tt is not None and tiktoken_writer is not None:
+        ratio = tt / tiktoken_writer
+        parts.append(
+            f"writer (local, engine=tiktoken) / tiktoken encode_to_numpy: {ratio:.2f}x ({'met' if ratio >= 0.8 else 'NOT met'}: >= 0.8x)"
+        )
+    return "Verdict: " + "; ".join(parts) if parts else "Verdict: no peer rows"
 
 
 def _plan_note(plan: dict) -> str:

@@ -83,7 +83,7 @@ def range_boundaries(sample: pa.Table, key: str, num_partitions: int, *, descend
     """``num_partitions - 1`` split points taken at even quantiles of a key sample (nulls excluded)."""
     values = pl.from_arrow(sample.select([key])).to_series().drop_nulls().sort(descending=descending)
     if num_partitions <= 1 or len(values) == 0:
-        return pa.array([], type=sample.schema.field(key).type)
+        return pa.nulls(0, type=sample.schema.field(key).type)  # pa.array([]) would import pandas (~0.8 s)
     positions = (np.arange(1, num_partitions) * len(values)) // num_partitions
     return values.gather(positions).to_arrow()
 

@@ -2,13 +2,18 @@
 
 The writer's global shuffle sorts small *references* (shuffle key, token count, spill file, byte offset: ~50
 bytes a document) instead of the token bytes themselves; the bytes are written once by the tokenize step and
-read once by the pack step. Layout (version 1), in the writer's scratch directory::
+read once by the pack step. Layout (version 2), in the writer's scratch directory::
 
-    <dir>/<32 hex digits>.tokens    the batch's documents' token ids, concatenated, little-endian, in the
-                                    shard dtype, no header; a document is the byte range given by its
-                                    reference (``spill_offset``, ``num_tokens * itemsize``)
+    <dir>/<32 hex digits>.tokens    the batch's documents' token ids *without* EOS/BOS, concatenated,
+                                    little-endian, in the shard dtype, no header: the encoder's flat buffer
+                                    as it comes (cast to the shard dtype); a document is the byte range at
+                                    ``spill_offset``, ``(num_tokens - specials) * itemsize`` bytes long
 
-A spill file is named by the xxh3-128 of its batch's shuffle keys and token counts, so a retried or resumed
+Version 1 stored EOS (and BOS) too, which took one scatter pass over every token of every batch to insert
+them; now ``gather`` leaves a gap of ``before``/``after`` bytes around each document in its output, and the
+pack step writes the special tokens into the gaps (one store per document).
+
+A spill file is named by the xxh3-128 of the layout version and its batch's shuffle keys and token counts, so a retried or resumed
 task rewrites the same name with the same bytes, and no task or worker identity is needed to name it. It is
 written to a temporary name and renamed, so a reader never sees a partial file.
 
@@ -30,13 +35,15 @@ from zephyr.errors import InputError
 
 __all__ = ["SPILL_VERSION", "spill_name", "write_spill", "gather"]
 
-SPILL_VERSION = 1
+SPILL_VERSION = 2
 _SUFFIX = ".tokens"
 
 
 def spill_name(*arrays: np.ndarray) -> str:
-    """A content-derived file name for a batch: xxh3-128 over the raw bytes of ``arrays`` (keys, counts)."""
+    """A content-derived file name for a batch: xxh3-128 over the layout version and the raw bytes of
+    ``arrays`` (keys, counts), so a file of another layout version is never taken for this one."""
     digest = xxhash.xxh3_128()
+    digest.update(SPILL_VERSION.to_bytes(4, "little"))
     for array in arrays:
         digest.update(np.ascontiguousarray(array).view(np.uint8))
     return digest.hexdigest() + _SUFFIX
@@ -51,21 +58,30 @@ def write_spill(directory: str, name: str, data: np.ndarray) -> None:
 
 
 def gather(
-    directory: str, files: np.ndarray, names: list[str], starts: np.ndarray, nbytes: np.ndarray
+    directory: str,
+    files: np.ndarray,
+    names: list[str],
+    starts: np.ndarray,
+    nbytes: np.ndarray,
+    *,
+    before: int = 0,
+    after: int = 0,
 ) -> np.ndarray:
     """The bytes of each referenced document, concatenated in reference order (a ``uint8`` array).
 
     ``files[i]`` indexes ``names`` (the spill file of document ``i``), ``starts[i]`` is its byte offset there
     and ``nbytes[i]`` its length. Reads are grouped by file and ordered by offset; each lands at its
-    document's place in the output.
+    document's place in the output. ``before``/``after``: bytes left *unwritten* before/after every
+    document (where the caller puts BOS/EOS), so document ``i`` spans ``before + nbytes[i] + after`` bytes.
     """
     import fsspec
 
     from zephyr.io.paths import is_local
 
-    positions = np.zeros(len(nbytes) + 1, dtype=np.int64)
-    np.cumsum(nbytes, out=positions[1:])
-    out = np.empty(int(positions[-1]), dtype=np.uint8)
+    ends = np.zeros(len(nbytes) + 1, dtype=np.int64)
+    np.cumsum(nbytes + (before + after), out=ends[1:])
+    positions = ends[:-1] + before  # where each document's own bytes land
+    out = np.empty(int(ends[-1]), dtype=np.uint8)
     view = memoryview(out)
     order = np.lexsort((starts, files))
     files_sorted = files[order]
@@ -75,7 +91,9 @@ def gather(
         if not len(group):
             continue
         if not is_local(fs):
-            _gather_remote(fs, f"{root}/{names[int(files[group[0]])]}", group, starts, nbytes, positions, view)
+            _gather_remote(
+                fs, f"{root}/{names[int(files[group[0]])]}", group, starts, nbytes, positions, view
+            )
             continue
         path = os.path.join(directory, names[int(files[group[0]])])
         try:
@@ -87,8 +105,10 @@ def gather(
             ) from exc
         try:
             # one read per document: no batched positional read exists, and a map would grow RSS (see above)
-            for i, start, size in zip(group.tolist(), starts[group].tolist(), nbytes[group].tolist()):
-                if size and os.preadv(fd, [view[positions[i] : positions[i] + size]], start) != size:
+            for at, start, size in zip(
+                positions[group].tolist(), starts[group].tolist(), nbytes[group].tolist()
+            ):
+                if size and os.preadv(fd, [view[at : at + size]], start) != size:
                     raise InputError(
                         f"token spill file {path} is truncated (document at byte {start}, {size} bytes); "
                         "rerun without the work_dir (or with a fresh one)"
@@ -107,7 +127,10 @@ def _gather_remote(fs, path: str, group, starts, nbytes, positions, view: memory
         return
     try:
         blobs = fs.cat_ranges(
-            [path] * int(wanted.sum()), begin[wanted].tolist(), (begin + size)[wanted].tolist(), on_error="raise"
+            [path] * int(wanted.sum()),
+            begin[wanted].tolist(),
+            (begin + size)[wanted].tolist(),
+            on_error="raise",
         )
     except FileNotFoundError as exc:
         raise InputError(

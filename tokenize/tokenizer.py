@@ -113,15 +113,27 @@ def _parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
     try:
         config = json.loads(data)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{name} is not a tokenizer.json: not UTF-8 text ({exc.reason}); {expected}") from exc
+        raise ConfigError(
+            f"{name} is not a tokenizer.json: not UTF-8 text ({exc.reason}); {expected}"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"{name} is not a tokenizer.json: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
             f"{expected}"
         ) from exc
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-        kinds = {list: "a JSON array", str: "a JSON string", int: "a number", float: "a number", bool: "a boolean"}
-        found = "an object without a 'model' object" if isinstance(config, dict) else kinds.get(type(config), "null")
+        kinds = {
+            list: "a JSON array",
+            str: "a JSON string",
+            int: "a number",
+            float: "a number",
+            bool: "a boolean",
+        }
+        found = (
+            "an object without a 'model' object"
+            if isinstance(config, dict)
+            else kinds.get(type(config), "null")
+        )
         raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
     return config
 
@@ -443,24 +455,34 @@ class TextTokenizer:
         with ThreadPoolExecutor(threads, thread_name_prefix="zephyr-tokenize") as pool:
             return list(pool.map(encode, texts))
 
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of ``texts`` as (flat int64 tokens, int64 offsets[len(texts) + 1]), EOS (and BOS) added."""
+    def encode_bodies(self, texts: Sequence[str], dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of ``texts`` without EOS/BOS: (flat ids in ``dtype``, int64 lengths[len(texts)]).
+
+        The shard writer's spill path: the encoder's flat buffer is cast once to the shard dtype (not at all
+        when that is fastokens' ``uint32``), and EOS/BOS are added where the shard is packed, so no pass
+        scatters the ids around the special tokens. ``dtype`` must hold every id (see ``format.token_dtype``).
+        """
+        dtype = np.dtype(dtype)
         engine = self.engine
         if engine == "fastokens":
             # one flat uint32 buffer + uint64 offsets: no Python object per token or per document
             raw, raw_offsets = self._ft.encode_batch_flat(list(texts), add_special_tokens=False)
-            body = np.frombuffer(raw, dtype="<u4")
             lengths = np.diff(np.frombuffer(raw_offsets, dtype="<u8").astype(np.int64))
+            return np.frombuffer(raw, dtype="<u4").astype(dtype, copy=False), lengths
+        if engine == "tiktoken":
+            parts: list[Any] = self._fast_arrays(texts)
         else:
-            if engine == "tiktoken":
-                parts: list[Any] = self._fast_arrays(texts)
-            else:
-                # one C-level list→array conversion per document (a per-token generator is ~5x slower)
-                parts = [np.array(ids, dtype=np.int64) for ids in self._encode_lists(texts, engine="hf")]
-            lengths = np.fromiter((len(ids) for ids in parts), dtype=np.int64, count=len(parts))
-            body = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-            if engine == "tiktoken":
-                body = self._rank_to_id[body]  # type: ignore[index]
+            # one C-level list→array conversion per document (a per-token generator is ~5x slower)
+            parts = [np.array(ids, dtype=np.int64) for ids in self._encode_lists(texts, engine="hf")]
+        lengths = np.fromiter((len(ids) for ids in parts), dtype=np.int64, count=len(parts))
+        body = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+        if engine == "tiktoken":  # ranks → HF ids, landing in ``dtype`` in the same pass
+            return self._rank_to_id.astype(dtype)[body], lengths  # type: ignore[union-attr]
+        return body.astype(dtype, copy=False), lengths
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of ``texts`` as (flat int64 tokens, int64 offsets[len(texts) + 1]), EOS (and BOS) added."""
+        body, lengths = self.encode_bodies(texts, np.int64)
         extra = 1 + (self.bos_id is not None)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths + extra, out=offsets[1:])

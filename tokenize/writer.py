@@ -4,10 +4,11 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 
 1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
    input file's text column (``zephyr.io.text_column``: strings, never numbers turned into text).
-2. ``map_batches(tokenize)``: ``batch_rows`` documents at a time (this bounds peak memory), encode on the
-   tokenizer's threads (every core this machine gives the stage: ``cores // concurrent tasks``), append EOS
-   (prepend BOS under ``bos="always"``). The batch's token ids go, as little-endian bytes in the shard dtype,
-   into one spill file (``zephyr.tokenize.spill``); the stage's output is one small *reference* row per
+2. ``map_batches(tokenize)`` (``zephyr.tokenize.encode_step``): ``batch_rows`` documents at a time (this
+   bounds peak memory), encoded in one call on the tokenizer's threads (every core this machine gives the
+   stage: ``cores // concurrent tasks``). The encoder's flat ids go, as little-endian bytes in the shard
+   dtype and without EOS/BOS (step 5 adds them), into one spill file (``zephyr.tokenize.spill``); the
+   stage's output is one small *reference* row per
    document: the shuffle key (``key_hi``, ``key_lo``: a seeded 128-bit xxh3 of the document, of its id when
    ``id_column`` is given so duplicate texts do not land side by side, the text hash breaking ties),
    ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null texts are quarantined
@@ -19,8 +20,9 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
    a document instead of its tokens. Output shard i is the sort's partition i, so shard contents depend only
    on the data, the seed and the shard size — never on the worker count or executor. Equal keys mean equal
    text (and id), hence equal tokens: ties cannot change bytes.
-5. ``map(pack)`` over the partitions: read each partition's references ``batch_rows`` at a time, gather their
-   token bytes from the spill files, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
+5. ``map(pack)`` over the partitions (``zephyr.tokenize.pack_step``): read each partition's references
+   ``batch_rows`` at a time, gather their ids from the spill files with a gap for EOS (and BOS) around each
+   document, store the special tokens, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
    (+ Megatron ``.bin``/``.idx``), hashing as they are written; the driver writes ``manifest.json`` last.
 
 Token bytes are thus written once (spill) and read once (pack); peak memory per worker is one batch of
@@ -34,24 +36,22 @@ import contextlib
 import logging
 import math
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from zephyr.tokenize.encode_step import TokenizeBatch, _numeric
 from zephyr.tokenize.format import token_dtype
+from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
+from zephyr.tokenize.pack_step import PackPartition, shard_directory
 from zephyr.tokenize.shards import write_manifest, write_shard
-from zephyr.tokenize.spill import gather, spill_name, write_spill
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
-from zephyr.errors import ConfigError, ZephyrError
+from zephyr.errors import ConfigError
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from zephyr.dataset import Dataset
 
 __all__ = ["write_token_shards", "TokenizeResult", "TokenizeBatch"]
@@ -59,9 +59,6 @@ __all__ = ["write_token_shards", "TokenizeResult", "TokenizeBatch"]
 log = logging.getLogger(__name__)
 
 _MIN_SHARD_BYTES = 1 << 10
-_U64 = 0xFFFFFFFFFFFFFFFF
-# tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
-_VERIFIED_ON_DATA: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -79,338 +76,6 @@ class TokenizeResult:
     @property
     def num_documents(self) -> int:
         return int(self.manifest["num_documents"])
-
-
-def _string_spans(column: Any) -> tuple[memoryview, list[int]]:
-    """(UTF-8 data buffer, row offsets) of a string Arrow array, zero-copy (for per-row hashing)."""
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if not pa.types.is_large_string(column.type):
-        column = column.cast(pa.large_string())
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[
-        column.offset : column.offset + len(column) + 1
-    ]
-    data = column.buffers()[2]
-    return (memoryview(data) if data is not None else memoryview(b"")), offsets.tolist()
-
-
-def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
-    """Seeded xxh3 (64 or 128 bits) of every string of ``column``: ``(n,)`` or ``(n, 2)`` (hi, lo) uint64.
-
-    One C call per row on a zero-copy slice of the Arrow buffer (no library offers a vectorized xxh3); the
-    digests are joined and viewed as big-endian words, so no Python integer is built per row.
-    """
-    import xxhash
-
-    data, offsets = _string_spans(column)
-    digest = xxhash.xxh3_128_digest if bits == 128 else xxhash.xxh3_64_digest
-    joined = b"".join([digest(data[a:b], seed) for a, b in zip(offsets[:-1], offsets[1:])])
-    words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
-    return words.reshape(-1, 2) if bits == 128 else words
-
-
-# Arrow arrays built from buffers: ``pa.array(ndarray)``/``pa.array(list)`` first probe for pandas, and importing
-# it costs ~0.4 s in a process that has not yet.
-def _numeric(values: np.ndarray, type_: pa.DataType) -> pa.Array:
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
-
-
-def _repeated(text: str, n: int) -> pa.Array:
-    """A string array of ``n`` copies of ``text``."""
-    import pyarrow as pa
-
-    raw = text.encode("utf-8")
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
-
-
-class TokenizeBatch:
-    """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
-
-    ``concurrency``: how many tokenize tasks run at once on one machine; each uses
-    ``cores // concurrency`` encoder threads, so the stage keeps every core busy without oversubscribing.
-    (tiktoken and HF follow it; fastokens runs its own thread pool, which no API here sizes, so two
-    concurrent fastokens tasks may run more threads than cores: its encoding is a small share of the step.)
-    """
-
-    def __init__(
-        self,
-        tokenizer: TextTokenizer,
-        *,
-        text_column: str,
-        id_column: str | None,
-        source_column: str | None,
-        seed: int,
-        spill_dir: str,
-        concurrency: int = 1,
-        verify_rows: int = 16,
-    ):
-        self.tokenizer = tokenizer
-        self.text_column = text_column
-        self.id_column = id_column
-        self.source_column = source_column
-        self.seed = seed
-        self.spill_dir = spill_dir
-        self.concurrency = max(1, concurrency)
-        self.verify_rows = verify_rows
-
-    def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
-        import pyarrow as pa
-        import xxhash
-
-        seed = self.seed & _U64
-        text_hash = _hash_strings(table[self.text_column], seed, 128)
-        if self.id_column is None:
-            return text_hash[:, 0].copy(), text_hash[:, 1].copy()
-        ids = table[self.id_column]
-        if (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) and not ids.null_count:
-            hi = _hash_strings(ids, seed, 64)
-        else:  # other id types hash their Python ``str`` (nulls as "None"), as format version 1 always has
-            hi = np.fromiter(
-                (xxhash.xxh3_64_intdigest(str(i).encode("utf-8"), seed) for i in ids.to_pylist()),
-                dtype=np.uint64,
-                count=len(ids),
-            )
-        return hi, text_hash[:, 1].copy()
-
-    def _verify(self, texts: list[str]) -> None:
-        """Prove the fast engine on this process's first real documents (once per process: the load-time probe
-        covers the tokenizer; this covers the data and this process's libraries)."""
-        tok = self.tokenizer
-        if tok.engine == "hf" or tok.sha256 in _VERIFIED_ON_DATA:
-            return
-        sample = [t[:4000] for t in texts[: self.verify_rows]]
-        bad = tok.first_mismatch(sample)
-        if bad is not None:
-            raise ConfigError(
-                f"the {tok.engine} engine differs from HF on input text {bad[:200]!r}; use engine='hf'"
-            )
-        _VERIFIED_ON_DATA.add(tok.sha256)
-
-    def __call__(self, table: pa.Table) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from zephyr import counters
-        from zephyr.io.text_column import require_text_column
-        from zephyr.ops import BatchOutput
-
-        require_text_column(table.schema, self.text_column, where="tokenize input")
-        null = pc.is_null(table[self.text_column])
-        rejected = None
-        if table[self.text_column].null_count:
-            rejected = table.filter(null).append_column(
-                "reject_reason", pa.array(["null_text"] * int(pc.sum(null).as_py()), pa.string())
-            )
-            table = table.filter(pc.invert(null))
-        if not pa.types.is_large_string(table.schema.field(self.text_column).type):
-            column = table[self.text_column].cast(pa.large_string())
-            table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, column)
-        texts = table[self.text_column].to_pylist()
-        self._verify(texts)
-        self.tokenizer.num_threads = max(1, (os.cpu_count() or 1) // self.concurrency)
-        flat, offsets = self.tokenizer.encode_batch(texts)
-        dtype = token_dtype(self.tokenizer.vocab_size).newbyteorder("<")
-        raw = flat.astype(dtype)
-        num_tokens = np.diff(offsets)
-        hi, lo = self._keys(table)
-        name = spill_name(hi, lo, num_tokens)
-        write_spill(self.spill_dir, name, raw)
-        columns = {
-            "key_hi": _numeric(hi, pa.uint64()),
-            "key_lo": _numeric(lo, pa.uint64()),
-            "num_tokens": _numeric(num_tokens, pa.int64()),
-            "spill_file": _repeated(name, len(texts)),
-            "spill_offset": _numeric(offsets[:-1] * dtype.itemsize, pa.int64()),
-        }
-        if self.source_column:
-            columns["source"] = table[self.source_column].cast(pa.string())
-        counters.increment("documents", len(texts))
-        counters.increment("tokens", int(offsets[-1]))
-        counters.increment(f"engine_{self.tokenizer.engine}", len(texts))  # for the manifest
-        out = pa.Table.from_arrays(list(columns.values()), names=list(columns))
-        if rejected is not None:
-            return BatchOutput(kept=out, rejected=rejected)
-        return out
-
-
-@contextlib.contextmanager
-def shard_directory(output: str) -> Iterator[str]:
-    """Where a shard's files are written: ``output`` itself on local disk; for any other fsspec URL a local
-    temporary directory whose files are uploaded into ``output`` when the block ends (a shard is hashed, and
-    exported to Megatron, from local files; the manifest, written last by the driver, is what makes a set
-    complete, so a shard's files appearing one by one is never seen as a set)."""
-    import fsspec
-
-    from zephyr.io.paths import is_local
-
-    fs, root = fsspec.core.url_to_fs(output)
-    if is_local(fs):
-        yield root
-        return
-    staging = tempfile.mkdtemp(prefix="zephyr-shard-")
-    try:
-        yield staging
-        for name in sorted(os.listdir(staging)):
-            fs.put_file(os.path.join(staging, name), f"{root}/{name}")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-class _PackPartition:
-    """The ``map`` function of step 5: one sorted partition of references → one shard."""
-
-    def __init__(self, output: str, dtype: str, megatron: bool, spill_dir: str, batch_rows: int):
-        self.output, self.dtype, self.megatron = output, dtype, megatron
-        self.spill_dir, self.batch_rows = spill_dir, batch_rows
-
-    def _batches(self, parquet: Any, columns: list[str]) -> Any:
-        """The partition's documents as tables with a ``tokens`` column, ``batch_rows`` documents at a time."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        itemsize = np.dtype(self.dtype).itemsize
-        for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
-            files = pc.dictionary_encode(batch.column("spill_file"))
-            nbytes = batch.column("num_tokens").to_numpy() * itemsize
-            data = gather(
-                self.spill_dir,
-                files.indices.to_numpy(),
-                files.dictionary.to_pylist(),
-                batch.column("spill_offset").to_numpy(),
-                nbytes,
-            )
-            offsets = np.zeros(len(nbytes) + 1, dtype=np.int64)
-            np.cumsum(nbytes, out=offsets[1:])
-            tokens = pa.LargeBinaryArray.from_buffers(
-                pa.large_binary(), len(nbytes), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-            )
-            out = {"tokens": tokens}
-            if "source" in batch.schema.names:
-                out["source"] = batch.column("source")
-            yield pa.Table.from_arrays(list(out.values()), names=list(out))
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        import json
-
-        import fsspec
-        import pyarrow.parquet as pq
-
-        fs, path = fsspec.core.url_to_fs(row["path"])
-        with fs.open(path, "rb") as handle:
-            parquet = pq.ParquetFile(handle)
-            total = int(
-                sum(b["num_tokens"].to_numpy().sum() for b in parquet.iter_batches(columns=["num_tokens"]))
-            )
-            columns = ["num_tokens", "spill_file", "spill_offset"]
-            if "source" in parquet.schema_arrow.names:
-                columns.append("source")
-            with shard_directory(self.output) as directory:
-                info, per_source = write_shard(
-                    directory,
-                    row["name"],
-                    self._batches(parquet, columns),
-                    dtype=np.dtype(self.dtype),
-                    num_tokens=total,
-                    megatron=self.megatron,
-                )
-        return {
-            "index": row["index"],
-            "shard": json.dumps(info.to_json()),
-            "per_source": json.dumps(per_source),
-        }
-
-
-def _input_paths(data: Any) -> tuple[list[str], str]:
-    """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
-    from zephyr.io.paths import input_files
-
-    return input_files([os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))])
-
-
-def _input_dataset(
-    data: Any, columns: list[str], split_bytes: int | None, on_error: str, **schema: Any
-) -> Dataset:
-    import zephyr
-
-    paths, fmt = _input_paths(data)
-    if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, on_error=on_error, **schema)
-    return zephyr.read_parquet(
-        paths, columns=columns, approx_shard_bytes=split_bytes, on_error=on_error, **schema
-    )
-
-
-# A task's fixed cost is loading and proving the tokenizer in its process (~1 s for GPT-2 with fastokens) and
-# starting it; at fastokens' ~100 MB/s a task smaller than this would be mostly setup.
-_MIN_SPLIT_BYTES = 64 << 20
-
-
-def _plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
-    """(``approx_shard_bytes`` for reading the inputs, tokenize tasks that run at once on one machine).
-
-    With worker processes and fewer input files than ~8 per worker, files are split into runs of row groups
-    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)``, so every worker has work
-    and the last tasks are short. The encoder threads of a task are ``cores // concurrent tasks``: a single
-    unsplittable file still gets every core, and two workers never run 2 x 2 threads on 2 cores.
-    In-process (one task at a time, all cores each) and ``Dataset`` inputs are left as they are.
-    """
-    workers = options.num_workers
-    if options.executor == "inprocess":
-        return None, 1
-    if _is_dataset(data):
-        return None, workers
-    from zephyr.io.estimate import estimated_bytes
-    from zephyr.io.paths import filesystem
-    from zephyr.io.sources import list_shards
-
-    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    try:
-        shards = list_shards(paths)
-        split = None
-        if len(shards) < 8 * workers:
-            total = 0
-            for shard in shards:
-                fs, path = filesystem(shard.path)
-                size = int(fs.size(path) or 0)
-                total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
-            split = max(_MIN_SPLIT_BYTES, total // (8 * workers))
-            shards = list_shards(paths, approx_shard_bytes=split)
-    except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
-        return None, workers
-    return split, max(1, min(workers, len(shards)))
-
-
-def _input_columns(data: Any) -> list[str] | None:
-    """Column names of the first Parquet input (``None``: not Parquet paths, or unreadable)."""
-    if not isinstance(data, str | os.PathLike | list | tuple):
-        return None
-    import fsspec
-    import pyarrow.parquet as pq
-
-    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
-    try:
-        fs, first = fsspec.core.url_to_fs(os.fspath(paths[0]))
-        if fs.isdir(first):
-            found = sorted(p for p in fs.find(first) if p.endswith(".parquet"))
-            first = found[0]
-        with fs.open(first, "rb") as handle:
-            return pq.read_schema(handle).names
-    except (IndexError, OSError, ValueError):
-        return None
-
-
-def _detect_column(names: list[str] | None, wanted: str | None, default: str) -> str | None:
-    """``"auto"`` → ``default`` when the first Parquet input has that column, else ``None``."""
-    if wanted != "auto":
-        return wanted
-    return default if names and default in names else None
 
 
 def write_token_shards(
@@ -472,10 +137,10 @@ def write_token_shards(
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         from zephyr.io.text_column import check_text_inputs
 
-        paths, fmt = _input_paths(data)
+        paths, fmt = input_paths(data)
         check_text_inputs(paths, text_column, format=fmt)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    split_bytes, concurrency = _plan_tasks(data, options)
+    split_bytes, concurrency = plan_tasks(data, options)
     pool = _worker_pool(execution, options, concurrency)
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
@@ -495,15 +160,14 @@ def write_token_shards(
                 num_threads=max(1, (os.cpu_count() or 1) // options.num_workers),
             )
         )
-        dtype = token_dtype(tok.vocab_size)
-        names = _input_columns(data) if "auto" in (id_column, source_column) else None
-        id_column = _detect_column(names, id_column, "id")
-        source_column = _detect_column(names, source_column, "source")
+        names = input_columns(data) if "auto" in (id_column, source_column) else None
+        id_column = detect_column(names, id_column, "id")
+        source_column = detect_column(names, source_column, "source")
         columns = [c for c in (text_column, id_column, source_column) if c]
         dataset = (
             data
             if isinstance(data, zephyr.Dataset)
-            else _input_dataset(
+            else input_dataset(
                 data, columns, split_bytes, on_error, unify_schemas=unify_schemas, schema=schema
             )
         )
@@ -525,47 +189,65 @@ def write_token_shards(
             refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
                 f"{scratch}/refs", **execution
             )
-            shards, per_source, stats = _shuffle_and_pack(
-                refs, output, scratch, dtype, shard_bytes, megatron, batch_rows, execution
-            )
-            meta = {
-                "dtype": dtype.name,
-                "vocab_size": tok.vocab_size,
-                "eos_id": tok.eos_id,
-                "bos_id": tok.bos_id,
-                "bos_policy": tok.bos_policy,
-                "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)},
-                "seed": seed,
-                "shard_size_bytes": shard_bytes,
-                "sources": {
-                    "inputs": []
-                    if isinstance(data, zephyr.Dataset)
-                    else [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)],
-                    "text_column": text_column,
-                    "id_column": id_column,
-                    "source_column": source_column,
-                    "per_source": per_source,
-                },
-            }
-            manifest = write_manifest(output, shards, meta=meta)
+            pack = _PackPlan(output, scratch, token_dtype(tok.vocab_size), shard_bytes, megatron, batch_rows)
+            shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
+            inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
+            sources = {"inputs": inputs, "text_column": text_column, "id_column": id_column}
+            sources.update(source_column=source_column, per_source=per_source)
+            manifest = write_manifest(output, shards, meta=_manifest_meta(tok, pack, seed, refs, sources))
             stats["rows"] = _row_accounts(refs.stats)
             stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
-            stats["tokenize_plan"] = {  # how the tokenize step ran (see _plan_tasks)
-                "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
-                "concurrent_tasks": concurrency,
-                "executor": pool.get("executor", "local")
-                if isinstance(pool.get("executor", "local"), str)
-                else "custom",
-                "workers": 0
-                if pool.get("executor") == "inprocess"
-                else (pool.get("workers") or options.num_workers),
-            }
+            stats["tokenize_plan"] = _tokenize_plan(refs, pool, options, concurrency)
         except BaseException:
             if execution.get("work_dir") is None:
                 _remove_tree(scratch)  # nothing could resume from it
             raise
         _remove_tree(scratch)
         return TokenizeResult(output, manifest, stats)
+
+
+@dataclass(frozen=True)
+class _PackPlan:
+    """Where and how steps 3-5 write the shards (the arguments every pack task shares)."""
+
+    output: str
+    scratch: str
+    dtype: np.dtype
+    shard_bytes: int
+    megatron: bool
+    batch_rows: int
+
+
+def _input_names(data: Any) -> list[str]:
+    return [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)]
+
+
+def _manifest_meta(
+    tok: TextTokenizer, pack: _PackPlan, seed: int, refs: Any, sources: dict[str, Any]
+) -> dict[str, Any]:
+    """The manifest's fields besides the shard list (``zephyr.tokenize.format``)."""
+    return {
+        "dtype": pack.dtype.name,
+        "vocab_size": tok.vocab_size,
+        "eos_id": tok.eos_id,
+        "bos_id": tok.bos_id,
+        "bos_policy": tok.bos_policy,
+        "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)},
+        "seed": seed,
+        "shard_size_bytes": pack.shard_bytes,
+        "sources": sources,
+    }
+
+
+def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
+    """How the tokenize step ran (see ``zephyr.tokenize.inputs.plan_tasks``), for the result's stats."""
+    executor = pool.get("executor", "local")
+    return {
+        "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
+        "concurrent_tasks": concurrency,
+        "executor": executor if isinstance(executor, str) else "custom",
+        "workers": 0 if executor == "inprocess" else (pool.get("workers") or options.num_workers),
+    }
 
 
 def _worker_pool(execution: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
@@ -616,49 +298,70 @@ def _remove_tree(url: str) -> None:
 
 
 def _shuffle_and_pack(
-    refs: Any,
-    output: str,
-    scratch: str,
-    dtype: np.dtype,
-    shard_bytes: int,
-    megatron: bool,
-    batch_rows: int,
-    execution: dict[str, Any],
+    refs: Any, pack: _PackPlan, tok: TextTokenizer, execution: dict[str, Any]
 ) -> tuple[list[Any], dict[str, dict[str, int]], dict[str, Any]]:
     """Steps 3-5: the shard count from the token total, the reference sort, one pack task per shard.
     Returns (shard infos, per-source counts, the sort's stats)."""
+    import pyarrow as pa
+
     import zephyr
 
+    dtype = pack.dtype
     total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
-    num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))
+    num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / pack.shard_bytes))
     log.info(
         "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
         num_docs,
         total_tokens,
         dtype.itemsize,
-        shard_bytes,
+        pack.shard_bytes,
         num_shards,
     )
     if not refs.files:  # no document (empty inputs, or only null texts): a valid set of one empty shard
-        with shard_directory(output) as directory:
+        with shard_directory(pack.output) as directory:
             info, per_source = write_shard(
-                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=megatron
+                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=pack.megatron
             )
         return [info], per_source, dict(refs.stats)
     written = (
         zephyr.read_parquet(sorted(refs.files))
         .sort("key_hi", "key_lo", num_partitions=num_shards)
-        .write_parquet(f"{scratch}/sorted", **execution)
+        .write_parquet(f"{pack.scratch}/sorted", **execution)
     )
     parts = sorted(written.files)
-    jobs = [{"index": i, "name": f"shard-{i:05d}", "path": p} for i, p in enumerate(parts)]
-    packed = (
-        zephyr.from_items(jobs, num_shards=max(1, len(jobs)))
-        .map(_PackPartition(output, dtype.name, megatron, f"{scratch}/spill", batch_rows))
-        .to_arrow(**execution)
+    # built from buffers: ``from_items`` (``pa.Table.from_pylist``) would import pandas in the driver (~1 s)
+    jobs = pa.Table.from_arrays(
+        [
+            _numeric(np.arange(len(parts)), pa.int64()),
+            _strings([f"shard-{i:05d}" for i in range(len(parts))]),
+            _strings(parts),
+        ],
+        names=["index", "name", "path"],
     )
+    packer = PackPartition(
+        pack.output,
+        dtype.name,
+        pack.megatron,
+        f"{pack.scratch}/spill",
+        pack.batch_rows,
+        eos_id=tok.eos_id,
+        bos_id=tok.bos_id,
+    )
+    packed = zephyr.from_arrow(jobs, num_shards=max(1, len(parts))).map(packer).to_arrow(**execution)
     shards, per_source = _collect(packed.to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
+
+
+def _strings(values: list[str]) -> Any:
+    """A string Arrow array from Python strings, built from buffers (no pandas probe)."""
+    import pyarrow as pa
+
+    raw = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(raw) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in raw], out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.large_string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))]
+    )
 
 
 def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:
@@ -688,12 +391,6 @@ def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
 def _counter(stats: dict[str, Any], name: str) -> int:
     """A counter summed over a job's stages (the tokenize stage's ``tokens``/``documents``)."""
     return int(sum(stage.get("counters", {}).get(name, 0) for stage in stats.get("stages", [])))
-
-
-def _is_dataset(data: Any) -> bool:
-    import zephyr
-
-    return isinstance(data, zephyr.Dataset)
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:

@@ -48,3 +48,22 @@ def test_missing_or_truncated_spill_names_the_file(tmp_path: Path) -> None:
         gather(str(tmp_path), np.array([0]), ["b.tokens"], np.array([0]), np.array([2]))
     with pytest.raises(InputError, match="truncated"):
         gather(str(tmp_path), np.array([0]), ["a.tokens"], np.array([4]), np.array([8]))
+
+
+def test_gather_leaves_gaps_for_the_special_tokens(tmp_path: Path) -> None:
+    """``before``/``after`` bytes frame every document (empty ones too); the documents' bytes land between."""
+    docs = [np.array([5, 6, 7], dtype="<u2"), np.zeros(0, dtype="<u2"), np.array([9], dtype="<u2")]
+    write_spill(str(tmp_path), "s.tokens", np.concatenate(docs))
+    starts = np.array([0, 6, 6], dtype=np.int64)
+    order = np.array([2, 1, 0])
+    out = gather(
+        str(tmp_path),
+        np.zeros(3, dtype=np.int64),
+        ["s.tokens"],
+        starts[order],
+        np.array([d.nbytes for d in docs], dtype=np.int64)[order],
+        before=2,
+        after=2,
+    ).view("<u2")
+    assert len(out) == sum(len(d) + 2 for d in docs)
+    assert out[1:2].tolist() == [9] and out[6:9].tolist() == [5, 6, 7]

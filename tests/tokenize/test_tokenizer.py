@@ -48,6 +48,19 @@ def test_bos_policy(bpe_tokenizer: Path) -> None:
         assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
 
 
+@pytest.mark.parametrize("engine", ["auto", "tiktoken", "hf"])
+def test_encode_bodies_are_encode_batch_without_specials(bpe_tokenizer: Path, engine: str) -> None:
+    """The spill path's ids (shard dtype, no EOS/BOS) are exactly ``encode_batch``'s between the specials."""
+    texts = ["ab", "", "cd ef", *TRAIN_TEXT[:5]]
+    tok = TextTokenizer(bpe_tokenizer, bos="always", engine=engine)
+    flat, offsets = tok.encode_batch(texts)
+    body, lengths = tok.encode_bodies(texts, np.dtype("<u2"))
+    assert body.dtype == np.dtype("<u2") and lengths.tolist() == (np.diff(offsets) - 2).tolist()
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for i in range(len(texts)):
+        assert body[starts[i] : starts[i + 1]].tolist() == flat[offsets[i] + 1 : offsets[i + 1] - 1].tolist()
+
+
 def test_missing_eos_is_a_config_error(bpe_tokenizer: Path) -> None:
     with pytest.raises(ConfigError, match="cannot find the EOS token"):
         TextTokenizer(bpe_tokenizer, eos_token="<nope>")

@@ -116,6 +116,27 @@ def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Pat
     assert _sha(tmp_path / "s12")["shard-00000.tokens.npy"] != _sha(tmp_path / "ip")["shard-00000.tokens.npy"]
 
 
+def test_pack_adds_specials_identically_for_any_executor_and_batch_rows(
+    tmp_path: Path, bpe_tokenizer: Path
+) -> None:
+    """Spills hold ids only; the pack step frames each document with BOS/EOS. Shards are byte-identical across
+    executors and batch sizes (1 row: every document its own spill and pack batch), and every document is
+    exactly [BOS, HF ids, EOS]."""
+    texts = _corpus(tmp_path / "in", n=120, files=2)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=4, bos="always")
+    runs = {
+        "ip64": dict(executor="inprocess", batch_rows=64),
+        "ip1": dict(executor="inprocess", batch_rows=1),
+        "local7": dict(executor="local", workers=2, small_job_bytes=0, batch_rows=7),
+    }
+    for name, options in runs.items():
+        write_token_shards(str(tmp_path / "in"), output=str(tmp_path / name), **common, **options)
+    assert _sha(tmp_path / "ip64") == _sha(tmp_path / "ip1") == _sha(tmp_path / "local7")
+    tok = TextTokenizer(bpe_tokenizer, bos="always")
+    expected = sorted(tuple([tok.bos_id, *tok.hf_ids(t), tok.eos_id]) for t in texts)
+    assert sorted(tuple(d.tolist()) for d in read_documents(str(tmp_path / "ip1"))) == expected
+
+
 @pytest.mark.slow
 def test_shard_bytes_local_one_vs_two_workers(tmp_path: Path, bpe_tokenizer: Path) -> None:
     _corpus(tmp_path / "in", n=400, files=4)
@@ -127,25 +148,27 @@ def test_shard_bytes_local_one_vs_two_workers(tmp_path: Path, bpe_tokenizer: Pat
 
 def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
     """With a work_dir, a rerun after a failure skips the tokenize and sort tasks that had finished."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.pack_step as pack_step
 
     _corpus(tmp_path / "in", n=120, files=3)
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=3, executor="inprocess")
     work = str(tmp_path / "work")
-    original = writer._PackPartition.__call__
+    original = pack_step.PackPartition.__call__
 
     def fail(self, row):
         raise RuntimeError("crash while packing")
 
-    monkeypatch.setattr(writer._PackPartition, "__call__", fail)
+    monkeypatch.setattr(pack_step.PackPartition, "__call__", fail)
     with pytest.raises(Exception, match="crash while packing"):
         write_token_shards(
             str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, max_retries=0, **common
         )
     scratch = list((tmp_path / "work").glob("tokenize-*"))
-    assert len(scratch) == 1 and (scratch[0] / "spill").is_dir(), "spills go to the work_dir and survive a failure"
+    assert len(scratch) == 1 and (scratch[0] / "spill").is_dir(), (
+        "spills go to the work_dir and survive a failure"
+    )
     assert not (tmp_path / "out" / "_work").exists()
-    monkeypatch.setattr(writer._PackPartition, "__call__", original)
+    monkeypatch.setattr(pack_step.PackPartition, "__call__", original)
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
     sorted_stages = result.stats["stages"]
     assert sorted_stages and all(s["tasks_resumed"] == s["tasks"] for s in sorted_stages)
@@ -238,19 +261,19 @@ def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
 def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
     """One file of 12 row groups, 2 local workers: split into row-group runs, 2 tasks at a time (1 thread each);
     in-process: no split, one task with every core."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.inputs as inputs
 
     from zephyr import ExecutionOptions
 
     _one_file_many_row_groups(tmp_path / "in")
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)
-    split, concurrency = writer._plan_tasks(
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)
+    split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert split is not None and concurrency == 2
-    assert writer._plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1 << 30)
-    split, concurrency = writer._plan_tasks(
+    assert inputs.plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1 << 30)
+    split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert concurrency == 1, "one unsplittable task: one worker, every core for its encoder threads"
@@ -260,11 +283,11 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     tmp_path: Path, bpe_tokenizer: Path, monkeypatch
 ) -> None:
     """Shard bytes depend on data, seed and shard size only: not on how the input was cut into tasks."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.inputs as inputs
 
     _one_file_many_row_groups(tmp_path / "in")
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
-    monkeypatch.setattr(writer, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
+    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
     write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "w2"),
@@ -280,17 +303,17 @@ def test_split_input_gives_the_same_bytes_as_in_process(
 
 def test_pack_reads_batch_rows_documents_at_a_time(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
     """The pack step's memory is one batch of documents: it never gathers more than ``batch_rows`` at once."""
-    import zephyr.tokenize.writer as writer
+    import zephyr.tokenize.pack_step as pack_step
 
     _corpus(tmp_path / "in", n=150, files=1)
     seen: list[int] = []
-    original = writer.gather
+    original = pack_step.gather
 
-    def spy(directory, files, names, starts, nbytes):
+    def spy(directory, files, names, starts, nbytes, **gaps):
         seen.append(len(nbytes))
-        return original(directory, files, names, starts, nbytes)
+        return original(directory, files, names, starts, nbytes, **gaps)
 
-    monkeypatch.setattr(writer, "gather", spy)
+    monkeypatch.setattr(pack_step, "gather", spy)
     result = write_token_shards(
         str(tmp_path / "in"),
         tokenizer=str(bpe_tokenizer),

@@ -1,0 +1,221 @@
+"""Step 2 of ``write_token_shards``: a batch of documents → one token spill file + one reference row per document.
+
+``TokenizeBatch`` is the ``map_batches`` function. For each batch of ``batch_rows`` documents it
+
+1. quarantines null texts (``reject_reason = "null_text"``), never dropping them silently;
+2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``), ids only, in the
+   shard dtype: fastokens' flat ``uint32`` buffer is cast once (not at all for ``uint32`` shards) and written
+   as it is to the spill file (layout: ``zephyr.tokenize.spill``); EOS/BOS are added by the pack step;
+3. emits one reference row per document::
+
+       key_hi, key_lo  uint64  the shuffle key: a seeded xxh3-128 of the text, or (with an id column) the id's
+                               xxh3-64 over the text hash's low half, so duplicate texts do not sit together
+       num_tokens      int64   the document's tokens in the shard, EOS (and BOS) included
+       spill_file      string  the batch's spill file name
+       spill_offset    int64   byte offset of the document's ids (no specials) in that file
+       source          string  (only with a source column) for the manifest's source mix
+
+The job's ``documents``/``tokens`` counters give the totals the shard count is computed from.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from zephyr.tokenize.format import token_dtype
+from zephyr.tokenize.spill import SPILL_VERSION, spill_name, write_spill
+from zephyr.tokenize.tokenizer import TextTokenizer
+
+from zephyr.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["TokenizeBatch"]
+
+_U64 = 0xFFFFFFFFFFFFFFFF
+# tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
+_VERIFIED_ON_DATA: set[str] = set()
+
+
+def _string_chunks(column: Any) -> list[tuple[memoryview, list[int]]]:
+    """(UTF-8 data buffer, row offsets) of each chunk of a string Arrow array, zero-copy (for per-row
+    hashing): a rebatched column has one chunk per input row group, and combining them would copy every text."""
+    import pyarrow as pa
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    spans = []
+    for chunk in chunks:
+        if not pa.types.is_large_string(chunk.type):
+            chunk = chunk.cast(pa.large_string())
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
+            chunk.offset : chunk.offset + len(chunk) + 1
+        ]
+        data = chunk.buffers()[2]
+        spans.append((memoryview(data) if data is not None else memoryview(b""), offsets.tolist()))
+    return spans
+
+
+def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
+    """Seeded xxh3 (64 or 128 bits) of every string of ``column``: ``(n,)`` or ``(n, 2)`` (hi, lo) uint64.
+
+    One C call per row on a zero-copy slice of the Arrow buffer (no library offers a vectorized xxh3); the
+    digests are joined and viewed as big-endian words, so no Python integer is built per row.
+    """
+    import xxhash
+
+    digest = xxhash.xxh3_128_digest if bits == 128 else xxhash.xxh3_64_digest
+    joined = b"".join(
+        [
+            digest(data[a:b], seed)
+            for data, offsets in _string_chunks(column)
+            for a, b in zip(offsets[:-1], offsets[1:])
+        ]
+    )
+    words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
+    return words.reshape(-1, 2) if bits == 128 else words
+
+
+# Arrow arrays built from buffers: ``pa.array(ndarray)``/``pa.array(list)`` first probe for pandas, and importing
+# it costs ~0.4 s in a process that has not yet.
+def _numeric(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """A string array of ``n`` copies of ``text``."""
+    import pyarrow as pa
+
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+class TokenizeBatch:
+    """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
+
+    ``concurrency``: how many tokenize tasks run at once on one machine; each uses
+    ``cores // concurrency`` encoder threads, so the stage keeps every core busy without oversubscribing.
+    (tiktoken and HF follow it; fastokens runs its own thread pool, which no API here sizes, so two
+    concurrent fastokens tasks may run more threads than cores: its encoding is a small share of the step.)
+    """
+
+    def __init__(
+        self,
+        tokenizer: TextTokenizer,
+        *,
+        text_column: str,
+        id_column: str | None,
+        source_column: str | None,
+        seed: int,
+        spill_dir: str,
+        concurrency: int = 1,
+        verify_rows: int = 16,
+    ):
+        self.tokenizer = tokenizer
+        self.text_column = text_column
+        self.id_column = id_column
+        self.source_column = source_column
+        self.seed = seed
+        self.spill_dir = spill_dir
+        self.concurrency = max(1, concurrency)
+        self.verify_rows = verify_rows
+        # part of the stage fingerprint (the engine cloudpickles this object): a resumed job never reuses
+        # references whose spill files were written in another layout
+        self.spill_version = SPILL_VERSION
+
+    def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
+        import pyarrow as pa
+        import xxhash
+
+        seed = self.seed & _U64
+        text_hash = _hash_strings(table[self.text_column], seed, 128)
+        if self.id_column is None:
+            return text_hash[:, 0].copy(), text_hash[:, 1].copy()
+        ids = table[self.id_column]
+        if (pa.types.is_string(ids.type) or pa.types.is_large_string(ids.type)) and not ids.null_count:
+            hi = _hash_strings(ids, seed, 64)
+        else:  # other id types hash their Python ``str`` (nulls as "None"), as format version 1 always has
+            hi = np.fromiter(
+                (xxhash.xxh3_64_intdigest(str(i).encode("utf-8"), seed) for i in ids.to_pylist()),
+                dtype=np.uint64,
+                count=len(ids),
+            )
+        return hi, text_hash[:, 1].copy()
+
+    def _verify(self, texts: list[str]) -> None:
+        """Prove the fast engine on this process's first real documents (once per process: the load-time probe
+        covers the tokenizer; this covers the data and this process's libraries)."""
+        tok = self.tokenizer
+        if tok.engine == "hf" or tok.sha256 in _VERIFIED_ON_DATA:
+            return
+        sample = [t[:4000] for t in texts[: self.verify_rows]]
+        bad = tok.first_mismatch(sample)
+        if bad is not None:
+            raise ConfigError(
+                f"the {tok.engine} engine differs from HF on input text {bad[:200]!r}; use engine='hf'"
+            )
+        _VERIFIED_ON_DATA.add(tok.sha256)
+
+    def _split_nulls(self, table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+        """(rows with a text, quarantined null-text rows or None); the text column comes back ``large_string``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from zephyr.io.text_column import require_text_column
+
+        require_text_column(table.schema, self.text_column, where="tokenize input")
+        rejected = None
+        if table[self.text_column].null_count:
+            null = pc.is_null(table[self.text_column])
+            rejected = table.filter(null).append_column(
+                "reject_reason", _repeated("null_text", int(pc.sum(null).as_py()))
+            )
+            table = table.filter(pc.invert(null))
+        if not pa.types.is_large_string(table.schema.field(self.text_column).type):
+            column = table[self.text_column].cast(pa.large_string())
+            table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, column)
+        return table, rejected
+
+    def __call__(self, table: pa.Table) -> Any:
+        import pyarrow as pa
+
+        from zephyr import counters
+        from zephyr.ops import BatchOutput
+
+        table, rejected = self._split_nulls(table)
+        texts = table[self.text_column].to_pylist()
+        self._verify(texts)
+        tok = self.tokenizer
+        tok.num_threads = max(1, (os.cpu_count() or 1) // self.concurrency)
+        dtype = token_dtype(tok.vocab_size).newbyteorder("<")
+        body, lengths = tok.encode_bodies(texts, dtype)
+        del texts  # the Python strings are the batch's largest buffer after the Arrow column
+        starts = np.zeros(len(lengths), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        num_tokens = lengths + (1 + (tok.bos_id is not None))  # EOS (and BOS): written by the pack step
+        hi, lo = self._keys(table)
+        name = spill_name(hi, lo, num_tokens)
+        write_spill(self.spill_dir, name, body)
+        columns = {
+            "key_hi": _numeric(hi, pa.uint64()),
+            "key_lo": _numeric(lo, pa.uint64()),
+            "num_tokens": _numeric(num_tokens, pa.int64()),
+            "spill_file": _repeated(name, len(lengths)),
+            "spill_offset": _numeric(starts * dtype.itemsize, pa.int64()),
+        }
+        if self.source_column:
+            columns["source"] = table[self.source_column].cast(pa.string())
+        counters.increment("documents", len(lengths))
+        counters.increment("tokens", int(num_tokens.sum()))
+        counters.increment(f"engine_{tok.engine}", len(lengths))  # for the manifest
+        out = pa.Table.from_arrays(list(columns.values()), names=list(columns))
+        if rejected is not None:
+            return BatchOutput(kept=out, rejected=rejected)
+        return out

@@ -1,0 +1,138 @@
+"""Step 5 of ``write_token_shards``: one sorted partition of document references → one token shard.
+
+``PackPartition`` reads its partition's references (``zephyr.tokenize.encode_step``) ``batch_rows`` at a
+time, gathers each document's ids from the spill files into one buffer with a one-token gap before (BOS
+policy ``"always"``) and after (EOS) every document, stores the special tokens into the gaps, and streams the
+batch to ``write_shard`` (hashed while written). Memory: one batch of documents' tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from zephyr.tokenize.shards import write_shard
+from zephyr.tokenize.spill import gather
+
+__all__ = ["PackPartition", "shard_directory"]
+
+
+@contextlib.contextmanager
+def shard_directory(output: str) -> Iterator[str]:
+    """Where a shard's files are written: ``output`` itself on local disk; for any other fsspec URL a local
+    temporary directory whose files are uploaded into ``output`` when the block ends (a shard is hashed, and
+    exported to Megatron, from local files; the manifest, written last by the driver, is what makes a set
+    complete, so a shard's files appearing one by one is never seen as a set)."""
+    import fsspec
+
+    from zephyr.io.paths import is_local
+
+    fs, root = fsspec.core.url_to_fs(output)
+    if is_local(fs):
+        yield root
+        return
+    staging = tempfile.mkdtemp(prefix="zephyr-shard-")
+    try:
+        yield staging
+        for name in sorted(os.listdir(staging)):
+            fs.put_file(os.path.join(staging, name), f"{root}/{name}")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class PackPartition:
+    """The ``map`` function of step 5: one sorted partition of references → one shard.
+
+    ``eos_id``/``bos_id``: the special tokens the pack step adds around each document's spilled ids
+    (``bos_id`` is None unless the BOS policy is ``"always"``).
+    """
+
+    def __init__(
+        self,
+        output: str,
+        dtype: str,
+        megatron: bool,
+        spill_dir: str,
+        batch_rows: int,
+        *,
+        eos_id: int,
+        bos_id: int | None,
+    ):
+        self.output, self.dtype, self.megatron = output, dtype, megatron
+        self.spill_dir, self.batch_rows = spill_dir, batch_rows
+        self.eos_id, self.bos_id = eos_id, bos_id
+
+    def _tokens(self, batch: Any) -> Any:
+        """The batch's documents as one ``large_binary`` column: spilled ids framed by BOS/EOS."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        dtype = np.dtype(self.dtype).newbyteorder("<")
+        before = int(self.bos_id is not None)
+        specials = before + 1
+        files = pc.dictionary_encode(batch.column("spill_file"))
+        num_tokens = batch.column("num_tokens").to_numpy()
+        data = gather(
+            self.spill_dir,
+            files.indices.to_numpy(),
+            files.dictionary.to_pylist(),
+            batch.column("spill_offset").to_numpy(),
+            (num_tokens - specials) * dtype.itemsize,
+            before=before * dtype.itemsize,
+            after=dtype.itemsize,
+        )
+        ends = np.cumsum(num_tokens)
+        tokens = data.view(dtype)
+        tokens[ends - 1] = self.eos_id
+        if self.bos_id is not None:
+            tokens[ends - num_tokens] = self.bos_id
+        offsets = np.zeros(len(num_tokens) + 1, dtype=np.int64)
+        offsets[1:] = ends * dtype.itemsize
+        return pa.LargeBinaryArray.from_buffers(
+            pa.large_binary(), len(num_tokens), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        )
+
+    def _batches(self, parquet: Any, columns: list[str]) -> Any:
+        """The partition's documents as tables with a ``tokens`` column, ``batch_rows`` documents at a time."""
+        import pyarrow as pa
+
+        for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
+            out = {"tokens": self._tokens(batch)}
+            if "source" in batch.schema.names:
+                out["source"] = batch.column("source")
+            yield pa.Table.from_arrays(list(out.values()), names=list(out))
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        import json
+
+        import fsspec
+        import pyarrow.parquet as pq
+
+        fs, path = fsspec.core.url_to_fs(row["path"])
+        with fs.open(path, "rb") as handle:
+            parquet = pq.ParquetFile(handle)
+            total = int(
+                sum(b["num_tokens"].to_numpy().sum() for b in parquet.iter_batches(columns=["num_tokens"]))
+            )
+            columns = ["num_tokens", "spill_file", "spill_offset"]
+            if "source" in parquet.schema_arrow.names:
+                columns.append("source")
+            with shard_directory(self.output) as directory:
+                info, per_source = write_shard(
+                    directory,
+                    row["name"],
+                    self._batches(parquet, columns),
+                    dtype=np.dtype(self.dtype),
+                    num_tokens=total,
+                    megatron=self.megatron,
+                )
+        return {
+            "index": row["index"],
+            "shard": json.dumps(info.to_json()),
+            "per_source": json.dumps(per_source),
+        }
