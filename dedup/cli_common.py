@@ -10,6 +10,8 @@ import logging
 import os
 from typing import Any
 
+from zephyr.config import REMOVAL_MODES
+
 logger = logging.getLogger("zephyr.dedup.cli")
 
 
@@ -20,7 +22,7 @@ the same bytes on every executor; ``--executor local`` isolates tasks in process
 
 # Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
 # files of very different sizes would otherwise leave one worker hashing the largest file alone.
-SHARD_BYTES = "32MiB"
+APPROX_SHARD_BYTES = "32MiB"
 
 
 DUP_COLUMNS = {
@@ -45,7 +47,7 @@ def read_inputs(args: argparse.Namespace):
     if args.mode == "annotate":
         check_input_columns(args.inputs, written, overwrite=args.overwrite, rename="--output-column NAME")
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    ds = zephyr.read(args.inputs, approx_shard_bytes=SHARD_BYTES, on_error=args.on_error, **schema)
+    ds = zephyr.read(args.inputs, approx_shard_bytes=APPROX_SHARD_BYTES, on_error=args.on_error, **schema)
     return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
 
 
@@ -164,7 +166,7 @@ def row_balance(stages: list[dict]) -> dict[str, int]:
         "in": stages[0]["rows_in"],
         "kept": stages[-1]["rows_out"],
         "dropped": sum(s["rows_dropped"] for s in stages),
-        "quarantined": stages[0]["rows_rejected"],
+        "quarantined": stages[0]["rows_quarantined"],
     }
 
 
@@ -197,7 +199,7 @@ def add_common_io(p: argparse.ArgumentParser) -> None:
     add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
-        choices=("annotate", "remove"),  # dedup.config.MODES, not imported: --help stays fast
+        choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast
         default="annotate",
         help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
     )

@@ -27,8 +27,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from zephyr.config import FieldError, ZephyrDeprecationWarning, renamed_keys, require_at_least, require_within
-from zephyr.errors import ConfigError
+from zephyr.config import (
+    REMOVAL_MODES,
+    FieldError,
+    ZephyrDeprecationWarning,
+    check_removal_mode,
+    renamed_keys,
+    require_at_least,
+    require_within,
+)
 
 __all__ = [
     "ExactDedupConfig",
@@ -57,13 +64,13 @@ Preset = Literal["datatrove", "nemo", "redpajama"]
 PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
 CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
-MODES = ("annotate", "remove")
+MODES = REMOVAL_MODES
 
 
 def check_mode(mode: str) -> None:
-    """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates."""
-    if mode not in MODES:
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates
+    (``zephyr.config.check_removal_mode``, shared with decontaminate)."""
+    check_removal_mode(mode)
 
 
 def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -341,7 +341,7 @@ def _stats(
         "rows_in": n,
         "rows_out": out.num_rows,
         "rows_dropped": n - out.num_rows,
-        "rows_rejected": 0,
+        "rows_quarantined": 0,
         "null_text": int((~members).sum()),
         "no_shingles": int((members & (shingles.counts == 0)).sum()),
         "duplicates": int((~keep).sum()),

@@ -260,15 +260,15 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
             f"stage {entry.name!r}: the engine stats lack the counters of {missing}; cannot account its rows"
         )
     seen_in = sum(op["rows_in"] for op in ops if op["op"] == wanted[0])
-    read_rejected = sum(st.get("rows_read_rejected", 0) for st in engine_stages)
+    read_quarantined = sum(st.get("rows_read_quarantined", 0) for st in engine_stages)
     dropped_by_reason: dict[str, int] = {}
     for op in ops:
         _merge(dropped_by_reason, op.get("dropped_by_reason", {}))
     dropped = sum(op["rows_dropped"] for op in ops)
-    quarantined = sum(op["rows_rejected"] for op in ops) + read_rejected
+    quarantined = sum(op["rows_quarantined"] for op in ops) + read_quarantined
     kept = parquet_rows(outcome.files)
     if entry.type in SOURCE_STAGES:
-        rows_in = seen_in + read_rejected
+        rows_in = seen_in + read_quarantined
     else:
         rows_in = int(input_rows or 0)
         if seen_in != rows_in:

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from zephyr import counters
 from zephyr.errors import SchemaError
+from zephyr.io.quarantine import REJECT_REASON
 
 if TYPE_CHECKING:
     from zephyr.pipelines.config import PipelineConfig, StageEntry
@@ -157,7 +158,7 @@ class PrepareRows:
         if not pc.any(bad).as_py():
             return table
         reasons = pc.if_else(null_id, pa.scalar("null_id"), pa.scalar("null_text"))
-        rejected = table.filter(bad).append_column("reject_reason", reasons.filter(bad))
+        rejected = table.filter(bad).append_column(REJECT_REASON, reasons.filter(bad))
         return BatchOutput(kept=table.filter(pc.invert(bad)), rejected=rejected)
 
 

@@ -28,15 +28,16 @@ def input_paths(data: Any) -> tuple[list[str], str]:
 
 
 def input_dataset(
-    data: Any, columns: list[str], split_bytes: int | None, on_error: str, **schema: Any
+    data: Any, columns: list[str], approx_shard_bytes: int | None, on_error: str, **schema: Any
 ) -> Dataset:
+    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (``plan_tasks``)."""
     import zephyr
 
     paths, fmt = input_paths(data)
     if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=split_bytes, on_error=on_error, **schema)
+        return zephyr.read_jsonl(paths, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema)
     return zephyr.read_parquet(
-        paths, columns=columns, approx_shard_bytes=split_bytes, on_error=on_error, **schema
+        paths, columns=columns, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema
     )
 
 
@@ -71,22 +72,22 @@ def plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
     paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
     try:
         shards = list_shards(paths)
-        split = None
+        approx_shard_bytes = None
         if len(shards) < 8 * workers:
             total = 0
             for shard in shards:
                 fs, path = filesystem(shard.path)
                 size = int(fs.size(path) or 0)
                 total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
-            split = (
+            approx_shard_bytes = (
                 _MIN_SPLIT_BYTES
                 if total < 2 * _MIN_SPLIT_BYTES
                 else max(min(_MIN_TASK_BYTES, _MIN_SPLIT_BYTES), total // (8 * workers))
             )
-            shards = list_shards(paths, approx_shard_bytes=split)
+            shards = list_shards(paths, approx_shard_bytes=approx_shard_bytes)
     except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
         return None, workers
-    return split, max(1, min(workers, len(shards)))
+    return approx_shard_bytes, max(1, min(workers, len(shards)))
 
 
 def input_columns(data: Any) -> list[str] | None:

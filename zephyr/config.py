@@ -16,7 +16,8 @@ once, each line led by its key path as written in a config file (``optim.lr must
 
 A package keeps its own config dataclass; an owner embeds it (``embedded_field``) and a config file writes its
 keys flat beside the owner's (``build_flat``/``flat_dict``). A renamed key is declared in a ``RENAMED`` class
-attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``).
+attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``); a renamed value of a choice (``--mode flag`` → ``annotate``) likewise
+(``renamed_value``).
 
 Only the standard library is imported at module level: the trainer and the token loader import this with
 torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imported where text is parsed.
@@ -59,6 +60,9 @@ __all__ = [
     "unknown_keys",
     "check_fields",
     "renamed_keys",
+    "renamed_value",
+    "REMOVAL_MODES",
+    "check_removal_mode",
     "embedded_field",
     "flat_fields",
     "build_flat",
@@ -342,6 +346,39 @@ def renamed_keys(raw: dict[str, Any], renames: dict[str, str], where: str = "") 
         )
         out[new] = out.pop(old)
     return out
+
+
+def renamed_value(value: Any, renames: dict[Any, Any], where: str) -> Any:
+    """``value`` under its new name when it is an old one of ``renames`` (old → new), with a
+    ``ZephyrDeprecationWarning`` naming ``where`` (a flag or key, e.g. ``--mode``); any other value unchanged,
+    for the caller's own choice check. For renamed values of a choice, where ``renamed_keys`` renames keys."""
+    if value not in renames:
+        return value
+    new = renames[value]
+    warnings.warn(
+        f"{where} {value} is renamed {where} {new}; write {new} (the old value is read until the next release)",
+        ZephyrDeprecationWarning,
+        stacklevel=3,
+    )
+    return new
+
+
+REMOVAL_MODES = ("annotate", "remove")
+"""The two modes of every op that removes rows (dedup, decontaminate): ``annotate`` keeps every row and adds the
+op's columns, ``remove`` drops the rows it finds."""
+
+
+def check_removal_mode(mode: str, where: str = "mode", old: dict[str, str] | None = None) -> str:
+    """``mode`` as one of ``REMOVAL_MODES``; an op's old name for one (``old``, old → new) is read with a
+    ``ZephyrDeprecationWarning``, any other value is a ``ConfigError`` naming the choices.
+
+    >>> check_removal_mode("remove")
+    'remove'
+    """
+    mode = renamed_value(mode, old or {}, where)
+    if mode not in REMOVAL_MODES:
+        raise ConfigError(f"{where} must be 'annotate' or 'remove', got {mode!r}")
+    return mode
 
 
 # -- embedded configs ---------------------------------------------------------------------------------------

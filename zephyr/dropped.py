@@ -43,7 +43,9 @@ __all__ = [
 ]
 
 DROP_REASON = "drop_reason"
-"""The reason column of the dropped rows (the name ``zephyr filter`` writes)."""
+"""The one reason column of rows a rule removed (filters, langid, decontaminate, dedup ``--mode remove``): every
+command that writes dropped rows names it so. Quarantined rows (bad input) carry ``reject_reason`` instead
+(``zephyr.io.quarantine.REJECT_REASON``)."""
 
 VERDICT = "__zephyr_verdict"
 """The scratch column holding each row's drop reason (null: kept) between the jobs."""

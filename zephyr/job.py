@@ -7,7 +7,7 @@ own reduce tasks (one per partition). Per stage the driver:
 2. skips every task whose marker exists with that fingerprint (resume after a crash or a kill);
 3. runs the others, retrying failures up to ``max_retries`` extra times; a task that still fails stops the
    job with a ``TaskError`` naming the stage, the input shard and the last error;
-4. sums the task markers into the stage's stats (rows in/out/dropped/rejected, bytes, seconds, counters).
+4. sums the task markers into the stage's stats (rows in/out/dropped/quarantined, bytes, seconds, counters).
 
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
 ``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
@@ -122,7 +122,7 @@ class Job:
 
     # -- stats ------------------------------------------------------------------------------------------
     def stats(self) -> dict:
-        quarantined = sum(s["rows_rejected"] for s in self.stages)
+        quarantined = sum(s["rows_quarantined"] for s in self.stages)
         return {
             "seconds": round(time.time() - self.started, 3),
             "executor": type(self._executor).__name__
@@ -293,14 +293,14 @@ class Job:
         stage = job_stats.stage_record(name, fingerprint, markers, len(tasks), (wall, skipped, retried), wide)
         self.stages.append(stage)
         log.info(
-            "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, rejected %d, %.2fs",
+            "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, quarantined %d, %.2fs",
             name,
             len(tasks),
             skipped,
             stage["rows_in"],
             stage["rows_out"],
             stage["rows_dropped"],
-            stage["rows_rejected"],
+            stage["rows_quarantined"],
             wall,
         )
 

@@ -24,10 +24,40 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["TASK_KEYS", "record", "recording", "stage_record", "summarize", "task_totals"]
+__all__ = [
+    "OLD_COUNT_KEYS",
+    "TASK_KEYS",
+    "record",
+    "recording",
+    "stage_record",
+    "summarize",
+    "task_totals",
+    "upgrade_counts",
+]
 
 TASK_KEYS = ("tasks", "tasks_resumed", "task_retries")
 """Per-stage task counts that add up across stages and jobs."""
+
+OLD_COUNT_KEYS = {"rows_rejected": "rows_quarantined", "rows_read_rejected": "rows_read_quarantined"}
+"""Count keys of task markers and stage records written before this release (old → new): one count, the rows
+set aside to the quarantine output, had two names (``rows_rejected`` here, ``rows_quarantined`` in summaries)."""
+
+
+def upgrade_counts(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (a task marker or stage record, with its ``ops``) with the old count keys under their new
+    names, so a run resumed over an older run's markers still balances; a new record comes back unchanged.
+
+    >>> upgrade_counts({"rows_rejected": 2, "ops": [{"op": "map", "rows_rejected": 2}]})
+    {'ops': [{'op': 'map', 'rows_quarantined': 2}], 'rows_quarantined': 2}
+    """
+    out = {k: v for k, v in record.items() if k not in OLD_COUNT_KEYS}
+    for old, new in OLD_COUNT_KEYS.items():
+        if old in record:
+            out.setdefault(new, record[old])
+    if "ops" in record:
+        out["ops"] = [upgrade_counts(op) for op in record["ops"]]
+    return out
+
 
 _active: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar("zephyr_job_stats", default=())
 
@@ -86,7 +116,7 @@ def _op_totals(markers: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dic
                 ops.append({**op, "dropped_by_reason": dict(op["dropped_by_reason"])})
                 continue
             total = ops[i]
-            for key in ("rows_in", "rows_out", "rows_dropped", "rows_rejected"):
+            for key in ("rows_in", "rows_out", "rows_dropped", "rows_quarantined"):
                 total[key] += op[key]
             for reason, n in op["dropped_by_reason"].items():
                 total["dropped_by_reason"][reason] = total["dropped_by_reason"].get(reason, 0) + n
@@ -106,7 +136,7 @@ def stage_record(
     """One stage's record from its task markers; ``timing`` is (wall seconds, tasks resumed, retries) and
     ``wide`` (the wide op, rows its map side wrote) for a reduce stage.
 
-    Every stage balances ``rows_in = rows_out + rows_dropped + rows_rejected``, with two kinds of exception
+    Every stage balances ``rows_in = rows_out + rows_dropped + rows_quarantined``, with two kinds of exception
     named in its ``wide`` entry: an aggregation turns rows into groups (``rows_in`` rows, ``groups`` out) and
     a join's output is its matches. For a reduce stage, ``rows_in`` is what its map side wrote (before any
     map-side combine), so the rows a ``deduplicate`` removes — in the map-side combiner or in the reducer —
@@ -116,7 +146,7 @@ def stage_record(
     wall, skipped, retried = timing
     ops, user = _op_totals(markers)
     rows_in = sum(m["rows_in"] for m in markers)
-    read_rejected = sum(m.get("rows_read_rejected", 0) for m in markers)
+    read_quarantined = sum(m.get("rows_read_quarantined", 0) for m in markers)
     wide_entry = None
     duplicates = 0
     if wide is not None:
@@ -137,8 +167,11 @@ def stage_record(
         "rows_in": rows_in,
         "rows_out": sum(m["rows_out"] for m in markers),
         "rows_dropped": duplicates + sum(op["rows_dropped"] for op in ops),
-        "rows_rejected": read_rejected + sum(op["rows_rejected"] for op in ops),
-        "rows_read_rejected": read_rejected,
+        "rows_quarantined": read_quarantined + sum(op["rows_quarantined"] for op in ops),
+        "rows_read_quarantined": read_quarantined,
+        # NOTE: the old name of rows_quarantined, kept one release for tokenize/writer.py's _row_accounts
+        # (which reads it); not a second count. Remove with OLD_COUNT_KEYS.
+        "rows_rejected": read_quarantined + sum(op["rows_quarantined"] for op in ops),
         "bytes_out": sum(m["bytes_out"] for m in markers),
         "task_seconds": round(sum(m["seconds"] for m in markers), 3),
         "wall_seconds": round(wall, 3),

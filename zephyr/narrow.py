@@ -1,8 +1,8 @@
 """Runs a fused chain of narrow ops over a stream of tables, counting every row.
 
 Each op keeps counters ``rows_in``, ``rows_out``, ``rows_dropped`` (filtered out, or dropped on purpose by a
-batch function) and ``rows_rejected`` (quarantined). For ``map``, ``filter`` and ``map_batches``
-``rows_in = rows_out + rows_dropped + rows_rejected``; ``flat_map`` may emit any number of rows per input.
+batch function) and ``rows_quarantined`` (quarantined). For ``map``, ``filter`` and ``map_batches``
+``rows_in = rows_out + rows_dropped + rows_quarantined``; ``flat_map`` may emit any number of rows per input.
 
 Row functions see ``dict`` rows (the user boundary); everything else stays columnar. A row function that
 raises either fails the task with an error naming the shard, the row and the op (``on_error="raise"``) or
@@ -19,7 +19,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.quarantine import QUARANTINE_SCHEMA
+from zephyr.io.quarantine import QUARANTINE_SCHEMA, REJECT_REASON
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,
@@ -41,7 +41,7 @@ class OpCounters:
     rows_in: int = 0
     rows_out: int = 0
     rows_dropped: int = 0
-    rows_rejected: int = 0
+    rows_quarantined: int = 0
     dropped_by_reason: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -50,7 +50,7 @@ class OpCounters:
             "rows_in": self.rows_in,
             "rows_out": self.rows_out,
             "rows_dropped": self.rows_dropped,
-            "rows_rejected": self.rows_rejected,
+            "rows_quarantined": self.rows_quarantined,
             "dropped_by_reason": dict(self.dropped_by_reason),
         }
 
@@ -139,7 +139,7 @@ def _apply_rows(stream, op: Map | FlatMap, count: OpCounters, where: str, quaran
             out = [result for _, result in results]
         _check_rows(out, op)
         count.rows_in += table.num_rows
-        count.rows_rejected += rejected
+        count.rows_quarantined += rejected
         count.rows_out += len(out)
         if out:
             yield pa.Table.from_pylist(out)
@@ -160,7 +160,7 @@ def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine:
             keep[i] = bool(result)
         kept = table.filter(pa.array(keep, type=pa.bool_()))  # a list, not numpy: no pandas probe
         count.rows_in += table.num_rows
-        count.rows_rejected += rejected
+        count.rows_quarantined += rejected
         count.rows_out += kept.num_rows
         count.rows_dropped += table.num_rows - kept.num_rows - rejected
         yield kept
@@ -240,7 +240,7 @@ def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, qu
                 "BatchOutput or None"
             )
         count.rows_out += out.num_rows
-        count.rows_rejected += rejected_rows
+        count.rows_quarantined += rejected_rows
         # Rows neither kept nor rejected were dropped by the function; count those it did not name.
         unnamed = table.num_rows - out.num_rows - rejected_rows - dropped_rows
         if unnamed > 0:
@@ -252,9 +252,9 @@ def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, qu
 
 def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:
     n = rejected.num_rows
-    if "reject_reason" in rejected.column_names:
-        reasons = rejected.column("reject_reason").to_pylist()
-        body = rejected.drop_columns(["reject_reason"])
+    if REJECT_REASON in rejected.column_names:
+        reasons = rejected.column(REJECT_REASON).to_pylist()
+        body = rejected.drop_columns([REJECT_REASON])
     else:
         reasons = [reason or op_label(op)] * n
         body = rejected

@@ -122,8 +122,8 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     the chain). Rows in are what the chain's first stage read (unreadable rows included), kept what the last
     stage wrote; the drops (by reason) and rejects of every stage of the chain count.
 
-    >>> read = {"rows_in": 4, "rows_out": 3, "rows_dropped": 0, "rows_rejected": 1, "ops": []}
-    >>> sort = {"rows_in": 3, "rows_out": 3, "rows_dropped": 0, "rows_rejected": 0, "ops": []}
+    >>> read = {"rows_in": 4, "rows_out": 3, "rows_dropped": 0, "rows_quarantined": 1, "ops": []}
+    >>> sort = {"rows_in": 3, "rows_out": 3, "rows_dropped": 0, "rows_quarantined": 0, "ops": []}
     >>> s = from_stages([read, read, sort])
     >>> (s.rows_in, s.rows_kept, s.rows_quarantined, s.balanced)
     (4, 3, 1, True)
@@ -145,7 +145,7 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
         rows_in=int(chain[0]["rows_in"]),
         rows_kept=int(chain[-1]["rows_out"]),
         rows_dropped=sum(int(s["rows_dropped"]) for s in chain),
-        rows_quarantined=sum(int(s["rows_rejected"]) for s in chain),
+        rows_quarantined=sum(int(s["rows_quarantined"]) for s in chain),
         **fields,
     )
 

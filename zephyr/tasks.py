@@ -34,6 +34,7 @@ from zephyr.io.publish import STAGING_DIR
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
+from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import Op
 from zephyr.shuffle.partition import numpy_to_arrow
@@ -135,7 +136,7 @@ def read_marker(url: str, fingerprint: str) -> dict | None:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None  # a torn marker is no marker: the task reruns
-    return marker if marker.get("fingerprint") == fingerprint else None
+    return upgrade_counts(marker) if marker.get("fingerprint") == fingerprint else None
 
 
 class _Counted:
@@ -170,11 +171,11 @@ def run_task(task: TaskSpec) -> dict:
             shard_index=task.index,
         )
         outputs = _write_output(tables, stage.output, task)
-    read_rejected = 0
+    read_quarantined = 0
     quarantine = None
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
-        read_rejected = table.num_rows - sum(c.rows_rejected for c in op_counters)
+        read_quarantined = table.num_rows - sum(c.rows_quarantined for c in op_counters)
         with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
             pq.write_table(table, f, compression="zstd")
         quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
@@ -182,8 +183,8 @@ def run_task(task: TaskSpec) -> dict:
         "fingerprint": task.fingerprint,
         "index": task.index,
         "input": task.description,
-        "rows_in": source.rows + read_rejected,
-        "rows_read_rejected": read_rejected,
+        "rows_in": source.rows + read_quarantined,
+        "rows_read_quarantined": read_quarantined,
         "bytes_in": source.bytes,
         "ops": [c.as_dict() for c in op_counters],
         "counters": dict(user_counters),

@@ -241,15 +241,16 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
+    from zephyr.pipelines.quality.decontaminate import build_eval_index, check_mode, read_eval_texts
     from zephyr.pipelines.quality.stages import Decontaminate
 
+    args.mode = check_mode(args.mode, "--mode")  # --mode flag|drop: the old names, with a warning
     if args.dropped_output:
         from zephyr import dropped
         from zephyr.errors import ConfigError
 
-        if args.mode != "drop":
-            raise ConfigError("--dropped-output needs --mode drop: --mode flag keeps every row")
+        if args.mode != "remove":
+            raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
         dropped.check(args)
     out = Path(args.output)
     index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
@@ -383,15 +384,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     add_overwrite(p, "the count columns", default="pii", output_help="name the count columns NAME_<kind>")
 
     p = command(
-        "decontaminate", _cmd_decontaminate, "drop or flag documents sharing a 13-gram with an eval set"
+        "decontaminate", _cmd_decontaminate, "remove or annotate documents sharing a 13-gram with an eval set"
     )
     io(p)
     p.add_argument("--eval", nargs="+", required=True, help="eval set(s), Parquet or JSONL")
     p.add_argument("--eval-column", nargs="+", default=["text"])
     p.add_argument("-n", type=int, default=13)
-    p.add_argument("--mode", choices=("drop", "flag"), default="drop")
-    add_overwrite(
-        p, "the flag columns (--mode flag)", default="contaminated",
-        output_help="--mode flag: write the flag to NAME and the matching n-grams to NAME_ngrams",
+    p.add_argument(
+        "--mode", choices=("remove", "annotate", "drop", "flag"), default="remove",
+        help="remove the contaminated rows, or annotate every row (drop, flag: deprecated old names)",
     )
-    add_dropped_output(p, "contaminated rows (--mode drop)")
+    add_overwrite(
+        p, "the flag columns (--mode annotate)", default="contaminated",
+        output_help="--mode annotate: write the flag to NAME and the matching n-grams to NAME_ngrams",
+    )
+    add_dropped_output(p, "contaminated rows (--mode remove)")

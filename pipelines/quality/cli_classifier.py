@@ -110,5 +110,5 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
     summary = one_job_summary(result, args, details={"bucket_edges": list(edges)})
     if first:
-        summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_rejected"] for s in first)
+        summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_quarantined"] for s in first)
     return summary

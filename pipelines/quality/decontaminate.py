@@ -9,8 +9,10 @@ contribute no n-gram (counted in ``EvalNgramIndex.short_items``). A match is by 
 positive needs a hash collision (~ W·E/2^64 for W document n-grams against E eval n-grams).
 
 ``decontaminate(table, index)`` adds ``contaminated`` (bool) and ``contaminated_ngrams`` (int32, number of
-matching n-gram positions) columns, or with ``mode="drop"`` returns (kept, dropped) where dropped rows carry
-``drop_reason = "decontam_shares_13gram"``. Null texts are never contaminated.
+matching n-gram positions) columns (``mode="annotate"``), or with ``mode="remove"`` returns (kept, dropped)
+where dropped rows carry ``drop_reason = "decontam_shares_13gram"``. Null texts are never contaminated. The
+modes are dedup's words (annotate/remove); the old ``flag``/``drop`` are read with a
+``ZephyrDeprecationWarning`` until the next release (``check_mode``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
+from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.added_columns import check_added_columns
 
 __all__ = [
+    "OLD_MODES",
+    "check_mode",
     "EvalNgramIndex",
     "build_eval_index",
     "read_eval_texts",
@@ -129,19 +134,35 @@ def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
 
 
+OLD_MODES = {"flag": "annotate", "drop": "remove"}
+"""The modes' names before this release, still read with a ``ZephyrDeprecationWarning``."""
+
+
+def check_mode(mode: str, where: str = "mode") -> str:
+    """``mode`` as one of ``zephyr.config.REMOVAL_MODES`` (``annotate`` keeps every row and adds the flag
+    columns; ``remove`` drops the contaminated rows); an old name (``OLD_MODES``) is renamed with a warning.
+
+    >>> check_mode("remove")
+    'remove'
+    """
+    return check_removal_mode(mode, where, OLD_MODES)
+
+
 def flag_columns(flag_column: str = "contaminated") -> tuple[str, str]:
-    """The columns flag mode adds: ``flag_column`` (bool) and ``<flag_column>_ngrams`` (int32)."""
+    """The columns annotate mode adds: ``flag_column`` (bool) and ``<flag_column>_ngrams`` (int32)."""
     return flag_column, f"{flag_column}_ngrams"
 
 
 def decontaminate(
-    table: pa.Table, index: EvalNgramIndex, *, mode: str = "flag", text_column: str = "text",
+    table: pa.Table, index: EvalNgramIndex, *, mode: str = "annotate", text_column: str = "text",
     overwrite: bool = False, flag_column: str = "contaminated",
 ) -> pa.Table | tuple[pa.Table, pa.Table]:
-    """Flag (add ``contaminated``/``contaminated_ngrams``) or drop documents sharing an n-gram with the eval set.
+    """Annotate (add ``contaminated``/``contaminated_ngrams``) or remove documents sharing an n-gram with the
+    eval set.
 
-    Flag mode refuses a table that already has those columns (``ColumnExistsError``) unless ``overwrite=True``
-    or ``flag_column=`` names others; drop mode refuses one with ``drop_reason`` (its dropped rows carry it).
+    Annotate mode refuses a table that already has those columns (``ColumnExistsError``) unless
+    ``overwrite=True`` or ``flag_column=`` names others; remove mode refuses one with ``drop_reason`` (its
+    dropped rows carry it).
 
     >>> import pyarrow as pa
     >>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
@@ -149,13 +170,12 @@ def decontaminate(
     >>> decontaminate(t, idx)["contaminated"].to_pylist()
     [True, False]
     """
-    if mode not in ("flag", "drop"):
-        raise ConfigError(f"mode must be 'flag' or 'drop', got {mode!r}")
-    added = flag_columns(flag_column) if mode == "flag" else ("drop_reason",)
+    mode = check_mode(mode)
+    added = flag_columns(flag_column) if mode == "annotate" else ("drop_reason",)
     check_added_columns(table.schema.names, added, overwrite=overwrite, rename="flag_column=NAME")
     counts = contamination(text_array(table, text_column), index)
     flagged = pa.array(counts > 0)
-    if mode == "flag":
+    if mode == "annotate":
         return with_flags(table, counts, flag_column)
     reason = f"decontam_shares_{index.n}gram"
     dropped = table.filter(flagged)

@@ -31,7 +31,9 @@ from zephyr.pipelines.quality.rules import RuleFamily
 from zephyr.pipelines.web.urls import UrlRules
 
 from zephyr.budget import kernel_slices
+from zephyr.dropped import DROP_REASON
 from zephyr.errors import ConfigError
+from zephyr.io.quarantine import REJECT_REASON
 
 __all__ = [
     "FilterResult",
@@ -46,8 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DROP_REASON = "drop_reason"
-REJECT_REASON = "reject_reason"
 NULL_TEXT = "null_text"
 
 RULE_SETS: dict[str, tuple[type, ...]] = {

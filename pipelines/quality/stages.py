@@ -2,7 +2,7 @@
 
 Each stage is a small dataclass holding only configuration (so it pickles cheaply and fingerprints
 stably); models and indexes load lazily on the first batch of each task. Stages that remove rows return a
-``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_rejected``, with
+``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_quarantined``, with
 drops counted by reason; rule counters go to ``zephyr.counters``.
 
 >>> import zephyr
@@ -20,7 +20,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
-from zephyr.pipelines.quality.decontaminate import EvalNgramIndex, contamination, flag_columns, with_flags
+from zephyr.pipelines.quality.decontaminate import (
+    EvalNgramIndex,
+    check_mode,
+    contamination,
+    flag_columns,
+    with_flags,
+)
 from zephyr.pipelines.quality.filters import (
     DROP_REASON,
     NULL_TEXT,
@@ -215,17 +221,21 @@ class RedactPII:
 
 @dataclass
 class Decontaminate:
-    """Flags (``mode="flag"``) or drops (``mode="drop"``) rows sharing an n-gram with the eval index file.
+    """Annotates (``mode="annotate"``) or removes (``mode="remove"``) rows sharing an n-gram with the eval index
+    file; the old ``flag``/``drop`` are read with a warning (``decontaminate.check_mode``).
 
-    Flag mode adds ``flag_column`` and ``<flag_column>_ngrams``; an input that has them fails unless
-    ``overwrite`` (``zephyr.io.added_columns``). Drop mode adds nothing."""
+    Annotate mode adds ``flag_column`` and ``<flag_column>_ngrams``; an input that has them fails unless
+    ``overwrite`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
 
     index_path: str
-    mode: str = "drop"
+    mode: str = "remove"
     text_column: str = "text"
     overwrite: bool = False
     flag_column: str = "contaminated"
     _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.mode = check_mode(self.mode)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_index": None}
@@ -233,7 +243,7 @@ class Decontaminate:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        return flag_columns(self.flag_column) if self.mode == "flag" else ()
+        return flag_columns(self.flag_column) if self.mode == "annotate" else ()
 
     def _counts(self, table: pa.Table) -> Any:
         """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
@@ -244,7 +254,7 @@ class Decontaminate:
         return counts
 
     def reasons(self, table: pa.Table) -> pa.Array:
-        """Per-row drop reason of drop mode (null: kept), for ``--dropped-output`` (``zephyr.dropped``)."""
+        """Per-row drop reason of remove mode (null: kept), for ``--dropped-output`` (``zephyr.dropped``)."""
         hit = self._counts(table) > 0
         reason = f"decontam_shares_{self._index.n}gram"
         return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))
@@ -253,7 +263,7 @@ class Decontaminate:
         check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
         counts = self._counts(table)
         hit = counts > 0
-        if self.mode == "flag":
+        if self.mode == "annotate":
             return with_flags(table, counts, self.flag_column)
         reason = f"decontam_shares_{self._index.n}gram"
         return BatchOutput(kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {})

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from zephyr import counters
 from zephyr.errors import ConfigError
+from zephyr.io.quarantine import REJECT_REASON
 from zephyr.ops import BatchOutput
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ class ExtractText:
             )
             reasons = [f"warc record at byte {o}: {f}" for o, f in zip(offsets, (f for f in failed if f))]
             rejected = rows.drop_columns(["html", "text"]).append_column(
-                "reject_reason", pa.array(reasons, pa.string())
+                REJECT_REASON, pa.array(reasons, pa.string())
             )
         n_short = int(pc.sum(short).as_py() or 0)
         return BatchOutput(kept=kept, rejected=rejected, dropped={NO_TEXT: n_short} if n_short else {})

@@ -64,5 +64,5 @@ def test_one_empty_file_among_others(tmp_path, command):
         assert kept.num_rows == 3 and kept["text"].to_pylist()[1] == ""
     else:
         assert kept["id"].to_pylist() == ["x", "z"]
-        assert stats["rows_in"] == stats["rows_out"] + stats["rows_dropped"] + stats["rows_rejected"] == 3
+        assert stats["rows_in"] == stats["rows_out"] + stats["rows_dropped"] + stats["rows_quarantined"] == 3
         assert stats["rows_dropped"] == 1

@@ -30,7 +30,7 @@ def test_annotate_min_id_rule():
     # null text: passed through unchanged, counted, kept
     assert rows["d4"]["dup_cluster"] is None and rows["d4"]["dup_keep"]
     assert r.stats["null_text"] == 1
-    assert r.stats["rows_in"] == r.stats["rows_out"] + r.stats["rows_dropped"] + r.stats["rows_rejected"]
+    assert r.stats["rows_in"] == r.stats["rows_out"] + r.stats["rows_dropped"] + r.stats["rows_quarantined"]
     assert r.stats["cluster_size_histogram"] == {"1": 1, "4": 1}
 
 

@@ -239,7 +239,7 @@ def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
 
     part = tmp_path / "part-00000.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"]}), part)
-    op = {"op": "map_batches(x)", "rows_in": 5, "rows_out": 4, "rows_dropped": 1, "rows_rejected": 0,
+    op = {"op": "map_batches(x)", "rows_in": 5, "rows_out": 4, "rows_dropped": 1, "rows_quarantined": 0,
           "dropped_by_reason": {"short": 1}}
     outcome = StageOutcome(files=[str(part)], engine_stats={"stages": [{"ops": [op]}]},
                            accounting_ops=("map_batches(x)",))

@@ -1,4 +1,4 @@
-"""Every stage accounts for its rows: in = out + dropped + rejected, wide ops included."""
+"""Every stage accounts for its rows: in = out + dropped + quarantined, wide ops included."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import zephyr
 
 
 def _balanced(stage: dict) -> bool:
-    return stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_rejected"]
+    return stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_quarantined"]
 
 
 def test_filter_then_deduplicate_accounts_every_row(tmp_path, executor):
@@ -19,7 +19,7 @@ def test_filter_then_deduplicate_accounts_every_row(tmp_path, executor):
     # the map-side combiner removes most duplicates before the reducer sees them: still counted here
     assert (dedup["rows_in"], dedup["rows_out"], dedup["rows_dropped"]) == (9, 3, 6)
     assert dedup["wide"]["dropped_by_reason"] == {"duplicate": 6}
-    assert first["rows_in"] == dedup["rows_out"] + sum(s["rows_dropped"] + s["rows_rejected"] for s in stats["stages"])
+    assert first["rows_in"] == dedup["rows_out"] + sum(s["rows_dropped"] + s["rows_quarantined"] for s in stats["stages"])
 
 
 def test_aggregations_and_joins_say_what_they_did(tmp_path):

@@ -229,9 +229,9 @@ def test_row_accounting_balances_with_quarantine(tmp_path):
     )
     stage = result.stats["stages"][0]
     mapped, filtered = stage["ops"]
-    assert mapped["rows_in"] == 100 and mapped["rows_rejected"] == 10 and mapped["rows_out"] == 90
+    assert mapped["rows_in"] == 100 and mapped["rows_quarantined"] == 10 and mapped["rows_out"] == 90
     assert filtered["rows_in"] == filtered["rows_out"] + filtered["rows_dropped"] == 90
-    assert stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_rejected"]
+    assert stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_quarantined"]
     assert result.stats["rows_quarantined"] == 10
     quarantine = pa.concat_tables([pq.read_table(p) for p in stage["quarantine_files"]])
     assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(range(0, 100, 10))
@@ -241,6 +241,26 @@ def test_row_accounting_balances_with_quarantine(tmp_path):
         assert schema.equals(QUARANTINE_SCHEMA), schema
         assert schema.metadata[b"zephyr.quarantine.version"] == b"1"
     assert (work / "stats.json").exists()
+
+
+def _null_text_upper(row):
+    return {"id": row["id"], "text": row["text"].upper()}  # AttributeError on null text
+
+
+def test_resume_reads_markers_of_older_runs_with_rows_rejected(tmp_path):
+    rows = [{"id": i, "text": None if i % 10 == 0 else f"doc {i}"} for i in range(100)]
+    plan = zephyr.from_items(rows, num_shards=2).map(_null_text_upper, on_error="quarantine")
+    work = tmp_path / "work"
+    plan.write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
+    markers = list(work.glob("stage-*/_done/task-*.json"))
+    assert len(markers) == 2
+    for path in markers:  # as a run before the rename wrote them
+        text = path.read_text().replace('"rows_quarantined"', '"rows_rejected"')
+        path.write_text(text.replace('"rows_read_quarantined"', '"rows_read_rejected"'))
+    resumed = plan.write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
+    stage = resumed.stats["stages"][0]
+    assert stage["tasks_resumed"] == 2 and stage["rows_quarantined"] == 10 and stage["ops"][0]["rows_quarantined"] == 10
+    assert resumed.stats["rows_quarantined"] == 10 and stage["rows_in"] == stage["rows_out"] + 10
 
 
 def test_row_error_without_quarantine_names_shard_and_row(tmp_path):

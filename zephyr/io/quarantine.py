@@ -11,6 +11,11 @@ Schema (version 1), one row per bad input row:
 
 A reader never yields a quarantined row, so for every shard: rows yielded + rows quarantined == rows (or
 non-blank lines) in the input.
+
+``REJECT_REASON`` (``reject_reason``) names the reason column of a table of set-aside rows that still has its
+input columns: a ``map_batches`` function's ``BatchOutput.rejected`` (turned into this schema, the column
+becoming ``reason``) and ``zephyr filter``'s ``_quarantine/``. It is not ``drop_reason``: a dropped row is good
+input removed by a rule (``zephyr.dropped.DROP_REASON``), a quarantined one could not be processed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
-__all__ = ["QUARANTINE_SCHEMA", "QuarantineFn", "quarantine_table"]
+__all__ = ["QUARANTINE_SCHEMA", "REJECT_REASON", "QuarantineFn", "quarantine_table"]
+
+REJECT_REASON = "reject_reason"
+"""Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
 
 QUARANTINE_SCHEMA = pa.schema(
     [

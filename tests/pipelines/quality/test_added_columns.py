@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
+from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ColumnExistsError
 from zephyr.io.added_columns import check_added_columns, check_input_columns
 
@@ -121,21 +122,34 @@ def test_pii_refuses_count_columns_but_not_without_them(tmp_path, capsys):
     assert _parts(tmp_path / "ow")["pii_email"].to_pylist() == [1]
 
 
-def test_decontaminate_flag_mode_refuses_and_drop_mode_adds_nothing(tmp_path, capsys):
+def test_decontaminate_annotate_mode_refuses_and_remove_mode_adds_nothing(tmp_path, capsys):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": [GOOD, "other words"], "contaminated": [False, True]}), src)
     (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
     argv = ["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--executor", "inprocess"]
-    _refused(capsys, [*argv, "--mode", "flag", "--output", str(tmp_path / "r")], src, "contaminated")
+    _refused(capsys, [*argv, "--mode", "annotate", "--output", str(tmp_path / "r")], src, "contaminated")
     assert not (tmp_path / "r" / "eval-ngrams.npz").exists()  # refused before the eval index was built
-    assert main([*argv, "--mode", "flag", "--output", str(tmp_path / "oc"), "--output-column", "leak"]) == 0
+    assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "oc"), "--output-column", "leak"]) == 0
     flagged = _parts(tmp_path / "oc")
     assert flagged.select(["contaminated", "leak"]).to_pylist() == [
         {"contaminated": False, "leak": True}, {"contaminated": True, "leak": False}]
-    assert main([*argv, "--mode", "flag", "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
+    assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
     assert _parts(tmp_path / "ow")["contaminated"].to_pylist() == [True, False]
-    assert main([*argv, "--output", str(tmp_path / "drop")]) == 0  # drop mode: the input's column is data
-    assert _parts(tmp_path / "drop").to_pylist() == [{"text": "other words", "contaminated": True}]
+    assert main([*argv, "--output", str(tmp_path / "rm")]) == 0  # remove mode: the input's column is data
+    assert _parts(tmp_path / "rm").to_pylist() == [{"text": "other words", "contaminated": True}]
+
+
+def test_decontaminate_old_mode_names_still_run_with_a_warning(tmp_path):
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"text": [GOOD, "other words"]}), src)
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
+    argv = ["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--executor", "inprocess"]
+    with pytest.warns(ZephyrDeprecationWarning, match="--mode flag is renamed --mode annotate"):
+        assert main([*argv, "--mode", "flag", "--output", str(tmp_path / "f")]) == 0
+    assert _parts(tmp_path / "f")["contaminated"].to_pylist() == [True, False]
+    with pytest.warns(ZephyrDeprecationWarning, match="--mode drop is renamed --mode remove"):
+        assert main([*argv, "--mode", "drop", "--output", str(tmp_path / "d")]) == 0
+    assert _parts(tmp_path / "d")["text"].to_pylist() == ["other words"]
 
 
 def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_path, capsys):

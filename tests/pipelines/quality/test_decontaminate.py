@@ -13,7 +13,8 @@ from zephyr.pipelines.quality.decontaminate import (
 from zephyr.pipelines.quality.stages import Decontaminate
 
 import zephyr
-from zephyr.errors import SchemaError
+from zephyr.config import ZephyrDeprecationWarning
+from zephyr.errors import ConfigError, SchemaError
 
 QUESTION = "Which planet in the solar system has the largest number of known moons as of the year two thousand twenty three"
 
@@ -30,14 +31,26 @@ def test_shared_13gram_is_found_after_normalization():
     assert contamination(docs, idx).tolist() == [3, 0, 0, 0]  # 15 matching words = 3 13-grams
 
 
-def test_flag_and_drop():
+def test_annotate_and_remove():
     idx = build_eval_index([QUESTION])
     t = pa.table({"text": ["clean text", "prefix " + QUESTION + " suffix"], "id": [1, 2]})
-    flagged = decontaminate(t, idx, mode="flag")
+    flagged = decontaminate(t, idx, mode="annotate")
     assert flagged["contaminated"].to_pylist() == [False, True]
     assert flagged["contaminated_ngrams"].to_pylist() == [0, len(QUESTION.split()) - 12]
-    kept, dropped = decontaminate(t, idx, mode="drop")
+    kept, dropped = decontaminate(t, idx, mode="remove")
     assert kept["id"].to_pylist() == [1] and dropped["drop_reason"].to_pylist() == ["decontam_shares_13gram"]
+
+
+def test_old_mode_names_flag_and_drop_warn_and_mean_annotate_and_remove(tmp_path):
+    idx = build_eval_index([QUESTION])
+    t = pa.table({"text": ["clean text", "prefix " + QUESTION + " suffix"]})
+    with pytest.warns(ZephyrDeprecationWarning, match="mode flag is renamed mode annotate"):
+        assert decontaminate(t, idx, mode="flag").equals(decontaminate(t, idx, mode="annotate"))
+    with pytest.warns(ZephyrDeprecationWarning, match="mode drop is renamed mode remove"):
+        step = Decontaminate(str(tmp_path / "idx.npz"), mode="drop")
+    assert step.mode == "remove" and step.columns == ()
+    with pytest.raises(ConfigError, match="mode must be 'annotate' or 'remove', got 'keep'"):
+        decontaminate(t, idx, mode="keep")
 
 
 def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):
@@ -52,3 +65,12 @@ def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):
     ds = zephyr.from_items([{"text": QUESTION}, {"text": "fine"}, {"text": "also fine"}], num_shards=2)
     out = ds.map_batches(Decontaminate(str(tmp_path / "idx.npz")), name="decontam").to_arrow(executor=executor, workers=2)
     assert sorted(out["text"].to_pylist()) == ["also fine", "fine"]
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import zephyr.pipelines.quality.decontaminate as module
+
+    result = doctest.testmod(module)
+    assert result.attempted >= 2 and result.failed == 0
