@@ -140,7 +140,7 @@ def write_token_shards(
         paths, fmt = input_paths(data)
         check_text_inputs(paths, text_column, format=fmt)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    split_bytes, concurrency = plan_tasks(data, options)
+    approx_shard_bytes, concurrency = plan_tasks(data, options)
     pool = _worker_pool(execution, options, concurrency)
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
@@ -168,7 +168,7 @@ def write_token_shards(
             data
             if isinstance(data, zephyr.Dataset)
             else input_dataset(
-                data, columns, split_bytes, on_error, unify_schemas=unify_schemas, schema=schema
+                data, columns, approx_shard_bytes, on_error, unify_schemas=unify_schemas, schema=schema
             )
         )
         _replace_set(output)
@@ -371,7 +371,7 @@ def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:
         "in": read.get("rows_in", 0),
         "kept": read.get("rows_out", 0),
         "dropped": read.get("rows_dropped", 0),
-        "quarantined": read.get("rows_rejected", 0),
+        "quarantined": read.get("rows_quarantined", 0),
     }
 
 

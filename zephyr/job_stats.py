@@ -169,9 +169,6 @@ def stage_record(
         "rows_dropped": duplicates + sum(op["rows_dropped"] for op in ops),
         "rows_quarantined": read_quarantined + sum(op["rows_quarantined"] for op in ops),
         "rows_read_quarantined": read_quarantined,
-        # NOTE: the old name of rows_quarantined, kept one release for tokenize/writer.py's _row_accounts
-        # (which reads it); not a second count. Remove with OLD_COUNT_KEYS.
-        "rows_rejected": read_quarantined + sum(op["rows_quarantined"] for op in ops),
         "bytes_out": sum(m["bytes_out"] for m in markers),
         "task_seconds": round(sum(m["seconds"] for m in markers), 3),
         "wall_seconds": round(wall, 3),
