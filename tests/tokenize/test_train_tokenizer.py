@@ -247,7 +247,7 @@ def test_peak_rss_of_training_on_the_sample_stays_in_the_budget(tmp_path):
 
     budget = 512 << 20
     out = tmp_path / "tok.json"
-    argv = ["tokenizer", "train", str(SAMPLE), "--vocab-size", "8192", "--output", str(out)]
+    argv = ["tokenizer", "train", str(SAMPLE), "--vocab-size", "8192", "--output", str(out), "--json"]
     code = f"import sys; from zephyr.cli import main; sys.exit(main({argv + ['--memory-budget', str(budget)]!r}))"
     proc = psutil.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env={**os.environ})
     peak = 0
@@ -259,7 +259,7 @@ def test_peak_rss_of_training_on_the_sample_stays_in_the_budget(tmp_path):
         time.sleep(0.01)
     stdout = proc.stdout.read()
     assert proc.returncode == 0
-    summary = json.loads(stdout)
+    summary = json.loads(stdout)["details"]
     assert summary["sample_bytes"] > 9_000_000 and summary["vocab_size"] == 8192  # the whole sample
     assert peak < budget, f"peak RSS {peak >> 20} MiB over the {budget >> 20} MiB budget"
     model = _BASE_RSS_BYTES + _RSS_PER_SAMPLE_BYTE * summary["sample_bytes"]
