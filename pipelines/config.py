@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -122,11 +120,10 @@ class StageEntry:
 
     def fingerprint(self, upstream: str) -> str:
         """Hash of this stage's config and its upstream fingerprint: a changed config never reuses outputs."""
+        from zephyr.resume import unit_fingerprint
+
         stage = {k: v for k, v in self.to_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
-        payload = json.dumps(
-            {"stage": stage, "upstream": upstream, "version": CONFIG_VERSION}, sort_keys=True, default=str
-        )
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return unit_fingerprint({"stage": stage, "version": CONFIG_VERSION}, upstream)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import job_stats, physical, progress
+from zephyr import job_stats, physical, progress, resume
 from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
@@ -218,7 +218,7 @@ class Job:
         markers: dict[int, dict] = {}
         for task in tasks:
             marker = read_marker(task.marker_path, fingerprint)
-            if marker is not None and all(self._exists(p) for p in marker.get("files", [])):
+            if marker is not None and resume.all_exist(marker.get("files", [])):
                 markers[task.index] = marker
         todo = [t for t in tasks if t.index not in markers]
         skipped = len(tasks) - len(todo)
@@ -274,11 +274,6 @@ class Job:
                 own.__exit__(None, None, None)
         self._timing = (time.perf_counter() - started, skipped, retried)
         return [markers[t.index] for t in tasks]
-
-    def _exists(self, url: str) -> bool:
-        fs, path = fsspec.core.url_to_fs(url)
-        fs.invalidate_cache(path)  # a cached object-store listing may predate another process's change
-        return fs.exists(path)
 
     def _record(
         self,

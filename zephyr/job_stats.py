@@ -19,7 +19,7 @@ this module does their accounting.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -27,6 +27,10 @@ from typing import Any
 __all__ = [
     "OLD_COUNT_KEYS",
     "TASK_KEYS",
+    "add_counts",
+    "counter_totals",
+    "ops_named",
+    "quarantine_files",
     "record",
     "recording",
     "stage_record",
@@ -106,6 +110,37 @@ def summarize(jobs: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {**{key: sum(j[key] for j in per_job) for key in TASK_KEYS}, "jobs": per_job}
 
 
+def add_counts(into: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    """Add the named counts ``more`` into ``into`` (counters, drops by reason) and return it.
+
+    >>> add_counts({"a": 1}, {"a": 2, "b": 1})
+    {'a': 3, 'b': 1}
+    """
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + int(value)
+    return into
+
+
+def counter_totals(stages: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """The user counters (``zephyr.counters``) summed over stage records, in the order they first appear."""
+    totals: dict[str, int] = {}
+    for stage in stages:
+        add_counts(totals, stage.get("counters", {}))
+    return totals
+
+
+def quarantine_files(stages: Iterable[dict[str, Any]]) -> list[str]:
+    """The quarantine files of stage records, in stage and task order."""
+    return [f for stage in stages for f in stage.get("quarantine_files", [])]
+
+
+def ops_named(stages: Iterable[dict[str, Any]], labels: Iterable[str]) -> list[dict[str, Any]]:
+    """The op records (``stage_record``'s ``ops``) whose label is one of ``labels``, over every stage in order:
+    a caller accounts the rows of the ops it added itself, wherever the plan fused them."""
+    wanted = set(labels)
+    return [op for stage in stages for op in stage.get("ops", []) if op["op"] in wanted]
+
+
 def _op_totals(markers: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Per fused op, its row counts summed over the tasks; and the user counters summed."""
     ops: list[dict[str, Any]] = []
@@ -118,10 +153,8 @@ def _op_totals(markers: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dic
             total = ops[i]
             for key in ("rows_in", "rows_out", "rows_dropped", "rows_quarantined"):
                 total[key] += op[key]
-            for reason, n in op["dropped_by_reason"].items():
-                total["dropped_by_reason"][reason] = total["dropped_by_reason"].get(reason, 0) + n
-        for key, value in marker["counters"].items():
-            user[key] = user.get(key, 0) + value
+            add_counts(total["dropped_by_reason"], op["dropped_by_reason"])
+        add_counts(user, marker["counters"])
     return ops, user
 
 

@@ -7,7 +7,8 @@ in the task or its result: they are read from and written to files.
 
 Outputs are written under attempt-unique or temporary names and published by rename; the marker
 (``_done/task-NNNNN.json``, holding the stage fingerprint, counters and output paths) is written last, the
-same way. A task with a valid marker is finished: a rerun of the job skips it.
+same way. A task with a valid marker is finished: a rerun of the job skips it (``zephyr.resume`` reads markers
+and checks their files, for tasks and for bigger units alike).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import budget, counters
+from zephyr import budget, counters, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.paths import atomic_write, write_json_atomic
@@ -128,15 +129,10 @@ def _load_stage(stage_path: str, fingerprint: str) -> StageSpec:
 
 
 def read_marker(url: str, fingerprint: str) -> dict | None:
-    """The task's marker if it exists and belongs to this stage fingerprint."""
-    fs, path = _fs(url)
-    try:
-        marker = json.loads(fs.cat_file(path))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None  # a torn marker is no marker: the task reruns
-    return upgrade_counts(marker) if marker.get("fingerprint") == fingerprint else None
+    """The task's marker if it exists, is whole and belongs to this stage fingerprint (``zephyr.resume``), with
+    the count keys of older markers under their new names."""
+    marker = resume.read_marker(url, fingerprint)
+    return upgrade_counts(marker) if marker is not None else None
 
 
 class _Counted:

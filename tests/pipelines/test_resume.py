@@ -159,3 +159,52 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     ]
     assert pq.read_table(filter_dir).num_rows == stages[1]["rows_kept"]
     assert pq.read_table(filter_dir / "_dropped").num_rows == stages[1]["rows_dropped"]
+
+
+def _old_fingerprints(config_path: Path) -> list[str]:
+    """Stage fingerprints as zephyr computed them before ``zephyr.resume`` (a second sha256 recipe over JSON)."""
+    import hashlib
+
+    from zephyr.pipelines.config import CONFIG_VERSION, load_config
+
+    from zephyr.io.paths import expand_paths, file_stat
+
+    config = load_config(str(config_path))
+    files = [[f, *file_stat(f)] for f in expand_paths(list(config.stages[0].config.paths))]
+    upstream = hashlib.sha256(json.dumps(files).encode()).hexdigest()
+    out = []
+    for entry in config.stages:
+        payload = json.dumps({"stage": entry.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
+                             sort_keys=True, default=str)
+        upstream = hashlib.sha256(payload.encode()).hexdigest()
+        out.append(upstream)
+    return out
+
+
+def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
+    """A job folder whose markers hold the fingerprints of the zephyr before ``zephyr.resume``: every stage is
+    cleared and reruns once (no crash, no stale file left), to the same outputs; the next run skips them all."""
+    data = tmp_path / "in.parquet"
+    pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
+    config = {"name": "old", "stages": [{"stage": "read", "paths": [str(data)]}, {"stage": "heuristic_filter"}]}
+    path, job = tmp_path / "old.yaml", tmp_path / "job"
+    path.write_text(yaml.safe_dump(config))
+    argv = ["run", str(path), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
+    assert main(argv) == 0
+    reference = _outputs(job)
+    dirs = [Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"]]
+    for stage_dir, old in zip(dirs, _old_fingerprints(path)):
+        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] != old
+        for name in ("_SUCCESS.json", "_STARTED.json", "_stats.json"):
+            marker = json.loads((stage_dir / name).read_text())
+            (stage_dir / name).write_text(json.dumps({**marker, "fingerprint": old}))
+        (stage_dir / "_work" / "main" / "stage-0123456789abcdef").mkdir(parents=True)  # an old run's scratch
+    assert main(argv) == 0
+    stages = json.loads((job / "stats.json").read_text())["stages"]
+    assert [s["status"] for s in stages] == ["ran", "ran"]
+    assert _outputs(job) == reference
+    assert not any(job.glob("*/_work/main/stage-0123456789abcdef"))
+    for stage_dir, stage in zip(dirs, stages):
+        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == stage["fingerprint"]
+    assert main(argv) == 0
+    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["stages"]] == ["skipped", "skipped"]
