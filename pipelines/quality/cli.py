@@ -34,8 +34,8 @@ __all__ = ["register"]
 log = logging.getLogger(__name__)
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.batch_ops import Normalize
     from zephyr.pipelines.quality.normalize import NormalizeConfig
-    from zephyr.pipelines.quality.stages import Normalize
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
     result = read_text_inputs(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
@@ -45,9 +45,9 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_langid(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.batch_ops import LanguageFilter
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.lid_model import ensure_lid_model
-    from zephyr.pipelines.quality.stages import LanguageFilter
 
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
     if args.dropped_output:
@@ -101,9 +101,9 @@ def _cmd_filter(args: argparse.Namespace) -> int:
 
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, RouteByReason
     from zephyr.pipelines.quality.filters import DROP_REASON, build_rule_families
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown, summarize_batch
-    from zephyr.pipelines.quality.stages import FilterAnnotator, Normalize, RouteByReason
 
     import zephyr
     from zephyr import job_stats
@@ -226,8 +226,8 @@ def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.batch_ops import RedactPII
     from zephyr.pipelines.quality.pii import PIIConfig, count_columns
-    from zephyr.pipelines.quality.stages import RedactPII
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
     config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
@@ -241,8 +241,8 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
+    from zephyr.pipelines.quality.batch_ops import Decontaminate
     from zephyr.pipelines.quality.decontaminate import build_eval_index, check_mode, read_eval_texts
-    from zephyr.pipelines.quality.stages import Decontaminate
 
     args.mode = check_mode(args.mode, "--mode")  # --mode flag|drop: the old names, with a warning
     if args.dropped_output:
