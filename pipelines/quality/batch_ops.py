@@ -29,6 +29,7 @@ from zephyr.pipelines.quality.decontaminate import (
     with_flags,
 )
 from zephyr.pipelines.quality.filters import (
+    DEFAULT_RULES,
     DROP_REASON,
     NULL_TEXT,
     REJECT_REASON,
@@ -84,7 +85,7 @@ class FilterAnnotator:
     An input that has a ``drop_reason`` of its own fails unless ``overwrite`` (``zephyr.io.added_columns``);
     to keep it, set it aside around the filter (``zephyr.io.added_columns.set_aside``)."""
 
-    rules: str = "gopher,c4,fineweb"
+    rules: str = ",".join(DEFAULT_RULES)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     text_column: str = "text"
     lang_column: str | None = "lang"
@@ -160,7 +161,7 @@ class HeuristicFilter:
     Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``reject_reason``),
     so an input's own ``drop_reason`` is set aside around the rules and passes unchanged."""
 
-    rules: str = "gopher,c4,fineweb"
+    rules: str = ",".join(DEFAULT_RULES)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     text_column: str = "text"
     lang_column: str | None = "lang"
