@@ -44,3 +44,33 @@ def test_no_project_module_imports_an_old_path() -> None:
             names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
             offenders += [f"{path.relative_to(root)}: {n}" for n in names if n in old_paths]
     assert not offenders
+
+
+SPLIT = [
+    pytest.param("zephyr.config", "zephyr.config_types", ["describe_type", "describe_value", "coerce", "fits"], id="config-types"),
+    pytest.param("zephyr.config", "zephyr.config_text", ["parse_value", "expand_env", "read_mapping"], id="config-text"),
+    pytest.param(
+        "zephyr.pipelines.examples",
+        "zephyr.pipelines.examples_sidecar",
+        ["EXAMPLES_FILE", "merge_filter_examples", "merge_dedup_examples", "read_examples", "first_difference_window"],
+        id="examples-sidecar",
+    ),
+    pytest.param("zephyr.tokenize.loader", "zephyr.tokenize.loader_state", ["STATE_VERSION"], id="loader-state"),
+]
+
+
+@pytest.mark.parametrize(("original", "part", "names"), SPLIT)
+def test_a_split_module_still_exports_what_moved_out(original: str, part: str, names: list[str]) -> None:
+    """Code moved to a new module along a seam stays importable, without a warning, from where it was."""
+    module, moved = importlib.import_module(original), importlib.import_module(part)
+    for name in names:
+        assert name in module.__all__ and getattr(module, name) is getattr(moved, name), name
+
+
+def test_the_token_loader_keeps_its_state_methods() -> None:
+    from zephyr.tokenize.loader import TokenLoader
+    from zephyr.tokenize.loader_state import LoaderPosition
+
+    assert issubclass(TokenLoader, LoaderPosition)
+    for name in ("state_dict", "load_state_dict", "set_weights", "mix_counts", "consumed"):
+        assert getattr(TokenLoader, name) is getattr(LoaderPosition, name), name
