@@ -49,6 +49,7 @@ __all__ = [
     "FilterAnnotator",
     "HeuristicFilter",
     "RouteByReason",
+    "reason_aside",
     "LanguageFilter",
     "RedactPII",
     "Decontaminate",
@@ -152,6 +153,18 @@ class RouteByReason:
             q = table.filter(quarantine)
             return q.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in q.schema.names])
         raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+def reason_aside(reason_column: str) -> tuple[str, ...]:
+    """The input columns to set aside around ``FilterAnnotator`` and restore at routing (``RouteByReason``'s
+    ``aside``): an input's own ``drop_reason`` when the dropped rows' reasons go to another column, so that
+    it passes unchanged; nothing when they go to ``drop_reason`` (the annotator then refuses an input that
+    has one, unless ``overwrite``).
+
+    >>> reason_aside("drop_reason"), reason_aside("why")
+    ((), ('drop_reason',))
+    """
+    return (DROP_REASON,) if reason_column != DROP_REASON else ()
 
 
 @dataclass

@@ -117,14 +117,13 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 def _annotated_input(args: argparse.Namespace, overrides: dict[str, dict[str, Any]]) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in ``drop_reason``, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize
-    from zephyr.pipelines.quality.filters import DROP_REASON
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
 
     from zephyr.io.added_columns import set_aside
 
     reason = args.output_column
     ds = read_text_inputs(args, adds=(reason,), rename="--output-column NAME")
-    aside = (DROP_REASON,) if reason != DROP_REASON else ()
+    aside = reason_aside(reason)
     if aside:
         ds = ds.map_batches(set_aside(aside), name="set_aside")
     if args.normalize:

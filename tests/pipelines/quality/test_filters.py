@@ -192,3 +192,13 @@ def test_rule_names_are_checked_in_one_place():
     assert unknown_rule_sets(["c4"]) == []
     with pytest.raises(ConfigError, match="unknown rule set 'c5'"):
         build_rule_families("gopher,c5")
+
+
+@pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters", "zephyr.pipelines.quality.batch_ops"])
+def test_doctests(name):
+    """The runnable examples of the filter path (``apply_filters``, ``HeuristicFilter``, ``reason_aside``)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
