@@ -5,8 +5,8 @@ components):
 
 - plain functions on ``pyarrow.Table`` / record batches, no cluster needed: ``exact_dedup``,
   ``paragraph_dedup``, ``fuzzy_dedup``, ``SignatureIndex``;
-- engine stages taking and returning a ``zephyr.Dataset``: ``exact_dedup_dataset``,
-  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.stages``).
+- Dataset functions taking and returning a ``zephyr.Dataset``: ``exact_dedup_dataset``,
+  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.dataset_ops``).
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
 
@@ -32,9 +32,9 @@ _LAZY = {
     "lsh_threshold": "zephyr.dedup.lsh",
     "optimal_bands": "zephyr.dedup.lsh",
     "pair_scores": "zephyr.dedup.evaluate",
-    "exact_dedup_dataset": "zephyr.dedup.stages",
-    "paragraph_dedup_dataset": "zephyr.dedup.stages",
-    "fuzzy_dedup_dataset": "zephyr.dedup.stages",
+    "exact_dedup_dataset": "zephyr.dedup.dataset_ops",
+    "paragraph_dedup_dataset": "zephyr.dedup.dataset_ops",
+    "fuzzy_dedup_dataset": "zephyr.dedup.dataset_ops",
 }
 
 __all__ = sorted(_LAZY)

@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 @recorded
 def _exact(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
-    from zephyr.dedup.stages import paragraph_dedup_dataset
+    from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
 
     from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
@@ -98,7 +98,7 @@ def _exact(args: argparse.Namespace) -> int:
 
 
 def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup.stages import exact_dedup_dataset
+    from zephyr.dedup.dataset_ops import exact_dedup_dataset
 
     path: dict[str, Any] = {}
     out = exact_dedup_dataset(
@@ -208,7 +208,7 @@ def _write_index(args: argparse.Namespace, config: Any, annotated: Any, executio
 
 
 def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
+    from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
 
     config = _fuzzy_config(args)
     check_dropped_output(args)

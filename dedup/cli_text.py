@@ -72,7 +72,7 @@ def _paragraph(args: argparse.Namespace) -> int:
         "mode": args.mode,
     }
     if args.method == "exact":
-        from zephyr.dedup.stages import paragraph_dedup_dataset
+        from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
 
         out = paragraph_dedup_dataset(
             read_inputs(args),

@@ -1,5 +1,5 @@
 """Helper columns the dedup stages add to the rows they carry; all start with ``__dedup_`` and never reach
-an output (``stage_columns.Finish`` drops them), except ROW and KEEPER when an index records row numbers."""
+an output (``dup_columns.Finish`` drops them), except ROW and KEEPER when an index records row numbers."""
 
 from __future__ import annotations
 

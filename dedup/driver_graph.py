@@ -1,6 +1,6 @@
 """The fuzzy dedup graph in the driver: verify a driver-sized candidate-pair table against the endpoints'
 shingle sets, number the nodes in keep order (indexed documents first), and cluster them
-(``fuzzy.cluster_labels``); the result is the node info ``stage_columns.Attach`` looks rows up in.
+(``fuzzy.cluster_labels``); the result is the node info ``dup_columns.Attach`` looks rows up in.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from zephyr.dedup.clusters import keep_ranks
 from zephyr.dedup.columns import ROW
 from zephyr.dedup.config import FuzzyDedupConfig
-from zephyr.dedup.stage_columns import cluster_node_info
+from zephyr.dedup.dup_columns import cluster_node_info
 from zephyr.dedup.verify_engine import shingles_of
 
 from zephyr.errors import ConfigError, InputError

@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 from zephyr.dedup.columns import CLUSTER, KEEPER, ROW, SIZE
 from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.dedup.driver_graph import graph_in_driver
+from zephyr.dedup.dup_columns import group_keepers, has_column, key_columns
 from zephyr.dedup.eager import memory_budget_bytes
-from zephyr.dedup.stage_columns import group_keepers, has_column, key_columns
 from zephyr.dedup.verify_engine import RowsIn, WithSim, verify_on_engine
 
 from zephyr import budget as budget_module

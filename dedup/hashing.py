@@ -1,4 +1,4 @@
-"""Hash kernels shared by the plain functions and the engine stages.
+"""Hash kernels shared by the plain functions and the Dataset functions.
 
 - ``xxh3_128_array``: 128-bit xxh3 of every string in an Arrow array (document and paragraph exact dedup).
   No library here offers a vectorized xxh3: Arrow's compute has no hash kernel, polars' ``hash`` is a

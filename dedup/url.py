@@ -61,7 +61,7 @@ def url_dedup_dataset(
     stats: dict[str, Any] | None = None,
 ) -> Dataset:
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
-    from zephyr.dedup.stages import exact_dedup_dataset
+    from zephyr.dedup.dataset_ops import exact_dedup_dataset
 
     keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
     out = exact_dedup_dataset(

@@ -17,23 +17,7 @@ to ``_work/_examples/part-<sha256>.parquet`` (named by content: a retried task w
 skipped on resume left its parts in the first run). A batch that cannot enter the selection writes nothing,
 so a task leaves a handful of parts, not one per batch.
 
-**Merging.** When the stage's write is done, ``merge_filter_examples`` / ``merge_dedup_examples`` read the
-parts, make the same selection once more, write ``_examples.json`` and remove the parts. Filter texts are
-cut to ``MAX_CHARS``; a dedup pair is cut to ``WINDOW_WORDS`` words from a little before its first
-difference, and its Jaccard is computed on the full texts with the stage's own shingling
-(``zephyr.dedup.shingles.shingle_hashes`` and ``zephyr.dedup.verify.jaccard``, the verify step's kernels).
-
-Sidecar format (version 1)::
-
-    {"version": 1, "kind": "filter", "kept": [ROW, ...],
-     "dropped": {reason: {"rows": n, "examples": [ROW, ...]}, ...}}      (the TOP_REASONS largest reasons)
-    {"version": 1, "kind": "dedup", "shingles": "word 5-grams", "normalize": "default",
-     "clusters": [{"cluster": id, "size": n, "kept": ROW | null, "removed": ROW, "jaccard": x | null}, ...]}
-    ROW = {"id": str, "text": str, "chars": int (the full text's length), "start_word": int (the first word
-           shown), "cut_before": bool, "cut_after": bool (text left out), "fields": {column: value, ...}}
-
-``kept`` of a dedup cluster is null when its kept row is not in this stage's input (a match against a
-signature index of earlier runs).
+**Merging** and the sidecar format: ``zephyr.pipelines.examples_sidecar``.
 """
 
 from __future__ import annotations
@@ -41,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,6 +34,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.pipelines.examples_sidecar import (
+    DEDUP_CLUSTERS,
+    EXAMPLES_FILE,
+    GROUP,
+    GROUP_KEY,
+    KEPT,
+    PARTS_DIR,
+    PER_GROUP,
+    RANK,
+    ROW_ID,
+    SELECTION_KEYS,
+    TEXT,
+    first_difference_window,
+    merge_dedup_examples,
+    merge_filter_examples,
+    read_examples,
+    select_rows,
+)
 
 if TYPE_CHECKING:
     from zephyr.pipelines.stage_ops import StageContext, StageOutcome
@@ -67,32 +68,11 @@ __all__ = [
     "merge_filter_examples",
     "merge_dedup_examples",
     "read_examples",
+    "first_difference_window",
 ]
 
 log = logging.getLogger(__name__)
 
-EXAMPLES_FILE = "_examples.json"
-PARTS_DIR = Path("_work") / "_examples"
-"""Where the collecting ops write their parts, relative to the stage folder."""
-EXAMPLES_VERSION = 1
-PER_GROUP = 3
-"""Kept rows, and dropped rows per reason, that a filter's sidecar holds."""
-TOP_REASONS = 3
-"""Drop reasons with examples in a filter's sidecar: the ones that dropped the most rows."""
-DEDUP_CLUSTERS = 3
-"""Clusters with examples in a dedup stage's sidecar."""
-MAX_CHARS = 1500
-"""A filter example's text is cut here (``chars`` keeps the full length)."""
-WINDOW_WORDS = 250
-"""Words of each dedup text kept, from ``CONTEXT_WORDS`` before the first difference."""
-CONTEXT_WORDS = 40
-DIFF_MAX_WORDS = 20_000
-"""The first difference is searched in this many words (difflib is quadratic in the worst case)."""
-KEPT = "kept"
-"""The group of a filter's kept rows (no drop reason is named ``kept``)."""
-
-_GROUP, _GKEY, _RANK, _ID, _TEXT = "_group", "_group_key", "_rank", "_id", "_text"
-_KEYS = (_GROUP, _GKEY, _RANK, _ID)
 
 
 def _hash64(values: pa.Array) -> np.ndarray:
@@ -147,34 +127,6 @@ class ClusterGroups:
         groups = pc.if_else(pc.greater(sizes, 1), clusters, pa.scalar(None, pa.string()))
         keepers = np.asarray(pc.fill_null(table.column(self.keep_column), True), dtype=bool)
         return groups.combine_chunks() if isinstance(groups, pa.ChunkedArray) else groups, keepers
-
-
-def _select(keys: pa.Table, per_group: int, max_groups: int | None) -> np.ndarray:
-    """Positions in ``keys`` of the rows the selection rule keeps (see the module docstring), in order.
-
-    One stable Arrow sort on (group key, group, rank, id); a row equal to the one before it (the same row
-    from a retried task, or already selected) is skipped, so earlier rows win ties."""
-    n = keys.num_rows
-    order = np.asarray(
-        pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in (_GKEY, _GROUP, _RANK, _ID)]),
-        dtype=np.int64,
-    )
-    group = np.asarray(pc.dictionary_encode(keys.column(_GROUP).combine_chunks()).indices, dtype=np.int64)[
-        order
-    ]
-    rank = np.asarray(keys.column(_RANK))[order]
-    ids = np.asarray(pc.dictionary_encode(keys.column(_ID).combine_chunks()).indices, dtype=np.int64)[order]
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = group[1:] != group[:-1]
-    repeat = np.zeros(n, dtype=bool)
-    repeat[1:] = ~new_group[1:] & (rank[1:] == rank[:-1]) & (ids[1:] == ids[:-1])
-    order, new_group = order[~repeat], new_group[~repeat]
-    group_no = np.cumsum(new_group) - 1
-    position = np.arange(len(order)) - np.flatnonzero(new_group)[group_no]
-    keep = position < per_group
-    if max_groups is not None:
-        keep &= group_no < max_groups
-    return order[keep]
 
 
 class CollectExamples:
@@ -243,7 +195,7 @@ class CollectExamples:
         group_keys = _hash64(codes.dictionary)[np.asarray(codes.indices, dtype=np.int64)]
         rank = _hash64(ids) | np.uint64(1)
         rank[keepers[valid]] = 0
-        return pa.table({_GROUP: groups, _GKEY: group_keys, _RANK: rank, _ID: ids, "_row": rows})
+        return pa.table({GROUP: groups, GROUP_KEY: group_keys, RANK: rank, ROW_ID: ids, "_row": rows})
 
     def _prune(self, keys: pa.Table) -> pa.Table:
         """Drop the rows that cannot enter the selection, by comparing them with its worst members: rows of a
@@ -252,18 +204,18 @@ class CollectExamples:
         state = self._state
         if state is None:
             return keys
-        rank = np.asarray(keys.column(_RANK))
+        rank = np.asarray(keys.column(RANK))
         keep = np.ones(len(rank), dtype=bool)
         if self.max_groups is not None:
-            state_gkeys = np.asarray(state.column(_GKEY))
+            state_gkeys = np.asarray(state.column(GROUP_KEY))
             if len(np.unique(state_gkeys)) >= self.max_groups:
-                keep &= np.asarray(keys.column(_GKEY)) <= state_gkeys.max()
+                keep &= np.asarray(keys.column(GROUP_KEY)) <= state_gkeys.max()
         worst: dict[str, int] = {}
         for group, ranks in _group_ranks(state).items():
             if len(ranks) >= self.per_group:
                 worst[group] = max(ranks)
         if worst:
-            codes = pc.dictionary_encode(keys.column(_GROUP).combine_chunks())
+            codes = pc.dictionary_encode(keys.column(GROUP).combine_chunks())
             limit = np.array([worst.get(g, 2**64 - 1) for g in codes.dictionary.to_pylist()], dtype=np.uint64)
             keep &= rank <= limit[np.asarray(codes.indices, dtype=np.int64)]
         return keys if keep.all() else keys.filter(pa.array(keep))
@@ -271,8 +223,8 @@ class CollectExamples:
     def _payload(self, table: pa.Table, keys: pa.Table) -> pa.Table:
         """Keys plus text and recorded fields of the rows named by ``keys["_row"]`` (few rows: a cheap take)."""
         rows = keys.column("_row")
-        columns = {name: keys.column(name) for name in _KEYS}
-        columns[_TEXT] = table.column(self.text_column).take(rows).cast(pa.large_string())
+        columns = {name: keys.column(name) for name in SELECTION_KEYS}
+        columns[TEXT] = table.column(self.text_column).take(rows).cast(pa.large_string())
         for name in self.fields:
             if name in table.column_names and name != self.text_column:
                 columns[name] = table.column(name).take(rows)
@@ -286,9 +238,9 @@ class CollectExamples:
             return None
         merged = keys.drop_columns(["_row"])
         if state is not None:
-            merged = pa.concat_tables([state.select(list(_KEYS)), merged])
+            merged = pa.concat_tables([state.select(list(SELECTION_KEYS)), merged])
         offset = 0 if state is None else state.num_rows
-        chosen = _select(merged, self.per_group, self.max_groups)
+        chosen = select_rows(merged, self.per_group, self.max_groups)
         entered_at = np.sort(chosen[chosen >= offset] - offset)
         if len(entered_at) == 0:
             return None
@@ -301,7 +253,7 @@ class CollectExamples:
 
 def _group_ranks(state: pa.Table) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
-    for group, rank in zip(state.column(_GROUP).to_pylist(), state.column(_RANK).to_pylist()):
+    for group, rank in zip(state.column(GROUP).to_pylist(), state.column(RANK).to_pylist()):
         out.setdefault(group, []).append(rank)
     return out
 
@@ -311,7 +263,7 @@ def _write_part(folder: Path, rows: pa.Table) -> str:
     from zephyr.io.sinks import ShardWriter
 
     digest = hashlib.sha256()
-    for name in (_GROUP, _ID):
+    for name in (GROUP, ROW_ID):
         for value in rows.column(name).to_pylist():
             digest.update(value.encode() + b"\x00")
     path = folder / f"part-{digest.hexdigest()[:24]}.parquet"
@@ -320,143 +272,6 @@ def _write_part(folder: Path, rows: pa.Table) -> str:
         with ShardWriter(str(path), "parquet") as writer:
             writer.write(rows)
     return str(path)
-
-
-def _read_parts(stage_dir: Path) -> pa.Table | None:
-    import pyarrow.parquet as pq
-
-    folder = stage_dir / PARTS_DIR
-    files = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    tables = [pq.read_table(f) for f in files]
-    shutil.rmtree(folder, ignore_errors=True)
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables, promote_options="permissive") if tables else None
-
-
-def _selected(table: pa.Table, per_group: int, max_groups: int | None) -> list[dict[str, Any]]:
-    """The selection over merged parts (the same row from retried tasks counted once), as row dicts."""
-    keys = table.select(list(_KEYS))
-    return table.take(pa.array(_select(keys, per_group, max_groups))).to_pylist()
-
-
-def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    """The recorded columns a reader sees beside the text (the cluster size goes in the cluster's line)."""
-    return {k: v for k, v in row.items() if not k.startswith(("_", "dup_")) and v is not None}
-
-
-def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]:
-    """A sidecar ROW: the first ``MAX_CHARS`` of the text, or (dedup) ``WINDOW_WORDS`` words from a word."""
-    full = row[_TEXT] or ""
-    if window_start is None:
-        shown, before, after = full[:MAX_CHARS], False, len(full) > MAX_CHARS
-    else:
-        words = full.split()
-        shown = " ".join(words[window_start : window_start + WINDOW_WORDS])
-        before, after = window_start > 0, window_start + WINDOW_WORDS < len(words)
-    return {
-        "id": row[_ID],
-        "text": shown,
-        "chars": len(full),
-        "start_word": window_start or 0,
-        "cut_before": before,
-        "cut_after": after,
-        "fields": _fields(row),
-    }
-
-
-def merge_filter_examples(stage_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
-    """Write a filter stage's ``_examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
-    from zephyr.io.paths import write_json_atomic
-
-    table = _read_parts(stage_dir)
-    rows = _selected(table, PER_GROUP, None) if table is not None else []
-    top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_REASONS]
-    payload = {
-        "version": EXAMPLES_VERSION,
-        "kind": "filter",
-        "kept": [_row(r) for r in rows if r[_GROUP] == KEPT],
-        "dropped": {
-            reason: {"rows": n, "examples": [_row(r) for r in rows if r[_GROUP] == reason]}
-            for reason, n in top
-        },
-    }
-    path = stage_dir / EXAMPLES_FILE
-    write_json_atomic(str(path), payload)
-    return path
-
-
-def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
-    """Word positions in ``kept`` and ``removed`` from which to show them: ``CONTEXT_WORDS`` before their first
-    differing word (difflib on word tokens, over the first ``DIFF_MAX_WORDS`` words)."""
-    import difflib
-
-    a, b = kept.split()[:DIFF_MAX_WORDS], removed.split()[:DIFF_MAX_WORDS]
-    for tag, i1, _, j1, _ in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "equal":
-            back = min(CONTEXT_WORDS, i1, j1)
-            return i1 - back, j1 - back
-    return 0, 0
-
-
-def merge_dedup_examples(stage_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
-    """Write a dedup stage's ``_examples.json``: per cluster the kept row, one removed row and their Jaccard
-    on shingle sets made as the fuzzy stage makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
-    from zephyr.dedup.shingles import shingle_hashes
-    from zephyr.dedup.verify import jaccard
-
-    from zephyr.io.paths import write_json_atomic
-
-    table = _read_parts(stage_dir)
-    rows = _selected(table, 2, DEDUP_CLUSTERS) if table is not None else []
-    pairs: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
-    for group in dict.fromkeys(r[_GROUP] for r in rows):
-        members = [r for r in rows if r[_GROUP] == group]
-        kept = members[0] if members[0][_RANK] == 0 else None
-        removed = [r for r in members if r is not kept]
-        if removed:
-            pairs.append((kept, removed[0]))
-    texts = [
-        t for kept, removed in pairs if kept is not None for t in (kept[_TEXT] or "", removed[_TEXT] or "")
-    ]
-    shingles = shingle_hashes(pa.array(texts, pa.large_string()), kind=shingle, n=ngram, normalize=normalize)
-    scores = iter(jaccard(shingles, np.arange(len(texts), dtype=np.int64).reshape(-1, 2)).tolist())
-    clusters = []
-    for kept, removed in pairs:
-        entry: dict[str, Any] = {"cluster": removed[_GROUP], "size": removed.get("dup_cluster_size")}
-        if kept is None:
-            entry.update(kept=None, removed=_row(removed), jaccard=None)
-        else:
-            ka, rb = kept[_TEXT] or "", removed[_TEXT] or ""
-            i, j = first_difference_window(ka, rb)
-            entry.update(
-                kept=_row(kept, i),
-                removed=_row(removed, j),
-                jaccard=round(float(next(scores)), 4),
-            )
-        clusters.append(entry)
-    payload = {
-        "version": EXAMPLES_VERSION,
-        "kind": "dedup",
-        "shingles": f"{shingle} {ngram}-grams",
-        "normalize": normalize,
-        "clusters": clusters,
-    }
-    path = stage_dir / EXAMPLES_FILE
-    write_json_atomic(str(path), payload)
-    return path
-
-
-def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
-    """A stage's sidecar, or None when it has none (stages from before examples, or non-filter stages)."""
-    import json
-
-    if not path:
-        return None
-    try:
-        payload = json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return payload if payload.get("version") == EXAMPLES_VERSION else None
 
 
 # -- what the stage adapters (zephyr.pipelines.stages) call ----------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
-from zephyr.pipelines.quality.config import NormalizeConfig
+from zephyr.pipelines.quality.config import DEFAULT_RULES, NormalizeConfig
 from zephyr.pipelines.web.config import ExtractStage, SubstringDedupStage, UrlDedupStage, UrlFilterStage
 from zephyr.tokenize.options import TokenShardOptions
 
@@ -124,7 +124,7 @@ class LangIdStage:
 class HeuristicFilterStage:
     """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons."""
 
-    rules: list[str] = field(default_factory=lambda: ["gopher", "c4", "fineweb"])
+    rules: list[str] = field(default_factory=lambda: list(DEFAULT_RULES))
     """Rule families, applied in order; each row gets the first rule it fails."""
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Thresholds per family, e.g. ``{c4: {min_sentences: 3}}`` (see docs/quality.md)."""
@@ -140,13 +140,13 @@ class HeuristicFilterStage:
 
     def __post_init__(self) -> None:
         require_column_name("output_column", self.output_column)
-        from zephyr.pipelines.quality.filters import RULE_SETS
+        from zephyr.pipelines.quality.filters import RULE_SETS, unknown_rule_sets
 
         if not self.rules:
             raise FieldError(
                 "rules", f"give at least one rule family; allowed: {', '.join(sorted(RULE_SETS))}"
             )
-        bad = [r for r in self.rules if r not in RULE_SETS]
+        bad = unknown_rule_sets(self.rules)
         if bad:
             raise FieldError(
                 "rules", f"unknown rule family {bad[0]!r}; allowed: {', '.join(sorted(RULE_SETS))}"

@@ -82,7 +82,7 @@ def run_read(ctx: StageContext) -> StageOutcome:
 
 
 def run_normalize(ctx: StageContext) -> StageOutcome:
-    from zephyr.pipelines.quality.stages import Normalize
+    from zephyr.pipelines.quality.batch_ops import Normalize
 
     step = f"pipeline.{ctx.entry.name}.normalize"
     normalize = Normalize(ctx.entry.config.normalize, ctx.pipeline.text_column)
@@ -92,9 +92,9 @@ def run_normalize(ctx: StageContext) -> StageOutcome:
 def run_langid(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.columns import lang_columns
     from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+    from zephyr.pipelines.quality.batch_ops import LanguageFilter
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.lid_model import ensure_lid_model
-    from zephyr.pipelines.quality.stages import LanguageFilter
 
     cfg = ctx.entry.config
     lang_column, score_column = lang_columns(ctx.entry, ctx.pipeline)
@@ -117,8 +117,8 @@ def run_langid(ctx: StageContext) -> StageOutcome:
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, RouteByReason
     from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
-    from zephyr.pipelines.quality.stages import FilterAnnotator, RouteByReason
 
     import zephyr
     from zephyr.io.added_columns import set_aside
@@ -154,7 +154,7 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
 
 
 def run_exact_dedup(ctx: StageContext) -> StageOutcome:
-    from zephyr.dedup.stages import exact_dedup_dataset
+    from zephyr.dedup.dataset_ops import exact_dedup_dataset
     from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
@@ -174,8 +174,8 @@ def run_exact_dedup(ctx: StageContext) -> StageOutcome:
 
 
 def run_fuzzy_dedup(ctx: StageContext) -> StageOutcome:
+    from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
     from zephyr.dedup.index import open_index, write_generation
-    from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
     from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config

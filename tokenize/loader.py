@@ -39,6 +39,9 @@ Each yielded sample is a dict of int64 tensors ``input_ids``, ``labels`` and ``p
 ``[seq_len]`` (``[batch_size, seq_len]`` with ``batch_size`` or ``iter_batches``); ``positions`` restart at
 0 at each document start (at each piece, for best-fit), for document-masked attention.
 
+Construction and iteration are here; the position and its state dict are ``zephyr.tokenize.loader_state``
+(``LoaderPosition``, a base class of ``TokenLoader``).
+
 Samples are planned 4096 at a time (source choice, counters, Feistel permutation, shard and token offset: all
 vectorized), then gathered a batch (or 64 single samples) at a time; benchmarks/loader_throughput.py
 measures it (rows in benchmarks/RESULTS.md).
@@ -46,7 +49,6 @@ measures it (rows in benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -58,26 +60,26 @@ from zephyr.tokenize.data_loader import TokenDataLoader, WorkerGuard
 from zephyr.tokenize.filters import RepetitionFilter
 from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
 from zephyr.tokenize.loader_setup import check_arguments, open_sources, source_weights
-from zephyr.tokenize.mixing import Mixture, normalize_weights
+from zephyr.tokenize.loader_state import STATE_VERSION, LoaderPosition
+from zephyr.tokenize.mixing import Mixture
 from zephyr.tokenize.packing import DEFAULT_WINDOW
 from zephyr.tokenize.permutation import derive_key
 from zephyr.tokenize.prefetch import CacheBudget, ShardPrefetcher, upcoming_shards
 from zephyr.tokenize.sample_plan import plan_samples
 from zephyr.tokenize.sources import Packing
 
-from zephyr.errors import ConfigError, ResumeError
+from zephyr.errors import ConfigError
 
 __all__ = ["TokenLoader", "TokenDataLoader", "Packing", "STATE_VERSION"]
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 _PLAN_SAMPLES = 4096  # rank-local samples planned per vectorized block (rounded up to whole items)
 _SAMPLE_GATHER = 64  # samples gathered at once when yielding single samples
 _FIELDS = ("input_ids", "labels", "positions")
 
 
-class TokenLoader(torch.utils.data.IterableDataset):
+class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
     """Samples of ``seq_len`` tokens (+1 for labels) from one token-shard set or a weighted mixture.
 
     Args:
@@ -187,17 +189,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._mixture.set_schedule(schedule)
         self._weights_version += 1
 
-    def _make_fingerprint(self) -> str:
-        packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing
-        digest = hashlib.sha256(f"{self.seq_len}|{packing}|".encode())
-        for source in self._sources:
-            digest.update(source.store.manifest.fingerprint().encode())
-        return digest.hexdigest()[:16]
-
-    @property
-    def sources(self) -> list[str]:
-        return [s.name for s in self._sources]
-
     @property
     def weights(self) -> dict[str, float]:
         """The configured weights in effect at the current position (before any cap)."""
@@ -219,105 +210,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
         total = self.num_epochs * self._sources[0].num_samples
         mine = max(0, math.ceil((total - self._start - self.rank) / self.world_size))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
-
-    # ---- state -----------------------------------------------------------------------------------------
-    @property
-    def consumed(self) -> int:
-        """Global samples consumed, assuming every rank has yielded as many as this one."""
-        return self._start + self._yielded * self.world_size
-
-    @property
-    def weights_version(self) -> int:
-        """Changes whenever the weights or the position are set anew (``set_weights``, ``set_schedule``,
-        ``load_state_dict``): iterators and DataLoader workers started before then hold stale copies."""
-        return self._weights_version
-
-    def count_worker_samples(self, labels: torch.Tensor) -> None:
-        """Advance this rank's position past the samples (rows of ``labels``) that DataLoader workers produced
-        from their copies, and count those their instance filter masked (``TokenDataLoader`` calls it)."""
-        rows = labels.reshape(-1, self.seq_len)
-        self._yielded += rows.shape[0]
-        if self.instance_filter is not None:
-            self.filtered += int((rows == -100).all(dim=1).sum())
-
-    def _counts_at(self, g_end: int) -> np.ndarray:
-        """Per-source counters at global index ``g_end`` (>= the start).
-
-        The choices are replayed from the last computed point (cached), so calling ``state_dict()`` every
-        step costs O(samples per step), not O(consumed).
-        """
-        cached_g, cached = self._counts_cache
-        lo, counts = (
-            (cached_g, cached) if self._start <= cached_g <= g_end else (self._start, self._start_counts)
-        )
-        for block in range(lo, g_end, 1 << 20):
-            _, counts = self._mixture.choose(block, min(g_end, block + (1 << 20)), counts)
-        self._counts_cache = (g_end, np.array(counts, dtype=np.int64))
-        return self._counts_cache[1].copy()
-
-    def _set_start(self, g: int, counts: np.ndarray) -> None:
-        self._start, self._start_counts, self._yielded = g, counts, 0
-        self._counts_cache = (g, counts.copy())
-
-    def mix_counts(self) -> dict[str, int]:
-        """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
-        self.worker_guard.check_position_known("mix_counts()", self.consumed)
-        return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
-
-    def set_weights(self, weights: Mapping[str, float]) -> None:
-        """Change the mixture weights from the next sample on (call between steps, on every rank); later
-        schedule entries still apply."""
-        self.worker_guard.check_position_known("set_weights()", self.consumed)
-        values = normalize_weights(self.sources, dict(weights))
-        g = self.consumed
-        self._set_start(g, self._counts_at(g))
-        self._mixture.set_weights(g, values)
-        self._weights_version += 1
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain JSON-serializable resume state (see the module docstring)."""
-        self.worker_guard.check_position_known("state_dict()", self.consumed)
-        g = self.consumed
-        return {
-            "version": STATE_VERSION,
-            "fingerprint": self._fingerprint,
-            "seed": self.seed,
-            "consumed": g,
-            "counts": [int(c) for c in self._counts_at(g)],
-            "weights": [float(w) for w in self._mixture.weights_at(g)],
-            "sources": self.sources,
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any], *, reweight: bool = False) -> None:
-        """Resume at ``state``; refuses state from other data, seq_len, packing or seed (``ResumeError``), and
-        other weights than this loader's at that point unless ``reweight`` (then this loader's apply)."""
-        if state.get("version") != STATE_VERSION:
-            raise ResumeError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
-        if state.get("fingerprint") != self._fingerprint or state.get("seed") != self.seed:
-            raise ResumeError(
-                f"loader state belongs to other data or settings (fingerprint {state.get('fingerprint')}, "
-                f"seed {state.get('seed')}; this loader: {self._fingerprint}, seed {self.seed}); build the "
-                "loader with the same shard sets, seq_len, packing and seed"
-            )
-        counts = np.asarray(state["counts"], dtype=np.int64)
-        saved = np.asarray(state["weights"], dtype=np.float64)
-        if len(counts) != len(self._sources) or len(saved) != len(self._sources):
-            raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
-        g = int(state["consumed"])
-        mine = self._mixture.weights_at(g)
-        if not np.allclose(saved, mine, rtol=0, atol=1e-9):
-            if not reweight:
-                names = self.sources
-                raise ResumeError(
-                    f"the checkpoint's mixture weights at sample {g} are "
-                    f"{dict(zip(names, np.round(saved, 6).tolist()))}, this run's are "
-                    f"{dict(zip(names, np.round(mine, 6).tolist()))}; resume with the checkpoint's weights, "
-                    "or pass --reweight (reweight=True) to apply the new ones from here on"
-                )
-            log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
-        self._set_start(g, counts)
-        self.worker_guard.reset()  # the position is known again
-        self._weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
     def _limit(self) -> int | None:

@@ -28,6 +28,32 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 Token bytes are thus written once (spill) and read once (pack); peak memory per worker is one batch of
 documents (texts, ids, references) whatever the input size, plus what the input format itself needs to
 decode (one Parquet row group's text column).
+
+Arguments of ``write_token_shards``::
+
+    data: a ``zephyr.Dataset``, or Parquet/JSONL paths (files, directories, globs, fsspec URLs).
+    tokenizer: path of a ``tokenizer.json`` (or a ``TextTokenizer``).
+    output: directory (any fsspec URL: local, ``s3://``, ``gs://``...) for the shards and ``manifest.json``.
+    text_column: the column with the document text.
+    id_column: a column of document ids for the shuffle key; ``"auto"`` uses ``id`` when the inputs have
+        one, ``None`` keys on the text alone (then exact duplicate texts end up next to each other).
+    source_column: a column whose per-value document/token counts go into the manifest's source mix;
+        ``"auto"`` uses ``source`` when present.
+    shard_size: target bytes of tokens per shard (e.g. ``"512MB"``); the shard count is
+        ``ceil(total token bytes / shard_size)``.
+    seed: shuffle seed; the same seed and inputs give byte-identical shards.
+    bos: ``"never"`` or ``"always"``. EOS is always appended.
+    engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
+        or one of ``"fastokens"``, ``"tiktoken"``, ``"hf"`` (an engine that cannot be proven is an error).
+    eos_token / bos_token: the special tokens' text, when detection fails (e.g. ``"</s>"``).
+    batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
+        writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
+    megatron: also write Megatron ``.bin``/``.idx`` per shard.
+    unify_schemas / schema: how input files that disagree on a column's type are read (path inputs only;
+        ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
+    on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
+        and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
+    execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
 """
 
 from __future__ import annotations
@@ -99,46 +125,16 @@ def write_token_shards(
     on_error: str = "raise",
     **execution: Any,
 ) -> TokenizeResult:
-    """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``).
-
-    Args:
-        data: a ``zephyr.Dataset``, or Parquet/JSONL paths (files, directories, globs, fsspec URLs).
-        tokenizer: path of a ``tokenizer.json`` (or a ``TextTokenizer``).
-        output: directory (any fsspec URL: local, ``s3://``, ``gs://``...) for the shards and ``manifest.json``.
-        text_column: the column with the document text.
-        id_column: a column of document ids for the shuffle key; ``"auto"`` uses ``id`` when the inputs have
-            one, ``None`` keys on the text alone (then exact duplicate texts end up next to each other).
-        source_column: a column whose per-value document/token counts go into the manifest's source mix;
-            ``"auto"`` uses ``source`` when present.
-        shard_size: target bytes of tokens per shard (e.g. ``"512MB"``); the shard count is
-            ``ceil(total token bytes / shard_size)``.
-        seed: shuffle seed; the same seed and inputs give byte-identical shards.
-        bos: ``"never"`` or ``"always"``. EOS is always appended.
-        engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
-            or one of ``"fastokens"``, ``"tiktoken"``, ``"hf"`` (an engine that cannot be proven is an error).
-        eos_token / bos_token: the special tokens' text, when detection fails (e.g. ``"</s>"``).
-        batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
-            writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
-        megatron: also write Megatron ``.bin``/``.idx`` per shard.
-        unify_schemas / schema: how input files that disagree on a column's type are read (path inputs only;
-            ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
-        on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
-            and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
-        execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
+    """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``)
+    and return what was written. ``data`` is a ``zephyr.Dataset`` or Parquet/JSONL paths; the same seed and
+    inputs give byte-identical shards. Every argument is described in this module's docstring ("Arguments").
     """
     import zephyr
 
-    shard_bytes = parse_bytes(shard_size)
-    if shard_bytes < _MIN_SHARD_BYTES:
-        raise ConfigError(f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r}")
-    if batch_rows < 1:
-        raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
+    shard_bytes = _checked_shard_bytes(shard_size, batch_rows)
     output = output.removeprefix("file://")
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
-        from zephyr.io.text_column import check_text_inputs
-
-        paths, fmt = input_paths(data)
-        check_text_inputs(paths, text_column, format=fmt)
+        _check_text_inputs(data, text_column)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     approx_shard_bytes, concurrency = plan_tasks(data, options)
     pool = _worker_pool(execution, options, concurrency)
@@ -148,18 +144,7 @@ def write_token_shards(
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
     with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
-        tok = (
-            tokenizer
-            if isinstance(tokenizer, TextTokenizer)
-            else TextTokenizer(
-                tokenizer,
-                bos=bos,
-                engine=engine,
-                eos_token=eos_token,
-                bos_token=bos_token,
-                num_threads=max(1, (os.cpu_count() or 1) // options.num_workers),
-            )
-        )
+        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token, options.num_workers)
         names = input_columns(data) if "auto" in (id_column, source_column) else None
         id_column = detect_column(names, id_column, "id")
         source_column = detect_column(names, source_column, "source")
@@ -177,15 +162,9 @@ def write_token_shards(
             # a forced engine that cannot be proven fails here, before any task; in-process the proof is shared
             _ = tok.engine
         try:
-            batch_fn = TokenizeBatch(
-                tok,
-                text_column=text_column,
-                id_column=id_column,
-                source_column=source_column,
-                seed=seed,
-                spill_dir=f"{scratch}/spill",
-                concurrency=concurrency,
-            )
+            columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
+            spill_dir = f"{scratch}/spill"
+            batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir, concurrency=concurrency)
             refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
                 f"{scratch}/refs", **execution
             )
@@ -204,6 +183,46 @@ def write_token_shards(
             raise
         _remove_tree(scratch)
         return TokenizeResult(output, manifest, stats)
+
+
+def _check_text_inputs(paths: str | Sequence[str], text_column: str) -> None:
+    """Refuse, before any task, an input file whose text column is not strings (``zephyr.io.text_column``)."""
+    from zephyr.io.text_column import check_text_inputs
+
+    files, fmt = input_paths(paths)
+    check_text_inputs(files, text_column, format=fmt)
+
+
+def _checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
+    """``shard_size`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
+    shard_bytes = parse_bytes(shard_size)
+    if shard_bytes < _MIN_SHARD_BYTES:
+        raise ConfigError(f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r}")
+    if batch_rows < 1:
+        raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
+    return shard_bytes
+
+
+def _text_tokenizer(
+    tokenizer: str | TextTokenizer,
+    bos: BosPolicy,
+    engine: EngineChoice,
+    eos_token: str | None,
+    bos_token: str | None,
+    num_workers: int,
+) -> TextTokenizer:
+    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path with this machine's cores
+    shared among the ``num_workers`` concurrent tasks."""
+    if isinstance(tokenizer, TextTokenizer):
+        return tokenizer
+    return TextTokenizer(
+        tokenizer,
+        bos=bos,
+        engine=engine,
+        eos_token=eos_token,
+        bos_token=bos_token,
+        num_threads=max(1, (os.cpu_count() or 1) // num_workers),
+    )
 
 
 @dataclass(frozen=True)

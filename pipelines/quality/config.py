@@ -2,14 +2,18 @@
 (``zephyr run --check``, ``zephyr.pipelines.stage_configs``) imports no pyarrow.
 
 ``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` stage (which embeds it:
-its keys are this dataclass's fields) run with.
+its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
+``zephyr filter``, the ``heuristic_filter`` stage and the filter batch ops apply unless told otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NormalizeConfig"]
+__all__ = ["NormalizeConfig", "DEFAULT_RULES"]
+
+DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
+"""The default heuristic rule sets (names of ``filters.RULE_SETS``), in the order they are applied."""
 
 
 @dataclass(frozen=True)

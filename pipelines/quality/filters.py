@@ -10,6 +10,14 @@ original text so they can be inspected. Counts balance by construction::
 
 ``FilterStats`` holds row and byte counts per reason and merges associatively (``+``), so per-batch stats
 sum to a job total.
+
+**The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
+families of ``gopher.py``, ``c4.py``, ``fineweb.py``, ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
+function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
+``Dataset`` (``batch_ops.FilterAnnotator``, routed by ``batch_ops.RouteByReason``; ``HeuristicFilter`` in one
+pass) → their two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` stage
+(``pipelines/stages.run_heuristic_filter``, configured by ``stage_configs.HeuristicFilterStage``). Rule
+names are checked here (``unknown_rule_sets``, ``build_rule_families``) and nowhere else.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import lang_series, text_array
 from zephyr.pipelines.quality.c4 import C4Quality
+from zephyr.pipelines.quality.config import DEFAULT_RULES
 from zephyr.pipelines.quality.fineweb import FineWebQuality
 from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
 from zephyr.pipelines.quality.rules import RuleFamily
@@ -39,6 +48,9 @@ __all__ = [
     "FilterResult",
     "FilterStats",
     "RULE_SETS",
+    "DEFAULT_RULES",
+    "rule_names",
+    "unknown_rule_sets",
     "apply_filters",
     "annotate_drop_reasons",
     "build_rule_families",
@@ -61,13 +73,24 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 """Names accepted by ``build_rule_families`` and ``zephyr filter --rules``."""
 
 
+def rule_names(names: Sequence[str] | str) -> list[str]:
+    """Rule set names from a list or comma-separated text (``"gopher,c4,fineweb"``), blanks left out."""
+    if isinstance(names, str):
+        return [n.strip() for n in names.split(",") if n.strip()]
+    return list(names)
+
+
+def unknown_rule_sets(names: Sequence[str] | str) -> list[str]:
+    """The names that are not in ``RULE_SETS``, in order."""
+    return [n for n in rule_names(names) if n not in RULE_SETS]
+
+
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
     """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds.
 
     ``overrides`` maps a family's ``name`` (``gopher_quality``, ``c4``, …) to a dict of field values.
     """
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
+    names = rule_names(names)
     families: list[RuleFamily] = []
     for name in names:
         if name not in RULE_SETS:

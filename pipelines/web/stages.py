@@ -65,7 +65,7 @@ def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 4
 
 def run_url_filter(ctx: StageContext) -> StageOutcome:
     """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
-    from zephyr.pipelines.quality.stages import HeuristicFilter
+    from zephyr.pipelines.quality.batch_ops import HeuristicFilter
     from zephyr.pipelines.web.urls import NormalizeUrls, load_blocklist
 
     cfg = ctx.entry.config

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup
 from zephyr.dedup.anchored import _anchors_by_rounds, anchored_clusters, anchors
-from zephyr.dedup.stages import fuzzy_dedup_dataset
+from zephyr.dedup.dataset_ops import fuzzy_dedup_dataset
 from zephyr.dedup.synthetic import chain, templated_source
 from zephyr.dedup.synthetic import score as removal_score
 

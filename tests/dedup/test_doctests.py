@@ -22,8 +22,8 @@ MODULES = [
     "zephyr.dedup.exact",
     "zephyr.dedup.fuzzy",
     "zephyr.dedup.evaluate",
-    "zephyr.dedup.exact_stage",
-    "zephyr.dedup.fuzzy_stage",
+    "zephyr.dedup.exact_dataset",
+    "zephyr.dedup.fuzzy_dataset",
 ]
 
 

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from zephyr.dedup import FuzzyDedupConfig
+from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
 from zephyr.dedup.index import open_index, write_generation
-from zephyr.dedup.stages import StripRowNumbers, fuzzy_dedup_dataset
 
 import zephyr
 from zephyr.cli import main

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup, paragraph_dedup
-from zephyr.dedup.stages import exact_dedup_dataset, fuzzy_dedup_dataset, paragraph_dedup_dataset
+from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset, paragraph_dedup_dataset
 
 import zephyr
 from zephyr.cli import main

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup
-from zephyr.dedup.stages import exact_dedup_dataset, fuzzy_dedup_dataset
+from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset
 
 import zephyr
 from zephyr.cli import main

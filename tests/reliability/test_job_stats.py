@@ -72,7 +72,7 @@ def test_resumed_tasks_are_counted_in_stats_json(tmp_path, caplog):
 
 
 def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
-    from zephyr.pipelines.quality.stages import FilterAnnotator
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator
 
     inputs, out = _write_inputs(tmp_path / "in"), tmp_path / "out"
     _fail_once(monkeypatch, FilterAnnotator, tmp_path / "failed")
@@ -86,7 +86,7 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
 
 
 def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatch):
-    from zephyr.dedup.exact_stage import _MemberHashes
+    from zephyr.dedup.exact_dataset import _MemberHashes
 
     inputs, work, out = _write_inputs(tmp_path / "in"), tmp_path / "work", tmp_path / "out"
     argv = ["dedup", "exact", str(inputs), "--output", str(out), "--work-dir", str(work), *FAST]
@@ -103,7 +103,7 @@ def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatc
 
 
 def test_zephyr_run_stage_records_a_retry_of_an_earlier_job(tmp_path, monkeypatch):
-    from zephyr.dedup.exact_stage import _MemberHashes
+    from zephyr.dedup.exact_dataset import _MemberHashes
 
     stage = "exact_dedup"  # hashes (the failing job), then the stage's own write
     inputs, job = _write_inputs(tmp_path / "in"), tmp_path / "job"

@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors",
-           "zephyr.job_stats", "zephyr.io.added_columns", "zephyr.config"]
+           "zephyr.job_stats", "zephyr.io.added_columns", "zephyr.config",
+           "zephyr.config_types", "zephyr.config_text"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
+from zephyr.pipelines.quality.batch_ops import Decontaminate
 from zephyr.pipelines.quality.decontaminate import (
     EvalNgramIndex,
     build_eval_index,
@@ -10,7 +11,6 @@ from zephyr.pipelines.quality.decontaminate import (
     decontaminate,
     read_eval_texts,
 )
-from zephyr.pipelines.quality.stages import Decontaminate
 
 import zephyr
 from zephyr.config import ZephyrDeprecationWarning

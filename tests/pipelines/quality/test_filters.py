@@ -165,3 +165,40 @@ def test_a_task_budget_slices_the_rules_without_changing_a_verdict():
     with running(budget):
         sliced = annotate_drop_reasons(table, families)
     assert sliced[0].equals(whole[0]) and sliced[1].equals(whole[1]) and sliced[2] == whole[2]
+
+
+def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
+    """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them."""
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, HeuristicFilter
+    from zephyr.pipelines.quality.config import DEFAULT_RULES
+    from zephyr.pipelines.stage_configs import HeuristicFilterStage
+
+    from zephyr.cli import build_parser
+
+    args = build_parser().parse_args(["filter", "in.parquet", "--output", "out"])
+    assert DEFAULT_RULES == ("gopher", "c4", "fineweb")
+    assert FilterAnnotator().rules == HeuristicFilter().rules == args.rules == ",".join(DEFAULT_RULES)
+    assert HeuristicFilterStage().rules == list(DEFAULT_RULES)
+    assert [f.name for f in build_rule_families(args.rules)] == [
+        f.name for f in build_rule_families(HeuristicFilterStage().rules)
+    ]
+
+
+def test_rule_names_are_checked_in_one_place():
+    from zephyr.pipelines.quality.filters import rule_names, unknown_rule_sets
+
+    assert rule_names(" gopher, ,c4 ") == ["gopher", "c4"] == rule_names(["gopher", "c4"])
+    assert unknown_rule_sets("gopher,c5,url,fine_web") == ["c5", "fine_web"]
+    assert unknown_rule_sets(["c4"]) == []
+    with pytest.raises(ConfigError, match="unknown rule set 'c5'"):
+        build_rule_families("gopher,c5")
+
+
+@pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters", "zephyr.pipelines.quality.batch_ops"])
+def test_doctests(name):
+    """The runnable examples of the filter path (``apply_filters``, ``HeuristicFilter``, ``reason_aside``)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

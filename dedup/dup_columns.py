@@ -1,4 +1,4 @@
-"""The dup columns of the engine dedup stages: from cluster assignments to ``dup_cluster`` /
+"""The dup columns of the Dataset dedup functions: from cluster assignments to ``dup_cluster`` /
 ``dup_cluster_size`` / ``dup_keep``, shared by the exact and fuzzy paths.
 
 Both paths end the same way: each row gets (CLUSTER, SIZE, KEEP, KEEPER) helper columns, by row number from

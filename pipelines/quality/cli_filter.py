@@ -1,0 +1,244 @@
+"""``zephyr filter``: the heuristic rules (``filters``; Gopher, C4, FineWeb, url) on the engine, with the
+dropped rows, the quarantined ones and a retention report beside the kept output (registered by
+``zephyr.pipelines.quality.cli``; helpers shared with it in ``cli_common``).
+
+The jobs: one annotates every row with its first failing rule (``batch_ops.FilterAnnotator``) into a scratch
+folder; three route the annotated rows (``batch_ops.RouteByReason``: kept → ``--output``, dropped →
+``_dropped/``, quarantined → ``_quarantine/``) and one summarizes them for ``_report.json`` / ``_report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zephyr.pipelines.quality.cli_common import STATS, engine_options, read_text_inputs, write_json
+from zephyr.pipelines.quality.config import DEFAULT_RULES
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+
+__all__ = ["filter_command", "add_filter_arguments"]
+
+# The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
+_NO_ROWS: dict[str, Any] = {
+    "rows_in": 0,
+    "bytes_in": 0,
+    "rows_kept": 0,
+    "bytes_kept": 0,
+    "rows_dropped": 0,
+    "rows_quarantined": 0,
+    "dropped_rows_by_reason": {},
+    "dropped_bytes_by_reason": {},
+    "balanced": True,
+}
+
+
+def add_filter_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``zephyr filter`` after its inputs, output and ``--text-column``."""
+    from zephyr.cli import add_overwrite
+
+    p.add_argument(
+        "--rules",
+        default=",".join(DEFAULT_RULES),
+        help="comma-separated: gopher, gopher_quality, gopher_repetition, c4, fineweb, url (URL normalization, "
+        "invalid URLs, --url-blocklist)",
+    )
+    p.add_argument(
+        "--url-blocklist",
+        default=None,
+        metavar="FILE",
+        help="with --rules url: domains/hosts to drop, one per line (example: pipelines/web/data/blocklist.example.txt)",
+    )
+    p.add_argument("--url-column", default="url", help="the URL column the url rules read and normalize")
+    p.add_argument("--lang-column", default="lang", help="per-row language for stop words ('' = none)")
+    p.add_argument("--default-lang", default="en")
+    p.add_argument("--source-column", default="source", help="report retention per value of this column")
+    p.add_argument("--id-column", default="id")
+    p.add_argument(
+        "--samples", type=int, default=5, help="sampled examples per rule and source in the report"
+    )
+    p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
+    add_overwrite(
+        p, "a drop_reason column", default="drop_reason",
+        output_help="the reason column of the dropped rows (_dropped/); an input's own drop_reason then stays as it is",
+    )
+    p.add_argument(
+        "--dropped-output",
+        default=None,
+        metavar="DIR",
+        help="where the dropped rows (with drop_reason) go (default: OUTPUT/_dropped)",
+    )
+
+
+def filter_command(args: argparse.Namespace) -> int:
+    from zephyr import job_stats
+
+    with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
+        return _filter(args, jobs)
+
+
+@dataclass
+class _Routed:
+    """What the engine jobs of one ``zephyr filter`` left: the stats of the job that wrote the kept rows
+    (the annotating job's when there was no input row), the rows ``--on-error quarantine`` set aside before
+    the filters, and the report's per-batch summaries."""
+
+    engine_stats: dict[str, Any]
+    unreadable: int
+    unreadable_dir: str | None
+    report_parts: list[Any] = field(default_factory=list)
+
+
+def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
+    from zephyr.pipelines.quality.filters import build_rule_families
+
+    overrides = _rule_overrides(args)
+    build_rule_families(args.rules, **overrides)  # validate names before any work
+    if args.dropped_output:
+        from zephyr.io.publish import check_side_dir
+
+        check_side_dir(args.dropped_output, args.output, "--dropped-output")
+    out = Path(args.output)
+    # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
+    # (source, line, reason, raw) go to a folder in it that its readers skip
+    args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
+    ds, aside = _annotated_input(args, overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    routed = _annotate_and_route(args, ds, aside, out)
+    return _write_report(args, jobs, routed, out)
+
+
+def _annotated_input(args: argparse.Namespace, overrides: dict[str, dict[str, Any]]) -> tuple[Dataset, tuple[str, ...]]:
+    """The input with every row's first failing rule in ``drop_reason``, and the input columns set aside
+    around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
+
+    from zephyr.io.added_columns import set_aside
+
+    reason = args.output_column
+    ds = read_text_inputs(args, adds=(reason,), rename="--output-column NAME")
+    aside = reason_aside(reason)
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name="set_aside")
+    if args.normalize:
+        ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
+    if "url" in overrides:
+        from zephyr.pipelines.web.urls import NormalizeUrls
+
+        ds = ds.map_batches(NormalizeUrls(args.url_column), name="normalize_urls")
+    lang_column = None if args.lang_column == "" else args.lang_column
+    annotate = FilterAnnotator(args.rules, overrides, args.text_column, lang_column, args.default_lang, args.overwrite)
+    return ds.map_batches(annotate, name="filter"), aside
+
+
+def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str, ...], out: Path) -> _Routed:
+    """Write the annotated rows to a scratch folder in ``out``, then route them to the kept output,
+    ``_dropped/`` and ``_quarantine/`` and summarize them for the report; the scratch folder goes."""
+    from zephyr.pipelines.quality.batch_ops import RouteByReason
+
+    import zephyr
+
+    opts = engine_options(args)
+    reason = args.output_column
+    scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
+    try:
+        written = ds.write_parquet(str(scratch), **opts)
+        routed = _Routed(written.stats, written.stats["rows_quarantined"], written.stats.get("quarantine_dir"))
+        if not written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
+            return routed
+        annotated = zephyr.read_parquet(list(written.files))
+        kept = annotated.map_batches(RouteByReason("kept", reason, aside), name="route_kept").write_parquet(
+            str(out), **opts
+        )
+        routed.engine_stats = kept.stats
+        annotated.map_batches(RouteByReason("dropped", reason, aside), name="route_dropped").write_parquet(
+            args.dropped_output or str(out / "_dropped"), **opts
+        )
+        annotated.map_batches(RouteByReason("quarantined", reason, aside), name="route_quarantine").write_parquet(
+            str(out / "_quarantine"), **opts
+        )
+        routed.report_parts = [annotated.map_batches(_summarize(args), name="report").to_arrow(**opts)]
+        return routed
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _summarize(args: argparse.Namespace) -> Any:
+    """The report's per-batch summary (``report.summarize_batch``) with this command's columns."""
+    from zephyr.pipelines.quality.report import summarize_batch
+
+    source = args.source_column if args.source_column else None
+    text_column, id_column, samples = args.text_column, args.id_column, args.samples
+    return lambda t: summarize_batch(
+        t, text_column=text_column, source_column=source, id_column=id_column, sample_size=samples
+    )
+
+
+def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: _Routed, out: Path) -> int:
+    """``_stats.json``, ``_report.json`` and ``_report.md``, a ``TaskError`` if the counts do not balance,
+    and the command's summary."""
+    from zephyr.pipelines.quality.report import merge_summaries, report_markdown
+
+    from zephyr import job_stats
+
+    report = merge_summaries(routed.report_parts, sample_size=args.samples)
+    report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
+    if routed.unreadable:  # never reached the filters, so the report does not see them; they are input all the same
+        totals["rows_in"] += routed.unreadable
+        totals["rows_quarantined"] += routed.unreadable
+        totals["rows_unreadable"] = routed.unreadable
+        totals["unreadable_quarantine_dir"] = routed.unreadable_dir
+    # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
+    stats = {
+        "version": 1,
+        "rules": args.rules,
+        **totals,
+        "dropped_output": args.dropped_output or str(out / "_dropped"),
+        "engine": routed.engine_stats,
+        **job_stats.summarize(jobs),
+    }
+    write_json(out / STATS, stats)
+    write_json(out / "_report.json", report)
+    (out / "_report.md").write_text(report_markdown(report), encoding="utf-8")
+    if not totals["balanced"]:
+        from zephyr.errors import TaskError
+
+        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
+    from zephyr.summary import Summary
+
+    return Summary(
+        rows_in=totals["rows_in"],
+        rows_kept=totals["rows_kept"],
+        rows_dropped=totals["rows_dropped"],
+        rows_quarantined=totals["rows_quarantined"],
+        dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
+        output=str(out),
+        stats=str(out / STATS),
+        dropped_output=stats["dropped_output"],
+        quarantine_output=str(out / "_quarantine"),
+        next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
+        details={"report": str(out / "_report.md"), "rules": args.rules},
+    )
+
+
+def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Settings of rule families that take some (the url rules: blocklist file, url column); the blocklist is
+    read now, so a bad line fails before any work, naming the file and line."""
+    names = [n.strip() for n in args.rules.split(",")]
+    if "url" not in names:
+        if args.url_blocklist:
+            from zephyr.errors import ConfigError
+
+            raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
+        return {}
+    if args.url_blocklist:
+        from zephyr.pipelines.web.urls import load_blocklist
+
+        load_blocklist(args.url_blocklist)
+    return {"url": {"blocklist": args.url_blocklist, "url_column": args.url_column}}
