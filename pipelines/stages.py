@@ -117,7 +117,7 @@ def run_langid(ctx: StageContext) -> StageOutcome:
 
 def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, RouteByReason
+    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, RouteByReason, reason_aside
     from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
     import zephyr
@@ -128,7 +128,7 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     annotate = f"pipeline.{ctx.entry.name}.annotate"
     route = f"pipeline.{ctx.entry.name}.route"
     reason = cfg.output_column or DROP_REASON
-    aside = (DROP_REASON,) if reason != DROP_REASON else ()  # the data's own drop_reason passes unchanged
+    aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
     annotator = FilterAnnotator(
         ",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang, cfg.overwrite
     )
