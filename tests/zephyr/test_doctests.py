@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors",
-           "zephyr.job_stats", "zephyr.io.added_columns", "zephyr.config"]
+           "zephyr.job_stats", "zephyr.io.added_columns", "zephyr.config", "zephyr.read_plan"]
 
 
 @pytest.mark.parametrize("name", MODULES)
