@@ -80,7 +80,9 @@ def _exact(args: argparse.Namespace) -> int:
     if args.dropped_output:
         from zephyr.errors import ConfigError
 
-        raise ConfigError("--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none")
+        raise ConfigError(
+            "--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none"
+        )
     out = paragraph_dedup_dataset(
         read_inputs(args),
         text_column=args.text_column,
@@ -267,18 +269,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
     exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
     add_common_io(exact)
-    exact_fields = ExactDedupConfig.__dataclass_fields__
-    exact.add_argument(
-        "--level",
-        choices=typing.get_args(_hint(ExactDedupConfig, "level")),
-        default=exact_fields["level"].default,
-    )
-    exact.add_argument(
-        "--normalize",
-        choices=NORMALIZATIONS,
-        default=exact_fields["normalize"].default,
-        help="default: NFC + lower case + whitespace collapse; none: byte-exact",
-    )
+    _add_exact_flags(exact)
     add_dropped_output(exact, "duplicates --mode remove drops (--level document)")
     exact.set_defaults(func=_exact, default_executor=DEFAULT_EXECUTOR)
 
@@ -308,6 +299,59 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
     add_dropped_output(fuzzy, "near-duplicates --mode remove drops")
     fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)
+    _register_explain(subparsers, common)
+
+
+def _add_exact_flags(exact: argparse.ArgumentParser) -> None:
+    exact_fields = ExactDedupConfig.__dataclass_fields__
+    exact.add_argument(
+        "--level",
+        choices=typing.get_args(_hint(ExactDedupConfig, "level")),
+        default=exact_fields["level"].default,
+    )
+    exact.add_argument(
+        "--normalize",
+        choices=NORMALIZATIONS,
+        default=exact_fields["normalize"].default,
+        help="default: NFC + lower case + whitespace collapse; none: byte-exact",
+    )
+
+
+def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``zephyr explain dedup exact|fuzzy``: the commands' own flags without ``--output``; prints their engine
+    jobs' plans and runs nothing (``zephyr.dedup.explain``)."""
+    from zephyr.commands import explain_commands
+
+    group = explain_commands(subparsers).add_parser("dedup", help="the plans of zephyr dedup exact|fuzzy")
+    kinds = group.add_subparsers(dest="explain_dedup_command", metavar="KIND", required=True)
+    exact = kinds.add_parser("exact", parents=[common], help="the jobs of zephyr dedup exact")
+    add_common_io(exact, output=False)
+    _add_exact_flags(exact)
+    exact.set_defaults(func=_explain_exact, default_executor=DEFAULT_EXECUTOR)
+    fuzzy = kinds.add_parser("fuzzy", parents=[common], help="the jobs of zephyr dedup fuzzy")
+    add_common_io(fuzzy, output=False)
+    _add_fuzzy_flags(fuzzy)
+    fuzzy.add_argument("--index", metavar="DIR", default=None, help="as for zephyr dedup fuzzy")
+    fuzzy.set_defaults(func=_explain_fuzzy, default_executor=DEFAULT_EXECUTOR)
+
+
+def _explain_exact(args: argparse.Namespace):
+    from zephyr.dedup.explain import exact_plan_text
+
+    from zephyr.cli import execution_options
+    from zephyr.commands import explained
+
+    return explained(exact_plan_text(args, action_kwargs(execution_options(args))), args)
+
+
+def _explain_fuzzy(args: argparse.Namespace):
+    from zephyr.dedup.explain import fuzzy_plan_text
+
+    from zephyr.cli import execution_options
+    from zephyr.commands import explained
+
+    text = fuzzy_plan_text(args, _fuzzy_config(args), action_kwargs(execution_options(args)))
+    return explained(text, args)
 
 
 def _hint(cls: type, name: str) -> Any:

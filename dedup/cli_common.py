@@ -189,14 +189,16 @@ def action_kwargs(opts: Any) -> dict[str, Any]:
     return opts.as_kwargs()
 
 
-def add_common_io(p: argparse.ArgumentParser) -> None:
+def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
+    """The flags every dedup command shares; ``output=False`` for ``zephyr explain dedup``, which writes nothing."""
     from zephyr.cli import add_on_error, add_output_dir
 
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
     )
     add_on_error(p)
-    add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
+    if output:
+        add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
     p.add_argument(
         "--mode",
         choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast

@@ -18,7 +18,7 @@ from zephyr.budget import Budget
 if TYPE_CHECKING:
     from zephyr.options import ExecutionOptions
 
-__all__ = ["execution_kwargs", "in_memory_limit", "memory_budget_bytes", "scratch_folder"]
+__all__ = ["budget_of", "execution_kwargs", "in_memory_limit", "memory_budget_bytes", "scratch_folder"]
 
 
 def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
@@ -36,12 +36,18 @@ def memory_budget_bytes(kw: dict[str, Any]) -> int:
     return ExecutionOptions.from_kwargs(**kw).memory_budget_bytes
 
 
+def budget_of(kw: dict[str, Any]) -> Budget:
+    """The engine's ``Budget`` for these execution options: every size the eager phase decides by is one of
+    its shares (``zephyr.budget``), never a fraction computed here."""
+    return Budget(memory_budget_bytes(kw))
+
+
 def in_memory_limit(kw: dict[str, Any], given: int | None) -> int:
     """Row (pair) count up to which the work runs in the driver: ``given``, or 64 bytes a row within a
     quarter of the memory budget."""
     if given is not None:
         return given
-    return Budget(memory_budget_bytes(kw)).driver_pair_rows
+    return budget_of(kw).driver_pair_rows
 
 
 @contextlib.contextmanager

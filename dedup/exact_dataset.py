@@ -10,6 +10,7 @@ counters every dedup stage shares.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
-__all__ = ["exact_dedup_dataset"]
+__all__ = ["ExactJobPlans", "exact_dedup_dataset", "exact_job_plans"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,16 +128,19 @@ def exact_dedup_dataset(
     """
     ExactDedupConfig(normalize=normalize)
     check_mode(mode)
-    rows = ds.with_row_index(ROW)
-    finish = Finish(text_column, id_column, mode)
+    plans = exact_job_plans(
+        ds,
+        text_column=text_column,
+        id_column=id_column,
+        normalize=normalize,
+        mode=mode,
+        priority_column=priority_column,
+    )
     info: dict[str, Any] = {"in_memory": False}
     if execution is not None:
         kw = execution_kwargs(execution)
         limit = in_memory_limit(kw, in_memory_rows)
-        members = rows.map_batches(
-            _MemberHashes(text_column, id_column, normalize, priority_column),
-            name="dedup.exact.member_hashes",
-        ).materialize(**kw)
+        members = plans.member_hashes.materialize(**kw)
         count = members.count(**kw)
         info.update(member_rows=count, in_memory_limit=limit)
         if count <= limit:
@@ -145,14 +149,50 @@ def exact_dedup_dataset(
             info["duplicate_rows"] = 0 if node_info is None else node_info.num_rows
             if stats is not None:
                 stats.update(info)
-            attach = Attach(node_info, id_column)
-            return rows.map_batches(attach, name="dedup.exact.attach").map_batches(
-                finish, name="dedup.exact.finish"
-            )
+            return plans.attached(node_info)
         info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
         logger.info("exact dedup: shuffle path (%s)", info["fallback"])
     if stats is not None:
         stats.update(info)
+    return plans.shuffle_path
+
+
+@dataclass(frozen=True)
+class ExactJobPlans:
+    """The lazy plans of exact dedup's engine jobs, built once for the run and for ``zephyr explain``."""
+
+    member_hashes: Dataset
+    """Job 1 (with ``execution``): the (row, hash, id, priority) table, materialized and counted."""
+    shuffle_path: Dataset
+    """The output when the member rows exceed the in-memory limit (or without ``execution``)."""
+    rows: Dataset
+    finish: Finish
+    id_column: str | None
+
+    def attached(self, node_info: pa.Table | None) -> Dataset:
+        """The output when groups formed in the driver: the cluster columns attached by row number."""
+        attach = Attach(node_info, self.id_column)
+        return self.rows.map_batches(attach, name="dedup.exact.attach").map_batches(
+            self.finish, name="dedup.exact.finish"
+        )
+
+
+def exact_job_plans(
+    ds: Dataset,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    normalize: str = "default",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+) -> ExactJobPlans:
+    """Every plan ``exact_dedup_dataset`` may run, built without running anything."""
+    rows = ds.with_row_index(ROW)
+    finish = Finish(text_column, id_column, mode)
+    member_hashes = rows.map_batches(
+        _MemberHashes(text_column, id_column, normalize, priority_column),
+        name="dedup.exact.member_hashes",
+    )
     hashed = rows.map_batches(_AddDocHash(text_column, normalize), name="dedup.exact.hash")
     keys = [ROW, H0, H1] + [c for c in (id_column, priority_column) if c is not None]
     members_ds = hashed.select(*keys).map_batches(
@@ -160,6 +200,7 @@ def exact_dedup_dataset(
     )
     groups = group_keepers(members_ds, [H0, H1], id_column, priority_column)
     joined = hashed.join(groups, on=[H0, H1], how="left")
-    return joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
+    shuffle_path = joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
         finish, name="dedup.exact.finish"
     )
+    return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from zephyr.dedup.columns import ROW
 from zephyr.dedup.config import FuzzyDedupConfig, check_mode
 from zephyr.dedup.dup_columns import Attach, Finish, has_column, mark_keep
 from zephyr.dedup.eager import execution_kwargs, in_memory_limit, scratch_folder
-from zephyr.dedup.fuzzy_clusters import verify_and_cluster
+from zephyr.dedup.fuzzy_clusters import NodeSets, verify_and_cluster
 from zephyr.dedup.lsh import BUCKET_LINKS
 
 from zephyr import counters
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
-__all__ = ["fuzzy_dedup_dataset"]
+__all__ = ["FuzzyJobPlans", "fuzzy_dedup_dataset", "fuzzy_job_plans"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,9 +156,11 @@ def fuzzy_dedup_dataset(
         index = open_index(index, config)
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
-    rows = ds.with_row_index(ROW)
+    plans = fuzzy_job_plans(
+        ds, config, text_column=text_column, id_column=id_column, mode=mode, priority_column=priority_column
+    )
+    rows, band_rows = plans.rows, plans.band_rows
     finish = Finish(text_column, id_column, mode, row_numbers)
-    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
     with scratch_folder(kw) as scratch:
         edges = _candidate_pairs(band_rows, config, index, scratch, kw)
         candidates = edges.count(**kw)
@@ -181,13 +184,49 @@ def _candidate_pairs(
     """The distinct candidate pairs (u, v), materialized: band rows (the index's too) grouped by (band,
     band hash), each bucket's members paired by ``_BucketEdges``."""
     with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
-        return (
-            band_rows.group_by("band", "bhash")
-            .agg(members=(ROW, "list"), n=(ROW, "count"))
-            .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
-            .deduplicate("u", "v")
-            .materialize(**kw)
-        )
+        return _pairs_of(band_rows, config).materialize(**kw)
+
+
+def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
+    return (
+        band_rows.group_by("band", "bhash")
+        .agg(members=(ROW, "list"), n=(ROW, "count"))
+        .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
+        .deduplicate("u", "v")
+    )
+
+
+@dataclass(frozen=True)
+class FuzzyJobPlans:
+    """The lazy plans of fuzzy dedup's engine jobs whose inputs are known before any job runs (what
+    ``zephyr explain dedup fuzzy`` prints); the verification jobs that follow depend on the pairs found."""
+
+    rows: Dataset
+    band_rows: Dataset
+    candidate_pairs: Dataset
+    """Job 1: the distinct candidate pairs (without an index), materialized and counted."""
+    node_sets: Dataset
+    """Job 2: the endpoints' shingle sets (every row's when the pairs do not fit the driver), written once."""
+    attached: Dataset
+    """The output when the verified graph is clustered in the driver (cluster columns by row number)."""
+
+
+def fuzzy_job_plans(
+    ds: Dataset,
+    config: FuzzyDedupConfig,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+) -> FuzzyJobPlans:
+    """Build, without running anything, the plans ``fuzzy_dedup_dataset`` starts from."""
+    rows = ds.with_row_index(ROW)
+    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
+    sets = NodeSets(None, config, text_column, id_column, priority_column)
+    node_sets = rows.map_batches(sets, name="dedup.fuzzy.node_sets")
+    attached = _with_dup_columns(rows, None, None, Finish(text_column, id_column, mode), id_column)
+    return FuzzyJobPlans(rows, band_rows, _pairs_of(band_rows, config), node_sets, attached)
 
 
 def _with_dup_columns(

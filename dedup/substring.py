@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup.config import SubstringConfig
+from zephyr.dedup.eager import budget_of
 
 from zephyr import counters
 from zephyr.errors import SchemaError
@@ -242,8 +243,8 @@ def substring_dedup_dataset(
     """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
     ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
-    memory by every task when there are at most ``in_memory_windows`` of them (default: 48 bytes each within a
-    quarter of the memory budget), else found by a join and a sort."""
+    memory by every task when there are at most ``in_memory_windows`` of them (default: the budget's
+    ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
     rows = ds.with_row_index(ROW)
     counts = rows.map_batches(_Anchors(config), name="dedup.substring.anchors").group_by("h").count()
     repeated_table = counts.map_batches(
@@ -279,7 +280,7 @@ def substring_dedup_dataset(
         info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
         limit = in_memory_windows
         if limit is None:
-            limit = _memory_budget(execution) // 4 // _BYTES_PER_SHARED_WINDOW
+            limit = budget_of(execution).shared_window_rows
         info["broadcast"] = 0 < shared <= limit
         if info["broadcast"]:  # every task looks the windows up in memory: no join, no sort
             table = pa.concat_tables(pq_read(f, ["wh", "r0"]) for f in _files(groups))
@@ -301,16 +302,6 @@ def substring_dedup_dataset(
         stats.update(info)
     cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
     return rows.map_batches(cut, name="dedup.substring.cut")
-
-
-_BYTES_PER_SHARED_WINDOW = 48
-"""Driver and task bytes per shared window on the broadcast path (hash, first row, the table they came in)."""
-
-
-def _memory_budget(execution: dict[str, Any]) -> int:
-    from zephyr.options import ExecutionOptions
-
-    return ExecutionOptions.from_kwargs(**execution).memory_budget_bytes
 
 
 def pq_read(path: str, columns: list[str]) -> pa.Table:
@@ -378,7 +369,4 @@ def _top_spans(
 
 def _files(ds: Dataset) -> list[str]:
     """The Parquet files behind a materialized dataset (none when it has no rows)."""
-    from zephyr.ops import ReadFiles
-
-    source = ds._ops[0]
-    return list(source.paths) if isinstance(source, ReadFiles) else []  # no rows: an empty in-memory table
+    return list(ds.files)

@@ -1,8 +1,9 @@
 """How ``write_token_shards`` reads its inputs: paths to an engine dataset, and how they are cut into tasks.
 
-``plan_tasks`` decides the read split (``approx_shard_bytes``) and how many tokenize tasks run at once on
-one machine, which sets each task's encoder threads (``cores // concurrent tasks``). Outputs never depend
-on it: shard bytes are a function of the data, the seed and the shard size only.
+``plan_tasks`` takes the read split (``approx_shard_bytes``), the task count and the small-job decision from
+the engine (``zephyr.read_plan``) and decides only how many tokenize tasks run at once on one machine, which
+sets each task's encoder threads (``cores // concurrent tasks``). Outputs never depend on it: shard bytes are
+a function of the data, the seed and the shard size only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from zephyr.errors import ZephyrError
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+    from zephyr.read_plan import ReadPlan
 
 __all__ = ["input_paths", "input_dataset", "plan_tasks", "input_columns", "detect_column"]
 
@@ -30,7 +33,7 @@ def input_paths(data: Any) -> tuple[list[str], str]:
 def input_dataset(
     data: Any, columns: list[str], approx_shard_bytes: int | None, on_error: str, **schema: Any
 ) -> Dataset:
-    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (``plan_tasks``)."""
+    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (the engine's read plan)."""
     import zephyr
 
     paths, fmt = input_paths(data)
@@ -41,53 +44,29 @@ def input_dataset(
     )
 
 
-# Worker processes cost their start-up, imports and loading and proving the tokenizer (~1-2 CPU-s each for
-# GPT-2 with fastokens); an input under twice this stays one task (in the driver when it is one file).
-_MIN_SPLIT_BYTES = 64 << 20
-# Once the input is split, each process pays that cost once (the tokenizer is cached per process), so a task
-# only costs the engine's bookkeeping (~10 ms): small tasks keep both workers busy to the end (5 tasks of
-# 64 MB on 2 workers left one idle for a fifth of the step).
-_MIN_TASK_BYTES = 16 << 20
+def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, int]:
+    """(the engine's read plan of path inputs, tokenize tasks that run at once on one machine).
 
-
-def plan_tasks(data: Any, options: Any) -> tuple[int | None, int]:
-    """(``approx_shard_bytes`` for reading the inputs, tokenize tasks that run at once on one machine).
-
-    With worker processes and fewer input files than ~8 per worker, files are split into runs of row groups
-    (Parquet) or byte ranges (plain JSONL) of about ``input bytes / (8 x workers)`` (at least
-    ``_MIN_TASK_BYTES``), so every worker has work and the last tasks are short; an input under twice
-    ``_MIN_SPLIT_BYTES`` is not worth worker processes and keeps tasks of that size. The encoder threads of a task are ``cores // concurrent tasks``: a single
-    unsplittable file still gets every core, and two workers never run 2 x 2 threads on 2 cores.
-    In-process (one task at a time, all cores each) and ``Dataset`` inputs are left as they are.
+    The read split, the task count and whether the writer's jobs run in this process are the engine's
+    (``zephyr.read_plan.plan_read``, the rule every job follows). What stays here is tokenize's own: each
+    task's encoder threads are ``cores // concurrent tasks``, so a single unsplittable file still gets every
+    core and two workers never run 2 x 2 threads on 2 cores. In-process tasks run one at a time (all cores
+    each); a ``Dataset`` input is read as it is (no plan, one task per worker at once); unreadable inputs
+    fail later, with the engine's own message (no plan).
     """
     workers = options.num_workers
     if options.executor == "inprocess":
         return None, 1
     if _is_dataset(data):
         return None, workers
-    from zephyr.io.estimate import estimated_bytes
-    from zephyr.io.paths import filesystem
-    from zephyr.io.sources import list_shards
+    from zephyr.read_plan import plan_read
 
     paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
     try:
-        shards = list_shards(paths)
-        approx_shard_bytes = None
-        if len(shards) < 8 * workers:
-            total = 0
-            for shard in shards:
-                fs, path = filesystem(shard.path)
-                size = int(fs.size(path) or 0)
-                total += estimated_bytes(shard.path, size, shard.format)  # the engine's own rule
-            approx_shard_bytes = (
-                _MIN_SPLIT_BYTES
-                if total < 2 * _MIN_SPLIT_BYTES
-                else max(min(_MIN_TASK_BYTES, _MIN_SPLIT_BYTES), total // (8 * workers))
-            )
-            shards = list_shards(paths, approx_shard_bytes=approx_shard_bytes)
-    except (OSError, ValueError, ZephyrError):  # unreadable inputs fail later, with the engine's own message
+        plan = plan_read(paths, options, split=True)
+    except (OSError, ValueError, ZephyrError):
         return None, workers
-    return approx_shard_bytes, max(1, min(workers, len(shards)))
+    return plan, max(1, min(workers, plan.tasks))
 
 
 def input_columns(data: Any) -> list[str] | None:

@@ -79,6 +79,7 @@ from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
+    from zephyr.read_plan import ReadPlan
 
 __all__ = ["write_token_shards", "TokenizeResult", "TokenizeBatch"]
 
@@ -136,8 +137,9 @@ def write_token_shards(
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         _check_text_inputs(data, text_column)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    approx_shard_bytes, concurrency = plan_tasks(data, options)
-    pool = _worker_pool(execution, options, concurrency)
+    read_plan, concurrency = plan_tasks(data, options)
+    approx_shard_bytes = read_plan.approx_shard_bytes if read_plan is not None else None
+    pool = _worker_pool(execution, options, read_plan, concurrency)
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
 
@@ -269,19 +271,23 @@ def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: i
     }
 
 
-def _worker_pool(execution: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
-    """The execution options of the writer's jobs. More worker processes than tokenize tasks would only import
-    and sit idle on the cores the encoder threads use (later stages are a small sort and I/O-bound packing).
-    One task runs in this process, like the engine's small jobs: a worker would add its start-up and nothing
-    else (the driver only waits meanwhile); ``small_job_bytes=0`` turns that off. Outputs depend on neither."""
+def _worker_pool(
+    execution: dict[str, Any], options: Any, read_plan: ReadPlan | None, concurrency: int
+) -> dict[str, Any]:
+    """The execution options of the writer's jobs. A job the engine calls small (``ReadPlan.small``: its
+    inputs are under ``small_job_bytes``, or its read split leaves one task) runs in this process, like
+    every small engine job: a worker would add its start-up and nothing else (the driver only waits
+    meanwhile); ``small_job_bytes=0`` turns that off. Otherwise no more worker processes than tokenize tasks:
+    more would only import and sit idle on the cores the encoder threads use (later stages are a small sort
+    and I/O-bound packing). Outputs depend on neither."""
     pool = dict(execution)
-    if options.executor == "local" and concurrency < options.num_workers:
+    if read_plan is not None and read_plan.small:
+        log.info(
+            "tokenize: a small job (zephyr.read_plan): running in this process (small_job_bytes=0 to force workers)"
+        )
+        pool["executor"] = "inprocess"
+    elif options.executor == "local" and concurrency < options.num_workers:
         pool["workers"] = concurrency
-        if concurrency == 1 and options.small_job_bytes_value > 0:
-            log.info(
-                "tokenize: the input is one task: running in this process (small_job_bytes=0 to force workers)"
-            )
-            pool["executor"] = "inprocess"
     return pool
 
 

@@ -24,7 +24,8 @@ What a task holds at once, at most, for a budget B:
   every task (``zephyr.executors.heap``), so retention never stacks across tasks and is not a share;
 - the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_pair_rows`` (B/4 at 64 bytes a
   pair), endpoint sets up to ``driver_set_bytes`` (B/16), a verified graph up to ``driver_graph_edges``
-  (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8).
+  (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8); substring dedup's
+  shared windows, held by the driver and every task, up to ``shared_window_rows`` (B/4 at 48 bytes a window).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ DRIVER_SET_SHARE = 16
 """The driver verifies candidate pairs itself only when the endpoints' shingle sets fit budget / this."""
 BROADCAST_SHARE = 8
 """Data broadcast with a stage to every task (e.g. a giant bucket's hot sets) takes at most budget / this."""
+SHARED_WINDOW_BYTES = 48
+"""Bytes per window substring dedup holds in memory, in the driver and every task (its hash, its first row and
+the Arrow table they came in)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,12 @@ class Budget:
     def broadcast_bytes(self) -> int:
         return self.bytes // BROADCAST_SHARE
 
+    @property
+    def shared_window_rows(self) -> int:
+        """Substring dedup's windows found in two or more documents, looked up in memory by every task (no join,
+        no sort) up to this many: a quarter of the budget, like the driver's pairs."""
+        return self.bytes // 4 // SHARED_WINDOW_BYTES
+
     def table(self) -> list[tuple[str, int, str]]:
         """(share, value, rule) for every share: what ``explain`` prints and the docs describe."""
         return [
@@ -144,6 +154,7 @@ class Budget:
             ("driver_set_bytes", self.driver_set_bytes, f"B/{DRIVER_SET_SHARE}"),
             ("driver_graph_edges", self.driver_graph_edges, f"B at {GRAPH_BYTES_PER_EDGE} bytes an edge"),
             ("broadcast_bytes", self.broadcast_bytes, f"B/{BROADCAST_SHARE}"),
+            ("shared_window_rows", self.shared_window_rows, f"B/4 at {SHARED_WINDOW_BYTES} bytes a window"),
         ]
 
     def describe(self) -> str:

@@ -8,7 +8,8 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
-command's own arguments, without ``--output``.
+command's own arguments, without ``--output``. Packages add their commands' plans to the same group
+(``explain_commands``): ``zephyr explain dedup exact|fuzzy`` (``zephyr.dedup.explain``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 
 from zephyr.io.input_schema import add_schema_arguments
 
-__all__ = ["register"]
+__all__ = ["explain_commands", "explained", "register"]
 
 
 def _reader(args: argparse.Namespace):
@@ -83,15 +84,27 @@ _EXPLAINED = {"convert": _reader, "sort": _sorted, "count": _reader}
 
 
 def _explain(args: argparse.Namespace):
-    """The plan on stdout (with ``--json``: under the summary's ``details.plan``); no row is read."""
     from zephyr.cli import execution_options
-    from zephyr.summary import Summary
 
     dataset = _EXPLAINED[args.explain_command](args)
-    plan = dataset.explain(**execution_options(args).as_kwargs())
+    return explained(dataset.explain(**execution_options(args).as_kwargs()), args)
+
+
+def explained(plan: str, args: argparse.Namespace):
+    """How every ``zephyr explain`` command ends: the plan on stdout (with ``--json``: under the summary's
+    ``details.plan``), a summary of nothing read or written."""
+    from zephyr.summary import Summary
+
     if not args.json:
         sys.stdout.write(plan + "\n")
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
+
+
+def explain_commands(subparsers) -> argparse._SubParsersAction:
+    """The ``zephyr explain`` command group, for a package to add the plans of its own commands (``zephyr
+    explain dedup exact``): ``register`` creates it, before the packages listed after this module in
+    ``zephyr.cli.COMMAND_MODULES`` register theirs."""
+    return subparsers.choices["explain"].commands
 
 
 def _count(args: argparse.Namespace):
@@ -148,6 +161,7 @@ def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
         "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB.",
     )
     commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
+    explain.commands = commands  # where other packages add theirs (``explain_commands``)
     for name in _EXPLAINED:
         parser = commands.add_parser(name, parents=[common], help=f"the plan of zephyr {name}")
         _add_inputs(parser)

@@ -227,6 +227,21 @@ class Dataset:
     def __repr__(self) -> str:
         return f"Dataset({' -> '.join(type(op).__name__ for op in self._ops)})"
 
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files a plain read reads: a ``materialize`` result's Parquet parts (none when it had no rows)
+        or a ``read_*``'s paths as given. A plan that computes its rows has no such files: ``ConfigError``.
+
+        >>> import zephyr
+        >>> zephyr.from_items([]).files
+        ()
+        """
+        if len(self._ops) == 1 and isinstance(self._ops[0], ReadFiles):
+            return self._ops[0].paths
+        if len(self._ops) == 1 and isinstance(self._ops[0], FromTable):
+            return ()
+        raise ConfigError(f"{self!r} computes its rows: materialize it first to read its files")
+
     # -- narrow ops -------------------------------------------------------------------------------------
     def map(self, fn: Callable[[dict], dict], *, on_error: OnError = "raise") -> Dataset:
         """One output row (a dict) per input row.

@@ -11,7 +11,8 @@ own reduce tasks (one per partition). Per stage the driver:
 
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
 ``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
-worker count, so outputs are identical for any number of workers), column pushdown and the small-job rule.
+worker count, so outputs are identical for any number of workers) and column pushdown; the small-job rule
+in ``zephyr.read_plan``, which clients share.
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 """
 
@@ -43,6 +44,7 @@ from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; the limit lives there
 from zephyr.plan import Segment, build_plan, fingerprint_of
+from zephyr.read_plan import plan_read
 from zephyr.results import WriteResult
 from zephyr.shuffle.partition import range_boundaries
 from zephyr.shuffle.writer import ShuffleSpec
@@ -301,17 +303,17 @@ class Job:
 
     # -- inputs -----------------------------------------------------------------------------------------
     def prepare(self, segment: Segment) -> None:
-        """Pick the executor for this plan: a small ``local`` job runs in this process
-        (``zephyr.physical.runs_in_process``; outputs are identical either way)."""
+        """Pick the executor for this plan: a small ``local`` job runs in this process (``zephyr.read_plan``
+        decides; outputs are identical either way). Other executors skip the sizing."""
         options = self.options
         if options.executor == "local" and options.small_job_bytes_value > 0:
-            estimate = physical.plan_bytes(segment, self._size_of)
-            if physical.runs_in_process(options, estimate):
+            plan = plan_read(segment, options, size_of=self._size_of)
+            if plan.small:
                 from zephyr.executors.inprocess import InProcessExecutor
 
                 log.info(
                     "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
-                    estimate,
+                    plan.estimated_bytes,
                     options.small_job_bytes_value,
                 )
                 self._executor = InProcessExecutor()

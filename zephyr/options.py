@@ -52,7 +52,8 @@ class ExecutionOptions:
     ``OUTPUT/_quarantine``, beside their output and skipped by its readers."""
     small_job_bytes: int | str = "4MiB"
     """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
-    starting worker processes would take longer than the work. Outputs are identical. ``0`` disables."""
+    starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a
+    job whose engine-made read split leaves one task). Outputs are identical. ``0`` disables both."""
 
     def __post_init__(self) -> None:
         if isinstance(self.executor, str) and self.executor not in ("inprocess", "threads", "local", "dask"):

@@ -253,11 +253,13 @@ def pushdown_columns(segment: Segment, consumer: Op | None = None) -> tuple[str,
     return tuple(needed)
 
 
-def runs_in_process(options: ExecutionOptions, estimated: int) -> bool:
-    """A ``local`` job whose inputs are estimated below ``small_job_bytes`` runs in the driver's process:
-    starting worker processes would cost more than the work (outputs are identical either way)."""
+# -- small jobs -------------------------------------------------------------------------------------------
+def runs_in_process(options: ExecutionOptions, estimated: int, *, one_split_task: bool = False) -> bool:
+    """A ``local`` job runs in the driver's process when its inputs are estimated below ``small_job_bytes``,
+    or when the engine's read split leaves it one task (``zephyr.read_plan``: under about 64 MiB): starting worker
+    processes would cost more than the work. ``small_job_bytes=0`` turns both off; outputs are identical."""
     limit = options.small_job_bytes_value
-    return options.executor == "local" and limit > 0 and estimated < limit
+    return options.executor == "local" and limit > 0 and (estimated < limit or one_split_task)
 
 
 # -- the printable plan -----------------------------------------------------------------------------------

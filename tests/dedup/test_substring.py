@@ -164,6 +164,27 @@ def test_null_empty_and_short_documents(tmp_path):
     assert cut["dropped_by_reason"] == {"substring_short_doc": 1}
 
 
+def test_the_in_memory_window_limit_is_the_budgets_share(tmp_path, monkeypatch):
+    """Without ``in_memory_windows`` the broadcast path holds up to ``Budget.shared_window_rows`` windows."""
+    import zephyr.budget as budget
+
+    rows = [{"id": i, "text": f"shared boilerplate text here! number {i}"} for i in range(4)]
+    config = SubstringConfig(min_bytes=10)
+    execution = {"executor": "inprocess", "memory_budget": "64MiB"}
+    assert budget.Budget(64 << 20).shared_window_rows == (64 << 20) // 4 // budget.SHARED_WINDOW_BYTES
+    stats: dict = {}
+    substring_dedup_dataset(
+        zephyr.from_items(rows), config, execution=execution, scratch=str(tmp_path / "a"), stats=stats
+    )
+    assert stats["shared_windows"] > 0 and stats["broadcast"]
+    monkeypatch.setattr(budget, "SHARED_WINDOW_BYTES", 64 << 20)  # the share holds no window: join path
+    stats = {}
+    substring_dedup_dataset(
+        zephyr.from_items(rows), config, execution=execution, scratch=str(tmp_path / "b"), stats=stats
+    )
+    assert not stats["broadcast"] and stats["repeat_windows"] > 0
+
+
 def test_empty_input(tmp_path):
     ds = zephyr.from_arrow(pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())}))
     out = substring_dedup_dataset(

@@ -259,20 +259,21 @@ def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
 
 
 def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
-    """One file of 12 row groups, 2 local workers: split into row-group runs, 2 tasks at a time (1 thread each);
-    in-process: no split, one task with every core."""
+    """One file of 12 row groups, 2 local workers: split by the engine (``zephyr.read_plan``) into row-group
+    runs, 2 tasks at a time (1 thread each); in-process: no split, one task with every core."""
     import zephyr.tokenize.inputs as inputs
 
-    from zephyr import ExecutionOptions
+    from zephyr import ExecutionOptions, read_plan
 
     _one_file_many_row_groups(tmp_path / "in")
-    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)
+    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
     split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert split is not None and concurrency == 2
     assert inputs.plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
-    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1 << 30)
+    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1 << 30)
     split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
@@ -283,11 +284,13 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     tmp_path: Path, bpe_tokenizer: Path, monkeypatch
 ) -> None:
     """Shard bytes depend on data, seed and shard size only: not on how the input was cut into tasks."""
-    import zephyr.tokenize.inputs as inputs
+    from zephyr import read_plan
 
     _one_file_many_row_groups(tmp_path / "in")
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
-    monkeypatch.setattr(inputs, "_MIN_SPLIT_BYTES", 1)  # decided in the driver: the workers need not see it
+    # decided in the driver: the workers need not see it
+    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
     write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "w2"),

@@ -58,7 +58,7 @@ def test_materialize_scratch_lives_as_long_as_a_dataset_reads_it():
     import os
 
     ds = zephyr.from_items([{"x": i} for i in range(10)]).materialize(executor="inprocess")
-    folder = os.path.dirname(ds._ops[0].paths[0])
+    folder = os.path.dirname(ds.files[0])
     derived = ds.map_batches(lambda t: t, name="same")
     del ds
     gc.collect()
@@ -67,3 +67,17 @@ def test_materialize_scratch_lives_as_long_as_a_dataset_reads_it():
     del derived
     gc.collect()
     assert not os.path.exists(folder)
+
+
+def test_files_of_a_materialized_dataset():
+    """``Dataset.files``: what a plain read reads (the public accessor dedup uses), and an error otherwise."""
+    import os
+
+    from zephyr.errors import ConfigError
+
+    ds = zephyr.from_items([{"x": i} for i in range(10)]).materialize(executor="inprocess")
+    assert ds.files and all(os.path.isfile(f) and f.endswith(".parquet") for f in ds.files)
+    assert zephyr.read_parquet(list(ds.files)).files == ds.files
+    assert zephyr.from_items([{"x": 1}]).filter(lambda r: False).materialize(executor="inprocess").files == ()
+    with pytest.raises(ConfigError, match="materialize it first"):
+        _ = ds.map_batches(lambda t: t, name="same").files

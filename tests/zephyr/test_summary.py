@@ -129,6 +129,8 @@ def _argv(command: str, files: dict[str, Path], out: Path) -> list[str]:
         "explain convert": [f, *q],
         "explain sort": [f, "--by", "id", *q],
         "explain count": [f, *q],
+        "explain dedup exact": [f, *q],
+        "explain dedup fuzzy": [f, *q],
     }
     return [*command.split(), *table[command], "--executor", "inprocess", "--json"]
 
