@@ -29,8 +29,8 @@ Step = tuple[str, "Dataset | None"]
 
 def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup exact`` with these arguments."""
-    from zephyr.dedup.exact_stage import exact_job_plans
-    from zephyr.dedup.stages import paragraph_dedup_dataset
+    from zephyr.dedup.exact_dataset import exact_job_plans
+    from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
 
     budget = budget_of(execution)
     if args.level == "paragraph":
@@ -69,7 +69,7 @@ def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
 
 def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup fuzzy`` with these arguments (``config``: its ``FuzzyDedupConfig``)."""
-    from zephyr.dedup.fuzzy_stage import fuzzy_job_plans
+    from zephyr.dedup.fuzzy_dataset import fuzzy_job_plans
 
     budget = budget_of(execution)
     plans = fuzzy_job_plans(
