@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from zephyr.tokenize.shards import write_shard
-from zephyr.tokenize.spill import gather
+from zephyr.tokenize.spill import SpillFiles, gather
 
 __all__ = ["PackPartition", "shard_directory"]
 
@@ -67,7 +67,7 @@ class PackPartition:
         self.spill_dir, self.batch_rows = spill_dir, batch_rows
         self.eos_id, self.bos_id = eos_id, bos_id
 
-    def _tokens(self, batch: Any) -> Any:
+    def _tokens(self, batch: Any, spill_files: SpillFiles) -> Any:
         """The batch's documents as one ``large_binary`` column: spilled ids framed by BOS/EOS."""
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -85,6 +85,7 @@ class PackPartition:
             (num_tokens - specials) * dtype.itemsize,
             before=before * dtype.itemsize,
             after=dtype.itemsize,
+            spill_files=spill_files,
         )
         ends = np.cumsum(num_tokens)
         tokens = data.view(dtype)
@@ -99,13 +100,17 @@ class PackPartition:
 
     def _batches(self, parquet: Any, columns: list[str]) -> Any:
         """The partition's documents as tables with a ``tokens`` column, ``batch_rows`` documents at a time."""
+        with SpillFiles(self.spill_dir) as spill_files:  # open once per task, not once per document
+            for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
+                yield self._table(batch, spill_files)
+
+    def _table(self, batch: Any, spill_files: SpillFiles) -> Any:
         import pyarrow as pa
 
-        for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
-            out = {"tokens": self._tokens(batch)}
-            if "source" in batch.schema.names:
-                out["source"] = batch.column("source")
-            yield pa.Table.from_arrays(list(out.values()), names=list(out))
+        out = {"tokens": self._tokens(batch, spill_files)}
+        if "source" in batch.schema.names:
+            out["source"] = batch.column("source")
+        return pa.Table.from_arrays(list(out.values()), names=list(out))
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         import json

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from zephyr.tokenize.spill import gather, spill_name, write_spill
+from zephyr.tokenize.spill import SpillFiles, gather, spill_name, write_spill
 
 from zephyr.errors import InputError
 
@@ -40,6 +41,24 @@ def test_gather_reads_documents_in_reference_order(tmp_path: Path) -> None:
         np.array([d[2].nbytes for d in picked], dtype=np.int64),
     )
     assert out.tobytes() == b"".join(d[2].tobytes() for d in picked)
+    # the pack step's way: one SpillFiles across batches, fewer descriptors than files; same bytes
+    with SpillFiles(str(tmp_path), limit=2) as opened:
+        for part in np.array_split(np.arange(len(picked)), 7):
+            got = gather(
+                str(tmp_path),
+                np.array([picked[i][0] for i in part]),
+                files,
+                np.array([picked[i][1] for i in part], dtype=np.int64),
+                np.array([picked[i][2].nbytes for i in part], dtype=np.int64),
+                spill_files=opened,
+            )
+            assert got.tobytes() == b"".join(picked[i][2].tobytes() for i in part)
+            assert len(opened._open) <= 2
+        held = list(opened._open.values())
+    assert held and not opened._open
+    for fd in held:  # closed at exit
+        with pytest.raises(OSError):
+            os.fstat(fd)
 
 
 def test_missing_or_truncated_spill_names_the_file(tmp_path: Path) -> None:
