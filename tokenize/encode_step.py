@@ -99,10 +99,11 @@ def _repeated(text: str, n: int) -> pa.Array:
 class TokenizeBatch:
     """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
 
-    ``concurrency``: how many tokenize tasks run at once on one machine; each uses
-    ``cores // concurrency`` encoder threads, so the stage keeps every core busy without oversubscribing.
-    (tiktoken and HF follow it; fastokens runs its own thread pool, which no API here sizes, so two
-    concurrent fastokens tasks may run more threads than cores: its encoding is a small share of the step.)
+    Every task encodes on all of the machine's cores (tiktoken's and HF's threads; fastokens sizes its own
+    pool the same way), even when several tasks run at once: the encoders release the GIL, so the threads of
+    concurrent tasks only share the cores, while a task left alone at the end of the step (the others
+    finished: tasks differ in how fast their text encodes) still uses them all. With ``cores // tasks``
+    threads, that tail left cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers.
     """
 
     def __init__(
@@ -114,7 +115,6 @@ class TokenizeBatch:
         source_column: str | None,
         seed: int,
         spill_dir: str,
-        concurrency: int = 1,
         verify_rows: int = 16,
     ):
         self.tokenizer = tokenizer
@@ -123,7 +123,6 @@ class TokenizeBatch:
         self.source_column = source_column
         self.seed = seed
         self.spill_dir = spill_dir
-        self.concurrency = max(1, concurrency)
         self.verify_rows = verify_rows
         # part of the stage fingerprint (the engine cloudpickles this object): a resumed job never reuses
         # references whose spill files were written in another layout
@@ -193,7 +192,7 @@ class TokenizeBatch:
         texts = table[self.text_column].to_pylist()
         self._verify(texts)
         tok = self.tokenizer
-        tok.num_threads = max(1, (os.cpu_count() or 1) // self.concurrency)
+        tok.num_threads = os.cpu_count() or 1  # every core, whatever else runs (see the class docstring)
         dtype = token_dtype(tok.vocab_size).newbyteorder("<")
         body, lengths = tok.encode_bodies(texts, dtype)
         del texts  # the Python strings are the batch's largest buffer after the Arrow column

@@ -1,8 +1,8 @@
 """How ``write_token_shards`` reads its inputs: paths to an engine dataset, and how they are cut into tasks.
 
 ``plan_tasks`` takes the read split (``approx_shard_bytes``), the task count and the small-job decision from
-the engine (``zephyr.read_plan``) and decides only how many tokenize tasks run at once on one machine, which
-sets each task's encoder threads (``cores // concurrent tasks``). Outputs never depend on it: shard bytes are
+the engine (``zephyr.read_plan``) and decides only how many tokenize tasks run at once on one machine (the worker
+pool's size; each task encodes on every core, see ``encode_step.TokenizeBatch``). Outputs never depend on it: shard bytes are
 a function of the data, the seed and the shard size only.
 """
 
@@ -48,9 +48,9 @@ def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, i
     """(the engine's read plan of path inputs, tokenize tasks that run at once on one machine).
 
     The read split, the task count and whether the writer's jobs run in this process are the engine's
-    (``zephyr.read_plan.plan_read``, the rule every job follows). What stays here is tokenize's own: each
-    task's encoder threads are ``cores // concurrent tasks``, so a single unsplittable file still gets every
-    core and two workers never run 2 x 2 threads on 2 cores. In-process tasks run one at a time (all cores
+    (``zephyr.read_plan.plan_read``, the rule every job follows). What stays here is tokenize's own: no more
+    tasks at once (worker processes) than the plan has tasks, since each worker loads the tokenizer; every
+    task encodes on all cores (``encode_step.TokenizeBatch``). In-process tasks run one at a time (all cores
     each); a ``Dataset`` input is read as it is (no plan, one task per worker at once); unreadable inputs
     fail later, with the engine's own message (no plan).
     """

@@ -5,8 +5,8 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
    input file's text column (``zephyr.io.text_column``: strings, never numbers turned into text).
 2. ``map_batches(tokenize)`` (``zephyr.tokenize.encode_step``): ``batch_rows`` documents at a time (this
-   bounds peak memory), encoded in one call on the tokenizer's threads (every core this machine gives the
-   stage: ``cores // concurrent tasks``). The encoder's flat ids go, as little-endian bytes in the shard
+   bounds peak memory), encoded in one call on the tokenizer's threads (every core of the machine, also when
+   tasks run side by side: see ``TokenizeBatch``). The encoder's flat ids go, as little-endian bytes in the shard
    dtype and without EOS/BOS (step 5 adds them), into one spill file (``zephyr.tokenize.spill``); the
    stage's output is one small *reference* row per
    document: the shuffle key (``key_hi``, ``key_lo``: a seeded 128-bit xxh3 of the document, of its id when
@@ -166,7 +166,7 @@ def write_token_shards(
         try:
             columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
             spill_dir = f"{scratch}/spill"
-            batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir, concurrency=concurrency)
+            batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir)
             refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
                 f"{scratch}/refs", **execution
             )
