@@ -331,15 +331,16 @@ def test_pack_reads_batch_rows_documents_at_a_time(tmp_path: Path, bpe_tokenizer
 @pytest.mark.slow
 def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) -> None:
     """RSS growth during a whole write (fresh process, warmed up, sampled every 5 ms) with a fixed batch_rows:
-    16x the input adds far less than the extra input. The old writer's sort and pack held token bytes in
-    proportion to the input (+0.3 GiB per +120 MB of text)."""
+    8x the input adds far less than the extra input. The old writer's sort and pack held token bytes in
+    proportion to the input (+0.3 GiB per +120 MB of text). The smaller input is 4 files, not 1: a one-file
+    write allocates less than the steady state (10-21 MB of growth, against 18-34 MB for 4, 16 and 48 files)."""
     import subprocess
     import sys
 
     rng = np.random.default_rng(9)
     words = np.array(WORDS * 4)
     sizes = {}
-    for copies in (1, 16):
+    for copies in (4, 32):
         src = tmp_path / f"in{copies}"
         src.mkdir()
         for f in range(copies):
@@ -368,8 +369,10 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
         "thread.join()\n"
         "print(peak - base)\n"
     )
-    growth = {}
-    for copies in (1, 16):
+    growth: dict[int, int] = {}
+    # Each size is measured twice and the smaller growth kept: allocator retention varies by ~10 MB between
+    # runs of the same input, which a leak of the input (its extra 85 MB of text) would exceed many times.
+    for copies in (4, 4, 32, 32):
         out = subprocess.run(
             [
                 sys.executable,
@@ -378,13 +381,14 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
                 str(tmp_path / f"in{copies}"),
                 str(bpe_tokenizer),
                 str(tmp_path / f"o{copies}"),
-                str(tmp_path / "in1"),
+                str(tmp_path / "in4"),
             ],
             check=True,
             capture_output=True,
             text=True,
             cwd=tmp_path,
         )
-        growth[copies] = int(out.stdout.strip().splitlines()[-1])
+        measured = int(out.stdout.strip().splitlines()[-1])
+        growth[copies] = min(growth.get(copies, measured), measured)
     print("RSS growth during the write", growth, "text bytes", sizes)
-    assert growth[16] - growth[1] < 0.4 * (sizes[16] - sizes[1]), (growth, sizes)
+    assert growth[32] - growth[4] < 0.4 * (sizes[32] - sizes[4]), (growth, sizes)
