@@ -9,7 +9,9 @@ What a task holds at once, at most, for a budget B:
 
 - reading: one decoded batch (``read_batch_bytes``, B/8), and per column one read buffer
   (``read_buffer_bytes``, B/64, 1–8 MiB) through which the compressed column chunk streams a page at a time —
-  a row group larger than the budget is read in batches, never whole;
+  a row group larger than the budget is read in batches, never whole. A task in the driver process
+  (``inprocess`` executor: small jobs) decodes the next batch while the current one is processed
+  (``zephyr.read_ahead``), so it holds two read batches; worker tasks hold one;
 - computing: a kernel's scratch (``kernel_scratch_bytes``, B/2). Kernels whose scratch is a multiple of their
   input (the quality filters' token lists and joins: ~30× the text) work on row slices of the batch
   (``kernel_slices``) sized so that multiple × slice fits the share;

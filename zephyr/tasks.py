@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import budget, counters, resume
+from zephyr import budget, counters, read_ahead, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.paths import atomic_write, write_json_atomic
@@ -157,7 +157,7 @@ def run_task(task: TaskSpec) -> dict:
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)):
-        source = _Counted(_input_tables(task, stage, quarantined.append))
+        source = _Counted(_task_input(task, stage, quarantined.append))
         tables = run_narrow(
             source,
             stage.narrow,
@@ -190,6 +190,29 @@ def run_task(task: TaskSpec) -> dict:
     }
     write_json_atomic(task.marker_path, marker)
     return marker
+
+
+def _task_input(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
+    """The task's input tables; a shard's are decoded one batch ahead when ``read_ahead.enabled()`` (tasks in
+    the driver process). Rows quarantined while reading reach ``quarantine`` in the same order either way:
+    they travel with the batch they were read with, not from the reading thread."""
+    if task.shard is None or not read_ahead.enabled():
+        yield from _input_tables(task, stage, quarantine)
+        return
+
+    def batches_with_quarantined() -> Iterator[tuple[list[pa.Table], pa.Table | None]]:
+        pending: list[pa.Table] = []
+        for table in _input_tables(task, stage, pending.append):  # the reader keeps this list's append
+            aside = pending.copy()
+            pending.clear()
+            yield aside, table
+        yield pending, None
+
+    for aside, table in read_ahead.read_ahead(batches_with_quarantined()):
+        for rows in aside:
+            quarantine(rows)
+        if table is not None:
+            yield table
 
 
 def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
