@@ -20,11 +20,8 @@ runs them as Python: the slow reference path the tests compare against on small 
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
-
 import numpy as np
+from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
 __all__ = ["anchor_hashes", "candidates", "cut", "window_hashes"]
 
@@ -34,7 +31,7 @@ _MASK30 = np.uint64((1 << 30) - 1)
 _MASK31 = np.uint64((1 << 31) - 1)
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
+_NUMBA = NUMBA_ENABLED
 _KERNELS = (
     "_mulmod",
     "_fmix",
@@ -47,23 +44,12 @@ _KERNELS = (
     "_candidates",
     "_cut",
 )
-_lock = threading.Lock()
-_jitted = False
+_kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
 
 
 def _jit() -> None:
-    global _jitted
-    if _jitted or not _NUMBA:
-        return
-    with _lock:
-        if _jitted:
-            return
-        import numba
-
-        g = globals()
-        for name in _KERNELS:
-            g[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(g[name])
-        _jitted = True
+    if _NUMBA:
+        _kernels.compile()
 
 
 def _mulmod(a, b):
