@@ -40,6 +40,7 @@ _KERNELS = (
     "_span",
     "_anchor_positions",
     "_grow",
+    "_document_anchors",
     "_anchors",
     "_candidates",
     "_cut",
@@ -130,6 +131,19 @@ def _grow(arr, need):
     return out
 
 
+def _document_anchors(data, lo, hi, L, w, pw_w):
+    """(prefix hashes, gram hashes, anchor of every window start) of the document ``data[lo:hi]`` (at least
+    ``L`` bytes; ``pw_w`` = BASE^w): what passes 1 and 2 both derive from a document."""
+    n = hi - lo
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    _prefix(data, lo, hi, prefix)
+    gram = np.empty(n - w + 1, dtype=np.uint64)
+    key = np.empty(n - w + 1, dtype=np.uint64)
+    anchor = np.empty(n - L + 1, dtype=np.int64)
+    _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+    return prefix, gram, anchor
+
+
 def _anchors(data, offsets, L, w):
     out = np.empty(1024, dtype=np.uint64)
     count = 0
@@ -139,12 +153,7 @@ def _anchors(data, offsets, L, w):
         n = hi - lo
         if n < L:
             continue
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        _prefix(data, lo, hi, prefix)
-        gram = np.empty(n - w + 1, dtype=np.uint64)
-        key = np.empty(n - w + 1, dtype=np.uint64)
-        anchor = np.empty(n - L + 1, dtype=np.int64)
-        _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+        _, gram, anchor = _document_anchors(data, lo, hi, L, w, pw_w)
         last = -1
         for s in range(n - L + 1):
             a = anchor[s]
@@ -170,12 +179,7 @@ def _candidates(data, offsets, L, w, repeated):
         n = hi - lo
         if n < L:
             continue
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        _prefix(data, lo, hi, prefix)
-        gram = np.empty(n - w + 1, dtype=np.uint64)
-        key = np.empty(n - w + 1, dtype=np.uint64)
-        anchor = np.empty(n - L + 1, dtype=np.int64)
-        _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+        prefix, gram, anchor = _document_anchors(data, lo, hi, L, w, pw_w)
         wins = np.empty(n - L + 1, dtype=np.uint64)
         pos = np.empty(n - L + 1, dtype=np.int64)
         m = 0
