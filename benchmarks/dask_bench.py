@@ -115,12 +115,7 @@ def bench(args: argparse.Namespace, argv: list[str]) -> str:
                 run["digest"] = _digest(out) if engine.startswith("zephyr") else ""
                 results.setdefault((engine, workload), []).append(run)
                 loads += [run["load_before"], run["load_after"]]
-                print(
-                    f"[{rep + 1}/{args.repeat}] {workload:12s} {engine:15s} {run['wall_s']:7.2f} s  "
-                    f"tree {run['peak_tree_sum_mib']:6.0f} MiB  largest {run['peak_process_mib']:6.0f} MiB  "
-                    f"{run['check']}",
-                    flush=True,
-                )
+                eb.print_run(rep, args.repeat, workload, engine, run, widths=(12, 15))
     (scratch / "runs.json").write_text(json.dumps({f"{e}|{w}": r for (e, w), r in results.items()}, indent=1))
     return render(args, manifest, results, loads, "python benchmarks/dask_bench.py " + " ".join(argv))
 

@@ -70,6 +70,15 @@ def read_clusters(out: Path, kind: str) -> pa.Table:
     return pq.read_table(out / "clusters.parquet")
 
 
+def _scores(pred: pa.Table, pairs: pa.Table, truth: pa.Table, texts: pa.Table) -> dict:
+    """A system's clusters scored against the corpus: pair precision/recall/F1 (the corpus rule), strict
+    precision, and how many predicted clusters outgrow their true cluster."""
+    scores = pair_scores(pred, pairs, threshold=0.8, texts=texts)
+    scores["strict_precision"] = pair_scores(pred, pairs, threshold=0.8)["precision"]
+    scores["oversized_clusters"] = len(oversized_clusters(pred, truth))
+    return scores
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", default="/work/corpus/medium/dupes")
@@ -105,10 +114,7 @@ def main() -> int:
                 continue
             row = {k: earlier[name][k] for k in ("system", "rc", "wall_s", "peak_rss_mb", "mb_per_s")}
             if row["rc"] == 0 and scored:
-                pred = read_clusters(out, kind)
-                row.update(pair_scores(pred, pairs, threshold=0.8, texts=texts))
-                row["strict_precision"] = pair_scores(pred, pairs, threshold=0.8)["precision"]
-                row["oversized_clusters"] = len(oversized_clusters(pred, truth))
+                row.update(_scores(read_clusters(out, kind), pairs, truth, texts))
             elif row["rc"] != 0:
                 row["error"] = earlier[name].get("error", "failed")
             print(json.dumps(row), flush=True)
@@ -124,10 +130,7 @@ def main() -> int:
         )
         row = {"system": name, **res, "mb_per_s": text_mb / res["wall_s"]}
         if res["rc"] == 0 and scored:
-            pred = read_clusters(out, kind)
-            row.update(pair_scores(pred, pairs, threshold=0.8, texts=texts))
-            row["strict_precision"] = pair_scores(pred, pairs, threshold=0.8)["precision"]
-            row["oversized_clusters"] = len(oversized_clusters(pred, truth))
+            row.update(_scores(read_clusters(out, kind), pairs, truth, texts))
         elif res["rc"] != 0:
             row["error"] = f"exit {res['rc']}, see {out.parent / (out.name + '.log')}"
         print(json.dumps(row), flush=True)

@@ -562,12 +562,7 @@ def bench(args: argparse.Namespace, argv: list[str]) -> None:
             run["check"] = check(workload, out, expected[workload]) if rep == 0 else ""
             results.setdefault((engine, workload), []).append(run)
             loads += [run["load_before"], run["load_after"]]
-            print(
-                f"[{rep + 1}/{args.repeat}] {workload:20s} {engine:18s} {run['wall_s']:7.2f} s  "
-                f"tree {run['peak_tree_sum_mib']:6.0f} MiB  largest {run['peak_process_mib']:6.0f} MiB  "
-                f"{run['check']}",
-                flush=True,
-            )
+            print_run(rep, args.repeat, workload, engine, run)
         for workload in ooc_jobs:
             out = str(scratch / "out" / f"ooc-{workload}")
             cmd = child_cmd(
@@ -631,6 +626,18 @@ def profile(args: argparse.Namespace) -> None:
     stats.sort_stats("tottime").print_stats(args.top)
     stats.sort_stats("cumulative").print_stats(args.top)
     shutil.rmtree(out, ignore_errors=True)
+
+
+def print_run(rep: int, repeat: int, workload: str, engine: str, run: dict, *, widths: tuple[int, int] = (20, 18)):
+    """The progress line of one measured run: wall time, peak RSS of the process tree and of its largest
+    process, and the output check (``widths``: of the workload and engine columns)."""
+    wide_workload, wide_engine = widths
+    print(
+        f"[{rep + 1}/{repeat}] {workload:{wide_workload}s} {engine:{wide_engine}s} {run['wall_s']:7.2f} s  "
+        f"tree {run['peak_tree_sum_mib']:6.0f} MiB  largest {run['peak_process_mib']:6.0f} MiB  "
+        f"{run['check']}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

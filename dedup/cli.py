@@ -36,9 +36,11 @@ from zephyr.dedup.cli_common import (
     action_kwargs,
     add_common_io,
     check_dropped_output,
+    exact_dedup_arguments,
     finish,
     internal_mode,
     output_of,
+    paragraph_dedup_of_inputs,
     read_inputs,
     recorded,
     write_output,
@@ -63,7 +65,6 @@ logger = logging.getLogger(__name__)
 @recorded
 def _exact(args: argparse.Namespace) -> int:
     from zephyr.dedup import compiled
-    from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
 
     from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
@@ -83,13 +84,7 @@ def _exact(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none"
         )
-    out = paragraph_dedup_dataset(
-        read_inputs(args),
-        text_column=args.text_column,
-        id_column=args.id_column,
-        normalize=args.normalize,
-        mode=args.mode,
-    )
+    out = paragraph_dedup_of_inputs(args)
     result = output_of(args, out).write_parquet(args.output, **action_kwargs(opts))
     return finish(
         result,
@@ -105,11 +100,7 @@ def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> 
     path: dict[str, Any] = {}
     out = exact_dedup_dataset(
         read_inputs(args),
-        text_column=args.text_column,
-        id_column=args.id_column,
-        normalize=args.normalize,
-        mode=internal_mode(args),
-        priority_column=args.priority_column,
+        **exact_dedup_arguments(args),
         execution=execution,
         stats=path,
     )

@@ -145,6 +145,32 @@ def internal_mode(args: argparse.Namespace) -> str:
     return "annotate" if getattr(args, "dropped_output", None) else args.mode
 
 
+def exact_dedup_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments the flags give ``exact_dedup_dataset`` and ``exact_job_plans``, one list so that
+    ``zephyr explain dedup exact`` shows the plans ``zephyr dedup exact`` runs."""
+    return {
+        "text_column": args.text_column,
+        "id_column": args.id_column,
+        "normalize": args.normalize,
+        "mode": internal_mode(args),
+        "priority_column": args.priority_column,
+    }
+
+
+def paragraph_dedup_of_inputs(args: argparse.Namespace) -> Any:
+    """The exact paragraph dedup of the inputs as the flags ask (``paragraph_dedup_dataset``): the plan of
+    ``dedup exact --level paragraph``, of ``dedup paragraph --method exact`` and of their ``explain``."""
+    from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
+
+    return paragraph_dedup_dataset(
+        read_inputs(args),
+        text_column=args.text_column,
+        id_column=args.id_column,
+        normalize=args.normalize,
+        mode=args.mode,
+    )
+
+
 def check_dropped_output(args: argparse.Namespace) -> None:
     """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
     if not getattr(args, "dropped_output", None):

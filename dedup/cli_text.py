@@ -25,6 +25,7 @@ from zephyr.dedup.cli_common import (
     internal_mode,
     logger,
     output_of,
+    paragraph_dedup_of_inputs,
     read_inputs,
     recorded,
     write_output,
@@ -72,15 +73,7 @@ def _paragraph(args: argparse.Namespace) -> int:
         "mode": args.mode,
     }
     if args.method == "exact":
-        from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
-
-        out = paragraph_dedup_dataset(
-            read_inputs(args),
-            text_column=args.text_column,
-            id_column=args.id_column,
-            normalize=args.normalize,
-            mode=args.mode,
-        )
+        out = paragraph_dedup_of_inputs(args)
         return finish(
             output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs
         )

@@ -23,11 +23,11 @@ with ``ZEPHYR_NO_NUMBA=1``).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import threading
 
 import numpy as np
+from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
 __all__ = [
     "available",
@@ -45,7 +45,7 @@ __all__ = [
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only; the numpy twins keep working where it is missing.
-_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
+_NUMBA = NUMBA_ENABLED
 _KERNELS = (
     "_multibyte_space",
     "_tokens",
@@ -57,30 +57,12 @@ _KERNELS = (
     "_intersections",
     "_greedy_anchors",
 )
-_jit_lock = threading.Lock()
-_jitted = False
+_kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
 
 
 def available() -> bool:
     """True when the compiled kernels are used (numba installed and not disabled by ``ZEPHYR_NO_NUMBA``)."""
     return _NUMBA
-
-
-def _jit_all() -> None:
-    """Replace the kernels in this module's globals by numba dispatchers (callees first, so a compiled
-    caller resolves them); compiled code is cached on disk beside this file after the first run."""
-    global _jitted
-    if _jitted:
-        return
-    with _jit_lock:
-        if _jitted:
-            return
-        import numba
-
-        g = globals()
-        for name in _KERNELS:
-            g[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(g[name])
-        _jitted = True
 
 
 def _ro(array: np.ndarray, dtype: type) -> np.ndarray:
@@ -117,7 +99,7 @@ def _warm_up_niced() -> None:
 def warm_up_in_background() -> threading.Thread | None:
     """Start ``warm_up`` on a low-priority daemon thread (a driver that will need the kernels later hides the
     cost behind work it is waiting for anyway, without slowing its workers); None when not in use."""
-    if not _NUMBA or _jitted:
+    if not _NUMBA or _kernels.compiled:
         return None
     thread = threading.Thread(target=_warm_up_niced, name="zephyr-numba-warm-up", daemon=True)
     thread.start()
@@ -294,19 +276,19 @@ def _char_shingles(data, offsets, n):
 
 def word_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the word ``n``-grams of each ``data[offsets[d]:offsets[d+1]]``."""
-    _jit_all()
+    _kernels.compile()
     return _word_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n), _ASCII_SPACE)
 
 
 def collapse_whitespace(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, offsets) of every document with whitespace runs collapsed to one space and trimmed."""
-    _jit_all()
+    _kernels.compile()
     return _collapse(_ro(data, np.uint8), _ro(offsets, np.int64), _ASCII_SPACE)
 
 
 def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the code point ``n``-grams of each document."""
-    _jit_all()
+    _kernels.compile()
     return _char_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n))
 
 
@@ -353,7 +335,7 @@ def minhash(
     hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, mersenne: bool
 ) -> np.ndarray:
     """``(num_docs, len(a))`` signatures; documents without shingles keep the all-``UINT64_MAX`` row."""
-    _jit_all()
+    _kernels.compile()
     out = np.full((len(offsets) - 1, len(a)), _MAX, dtype=np.uint64)
     _minhash(
         _ro(hashes, np.uint64),
@@ -390,7 +372,7 @@ def _sorted_sets(hashes, offsets):
 
 def sorted_sets(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each document's hashes sorted and de-duplicated: (flat hashes, per-document counts)."""
-    _jit_all()
+    _kernels.compile()
     return _sorted_sets(_ro(hashes, np.uint64), _ro(offsets, np.int64))
 
 
@@ -419,7 +401,7 @@ def _intersections(hashes, offsets, u, v):
 
 def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``|set(u_e) ∩ set(v_e)|`` per edge, on sets from ``sorted_sets`` (``offsets`` = its cumulative counts)."""
-    _jit_all()
+    _kernels.compile()
     return _intersections(_ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64))
 
 
@@ -440,5 +422,5 @@ def _greedy_anchors(offsets, earlier):
 def greedy_anchors(offsets: np.ndarray, earlier: np.ndarray) -> np.ndarray:
     """Anchor of each node in keep order: itself, or the earliest adjacent anchor; ``earlier[offsets[u]:
     offsets[u + 1]]`` are the nodes before ``u`` that share a verified edge with it (CSR)."""
-    _jit_all()
+    _kernels.compile()
     return _greedy_anchors(_ro(offsets, np.int64), _ro(earlier, np.int64))

@@ -12,7 +12,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from zephyr.dedup.cli_common import internal_mode, output_of, read_inputs
+from zephyr.dedup.cli_common import (
+    exact_dedup_arguments,
+    internal_mode,
+    output_of,
+    paragraph_dedup_of_inputs,
+    read_inputs,
+)
 from zephyr.dedup.eager import budget_of
 
 if TYPE_CHECKING:
@@ -30,27 +36,13 @@ Step = tuple[str, "Dataset | None"]
 def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup exact`` with these arguments."""
     from zephyr.dedup.exact_dataset import exact_job_plans
-    from zephyr.dedup.dataset_ops import paragraph_dedup_dataset
 
     budget = budget_of(execution)
     if args.level == "paragraph":
-        out = paragraph_dedup_dataset(
-            read_inputs(args),
-            text_column=args.text_column,
-            id_column=args.id_column,
-            normalize=args.normalize,
-            mode=args.mode,
-        )
+        out = paragraph_dedup_of_inputs(args)
         title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
         return _text("exact --level paragraph", [(title, output_of(args, out))], budget, execution)
-    plans = exact_job_plans(
-        read_inputs(args),
-        text_column=args.text_column,
-        id_column=args.id_column,
-        normalize=args.normalize,
-        mode=internal_mode(args),
-        priority_column=args.priority_column,
-    )
+    plans = exact_job_plans(read_inputs(args), **exact_dedup_arguments(args))
     steps: list[Step] = [
         ("job 1: member hashes (row, hash, id, priority), materialized, then counted", plans.member_hashes),
         (

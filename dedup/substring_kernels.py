@@ -20,11 +20,8 @@ runs them as Python: the slow reference path the tests compare against on small 
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import threading
-
 import numpy as np
+from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
 __all__ = ["anchor_hashes", "candidates", "cut", "window_hashes"]
 
@@ -34,7 +31,7 @@ _MASK30 = np.uint64((1 << 30) - 1)
 _MASK31 = np.uint64((1 << 31) - 1)
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
+_NUMBA = NUMBA_ENABLED
 _KERNELS = (
     "_mulmod",
     "_fmix",
@@ -43,27 +40,17 @@ _KERNELS = (
     "_span",
     "_anchor_positions",
     "_grow",
+    "_document_anchors",
     "_anchors",
     "_candidates",
     "_cut",
 )
-_lock = threading.Lock()
-_jitted = False
+_kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
 
 
 def _jit() -> None:
-    global _jitted
-    if _jitted or not _NUMBA:
-        return
-    with _lock:
-        if _jitted:
-            return
-        import numba
-
-        g = globals()
-        for name in _KERNELS:
-            g[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(g[name])
-        _jitted = True
+    if _NUMBA:
+        _kernels.compile()
 
 
 def _mulmod(a, b):
@@ -144,6 +131,19 @@ def _grow(arr, need):
     return out
 
 
+def _document_anchors(data, lo, hi, L, w, pw_w):
+    """(prefix hashes, gram hashes, anchor of every window start) of the document ``data[lo:hi]`` (at least
+    ``L`` bytes; ``pw_w`` = BASE^w): what passes 1 and 2 both derive from a document."""
+    n = hi - lo
+    prefix = np.empty(n + 1, dtype=np.uint64)
+    _prefix(data, lo, hi, prefix)
+    gram = np.empty(n - w + 1, dtype=np.uint64)
+    key = np.empty(n - w + 1, dtype=np.uint64)
+    anchor = np.empty(n - L + 1, dtype=np.int64)
+    _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+    return prefix, gram, anchor
+
+
 def _anchors(data, offsets, L, w):
     out = np.empty(1024, dtype=np.uint64)
     count = 0
@@ -153,12 +153,7 @@ def _anchors(data, offsets, L, w):
         n = hi - lo
         if n < L:
             continue
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        _prefix(data, lo, hi, prefix)
-        gram = np.empty(n - w + 1, dtype=np.uint64)
-        key = np.empty(n - w + 1, dtype=np.uint64)
-        anchor = np.empty(n - L + 1, dtype=np.int64)
-        _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+        _, gram, anchor = _document_anchors(data, lo, hi, L, w, pw_w)
         last = -1
         for s in range(n - L + 1):
             a = anchor[s]
@@ -184,12 +179,7 @@ def _candidates(data, offsets, L, w, repeated):
         n = hi - lo
         if n < L:
             continue
-        prefix = np.empty(n + 1, dtype=np.uint64)
-        _prefix(data, lo, hi, prefix)
-        gram = np.empty(n - w + 1, dtype=np.uint64)
-        key = np.empty(n - w + 1, dtype=np.uint64)
-        anchor = np.empty(n - L + 1, dtype=np.int64)
-        _anchor_positions(prefix, n, L, w, pw_w, gram, key, anchor)
+        prefix, gram, anchor = _document_anchors(data, lo, hi, L, w, pw_w)
         wins = np.empty(n - L + 1, dtype=np.uint64)
         pos = np.empty(n - L + 1, dtype=np.int64)
         m = 0

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +26,8 @@ import pytest
 
 import zephyr
 from zephyr.errors import TaskError
+
+from .held_task import killing_the_holder
 
 distributed = pytest.importorskip("distributed")
 
@@ -307,41 +307,12 @@ def test_worker_killed_mid_stage_reruns_elsewhere(inputs, dask_cluster, local_ex
     """
     cluster = dask_cluster
     assert all(p.poll() is None for p in cluster.workers), "needs both workers alive"
-    log = tmp_path / "log"
-    log.mkdir()
-    flag = tmp_path / "slow-once"
-
-    def slow_map(table: pa.Table) -> pa.Table:
-        first = table.column("id")[0].as_py()
-        (log / f"{first}-{os.getpid()}").write_text("")
-        if first == 1500 and not flag.exists():
-            flag.write_text("")
-            time.sleep(120)  # the test kills this worker meanwhile; reaching the end means it did not
-        return table
-
-    victim: list[int] = []
-    done = threading.Event()
-
-    def kill_when_slow_task_runs() -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not done.is_set():
-            started = [p for p in log.iterdir() if p.name.startswith("1500-")]
-            if started and flag.exists():
-                victim.append(int(started[0].name.split("-")[1]))
-                os.kill(victim[0], signal.SIGKILL)
-                return
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_when_slow_task_runs, name="test-killer")
-    try:
-        plan = PLANS["sort"](zephyr.read_parquet(inputs).map_batches(slow_map))
-        killer.start()
+    with killing_the_holder(tmp_path, 1500, timeout_s=120, poll_s=0.05) as held:
+        plan = PLANS["sort"](zephyr.read_parquet(inputs).map_batches(held.map))
         result = plan.write_parquet(
             str(tmp_path / "killed"), executor="dask", cluster=cluster.address, memory_budget=BUDGET
         )
-    finally:
-        done.set()
-        killer.join()
+    log, victim = held.log, held.victim
     worker_pids = {p.pid for p in cluster.workers}
     assert victim and victim[0] in worker_pids, "the slow task never started on a worker"
     runs = sorted(log.iterdir())

@@ -28,6 +28,8 @@ import pytest
 
 import zephyr
 
+from .bpe import train_tiny_bpe
+
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
@@ -232,20 +234,8 @@ def test_same_size_object_rewritten_by_another_process_is_recomputed(bucket, tmp
 
 
 def _bpe(path: Path) -> str:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([f"document {i} about topic {i % 7}, with words." for i in range(200)], trainer)
-    tok.save(str(path))
-    return str(path)
+    texts = [f"document {i} about topic {i % 7}, with words." for i in range(200)]
+    return str(train_tiny_bpe(path, texts, vocab_size=400))
 
 
 def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(bucket, tmp_path):

@@ -102,6 +102,32 @@ def read(
     )
 
 
+def _read_files(
+    fmt: Literal["parquet", "jsonl", "vortex"],
+    paths: str | Sequence[str],
+    columns: Sequence[str] | None,
+    schema: pa.Schema | str | None,
+    unify_schemas: bool,
+    approx_shard_bytes: int | str | None,
+    on_error: OnError,
+) -> Dataset:
+    """The ``ReadFiles`` op of the columnar and JSON-lines readers, their arguments checked one way."""
+    check_on_error(on_error)
+    return Dataset(
+        (
+            ReadFiles(
+                input_paths(paths),
+                fmt,
+                tuple(columns) if columns else None,
+                schema_argument(schema, unify_schemas),
+                shard_bytes_argument(approx_shard_bytes),
+                on_error,
+                unify_schemas=unify_schemas,
+            ),
+        )
+    )
+
+
 def read_parquet(
     paths: str | Sequence[str],
     *,
@@ -119,20 +145,7 @@ def read_parquet(
     (``zephyr.io.input_schema``): missing columns are nulls, other type differences fail naming both files,
     unless ``unify_schemas=True`` (promote int → wider int → double) or ``schema=`` (a ``pa.Schema`` or a
     schema file: cast every file to it)."""
-    check_on_error(on_error)
-    return Dataset(
-        (
-            ReadFiles(
-                input_paths(paths),
-                "parquet",
-                tuple(columns) if columns else None,
-                schema_argument(schema, unify_schemas),
-                shard_bytes_argument(approx_shard_bytes),
-                on_error,
-                unify_schemas=unify_schemas,
-            ),
-        )
-    )
+    return _read_files("parquet", paths, columns, schema, unify_schemas, approx_shard_bytes, on_error)
 
 
 def read_jsonl(
@@ -148,20 +161,7 @@ def read_jsonl(
 
     ``schema`` (a ``pa.Schema`` or a schema file) parses every file with those types; without it, files whose
     inferred types differ follow the rule of ``read_parquet`` (``unify_schemas``)."""
-    check_on_error(on_error)
-    return Dataset(
-        (
-            ReadFiles(
-                input_paths(paths),
-                "jsonl",
-                None,
-                schema_argument(schema, unify_schemas),
-                shard_bytes_argument(approx_shard_bytes),
-                on_error,
-                unify_schemas=unify_schemas,
-            ),
-        )
-    )
+    return _read_files("jsonl", paths, None, schema, unify_schemas, approx_shard_bytes, on_error)
 
 
 def read_vortex(
@@ -172,19 +172,7 @@ def read_vortex(
     on_error: OnError = "raise",
 ) -> Dataset:
     """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` and bad rows as in ``read_parquet``."""
-    check_on_error(on_error)
-    return Dataset(
-        (
-            ReadFiles(
-                input_paths(paths),
-                "vortex",
-                None,
-                schema_argument(schema, unify_schemas),
-                on_error=on_error,
-                unify_schemas=unify_schemas,
-            ),
-        )
-    )
+    return _read_files("vortex", paths, None, schema, unify_schemas, None, on_error)
 
 
 def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quarantine") -> Dataset:

@@ -88,17 +88,23 @@ def test_fuzzy_stage_external_components_equal_in_memory():
     assert _norm(out.to_arrow(**ex)).equals(_norm(fuzzy_dedup(t, cfg).table))
 
 
+def _corpus_in_two_files(tmp_path) -> tuple:
+    """(folder, table): ``_corpus()`` written as two Parquet files (rows 0-14 and the rest) under ``in``."""
+    src = tmp_path / "in"
+    src.mkdir()
+    t = _corpus()
+    pq.write_table(t.slice(0, 15), src / "a.parquet")
+    pq.write_table(t.slice(15), src / "b.parquet")
+    return src, t
+
+
 def _digests(directory) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.glob("*.parquet"))}
 
 
 @pytest.mark.slow
 def test_cli_fuzzy_same_bytes_for_1_and_2_workers_and_reruns(tmp_path):
-    src = tmp_path / "in"
-    src.mkdir()
-    t = _corpus()
-    pq.write_table(t.slice(0, 15), src / "a.parquet")
-    pq.write_table(t.slice(15), src / "b.parquet")
+    src, t = _corpus_in_two_files(tmp_path)
     runs = []
     for i, workers in enumerate((1, 2, 2)):
         out = tmp_path / f"out{i}"
@@ -114,11 +120,7 @@ def test_cli_fuzzy_same_bytes_for_1_and_2_workers_and_reruns(tmp_path):
 
 
 def test_cli_exact_same_bytes_for_1_and_2_workers(tmp_path):
-    src = tmp_path / "in"
-    src.mkdir()
-    t = _corpus()
-    pq.write_table(t.slice(0, 15), src / "a.parquet")
-    pq.write_table(t.slice(15), src / "b.parquet")
+    src, _ = _corpus_in_two_files(tmp_path)
     runs = []
     for i, workers in enumerate((1, 2)):
         out = tmp_path / f"out{i}"
@@ -129,11 +131,7 @@ def test_cli_exact_same_bytes_for_1_and_2_workers(tmp_path):
 
 @pytest.mark.parametrize("kind", ["exact", "fuzzy"])
 def test_cli_dedup_runs_on_threads_by_default_with_the_bytes_of_every_executor(tmp_path, kind):
-    src = tmp_path / "in"
-    src.mkdir()
-    t = _corpus()
-    pq.write_table(t.slice(0, 15), src / "a.parquet")
-    pq.write_table(t.slice(15), src / "b.parquet")
+    src, _ = _corpus_in_two_files(tmp_path)
     runs = {}
     for name, flags in {
         "default": [],

@@ -14,3 +14,14 @@ def lid_model():
         return str(ensure_lid_model())
     except ConfigError as exc:
         pytest.skip(str(exc))
+
+
+def lid_available() -> bool:
+    """Whether the LID model is here (``lid_model`` skips without it; a whole-pipeline test turns langid off)."""
+    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+
+    try:
+        ensure_lid_model()
+    except ConfigError:
+        return False
+    return True

@@ -16,6 +16,8 @@ from zephyr.pipelines.stage_ops import StageOutcome
 
 from zephyr.cli import main
 
+from .conftest import lid_available
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
 
@@ -45,18 +47,6 @@ def _planted(kind: str) -> set[str]:
     return {i for i in ids if PLANTED in i and (i.endswith("~web") == (kind == "web"))}
 
 
-def _lid_available() -> bool:
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
-
-    from zephyr.errors import ConfigError
-
-    try:
-        ensure_lid_model()
-    except ConfigError:
-        return False
-    return True
-
-
 TINY = [
     "--set", "stages.read.num_shards=2",
     "--set", "stages.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
@@ -75,7 +65,7 @@ def quickstart_job(tmp_path_factory):
     job = root / "job"
     argv = ["run", "quickstart", "--job-dir", str(job), "--executor", "inprocess",
             "--set", f"stages.read.paths={data}", *TINY]
-    if not _lid_available():
+    if not lid_available():
         argv += ["--set", "stages.langid.enabled=false"]
     return job, argv
 

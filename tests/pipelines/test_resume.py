@@ -135,9 +135,9 @@ def test_from_reruns_and_until_stops(pipeline, tmp_path, capsys):
     assert all(f"{name}): done" in err for name in ("normalize", "map", "exact_dedup"))
 
 
-def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
-    """Job folders made before the ``_`` rule: a finished stage's ``stats.json`` is still read (no rerun), and a
-    stage that reruns clears its old-named files, so readers of its folder see only its kept rows."""
+def _run_read_and_filter(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """(config file, job folder, argv) of a finished two-stage job (read 60 rows, heuristic filter), the
+    starting point of the tests that rewrite its folder as an older zephyr left it."""
     data = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
     config = {"name": "old", "stages": [{"stage": "read", "paths": [str(data)]}, {"stage": "heuristic_filter"}]}
@@ -145,6 +145,13 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     path.write_text(yaml.safe_dump(config))
     argv = ["run", str(path), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
     assert main(argv) == 0
+    return path, job, argv
+
+
+def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
+    """Job folders made before the ``_`` rule: a finished stage's ``stats.json`` is still read (no rerun), and a
+    stage that reruns clears its old-named files, so readers of its folder see only its kept rows."""
+    path, job, argv = _run_read_and_filter(tmp_path)
     read_dir, filter_dir = (Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"])
     os.replace(read_dir / "_stats.json", read_dir / "stats.json")  # as an older zephyr named them
     os.replace(filter_dir / "_stats.json", filter_dir / "stats.json")
@@ -184,13 +191,7 @@ def _old_fingerprints(config_path: Path) -> list[str]:
 def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
     """A job folder whose markers hold the fingerprints of the zephyr before ``zephyr.resume``: every stage is
     cleared and reruns once (no crash, no stale file left), to the same outputs; the next run skips them all."""
-    data = tmp_path / "in.parquet"
-    pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
-    config = {"name": "old", "stages": [{"stage": "read", "paths": [str(data)]}, {"stage": "heuristic_filter"}]}
-    path, job = tmp_path / "old.yaml", tmp_path / "job"
-    path.write_text(yaml.safe_dump(config))
-    argv = ["run", str(path), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
-    assert main(argv) == 0
+    path, job, argv = _run_read_and_filter(tmp_path)
     reference = _outputs(job)
     dirs = [Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"]]
     for stage_dir, old in zip(dirs, _old_fingerprints(path)):

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from ..bpe import train_tiny_bpe
+
 FAST = ("--executor", "inprocess")
 """Global options for CLI runs here: one process, so a run costs its start-up and little more."""
 
@@ -34,18 +36,4 @@ def error_lines(run: subprocess.CompletedProcess) -> list[str]:
 @pytest.fixture(scope="session")
 def tokenizer_json(tmp_path_factory) -> Path:
     """A byte-level BPE tokenizer.json with an ``<|endoftext|>`` EOS, trained on a few sentences."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([GOOD] * 20, trainer=trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
+    return train_tiny_bpe(tmp_path_factory.mktemp("tok") / "tokenizer.json", [GOOD] * 20, vocab_size=400)

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -32,6 +31,8 @@ import pytest
 import zephyr
 from zephyr.cli import main
 from zephyr.errors import TaskError
+
+from ..held_task import killing_the_holder
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
@@ -290,45 +291,16 @@ def test_dask_worker_killed_costs_exactly_its_task(tmp_path):
     from zephyr.options import ExecutionOptions
 
     pattern = _write_shards(tmp_path / "in")
-    log = tmp_path / "log"
-    log.mkdir()
-    flag = tmp_path / "held-once"
-
-    def hold_shard_3(table: pa.Table) -> pa.Table:
-        first = table.column("id")[0].as_py()
-        (log / f"{first}-{os.getpid()}").write_text("")
-        if first == 300 and not flag.exists():
-            flag.write_text("")
-            time.sleep(120)  # killed meanwhile
-        return table
-
-    victim: list[int] = []
-    stop = threading.Event()
-
-    def kill_the_holder() -> None:
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline:
-            holders = [p for p in log.iterdir() if p.name.startswith("300-")]
-            if holders and flag.exists():
-                victim.append(int(holders[0].name.split("-")[1]))
-                os.kill(victim[0], signal.SIGKILL)
-                return
-            time.sleep(0.02)
-
     executor = DaskExecutor.from_options(ExecutionOptions(executor="dask", workers=2))
-    killer = threading.Thread(target=kill_the_holder, name="test-killer")
     try:
-        killer.start()
-        result = (
-            zephyr.read_parquet(pattern)
-            .map_batches(hold_shard_3)
-            .write_parquet(str(tmp_path / "out"), executor=executor)
-        )
+        with killing_the_holder(tmp_path, 300, timeout_s=60, poll_s=0.02) as held:
+            result = zephyr.read_parquet(pattern).map_batches(held.map).write_parquet(
+                str(tmp_path / "out"), executor=executor
+            )
     finally:
-        stop.set()
-        killer.join()
         executor.close()
-    assert victim, "the held task never started"
+    log = held.log
+    assert held.victim, "the held task never started"
     stage = result.stats["stages"][0]
     assert stage["tasks"] == 8 and stage["task_retries"] == 1
     runs = sorted(p.name.split("-")[0] for p in log.iterdir())

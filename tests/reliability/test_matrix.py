@@ -104,32 +104,28 @@ def no_final_newline(d: Path):
     return [str(d / "in.jsonl")], Ok(10)
 
 
-def invalid_json_line(d: Path):
+def _ten_rows_and_a_line(d: Path, before: int, line: bytes) -> list[str]:
+    """[``in.jsonl``]: ten good rows, with ``line`` inserted before row ``before``."""
     lines = _jsonl_bytes(_texts(10)).split(b"\n")
-    lines.insert(4, b'{"id": "broken", "text": "no end')
+    lines.insert(before, line)
     (d / "in.jsonl").write_bytes(b"\n".join(lines))
-    return [str(d / "in.jsonl")], Ok(10, bad=1)
+    return [str(d / "in.jsonl")]
+
+
+def invalid_json_line(d: Path):
+    return _ten_rows_and_a_line(d, 4, b'{"id": "broken", "text": "no end'), Ok(10, bad=1)
 
 
 def invalid_utf8_line(d: Path):
-    lines = _jsonl_bytes(_texts(10)).split(b"\n")
-    lines.insert(3, b'{"id": "latin1", "text": "caf\xe9 au lait"}')
-    (d / "in.jsonl").write_bytes(b"\n".join(lines))
-    return [str(d / "in.jsonl")], Ok(10, bad=1)
+    return _ten_rows_and_a_line(d, 3, b'{"id": "latin1", "text": "caf\xe9 au lait"}'), Ok(10, bad=1)
 
 
 def array_line(d: Path):
-    lines = _jsonl_bytes(_texts(10)).split(b"\n")
-    lines.insert(2, b'["not", "an", "object"]')
-    (d / "in.jsonl").write_bytes(b"\n".join(lines))
-    return [str(d / "in.jsonl")], Ok(10, bad=1)
+    return _ten_rows_and_a_line(d, 2, b'["not", "an", "object"]'), Ok(10, bad=1)
 
 
 def raw_nul_byte_line(d: Path):
-    lines = _jsonl_bytes(_texts(10)).split(b"\n")
-    lines.insert(6, b'{"id": "nul", "text": "a\x00b"}')
-    (d / "in.jsonl").write_bytes(b"\n".join(lines))
-    return [str(d / "in.jsonl")], Ok(10, bad=1)
+    return _ten_rows_and_a_line(d, 6, b'{"id": "nul", "text": "a\x00b"}'), Ok(10, bad=1)
 
 
 def escaped_nul_in_text(d: Path):
@@ -140,10 +136,7 @@ def escaped_nul_in_text(d: Path):
 
 
 def text_wrong_type_in_one_line(d: Path):
-    lines = _jsonl_bytes(_texts(10)).split(b"\n")
-    lines.insert(5, b'{"id": "num", "text": 12345}')
-    (d / "in.jsonl").write_bytes(b"\n".join(lines))
-    return [str(d / "in.jsonl")], Fails(("in.jsonl",), ("text", "line 6", "schema"))
+    return _ten_rows_and_a_line(d, 5, b'{"id": "num", "text": 12345}'), Fails(("in.jsonl",), ("text", "line 6", "schema"))
 
 
 def missing_text_key_in_one_line(d: Path):

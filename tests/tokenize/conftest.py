@@ -8,6 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ..bpe import train_tiny_bpe
+from ..token_sets import synthetic_meta
+
 TRAIN_TEXT = [
     "The quick brown fox jumps over the lazy dog. It's 2024; we'll see what they've done!",
     "def tokenize(text):\n    return [ord(c) for c in text]  # 42 characters\n",
@@ -18,23 +21,9 @@ TRAIN_TEXT = [
 
 
 def train_bpe(path: Path, *, vocab_size: int = 600, lowercase: bool = False) -> Path:
-    """Train a GPT-2-style byte-level BPE (optionally with a normalizer, which rules out the fast path)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    if lowercase:
-        tok.normalizer = normalizers.Lowercase()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(TRAIN_TEXT, trainer=trainer)
-    tok.save(str(path))
-    return path
+    """Train a GPT-2-style byte-level BPE on ``TRAIN_TEXT`` (optionally with a normalizer, which rules out the
+    fast path)."""
+    return train_tiny_bpe(path, TRAIN_TEXT, vocab_size=vocab_size, lowercase=lowercase)
 
 
 @pytest.fixture(scope="session")
@@ -75,17 +64,7 @@ def write_synthetic_set(
         table = pa.table({"tokens": tokens, "source": pa.array(["synthetic"] * len(docs))})
         info, _ = write_shard(str(directory), f"shard-{s:05d}", [table], dtype=dtype, num_tokens=hi - lo)
         shards.append(info)
-    meta = {
-        "dtype": dtype.name,
-        "vocab_size": vocab_size,
-        "eos_id": 0,
-        "bos_id": None,
-        "bos_policy": "never",
-        "tokenizer": {"path": None, "sha256": "0" * 64, "engine": "none"},
-        "seed": 0,
-        "sources": {},
-    }
-    write_manifest(str(directory), shards, meta=meta)
+    write_manifest(str(directory), shards, meta=synthetic_meta(dtype.name, vocab_size))
     return directory
 
 

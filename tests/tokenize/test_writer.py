@@ -96,10 +96,8 @@ def test_round_trip_matches_hf_encoding(tmp_path: Path, bpe_tokenizer: Path) -> 
     assert sample["input_ids"].shape == (16,)
 
 
-def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Path) -> None:
-    """One worker (in-process) vs two local worker processes: byte-identical shard sets."""
-    _corpus(tmp_path / "in", n=200, files=3)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=11, batch_rows=50)
+def _write_on_two_workers_and_in_process(tmp_path: Path, common: dict) -> None:
+    """The shard set of ``tmp_path/in`` written by two local worker processes (``w2``) and in-process (``ip``)."""
     write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "w2"),
@@ -109,6 +107,13 @@ def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Pat
         **common,
     )
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "ip"), executor="inprocess", **common)
+
+
+def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Path) -> None:
+    """One worker (in-process) vs two local worker processes: byte-identical shard sets."""
+    _corpus(tmp_path / "in", n=200, files=3)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=11, batch_rows=50)
+    _write_on_two_workers_and_in_process(tmp_path, common)
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
     write_token_shards(
         str(tmp_path / "in"), output=str(tmp_path / "s12"), executor="inprocess", **dict(common, seed=12)
@@ -291,15 +296,7 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     # decided in the driver: the workers need not see it
     monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
-    write_token_shards(
-        str(tmp_path / "in"),
-        output=str(tmp_path / "w2"),
-        executor="local",
-        workers=2,
-        small_job_bytes=0,
-        **common,
-    )
-    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "ip"), executor="inprocess", **common)
+    _write_on_two_workers_and_in_process(tmp_path, common)
     assert len(list((tmp_path / "ip").glob("*.tokens.npy"))) > 1
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
 

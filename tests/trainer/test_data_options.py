@@ -12,6 +12,8 @@ from zephyr.trainer.train import train
 
 from zephyr.errors import ResumeError
 
+from ..token_sets import synthetic_meta
+
 SEQ = 32
 
 
@@ -40,17 +42,7 @@ def _token_set(
         dtype=np.dtype("uint16"),
         num_tokens=len(stream),
     )
-    meta = {
-        "dtype": "uint16",
-        "vocab_size": 512,
-        "eos_id": 0,
-        "bos_id": None,
-        "bos_policy": "never",
-        "tokenizer": {"path": None, "sha256": "0" * 64, "engine": "none"},
-        "seed": 0,
-        "sources": {},
-    }
-    write_manifest(str(directory), [info], meta=meta)
+    write_manifest(str(directory), [info], meta=synthetic_meta("uint16", 512))
     return str(directory)
 
 

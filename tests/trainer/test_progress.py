@@ -6,10 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import pty
 import re
-import subprocess
-import sys
 
 import pytest
 from zephyr.trainer.config import TrainConfig
@@ -18,6 +15,8 @@ from zephyr.trainer.train import train
 
 from zephyr import progress
 from zephyr.cli import main
+
+from ..terminal import cli_under_pty
 
 train_module = importlib.import_module("zephyr.trainer.train")  # the package's ``train`` is the function
 
@@ -99,26 +98,10 @@ def test_tokens_per_s_averages_the_window_and_eta_counts_steps_left():
 
 def _under_pty(argv: list[str]) -> str:
     """Run ``python -m zephyr.cli ARGV`` with stderr on a pseudo-terminal; return what it showed there."""
-    leader, follower = pty.openpty()
     env = {**os.environ, "COLUMNS": "160", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zephyr.cli", *argv], stdout=subprocess.PIPE, stderr=follower, env=env
-    )
-    os.close(follower)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the pty closes when the process exits
-            break
-        if not chunk:
-            break
-        shown += chunk
-    out, _ = proc.communicate(timeout=300)
-    os.close(leader)
-    text = shown.decode(errors="replace")
+    returncode, out, text = cli_under_pty(argv, env=env, timeout_s=300)
     # the result line is part of the command's summary on stderr; stdout stays empty without --json
-    assert proc.returncode == 0 and out == b"" and "trained steps 1..4" in text, text
+    assert returncode == 0 and out == b"" and "trained steps 1..4" in text, text
     return text
 
 

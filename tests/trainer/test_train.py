@@ -14,6 +14,8 @@ from zephyr.trainer.model import Transformer
 from zephyr.trainer.optim import lr_at
 from zephyr.trainer.train import train
 
+from ..bpe import train_tiny_bpe
+
 FAST = OptimConfig(lr=3e-3, warmup_steps=2, min_lr_ratio=0.1)
 
 
@@ -28,8 +30,6 @@ def real_shards(tmp_path_factory) -> Path:
     import json as json_mod
     import logging
 
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     texts = []
     for module in (pathlib, argparse, collections, email.message, json_mod, logging, inspect):
         for _, obj in inspect.getmembers(module):
@@ -38,17 +38,7 @@ def real_shards(tmp_path_factory) -> Path:
                 texts.append(doc)
     texts = sorted(set(texts))
     root = tmp_path_factory.mktemp("shards")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,
-        special_tokens=["<|endoftext|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.save(str(root / "tokenizer.json"))
+    train_tiny_bpe(root / "tokenizer.json", texts, vocab_size=512)
     import pyarrow as pa
     import pyarrow.parquet as pq
 

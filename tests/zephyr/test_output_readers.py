@@ -23,6 +23,8 @@ import yaml
 import zephyr
 from zephyr.cli import main
 
+from ..bpe import train_tiny_bpe
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HF datasets reads local files only; never the Hub
 
 FAST = ["--executor", "inprocess"]
@@ -110,19 +112,14 @@ def sort(corpus: Path, d: Path):
     return d / "out", 20
 
 
+def _dedup_removing(kind: str, corpus: Path, out: Path) -> dict:
+    """``zephyr dedup KIND --mode remove --on-error quarantine`` into ``out``: its row counts."""
+    _run("dedup", kind, str(corpus), "--output", str(out), "--mode", "remove", "--on-error", "quarantine")
+    return json.loads((out / "_dedup_stats.json").read_text())["dedup"]["rows"]
+
+
 def dedup_exact(corpus: Path, d: Path):
-    _run(
-        "dedup",
-        "exact",
-        str(corpus),
-        "--output",
-        str(d / "out"),
-        "--mode",
-        "remove",
-        "--on-error",
-        "quarantine",
-    )
-    rows = json.loads((d / "out" / "_dedup_stats.json").read_text())["dedup"]["rows"]
+    rows = _dedup_removing("exact", corpus, d / "out")
     assert rows["dropped"] == 3 and rows["quarantined"] == 1
     # each of its two passes over the input sets the bad line aside: one copy per pass
     assert set(_unreadable(d / "out" / "_quarantine")) == {(8, "invalid JSON")}
@@ -130,18 +127,7 @@ def dedup_exact(corpus: Path, d: Path):
 
 
 def dedup_fuzzy(corpus: Path, d: Path):
-    _run(
-        "dedup",
-        "fuzzy",
-        str(corpus),
-        "--output",
-        str(d / "out"),
-        "--mode",
-        "remove",
-        "--on-error",
-        "quarantine",
-    )
-    rows = json.loads((d / "out" / "_dedup_stats.json").read_text())["dedup"]["rows"]
+    rows = _dedup_removing("fuzzy", corpus, d / "out")
     assert rows["dropped"] >= 3
     return d / "out", rows["kept"]
 
@@ -269,19 +255,7 @@ def test_zephyr_run_stage_folders_read_as_their_kept_rows(corpus, tmp_path):
 
 
 def test_tokenize_output_has_no_data_readers_would_glob(corpus, tmp_path):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>"],
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator([GOOD] * 5, trainer=trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
+    train_tiny_bpe(tmp_path / "tokenizer.json", [GOOD] * 5, vocab_size=300)
     out = tmp_path / "shards"
     _run(
         "tokenize",

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import pty
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
+
+from ..terminal import cli_under_pty
 
 
 @pytest.fixture
@@ -49,25 +48,7 @@ def test_one_line_for_a_command_of_many_steps(corpus, tmp_path, capsys):
 
 def test_shown_on_a_terminal(corpus):
     """Under a pty (stderr is a terminal) the command shows its line, naming the command and the rows read."""
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zephyr.cli", "count", str(corpus), "--executor", "inprocess"],
-        stdout=subprocess.PIPE,
-        stderr=follower,
-        env={**os.environ, "COLUMNS": "160"},
-    )
-    os.close(follower)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 4096)
-        except OSError:  # the pty closes when the process exits
-            break
-        if not chunk:
-            break
-        shown += chunk
-    out, _ = proc.communicate(timeout=120)
-    os.close(leader)
-    text = shown.decode(errors="replace")
-    assert proc.returncode == 0 and out.strip().endswith(b"3000")
+    argv = ["count", str(corpus), "--executor", "inprocess"]
+    returncode, out, text = cli_under_pty(argv, env={**os.environ, "COLUMNS": "160"}, timeout_s=120)
+    assert returncode == 0 and out.strip().endswith(b"3000")
     assert "zephyr count" in text and "3,000 rows" in text and "read" in text

@@ -19,7 +19,16 @@ import pyarrow.types as pat
 
 from zephyr.errors import SchemaError
 
-__all__ = ["promote_types", "promote_schemas", "conform", "SchemaConflict", "normalize_view_types"]
+__all__ = [
+    "promote_types",
+    "promote_schemas",
+    "conform",
+    "SchemaConflict",
+    "normalize_view_types",
+    "is_string_like",
+    "is_binary_like",
+    "is_list_like",
+]
 
 
 class SchemaConflict(Exception):
@@ -32,15 +41,18 @@ class SchemaConflict(Exception):
         self.right = right
 
 
-def _is_string(t: pa.DataType) -> bool:
+def is_string_like(t: pa.DataType) -> bool:
+    """``string``, ``large_string`` or ``string_view``: the types that widen into each other."""
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
 
 
-def _is_binary(t: pa.DataType) -> bool:
+def is_binary_like(t: pa.DataType) -> bool:
+    """``binary``, ``large_binary`` or ``binary_view``."""
     return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
 
 
-def _is_list(t: pa.DataType) -> bool:
+def is_list_like(t: pa.DataType) -> bool:
+    """``list`` or ``large_list``."""
     return pat.is_list(t) or pat.is_large_list(t)
 
 
@@ -66,15 +78,15 @@ def promote_types(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         if pat.is_floating(a) and pat.is_floating(b):
             return a if a.bit_width >= b.bit_width else b
         return pa.float64()
-    if _is_string(a) and _is_string(b):
+    if is_string_like(a) and is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if _is_binary(a) and _is_binary(b):
+    if is_binary_like(a) and is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
     if pat.is_dictionary(a) and not pat.is_dictionary(b):
         return promote_types(a.value_type, b)
     if pat.is_dictionary(b) and not pat.is_dictionary(a):
         return promote_types(a, b.value_type)
-    if _is_list(a) and _is_list(b):
+    if is_list_like(a) and is_list_like(b):
         item = promote_types(a.value_type, b.value_type)
         if item is None:
             return None
@@ -118,7 +130,7 @@ def normalize_view_types(t: pa.DataType) -> pa.DataType:
         return pa.string()
     if pat.is_binary_view(t):
         return pa.binary()
-    if _is_list(t):
+    if is_list_like(t):
         field = t.value_field.with_type(normalize_view_types(t.value_type))
         return pa.large_list(field) if pat.is_large_list(t) else pa.list_(field)
     if pat.is_struct(t):

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.io.casting import promote_types
+from zephyr.io.casting import is_binary_like, is_list_like, is_string_like, promote_types
 
 __all__ = [
     "SCHEMA_PEEK_BYTES",
@@ -73,18 +73,6 @@ class _Conflict(Exception):
 
 
 # -- the rule -----------------------------------------------------------------------------------------------
-def _string_like(t: pa.DataType) -> bool:
-    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
-
-
-def _binary_like(t: pa.DataType) -> bool:
-    return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
-
-
-def _list_like(t: pa.DataType) -> bool:
-    return pat.is_list(t) or pat.is_large_list(t)
-
-
 def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str) -> pa.DataType:
     """The type both files' ``path`` is read as; raises ``_Conflict`` naming the innermost differing field."""
     if a.equals(b):
@@ -97,11 +85,11 @@ def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str) -> pa
         return _merge_type(a.value_type, b, unify=unify, path=path)
     if pat.is_dictionary(b):
         return _merge_type(a, b.value_type, unify=unify, path=path)
-    if _string_like(a) and _string_like(b):
+    if is_string_like(a) and is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if _binary_like(a) and _binary_like(b):
+    if is_binary_like(a) and is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
-    if _list_like(a) and _list_like(b):
+    if is_list_like(a) and is_list_like(b):
         item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
         field = a.value_field.with_type(item).with_nullable(a.value_field.nullable or b.value_field.nullable)
         return pa.large_list(field) if pat.is_large_list(a) or pat.is_large_list(b) else pa.list_(field)
@@ -139,7 +127,7 @@ def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
         return None
     t = schema.field(name).type
     for _ in range(head.count("[]")):
-        t = t.value_type if _list_like(t) else t
+        t = t.value_type if is_list_like(t) else t
     while rest:
         head, _, rest = rest.partition(".")
         name = head.split("[", 1)[0]
@@ -147,7 +135,7 @@ def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
             return None
         t = t.field(name).type
         for _ in range(head.count("[]")):
-            t = t.value_type if _list_like(t) else t
+            t = t.value_type if is_list_like(t) else t
     return t
 
 

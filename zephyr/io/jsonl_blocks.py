@@ -18,7 +18,7 @@ from zephyr.io.compression import (
     TruncatedStream,
     open_decompressed,
 )
-from zephyr.io.paths import filesystem
+from zephyr.io.paths import open_input
 
 __all__ = ["Block", "StreamCut", "iter_blocks"]
 
@@ -57,12 +57,7 @@ def _codec_name(compression: str | None) -> str:
 def iter_blocks(
     path: str, compression: str | None, byte_range: tuple[int, int] | None, block_bytes: int
 ) -> Iterator[Block]:
-    fs, stripped = filesystem(path)
-    try:
-        raw = fs.open(stripped, "rb")
-    except FileNotFoundError as exc:
-        raise InputError("file not found (was it deleted after listing?)", path=path) from exc
-    with raw:
+    with open_input(path) as raw:
         stream = open_decompressed(raw, compression)
         start, stop = byte_range if byte_range is not None else (0, None)
         pos = start

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from zephyr.errors import InputError, SchemaError
 from zephyr.io.input_schema import cast_to_schema
-from zephyr.io.paths import filesystem
+from zephyr.io.paths import open_input
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.validation import bad_rows
 
@@ -51,12 +51,7 @@ def open_parquet(path: str, *, buffer_bytes: int = 0) -> Iterator[pq.ParquetFile
 
     ``buffer_bytes`` > 0 streams each column chunk through a buffer of that size (reading data); 0 reads a
     column chunk whole (enough for footers and schemas)."""
-    fs, stripped = filesystem(path)
-    try:
-        handle = fs.open(stripped, "rb")
-    except FileNotFoundError as exc:
-        raise InputError("file not found (was it deleted after listing?)", path=path) from exc
-    with handle:
+    with open_input(path) as handle:
         try:
             parquet_file = pq.ParquetFile(handle, buffer_size=buffer_bytes, pre_buffer=False)
         except (pa.ArrowInvalid, pa.ArrowException, OSError, ValueError) as exc:

@@ -28,7 +28,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Literal, NamedTuple
+from typing import IO, Literal, NamedTuple
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -46,6 +46,7 @@ __all__ = [
     "infer_format",
     "infer_compression",
     "filesystem",
+    "open_input",
     "is_local",
     "public_path",
     "check_output_dir",
@@ -82,6 +83,16 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
         return url_to_fs(path)
     except (ImportError, ValueError) as exc:
         raise ConfigError(f"cannot open {path!r}: {exc}") from exc
+
+
+def open_input(path: str) -> IO[bytes]:
+    """Open the listed input file ``path`` for binary reading; a file gone since it was listed is an
+    ``InputError`` naming it (not a bare ``FileNotFoundError`` from deep inside a reader)."""
+    fs, stripped = filesystem(path)
+    try:
+        return fs.open(stripped, "rb")
+    except FileNotFoundError as exc:
+        raise InputError("file not found (was it deleted after listing?)", path=path) from exc
 
 
 def check_output_dir(url: str) -> None:

@@ -112,17 +112,23 @@ def write_hf_config(directory: str, fmt: str, compression: str | None) -> None:
 
 def remove_stale_parts(directory: str, files: Sequence[str]) -> None:
     """Drop ``part-NNNNN.*`` files a previous run with more parts left behind, so the directory is exact."""
-    fs, root = fsspec.core.url_to_fs(directory)
     keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
-    fs.invalidate_cache(root)  # the workers wrote here: a listing cached by this process is stale
+    fs, entries = _fresh_listing(directory)
+    for entry, name in entries:
+        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
+            fs.rm(entry)
+
+
+def _fresh_listing(directory: str) -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
+    """(filesystem, [(entry, base name)]) of what ``directory`` holds now, none when it does not exist. The
+    cached listing is dropped first: workers wrote here, so one this process listed earlier is stale."""
+    fs, root = fsspec.core.url_to_fs(directory)
+    fs.invalidate_cache(root)
     try:
         entries = fs.ls(root, detail=False)
     except FileNotFoundError:
-        return
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
-            fs.rm(entry)
+        return fs, []
+    return fs, [(entry, entry.rstrip("/").rsplit("/", 1)[-1]) for entry in entries]
 
 
 def check_side_dir(side: str, output: str, option: str) -> None:
@@ -152,13 +158,7 @@ def prune_quarantine(root: str, jobs: Sequence[dict]) -> None:
     ``jobs`` (``Job.stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
     another plan set aside, which readers of ``root`` would otherwise take for this run's."""
     keep = {f"stage-{stage['fingerprint']}" for job in jobs for stage in job.get("stages", [])}
-    fs, path = fsspec.core.url_to_fs(root)
-    fs.invalidate_cache(path)
-    try:
-        entries = fs.ls(path, detail=False)
-    except FileNotFoundError:
-        return
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
+    fs, entries = _fresh_listing(root)
+    for entry, name in entries:
         if name.startswith("stage-") and name not in keep:
             fs.rm(entry, recursive=True)

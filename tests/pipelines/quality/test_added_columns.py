@@ -15,7 +15,7 @@ from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ColumnExistsError
 from zephyr.io.added_columns import check_added_columns, check_input_columns
 
-from .test_cli import GOOD, _parts
+from .test_cli import GOOD, _parts, train_quality_model
 from .test_langid import SAMPLES
 
 EN, DE = SAMPLES["en"], SAMPLES["de"]
@@ -82,12 +82,7 @@ def test_langid_without_a_clash_adds_the_columns(tmp_path, lid_model):
 @pytest.fixture(scope="module")
 def quality_model(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("quality")
-    labelled = tmp / "lab.parquet"
-    pq.write_table(pa.table({
-        "text": [t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")],
-        "label": ["hq", "lq"] * 30,
-    }), labelled)
-    assert main(["quality", "train", str(labelled), "--output", str(tmp / "m.bin"), "--epoch", "5"]) == 0
+    train_quality_model(tmp)
     return tmp / "m.bin"
 
 

@@ -14,6 +14,18 @@ GOOD = (
 )
 
 
+def train_quality_model(directory):
+    """``zephyr quality train`` on 60 labelled rows (``hq``: GOOD prose, ``lq``: spam) written to
+    ``directory/lab.parquet``; the model is ``directory/m.bin``. Returns the labelled file."""
+    labelled = directory / "lab.parquet"
+    pq.write_table(pa.table({
+        "text": [t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")],
+        "label": ["hq", "lq"] * 30,
+    }), labelled)
+    assert main(["quality", "train", str(labelled), "--output", str(directory / "m.bin"), "--epoch", "5"]) == 0
+    return labelled
+
+
 def _parts(directory):
     """The part files of one output directory (it also holds JSON reports and sub-directories)."""
     return pa.concat_tables([pq.read_table(f) for f in sorted(directory.glob("part-*.parquet"))])
@@ -70,12 +82,7 @@ def test_pii_decontaminate_and_quality_commands(tmp_path):
                  str(tmp_path / "dc"), "--executor", "inprocess"]) == 0
     assert _parts(tmp_path / "dc")["text"].to_pylist() == [None]
 
-    labelled = tmp_path / "lab.parquet"
-    pq.write_table(pa.table({
-        "text": [t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")],
-        "label": ["hq", "lq"] * 30,
-    }), labelled)
-    assert main(["quality", "train", str(labelled), "--output", str(tmp_path / "m.bin"), "--epoch", "5"]) == 0
+    labelled = train_quality_model(tmp_path)
     assert json.loads((tmp_path / "m.bin.report.json").read_text())["rows"] > 0
     assert main(["quality", "score", str(labelled), "--model", str(tmp_path / "m.bin"), "--output",
                  str(tmp_path / "scored"), "--buckets", "2", "--executor", "inprocess"]) == 0

@@ -17,22 +17,12 @@ from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, pages_from_html_fil
 
 from zephyr.cli import main  # noqa: E402
 
+from ..conftest import lid_available  # noqa: E402
+
 FOOTER = (
     "<p>This documentation is distributed in the hope that it will be useful, but without any warranty; see the "
     "licence that came with your system for the details of copying and redistribution.</p>"
 )
-
-
-def _lid_available() -> bool:
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
-
-    from zephyr.errors import ConfigError
-
-    try:
-        ensure_lid_model()
-    except ConfigError:
-        return False
-    return True
 
 
 def test_web_config_runs_the_whole_chain_on_a_warc(tmp_path, capsys, monkeypatch):
@@ -62,7 +52,7 @@ def test_web_config_runs_the_whole_chain_on_a_warc(tmp_path, capsys, monkeypatch
         "--set",
         "stages.quality.min_score=0.0",
     ]
-    if not real or not _lid_available():
+    if not real or not lid_available():
         argv += [
             "--set",
             "stages.langid.enabled=false",

@@ -113,3 +113,14 @@ def test_file_stat_changes_with_a_same_size_rewrite_and_names_a_missing_file(tmp
     memory.rm("/stat-test", recursive=True)
     with pytest.raises(InputError, match="missing.jsonl"):
         file_stat(str(tmp_path / "missing.jsonl"))
+
+
+def test_open_input_reads_bytes_and_names_a_file_gone_since_listing(tmp_path):
+    from zephyr.io.paths import open_input
+
+    (tmp_path / "a.jsonl").write_bytes(b'{"a": 1}\n')
+    with open_input(str(tmp_path / "a.jsonl")) as handle:
+        assert handle.read() == b'{"a": 1}\n'
+    with pytest.raises(InputError, match="deleted after listing") as err:
+        open_input(str(tmp_path / "gone.jsonl"))
+    assert "gone.jsonl" in str(err.value)
