@@ -242,7 +242,14 @@ def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys, flag: str) -> None:
     from zephyr.config import ZephyrDeprecationWarning
 
     _corpus(tmp_path / "in", n=40, files=1)
-    argv = ["tokenize", str(tmp_path / "in"), "--tokenizer", str(bpe_tokenizer), "--output", str(tmp_path / "out")]
+    argv = [
+        "tokenize",
+        str(tmp_path / "in"),
+        "--tokenizer",
+        str(bpe_tokenizer),
+        "--output",
+        str(tmp_path / "out"),
+    ]
     argv += [flag, "2KB", "--seed", "5", "--executor", "inprocess", "--json"]
     if flag == "--shard-size":
         with pytest.warns(ZephyrDeprecationWarning, match="--shard-size is renamed --shard-bytes"):
@@ -389,3 +396,46 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
         growth[copies] = min(growth.get(copies, measured), measured)
     print("RSS growth during the write", growth, "text bytes", sizes)
     assert growth[32] - growth[4] < 0.4 * (sizes[32] - sizes[4]), (growth, sizes)
+
+
+def test_up_to_two_local_workers_encode_in_the_driver(
+    tmp_path: Path, bpe_tokenizer: Path, monkeypatch
+) -> None:
+    """``local`` with <= DRIVER_MAX_WORKERS workers runs the writer's jobs in the driver (one tokenizer load,
+    the encoder on every core, the next batch decoded meanwhile); more workers, or ``small_job_bytes=0``, keep
+    worker processes. The shards are the same bytes either way."""
+    from zephyr.tokenize import writer
+
+    from zephyr import ExecutionOptions, read_plan
+
+    _one_file_many_row_groups(tmp_path / "in")
+    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+
+    def pool(**kw):
+        options = ExecutionOptions(**kw)
+        plan, concurrency = writer.plan_tasks(str(tmp_path / "in"), options)
+        return writer._worker_pool(dict(kw), options, plan, concurrency)
+
+    assert pool(executor="local", workers=2, small_job_bytes=1)["executor"] == "inprocess"
+    assert pool(executor="local", workers=3, small_job_bytes=1)["executor"] == "local"
+    assert pool(executor="local", workers=2, small_job_bytes=0)["executor"] == "local"
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
+    result = write_token_shards(
+        str(tmp_path / "in"),
+        output=str(tmp_path / "d"),
+        executor="local",
+        workers=2,
+        small_job_bytes=1,
+        **common,
+    )
+    assert result.stats["tokenize_plan"]["executor"] == "inprocess"
+    write_token_shards(
+        str(tmp_path / "in"),
+        output=str(tmp_path / "w"),
+        executor="local",
+        workers=2,
+        small_job_bytes=0,
+        **common,
+    )
+    assert _sha(tmp_path / "d") == _sha(tmp_path / "w")
