@@ -138,8 +138,10 @@ def write_token_shards(
         _check_text_inputs(data, text_column)
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     read_plan, concurrency = plan_tasks(data, options)
-    approx_shard_bytes = read_plan.approx_shard_bytes if read_plan is not None else None
     pool = _worker_pool(execution, options, read_plan, concurrency)
+    # the split only spreads work over workers: in the driver, tasks run one after another anyway
+    in_driver = pool.get("executor") == "inprocess"
+    approx_shard_bytes = read_plan.approx_shard_bytes if read_plan is not None and not in_driver else None
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
 
