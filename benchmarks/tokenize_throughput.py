@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2] \
         [--batch-rows 128,4096] [--row-group-rows 1000] [--datatrove-venv benchmarks/.venvs/datatrove] \
-        [--datatrove-mb 40] [--skip hf,datatrove,tiktoken-writer]
+        [--datatrove-mb 40] [--repeat 3] [--skip hf,datatrove,tiktoken-writer]
 
 Reads the first --mb MB of text from the corpus's docs Parquet and writes it to one Parquet file (row groups of
 --row-group-rows documents, as corpora are written), then times on the same documents:
@@ -19,6 +19,11 @@ Reads the first --mb MB of text from the corpus's docs Parquet and writes it to 
   document references, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
   executor (``engine="auto"``: fastokens when installed), and once more with the local executor and
   ``engine="tiktoken"`` (the writer without fastokens), unless ``--skip tiktoken-writer``.
+
+``--repeat N``: every row but datatrove's is timed N times and reports its median (on a shared 2-core VM one
+run of the same work varies by 2x); fastokens gets a fresh instance per repetition, since its word cache makes a
+second call on the same texts ~3x faster. A ``local`` run with at most 2 workers runs the writer in the driver
+process (``zephyr.tokenize.writer.DRIVER_MAX_WORKERS``): its row's note says where the tokenize step ran.
 
 ``--datatrove-mb``: run datatrove on the first that many MB of the sample only (it holds several GB per
 100 MB of text; its MB/s is then over that prefix, and its token count is left out of the equality check).
@@ -120,6 +125,20 @@ def zephyr_child(argv: list[str]) -> int:
     return 0
 
 
+def timed(fn, repeat: int, *, prepare: bool = False) -> tuple[float, object, int]:
+    """(median seconds over ``repeat`` calls of ``fn``, its last result, the peak RSS seen). With ``prepare``,
+    ``fn()`` is untimed and returns the callable to time (a fresh encoder per repetition)."""
+    times, result, peak = [], None, 0
+    for _ in range(max(1, repeat)):
+        call = fn() if prepare else fn
+        with PeakRSS() as p:
+            t0 = time.perf_counter()
+            result = call()
+            times.append(time.perf_counter() - t0)
+        peak = max(peak, p.peak)
+    return sorted(times)[len(times) // 2], result, peak
+
+
 def run_child(cmd: list[str]) -> tuple[dict, int]:
     """Run ``cmd`` (which prints one JSON line last) and sample its process tree's peak RSS."""
     with PeakRSS(children_only=True) as p:
@@ -148,6 +167,13 @@ def main() -> int:
     parser.add_argument("--datatrove-venv", type=Path, default=REPO / "benchmarks/.venvs/datatrove")
     parser.add_argument(
         "--datatrove-mb", type=float, default=None, help="run datatrove on this prefix of the sample (MB)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="time each row this many times and report the median (fastokens gets a fresh instance each "
+        "time: its word cache would flatter a second call on the same texts)",
     )
     parser.add_argument(
         "--skip",
@@ -210,17 +236,20 @@ def main() -> int:
         else TextTokenizer(tok_path, engine="tiktoken")._fast_encoding()
     )
     threads = os.cpu_count() or 1
-    with PeakRSS() as p:
-        t0 = time.perf_counter()
-        n_tt = sum(len(x) for x in enc.encode_batch(texts, num_threads=threads, allowed_special="all"))
-    record("tiktoken encode_batch", time.perf_counter() - t0, n_tt, p.peak, f"{threads} threads")
+    seconds, n_tt, peak = timed(
+        lambda: sum(len(x) for x in enc.encode_batch(texts, num_threads=threads, allowed_special="all")),
+        args.repeat,
+    )
+    record("tiktoken encode_batch", seconds, n_tt, peak, f"{threads} threads")
     # what zephyr's fast path calls: one uint32 array per document, no Python int per token
     encode = functools.partial(enc.encode_to_numpy, allowed_special="all")
-    with PeakRSS() as p:
-        t0 = time.perf_counter()
+
+    def encode_to_numpy() -> int:
         with ThreadPoolExecutor(threads) as pool:
-            n_np = sum(len(x) for x in pool.map(encode, texts))
-    record("tiktoken encode_to_numpy", time.perf_counter() - t0, n_np, p.peak, f"{threads} threads")
+            return sum(len(x) for x in pool.map(encode, texts))
+
+    seconds, n_np, peak = timed(encode_to_numpy, args.repeat)
+    record("tiktoken encode_to_numpy", seconds, n_np, peak, f"{threads} threads")
     try:
         import fastokens
     except ImportError:
@@ -228,15 +257,17 @@ def main() -> int:
             "fastokens not installed (pip install zephyr[tokenize-fast]): no fastokens row", file=sys.stderr
         )
     else:
-        ft = fastokens.Tokenizer.from_file(tok_path)
-        with PeakRSS() as p:
-            t0 = time.perf_counter()
-            ids, _ = ft.encode_batch_flat(texts, add_special_tokens=False)
+
+        def fastokens_flat() -> int:
+            ft = fastokens.Tokenizer.from_file(tok_path)  # untimed below: a cold word cache each time
+            return lambda: len(ft.encode_batch_flat(texts, add_special_tokens=False)[0]) // 4
+
+        seconds, n_ft, peak = timed(fastokens_flat, args.repeat, prepare=True)
         record(
             "fastokens encode_batch_flat",
-            time.perf_counter() - t0,
-            len(ids) // 4,
-            p.peak,
+            seconds,
+            n_ft,
+            peak,
             "its own threads (all cores); one flat uint32 buffer",
         )
 
@@ -279,20 +310,11 @@ def main() -> int:
         runs.append(("local", args.workers, max(batch_rows), "tiktoken"))
     for executor, workers, rows_per_batch, engine in runs:
         out = work / f"out-{executor}-{rows_per_batch}-{engine}"
-        z, rss = run_child(
-            [
-                sys.executable,
-                __file__,
-                "--zephyr-child",
-                str(work / "in.parquet"),
-                tok_path,
-                str(out),
-                executor,
-                str(workers),
-                str(rows_per_batch),
-                engine,
-            ]
-        )
+        child = [sys.executable, __file__, "--zephyr-child", str(work / "in.parquet"), tok_path, str(out)]
+        child += [executor, str(workers), str(rows_per_batch), engine]
+        tries = [run_child(child) for _ in range(args.repeat)]
+        z = sorted((t[0] for t in tries), key=lambda r: r["seconds"])[len(tries) // 2]  # the median run
+        rss = max(t[1] for t in tries)
         n_z = z["num_tokens"] - z["num_documents"]  # minus the EOS per document
         record(
             f"zephyr write_token_shards ({executor}{f', {workers} workers' if workers else ''}, "
