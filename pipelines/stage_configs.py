@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
-from zephyr.pipelines.quality.config import DEFAULT_RULES, NormalizeConfig
+from zephyr.pipelines.quality.config import NormalizeConfig
+from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 from zephyr.pipelines.web.config import ExtractStage, SubstringDedupStage, UrlDedupStage, UrlFilterStage
 from zephyr.tokenize.options import TokenShardOptions
 
@@ -122,14 +123,11 @@ class LangIdStage:
 
 @dataclass(frozen=True)
 class HeuristicFilterStage:
-    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons."""
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons. The
+    rule keys (``rules``, ``overrides``, ``default_lang``) are ``HeuristicFilterConfig``'s, as ``zephyr filter``
+    takes them."""
 
-    rules: list[str] = field(default_factory=lambda: list(DEFAULT_RULES))
-    """Rule families, applied in order; each row gets the first rule it fails."""
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Thresholds per family, e.g. ``{c4: {min_sentences: 3}}`` (see docs/quality.md)."""
-    default_lang: str = "en"
-    """Language assumed for rows without a ``lang`` value (stop words, word splitting)."""
+    filter: HeuristicFilterConfig = embedded_field(HeuristicFilterConfig)
     keep_dropped: bool = True
     """Write the dropped rows (with ``drop_reason``) to ``_dropped/``; needed by ``quality.train_from``."""
     overwrite: bool = False
@@ -140,25 +138,6 @@ class HeuristicFilterStage:
 
     def __post_init__(self) -> None:
         require_column_name("output_column", self.output_column)
-        from zephyr.pipelines.quality.filters import RULE_SETS, unknown_rule_sets
-
-        if not self.rules:
-            raise FieldError(
-                "rules", f"give at least one rule family; allowed: {', '.join(sorted(RULE_SETS))}"
-            )
-        bad = unknown_rule_sets(self.rules)
-        if bad:
-            raise FieldError(
-                "rules", f"unknown rule family {bad[0]!r}; allowed: {', '.join(sorted(RULE_SETS))}"
-            )
-        try:
-            from zephyr.pipelines.quality.filters import build_rule_families
-
-            build_rule_families(self.rules, **self.overrides)
-        except TypeError as exc:
-            raise FieldError("overrides", f"{exc}") from None
-        except ConfigError as exc:
-            raise FieldError("overrides", str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,8 @@ def run_heuristic_filter(ctx: StageContext) -> StageOutcome:
     reason = cfg.output_column or DROP_REASON
     aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
     annotator = FilterAnnotator(
-        ",".join(cfg.rules), cfg.overrides, p.text_column, p.lang_column, cfg.default_lang, cfg.overwrite
+        ",".join(cfg.filter.rules), cfg.filter.overrides, p.text_column, p.lang_column, cfg.filter.default_lang,
+        cfg.overwrite,
     )
     scratch = ctx.stage_dir / "_annotated"
     ds = ctx.read_inputs()

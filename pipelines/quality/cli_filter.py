@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from zephyr.pipelines.quality.cli_common import STATS, engine_options, read_text_inputs, write_json
 from zephyr.pipelines.quality.config import DEFAULT_RULES
+from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -96,10 +97,7 @@ class _Routed:
 
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
-    from zephyr.pipelines.quality.filters import build_rule_families
-
-    overrides = _rule_overrides(args)
-    build_rule_families(args.rules, **overrides)  # validate names before any work
+    args.filter_config = _filter_config(args)  # checks the rules before any work
     if args.dropped_output:
         from zephyr.io.publish import check_side_dir
 
@@ -108,13 +106,28 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
     # (source, line, reason, raw) go to a folder in it that its readers skip
     args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
-    ds, aside = _annotated_input(args, overrides)
+    ds, aside = _annotated_input(args, args.filter_config)
     out.mkdir(parents=True, exist_ok=True)
     routed = _annotate_and_route(args, ds, aside, out)
     return _write_report(args, jobs, routed, out)
 
 
-def _annotated_input(args: argparse.Namespace, overrides: dict[str, dict[str, Any]]) -> tuple[Dataset, tuple[str, ...]]:
+def _filter_config(args: argparse.Namespace) -> HeuristicFilterConfig:
+    """The rules the flags ask for, as the ``heuristic_filter`` pipeline stage holds them (one check of
+    rule names and settings); a bad value names its flag."""
+    from zephyr.pipelines.quality.filters import rule_names
+
+    from zephyr.config import FieldError
+    from zephyr.errors import ConfigError
+
+    try:
+        return HeuristicFilterConfig(rule_names(args.rules), _rule_overrides(args), args.default_lang)
+    except FieldError as exc:
+        flag = "--rules" if exc.key == "rules" else "--url-blocklist"
+        raise ConfigError(f"{flag}: {exc.detail}") from None
+
+
+def _annotated_input(args: argparse.Namespace, rules: HeuristicFilterConfig) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in ``drop_reason``, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
     from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
@@ -128,12 +141,14 @@ def _annotated_input(args: argparse.Namespace, overrides: dict[str, dict[str, An
         ds = ds.map_batches(set_aside(aside), name="set_aside")
     if args.normalize:
         ds = ds.map_batches(Normalize(text_column=args.text_column), name="normalize")
-    if "url" in overrides:
+    if "url" in rules.overrides:
         from zephyr.pipelines.web.urls import NormalizeUrls
 
         ds = ds.map_batches(NormalizeUrls(args.url_column), name="normalize_urls")
     lang_column = None if args.lang_column == "" else args.lang_column
-    annotate = FilterAnnotator(args.rules, overrides, args.text_column, lang_column, args.default_lang, args.overwrite)
+    annotate = FilterAnnotator(
+        ",".join(rules.rules), rules.overrides, args.text_column, lang_column, rules.default_lang, args.overwrite
+    )
     return ds.map_batches(annotate, name="filter"), aside
 
 

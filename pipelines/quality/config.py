@@ -3,7 +3,8 @@
 
 ``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` stage (which embeds it:
 its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
-``zephyr filter``, the ``heuristic_filter`` stage and the filter batch ops apply unless told otherwise.
+``zephyr filter``, the ``heuristic_filter`` stage and the filter batch ops apply unless told otherwise (the
+rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``).
 """
 
 from __future__ import annotations

@@ -168,9 +168,12 @@ def test_a_task_budget_slices_the_rules_without_changing_a_verdict():
 
 
 def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
-    """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them."""
+    """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them, and the
+    CLI and the pipeline stage hold them in the same config (``filter_config.HeuristicFilterConfig``)."""
     from zephyr.pipelines.quality.batch_ops import FilterAnnotator, HeuristicFilter
+    from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.config import DEFAULT_RULES
+    from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
     from zephyr.pipelines.stage_configs import HeuristicFilterStage
 
     from zephyr.cli import build_parser
@@ -178,10 +181,27 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     args = build_parser().parse_args(["filter", "in.parquet", "--output", "out"])
     assert DEFAULT_RULES == ("gopher", "c4", "fineweb")
     assert FilterAnnotator().rules == HeuristicFilter().rules == args.rules == ",".join(DEFAULT_RULES)
-    assert HeuristicFilterStage().rules == list(DEFAULT_RULES)
+    stage = HeuristicFilterStage()
+    assert stage.filter == _filter_config(args) == HeuristicFilterConfig()
+    assert stage.filter.rules == list(DEFAULT_RULES)
     assert [f.name for f in build_rule_families(args.rules)] == [
-        f.name for f in build_rule_families(HeuristicFilterStage().rules)
+        f.name for f in build_rule_families(stage.filter.rules)
     ]
+
+
+def test_cli_and_stage_refuse_the_same_bad_rules():
+    from zephyr.pipelines.quality.cli_filter import _filter_config
+    from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+
+    from zephyr.cli import build_parser
+
+    args = build_parser().parse_args(["filter", "in.parquet", "--output", "out", "--rules", "gopher, c5"])
+    with pytest.raises(ConfigError, match="^--rules: unknown rule family 'c5'; allowed: c4"):
+        _filter_config(args)
+    with pytest.raises(ConfigError, match="^rules: unknown rule family 'c5'"):
+        HeuristicFilterConfig(["gopher", "c5"])
+    with pytest.raises(ConfigError, match="^overrides: "):
+        HeuristicFilterConfig(["c4"], {"c4": {"no_such_threshold": 3}})
 
 
 def test_rule_names_are_checked_in_one_place():
