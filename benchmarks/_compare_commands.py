@@ -44,8 +44,9 @@ class Command:
     args: tuple[str | Alt, ...] = ()
     quick: bool = False
     """Part of ``--quick`` (the slow test's handful)."""
-    needs: tuple[str, ...] = field(default=())
-    """Commands whose base-revision output this one reads (``{model}``): both revisions read the same file."""
+    needs: tuple[tuple[str, str, str], ...] = field(default=())
+    """``(placeholder, command, file)``: this command reads ``file`` (relative to its run folder) as written by
+    ``command`` at the base revision, so both revisions read the same bytes."""
 
 
 COMMANDS = (
@@ -89,7 +90,7 @@ COMMANDS = (
         "quality score",
         "quality score",
         ("{in}", "--model", "{model}", "--output", "{out}"),
-        needs=("quality train",),
+        needs=(("model", "quality train", "model.bin"),),
     ),
     Command("extract", "extract", ("{warc}", "--output", "{out}")),
     Command(

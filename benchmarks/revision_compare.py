@@ -243,8 +243,9 @@ def _summarize(row: dict, names: list[str]) -> dict:
         )
     base, head = (row[n] for n in names)
     if base.get("absent") or head.get("absent"):
-        row["identical"] = bool(base.get("absent")) and not head.get("absent") and head["rc"] == 0 or None
-        row["differing"] = ["(command absent at " + ("base" if base.get("absent") else "head") + ")"]
+        # a command new at head compares with nothing (n/a); one gone from head is a difference
+        row["identical"] = False if head.get("absent") else None
+        row["differing"] = [f"(command absent at {'head' if head.get('absent') else 'base'})"]
         return row
     row["differing"] = differing(base["digests"], head["digests"])
     failed = [f"{n} exit {row[n]['rc']}" for n in names if row[n]["rc"] != 0]
@@ -286,7 +287,7 @@ def _selected(args: argparse.Namespace) -> list[Command]:
         for c in COMMANDS
         if (c.quick or not args.quick) and (only is None or any(o in c.name for o in only))
     }
-    chosen |= {needed for c in COMMANDS if c.name in chosen for needed in c.needs}
+    chosen |= {producer for c in COMMANDS if c.name in chosen for _, producer, _ in c.needs}
     return [c for c in COMMANDS if c.name in chosen]
 
 
@@ -328,8 +329,8 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = out / "run" / _slug(command.name)
             for side in sides:
                 values[side.name].update(run=str(run_dir), out=str(run_dir / "out"))
-                for needed in command.needs:
-                    values[side.name]["model"] = _base_output(rows, needed, out)
+                for placeholder, producer, written in command.needs:
+                    values[side.name][placeholder] = _base_output(producer, written, out)
             rows.append(compare_command(command, sides, values, out, args.repeat, env))
     finally:
         if not args.keep:
@@ -359,17 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if same or args.allow_diff else 1
 
 
-def _base_output(rows: list[dict], producer: str, out: Path) -> str:
-    """The one file the base revision's ``producer`` command wrote (kept under --out/inputs for later rows)."""
-    row = next(r for r in rows if r["command"] == producer)
-    written = [
-        f for f, digest in row["base"].get("digests", {}).items() if f != STDOUT and digest != "ignored"
-    ]
-    if len(written) != 1:  # the reading command then fails naming this path: its row says so
-        return str(out / "inputs" / f"{_slug(producer)}-wrote-{len(written)}-files-not-one")
-    source = out / "kept" / "base" / _slug(producer) / written[0]
-    kept = out / "inputs" / f"{_slug(producer)}-{Path(written[0]).name}"
-    shutil.copyfile(source, kept)
+def _base_output(producer: str, written: str, out: Path) -> str:
+    """``written`` as the base revision's ``producer`` left it, copied to ``--out/inputs`` for later rows; if it
+    is missing, the reading command fails naming the path, and its row says so."""
+    source = out / "kept" / "base" / _slug(producer) / written
+    kept = out / "inputs" / f"{_slug(producer)}-{Path(written).name}"
+    if source.is_file():
+        shutil.copyfile(source, kept)
     return str(kept)
 
 

@@ -72,6 +72,20 @@ def test_a_failed_run_is_not_identical():
     assert row["identical"] is False and row["differing"] == ["head exit 2"]
 
 
+def test_a_command_new_at_head_is_not_a_difference_but_one_gone_from_head_is():
+    ran = {"runs": [{"rc": 0, "wall_s": 1.0, "peak_mb": 1.0, "digests": {STDOUT: "e"}}]}
+    new = revision_compare._summarize(
+        {"command": "x", "base": {"absent": True}, "head": ran}, ["base", "head"]
+    )
+    assert new["identical"] is None and new["differing"] == ["(command absent at base)"]
+    assert "| x | absent | 1.00 |  | absent | 1 | n/a |" in table([new])
+    ran = {"runs": [{"rc": 0, "wall_s": 1.0, "peak_mb": 1.0, "digests": {STDOUT: "e"}}]}
+    gone = revision_compare._summarize(
+        {"command": "x", "base": ran, "head": {"absent": True}}, ["base", "head"]
+    )
+    assert gone["identical"] is False
+
+
 def test_a_renamed_flag_resolves_to_the_name_each_revision_accepts():
     command = Command(
         "tokenize", "tokenize", ("{in}", Alt((("--shard-bytes", "2MB"), ("--shard-size", "2MB"))))
