@@ -11,15 +11,16 @@ check that ``zephyr`` then imports from that tree guards against timing the wron
 ``_compare_commands.COMMANDS`` runs with the same arguments at both revisions (renamed flags: the first name
 each revision's parser accepts), with ``--executor local --workers N --small-job-bytes 0`` (the sample is
 below the 4 MiB small-job default, which would run every job in the driver and skip the worker processes), in
-its own folder, interleaved (base, head, then head, base, ...) ``--repeat`` times.
+one folder for both revisions (``--out/run/COMMAND``, moved to ``--out/kept/SIDE/COMMAND`` after each run, so
+absolute paths inside outputs are equal), interleaved (base, head, then head, base, ...) ``--repeat`` times.
 
 Per command: the best wall seconds of the repeats (the whole process, imports included), the peak summed RSS
 of its process tree (psutil, every 0.1 s; the largest of the repeats), and a sha256 of every file it wrote and
-of its stdout (``_compare_digest``; files that hold times or absolute paths are compared by presence only, see
-``IGNORED`` there). A command whose outputs differ between its own repeats is marked nondeterministic.
+of its stdout (``_compare_digest``; files that hold times are compared by presence only, see ``IGNORED`` there,
+and ``_SUCCESS.json`` markers without their finish time). A command whose outputs differ between its own repeats is marked nondeterministic.
 Commands that read another command's output (``quality score`` reads a model) read the base revision's, so
 each row compares one command on identical inputs. Registered commands that are neither run nor excluded (with
-a reason, ``EXCLUDED``) are listed as not covered.
+a reason, ``EXCLUDED``) are listed as not covered and fail the run.
 
 Writes a Markdown table to stdout and ``--out/compare.md`` and everything (argument lists, every run, every
 digest) to ``--out/compare.json``. Exits 1 if any output differs or a command fails, unless ``--allow-diff``.
