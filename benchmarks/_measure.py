@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import platform
 import re
 import subprocess
@@ -19,10 +20,23 @@ __all__ = ["run_measured", "run_sampled", "stage_peaks", "budget_mib", "machine"
 MIB = 2**20
 
 
-def run_measured(cmd: list[str], *, log_path: str, env: dict | None = None, timeout: float = 3600) -> dict:
+def run_measured(
+    cmd: list[str],
+    *,
+    log_path: str,
+    env: dict | None = None,
+    timeout: float = 3600,
+    stdout_path: str | None = None,
+    cwd: str | None = None,
+) -> dict:
+    """Run ``cmd``; its wall time and the peak of its process tree's summed RSS (sampled every 0.1 s).
+
+    Output goes to ``log_path``; with ``stdout_path``, standard output goes there and only stderr to the log."""
     start = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    with open(log_path, "w") as log, open(stdout_path or os.devnull, "w") as out:
+        stdout = out if stdout_path else log
+        stderr = log if stdout_path else subprocess.STDOUT
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=env, cwd=cwd)
         ps = psutil.Process(proc.pid)
         peak = 0
         while proc.poll() is None:
