@@ -120,6 +120,8 @@ EXCLUDED = {
     "explain convert": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
     "explain sort": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
     "explain count": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
+    "explain dedup exact": "prints a plan without reading rows or writing files (tests/dedup/test_explain.py)",
+    "explain dedup fuzzy": "prints a plan without reading rows or writing files (tests/dedup/test_explain.py)",
 }
 """Registered commands not run, each with the reason."""
 
