@@ -148,7 +148,7 @@ def write_token_shards(
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
     with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
-        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token, options.num_workers)
+        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
         names = input_columns(data) if "auto" in (id_column, source_column) else None
         id_column = detect_column(names, id_column, "id")
         source_column = detect_column(names, source_column, "source")
@@ -213,20 +213,12 @@ def _text_tokenizer(
     engine: EngineChoice,
     eos_token: str | None,
     bos_token: str | None,
-    num_workers: int,
 ) -> TextTokenizer:
-    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path with this machine's cores
-    shared among the ``num_workers`` concurrent tasks."""
+    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path (its encoder threads are set per
+    batch by ``TokenizeBatch``: every core)."""
     if isinstance(tokenizer, TextTokenizer):
         return tokenizer
-    return TextTokenizer(
-        tokenizer,
-        bos=bos,
-        engine=engine,
-        eos_token=eos_token,
-        bos_token=bos_token,
-        num_threads=max(1, (os.cpu_count() or 1) // num_workers),
-    )
+    return TextTokenizer(tokenizer, bos=bos, engine=engine, eos_token=eos_token, bos_token=bos_token)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,8 +157,10 @@ def run_task(task: TaskSpec) -> dict:
     started = time.perf_counter()
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
-    with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)):
-        source = _Counted(_task_input(task, stage, quarantined.append))
+    reading = _task_input(task, stage, quarantined.append)
+    with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)), closing(reading):
+        # closed here, not when garbage-collected: a failed task's traceback would keep a read-ahead thread
+        source = _Counted(reading)
         tables = run_narrow(
             source,
             stage.narrow,

@@ -105,3 +105,4 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
     assert ahead == plain
     assert sum(pq.read_metadata(tmp_path / "ahead" / n).num_row_groups for n in ahead if n.startswith("part-")) > 1
     assert not _reader_threads()
+
