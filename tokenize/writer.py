@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.encode_step import TokenizeBatch, numeric_array
+from zephyr.tokenize.encode_step import TokenizeBatch, numeric_array, string_array
 from zephyr.tokenize.format import token_dtype
 from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
 from zephyr.tokenize.pack_step import PackPartition, shard_directory
@@ -379,8 +379,8 @@ def _shuffle_and_pack(
     jobs = pa.Table.from_arrays(
         [
             numeric_array(np.arange(len(parts)), pa.int64()),
-            _strings([f"shard-{i:05d}" for i in range(len(parts))]),
-            _strings(parts),
+            string_array([f"shard-{i:05d}" for i in range(len(parts))]),
+            string_array(parts),
         ],
         names=["index", "name", "path"],
     )
@@ -393,21 +393,10 @@ def _shuffle_and_pack(
         eos_id=tok.eos_id,
         bos_id=tok.bos_id,
     )
-    packed = zephyr.from_arrow(jobs, num_shards=max(1, len(parts))).map(packer).to_arrow(**execution)
+    packed = zephyr.from_arrow(jobs, num_shards=max(1, len(parts))).map_batches(packer, name="pack")
+    packed = packed.to_arrow(**execution)
     shards, per_source = _collect(packed.to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
-
-
-def _strings(values: list[str]) -> Any:
-    """A string Arrow array from Python strings, built from buffers (no pandas probe)."""
-    import pyarrow as pa
-
-    raw = [v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.cumsum([len(r) for r in raw], out=offsets[1:])
-    return pa.Array.from_buffers(
-        pa.large_string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))]
-    )
 
 
 def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:

@@ -28,3 +28,35 @@ def test_every_task_encodes_on_every_core(bpe_tokenizer: Path, tmp_path: Path, m
     assert refs["num_tokens"].to_pylist() == [len(i) + 1 for i in ids]  # EOS is added by the pack step
     spilled = np.fromfile(next(tmp_path.glob("*.tokens")), dtype="<u2" if tok.vocab_size <= 65536 else "<u4")
     assert spilled.tolist() == ids[0] + ids[1]
+
+
+def test_numeric_values_are_a_view_of_the_buffer_without_pandas() -> None:
+    from zephyr.tokenize.encode_step import numeric_values, string_array
+
+    column = pa.array(np.arange(10, dtype=np.int64)).slice(3, 4)  # an offset into the buffer
+    assert numeric_values(column).tolist() == [3, 4, 5, 6]
+    assert numeric_values(pa.array([1, 2], pa.int32())).dtype == np.int32
+    with pytest.raises(ValueError, match="1 nulls"):
+        numeric_values(pa.array([1, None]))
+    assert string_array(["a", "ünï", ""]).to_pylist() == ["a", "ünï", ""]
+    assert string_array([]).to_pylist() == []
+
+
+def test_the_writer_in_the_driver_never_imports_pandas(bpe_tokenizer: Path, tmp_path: Path) -> None:
+    """pyarrow imports pandas on a first ``Array.to_numpy`` or ``Table.from_pylist`` (~0.3 s); the writer's
+    steps avoid both, so a write in the driver process does not pay for it."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [f"document number {i} " * 20 for i in range(300)]}), tmp_path / "in.parquet")
+    code = (
+        "import sys\n"
+        "from zephyr.tokenize import write_token_shards\n"
+        f"write_token_shards({str(tmp_path / 'in.parquet')!r}, tokenizer={str(bpe_tokenizer)!r}, "
+        f"output={str(tmp_path / 'out')!r}, shard_size='4KB', executor='inprocess')\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"
