@@ -24,6 +24,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from zephyr.tokenize.arrow_buffers import numeric_array
 from zephyr.tokenize.format import token_dtype
 from zephyr.tokenize.spill import SPILL_VERSION, spill_name, write_spill
 from zephyr.tokenize.tokenizer import TextTokenizer
@@ -33,7 +34,7 @@ from zephyr.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["TokenizeBatch", "numeric_array", "numeric_values", "string_array"]
+__all__ = ["TokenizeBatch"]
 
 _U64 = 0xFFFFFFFFFFFFFFFF
 # tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
@@ -76,37 +77,6 @@ def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
     )
     words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
     return words.reshape(-1, 2) if bits == 128 else words
-
-
-# Arrow arrays built from buffers: ``pa.array(ndarray)``/``pa.array(list)`` first probe for pandas, and importing
-# it costs ~0.4 s in a process that has not yet.
-def numeric_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
-
-
-def numeric_values(array: pa.Array) -> np.ndarray:
-    """The values of a null-free fixed-width Arrow array as a read-only numpy view, without a copy. pyarrow's
-    ``Array.to_numpy`` imports pandas on first use (~0.3 s in a process that has not: the driver, where the
-    writer runs on up to 2 workers)."""
-    if array.null_count:
-        raise ValueError(f"numeric_values: {array.null_count} nulls in a {array.type} array")
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
-
-
-def string_array(values: list[str]) -> pa.Array:
-    """A ``large_string`` Arrow array from Python strings, built from buffers (no pandas probe)."""
-    import pyarrow as pa
-
-    raw = [v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.cumsum([len(r) for r in raw], out=offsets[1:])
-    return pa.Array.from_buffers(
-        pa.large_string(), len(raw), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(raw))]
-    )
 
 
 def _repeated(text: str, n: int) -> pa.Array:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from zephyr.tokenize.encode_step import numeric_array, numeric_values, string_array
+from zephyr.tokenize.arrow_buffers import numeric_array, numeric_values, string_array
 from zephyr.tokenize.shards import write_shard
 from zephyr.tokenize.spill import SpillFiles, gather
 

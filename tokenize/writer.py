@@ -67,7 +67,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.encode_step import TokenizeBatch, numeric_array, string_array
+from zephyr.tokenize.arrow_buffers import numeric_array, string_array
+from zephyr.tokenize.encode_step import TokenizeBatch
 from zephyr.tokenize.format import token_dtype
 from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
 from zephyr.tokenize.pack_step import PackPartition, shard_directory

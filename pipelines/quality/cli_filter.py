@@ -245,8 +245,9 @@ def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: 
 def _rule_overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Settings of rule families that take some (the url rules: blocklist file, url column); the blocklist is
     read now, so a bad line fails before any work, naming the file and line."""
-    names = [n.strip() for n in args.rules.split(",")]
-    if "url" not in names:
+    from zephyr.pipelines.quality.filters import rule_names
+
+    if "url" not in rule_names(args.rules):
         if args.url_blocklist:
             from zephyr.errors import ConfigError
 

@@ -31,7 +31,7 @@ def test_every_task_encodes_on_every_core(bpe_tokenizer: Path, tmp_path: Path, m
 
 
 def test_numeric_values_are_a_view_of_the_buffer_without_pandas() -> None:
-    from zephyr.tokenize.encode_step import numeric_values, string_array
+    from zephyr.tokenize.arrow_buffers import numeric_values, string_array
 
     column = pa.array(np.arange(10, dtype=np.int64)).slice(3, 4)  # an offset into the buffer
     assert numeric_values(column).tolist() == [3, 4, 5, 6]
