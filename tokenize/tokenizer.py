@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -51,6 +52,10 @@ _FAST_PATHS: dict[str, tuple[Any, np.ndarray] | str] = {}
 _FASTOKENS: dict[str, Any] = {}
 # Per process: tokenizer.json sha256 -> its HF ``Tokenizer`` (parsing GPT-2's JSON takes ~0.15 s).
 _HF: dict[str, Any] = {}
+# Per process: tokenizer.json sha256 -> the thread of ``warm_in_background`` filling the three caches above, and
+# where it leaves its error. Every copy of the tokenizer in the process (the engine unpickles a task's stage)
+# waits for it instead of proving the engine a second time.
+_WARMING: dict[str, tuple[threading.Thread, dict[str, BaseException]]] = {}
 
 BosPolicy = Literal["never", "always"]
 EngineChoice = Literal["auto", "hf", "tiktoken", "fastokens"]
@@ -197,26 +202,32 @@ class TextTokenizer:
         self._engine: str | None = None
         self._ft: Any = None
         self._tables: tuple[bytes, np.ndarray, dict[str, int], np.ndarray] | None = None
+        self._vocab_size: int | None = None
+        self._ship_tables = True
 
     # Pickling ships the JSON bytes, plus the fast path's rank tables once proven (building them from the
     # vocabulary is most of the fast path's setup). Rust objects are rebuilt lazily in the worker, and the
     # shipped tables are proven again there against that process's own HF before first use.
+    # A tokenizer warmed in the background (``warm_in_background``) stays in its process and ships no tables:
+    # whether its thread has finished when the engine fingerprints the stage (a pickle) must not matter.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         tables = None
-        if self._fast is not None:
+        if self._fast is not None and self._ship_tables:
             # ranks 0..n-1 in order as one blob + lengths: two objects to pickle, not 50,000 dict entries
             tokens = sorted(self._fast._mergeable_ranks, key=self._fast._mergeable_ranks.get)
             lengths = np.fromiter(map(len, tokens), dtype=np.int32, count=len(tokens))
             tables = (b"".join(tokens), lengths, self._fast._special_tokens, self._rank_to_id)
         state.update(_hf=None, _fast=None, _rank_to_id=None, _engine=None, _tables=tables, _ft=None)
-        state.pop("vocab_size", None)
+        state.update(_vocab_size=None)
         state.pop("_config", None)  # re-parsed from the JSON bytes on use: cheaper than pickling the dict
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_tables", None)
         state.setdefault("_ft", None)
+        state.setdefault("_vocab_size", None)
+        state.setdefault("_ship_tables", True)
         self.__dict__.update(state)
 
     def _special_id(self, config: dict, given: str | None, candidates: Sequence[str], kind: str) -> int:
@@ -238,13 +249,54 @@ class TextTokenizer:
         """The parsed tokenizer.json (not pickled: re-parsed on first use in a worker)."""
         return json.loads(self.json_bytes)
 
-    @cached_property
+    @property
     def vocab_size(self) -> int:
         """Number of ids, added tokens included (decides the shard dtype)."""
-        return int(self.hf.get_vocab_size(with_added_tokens=True))
+        if self._vocab_size is None:
+            self._vocab_size = int(self.hf.get_vocab_size(with_added_tokens=True))
+        return self._vocab_size
+
+    def warm_in_background(self) -> None:
+        """Decide and prove the engine and load HF's tokenizer on a thread, starting now.
+
+        fastokens and HF parse the tokenizer.json with the GIL released (~0.5 s for GPT-2 here), so the caller
+        plans its job and decodes its first input batch meanwhile. ``engine`` and ``hf`` (of this object and of
+        its copies in this process) wait for the thread on first use and raise what it raised. For a tokenizer
+        that encodes in this process (the tokenize writer in the driver): it no longer ships its fast path's
+        tables when pickled (see ``__getstate__``).
+        """
+        self._ship_tables = False
+        if self._engine is not None or self.sha256 in _WARMING:
+            return
+        _ = self._config  # parsed here, so the thread takes no cached_property lock
+        errors: dict[str, BaseException] = {}
+
+        def warm() -> None:
+            try:
+                self._decide_engine()
+                _ = self.hf
+            except BaseException as exc:  # raised where the engine is first used
+                errors["error"] = exc
+
+        thread = threading.Thread(target=warm, name="zephyr-tokenizer-warm", daemon=True)
+        _WARMING[self.sha256] = (thread, errors)
+        thread.start()
+
+    def _await_warm(self) -> None:
+        """Wait for ``warm_in_background``'s thread (not from that thread itself); raise what it raised."""
+        warming = _WARMING.get(self.sha256)
+        if warming is None or warming[0] is threading.current_thread():
+            return
+        thread, errors = warming
+        thread.join()
+        _WARMING.pop(self.sha256, None)
+        if "error" in errors:
+            raise errors["error"]
 
     @property
     def hf(self) -> Any:
+        if self._hf is None:
+            self._await_warm()
         if self._hf is None:
             self._hf = _HF.get(self.sha256)
         if self._hf is None:
@@ -263,7 +315,15 @@ class TextTokenizer:
     @property
     def engine(self) -> str:
         """``"fastokens"``, ``"tiktoken"`` or ``"hf"``: the encoder ``encode_batch`` uses (decided, and proven,
-        on first use)."""
+        on first use, or by ``warm_in_background``)."""
+        if self._engine is None:
+            self._await_warm()
+        if self._engine is None:
+            self._decide_engine()
+        return self._engine  # type: ignore[return-value]
+
+    def _decide_engine(self) -> None:
+        """Set ``_engine``: the first engine of the choice that proves identical to HF (see the module doc)."""
         if self._engine is None:
             choice = self.engine_choice
             skipped = []
@@ -281,7 +341,6 @@ class TextTokenizer:
                 self._engine = "hf"
                 if skipped:
                     log.info("tokenizer: HF encoder (%s)", "; ".join(skipped))
-        return self._engine
 
     # ---- fastokens -------------------------------------------------------------------------------------
     def _build_fastokens(self) -> str | None:

@@ -135,9 +135,15 @@ def write_token_shards(
 
     shard_bytes = _checked_shard_bytes(shard_size, batch_rows)
     output = output.removeprefix("file://")
+    options = zephyr.ExecutionOptions.from_kwargs(**execution)
+    tok = None
+    if options.executor == "inprocess" or _driver_encodes(options):
+        # the jobs run in this process (``_worker_pool``): the tokenizer loads and proves itself on a thread
+        # while the inputs are checked and planned and the first batch is read
+        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
+        tok.warm_in_background()
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         _check_text_inputs(data, text_column)
-    options = zephyr.ExecutionOptions.from_kwargs(**execution)
     read_plan, concurrency = plan_tasks(data, options)
     pool = _worker_pool(execution, options, read_plan, concurrency)
     # the split only spreads work over workers: in the driver, tasks run one after another anyway
@@ -149,7 +155,10 @@ def write_token_shards(
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
     with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
-        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
+        if tok is None:
+            tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
+            if in_driver:  # a small job (``ReadPlan.small``)
+                tok.warm_in_background()
         names = input_columns(data) if "auto" in (id_column, source_column) else None
         id_column = detect_column(names, id_column, "id")
         source_column = detect_column(names, source_column, "source")
@@ -163,9 +172,8 @@ def write_token_shards(
         )
         _replace_set(output)
         scratch = _scratch_dir(output, execution.get("work_dir"))
-        if engine != "auto" or options.executor == "inprocess":
-            # a forced engine that cannot be proven fails here, before any task; in-process the proof is shared
-            _ = tok.engine
+        if engine != "auto":
+            _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
         try:
             columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
             spill_dir = f"{scratch}/spill"

@@ -152,3 +152,58 @@ def test_fastokens_on_corpus(corpus_small: Path, model: str) -> None:
     flat, offsets = tok.encode_batch(texts[:20])
     for i, text in enumerate(texts[:20]):
         assert flat[offsets[i] : offsets[i + 1]].tolist() == tok.hf_ids(text) + [tok.eos_id]
+
+
+def _count_proofs(monkeypatch) -> dict[str, int]:
+    """Forget what this process proved and count the proofs from here on (per engine)."""
+    import zephyr.tokenize.tokenizer as module
+
+    _fresh_caches(monkeypatch)
+    monkeypatch.setattr(module, "_HF", {})
+    monkeypatch.setattr(module, "_WARMING", {})
+    calls = {"fastokens": 0, "tiktoken": 0}
+    for engine, name in (("fastokens", "_prove_fastokens"), ("tiktoken", "_prove_fast_path")):
+        original = getattr(TextTokenizer, name)
+
+        def counted(self, _original=original, _engine=engine):
+            calls[_engine] += 1
+            return _original(self)
+
+        monkeypatch.setattr(TextTokenizer, name, counted)
+    return calls
+
+
+def test_warm_in_background_proves_once_for_every_copy(bpe_tokenizer: Path, monkeypatch) -> None:
+    """The writer in the driver warms its tokenizer on a thread; the engine's unpickled copy of it waits for that
+    thread instead of proving again, and the pickle (the stage fingerprint) does not depend on the timing."""
+    import pickle
+
+    counted = _count_proofs(monkeypatch)
+    reference = TextTokenizer(bpe_tokenizer).engine
+    expected = dict(counted)  # the proofs one tokenizer runs without a thread
+    calls = _count_proofs(monkeypatch)  # forgotten again, counted afresh
+
+    tok = TextTokenizer(bpe_tokenizer)
+    tok.warm_in_background()
+    early = pickle.dumps(tok)  # most likely while the thread proves
+    copy = pickle.loads(early)
+    assert copy.engine == tok.engine == reference
+    assert pickle.dumps(tok) == early
+    assert calls == expected  # each engine proven at most once, by the thread
+    texts = ["ab cd", "", *TRAIN_TEXT[:3]]
+    assert [a.tolist() for a in copy.encode_batch(texts)] == [a.tolist() for a in tok.encode_batch(texts)]
+
+
+def test_warm_in_background_raises_where_the_engine_is_used(tmp_path: Path, monkeypatch) -> None:
+    """A forced engine that cannot be proven fails at first use, in the tokenizer and in its copies."""
+    import pickle
+
+    _count_proofs(monkeypatch)
+    path = train_bpe(tmp_path / "lower.json", lowercase=True)  # a normalizer: tiktoken refuses it
+    tok = TextTokenizer(path, engine="tiktoken")
+    tok.warm_in_background()
+    copy = pickle.loads(pickle.dumps(tok))
+    with pytest.raises(ConfigError, match="normalizer"):
+        _ = copy.engine
+    with pytest.raises(ConfigError, match="normalizer"):
+        _ = tok.engine

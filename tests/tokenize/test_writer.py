@@ -439,3 +439,30 @@ def test_up_to_two_local_workers_encode_in_the_driver(
         **common,
     )
     assert _sha(tmp_path / "d") == _sha(tmp_path / "w")
+
+
+@pytest.mark.parametrize("executor", ["inprocess", "local"])
+def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
+    tmp_path: Path, executor: str, monkeypatch
+) -> None:
+    """In the driver the tokenizer proves itself on a thread (``warm_in_background``); a forced engine it cannot
+    prove still fails the call with the reason, and leaves no scratch directory behind."""
+    import zephyr.tokenize.tokenizer as module
+
+    from zephyr.errors import ConfigError
+
+    from .conftest import train_bpe
+
+    monkeypatch.setattr(module, "_FAST_PATHS", {})
+    monkeypatch.setattr(module, "_WARMING", {})
+    _corpus(tmp_path / "in")
+    lower = train_bpe(tmp_path / "lower.json", lowercase=True)
+    with pytest.raises(ConfigError, match="tiktoken engine cannot be used.*normalizer"):
+        write_token_shards(
+            tmp_path / "in",
+            tokenizer=lower,
+            output=str(tmp_path / "out"),
+            engine="tiktoken",
+            executor=executor,
+        )
+    assert not (tmp_path / "out" / "_work").exists()
