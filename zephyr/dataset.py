@@ -264,6 +264,12 @@ class Dataset:
         The preferred way to write operators: vectorized, no per-row Python. ``fn`` is unpickled once per
         task, so a callable object can load a model lazily on its first call.
 
+        A callable object may hold batches back, to keep something busy across calls (the tokenize writer
+        encodes batch n on the tokenizer's threads while it builds batch n - 1's output): give it a
+        ``finish()`` method. Each task then gets its own shallow copy of it; a call may return ``None``
+        (nothing yet) or the output of earlier batches, and ``finish()``, called once after the task's last
+        batch, returns what is still held. Rows are then accounted over the task, not per call.
+
         >>> import pyarrow.compute as pc
         >>> from_items([{"x": 1}, {"x": 2}]).map_batches(
         ...     lambda t: t.append_column("y", pc.multiply(t["x"], 2))).to_arrow(executor="inprocess").to_pylist()

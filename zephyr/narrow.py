@@ -57,10 +57,14 @@ class OpCounters:
 
 def op_label(op: Op) -> str:
     fn = getattr(op, "fn", None)
-    name = getattr(op, "name", None) or (getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None)
+    name = getattr(op, "name", None) or (
+        getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None
+    )
     if isinstance(op, WithRowIndex):
         return f"with_row_index({op.name})"
-    kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[type(op)]
+    kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[
+        type(op)
+    ]
     return f"{kind}({name})" if name else f"{kind}({', '.join(op.columns)})"
 
 
@@ -127,7 +131,9 @@ def _apply_flat_map(stream, op: FlatMap, count: OpCounters, where: str, quaranti
     return _apply_rows(stream, op, count, where, quarantine, flat=True)
 
 
-def _apply_rows(stream, op: Map | FlatMap, count: OpCounters, where: str, quarantine: Quarantine, *, flat: bool):
+def _apply_rows(
+    stream, op: Map | FlatMap, count: OpCounters, where: str, quarantine: Quarantine, *, flat: bool
+):
     """Row functions: ``map`` returns one row per row, ``flat_map`` (``flat``) an iterable of rows per row."""
     base = 0
     for table in stream:
@@ -210,44 +216,84 @@ def _rebatch(stream: Iterable[pa.Table], rows: int | None) -> Iterator[pa.Table]
 
 
 def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine):
+    if callable(getattr(op.fn, "finish", None)):
+        yield from _apply_holding(stream, op, count, where, quarantine)
+        return
     for table in _rebatch(stream, op.batch_rows):
         count.rows_in += table.num_rows
-        try:
-            result = op.fn(table)
-        except ZephyrError:
-            raise
-        except Exception as exc:
-            raise ZephyrError(f"{op_label(op)} failed on {where}: {type(exc).__name__}: {exc}") from exc
-        rejected_rows = 0
-        dropped_rows = 0
-        if isinstance(result, BatchOutput):
-            for reason, n in result.dropped.items():
-                count.dropped_by_reason[reason] = count.dropped_by_reason.get(reason, 0) + int(n)
-                dropped_rows += int(n)
-            if result.rejected is not None and result.rejected.num_rows:
-                rejected_rows = result.rejected.num_rows
-                quarantine(_as_quarantine(result.rejected, result.reason, op, where))
-            result = result.kept
-        if result is None:
-            out = table.slice(0, 0)
-        elif isinstance(result, pa.RecordBatch):
-            out = pa.Table.from_batches([result])
-        elif isinstance(result, pa.Table):
-            out = result
-        else:
-            raise ZephyrError(
-                f"{op_label(op)} returned {type(result).__name__}; return a pyarrow Table, RecordBatch, "
-                "BatchOutput or None"
-            )
-        count.rows_out += out.num_rows
-        count.rows_quarantined += rejected_rows
-        # Rows neither kept nor rejected were dropped by the function; count those it did not name.
-        unnamed = table.num_rows - out.num_rows - rejected_rows - dropped_rows
-        if unnamed > 0:
-            count.dropped_by_reason["unspecified"] = count.dropped_by_reason.get("unspecified", 0) + unnamed
-            dropped_rows += unnamed
-        count.rows_dropped += max(dropped_rows, 0)
+        result = _call(op, where, op.fn, table)
+        out, accounted = _batch_output(result, op, count, where, quarantine)
+        _count_unnamed(count, table.num_rows - accounted)
+        yield table.slice(0, 0) if out is None else out
+
+
+def _apply_holding(stream, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine):
+    """``map_batches`` with a function that holds batches back (it has a ``finish`` method, see
+    ``Dataset.map_batches``): a shallow copy of it per task, so what it holds belongs to this task; a call may
+    return nothing yet (``None``) or the output of earlier batches; ``finish()`` returns the rest, once, after
+    the task's last batch. Its rows are accounted over the task: those neither kept, quarantined nor dropped
+    by name when it ends were dropped unnamed."""
+    import copy
+
+    fn = copy.copy(op.fn)
+    unaccounted = 0
+    for table in _rebatch(stream, op.batch_rows):
+        count.rows_in += table.num_rows
+        out, accounted = _batch_output(_call(op, where, fn, table), op, count, where, quarantine)
+        unaccounted += table.num_rows - accounted
+        if out is not None:
+            yield out
+    out, accounted = _batch_output(_call(op, where, fn.finish), op, count, where, quarantine)
+    unaccounted -= accounted
+    if out is not None:
         yield out
+    _count_unnamed(count, unaccounted)
+
+
+def _call(op: MapBatches, where: str, fn: Callable[..., object], *args: object) -> object:
+    """``fn(*args)``; an error that is not the engine's own fails the task naming the op and the shard."""
+    try:
+        return fn(*args)
+    except ZephyrError:
+        raise
+    except Exception as exc:
+        raise ZephyrError(f"{op_label(op)} failed on {where}: {type(exc).__name__}: {exc}") from exc
+
+
+def _batch_output(
+    result: object, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine
+) -> tuple[pa.Table | None, int]:
+    """(the kept rows as a table, or None for a ``None`` result; rows accounted: kept + quarantined + dropped
+    by name), after counting them and quarantining the rejected rows."""
+    accounted = 0
+    if isinstance(result, BatchOutput):
+        for reason, n in result.dropped.items():
+            count.dropped_by_reason[reason] = count.dropped_by_reason.get(reason, 0) + int(n)
+            count.rows_dropped += int(n)
+            accounted += int(n)
+        if result.rejected is not None and result.rejected.num_rows:
+            quarantine(_as_quarantine(result.rejected, result.reason, op, where))
+            count.rows_quarantined += result.rejected.num_rows
+            accounted += result.rejected.num_rows
+        result = result.kept
+    if result is None:
+        return None, accounted
+    if isinstance(result, pa.RecordBatch):
+        result = pa.Table.from_batches([result])
+    elif not isinstance(result, pa.Table):
+        raise ZephyrError(
+            f"{op_label(op)} returned {type(result).__name__}; return a pyarrow Table, RecordBatch, "
+            "BatchOutput or None"
+        )
+    count.rows_out += result.num_rows
+    return result, accounted + result.num_rows
+
+
+def _count_unnamed(count: OpCounters, rows: int) -> None:
+    """Rows a batch function neither kept, rejected nor dropped by name: dropped, reason "unspecified"."""
+    if rows > 0:
+        count.dropped_by_reason["unspecified"] = count.dropped_by_reason.get("unspecified", 0) + rows
+        count.rows_dropped += rows
 
 
 def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:

@@ -14,13 +14,18 @@ from zephyr.ops import BatchOutput
 
 
 @pytest.mark.parametrize("engine", ["tiktoken", "hf"])
-def test_every_task_encodes_on_every_core(bpe_tokenizer: Path, tmp_path: Path, monkeypatch, engine: str) -> None:
+def test_every_task_encodes_on_every_core(
+    bpe_tokenizer: Path, tmp_path: Path, monkeypatch, engine: str
+) -> None:
     """A task uses all cores even when others run beside it: the last task of a step is not left on one."""
     monkeypatch.setattr("os.cpu_count", lambda: 6)
     tok = TextTokenizer(bpe_tokenizer, num_threads=1, engine=engine)
-    step = TokenizeBatch(tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path))
-    out = step(pa.table({"text": ["the first document", "and a second one", None]}))
+    step = TokenizeBatch(
+        tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path)
+    )
+    assert step(pa.table({"text": ["the first document", "and a second one", None]})) is None  # in flight
     assert tok.num_threads == 6
+    out = step.finish()
     assert isinstance(out, BatchOutput) and out.rejected.num_rows == 1  # the null text, quarantined
     refs = out.kept
     assert refs.num_rows == 2 and refs.column_names[:3] == ["key_hi", "key_lo", "num_tokens"]
@@ -50,7 +55,9 @@ def test_the_writer_in_the_driver_never_imports_pandas(bpe_tokenizer: Path, tmp_
 
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"text": [f"document number {i} " * 20 for i in range(300)]}), tmp_path / "in.parquet")
+    pq.write_table(
+        pa.table({"text": [f"document number {i} " * 20 for i in range(300)]}), tmp_path / "in.parquet"
+    )
     code = (
         "import sys\n"
         "from zephyr.tokenize import write_token_shards\n"
@@ -60,3 +67,22 @@ def test_the_writer_in_the_driver_never_imports_pandas(bpe_tokenizer: Path, tmp_
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_an_encoder_error_in_flight_is_raised_by_the_task(
+    bpe_tokenizer: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The batch encodes on a thread while the previous one is written: its error comes back in the task."""
+    tok = TextTokenizer(bpe_tokenizer)
+    step = TokenizeBatch(
+        tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path)
+    )
+
+    def broken(texts, dtype):
+        raise RuntimeError("encoder crashed")
+
+    monkeypatch.setattr(tok, "encode_bodies", broken)
+    assert step(pa.table({"text": ["a document"]})) is None
+    with pytest.raises(RuntimeError, match="encoder crashed"):
+        step.finish()
+    assert not list(tmp_path.glob("*.tokens"))
