@@ -177,3 +177,11 @@ def test_the_executable_runs_an_old_config_with_one_deprecation_line_per_key(tmp
         "next release)",
     ]
     assert "2 steps, job dir" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["zephyr.pipelines.config", "zephyr.pipelines.step_renames"])
+def test_doctests(name: str) -> None:
+    import doctest
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
