@@ -18,7 +18,8 @@ File format (version 1)::
 Step types and their keys are the dataclasses of ``zephyr.pipelines.step_configs`` (``STEP_TYPES``), which
 embed the packages' own configs (a ``fuzzy_dedup`` step's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
 key is documented where it is declared, and a key renamed in this release (``rows`` → ``rows_per_band``,
-``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``.
+``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``. So are the names of the
+entries before they were steps (``stages:``, ``stage:``, ``--set stages.NAME.KEY``; ``zephyr.pipelines.step_renames``).
 
 Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` (a ``ConfigError``) listing
 every problem, each naming its key path and what is allowed, e.g.::
