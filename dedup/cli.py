@@ -127,7 +127,7 @@ _FUZZY_FLAGS = (  # FuzzyDedupConfig fields with a flag of their own; --no-verif
 
 def _fuzzy_config(args: argparse.Namespace) -> FuzzyDedupConfig:
     """The ``FuzzyDedupConfig`` of the flags given (the dataclass's defaults for the rest, a preset's when
-    ``--preset`` is given), built as a pipeline stage builds it (``FuzzyDedupConfig.from_dict``)."""
+    ``--preset`` is given), built as a pipeline step builds it (``FuzzyDedupConfig.from_dict``)."""
     given: dict[str, Any] = {k: getattr(args, k) for k in _FUZZY_FLAGS if getattr(args, k) is not None}
     if args.rows is not None:  # the old flag, read until the next release
         if args.rows_per_band is not None:
@@ -355,7 +355,7 @@ def _default(name: str) -> Any:
 
 def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
     """The MinHash flags: choices and defaults come from ``FuzzyDedupConfig`` (a flag left out keeps the
-    dataclass's default, or the preset's), so the CLI and pipeline stages cannot drift apart."""
+    dataclass's default, or the preset's), so the CLI and pipeline steps cannot drift apart."""
     fuzzy.add_argument(
         "--threshold", type=float, default=None, help=f"Jaccard threshold (default {_default('threshold')})"
     )

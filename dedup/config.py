@@ -106,7 +106,7 @@ class FuzzyDedupConfig:
     """MinHash-LSH near-duplicate detection with verified clusters.
 
     ``rows`` is the old name of ``rows_per_band``, read with a ``ZephyrDeprecationWarning`` until the next
-    release: as a key of ``from_dict`` (config files, pipeline stages), the ``--rows`` flag and the ``.rows``
+    release: as a key of ``from_dict`` (config files, pipeline steps), the ``--rows`` flag and the ``.rows``
     attribute. The constructor takes only ``rows_per_band``."""
 
     RENAMED: ClassVar[dict[str, str]] = {"rows": "rows_per_band"}

@@ -1,1 +1,1 @@
-"""zephyr.pipelines: text quality stages, ready-made batch pipelines and their configs."""
+"""zephyr.pipelines: text quality batch ops, and ready-made batch pipelines (`zephyr run`: steps) with their configs."""

@@ -1,10 +1,10 @@
-"""A pipeline stage's row accounting: what it read, kept, dropped and quarantined, checked to balance.
+"""A pipeline step's row accounting: what it read, kept, dropped and quarantined, checked to balance.
 
 The counts come from the engine's stage records (``zephyr.job_stats``: per-op rows, user counters, quarantine
-files); what is pipeline-specific lives here: which ops a stage accounts (``StageOutcome.accounting_ops``), the
+files); what is pipeline-specific lives here: which ops a step accounts (``StepOutcome.accounting_ops``), the
 ``pipeline/<role>/<key>=<value>`` counters that become ``per_source``/``per_lang`` tables, kept documents by
 duplicate-cluster size, and the check ``rows_in == rows_kept + rows_dropped + rows_quarantined`` against the
-row counts of the Parquet files the stage wrote.
+row counts of the Parquet files the step wrote.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.config import DATA_STAGES, SOURCE_STAGES, StageEntry
+from zephyr.pipelines.config import DATA_STEPS, SOURCE_STEPS, StepEntry
 
 from zephyr import job_stats
 from zephyr.errors import ZephyrError
@@ -23,12 +23,12 @@ __all__ = ["AccountingError", "account", "file_bytes", "inherit_inputs", "read_i
 
 
 class AccountingError(ZephyrError):
-    """A stage's rows do not balance: ``rows_in != kept + dropped + quarantined``. Names the stage and counts."""
+    """A step's rows do not balance: ``rows_in != kept + dropped + quarantined``. Names the step and counts."""
 
 
-def read_inputs(entry: StageEntry) -> list[str]:
-    """The local files a read stage reads (for its bytes-in figure)."""
-    if entry.type not in SOURCE_STAGES:
+def read_inputs(entry: StepEntry) -> list[str]:
+    """The local files a read step reads (for its bytes-in figure)."""
+    if entry.type not in SOURCE_STEPS:
         return []
     found: list[str] = []
     for p in entry.config.paths:
@@ -60,8 +60,8 @@ def split_counters(counters: dict[str, int]) -> tuple[dict[str, dict[str, dict[s
     return grouped, sizes
 
 
-def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files: list[str]) -> dict[str, Any]:
-    """The stage record's row accounting, checked: the engine's operator counters against the files."""
+def account(entry: StepEntry, outcome: Any, input_rows: int | None, input_files: list[str]) -> dict[str, Any]:
+    """The step record's row accounting, checked: the engine's operator counters against the files."""
     engine_stages = (outcome.engine_stats or {"stages": []}).get("stages", [])
     counters = job_stats.counter_totals(engine_stages)
     grouped, sizes = split_counters(counters)
@@ -75,7 +75,7 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
     }
     if entry.type == "tokenize":
         record.update(_tokenize_rows(entry, outcome, input_rows))
-    elif entry.type in DATA_STAGES:
+    elif entry.type in DATA_STEPS:
         record.update(_data_rows(entry, outcome, input_rows, engine_stages))
     else:
         record.update(rows_in=0, rows_kept=0, rows_dropped=0, dropped_by_reason={}, rows_quarantined=0,
@@ -83,13 +83,13 @@ def account(entry: StageEntry, outcome: Any, input_rows: int | None, input_files
     return record
 
 
-def _tokenize_rows(entry: StageEntry, outcome: Any, input_rows: int | None) -> dict[str, Any]:
-    """A tokenize stage keeps every document: the shards must hold as many as came in."""
+def _tokenize_rows(entry: StepEntry, outcome: Any, input_rows: int | None) -> dict[str, Any]:
+    """A tokenize step keeps every document: the shards must hold as many as came in."""
     kept = int(outcome.extra["num_documents"])
     if input_rows != kept:
         raise AccountingError(
-            f"stage {entry.name!r}: {input_rows} documents came in but the token shards hold {kept}; "
-            "every document must be tokenized (the read stage quarantines null texts)"
+            f"step {entry.name!r}: {input_rows} documents came in but the token shards hold {kept}; "
+            "every document must be tokenized (the read step quarantines null texts)"
         )
     per_source = outcome.extra.get("per_source", {})
     return {
@@ -101,8 +101,8 @@ def _tokenize_rows(entry: StageEntry, outcome: Any, input_rows: int | None) -> d
     }
 
 
-def _data_rows(entry: StageEntry, outcome: Any, input_rows: int | None, engine_stages: list[dict]) -> dict:
-    """A data stage's rows from the engine's op records of its accounting ops, checked against its files."""
+def _data_rows(entry: StepEntry, outcome: Any, input_rows: int | None, engine_stages: list[dict]) -> dict:
+    """A data step's rows from the engine's op records of its accounting ops, checked against its files."""
     from zephyr.io.parquet_source import parquet_rows
 
     wanted = outcome.accounting_ops
@@ -110,7 +110,7 @@ def _data_rows(entry: StageEntry, outcome: Any, input_rows: int | None, engine_s
     missing = sorted(set(wanted) - {op["op"] for op in ops})
     if missing:
         raise AccountingError(
-            f"stage {entry.name!r}: the engine stats lack the counters of {missing}; cannot account its rows"
+            f"step {entry.name!r}: the engine stats lack the counters of {missing}; cannot account its rows"
         )
     seen_in = sum(op["rows_in"] for op in ops if op["op"] == wanted[0])
     read_quarantined = sum(st.get("rows_read_quarantined", 0) for st in engine_stages)
@@ -120,21 +120,21 @@ def _data_rows(entry: StageEntry, outcome: Any, input_rows: int | None, engine_s
     dropped = sum(op["rows_dropped"] for op in ops)
     quarantined = sum(op["rows_quarantined"] for op in ops) + read_quarantined
     kept = parquet_rows(outcome.files)
-    if entry.type in SOURCE_STAGES:
+    if entry.type in SOURCE_STEPS:
         rows_in = seen_in + read_quarantined
     else:
         rows_in = int(input_rows or 0)
         if seen_in != rows_in:
             raise AccountingError(
-                f"stage {entry.name!r}: the previous stage wrote {rows_in} rows but {wanted[0]} saw {seen_in}"
+                f"step {entry.name!r}: the previous step wrote {rows_in} rows but {wanted[0]} saw {seen_in}"
             )
     if sum(dropped_by_reason.values()) != dropped:
         raise AccountingError(
-            f"stage {entry.name!r}: drops by reason sum to {sum(dropped_by_reason.values())}, not {dropped}"
+            f"step {entry.name!r}: drops by reason sum to {sum(dropped_by_reason.values())}, not {dropped}"
         )
     if rows_in != kept + dropped + quarantined:
         raise AccountingError(
-            f"stage {entry.name!r}: rows do not balance: in {rows_in} != kept {kept} (rows in "
+            f"step {entry.name!r}: rows do not balance: in {rows_in} != kept {kept} (rows in "
             f"{len(outcome.files)} part files) + dropped {dropped} + quarantined {quarantined}"
         )
     return {
@@ -149,9 +149,9 @@ def _data_rows(entry: StageEntry, outcome: Any, input_rows: int | None, engine_s
 
 
 def inherit_inputs(record: dict[str, Any], earlier: list[dict[str, Any]]) -> None:
-    """Rows per source/language coming into a stage = what the previous data stage wrote (unless counted)."""
-    previous = next((r for r in reversed(earlier) if r["type"] in DATA_STAGES), None)
-    if previous is None or record["type"] not in (*DATA_STAGES, "tokenize"):
+    """Rows per source/language coming into a step = what the previous data step wrote (unless counted)."""
+    previous = next((r for r in reversed(earlier) if r["type"] in DATA_STEPS), None)
+    if previous is None or record["type"] not in (*DATA_STEPS, "tokenize"):
         return
     for key in ("per_source", "per_lang"):
         table = record.setdefault(key, {})

@@ -1,12 +1,12 @@
 """``zephyr run PIPELINE.yaml``: run a declared pipeline as a batch job (see docs/pipelines.md).
 
     zephyr run pipelines/configs/quickstart.yaml --job-dir out/quickstart
-    zephyr run web --job-dir out/web --set stages.read.paths='[/data/crawl/*.parquet]' --workers 8
-    zephyr run cfg.yaml --set stages.fuzzy_dedup.threshold=0.7 --from fuzzy_dedup --until tokenize
-    zephyr run cfg.yaml --check                     # validate and list the stages; run nothing
+    zephyr run web --job-dir out/web --set steps.read.paths='[/data/crawl/*.parquet]' --workers 8
+    zephyr run cfg.yaml --set steps.fuzzy_dedup.threshold=0.7 --from fuzzy_dedup --until tokenize
+    zephyr run cfg.yaml --check                     # validate and list the steps; run nothing
 
 PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``, ``code``). Rerunning
-with the same ``--job-dir`` resumes: complete stages are skipped, the first unfinished one skips its
+with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished one skips its
 finished tasks. The global execution options (``--executor``, ``--workers``, ``--cluster``...) pick where
 engine tasks run; outputs do not depend on them. Ends with the run's summary (``zephyr.summary``), whose last
 line says where the report is.
@@ -38,11 +38,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config key: stages.NAME.KEY=VALUE (or stages.INDEX.KEY), or a top-level KEY=VALUE",
+        help="override a config key: steps.NAME.KEY=VALUE (or steps.INDEX.KEY), or a top-level KEY=VALUE",
     )
-    parser.add_argument("--from", dest="from_stage", default=None, metavar="STAGE", help="rerun from this stage on")
-    parser.add_argument("--until", dest="until_stage", default=None, metavar="STAGE", help="stop after this stage")
-    parser.add_argument("--check", action="store_true", help="validate the config and list its stages; run nothing")
+    parser.add_argument("--from", dest="from_step", default=None, metavar="STEP", help="rerun from this pipeline step on")
+    parser.add_argument("--until", dest="until_step", default=None, metavar="STEP", help="stop after this pipeline step")
+    parser.add_argument("--check", action="store_true", help="validate the config and list its steps; run nothing")
     parser.add_argument("--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report")
     parser.set_defaults(func=handler)
 
@@ -52,7 +52,7 @@ def handler(args: argparse.Namespace) -> int:
 
     from zephyr.pipelines.columns import check_added_columns
     from zephyr.pipelines.config import check_inputs, load_config
-    from zephyr.pipelines.runner import ProgressReporter, run_pipeline, stage_dir_name
+    from zephyr.pipelines.runner import ProgressReporter, run_pipeline, step_dir_name
 
     from zephyr.cli import execution_options
 
@@ -61,17 +61,17 @@ def handler(args: argparse.Namespace) -> int:
     if args.check:
         check_inputs(config)
         check_added_columns(config)
-        print(f"pipeline {config.name!r} ({config.path}): {len(config.stages)} stages, job dir {job_dir}")
-        for index, entry in enumerate(config.stages):
+        print(f"pipeline {config.name!r} ({config.path}): {len(config.steps)} steps, job dir {job_dir}")
+        for index, entry in enumerate(config.steps):
             state = "" if entry.enabled else "  (disabled)"
-            print(f"  {stage_dir_name(index, entry)}: {entry.type}{state}")
+            print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
     result = run_pipeline(
         config,
         job_dir,
         execution=execution_options(args),
-        from_stage=args.from_stage,
-        until_stage=args.until_stage,
+        from_step=args.from_step,
+        until_step=args.until_step,
         reporter=ProgressReporter(sys.stderr),
         report=args.report,
     )
@@ -79,15 +79,15 @@ def handler(args: argparse.Namespace) -> int:
 
 
 def _summary(result):
-    """The run's ``Summary``: rows the first data stage read, kept by the last one, and what every stage
-    dropped and quarantined on the way (each stage reads what the one before kept), with the report's path
-    as its last line."""
+    """The run's ``Summary``: rows the first data step read, kept by the last one, and what every step
+    dropped and quarantined on the way (each step reads what the one before kept), with the report's path
+    as its last line. Its ``details`` keep the key ``stages`` (a machine-read output)."""
     from zephyr.summary import Summary
 
-    data = [s for s in result.stages if "rows_in" in s and s.get("type") != "train"]
+    data = [s for s in result.steps if "rows_in" in s and s.get("type") != "train"]
     reasons: dict[str, int] = {}
-    for stage in data:
-        for reason, n in (stage.get("dropped_by_reason") or {}).items():
+    for step in data:
+        for reason, n in (step.get("dropped_by_reason") or {}).items():
             reasons[reason] = reasons.get(reason, 0) + int(n)
     report = result.html_report or result.report
     return Summary(
@@ -103,6 +103,6 @@ def _summary(result):
         details={
             "report": str(result.report) if result.report else None,
             "html_report": str(result.html_report) if result.html_report else None,
-            "stages": {s["stage"]: s.get("status") for s in result.stages},
+            "stages": {s["stage"]: s.get("status") for s in result.steps},
         },
     )

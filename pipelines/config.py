@@ -4,36 +4,37 @@ File format (version 1)::
 
     version: 1                      # optional; 1 is the only version
     name: quickstart
-    text_column: text               # columns every stage works on
+    text_column: text               # columns every step works on
     id_column: id
     source_column: source
-    stages:                         # run in this order; ``stage`` is the type, ``name`` defaults to it
-      - stage: read
+    steps:                         # run in this order; ``step`` is the type, ``name`` defaults to it
+      - step: read
         paths: [../../data/sample/sample.parquet]   # relative paths: from the config file's folder
-      - stage: fuzzy_dedup
+      - step: fuzzy_dedup
         threshold: 0.8
-      - stage: train
-        enabled: false              # any stage can be switched off
+      - step: train
+        enabled: false              # any step can be switched off
 
-Stage types and their keys are the dataclasses of ``zephyr.pipelines.stage_configs`` (``STAGE_TYPES``), which
-embed the packages' own configs (a ``fuzzy_dedup`` stage's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
+Step types and their keys are the dataclasses of ``zephyr.pipelines.step_configs`` (``STEP_TYPES``), which
+embed the packages' own configs (a ``fuzzy_dedup`` step's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
 key is documented where it is declared, and a key renamed in this release (``rows`` → ``rows_per_band``,
-``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``.
+``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``. So are the names of the
+entries before they were steps (``stages:``, ``stage:``, ``--set stages.NAME.KEY``; ``zephyr.pipelines.step_renames``).
 
 Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` (a ``ConfigError``) listing
 every problem, each naming its key path and what is allowed, e.g.::
 
-    stages[5].threshold: must be within (0, 1], got 1.5
-    stages[2].langauges: unknown key for a LangIdStage; allowed: enabled, languages, max_chars, ...
+    steps[5].threshold: must be within (0, 1], got 1.5
+    steps[2].langauges: unknown key for a LangIdStep; allowed: enabled, languages, max_chars, ...
 
 String values may use ``${VAR}`` or ``${VAR:-default}`` (environment variables). Overrides
-(``--set stages.fuzzy_dedup.threshold=0.7``, ``--set stages.3.enabled=false``, ``--set seed=1``) are applied
+(``--set steps.fuzzy_dedup.threshold=0.7``, ``--set steps.3.enabled=false``, ``--set seed=1``) are applied
 to the raw mapping before validation; their values are read by ``zephyr.config.parse_value`` as in ``zephyr
 train --set`` (JSON, else YAML such as ``[en, de]``, else text), and relative paths in them resolve from the
 current directory. Checking, file reading and env expansion are the config base's (``zephyr.config``).
 
->>> cfg = parse_config({"name": "t", "stages": [{"stage": "read", "paths": ["/"]}, {"stage": "normalize"}]})
->>> [s.name for s in cfg.stages], cfg.stages[1].config.normalize.nfc
+>>> cfg = parse_config({"name": "t", "steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}]})
+>>> [s.name for s in cfg.steps], cfg.steps[1].config.normalize.nfc
 (['read', 'normalize'], True)
 """
 
@@ -47,20 +48,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.stage_configs import (
-    DATA_STAGES,
-    SOURCE_STAGES,
-    STAGE_TYPES,
-    ExactDedupStage,
-    FuzzyDedupStage,
-    HeuristicFilterStage,
-    LangIdStage,
-    MapStage,
-    NormalizeStage,
-    QualityStage,
-    ReadStage,
-    TokenizeStage,
-    TrainStage,
+from zephyr.pipelines.step_configs import (
+    DATA_STEPS,
+    SOURCE_STEPS,
+    STEP_TYPES,
+    ExactDedupStep,
+    FuzzyDedupStep,
+    HeuristicFilterStep,
+    LangIdStep,
+    MapStep,
+    NormalizeStep,
+    QualityStep,
+    ReadStep,
+    TokenizeStep,
+    TrainStep,
+)
+from zephyr.pipelines.step_renames import (
+    deprecated_name,
+    old_names_getattr,
+    renamed_config_keys,
+    renamed_override,
 )
 
 from zephyr.config import (
@@ -76,21 +83,21 @@ from zephyr.errors import ConfigError
 
 __all__ = [
     "CONFIG_VERSION",
-    "STAGE_TYPES",
-    "DATA_STAGES",
-    "SOURCE_STAGES",
+    "STEP_TYPES",
+    "DATA_STEPS",
+    "SOURCE_STEPS",
     "PipelineConfig",
-    "StageEntry",
-    "ReadStage",
-    "NormalizeStage",
-    "LangIdStage",
-    "HeuristicFilterStage",
-    "ExactDedupStage",
-    "FuzzyDedupStage",
-    "QualityStage",
-    "MapStage",
-    "TokenizeStage",
-    "TrainStage",
+    "StepEntry",
+    "ReadStep",
+    "NormalizeStep",
+    "LangIdStep",
+    "HeuristicFilterStep",
+    "ExactDedupStep",
+    "FuzzyDedupStep",
+    "QualityStep",
+    "MapStep",
+    "TokenizeStep",
+    "TrainStep",
     "load_config",
     "parse_config",
     "apply_overrides",
@@ -99,15 +106,17 @@ __all__ = [
 
 CONFIG_VERSION = 1
 
+__getattr__ = old_names_getattr(__name__)  # StageEntry, LangIdStage ...: the old names, for one release
 
-_COMMON_KEYS = ("stage", "name", "enabled")
+
+_COMMON_KEYS = ("step", "name", "enabled")
 _DISPLAY_ONLY = {"train": ("log_every",)}
-"""Keys that change only what a person sees, not the outputs: changing one never reruns (or clears) a stage."""
+"""Keys that change only what a person sees, not the outputs: changing one never reruns (or clears) a step."""
 
 
 @dataclass(frozen=True)
-class StageEntry:
-    """One stage of a pipeline: its type, unique name, whether it runs, and its typed config."""
+class StepEntry:
+    """One step of a pipeline: its type, unique name, whether it runs, and its typed config."""
 
     type: str
     name: str
@@ -115,15 +124,25 @@ class StageEntry:
     enabled: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        body = dict(self.config.settings) if isinstance(self.config, TrainStage) else flat_dict(self.config)
-        return {"stage": self.type, "name": self.name, "enabled": self.enabled, **body}
+        """The entry as a config file writes it (``pipeline.yaml`` in a job folder)."""
+        return {"step": self.type, **self._body()}
+
+    def record_dict(self) -> dict[str, Any]:
+        """The entry as fingerprints and step records (``config`` in ``_stats.json``) hold it: its type under
+        ``stage``, the key's name before steps were called steps. Kept so that a job folder an older zephyr
+        began resumes without redoing its finished steps, and records stay byte-identical."""
+        return {"stage": self.type, **self._body()}
+
+    def _body(self) -> dict[str, Any]:
+        body = dict(self.config.settings) if isinstance(self.config, TrainStep) else flat_dict(self.config)
+        return {"name": self.name, "enabled": self.enabled, **body}
 
     def fingerprint(self, upstream: str) -> str:
-        """Hash of this stage's config and its upstream fingerprint: a changed config never reuses outputs."""
+        """Hash of this step's config and its upstream fingerprint: a changed config never reuses outputs."""
         from zephyr.resume import unit_fingerprint
 
-        stage = {k: v for k, v in self.to_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
-        return unit_fingerprint({"stage": stage, "version": CONFIG_VERSION}, upstream)
+        hashed = {k: v for k, v in self.record_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
+        return unit_fingerprint({"stage": hashed, "version": CONFIG_VERSION}, upstream)
 
 
 @dataclass(frozen=True)
@@ -131,7 +150,7 @@ class PipelineConfig:
     """A whole pipeline. Plain data: change it with ``dataclasses.replace``."""
 
     name: str
-    stages: tuple[StageEntry, ...]
+    steps: tuple[StepEntry, ...]
     text_column: str = "text"
     """The document text."""
     id_column: str = "id"
@@ -145,11 +164,22 @@ class PipelineConfig:
     path: str | None = None
     """The file this config was loaded from (informational)."""
 
-    def stage(self, name: str) -> StageEntry:
-        for entry in self.stages:
+    def step(self, name: str) -> StepEntry:
+        for entry in self.steps:
             if entry.name == name:
                 return entry
-        raise ConfigError(f"no stage named {name!r}; stages: {', '.join(s.name for s in self.stages)}")
+        raise ConfigError(f"no step named {name!r}; steps: {', '.join(s.name for s in self.steps)}")
+
+    @property
+    def stages(self) -> tuple[StepEntry, ...]:
+        """Deprecated: renamed ``steps``."""
+        deprecated_name("PipelineConfig.stages", "PipelineConfig.steps")
+        return self.steps
+
+    def stage(self, name: str) -> StepEntry:
+        """Deprecated: renamed ``step``."""
+        deprecated_name("PipelineConfig.stage()", "PipelineConfig.step()")
+        return self.step(name)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,7 +190,7 @@ class PipelineConfig:
             "id_column": self.id_column,
             "source_column": self.source_column,
             "lang_column": self.lang_column,
-            "stages": [s.to_dict() for s in self.stages],
+            "steps": [s.to_dict() for s in self.steps],
         }
 
 
@@ -172,7 +202,7 @@ _TOP_KEYS = (
     "id_column",
     "source_column",
     "lang_column",
-    "stages",
+    "steps",
 )
 
 
@@ -191,7 +221,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     path = Path(path)
     if not path.exists() and path.suffix == "" and "/" not in str(path):
         path = builtin_config(str(path))
-    raw = read_mapping(path, "pipeline config")
+    raw = renamed_config_keys(read_mapping(path, "pipeline config"))
     base = path.resolve().parent
     raw = _resolve_paths(expand_env(raw), base)
     if overrides:
@@ -199,8 +229,8 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     return parse_config(raw, path=str(path))
 
 
-def _path_fields(stage_type: str) -> set[str]:
-    cls = STAGE_TYPES.get(stage_type)
+def _path_fields(step_type: str) -> set[str]:
+    cls = STEP_TYPES.get(step_type)
     if cls is None:
         return set()
     return {key for key, (f, _, _) in flat_fields(cls).items() if f.metadata.get("path")}
@@ -222,32 +252,32 @@ def _resolve_one(value: Any, base: Path) -> Any:
 
 
 def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    stages = raw.get("stages")
-    if not isinstance(stages, list):
+    steps = raw.get("steps")
+    if not isinstance(steps, list):
         return raw
     out = []
-    for stage in stages:
-        if isinstance(stage, dict):
-            stage = dict(stage)
-            for key in _path_fields(str(stage.get("stage"))):
-                if key in stage:
-                    stage[key] = _resolve_one(stage[key], base)
-        out.append(stage)
-    return {**raw, "stages": out}
+    for step in steps:
+        if isinstance(step, dict):
+            step = dict(step)
+            for key in _path_fields(str(step.get("step"))):
+                if key in step:
+                    step[key] = _resolve_one(step[key], base)
+        out.append(step)
+    return {**raw, "steps": out}
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | None = None) -> dict[str, Any]:
     """Apply ``KEY=VALUE`` overrides to a raw config mapping (see the module docstring for the syntax)."""
     import copy
 
-    raw = copy.deepcopy(raw)
+    raw = copy.deepcopy(renamed_config_keys(raw))
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. stages.fuzzy_dedup.threshold=0.7")
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. steps.fuzzy_dedup.threshold=0.7")
         value = parse_value(text)
-        parts = key.split(".")
-        if parts[0] != "stages":
+        parts = renamed_override(key, key.split("."))
+        if parts[0] != "steps":
             if len(parts) != 1:
                 raise ConfigError(
                     f"--set {item!r}: top-level keys are not nested; allowed: {', '.join(_TOP_KEYS)}"
@@ -255,12 +285,12 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | N
             raw[parts[0]] = value
             continue
         if len(parts) < 3:
-            raise ConfigError(f"--set {item!r}: address a stage key as stages.NAME.KEY or stages.INDEX.KEY")
-        stages = raw.get("stages")
-        if not isinstance(stages, list):
-            raise ConfigError(f"--set {item!r}: the config has no stages list")
-        target = _find_stage(stages, parts[1], item)
-        if base is not None and parts[2] in _path_fields(str(target.get("stage"))) and len(parts) == 3:
+            raise ConfigError(f"--set {item!r}: address a step key as steps.NAME.KEY or steps.INDEX.KEY")
+        steps = raw.get("steps")
+        if not isinstance(steps, list):
+            raise ConfigError(f"--set {item!r}: the config has no steps list")
+        target = _find_step(steps, parts[1], item)
+        if base is not None and parts[2] in _path_fields(str(target.get("step"))) and len(parts) == 3:
             value = _resolve_one(value, base)
         node = target
         for part in parts[2:-1]:
@@ -273,25 +303,26 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | N
     return raw
 
 
-def _find_stage(stages: list[Any], ref: str, item: str) -> dict[str, Any]:
+def _find_step(steps: list[Any], ref: str, item: str) -> dict[str, Any]:
     if ref.isdigit():
         index = int(ref)
-        if index >= len(stages) or not isinstance(stages[index], dict):
-            raise ConfigError(f"--set {item!r}: no stage at index {index} (the pipeline has {len(stages)})")
-        return stages[index]
+        if index >= len(steps) or not isinstance(steps[index], dict):
+            raise ConfigError(f"--set {item!r}: no step at index {index} (the pipeline has {len(steps)})")
+        return steps[index]
     names = []
-    for stage in stages:
-        if isinstance(stage, dict):
-            name = stage.get("name") or stage.get("stage")
+    for step in steps:
+        if isinstance(step, dict):
+            name = step.get("name") or step.get("step")
             names.append(str(name))
             if name == ref:
-                return stage
-    raise ConfigError(f"--set {item!r}: no stage named {ref!r}; stages: {', '.join(names)}")
+                return step
+    raise ConfigError(f"--set {item!r}: no step named {ref!r}; steps: {', '.join(names)}")
 
 
 # -- validation ------------------------------------------------------------------------------------------
 def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineConfig:
     """Validate a raw mapping into a ``PipelineConfig``; every problem is reported, each with its key path."""
+    raw = renamed_config_keys(raw)
     errors: list[str] = []
     unknown = sorted(set(raw) - set(_TOP_KEYS))
     for key in unknown:
@@ -306,33 +337,33 @@ def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineCon
                 errors.append(f"{key}: must be a non-empty string, got {raw[key]!r}")
             else:
                 top[key] = raw[key]
-    stages_raw = raw.get("stages")
-    entries: list[StageEntry] = []
-    if not isinstance(stages_raw, list) or not stages_raw:
-        errors.append("stages: must be a non-empty list of stages, each a mapping with a 'stage' key")
-        stages_raw = []
-    for i, item in enumerate(stages_raw):
-        entry = _parse_stage(item, f"stages[{i}]", errors)
+    steps_raw = raw.get("steps")
+    entries: list[StepEntry] = []
+    if not isinstance(steps_raw, list) or not steps_raw:
+        errors.append("steps: must be a non-empty list of steps, each a mapping with a 'step' key")
+        steps_raw = []
+    for i, item in enumerate(steps_raw):
+        entry = _parse_step(item, f"steps[{i}]", errors)
         if entry is not None:
             entries.append(entry)
-            _check_output_column(entry, top, f"stages[{i}]", errors)
-    if len(entries) == len(stages_raw):
+            _check_output_column(entry, top, f"steps[{i}]", errors)
+    if len(entries) == len(steps_raw):
         _check_order(entries, errors)
     if errors:
         raise ConfigProblems(errors, what="pipeline config", path=path)
     name = top.pop("name", None) or (Path(path).stem if path else "pipeline")
-    return PipelineConfig(name=name, stages=tuple(entries), path=path, **top)
+    return PipelineConfig(name=name, steps=tuple(entries), path=path, **top)
 
 
-def _parse_stage(item: Any, where: str, errors: list[str]) -> StageEntry | None:
+def _parse_step(item: Any, where: str, errors: list[str]) -> StepEntry | None:
     if not isinstance(item, dict):
-        errors.append(f"{where}: must be a mapping with a 'stage' key, got {item!r}")
+        errors.append(f"{where}: must be a mapping with a 'step' key, got {item!r}")
         return None
-    kind = item.get("stage")
-    if kind not in STAGE_TYPES:
-        errors.append(f"{where}.stage: must be one of {', '.join(STAGE_TYPES)}, got {kind!r}")
+    kind = item.get("step")
+    if kind not in STEP_TYPES:
+        errors.append(f"{where}.step: must be one of {', '.join(STEP_TYPES)}, got {kind!r}")
         return None
-    cls = STAGE_TYPES[kind]
+    cls = STEP_TYPES[kind]
     name = item.get("name", kind)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
         errors.append(f"{where}.name: must be letters, digits, '_' or '-', got {name!r}")
@@ -342,50 +373,50 @@ def _parse_stage(item: Any, where: str, errors: list[str]) -> StageEntry | None:
         errors.append(f"{where}.enabled: must be true or false, got {enabled!r}")
         return None
     body = {k: v for k, v in item.items() if k not in _COMMON_KEYS}
-    if cls is TrainStage:
+    if cls is TrainStep:
         config = build_flat(cls, {"settings": body}, where, errors)
     else:
         config = build_flat(cls, body, where, errors, also=_COMMON_KEYS)
     if config is None:
         return None
-    return StageEntry(kind, name, config, enabled)
+    return StepEntry(kind, name, config, enabled)
 
 
-def _check_order(entries: list[StageEntry], errors: list[str]) -> None:
+def _check_order(entries: list[StepEntry], errors: list[str]) -> None:
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         if entry.name in seen:
             errors.append(
-                f"stages[{i}].name: {entry.name!r} is already the name of stages[{seen[entry.name]}]"
+                f"steps[{i}].name: {entry.name!r} is already the name of steps[{seen[entry.name]}]"
             )
         seen[entry.name] = i
     active = [(i, e) for i, e in enumerate(entries) if e.enabled]
-    if not active or active[0][1].type not in SOURCE_STAGES:
-        errors.append("stages[0].stage: the first (enabled) stage must be 'read' or 'extract'")
+    if not active or active[0][1].type not in SOURCE_STEPS:
+        errors.append("steps[0].step: the first (enabled) step must be 'read' or 'extract'")
     for i, entry in active[1:]:
-        if entry.type in SOURCE_STAGES:
-            errors.append(f"stages[{i}].stage: only the first stage may be {entry.type!r}")
+        if entry.type in SOURCE_STEPS:
+            errors.append(f"steps[{i}].step: only the first step may be {entry.type!r}")
     tokenize_at = next((i for i, e in active if e.type == "tokenize"), None)
     for i, entry in active:
-        if entry.type in DATA_STAGES and tokenize_at is not None and i > tokenize_at:
-            errors.append(f"stages[{i}].stage: {entry.type!r} cannot come after the tokenize stage")
+        if entry.type in DATA_STEPS and tokenize_at is not None and i > tokenize_at:
+            errors.append(f"steps[{i}].step: {entry.type!r} cannot come after the tokenize step")
         if entry.type == "train" and (tokenize_at is None or i < tokenize_at):
-            errors.append(f"stages[{i}].stage: 'train' needs an enabled tokenize stage before it")
+            errors.append(f"steps[{i}].step: 'train' needs an enabled tokenize step before it")
         if entry.type == "tokenize" and i != tokenize_at:
-            errors.append(f"stages[{i}].stage: only one tokenize stage is allowed")
+            errors.append(f"steps[{i}].step: only one tokenize step is allowed")
         if entry.type == "quality" and entry.config.train_from:
             ref = entry.config.train_from
             prior = {e.name: e for j, e in active if j < i}
             if ref not in prior or prior[ref].type != "heuristic_filter":
                 errors.append(
-                    f"stages[{i}].train_from: must name an enabled heuristic_filter stage before it, got {ref!r}"
+                    f"steps[{i}].train_from: must name an enabled heuristic_filter step before it, got {ref!r}"
                 )
             elif not prior[ref].config.keep_dropped:
-                errors.append(f"stages[{i}].train_from: stage {ref!r} must have keep_dropped: true")
+                errors.append(f"steps[{i}].train_from: step {ref!r} must have keep_dropped: true")
 
 
-def _check_output_column(entry: StageEntry, top: dict[str, str], where: str, errors: list[str]) -> None:
-    """A stage's ``output_column`` may not be one of the columns every stage works on: replacing the text or
+def _check_output_column(entry: StepEntry, top: dict[str, str], where: str, errors: list[str]) -> None:
+    """A step's ``output_column`` may not be one of the columns every step works on: replacing the text or
     the ids is never what a person meant, whatever ``overwrite`` says."""
     name = getattr(entry.config, "output_column", None)
     for key in ("text_column", "id_column", "source_column"):
@@ -396,7 +427,7 @@ def _check_output_column(entry: StageEntry, top: dict[str, str], where: str, err
 def check_inputs(config: PipelineConfig) -> None:
     """Fail before any work when local input paths match no file (globs, files and directories)."""
     problems: list[str] = []
-    for i, entry in enumerate(config.stages):
+    for i, entry in enumerate(config.steps):
         if not entry.enabled:
             continue
         cls = type(entry.config)
@@ -407,7 +438,7 @@ def check_inputs(config: PipelineConfig) -> None:
             for j, p in enumerate(value if isinstance(value, list) else [value]):
                 if p is None or "://" in p:
                     continue
-                key = f"stages[{i}].{f.name}" + (f"[{j}]" if isinstance(value, list) else "")
+                key = f"steps[{i}].{f.name}" + (f"[{j}]" if isinstance(value, list) else "")
                 if glob.has_magic(p):
                     if not glob.glob(p, recursive=True):
                         problems.append(f"{key}: the pattern {p!r} matches no file")

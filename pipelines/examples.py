@@ -1,10 +1,10 @@
-"""Example rows for the report, saved by the stages while they run: ``_examples.json`` in a stage folder.
+"""Example rows for the report, saved by the steps while they run: ``_examples.json`` in a step folder.
 
 The report shows, for each filter, a few kept rows and a few dropped rows per top drop reason, and for each
-dedup stage a few clusters: the kept text beside a removed one, with their true Jaccard. Nothing is re-run
-at report time: the stages record these rows as they go.
+dedup step a few clusters: the kept text beside a removed one, with their true Jaccard. Nothing is re-run
+at report time: the steps record these rows as they go.
 
-**Collection.** A pass-through op, ``CollectExamples``, sits in a stage's plan just before the op that
+**Collection.** A pass-through op, ``CollectExamples``, sits in a step's plan just before the op that
 drops rows. It gives each row a *group* (filters: its drop reason, or ``kept``; dedup: its cluster, when the
 cluster has more than one row) and a *rank* (0 for a cluster's kept row, else the hash of the row id with
 the low bit set: a pseudo-random but fixed order, so the kept examples are not all from one source), and
@@ -54,7 +54,7 @@ from zephyr.pipelines.examples_sidecar import (
 )
 
 if TYPE_CHECKING:
-    from zephyr.pipelines.stage_ops import StageContext, StageOutcome
+    from zephyr.pipelines.step_ops import StepContext, StepOutcome
 
 __all__ = [
     "EXAMPLES_FILE",
@@ -114,7 +114,7 @@ class ReasonGroups:
 
 @dataclass(frozen=True)
 class ClusterGroups:
-    """A dedup stage's groups (annotate mode's columns): the cluster of each row whose cluster has more than
+    """A dedup step's groups (annotate mode's columns): the cluster of each row whose cluster has more than
     one row; the kept row ranks first."""
 
     cluster_column: str = "dup_cluster"
@@ -176,7 +176,7 @@ class CollectExamples:
             return table
         with self._lock:
             if self._written and not os.path.exists(self._written[-1]):
-                self._state, self._written = None, []  # the stage folder was cleared (--from): start again
+                self._state, self._written = None, []  # the step folder was cleared (--from): start again
             entered = self._update(table, keys)
             if entered is not None:
                 self._written.append(_write_part(Path(self.folder), entered))
@@ -274,13 +274,13 @@ def _write_part(folder: Path, rows: pa.Table) -> str:
     return str(path)
 
 
-# -- what the stage adapters (zephyr.pipelines.stages) call ----------------------------------------------
-def filter_collector(ctx: StageContext, groups: ReasonGroups) -> CollectExamples:
-    """The op that saves a filter stage's examples, with the columns a reader wants beside the text."""
+# -- what the step adapters (zephyr.pipelines.steps) call ----------------------------------------------
+def filter_collector(ctx: StepContext, groups: ReasonGroups) -> CollectExamples:
+    """The op that saves a filter step's examples, with the columns a reader wants beside the text."""
     p = ctx.pipeline
     fields = (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
     return CollectExamples(
-        str(ctx.stage_dir / PARTS_DIR),
+        str(ctx.step_dir / PARTS_DIR),
         groups,
         id_column=p.id_column,
         text_column=p.text_column,
@@ -288,11 +288,11 @@ def filter_collector(ctx: StageContext, groups: ReasonGroups) -> CollectExamples
     )
 
 
-def dedup_collector(ctx: StageContext) -> CollectExamples:
-    """The op that saves a dedup stage's examples: per cluster its kept row and the first removed row."""
+def dedup_collector(ctx: StepContext) -> CollectExamples:
+    """The op that saves a dedup step's examples: per cluster its kept row and the first removed row."""
     p = ctx.pipeline
     return CollectExamples(
-        str(ctx.stage_dir / PARTS_DIR),
+        str(ctx.step_dir / PARTS_DIR),
         ClusterGroups(),
         id_column=p.id_column,
         text_column=p.text_column,
@@ -302,8 +302,8 @@ def dedup_collector(ctx: StageContext) -> CollectExamples:
     )
 
 
-def filter_examples(ctx: StageContext, outcome: StageOutcome) -> StageOutcome:
-    """Merge a filter stage's parts into its sidecar (path in ``extra["examples"]``); the top reasons come from
+def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
+    """Merge a filter step's parts into its sidecar (path in ``extra["examples"]``); the top reasons come from
     the drops its accounting ops counted."""
     dropped: dict[str, int] = {}
     for stage in (outcome.engine_stats or {}).get("stages", []):
@@ -311,13 +311,13 @@ def filter_examples(ctx: StageContext, outcome: StageOutcome) -> StageOutcome:
             if op["op"] in outcome.accounting_ops:
                 for reason, n in op.get("dropped_by_reason", {}).items():
                     dropped[reason] = dropped.get(reason, 0) + int(n)
-    outcome.extra["examples"] = str(merge_filter_examples(ctx.stage_dir, dropped))
+    outcome.extra["examples"] = str(merge_filter_examples(ctx.step_dir, dropped))
     return outcome
 
 
 def dedup_examples(
-    ctx: StageContext, outcome: StageOutcome, shingle: str, ngram: int, normalize: str
+    ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str
 ) -> None:
-    """Merge a dedup stage's parts into its sidecar (path in ``extra["examples"]``)."""
-    path = merge_dedup_examples(ctx.stage_dir, shingle=shingle, ngram=ngram, normalize=normalize)
+    """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
+    path = merge_dedup_examples(ctx.step_dir, shingle=shingle, ngram=ngram, normalize=normalize)
     outcome.extra["examples"] = str(path)

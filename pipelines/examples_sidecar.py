@@ -1,11 +1,11 @@
-"""The report examples' sidecar, ``_examples.json`` in a stage folder: its format, the selection rule
+"""The report examples' sidecar, ``_examples.json`` in a step folder: its format, the selection rule
 both the collecting op and the merge apply, merging the collected parts into the sidecar, and reading it.
-Collection while a stage runs is ``zephyr.pipelines.examples`` (which re-exports the public names here).
+Collection while a step runs is ``zephyr.pipelines.examples`` (which re-exports the public names here).
 
-**Merging.** When the stage's write is done, ``merge_filter_examples`` / ``merge_dedup_examples`` read the
+**Merging.** When the step's write is done, ``merge_filter_examples`` / ``merge_dedup_examples`` read the
 parts, make the same selection once more, write ``_examples.json`` and remove the parts. Filter texts are
 cut to ``MAX_CHARS``; a dedup pair is cut to ``WINDOW_WORDS`` words from a little before its first
-difference, and its Jaccard is computed on the full texts with the stage's own shingling
+difference, and its Jaccard is computed on the full texts with the step's own shingling
 (``zephyr.dedup.shingles.shingle_hashes`` and ``zephyr.dedup.verify.jaccard``, the verify step's kernels).
 
 Sidecar format (version 1)::
@@ -17,7 +17,7 @@ Sidecar format (version 1)::
     ROW = {"id": str, "text": str, "chars": int (the full text's length), "start_word": int (the first word
            shown), "cut_before": bool, "cut_after": bool (text left out), "fields": {column: value, ...}}
 
-``kept`` of a dedup cluster is null when its kept row is not in this stage's input (a match against a
+``kept`` of a dedup cluster is null when its kept row is not in this step's input (a match against a
 signature index of earlier runs).
 """
 
@@ -44,14 +44,14 @@ __all__ = [
 
 EXAMPLES_FILE = "_examples.json"
 PARTS_DIR = Path("_work") / "_examples"
-"""Where the collecting ops write their parts, relative to the stage folder."""
+"""Where the collecting ops write their parts, relative to the step folder."""
 EXAMPLES_VERSION = 1
 PER_GROUP = 3
 """Kept rows, and dropped rows per reason, that a filter's sidecar holds."""
 TOP_REASONS = 3
 """Drop reasons with examples in a filter's sidecar: the ones that dropped the most rows."""
 DEDUP_CLUSTERS = 3
-"""Clusters with examples in a dedup stage's sidecar."""
+"""Clusters with examples in a dedup step's sidecar."""
 MAX_CHARS = 1500
 """A filter example's text is cut here (``chars`` keeps the full length)."""
 WINDOW_WORDS = 250
@@ -96,10 +96,10 @@ def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.nd
     return order[keep]
 
 
-def _read_parts(stage_dir: Path) -> pa.Table | None:
+def _read_parts(step_dir: Path) -> pa.Table | None:
     import pyarrow.parquet as pq
 
-    folder = stage_dir / PARTS_DIR
+    folder = step_dir / PARTS_DIR
     files = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
     tables = [pq.read_table(f) for f in files]
     shutil.rmtree(folder, ignore_errors=True)
@@ -138,11 +138,11 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
     }
 
 
-def merge_filter_examples(stage_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
-    """Write a filter stage's ``_examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
+def merge_filter_examples(step_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
+    """Write a filter step's ``_examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
     from zephyr.io.paths import write_json_atomic
 
-    table = _read_parts(stage_dir)
+    table = _read_parts(step_dir)
     rows = _selected(table, PER_GROUP, None) if table is not None else []
     top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_REASONS]
     payload = {
@@ -154,7 +154,7 @@ def merge_filter_examples(stage_dir: Path, dropped_by_reason: dict[str, int]) ->
             for reason, n in top
         },
     }
-    path = stage_dir / EXAMPLES_FILE
+    path = step_dir / EXAMPLES_FILE
     write_json_atomic(str(path), payload)
     return path
 
@@ -172,15 +172,15 @@ def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
     return 0, 0
 
 
-def merge_dedup_examples(stage_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
-    """Write a dedup stage's ``_examples.json``: per cluster the kept row, one removed row and their Jaccard
-    on shingle sets made as the fuzzy stage makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
+def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
+    """Write a dedup step's ``_examples.json``: per cluster the kept row, one removed row and their Jaccard
+    on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup.shingles import shingle_hashes
     from zephyr.dedup.verify import jaccard
 
     from zephyr.io.paths import write_json_atomic
 
-    table = _read_parts(stage_dir)
+    table = _read_parts(step_dir)
     rows = _selected(table, 2, DEDUP_CLUSTERS) if table is not None else []
     pairs: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
     for group in dict.fromkeys(r[GROUP] for r in rows):
@@ -215,13 +215,13 @@ def merge_dedup_examples(stage_dir: Path, *, shingle: str, ngram: int, normalize
         "normalize": normalize,
         "clusters": clusters,
     }
-    path = stage_dir / EXAMPLES_FILE
+    path = step_dir / EXAMPLES_FILE
     write_json_atomic(str(path), payload)
     return path
 
 
 def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
-    """A stage's sidecar, or None when it has none (stages from before examples, or non-filter stages)."""
+    """A step's sidecar, or None when it has none (steps from before examples, or non-filter steps)."""
     import json
 
     if not path:

@@ -1,15 +1,15 @@
-"""The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the stages' sidecars.
+"""The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the steps' sidecars.
 
 Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``) and every example row from
-the ``_examples.json`` the stages saved while they ran (``zephyr.pipelines.examples``); nothing is
+the ``_examples.json`` the steps saved while they ran (``zephyr.pipelines.examples``); nothing is
 recomputed or re-run, so the report and the stats always agree. Sections:
 
 1. Stages: rows in / kept / dropped / quarantined, bytes in and out, seconds, tasks resumed, and whether
    the rows balance (``in = kept + dropped + quarantined``) — plots ``rows.png`` and ``time.png``.
-2. Why rows were dropped: per stage and reason; per filter, kept rows and dropped rows of its top reasons.
-3. Retention per source and per language (rows read → rows in the final data stage) — ``sources.png``.
+2. Why rows were dropped: per step and reason; per filter, kept rows and dropped rows of its top reasons.
+3. Retention per source and per language (rows read → rows in the final data step) — ``sources.png``.
 4. Dedup: kept documents by duplicate-cluster size (a cluster of n had n - 1 removed) — ``clusters_*.png``;
-   per stage a few clusters, the kept text beside a removed one with their Jaccard and the differences marked.
+   per step a few clusters, the kept text beside a removed one with their Jaccard and the differences marked.
 5. Tokens: documents, tokens, shards, per source.
 6. Training: steps, loss, throughput — ``training.png`` (loss and tokens/s per step).
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.config import DATA_STAGES
+from zephyr.pipelines.config import DATA_STEPS
 from zephyr.pipelines.examples import read_examples
 from zephyr.pipelines.records import rows_rewritten
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
@@ -68,41 +68,41 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "–"
 
 
-def _data_stages(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in stages if s["type"] in DATA_STAGES]
+def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in steps if s["type"] in DATA_STEPS]
 
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
     """The report's content, format-free; ``plots`` maps plot names to relative PNG paths."""
-    stages = stats["stages"]
+    steps = stats["stages"]
     blocks: list[Block] = [("h", 1, f"Pipeline report: {stats['pipeline']}")]
-    ran = sum(1 for s in stages if s.get("status") == "ran")
+    ran = sum(1 for s in steps if s.get("status") == "ran")
     blocks.append(
         (
             "p",
-            f"Job folder `{stats['job_dir']}`; config `{stats.get('config')}`; {len(stages)} stages "
-            f"({ran} ran in this invocation, {len(stages) - ran} skipped as complete); executor "
+            f"Job folder `{stats['job_dir']}`; config `{stats.get('config')}`; {len(steps)} stages "
+            f"({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
             f"`{stats.get('execution', {}).get('executor')}`.",
         )
     )
     from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
 
-    for section in (_stage_blocks, _drop_blocks, _retention_blocks, _dedup_blocks):
-        blocks += section(stages, plots)
-    blocks += web_blocks(stages)
+    for section in (_step_blocks, _drop_blocks, _retention_blocks, _dedup_blocks):
+        blocks += section(steps, plots)
+    blocks += web_blocks(steps)
     for section in (_token_blocks, _train_blocks):
-        blocks += section(stages, plots)
+        blocks += section(steps, plots)
     return blocks
 
 
-def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """1. Stages: rows, bytes, time, resumed tasks, balance."""
+def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """1. Steps (headed "Stages", the report's wording kept): rows, bytes, time, resumed tasks, balance."""
     blocks: list[Block] = [("h", 2, "Stages")]
     header = ["#", "stage", "type", "rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out",
               "seconds", "tasks (resumed)", "status", "balanced"]
     rows = []
-    for s in stages:
-        is_rows = s["type"] in DATA_STAGES or s["type"] == "tokenize"
+    for s in steps:
+        is_rows = s["type"] in DATA_STEPS or s["type"] == "tokenize"
         rows.append(
             [
                 str(s["index"]), s["stage"], s["type"],
@@ -119,7 +119,7 @@ def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
             ]
         )
     blocks.append(("table", header, rows))
-    balanced = all(s.get("balanced") for s in stages)
+    balanced = all(s.get("balanced") for s in steps)
     blocks.append(
         (
             "p",
@@ -129,7 +129,7 @@ def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
             else "Row accounting: SOME STAGES DO NOT BALANCE — see the table above.",
         )
     )
-    rewritten = [(s, rows_rewritten(s)) for s in stages if rows_rewritten(s)]
+    rewritten = [(s, rows_rewritten(s)) for s in steps if rows_rewritten(s)]
     if rewritten:
         parts = []
         for s, n in rewritten:
@@ -137,7 +137,7 @@ def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
             parts.append(f"`{s['stage']}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
                          + (f" ({_n(removed)} bytes removed)" if removed else ""))
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
-    total_seconds = sum(s["seconds"] for s in stages)
+    total_seconds = sum(s["seconds"] for s in steps)
     blocks.append(("p", f"Total stage time: {total_seconds:.1f} s (stages skipped in this run show their original time)."))
     for name in ("rows", "time"):
         if name in plots:
@@ -145,33 +145,33 @@ def _stage_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
     return blocks
 
 
-def _drop_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """2. Why rows were dropped, quarantined rows, and each filter's kept and dropped examples."""
     blocks: list[Block] = []
-    reasons = [(s["stage"], r, n) for s in stages for r, n in s.get("dropped_by_reason", {}).items()]
+    reasons = [(s["stage"], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
         blocks.append(("table", ["stage", "reason", "rows"], [[st, r, _n(n)] for st, r, n in reasons]))
-    quarantine = [(s["stage"], f) for s in stages for f in s.get("quarantine_files", [])]
+    quarantine = [(s["stage"], f) for s in steps for f in s.get("quarantine_files", [])]
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["stage", "file"], [[st, f"`{f}`"] for st, f in quarantine]))
-    examples = [(s["stage"], _examples(s)) for s in stages]
-    examples = [(stage, payload) for stage, payload in examples if payload and payload["kind"] == "filter"]
+    examples = [(s["stage"], _examples(s)) for s in steps]
+    examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
-        blocks += [(FILTER, stage, payload) for stage, payload in examples]
+        blocks += [(FILTER, step, payload) for step, payload in examples]
     return blocks
 
 
-def _examples(stage: dict[str, Any]) -> dict[str, Any] | None:
-    return read_examples(stage.get("extra", {}).get("examples"))
+def _examples(step: dict[str, Any]) -> dict[str, Any] | None:
+    return read_examples(step.get("extra", {}).get("examples"))
 
 
-def _retention_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """3. Retention per source and per language (rows read → rows in the final data stage)."""
+def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+    """3. Retention per source and per language (rows read → rows in the final data step)."""
     blocks: list[Block] = []
-    data = _data_stages(stages)
+    data = _data_steps(steps)
     if not data:
         return blocks
     first, last = data[0], data[-1]
@@ -191,20 +191,20 @@ def _retention_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> li
         table_rows.append(["**total**", _n(total_in), _n(total_out), _pct(total_out, total_in)])
         blocks.append(("table", [title, "rows in", "rows kept", "retention"], table_rows))
         if key == "per_source":
-            stage_rows = []
+            step_rows = []
             for s in data:
                 out = s.get(key, {}).get("out", {})
-                stage_rows.append([s["stage"], *[_n(out.get(v, 0)) for v in sorted(start)]])
+                step_rows.append([s["stage"], *[_n(out.get(v, 0)) for v in sorted(start)]])
             blocks.append(("p", "Rows per source after each stage:"))
-            blocks.append(("table", ["after stage", *sorted(start)], stage_rows))
+            blocks.append(("table", ["after stage", *sorted(start)], step_rows))
             if "sources" in plots:
                 blocks.append(("img", plots["sources"], "rows per source after each stage"))
     return blocks
 
 
-def _dedup_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """4. Dedup: clusters by size, and example clusters (kept beside removed, with their Jaccard)."""
-    dedup = [s for s in stages if s["type"] in ("exact_dedup", "fuzzy_dedup")]
+    dedup = [s for s in steps if s["type"] in ("exact_dedup", "fuzzy_dedup")]
     blocks: list[Block] = [("h", 2, "Dedup clusters")] if dedup else []
     for s in dedup:
         sizes = {int(k): v for k, v in s.get("cluster_sizes", {}).items()}
@@ -230,10 +230,10 @@ def _dedup_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
     return blocks
 
 
-def _token_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """5. Tokens: documents, tokens, shards, per source."""
     blocks: list[Block] = []
-    for s in (s for s in stages if s["type"] == "tokenize"):
+    for s in (s for s in steps if s["type"] == "tokenize"):
         extra = s.get("extra", {})
         blocks.append(("h", 2, "Tokens"))
         trained = extra.get("tokenizer_trained_on")
@@ -259,10 +259,10 @@ def _token_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[B
     return blocks
 
 
-def _train_blocks(stages: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
+def _train_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """6. Training: steps, tokens, loss, throughput, and their curves."""
     blocks: list[Block] = []
-    for s in (s for s in stages if s["type"] == "train"):
+    for s in (s for s in steps if s["type"] == "train"):
         extra = s.get("extra", {})
         blocks.append(("h", 2, "Training"))
         loss0, loss1 = extra.get("first_loss"), extra.get("final_loss")

@@ -1,5 +1,5 @@
-"""The report's example rows: what a filter kept and dropped, and what a dedup stage removed beside what it
-kept, rendered from the stages' ``_examples.json`` sidecars (``zephyr.pipelines.examples``).
+"""The report's example rows: what a filter kept and dropped, and what a dedup step removed beside what it
+kept, rendered from the steps' ``_examples.json`` sidecars (``zephyr.pipelines.examples``).
 
 A dedup pair is shown side by side with the words that differ highlighted: ``difflib`` on word tokens of
 the two excerpts; the kept text's own words (missing from the removed one) in green, the removed text's in
@@ -15,7 +15,7 @@ from typing import Any
 __all__ = ["DEDUP", "FILTER", "EXAMPLE_CSS", "diff_spans", "examples_html", "examples_markdown"]
 
 DEDUP, FILTER = "dedup_examples", "filter_examples"
-"""Report block kinds: ``(kind, stage name, sidecar payload)``."""
+"""Report block kinds: ``(kind, step name, sidecar payload)``."""
 
 EXAMPLE_CSS = (
     ".pair{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin:0.4em 0 1em}"
@@ -70,12 +70,12 @@ def _card(title: str, row: dict[str, Any], body: str | None = None) -> str:
     return f'<div class="doc">{_head(title, row)}<div class="body">{before}{body}{after}</div></div>'
 
 
-def _dedup_html(stage: str, payload: dict[str, Any]) -> list[str]:
+def _dedup_html(step: str, payload: dict[str, Any]) -> list[str]:
     clusters = payload.get("clusters", [])
     if not clusters:
-        return [f"<p>Examples from <code>{html.escape(stage)}</code>: no clusters, nothing was removed.</p>"]
+        return [f"<p>Examples from <code>{html.escape(step)}</code>: no clusters, nothing was removed.</p>"]
     out = [
-        f"<p>Examples from <code>{html.escape(stage)}</code> ({len(clusters)} clusters, picked by a fixed hash "
+        f"<p>Examples from <code>{html.escape(step)}</code> ({len(clusters)} clusters, picked by a fixed hash "
         f"of their ids). Jaccard on {html.escape(payload.get('shingles', ''))} after "
         f"<code>{html.escape(payload.get('normalize', ''))}</code> normalization, as the stage measures it; "
         '<mark class="kept">kept-only</mark> and <mark class="removed">removed-only</mark> words highlighted.</p>'
@@ -106,8 +106,8 @@ def _dedup_html(stage: str, payload: dict[str, Any]) -> list[str]:
     return out
 
 
-def _filter_html(stage: str, payload: dict[str, Any]) -> list[str]:
-    out = [f"<h3>Examples: <code>{html.escape(stage)}</code></h3>"]
+def _filter_html(step: str, payload: dict[str, Any]) -> list[str]:
+    out = [f"<h3>Examples: <code>{html.escape(step)}</code></h3>"]
     kept = payload.get("kept", [])
     out.append(f"<p>Kept ({len(kept)} shown, picked by a fixed hash of their ids):</p>")
     out.append(
@@ -124,9 +124,9 @@ def _filter_html(stage: str, payload: dict[str, Any]) -> list[str]:
 
 
 def examples_html(block: tuple) -> str:
-    """One example block (``(kind, stage, payload)``) as HTML."""
-    kind, stage, payload = block
-    return "\n".join(_dedup_html(stage, payload) if kind == DEDUP else _filter_html(stage, payload))
+    """One example block (``(kind, step, payload)``) as HTML."""
+    kind, step, payload = block
+    return "\n".join(_dedup_html(step, payload) if kind == DEDUP else _filter_html(step, payload))
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
@@ -142,12 +142,12 @@ def _row_md(title: str, row: dict[str, Any]) -> str:
 
 def examples_markdown(block: tuple) -> list[str]:
     """One example block as Markdown lines (differences listed as text: Markdown has no highlighting)."""
-    kind, stage, payload = block
+    kind, step, payload = block
     if kind == DEDUP:
         clusters = payload.get("clusters", [])
         if not clusters:
-            return [f"Examples from `{stage}`: no clusters, nothing was removed.", ""]
-        lines = [f"Examples from `{stage}` (Jaccard on {payload.get('shingles')}):", ""]
+            return [f"Examples from `{step}`: no clusters, nothing was removed.", ""]
+        lines = [f"Examples from `{step}` (Jaccard on {payload.get('shingles')}):", ""]
         for c in clusters:
             kept, removed = c.get("kept"), c["removed"]
             jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
@@ -164,7 +164,7 @@ def examples_markdown(block: tuple) -> list[str]:
                 ][:3]
                 lines += [f"  - {c}" for c in changes] or ["  - identical excerpts (after normalization)"]
         return [*lines, ""]
-    lines = [f"### Examples: `{stage}`", ""]
+    lines = [f"### Examples: `{step}`", ""]
     lines += [_row_md("kept", r) for r in payload.get("kept", [])]
     for reason, entry in sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0])):
         lines += ["", f"Dropped by `{reason}` ({entry['rows']:,} rows):", ""]

@@ -3,10 +3,10 @@
 Made to be read at a glance: linear axes (a log axis turns a bar of 54 into a sliver beside one of 1,400),
 the count written on every bar, legends outside the data, one idea per plot. Plots:
 
-- ``rows.png``: rows kept, dropped and quarantined per stage (horizontal bars, so stage names read flat);
-- ``time.png``: seconds per stage;
-- ``sources.png``: rows per source after each data stage;
-- ``clusters_<stage>.png``: duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the
+- ``rows.png``: rows kept, dropped and quarantined per step (horizontal bars, so step names read flat);
+- ``time.png``: seconds per step;
+- ``sources.png``: rows per source after each data step;
+- ``clusters_<step>.png``: duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the
   title: they would dwarf the bars that matter);
 - ``training.png``: loss and tokens/s per step, side by side.
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.config import DATA_STAGES
+from zephyr.pipelines.config import DATA_STEPS
 
 __all__ = ["make_plots"]
 
@@ -27,12 +27,12 @@ KEPT, DROPPED, QUARANTINED, ACCENT = "#4c72b0", "#dd8452", "#c44e52", "#8172b3"
 _DPI = 100
 
 
-def _data_stages(stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in stages if s["type"] in DATA_STAGES]
+def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in steps if s["type"] in DATA_STEPS]
 
 
 def retention_start(data: list[dict[str, Any]], key: str) -> dict[str, int]:
-    """Rows per value (source, language) entering the first data stage that counted them."""
+    """Rows per value (source, language) entering the first data step that counted them."""
     for s in data:
         start = s.get(key, {}).get("in")
         if start:
@@ -45,9 +45,9 @@ def _label_bars(ax: Any, bars: Any, values: list[int]) -> None:
     ax.bar_label(bars, labels=[f"{v:,}" if v else "" for v in values], padding=2, fontsize=8)
 
 
-def _rows_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
-    """One stacked bar per stage (kept, dropped, quarantined), its counts written at its end."""
-    data = [s for s in stages if s["type"] in DATA_STAGES or s["type"] == "tokenize"][::-1]
+def _rows_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    """One stacked bar per step (kept, dropped, quarantined), its counts written at its end."""
+    data = [s for s in steps if s["type"] in DATA_STEPS or s["type"] == "tokenize"][::-1]
     if not data:
         return
     names = [s["stage"] for s in data]
@@ -80,28 +80,28 @@ def _rows_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str]
     save(fig, "rows")
 
 
-def _time_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
-    if not stages:
+def _time_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    if not steps:
         return
-    fig, ax = plt.subplots(figsize=(9, 0.35 * len(stages) + 1.2))
-    bars = ax.barh([s["stage"] for s in stages][::-1], [s["seconds"] for s in stages][::-1], color="#55a868")
-    ax.bar_label(bars, labels=[f"{s['seconds']:.1f} s" for s in stages][::-1], padding=2, fontsize=8)
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(steps) + 1.2))
+    bars = ax.barh([s["stage"] for s in steps][::-1], [s["seconds"] for s in steps][::-1], color="#55a868")
+    ax.bar_label(bars, labels=[f"{s['seconds']:.1f} s" for s in steps][::-1], padding=2, fontsize=8)
     ax.set_xlabel("seconds")
     ax.set_title("time per stage")
-    ax.set_xlim(0, max(max(s["seconds"] for s in stages), 0.1) * 1.15)
+    ax.set_xlim(0, max(max(s["seconds"] for s in steps), 0.1) * 1.15)
     save(fig, "time")
 
 
-def _sources_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
-    data = _data_stages(stages)
+def _sources_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    data = _data_steps(steps)
     sources = retention_start(data, "per_source")
     if not sources:
         return
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    steps = ["input"] + [s["stage"] for s in data]
+    labels = ["input"] + [s["stage"] for s in data]
     for value in sorted(sources):
         series = [sources[value]] + [s.get("per_source", {}).get("out", {}).get(value, 0) for s in data]
-        ax.plot(steps, series, marker="o", label=f"{value} ({series[-1]:,})")
+        ax.plot(labels, series, marker="o", label=f"{value} ({series[-1]:,})")
     ax.set_ylabel("rows")
     ax.set_ylim(bottom=0)
     ax.set_title("rows per source after each stage")
@@ -111,8 +111,8 @@ def _sources_plot(plt: Any, stages: list[dict[str, Any]], save: Callable[[Any, s
     save(fig, "sources")
 
 
-def _cluster_plot(plt: Any, stage: dict[str, Any], save: Callable[[Any, str], None]) -> None:
-    sizes = sorted((int(k), v) for k, v in stage.get("cluster_sizes", {}).items())
+def _cluster_plot(plt: Any, step: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    sizes = sorted((int(k), v) for k, v in step.get("cluster_sizes", {}).items())
     multi = [(k, v) for k, v in sizes if k > 1]
     if not multi:
         return
@@ -124,17 +124,17 @@ def _cluster_plot(plt: Any, stage: dict[str, Any], save: Callable[[Any, str], No
     ax.set_ylabel("clusters")
     ax.margins(y=0.15)
     ax.set_title(
-        f"{stage['stage']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
+        f"{step['stage']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
         f"({singles:,} kept documents had none)",
         fontsize=10,
     )
-    save(fig, f"clusters_{stage['stage']}")
+    save(fig, f"clusters_{step['stage']}")
 
 
-def _training_plot(plt: Any, stage: dict[str, Any], save: Callable[[Any, str], None]) -> None:
-    from zephyr.pipelines.stages import read_train_log
+def _training_plot(plt: Any, step: dict[str, Any], save: Callable[[Any, str], None]) -> None:
+    from zephyr.pipelines.steps import read_train_log
 
-    log_path = stage.get("extra", {}).get("log")
+    log_path = step.get("extra", {}).get("log")
     records = read_train_log(log_path) if log_path else []
     if not records:
         return
@@ -167,13 +167,13 @@ def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
         plt.close(fig)
         out[name] = f"{folder.name}/{name}.png"
 
-    stages = stats["stages"]
-    _rows_plot(plt, stages, save)
-    _time_plot(plt, stages, save)
-    _sources_plot(plt, stages, save)
-    for stage in stages:
-        if stage["type"] in ("exact_dedup", "fuzzy_dedup"):
-            _cluster_plot(plt, stage, save)
-        if stage["type"] == "train":
-            _training_plot(plt, stage, save)
+    steps = stats["stages"]
+    _rows_plot(plt, steps, save)
+    _time_plot(plt, steps, save)
+    _sources_plot(plt, steps, save)
+    for step in steps:
+        if step["type"] in ("exact_dedup", "fuzzy_dedup"):
+            _cluster_plot(plt, step, save)
+        if step["type"] == "train":
+            _training_plot(plt, step, save)
     return out

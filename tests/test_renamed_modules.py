@@ -15,6 +15,10 @@ from zephyr.config import ZephyrDeprecationWarning
 RENAMED = [
     pytest.param("zephyr.pipelines.quality.stages", "zephyr.pipelines.quality.batch_ops", id="quality-batch-ops"),
     pytest.param("zephyr.dedup.stages", "zephyr.dedup.dataset_ops", id="dedup-dataset-ops"),
+    pytest.param("zephyr.pipelines.stages", "zephyr.pipelines.steps", id="pipeline-steps"),
+    pytest.param("zephyr.pipelines.stage_configs", "zephyr.pipelines.step_configs", id="pipeline-step-configs"),
+    pytest.param("zephyr.pipelines.stage_ops", "zephyr.pipelines.step_ops", id="pipeline-step-ops"),
+    pytest.param("zephyr.pipelines.web.stages", "zephyr.pipelines.web.steps", id="web-steps"),
 ]
 
 

@@ -5,7 +5,7 @@
 Configs are frozen dataclasses. Each field documents itself where it is declared; a field may carry a
 declared range (``ranged_field``) or mark a filesystem path (``path_field``). Checks report every problem at
 once, each line led by its key path as written in a config file (``optim.lr must be ...``,
-``stages[3].threshold: must be within (0, 1], got 1.5``):
+``steps[3].threshold: must be within (0, 1], got 1.5``):
 
 >>> describe_type(int | None), describe_type(list[str])
 ('an integer or null', 'a list of a string')
@@ -94,7 +94,7 @@ class ConfigProblems(ConfigError):
 
 class FieldError(ConfigError):
     """A bad value of one field, raised from a config's ``__post_init__``; the loader prefixes the key path
-    (``stages[3].`` in a pipeline), so the package configs need not know where they are embedded."""
+    (``steps[3].`` in a pipeline), so the package configs need not know where they are embedded."""
 
     def __init__(self, key: str, message: str):
         super().__init__(f"{key}: {message}")

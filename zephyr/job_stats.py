@@ -1,7 +1,7 @@
 """Task totals over every engine job a command runs.
 
 ``zephyr filter`` (annotate, three routes, a report), ``zephyr dedup`` (hash or candidate jobs, then the
-final write), ``zephyr quality score``, ``write_token_shards`` and most ``zephyr run`` stages run several
+final write), ``zephyr quality score``, ``write_token_shards`` and most ``zephyr run`` steps run several
 engine jobs; each job's own stats know only its stages. Their stats files must still say what all of them
 did: a task retried or resumed in the first job counts as much as one in the last. Every ``Job`` hands its
 stats to ``record`` when it writes them; a command collects them around its actions::

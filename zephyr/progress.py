@@ -1,5 +1,5 @@
 """What a person watching a terminal sees while a command runs: one progress line per command (or per
-pipeline stage), however many engine steps it takes.
+pipeline step), however many engine jobs it takes.
 
 Why one line: a command such as ``zephyr dedup fuzzy`` runs a dozen engine steps; a bar per step left a dozen
 bars behind, each counting tasks and jumping from 0 to 100 %. Here the line names the command and the step

@@ -1,7 +1,7 @@
 """Resume: how the engine knows a unit of work is finished, and what a rerun keeps or clears.
 
 A unit is a task (``zephyr.tasks``: its marker ``_done/task-NNNNN.json``) or a folder of work bigger than a job,
-such as one ``zephyr run`` pipeline stage. Each has a fingerprint (``fingerprint_of`` over what decides its
+such as one ``zephyr run`` pipeline step. Each has a fingerprint (``fingerprint_of`` over what decides its
 output: its config and the fingerprints of what it reads), and finished work is known by a marker holding
 that fingerprint, written last and atomically (``zephyr.io.paths.write_json_atomic``). Finished means: the
 marker is whole, holds the same fingerprint, and every file it names still exists. Anything else reruns.

@@ -113,7 +113,7 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
 
 def _filter_config(args: argparse.Namespace) -> HeuristicFilterConfig:
-    """The rules the flags ask for, as the ``heuristic_filter`` pipeline stage holds them (one check of
+    """The rules the flags ask for, as the ``heuristic_filter`` pipeline step holds them (one check of
     rule names and settings); a bad value names its flag."""
     from zephyr.pipelines.quality.filters import rule_names
 

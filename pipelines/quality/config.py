@@ -1,9 +1,9 @@
 """Config dataclasses of the quality package, apart from the kernels so that loading a pipeline config
-(``zephyr run --check``, ``zephyr.pipelines.stage_configs``) imports no pyarrow.
+(``zephyr run --check``, ``zephyr.pipelines.step_configs``) imports no pyarrow.
 
-``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` stage (which embeds it:
+``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` step (which embeds it:
 its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
-``zephyr filter``, the ``heuristic_filter`` stage and the filter batch ops apply unless told otherwise (the
+``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise (the
 rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``).
 """
 

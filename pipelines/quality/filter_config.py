@@ -1,5 +1,5 @@
 """``HeuristicFilterConfig``: which heuristic rules ``zephyr filter`` and the pipeline's ``heuristic_filter``
-stage (which embeds it) apply, and how; declared and checked once.
+step (which embeds it) apply, and how; declared and checked once.
 
 Its own module, apart from ``config.py``: checking rule names imports the rule modules (``filters``, which
 need pyarrow and import ``config.DEFAULT_RULES``), lazily, when a config that names rules is built.

@@ -15,9 +15,9 @@ sum to a job total.
 families of ``gopher.py``, ``c4.py``, ``fineweb.py``, ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
 ``Dataset`` (``batch_ops.FilterAnnotator``, routed by ``batch_ops.RouteByReason``; ``HeuristicFilter`` in one
-pass) → their two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` stage
-(``pipelines/stages.run_heuristic_filter``). Both hold the rules in one config,
-``filter_config.HeuristicFilterConfig`` (the stage embeds it; the CLI builds it from its flags), whose check
+pass) → their two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` step
+(``pipelines/steps.run_heuristic_filter``). Both hold the rules in one config,
+``filter_config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
 """
 

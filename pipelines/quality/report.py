@@ -1,6 +1,6 @@
 """Retention report per source: rows/bytes kept and dropped per rule, with deterministic samples.
 
-Works on *annotated* batches (the output of the filter stage before routing: every row plus a
+Works on *annotated* batches (the filter's annotation before routing: every row plus a
 ``drop_reason`` column, null = kept, ``null_text`` = quarantined). ``summarize_batch`` reduces a batch to a
 small table — per (source, outcome) row and byte counts plus the ``sample_size`` rows with the smallest
 text hash — and ``merge_summaries`` folds any number of them into the report. Because "the k smallest

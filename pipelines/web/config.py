@@ -1,12 +1,12 @@
-"""Pipeline stage configs of the web package (registered in ``zephyr.pipelines.config.STAGE_TYPES``).
+"""Pipeline step configs of the web package (registered in ``zephyr.pipelines.config.STEP_TYPES``).
 
 ``extract`` starts a pipeline from WARC/ARC files, as ``read`` starts one from Parquet/JSONL::
 
-    stages:
-      - stage: extract
+    steps:
+      - step: extract
         paths: ["${ZEPHYR_WARC}"]
         extractor: resiliparse      # or trafilatura
-      - stage: url_filter
+      - step: url_filter
         blocklist: blocklist.txt    # optional; one domain per line
 """
 
@@ -16,15 +16,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 from zephyr.dedup.config import SubstringConfig
+from zephyr.pipelines.step_renames import old_names_getattr
 
 from zephyr.config import FieldError, embedded_field, path_field, require_at_least
 
-__all__ = ["ExtractStage", "UrlFilterStage", "UrlDedupStage", "SubstringDedupStage"]
+__all__ = ["ExtractStep", "UrlFilterStep", "UrlDedupStep", "SubstringDedupStep"]
+__getattr__ = old_names_getattr(__name__)  # ExtractStage ...: the old names, for one release
 
 
 @dataclass(frozen=True)
-class ExtractStage:
-    """Read WARC/ARC files and extract each HTML page's main text (``zephyr extract``); a first stage."""
+class ExtractStep:
+    """Read WARC/ARC files and extract each HTML page's main text (``zephyr extract``); a first step."""
 
     paths: list[str] = path_field([], required=True)
     """WARC/ARC files (``.warc``, ``.warc.gz``, ``.arc``, ``.arc.gz``), folders or globs."""
@@ -36,7 +38,7 @@ class ExtractStage:
     """The source column's value for every row (per-source retention in the report)."""
     on_error: Literal["raise", "quarantine"] = "quarantine"
     """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside
-    in the quarantine with their byte offset (default), or fail the stage on the first."""
+    in the quarantine with their byte offset (default), or fail the step on the first."""
     num_shards: int | None = None
     """Redistribute rows round-robin into this many shards; ``None`` keeps one shard per WARC file."""
 
@@ -48,7 +50,7 @@ class ExtractStage:
 
 
 @dataclass(frozen=True)
-class UrlFilterStage:
+class UrlFilterStep:
     """Normalize the url column, add ``domain`` (registered domain), and drop rows with an unusable URL or a
     blocked domain/host (``zephyr filter --rules url``; reasons ``url_invalid``, ``url_blocked_domain``,
     ``url_blocked_subdomain``)."""
@@ -61,7 +63,7 @@ class UrlFilterStage:
 
 
 @dataclass(frozen=True)
-class UrlDedupStage:
+class UrlDedupStep:
     """Keep one document per normalized URL (``zephyr dedup url``; the keep rule of exact dedup)."""
 
     url_column: str = "url"
@@ -71,7 +73,7 @@ class UrlDedupStage:
 
 
 @dataclass(frozen=True)
-class SubstringDedupStage:
+class SubstringDedupStep:
     """Remove repeats of byte spans of at least ``min_bytes`` after their first occurrence in corpus order
     (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages. ``min_bytes``,
     ``min_doc_bytes`` and ``anchor_bytes`` are ``zephyr.dedup.config.SubstringConfig``'s, documented there."""

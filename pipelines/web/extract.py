@@ -1,6 +1,6 @@
-"""Text extraction from HTML: the ``extract`` stage that turns WARC records into documents.
+"""Text extraction from HTML: the ``extract`` step that turns WARC records into documents.
 
-``ExtractText`` is a picklable ``map_batches`` stage over rows of ``zephyr.io.warc.WARC_SCHEMA``: it replaces
+``ExtractText`` is a picklable batch op (``map_batches``) over rows of ``zephyr.io.warc.WARC_SCHEMA``: it replaces
 ``html`` by ``text`` (main content, boilerplate removed by the extractor's language-neutral rules) and keeps
 ``id``, ``url``, ``fetch_time``, ``content_type`` and ``html_bytes``. Pages whose extracted text is empty (or
 shorter than ``min_text_chars``) are dropped with reason ``extract_no_text``; a page the extractor fails on
@@ -11,7 +11,7 @@ Extractors (the ``web`` extra installs both):
 - ``resiliparse`` (default): ``extract_plain_text(main_content=True)``, a DOM-based main-content heuristic
   with no language model; about 3x faster than trafilatura on the benchmark (docs/web.md).
 - ``trafilatura``: ``extract(favor_precision=True, include_comments=False)`` as datatrove's ``Trafilatura``
-  step calls it, without its per-process dedup cache (dedup is a stage of its own here).
+  step calls it, without its per-process dedup cache (dedup is a step of its own here).
 
 >>> import pyarrow as pa
 >>> html = "<html><body><nav>Home | About</nav><article><p>" + "Real text here. " * 8 + "</p></article></body></html>"

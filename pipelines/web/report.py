@@ -1,6 +1,6 @@
-"""The web stages' part of the job report: examples of extracted text and the spans substring dedup removed.
+"""The web steps' part of the job report: examples of extracted text and the spans substring dedup removed.
 
-``web_blocks(stages)`` returns report blocks (``zephyr.pipelines.report``'s format) from the stage records of
+``web_blocks(steps)`` returns report blocks (``zephyr.pipelines.report``'s format) from the step records of
 ``stats.json``: nothing is recomputed.
 """
 
@@ -17,9 +17,9 @@ def _excerpt(text: str, chars: int = 240) -> str:
     return flat.replace("|", "\\|")
 
 
-def web_blocks(stages: list[dict[str, Any]]) -> list[tuple]:
+def web_blocks(steps: list[dict[str, Any]]) -> list[tuple]:
     blocks: list[tuple] = []
-    for s in stages:
+    for s in steps:
         extra = s.get("extra", {})
         if s["type"] == "extract" and extra.get("extract_examples"):
             blocks.append(("h", 2, f"Extracted text (`{s['stage']}`)"))

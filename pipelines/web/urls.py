@@ -231,7 +231,7 @@ class UrlRules:
 
 @dataclass(frozen=True)
 class NormalizeUrls:
-    """Engine stage: rewrite the url column to its normalized form and add ``domain`` (registered domain);
+    """Batch op: rewrite the url column to its normalized form and add ``domain`` (registered domain);
     an unusable URL keeps its original value and gets a null domain (the ``url`` rules drop it as
     ``url_invalid``)."""
 

@@ -287,9 +287,9 @@ def test_zephyr_run_stage_option(tmp_path):
         pq.write_table(piece, path)
         config = {
             "name": f"incremental-{k}",
-            "stages": [
-                {"stage": "read", "paths": [str(path)]},
-                {"stage": "fuzzy_dedup", "index": index, "update_index": True},
+            "steps": [
+                {"step": "read", "paths": [str(path)]},
+                {"step": "fuzzy_dedup", "index": index, "update_index": True},
             ],
         }
         pipeline = tmp_path / f"p{k}.yaml"

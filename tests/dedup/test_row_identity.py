@@ -157,10 +157,10 @@ def test_zephyr_run(tmp_path, case):
     pq.write_table(corpus(case), path)
     config = {
         "name": "row-identity",
-        "stages": [
-            {"stage": "read", "paths": [str(path)], "num_shards": 2},
-            {"stage": "exact_dedup"},
-            {"stage": "fuzzy_dedup"},
+        "steps": [
+            {"step": "read", "paths": [str(path)], "num_shards": 2},
+            {"step": "exact_dedup"},
+            {"step": "fuzzy_dedup"},
         ],
     }
     pipeline = tmp_path / "p.yaml"

@@ -24,44 +24,44 @@ DE = "Der Ausschuss wird seinen Abschlussbericht über die neue Bahnstrecke im n
 
 
 def test_quickstart_refuses_the_sample_lang_column_without_overwrite(tmp_path, capsys):
-    argv = ["run", "quickstart", "--job-dir", str(tmp_path / "job"), "--set", "stages.langid.overwrite=false"]
+    argv = ["run", "quickstart", "--job-dir", str(tmp_path / "job"), "--set", "steps.langid.overwrite=false"]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "full traceback" not in err, err
-    assert "stages[2] (langid): the data already has 'lang', 'lang_score'" not in err  # only what it has
-    assert "stages[2] (langid): the data already has 'lang'" in err and str(SAMPLE) in err
-    assert "stages[2].overwrite: true" in err and "stages[2].output_column: NAME" in err
+    assert "steps[2] (langid): the data already has 'lang', 'lang_score'" not in err  # only what it has
+    assert "steps[2] (langid): the data already has 'lang'" in err and str(SAMPLE) in err
+    assert "steps[2].overwrite: true" in err and "steps[2].output_column: NAME" in err
     assert not (tmp_path / "job").exists()  # refused before any work
-    assert main(["run", "quickstart", "--check", "--set", "stages.langid.overwrite=false"]) == 1
-    assert "stages[2].overwrite: true" in capsys.readouterr().err
+    assert main(["run", "quickstart", "--check", "--set", "steps.langid.overwrite=false"]) == 1
+    assert "steps[2].overwrite: true" in capsys.readouterr().err
     assert main(["run", "quickstart", "--check"]) == 0  # the shipped config decides: overwrite: true
 
 
 def _write(tmp_path: Path, stages: list[dict]) -> Path:
     path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "t", "stages": [{"stage": "read", "paths": ["in.parquet"]}, *stages]}))
+    path.write_text(yaml.safe_dump({"name": "t", "steps": [{"step": "read", "paths": ["in.parquet"]}, *stages]}))
     return path
 
 
 def test_output_column_is_validated_with_key_paths(tmp_path, capsys):
     pq.write_table(pa.table({"id": ["a"], "text": [EN]}), tmp_path / "in.parquet")
     bad = [
-        {"stage": "langid", "output_column": "text"},
-        {"stage": "heuristic_filter", "output_column": " "},
-        {"stage": "quality", "model": "in.parquet", "overwrite": "yes"},
+        {"step": "langid", "output_column": "text"},
+        {"step": "heuristic_filter", "output_column": " "},
+        {"step": "quality", "model": "in.parquet", "overwrite": "yes"},
     ]
     assert main(["run", str(_write(tmp_path, bad)), "--check"]) == 1
     err = capsys.readouterr().err
-    assert "stages[1].output_column: 'text' is the pipeline's text_column; choose another name" in err
-    assert "stages[2].output_column: must name a column" in err
-    assert "stages[3].overwrite: must be true or false, got 'yes'" in err
+    assert "steps[1].output_column: 'text' is the pipeline's text_column; choose another name" in err
+    assert "steps[2].output_column: must name a column" in err
+    assert "steps[3].overwrite: must be true or false, got 'yes'" in err
 
 
 def test_a_column_added_by_an_earlier_stage_is_named_as_its_origin(tmp_path):
     pq.write_table(pa.table({"id": ["a"], "text": [EN]}), tmp_path / "in.parquet")
-    stages = [{"stage": "langid", "output_column": "quality_score"}, {"stage": "quality", "model": "in.parquet"}]
-    with pytest.raises(ColumnExistsError, match=r"stages\[2\] \(quality\): the data already has 'quality_score' "
-                       r"\(from stage 'langid'\)"):
+    stages = [{"step": "langid", "output_column": "quality_score"}, {"step": "quality", "model": "in.parquet"}]
+    with pytest.raises(ColumnExistsError, match=r"steps\[2\] \(quality\): the data already has 'quality_score' "
+                       r"\(from step 'langid'\)"):
         run_pipeline(load_config(_write(tmp_path, stages)), tmp_path / "job", execution={"executor": "inprocess"})
 
 
@@ -75,13 +75,13 @@ def test_pipeline_keeps_the_data_columns_it_was_told_to(tmp_path, lid_model):
     }
     pq.write_table(pa.table(rows), tmp_path / "in.parquet")
     stages = [
-        {"stage": "langid", "output_column": "detected", "model": lid_model},
-        {"stage": "heuristic_filter", "rules": ["c4"], "output_column": "why"},
-        {"stage": "exact_dedup"},
+        {"step": "langid", "output_column": "detected", "model": lid_model},
+        {"step": "heuristic_filter", "rules": ["c4"], "output_column": "why"},
+        {"step": "exact_dedup"},
     ]
     result = run_pipeline(load_config(_write(tmp_path, stages)), tmp_path / "job",
                           execution={"executor": "inprocess"}, report=False)
-    by = {r["stage"]: r for r in result.stages}
+    by = {r["stage"]: r for r in result.steps}
     kept = pa.concat_tables([pq.read_table(f) for f in by["exact_dedup"]["files"]])
     assert kept.select(["id", "lang", "detected", "dup_keep", "drop_reason"]).to_pylist() == [
         {"id": "a", "lang": "de", "detected": "en", "dup_keep": False, "drop_reason": "x"}]
@@ -90,4 +90,4 @@ def test_pipeline_keeps_the_data_columns_it_was_told_to(tmp_path, lid_model):
     assert dropped.select(["id", "drop_reason"]).to_pylist() == [{"id": "b", "drop_reason": "y"},
                                                                  {"id": "d", "drop_reason": "w"}]
     assert all(why.startswith("c4_") for why in dropped["why"].to_pylist())
-    assert by["langid"]["rows_dropped"] == 0 and all(r["balanced"] for r in result.stages)
+    assert by["langid"]["rows_dropped"] == 0 and all(r["balanced"] for r in result.steps)

@@ -26,12 +26,12 @@ def pipeline(tmp_path_factory, request) -> Path:
     pq.write_table(table.slice(1189, 120), root / "in.parquet")  # Milton and Shakespeare: exact and near dups
     config = {
         "name": "executors",
-        "stages": [
-            {"stage": "read", "paths": [str(root / "in.parquet")], "num_shards": 3},
-            {"stage": "normalize"},
-            {"stage": "exact_dedup"},
-            {"stage": "fuzzy_dedup", "threshold": 0.7, "enabled": request.param},
-            {"stage": "tokenize", "vocab_size": 400, "shard_bytes": "64KB"},
+        "steps": [
+            {"step": "read", "paths": [str(root / "in.parquet")], "num_shards": 3},
+            {"step": "normalize"},
+            {"step": "exact_dedup"},
+            {"step": "fuzzy_dedup", "threshold": 0.7, "enabled": request.param},
+            {"step": "tokenize", "vocab_size": 400, "shard_bytes": "64KB"},
         ],
     }
     path = root / "p.yaml"

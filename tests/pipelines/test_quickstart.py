@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from zephyr.pipelines.runner import AccountingError, account
-from zephyr.pipelines.stage_ops import StageOutcome
+from zephyr.pipelines.step_ops import StepOutcome
 
 from zephyr.cli import main
 
@@ -48,13 +48,13 @@ def _planted(kind: str) -> set[str]:
 
 
 TINY = [
-    "--set", "stages.read.num_shards=2",
-    "--set", "stages.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
-    "--set", "stages.tokenize.vocab_size=512",
-    "--set", "stages.train.steps=3",
-    "--set", "stages.train.batch_size=2",
-    "--set", "stages.train.seq_len=64",
-    "--set", "stages.train.checkpoint_every=2",
+    "--set", "steps.read.num_shards=2",
+    "--set", "steps.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
+    "--set", "steps.tokenize.vocab_size=512",
+    "--set", "steps.train.steps=3",
+    "--set", "steps.train.batch_size=2",
+    "--set", "steps.train.seq_len=64",
+    "--set", "steps.train.checkpoint_every=2",
 ]
 
 
@@ -64,9 +64,9 @@ def quickstart_job(tmp_path_factory):
     data = make_slice(root / "slice.parquet")
     job = root / "job"
     argv = ["run", "quickstart", "--job-dir", str(job), "--executor", "inprocess",
-            "--set", f"stages.read.paths={data}", *TINY]
+            "--set", f"steps.read.paths={data}", *TINY]
     if not lid_available():
-        argv += ["--set", "stages.langid.enabled=false"]
+        argv += ["--set", "steps.langid.enabled=false"]
     return job, argv
 
 
@@ -92,7 +92,7 @@ def test_quickstart_end_to_end(finished):
     summary = json.loads(stdout)  # --json: the one object on stdout
     assert summary["next"] == f"open {job / 'report.html'}" and summary["details"]["report"] == str(job / "report.md")
     assert summary["balanced"] and summary["rows_in"] == stats["stages"][0]["rows_in"]
-    stages = {s["stage"]: s for s in stats["stages"]}
+    steps = {s["stage"]: s for s in stats["stages"]}
     assert stats["balanced"] and all(s["status"] == "ran" for s in stats["stages"])
     data = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")]
     sliced = pq.read_table(job.parent / "slice.parquet")
@@ -109,8 +109,8 @@ def test_quickstart_end_to_end(finished):
     # and every seed stays
     web, near = _planted("web"), _planted("near")
     seeds = {i.split(PLANTED)[0] for i in web | near}
-    exact, fuzzy = stages["exact_dedup"], stages["fuzzy_dedup"]
-    assert web | near | seeds <= _ids(stages["heuristic_filter"]["files"])
+    exact, fuzzy = steps["exact_dedup"], steps["fuzzy_dedup"]
+    assert web | near | seeds <= _ids(steps["heuristic_filter"]["files"])
     assert not web & _ids(exact["files"]) and near | seeds <= _ids(exact["files"])
     assert not near & _ids(fuzzy["files"]) and seeds <= _ids(fuzzy["files"])
     assert exact["dropped_by_reason"]["exact_duplicate"] == len(web)
@@ -118,25 +118,25 @@ def test_quickstart_end_to_end(finished):
     assert int(exact["cluster_sizes"]["2"]) >= len(web) and int(fuzzy["cluster_sizes"]["2"]) == len(near)
     # every stage visibly removes or changes something (quality marks rows with a score; on the whole sample,
     # with min_score 0.7, it drops ~2%)
-    assert stages["normalize"]["counters"]["normalize/rows_rewritten"] >= len(web)
+    assert steps["normalize"]["counters"]["normalize/rows_rewritten"] >= len(web)
     for name in ("langid", "heuristic_filter", "exact_dedup", "fuzzy_dedup"):
-        assert name not in stages or stages[name]["rows_dropped"] > 0, name  # langid is off without its model
-    assert all(pq.read_schema(f).field("quality_score") for f in stages["quality"]["files"])
+        assert name not in steps or steps[name]["rows_dropped"] > 0, name  # langid is off without its model
+    assert all(pq.read_schema(f).field("quality_score") for f in steps["quality"]["files"])
     # heuristics keep their dropped rows, the classifier was trained from them
-    heuristics = stages["heuristic_filter"]
+    heuristics = steps["heuristic_filter"]
     assert heuristics["extra"]["dropped_rows"] == heuristics["rows_dropped"]
-    assert Path(stages["quality"]["extra"]["classifier"]).is_file()
-    assert all(s >= 0.2 for f in stages["quality"]["files"] for s in pq.read_table(f)["quality_score"].to_pylist())
+    assert Path(steps["quality"]["extra"]["classifier"]).is_file()
+    assert all(s >= 0.2 for f in steps["quality"]["files"] for s in pq.read_table(f)["quality_score"].to_pylist())
     # tokens and training
-    tok = stages["tokenize"]
-    assert tok["rows_kept"] == stages["quality"]["rows_kept"] == tok["extra"]["num_documents"]
+    tok = steps["tokenize"]
+    assert tok["rows_kept"] == steps["quality"]["rows_kept"] == tok["extra"]["num_documents"]
     assert tok["extra"]["num_tokens"] > 10_000 and Path(tok["dir"], "tokenizer.json").is_file()
     trained = tok["extra"]["tokenizer_trained_on"]  # by zephyr.tokenize.train_tokenizer, on the stage input
     assert trained["output"] == str(Path(tok["dir"], "tokenizer.json")) and trained["vocab_size"] == 512
-    assert 0 < trained["sample_bytes"] <= trained["bound_bytes"] and trained["files"] == len(stages["quality"]["files"])
+    assert 0 < trained["sample_bytes"] <= trained["bound_bytes"] and trained["files"] == len(steps["quality"]["files"])
     manifest = json.loads(Path(tok["extra"]["shards_dir"], "manifest.json").read_text())
     assert manifest["vocab_size"] == 512 and manifest["num_documents"] == tok["rows_kept"]
-    train = stages["train"]
+    train = steps["train"]
     records = [json.loads(line) for line in Path(train["extra"]["log"]).read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2] and train["extra"]["final_loss"] == records[-1]["loss"]
     for name in ("rows", "time", "sources", "training", "clusters_exact_dedup", "clusters_fuzzy_dedup"):
@@ -187,27 +187,27 @@ def test_report_shows_dedup_and_filter_examples(finished):
     job, stats, _ = finished
     page = (job / "report.html").read_text()
     markdown = (job / "report.md").read_text()
-    stages = {s["stage"]: s for s in stats["stages"]}
+    steps = {s["stage"]: s for s in stats["stages"]}
     for name in ("exact_dedup", "fuzzy_dedup"):
-        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        payload = json.loads(Path(steps[name]["extra"]["examples"]).read_text())
         assert payload["clusters"], name
         for cluster in payload["clusters"]:
             assert cluster["kept"]["id"] == cluster["cluster"] != cluster["removed"]["id"]
             assert cluster["jaccard"] >= 0.8 and f"<code>{cluster['removed']['id']}</code>" in page
         assert f"Examples from <code>{name}</code>" in page and f"Examples from `{name}`" in markdown
-    fuzzy = json.loads(Path(stages["fuzzy_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    fuzzy = json.loads(Path(steps["fuzzy_dedup"]["extra"]["examples"]).read_text())["clusters"]
     assert len(fuzzy) == 3  # the sample's planted near duplicates (data/sample/README.md): 3 examples shown
     for cluster in fuzzy:  # each removed row is a planted copy ``<seed id>~<edit>`` of the kept one
         assert cluster["removed"]["id"].split("~")[0] == cluster["kept"]["id"]
         assert 0.8 <= cluster["jaccard"] < 1
     assert '<mark class="removed">' in page
-    exact = json.loads(Path(stages["exact_dedup"]["extra"]["examples"]).read_text())["clusters"]
+    exact = json.loads(Path(steps["exact_dedup"]["extra"]["examples"]).read_text())["clusters"]
     assert all(c["jaccard"] == 1.0 for c in exact)
     for name in [s["stage"] for s in stats["stages"] if s["type"] in ("langid", "heuristic_filter", "quality")]:
-        payload = json.loads(Path(stages[name]["extra"]["examples"]).read_text())
+        payload = json.loads(Path(steps[name]["extra"]["examples"]).read_text())
         assert len(payload["kept"]) == 3 and f"Examples: <code>{name}</code>" in page
-        assert set(payload["dropped"]) <= set(stages[name]["dropped_by_reason"])
-    heuristics = json.loads(Path(stages["heuristic_filter"]["extra"]["examples"]).read_text())
+        assert set(payload["dropped"]) <= set(steps[name]["dropped_by_reason"])
+    heuristics = json.loads(Path(steps["heuristic_filter"]["extra"]["examples"]).read_text())
     assert heuristics["dropped"] and all(e["examples"] for e in heuristics["dropped"].values())
 
 
@@ -225,18 +225,18 @@ def test_rerun_skips_every_stage(finished, quickstart_job, capsys):
 
 
 def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
-    from zephyr.pipelines.config import NormalizeStage, StageEntry
+    from zephyr.pipelines.config import NormalizeStep, StepEntry
 
     part = tmp_path / "part-00000.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"]}), part)
     op = {"op": "map_batches(x)", "rows_in": 5, "rows_out": 4, "rows_dropped": 1, "rows_quarantined": 0,
           "dropped_by_reason": {"short": 1}}
-    outcome = StageOutcome(files=[str(part)], engine_stats={"stages": [{"ops": [op]}]},
+    outcome = StepOutcome(files=[str(part)], engine_stats={"stages": [{"ops": [op]}]},
                            accounting_ops=("map_batches(x)",))
-    entry = StageEntry("normalize", "normalize", NormalizeStage())
+    entry = StepEntry("normalize", "normalize", NormalizeStep())
     with pytest.raises(AccountingError, match=r"rows do not balance: in 5 != kept 3 .* \+ dropped 1"):
         account(entry, outcome, 5, [])
-    with pytest.raises(AccountingError, match="the previous stage wrote 6 rows but map_batches"):
+    with pytest.raises(AccountingError, match="the previous step wrote 6 rows but map_batches"):
         account(entry, outcome, 6, [])
     op.update(rows_dropped=2, dropped_by_reason={"short": 2})
     assert account(entry, outcome, 5, [])["balanced"] is True

@@ -59,11 +59,11 @@ def job(tmp_path_factory) -> Path:
     config = parse_config(
         {
             "name": "report-test",
-            "stages": [
-                {"stage": "read", "paths": [str(data)], "num_shards": 3},
-                {"stage": "heuristic_filter"},
-                {"stage": "exact_dedup"},
-                {"stage": "fuzzy_dedup", "threshold": 0.8},
+            "steps": [
+                {"step": "read", "paths": [str(data)], "num_shards": 3},
+                {"step": "heuristic_filter"},
+                {"step": "exact_dedup"},
+                {"step": "fuzzy_dedup", "threshold": 0.8},
             ],
         }
     )
@@ -77,11 +77,11 @@ def _stats(job: Path) -> dict[str, dict]:
     return {s["stage"]: s for s in json.loads((job / "stats.json").read_text())["stages"]}
 
 
-def _sidecar(stage: dict) -> dict:
-    path = Path(stage["extra"]["examples"])
+def _sidecar(step: dict) -> dict:
+    path = Path(step["extra"]["examples"])
     assert (
-        path == Path(stage["dir"]) / EXAMPLES_FILE
-        and not (Path(stage["dir"]) / "_work" / "_examples").exists()
+        path == Path(step["dir"]) / EXAMPLES_FILE
+        and not (Path(step["dir"]) / "_work" / "_examples").exists()
     )
     return json.loads(path.read_text())
 
@@ -91,8 +91,8 @@ def test_fuzzy_stage_saves_the_planted_pair_with_its_true_jaccard(job):
     (cluster,) = payload["clusters"]
     assert cluster["cluster"] == "kjv/5" and cluster["size"] == 2
     assert cluster["kept"]["id"] == "kjv/5" and cluster["removed"]["id"] == "x/near"
-    stages = _stats(job)
-    inputs = pa.concat_tables([pq.read_table(f) for f in stages["exact_dedup"]["files"]])
+    steps = _stats(job)
+    inputs = pa.concat_tables([pq.read_table(f) for f in steps["exact_dedup"]["files"]])
     text = dict(zip(inputs["id"].to_pylist(), inputs["text"].to_pylist()))
     assert cluster["jaccard"] == pytest.approx(reference_jaccard(text["kjv/5"], text["x/near"]), abs=1e-4)
     assert 0.8 <= cluster["jaccard"] < 1
@@ -110,14 +110,14 @@ def test_exact_stage_saves_its_cluster(job):
 
 
 def test_filter_stage_saves_kept_and_dropped_examples_per_top_reason(job):
-    stage = _stats(job)["heuristic_filter"]
-    payload = _sidecar(stage)
+    step = _stats(job)["heuristic_filter"]
+    payload = _sidecar(step)
     assert len(payload["kept"]) == 3
     kept_ids = set(
-        pa.concat_tables([pq.read_table(f, columns=["id"]) for f in stage["files"]])["id"].to_pylist()
+        pa.concat_tables([pq.read_table(f, columns=["id"]) for f in step["files"]])["id"].to_pylist()
     )
     assert {r["id"] for r in payload["kept"]} <= kept_ids
-    top = sorted(stage["dropped_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    top = sorted(step["dropped_by_reason"].items(), key=lambda kv: (-kv[1], kv[0]))[:3]
     assert {reason: entry["rows"] for reason, entry in payload["dropped"].items()} == dict(top)
     dropped = {r["id"] for entry in payload["dropped"].values() for r in entry["examples"]}
     assert {"x/junk1", "x/junk2"} <= dropped and not dropped & kept_ids
@@ -157,8 +157,8 @@ def test_report_is_self_contained_and_escapes_texts(job):
 def test_report_shows_examples_per_dedup_stage_and_filter(job):
     page = (job / "report.html").read_text()
     markdown = (job / "report.md").read_text()
-    for stage in ("exact_dedup", "fuzzy_dedup"):
-        assert f"Examples from <code>{stage}</code>" in page and f"Examples from `{stage}`" in markdown
+    for step in ("exact_dedup", "fuzzy_dedup"):
+        assert f"Examples from <code>{step}</code>" in page and f"Examples from `{step}`" in markdown
     assert (
         "Examples: <code>heuristic_filter</code>" in page and "### Examples: `heuristic_filter`" in markdown
     )
@@ -249,7 +249,7 @@ def test_empty_stage_says_so(tmp_path):
     )
     filtered = json.loads(merge_filter_examples(tmp_path, {}).read_text())
     assert dedup["clusters"] == [] and filtered["kept"] == [] and filtered["dropped"] == {}
-    stages = [
+    steps = [
         {
             "stage": "f",
             "type": "heuristic_filter",
@@ -265,15 +265,15 @@ def test_empty_stage_says_so(tmp_path):
     ]
     (tmp_path / "d").mkdir()
     merge_dedup_examples(tmp_path / "d", shingle="word", ngram=5, normalize="default")
-    stages.append(
+    steps.append(
         {
-            **stages[0],
+            **steps[0],
             "stage": "d",
             "type": "fuzzy_dedup",
             "extra": {"examples": str(tmp_path / "d" / EXAMPLES_FILE)},
         }
     )
-    blocks = build_blocks({"pipeline": "p", "job_dir": str(tmp_path), "stages": stages}, {})
+    blocks = build_blocks({"pipeline": "p", "job_dir": str(tmp_path), "stages": steps}, {})
     page = render_html(blocks, "p", base=tmp_path)
     assert "no clusters, nothing was removed" in page and "Nothing dropped." in page
     assert "no clusters, nothing was removed" in render_markdown(blocks)
@@ -298,7 +298,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         "".join(json.dumps({"step": i, "loss": 5 - i, "tokens_per_s": 100.0 + i}) + "\n" for i in range(4))
     )
     base = {"rows_in": 1500, "rows_quarantined": 0, "seconds": 1.0, "index": 0, "balanced": True}
-    stages = [
+    steps = [
         {**base, "stage": "read", "type": "read", "rows_kept": 1500, "rows_dropped": 0},
         {
             **base,
@@ -322,7 +322,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         fig.axes[0].get_title() or str(len(figures)), fig
     )  # keep them
     try:
-        made = report_plots.make_plots({"stages": stages}, tmp_path / "plots")
+        made = report_plots.make_plots({"stages": steps}, tmp_path / "plots")
     finally:
         plt.close = original
     assert set(made) == {"rows", "time", "clusters_fuzzy", "training"}

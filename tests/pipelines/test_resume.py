@@ -49,11 +49,11 @@ def pipeline(tmp_path, monkeypatch):
     pq.write_table(pq.read_table(SAMPLE).slice(0, 90), data)
     config = {
         "name": "resume",
-        "stages": [
-            {"stage": "read", "paths": [str(data)], "num_shards": SHARDS},
-            {"stage": "normalize"},
-            {"stage": "map", "name": "slow", "function": "slow_stage_mod:slow_upper_source"},
-            {"stage": "exact_dedup"},
+        "steps": [
+            {"step": "read", "paths": [str(data)], "num_shards": SHARDS},
+            {"step": "normalize"},
+            {"step": "map", "name": "slow", "function": "slow_stage_mod:slow_upper_source"},
+            {"step": "exact_dedup"},
         ],
     }
     path = tmp_path / "resume.yaml"
@@ -125,11 +125,11 @@ def test_from_reruns_and_until_stops(pipeline, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "read (read): skipped, before --from" in err and "normalize (normalize): done" in err
     assert main([*argv, "--from", "exact_dedup"]) == 1
-    assert "stage 'slow' before it is not complete" in capsys.readouterr().err
+    assert "step 'slow' before it is not complete" in capsys.readouterr().err
     # a changed config reruns the changed stage and everything after it, not the stages before
     assert main(argv) == 0
     capsys.readouterr()
-    assert main([*argv, "--set", "stages.normalize.collapse_whitespace=false"]) == 0
+    assert main([*argv, "--set", "steps.normalize.collapse_whitespace=false"]) == 0
     err = capsys.readouterr().err
     assert "read (read): skipped" in err
     assert all(f"{name}): done" in err for name in ("normalize", "map", "exact_dedup"))
@@ -140,7 +140,7 @@ def _run_read_and_filter(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     starting point of the tests that rewrite its folder as an older zephyr left it."""
     data = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
-    config = {"name": "old", "stages": [{"stage": "read", "paths": [str(data)]}, {"stage": "heuristic_filter"}]}
+    config = {"name": "old", "steps": [{"step": "read", "paths": [str(data)]}, {"step": "heuristic_filter"}]}
     path, job = tmp_path / "old.yaml", tmp_path / "job"
     path.write_text(yaml.safe_dump(config))
     argv = ["run", str(path), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
@@ -158,14 +158,14 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     os.replace(filter_dir / "_dropped", filter_dir / "dropped")
     (filter_dir / "_SUCCESS.json").unlink()  # the filter stage was interrupted after its writes
     assert main(argv) == 0
-    stages = json.loads((job / "stats.json").read_text())["stages"]
-    assert [s["status"] for s in stages] == ["skipped", "ran"]
+    steps = json.loads((job / "stats.json").read_text())["stages"]
+    assert [s["status"] for s in steps] == ["skipped", "ran"]
     assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
         ".huggingface.yaml",
         "_STARTED.json", "_SUCCESS.json", "_dropped", "_examples.json", "_stats.json", "_work"
     ]
-    assert pq.read_table(filter_dir).num_rows == stages[1]["rows_kept"]
-    assert pq.read_table(filter_dir / "_dropped").num_rows == stages[1]["rows_dropped"]
+    assert pq.read_table(filter_dir).num_rows == steps[1]["rows_kept"]
+    assert pq.read_table(filter_dir / "_dropped").num_rows == steps[1]["rows_dropped"]
 
 
 def _old_fingerprints(config_path: Path) -> list[str]:
@@ -177,11 +177,11 @@ def _old_fingerprints(config_path: Path) -> list[str]:
     from zephyr.io.paths import expand_paths, file_stat
 
     config = load_config(str(config_path))
-    files = [[f, *file_stat(f)] for f in expand_paths(list(config.stages[0].config.paths))]
+    files = [[f, *file_stat(f)] for f in expand_paths(list(config.steps[0].config.paths))]
     upstream = hashlib.sha256(json.dumps(files).encode()).hexdigest()
     out = []
-    for entry in config.stages:
-        payload = json.dumps({"stage": entry.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
+    for entry in config.steps:
+        payload = json.dumps({"step": entry.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
                              sort_keys=True, default=str)
         upstream = hashlib.sha256(payload.encode()).hexdigest()
         out.append(upstream)
@@ -201,11 +201,11 @@ def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
             (stage_dir / name).write_text(json.dumps({**marker, "fingerprint": old}))
         (stage_dir / "_work" / "main" / "stage-0123456789abcdef").mkdir(parents=True)  # an old run's scratch
     assert main(argv) == 0
-    stages = json.loads((job / "stats.json").read_text())["stages"]
-    assert [s["status"] for s in stages] == ["ran", "ran"]
+    steps = json.loads((job / "stats.json").read_text())["stages"]
+    assert [s["status"] for s in steps] == ["ran", "ran"]
     assert _outputs(job) == reference
     assert not any(job.glob("*/_work/main/stage-0123456789abcdef"))
-    for stage_dir, stage in zip(dirs, stages):
-        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == stage["fingerprint"]
+    for stage_dir, step in zip(dirs, steps):
+        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == step["fingerprint"]
     assert main(argv) == 0
     assert [s["status"] for s in json.loads((job / "stats.json").read_text())["stages"]] == ["skipped", "skipped"]

@@ -22,11 +22,11 @@ def pipeline(tmp_path_factory) -> Path:
     pq.write_table(pq.read_table(SAMPLE).slice(0, 40), root / "docs.parquet")
     config = {
         "name": "train-progress",
-        "stages": [
-            {"stage": "read", "paths": [str(root / "docs.parquet")]},
-            {"stage": "tokenize", "vocab_size": 300},
+        "steps": [
+            {"step": "read", "paths": [str(root / "docs.parquet")]},
+            {"step": "tokenize", "vocab_size": 300},
             {
-                "stage": "train",
+                "step": "train",
                 "preset": "tiny",
                 "steps": 4,
                 "batch_size": 2,
@@ -62,7 +62,7 @@ def test_the_stage_shows_its_steps(pipeline, capsys):
     )
 
     # log_every is display only: changing it does not rerun (or clear) the trained stage
-    assert _run(pipeline, "--set", "stages.train.log_every=1") == 0
+    assert _run(pipeline, "--set", "steps.train.log_every=1") == 0
     err = capsys.readouterr().err
     assert "[3/3] train (train): skipped, complete with the same config" in err and "step 1/4" not in err
 

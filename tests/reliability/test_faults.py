@@ -75,9 +75,9 @@ def job_config(tmp_path, monkeypatch) -> Path:
     pq.write_table(pq.read_table(SAMPLE).slice(0, 90), data)
     config = {
         "name": "faults",
-        "stages": [
-            {"stage": "read", "paths": [str(data)], "num_shards": SHARDS},
-            {"stage": "map", "name": "hold", "function": "hold_mod:hold_after_two"},
+        "steps": [
+            {"step": "read", "paths": [str(data)], "num_shards": SHARDS},
+            {"step": "map", "name": "hold", "function": "hold_mod:hold_after_two"},
         ],
     }
     path = tmp_path / "faults.yaml"

@@ -107,7 +107,7 @@ def test_zephyr_run_stage_records_a_retry_of_an_earlier_job(tmp_path, monkeypatc
 
     stage = "exact_dedup"  # hashes (the failing job), then the stage's own write
     inputs, job = _write_inputs(tmp_path / "in"), tmp_path / "job"
-    config = {"name": "retries", "stages": [{"stage": "read", "paths": [str(inputs)]}, {"stage": stage}]}
+    config = {"name": "retries", "steps": [{"step": "read", "paths": [str(inputs)]}, {"step": stage}]}
     path = tmp_path / "retries.yaml"
     path.write_text(yaml.safe_dump(config))
     _fail_once(monkeypatch, _MemberHashes, tmp_path / "failed")

@@ -402,7 +402,7 @@ def _command_argv(command: str, inputs: list[str], out: Path, tokenizer: Path) -
         return ["tokenize", *inputs, "--tokenizer", str(tokenizer), "--output", str(out), *quarantine, *FAST]
     config = {
         "name": "matrix",
-        "stages": [{"stage": "read", "paths": inputs, "on_error": "quarantine"}, {"stage": "normalize"}],
+        "steps": [{"step": "read", "paths": inputs, "on_error": "quarantine"}, {"step": "normalize"}],
     }
     path = out.parent / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))

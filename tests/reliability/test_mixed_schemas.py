@@ -331,10 +331,10 @@ def test_cli_count_nested_conflict(tmp_path):
 @pytest.mark.parametrize("unify", [False, True], ids=["default", "unify_schemas"])
 def test_run_pipeline_read_stage(int_double, tmp_path, unify):
     folder, a, b = int_double
-    read = {"stage": "read", "paths": [str(folder)]}
+    read = {"step": "read", "paths": [str(folder)]}
     if unify:
         read["unify_schemas"] = True
-    config = {"name": "mixed", "stages": [read, {"stage": "normalize"}]}
+    config = {"name": "mixed", "steps": [read, {"step": "normalize"}]}
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(config))
     job = tmp_path / "job"

@@ -100,7 +100,7 @@ def test_dedup_exact_cli_same_size_edit_recomputes(tmp_path):
 
 
 def _pipeline(tmp_path: Path, paths: list[str]) -> Path:
-    config = {"name": "stale", "stages": [{"stage": "read", "paths": paths}, {"stage": "normalize"}]}
+    config = {"name": "stale", "steps": [{"step": "read", "paths": paths}, {"step": "normalize"}]}
     path = tmp_path / "stale.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -28,14 +28,14 @@ from zephyr.errors import ConfigError
 VALUES = ["0.7", "4", "true", "null", "flex", "1e-3", '{"a": 1}', "[1, 2]", "", "yes", "[en, de]", "a: b: c"]
 
 
-def _read_stage(**stage) -> dict:
-    return {"stages": [{"stage": "read", "paths": ["/"]}, stage]}
+def _read_step(**step) -> dict:
+    return {"steps": [{"step": "read", "paths": ["/"]}, step]}
 
 
 @pytest.mark.parametrize("text", VALUES)
 def test_set_values_read_the_same_in_run_and_train(text: str) -> None:
     """`zephyr run --set` and `zephyr train --set` give one value for one text (JSON first, then YAML)."""
-    run = apply_overrides(_read_stage(stage="normalize"), [f"stages.normalize.nfc={text}"])["stages"][1][
+    run = apply_overrides(_read_step(step="normalize"), [f"steps.normalize.nfc={text}"])["steps"][1][
         "nfc"
     ]
     args = Namespace(config=None, overrides=[f"n_layers={text}"])
@@ -75,8 +75,8 @@ def test_set_value_without_pyyaml() -> None:
 
 def test_coerce_names_the_key_and_type() -> None:
     assert coerce(3, float, "x") == 3.0 and coerce("en", list[str], "x") == ["en"]
-    with pytest.raises(ConfigError, match=r"stages\[1\]\.min_score: must be a number, got 'high'"):
-        coerce("high", float, "stages[1].min_score")
+    with pytest.raises(ConfigError, match=r"steps\[1\]\.min_score: must be a number, got 'high'"):
+        coerce("high", float, "steps[1].min_score")
     with pytest.raises(ConfigError, match="must be true or false, got 1"):
         coerce(1, bool, "k")
 
@@ -99,13 +99,13 @@ def test_embedded_keys_are_flat_and_checked_by_the_package_dataclass() -> None:
     assert errors[1] == "s.nfc: must be true or false, got 'no'"
 
 
-def test_pipeline_stages_embed_the_package_configs() -> None:
-    cfg = parse_config(_read_stage(stage="fuzzy_dedup", preset="nemo", threshold=0.9, bucket_links=4))
-    dedup = cfg.stage("fuzzy_dedup").config.dedup
+def test_pipeline_steps_embed_the_package_configs() -> None:
+    cfg = parse_config(_read_step(step="fuzzy_dedup", preset="nemo", threshold=0.9, bucket_links=4))
+    dedup = cfg.step("fuzzy_dedup").config.dedup
     assert dedup == FuzzyDedupConfig.from_preset("nemo", threshold=0.9, bucket_links=4)
-    assert cfg.stage("fuzzy_dedup").to_dict()["rows_per_band"] == 13
-    errors = parse_config_errors(_read_stage(stage="fuzzy_dedup", rows_per_band=8))
-    assert "stages[1].bands: give both bands and rows_per_band or neither" in errors
+    assert cfg.step("fuzzy_dedup").to_dict()["rows_per_band"] == 13
+    errors = parse_config_errors(_read_step(step="fuzzy_dedup", rows_per_band=8))
+    assert "steps[1].bands: give both bands and rows_per_band or neither" in errors
 
 
 def parse_config_errors(raw: dict) -> str:
@@ -115,26 +115,26 @@ def parse_config_errors(raw: dict) -> str:
 
 
 @pytest.mark.parametrize(
-    ("stage", "old", "new", "value"),
+    ("step_type", "old", "new", "value"),
     [("fuzzy_dedup", "rows", "rows_per_band", 8), ("tokenize", "shard_size", "shard_bytes", "4MB")],
 )
-def test_renamed_keys_still_work_with_a_warning(stage: str, old: str, new: str, value) -> None:
-    extra = {"bands": 14} if stage == "fuzzy_dedup" else {}
-    with pytest.warns(ZephyrDeprecationWarning, match=rf"stages\[1\]\.{old} is renamed {new}"):
-        old_cfg = parse_config(_read_stage(stage=stage, **{old: value}, **extra))
+def test_renamed_keys_still_work_with_a_warning(step_type: str, old: str, new: str, value) -> None:
+    extra = {"bands": 14} if step_type == "fuzzy_dedup" else {}
+    with pytest.warns(ZephyrDeprecationWarning, match=rf"steps\[1\]\.{old} is renamed {new}"):
+        old_cfg = parse_config(_read_step(step=step_type, **{old: value}, **extra))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        new_cfg = parse_config(_read_stage(stage=stage, **{new: value}, **extra))
-    assert old_cfg.stages[1].to_dict() == new_cfg.stages[1].to_dict()
-    assert new_cfg.stages[1].to_dict()[new] == value and old not in new_cfg.stages[1].to_dict()
-    both = parse_config_errors(_read_stage(stage=stage, **{old: value, new: value}, **extra))
-    assert f"stages[1].{old}: {old} is the old name of {new}; give only {new}" in both
+        new_cfg = parse_config(_read_step(step=step_type, **{new: value}, **extra))
+    assert old_cfg.steps[1].to_dict() == new_cfg.steps[1].to_dict()
+    assert new_cfg.steps[1].to_dict()[new] == value and old not in new_cfg.steps[1].to_dict()
+    both = parse_config_errors(_read_step(step=step_type, **{old: value, new: value}, **extra))
+    assert f"steps[1].{old}: {old} is the old name of {new}; give only {new}" in both
 
 
 def test_renamed_set_override_and_attribute() -> None:
-    raw = apply_overrides(_read_stage(stage="fuzzy_dedup", bands=14), ["stages.fuzzy_dedup.rows=8"])
+    raw = apply_overrides(_read_step(step="fuzzy_dedup", bands=14), ["steps.fuzzy_dedup.rows=8"])
     with pytest.warns(ZephyrDeprecationWarning):
-        assert parse_config(raw).stage("fuzzy_dedup").config.dedup.rows_per_band == 8
+        assert parse_config(raw).step("fuzzy_dedup").config.dedup.rows_per_band == 8
     cfg = FuzzyDedupConfig(bands=14, rows_per_band=8)
     with pytest.warns(ZephyrDeprecationWarning, match="FuzzyDedupConfig.rows is renamed rows_per_band"):
         assert cfg.rows == 8
@@ -144,11 +144,11 @@ def test_renamed_set_override_and_attribute() -> None:
 
 def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
     config = tmp_path / "p.yaml"
-    config.write_text("stages:\n  - stage: read\n    paths: [/]\n  - stage: tokenize\n    shard_size: 4MB\n")
+    config.write_text("steps:\n  - step: read\n    paths: [/]\n  - step: tokenize\n    shard_size: 4MB\n")
     cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines()[0] == (
-        "zephyr: deprecated: stages[1].shard_size is renamed shard_bytes; write shard_bytes "
+        "zephyr: deprecated: steps[1].shard_size is renamed shard_bytes; write shard_bytes "
         "(the old key is read until the next release)"
     )

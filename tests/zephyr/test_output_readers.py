@@ -236,10 +236,10 @@ def test_command_output_reads_as_its_kept_rows(case, corpus, tmp_path):
 def test_zephyr_run_stage_folders_read_as_their_kept_rows(corpus, tmp_path):
     config = {
         "name": "readers",
-        "stages": [
-            {"stage": "read", "paths": [str(corpus)], "on_error": "quarantine"},
-            {"stage": "heuristic_filter"},
-            {"stage": "exact_dedup"},
+        "steps": [
+            {"step": "read", "paths": [str(corpus)], "on_error": "quarantine"},
+            {"step": "heuristic_filter"},
+            {"step": "exact_dedup"},
         ],
     }
     path = tmp_path / "p.yaml"

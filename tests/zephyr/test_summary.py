@@ -68,8 +68,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     )
     (root / "eval.jsonl").write_text(json.dumps({"text": OTHER[:150]}) + "\n")
     (root / "pipe.yaml").write_text(
-        f"version: 1\nname: tiny\nstages:\n  - stage: read\n    paths: [{root / 'labelled.parquet'}]\n"
-        "  - stage: normalize\n  - stage: exact_dedup\n"
+        f"version: 1\nname: tiny\nsteps:\n  - step: read\n    paths: [{root / 'labelled.parquet'}]\n"
+        "  - step: normalize\n  - step: exact_dedup\n"
     )
     from zephyr.pipelines.web.testing import BROKEN_KINDS, sample_pages, write_warc
 

@@ -3,10 +3,10 @@ told to.
 
 Why: ``zephyr langid`` used to replace an existing ``lang`` column without a word, and the sample corpus has
 one (each source's claimed language), so the claim was gone and nothing said so. Every step that adds columns
-(language ID, quality scores, PII counts, decontamination flags, dedup annotations, and the pipeline stages
+(language ID, quality scores, PII counts, decontamination flags, dedup annotations, and the pipeline steps
 built on them) checks the schema it is about to extend here and raises ``ColumnExistsError``, naming the column
 and the ways out: ``overwrite=True`` (``--overwrite`` on the command line, ``overwrite: true`` in a pipeline
-stage) replaces it, and where the step can write under another name, that option.
+step) replaces it, and where the step can write under another name, that option.
 
 Two entry points, one rule:
 
@@ -64,7 +64,7 @@ def check_added_columns(
 
     ``where`` (a file, a step) starts the message; ``rename`` is the option that writes under another name,
     where the step has one (``"--output-column NAME"``), offered as the second way out. ``overwrite_hint``
-    spells the first way out where it is not a keyword argument (a pipeline stage's key path).
+    spells the first way out where it is not a keyword argument (a pipeline step's key path).
     """
     if overwrite:
         return

@@ -174,14 +174,14 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.config import DEFAULT_RULES
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
-    from zephyr.pipelines.stage_configs import HeuristicFilterStage
+    from zephyr.pipelines.step_configs import HeuristicFilterStep
 
     from zephyr.cli import build_parser
 
     args = build_parser().parse_args(["filter", "in.parquet", "--output", "out"])
     assert DEFAULT_RULES == ("gopher", "c4", "fineweb")
     assert FilterAnnotator().rules == HeuristicFilter().rules == args.rules == ",".join(DEFAULT_RULES)
-    stage = HeuristicFilterStage()
+    stage = HeuristicFilterStep()
     assert stage.filter == _filter_config(args) == HeuristicFilterConfig()
     assert stage.filter.rules == list(DEFAULT_RULES)
     assert [f.name for f in build_rule_families(args.rules)] == [

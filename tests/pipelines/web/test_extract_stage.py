@@ -23,12 +23,12 @@ def test_pipeline_starts_from_warc(tmp_path):
     config = parse_config(
         {
             "name": "web-test",
-            "stages": [
-                {"stage": "extract", "paths": [str(warc)], "source": "crawl"},
-                {"stage": "url_filter"},
-                {"stage": "url_dedup"},
-                {"stage": "normalize"},
-                {"stage": "exact_dedup"},
+            "steps": [
+                {"step": "extract", "paths": [str(warc)], "source": "crawl"},
+                {"step": "url_filter"},
+                {"step": "url_dedup"},
+                {"step": "normalize"},
+                {"step": "exact_dedup"},
             ],
         }
     )
@@ -52,7 +52,7 @@ def test_pipeline_starts_from_warc(tmp_path):
 
 
 def test_extract_must_come_first(tmp_path):
-    with pytest.raises(ConfigError, match=r"only the first stage may be 'extract'"):
+    with pytest.raises(ConfigError, match=r"only the first step may be 'extract'"):
         parse_config(
-            {"name": "t", "stages": [{"stage": "read", "paths": ["x"]}, {"stage": "extract", "paths": ["y"]}]}
+            {"name": "t", "steps": [{"step": "read", "paths": ["x"]}, {"step": "extract", "paths": ["y"]}]}
         )

@@ -44,22 +44,22 @@ def test_web_config_runs_the_whole_chain_on_a_warc(tmp_path, capsys, monkeypatch
         "--executor",
         "inprocess",
         "--set",
-        f"stages.extract.paths=[{warc}]",
+        f"steps.extract.paths=[{warc}]",
         "--set",
-        "stages.tokenize.vocab_size=512",
+        "steps.tokenize.vocab_size=512",
         "--set",
-        "stages.tokenize.shard_bytes=1MB",
+        "steps.tokenize.shard_bytes=1MB",
         "--set",
-        "stages.quality.min_score=0.0",
+        "steps.quality.min_score=0.0",
     ]
     if not real or not lid_available():
         argv += [
             "--set",
-            "stages.langid.enabled=false",
+            "steps.langid.enabled=false",
             "--set",
-            "stages.heuristic_filter.enabled=false",
+            "steps.heuristic_filter.enabled=false",
             "--set",
-            "stages.quality.enabled=false",
+            "steps.quality.enabled=false",
         ]
     assert main(argv) == 0, capsys.readouterr().err
     stats = json.loads((job / "stats.json").read_text())
