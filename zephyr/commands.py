@@ -16,10 +16,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
 from zephyr.io.input_schema import add_schema_arguments
 
-__all__ = ["explain_commands", "explained", "register"]
+if TYPE_CHECKING:
+    from zephyr.budget import Budget
+    from zephyr.dataset import Dataset
+
+PlanStep = tuple[str, "Dataset | None"]
+"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
+(its rule, no plan)."""
+
+__all__ = ["PlanStep", "explain_commands", "explained", "jobs_plan_text", "register"]
 
 
 def _reader(args: argparse.Namespace):
@@ -98,6 +107,26 @@ def explained(plan: str, args: argparse.Namespace):
     if not args.json:
         sys.stdout.write(plan + "\n")
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
+
+
+def jobs_plan_text(command: str, steps: list[PlanStep], budget: Budget, execution: dict[str, Any]) -> str:
+    """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
+    ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
+    (a ``then:`` line), then the budget's shares once."""
+    lines = [
+        f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
+        "'then:' lines are the budget shares that choose between them"
+    ]
+    for title, plan in steps:
+        if plan is None:
+            lines.append(f"then: {title}")
+            continue
+        lines.append(title)
+        text = plan.explain(**execution).split("\nbudget shares", 1)[0]
+        lines.extend("  " + line for line in text.splitlines())
+    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
+    lines.extend("  " + line for line in budget.describe().splitlines())
+    return "\n".join(lines)
 
 
 def explain_commands(subparsers) -> argparse._SubParsersAction:
