@@ -9,7 +9,10 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
 command's own arguments, without ``--output``. Packages add their commands' plans to the same group
-(``explain_commands``): ``zephyr explain dedup exact|fuzzy`` (``zephyr.dedup.explain``).
+(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
+``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
+(``zephyr.tokenize.explain``); a command of several engine jobs prints each job's plan in order with the rules
+between them (``jobs_plan_text``).
 """
 
 from __future__ import annotations
@@ -187,7 +190,9 @@ def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
         description="Print the physical plan a command would run: its stages in order, the shuffles between "
         "them, partition counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and "
         "Parquet footers read to size partitions as the run would. Give the command's own arguments without "
-        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB.",
+        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine "
+        "jobs (dedup exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order "
+        "they run, with 'then:' lines for the rules and budget shares that choose between them.",
     )
     commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
     explain.commands = commands  # where other packages add theirs (``explain_commands``)
