@@ -50,7 +50,7 @@ def tokenize_plan_text(
         text_tokenizer,
         writer_input,
     )
-    from zephyr.tokenize.writer_plan import pack_job, place_writer, reference_sort, tokenize_job
+    from zephyr.tokenize.writer_plan import place_writer, tokenize_job
 
     from zephyr.budget import Budget
     from zephyr.commands import jobs_plan_text
@@ -69,27 +69,36 @@ def tokenize_plan_text(
     refs = tokenize_job(dataset, batch_fn, batch_rows)
     dtype = token_dtype(tok.vocab_size)
     packer = PackPartition(
-        "OUTPUT",
-        dtype.name,
-        megatron,
-        f"{_SCRATCH}/spill",
-        batch_rows,
-        eos_id=tok.eos_id,
-        bos_id=tok.bos_id,
+        "OUTPUT", dtype.name, megatron, f"{_SCRATCH}/spill", batch_rows, eos_id=tok.eos_id, bos_id=tok.bos_id
     )
-    steps: list[tuple[str, Any]] = [
+    rules = (_placement(placed, options), _shard_rule(dtype, shard_bytes))
+    steps = _steps(refs, packer, rules, batch_rows, megatron)
+    budget = Budget(options.memory_budget_bytes)
+    return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool)
+
+
+def _shard_rule(dtype: Any, shard_bytes: int) -> str:
+    """The shard count's rule (``writer_plan.shard_count``), with this run's dtype and shard size."""
+    return (
+        f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes {shard_bytes:,}): "
+        "the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are planned with P = 1; no "
+        "document: they are skipped and the set is one empty shard"
+    )
+
+
+def _steps(refs: Any, packer: Any, rules: tuple[str, str], batch_rows: int, megatron: bool) -> list:
+    """The writer's three jobs (``writer_plan``), with the placement and the shard rule between them."""
+    from zephyr.tokenize.writer_plan import pack_job, reference_sort
+
+    placement, shard_rule = rules
+    return [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
             "to spill files, one reference row a document to Parquet",
             refs,
         ),
-        (_placement(placed, options), None),
-        (
-            f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes "
-            f"{shard_bytes:,}): the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are "
-            "planned with P = 1; no document: they are skipped and the set is one empty shard",
-            None,
-        ),
+        (placement, None),
+        (shard_rule, None),
         (
             "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard (its first stage is "
             "job 1: the sort reads job 1's reference files)",
@@ -101,8 +110,6 @@ def tokenize_plan_text(
             pack_job([f"{_SCRATCH}/sorted/part-00000.parquet"], packer),
         ),
     ]
-    budget = Budget(options.memory_budget_bytes)
-    return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool)
 
 
 def _placement(placed: Any, options: Any) -> str:
