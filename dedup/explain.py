@@ -216,4 +216,5 @@ def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, executio
 
 
 def _text(kind: str, steps: list[Step], budget: Budget, execution: dict[str, Any]) -> str:
-    return jobs_plan_text(f"zephyr dedup {kind}", steps, budget, execution)
+    then = "the rules" if kind.startswith("paragraph") else "the budget shares"  # bloom's filter is no share
+    return jobs_plan_text(f"zephyr dedup {kind}", steps, budget, execution, then=then)

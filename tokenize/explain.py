@@ -74,7 +74,7 @@ def tokenize_plan_text(
     rules = (_placement(placed, options), _shard_rule(dtype, shard_bytes))
     steps = _steps(refs, packer, rules, batch_rows, megatron)
     budget = Budget(options.memory_budget_bytes)
-    return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool)
+    return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool, then="the rules")
 
 
 def _shard_rule(dtype: Any, shard_bytes: int) -> str:

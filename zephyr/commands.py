@@ -112,13 +112,20 @@ def explained(plan: str, args: argparse.Namespace):
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
 
 
-def jobs_plan_text(command: str, steps: list[PlanStep], budget: Budget, execution: dict[str, Any]) -> str:
+def jobs_plan_text(
+    command: str,
+    steps: list[PlanStep],
+    budget: Budget,
+    execution: dict[str, Any],
+    *,
+    then: str = "the budget shares",
+) -> str:
     """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
     ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
-    (a ``then:`` line), then the budget's shares once."""
+    (a ``then:`` line: ``then`` says what they hold), then the budget's shares once."""
     lines = [
         f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
-        "'then:' lines are the budget shares that choose between them"
+        f"'then:' lines are {then} that choose between them"
     ]
     for title, plan in steps:
         if plan is None:

@@ -238,7 +238,7 @@ def filter_plan_text(args: argparse.Namespace) -> str:
     steps.append((report, report_plan(args, ds)))
     opts = engine_options(args)
     budget = Budget(ExecutionOptions.from_kwargs(**opts).memory_budget_bytes)
-    return jobs_plan_text("zephyr filter", steps, budget, opts)
+    return jobs_plan_text("zephyr filter", steps, budget, opts, then="the rules")
 
 
 def _summarize(args: argparse.Namespace) -> Any:
