@@ -309,11 +309,15 @@ def _add_exact_flags(exact: argparse.ArgumentParser) -> None:
 
 
 def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``zephyr explain dedup exact|fuzzy``: the commands' own flags without ``--output``; prints their engine
-    jobs' plans and runs nothing (``zephyr.dedup.explain``)."""
+    """``zephyr explain dedup exact|fuzzy|paragraph|url|substring``: the commands' own flags without
+    ``--output``; prints their engine jobs' plans and runs nothing (``zephyr.dedup.explain``)."""
+    from zephyr.dedup.cli_text import register_text_explains
+
     from zephyr.commands import explain_commands
 
-    group = explain_commands(subparsers).add_parser("dedup", help="the plans of zephyr dedup exact|fuzzy")
+    group = explain_commands(subparsers).add_parser(
+        "dedup", help="the plans of zephyr dedup exact|fuzzy|paragraph|url|substring"
+    )
     kinds = group.add_subparsers(dest="explain_dedup_command", metavar="KIND", required=True)
     exact = kinds.add_parser("exact", parents=[common], help="the jobs of zephyr dedup exact")
     add_common_io(exact, output=False)
@@ -324,6 +328,7 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
     _add_fuzzy_flags(fuzzy)
     fuzzy.add_argument("--index", metavar="DIR", default=None, help="as for zephyr dedup fuzzy")
     fuzzy.set_defaults(func=_explain_fuzzy, default_executor=DEFAULT_EXECUTOR)
+    register_text_explains(kinds, common)
 
 
 def _explain_exact(args: argparse.Namespace):

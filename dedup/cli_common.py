@@ -171,6 +171,43 @@ def paragraph_dedup_of_inputs(args: argparse.Namespace) -> Any:
     )
 
 
+def check_bloom_flags(args: argparse.Namespace) -> None:
+    """Refuse, before any work, ``--method bloom`` flags that cannot size or load a filter."""
+    from zephyr.dedup.bloom import BloomFilter
+
+    from zephyr.errors import ConfigError
+
+    if args.load_filter is None and args.expected is None:
+        raise ConfigError(
+            "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
+        )
+    if args.load_filter is not None:
+        BloomFilter.load(args.load_filter).check_compatible(
+            args.normalize, "\n", args.load_filter
+        )  # fail now
+    else:
+        BloomFilter.sizing(args.expected, args.fp_rate)
+
+
+def paragraph_bloom_of_inputs(args: argparse.Namespace, partial: str | None) -> Any:
+    """The Bloom paragraph dedup of the inputs as the flags ask (one task, input order; ``partial``: where
+    the task saves its filter): the plan of ``dedup paragraph --method bloom`` and of its ``explain``."""
+    from zephyr.dedup.bloom import BloomParagraphDedup
+
+    stage = BloomParagraphDedup(
+        args.expected or 1,
+        args.fp_rate,
+        args.text_column,
+        args.normalize,
+        "\n",
+        args.mode,
+        args.keep_first_in_doc,
+        args.load_filter,
+        partial,
+    )
+    return output_of(args, read_inputs(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom"))
+
+
 def check_dropped_output(args: argparse.Namespace) -> None:
     """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
     if not getattr(args, "dropped_output", None):

@@ -20,11 +20,13 @@ from zephyr.dedup.cli_common import (
     DEFAULT_EXECUTOR,
     action_kwargs,
     add_common_io,
+    check_bloom_flags,
     check_dropped_output,
     finish,
     internal_mode,
     logger,
     output_of,
+    paragraph_bloom_of_inputs,
     paragraph_dedup_of_inputs,
     read_inputs,
     recorded,
@@ -32,7 +34,7 @@ from zephyr.dedup.cli_common import (
 )
 from zephyr.dedup.config import NORMALIZATIONS
 
-__all__ = ["register_text_commands"]
+__all__ = ["register_text_commands", "register_text_explains", "substring_config"]
 
 
 @recorded
@@ -83,36 +85,12 @@ def _paragraph(args: argparse.Namespace) -> int:
 def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict[str, Any]) -> int:
     import uuid
 
-    from zephyr.dedup.bloom import BloomFilter, BloomParagraphDedup
-
-    from zephyr.errors import ConfigError
-
-    if args.load_filter is None and args.expected is None:
-        raise ConfigError(
-            "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
-        )
-    if args.load_filter is not None:
-        BloomFilter.load(args.load_filter).check_compatible(
-            args.normalize, "\n", args.load_filter
-        )  # fail now
-    else:
-        BloomFilter.sizing(args.expected, args.fp_rate)
+    check_bloom_flags(args)
     partial = None
     if args.save_filter is not None:
         partial = f"{args.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
-    stage = BloomParagraphDedup(
-        args.expected or 1,
-        args.fp_rate,
-        args.text_column,
-        args.normalize,
-        "\n",
-        args.mode,
-        args.keep_first_in_doc,
-        args.load_filter,
-        partial,
-    )
-    out = read_inputs(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
-    result = output_of(args, out).write_parquet(args.output, **opts)
+    out = paragraph_bloom_of_inputs(args, partial)
+    result = out.write_parquet(args.output, **opts)
     bloom = _final_filter(args, partial)
     if args.save_filter is not None:
         bloom.save(args.save_filter)
@@ -159,20 +137,12 @@ def _substring(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
-    from zephyr.dedup.substring import SHORT_DOC, SubstringConfig, substring_dedup_dataset
+    from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
 
     from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
-    config = SubstringConfig(
-        min_bytes=args.min_bytes,
-        anchor_bytes=args.anchor_bytes,
-        min_doc_bytes=args.min_doc_bytes,
-        text_column=args.text_column,
-        source_column=args.source_column or None,
-        top_spans=args.top_spans,
-        tokenizer=_tokenizer(args),
-    )
+    config = substring_config(args)
     opts = action_kwargs(execution_options(args))
     scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=opts.get("work_dir") if _local(opts) else None)
     try:
@@ -206,6 +176,22 @@ def _substring(args: argparse.Namespace) -> int:
     return finish(result, args.output, extra, args.engine_jobs)
 
 
+def substring_config(args: argparse.Namespace):
+    """The ``SubstringConfig`` of the flags (``--unit tokens`` needs an existing ``--tokenizer``): of the
+    command and of ``zephyr explain dedup substring``."""
+    from zephyr.dedup.substring import SubstringConfig
+
+    return SubstringConfig(
+        min_bytes=args.min_bytes,
+        anchor_bytes=args.anchor_bytes,
+        min_doc_bytes=args.min_doc_bytes,
+        text_column=args.text_column,
+        source_column=args.source_column or None,
+        top_spans=args.top_spans,
+        tokenizer=_tokenizer(args),
+    )
+
+
 def _tokenizer(args: argparse.Namespace) -> str | None:
     from zephyr.errors import ConfigError
 
@@ -235,6 +221,57 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         help="remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass",
     )
     add_common_io(para)
+    _add_paragraph_flags(para)
+    para.set_defaults(func=_paragraph, default_executor=DEFAULT_EXECUTOR)
+
+    url = sub.add_parser(
+        "url",
+        parents=[common],
+        help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)",
+    )
+    add_common_io(url)
+    _add_url_flags(url)
+    add_dropped_output(url, "rows --mode remove drops (a URL seen before)")
+    url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR)
+
+    substring = sub.add_parser(
+        "substring",
+        parents=[common],
+        help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
+    )
+    add_common_io(substring)
+    _add_substring_flags(substring)
+    substring.set_defaults(func=_substring, default_executor=DEFAULT_EXECUTOR)
+
+
+def register_text_explains(kinds: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``zephyr explain dedup paragraph|url|substring``: each command's own flags without ``--output``
+    (and ``--dropped-output``); prints its engine jobs' plans and runs nothing (``zephyr.dedup.explain``)."""
+    for name, add_flags in (
+        ("paragraph", _add_paragraph_flags),
+        ("url", _add_url_flags),
+        ("substring", _add_substring_flags),
+    ):
+        parser = kinds.add_parser(name, parents=[common], help=f"the jobs of zephyr dedup {name}")
+        add_common_io(parser, output=False)
+        add_flags(parser)
+        parser.set_defaults(func=_explain_text, default_executor=DEFAULT_EXECUTOR)
+
+
+def _explain_text(args: argparse.Namespace):
+    from zephyr.dedup import explain
+
+    from zephyr.cli import execution_options
+    from zephyr.commands import explained
+
+    execution = action_kwargs(execution_options(args))
+    if args.explain_dedup_command == "substring":
+        return explained(explain.substring_plan_text(args, substring_config(args), execution), args)
+    plan_text = {"paragraph": explain.paragraph_plan_text, "url": explain.url_plan_text}
+    return explained(plan_text[args.explain_dedup_command](args, execution), args)
+
+
+def _add_paragraph_flags(para: argparse.ArgumentParser) -> None:
     para.set_defaults(mode="remove", dup_level="paragraph")
     para.add_argument(
         "--method",
@@ -255,24 +292,14 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
         "--save-filter", default=None, metavar="FILE", help="bloom: write the filter here after the run"
     )
     para.add_argument("--load-filter", default=None, metavar="FILE", help="bloom: start from a saved filter")
-    para.set_defaults(func=_paragraph, default_executor=DEFAULT_EXECUTOR)
 
-    url = sub.add_parser(
-        "url",
-        parents=[common],
-        help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)",
-    )
-    add_common_io(url)
+
+def _add_url_flags(url: argparse.ArgumentParser) -> None:
+    url.set_defaults(dup_level="document")
     url.add_argument("--url-column", default="url", help="the URL column (default url)")
-    add_dropped_output(url, "rows --mode remove drops (a URL seen before)")
-    url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR, dup_level="document")
 
-    substring = sub.add_parser(
-        "substring",
-        parents=[common],
-        help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
-    )
-    add_common_io(substring)
+
+def _add_substring_flags(substring: argparse.ArgumentParser) -> None:
     substring.set_defaults(mode="remove", dup_level="none")  # adds no column: --overwrite has nothing to do
     substring.add_argument(
         "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
@@ -299,4 +326,3 @@ def register_text_commands(sub: argparse._SubParsersAction, common: argparse.Arg
     substring.add_argument(
         "--tokenizer", default=None, metavar="FILE", help="tokenizer.json for --unit tokens"
     )
-    substring.set_defaults(func=_substring, default_executor=DEFAULT_EXECUTOR)

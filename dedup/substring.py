@@ -47,7 +47,14 @@ from zephyr.errors import SchemaError
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = ["SubstringConfig", "substring_dedup_dataset", "token_starts", "SHORT_DOC"]
+__all__ = [
+    "SubstringConfig",
+    "SubstringJobPlans",
+    "substring_dedup_dataset",
+    "substring_job_plans",
+    "token_starts",
+    "SHORT_DOC",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -231,6 +238,80 @@ def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> N
             counters.increment(f"substring/bytes_removed/source={name}", int(n))
 
 
+@dataclass(frozen=True)
+class SubstringJobPlans:
+    """The lazy plans of substring dedup's engine jobs (module docstring's passes), built by the same methods
+    for the run (``substring_dedup_dataset``) and for ``zephyr explain dedup substring``. Each takes what the
+    jobs before it found (an empty array or the lazy plan of an earlier job, for ``explain``)."""
+
+    config: SubstringConfig
+    rows: Dataset
+    """The input with the row index (``ROW``) every pass keys documents by."""
+
+    def repeated_anchors(self) -> Dataset:
+        """Pass 1: the anchor gram hashes seen twice or more (collected by the driver, ``to_arrow``)."""
+        anchors = self.rows.map_batches(_Anchors(self.config), name="dedup.substring.anchors")
+        return anchors.group_by("h").count().map_batches(_repeated, name="dedup.substring.repeated")
+
+    def candidates(self, repeated: np.ndarray) -> Dataset:
+        """Pass 2: each document's first occurrence of every window with a repeated anchor (materialized)."""
+        return self.rows.map_batches(_Candidates(self.config, repeated), name="dedup.substring.candidates")
+
+    @staticmethod
+    def groups(candidates: Dataset) -> Dataset:
+        """Pass 2: the windows in two or more documents, with their count and first row (materialized)."""
+        counted = candidates.group_by("wh").agg(n=("row", "count"), r0=("row", "min"))
+        return counted.map_batches(_shared, name="dedup.substring.groups")
+
+    @staticmethod
+    def repeats(candidates: Dataset, groups: Dataset) -> Dataset:
+        """The join path (more shared windows than every task may hold): each occurrence after the first
+        row's, sorted by row (written once, read back by row range)."""
+        repeats = candidates.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
+        return repeats.sort("row", "s")
+
+    def top_documents(self, wanted: list[int]) -> Dataset:
+        """The first documents of the most repeated windows, for the stats' top spans (``to_arrow``)."""
+        return self.rows.map_batches(
+            _RowsAmong(self.config.text_column, tuple(wanted)), name="dedup.substring.top_docs"
+        )
+
+    def cut(
+        self,
+        repeated: np.ndarray,
+        repeat_files: tuple[str, ...] = (),
+        broadcast: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> Dataset:
+        """Pass 3, the output: each batch loses its local and earlier-document repeats."""
+        cut = _Cut(self.config, repeated, repeat_files, *(broadcast or (None, None)))
+        return self.rows.map_batches(cut, name="dedup.substring.cut")
+
+
+def substring_job_plans(ds: Dataset, config: SubstringConfig) -> SubstringJobPlans:
+    """The plans of substring dedup over ``ds``, built without running anything."""
+    return SubstringJobPlans(config, ds.with_row_index(ROW))
+
+
+def _repeated(table: pa.Table) -> pa.Table:
+    return table.filter(pc.greater_equal(table["count"], 2)).select(["h"])
+
+
+def _shared(table: pa.Table) -> pa.Table:
+    return table.filter(pc.greater_equal(table["n"], 2))
+
+
+@dataclass(frozen=True)
+class _RowsAmong:
+    """(ROW, text) of the rows whose number is in ``rows``."""
+
+    text_column: str
+    rows: tuple[int, ...]
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        wanted = pa.array(sorted(self.rows), pa.int64())
+        return table.filter(pc.is_in(table[ROW], wanted)).select([ROW, self.text_column])
+
+
 def substring_dedup_dataset(
     ds: Dataset,
     config: SubstringConfig,
@@ -245,11 +326,8 @@ def substring_dedup_dataset(
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
     memory by every task when there are at most ``in_memory_windows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
-    rows = ds.with_row_index(ROW)
-    counts = rows.map_batches(_Anchors(config), name="dedup.substring.anchors").group_by("h").count()
-    repeated_table = counts.map_batches(
-        lambda t: t.filter(pc.greater_equal(t["count"], 2)).select(["h"]), name="dedup.substring.repeated"
-    ).to_arrow(**execution)
+    plans = substring_job_plans(ds, config)
+    repeated_table = plans.repeated_anchors().to_arrow(**execution)
     repeated = (
         np.sort(np.asarray(repeated_table["h"], dtype=np.int64).view(np.uint64))
         if repeated_table.num_rows
@@ -267,15 +345,8 @@ def substring_dedup_dataset(
     groups = None
     broadcast: tuple[np.ndarray, np.ndarray] | None = None
     if len(repeated):
-        cand = rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates").materialize(
-            f"{scratch}/candidates", **execution
-        )
-        groups = (
-            cand.group_by("wh")
-            .agg(n=("row", "count"), r0=("row", "min"))
-            .map_batches(lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups")
-            .materialize(f"{scratch}/groups", **execution)
-        )
+        cand = plans.candidates(repeated).materialize(f"{scratch}/candidates", **execution)
+        groups = plans.groups(cand).materialize(f"{scratch}/groups", **execution)
         info["candidate_windows"] = sum(_rows(f) for f in _files(cand))
         info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
         limit = in_memory_windows
@@ -293,15 +364,13 @@ def substring_dedup_dataset(
             logger.info(
                 "substring dedup: %d shared windows exceed the in-memory limit %d: join path", shared, limit
             )
-            repeats = cand.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
-            written = repeats.sort("row", "s").write_parquet(f"{scratch}/repeats", **execution)
+            written = plans.repeats(cand, groups).write_parquet(f"{scratch}/repeats", **execution)
             repeat_files = tuple(sorted(written.files))
             info["repeat_windows"] = sum(_rows(f) for f in repeat_files)
-    info["top_spans"] = _top_spans(rows, groups, config, execution) if groups is not None else []
+    info["top_spans"] = _top_spans(plans, groups, execution) if groups is not None else []
     if stats is not None:
         stats.update(info)
-    cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
-    return rows.map_batches(cut, name="dedup.substring.cut")
+    return plans.cut(repeated, repeat_files, broadcast)
 
 
 def pq_read(path: str, columns: list[str]) -> pa.Table:
@@ -316,9 +385,7 @@ def _rows(path: str) -> int:
     return pq.ParquetFile(path).metadata.num_rows
 
 
-def _top_spans(
-    rows: Dataset, groups: Dataset, config: SubstringConfig, execution: dict[str, Any]
-) -> list[dict]:
+def _top_spans(plans: SubstringJobPlans, groups: Dataset, execution: dict[str, Any]) -> list[dict]:
     """The most repeated spans: the windows found in the most documents, located in their first document and
     merged with overlapping neighbours there, as (text, documents, bytes)."""
     import pyarrow.parquet as pq
@@ -335,13 +402,8 @@ def _top_spans(
                 heapq.heapreplace(top, item)
     if not top:
         return []
-    wanted = {r0 for _, _, r0 in top}
-    docs = rows.map_batches(
-        lambda t: t.filter(pc.is_in(t[ROW], pa.array(sorted(wanted), pa.int64()))).select(
-            [ROW, config.text_column]
-        ),
-        name="dedup.substring.top_docs",
-    ).to_arrow(**execution)
+    config = plans.config
+    docs = plans.top_documents(sorted({r0 for _, _, r0 in top})).to_arrow(**execution)
     text_of = dict(zip(docs[ROW].to_pylist(), docs[config.text_column].to_pylist()))
     located: dict[int, list[tuple[int, int]]] = {}
     for n, wh, r0 in top:

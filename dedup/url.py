@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
-__all__ = ["url_dedup_dataset", "URL_KEY"]
+__all__ = ["url_dedup_dataset", "url_exact_arguments", "url_keyed", "without_url_key", "URL_KEY"]
 
 URL_KEY = "__dedup_url_key"
 
@@ -50,6 +50,30 @@ def _drop_key(table: pa.Table) -> Any:
     return table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table
 
 
+def url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
+    """``ds`` with the normalized URL in ``URL_KEY``: the text exact dedup hashes."""
+    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+
+
+def url_exact_arguments(
+    *, id_column: str | None = "id", mode: str = "annotate", priority_column: str | None = None
+) -> dict[str, Any]:
+    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``exact_job_plans`` (the key, byte-exact):
+    one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
+    return {
+        "text_column": URL_KEY,
+        "id_column": id_column,
+        "normalize": "none",
+        "mode": mode,
+        "priority_column": priority_column,
+    }
+
+
+def without_url_key(out: Dataset) -> Dataset:
+    """The exact dedup's output without the key column: URL dedup's output."""
+    return out.map_batches(_drop_key, name="dedup.url.finish")
+
+
 def url_dedup_dataset(
     ds: Dataset,
     *,
@@ -63,15 +87,10 @@ def url_dedup_dataset(
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
     from zephyr.dedup.dataset_ops import exact_dedup_dataset
 
-    keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
     out = exact_dedup_dataset(
-        keyed,
-        text_column=URL_KEY,
-        id_column=id_column,
-        normalize="none",
-        mode=mode,
-        priority_column=priority_column,
+        url_keyed(ds, url_column),
+        **url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
         execution=execution,
         stats=stats,
     )
-    return out.map_batches(_drop_key, name="dedup.url.finish")
+    return without_url_key(out)

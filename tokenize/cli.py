@@ -10,18 +10,17 @@ from __future__ import annotations
 import argparse
 import typing
 import warnings
+from typing import Any
 
 from zephyr.tokenize.options import TokenShardOptions
 
 from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ConfigError
 
-__all__ = ["register", "handler", "train_handler"]
+__all__ = ["register", "handler", "explain_handler", "train_handler"]
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error, add_output_dir
-
     parser = subparsers.add_parser(
         "tokenize",
         parents=[common],
@@ -29,11 +28,28 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         description="Tokenize Parquet/JSONL documents with a tokenizer.json, shuffle them globally (seeded), "
         "and pack them into flat token shards with a manifest (see docs/tokenize.md).",
     )
+    _add_tokenize_flags(parser)
+    parser.set_defaults(func=handler)
+    _register_tokenizer(subparsers, common)
+    from zephyr.commands import explain_commands
+
+    explain = explain_commands(subparsers).add_parser(
+        "tokenize", parents=[common], help="the plans of zephyr tokenize"
+    )
+    _add_tokenize_flags(explain, output=False)
+    explain.set_defaults(func=explain_handler)
+
+
+def _add_tokenize_flags(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
+    """The flags of ``zephyr tokenize``; ``output=False`` for ``zephyr explain tokenize``, which writes nothing."""
+    from zephyr.cli import add_on_error, add_output_dir
+
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
     )
     parser.add_argument("--tokenizer", required=True, help="path of a HF tokenizer.json")
-    add_output_dir(parser, "output directory for shards and manifest.json")
+    if output:
+        add_output_dir(parser, "output directory for shards and manifest.json")
     add_on_error(parser)
     parser.add_argument("--text-column", default="text", help="column with the document text (default: text)")
     parser.add_argument(
@@ -48,8 +64,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     from zephyr.io.input_schema import add_schema_arguments
 
     add_schema_arguments(parser)
-    parser.set_defaults(func=handler)
-    _register_tokenizer(subparsers, common)
 
 
 def _add_shard_options(parser: argparse.ArgumentParser) -> None:
@@ -183,9 +197,9 @@ def train_handler(args: argparse.Namespace) -> int:
     )
 
 
-def handler(args: argparse.Namespace) -> int:
-    from zephyr.tokenize.writer import write_token_shards
-
+def _writer_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """``write_token_shards``' keyword arguments from the flags, but the output: one mapping for the command
+    and for ``zephyr explain tokenize`` (``tokenize_plan_text`` takes the same)."""
     from zephyr.cli import execution_options
     from zephyr.io.input_schema import schema_arguments
 
@@ -206,10 +220,8 @@ def handler(args: argparse.Namespace) -> int:
             "small_job_bytes",
         )
     }
-    result = write_token_shards(
-        args.inputs,
+    return dict(
         tokenizer=args.tokenizer,
-        output=args.output,
         text_column=args.text_column,
         id_column=_column(args.id_column),
         source_column=_column(args.source_column),
@@ -220,6 +232,21 @@ def handler(args: argparse.Namespace) -> int:
         on_error=args.on_error,
         **execution,
     )
+
+
+def explain_handler(args: argparse.Namespace) -> Any:
+    """``zephyr explain tokenize``: the writer's jobs on stdout, nothing run (``zephyr.tokenize.explain``)."""
+    from zephyr.tokenize.explain import tokenize_plan_text
+
+    from zephyr.commands import explained
+
+    return explained(tokenize_plan_text(args.inputs, **_writer_arguments(args)), args)
+
+
+def handler(args: argparse.Namespace) -> int:
+    from zephyr.tokenize.writer import write_token_shards
+
+    result = write_token_shards(args.inputs, output=args.output, **_writer_arguments(args))
     from zephyr.summary import Summary
 
     rows = result.stats.get("rows") or {}

@@ -60,29 +60,52 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.arrow_buffers import numeric_array, string_array
 from zephyr.tokenize.encode_step import TokenizeBatch
 from zephyr.tokenize.format import token_dtype
-from zephyr.tokenize.inputs import detect_column, input_columns, input_dataset, input_paths, plan_tasks
+from zephyr.tokenize.inputs import (
+    detect_column,
+    input_columns,
+    input_dataset,
+    input_paths,
+    plan_tasks,  # noqa: F401  (tests read it here)
+)
 from zephyr.tokenize.pack_step import PackPartition, shard_directory
 from zephyr.tokenize.shards import write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
+from zephyr.tokenize.writer_plan import (  # DRIVER_MAX_WORKERS, _worker_pool: read here before they moved
+    DRIVER_MAX_WORKERS,  # noqa: F401
+    WriterPlacement,
+    pack_job,
+    place_writer,
+    reference_sort,
+    shard_count,
+    tokenize_job,
+)
+from zephyr.tokenize.writer_plan import driver_encodes as _driver_encodes
+from zephyr.tokenize.writer_plan import worker_pool as _worker_pool  # noqa: F401
 
 from zephyr.errors import ConfigError
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
-    from zephyr.read_plan import ReadPlan
 
-__all__ = ["write_token_shards", "TokenizeResult", "TokenizeBatch"]
+__all__ = [
+    "write_token_shards",
+    "TokenizeResult",
+    "TokenizeBatch",
+    "check_text_paths",
+    "checked_shard_bytes",
+    "read_columns",
+    "text_tokenizer",
+    "writer_input",
+]
 
 log = logging.getLogger(__name__)
 
@@ -133,22 +156,19 @@ def write_token_shards(
     """
     import zephyr
 
-    shard_bytes = _checked_shard_bytes(shard_size, batch_rows)
+    shard_bytes = checked_shard_bytes(shard_size, batch_rows)
     output = output.removeprefix("file://")
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     tok = None
     if options.executor == "inprocess" or _driver_encodes(options):
         # the jobs run in this process (``_worker_pool``): the tokenizer loads and proves itself on a thread
         # while the inputs are checked and planned and the first batch is read
-        tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
+        tok = text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
         tok.warm_in_background()
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
-        _check_text_inputs(data, text_column)
-    read_plan, concurrency = plan_tasks(data, options)
-    pool = _worker_pool(execution, options, read_plan, concurrency)
-    # the split only spreads work over workers: in the driver, tasks run one after another anyway
-    in_driver = pool.get("executor") == "inprocess"
-    approx_shard_bytes = read_plan.approx_shard_bytes if read_plan is not None and not in_driver else None
+        check_text_paths(data, text_column)
+    placed = place_writer(data, options, execution)
+    pool, in_driver, concurrency = placed.pool, placed.in_driver, placed.concurrency
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
 
@@ -156,19 +176,17 @@ def write_token_shards(
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
     with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
         if tok is None:
-            tok = _text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
+            tok = text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
             if in_driver:  # a small job (``ReadPlan.small``)
                 tok.warm_in_background()
-        names = input_columns(data) if "auto" in (id_column, source_column) else None
-        id_column = detect_column(names, id_column, "id")
-        source_column = detect_column(names, source_column, "source")
-        columns = [c for c in (text_column, id_column, source_column) if c]
-        dataset = (
-            data
-            if isinstance(data, zephyr.Dataset)
-            else input_dataset(
-                data, columns, approx_shard_bytes, on_error, unify_schemas=unify_schemas, schema=schema
-            )
+        id_column, source_column = read_columns(data, id_column, source_column)
+        dataset = writer_input(
+            data,
+            [text_column, id_column, source_column],
+            placed,
+            on_error,
+            unify_schemas=unify_schemas,
+            schema=schema,
         )
         _replace_set(output)
         scratch = _scratch_dir(output, execution.get("work_dir"))
@@ -178,9 +196,7 @@ def write_token_shards(
             columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
             spill_dir = f"{scratch}/spill"
             batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir)
-            refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize").write_parquet(
-                f"{scratch}/refs", **execution
-            )
+            refs = tokenize_job(dataset, batch_fn, batch_rows).write_parquet(f"{scratch}/refs", **execution)
             pack = _PackPlan(output, scratch, token_dtype(tok.vocab_size), shard_bytes, megatron, batch_rows)
             shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
             inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
@@ -198,7 +214,28 @@ def write_token_shards(
         return TokenizeResult(output, manifest, stats)
 
 
-def _check_text_inputs(paths: str | Sequence[str], text_column: str) -> None:
+def read_columns(
+    data: Any, id_column: str | None, source_column: str | None
+) -> tuple[str | None, str | None]:
+    """The id and source columns the writer reads (``"auto"``: ``id``/``source`` when the inputs have one)."""
+    names = input_columns(data) if "auto" in (id_column, source_column) else None
+    return detect_column(names, id_column, "id"), detect_column(names, source_column, "source")
+
+
+def writer_input(
+    data: Any, columns: list[str | None], placed: WriterPlacement, on_error: str, **schema: Any
+) -> Dataset:
+    """``data`` as the tokenize job reads it: a ``Dataset`` as it is, paths as only ``columns``, split by the
+    placement's read plan (of the writer and of ``zephyr explain tokenize``)."""
+    import zephyr
+
+    if isinstance(data, zephyr.Dataset):
+        return data
+    wanted = [c for c in columns if c]
+    return input_dataset(data, wanted, placed.approx_shard_bytes, on_error, **schema)
+
+
+def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
     """Refuse, before any task, an input file whose text column is not strings (``zephyr.io.text_column``)."""
     from zephyr.io.text_column import check_text_inputs
 
@@ -206,7 +243,7 @@ def _check_text_inputs(paths: str | Sequence[str], text_column: str) -> None:
     check_text_inputs(files, text_column, format=fmt)
 
 
-def _checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
+def checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
     """``shard_size`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
     shard_bytes = parse_bytes(shard_size)
     if shard_bytes < _MIN_SHARD_BYTES:
@@ -216,7 +253,7 @@ def _checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
     return shard_bytes
 
 
-def _text_tokenizer(
+def text_tokenizer(
     tokenizer: str | TextTokenizer,
     bos: BosPolicy,
     engine: EngineChoice,
@@ -274,53 +311,6 @@ def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: i
     }
 
 
-def _worker_pool(
-    execution: dict[str, Any], options: Any, read_plan: ReadPlan | None, concurrency: int
-) -> dict[str, Any]:
-    """The execution options of the writer's jobs. A job the engine calls small (``ReadPlan.small``: its
-    inputs are under ``small_job_bytes``, or its read split leaves one task) runs in this process, like
-    every small engine job: a worker would add its start-up and nothing else (the driver only waits
-    meanwhile); ``small_job_bytes=0`` turns that off. So does a local pool of at most ``DRIVER_MAX_WORKERS``
-    workers (``_driver_encodes``). Otherwise no more worker processes than tokenize tasks:
-    more would only import and sit idle on the cores the encoder threads use (later stages are a small sort
-    and I/O-bound packing). Outputs depend on neither."""
-    pool = dict(execution)
-    if read_plan is not None and read_plan.small:
-        log.info(
-            "tokenize: a small job (zephyr.read_plan): running in this process (small_job_bytes=0 to force workers)"
-        )
-        pool["executor"] = "inprocess"
-    elif _driver_encodes(options):
-        log.info(
-            "tokenize: %d workers: running in this process, the encoder on every core (small_job_bytes=0 to "
-            "force workers)",
-            options.num_workers,
-        )
-        pool["executor"] = "inprocess"
-    elif options.executor == "local" and concurrency < options.num_workers:
-        pool["workers"] = concurrency
-    return pool
-
-
-DRIVER_MAX_WORKERS = 2
-"""With at most this many local workers, the writer's jobs run in the driver process. One process already
-gives the encoder every core (its own threads), decodes the next input batch on a thread meanwhile
-(``zephyr.read_ahead``), and loads, proves and warms the tokenizer once; two worker processes pay each of those
-twice plus their start-up (~3 CPU-s at 320 MB). Measured at 320 MB on 2 cores with fastokens: 4.30 s in the
-driver vs 5.22 s on 2 workers (median of 3; fastokens in memory 2.31 s); with tiktoken at 80 MB, 5.8 vs
-6.2 s. With more workers, one Python thread (decoding, hashing, spilling) would not keep up with the encoder."""
-
-
-def _driver_encodes(options: Any) -> bool:
-    """Whether a ``local`` job of at most ``DRIVER_MAX_WORKERS`` workers runs in the driver (not with
-    ``small_job_bytes=0``, which forces worker processes as for every engine job)."""
-    return (
-        options.executor == "local"
-        and options.num_workers <= DRIVER_MAX_WORKERS
-        and options.small_job_bytes_value > 0
-    )
-
-
 def _replace_set(output: str) -> None:
     """Invalidate an old set at ``output`` (its manifest goes first) and create the directory."""
     import fsspec
@@ -357,13 +347,11 @@ def _shuffle_and_pack(
 ) -> tuple[list[Any], dict[str, dict[str, int]], dict[str, Any]]:
     """Steps 3-5: the shard count from the token total, the reference sort, one pack task per shard.
     Returns (shard infos, per-source counts, the sort's stats)."""
-    import pyarrow as pa
-
     import zephyr
 
     dtype = pack.dtype
     total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
-    num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / pack.shard_bytes))
+    num_shards = shard_count(total_tokens, dtype.itemsize, pack.shard_bytes)
     log.info(
         "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
         num_docs,
@@ -378,21 +366,9 @@ def _shuffle_and_pack(
                 directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=pack.megatron
             )
         return [info], per_source, dict(refs.stats)
-    written = (
-        zephyr.read_parquet(sorted(refs.files))
-        .sort("key_hi", "key_lo", num_partitions=num_shards)
-        .write_parquet(f"{pack.scratch}/sorted", **execution)
-    )
+    refs_read = zephyr.read_parquet(sorted(refs.files))
+    written = reference_sort(refs_read, num_shards).write_parquet(f"{pack.scratch}/sorted", **execution)
     parts = sorted(written.files)
-    # built from buffers: ``from_items`` (``pa.Table.from_pylist``) would import pandas in the driver (~1 s)
-    jobs = pa.Table.from_arrays(
-        [
-            numeric_array(np.arange(len(parts)), pa.int64()),
-            string_array([f"shard-{i:05d}" for i in range(len(parts))]),
-            string_array(parts),
-        ],
-        names=["index", "name", "path"],
-    )
     packer = PackPartition(
         pack.output,
         dtype.name,
@@ -402,8 +378,7 @@ def _shuffle_and_pack(
         eos_id=tok.eos_id,
         bos_id=tok.bos_id,
     )
-    packed = zephyr.from_arrow(jobs, num_shards=max(1, len(parts))).map_batches(packer, name="pack")
-    packed = packed.to_arrow(**execution)
+    packed = pack_job(parts, packer).to_arrow(**execution)
     shards, per_source = _collect(packed.to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
 

@@ -9,17 +9,29 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
 command's own arguments, without ``--output``. Packages add their commands' plans to the same group
-(``explain_commands``): ``zephyr explain dedup exact|fuzzy`` (``zephyr.dedup.explain``).
+(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
+``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
+(``zephyr.tokenize.explain``); a command of several engine jobs prints each job's plan in order with the rules
+between them (``jobs_plan_text``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
 from zephyr.io.input_schema import add_schema_arguments
 
-__all__ = ["explain_commands", "explained", "register"]
+if TYPE_CHECKING:
+    from zephyr.budget import Budget
+    from zephyr.dataset import Dataset
+
+PlanStep = tuple[str, "Dataset | None"]
+"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
+(its rule, no plan)."""
+
+__all__ = ["PlanStep", "explain_commands", "explained", "jobs_plan_text", "register"]
 
 
 def _reader(args: argparse.Namespace):
@@ -100,6 +112,33 @@ def explained(plan: str, args: argparse.Namespace):
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
 
 
+def jobs_plan_text(
+    command: str,
+    steps: list[PlanStep],
+    budget: Budget,
+    execution: dict[str, Any],
+    *,
+    then: str = "the budget shares",
+) -> str:
+    """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
+    ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
+    (a ``then:`` line: ``then`` says what they hold), then the budget's shares once."""
+    lines = [
+        f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
+        f"'then:' lines are {then} that choose between them"
+    ]
+    for title, plan in steps:
+        if plan is None:
+            lines.append(f"then: {title}")
+            continue
+        lines.append(title)
+        text = plan.explain(**execution).split("\nbudget shares", 1)[0]
+        lines.extend("  " + line for line in text.splitlines())
+    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
+    lines.extend("  " + line for line in budget.describe().splitlines())
+    return "\n".join(lines)
+
+
 def explain_commands(subparsers) -> argparse._SubParsersAction:
     """The ``zephyr explain`` command group, for a package to add the plans of its own commands (``zephyr
     explain dedup exact``): ``register`` creates it, before the packages listed after this module in
@@ -158,7 +197,9 @@ def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
         description="Print the physical plan a command would run: its stages in order, the shuffles between "
         "them, partition counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and "
         "Parquet footers read to size partitions as the run would. Give the command's own arguments without "
-        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB.",
+        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine "
+        "jobs (dedup exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order "
+        "they run, with 'then:' lines for the rules and budget shares that choose between them.",
     )
     commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
     explain.commands = commands  # where other packages add theirs (``explain_commands``)

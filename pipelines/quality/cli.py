@@ -24,7 +24,7 @@ from zephyr.pipelines.quality.cli_common import (
     read_text_inputs,
     write_json,
 )
-from zephyr.pipelines.quality.cli_filter import add_filter_arguments, filter_command
+from zephyr.pipelines.quality.cli_filter import add_filter_arguments, explain_filter_command, filter_command
 
 __all__ = ["register"]
 
@@ -143,6 +143,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         command("langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages")
     )
     _add_filter(command("filter", filter_command, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts"))
+    _add_filter_explain(subparsers, common)
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
     _add_quality(command, q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND"))
     _add_pii(command("pii", _cmd_pii, "replace e-mails, phone numbers and IP addresses with placeholders"))
@@ -151,8 +152,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     )
 
 
-def _io(p: argparse.ArgumentParser, inputs: bool = True) -> None:
-    """Inputs, output, ``--on-error`` and the schema flags (with ``inputs``), and ``--text-column``."""
+def _io(p: argparse.ArgumentParser, inputs: bool = True, output: bool = True) -> None:
+    """Inputs, output (unless ``output=False``: ``zephyr explain``), ``--on-error`` and the schema flags
+    (with ``inputs``), and ``--text-column``."""
     from zephyr.cli import add_on_error, add_output_dir
     from zephyr.io.input_schema import add_schema_arguments
 
@@ -160,7 +162,8 @@ def _io(p: argparse.ArgumentParser, inputs: bool = True) -> None:
         p.add_argument(
             "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
         )
-        add_output_dir(p)
+        if output:
+            add_output_dir(p)
         add_on_error(p)
         add_schema_arguments(p)
     p.add_argument("--text-column", default="text")
@@ -191,6 +194,16 @@ def _add_langid(p: argparse.ArgumentParser) -> None:
 def _add_filter(p: argparse.ArgumentParser) -> None:
     _io(p)
     add_filter_arguments(p)
+
+
+def _add_filter_explain(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """``zephyr explain filter``: the command's flags without ``--output``; prints its jobs' plans."""
+    from zephyr.commands import explain_commands
+
+    p = explain_commands(subparsers).add_parser("filter", parents=[common], help="the plans of zephyr filter")
+    _io(p, output=False)
+    add_filter_arguments(p)
+    p.set_defaults(func=explain_filter_command)
 
 
 def _add_quality(command, qsub: argparse._SubParsersAction) -> None:

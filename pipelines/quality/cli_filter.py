@@ -24,7 +24,14 @@ from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = ["filter_command", "add_filter_arguments"]
+__all__ = [
+    "add_filter_arguments",
+    "explain_filter_command",
+    "filter_command",
+    "filter_plan_text",
+    "report_plan",
+    "route_plans",
+]
 
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
 _NO_ROWS: dict[str, Any] = {
@@ -155,12 +162,9 @@ def _annotated_input(args: argparse.Namespace, rules: HeuristicFilterConfig) -> 
 def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str, ...], out: Path) -> _Routed:
     """Write the annotated rows to a scratch folder in ``out``, then route them to the kept output,
     ``_dropped/`` and ``_quarantine/`` and summarize them for the report; the scratch folder goes."""
-    from zephyr.pipelines.quality.batch_ops import RouteByReason
-
     import zephyr
 
     opts = engine_options(args)
-    reason = args.output_column
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
         written = ds.write_parquet(str(scratch), **opts)
@@ -168,20 +172,73 @@ def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str,
         if not written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
             return routed
         annotated = zephyr.read_parquet(list(written.files))
-        kept = annotated.map_batches(RouteByReason("kept", reason, aside), name="route_kept").write_parquet(
-            str(out), **opts
-        )
-        routed.engine_stats = kept.stats
-        annotated.map_batches(RouteByReason("dropped", reason, aside), name="route_dropped").write_parquet(
-            args.dropped_output or str(out / "_dropped"), **opts
-        )
-        annotated.map_batches(RouteByReason("quarantined", reason, aside), name="route_quarantine").write_parquet(
-            str(out / "_quarantine"), **opts
-        )
-        routed.report_parts = [annotated.map_batches(_summarize(args), name="report").to_arrow(**opts)]
+        (kept_dir, kept_plan), *others = route_plans(args, annotated, aside, out)
+        routed.engine_stats = kept_plan.write_parquet(kept_dir, **opts).stats
+        for where, plan in others:
+            plan.write_parquet(where, **opts)
+        routed.report_parts = [report_plan(args, annotated).to_arrow(**opts)]
         return routed
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def route_plans(
+    args: argparse.Namespace, annotated: Dataset, aside: tuple[str, ...], out: Path
+) -> list[tuple[str, Dataset]]:
+    """(folder, plan) of the routing jobs over the annotated rows, in the order they run: kept rows to
+    ``out``, dropped ones to ``--dropped-output`` (default ``out/_dropped``), quarantined ones to
+    ``out/_quarantine``; used by the command and by ``zephyr explain filter``."""
+    from zephyr.pipelines.quality.batch_ops import RouteByReason
+
+    reason = args.output_column
+    routes = (
+        ("kept", "route_kept", str(out)),
+        ("dropped", "route_dropped", args.dropped_output or str(out / "_dropped")),
+        ("quarantined", "route_quarantine", str(out / "_quarantine")),
+    )
+    return [
+        (where, annotated.map_batches(RouteByReason(kind, reason, aside), name=name))
+        for kind, name, where in routes
+    ]
+
+
+def report_plan(args: argparse.Namespace, annotated: Dataset) -> Dataset:
+    """The report's per-batch summaries of the annotated rows (collected by the driver, ``to_arrow``)."""
+    return annotated.map_batches(_summarize(args), name="report")
+
+
+def explain_filter_command(args: argparse.Namespace) -> Any:
+    """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.commands.explained``)."""
+    from zephyr.commands import explained
+
+    return explained(filter_plan_text(args), args)
+
+
+def filter_plan_text(args: argparse.Namespace) -> str:
+    """What ``zephyr explain filter`` prints: the command's engine jobs in order, built by the functions it
+    runs (``_annotated_input``, ``route_plans``, ``report_plan``). The routes and the report read the
+    annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
+    from zephyr.budget import Budget
+    from zephyr.commands import jobs_plan_text
+    from zephyr.options import ExecutionOptions
+
+    args.filter_config = _filter_config(args)
+    ds, aside = _annotated_input(args, args.filter_config)
+    out = Path("OUTPUT")
+    annotate = (
+        f"job 1: every row with its first failing rule (rules {args.rules}) in {args.output_column}, written "
+        "to a scratch folder in OUTPUT"
+    )
+    then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
+    steps: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
+    routes = zip(("kept", "dropped", "quarantined"), route_plans(args, ds, aside, out))
+    for number, (kind, (where, plan)) in enumerate(routes, 2):
+        steps.append((f"job {number}: the {kind} rows → {where}", plan))
+    report = "job 5: the report's per-batch summaries, to the driver (_report.json, _report.md)"
+    steps.append((report, report_plan(args, ds)))
+    opts = engine_options(args)
+    budget = Budget(ExecutionOptions.from_kwargs(**opts).memory_budget_bytes)
+    return jobs_plan_text("zephyr filter", steps, budget, opts, then="the rules")
 
 
 def _summarize(args: argparse.Namespace) -> Any:

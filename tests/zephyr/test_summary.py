@@ -131,6 +131,11 @@ def _argv(command: str, files: dict[str, Path], out: Path) -> list[str]:
         "explain count": [f, *q],
         "explain dedup exact": [f, *q],
         "explain dedup fuzzy": [f, *q],
+        "explain dedup url": [f, "--mode", "remove", *q],
+        "explain dedup paragraph": [f, *q],
+        "explain dedup substring": [f, "--min-bytes", "40", *q],
+        "explain filter": [f, *q],
+        "explain tokenize": [f, "--tokenizer", str(root / "tokenizer.json"), *q],
     }
     return [*command.split(), *table[command], "--executor", "inprocess", "--json"]
 
