@@ -41,10 +41,10 @@ class Ignored:
 
 IGNORED = (
     Ignored("*_stats.json", "job stats (_stats.json, _dedup_stats.json, ...): seconds per job and stage"),
-    Ignored("*/stats.json", "`zephyr run`'s stats: seconds per stage, start and end times"),
+    Ignored("*/stats.json", "`zephyr run`'s stats: seconds per step, start and end times"),
     Ignored("*/report.html", "`zephyr run`'s report: wall times and dates (and its time plot, embedded)"),
     Ignored("*/report.md", "`zephyr run`'s Markdown report: the same wall times and dates"),
-    Ignored("*/plots/time.png", "`zephyr run`'s plot of the seconds per stage"),
+    Ignored("*/plots/time.png", "`zephyr run`'s plot of the seconds per step"),
 )
 
 
@@ -60,8 +60,8 @@ STRIPPED = (
     Stripped(
         "*_SUCCESS.json",
         ("finished",),
-        "`zephyr run`'s stage marker: its plan fingerprint is compared (a changed one makes a resumed run redo "
-        "the stage), its finish time is not",
+        "`zephyr run`'s step marker: its plan fingerprint is compared (a changed one makes a resumed run redo "
+        "the step), its finish time is not",
     ),
 )
 

@@ -1,10 +1,11 @@
 """The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the steps' sidecars.
 
-Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``) and every example row from
+Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``; either format of
+``zephyr.pipelines.stats_format``, so the job folder of an older zephyr renders too) and every example row from
 the ``_examples.json`` the steps saved while they ran (``zephyr.pipelines.examples``); nothing is
 recomputed or re-run, so the report and the stats always agree. Sections:
 
-1. Stages: rows in / kept / dropped / quarantined, bytes in and out, seconds, tasks resumed, and whether
+1. Steps: rows in / kept / dropped / quarantined, bytes in and out, seconds, tasks resumed, and whether
    the rows balance (``in = kept + dropped + quarantined``) — plots ``rows.png`` and ``time.png``.
 2. Why rows were dropped: per step and reason; per filter, kept rows and dropped rows of its top reasons.
 3. Retention per source and per language (rows read → rows in the final data step) — ``sources.png``.
@@ -33,6 +34,7 @@ from zephyr.pipelines.examples import read_examples
 from zephyr.pipelines.records import rows_rewritten
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
 from zephyr.pipelines.report_plots import make_plots, retention_start
+from zephyr.pipelines.stats_format import STEP, STEPS, upgrade_job_stats
 
 from zephyr.errors import InputError
 
@@ -73,14 +75,16 @@ def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
-    """The report's content, format-free; ``plots`` maps plot names to relative PNG paths."""
-    steps = stats["stages"]
+    """The report's content, format-free; ``plots`` maps plot names to relative PNG paths. ``stats``: a job's
+    ``stats.json`` of either format."""
+    stats = upgrade_job_stats(stats)
+    steps = stats[STEPS]
     blocks: list[Block] = [("h", 1, f"Pipeline report: {stats['pipeline']}")]
     ran = sum(1 for s in steps if s.get("status") == "ran")
     blocks.append(
         (
             "p",
-            f"Job folder `{stats['job_dir']}`; config `{stats.get('config')}`; {len(steps)} stages "
+            f"Job folder `{stats['job_dir']}`; config `{stats.get('config')}`; {len(steps)} steps "
             f"({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
             f"`{stats.get('execution', {}).get('executor')}`.",
         )
@@ -96,16 +100,16 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
 
 
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """1. Steps (headed "Stages", the report's wording kept): rows, bytes, time, resumed tasks, balance."""
-    blocks: list[Block] = [("h", 2, "Stages")]
-    header = ["#", "stage", "type", "rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out",
+    """1. Steps: rows, bytes, time, resumed tasks, balance."""
+    blocks: list[Block] = [("h", 2, "Steps")]
+    header = ["#", "step", "type", "rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out",
               "seconds", "tasks (resumed)", "status", "balanced"]
     rows = []
     for s in steps:
         is_rows = s["type"] in DATA_STEPS or s["type"] == "tokenize"
         rows.append(
             [
-                str(s["index"]), s["stage"], s["type"],
+                str(s["index"]), s[STEP], s["type"],
                 _n(s["rows_in"]) if is_rows else "–",
                 _n(s["rows_kept"]) if is_rows else "–",
                 _n(s["rows_dropped"]) if is_rows else "–",
@@ -123,10 +127,10 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     blocks.append(
         (
             "p",
-            "Row accounting: every stage balances exactly (rows in = kept + dropped + quarantined), checked "
+            "Row accounting: every step balances exactly (rows in = kept + dropped + quarantined), checked "
             "against the row counts of the Parquet files."
             if balanced
-            else "Row accounting: SOME STAGES DO NOT BALANCE — see the table above.",
+            else "Row accounting: SOME STEPS DO NOT BALANCE — see the table above.",
         )
     )
     rewritten = [(s, rows_rewritten(s)) for s in steps if rows_rewritten(s)]
@@ -134,11 +138,11 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         parts = []
         for s, n in rewritten:
             removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
-            parts.append(f"`{s['stage']}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+            parts.append(f"`{s[STEP]}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
                          + (f" ({_n(removed)} bytes removed)" if removed else ""))
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
     total_seconds = sum(s["seconds"] for s in steps)
-    blocks.append(("p", f"Total stage time: {total_seconds:.1f} s (stages skipped in this run show their original time)."))
+    blocks.append(("p", f"Total step time: {total_seconds:.1f} s (steps skipped in this run show their original time)."))
     for name in ("rows", "time"):
         if name in plots:
             blocks.append(("img", plots[name], name))
@@ -148,15 +152,15 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
 def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """2. Why rows were dropped, quarantined rows, and each filter's kept and dropped examples."""
     blocks: list[Block] = []
-    reasons = [(s["stage"], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
+    reasons = [(s[STEP], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
-        blocks.append(("table", ["stage", "reason", "rows"], [[st, r, _n(n)] for st, r, n in reasons]))
-    quarantine = [(s["stage"], f) for s in steps for f in s.get("quarantine_files", [])]
+        blocks.append(("table", ["step", "reason", "rows"], [[st, r, _n(n)] for st, r, n in reasons]))
+    quarantine = [(s[STEP], f) for s in steps for f in s.get("quarantine_files", [])]
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
-        blocks.append(("table", ["stage", "file"], [[st, f"`{f}`"] for st, f in quarantine]))
-    examples = [(s["stage"], _examples(s)) for s in steps]
+        blocks.append(("table", ["step", "file"], [[st, f"`{f}`"] for st, f in quarantine]))
+    examples = [(s[STEP], _examples(s)) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
@@ -181,10 +185,10 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
         if not start:
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
-        where = first["stage"] if key == "per_source" else next(
-            (s["stage"] for s in data if s.get(key, {}).get("in")), first["stage"]
+        where = first[STEP] if key == "per_source" else next(
+            (s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP]
         )
-        blocks.append(("p", f"Rows entering `{where}` → rows written by `{last['stage']}`."))
+        blocks.append(("p", f"Rows entering `{where}` → rows written by `{last[STEP]}`."))
         table_rows = [[v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
                       for v in sorted(start, key=lambda v: -start[v])]
         total_in, total_out = sum(start.values()), sum(end.values())
@@ -194,11 +198,11 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
             step_rows = []
             for s in data:
                 out = s.get(key, {}).get("out", {})
-                step_rows.append([s["stage"], *[_n(out.get(v, 0)) for v in sorted(start)]])
-            blocks.append(("p", "Rows per source after each stage:"))
-            blocks.append(("table", ["after stage", *sorted(start)], step_rows))
+                step_rows.append([s[STEP], *[_n(out.get(v, 0)) for v in sorted(start)]])
+            blocks.append(("p", "Rows per source after each step:"))
+            blocks.append(("table", ["after step", *sorted(start)], step_rows))
             if "sources" in plots:
-                blocks.append(("img", plots["sources"], "rows per source after each stage"))
+                blocks.append(("img", plots["sources"], "rows per source after each step"))
     return blocks
 
 
@@ -215,18 +219,18 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         blocks.append(
             (
                 "p",
-                f"`{s['stage']}`: {_n(sum(multi.values()))} cluster(s) with duplicates, "
+                f"`{s[STEP]}`: {_n(sum(multi.values()))} cluster(s) with duplicates, "
                 f"{_n(s['rows_dropped'])} document(s) removed.{note}",
             )
         )
         if sizes:
             blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"],
                            [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())]))
-        if f"clusters_{s['stage']}" in plots:
-            blocks.append(("img", plots[f"clusters_{s['stage']}"], f"cluster sizes of {s['stage']}"))
+        if f"clusters_{s[STEP]}" in plots:
+            blocks.append(("img", plots[f"clusters_{s[STEP]}"], f"cluster sizes of {s[STEP]}"))
         payload = _examples(s)
         if payload and payload["kind"] == "dedup":
-            blocks.append((DEDUP, s["stage"], payload))
+            blocks.append((DEDUP, s[STEP], payload))
     return blocks
 
 
@@ -239,7 +243,7 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         trained = extra.get("tokenizer_trained_on")
         tok_note = (
             f" (a {extra.get('vocab_size')}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
-            f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the stage input)"
+            f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the step input)"
             if trained else ""
         )
         blocks.append(

@@ -77,7 +77,7 @@ def _dedup_html(step: str, payload: dict[str, Any]) -> list[str]:
     out = [
         f"<p>Examples from <code>{html.escape(step)}</code> ({len(clusters)} clusters, picked by a fixed hash "
         f"of their ids). Jaccard on {html.escape(payload.get('shingles', ''))} after "
-        f"<code>{html.escape(payload.get('normalize', ''))}</code> normalization, as the stage measures it; "
+        f"<code>{html.escape(payload.get('normalize', ''))}</code> normalization, as the step measures it; "
         '<mark class="kept">kept-only</mark> and <mark class="removed">removed-only</mark> words highlighted.</p>'
     ]
     for c in clusters:

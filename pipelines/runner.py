@@ -1,6 +1,6 @@
 """Runs a pipeline as a batch job: step by step, resumable, with exact row accounting.
 
-Job directory layout (format version 1)::
+Job directory layout (stats format 2, ``zephyr.pipelines.stats_format``)::
 
     JOB/pipeline.yaml               the validated config, as run (paths resolved)
     JOB/stats.json                  the job: one record per step (below), in order, and totals
@@ -29,7 +29,8 @@ checkpoint). A step whose folder belongs to another fingerprint (the config chan
 a zephyr whose fingerprints differ) is cleared first (``resume.begin``). ``from_step`` reruns that step and
 the ones after it from scratch (earlier ones must be complete); ``until_step`` stops after it.
 
-Step record (``_stats.json`` of a step, version 1): ``rows_in``, ``rows_kept``, ``rows_dropped``
+Step record (``_stats.json`` of a step, version 2): ``step`` (its name), ``type``, ``index``, ``dir``,
+``fingerprint``, ``config`` (as fingerprinted), ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
 disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the step, one
 entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
@@ -39,9 +40,10 @@ entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
 against the row counts of the Parquet files; a mismatch stops the job with ``AccountingError``
 (``zephyr.pipelines.accounting``).
 
-Records keep the keys they had when steps were called stages, so that stats stay byte-identical and older
-readers keep working: a record names its step under ``stage``, its ``config`` holds the type under ``stage``
-(as fingerprinted, ``StepEntry.record_dict``), and the job's ``stats.json`` lists the records under ``stages``.
+The job's ``stats.json`` (version 2) lists the step records under ``steps``. Files of format 1 (``stage`` and
+``stages``, from when steps were called stages) are read too: a job folder an older zephyr wrote resumes
+without redoing its steps and renders its report (``stats_format.upgrade_record``, ``upgrade_job_stats``). A
+record's ``config`` keeps the type under ``stage`` in both formats: it is what the fingerprint hashes.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from typing import Any, TextIO
 from zephyr.pipelines.accounting import AccountingError, account, inherit_inputs, read_inputs
 from zephyr.pipelines.config import DATA_STEPS, PipelineConfig, StepEntry, check_inputs
 from zephyr.pipelines.records import rows_rewritten
+from zephyr.pipelines.stats_format import STATS_VERSION, STEP, STEPS, StepRecord, upgrade_record
 from zephyr.pipelines.step_renames import deprecated_name, old_names_getattr
 
 from zephyr import resume
@@ -83,7 +86,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 __getattr__ = old_names_getattr(__name__)  # stage_dir_name: the old name, for one release
 
-STATS_VERSION = 1
 STEP_STATS = "_stats.json"
 OLD_STEP_STATS = "stats.json"
 """The step record's name in job folders made before the ``_`` rule: read, never written (for one release)."""
@@ -104,7 +106,7 @@ class PipelineResult:
 
     def step(self, name: str) -> dict[str, Any]:
         """The record of the step named ``name``."""
-        return next(s for s in self.steps if s["stage"] == name)
+        return next(s for s in self.steps if s[STEP] == name)
 
     @property
     def stages(self) -> list[dict[str, Any]]:
@@ -156,7 +158,7 @@ class ProgressReporter:
         resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
-        self._write(f"[{position}/{total}] {record['stage']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
+        self._write(f"[{position}/{total}] {record[STEP]} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
 
 
 def step_dir_name(index: int, entry: StepEntry) -> str:
@@ -177,10 +179,11 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
-    """A complete step's record: ``_stats.json``, or ``stats.json`` written by an older zephyr (a job folder
-    made before the rename resumes instead of rerunning its finished steps)."""
+    """A complete step's record, in the current format: ``_stats.json``, or ``stats.json`` written by an older
+    zephyr (a job folder made before either rename resumes instead of rerunning its finished steps)."""
     stats = _read_json(step_dir / STEP_STATS)
-    return stats if stats is not None else _read_json(step_dir / OLD_STEP_STATS)
+    stats = stats if stats is not None else _read_json(step_dir / OLD_STEP_STATS)
+    return upgrade_record(stats) if stats is not None else None
 
 
 def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -301,8 +304,8 @@ def _run_pipeline(
             record = _run_step(run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None)
         run.advance(entry, record)
         if on_step_done is not None:
-            on_step_done(record)
-    result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
+            on_step_done(StepRecord(record))
+    result = PipelineResult(job_dir=job, steps=[StepRecord(r) for r in run.records], stats_path=_write_summary(run))
     if report:
         from zephyr.pipelines.report import write_report
 
@@ -379,7 +382,7 @@ def _run_step(
     seconds = time.perf_counter() - began
     record = {
         "version": STATS_VERSION,
-        "stage": entry.name,
+        STEP: entry.name,
         "type": entry.type,
         "index": index,
         "dir": str(step_dir),
@@ -418,7 +421,7 @@ def _write_summary(run: _Run) -> Path:
         "balanced": all(r.get("balanced", True) for r in run.records),
         **job_stats.task_totals(ran),
         "seconds": round(sum(r["seconds"] for r in ran), 3),
-        "stages": run.records,
+        STEPS: run.records,
     }
     _write_json(run.job / "stats.json", summary)
     return run.job / "stats.json"

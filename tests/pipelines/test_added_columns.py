@@ -81,7 +81,7 @@ def test_pipeline_keeps_the_data_columns_it_was_told_to(tmp_path, lid_model):
     ]
     result = run_pipeline(load_config(_write(tmp_path, stages)), tmp_path / "job",
                           execution={"executor": "inprocess"}, report=False)
-    by = {r["stage"]: r for r in result.steps}
+    by = {r["step"]: r for r in result.steps}
     kept = pa.concat_tables([pq.read_table(f) for f in by["exact_dedup"]["files"]])
     assert kept.select(["id", "lang", "detected", "dup_keep", "drop_reason"]).to_pylist() == [
         {"id": "a", "lang": "de", "detected": "en", "dup_keep": False, "drop_reason": "x"}]

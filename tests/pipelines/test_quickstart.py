@@ -91,10 +91,10 @@ def test_quickstart_end_to_end(finished):
     job, stats, stdout = finished
     summary = json.loads(stdout)  # --json: the one object on stdout
     assert summary["next"] == f"open {job / 'report.html'}" and summary["details"]["report"] == str(job / "report.md")
-    assert summary["balanced"] and summary["rows_in"] == stats["stages"][0]["rows_in"]
-    steps = {s["stage"]: s for s in stats["stages"]}
-    assert stats["balanced"] and all(s["status"] == "ran" for s in stats["stages"])
-    data = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")]
+    assert summary["balanced"] and summary["rows_in"] == stats["steps"][0]["rows_in"]
+    steps = {s["step"]: s for s in stats["steps"]}
+    assert stats["balanced"] and all(s["status"] == "ran" for s in stats["steps"])
+    data = [s for s in stats["steps"] if s["type"] not in ("tokenize", "train")]
     sliced = pq.read_table(job.parent / "slice.parquet")
     per_source = {k: v for k, v in zip(*np.unique(sliced["source"].to_numpy(zero_copy_only=False), return_counts=True))}
     assert data[0]["rows_in"] == sliced.num_rows and data[0]["per_source"]["in"] == per_source
@@ -157,24 +157,24 @@ def test_report_numbers_match_the_stats(finished):
     markdown = (job / "report.md").read_text()
     page = (job / "report.html").read_text()
     rows = _md_rows(markdown)
-    assert set(rows) == {s["stage"] for s in stats["stages"]}
-    for s in stats["stages"]:
-        cells = rows[s["stage"]]
+    assert set(rows) == {s["step"] for s in stats["steps"]}
+    for s in stats["steps"]:
+        cells = rows[s["step"]]
         if s["type"] != "train":
             assert [int(c.replace(",", "")) for c in cells[3:7]] == [
                 s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"]]
         assert cells[9] == f"{s['seconds']:.1f}" and cells[12] == "yes"
         for reason, n in s["dropped_by_reason"].items():
-            assert f"| {s['stage']} | {reason} | {n:,} |" in markdown
-    assert "every stage balances exactly" in markdown
-    normalize = next(s for s in stats["stages"] if s["type"] == "normalize")
+            assert f"| {s['step']} | {reason} | {n:,} |" in markdown
+    assert "every step balances exactly" in markdown
+    normalize = next(s for s in stats["steps"] if s["type"] == "normalize")
     rewritten = normalize["counters"]["normalize/rows_rewritten"]
     assert f"`normalize` rewrote {rewritten:,} of {normalize['rows_in']:,} documents" in markdown
-    tok = next(s for s in stats["stages"] if s["type"] == "tokenize")
+    tok = next(s for s in stats["steps"] if s["type"] == "tokenize")
     assert f"{tok['extra']['num_tokens']:,} tokens" in markdown
-    train = next(s for s in stats["stages"] if s["type"] == "train")
+    train = next(s for s in stats["steps"] if s["type"] == "train")
     assert f"→ {train['extra']['final_loss']:.4f}" in markdown
-    final = [s for s in stats["stages"] if s["type"] not in ("tokenize", "train")][-1]
+    final = [s for s in stats["steps"] if s["type"] not in ("tokenize", "train")][-1]
     for source, n in final["per_source"]["out"].items():
         assert re.search(rf"\| {source} \| [\d,]+ \| {n:,} \|", markdown)
     assert page.startswith("<!DOCTYPE html>") and "<table>" in page
@@ -187,7 +187,7 @@ def test_report_shows_dedup_and_filter_examples(finished):
     job, stats, _ = finished
     page = (job / "report.html").read_text()
     markdown = (job / "report.md").read_text()
-    steps = {s["stage"]: s for s in stats["stages"]}
+    steps = {s["step"]: s for s in stats["steps"]}
     for name in ("exact_dedup", "fuzzy_dedup"):
         payload = json.loads(Path(steps[name]["extra"]["examples"]).read_text())
         assert payload["clusters"], name
@@ -203,7 +203,7 @@ def test_report_shows_dedup_and_filter_examples(finished):
     assert '<mark class="removed">' in page
     exact = json.loads(Path(steps["exact_dedup"]["extra"]["examples"]).read_text())["clusters"]
     assert all(c["jaccard"] == 1.0 for c in exact)
-    for name in [s["stage"] for s in stats["stages"] if s["type"] in ("langid", "heuristic_filter", "quality")]:
+    for name in [s["step"] for s in stats["steps"] if s["type"] in ("langid", "heuristic_filter", "quality")]:
         payload = json.loads(Path(steps[name]["extra"]["examples"]).read_text())
         assert len(payload["kept"]) == 3 and f"Examples: <code>{name}</code>" in page
         assert set(payload["dropped"]) <= set(steps[name]["dropped_by_reason"])
@@ -214,12 +214,12 @@ def test_report_shows_dedup_and_filter_examples(finished):
 def test_rerun_skips_every_stage(finished, quickstart_job, capsys):
     job, stats, _ = finished
     _, argv = quickstart_job
-    before = {f: Path(f).stat().st_mtime_ns for s in stats["stages"] for f in s["files"]}
+    before = {f: Path(f).stat().st_mtime_ns for s in stats["steps"] for f in s["files"]}
     assert main(argv) == 0
     err = capsys.readouterr().err
     again = json.loads((job / "stats.json").read_text())
-    assert all(s["status"] == "skipped" for s in again["stages"])
-    assert err.count("skipped, complete with the same config") == len(stats["stages"])
+    assert all(s["status"] == "skipped" for s in again["steps"])
+    assert err.count("skipped, complete with the same config") == len(stats["steps"])
     assert before == {f: Path(f).stat().st_mtime_ns for f in before}
     assert (job / "report.md").is_file()
 

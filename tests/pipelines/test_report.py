@@ -74,7 +74,7 @@ def job(tmp_path_factory) -> Path:
 
 
 def _stats(job: Path) -> dict[str, dict]:
-    return {s["stage"]: s for s in json.loads((job / "stats.json").read_text())["stages"]}
+    return {s["step"]: s for s in json.loads((job / "stats.json").read_text())["steps"]}
 
 
 def _sidecar(step: dict) -> dict:
@@ -251,7 +251,7 @@ def test_empty_stage_says_so(tmp_path):
     assert dedup["clusters"] == [] and filtered["kept"] == [] and filtered["dropped"] == {}
     steps = [
         {
-            "stage": "f",
+            "step": "f",
             "type": "heuristic_filter",
             "index": 0,
             "rows_in": 0,
@@ -268,12 +268,12 @@ def test_empty_stage_says_so(tmp_path):
     steps.append(
         {
             **steps[0],
-            "stage": "d",
+            "step": "d",
             "type": "fuzzy_dedup",
             "extra": {"examples": str(tmp_path / "d" / EXAMPLES_FILE)},
         }
     )
-    blocks = build_blocks({"pipeline": "p", "job_dir": str(tmp_path), "stages": steps}, {})
+    blocks = build_blocks({"pipeline": "p", "job_dir": str(tmp_path), "steps": steps}, {})
     page = render_html(blocks, "p", base=tmp_path)
     assert "no clusters, nothing was removed" in page and "Nothing dropped." in page
     assert "no clusters, nothing was removed" in render_markdown(blocks)
@@ -299,10 +299,10 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
     )
     base = {"rows_in": 1500, "rows_quarantined": 0, "seconds": 1.0, "index": 0, "balanced": True}
     steps = [
-        {**base, "stage": "read", "type": "read", "rows_kept": 1500, "rows_dropped": 0},
+        {**base, "step": "read", "type": "read", "rows_kept": 1500, "rows_dropped": 0},
         {
             **base,
-            "stage": "fuzzy",
+            "step": "fuzzy",
             "type": "fuzzy_dedup",
             "rows_kept": 1440,
             "rows_dropped": 60,
@@ -310,7 +310,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         },
         {
             **base,
-            "stage": "train",
+            "step": "train",
             "type": "train",
             "rows_kept": 0,
             "rows_dropped": 0,
@@ -322,7 +322,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         fig.axes[0].get_title() or str(len(figures)), fig
     )  # keep them
     try:
-        made = report_plots.make_plots({"stages": steps}, tmp_path / "plots")
+        made = report_plots.make_plots({"steps": steps}, tmp_path / "plots")
     finally:
         plt.close = original
     assert set(made) == {"rows", "time", "clusters_fuzzy", "training"}
@@ -330,7 +330,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
     ax = clusters.axes[0]
     assert ax.get_yscale() == "linear" and [t.get_text() for t in ax.texts] == ["54", "2"]
     assert "1,386 kept documents had none" in ax.get_title()
-    rows = figures["rows per stage"]
+    rows = figures["rows per step"]
     rows.canvas.draw()
     axes_box = rows.axes[0].get_window_extent()
     legend_box = rows.axes[0].get_legend().get_window_extent()

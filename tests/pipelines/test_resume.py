@@ -101,7 +101,7 @@ def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
     finished_parts = {p: p.stat().st_mtime_ns for p in job.glob("0[01]-*/part-*.parquet")}
 
     assert main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
-    stats = {s["stage"]: s for s in json.loads((job / "stats.json").read_text())["stages"]}
+    stats = {s["step"]: s for s in json.loads((job / "stats.json").read_text())["steps"]}
     assert stats["read"]["status"] == stats["normalize"]["status"] == "skipped"
     assert {p: p.stat().st_mtime_ns for p in finished_parts} == finished_parts  # not rewritten
     slow = stats["slow"]
@@ -109,7 +109,7 @@ def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
     assert slow["tasks_resumed"] >= done_at_kill  # finished tasks were not run again
     assert slow["rows_in"] == slow["rows_kept"] + slow["dropped_by_reason"].get("short", 0)
     assert _outputs(job) == _outputs(reference)  # byte-identical to the uninterrupted run
-    ref_stats = {s["stage"]: s for s in json.loads((reference / "stats.json").read_text())["stages"]}
+    ref_stats = {s["step"]: s for s in json.loads((reference / "stats.json").read_text())["steps"]}
     for name in stats:
         for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined", "dropped_by_reason", "per_source"):
             assert stats[name][key] == ref_stats[name][key], (name, key)
@@ -152,13 +152,13 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     """Job folders made before the ``_`` rule: a finished stage's ``stats.json`` is still read (no rerun), and a
     stage that reruns clears its old-named files, so readers of its folder see only its kept rows."""
     path, job, argv = _run_read_and_filter(tmp_path)
-    read_dir, filter_dir = (Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"])
+    read_dir, filter_dir = (Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["steps"])
     os.replace(read_dir / "_stats.json", read_dir / "stats.json")  # as an older zephyr named them
     os.replace(filter_dir / "_stats.json", filter_dir / "stats.json")
     os.replace(filter_dir / "_dropped", filter_dir / "dropped")
     (filter_dir / "_SUCCESS.json").unlink()  # the filter stage was interrupted after its writes
     assert main(argv) == 0
-    steps = json.loads((job / "stats.json").read_text())["stages"]
+    steps = json.loads((job / "stats.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["skipped", "ran"]
     assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
         ".huggingface.yaml",
@@ -193,7 +193,7 @@ def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
     cleared and reruns once (no crash, no stale file left), to the same outputs; the next run skips them all."""
     path, job, argv = _run_read_and_filter(tmp_path)
     reference = _outputs(job)
-    dirs = [Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["stages"]]
+    dirs = [Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["steps"]]
     for stage_dir, old in zip(dirs, _old_fingerprints(path)):
         assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] != old
         for name in ("_SUCCESS.json", "_STARTED.json", "_stats.json"):
@@ -201,11 +201,11 @@ def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
             (stage_dir / name).write_text(json.dumps({**marker, "fingerprint": old}))
         (stage_dir / "_work" / "main" / "stage-0123456789abcdef").mkdir(parents=True)  # an old run's scratch
     assert main(argv) == 0
-    steps = json.loads((job / "stats.json").read_text())["stages"]
+    steps = json.loads((job / "stats.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["ran", "ran"]
     assert _outputs(job) == reference
     assert not any(job.glob("*/_work/main/stage-0123456789abcdef"))
     for stage_dir, step in zip(dirs, steps):
         assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == step["fingerprint"]
     assert main(argv) == 0
-    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["stages"]] == ["skipped", "skipped"]
+    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["steps"]] == ["skipped", "skipped"]

@@ -148,7 +148,7 @@ def test_a_job_begun_with_stages_resumes_with_steps_redoing_nothing(tmp_path) ->
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     assert yaml.safe_load((job / "pipeline.yaml").read_text())["steps"][0]["step"] == "read"
     record = json.loads((job / "01-heuristic_filter" / "_stats.json").read_text())
-    assert record["stage"] == "heuristic_filter" and record["config"]["stage"] == "heuristic_filter"
+    assert record["step"] == "heuristic_filter" and record["config"]["stage"] == "heuristic_filter"  # hashed: kept
 
 
 def test_run_pipeline_reads_its_old_keywords_with_a_warning(tmp_path) -> None:
@@ -158,7 +158,7 @@ def test_run_pipeline_reads_its_old_keywords_with_a_warning(tmp_path) -> None:
     with pytest.warns(ZephyrDeprecationWarning, match=r"run_pipeline\(until_stage=\) is renamed"):
         result = run_pipeline(config, tmp_path / "job", execution={"executor": "inprocess"}, report=False,
                               until_stage="read")
-    assert [r["stage"] for r in result.steps] == ["read"]
+    assert [r["step"] for r in result.steps] == ["read"]
     with pytest.warns(ZephyrDeprecationWarning, match=r"PipelineResult\.stages is renamed"):
         assert result.stages == result.steps
 

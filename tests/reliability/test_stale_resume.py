@@ -107,7 +107,7 @@ def _pipeline(tmp_path: Path, paths: list[str]) -> Path:
 
 
 def _run_stats(job: Path) -> dict[str, dict]:
-    return {s["stage"]: s for s in json.loads((job / "stats.json").read_text())["stages"]}
+    return {s["step"]: s for s in json.loads((job / "stats.json").read_text())["steps"]}
 
 
 def test_zephyr_run_same_size_edit_recomputes(tmp_path):

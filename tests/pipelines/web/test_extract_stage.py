@@ -34,11 +34,11 @@ def test_pipeline_starts_from_warc(tmp_path):
     )
     run_pipeline(config, tmp_path / "job", execution={"executor": "inprocess"})
     stats = json.loads((tmp_path / "job" / "stats.json").read_text())
-    extract = stats["stages"][0]
+    extract = stats["steps"][0]
     assert (extract["rows_in"], extract["rows_kept"], extract["rows_quarantined"]) == (18, 12, 6)
     # sample_pages(3) repeats the first 3 pages' URLs: url_dedup removes them
-    assert stats["stages"][2]["dropped_by_reason"] == {"url_duplicate": 3}
-    assert stats["stages"][4]["rows_kept"] == 9
+    assert stats["steps"][2]["dropped_by_reason"] == {"url_duplicate": 3}
+    assert stats["steps"][4]["rows_kept"] == 9
     out = pq.read_table(sorted((tmp_path / "job" / "04-exact_dedup").glob("part-*.parquet")))
     assert not any("utm_source" in u for u in out.column("url").to_pylist())  # normalized by url_filter
     assert set(out.column("domain").to_pylist()) == {

@@ -63,8 +63,8 @@ def test_web_config_runs_the_whole_chain_on_a_warc(tmp_path, capsys, monkeypatch
         ]
     assert main(argv) == 0, capsys.readouterr().err
     stats = json.loads((job / "stats.json").read_text())
-    by_name = {s["stage"]: s for s in stats["stages"]}
-    assert all(s["balanced"] for s in stats["stages"] if "balanced" in s)
+    by_name = {s["step"]: s for s in stats["steps"]}
+    assert all(s["balanced"] for s in stats["steps"] if "balanced" in s)
     assert by_name["extract"]["rows_in"] == len(pages) + len(BROKEN_KINDS)
     assert by_name["extract"]["rows_quarantined"] == len(BROKEN_KINDS)
     assert by_name["url_dedup"]["dropped_by_reason"] == {"url_duplicate": 3}
