@@ -87,3 +87,12 @@ def test_run_summary_lists_steps_and_keeps_stages_for_one_release(tmp_path, caps
     assert details["steps"] == {"read": "ran", "normalize": "ran"}
     assert details["stages"] == details["steps"]
     assert list(details) == ["report", "html_report", "steps", "stages"]
+
+
+def test_doctests() -> None:
+    import doctest
+
+    from zephyr.pipelines import stats_format
+
+    result = doctest.testmod(stats_format)
+    assert result.attempted > 0 and result.failed == 0
