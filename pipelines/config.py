@@ -130,7 +130,8 @@ class StepEntry:
     def record_dict(self) -> dict[str, Any]:
         """The entry as fingerprints and step records (``config`` in ``_stats.json``) hold it: its type under
         ``stage``, the key's name before steps were called steps. Kept so that a job folder an older zephyr
-        began resumes without redoing its finished steps, and records stay byte-identical."""
+        began resumes without redoing its finished steps (a record's own keys say ``step``: stats format 2,
+        ``pipelines/stats_format.py``)."""
         return {"stage": self.type, **self._body()}
 
     def _body(self) -> dict[str, Any]:
