@@ -102,7 +102,7 @@ def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatc
     assert stats["task_retries"] == 0
 
 
-def test_zephyr_run_stage_records_a_retry_of_an_earlier_job(tmp_path, monkeypatch):
+def test_zephyr_run_step_records_a_retry_of_an_earlier_job(tmp_path, monkeypatch):
     from zephyr.dedup.exact_dataset import _MemberHashes
 
     stage = "exact_dedup"  # hashes (the failing job), then the stage's own write
@@ -113,7 +113,7 @@ def test_zephyr_run_stage_records_a_retry_of_an_earlier_job(tmp_path, monkeypatc
     _fail_once(monkeypatch, _MemberHashes, tmp_path / "failed")
     assert main(["run", str(path), "--job-dir", str(job), *FAST, "--no-report"]) == 0
     summary = json.loads((job / "stats.json").read_text())
-    record = next(s for s in summary["stages"] if s["stage"] == stage)
+    record = next(s for s in summary["steps"] if s["step"] == stage)
     assert record["task_retries"] == 1 and len(record["jobs"]) > 1
     assert summary["task_retries"] == 1
 

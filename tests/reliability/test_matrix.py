@@ -426,7 +426,7 @@ def _balance(command: str, out: Path, stdout: str, stderr: str) -> tuple[int, in
         rows = [summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")]
         return (*rows, summary["details"]["documents"])
     job = json.loads((out / "stats.json").read_text())
-    read = job["stages"][0]
+    read = job["steps"][0]
     return read["rows_in"], read["rows_kept"], read["rows_dropped"], read["rows_quarantined"], None
 
 

@@ -233,7 +233,7 @@ def test_command_output_reads_as_its_kept_rows(case, corpus, tmp_path):
     check_reads_as(out, kept)
 
 
-def test_zephyr_run_stage_folders_read_as_their_kept_rows(corpus, tmp_path):
+def test_zephyr_run_step_folders_read_as_their_kept_rows(corpus, tmp_path):
     config = {
         "name": "readers",
         "steps": [
@@ -246,7 +246,7 @@ def test_zephyr_run_stage_folders_read_as_their_kept_rows(corpus, tmp_path):
     path.write_text(yaml.safe_dump(config))
     job = tmp_path / "job"
     _run("run", str(path), "--job-dir", str(job), "--no-report")
-    records = json.loads((job / "stats.json").read_text())["stages"]
+    records = json.loads((job / "stats.json").read_text())["steps"]
     assert [r["rows_kept"] for r in records][0] == 19  # the null text is quarantined by the read stage
     for record in records:
         check_reads_as(Path(record["dir"]), record["rows_kept"])
