@@ -122,6 +122,11 @@ EXCLUDED = {
     "explain count": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
     "explain dedup exact": "prints a plan without reading rows or writing files (tests/dedup/test_explain.py)",
     "explain dedup fuzzy": "prints a plan without reading rows or writing files (tests/dedup/test_explain.py)",
+    "explain dedup url": "prints a plan without reading rows or writing files (tests/dedup/test_explain_text.py)",
+    "explain dedup paragraph": "prints a plan without reading rows or writing files (tests/dedup/test_explain_text.py)",
+    "explain dedup substring": "prints a plan without reading rows or writing files (tests/dedup/test_explain_text.py)",
+    "explain filter": "prints a plan without reading rows or writing files (tests/pipelines/quality/test_explain_filter.py)",
+    "explain tokenize": "prints a plan without reading rows or writing files (tests/tokenize/test_explain.py)",
 }
 """Registered commands not run, each with the reason."""
 
