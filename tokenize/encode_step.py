@@ -186,8 +186,9 @@ class TokenizeBatch:
         return table, rejected
 
     def __call__(self, table: pa.Table) -> Any:
-        """Start encoding this batch on a thread and return the previous batch's output (None for the first):
-        its keys, spill file and references are built while the encoder runs (``finish`` returns the last)."""
+        """This batch's output; with fastokens, the previous batch's (None for the first) while this one starts
+        encoding on a thread: its keys, spill file and references are built as the encoder runs (``finish``
+        returns the last)."""
         table, rejected = self._split_nulls(table)
         texts = table[self.text_column].to_pylist()
         self._verify(texts)

@@ -52,10 +52,10 @@ _FAST_PATHS: dict[str, tuple[Any, np.ndarray] | str] = {}
 _FASTOKENS: dict[str, Any] = {}
 # Per process: tokenizer.json sha256 -> its HF ``Tokenizer`` (parsing GPT-2's JSON takes ~0.15 s).
 _HF: dict[str, Any] = {}
-# Per process: tokenizer.json sha256 -> the thread of ``warm_in_background`` filling the three caches above, and
-# where it leaves its error. Every copy of the tokenizer in the process (the engine unpickles a task's stage)
-# waits for it instead of proving the engine a second time.
-_WARMING: dict[str, tuple[threading.Thread, dict[str, BaseException]]] = {}
+# Per process: (tokenizer.json sha256, engine choice) -> the thread of ``warm_in_background`` filling the three
+# caches above, and where it leaves its error. Every copy of the tokenizer in the process (the engine unpickles
+# a task's stage) waits for it instead of proving the engine a second time.
+_WARMING: dict[tuple[str, str], tuple[threading.Thread, dict[str, BaseException]]] = {}
 
 BosPolicy = Literal["never", "always"]
 EngineChoice = Literal["auto", "hf", "tiktoken", "fastokens"]
@@ -266,7 +266,7 @@ class TextTokenizer:
         tables when pickled (see ``__getstate__``).
         """
         self._ship_tables = False
-        if self._engine is not None or self.sha256 in _WARMING:
+        if self._engine is not None or self._warm_key in _WARMING:
             return
         _ = self._config  # parsed here, so the thread takes no cached_property lock
         errors: dict[str, BaseException] = {}
@@ -279,17 +279,22 @@ class TextTokenizer:
                 errors["error"] = exc
 
         thread = threading.Thread(target=warm, name="zephyr-tokenizer-warm", daemon=True)
-        _WARMING[self.sha256] = (thread, errors)
+        _WARMING[self._warm_key] = (thread, errors)
         thread.start()
+
+    @property
+    def _warm_key(self) -> tuple[str, str]:
+        """What a warm-up thread proved: its error (a forced engine it could not prove) is this choice's only."""
+        return self.sha256, self.engine_choice
 
     def _await_warm(self) -> None:
         """Wait for ``warm_in_background``'s thread (not from that thread itself); raise what it raised."""
-        warming = _WARMING.get(self.sha256)
+        warming = _WARMING.get(self._warm_key)
         if warming is None or warming[0] is threading.current_thread():
             return
         thread, errors = warming
         thread.join()
-        _WARMING.pop(self.sha256, None)
+        _WARMING.pop(self._warm_key, None)
         if "error" in errors:
             raise errors["error"]
 

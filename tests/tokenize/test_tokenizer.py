@@ -207,3 +207,13 @@ def test_warm_in_background_raises_where_the_engine_is_used(tmp_path: Path, monk
         _ = copy.engine
     with pytest.raises(ConfigError, match="normalizer"):
         _ = tok.engine
+
+
+def test_a_warm_up_error_belongs_to_its_engine_choice(tmp_path: Path, monkeypatch) -> None:
+    """A forced engine's failed warm-up, never awaited, does not fail another tokenizer of the same file."""
+    _count_proofs(monkeypatch)
+    path = train_bpe(tmp_path / "lower.json", lowercase=True)
+    TextTokenizer(path, engine="tiktoken").warm_in_background()  # fails on its thread; nobody asks
+    auto = TextTokenizer(path)
+    auto.warm_in_background()
+    assert auto.engine in ("fastokens", "hf")
