@@ -37,6 +37,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from zephyr.tokenize.tokenizer_json import (
+    BOS_CANDIDATES,
+    EOS_CANDIDATES,
+    EXPECTED_TOKENIZER,
+    GPT2_PATTERN,
+    PROBE_TEXTS,
+    bytes_to_unicode,
+    parse_tokenizer_json,
+)
 
 from zephyr.errors import ConfigError
 
@@ -60,87 +69,6 @@ _WARMING: dict[tuple[str, str], tuple[threading.Thread, dict[str, BaseException]
 BosPolicy = Literal["never", "always"]
 EngineChoice = Literal["auto", "hf", "tiktoken", "fastokens"]
 ENGINES: tuple[str, ...] = ("auto", "hf", "tiktoken", "fastokens")
-
-_EOS_CANDIDATES = (
-    "<|endoftext|>",
-    "<｜end▁of▁sentence｜>",
-    "<|end_of_text|>",
-    "</s>",
-    "<eos>",
-    "<|eos|>",
-    "<|im_end|>",
-)
-_BOS_CANDIDATES = ("<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>")
-
-# GPT-2's pre-tokenizer regex, as HF's ByteLevel(use_regex=True) applies it.
-_GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-PROBE_TEXTS: tuple[str, ...] = (
-    "Hello, world! It's a test: we'll see what they've done, I'd say, you're right, I'm sure.",
-    "  leading spaces,\ttabs,\n\nnewlines   and   runs of    spaces   \n",
-    "Numbers 1234567890 3.14159 1e-10 0x1F 2024-11-22 ½ ² ٣",
-    "Ünïcödé façade naïve coöperate Straße İstanbul ΑΒΓ αβγ Привет мир",
-    "中文字符测试，日本語のテキスト、한국어 텍스트 ไทย العربية עברית हिन्दी",
-    "emoji 😀🎉👍🏽 👨‍👩‍👧 flags 🇺🇸 ZWJ a\u200db soft\u00adhyphen",
-    "def f(x):\n    return {'a': [1, 2, 3]} if x else None  # comment\n\tindent\r\nCRLF",
-    "special <|endoftext|> inside text, and </s> <s> [CLS] too",
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-    "",
-    " ",
-    "''''''\"\"\"\"``` --- *** ### @@@ !!! ??? ... ,,, ;;; ::: ~~~",
-    "\u0000\u0001\u007f control \ufeff bom \U0001f600 \ud7ff \ue000",
-)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte → printable-character alphabet (printable Latin-1 bytes map to themselves)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    keep += list(range(ord("®"), ord("ÿ") + 1))
-    mapping = {b: chr(b) for b in keep}
-    extra = 0
-    for b in range(256):
-        if b not in mapping:
-            mapping[b] = chr(256 + extra)
-            extra += 1
-    return mapping
-
-
-_EXPECTED_TOKENIZER = (
-    "expected a Hugging Face tokenizer.json (a JSON object with a 'model', as written by tokenizers' "
-    "Tokenizer.save or transformers' save_pretrained); a vocab.json, merges.txt or .model file is not one"
-)
-
-
-def _parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
-    """The parsed tokenizer.json, or a ``ConfigError`` that names the file and says what it should be."""
-    name = path or "the tokenizer bytes"
-    expected = _EXPECTED_TOKENIZER
-    try:
-        config = json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{name} is not a tokenizer.json: not UTF-8 text ({exc.reason}); {expected}"
-        ) from exc
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{name} is not a tokenizer.json: invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg}); "
-            f"{expected}"
-        ) from exc
-    if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-        kinds = {
-            list: "a JSON array",
-            str: "a JSON string",
-            int: "a number",
-            float: "a number",
-            bool: "a boolean",
-        }
-        found = (
-            "an object without a 'model' object"
-            if isinstance(config, dict)
-            else kinds.get(type(config), "null")
-        )
-        raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
-    return config
 
 
 class TextTokenizer:
@@ -182,13 +110,13 @@ class TextTokenizer:
         self.engine_choice: EngineChoice = engine
         self.num_threads = num_threads
         self.sha256 = hashlib.sha256(self.json_bytes).hexdigest()
-        config = _parse_tokenizer_json(self.json_bytes, self.path)
+        config = parse_tokenizer_json(self.json_bytes, self.path)
         self._added = {t["content"]: int(t["id"]) for t in config.get("added_tokens", [])}
-        self.eos_id = self._special_id(config, eos_token, _EOS_CANDIDATES, "eos")
+        self.eos_id = self._special_id(config, eos_token, EOS_CANDIDATES, "eos")
         self.bos_id: int | None = None
         if bos == "always":
             try:
-                self.bos_id = self._special_id(config, bos_token, _BOS_CANDIDATES, "bos")
+                self.bos_id = self._special_id(config, bos_token, BOS_CANDIDATES, "bos")
             except ConfigError:
                 # GPT-2 has one special token and uses it as both document separator and BOS.
                 log.info(
@@ -312,7 +240,7 @@ class TextTokenizer:
             except Exception as exc:  # tokenizers raises a bare Exception for a JSON it cannot load
                 raise ConfigError(
                     f"{self.path or 'the tokenizer bytes'} is not a tokenizer.json the Hugging Face tokenizers "
-                    f"library can load: {exc}; {_EXPECTED_TOKENIZER}"
+                    f"library can load: {exc}; {EXPECTED_TOKENIZER}"
                 ) from exc
             self._hf = _HF[self.sha256] = hf
         return self._hf
@@ -426,7 +354,7 @@ class TextTokenizer:
             return reason
         model = self._config["model"]
         vocab: dict[str, int] = model["vocab"]
-        decode = {ch: b for b, ch in _bytes_to_unicode().items()}
+        decode = {ch: b for b, ch in bytes_to_unicode().items()}
         try:
             token_bytes = {tok: bytes(decode[ch] for ch in tok) for tok in vocab}
         except KeyError:
@@ -458,7 +386,7 @@ class TextTokenizer:
         try:
             fast = tiktoken.Encoding(
                 name=f"zephyr-{self.sha256[:12]}",
-                pat_str=_GPT2_PATTERN,
+                pat_str=GPT2_PATTERN,
                 mergeable_ranks=ranks,
                 special_tokens=special,
             )

@@ -159,12 +159,10 @@ def write_token_shards(
     shard_bytes = checked_shard_bytes(shard_size, batch_rows)
     output = output.removeprefix("file://")
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    tok = None
-    if options.executor == "inprocess" or _driver_encodes(options):
-        # the jobs run in this process (``_worker_pool``): the tokenizer loads and proves itself on a thread
-        # while the inputs are checked and planned and the first batch is read
-        tok = text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
-        tok.warm_in_background()
+    tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
+    # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
+    encodes_here = options.executor == "inprocess" or _driver_encodes(options)
+    tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
     if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
         check_text_paths(data, text_column)
     placed = place_writer(data, options, execution)
@@ -175,10 +173,9 @@ def write_token_shards(
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
     with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
-        if tok is None:
-            tok = text_tokenizer(tokenizer, bos, engine, eos_token, bos_token)
-            if in_driver:  # a small job (``ReadPlan.small``)
-                tok.warm_in_background()
+        tok = tok or text_tokenizer(
+            *tokenizer_args, warm=in_driver
+        )  # in_driver: a small job (ReadPlan.small)
         id_column, source_column = read_columns(data, id_column, source_column)
         dataset = writer_input(
             data,
@@ -259,12 +256,17 @@ def text_tokenizer(
     engine: EngineChoice,
     eos_token: str | None,
     bos_token: str | None,
+    *,
+    warm: bool = False,
 ) -> TextTokenizer:
     """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path (its encoder threads are set per
-    batch by ``TokenizeBatch``: every core)."""
-    if isinstance(tokenizer, TextTokenizer):
-        return tokenizer
-    return TextTokenizer(tokenizer, bos=bos, engine=engine, eos_token=eos_token, bos_token=bos_token)
+    batch by ``TokenizeBatch``: every core); ``warm``: it loads and proves itself on a thread from now on, for
+    jobs that run in this process (``TextTokenizer.warm_in_background``)."""
+    if not isinstance(tokenizer, TextTokenizer):
+        tokenizer = TextTokenizer(tokenizer, bos=bos, engine=engine, eos_token=eos_token, bos_token=bos_token)
+    if warm:
+        tokenizer.warm_in_background()
+    return tokenizer
 
 
 @dataclass(frozen=True)
