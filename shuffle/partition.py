@@ -25,6 +25,7 @@ __all__ = [
     "canonical_keys",
     "key_hash",
     "hash_partitions",
+    "boundary_array",
     "range_boundaries",
     "range_partitions",
 ]
@@ -86,6 +87,20 @@ def range_boundaries(sample: pa.Table, key: str, num_partitions: int, *, descend
         return pa.nulls(0, type=sample.schema.field(key).type)  # pa.array([]) would import pandas (~0.8 s)
     positions = (np.arange(1, num_partitions) * len(values)) // num_partitions
     return values.gather(positions).to_arrow()
+
+
+def boundary_array(boundaries: Sequence[object]) -> pa.Array:
+    """Caller-given split points (``Dataset.sort(boundaries=...)``) as an Arrow array: Python ints past
+    ``int64`` (hash keys) make it ``uint64``; ``range_partitions`` casts it to the key column's type."""
+    values = list(boundaries)
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        unsigned = any(v > np.iinfo(np.int64).max for v in values)
+        array = np.array(values, dtype=np.uint64 if unsigned else np.int64)
+        # from the buffer: ``pa.array`` of a list or a numpy array imports pandas (~0.8 s)
+        return pa.Array.from_buffers(
+            pa.uint64() if unsigned else pa.int64(), len(array), [None, pa.py_buffer(array)]
+        )
+    return pa.array(values)
 
 
 def range_partitions(

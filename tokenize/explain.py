@@ -100,7 +100,8 @@ def _steps(refs: Any, packer: Any, rules: tuple[str, str], batch_rows: int, mega
         (placement, None),
         (shard_rule, None),
         (
-            "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard (its first stage is "
+            "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard, cut evenly on the "
+            "key_hi hash space (no key sample: the same shards from any input split; its first stage is "
             "job 1: the sort reads job 1's reference files)",
             reference_sort(refs, 1),
         ),

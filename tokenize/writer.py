@@ -16,9 +16,11 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 3. The total token count decides the number of shards: ``ceil(total_tokens * itemsize / shard_bytes)``.
    Without any document (empty inputs, or only null texts) steps 4 and 5 are skipped and the set is one
    empty shard, still a valid set for the loader.
-4. ``sort(key_hi, key_lo, num_partitions=P)`` of the references: the global document shuffle, over ~50 bytes
-   a document instead of its tokens. Output shard i is the sort's partition i, so shard contents depend only
-   on the data, the seed and the shard size — never on the worker count or executor. Equal keys mean equal
+4. ``sort(key_hi, key_lo, boundaries=shard_cuts(P))`` of the references: the global document shuffle, over
+   ~50 bytes a document instead of its tokens, cut into P even ranges of the ``key_hi`` hash space
+   (``writer_plan.reference_sort``). Output shard i is the sort's partition i, so shard contents depend only
+   on the data, the seed and the shard size — never on the worker count, the executor or how the inputs were
+   split into tasks (cuts from a key sample did: each task samples its own references). Equal keys mean equal
    text (and id), hence equal tokens: ties cannot change bytes.
 5. ``map(pack)`` over the partitions (``zephyr.tokenize.pack_step``): read each partition's references
    ``batch_rows`` at a time, gather their ids from the spill files with a gap for EOS (and BOS) around each

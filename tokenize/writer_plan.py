@@ -127,8 +127,16 @@ def shard_count(total_tokens: int, itemsize: int, shard_bytes: int) -> int:
 
 def reference_sort(refs: Dataset, num_shards: int) -> Dataset:
     """Step 4: the global document shuffle, the references sorted by their seeded key into one partition a
-    shard."""
-    return refs.sort("key_hi", "key_lo", num_partitions=num_shards)
+    shard. Shard ``i`` holds the keys whose ``key_hi`` is in ``[i * 2**64 / P, (i + 1) * 2**64 / P)``
+    (``shard_cuts``): the keys are uniform hashes, so the shards are even in expectation, and a shard's
+    documents depend only on the data, the seed and the shard count, never on how the input was split into
+    tasks (a key sample's cuts did: each task sampled its own references)."""
+    return refs.sort("key_hi", "key_lo", boundaries=shard_cuts(num_shards))
+
+
+def shard_cuts(num_shards: int) -> list[int]:
+    """``num_shards - 1`` even split points of the ``uint64`` key space (``ceil(i * 2**64 / P)``)."""
+    return [-(-(i << 64) // num_shards) for i in range(1, num_shards)]
 
 
 def pack_job(parts: list[str], packer: Any) -> Dataset:

@@ -27,6 +27,7 @@ from zephyr.dataset_args import (
     partitions_argument,
     schema_argument,
     shard_bytes_argument,
+    sort_boundaries,
 )
 from zephyr.errors import ConfigError
 from zephyr.ops import (
@@ -330,8 +331,15 @@ class Dataset:
         *by: str | Sequence[str],
         descending: bool | Sequence[bool] = False,
         num_partitions: int | None = None,
+        boundaries: Sequence[Any] | None = None,
     ) -> Dataset:
         """Global sort (range-partitioned from a key sample); nulls last; ties keep input order.
+
+        ``boundaries``: split points on the first column, in sort order, instead of cuts from a key sample:
+        partition ``i`` holds the keys from ``boundaries[i - 1]`` (included) to ``boundaries[i]`` (excluded),
+        in sort order (descending: ``boundaries[i - 1] >= key > boundaries[i]``); nulls last. The sampled
+        cuts depend on how the input is split into tasks (each task samples its own rows); given cuts do not,
+        so a caller whose keys it knows (uniform hashes) gets the same partitions from any input layout.
 
         >>> from_items([{"k": 2}, {"k": None}, {"k": 1}]).sort("k").to_arrow(executor="inprocess").to_pylist()
         [{'k': 1}, {'k': 2}, {'k': None}]
@@ -340,7 +348,8 @@ class Dataset:
         flags = [descending] * len(names) if isinstance(descending, bool) else list(descending)
         if len(flags) != len(names):
             raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
-        return self._then(Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions)))
+        cuts = sort_boundaries(boundaries, descending=bool(flags[0]), num_partitions=num_partitions)
+        return self._then(Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions), cuts))
 
     def join(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -71,3 +72,24 @@ def partitions_argument(num_partitions: int | None) -> int | None:
     if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
         raise ConfigError(f"num_partitions must be a positive integer, got {num_partitions!r}")
     return num_partitions
+
+
+def sort_boundaries(
+    boundaries: Sequence[Any] | None, *, descending: bool, num_partitions: int | None
+) -> tuple[Any, ...] | None:
+    """``Dataset.sort``'s split points as a tuple, after refusing ones out of sort order (strictly increasing,
+    or decreasing for a descending sort), nulls, and a ``num_partitions`` that is not their count + 1."""
+    if boundaries is None:
+        return None
+    cuts = tuple(boundaries)
+    if any(c is None for c in cuts):
+        raise ConfigError("sort boundaries cannot be null (nulls sort last, into the last partition)")
+    pairs = list(zip(cuts, cuts[1:]))
+    if not all((b < a) if descending else (a < b) for a, b in pairs):
+        order = "decreasing" if descending else "increasing"
+        raise ConfigError(f"sort boundaries must be strictly {order} (the sort order), got {list(cuts)[:8]}")
+    if num_partitions is not None and num_partitions != len(cuts) + 1:
+        raise ConfigError(
+            f"sort: {len(cuts)} boundaries make {len(cuts) + 1} partitions, not num_partitions={num_partitions}"
+        )
+    return cuts

@@ -46,7 +46,7 @@ from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; 
 from zephyr.plan import Segment, build_plan, fingerprint_of
 from zephyr.read_plan import plan_read
 from zephyr.results import WriteResult
-from zephyr.shuffle.partition import range_boundaries
+from zephyr.shuffle.partition import boundary_array, range_boundaries
 from zephyr.shuffle.writer import ShuffleSpec
 from zephyr.tasks import (
     SampleOutput,
@@ -362,11 +362,14 @@ class Job:
                 empty = physical.exchange(op, 1)
                 return MapSide(empty.reducer, {"runs": [[]], "schemas": [None]}, 1, result.fingerprint, 0, 0)
             upstream = Segment(source=ReadFiles(tuple(files), "parquet"))
+        estimate = physical.read_bytes(upstream, self._size_of)
+        plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
+        if op.boundaries is not None:  # the caller's split points: no sample, cuts whatever the input layout
+            result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries)))
+            return self._sort_side(plan, result, estimate)
         sample = self.run_segment(
             upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
         )
-        estimate = physical.read_bytes(upstream, self._size_of)
-        plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
         sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
         if sample_files:
             table = pa.concat_tables([_read_url(f) for f in sample_files])
@@ -374,6 +377,11 @@ class Job:
         else:
             boundaries = pa.array([])
         result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
+        return self._sort_side(plan, result, estimate)
+
+    @staticmethod
+    def _sort_side(plan: physical.Exchange, result: StageResult, estimate: int) -> MapSide:
+        """A sort's map side from its one range shuffle."""
         side = MapSide.of(plan, [result], estimate)
         side.inputs["schemas"] = [None]
         # a sort's one map side keeps its own fingerprint, unwrapped, as existing work directories have it

@@ -136,6 +136,8 @@ class Sort(Op):
     by: tuple[str, ...]
     descending: tuple[bool, ...]
     num_partitions: int | None = None
+    boundaries: tuple[Any, ...] | None = None
+    """Split points on ``by[0]`` given by the caller (``len + 1`` partitions); None: cut from a key sample."""
 
 
 @dataclass(frozen=True, eq=False)

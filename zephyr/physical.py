@@ -172,6 +172,8 @@ def partition_count(op: Op, estimated: int, budget: Budget) -> int:
     from the estimated input (``partitions_for``)."""
     if isinstance(op, Reshard):
         return op.num_shards
+    if isinstance(op, Sort) and op.boundaries is not None:
+        return len(op.boundaries) + 1
     return op.num_partitions or partitions_for(estimated, budget)
 
 
@@ -402,9 +404,10 @@ class _Explainer:
         plan = exchange(op, partition_count(op, estimated, self.budget))
         by = ", ".join(op.by)
         boundaries = f"{plan.partitions - 1} range boundaries on {op.by[0]}"
-        self.stages.append(
-            PlannedStage(name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}")
-        )
+        if op.boundaries is None:  # given boundaries need no sample
+            self.stages.append(
+                PlannedStage(name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}")
+            )
         self.stages.append(PlannedStage(name, "map", tasks, reads, ""))
         self._reduce(segment, op, plan, [self._shuffle_written(plan.specs[0])], estimated, writes)
         return str(plan.partitions)
@@ -414,6 +417,8 @@ class _Explainer:
     ):
         if isinstance(op, Reshard):
             rule = "reshard(num_shards)"
+        elif isinstance(op, Sort) and op.boundaries is not None:
+            rule = "the given boundaries + 1"
         elif op.num_partitions:
             rule = "num_partitions"
         else:

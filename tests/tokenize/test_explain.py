@@ -40,9 +40,9 @@ def test_explain_tokenize_prints_the_three_jobs_and_the_shard_rule(
     assert listing(tmp_path) == before
     jobs = planned_jobs(out)
     assert jobs["job 1"] == ["ReadFiles → map_batches(tokenize)"]
-    assert jobs["job 2"] == ["ReadFiles → map_batches(tokenize)", "ReadFiles", "ReadFiles", "Sort"]
+    assert jobs["job 2"] == ["ReadFiles → map_batches(tokenize)", "ReadFiles", "Sort"]  # no key sample
     assert jobs["job 3"] == ["FromTable → map_batches(pack)"]
-    assert "range(key_hi, key_lo) into 1 partition" in out and "1 partition = num_partitions" in out
+    assert "range(key_hi, key_lo) into 1 partition" in out and "1 partition = the given boundaries + 1" in out
     assert "shards P = ceil(total tokens × 2 bytes (uint16) / shard_bytes 4,000)" in out
     assert "job 1: tokenize, 16 documents a batch (batch_rows" in out
     assert "then: every job runs in this process: a small job" in out and "executor inprocess" in out

@@ -466,3 +466,22 @@ def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
             executor=executor,
         )
     assert not (tmp_path / "out" / "_work").exists()
+
+
+def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_tokenizer: Path) -> None:
+    """The same documents in one file (one task in the driver) or in three (tasks on two workers): the same
+    shards, byte for byte. More documents than a task's key sample (4,096), so cuts taken from samples would
+    differ with the layout; the writer cuts the hash-key space evenly instead (``shard_cuts``)."""
+    n = 9000
+    _corpus(tmp_path / "one", n=n, files=1)
+    _corpus(tmp_path / "three", n=n, files=3)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_size="64KB", seed=5, batch_rows=1000)
+    one = write_token_shards(str(tmp_path / "one"), output=str(tmp_path / "a"), executor="inprocess", **common)
+    three = write_token_shards(
+        str(tmp_path / "three"), output=str(tmp_path / "b"), workers=2, small_job_bytes=0, **common
+    )
+    assert three.stats["tokenize_plan"]["workers"] == 2 and len(one.manifest["shards"]) >= 4
+    shards = {k: v for k, v in _sha(tmp_path / "a").items() if k.startswith("shard-")}
+    assert shards == {k: v for k, v in _sha(tmp_path / "b").items() if k.startswith("shard-")}
+    sizes = [s["num_documents"] for s in one.manifest["shards"]]
+    assert sum(sizes) == n and max(sizes) < 1.2 * n / len(sizes)  # even in expectation: uniform hash keys
