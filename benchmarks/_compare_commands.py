@@ -159,9 +159,18 @@ stages:
 
 
 def data_files(input_dir: Path) -> list[Path]:
-    """The Parquet and JSONL files under ``input_dir`` (a README or a script beside them is not data)."""
+    """The Parquet and JSONL files of documents under ``input_dir``: a README or a script beside them is not
+    data, nor is a Parquet table without a ``text`` column (the public corpus's ``dupes/`` folder holds its
+    ground truth, ``truth``/``pairs``/``hard_negatives.parquet``, beside the documents)."""
     suffixes = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst")
-    return sorted(p for p in Path(input_dir).rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    found = sorted(p for p in Path(input_dir).rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    return [p for p in found if p.suffix != ".parquet" or _has_text(p)]
+
+
+def _has_text(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    return "text" in pq.read_schema(path).names
 
 
 def _rows(files: list[Path]) -> list[dict]:
