@@ -185,11 +185,13 @@ def _rows(files: list[Path]) -> list[dict]:
     return rows
 
 
-def make_inputs(input_dir: Path, dest: Path) -> dict[str, str]:
-    """Write the inputs some commands need beside the corpus, all derived from it (so the same for both
-    revisions, made once by this interpreter), and return placeholder → path."""
+def make_inputs(files: list[Path], dest: Path) -> dict[str, str]:
+    """Write the inputs some commands need beside the corpus ``files`` (``data_files`` of ``--input``, listed
+    once before anything is written: an ``--out`` inside ``--input`` must not add the revisions' worktrees or
+    these derived files to the corpus), all derived from it (so the same for both revisions, made once by this
+    interpreter), and return placeholder → path."""
     dest.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in _rows(data_files(input_dir)) if isinstance(r.get("text"), str) and r["text"]]
+    rows = [r for r in _rows(files) if isinstance(r.get("text"), str) and r["text"]]
     made = {
         "jsonl": dest / "corpus.jsonl",
         "labelled": dest / "labelled.parquet",
