@@ -164,9 +164,18 @@ stages:
 
 
 def data_files(input_dir: Path) -> list[Path]:
-    """The Parquet and JSONL files under ``input_dir`` (a README or a script beside them is not data)."""
+    """The Parquet and JSONL files of documents under ``input_dir``: a README or a script beside them is not
+    data, nor is a Parquet table without a ``text`` column (the public corpus's ``dupes/`` folder holds its
+    ground truth, ``truth``/``pairs``/``hard_negatives.parquet``, beside the documents)."""
     suffixes = (".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst")
-    return sorted(p for p in Path(input_dir).rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    found = sorted(p for p in Path(input_dir).rglob("*") if p.is_file() and p.name.endswith(suffixes))
+    return [p for p in found if p.suffix != ".parquet" or _has_text(p)]
+
+
+def _has_text(path: Path) -> bool:
+    import pyarrow.parquet as pq
+
+    return "text" in pq.read_schema(path).names
 
 
 def _rows(files: list[Path]) -> list[dict]:
@@ -181,11 +190,13 @@ def _rows(files: list[Path]) -> list[dict]:
     return rows
 
 
-def make_inputs(input_dir: Path, dest: Path) -> dict[str, str]:
-    """Write the inputs some commands need beside the corpus, all derived from it (so the same for both
-    revisions, made once by this interpreter), and return placeholder → path."""
+def make_inputs(files: list[Path], dest: Path) -> dict[str, str]:
+    """Write the inputs some commands need beside the corpus ``files`` (``data_files`` of ``--input``, listed
+    once before anything is written: an ``--out`` inside ``--input`` must not add the revisions' worktrees or
+    these derived files to the corpus), all derived from it (so the same for both revisions, made once by this
+    interpreter), and return placeholder → path."""
     dest.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in _rows(data_files(input_dir)) if isinstance(r.get("text"), str) and r["text"]]
+    rows = [r for r in _rows(files) if isinstance(r.get("text"), str) and r["text"]]
     made = {
         "jsonl": dest / "corpus.jsonl",
         "labelled": dest / "labelled.parquet",

@@ -293,11 +293,11 @@ def _selected(args: argparse.Namespace) -> list[Command]:
 
 
 def _side_values(
-    sides: list[Side], commands: list[Command], input_dir: Path, files: list[str], out: Path
+    sides: list[Side], commands: list[Command], files: list[str], out: Path
 ) -> tuple[dict, dict]:
     """Placeholder values (``{run}``/``{out}`` are set per command) and the environment of each side: no
     PYTHONPATH, the side's venv first on PATH."""
-    inputs = make_inputs(input_dir, out / "inputs")
+    inputs = make_inputs([Path(f) for f in files], out / "inputs")
     values: dict = {}
     env: dict = {}
     for side in sides:
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     try:
         sides += [make_side("base", args.base, out), make_side("head", args.head, out)]
-        values, env = _side_values(sides, commands, Path(args.input), files, out)
+        values, env = _side_values(sides, commands, files, out)
         values["globals"] = globals_
         for command in commands:
             run_dir = out / "run" / _slug(command.name)

@@ -15,7 +15,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import revision_compare  # noqa: E402
-from _compare_commands import COMMANDS, EXCLUDED, Alt, Command, resolve  # noqa: E402
+from _compare_commands import (  # noqa: E402
+    COMMANDS,
+    EXCLUDED,
+    Alt,
+    Command,
+    data_files,
+    make_inputs,
+    resolve,
+)
 from _compare_digest import STDOUT, differing, digest_tree  # noqa: E402
 from _compare_report import table  # noqa: E402
 
@@ -142,3 +150,30 @@ def test_quick_run_of_head_against_itself_is_identical(tmp_path):
     assert (out / "compare.md").read_text().count("| yes |") == len(result["rows"])
     worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
     assert str(out) not in worktrees  # the throwaway worktrees are removed
+
+
+def test_tables_without_a_text_column_beside_the_documents_are_not_input(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ["a"], "text": ["doc"]}), tmp_path / "part-00000.parquet")
+    pq.write_table(pa.table({"id_a": ["a"], "id_b": ["b"]}), tmp_path / "pairs.parquet")
+    (tmp_path / "more.jsonl").write_text('{"text": "x"}\n')
+    (tmp_path / "README.md").write_text("not data")
+    assert [p.name for p in data_files(tmp_path)] == ["more.jsonl", "part-00000.parquet"]
+
+
+def test_the_derived_inputs_come_from_the_listed_files_only(tmp_path):
+    """``--out`` inside ``--input``: the derived inputs (here the JSONL copy of the corpus) hold the listed
+    corpus only, not the Parquet/JSONL files the run has written beside it since."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = [f"document {i} " + "word " * 50 for i in range(3)]
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "text": docs}), tmp_path / "part-00000.parquet")
+    files = data_files(tmp_path)
+    (tmp_path / "out").mkdir()
+    pq.write_table(pa.table({"text": ["not the corpus"]}), tmp_path / "out" / "written.parquet")
+    made = make_inputs(files, tmp_path / "out" / "inputs")
+    lines = Path(made["jsonl"]).read_text().splitlines()
+    assert [json.loads(line)["text"] for line in lines] == docs
