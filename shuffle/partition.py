@@ -93,7 +93,9 @@ def boundary_array(boundaries: Sequence[object]) -> pa.Array:
     """Caller-given split points (``Dataset.sort(boundaries=...)``) as an Arrow array: Python ints past
     ``int64`` (hash keys) make it ``uint64``; ``range_partitions`` casts it to the key column's type."""
     values = list(boundaries)
-    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if not values:  # one partition
+        return pa.nulls(0)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         unsigned = any(v > np.iinfo(np.int64).max for v in values)
         array = np.array(values, dtype=np.uint64 if unsigned else np.int64)
         # from the buffer: ``pa.array`` of a list or a numpy array imports pandas (~0.8 s)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from zephyr.tokenize.encode_step import TokenizeBatch
 from zephyr.tokenize.tokenizer import TextTokenizer
@@ -94,3 +95,20 @@ def test_an_encoder_error_in_flight_is_raised_by_the_task(
     with pytest.raises(RuntimeError, match="encoder crashed"):
         step.finish()
     assert not list(tmp_path.glob("*.tokens"))
+
+
+def test_a_one_shard_write_in_the_driver_imports_no_pandas(bpe_tokenizer: Path, tmp_path: Path) -> None:
+    """One shard: the reference sort gets no boundaries (``pa.array([])`` would import pandas)."""
+    import subprocess
+    import sys
+
+    pq.write_table(pa.table({"text": ["a b c", "d e"] * 50}), tmp_path / "in.parquet")
+    code = (
+        "import sys\n"
+        "from zephyr.tokenize import write_token_shards\n"
+        f"r = write_token_shards({str(tmp_path / 'in.parquet')!r}, tokenizer={str(bpe_tokenizer)!r},"
+        f" output={str(tmp_path / 'out')!r}, shard_size='1MB', executor='local', workers=2)\n"
+        "print(len(r.manifest['shards']), 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "False"]
