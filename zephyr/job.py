@@ -365,7 +365,9 @@ class Job:
         estimate = physical.read_bytes(upstream, self._size_of)
         plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
         if op.boundaries is not None:  # the caller's split points: no sample, cuts whatever the input layout
-            result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries)))
+            result = self._run_shuffle(
+                upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries))
+            )
             return self._sort_side(plan, result, estimate)
         sample = self.run_segment(
             upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
@@ -375,7 +377,7 @@ class Job:
             table = pa.concat_tables([_read_url(f) for f in sample_files])
             boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
         else:
-            boundaries = pa.array([])
+            boundaries = boundary_array(())  # no row: one partition (``pa.array([])`` would import pandas)
         result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
         return self._sort_side(plan, result, estimate)
 
