@@ -104,13 +104,23 @@ def worker_pool(
     return pool
 
 
+DRIVER_MIN_BUDGET_BYTES = 256 << 20
+"""Below this ``memory_budget`` the writer keeps its worker processes even with ``DRIVER_MAX_WORKERS`` or fewer:
+the driver holds more than a worker's stream of ``batch_rows`` batches (the read-ahead batch, the batch in
+flight, the driver's own job state beside the encoder's caches). Measured with benchmarks/budget_peaks.py at
+``--memory-budget 64MiB`` (395 MiB of input): 409 MiB peak in the driver against 307 MiB in a worker, whose
+baseline with the tokenizer loaded is 258 MiB: 151 MiB above it, where the budget allows 1.25 × 64 = 80 MiB."""
+
+
 def driver_encodes(options: Any) -> bool:
-    """Whether a ``local`` job of at most ``DRIVER_MAX_WORKERS`` workers runs in the driver (not with
-    ``small_job_bytes=0``, which forces worker processes as for every engine job)."""
+    """Whether a ``local`` job of at most ``DRIVER_MAX_WORKERS`` workers runs in the driver: not with
+    ``small_job_bytes=0``, which forces worker processes as for every engine job, nor with a memory budget under
+    ``DRIVER_MIN_BUDGET_BYTES``."""
     return (
         options.executor == "local"
         and options.num_workers <= DRIVER_MAX_WORKERS
         and options.small_job_bytes_value > 0
+        and options.memory_budget_bytes >= DRIVER_MIN_BUDGET_BYTES
     )
 
 

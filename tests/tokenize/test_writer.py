@@ -420,6 +420,12 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     assert pool(executor="local", workers=2, small_job_bytes=1)["executor"] == "inprocess"
     assert pool(executor="local", workers=3, small_job_bytes=1)["executor"] == "local"
     assert pool(executor="local", workers=2, small_job_bytes=0)["executor"] == "local"
+    # under DRIVER_MIN_BUDGET_BYTES the driver's extra memory does not fit the budget: workers
+    assert pool(executor="local", workers=2, small_job_bytes=1, memory_budget="64MiB")["executor"] == "local"
+    assert (
+        pool(executor="local", workers=2, small_job_bytes=1, memory_budget="256MiB")["executor"]
+        == "inprocess"
+    )
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
     result = write_token_shards(
         str(tmp_path / "in"),
@@ -476,7 +482,9 @@ def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_toke
     _corpus(tmp_path / "one", n=n, files=1)
     _corpus(tmp_path / "three", n=n, files=3)
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="64KB", seed=5, batch_rows=1000)
-    one = write_token_shards(str(tmp_path / "one"), output=str(tmp_path / "a"), executor="inprocess", **common)
+    one = write_token_shards(
+        str(tmp_path / "one"), output=str(tmp_path / "a"), executor="inprocess", **common
+    )
     three = write_token_shards(
         str(tmp_path / "three"), output=str(tmp_path / "b"), workers=2, small_job_bytes=0, **common
     )
