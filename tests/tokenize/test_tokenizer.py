@@ -160,6 +160,7 @@ def _count_proofs(monkeypatch) -> dict[str, int]:
 
     _fresh_caches(monkeypatch)
     monkeypatch.setattr(module, "_HF", {})
+    monkeypatch.setattr(module, "_HF_LOADING", {})
     monkeypatch.setattr(module, "_WARMING", {})
     calls = {"fastokens": 0, "tiktoken": 0}
     for engine, name in (("fastokens", "_prove_fastokens"), ("tiktoken", "_prove_fast_path")):
@@ -192,6 +193,42 @@ def test_warm_in_background_proves_once_for_every_copy(bpe_tokenizer: Path, monk
     assert calls == expected  # each engine proven at most once, by the thread
     texts = ["ab cd", "", *TRAIN_TEXT[:3]]
     assert [a.tolist() for a in copy.encode_batch(texts)] == [a.tolist() for a in tok.encode_batch(texts)]
+
+
+def test_warm_in_background_loads_hf_beside_the_engine(bpe_tokenizer: Path, monkeypatch) -> None:
+    """HF's tokenizer loads on a thread of its own while the engine loads (both parse without the GIL), once;
+    the proof and ``hf`` wait for it."""
+    import threading
+
+    _count_proofs(monkeypatch)
+    loads: list[str] = []
+    original = TextTokenizer._load_hf
+
+    def recorded(self):
+        loads.append(threading.current_thread().name)
+        return original(self)
+
+    monkeypatch.setattr(TextTokenizer, "_load_hf", recorded)
+    tok = TextTokenizer(bpe_tokenizer)
+    tok.warm_in_background()
+    assert tok.engine in ("fastokens", "tiktoken")
+    assert tok.hf_ids("ab cd") == tok.encode_batch(["ab cd"])[0][:-1].tolist()
+    assert loads == ["zephyr-tokenizer-hf"]
+
+
+def test_an_hf_load_error_on_the_thread_is_raised_where_hf_is_used(tmp_path: Path, monkeypatch) -> None:
+    """The HF thread swallows nothing for good: ``hf`` loads again where it is used and raises the error."""
+    _count_proofs(monkeypatch)
+    path = train_bpe(tmp_path / "tok.json")
+
+    def broken(self):
+        raise ConfigError(f"{self.path} is not a tokenizer.json the Hugging Face tokenizers library can load")
+
+    monkeypatch.setattr(TextTokenizer, "_load_hf", broken)
+    tok = TextTokenizer(path, engine="hf")
+    tok.warm_in_background()
+    with pytest.raises(ConfigError, match="Hugging Face tokenizers library can load"):
+        _ = tok.hf
 
 
 def test_warm_in_background_raises_where_the_engine_is_used(tmp_path: Path, monkeypatch) -> None:
