@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt"
 )
 
-# 40 arrays of 8 MiB with small live blocks between them, freed: the memory that stays resident (MiB)
+# 40 arrays of 8 MiB with small live blocks (10 MiB in all) between them, freed: the memory that stays resident (MiB)
 _RETAINED = textwrap.dedent(
     """
     import sys, numpy as np, psutil
@@ -27,7 +27,7 @@ _RETAINED = textwrap.dedent(
     arrays, pins = [], []
     for _ in range(40):
         arrays.append(np.ones(8 << 20, np.uint8))
-        pins.append(np.ones(1000, np.uint8))
+        pins.append(np.ones(256 << 10, np.uint8))  # too big for a hole the imports left: on top of the array
     del arrays
     print((rss() - base) >> 20)
     """
@@ -114,3 +114,49 @@ def test_release_between_tasks_hands_back_what_the_arrow_pool_kept():
     assert kept_after_free >= 160  # the retention the release is for
     _, after_release = run("release")
     assert after_release < 64
+
+
+# 8 MiB buffers written in full (as fastokens' output copies are) and freed, 20 per round: page faults a buffer
+_REUSE = textwrap.dedent(
+    """
+    import resource
+    from zephyr.executors import heap
+
+    def faults_per_buffer():
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(20):
+            buffer = b"x" * (8 << 20)
+            del buffer
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 20
+
+    heap.fix_mmap_threshold()  # a task process's setting: every 8 MiB buffer is a fresh mapping
+    outside = faults_per_buffer()
+    with heap.reusing_freed_memory(256 << 20) as reusing:
+        faults_per_buffer()  # the heap grows once
+        inside = faults_per_buffer()
+    print(reusing, outside, inside, faults_per_buffer(), heap._done)
+    """
+)
+
+
+def test_reusing_freed_memory_stops_the_page_faults_of_a_batch_loop_and_ends_with_the_block():
+    out = subprocess.run(
+        [sys.executable, "-c", _REUSE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")},
+    ).stdout.split()
+    reusing, outside, inside, after, done = out
+    pages = (8 << 20) // os.sysconf("SC_PAGE_SIZE")
+    assert reusing == "True" and done == "True"
+    assert int(outside) >= pages // 2  # each buffer faulted in afresh
+    assert int(inside) < pages // 20  # the freed buffer is reused
+    assert int(after) >= pages // 2  # the block's end brings the task processes' setting back
+
+
+def test_reusing_freed_memory_leaves_the_users_own_malloc_setting():
+    code = "from zephyr.executors import heap\nwith heap.reusing_freed_memory(1 << 30) as on: print(on)"
+    env = {**os.environ, "MALLOC_TOP_PAD_": str(1 << 20)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["False"]
