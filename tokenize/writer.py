@@ -171,13 +171,10 @@ def write_token_shards(
     pool, in_driver, concurrency = placed.pool, placed.in_driver, placed.concurrency
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
-    from zephyr.executors.heap import reusing_freed_memory
 
     # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
     # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
-    # Jobs in this process reuse what each batch frees, up to the budget (``reusing_freed_memory``).
-    heap = reusing_freed_memory(options.memory_budget_bytes) if in_driver else contextlib.nullcontext()
-    with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs, heap:
+    with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
         tok = tok or text_tokenizer(
             *tokenizer_args, warm=in_driver
         )  # in_driver: a small job (ReadPlan.small)

@@ -447,35 +447,6 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     assert _sha(tmp_path / "d") == _sha(tmp_path / "w")
 
 
-def test_the_writer_reuses_freed_memory_only_where_it_runs_in_the_driver(
-    tmp_path: Path, bpe_tokenizer: Path, monkeypatch
-) -> None:
-    """In the driver the writer's batch loop keeps what it frees, up to the memory budget
-    (``reusing_freed_memory``); on workers under ``DRIVER_MIN_BUDGET_BYTES`` it does not, and the shards are the
-    same bytes either way."""
-    import contextlib
-
-    import zephyr.executors.heap as heap
-
-    blocks: list[int] = []
-
-    @contextlib.contextmanager
-    def recorded(retain_bytes: int):
-        blocks.append(retain_bytes)
-        yield True
-
-    monkeypatch.setattr(heap, "reusing_freed_memory", recorded)
-    _one_file_many_row_groups(tmp_path / "in")
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16, executor="local")
-    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "d"), memory_budget="512MiB", **common)
-    assert blocks == [512 << 20]
-    write_token_shards(
-        str(tmp_path / "in"), output=str(tmp_path / "w"), memory_budget="64MiB", small_job_bytes=0, **common
-    )
-    assert blocks == [512 << 20]
-    assert _sha(tmp_path / "d") == _sha(tmp_path / "w")
-
-
 @pytest.mark.parametrize("executor", ["inprocess", "local"])
 def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
     tmp_path: Path, executor: str, monkeypatch

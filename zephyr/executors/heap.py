@@ -16,12 +16,6 @@ Between tasks, ``release_freed_memory`` hands back what the allocators still hol
 (jemalloc in local workers, mimalloc elsewhere) keeps freed pages until they decay, and glibc keeps the free
 top of its heap. A task then starts from the process's baseline rather than from its predecessor's peak, so
 one task's retention never adds to the next task's data (``zephyr.budget`` counts on this).
-
-The opposite holds for one hot loop that frees and allocates the same large buffers batch after batch: the
-tokenize writer in the driver, where fastokens hands back each batch's ids in a fresh ~8 MB Rust buffer and a
-fresh ``bytes`` copy of it (half of the run's page faults, perf). ``reusing_freed_memory`` lets such a loop
-keep what it freed, up to its memory budget, for the length of a block: 320 MB on 2 cores took 0.64 s less
-CPU and 0.36 s less wall time (median of 5 interleaved runs).
 """
 
 from __future__ import annotations
@@ -31,21 +25,12 @@ import ctypes
 import logging
 import os
 import platform
-import threading
-from collections.abc import Iterator
-from typing import Any
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "fix_mmap_threshold", "release_freed_memory", "reusing_freed_memory"]
+__all__ = ["MMAP_THRESHOLD_BYTES", "fix_mmap_threshold", "release_freed_memory"]
 
 MMAP_THRESHOLD_BYTES = 4 << 20
-REUSE_MMAP_THRESHOLD_BYTES = 64 << 20
-"""Inside ``reusing_freed_memory``: buffers up to this size come from the heap arenas (and go back to them)."""
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # <malloc.h>
-_GLIBC_DEFAULT_BYTES = 128 << 10  # mallopt(3): the default of M_TRIM_THRESHOLD and M_TOP_PAD
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+_M_MMAP_THRESHOLD = -3  # <malloc.h>
 _done = False
-_reusing = 0  # blocks of reusing_freed_memory open in this process
-_reusing_lock = threading.Lock()
 
 
 def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -56,56 +41,17 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     global _done
     if _done:
         return True
-    mallopt = _glibc_mallopt()
-    if mallopt is None or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
-    _done = bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    return _done
-
-
-def _glibc_mallopt() -> Any:
-    """glibc's ``mallopt`` (None elsewhere: another C library, or no libc.so.6 to load)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
+        return False
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
     try:
-        return ctypes.CDLL("libc.so.6").mallopt
+        libc = ctypes.CDLL("libc.so.6")
+        _done = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
     except (OSError, AttributeError):  # a glibc without mallopt, or no libc.so.6 to load: nothing to tune
         logging.getLogger(__name__).debug("mallopt unavailable; heap growth not bounded", exc_info=True)
-        return None
-
-
-@contextlib.contextmanager
-def reusing_freed_memory(retain_bytes: int) -> Iterator[bool]:
-    """For the block: glibc keeps up to ``retain_bytes`` of freed heap memory for reuse instead of handing it
-    back to the OS, and serves buffers up to ``REUSE_MMAP_THRESHOLD_BYTES`` from the heap (see the module
-    docstring). Yields whether the setting applies: not where the C library is not glibc, nor where the user set
-    any of ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or ``MALLOC_TOP_PAD_`` (theirs wins).
-
-    At the end of the outermost block the process gets the task processes' setting (``fix_mmap_threshold``:
-    glibc has no way back to its dynamic threshold once one is set) and glibc's default trim threshold and top
-    pad, and the freed memory goes back to the OS (``release_freed_memory``)."""
-    global _reusing
-    mallopt = _glibc_mallopt()
-    if mallopt is None or any(name in os.environ for name in _USER_SETTINGS):
-        yield False
-        return
-    with _reusing_lock:
-        _reusing += 1
-        mallopt(_M_MMAP_THRESHOLD, REUSE_MMAP_THRESHOLD_BYTES)
-        mallopt(_M_TOP_PAD, REUSE_MMAP_THRESHOLD_BYTES)
-        mallopt(_M_TRIM_THRESHOLD, max(int(retain_bytes), _GLIBC_DEFAULT_BYTES))
-    try:
-        yield True
-    finally:
-        with _reusing_lock:
-            _reusing -= 1
-            if not _reusing:
-                mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_BYTES)
-                mallopt(_M_TOP_PAD, _GLIBC_DEFAULT_BYTES)
-                global _done
-                _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-        if not _reusing:
-            release_freed_memory()
+        return False
+    return _done
 
 
 def release_freed_memory() -> None:
