@@ -104,12 +104,13 @@ def worker_pool(
     return pool
 
 
-DRIVER_MIN_BUDGET_BYTES = 256 << 20
+DRIVER_MIN_BUDGET_BYTES = 512 << 20
 """Below this ``memory_budget`` the writer keeps its worker processes even with ``DRIVER_MAX_WORKERS`` or fewer:
 the driver holds more than a worker's stream of ``batch_rows`` batches (the read-ahead batch, the batch in
-flight, the driver's own job state beside the encoder's caches). Measured with benchmarks/budget_peaks.py at
-``--memory-budget 64MiB`` (395 MiB of input): 409 MiB peak in the driver against 307 MiB in a worker, whose
-baseline with the tokenizer loaded is 258 MiB: 151 MiB above it, where the budget allows 1.25 × 64 = 80 MiB."""
+flight, the driver's own job state beside the encoder's caches), ~300-380 MiB above its baseline whatever the
+budget. Measured with benchmarks/budget_peaks.py (inputs 6x the budget): at ``--memory-budget 64MiB`` 151 MiB
+above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over three runs, against 320 allowed
+(1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x). On workers at 64MiB: 1.03x."""
 
 
 def driver_encodes(options: Any) -> bool:

@@ -422,8 +422,9 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     assert pool(executor="local", workers=2, small_job_bytes=0)["executor"] == "local"
     # under DRIVER_MIN_BUDGET_BYTES the driver's extra memory does not fit the budget: workers
     assert pool(executor="local", workers=2, small_job_bytes=1, memory_budget="64MiB")["executor"] == "local"
+    assert pool(executor="local", workers=2, small_job_bytes=1, memory_budget="256MiB")["executor"] == "local"
     assert (
-        pool(executor="local", workers=2, small_job_bytes=1, memory_budget="256MiB")["executor"]
+        pool(executor="local", workers=2, small_job_bytes=1, memory_budget="512MiB")["executor"]
         == "inprocess"
     )
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
