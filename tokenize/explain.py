@@ -71,7 +71,7 @@ def tokenize_plan_text(
     packer = PackPartition(
         "OUTPUT", dtype.name, megatron, f"{_SCRATCH}/spill", batch_rows, eos_id=tok.eos_id, bos_id=tok.bos_id
     )
-    rules = (_placement(placed, options), _shard_rule(dtype, shard_bytes))
+    rules = (_placement(placed, options), _spill_rule(placed, options), _shard_rule(dtype, shard_bytes))
     steps = _steps(refs, packer, rules, batch_rows, megatron)
     budget = Budget(options.memory_budget_bytes)
     return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool, then="the rules")
@@ -86,19 +86,17 @@ def _shard_rule(dtype: Any, shard_bytes: int) -> str:
     )
 
 
-def _steps(refs: Any, packer: Any, rules: tuple[str, str], batch_rows: int, megatron: bool) -> list:
-    """The writer's three jobs (``writer_plan``), with the placement and the shard rule between them."""
+def _steps(refs: Any, packer: Any, rules: tuple[str, ...], batch_rows: int, megatron: bool) -> list:
+    """The writer's three jobs (``writer_plan``), with the placement, spill and shard rules between them."""
     from zephyr.tokenize.writer_plan import pack_job, reference_sort
 
-    placement, shard_rule = rules
     return [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
             "to spill files, one reference row a document to Parquet",
             refs,
         ),
-        (placement, None),
-        (shard_rule, None),
+        *((rule, None) for rule in rules),
         (
             "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard, cut evenly on the "
             "key_hi hash space (no key sample: the same shards from any input split; its first stage is "
@@ -111,6 +109,22 @@ def _steps(refs: Any, packer: Any, rules: tuple[str, str], batch_rows: int, mega
             pack_job([f"{_SCRATCH}/sorted/part-00000.parquet"], packer),
         ),
     ]
+
+
+def _spill_rule(placed: Any, options: Any) -> str:
+    """Where job 1's token spills go (``writer_plan.memory_spill_bytes``)."""
+    from zephyr.tokenize.writer_plan import memory_spill_bytes
+
+    in_memory = memory_spill_bytes(options, placed.in_driver)
+    if in_memory:
+        return (
+            f"spills: the first {in_memory:,} bytes in this process's memory (memory_budget above "
+            "DRIVER_MIN_BUDGET_BYTES, every job here, no work_dir to resume from), then spill files"
+        )
+    why = "a work_dir: a rerun resumes from them" if options.work_dir is not None else "no memory to spare"
+    if not placed.in_driver:
+        why = "the jobs run on workers"
+    return f"spills: spill files ({why})"
 
 
 def _placement(placed: Any, options: Any) -> str:

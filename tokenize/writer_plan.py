@@ -26,6 +26,7 @@ __all__ = [
     "DRIVER_MAX_WORKERS",
     "WriterPlacement",
     "driver_encodes",
+    "memory_spill_bytes",
     "pack_job",
     "place_writer",
     "reference_sort",
@@ -111,6 +112,16 @@ flight, the driver's own job state beside the encoder's caches), ~300-380 MiB ab
 budget. Measured with benchmarks/budget_peaks.py (inputs 6x the budget): at ``--memory-budget 64MiB`` 151 MiB
 above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over three runs, against 320 allowed
 (1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x). On workers at 64MiB: 1.03x."""
+
+
+def memory_spill_bytes(options: Any, in_driver: bool) -> int:
+    """How many bytes of token spills the writer keeps in memory (``spill.spills_in_memory``): the memory budget
+    above ``DRIVER_MIN_BUDGET_BYTES`` (what the driver holds besides, measured) when every job runs in the
+    driver and no ``work_dir`` could resume from spill files; else none. At the default 1 GiB budget: 512 MiB,
+    the tokens of ~600 MB of text with a 16-bit vocabulary."""
+    if not in_driver or options.work_dir is not None:
+        return 0
+    return max(0, options.memory_budget_bytes - DRIVER_MIN_BUDGET_BYTES)
 
 
 def driver_encodes(options: Any) -> bool:

@@ -86,3 +86,60 @@ def test_gather_leaves_gaps_for_the_special_tokens(tmp_path: Path) -> None:
     ).view("<u2")
     assert len(out) == sum(len(d) + 2 for d in docs)
     assert out[1:2].tolist() == [9] and out[6:9].tolist() == [5, 6, 7]
+
+
+def _references(docs: list[tuple[int, int, np.ndarray]], order: np.ndarray) -> tuple[np.ndarray, ...]:
+    picked = [docs[i] for i in order]
+    return (
+        np.array([d[0] for d in picked]),
+        np.array([d[1] for d in picked], dtype=np.int64),
+        np.array([d[2].nbytes for d in picked], dtype=np.int64),
+    )
+
+
+def test_spills_in_memory_up_to_the_limit_then_files(tmp_path: Path) -> None:
+    """Inside ``spills_in_memory`` the first spills stay in memory up to the limit and the rest go to files; one
+    gather reads both, the same bytes as from files alone; the block's end forgets them."""
+    from zephyr.tokenize import spill
+
+    rng = np.random.default_rng(1)
+    spills, docs = [], []
+    for f in range(4):
+        lengths = rng.integers(0, 40, size=12)
+        tokens = [rng.integers(0, 60000, size=n).astype("<u2") for n in lengths]
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) * 2
+        spills.append((spill_name(np.array([f], dtype=np.uint64)), np.concatenate(tokens)))
+        docs += [(f, int(s), t) for s, t in zip(starts, tokens)]
+    names = [name for name, _ in spills]
+    limit = spills[0][1].nbytes + spills[1][1].nbytes  # the first two fit, the third does not
+    memory_dir, files_dir = tmp_path / "memory", tmp_path / "files"
+    memory_dir.mkdir()
+    files_dir.mkdir()
+    order = rng.permutation(len(docs))
+    with spill.spills_in_memory(str(memory_dir), limit):
+        for name, data in spills:
+            write_spill(str(memory_dir), name, data)
+            write_spill(str(files_dir), name, data)  # another directory: files as ever
+        assert sorted(p.name for p in memory_dir.iterdir()) == sorted(names[2:])
+        write_spill(str(memory_dir), names[0], spills[0][1])  # a retried batch: held already, no file
+        assert sorted(p.name for p in memory_dir.iterdir()) == sorted(names[2:])
+        got = gather(str(memory_dir), *_slots(docs, order, names))
+    expected = gather(str(files_dir), *_slots(docs, order, names))
+    assert got.tobytes() == expected.tobytes() == b"".join(docs[i][2].tobytes() for i in order)
+    assert str(memory_dir) not in spill._IN_MEMORY
+    with pytest.raises(InputError, match="is missing"):  # outside the block the memory spills are gone
+        gather(str(memory_dir), *_slots(docs, order, names))
+
+
+def _slots(docs, order, names) -> tuple:
+    files, starts, nbytes = _references(docs, order)
+    return files, names, starts, nbytes
+
+
+def test_a_short_memory_spill_names_the_fix(tmp_path: Path) -> None:
+    from zephyr.tokenize import spill
+
+    with spill.spills_in_memory(str(tmp_path), 1 << 20):
+        write_spill(str(tmp_path), "a.tokens", np.arange(4, dtype="<u2"))
+        with pytest.raises(InputError, match="held in memory has 8 bytes"):
+            gather(str(tmp_path), np.array([0]), ["a.tokens"], np.array([4]), np.array([8]))
