@@ -462,7 +462,9 @@ def test_spills_stay_in_memory_in_the_driver_without_a_work_dir(
     assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB"), True) == 512 << 20
     assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="512MiB"), True) == 0
     assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB"), False) == 0
-    assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB", work_dir=str(tmp_path)), True) == 0
+    assert (
+        writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB", work_dir=str(tmp_path)), True) == 0
+    )
 
     held: list[bool] = []
     original = spill._MemorySpills.put
