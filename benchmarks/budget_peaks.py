@@ -422,37 +422,32 @@ def measure_op(
 ) -> dict:
     """Baseline (tiny input, workers forced) and the full run of one op at one budget, with the goal's check."""
     tag = budget.lower()
-    # twice: the first run fills the caches a later run finds warm (compiled numba kernels, the page cache)
-    for attempt in ("warmup", "baseline"):
-        base = measure(
-            op,
-            tiny,
-            budget,
-            setup,
-            work=work,
-            logs=logs,
-            tag=f"{tag}-{attempt}",
-            small_job_bytes="0",
-            timeout_s=timeout_s,
-        )
-    full = measure(op, corpus, budget, setup, work=work, logs=logs, tag=tag, timeout_s=timeout_s)
-    role, tasks = _role(op, setup)
-    if role == "worker" and full["peak_mib"].get("worker") is None and full["peak_mib"].get("driver"):
-        # the op ran its tasks in the driver (tokenize with at most 2 local workers and a budget of 512 MiB or
-        # more): its goal is the driver's, against a driver baseline of the same op on the tiny input
-        role, tasks = "driver", 1
-        for attempt in ("driver-warmup", "driver-baseline"):
-            base = measure(
+
+    def baseline(prefix: str, **kw) -> dict:
+        """The op on the tiny input, twice: the first run fills the caches a later run finds warm (compiled numba
+        kernels, the page cache)."""
+        for attempt in ("warmup", "baseline"):
+            run = measure(
                 op,
                 tiny,
                 budget,
                 setup,
                 work=work,
                 logs=logs,
-                tag=f"{tag}-{attempt}",
+                tag=f"{tag}-{prefix}{attempt}",
                 timeout_s=timeout_s,
-                role=role,
+                **kw,
             )
+        return run
+
+    base = baseline("", small_job_bytes="0")
+    full = measure(op, corpus, budget, setup, work=work, logs=logs, tag=tag, timeout_s=timeout_s)
+    role, tasks = _role(op, setup)
+    if role == "worker" and full["peak_mib"].get("worker") is None and full["peak_mib"].get("driver"):
+        # the op ran its tasks in the driver (tokenize with at most 2 local workers and a budget of 512 MiB or
+        # more): its goal is the driver's, against a driver baseline of the same op on the tiny input
+        role, tasks = "driver", 1
+        base = baseline("driver-", role=role)
         full["stages"] = _stages(op, tag, logs, role)
     b = budget_mib(budget)
     row = {
