@@ -181,6 +181,7 @@ def substring_config(args: argparse.Namespace):
     command and of ``zephyr explain dedup substring``."""
     from zephyr.dedup.substring import SubstringConfig
 
+    _check_no_annotation(args)
     return SubstringConfig(
         min_bytes=args.min_bytes,
         anchor_bytes=args.anchor_bytes,
@@ -190,6 +191,22 @@ def substring_config(args: argparse.Namespace):
         top_spans=args.top_spans,
         tokenizer=_tokenizer(args),
     )
+
+
+def _check_no_annotation(args: argparse.Namespace) -> None:
+    """Substring dedup cuts the repeated spans out of the text and adds no column: the shared dedup flags that
+    choose or name added columns would be ignored, so they are refused instead."""
+    from zephyr.errors import ConfigError
+
+    if args.mode != "remove":
+        raise ConfigError(
+            "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
+            "(leave --mode out)"
+        )
+    if args.overwrite or args.output_column != "dup":
+        raise ConfigError(
+            "zephyr dedup substring adds no column, so --overwrite and --output-column do not apply (leave them out)"
+        )
 
 
 def _tokenizer(args: argparse.Namespace) -> str | None:

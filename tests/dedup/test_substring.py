@@ -353,3 +353,27 @@ def test_unit_tokens_snaps_to_token_starts(tmp_path):
         )
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--mode", "annotate"], "has no --mode annotate"),
+        (["--overwrite"], "--overwrite and --output-column do not apply"),
+        (["--output-column", "seen"], "--overwrite and --output-column do not apply"),
+    ],
+)
+@pytest.mark.parametrize("command", [["dedup", "substring"], ["explain", "dedup", "substring"]])
+def test_flags_that_would_be_ignored_are_refused(tmp_path, capsys, command, flags, message):
+    """The shared dedup flags that choose or name added columns mean nothing to substring dedup (it cuts spans out
+    of the text): one line that says so, before any work, where they used to be ignored."""
+    pq.write_table(pa.table({"id": [1, 2], "text": ["alpha beta", "beta gamma"]}), tmp_path / "in.parquet")
+    out = ["--output", str(tmp_path / "out")] if command[0] == "dedup" else []
+    argv = [*command, str(tmp_path / "in.parquet"), *out, "--executor", "inprocess", *flags]
+    assert main(argv) == 1  # a configuration error: one line, no traceback
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.glob("out/**/*.parquet"))  # nothing written
+    assert (
+        main([*command, str(tmp_path / "in.parquet"), *out, "--executor", "inprocess", "--mode", "remove"])
+        == 0
+    )
