@@ -20,6 +20,8 @@ runs them as Python: the slow reference path the tests compare against on small 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
@@ -48,9 +50,13 @@ _KERNELS = (
 _kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
 
 
-def _jit() -> None:
+def _jit() -> contextlib.AbstractContextManager:
+    """Compile the kernels on first use; the context to call them in. Without numba they run as Python on numpy
+    scalars, whose uint64 arithmetic wraps as numba's does (the hashes rely on it) but warns on overflow."""
     if _NUMBA:
         _kernels.compile()
+        return contextlib.nullcontext()
+    return np.errstate(over="ignore")
 
 
 def _mulmod(a, b):
@@ -277,8 +283,8 @@ def _cut(
 # -- entry points (numpy in, numpy out) ----------------------------------------------------------------
 def anchor_hashes(data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_bytes: int) -> np.ndarray:
     """uint64 gram hashes of every distinct anchor position (one per occurrence)."""
-    _jit()
-    return _anchors(data, offsets.astype(np.int64), min_bytes, anchor_bytes)
+    with _jit():
+        return _anchors(data, offsets.astype(np.int64), min_bytes, anchor_bytes)
 
 
 def candidates(
@@ -290,8 +296,8 @@ def candidates(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(window hash, document index, start, first in its document) of every window whose anchor is in
     ``repeated``; the windows that are not first repeat an earlier window of their own document."""
-    _jit()
-    return _candidates(data, offsets.astype(np.int64), min_bytes, anchor_bytes, repeated)
+    with _jit():
+        return _candidates(data, offsets.astype(np.int64), min_bytes, anchor_bytes, repeated)
 
 
 def cut(
@@ -304,7 +310,7 @@ def cut(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes, offsets, removed bytes per document) after removing the windows (docs, starts); runs snap to
     UTF-8 characters, or to ``token_starts`` (sorted byte positions per document) when given."""
-    _jit()
+    kernels = _jit()
     order = np.lexsort((starts, docs))
     n_docs = len(offsets) - 1
     out = np.empty(len(data), dtype=np.uint8)
@@ -319,31 +325,32 @@ def cut(
             else np.zeros(0, np.int64)
         )
         bound_offsets = np.concatenate(([0], np.cumsum([len(t) for t in token_starts]))).astype(np.int64)
-    _cut(
-        data,
-        offsets.astype(np.int64),
-        min_bytes,
-        docs[order].astype(np.int64),
-        starts[order].astype(np.int64),
-        bounds,
-        bound_offsets,
-        out,
-        out_offsets,
-        removed,
-    )
+    with kernels:
+        _cut(
+            data,
+            offsets.astype(np.int64),
+            min_bytes,
+            docs[order].astype(np.int64),
+            starts[order].astype(np.int64),
+            bounds,
+            bound_offsets,
+            out,
+            out_offsets,
+            removed,
+        )
     return out[: out_offsets[-1]], out_offsets, removed
 
 
 def window_hashes(text: bytes, min_bytes: int) -> np.ndarray:
     """The hash of every ``min_bytes`` window of one text (for reports: locating a window by its hash)."""
-    _jit()
     data = np.frombuffer(text, dtype=np.uint8)
     n = len(data)
     if n < min_bytes:
         return np.zeros(0, dtype=np.uint64)
     prefix = np.empty(n + 1, dtype=np.uint64)
-    _prefix(data, 0, n, prefix)
-    pw = _pow(min_bytes)
+    with _jit():
+        _prefix(data, 0, n, prefix)
+        pw = _pow(min_bytes)
     return np.array([_span_py(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
 
 

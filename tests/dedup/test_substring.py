@@ -377,3 +377,29 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path, capsys, command, flag
         main([*command, str(tmp_path / "in.parquet"), *out, "--executor", "inprocess", "--mode", "remove"])
         == 0
     )
+
+
+def test_the_python_kernels_hash_without_overflow_warnings():
+    """Without numba (``ZEPHYR_NO_NUMBA=1``) the kernels run as Python on numpy scalars: their uint64 hashing
+    wraps on purpose, as numba's does, and must not warn (an overflow warning is an error under pytest)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from zephyr.dedup import substring_kernels as k\n"
+        "data = np.frombuffer(b'the same long sentence here. ' * 8 + b'x' * 40, dtype=np.uint8)\n"
+        "offsets = np.array([0, 232, len(data)], dtype=np.int64)\n"
+        "anchors = k.anchor_hashes(data, offsets, 50, 16)\n"
+        "repeated = np.unique(anchors)\n"
+        "h, docs, starts, first = k.candidates(data, offsets, 50, 16, repeated)\n"
+        "k.cut(data, offsets, 50, docs[~first], starts[~first])\n"
+        "print(len(k.window_hashes(bytes(data[:120]), 50)))\n"
+    )
+    env = {**os.environ, "ZEPHYR_NO_NUMBA": "1"}
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["71"]
