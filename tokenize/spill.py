@@ -69,9 +69,8 @@ class _MemorySpills:
         self.spills: dict[str, memoryview] = {}
         self._lock = threading.Lock()  # tokenize tasks may run on several threads of the process
 
-    def put(self, name: str, data: np.ndarray) -> bool:
-        """Hold ``data`` (no copy) unless it would pass the limit; whether it is held."""
-        raw = memoryview(np.ascontiguousarray(data)).cast("B")
+    def put(self, name: str, raw: memoryview) -> bool:
+        """Hold ``raw`` (no copy) unless it would pass the limit; whether it is held."""
         with self._lock:
             if name in self.spills:  # a retried task's batch: the same name is the same bytes
                 return True
@@ -102,11 +101,12 @@ def write_spill(directory: str, name: str, data: np.ndarray) -> None:
     memory inside ``spills_in_memory``."""
     from zephyr.io.paths import atomic_write
 
+    raw = memoryview(np.ascontiguousarray(data)).cast("B")
     memory = _IN_MEMORY.get(directory)
-    if memory is not None and memory.put(name, data):
+    if memory is not None and memory.put(name, raw):
         return
     with atomic_write(os.path.join(directory, name)) as handle:
-        handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+        handle.write(raw)
 
 
 class SpillFiles:
