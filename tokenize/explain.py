@@ -50,7 +50,7 @@ def tokenize_plan_text(
         text_tokenizer,
         writer_input,
     )
-    from zephyr.tokenize.writer_plan import place_writer, tokenize_job
+    from zephyr.tokenize.writer_plan import pack_threads, place_writer, tokenize_job
 
     from zephyr.budget import Budget
     from zephyr.commands import jobs_plan_text
@@ -69,9 +69,16 @@ def tokenize_plan_text(
     refs = tokenize_job(dataset, batch_fn, batch_rows)
     dtype = token_dtype(tok.vocab_size)
     packer = PackPartition(
-        "OUTPUT", dtype.name, megatron, f"{_SCRATCH}/spill", batch_rows, eos_id=tok.eos_id, bos_id=tok.bos_id
+        "OUTPUT",
+        dtype.name,
+        megatron,
+        f"{_SCRATCH}/spill",
+        batch_rows,
+        eos_id=tok.eos_id,
+        bos_id=tok.bos_id,
+        threads=pack_threads(placed, options),
     )
-    rules = (_placement(placed, options), _spill_rule(placed, options), _shard_rule(dtype, shard_bytes))
+    rules = (_placement(placed, options), _shard_rule(dtype, shard_bytes))
     steps = _steps(refs, packer, rules, batch_rows, megatron)
     budget = Budget(options.memory_budget_bytes)
     return jobs_plan_text("zephyr tokenize", steps, budget, placed.pool, then="the rules")
@@ -87,7 +94,7 @@ def _shard_rule(dtype: Any, shard_bytes: int) -> str:
 
 
 def _steps(refs: Any, packer: Any, rules: tuple[str, ...], batch_rows: int, megatron: bool) -> list:
-    """The writer's three jobs (``writer_plan``), with the placement, spill and shard rules between them."""
+    """The writer's three jobs (``writer_plan``), with the placement and the shard rule between them."""
     from zephyr.tokenize.writer_plan import pack_job, reference_sort
 
     return [
@@ -104,27 +111,18 @@ def _steps(refs: Any, packer: Any, rules: tuple[str, ...], batch_rows: int, mega
             reference_sort(refs, 1),
         ),
         (
-            f"job 3: pack, one task a shard, {batch_rows:,} references a read, tokens gathered from the spill "
-            "files → OUTPUT/shard-*.tokens.npy" + (" + Megatron .bin/.idx" if megatron else ""),
+            f"job 3: pack, {_pack_tasks(packer)}, {batch_rows:,} references a read, tokens gathered from the "
+            "spill files → OUTPUT/shard-*.tokens.npy" + (" + Megatron .bin/.idx" if megatron else ""),
             pack_job([f"{_SCRATCH}/sorted/part-00000.parquet"], packer),
         ),
     ]
 
 
-def _spill_rule(placed: Any, options: Any) -> str:
-    """Where job 1's token spills go (``writer_plan.memory_spill_bytes``)."""
-    from zephyr.tokenize.writer_plan import memory_spill_bytes
-
-    in_memory = memory_spill_bytes(options, placed.in_driver)
-    if in_memory:
-        return (
-            f"spills: the first {in_memory:,} bytes in this process's memory (memory_budget above "
-            "DRIVER_MIN_BUDGET_BYTES, every job here, no work_dir to resume from), then spill files"
-        )
-    why = "a work_dir: a rerun resumes from them" if options.work_dir is not None else "no memory to spare"
-    if not placed.in_driver:
-        why = "the jobs run on workers"
-    return f"spills: spill files ({why})"
+def _pack_tasks(packer: Any) -> str:
+    """How the pack job splits its shards into tasks (``writer_plan.pack_job``)."""
+    if packer.threads > 1:
+        return f"one task packing {packer.threads} shards at a time on threads (writer_plan.pack_threads)"
+    return "one task a shard"
 
 
 def _placement(placed: Any, options: Any) -> str:

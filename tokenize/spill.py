@@ -22,26 +22,18 @@ several machines see each other's spills). ``gather`` reads the documents of one
 with one ``preadv`` per document straight into the output buffer; elsewhere with one ``cat_ranges`` call per
 file (s3fs and gcsfs fetch the ranges concurrently). Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
 in the packer's RSS until unmapped, and the point of packing in batches is a peak RSS bounded by the batch.
-
-``spills_in_memory`` keeps a directory's spills in this process's memory instead, up to a byte limit (the rest
-go to files as above): for a writer whose jobs all run in the driver and that no ``work_dir`` could resume, the
-files are only a detour through the page cache. Writing 263 MB of spills and reading them back cost 0.67 s of
-CPU at 320 MB of text on 2 cores, 0.46 s of the run's 4.0 s (median of 6 interleaved runs).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-from collections.abc import Iterator
 
 import numpy as np
 import xxhash
 
 from zephyr.errors import InputError
 
-__all__ = ["SPILL_VERSION", "SpillFiles", "spill_name", "spills_in_memory", "write_spill", "gather"]
+__all__ = ["SPILL_VERSION", "SpillFiles", "spill_name", "write_spill", "gather"]
 
 SPILL_VERSION = 2
 _SUFFIX = ".tokens"
@@ -61,52 +53,12 @@ def spill_name(*arrays: np.ndarray) -> str:
     return digest.hexdigest() + _SUFFIX
 
 
-class _MemorySpills:
-    """The spills of one directory held in memory: name -> bytes, at most ``limit_bytes`` in all."""
-
-    def __init__(self, limit_bytes: int):
-        self.limit_bytes, self.held_bytes = limit_bytes, 0
-        self.spills: dict[str, memoryview] = {}
-        self._lock = threading.Lock()  # tokenize tasks may run on several threads of the process
-
-    def put(self, name: str, raw: memoryview) -> bool:
-        """Hold ``raw`` (no copy) unless it would pass the limit; whether it is held."""
-        with self._lock:
-            if name in self.spills:  # a retried task's batch: the same name is the same bytes
-                return True
-            if self.held_bytes + raw.nbytes > self.limit_bytes:
-                return False
-            self.spills[name] = raw
-            self.held_bytes += raw.nbytes
-        return True
-
-
-_IN_MEMORY: dict[str, _MemorySpills] = {}
-
-
-@contextlib.contextmanager
-def spills_in_memory(directory: str, limit_bytes: int) -> Iterator[None]:
-    """For the block, ``write_spill`` to ``directory`` keeps up to ``limit_bytes`` of spills in this process's
-    memory (the first ones; then files) and ``gather`` reads them from there. They are dropped when the block
-    ends, so only jobs that run in this process inside the block may read them."""
-    _IN_MEMORY[directory] = _MemorySpills(max(0, int(limit_bytes)))
-    try:
-        yield
-    finally:
-        _IN_MEMORY.pop(directory, None)
-
-
 def write_spill(directory: str, name: str, data: np.ndarray) -> None:
-    """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename), or hold them in
-    memory inside ``spills_in_memory``."""
+    """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename)."""
     from zephyr.io.paths import atomic_write
 
-    raw = memoryview(np.ascontiguousarray(data)).cast("B")
-    memory = _IN_MEMORY.get(directory)
-    if memory is not None and memory.put(name, raw):
-        return
     with atomic_write(os.path.join(directory, name)) as handle:
-        handle.write(raw)
+        handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
 
 
 class SpillFiles:
@@ -180,16 +132,12 @@ def gather(
     bounds = np.flatnonzero(np.diff(files[order])) + 1
     fs, root = fsspec.core.url_to_fs(directory)
     opened = spill_files if spill_files is not None else SpillFiles(directory)
-    memory = _IN_MEMORY.get(directory)
     try:
         for group in np.split(order, bounds):
             if not len(group):
                 continue
             name = names[int(files[group[0]])]
-            held = memory.spills.get(name) if memory is not None else None
-            if held is not None:
-                _copy_held(held, group, starts, nbytes, positions, view)
-            elif is_local(fs):
+            if is_local(fs):
                 _read_local(opened, name, group, starts, nbytes, positions, view)
             else:
                 _gather_remote(fs, f"{root}/{name}", group, starts, nbytes, positions, view)
@@ -197,17 +145,6 @@ def gather(
         if spill_files is None:
             opened.close()
     return out
-
-
-def _copy_held(held: memoryview, group, starts, nbytes, positions, view: memoryview) -> None:
-    """One in-memory spill's documents: one slice copy each (``spills_in_memory``)."""
-    if len(group) and int((starts[group] + nbytes[group]).max()) > held.nbytes:
-        raise InputError(
-            f"a token spill held in memory has {held.nbytes} bytes, fewer than its references name; "
-            "rerun without the work_dir (or with a fresh one)"
-        )
-    for at, start, size in zip(positions[group].tolist(), starts[group].tolist(), nbytes[group].tolist()):
-        view[at : at + size] = held[start : start + size]
 
 
 def _read_local(opened: SpillFiles, name: str, group, starts, nbytes, positions, view: memoryview) -> None:

@@ -79,13 +79,12 @@ from zephyr.tokenize.inputs import (
 )
 from zephyr.tokenize.pack_step import PackPartition, shard_directory
 from zephyr.tokenize.shards import write_manifest, write_shard
-from zephyr.tokenize.spill import spills_in_memory
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 from zephyr.tokenize.writer_plan import (  # DRIVER_MAX_WORKERS, _worker_pool: read here before they moved
     DRIVER_MAX_WORKERS,  # noqa: F401
     WriterPlacement,
-    memory_spill_bytes,
     pack_job,
+    pack_threads,
     place_writer,
     reference_sort,
     shard_count,
@@ -197,13 +196,10 @@ def write_token_shards(
             columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
             spill_dir = f"{scratch}/spill"
             batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir)
-            pack = _PackPlan(output, scratch, token_dtype(tok.vocab_size), shard_bytes, megatron, batch_rows)
-            in_memory = memory_spill_bytes(options, in_driver)
-            with spills_in_memory(spill_dir, in_memory) if in_memory else contextlib.nullcontext():
-                refs = tokenize_job(dataset, batch_fn, batch_rows).write_parquet(
-                    f"{scratch}/refs", **execution
-                )
-                shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
+            dtype, threads = token_dtype(tok.vocab_size), pack_threads(placed, options)
+            pack = _PackPlan(output, scratch, dtype, shard_bytes, megatron, batch_rows, threads)
+            refs = tokenize_job(dataset, batch_fn, batch_rows).write_parquet(f"{scratch}/refs", **execution)
+            shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
             inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
             sources = {"inputs": inputs, "text_column": text_column, "id_column": id_column}
             sources.update(source_column=source_column, per_source=per_source)
@@ -287,6 +283,8 @@ class _PackPlan:
     shard_bytes: int
     megatron: bool
     batch_rows: int
+    threads: int
+    """Shards packed at once by one pack task (``writer_plan.pack_threads``)."""
 
 
 def _input_names(data: Any) -> list[str]:
@@ -387,6 +385,7 @@ def _shuffle_and_pack(
         pack.batch_rows,
         eos_id=tok.eos_id,
         bos_id=tok.bos_id,
+        threads=pack.threads,
     )
     packed = pack_job(parts, packer).to_arrow(**execution)
     shards, per_source = _collect(packed.to_pylist())

@@ -64,13 +64,9 @@ def test_explain_tokenize_says_where_the_jobs_run(
         in forced
     )
     assert "executor local, 3 workers" in forced and "tasks 6 · reads parquet" in forced
-    # where the spills go (writer_plan.memory_spill_bytes)
-    assert "then: spills: the first 536,870,912 bytes in this process's memory" in two
-    assert "then: spills: spill files (the jobs run on workers)" in forced
-    resumable = explain([*argv, "--workers", "2", "--small-job-bytes", "1", "--work-dir", "w"], capsys)
-    assert "then: spills: spill files (a work_dir: a rerun resumes from them)" in resumable
-    small = explain([*argv, "--workers", "2", "--small-job-bytes", "1", "--memory-budget", "512MiB"], capsys)
-    assert "then: spills: spill files (no memory to spare)" in small
+    # the pack job: in the driver one task packs as many shards at once as the workers it stands in for
+    assert "job 3: pack, one task packing 2 shards at a time on threads (writer_plan.pack_threads)" in two
+    assert "job 3: pack, one task a shard," in forced
 
 
 def test_explain_tokenize_plans_what_the_writer_runs(

@@ -338,8 +338,7 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
     8x the input adds far less than the extra input. The old writer's sort and pack held token bytes in
     proportion to the input (+0.3 GiB per +120 MB of text). The smaller input is 4 files, not 1: a one-file
     write allocates less than the steady state (10-21 MB of growth, against 18-34 MB for 4, 16 and 48 files).
-    With a 512 MiB budget the spills are files (above it ``memory_spill_bytes`` keeps some in memory, up to a
-    limit the budget sets)."""
+    The writer runs as by default on 2 cores: in the driver (``writer_plan.driver_encodes``), two pack threads."""
     import subprocess
     import sys
 
@@ -358,7 +357,7 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
         "from zephyr.tokenize import write_token_shards\n"
         "def write(src, out):\n"
         "    write_token_shards(src, tokenizer=sys.argv[2], output=out, batch_rows=32, shard_size='4MB',\n"
-        "                       executor='inprocess', memory_budget='512MiB')\n"
+        "                       executor='local', workers=2)\n"
         "write(sys.argv[4], sys.argv[3] + '-warm')  # imports, tokenizer proof, first-use allocations\n"
         "me = psutil.Process()\n"
         "base = peak = me.memory_info().rss\n"
@@ -404,9 +403,11 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     tmp_path: Path, bpe_tokenizer: Path, monkeypatch
 ) -> None:
     """``local`` with <= DRIVER_MAX_WORKERS workers runs the writer's jobs in the driver (one tokenizer load,
-    the encoder on every core, the next batch decoded meanwhile); more workers, or ``small_job_bytes=0``, keep
-    worker processes. The shards are the same bytes either way."""
-    from zephyr.tokenize import writer
+    the encoder on every core, the next batch decoded meanwhile, the shards packed two at a time on threads);
+    more workers, or ``small_job_bytes=0``, keep worker processes. The shards are the same bytes either way."""
+    import threading
+
+    from zephyr.tokenize import pack_step, writer
 
     from zephyr import ExecutionOptions, read_plan
 
@@ -429,6 +430,14 @@ def test_up_to_two_local_workers_encode_in_the_driver(
         pool(executor="local", workers=2, small_job_bytes=1, memory_budget="512MiB")["executor"]
         == "inprocess"
     )
+    packed_on: list[str] = []
+    pack = pack_step.PackPartition.pack
+
+    def recorded(self, row):
+        packed_on.append(threading.current_thread().name)
+        return pack(self, row)
+
+    monkeypatch.setattr(pack_step.PackPartition, "pack", recorded)
     common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
     result = write_token_shards(
         str(tmp_path / "in"),
@@ -439,6 +448,10 @@ def test_up_to_two_local_workers_encode_in_the_driver(
         **common,
     )
     assert result.stats["tokenize_plan"]["executor"] == "inprocess"
+    assert len(result.manifest["shards"]) == len(packed_on) > 2
+    assert result.stats["jobs"][-1]["tasks"] == 1  # the pack job: one task, its shards on two threads
+    assert {name.rsplit("_", 1)[0] for name in packed_on} == {"zephyr-pack"}
+    assert len(set(packed_on)) == 2
     write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "w"),
@@ -448,44 +461,6 @@ def test_up_to_two_local_workers_encode_in_the_driver(
         **common,
     )
     assert _sha(tmp_path / "d") == _sha(tmp_path / "w")
-
-
-def test_spills_stay_in_memory_in_the_driver_without_a_work_dir(
-    tmp_path: Path, bpe_tokenizer: Path, monkeypatch
-) -> None:
-    """In the driver with no ``work_dir`` the spills stay in memory up to ``memory_spill_bytes``, then go to files;
-    with a ``work_dir`` (a run that can resume) they are files. The shards are the same bytes every way."""
-    from zephyr.tokenize import spill, writer
-
-    from zephyr import ExecutionOptions
-
-    assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB"), True) == 512 << 20
-    assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="512MiB"), True) == 0
-    assert writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB"), False) == 0
-    assert (
-        writer.memory_spill_bytes(ExecutionOptions(memory_budget="1GiB", work_dir=str(tmp_path)), True) == 0
-    )
-
-    held: list[bool] = []
-    original = spill._MemorySpills.put
-
-    def recorded(self, name, data):
-        held.append(original(self, name, data))
-        return held[-1]
-
-    monkeypatch.setattr(spill._MemorySpills, "put", recorded)
-    _one_file_many_row_groups(tmp_path / "in")
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16, executor="inprocess")
-    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "memory"), **common)
-    assert len(held) == 240 // 16 and all(held)
-    write_token_shards(
-        str(tmp_path / "in"), output=str(tmp_path / "files"), work_dir=str(tmp_path / "work"), **common
-    )
-    assert len(held) == 240 // 16
-    monkeypatch.setattr(writer, "memory_spill_bytes", lambda options, in_driver: 4096)
-    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "mixed"), **common)
-    assert True in held[15:] and False in held[15:]
-    assert _sha(tmp_path / "memory") == _sha(tmp_path / "files") == _sha(tmp_path / "mixed")
 
 
 @pytest.mark.parametrize("executor", ["inprocess", "local"])
