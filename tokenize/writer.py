@@ -265,11 +265,12 @@ def text_tokenizer(
 ) -> TextTokenizer:
     """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path (its encoder threads are set per
     batch by ``TokenizeBatch``: every core); ``warm``: it loads and proves itself on a thread from now on, for
-    jobs that run in this process (``TextTokenizer.warm_in_background``)."""
+    jobs that run in this process (``TextTokenizer.warm_in_background``), where fastokens encodes on all cores
+    but one: the Python thread that feeds it keeps that one (``tokenizer.fastokens_pool_threads``)."""
     if not isinstance(tokenizer, TextTokenizer):
         tokenizer = TextTokenizer(tokenizer, bos=bos, engine=engine, eos_token=eos_token, bos_token=bos_token)
     if warm:
-        tokenizer.warm_in_background()
+        tokenizer.warm_in_background(fastokens_threads=max(1, (os.cpu_count() or 1) - 1))
     return tokenizer
 
 

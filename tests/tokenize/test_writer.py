@@ -509,3 +509,56 @@ def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_toke
     assert shards == {k: v for k, v in _sha(tmp_path / "b").items() if k.startswith("shard-")}
     sizes = [s["num_documents"] for s in one.manifest["shards"]]
     assert sum(sizes) == n and max(sizes) < 1.2 * n / len(sizes)  # even in expectation: uniform hash keys
+
+
+def test_fastokens_pool_threads_sets_the_first_encode_and_restores_the_environment(monkeypatch) -> None:
+    """The setting is there for the block only, and the user's own value wins."""
+    import os
+
+    from zephyr.tokenize.tokenizer import FASTOKENS_THREADS_ENV, fastokens_pool_threads
+
+    monkeypatch.delenv(FASTOKENS_THREADS_ENV, raising=False)
+    with fastokens_pool_threads(3):
+        assert os.environ[FASTOKENS_THREADS_ENV] == "3"
+    assert FASTOKENS_THREADS_ENV not in os.environ
+    monkeypatch.setenv(FASTOKENS_THREADS_ENV, "7")
+    with fastokens_pool_threads(0):
+        assert os.environ[FASTOKENS_THREADS_ENV] == "7"
+    assert os.environ[FASTOKENS_THREADS_ENV] == "7"
+
+
+@pytest.mark.parametrize("user_threads", [None, "2"])
+def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
+    tmp_path: Path, bpe_tokenizer: Path, user_threads: str | None
+) -> None:
+    """In the driver fastokens encodes on all cores but one (here 2 - 1: no pool thread beside the caller's),
+    unless the user set FASTOKENS_BPE_THREADS (2: one pool thread); the environment is left as it was. In a
+    fresh process: fastokens sizes its pool once per process."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("fastokens")
+    _corpus(tmp_path / "in", n=60, files=1)
+    script = (
+        "import os, sys\n"
+        "os.cpu_count = lambda: 2\n"
+        "from zephyr.tokenize import write_token_shards\n"
+        "r = write_token_shards(sys.argv[1], tokenizer=sys.argv[2], output=sys.argv[3], shard_size='2KB',\n"
+        "                       executor='local', workers=2)\n"
+        "assert r.manifest['tokenizer']['engine'] == 'fastokens', r.manifest['tokenizer']\n"
+        "names = {open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}\n"
+        "print(sorted(n for n in names if n.startswith('fastokens')), os.environ.get('FASTOKENS_BPE_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
+    if user_threads is not None:
+        env["FASTOKENS_BPE_THREADS"] = user_threads
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "in"), str(bpe_tokenizer), str(tmp_path / "out")],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.strip().splitlines()[-1]
+    expected = "[] None" if user_threads is None else "['fastokens-0'] 2"
+    assert out == expected
