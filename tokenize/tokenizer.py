@@ -232,7 +232,11 @@ class TextTokenizer:
 
         def warm() -> None:
             try:
-                with fastokens_pool_threads(fastokens_threads) if fastokens_threads else contextlib.nullcontext():
+                with (
+                    fastokens_pool_threads(fastokens_threads)
+                    if fastokens_threads
+                    else contextlib.nullcontext()
+                ):
                     self._decide_engine()
                 _ = self.hf
             except BaseException as exc:  # raised where the engine is first used
@@ -243,7 +247,9 @@ class TextTokenizer:
                 _HF[self.sha256] = self._load_hf()
 
         if self.sha256 not in _HF and self.sha256 not in _HF_LOADING:
-            _HF_LOADING[self.sha256] = threading.Thread(target=load_hf, name="zephyr-tokenizer-hf", daemon=True)
+            _HF_LOADING[self.sha256] = threading.Thread(
+                target=load_hf, name="zephyr-tokenizer-hf", daemon=True
+            )
             _HF_LOADING[self.sha256].start()
         thread = threading.Thread(target=warm, name="zephyr-tokenizer-warm", daemon=True)
         _WARMING[self._warm_key] = (thread, errors)

@@ -553,12 +553,16 @@ def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
     env = {k: v for k, v in os.environ.items() if k != "FASTOKENS_BPE_THREADS"}
     if user_threads is not None:
         env["FASTOKENS_BPE_THREADS"] = user_threads
-    out = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "in"), str(bpe_tokenizer), str(tmp_path / "out")],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "in"), str(bpe_tokenizer), str(tmp_path / "out")],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     expected = "[] None" if user_threads is None else "['fastokens-0'] 2"
     assert out == expected
