@@ -94,10 +94,10 @@ def _repeated(text: str, n: int) -> pa.Array:
 class TokenizeBatch:
     """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
 
-    With fastokens it keeps one batch in flight (``finish``, see ``Dataset.map_batches``): while the encoder's
-    threads work on batch n, the task's thread builds batch n - 1's keys, spill file and references, and the
-    engine writes them and decodes the next input batch (with the tokenizer's warm-up thread, 320 MB on 2
-    cores took 4.0-4.6 s instead of 5.0-5.2 s).
+    With fastokens it keeps batches in flight (``IN_FLIGHT``; ``finish``, see ``Dataset.map_batches``): while
+    the encoder's threads work on batches n - 2 to n, the task's thread builds batch n - 3's keys, spill file and
+    references, and the engine writes them and decodes the next input batch (one batch in flight, with the
+    tokenizer's warm-up thread, took 320 MB on 2 cores from 5.0-5.2 s to 4.0-4.6 s).
 
     Every task encodes on all of the machine's cores (tiktoken's and HF's threads; fastokens sizes its own
     pool the same way), even when several tasks run at once: the encoders release the GIL, so the threads of
@@ -130,8 +130,14 @@ class TokenizeBatch:
         # references whose spill files were written in another layout
         self.spill_version = SPILL_VERSION
 
-    _held: _Held | None = None
-    """The batch in flight, on the task's own copy (a class attribute here: not part of the fingerprint)."""
+    _held: list[_Held] | None = None
+    """The batches in flight, oldest first, on the task's own copy (a class attribute: not in the fingerprint)."""
+
+    IN_FLIGHT = 3
+    """fastokens batches encoding while the task's thread builds an earlier batch's output. With one, the
+    encoder ran dry whenever that thread stalled on the GIL or on the next decoded batch; at 320 MB on 2 cores,
+    3.00 s against 3.25 s (median of 6 interleaved runs, all 6 faster; 2 gave 3.23 against 3.26). Costs
+    ``IN_FLIGHT - 1`` more batches of texts and ids in memory (~25 MB each at 1,024 documents)."""
 
     def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
@@ -188,9 +194,9 @@ class TokenizeBatch:
         return table, rejected
 
     def __call__(self, table: pa.Table) -> Any:
-        """This batch's output; with fastokens, the previous batch's (None for the first) while this one starts
-        encoding on a thread: its keys, spill file and references are built as the encoder runs (``finish``
-        returns the last)."""
+        """This batch's output; with fastokens, the output of the batch ``IN_FLIGHT`` before it (None for the
+        first ones) while this one starts encoding on a thread: keys, spill file and references are built as
+        the encoder runs (``finish`` returns the rest)."""
         table, rejected = self._split_nulls(table)
         texts = table[self.text_column].to_pylist()
         self._verify(texts)
@@ -206,13 +212,16 @@ class TokenizeBatch:
         batch = _Held(table, rejected, encoding, dtype)
         if not in_flight:
             return self._output(batch)
-        held, self._held = self._held, batch
-        return self._output(held) if held is not None else None
+        self._held = [*(self._held or ()), batch]
+        if len(self._held) <= self.IN_FLIGHT:
+            return None
+        held, *self._held = self._held
+        return self._output(held)
 
     def finish(self) -> Any:
-        """The output of the batch still being encoded (``Dataset.map_batches``: called after a task's last)."""
-        held, self._held = self._held, None
-        return self._output(held) if held is not None else None
+        """The output of the batches still being encoded (``Dataset.map_batches``: called after a task's last)."""
+        held, self._held = self._held or [], None
+        return _merged([self._output(h) for h in held]) if held else None
 
     def _output(self, held: _Held) -> Any:
         """One batch's spill file and references (+ its quarantined null texts), once its encoding is done."""
@@ -245,6 +254,18 @@ class TokenizeBatch:
         if held.rejected is not None:
             return BatchOutput(kept=out, rejected=held.rejected)
         return out
+
+
+def _merged(outputs: list[Any]) -> Any:
+    """Batch outputs (tables, or ``BatchOutput`` with quarantined rows) as one, in order."""
+    import pyarrow as pa
+
+    from zephyr.ops import BatchOutput
+
+    kept = [o.kept if isinstance(o, BatchOutput) else o for o in outputs]
+    rejected = [o.rejected for o in outputs if isinstance(o, BatchOutput) and o.rejected is not None]
+    table = pa.concat_tables(kept)
+    return BatchOutput(kept=table, rejected=pa.concat_tables(rejected)) if rejected else table
 
 
 class _InFlight:
