@@ -104,8 +104,9 @@ class TokenizeBatch:
     concurrent tasks only share the cores, while a task left alone at the end of the step (the others
     finished: tasks differ in how fast their text encodes) still uses them all. With ``cores // tasks``
     threads, that tail left cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers. One exception:
-    in the driver, fastokens leaves one core to the Python thread that feeds it (``tokenizer.fastokens_pool_threads``,
-    set by the writer); with two batches in flight it still encodes on every core while that thread waits.
+    in the driver, fastokens leaves one core to the Python thread that feeds it
+    (``tokenizer.fastokens_pool_threads``, set by the writer); with ``IN_FLIGHT`` batches encoding it still
+    uses every core while that thread waits.
     """
 
     def __init__(

@@ -84,8 +84,9 @@ def fastokens_pool_threads(threads: int) -> Iterator[None]:
     For a process whose one Python thread feeds the encoder: the tokenize writer in the driver decodes,
     converts texts to ``str``, hashes, spills and writes references under the GIL while batches encode. With
     the encoder on every core its threads take the core of the thread that holds the GIL, and all wait: 320 MB
-    on 2 cores took 3.81 s (6.38 CPU-s) with fastokens on 2 threads and 3.54 s (5.73 CPU-s) on 1, the median of
-    5 interleaved runs. Two batches are in flight, so the encoder still uses both cores while Python waits."""
+    on 2 cores took 3.72 s (6.12 CPU-s) with fastokens on 2 threads and 3.31 s (5.36 CPU-s) on 1, the median of
+    6 interleaved runs. Several batches encode at once (``TokenizeBatch.IN_FLIGHT``), so the encoder still uses
+    every core while Python waits."""
     if FASTOKENS_THREADS_ENV in os.environ:
         yield
         return
