@@ -250,6 +250,26 @@ def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
     assert sorted(tuple(d.tolist()) for d in read_documents(str(tmp_path / "o"))) == expected
 
 
+def test_batches_in_flight_stay_within_the_byte_cap(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
+    """``TokenizeBatch.IN_FLIGHT_BYTES``: with room for two batches' text, a third sends the oldest out, so the
+    output lags two batches, not ``IN_FLIGHT``; ``finish`` returns the rest and no row is lost."""
+    from zephyr.tokenize.encode_step import TokenizeBatch
+
+    pytest.importorskip("fastokens")
+    tok = TextTokenizer(bpe_tokenizer)
+    assert tok.engine == "fastokens" and TokenizeBatch.IN_FLIGHT >= 3
+    tables = [pa.table({"text": [f"{TRAIN_TEXT[0]} {i:02d} {j}" for j in range(4)]}) for i in range(6)]
+    one = tables[0]["text"].cast(pa.large_string()).nbytes
+    monkeypatch.setattr(TokenizeBatch, "IN_FLIGHT_BYTES", 2 * one + one // 2)
+    step = TokenizeBatch(
+        tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path)
+    )
+    outs = [step(t) for t in tables]
+    assert [o is None for o in outs] == [True, True, False, False, False, False]
+    assert [o.num_rows for o in outs[2:]] == [4, 4, 4, 4]
+    assert step.finish().num_rows == 8
+
+
 def test_missing_text_column_names_it(tmp_path: Path, bpe_tokenizer: Path) -> None:
     from zephyr.errors import ZephyrError
 
