@@ -75,11 +75,12 @@ FASTOKENS_THREADS_ENV = "FASTOKENS_BPE_THREADS"
 
 
 @contextlib.contextmanager
-def fastokens_pool_threads(threads: int) -> Iterator[None]:
+def fastokens_pool_threads(threads: int | None) -> Iterator[None]:
     """For the block, fastokens' first encode in this process (which sizes its thread pool for the process)
     sees ``FASTOKENS_BPE_THREADS=threads``; the user's own setting wins, and the environment is as it was after
     the block (worker processes started later do not inherit it). No effect once fastokens has encoded in this
-    process. ``TextTokenizer.warm_in_background`` takes it around its proof, the first encode.
+    process; none with ``threads=None``. ``TextTokenizer.warm_in_background`` takes it around its proof, the
+    first encode.
 
     For a process whose one Python thread feeds the encoder: the tokenize writer in the driver decodes,
     converts texts to ``str``, hashes, spills and writes references under the GIL while batches encode. With
@@ -87,7 +88,7 @@ def fastokens_pool_threads(threads: int) -> Iterator[None]:
     on 2 cores took 3.72 s (6.12 CPU-s) with fastokens on 2 threads and 3.31 s (5.36 CPU-s) on 1, the median of
     6 interleaved runs. Several batches encode at once (``TokenizeBatch.IN_FLIGHT``), so the encoder still uses
     every core while Python waits."""
-    if FASTOKENS_THREADS_ENV in os.environ:
+    if threads is None or FASTOKENS_THREADS_ENV in os.environ:
         yield
         return
     os.environ[FASTOKENS_THREADS_ENV] = str(max(1, int(threads)))
@@ -233,11 +234,7 @@ class TextTokenizer:
 
         def warm() -> None:
             try:
-                with (
-                    fastokens_pool_threads(fastokens_threads)
-                    if fastokens_threads
-                    else contextlib.nullcontext()
-                ):
+                with fastokens_pool_threads(fastokens_threads):
                     self._decide_engine()
                 _ = self.hf
             except BaseException as exc:  # raised where the engine is first used

@@ -270,7 +270,7 @@ def text_tokenizer(
     if not isinstance(tokenizer, TextTokenizer):
         tokenizer = TextTokenizer(tokenizer, bos=bos, engine=engine, eos_token=eos_token, bos_token=bos_token)
     if warm:
-        tokenizer.warm_in_background(fastokens_threads=max(1, (os.cpu_count() or 1) - 1))
+        tokenizer.warm_in_background(fastokens_threads=(os.cpu_count() or 1) - 1)
     return tokenizer
 
 

@@ -107,11 +107,12 @@ def worker_pool(
 
 DRIVER_MIN_BUDGET_BYTES = 512 << 20
 """Below this ``memory_budget`` the writer keeps its worker processes even with ``DRIVER_MAX_WORKERS`` or fewer:
-the driver holds more than a worker's stream of ``batch_rows`` batches (the read-ahead batch, the batch in
-flight, the driver's own job state beside the encoder's caches), ~300-380 MiB above its baseline whatever the
+the driver holds more than a worker's stream of ``batch_rows`` batches (the read-ahead batch, the batches in
+flight, the driver's own job state beside the encoder's caches), ~300-410 MiB above its baseline whatever the
 budget. Measured with benchmarks/budget_peaks.py (inputs 6x the budget): at ``--memory-budget 64MiB`` 151 MiB
 above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over three runs, against 320 allowed
-(1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x). On workers at 64MiB: 1.03x."""
+(1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x) with one batch in flight, 401 MiB (0.78x) with three
+(``TokenizeBatch.IN_FLIGHT``). On workers at 64MiB: 1.03x."""
 
 
 def driver_encodes(options: Any) -> bool:
