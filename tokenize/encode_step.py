@@ -97,7 +97,7 @@ class TokenizeBatch:
     """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
 
     With fastokens it keeps batches in flight (``IN_FLIGHT``; ``finish``, see ``Dataset.map_batches``): while
-    the encoder's threads work on batches n - 2 to n, the task's thread builds batch n - 3's keys, spill file and
+    the encoder's threads work on batches n - 1 and n, the task's thread builds batch n - 2's keys, spill file and
     references, and the engine writes them and decodes the next input batch (one batch in flight, with the
     tokenizer's warm-up thread, took 320 MB on 2 cores from 5.0-5.2 s to 4.0-4.6 s).
 
@@ -136,17 +136,19 @@ class TokenizeBatch:
     _held: list[_Held] | None = None
     """The batches in flight, oldest first, on the task's own copy (a class attribute: not in the fingerprint)."""
 
-    IN_FLIGHT = 3
-    """fastokens batches encoding while the task's thread builds an earlier batch's output. With one, the
-    encoder ran dry whenever that thread stalled on the GIL or on the next decoded batch; at 320 MB on 2 cores,
-    3.00 s against 3.25 s (median of 6 interleaved runs, all 6 faster; 2 gave 3.23 against 3.26). Costs
-    ``IN_FLIGHT - 1`` more batches of texts and ids in memory (~25 MB each at 1,024 documents), within
-    ``IN_FLIGHT_BYTES``."""
+    IN_FLIGHT = 2
+    """fastokens batches encoding while the task's thread builds an earlier batch's output, each on one of the
+    process's kept encode threads (``_encode_threads``). With one, the encoder ran dry whenever that thread
+    stalled on the GIL or on the next decoded batch. Three were faster than one or two while every batch had a
+    new thread (3.00 s against 3.25 s at 320 MB on 2 cores); on kept threads two and three time alike (3.38
+    against 3.43 s, median of 7 interleaved pairs), and each kept thread holds fastokens' per-thread cache
+    (~95 MB of peak RSS each: 966 against 1,061 MB). Costs ``IN_FLIGHT - 1`` more batches of texts and ids in
+    memory (~25 MB each at 1,024 documents), within ``IN_FLIGHT_BYTES``."""
 
     IN_FLIGHT_BYTES = 32 << 20
     """Most text the batches in flight hold, the newest included (at least that one): larger batches keep
     fewer in flight, so what ``batch_rows`` bounds stays about one batch's worth whatever its size (at
-    ``batch_rows=4096``, three in flight took the benchmark's peak RSS from 1.21-1.26 GiB to 1.28-1.46)."""
+    ``batch_rows=4096``, three in flight had taken the benchmark's peak RSS from 1.21-1.26 GiB to 1.28-1.46)."""
 
     def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
@@ -316,10 +318,10 @@ def _encode_threads() -> queue.SimpleQueue:
 
     Kept because fastokens keeps a pretokenization cache per calling thread, in tables the kernel zeroes as huge
     pages on first touch: a new thread per batch (as before) paid that and a cold cache on every batch (130
-    tables at 320 MB). Kept, the kernel's page zeroing went from 15.8% to 9.1% of perf's samples, and 320 MB on
-    2 cores from 4.01 to 3.70 s (median of 5 interleaved pairs, all 5 faster; 0.5 CPU-s less). Daemon threads, unlike a
-    ``ThreadPoolExecutor``'s, so a process that fails meanwhile leaves nothing to join. Keyed by pid: a forked
-    child starts its own."""
+    tables at 320 MB). Kept (three then), the kernel's page zeroing went from 15.8% to 9.1% of perf's samples,
+    and 320 MB on 2 cores from 4.01 to 3.70 s (median of 5 interleaved pairs, all 5 faster; 0.5 CPU-s less).
+    Daemon threads, unlike a ``ThreadPoolExecutor``'s, so a process that fails meanwhile leaves nothing to join.
+    Keyed by pid: a forked child starts its own."""
     global _ENCODE_THREADS
     with _ENCODE_THREADS_LOCK:
         if _ENCODE_THREADS is None or _ENCODE_THREADS[0] != os.getpid():
