@@ -276,7 +276,7 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
 ) -> None:
     """fastokens keeps a pretokenization cache per calling thread: the batches in flight are encoded on the
     process's ``IN_FLIGHT`` kept threads, the same ones for every batch and every task, not a new thread per
-    batch (a cold cache and ~10 MB of fresh tables each). The ids stay HF's."""
+    batch (a cold cache and ~10 MB of fresh tables each); every row comes out."""
     import threading
 
     from zephyr.tokenize.encode_step import TokenizeBatch
