@@ -174,6 +174,11 @@ def _tiktoken_encoding(tok_path: str):
     return TextTokenizer(tok_path, engine="tiktoken")._fast_encoding()
 
 
+def _median(values: list[float]) -> float:
+    """The middle value (the upper one of an even count), as every ``--repeat`` row reports."""
+    return sorted(values)[len(values) // 2]
+
+
 def timed(fn, repeat: int, *, prepare: bool = False) -> tuple[float, object, int]:
     """(median seconds over ``repeat`` calls of ``fn``, its last result, the peak RSS seen). With ``prepare``,
     ``fn()`` is untimed and returns the callable to time (a fresh encoder per repetition)."""
@@ -185,7 +190,7 @@ def timed(fn, repeat: int, *, prepare: bool = False) -> tuple[float, object, int
             result = call()
             times.append(time.perf_counter() - t0)
         peak = max(peak, p.peak)
-    return sorted(times)[len(times) // 2], result, peak
+    return _median(times), result, peak
 
 
 def run_child(cmd: list[str]) -> tuple[dict, int]:
@@ -372,9 +377,6 @@ def main() -> int:
                 shutil.rmtree(out, ignore_errors=True)  # every writer run starts from nothing, as a first run
             tries[key].append(run_child(command))
 
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
     reference_rounds: dict[str, list[float]] = {}  # the verdict's reference, per round
     writer_rounds: dict[tuple, list[float]] = {}
     for key, _, out in children:
@@ -388,7 +390,7 @@ def main() -> int:
             if engine == "fastokens":
                 record(
                     "fastokens encode_batch_flat",
-                    median(paired),
+                    _median(paired),
                     n_ref,
                     rss,
                     f"its own threads (all cores); one flat uint32 buffer; a fresh instance's call in a fresh "
@@ -396,7 +398,7 @@ def main() -> int:
                 )
                 record(
                     "fastokens encode_batch_flat, first call in a fresh process",
-                    median([c[0] for c in calls]),
+                    _median([c[0] for c in calls]),
                     n_ref,
                     rss,
                     "the same processes' first (cold) calls, for comparison",
@@ -404,7 +406,7 @@ def main() -> int:
             else:
                 record(
                     "tiktoken encode_to_numpy",
-                    median(paired),
+                    _median(paired),
                     n_ref,
                     rss,
                     f"{threads} threads; the first call in a fresh process; {where}; the verdict's reference",
@@ -511,7 +513,7 @@ def _verdict(pairs: dict[str, tuple[list[float] | None, list[float] | None]]) ->
         if not reference or not writer:
             continue
         ratios = sorted(r / w for r, w in zip(reference, writer, strict=True))
-        ratio = ratios[len(ratios) // 2]
+        ratio = _median(ratios)
         name, goal = goals[engine]
         spread = "/".join(f"{r:.2f}" for r in ratios)
         parts.append(
