@@ -288,12 +288,12 @@ class _InFlight:
     def __init__(self, fn: Callable[..., Any], *args: Any, background: bool = True):
         self._future: Future = Future()
         if background:
-            _encode_threads().put((self._future, fn, args))
+            _encode_threads().submit((self._future, fn, args))
         else:
             _run(self._future, fn, args)
 
-    def result(self) -> Any:
-        return self._future.result()
+    def result(self, timeout: float | None = None) -> Any:
+        return self._future.result(timeout)
 
 
 def _run(future: Future, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -303,34 +303,68 @@ def _run(future: Future, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         future.set_exception(exc)
 
 
-def _serve(jobs: queue.SimpleQueue) -> None:
-    while True:
-        _run(*jobs.get())
+ENCODE_THREADS_IDLE_SECONDS = 30.0
+"""How long a kept encode thread waits for another batch before it exits. Its fastokens cache goes with it
+(about 95 MB per thread, freed when the thread exits). A writer's batches come milliseconds apart, so the
+threads stay for a whole run and for runs in close succession. A long-lived process that has stopped
+tokenizing gets that memory back."""
 
 
-_ENCODE_THREADS: tuple[int, queue.SimpleQueue] | None = None
+class _EncodeThreads:
+    """This process's threads for batches in flight: at most ``TokenizeBatch.IN_FLIGHT``, started as batches
+    come and kept while they keep coming. A thread exits after ``ENCODE_THREADS_IDLE_SECONDS`` without a batch.
+
+    Kept because fastokens keeps a pretokenization cache per calling thread, in tables the kernel zeroes as huge
+    pages on first touch. A new thread per batch (as before) paid that and a cold cache on every batch: 130
+    tables at 320 MB. With the threads kept (three then), the kernel's page zeroing went from 15.8% to 9.1% of
+    perf's samples, and 320 MB on 2 cores went from 4.01 to 3.70 s (median of 5 interleaved pairs, all 5
+    faster; 0.5 CPU-s less). Daemon threads, unlike a ``ThreadPoolExecutor``'s, so a process that fails
+    meanwhile leaves nothing to join.
+
+    A batch is queued and a thread decides to exit under the same lock, and a thread leaves only if the queue
+    is empty then. So a batch queued as a thread gives up still finds a thread: one that saw it, or one
+    started for it."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.live = 0
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._started = 0
+
+    def submit(self, job: tuple[Future, Callable[..., Any], tuple[Any, ...]]) -> None:
+        with self._lock:
+            self._jobs.put(job)
+            if self.live < TokenizeBatch.IN_FLIGHT:
+                self.live += 1
+                self._started += 1
+                name = f"zephyr-encode-{self._started - 1}"
+                threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=ENCODE_THREADS_IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():  # nothing queued since the wait ended: leave
+                        self.live -= 1
+                        return
+                continue
+            _run(*job)
+
+
+_ENCODE_THREADS: _EncodeThreads | None = None
 _ENCODE_THREADS_LOCK = threading.Lock()
 
 
-def _encode_threads() -> queue.SimpleQueue:
-    """The queue of this process's threads for batches in flight, ``TokenizeBatch.IN_FLIGHT`` of them, started
-    on first use and kept for the process's life.
-
-    Kept because fastokens keeps a pretokenization cache per calling thread, in tables the kernel zeroes as huge
-    pages on first touch: a new thread per batch (as before) paid that and a cold cache on every batch (130
-    tables at 320 MB). Kept (three then), the kernel's page zeroing went from 15.8% to 9.1% of perf's samples,
-    and 320 MB on 2 cores from 4.01 to 3.70 s (median of 5 interleaved pairs, all 5 faster; 0.5 CPU-s less).
-    Daemon threads, unlike a ``ThreadPoolExecutor``'s, so a process that fails meanwhile leaves nothing to join.
-    Keyed by pid: a forked child starts its own."""
+def _encode_threads() -> _EncodeThreads:
+    """This process's encode threads (``_EncodeThreads``). Keyed by pid: a forked child starts its own."""
     global _ENCODE_THREADS
     with _ENCODE_THREADS_LOCK:
-        if _ENCODE_THREADS is None or _ENCODE_THREADS[0] != os.getpid():
-            jobs: queue.SimpleQueue = queue.SimpleQueue()
-            for i in range(TokenizeBatch.IN_FLIGHT):
-                name = f"zephyr-encode-{i}"
-                threading.Thread(target=_serve, args=(jobs,), name=name, daemon=True).start()
-            _ENCODE_THREADS = (os.getpid(), jobs)
-        return _ENCODE_THREADS[1]
+        if _ENCODE_THREADS is None or _ENCODE_THREADS.pid != os.getpid():
+            _ENCODE_THREADS = _EncodeThreads()
+        return _ENCODE_THREADS
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ flight, the driver's own job state beside the encoder's caches), ~300-410 MiB ab
 budget. Measured with benchmarks/budget_peaks.py (inputs 6x the budget): at ``--memory-budget 64MiB`` 151 MiB
 above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over three runs, against 320 allowed
 (1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x) with one batch in flight, 401 MiB (0.78x) with three, and
-320 MiB (0.63x; 354 MiB, 0.35x, at 1GiB) with two on the encode threads kept for the process
+320 MiB (0.63x; 354 MiB, 0.35x, at 1GiB) with two on the encode threads kept while batches come
 (``TokenizeBatch.IN_FLIGHT``, ``encode_step._encode_threads``). On workers at 64MiB: 1.03x."""
 
 

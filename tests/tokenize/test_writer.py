@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -279,9 +280,11 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
     batch (a cold cache and ~10 MB of fresh tables each); every row comes out."""
     import threading
 
+    from zephyr.tokenize import encode_step
     from zephyr.tokenize.encode_step import TokenizeBatch
 
     pytest.importorskip("fastokens")
+    monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # not the threads other tests started
     tok = TextTokenizer(bpe_tokenizer)
     assert tok.engine == "fastokens"
     seen: list[threading.Thread] = []
@@ -328,6 +331,65 @@ def test_encode_threads_start_again_in_a_forked_child() -> None:
         child.kill()
         child.join()
     assert child.exitcode == 0
+
+
+def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
+    """A kept encode thread exits after ``ENCODE_THREADS_IDLE_SECONDS`` without a batch (its fastokens cache
+    goes with it); the next batch starts a thread again."""
+    import threading
+
+    from zephyr.tokenize import encode_step
+    from zephyr.tokenize.encode_step import TokenizeBatch, _InFlight
+
+    monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # this test's own threads
+    monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.05)
+    jobs = [_InFlight(threading.current_thread) for _ in range(4)]
+    first = {job.result() for job in jobs}
+    pool = encode_step._encode_threads()
+    assert 1 <= len(first) <= TokenizeBatch.IN_FLIGHT and threading.current_thread() not in first
+    deadline = time.monotonic() + 10
+    while pool.live and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for thread in first:
+        thread.join(timeout=10)
+    assert pool.live == 0 and not any(t.is_alive() for t in first)
+    again = _InFlight(threading.current_thread).result()
+    assert again not in first and again.name.startswith("zephyr-encode") and pool.live == 1
+
+
+def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatch) -> None:
+    """The race of an idle exit: the one thread's wait for a batch times out, a batch is queued right then
+    (the thread still counts as live, so no thread is started for it), and only then does the thread decide.
+    It must see the batch and stay; leaving would strand it with no thread to run it."""
+    import queue
+    import threading
+
+    from zephyr.tokenize import encode_step
+    from zephyr.tokenize.encode_step import TokenizeBatch, _InFlight
+
+    monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)
+    monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.01)
+    monkeypatch.setattr(TokenizeBatch, "IN_FLIGHT", 1)
+    late: list[_InFlight] = []
+
+    class QueuedOnTimeout(queue.SimpleQueue):
+        def get(self, block=True, timeout=None):
+            try:
+                return super().get(block, timeout)
+            except queue.Empty:
+                if not late:  # the first timeout: another thread queues a batch before the Empty arrives
+                    producer = threading.Thread(target=lambda: late.append(_InFlight(pow, 3, 2)))
+                    producer.start()
+                    producer.join()
+                raise
+
+    pool = encode_step._encode_threads()
+    pool._jobs = QueuedOnTimeout()
+    assert _InFlight(pow, 2, 2).result(timeout=10) == 4
+    deadline = time.monotonic() + 10
+    while not late and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert late and late[0].result(timeout=10) == 9
 
 
 def test_missing_text_column_names_it(tmp_path: Path, bpe_tokenizer: Path) -> None:
