@@ -3,7 +3,8 @@
 ``TokenizeBatch`` is the ``map_batches`` function. For each batch of ``batch_rows`` documents it
 
 1. quarantines null texts (``reject_reason = "null_text"``), never dropping them silently;
-2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``), ids only, in the
+2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``; with fastokens and
+   tiktoken while the task's thread finishes earlier batches, see ``TokenizeBatch``), ids only, in the
    shard dtype: fastokens' flat ``uint32`` buffer is cast once (not at all for ``uint32`` shards) and written
    as it is to the spill file (layout: ``zephyr.tokenize.spill``); EOS/BOS are added by the pack step;
 3. emits one reference row per document::
@@ -101,14 +102,16 @@ class TokenizeBatch:
     references, and the engine writes them and decodes the next input batch (one batch in flight, with the
     tokenizer's warm-up thread, took 320 MB on 2 cores from 5.0-5.2 s to 4.0-4.6 s).
 
-    Every task encodes on all of the machine's cores (tiktoken's and HF's threads; fastokens sizes its own
-    pool the same way), even when several tasks run at once: the encoders release the GIL, so the threads of
-    concurrent tasks only share the cores, while a task left alone at the end of the step (the others
-    finished: tasks differ in how fast their text encodes) still uses them all. With ``cores // tasks``
-    threads, that tail left cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers. One exception:
-    in the driver, fastokens leaves one core to the Python thread that feeds it
-    (``tokenizer.fastokens_pool_threads``, set by the writer); with ``IN_FLIGHT`` batches encoding it still
-    uses every core while that thread waits.
+    tiktoken keeps batches in flight the same way, each batch on ``cores // IN_FLIGHT`` threads (``_threads``),
+    so the batches in flight together use every core.
+
+    Every task encodes on all of the machine's cores (tiktoken's threads, HF's; fastokens sizes its own pool the
+    same way), even when several tasks run at once: the encoders release the GIL, so the threads of concurrent
+    tasks only share the cores, while a task left alone at the end of the step (the others finished: tasks
+    differ in how fast their text encodes) still uses them all. With ``cores // tasks`` threads, that tail left
+    cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers. One exception: in the driver, fastokens
+    leaves one core to the Python thread that feeds it (``tokenizer.fastokens_pool_threads``, set by the
+    writer); with ``IN_FLIGHT`` batches encoding it still uses every core while that thread waits.
     """
 
     def __init__(
@@ -137,18 +140,33 @@ class TokenizeBatch:
     """The batches in flight, oldest first, on the task's own copy (a class attribute: not in the fingerprint)."""
 
     IN_FLIGHT = 2
-    """fastokens batches encoding while the task's thread builds an earlier batch's output, each on one of the
-    process's kept encode threads (``_encode_threads``). With one, the encoder ran dry whenever that thread
-    stalled on the GIL or on the next decoded batch. Three were faster than one or two while every batch had a
-    new thread (3.00 s against 3.25 s at 320 MB on 2 cores); on kept threads two and three time alike (3.38
-    against 3.43 s, median of 7 interleaved pairs), and each kept thread holds fastokens' per-thread cache
-    (~95 MB of peak RSS each: 966 against 1,061 MB). Costs ``IN_FLIGHT - 1`` more batches of texts and ids in
-    memory (~25 MB each at 1,024 documents), within ``IN_FLIGHT_BYTES``."""
+    """Batches encoding (``IN_FLIGHT_ENGINES``) while the task's thread builds an earlier batch's output, each
+    on one of the process's kept encode threads (``_encode_threads``). With one (fastokens), the encoder ran
+    dry whenever that thread stalled on the GIL or on the next decoded batch. Three were faster than one or two
+    while every batch had a new thread (3.00 s against 3.25 s at 320 MB on 2 cores); on kept threads two and
+    three time alike (3.38 against 3.43 s, median of 7 interleaved pairs), and each kept thread holds
+    fastokens' per-thread cache (~95 MB of peak RSS each: 966 against 1,061 MB). Costs ``IN_FLIGHT - 1`` more
+    batches of texts and ids in memory (~25 MB each at 1,024 documents), within ``IN_FLIGHT_BYTES``."""
 
     IN_FLIGHT_BYTES = 32 << 20
     """Most text the batches in flight hold, the newest included (at least that one): larger batches keep
     fewer in flight, so what ``batch_rows`` bounds stays about one batch's worth whatever its size (at
     ``batch_rows=4096``, three in flight had taken the benchmark's peak RSS from 1.21-1.26 GiB to 1.28-1.46)."""
+
+    IN_FLIGHT_ENGINES = ("fastokens", "tiktoken")
+    """The engines whose batches encode in flight. fastokens encodes a batch in one call without the GIL.
+    tiktoken encodes document by document on threads, and each call releases the GIL. A batch in the call used
+    to stop the encoder while the task's thread spilled it and decoded the next one, and it left cores idle at
+    the batch's tail, its last long documents. In flight, on ``cores // IN_FLIGHT`` threads a batch, the next
+    batch fills both gaps. 320 MB on 2 cores: 17.5-20.1 s against 20.3-21.3 s in the call at its best batch
+    size (4,096; 3 interleaved rounds; tiktoken in memory 17.5-18.1 s). 80 MB: 4.3-5.4 s against 4.9-6.0 s
+    (4 rounds). HF's calls build Python lists per document and stay in the call."""
+
+    def _threads(self, in_flight: bool) -> int:
+        """tiktoken's threads for one batch (fastokens and HF size their own): every core for a batch in the
+        call, and a share of them for a batch in flight (``IN_FLIGHT`` of those encode at once)."""
+        cores = os.cpu_count() or 1
+        return max(1, cores // self.IN_FLIGHT) if in_flight else cores
 
     def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
@@ -205,20 +223,16 @@ class TokenizeBatch:
         return table, rejected
 
     def __call__(self, table: pa.Table) -> Any:
-        """This batch's output; with fastokens, the output of the batch ``IN_FLIGHT`` before it (None for the
-        first ones) while this one starts encoding on a thread: keys, spill file and references are built as
-        the encoder runs (``finish`` returns the rest)."""
+        """This batch's output; with fastokens and tiktoken, the output of the batch ``IN_FLIGHT`` before it
+        (None for the first ones) while this one starts encoding on a thread: keys, spill file and references
+        are built as the encoder runs (``finish`` returns the rest)."""
         table, rejected = self._split_nulls(table)
         texts = table[self.text_column].to_pylist()
         self._verify(texts)
         tok = self.tokenizer
-        tok.num_threads = os.cpu_count() or 1  # every core, whatever else runs (see the class docstring)
         dtype = token_dtype(tok.vocab_size).newbyteorder("<")
-        # fastokens encodes the whole batch in one call without the GIL: worth a thread. tiktoken's and HF's
-        # calls come back into Python per document: beside the task's thread they only contend for the GIL
-        # (tiktoken at 80 MB: 4.9-5.3 s encoding in the call, 5.7-6.0 s on a thread)
-        in_flight = tok.engine == "fastokens"
-        encoding = _InFlight(tok.encode_bodies, texts, dtype, background=in_flight)
+        in_flight = tok.engine in self.IN_FLIGHT_ENGINES
+        encoding = _InFlight(tok.encode_bodies, texts, dtype, self._threads(in_flight), background=in_flight)
         del texts  # the encoder's thread holds them until it is done
         batch = _Held(table, rejected, encoding, dtype, table[self.text_column].nbytes)
         if not in_flight:

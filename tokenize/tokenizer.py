@@ -479,8 +479,9 @@ class TextTokenizer:
                 return text
         return None
 
-    def _fast_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """tiktoken ranks of every text as ``uint32`` arrays, encoded on ``num_threads`` threads.
+    def _fast_arrays(self, texts: Sequence[str], threads: int | None = None) -> list[np.ndarray]:
+        """tiktoken ranks of every text as ``uint32`` arrays, encoded on ``threads`` threads (``None``:
+        ``num_threads``, else every core).
 
         tiktoken releases the GIL while it encodes; ``encode_to_numpy`` hands back its Rust buffer, so no Python
         int is built per token (``encode_batch``'s lists, then list → array, cost ~15% on top of encoding).
@@ -491,18 +492,21 @@ class TextTokenizer:
             ranks = self._fast.encode_batch(list(texts), num_threads=1, allowed_special="all")
             return [np.array(r, dtype=np.uint32) for r in ranks]
         encode = functools.partial(self._fast.encode_to_numpy, allowed_special="all")
-        threads = self.num_threads or os.cpu_count() or 1
+        threads = threads or self.num_threads or os.cpu_count() or 1
         if threads == 1 or len(texts) < 2:
             return [encode(t) for t in texts]
         with ThreadPoolExecutor(threads, thread_name_prefix="zephyr-tokenize") as pool:
             return list(pool.map(encode, texts))
 
-    def encode_bodies(self, texts: Sequence[str], dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    def encode_bodies(
+        self, texts: Sequence[str], dtype: Any = np.int64, threads: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``texts`` without EOS/BOS: (flat ids in ``dtype``, int64 lengths[len(texts)]).
 
         The shard writer's spill path: the encoder's flat buffer is cast once to the shard dtype (not at all
         when that is fastokens' ``uint32``), and EOS/BOS are added where the shard is packed, so no pass
         scatters the ids around the special tokens. ``dtype`` must hold every id (see ``format.token_dtype``).
+        ``threads``: tiktoken's threads for this call (``None``: ``num_threads``, else every core).
         """
         dtype = np.dtype(dtype)
         engine = self.engine
@@ -512,7 +516,7 @@ class TextTokenizer:
             lengths = np.diff(np.frombuffer(raw_offsets, dtype="<u8").astype(np.int64))
             return np.frombuffer(raw, dtype="<u4").astype(dtype, copy=False), lengths
         if engine == "tiktoken":
-            parts: list[Any] = self._fast_arrays(texts)
+            parts: list[Any] = self._fast_arrays(texts, threads)
         else:
             # one C-level list→array conversion per document (a per-token generator is ~5x slower)
             parts = [np.array(ids, dtype=np.int64) for ids in self._encode_lists(texts, engine="hf")]

@@ -19,20 +19,34 @@ def test_every_task_encodes_on_every_core(
     bpe_tokenizer: Path, tmp_path: Path, monkeypatch, engine: str
 ) -> None:
     """A task uses all cores even when others run beside it: the last task of a step is not left on one.
-    fastokens keeps the batch in flight until the next call or ``finish``; the others return it at once."""
+    fastokens and tiktoken keep the batch in flight until the next call or ``finish`` (tiktoken on a share of
+    the cores: ``IN_FLIGHT`` batches encode at once); HF returns it at once."""
+    import threading
+
     if engine == "fastokens":
         pytest.importorskip("fastokens")
     monkeypatch.setattr("os.cpu_count", lambda: 6)
     tok = TextTokenizer(bpe_tokenizer, num_threads=1, engine=engine)
+    calls = []
+    encode = tok.encode_bodies
+
+    def recording(texts, dtype, threads):
+        calls.append((threads, threading.current_thread()))
+        return encode(texts, dtype, threads)
+
+    monkeypatch.setattr(tok, "encode_bodies", recording)
     step = TokenizeBatch(
         tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path)
     )
     out = step(pa.table({"text": ["the first document", "and a second one", None]}))
-    assert tok.num_threads == 6
-    if engine == "fastokens":
+    in_flight = engine != "hf"
+    if in_flight:
         out, rest = step.finish(), out  # in flight until now
     else:
         rest = step.finish()
+    [(threads, thread)] = calls
+    assert threads == (6 // TokenizeBatch.IN_FLIGHT if in_flight else 6)
+    assert (thread is threading.current_thread()) is not in_flight
     assert rest is None
     assert isinstance(out, BatchOutput) and out.rejected.num_rows == 1  # the null text, quarantined
     refs = out.kept
@@ -87,7 +101,7 @@ def test_an_encoder_error_in_flight_is_raised_by_the_task(
         tok, text_column="text", id_column=None, source_column=None, seed=0, spill_dir=str(tmp_path)
     )
 
-    def broken(texts, dtype):
+    def broken(texts, dtype, threads):
         raise RuntimeError("encoder crashed")
 
     monkeypatch.setattr(tok, "encode_bodies", broken)

@@ -222,33 +222,37 @@ def test_null_text_is_quarantined_not_lost(tmp_path: Path, bpe_tokenizer: Path) 
     assert result.num_documents == 2
 
 
+@pytest.mark.parametrize("engine", ["fastokens", "tiktoken"])
 def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
-    tmp_path: Path, bpe_tokenizer: Path
+    tmp_path: Path, bpe_tokenizer: Path, engine: str
 ) -> None:
-    """fastokens keeps ``TokenizeBatch.IN_FLIGHT`` batches encoding; the task's last ones come out of ``finish``
-    together, their quarantined null texts too. Nulls in the first, a middle and each of the last batches: every
-    other document is in the shards with HF's ids, every null is quarantined, in = kept + quarantined."""
+    """fastokens and tiktoken keep ``TokenizeBatch.IN_FLIGHT`` batches encoding; the task's last ones come out
+    of ``finish`` together, their quarantined null texts too. Nulls in the first, a middle and each of the last
+    batches: every other document is in the shards with HF's ids, every null is quarantined, in = kept +
+    quarantined; and the shards are byte for byte those of HF's own encoder (in the call)."""
     from zephyr.tokenize.encode_step import TokenizeBatch
 
-    pytest.importorskip("fastokens")
+    if engine == "fastokens":
+        pytest.importorskip("fastokens")
     texts = [f"{TRAIN_TEXT[i % len(TRAIN_TEXT)]} number {i}" for i in range(40)]
     nulls = {1, 17, 29, 33, 37, 39}  # batches of 4: 0, 4, 7, 8, 9 (at least the last IN_FLIGHT + 1)
     column = [None if i in nulls else t for i, t in enumerate(texts)]
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"text": column}), tmp_path / "in" / "a.parquet")
-    result = write_token_shards(
-        str(tmp_path / "in"),
-        tokenizer=str(bpe_tokenizer),
-        output=str(tmp_path / "o"),
-        executor="inprocess",
-        batch_rows=4,
-        shard_size="2KB",
-    )
-    assert TokenizeBatch.IN_FLIGHT > 1 and result.manifest["tokenizer"]["engine"] == "fastokens"
+    common = dict(tokenizer=str(bpe_tokenizer), executor="inprocess", batch_rows=4, shard_size="2KB")
+    result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "o"), engine=engine, **common)
+    assert engine in TokenizeBatch.IN_FLIGHT_ENGINES and TokenizeBatch.IN_FLIGHT > 1
+    assert result.manifest["tokenizer"]["engine"] == engine
     assert result.stats["rows"] == {"in": 40, "kept": 34, "dropped": 0, "quarantined": 6}
     tok = TextTokenizer(bpe_tokenizer)
     expected = sorted(tuple([*tok.hf_ids(t), tok.eos_id]) for i, t in enumerate(texts) if i not in nulls)
     assert sorted(tuple(d.tolist()) for d in read_documents(str(tmp_path / "o"))) == expected
+    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "hf"), engine="hf", **common)
+    assert _shard_bytes(tmp_path / "o") == _shard_bytes(tmp_path / "hf")
+
+
+def _shard_bytes(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.glob("shard-*"))}
 
 
 def test_batches_in_flight_stay_within_the_byte_cap(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
