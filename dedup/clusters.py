@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.casting import without_view_types
 
 __all__ = ["DedupResult", "keep_ranks", "cluster_columns", "apply_mode", "size_histogram", "as_table"]
 
@@ -29,15 +30,20 @@ class DedupResult:
 
 
 def as_table(data: pa.Table | pa.RecordBatch | Any) -> pa.Table:
-    """Accept a table, a record batch or an iterable of record batches."""
+    """Accept a table, a record batch or an iterable of record batches; view-typed columns come back as
+    plain ones (``zephyr.io.casting.without_view_types``: Arrow cannot select rows of a view)."""
     if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    batches = list(data)
-    if not batches:
-        raise ConfigError("no record batches given: pass a pyarrow.Table or a non-empty iterable of batches")
-    return pa.Table.from_batches(batches)
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    else:
+        batches = list(data)
+        if not batches:
+            raise ConfigError(
+                "no record batches given: pass a pyarrow.Table or a non-empty iterable of batches"
+            )
+        table = pa.Table.from_batches(batches)
+    return without_view_types(table)
 
 
 def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:

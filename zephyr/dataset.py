@@ -30,6 +30,7 @@ from zephyr.dataset_args import (
     sort_boundaries,
 )
 from zephyr.errors import ConfigError
+from zephyr.io.casting import without_view_types
 from zephyr.ops import (
     Deduplicate,
     Filter,
@@ -187,7 +188,9 @@ def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quaran
 
 
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
-    """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run)."""
+    """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run); view-typed
+    columns become plain ones (``zephyr.io.casting.without_view_types``: Arrow can neither slice nested views
+    for Parquet nor select rows of any view)."""
     if isinstance(data, pa.RecordBatch):
         table = pa.Table.from_batches([data])
     elif isinstance(data, pa.Table):
@@ -196,7 +199,7 @@ def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, nu
         table = pa.Table.from_batches(list(data))
     if num_shards < 1:
         raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
-    return Dataset((FromTable(table, num_shards),))
+    return Dataset((FromTable(without_view_types(table), num_shards),))
 
 
 def from_items(items: Iterable[dict], *, num_shards: int = 1) -> Dataset:

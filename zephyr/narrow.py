@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
+from zephyr.io.casting import without_view_types
 from zephyr.io.quarantine import QUARANTINE_SCHEMA, REJECT_REASON
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
@@ -81,8 +82,9 @@ def run_narrow(
     shard_index: int = 0,
 ) -> Iterator[pa.Table]:
     """Apply ``ops`` in order to each table; ``where`` names the shard in error messages, ``shard_index``
-    numbers it (the high bits of ``with_row_index``)."""
-    stream: Iterable[pa.Table] = tables
+    numbers it (the high bits of ``with_row_index``). View-typed columns are cast to plain ones as they come
+    in, and as batch functions return them (``without_view_types``): no op can select rows of a view."""
+    stream: Iterable[pa.Table] = map(without_view_types, tables)
     for op, count in zip(ops, counters):
         if isinstance(op, WithRowIndex):  # the one op that needs to know which shard it runs on
             stream = _apply_row_index(stream, op, count, shard_index)
@@ -286,7 +288,7 @@ def _batch_output(
             "BatchOutput or None"
         )
     count.rows_out += result.num_rows
-    return result, accounted + result.num_rows
+    return without_view_types(result), accounted + result.num_rows
 
 
 def _count_unnamed(count: OpCounters, rows: int) -> None:

@@ -1,5 +1,5 @@
 """Every command that reads a text column refuses one that does not hold strings, in one line naming the file and
-the column, before any task runs; string, large_string and null-typed (all-null) columns are text."""
+the column, before any task runs; string, large_string, string_view and null-typed (all-null) columns are text."""
 
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def test_other_text_column_name(tmp_path, tokenizer_json):
     [
         pytest.param(pa.array([GOOD, None, "short"], pa.string()), id="string"),
         pytest.param(pa.array([GOOD, None, "short"], pa.large_string()), id="large_string"),
+        pytest.param(pa.array([GOOD, None, "short"], pa.string_view()), id="string_view"),
         pytest.param(pa.nulls(3), id="null-typed"),
     ],
 )

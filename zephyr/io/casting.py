@@ -25,6 +25,7 @@ __all__ = [
     "conform",
     "SchemaConflict",
     "normalize_view_types",
+    "without_view_types",
     "is_string_like",
     "is_binary_like",
     "is_list_like",
@@ -124,18 +125,49 @@ def promote_schemas(a: pa.Schema, b: pa.Schema) -> pa.Schema:
     return pa.schema(_merge_fields(list(a), list(b)), metadata=a.metadata)
 
 
-def normalize_view_types(t: pa.DataType) -> pa.DataType:
-    """``string_view``/``binary_view`` (what Vortex hands back) as ``string``/``binary``, recursively."""
+def normalize_view_types(t: pa.DataType, *, large: bool = False) -> pa.DataType:
+    """``string_view``/``binary_view`` (what Vortex hands back) as ``string``/``binary``, recursively;
+    ``large``: as ``large_string``/``large_binary``."""
     if pat.is_string_view(t):
-        return pa.string()
+        return pa.large_string() if large else pa.string()
     if pat.is_binary_view(t):
-        return pa.binary()
+        return pa.large_binary() if large else pa.binary()
     if is_list_like(t):
-        field = t.value_field.with_type(normalize_view_types(t.value_type))
+        field = t.value_field.with_type(normalize_view_types(t.value_type, large=large))
         return pa.large_list(field) if pat.is_large_list(t) else pa.list_(field)
     if pat.is_struct(t):
-        return pa.struct([f.with_type(normalize_view_types(f.type)) for f in t])
+        return pa.struct([f.with_type(normalize_view_types(f.type, large=large)) for f in t])
     return t
+
+
+def _has_view(t: pa.DataType) -> bool:
+    if pat.is_string_view(t) or pat.is_binary_view(t):
+        return True
+    if is_list_like(t):
+        return _has_view(t.value_type)
+    return pat.is_struct(t) and any(_has_view(f.type) for f in t)
+
+
+def without_view_types(data: pa.Table) -> pa.Table:
+    """``data`` with its ``string_view``/``binary_view`` columns (at any depth) cast to ``string``/``binary``,
+    or to the large types when a chunk holds more than 2 GiB; ``data`` itself when it has none.
+
+    Arrow has no take or filter kernel for view types (pyarrow 26: "Function 'array_take' has no kernel
+    matching input types (string_view, ...)"), so every step that selects rows (a filter, a sort, a dedup's
+    keep mask, setting quarantined rows aside) would fail on them far from where they came in. They come from
+    ``from_arrow`` tables, Parquet files written with an Arrow schema that has them, and batch functions."""
+    schema = data.schema
+    if not any(map(_has_view, schema.types)):  # the common case: a type check per column, no copy
+        return data
+
+    def plain(large: bool) -> pa.Schema:
+        fields = [f.with_type(normalize_view_types(f.type, large=large)) for f in schema]
+        return pa.schema(fields, schema.metadata)
+
+    try:
+        return data.cast(plain(large=False))
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):  # offsets overflow int32: more than 2 GiB in a chunk
+        return data.cast(plain(large=True))
 
 
 def conform(
