@@ -74,7 +74,10 @@ def keep_ranks(table: pa.Table, id_column: str | None, priority_column: str | No
 
 
 def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
-    """Dense-enough rank of a column (equal values share a rank; nulls last)."""
+    """Dense-enough rank of a column (equal values share a rank; nulls last). A dictionary-encoded column
+    (a categorical id) ranks by its values: Arrow's rank has no dictionary kernel."""
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
     return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)
 
 

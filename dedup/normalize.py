@@ -36,6 +36,8 @@ _DIGIT = r"\p{Nd}"
 
 
 def _as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    if pa.types.is_dictionary(values.type):  # dictionary-encoded text (a categorical): its values
+        values = values.cast(values.type.value_type)
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
         return values
     if pa.types.is_string_view(values.type) or pa.types.is_null(values.type):
