@@ -178,7 +178,10 @@ def _merge_hash(heads: list[_Head], name: str) -> Iterator[pa.Table]:
 
 
 def _equal_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
-    return a.rows()[0] == b.rows()[0]
+    """Whether two one-row key frames are equal as the sort orders them: NaN equals NaN, null equals null.
+    Python's ``==`` on the rows' tuples says NaN != NaN, so a source whose last key was NaN never read on and
+    the merge looped forever."""
+    return a.equals(b)
 
 
 def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:

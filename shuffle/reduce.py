@@ -152,6 +152,7 @@ class ConcatReducer:
 
 _LEFT_ROW = "__zephyr_left_row"
 _RIGHT_ROW = "__zephyr_right_row"
+_CONSTANT_KEY = "__zephyr_constant_key"
 _JOIN_SLICE_BYTES = 16 << 20
 """Output bytes per slice of an inner/left join (at one match per left row): bounds what a one-to-many join
 holds in memory, and the batches the next op sees."""
@@ -198,6 +199,14 @@ class JoinReducer:
             if name not in right.columns:
                 raise SchemaError(f"join key {name!r} not in the right dataset; columns: {right.columns}")
         left, right = _align_key_types(left, right, self.left_on, self.right_on)
+        left_on, right_on = list(self.left_on), list(self.right_on)
+        if len(left_on) == 1 and left.schema[left_on[0]].is_float():
+            # polars 2.1 joins one key that both sides flag sorted (a one-row partition always is) by merging,
+            # and that merge never matches NaN with NaN; its multi-key join does, as duckdb does. A constant
+            # second key takes that path and changes no match.
+            left = left.with_columns(pl.lit(0, pl.UInt8).alias(_CONSTANT_KEY))
+            right = right.with_columns(pl.lit(0, pl.UInt8).alias(_CONSTANT_KEY))
+            left_on, right_on = [*left_on, _CONSTANT_KEY], [*right_on, _CONSTANT_KEY]
         how = {"inner": "inner", "left": "left", "right": "right", "outer": "full"}[self.how]
         # Inner and left joins go slice by slice of the left side: a one-to-many join (every pair of a
         # candidate list joined with its text) would otherwise hold the partition's whole output at once.
@@ -206,15 +215,15 @@ class JoinReducer:
         for start in range(0, max(1, left.height), step):
             joined = left.slice(start, step).join(
                 right,
-                left_on=list(self.left_on),
-                right_on=list(self.right_on),
+                left_on=left_on,
+                right_on=right_on,
                 how=how,
                 suffix=self.suffix,
                 coalesce=True,
                 nulls_equal=False,
             )
             joined = joined.sort([_LEFT_ROW, _RIGHT_ROW], nulls_last=True, maintain_order=True)
-            yield joined.drop([_LEFT_ROW, _RIGHT_ROW]).to_arrow()
+            yield joined.drop([_LEFT_ROW, _RIGHT_ROW, _CONSTANT_KEY], strict=False).to_arrow()
 
 
 def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -199,3 +200,92 @@ def test_uint64_keys_above_int64_range():
     assert got.to_pylist() == [{"h": 5, "total": 3}, {"h": 2**63, "total": 2}, {"h": 2**64 - 1, "total": 5}]
     joined = ds.join(ds.deduplicate("h").select("h"), on="h", num_partitions=2).count(**RUN)
     assert joined == 4
+
+
+@st.composite
+def float_key_tables(draw, max_rows=200):
+    """Random tables keyed on a float with NaN, ±inf, ±0.0 and nulls (NaN sorts after every number and equals
+    itself, as in duckdb and polars; a merge that took NaN != NaN looped forever on it)."""
+    n = draw(st.integers(0, max_rows))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    pool = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.25, 3.0])
+    keys = pool[rng.integers(0, len(pool), n)]
+    nulls = rng.random(n) < 0.1
+    return pa.table({"f": pa.array(keys, mask=nulls, type=pa.float64()), "row": pa.array(np.arange(n), pa.int64())})
+
+
+def _nan_safe(rows: list) -> list:
+    """Rows (tuples or values) with NaN as a marker string: Python's NaN != NaN would fail equal lists."""
+    def fix(x):
+        return "NaN" if isinstance(x, float) and np.isnan(x) else x
+
+    return [tuple(map(fix, r)) if isinstance(r, tuple) else fix(r) for r in rows]
+
+
+@SETTINGS
+@given(
+    float_key_tables(),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.booleans(),
+    st.sampled_from(["inner", "left", "right", "outer"]),
+)
+def test_float_keys_with_nan_sort_group_deduplicate_and_join(table, shards, partitions, descending, how):
+    ds = zephyr.from_arrow(table, num_shards=shards)
+    direction = "desc" if descending else "asc"
+    got = ds.sort("f", descending=descending, num_partitions=partitions).to_arrow(**RUN)
+    if not table.num_rows:  # an empty shuffle result has no rows to say its schema with
+        assert got.num_rows == 0 and ds.group_by("f", num_partitions=partitions).count().count(**RUN) == 0
+        return
+    want = _duck(f"select f from t order by f {direction} nulls last, row", t=table)
+    assert _nan_safe(got.column("f").to_pylist()) == _nan_safe(want.column("f").to_pylist())
+
+    def ordered(t: pa.Table, cols: list[str]) -> list[tuple]:
+        rows = _nan_safe([tuple(r[c] for c in cols) for r in t.select(cols).to_pylist()])
+        return sorted(rows, key=lambda r: tuple((x is None, str(x)) for x in r))
+
+    counted = ds.group_by("f", num_partitions=partitions).count().to_arrow(**RUN)
+    want = _duck("select f, count(*) as count from t group by f", t=table)
+    assert ordered(counted, ["f", "count"]) == ordered(want, ["f", "count"])
+    firsts = ds.deduplicate("f", num_partitions=partitions).to_arrow(**RUN)
+    want = _duck("select f, min(row) as row from t group by f", t=table)
+    assert ordered(firsts, ["f", "row"]) == ordered(want, ["f", "row"])
+    other = table.rename_columns(["f", "row2"]).filter(pa.compute.less(table["row"], max(1, table.num_rows // 2)))
+    joined = ds.join(zephyr.from_arrow(other, num_shards=2), on="f", how=how, num_partitions=partitions)
+    sql_how = {"inner": "inner", "left": "left", "right": "right", "outer": "full outer"}[how]
+    key = "coalesce(b.f, a.f)" if how == "right" else "coalesce(a.f, b.f)"  # the kept side's key: -0.0 or 0.0
+    want = _duck(f"select {key} as f, a.row, b.row2 from t a {sql_how} join o b on a.f = b.f", t=table, o=other)
+    got = joined.to_arrow(**RUN)
+    if got.num_rows == 0:
+        assert want.num_rows == 0
+    else:
+        assert sorted(got.column_names) == ["f", "row", "row2"]  # the helper key of a float join is gone
+        assert ordered(got, ["f", "row", "row2"]) == ordered(want, ["f", "row", "row2"])
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "outer"])
+@pytest.mark.parametrize(
+    "left, right, shards",
+    [([np.nan], [np.nan], 1), ([-2.25, np.nan], [-2.25, np.nan], 2), ([None, np.nan], [np.nan], 2)],
+)
+def test_nan_keys_match_in_one_row_partitions(left, right, shards, how):
+    """The shapes that lost NaN matches: one-row partitions (polars flags them sorted and merge-joins them)."""
+    lt = pa.table({"f": pa.array(left, pa.float64()), "row": pa.array(range(len(left)), pa.int64())})
+    rt = pa.table({"f": pa.array(right, pa.float64()), "row2": pa.array(range(len(right)), pa.int64())})
+    got = zephyr.from_arrow(lt, num_shards=shards).join(
+        zephyr.from_arrow(rt, num_shards=shards), on="f", how=how, num_partitions=1
+    ).to_arrow(**RUN)
+    pairs = {(r["row"], r["row2"]) for r in got.to_pylist()}
+    same = _nan_safe(left), _nan_safe(right)  # NaN equals NaN; null matches nothing
+    matched = {(i, j) for i, a in enumerate(same[0]) for j, b in enumerate(same[1]) if a is not None and a == b}
+    assert {p for p in pairs if None not in p} == matched
+
+
+@pytest.mark.timeout(120)
+def test_sort_on_nan_keys_ends():
+    """A source whose last key is NaN: the merge took NaN != NaN, so that source never read on and the merge
+    looped forever (shard 0 sorts to [1.0, NaN], shard 1 to [2.0, 3.0])."""
+    table = pa.table({"f": pa.array([1.0, np.nan, 3.0, 2.0], pa.float64())})
+    for shards, partitions in [(2, None), (2, 1), (1, 2)]:
+        got = zephyr.from_arrow(table, num_shards=shards).sort("f", num_partitions=partitions)
+        assert _nan_safe(got.to_arrow(executor="inprocess").column("f").to_pylist()) == [1.0, 2.0, 3.0, "NaN"]
