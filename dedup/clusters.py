@@ -75,7 +75,10 @@ def keep_ranks(table: pa.Table, id_column: str | None, priority_column: str | No
 
 def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
     """Dense-enough rank of a column (equal values share a rank; nulls last). A dictionary-encoded column
-    (a categorical id) ranks by its values: Arrow's rank has no dictionary kernel."""
+    (a categorical id) ranks by its values, and a null-typed one ties every row: Arrow's rank has no kernel
+    for either type."""
+    if pa.types.is_null(column.type):  # no value at all (an all-null id in JSONL): every row ties
+        return np.zeros(len(column), dtype=np.int64)
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
     return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)

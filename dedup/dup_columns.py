@@ -74,7 +74,8 @@ class Finish:
             return table
         valid = pc.is_valid(table[self.text_column])
         own = table[self.id_column] if self.id_column is not None else table[ROW]
-        lone = pc.and_(pc.is_null(table[CLUSTER]), valid)
+        # a row in no cluster has no SIZE; its CLUSTER may be null in a cluster too (a kept row without an id)
+        lone = pc.and_(pc.is_null(table[SIZE]), valid)
         cluster = pc.if_else(lone, own.cast(table.schema.field(CLUSTER).type), table[CLUSTER])
         size = pc.if_else(lone, pa.scalar(1, pa.int64()), table[SIZE].cast(pa.int64()))
         keep = pc.fill_null(table[KEEP], True)
@@ -161,7 +162,10 @@ def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None)
 
 
 def _null_safe_equal(a: Any, b: Any) -> Any:
-    return pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    if pa.types.is_null(a.type) or pa.types.is_null(b.type):  # a null-typed id: Arrow has no equal kernel
+        return both_null
+    return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
 
 
 def group_keepers(
