@@ -248,7 +248,10 @@ def checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
     """``shard_size`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
     shard_bytes = parse_bytes(shard_size)
     if shard_bytes < _MIN_SHARD_BYTES:
-        raise ConfigError(f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r}")
+        raise ConfigError(
+            f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r} ({shard_bytes} bytes); "
+            "give a larger size, e.g. 64MiB (--shard-bytes / shard_size=)"
+        )
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
     return shard_bytes

@@ -737,3 +737,29 @@ def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
     )
     expected = "[] None" if user_threads is None else "['fastokens-0'] 2"
     assert out == expected
+
+
+@pytest.mark.parametrize(
+    "shard_size, batch_rows, message",
+    [
+        ("1KB", 16, r"shard_size must be at least 1024 bytes, got '1KB' \(1000 bytes\); give a larger size"),
+        (100, 16, r"at least 1024 bytes, got 100 \(100 bytes\)"),
+        ("4KB", 0, r"batch_rows must be >= 1, got 0"),
+    ],
+)
+def test_too_small_shards_and_batches_are_refused_before_any_work(
+    tmp_path: Path, bpe_tokenizer: Path, shard_size, batch_rows, message
+):
+    """'1KB' is 1000 bytes (decimal, as everywhere in zephyr): the message says so, not just the limit."""
+    from zephyr.errors import ConfigError
+
+    pq.write_table(pa.table({"text": ["a b c"]}), tmp_path / "in.parquet")
+    with pytest.raises(ConfigError, match=message):
+        write_token_shards(
+            str(tmp_path / "in.parquet"),
+            tokenizer=str(bpe_tokenizer),
+            output=str(tmp_path / "out"),
+            shard_size=shard_size,
+            batch_rows=batch_rows,
+        )
+    assert not (tmp_path / "out").exists()
