@@ -15,6 +15,8 @@ from zephyr.dedup import exact_dedup, exact_dedup_dataset, fuzzy_dedup, fuzzy_de
 
 import zephyr
 
+from ..dedup_stats import dedup_counts
+
 TEXT = "The river runs through the old town and the market sits beside it on the eastern bank. " * 3
 PLAIN = pa.table(
     {
@@ -30,10 +32,6 @@ def _encoded(columns: list[str]) -> pa.Table:
     return pa.table(
         {n: PLAIN[n].dictionary_encode() if n in columns else PLAIN[n] for n in PLAIN.column_names}
     )
-
-
-def _counts(stats: dict) -> dict:
-    return {k: v for k, v in stats.items() if not k.endswith("_s") and k != "seconds"}
 
 
 DEDUPS = {
@@ -53,7 +51,7 @@ def test_dictionary_columns_dedup_as_their_values(dedup: str, columns: list[str]
     assert encoded.table.select(kept).to_pylist() == plain.table.select(kept).to_pylist()
     for name in set(columns) & set(plain.table.column_names):
         assert encoded.table[name].to_pylist() == plain.table[name].to_pylist()
-    assert _counts(encoded.stats) == _counts(plain.stats)
+    assert dedup_counts(encoded.stats) == dedup_counts(plain.stats)
 
 
 def test_exact_dedup_removes_the_same_rows_from_a_categorical_id():

@@ -22,6 +22,7 @@ from zephyr.tokenize import write_token_shards
 import zephyr
 from zephyr.io.casting import without_view_types
 
+from ..dedup_stats import dedup_counts
 from .conftest import GOOD
 
 PLAIN = pa.table(
@@ -64,11 +65,6 @@ def test_view_columns_are_cast_to_plain_types_at_any_depth():
     assert out.schema.equals(PLAIN.schema)
     assert out.to_pylist() == PLAIN.to_pylist()
     assert without_view_types(PLAIN) is PLAIN  # nothing to cast: no copy
-
-
-def _counts(stats: dict) -> dict:
-    """A dedup's stats without its timings (``*_s``)."""
-    return {k: v for k, v in stats.items() if not k.endswith("_s") and k != "seconds"}
 
 
 STEPS = {
@@ -116,7 +112,7 @@ def test_parquet_file_with_view_types_filters_and_sorts(tmp_path: Path, executor
 def test_dedup_functions_give_the_same_result_on_views(dedup):
     plain, views = dedup(PLAIN), dedup(VIEWS)
     assert views.table.to_pylist() == plain.table.to_pylist()
-    assert _counts(views.stats) == _counts(plain.stats)
+    assert dedup_counts(views.stats) == dedup_counts(plain.stats)
     assert dedup(VIEWS.to_batches()[0]).table.to_pylist() == plain.table.to_pylist()  # a record batch too
 
 
