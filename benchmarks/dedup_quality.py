@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {
     "default (word 5-grams, 14×8, verified, anchored)": FuzzyDedupConfig(threshold=0.8),
     "14×8, verified, connected components": FuzzyDedupConfig(threshold=0.8, clusters="components"),
-    "14×8, no verification, anchored": FuzzyDedupConfig(threshold=0.8, bands=14, rows_per_band=8, verify=False),
+    "14×8, no verification, anchored": FuzzyDedupConfig(
+        threshold=0.8, bands=14, rows_per_band=8, verify=False
+    ),
     "14×8, no verification, components": FuzzyDedupConfig(
         threshold=0.8, bands=14, rows_per_band=8, verify=False, clusters="components"
     ),

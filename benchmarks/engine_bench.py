@@ -628,7 +628,9 @@ def profile(args: argparse.Namespace) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
-def print_run(rep: int, repeat: int, workload: str, engine: str, run: dict, *, widths: tuple[int, int] = (20, 18)):
+def print_run(
+    rep: int, repeat: int, workload: str, engine: str, run: dict, *, widths: tuple[int, int] = (20, 18)
+):
     """The progress line of one measured run: wall time, peak RSS of the process tree and of its largest
     process, and the output check (``widths``: of the workload and engine columns)."""
     wide_workload, wide_engine = widths

@@ -52,17 +52,23 @@ def main() -> int:
     shingles = shingle_hashes(pa.array(docs, pa.large_string()), n=5)
     if args.device == "cpu":
         torch.set_num_threads(2)
-    first = type(shingles)(shingles.hashes[: shingles.offsets[1]], shingles.offsets[:2])  # one document: warm-up
+    first = type(shingles)(
+        shingles.hashes[: shingles.offsets[1]], shingles.offsets[:2]
+    )  # one document: warm-up
     rows = []
     for scheme in ("affine64", "mersenne61"):
         perms = make_permutations(args.num_perm, seed=1, scheme=scheme)
         signatures(first, perms)  # load the kernel
         cpu_s, ref = _best_of(args.repeat, lambda perms=perms: signatures(shingles, perms))
         signatures_torch(first, perms, device=args.device)
-        torch_s, got = _best_of(args.repeat, lambda perms=perms: signatures_torch(shingles, perms, device=args.device))
+        torch_s, got = _best_of(
+            args.repeat, lambda perms=perms: signatures_torch(shingles, perms, device=args.device)
+        )
         equal = bool(np.array_equal(ref, got))
         rows.append((scheme, cpu_s, torch_s, equal))
-        print(f"{scheme}: kernel {cpu_s:.3f} s, torch[{args.device}] {torch_s:.3f} s, equal {equal}", flush=True)
+        print(
+            f"{scheme}: kernel {cpu_s:.3f} s, torch[{args.device}] {torch_s:.3f} s, equal {equal}", flush=True
+        )
     n = len(shingles.hashes)
     text = [
         f"\n### MinHash signatures per device — {datetime.date.today()}, {machine()}, torch {torch.__version__}\n",
@@ -75,7 +81,9 @@ def main() -> int:
     ]
     for scheme, cpu_s, torch_s, equal in rows:
         per = torch_s / (n * args.num_perm) * 1e9
-        text.append(f"| {scheme} | {cpu_s:.3f} | {torch_s:.3f} | {torch_s / cpu_s:.1f}× | {per:.2f} | {equal} |")
+        text.append(
+            f"| {scheme} | {cpu_s:.3f} | {torch_s:.3f} | {torch_s / cpu_s:.1f}× | {per:.2f} | {equal} |"
+        )
     publish("\n".join(text) + "\n", append=not args.no_append)
     return 0 if all(r[3] for r in rows) else 1
 

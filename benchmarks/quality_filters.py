@@ -53,7 +53,10 @@ def _ratio(r: float) -> str:
 
 
 def _lid_model() -> Path | None:
-    for p in (Path("/work/corpus/small/models/lid.176.ftz"), Path.home() / ".cache/zephyr/models/lid.176.ftz"):
+    for p in (
+        Path("/work/corpus/small/models/lid.176.ftz"),
+        Path.home() / ".cache/zephyr/models/lid.176.ftz",
+    ):
         if p.is_file():
             return p
     return None
@@ -69,7 +72,12 @@ def run_datatrove(docs: pa.Table, venv: Path, peer_limit: int) -> tuple[dict, pa
     sub = docs.take(pa.array(range(0, docs.num_rows, step))[:peer_limit]).select(["id", "text"])
     with tempfile.TemporaryDirectory(prefix="zephyr-dt-filters-") as tmp:
         pq.write_table(sub, Path(tmp) / "docs.parquet")
-        cmd = [str(py), str(REPO / "benchmarks/peers/datatrove_filters.py"), f"{tmp}/docs.parquet", f"{tmp}/out"]
+        cmd = [
+            str(py),
+            str(REPO / "benchmarks/peers/datatrove_filters.py"),
+            f"{tmp}/docs.parquet",
+            f"{tmp}/out",
+        ]
         model = _lid_model()
         if model is not None:
             cmd += ["--lid-model", str(model)]
@@ -112,7 +120,9 @@ def main() -> None:
                 kept.update(o["id"].to_pylist())
             zephyr_keep[key] = kept
             zephyr_rate[key] = docs.num_rows / dt
-        rows.append(f"| {label} | {docs.num_rows} | {mb:.1f} | {dt:.1f} | {docs.num_rows / dt:,.0f} | {mb / dt:.2f} |")
+        rows.append(
+            f"| {label} | {docs.num_rows} | {mb:.1f} | {dt:.1f} | {docs.num_rows / dt:,.0f} | {mb / dt:.2f} |"
+        )
         print(rows[-1], flush=True)
         return dt
 
@@ -120,11 +130,16 @@ def main() -> None:
     for name in FILTERS:
         fams = build_rule_families(name)
         timed(f"filter {name}", lambda t, f=fams: apply_filters(t, f).kept, key=name)
-    timed("langid (lid.176, max_chars=10000)", lambda t: identify_language(t.rename_columns(["id", "text", "source", "claimed"])))
+    timed(
+        "langid (lid.176, max_chars=10000)",
+        lambda t: identify_language(t.rename_columns(["id", "text", "source", "claimed"])),
+    )
     timed(
         "langid + keep en (score ≥ 0.65)",
         lambda t: filter_language(
-            identify_language(t.rename_columns(["id", "text", "source", "claimed"])), ["en"], min_score=LID_MIN_SCORE
+            identify_language(t.rename_columns(["id", "text", "source", "claimed"])),
+            ["en"],
+            min_score=LID_MIN_SCORE,
         )[0],
         key="langid_en",
     )
@@ -141,8 +156,10 @@ def main() -> None:
             print(json.dumps({k: v.get("drop_reasons") for k, v in summary["filters"].items()}), flush=True)
             ids = keep["id"].to_pylist()
             en = set(docs.filter(pc.equal(docs["lang"], "en"))["id"].to_pylist())
-            peer_note = (f"datatrove {summary['datatrove']} ran on {summary['docs']} of the {docs.num_rows} docs "
-                         f"(every {docs.num_rows // summary['docs']}th, {summary['mb']:.1f} MB)")
+            peer_note = (
+                f"datatrove {summary['datatrove']} ran on {summary['docs']} of the {docs.num_rows} docs "
+                f"(every {docs.num_rows // summary['docs']}th, {summary['mb']:.1f} MB)"
+            )
             for why in summary["skipped"].values():
                 peer_note += f"; skipped LID: {why}"
             for name in (*FILTERS, "langid_en"):
@@ -177,7 +194,9 @@ def main() -> None:
             "Side by side (docs/s; agreement = share of the common docs both keep or both drop, all docs and "
             "claimed-`en` docs only; kept = zephyr / datatrove on the common docs):\n",
             "| filter | zephyr docs/s | datatrove docs/s | datatrove MB/s | speedup | agreement | agreement (en) | kept z / dt | defaults that differ |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|", *side, "",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            *side,
+            "",
             "zephyr stages alone:\n",
         ]
     out += ["| stage | docs | MB | seconds | docs/s | MB/s |", "|---|---:|---:|---:|---:|---:|", *rows]
@@ -212,7 +231,9 @@ def main() -> None:
     out += [
         "\nLID agreement with the claimed `lang` (handbook, manpages, kernel_docs; claimed labels are partly "
         "untranslated English, so disagreement is often the label's fault — see the 'predicted en' column):\n",
-        "| claimed | docs | agree | predicted en |", "|---|---:|---:|---:|", *agree_rows,
+        "| claimed | docs | agree | predicted en |",
+        "|---|---:|---:|---:|",
+        *agree_rows,
         f"\nQuality classifier (fastText, corpus quality/ train → test): train {train_s:.1f} s, "
         f"precision {rep['precision']}, recall {rep['recall']}, F1 {rep['f1']}, AUC {rep['auc']} "
         f"on {rep['rows']} held-out docs.\n",

@@ -40,7 +40,14 @@ from zephyr.dedup.config import ExactDedupConfig, check_mode
 from zephyr.dedup.hashing import xxh3_128_array
 from zephyr.dedup.normalize import normalize_text
 
-__all__ = ["exact_dedup", "paragraph_dedup", "document_hashes", "group_labels", "split_paragraphs", "join_paragraphs"]
+__all__ = [
+    "exact_dedup",
+    "paragraph_dedup",
+    "document_hashes",
+    "group_labels",
+    "split_paragraphs",
+    "join_paragraphs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +137,9 @@ def join_paragraphs(
     """Each document's text rebuilt from its paragraphs without the ``removed`` ones (null texts stay null)."""
     n = len(lengths)
     kept = pc.filter(values, pa.array(~removed))
-    kept_per_doc = lengths - np.bincount(
-        np.repeat(np.arange(n), lengths)[removed], minlength=n
-    ).astype(np.int64)
+    kept_per_doc = lengths - np.bincount(np.repeat(np.arange(n), lengths)[removed], minlength=n).astype(
+        np.int64
+    )
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(kept_per_doc, out=offsets[1:])
     joined = pc.binary_join(

@@ -20,7 +20,10 @@ from typing import Any
 
 __all__ = ["NUMBA_ENABLED", "LazyKernels"]
 
-NUMBA_ENABLED = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in ("", "0")
+NUMBA_ENABLED = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in (
+    "",
+    "0",
+)
 
 
 class LazyKernels:
@@ -43,5 +46,7 @@ class LazyKernels:
             import numba
 
             for name in self._names:
-                self._namespace[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(self._namespace[name])
+                self._namespace[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(
+                    self._namespace[name]
+                )
             self.compiled = True

@@ -78,8 +78,15 @@ def account(entry: StepEntry, outcome: Any, input_rows: int | None, input_files:
     elif entry.type in DATA_STEPS:
         record.update(_data_rows(entry, outcome, input_rows, engine_stages))
     else:
-        record.update(rows_in=0, rows_kept=0, rows_dropped=0, dropped_by_reason={}, rows_quarantined=0,
-                      bytes_out=0, balanced=True)
+        record.update(
+            rows_in=0,
+            rows_kept=0,
+            rows_dropped=0,
+            dropped_by_reason={},
+            rows_quarantined=0,
+            bytes_out=0,
+            balanced=True,
+        )
     return record
 
 
@@ -94,7 +101,10 @@ def _tokenize_rows(entry: StepEntry, outcome: Any, input_rows: int | None) -> di
     per_source = outcome.extra.get("per_source", {})
     return {
         "per_source": {"out": {k: int(v["documents"]) for k, v in per_source.items()}},
-        "rows_in": input_rows, "rows_kept": kept, "rows_dropped": 0, "dropped_by_reason": {},
+        "rows_in": input_rows,
+        "rows_kept": kept,
+        "rows_dropped": 0,
+        "dropped_by_reason": {},
         "rows_quarantined": 0,
         "bytes_out": file_bytes([str(p) for p in Path(outcome.extra["shards_dir"]).glob("shard-*")]),
         "balanced": True,

@@ -30,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         epilog="\n\n".join(doc.split("\n\n")[1:]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("pipeline", metavar="PIPELINE", help="pipeline YAML, or a built-in name: quickstart, web, code")
+    parser.add_argument(
+        "pipeline", metavar="PIPELINE", help="pipeline YAML, or a built-in name: quickstart, web, code"
+    )
     parser.add_argument("--job-dir", default=None, help="job folder (default: ./out/<pipeline name>)")
     parser.add_argument(
         "--set",
@@ -40,10 +42,18 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         metavar="KEY=VALUE",
         help="override a config key: steps.NAME.KEY=VALUE (or steps.INDEX.KEY), or a top-level KEY=VALUE",
     )
-    parser.add_argument("--from", dest="from_step", default=None, metavar="STEP", help="rerun from this pipeline step on")
-    parser.add_argument("--until", dest="until_step", default=None, metavar="STEP", help="stop after this pipeline step")
-    parser.add_argument("--check", action="store_true", help="validate the config and list its steps; run nothing")
-    parser.add_argument("--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report")
+    parser.add_argument(
+        "--from", dest="from_step", default=None, metavar="STEP", help="rerun from this pipeline step on"
+    )
+    parser.add_argument(
+        "--until", dest="until_step", default=None, metavar="STEP", help="stop after this pipeline step"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="validate the config and list its steps; run nothing"
+    )
+    parser.add_argument(
+        "--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report"
+    )
     parser.set_defaults(func=handler)
 
 

@@ -387,9 +387,7 @@ def _check_order(entries: list[StepEntry], errors: list[str]) -> None:
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         if entry.name in seen:
-            errors.append(
-                f"steps[{i}].name: {entry.name!r} is already the name of steps[{seen[entry.name]}]"
-            )
+            errors.append(f"steps[{i}].name: {entry.name!r} is already the name of steps[{seen[entry.name]}]")
         seen[entry.name] = i
     active = [(i, e) for i, e in enumerate(entries) if e.enabled]
     if not active or active[0][1].type not in SOURCE_STEPS:

@@ -74,7 +74,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-
 def _hash64(values: pa.Array) -> np.ndarray:
     """A stable 64-bit hash of each string, vectorized: the dedup kernels' polynomial span hash of its bytes,
     mixed with its length by ``fmix64`` (``zephyr.dedup.hashing``). Only orders rows; no security role."""
@@ -315,9 +314,7 @@ def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
     return outcome
 
 
-def dedup_examples(
-    ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str
-) -> None:
+def dedup_examples(ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str) -> None:
     """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
     path = merge_dedup_examples(ctx.step_dir, shingle=shingle, ngram=ngram, normalize=normalize)
     outcome.extra["examples"] = str(path)

@@ -82,7 +82,9 @@ def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.nd
         order
     ]
     rank = np.asarray(keys.column(RANK))[order]
-    ids = np.asarray(pc.dictionary_encode(keys.column(ROW_ID).combine_chunks()).indices, dtype=np.int64)[order]
+    ids = np.asarray(pc.dictionary_encode(keys.column(ROW_ID).combine_chunks()).indices, dtype=np.int64)[
+        order
+    ]
     new_group = np.ones(n, dtype=bool)
     new_group[1:] = group[1:] != group[:-1]
     repeat = np.zeros(n, dtype=bool)

@@ -102,14 +102,29 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """1. Steps: rows, bytes, time, resumed tasks, balance."""
     blocks: list[Block] = [("h", 2, "Steps")]
-    header = ["#", "step", "type", "rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out",
-              "seconds", "tasks (resumed)", "status", "balanced"]
+    header = [
+        "#",
+        "step",
+        "type",
+        "rows in",
+        "kept",
+        "dropped",
+        "quarantined",
+        "bytes in",
+        "bytes out",
+        "seconds",
+        "tasks (resumed)",
+        "status",
+        "balanced",
+    ]
     rows = []
     for s in steps:
         is_rows = s["type"] in DATA_STEPS or s["type"] == "tokenize"
         rows.append(
             [
-                str(s["index"]), s[STEP], s["type"],
+                str(s["index"]),
+                s[STEP],
+                s["type"],
                 _n(s["rows_in"]) if is_rows else "–",
                 _n(s["rows_kept"]) if is_rows else "–",
                 _n(s["rows_dropped"]) if is_rows else "–",
@@ -138,11 +153,15 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         parts = []
         for s, n in rewritten:
             removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
-            parts.append(f"`{s[STEP]}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
-                         + (f" ({_n(removed)} bytes removed)" if removed else ""))
+            parts.append(
+                f"`{s[STEP]}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+                + (f" ({_n(removed)} bytes removed)" if removed else "")
+            )
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
     total_seconds = sum(s["seconds"] for s in steps)
-    blocks.append(("p", f"Total step time: {total_seconds:.1f} s (steps skipped in this run show their original time)."))
+    blocks.append(
+        ("p", f"Total step time: {total_seconds:.1f} s (steps skipped in this run show their original time).")
+    )
     for name in ("rows", "time"):
         if name in plots:
             blocks.append(("img", plots[name], name))
@@ -185,12 +204,16 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
         if not start:
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
-        where = first[STEP] if key == "per_source" else next(
-            (s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP]
+        where = (
+            first[STEP]
+            if key == "per_source"
+            else next((s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP])
         )
         blocks.append(("p", f"Rows entering `{where}` → rows written by `{last[STEP]}`."))
-        table_rows = [[v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
-                      for v in sorted(start, key=lambda v: -start[v])]
+        table_rows = [
+            [v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
+            for v in sorted(start, key=lambda v: -start[v])
+        ]
         total_in, total_out = sum(start.values()), sum(end.values())
         table_rows.append(["**total**", _n(total_in), _n(total_out), _pct(total_out, total_in)])
         blocks.append(("table", [title, "rows in", "rows kept", "retention"], table_rows))
@@ -214,8 +237,14 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         sizes = {int(k): v for k, v in s.get("cluster_sizes", {}).items()}
         multi = {k: v for k, v in sizes.items() if k > 1}
         lsh = s.get("extra", {}).get("lsh")
-        note = (f" LSH: {lsh['bands']} bands × {lsh['rows']} rows (S-curve midpoint ≈ {lsh['lsh_threshold']}), "
-                f"verified Jaccard ≥ {lsh['threshold']}.") if lsh else ""
+        note = (
+            (
+                f" LSH: {lsh['bands']} bands × {lsh['rows']} rows (S-curve midpoint ≈ {lsh['lsh_threshold']}), "
+                f"verified Jaccard ≥ {lsh['threshold']}."
+            )
+            if lsh
+            else ""
+        )
         blocks.append(
             (
                 "p",
@@ -224,8 +253,13 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
             )
         )
         if sizes:
-            blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"],
-                           [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())]))
+            blocks.append(
+                (
+                    "table",
+                    ["cluster size", "clusters (kept documents)", "documents removed"],
+                    [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())],
+                )
+            )
         if f"clusters_{s[STEP]}" in plots:
             blocks.append(("img", plots[f"clusters_{s[STEP]}"], f"cluster sizes of {s[STEP]}"))
         payload = _examples(s)
@@ -244,7 +278,8 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         tok_note = (
             f" (a {extra.get('vocab_size')}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
             f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the step input)"
-            if trained else ""
+            if trained
+            else ""
         )
         blocks.append(
             (
@@ -256,10 +291,21 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         )
         per = extra.get("per_source", {})
         if per:
-            blocks.append(("table", ["source", "documents", "tokens", "tokens per document"],
-                           [[k, _n(v["documents"]), _n(v["tokens"]),
-                             f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–"]
-                            for k, v in per.items()]))
+            blocks.append(
+                (
+                    "table",
+                    ["source", "documents", "tokens", "tokens per document"],
+                    [
+                        [
+                            k,
+                            _n(v["documents"]),
+                            _n(v["tokens"]),
+                            f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
+                        ]
+                        for k, v in per.items()
+                    ],
+                )
+            )
     return blocks
 
 
@@ -282,11 +328,18 @@ def _train_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
             text += f"; packing {extra['packing']}"
         if extra.get("instances_filtered") is not None:
             text += f"; {_n(extra['instances_filtered'])} samples masked by the instance filter"
-        blocks.append(("p", text + f". Metrics: `{extra.get('log')}`; checkpoints: `{extra.get('checkpoints')}`."))
+        blocks.append(
+            ("p", text + f". Metrics: `{extra.get('log')}`; checkpoints: `{extra.get('checkpoints')}`.")
+        )
         if extra.get("mix_tokens"):
             share = extra.get("mix_share") or {}
-            blocks.append(("table", ["source", "tokens drawn", "share over the last window"],
-                           [[k, _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()]))
+            blocks.append(
+                (
+                    "table",
+                    ["source", "tokens drawn", "share over the last window"],
+                    [[k, _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()],
+                )
+            )
         if "training" in plots:
             blocks.append(("img", plots["training"], "training loss and tokens/s per step"))
     return blocks
@@ -353,14 +406,18 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
             body.append(f"<p>{_inline(block[1])}</p>")
         elif kind == "table":
             head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
-            rows = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in block[2])
+            rows = "".join(
+                "<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in block[2]
+            )
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif kind == "img":
             body.append(_inline_image(base / block[1], block[2]))
         elif kind in (DEDUP, FILTER):
             body.append(examples_html(block))
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
 def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
@@ -374,7 +431,10 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     blocks = build_blocks(stats, plots)
     markdown = job / "report.md"
     page = job / "report.html"
-    for path, text in ((markdown, render_markdown(blocks)), (page, render_html(blocks, f"zephyr: {stats['pipeline']}", base=job))):
+    for path, text in (
+        (markdown, render_markdown(blocks)),
+        (page, render_html(blocks, f"zephyr: {stats['pipeline']}", base=job)),
+    ):
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)

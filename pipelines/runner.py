@@ -155,10 +155,16 @@ class ProgressReporter:
             body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
             if extra.get("mean_tokens_per_s"):
                 body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
-        resumed = f", {record['tasks_resumed']} of {record['tasks']} tasks resumed" if record.get("tasks_resumed") else ""
+        resumed = (
+            f", {record['tasks_resumed']} of {record['tasks']} tasks resumed"
+            if record.get("tasks_resumed")
+            else ""
+        )
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
-        self._write(f"[{position}/{total}] {record[STEP]} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}")
+        self._write(
+            f"[{position}/{total}] {record[STEP]} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
+        )
 
 
 def step_dir_name(index: int, entry: StepEntry) -> str:
@@ -189,7 +195,11 @@ def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
 def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     """The record of a step complete with ``fingerprint`` whose files still exist; None: it must run."""
     stats = _read_step_stats(step_dir)
-    return stats if resume.is_complete(step_dir, fingerprint, stats.get("files", []) if stats else None) else None
+    return (
+        stats
+        if resume.is_complete(step_dir, fingerprint, stats.get("files", []) if stats else None)
+        else None
+    )
 
 
 def _migrate_old_names(step_dir: Path) -> None:
@@ -219,7 +229,9 @@ def _execution_dict(execution: Any) -> dict[str, Any]:
     return out
 
 
-def run_pipeline(config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None, **kwargs: Any):
+def run_pipeline(
+    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None, **kwargs: Any
+):
     """Run (or resume) ``config`` in ``job_dir`` (see ``_run_pipeline``).
 
     With the local executor, one pool of worker processes serves every engine job of every step: a pipeline
@@ -293,19 +305,31 @@ def _run_pipeline(
     job = Path(job_dir).resolve()
     job.mkdir(parents=True, exist_ok=True)
     _write_pipeline_yaml(config, job / "pipeline.yaml")
-    run = _Run(config, job, execution_kw, reporter, len(enabled), resume.files_fingerprint(enabled[0][1].config.paths))
+    run = _Run(
+        config,
+        job,
+        execution_kw,
+        reporter,
+        len(enabled),
+        resume.files_fingerprint(enabled[0][1].config.paths),
+    )
     for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
         fingerprint = entry.fingerprint(run.upstream)
         run.upstream = fingerprint
         step_dir = job / step_dir_name(index, entry)
-        record = _skipped_record(run, position, entry, step_dir, fingerprint, before_from=position - 1 < start,
-                                 from_step=from_step)
+        record = _skipped_record(
+            run, position, entry, step_dir, fingerprint, before_from=position - 1 < start, from_step=from_step
+        )
         if record is None:
-            record = _run_step(run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None)
+            record = _run_step(
+                run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None
+            )
         run.advance(entry, record)
         if on_step_done is not None:
             on_step_done(StepRecord(record))
-    result = PipelineResult(job_dir=job, steps=[StepRecord(r) for r in run.records], stats_path=_write_summary(run))
+    result = PipelineResult(
+        job_dir=job, steps=[StepRecord(r) for r in run.records], stats_path=_write_summary(run)
+    )
     if report:
         from zephyr.pipelines.report import write_report
 
@@ -338,7 +362,13 @@ def _check(config: PipelineConfig, to_run: list[StepEntry]) -> None:
 
 
 def _skipped_record(
-    run: _Run, position: int, entry: StepEntry, step_dir: Path, fingerprint: str, *, before_from: bool,
+    run: _Run,
+    position: int,
+    entry: StepEntry,
+    step_dir: Path,
+    fingerprint: str,
+    *,
+    before_from: bool,
     from_step: str | None,
 ) -> dict[str, Any] | None:
     """The record of a step that need not run (complete with this fingerprint, or before ``--from``); None:
@@ -372,8 +402,14 @@ def _run_step(
     _migrate_old_names(step_dir)
     run.reporter.started(position, run.total, entry)
     ctx = StepContext(
-        entry=entry, pipeline=run.config, fingerprint=fingerprint, step_dir=step_dir, inputs=run.inputs,
-        execution=run.execution, earlier=run.by_name, tokenize_dir=run.tokenize_dir,
+        entry=entry,
+        pipeline=run.config,
+        fingerprint=fingerprint,
+        step_dir=step_dir,
+        inputs=run.inputs,
+        execution=run.execution,
+        earlier=run.by_name,
+        tokenize_dir=run.tokenize_dir,
     )
     began = time.perf_counter()
     label = f"[{position}/{run.total}] {entry.name}"  # one progress line per step, left when it ends

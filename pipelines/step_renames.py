@@ -38,8 +38,20 @@ __all__ = [
 _UNTIL = "until the next release"
 
 _STEP_CLASSES = (
-    "Read", "Normalize", "LangId", "HeuristicFilter", "ExactDedup", "FuzzyDedup", "Quality", "Map", "Tokenize",
-    "Train", "Extract", "UrlFilter", "UrlDedup", "SubstringDedup",
+    "Read",
+    "Normalize",
+    "LangId",
+    "HeuristicFilter",
+    "ExactDedup",
+    "FuzzyDedup",
+    "Quality",
+    "Map",
+    "Tokenize",
+    "Train",
+    "Extract",
+    "UrlFilter",
+    "UrlDedup",
+    "SubstringDedup",
 )
 OLD_NAMES: dict[str, str] = {
     **{f"{kind}Stage": f"{kind}Step" for kind in _STEP_CLASSES},
@@ -58,7 +70,8 @@ OLD_NAMES: dict[str, str] = {
 def deprecated_name(old: str, new: str, *, stacklevel: int = 3) -> None:
     """Warn that ``old`` (a Python name or a config key) is renamed ``new``."""
     warnings.warn(
-        f"{old} is renamed {new}; write {new} (the old name is read {_UNTIL})", ZephyrDeprecationWarning,
+        f"{old} is renamed {new}; write {new} (the old name is read {_UNTIL})",
+        ZephyrDeprecationWarning,
         stacklevel=stacklevel,
     )
 
@@ -103,7 +116,7 @@ def renamed_override(key: str, parts: list[str]) -> list[str]:
     ``steps`` (warned)."""
     if parts[0] != "stages":
         return parts
-    deprecated_name(f"--set {key}=", f"--set steps{key[len('stages'):]}=", stacklevel=4)
+    deprecated_name(f"--set {key}=", f"--set steps{key[len('stages') :]}=", stacklevel=4)
     return ["steps", *parts[1:]]
 
 

@@ -56,6 +56,7 @@ __all__ = ["RUNNERS", "preflight", "read_train_log"]
 
 log = logging.getLogger(__name__)
 
+
 # -- step adapters --------------------------------------------------------------------------------------
 def run_read(ctx: StepContext) -> StepOutcome:
     import zephyr
@@ -75,7 +76,9 @@ def run_read(ctx: StepContext) -> StepOutcome:
         schema=cfg.schema,
     )
     prepare = f"pipeline.{ctx.entry.name}.prepare"
-    ds = ds.map_batches(PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare)
+    ds = ds.map_batches(
+        PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare
+    )
     if cfg.num_shards:
         ds = ds.reshard(cfg.num_shards)
     return finish_step(ctx, ds, (prepare,))
@@ -101,8 +104,12 @@ def run_langid(ctx: StepContext) -> StepOutcome:
     model = cfg.model or str(ensure_lid_model())
     identify = f"pipeline.{ctx.entry.name}.identify"
     keep = f"pipeline.{ctx.entry.name}.filter"
-    lid = LangIdConfig(model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column)
-    verdict = LanguageFilter(tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column)
+    lid = LangIdConfig(
+        model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column
+    )
+    verdict = LanguageFilter(
+        tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column
+    )
     ds = (
         ctx.read_inputs()
         .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.overwrite), name=identify)
@@ -130,14 +137,20 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
     reason = cfg.output_column or DROP_REASON
     aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
     annotator = FilterAnnotator(
-        ",".join(cfg.filter.rules), cfg.filter.overrides, p.text_column, p.lang_column, cfg.filter.default_lang,
+        ",".join(cfg.filter.rules),
+        cfg.filter.overrides,
+        p.text_column,
+        p.lang_column,
+        cfg.filter.default_lang,
         cfg.overwrite,
     )
     scratch = ctx.step_dir / "_annotated"
     ds = ctx.read_inputs()
     if aside:
         ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
-    annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(str(scratch), **ctx.engine("annotate"))
+    annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(
+        str(scratch), **ctx.engine("annotate")
+    )
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
     examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
     kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
@@ -162,8 +175,13 @@ def run_exact_dedup(ctx: StepContext) -> StepOutcome:
     p = ctx.pipeline
     remove = f"pipeline.{ctx.entry.name}.remove"
     annotated = exact_dedup_dataset(
-        dedup_inputs(ctx), text_column=p.text_column, id_column=p.id_column, normalize=cfg.dedup.normalize,
-        mode="annotate", priority_column=cfg.priority_column, execution=ctx.engine("hashes"),
+        dedup_inputs(ctx),
+        text_column=p.text_column,
+        id_column=p.id_column,
+        normalize=cfg.dedup.normalize,
+        mode="annotate",
+        priority_column=cfg.priority_column,
+        execution=ctx.engine("hashes"),
     )
     annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
     output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
@@ -171,7 +189,6 @@ def run_exact_dedup(ctx: StepContext) -> StepOutcome:
     # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
     dedup_examples(ctx, outcome, "word", 5, cfg.dedup.normalize)
     return outcome
-
 
 
 def run_fuzzy_dedup(ctx: StepContext) -> StepOutcome:
@@ -184,11 +201,22 @@ def run_fuzzy_dedup(ctx: StepContext) -> StepOutcome:
     remove = f"pipeline.{ctx.entry.name}.remove"
     dedup_config = cfg.dedup
     # generations this step wrote before it was interrupted are not "earlier runs": left out, then replaced
-    index = open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint) if cfg.index else None
+    index = (
+        open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint)
+        if cfg.index
+        else None
+    )
     graph: dict[str, Any] = {}
     annotated = fuzzy_dedup_dataset(
-        dedup_inputs(ctx), dedup_config, text_column=p.text_column, id_column=p.id_column, mode="annotate",
-        priority_column=cfg.priority_column, execution=ctx.engine("candidates"), stats=graph, index=index,
+        dedup_inputs(ctx),
+        dedup_config,
+        text_column=p.text_column,
+        id_column=p.id_column,
+        mode="annotate",
+        priority_column=cfg.priority_column,
+        execution=ctx.engine("candidates"),
+        stats=graph,
+        index=index,
         row_numbers=cfg.update_index,
     )
     output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
@@ -197,17 +225,30 @@ def run_fuzzy_dedup(ctx: StepContext) -> StepOutcome:
     outcome = finish_step(ctx, output, (remove,))
     dedup_examples(ctx, outcome, dedup_config.shingle, dedup_config.ngram, dedup_config.normalize)
     if index is not None:
-        outcome.extra["index"] = {"path": cfg.index, "docs": index.docs, "matched": graph.get("matched_index", 0)}
+        outcome.extra["index"] = {
+            "path": cfg.index,
+            "docs": index.docs,
+            "matched": graph.get("matched_index", 0),
+        }
     if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
         entry = write_generation(
-            cfg.index, annotated, dedup_config, text_column=p.text_column, id_column=p.id_column,
-            create=open_index(cfg.index, dedup_config, missing_ok=True) is None, run=ctx.fingerprint,
+            cfg.index,
+            annotated,
+            dedup_config,
+            text_column=p.text_column,
+            id_column=p.id_column,
+            create=open_index(cfg.index, dedup_config, missing_ok=True) is None,
+            run=ctx.fingerprint,
             execution=ctx.engine("index"),
         )
         outcome.extra["index_written"] = entry
     bands, rows = dedup_config.bands_rows()
-    outcome.extra["lsh"] = {"bands": bands, "rows": rows, "threshold": dedup_config.threshold,
-                            "lsh_threshold": round(dedup_config.lsh_threshold, 4)}
+    outcome.extra["lsh"] = {
+        "bands": bands,
+        "rows": rows,
+        "threshold": dedup_config.threshold,
+        "lsh_threshold": round(dedup_config.lsh_threshold, 4),
+    }
     return outcome
 
 
@@ -252,10 +293,15 @@ def _train_quality_classifier(ctx: StepContext, output: Path) -> Path:
         import pyarrow.parquet as pq
 
         parts = [pq.read_table(path, columns=[p.text_column, cfg.label_column]) for path in cfg.train]
-        table = pa.concat_tables(parts, promote_options="permissive").rename_columns(["text", cfg.label_column])
+        table = pa.concat_tables(parts, promote_options="permissive").rename_columns(
+            ["text", cfg.label_column]
+        )
         labels_np = np.asarray(table[cfg.label_column].to_pylist(), dtype=object)
         picked = np.concatenate(
-            [np.flatnonzero(labels_np == lab)[: cfg.train_max_rows] for lab in (cfg.positive_label, cfg.negative_label)]
+            [
+                np.flatnonzero(labels_np == lab)[: cfg.train_max_rows]
+                for lab in (cfg.positive_label, cfg.negative_label)
+            ]
         )
         table = table.take(pa.array(np.sort(picked)))
         label_column = cfg.label_column
@@ -276,12 +322,18 @@ def run_quality(ctx: StepContext) -> StepOutcome:
     column = cfg.output_column or "quality_score"
     verdict = MinScoreFilter(column, cfg.min_score)
     scorer = QualityScorer(
-        str(model), cfg.classifier_config(), ctx.pipeline.text_column, overwrite=cfg.overwrite, score_column=column
+        str(model),
+        cfg.classifier_config(),
+        ctx.pipeline.text_column,
+        overwrite=cfg.overwrite,
+        score_column=column,
     )
     ds = (
         ctx.read_inputs()
         .map_batches(scorer, name=score)
-        .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples")
+        .map_batches(
+            filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
+        )
         .map_batches(verdict, name=keep)
     )
     outcome = filter_examples(ctx, finish_step(ctx, ds, (score, keep)))
@@ -304,14 +356,22 @@ def run_tokenize(ctx: StepContext) -> StepOutcome:
         tokenizer = Path(cfg.tokenizer)
     else:  # what `zephyr tokenizer train STEP_INPUT --vocab-size N --output tokenizer.json` does
         trained = train_tokenizer(
-            ctx.inputs, vocab_size=cfg.vocab_size, output=str(ctx.step_dir / "tokenizer.json"),
-            text_column=p.text_column, sample_bytes=cfg.tokenizer_train_bytes,
-            memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET), format="parquet",
+            ctx.inputs,
+            vocab_size=cfg.vocab_size,
+            output=str(ctx.step_dir / "tokenizer.json"),
+            text_column=p.text_column,
+            sample_bytes=cfg.tokenizer_train_bytes,
+            memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET),
+            format="parquet",
         )
         tokenizer = Path(trained.output)
         extra["tokenizer_trained_on"] = trained.to_dict()
-        log.info("tokenize: trained a %d-token BPE on %d documents -> %s", trained.vocab_size, trained.documents,
-                 tokenizer)
+        log.info(
+            "tokenize: trained a %d-token BPE on %d documents -> %s",
+            trained.vocab_size,
+            trained.documents,
+            tokenizer,
+        )
     columns = [p.text_column, p.id_column, p.source_column]
     result = write_token_shards(
         ctx.read_inputs(columns),
@@ -357,7 +417,9 @@ def run_train(ctx: StepContext) -> StepOutcome:
         "final_loss": losses[-1] if losses else None,
         "first_loss": losses[0] if losses else None,
         "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
-        "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]])) if len(records) > 1 else None,
+        "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
+        if len(records) > 1
+        else None,
         "config": cfg.to_dict(),
         "packing": cfg.packing,
         "instances_filtered": records[-1].get("instances_filtered_total") if records else None,
@@ -416,5 +478,8 @@ def run_map(ctx: StepContext) -> StepOutcome:
 RUNNERS["map"] = run_map
 
 RUNNERS.update(
-    extract=run_extract, url_filter=run_url_filter, url_dedup=run_url_dedup, substring_dedup=run_substring_dedup
+    extract=run_extract,
+    url_filter=run_url_filter,
+    url_dedup=run_url_dedup,
+    substring_dedup=run_substring_dedup,
 )

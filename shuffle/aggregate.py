@@ -39,7 +39,9 @@ class Agg:
 
     def __post_init__(self) -> None:
         if self.how not in AGGREGATIONS:
-            raise ConfigError(f"unknown aggregation {self.how!r} for {self.output!r}; use one of {AGGREGATIONS}")
+            raise ConfigError(
+                f"unknown aggregation {self.how!r} for {self.output!r}; use one of {AGGREGATIONS}"
+            )
         if self.column is None and self.how != "count":
             raise ConfigError(f"aggregation {self.how!r} for {self.output!r} needs a column")
 
@@ -70,7 +72,10 @@ def _partial(agg: Agg) -> list[pl.Expr]:
     """Partial columns; sum and mean carry their non-null count so an all-null group stays null (SQL)."""
     if agg.how in ("mean", "sum"):
         column = pl.col(agg.column)
-        return [column.sum().alias(f"__sum_{agg.output}"), column.count().cast(pl.Int64).alias(f"__cnt_{agg.output}")]
+        return [
+            column.sum().alias(f"__sum_{agg.output}"),
+            column.count().cast(pl.Int64).alias(f"__cnt_{agg.output}"),
+        ]
     return [_one_shot(agg)]
 
 
@@ -84,7 +89,10 @@ def _row_partial(agg: Agg, schema: pl.Schema) -> list[pl.Expr]:
         dtype = schema[agg.column]
         if dtype in (pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Boolean):
             column = column.cast(pl.Int64)
-        return [column.alias(f"__sum_{agg.output}"), column.is_not_null().cast(pl.Int64).alias(f"__cnt_{agg.output}")]
+        return [
+            column.alias(f"__sum_{agg.output}"),
+            column.is_not_null().cast(pl.Int64).alias(f"__cnt_{agg.output}"),
+        ]
     return [column.alias(agg.output)]
 
 

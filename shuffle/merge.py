@@ -100,8 +100,10 @@ def _count_before(keys: pl.DataFrame, cutoff: pl.DataFrame, columns: SortColumns
 
 
 def _is_hash_merge(columns: SortColumns, heads: list[_Head]) -> bool:
-    return len(columns) == 1 and not columns[0][1] and all(
-        h.table is None or h.table.schema.field(columns[0][0]).type == pa.uint64() for h in heads
+    return (
+        len(columns) == 1
+        and not columns[0][1]
+        and all(h.table is None or h.table.schema.field(columns[0][0]).type == pa.uint64() for h in heads)
     )
 
 
@@ -141,7 +143,11 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
             if n:
                 pieces.append(head.take_front(n))
         if pieces:
-            yield sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns) if len(pieces) > 1 else pieces[0]
+            yield (
+                sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns)
+                if len(pieces) > 1
+                else pieces[0]
+            )
         # Sources at the cutoff (and sources emptied by this round) read on.
         at_cutoff = {
             id(frontier[i])
@@ -188,4 +194,3 @@ def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:
     """Sources one after another (round-robin reshard; order = source order)."""
     for source in sources:
         yield from source
-

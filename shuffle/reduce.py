@@ -115,7 +115,9 @@ class DeduplicateReducer:
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
         for batch in merge_sorted(sources, _BY_HASH):
             frame = pl.from_arrow(batch, rechunk=False)
-            yield _drop_hash(frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow())
+            yield _drop_hash(
+                frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow()
+            )
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,10 @@ class JoinReducer:
     suffix: str = "_right"
 
     def join(
-        self, left_sources: Sources, right_sources: Sources, schemas: Sequence[pa.Schema | None] = (None, None)
+        self,
+        left_sources: Sources,
+        right_sources: Sources,
+        schemas: Sequence[pa.Schema | None] = (None, None),
     ) -> Iterator[pa.Table]:
         """``schemas`` (each side's, when known) type an empty side so outer joins keep all columns."""
         left = _load(left_sources, _LEFT_ROW, schemas[0])
@@ -187,7 +192,9 @@ class JoinReducer:
             return
         one_side_empty = left is None or right is None
         if one_side_empty and (
-            self.how == "inner" or (left is None and self.how == "left") or (right is None and self.how == "right")
+            self.how == "inner"
+            or (left is None and self.how == "left")
+            or (right is None and self.how == "right")
         ):
             return
         left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
@@ -236,7 +243,9 @@ def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.Dat
     return frame.with_row_index(row_column)
 
 
-def _empty_like(other: pl.DataFrame, other_keys: Sequence[str], keys: Sequence[str], row_column: str) -> pl.DataFrame:
+def _empty_like(
+    other: pl.DataFrame, other_keys: Sequence[str], keys: Sequence[str], row_column: str
+) -> pl.DataFrame:
     """An empty side with just its key columns (typed like the other side's) and a row index."""
     return pl.DataFrame(
         {k: pl.Series(k, [], dtype=other.schema[ok]) for k, ok in zip(keys, other_keys)}

@@ -44,7 +44,9 @@ def _leak_guard():
         children = [
             p
             for p in me.children(recursive=True)
-            if p.pid not in before_children and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            if p.pid not in before_children
+            and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE
             and not _is_resource_tracker(p)
         ]
         if not threads and not children:
@@ -74,7 +76,16 @@ def _build_corpus(scale: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "MANIFEST.json").exists():
             subprocess.run(
-                [sys.executable, str(build), "--out", str(out), "--scale", scale, "--raw", str(CORPUS_CACHE / "raw")],
+                [
+                    sys.executable,
+                    str(build),
+                    "--out",
+                    str(out),
+                    "--scale",
+                    scale,
+                    "--raw",
+                    str(CORPUS_CACHE / "raw"),
+                ],
                 check=True,
                 stdout=subprocess.DEVNULL,
             )

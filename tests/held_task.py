@@ -64,7 +64,9 @@ class HeldTask:
 
 
 @contextlib.contextmanager
-def killing_the_holder(tmp_path: Path, held_id: int, *, timeout_s: float, poll_s: float) -> Iterator[HeldTask]:
+def killing_the_holder(
+    tmp_path: Path, held_id: int, *, timeout_s: float, poll_s: float
+) -> Iterator[HeldTask]:
     """A ``HeldTask`` (its log and flag under ``tmp_path``) with ``kill_the_holder`` running on a thread for
     the duration of the block; leaving the block stops and joins the thread."""
     log, flag = tmp_path / "log", tmp_path / "held-once"

@@ -223,7 +223,9 @@ def test_same_size_object_rewritten_by_another_process_is_recomputed(bucket, tmp
     out = tmp_path / "out"
 
     def run():
-        result = zephyr.read_jsonl(url).write_parquet(str(out), executor="inprocess", work_dir=f"s3://{bucket}/w")
+        result = zephyr.read_jsonl(url).write_parquet(
+            str(out), executor="inprocess", work_dir=f"s3://{bucket}/w"
+        )
         texts = sorted(t for p in sorted(out.glob("part-*")) for t in pq.read_table(p)["text"].to_pylist())
         return [s["tasks_resumed"] for s in result.stats["stages"]], texts
 
@@ -249,7 +251,9 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     inputs.mkdir()
     for i in range(3):
         texts = [" ".join(f"w{v}" for v in rng.integers(0, 50, rng.integers(5, 60))) for _ in range(150)]
-        pq.write_table(pa.table({"id": [f"{i}-{j}" for j in range(150)], "text": texts}), inputs / f"{i}.parquet")
+        pq.write_table(
+            pa.table({"id": [f"{i}-{j}" for j in range(150)], "text": texts}), inputs / f"{i}.parquet"
+        )
     fs = fsspec.filesystem("s3")
     for path in sorted(inputs.glob("*.parquet")):
         fs.put_file(str(path), f"{bucket}/docs/{path.name}")

@@ -32,7 +32,9 @@ def numeric_values(array: pa.Array) -> np.ndarray:
     if array.null_count:
         raise ValueError(f"numeric_values: {array.null_count} nulls in a {array.type} array")
     dtype = np.dtype(array.type.to_pandas_dtype())
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    return np.frombuffer(
+        array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
 
 
 def string_array(values: list[str]) -> pa.Array:

@@ -151,7 +151,10 @@ class PackPartition:
         with fs.open(path, "rb") as handle:
             parquet = pq.ParquetFile(handle)
             total = int(
-                sum(numeric_values(b["num_tokens"]).sum() for b in parquet.iter_batches(columns=["num_tokens"]))
+                sum(
+                    numeric_values(b["num_tokens"]).sum()
+                    for b in parquet.iter_batches(columns=["num_tokens"])
+                )
             )
             columns = ["num_tokens", "spill_file", "spill_offset"]
             if "source" in parquet.schema_arrow.names:

@@ -352,7 +352,9 @@ class Dataset:
         if len(flags) != len(names):
             raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
         cuts = sort_boundaries(boundaries, descending=bool(flags[0]), num_partitions=num_partitions)
-        return self._then(Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions), cuts))
+        return self._then(
+            Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions), cuts)
+        )
 
     def join(
         self,

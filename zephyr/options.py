@@ -57,7 +57,9 @@ class ExecutionOptions:
 
     def __post_init__(self) -> None:
         if isinstance(self.executor, str) and self.executor not in ("inprocess", "threads", "local", "dask"):
-            raise ConfigError(f"executor must be 'inprocess', 'threads', 'local' or 'dask', got {self.executor!r}")
+            raise ConfigError(
+                f"executor must be 'inprocess', 'threads', 'local' or 'dask', got {self.executor!r}"
+            )
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ConfigError(f"workers must be a positive integer, got {self.workers!r}")
         if self.max_retries < 0:
@@ -94,5 +96,9 @@ class ExecutionOptions:
         if unknown:
             raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
         return cls(
-            **{k: v for k, v in kwargs.items() if v is not None or k in ("work_dir", "cluster", "quarantine_dir")}
+            **{
+                k: v
+                for k, v in kwargs.items()
+                if v is not None or k in ("work_dir", "cluster", "quarantine_dir")
+            }
         )

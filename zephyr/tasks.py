@@ -270,7 +270,9 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, ShuffleOutput):
         fs, base = _fs(output.directory)
         attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
-        writer = ShuffleWriter(output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index)
+        writer = ShuffleWriter(
+            output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
+        )
         rows = 0
         schema = None
         for table in tables:
@@ -278,7 +280,12 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
             schema = table.schema
             writer.write(table)
         runs = [fs.unstrip_protocol(p) if "://" in output.directory else p for p in writer.close()]
-        return {"rows_out": rows, "bytes_out": writer.bytes_written, "runs": runs, "schema": _schema_text(schema)}
+        return {
+            "rows_out": rows,
+            "bytes_out": writer.bytes_written,
+            "runs": runs,
+            "schema": _schema_text(schema),
+        }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)
     raise ZephyrError(f"unknown output {type(output).__name__}")

@@ -78,7 +78,9 @@ def main() -> None:
     skipped: dict[str, str] = {}
     if assets is not None:
         if not args.lid_model.is_file():
-            sys.exit(f"--lid-model {args.lid_model} does not exist; pass the local lid.176.ftz or omit the flag")
+            sys.exit(
+                f"--lid-model {args.lid_model} does not exist; pass the local lid.176.ftz or omit the flag"
+            )
         folder = Path(assets) / "datatrove" / "lid" / FT176LID.MODEL_SUBFOLDER
         folder.mkdir(parents=True)
         name = strip_protocol(FT176LID.MODEL_URL).replace("/", "_")
@@ -100,13 +102,33 @@ def main() -> None:
         kept = {d.id for d in filt.run(iter(docs), rank=0, world_size=1)}
         dt = time.perf_counter() - t0
         keep_cols[name] = [i in kept for i in ids]
-        reasons = {k[len("dropped_"):]: int(v.total) for k, v in filt.stats.stats.items() if k.startswith("dropped_")}
-        results[name] = {"seconds": dt, "kept": len(kept), "dropped": len(ids) - len(kept), "drop_reasons": reasons}
-        print(f"datatrove {name}: {len(ids) / dt:,.0f} docs/s, kept {len(kept)}/{len(ids)}", file=sys.stderr, flush=True)
+        reasons = {
+            k[len("dropped_") :]: int(v.total)
+            for k, v in filt.stats.stats.items()
+            if k.startswith("dropped_")
+        }
+        results[name] = {
+            "seconds": dt,
+            "kept": len(kept),
+            "dropped": len(ids) - len(kept),
+            "drop_reasons": reasons,
+        }
+        print(
+            f"datatrove {name}: {len(ids) / dt:,.0f} docs/s, kept {len(kept)}/{len(ids)}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     args.out.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"id": ids, **keep_cols}), args.out / "keep.parquet")
-    summary = {"version": 1, "datatrove": "0.10.1", "docs": len(ids), "mb": mb, "filters": results, "skipped": skipped}
+    summary = {
+        "version": 1,
+        "datatrove": "0.10.1",
+        "docs": len(ids),
+        "mb": mb,
+        "filters": results,
+        "skipped": skipped,
+    }
     (args.out / "timings.json").write_text(json.dumps(summary, indent=1))
 
 

@@ -49,9 +49,7 @@ def text_series(table: pa.Table | pa.RecordBatch, column: str = "text") -> pl.Se
     return pl.Series("text", text_array(table, column))
 
 
-def lang_series(
-    table: pa.Table | pa.RecordBatch, column: str | None, default: str
-) -> pl.Series:
+def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: str) -> pl.Series:
     """Per-row language codes: ``column``'s values (nulls → ``default``), or ``default`` everywhere.
 
     Codes are reduced to their primary subtag, lower-cased (``de-DE`` → ``de``, ``zh_TW`` → ``zh``).
@@ -62,9 +60,7 @@ def lang_series(
         return pl.Series("lang", [default] * table.num_rows, dtype=pl.String)
     require_column(table, column, "language")
     values = pl.Series("lang", text_array(table, column)).cast(pl.String)
-    return (
-        values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
-    )
+    return values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
 
 
 def compile_check(pattern: str) -> str:

@@ -73,7 +73,9 @@ class Normalize:
         before, after = table.column(self.text_column), out.column(self.text_column)
         if table.num_rows and not pa.types.is_null(before.type):
             changed = pc.sum(pc.fill_null(pc.not_equal(before, after.cast(before.type)), False)).as_py() or 0
-            removed = (pc.sum(pc.binary_length(before)).as_py() or 0) - (pc.sum(pc.binary_length(after)).as_py() or 0)
+            removed = (pc.sum(pc.binary_length(before)).as_py() or 0) - (
+                pc.sum(pc.binary_length(after)).as_py() or 0
+            )
             counters.increment("normalize/rows_rewritten", int(changed))
             counters.increment("normalize/bytes_removed", int(removed))
         return out
@@ -97,7 +99,10 @@ class FilterAnnotator:
         check_added_columns(table.schema.names, (DROP_REASON,), overwrite=self.overwrite)
         families = build_rule_families(self.rules, **self.overrides)
         reasons, text, extra = annotate_drop_reasons(
-            table, families, text_column=self.text_column, lang_column=self.lang_column,
+            table,
+            families,
+            text_column=self.text_column,
+            lang_column=self.lang_column,
             default_lang=self.default_lang,
         )
         for name, n in _count_reasons(reasons).items():
@@ -106,7 +111,9 @@ class FilterAnnotator:
             counters.increment(name, n)
         keep = pc.is_null(reasons)
         original = table.column(self.text_column)
-        if pa.types.is_null(original.type):  # no value at all (see zephyr.io.text_column): becomes a text column
+        if pa.types.is_null(
+            original.type
+        ):  # no value at all (see zephyr.io.text_column): becomes a text column
             original = original.cast(text.type)
         merged = pc.if_else(keep, text.cast(original.type), original)
         table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)
@@ -142,8 +149,12 @@ class RouteByReason:
         quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
         if self.outcome == "kept":
             keep = pc.is_null(reasons)
-            return BatchOutput(kept=table.filter(keep).drop_columns([DROP_REASON]),
-                               dropped=_count_reasons(reasons.combine_chunks() if isinstance(reasons, pa.ChunkedArray) else reasons))
+            return BatchOutput(
+                kept=table.filter(keep).drop_columns([DROP_REASON]),
+                dropped=_count_reasons(
+                    reasons.combine_chunks() if isinstance(reasons, pa.ChunkedArray) else reasons
+                ),
+            )
         if self.outcome == "dropped":
             dropped = table.filter(pc.and_(pc.is_valid(reasons), pc.invert(quarantine)))
             if self.reason_column == DROP_REASON:
@@ -182,13 +193,17 @@ class HeuristicFilter:
 
     def __call__(self, table: pa.Table) -> BatchOutput:
         aside = (DROP_REASON,) if DROP_REASON in table.schema.names else ()
-        annotate = FilterAnnotator(self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang)
+        annotate = FilterAnnotator(
+            self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
+        )
         annotated = annotate(set_aside(aside)(table))
         reasons = annotated.column(DROP_REASON).combine_chunks()
         quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
         dropped = {k: v for k, v in _count_reasons(reasons).items() if k != NULL_TEXT}
         rejected = annotated.filter(quarantine)
-        rejected = rejected.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names])
+        rejected = rejected.rename_columns(
+            [REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names]
+        )
         restore = set_aside(aside, restore=True)
         return BatchOutput(
             kept=restore(annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON])),
@@ -208,7 +223,9 @@ class LanguageFilter:
 
     def reasons(self, table: pa.Table) -> pa.Array:
         """Per-row drop reason (null: kept); the report's examples use the same verdict."""
-        return language_drop_reasons(table, self.languages, self.min_score, self.lang_column, self.score_column)
+        return language_drop_reasons(
+            table, self.languages, self.min_score, self.lang_column, self.score_column
+        )
 
     def __call__(self, table: pa.Table) -> BatchOutput:
         reasons = self.reasons(table)
@@ -281,4 +298,6 @@ class Decontaminate:
         if self.mode == "annotate":
             return with_flags(table, counts, self.flag_column)
         reason = f"decontam_shares_{self._index.n}gram"
-        return BatchOutput(kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {})
+        return BatchOutput(
+            kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}
+        )

@@ -80,8 +80,12 @@ class C4Quality:
         js = lower.str.contains("javascript", literal=True) if self.drop_javascript_lines else pl.lit(False)
         policy = lower.str.contains("|".join(_POLICY)) if self.drop_policy_lines else pl.lit(False)
         stats = df.select(
-            lorem=pl.col("lines").list.eval((candidate & lower.str.contains("lorem ipsum", literal=True)).any()).list.first(),
-            curly=pl.col("lines").list.eval((candidate & ~js & el.str.contains("{", literal=True)).any()).list.first(),
+            lorem=pl.col("lines")
+            .list.eval((candidate & lower.str.contains("lorem ipsum", literal=True)).any())
+            .list.first(),
+            curly=pl.col("lines")
+            .list.eval((candidate & ~js & el.str.contains("{", literal=True)).any())
+            .list.first(),
             kept=pl.col("lines").list.eval(el.filter(candidate & ~js & ~policy)),
             n_lines=pl.col("lines").list.eval(el.filter(el != "")).list.len(),
         )
@@ -103,5 +107,3 @@ class C4Quality:
             applies = langs.is_in(sorted(self.badwords_languages)).to_numpy()
             v.add("c4_bad_words", cleaned.str.contains(pattern).fill_null(False).to_numpy() & applies)
         return v
-
-

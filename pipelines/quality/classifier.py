@@ -85,7 +85,9 @@ def _labels(table: pa.Table, label_column: str, config: ClassifierConfig) -> np.
     allowed = pa.array([config.positive_label, config.negative_label])
     bad = pc.invert(pc.fill_null(pc.is_in(labels, value_set=allowed), False))
     if pc.any(bad).as_py():
-        first = pc.indices_nonzero(bad.combine_chunks() if isinstance(bad, pa.ChunkedArray) else bad)[0].as_py()
+        first = pc.indices_nonzero(bad.combine_chunks() if isinstance(bad, pa.ChunkedArray) else bad)[
+            0
+        ].as_py()
         raise SchemaError(
             f"label column {label_column!r} row {first} holds {labels[first].as_py()!r}; "
             f"expected {config.positive_label!r} or {config.negative_label!r} (set the label names)"
@@ -148,13 +150,17 @@ def train_classifier(
         type=pa.large_string(),
     )
     lines = pc.binary_join_element_wise(
-        labels.filter(keep), prepare_fasttext_text(texts, config.max_chars).filter(keep), pa.scalar(" ", pa.large_string())
+        labels.filter(keep),
+        prepare_fasttext_text(texts, config.max_chars).filter(keep),
+        pa.scalar(" ", pa.large_string()),
     )
     if len(lines) == 0:
         raise ConfigError("no training rows with text")
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=output.parent, delete=False, encoding="utf-8") as f:
+    with tempfile.NamedTemporaryFile(
+        "w", suffix=".txt", dir=output.parent, delete=False, encoding="utf-8"
+    ) as f:
         f.write("\n".join(lines.to_pylist()))  # fastText trains from a file only
         f.write("\n")
     tmp = output.with_name(output.name + ".tmp")
@@ -164,12 +170,21 @@ def train_classifier(
             try:
                 _fit_in_child(
                     tmp,
-                    input=f.name, epoch=config.epoch, lr=lr, dim=config.dim, wordNgrams=config.word_ngrams,
-                    minCount=config.min_count, bucket=config.bucket, thread=config.threads, seed=config.seed,
+                    input=f.name,
+                    epoch=config.epoch,
+                    lr=lr,
+                    dim=config.dim,
+                    wordNgrams=config.word_ngrams,
+                    minCount=config.min_count,
+                    bucket=config.bucket,
+                    thread=config.threads,
+                    seed=config.seed,
                     verbose=0,
                 )
                 break
-            except RuntimeError as exc:  # fastText diverges ("Encountered NaN") when lr is too high for the data
+            except (
+                RuntimeError
+            ) as exc:  # fastText diverges ("Encountered NaN") when lr is too high for the data
                 if "NaN" not in str(exc) or attempt == _NAN_RETRIES:
                     raise ConfigError(
                         f"fastText training diverged (NaN) even at lr={lr:g}; lower `lr` or `epoch`"
@@ -222,7 +237,8 @@ class QualityScorer:
         pred_labels, probs = model.predict(prepared, k=-1)
         out = np.fromiter(
             (p[list(lab).index(target)] if target in lab else 0.0 for lab, p in zip(pred_labels, probs)),
-            dtype=np.float32, count=len(prepared),
+            dtype=np.float32,
+            count=len(prepared),
         )
         return np.clip(out, 0.0, 1.0)
 
@@ -232,7 +248,9 @@ class QualityScorer:
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
         table = put_column(table, self.score_column, scores)
         if self.bucket_edges is not None:
-            table = put_column(table, bucket_column(self.score_column), assign_buckets(scores, self.bucket_edges))
+            table = put_column(
+                table, bucket_column(self.score_column), assign_buckets(scores, self.bucket_edges)
+            )
         return table
 
 
@@ -245,8 +263,13 @@ def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def score_quality(
-    table: pa.Table, model_path: str | Path, config: ClassifierConfig = ClassifierConfig(), *,
-    text_column: str = "text", num_buckets: int | None = None, overwrite: bool = False,
+    table: pa.Table,
+    model_path: str | Path,
+    config: ClassifierConfig = ClassifierConfig(),
+    *,
+    text_column: str = "text",
+    num_buckets: int | None = None,
+    overwrite: bool = False,
     score_column: str = "quality_score",
 ) -> pa.Table:
     """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles.
@@ -256,7 +279,9 @@ def score_quality(
     buckets = bucket_column(score_column)
     added = (score_column, buckets) if num_buckets else (score_column,)
     check_added_columns(table.schema.names, added, overwrite=overwrite, rename="score_column=NAME")
-    scored = QualityScorer(str(model_path), config, text_column, overwrite=True, score_column=score_column)(table)
+    scored = QualityScorer(str(model_path), config, text_column, overwrite=True, score_column=score_column)(
+        table
+    )
     if num_buckets:
         edges = quantile_edges(scored[score_column], num_buckets)
         scored = put_column(scored, buckets, assign_buckets(scored[score_column], edges))
@@ -284,8 +309,13 @@ def assign_buckets(scores: pa.Array | pa.ChunkedArray, edges: tuple[float, ...])
 
 
 def evaluate_classifier(
-    test: pa.Table, model_path: str | Path, config: ClassifierConfig = ClassifierConfig(), *,
-    text_column: str = "text", label_column: str = "label", threshold: float = 0.5,
+    test: pa.Table,
+    model_path: str | Path,
+    config: ClassifierConfig = ClassifierConfig(),
+    *,
+    text_column: str = "text",
+    label_column: str = "label",
+    threshold: float = 0.5,
 ) -> dict[str, Any]:
     """Precision/recall/F1 at ``threshold`` and ROC AUC on a labelled table."""
     y = _labels(test, label_column, config)
@@ -298,8 +328,13 @@ def evaluate_classifier(
     recall = tp / (tp + fn) if tp + fn else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {
-        "rows": int(len(y)), "positives": int(y.sum()), "threshold": threshold,
-        "precision": round(precision, 4), "recall": round(recall, 4), "f1": round(f1, 4),
+        "rows": int(len(y)),
+        "positives": int(y.sum()),
+        "threshold": threshold,
+        "precision": round(precision, 4),
+        "recall": round(recall, 4),
+        "f1": round(f1, 4),
         "accuracy": round(float((pred == y).mean()), 4) if len(y) else float("nan"),
-        "auc": round(roc_auc(y, s), 4), "config": asdict(config),
+        "auc": round(roc_auc(y, s), 4),
+        "config": asdict(config),
     }

@@ -30,13 +30,16 @@ __all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
+
 def _cmd_normalize(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.batch_ops import Normalize
     from zephyr.pipelines.quality.normalize import NormalizeConfig
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
-    result = read_text_inputs(args).map_batches(Normalize(cfg, args.text_column), name="normalize").write_parquet(
-        args.output, **engine_options(args)
+    result = (
+        read_text_inputs(args)
+        .map_batches(Normalize(cfg, args.text_column), name="normalize")
+        .write_parquet(args.output, **engine_options(args))
     )
     return one_job_summary(result, args, next=f"zephyr langid {args.output} --output OUT")
 
@@ -64,9 +67,13 @@ def _cmd_langid(args: argparse.Namespace) -> int:
         verdict = language_filter.reasons if filtering else keep_all
         routed = write_routed(ds, verdict, args.output, args.dropped_output, engine_options(args))
         job = (routed.kept or routed.verdict).stats
-        write_json(Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output})
+        write_json(
+            Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output}
+        )
         return routed.summary(
-            output=args.output, stats=str(Path(args.output) / STATS), dropped_output=args.dropped_output,
+            output=args.output,
+            stats=str(Path(args.output) / STATS),
+            dropped_output=args.dropped_output,
             next=f"zephyr filter {args.output} --output OUT",
         )
     if filtering:
@@ -106,7 +113,9 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     out = Path(args.output)
     index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
     step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
-    ds = read_text_inputs(args, adds=step.columns, rename="--output-column NAME")  # before the eval index is built
+    ds = read_text_inputs(
+        args, adds=step.columns, rename="--output-column NAME"
+    )  # before the eval index is built
     out.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index.save(index_path)
@@ -124,9 +133,13 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     }
     side = {"dropped_output": args.dropped_output} if args.dropped_output else {}
     write_json(out / STATS, {"version": 1, **eval_stats, "job": result.stats, **side})
-    fields = dict(next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats)
+    fields = dict(
+        next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats
+    )
     if args.dropped_output:
-        return routed.summary(output=str(out), stats=str(out / STATS), dropped_output=args.dropped_output, **fields)
+        return routed.summary(
+            output=str(out), stats=str(out / STATS), dropped_output=args.dropped_output, **fields
+        )
     return one_job_summary(result, args, **fields)
 
 
@@ -138,17 +151,29 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         p.set_defaults(func=func)
         return p
 
-    _add_normalize(command("normalize", _cmd_normalize, "NFC, control characters, whitespace (code-safe), optional ftfy"))
-    _add_langid(
-        command("langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages")
+    _add_normalize(
+        command("normalize", _cmd_normalize, "NFC, control characters, whitespace (code-safe), optional ftfy")
     )
-    _add_filter(command("filter", filter_command, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts"))
+    _add_langid(
+        command(
+            "langid", _cmd_langid, "add lang/lang_score with fastText lid.176; optionally keep some languages"
+        )
+    )
+    _add_filter(
+        command(
+            "filter", filter_command, "heuristic quality filters (Gopher, C4, FineWeb) with per-rule counts"
+        )
+    )
     _add_filter_explain(subparsers, common)
     q = subparsers.add_parser("quality", help="fastText quality classifier: train | score")
     _add_quality(command, q.add_subparsers(dest="quality_command", metavar="SUBCOMMAND"))
     _add_pii(command("pii", _cmd_pii, "replace e-mails, phone numbers and IP addresses with placeholders"))
     _add_decontaminate(
-        command("decontaminate", _cmd_decontaminate, "remove or annotate documents sharing a 13-gram with an eval set")
+        command(
+            "decontaminate",
+            _cmd_decontaminate,
+            "remove or annotate documents sharing a 13-gram with an eval set",
+        )
     )
 
 
@@ -159,9 +184,7 @@ def _io(p: argparse.ArgumentParser, inputs: bool = True, output: bool = True) ->
     from zephyr.io.input_schema import add_schema_arguments
 
     if inputs:
-        p.add_argument(
-            "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
-        )
+        p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")
         if output:
             add_output_dir(p)
         add_on_error(p)
@@ -184,7 +207,9 @@ def _add_langid(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-score", type=float, default=0.0, help="drop rows whose lang_score is below this")
     p.add_argument("--max-chars", type=int, default=10_000, help="predict on the first N characters")
     add_overwrite(
-        p, "the language columns", default="lang",
+        p,
+        "the language columns",
+        default="lang",
         output_help="write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language "
         "column the input already has",
     )
@@ -229,7 +254,9 @@ def _add_quality(command, qsub: argparse._SubParsersAction) -> None:
     p.add_argument("--buckets", type=int, default=5)
     p.add_argument("--positive", default="hq")
     add_overwrite(
-        p, "the score and bucket columns", default="quality_score",
+        p,
+        "the score and bucket columns",
+        default="quality_score",
         output_help="write the score to NAME and its bucket to NAME_bucket",
     )
 
@@ -251,11 +278,15 @@ def _add_decontaminate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-column", nargs="+", default=["text"])
     p.add_argument("-n", type=int, default=13)
     p.add_argument(
-        "--mode", choices=("remove", "annotate", "drop", "flag"), default="remove",
+        "--mode",
+        choices=("remove", "annotate", "drop", "flag"),
+        default="remove",
         help="remove the contaminated rows, or annotate every row (drop, flag: deprecated old names)",
     )
     add_overwrite(
-        p, "the flag columns (--mode annotate)", default="contaminated",
+        p,
+        "the flag columns (--mode annotate)",
+        default="contaminated",
         output_help="--mode annotate: write the flag to NAME and the matching n-grams to NAME_ngrams",
     )
     add_dropped_output(p, "contaminated rows (--mode remove)")

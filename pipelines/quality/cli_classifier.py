@@ -54,7 +54,8 @@ def train_command(args: argparse.Namespace) -> int:
         stats=str(model) + ".report.json",
         bytes_in=None,
         next=f"zephyr quality score INPUT --model {model} --output OUT",
-        details={k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")} | {"train_rows": train.num_rows},
+        details={k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")}
+        | {"train_rows": train.num_rows},
     )
 
 
@@ -83,7 +84,10 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     out = Path(args.output)
     score, buckets = args.output_column, bucket_column(args.output_column)
     scorer = QualityScorer(
-        args.model, ClassifierConfig(positive_label=args.positive), args.text_column, overwrite=args.overwrite,
+        args.model,
+        ClassifierConfig(positive_label=args.positive),
+        args.text_column,
+        overwrite=args.overwrite,
         score_column=score,
     )
     ds = read_text_inputs(args, adds=(score, buckets), rename="--output-column NAME")
@@ -105,10 +109,15 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
             )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    write_json(out / STATS, {"version": 1, "bucket_edges": list(edges), "job": result.stats,
-                                     **job_stats.summarize(jobs)})
+    write_json(
+        out / STATS,
+        {"version": 1, "bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)},
+    )
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
     summary = one_job_summary(result, args, details={"bucket_edges": list(edges)})
     if first:
-        summary.rows_in, summary.rows_quarantined = first[0]["rows_in"], sum(s["rows_quarantined"] for s in first)
+        summary.rows_in, summary.rows_quarantined = (
+            first[0]["rows_in"],
+            sum(s["rows_quarantined"] for s in first),
+        )
     return summary

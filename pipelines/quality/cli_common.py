@@ -60,5 +60,8 @@ def one_job_summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any
 
     stats = Path(args.output) / STATS
     return from_stages(
-        result.stats.get("stages", []), output=args.output, stats=str(stats) if stats.exists() else None, **fields
+        result.stats.get("stages", []),
+        output=args.output,
+        stats=str(stats) if stats.exists() else None,
+        **fields,
     )

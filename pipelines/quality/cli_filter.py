@@ -73,7 +73,9 @@ def add_filter_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
     add_overwrite(
-        p, "a drop_reason column", default="drop_reason",
+        p,
+        "a drop_reason column",
+        default="drop_reason",
         output_help="the reason column of the dropped rows (_dropped/); an input's own drop_reason then stays as it is",
     )
     p.add_argument(
@@ -134,7 +136,9 @@ def _filter_config(args: argparse.Namespace) -> HeuristicFilterConfig:
         raise ConfigError(f"{flag}: {exc.detail}") from None
 
 
-def _annotated_input(args: argparse.Namespace, rules: HeuristicFilterConfig) -> tuple[Dataset, tuple[str, ...]]:
+def _annotated_input(
+    args: argparse.Namespace, rules: HeuristicFilterConfig
+) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in ``drop_reason``, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
     from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
@@ -154,7 +158,12 @@ def _annotated_input(args: argparse.Namespace, rules: HeuristicFilterConfig) -> 
         ds = ds.map_batches(NormalizeUrls(args.url_column), name="normalize_urls")
     lang_column = None if args.lang_column == "" else args.lang_column
     annotate = FilterAnnotator(
-        ",".join(rules.rules), rules.overrides, args.text_column, lang_column, rules.default_lang, args.overwrite
+        ",".join(rules.rules),
+        rules.overrides,
+        args.text_column,
+        lang_column,
+        rules.default_lang,
+        args.overwrite,
     )
     return ds.map_batches(annotate, name="filter"), aside
 
@@ -168,8 +177,12 @@ def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str,
     scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
     try:
         written = ds.write_parquet(str(scratch), **opts)
-        routed = _Routed(written.stats, written.stats["rows_quarantined"], written.stats.get("quarantine_dir"))
-        if not written.files:  # the annotator keeps every row: no file means no input row, and nothing to route
+        routed = _Routed(
+            written.stats, written.stats["rows_quarantined"], written.stats.get("quarantine_dir")
+        )
+        if (
+            not written.files
+        ):  # the annotator keeps every row: no file means no input row, and nothing to route
             return routed
         annotated = zephyr.read_parquet(list(written.files))
         (kept_dir, kept_plan), *others = route_plans(args, annotated, aside, out)
@@ -261,7 +274,9 @@ def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: 
 
     report = merge_summaries(routed.report_parts, sample_size=args.samples)
     report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
-    if routed.unreadable:  # never reached the filters, so the report does not see them; they are input all the same
+    if (
+        routed.unreadable
+    ):  # never reached the filters, so the report does not see them; they are input all the same
         totals["rows_in"] += routed.unreadable
         totals["rows_quarantined"] += routed.unreadable
         totals["rows_unreadable"] = routed.unreadable

@@ -70,7 +70,9 @@ class EvalNgramIndex:
 
     def save(self, path: str | Path) -> None:
         """``.npz`` with ``hashes``, ``n`` and a format ``version`` (1)."""
-        np.savez(path, hashes=self.hashes, n=self.n, items=self.items, short_items=self.short_items, version=1)
+        np.savez(
+            path, hashes=self.hashes, n=self.n, items=self.items, short_items=self.short_items, version=1
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> EvalNgramIndex:
@@ -119,7 +121,13 @@ def build_eval_index(texts: pa.Array | Iterable[str], n: int = 13) -> EvalNgramI
     words_per_item = np.diff(fw.offsets)
     short = int(((words_per_item < n) & (words_per_item > 0)).sum())
     hashes = np.unique(keys[valid])
-    log.info("eval index: %d items, %d distinct %d-grams, %d items shorter than n", len(texts), len(hashes), n, short)
+    log.info(
+        "eval index: %d items, %d distinct %d-grams, %d items shorter than n",
+        len(texts),
+        len(hashes),
+        n,
+        short,
+    )
     return EvalNgramIndex(hashes, n, len(texts), short)
 
 
@@ -154,8 +162,13 @@ def flag_columns(flag_column: str = "contaminated") -> tuple[str, str]:
 
 
 def decontaminate(
-    table: pa.Table, index: EvalNgramIndex, *, mode: str = "annotate", text_column: str = "text",
-    overwrite: bool = False, flag_column: str = "contaminated",
+    table: pa.Table,
+    index: EvalNgramIndex,
+    *,
+    mode: str = "annotate",
+    text_column: str = "text",
+    overwrite: bool = False,
+    flag_column: str = "contaminated",
 ) -> pa.Table | tuple[pa.Table, pa.Table]:
     """Annotate (add ``contaminated``/``contaminated_ngrams``) or remove documents sharing an n-gram with the
     eval set.

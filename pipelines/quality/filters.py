@@ -155,8 +155,14 @@ class FilterStats:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FilterStats:
         return cls(
-            d["rows_in"], d["rows_kept"], d["rows_quarantined"], d["bytes_in"], d["bytes_kept"],
-            dict(d["dropped_rows_by_reason"]), dict(d["dropped_bytes_by_reason"]), dict(d.get("counters", {})),
+            d["rows_in"],
+            d["rows_kept"],
+            d["rows_quarantined"],
+            d["bytes_in"],
+            d["bytes_kept"],
+            dict(d["dropped_rows_by_reason"]),
+            dict(d["dropped_bytes_by_reason"]),
+            dict(d.get("counters", {})),
         )
 
 

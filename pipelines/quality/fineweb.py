@@ -40,8 +40,11 @@ class FineWebQuality:
 
     def reasons(self) -> list[str]:
         return [
-            "fineweb_empty", "fineweb_too_few_punctuated_lines", "fineweb_too_many_duplicate_line_chars",
-            "fineweb_too_many_short_lines", "fineweb_too_many_newlines",
+            "fineweb_empty",
+            "fineweb_too_few_punctuated_lines",
+            "fineweb_too_many_duplicate_line_chars",
+            "fineweb_too_many_short_lines",
+            "fineweb_too_many_newlines",
         ]
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
@@ -52,9 +55,9 @@ class FineWebQuality:
             n=pl.col("lines").list.len().cast(pl.Float64),
             punct=pl.col("lines").list.eval(el.str.strip_chars_end().str.contains(punct)).list.sum(),
             short=pl.col("lines").list.eval(el.str.len_chars() <= self.short_line_chars).list.sum(),
-            dup_chars=pl.col("lines").list.eval(
-                pl.when(el.is_first_distinct()).then(0).otherwise(el.str.len_chars())
-            ).list.sum(),
+            dup_chars=pl.col("lines")
+            .list.eval(pl.when(el.is_first_distinct()).then(0).otherwise(el.str.len_chars()))
+            .list.sum(),
             chars=pl.col("text").str.len_chars() - pl.col("text").str.count_matches("\n", literal=True),
             newlines=pl.col("text").str.count_matches("\n", literal=True),
             words=pl.col("text").str.count_matches(r"\S+"),
@@ -68,9 +71,19 @@ class FineWebQuality:
         v.add("fineweb_empty", df["n"].to_numpy() == 0)
         if self.min_punctuated_line_ratio is not None:
             r = ratio("punct", "n")
-            v.add("fineweb_too_few_punctuated_lines", np.nan_to_num(r, nan=np.inf) <= self.min_punctuated_line_ratio)
-        v.add("fineweb_too_many_duplicate_line_chars",
-              fails_above(ratio("dup_chars", "chars"), self.max_duplicate_line_char_ratio, inclusive=True))
-        v.add("fineweb_too_many_short_lines", fails_above(ratio("short", "n"), self.max_short_line_ratio, inclusive=True))
-        v.add("fineweb_too_many_newlines", fails_above(ratio("newlines", "words"), self.max_newline_word_ratio))
+            v.add(
+                "fineweb_too_few_punctuated_lines",
+                np.nan_to_num(r, nan=np.inf) <= self.min_punctuated_line_ratio,
+            )
+        v.add(
+            "fineweb_too_many_duplicate_line_chars",
+            fails_above(ratio("dup_chars", "chars"), self.max_duplicate_line_char_ratio, inclusive=True),
+        )
+        v.add(
+            "fineweb_too_many_short_lines",
+            fails_above(ratio("short", "n"), self.max_short_line_ratio, inclusive=True),
+        )
+        v.add(
+            "fineweb_too_many_newlines", fails_above(ratio("newlines", "words"), self.max_newline_word_ratio)
+        )
         return v

@@ -96,9 +96,15 @@ class GopherQuality:
 
     def reasons(self) -> list[str]:
         return [
-            "gopher_too_few_words", "gopher_too_many_words", "gopher_mean_word_too_short",
-            "gopher_mean_word_too_long", "gopher_too_many_hashes", "gopher_too_many_ellipses",
-            "gopher_too_many_bullet_lines", "gopher_too_many_ellipsis_lines", "gopher_too_few_alpha_words",
+            "gopher_too_few_words",
+            "gopher_too_many_words",
+            "gopher_mean_word_too_short",
+            "gopher_mean_word_too_long",
+            "gopher_too_many_hashes",
+            "gopher_too_many_ellipses",
+            "gopher_too_many_bullet_lines",
+            "gopher_too_many_ellipsis_lines",
+            "gopher_too_few_alpha_words",
             "gopher_too_few_stop_words",
         ]
 
@@ -129,12 +135,26 @@ class GopherQuality:
         v.add("gopher_mean_word_too_short", on_words(fails_below(mean_len, self.min_mean_word_length)))
         v.add("gopher_mean_word_too_long", on_words(fails_above(mean_len, self.max_mean_word_length)))
         hashes = texts.str.count_matches("#", literal=True)
-        v.add("gopher_too_many_hashes", on_words(fails_above(_ratio(hashes, n_words), self.max_hash_word_ratio)))
+        v.add(
+            "gopher_too_many_hashes", on_words(fails_above(_ratio(hashes, n_words), self.max_hash_word_ratio))
+        )
         ellipses = texts.str.count_matches(_ELLIPSIS)
-        v.add("gopher_too_many_ellipses", on_words(fails_above(_ratio(ellipses, n_words), self.max_ellipsis_word_ratio)))
-        v.add("gopher_too_many_bullet_lines", fails_above(_ratio(bullet_lines, n_lines), self.max_bullet_line_ratio))
-        v.add("gopher_too_many_ellipsis_lines", fails_above(_ratio(ellipsis_lines, n_lines), self.max_ellipsis_line_ratio))
-        v.add("gopher_too_few_alpha_words", on_words(fails_below(_ratio(alpha_tokens, n_tokens), self.min_alpha_word_ratio)))
+        v.add(
+            "gopher_too_many_ellipses",
+            on_words(fails_above(_ratio(ellipses, n_words), self.max_ellipsis_word_ratio)),
+        )
+        v.add(
+            "gopher_too_many_bullet_lines",
+            fails_above(_ratio(bullet_lines, n_lines), self.max_bullet_line_ratio),
+        )
+        v.add(
+            "gopher_too_many_ellipsis_lines",
+            fails_above(_ratio(ellipsis_lines, n_lines), self.max_ellipsis_line_ratio),
+        )
+        v.add(
+            "gopher_too_few_alpha_words",
+            on_words(fails_below(_ratio(alpha_tokens, n_tokens), self.min_alpha_word_ratio)),
+        )
         if self.min_stop_words is not None:
             count, has_list = _count_stop_words(tokens, langs)
             v.add("gopher_too_few_stop_words", on_words((count < self.min_stop_words) & has_list))
@@ -161,39 +181,69 @@ class GopherRepetition:
     max_duplicate_paragraph_char_fraction: float | None = 0.20
     top_ngram_max_char_fraction: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
     duplicate_ngram_max_char_fraction: tuple[tuple[int, float], ...] = (
-        (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10),
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
     )
     skip_word_rules_for: frozenset[str] = NO_SPACE_LANGUAGES
 
     def reasons(self) -> list[str]:
         return [
-            "gopher_too_many_duplicate_lines", "gopher_too_many_duplicate_paragraphs",
-            "gopher_too_many_duplicate_line_chars", "gopher_too_many_duplicate_paragraph_chars",
+            "gopher_too_many_duplicate_lines",
+            "gopher_too_many_duplicate_paragraphs",
+            "gopher_too_many_duplicate_line_chars",
+            "gopher_too_many_duplicate_paragraph_chars",
             *(f"gopher_top_{n}gram_too_frequent" for n, _ in self.top_ngram_max_char_fraction),
             *(f"gopher_too_many_duplicate_{n}grams" for n, _ in self.duplicate_ngram_max_char_fraction),
         ]
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         total_chars = texts.str.len_chars()
-        lines = texts.str.split("\n").list.eval(pl.element().str.strip_chars()).list.eval(
-            pl.element().filter(pl.element() != "")
+        lines = (
+            texts.str.split("\n")
+            .list.eval(pl.element().str.strip_chars())
+            .list.eval(pl.element().filter(pl.element() != ""))
         )
-        paragraphs = texts.str.replace_all(r"\n[ \t]*\n\s*", "\uffff").str.split("\uffff").list.eval(pl.element().str.strip_chars()).list.eval(
-            pl.element().filter(pl.element() != "")
+        paragraphs = (
+            texts.str.replace_all(r"\n[ \t]*\n\s*", "\uffff")
+            .str.split("\uffff")
+            .list.eval(pl.element().str.strip_chars())
+            .list.eval(pl.element().filter(pl.element() != ""))
         )
         n_lines, dup_lines, dup_line_chars = _duplicate_elements(lines)
         n_par, dup_par, dup_par_chars = _duplicate_elements(paragraphs)
         v = Verdict()
-        v.add("gopher_too_many_duplicate_lines", fails_above(_ratio(dup_lines, n_lines), self.max_duplicate_line_fraction))
-        v.add("gopher_too_many_duplicate_paragraphs", fails_above(_ratio(dup_par, n_par), self.max_duplicate_paragraph_fraction))
-        v.add("gopher_too_many_duplicate_line_chars", fails_above(_ratio(dup_line_chars, total_chars), self.max_duplicate_line_char_fraction))
-        v.add("gopher_too_many_duplicate_paragraph_chars", fails_above(_ratio(dup_par_chars, total_chars), self.max_duplicate_paragraph_char_fraction))
+        v.add(
+            "gopher_too_many_duplicate_lines",
+            fails_above(_ratio(dup_lines, n_lines), self.max_duplicate_line_fraction),
+        )
+        v.add(
+            "gopher_too_many_duplicate_paragraphs",
+            fails_above(_ratio(dup_par, n_par), self.max_duplicate_paragraph_fraction),
+        )
+        v.add(
+            "gopher_too_many_duplicate_line_chars",
+            fails_above(_ratio(dup_line_chars, total_chars), self.max_duplicate_line_char_fraction),
+        )
+        v.add(
+            "gopher_too_many_duplicate_paragraph_chars",
+            fails_above(_ratio(dup_par_chars, total_chars), self.max_duplicate_paragraph_char_fraction),
+        )
         if self.top_ngram_max_char_fraction or self.duplicate_ngram_max_char_fraction:
             words_apply = _word_rules_apply(langs, self.skip_word_rules_for)
             fw = flat_words(texts.str.to_lowercase().str.extract_all(r"\S+").to_arrow())
             counter = NgramCounts(fw)  # shared: each n reuses the repeated (n-1)-grams as candidates
             for n, limit in self.top_ngram_max_char_fraction:
-                v.add(f"gopher_top_{n}gram_too_frequent", fails_above(top_ngram_char_fraction(fw, n, counter), limit) & words_apply)
+                v.add(
+                    f"gopher_top_{n}gram_too_frequent",
+                    fails_above(top_ngram_char_fraction(fw, n, counter), limit) & words_apply,
+                )
             for n, limit in self.duplicate_ngram_max_char_fraction:
-                v.add(f"gopher_too_many_duplicate_{n}grams", fails_above(duplicate_ngram_char_fraction(fw, n, counter), limit) & words_apply)
+                v.add(
+                    f"gopher_too_many_duplicate_{n}grams",
+                    fails_above(duplicate_ngram_char_fraction(fw, n, counter), limit) & words_apply,
+                )
         return v

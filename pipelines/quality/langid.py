@@ -110,7 +110,9 @@ class LanguageIdentifier:
         n = len(texts)
         if self.config.max_chars is not None:
             texts = pc.utf8_slice_codeunits(texts, 0, self.config.max_chars)
-        flat = pc.utf8_trim_whitespace(pc.replace_substring_regex(texts, r"[\r\n\v\f\x{85}\x{2028}\x{2029}]+", " "))
+        flat = pc.utf8_trim_whitespace(
+            pc.replace_substring_regex(texts, r"[\r\n\v\f\x{85}\x{2028}\x{2029}]+", " ")
+        )
         valid = pc.fill_null(pc.greater(pc.utf8_length(flat), 0), False)
         idx = pc.indices_nonzero(valid).to_numpy()
         labels = np.empty(n, dtype=object)
@@ -130,7 +132,9 @@ class LanguageIdentifier:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         check_added_columns(
-            table.schema.names, self.columns, overwrite=self.overwrite,
+            table.schema.names,
+            self.columns,
+            overwrite=self.overwrite,
             rename="LangIdConfig(lang_column=..., score_column=...)",
         )
         labels, scores = self.predict(text_array(table, self.text_column))
@@ -143,7 +147,11 @@ class LanguageIdentifier:
 
 
 def identify_language(
-    table: pa.Table, config: LangIdConfig = LangIdConfig(), *, text_column: str = "text", overwrite: bool = False
+    table: pa.Table,
+    config: LangIdConfig = LangIdConfig(),
+    *,
+    text_column: str = "text",
+    overwrite: bool = False,
 ) -> pa.Table:
     """``table`` plus ``lang`` (ISO 639 code as fastText names it) and ``lang_score`` (float32 in [0, 1]).
 
@@ -171,7 +179,9 @@ def language_drop_reasons(
         not_allowed = np.zeros(len(lang), dtype=bool)
     too_low = pc.fill_null(pc.less(score, min_score), False).to_numpy(zero_copy_only=False)
     reason = np.select(
-        [unknown, not_allowed, too_low], ["lang_unknown", "lang_not_allowed", "lang_score_too_low"], default=""
+        [unknown, not_allowed, too_low],
+        ["lang_unknown", "lang_not_allowed", "lang_score_too_low"],
+        default="",
     )
     return pa.array(reason, type=pa.string(), mask=reason == "")
 

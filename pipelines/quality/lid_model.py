@@ -53,7 +53,9 @@ def ensure_lid_model() -> Path:
     if given:
         path = Path(given).expanduser()
         if not path.is_file():
-            raise ConfigError(f"ZEPHYR_LID_MODEL={given!r} is not a file; unset it or point it at lid.176.ftz")
+            raise ConfigError(
+                f"ZEPHYR_LID_MODEL={given!r} is not a file; unset it or point it at lid.176.ftz"
+            )
         return path
     path = default_model_path()
     if path.is_file():

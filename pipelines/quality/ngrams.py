@@ -18,16 +18,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["FlatWords", "NgramCounts", "flat_words", "ngram_keys", "top_ngram_char_fraction", "duplicate_ngram_char_fraction"]
+__all__ = [
+    "FlatWords",
+    "NgramCounts",
+    "flat_words",
+    "ngram_keys",
+    "top_ngram_char_fraction",
+    "duplicate_ngram_char_fraction",
+]
 
 _HASH_SEED = 0x5EED
 # Fixed odd 64-bit multipliers, one per position in the n-gram (splitmix64 outputs of 1, 2, 3, ...).
 _MULTIPLIERS = np.array(
     [
-        0x910A2DEC89025CC1, 0xBEEB8DA1658EEC67, 0xF893A2EEFB32555F, 0x71C18690EE42C90B,
-        0x71BB54D8D101B5B9, 0xC34D0BFF90150281, 0xF2C0D5F2C4E8C4B5, 0x7B1B5A3C5D8E9F01,
-        0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, 0xD6E8FEB86659FD93,
-        0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3, 0x589965CC75374CC3,
+        0x910A2DEC89025CC1,
+        0xBEEB8DA1658EEC67,
+        0xF893A2EEFB32555F,
+        0x71C18690EE42C90B,
+        0x71BB54D8D101B5B9,
+        0xC34D0BFF90150281,
+        0xF2C0D5F2C4E8C4B5,
+        0x7B1B5A3C5D8E9F01,
+        0x9E3779B97F4A7C15,
+        0xBF58476D1CE4E5B9,
+        0x94D049BB133111EB,
+        0xD6E8FEB86659FD93,
+        0xA0761D6478BD642F,
+        0xE7037ED1A0B428DB,
+        0x8EBC6AF09C88C6E3,
+        0x589965CC75374CC3,
     ],
     dtype=np.uint64,
 )

@@ -54,7 +54,10 @@ class PIIConfig:
     """Which kinds to redact (applied in ``PII_PATTERNS`` order)."""
     placeholders: dict[str, str] = field(
         default_factory=lambda: {
-            "email": "<EMAIL>", "ipv6": "<IP_ADDRESS>", "ipv4": "<IP_ADDRESS>", "phone": "<PHONE_NUMBER>",
+            "email": "<EMAIL>",
+            "ipv6": "<IP_ADDRESS>",
+            "ipv4": "<IP_ADDRESS>",
+            "phone": "<PHONE_NUMBER>",
         }
     )
     count_columns: bool = True
@@ -70,7 +73,9 @@ class PIIConfig:
             raise ConfigError(f"unknown PII kind(s) {sorted(unknown)}; choose from {list(PII_PATTERNS)}")
 
 
-def redact_pii_array(texts: pa.Array, config: PIIConfig = PIIConfig()) -> tuple[pa.Array, dict[str, pa.Array]]:
+def redact_pii_array(
+    texts: pa.Array, config: PIIConfig = PIIConfig()
+) -> tuple[pa.Array, dict[str, pa.Array]]:
     """(redacted texts, {kind: per-row int32 counts})."""
     counts: dict[str, pa.Array] = {}
     for kind, pattern in PII_PATTERNS.items():

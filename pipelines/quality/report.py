@@ -65,8 +65,10 @@ def summarize_batch(
         .head(sample_size)
         .select("source", "outcome", "key", "id", preview=pl.col("text").str.slice(0, preview_chars))
     )
-    out = pl.concat([counts.with_columns(kind=pl.lit("count")), samples.with_columns(kind=pl.lit("sample"))],
-                    how="diagonal_relaxed")
+    out = pl.concat(
+        [counts.with_columns(kind=pl.lit("count")), samples.with_columns(kind=pl.lit("sample"))],
+        how="diagonal_relaxed",
+    )
     return out.to_arrow()
 
 
@@ -78,24 +80,47 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
         return report
     df = pl.concat(frames, how="diagonal_relaxed")
     counts = (
-        df.filter(pl.col("kind") == "count").group_by("source", "outcome")
-        .agg(pl.col("rows").sum(), pl.col("bytes").sum()).sort("source", "outcome")
+        df.filter(pl.col("kind") == "count")
+        .group_by("source", "outcome")
+        .agg(pl.col("rows").sum(), pl.col("bytes").sum())
+        .sort("source", "outcome")
     )
     samples = (
-        df.filter(pl.col("kind") == "sample").sort("key", "id", "preview")
-        .group_by("source", "outcome", maintain_order=True).head(sample_size)
+        df.filter(pl.col("kind") == "sample")
+        .sort("key", "id", "preview")
+        .group_by("source", "outcome", maintain_order=True)
+        .head(sample_size)
     )
     sample_map: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in samples.select("source", "outcome", "id", "preview").iter_rows(named=True):
-        sample_map.setdefault((row["source"], row["outcome"]), []).append({"id": row["id"], "text": row["preview"]})
-    totals = {"rows_in": 0, "bytes_in": 0, "rows_kept": 0, "bytes_kept": 0, "rows_quarantined": 0,
-              "dropped_rows_by_reason": {}, "dropped_bytes_by_reason": {}}
+        sample_map.setdefault((row["source"], row["outcome"]), []).append(
+            {"id": row["id"], "text": row["preview"]}
+        )
+    totals = {
+        "rows_in": 0,
+        "bytes_in": 0,
+        "rows_kept": 0,
+        "bytes_kept": 0,
+        "rows_quarantined": 0,
+        "dropped_rows_by_reason": {},
+        "dropped_bytes_by_reason": {},
+    }
     for row in counts.iter_rows(named=True):
         src = report["sources"].setdefault(
-            row["source"], {"rows_in": 0, "bytes_in": 0, "kept": {"rows": 0, "bytes": 0, "samples": []},
-                            "dropped": {}, "quarantined": {"rows": 0, "bytes": 0, "samples": []}})
-        entry = {"rows": int(row["rows"]), "bytes": int(row["bytes"]),
-                 "samples": sample_map.get((row["source"], row["outcome"]), [])}
+            row["source"],
+            {
+                "rows_in": 0,
+                "bytes_in": 0,
+                "kept": {"rows": 0, "bytes": 0, "samples": []},
+                "dropped": {},
+                "quarantined": {"rows": 0, "bytes": 0, "samples": []},
+            },
+        )
+        entry = {
+            "rows": int(row["rows"]),
+            "bytes": int(row["bytes"]),
+            "samples": sample_map.get((row["source"], row["outcome"]), []),
+        }
         src["rows_in"] += entry["rows"]
         src["bytes_in"] += entry["bytes"]
         totals["rows_in"] += entry["rows"]
@@ -109,10 +134,15 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
             totals["rows_quarantined"] += entry["rows"]
         else:
             src["dropped"][row["outcome"]] = entry
-            for key, val in (("dropped_rows_by_reason", entry["rows"]), ("dropped_bytes_by_reason", entry["bytes"])):
+            for key, val in (
+                ("dropped_rows_by_reason", entry["rows"]),
+                ("dropped_bytes_by_reason", entry["bytes"]),
+            ):
                 totals[key][row["outcome"]] = totals[key].get(row["outcome"], 0) + val
     totals["rows_dropped"] = sum(totals["dropped_rows_by_reason"].values())
-    totals["balanced"] = totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
+    totals["balanced"] = (
+        totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
+    )
     report["totals"] = totals
     return report
 
@@ -128,11 +158,23 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines = ["# Retention report", ""]
     t = report.get("totals", {})
     if t:
-        lines += [f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
-                  f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.", ""]
+        lines += [
+            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
+            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
+            "",
+        ]
     for name, src in report.get("sources", {}).items():
-        lines += [f"## {name}", "", "| outcome | rows | % rows | bytes | % bytes |", "|---|---:|---:|---:|---:|"]
-        outcomes = [("kept", src["kept"]), *sorted(src["dropped"].items()), ("quarantined", src["quarantined"])]
+        lines += [
+            f"## {name}",
+            "",
+            "| outcome | rows | % rows | bytes | % bytes |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        outcomes = [
+            ("kept", src["kept"]),
+            *sorted(src["dropped"].items()),
+            ("quarantined", src["quarantined"]),
+        ]
         for label, e in outcomes:
             if not e["rows"] and label == "quarantined":
                 continue

@@ -59,7 +59,9 @@ def fails_below(value: pl.Series | np.ndarray, threshold: float | None) -> np.nd
     return np.nan_to_num(v, nan=np.inf) < threshold
 
 
-def fails_above(value: pl.Series | np.ndarray, threshold: float | None, *, inclusive: bool = False) -> np.ndarray | None:
+def fails_above(
+    value: pl.Series | np.ndarray, threshold: float | None, *, inclusive: bool = False
+) -> np.ndarray | None:
     """``value > threshold`` (or ``>=`` with ``inclusive``); None → rule off; NaN/null → passes."""
     if threshold is None:
         return None

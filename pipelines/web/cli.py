@@ -37,7 +37,9 @@ def _extract(args: argparse.Namespace) -> int:
     result = ds.write_parquet(args.output, **execution_options(args).as_kwargs())
     summary = summarize(result.stats)
     # the engine set bad records aside under OUTPUT/_quarantine/ (zephyr.cli.quarantine_dir)
-    summary["quarantine_files"] = [f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])]
+    summary["quarantine_files"] = [
+        f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])
+    ]
     with open(os.path.join(args.output, "_stats.json"), "w", encoding="utf-8") as f:
         json.dump(
             {"version": 1, "extractor": args.extractor, **summary, "engine": result.stats},

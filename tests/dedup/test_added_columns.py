@@ -40,13 +40,29 @@ def test_overwrite_output_column_and_remove_mode(tmp_path):
 
     assert main([*run, "--output", str(tmp_path / "oc"), "--output-column", "exact"]) == 0
     renamed = pq.read_table(tmp_path / "oc").sort_by("id")
-    assert renamed.column_names == ["id", "text", "dup_keep", "exact_cluster", "exact_cluster_size", "exact_keep"]
-    assert renamed["dup_keep"].to_pylist() == [False] * 3 and renamed["exact_keep"].to_pylist() == [True, False, True]
+    assert renamed.column_names == [
+        "id",
+        "text",
+        "dup_keep",
+        "exact_cluster",
+        "exact_cluster_size",
+        "exact_keep",
+    ]
+    assert renamed["dup_keep"].to_pylist() == [False] * 3 and renamed["exact_keep"].to_pylist() == [
+        True,
+        False,
+        True,
+    ]
 
-    assert main([*run, "--output", str(tmp_path / "rm"), "--mode", "remove"]) == 0  # nothing added: no refusal
+    assert (
+        main([*run, "--output", str(tmp_path / "rm"), "--mode", "remove"]) == 0
+    )  # nothing added: no refusal
     kept = pq.read_table(tmp_path / "rm").sort_by("id")
-    assert kept.to_pydict() == {"id": ["a", "c"], "text": [TEXT, "another document entirely"],
-                                "dup_keep": [False, False]}  # the input's column passes unchanged
+    assert kept.to_pydict() == {
+        "id": ["a", "c"],
+        "text": [TEXT, "another document entirely"],
+        "dup_keep": [False, False],
+    }  # the input's column passes unchanged
 
 
 def test_paragraph_annotate_checks_its_own_columns(tmp_path, capsys):
@@ -60,9 +76,25 @@ def test_paragraph_annotate_checks_its_own_columns(tmp_path, capsys):
 
 
 def test_paragraph_bloom_and_url_commands_check_their_columns(tmp_path, capsys):
-    src = _input(tmp_path, dup_paragraphs=[7, 7, 7], dup_keep=[True, True, True], url=["https://example.org/a", "https://EXAMPLE.org/a", "https://example.org/b"])
-    bloom = ["dedup", "paragraph", src, "--method", "bloom", "--expected", "100", "--mode", "annotate",
-             "--executor", "inprocess"]
+    src = _input(
+        tmp_path,
+        dup_paragraphs=[7, 7, 7],
+        dup_keep=[True, True, True],
+        url=["https://example.org/a", "https://EXAMPLE.org/a", "https://example.org/b"],
+    )
+    bloom = [
+        "dedup",
+        "paragraph",
+        src,
+        "--method",
+        "bloom",
+        "--expected",
+        "100",
+        "--mode",
+        "annotate",
+        "--executor",
+        "inprocess",
+    ]
     assert main([*bloom, "--output", str(tmp_path / "r")]) == 1
     assert "a column 'dup_paragraphs'" in capsys.readouterr().err
     assert main([*bloom, "--output", str(tmp_path / "oc"), "--output-column", "para"]) == 0

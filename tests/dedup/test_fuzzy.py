@@ -137,7 +137,10 @@ def test_cli_flags_build_the_one_config_and_rows_still_works(tmp_path, capsys):
     assert main([*base, "--output", str(tmp_path / "new"), "--bands", "14", "--rows-per-band", "8"]) == 0
     with pytest.warns(ZephyrDeprecationWarning, match="--rows is renamed --rows-per-band"):
         assert main([*base, "--output", str(tmp_path / "old"), "--bands", "14", "--rows", "8"]) == 0
-    configs = [json.loads((tmp_path / d / "_dedup_stats.json").read_text())["dedup"]["config"] for d in ("new", "old")]
+    configs = [
+        json.loads((tmp_path / d / "_dedup_stats.json").read_text())["dedup"]["config"]
+        for d in ("new", "old")
+    ]
     assert configs[0] == configs[1] == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
     assert main([*base, "--output", str(tmp_path / "x"), "--rows", "8", "--rows-per-band", "8"]) == 1
     assert "--rows is the old name of --rows-per-band" in capsys.readouterr().err

@@ -206,7 +206,9 @@ def test_other_minhash_settings_are_refused_by_name(tmp_path):
         fuzzy_dedup_dataset(zephyr.from_arrow(b), other, execution=INPROCESS, index=index)
     with pytest.raises(ConfigError, match=r"seed 1 \(this run: 2\)"):
         open_index(index, FuzzyDedupConfig(threshold=0.8, seed=2))
-    assert open_index(index, FuzzyDedupConfig(threshold=0.7, bands=14, rows_per_band=8)) is not None  # same signatures
+    assert (
+        open_index(index, FuzzyDedupConfig(threshold=0.7, bands=14, rows_per_band=8)) is not None
+    )  # same signatures
     with pytest.raises(InputError, match="no signature index"):
         open_index(str(tmp_path / "nothing"), CONFIG)
     (tmp_path / "junk").mkdir()

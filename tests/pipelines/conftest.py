@@ -36,6 +36,10 @@ def as_format_1(stats: dict) -> dict:
         return {(old if key == new else key): value for key, value in mapping.items()}
 
     if "steps" in stats:
-        return {**back(stats, "steps", "stages"), "version": 1, "stages": [as_format_1(r) for r in stats["steps"]]}
+        return {
+            **back(stats, "steps", "stages"),
+            "version": 1,
+            "stages": [as_format_1(r) for r in stats["steps"]],
+        }
     assert "step" in stats, "neither a job's stats.json nor a step record"
     return {**back(stats, "step", "stage"), "version": 1}

@@ -39,7 +39,9 @@ def test_quickstart_refuses_the_sample_lang_column_without_overwrite(tmp_path, c
 
 def _write(tmp_path: Path, stages: list[dict]) -> Path:
     path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "t", "steps": [{"step": "read", "paths": ["in.parquet"]}, *stages]}))
+    path.write_text(
+        yaml.safe_dump({"name": "t", "steps": [{"step": "read", "paths": ["in.parquet"]}, *stages]})
+    )
     return path
 
 
@@ -59,10 +61,18 @@ def test_output_column_is_validated_with_key_paths(tmp_path, capsys):
 
 def test_a_column_added_by_an_earlier_stage_is_named_as_its_origin(tmp_path):
     pq.write_table(pa.table({"id": ["a"], "text": [EN]}), tmp_path / "in.parquet")
-    stages = [{"step": "langid", "output_column": "quality_score"}, {"step": "quality", "model": "in.parquet"}]
-    with pytest.raises(ColumnExistsError, match=r"steps\[2\] \(quality\): the data already has 'quality_score' "
-                       r"\(from step 'langid'\)"):
-        run_pipeline(load_config(_write(tmp_path, stages)), tmp_path / "job", execution={"executor": "inprocess"})
+    stages = [
+        {"step": "langid", "output_column": "quality_score"},
+        {"step": "quality", "model": "in.parquet"},
+    ]
+    with pytest.raises(
+        ColumnExistsError,
+        match=r"steps\[2\] \(quality\): the data already has 'quality_score' "
+        r"\(from step 'langid'\)",
+    ):
+        run_pipeline(
+            load_config(_write(tmp_path, stages)), tmp_path / "job", execution={"executor": "inprocess"}
+        )
 
 
 def test_pipeline_keeps_the_data_columns_it_was_told_to(tmp_path, lid_model):
@@ -79,15 +89,22 @@ def test_pipeline_keeps_the_data_columns_it_was_told_to(tmp_path, lid_model):
         {"step": "heuristic_filter", "rules": ["c4"], "output_column": "why"},
         {"step": "exact_dedup"},
     ]
-    result = run_pipeline(load_config(_write(tmp_path, stages)), tmp_path / "job",
-                          execution={"executor": "inprocess"}, report=False)
+    result = run_pipeline(
+        load_config(_write(tmp_path, stages)),
+        tmp_path / "job",
+        execution={"executor": "inprocess"},
+        report=False,
+    )
     by = {r["step"]: r for r in result.steps}
     kept = pa.concat_tables([pq.read_table(f) for f in by["exact_dedup"]["files"]])
     assert kept.select(["id", "lang", "detected", "dup_keep", "drop_reason"]).to_pylist() == [
-        {"id": "a", "lang": "de", "detected": "en", "dup_keep": False, "drop_reason": "x"}]
+        {"id": "a", "lang": "de", "detected": "en", "dup_keep": False, "drop_reason": "x"}
+    ]
     dropped = pa.concat_tables([pq.read_table(f) for f in by["heuristic_filter"]["extra"]["dropped_files"]])
     dropped = dropped.sort_by("id")
-    assert dropped.select(["id", "drop_reason"]).to_pylist() == [{"id": "b", "drop_reason": "y"},
-                                                                 {"id": "d", "drop_reason": "w"}]
+    assert dropped.select(["id", "drop_reason"]).to_pylist() == [
+        {"id": "b", "drop_reason": "y"},
+        {"id": "d", "drop_reason": "w"},
+    ]
     assert all(why.startswith("c4_") for why in dropped["why"].to_pylist())
     assert by["langid"]["rows_dropped"] == 0 and all(r["balanced"] for r in result.steps)

@@ -73,12 +73,27 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
     ("stage", "needle"),
     [
         ({"step": "langid", "min_score": -0.1}, "steps[1].min_score: must be within [0, 1]"),
-        ({"step": "langid", "languages": "en", "max_chars": "many"}, "steps[1].max_chars: must be an integer"),
-        ({"step": "heuristic_filter", "rules": ["gopher", "c5"]}, "steps[1].rules: unknown rule family 'c5'; allowed: c4"),
-        ({"step": "quality", "min_score": 0.5}, "steps[1].model: give exactly one of model, train or train_from"),
-        ({"step": "quality", "model": "m.bin", "classifier": {"epochs": 3}}, "steps[1].classifier: unknown key 'epochs'"),
+        (
+            {"step": "langid", "languages": "en", "max_chars": "many"},
+            "steps[1].max_chars: must be an integer",
+        ),
+        (
+            {"step": "heuristic_filter", "rules": ["gopher", "c5"]},
+            "steps[1].rules: unknown rule family 'c5'; allowed: c4",
+        ),
+        (
+            {"step": "quality", "min_score": 0.5},
+            "steps[1].model: give exactly one of model, train or train_from",
+        ),
+        (
+            {"step": "quality", "model": "m.bin", "classifier": {"epochs": 3}},
+            "steps[1].classifier: unknown key 'epochs'",
+        ),
         ({"step": "fuzzy_dedup", "bands": 4}, "steps[1].bands: give both bands and rows"),
-        ({"step": "fuzzy_dedup", "preset": "minhashlsh"}, "steps[1].preset: must be one of 'datatrove', 'nemo'"),
+        (
+            {"step": "fuzzy_dedup", "preset": "minhashlsh"},
+            "steps[1].preset: must be one of 'datatrove', 'nemo'",
+        ),
         ({"step": "normalize", "enabled": "yes"}, "steps[1].enabled: must be true or false"),
         ({"step": "map", "function": "no_such_module_xyz:f"}, "steps[1].function: cannot import"),
         ({"step": "tokenize", "shard_bytes": "lots"}, "steps[1].shard_bytes: not a byte size"),
@@ -93,8 +108,13 @@ def test_stage_errors(tmp_path, stage, needle):
 
 
 def test_train_stage_checks_trainer_keys(tmp_path):
-    raw = {"steps": [{"step": "read", "paths": ["/"]}, {"step": "tokenize"},
-                      {"step": "train", "steps": 0, "presett": "tiny"}]}
+    raw = {
+        "steps": [
+            {"step": "read", "paths": ["/"]},
+            {"step": "tokenize"},
+            {"step": "train", "steps": 0, "presett": "tiny"},
+        ]
+    }
     with pytest.raises(ConfigError) as info:
         parse_config(raw)
     assert "steps[2].presett: unknown key; allowed:" in str(info.value)
@@ -108,9 +128,18 @@ def test_train_stage_checks_trainer_keys(tmp_path):
 
 def test_train_stage_takes_the_loader_keys(tmp_path):
     """zephyr run: best-fit packing and the instance filter go from the stage to the trainer's config."""
-    raw = {"steps": [{"step": "read", "paths": ["/"]}, {"step": "tokenize"},
-                      {"step": "train", "packing": "best-fit", "instance_filter": "repetition",
-                       "repetition_max_count": 16}]}
+    raw = {
+        "steps": [
+            {"step": "read", "paths": ["/"]},
+            {"step": "tokenize"},
+            {
+                "step": "train",
+                "packing": "best-fit",
+                "instance_filter": "repetition",
+                "repetition_max_count": 16,
+            },
+        ]
+    }
     stage = parse_config(raw).steps[2].config
     cfg = stage.build(data="shards/", log=None, checkpoint_dir=None)
     assert (cfg.packing, cfg.instance_filter, cfg.repetition_max_count) == ("best-fit", "repetition", 16)
@@ -122,27 +151,48 @@ def test_train_stage_takes_the_loader_keys(tmp_path):
 def test_order_rules():
     with pytest.raises(ConfigError, match=r"'train' needs an enabled tokenize step"):
         parse_config({"steps": [{"step": "read", "paths": ["/"]}, {"step": "train"}]})
-    with pytest.raises(ConfigError, match=r"steps\[2\].step: 'normalize' cannot come after the tokenize step"):
-        parse_config({"steps": [{"step": "read", "paths": ["/"]}, {"step": "tokenize"}, {"step": "normalize"}]})
+    with pytest.raises(
+        ConfigError, match=r"steps\[2\].step: 'normalize' cannot come after the tokenize step"
+    ):
+        parse_config(
+            {"steps": [{"step": "read", "paths": ["/"]}, {"step": "tokenize"}, {"step": "normalize"}]}
+        )
     with pytest.raises(ConfigError, match=r"steps\[2\].name: 'normalize' is already the name of steps\[1\]"):
-        parse_config({"steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}, {"step": "normalize"}]})
-    with pytest.raises(ConfigError, match=r"train_from: must name an enabled heuristic_filter step before it"):
-        parse_config({"steps": [{"step": "read", "paths": ["/"]}, {"step": "quality", "train_from": "filters"}]})
+        parse_config(
+            {"steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}, {"step": "normalize"}]}
+        )
+    with pytest.raises(
+        ConfigError, match=r"train_from: must name an enabled heuristic_filter step before it"
+    ):
+        parse_config(
+            {"steps": [{"step": "read", "paths": ["/"]}, {"step": "quality", "train_from": "filters"}]}
+        )
 
 
 def test_overrides_by_name_index_and_top_level(tmp_path):
     raw = _base(tmp_path)
     out = apply_overrides(
         raw,
-        ["steps.fuzzy_dedup.threshold=0.7", "steps.1.enabled=false", "name=other",
-         "steps.read.paths=[a.parquet, b.parquet]", "steps.fuzzy_dedup.ngram=3"],
+        [
+            "steps.fuzzy_dedup.threshold=0.7",
+            "steps.1.enabled=false",
+            "name=other",
+            "steps.read.paths=[a.parquet, b.parquet]",
+            "steps.fuzzy_dedup.ngram=3",
+        ],
         base=tmp_path / "cwd",
     )
     cfg = parse_config(out)
     assert cfg.name == "other"
-    assert cfg.step("fuzzy_dedup").config.dedup.threshold == 0.7 and cfg.step("fuzzy_dedup").config.dedup.ngram == 3
+    assert (
+        cfg.step("fuzzy_dedup").config.dedup.threshold == 0.7
+        and cfg.step("fuzzy_dedup").config.dedup.ngram == 3
+    )
     assert cfg.step("normalize").enabled is False
-    assert cfg.step("read").config.paths == [str(tmp_path / "cwd" / "a.parquet"), str(tmp_path / "cwd" / "b.parquet")]
+    assert cfg.step("read").config.paths == [
+        str(tmp_path / "cwd" / "a.parquet"),
+        str(tmp_path / "cwd" / "b.parquet"),
+    ]
     assert raw["steps"][3]["threshold"] == 0.8  # the input mapping is not mutated
     with pytest.raises(ConfigError, match="no step named 'fuzzy'; steps: read, normalize"):
         apply_overrides(raw, ["steps.fuzzy.threshold=0.7"])
@@ -157,7 +207,9 @@ def test_environment_variables(tmp_path, monkeypatch):
     raw["steps"][0]["paths"] = ["${PIPE_TEST_DIR}/in.parquet"]
     raw["steps"][4]["tokenizer"] = "${PIPE_TEST_TOK:-tok2.json}"
     path = _write(tmp_path, raw)
-    with pytest.raises(ConfigError, match=r"steps\[0\].paths\[0\]: environment variable PIPE_TEST_DIR is not set"):
+    with pytest.raises(
+        ConfigError, match=r"steps\[0\].paths\[0\]: environment variable PIPE_TEST_DIR is not set"
+    ):
         load_config(path)
     monkeypatch.setenv("PIPE_TEST_DIR", str(tmp_path))
     cfg = load_config(path)
@@ -179,9 +231,20 @@ def test_missing_inputs_are_reported_before_work(tmp_path):
 
 
 def test_fuzzy_preset_with_overrides():
-    raw = {"steps": [{"step": "read", "paths": ["/"]}, {"step": "fuzzy_dedup", "preset": "datatrove", "threshold": 0.7}]}
+    raw = {
+        "steps": [
+            {"step": "read", "paths": ["/"]},
+            {"step": "fuzzy_dedup", "preset": "datatrove", "threshold": 0.7},
+        ]
+    }
     built = parse_config(raw).step("fuzzy_dedup").config.dedup
-    assert (built.shingle, built.ngram, built.bands, built.rows_per_band, built.threshold) == ("word", 5, 14, 8, 0.7)
+    assert (built.shingle, built.ngram, built.bands, built.rows_per_band, built.threshold) == (
+        "word",
+        5,
+        14,
+        8,
+        0.7,
+    )
     assert isinstance(built, FuzzyDedupConfig) and built.preset == "datatrove"
 
 

@@ -16,10 +16,15 @@ SAMPLE = REPO / "data" / "sample" / "sample.parquet"
 HAS_DASK_EXECUTOR = importlib.util.find_spec("zephyr.executors.dask") is not None
 
 
-@pytest.fixture(scope="module", params=[
-    pytest.param(False, id="light"),
-    pytest.param(True, id="with_fuzzy", marks=pytest.mark.slow),  # ~10 engine actions, a process pool each
-])
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(False, id="light"),
+        pytest.param(
+            True, id="with_fuzzy", marks=pytest.mark.slow
+        ),  # ~10 engine actions, a process pool each
+    ],
+)
 def pipeline(tmp_path_factory, request) -> Path:
     root = tmp_path_factory.mktemp("executors")
     table = pq.read_table(SAMPLE)
@@ -40,9 +45,11 @@ def pipeline(tmp_path_factory, request) -> Path:
 
 
 def _outputs(job: Path) -> dict[str, bytes]:
-    files = sorted(job.glob("*/part-*.parquet")) + sorted(job.glob("*/shards/shard-*")) + [
-        job / "04-tokenize" / "tokenizer.json"
-    ]
+    files = (
+        sorted(job.glob("*/part-*.parquet"))
+        + sorted(job.glob("*/shards/shard-*"))
+        + [job / "04-tokenize" / "tokenizer.json"]
+    )
     return {str(p.relative_to(job)): p.read_bytes() for p in files}
 
 
@@ -58,11 +65,15 @@ def inprocess_outputs(pipeline) -> dict[str, bytes]:
     [
         # a spawned process pool per engine action: ~30 s idle, minutes on busy cores
         pytest.param(["--executor", "local", "--workers", "2"], id="local", marks=pytest.mark.slow),
-        pytest.param(["--executor", "dask", "--workers", "2"], id="dask", marks=[
-            pytest.mark.dask,
-            pytest.mark.slow,  # a LocalCluster per engine action: minutes
-            pytest.mark.skipif(not HAS_DASK_EXECUTOR, reason="zephyr.executors.dask is not there yet"),
-        ]),
+        pytest.param(
+            ["--executor", "dask", "--workers", "2"],
+            id="dask",
+            marks=[
+                pytest.mark.dask,
+                pytest.mark.slow,  # a LocalCluster per engine action: minutes
+                pytest.mark.skipif(not HAS_DASK_EXECUTOR, reason="zephyr.executors.dask is not there yet"),
+            ],
+        ),
     ],
 )
 def test_outputs_identical_across_executors(pipeline, inprocess_outputs, argv):

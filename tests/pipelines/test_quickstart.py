@@ -33,10 +33,16 @@ def make_slice(path: Path) -> Path:
     table = pq.read_table(SAMPLE)
     ids = table["id"].to_pylist()
     planted = {i for i in ids if PLANTED in i}
-    wanted = planted | {i.split(PLANTED)[0] for i in planted} | {"milton/81"} | {f"kjv/{n}" for n in range(100, 126)}
+    wanted = (
+        planted
+        | {i.split(PLANTED)[0] for i in planted}
+        | {"milton/81"}
+        | {f"kjv/{n}" for n in range(100, 126)}
+    )
     for source, n in (("kjv", 20), ("milton", 10), ("shakespeare", 10)):
         wanted |= {i for i in ids if i.startswith(f"{source}/") and PLANTED not in i}.intersection(
-            [i for i in ids if i.startswith(f"{source}/")][:n])
+            [i for i in ids if i.startswith(f"{source}/")][:n]
+        )
     pq.write_table(table.filter(pc.is_in(table["id"], pa.array(sorted(wanted)))), path)
     return path
 
@@ -48,13 +54,20 @@ def _planted(kind: str) -> set[str]:
 
 
 TINY = [
-    "--set", "steps.read.num_shards=2",
-    "--set", "steps.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
-    "--set", "steps.tokenize.vocab_size=512",
-    "--set", "steps.train.steps=3",
-    "--set", "steps.train.batch_size=2",
-    "--set", "steps.train.seq_len=64",
-    "--set", "steps.train.checkpoint_every=2",
+    "--set",
+    "steps.read.num_shards=2",
+    "--set",
+    "steps.quality.min_score=0.2",  # a classifier trained on ~100 rows scores near 0.5: it only marks
+    "--set",
+    "steps.tokenize.vocab_size=512",
+    "--set",
+    "steps.train.steps=3",
+    "--set",
+    "steps.train.batch_size=2",
+    "--set",
+    "steps.train.seq_len=64",
+    "--set",
+    "steps.train.checkpoint_every=2",
 ]
 
 
@@ -63,8 +76,17 @@ def quickstart_job(tmp_path_factory):
     root = tmp_path_factory.mktemp("quickstart")
     data = make_slice(root / "slice.parquet")
     job = root / "job"
-    argv = ["run", "quickstart", "--job-dir", str(job), "--executor", "inprocess",
-            "--set", f"steps.read.paths={data}", *TINY]
+    argv = [
+        "run",
+        "quickstart",
+        "--job-dir",
+        str(job),
+        "--executor",
+        "inprocess",
+        "--set",
+        f"steps.read.paths={data}",
+        *TINY,
+    ]
     if not lid_available():
         argv += ["--set", "steps.langid.enabled=false"]
     return job, argv
@@ -90,13 +112,17 @@ def _ids(files: list[str]) -> set[str]:
 def test_quickstart_end_to_end(finished):
     job, stats, stdout = finished
     summary = json.loads(stdout)  # --json: the one object on stdout
-    assert summary["next"] == f"open {job / 'report.html'}" and summary["details"]["report"] == str(job / "report.md")
+    assert summary["next"] == f"open {job / 'report.html'}" and summary["details"]["report"] == str(
+        job / "report.md"
+    )
     assert summary["balanced"] and summary["rows_in"] == stats["steps"][0]["rows_in"]
     steps = {s["step"]: s for s in stats["steps"]}
     assert stats["balanced"] and all(s["status"] == "ran" for s in stats["steps"])
     data = [s for s in stats["steps"] if s["type"] not in ("tokenize", "train")]
     sliced = pq.read_table(job.parent / "slice.parquet")
-    per_source = {k: v for k, v in zip(*np.unique(sliced["source"].to_numpy(zero_copy_only=False), return_counts=True))}
+    per_source = {
+        k: v for k, v in zip(*np.unique(sliced["source"].to_numpy(zero_copy_only=False), return_counts=True))
+    }
     assert data[0]["rows_in"] == sliced.num_rows and data[0]["per_source"]["in"] == per_source
     for before, after in zip(data, data[1:]):
         assert after["rows_in"] == before["rows_kept"]
@@ -126,14 +152,18 @@ def test_quickstart_end_to_end(finished):
     heuristics = steps["heuristic_filter"]
     assert heuristics["extra"]["dropped_rows"] == heuristics["rows_dropped"]
     assert Path(steps["quality"]["extra"]["classifier"]).is_file()
-    assert all(s >= 0.2 for f in steps["quality"]["files"] for s in pq.read_table(f)["quality_score"].to_pylist())
+    assert all(
+        s >= 0.2 for f in steps["quality"]["files"] for s in pq.read_table(f)["quality_score"].to_pylist()
+    )
     # tokens and training
     tok = steps["tokenize"]
     assert tok["rows_kept"] == steps["quality"]["rows_kept"] == tok["extra"]["num_documents"]
     assert tok["extra"]["num_tokens"] > 10_000 and Path(tok["dir"], "tokenizer.json").is_file()
     trained = tok["extra"]["tokenizer_trained_on"]  # by zephyr.tokenize.train_tokenizer, on the stage input
     assert trained["output"] == str(Path(tok["dir"], "tokenizer.json")) and trained["vocab_size"] == 512
-    assert 0 < trained["sample_bytes"] <= trained["bound_bytes"] and trained["files"] == len(steps["quality"]["files"])
+    assert 0 < trained["sample_bytes"] <= trained["bound_bytes"] and trained["files"] == len(
+        steps["quality"]["files"]
+    )
     manifest = json.loads(Path(tok["extra"]["shards_dir"], "manifest.json").read_text())
     assert manifest["vocab_size"] == 512 and manifest["num_documents"] == tok["rows_kept"]
     train = steps["train"]
@@ -162,7 +192,11 @@ def test_report_numbers_match_the_stats(finished):
         cells = rows[s["step"]]
         if s["type"] != "train":
             assert [int(c.replace(",", "")) for c in cells[3:7]] == [
-                s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"]]
+                s["rows_in"],
+                s["rows_kept"],
+                s["rows_dropped"],
+                s["rows_quarantined"],
+            ]
         assert cells[9] == f"{s['seconds']:.1f}" and cells[12] == "yes"
         for reason, n in s["dropped_by_reason"].items():
             assert f"| {s['step']} | {reason} | {n:,} |" in markdown
@@ -229,10 +263,17 @@ def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
 
     part = tmp_path / "part-00000.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"]}), part)
-    op = {"op": "map_batches(x)", "rows_in": 5, "rows_out": 4, "rows_dropped": 1, "rows_quarantined": 0,
-          "dropped_by_reason": {"short": 1}}
-    outcome = StepOutcome(files=[str(part)], engine_stats={"stages": [{"ops": [op]}]},
-                           accounting_ops=("map_batches(x)",))
+    op = {
+        "op": "map_batches(x)",
+        "rows_in": 5,
+        "rows_out": 4,
+        "rows_dropped": 1,
+        "rows_quarantined": 0,
+        "dropped_by_reason": {"short": 1},
+    }
+    outcome = StepOutcome(
+        files=[str(part)], engine_stats={"stages": [{"ops": [op]}]}, accounting_ops=("map_batches(x)",)
+    )
     entry = StepEntry("normalize", "normalize", NormalizeStep())
     with pytest.raises(AccountingError, match=r"rows do not balance: in 5 != kept 3 .* \+ dropped 1"):
         account(entry, outcome, 5, [])

@@ -82,8 +82,7 @@ def _stats(job: Path) -> dict[str, dict]:
 def _sidecar(step: dict) -> dict:
     path = Path(step["extra"]["examples"])
     assert (
-        path == Path(step["dir"]) / EXAMPLES_FILE
-        and not (Path(step["dir"]) / "_work" / "_examples").exists()
+        path == Path(step["dir"]) / EXAMPLES_FILE and not (Path(step["dir"]) / "_work" / "_examples").exists()
     )
     return json.loads(path.read_text())
 

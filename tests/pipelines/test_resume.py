@@ -73,14 +73,32 @@ def _markers(job: Path) -> list[Path]:
 
 def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
     reference = tmp_path / "reference"
-    assert main(["run", str(pipeline), "--job-dir", str(reference), "--executor", "inprocess", "--no-report"]) == 0
+    assert (
+        main(["run", str(pipeline), "--job-dir", str(reference), "--executor", "inprocess", "--no-report"])
+        == 0
+    )
 
     job = tmp_path / "job"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "mods"), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "zephyr.cli", "run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess",
-         "--no-report"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "zephyr.cli",
+            "run",
+            str(pipeline),
+            "--job-dir",
+            str(job),
+            "--executor",
+            "inprocess",
+            "--no-report",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 120
@@ -99,7 +117,9 @@ def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
         proc.stderr.close()
     done_at_kill = len(_markers(job))
     assert 2 <= done_at_kill < SHARDS, "the kill must land inside the slow stage"
-    assert (job / "01-normalize" / "_SUCCESS.json").is_file() and not (job / "02-slow" / "_SUCCESS.json").exists()
+    assert (job / "01-normalize" / "_SUCCESS.json").is_file() and not (
+        job / "02-slow" / "_SUCCESS.json"
+    ).exists()
     finished_parts = {p: p.stat().st_mtime_ns for p in job.glob("0[01]-*/part-*.parquet")}
 
     assert main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
@@ -113,7 +133,14 @@ def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
     assert _outputs(job) == _outputs(reference)  # byte-identical to the uninterrupted run
     ref_stats = {s["step"]: s for s in json.loads((reference / "stats.json").read_text())["steps"]}
     for name in stats:
-        for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined", "dropped_by_reason", "per_source"):
+        for key in (
+            "rows_in",
+            "rows_kept",
+            "rows_dropped",
+            "rows_quarantined",
+            "dropped_by_reason",
+            "per_source",
+        ):
             assert stats[name][key] == ref_stats[name][key], (name, key)
 
 
@@ -164,7 +191,12 @@ def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
     assert [s["status"] for s in steps] == ["skipped", "ran"]
     assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
         ".huggingface.yaml",
-        "_STARTED.json", "_SUCCESS.json", "_dropped", "_examples.json", "_stats.json", "_work"
+        "_STARTED.json",
+        "_SUCCESS.json",
+        "_dropped",
+        "_examples.json",
+        "_stats.json",
+        "_work",
     ]
     assert pq.read_table(filter_dir).num_rows == steps[1]["rows_kept"]
     assert pq.read_table(filter_dir / "_dropped").num_rows == steps[1]["rows_dropped"]
@@ -208,8 +240,11 @@ def _old_fingerprints(config_path: Path) -> list[str]:
     upstream = hashlib.sha256(json.dumps(files).encode()).hexdigest()
     out = []
     for entry in config.steps:
-        payload = json.dumps({"step": entry.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
-                             sort_keys=True, default=str)
+        payload = json.dumps(
+            {"step": entry.to_dict(), "upstream": upstream, "version": CONFIG_VERSION},
+            sort_keys=True,
+            default=str,
+        )
         upstream = hashlib.sha256(payload.encode()).hexdigest()
         out.append(upstream)
     return out
@@ -235,4 +270,7 @@ def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
     for stage_dir, step in zip(dirs, steps):
         assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == step["fingerprint"]
     assert main(argv) == 0
-    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["steps"]] == ["skipped", "skipped"]
+    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["steps"]] == [
+        "skipped",
+        "skipped",
+    ]

@@ -36,7 +36,10 @@ def test_a_format_1_record_reads_as_format_2_and_only_its_step_key_changes() -> 
     assert list(old)[:2] == ["version", "stage"] and old["version"] == 1
     upgraded = upgrade_record(old)
     assert upgraded == RECORD and list(upgraded) == list(RECORD)  # same keys, same order
-    assert upgraded["config"]["stage"] == "exact_dedup" and upgraded["jobs"][0]["stages"] == ["read", "reduce"]
+    assert upgraded["config"]["stage"] == "exact_dedup" and upgraded["jobs"][0]["stages"] == [
+        "read",
+        "reduce",
+    ]
     assert upgrade_record(RECORD) is RECORD  # format 2 is read as it is
     unversioned = upgrade_record({"stage": "read", "type": "read"})
     assert unversioned == {"step": "read", "type": "read", "version": STATS_VERSION}
@@ -56,8 +59,11 @@ def _two_steps(tmp_path: Path) -> Path:
     data = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(SAMPLE).slice(0, 20), data)
     path = tmp_path / "two.yaml"
-    path.write_text(yaml.safe_dump({"name": "two", "steps": [{"step": "read", "paths": [str(data)]},
-                                                            {"step": "normalize"}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "two", "steps": [{"step": "read", "paths": [str(data)]}, {"step": "normalize"}]}
+        )
+    )
     return path
 
 
@@ -66,8 +72,13 @@ def test_api_records_say_step_and_read_stage_with_a_warning(tmp_path) -> None:
     seen: list[dict] = []
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new key warns about nothing
-        result = run_pipeline(config, tmp_path / "job", execution={"executor": "inprocess"}, report=False,
-                              on_step_done=seen.append)
+        result = run_pipeline(
+            config,
+            tmp_path / "job",
+            execution={"executor": "inprocess"},
+            report=False,
+            on_step_done=seen.append,
+        )
         assert [r["step"] for r in result.steps] == [r["step"] for r in seen] == ["read", "normalize"]
         assert result.steps[0].get("stage") is None
     assert all(isinstance(r, StepRecord) for r in (*result.steps, *seen))
@@ -76,7 +87,9 @@ def test_api_records_say_step_and_read_stage_with_a_warning(tmp_path) -> None:
     with pytest.raises(KeyError):
         result.steps[0]["nope"]
     written = json.loads((tmp_path / "job" / "stats.json").read_text())
-    assert written["steps"] == json.loads(json.dumps(result.steps, default=str))  # StepRecord writes as a dict
+    assert written["steps"] == json.loads(
+        json.dumps(result.steps, default=str)
+    )  # StepRecord writes as a dict
 
 
 def test_run_summary_lists_steps_and_keeps_stages_for_one_release(tmp_path, capsys) -> None:

@@ -57,8 +57,11 @@ def test_both_names_of_a_key_is_an_error_naming_both(raw: dict, needle: str) -> 
 
 
 def test_an_old_set_override_still_works_with_a_warning() -> None:
-    with pytest.warns(ZephyrDeprecationWarning, match=r"--set stages\.fuzzy_dedup\.threshold= is renamed "
-                      r"--set steps\.fuzzy_dedup\.threshold="):
+    with pytest.warns(
+        ZephyrDeprecationWarning,
+        match=r"--set stages\.fuzzy_dedup\.threshold= is renamed "
+        r"--set steps\.fuzzy_dedup\.threshold=",
+    ):
         raw = apply_overrides(NEW, ["stages.fuzzy_dedup.threshold=0.9"])
     assert parse_config(raw).step("fuzzy_dedup").config.dedup.threshold == 0.9
     with warnings.catch_warnings():
@@ -69,14 +72,19 @@ def test_an_old_set_override_still_works_with_a_warning() -> None:
 def test_messages_say_step() -> None:
     with pytest.raises(ConfigError, match=r"no step named 'nope'; steps: read, fuzzy_dedup"):
         parse_config(NEW).step("nope")
-    raw = {"name": "t", "steps": [{"step": "read", "paths": ["/"]}, {"step": "fuzzy_dedup", "threshold": 1.5}]}
+    raw = {
+        "name": "t",
+        "steps": [{"step": "read", "paths": ["/"]}, {"step": "fuzzy_dedup", "threshold": 1.5}],
+    }
     with pytest.raises(ConfigError, match=r"steps\[1\]\.threshold: must be within \(0, 1\], got 1\.5"):
         parse_config(raw)
 
 
 def test_fingerprints_are_those_of_the_stage_vocabulary() -> None:
     """The hash of an entry did not change with the rename (pinned: the value zephyr computed before it)."""
-    read = parse_config({"name": "t", "steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}]}).steps[0]
+    read = parse_config(
+        {"name": "t", "steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}]}
+    ).steps[0]
     assert read.fingerprint("x") == "71eafebd3270a183fe4dd3a4b5eef9d047417893537682104742da9e834b5e71"
     assert read.record_dict()["stage"] == "read" and read.to_dict()["step"] == "read"
 
@@ -97,7 +105,9 @@ def test_old_python_names_still_import_with_a_warning() -> None:
     with pytest.raises(AttributeError):
         config.NoSuchStage  # noqa: B018
     cfg = parse_config(NEW)
-    with pytest.warns(ZephyrDeprecationWarning, match=r"PipelineConfig\.stages is renamed PipelineConfig\.steps"):
+    with pytest.warns(
+        ZephyrDeprecationWarning, match=r"PipelineConfig\.stages is renamed PipelineConfig\.steps"
+    ):
         assert cfg.stages == cfg.steps
     with pytest.warns(ZephyrDeprecationWarning, match=r"PipelineConfig\.stage\(\) is renamed"):
         assert cfg.stage("read") is cfg.step("read")
@@ -129,8 +139,14 @@ def test_a_job_begun_with_stages_resumes_with_steps_redoing_nothing(tmp_path) ->
     ``pipeline.yaml`` (the config as run) now says ``steps:``."""
     data = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(SAMPLE).slice(0, 60), data)
-    entries = [("read", {"paths": [str(data)], "num_shards": 2}), ("heuristic_filter", {}), ("exact_dedup", {})]
-    old = _write(tmp_path / "old.yaml", {"name": "rename", "stages": [{"stage": t, **kw} for t, kw in entries]})
+    entries = [
+        ("read", {"paths": [str(data)], "num_shards": 2}),
+        ("heuristic_filter", {}),
+        ("exact_dedup", {}),
+    ]
+    old = _write(
+        tmp_path / "old.yaml", {"name": "rename", "stages": [{"stage": t, **kw} for t, kw in entries]}
+    )
     new = _write(tmp_path / "new.yaml", {"name": "rename", "steps": [{"step": t, **kw} for t, kw in entries]})
     job = tmp_path / "job"
     with pytest.warns(ZephyrDeprecationWarning):
@@ -148,16 +164,21 @@ def test_a_job_begun_with_stages_resumes_with_steps_redoing_nothing(tmp_path) ->
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     assert yaml.safe_load((job / "pipeline.yaml").read_text())["steps"][0]["step"] == "read"
     record = json.loads((job / "01-heuristic_filter" / "_stats.json").read_text())
-    assert record["step"] == "heuristic_filter" and record["config"]["stage"] == "heuristic_filter"  # hashed: kept
+    assert (
+        record["step"] == "heuristic_filter" and record["config"]["stage"] == "heuristic_filter"
+    )  # hashed: kept
 
 
 def test_run_pipeline_reads_its_old_keywords_with_a_warning(tmp_path) -> None:
     data = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(SAMPLE).slice(0, 20), data)
-    config = parse_config({"name": "kw", "steps": [{"step": "read", "paths": [str(data)]}, {"step": "normalize"}]})
+    config = parse_config(
+        {"name": "kw", "steps": [{"step": "read", "paths": [str(data)]}, {"step": "normalize"}]}
+    )
     with pytest.warns(ZephyrDeprecationWarning, match=r"run_pipeline\(until_stage=\) is renamed"):
-        result = run_pipeline(config, tmp_path / "job", execution={"executor": "inprocess"}, report=False,
-                              until_stage="read")
+        result = run_pipeline(
+            config, tmp_path / "job", execution={"executor": "inprocess"}, report=False, until_stage="read"
+        )
     assert [r["step"] for r in result.steps] == ["read"]
     with pytest.warns(ZephyrDeprecationWarning, match=r"PipelineResult\.stages is renamed"):
         assert result.stages == result.steps

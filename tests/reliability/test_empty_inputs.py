@@ -27,7 +27,9 @@ def _write(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-@pytest.fixture(params=[pytest.param(".jsonl", id="0-byte-jsonl"), pytest.param(".parquet", id="0-row-parquet")])
+@pytest.fixture(
+    params=[pytest.param(".jsonl", id="0-byte-jsonl"), pytest.param(".parquet", id="0-row-parquet")]
+)
 def empty_input(request, tmp_path) -> Path:
     path = _write(tmp_path / f"empty{request.param}", [])
     assert path.stat().st_size == 0 or pq.read_metadata(path).num_rows == 0
@@ -53,8 +55,17 @@ def test_filter(empty_input, tmp_path):
 
 def test_tokenize(empty_input, tmp_path, tokenizer_json):
     out = tmp_path / "tokens"
-    run = zephyr_cli("tokenize", str(empty_input), "--tokenizer", str(tokenizer_json), "--output", str(out),
-                     "--megatron", *FAST, "--json")
+    run = zephyr_cli(
+        "tokenize",
+        str(empty_input),
+        "--tokenizer",
+        str(tokenizer_json),
+        "--output",
+        str(out),
+        "--megatron",
+        *FAST,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)["details"]
     assert (summary["documents"], summary["tokens"], summary["shards"]) == (0, 0, 1)
@@ -72,11 +83,18 @@ def test_count_and_convert(empty_input, tmp_path):
     run = zephyr_cli("convert", str(empty_input), "--output", str(out), *FAST, "--json")
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
-    assert (summary["details"]["files"], summary["rows_in"], summary["rows_kept"], summary["balanced"]) == (0, 0, 0, True)
+    assert (summary["details"]["files"], summary["rows_in"], summary["rows_kept"], summary["balanced"]) == (
+        0,
+        0,
+        0,
+        True,
+    )
     assert out.is_dir() and _parts(out) == []
 
 
-@pytest.mark.parametrize("suffix", [pytest.param(".jsonl", id="jsonl"), pytest.param(".parquet", id="parquet")])
+@pytest.mark.parametrize(
+    "suffix", [pytest.param(".jsonl", id="jsonl"), pytest.param(".parquet", id="parquet")]
+)
 def test_folder_with_one_empty_file(tmp_path, tokenizer_json, suffix):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -104,7 +122,16 @@ def test_folder_with_one_empty_file(tmp_path, tokenizer_json, suffix):
     assert counts["rows_in"] == 10
     assert counts["rows_kept"] + counts["rows_dropped"] + counts["rows_quarantined"] == 10
 
-    run = zephyr_cli("tokenize", *files, "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "tok"), *FAST, "--json")
+    run = zephyr_cli(
+        "tokenize",
+        *files,
+        "--tokenizer",
+        str(tokenizer_json),
+        "--output",
+        str(tmp_path / "tok"),
+        *FAST,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["details"]["documents"] == 10
     assert len(list(read_documents(str(tmp_path / "tok")))) == 10

@@ -24,7 +24,9 @@ BAD_LINE = '{"id": 2, "text": bad}'
 
 def _jsonl(path: Path, rows: int = 3, *, bad_at: int | None = 1, pad: int = 0) -> Path:
     """``rows`` JSON lines (texts long enough for the filters to judge), one of them invalid at ``bad_at``."""
-    lines = [json.dumps({"id": i, "text": f"document number {i} " + "word " * (20 + pad)}) for i in range(rows)]
+    lines = [
+        json.dumps({"id": i, "text": f"document number {i} " + "word " * (20 + pad)}) for i in range(rows)
+    ]
     if bad_at is not None:
         lines[bad_at] = BAD_LINE
     path.write_text("\n".join(lines) + "\n")
@@ -88,10 +90,22 @@ def test_disk_full_names_the_path_and_is_not_retried(tmp_path, executor):
     data = _jsonl(tmp_path / "in.jsonl", rows=20000 if executor == "local" else 3, bad_at=None, pad=40)
     out = tmp_path / "out"
     run, attempts = _faulty_cli(
-        tmp_path, "ENOSPC", "convert", str(data), "--output", f"faulty://{out}", "--executor", executor,
-        "--workers", "1", "--max-retries", "3",
+        tmp_path,
+        "ENOSPC",
+        "convert",
+        str(data),
+        "--output",
+        f"faulty://{out}",
+        "--executor",
+        executor,
+        "--workers",
+        "1",
+        "--max-retries",
+        "3",
     )
-    _assert_one_line(run, "disk full", f"{out}/_staging/part-00000.parquet", "not retried")  # renamed when whole
+    _assert_one_line(
+        run, "disk full", f"{out}/_staging/part-00000.parquet", "not retried"
+    )  # renamed when whole
     assert len(attempts) == 1, attempts  # one try: a full disk stays full
     if executor == "local":
         assert int(attempts[0].split()[0]) != run_pid_of(run)
@@ -106,7 +120,15 @@ def run_pid_of(run: subprocess.CompletedProcess) -> int:
 def test_unwritable_output_mid_write_is_one_line_not_retried(tmp_path, code):
     data = _jsonl(tmp_path / "in.jsonl", bad_at=None)
     run, attempts = _faulty_cli(
-        tmp_path, code, "convert", str(data), "--output", f"faulty://{tmp_path / 'out'}", *FAST, "--max-retries", "3"
+        tmp_path,
+        code,
+        "convert",
+        str(data),
+        "--output",
+        f"faulty://{tmp_path / 'out'}",
+        *FAST,
+        "--max-retries",
+        "3",
     )
     words = {"EROFS": "read-only file system", "EACCES": "permission denied"}[code]
     _assert_one_line(run, words, str(tmp_path / "out"))
@@ -117,8 +139,18 @@ def test_dask_does_not_retry_a_full_disk(tmp_path):
     pytest.importorskip("distributed")
     data = _jsonl(tmp_path / "in.jsonl", rows=20000, bad_at=None, pad=40)
     run, attempts = _faulty_cli(
-        tmp_path, "ENOSPC", "convert", str(data), "--output", f"faulty://{tmp_path / 'out'}", "--executor", "dask",
-        "--workers", "1", "--max-retries", "2",
+        tmp_path,
+        "ENOSPC",
+        "convert",
+        str(data),
+        "--output",
+        f"faulty://{tmp_path / 'out'}",
+        "--executor",
+        "dask",
+        "--workers",
+        "1",
+        "--max-retries",
+        "2",
     )
     # the workers' own "Compute Failed" records are silenced (the driver reports the failure): two lines
     assert run.returncode == 1
@@ -145,7 +177,9 @@ def test_output_path_problems_are_one_line(tmp_path, tokenizer_json, command, ki
     data = _jsonl(tmp_path / "in.jsonl", bad_at=None)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    output = {"existing-file": str(blocker), "dev-full": "/dev/full", "under-a-file": str(blocker / "out")}[kind]
+    output = {"existing-file": str(blocker), "dev-full": "/dev/full", "under-a-file": str(blocker / "out")}[
+        kind
+    ]
     extra = ("--tokenizer", str(tokenizer_json)) if command == "tokenize" else ()
     run = zephyr_cli(*COMMANDS[command], str(data), "--output", output, *extra, *FAST)
     words = "not a directory" if kind == "under-a-file" else "a file is in the way"
@@ -197,14 +231,30 @@ def test_filter_quarantines_a_bad_line(tmp_path):
     run = zephyr_cli("filter", str(bad), "--output", str(out), *FAST, "--on-error", "quarantine")
     assert run.returncode == 0, run.stderr
     stats = json.loads((out / "_stats.json").read_text())
-    _balance({"in": stats["rows_in"], "kept": stats["rows_kept"], "dropped": stats["rows_dropped"],
-              "quarantined": stats["rows_quarantined"]})
+    _balance(
+        {
+            "in": stats["rows_in"],
+            "kept": stats["rows_kept"],
+            "dropped": stats["rows_dropped"],
+            "quarantined": stats["rows_quarantined"],
+        }
+    )
 
 
 def test_tokenize_quarantines_a_bad_line(tmp_path, tokenizer_json):
     bad = _jsonl(tmp_path / "in.jsonl")
-    run = zephyr_cli("tokenize", str(bad), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"),
-                     *FAST, "--on-error", "quarantine", "--json")
+    run = zephyr_cli(
+        "tokenize",
+        str(bad),
+        "--tokenizer",
+        str(tokenizer_json),
+        "--output",
+        str(tmp_path / "t"),
+        *FAST,
+        "--on-error",
+        "quarantine",
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     _balance({k: summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")})
@@ -246,5 +296,7 @@ def test_is_retryable_sees_permanent_errors_through_wrappers():
     assert is_retryable(ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"))
     assert is_retryable(RuntimeError("transient"))
     outcome = failure(wrapped(OSError(errno.ENOSPC, "No space left on device", "/spill/run-0")))
-    assert not outcome.retryable and "Traceback" in outcome.error and outcome.summary.startswith("RuntimeError")
+    assert (
+        not outcome.retryable and "Traceback" in outcome.error and outcome.summary.startswith("RuntimeError")
+    )
     assert "disk full: /spill/run-0" in outcome.summary

@@ -294,8 +294,10 @@ def test_dask_worker_killed_costs_exactly_its_task(tmp_path):
     executor = DaskExecutor.from_options(ExecutionOptions(executor="dask", workers=2))
     try:
         with killing_the_holder(tmp_path, 300, timeout_s=60, poll_s=0.02) as held:
-            result = zephyr.read_parquet(pattern).map_batches(held.map).write_parquet(
-                str(tmp_path / "out"), executor=executor
+            result = (
+                zephyr.read_parquet(pattern)
+                .map_batches(held.map)
+                .write_parquet(str(tmp_path / "out"), executor=executor)
             )
     finally:
         executor.close()

@@ -53,8 +53,10 @@ def test_resumed_tasks_are_counted_in_stats_json(tmp_path, caplog):
     inputs, work, out = _write_inputs(tmp_path / "in"), tmp_path / "work", tmp_path / "out"
 
     def run():
-        return zephyr.read_parquet(str(inputs)).map_batches(_keep).write_parquet(
-            str(out), executor="inprocess", work_dir=str(work)
+        return (
+            zephyr.read_parquet(str(inputs))
+            .map_batches(_keep)
+            .write_parquet(str(out), executor="inprocess", work_dir=str(work))
         )
 
     run()

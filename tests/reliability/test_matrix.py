@@ -136,7 +136,9 @@ def escaped_nul_in_text(d: Path):
 
 
 def text_wrong_type_in_one_line(d: Path):
-    return _ten_rows_and_a_line(d, 5, b'{"id": "num", "text": 12345}'), Fails(("in.jsonl",), ("text", "line 6", "schema"))
+    return _ten_rows_and_a_line(d, 5, b'{"id": "num", "text": 12345}'), Fails(
+        ("in.jsonl",), ("text", "line 6", "schema")
+    )
 
 
 def missing_text_key_in_one_line(d: Path):
@@ -197,7 +199,9 @@ def binary_text_column(d: Path):
 
 
 def large_string_text(d: Path):
-    table = pa.Table.from_pylist(_texts(10)).cast(pa.schema([("id", pa.string()), ("text", pa.large_string())]))
+    table = pa.Table.from_pylist(_texts(10)).cast(
+        pa.schema([("id", pa.string()), ("text", pa.large_string())])
+    )
     return _parquet(d / "in.parquet", table), Ok(10)
 
 
@@ -213,7 +217,11 @@ def missing_text_column(d: Path):
 
 
 def null_and_empty_texts(d: Path):
-    rows = _texts(8) + [{"id": "null", "text": None}, {"id": "empty", "text": ""}, {"id": "ws", "text": " \n\t "}]
+    rows = _texts(8) + [
+        {"id": "null", "text": None},
+        {"id": "empty", "text": ""},
+        {"id": "ws", "text": " \n\t "},
+    ]
     return _parquet(d / "in.parquet", pa.Table.from_pylist(rows)), Ok(11)
 
 
@@ -237,7 +245,8 @@ def deep_nesting(d: Path):
 
 def duplicate_column_names(d: Path):
     table = pa.Table.from_arrays(
-        [pa.array(["a", "b"]), pa.array([GOOD, GOOD + " two"]), pa.array(["x", "y"])], names=["id", "text", "text"]
+        [pa.array(["a", "b"]), pa.array([GOOD, GOOD + " two"]), pa.array(["x", "y"])],
+        names=["id", "text", "text"],
     )
     return _parquet(d / "in.parquet", table), Fails(("in.parquet",), ("text", "2 times"))
 
@@ -459,7 +468,11 @@ def test_bad_input(case, command, tmp_path, capsys, tokenizer_json):
         return
     rows_in, kept, dropped, quarantined, written = _balance(command, out, captured.out, captured.err)
     assert [summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")] == [
-        rows_in, kept, dropped, quarantined], summary  # the summary says what the stats files say
+        rows_in,
+        kept,
+        dropped,
+        quarantined,
+    ], summary  # the summary says what the stats files say
     assert rows_in == kept + dropped + quarantined, (rows_in, kept, dropped, quarantined)
     assert rows_in == expect.rows + expect.bad, (rows_in, expect)
     assert quarantined >= expect.bad

@@ -61,7 +61,9 @@ def url_extra(tmp_path) -> Path:
 def int_double(tmp_path) -> tuple[Path, Path, Path]:
     folder = tmp_path / "in"
     folder.mkdir()
-    a = _parquet(folder / "a.parquet", id=["1", "2", "3"], text=TEXTS[:3], score=pa.array([1, 2, 3], pa.int64()))
+    a = _parquet(
+        folder / "a.parquet", id=["1", "2", "3"], text=TEXTS[:3], score=pa.array([1, 2, 3], pa.int64())
+    )
     b = _parquet(folder / "b.parquet", id=["4", "5", "6"], text=TEXTS[3:], score=pa.array([0.5, 1.5, 2.5]))
     return folder, a, b
 
@@ -131,7 +133,9 @@ def test_int_and_double(int_double, tmp_path):
     for text in (str(a), str(b), "'score'", "int64", "double"):
         assert text in str(info.value)
     out = tmp_path / "out"
-    result = zephyr.read_parquet(str(folder), unify_schemas=True).write_parquet(str(out), executor="inprocess")
+    result = zephyr.read_parquet(str(folder), unify_schemas=True).write_parquet(
+        str(out), executor="inprocess"
+    )
     assert sum(pq.read_metadata(f).num_rows for f in result.files) == 6
     assert _assert_one_schema(out).field("score").type == pa.float64()
 
@@ -230,7 +234,12 @@ def test_rule_table():
         (pa.null(), pa.string(), pa.string(), pa.string()),
         (pa.string(), pa.large_string(), pa.large_string(), pa.large_string()),
         (pa.dictionary(pa.int32(), pa.string()), pa.string(), pa.string(), pa.string()),
-        (pa.list_(pa.string()), pa.large_list(pa.string()), pa.large_list(pa.string()), pa.large_list(pa.string())),
+        (
+            pa.list_(pa.string()),
+            pa.large_list(pa.string()),
+            pa.large_list(pa.string()),
+            pa.large_list(pa.string()),
+        ),
         (pa.int32(), pa.int64(), None, pa.int64()),
         (pa.int64(), pa.float64(), None, pa.float64()),
         (pa.int64(), pa.string(), None, None),

@@ -37,7 +37,9 @@ def _edit_same_size(path: Path, old: bytes, new: bytes) -> None:
 
 
 def _texts(directory: Path) -> list[str]:
-    texts = [t for p in sorted(directory.glob("part-*.parquet")) for t in pq.read_table(p)["text"].to_pylist()]
+    texts = [
+        t for p in sorted(directory.glob("part-*.parquet")) for t in pq.read_table(p)["text"].to_pylist()
+    ]
     return sorted(texts)
 
 

@@ -54,7 +54,9 @@ def test_int_text_column_is_one_line_error(tmp_path, tokenizer_json, name):
 def test_jsonl_numbers_are_refused_by_tokenize(tmp_path, tokenizer_json):
     path = tmp_path / "numbers.jsonl"
     path.write_text("".join(json.dumps({"text": i}) + "\n" for i in range(5)))
-    run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST)
+    run = zephyr_cli(
+        "tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST
+    )
     assert run.returncode == 1
     assert f"{path}: text column 'text' has type int64" in run.stderr
     assert len(error_lines(run)) == 1
@@ -64,8 +66,18 @@ def test_other_text_column_name(tmp_path, tokenizer_json):
     """--text-column is the column checked: a numeric ``text`` beside a string ``body`` is fine."""
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": [1, 2], "body": [GOOD, GOOD + " Two."]}), path)
-    run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--text-column", "body",
-                     "--output", str(tmp_path / "t"), *FAST, "--json")
+    run = zephyr_cli(
+        "tokenize",
+        str(path),
+        "--tokenizer",
+        str(tokenizer_json),
+        "--text-column",
+        "body",
+        "--output",
+        str(tmp_path / "t"),
+        *FAST,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["details"]["documents"] == 2
 
@@ -83,7 +95,16 @@ def test_text_types_that_are_text(tmp_path, tokenizer_json, text):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"], "text": text}), path)
     texts = text.to_pylist()
-    run = zephyr_cli("tokenize", str(path), "--tokenizer", str(tokenizer_json), "--output", str(tmp_path / "t"), *FAST, "--json")
+    run = zephyr_cli(
+        "tokenize",
+        str(path),
+        "--tokenizer",
+        str(tokenizer_json),
+        "--output",
+        str(tmp_path / "t"),
+        *FAST,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["details"]["documents"] == sum(t is not None for t in texts)
     assert len(list(read_documents(str(tmp_path / "t")))) == sum(t is not None for t in texts)
@@ -98,7 +119,9 @@ def test_tokenize_step_checks_dataset_batches(tmp_path, tokenizer_json):
     """A Dataset input has no files to check first: the tokenize step refuses the batch itself."""
     data = zephyr.from_arrow(pa.table({"text": pa.array([1, 2, 3], pa.int64())}))
     with pytest.raises(ZephyrError, match=r"tokenize input: text column 'text' has type int64, not a string"):
-        write_token_shards(data, tokenizer=str(tokenizer_json), output=str(tmp_path / "t"), executor="inprocess")
+        write_token_shards(
+            data, tokenizer=str(tokenizer_json), output=str(tmp_path / "t"), executor="inprocess"
+        )
 
 
 @pytest.mark.parametrize(
@@ -110,18 +133,29 @@ def test_require_text_column_accepts(t):
 
 @pytest.mark.parametrize(
     "t",
-    [pa.int64(), pa.float64(), pa.bool_(), pa.binary(), pa.list_(pa.string()), pa.dictionary(pa.int32(), pa.string())],
+    [
+        pa.int64(),
+        pa.float64(),
+        pa.bool_(),
+        pa.binary(),
+        pa.list_(pa.string()),
+        pa.dictionary(pa.int32(), pa.string()),
+    ],
     ids=lambda t: str(t),
 )
 def test_require_text_column_refuses(t):
-    with pytest.raises(SchemaError, match=rf"^x\.parquet: text column 'text' has type {t}, not a string type"):
+    with pytest.raises(
+        SchemaError, match=rf"^x\.parquet: text column 'text' has type {t}, not a string type"
+    ):
         require_text_column(pa.schema([("text", t)]), "text", where="x.parquet")
 
 
 def test_missing_column_names_the_columns_there(tmp_path):
     path = tmp_path / "in.parquet"
     pq.write_table(pa.table({"body": ["x"]}), path)
-    with pytest.raises(SchemaError, match=r"in\.parquet: text column 'text' not found; the columns are \['body'\]"):
+    with pytest.raises(
+        SchemaError, match=r"in\.parquet: text column 'text' not found; the columns are \['body'\]"
+    ):
         check_text_inputs(str(path), "text")
 
 

@@ -38,6 +38,10 @@ def test_cli_names_the_file_and_what_is_expected(tmp_path, name):
 def test_json_the_tokenizers_library_cannot_load(tmp_path):
     bad = tmp_path / "tokenizer.json"
     bad.write_text('{"model": {"type": "NoSuchModel"}, "added_tokens": [{"id": 0, "content": "</s>"}]}')
-    tok = TextTokenizer(bad)  # the JSON itself is checked when the tokenizer is built; the model when first used
-    with pytest.raises(ConfigError, match=r"tokenizer\.json is not a tokenizer\.json the Hugging Face tokenizers"):
+    tok = TextTokenizer(
+        bad
+    )  # the JSON itself is checked when the tokenizer is built; the model when first used
+    with pytest.raises(
+        ConfigError, match=r"tokenizer\.json is not a tokenizer\.json the Hugging Face tokenizers"
+    ):
         _ = tok.vocab_size

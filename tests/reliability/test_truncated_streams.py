@@ -87,7 +87,9 @@ def test_raise_names_the_true_last_whole_line(tmp_path, codec):
 def test_quarantine_keeps_whole_lines_and_records_the_cut(tmp_path, codec):
     path, whole, partial = _cut_file(tmp_path, codec)
     quarantined: list[pa.Table] = []
-    batches = list(read_shard(list_shards(str(path))[0], on_error="quarantine", quarantine=quarantined.append))
+    batches = list(
+        read_shard(list_shards(str(path))[0], on_error="quarantine", quarantine=quarantined.append)
+    )
     assert [i for b in batches for i in b.column("id").to_pylist()] == list(range(whole))
     cut = pa.concat_tables(quarantined).to_pylist()
     assert len(cut) == 1
@@ -111,7 +113,9 @@ def test_cut_at_the_edges(tmp_path, keep):
 
 def test_padding_and_members_still_read_fully(tmp_path):
     """gzip's zero padding after a member and several members read as before (gzip.GzipFile's behaviour)."""
-    packed = gzip.compress(DATA[:1000], mtime=0) + b"\0" * 512 + gzip.compress(DATA[1000:], mtime=0) + b"\0" * 7
+    packed = (
+        gzip.compress(DATA[:1000], mtime=0) + b"\0" * 512 + gzip.compress(DATA[1000:], mtime=0) + b"\0" * 7
+    )
     path = tmp_path / "members.jsonl.gz"
     path.write_bytes(packed)
     assert sum(b.num_rows for b in read_shard(list_shards(str(path))[0])) == len(ROWS)
@@ -120,8 +124,18 @@ def test_padding_and_members_still_read_fully(tmp_path):
 def test_cli_keeps_the_whole_lines_and_counts_the_cut(tmp_path, codec):
     path, whole, _ = _cut_file(tmp_path, codec)
     out, work = tmp_path / "out", tmp_path / "work"
-    run = zephyr_cli("convert", str(path), "--output", str(out), "--on-error", "quarantine", "--work-dir", str(work),
-                     *FAST, "--json")
+    run = zephyr_cli(
+        "convert",
+        str(path),
+        "--output",
+        str(out),
+        "--on-error",
+        "quarantine",
+        "--work-dir",
+        str(work),
+        *FAST,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert (summary["details"]["files"], summary["rows_kept"], summary["rows_quarantined"]) == (1, whole, 1)

@@ -440,7 +440,9 @@ def test_plain_dataloader_workers_make_state_dict_raise(token_set: Path, batch_s
 @pytest.mark.slow  # spawned workers import torch afresh: ~25 s on 2 busy cores
 def test_plain_dataloader_with_spawned_workers_is_caught_too(token_set: Path) -> None:
     loader = TokenLoader(str(token_set), seq_len=SEQ, seed=7, num_epochs=1)
-    batches = list(torch.utils.data.DataLoader(loader, batch_size=16, num_workers=2, multiprocessing_context="spawn"))
+    batches = list(
+        torch.utils.data.DataLoader(loader, batch_size=16, num_workers=2, multiprocessing_context="spawn")
+    )
     assert sum(b["input_ids"].shape[0] for b in batches) == loader.num_samples()
     with pytest.raises(ResumeError, match=GUARD):
         loader.state_dict()
@@ -471,5 +473,7 @@ def test_load_state_dict_clears_the_guard_and_num_workers_0_keeps_state(token_se
 
 def test_data_loader_refuses_a_dataloader_batch_size(token_set: Path) -> None:
     loader = TokenLoader(str(token_set), seq_len=SEQ)
-    with pytest.raises(ConfigError, match=r"data_loader\(batch_size=\.\.\.\).*TokenLoader\(\.\.\., batch_size=B\)"):
+    with pytest.raises(
+        ConfigError, match=r"data_loader\(batch_size=\.\.\.\).*TokenLoader\(\.\.\., batch_size=B\)"
+    ):
         loader.data_loader(num_workers=2, batch_size=16)

@@ -19,7 +19,9 @@ def test_filter_then_deduplicate_accounts_every_row(tmp_path, executor):
     # the map-side combiner removes most duplicates before the reducer sees them: still counted here
     assert (dedup["rows_in"], dedup["rows_out"], dedup["rows_dropped"]) == (9, 3, 6)
     assert dedup["wide"]["dropped_by_reason"] == {"duplicate": 6}
-    assert first["rows_in"] == dedup["rows_out"] + sum(s["rows_dropped"] + s["rows_quarantined"] for s in stats["stages"])
+    assert first["rows_in"] == dedup["rows_out"] + sum(
+        s["rows_dropped"] + s["rows_quarantined"] for s in stats["stages"]
+    )
 
 
 def test_aggregations_and_joins_say_what_they_did(tmp_path):

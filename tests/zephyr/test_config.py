@@ -35,9 +35,7 @@ def _read_step(**step) -> dict:
 @pytest.mark.parametrize("text", VALUES)
 def test_set_values_read_the_same_in_run_and_train(text: str) -> None:
     """`zephyr run --set` and `zephyr train --set` give one value for one text (JSON first, then YAML)."""
-    run = apply_overrides(_read_step(step="normalize"), [f"steps.normalize.nfc={text}"])["steps"][1][
-        "nfc"
-    ]
+    run = apply_overrides(_read_step(step="normalize"), [f"steps.normalize.nfc={text}"])["steps"][1]["nfc"]
     args = Namespace(config=None, overrides=[f"n_layers={text}"])
     try:
         train = config_from_args(args).model["n_layers"]

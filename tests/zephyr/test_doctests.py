@@ -7,9 +7,20 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr", "zephyr.dataset", "zephyr.sizes", "zephyr.options", "zephyr.shuffle.aggregate", "zephyr.executors",
-           "zephyr.job_stats", "zephyr.io.added_columns", "zephyr.config",
-           "zephyr.config_types", "zephyr.config_text", "zephyr.read_plan"]
+MODULES = [
+    "zephyr",
+    "zephyr.dataset",
+    "zephyr.sizes",
+    "zephyr.options",
+    "zephyr.shuffle.aggregate",
+    "zephyr.executors",
+    "zephyr.job_stats",
+    "zephyr.io.added_columns",
+    "zephyr.config",
+    "zephyr.config_types",
+    "zephyr.config_text",
+    "zephyr.read_plan",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -152,10 +152,15 @@ def test_worker_killed_mid_stage_reruns_only_its_task(tmp_path):
         return table
 
     clean = tmp_path / "clean"
-    zephyr.read_parquet(pattern).map_batches(lambda t: t).sort("word").write_parquet(str(clean), executor="inprocess")
+    zephyr.read_parquet(pattern).map_batches(lambda t: t).sort("word").write_parquet(
+        str(clean), executor="inprocess"
+    )
     out = tmp_path / "killed"
-    result = zephyr.read_parquet(pattern).map_batches(record_and_maybe_die).sort("word").write_parquet(
-        str(out), executor="local", workers=2, small_job_bytes=0
+    result = (
+        zephyr.read_parquet(pattern)
+        .map_batches(record_and_maybe_die)
+        .sort("word")
+        .write_parquet(str(out), executor="local", workers=2, small_job_bytes=0)
     )
     assert _digest(out) == _digest(clean)
     first_stage = result.stats["stages"][0]
@@ -205,7 +210,9 @@ def test_killed_job_resumes_without_redoing_finished_tasks(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     done_before = {int(p.name.split("-")[0]) for p in log.iterdir()}
-    subprocess.run([sys.executable, str(script), pattern, str(out), str(work), str(log), "0"], check=True, env=env)
+    subprocess.run(
+        [sys.executable, str(script), pattern, str(out), str(work), str(log), "0"], check=True, env=env
+    )
     runs = [int(p.name.split("-")[0]) for p in log.iterdir()]
     redone = {s for s in done_before if runs.count(s) > 1}
     assert redone <= {1500, 2000}, f"finished tasks were redone: {sorted(redone)}"
@@ -234,7 +241,9 @@ def test_row_accounting_balances_with_quarantine(tmp_path):
     assert stage["rows_in"] == stage["rows_out"] + stage["rows_dropped"] + stage["rows_quarantined"]
     assert result.stats["rows_quarantined"] == 10
     quarantine = pa.concat_tables([pq.read_table(p) for p in stage["quarantine_files"]])
-    assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(range(0, 100, 10))
+    assert sorted(json.loads(r)["id"] for r in quarantine.column("raw").to_pylist()) == list(
+        range(0, 100, 10)
+    )
     assert all("AttributeError" in r for r in quarantine.column("reason").to_pylist())
     for path in stage["quarantine_files"]:  # the one quarantine schema of zephyr.io, its version tag included
         schema = pq.read_schema(path)
@@ -259,7 +268,11 @@ def test_resume_reads_markers_of_older_runs_with_rows_rejected(tmp_path):
         path.write_text(text.replace('"rows_read_quarantined"', '"rows_read_rejected"'))
     resumed = plan.write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
     stage = resumed.stats["stages"][0]
-    assert stage["tasks_resumed"] == 2 and stage["rows_quarantined"] == 10 and stage["ops"][0]["rows_quarantined"] == 10
+    assert (
+        stage["tasks_resumed"] == 2
+        and stage["rows_quarantined"] == 10
+        and stage["ops"][0]["rows_quarantined"] == 10
+    )
     assert resumed.stats["rows_quarantined"] == 10 and stage["rows_in"] == stage["rows_out"] + 10
 
 
@@ -275,9 +288,11 @@ def test_counters_are_summed_per_stage(tmp_path):
         zephyr.counters.increment("long_words", sum(len(w) > 3 for w in table.column("w").to_pylist()))
         return table
 
-    result = zephyr.from_items([{"w": w} for w in ["a", "bbbb", "cc", "dddd", "eeeee"]], num_shards=2).map_batches(
-        count_long
-    ).write_parquet(str(tmp_path / "o"), executor="inprocess")
+    result = (
+        zephyr.from_items([{"w": w} for w in ["a", "bbbb", "cc", "dddd", "eeeee"]], num_shards=2)
+        .map_batches(count_long)
+        .write_parquet(str(tmp_path / "o"), executor="inprocess")
+    )
     assert result.stats["stages"][0]["counters"] == {"long_words": 3}
 
 
@@ -285,7 +300,9 @@ def test_small_jobs_run_in_process_and_give_the_same_bytes(tmp_path):
     pattern = _write_shards(tmp_path / "in", shards=2, rows=200)
     small = _plan(pattern).write_parquet(str(tmp_path / "small"), executor="local", workers=2)
     assert small.stats["executor"] == "InProcessExecutor"
-    forced = _plan(pattern).write_parquet(str(tmp_path / "forced"), executor="local", workers=2, small_job_bytes=0)
+    forced = _plan(pattern).write_parquet(
+        str(tmp_path / "forced"), executor="local", workers=2, small_job_bytes=0
+    )
     assert forced.stats["executor"] == "LocalExecutor"
     assert _digest(tmp_path / "small") == _digest(tmp_path / "forced")
 
@@ -302,7 +319,12 @@ def test_aggregation_reads_only_the_columns_it_needs(tmp_path, monkeypatch):
         return original(shard, **kwargs)
 
     monkeypatch.setattr("zephyr.tasks.read_shard", spy)
-    got = zephyr.read_parquet(pattern).group_by("key").agg(total=("value", "sum")).to_arrow(executor="inprocess")
+    got = (
+        zephyr.read_parquet(pattern)
+        .group_by("key")
+        .agg(total=("value", "sum"))
+        .to_arrow(executor="inprocess")
+    )
     assert got.column_names == ["key", "total"]
     assert seen and all(tuple(c) == ("key", "value") for c in seen)
 
@@ -310,7 +332,10 @@ def test_aggregation_reads_only_the_columns_it_needs(tmp_path, monkeypatch):
 def test_memory_work_dir_needs_inprocess(tmp_path):
     with pytest.raises(zephyr.ConfigError, match="memory"):
         zephyr.from_items([{"a": 1}]).to_arrow(executor="local", work_dir="memory://zephyr-test")
-    assert zephyr.from_items([{"a": 1}]).to_arrow(executor="inprocess", work_dir="memory://zephyr-test").num_rows == 1
+    assert (
+        zephyr.from_items([{"a": 1}]).to_arrow(executor="inprocess", work_dir="memory://zephyr-test").num_rows
+        == 1
+    )
 
 
 def test_bad_input_fails_at_once_naming_file_and_line(tmp_path):
@@ -334,10 +359,14 @@ def test_writers_round_trip_every_format(tmp_path):
     ds = zephyr.from_items(rows, num_shards=3)
     jsonl = ds.write_jsonl(str(tmp_path / "j"), compression="zstd", executor="inprocess")
     assert [p.rsplit("/", 1)[-1] for p in jsonl.files] == [f"part-0000{i}.jsonl.zst" for i in range(3)]
-    assert zephyr.read_jsonl(str(tmp_path / "j")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+    assert (
+        zephyr.read_jsonl(str(tmp_path / "j")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+    )
     vortex = ds.write_vortex(str(tmp_path / "v"), executor="inprocess")
     assert len(vortex.files) == 3
-    assert zephyr.read_vortex(str(tmp_path / "v")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+    assert (
+        zephyr.read_vortex(str(tmp_path / "v")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+    )
 
 
 def _keep_odd_shards(table: pa.Table) -> pa.Table:
@@ -351,9 +380,16 @@ def test_parts_are_dense_when_tasks_keep_no_rows(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "part-00004.parquet").write_bytes(b"stale part of an older run")
-    result = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards).write_parquet(str(out), executor="inprocess")
+    result = (
+        zephyr.read_parquet(pattern)
+        .map_batches(_keep_odd_shards)
+        .write_parquet(str(out), executor="inprocess")
+    )
     names = sorted(p.name for p in out.iterdir() if p.name != ".huggingface.yaml")
-    assert names == ["part-00000.parquet", "part-00001.parquet"]  # tasks 1 and 3, renumbered; no _staging left
+    assert names == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+    ]  # tasks 1 and 3, renumbered; no _staging left
     assert [p.rsplit("/", 1)[-1] for p in result.files] == names
     firsts = [pq.read_table(out / n).column("id")[0].as_py() for n in names]
     assert firsts == [1000, 3000]  # task order is kept

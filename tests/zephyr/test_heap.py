@@ -114,4 +114,3 @@ def test_release_between_tasks_hands_back_what_the_arrow_pool_kept():
     assert kept_after_free >= 160  # the retention the release is for
     _, after_release = run("release")
     assert after_release < 64
-

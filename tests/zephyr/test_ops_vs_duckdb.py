@@ -88,13 +88,17 @@ def test_group_by_aggregates(table, shards, partitions):
 @given(tables(), st.integers(1, 4), st.integers(1, 5))
 def test_group_by_count_and_first_last_follow_input_order(table, shards, partitions):
     ds = zephyr.from_arrow(table, num_shards=shards)
-    got = ds.group_by("k", num_partitions=partitions).agg(
-        rows=("row", "count"), first=("row", "first"), last=("row", "last")
-    ).to_arrow(**RUN)
+    got = (
+        ds.group_by("k", num_partitions=partitions)
+        .agg(rows=("row", "count"), first=("row", "first"), last=("row", "last"))
+        .to_arrow(**RUN)
+    )
     want = _duck("select k, count(*) as rows, min(row) as first, max(row) as last from t group by k", t=table)
     assert _rows(got, ["k", "rows", "first", "last"]) == _rows(want, ["k", "rows", "first", "last"])
     counted = ds.group_by("k", num_partitions=partitions).count().to_arrow(**RUN)
-    assert _rows(counted, ["k", "count"]) == _rows(want.rename_columns(["k", "count", "f", "l"]), ["k", "count"])
+    assert _rows(counted, ["k", "count"]) == _rows(
+        want.rename_columns(["k", "count", "f", "l"]), ["k", "count"]
+    )
 
 
 @SETTINGS
@@ -112,12 +116,19 @@ def test_global_sort(table, shards, partitions, descending):
 
 
 @SETTINGS
-@given(tables(max_rows=120), tables(max_rows=120), st.sampled_from(["inner", "left", "right", "outer"]), st.integers(1, 4))
+@given(
+    tables(max_rows=120),
+    tables(max_rows=120),
+    st.sampled_from(["inner", "left", "right", "outer"]),
+    st.integers(1, 4),
+)
 def test_join_all_kinds(left, right, how, partitions):
     right = right.rename_columns(["k", "s2", "v2", "row2"])
-    got = zephyr.from_arrow(left, num_shards=2).join(
-        zephyr.from_arrow(right), on="k", how=how, num_partitions=partitions
-    ).to_arrow(**RUN)
+    got = (
+        zephyr.from_arrow(left, num_shards=2)
+        .join(zephyr.from_arrow(right), on="k", how=how, num_partitions=partitions)
+        .to_arrow(**RUN)
+    )
     sql_how = {"inner": "inner", "left": "left", "right": "right", "outer": "full outer"}[how]
     want = _duck(
         f"select coalesce(l.k, r.k) as k, l.row, r.row2 from l {sql_how} join r on l.k = r.k", l=left, r=right
@@ -132,7 +143,11 @@ def test_join_all_kinds(left, right, how, partitions):
 @SETTINGS
 @given(tables(), st.integers(1, 4), st.integers(1, 5))
 def test_deduplicate_keeps_first_in_input_order(table, shards, partitions):
-    got = zephyr.from_arrow(table, num_shards=shards).deduplicate("k", "s", num_partitions=partitions).to_arrow(**RUN)
+    got = (
+        zephyr.from_arrow(table, num_shards=shards)
+        .deduplicate("k", "s", num_partitions=partitions)
+        .to_arrow(**RUN)
+    )
     want = _duck("select k, s, min(row) as row from t group by k, s", t=table)
     assert _rows(got, ["k", "s", "row"]) == _rows(want, ["k", "s", "row"])
 
@@ -145,9 +160,13 @@ def test_group_reduce_sees_sorted_groups():
         assert ts == sorted(ts, reverse=True)
         return {"g": group.column("g")[0].as_py(), "ts": ts, "n": group.num_rows}
 
-    got = zephyr.from_items(rows, num_shards=3).group_by("g", sort_by=[("t", True)], num_partitions=2).reduce(
-        summarize
-    ).sort("g").to_arrow(**RUN)
+    got = (
+        zephyr.from_items(rows, num_shards=3)
+        .group_by("g", sort_by=[("t", True)], num_partitions=2)
+        .reduce(summarize)
+        .sort("g")
+        .to_arrow(**RUN)
+    )
     assert got.column("n").to_pylist() == [14, 13, 13]
 
 
@@ -188,7 +207,13 @@ def test_count_action_and_empty_results():
 @pytest.mark.parametrize("how", ["sum", "n_unique", "list"])
 def test_non_decomposable_aggregations(how):
     table = pa.table({"k": [1, 1, 2, 1], "v": [1, 2, 3, 2]})
-    got = zephyr.from_arrow(table, num_shards=2).group_by("k", num_partitions=2).agg(out=("v", how)).sort("k").to_arrow(**RUN)
+    got = (
+        zephyr.from_arrow(table, num_shards=2)
+        .group_by("k", num_partitions=2)
+        .agg(out=("v", how))
+        .sort("k")
+        .to_arrow(**RUN)
+    )
     want = {"sum": [5, 3], "n_unique": [2, 1], "list": [[1, 2, 2], [3]]}[how]
     assert got.column("out").to_pylist() == want
 
@@ -211,11 +236,14 @@ def float_key_tables(draw, max_rows=200):
     pool = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -2.25, 3.0])
     keys = pool[rng.integers(0, len(pool), n)]
     nulls = rng.random(n) < 0.1
-    return pa.table({"f": pa.array(keys, mask=nulls, type=pa.float64()), "row": pa.array(np.arange(n), pa.int64())})
+    return pa.table(
+        {"f": pa.array(keys, mask=nulls, type=pa.float64()), "row": pa.array(np.arange(n), pa.int64())}
+    )
 
 
 def _nan_safe(rows: list) -> list:
     """Rows (tuples or values) with NaN as a marker string: Python's NaN != NaN would fail equal lists."""
+
     def fix(x):
         return "NaN" if isinstance(x, float) and np.isnan(x) else x
 
@@ -250,11 +278,15 @@ def test_float_keys_with_nan_sort_group_deduplicate_and_join(table, shards, part
     firsts = ds.deduplicate("f", num_partitions=partitions).to_arrow(**RUN)
     want = _duck("select f, min(row) as row from t group by f", t=table)
     assert ordered(firsts, ["f", "row"]) == ordered(want, ["f", "row"])
-    other = table.rename_columns(["f", "row2"]).filter(pa.compute.less(table["row"], max(1, table.num_rows // 2)))
+    other = table.rename_columns(["f", "row2"]).filter(
+        pa.compute.less(table["row"], max(1, table.num_rows // 2))
+    )
     joined = ds.join(zephyr.from_arrow(other, num_shards=2), on="f", how=how, num_partitions=partitions)
     sql_how = {"inner": "inner", "left": "left", "right": "right", "outer": "full outer"}[how]
     key = "coalesce(b.f, a.f)" if how == "right" else "coalesce(a.f, b.f)"  # the kept side's key: -0.0 or 0.0
-    want = _duck(f"select {key} as f, a.row, b.row2 from t a {sql_how} join o b on a.f = b.f", t=table, o=other)
+    want = _duck(
+        f"select {key} as f, a.row, b.row2 from t a {sql_how} join o b on a.f = b.f", t=table, o=other
+    )
     got = joined.to_arrow(**RUN)
     if got.num_rows == 0:
         assert want.num_rows == 0
@@ -272,12 +304,16 @@ def test_nan_keys_match_in_one_row_partitions(left, right, shards, how):
     """The shapes that lost NaN matches: one-row partitions (polars flags them sorted and merge-joins them)."""
     lt = pa.table({"f": pa.array(left, pa.float64()), "row": pa.array(range(len(left)), pa.int64())})
     rt = pa.table({"f": pa.array(right, pa.float64()), "row2": pa.array(range(len(right)), pa.int64())})
-    got = zephyr.from_arrow(lt, num_shards=shards).join(
-        zephyr.from_arrow(rt, num_shards=shards), on="f", how=how, num_partitions=1
-    ).to_arrow(**RUN)
+    got = (
+        zephyr.from_arrow(lt, num_shards=shards)
+        .join(zephyr.from_arrow(rt, num_shards=shards), on="f", how=how, num_partitions=1)
+        .to_arrow(**RUN)
+    )
     pairs = {(r["row"], r["row2"]) for r in got.to_pylist()}
     same = _nan_safe(left), _nan_safe(right)  # NaN equals NaN; null matches nothing
-    matched = {(i, j) for i, a in enumerate(same[0]) for j, b in enumerate(same[1]) if a is not None and a == b}
+    matched = {
+        (i, j) for i, a in enumerate(same[0]) for j, b in enumerate(same[1]) if a is not None and a == b
+    }
     assert {p for p in pairs if None not in p} == matched
 
 

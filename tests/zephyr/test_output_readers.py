@@ -282,7 +282,9 @@ def test_sort_with_few_keys_writes_dense_parts(tmp_path):
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert names[0] == ".huggingface.yaml"
     assert (
-        names[1:] == ["part-00000.parquet", "part-00001.parquet"] == [f.rsplit("/", 1)[-1] for f in result.files]
+        names[1:]
+        == ["part-00000.parquet", "part-00001.parquet"]
+        == [f.rsplit("/", 1)[-1] for f in result.files]
     )
     assert pq.read_table(tmp_path / "out")["key"].to_pylist() == ["a"] * 50 + ["b"] * 50
     check_reads_as(tmp_path / "out", 100)

@@ -34,7 +34,15 @@ def test_no_progress_wins_and_jobs_open_no_display_of_their_own(corpus, capsys):
 
 
 def test_one_line_for_a_command_of_many_steps(corpus, tmp_path, capsys):
-    argv = ["dedup", "fuzzy", str(corpus.with_suffix(".parquet")), "--output", str(tmp_path / "out"), "--executor", "inprocess"]
+    argv = [
+        "dedup",
+        "fuzzy",
+        str(corpus.with_suffix(".parquet")),
+        "--output",
+        str(tmp_path / "out"),
+        "--executor",
+        "inprocess",
+    ]
     assert main([*argv, "--progress"]) == 0
     err = capsys.readouterr().err.split("zephyr dedup fuzzy: done in")[0]  # the progress, before the summary
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("zephyr dedup fuzzy")]

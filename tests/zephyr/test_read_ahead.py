@@ -68,7 +68,9 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
     src = tmp_path / "in.jsonl"
     with open(src, "w") as f:
         for i in range(30_000):
-            f.write("{not json\n" if i % 997 == 0 else json.dumps({"id": i, "text": f"document {i} " * 8}) + "\n")
+            f.write(
+                "{not json\n" if i % 997 == 0 else json.dumps({"id": i, "text": f"document {i} " * 8}) + "\n"
+            )
 
     def upper(row):
         if row["id"] % 1009 == 0:
@@ -87,7 +89,10 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
             zephyr.read_jsonl(str(src), on_error="quarantine")
             .map(upper, on_error="quarantine")
             .write_parquet(
-                str(tmp_path / name), executor="inprocess", memory_budget="8MB", work_dir=str(tmp_path / f"w-{name}")
+                str(tmp_path / name),
+                executor="inprocess",
+                memory_budget="8MB",
+                work_dir=str(tmp_path / f"w-{name}"),
             )
         )
         stage = result.stats["stages"][0]
@@ -103,6 +108,8 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
     plain = run("plain")
     assert not used
     assert ahead == plain
-    assert sum(pq.read_metadata(tmp_path / "ahead" / n).num_row_groups for n in ahead if n.startswith("part-")) > 1
+    assert (
+        sum(pq.read_metadata(tmp_path / "ahead" / n).num_row_groups for n in ahead if n.startswith("part-"))
+        > 1
+    )
     assert not _reader_threads()
-

@@ -80,15 +80,21 @@ def test_torn_or_foreign_markers_are_no_markers(tmp_path):
 def test_task_markers_use_the_same_reader_and_keep_their_format(tmp_path):
     marker = tmp_path / "_done" / "task-00000.json"
     marker.parent.mkdir()
-    marker.write_text(json.dumps({"fingerprint": "fp", "rows_rejected": 2, "ops": [{"op": "m", "rows_rejected": 2}]}))
+    marker.write_text(
+        json.dumps({"fingerprint": "fp", "rows_rejected": 2, "ops": [{"op": "m", "rows_rejected": 2}]})
+    )
     assert read_marker(str(marker), "fp") == {
-        "fingerprint": "fp", "ops": [{"op": "m", "rows_quarantined": 2}], "rows_quarantined": 2
+        "fingerprint": "fp",
+        "ops": [{"op": "m", "rows_quarantined": 2}],
+        "rows_quarantined": 2,
     }
     assert read_marker(str(marker), "other") is None
 
 
 def test_fingerprints_follow_config_upstream_and_files(tmp_path):
-    assert resume.unit_fingerprint({"a": 1, "b": [1, 2]}, "up") == resume.unit_fingerprint({"b": [1, 2], "a": 1}, "up")
+    assert resume.unit_fingerprint({"a": 1, "b": [1, 2]}, "up") == resume.unit_fingerprint(
+        {"b": [1, 2], "a": 1}, "up"
+    )
     assert resume.unit_fingerprint({"a": 1}, "up") != resume.unit_fingerprint({"a": 2}, "up")
     assert resume.unit_fingerprint({"a": 1}, "up") != resume.unit_fingerprint({"a": 1}, "up2")
     data = tmp_path / "in.jsonl"
@@ -108,6 +114,10 @@ def test_drop_scratch_keeps_quarantined_rows(tmp_path):
     (work / "note.txt").write_text("not a job folder")
     resume.drop_scratch(work)
     assert sorted(str(p.relative_to(work)) for p in work.rglob("*")) == [
-        "hash", "hash/quarantine", "main", "main/quarantine", "note.txt"
+        "hash",
+        "hash/quarantine",
+        "main",
+        "main/quarantine",
+        "note.txt",
     ]
     resume.drop_scratch(tmp_path / "none")  # no work folder: nothing to do

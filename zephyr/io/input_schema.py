@@ -109,13 +109,21 @@ def _merge_fields(left: list[pa.Field], right: list[pa.Field], *, unify: bool, p
     for f in left:
         other = others.pop(f.name, None)
         if other is None:
-            out.append(f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(True))
+            out.append(
+                f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(
+                    True
+                )
+            )
             continue
         t = _merge_type(f.type, other.type, unify=unify, path=prefix + f.name)
         out.append(pa.field(f.name, t, nullable=f.nullable or other.nullable, metadata=f.metadata))
     for f in right:
         if f.name in others:
-            out.append(f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(True))
+            out.append(
+                f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(
+                    True
+                )
+            )
     return out
 
 
@@ -178,7 +186,9 @@ def _conflict_error(exc: _Conflict, path: str, schema: pa.Schema, seen: list, un
     return _one_line(exc.path, first, exc.left, path, exc.right, unify)
 
 
-def _one_line(field: str, left_path: str, left: pa.DataType, right_path: str, right: pa.DataType, unify: bool):
+def _one_line(
+    field: str, left_path: str, left: pa.DataType, right_path: str, right: pa.DataType, unify: bool
+):
     how = "even with --unify-schemas" if unify else "and the default rule allows no type change"
     fix = _FIX_SCHEMA if unify else _FIX
     return SchemaError(
@@ -188,7 +198,9 @@ def _one_line(field: str, left_path: str, left: pa.DataType, right_path: str, ri
 
 
 # -- applying it --------------------------------------------------------------------------------------------
-def cast_to_schema(batch: pa.RecordBatch, target: pa.Schema, *, where: str, first_row: int = 0) -> pa.RecordBatch:
+def cast_to_schema(
+    batch: pa.RecordBatch, target: pa.Schema, *, where: str, first_row: int = 0
+) -> pa.RecordBatch:
     """``batch`` with exactly ``target``'s columns: missing ones as nulls, others cast (values checked).
 
     A value that does not cast raises ``SchemaError`` naming ``where``, its row (``first_row`` + the row in
@@ -208,7 +220,9 @@ def cast_to_schema(batch: pa.RecordBatch, target: pa.Schema, *, where: str, firs
         if not column.type.equals(field.type):
             column = _cast(column, field, where=where, first_row=first_row)
         if not field.nullable and column.null_count:
-            raise SchemaError(f"{where}: column {field.name!r} is non-nullable but holds {column.null_count} nulls")
+            raise SchemaError(
+                f"{where}: column {field.name!r} is non-nullable but holds {column.null_count} nulls"
+            )
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
@@ -301,7 +315,7 @@ def load_schema_file(path: str) -> pa.Schema:
         raise ConfigError(f"schema file {path!r} is not valid JSON/YAML: {exc}") from exc
     if not isinstance(spec, dict) or not spec:
         raise ConfigError(
-            f"schema file {path!r} must map column names to types, e.g. {{\"id\": \"string\", \"score\": \"double\"}}"
+            f'schema file {path!r} must map column names to types, e.g. {{"id": "string", "score": "double"}}'
         )
     return pa.schema([pa.field(str(name), _type(value, f"{path}: {name}")) for name, value in spec.items()])
 
@@ -329,7 +343,9 @@ def _type(value: Any, where: str) -> pa.DataType:
             return pa.type_for_alias(name)
         except ValueError:
             pass
-    raise ConfigError(f"{where}: {value!r} is not a type; use an Arrow type name (string, int64, double, bool, ...)")
+    raise ConfigError(
+        f"{where}: {value!r} is not a type; use an Arrow type name (string, int64, double, bool, ...)"
+    )
 
 
 # -- command-line flags -------------------------------------------------------------------------------------

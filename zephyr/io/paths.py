@@ -216,8 +216,18 @@ class FileStat(NamedTuple):
 # also changes on a rewrite with equal bytes (a needless recompute, never a stale one). One key, never a mix: an
 # object store's listing and its HEAD answer may carry different sets (s3fs: VersionId only from HEAD).
 _VERSION_KEYS = (
-    "ETag", "etag", "generation", "md5Hash", "VersionId", "version_id",
-    "LastModified", "last_modified", "mtime", "updated", "modified", "created",
+    "ETag",
+    "etag",
+    "generation",
+    "md5Hash",
+    "VersionId",
+    "version_id",
+    "LastModified",
+    "last_modified",
+    "mtime",
+    "updated",
+    "modified",
+    "created",
 )
 _UNVERSIONED: set[str] = set()  # protocols already warned about
 
@@ -239,7 +249,9 @@ def file_stat(path: str) -> FileStat:
             return FileStat(st.st_size, f"mtime_ns={st.st_mtime_ns}")
         info = fs.info(stripped)
     except OSError as exc:
-        raise InputError(f"cannot stat input {path!r} ({exc}); was it moved or deleted while the job started?") from exc
+        raise InputError(
+            f"cannot stat input {path!r} ({exc}); was it moved or deleted while the job started?"
+        ) from exc
     size = int(info.get("size") or 0)
     for key in _VERSION_KEYS:
         value = info.get(key)
@@ -249,7 +261,8 @@ def file_stat(path: str) -> FileStat:
     if protocol not in _UNVERSIONED:
         _UNVERSIONED.add(protocol)
         log.warning(
-            "%s: info() reports no ETag or modification time; resume tells changed inputs apart by size only", protocol
+            "%s: info() reports no ETag or modification time; resume tells changed inputs apart by size only",
+            protocol,
         )
     return FileStat(size, None)
 
@@ -319,7 +332,9 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
     return sorted(found)
 
 
-def input_files(paths: str | Sequence[str], format: Format | Literal["auto"] = "auto") -> tuple[list[str], Format]:
+def input_files(
+    paths: str | Sequence[str], format: Format | Literal["auto"] = "auto"
+) -> tuple[list[str], Format]:
     """The files ``paths`` name (globs and directories expanded) and the one format to read them as.
 
     The one place a command's inputs get their format: with ``"auto"`` it comes from the files' extensions

@@ -33,7 +33,9 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
         from zephyr.io.warc import WARC_SCHEMA
 
         return shard.path, WARC_SCHEMA
-    batches = iter(read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes))
+    batches = iter(
+        read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
+    )
     try:
         first = next(batches, None)
     finally:
@@ -43,7 +45,9 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
     return shard.path, None if first is None else first.schema
 
 
-def peek_schemas(shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> list[tuple[str, pa.Schema | None]]:
+def peek_schemas(
+    shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES
+) -> list[tuple[str, pa.Schema | None]]:
     """``peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
     seen: dict[str, Shard] = {}
     for shard in shards:
@@ -77,5 +81,8 @@ def plan_input_schema(
     peeks = peek_schemas(shards)
     if columns is not None:
         wanted = list(columns)
-        peeks = [(p, None if s is None else pa.schema([s.field(c) for c in wanted if c in s.names])) for p, s in peeks]
+        peeks = [
+            (p, None if s is None else pa.schema([s.field(c) for c in wanted if c in s.names]))
+            for p, s in peeks
+        ]
     return merge_schemas(peeks, unify=unify)

@@ -36,7 +36,9 @@ from zephyr.io.paths import Format
 
 __all__ = ["is_text_type", "require_text_column", "check_text_inputs"]
 
-_PEEK_BYTES = 64 << 10  # JSONL bytes parsed to learn a file's column types (a longer first line is read whole)
+_PEEK_BYTES = (
+    64 << 10
+)  # JSONL bytes parsed to learn a file's column types (a longer first line is read whole)
 _PEEK_THREADS = 8  # files checked at once (footer and first-block reads wait on storage, not CPU)
 
 

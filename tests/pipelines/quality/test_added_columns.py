@@ -67,15 +67,30 @@ def test_langid_overwrite_replaces_and_output_column_keeps_the_claim(tmp_path, l
     argv = ["langid", str(src), "--output", str(tmp_path / "oc"), "--output-column", "detected", *common]
     assert main([*argv, "--languages", "en"]) == 0
     kept = _parts(tmp_path / "oc")
-    assert kept.select(["id", "lang", "detected"]).to_pylist() == [{"id": "a", "lang": "de", "detected": "en"}]
+    assert kept.select(["id", "lang", "detected"]).to_pylist() == [
+        {"id": "a", "lang": "de", "detected": "en"}
+    ]
     assert kept["detected_score"][0].as_py() > 0.5  # the filter read the new column, not the claim
 
 
 def test_langid_without_a_clash_adds_the_columns(tmp_path, lid_model):
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"text": [EN]}), src)
-    assert main(["langid", str(src), "--output", str(tmp_path / "o"), "--model", lid_model,
-                 "--executor", "inprocess"]) == 0
+    assert (
+        main(
+            [
+                "langid",
+                str(src),
+                "--output",
+                str(tmp_path / "o"),
+                "--model",
+                lid_model,
+                "--executor",
+                "inprocess",
+            ]
+        )
+        == 0
+    )
     assert _parts(tmp_path / "o").column_names == ["text", "lang", "lang_score"]
 
 
@@ -89,7 +104,17 @@ def quality_model(tmp_path_factory):
 def test_quality_score_refuses_overwrites_and_renames(tmp_path, capsys, quality_model):
     src = tmp_path / "scored.parquet"
     pq.write_table(pa.table({"text": [GOOD, "buy pills"], "quality_bucket": [7, 7]}), src)
-    argv = ["quality", "score", str(src), "--model", str(quality_model), "--buckets", "2", "--executor", "inprocess"]
+    argv = [
+        "quality",
+        "score",
+        str(src),
+        "--model",
+        str(quality_model),
+        "--buckets",
+        "2",
+        "--executor",
+        "inprocess",
+    ]
     _refused(capsys, [*argv, "--output", str(tmp_path / "r")], src, "quality_bucket")
 
     assert main([*argv, "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
@@ -124,10 +149,14 @@ def test_decontaminate_annotate_mode_refuses_and_remove_mode_adds_nothing(tmp_pa
     argv = ["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--executor", "inprocess"]
     _refused(capsys, [*argv, "--mode", "annotate", "--output", str(tmp_path / "r")], src, "contaminated")
     assert not (tmp_path / "r" / "eval-ngrams.npz").exists()  # refused before the eval index was built
-    assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "oc"), "--output-column", "leak"]) == 0
+    assert (
+        main([*argv, "--mode", "annotate", "--output", str(tmp_path / "oc"), "--output-column", "leak"]) == 0
+    )
     flagged = _parts(tmp_path / "oc")
     assert flagged.select(["contaminated", "leak"]).to_pylist() == [
-        {"contaminated": False, "leak": True}, {"contaminated": True, "leak": False}]
+        {"contaminated": False, "leak": True},
+        {"contaminated": True, "leak": False},
+    ]
     assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
     assert _parts(tmp_path / "ow")["contaminated"].to_pylist() == [True, False]
     assert main([*argv, "--output", str(tmp_path / "rm")]) == 0  # remove mode: the input's column is data
@@ -162,7 +191,8 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
     assert dropped["why"].to_pylist()[0].startswith("c4_")
     quarantine = _parts(out / "_quarantine")
     assert quarantine.select(["id", "drop_reason", "reject_reason"]).to_pylist() == [
-        {"id": "c", "drop_reason": "z", "reject_reason": "null_text"}]
+        {"id": "c", "drop_reason": "z", "reject_reason": "null_text"}
+    ]
     assert json.loads((out / "_stats.json").read_text())["balanced"]
 
     out = tmp_path / "ow"
@@ -172,7 +202,9 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
 
 
 def test_check_names_every_clash_and_passes_empty_and_overwrite(tmp_path):
-    with pytest.raises(ColumnExistsError, match=r"columns 'lang', 'lang_score'; pass overwrite=True to replace them"):
+    with pytest.raises(
+        ColumnExistsError, match=r"columns 'lang', 'lang_score'; pass overwrite=True to replace them"
+    ):
         check_added_columns(["text", "lang", "lang_score"], ["lang", "lang_score"], overwrite=False)
     check_added_columns(["text", "lang"], ["lang"], overwrite=True)
     empty = tmp_path / "empty.jsonl"
@@ -187,5 +219,6 @@ def test_one_pass_filter_keeps_an_input_drop_reason():
     out = HeuristicFilter("c4")(t)
     assert out.kept.to_pylist() == [{"text": GOOD, "drop_reason": "x"}]
     assert out.rejected.select(["drop_reason", "reject_reason"]).to_pylist() == [
-        {"drop_reason": "z", "reject_reason": "null_text"}]
+        {"drop_reason": "z", "reject_reason": "null_text"}
+    ]
     assert sum(out.dropped.values()) == 1

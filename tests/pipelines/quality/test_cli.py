@@ -18,11 +18,20 @@ def train_quality_model(directory):
     """``zephyr quality train`` on 60 labelled rows (``hq``: GOOD prose, ``lq``: spam) written to
     ``directory/lab.parquet``; the model is ``directory/m.bin``. Returns the labelled file."""
     labelled = directory / "lab.parquet"
-    pq.write_table(pa.table({
-        "text": [t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")],
-        "label": ["hq", "lq"] * 30,
-    }), labelled)
-    assert main(["quality", "train", str(labelled), "--output", str(directory / "m.bin"), "--epoch", "5"]) == 0
+    pq.write_table(
+        pa.table(
+            {
+                "text": [
+                    t for i in range(30) for t in (f"{GOOD} {i}", f"buy cheap pills now click here {i}")
+                ],
+                "label": ["hq", "lq"] * 30,
+            }
+        ),
+        labelled,
+    )
+    assert (
+        main(["quality", "train", str(labelled), "--output", str(directory / "m.bin"), "--epoch", "5"]) == 0
+    )
     return labelled
 
 
@@ -45,7 +54,21 @@ def _input(tmp_path):
 def test_filter_command_balances_and_reports(tmp_path, capsys):
     src = _input(tmp_path)
     out = tmp_path / "out"
-    assert main(["filter", str(src), "--output", str(out), "--executor", "inprocess", "--rules", "gopher,c4,fineweb"]) == 0
+    assert (
+        main(
+            [
+                "filter",
+                str(src),
+                "--output",
+                str(out),
+                "--executor",
+                "inprocess",
+                "--rules",
+                "gopher,c4,fineweb",
+            ]
+        )
+        == 0
+    )
     stats = json.loads((out / "_stats.json").read_text())
     assert stats["version"] == 1 and stats["balanced"]
     kept = _parts(out).num_rows
@@ -62,8 +85,14 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
 
 
 def test_report_samples_do_not_depend_on_batching():
-    t = pa.table({"text": [f"doc {i}" for i in range(40)], "drop_reason": [None, "r1", "r2", None] * 10,
-                  "source": ["a", "b"] * 20, "id": [str(i) for i in range(40)]})
+    t = pa.table(
+        {
+            "text": [f"doc {i}" for i in range(40)],
+            "drop_reason": [None, "r1", "r2", None] * 10,
+            "source": ["a", "b"] * 20,
+            "id": [str(i) for i in range(40)],
+        }
+    )
     whole = merge_summaries([summarize_batch(t)])
     parts = merge_summaries([summarize_batch(t.slice(i, 7)) for i in range(0, 40, 7)])
     assert whole == parts and whole["totals"]["balanced"]
@@ -78,13 +107,42 @@ def test_pii_decontaminate_and_quality_commands(tmp_path):
     assert out["pii_email"].to_pylist() == [1, 0, 0] and "<EMAIL>" in out["text"][0].as_py()
 
     (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
-    assert main(["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--output",
-                 str(tmp_path / "dc"), "--executor", "inprocess"]) == 0
+    assert (
+        main(
+            [
+                "decontaminate",
+                str(src),
+                "--eval",
+                str(tmp_path / "eval.jsonl"),
+                "--output",
+                str(tmp_path / "dc"),
+                "--executor",
+                "inprocess",
+            ]
+        )
+        == 0
+    )
     assert _parts(tmp_path / "dc")["text"].to_pylist() == [None]
 
     labelled = train_quality_model(tmp_path)
     assert json.loads((tmp_path / "m.bin.report.json").read_text())["rows"] > 0
-    assert main(["quality", "score", str(labelled), "--model", str(tmp_path / "m.bin"), "--output",
-                 str(tmp_path / "scored"), "--buckets", "2", "--executor", "inprocess"]) == 0
+    assert (
+        main(
+            [
+                "quality",
+                "score",
+                str(labelled),
+                "--model",
+                str(tmp_path / "m.bin"),
+                "--output",
+                str(tmp_path / "scored"),
+                "--buckets",
+                "2",
+                "--executor",
+                "inprocess",
+            ]
+        )
+        == 0
+    )
     scored = _parts(tmp_path / "scored")
     assert set(scored["quality_bucket"].to_pylist()) == {0, 1}

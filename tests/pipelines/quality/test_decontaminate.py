@@ -22,12 +22,14 @@ QUESTION = "Which planet in the solar system has the largest number of known moo
 def test_shared_13gram_is_found_after_normalization():
     idx = build_eval_index([QUESTION, "too short to index"])
     assert idx.short_items == 1 and len(idx.hashes) == len(QUESTION.split()) - 12
-    docs = pa.array([
-        "Quiz time! WHICH planet, in the solar system, has the largest number of known moons as of... next",
-        "planet in the solar system has the largest number of known moons",  # only 12 words
-        None,
-        "",
-    ])
+    docs = pa.array(
+        [
+            "Quiz time! WHICH planet, in the solar system, has the largest number of known moons as of... next",
+            "planet in the solar system has the largest number of known moons",  # only 12 words
+            None,
+            "",
+        ]
+    )
     assert contamination(docs, idx).tolist() == [3, 0, 0, 0]  # 15 matching words = 3 13-grams
 
 
@@ -63,7 +65,9 @@ def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):
     with pytest.raises(SchemaError, match="answer"):
         read_eval_texts([tmp_path / "eval.jsonl"], ["answer"])
     ds = zephyr.from_items([{"text": QUESTION}, {"text": "fine"}, {"text": "also fine"}], num_shards=2)
-    out = ds.map_batches(Decontaminate(str(tmp_path / "idx.npz")), name="decontam").to_arrow(executor=executor, workers=2)
+    out = ds.map_batches(Decontaminate(str(tmp_path / "idx.npz")), name="decontam").to_arrow(
+        executor=executor, workers=2
+    )
     assert sorted(out["text"].to_pylist()) == ["also fine", "fine"]
 
 

