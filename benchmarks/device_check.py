@@ -396,9 +396,12 @@ def _without(tmp: Path, names: list[str]) -> Path:
 def _commit(given: str | None) -> str:
     if given:
         return given
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-    )
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+        )
+    except FileNotFoundError:  # no git on the machine
+        return "unknown (no git here; pass --commit)"
     if done.returncode != 0:
         return "unknown (no .git here; pass --commit)"
     dirty = subprocess.run(
