@@ -20,6 +20,7 @@ MODULES = [
     "zephyr.config_types",
     "zephyr.config_text",
     "zephyr.read_plan",
+    "zephyr.pipelines.markdown",
 ]
 
 
