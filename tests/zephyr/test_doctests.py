@@ -21,6 +21,7 @@ MODULES = [
     "zephyr.config_text",
     "zephyr.read_plan",
     "zephyr.pipelines.markdown",
+    "zephyr.pipelines.step_configs",
 ]
 
 
