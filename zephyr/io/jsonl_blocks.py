@@ -1,8 +1,9 @@
 """Cut a JSONL stream (plain, .gz, .zst, or a byte range of a plain file) into blocks of whole lines.
 
-Steps 1, 5 and 6 of the ``zephyr.io.jsonl_source`` contract: blocks of about ``block_bytes`` cut after the
-last newline (a longer line grows its block), a byte-range shard starting at the line after ``start - 1``,
-and a truncated compressed stream ending in ``StreamCut`` after the last whole line.
+Steps 1, 5, 6 and 7 of the ``zephyr.io.jsonl_source`` contract: blocks of about ``block_bytes`` cut after
+the last newline (a longer line grows its block), a byte-range shard starting at the line after
+``start - 1``, a truncated compressed stream ending in ``StreamCut`` after the last whole line, and bytes
+after a complete compressed stream ending in ``StreamTail`` after the stream's last line.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from zephyr.io.compression import (
     GZIP_MAGIC,
     ZSTD_MAGIC,
     CorruptStream,
+    TrailingData,
     TruncatedStream,
     open_decompressed,
 )
 from zephyr.io.paths import open_input
 
-__all__ = ["Block", "StreamCut", "iter_blocks"]
+__all__ = ["Block", "StreamCut", "StreamTail", "iter_blocks"]
 
 _MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -36,6 +38,15 @@ class StreamCut(Exception):
     def where(self) -> str:
         """``after line 48`` (the last whole line), or the byte offset when line numbers are unknown."""
         return f"after line {self.line - 1}" if self.line is not None else f"after byte {self.offset}"
+
+
+class StreamTail(Exception):
+    """A compressed stream ended complete and bytes that are not the codec's follow it (``TrailingData``):
+    every line of the stream has been yielded; ``lines`` counts them."""
+
+    def __init__(self, trailing: TrailingData, lines: int | None):
+        super().__init__(str(trailing))
+        self.codec, self.offset, self.head, self.lines = trailing.codec, trailing.offset, trailing.head, lines
 
 
 @dataclass
@@ -90,6 +101,15 @@ def iter_blocks(
             except CorruptStream as exc:
                 last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
                 raise InputError(f"{exc} {last}", path=path) from exc
+            except (
+                TrailingData
+            ) as exc:  # the stream ended whole: its last line (if unterminated) is whole too
+                tail = b"".join(parts)
+                if tail:
+                    yield Block(tail, line, block_start, tail.count(b"\n"))
+                if line is not None:
+                    line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
+                raise StreamTail(exc, None if line is None else line - 1) from exc
             if first and chunk and start == 0:
                 if compression is None:
                     _check_not_compressed(chunk, path)
