@@ -22,6 +22,7 @@ MODULES = [
     "zephyr.read_plan",
     "zephyr.pipelines.markdown",
     "zephyr.pipelines.step_configs",
+    "zephyr.io.text_encoding",
 ]
 
 

@@ -395,6 +395,11 @@ def sniff_format(path: str) -> Format:
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if text.startswith(b"{") or not text:
         return "jsonl"
+    from zephyr.io.text_encoding import wide_encoding, wide_text_message
+
+    encoding = wide_encoding(head)
+    if encoding is not None:
+        raise InputError(f"the file is {wide_text_message(encoding)}", path=path)
     raise InputError(
         f"{path}: cannot tell its format from its name or its first bytes (neither Parquet nor JSON lines); name "
         "it .parquet, .jsonl(.gz/.zst) or .vortex, or pass --format"
