@@ -23,6 +23,7 @@ MODULES = [
     "zephyr.pipelines.markdown",
     "zephyr.pipelines.step_configs",
     "zephyr.io.text_encoding",
+    "zephyr.errors",
 ]
 
 

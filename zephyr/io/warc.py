@@ -38,7 +38,7 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.errors import InputError, describe_os_error
+from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 from zephyr.io.warc_framing import MAX_RECORD_BYTES, BadRecord, Record, from_members, plain_records
@@ -213,6 +213,8 @@ def read_warc_shard(
     try:
         f = fs.open(stripped, "rb")
     except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
         raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
     schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
     rows: list[dict[str, Any]] = []
