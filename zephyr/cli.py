@@ -208,7 +208,7 @@ def _emit(summary, args: argparse.Namespace, seconds: float, quarantine: str | N
 def _interrupted_line(args: argparse.Namespace) -> str:
     """What Ctrl-C prints: the command and how to go on. Only a command that keeps its work (``--work-dir``,
     ``zephyr run``'s job folder, training's checkpoints) resumes; the others start again."""
-    keeps = args.work_dir or args.command == "run" or getattr(args, "checkpoint_dir", None)
+    keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
     if keeps:
         return f"{_label(args)}: interrupted; rerun the same command to resume"
     return (
