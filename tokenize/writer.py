@@ -94,6 +94,7 @@ from zephyr.tokenize.writer_plan import driver_encodes as _driver_encodes
 from zephyr.tokenize.writer_plan import worker_pool as _worker_pool  # noqa: F401
 
 from zephyr.errors import ConfigError
+from zephyr.io.paths import absolute
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ def write_token_shards(
     import zephyr
 
     shard_bytes = checked_shard_bytes(shard_size, batch_rows)
-    output = output.removeprefix("file://")
+    output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
     # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
@@ -343,7 +344,7 @@ def _scratch_dir(output: str, work_dir: str | None) -> str:
 
     if work_dir is None:
         return f"{output.rstrip('/')}/_work"
-    return f"{work_dir.rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
+    return f"{absolute(work_dir).rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
 
 
 def _remove_tree(url: str) -> None:

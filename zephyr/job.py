@@ -441,9 +441,10 @@ def _read_parts(files: list[str]) -> pa.Table | None:
 def run_write(
     ops: tuple[Op, ...], directory: str, fmt: str, compression: str | None, options: ExecutionOptions
 ) -> WriteResult:
-    from zephyr.io.paths import check_output_dir
+    from zephyr.io.paths import absolute, check_output_dir
     from zephyr.io.publish import publish_dense, remove_stale_parts
 
+    directory = absolute(directory)  # tasks write it, maybe on workers in another working directory
     check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
     segment = build_plan(ops)
     with Job(options) as job:
@@ -452,7 +453,9 @@ def run_write(
         result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
         files = publish_dense(directory, result.markers, result.marker_paths, fmt, compression)
         remove_stale_parts(directory, files)
-        return WriteResult(files=files, stats=job.write_stats())
+        staged = [(f, m.get("checksums") or {}) for m in result.markers for f in m.get("files", [])]
+        checksums = {new: records[old] for new, (old, records) in zip(files, staged) if old in records}
+        return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)
 
 
 def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
