@@ -10,7 +10,8 @@ disk, does between two runs, on inputs made here:
   the task reruns and says so;
 - a published part overwritten (other size, or the same size) or a shuffle run file corrupted: the task
   that wrote it reruns and the output is byte-identical to the first run's;
-- the same for a ``zephyr run`` step folder (a corrupted part, a record naming a file elsewhere);
+- the same for a ``zephyr run`` step folder (a corrupted part, a record naming a file elsewhere, a tokenize
+  step's shard) and for ``write_token_shards`` resuming its finished pack tasks;
 - dask workers started in another directory, with a relative ``--output`` and ``--work-dir``.
 
 Commands: ``convert``, ``sort`` and ``dedup exact`` through ``zephyr.cli.main``, the Python API for the
@@ -36,6 +37,8 @@ from zephyr.executors.base import Executor
 from zephyr.executors.inprocess import InProcessExecutor
 from zephyr.executors.local import LocalExecutor
 from zephyr.io.checksum import file_checksum
+
+from .conftest import GOOD
 
 FAST = ["--executor", "inprocess"]
 COMMANDS = {
@@ -246,6 +249,66 @@ def test_a_zephyr_run_step_whose_files_changed_reruns(tmp_path, caplog, how):
     assert _parts(read_dir) == reference
     assert steps[0]["files"] == [str(read_dir / name) for name in reference]
     assert _warned(caplog, str(record), "reruns")
+
+
+# -- token shards ------------------------------------------------------------------------------------------
+def _texts(folder: Path, rows: int = 120) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = [{"id": f"d{i}", "text": f"{GOOD} Story {i} of {rows}, part {i % 9}."} for i in range(rows)]
+    (folder / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return folder
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: file_checksum(str(p))[1] for p in sorted(folder.glob("shard-*"))}
+
+
+def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer_json, monkeypatch, caplog):
+    """Killed after its shards were packed and before the manifest; a shard damaged before the rerun (same
+    size): the rerun, which skips the finished pack tasks, sees the shard no longer holds the bytes recorded
+    for it and packs again, so the manifest vouches only for bytes it saw written."""
+    import zephyr.tokenize.writer as writer
+
+    inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
+    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed before the manifest")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(writer, "write_manifest", killed)
+        with pytest.raises(RuntimeError, match="killed before the manifest"):
+            writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
+    _corrupt(out / "shard-00000.tokens.npy", "same-size")
+    with caplog.at_level(logging.WARNING):
+        writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
+    writer.write_token_shards(str(inputs), output=str(tmp_path / "clean"), **common)
+    assert _digests(out) == _digests(tmp_path / "clean")
+    assert _warned(caplog, "shard-00000.tokens.npy", "packing the shards again")
+
+
+def test_a_zephyr_run_tokenize_step_whose_shard_changed_reruns(tmp_path, tokenizer_json, caplog):
+    inputs = _texts(tmp_path / "in")
+    config = {
+        "name": "tokens",
+        "steps": [
+            {"step": "read", "paths": [str(inputs)]},
+            {"step": "tokenize", "tokenizer": str(tokenizer_json), "shard_bytes": "4KB"},
+        ],
+    }
+    path, job = tmp_path / "pipeline.yaml", tmp_path / "job"
+    path.write_text(yaml.safe_dump(config))
+    argv = ["run", str(path), "--job-dir", str(job), "--no-report", *FAST]
+    assert main(argv) == 0
+    shards = job / "01-tokenize" / "shards"
+    reference = _digests(shards)
+    _corrupt(shards / "shard-00000.tokens.npy", "same-size")
+    with caplog.at_level(logging.WARNING):
+        assert main(argv) == 0
+    steps = json.loads((job / "stats.json").read_text())["steps"]
+    assert [s["status"] for s in steps] == ["skipped", "ran"]
+    assert _digests(shards) == reference
+    assert _warned(caplog, "shard-00000.tokens.npy", "reruns")
 
 
 # -- dask workers in another working directory ------------------------------------------------------------
