@@ -137,16 +137,22 @@ def owned_folders(output: SinkOutput | ShuffleOutput | SampleOutput, task: TaskS
     """The one rule of where a task's marker may point: per marker key, the folders its paths must lie in.
 
     A value ``(folder, pattern)`` admits a file directly in ``folder`` whose name matches ``pattern``; ``(folder,
-    None)`` admits any file below ``folder``. A sink's parts lie in the folder its tasks write (its staging
-    folder when staged, ``SinkOutput.write_folder``) or, once published, in its output folder under a dense
-    part name; shuffle runs below the task's own ``map-NNNNN/``; the sample in the stage's sample folder; the
-    quarantine file is the task's own. Whoever changes where a stage writes changes it here."""
+    None)`` admits any file below ``folder``. A sink's part is the task's own file in the folder its tasks
+    write (its staging folder when staged, ``SinkOutput.write_folder``) or, once published, a dense part name
+    of the same format in its output folder; shuffle runs lie below the task's own ``map-NNNNN/``; the sample
+    is the task's own file in the stage's sample folder; the quarantine file is the task's own. Whoever
+    changes where a stage writes changes it here."""
+    from zephyr.io.sinks import output_name
+
     quarantine = task.quarantine_path.rsplit("/", 1)
     rule: dict[str, tuple] = {"quarantine": ((quarantine[0], re.escape(quarantine[1])),)}
     if isinstance(output, SinkOutput):
-        folders = [(output.write_folder, r"part-\d{5}\.[a-z.]+")]
-        if output.staged:
-            folders.append((output.directory.rstrip("/"), r"part-\d{5}\.[a-z.]+"))
+        if output.format == "count":
+            return rule
+        own = output_name(task.index, output.format, output.compression)
+        folders = [(output.write_folder, re.escape(own))]
+        if output.staged:  # publish_dense renamed it: task i becomes part-k, k <= i, same extension
+            folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):
         rule["runs"] = ((f"{output.directory.rstrip('/')}/map-{task.index:05d}", None),)
@@ -190,6 +196,8 @@ def _marker_problem(marker: dict, task: TaskSpec, output) -> str | None:
         named = marker_files(marker)
     except (TypeError, AttributeError, KeyError):
         return "malformed file list"
+    if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):
+        return "malformed run list"
     rules = owned_folders(output, task)
     for key, paths in named.items():
         for path in paths:
