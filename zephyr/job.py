@@ -222,7 +222,7 @@ class Job:
         started = time.perf_counter()
         markers: dict[int, dict] = {}
         for task in tasks:
-            marker = finished_marker(task, output)
+            marker = finished_marker(task, shared.value)
             if marker is not None:
                 markers[task.index] = marker
         todo = [t for t in tasks if t.index not in markers]

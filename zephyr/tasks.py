@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from zephyr import budget, counters, read_ahead, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
-from zephyr.io.checksum import Checksummed
+from zephyr.io.checksum import Checksummed, collecting_side_files
 from zephyr.io.paths import atomic_write, write_json_atomic
 from zephyr.io.publish import STAGING_DIR
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
@@ -42,7 +42,7 @@ from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
-from zephyr.ops import Op
+from zephyr.ops import MapBatches, Op
 from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
 from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
@@ -115,6 +115,13 @@ class StageSpec:
     """Reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and ``schemas`` (per
     upstream, its output schema as text), as ``job.MapSide`` found them in the map tasks' markers."""
 
+    @property
+    def side_folders(self) -> tuple[str, ...]:
+        """Folders where this stage's ``map_batches`` functions write files of their own (their
+        ``side_folder``; ``zephyr.io.checksum.record_side_file``)."""
+        folders = (getattr(op.fn, "side_folder", None) for op in self.narrow if isinstance(op, MapBatches))
+        return tuple(f for f in folders if isinstance(f, str))
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -133,19 +140,24 @@ def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(url)
 
 
-def owned_folders(output: SinkOutput | ShuffleOutput | SampleOutput, task: TaskSpec) -> dict[str, tuple]:
+def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
     """The one rule of where a task's marker may point: per marker key, the folders its paths must lie in.
 
     A value ``(folder, pattern)`` admits a file directly in ``folder`` whose name matches ``pattern``; ``(folder,
     None)`` admits any file below ``folder``. A sink's part is the task's own file in the folder its tasks
     write (its staging folder when staged, ``SinkOutput.write_folder``) or, once published, a dense part name
     of the same format in its output folder; shuffle runs lie below the task's own ``map-NNNNN/``; the sample
-    is the task's own file in the stage's sample folder; the quarantine file is the task's own. Whoever
+    is the task's own file in the stage's sample folder; the quarantine file is the task's own; the files
+    its functions write on the side lie below the folders they declare (``StageSpec.side_folders``). Whoever
     changes where a stage writes changes it here."""
     from zephyr.io.sinks import output_name
 
+    output = stage.output
     quarantine = task.quarantine_path.rsplit("/", 1)
-    rule: dict[str, tuple] = {"quarantine": ((quarantine[0], re.escape(quarantine[1])),)}
+    rule: dict[str, tuple] = {
+        "quarantine": ((quarantine[0], re.escape(quarantine[1])),),
+        "side_files": tuple((folder, None) for folder in stage.side_folders),
+    }
     if isinstance(output, SinkOutput):
         if output.format == "count":
             return rule
@@ -163,7 +175,7 @@ def owned_folders(output: SinkOutput | ShuffleOutput | SampleOutput, task: TaskS
 
 def marker_files(marker: dict) -> dict[str, list[str]]:
     """Every file a marker names, by its key: ``files``, ``runs`` (each run's data and index file),
-    ``sample``, ``quarantine``."""
+    ``sample``, ``quarantine``, ``side_files``."""
     runs = [p for run in marker.get("runs") or [] for p in (run, run[: -len(".data")] + ".index")]
     sample = [marker["sample"]] if marker.get("sample") else []
     quarantine = [(marker.get("quarantine") or {}).get("path")] if marker.get("quarantine") else []
@@ -172,10 +184,11 @@ def marker_files(marker: dict) -> dict[str, list[str]]:
         "runs": runs,
         "sample": sample,
         "quarantine": quarantine,
+        "side_files": list(marker.get("side_files") or []),
     }
 
 
-def finished_marker(task: TaskSpec, output: SinkOutput | ShuffleOutput | SampleOutput) -> dict | None:
+def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
     """The task's marker when the task is finished and can be skipped: of this fingerprint
     (``read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
     holding the size and checksum recorded when it was written (``zephyr.resume.check_files``). Otherwise
@@ -183,14 +196,14 @@ def finished_marker(task: TaskSpec, output: SinkOutput | ShuffleOutput | SampleO
     marker = read_marker(task.marker_path, task.fingerprint)
     if marker is None:
         return None
-    problem = _marker_problem(marker, task, output)
+    problem = _marker_problem(marker, task, stage)
     if problem is not None:
         log.warning("%s: %s; the task reruns", task.marker_path, problem)
         return None
     return marker
 
 
-def _marker_problem(marker: dict, task: TaskSpec, output) -> str | None:
+def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | None:
     """Why ``marker`` cannot be trusted, or None."""
     try:
         named = marker_files(marker)
@@ -198,7 +211,7 @@ def _marker_problem(marker: dict, task: TaskSpec, output) -> str | None:
         return "malformed file list"
     if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):
         return "malformed run list"
-    rules = owned_folders(output, task)
+    rules = owned_folders(stage, task)
     for key, paths in named.items():
         for path in paths:
             if not isinstance(path, str) or not resume.inside(path, rules.get(key, ())):
@@ -240,7 +253,12 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     reading = _task_input(task, stage, quarantined.append)
-    with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)), closing(reading):
+    with (
+        counters.collecting() as user_counters,
+        collecting_side_files() as side_files,
+        budget.running(Budget(task.budget_bytes)),
+        closing(reading),
+    ):
         # closed here, not when garbage-collected: a failed task's traceback would keep a read-ahead thread
         source = _Counted(reading)
         tables = run_narrow(
@@ -262,6 +280,9 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
             pq.write_table(table, hashed, compression="zstd")
         quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
         outputs.setdefault("checksums", {})[task.quarantine_path] = hashed.record()
+    if side_files:
+        outputs["side_files"] = sorted(side_files)
+        outputs.setdefault("checksums", {}).update(side_files)
     marker = {
         "fingerprint": task.fingerprint,
         "index": task.index,

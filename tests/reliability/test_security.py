@@ -287,6 +287,36 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
     assert _warned(caplog, "shard-00000.tokens.npy", "packing the shards again")
 
 
+def test_a_resumed_tokenize_reencodes_when_a_token_spill_changed(
+    tmp_path, tokenizer_json, monkeypatch, caplog
+):
+    """Killed while packing, a token spill file (what the tokenize tasks leave for the pack step, beside their
+    output) damaged before the rerun: the tokenize task that wrote it reruns, so the shards hold the tokens of
+    the text, not of the damage."""
+    import zephyr.tokenize.pack_step as pack_step
+    import zephyr.tokenize.writer as writer
+
+    inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
+    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+
+    def killed(self, table):
+        raise RuntimeError("killed while packing")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pack_step.PackPartition, "__call__", killed)
+        with pytest.raises(Exception, match="killed while packing"):
+            writer.write_token_shards(
+                str(inputs), output=str(out), work_dir=str(work), max_retries=0, **common
+            )
+    [spill, *_] = sorted(work.glob("tokenize-*/spill/*.tokens"))
+    _corrupt(spill, "same-size")
+    with caplog.at_level(logging.WARNING):
+        writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
+    writer.write_token_shards(str(inputs), output=str(tmp_path / "clean"), **common)
+    assert _digests(out) == _digests(tmp_path / "clean")
+    assert _warned(caplog, spill.name, "reruns")
+
+
 def test_a_zephyr_run_tokenize_step_whose_shard_changed_reruns(tmp_path, tokenizer_json, caplog):
     inputs = _texts(tmp_path / "in")
     config = {

@@ -125,9 +125,9 @@ def test_drop_scratch_keeps_quarantined_rows(tmp_path):
 
 # -- what a marker may name, and whether its files still hold their bytes ------------------------------------
 def _sink_task(tmp_path, index: int = 3):
-    from zephyr.tasks import SinkOutput, TaskSpec
+    from zephyr.tasks import SinkOutput, StageSpec, TaskSpec
 
-    output = SinkOutput(str(tmp_path / "out"), "parquet", staged=True)
+    output = StageSpec("fp", "write", (), SinkOutput(str(tmp_path / "out"), "parquet", staged=True))
     task = TaskSpec(
         fingerprint="fp",
         index=index,

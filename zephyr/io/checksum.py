@@ -11,18 +11,32 @@ itself: that file is hashed in one read after it is finished (``file_checksum``)
 
 A record is ``{"bytes": N, "xxh3_128": "<32 hex>"}``; the same shape with ``"sha256"`` is accepted where a
 file's digest was recorded as sha256 (token shards, ``zephyr.tokenize.format``).
+
+A ``map_batches`` function that writes files of its own for a later stage (the tokenize step's token spills)
+records each with ``record_side_file`` and names their folder as its ``side_folder`` attribute: the task's
+marker then lists them (``side_files``) with their checksums, and a resume checks them like the task's output.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import IO, Any
 
 import fsspec
 import xxhash
 
-__all__ = ["ALGORITHM", "Checksummed", "checksum_record", "file_checksum", "hasher"]
+__all__ = [
+    "ALGORITHM",
+    "Checksummed",
+    "checksum_record",
+    "collecting_side_files",
+    "file_checksum",
+    "hasher",
+    "record_side_file",
+]
 
 ALGORITHM = "xxh3_128"
 """The checksum zephyr records for the files it writes."""
@@ -117,3 +131,25 @@ def file_checksum(url: str, algorithm: str = ALGORITHM) -> tuple[int, str]:
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
+
+
+# Per thread (context), like the counters: a dask worker or the threads executor runs several tasks at once.
+_side_files: ContextVar[dict[str, dict] | None] = ContextVar("zephyr_side_files", default=None)
+
+
+def record_side_file(url: str, record: dict[str, Any]) -> None:
+    """Record a file the running task wrote besides its output (no-op outside a task)."""
+    active = _side_files.get()
+    if active is not None:
+        active[url] = record
+
+
+@contextmanager
+def collecting_side_files() -> Iterator[dict[str, dict]]:
+    """Collect ``record_side_file`` calls made while the block runs (used by the task runner)."""
+    active: dict[str, dict] = {}
+    token = _side_files.set(active)
+    try:
+        yield active
+    finally:
+        _side_files.reset(token)
