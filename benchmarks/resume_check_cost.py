@@ -86,7 +86,8 @@ def main() -> None:
                     "0",
                 ]
                 for phase in ("fresh", "resumed"):
-                    result = run_measured(cmd, log_path=str(scratch / f"{side}-{phase}.log"))
+                    # not from the repository root: ``python -m`` would import its zephyr/ over the venv's
+                    result = run_measured(cmd, log_path=str(scratch / f"{side}-{phase}.log"), cwd=str(run))
                     if result["rc"] != 0:
                         raise SystemExit(f"{name} ({side}, {phase}) failed: see {scratch}/{side}-{phase}.log")
                     best[side][phase] = min(best[side][phase], result["wall_s"])
