@@ -14,7 +14,8 @@ Contract of a directory written by ``Dataset.write_*`` (``zephyr.job.run_write``
 
 How. A task writes ``DIR/_staging/part-<task index>.<ext>`` (``SinkOutput(staged=True)``); after the last task,
 the driver renames the non-empty ones to their dense names in task order (``publish_dense``) and rewrites each
-task's marker with its published name, so a rerun with the same ``work_dir`` finds its finished tasks.
+task's marker with its published name (and its recorded size and checksum under that name), so a rerun with
+the same ``work_dir`` finds its finished tasks and checks their bytes.
 Renaming in task order never overwrites a file still to be renamed: task ``i`` becomes ``part-k`` with
 ``k <= i``. A crash between a rename and its marker leaves a marker naming a missing staged file; that task
 reruns into ``_staging/`` and is renamed again, so the published bytes and names do not depend on crashes.
@@ -67,6 +68,7 @@ def publish_dense(
     published: list[str] = []
     for marker, marker_path in zip(markers, marker_paths, strict=True):
         names = []
+        checksums = dict(marker.get("checksums") or {})
         for url in marker.get("files", []):
             name = output_name(len(published), fmt, compression)
             source, target = fsspec.core.url_to_fs(url)[1], f"{root}/{name}"
@@ -77,8 +79,10 @@ def publish_dense(
                     fs.mv(source, target)
             names.append(f"{prefix}/{name}")
             published.append(f"{prefix}/{name}")
+            if url in checksums:  # the bytes did not change, only their name: a resume checks them there
+                checksums[f"{prefix}/{name}"] = checksums.pop(url)
         if names != marker.get("files", []):
-            paths.write_json_atomic(marker_path, {**marker, "files": names})
+            paths.write_json_atomic(marker_path, {**marker, "files": names, "checksums": checksums})
     staging = f"{root}/{STAGING_DIR}"
     fs.invalidate_cache(root)
     if fs.exists(staging):  # every task is published: what is left is an aborted attempt's or another plan's
