@@ -35,8 +35,6 @@ from zephyr.budget import Budget
 from zephyr.errors import InputError
 from zephyr.io.checksum import Checksummed
 
-__all__ = ["RunPart", "RunWriter", "read_index_entry", "read_run_part", "INDEX_VERSION"]
-
 INDEX_MAGIC = b"ZSHX"
 INDEX_VERSION = 1
 _HEADER = struct.Struct("<4sIQ")

@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Dataset": "zephyr.dataset",
     "BatchOutput": "zephyr.ops",
-    "Agg": "zephyr.shuffle.aggregate",
+    "Agg": "zephyr.shuffle.reduce",
     "WriteResult": "zephyr.results",
     "GroupedDataset": "zephyr.dataset",
     "read": "zephyr.dataset",
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from zephyr.options import ExecutionOptions
     from zephyr.pipelines.web.extract import read_warc
     from zephyr.results import WriteResult
-    from zephyr.shuffle.aggregate import Agg
+    from zephyr.shuffle.reduce import Agg
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -50,7 +50,7 @@ from zephyr.ops import (
     WithRowIndex,
 )
 from zephyr.results import WriteResult
-from zephyr.shuffle.aggregate import Agg
+from zephyr.shuffle.reduce import Agg
 
 __all__ = [
     "Dataset",

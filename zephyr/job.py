@@ -49,8 +49,7 @@ from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; 
 from zephyr.plan import Segment, build_plan, fingerprint_of
 from zephyr.read_plan import plan_read
 from zephyr.results import WriteResult
-from zephyr.shuffle.partition import boundary_array, range_boundaries
-from zephyr.shuffle.writer import ShuffleSpec
+from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries
 from zephyr.tasks import (
     SampleOutput,
     ShuffleOutput,

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from zephyr.shuffle.aggregate import Agg
+from zephyr.shuffle.reduce import Agg
 
 __all__ = [
     "OnError",

@@ -33,7 +33,6 @@ from zephyr.io.sources import Shard, list_shards
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.plan import Segment
-from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
 from zephyr.shuffle.reduce import (
     ConcatReducer,
     DeduplicateReducer,
@@ -41,7 +40,9 @@ from zephyr.shuffle.reduce import (
     GroupAggregateReducer,
     GroupApplyReducer,
     JoinReducer,
+    PartialAggregate,
     SortReducer,
+    is_decomposable,
 )
 from zephyr.shuffle.writer import ShuffleSpec
 from zephyr.sizes import format_bytes

@@ -43,9 +43,8 @@ from zephyr.io.sources import Shard, read_shard
 from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
-from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
+from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, numpy_to_arrow
 
 __all__ = [
     "SinkOutput",

@@ -13,10 +13,8 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.shuffle.merge import merge_sorted
-from zephyr.shuffle.partition import range_boundaries
-from zephyr.shuffle.read import partition_sources
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
+from zephyr.shuffle.read import merge_sorted, partition_sources
+from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, range_boundaries
 
 from zephyr.budget import EXPANSION, Budget
 

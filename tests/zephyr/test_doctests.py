@@ -12,7 +12,7 @@ MODULES = [
     "zephyr.dataset",
     "zephyr.sizes",
     "zephyr.options",
-    "zephyr.shuffle.aggregate",
+    "zephyr.shuffle.reduce",
     "zephyr.executors",
     "zephyr.job_stats",
     "zephyr.io.added_columns",
