@@ -1,7 +1,8 @@
 """The reduce side's reading: one partition's run parts, as sources ready to merge, within the byte budget.
 
-First every run's index entry for the partition is read (24 bytes each). Their byte counts tell how big the
-partition is before any payload is touched:
+First every run's index block for the partition is read (one small read each, ``shuffle.runs``). Its byte
+counts tell how big the partition is before any payload is touched; the blobs are then read a chunk of
+consecutive blobs at a time (``runs.part_sources``: about one request per run):
 
 * small enough (``Budget.in_memory_reduce_bytes``, assuming ``EXPANSION``× decompression; zephyr/budget.py): all parts are
   read, concatenated in run order and stably sorted once — one source; the fastest path;
@@ -40,7 +41,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.shuffle.runs import RunPart, read_index_entry, read_run_part, row_group_bytes_for
+from zephyr.shuffle.runs import Run, RunPart, part_sources, read_index_block, row_group_bytes_for
 from zephyr.shuffle.writer import numpy_to_arrow, sort_table
 
 from zephyr.budget import EXPANSION, Budget
@@ -48,14 +49,18 @@ from zephyr.budget import EXPANSION, Budget
 log = logging.getLogger(__name__)
 
 
-def _read_parts(run_urls: Sequence[str], partition: int) -> list[tuple[fsspec.AbstractFileSystem, RunPart]]:
-    parts = []
-    for url in run_urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        part = read_index_entry(fs, path, partition)
-        if part.rows:
-            parts.append((fs, part))
-    return parts
+def _read_parts(
+    runs: Sequence[Run | str], partition: int
+) -> list[tuple[fsspec.AbstractFileSystem, list[RunPart]]]:
+    """Per run, its filesystem and the partition's blobs in it (one index read each)."""
+    found = []
+    for run in runs:
+        run = run if isinstance(run, Run) else Run(run)
+        fs, path = fsspec.core.url_to_fs(run.path)
+        parts = [p for p in read_index_block(fs, Run(path, run.slots), partition) if p.rows]
+        if parts:
+            found.append((fs, parts))
+    return found
 
 
 def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
@@ -64,34 +69,34 @@ def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
 
 
 def partition_sources(
-    run_urls: Sequence[str],
+    runs: Sequence[Run | str],
     partition: int,
     merge_columns: Sequence[tuple[str, bool]] | None,
     budget_bytes: int,
 ) -> tuple[list[Iterator[pa.Table]], Scratch]:
-    """Sources for one partition (see the module docstring) and the scratch space to clean up afterwards."""
-    parts = _read_parts(run_urls, partition)
+    """Sources for one partition of ``runs`` (data paths or ``Run``s; see the module docstring) and the scratch
+    space to clean up afterwards."""
+    found = _read_parts(runs, partition)
     scratch = Scratch()
-    if not parts:
+    if not found:
         return [], scratch
-    stored = sum(p.length for _, p in parts)
+    chunk = row_group_bytes_for(budget_bytes)
+    stored = sum(p.length for _, parts in found for p in parts)
+    sources = [source for fs, parts in found for source in part_sources(fs, parts, chunk)]
     if merge_columns is None:  # no order needed: parts one after another
-        return [read_run_part(fs, p) for fs, p in parts], scratch
+        return sources, scratch
     if stored * EXPANSION <= Budget(budget_bytes).in_memory_reduce_bytes:
-        tables = [t for fs, p in parts for t in read_run_part(fs, p)]
+        tables = [t for source in sources for t in source]
         whole = sort_table(pa.concat_tables(tables, promote_options="permissive"), merge_columns)
         return [iter([whole])], scratch
-    fan_in = fan_in_for(budget_bytes, row_group_bytes_for(budget_bytes))
-    sources = [_part_source(fs, p) for fs, p in parts]
+    fan_in = fan_in_for(budget_bytes, chunk)
     level = 0
     while len(sources) > fan_in:
         merged = []
         for start in range(0, len(sources), fan_in):
             group = sources[start : start + fan_in]
             name = f"l{level}-{start // fan_in:05d}"
-            merged.append(
-                scratch.spill(merge_sorted(group, merge_columns), name, row_group_bytes_for(budget_bytes))
-            )
+            merged.append(scratch.spill(merge_sorted(group, merge_columns), name, chunk))
         log.info(
             "partition %d: merged %d sources into %d (fan-in %d)",
             partition,
@@ -102,10 +107,6 @@ def partition_sources(
         sources = merged
         level += 1
     return sources, scratch
-
-
-def _part_source(fs: fsspec.AbstractFileSystem, part: RunPart) -> Iterator[pa.Table]:
-    yield from read_run_part(fs, part)
 
 
 class Scratch:
