@@ -73,6 +73,13 @@ def _common_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
     group.add_argument(
+        "--coalesce-runs",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="concatenate each group of map tasks' shuffle runs before the reducers read them: fewer requests "
+        "on an object store (auto: there, when the runs' parts are small)",
+    )
+    group.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -156,6 +163,7 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         progress=getattr(args, "progress", None),
         quarantine_dir=quarantine_dir(args),
         small_job_bytes=args.small_job_bytes,
+        coalesce_runs=getattr(args, "coalesce_runs", "auto"),
     )
 
 

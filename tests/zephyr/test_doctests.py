@@ -13,6 +13,7 @@ MODULES = [
     "zephyr.sizes",
     "zephyr.options",
     "zephyr.shuffle.reduce",
+    "zephyr.shuffle.cost",
     "zephyr.executors",
     "zephyr.job_stats",
     "zephyr.io.added_columns",
