@@ -407,7 +407,7 @@ class Job:
         shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
         done = self._run_tasks(stage.name, shared, tasks, output)
         self._record(stage.name, fingerprint, done, tasks)
-        return [Run(marker["runs"][0], marker["slots"]) for marker in done]
+        return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
 
     def _sort_map_side(self, segment: Segment, op: Sort) -> MapSide:
         """Sample the keys, cut range boundaries, then range-partition (computed rows are written once

@@ -78,6 +78,30 @@ def test_outputs_identical_with_and_without_coalescing(inputs, plan, tmp_path):
         assert _digest(out) == _digest(tmp_path / "plain"), executor
 
 
+def _first_row(group: pa.Table) -> pa.Table:
+    return group.slice(0, 1)
+
+
+def test_a_group_of_map_tasks_without_runs(tmp_path):
+    """Map tasks 3-5 read empty files and write no run: the second group coalesces nothing, and its empty run
+    is not read; the first two map tasks spill several runs each, so there is something to coalesce."""
+    rng = np.random.default_rng(8)
+    for i in range(6):
+        rows = 200_000 if i < 2 else 0
+        table = pa.table(
+            {"key": rng.integers(0, 700, rows), "word": [f"w{v}" for v in rng.integers(0, 9, rows)]}
+        )
+        pq.write_table(table, tmp_path / f"in-{i}.parquet")
+    plan = zephyr.read_parquet(str(tmp_path / "in-*.parquet")).group_by("key", num_partitions=3)
+    plan = plan.reduce(_first_row)  # no map-side combine: every row is shuffled
+    options = dict(memory_budget=BUDGET, small_job_bytes=0, executor="threads", workers=2)
+    plain = plan.write_parquet(str(tmp_path / "plain"), coalesce_runs="never", **options)
+    merged = plan.write_parquet(str(tmp_path / "merged"), coalesce_runs="always", **options)
+    assert plain.stats["stages"][0]["tasks"] == 6
+    assert _coalesce_stages(merged.stats)[0]["tasks"] == 2
+    assert _digest(tmp_path / "merged") == _digest(tmp_path / "plain")
+
+
 def test_auto_does_not_coalesce_on_a_local_disk(inputs, tmp_path):
     stats = _write(inputs, "sort", tmp_path / "out", executor="threads", workers=2)
     assert not _coalesce_stages(stats)
