@@ -79,7 +79,9 @@ def _bytes(n: float) -> str:
 
 
 def _seconds(s: float) -> str:
-    return f"{s / 86400:.1f} d" if s >= 86400 else f"{s / 3600:.1f} h" if s >= 3600 else f"{s:.0f} s"
+    if s >= 86400:
+        return f"{s / 86400:.1f} d"
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
 
 
 def rows(sizes: list[int], task_bytes: int, budget: int, workers: list[int]) -> list[str]:
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     task, budget = parse_bytes(args.task_bytes), parse_bytes(args.budget)
     shape = cost.Shape(sizes[0], task, budget, workers[0])
     print(
-        f"task {format_bytes(task)}, budget {format_bytes(budget)}: {shape.spills} spills per map task, "
+        f"task {_bytes(task)}, budget {format_bytes(budget)}: {shape.spills} spills per map task, "
         f"chunk {format_bytes(shape.budget.spill_row_group_bytes)}, coalesce window "
         f"{format_bytes(shape.budget.coalesce_window_bytes)}, upload part {format_bytes(shape.budget.upload_part_bytes)}; "
         f"mean part at {_bytes(sizes[0])}: "

@@ -83,7 +83,7 @@ def coalesce_plan(
     every blob as before, in the same order).
 
     >>> [(g.start, g.stop) for g in coalesce_plan([2] * 10, 10 << 20, 8, 3, Budget(1 << 30))]
-    [(0, 4), (4, 8), (8, 10)]
+    [(0, 3), (3, 6), (6, 10)]
     >>> coalesce_plan([2] * 10, 10 << 30, 8, 3, Budget(1 << 30))  # parts of 64 MiB: coalescing does not pay
     []
     """
@@ -95,8 +95,8 @@ def coalesce_plan(
         return []
     if mode == "auto" and (not remote or stored_bytes / (runs * max(1, partitions)) >= COALESCE_PART_BYTES):
         return []
-    size = math.ceil(tasks / groups)
-    return [range(start, min(start + size, tasks)) for start in range(0, tasks, size)]
+    bounds = [i * tasks // groups for i in range(groups + 1)]  # even: sizes differ by one at most
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 # -- the request model --------------------------------------------------------------------------------------
