@@ -28,6 +28,7 @@ from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
 __all__ = ["report_failure", "log_path"]
 
 _CLI_SPELLING = (
+    ("pass replace_columns=True", "pass --replace-columns", "replace_columns"),
     ("pass overwrite=True", "pass --overwrite", "overwrite"),
     ("on_error='quarantine'", "--on-error quarantine", "on_error"),
     ('on_error="quarantine"', "--on-error quarantine", "on_error"),

@@ -32,7 +32,6 @@ from zephyr import budget, counters, read_ahead, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.paths import atomic_write, write_json_atomic
-from zephyr.io.publish import STAGING_DIR
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
@@ -60,14 +59,16 @@ SAMPLE_ROWS_PER_TASK = 4096
 @dataclass(frozen=True)
 class SinkOutput:
     """Files ``part-NNNNN.<ext>`` in ``directory``, NNNNN the task index (``format="count"`` writes nothing,
-    counts rows). With ``staged``, a task writes ``directory/_staging/part-NNNNN.<ext>`` instead and the driver
-    renames the non-empty ones to dense names in task order (``zephyr.io.publish``); the staged name never
-    equals a final one, so a task rerun on resume cannot overwrite another task's published file."""
+    counts rows). With ``staging`` (the output's ``OUT.zephyr/staging``, ``zephyr.io.layout``), a task writes
+    ``staging/part-NNNNN.<ext>`` instead and the driver publishes the non-empty ones into ``directory`` under
+    dense names in task order (``zephyr.io.publish``); a staged file is never a published one, so a task rerun
+    on resume cannot overwrite another task's published file. A sink task's marker names files in
+    ``staging`` or, once published, in ``directory``."""
 
     directory: str
     format: str
     compression: str | None = None
-    staged: bool = False
+    staging: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
         for table in tables:
             rows += table.num_rows
         return {"rows_out": rows, "bytes_out": 0, "files": []}
-    folder = output.directory.rstrip("/") + (f"/{STAGING_DIR}" if output.staged else "")
+    folder = (output.staging or output.directory).rstrip("/")
     path = f"{folder}/{output_name(task.index, output.format, output.compression)}"
     writer: ShardWriter | None = None
     schema: pa.Schema | None = None
