@@ -266,6 +266,18 @@ def _promote_pending(output: str) -> None:
         write_manifest(output, [entries[name] for name in sorted(entries)])
 
 
+def _blocked(output: str) -> bool:
+    """Whether a local ``output`` or the nearest of its folders that exists is not a folder."""
+    fs, path = filesystem(output)
+    if not is_local(fs):
+        return False
+    while path not in ("", "/"):
+        if os.path.lexists(path):
+            return not os.path.isdir(path)
+        path = os.path.dirname(path)
+    return False
+
+
 # -- the claim --------------------------------------------------------------------------------------------------
 def is_claimed(output: str) -> bool:
     """Whether this process holds a claim on ``output`` (a command claimed it; its jobs write into it)."""
@@ -301,8 +313,10 @@ def claimed(
                 f"the work dir {work_dir} {relation} {flag} {output}, which holds its data only (and is replaced "
                 "when the run publishes); choose a work dir outside the output"
             )
-    check_output_dir(output)  # a file in the way or a read-only place: one line, before the sidecar is made
+    if _blocked(output):  # a file in the way: one line, before the sidecar (``/dev/full.zephyr``) is made
+        check_output_dir(output)
     with lock.held(layout.lock_path(output), flag, output):
+        check_output_dir(output)  # a read-only place: one line now, not in every task
         _promote_pending(output)
         if not overwrite:
             foreign = foreign_files(output)
