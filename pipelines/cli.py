@@ -49,7 +49,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "--until", dest="until_step", default=None, metavar="STEP", help="stop after this pipeline step"
     )
     parser.add_argument(
-        "--check", action="store_true", help="validate the config and list its steps; run nothing"
+        "--check",
+        action="store_true",
+        help="validate the config and list its steps; run nothing (a map step's module is found, not imported: "
+        "none of its code runs)",
     )
     parser.add_argument(
         "--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report"

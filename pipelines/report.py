@@ -17,6 +17,10 @@ recomputed or re-run, so the report and the stats always agree. Sections:
 ``report.html`` is one self-contained file: its plots are inline PNGs (data: URIs), its style inline, no
 script, font or link to anything outside it. ``report.md`` links the same PNGs in ``plots/``. Plots:
 ``zephyr.pipelines.report_plots``; example rendering: ``zephyr.pipelines.report_examples``.
+
+Every value from data or config (the pipeline's and steps' names, sources, languages, rules, paths, example
+texts) enters a block through ``zephyr.pipelines.markdown`` (``md_text``, ``md_code``), so neither report
+holds live HTML or a value that breaks a table; both are rendered from the same inline Markdown.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from zephyr.pipelines.config import DATA_STEPS
 from zephyr.pipelines.examples import read_examples
+from zephyr.pipelines.markdown import inline_html, md_code, md_row, md_text
 from zephyr.pipelines.records import rows_rewritten
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
 from zephyr.pipelines.report_plots import make_plots, retention_start
@@ -50,7 +56,9 @@ class ReportPaths:
     plots: list[Path]
 
 
-# A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
+# A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt).
+# Texts, headers and cells are inline Markdown (values from data or config through md_text/md_code); an image's
+# path and alt are plain strings.
 Block = tuple
 
 
@@ -79,14 +87,14 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
     ``stats.json`` of either format."""
     stats = upgrade_job_stats(stats)
     steps = stats[STEPS]
-    blocks: list[Block] = [("h", 1, f"Pipeline report: {stats['pipeline']}")]
+    blocks: list[Block] = [("h", 1, f"Pipeline report: {md_text(stats['pipeline'])}")]
     ran = sum(1 for s in steps if s.get("status") == "ran")
     blocks.append(
         (
             "p",
-            f"Job folder `{stats['job_dir']}`; config `{stats.get('config')}`; {len(steps)} steps "
-            f"({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
-            f"`{stats.get('execution', {}).get('executor')}`.",
+            f"Job folder {md_code(stats['job_dir'])}; config {md_code(stats.get('config'))}; {len(steps)} "
+            f"steps ({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
+            f"{md_code(stats.get('execution', {}).get('executor'))}.",
         )
     )
     from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
@@ -123,8 +131,8 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         rows.append(
             [
                 str(s["index"]),
-                s[STEP],
-                s["type"],
+                md_text(s[STEP]),
+                md_text(s["type"]),
                 _n(s["rows_in"]) if is_rows else "–",
                 _n(s["rows_kept"]) if is_rows else "–",
                 _n(s["rows_dropped"]) if is_rows else "–",
@@ -133,7 +141,7 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
                 _bytes(s.get("bytes_out", 0)) if is_rows else "–",
                 f"{s['seconds']:.1f}",
                 f"{s.get('tasks', 0)} ({s.get('tasks_resumed', 0)})",
-                s.get("status", ""),
+                md_text(s.get("status", "")),
                 "yes" if s.get("balanced") else "NO",
             ]
         )
@@ -154,7 +162,7 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         for s, n in rewritten:
             removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
             parts.append(
-                f"`{s[STEP]}` rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+                f"{md_code(s[STEP])} rewrote {_n(n)} of {_n(s['rows_in'])} documents"
                 + (f" ({_n(removed)} bytes removed)" if removed else "")
             )
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
@@ -174,11 +182,12 @@ def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     reasons = [(s[STEP], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
-        blocks.append(("table", ["step", "reason", "rows"], [[st, r, _n(n)] for st, r, n in reasons]))
+        rows = [[md_text(st), md_text(r), _n(n)] for st, r, n in reasons]
+        blocks.append(("table", ["step", "reason", "rows"], rows))
     quarantine = [(s[STEP], f) for s in steps for f in s.get("quarantine_files", [])]
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
-        blocks.append(("table", ["step", "file"], [[st, f"`{f}`"] for st, f in quarantine]))
+        blocks.append(("table", ["step", "file"], [[md_text(st), md_code(f)] for st, f in quarantine]))
     examples = [(s[STEP], _examples(s)) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
@@ -209,9 +218,9 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
             if key == "per_source"
             else next((s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP])
         )
-        blocks.append(("p", f"Rows entering `{where}` → rows written by `{last[STEP]}`."))
+        blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last[STEP])}."))
         table_rows = [
-            [v, _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
+            [md_text(v), _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
             for v in sorted(start, key=lambda v: -start[v])
         ]
         total_in, total_out = sum(start.values()), sum(end.values())
@@ -221,9 +230,9 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
             step_rows = []
             for s in data:
                 out = s.get(key, {}).get("out", {})
-                step_rows.append([s[STEP], *[_n(out.get(v, 0)) for v in sorted(start)]])
+                step_rows.append([md_text(s[STEP]), *[_n(out.get(v, 0)) for v in sorted(start)]])
             blocks.append(("p", "Rows per source after each step:"))
-            blocks.append(("table", ["after step", *sorted(start)], step_rows))
+            blocks.append(("table", ["after step", *(md_text(v) for v in sorted(start))], step_rows))
             if "sources" in plots:
                 blocks.append(("img", plots["sources"], "rows per source after each step"))
     return blocks
@@ -239,8 +248,8 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         lsh = s.get("extra", {}).get("lsh")
         note = (
             (
-                f" LSH: {lsh['bands']} bands × {lsh['rows']} rows (S-curve midpoint ≈ {lsh['lsh_threshold']}), "
-                f"verified Jaccard ≥ {lsh['threshold']}."
+                f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
+                f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
             )
             if lsh
             else ""
@@ -248,7 +257,7 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         blocks.append(
             (
                 "p",
-                f"`{s[STEP]}`: {_n(sum(multi.values()))} cluster(s) with duplicates, "
+                f"{md_code(s[STEP])}: {_n(sum(multi.values()))} cluster(s) with duplicates, "
                 f"{_n(s['rows_dropped'])} document(s) removed.{note}",
             )
         )
@@ -276,7 +285,7 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         blocks.append(("h", 2, "Tokens"))
         trained = extra.get("tokenizer_trained_on")
         tok_note = (
-            f" (a {extra.get('vocab_size')}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
+            f" (a {md_text(extra.get('vocab_size'))}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
             f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the step input)"
             if trained
             else ""
@@ -285,8 +294,8 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
             (
                 "p",
                 f"{_n(extra.get('num_documents', 0))} documents, {_n(extra.get('num_tokens', 0))} tokens "
-                f"({extra.get('dtype')}) in {extra.get('num_shards')} shards at `{extra.get('shards_dir')}`; "
-                f"tokenizer `{extra.get('tokenizer')}`{tok_note}.",
+                f"({md_text(extra.get('dtype'))}) in {md_text(extra.get('num_shards'))} shards at "
+                f"{md_code(extra.get('shards_dir'))}; tokenizer {md_code(extra.get('tokenizer'))}{tok_note}.",
             )
         )
         per = extra.get("per_source", {})
@@ -297,7 +306,7 @@ def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
                     ["source", "documents", "tokens", "tokens per document"],
                     [
                         [
-                            k,
+                            md_text(k),
                             _n(v["documents"]),
                             _n(v["tokens"]),
                             f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
@@ -317,19 +326,23 @@ def _train_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         blocks.append(("h", 2, "Training"))
         loss0, loss1 = extra.get("first_loss"), extra.get("final_loss")
         tps = extra.get("mean_tokens_per_s")
-        text = f"{extra.get('steps')} steps, {_n(extra.get('tokens_trained', 0))} tokens"
+        text = f"{md_text(extra.get('steps'))} steps, {_n(extra.get('tokens_trained', 0))} tokens"
         if loss0 is not None and loss1 is not None:
             text += f"; loss {loss0:.4f} → {loss1:.4f}"
         if tps:
             text += f"; {tps:,.0f} tokens/s"
         if extra.get("resumed_from"):
-            text += f"; resumed from step {extra['resumed_from']}"
+            text += f"; resumed from step {md_text(extra['resumed_from'])}"
         if extra.get("packing"):
-            text += f"; packing {extra['packing']}"
+            text += f"; packing {md_text(extra['packing'])}"
         if extra.get("instances_filtered") is not None:
             text += f"; {_n(extra['instances_filtered'])} samples masked by the instance filter"
         blocks.append(
-            ("p", text + f". Metrics: `{extra.get('log')}`; checkpoints: `{extra.get('checkpoints')}`.")
+            (
+                "p",
+                text
+                + f". Metrics: {md_code(extra.get('log'))}; checkpoints: {md_code(extra.get('checkpoints'))}.",
+            )
         )
         if extra.get("mix_tokens"):
             share = extra.get("mix_share") or {}
@@ -337,7 +350,7 @@ def _train_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
                 (
                     "table",
                     ["source", "tokens drawn", "share over the last window"],
-                    [[k, _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()],
+                    [[md_text(k), _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()],
                 )
             )
         if "training" in plots:
@@ -356,24 +369,15 @@ def render_markdown(blocks: list[Block]) -> str:
             lines += [block[1], ""]
         elif kind == "table":
             header, rows = block[1], block[2]
-            lines.append("| " + " | ".join(header) + " |")
+            lines.append(md_row(header))
             lines.append("|" + "|".join("---" for _ in header) + "|")
-            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+            lines += [md_row(row) for row in rows]
             lines.append("")
         elif kind == "img":
-            lines += [f"![{block[2]}]({block[1]})", ""]
+            lines += [f"![{md_text(block[2])}]({quote(block[1])})", ""]
         elif kind in (DEDUP, FILTER):
             lines += examples_markdown(block)
     return "\n".join(lines)
-
-
-def _inline(text: str) -> str:
-    """Markdown's `code` and **bold** in HTML, everything else escaped."""
-    import re
-
-    escaped = html.escape(text)
-    escaped = re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
-    return re.sub(r"\*\*([^*]*)\*\*", r"<b>\1</b>", escaped)
 
 
 def _inline_image(path: Path, alt: str) -> str:
@@ -401,13 +405,13 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
     for block in blocks:
         kind = block[0]
         if kind == "h":
-            body.append(f"<h{block[1]}>{_inline(block[2])}</h{block[1]}>")
+            body.append(f"<h{block[1]}>{inline_html(block[2])}</h{block[1]}>")
         elif kind == "p":
-            body.append(f"<p>{_inline(block[1])}</p>")
+            body.append(f"<p>{inline_html(block[1])}</p>")
         elif kind == "table":
-            head = "".join(f"<th>{_inline(h)}</th>" for h in block[1])
+            head = "".join(f"<th>{inline_html(h)}</th>" for h in block[1])
             rows = "".join(
-                "<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in row) + "</tr>" for row in block[2]
+                "<tr>" + "".join(f"<td>{inline_html(str(c))}</td>" for c in row) + "</tr>" for row in block[2]
             )
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif kind == "img":

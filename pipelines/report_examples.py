@@ -12,6 +12,8 @@ import difflib
 import html
 from typing import Any
 
+from zephyr.pipelines.markdown import md_code, md_text
+
 __all__ = ["DEDUP", "FILTER", "EXAMPLE_CSS", "diff_spans", "examples_html", "examples_markdown"]
 
 DEDUP, FILTER = "dedup_examples", "filter_examples"
@@ -130,14 +132,14 @@ def examples_html(block: tuple) -> str:
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
-    """A text on one line, cut to ``limit``, with ``<``, ``>`` and ``&`` escaped: Markdown renderers pass raw
-    HTML through, and a document's ``<script>`` must stay text there too."""
+    """A text on one line, cut to ``limit``, as plain text (``md_text``): Markdown renderers pass raw HTML
+    through, and a document's ``<script>``, ``**`` or ``[link](…)`` must stay text there too."""
     flat = " ".join(text.split())
-    return "«" + html.escape(flat if len(flat) <= limit else flat[:limit] + " …", quote=False) + "»"
+    return "«" + md_text(flat if len(flat) <= limit else flat[:limit] + " …") + "»"
 
 
 def _row_md(title: str, row: dict[str, Any]) -> str:
-    return f"- {title} `{row['id']}` ({', '.join(_details(row))}): {_snippet(row['text'])}"
+    return f"- {title} {md_code(row['id'])} ({md_text(', '.join(_details(row)))}): {_snippet(row['text'])}"
 
 
 def examples_markdown(block: tuple) -> list[str]:
@@ -146,14 +148,15 @@ def examples_markdown(block: tuple) -> list[str]:
     if kind == DEDUP:
         clusters = payload.get("clusters", [])
         if not clusters:
-            return [f"Examples from `{step}`: no clusters, nothing was removed.", ""]
-        lines = [f"Examples from `{step}` (Jaccard on {payload.get('shingles')}):", ""]
+            return [f"Examples from {md_code(step)}: no clusters, nothing was removed.", ""]
+        lines = [f"Examples from {md_code(step)} (Jaccard on {md_text(payload.get('shingles'))}):", ""]
         for c in clusters:
             kept, removed = c.get("kept"), c["removed"]
             jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
             lines.append(
-                f"- cluster `{c['cluster']}` ({c.get('size') or '?'} documents), Jaccard {jaccard}: "
-                f"kept `{kept['id'] if kept else 'an earlier run'}`, removed `{removed['id']}`"
+                f"- cluster {md_code(c['cluster'])} ({md_text(c.get('size') or '?')} documents), Jaccard "
+                f"{jaccard}: kept {md_code(kept['id']) if kept else 'an earlier run'}, removed "
+                f"{md_code(removed['id'])}"
             )
             if kept is not None:
                 left, right = diff_spans(kept["text"], removed["text"])
@@ -164,9 +167,9 @@ def examples_markdown(block: tuple) -> list[str]:
                 ][:3]
                 lines += [f"  - {c}" for c in changes] or ["  - identical excerpts (after normalization)"]
         return [*lines, ""]
-    lines = [f"### Examples: `{step}`", ""]
+    lines = [f"### Examples: {md_code(step)}", ""]
     lines += [_row_md("kept", r) for r in payload.get("kept", [])]
     for reason, entry in sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0])):
-        lines += ["", f"Dropped by `{reason}` ({entry['rows']:,} rows):", ""]
+        lines += ["", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):", ""]
         lines += [_row_md("dropped", r) for r in entry.get("examples", [])]
     return [*lines, ""]

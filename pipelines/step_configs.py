@@ -12,6 +12,7 @@ declared here; the web steps in ``zephyr.pipelines.web.config``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -314,7 +315,9 @@ class MapStep:
     """A user transform: ``function(table: pa.Table) -> pa.Table | zephyr.BatchOutput`` on every batch.
 
     Rows it returns go on; rows it drops are counted (by reason, through ``BatchOutput.dropped``) and rows it
-    rejects are quarantined. The function is imported by the driver before any work starts."""
+    rejects are quarantined. Loading the config (and ``zephyr run --check``) only finds the module, running
+    none of its code or its packages' (``find_module``); a run imports it before any work starts
+    (``zephyr.pipelines.steps.preflight``), so a missing attribute still fails before the first step."""
 
     function: str = field(default="", metadata={"required": True})
     """``package.module:attribute`` — a function, or a class instantiated with no arguments."""
@@ -323,17 +326,27 @@ class MapStep:
 
     def __post_init__(self) -> None:
         require_at_least("batch_rows", self.batch_rows, 1)
-        self.load()
+        module_name, attr = self._parts()
+        missing = find_module(module_name)
+        if missing is not None:
+            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
+
+    def _parts(self) -> tuple[str, str]:
+        module_name, sep, attr = self.function.partition(":")
+        dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+        if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
+            raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
+        return module_name, attr
 
     def load(self) -> Any:
-        """The callable named by ``function``."""
+        """The callable named by ``function``: imports its module (runs its code)."""
         import importlib
 
-        module_name, sep, attr = self.function.partition(":")
-        if not sep or not module_name or not attr:
-            raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
+        module_name, attr = self._parts()
         try:
-            target = getattr(importlib.import_module(module_name), attr)
+            target = importlib.import_module(module_name)
+            for name in attr.split("."):
+                target = getattr(target, name)
         except (ImportError, AttributeError) as exc:
             raise FieldError("function", f"cannot import {self.function!r}: {exc}") from None
         if isinstance(target, type):
@@ -341,6 +354,54 @@ class MapStep:
         if not callable(target):
             raise FieldError("function", f"{self.function!r} is not callable")
         return target
+
+
+def find_module(name: str) -> str | None:
+    """Why the module ``name`` (dotted) cannot be imported, or None when it can be found: without running its
+    code or any of its parent packages'.
+
+    ``importlib.util.find_spec("a.b")`` would import ``a`` (its ``__init__`` runs) to read ``a.__path__``. Here
+    only the top-level name goes to ``find_spec`` (finders search ``sys.path`` and run no module code); each
+    submodule is then asked of the import system's finders with the parent's search locations, as ``import``
+    itself does once the parent is loaded. A parent that is a plain module, not a package, cannot be looked
+    into without running it (``os.path`` is set by ``os``'s code): the name is then taken as found, and the
+    run's import says the rest.
+
+    >>> find_module("json.decoder") is None
+    True
+    >>> find_module("json.no_such_part")
+    "no module named 'json.no_such_part'"
+    """
+    import importlib.util
+    import sys
+
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError) as exc:
+        return str(exc)
+    if spec is None:
+        return f"no module named {parts[0]!r}"
+    for depth in range(2, len(parts) + 1):
+        full = ".".join(parts[:depth])
+        loaded = sys.modules.get(full)
+        if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+            spec = loaded.__spec__
+            continue
+        locations = spec.submodule_search_locations
+        if locations is None:
+            return None  # a plain module: its attributes are known only by running it
+        found = None
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is not None:
+                found = find_spec(full, list(locations))
+                if found is not None:
+                    break
+        if found is None:
+            return f"no module named {full!r}"
+        spec = found
+    return None
 
 
 STEP_TYPES: dict[str, type] = {

@@ -466,6 +466,8 @@ def preflight(entry: StepEntry) -> None:
         from zephyr.pipelines.quality.lid_model import ensure_lid_model
 
         ensure_lid_model()
+    if entry.type == "map":
+        entry.config.load()  # the module runs here, before any work; --check only found it
 
 
 def run_map(ctx: StepContext) -> StepOutcome:

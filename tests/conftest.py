@@ -25,6 +25,20 @@ def _is_resource_tracker(process) -> bool:
         return False
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_logs(tmp_path_factory):
+    """Failing commands log their tracebacks under this session's own folder (``XDG_STATE_HOME``, which CLI
+    subprocesses inherit), not the user's: each folder keeps its newest 20 logs, and a test reads the log its
+    command named, so a suite run beside another must not prune it."""
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if saved is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _leak_guard():
     """Fail a test that leaves threads or child processes running (Marin's thread check, extended)."""

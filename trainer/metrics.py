@@ -3,7 +3,7 @@
 JSONL record (one object per optimizer step, format version 1)::
 
     {"step": 12, "loss": 3.91, "aux_loss": 0.0, "grad_norm": 0.84, "lr": 3e-4, "tokens": 4096,
-     "tokens_per_s": 51234.0, "mfu": 0.31 | null, "step_time_s": 0.08,
+     "tokens_per_s": 51234.0, "mfu": 0.31 | null, "step_time_s": 0.08, "data_loading_s": 0.0004,
      "expert_load": [per-expert share of routed slots, averaged over MoE layers],
      "load_entropy": 0.99, "load_max_over_mean": 1.2, "bias_abs_mean": 0.004, "bias_abs_max": 0.01,
      "dropped_tokens": 0, "loss_spike": false}
@@ -12,6 +12,11 @@ MFU follows torchtitan / PaLM (appendix B): ``tokens_per_s · flops_per_token / 
 ``flops_per_token = 6 · active non-embedding params (incl. router and output head) + 12 · layers · d_model ·
 seq_len`` (``zephyr.trainer.model.flops_per_token``); the peak is the device's dense bf16 figure (H100: 989
 TFLOPS). ``null`` when the device's peak is unknown (CPU).
+
+``data_loading_s`` is the host time the step spent getting its micro-batches from the loader (and issuing
+their copy to the device), torchtitan's ``data_loading(s)``; over ``step_time_s`` it is the share of the step
+spent waiting for data. The host issues a step while the device still runs the previous one, so the device
+itself waits less (not at all while the loader is quicker than that lead): the share is an upper bound.
 
 Resume: the log holds each step exactly once, in order. When a run starts at step S (S = the step of the
 checkpoint it resumes, 0 for a fresh run), ``MetricsLogger(..., start_step=S)`` first rewrites the file to the

@@ -83,6 +83,7 @@ class _PendingMetrics:
         ]
         self.event = None
         self.data: dict[str, Any] = {}  # host-side entries of the step's record (the realized mix)
+        self.data_loading_s = 0.0  # host seconds the step spent getting its batches
         self.done_at = time.perf_counter()  # synchronous devices (CPU) have finished the step by now
         if scalars.device.type in ("cuda", "xpu"):
             self.event = torch.Event(device=scalars.device)
@@ -284,6 +285,7 @@ class _MetricsFlush:
             "tokens_per_s": tps,
             "mfu": mfu(tps, self.run.flops_per_token, self.run.peak_flops, self.world_size),
             "step_time_s": elapsed,
+            "data_loading_s": pending.data_loading_s,
         }
         if load is not None:
             record.update(_router_record(load, bias, dropped))
@@ -329,13 +331,25 @@ def _step_loop(
     mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
     filtered_before = getattr(source, "filtered", 0)
     run.model.train()
+    data_loading_s = 0.0
+
+    def next_batch() -> dict[str, torch.Tensor]:
+        # torchtitan's data_loading(s): host time in the loader and the copy's issue. The host runs one step
+        # ahead of the device, so the device waits for data only when this exceeds that lead.
+        nonlocal data_loading_s
+        began = time.perf_counter()
+        batch = {k: v.to(info.device, non_blocking=True) for k, v in run.batcher.next_batch().items()}
+        data_loading_s += time.perf_counter() - began
+        return batch
+
     for step in range(start, cfg.steps):
         lr = lr_at(step, cfg.optim, cfg.steps)
         set_lr(run.optimizer, lr)
+        data_loading_s = 0.0
         out = train_step(
             run.model,
             run.optimizer,
-            lambda: {k: v.to(info.device, non_blocking=True) for k, v in run.batcher.next_batch().items()},
+            next_batch,
             grad_accum=cfg.grad_accum,
             grad_clip=cfg.optim.grad_clip,
             autocast=run.autocast,
@@ -358,6 +372,7 @@ def _step_loop(
         flush()  # the previous step's metrics; this step keeps running on the device meanwhile
         flush.pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
         flush.pending.data = mix.record()
+        flush.pending.data_loading_s = data_loading_s
         result.step = step + 1
         due = ckpt is not None and (
             (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps

@@ -8,6 +8,9 @@ Each capability registers its subcommands from its own package through ``registe
 A handler returns a ``zephyr.summary.Summary``; ``main`` times the command and prints it the one way every
 command ends: a table on stderr, or with ``--json`` one JSON object on stdout with the same keys for every
 command (``zephyr.summary.KEYS``).
+
+Ctrl-C ends a command with one line (``zephyr dedup fuzzy: interrupted; rerun the same command to resume``)
+and exit code 130, after the command has stopped its workers (``_catch_interrupts``).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import importlib
 import logging
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from zephyr.options import ExecutionOptions
 
@@ -254,14 +259,57 @@ def _emit(summary, args: argparse.Namespace, seconds: float, quarantine: str | N
     emit(summary, command=_label(args), seconds=seconds, inputs=inputs, as_json=getattr(args, "json", False))
 
 
+def _interrupted_line(args: argparse.Namespace) -> str:
+    """What Ctrl-C prints: the command and how to go on. Only a command that keeps its work (``--work-dir``,
+    ``zephyr run``'s job folder, training's checkpoints) resumes; the others start again."""
+    keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
+    if keeps:
+        return f"{_label(args)}: interrupted; rerun the same command to resume"
+    return (
+        f"{_label(args)}: interrupted; rerun the same command to start again (with --work-dir DIR, a rerun "
+        "resumes)"
+    )
+
+
+def _catch_interrupts(line: str) -> Callable[[], None]:
+    """Ctrl-C while a command runs. The first raises ``KeyboardInterrupt`` where the driver is, and the command
+    unwinds: executors stop their workers (``close``), clusters close, ``main`` prints ``line`` and returns
+    130. A second one while that goes on ends the process at once with ``line``: its local workers die with it
+    (``executors/local.py``), and so do dask's (their parent-alive pipe). Left alone where the caller ignores
+    Ctrl-C (a background job) or has a handler of its own, and off the main thread, where none can be set.
+    Returns the function that puts the caller's handler back."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        return lambda: None
+    seen = 0
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 1:
+            raise KeyboardInterrupt
+        print(line, file=sys.stderr, flush=True)
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
+    fresh = not logging.getLogger().handlers
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if fresh:  # the level holds for loggers set lower too (distributed's INFO records reached stderr)
+        logging.getLogger().handlers[0].setLevel(level)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    interrupted = _interrupted_line(args)
+    restore_sigint = _catch_interrupts(interrupted)
     try:
         from zephyr import job_stats, progress
         from zephyr.io import lock
@@ -289,6 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from zephyr.cli_errors import report_failure
 
         return report_failure(exc, args, None if argv is None else list(argv))
+    except KeyboardInterrupt:  # the command has unwound: its workers are stopped
+        print(interrupted, file=sys.stderr)
+        return 130
+    finally:
+        restore_sigint()
 
 
 def _short_deprecation_lines() -> None:

@@ -7,6 +7,7 @@ User input is checked with these exceptions, never with ``assert`` (``python -O`
 from __future__ import annotations
 
 import errno
+import os
 
 __all__ = [
     "ZephyrError",
@@ -19,7 +20,10 @@ __all__ = [
     "TaskError",
     "ResumeError",
     "PERMANENT_ERRNOS",
+    "READ_ERRNOS",
     "describe_os_error",
+    "read_error",
+    "symlink_loop_at",
     "one_line",
 ]
 
@@ -117,6 +121,7 @@ PERMANENT_ERRNOS: dict[int, str] = {
     errno.ENOTDIR: "not a directory",
     errno.EISDIR: "is a directory",
     errno.EEXIST: "a file is in the way",
+    errno.ELOOP: "symlink loop",
 }
 """OS errors that the same task on the same paths meets again on every try: the job fails at once with one
 of these words instead of retrying (``executors.base.is_retryable``)."""
@@ -130,7 +135,26 @@ _FIXES = {
     errno.ENOTDIR: "a part of the path is a file; choose a directory path",
     errno.EISDIR: "a directory is where a file should go; choose another path",
     errno.EEXIST: "it exists and is not a directory; remove it or choose another path",
+    errno.ELOOP: "a symbolic link on this path leads back to itself; fix or remove it",
 }
+
+READ_ERRNOS = (errno.EACCES, errno.EPERM, errno.ELOOP)
+"""OS errors of reading an input that ``read_error`` names for what they are."""
+
+
+def symlink_loop_at(path: str) -> str | None:
+    """The first symbolic link on the local ``path`` (itself included) that cannot be resolved because it
+    leads back to itself (``ELOOP``), or None: for ``/data/a/out`` where ``a`` links to ``b`` and ``b`` to
+    ``a``, that is ``/data/a``, the link to fix, which the error's own path does not say."""
+    current = ""
+    for part in os.path.abspath(path).split(os.sep):
+        current = os.path.join(current, part) if current else os.sep
+        if os.path.islink(current):
+            try:
+                os.stat(current)
+            except OSError as exc:
+                return current if exc.errno == errno.ELOOP else None
+    return None
 
 
 def describe_os_error(exc: OSError, path: str | None = None) -> str:
@@ -141,6 +165,9 @@ def describe_os_error(exc: OSError, path: str | None = None) -> str:
     """
     where = path if path is not None else exc.filename
     words = PERMANENT_ERRNOS.get(exc.errno or 0)
+    if exc.errno == errno.ELOOP and where is not None:
+        loop = symlink_loop_at(os.fsdecode(where))
+        words = f"symlink loop at {loop}" if loop is not None else words
     text = exc.strerror or str(exc)
     if words is None:
         return (
@@ -148,6 +175,31 @@ def describe_os_error(exc: OSError, path: str | None = None) -> str:
         )
     where_text = f"{where}: " if where is not None else "(path not known): "
     return f"{words}: {where_text}{text} ({_FIXES[exc.errno]})"
+
+
+def read_error(exc: OSError, path: str) -> InputError:
+    """The ``InputError`` for an ``OSError`` met reading the input ``path`` (a file or a folder to list): a
+    permission or a symbolic link loop is named as what it is (``describe_os_error``'s fixes are a writer's:
+    "choose a location you can write to" says nothing about an input that cannot be read).
+
+    >>> str(read_error(PermissionError(errno.EACCES, "Permission denied"), "in.jsonl"))
+    'cannot read in.jsonl: permission denied (make it readable to this user, e.g. chmod a+r, or run as one who can read it)'
+    """
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        fix = "chmod a+rx for a folder" if os.path.isdir(path) else "chmod a+r"
+        text = f"cannot read {path}: permission denied (make it readable to this user, e.g. {fix}, or run as one "
+        text += "who can read it)"
+    elif exc.errno == errno.ELOOP:
+        loop = symlink_loop_at(path) or path
+        text = (
+            f"symlink loop at {loop}: cannot read {path} (a symbolic link that leads back to itself; fix or "
+        )
+        text += "remove it)"
+    else:
+        text = f"cannot read {path}: {describe_os_error(exc, path)}"
+    error = InputError(text)
+    error.path = path
+    return error
 
 
 def one_line(exc: BaseException) -> str:

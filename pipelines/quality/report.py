@@ -154,7 +154,11 @@ def retention_report(annotated: pa.Table, **kwargs: Any) -> dict[str, Any]:
 
 
 def report_markdown(report: dict[str, Any]) -> str:
-    """A human-readable Markdown rendering: one table per source, then the samples."""
+    """A human-readable Markdown rendering: one table per source, then the samples. Source names, reasons,
+    ids and texts come from the data: they go in as plain text or code (``zephyr.pipelines.markdown``), never
+    as markup, HTML or a ``|`` that would break a table."""
+    from zephyr.pipelines.markdown import md_code, md_row, md_text
+
     lines = ["# Retention report", ""]
     t = report.get("totals", {})
     if t:
@@ -165,7 +169,7 @@ def report_markdown(report: dict[str, Any]) -> str:
         ]
     for name, src in report.get("sources", {}).items():
         lines += [
-            f"## {name}",
+            f"## {md_text(name)}",
             "",
             "| outcome | rows | % rows | bytes | % bytes |",
             "|---|---:|---:|---:|---:|",
@@ -180,11 +184,11 @@ def report_markdown(report: dict[str, Any]) -> str:
                 continue
             pr = 100 * e["rows"] / max(src["rows_in"], 1)
             pb = 100 * e["bytes"] / max(src["bytes_in"], 1)
-            lines.append(f"| {label} | {e['rows']} | {pr:.1f} | {e['bytes']} | {pb:.1f} |")
+            lines.append(md_row([md_text(label), e["rows"], f"{pr:.1f}", e["bytes"], f"{pb:.1f}"]))
         lines.append("")
         for label, e in outcomes:
             for s in e["samples"]:
                 preview = json.dumps(s["text"], ensure_ascii=False)[:200]
-                lines.append(f"- {label} `{s['id']}`: {preview}")
+                lines.append(f"- {md_text(label)} {md_code(s['id'])}: {md_text(preview)}")
         lines.append("")
     return "\n".join(lines)

@@ -83,6 +83,27 @@ def test_loss_falls_on_real_shards(tmp_path: Path, real_shards: Path) -> None:
     assert 0 < r["load_entropy"] <= 1 and r["bias_abs_max"] > 0 and r["dropped_tokens"] == 0
 
 
+def test_each_record_holds_the_time_spent_getting_its_batches(tmp_path: Path, monkeypatch) -> None:
+    """``data_loading_s``: the host time the step spent in the loader (torchtitan's data_loading), a part of
+    ``step_time_s``; a loader that takes 50 ms a batch shows as at least that."""
+    import time
+
+    from zephyr.trainer.data import Batcher
+
+    fetch = Batcher.next_batch
+
+    def slow(self):  # noqa: ANN001, ANN202
+        time.sleep(0.05)
+        return fetch(self)
+
+    monkeypatch.setattr(Batcher, "next_batch", slow)
+    train(_cfg(tmp_path, steps=3, grad_accum=2))
+    records = _log(tmp_path / "log.jsonl")
+    assert len(records) == 3
+    for r in records:
+        assert 2 * 0.05 <= r["data_loading_s"] <= r["step_time_s"], r
+
+
 def test_resume_is_bit_identical(tmp_path: Path, real_shards: Path) -> None:
     whole = train(_cfg(tmp_path / "a", data=str(real_shards), checkpoint_dir=str(tmp_path / "a" / "ck")))
     cut = _cfg(

@@ -20,6 +20,10 @@ MODULES = [
     "zephyr.config_types",
     "zephyr.config_text",
     "zephyr.read_plan",
+    "zephyr.pipelines.markdown",
+    "zephyr.pipelines.step_configs",
+    "zephyr.io.text_encoding",
+    "zephyr.errors",
 ]
 
 

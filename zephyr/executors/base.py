@@ -73,7 +73,7 @@ def failure(exc: BaseException, tb: Any = None) -> Outcome:
     """The ``Outcome`` of a task that raised ``exc``: its full traceback as text (for the log), one summary
     line and whether a retry can help. Every executor reports failures through this, so a disk-full error is
     classified the same way in-process, in a worker process and on a dask worker."""
-    from zephyr.errors import one_line
+    from zephyr.errors import InputError, one_line
 
     if tb is None:
         text = "".join(traceback.format_exception(exc))
@@ -81,7 +81,9 @@ def failure(exc: BaseException, tb: Any = None) -> Outcome:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
     summary = one_line(exc)
     cause = _os_cause(exc)
-    if cause is not None and cause is not exc:  # a wrapper's message may not say the disk is full: add it
+    # a wrapper's message may not say the disk is full: add it (an input's error names its own, e.g. a read
+    # permission, which describe_os_error would word as a writer's)
+    if cause is not None and cause is not exc and not isinstance(exc, InputError):
         summary = f"{summary} (because: {one_line(cause)})"
     return Outcome(False, error=text.rstrip(), retryable=is_retryable(exc), summary=summary)
 

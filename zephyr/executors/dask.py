@@ -29,6 +29,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import uuid
 from collections import deque
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
     from zephyr.options import ExecutionOptions
 
-__all__ = ["DaskExecutor", "start_local_cluster"]
+__all__ = ["DaskExecutor", "start_local_cluster", "dask_setup"]
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,15 @@ def start_local_cluster(workers: int, *, dashboard: bool = False) -> LocalCluste
         silence_logs=logging.WARNING
         if logging.getLogger().getEffectiveLevel() <= logging.INFO
         else logging.CRITICAL,
+        preload=[__name__],  # dask_setup below, in each worker
     )
+
+
+def dask_setup(worker: object) -> None:
+    """Run by each worker of a LocalCluster started here, as it starts (dask's ``preload``): Ctrl-C is the
+    driver's to handle, and it closes the cluster. A terminal sends it to every process of the command, and a
+    worker that took it would stop on its own with a traceback of its event loop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskExecutor(Executor):
@@ -211,7 +220,15 @@ class DaskExecutor(Executor):
         if self._owns_client:
             self.client.close()
         if self.cluster is not None:
-            self.cluster.close()
+            # A worker still running a task (Ctrl-C, a job that failed) is killed after a grace period, which
+            # its nanny reports as a warning: that kill is what closing asks for.
+            nanny = logging.getLogger("distributed.nanny")
+            level = nanny.level
+            nanny.setLevel(max(level, logging.ERROR))
+            try:
+                self.cluster.close()
+            finally:
+                nanny.setLevel(level)
 
 
 def _outcome(future: Future) -> Outcome:

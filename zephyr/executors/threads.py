@@ -44,14 +44,21 @@ class ThreadExecutor(Executor):
             finally:
                 release_freed_memory()  # what this task freed goes back before the next task's peak
 
-        with futures.ThreadPoolExecutor(self.workers, thread_name_prefix="zephyr-task") as pool:
-            pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}
-            try:
-                for done in futures.as_completed(pending):
-                    yield pending[done], done.result()
-            finally:  # the driver gave up (a task exhausted its retries, Ctrl-C): start nothing more
-                for future in pending:
-                    future.cancel()
+        pool = futures.ThreadPoolExecutor(self.workers, thread_name_prefix="zephyr-task")
+        pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}
+        interrupted = False
+        try:
+            for done in futures.as_completed(pending):
+                yield pending[done], done.result()
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:  # the driver gave up (a task exhausted its retries, Ctrl-C): start nothing more
+            for future in pending:
+                future.cancel()
+            # Running tasks finish before the job fails, except on Ctrl-C: a thread cannot be stopped, and
+            # the command must end now (its process exits with the threads; see zephyr.cli).
+            pool.shutdown(wait=not interrupted)
 
 
 def _preload(names: tuple[str, ...]) -> None:

@@ -10,6 +10,11 @@ before a cut is lost with it). Multi-member gzip and multi-frame zstd are read t
 as empty. (A cut exactly between two gzip members or zstd frames cannot be told from a shorter file: each member
 is complete and checksummed. Single-stream files, what gzip/zstd and our writers produce, are always caught.)
 
+Bytes after a complete member or frame that do not start another one (its magic number; gzip's zero padding
+is skipped, a zstd skippable frame is a frame) are a tail that is not part of the stream, as ``gzip -d`` says
+of "trailing garbage": every byte before it decoded and checked, so the reader returns them all and then
+raises ``TrailingData`` with the tail's offset in the compressed file, not ``CorruptStream``.
+
 Memory: ``read(n)`` returns at most ``n`` bytes; the readers feed their decompressor 64 KiB of compressed input
 at a time, so the buffer holds at most ``n`` plus one chunk's expansion.
 
@@ -31,6 +36,7 @@ __all__ = [
     "ByteReader",
     "TruncatedStream",
     "CorruptStream",
+    "TrailingData",
     "open_decompressed",
     "open_compressed_writer",
     "GZIP_MAGIC",
@@ -40,6 +46,8 @@ __all__ = [
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FEED_BYTES = 64 << 10  # compressed bytes handed to a decompressor at a time
+_ZSTD_FRAME_MAGICS = (ZSTD_MAGIC, *(bytes([0x50 + i]) + b"\x2a\x4d\x18" for i in range(16)))
+"""A zstd frame starts with its magic number, a skippable frame with one of 0x184D2A50-5F (little-endian)."""
 
 
 class ByteReader(Protocol):
@@ -54,6 +62,17 @@ class CorruptStream(Exception):
     """The compressed stream holds data its codec cannot decode."""
 
 
+class TrailingData(Exception):
+    """The stream ended complete, and bytes that start no member or frame follow it: from ``offset`` (in the
+    compressed file) on; ``head`` is their first bytes (up to one read of the compressed input)."""
+
+    def __init__(self, codec: str, offset: int, head: bytes):
+        super().__init__(
+            f"bytes after the end of the {codec} stream, from byte {offset}, are not {codec} data"
+        )
+        self.codec, self.offset, self.head = codec, offset, head
+
+
 class _StreamReader:
     """Buffering shared by the codecs: compressed input is fed ``_FEED_BYTES`` at a time, decoded bytes wait in
     ``_pending``. An error found while filling the buffer (a cut, corrupt data) is held back until the bytes
@@ -66,18 +85,23 @@ class _StreamReader:
         self._pending: list[bytes] = []  # decoded, not yet returned
         self._pending_bytes = 0
         self._at_eof = False
-        self._error: TruncatedStream | CorruptStream | None = None
+        self._error: TruncatedStream | CorruptStream | TrailingData | None = None
+        self._fed_bytes = 0  # compressed bytes fed so far, the current chunk included
+        self._between = b""  # after a complete member/frame: the start of the next one, too short to tell
 
     def read(self, n: int) -> bytes:
         while self._pending_bytes < n and not self._at_eof and self._error is None:
             chunk = self._raw.read(_FEED_BYTES)
             try:
                 if chunk:
+                    self._fed_bytes += len(chunk)
                     self._feed(chunk)
                 else:
                     self._at_eof = True
+                    if self._between:  # the file ends in a few bytes that start no member or frame
+                        raise TrailingData(self._codec, self._fed_bytes - len(self._between), self._between)
                     self._finish()
-            except (TruncatedStream, CorruptStream) as exc:
+            except (TruncatedStream, CorruptStream, TrailingData) as exc:
                 self._error = exc
         if not self._pending_bytes and self._error is not None:
             raise self._error
@@ -95,6 +119,19 @@ class _StreamReader:
     def _feed(self, data: bytes) -> None:
         raise NotImplementedError
 
+    def _next_starts(self, data: bytes, magics: tuple[bytes, ...]) -> bytes:
+        """``data`` (what follows a complete member or frame, the bytes held back from the last chunk first)
+        when it starts another one; ``b""`` when it is too short to tell (it is held back); ``TrailingData``
+        when it starts none of ``magics``."""
+        data = self._between + data
+        self._between = b""
+        if any(data.startswith(m) for m in magics):
+            return data
+        if len(data) < max(map(len, magics)) and any(m.startswith(data) for m in magics):
+            self._between = data
+            return b""
+        raise TrailingData(self._codec, self._fed_bytes - len(data), data)
+
     def _finish(self) -> None:
         """At the end of the raw input: raise ``TruncatedStream`` when it ends inside a member or frame."""
         raise NotImplementedError
@@ -105,6 +142,8 @@ class _GzipReader(_StreamReader):
     ``gzip.GzipFile``, whose ``read(n)`` drops everything it decoded when the stream turns out to be cut, the
     bytes before a cut are returned. Zero bytes after a member are padding, as ``gzip.GzipFile`` reads them."""
 
+    _codec = "gzip"
+
     def __init__(self, raw: IO[bytes]):
         super().__init__(raw)
         self._member = None  # the decompressor of the member in progress; None between members
@@ -114,7 +153,8 @@ class _GzipReader(_StreamReader):
         while data:
             if self._member is None:
                 if self._members:
-                    data = data.lstrip(b"\x00")
+                    data = data.lstrip(b"\x00") if not self._between else data
+                    data = self._next_starts(data, (GZIP_MAGIC,)) if data else data
                     if not data:
                         return
                 self._member = zlib.decompressobj(wbits=31)
@@ -137,14 +177,21 @@ class _GzipReader(_StreamReader):
 
 
 class _ZstdReader(_StreamReader):
+    _codec = "zstd"
+
     def __init__(self, raw: IO[bytes]):
         super().__init__(raw)
         self._dctx = zstandard.ZstdDecompressor()
         self._frame = None  # the decompressor of the frame in progress; None between frames
+        self._frames = 0  # frames finished
 
     def _feed(self, data: bytes) -> None:
         while data:
             if self._frame is None:
+                if self._frames:
+                    data = self._next_starts(data, _ZSTD_FRAME_MAGICS)
+                    if not data:
+                        return
                 self._frame = self._dctx.decompressobj()
             try:
                 self._emit(self._frame.decompress(data))
@@ -153,6 +200,7 @@ class _ZstdReader(_StreamReader):
             if self._frame.eof:
                 data = self._frame.unused_data
                 self._frame = None
+                self._frames += 1
             else:
                 data = b""
 

@@ -1,8 +1,11 @@
 """Cut a JSONL stream (plain, .gz, .zst, or a byte range of a plain file) into blocks of whole lines.
 
-Steps 1, 5 and 6 of the ``zephyr.io.jsonl_source`` contract: blocks of about ``block_bytes`` cut after the
-last newline (a longer line grows its block), a byte-range shard starting at the line after ``start - 1``,
-and a truncated compressed stream ending in ``StreamCut`` after the last whole line.
+Steps 1, 5, 6 and 7 of the ``zephyr.io.jsonl_source`` contract: blocks of about ``block_bytes`` cut after
+the last newline (a longer line grows its block), a byte-range shard starting at the line after
+``start - 1``, a truncated compressed stream ending in ``StreamCut`` after the last whole line, and bytes
+after a complete compressed stream ending in ``StreamTail`` after the stream's last line. A file that is
+UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is ``WideText`` before any block, from the shard that
+starts at byte 0; the file's other byte-range shards yield nothing, so it is reported once.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from zephyr.io.compression import (
     GZIP_MAGIC,
     ZSTD_MAGIC,
     CorruptStream,
+    TrailingData,
     TruncatedStream,
     open_decompressed,
 )
 from zephyr.io.paths import open_input
+from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding
 
-__all__ = ["Block", "StreamCut", "iter_blocks"]
+__all__ = ["Block", "StreamCut", "StreamTail", "WideText", "iter_blocks"]
 
 _MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -36,6 +41,23 @@ class StreamCut(Exception):
     def where(self) -> str:
         """``after line 48`` (the last whole line), or the byte offset when line numbers are unknown."""
         return f"after line {self.line - 1}" if self.line is not None else f"after byte {self.offset}"
+
+
+class StreamTail(Exception):
+    """A compressed stream ended complete and bytes that are not the codec's follow it (``TrailingData``):
+    every line of the stream has been yielded; ``lines`` counts them."""
+
+    def __init__(self, trailing: TrailingData, lines: int | None):
+        super().__init__(str(trailing))
+        self.codec, self.offset, self.head, self.lines = trailing.codec, trailing.offset, trailing.head, lines
+
+
+class WideText(Exception):
+    """The file is UTF-16 or UTF-32 text (``encoding``: what ``text_encoding.wide_encoding`` says)."""
+
+    def __init__(self, encoding: tuple[str, str]):
+        super().__init__(encoding[0])
+        self.encoding = encoding
 
 
 @dataclass
@@ -62,6 +84,8 @@ def iter_blocks(
         start, stop = byte_range if byte_range is not None else (0, None)
         pos = start
         if start > 0:
+            if wide_encoding(raw.read(SAMPLE_BYTES)) is not None:
+                return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
             skipped = _skip_line(raw)
             if skipped is None:
@@ -90,9 +114,21 @@ def iter_blocks(
             except CorruptStream as exc:
                 last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
                 raise InputError(f"{exc} {last}", path=path) from exc
+            except (
+                TrailingData
+            ) as exc:  # the stream ended whole: its last line (if unterminated) is whole too
+                tail = b"".join(parts)
+                if tail:
+                    yield Block(tail, line, block_start, tail.count(b"\n"))
+                if line is not None:
+                    line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
+                raise StreamTail(exc, None if line is None else line - 1) from exc
             if first and chunk and start == 0:
                 if compression is None:
                     _check_not_compressed(chunk, path)
+                encoding = wide_encoding(chunk[:SAMPLE_BYTES])
+                if encoding is not None:
+                    raise WideText(encoding)
                 if chunk.startswith(_UTF8_BOM):  # written by some Windows tools; not part of line 1's JSON
                     chunk = chunk[len(_UTF8_BOM) :]
                     block_start += len(_UTF8_BOM)

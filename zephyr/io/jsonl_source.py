@@ -36,6 +36,15 @@ How a shard is read:
    raised); with ``"quarantine"``, the cut goes to the callback as one entry: the cut line's number, a reason
    naming the last whole line, and the cut line's bytes as ``raw``. An empty file
    (0 bytes, or a compressed empty stream) yields no rows.
+7. **UTF-16 or UTF-32 text** (a byte-order mark, or the NUL pattern of such text: ``zephyr.io.text_encoding``)
+   is not read line by line as broken UTF-8: with ``on_error="raise"``, ``InputError`` names the file, what
+   it is and the ``iconv`` line that converts it; with ``"quarantine"``, the file is one entry (null line and
+   raw). No row of it is yielded.
+8. **Bytes after a complete .gz/.zst stream** (trailing garbage: a tail that starts no gzip member or zstd
+   frame). Every line of the stream is read; then, with ``on_error="raise"``, ``InputError`` names the file,
+   the tail's byte offset (in the compressed file) and the fix; with ``"quarantine"``, the tail goes to the
+   callback as one entry: a null line, a reason naming the offset and the tail's size, and its first bytes
+   (up to 64 KiB) as ``raw``. The stream's rows are kept either way: each member was decoded and checked.
 """
 
 from __future__ import annotations
@@ -46,10 +55,11 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, InputError
-from zephyr.io.jsonl_blocks import StreamCut, iter_blocks
+from zephyr.io.jsonl_blocks import StreamCut, StreamTail, WideText, iter_blocks
 from zephyr.io.jsonl_parse import BlockParser
 from zephyr.io.paths import filesystem, infer_compression
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.text_encoding import wide_text_message
 
 __all__ = ["read_jsonl_shard", "split_byte_ranges"]
 
@@ -93,6 +103,15 @@ def read_jsonl_shard(
             yield from table.to_batches()
     except StreamCut as cut:
         _report_cut(shard.path, cut, quarantine)
+    except StreamTail as tail:
+        _report_tail(shard.path, tail, quarantine)
+    except WideText as wide:
+        what = wide_text_message(wide.encoding)
+        if quarantine is None:
+            raise InputError(
+                f"the file is {what}; or pass on_error='quarantine' to set it aside", path=shard.path
+            ) from None
+        quarantine(quarantine_table(shard.path, [None], [f"the file is {what}"], [None]))
 
 
 def _report_cut(path: str, cut: StreamCut, quarantine: QuarantineFn | None) -> None:
@@ -113,3 +132,26 @@ def _report_cut(path: str, cut: StreamCut, quarantine: QuarantineFn | None) -> N
             path, [cut.line], [f"{what}: {partial} and the rest of the file are missing"], [cut.partial]
         )
     )
+
+
+def _report_tail(path: str, tail: StreamTail, quarantine: QuarantineFn | None) -> None:
+    """Bytes after a complete compressed stream: raise naming the offset, or quarantine the tail as one entry
+    (the stream's lines have been yielded)."""
+    fs, stripped = filesystem(path)
+    try:
+        size = fs.size(stripped)
+    except OSError:
+        size = None
+    length = f"{size - tail.offset:,} bytes" if size is not None else "the bytes"
+    what = (
+        f"{length} after the end of its {tail.codec} stream, from byte {tail.offset:,} of the file, are not "
+        f"{tail.codec} data (trailing garbage)"
+    )
+    read = f"its {tail.lines:,} lines decompressed and were read" if tail.lines is not None else "it was read"
+    if quarantine is None:
+        raise InputError(
+            f"{what}; {read}. Cut the file at that byte (head -c {tail.offset} FILE), or pass "
+            "on_error='quarantine' to keep the lines and set the tail aside.",
+            path=path,
+        ) from tail.__cause__
+    quarantine(quarantine_table(path, [None], [f"{what}; {read}"], [tail.head]))

@@ -11,6 +11,10 @@ Contract:
   always kept. The
   result is sorted and de-duplicated, so the same arguments give the same list on every machine.
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
+  On local filesystems, what cannot be read is named for what it is (``errors.read_error``): a file or folder
+  without read permission ("cannot read PATH: permission denied"), a symbolic link loop ("symlink loop at
+  LINK"), a link to nothing; a folder below an input folder that cannot be listed is refused, not skipped
+  (fsspec's listing skips it, which would drop its files without a word).
 - ``check_output_dir`` fails before any work on a local output directory that cannot be written (an ``OutputError``
   naming it); ``naming_path`` gives an ``OSError`` raised mid-write without a file name (a full disk) the path.
 - ``write_bytes_atomic`` writes a small whole file (a tokenizer, a config) so that readers see the old file or
@@ -35,7 +39,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from zephyr.errors import ConfigError, InputError, OutputError, describe_os_error
+from zephyr.errors import READ_ERRNOS, ConfigError, InputError, OutputError, describe_os_error, read_error
 
 __all__ = [
     "Format",
@@ -94,6 +98,10 @@ def open_input(path: str) -> IO[bytes]:
         return fs.open(stripped, "rb")
     except FileNotFoundError as exc:
         raise InputError("file not found (was it deleted after listing?)", path=path) from exc
+    except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
+        raise
 
 
 def check_output_dir(url: str) -> None:
@@ -250,6 +258,8 @@ def file_stat(path: str) -> FileStat:
             return FileStat(st.st_size, f"mtime_ns={st.st_mtime_ns}")
         info = fs.info(stripped)
     except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
         raise InputError(
             f"cannot stat input {path!r} ({exc}); was it moved or deleted while the job started?"
         ) from exc
@@ -386,6 +396,8 @@ def sniff_format(path: str) -> Format:
         with fs.open(stripped, "rb") as f:
             head = f.read(64)
     except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
         raise InputError(f"cannot read {path!r} to tell its format: {describe_os_error(exc)}") from exc
     if head.startswith(b"PAR1"):
         return "parquet"
@@ -398,6 +410,11 @@ def sniff_format(path: str) -> Format:
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if text.startswith(b"{") or not text:
         return "jsonl"
+    from zephyr.io.text_encoding import wide_encoding, wide_text_message
+
+    encoding = wide_encoding(head)
+    if encoding is not None:
+        raise InputError(f"the file is {wide_text_message(encoding)}", path=path)
     raise InputError(
         f"{path}: cannot tell its format from its name or its first bytes (neither Parquet nor JSON lines); name "
         "it .parquet, .jsonl(.gz/.zst) or .vortex, or pass --format"
@@ -419,9 +436,13 @@ def _expand_one(
                 elif not _hidden(match):
                     out.append(match)
             if not out:
+                if is_local(fs):
+                    _check_readable(_glob_base(stripped))  # a folder it cannot list matches nothing too
                 raise InputError(f"no files match the pattern {pattern!r}")
             return out
         if fs.isdir(stripped):
+            if is_local(fs):
+                _check_readable_tree(stripped)
             out = [p for p in fs.find(stripped) if _wanted(p, formats, stripped.rstrip("/"))]
             if not out:
                 exts = ", ".join(e for f in formats for e in FORMAT_EXTENSIONS[f])
@@ -429,6 +450,50 @@ def _expand_one(
             return out
         if fs.exists(stripped):
             return [stripped]
+        if is_local(fs):
+            _check_readable(
+                stripped
+            )  # a loop, or a folder on the way that cannot be entered, is not "missing"
+            if os.path.islink(stripped):
+                raise InputError(
+                    f"{pattern!r} is a symbolic link to {os.readlink(stripped)!r}, which does not exist"
+                )
+    except InputError:
+        raise
     except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, pattern) from exc
         raise InputError(f"cannot list {pattern!r}: {exc}") from exc
     raise InputError(f"no such file or directory: {pattern!r}")
+
+
+def _check_readable(path: str) -> None:
+    """Raise ``read_error`` when the local ``path`` exists but cannot be reached or read (a permission, a symbolic
+    link loop); nothing when it is readable or simply missing."""
+    try:
+        if os.path.isdir(path):
+            os.scandir(path).close()
+        else:
+            os.stat(path)
+    except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
+
+
+def _check_readable_tree(root: str) -> None:
+    """Raise ``read_error`` naming the first folder below the local ``root`` (itself included) that cannot be
+    listed: fsspec's ``find`` skips such a folder, and its files would be left out without a word."""
+
+    def refuse(exc: OSError) -> None:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, exc.filename or root) from exc
+
+    for _ in os.walk(root, onerror=refuse):
+        pass
+
+
+def _glob_base(pattern: str) -> str:
+    """The folder a glob pattern lists first: its path up to the first part with a wildcard."""
+    parts = pattern.split("/")
+    fixed = next((i for i, part in enumerate(parts) if any(ch in part for ch in _GLOB_CHARS)), len(parts))
+    return "/".join(parts[:fixed]) or "/"

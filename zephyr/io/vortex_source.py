@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from zephyr.errors import InputError, SchemaError
+from zephyr.errors import READ_ERRNOS, InputError, SchemaError, read_error
 from zephyr.io.casting import normalize_view_types
 from zephyr.io.input_schema import cast_to_schema
 from zephyr.io.paths import filesystem, is_local
@@ -40,6 +41,7 @@ def open_vortex(path: str):
             if is_local(fs):
                 if fs.size(stripped) == 0:
                     raise InputError("empty (0-byte) Vortex file", path=path)
+                os.close(os.open(stripped, os.O_RDONLY))  # a permission is vortex's "not readable" otherwise
                 handle = vortex.open(stripped, without_segment_cache=True)
             else:
                 raw = stack.enter_context(fs.open(stripped, "rb"))
@@ -50,6 +52,10 @@ def open_vortex(path: str):
             raise InputError("file not found (was it deleted after listing?)", path=path) from exc
         except InputError:
             raise
+        except OSError as exc:
+            if exc.errno in READ_ERRNOS:
+                raise read_error(exc, path) from exc
+            raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         except Exception as exc:  # vortex raises plain ValueError/OSError/RuntimeError for bad files
             raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         yield handle

@@ -17,6 +17,8 @@ Contract (format ``"warc"`` of ``zephyr.io.sources``; ``zephyr.read(paths, forma
   does not decode (an unknown charset, or more than ``MAX_INVALID_FRACTION`` of its bytes invalid in the
   declared charset). With ``on_error="raise"`` the first one raises ``InputError`` naming file, offset and
   the fix. rows yielded + rows quarantined = HTML response records + bad records.
+- A file that is UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is refused, or quarantined as one entry,
+  naming its encoding and the conversion: none of it is a record.
 
 Framing is done by ``zephyr.io.warc_framing`` (gzip members with ``zlib``, the WARC header's Content-Length checked against the
 record end), so a damaged record can be skipped without losing the rest; warcio parses each record's WARC
@@ -36,8 +38,9 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.errors import InputError, describe_os_error
+from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 from zephyr.io.warc_framing import MAX_RECORD_BYTES, BadRecord, Record, from_members, plain_records
 
 __all__ = ["WARC_SCHEMA", "read_warc_shard", "MAX_RECORD_BYTES", "MAX_INVALID_FRACTION", "decode_html"]
@@ -210,14 +213,23 @@ def read_warc_shard(
     try:
         f = fs.open(stripped, "rb")
     except OSError as exc:
+        if exc.errno in READ_ERRNOS:
+            raise read_error(exc, path) from exc
         raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
     schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
     rows: list[dict[str, Any]] = []
     size = 0
     with f:
-        head = f.read(2)
+        head = f.read(SAMPLE_BYTES)
         f.seek(0)
-        items = from_members(f) if head == b"\x1f\x8b" else plain_records(f)
+        encoding = wide_encoding(head)
+        if encoding is not None:  # not a WARC file of a wrong encoding: every "record" would be garbage
+            what = f"the file is {wide_text_message(encoding)}"
+            if quarantine is None:
+                raise InputError(f"{what}; or pass on_error='quarantine' to set it aside", path=path)
+            quarantine(quarantine_table(path, [None], [what], [None]))
+            return
+        items = from_members(f) if head[:2] == b"\x1f\x8b" else plain_records(f)
         for item in items:
             try:
                 if isinstance(item, BadRecord):

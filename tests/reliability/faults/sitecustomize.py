@@ -5,6 +5,11 @@ place wherever a task runs. ``ZEPHYR_FAULT=errno:NAME`` (e.g. ``errno:ENOSPC``) 
 ``faulty://``: a local filesystem whose files open for writing raise ``OSError(NAME)`` on their first write
 with data, without a file name (as ``write(2)`` does), after appending a line to ``ZEPHYR_FAULT_LOG``.
 Empty files (a probe) can be written.
+
+``ZEPHYR_FAULT=hold:DIR`` holds every task that opens a file of ``DIR`` for reading (through fsspec's local
+filesystem, on a worker process or a task thread, so the driver's own peeks pass):
+``DIR/.held-<pid>-<thread>`` is created (a hidden name: no input listing takes it) and the open sleeps for
+ten minutes. A test waits for that file, and then knows a task is running.
 """
 
 import os
@@ -50,3 +55,30 @@ if os.environ.get("ZEPHYR_FAULT", "").startswith("errno:"):
             return _FailingFile(handle, path) if "w" in mode or "a" in mode else handle
 
     fsspec.register_implementation("faulty", FaultyFileSystem, clobber=True)
+
+if os.environ.get("ZEPHYR_FAULT", "").startswith("hold:"):
+    import multiprocessing
+    import threading
+    import time
+
+    from fsspec.implementations.local import LocalFileSystem
+
+    _HOLD_DIR = os.path.realpath(os.environ["ZEPHYR_FAULT"].split(":", 1)[1])
+    _open = LocalFileSystem._open
+
+    def _held_open(self, path, mode="rb", **kwargs):
+        in_a_task = (  # a worker process, or a task thread of the threads executor (zephyr.executors.threads)
+            multiprocessing.parent_process() is not None
+            or threading.current_thread().name.startswith("zephyr-task")
+        )
+        if "r" in mode and in_a_task and os.path.dirname(os.path.realpath(path)) == _HOLD_DIR:
+            with open(os.path.join(_HOLD_DIR, f".held-{os.getpid()}-{threading.get_ident()}"), "w"):
+                pass
+            time.sleep(600)
+        return _open(self, path, mode, **kwargs)
+
+    LocalFileSystem._open = _held_open
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stuck test can show where every thread is
