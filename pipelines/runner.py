@@ -30,7 +30,8 @@ says *how* resume works, for pipeline steps as for engine tasks. A step's finger
 (``resume.unit_fingerprint``) covers its config and the fingerprint of the step before it (the ``read`` step:
 ``resume.files_fingerprint`` of its input files' paths, sizes and version stamps: mtime, or ETag on object
 stores). A rerun skips every step that is complete with the same fingerprint (``resume.is_complete``: its
-``_SUCCESS.json`` holds it and the files its record names still exist); the first unfinished step reruns with
+``_SUCCESS.json`` holds it; and its record's files lie in its folder and still have the size and checksum
+recorded as they were written, ``checksums``); the first unfinished step reruns with
 the same engine work directories, so its finished tasks are skipped too (and ``train`` resumes from its last
 checkpoint). A step whose folders belong to another fingerprint (the config changed, or a job folder written by
 a zephyr whose fingerprints differ) is cleared first (``resume.begin`` on the sidecar, then the data folder). ``from_step`` reruns that step and
@@ -41,7 +42,8 @@ Step record (``NN-NAME.zephyr/stats.json``, version 2): ``step`` (its name), ``t
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
 disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the step, one
 entry each in ``jobs``), ``per_source``/``per_lang`` (``{"in": {v: rows}, "out":
-{...}}``), ``cluster_sizes`` (kept documents by duplicate-cluster size), ``files``, ``quarantine_files``,
+{...}}``), ``cluster_sizes`` (kept documents by duplicate-cluster size), ``files``, ``checksums`` (per file a
+later step reads: ``{"bytes": N, "xxh3_128" | "sha256": hex}``), ``quarantine_files``,
 ``counters`` (every engine counter) and ``extra`` (tokens, training...). For every data step
 ``rows_in == rows_kept + rows_dropped + rows_quarantined`` is checked from the engine's per-operator counters
 against the row counts of the Parquet files; a mismatch stops the job with ``AccountingError``
@@ -205,10 +207,38 @@ def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
 
 
 def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
-    """The record of a step complete with ``fingerprint`` whose files still exist; None: it must run."""
+    """The record of a step complete with ``fingerprint`` whose files still hold the bytes written; None: it
+    must run (with a warning naming the record when its files are what is wrong)."""
     stats = _read_step_stats(step_dir)
-    files = stats.get("files", []) if stats else None
-    return stats if resume.is_complete(side_dir(step_dir), fingerprint, files) else None
+    if not resume.is_complete(side_dir(step_dir), fingerprint, stats.get("files", []) if stats else None):
+        return None
+    problem = _files_problem(step_dir, stats)
+    if problem is not None:
+        log.warning("%s: %s; the step reruns", side_dir(step_dir) / STEP_STATS, problem)
+        return None
+    return stats
+
+
+def _files_problem(step_dir: Path, record: dict[str, Any]) -> str | None:
+    """Why the files a complete step's record names cannot be used as they are, or None. Every file a later
+    step reads (its parts, the dropped rows a quality step may train on, a tokenize step's shards) must lie in
+    the step's folder or its sidecar and have the size and checksum recorded when it was written
+    (``checksums``)."""
+    checksums = record.get("checksums")
+    extra = record.get("extra") if isinstance(record.get("extra"), dict) else {}
+    named = [*record.get("files", []), *extra.get("dropped_files", [])]
+    if not named and not checksums:
+        return None
+    if not isinstance(checksums, dict):
+        return "it records no checksums of its files (written by an older zephyr)"
+    for path in [*named, *checksums]:
+        owned = [(str(step_dir), None), (str(side_dir(step_dir)), None)]
+        if not isinstance(path, str) or not resume.inside(path, owned):
+            return f"it names {path!r}, outside the step's folders"
+    missing = [p for p in named if p not in checksums]
+    if missing:
+        return f"no checksum recorded for {missing[0]}"
+    return resume.check_files(checksums)
 
 
 def _begin(step_dir: Path, fingerprint: str, *, fresh: bool) -> None:
@@ -459,6 +489,7 @@ def _run_step(
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),
         "files": outcome.files,
+        "checksums": outcome.checksums,
         "extra": outcome.extra,
     }
     inherit_inputs(record, run.records)

@@ -88,6 +88,9 @@ class StepOutcome:
     """What a step produced: Parquet parts (data steps), the engine stats of the write and extras."""
 
     files: list[str] = field(default_factory=list)
+    checksums: dict[str, dict] = field(default_factory=dict)
+    """Every file a rerun that skips the step relies on (the parts; a tokenize step's shards and manifest),
+    with its size and checksum as written (``zephyr.io.checksum``)."""
     engine_stats: dict[str, Any] | None = None
     accounting_ops: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -236,7 +239,10 @@ def finish_step(
         str(ctx.step_dir), overwrite=True, **ctx.engine(action)
     )
     return StepOutcome(
-        files=sorted(result.files), engine_stats=result.stats, accounting_ops=tuple(map(_label, accounting))
+        files=sorted(result.files),
+        checksums=result.checksums,
+        engine_stats=result.stats,
+        accounting_ops=tuple(map(_label, accounting)),
     )
 
 

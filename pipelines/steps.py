@@ -163,6 +163,7 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
         result = dropped.write_parquet(str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = parquet_rows(result.files)
+        outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
     remove_folder(str(scratch))
     return filter_examples(ctx, outcome)
 
@@ -273,7 +274,7 @@ def _train_quality_classifier(ctx: StepContext, output: Path) -> Path:
     p = ctx.pipeline
     classifier_cfg = cfg.classifier_config()
     stamp = output.with_suffix(".fingerprint")
-    if output.is_file() and stamp.is_file() and stamp.read_text() == ctx.fingerprint:
+    if _reusable(output, stamp, ctx.fingerprint):
         log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
         return output
     if cfg.train_from:
@@ -307,8 +308,31 @@ def _train_quality_classifier(ctx: StepContext, output: Path) -> Path:
         label_column = cfg.label_column
     log.info("quality: training the classifier on %d rows", table.num_rows)
     train_classifier(table, output, classifier_cfg, text_column="text", label_column=label_column)
-    stamp.write_text(ctx.fingerprint)
+    from zephyr.io.checksum import checksum_record, file_checksum
+
+    stamp.write_text(
+        json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
+    )
     return output
+
+
+def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
+    """Whether an interrupted run's classifier can be loaded instead of trained again: its stamp holds this
+    step's fingerprint and the model file still has the size and checksum it had when trained (the job
+    folder may be writable by others; a model is a file a native parser reads)."""
+    from zephyr import resume
+
+    try:
+        recorded = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
+        return False
+    problem = resume.check_files({str(model): {k: v for k, v in recorded.items() if k != "fingerprint"}})
+    if problem is not None:
+        log.warning("quality: not reusing the classifier: %s", problem)
+        return False
+    return True
 
 
 def run_quality(ctx: StepContext) -> StepOutcome:
@@ -394,7 +418,18 @@ def run_tokenize(ctx: StepContext) -> StepOutcome:
         dtype=manifest.get("dtype"),
         per_source=manifest.get("sources", {}).get("per_source", {}),
     )
-    return StepOutcome(engine_stats=result.stats, extra=extra)
+    return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
+
+
+def _set_checksums(output: str) -> dict[str, dict]:
+    """What a rerun that skips a tokenize step checks: the manifest (its bytes now) and every shard file
+    (size and sha256 as the manifest records them, hashed when written)."""
+    from zephyr.tokenize.format import MANIFEST_NAME, join_path, read_manifest
+
+    from zephyr.io.checksum import checksum_record, file_checksum
+
+    manifest = join_path(output, MANIFEST_NAME)
+    return {manifest: checksum_record(*file_checksum(manifest)), **read_manifest(output).checksum_records()}
 
 
 def run_train(ctx: StepContext) -> StepOutcome:

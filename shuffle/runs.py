@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from zephyr.budget import Budget
 from zephyr.errors import InputError
+from zephyr.io.checksum import Checksummed
 
 __all__ = ["RunPart", "RunWriter", "read_index_entry", "read_run_part", "INDEX_VERSION"]
 
@@ -83,22 +84,25 @@ class RunWriter:
         self.data_path = prefix + ".data"
         self.index_path = prefix + ".index"
         self.num_partitions = num_partitions
+        self.checksums: dict[str, dict] = {}
 
     def write(self, table: pa.Table, partitions: np.ndarray) -> tuple[int, int]:
-        """Write ``table`` whose rows belong to the (non-decreasing) ``partitions``; returns (rows, bytes)."""
+        """Write ``table`` whose rows belong to the (non-decreasing) ``partitions``; returns (rows, bytes).
+        ``checksums`` then holds both files' checksum records (``zephyr.io.checksum``), made while writing."""
         starts = np.searchsorted(partitions, np.arange(self.num_partitions + 1), side="left")
         entries = np.zeros((self.num_partitions, 3), dtype="<u8")
         offset = 0
-        with self.fs.open(self.data_path, "wb") as data:
+        with Checksummed(self.fs.open(self.data_path, "wb")) as data:
             for p in np.flatnonzero(np.diff(starts)):
                 start, stop = int(starts[p]), int(starts[p + 1])
                 blob = _parquet_blob(table.slice(start, stop - start), self.row_group_bytes)
                 data.write(blob)
                 entries[p] = (offset, len(blob), stop - start)
                 offset += len(blob)
-        with self.fs.open(self.index_path, "wb") as index:
+        with Checksummed(self.fs.open(self.index_path, "wb")) as index:
             index.write(_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, self.num_partitions))
             index.write(entries.tobytes())
+        self.checksums = {self.data_path: data.record(), self.index_path: index.record()}
         return table.num_rows, offset
 
 

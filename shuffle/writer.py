@@ -101,6 +101,8 @@ class ShuffleWriter:
         self._rows_seen = 0
         self._combine_useless = False
         self.runs: list[str] = []
+        self.checksums: dict[str, dict] = {}
+        """Checksum records of every run file written (data and index; ``zephyr.io.checksum``)."""
         self.rows_written = 0
         self.bytes_written = 0
         fs.makedirs(directory, exist_ok=True)
@@ -148,9 +150,9 @@ class ShuffleWriter:
             partitions = table.column(PARTITION).combine_chunks().to_numpy()
             table = table.drop_columns([PARTITION])
         prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        rows, nbytes = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes).write(
-            table, partitions
-        )
+        run = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes)
+        rows, nbytes = run.write(table, partitions)
+        self.checksums.update(run.checksums)
         self.runs.append(prefix + ".data")
         self.rows_written += rows
         self.bytes_written += nbytes

@@ -33,7 +33,7 @@ distributed = pytest.importorskip("distributed")
 
 pytestmark = pytest.mark.dask
 
-# Workers import nothing from tests/: functions defined here travel by value inside stage.pkl.
+# Workers import nothing from tests/: functions defined here travel by value, inside the stage the driver sends.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BUDGET = "4MiB"  # small, so every shuffle spills several runs per map task
@@ -64,8 +64,9 @@ def _dask_cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "dask"]
 
 
-def start_dask(tmp: Path, workers: int = 2) -> DaskProcesses:
-    """``dask scheduler`` + ``workers`` × ``dask worker --nthreads 1 --no-nanny``, all on 127.0.0.1.
+def start_dask(tmp: Path, workers: int = 2, *, cwd: Path | None = None) -> DaskProcesses:
+    """``dask scheduler`` + ``workers`` × ``dask worker --nthreads 1 --no-nanny``, all on 127.0.0.1, started in
+    the working directory ``cwd`` (default: this process's).
 
     The scheduler runs with ``allowed-failures 0`` (a worker death fails the task at once; zephyr retries), as
     docs/dask.md recommends, and dask's default ``worker-saturation``. No nanny, so a killed worker stays dead
@@ -85,6 +86,7 @@ def start_dask(tmp: Path, workers: int = 2) -> DaskProcesses:
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
+        cwd=cwd,
     )
     log.close()
     procs = DaskProcesses("", scheduler, [])
@@ -119,6 +121,7 @@ def start_dask(tmp: Path, workers: int = 2) -> DaskProcesses:
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    cwd=cwd,
                 )
             )
             log.close()

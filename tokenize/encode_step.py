@@ -136,6 +136,12 @@ class TokenizeBatch:
         # references whose spill files were written in another layout
         self.spill_version = SPILL_VERSION
 
+    @property
+    def side_folder(self) -> str:
+        """Where this function writes files of its own (its spills, ``zephyr.io.checksum.record_side_file``):
+        a task's marker may name files there."""
+        return self.spill_dir
+
     _held: list[_Held] | None = None
     """The batches in flight, oldest first, on the task's own copy (a class attribute: not in the fingerprint)."""
 

@@ -152,6 +152,15 @@ class Manifest:
     def num_documents(self) -> int:
         return sum(s.num_documents for s in self.shards)
 
+    def checksum_records(self) -> dict[str, dict[str, Any]]:
+        """Every file of the set (``root/path``) with its size and sha256 as this manifest records them, in the
+        form ``zephyr.resume.check_files`` checks (``zephyr run`` records them for its tokenize step)."""
+        return {
+            join_path(self.root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
+            for shard in self.shards
+            for f in shard.files.values()
+        }
+
     def fingerprint(self) -> str:
         """Identifies the token content: the ordered list of tokens-file checksums (16 hex digits)."""
         digest = hashlib.sha256()
@@ -177,7 +186,7 @@ def read_manifest(root: str) -> Manifest:
         ) from exc
     except json.JSONDecodeError as exc:
         raise InputError(f"manifest is not valid JSON: {exc}", path=path) from exc
-    if data.get("format") != FORMAT_NAME:
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise InputError(f"not a zephyr token-shard manifest (format={data.get('format')!r})", path=path)
     if data.get("version") != FORMAT_VERSION:
         raise InputError(
@@ -185,6 +194,19 @@ def read_manifest(root: str) -> Manifest:
             f"(reads version {FORMAT_VERSION}); upgrade zephyr or rewrite the shards",
             path=path,
         )
+    shards = [ShardInfo.from_json(s) for s in data["shards"]]
+    for shard in shards:  # a set's files are inside its folder: a manifest never sends a reader elsewhere
+        for file in shard.files.values():
+            steps = file.path.split("/")
+            if (
+                file.path.startswith(("/", "\\"))
+                or "://" in file.path
+                or any(x in ("", ".", "..") for x in steps)
+            ):
+                raise InputError(
+                    f"shard {shard.name} names {file.path!r}, outside the set's folder; rewrite the shards",
+                    path=path,
+                )
     return Manifest(
         root=root,
         dtype=np.dtype(data["dtype"]).newbyteorder("<"),
@@ -192,6 +214,6 @@ def read_manifest(root: str) -> Manifest:
         eos_id=int(data["eos_id"]),
         bos_id=None if data.get("bos_id") is None else int(data["bos_id"]),
         seed=int(data.get("seed", 0)),
-        shards=[ShardInfo.from_json(s) for s in data["shards"]],
+        shards=shards,
         raw=data,
     )

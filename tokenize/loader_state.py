@@ -138,6 +138,7 @@ class LoaderPosition:
     def load_state_dict(self, state: Mapping[str, Any], *, reweight: bool = False) -> None:
         """Resume at ``state``; refuses state from other data, seq_len, packing or seed (``ResumeError``), and
         other weights than this loader's at that point unless ``reweight`` (then this loader's apply)."""
+        _check_plain(state)
         if state.get("version") != STATE_VERSION:
             raise ResumeError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
         if state.get("fingerprint") != self._fingerprint or state.get("seed") != self.seed:
@@ -146,8 +147,8 @@ class LoaderPosition:
                 f"seed {state.get('seed')}; this loader: {self._fingerprint}, seed {self.seed}); build the "
                 "loader with the same shard sets, seq_len, packing and seed"
             )
-        counts = np.asarray(state["counts"], dtype=np.int64)
-        saved = np.asarray(state["weights"], dtype=np.float64)
+        counts = np.array(state["counts"], dtype=np.int64)
+        saved = np.array(state["weights"], dtype=np.float64)
         if len(counts) != len(self._sources) or len(saved) != len(self._sources):
             raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
         g = int(state["consumed"])
@@ -165,3 +166,44 @@ class LoaderPosition:
         self._set_start(g, counts)
         self.worker_guard.reset()  # the position is known again
         self._weights_version += 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_plain(state: Any) -> None:
+    """Refuse, in one line, loader state that is not the plain numbers ``state_dict`` writes: non-negative
+    ints for the position and counts, finite numbers for the weights, strings for the names. A checkpoint
+    may come from a folder others can write; nothing in it is taken as anything but these numbers."""
+    import math
+
+    def refuse(key: str, what: str) -> ResumeError:
+        return ResumeError(
+            f"loader state {key!r} must be {what}, got {_short(state.get(key))}; resume from "
+            "a checkpoint zephyr wrote"
+        )
+
+    if not isinstance(state, Mapping):
+        raise ResumeError(f"loader state must be a mapping of plain numbers, got {type(state).__name__}")
+    for key in ("version", "seed", "consumed"):
+        if not _is_int(state.get(key)) or state[key] < 0:
+            raise refuse(key, "a non-negative int")
+    if not isinstance(state.get("fingerprint"), str):
+        raise refuse("fingerprint", "a string")
+    counts, weights, sources = state.get("counts"), state.get("weights"), state.get("sources")
+    if not isinstance(counts, list) or not all(_is_int(c) and c >= 0 for c in counts):
+        raise refuse("counts", "a list of non-negative ints")
+    if not isinstance(weights, list) or not all(
+        (_is_int(w) or isinstance(w, float)) and math.isfinite(w) for w in weights
+    ):
+        raise refuse("weights", "a list of finite numbers")
+    if sources is not None and (
+        not isinstance(sources, list) or not all(isinstance(x, str) for x in sources)
+    ):
+        raise refuse("sources", "a list of strings")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -70,6 +70,9 @@ class PackPartition:
         self.spill_dir, self.batch_rows = spill_dir, batch_rows
         self.eos_id, self.bos_id = eos_id, bos_id
         self.threads = max(1, threads)
+        self.attempt = 0
+        """Raised by the writer to pack again (a new stage fingerprint) when a resumed shard's bytes changed;
+        the shards do not depend on it."""
 
     def _tokens(self, batch: Any, spill_files: SpillFiles) -> Any:
         """The batch's documents as one ``large_binary`` column: spilled ids framed by BOS/EOS."""

@@ -32,6 +32,7 @@ import numpy as np
 import xxhash
 
 from zephyr.errors import InputError
+from zephyr.io.checksum import Checksummed, record_side_file
 
 __all__ = ["SPILL_VERSION", "SpillFiles", "spill_name", "write_spill", "gather"]
 
@@ -57,8 +58,11 @@ def write_spill(directory: str, name: str, data: np.ndarray) -> None:
     """Write ``data``'s bytes to ``directory/name`` atomically (temporary name, then rename)."""
     from zephyr.io.paths import atomic_write
 
-    with atomic_write(os.path.join(directory, name)) as handle:
-        handle.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+    url = os.path.join(directory, name)
+    with atomic_write(url) as handle:
+        hashed = Checksummed(handle)
+        hashed.write(memoryview(np.ascontiguousarray(data)).cast("B"))
+    record_side_file(url, hashed.record())  # a resumed tokenize task's spills are checked like its output
 
 
 class SpillFiles:

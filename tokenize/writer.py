@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zephyr.tokenize.encode_step import TokenizeBatch
-from zephyr.tokenize.format import token_dtype
+from zephyr.tokenize.format import join_path, token_dtype
 from zephyr.tokenize.inputs import (
     detect_column,
     input_columns,
@@ -100,6 +100,7 @@ from zephyr.tokenize.writer_plan import driver_encodes as _driver_encodes
 from zephyr.tokenize.writer_plan import worker_pool as _worker_pool  # noqa: F401
 
 from zephyr.errors import ConfigError
+from zephyr.io.paths import absolute
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def write_token_shards(
     import zephyr
 
     shard_bytes = checked_shard_bytes(shard_size, batch_rows)
-    output = output.removeprefix("file://").rstrip("/")
+    output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
     from zephyr.io import claim
 
@@ -430,7 +431,7 @@ def _scratch_dir(output: str, work_dir: str | None) -> str:
         from zephyr.io.layout import side_path
 
         return side_path(output, "work")
-    return f"{work_dir.rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
+    return f"{absolute(work_dir).rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
 
 
 def _remove_tree(url: str) -> None:
@@ -478,9 +479,32 @@ def _shuffle_and_pack(
         bos_id=tok.bos_id,
         threads=pack.threads,
     )
-    packed = pack_job(parts, packer).to_arrow(**execution)
-    shards, per_source = _collect(packed.to_pylist())
+    shards, per_source = _pack(parts, packer, execution)
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
+
+
+def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) -> tuple[list[Any], dict]:
+    """Step 5. When a rerun skipped finished pack tasks, their shards are in ``output`` since the interrupted
+    run: each file must still have the size and sha256 that run recorded (``zephyr.resume.check_files``), or
+    every shard is packed again, so the manifest never vouches for bytes it did not see written."""
+    from zephyr import job_stats, resume
+
+    with job_stats.recording() as jobs:
+        packed = pack_job(parts, packer).to_arrow(**execution)
+    shards, per_source = _collect(packed.to_pylist())
+    if not any(stage.get("tasks_resumed") for job in jobs for stage in job.get("stages", [])):
+        return shards, per_source
+    records = {
+        join_path(packer.output, f.path): {"bytes": f.bytes, "sha256": f.sha256}
+        for shard in shards
+        for f in shard.files.values()
+    }
+    problem = resume.check_files(records)
+    if problem is None:
+        return shards, per_source
+    log.warning("tokenize: %s; packing the shards again", problem)
+    packer.attempt += 1
+    return _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
 
 
 def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:

@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -182,6 +183,12 @@ class CheckpointManager:
         if not pointer.exists():
             return None
         name = pointer.read_text().strip()
+        if not re.fullmatch(r"step-\d{8}", name):  # never a checkpoint outside this folder
+            raise InputError(
+                f"'latest' names {name[:80]!r}, not a step-NNNNNNNN checkpoint of this folder; remove {pointer} "
+                "to start over or point it at an existing step-* directory",
+                path=str(pointer),
+            )
         path = self.dir / name
         if not (path / TRAINER_JSON).exists():
             raise InputError(

@@ -4,9 +4,12 @@ Stages run depth-first: a wide op first runs its upstream segment(s) as the map 
 own reduce tasks (one per partition). Per stage the driver:
 
 1. computes the stage fingerprint (input + ops + output layout) and its directory ``stage-<fp16>``;
-2. skips every task whose marker exists with that fingerprint (resume after a crash or a kill);
+2. skips every task whose marker exists with that fingerprint, names only the stage's own folders and whose
+   files still hold the bytes it records (``tasks.finished_marker``: resume after a crash or a kill);
 3. runs the others, retrying failures up to ``max_retries`` extra times; a task that still fails stops the
-   job with a ``TaskError`` naming the stage, the input shard and the last error;
+   job with a ``TaskError`` naming the stage, the input shard and the last error. The stage itself (ops,
+   reducer, output) goes to the workers through the executor (``executors.base.Shared``), never through the
+   work directory, which holds fingerprints and data only;
 4. sums the task markers into the stage's stats (rows in/out/dropped/quarantined, bytes, seconds, counters).
 
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
@@ -35,11 +38,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import job_stats, physical, progress, resume
+from zephyr import job_stats, physical, progress
 from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
-from zephyr.executors.base import Executor, explain_worker_death
+from zephyr.executors.base import Executor, Shared, explain_worker_death
 from zephyr.job_inputs import JobInputs
 from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
@@ -55,7 +58,7 @@ from zephyr.tasks import (
     SinkOutput,
     StageSpec,
     TaskSpec,
-    read_marker,
+    finished_marker,
     run_task,
     schema_from_text,
 )
@@ -190,19 +193,18 @@ class Job:
         fingerprint = fingerprint_of(base_fp, output_key)
         stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
         output = output_for(stage_dir)
-        stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
+        stage = StageSpec(
+            fingerprint,
+            segment.name,
+            tuple(segment.narrow),
+            output,
+            reducer=reducer,
+            inputs=upstream_runs if reducer is not None else None,
+            **read,
+        )
         self.fs.makedirs(stage_dir, exist_ok=True)
-        stage_path = f"{stage_dir}/stage.pkl"
-        with self.fs.open(stage_path, "wb") as f:
-            f.write(cloudpickle.dumps(stage))
-        inputs_path = None
-        if reducer is not None:
-            inputs_path = f"{stage_dir}/inputs.json"
-            with self.fs.open(inputs_path, "w") as f:
-                json.dump(upstream_runs, f)
         tasks = [
             TaskSpec(
-                stage_path=stage_path,
                 fingerprint=fingerprint,
                 index=i,
                 marker_path=f"{stage_dir}/_done/task-{i:05d}.json",
@@ -210,24 +212,25 @@ class Job:
                 budget_bytes=self.options.memory_budget_bytes,
                 shard=value if kind == "shard" else None,
                 partition=value if kind == "partition" else None,
-                inputs_path=inputs_path,
                 description=value.describe() if kind == "shard" else f"partition {value} of {segment.name}",
             )
             for i, (kind, value) in enumerate(inputs)
         ]
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
-        markers = self._run_tasks(segment.name, fingerprint, tasks, output)
+        # a key of its own: a stage of the same fingerprint in another work directory writes elsewhere
+        shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
+        markers = self._run_tasks(segment.name, shared, tasks, output)
         self._record(
             segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
         )
         return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
 
-    def _run_tasks(self, name: str, fingerprint: str, tasks: list[TaskSpec], output) -> list[dict]:
+    def _run_tasks(self, name: str, shared: Shared, tasks: list[TaskSpec], output) -> list[dict]:
         started = time.perf_counter()
         markers: dict[int, dict] = {}
         for task in tasks:
-            marker = read_marker(task.marker_path, fingerprint)
-            if marker is not None and resume.all_exist(marker.get("files", [])):
+            marker = finished_marker(task, shared.value)
+            if marker is not None:
                 markers[task.index] = marker
         todo = [t for t in tasks if t.index not in markers]
         skipped = len(tasks) - len(todo)
@@ -245,7 +248,7 @@ class Job:
         try:
             while todo:
                 failed: list[TaskSpec] = []
-                for position, outcome in self.executor.run(run_task, todo):
+                for position, outcome in self.executor.run(run_task, todo, shared):
                     task = todo[position]
                     if outcome.ok:
                         markers[task.index] = outcome.value
@@ -457,10 +460,10 @@ def run_write(
     its sidecar, published whole (``zephyr.io.publish``). ``side_quarantine``: quarantined rows go to
     ``OUT.zephyr/quarantine`` when ``options`` names no folder for them."""
     from zephyr.io import claim, layout
-    from zephyr.io.paths import check_output_dir
+    from zephyr.io.paths import absolute, check_output_dir
     from zephyr.io.publish import publish
 
-    out = directory.rstrip("/")
+    out = absolute(directory).rstrip("/")  # tasks write it, maybe on workers in another working directory
     inputs = claim.input_paths_of(ops)
     with claim.claimed(out, inputs=inputs, overwrite=overwrite, work_dir=options.work_dir):
         check_output_dir(layout.staging_dir(out))  # a read-only or blocked location fails here, not in tasks
@@ -473,9 +476,13 @@ def run_write(
         with Job(options) as job:
             job.prepare(segment)
             output = SinkOutput(out, fmt, compression, staging=layout.staging_dir(out))
-            result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
+            result = job.run_segment(
+                segment, ("sink", absolute(directory), fmt, compression), lambda d: output
+            )
             files = publish(out, result.markers, result.marker_paths, fmt, compression)
-            return WriteResult(files=files, stats=job.write_stats())
+            staged = [(f, m.get("checksums") or {}) for m in result.markers for f in m.get("files", [])]
+            checksums = {new: records[old] for new, (old, records) in zip(files, staged) if old in records}
+            return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)
 
 
 def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:

@@ -57,6 +57,12 @@ class ExecutionOptions:
     job whose engine-made read split leaves one task). Outputs are identical. ``0`` disables both."""
 
     def __post_init__(self) -> None:
+        from zephyr.io.paths import absolute
+
+        for name in ("work_dir", "quarantine_dir"):  # workers may run in another working directory
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, absolute(value))
         if isinstance(self.executor, str) and self.executor not in ("inprocess", "threads", "local", "dask"):
             raise ConfigError(
                 f"executor must be 'inprocess', 'threads', 'local' or 'dask', got {self.executor!r}"

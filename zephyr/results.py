@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["WriteResult"]
 
@@ -13,3 +13,6 @@ class WriteResult:
 
     files: list[str]
     stats: dict
+    checksums: dict[str, dict] = field(default_factory=dict)
+    """Per file, its size and checksum as written (``zephyr.io.checksum``): a caller that resumes from these
+    files later (``zephyr run``'s steps) checks them with ``zephyr.resume.check_files``."""

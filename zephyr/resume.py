@@ -4,7 +4,11 @@ A unit is a task (``zephyr.tasks``: its marker ``_done/task-NNNNN.json``) or a f
 such as one ``zephyr run`` pipeline step. Each has a fingerprint (``fingerprint_of`` over what decides its
 output: its config and the fingerprints of what it reads), and finished work is known by a marker holding
 that fingerprint, written last and atomically (``zephyr.io.paths.write_json_atomic``). Finished means: the
-marker is whole, holds the same fingerprint, and every file it names still exists. Anything else reruns.
+marker is whole, holds the same fingerprint, and every file it names still exists and, where the marker
+recorded them, still has the size and checksum it had when written (``check_files``). Anything else reruns.
+
+Markers and records live in folders others may be able to write (a shared work directory, a job folder), so
+nothing in them is executed, and a path they name is used only inside the folders its unit owns (``inside``).
 
 A folder unit carries two markers: ``_STARTED.json`` (the fingerprint its files belong to, written before the
 work) and ``_SUCCESS.json`` (written after it). ``begin`` clears a folder that belongs to another fingerprint
@@ -15,14 +19,16 @@ finished tasks. There is one driver: callers decide *which* unit runs; this modu
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fsspec.core import url_to_fs
 
-from zephyr.io.paths import write_json_atomic
+from zephyr.io.paths import is_local, write_json_atomic
 from zephyr.plan import fingerprint_of
 
 __all__ = [
@@ -30,9 +36,11 @@ __all__ = [
     "SUCCESS",
     "all_exist",
     "begin",
+    "check_files",
     "drop_scratch",
     "exists",
     "files_fingerprint",
+    "inside",
     "is_complete",
     "mark_done",
     "read_marker",
@@ -83,6 +91,65 @@ def exists(url: str | Path) -> bool:
 def all_exist(urls: Iterable[str | Path]) -> bool:
     """Whether every file a finished unit names still exists (a deleted output means the unit reruns)."""
     return all(exists(u) for u in urls)
+
+
+def inside(path: str, folders: Iterable[tuple[str, str | None]]) -> bool:
+    """Whether ``path`` lies in one of ``folders``: ``(folder, pattern)`` admits a file directly in ``folder``
+    whose name matches the regular expression ``pattern``, ``(folder, None)`` any file below it. No ``.`` or
+    ``..`` step and no empty one; a local path must stay inside the folder once symbolic links are resolved
+    (a link planted in an owned folder does not lead out of it).
+
+    >>> inside("/w/stage/_staging/part-00001.parquet", [("/w/stage/_staging", "part-[0-9]{5}[.]parquet")])
+    True
+    >>> inside("/w/stage/_staging/../../home/me/data.parquet", [("/w/stage/_staging", None)])
+    False
+    >>> inside("/home/me/data.parquet", [("/w/stage/_staging", None)])
+    False
+    """
+    fs, stripped = url_to_fs(path)
+    for folder, pattern in folders:
+        folder_fs, root = url_to_fs(folder)
+        root = root.rstrip("/")
+        if type(folder_fs) is not type(fs) or not stripped.startswith(root + "/"):
+            continue
+        steps = stripped[len(root) + 1 :].split("/")
+        if any(step in ("", ".", "..") for step in steps):
+            continue
+        if pattern is not None and (len(steps) > 1 or not re.fullmatch(pattern, steps[0])):
+            continue
+        if is_local(fs) and not os.path.realpath(stripped).startswith(os.path.realpath(root) + os.sep):
+            continue
+        return True
+    return False
+
+
+def check_files(records: Mapping[str, Any]) -> str | None:
+    """None when every file of ``records`` (path → ``{"bytes": N, "xxh3_128" | "sha256": hex}``, as
+    ``zephyr.io.checksum`` makes them) has that size and checksum now; else what differs, naming the file.
+    Sizes are compared first (one ``stat`` each), so a truncated or replaced file costs no read; then each
+    file is read once to hash it."""
+    from zephyr.io.checksum import file_checksum
+
+    sized = []
+    for url, record in records.items():
+        if not isinstance(record, dict) or not isinstance(record.get("bytes"), int):
+            return f"no checksum recorded for {url}"
+        algorithm = next((a for a in ("xxh3_128", "sha256") if isinstance(record.get(a), str)), None)
+        if algorithm is None:
+            return f"no checksum recorded for {url}"
+        fs, path = url_to_fs(url)
+        fs.invalidate_cache(path)
+        try:
+            size = fs.size(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return f"{url} is missing"
+        if size != record["bytes"]:
+            return f"{url} has {size} bytes, {record['bytes']} were written"
+        sized.append((url, algorithm, record[algorithm]))
+    for url, algorithm, digest in sized:
+        if file_checksum(url, algorithm)[1] != digest:
+            return f"{url} does not hold the bytes written (its {algorithm} differs)"
+    return None
 
 
 def is_complete(folder: str | Path, fingerprint: str, files: Iterable[str] | None) -> bool:

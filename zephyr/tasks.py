@@ -1,20 +1,24 @@
 """What one task does, wherever it runs: read its input, run the fused ops, write its output, leave a marker.
 
 A task is (stage, input unit): a source shard, or one partition of a shuffle. Its stage description (ops,
-reducer, output) is cloudpickled once per stage into ``stage.pkl`` in the work directory; a task carries only
-small metadata (paths and indices) and loads the stage from there, cached per worker process. Rows never travel
-in the task or its result: they are read from and written to files.
+reducer, output, the reducer's input runs) travels from the driver to each worker once per stage, through the
+executor (``executors.base.Shared``: the worker's pipe, or the dask scheduler), never through the work
+directory; a task carries only small metadata (paths and indices). Rows never travel in the task or its
+result: they are read from and written to files.
 
 Outputs are written under attempt-unique or temporary names and published by rename; the marker
-(``_done/task-NNNNN.json``, holding the stage fingerprint, counters and output paths) is written last, the
-same way. A task with a valid marker is finished: a rerun of the job skips it (``zephyr.resume`` reads markers
-and checks their files, for tasks and for bigger units alike).
+(``_done/task-NNNNN.json``, holding the stage fingerprint, counters, output paths and each output file's size
+and checksum) is written last, the same way. A task with a valid marker is finished: a rerun of the job skips
+it. Valid (``finished_marker``): whole, of this fingerprint, naming only paths inside the folders the stage
+owns (``owned_folders``: a forged marker cannot make the driver publish, move or read anyone else's file),
+and every file it names still holds the bytes recorded (``zephyr.resume.check_files``). Anything else: the
+task reruns, with a warning naming the marker.
 """
 
 from __future__ import annotations
 
-import functools
-import json
+import logging
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +26,6 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 import fsspec
 import numpy as np
 import pyarrow as pa
@@ -31,13 +34,14 @@ import pyarrow.parquet as pq
 from zephyr import budget, counters, read_ahead, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
+from zephyr.io.checksum import Checksummed, collecting_side_files
 from zephyr.io.paths import atomic_write, write_json_atomic
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
-from zephyr.ops import Op
+from zephyr.ops import MapBatches, Op
 from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
 from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
@@ -48,10 +52,15 @@ __all__ = [
     "SampleOutput",
     "StageSpec",
     "TaskSpec",
+    "finished_marker",
+    "marker_files",
+    "owned_folders",
     "run_task",
     "read_marker",
     "write_json_atomic",
 ]
+
+log = logging.getLogger(__name__)
 
 SAMPLE_ROWS_PER_TASK = 4096
 
@@ -69,6 +78,15 @@ class SinkOutput:
     format: str
     compression: str | None = None
     staging: str | None = None
+
+    @property
+    def staged(self) -> bool:
+        return self.staging is not None
+
+    @property
+    def write_folder(self) -> str:
+        """Where a task writes its part: the staging folder of a staged output, else the output itself."""
+        return (self.staging or self.directory).rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -98,12 +116,20 @@ class StageSpec:
     on_error: str = "raise"
     input_schema: pa.Schema | None = None
     """The job's one schema for its input files (``zephyr.io.input_schema``); None: read each as it is."""
+    inputs: dict | None = None
+    """Reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and ``schemas`` (per
+    upstream, its output schema as text), as ``job.MapSide`` found them in the map tasks' markers."""
+
+    @property
+    def side_folders(self) -> tuple[str, ...]:
+        """Folders where this stage's ``map_batches`` functions write files of their own (their
+        ``side_folder``; ``zephyr.io.checksum.record_side_file``)."""
+        folders = (getattr(op.fn, "side_folder", None) for op in self.narrow if isinstance(op, MapBatches))
+        return tuple(f for f in folders if isinstance(f, str))
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    stage_path: str
-    """URL of the cloudpickled ``StageSpec``."""
     fingerprint: str
     index: int
     marker_path: str
@@ -111,8 +137,6 @@ class TaskSpec:
     budget_bytes: int
     shard: Shard | None = None
     partition: int | None = None
-    inputs_path: str | None = None
-    """URL of a JSON list (one per upstream) of the run data paths a reduce task merges."""
     description: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -121,13 +145,87 @@ def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(url)
 
 
-@functools.lru_cache(maxsize=8)
-def _load_stage(stage_path: str, fingerprint: str) -> StageSpec:
-    fs, path = _fs(stage_path)
-    stage = cloudpickle.loads(fs.cat_file(path))
-    if stage.fingerprint != fingerprint:
-        raise ZephyrError(f"stage file {stage_path} holds another plan ({stage.fingerprint[:12]})")
-    return stage
+def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
+    """The one rule of where a task's marker may point: per marker key, the folders its paths must lie in.
+
+    A value ``(folder, pattern)`` admits a file directly in ``folder`` whose name matches ``pattern``; ``(folder,
+    None)`` admits any file below ``folder``. A sink's part is the task's own file in the folder its tasks
+    write (its staging folder when staged, ``SinkOutput.write_folder``) or, once published, a dense part name
+    of the same format in its output folder; shuffle runs lie below the task's own ``map-NNNNN/``; the sample
+    is the task's own file in the stage's sample folder; the quarantine file is the task's own; the files
+    its functions write on the side lie below the folders they declare (``StageSpec.side_folders``). Whoever
+    changes where a stage writes changes it here."""
+    from zephyr.io.sinks import output_name
+
+    output = stage.output
+    quarantine = task.quarantine_path.rsplit("/", 1)
+    rule: dict[str, tuple] = {
+        "quarantine": ((quarantine[0], re.escape(quarantine[1])),),
+        "side_files": tuple((folder, None) for folder in stage.side_folders),
+    }
+    if isinstance(output, SinkOutput):
+        if output.format == "count":
+            return rule
+        own = output_name(task.index, output.format, output.compression)
+        folders = [(output.write_folder, re.escape(own))]
+        if output.staged:  # published under a dense name: task i becomes part-k, k <= i, same extension
+            folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
+        rule["files"] = tuple(folders)
+    elif isinstance(output, ShuffleOutput):
+        rule["runs"] = ((f"{output.directory.rstrip('/')}/map-{task.index:05d}", None),)
+    elif isinstance(output, SampleOutput):
+        rule["sample"] = ((output.directory.rstrip("/"), rf"sample-{task.index:05d}\.parquet"),)
+    return rule
+
+
+def marker_files(marker: dict) -> dict[str, list[str]]:
+    """Every file a marker names, by its key: ``files``, ``runs`` (each run's data and index file),
+    ``sample``, ``quarantine``, ``side_files``."""
+    runs = [p for run in marker.get("runs") or [] for p in (run, run[: -len(".data")] + ".index")]
+    sample = [marker["sample"]] if marker.get("sample") else []
+    quarantine = [(marker.get("quarantine") or {}).get("path")] if marker.get("quarantine") else []
+    return {
+        "files": list(marker.get("files") or []),
+        "runs": runs,
+        "sample": sample,
+        "quarantine": quarantine,
+        "side_files": list(marker.get("side_files") or []),
+    }
+
+
+def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
+    """The task's marker when the task is finished and can be skipped: of this fingerprint
+    (``read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
+    holding the size and checksum recorded when it was written (``zephyr.resume.check_files``). Otherwise
+    None, with a warning naming the marker when one was there: the task reruns."""
+    marker = read_marker(task.marker_path, task.fingerprint)
+    if marker is None:
+        return None
+    problem = _marker_problem(marker, task, stage)
+    if problem is not None:
+        log.warning("%s: %s; the task reruns", task.marker_path, problem)
+        return None
+    return marker
+
+
+def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | None:
+    """Why ``marker`` cannot be trusted, or None."""
+    try:
+        named = marker_files(marker)
+    except (TypeError, AttributeError, KeyError):
+        return "malformed file list"
+    if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):
+        return "malformed run list"
+    rules = owned_folders(stage, task)
+    for key, paths in named.items():
+        for path in paths:
+            if not isinstance(path, str) or not resume.inside(path, rules.get(key, ())):
+                return f"it names {path!r} under {key!r}, outside the folders this stage writes"
+    checksums = marker.get("checksums")
+    listed = [p for paths in named.values() for p in paths]
+    if listed and not isinstance(checksums, dict):
+        return "it records no checksums (written by an older zephyr)"
+    return resume.check_files({p: checksums.get(p) for p in listed}) if listed else None
 
 
 def read_marker(url: str, fingerprint: str) -> dict | None:
@@ -152,14 +250,20 @@ class _Counted:
             yield table
 
 
-def run_task(task: TaskSpec) -> dict:
-    """Run one task to completion and return its marker (also written to ``task.marker_path``)."""
-    stage = _load_stage(task.stage_path, task.fingerprint)
+def run_task(stage: StageSpec, task: TaskSpec) -> dict:
+    """Run one task of ``stage`` to completion and return its marker (also written to ``task.marker_path``)."""
+    if stage.fingerprint != task.fingerprint:
+        raise ZephyrError(f"task {task.index} of stage {task.fingerprint[:12]} was sent another stage")
     started = time.perf_counter()
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     reading = _task_input(task, stage, quarantined.append)
-    with counters.collecting() as user_counters, budget.running(Budget(task.budget_bytes)), closing(reading):
+    with (
+        counters.collecting() as user_counters,
+        collecting_side_files() as side_files,
+        budget.running(Budget(task.budget_bytes)),
+        closing(reading),
+    ):
         # closed here, not when garbage-collected: a failed task's traceback would keep a read-ahead thread
         source = _Counted(reading)
         tables = run_narrow(
@@ -177,8 +281,13 @@ def run_task(task: TaskSpec) -> dict:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
         read_quarantined = table.num_rows - sum(c.rows_quarantined for c in op_counters)
         with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
-            pq.write_table(table, f, compression="zstd")
+            hashed = Checksummed(f)
+            pq.write_table(table, hashed, compression="zstd")
         quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
+        outputs.setdefault("checksums", {})[task.quarantine_path] = hashed.record()
+    if side_files:
+        outputs["side_files"] = sorted(side_files)
+        outputs.setdefault("checksums", {}).update(side_files)
     marker = {
         "fingerprint": task.fingerprint,
         "index": task.index,
@@ -244,8 +353,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
                 schema = pa.schema([schema.field(c) for c in stage.read_columns if c in schema.names])
             yield schema.empty_table()
         return
-    fs, inputs_path = _fs(task.inputs_path)
-    inputs = json.loads(fs.cat_file(inputs_path))
+    inputs = stage.inputs
     reducer = stage.reducer
     merge_columns = getattr(reducer, "merge_columns", None)
     scratches = []
@@ -280,12 +388,17 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
             rows += table.num_rows
             schema = table.schema
             writer.write(table)
-        runs = [fs.unstrip_protocol(p) if "://" in output.directory else p for p in writer.close()]
+
+        def named(p: str) -> str:
+            return fs.unstrip_protocol(p) if "://" in output.directory else p
+
+        runs = [named(p) for p in writer.close()]
         return {
             "rows_out": rows,
             "bytes_out": writer.bytes_written,
             "runs": runs,
             "schema": _schema_text(schema),
+            "checksums": {named(p): record for p, record in writer.checksums.items()},
         }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)
@@ -300,8 +413,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
         for table in tables:
             rows += table.num_rows
         return {"rows_out": rows, "bytes_out": 0, "files": []}
-    folder = (output.staging or output.directory).rstrip("/")
-    path = f"{folder}/{output_name(task.index, output.format, output.compression)}"
+    path = f"{output.write_folder}/{output_name(task.index, output.format, output.compression)}"
     writer: ShardWriter | None = None
     schema: pa.Schema | None = None
     try:
@@ -328,7 +440,12 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
             fs.rm(local)
         return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
     written = writer.close()
-    return {"rows_out": rows, "bytes_out": written.bytes, "files": [path]}
+    return {
+        "rows_out": rows,
+        "bytes_out": written.bytes,
+        "files": [path],
+        "checksums": {path: written.checksum},
+    }
 
 
 def _schema_text(schema: pa.Schema | None) -> str | None:
@@ -370,7 +487,9 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
     fs.makedirs(base, exist_ok=True)
     path = f"{base}/sample-{task.index:05d}.parquet"
     url = fs.unstrip_protocol(path) if "://" in output.directory else path
-    if kept:
-        with atomic_write(url) as f:
-            pq.write_table(pa.concat_tables(kept), f)
-    return {"rows_out": rows, "bytes_out": 0, "sample": url if kept else None}
+    if not kept:
+        return {"rows_out": rows, "bytes_out": 0, "sample": None}
+    with atomic_write(url) as f:
+        hashed = Checksummed(f)
+        pq.write_table(pa.concat_tables(kept), hashed)
+    return {"rows_out": rows, "bytes_out": 0, "sample": url, "checksums": {url: hashed.record()}}

@@ -139,6 +139,39 @@ def test_resume_refuses_other_data(token_set: Path, tmp_path: Path) -> None:
         TokenLoader(str(token_set), seq_len=SEQ * 2).load_state_dict(state)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("consumed", "137"),  # a string that int() would take
+        ("consumed", 137.5),
+        ("consumed", True),
+        ("consumed", -1),
+        ("counts", ["70", 67]),
+        ("counts", [70.0, 67.0]),
+        ("weights", [float("nan"), 0.5]),
+        ("seed", None),
+        ("sources", [{"name": "a"}]),
+    ],
+)
+def test_resume_refuses_state_that_is_not_plain_numbers(token_set: Path, key: str, value: object) -> None:
+    """A checkpoint's loader state may come from a folder others can write: anything but the plain numbers
+    ``state_dict`` writes is refused in one line naming the key, never coerced."""
+    loader = TokenLoader(str(token_set), seq_len=SEQ, seed=9)
+    _take(iter(loader), 137)
+    state = {**json.loads(json.dumps(loader.state_dict())), key: value}
+    with pytest.raises(ResumeError, match=f"loader state '{key}' must be") as info:
+        TokenLoader(str(token_set), seq_len=SEQ, seed=9).load_state_dict(state)
+    assert "\n" not in str(info.value)
+
+
+def test_a_manifest_naming_a_file_outside_its_set_is_refused(token_set: Path) -> None:
+    manifest = json.loads((token_set / "manifest.json").read_text())
+    manifest["shards"][0]["files"]["tokens"]["path"] = "../elsewhere/shard-00000.tokens.npy"
+    (token_set / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(InputError, match="outside the set's folder"):
+        TokenLoader(str(token_set), seq_len=SEQ)
+
+
 def _naive_positions(offsets: np.ndarray, start: int, n: int) -> np.ndarray:
     idx = np.arange(start, start + n)
     doc = np.searchsorted(offsets, idx, side="right") - 1

@@ -115,3 +115,16 @@ def test_dangling_latest_pointer_is_reported(tmp_path: Path) -> None:
     (tmp_path / "latest").write_text("step-00000009\n")
     with pytest.raises(InputError, match="step-00000009"):
         CheckpointManager(tmp_path).latest()
+
+
+@pytest.mark.parametrize("name", ["../elsewhere/step-00000001", "/tmp/step-00000001", "step-1"])
+def test_a_latest_pointer_outside_the_folder_is_refused(tmp_path: Path, name: str) -> None:
+    """``latest`` may be written by others (a shared checkpoint folder): it names a checkpoint of this
+    folder or nothing, never a directory elsewhere."""
+    cfg, model, opt = _setup()
+    elsewhere = CheckpointManager(tmp_path / "elsewhere")
+    _save(elsewhere, 1, model, opt, cfg)
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest").write_text(name.replace("/tmp", str(tmp_path / "elsewhere")) + "\n")
+    with pytest.raises(InputError, match="not a step-NNNNNNNN checkpoint of this folder"):
+        CheckpointManager(tmp_path / "ck").latest()

@@ -19,6 +19,7 @@ MODULES = [
     "zephyr.config",
     "zephyr.config_types",
     "zephyr.config_text",
+    "zephyr.flags",
     "zephyr.read_plan",
     "zephyr.pipelines.markdown",
     "zephyr.pipelines.step_configs",

@@ -121,3 +121,61 @@ def test_drop_scratch_keeps_quarantined_rows(tmp_path):
         "note.txt",
     ]
     resume.drop_scratch(tmp_path / "none")  # no work folder: nothing to do
+
+
+# -- what a marker may name, and whether its files still hold their bytes ------------------------------------
+def _sink_task(tmp_path, index: int = 3):
+    from zephyr.tasks import SinkOutput, StageSpec, TaskSpec
+
+    staging = str(tmp_path / "out.zephyr" / "staging")
+    output = StageSpec("fp", "write", (), SinkOutput(str(tmp_path / "out"), "parquet", staging=staging))
+    task = TaskSpec(
+        fingerprint="fp",
+        index=index,
+        marker_path=str(tmp_path / "work" / "_done" / f"task-{index:05d}.json"),
+        quarantine_path=str(tmp_path / "q" / f"task-{index:05d}.parquet"),
+        budget_bytes=1 << 20,
+    )
+    return output, task
+
+
+def test_a_marker_names_only_its_own_files_in_the_stages_folders(tmp_path):
+    from zephyr.tasks import owned_folders
+
+    output, task = _sink_task(tmp_path)
+    rules = owned_folders(output, task)
+    out, staging = tmp_path / "out", tmp_path / "out.zephyr" / "staging"
+    assert resume.inside(f"{staging}/part-00003.parquet", rules["files"])  # its own staged part
+    assert resume.inside(f"{out}/part-00001.parquet", rules["files"])  # published under a dense name
+    assert not resume.inside(f"{staging}/part-00004.parquet", rules["files"])  # another task's part
+    assert not resume.inside(f"{out}/part-00001.jsonl", rules["files"])  # another format
+    assert not resume.inside(f"{out}/sub/part-00001.parquet", rules["files"])
+    assert not resume.inside(f"{staging}/../../home/part-00003.parquet", rules["files"])
+    assert resume.inside(task.quarantine_path, rules["quarantine"])
+    assert not resume.inside(str(tmp_path / "q" / "task-00004.parquet"), rules["quarantine"])
+
+
+def test_a_link_planted_in_an_owned_folder_does_not_lead_out(tmp_path):
+    victim = tmp_path / "home" / "private.parquet"
+    victim.parent.mkdir()
+    victim.write_bytes(b"mine")
+    staging = tmp_path / "out.zephyr" / "staging"
+    staging.mkdir(parents=True)
+    (staging / "part-00003.parquet").symlink_to(victim)
+    assert not resume.inside(str(staging / "part-00003.parquet"), [(str(staging), None)])
+
+
+def test_check_files_compares_sizes_then_checksums(tmp_path):
+    from zephyr.io.checksum import checksum_record, file_checksum
+
+    path = tmp_path / "part-00000.parquet"
+    path.write_bytes(b"0123456789")
+    records = {str(path): checksum_record(*file_checksum(str(path)))}
+    assert resume.check_files(records) is None
+    path.write_bytes(b"0123456788")  # same size, other bytes
+    assert "does not hold the bytes written" in resume.check_files(records)
+    path.write_bytes(b"garbage\n")
+    assert "has 8 bytes, 10 were written" in resume.check_files(records)
+    path.unlink()
+    assert "is missing" in resume.check_files(records)
+    assert "no checksum recorded" in resume.check_files({str(path): None})

@@ -3,19 +3,99 @@
 Executors know nothing of stages, retries or markers (the job driver owns those); they run a picklable,
 importable function on small task specs and say, per task, whether it returned or failed and why. A worker
 that dies (SIGKILL, OOM) fails only the task it was running.
+
+What every task of a batch needs (a stage: its ops, reducer, output and the reducer's input list) is one
+``Shared`` value, handed by the driver to each worker once, never per task and never through storage: a
+worker runs only code the driver sent it, nothing it found in a work directory that others may write. An
+executor whose workers are other processes sends ``cloudpickle.dumps(value)`` once to each (over the worker's
+pipe, or scattered through the dask scheduler), and the worker keeps the last ``SHARED_KEEP`` values it got,
+by key (``shared_value``); executors of this process use the value itself, copied once per batch so that
+tasks never mutate the driver's plan, as workers in other processes could not either.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 import traceback
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Executor", "Outcome", "is_retryable", "failure", "explain_worker_death"]
+__all__ = [
+    "Executor",
+    "Outcome",
+    "SHARED_KEEP",
+    "Shared",
+    "call_shared",
+    "is_retryable",
+    "failure",
+    "explain_worker_death",
+    "shared_value",
+]
+
+SHARED_KEEP = 4
+"""Shared values a worker process keeps (the stages of the last few batches: a retry round reuses its own)."""
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One value every task of a ``run`` needs; the executor calls ``fn(value, task)`` for each task.
+
+    ``key`` names this value and nothing else (the driver makes a new one per stage it runs, even for a stage
+    of the same fingerprint in another work directory): workers cache the value under it."""
+
+    key: str
+    value: Any
+    _blob: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def blob(self) -> bytes:
+        """``cloudpickle.dumps(value)``, made once (the ops may be lambdas and closures, which plain pickle
+        refuses)."""
+        if not self._blob:
+            import cloudpickle
+
+            self._blob.append(cloudpickle.dumps(self.value))
+        return self._blob[0]
+
+    def copy(self) -> Any:
+        """A copy of the value, as a worker process would get it."""
+        import cloudpickle
+
+        return cloudpickle.loads(self.blob)
+
+
+_cache: OrderedDict[str, Any] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def shared_value(key: str, blob: bytes | None) -> Any:
+    """In a worker process: the shared value ``key``, unpickled from ``blob`` the first time (the driver
+    sends it then, and ``None`` after), kept among the last ``SHARED_KEEP``."""
+    with _cache_lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    if blob is None:
+        raise RuntimeError(f"shared value {key} was never sent to this worker")
+    import cloudpickle
+
+    value = cloudpickle.loads(blob)
+    with _cache_lock:
+        _cache[key] = value
+        _cache.move_to_end(key)
+        while len(_cache) > SHARED_KEEP:
+            _cache.popitem(last=False)
+    return value
+
+
+def call_shared(fn: Callable[[Any, Any], Any], key: str, blob: bytes | None, task: Any) -> Any:
+    """``fn(shared value, task)`` in a worker process (``shared_value``)."""
+    return fn(shared_value(key, blob), task)
 
 
 @dataclass(frozen=True)
@@ -103,8 +183,11 @@ def _os_cause(exc: BaseException | None) -> OSError | None:
 
 class Executor(ABC):
     @abstractmethod
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
-        """Run ``fn(task)`` for every task; yield (position in ``tasks``, outcome) in completion order."""
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
+        """Run ``fn(task)`` for every task, or ``fn(shared.value, task)`` when ``shared`` is given (see the
+        module docstring); yield (position in ``tasks``, outcome) in completion order."""
 
     def close(self) -> None:  # noqa: B027 (optional hook: executors without workers have nothing to release)
         """Release workers. Safe to call twice."""

@@ -5,6 +5,10 @@ Contract (the same as every executor, see ``executors/base.py``):
 - Only task specs (paths and indices) go to the cluster and only markers (small dicts) come back; rows are
   read and written by the tasks themselves under the work directory, which must therefore be storage every
   worker can reach (a local directory when all workers share this machine, ``s3://``, ``gs://``, NFS ...).
+- A batch's ``Shared`` value (the stage) is scattered once, as cloudpickle bytes, to every worker
+  (``client.scatter(..., broadcast=True)``), and each task is submitted with its future: a task carries no
+  stage bytes, and a worker unpickles the stage once (``executors.base.shared_value``). Nothing a task runs
+  is read from the work directory.
 - Each task is ``client.submit(fn, task, pure=False, retries=0)``: dask never retries on its own, the zephyr
   driver owns retries and counts them. A worker that dies while running a task (SIGKILL, the nanny's memory
   limit, a lost machine) surfaces as ``distributed.KilledWorker`` and is reported as
@@ -38,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from zephyr.errors import ConfigError
-from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.base import Executor, Outcome, Shared, call_shared, failure
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -95,6 +99,8 @@ class DaskExecutor(Executor):
         self.cluster = cluster
         self._owns_client = owns_client
         self._closed = False
+        self._scattered: tuple[str, Future] | None = None
+        """The shared value of the current stage on the cluster: (key, future of its bytes)."""
 
     @classmethod
     def from_options(cls, options: ExecutionOptions) -> DaskExecutor:
@@ -163,7 +169,21 @@ class DaskExecutor(Executor):
                 remote[0],
             )
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+    def _scatter(self, shared: Shared) -> Future:
+        """The future of ``shared``'s bytes on every worker: scattered once per stage (again only if the
+        workers that held it are gone); the previous stage's is released."""
+        if self._scattered is not None:
+            key, future = self._scattered
+            if key == shared.key and future.status == "finished":
+                return future
+            future.release()
+        [future] = self.client.scatter([shared.blob], broadcast=True, hash=False)
+        self._scattered = (shared.key, future)
+        return future
+
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
         """Submit tasks as threads free up, never more at once than the cluster has threads.
 
         Why not all at once: the scheduler hands a worker more tasks than it has threads (``worker-saturation``
@@ -183,6 +203,7 @@ class DaskExecutor(Executor):
         positions: dict[str, int] = {}
         pending: dict[str, Future] = {}
         finished = as_completed(loop=self.client.loop)
+        stage = self._scatter(shared) if shared is not None and tasks else None
 
         def submit_while_threads_free() -> None:
             # Threads of the workers alive now (asked at every completion, so a restarted or added worker
@@ -191,9 +212,13 @@ class DaskExecutor(Executor):
             slots = max(1, sum(self.client.nthreads().values())) if queue else 0
             while queue and len(pending) < slots:
                 position, task = queue.popleft()
-                future = self.client.submit(
-                    fn, task, pure=False, retries=0, key=f"zephyr-{name}-{batch}-{position:05d}"
-                )
+                key = f"zephyr-{name}-{batch}-{position:05d}"
+                if stage is None:
+                    future = self.client.submit(fn, task, pure=False, retries=0, key=key)
+                else:
+                    future = self.client.submit(
+                        call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
+                    )
                 positions[future.key] = position
                 pending[future.key] = future
                 finished.add(future)
@@ -217,6 +242,9 @@ class DaskExecutor(Executor):
         if self._closed:
             return
         self._closed = True
+        if self._scattered is not None:
+            self._scattered[1].release()
+            self._scattered = None
         if self._owns_client:
             self.client.close()
         if self.cluster is not None:

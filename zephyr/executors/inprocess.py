@@ -8,18 +8,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.base import Executor, Outcome, Shared, failure
 from zephyr.read_ahead import reading_ahead
 
 __all__ = ["InProcessExecutor"]
 
 
 class InProcessExecutor(Executor):
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
+        value_of = shared.copy() if shared is not None and tasks else None
         for position, task in enumerate(tasks):
             try:
                 with reading_ahead():
-                    value = fn(task)
+                    value = fn(task) if shared is None else fn(value_of, task)
             except Exception as exc:  # reported to the driver, which retries or fails the job with context
                 yield position, failure(exc)
             else:

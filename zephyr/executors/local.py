@@ -8,6 +8,11 @@ killer) is charged to exactly the task that worker was running, and a fresh work
 Workers use the ``spawn`` start method (no inherited locks or threads) and are kept for the whole job. Each
 worker's polars/Arrow thread pools are sized to its share of the cores, so W workers do not oversubscribe.
 
+A batch's ``Shared`` value (a stage) goes down a worker's pipe with the first task of that batch the worker
+gets, as cloudpickle bytes, and only its key after: the driver keeps, per worker, the keys that worker holds
+(the same last-``SHARED_KEEP`` rule as ``executors.base.shared_value``, applied to the same sequence of
+messages, so both sides agree without asking).
+
 No worker outlives the driver, however the driver ends. A normal exit or an exception stops them through
 ``close()``; but SIGKILL or an unhandled SIGTERM runs no Python code in the driver, and a worker busy in a long
 task would otherwise finish it (seconds to hours) before noticing, holding its memory and writing files nobody
@@ -27,12 +32,12 @@ import os
 import signal
 import sys
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.base import SHARED_KEEP, Executor, Outcome, Shared, failure, shared_value
 
 __all__ = ["LocalExecutor"]
 
@@ -92,9 +97,9 @@ def _worker_main(
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        fn, task = message
+        fn, task, key, blob = message
         try:
-            reply = (True, fn(task), True)
+            reply = (True, fn(task) if key is None else fn(shared_value(key, blob), task), True)
         except BaseException as exc:  # everything goes back to the driver, which decides
             reply = (False, failure(exc), False)
         release_freed_memory()  # the next task starts from the baseline, not from this one's peak
@@ -136,6 +141,23 @@ class _Worker:
         lifeline.close()
         self.conn = parent
         self._stop_sent = False
+        self.holds: OrderedDict[str, None] = OrderedDict()
+        """Keys of the shared values this worker holds (mirrors its ``shared_value`` cache)."""
+
+    def send_task(self, fn: Callable[..., Any], task: Any, shared: Shared | None) -> None:
+        """Send one task; the shared value's bytes only if this worker does not hold it yet."""
+        if shared is None:
+            self.conn.send((fn, task, None, None))
+            return
+        blob = None
+        if shared.key in self.holds:
+            self.holds.move_to_end(shared.key)
+        else:
+            blob = shared.blob
+            self.holds[shared.key] = None
+            while len(self.holds) > SHARED_KEEP:
+                self.holds.popitem(last=False)
+        self.conn.send((fn, task, shared.key, blob))
 
     def request_stop(self) -> None:
         if self.process.is_alive() and not self._stop_sent:
@@ -176,7 +198,9 @@ class LocalExecutor(Executor):
         while len(self._pool) < count:
             self._pool.append(_Worker(self._context, self._threads, self._preload))
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
         queue = deque(enumerate(tasks))
         self._ensure(min(self.workers, len(tasks)))
         idle = list(self._pool)
@@ -186,7 +210,7 @@ class LocalExecutor(Executor):
                 while queue and idle:
                     worker = idle.pop()
                     position, task = queue.popleft()
-                    worker.conn.send((fn, task))
+                    worker.send_task(fn, task, shared)
                     busy[id(worker)] = (worker, position)
                 handles = {}
                 for worker, _ in busy.values():
@@ -202,6 +226,8 @@ class LocalExecutor(Executor):
                         self._replace(worker)
                         idle.append(self._pool[-1])
                     else:
+                        if not outcome.ok and shared is not None:  # it may have failed unpickling: resend
+                            worker.holds.pop(shared.key, None)
                         idle.append(worker)
                     yield position, outcome
         except BaseException:

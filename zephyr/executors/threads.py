@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from zephyr.executors.base import Executor, Outcome, failure
+from zephyr.executors.base import Executor, Outcome, Shared, failure
 from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
 
 __all__ = ["ThreadExecutor"]
@@ -35,10 +35,14 @@ class ThreadExecutor(Executor):
                 target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
+        value = shared.copy() if shared is not None and tasks else None  # one copy, shared by the threads
+
         def call(task: Any) -> Outcome:
             try:
-                return Outcome(True, fn(task))
+                return Outcome(True, fn(task) if shared is None else fn(value, task))
             except Exception as exc:  # reported to the driver, which retries or fails the job with context
                 return failure(exc)
             finally:

@@ -10,10 +10,11 @@ directory; ``claimed``):
    symlinks (local) and URLs (``fsspec``); a glob counts as the paths it matches.
 2. **Locked.** ``OUT.zephyr/lock.json`` is taken for the whole run (``zephyr.io.lock``): a second command on the
    same output is refused naming the first.
-3. **Zephyr's own files only.** Under the lock, every file in ``OUT`` must be listed in
-   ``OUT.zephyr/manifest.json`` with its size (``foreign_files``): a folder holding anything else (a stale part,
-   the user's own data, an older layout) is refused naming one such file, unless ``overwrite=True``
-   (``--overwrite``), which replaces the folder's content. An empty or missing folder is fine.
+3. **Zephyr's own files only.** Under the lock, every file in ``OUT`` must be named in
+   ``OUT.zephyr/manifest.json`` (``foreign_files``): a folder holding anything else (a stale part, the user's
+   own data, an older layout) is refused naming one such file, unless ``overwrite=True`` (``--overwrite``),
+   which replaces the folder's content. An empty or missing folder is fine. A listed part whose bytes changed
+   is not refused: it is zephyr's, and a resume recomputes it (its task's checksum no longer matches).
 
 The manifest (``MANIFEST_VERSION`` 1)::
 
@@ -21,8 +22,10 @@ The manifest (``MANIFEST_VERSION`` 1)::
      "host": "node-3", "files": [{"name": "part-00000.parquet", "size_bytes": 1234, "xxh3_128": "..."}]}
 
 It is written last, when a run has published in full (``zephyr.io.publish``), so its presence is the claim "a
-finished zephyr run wrote OUT". Checksums are xxh3-128 of the file's bytes on local disks; on object stores
-the store's ETag (``etag``), which the store computed at upload (no read-back). Before publishing, the run
+finished zephyr run wrote OUT". Sizes and checksums are those each task recorded while writing the file
+(xxh3-128, ``zephyr.io.checksum``): nothing is read back. A file without such a record (a token-shard set
+built by its own writer) is hashed once locally, or named with its store's ETag (``etag``) on object stores.
+Before publishing, the run
 writes ``OUT.zephyr/staging/manifest.json`` (``PENDING``): the files of both the old and the new content, so a
 crash in the middle of a publish never leaves files the next run would refuse as foreign; a claim that finds
 OUT matching the pending list exactly promotes it.
@@ -242,12 +245,14 @@ def _listing(output: str) -> dict[str, int]:
 
 
 def foreign_files(output: str) -> list[str]:
-    """Files in ``output`` that no zephyr manifest lists with their size: what a claim refuses to replace."""
+    """Files in ``output`` under names no zephyr manifest lists: what a claim refuses to replace. A listed
+    name whose bytes changed is zephyr's part, damaged: a resume checks it against its task's checksum and
+    recomputes it (``zephyr.resume.check_files``), so it is not refused here."""
     present = _listing(output)
     if not present:
         return []
     listed = manifest_entries(output)
-    return sorted(name for name, size in present.items() if size not in listed.get(name, ()))
+    return sorted(name for name in present if name not in listed)
 
 
 def _promote_pending(output: str) -> None:

@@ -10,6 +10,7 @@ import pyarrow.types as pat
 
 from zephyr.errors import SchemaError
 from zephyr.io.casting import conform
+from zephyr.io.checksum import Checksummed
 from zephyr.io.compression import open_compressed_writer
 from zephyr.io.sink_encoder import SCHEMA_FIX, Encoder, promote_or_refuse, quietly
 
@@ -22,8 +23,10 @@ class JsonlEncoder(Encoder):
     def __init__(self, fs, path: str, compression: str | None, schema: pa.Schema | None, where: str):
         self.fs = fs
         self.path = path
-        self.handle = fs.open(path, "wb")
+        self.handle = Checksummed(fs.open(path, "wb"))  # the bytes on disk: after compression
         self.out = open_compressed_writer(self.handle, compression)
+        self.checksum: dict | None = None
+        """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
         self.compressed = compression is not None
         self.schema = schema
         self.fixed = schema is not None
@@ -40,6 +43,7 @@ class JsonlEncoder(Encoder):
         if self.compressed:
             self.out.close()
         self.handle.close()
+        self.checksum = self.handle.record()
 
     def discard(self) -> None:
         if self.compressed:

@@ -162,30 +162,38 @@ def holder_of(url: str) -> Holder | None:
 def held(url: str, what: str, folder: str) -> Iterator[None]:
     """Hold the lock file ``url`` for the block; ``what`` and ``folder`` name the locked folder in the refusal
     ("the output sorted/ is in use by ..."). Re-entrant within a process (see the module docstring)."""
+    key = _lock_key(url)
     with _COUNTS_LOCK:
-        mine = _COUNTS.get(url, 0)
+        mine = _COUNTS.get(key, 0)
         if mine:
-            _COUNTS[url] = mine + 1
+            _COUNTS[key] = mine + 1
     if not mine:
         _acquire(url, what, folder)
         with _COUNTS_LOCK:
-            _COUNTS[url] = _COUNTS.get(url, 0) + 1
+            _COUNTS[key] = _COUNTS.get(key, 0) + 1
     try:
         yield
     finally:
         with _COUNTS_LOCK:
-            _COUNTS[url] -= 1
-            last = _COUNTS[url] == 0
+            _COUNTS[key] -= 1
+            last = _COUNTS[key] == 0
             if last:
-                del _COUNTS[url]
+                del _COUNTS[key]
         if last:
             _release(url)
+
+
+def _lock_key(url: str) -> str:
+    """One spelling per lock file: a local path absolute with its links resolved (``out/`` and ``/abs/out/``
+    are one lock), other URLs as they are."""
+    fs, path = filesystem(url)
+    return os.path.realpath(path) if is_local(fs) else url
 
 
 def is_held_here(url: str) -> bool:
     """Whether this process holds the lock ``url`` (inside a ``held`` block)."""
     with _COUNTS_LOCK:
-        return _COUNTS.get(url, 0) > 0
+        return _COUNTS.get(_lock_key(url), 0) > 0
 
 
 def _acquire(url: str, what: str, folder: str) -> None:

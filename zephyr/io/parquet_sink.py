@@ -3,12 +3,11 @@ schema rewrites the file written so far into a new generation (see the ``zephyr.
 
 from __future__ import annotations
 
-from typing import IO
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr.io.casting import conform
+from zephyr.io.checksum import Checksummed
 from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly
 
 __all__ = ["ParquetEncoder"]
@@ -21,12 +20,14 @@ class ParquetEncoder(BufferedEncoder):
         self.base = path
         self.path = path
         self.generation = 0
-        self.handle: IO[bytes] | None = None
+        self.handle: Checksummed | None = None
         self.writer: pq.ParquetWriter | None = None
+        self.checksum: dict | None = None
+        """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
 
     def _writer(self) -> pq.ParquetWriter:
         if self.writer is None:
-            self.handle = self.fs.open(self.path, "wb")
+            self.handle = Checksummed(self.fs.open(self.path, "wb"))  # a rewrite starts a new file and hash
             self.writer = pq.ParquetWriter(
                 self.handle,
                 self._fix_schema(),
@@ -45,6 +46,7 @@ class ParquetEncoder(BufferedEncoder):
             self.writer = None
         if self.handle is not None:
             self.handle.close()
+            self.checksum = self.handle.record()
             self.handle = None
 
     def rewrite(self) -> None:

@@ -54,6 +54,7 @@ __all__ = [
     "open_input",
     "is_local",
     "public_path",
+    "absolute",
     "check_output_dir",
     "naming_path",
     "atomic_output",
@@ -205,6 +206,22 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
+
+
+def absolute(url: str) -> str:
+    """``url`` with a local path made absolute against this process's working directory; URLs of other
+    filesystems as they are. The driver resolves every path it hands to tasks: a worker (a dask worker
+    started elsewhere) has a working directory of its own.
+
+    >>> absolute("s3://bucket/out")
+    's3://bucket/out'
+    >>> absolute("/data/out/")
+    '/data/out'
+    """
+    text = os.fspath(url)
+    if "://" in text and not text.startswith("file://"):
+        return text
+    return os.path.abspath(text.removeprefix("file://"))
 
 
 def public_path(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -13,8 +13,10 @@ are renamed into it, in task order, under their dense names; parts of tasks resu
 (their markers name ``OUT/part-k``) are hard-linked (copied where links are refused). It writes the pending
 manifest (``zephyr.io.claim.write_pending``), swaps the new folder with ``OUT`` in one ``renameat2(2)`` call with
 ``RENAME_EXCHANGE`` (Linux 3.15+; elsewhere, or where the filesystem refuses it, two renames, between which
-``OUT`` is briefly missing), rewrites each task's marker with its published name (a rerun with the same
-``work_dir`` then finds its finished tasks), writes ``OUT.zephyr/manifest.json`` and removes the old folder. A
+``OUT`` is briefly missing), rewrites each task's marker with its published name and its recorded size and
+checksum under that name (a rerun with the same ``work_dir`` then finds its finished tasks and checks their
+bytes, ``zephyr.resume.check_files``), writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the
+markers, ``zephyr.io.checksum``: nothing is read back) and removes the old folder. A
 crash before the swap leaves ``OUT`` as it was; after it, ``OUT`` is the complete new content, and a marker
 still naming a staged file makes its task rerun.
 
@@ -79,13 +81,34 @@ def _names(markers: Sequence[dict], fmt: str, compression: str | None) -> list[l
 def _rewrite_markers(
     prefix: str, plan: list[list[tuple[str, str]]], markers: Sequence[dict], marker_paths: Sequence[str]
 ) -> list[str]:
+    """Each task's marker with its files' published names, and their recorded size and checksum under those
+    names (the bytes did not change, only their name: a resume checks them there)."""
     published = []
     for pairs, marker, marker_path in zip(plan, markers, marker_paths, strict=True):
         names = [f"{prefix}/{name}" for _, name in pairs]
         published.extend(names)
         if names != marker.get("files", []):
-            paths.write_json_atomic(marker_path, {**marker, "files": names})
+            checksums = dict(marker.get("checksums") or {})
+            for (url, _), name in zip(pairs, names, strict=True):
+                if url in checksums:
+                    checksums[name] = checksums.pop(url)
+            paths.write_json_atomic(marker_path, {**marker, "files": names, "checksums": checksums})
     return published
+
+
+def _recorded(url: str, marker: dict) -> bool:
+    record = (marker.get("checksums") or {}).get(url)
+    return isinstance(record, dict) and "bytes" in record
+
+
+def _entry(url: str, name: str, marker: dict) -> dict:
+    """The manifest entry of the file ``url`` published as ``name``: its size and checksum as its task
+    recorded them while writing it (``zephyr.io.checksum``), read from the file only when there is no record."""
+    record = (marker.get("checksums") or {}).get(url)
+    if isinstance(record, dict) and "bytes" in record:
+        digests = {k: v for k, v in record.items() if k != "bytes"}
+        return {"name": name, "size_bytes": int(record["bytes"]), **digests}
+    return {**claim.file_entry(url), "name": name}
 
 
 def _publish_local(
@@ -104,14 +127,16 @@ def _publish_local(
     plan = _names(markers, fmt, compression)
     entries = []
     try:
-        for pairs in plan:
+        for pairs, marker in zip(plan, markers, strict=True):
             for url, name in pairs:
                 source, target = fsspec.core.url_to_fs(url)[1], os.path.join(new, name)
                 if source.startswith(staging.rstrip("/") + "/"):
                     os.replace(source, target)
                 else:  # a resumed task's part, published by an earlier run of this plan
                     _link_or_copy(source, target)
-                entries.append(claim.file_entry(target))
+                entries.append(
+                    _entry(url, name, marker) if _recorded(url, marker) else claim.file_entry(target)
+                )
         claim.write_pending(directory, entries)
         _swap(new, root)
     except BaseException:
@@ -230,26 +255,22 @@ def _publish_remote(
 ) -> list[str]:
     plan = _names(markers, fmt, compression)
     prefix = directory.rstrip("/")
-    staged_entries = []
-    for pairs in plan:
-        for url, name in pairs:
-            entry = claim.file_entry(url)
-            staged_entries.append({**entry, "name": name})
+    staged_entries = [
+        _entry(url, name, marker) for pairs, marker in zip(plan, markers) for url, name in pairs
+    ]
     claim.write_pending(directory, staged_entries)
     manifest = fsspec.core.url_to_fs(layout.manifest_path(directory))[1]
     with contextlib.suppress(FileNotFoundError):
         fs.rm(manifest)
     entries = []
-    for pairs, marker, marker_path in zip(plan, markers, marker_paths, strict=True):
-        names = []
+    for pairs, marker in zip(plan, markers, strict=True):
         for url, name in pairs:
             source, target = fsspec.core.url_to_fs(url)[1], f"{root}/{name}"
             if source != target:
                 fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
-            names.append(f"{prefix}/{name}")
-            entries.append(claim.file_entry(f"{prefix}/{name}"))
-        if names != marker.get("files", []):
-            paths.write_json_atomic(marker_path, {**marker, "files": names})
+            entry = _entry(url, name, marker) if _recorded(url, marker) else None
+            entries.append(entry or claim.file_entry(f"{prefix}/{name}"))
+    _rewrite_markers(prefix, plan, markers, marker_paths)
     keep = {name for pairs in plan for _, name in pairs}
     fs.invalidate_cache(root)
     with contextlib.suppress(FileNotFoundError):

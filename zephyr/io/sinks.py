@@ -2,6 +2,9 @@
 
 Contract:
 
+- **Checksummed.** ``WrittenFile.checksum`` is the file's size and xxh3-128, hashed from the bytes as they are
+  written (``zephyr.io.checksum``; Vortex, written by its own writer, is read once after), so a resume can
+  tell the file still holds them.
 - **Atomic.** ``ShardWriter(path, ...)`` writes to ``path + ".tmp-<uuid>"`` in the same directory and renames it to
   ``path`` on a successful ``close()`` (``os.replace`` locally, ``fs.mv`` elsewhere). ``abort()`` — and leaving
   the ``with`` block by an exception — removes the temporary file. A crash before ``close()`` leaves only a
@@ -42,6 +45,7 @@ from typing import Literal
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, ZephyrError
+from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.jsonl_sink import JsonlEncoder, encode_ndjson
 from zephyr.io.parquet_sink import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
@@ -98,6 +102,8 @@ class WrittenFile:
     rows: int
     bytes: int
     """Size of the file on its filesystem."""
+    checksum: dict | None = None
+    """Its checksum record (``zephyr.io.checksum``): size and xxh3-128 of the bytes written."""
 
 
 class ShardWriter:
@@ -106,8 +112,8 @@ class ShardWriter:
     >>> import pyarrow as pa, fsspec
     >>> with ShardWriter("memory://doc-sinks/out/part-00000.jsonl", "jsonl") as writer:
     ...     writer.write(pa.table({"id": [1, 2], "text": ["a", None]}))
-    >>> writer.result
-    WrittenFile(path='memory:///doc-sinks/out/part-00000.jsonl', rows=2, bytes=41)
+    >>> writer.result.path, writer.result.rows, writer.result.bytes
+    ('memory:///doc-sinks/out/part-00000.jsonl', 2, 41)
     >>> fsspec.filesystem("memory").cat("/doc-sinks/out/part-00000.jsonl")
     b'{"id":1,"text":"a"}\\n{"id":2,"text":null}\\n'
     """
@@ -183,6 +189,9 @@ class ShardWriter:
         try:
             with naming_path(self.path):
                 self._encoder.finish()
+                checksum = getattr(self._encoder, "checksum", None)
+                if checksum is None:  # Vortex: its writer (Rust) wrote the local file itself; read it once
+                    checksum = checksum_record(*file_checksum(self._encoder.path))
                 if self._local_dir is not None:
                     self.fs.put_file(self._encoder.path, self._tmp)
                     source = self._tmp
@@ -196,7 +205,7 @@ class ShardWriter:
             self._cleanup_local_dir()
         self._state = "closed"
         size = self.fs.size(self._final)
-        self.result = WrittenFile(path=self.path, rows=self._rows, bytes=int(size))
+        self.result = WrittenFile(path=self.path, rows=self._rows, bytes=int(size), checksum=checksum)
         logger.debug("wrote %s: %d rows, %d bytes", self.path, self._rows, size)
         return self.result
 

@@ -17,6 +17,7 @@ import pytest
 
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
 from zephyr.io import ShardWriter, WrittenFile, list_shards, output_name, read_shard
+from zephyr.io.checksum import file_checksum
 
 FORMATS = [
     pytest.param("parquet", None, id="parquet"),
@@ -58,7 +59,11 @@ def test_round_trip(tmp_path, fmt, compression):
         for batch in table.to_batches(max_chunksize=64):
             writer.write(batch)
     result = writer.result
-    assert result == WrittenFile(path=path, rows=table.num_rows, bytes=os.path.getsize(path))
+    size, digest = file_checksum(path)  # hashed while written: the same as reading the file back
+    checksum = {"bytes": size, "xxh3_128": digest}
+    assert result == WrittenFile(
+        path=path, rows=table.num_rows, bytes=os.path.getsize(path), checksum=checksum
+    )
     back = _read(path)
     assert back.num_rows == table.num_rows
     assert back.to_pylist() == table.to_pylist()
