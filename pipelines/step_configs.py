@@ -107,7 +107,7 @@ class LangIdStep:
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
     max_chars: int = 10_000
     """Predict on the first N characters of each text."""
-    overwrite: bool = False
+    replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
     ``false``: the pipeline refuses such data before any work (``zephyr.pipelines.columns``)."""
     output_column: str | None = None
@@ -124,17 +124,17 @@ class LangIdStep:
 
 @dataclass(frozen=True)
 class HeuristicFilterStep:
-    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons. The
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under the step's ``NN-NAME.zephyr/dropped/`` with reasons. The
     rule keys (``rules``, ``overrides``, ``default_lang``) are ``HeuristicFilterConfig``'s, as ``zephyr filter``
     takes them."""
 
     filter: HeuristicFilterConfig = embedded_field(HeuristicFilterConfig)
     keep_dropped: bool = True
-    """Write the dropped rows (with ``drop_reason``) to ``_dropped/``; needed by ``quality.train_from``."""
-    overwrite: bool = False
+    """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
+    replace_columns: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
     output_column: str | None = None
-    """Name of the reason column of ``_dropped/`` rows; a ``drop_reason`` the data has then passes unchanged.
+    """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:
@@ -197,7 +197,7 @@ class QualityStep:
     """At most this many rows of each label are used for training (a deterministic prefix)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
-    overwrite: bool = False
+    replace_columns: bool = False
     """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
     output_column: str | None = None
     """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""

@@ -14,7 +14,7 @@ from typing import Any
 
 __all__ = ["tokenize_plan_text"]
 
-_SCRATCH = "OUTPUT/_work"
+_SCRATCH = "OUTPUT.zephyr/work"
 """The scratch folder of a run without ``--work-dir`` (``writer._scratch_dir``), as the plan names it."""
 
 

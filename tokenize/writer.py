@@ -55,7 +55,13 @@ Arguments of ``write_token_shards``::
         ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
     on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
         and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
+    overwrite: replace the output folder's content even when it holds files zephyr did not write (the set is
+        claimed like any output, ``zephyr.io.claim``: not an input, locked, only zephyr's files).
     execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
+
+The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and swapped
+in whole when complete (``zephyr.io.publish.publish_folder``): a set a finished run wrote stays readable until
+the new one is complete.
 """
 
 from __future__ import annotations
@@ -152,6 +158,7 @@ def write_token_shards(
     unify_schemas: bool = False,
     schema: Any = None,
     on_error: str = "raise",
+    overwrite: bool = False,
     **execution: Any,
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``)
@@ -163,6 +170,67 @@ def write_token_shards(
     shard_bytes = checked_shard_bytes(shard_size, batch_rows)
     output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
+    from zephyr.io import claim
+
+    if isinstance(data, zephyr.Dataset):
+        inputs = []
+    else:
+        inputs = [str(data)] if isinstance(data, str | os.PathLike) else [str(p) for p in data]
+    tokenizer_path = [str(tokenizer)] if isinstance(tokenizer, str | os.PathLike) else []
+    with claim.claimed(
+        output, inputs=[*inputs, *tokenizer_path], overwrite=overwrite, work_dir=options.work_dir
+    ):
+        return _write_token_shards(
+            data,
+            tokenizer,
+            output,
+            options,
+            execution,
+            text_column=text_column,
+            id_column=id_column,
+            source_column=source_column,
+            shard_bytes=shard_bytes,
+            seed=seed,
+            bos=bos,
+            engine=engine,
+            eos_token=eos_token,
+            bos_token=bos_token,
+            batch_rows=batch_rows,
+            megatron=megatron,
+            unify_schemas=unify_schemas,
+            schema=schema,
+            on_error=on_error,
+        )
+
+
+def _write_token_shards(
+    data: Any,
+    tokenizer: Any,
+    output: str,
+    options: Any,
+    execution: dict[str, Any],
+    *,
+    text_column: str,
+    id_column: str | None,
+    source_column: str | None,
+    shard_bytes: int,
+    seed: int,
+    bos: BosPolicy,
+    engine: EngineChoice,
+    eos_token: str | None,
+    bos_token: str | None,
+    batch_rows: int,
+    megatron: bool,
+    unify_schemas: bool,
+    schema: Any,
+    on_error: str,
+) -> TokenizeResult:
+    """``write_token_shards`` on its claimed output."""
+    import zephyr
+    from zephyr.io import layout
+    from zephyr.io.publish import publish_folder
+
+    building = layout.side_path(output, "staging", "shards")
     tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
     # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
     encodes_here = options.executor == "inprocess" or _driver_encodes(options)
@@ -189,7 +257,7 @@ def write_token_shards(
             unify_schemas=unify_schemas,
             schema=schema,
         )
-        _replace_set(output)
+        _replace_set(building)
         scratch = _scratch_dir(output, execution.get("work_dir"))
         if engine != "auto":
             _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
@@ -198,13 +266,13 @@ def write_token_shards(
             spill_dir = f"{scratch}/spill"
             batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir)
             dtype, threads = token_dtype(tok.vocab_size), pack_threads(placed, options)
-            pack = _PackPlan(output, scratch, dtype, shard_bytes, megatron, batch_rows, threads)
+            pack = _PackPlan(building, scratch, dtype, shard_bytes, megatron, batch_rows, threads)
             refs = tokenize_job(dataset, batch_fn, batch_rows).write_parquet(f"{scratch}/refs", **execution)
             shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
             inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
             sources = {"inputs": inputs, "text_column": text_column, "id_column": id_column}
             sources.update(source_column=source_column, per_source=per_source)
-            manifest = write_manifest(output, shards, meta=_manifest_meta(tok, pack, seed, refs, sources))
+            manifest = write_manifest(building, shards, meta=_manifest_meta(tok, pack, seed, refs, sources))
             stats["rows"] = _row_accounts(refs.stats)
             stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
             stats["tokenize_plan"] = _tokenize_plan(refs, pool, options, concurrency)
@@ -213,7 +281,24 @@ def write_token_shards(
                 _remove_tree(scratch)  # nothing could resume from it
             raise
         _remove_tree(scratch)
+        _keep_only_the_set(building, manifest)
+        publish_folder(building, output)
         return TokenizeResult(output, manifest, stats)
+
+
+def _keep_only_the_set(directory: str, manifest: dict[str, Any]) -> None:
+    """Remove what the set's manifest does not name from the folder about to be published (shards an aborted
+    run of another shard count left in the staging folder)."""
+    import fsspec
+    from zephyr.tokenize.format import MANIFEST_NAME
+
+    named = {MANIFEST_NAME} | {
+        f["path"] for shard in manifest["shards"] for f in shard["files"].values() if isinstance(f, dict)
+    }
+    fs, root = fsspec.core.url_to_fs(directory)
+    for entry in fs.find(root):
+        if entry[len(root.rstrip("/")) + 1 :] not in named:
+            fs.rm(entry)
 
 
 def read_columns(
@@ -325,7 +410,7 @@ def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: i
 
 
 def _replace_set(output: str) -> None:
-    """Invalidate an old set at ``output`` (its manifest goes first) and create the directory."""
+    """Invalidate a set being built at ``output`` (its manifest goes first) and create the directory."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(output)
@@ -337,13 +422,15 @@ def _replace_set(output: str) -> None:
 
 def _scratch_dir(output: str, work_dir: str | None) -> str:
     """Spills, references and the sorted partitions: under the job's ``work_dir`` (any fsspec URL every worker
-    sees, e.g. on object storage for a cluster of machines) when given, else ``<output>/_work``. A fixed name
+    sees, e.g. on object storage for a cluster of machines) when given, else ``<output>.zephyr/work``. A fixed name
     per output, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
     outputs by path); removed once the set is complete."""
     import hashlib
 
     if work_dir is None:
-        return f"{output.rstrip('/')}/_work"
+        from zephyr.io.layout import side_path
+
+        return side_path(output, "work")
     return f"{absolute(work_dir).rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
 
 

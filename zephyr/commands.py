@@ -63,16 +63,17 @@ def _write(dataset, args: argparse.Namespace) -> int:
         result = dataset.write_vortex(args.output, **kwargs)
     else:
         result = dataset.write_parquet(args.output, **kwargs)
-    if not result.files:  # no row to write: the output is an empty directory, not a missing one
-        import fsspec
+    import json
 
-        fs, root = fsspec.core.url_to_fs(args.output)
-        fs.makedirs(root, exist_ok=True)
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
     from zephyr.summary import from_stages
 
+    write_bytes_atomic(stats_path(args.output), json.dumps(result.stats, indent=1, default=str).encode())
     return from_stages(
         result.stats["stages"],
         output=args.output,
+        stats=stats_path(args.output),
         details={"files": len(result.files)},
         next=f"zephyr count {args.output}",
     )

@@ -227,7 +227,7 @@ def test_a_zephyr_run_step_whose_files_changed_reruns(tmp_path, caplog, how):
     assert main(argv) == 0
     read_dir = job / "00-read"
     reference = _parts(read_dir)
-    record = read_dir / "_stats.json"
+    record = job / "00-read.zephyr" / "stats.json"  # the step's record, in its sidecar
     if how == "record-names-another-file":
         victim = tmp_path / "home" / "private.parquet"
         victim.parent.mkdir()
@@ -279,7 +279,9 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
         patch.setattr(writer, "write_manifest", killed)
         with pytest.raises(RuntimeError, match="killed before the manifest"):
             writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
-    _corrupt(out / "shard-00000.tokens.npy", "same-size")
+    _corrupt(
+        Path(f"{out}.zephyr") / "staging" / "shards" / "shard-00000.tokens.npy", "same-size"
+    )  # unpublished
     with caplog.at_level(logging.WARNING):
         writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
     writer.write_token_shards(str(inputs), output=str(tmp_path / "clean"), **common)

@@ -91,7 +91,8 @@ def test_round_trip_matches_hf_encoding(tmp_path: Path, bpe_tokenizer: Path) -> 
     for shard in manifest.shards:
         for f in shard.files.values():
             assert hashlib.sha256((out / f.path).read_bytes()).hexdigest() == f.sha256
-    assert not any(p.name.startswith("_work") for p in out.iterdir())
+    assert not Path(f"{out}.zephyr/work").exists() and not Path(f"{out}.zephyr/staging").exists()
+    assert all(p.name.startswith("shard-") or p.name == "manifest.json" for p in out.iterdir())
     # the loader reads it
     sample = next(iter(TokenLoader(str(out), seq_len=16)))
     assert sample["input_ids"].shape == (16,)
@@ -173,7 +174,7 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
     assert len(scratch) == 1 and (scratch[0] / "spill").is_dir(), (
         "spills go to the work_dir and survive a failure"
     )
-    assert not (tmp_path / "out" / "_work").exists()
+    assert not (tmp_path / "out.zephyr" / "work").exists()
     monkeypatch.setattr(pack_step.PackPartition, "__call__", original)
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
     sorted_stages = result.stats["stages"]
@@ -658,7 +659,7 @@ def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
             engine="tiktoken",
             executor=executor,
         )
-    assert not (tmp_path / "out" / "_work").exists()
+    assert not (tmp_path / "out.zephyr" / "work").exists()
 
 
 def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_tokenizer: Path) -> None:
