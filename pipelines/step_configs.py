@@ -283,8 +283,7 @@ class TrainStep:
 
     def build(self, *, data: str | None, log: str | None, checkpoint_dir: str | None) -> Any:
         """The ``TrainConfig`` to run."""
-        from zephyr.trainer.config import TrainConfig, model_config_from_dict
-        from zephyr.trainer.presets import get_preset
+        from zephyr.trainer.config import TrainConfig, get_preset, model_config_from_dict
 
         allowed = self.allowed_keys()
         for key in self.settings:

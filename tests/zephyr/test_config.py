@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
-from argparse import Namespace
 from dataclasses import dataclass
 
 import pytest
 from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.pipelines.config import apply_overrides, parse_config
 from zephyr.pipelines.quality.config import NormalizeConfig
-from zephyr.trainer.run_args import config_from_args
+from zephyr.trainer.cli import train_config
 
 from zephyr.config import (
     ZephyrDeprecationWarning,
@@ -36,9 +35,8 @@ def _read_step(**step) -> dict:
 def test_set_values_read_the_same_in_run_and_train(text: str) -> None:
     """`zephyr run --set` and `zephyr train --set` give one value for one text (JSON first, then YAML)."""
     run = apply_overrides(_read_step(step="normalize"), [f"steps.normalize.nfc={text}"])["steps"][1]["nfc"]
-    args = Namespace(config=None, overrides=[f"n_layers={text}"])
     try:
-        train = config_from_args(args).model["n_layers"]
+        train = train_config({"overrides": [f"n_layers={text}"]}).model["n_layers"]
     except ConfigError as exc:  # a value TrainConfig refuses names the value it was given
         train = exc
     assert run == parse_value(text)

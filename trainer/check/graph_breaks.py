@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 from zephyr.trainer.check.harness import Target, autocast_for, build, source_line, synthetic_batch
-from zephyr.trainer.distributed import dynamo_options
-from zephyr.trainer.step import apply_gradients, forward_loss
+from zephyr.trainer.devices import dynamo_options
+from zephyr.trainer.train import apply_gradients, forward_loss
 
 __all__ = ["Break", "GraphBreaks", "find_graph_breaks"]
 
