@@ -639,11 +639,11 @@ def loader(p: Phase) -> None:
 
 
 def _token_shards(directory: Path, tokens: int, vocab_size: int) -> None:
-    """A token-shard set (format version 1, ``zephyr.tokenize.format``) of ``tokens`` random ids below
+    """A token-shard set (format version 1, ``zephyr.tokenize.shards``) of ``tokens`` random ids below
     ``vocab_size`` (so the model is not widened), documents of 1..4000 tokens, 4 shards. Written with numpy
     alone, as a training node reads it: zephyr's shard writer belongs to the data side (``zephyr.io``)."""
     import numpy as np
-    from zephyr.tokenize.format import (
+    from zephyr.tokenize.shards import (
         FORMAT_NAME,
         FORMAT_VERSION,
         ShardFile,

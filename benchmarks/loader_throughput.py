@@ -9,7 +9,7 @@
 Without ``--shards`` it writes a synthetic uint16 set (random ids, documents of 1..4000 tokens, 4 shards).
 
 1. Packing: per mode (``tokens`` = concat-and-chunk, ``documents``, ``best-fit``), from the set's document
-   lengths (``zephyr.tokenize.packing.packing_stats``): samples, padding fraction, fraction of documents
+   lengths (``zephyr.tokenize._samples.packing_stats``): samples, padding fraction, fraction of documents
    split across samples, the same among documents that fit in seq_len, and tokens in no sample.
 2. Throughput, rounds interleaved: the numpy memmap limit (shuffled windows sliced and cast to int64, nothing
    else), then ``TokenLoader.iter_batches(B)`` per packing mode (input_ids + labels + positions), single
@@ -91,8 +91,8 @@ def build(directory: Path, tokens: int) -> None:
 
 def packing_rows(shards: Path, L: int) -> list[str]:
     from zephyr.tokenize import TokenLoader
-    from zephyr.tokenize.format import read_manifest
-    from zephyr.tokenize.packing import packing_stats
+    from zephyr.tokenize._samples import packing_stats
+    from zephyr.tokenize.shards import read_manifest
 
     manifest = read_manifest(str(shards))
     lengths = [np.diff(np.load(shards / s.files["offsets"].path)) for s in manifest.shards]
@@ -161,7 +161,7 @@ def _peer(name: str, shards: Path, work: Path, args) -> list[dict]:
 
 def throughput(shards: Path, work: Path, args) -> tuple[dict, dict, dict, list[str]]:
     from zephyr.tokenize import TokenLoader
-    from zephyr.tokenize.format import read_manifest
+    from zephyr.tokenize.shards import read_manifest
 
     L, n, B = args.seq_len, args.samples, args.batch_size
     manifest = read_manifest(str(shards))

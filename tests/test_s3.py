@@ -244,7 +244,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     """Inputs, spills (the work_dir) and the shard set all on S3, tokenized by dask workers that share no
     local directory: the set equals one written on local disk, and the loader reads it back through its cache."""
     from zephyr.tokenize import TokenLoader, write_token_shards
-    from zephyr.tokenize.format import read_manifest
+    from zephyr.tokenize.shards import read_manifest
 
     rng = np.random.default_rng(3)
     inputs = tmp_path / "in"
@@ -257,7 +257,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     fs = fsspec.filesystem("s3")
     for path in sorted(inputs.glob("*.parquet")):
         fs.put_file(str(path), f"{bucket}/docs/{path.name}")
-    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_size="4KB", seed=5, megatron=True)
+    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_bytes="4KB", seed=5, megatron=True)
     local = write_token_shards(str(inputs), output=str(tmp_path / "local"), executor="inprocess", **common)
     remote = write_token_shards(
         f"s3://{bucket}/docs",

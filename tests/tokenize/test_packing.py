@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 from zephyr.tokenize import TokenLoader
-from zephyr.tokenize.format import read_manifest
-from zephyr.tokenize.packing import best_fit_decreasing, cut_pieces, packing_stats
+from zephyr.tokenize._samples import best_fit_decreasing, cut_pieces, packing_stats
+from zephyr.tokenize.shards import read_manifest
 
 from zephyr.errors import ConfigError
 

@@ -112,7 +112,7 @@ def parse_config_errors(raw: dict) -> str:
 
 @pytest.mark.parametrize(
     ("step_type", "old", "new", "value"),
-    [("fuzzy_dedup", "rows", "rows_per_band", 8), ("tokenize", "shard_size", "shard_bytes", "4MB")],
+    [("fuzzy_dedup", "rows", "rows_per_band", 8)],
 )
 def test_renamed_keys_still_work_with_a_warning(step_type: str, old: str, new: str, value) -> None:
     extra = {"bands": 14} if step_type == "fuzzy_dedup" else {}
@@ -140,11 +140,13 @@ def test_renamed_set_override_and_attribute() -> None:
 
 def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
     config = tmp_path / "p.yaml"
-    config.write_text("steps:\n  - step: read\n    paths: [/]\n  - step: tokenize\n    shard_size: 4MB\n")
+    config.write_text(
+        "steps:\n  - step: read\n    paths: [/]\n  - step: fuzzy_dedup\n    bands: 14\n    rows: 8\n"
+    )
     cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines()[0] == (
-        "zephyr: deprecated: steps[1].shard_size is renamed shard_bytes; write shard_bytes "
+        "zephyr: deprecated: steps[1].rows is renamed rows_per_band; write rows_per_band "
         "(the old key is read until the next release)"
     )
