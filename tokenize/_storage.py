@@ -310,9 +310,6 @@ class CacheBudget:
                     out.append((entry.name, stat.st_size, self._used.get(entry.name, stat.st_mtime - 1e12)))
         return out
 
-    def used_bytes(self) -> int:
-        return sum(size for _, size, _ in self._entries()) if os.path.isdir(self.cache_dir) else 0
-
     def _has_other_copy(self, name: str, size: int) -> bool:
         owner = self._owners.get(name)
         if owner is None:

@@ -230,7 +230,7 @@ def loader_options(cfg: Any, *, samples_per_step: int, tokens_per_step: int) -> 
     if cfg.mix_schedule:
         options["schedule"] = schedule_samples(cfg.mix_schedule, samples_per_step)
     if cfg.instance_filter == "repetition":
-        from zephyr.tokenize.filters import RepetitionFilter
+        from zephyr.tokenize._samples import RepetitionFilter
 
         options["instance_filter"] = RepetitionFilter(
             cfg.repetition_min_period, cfg.repetition_max_period, cfg.repetition_max_count

@@ -58,8 +58,6 @@ from zephyr.trainer.metrics import LossAlarm, MetricsLogger, TrainProgress, mfu
 from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
 from zephyr.trainer.moe import update_expert_bias
 
-from zephyr.errors import ConfigError
-
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
     decay, no_decay = [], []
@@ -527,14 +525,3 @@ def _average_losses(scalars: torch.Tensor) -> None:
     dist.all_reduce(picked)
     scalars[:2] = picked[:2] / dist.get_world_size()
     scalars[-1] = picked[2]
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """Fail fast on settings that cannot work together (called by the CLI before any heavy setup)."""
-    model_cfg = resolve_model_config(cfg)
-    if (
-        model_cfg.moe is not None
-        and model_cfg.moe.dispatch == "grouped_mm"
-        and not hasattr(torch, "_grouped_mm")
-    ):
-        raise ConfigError("moe.dispatch=grouped_mm needs torch._grouped_mm (torch >= 2.8); use loop")
