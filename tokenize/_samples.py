@@ -473,9 +473,8 @@ class Gatherer:
             labels[self._arange >= (length[short] - 1)[:, None]] = IGNORE_INDEX
             out[1][short] = labels
         first = int(positions[0])
-        if first + n - 1 == int(
-            positions[-1]
-        ):  # consecutive samples (batches, single process): slice the block's
+        # consecutive samples (batches, single process): slice the block's segments
+        if first + n - 1 == int(positions[-1]):
             if plan.segments is None:
                 plan.segments = self.segments(plan.source, plan.shard, plan.start, plan.length)
             plan.segments.positions(first, n, L, out[2])

@@ -18,7 +18,7 @@ The source's own counter ``n_s`` (how many of its samples were drawn before) pic
 ``e = n_s // N_s``, and sample ``perm_{seed,source,e}(n_s % N_s)``, a seeded Feistel permutation
 (``zephyr.tokenize.mixing.permute``). So the order is a pure function of (seed, epoch, global index) and the
 weights in effect, every sample of a source appears exactly once per epoch of it, and nothing is
-materialized per sample. ``_plan_samples`` computes it for a block of a rank's indices at once: the choices of
+materialized per sample. ``TokenLoader._plan`` computes it for a block of a rank's indices at once: the choices of
 every rank in between are replayed (vectorized), so each source's counter, hence its permutation position, is
 exact.
 
@@ -158,25 +158,24 @@ class TokenLoader(torch.utils.data.IterableDataset):
         pin_memory: bool | None = None,
     ):
         super().__init__()
-        _check_arguments(
-            seq_len=seq_len,
-            rank=rank,
-            world_size=world_size,
-            batch_size=batch_size,
-            packing=packing,
-            packing_window=packing_window,
-            prefetch_shards=prefetch_shards,
-        )
-        weights = _source_weights(sources)
         self.seq_len, self.seed, self.rank, self.world_size = seq_len, seed, rank, world_size
         self.batch_size, self.packing, self.num_epochs = batch_size, packing, num_epochs
         self.packing_window = packing_window
         self.cache_dir, self.verify, self.instance_filter = cache_dir, verify, instance_filter
         self.prefetch_shards, self.cache_limit_bytes = prefetch_shards, cache_limit_bytes
+        self._check_arguments()
+        weights = _source_weights(sources)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self._sources = _open_sources(
-            weights, seq_len, packing, packing_window, cache_dir=cache_dir, verify=verify
-        )
+        self._sources = [  # one per path, in order: its manifest read, its store opened
+            TokenSource(
+                path,
+                ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify),
+                seq_len,
+                packing,
+                packing_window,
+            )
+            for path in weights
+        ]
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
         self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
@@ -205,6 +204,25 @@ class TokenLoader(torch.utils.data.IterableDataset):
         # set by DataLoader workers that no TokenDataLoader started; shared with them (the module docstring)
         self.worker_guard = WorkerGuard()
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
+
+    def _check_arguments(self) -> None:
+        """Refuse, naming the argument, what the loader cannot run with (see the Args above)."""
+        seq_len, rank, world_size, batch_size = self.seq_len, self.rank, self.world_size, self.batch_size
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if self.packing not in PACKINGS:
+            raise ConfigError(
+                f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {self.packing!r}"
+            )
+        if self.packing_window < 1 or self.prefetch_shards < 0:
+            raise ConfigError(
+                f"need packing_window >= 1 and prefetch_shards >= 0, got {self.packing_window}, "
+                f"{self.prefetch_shards}"
+            )
 
     # ---- configuration ---------------------------------------------------------------------------------
     def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
@@ -353,17 +371,38 @@ class TokenLoader(torch.utils.data.IterableDataset):
         return self.num_epochs * self._sources[0].num_samples
 
     def _plan(self, count: int, base_g: int, base_counts: np.ndarray) -> Plan:
-        """Plan this rank's next ``count`` samples (``_plan_samples``)."""
-        return _plan_samples(
-            self._mixture,
-            self._sources,
-            self._source_keys,
-            self.rank,
-            self.world_size,
-            count,
-            base_g,
-            base_counts,
-        )
+        """Plan this rank's next ``count`` samples: global indices base_g + rank + j * W.
+
+        ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
+        replayed (vectorized) so each source's counter, hence its permutation position, is exact. The plan
+        ends early where the mixture has no source left (every capped source exhausted).
+        """
+        mixture, rank, width = self._mixture, self.rank, self.world_size
+        mine = np.arange(count, dtype=np.int64) * width + rank  # offsets from base_g of this rank's g
+        choice, counts_end = mixture.choose(base_g, base_g + count * width, base_counts)
+        source = choice[mine]
+        ended = np.flatnonzero(source < 0)
+        if len(ended):
+            count = int(ended[0])
+            source, mine = source[:count], mine[:count]
+        n = np.empty(count, dtype=np.int64)
+        for s in np.unique(source).tolist():
+            drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
+            sel = source == s
+            n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
+        shard = np.empty(count, dtype=np.int64)
+        start = np.empty(count, dtype=np.int64)
+        length = np.empty(count, dtype=np.int64)
+        for s, src in enumerate(self._sources):
+            sel = np.flatnonzero(source == s)
+            if not len(sel):
+                continue
+            epoch, local = np.divmod(n[sel], src.num_samples)
+            epochs, which = np.unique(epoch, return_inverse=True)  # a block spans few epochs (many if tiny)
+            keys = np.array([derive_key(self._source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
+            sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
+            shard[sel], start[sel], length[sel] = src.locate(sample)
+        return Plan(source, shard, start, length, counts_end)
 
     def _blocks(self, chunk: int, base_g: int, base_counts: np.ndarray) -> Iterator[tuple[int, Plan]]:
         """(samples planned before, plan) per block from ``base_g``; a block holds whole items of ``chunk``."""
@@ -529,31 +568,6 @@ def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, An
         current = following if look_ahead else next(items, None)
 
 
-def _check_arguments(
-    *,
-    seq_len: int,
-    rank: int,
-    world_size: int,
-    batch_size: int | None,
-    packing: str,
-    packing_window: int,
-    prefetch_shards: int,
-) -> None:
-    """Refuse, naming the argument, what the loader cannot run with (see ``TokenLoader``'s Args)."""
-    if seq_len < 1:
-        raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
-    if packing not in PACKINGS:
-        raise ConfigError(f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {packing!r}")
-    if packing_window < 1 or prefetch_shards < 0:
-        raise ConfigError(
-            f"need packing_window >= 1 and prefetch_shards >= 0, got {packing_window}, {prefetch_shards}"
-        )
-
-
 def _source_weights(sources: str | Mapping[str, float] | Sequence[str]) -> dict[str, float]:
     """``{path: weight}`` from a path, a mapping or a list of paths (weight 1 each); refuses none."""
     if isinstance(sources, str):
@@ -565,72 +579,6 @@ def _source_weights(sources: str | Mapping[str, float] | Sequence[str]) -> dict[
     if not weights:
         raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
     return weights
-
-
-def _open_sources(
-    weights: Mapping[str, float],
-    seq_len: int,
-    packing: Packing,
-    packing_window: int,
-    *,
-    cache_dir: str | None,
-    verify: bool,
-) -> list[TokenSource]:
-    """One ``TokenSource`` per path of ``weights``, in order: its manifest read, its store opened."""
-    return [
-        TokenSource(
-            str(path),
-            ShardStore(read_manifest(str(path)), cache_dir=cache_dir, verify=verify),
-            seq_len,
-            packing,
-            packing_window,
-        )
-        for path in weights
-    ]
-
-
-def _plan_samples(
-    mixture: Mixture,
-    sources: Sequence[TokenSource],
-    source_keys: Sequence[int],
-    rank: int,
-    world_size: int,
-    count: int,
-    base_g: int,
-    base_counts: np.ndarray,
-) -> Plan:
-    """Plan this rank's next ``count`` samples: global indices base_g + rank + j * W.
-
-    ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
-    replayed (vectorized) so each source's counter, hence its permutation position, is exact. The plan
-    ends early where the mixture has no source left (every capped source exhausted).
-    """
-    width = world_size
-    mine = np.arange(count, dtype=np.int64) * width + rank  # offsets from base_g of this rank's g
-    choice, counts_end = mixture.choose(base_g, base_g + count * width, base_counts)
-    source = choice[mine]
-    ended = np.flatnonzero(source < 0)
-    if len(ended):
-        count = int(ended[0])
-        source, mine = source[:count], mine[:count]
-    n = np.empty(count, dtype=np.int64)
-    for s in np.unique(source).tolist():
-        drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
-        sel = source == s
-        n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
-    shard = np.empty(count, dtype=np.int64)
-    start = np.empty(count, dtype=np.int64)
-    length = np.empty(count, dtype=np.int64)
-    for s, src in enumerate(sources):
-        sel = np.flatnonzero(source == s)
-        if not len(sel):
-            continue
-        epoch, local = np.divmod(n[sel], src.num_samples)
-        epochs, which = np.unique(epoch, return_inverse=True)  # a block spans few epochs (many if tiny)
-        keys = np.array([derive_key(source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
-        sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
-        shard[sel], start[sel], length[sel] = src.locate(sample)
-    return Plan(source, shard, start, length, counts_end)
 
 
 def _is_int(value: Any) -> bool:

@@ -65,6 +65,7 @@ Megatron export (``megatron=True``): ``<shard>.bin`` holds the same token bytes 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -115,9 +116,6 @@ class ShardFile:
     sha256: str
     bytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes}
-
 
 @dataclass(frozen=True)
 class ShardInfo:
@@ -130,12 +128,8 @@ class ShardInfo:
     """Keys: ``tokens``, ``offsets`` and, with the Megatron export, ``megatron_bin`` and ``megatron_idx``."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "num_tokens": self.num_tokens,
-            "num_documents": self.num_documents,
-            "files": {k: v.to_json() for k, v in self.files.items()},
-        }
+        """The manifest entry: ``name``, ``num_tokens``, ``num_documents``, ``files`` (path, sha256, bytes)."""
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ShardInfo:
@@ -232,16 +226,8 @@ def read_manifest(root: str) -> Manifest:
 
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
-MEGATRON_DTYPE_CODES = {
-    "uint8": 1,
-    "int8": 2,
-    "int16": 3,
-    "int32": 4,
-    "int64": 5,
-    "float64": 6,
-    "float32": 7,
-    "uint16": 8,
-}
+MEGATRON_DTYPE_CODES = {"uint16": 8, "int32": 4}
+"""Megatron's ``DType`` codes of the two dtypes the export writes (the module docstring's layout)."""
 
 
 class _HashingWriter:

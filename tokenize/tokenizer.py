@@ -259,13 +259,6 @@ class TextTokenizer:
         state.pop("_config", None)  # re-parsed from the JSON bytes on use: cheaper than pickling the dict
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("_tables", None)
-        state.setdefault("_ft", None)
-        state.setdefault("_vocab_size", None)
-        state.setdefault("_ship_tables", True)
-        self.__dict__.update(state)
-
     def _special_id(self, config: dict, given: str | None, candidates: Sequence[str], kind: str) -> int:
         vocab = config.get("model", {}).get("vocab", {})
         names = [given] if given is not None else list(candidates)

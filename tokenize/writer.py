@@ -329,9 +329,14 @@ def _jobs(
 def read_columns(
     data: Any, id_column: str | None, source_column: str | None
 ) -> tuple[str | None, str | None]:
-    """The id and source columns the writer reads (``"auto"``: ``id``/``source`` when the inputs have one)."""
+    """The id and source columns the writer reads: ``"auto"`` is ``id``/``source`` when the first Parquet input
+    has that column, else none."""
     names = input_columns(data) if "auto" in (id_column, source_column) else None
-    return detect_column(names, id_column, "id"), detect_column(names, source_column, "source")
+
+    def chosen(wanted: str | None, default: str) -> str | None:
+        return wanted if wanted != "auto" else (default if names and default in names else None)
+
+    return chosen(id_column, "id"), chosen(source_column, "source")
 
 
 def writer_input(
@@ -392,9 +397,7 @@ def input_paths(data: Any) -> tuple[list[str], str]:
     """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
     from zephyr.io.paths import input_files
 
-    return input_files(
-        [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
-    )
+    return input_files(_input_names(data))
 
 
 def input_dataset(
@@ -424,13 +427,12 @@ def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, i
     workers = options.num_workers
     if options.executor == "inprocess":
         return None, 1
-    if _is_dataset(data):
+    if not isinstance(data, str | os.PathLike | list | tuple):  # a Dataset
         return None, workers
     from zephyr.read_plan import plan_read
 
-    paths = [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else list(data))]
     try:
-        plan = plan_read(paths, options, split=True)
+        plan = plan_read(_input_names(data), options, split=True)
     except (OSError, ValueError, ZephyrError):
         return None, workers
     return plan, max(1, min(workers, plan.tasks))
@@ -438,34 +440,19 @@ def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, i
 
 def input_columns(data: Any) -> list[str] | None:
     """Column names of the first Parquet input (``None``: not Parquet paths, or unreadable)."""
-    if not isinstance(data, str | os.PathLike | list | tuple):
+    if not isinstance(data, str | os.PathLike | list | tuple):  # a Dataset
         return None
     import fsspec
     import pyarrow.parquet as pq
 
-    paths = [data] if isinstance(data, str | os.PathLike) else list(data)
     try:
-        fs, first = fsspec.core.url_to_fs(os.fspath(paths[0]))
+        fs, first = fsspec.core.url_to_fs(_input_names(data)[0])
         if fs.isdir(first):
-            found = sorted(p for p in fs.find(first) if p.endswith(".parquet"))
-            first = found[0]
+            first = sorted(p for p in fs.find(first) if p.endswith(".parquet"))[0]
         with fs.open(first, "rb") as handle:
             return pq.read_schema(handle).names
     except (IndexError, OSError, ValueError):
         return None
-
-
-def detect_column(names: list[str] | None, wanted: str | None, default: str) -> str | None:
-    """``"auto"`` → ``default`` when the first Parquet input has that column, else ``None``."""
-    if wanted != "auto":
-        return wanted
-    return default if names and default in names else None
-
-
-def _is_dataset(data: Any) -> bool:
-    import zephyr
-
-    return isinstance(data, zephyr.Dataset)
 
 
 @dataclass(frozen=True)

@@ -200,25 +200,26 @@ class ModelConfig:
 def model_config_from_dict(raw: dict[str, Any], base: ModelConfig) -> ModelConfig:
     """Apply plain-data overrides (nested ``moe`` dict allowed; ``moe: null`` makes the model dense); raises one
     ``ConfigProblems`` listing every bad key."""
-    problems = unknown_keys(raw, ModelConfig, "model.")
-    values = {k: v for k, v in raw.items() if k in field_hints(ModelConfig)}
-    if isinstance(values.get("moe"), dict):
-        moe = values["moe"]
-        problems += unknown_keys(moe, MoEConfig, "model.moe.")
-        try:
-            values["moe"] = dataclasses.replace(
-                base.moe or MoEConfig(), **{k: v for k, v in moe.items() if k in field_hints(MoEConfig)}
-            )
-        except ConfigProblems as exc:
-            problems += exc.problems
-            values["moe"] = base.moe  # stands in, so the other keys are still checked
-    try:
-        model = dataclasses.replace(base, **values)
-    except ConfigProblems as exc:
-        problems += exc.problems
+    problems: list[str] = []
+    values = dict(raw)
+    if isinstance(raw.get("moe"), dict):
+        values["moe"] = _overridden(base.moe or MoEConfig(), raw["moe"], "model.moe.", problems)
+    model = _overridden(base, values, "model.", problems)
     if problems:
         raise ConfigProblems(problems)
     return model
+
+
+def _overridden(base: Any, raw: dict[str, Any], prefix: str, problems: list[str]) -> Any:
+    """``base`` with the keys of ``raw`` over it, unknown keys and bad values appended to ``problems`` (then
+    ``base`` stands in, so the keys around it are still checked)."""
+    cls = type(base)
+    problems += unknown_keys(raw, cls, prefix)
+    try:
+        return dataclasses.replace(base, **{k: v for k, v in raw.items() if k in field_hints(cls)})
+    except ConfigProblems as exc:
+        problems += exc.problems
+        return base
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -429,16 +430,9 @@ class TrainConfig:
             )
         problems = unknown_keys(raw, cls, "")
         values = {k: v for k, v in raw.items() if k in field_hints(cls)}
-        optim_problems = []
+        optim_problems: list[str] = []
         if isinstance(values.get("optim"), dict):
-            optim_problems = unknown_keys(values["optim"], OptimConfig, "optim.")
-            try:
-                values["optim"] = OptimConfig(
-                    **{k: v for k, v in values["optim"].items() if k in field_hints(OptimConfig)}
-                )
-            except ConfigProblems as exc:
-                optim_problems += exc.problems
-                values["optim"] = OptimConfig()  # stands in, so the other keys are still checked
+            values["optim"] = _overridden(OptimConfig(), values["optim"], "optim.", optim_problems)
         try:
             cfg = cls(**values)
         except ConfigProblems as exc:

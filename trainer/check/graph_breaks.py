@@ -21,6 +21,7 @@ line that caused it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import traceback
 import warnings
@@ -45,7 +46,7 @@ class Break:
     """``file:line: code`` of the innermost frame in zephyr's trainer (else the innermost frame)."""
 
     def to_dict(self) -> dict[str, str]:
-        return {"region": self.region, "reason": self.reason, "where": self.where}
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -98,9 +99,8 @@ def _explain(region: str, fn, *args, report: GraphBreaks) -> None:  # noqa: ANN0
         report.breaks.append(_failure(region, exc))
         return
     report.graphs[region] = explained.graph_count
-    unexplained = (
-        collections.Counter(counters["graph_break"]) - before
-    )  # every break dynamo counted, by reason
+    # every break dynamo counted, by reason
+    unexplained = collections.Counter(counters["graph_break"]) - before
     for info in explained.break_reasons:
         text = info.reason.strip()
         stack = list(info.user_stack)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class Sync:
     count: int
 
     def to_dict(self) -> dict[str, object]:
-        return {"op": self.op, "reason": self.reason, "where": self.where, "count": self.count}
+        return dataclasses.asdict(self)
 
 
 @dataclass
