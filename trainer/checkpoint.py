@@ -47,8 +47,6 @@ from zephyr.trainer.config import ModelConfig, model_config_from_dict
 from zephyr.config import ConfigProblems
 from zephyr.errors import InputError, ResumeError
 
-__all__ = ["CheckpointManager", "ResumeState", "FORMAT_VERSION"]
-
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1

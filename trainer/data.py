@@ -25,8 +25,6 @@ import torch
 
 from zephyr.errors import ConfigError, ResumeError
 
-__all__ = ["SampleSource", "Batcher", "SyntheticTokens", "build_source", "loader_options", "MixTracker"]
-
 
 class SampleSource(Protocol):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...

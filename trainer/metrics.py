@@ -125,8 +125,8 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
 
     A run killed after its last checkpoint has logged steps the resumed run will run (and log) again; the last
     line may be cut mid-write. Both go, so the log reads as one uninterrupted run. A record whose step is not
-    above the one before it marks a restart that an older zephyr appended without trimming: the records it
-    supersedes go too (the later run's values are the ones the checkpoints hold).
+    above the one before it marks a restart appended without a trim (a log written by hand, or by other
+    code): the records it supersedes go too (the later run's values are the ones the checkpoints hold).
 
     The kept prefix is written to ``<path>.tmp-<random>``, fsynced and renamed over the log (``os.replace``),
     as ``zephyr.io.paths.write_json_atomic`` does, so a kill during the trim leaves the old log or the new one.

@@ -33,8 +33,6 @@ from zephyr.trainer.check.harness import Target, autocast_for, build, source_lin
 from zephyr.trainer.devices import dynamo_options
 from zephyr.trainer.train import apply_gradients, forward_loss
 
-__all__ = ["Break", "GraphBreaks", "find_graph_breaks"]
-
 
 @dataclass(frozen=True)
 class Break:

@@ -28,8 +28,6 @@ from zephyr.trainer.devices import DeviceInfo, parallelize
 from zephyr.trainer.model import Transformer, build_model
 from zephyr.trainer.train import StepOutput, build_optimizer, train_step
 
-__all__ = ["Target", "reduced_width", "synthetic_batch", "build", "run_step", "autocast_for", "source_line"]
-
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve())
     for p in {sysconfig.get_paths()["stdlib"], str(Path(torch.__file__).parent), str(Path(__file__).parent)}

@@ -33,9 +33,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from zephyr.trainer.check.harness import Target, build, run_step, source_line, synthetic_batch
 
-__all__ = ["HostSyncs", "find_host_syncs"]
-
-
 _DATA_DEPENDENT = {  # op -> why it syncs
     "aten._local_scalar_dense": "reads a device value on the host (.item(), int(), float(), bool(), `if tensor`)",
     "aten.nonzero": "output size depends on the data (nonzero)",

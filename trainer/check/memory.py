@@ -46,8 +46,6 @@ from zephyr.trainer.devices import resolve_device
 
 from zephyr.errors import ZephyrError
 
-__all__ = ["MemoryEstimate", "estimate_memory", "measure_cpu_peak", "StepPeak"]
-
 GIB = 1024**3
 
 
