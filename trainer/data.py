@@ -130,13 +130,8 @@ def build_source(
     """
     if data is None:
         return SyntheticTokens(vocab_size, seq_len, seed=seed, rank=rank, world_size=world_size), None
-    try:
-        from zephyr.tokenize import TokenLoader, read_manifest
-    except ImportError as exc:
-        raise ConfigError(
-            "training on token shards needs zephyr.tokenize.TokenLoader, which this install lacks; "
-            "omit --data to train on synthetic tokens"
-        ) from exc
+    from zephyr.tokenize import TokenLoader, read_manifest
+
     paths = [data] if isinstance(data, str) else list(data)
     data_vocab = max(read_manifest(p).vocab_size for p in paths)
     loader = TokenLoader(data, seq_len=seq_len, seed=seed, rank=rank, world_size=world_size, **options)

@@ -192,11 +192,6 @@ def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> Mod
     return model_cfg
 
 
-def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
-    chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
-    return resolve_dispatch(chosen, info, compile=compile, bf16=bf16)
-
-
 class _PendingMetrics:
     """One step's metrics as device tensors, copied to the host without blocking the step."""
 
@@ -298,7 +293,8 @@ def _build_run(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> _Run:
         ),
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
-    dispatch = _resolved_dispatch(model_cfg, info, compile=cfg.compile, bf16=bf16)
+    chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
+    dispatch = resolve_dispatch(chosen, info, compile=cfg.compile, bf16=bf16)
     attention = info.default_attention() if model_cfg.attention == "auto" else model_cfg.attention
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg, device=info.device, dispatch=dispatch, attention=attention)
