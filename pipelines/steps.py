@@ -424,7 +424,7 @@ def run_tokenize(ctx: StepContext) -> StepOutcome:
 def _set_checksums(output: str) -> dict[str, dict]:
     """What a rerun that skips a tokenize step checks: the manifest (its bytes now) and every shard file
     (size and sha256 as the manifest records them, hashed when written)."""
-    from zephyr.tokenize.format import MANIFEST_NAME, join_path, read_manifest
+    from zephyr.tokenize.shards import MANIFEST_NAME, join_path, read_manifest
 
     from zephyr.io.checksum import checksum_record, file_checksum
 

@@ -245,7 +245,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     """Inputs, spills (the work_dir) and the shard set all on S3, tokenized by dask workers that share no
     local directory: the set equals one written on local disk, and the loader reads it back through its cache."""
     from zephyr.tokenize import TokenLoader, write_token_shards
-    from zephyr.tokenize.format import read_manifest
+    from zephyr.tokenize.shards import read_manifest
 
     rng = np.random.default_rng(3)
     inputs = tmp_path / "in"
@@ -258,7 +258,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     fs = fsspec.filesystem("s3")
     for path in sorted(inputs.glob("*.parquet")):
         fs.put_file(str(path), f"{bucket}/docs/{path.name}")
-    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_size="4KB", seed=5, megatron=True)
+    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_bytes="4KB", seed=5, megatron=True)
     local = write_token_shards(str(inputs), output=str(tmp_path / "local"), executor="inprocess", **common)
     remote = write_token_shards(
         f"s3://{bucket}/docs",
@@ -324,7 +324,8 @@ def test_a_second_command_on_an_s3_output_is_refused_naming_the_holder(
     fs.invalidate_cache()
     assert not fs.exists(f"{bucket}/out.zephyr/lock.json") and not fs.exists(f"{bucket}/out.zephyr/staging")
     manifest = json.loads(fs.cat_file(f"{bucket}/out.zephyr/manifest.json"))
-    assert [f["name"] for f in manifest["files"]] == ["part-00000.parquet"] and manifest["files"][0]["xxh3_128"]
+    assert [f["name"] for f in manifest["files"]] == ["part-00000.parquet"]
+    assert manifest["files"][0]["xxh3_128"]
     assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(f"{bucket}/out")) == ["part-00000.parquet"]
 
 

@@ -11,7 +11,7 @@ run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and
 command's own arguments, without ``--output``. Packages add their commands' plans to the same group
 (``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
 ``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
-(``zephyr.tokenize.explain``); a command of several engine jobs prints each job's plan in order with the rules
+(``zephyr.tokenize.writer.plan_text``); a command of several engine jobs prints each job's plan in order with the rules
 between them (``jobs_plan_text``).
 """
 

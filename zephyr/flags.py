@@ -168,8 +168,8 @@ def _help(spec: FlagSpec) -> str:
     """The flag's help: the first paragraph of the field's docstring, then its default."""
     doc = field_docs(spec.owner).get(spec.field.name, "")
     text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
-    default = spec.field.default
-    if spec.show_default and default is not dataclasses.MISSING and default is not None:
+    default, required = spec.field.default, spec.field.metadata.get("required")
+    if spec.show_default and not required and default not in (dataclasses.MISSING, None, ""):
         text = f"{text} (default: {default})".strip()
     return text.replace("%", "%%")
 

@@ -270,7 +270,7 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
     import zephyr.tokenize.writer as writer
 
     inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
-    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+    common = dict(tokenizer=str(tokenizer_json), shard_bytes="4KB", seed=3, executor="inprocess")
 
     def killed(*args, **kwargs):
         raise RuntimeError("killed before the manifest")
@@ -295,11 +295,11 @@ def test_a_resumed_tokenize_reencodes_when_a_token_spill_changed(
     """Killed while packing, a token spill file (what the tokenize tasks leave for the pack step, beside their
     output) damaged before the rerun: the tokenize task that wrote it reruns, so the shards hold the tokens of
     the text, not of the damage."""
-    import zephyr.tokenize.pack_step as pack_step
+    import zephyr.tokenize._pack as pack_step
     import zephyr.tokenize.writer as writer
 
     inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
-    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+    common = dict(tokenizer=str(tokenizer_json), shard_bytes="4KB", seed=3, executor="inprocess")
 
     def killed(self, table):
         raise RuntimeError("killed while packing")
