@@ -20,6 +20,7 @@ __all__ = [
     "COMMANDS",
     "EXCLUDED",
     "PIPELINE",
+    "REPLACE_KEYS",
     "SHARD_KEYS",
     "make_inputs",
     "resolve",
@@ -32,7 +33,8 @@ class Alt:
     """Renamed flags: each alternative is ``(flag, value)``; the first whose flag the revision's parser has
     (and whose value is among the flag's choices, where it has choices) is used."""
 
-    alternatives: tuple[tuple[str, str], ...]
+    alternatives: tuple[tuple[str, str | None], ...]
+    """``(flag, None)``: a flag without a value (``--replace-columns``, once ``--overwrite``)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,16 @@ COMMANDS = (
     Command("dedup substring", "dedup substring", ("{in}", "--output", "{out}")),
     Command("normalize", "normalize", ("{in}", "--output", "{out}"), quick=True),
     Command(
-        "langid --languages en", "langid", ("{in}", "--languages", "en", "--overwrite", "--output", "{out}")
+        "langid --languages en",
+        "langid",
+        (
+            "{in}",
+            "--languages",
+            "en",
+            Alt((("--replace-columns", None), ("--overwrite", None))),
+            "--output",
+            "{out}",
+        ),
     ),
     Command("filter", "filter", ("{in}", "--output", "{out}")),
     Command("pii", "pii", ("{in}", "--output", "{out}")),
@@ -134,6 +145,10 @@ SHARD_KEYS = ("shard_bytes", "shard_size")
 """The tokenize stage's shard-size key in a pipeline config, newest name first (renamed in f98c735); the
 first one ``zephyr run --check`` accepts at a revision is used."""
 
+REPLACE_KEYS = ("replace_columns", "overwrite")
+"""The key that lets a step replace a column the data has, newest name first (``overwrite`` became
+``replace_columns`` when ``--overwrite`` came to mean replacing an output folder's content)."""
+
 PIPELINE = """version: 1
 name: compare
 text_column: text
@@ -148,7 +163,7 @@ stages:
   - stage: langid
     languages: [en]
     min_score: 0.5
-    overwrite: true
+    {replace_key}: true
   - stage: heuristic_filter
     rules: [gopher, c4, fineweb]
   - stage: exact_dedup
@@ -288,5 +303,5 @@ def resolve(
 def _choose(alt: Alt, options: dict[str, list[str] | None], name: str) -> list[str]:
     for flag, value in alt.alternatives:
         if flag in options and (options[flag] is None or value in options[flag]):
-            return [flag, value]
+            return [flag] if value is None else [flag, value]
     raise ValueError(f"{name}: this revision's parser accepts none of {alt.alternatives}")

@@ -6,6 +6,13 @@ legitimately differs between two identical runs (it holds durations, dates or ab
 in ``IGNORED``: its digest is the word ``ignored``, so the file must still exist on both sides (a layout
 change shows) but its bytes are not compared. A JSON file matching ``STRIPPED`` is compared without the keys
 that hold times. The command's standard output is one more entry, ``<stdout>``.
+
+Both revisions' files are named in one layout before they are compared (``canonical``): the sidecar layout of
+``zephyr.io.layout`` (``OUT/`` holds the data only, the rest is in ``OUT.zephyr/``). A revision of the older
+layout kept the rest inside ``OUT`` under ``_`` names (``OUT/_dedup_stats.json``, ``OUT/_quarantine/``, a step's
+``NN-NAME/_work/``), which map onto their sidecar names, so a data file that only changed folders compares by
+its bytes. Files that exist in one layout only and hold no data (``LAYOUT_ONLY``: the claim manifest, the old
+HF card) are left out.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ __all__ = [
     "Stripped",
     "STRIPPED",
     "STDOUT",
+    "LAYOUT_ONLY",
+    "canonical",
     "digest_tree",
     "digest_bytes",
     "differing",
@@ -39,12 +48,51 @@ class Ignored:
     why: str
 
 
+LAYOUT_ONLY = (
+    Ignored(
+        "*.zephyr/manifest.json", "the claim manifest of the sidecar layout: names, sizes, a finish time"
+    ),
+    Ignored("*.zephyr/lock.json", "a lock a killed run left (none after a finished run)"),
+    Ignored("*/.huggingface.yaml", "the HF card the older layout wrote to keep HF off its _ folders"),
+)
+
+_KEPT_NAMES = {"_SUCCESS.json", "_STARTED.json"}
+"""Sidecar files that keep their ``_`` name in the sidecar layout (``zephyr.resume``'s markers)."""
+_RENAMED = {"dedup_stats.json": "stats.json", "quarantine/_unreadable": "unreadable"}
+
+
+def canonical(relative: str) -> str:
+    """``relative`` in the sidecar layout: ``out/_dedup_stats.json`` → ``out.zephyr/stats.json``,
+    ``out/_quarantine/_unreadable/x`` → ``out.zephyr/unreadable/x``, ``job/01-f/_work/main/y`` →
+    ``job/01-f.zephyr/work/main/y``; a path of the sidecar layout is returned as it is.
+
+    >>> canonical("out/_quarantine/stage-1/task-00000.parquet")
+    'out.zephyr/quarantine/stage-1/task-00000.parquet'
+    >>> canonical("job/02-f/_SUCCESS.json"), canonical("out.zephyr/stats.json")
+    ('job/02-f.zephyr/_SUCCESS.json', 'out.zephyr/stats.json')
+    """
+    parts = relative.split("/")
+    for i, part in enumerate(parts):
+        if i and part.startswith("_") and not part.startswith("__") and not parts[i - 1].endswith(".zephyr"):
+            rest = "/".join(parts[i:])
+            for old, new in _RENAMED.items():
+                if rest.startswith("_" + old):
+                    rest = new + rest[len(old) + 1 :]
+                    break
+            else:
+                rest = rest if parts[i] in _KEPT_NAMES else rest[1:]
+            return "/".join(parts[: i - 1] + [parts[i - 1] + ".zephyr", rest])
+    return relative
+
+
 IGNORED = (
-    Ignored("*_stats.json", "job stats (_stats.json, _dedup_stats.json, ...): seconds per job and stage"),
-    Ignored("*/stats.json", "`zephyr run`'s stats: seconds per step, start and end times"),
-    Ignored("*/report.html", "`zephyr run`'s report: wall times and dates (and its time plot, embedded)"),
-    Ignored("*/report.md", "`zephyr run`'s Markdown report: the same wall times and dates"),
-    Ignored("*/plots/time.png", "`zephyr run`'s plot of the seconds per step"),
+    Ignored(
+        "*/stats.json",
+        "job stats (stats.json; _stats.json, _dedup_stats.json before): seconds per job and stage",
+    ),
+    Ignored("out/report.html", "`zephyr run`'s report: wall times and dates (and its time plot, embedded)"),
+    Ignored("out/report.md", "`zephyr run`'s Markdown report: the same wall times and dates"),
+    Ignored("out/plots/time.png", "`zephyr run`'s plot of the seconds per step"),
 )
 
 
@@ -99,7 +147,9 @@ def digest_tree(
     of the JSON without the ``keys`` of a ``stripped`` rule for a file matching it)."""
     digests = {}
     for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
-        relative = path.relative_to(root).as_posix()
+        relative = canonical(path.relative_to(root).as_posix())
+        if ignored_pattern(relative, LAYOUT_ONLY):
+            continue
         strip = next((rule for rule in stripped if fnmatch.fnmatch(relative, rule.pattern)), None)
         if ignored_pattern(relative, ignored):
             digests[relative] = "ignored"

@@ -252,12 +252,10 @@ def train_check(p: Phase) -> None:
     if not done.stdout.strip() and lacking:
         # The zephyr CLI builds every command's parser at start, and the data commands import their stack
         # (zephyr.io: zstandard; dedup: polars); the check itself needs neither. Same parser, same handler:
-        p.save(
-            ran_as=f"zephyr.trainer.check.cli (the zephyr CLI cannot start here: it imports {lacking[-1]})"
-        )
+        p.save(ran_as=f"zephyr.trainer.cli (the zephyr CLI cannot start here: it imports {lacking[-1]})")
         code = (
             "import sys\nfrom zephyr.cli import _common_parser\n"
-            "from zephyr.trainer.check.cli import build_check_parser\n"
+            "from zephyr.trainer.cli import build_check_parser\n"
             "args = build_check_parser(_common_parser()).parse_args(sys.argv[1:])\nsys.exit(args.func(args))\n"
         )
         done = _python([sys.executable, "-c", code, *args[2:]], p)
@@ -297,8 +295,8 @@ def _measured_peak(p: Phase, dispatch: str) -> dict[str, Any]:
     the second step's peak is what the estimate predicts (the first creates the AdamW state)."""
     import torch
     from zephyr.trainer.check.harness import Target, build, run_step, synthetic_batch
+    from zephyr.trainer.config import get_preset
     from zephyr.trainer.devices import resolve_device
-    from zephyr.trainer.presets import get_preset
 
     s = p.sizes
     info = resolve_device(p.device)
@@ -328,9 +326,9 @@ def mfu(p: Phase) -> None:
     """Tokens/s and MFU of ``zephyr.trainer.train`` and of the plain compiled reference, same process, same
     shape, same FLOPs per token (``flops_per_token``), same peak; zephyr first (it is the figure that counts)."""
     import torch
+    from zephyr.trainer.config import get_preset
     from zephyr.trainer.devices import peak_flops_for
     from zephyr.trainer.model import count_params, flops_per_token
-    from zephyr.trainer.presets import get_preset
 
     s = p.sizes
     model_cfg = get_preset(s.preset)
@@ -499,8 +497,8 @@ def profile(p: Phase) -> None:
     """A few steps of zephyr's trainer under ``torch.profiler``: the kernels that take the device's time."""
     import torch
     from torch.profiler import ProfilerActivity
+    from zephyr.trainer.config import get_preset
     from zephyr.trainer.model import flops_per_token
-    from zephyr.trainer.presets import get_preset
 
     s = p.sizes
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if p.device == "cuda" else [])
@@ -610,8 +608,8 @@ def loader(p: Phase) -> None:
     """``train()`` on a token-shard set (``TokenLoader``, tokens packing) at the MFU phase's configuration: the
     share of step time the step loop spent getting its batches (``data_loading_s`` of each record over its
     ``step_time_s``, torchtitan's data_loading(%)), and tokens/s beside the synthetic-token run."""
+    from zephyr.trainer.config import get_preset
     from zephyr.trainer.model import flops_per_token
-    from zephyr.trainer.presets import get_preset
 
     s = p.sizes
     model_cfg = get_preset(s.preset)
@@ -641,11 +639,11 @@ def loader(p: Phase) -> None:
 
 
 def _token_shards(directory: Path, tokens: int, vocab_size: int) -> None:
-    """A token-shard set (format version 1, ``zephyr.tokenize.format``) of ``tokens`` random ids below
+    """A token-shard set (format version 1, ``zephyr.tokenize.shards``) of ``tokens`` random ids below
     ``vocab_size`` (so the model is not widened), documents of 1..4000 tokens, 4 shards. Written with numpy
     alone, as a training node reads it: zephyr's shard writer belongs to the data side (``zephyr.io``)."""
     import numpy as np
-    from zephyr.tokenize.format import (
+    from zephyr.tokenize.shards import (
         FORMAT_NAME,
         FORMAT_VERSION,
         ShardFile,

@@ -354,9 +354,11 @@ def _hwm_mib(pid: int | str) -> float:
 
 
 def _role(p: psutil.Process) -> str:
-    """``worker`` for a spawned worker process (zephyr's local executor and dask's nanny both use
-    ``multiprocessing`` spawn), ``helper`` for anything else (e.g. multiprocessing's resource tracker)."""
+    """``worker`` for a worker process (zephyr's local executor runs ``zephyr.executors.worker``; dask's nanny
+    uses ``multiprocessing`` spawn), ``helper`` for anything else (e.g. multiprocessing's resource tracker)."""
     cmdline = " ".join(p.cmdline())
+    if "zephyr.executors.worker" in cmdline:
+        return "worker"
     return "worker" if "spawn_main" in cmdline and "resource_tracker" not in cmdline else "helper"
 
 

@@ -9,7 +9,7 @@
 Without ``--shards`` it writes a synthetic uint16 set (random ids, documents of 1..4000 tokens, 4 shards).
 
 1. Packing: per mode (``tokens`` = concat-and-chunk, ``documents``, ``best-fit``), from the set's document
-   lengths (``zephyr.tokenize.packing.packing_stats``): samples, padding fraction, fraction of documents
+   lengths (``packing_stats``, here): samples, padding fraction, fraction of documents
    split across samples, the same among documents that fit in seq_len, and tokens in no sample.
 2. Throughput, rounds interleaved: the numpy memmap limit (shuffled windows sliced and cast to int64, nothing
    else), then ``TokenLoader.iter_batches(B)`` per packing mode (input_ids + labels + positions), single
@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pyarrow as pa
+from zephyr.tokenize._samples import document_spans, pack_best_fit
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
@@ -50,6 +51,68 @@ PEERS = {
 }
 LIMIT = "numpy memmap shuffled windows (limit)"
 MODES = ("tokens", "documents", "best-fit")
+
+
+def packing_stats(shard_lengths: list[np.ndarray], seq_len: int, packing: str, **kwargs) -> dict[str, float]:
+    """Padding and splitting of one packing mode over shards of documents (``shard_lengths``: lengths per shard).
+
+    Returns ``padding_fraction`` (pad inputs / input slots), ``split_fraction`` (documents whose inputs land
+    in more than one sample), ``fit_split_fraction`` (the same among documents of at most ``seq_len``
+    tokens: the splits a packing could avoid), ``unused_fraction`` (tokens that are in no sample's inputs)
+    and ``samples``. ``"tokens"``: windows start every ``seq_len`` tokens of a shard; ``"best-fit"``: as
+    ``pack_best_fit`` (``window`` in ``kwargs``).
+    """
+    lengths = np.concatenate(shard_lengths) if shard_lengths else np.zeros(0, np.int64)
+    fits = lengths <= seq_len
+    total = int(lengths.sum())
+    if packing == "tokens":
+        split = []
+        samples = used = 0
+        for docs in shard_lengths:
+            ends = np.cumsum(docs)
+            n = max(0, (int(ends[-1]) - 1) // seq_len) if len(docs) else 0
+            starts = ends - docs
+            last = np.minimum(ends, n * seq_len) - 1  # the last input token of each document
+            inside = starts < n * seq_len
+            split.append(inside & (last // seq_len > starts // seq_len))
+            samples += n
+            used += n * seq_len
+        split_mask = np.concatenate(split) if split else np.zeros(0, bool)
+        padding = 0.0
+    elif packing == "best-fit":
+        offsets = [np.concatenate([[0], np.cumsum(d)]) for d in shard_lengths]
+        base = np.concatenate([[0], np.cumsum([o[-1] for o in offsets])])
+        doc_starts = np.concatenate([o[:-1] + b for o, b in zip(offsets, base)] + [[base[-1]]]).astype(
+            np.int64
+        )
+        doc_base = np.concatenate([[0], np.cumsum([len(d) for d in shard_lengths])]).astype(np.int64)
+        index = pack_best_fit(doc_starts, doc_base, seq_len, **kwargs)
+        samples, used = index.num_bins, total
+        padding = 1.0 - total / max(1, samples * seq_len)
+        split_mask = lengths > seq_len
+    elif packing == "documents":
+        split, samples, slots_used = [], 0, 0
+        for docs in shard_lengths:
+            offsets = np.concatenate([[0], np.cumsum(docs)]).astype(np.int64)
+            starts, spans = document_spans(offsets, seq_len)
+            samples += len(starts)
+            slots_used += int(np.minimum(spans, seq_len).sum())
+            first = np.searchsorted(starts, offsets[:-1], side="right") - 1  # the sample holding each start
+            last_in = np.searchsorted(starts, np.maximum(offsets[1:] - 1, offsets[:-1]), side="right") - 1
+            split.append(last_in > first)
+        split_mask = np.concatenate(split) if split else np.zeros(0, bool)
+        used = total
+        padding = 1.0 - slots_used / max(1, samples * seq_len)
+    else:
+        raise ValueError(f"packing_stats knows 'tokens', 'documents' and 'best-fit', got {packing!r}")
+    docs = max(1, len(lengths))
+    return {
+        "samples": float(samples),
+        "padding_fraction": float(padding),
+        "split_fraction": float(split_mask.sum() / docs),
+        "fit_split_fraction": float((split_mask & fits).sum() / max(1, int(fits.sum()))),
+        "unused_fraction": float(1.0 - used / max(1, total)),
+    }
 
 
 def build(directory: Path, tokens: int) -> None:
@@ -91,8 +154,7 @@ def build(directory: Path, tokens: int) -> None:
 
 def packing_rows(shards: Path, L: int) -> list[str]:
     from zephyr.tokenize import TokenLoader
-    from zephyr.tokenize.format import read_manifest
-    from zephyr.tokenize.packing import packing_stats
+    from zephyr.tokenize.shards import read_manifest
 
     manifest = read_manifest(str(shards))
     lengths = [np.diff(np.load(shards / s.files["offsets"].path)) for s in manifest.shards]
@@ -161,7 +223,7 @@ def _peer(name: str, shards: Path, work: Path, args) -> list[dict]:
 
 def throughput(shards: Path, work: Path, args) -> tuple[dict, dict, dict, list[str]]:
     from zephyr.tokenize import TokenLoader
-    from zephyr.tokenize.format import read_manifest
+    from zephyr.tokenize.shards import read_manifest
 
     L, n, B = args.seq_len, args.samples, args.batch_size
     manifest = read_manifest(str(shards))

@@ -43,6 +43,7 @@ from _compare_commands import (  # noqa: E402
     COMMANDS,
     EXCLUDED,
     PIPELINE,
+    REPLACE_KEYS,
     SHARD_KEYS,
     Command,
     data_files,
@@ -153,14 +154,16 @@ def make_side(name: str, spec: str, out: Path) -> Side:
 
 
 def pipeline_config(side: Side, files: list[str], dest: Path) -> str:
-    """The pipeline config for ``side``: ``PIPELINE`` with the first shard key its ``zephyr run --check`` takes."""
+    """The pipeline config for ``side``: ``PIPELINE`` with the first shard key and column-replacing key its
+    ``zephyr run --check`` takes."""
     for key in SHARD_KEYS:
-        path = dest / f"pipeline-{side.name}.yaml"
-        path.write_text(PIPELINE.format(paths=json.dumps(files), shard_key=key))
-        check = subprocess.run([side.zephyr, "run", str(path), "--check"], capture_output=True, cwd=dest)
-        if check.returncode == 0:
-            return str(path)
-    raise SystemExit(f"{side.label}: no shard key of {SHARD_KEYS} passes `zephyr run --check`")
+        for replace in REPLACE_KEYS:
+            path = dest / f"pipeline-{side.name}.yaml"
+            path.write_text(PIPELINE.format(paths=json.dumps(files), shard_key=key, replace_key=replace))
+            check = subprocess.run([side.zephyr, "run", str(path), "--check"], capture_output=True, cwd=dest)
+            if check.returncode == 0:
+                return str(path)
+    raise SystemExit(f"{side.label}: no keys of {SHARD_KEYS} x {REPLACE_KEYS} pass `zephyr run --check`")
 
 
 def run_once(side: Side, argv: list[str], run_dir: Path, log_dir: Path, env: dict) -> dict:

@@ -119,7 +119,7 @@ def zephyr_child(argv: list[str]) -> int:
         src,
         tokenizer=tok_path,
         output=out,
-        shard_size="64MB",
+        shard_bytes="64MB",
         batch_rows=int(batch_rows),
         executor=executor,
         workers=int(workers) or None,

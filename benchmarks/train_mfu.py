@@ -31,9 +31,8 @@ import time
 from pathlib import Path
 
 import torch
-from zephyr.trainer.config import OptimConfig, TrainConfig
+from zephyr.trainer.config import OptimConfig, TrainConfig, get_preset
 from zephyr.trainer.model import count_params
-from zephyr.trainer.presets import get_preset
 from zephyr.trainer.train import train
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

@@ -10,11 +10,11 @@
                        [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
                        [--index DIR [--update-index]] [--write-index DIR]
-    both:              [--overwrite | --output-column NAME]   (annotate mode: the dup columns; see read_inputs)
+    both:              [--replace-columns | --output-column NAME]   (annotate mode: the dup columns; see read_inputs)
 
 Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
 as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
-``DIR/_dedup_stats.json`` holds the job statistics (per stage rows in/out/dropped/quarantined, counters with
+``DIR.zephyr/stats.json`` (the sidecar, ``zephyr.io.layout``) holds the job statistics (per stage rows in/out/dropped/quarantined, counters with
 the cluster-size histogram ``dedup/cluster_size=N``); its top-level ``tasks``, ``tasks_resumed``,
 ``task_retries`` and ``jobs`` cover every engine job of the run, its ``stages`` the final write. Rows with
 null text pass through unchanged and are counted (``dedup/null_text``). Incremental dedup: ``--write-index

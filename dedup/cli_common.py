@@ -7,7 +7,6 @@ import argparse
 import functools
 import json
 import logging
-import os
 from typing import Any
 
 from zephyr.config import REMOVAL_MODES
@@ -36,7 +35,7 @@ sets ``dup_level`` when its own ``--level`` does not say (``paragraph``, ``url``
 
 def read_inputs(args: argparse.Namespace):
     """The inputs, after the column check (``annotate`` mode: none of the columns it writes may exist unless
-    ``--overwrite``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
+    ``--replace-columns``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
     import zephyr
@@ -45,7 +44,9 @@ def read_inputs(args: argparse.Namespace):
 
     internal, written = dup_columns(args)
     if args.mode == "annotate":
-        check_input_columns(args.inputs, written, overwrite=args.overwrite, rename="--output-column NAME")
+        check_input_columns(
+            args.inputs, written, replace_columns=args.replace_columns, rename="--output-column NAME"
+        )
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
     ds = zephyr.read(args.inputs, approx_shard_bytes=APPROX_SHARD_BYTES, on_error=args.on_error, **schema)
     return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
@@ -70,11 +71,11 @@ def output_of(args: argparse.Namespace, out: Any) -> Any:
     internal, written = dup_columns(args)
     names = tuple(zip(internal, written)) if args.mode == "annotate" else ()
     restore = tuple((ASIDE_PREFIX + name, name) for name in internal)
-    return out.map_batches(RenameColumns(names + restore, replace=args.overwrite), name="dedup.columns")
+    return out.map_batches(RenameColumns(names + restore, replace=args.replace_columns), name="dedup.columns")
 
 
 def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]], routed: Any = None):
-    """Write ``OUTPUT/_dedup_stats.json`` and return the command's ``Summary`` (``zephyr.summary``).
+    """Write ``OUTPUT.zephyr/stats.json`` and return the command's ``Summary`` (``zephyr.summary``).
 
     ``routed`` (a ``zephyr.dropped.Routed``, with ``--dropped-output``): the run wrote its kept and removed
     rows in separate jobs; ``result`` is the kept rows' write, and the accounting comes from all three."""
@@ -95,7 +96,9 @@ def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str,
     stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
     stats["dedup"]["counters"] = counters
     stats["dedup"]["rows"] = row_balance(stats.get("stages", []))
-    stats_path = os.path.join(output, "_dedup_stats.json")
+    from zephyr.io.layout import stats_path as side_stats
+
+    stats_path = side_stats(output)
     fields: dict[str, Any] = {
         "output": output,
         "stats": stats_path,
@@ -112,9 +115,9 @@ def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str,
         }
     else:
         summary = from_stages(stats.get("stages", []), **fields)
-    os.makedirs(output, exist_ok=True)
-    with open(stats_path, "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=True, default=str)
+    from zephyr.io.paths import write_bytes_atomic
+
+    write_bytes_atomic(stats_path, json.dumps(stats, indent=2, sort_keys=True, default=str).encode())
     logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
     return summary
 
@@ -261,7 +264,7 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     )
     add_on_error(p)
     if output:
-        add_output_dir(p, "output directory (Parquet parts + _dedup_stats.json)")
+        add_output_dir(p, "output directory (Parquet parts; stats in OUTPUT.zephyr/stats.json)")
     p.add_argument(
         "--mode",
         choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast
@@ -277,11 +280,11 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.cli import add_overwrite
+    from zephyr.cli import add_replace_columns
     from zephyr.io.input_schema import add_schema_arguments
 
     add_schema_arguments(p)
-    add_overwrite(
+    add_replace_columns(
         p,
         "the dup columns (--mode annotate)",
         default="dup",

@@ -7,7 +7,7 @@
     zephyr dedup url INPUT... --output DIR [--url-column url] [--mode annotate|remove]
     zephyr dedup substring INPUT... --output DIR [--min-bytes 100] [--min-doc-bytes 0] [--anchor-bytes N]
 
-Each writes Parquet parts and ``DIR/_dedup_stats.json`` like ``zephyr dedup exact``.
+Each writes Parquet parts and ``DIR.zephyr/stats.json`` like ``zephyr dedup exact``.
 """
 
 from __future__ import annotations
@@ -203,9 +203,9 @@ def _check_no_annotation(args: argparse.Namespace) -> None:
             "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
             "(leave --mode out)"
         )
-    if args.overwrite or args.output_column != "dup":
+    if args.replace_columns or args.output_column != "dup":
         raise ConfigError(
-            "zephyr dedup substring adds no column, so --overwrite and --output-column do not apply (leave them out)"
+            "zephyr dedup substring adds no column, so --replace-columns and --output-column do not apply (leave them out)"
         )
 
 
@@ -317,7 +317,9 @@ def _add_url_flags(url: argparse.ArgumentParser) -> None:
 
 
 def _add_substring_flags(substring: argparse.ArgumentParser) -> None:
-    substring.set_defaults(mode="remove", dup_level="none")  # adds no column: --overwrite has nothing to do
+    substring.set_defaults(
+        mode="remove", dup_level="none"
+    )  # adds no column: --replace-columns has nothing to do
     substring.add_argument(
         "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
     )

@@ -5,7 +5,7 @@ and a pipeline built on the same steps did the same, deep inside a run. ``check_
 the enabled steps in order before any work: it starts from the read step's input files (their footers or
 first blocks, ``zephyr.io.schema_plan.peek_schemas``, plus the source column the read step fills in) and
 adds what each step writes. A step whose columns are already there fails in one line naming the step, the
-column, where it came from (an input file or an earlier step) and the two keys that fix it: ``overwrite:
+column, where it came from (an input file or an earlier step) and the two keys that fix it: ``replace_columns:
 true`` or ``output_column: NAME``.
 
 What each step adds to the rows it passes on:
@@ -81,7 +81,7 @@ def _extract_columns(entry: StepEntry, config: PipelineConfig) -> dict[str, str]
 
 def check_added_columns(config: PipelineConfig) -> None:
     """Raise ``ColumnExistsError`` (one line, key paths) when an enabled step would replace a column the data
-    has at that point without ``overwrite: true``; see the module docstring for the walk."""
+    has at that point without ``replace_columns: true``; see the module docstring for the walk."""
     enabled = [entry for entry in config.steps if entry.enabled]
     if not any(added_columns(entry, config) for entry in enabled):
         return  # nothing to check: no input file is opened
@@ -99,16 +99,16 @@ def check_added_columns(config: PipelineConfig) -> None:
             return  # its output columns are unknown until it runs; each later step checks its own batches
         added = added_columns(entry, config)
         clash = [name for name in added if name in origin]
-        if clash and not entry.config.overwrite:
+        if clash and not entry.config.replace_columns:
             what = ", ".join(repr(name) for name in clash)
             it = "it" if len(clash) == 1 else "them"
             raise ColumnExistsError(
                 f"steps[{i}] ({entry.name}): the data already has {what} (from {origin[clash[0]]}); "
-                f"set steps[{i}].overwrite: true to replace {it}, or steps[{i}].output_column: NAME to write "
+                f"set steps[{i}].replace_columns: true to replace {it}, or steps[{i}].output_column: NAME to write "
                 "under another name"
             )
         if entry.type == "heuristic_filter":  # its reason column goes to dropped/, not to the next step
-            if entry.config.overwrite and entry.config.output_column is None:
+            if entry.config.replace_columns and entry.config.output_column is None:
                 origin.pop("drop_reason", None)  # replaced, so gone from the kept rows
             continue
         for name in added:

@@ -416,7 +416,7 @@ def _check_order(entries: list[StepEntry], errors: list[str]) -> None:
 
 def _check_output_column(entry: StepEntry, top: dict[str, str], where: str, errors: list[str]) -> None:
     """A step's ``output_column`` may not be one of the columns every step works on: replacing the text or
-    the ids is never what a person meant, whatever ``overwrite`` says."""
+    the ids is never what a person meant, whatever ``replace_columns`` says."""
     name = getattr(entry.config, "output_column", None)
     for key in ("text_column", "id_column", "source_column"):
         if name is not None and name == top.get(key, PipelineConfig.__dataclass_fields__[key].default):

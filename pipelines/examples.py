@@ -1,4 +1,4 @@
-"""Example rows for the report, saved by the steps while they run: ``_examples.json`` in a step folder.
+"""Example rows for the report, saved by the steps while they run: ``examples.json`` in a step's sidecar.
 
 The report shows, for each filter, a few kept rows and a few dropped rows per top drop reason, and for each
 dedup step a few clusters: the kept text beside a removed one, with their true Jaccard. Nothing is re-run
@@ -13,7 +13,7 @@ key (the hash of the group name) is smallest. The k smallest of a union are the 
 k smallest, so every executor, worker count and task split selects the same rows.
 
 Each op instance keeps its selection in memory; when a batch changes it, the rows that entered are written
-to ``_work/_examples/part-<sha256>.parquet`` (named by content: a retried task writes the same name; a task
+to ``work/examples/part-<sha256>.parquet`` in the sidecar (named by content: a retried task writes the same name; a task
 skipped on resume left its parts in the first run). A batch that cannot enter the selection writes nothing,
 so a task leaves a handful of parts, not one per batch.
 
@@ -279,7 +279,7 @@ def filter_collector(ctx: StepContext, groups: ReasonGroups) -> CollectExamples:
     p = ctx.pipeline
     fields = (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
     return CollectExamples(
-        str(ctx.step_dir / PARTS_DIR),
+        str(ctx.side_dir / PARTS_DIR),
         groups,
         id_column=p.id_column,
         text_column=p.text_column,
@@ -291,7 +291,7 @@ def dedup_collector(ctx: StepContext) -> CollectExamples:
     """The op that saves a dedup step's examples: per cluster its kept row and the first removed row."""
     p = ctx.pipeline
     return CollectExamples(
-        str(ctx.step_dir / PARTS_DIR),
+        str(ctx.side_dir / PARTS_DIR),
         ClusterGroups(),
         id_column=p.id_column,
         text_column=p.text_column,
@@ -310,11 +310,11 @@ def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
             if op["op"] in outcome.accounting_ops:
                 for reason, n in op.get("dropped_by_reason", {}).items():
                     dropped[reason] = dropped.get(reason, 0) + int(n)
-    outcome.extra["examples"] = str(merge_filter_examples(ctx.step_dir, dropped))
+    outcome.extra["examples"] = str(merge_filter_examples(ctx.side_dir, dropped))
     return outcome
 
 
 def dedup_examples(ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str) -> None:
     """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
-    path = merge_dedup_examples(ctx.step_dir, shingle=shingle, ngram=ngram, normalize=normalize)
+    path = merge_dedup_examples(ctx.side_dir, shingle=shingle, ngram=ngram, normalize=normalize)
     outcome.extra["examples"] = str(path)

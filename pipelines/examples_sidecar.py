@@ -1,9 +1,9 @@
-"""The report examples' sidecar, ``_examples.json`` in a step folder: its format, the selection rule
+"""The report examples' file, ``examples.json`` in a step's sidecar ``JOB/NN-NAME.zephyr``: its format, the selection rule
 both the collecting op and the merge apply, merging the collected parts into the sidecar, and reading it.
 Collection while a step runs is ``zephyr.pipelines.examples`` (which re-exports the public names here).
 
 **Merging.** When the step's write is done, ``merge_filter_examples`` / ``merge_dedup_examples`` read the
-parts, make the same selection once more, write ``_examples.json`` and remove the parts. Filter texts are
+parts, make the same selection once more, write ``examples.json`` and remove the parts. Filter texts are
 cut to ``MAX_CHARS``; a dedup pair is cut to ``WINDOW_WORDS`` words from a little before its first
 difference, and its Jaccard is computed on the full texts with the step's own shingling
 (``zephyr.dedup.shingles.shingle_hashes`` and ``zephyr.dedup.verify.jaccard``, the verify step's kernels).
@@ -42,9 +42,9 @@ __all__ = [
     "read_examples",
 ]
 
-EXAMPLES_FILE = "_examples.json"
-PARTS_DIR = Path("_work") / "_examples"
-"""Where the collecting ops write their parts, relative to the step folder."""
+EXAMPLES_FILE = "examples.json"
+PARTS_DIR = Path("work") / "examples"
+"""Where the collecting ops write their parts, relative to the step's sidecar (``JOB/NN-NAME.zephyr``)."""
 EXAMPLES_VERSION = 1
 PER_GROUP = 3
 """Kept rows, and dropped rows per reason, that a filter's sidecar holds."""
@@ -141,7 +141,7 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
 
 
 def merge_filter_examples(step_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
-    """Write a filter step's ``_examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
+    """Write a filter step's ``examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
     from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(step_dir)
@@ -175,7 +175,7 @@ def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
 
 
 def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
-    """Write a dedup step's ``_examples.json``: per cluster the kept row, one removed row and their Jaccard
+    """Write a dedup step's ``examples.json``: per cluster the kept row, one removed row and their Jaccard
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup.shingles import shingle_hashes
     from zephyr.dedup.verify import jaccard

@@ -2,21 +2,28 @@
 
 Job directory layout (stats format 2, ``zephyr.pipelines.stats_format``)::
 
+    JOB/lock.json                   held while a run uses the folder (``zephyr.io.lock``): a second
+                                    ``zephyr run`` on the same job folder is refused naming this one
     JOB/pipeline.yaml               the validated config, as run (paths resolved)
     JOB/stats.json                  the job: one record per step (below), in order, and totals
     JOB/report.md, report.html      the human report (``zephyr.pipelines.report``), plots/ beside them
-    JOB/NN-NAME/                    one folder per step, NN = its position in the config
-        part-00000.parquet, ...     the step's output rows (data steps), numbered densely from 00000
-        _stats.json                 the step record (below); ``stats.json`` of an older run is still read
+    JOB/NN-NAME/                    one folder per step, NN = its position in the config: a data step's
+        part-00000.parquet, ...     output rows and nothing else, numbered densely from 00000 (published
+                                    whole, ``zephyr.io.publish``); tokenize and train steps hold their
+        shards/, tokenizer.json, train.jsonl, checkpoints/   files (no Parquet)
+    JOB/NN-NAME.zephyr/             the step's sidecar (``zephyr.io.layout``): everything else
+        stats.json                  the step record (below)
         _SUCCESS.json               {"fingerprint": ...}: written last; the step is complete
-        _STARTED.json               {"fingerprint": ...}: which config the files in this folder belong to
-        _work/ACTION/               engine work directories (task markers, spills); removed when the step
-                                    completes, except _work/*/quarantine/ (quarantined rows, Parquet)
-        _dropped/, _classifier.bin  a heuristic filter's dropped rows, a quality step's trained model
-        shards/, tokenizer.json, train.jsonl, checkpoints/   (tokenize and train steps, which hold no Parquet)
+        _STARTED.json               {"fingerprint": ...}: which config the step's files belong to
+        work/ACTION/                engine work directories (task markers, spills); removed when the step
+                                    completes, except work/*/quarantine/ (quarantined rows, Parquet)
+        dropped/, classifier.bin    a heuristic filter's dropped rows, a quality step's trained model
+        examples.json               the report's example rows (``zephyr.pipelines.examples``)
+        manifest.json               the files the step published (``zephyr.io.claim``)
 
-    Everything in a data step's folder but its part files starts with ``_``, so pyarrow, polars, duckdb and
-    HF ``datasets`` read the folder as exactly the step's kept rows.
+    So pyarrow, polars, duckdb and HF ``datasets`` read ``JOB/NN-NAME`` as exactly the step's kept rows, and
+    ``JOB/NN-NAME.zephyr/dropped`` as exactly its dropped ones. A step folder of the older layout (its
+    bookkeeping inside, under ``_`` names) does not resume: the step reruns into the layout above.
 
 Resume. There is one driver: this module decides *which* step runs, and the engine's ``zephyr.resume``
 says *how* resume works, for pipeline steps as for engine tasks. A step's fingerprint
@@ -26,11 +33,11 @@ stores). A rerun skips every step that is complete with the same fingerprint (``
 ``_SUCCESS.json`` holds it; and its record's files lie in its folder and still have the size and checksum
 recorded as they were written, ``checksums``); the first unfinished step reruns with
 the same engine work directories, so its finished tasks are skipped too (and ``train`` resumes from its last
-checkpoint). A step whose folder belongs to another fingerprint (the config changed, or a job folder written by
-a zephyr whose fingerprints differ) is cleared first (``resume.begin``). ``from_step`` reruns that step and
+checkpoint). A step whose folders belong to another fingerprint (the config changed, or a job folder written by
+a zephyr whose fingerprints differ) is cleared first (``resume.begin`` on the sidecar, then the data folder). ``from_step`` reruns that step and
 the ones after it from scratch (earlier ones must be complete); ``until_step`` stops after it.
 
-Step record (``_stats.json`` of a step, version 2): ``step`` (its name), ``type``, ``index``, ``dir``,
+Step record (``NN-NAME.zephyr/stats.json``, version 2): ``step`` (its name), ``type``, ``index``, ``dir``,
 ``fingerprint``, ``config`` (as fingerprinted), ``rows_in``, ``rows_kept``, ``rows_dropped``
 (``dropped_by_reason``), ``rows_quarantined``, ``balanced``; ``bytes_in``/``bytes_out`` (Parquet bytes on
 disk), ``seconds``, ``tasks``/``tasks_resumed``/``task_retries`` (over every engine job of the step, one
@@ -88,12 +95,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 __getattr__ = old_names_getattr(__name__)  # stage_dir_name: the old name, for one release
 
-STEP_STATS = "_stats.json"
-OLD_STEP_STATS = "stats.json"
-"""The step record's name in job folders made before the ``_`` rule: read, never written (for one release)."""
+STEP_STATS = "stats.json"
+"""The step record, in the step's sidecar."""
 _OLD_KEYWORDS = {"from_stage": "from_step", "until_stage": "until_step", "on_stage_done": "on_step_done"}
 """``run_pipeline`` keywords of the old vocabulary (read for one release, with a warning)."""
-_OLD_RENAMES = (("classifier.bin", "_classifier.bin"), ("classifier.fingerprint", "_classifier.fingerprint"))
+_OLD_LAYOUT = ("_SUCCESS.json", "_STARTED.json", "_stats.json", "stats.json", "_work", "_dropped", "dropped")
+"""Bookkeeping an older zephyr kept inside a step folder: such a folder is cleared and its step reruns."""
 
 
 @dataclass
@@ -186,11 +193,16 @@ def _write_json(path: Path, payload: Any) -> None:
         f.write(json.dumps(payload, indent=1, sort_keys=False, default=str) + "\n")
 
 
+def side_dir(step_dir: Path) -> Path:
+    """The sidecar of a step folder: ``JOB/NN-NAME.zephyr`` (``zephyr.io.layout``)."""
+    from zephyr.io.layout import sidecar
+
+    return Path(sidecar(str(step_dir)))
+
+
 def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
-    """A complete step's record, in the current format: ``_stats.json``, or ``stats.json`` written by an older
-    zephyr (a job folder made before either rename resumes instead of rerunning its finished steps)."""
-    stats = _read_json(step_dir / STEP_STATS)
-    stats = stats if stats is not None else _read_json(step_dir / OLD_STEP_STATS)
+    """A step's record (format 1 records are upgraded), from its sidecar."""
+    stats = _read_json(side_dir(step_dir) / STEP_STATS)
     return upgrade_record(stats) if stats is not None else None
 
 
@@ -198,11 +210,11 @@ def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
     """The record of a step complete with ``fingerprint`` whose files still hold the bytes written; None: it
     must run (with a warning naming the record when its files are what is wrong)."""
     stats = _read_step_stats(step_dir)
-    if not resume.is_complete(step_dir, fingerprint, stats.get("files", []) if stats else None):
+    if not resume.is_complete(side_dir(step_dir), fingerprint, stats.get("files", []) if stats else None):
         return None
     problem = _files_problem(step_dir, stats)
     if problem is not None:
-        log.warning("%s: %s; the step reruns", step_dir / STEP_STATS, problem)
+        log.warning("%s: %s; the step reruns", side_dir(step_dir) / STEP_STATS, problem)
         return None
     return stats
 
@@ -210,7 +222,8 @@ def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
 def _files_problem(step_dir: Path, record: dict[str, Any]) -> str | None:
     """Why the files a complete step's record names cannot be used as they are, or None. Every file a later
     step reads (its parts, the dropped rows a quality step may train on, a tokenize step's shards) must lie in
-    the step's folder and have the size and checksum recorded when it was written (``checksums``)."""
+    the step's folder or its sidecar and have the size and checksum recorded when it was written
+    (``checksums``)."""
     checksums = record.get("checksums")
     extra = record.get("extra") if isinstance(record.get("extra"), dict) else {}
     named = [*record.get("files", []), *extra.get("dropped_files", [])]
@@ -219,23 +232,24 @@ def _files_problem(step_dir: Path, record: dict[str, Any]) -> str | None:
     if not isinstance(checksums, dict):
         return "it records no checksums of its files (written by an older zephyr)"
     for path in [*named, *checksums]:
-        if not isinstance(path, str) or not resume.inside(path, [(str(step_dir), None)]):
-            return f"it names {path!r}, outside the step's folder"
+        owned = [(str(step_dir), None), (str(side_dir(step_dir)), None)]
+        if not isinstance(path, str) or not resume.inside(path, owned):
+            return f"it names {path!r}, outside the step's folders"
     missing = [p for p in named if p not in checksums]
     if missing:
         return f"no checksum recorded for {missing[0]}"
     return resume.check_files(checksums)
 
 
-def _migrate_old_names(step_dir: Path) -> None:
-    """Resuming a step an older zephyr began: its files named without ``_`` would be read as data by readers
-    of the folder. A trained classifier takes its new name (and is reused); a stale record and dropped rows
-    go (the step writes them again)."""
-    for old, new in _OLD_RENAMES:
-        if (step_dir / old).is_file() and not (step_dir / new).exists():
-            os.replace(step_dir / old, step_dir / new)
-    (step_dir / OLD_STEP_STATS).unlink(missing_ok=True)
-    shutil.rmtree(step_dir / "dropped", ignore_errors=True)
+def _begin(step_dir: Path, fingerprint: str, *, fresh: bool) -> None:
+    """Claim the step's folders for a run of ``fingerprint`` (``resume.begin`` on the sidecar); the data folder
+    is cleared with it, and whenever the sidecar says nothing about it (a folder of the older layout, or one
+    whose sidecar was removed: its files belong to no known run)."""
+    side = side_dir(step_dir)
+    known = (side / resume.STARTED).is_file()
+    old_layout = any((step_dir / name).exists() for name in _OLD_LAYOUT)
+    if resume.begin(side, fingerprint, fresh=fresh) or not known or old_layout:
+        shutil.rmtree(step_dir, ignore_errors=True)
 
 
 def _execution_dict(execution: Any) -> dict[str, Any]:
@@ -328,7 +342,30 @@ def _run_pipeline(
     _check(config, [entry for _, entry in enabled[start : stop + 1]])
 
     job = Path(job_dir).resolve()
+    from zephyr.io import claim, lock
+
+    # the job folder holds the steps' outputs: never an input's folder, and one run at a time
+    claim.check_not_inputs(str(job), enabled[0][1].config.paths, flag="the job folder")
     job.mkdir(parents=True, exist_ok=True)
+    with lock.held(str(job / "lock.json"), "the job folder", str(job)):
+        return _run_steps(
+            config, job, enabled, start, stop, execution_kw, reporter, report, from_step, on_step_done
+        )
+
+
+def _run_steps(
+    config: PipelineConfig,
+    job: Path,
+    enabled: list[tuple[int, StepEntry]],
+    start: int,
+    stop: int,
+    execution_kw: dict[str, Any],
+    reporter: ProgressReporter,
+    report: bool,
+    from_step: str | None,
+    on_step_done: Callable[[dict[str, Any]], None] | None,
+) -> PipelineResult:
+    """The steps of ``_run_pipeline`` from ``start`` to ``stop``, in the locked job folder ``job``."""
     _write_pipeline_yaml(config, job / "pipeline.yaml")
     run = _Run(
         config,
@@ -423,8 +460,7 @@ def _run_step(
 
     from zephyr import job_stats, progress
 
-    resume.begin(step_dir, fingerprint, fresh=fresh)
-    _migrate_old_names(step_dir)
+    _begin(step_dir, fingerprint, fresh=fresh)
     run.reporter.started(position, run.total, entry)
     ctx = StepContext(
         entry=entry,
@@ -457,9 +493,10 @@ def _run_step(
         "extra": outcome.extra,
     }
     inherit_inputs(record, run.records)
-    _write_json(step_dir / STEP_STATS, record)
-    resume.drop_scratch(step_dir / "_work")  # quarantined rows stay: they are data
-    resume.mark_done(step_dir, fingerprint)
+    side = side_dir(step_dir)
+    _write_json(side / STEP_STATS, record)
+    resume.drop_scratch(side / "work")  # quarantined rows stay: they are data
+    resume.mark_done(side, fingerprint)
     record = {**record, "status": "ran"}
     run.reporter.finished(position, run.total, record)
     return record

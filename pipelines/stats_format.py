@@ -6,7 +6,7 @@ resumes and renders the same way, and the next format change has one place to go
 
 Format 2 (``"version": 2``, this release) says *step* for a pipeline step:
 
-- a step record (``NN-NAME/_stats.json``) names its step under ``step``;
+- a step record (``NN-NAME.zephyr/stats.json``) names its step under ``step``;
 - the job's ``stats.json`` lists the step records under ``steps``.
 
 Format 1 (``"version": 1``, written before it) said ``stage`` and ``stages`` there, from when pipeline steps

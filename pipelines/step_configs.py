@@ -3,7 +3,7 @@ where it is declared.
 
 Where a package has a config dataclass of its own, the step embeds it (``zephyr.config.embedded_field``)
 instead of copying its fields: a ``fuzzy_dedup`` step's MinHash keys are ``zephyr.dedup.FuzzyDedupConfig``'s,
-a ``normalize`` step's are ``NormalizeConfig``'s, a ``tokenize`` step's shard keys ``TokenShardOptions``', and the YAML stays flat (``threshold: 0.7`` beside
+a ``normalize`` step's are ``NormalizeConfig``'s, a ``tokenize`` step's shard keys ``TokenizeConfig``', and the YAML stays flat (``threshold: 0.7`` beside
 ``index:``). Those package configs import only the standard library, so loading a pipeline (``zephyr run
 --check``) imports no pyarrow. Step-only keys (``priority_column``, ``index``, ``output_column``...) are
 declared here; the web steps in ``zephyr.pipelines.web.config``.
@@ -20,7 +20,7 @@ from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.quality.config import NormalizeConfig
 from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 from zephyr.pipelines.web.config import ExtractStep, SubstringDedupStep, UrlDedupStep, UrlFilterStep
-from zephyr.tokenize.options import TokenShardOptions
+from zephyr.tokenize.config import TokenizeConfig
 
 from zephyr.config import (
     FieldError,
@@ -107,7 +107,7 @@ class LangIdStep:
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
     max_chars: int = 10_000
     """Predict on the first N characters of each text."""
-    overwrite: bool = False
+    replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
     ``false``: the pipeline refuses such data before any work (``zephyr.pipelines.columns``)."""
     output_column: str | None = None
@@ -124,17 +124,17 @@ class LangIdStep:
 
 @dataclass(frozen=True)
 class HeuristicFilterStep:
-    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under ``_dropped/`` with reasons. The
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under the step's ``NN-NAME.zephyr/dropped/`` with reasons. The
     rule keys (``rules``, ``overrides``, ``default_lang``) are ``HeuristicFilterConfig``'s, as ``zephyr filter``
     takes them."""
 
     filter: HeuristicFilterConfig = embedded_field(HeuristicFilterConfig)
     keep_dropped: bool = True
-    """Write the dropped rows (with ``drop_reason``) to ``_dropped/``; needed by ``quality.train_from``."""
-    overwrite: bool = False
+    """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
+    replace_columns: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
     output_column: str | None = None
-    """Name of the reason column of ``_dropped/`` rows; a ``drop_reason`` the data has then passes unchanged.
+    """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:
@@ -197,7 +197,7 @@ class QualityStep:
     """At most this many rows of each label are used for training (a deterministic prefix)."""
     classifier: dict[str, Any] = field(default_factory=dict)
     """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
-    overwrite: bool = False
+    replace_columns: bool = False
     """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
     output_column: str | None = None
     """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""
@@ -234,8 +234,8 @@ class QualityStep:
 @dataclass(frozen=True)
 class TokenizeStep:
     """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given.
-    ``shard_bytes`` (``shard_size`` until the next release), ``seed``, ``bos``, ``engine``, ``batch_rows`` and
-    ``megatron`` are ``zephyr.tokenize.options.TokenShardOptions``'s, as the ``zephyr tokenize`` flags are."""
+    ``shard_bytes``, ``seed``, ``bos``, ``engine``, ``batch_rows`` and ``megatron`` are
+    ``zephyr.tokenize.config.TokenizeConfig``'s, as the ``zephyr tokenize`` flags are."""
 
     tokenizer: str | None = path_field(None)
     """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
@@ -246,7 +246,7 @@ class TokenizeStep:
     tokenizer_train_bytes: str = "32MB"
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
-    shards: TokenShardOptions = embedded_field(TokenShardOptions)
+    shards: TokenizeConfig = embedded_field(TokenizeConfig)
 
     def __post_init__(self) -> None:
         from zephyr.sizes import parse_bytes
@@ -283,8 +283,7 @@ class TrainStep:
 
     def build(self, *, data: str | None, log: str | None, checkpoint_dir: str | None) -> Any:
         """The ``TrainConfig`` to run."""
-        from zephyr.trainer.config import TrainConfig, model_config_from_dict
-        from zephyr.trainer.presets import get_preset
+        from zephyr.trainer.config import TrainConfig, get_preset, model_config_from_dict
 
         allowed = self.allowed_keys()
         for key in self.settings:

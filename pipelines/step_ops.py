@@ -57,9 +57,17 @@ class StepContext:
     tokenize_dir: Path | None = None
     """The token shards of the tokenize step (for ``train``)."""
 
+    @property
+    def side_dir(self) -> Path:
+        """The step's sidecar ``JOB/NN-NAME.zephyr`` (``zephyr.io.layout``): its record, work directories and
+        side outputs (dropped rows, a trained classifier, examples), never among its data."""
+        from zephyr.io.layout import sidecar
+
+        return Path(sidecar(str(self.step_dir)))
+
     def engine(self, action: str = "main") -> dict[str, Any]:
         """Engine keywords for one action of this step, with its own resumable work directory."""
-        return {**self.execution, "work_dir": str(self.step_dir / "_work" / action)}
+        return {**self.execution, "work_dir": str(self.side_dir / "work" / action)}
 
     def read_inputs(self, columns: list[str] | None = None) -> Dataset:
         import zephyr
@@ -223,10 +231,12 @@ def _out_counter(ctx: StepContext) -> CountValues:
 def finish_step(
     ctx: StepContext, ds: Dataset, accounting: tuple[str, ...], action: str = "main"
 ) -> StepOutcome:
-    """Count the output, write ``part-*.parquet`` into the step folder, return the outcome."""
+    """Count the output, write ``part-*.parquet`` into the step folder, return the outcome. The job folder is
+    the run's (locked, and cleared by the runner when a step's fingerprint changes), so the write replaces
+    whatever the folder held (``overwrite``)."""
     name = f"pipeline.{ctx.entry.name}.count"
     result: WriteResult = ds.map_batches(_out_counter(ctx), name=name).write_parquet(
-        str(ctx.step_dir), **ctx.engine(action)
+        str(ctx.step_dir), overwrite=True, **ctx.engine(action)
     )
     return StepOutcome(
         files=sorted(result.files),

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,7 @@ from zephyr.pipelines.step_ops import (
 from zephyr.pipelines.web.steps import run_extract, run_substring_dedup, run_url_dedup, run_url_filter
 
 from zephyr.errors import ConfigError, InputError
+from zephyr.io.layout import remove_folder
 from zephyr.io.parquet_source import parquet_rows
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def run_langid(ctx: StepContext) -> StepOutcome:
     )
     ds = (
         ctx.read_inputs()
-        .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.overwrite), name=identify)
+        .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.replace_columns), name=identify)
         .map_batches(CountValues("in", (("lang", lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
         .map_batches(
             filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
@@ -142,14 +142,14 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
         p.text_column,
         p.lang_column,
         cfg.filter.default_lang,
-        cfg.overwrite,
+        cfg.replace_columns,
     )
-    scratch = ctx.step_dir / "_annotated"
+    scratch = ctx.side_dir / "annotated"
     ds = ctx.read_inputs()
     if aside:
         ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
     annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(
-        str(scratch), **ctx.engine("annotate")
+        str(scratch), overwrite=True, **ctx.engine("annotate")
     )
     annotated = zephyr.read_parquet(sorted(annotated_result.files))
     examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
@@ -160,11 +160,11 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
         dropped = annotated.map_batches(
             RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
         )
-        result = dropped.write_parquet(str(ctx.step_dir / "_dropped"), **ctx.engine("dropped"))
+        result = dropped.write_parquet(str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped"))
         outcome.extra["dropped_files"] = sorted(result.files)
         outcome.extra["dropped_rows"] = parquet_rows(result.files)
         outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
-    shutil.rmtree(scratch, ignore_errors=True)
+    remove_folder(str(scratch))
     return filter_examples(ctx, outcome)
 
 
@@ -340,7 +340,7 @@ def run_quality(ctx: StepContext) -> StepOutcome:
     from zephyr.pipelines.quality.classifier import QualityScorer
 
     cfg = ctx.entry.config
-    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.step_dir / "_classifier.bin")
+    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.side_dir / "classifier.bin")
     score = f"pipeline.{ctx.entry.name}.score"
     keep = f"pipeline.{ctx.entry.name}.filter"
     column = cfg.output_column or "quality_score"
@@ -349,7 +349,7 @@ def run_quality(ctx: StepContext) -> StepOutcome:
         str(model),
         cfg.classifier_config(),
         ctx.pipeline.text_column,
-        overwrite=cfg.overwrite,
+        replace_columns=cfg.replace_columns,
         score_column=column,
     )
     ds = (
@@ -424,7 +424,7 @@ def run_tokenize(ctx: StepContext) -> StepOutcome:
 def _set_checksums(output: str) -> dict[str, dict]:
     """What a rerun that skips a tokenize step checks: the manifest (its bytes now) and every shard file
     (size and sha256 as the manifest records them, hashed when written)."""
-    from zephyr.tokenize.format import MANIFEST_NAME, join_path, read_manifest
+    from zephyr.tokenize.shards import MANIFEST_NAME, join_path, read_manifest
 
     from zephyr.io.checksum import checksum_record, file_checksum
 

@@ -67,7 +67,7 @@ def test_training_side_imports_without_data_stack() -> None:
         "sys.meta_path.insert(0, Block())\n"
         "import zephyr, zephyr.tokenize, zephyr.trainer\n"
         "from zephyr.tokenize import TokenLoader, TokenDataLoader, RepetitionFilter, read_documents\n"
-        "import zephyr.tokenize.packing, zephyr.tokenize.mixing, zephyr.tokenize.prefetch, zephyr.tokenize.gather\n"
+        "import zephyr.tokenize._samples, zephyr.tokenize.mixing, zephyr.tokenize._storage, zephyr.tokenize.loader\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -128,7 +128,7 @@ def import_graph(folders: dict[str, Path]) -> dict[str, set[str]]:
     A function-level (lazy) import only moves a cycle from import time to call time; the two modules still
     need each other. A TYPE_CHECKING import counts too: a type-only import back still means the lower module
     knows the upper one's classes (the layers are not layers; the seam is a Protocol or a shared lower
-    module, as ``zephyr.tokenize.data_loader.WorkerLoader``), and ``typing.get_type_hints`` (the config
+    module, as ``zephyr.tokenize.loader.WorkerLoader``), and ``typing.get_type_hints`` (the config
     validators use it) would import it at run time. A module importing a package it lies inside (its
     ``__init__``) is the package's layout, not an edge. The reference is the project's hook
     (``import_cycles.py``), which draws the same graph.

@@ -76,9 +76,6 @@ SPLIT = [
         ],
         id="examples-sidecar",
     ),
-    pytest.param(
-        "zephyr.tokenize.loader", "zephyr.tokenize.loader_state", ["STATE_VERSION"], id="loader-state"
-    ),
 ]
 
 
@@ -88,12 +85,3 @@ def test_a_split_module_still_exports_what_moved_out(original: str, part: str, n
     module, moved = importlib.import_module(original), importlib.import_module(part)
     for name in names:
         assert name in module.__all__ and getattr(module, name) is getattr(moved, name), name
-
-
-def test_the_token_loader_keeps_its_state_methods() -> None:
-    from zephyr.tokenize.loader import TokenLoader
-    from zephyr.tokenize.loader_state import LoaderPosition
-
-    assert issubclass(TokenLoader, LoaderPosition)
-    for name in ("state_dict", "load_state_dict", "set_weights", "mix_counts", "consumed"):
-        assert getattr(TokenLoader, name) is getattr(LoaderPosition, name), name

@@ -10,6 +10,7 @@ finished tasks' markers are found on S3 (a lost marker reruns only its task).
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import subprocess
 import sys
@@ -249,7 +250,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     """Inputs, spills (the work_dir) and the shard set all on S3, tokenized by dask workers that share no
     local directory: the set equals one written on local disk, and the loader reads it back through its cache."""
     from zephyr.tokenize import TokenLoader, write_token_shards
-    from zephyr.tokenize.format import read_manifest
+    from zephyr.tokenize.shards import read_manifest
 
     rng = np.random.default_rng(3)
     inputs = tmp_path / "in"
@@ -262,7 +263,7 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
     fs = fsspec.filesystem("s3")
     for path in sorted(inputs.glob("*.parquet")):
         fs.put_file(str(path), f"{bucket}/docs/{path.name}")
-    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_size="4KB", seed=5, megatron=True)
+    common = dict(tokenizer=_bpe(tmp_path / "tok.json"), shard_bytes="4KB", seed=5, megatron=True)
     local = write_token_shards(str(inputs), output=str(tmp_path / "local"), executor="inprocess", **common)
     remote = write_token_shards(
         f"s3://{bucket}/docs",
@@ -289,3 +290,68 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
 
     streamed = samples(f"s3://{bucket}/tokens", cache_dir=str(tmp_path / "cache"))
     assert streamed and streamed == samples(str(tmp_path / "local"))
+
+
+# -- claims and locks on an object store (zephyr.io.claim, zephyr.io.lock, zephyr.io.publish) ----------------
+def test_a_lock_on_s3_is_created_by_a_conditional_write(bucket):
+    """``If-None-Match: *`` (s3fs ``pipe_file(mode="create")``): of two creates of one lock, the second fails
+    on the server; no check-then-write fallback was needed."""
+    from zephyr.io import lock
+
+    fs = fsspec.filesystem("s3")
+    path = f"{bucket}/out.zephyr/lock.json"
+    assert lock._create(fs, path, b'{"first": 1}') is True
+    assert lock._create(fs, path, b'{"second": 2}') is False
+    assert fs.cat_file(path) == b'{"first": 1}' and "s3" not in lock._NO_CONDITIONAL
+
+
+def test_a_second_command_on_an_s3_output_is_refused_naming_the_holder(
+    local_inputs, bucket, tmp_path, capsys
+):
+    from zephyr.cli import main
+    from zephyr.errors import ClaimError
+
+    from .held_command import held_command
+
+    out = f"s3://{bucket}/out"
+    source = str(local_inputs / "in-00.parquet")
+    argv = ["convert", source, "--output", out, "--executor", "inprocess"]
+    with held_command(argv, "claim", tmp_path) as held:
+        with pytest.raises(
+            ClaimError, match=rf"the output {out} is in use by another zephyr command: .*pid {held.proc.pid}"
+        ):
+            zephyr.read_parquet(source).write_parquet(out, executor="inprocess")
+        assert main(["sort", source, "--by", "key", "--output", out, "--executor", "inprocess"]) == 1
+        assert f"pid {held.proc.pid}" in capsys.readouterr().err
+        done = held.release()
+    assert done.returncode == 0, done.stderr
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    assert not fs.exists(f"{bucket}/out.zephyr/lock.json") and not fs.exists(f"{bucket}/out.zephyr/staging")
+    manifest = json.loads(fs.cat_file(f"{bucket}/out.zephyr/manifest.json"))
+    assert [f["name"] for f in manifest["files"]] == ["part-00000.parquet"]
+    assert manifest["files"][0]["xxh3_128"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(f"{bucket}/out")) == ["part-00000.parquet"]
+
+
+def test_a_stale_lock_on_s3_is_taken_over_and_foreign_files_are_refused(local_inputs, bucket, caplog):
+    import socket
+    import subprocess
+
+    from zephyr.errors import ClaimError
+
+    fs = fsspec.filesystem("s3")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = {"host": socket.gethostname(), "pid": dead.pid, "since": time.time(), "command": "zephyr old"}
+    fs.pipe_file(f"{bucket}/out.zephyr/lock.json", json.dumps(stale).encode())
+    fs.pipe_file(f"{bucket}/out/notes.txt", b"not zephyr's")
+    source = zephyr.read_parquet(str(local_inputs / "in-00.parquet"))
+    out = f"s3://{bucket}/out"
+    with pytest.raises(ClaimError, match=r"holds files zephyr did not write \(notes.txt\)"):
+        source.write_parquet(out, executor="inprocess")
+    assert "taking over the lock of 'zephyr old'" in caplog.text
+    source.write_parquet(out, executor="inprocess", overwrite=True)
+    fs.invalidate_cache()
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(f"{bucket}/out")) == ["part-00000.parquet"]
+    source.write_parquet(out, executor="inprocess")  # a finished run's folder: replaced without overwrite

@@ -1,26 +1,78 @@
-"""``zephyr tokenize INPUT... --tokenizer PATH --output DIR``: corpus → globally shuffled token shards, and
-``zephyr tokenizer train INPUT... --vocab-size N --output tokenizer.json``: a byte-level BPE for it.
+"""``zephyr tokenize INPUT... --tokenizer PATH --output DIR``: corpus → globally shuffled token shards (and
+``zephyr explain tokenize``: its jobs, unrun), and ``zephyr tokenizer train INPUT... --vocab-size N --output
+tokenizer.json``: a byte-level BPE for it.
 
-Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the global execution options
-(``--workers``, ``--executor``, ``--memory-budget``...) come from ``common``. Heavy imports happen in the handlers.
+The flags come from dataclasses (``zephyr.flags``): ``TokenizeConfig`` (the shard settings, shared with the
+pipeline's tokenize step), ``TokenizeInputs`` (the tokenizer and the columns read) and ``TokenizerTrain``
+(``zephyr tokenizer train``). Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the global
+execution options (``--workers``, ``--executor``, ``--memory-budget``...) come from ``common``. Heavy imports
+happen in the handlers.
 """
 
 from __future__ import annotations
 
 import argparse
-import typing
-import warnings
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from zephyr.tokenize.options import TokenShardOptions
+from zephyr.tokenize.config import TokenizeConfig
 
-from zephyr.config import ZephyrDeprecationWarning
-from zephyr.errors import ConfigError
+from zephyr.flags import add_flags, config_from_flags
 
-__all__ = ["register", "handler", "explain_handler", "train_handler"]
+
+def _column(value: str) -> str | None:
+    return None if value.lower() == "none" else value
+
+
+@dataclass(frozen=True)
+class TokenizeInputs:
+    """What ``zephyr tokenize`` reads besides the inputs: the tokenizer and the columns."""
+
+    tokenizer: str = field(default="", metadata={"required": True})
+    """Path of a HF tokenizer.json."""
+    text_column: str = "text"
+    """Column with the document text."""
+    id_column: str | None = field(default="auto", metadata={"parse": _column})
+    """Id column for the shuffle key: auto (id when present), none, or a column."""
+    source_column: str | None = field(default="auto", metadata={"parse": _column})
+    """Column counted in the manifest's source mix: auto (source when present), none, or a column."""
+    eos_token: str | None = None
+    """EOS token text when it cannot be detected."""
+    bos_token: str | None = None
+    """BOS token text (with --bos always)."""
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in text.split(",") if t.strip()]
+
+
+@dataclass(frozen=True)
+class TokenizerTrain:
+    """``zephyr tokenizer train``'s settings (``train_tokenizer``'s arguments)."""
+
+    vocab_size: int = field(default=0, metadata={"required": True})
+    """Ids in the tokenizer, special tokens included."""
+    output: str = field(default="", metadata={"required": True})
+    """The tokenizer.json to write (in a folder: FOLDER/tokenizer.json)."""
+    text_column: str = "text"
+    """Column with the document text."""
+    sample_bytes: str = "256MB"
+    """Most text the trainer sees (lowered by --memory-budget)."""
+    min_frequency: int = 2
+    """Fewest occurrences of a merged pair."""
+    special_tokens: list[str] = field(
+        default_factory=lambda: ["<|endoftext|>"], metadata={"parse": _tokens, "metavar": "TOKEN[,TOKEN]"}
+    )
+    """Comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)."""
+    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
+    """The input format (auto: from the file names, or their first bytes)."""
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    from zephyr.cli import add_output_dir
+    from zephyr.commands import explain_commands
+
     parser = subparsers.add_parser(
         "tokenize",
         parents=[common],
@@ -29,96 +81,28 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "and pack them into flat token shards with a manifest (see docs/tokenize.md).",
     )
     _add_tokenize_flags(parser)
+    add_output_dir(parser, "output directory for shards and manifest.json")
     parser.set_defaults(func=handler)
-    _register_tokenizer(subparsers, common)
-    from zephyr.commands import explain_commands
-
     explain = explain_commands(subparsers).add_parser(
         "tokenize", parents=[common], help="the plans of zephyr tokenize"
     )
-    _add_tokenize_flags(explain, output=False)
+    _add_tokenize_flags(explain)
     explain.set_defaults(func=explain_handler)
+    _register_tokenizer(subparsers, common)
 
 
-def _add_tokenize_flags(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
-    """The flags of ``zephyr tokenize``; ``output=False`` for ``zephyr explain tokenize``, which writes nothing."""
-    from zephyr.cli import add_on_error, add_output_dir
+def _add_tokenize_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags ``zephyr tokenize`` and ``zephyr explain tokenize`` share (the latter writes nothing)."""
+    from zephyr.cli import add_on_error
+    from zephyr.io.input_schema import add_schema_arguments
 
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
     )
-    parser.add_argument("--tokenizer", required=True, help="path of a HF tokenizer.json")
-    if output:
-        add_output_dir(parser, "output directory for shards and manifest.json")
+    add_flags(parser, TokenizeInputs)
+    add_flags(parser, TokenizeConfig)
     add_on_error(parser)
-    parser.add_argument("--text-column", default="text", help="column with the document text (default: text)")
-    parser.add_argument(
-        "--id-column", default="auto", help="id column for the shuffle key ('auto': id if present; 'none')"
-    )
-    parser.add_argument(
-        "--source-column", default="auto", help="column counted in the manifest's source mix ('auto', 'none')"
-    )
-    _add_shard_options(parser)
-    parser.add_argument("--eos-token", default=None, help="EOS token text when it cannot be detected")
-    parser.add_argument("--bos-token", default=None, help="BOS token text (with --bos always)")
-    from zephyr.io.input_schema import add_schema_arguments
-
     add_schema_arguments(parser)
-
-
-def _add_shard_options(parser: argparse.ArgumentParser) -> None:
-    """The ``TokenShardOptions`` flags, with that dataclass's defaults and choices (the pipeline's tokenize
-    stage embeds the same dataclass, so the two cannot drift apart)."""
-    default = TokenShardOptions()
-    hints = typing.get_type_hints(TokenShardOptions)
-    parser.add_argument(
-        "--shard-bytes",
-        default=None,
-        help=f"target token bytes per shard (default {default.shard_bytes})",
-    )
-    parser.add_argument("--shard-size", default=None, help="deprecated: the old name of --shard-bytes")
-    parser.add_argument(
-        "--seed", type=int, default=default.seed, help=f"shuffle seed (default {default.seed})"
-    )
-    parser.add_argument(
-        "--bos", choices=typing.get_args(hints["bos"]), default=default.bos, help="prepend BOS to documents"
-    )
-    parser.add_argument(
-        "--engine",
-        choices=typing.get_args(hints["engine"]),
-        default=default.engine,
-        help=f"encoder (default {default.engine})",
-    )
-    parser.add_argument(
-        "--batch-rows",
-        type=int,
-        default=default.batch_rows,
-        help="documents per tokenize batch (bounds memory)",
-    )
-    parser.add_argument("--megatron", action="store_true", help="also write Megatron .bin/.idx per shard")
-
-
-def _shard_options(args: argparse.Namespace) -> TokenShardOptions:
-    """The ``TokenShardOptions`` of the flags; ``--shard-size`` is read as ``--shard-bytes`` with a warning."""
-    shard_bytes = args.shard_bytes
-    if args.shard_size is not None:
-        if shard_bytes is not None:
-            raise ConfigError("--shard-size is the old name of --shard-bytes; give only --shard-bytes")
-        warnings.warn(
-            "--shard-size is renamed --shard-bytes (the old flag is read until the next release)",
-            ZephyrDeprecationWarning,
-            stacklevel=2,
-        )
-        shard_bytes = args.shard_size
-    given = {"shard_bytes": shard_bytes} if shard_bytes is not None else {}
-    return TokenShardOptions(
-        **given,
-        seed=args.seed,
-        bos=args.bos,
-        engine=args.engine,
-        batch_rows=args.batch_rows,
-        megatron=args.megatron,
-    )
 
 
 def _register_tokenizer(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -141,50 +125,21 @@ def _register_tokenizer(subparsers: argparse._SubParsersAction, common: argparse
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL/Vortex files, folders, globs, URLs"
     )
-    parser.add_argument(
-        "--vocab-size", type=int, required=True, help="ids in the tokenizer, special tokens included"
-    )
-    parser.add_argument(
-        "--output", required=True, help="the tokenizer.json to write (in a folder: FOLDER/tokenizer.json)"
-    )
-    parser.add_argument("--text-column", default="text", help="column with the document text (default: text)")
-    parser.add_argument(
-        "--sample-bytes",
-        default="256MB",
-        help="most text the trainer sees (default 256MB; lowered by --memory-budget)",
-    )
-    parser.add_argument(
-        "--min-frequency", type=int, default=2, help="fewest occurrences of a merged pair (default 2)"
-    )
-    parser.add_argument(
-        "--special-tokens",
-        default="<|endoftext|>",
-        help="comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)",
-    )
-    parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
+    add_flags(parser, TokenizerTrain)
     add_on_error(parser)
     parser.set_defaults(func=train_handler)
     group.set_defaults(func=lambda args: group.print_help() or 2)
 
 
-def train_handler(args: argparse.Namespace) -> int:
+def train_handler(args: argparse.Namespace) -> Any:
     from zephyr.tokenize.train_tokenizer import train_tokenizer
 
-    tokens = [t for t in args.special_tokens.split(",") if t.strip()]
-    result = train_tokenizer(
-        args.inputs,
-        vocab_size=args.vocab_size,
-        output=args.output,
-        text_column=args.text_column,
-        sample_bytes=args.sample_bytes,
-        memory_budget=args.memory_budget,
-        min_frequency=args.min_frequency,
-        special_tokens=tokens,
-        format=args.format,
-        on_error=args.on_error,
-    )
     from zephyr.summary import Summary
 
+    settings = dataclasses.asdict(config_from_flags(TokenizerTrain, vars(args)))
+    result = train_tokenizer(
+        args.inputs, **settings, memory_budget=args.memory_budget, on_error=args.on_error
+    )
     details = result.to_dict()
     output = details.pop("output")
     return Summary(
@@ -199,56 +154,37 @@ def train_handler(args: argparse.Namespace) -> int:
 
 def _writer_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments from the flags, but the output: one mapping for the command
-    and for ``zephyr explain tokenize`` (``tokenize_plan_text`` takes the same)."""
+    and for ``zephyr explain tokenize`` (``zephyr.tokenize.writer.plans`` takes the same)."""
     from zephyr.cli import execution_options
     from zephyr.io.input_schema import schema_arguments
 
-    def _column(value: str) -> str | None:
-        return None if value.lower() == "none" else value
-
+    given = vars(args)
     options = execution_options(args)
-    execution = {
-        k: getattr(options, k)
-        for k in (
-            "executor",
-            "workers",
-            "memory_budget",
-            "work_dir",
-            "cluster",
-            "max_retries",
-            "quarantine_dir",
-            "small_job_bytes",
-        )
-    }
-    return dict(
-        tokenizer=args.tokenizer,
-        text_column=args.text_column,
-        id_column=_column(args.id_column),
-        source_column=_column(args.source_column),
-        **_shard_options(args).writer_kwargs(),
-        eos_token=args.eos_token,
-        bos_token=args.bos_token,
+    keys = ("executor", "workers", "memory_budget", "work_dir", "cluster", "max_retries", "quarantine_dir")
+    return {
+        **dataclasses.asdict(config_from_flags(TokenizeInputs, given)),
+        **config_from_flags(TokenizeConfig, given).writer_kwargs(),
         **schema_arguments(args),
-        on_error=args.on_error,
-        **execution,
-    )
+        "on_error": args.on_error,
+        **{k: getattr(options, k) for k in (*keys, "small_job_bytes")},
+    }
 
 
 def explain_handler(args: argparse.Namespace) -> Any:
-    """``zephyr explain tokenize``: the writer's jobs on stdout, nothing run (``zephyr.tokenize.explain``)."""
-    from zephyr.tokenize.explain import tokenize_plan_text
+    """``zephyr explain tokenize``: the writer's jobs on stdout, nothing run (``zephyr.tokenize.writer.plans``)."""
+    from zephyr.tokenize.writer import plan_text
 
     from zephyr.commands import explained
 
-    return explained(tokenize_plan_text(args.inputs, **_writer_arguments(args)), args)
+    return explained(plan_text(args.inputs, **_writer_arguments(args)), args)
 
 
-def handler(args: argparse.Namespace) -> int:
+def handler(args: argparse.Namespace) -> Any:
     from zephyr.tokenize.writer import write_token_shards
 
-    result = write_token_shards(args.inputs, output=args.output, **_writer_arguments(args))
     from zephyr.summary import Summary
 
+    result = write_token_shards(args.inputs, output=args.output, **_writer_arguments(args))
     rows = result.stats.get("rows") or {}
     return Summary(
         rows_in=rows.get("in", 0),

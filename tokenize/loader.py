@@ -1,46 +1,64 @@
-"""``TokenLoader``: a deterministic, resumable, rank-aware torch ``IterableDataset`` over token shards.
+"""``TokenLoader``: a deterministic, resumable, rank-aware torch ``IterableDataset`` over token shards, and
+``TokenDataLoader``, the torch DataLoader over it that keeps its position exact.
 
 Overview
 --------
 The loader is a composition: a *source* is one token-shard set and its fixed samples for the packing mode
-(``zephyr.tokenize.sources``: ``"tokens"`` windows, ``"documents"`` padded whole documents, ``"best-fit"``
-bins from ``zephyr.tokenize.packing``); a ``Mixture`` (``zephyr.tokenize.mixing``) says which source each
-global sample index draws from (weights, a schedule, per-source epoch caps); a ``Gatherer``
-(``zephyr.tokenize.gather``) turns planned samples into tensors; an optional instance filter
-(``zephyr.tokenize.filters``) masks the loss of repetitive samples; an optional ``ShardPrefetcher``
-(``zephyr.tokenize.prefetch``) copies remote shards ahead of use.
+(``zephyr.tokenize._samples``: ``"tokens"`` windows, ``"documents"`` padded whole documents, ``"best-fit"``
+bins); a ``Mixture`` (``zephyr.tokenize.mixing``) says which source each global sample index draws from
+(weights, a schedule, per-source epoch caps); a ``Gatherer`` (``zephyr.tokenize._samples``) turns planned
+samples into tensors; an optional instance filter (``RepetitionFilter``) masks the loss of repetitive samples;
+an optional ``ShardPrefetcher`` (``zephyr.tokenize._storage``) copies remote shards ahead of use. Each source is
+one shard set read through a ``ShardStore`` (local or fsspec, sha256-verified on first use); every argument is
+checked before any source opens, naming the argument and the value it got.
 
 Order. The loader walks one *global sample index* g = 0, 1, 2, ... For each g the mixture picks a source by a
 counter-based hash of (seed, g) — a pure function, no RNG state; with one source it is always that source.
 The source's own counter ``n_s`` (how many of its samples were drawn before) picks the sample: epoch
 ``e = n_s // N_s``, and sample ``perm_{seed,source,e}(n_s % N_s)``, a seeded Feistel permutation
-(``zephyr.tokenize.permutation``). So the order is a pure function of (seed, epoch, global index) and the
+(``zephyr.tokenize.mixing.permute``). So the order is a pure function of (seed, epoch, global index) and the
 weights in effect, every sample of a source appears exactly once per epoch of it, and nothing is
-materialized per sample.
+materialized per sample. ``TokenLoader._plan`` computes it for a block of a rank's indices at once: the choices of
+every rank in between are replayed (vectorized), so each source's counter, hence its permutation position, is
+exact.
 
 Ranks and workers. Rank r of W takes g = start + r, start + r + W, ... (start = the resumed position).
 Inside a rank, DataLoader worker w of K takes the rank's chunks c with c % K == w, a chunk being one yielded
 item (one sample, or one batch with ``batch_size``); ``DataLoader``'s in-order round robin then reproduces
 the single-process sequence exactly (use ``loader.data_loader(num_workers=K)``, which also keeps
-``state_dict`` right in the main process). A plain ``DataLoader(loader, num_workers=K)`` cannot: its workers
-advance copies the parent never sees, so afterwards ``state_dict()`` raises ``ResumeError`` pointing to
-``data_loader`` rather than return a stale position (``zephyr.tokenize.data_loader``).
+``state_dict`` right in the main process).
 
-State. ``state_dict()`` = {version, fingerprint, seed, consumed (global samples), counts (per-source
-``n_s`` at ``consumed``), weights (in effect at ``consumed``), sources}: plain ints/floats/strings. Every
-rank saves the same dict (ranks step in lockstep). Loading it with any world size continues the same global
-sequence at ``consumed``: rank r' of W' resumes at g = consumed + r'. The weights the loader was built with
-(evaluated at ``consumed``: its schedule included) must equal the saved ones, else ``load_state_dict``
-raises naming both, unless ``reweight=True``, which applies this loader's weights from ``consumed`` on.
-``set_weights`` changes the mixture from the next sample on; the counts carry over, so nothing is repeated or
-skipped within a source's epoch.
+The DataLoader trap. ``torch.utils.data.DataLoader(loader, num_workers=K)`` works, but each worker process
+iterates its own copy of the loader: the parent's position never moves, so ``loader.state_dict()["consumed"]``
+stays where it was, and a resume from it silently restarts the epoch. With the DataLoader's own
+``batch_size=B``, each batch is B consecutive samples of *one* worker (worker w holds every K-th sample), so
+the order differs from the single-process one as well. The supported path is
+``loader.data_loader(num_workers=K)`` (``TokenDataLoader``): ``batch_size=None`` in the DataLoader (batches come from
+``TokenLoader(batch_size=B)``, gathered per worker in the single-process order), and every item received
+advances the parent's position, so ``state_dict()`` is exact. Each ``TokenLoader`` holds a ``WorkerGuard``: a
+one-element int64 tensor in shared memory; a forked worker maps the same pages and a spawned one receives it
+through torch's shared-memory pickling. A worker iterating a copy that no ``TokenDataLoader`` started sets it
+(``mark_plain_worker``); afterwards the parent's ``state_dict()``, ``mix_counts()`` and ``set_weights()`` raise
+``ResumeError`` naming the fix (``check_position_known``) instead of returning a stale position.
+``load_state_dict`` sets the position again, and clears it. A plain DataLoader with ``num_workers=0`` iterates
+the parent's own object: its position stays exact, and nothing is raised.
+
+State. The position is three numbers: the global sample index where this run (re)started (``_start``), the
+per-source counters there (``_start_counts``) and the samples this rank has handed out since (``_yielded``);
+every other count is replayed from them by the mixture. ``state_dict()`` = {version, fingerprint, seed,
+consumed (global samples), counts (per-source ``n_s`` at ``consumed``), weights (in effect at ``consumed``),
+sources}: plain ints/floats/strings (``STATE_VERSION`` names the format). Every rank saves the same dict
+(ranks step in lockstep). Loading it with any world size continues the same global sequence at ``consumed``:
+rank r' of W' resumes at g = consumed + r'. It refuses state of other data or settings (the fingerprint: shard
+manifests, ``seq_len``, packing), and the weights the loader was built with (evaluated at ``consumed``: its
+schedule included) must equal the saved ones, else ``load_state_dict`` raises naming both, unless
+``reweight=True``, which applies this loader's weights from ``consumed`` on. ``set_weights`` changes the
+mixture from the next sample on; the counts carry over, so nothing is repeated or skipped within a source's
+epoch.
 
 Each yielded sample is a dict of int64 tensors ``input_ids``, ``labels`` and ``positions``, each
 ``[seq_len]`` (``[batch_size, seq_len]`` with ``batch_size`` or ``iter_batches``); ``positions`` restart at
 0 at each document start (at each piece, for best-fit), for document-masked attention.
-
-Construction and iteration are here; the position and its state dict are ``zephyr.tokenize.loader_state``
-(``LoaderPosition``, a base class of ``TokenLoader``).
 
 Samples are planned 4096 at a time (source choice, counters, Feistel permutation, shard and token offset: all
 vectorized), then gathered a batch (or 64 single samples) at a time; benchmarks/loader_throughput.py
@@ -49,6 +67,7 @@ measures it (rows in benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -56,30 +75,35 @@ from typing import Any
 
 import numpy as np
 import torch
-from zephyr.tokenize.data_loader import TokenDataLoader, WorkerGuard
-from zephyr.tokenize.filters import RepetitionFilter
-from zephyr.tokenize.gather import Gatherer, Plan, shared_empty
-from zephyr.tokenize.loader_setup import check_arguments, open_sources, source_weights
-from zephyr.tokenize.loader_state import STATE_VERSION, LoaderPosition
-from zephyr.tokenize.mixing import Mixture
-from zephyr.tokenize.packing import DEFAULT_WINDOW
-from zephyr.tokenize.permutation import derive_key
-from zephyr.tokenize.prefetch import CacheBudget, ShardPrefetcher, upcoming_shards
-from zephyr.tokenize.sample_plan import plan_samples
-from zephyr.tokenize.sources import Packing
+from zephyr.tokenize._samples import (
+    DEFAULT_WINDOW,
+    PACKINGS,
+    Gatherer,
+    Packing,
+    Plan,
+    RepetitionFilter,
+    TokenSource,
+    shared_empty,
+)
+from zephyr.tokenize._storage import CacheBudget, ShardPrefetcher, ShardStore, upcoming_shards
+from zephyr.tokenize.mixing import Mixture, derive_key, normalize_weights, permute
+from zephyr.tokenize.shards import read_manifest
 
-from zephyr.errors import ConfigError
-
-__all__ = ["TokenLoader", "TokenDataLoader", "Packing", "STATE_VERSION"]
+from zephyr.errors import ConfigError, ResumeError
 
 log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+"""The loader state's format (``state_dict``); checkpoints hold it."""
 
 _PLAN_SAMPLES = 4096  # rank-local samples planned per vectorized block (rounded up to whole items)
 _SAMPLE_GATHER = 64  # samples gathered at once when yielding single samples
 _FIELDS = ("input_ids", "labels", "positions")
+_OWN_KWARGS = ("batch_size", "batch_sampler", "sampler", "shuffle", "drop_last", "collate_fn")
+"""DataLoader arguments ``TokenDataLoader`` sets itself: batches and order come from the ``TokenLoader``."""
 
 
-class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
+class TokenLoader(torch.utils.data.IterableDataset):
     """Samples of ``seq_len`` tokens (+1 for labels) from one token-shard set or a weighted mixture.
 
     Args:
@@ -91,7 +115,7 @@ class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
         batch_size: ``None`` yields single samples; an int yields ``[batch_size, seq_len]`` batches
             (rank-local micro-batches) and makes DataLoader workers split by batch.
         packing: ``"tokens"`` (contiguous windows), ``"documents"`` (document-aligned, padded) or
-            ``"best-fit"`` (documents and pieces of long ones packed into bins, ``zephyr.tokenize.packing``).
+            ``"best-fit"`` (documents and pieces of long ones packed into bins, ``zephyr.tokenize._samples``).
         packing_window: best-fit only: documents packed together (bounds the packing's memory).
         num_epochs: stop after this many epochs of the (single) source; ``None`` runs forever.
         mix: weights from token counts instead of ``sources``' values: ``"temperature:T"`` or
@@ -134,25 +158,24 @@ class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
         pin_memory: bool | None = None,
     ):
         super().__init__()
-        check_arguments(
-            seq_len=seq_len,
-            rank=rank,
-            world_size=world_size,
-            batch_size=batch_size,
-            packing=packing,
-            packing_window=packing_window,
-            prefetch_shards=prefetch_shards,
-        )
-        weights = source_weights(sources)
         self.seq_len, self.seed, self.rank, self.world_size = seq_len, seed, rank, world_size
         self.batch_size, self.packing, self.num_epochs = batch_size, packing, num_epochs
         self.packing_window = packing_window
         self.cache_dir, self.verify, self.instance_filter = cache_dir, verify, instance_filter
         self.prefetch_shards, self.cache_limit_bytes = prefetch_shards, cache_limit_bytes
+        self._check_arguments()
+        weights = _source_weights(sources)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self._sources = open_sources(
-            weights, seq_len, packing, packing_window, cache_dir=cache_dir, verify=verify
-        )
+        self._sources = [  # one per path, in order: its manifest read, its store opened
+            TokenSource(
+                path,
+                ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify),
+                seq_len,
+                packing,
+                packing_window,
+            )
+            for path in weights
+        ]
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
         self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
@@ -178,9 +201,28 @@ class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
         self._yielded = 0
         self.filtered = 0  # samples this rank's instance filter flagged (main process)
         self._weights_version = 0
-        # set by DataLoader workers that no TokenDataLoader started; shared with them (zephyr.tokenize.data_loader)
+        # set by DataLoader workers that no TokenDataLoader started; shared with them (the module docstring)
         self.worker_guard = WorkerGuard()
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
+
+    def _check_arguments(self) -> None:
+        """Refuse, naming the argument, what the loader cannot run with (see the Args above)."""
+        seq_len, rank, world_size, batch_size = self.seq_len, self.rank, self.world_size, self.batch_size
+        if seq_len < 1:
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if self.packing not in PACKINGS:
+            raise ConfigError(
+                f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {self.packing!r}"
+            )
+        if self.packing_window < 1 or self.prefetch_shards < 0:
+            raise ConfigError(
+                f"need packing_window >= 1 and prefetch_shards >= 0, got {self.packing_window}, "
+                f"{self.prefetch_shards}"
+            )
 
     # ---- configuration ---------------------------------------------------------------------------------
     def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
@@ -211,6 +253,117 @@ class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
         mine = max(0, math.ceil((total - self._start - self.rank) / self.world_size))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
 
+    # ---- position and state ----------------------------------------------------------------------------
+    @property
+    def sources(self) -> list[str]:
+        return [s.name for s in self._sources]
+
+    def _make_fingerprint(self) -> str:
+        packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing
+        digest = hashlib.sha256(f"{self.seq_len}|{packing}|".encode())
+        for source in self._sources:
+            digest.update(source.store.manifest.fingerprint().encode())
+        return digest.hexdigest()[:16]
+
+    @property
+    def consumed(self) -> int:
+        """Global samples consumed, assuming every rank has yielded as many as this one."""
+        return self._start + self._yielded * self.world_size
+
+    @property
+    def weights_version(self) -> int:
+        """Changes whenever the weights or the position are set anew (``set_weights``, ``set_schedule``,
+        ``load_state_dict``): iterators and DataLoader workers started before then hold stale copies."""
+        return self._weights_version
+
+    def count_worker_samples(self, labels: torch.Tensor) -> None:
+        """Advance this rank's position past the samples (rows of ``labels``) that DataLoader workers produced
+        from their copies, and count those their instance filter masked (``TokenDataLoader`` calls it)."""
+        rows = labels.reshape(-1, self.seq_len)
+        self._yielded += rows.shape[0]
+        if self.instance_filter is not None:
+            self.filtered += int((rows == -100).all(dim=1).sum())
+
+    def _counts_at(self, g_end: int) -> np.ndarray:
+        """Per-source counters at global index ``g_end`` (>= the start).
+
+        The choices are replayed from the last computed point (cached), so calling ``state_dict()`` every
+        step costs O(samples per step), not O(consumed).
+        """
+        cached_g, cached = self._counts_cache
+        lo, counts = (
+            (cached_g, cached) if self._start <= cached_g <= g_end else (self._start, self._start_counts)
+        )
+        for block in range(lo, g_end, 1 << 20):
+            _, counts = self._mixture.choose(block, min(g_end, block + (1 << 20)), counts)
+        self._counts_cache = (g_end, np.array(counts, dtype=np.int64))
+        return self._counts_cache[1].copy()
+
+    def _set_start(self, g: int, counts: np.ndarray) -> None:
+        self._start, self._start_counts, self._yielded = g, counts, 0
+        self._counts_cache = (g, counts.copy())
+
+    def mix_counts(self) -> dict[str, int]:
+        """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
+        self.worker_guard.check_position_known("mix_counts()", self.consumed)
+        return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        """Change the mixture weights from the next sample on (call between steps, on every rank); later
+        schedule entries still apply."""
+        self.worker_guard.check_position_known("set_weights()", self.consumed)
+        values = normalize_weights(self.sources, dict(weights))
+        g = self.consumed
+        self._set_start(g, self._counts_at(g))
+        self._mixture.set_weights(g, values)
+        self._weights_version += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable resume state (see the module docstring)."""
+        self.worker_guard.check_position_known("state_dict()", self.consumed)
+        g = self.consumed
+        return {
+            "version": STATE_VERSION,
+            "fingerprint": self._fingerprint,
+            "seed": self.seed,
+            "consumed": g,
+            "counts": [int(c) for c in self._counts_at(g)],
+            "weights": [float(w) for w in self._mixture.weights_at(g)],
+            "sources": self.sources,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], *, reweight: bool = False) -> None:
+        """Resume at ``state``; refuses state from other data, seq_len, packing or seed (``ResumeError``), and
+        other weights than this loader's at that point unless ``reweight`` (then this loader's apply)."""
+        _check_plain(state)
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}")
+        if state.get("fingerprint") != self._fingerprint or state.get("seed") != self.seed:
+            raise ResumeError(
+                f"loader state belongs to other data or settings (fingerprint {state.get('fingerprint')}, "
+                f"seed {state.get('seed')}; this loader: {self._fingerprint}, seed {self.seed}); build the "
+                "loader with the same shard sets, seq_len, packing and seed"
+            )
+        counts = np.array(state["counts"], dtype=np.int64)
+        saved = np.array(state["weights"], dtype=np.float64)
+        if len(counts) != len(self._sources) or len(saved) != len(self._sources):
+            raise ResumeError(f"loader state has {len(counts)} sources, this loader {len(self._sources)}")
+        g = int(state["consumed"])
+        mine = self._mixture.weights_at(g)
+        if not np.allclose(saved, mine, rtol=0, atol=1e-9):
+            if not reweight:
+                names = self.sources
+                raise ResumeError(
+                    f"the checkpoint's mixture weights at sample {g} are "
+                    f"{dict(zip(names, np.round(saved, 6).tolist()))}, this run's are "
+                    f"{dict(zip(names, np.round(mine, 6).tolist()))}; resume with the checkpoint's weights, "
+                    "or pass --reweight (reweight=True) to apply the new ones from here on"
+                )
+            log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
+        self._set_start(g, counts)
+        self.worker_guard.reset()  # the position is known again
+        self._weights_version += 1
+
     # ---- planning --------------------------------------------------------------------------------------
     def _limit(self) -> int | None:
         if self.num_epochs is None:
@@ -218,17 +371,38 @@ class TokenLoader(LoaderPosition, torch.utils.data.IterableDataset):
         return self.num_epochs * self._sources[0].num_samples
 
     def _plan(self, count: int, base_g: int, base_counts: np.ndarray) -> Plan:
-        """Plan this rank's next ``count`` samples (``sample_plan.plan_samples``)."""
-        return plan_samples(
-            self._mixture,
-            self._sources,
-            self._source_keys,
-            self.rank,
-            self.world_size,
-            count,
-            base_g,
-            base_counts,
-        )
+        """Plan this rank's next ``count`` samples: global indices base_g + rank + j * W.
+
+        ``base_counts`` are the per-source counters at ``base_g``; the choices of every rank in between are
+        replayed (vectorized) so each source's counter, hence its permutation position, is exact. The plan
+        ends early where the mixture has no source left (every capped source exhausted).
+        """
+        mixture, rank, width = self._mixture, self.rank, self.world_size
+        mine = np.arange(count, dtype=np.int64) * width + rank  # offsets from base_g of this rank's g
+        choice, counts_end = mixture.choose(base_g, base_g + count * width, base_counts)
+        source = choice[mine]
+        ended = np.flatnonzero(source < 0)
+        if len(ended):
+            count = int(ended[0])
+            source, mine = source[:count], mine[:count]
+        n = np.empty(count, dtype=np.int64)
+        for s in np.unique(source).tolist():
+            drawn = np.cumsum(choice == s)  # draws of source s up to and including each global index
+            sel = source == s
+            n[sel] = base_counts[s] + drawn[mine[sel]] - 1  # the counter before that index
+        shard = np.empty(count, dtype=np.int64)
+        start = np.empty(count, dtype=np.int64)
+        length = np.empty(count, dtype=np.int64)
+        for s, src in enumerate(self._sources):
+            sel = np.flatnonzero(source == s)
+            if not len(sel):
+                continue
+            epoch, local = np.divmod(n[sel], src.num_samples)
+            epochs, which = np.unique(epoch, return_inverse=True)  # a block spans few epochs (many if tiny)
+            keys = np.array([derive_key(self._source_keys[s], e) for e in epochs.tolist()], dtype=np.uint64)
+            sample = permute(local, src.num_samples, keys[which] if len(keys) > 1 else int(keys[0]))
+            shard[sel], start[sel], length[sel] = src.locate(sample)
+        return Plan(source, shard, start, length, counts_end)
 
     def _blocks(self, chunk: int, base_g: int, base_counts: np.ndarray) -> Iterator[tuple[int, Plan]]:
         """(samples planned before, plan) per block from ``base_g``; a block holds whole items of ``chunk``."""
@@ -392,3 +566,152 @@ def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, An
         following = next(items, None) if look_ahead else None
         yield current, following
         current = following if look_ahead else next(items, None)
+
+
+def _source_weights(sources: str | Mapping[str, float] | Sequence[str]) -> dict[str, float]:
+    """``{path: weight}`` from a path, a mapping or a list of paths (weight 1 each); refuses none."""
+    if isinstance(sources, str):
+        weights = {sources: 1.0}
+    elif isinstance(sources, Mapping):
+        weights = {str(k): float(v) for k, v in sources.items()}
+    else:
+        weights = {str(p): 1.0 for p in sources}
+    if not weights:
+        raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
+    return weights
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_plain(state: Any) -> None:
+    """Refuse, in one line, loader state that is not the plain numbers ``state_dict`` writes: non-negative
+    ints for the position and counts, finite numbers for the weights, strings for the names. A checkpoint
+    may come from a folder others can write; nothing in it is taken as anything but these numbers."""
+
+    def refuse(key: str, what: str) -> ResumeError:
+        return ResumeError(
+            f"loader state {key!r} must be {what}, got {_short(state.get(key))}; resume from "
+            "a checkpoint zephyr wrote"
+        )
+
+    if not isinstance(state, Mapping):
+        raise ResumeError(f"loader state must be a mapping of plain numbers, got {type(state).__name__}")
+    for key in ("version", "seed", "consumed"):
+        if not _is_int(state.get(key)) or state[key] < 0:
+            raise refuse(key, "a non-negative int")
+    if not isinstance(state.get("fingerprint"), str):
+        raise refuse("fingerprint", "a string")
+    counts, weights, sources = state.get("counts"), state.get("weights"), state.get("sources")
+    if not isinstance(counts, list) or not all(_is_int(c) and c >= 0 for c in counts):
+        raise refuse("counts", "a list of non-negative ints")
+    if not isinstance(weights, list) or not all(
+        (_is_int(w) or isinstance(w, float)) and math.isfinite(w) for w in weights
+    ):
+        raise refuse("weights", "a list of finite numbers")
+    if sources is not None and (
+        not isinstance(sources, list) or not all(isinstance(x, str) for x in sources)
+    ):
+        raise refuse("sources", "a list of strings")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class WorkerGuard:
+    """One ``TokenLoader``'s guard against plain DataLoader workers (the module docstring's "The guard").
+
+    ``flag`` is a one-element int64 tensor in shared memory (0: no plain worker has iterated a copy); a forked
+    worker maps the same pages and a spawned one receives it through torch's shared-memory pickling, so a copy's
+    ``mark_plain_worker`` reaches the parent. ``wrapped`` is True while a ``TokenDataLoader`` starts workers
+    over the loader: those copies are tracked, and mark nothing.
+    """
+
+    def __init__(self) -> None:
+        self.flag = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.wrapped = False
+
+    def mark_plain_worker(self) -> None:
+        """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
+        if not self.wrapped:
+            self.flag.fill_(1)
+
+    def reset(self) -> None:
+        """The position is known again (``load_state_dict`` set it)."""
+        self.flag.zero_()
+
+    def check_position_known(self, what: str, consumed: int) -> None:
+        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
+        the loader cannot count (its position ``consumed`` is then stale)."""
+        if int(self.flag[0]) == 0:
+            return
+        raise ResumeError(
+            f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
+            f"(num_workers > 0), which advance their own copies, so its position (consumed={consumed}) is "
+            "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
+            "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
+            "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
+        )
+
+
+class TokenDataLoader:
+    """Wraps ``torch.utils.data.DataLoader(loader, batch_size=None, num_workers=K)``.
+
+    Workers each produce every K-th item; DataLoader returns them in order, so the sequence equals the
+    single-process one. Each item received advances the wrapped loader's position in the main process, so
+    ``loader.state_dict()`` is exact (and ``loader.filtered`` counts the rows whose labels the workers'
+    instance filter masked). Pinned memory follows ``loader.pin_memory``. After ``set_weights`` or
+    ``load_state_dict`` the worker iterator is rebuilt from the new state (workers hold copies).
+    """
+
+    def __init__(
+        self, loader: TokenLoader, *, num_workers: int = 0, prefetch_factor: int | None = None, **kwargs: Any
+    ):
+        given = [name for name in _OWN_KWARGS if name in kwargs]
+        if given:
+            raise ConfigError(
+                f"data_loader({given[0]}=...): batches and order come from the TokenLoader, so workers split "
+                "by whole batches in the single-process order; build it with TokenLoader(..., batch_size=B) "
+                f"(or use loader.iter_batches(B)) and leave {', '.join(_OWN_KWARGS)} to data_loader"
+            )
+        if num_workers < 0:
+            raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
+        self.loader = loader
+        self.num_workers = num_workers
+        self.kwargs = dict(kwargs)
+        if num_workers > 0:
+            self.kwargs.setdefault("prefetch_factor", prefetch_factor or 4)
+            self.kwargs.setdefault("persistent_workers", False)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        loader = self.loader
+        while True:
+            version = loader.weights_version
+            pinned = loader.pin_memory
+            loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
+            # the workers' copies (forked or pickled now) are ours: no guard
+            loader.worker_guard.wrapped = True
+            try:
+                data_loader = torch.utils.data.DataLoader(
+                    loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
+                )
+                iterator = iter(data_loader)
+            finally:
+                loader.pin_memory = pinned
+                loader.worker_guard.wrapped = False
+            restarted = False
+            try:
+                for item in iterator:
+                    if self.num_workers > 0:  # workers advanced their own copies; mirror it here
+                        loader.count_worker_samples(item["labels"])
+                    yield item
+                    if self.num_workers > 0 and loader.weights_version != version:
+                        restarted = True
+                        break
+            finally:
+                del iterator
+            if not restarted:
+                return

@@ -52,14 +52,6 @@ import pyarrow.compute as pc
 from zephyr.errors import ConfigError, InputError
 from zephyr.sizes import format_bytes, parse_bytes
 
-__all__ = [
-    "DEFAULT_SPECIAL_TOKENS",
-    "TokenizerTrainResult",
-    "sample_bound",
-    "iter_sample",
-    "train_tokenizer",
-]
-
 log = logging.getLogger(__name__)
 
 DEFAULT_SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>",)

@@ -1,28 +1,29 @@
-"""Corpus → globally shuffled token shards, through the zephyr engine.
+"""Corpus → globally shuffled token shards, through the zephyr engine: ``write_token_shards``, and ``plans``,
+the same engine jobs unrun (what ``zephyr explain tokenize`` prints: built by the functions the writer runs, so
+the printed plan is the plan that runs).
 
-Plan (each step is an engine stage, so it runs on any executor and resumes with ``work_dir``):
+The writer reads its inputs, then runs three engine jobs (each resumes with ``work_dir``, on any executor):
 
-1. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
+0. ``read_parquet``/``read_jsonl`` the inputs (only the text, id and source columns), after checking each
    input file's text column (``zephyr.io.text_column``: strings, never numbers turned into text).
-2. ``map_batches(tokenize)`` (``zephyr.tokenize.encode_step``): ``batch_rows`` documents at a time (this
+1. ``map_batches(tokenize)`` (``zephyr.tokenize._encode``): ``batch_rows`` documents at a time (this
    bounds peak memory), encoded in one call on the tokenizer's threads (every core of the machine, also when
    tasks run side by side: see ``TokenizeBatch``). The encoder's flat ids go, as little-endian bytes in the shard
-   dtype and without EOS/BOS (step 5 adds them), into one spill file (``zephyr.tokenize.spill``); the
-   stage's output is one small *reference* row per
-   document: the shuffle key (``key_hi``, ``key_lo``: a seeded 128-bit xxh3 of the document, of its id when
-   ``id_column`` is given so duplicate texts do not land side by side, the text hash breaking ties),
-   ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null texts are quarantined
-   (``reject_reason = "null_text"``), never silently lost. The job's ``tokens`` counter gives the total.
-3. The total token count decides the number of shards: ``ceil(total_tokens * itemsize / shard_bytes)``.
-   Without any document (empty inputs, or only null texts) steps 4 and 5 are skipped and the set is one
-   empty shard, still a valid set for the loader.
-4. ``sort(key_hi, key_lo, boundaries=shard_cuts(P))`` of the references: the global document shuffle, over
+   dtype and without EOS/BOS (job 3 adds them), into one spill file (``zephyr.tokenize._pack``); the
+   job's output is one small *reference* row per document: the shuffle key (``key_hi``, ``key_lo``: a seeded
+   128-bit xxh3 of the document, of its id when ``id_column`` is given so duplicate texts do not land side by
+   side, the text hash breaking ties), ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null
+   texts are quarantined (``reject_reason = "null_text"``), never silently lost. The job's ``tokens`` counter
+   gives the total, and the total decides the number of shards: ``ceil(total_tokens * itemsize /
+   shard_bytes)`` (``shard_count``). Without any document (empty inputs, or only null texts) jobs 2 and 3 are
+   skipped and the set is one empty shard, still a valid set for the loader.
+2. ``sort(key_hi, key_lo, boundaries=shard_cuts(P))`` of the references: the global document shuffle, over
    ~50 bytes a document instead of its tokens, cut into P even ranges of the ``key_hi`` hash space
-   (``writer_plan.reference_sort``). Output shard i is the sort's partition i, so shard contents depend only
-   on the data, the seed and the shard size — never on the worker count, the executor or how the inputs were
-   split into tasks (cuts from a key sample did: each task samples its own references). Equal keys mean equal
-   text (and id), hence equal tokens: ties cannot change bytes.
-5. ``map(pack)`` over the partitions (``zephyr.tokenize.pack_step``): read each partition's references
+   (``reference_sort``). Output shard i is the sort's partition i, so shard contents depend only on the data,
+   the seed and the shard size — never on the worker count, the executor or how the inputs were split into
+   tasks (cuts from a key sample did: each task samples its own references). Equal keys mean equal text (and
+   id), hence equal tokens: ties cannot change bytes.
+3. ``map(pack)`` over the partitions (``zephyr.tokenize._pack``): read each partition's references
    ``batch_rows`` at a time, gather their ids from the spill files with a gap for EOS (and BOS) around each
    document, store the special tokens, and append them to ``shard-<i>.tokens.npy`` + ``.offsets.npy``
    (+ Megatron ``.bin``/``.idx``), hashing as they are written; the driver writes ``manifest.json`` last.
@@ -30,6 +31,12 @@ Plan (each step is an engine stage, so it runs on any executor and resumes with 
 Token bytes are thus written once (spill) and read once (pack); peak memory per worker is one batch of
 documents (texts, ids, references) whatever the input size, plus what the input format itself needs to
 decode (one Parquet row group's text column).
+
+Where the jobs run (``place_writer``): the read split (``approx_shard_bytes``), the task count and the
+small-job decision are the engine's (``zephyr.read_plan``); tokenize decides only how many tokenize tasks run
+at once on one machine (the worker pool's size; each task encodes on every core), and whether the jobs run in
+this process (``worker_pool``: the engine's small-job rule, or a local pool of at most ``DRIVER_MAX_WORKERS``
+workers). Outputs never depend on it: shard bytes are a function of the data, the seed and the shard size only.
 
 Arguments of ``write_token_shards``::
 
@@ -41,8 +48,8 @@ Arguments of ``write_token_shards``::
         one, ``None`` keys on the text alone (then exact duplicate texts end up next to each other).
     source_column: a column whose per-value document/token counts go into the manifest's source mix;
         ``"auto"`` uses ``source`` when present.
-    shard_size: target bytes of tokens per shard (e.g. ``"512MB"``); the shard count is
-        ``ceil(total token bytes / shard_size)``.
+    shard_bytes: target bytes of tokens per shard (e.g. ``"512MB"``); the shard count is
+        ``ceil(total token bytes / shard_bytes)``.
     seed: shuffle seed; the same seed and inputs give byte-identical shards.
     bos: ``"never"`` or ``"always"``. EOS is always appended.
     engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
@@ -55,63 +62,67 @@ Arguments of ``write_token_shards``::
         ``zephyr.io.input_schema``): promote by the documented rule, or cast every file to a schema.
     on_error: for path inputs, ``"raise"`` on a bad input row (invalid JSON line, invalid UTF-8) naming file
         and line, or ``"quarantine"`` to set it aside; ``stats["rows"]`` says where every input row went.
+    overwrite: replace the output folder's content even when it holds files zephyr did not write (the set is
+        claimed like any output, ``zephyr.io.claim``: not an input, locked, only zephyr's files).
     execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
+
+The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and swapped
+in whole when complete (``zephyr.io.publish.publish_folder``): a set a finished run wrote stays readable until
+the new one is complete.
+
+``plans`` takes the same arguments (``output`` optional): nothing runs and nothing is written; the inputs are
+listed, their text columns checked and Parquet footers read, and the tokenizer file is read (for its
+vocabulary: the shard dtype, and its special tokens). The shard count is known only once the tokenize job
+has counted the tokens: the sort and the pack are planned with one shard and the rule is printed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.encode_step import TokenizeBatch
-from zephyr.tokenize.format import join_path, token_dtype
-from zephyr.tokenize.inputs import (
-    detect_column,
-    input_columns,
-    input_dataset,
-    input_paths,
-    plan_tasks,  # noqa: F401  (tests read it here)
-)
-from zephyr.tokenize.pack_step import PackPartition, shard_directory
-from zephyr.tokenize.shards import write_manifest, write_shard
+from zephyr.tokenize._encode import TokenizeBatch
+from zephyr.tokenize._pack import PackPartition, numeric_array, shard_directory, string_array
+from zephyr.tokenize.shards import ShardInfo, join_path, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
-from zephyr.tokenize.writer_plan import (  # DRIVER_MAX_WORKERS, _worker_pool: read here before they moved
-    DRIVER_MAX_WORKERS,  # noqa: F401
-    WriterPlacement,
-    pack_job,
-    pack_threads,
-    place_writer,
-    reference_sort,
-    shard_count,
-    tokenize_job,
-)
-from zephyr.tokenize.writer_plan import driver_encodes as _driver_encodes
-from zephyr.tokenize.writer_plan import worker_pool as _worker_pool  # noqa: F401
 
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io.paths import absolute
 from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
-
-__all__ = [
-    "write_token_shards",
-    "TokenizeResult",
-    "TokenizeBatch",
-    "check_text_paths",
-    "checked_shard_bytes",
-    "read_columns",
-    "text_tokenizer",
-    "writer_input",
-]
+    from zephyr.options import ExecutionOptions
+    from zephyr.read_plan import ReadPlan
 
 log = logging.getLogger(__name__)
+
+
+DRIVER_MAX_WORKERS = 2
+"""With at most this many local workers, the writer's jobs run in the driver process. One process already
+gives the encoder every core (its own threads), decodes the next input batch on a thread meanwhile
+(``zephyr.read_ahead``), and loads, proves and warms the tokenizer once; two worker processes pay each of those
+twice plus their start-up (~3 CPU-s at 320 MB). Measured at 320 MB on 2 cores with fastokens: 4.30 s in the
+driver vs 5.22 s on 2 workers (median of 3; fastokens in memory 2.31 s); with tiktoken at 80 MB, 5.8 vs
+6.2 s. With more workers, one Python thread (decoding, hashing, spilling) would not keep up with the encoder."""
+
+
+DRIVER_MIN_BUDGET_BYTES = 512 << 20
+"""Below this ``memory_budget`` the writer keeps its worker processes even with ``DRIVER_MAX_WORKERS`` or fewer:
+the driver holds more than a worker's stream of ``batch_rows`` batches (the read-ahead batch, the batches in
+flight, the driver's own job state beside the encoder's caches), ~300-410 MiB above its baseline whatever the
+budget. Measured with benchmarks/budget_peaks.py (inputs 6x the budget): at ``--memory-budget 64MiB`` 151 MiB
+above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over three runs, against 320 allowed
+(1.17-1.42x); at 512MiB 360-383 MiB (0.70-0.75x) with one batch in flight, 401 MiB (0.78x) with three, and
+320 MiB (0.63x; 354 MiB, 0.35x, at 1GiB) with two on the encode threads kept while batches come
+(``TokenizeBatch.IN_FLIGHT``, ``_encode._encode_threads``). On workers at 64MiB: 1.03x."""
+
 
 _MIN_SHARD_BYTES = 1 << 10
 
@@ -141,7 +152,7 @@ def write_token_shards(
     text_column: str = "text",
     id_column: str | None = "auto",
     source_column: str | None = "auto",
-    shard_size: int | str = "512MB",
+    shard_bytes: int | str = "512MB",
     seed: int = 0,
     bos: BosPolicy = "never",
     engine: EngineChoice = "auto",
@@ -152,76 +163,265 @@ def write_token_shards(
     unify_schemas: bool = False,
     schema: Any = None,
     on_error: str = "raise",
+    overwrite: bool = False,
     **execution: Any,
 ) -> TokenizeResult:
-    """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.format``)
+    """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.shards``)
     and return what was written. ``data`` is a ``zephyr.Dataset`` or Parquet/JSONL paths; the same seed and
     inputs give byte-identical shards. Every argument is described in this module's docstring ("Arguments").
     """
     import zephyr
 
-    shard_bytes = checked_shard_bytes(shard_size, batch_rows)
+    shard_bytes = checked_shard_bytes(shard_bytes, batch_rows)
     output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
-    # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
-    encodes_here = options.executor == "inprocess" or _driver_encodes(options)
-    tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
-    if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize step itself
-        check_text_paths(data, text_column)
-    placed = place_writer(data, options, execution)
-    pool, in_driver, concurrency = placed.pool, placed.in_driver, placed.concurrency
-    from zephyr import job_stats
-    from zephyr.executors import reuse_workers
+    from zephyr.io import claim
 
-    # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
-    # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
-    with reuse_workers(pool) as execution, job_stats.recording() as engine_jobs:
-        tok = tok or text_tokenizer(
-            *tokenizer_args, warm=in_driver
-        )  # in_driver: a small job (ReadPlan.small)
-        id_column, source_column = read_columns(data, id_column, source_column)
-        dataset = writer_input(
+    if isinstance(data, zephyr.Dataset):
+        inputs = []
+    else:
+        inputs = [str(data)] if isinstance(data, str | os.PathLike) else [str(p) for p in data]
+    tokenizer_path = [str(tokenizer)] if isinstance(tokenizer, str | os.PathLike) else []
+    with claim.claimed(
+        output, inputs=[*inputs, *tokenizer_path], overwrite=overwrite, work_dir=options.work_dir
+    ):
+        return _write_token_shards(
             data,
-            [text_column, id_column, source_column],
-            placed,
-            on_error,
+            tokenizer,
+            output,
+            options,
+            execution,
+            text_column=text_column,
+            id_column=id_column,
+            source_column=source_column,
+            shard_bytes=shard_bytes,
+            seed=seed,
+            bos=bos,
+            engine=engine,
+            eos_token=eos_token,
+            bos_token=bos_token,
+            batch_rows=batch_rows,
+            megatron=megatron,
             unify_schemas=unify_schemas,
             schema=schema,
+            on_error=on_error,
         )
-        _replace_set(output)
+
+
+def _write_token_shards(
+    data: Any,
+    tokenizer: Any,
+    output: str,
+    options: Any,
+    execution: dict[str, Any],
+    *,
+    text_column: str,
+    id_column: str | None,
+    source_column: str | None,
+    shard_bytes: int,
+    seed: int,
+    bos: BosPolicy,
+    engine: EngineChoice,
+    eos_token: str | None,
+    bos_token: str | None,
+    batch_rows: int,
+    megatron: bool,
+    unify_schemas: bool,
+    schema: Any,
+    on_error: str,
+) -> TokenizeResult:
+    """``write_token_shards`` on its claimed output."""
+    import zephyr
+    from zephyr import job_stats
+    from zephyr.executors import reuse_workers
+    from zephyr.io import layout
+    from zephyr.io.publish import publish_folder
+
+    building = layout.side_path(output, "staging", "shards")
+    tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
+    # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
+    encodes_here = options.executor == "inprocess" or driver_encodes(options)
+    tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
+    if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize job itself
+        check_text_paths(data, text_column)
+    placed = place_writer(data, options, execution)
+    # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
+    # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
+    with reuse_workers(placed.pool) as execution, job_stats.recording() as engine_jobs:
+        tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver)  # in the driver: a small job
         scratch = _scratch_dir(output, execution.get("work_dir"))
+        columns = (text_column, id_column, source_column)
+        schema_kw = {"unify_schemas": unify_schemas, "schema": schema}
+        jobs = _jobs(
+            data,
+            tok,
+            placed,
+            options,
+            building,  # the packer writes the set where it is built, published whole at the end
+            scratch,
+            columns,
+            seed,
+            batch_rows,
+            megatron,
+            on_error,
+            schema_kw,
+        )
+        _replace_set(building)
         if engine != "auto":
             _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
         try:
-            columns = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
-            spill_dir = f"{scratch}/spill"
-            batch_fn = TokenizeBatch(tok, **columns, seed=seed, spill_dir=spill_dir)
-            dtype, threads = token_dtype(tok.vocab_size), pack_threads(placed, options)
-            pack = _PackPlan(output, scratch, dtype, shard_bytes, megatron, batch_rows, threads)
-            refs = tokenize_job(dataset, batch_fn, batch_rows).write_parquet(f"{scratch}/refs", **execution)
-            shards, per_source, stats = _shuffle_and_pack(refs, pack, tok, execution)
+            refs = jobs.refs.write_parquet(f"{scratch}/refs", **execution)
+            shards, per_source, stats = _shuffle_and_pack(refs, jobs.packer, shard_bytes, scratch, execution)
             inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
-            sources = {"inputs": inputs, "text_column": text_column, "id_column": id_column}
-            sources.update(source_column=source_column, per_source=per_source)
-            manifest = write_manifest(output, shards, meta=_manifest_meta(tok, pack, seed, refs, sources))
+            sources = {"inputs": inputs, "text_column": text_column, "id_column": jobs.id_column}
+            sources.update(source_column=jobs.source_column, per_source=per_source)
+            meta = _manifest_meta(tok, jobs.dtype, shard_bytes, seed, refs, sources)
+            manifest = write_manifest(building, shards, meta=meta)
             stats["rows"] = _row_accounts(refs.stats)
             stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
-            stats["tokenize_plan"] = _tokenize_plan(refs, pool, options, concurrency)
+            stats["tokenize_plan"] = _tokenize_plan(refs, placed.pool, options, placed.concurrency)
         except BaseException:
             if execution.get("work_dir") is None:
                 _remove_tree(scratch)  # nothing could resume from it
             raise
         _remove_tree(scratch)
+        _keep_only_the_set(building, manifest)
+        publish_folder(building, output)
         return TokenizeResult(output, manifest, stats)
+
+
+def _keep_only_the_set(directory: str, manifest: dict[str, Any]) -> None:
+    """Remove what the set's manifest does not name from the folder about to be published (shards an aborted
+    run of another shard count left in the staging folder)."""
+    import fsspec
+    from zephyr.tokenize.shards import MANIFEST_NAME
+
+    named = {MANIFEST_NAME} | {
+        f["path"] for shard in manifest["shards"] for f in shard["files"].values() if isinstance(f, dict)
+    }
+    fs, root = fsspec.core.url_to_fs(directory)
+    for entry in fs.find(root):
+        if entry[len(root.rstrip("/")) + 1 :] not in named:
+            fs.rm(entry)
+
+
+def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``write_token_shards(data, tokenizer=..., **arguments)`` runs (path inputs; ``output``
+    optional), in order, each built by the code the writer runs, with the rules between them (``None``: a
+    rule). Nothing runs (see the module docstring)."""
+    return _plans(data, tokenizer, arguments)[0]
+
+
+def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
+    """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
+    (``zephyr.commands.jobs_plan_text``), with the budget's shares."""
+    from zephyr.budget import Budget
+    from zephyr.commands import jobs_plan_text
+
+    planned, pool, options = _plans(data, tokenizer, arguments)
+    budget = Budget(options.memory_budget_bytes)
+    return jobs_plan_text("zephyr tokenize", planned, budget, pool, then="the rules")
+
+
+def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, dict[str, Any], Any]:
+    """(``plans``, the execution options of its jobs, the ``ExecutionOptions``)."""
+    from zephyr.options import ExecutionOptions
+
+    get = arguments.pop
+    output = get("output", "OUTPUT")
+    text_column = get("text_column", "text")
+    columns = (text_column, get("id_column", "auto"), get("source_column", "auto"))
+    tokenizer_args = (tokenizer, get("bos", "never"), get("engine", "auto"), get("eos_token", None))
+    tokenizer_args += (get("bos_token", None),)
+    seed, batch_rows, megatron = get("seed", 0), get("batch_rows", 1024), get("megatron", False)
+    shard_bytes = checked_shard_bytes(get("shard_bytes", "512MB"), batch_rows)
+    schema = {"unify_schemas": get("unify_schemas", False), "schema": get("schema", None)}
+    on_error = get("on_error", "raise")
+    options = ExecutionOptions.from_kwargs(**arguments)  # what is left: the execution options
+    check_text_paths(data, text_column)
+    placed = place_writer(data, options, arguments)
+    tok = text_tokenizer(*tokenizer_args)
+    scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
+    jobs = _jobs(
+        data, tok, placed, options, output, scratch, columns, seed, batch_rows, megatron, on_error, schema
+    )
+    jobs_and_rules = [
+        (
+            f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
+            "to spill files, one reference row a document to Parquet",
+            jobs.refs,
+        ),
+        (_placement(placed, options), None),
+        (_shard_rule(jobs.dtype, shard_bytes), None),
+        (
+            "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard, cut evenly on the "
+            "key_hi hash space (no key sample: the same shards from any input split; its first stage is "
+            "job 1: the sort reads job 1's reference files)",
+            reference_sort(jobs.refs, 1),
+        ),
+        (
+            f"job 3: pack, {_pack_tasks(jobs.packer)}, {batch_rows:,} references a read, tokens gathered from "
+            f"the spill files → {output}/shard-*.tokens.npy" + (" + Megatron .bin/.idx" if megatron else ""),
+            pack_job([f"{scratch}/sorted/part-00000.parquet"], jobs.packer),
+        ),
+    ]
+    return jobs_and_rules, placed.pool, options
+
+
+@dataclass(frozen=True)
+class _Jobs:
+    """What ``write_token_shards`` runs and ``plans`` prints, built by the same code (``_jobs``)."""
+
+    refs: Dataset
+    """Job 1, unrun: the tokenize job's reference rows."""
+    packer: PackPartition
+    """Job 3's function: a sorted partition of references → a shard."""
+    dtype: np.dtype
+    """The shards' token dtype."""
+    id_column: str | None
+    source_column: str | None
+    """The id and source columns read (``"auto"`` resolved)."""
+
+
+def _jobs(
+    data: Any,
+    tok: TextTokenizer,
+    placed: WriterPlacement,
+    options: Any,
+    output: str,
+    scratch: str,
+    columns: tuple[str, str | None, str | None],
+    seed: int,
+    batch_rows: int,
+    megatron: bool,
+    on_error: str,
+    schema: dict[str, Any],
+) -> _Jobs:
+    """The tokenize job over ``data`` (spilling to ``scratch``) and the packer writing ``output``."""
+    text_column, id_column, source_column = columns
+    id_column, source_column = read_columns(data, id_column, source_column)
+    dataset = writer_input(data, [text_column, id_column, source_column], placed, on_error, **schema)
+    spill_dir = f"{scratch}/spill"
+    names = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
+    batch_fn = TokenizeBatch(tok, **names, seed=seed, spill_dir=spill_dir)
+    dtype = token_dtype(tok.vocab_size)
+    threads = pack_threads(placed, options)
+    ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
+    packer = PackPartition(output, dtype.name, megatron, spill_dir, batch_rows, **ids, threads=threads)
+    return _Jobs(tokenize_job(dataset, batch_fn, batch_rows), packer, dtype, id_column, source_column)
 
 
 def read_columns(
     data: Any, id_column: str | None, source_column: str | None
 ) -> tuple[str | None, str | None]:
-    """The id and source columns the writer reads (``"auto"``: ``id``/``source`` when the inputs have one)."""
+    """The id and source columns the writer reads: ``"auto"`` is ``id``/``source`` when the first Parquet input
+    has that column, else none."""
     names = input_columns(data) if "auto" in (id_column, source_column) else None
-    return detect_column(names, id_column, "id"), detect_column(names, source_column, "source")
+
+    def chosen(wanted: str | None, default: str) -> str | None:
+        return wanted if wanted != "auto" else (default if names and default in names else None)
+
+    return chosen(id_column, "id"), chosen(source_column, "source")
 
 
 def writer_input(
@@ -245,17 +445,17 @@ def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
     check_text_inputs(files, text_column, format=fmt)
 
 
-def checked_shard_bytes(shard_size: int | str, batch_rows: int) -> int:
-    """``shard_size`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
-    shard_bytes = parse_bytes(shard_size)
-    if shard_bytes < _MIN_SHARD_BYTES:
+def checked_shard_bytes(shard_bytes: int | str, batch_rows: int) -> int:
+    """``shard_bytes`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
+    size = parse_bytes(shard_bytes)
+    if size < _MIN_SHARD_BYTES:
         raise ConfigError(
-            f"shard_size must be at least {_MIN_SHARD_BYTES} bytes, got {shard_size!r} ({shard_bytes} bytes); "
-            "give a larger size, e.g. 64MiB (--shard-bytes / shard_size=)"
+            f"shard_bytes must be at least {_MIN_SHARD_BYTES} bytes, got {shard_bytes!r} ({size} bytes); "
+            "give a larger size, e.g. 64MiB (--shard-bytes / shard_bytes=)"
         )
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
-    return shard_bytes
+    return size
 
 
 def text_tokenizer(
@@ -278,18 +478,191 @@ def text_tokenizer(
     return tokenizer
 
 
-@dataclass(frozen=True)
-class _PackPlan:
-    """Where and how steps 3-5 write the shards (the arguments every pack task shares)."""
+def input_paths(data: Any) -> tuple[list[str], str]:
+    """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
+    from zephyr.io.paths import input_files
 
-    output: str
-    scratch: str
-    dtype: np.dtype
-    shard_bytes: int
-    megatron: bool
-    batch_rows: int
-    threads: int
-    """Shards packed at once by one pack task (``writer_plan.pack_threads``)."""
+    return input_files(_input_names(data))
+
+
+def input_dataset(
+    data: Any, columns: list[str], approx_shard_bytes: int | None, on_error: str, **schema: Any
+) -> Dataset:
+    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (the engine's read plan)."""
+    import zephyr
+
+    paths, fmt = input_paths(data)
+    if fmt == "jsonl":
+        return zephyr.read_jsonl(paths, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema)
+    return zephyr.read_parquet(
+        paths, columns=columns, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema
+    )
+
+
+def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, int]:
+    """(the engine's read plan of path inputs, tokenize tasks that run at once on one machine).
+
+    The read split, the task count and whether the writer's jobs run in this process are the engine's
+    (``zephyr.read_plan.plan_read``, the rule every job follows). What stays here is tokenize's own: no more
+    tasks at once (worker processes) than the plan has tasks, since each worker loads the tokenizer; every
+    task encodes on all cores (``TokenizeBatch``). In-process tasks run one at a time (all cores
+    each); a ``Dataset`` input is read as it is (no plan, one task per worker at once); unreadable inputs
+    fail later, with the engine's own message (no plan).
+    """
+    workers = options.num_workers
+    if options.executor == "inprocess":
+        return None, 1
+    if not isinstance(data, str | os.PathLike | list | tuple):  # a Dataset
+        return None, workers
+    from zephyr.read_plan import plan_read
+
+    try:
+        plan = plan_read(_input_names(data), options, split=True)
+    except (OSError, ValueError, ZephyrError):
+        return None, workers
+    return plan, max(1, min(workers, plan.tasks))
+
+
+def input_columns(data: Any) -> list[str] | None:
+    """Column names of the first Parquet input (``None``: not Parquet paths, or unreadable)."""
+    if not isinstance(data, str | os.PathLike | list | tuple):  # a Dataset
+        return None
+    import fsspec
+    import pyarrow.parquet as pq
+
+    try:
+        fs, first = fsspec.core.url_to_fs(_input_names(data)[0])
+        if fs.isdir(first):
+            first = sorted(p for p in fs.find(first) if p.endswith(".parquet"))[0]
+        with fs.open(first, "rb") as handle:
+            return pq.read_schema(handle).names
+    except (IndexError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class WriterPlacement:
+    """Where the writer's jobs run and how its inputs are split (``place_writer``)."""
+
+    read_plan: ReadPlan | None
+    concurrency: int
+    """Tokenize tasks that run at once on one machine (``plan_tasks``)."""
+    pool: dict[str, Any]
+    """The execution options of every job of the writer (``worker_pool``)."""
+
+    @property
+    def in_driver(self) -> bool:
+        return self.pool.get("executor") == "inprocess"
+
+    @property
+    def approx_shard_bytes(self) -> int | None:
+        """The read split: the engine's, unless the tasks run in the driver one after another anyway."""
+        return (
+            self.read_plan.approx_shard_bytes if self.read_plan is not None and not self.in_driver else None
+        )
+
+
+def place_writer(data: Any, options: ExecutionOptions, execution: dict[str, Any]) -> WriterPlacement:
+    """The read plan of ``data`` and the options of the writer's jobs."""
+    read_plan, concurrency = plan_tasks(data, options)
+    return WriterPlacement(read_plan, concurrency, worker_pool(execution, options, read_plan, concurrency))
+
+
+def worker_pool(
+    execution: dict[str, Any], options: Any, read_plan: ReadPlan | None, concurrency: int
+) -> dict[str, Any]:
+    """The execution options of the writer's jobs. A job the engine calls small (``ReadPlan.small``: its
+    inputs are under ``small_job_bytes``, or its read split leaves one task) runs in this process, like
+    every small engine job: a worker would add its start-up and nothing else (the driver only waits
+    meanwhile); ``small_job_bytes=0`` turns that off. So does a local pool of at most ``DRIVER_MAX_WORKERS``
+    workers (``driver_encodes``). Otherwise no more worker processes than tokenize tasks:
+    more would only import and sit idle on the cores the encoder threads use (later stages are a small sort
+    and I/O-bound packing). Outputs depend on neither."""
+    pool = dict(execution)
+    if read_plan is not None and read_plan.small:
+        log.info(
+            "tokenize: a small job (zephyr.read_plan): running in this process (small_job_bytes=0 to force workers)"
+        )
+        pool["executor"] = "inprocess"
+    elif driver_encodes(options):
+        log.info(
+            "tokenize: %d workers: running in this process, the encoder on every core (small_job_bytes=0 to "
+            "force workers)",
+            options.num_workers,
+        )
+        pool["executor"] = "inprocess"
+    elif options.executor == "local" and concurrency < options.num_workers:
+        pool["workers"] = concurrency
+    return pool
+
+
+def driver_encodes(options: Any) -> bool:
+    """Whether a ``local`` job of at most ``DRIVER_MAX_WORKERS`` workers runs in the driver: not with
+    ``small_job_bytes=0``, which forces worker processes as for every engine job, nor with a memory budget under
+    ``DRIVER_MIN_BUDGET_BYTES``."""
+    return (
+        options.executor == "local"
+        and options.num_workers <= DRIVER_MAX_WORKERS
+        and options.small_job_bytes_value > 0
+        and options.memory_budget_bytes >= DRIVER_MIN_BUDGET_BYTES
+    )
+
+
+def pack_threads(placed: WriterPlacement, options: Any) -> int:
+    """Shards the pack job writes at once in the driver: as many as the local workers it stands in for
+    (``driver_encodes``, or a small job), at most one a core; one with ``executor="inprocess"`` (the jobs run
+    one task after another by request) or when workers pack. The pack of a shard spends most of its time
+    reading spills, writing and hashing, which release the GIL: at 320 MB on 2 cores two threads took the pack
+    job from 0.57-0.73 s to 0.41-0.52 s (3 interleaved runs), for one more batch of tokens in memory."""
+    if not placed.in_driver or options.executor != "local":
+        return 1
+    return max(1, min(options.num_workers, os.cpu_count() or 1))
+
+
+def tokenize_job(dataset: Dataset, batch_fn: Any, batch_rows: int) -> Dataset:
+    """Job 1: ``batch_rows`` documents at a time through ``batch_fn`` (a ``TokenizeBatch``): token ids to the
+    spill files, one reference row a document out."""
+    return dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")
+
+
+def shard_count(total_tokens: int, itemsize: int, shard_bytes: int) -> int:
+    """The shard count: ``ceil(total_tokens * itemsize / shard_bytes)``, at least one."""
+    return max(1, math.ceil(total_tokens * itemsize / shard_bytes))
+
+
+def reference_sort(refs: Dataset, num_shards: int) -> Dataset:
+    """Job 2: the global document shuffle, the references sorted by their seeded key into one partition a
+    shard. Shard ``i`` holds the keys whose ``key_hi`` is in ``[i * 2**64 / P, (i + 1) * 2**64 / P)``
+    (``shard_cuts``): the keys are uniform hashes, so the shards are even in expectation, and a shard's
+    documents depend only on the data, the seed and the shard count, never on how the input was split into
+    tasks (a key sample's cuts did: each task sampled its own references)."""
+    return refs.sort("key_hi", "key_lo", boundaries=shard_cuts(num_shards))
+
+
+def shard_cuts(num_shards: int) -> list[int]:
+    """``num_shards - 1`` even split points of the ``uint64`` key space (``ceil(i * 2**64 / P)``)."""
+    return [-(-(i << 64) // num_shards) for i in range(1, num_shards)]
+
+
+def pack_job(parts: list[str], packer: Any) -> Dataset:
+    """Job 3: each sorted partition (``parts``, in order) packed into its shard by ``packer`` (a
+    ``PackPartition``): one task a partition, or one task for all of them when the packer packs several at
+    once on threads (``pack_threads``: in the driver, where tasks run one after another)."""
+    import pyarrow as pa
+
+    import zephyr
+
+    # built from buffers: ``from_items`` (``pa.Table.from_pylist``) would import pandas in the driver (~1 s)
+    jobs = pa.Table.from_arrays(
+        [
+            numeric_array(np.arange(len(parts)), pa.int64()),
+            string_array([f"shard-{i:05d}" for i in range(len(parts))]),
+            string_array(parts),
+        ],
+        names=["index", "name", "path"],
+    )
+    tasks = 1 if packer.threads > 1 else max(1, len(parts))
+    return zephyr.from_arrow(jobs, num_shards=tasks).map_batches(packer, name="pack")
 
 
 def _input_names(data: Any) -> list[str]:
@@ -297,24 +670,24 @@ def _input_names(data: Any) -> list[str]:
 
 
 def _manifest_meta(
-    tok: TextTokenizer, pack: _PackPlan, seed: int, refs: Any, sources: dict[str, Any]
+    tok: TextTokenizer, dtype: np.dtype, shard_bytes: int, seed: int, refs: Any, sources: dict[str, Any]
 ) -> dict[str, Any]:
-    """The manifest's fields besides the shard list (``zephyr.tokenize.format``)."""
+    """The manifest's fields besides the shard list (``zephyr.tokenize.shards``)."""
     return {
-        "dtype": pack.dtype.name,
+        "dtype": dtype.name,
         "vocab_size": tok.vocab_size,
         "eos_id": tok.eos_id,
         "bos_id": tok.bos_id,
         "bos_policy": tok.bos_policy,
         "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)},
         "seed": seed,
-        "shard_size_bytes": pack.shard_bytes,
+        "shard_size_bytes": shard_bytes,  # the manifest's key for shard_bytes (format version 1)
         "sources": sources,
     }
 
 
 def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
-    """How the tokenize step ran (see ``zephyr.tokenize.inputs.plan_tasks``), for the result's stats."""
+    """How the tokenize job ran (``plan_tasks``), for the result's stats."""
     executor = pool.get("executor", "local")
     return {
         "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
@@ -325,7 +698,7 @@ def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: i
 
 
 def _replace_set(output: str) -> None:
-    """Invalidate an old set at ``output`` (its manifest goes first) and create the directory."""
+    """Invalidate a set being built at ``output`` (its manifest goes first) and create the directory."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(output)
@@ -337,13 +710,15 @@ def _replace_set(output: str) -> None:
 
 def _scratch_dir(output: str, work_dir: str | None) -> str:
     """Spills, references and the sorted partitions: under the job's ``work_dir`` (any fsspec URL every worker
-    sees, e.g. on object storage for a cluster of machines) when given, else ``<output>/_work``. A fixed name
+    sees, e.g. on object storage for a cluster of machines) when given, else ``<output>.zephyr/work``. A fixed name
     per output, so a rerun with the same ``work_dir`` finds its finished tasks (the engine fingerprints its
     outputs by path); removed once the set is complete."""
     import hashlib
 
     if work_dir is None:
-        return f"{output.rstrip('/')}/_work"
+        from zephyr.io.layout import side_path
+
+        return side_path(output, "work")
     return f"{absolute(work_dir).rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
 
 
@@ -356,48 +731,38 @@ def _remove_tree(url: str) -> None:
 
 
 def _shuffle_and_pack(
-    refs: Any, pack: _PackPlan, tok: TextTokenizer, execution: dict[str, Any]
+    refs: Any, packer: PackPartition, shard_bytes: int, scratch: str, execution: dict[str, Any]
 ) -> tuple[list[Any], dict[str, dict[str, int]], dict[str, Any]]:
-    """Steps 3-5: the shard count from the token total, the reference sort, one pack task per shard.
+    """Jobs 2 and 3: the shard count from the token total, the reference sort, one pack task per shard.
     Returns (shard infos, per-source counts, the sort's stats)."""
     import zephyr
 
-    dtype = pack.dtype
+    dtype = np.dtype(packer.dtype)
     total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
-    num_shards = shard_count(total_tokens, dtype.itemsize, pack.shard_bytes)
+    num_shards = shard_count(total_tokens, dtype.itemsize, shard_bytes)
     log.info(
-        "tokenize: %d documents, %d tokens x %d bytes / shard_size %d bytes -> %d shards",
+        "tokenize: %d documents, %d tokens x %d bytes / shard_bytes %d -> %d shards",
         num_docs,
         total_tokens,
         dtype.itemsize,
-        pack.shard_bytes,
+        shard_bytes,
         num_shards,
     )
     if not refs.files:  # no document (empty inputs, or only null texts): a valid set of one empty shard
-        with shard_directory(pack.output) as directory:
+        with shard_directory(packer.output) as directory:
             info, per_source = write_shard(
-                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=pack.megatron
+                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=packer.megatron
             )
         return [info], per_source, dict(refs.stats)
     refs_read = zephyr.read_parquet(sorted(refs.files))
-    written = reference_sort(refs_read, num_shards).write_parquet(f"{pack.scratch}/sorted", **execution)
+    written = reference_sort(refs_read, num_shards).write_parquet(f"{scratch}/sorted", **execution)
     parts = sorted(written.files)
-    packer = PackPartition(
-        pack.output,
-        dtype.name,
-        pack.megatron,
-        f"{pack.scratch}/spill",
-        pack.batch_rows,
-        eos_id=tok.eos_id,
-        bos_id=tok.bos_id,
-        threads=pack.threads,
-    )
     shards, per_source = _pack(parts, packer, execution)
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
 
 
 def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) -> tuple[list[Any], dict]:
-    """Step 5. When a rerun skipped finished pack tasks, their shards are in ``output`` since the interrupted
+    """Job 3. When a rerun skipped finished pack tasks, their shards are in ``output`` since the interrupted
     run: each file must still have the size and sha256 that run recorded (``zephyr.resume.check_files``), or
     every shard is packed again, so the manifest never vouches for bytes it did not see written."""
     from zephyr import job_stats, resume
@@ -452,8 +817,6 @@ def _counter(stats: dict[str, Any], name: str) -> int:
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:
     import json
 
-    from zephyr.tokenize.format import ShardInfo
-
     shards, per_source = [], {}
     for row in sorted(rows, key=lambda r: r["index"]):
         shards.append(ShardInfo.from_json(json.loads(row["shard"])))
@@ -462,3 +825,41 @@ def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str,
             entry["documents"] += counts["documents"]
             entry["tokens"] += counts["tokens"]
     return shards, dict(sorted(per_source.items()))
+
+
+def _shard_rule(dtype: Any, shard_bytes: int) -> str:
+    """The shard count's rule (``shard_count``), with this run's dtype and shard size."""
+    return (
+        f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes {shard_bytes:,}): "
+        "the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are planned with P = 1; no "
+        "document: they are skipped and the set is one empty shard"
+    )
+
+
+def _pack_tasks(packer: Any) -> str:
+    """How the pack job splits its shards into tasks (``pack_job``)."""
+    if packer.threads > 1:
+        return f"one task packing {packer.threads} shards at a time on threads (pack_threads)"
+    return "one task a shard"
+
+
+def _placement(placed: Any, options: Any) -> str:
+    """Where the writer's jobs run, and the rule that says so (``worker_pool``)."""
+    if options.executor == "inprocess":
+        return "every job runs in this process (--executor inprocess)"
+    if placed.in_driver and placed.read_plan is not None and placed.read_plan.small:
+        return (
+            "every job runs in this process: a small job (the read plan's rule, ReadPlan.small: inputs under "
+            f"small_job_bytes {options.small_job_bytes_value:,} or one read task; small_job_bytes=0 forces workers)"
+        )
+    if placed.in_driver and driver_encodes(options):
+        return (
+            f"every job runs in this process: local with {options.num_workers} ≤ DRIVER_MAX_WORKERS "
+            f"{DRIVER_MAX_WORKERS} workers, the encoder on every core (small_job_bytes=0 forces workers)"
+        )
+    workers = placed.pool.get("workers") or options.num_workers
+    tasks = f" of the read plan's {placed.read_plan.tasks}" if placed.read_plan is not None else ""
+    return (
+        f"the jobs run on {workers} {options.executor} workers, no more than the tokenize tasks that run at "
+        f"once ({placed.concurrency}{tasks})"
+    )

@@ -3,11 +3,11 @@
 >>> from zephyr.trainer import TrainConfig, train          # doctest: +SKIP
 >>> result = train(TrainConfig(preset="tiny", steps=20, device="cpu", log="train.jsonl"))  # doctest: +SKIP
 
-Modules: ``config`` (dataclasses), ``presets``, ``layers`` / ``moe`` / ``model`` (the network), ``devices``,
-``distributed`` (FSDP2, compile), ``optim``, ``data`` (batching the TokenLoader), ``checkpoint`` (atomic DCP),
-``metrics`` (JSONL, MFU, alarms), ``balance`` (Quantile Balancing), ``step`` (one optimizer step), ``train`` (the
-loop), ``cli`` (``zephyr train``), ``check`` (``zephyr train check``: graph breaks, host syncs, FLOPs, memory).
-See docs/trainer.md.
+Modules: ``config`` (the dataclasses and the model presets), ``model`` (the transformer and its layers),
+``moe`` (the feed-forward layers: SwiGLU, the experts, their balancing), ``devices`` (devices, FSDP2, compile),
+``data`` (batching the TokenLoader), ``checkpoint`` (atomic DCP), ``metrics`` (JSONL, MFU, alarms, progress),
+``train`` (the optimizer, one step, the loop), ``cli`` (``zephyr train`` and ``zephyr train check``), ``check``
+(what the check measures: graph breaks, host syncs, FLOPs, memory). See docs/trainer.md.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
     "TrainConfig": "zephyr.trainer.config",
-    "ModelConfig": "zephyr.trainer.model_config",
-    "MoEConfig": "zephyr.trainer.model_config",
+    "ModelConfig": "zephyr.trainer.config",
+    "MoEConfig": "zephyr.trainer.config",
     "OptimConfig": "zephyr.trainer.config",
-    "PRESETS": "zephyr.trainer.presets",
-    "get_preset": "zephyr.trainer.presets",
+    "PRESETS": "zephyr.trainer.config",
+    "get_preset": "zephyr.trainer.config",
     "Transformer": "zephyr.trainer.model",
     "build_model": "zephyr.trainer.model",
     "count_params": "zephyr.trainer.model",
@@ -36,11 +36,9 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily at run time
     from zephyr.trainer.checkpoint import CheckpointManager  # noqa: F401
-    from zephyr.trainer.config import OptimConfig, TrainConfig  # noqa: F401
+    from zephyr.trainer.config import PRESETS, ModelConfig, MoEConfig, OptimConfig, TrainConfig, get_preset  # noqa: F401
     from zephyr.trainer.metrics import NonFiniteLossError  # noqa: F401
     from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token  # noqa: F401
-    from zephyr.trainer.model_config import ModelConfig, MoEConfig  # noqa: F401
-    from zephyr.trainer.presets import PRESETS, get_preset  # noqa: F401
     from zephyr.trainer.train import TrainResult, train  # noqa: F401
 
 

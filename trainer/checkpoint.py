@@ -42,12 +42,10 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from zephyr.trainer.model_config import ModelConfig, model_config_from_dict
+from zephyr.trainer.config import ModelConfig, model_config_from_dict
 
 from zephyr.config import ConfigProblems
 from zephyr.errors import InputError, ResumeError
-
-__all__ = ["CheckpointManager", "ResumeState", "FORMAT_VERSION"]
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,6 @@ import torch
 
 from zephyr.errors import ConfigError, ResumeError
 
-__all__ = ["SampleSource", "Batcher", "SyntheticTokens", "build_source", "loader_options", "MixTracker"]
-
 
 class SampleSource(Protocol):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
@@ -132,13 +130,8 @@ def build_source(
     """
     if data is None:
         return SyntheticTokens(vocab_size, seq_len, seed=seed, rank=rank, world_size=world_size), None
-    try:
-        from zephyr.tokenize import TokenLoader, read_manifest
-    except ImportError as exc:
-        raise ConfigError(
-            "training on token shards needs zephyr.tokenize.TokenLoader, which this install lacks; "
-            "omit --data to train on synthetic tokens"
-        ) from exc
+    from zephyr.tokenize import TokenLoader, read_manifest
+
     paths = [data] if isinstance(data, str) else list(data)
     data_vocab = max(read_manifest(p).vocab_size for p in paths)
     loader = TokenLoader(data, seq_len=seq_len, seed=seed, rank=rank, world_size=world_size, **options)
@@ -230,7 +223,7 @@ def loader_options(cfg: Any, *, samples_per_step: int, tokens_per_step: int) -> 
     if cfg.mix_schedule:
         options["schedule"] = schedule_samples(cfg.mix_schedule, samples_per_step)
     if cfg.instance_filter == "repetition":
-        from zephyr.tokenize.filters import RepetitionFilter
+        from zephyr.tokenize._samples import RepetitionFilter
 
         options["instance_filter"] = RepetitionFilter(
             cfg.repetition_min_period, cfg.repetition_max_period, cfg.repetition_max_count

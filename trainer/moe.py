@@ -1,4 +1,5 @@
-"""Mixture-of-experts FFN: token-choice top-k router, aux-loss-free balancing, three dispatch paths.
+"""The feed-forward layers: SwiGLU (the dense FFN, the shared experts) and the mixture of experts (token-choice
+top-k router, aux-loss-free or Quantile Balancing, three dispatch paths).
 
 Shape legend: B batch, L sequence, T = B·L tokens, D model width, E routed experts, K experts per token,
 F expert hidden width, S = T·K routed slots, N padded slots (grouped_mm), C slots per expert (capacity).
@@ -8,7 +9,7 @@ Router (fp32, autocast off): ``scores_TE = softmax(x W)`` or ``sigmoid(x W)``. E
 balancing): the bias only steers selection. After each optimizer step ``update_expert_bias`` sets the bias from
 what was observed since the last update (all-reduced across data-parallel ranks, so every rank keeps the same
 bias): ``balance: bias`` moves every bias by ``rate · sign(mean_load − load)`` from the token counts;
-``balance: quantile`` replaces it with the Quantile Balancing estimate (``zephyr.trainer.balance``), the mean
+``balance: quantile`` replaces it with the Quantile Balancing estimate (below), the mean
 of the micro-batches' balancing biases; ``balance: aux`` leaves it at 0. An optional sequence-level balance loss
 (DeepSeek-V3 eq. 17–20) ``α · Σ_e f_e P_e`` per sequence is returned as the layer's auxiliary loss.
 
@@ -26,6 +27,34 @@ Dispatch — all three compute the same function when no token is dropped:
 
 The combine step is deterministic: each token's K expert outputs are put back in slot order and summed with
 the routing weights, no atomics.
+
+Quantile Balancing (QB, ``balance: quantile``): the expert bias that would have balanced the step, set each
+step (``chunk_quantile_bias``, ``mean_quantile_bias``).
+
+Source: Jianlin Su, "MoE Odyssey 6: Optimal Allocation for Equilibrium" (kexue.fm/archives/11619), which
+derives the bias as the dual variable of the balanced assignment problem, and Marin's validation of it at
+32B-A5B ("Mixture of Experts Quantile Balancing: Validated at 32B-A5B (1e22 FLOPs) Scale",
+openathena.ai/blog/quantile-balancing/), which sums it up as two parts run after each step: for each token, the
+score an expert needs to be activated; for each expert, the bias that would activate a balanced number of
+tokens. The estimator (a quantile per chunk of tokens, averaged over the step's chunks) is the one Marin's MoE
+runs use by default (marin-community/marin#8033, "chunk-quantile averaging"). Written here from those public
+descriptions; no code was taken from them.
+
+The rule. Selection is ``topk(s_t + b, K)`` over the experts' scores ``s_t`` and biases ``b``. Let ``α_t`` be
+the (K+1)-th largest biased score of token t. Expert e is selected for t exactly when ``s_te + b_e > α_t``,
+i.e. when ``b_e > r_te`` with ``r_te = α_t − s_te``, the bias e needs to win t. Perfect balance gives every
+expert a share K/E of the tokens, so the balancing bias of e is the K/E-quantile of ``r_·e``: the value with
+``n = round(T·K/E)`` of the chunk's ``r_te`` below it (the midpoint of the n-th and (n+1)-th smallest). Biases
+are shift-invariant under top-k, so the result is centred (mean 0). A balanced bias is a fixed point: for each
+e exactly its selected tokens have ``r_te < b_e``. Changing every bias at once moves the cutoffs ``α_t`` too, so
+from a skewed start the load evens out over a few steps (the alternating scheme of Su's post). Unlike the
+sign rule of aux-loss-free balancing (``bias += rate · sign(...)``, DeepSeek-V3) there is no rate to tune.
+
+Estimation. Each training forward pass (a chunk: one micro-batch on one rank) adds its per-expert quantile to
+a running sum and counts the chunk; the sums and counts add up across micro-batches and data-parallel ranks
+(one all-reduce, like the load counters), and the new bias is their mean. Static shapes, no host sync. The bias
+carries no gradient: routing weights stay the unbiased scores, so QB changes which experts are chosen, never the
+gradient path through the chosen ones.
 """
 
 from __future__ import annotations
@@ -37,19 +66,21 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from torch import nn
-from zephyr.trainer.balance import chunk_quantile_bias, mean_quantile_bias
-from zephyr.trainer.layers import SwiGLU
-from zephyr.trainer.model_config import MoEConfig
+from zephyr.trainer.config import MoEConfig
 
-__all__ = [
-    "MoE",
-    "Router",
-    "GroupedExperts",
-    "update_expert_bias",
-    "moe_layers",
-    "recomputing_activations",
-    "GROUP_ALIGN_ROWS",
-]
+
+class SwiGLU(nn.Module):
+    """``w2(silu(w1 x) * w3 x)`` (Shazeer 2020), the dense FFN and the shared-expert FFN."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
 
 GROUP_ALIGN_ROWS = 16
 """Each expert's group in the grouped_mm buffer starts at a multiple of this many rows (16 covers bf16/fp8)."""
@@ -344,3 +375,25 @@ def update_expert_bias(model: nn.Module, *, all_reduce: bool = False) -> dict[st
     load_LE = counts_LE / counts_LE.sum(dim=-1, keepdim=True).clamp_min(1.0)
     bias_LE = torch.stack([m.router.expert_bias for m in layers])
     return {"load": load_LE, "bias": bias_LE, "dropped": dropped}
+
+
+@torch.no_grad()
+def chunk_quantile_bias(cutoff_T: torch.Tensor, scores_TE: torch.Tensor, top_k: int) -> torch.Tensor:
+    """The bias ``[E]`` (not centred) that gives each expert K/E of this chunk's T tokens.
+
+    ``cutoff_T`` is each token's (K+1)-th largest biased score; ``scores_TE`` the unbiased scores.
+    """
+    T, E = scores_TE.shape
+    r_ET = (cutoff_T.float()[:, None] - scores_TE.float()).T
+    if T == 1:
+        return r_ET[:, 0]
+    n = min(max(round(T * top_k / E), 1), T - 1)
+    smallest_En = torch.topk(r_ET, n + 1, dim=-1, largest=False).values  # sorted ascending
+    return (smallest_En[:, n - 1] + smallest_En[:, n]) / 2
+
+
+@torch.no_grad()
+def mean_quantile_bias(sum_E: torch.Tensor, chunks: torch.Tensor, bias_E: torch.Tensor) -> torch.Tensor:
+    """The centred mean of the chunks' biases; ``bias_E`` unchanged when no chunk was observed."""
+    mean_E = sum_E / chunks.clamp_min(1.0)
+    return torch.where(chunks > 0, mean_E - mean_E.mean(), bias_E)

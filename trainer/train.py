@@ -7,11 +7,26 @@ per rank → clip → AdamW → router-bias update → metrics → maybe checkpo
 The step issues no host synchronization of its own: metric scalars are packed into one device tensor and read
 one step later (while the device works on the next step), so tokens/s in steady state is the device's rate.
 Before a checkpoint is written the pending metrics are read, so a NaN loss is caught before it is saved.
-Progress (a line every ``cfg.log_every`` steps, a bar on a terminal: ``zephyr.trainer.progress``) is shown
+Progress (a line every ``cfg.log_every`` steps, a bar on a terminal: ``zephyr.trainer.metrics``) is shown
 from those same records, so it adds no synchronization either.
 
 Run it with ``zephyr train`` (``zephyr.trainer.cli``) or ``torchrun --nproc-per-node N -m zephyr.cli train ...``
 for FSDP2 across devices.
+
+One optimizer step (``train_step``): ``grad_accum`` micro-batches forward and backward, clip, AdamW, router-bias update.
+
+``train_step`` is the step that ``train`` runs and that ``zephyr train check`` inspects (graph
+breaks, host syncs, FLOPs, memory), so what the check reports is what training does. It issues no host
+synchronization of its own: everything it returns is a device tensor, read later by the caller.
+
+AdamW and the learning-rate schedule: ``build_optimizer`` makes AdamW (fused kernels on CUDA/XPU, foreach elsewhere) with weight decay on matrices
+only (norm scales are 1-D and not decayed). ``lr_at(step, ...)`` is a pure function of the step, so the schedule's
+whole state is the step counter kept in the checkpoint:
+
+* ``cosine``: linear warmup to ``lr``, then cosine to ``min_lr_ratio · lr`` at the last step;
+* ``wsd`` (warmup-stable-decay, Hu et al. 2024 "MiniCPM"): warmup, flat at ``lr``, then a linear decay over the
+  last ``decay_fraction`` of the steps to ``min_lr_ratio · lr``;
+* ``constant``: warmup, then flat.
 """
 
 from __future__ import annotations
@@ -21,25 +36,136 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 from zephyr.trainer.checkpoint import CheckpointManager
-from zephyr.trainer.config import ModelConfig, TrainConfig, model_config_from_dict
+from zephyr.trainer.config import ModelConfig, OptimConfig, TrainConfig, get_preset, model_config_from_dict
 from zephyr.trainer.data import Batcher, MixTracker, build_source, loader_options, schedule_samples
-from zephyr.trainer.devices import DeviceInfo, resolve_device, resolve_dispatch
-from zephyr.trainer.distributed import DistInfo, destroy_distributed, init_distributed, parallelize
-from zephyr.trainer.metrics import LossAlarm, MetricsLogger, mfu
-from zephyr.trainer.model import build_model, count_params, flops_per_token
-from zephyr.trainer.optim import build_optimizer, lr_at, set_lr
-from zephyr.trainer.presets import get_preset
-from zephyr.trainer.progress import TrainProgress
-from zephyr.trainer.step import train_step
+from zephyr.trainer.devices import (
+    DeviceInfo,
+    DistInfo,
+    destroy_distributed,
+    init_distributed,
+    parallelize,
+    resolve_device,
+    resolve_dispatch,
+)
+from zephyr.trainer.metrics import LossAlarm, MetricsLogger, TrainProgress, mfu
+from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
+from zephyr.trainer.moe import update_expert_bias
 
-from zephyr.errors import ConfigError
 
-__all__ = ["train", "TrainResult", "resolve_model_config"]
+def build_optimizer(model: nn.Module, cfg: OptimConfig, device_type: str) -> torch.optim.AdamW:
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = device_type in ("cuda", "xpu")
+    return torch.optim.AdamW(
+        groups,
+        lr=cfg.lr,
+        betas=(cfg.beta1, cfg.beta2),
+        eps=cfg.eps,
+        fused=fused or None,
+        foreach=None if fused else True,
+    )
+
+
+def lr_at(step: int, cfg: OptimConfig, total_steps: int) -> float:
+    """Learning rate for optimizer step ``step`` (0-based) of ``total_steps``."""
+    floor = cfg.lr * cfg.min_lr_ratio
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return cfg.lr
+    if cfg.schedule == "cosine":
+        span = max(1, total_steps - cfg.warmup_steps - 1)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    decay_steps = max(1, round(total_steps * cfg.decay_fraction))
+    decay_start = total_steps - decay_steps
+    if step < decay_start:
+        return cfg.lr
+    progress = min(1.0, (step - decay_start + 1) / decay_steps)
+    return cfg.lr + (floor - cfg.lr) * progress
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+@dataclass
+class StepOutput:
+    """The step's results as device tensors (nothing here has been read by the host)."""
+
+    loss: torch.Tensor
+    """Mean cross-entropy over the micro-batches (scalar)."""
+    aux: torch.Tensor
+    """Mean auxiliary (balance) loss over the micro-batches (scalar)."""
+    grad_norm: torch.Tensor
+    """Global gradient norm before clipping (scalar)."""
+    moe: dict[str, torch.Tensor]
+    """``update_expert_bias``'s load, bias and dropped-token tensors; empty for a dense model."""
+
+
+def forward_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], autocast: contextlib.AbstractContextManager
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy and auxiliary loss of one micro-batch: the region ``torch.compile`` captures (its backward
+    is derived from it by AOTAutograd)."""
+    with autocast:
+        logits, aux = model(batch["input_ids"], batch["positions"])
+        loss = Transformer.loss(logits, batch["labels"])
+    return loss, aux
+
+
+def apply_gradients(
+    model: nn.Module, optimizer: torch.optim.Optimizer, *, grad_clip: float, all_reduce: bool
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clip, AdamW step, drop the gradients, balance the routers; returns the pre-clip norm and the MoE stats."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    max_norm = grad_clip if grad_clip > 0 else math.inf
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+    if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, update_expert_bias(model, all_reduce=all_reduce)
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    next_batch: Callable[[], dict[str, torch.Tensor]],
+    *,
+    grad_accum: int = 1,
+    grad_clip: float = 1.0,
+    autocast: contextlib.AbstractContextManager | None = None,
+    all_reduce: bool = False,
+) -> StepOutput:
+    """Run one optimizer step on ``grad_accum`` batches from ``next_batch()`` (each already on the device).
+
+    ``grad_clip`` <= 0 only measures the norm. ``all_reduce`` sums the router loads over the process group
+    before the bias update, so every data-parallel rank applies the same bias.
+    """
+    autocast = autocast if autocast is not None else contextlib.nullcontext()
+    device = next(model.parameters()).device
+    loss_sum = torch.zeros((), device=device)
+    aux_sum = torch.zeros((), device=device)
+    for _ in range(grad_accum):
+        loss, aux = forward_loss(model, next_batch(), autocast)
+        ((loss + aux) / grad_accum).backward()
+        loss_sum += loss.detach()
+        aux_sum += aux.detach()
+    grad_norm, moe_stats = apply_gradients(model, optimizer, grad_clip=grad_clip, all_reduce=all_reduce)
+    return StepOutput(loss_sum / grad_accum, aux_sum / grad_accum, grad_norm, moe_stats)
+
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +190,6 @@ def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> Mod
         log.info("widening vocab_size %d -> %d to cover the data's tokenizer", model_cfg.vocab_size, vocab)
         model_cfg = dataclasses.replace(model_cfg, vocab_size=vocab)
     return model_cfg
-
-
-def _resolved_dispatch(model_cfg: ModelConfig, info: DeviceInfo, *, compile: bool, bf16: bool) -> str:
-    chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
-    return resolve_dispatch(chosen, info, compile=compile, bf16=bf16)
 
 
 class _PendingMetrics:
@@ -172,7 +293,8 @@ def _build_run(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> _Run:
         ),
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
-    dispatch = _resolved_dispatch(model_cfg, info, compile=cfg.compile, bf16=bf16)
+    chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
+    dispatch = resolve_dispatch(chosen, info, compile=cfg.compile, bf16=bf16)
     attention = info.default_attention() if model_cfg.attention == "auto" else model_cfg.attention
     torch.manual_seed(cfg.seed)
     model = build_model(model_cfg, device=info.device, dispatch=dispatch, attention=attention)
@@ -399,14 +521,3 @@ def _average_losses(scalars: torch.Tensor) -> None:
     dist.all_reduce(picked)
     scalars[:2] = picked[:2] / dist.get_world_size()
     scalars[-1] = picked[2]
-
-
-def check_config(cfg: TrainConfig) -> None:
-    """Fail fast on settings that cannot work together (called by the CLI before any heavy setup)."""
-    model_cfg = resolve_model_config(cfg)
-    if (
-        model_cfg.moe is not None
-        and model_cfg.moe.dispatch == "grouped_mm"
-        and not hasattr(torch, "_grouped_mm")
-    ):
-        raise ConfigError("moe.dispatch=grouped_mm needs torch._grouped_mm (torch >= 2.8); use loop")

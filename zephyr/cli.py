@@ -16,10 +16,12 @@ and exit code 130, after the command has stopped its workers (``_catch_interrupt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import logging
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -36,7 +38,7 @@ __all__ = [
     "add_on_error",
     "add_output_dir",
     "add_dropped_output",
-    "add_overwrite",
+    "add_replace_columns",
 ]
 
 COMMAND_MODULES = (
@@ -111,16 +113,18 @@ def add_on_error(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_overwrite(parser: argparse.ArgumentParser, columns: str, *, default: str, output_help: str) -> None:
-    """``--overwrite`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read them
-    back as ``args.overwrite`` and ``args.output_column`` (``default`` when not given).
+def add_replace_columns(
+    parser: argparse.ArgumentParser, columns: str, *, default: str, output_help: str
+) -> None:
+    """``--replace-columns`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read
+    them back as ``args.replace_columns`` and ``args.output_column`` (``default`` when not given).
 
     Without either, such a command refuses an input that already has one of them (``zephyr.io.added_columns``):
     replacing a column is a choice a person makes, never a side effect. One definition, so the hint in that
-    error (``--overwrite``, see ``zephyr.cli_errors``) is true wherever it is printed.
+    error (``--replace-columns``, see ``zephyr.cli_errors``) is true wherever it is printed.
     """
     parser.add_argument(
-        "--overwrite",
+        "--replace-columns",
         action="store_true",
         help=f"replace {columns} when the input already has them (without it: an error, before any work)",
     )
@@ -143,10 +147,17 @@ def add_dropped_output(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:
-    """``--output DIR`` for a command that writes a directory; ``main`` checks it can be written before the
-    command starts (``zephyr.io.paths.check_output_dir``), so a read-only location or a file in the way is one
-    line naming the path, not a failure after the work."""
+    """``--output DIR`` and ``--overwrite`` for a command that writes a directory. ``main`` claims it before the
+    command starts (``zephyr.io.claim``): refused in one line when it is, contains or lies inside an input, when
+    another command holds its lock, or when it holds files zephyr did not write (unless ``--overwrite``); a
+    read-only location or a file in the way is one line naming the path, not a failure after the work."""
     parser.add_argument("--output", required=True, help=help)
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the output folder's content even when it holds files zephyr did not write (without it: "
+        "an error naming one, before any work); a folder a finished zephyr run wrote is replaced without it",
+    )
     parser.set_defaults(output_is_dir=True)
 
 
@@ -169,14 +180,57 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
 
 def quarantine_dir(args: argparse.Namespace) -> str | None:
     """Where a command's quarantined rows go: the folder a command picked (``args.quarantine_dir``), else
-    ``OUTPUT/_quarantine`` for a command that writes a directory (beside its data, skipped by its readers),
+    ``OUTPUT.zephyr/quarantine`` for a command that writes a directory (in its sidecar, ``zephyr.io.layout``),
     else the engine's default (``<work_dir>/quarantine``, or a temporary folder)."""
     chosen = getattr(args, "quarantine_dir", None)
     if chosen is not None:
         return chosen
     if getattr(args, "output_is_dir", False):
-        return f"{args.output.rstrip('/')}/_quarantine"
+        from zephyr.io.layout import quarantine_dir as beside
+
+        return beside(args.output)
     return None
+
+
+_INPUT_ARGS = ("inputs", "eval", "model", "labelled", "test", "load_filter", "url_blocklist", "tokenizer")
+"""Parsed arguments that name files a command reads: an output may not be, contain or lie inside them."""
+
+
+def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
+    """Claim what the command writes for its whole run (``zephyr.io.claim``, ``zephyr.io.lock``): its output
+    folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
+    work dir (locked from the first of its engine jobs to the last; a command of one job, such as ``count``, is
+    locked by that job, ``zephyr.job.Job``). Refusals are one line, before any work."""
+    from zephyr.io import claim, lock
+
+    if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
+        return
+    inputs: list[str] = []
+    for name in _INPUT_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            inputs.append(value)
+        elif isinstance(value, list | tuple):
+            inputs.extend(v for v in value if isinstance(v, str))
+    inputs = [p for p in inputs if _names_a_path(p)]
+    work_dir = getattr(args, "work_dir", None)
+    overwrite = getattr(args, "overwrite", False)
+    if getattr(args, "output_is_dir", False):
+        claims.enter_context(
+            claim.claimed(args.output, inputs=inputs, overwrite=overwrite, work_dir=work_dir, flag="--output")
+        )
+    dropped = getattr(args, "dropped_output", None)
+    if dropped:
+        claims.enter_context(
+            claim.claimed(dropped, inputs=inputs, overwrite=overwrite, flag="--dropped-output")
+        )
+    if work_dir and getattr(args, "output_is_dir", False):  # jobs of one command, one after the other
+        claims.enter_context(lock.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
+
+
+def _names_a_path(value: str) -> bool:
+    """A file argument, not a name (``--tokenizer gpt2`` names a preset; a path has a separator or exists)."""
+    return "/" in value or os.path.exists(value)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,22 +319,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted = _interrupted_line(args)
     restore_sigint = _catch_interrupts(interrupted)
     try:
-        if getattr(args, "output_is_dir", False):
-            from zephyr.io.paths import check_output_dir
-
-            check_output_dir(args.output)
         from zephyr import job_stats, progress
+        from zephyr.io import lock
         from zephyr.summary import Summary
 
+        lock.set_command_line(shlex.join(["zephyr", *(sys.argv[1:] if argv is None else argv)]))
         started = time.perf_counter()
-        with job_stats.recording() as jobs, progress.command(_label(args), getattr(args, "progress", None)):
-            outcome = args.func(args)
-        code = 0 if isinstance(outcome, Summary) else int(outcome or 0)
-        quarantine = quarantine_dir(args)
-        if code == 0 and quarantine is not None:
-            from zephyr.io.publish import prune_quarantine
+        with contextlib.ExitStack() as claims:
+            _claim(args, claims)
+            with (
+                job_stats.recording() as jobs,
+                progress.command(_label(args), getattr(args, "progress", None)),
+            ):
+                outcome = args.func(args)
+            code = 0 if isinstance(outcome, Summary) else int(outcome or 0)
+            quarantine = quarantine_dir(args)
+            if code == 0 and quarantine is not None:
+                from zephyr.io.publish import prune_quarantine
 
-            prune_quarantine(quarantine, jobs)
+                prune_quarantine(quarantine, jobs)
         if isinstance(outcome, Summary):
             _emit(outcome, args, time.perf_counter() - started, quarantine)
         return code

@@ -41,6 +41,7 @@ KEEP_LOGS = 20
 """Traceback logs kept in the log folder; older ones are removed when a new one is written."""
 
 _CLI_SPELLING = (
+    ("pass replace_columns=True", "pass --replace-columns", "replace_columns"),
     ("pass overwrite=True", "pass --overwrite", "overwrite"),
     ("on_error='quarantine'", "--on-error quarantine", "on_error"),
     ('on_error="quarantine"', "--on-error quarantine", "on_error"),

@@ -11,7 +11,7 @@ run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and
 command's own arguments, without ``--output``. Packages add their commands' plans to the same group
 (``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
 ``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
-(``zephyr.tokenize.explain``); a command of several engine jobs prints each job's plan in order with the rules
+(``zephyr.tokenize.writer.plan_text``); a command of several engine jobs prints each job's plan in order with the rules
 between them (``jobs_plan_text``).
 """
 
@@ -63,16 +63,17 @@ def _write(dataset, args: argparse.Namespace) -> int:
         result = dataset.write_vortex(args.output, **kwargs)
     else:
         result = dataset.write_parquet(args.output, **kwargs)
-    if not result.files:  # no row to write: the output is an empty directory, not a missing one
-        import fsspec
+    import json
 
-        fs, root = fsspec.core.url_to_fs(args.output)
-        fs.makedirs(root, exist_ok=True)
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
     from zephyr.summary import from_stages
 
+    write_bytes_atomic(stats_path(args.output), json.dumps(result.stats, indent=1, default=str).encode())
     return from_stages(
         result.stats["stages"],
         output=args.output,
+        stats=stats_path(args.output),
         details={"files": len(result.files)},
         next=f"zephyr count {args.output}",
     )

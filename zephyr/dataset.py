@@ -414,27 +414,40 @@ class Dataset:
 
         return run_count(self._ops, _options(execution))
 
-    def write_parquet(self, directory: str, **execution: Any) -> WriteResult:
-        """Write ``part-00000.parquet``, ... (zstd) into ``directory``, one file per output shard."""
+    def write_parquet(self, directory: str, *, overwrite: bool = False, **execution: Any) -> WriteResult:
+        """Write ``part-00000.parquet``, ... (zstd) into ``directory``, one file per output shard.
+
+        The folder holds the part files only; what zephyr keeps about it (manifest, lock, stats, quarantined
+        rows) is in the sidecar ``DIRECTORY.zephyr`` (``zephyr.io.layout``). The write is refused, before any
+        work, when ``directory`` is, contains or lies inside an input, when another command holds its lock,
+        or when it holds files zephyr did not write, unless ``overwrite=True`` (``zephyr.io.claim``); a folder
+        a finished run wrote keeps its content until the new one has published in full.
+        """
         from zephyr.job import run_write
 
-        return run_write(self._ops, directory, "parquet", None, _options(execution))
+        return run_write(self._ops, directory, "parquet", None, _options(execution), overwrite=overwrite)
 
     def write_jsonl(
-        self, directory: str, *, compression: Literal["gzip", "zstd"] | None = None, **execution: Any
+        self,
+        directory: str,
+        *,
+        compression: Literal["gzip", "zstd"] | None = None,
+        overwrite: bool = False,
+        **execution: Any,
     ) -> WriteResult:
-        """Write ``part-00000.jsonl[.gz|.zst]``, ... into ``directory``."""
+        """Write ``part-00000.jsonl[.gz|.zst]``, ... into ``directory`` (claimed like ``write_parquet``)."""
         from zephyr.job import run_write
 
         if compression not in (None, "gzip", "zstd"):
             raise ConfigError(f"compression must be None, 'gzip' or 'zstd', got {compression!r}")
-        return run_write(self._ops, directory, "jsonl", compression, _options(execution))
+        options = _options(execution)
+        return run_write(self._ops, directory, "jsonl", compression, options, overwrite=overwrite)
 
-    def write_vortex(self, directory: str, **execution: Any) -> WriteResult:
-        """Write ``part-00000.vortex``, ... into ``directory``."""
+    def write_vortex(self, directory: str, *, overwrite: bool = False, **execution: Any) -> WriteResult:
+        """Write ``part-00000.vortex``, ... into ``directory`` (claimed like ``write_parquet``)."""
         from zephyr.job import run_write
 
-        return run_write(self._ops, directory, "vortex", None, _options(execution))
+        return run_write(self._ops, directory, "vortex", None, _options(execution), overwrite=overwrite)
 
     def materialize(self, directory: str | None = None, **execution: Any) -> Dataset:
         """Run the plan once, write Parquet (to ``directory`` or under ``work_dir``), return a Dataset over it."""

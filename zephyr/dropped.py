@@ -7,24 +7,22 @@ language cut or a dedup needs the removed rows themselves. ``zephyr filter`` rou
 How, in three engine jobs, so the verdict (a language model, an n-gram index, a dedup) runs once:
 
 1. the command's dataset with a *verdict* column (``VERDICT``: the drop reason, null for a kept row) is
-   written to a scratch folder inside the output (``.routed-*``, skipped by readers, removed after);
+   written to a scratch folder in the output's sidecar (``OUT.zephyr/routed``, ``zephyr.io.layout``; removed
+   after);
 2. the kept rows, without the verdict column, go to ``OUTPUT`` — that job counts the others as dropped by
    reason, so its stats read like the command's own would;
 3. the dropped rows, with the reason in a ``drop_reason`` column, go to ``DIR``.
 
 Without ``--dropped-output`` a command keeps its one-job plan and writes the same bytes as before.
-``DIR`` may not be the output or a folder inside it that readers of the output would read
+``DIR`` may not be the output, a folder inside it or one that contains it
 (``zephyr.io.publish.check_side_dir``).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -169,17 +167,16 @@ def write_routed(
     to ``dropped_output`` (see the module docstring), without the ``working`` columns. ``finish`` is applied
     to both sides before writing (e.g. restoring columns a command set aside)."""
     from zephyr.executors import reuse_workers
+    from zephyr.io import layout
 
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".routed-", dir=out))
+    scratch = layout.scratch_dir(output, "routed")
     try:
         # one worker pool for the three jobs: each would otherwise start its own worker processes, which
         # import the engine and load the step's model or index again
         with reuse_workers(opts) as execution:
             return _route(ds, reasons, output, dropped_output, execution, finish, working, scratch)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        layout.remove_folder(scratch)
 
 
 def _route(
@@ -190,11 +187,13 @@ def _route(
     opts: dict[str, Any],
     finish: Callable[[Any], Any],
     working: tuple[str, ...],
-    scratch: Path,
+    scratch: str,
 ) -> Routed:
     import zephyr
 
-    verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(str(scratch), **opts)
+    verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(
+        scratch, overwrite=True, **opts
+    )
     if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
         from zephyr.io.paths import filesystem
 

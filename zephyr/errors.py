@@ -12,6 +12,7 @@ import os
 __all__ = [
     "ZephyrError",
     "ConfigError",
+    "ClaimError",
     "InputError",
     "OutputError",
     "SchemaError",
@@ -63,10 +64,16 @@ class SchemaError(ZephyrError):
 
 
 class ColumnExistsError(SchemaError, ConfigError):
-    """A step would replace a column the input already has, and was not told to (``overwrite=True``).
+    """A step would replace a column the input already has, and was not told to (``replace_columns=True``).
 
     A ``ConfigError`` too: it is found before any work (``zephyr.io.added_columns``) and the fix is an option,
     so commands print its one line without a traceback log."""
+
+
+class ClaimError(ConfigError):
+    """A command may not take a folder it would write: the output overlaps an input, holds files zephyr did not
+    write (the fix: ``overwrite=True`` / ``--overwrite``), or another command holds its lock. Found before any
+    work (``zephyr.io.claim``, ``zephyr.io.lock``); one line naming the folder, the file or holder, and the fix."""
 
 
 class OutputError(ZephyrError):

@@ -21,6 +21,7 @@ This module only runs those decisions, and never imports the ``Dataset`` facade.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -115,8 +116,13 @@ class Job:
         self.started = time.time()
         self._budget = Budget(options.memory_budget_bytes)
         self._progress = progress.enabled(options.progress)
+        self._lock = contextlib.ExitStack()
 
     def __enter__(self) -> Job:
+        if not self.temporary:  # two runs in one work dir would rewrite each other's markers and spills
+            from zephyr.io import lock
+
+            self._lock.enter_context(lock.held(f"{self.root}/lock.json", "the work dir", self.root))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -125,6 +131,7 @@ class Job:
     def close(self) -> None:
         if self._executor is not None and self._executor is not self.options.executor:
             self._executor.close()
+        self._lock.close()
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -497,23 +504,43 @@ def _read_parts(files: list[str]) -> pa.Table | None:
 
 
 def run_write(
-    ops: tuple[Op, ...], directory: str, fmt: str, compression: str | None, options: ExecutionOptions
+    ops: tuple[Op, ...],
+    directory: str,
+    fmt: str,
+    compression: str | None,
+    options: ExecutionOptions,
+    *,
+    overwrite: bool = False,
+    side_quarantine: bool = True,
 ) -> WriteResult:
+    """Write the plan ``ops`` into the folder ``directory`` (layout: ``zephyr.io.layout``): claimed first
+    (``zephyr.io.claim``: not an input, locked, no file zephyr did not write unless ``overwrite``), staged in
+    its sidecar, published whole (``zephyr.io.publish``). ``side_quarantine``: quarantined rows go to
+    ``OUT.zephyr/quarantine`` when ``options`` names no folder for them."""
+    from zephyr.io import claim, layout
     from zephyr.io.paths import absolute, check_output_dir
-    from zephyr.io.publish import publish_dense, remove_stale_parts
+    from zephyr.io.publish import publish
 
-    directory = absolute(directory)  # tasks write it, maybe on workers in another working directory
-    check_output_dir(directory)  # a read-only or blocked output fails here, not in every task
-    segment = build_plan(ops)
-    with Job(options) as job:
-        job.prepare(segment)
-        output = SinkOutput(directory.rstrip("/"), fmt, compression, staged=True)
-        result = job.run_segment(segment, ("sink", directory, fmt, compression), lambda d: output)
-        files = publish_dense(directory, result.markers, result.marker_paths, fmt, compression)
-        remove_stale_parts(directory, files)
-        staged = [(f, m.get("checksums") or {}) for m in result.markers for f in m.get("files", [])]
-        checksums = {new: records[old] for new, (old, records) in zip(files, staged) if old in records}
-        return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)
+    out = absolute(directory).rstrip("/")  # tasks write it, maybe on workers in another working directory
+    inputs = claim.input_paths_of(ops)
+    with claim.claimed(out, inputs=inputs, overwrite=overwrite, work_dir=options.work_dir):
+        check_output_dir(layout.staging_dir(out))  # a read-only or blocked location fails here, not in tasks
+        fs, root = fsspec.core.url_to_fs(out)
+        if fs.isdir(root):
+            check_output_dir(out)  # the swap moves it: it must be writable too
+        if side_quarantine and options.quarantine_dir is None:
+            options = options.replace(quarantine_dir=layout.quarantine_dir(out))
+        segment = build_plan(ops)
+        with Job(options) as job:
+            job.prepare(segment)
+            output = SinkOutput(out, fmt, compression, staging=layout.staging_dir(out))
+            result = job.run_segment(
+                segment, ("sink", absolute(directory), fmt, compression), lambda d: output
+            )
+            files = publish(out, result.markers, result.marker_paths, fmt, compression)
+            staged = [(f, m.get("checksums") or {}) for m in result.markers for f in m.get("files", [])]
+            checksums = {new: records[old] for new, (old, records) in zip(files, staged) if old in records}
+            return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)
 
 
 def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
@@ -541,14 +568,19 @@ def run_count(ops: tuple[Op, ...], options: ExecutionOptions) -> int:
 def run_materialize(ops: tuple[Op, ...], directory: str | None, options: ExecutionOptions) -> tuple[Op, ...]:
     """Runs ``ops`` once into Parquet and returns the plan that reads it back (the facade wraps it)."""
     scratch = None
+    chosen = directory is not None
     if directory is None:
         if options.work_dir is None:
-            directory = scratch = tempfile.mkdtemp(prefix="zephyr-materialized-")
+            scratch = tempfile.mkdtemp(prefix="zephyr-materialized-")
+            directory = f"{scratch}/data"  # its sidecar data.zephyr goes with the scratch folder
         else:
             plan_fp = fingerprint_of(*ops)[:16]
             directory = f"{options.work_dir.rstrip('/')}/materialized/{plan_fp}"
     try:
-        result = run_write(ops, directory, "parquet", None, options)
+        # a folder the engine picked is its own: a rerun of the same plan in the same work dir replaces it
+        result = run_write(
+            ops, directory, "parquet", None, options, overwrite=not chosen, side_quarantine=False
+        )
     except BaseException:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

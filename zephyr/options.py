@@ -47,9 +47,10 @@ class ExecutionOptions:
     """Progress bar per stage; ``None`` shows it only when stderr is a TTY."""
     quarantine_dir: str | None = None
     """fsspec URL for the rows set aside (``on_error="quarantine"``, a ``BatchOutput``'s rejected rows), as
-    ``stage-<fp16>/task-NNNNN.parquet`` under it; ``None``: ``<work_dir>/quarantine``, or a new temporary
-    folder (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
-    ``OUTPUT/_quarantine``, beside their output and skipped by its readers."""
+    ``stage-<fp16>/task-NNNNN.parquet`` under it; ``None``: ``DIR.zephyr/quarantine`` for ``write_*(DIR)``
+    (the output's sidecar, ``zephyr.io.layout``), else ``<work_dir>/quarantine``, or a new temporary folder
+    (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
+    ``OUTPUT.zephyr/quarantine``."""
     small_job_bytes: int | str = "4MiB"
     """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
     starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a

@@ -12,7 +12,7 @@ command, adds the byte counts, and prints it one way:
         dropped     exact_duplicate 120
         bytes       in 1.2 MB, out 980.4 kB
         output      out/dedup
-        stats       out/dedup/_dedup_stats.json
+        stats       out/dedup.zephyr/stats.json
         next        zephyr tokenize out/dedup --tokenizer tokenizer.json --output tokens/
 
   stdout then holds only what a command computes as data (``zephyr count``'s number), so

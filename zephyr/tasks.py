@@ -36,7 +36,6 @@ from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.checksum import Checksummed, collecting_side_files
 from zephyr.io.paths import atomic_write, write_json_atomic
-from zephyr.io.publish import STAGING_DIR
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
@@ -70,19 +69,25 @@ SAMPLE_ROWS_PER_TASK = 4096
 @dataclass(frozen=True)
 class SinkOutput:
     """Files ``part-NNNNN.<ext>`` in ``directory``, NNNNN the task index (``format="count"`` writes nothing,
-    counts rows). With ``staged``, a task writes ``directory/_staging/part-NNNNN.<ext>`` instead and the driver
-    renames the non-empty ones to dense names in task order (``zephyr.io.publish``); the staged name never
-    equals a final one, so a task rerun on resume cannot overwrite another task's published file."""
+    counts rows). With ``staging`` (the output's ``OUT.zephyr/staging``, ``zephyr.io.layout``), a task writes
+    ``staging/part-NNNNN.<ext>`` instead and the driver publishes the non-empty ones into ``directory`` under
+    dense names in task order (``zephyr.io.publish``); a staged file is never a published one, so a task rerun
+    on resume cannot overwrite another task's published file. A sink task's marker names files in
+    ``staging`` or, once published, in ``directory``."""
 
     directory: str
     format: str
     compression: str | None = None
-    staged: bool = False
+    staging: str | None = None
+
+    @property
+    def staged(self) -> bool:
+        return self.staging is not None
 
     @property
     def write_folder(self) -> str:
         """Where a task writes its part: the staging folder of a staged output, else the output itself."""
-        return self.directory.rstrip("/") + (f"/{STAGING_DIR}" if self.staged else "")
+        return (self.staging or self.directory).rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
             return rule
         own = output_name(task.index, output.format, output.compression)
         folders = [(output.write_folder, re.escape(own))]
-        if output.staged:  # publish_dense renamed it: task i becomes part-k, k <= i, same extension
+        if output.staged:  # published under a dense name: task i becomes part-k, k <= i, same extension
             folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):

@@ -85,7 +85,7 @@ class Normalize:
 class FilterAnnotator:
     """Adds ``drop_reason`` (null = kept, ``null_text`` = quarantine) and writes cleaned text for kept rows.
 
-    An input that has a ``drop_reason`` of its own fails unless ``overwrite`` (``zephyr.io.added_columns``);
+    An input that has a ``drop_reason`` of its own fails unless ``replace_columns`` (``zephyr.io.added_columns``);
     to keep it, set it aside around the filter (``zephyr.io.added_columns.set_aside``)."""
 
     rules: str = ",".join(DEFAULT_RULES)
@@ -93,10 +93,10 @@ class FilterAnnotator:
     text_column: str = "text"
     lang_column: str | None = "lang"
     default_lang: str = "en"
-    overwrite: bool = False
+    replace_columns: bool = False
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        check_added_columns(table.schema.names, (DROP_REASON,), overwrite=self.overwrite)
+        check_added_columns(table.schema.names, (DROP_REASON,), replace_columns=self.replace_columns)
         families = build_rule_families(self.rules, **self.overrides)
         reasons, text, extra = annotate_drop_reasons(
             table,
@@ -170,7 +170,7 @@ def reason_aside(reason_column: str) -> tuple[str, ...]:
     """The input columns to set aside around ``FilterAnnotator`` and restore at routing (``RouteByReason``'s
     ``aside``): an input's own ``drop_reason`` when the dropped rows' reasons go to another column, so that
     it passes unchanged; nothing when they go to ``drop_reason`` (the annotator then refuses an input that
-    has one, unless ``overwrite``).
+    has one, unless ``replace_columns``).
 
     >>> reason_aside("drop_reason"), reason_aside("why")
     ((), ('drop_reason',))
@@ -237,14 +237,16 @@ class RedactPII:
     """``redact_pii`` as a batch op, counting matches per kind (``pii/<kind>``) with or without count columns.
 
     The counts come from the arrays, not from written columns, so ``count_columns=False`` leaves an input's
-    own ``pii_*`` columns alone; with count columns, an input that has them fails unless ``overwrite``."""
+    own ``pii_*`` columns alone; with count columns, an input that has them fails unless ``replace_columns``."""
 
     config: PIIConfig = field(default_factory=PIIConfig)
     text_column: str = "text"
-    overwrite: bool = False
+    replace_columns: bool = False
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        check_added_columns(table.schema.names, count_columns(self.config), overwrite=self.overwrite)
+        check_added_columns(
+            table.schema.names, count_columns(self.config), replace_columns=self.replace_columns
+        )
         texts, counts = redact_pii_array(text_array(table, self.text_column), self.config)
         for kind, per_row in counts.items():
             counters.increment(f"pii/{kind}", int(pc.sum(per_row).as_py() or 0))
@@ -257,12 +259,12 @@ class Decontaminate:
     file; the old ``flag``/``drop`` are read with a warning (``decontaminate.check_mode``).
 
     Annotate mode adds ``flag_column`` and ``<flag_column>_ngrams``; an input that has them fails unless
-    ``overwrite`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
+    ``replace_columns`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
 
     index_path: str
     mode: str = "remove"
     text_column: str = "text"
-    overwrite: bool = False
+    replace_columns: bool = False
     flag_column: str = "contaminated"
     _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
 
@@ -292,7 +294,7 @@ class Decontaminate:
         return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))
 
     def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
-        check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
+        check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         counts = self._counts(table)
         hit = counts > 0
         if self.mode == "annotate":

@@ -208,14 +208,14 @@ def bucket_column(score_column: str) -> str:
 class QualityScorer:
     """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (and its bucket column given edges).
 
-    A table that already has one of them (scored before) fails unless ``overwrite``: a silent rescore would
+    A table that already has one of them (scored before) fails unless ``replace_columns``: a silent rescore would
     replace scores from another model (``zephyr.io.added_columns``)."""
 
     model_path: str
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
     text_column: str = "text"
     bucket_edges: tuple[float, ...] | None = None
-    overwrite: bool = False
+    replace_columns: bool = False
     score_column: str = "quality_score"
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
 
@@ -243,7 +243,7 @@ class QualityScorer:
         return np.clip(out, 0.0, 1.0)
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        check_added_columns(table.schema.names, self.columns, overwrite=self.overwrite)
+        check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
         table = put_column(table, self.score_column, scores)
@@ -269,19 +269,21 @@ def score_quality(
     *,
     text_column: str = "text",
     num_buckets: int | None = None,
-    overwrite: bool = False,
+    replace_columns: bool = False,
     score_column: str = "quality_score",
 ) -> pa.Table:
     """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles.
 
-    A table that already has either column raises ``ColumnExistsError`` unless ``overwrite=True`` (or
+    A table that already has either column raises ``ColumnExistsError`` unless ``replace_columns=True`` (or
     ``score_column=`` names other columns: ``NAME`` and ``NAME_bucket``)."""
     buckets = bucket_column(score_column)
     added = (score_column, buckets) if num_buckets else (score_column,)
-    check_added_columns(table.schema.names, added, overwrite=overwrite, rename="score_column=NAME")
-    scored = QualityScorer(str(model_path), config, text_column, overwrite=True, score_column=score_column)(
-        table
+    check_added_columns(
+        table.schema.names, added, replace_columns=replace_columns, rename="score_column=NAME"
     )
+    scored = QualityScorer(
+        str(model_path), config, text_column, replace_columns=True, score_column=score_column
+    )(table)
     if num_buckets:
         edges = quantile_edges(scored[score_column], num_buckets)
         scored = put_column(scored, buckets, assign_buckets(scored[score_column], edges))

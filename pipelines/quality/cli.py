@@ -2,13 +2,13 @@
 
 Every command reads Parquet or JSONL inputs (files, directories, globs), runs on the engine with the global
 execution options, and writes Parquet ``part-00000.parquet``, ``part-00001.parquet``, ... into ``--output``,
-plus sidecars whose names start with ``_`` (``_stats.json``, format version 1), which Parquet readers skip:
-reading the output directory gives exactly the kept rows (``zephyr.io.publish``). ``zephyr filter`` also
-writes ``_dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere), ``_quarantine/``
+and nothing else, so reading the output directory gives exactly the kept rows; the rest is in its sidecar
+``OUTPUT.zephyr/`` (``zephyr.io.layout``): ``stats.json`` (format version 1). ``zephyr filter`` also writes
+``dropped/`` there (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere), ``quarantine/``
 (null texts, ``reject_reason``), counts that balance (``rows_in = rows_kept + rows_dropped +
-rows_quarantined``) and the retention report ``_report.json`` / ``_report.md``. Commands that run several
+rows_quarantined``) and the retention report ``report.json`` / ``report.md``. Commands that run several
 engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and ``task_retries`` summed over
-all of them, and one entry per job (``jobs``), at the top of their ``_stats.json`` (``zephyr.job_stats``).
+all of them, and one entry per job (``jobs``), at the top of their ``stats.json`` (``zephyr.job_stats``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import logging
 from pathlib import Path
 
 from zephyr.pipelines.quality.cli_common import (
-    STATS,
     engine_options,
     one_job_summary,
     read_text_inputs,
+    side,
+    stats_path,
     write_json,
 )
 from zephyr.pipelines.quality.cli_filter import add_filter_arguments, explain_filter_command, filter_command
@@ -41,6 +42,7 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
         .map_batches(Normalize(cfg, args.text_column), name="normalize")
         .write_parquet(args.output, **engine_options(args))
     )
+    write_json(stats_path(args), {"version": 1, "job": result.stats})
     return one_job_summary(result, args, next=f"zephyr langid {args.output} --output OUT")
 
 
@@ -57,7 +59,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     lang, score = args.output_column, f"{args.output_column}_score"
     config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
     ds = read_text_inputs(args, adds=(lang, score), rename="--output-column NAME")
-    ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.overwrite), name="langid")
+    ds = ds.map_batches(LanguageIdentifier(config, args.text_column, args.replace_columns), name="langid")
     langs = tuple(x.strip() for x in args.languages.split(",")) if args.languages else None
     language_filter = LanguageFilter(langs, args.min_score, lang, score)
     filtering = args.languages or args.min_score > 0
@@ -67,19 +69,17 @@ def _cmd_langid(args: argparse.Namespace) -> int:
         verdict = language_filter.reasons if filtering else keep_all
         routed = write_routed(ds, verdict, args.output, args.dropped_output, engine_options(args))
         job = (routed.kept or routed.verdict).stats
-        write_json(
-            Path(args.output) / STATS, {"version": 1, "job": job, "dropped_output": args.dropped_output}
-        )
+        write_json(stats_path(args), {"version": 1, "job": job, "dropped_output": args.dropped_output})
         return routed.summary(
             output=args.output,
-            stats=str(Path(args.output) / STATS),
+            stats=str(stats_path(args)),
             dropped_output=args.dropped_output,
             next=f"zephyr filter {args.output} --output OUT",
         )
     if filtering:
         ds = ds.map_batches(language_filter, name="language_filter")
     result = ds.write_parquet(args.output, **engine_options(args))
-    write_json(Path(args.output) / STATS, {"version": 1, "job": result.stats})
+    write_json(stats_path(args), {"version": 1, "job": result.stats})
     return one_job_summary(result, args, next=f"zephyr filter {args.output} --output OUT")
 
 
@@ -90,11 +90,11 @@ def _cmd_pii(args: argparse.Namespace) -> int:
     kinds = tuple(k.strip() for k in args.kinds.split(","))
     config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
     ds = read_text_inputs(args, adds=count_columns(config), rename="--output-column NAME")
-    result = ds.map_batches(RedactPII(config, args.text_column, args.overwrite), name="pii").write_parquet(
-        args.output, **engine_options(args)
-    )
+    result = ds.map_batches(
+        RedactPII(config, args.text_column, args.replace_columns), name="pii"
+    ).write_parquet(args.output, **engine_options(args))
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    write_json(Path(args.output) / STATS, {"version": 1, "pii_counts": counts, "job": result.stats})
+    write_json(stats_path(args), {"version": 1, "pii_counts": counts, "job": result.stats})
     return one_job_summary(result, args, details={"pii_counts": counts})
 
 
@@ -111,12 +111,14 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
             raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
         dropped.check(args)
     out = Path(args.output)
-    index_path = out / "_eval-ngrams.npz"  # read by the tasks; ``_``: not part of the output data
-    step = Decontaminate(str(index_path), args.mode, args.text_column, args.overwrite, args.output_column)
+    index_path = side(args, "eval-ngrams.npz")  # read by the tasks: in the sidecar, not among the data
+    step = Decontaminate(
+        str(index_path), args.mode, args.text_column, args.replace_columns, args.output_column
+    )
     ds = read_text_inputs(
         args, adds=step.columns, rename="--output-column NAME"
     )  # before the eval index is built
-    out.mkdir(parents=True, exist_ok=True)
+    index_path.parent.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index.save(index_path)
     if args.dropped_output:
@@ -131,14 +133,14 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
-    side = {"dropped_output": args.dropped_output} if args.dropped_output else {}
-    write_json(out / STATS, {"version": 1, **eval_stats, "job": result.stats, **side})
+    aside = {"dropped_output": args.dropped_output} if args.dropped_output else {}
+    write_json(stats_path(args), {"version": 1, **eval_stats, "job": result.stats, **aside})
     fields = dict(
         next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats
     )
     if args.dropped_output:
         return routed.summary(
-            output=str(out), stats=str(out / STATS), dropped_output=args.dropped_output, **fields
+            output=str(out), stats=str(stats_path(args)), dropped_output=args.dropped_output, **fields
         )
     return one_job_summary(result, args, **fields)
 
@@ -199,14 +201,14 @@ def _add_normalize(p: argparse.ArgumentParser) -> None:
 
 
 def _add_langid(p: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_dropped_output, add_overwrite
+    from zephyr.cli import add_dropped_output, add_replace_columns
 
     _io(p)
     p.add_argument("--model", default=None, help="LID model (default: ZEPHYR_LID_MODEL or the cache)")
     p.add_argument("--languages", default=None, help="comma-separated languages to keep, e.g. en,de")
     p.add_argument("--min-score", type=float, default=0.0, help="drop rows whose lang_score is below this")
     p.add_argument("--max-chars", type=int, default=10_000, help="predict on the first N characters")
-    add_overwrite(
+    add_replace_columns(
         p,
         "the language columns",
         default="lang",
@@ -235,7 +237,7 @@ def _add_quality(command, qsub: argparse._SubParsersAction) -> None:
     """``zephyr quality train`` and ``zephyr quality score`` (``cli_classifier``)."""
     from zephyr.pipelines.quality.cli_classifier import score_command, train_command
 
-    from zephyr.cli import add_overwrite
+    from zephyr.cli import add_replace_columns
 
     p = command("train", train_command, "train a fastText hq/lq classifier from labelled Parquet", qsub)
     p.add_argument("labelled", help="Parquet with text and label columns")
@@ -253,7 +255,7 @@ def _add_quality(command, qsub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True)
     p.add_argument("--buckets", type=int, default=5)
     p.add_argument("--positive", default="hq")
-    add_overwrite(
+    add_replace_columns(
         p,
         "the score and bucket columns",
         default="quality_score",
@@ -262,16 +264,18 @@ def _add_quality(command, qsub: argparse._SubParsersAction) -> None:
 
 
 def _add_pii(p: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_overwrite
+    from zephyr.cli import add_replace_columns
 
     _io(p)
     p.add_argument("--kinds", default="email,ipv6,ipv4,phone")
     p.add_argument("--no-count-columns", action="store_true", help="do not add pii_<kind> columns")
-    add_overwrite(p, "the count columns", default="pii", output_help="name the count columns NAME_<kind>")
+    add_replace_columns(
+        p, "the count columns", default="pii", output_help="name the count columns NAME_<kind>"
+    )
 
 
 def _add_decontaminate(p: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_dropped_output, add_overwrite
+    from zephyr.cli import add_dropped_output, add_replace_columns
 
     _io(p)
     p.add_argument("--eval", nargs="+", required=True, help="eval set(s), Parquet or JSONL")
@@ -283,7 +287,7 @@ def _add_decontaminate(p: argparse.ArgumentParser) -> None:
         default="remove",
         help="remove the contaminated rows, or annotate every row (drop, flag: deprecated old names)",
     )
-    add_overwrite(
+    add_replace_columns(
         p,
         "the flag columns (--mode annotate)",
         default="contaminated",

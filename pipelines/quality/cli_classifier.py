@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from zephyr.pipelines.quality.cli_common import (
-    STATS,
     engine_options,
     one_job_summary,
     read_text_inputs,
+    stats_path,
     write_json,
 )
 
@@ -79,6 +77,7 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
     import zephyr
     from zephyr import job_stats
+    from zephyr.io.layout import remove_folder, scratch_dir
 
     opts = engine_options(args)
     out = Path(args.output)
@@ -87,16 +86,16 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
         args.model,
         ClassifierConfig(positive_label=args.positive),
         args.text_column,
-        overwrite=args.overwrite,
+        replace_columns=args.replace_columns,
         score_column=score,
     )
     ds = read_text_inputs(args, adds=(score, buckets), rename="--output-column NAME")
-    scratch = Path(tempfile.mkdtemp(prefix=".scored-", dir=out.parent if out.parent.exists() else None))
+    scratch = scratch_dir(args.output, "scored")  # in the output's sidecar (zephyr.io.layout)
     try:
-        result = ds.map_batches(scorer, name="quality_score").write_parquet(str(scratch), **opts)
+        result = ds.map_batches(scorer, name="quality_score").write_parquet(scratch, overwrite=True, **opts)
         edges: tuple[float, ...] = ()
         if result.files:  # the scorer keeps every row: no file means no input row, and nothing to bucket
-            scores = pq.read_table(str(scratch), columns=[score])[score]
+            scores = pq.read_table(list(result.files), columns=[score])[score]
             edges = quantile_edges(scores, args.buckets)
 
             def bucket(t):
@@ -108,9 +107,9 @@ def _score(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
                 .write_parquet(str(out), **opts)
             )
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_folder(scratch)
     write_json(
-        out / STATS,
+        stats_path(args),
         {"version": 1, "bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)},
     )
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)

@@ -1,5 +1,5 @@
 """What the quality commands share (``zephyr.pipelines.quality.cli`` and ``cli_classifier``): reading and
-checking their text inputs, the engine options, the ``_stats.json`` sidecar and the one-job summary."""
+checking their text inputs, the engine options, the stats file in the output's sidecar and the one-job summary."""
 
 from __future__ import annotations
 
@@ -8,15 +8,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STATS", "read_text_inputs", "engine_options", "write_json", "one_job_summary"]
+__all__ = ["stats_path", "side", "read_text_inputs", "engine_options", "write_json", "one_job_summary"]
 
-STATS = "_stats.json"
-"""A command's statistics beside its part files (``_``: Parquet readers skip it)."""
+
+def side(args: argparse.Namespace, *names: str) -> Path:
+    """A path in the sidecar of the command's output (``OUTPUT.zephyr/...``, ``zephyr.io.layout``)."""
+    from zephyr.io.layout import side_path
+
+    return Path(side_path(args.output, *names))
+
+
+def stats_path(args: argparse.Namespace) -> Path:
+    """The command's statistics: ``OUTPUT.zephyr/stats.json``."""
+    from zephyr.io.layout import STATS
+
+    return side(args, STATS)
 
 
 def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), rename: str | None = None) -> Any:
     """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
-    columns ``adds`` the command will add (unless ``--overwrite``): one line naming the file and the column,
+    columns ``adds`` the command will add (unless ``--replace-columns``): one line naming the file and the column,
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
     (``zephyr.io.input_schema``)."""
     import zephyr
@@ -27,7 +38,9 @@ def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), renam
 
     files, fmt = input_files(args.inputs)
     check_text_inputs(files, args.text_column, format=fmt)
-    check_input_columns(files, adds, overwrite=getattr(args, "overwrite", False), format=fmt, rename=rename)
+    check_input_columns(
+        files, adds, replace_columns=getattr(args, "replace_columns", False), format=fmt, rename=rename
+    )
     return zephyr.read(files, format=fmt, on_error=args.on_error, **schema_arguments(args))
 
 
@@ -58,7 +71,7 @@ def one_job_summary(result: Any, args: argparse.Namespace, **fields: Any) -> Any
     """The ``Summary`` of a one-job command that wrote ``args.output`` (``zephyr.summary``)."""
     from zephyr.summary import from_stages
 
-    stats = Path(args.output) / STATS
+    stats = stats_path(args)
     return from_stages(
         result.stats.get("stages", []),
         output=args.output,

@@ -4,20 +4,21 @@ dropped rows, the quarantined ones and a retention report beside the kept output
 
 The jobs: one annotates every row with its first failing rule (``batch_ops.FilterAnnotator``) into a scratch
 folder; three route the annotated rows (``batch_ops.RouteByReason``: kept → ``--output``, dropped →
-``_dropped/``, quarantined → ``_quarantine/``) and one summarizes them for ``_report.json`` / ``_report.md``.
+``OUTPUT.zephyr/dropped/``, quarantined → ``OUTPUT.zephyr/quarantine/``) and one summarizes them for
+``OUTPUT.zephyr/report.json`` / ``report.md`` (the sidecar, ``zephyr.io.layout``). Input lines that cannot be
+read go to ``OUTPUT.zephyr/unreadable/`` (the engine's quarantine schema: source, line, reason, raw), apart
+from the quarantined rows, which keep their input columns.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zephyr.pipelines.quality.cli_common import STATS, engine_options, read_text_inputs, write_json
+from zephyr.pipelines.quality.cli_common import engine_options, read_text_inputs, side, stats_path, write_json
 from zephyr.pipelines.quality.config import DEFAULT_RULES
 from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 
@@ -49,7 +50,7 @@ _NO_ROWS: dict[str, Any] = {
 
 def add_filter_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``zephyr filter`` after its inputs, output and ``--text-column``."""
-    from zephyr.cli import add_overwrite
+    from zephyr.cli import add_replace_columns
 
     p.add_argument(
         "--rules",
@@ -72,17 +73,18 @@ def add_filter_arguments(p: argparse.ArgumentParser) -> None:
         "--samples", type=int, default=5, help="sampled examples per rule and source in the report"
     )
     p.add_argument("--normalize", action="store_true", help="normalize text before filtering")
-    add_overwrite(
+    add_replace_columns(
         p,
         "a drop_reason column",
         default="drop_reason",
-        output_help="the reason column of the dropped rows (_dropped/); an input's own drop_reason then stays as it is",
+        output_help="the reason column of the dropped rows (OUTPUT.zephyr/dropped/); an input's own drop_reason "
+        "then stays as it is",
     )
     p.add_argument(
         "--dropped-output",
         default=None,
         metavar="DIR",
-        help="where the dropped rows (with drop_reason) go (default: OUTPUT/_dropped)",
+        help="where the dropped rows (with drop_reason) go (default: OUTPUT.zephyr/dropped)",
     )
 
 
@@ -112,11 +114,10 @@ def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
 
         check_side_dir(args.dropped_output, args.output, "--dropped-output")
     out = Path(args.output)
-    # _quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
-    # (source, line, reason, raw) go to a folder in it that its readers skip
-    args.quarantine_dir = str(out / "_quarantine" / "_unreadable")
+    # quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input lines
+    # (source, line, reason, raw) have another schema, so they go to a folder of their own
+    args.quarantine_dir = str(side(args, "unreadable"))
     ds, aside = _annotated_input(args, args.filter_config)
-    out.mkdir(parents=True, exist_ok=True)
     routed = _annotate_and_route(args, ds, aside, out)
     return _write_report(args, jobs, routed, out)
 
@@ -163,20 +164,21 @@ def _annotated_input(
         args.text_column,
         lang_column,
         rules.default_lang,
-        args.overwrite,
+        args.replace_columns,
     )
     return ds.map_batches(annotate, name="filter"), aside
 
 
 def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str, ...], out: Path) -> _Routed:
-    """Write the annotated rows to a scratch folder in ``out``, then route them to the kept output,
-    ``_dropped/`` and ``_quarantine/`` and summarize them for the report; the scratch folder goes."""
+    """Write the annotated rows to a scratch folder in the output's sidecar, then route them to the kept
+    output, ``dropped/`` and ``quarantine/`` and summarize them for the report; the scratch folder goes."""
     import zephyr
+    from zephyr.io.layout import remove_folder, scratch_dir
 
     opts = engine_options(args)
-    scratch = Path(tempfile.mkdtemp(prefix=".annotated-", dir=out))
+    scratch = scratch_dir(str(out), "annotated")
     try:
-        written = ds.write_parquet(str(scratch), **opts)
+        written = ds.write_parquet(scratch, overwrite=True, **opts)
         routed = _Routed(
             written.stats, written.stats["rows_quarantined"], written.stats.get("quarantine_dir")
         )
@@ -187,27 +189,29 @@ def _annotate_and_route(args: argparse.Namespace, ds: Dataset, aside: tuple[str,
         annotated = zephyr.read_parquet(list(written.files))
         (kept_dir, kept_plan), *others = route_plans(args, annotated, aside, out)
         routed.engine_stats = kept_plan.write_parquet(kept_dir, **opts).stats
-        for where, plan in others:
-            plan.write_parquet(where, **opts)
+        for where, plan in others:  # folders of the sidecar, or a --dropped-output the command claimed
+            plan.write_parquet(where, overwrite=True, **opts)
         routed.report_parts = [report_plan(args, annotated).to_arrow(**opts)]
         return routed
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_folder(scratch)
 
 
 def route_plans(
     args: argparse.Namespace, annotated: Dataset, aside: tuple[str, ...], out: Path
 ) -> list[tuple[str, Dataset]]:
     """(folder, plan) of the routing jobs over the annotated rows, in the order they run: kept rows to
-    ``out``, dropped ones to ``--dropped-output`` (default ``out/_dropped``), quarantined ones to
-    ``out/_quarantine``; used by the command and by ``zephyr explain filter``."""
+    ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
+    ``out.zephyr/quarantine``; used by the command and by ``zephyr explain filter``."""
     from zephyr.pipelines.quality.batch_ops import RouteByReason
+
+    from zephyr.io.layout import dropped_dir, quarantine_dir
 
     reason = args.output_column
     routes = (
         ("kept", "route_kept", str(out)),
-        ("dropped", "route_dropped", args.dropped_output or str(out / "_dropped")),
-        ("quarantined", "route_quarantine", str(out / "_quarantine")),
+        ("dropped", "route_dropped", args.dropped_output or dropped_dir(str(out))),
+        ("quarantined", "route_quarantine", quarantine_dir(str(out))),
     )
     return [
         (where, annotated.map_batches(RouteByReason(kind, reason, aside), name=name))
@@ -240,14 +244,14 @@ def filter_plan_text(args: argparse.Namespace) -> str:
     out = Path("OUTPUT")
     annotate = (
         f"job 1: every row with its first failing rule (rules {args.rules}) in {args.output_column}, written "
-        "to a scratch folder in OUTPUT"
+        "to a scratch folder in OUTPUT.zephyr"
     )
     then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
     steps: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
     routes = zip(("kept", "dropped", "quarantined"), route_plans(args, ds, aside, out))
     for number, (kind, (where, plan)) in enumerate(routes, 2):
         steps.append((f"job {number}: the {kind} rows → {where}", plan))
-    report = "job 5: the report's per-batch summaries, to the driver (_report.json, _report.md)"
+    report = "job 5: the report's per-batch summaries, to the driver (OUTPUT.zephyr/report.json, report.md)"
     steps.append((report, report_plan(args, ds)))
     opts = engine_options(args)
     budget = Budget(ExecutionOptions.from_kwargs(**opts).memory_budget_bytes)
@@ -266,11 +270,12 @@ def _summarize(args: argparse.Namespace) -> Any:
 
 
 def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: _Routed, out: Path) -> int:
-    """``_stats.json``, ``_report.json`` and ``_report.md``, a ``TaskError`` if the counts do not balance,
-    and the command's summary."""
+    """``stats.json``, ``report.json`` and ``report.md`` in the output's sidecar, a ``TaskError`` if the counts
+    do not balance, and the command's summary."""
     from zephyr.pipelines.quality.report import merge_summaries, report_markdown
 
     from zephyr import job_stats
+    from zephyr.io.layout import dropped_dir, quarantine_dir
 
     report = merge_summaries(routed.report_parts, sample_size=args.samples)
     report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
@@ -286,13 +291,13 @@ def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: 
         "version": 1,
         "rules": args.rules,
         **totals,
-        "dropped_output": args.dropped_output or str(out / "_dropped"),
+        "dropped_output": args.dropped_output or dropped_dir(str(out)),
         "engine": routed.engine_stats,
         **job_stats.summarize(jobs),
     }
-    write_json(out / STATS, stats)
-    write_json(out / "_report.json", report)
-    (out / "_report.md").write_text(report_markdown(report), encoding="utf-8")
+    write_json(stats_path(args), stats)
+    write_json(side(args, "report.json"), report)
+    side(args, "report.md").write_text(report_markdown(report), encoding="utf-8")
     if not totals["balanced"]:
         from zephyr.errors import TaskError
 
@@ -306,11 +311,11 @@ def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: 
         rows_quarantined=totals["rows_quarantined"],
         dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
         output=str(out),
-        stats=str(out / STATS),
+        stats=str(stats_path(args)),
         dropped_output=stats["dropped_output"],
-        quarantine_output=str(out / "_quarantine"),
+        quarantine_output=quarantine_dir(str(out)),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
-        details={"report": str(out / "_report.md"), "rules": args.rules},
+        details={"report": str(side(args, "report.md")), "rules": args.rules},
     )
 
 

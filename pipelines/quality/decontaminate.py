@@ -167,14 +167,14 @@ def decontaminate(
     *,
     mode: str = "annotate",
     text_column: str = "text",
-    overwrite: bool = False,
+    replace_columns: bool = False,
     flag_column: str = "contaminated",
 ) -> pa.Table | tuple[pa.Table, pa.Table]:
     """Annotate (add ``contaminated``/``contaminated_ngrams``) or remove documents sharing an n-gram with the
     eval set.
 
     Annotate mode refuses a table that already has those columns (``ColumnExistsError``) unless
-    ``overwrite=True`` or ``flag_column=`` names others; remove mode refuses one with ``drop_reason`` (its
+    ``replace_columns=True`` or ``flag_column=`` names others; remove mode refuses one with ``drop_reason`` (its
     dropped rows carry it).
 
     >>> import pyarrow as pa
@@ -185,7 +185,7 @@ def decontaminate(
     """
     mode = check_mode(mode)
     added = flag_columns(flag_column) if mode == "annotate" else ("drop_reason",)
-    check_added_columns(table.schema.names, added, overwrite=overwrite, rename="flag_column=NAME")
+    check_added_columns(table.schema.names, added, replace_columns=replace_columns, rename="flag_column=NAME")
     counts = contamination(text_array(table, text_column), index)
     flagged = pa.array(counts > 0)
     if mode == "annotate":

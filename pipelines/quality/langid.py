@@ -84,15 +84,19 @@ class LangIdConfig:
 class LanguageIdentifier:
     """Callable ``pa.Table -> pa.Table`` adding the language columns; picklable, loads the model lazily.
 
-    A table that already has one of them fails (``ColumnExistsError``) unless ``overwrite``: a corpus often
+    A table that already has one of them fails (``ColumnExistsError``) unless ``replace_columns``: a corpus often
     carries a claimed ``lang`` (the sample corpus does), and replacing it must be asked for."""
 
     config: LangIdConfig = field(default_factory=LangIdConfig)
     text_column: str = "text"
-    overwrite: bool = False
+    replace_columns: bool = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config": self.config, "text_column": self.text_column, "overwrite": self.overwrite}
+        return {
+            "config": self.config,
+            "text_column": self.text_column,
+            "replace_columns": self.replace_columns,
+        }
 
     @property
     def columns(self) -> tuple[str, str]:
@@ -134,7 +138,7 @@ class LanguageIdentifier:
         check_added_columns(
             table.schema.names,
             self.columns,
-            overwrite=self.overwrite,
+            replace_columns=self.replace_columns,
             rename="LangIdConfig(lang_column=..., score_column=...)",
         )
         labels, scores = self.predict(text_array(table, self.text_column))
@@ -151,14 +155,14 @@ def identify_language(
     config: LangIdConfig = LangIdConfig(),
     *,
     text_column: str = "text",
-    overwrite: bool = False,
+    replace_columns: bool = False,
 ) -> pa.Table:
     """``table`` plus ``lang`` (ISO 639 code as fastText names it) and ``lang_score`` (float32 in [0, 1]).
 
     A table that already has ``lang`` or ``lang_score`` (a claimed language, an earlier run) raises
-    ``ColumnExistsError``; ``overwrite=True`` replaces them, ``LangIdConfig(lang_column=...)`` writes others.
+    ``ColumnExistsError``; ``replace_columns=True`` replaces them, ``LangIdConfig(lang_column=...)`` writes others.
     """
-    return LanguageIdentifier(config, text_column, overwrite)(table)
+    return LanguageIdentifier(config, text_column, replace_columns)(table)
 
 
 def language_drop_reasons(

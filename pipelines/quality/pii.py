@@ -87,11 +87,15 @@ def redact_pii_array(
 
 
 def redact_pii(
-    table: pa.Table, config: PIIConfig = PIIConfig(), *, text_column: str = "text", overwrite: bool = False
+    table: pa.Table,
+    config: PIIConfig = PIIConfig(),
+    *,
+    text_column: str = "text",
+    replace_columns: bool = False,
 ) -> pa.Table:
     """``table`` with PII in its text column replaced, plus ``pii_<kind>`` count columns (if configured).
 
-    A table that already has one of those count columns raises ``ColumnExistsError`` unless ``overwrite=True``
+    A table that already has one of those count columns raises ``ColumnExistsError`` unless ``replace_columns=True``
     or ``PIIConfig(column_prefix=...)`` names others (``zephyr.io.added_columns``).
 
     >>> import pyarrow as pa
@@ -100,7 +104,10 @@ def redact_pii(
     ('mail <EMAIL> from <IP_ADDRESS> or <PHONE_NUMBER>', 1, 1)
     """
     check_added_columns(
-        table.schema.names, count_columns(config), overwrite=overwrite, rename="PIIConfig(column_prefix=...)"
+        table.schema.names,
+        count_columns(config),
+        replace_columns=replace_columns,
+        rename="PIIConfig(column_prefix=...)",
     )
     texts, counts = redact_pii_array(text_array(table, text_column), config)
     return with_redactions(table, texts, counts, config, text_column)

@@ -6,8 +6,9 @@
                    [--on-error quarantine|raise]
 
 ``DIR`` receives ``part-*.parquet`` (``id``, ``url``, ``fetch_time``, ``content_type``, ``text``,
-``html_bytes``), ``_quarantine/`` (bad records: ``source`` = the WARC file, ``line`` = the record's byte offset,
-``reason``, ``raw`` = the start of its header) and ``_stats.json``: records in, kept, dropped by reason,
+``html_bytes``) and nothing else; its sidecar ``DIR.zephyr/`` (``zephyr.io.layout``) receives ``quarantine/``
+(bad records: ``source`` = the WARC file, ``line`` = the record's byte offset, ``reason``, ``raw`` = the start
+of its header) and ``stats.json``: records in, kept, dropped by reason,
 quarantined (they balance), HTML and text bytes, skipped non-document records (``warc/skipped_<type>``) and
 the engine's job statistics. Bad records are quarantined by default: a crawl always holds some, and one
 must not cost the rest of its file; ``--on-error raise`` fails on the first, naming file and offset.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 __all__ = ["register"]
@@ -27,7 +27,8 @@ def _extract(args: argparse.Namespace) -> int:
     from zephyr.pipelines.web.extract import check_extractor, read_warc
 
     from zephyr.cli import execution_options
-    from zephyr.io.paths import input_files
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import input_files, write_bytes_atomic
 
     check_extractor(args.extractor)  # before any work
     files, _ = input_files(list(args.inputs), "warc")
@@ -36,18 +37,14 @@ def _extract(args: argparse.Namespace) -> int:
     )
     result = ds.write_parquet(args.output, **execution_options(args).as_kwargs())
     summary = summarize(result.stats)
-    # the engine set bad records aside under OUTPUT/_quarantine/ (zephyr.cli.quarantine_dir)
+    # the engine set bad records aside under OUTPUT.zephyr/quarantine/ (zephyr.cli.quarantine_dir)
     summary["quarantine_files"] = [
         f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])
     ]
-    with open(os.path.join(args.output, "_stats.json"), "w", encoding="utf-8") as f:
-        json.dump(
-            {"version": 1, "extractor": args.extractor, **summary, "engine": result.stats},
-            f,
-            indent=2,
-            sort_keys=True,
-            default=str,
-        )
+    stats = {"version": 1, "extractor": args.extractor, **summary, "engine": result.stats}
+    write_bytes_atomic(
+        stats_path(args.output), json.dumps(stats, indent=2, sort_keys=True, default=str).encode()
+    )
     from zephyr.summary import Summary
 
     return Summary(
@@ -57,7 +54,7 @@ def _extract(args: argparse.Namespace) -> int:
         rows_quarantined=summary["rows_quarantined"],
         dropped_by_reason=summary["dropped_by_reason"],
         output=args.output,
-        stats=os.path.join(args.output, "_stats.json"),
+        stats=stats_path(args.output),
         next=f"zephyr filter {args.output} --output OUT",
         details={"html_bytes": summary["html_bytes"], "text_bytes": summary["text_bytes"]},
     )
@@ -100,7 +97,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     p.add_argument(
         "inputs", nargs="+", metavar="WARC", help=".warc/.warc.gz/.arc/.arc.gz files, folders or globs"
     )
-    add_output_dir(p, "output directory (Parquet parts, _quarantine/, _stats.json)")
+    add_output_dir(p, "output directory (Parquet parts; quarantine/ and stats.json in OUTPUT.zephyr/)")
     p.add_argument(
         "--extractor", choices=EXTRACTORS, default="resiliparse", help="HTML → text (default resiliparse)"
     )
@@ -110,6 +107,6 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         choices=("raise", "quarantine"),
         default="quarantine",
         help="bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set "
-        "aside in _quarantine/ with their byte offset and go on (quarantine, the default), or fail (raise)",
+        "aside in OUTPUT.zephyr/quarantine/ with their byte offset and go on (quarantine, the default), or fail (raise)",
     )
     p.set_defaults(func=_extract)

@@ -113,7 +113,7 @@ def run_substring_dedup(ctx: StepContext) -> StepOutcome:
     config = dataclasses.replace(
         ctx.entry.config.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
     )
-    scratch = ctx.step_dir / "_substring"
+    scratch = ctx.side_dir / "substring"
     info: dict = {}
     out = substring_dedup_dataset(
         ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info

@@ -25,16 +25,16 @@ def test_annotate_refuses_existing_dup_columns(tmp_path, capsys, kind):
     assert main(["dedup", kind, src, "--output", str(out), "--executor", "inprocess"]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "full traceback" not in err, err
-    assert f"{src}: the input already has a column 'dup_keep'; pass --overwrite to replace it" in err
+    assert f"{src}: the input already has a column 'dup_keep'; pass --replace-columns to replace it" in err
     assert "--output-column NAME" in err
     assert not out.exists() or not list(out.glob("*.parquet"))
 
 
-def test_overwrite_output_column_and_remove_mode(tmp_path):
+def test_replace_columns_output_column_and_remove_mode(tmp_path):
     src = _input(tmp_path, dup_keep=[False, False, False])
     run = ["dedup", "exact", src, "--executor", "inprocess"]
 
-    assert main([*run, "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
+    assert main([*run, "--output", str(tmp_path / "ow"), "--replace-columns"]) == 0
     replaced = pq.read_table(tmp_path / "ow").sort_by("id")
     assert replaced["dup_keep"].to_pylist() == [True, False, True]
 

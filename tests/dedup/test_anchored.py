@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -17,6 +18,7 @@ from zephyr.dedup.synthetic import score as removal_score
 
 import zephyr
 from zephyr.cli import main
+from zephyr.io.layout import stats_path
 
 INPROCESS = {"executor": "inprocess"}
 
@@ -46,7 +48,7 @@ def test_chain_stats_report_rows_split_from_components(tmp_path):
         )
         == 0
     )
-    stats = json.loads((out / "_dedup_stats.json").read_text())["dedup"]
+    stats = json.loads(Path(stats_path(out)).read_text())["dedup"]
     kept = sum(1 for i, c in zip(truth["id"].to_pylist(), truth["cluster"].to_pylist()) if i == c)
     assert stats["cluster_rule"] == "anchored"
     assert stats["verified_edges"] >= 29 and stats["rejected_edges"] >= 0

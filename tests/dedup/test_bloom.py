@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,7 @@ from zephyr.dedup.exact import paragraph_dedup
 
 from zephyr.cli import main
 from zephyr.errors import ConfigError, InputError
+from zephyr.io.layout import stats_path
 
 
 def _corpus(docs: int, seed: int = 0) -> pa.Table:
@@ -158,7 +160,7 @@ def test_command_line_incremental(tmp_path):
         == 0
     )
     assert pq.read_table(tmp_path / "o2")["text"].to_pylist() == ["d"]
-    stats = json.loads((tmp_path / "o2" / "_dedup_stats.json").read_text())["dedup"]
+    stats = json.loads(Path(stats_path(tmp_path / "o2")).read_text())["dedup"]
     assert stats["inserted"] == 4 and stats["counters"]["dedup/paragraphs_removed"] == 1
     assert not list(tmp_path.glob("seen.bloom.tmp-*"))  # the run's partial filter was moved into place
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
+from zephyr.io.layout import stats_path
 
 COMMANDS = [["exact"], ["fuzzy"], ["exact", "--level", "paragraph"]]
 
@@ -42,9 +44,7 @@ def test_empty_file(tmp_path, kind, command):
         )
         == 0
     )
-    final = json.loads((out / "_dedup_stats.json").read_text())["stages"][
-        -1
-    ]  # reads the input, writes the output
+    final = json.loads(Path(stats_path(out)).read_text())["stages"][-1]  # reads the input, writes the output
     assert final["rows_in"] == 0 and final["rows_out"] == 0
     assert not list(out.glob("part-*"))
 
@@ -58,7 +58,7 @@ def test_one_empty_file_among_others(tmp_path, command):
     argv = ["dedup", *command, str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"), "--output", str(out)]
     assert main([*argv, "--executor", "inprocess", "--mode", "remove"]) == 0
     kept = pq.read_table(sorted(out.glob("part-*.parquet")))
-    stats = json.loads((out / "_dedup_stats.json").read_text())["stages"][-1]
+    stats = json.loads(Path(stats_path(out)).read_text())["stages"][-1]
     assert stats["rows_in"] == 3
     if command == ["exact", "--level", "paragraph"]:
         assert kept.num_rows == 3 and kept["text"].to_pylist()[1] == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,6 +11,7 @@ import pytest
 from zephyr.dedup import FuzzyDedupConfig, SignatureIndex, fuzzy_dedup
 
 from zephyr.errors import ConfigError, InputError, ResumeError
+from zephyr.io.layout import stats_path
 
 WORDS = [f"w{i}" for i in range(400)]
 
@@ -138,8 +140,7 @@ def test_cli_flags_build_the_one_config_and_rows_still_works(tmp_path, capsys):
     with pytest.warns(ZephyrDeprecationWarning, match="--rows is renamed --rows-per-band"):
         assert main([*base, "--output", str(tmp_path / "old"), "--bands", "14", "--rows", "8"]) == 0
     configs = [
-        json.loads((tmp_path / d / "_dedup_stats.json").read_text())["dedup"]["config"]
-        for d in ("new", "old")
+        json.loads(Path(stats_path(tmp_path / d)).read_text())["dedup"]["config"] for d in ("new", "old")
     ]
     assert configs[0] == configs[1] == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
     assert main([*base, "--output", str(tmp_path / "x"), "--rows", "8", "--rows-per-band", "8"]) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +26,7 @@ from zephyr.dedup.index import open_index, write_generation
 import zephyr
 from zephyr.cli import main
 from zephyr.errors import ConfigError, InputError
+from zephyr.io.layout import stats_path
 
 INPROCESS = {"executor": "inprocess"}
 CONFIG = FuzzyDedupConfig(threshold=0.8)
@@ -267,7 +269,7 @@ def test_cli(tmp_path):
         assert main([*args, *common]) == 0
     kept = set().union(*(kept_texts(pq.read_table(tmp_path / f"o{k}")) for k in range(3)))
     assert kept == kept_texts(pq.read_table(tmp_path / "u"))
-    stats = json.loads((tmp_path / "o2" / "_dedup_stats.json").read_text())["dedup"]
+    stats = json.loads(Path(stats_path(tmp_path / "o2")).read_text())["dedup"]
     assert stats["index"]["generations"] == 2 and stats["matched_index"] > 0
     assert stats["index_written"]["name"] == "gen-00002"
 

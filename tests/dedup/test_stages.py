@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -17,6 +18,7 @@ from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset
 import zephyr
 from zephyr.cli import main
 from zephyr.errors import InputError
+from zephyr.io.layout import stats_path
 
 DUP_COLUMNS = ["id", "dup_cluster", "dup_cluster_size", "dup_keep"]
 # spawning local workers costs seconds per action: the local-executor runs of the multi-action fuzzy stage are
@@ -112,7 +114,7 @@ def test_cli_fuzzy_same_bytes_for_1_and_2_workers_and_reruns(tmp_path):
         assert rc == 0
         runs.append(_digests(out))
     assert runs[0] == runs[1] == runs[2] and runs[0]
-    stats = json.loads((tmp_path / "out0" / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(tmp_path / "out0")).read_text())
     hist = stats["dedup"]["cluster_size_histogram"]
     assert sum(int(k) * v for k, v in hist.items()) == t.num_rows - 1  # every non-null row in one cluster
     result = pq.read_table(tmp_path / "out0")
@@ -142,9 +144,7 @@ def test_cli_dedup_runs_on_threads_by_default_with_the_bytes_of_every_executor(t
         assert main(["dedup", kind, str(src), "--output", str(out), "--workers", "2", *flags]) == 0
         runs[name] = _digests(out)
     assert runs["default"] == runs["inprocess"] == runs["local"] and runs["default"]
-    assert (
-        json.loads((tmp_path / "default" / "_dedup_stats.json").read_text())["executor"] == "ThreadExecutor"
-    )
+    assert json.loads(Path(stats_path(tmp_path / "default")).read_text())["executor"] == "ThreadExecutor"
 
 
 def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
@@ -168,7 +168,7 @@ def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
         )
         runs.append(_digests(out))
     assert runs[0] == runs[1] and runs[0]
-    graph = json.loads((tmp_path / "out0" / "_dedup_stats.json").read_text())["dedup"]
+    graph = json.loads(Path(stats_path(tmp_path / "out0")).read_text())["dedup"]
     plain = fuzzy_dedup(_corpus(), FuzzyDedupConfig()).stats
     assert graph["in_memory"] is True
     assert (graph["candidate_edges"], graph["verified_edges"]) == (

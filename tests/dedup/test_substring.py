@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +23,7 @@ from zephyr.dedup.substring import SubstringConfig, substring_dedup_dataset
 import zephyr
 from zephyr.cli import main
 from zephyr.errors import ConfigError
+from zephyr.io.layout import stats_path
 
 
 def reference(docs: list[bytes], min_bytes: int) -> list[bytes]:
@@ -244,7 +246,7 @@ def test_command_reports_bytes_per_source_and_top_spans(tmp_path):
         )
         == 0
     )
-    stats = json.loads((out / "_dedup_stats.json").read_text())["dedup"]
+    stats = json.loads(Path(stats_path(out)).read_text())["dedup"]
     expected = reference([r["text"].encode() for r in rows], 50)
     removed = sum(len(r["text"].encode()) for r in rows) - sum(len(t) for t in expected)
     assert stats["bytes_removed"] == removed > 0
@@ -359,8 +361,8 @@ def test_unit_tokens_snaps_to_token_starts(tmp_path):
     "flags, message",
     [
         (["--mode", "annotate"], "has no --mode annotate"),
-        (["--overwrite"], "--overwrite and --output-column do not apply"),
-        (["--output-column", "seen"], "--overwrite and --output-column do not apply"),
+        (["--replace-columns"], "--replace-columns and --output-column do not apply"),
+        (["--output-column", "seen"], "--replace-columns and --output-column do not apply"),
     ],
 )
 @pytest.mark.parametrize("command", [["dedup", "substring"], ["explain", "dedup", "substring"]])

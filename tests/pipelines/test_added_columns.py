@@ -1,5 +1,5 @@
-"""No silent overwrites in ``zephyr run``: a stage that would replace a column the data has refuses before any
-work with key paths (``zephyr.pipelines.columns``); ``overwrite:`` / ``output_column:`` work; dedup and
+"""No silent column replacements in ``zephyr run``: a stage that would replace a column the data has refuses before any
+work with key paths (``zephyr.pipelines.columns``); ``replace_columns:`` / ``output_column:`` work; dedup and
 filter stages keep the data's own ``dup_*`` / ``drop_reason`` columns."""
 
 from __future__ import annotations
@@ -23,18 +23,25 @@ EN = "The committee will publish its final report on the new railway line next s
 DE = "Der Ausschuss wird seinen Abschlussbericht über die neue Bahnstrecke im nächsten Frühjahr veröffentlichen."
 
 
-def test_quickstart_refuses_the_sample_lang_column_without_overwrite(tmp_path, capsys):
-    argv = ["run", "quickstart", "--job-dir", str(tmp_path / "job"), "--set", "steps.langid.overwrite=false"]
+def test_quickstart_refuses_the_sample_lang_column_without_replace_columns(tmp_path, capsys):
+    argv = [
+        "run",
+        "quickstart",
+        "--job-dir",
+        str(tmp_path / "job"),
+        "--set",
+        "steps.langid.replace_columns=false",
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "full traceback" not in err, err
     assert "steps[2] (langid): the data already has 'lang', 'lang_score'" not in err  # only what it has
     assert "steps[2] (langid): the data already has 'lang'" in err and str(SAMPLE) in err
-    assert "steps[2].overwrite: true" in err and "steps[2].output_column: NAME" in err
+    assert "steps[2].replace_columns: true" in err and "steps[2].output_column: NAME" in err
     assert not (tmp_path / "job").exists()  # refused before any work
-    assert main(["run", "quickstart", "--check", "--set", "steps.langid.overwrite=false"]) == 1
-    assert "steps[2].overwrite: true" in capsys.readouterr().err
-    assert main(["run", "quickstart", "--check"]) == 0  # the shipped config decides: overwrite: true
+    assert main(["run", "quickstart", "--check", "--set", "steps.langid.replace_columns=false"]) == 1
+    assert "steps[2].replace_columns: true" in capsys.readouterr().err
+    assert main(["run", "quickstart", "--check"]) == 0  # the shipped config decides: replace_columns: true
 
 
 def _write(tmp_path: Path, stages: list[dict]) -> Path:
@@ -50,13 +57,13 @@ def test_output_column_is_validated_with_key_paths(tmp_path, capsys):
     bad = [
         {"step": "langid", "output_column": "text"},
         {"step": "heuristic_filter", "output_column": " "},
-        {"step": "quality", "model": "in.parquet", "overwrite": "yes"},
+        {"step": "quality", "model": "in.parquet", "replace_columns": "yes"},
     ]
     assert main(["run", str(_write(tmp_path, bad)), "--check"]) == 1
     err = capsys.readouterr().err
     assert "steps[1].output_column: 'text' is the pipeline's text_column; choose another name" in err
     assert "steps[2].output_column: must name a column" in err
-    assert "steps[3].overwrite: must be true or false, got 'yes'" in err
+    assert "steps[3].replace_columns: must be true or false, got 'yes'" in err
 
 
 def test_a_column_added_by_an_earlier_stage_is_named_as_its_origin(tmp_path):

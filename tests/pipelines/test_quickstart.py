@@ -129,8 +129,10 @@ def test_quickstart_end_to_end(finished):
     for s in data:
         assert s["rows_in"] == s["rows_kept"] + s["rows_dropped"] + s["rows_quarantined"]
         assert sum(pq.ParquetFile(f).metadata.num_rows for f in s["files"]) == s["rows_kept"]
-        assert Path(s["dir"], "_SUCCESS.json").is_file() and Path(s["dir"], "_stats.json").is_file()
-        assert not list(Path(s["dir"], "_work").glob("*/stage-*"))  # engine scratch removed when done
+        side = Path(f"{s['dir']}.zephyr")  # the step's sidecar: its bookkeeping, never among its data
+        assert (side / "_SUCCESS.json").is_file() and (side / "stats.json").is_file()
+        assert not list((side / "work").glob("*/stage-*"))  # engine scratch removed when done
+        assert all(p.name.startswith("part-") for p in Path(s["dir"]).iterdir())
     # the planted copies: web copies are rewritten by normalize and go in exact dedup, edited ones in fuzzy dedup,
     # and every seed stays
     web, near = _planted("web"), _planted("near")

@@ -18,6 +18,7 @@ from zephyr.dedup.evaluate import reference_jaccard
 from zephyr.pipelines.config import parse_config
 from zephyr.pipelines.examples import (
     EXAMPLES_FILE,
+    PARTS_DIR,
     ClusterGroups,
     CollectExamples,
     ReasonGroups,
@@ -81,9 +82,8 @@ def _stats(job: Path) -> dict[str, dict]:
 
 def _sidecar(step: dict) -> dict:
     path = Path(step["extra"]["examples"])
-    assert (
-        path == Path(step["dir"]) / EXAMPLES_FILE and not (Path(step["dir"]) / "_work" / "_examples").exists()
-    )
+    side = Path(f"{step['dir']}.zephyr")  # the step's sidecar
+    assert path == side / EXAMPLES_FILE and not (side / PARTS_DIR).exists()
     return json.loads(path.read_text())
 
 
@@ -216,7 +216,7 @@ def test_collected_examples_do_not_depend_on_the_task_split(tmp_path):
         ops = [
             (
                 CollectExamples(
-                    str(dedup_dir / "_work" / "_examples"),
+                    str(dedup_dir / PARTS_DIR),
                     ClusterGroups(),
                     id_column="id",
                     text_column="text",
@@ -224,7 +224,7 @@ def test_collected_examples_do_not_depend_on_the_task_split(tmp_path):
                     max_groups=3,
                 ),
                 CollectExamples(
-                    str(filter_dir / "_work" / "_examples"),
+                    str(filter_dir / PARTS_DIR),
                     ReasonGroups("reason"),
                     id_column="id",
                     text_column="text",
@@ -250,7 +250,7 @@ def test_collected_examples_do_not_depend_on_the_task_split(tmp_path):
 
 
 def test_collector_starts_again_when_its_folder_is_cleared(tmp_path):
-    folder = tmp_path / "stage" / "_work" / "_examples"
+    folder = tmp_path / "stage" / PARTS_DIR
     op = CollectExamples(str(folder), ReasonGroups("reason"), id_column="id", text_column="text")
     batch = pa.table({"id": ["a", "b"], "text": ["x", "y"], "reason": [None, "short"]})
     op(batch)

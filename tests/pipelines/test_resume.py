@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from zephyr.cli import main
+from zephyr.io.layout import dropped_dir
 
 from .conftest import as_format_1
 
@@ -68,7 +69,7 @@ def _outputs(job: Path) -> dict[str, bytes]:
 
 
 def _markers(job: Path) -> list[Path]:
-    return list(job.glob("02-slow/_work/main/stage-*/_done/task-*.json"))
+    return list(job.glob("02-slow.zephyr/work/main/stage-*/_done/task-*.json"))
 
 
 def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
@@ -117,12 +118,14 @@ def test_kill_between_and_within_stages_then_resume(pipeline, tmp_path):
         proc.stderr.close()
     done_at_kill = len(_markers(job))
     assert 2 <= done_at_kill < SHARDS, "the kill must land inside the slow stage"
-    assert (job / "01-normalize" / "_SUCCESS.json").is_file() and not (
-        job / "02-slow" / "_SUCCESS.json"
+    assert (job / "01-normalize.zephyr" / "_SUCCESS.json").is_file() and not (
+        job / "02-slow.zephyr" / "_SUCCESS.json"
     ).exists()
+    assert (job / "lock.json").is_file()  # the killed run's lock, left behind: the rerun takes it over
     finished_parts = {p: p.stat().st_mtime_ns for p in job.glob("0[01]-*/part-*.parquet")}
 
     assert main(["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]) == 0
+    assert not (job / "lock.json").exists()
     stats = {s["step"]: s for s in json.loads((job / "stats.json").read_text())["steps"]}
     assert stats["read"]["status"] == stats["normalize"]["status"] == "skipped"
     assert {p: p.stat().st_mtime_ns for p in finished_parts} == finished_parts  # not rewritten
@@ -148,7 +151,8 @@ def test_from_reruns_and_until_stops(pipeline, tmp_path, capsys):
     job = tmp_path / "job"
     argv = ["run", str(pipeline), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
     assert main([*argv, "--until", "normalize"]) == 0
-    assert sorted(p.name for p in job.iterdir() if p.is_dir()) == ["00-read", "01-normalize"]
+    folders = ["00-read", "00-read.zephyr", "01-normalize", "01-normalize.zephyr"]
+    assert sorted(p.name for p in job.iterdir() if p.is_dir()) == folders
     capsys.readouterr()
     assert main([*argv, "--from", "normalize", "--until", "normalize"]) == 0
     err = capsys.readouterr().err
@@ -177,29 +181,33 @@ def _run_read_and_filter(tmp_path: Path) -> tuple[Path, Path, list[str]]:
     return path, job, argv
 
 
-def test_job_folder_of_an_older_zephyr_resumes(tmp_path):
-    """Job folders made before the ``_`` rule: a finished stage's ``stats.json`` is still read (no rerun), and a
-    stage that reruns clears its old-named files, so readers of its folder see only its kept rows."""
+def test_job_folder_of_the_older_layout_reruns_into_the_sidecar_layout(tmp_path):
+    """A job folder an older zephyr left, with each step's bookkeeping inside its folder under ``_`` names:
+    its steps rerun (the folders are cleared first), and end in the sidecar layout, where every reader takes a
+    step folder as its kept rows."""
     path, job, argv = _run_read_and_filter(tmp_path)
-    read_dir, filter_dir = (Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["steps"])
-    os.replace(read_dir / "_stats.json", read_dir / "stats.json")  # as an older zephyr named them
-    os.replace(filter_dir / "_stats.json", filter_dir / "stats.json")
-    os.replace(filter_dir / "_dropped", filter_dir / "dropped")
-    (filter_dir / "_SUCCESS.json").unlink()  # the filter stage was interrupted after its writes
-    assert main(argv) == 0
     steps = json.loads((job / "stats.json").read_text())["steps"]
-    assert [s["status"] for s in steps] == ["skipped", "ran"]
-    assert sorted(p.name for p in filter_dir.iterdir() if not p.name.startswith("part-")) == [
-        ".huggingface.yaml",
-        "_STARTED.json",
-        "_SUCCESS.json",
-        "_dropped",
-        "_examples.json",
-        "_stats.json",
-        "_work",
+    for step in steps:  # move each sidecar's bookkeeping into the step folder, as the older layout had it
+        folder, side = Path(step["dir"]), Path(f"{step['dir']}.zephyr")
+        for name in ("_SUCCESS.json", "_STARTED.json"):
+            os.replace(side / name, folder / name)
+        os.replace(side / "stats.json", folder / "_stats.json")
+        if (side / "dropped").exists():
+            os.replace(side / "dropped", folder / "_dropped")
+    assert main(argv) == 0
+    again = json.loads((job / "stats.json").read_text())["steps"]
+    assert [s["status"] for s in again] == ["ran", "ran"]
+    for old, new in zip(steps, again):
+        folder = Path(new["dir"])
+        assert all(p.name.startswith("part-") for p in folder.iterdir())
+        assert pq.read_table(folder).num_rows == new["rows_kept"] == old["rows_kept"]
+    filter_dir = Path(again[1]["dir"])
+    assert pq.read_table(dropped_dir(filter_dir)).num_rows == again[1]["rows_dropped"]
+    assert main(argv) == 0  # and the new layout resumes
+    assert [s["status"] for s in json.loads((job / "stats.json").read_text())["steps"]] == [
+        "skipped",
+        "skipped",
     ]
-    assert pq.read_table(filter_dir).num_rows == steps[1]["rows_kept"]
-    assert pq.read_table(filter_dir / "_dropped").num_rows == steps[1]["rows_dropped"]
 
 
 def test_job_folder_of_stats_format_1_resumes_without_redoing_steps(tmp_path):
@@ -211,7 +219,7 @@ def test_job_folder_of_stats_format_1_resumes_without_redoing_steps(tmp_path):
     stats = json.loads((job / "stats.json").read_text())
     (job / "stats.json").write_text(json.dumps(as_format_1(stats), indent=1) + "\n")
     for step in stats["steps"]:
-        record = Path(step["dir"]) / "_stats.json"
+        record = Path(f"{step['dir']}.zephyr") / "stats.json"
         record.write_text(json.dumps(as_format_1(json.loads(record.read_text())), indent=1) + "\n")
     write_report(job)  # the old folder's report renders before any rerun
     assert "| 1 | heuristic_filter | heuristic_filter |" in (job / "report.md").read_text()
@@ -257,18 +265,20 @@ def test_job_folder_with_old_fingerprints_reruns_cleanly(tmp_path):
     reference = _outputs(job)
     dirs = [Path(s["dir"]) for s in json.loads((job / "stats.json").read_text())["steps"]]
     for stage_dir, old in zip(dirs, _old_fingerprints(path)):
-        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] != old
-        for name in ("_SUCCESS.json", "_STARTED.json", "_stats.json"):
-            marker = json.loads((stage_dir / name).read_text())
-            (stage_dir / name).write_text(json.dumps({**marker, "fingerprint": old}))
-        (stage_dir / "_work" / "main" / "stage-0123456789abcdef").mkdir(parents=True)  # an old run's scratch
+        side = Path(f"{stage_dir}.zephyr")
+        assert json.loads((side / "_SUCCESS.json").read_text())["fingerprint"] != old
+        for name in ("_SUCCESS.json", "_STARTED.json", "stats.json"):
+            marker = json.loads((side / name).read_text())
+            (side / name).write_text(json.dumps({**marker, "fingerprint": old}))
+        (side / "work" / "main" / "stage-0123456789abcdef").mkdir(parents=True)  # an old run's scratch
     assert main(argv) == 0
     steps = json.loads((job / "stats.json").read_text())["steps"]
     assert [s["status"] for s in steps] == ["ran", "ran"]
     assert _outputs(job) == reference
-    assert not any(job.glob("*/_work/main/stage-0123456789abcdef"))
+    assert not any(job.glob("*.zephyr/work/main/stage-0123456789abcdef"))
     for stage_dir, step in zip(dirs, steps):
-        assert json.loads((stage_dir / "_SUCCESS.json").read_text())["fingerprint"] == step["fingerprint"]
+        side = Path(f"{stage_dir}.zephyr")
+        assert json.loads((side / "_SUCCESS.json").read_text())["fingerprint"] == step["fingerprint"]
     assert main(argv) == 0
     assert [s["status"] for s in json.loads((job / "stats.json").read_text())["steps"]] == [
         "skipped",

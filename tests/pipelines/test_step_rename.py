@@ -163,7 +163,7 @@ def test_a_job_begun_with_stages_resumes_with_steps_redoing_nothing(tmp_path) ->
     assert [r["fingerprint"] for r in again.steps] == [r["fingerprint"] for r in first.steps]
     assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
     assert yaml.safe_load((job / "pipeline.yaml").read_text())["steps"][0]["step"] == "read"
-    record = json.loads((job / "01-heuristic_filter" / "_stats.json").read_text())
+    record = json.loads((job / "01-heuristic_filter.zephyr" / "stats.json").read_text())
     assert (
         record["step"] == "heuristic_filter" and record["config"]["stage"] == "heuristic_filter"
     )  # hashed: kept

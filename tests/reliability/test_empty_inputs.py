@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from zephyr.tokenize import read_documents, read_manifest
 
+from zephyr.io.layout import side_path, stats_path
+
 from .conftest import FAST, GOOD, zephyr_cli
 
 EMPTY_PARQUET_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string())])
@@ -46,10 +48,10 @@ def test_filter(empty_input, tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert [summary[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")] == [0, 0, 0, 0]
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["rows_in"] == stats["rows_kept"] + stats["rows_dropped"] + stats["rows_quarantined"] == 0
     assert stats["balanced"] and all(stage["task_retries"] == 0 for stage in stats["engine"]["stages"])
-    assert json.loads((out / "_report.json").read_text())["totals"]["rows_in"] == 0
+    assert json.loads(Path(side_path(out, "report.json")).read_text())["totals"]["rows_in"] == 0
     assert _parts(out) == []
 
 
@@ -72,7 +74,7 @@ def test_tokenize(empty_input, tmp_path, tokenizer_json):
     manifest = read_manifest(str(out))
     assert manifest.num_documents == 0 and manifest.num_tokens == 0
     assert list(read_documents(str(out))) == []
-    assert not (out / "_work").exists()
+    assert not Path(f"{out}.zephyr/work").exists() and not Path(f"{out}.zephyr/staging").exists()
 
 
 def test_count_and_convert(empty_input, tmp_path):

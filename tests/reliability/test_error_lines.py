@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from zephyr.io.layout import stats_path
+
 from .conftest import FAST, zephyr_cli
 
 FAULTS = Path(__file__).parent / "faults"
@@ -104,7 +106,7 @@ def test_disk_full_names_the_path_and_is_not_retried(tmp_path, executor):
         "3",
     )
     _assert_one_line(
-        run, "disk full", f"{out}/_staging/part-00000.parquet", "not retried"
+        run, "disk full", f"{out}.zephyr/staging/part-00000.parquet", "not retried"
     )  # renamed when whole
     assert len(attempts) == 1, attempts  # one try: a full disk stays full
     if executor == "local":
@@ -156,7 +158,7 @@ def test_dask_does_not_retry_a_full_disk(tmp_path):
     assert run.returncode == 1
     assert "Traceback" not in run.stderr, run.stderr
     error, where = run.stderr.rstrip().splitlines()[-2:]
-    assert "disk full" in error and f"{tmp_path / 'out'}/_staging/part-00000.parquet" in error, error
+    assert "disk full" in error and f"{tmp_path / 'out'}.zephyr/staging/part-00000.parquet" in error, error
     assert where.startswith("full traceback: ")
     assert len(attempts) == 1
 
@@ -222,7 +224,7 @@ def test_dedup_quarantines_a_bad_line(tmp_path, command):
     assert zephyr_cli(*command, str(bad), "--output", str(out), *FAST).returncode == 1
     run = zephyr_cli(*command, str(bad), "--output", str(out), *FAST, "--on-error", "quarantine")
     assert run.returncode == 0, run.stderr
-    _balance(json.loads((out / "_dedup_stats.json").read_text())["dedup"]["rows"])
+    _balance(json.loads(Path(stats_path(out)).read_text())["dedup"]["rows"])
 
 
 def test_filter_quarantines_a_bad_line(tmp_path):
@@ -230,7 +232,7 @@ def test_filter_quarantines_a_bad_line(tmp_path):
     out = tmp_path / "out"
     run = zephyr_cli("filter", str(bad), "--output", str(out), *FAST, "--on-error", "quarantine")
     assert run.returncode == 0, run.stderr
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     _balance(
         {
             "in": stats["rows_in"],

@@ -238,7 +238,7 @@ def test_driver_sigkill_mid_stage_then_rerun_gives_identical_bytes(job_config, t
     proc, started = _kill_when_busy(job_config, tmp_path, signal.SIGKILL)
     _assert_all_gone(proc.pid, started)
     job = tmp_path / "job"
-    markers = sorted(job.glob("01-hold/_work/*/stage-*/_done/task-*.json"))
+    markers = sorted(job.glob("01-hold.zephyr/work/*/stage-*/_done/task-*.json"))
     assert len(markers) == 2, "the kill must land inside the second stage, after two of its four tasks"
 
     rerun = _start(job_config, job, tmp_path / "log-rerun", hold=False)

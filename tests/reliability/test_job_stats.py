@@ -17,6 +17,7 @@ import yaml
 
 import zephyr
 from zephyr.cli import main
+from zephyr.io.layout import stats_path
 
 from .conftest import GOOD
 
@@ -80,7 +81,7 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
     _fail_once(monkeypatch, FilterAnnotator, tmp_path / "failed")
     assert main(["filter", str(inputs), "--output", str(out), *FAST]) == 0
     assert (tmp_path / "failed").exists()
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["rows_in"] == 20 and stats["balanced"]
     assert stats["task_retries"] == 1  # the annotate job's retry, though "engine" is the kept-rows job
     assert [job["task_retries"] for job in stats["jobs"]] == [1, 0, 0, 0, 0]
@@ -95,11 +96,11 @@ def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatc
     with monkeypatch.context() as patch:
         _fail_once(patch, _MemberHashes, tmp_path / "failed")
         assert main(argv) == 0
-    stats = json.loads((out / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert len(stats["jobs"]) > 1 and stats["jobs"][0]["task_retries"] == 1
     assert (stats["task_retries"], stats["tasks_resumed"]) == (1, 0)
     assert main(argv) == 0  # unchanged inputs, same work dir: every task of every job resumes
-    stats = json.loads((out / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["tasks_resumed"] == stats["tasks"] > sum(s["tasks"] for s in stats["stages"])
     assert stats["task_retries"] == 0
 

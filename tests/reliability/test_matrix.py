@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from zephyr.cli import main
+from zephyr.io.layout import stats_path
 
 from .conftest import GOOD
 
@@ -425,10 +426,10 @@ def _parquet_rows(folder: Path) -> int:
 def _balance(command: str, out: Path, stdout: str, stderr: str) -> tuple[int, int, int, int, int | None]:
     """(in, kept, dropped, quarantined, rows actually in the output or None) as the command reports them."""
     if command.startswith("dedup-"):
-        rows = json.loads((out / "_dedup_stats.json").read_text())["dedup"]["rows"]
+        rows = json.loads(Path(stats_path(out)).read_text())["dedup"]["rows"]
         return rows["in"], rows["kept"], rows["dropped"], rows["quarantined"], _parquet_rows(out)
     if command == "filter":
-        s = json.loads((out / "_stats.json").read_text())
+        s = json.loads(Path(stats_path(out)).read_text())
         return s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"], _parquet_rows(out)
     if command == "tokenize":
         summary = json.loads(stdout)

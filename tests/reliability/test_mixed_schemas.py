@@ -20,6 +20,7 @@ import yaml
 import zephyr
 from zephyr.errors import SchemaError
 from zephyr.io.input_schema import load_schema_file, merge_schemas
+from zephyr.io.layout import dropped_dir
 
 from .conftest import FAST, GOOD, zephyr_cli
 
@@ -165,10 +166,11 @@ def test_nested_missing_field_is_null(tmp_path):
 
 
 def test_string_and_large_string_agree(tmp_path):
-    _parquet(tmp_path / "a.parquet", text=pa.array(["a"], pa.string()))
-    _parquet(tmp_path / "b.parquet", text=pa.array(["b"], pa.large_string()))
-    out = tmp_path / "out"
-    zephyr.read_parquet(str(tmp_path)).write_parquet(str(out), executor="inprocess")
+    (tmp_path / "in").mkdir()
+    _parquet(tmp_path / "in" / "a.parquet", text=pa.array(["a"], pa.string()))
+    _parquet(tmp_path / "in" / "b.parquet", text=pa.array(["b"], pa.large_string()))
+    out = tmp_path / "out"  # beside the input folder: an output inside it is refused
+    zephyr.read_parquet(str(tmp_path / "in")).write_parquet(str(out), executor="inprocess")
     assert _assert_one_schema(out).field("text").type == pa.large_string()
 
 
@@ -180,7 +182,7 @@ def test_jsonl_files_inferring_different_types(tmp_path):
         zephyr.read_jsonl(str(tmp_path)).count(executor="inprocess")
     for text in (str(a), str(b), "'score'", "int64", "double"):
         assert text in str(info.value)
-    out = tmp_path / "out"
+    out = tmp_path.parent / f"{tmp_path.name}-out"  # beside the input folder: inside it is refused
     zephyr.read_jsonl(str(tmp_path), unify_schemas=True).write_parquet(str(out), executor="inprocess")
     schema = _assert_one_schema(out)
     assert schema.field("score").type == pa.float64() and schema.field("url").type == pa.string()
@@ -326,7 +328,7 @@ def test_cli_filter_parts_share_one_schema(url_extra, tmp_path):
     assert json.loads(run.stdout)["rows_in"] == 6
     schema = _assert_one_schema(out)
     assert {"url", "extra"} <= set(schema.names)
-    dropped = sorted((out / "_dropped").glob("part-*.parquet")) if (out / "_dropped").exists() else []
+    dropped = sorted(Path(dropped_dir(out)).glob("part-*.parquet")) if Path(dropped_dir(out)).exists() else []
     assert len({pq.read_schema(p).to_string() for p in dropped}) <= 1
 
 

@@ -227,7 +227,7 @@ def test_a_zephyr_run_step_whose_files_changed_reruns(tmp_path, caplog, how):
     assert main(argv) == 0
     read_dir = job / "00-read"
     reference = _parts(read_dir)
-    record = read_dir / "_stats.json"
+    record = job / "00-read.zephyr" / "stats.json"  # the step's record, in its sidecar
     if how == "record-names-another-file":
         victim = tmp_path / "home" / "private.parquet"
         victim.parent.mkdir()
@@ -270,7 +270,7 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
     import zephyr.tokenize.writer as writer
 
     inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
-    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+    common = dict(tokenizer=str(tokenizer_json), shard_bytes="4KB", seed=3, executor="inprocess")
 
     def killed(*args, **kwargs):
         raise RuntimeError("killed before the manifest")
@@ -279,7 +279,9 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
         patch.setattr(writer, "write_manifest", killed)
         with pytest.raises(RuntimeError, match="killed before the manifest"):
             writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
-    _corrupt(out / "shard-00000.tokens.npy", "same-size")
+    _corrupt(
+        Path(f"{out}.zephyr") / "staging" / "shards" / "shard-00000.tokens.npy", "same-size"
+    )  # unpublished
     with caplog.at_level(logging.WARNING):
         writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
     writer.write_token_shards(str(inputs), output=str(tmp_path / "clean"), **common)
@@ -293,11 +295,11 @@ def test_a_resumed_tokenize_reencodes_when_a_token_spill_changed(
     """Killed while packing, a token spill file (what the tokenize tasks leave for the pack step, beside their
     output) damaged before the rerun: the tokenize task that wrote it reruns, so the shards hold the tokens of
     the text, not of the damage."""
-    import zephyr.tokenize.pack_step as pack_step
+    import zephyr.tokenize._pack as pack_step
     import zephyr.tokenize.writer as writer
 
     inputs, out, work = _texts(tmp_path / "in"), tmp_path / "out", tmp_path / "work"
-    common = dict(tokenizer=str(tokenizer_json), shard_size="4KB", seed=3, executor="inprocess")
+    common = dict(tokenizer=str(tokenizer_json), shard_bytes="4KB", seed=3, executor="inprocess")
 
     def killed(self, table):
         raise RuntimeError("killed while packing")

@@ -15,6 +15,7 @@ import yaml
 
 import zephyr
 from zephyr.cli import main
+from zephyr.io.layout import stats_path
 
 FAST = ["--executor", "inprocess"]
 
@@ -91,12 +92,12 @@ def test_dedup_exact_cli_same_size_edit_recomputes(tmp_path):
     argv = ["dedup", "exact", str(src), "--output", str(out), "--work-dir", str(work), *FAST]
     assert main(argv) == 0
     assert main(argv) == 0
-    stats = json.loads((out / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     resumed, tasks = _resumed(stats)
     assert resumed == tasks > 0  # unchanged input: every task resumes
     _edit_same_size(src, b"alpha", b"omega")
     assert main(argv) == 0
-    stats = json.loads((out / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert _resumed(stats)[0] == 0
     assert _texts(out) == sorted(f"omega number {i}" for i in range(12))
 

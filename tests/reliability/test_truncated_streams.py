@@ -19,6 +19,7 @@ import pytest
 from zephyr.errors import InputError
 from zephyr.io import list_shards, read_shard
 from zephyr.io.compression import TruncatedStream, open_decompressed
+from zephyr.io.layout import quarantine_dir
 
 from .conftest import FAST, zephyr_cli
 
@@ -141,7 +142,7 @@ def test_cli_keeps_the_whole_lines_and_counts_the_cut(tmp_path, codec):
     assert (summary["details"]["files"], summary["rows_kept"], summary["rows_quarantined"]) == (1, whole, 1)
     assert summary["rows_in"] == whole + 1 and summary["balanced"]
     assert pq.read_table(next(out.glob("part-*.parquet"))).column("id").to_pylist() == list(range(whole))
-    (quarantine,) = (out / "_quarantine").rglob("*.parquet")  # beside the output, not in the work dir
+    (quarantine,) = Path(quarantine_dir(out)).rglob("*.parquet")  # beside the output, not in the work dir
     entry = pq.read_table(quarantine).to_pylist()
     assert [(e["source"], e["line"]) for e in entry] == [(str(path), whole + 1)]
 

@@ -43,8 +43,7 @@ def write_synthetic_set(
     """A shard set whose token at stream position p is ``base + p`` (uint32), so windows are identifiable;
     or ``stream[p]`` when given."""
     import pyarrow as pa
-    from zephyr.tokenize.format import token_dtype
-    from zephyr.tokenize.shards import write_manifest, write_shard
+    from zephyr.tokenize.shards import token_dtype, write_manifest, write_shard
 
     dtype = token_dtype(vocab_size)
     lengths = np.asarray(doc_lengths, dtype=np.int64)

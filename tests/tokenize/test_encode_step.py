@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.tokenize.encode_step import TokenizeBatch
+from zephyr.tokenize._encode import TokenizeBatch
 from zephyr.tokenize.tokenizer import TextTokenizer
 
 from zephyr.ops import BatchOutput
@@ -58,7 +58,7 @@ def test_every_task_encodes_on_every_core(
 
 
 def test_numeric_values_are_a_view_of_the_buffer_without_pandas() -> None:
-    from zephyr.tokenize.arrow_buffers import numeric_values, string_array
+    from zephyr.tokenize._pack import numeric_values, string_array
 
     column = pa.array(np.arange(10, dtype=np.int64)).slice(3, 4)  # an offset into the buffer
     assert numeric_values(column).tolist() == [3, 4, 5, 6]
@@ -84,7 +84,7 @@ def test_the_writer_in_the_driver_never_imports_pandas(bpe_tokenizer: Path, tmp_
         "import sys\n"
         "from zephyr.tokenize import write_token_shards\n"
         f"write_token_shards({str(tmp_path / 'in.parquet')!r}, tokenizer={str(bpe_tokenizer)!r}, "
-        f"output={str(tmp_path / 'out')!r}, shard_size='4KB', executor='inprocess')\n"
+        f"output={str(tmp_path / 'out')!r}, shard_bytes='4KB', executor='inprocess')\n"
         "print('pandas' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
@@ -121,7 +121,7 @@ def test_a_one_shard_write_in_the_driver_imports_no_pandas(bpe_tokenizer: Path, 
         "import sys\n"
         "from zephyr.tokenize import write_token_shards\n"
         f"r = write_token_shards({str(tmp_path / 'in.parquet')!r}, tokenizer={str(bpe_tokenizer)!r},"
-        f" output={str(tmp_path / 'out')!r}, shard_size='1MB', executor='local', workers=2)\n"
+        f" output={str(tmp_path / 'out')!r}, shard_bytes='1MB', executor='local', workers=2)\n"
         "print(len(r.manifest['shards']), 'pandas' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -65,7 +65,7 @@ def test_explain_tokenize_says_where_the_jobs_run(
     )
     assert "executor local, 3 workers" in forced and "tasks 6 · reads parquet" in forced
     # the pack job: in the driver one task packs as many shards at once as the workers it stands in for
-    assert "job 3: pack, one task packing 2 shards at a time on threads (writer_plan.pack_threads)" in two
+    assert "job 3: pack, one task packing 2 shards at a time on threads (pack_threads)" in two
     assert "job 3: pack, one task a shard," in forced
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from zephyr.tokenize import TokenLoader
-from zephyr.tokenize.filters import RepetitionFilter
+from zephyr.tokenize._samples import RepetitionFilter
 
 from zephyr.errors import ConfigError
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from zephyr.tokenize import TokenLoader, read_documents
-from zephyr.tokenize.format import read_manifest
+from zephyr.tokenize.shards import read_manifest
 
 from zephyr.errors import ConfigError, InputError, ResumeError
 
@@ -429,7 +429,7 @@ def test_trainer_batcher_takes_whole_batches_and_resumes_exactly(token_set: Path
 
 def test_permutation_is_pinned_and_per_index_keys_agree() -> None:
     """The order is part of the resume contract: these values must never change (old checkpoints)."""
-    from zephyr.tokenize.permutation import derive_key, permute
+    from zephyr.tokenize.mixing import derive_key, permute
 
     assert permute(np.arange(10), 10, derive_key(0, 1)).tolist() == [5, 2, 0, 9, 4, 1, 7, 6, 3, 8]
     assert permute(np.array([0, 5, 999, 123456]), 1000003, derive_key(7, 2)).tolist() == [
@@ -447,7 +447,7 @@ def test_permutation_is_pinned_and_per_index_keys_agree() -> None:
     assert sorted(permute(np.arange(777), 777, int(keys[0])).tolist()) == list(range(777))
 
 
-# -- a plain torch DataLoader around the loader (zephyr.tokenize.data_loader) ---------------------------------
+# -- a plain torch DataLoader around the loader (zephyr.tokenize.loader) ---------------------------------
 GUARD = r"plain torch DataLoader .*loader\.data_loader\(num_workers=K\)"
 
 

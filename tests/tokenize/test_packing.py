@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from zephyr.tokenize import TokenLoader
-from zephyr.tokenize.format import read_manifest
-from zephyr.tokenize.packing import best_fit_decreasing, cut_pieces, packing_stats
+from zephyr.tokenize._samples import best_fit_decreasing, cut_pieces
+from zephyr.tokenize.shards import read_manifest
 
 from zephyr.errors import ConfigError
 
 from .conftest import global_sequence, write_synthetic_set
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from loader_throughput import packing_stats  # noqa: E402 - a benchmark's analysis, checked against the loader
 
 SEQ = 64
 

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 from zephyr.tokenize import TokenLoader
-from zephyr.tokenize.format import read_manifest
-from zephyr.tokenize.prefetch import CacheBudget
-from zephyr.tokenize.storage import ShardStore
+from zephyr.tokenize._storage import CacheBudget, ShardStore
+from zephyr.tokenize.shards import read_manifest
 
 from .conftest import write_synthetic_set
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from zephyr.tokenize.spill import SpillFiles, gather, spill_name, write_spill
+from zephyr.tokenize._pack import SpillFiles, gather, spill_name, write_spill
 
 from zephyr.errors import InputError
 

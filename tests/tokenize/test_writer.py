@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from zephyr.tokenize import TokenLoader, read_documents, write_token_shards
-from zephyr.tokenize.format import read_manifest
+from zephyr.tokenize.shards import read_manifest
 from zephyr.tokenize.tokenizer import TextTokenizer
 
 from .conftest import TRAIN_TEXT
@@ -70,7 +70,7 @@ def test_round_trip_matches_hf_encoding(tmp_path: Path, bpe_tokenizer: Path) -> 
         str(tmp_path / "in"),
         tokenizer=str(bpe_tokenizer),
         output=str(out),
-        shard_size="4KB",
+        shard_bytes="4KB",
         seed=3,
         executor="inprocess",
         batch_rows=64,
@@ -91,7 +91,8 @@ def test_round_trip_matches_hf_encoding(tmp_path: Path, bpe_tokenizer: Path) -> 
     for shard in manifest.shards:
         for f in shard.files.values():
             assert hashlib.sha256((out / f.path).read_bytes()).hexdigest() == f.sha256
-    assert not any(p.name.startswith("_work") for p in out.iterdir())
+    assert not Path(f"{out}.zephyr/work").exists() and not Path(f"{out}.zephyr/staging").exists()
+    assert all(p.name.startswith("shard-") or p.name == "manifest.json" for p in out.iterdir())
     # the loader reads it
     sample = next(iter(TokenLoader(str(out), seq_len=16)))
     assert sample["input_ids"].shape == (16,)
@@ -113,7 +114,7 @@ def _write_on_two_workers_and_in_process(tmp_path: Path, common: dict) -> None:
 def test_shard_bytes_do_not_depend_on_workers(tmp_path: Path, bpe_tokenizer: Path) -> None:
     """One worker (in-process) vs two local worker processes: byte-identical shard sets."""
     _corpus(tmp_path / "in", n=200, files=3)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=11, batch_rows=50)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=11, batch_rows=50)
     _write_on_two_workers_and_in_process(tmp_path, common)
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
     write_token_shards(
@@ -129,7 +130,7 @@ def test_pack_adds_specials_identically_for_any_executor_and_batch_rows(
     executors and batch sizes (1 row: every document its own spill and pack batch), and every document is
     exactly [BOS, HF ids, EOS]."""
     texts = _corpus(tmp_path / "in", n=120, files=2)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=4, bos="always")
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="2KB", seed=4, bos="always")
     runs = {
         "ip64": dict(executor="inprocess", batch_rows=64),
         "ip1": dict(executor="inprocess", batch_rows=1),
@@ -146,7 +147,7 @@ def test_pack_adds_specials_identically_for_any_executor_and_batch_rows(
 @pytest.mark.slow
 def test_shard_bytes_local_one_vs_two_workers(tmp_path: Path, bpe_tokenizer: Path) -> None:
     _corpus(tmp_path / "in", n=400, files=4)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=2, batch_rows=40, executor="local")
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=2, batch_rows=40, executor="local")
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "w1"), workers=1, **common)
     write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "w2"), workers=2, **common)
     assert _sha(tmp_path / "w1") == _sha(tmp_path / "w2")
@@ -154,10 +155,10 @@ def test_shard_bytes_local_one_vs_two_workers(tmp_path: Path, bpe_tokenizer: Pat
 
 def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
     """With a work_dir, a rerun after a failure skips the tokenize and sort tasks that had finished."""
-    import zephyr.tokenize.pack_step as pack_step
+    import zephyr.tokenize._pack as pack_step
 
     _corpus(tmp_path / "in", n=120, files=3)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="3KB", seed=3, executor="inprocess")
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=3, executor="inprocess")
     work = str(tmp_path / "work")
     original = pack_step.PackPartition.__call__
 
@@ -173,7 +174,7 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
     assert len(scratch) == 1 and (scratch[0] / "spill").is_dir(), (
         "spills go to the work_dir and survive a failure"
     )
-    assert not (tmp_path / "out" / "_work").exists()
+    assert not (tmp_path / "out.zephyr" / "work").exists()
     monkeypatch.setattr(pack_step.PackPartition, "__call__", original)
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
     sorted_stages = result.stats["stages"]
@@ -230,7 +231,7 @@ def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
     of ``finish`` together, their quarantined null texts too. Nulls in the first, a middle and each of the last
     batches: every other document is in the shards with HF's ids, every null is quarantined, in = kept +
     quarantined; and the shards are byte for byte those of HF's own encoder (in the call)."""
-    from zephyr.tokenize.encode_step import TokenizeBatch
+    from zephyr.tokenize._encode import TokenizeBatch
 
     if engine == "fastokens":
         pytest.importorskip("fastokens")
@@ -239,7 +240,7 @@ def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
     column = [None if i in nulls else t for i, t in enumerate(texts)]
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"text": column}), tmp_path / "in" / "a.parquet")
-    common = dict(tokenizer=str(bpe_tokenizer), executor="inprocess", batch_rows=4, shard_size="2KB")
+    common = dict(tokenizer=str(bpe_tokenizer), executor="inprocess", batch_rows=4, shard_bytes="2KB")
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "o"), engine=engine, **common)
     assert engine in TokenizeBatch.IN_FLIGHT_ENGINES and TokenizeBatch.IN_FLIGHT > 1
     assert result.manifest["tokenizer"]["engine"] == engine
@@ -254,7 +255,7 @@ def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
 def test_batches_in_flight_stay_within_the_byte_cap(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
     """``TokenizeBatch.IN_FLIGHT_BYTES``: with room for two batches' text, a third sends the oldest out, so the
     output lags two batches, not ``IN_FLIGHT``; ``finish`` returns the rest and no row is lost."""
-    from zephyr.tokenize.encode_step import TokenizeBatch
+    from zephyr.tokenize._encode import TokenizeBatch
 
     pytest.importorskip("fastokens")
     tok = TextTokenizer(bpe_tokenizer)
@@ -280,8 +281,8 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
     new thread per batch (a cold cache and ~10 MB of fresh tables each); every row comes out."""
     import threading
 
-    from zephyr.tokenize import encode_step
-    from zephyr.tokenize.encode_step import TokenizeBatch
+    from zephyr.tokenize import _encode as encode_step
+    from zephyr.tokenize._encode import TokenizeBatch
 
     pytest.importorskip("fastokens")
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # not the threads other tests started
@@ -311,7 +312,7 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
 
 
 def _encode_in_forked_child() -> None:
-    from zephyr.tokenize.encode_step import _InFlight
+    from zephyr.tokenize._encode import _InFlight
 
     assert _InFlight(sum, [1, 2, 3], background=True).result() == 6
 
@@ -321,7 +322,7 @@ def test_encode_threads_start_again_in_a_forked_child() -> None:
     (otherwise its first batch in flight would wait forever)."""
     import multiprocessing
 
-    from zephyr.tokenize.encode_step import _InFlight
+    from zephyr.tokenize._encode import _InFlight
 
     assert _InFlight(sum, [1, 2], background=True).result() == 3  # the parent's threads run
     child = multiprocessing.get_context("fork").Process(target=_encode_in_forked_child)
@@ -338,8 +339,8 @@ def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
     goes with it); the next batch starts a thread again."""
     import threading
 
-    from zephyr.tokenize import encode_step
-    from zephyr.tokenize.encode_step import TokenizeBatch, _InFlight
+    from zephyr.tokenize import _encode as encode_step
+    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # this test's own threads
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.05)
@@ -364,8 +365,8 @@ def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatc
     import queue
     import threading
 
-    from zephyr.tokenize import encode_step
-    from zephyr.tokenize.encode_step import TokenizeBatch, _InFlight
+    from zephyr.tokenize import _encode as encode_step
+    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.01)
@@ -406,11 +407,8 @@ def test_missing_text_column_names_it(tmp_path: Path, bpe_tokenizer: Path) -> No
         )
 
 
-@pytest.mark.parametrize("flag", ["--shard-bytes", "--shard-size"])
-def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys, flag: str) -> None:
-    """``--shard-size`` is the old name of ``--shard-bytes``: read the same, with a deprecation warning."""
+def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys) -> None:
     from zephyr.cli import main
-    from zephyr.config import ZephyrDeprecationWarning
 
     _corpus(tmp_path / "in", n=40, files=1)
     argv = [
@@ -421,12 +419,8 @@ def test_cli(tmp_path: Path, bpe_tokenizer: Path, capsys, flag: str) -> None:
         "--output",
         str(tmp_path / "out"),
     ]
-    argv += [flag, "2KB", "--seed", "5", "--executor", "inprocess", "--json"]
-    if flag == "--shard-size":
-        with pytest.warns(ZephyrDeprecationWarning, match="--shard-size is renamed --shard-bytes"):
-            code = main(argv)
-    else:
-        code = main(argv)
+    argv += ["--shard-bytes", "2KB", "--seed", "5", "--executor", "inprocess", "--json"]
+    code = main(argv)
     assert code == 0
     summary = json.loads(capsys.readouterr().out)["details"]
     assert summary["documents"] == 40 and summary["shards"] >= 2
@@ -444,7 +438,7 @@ def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
 def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
     """One file of 12 row groups, 2 local workers: split by the engine (``zephyr.read_plan``) into row-group
     runs, 2 tasks at a time (1 thread each); in-process: no split, one task with every core."""
-    import zephyr.tokenize.inputs as inputs
+    import zephyr.tokenize.writer as inputs
 
     from zephyr import ExecutionOptions, read_plan
 
@@ -470,7 +464,7 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     from zephyr import read_plan
 
     _one_file_many_row_groups(tmp_path / "in")
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="2KB", seed=5, batch_rows=16)
     # decided in the driver: the workers need not see it
     monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
     monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
@@ -481,7 +475,7 @@ def test_split_input_gives_the_same_bytes_as_in_process(
 
 def test_pack_reads_batch_rows_documents_at_a_time(tmp_path: Path, bpe_tokenizer: Path, monkeypatch) -> None:
     """The pack step's memory is one batch of documents: it never gathers more than ``batch_rows`` at once."""
-    import zephyr.tokenize.pack_step as pack_step
+    import zephyr.tokenize._pack as pack_step
 
     _corpus(tmp_path / "in", n=150, files=1)
     seen: list[int] = []
@@ -497,7 +491,7 @@ def test_pack_reads_batch_rows_documents_at_a_time(tmp_path: Path, bpe_tokenizer
         tokenizer=str(bpe_tokenizer),
         output=str(tmp_path / "o"),
         batch_rows=8,
-        shard_size="1MB",
+        shard_bytes="1MB",
         executor="inprocess",
     )
     assert sum(seen) == result.num_documents == 150 and max(seen) <= 8 and len(seen) >= 150 // 8
@@ -527,7 +521,7 @@ def test_peak_rss_does_not_grow_with_input(tmp_path: Path, bpe_tokenizer: Path) 
         "import sys, threading, time, psutil\n"
         "from zephyr.tokenize import write_token_shards\n"
         "def write(src, out):\n"
-        "    write_token_shards(src, tokenizer=sys.argv[2], output=out, batch_rows=32, shard_size='4MB',\n"
+        "    write_token_shards(src, tokenizer=sys.argv[2], output=out, batch_rows=32, shard_bytes='4MB',\n"
         "                       executor='local', workers=2)\n"
         "write(sys.argv[4], sys.argv[3] + '-warm')  # imports, tokenizer proof, first-use allocations\n"
         "me = psutil.Process()\n"
@@ -578,7 +572,8 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     more workers, or ``small_job_bytes=0``, keep worker processes. The shards are the same bytes either way."""
     import threading
 
-    from zephyr.tokenize import pack_step, writer
+    from zephyr.tokenize import _pack as pack_step
+    from zephyr.tokenize import writer
 
     from zephyr import ExecutionOptions, read_plan
 
@@ -589,7 +584,7 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     def pool(**kw):
         options = ExecutionOptions(**kw)
         plan, concurrency = writer.plan_tasks(str(tmp_path / "in"), options)
-        return writer._worker_pool(dict(kw), options, plan, concurrency)
+        return writer.worker_pool(dict(kw), options, plan, concurrency)
 
     assert pool(executor="local", workers=2, small_job_bytes=1)["executor"] == "inprocess"
     assert pool(executor="local", workers=3, small_job_bytes=1)["executor"] == "local"
@@ -609,7 +604,7 @@ def test_up_to_two_local_workers_encode_in_the_driver(
         return pack(self, row)
 
     monkeypatch.setattr(pack_step.PackPartition, "pack", recorded)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="2KB", seed=5, batch_rows=16)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="2KB", seed=5, batch_rows=16)
     result = write_token_shards(
         str(tmp_path / "in"),
         output=str(tmp_path / "d"),
@@ -658,7 +653,7 @@ def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
             engine="tiktoken",
             executor=executor,
         )
-    assert not (tmp_path / "out" / "_work").exists()
+    assert not (tmp_path / "out.zephyr" / "work").exists()
 
 
 def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_tokenizer: Path) -> None:
@@ -668,7 +663,7 @@ def test_shards_do_not_depend_on_how_the_input_is_split(tmp_path: Path, bpe_toke
     n = 9000
     _corpus(tmp_path / "one", n=n, files=1)
     _corpus(tmp_path / "three", n=n, files=3)
-    common = dict(tokenizer=str(bpe_tokenizer), shard_size="64KB", seed=5, batch_rows=1000)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="64KB", seed=5, batch_rows=1000)
     one = write_token_shards(
         str(tmp_path / "one"), output=str(tmp_path / "a"), executor="inprocess", **common
     )
@@ -715,7 +710,7 @@ def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
         "import os, sys\n"
         "os.cpu_count = lambda: 2\n"
         "from zephyr.tokenize import write_token_shards\n"
-        "r = write_token_shards(sys.argv[1], tokenizer=sys.argv[2], output=sys.argv[3], shard_size='2KB',\n"
+        "r = write_token_shards(sys.argv[1], tokenizer=sys.argv[2], output=sys.argv[3], shard_bytes='2KB',\n"
         "                       executor='local', workers=2)\n"
         "assert r.manifest['tokenizer']['engine'] == 'fastokens', r.manifest['tokenizer']\n"
         "names = {open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task')}\n"
@@ -740,15 +735,15 @@ def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
 
 
 @pytest.mark.parametrize(
-    "shard_size, batch_rows, message",
+    "shard_bytes, batch_rows, message",
     [
-        ("1KB", 16, r"shard_size must be at least 1024 bytes, got '1KB' \(1000 bytes\); give a larger size"),
+        ("1KB", 16, r"shard_bytes must be at least 1024 bytes, got '1KB' \(1000 bytes\); give a larger size"),
         (100, 16, r"at least 1024 bytes, got 100 \(100 bytes\)"),
         ("4KB", 0, r"batch_rows must be >= 1, got 0"),
     ],
 )
 def test_too_small_shards_and_batches_are_refused_before_any_work(
-    tmp_path: Path, bpe_tokenizer: Path, shard_size, batch_rows, message
+    tmp_path: Path, bpe_tokenizer: Path, shard_bytes, batch_rows, message
 ):
     """'1KB' is 1000 bytes (decimal, as everywhere in zephyr): the message says so, not just the limit."""
     from zephyr.errors import ConfigError
@@ -759,7 +754,7 @@ def test_too_small_shards_and_batches_are_refused_before_any_work(
             str(tmp_path / "in.parquet"),
             tokenizer=str(bpe_tokenizer),
             output=str(tmp_path / "out"),
-            shard_size=shard_size,
+            shard_bytes=shard_bytes,
             batch_rows=batch_rows,
         )
     assert not (tmp_path / "out").exists()

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from zephyr.trainer.config import OptimConfig, TrainConfig
+from zephyr.trainer.config import OptimConfig, TrainConfig, get_preset
 from zephyr.trainer.model import build_model
-from zephyr.trainer.presets import get_preset
 from zephyr.trainer.train import train
 
 

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from zephyr.trainer.balance import chunk_quantile_bias, mean_quantile_bias
 from zephyr.trainer.config import MoEConfig
-from zephyr.trainer.moe import MoE, Router, update_expert_bias
+from zephyr.trainer.moe import MoE, Router, chunk_quantile_bias, mean_quantile_bias, update_expert_bias
 
 from zephyr.errors import ConfigError
 

@@ -6,15 +6,14 @@ import json
 
 import pytest
 from zephyr.trainer.check import graph_breaks as graph_breaks_mod
-from zephyr.trainer.check.flops import count_flops
+from zephyr.trainer.check.flops import count_flops, mfu_bounds
 from zephyr.trainer.check.graph_breaks import find_graph_breaks
 from zephyr.trainer.check.harness import Target, reduced_width
 from zephyr.trainer.check.host_syncs import find_host_syncs
 from zephyr.trainer.check.memory import estimate_memory, measure_cpu_peak
-from zephyr.trainer.check.mfu import mfu_bounds
+from zephyr.trainer.config import get_preset
 from zephyr.trainer.devices import resolve_device
 from zephyr.trainer.model import count_params
-from zephyr.trainer.presets import get_preset
 
 TINY = get_preset("tiny")
 CUDA = resolve_device("cuda", emulate=True)

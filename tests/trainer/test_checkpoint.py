@@ -10,10 +10,9 @@ import pytest
 import torch
 from zephyr.trainer import checkpoint as ckpt_mod
 from zephyr.trainer.checkpoint import CheckpointManager
-from zephyr.trainer.config import OptimConfig
+from zephyr.trainer.config import OptimConfig, get_preset
 from zephyr.trainer.model import build_model
-from zephyr.trainer.optim import build_optimizer
-from zephyr.trainer.presets import get_preset
+from zephyr.trainer.train import build_optimizer
 
 from zephyr.errors import InputError, ResumeError
 

@@ -133,6 +133,7 @@ def test_cli_lists_the_problems_of_a_config_file_without_a_traceback(tmp_path: P
 
 
 def test_cli_flags_are_checked_and_replace_bad_file_values(tmp_path: Path) -> None:
+    """A flag's bad value is named by the flag (--lr), a file's or --set's by its key."""
     (tmp_path / "run.yaml").write_text('steps: "ten"\nbatch_size: 1\nseq_len: 8\n')
     bad = _zephyr(
         "run.yaml", "--steps", "1", "--lr", "-1", "--set", "moe.top_k=x", "--device", "cpu", cwd=tmp_path
@@ -140,7 +141,7 @@ def test_cli_flags_are_checked_and_replace_bad_file_values(tmp_path: Path) -> No
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.splitlines()[1:] == [
         "  model.moe.top_k must be an integer, got 'x' (str)",
-        "  optim.lr must be > 0, got -1.0",
+        "  --lr must be > 0, got -1.0",
     ]
     for text, problem in [("steps: [\n", "not valid YAML"), ("- 1\n", "must be a mapping of keys to values")]:
         (tmp_path / "broken.yaml").write_text(text)

@@ -136,8 +136,8 @@ def test_a_phase_is_not_started_once_the_budget_is_spent(tmp_path: Path) -> None
 def test_the_reference_model_has_zephyrs_parameters(preset: str) -> None:
     """Same parameters, so the MFU formula credits both with the same FLOPs per token."""
     import torch
+    from zephyr.trainer.config import get_preset
     from zephyr.trainer.model import count_params
-    from zephyr.trainer.presets import get_preset
 
     cfg = get_preset(preset)
     with torch.device("meta"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from zephyr.trainer.config import MoEConfig, OptimConfig, TrainConfig
-from zephyr.trainer.layers import Attention, build_attention_mask, rope_cos_sin
+from zephyr.trainer.model import Attention, build_attention_mask, rope_cos_sin
 from zephyr.trainer.moe import MoE
 from zephyr.trainer.train import train
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from zephyr.trainer.config import ModelConfig
-from zephyr.trainer.layers import build_attention_mask, document_ids
-from zephyr.trainer.model import build_model, count_params, flops_per_token
-from zephyr.trainer.presets import PRESETS, get_preset
+from zephyr.trainer.config import PRESETS, ModelConfig, get_preset
+from zephyr.trainer.model import (
+    build_attention_mask,
+    build_model,
+    count_params,
+    document_ids,
+    flops_per_token,
+)
 
 
 def _positions(doc_lengths: list[int]) -> torch.Tensor:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 from zephyr.trainer.config import TrainConfig
-from zephyr.trainer.progress import TrainProgress, format_line
+from zephyr.trainer.metrics import TrainProgress, format_line
 from zephyr.trainer.train import train
 
 from zephyr import progress

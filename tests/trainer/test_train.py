@@ -11,8 +11,7 @@ import pytest
 from zephyr.trainer.config import OptimConfig, TrainConfig
 from zephyr.trainer.metrics import NonFiniteLossError
 from zephyr.trainer.model import Transformer
-from zephyr.trainer.optim import lr_at
-from zephyr.trainer.train import train
+from zephyr.trainer.train import lr_at, train
 
 from ..bpe import train_tiny_bpe
 

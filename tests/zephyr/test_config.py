@@ -6,14 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
-from argparse import Namespace
 from dataclasses import dataclass
 
 import pytest
 from zephyr.dedup.config import FuzzyDedupConfig
 from zephyr.pipelines.config import apply_overrides, parse_config
 from zephyr.pipelines.quality.config import NormalizeConfig
-from zephyr.trainer.run_args import config_from_args
+from zephyr.trainer.cli import train_config
 
 from zephyr.config import (
     ZephyrDeprecationWarning,
@@ -36,9 +35,8 @@ def _read_step(**step) -> dict:
 def test_set_values_read_the_same_in_run_and_train(text: str) -> None:
     """`zephyr run --set` and `zephyr train --set` give one value for one text (JSON first, then YAML)."""
     run = apply_overrides(_read_step(step="normalize"), [f"steps.normalize.nfc={text}"])["steps"][1]["nfc"]
-    args = Namespace(config=None, overrides=[f"n_layers={text}"])
     try:
-        train = config_from_args(args).model["n_layers"]
+        train = train_config({"overrides": [f"n_layers={text}"]}).model["n_layers"]
     except ConfigError as exc:  # a value TrainConfig refuses names the value it was given
         train = exc
     assert run == parse_value(text)
@@ -114,7 +112,7 @@ def parse_config_errors(raw: dict) -> str:
 
 @pytest.mark.parametrize(
     ("step_type", "old", "new", "value"),
-    [("fuzzy_dedup", "rows", "rows_per_band", 8), ("tokenize", "shard_size", "shard_bytes", "4MB")],
+    [("fuzzy_dedup", "rows", "rows_per_band", 8)],
 )
 def test_renamed_keys_still_work_with_a_warning(step_type: str, old: str, new: str, value) -> None:
     extra = {"bands": 14} if step_type == "fuzzy_dedup" else {}
@@ -142,11 +140,13 @@ def test_renamed_set_override_and_attribute() -> None:
 
 def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
     config = tmp_path / "p.yaml"
-    config.write_text("steps:\n  - step: read\n    paths: [/]\n  - step: tokenize\n    shard_size: 4MB\n")
+    config.write_text(
+        "steps:\n  - step: read\n    paths: [/]\n  - step: fuzzy_dedup\n    bands: 14\n    rows: 8\n"
+    )
     cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines()[0] == (
-        "zephyr: deprecated: steps[1].shard_size is renamed shard_bytes; write shard_bytes "
+        "zephyr: deprecated: steps[1].rows is renamed rows_per_band; write rows_per_band "
         "(the old key is read until the next release)"
     )

@@ -20,6 +20,7 @@ MODULES = [
     "zephyr.config",
     "zephyr.config_types",
     "zephyr.config_text",
+    "zephyr.flags",
     "zephyr.read_plan",
     "zephyr.pipelines.markdown",
     "zephyr.pipelines.step_configs",

@@ -115,11 +115,12 @@ def test_empty_input_writes_empty_outputs(case, tmp_path, capsys):
     [
         (
             ["dedup", "exact", "IN", "--output", "OUT", "--mode", "remove", "--dropped-output", "OUT"],
-            "is the output directory",
+            "--dropped-output 'OUT' is the output 'OUT'",
         ),
         (
             ["dedup", "url", "IN", "--output", "OUT", "--mode", "remove", "--dropped-output", "OUT/dropped"],
-            "OUT/_dropped",
+            "lies inside the output 'OUT': the set-aside rows would mix with the kept ones; pick a folder outside "
+            "it (the default is OUT.zephyr/dropped)",
         ),
         (["dedup", "fuzzy", "IN", "--output", "OUT", "--dropped-output", "D"], "needs --mode remove"),
         (

@@ -383,19 +383,23 @@ def test_parts_are_dense_when_tasks_keep_no_rows(tmp_path):
     result = (
         zephyr.read_parquet(pattern)
         .map_batches(_keep_odd_shards)
-        .write_parquet(str(out), executor="inprocess")
+        .write_parquet(str(out), executor="inprocess", overwrite=True)
     )
-    names = sorted(p.name for p in out.iterdir() if p.name != ".huggingface.yaml")
+    names = sorted(p.name for p in out.iterdir())
     assert names == [
         "part-00000.parquet",
         "part-00001.parquet",
-    ]  # tasks 1 and 3, renumbered; no _staging left
+    ]  # tasks 1 and 3, renumbered; the stale part is gone
+    assert not (tmp_path / "out.zephyr" / "staging").exists()
     assert [p.rsplit("/", 1)[-1] for p in result.files] == names
     firsts = [pq.read_table(out / n).column("id")[0].as_py() for n in names]
     assert firsts == [1000, 3000]  # task order is kept
 
 
 def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, monkeypatch):
+    """Killed after the new folder was swapped in, before any marker names a published file: the output is
+    the complete new content, the claim accepts it (its pending manifest), and a rerun reruns only the tasks
+    whose markers still name staged files, to the same bytes."""
     pattern = _write_shards(tmp_path / "in", shards=5, rows=1000)
     plan = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards)
     plan.write_parquet(str(tmp_path / "clean"), executor="inprocess")
@@ -404,8 +408,8 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
     original = paths.write_json_atomic
 
     def crash_on_publish(url, payload):
-        if "_done" in url and payload.get("files") and not any("_staging" in f for f in payload["files"]):
-            raise KeyboardInterrupt("killed after the first rename")  # the marker rewrite of a published file
+        if "_done" in url and payload.get("files") and not any("staging" in f for f in payload["files"]):
+            raise KeyboardInterrupt("killed after the swap")  # the marker rewrite of a published file
         original(url, payload)
 
     out, work = tmp_path / "out", tmp_path / "work"
@@ -413,9 +417,9 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
     monkeypatch.setattr(paths, "write_json_atomic", original)
-    assert (out / "part-00000.parquet").exists() and (out / "_staging" / "part-00003.parquet").exists()
+    assert _digest(out) == _digest(tmp_path / "clean")  # swapped in whole
     resumed = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
-    assert resumed.stats["stages"][-1]["tasks_resumed"] == 4  # only the task whose marker was stale reran
-    assert _digest(out) == _digest(tmp_path / "clean") and not (out / "_staging").exists()
+    assert resumed.stats["stages"][-1]["tasks_resumed"] == 3  # the two tasks with rows reran
+    assert _digest(out) == _digest(tmp_path / "clean") and not (tmp_path / "out.zephyr" / "staging").exists()
     again = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
     assert again.stats["stages"][-1]["tasks_resumed"] == 5 and _digest(out) == _digest(tmp_path / "clean")

@@ -103,7 +103,7 @@ def test_enough_files_per_worker_are_not_split(tmp_path):
 
 def test_the_tokenize_writer_takes_the_engines_plan(parquet, monkeypatch):
     """``plan_tasks`` adds only the tasks that run at once (encoder threads); the rest is ``plan_read``'s."""
-    from zephyr.tokenize.inputs import plan_tasks
+    from zephyr.tokenize.writer import plan_tasks
 
     monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", _estimate(parquet) // 2)
     monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)

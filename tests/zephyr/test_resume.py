@@ -127,7 +127,8 @@ def test_drop_scratch_keeps_quarantined_rows(tmp_path):
 def _sink_task(tmp_path, index: int = 3):
     from zephyr.tasks import SinkOutput, StageSpec, TaskSpec
 
-    output = StageSpec("fp", "write", (), SinkOutput(str(tmp_path / "out"), "parquet", staged=True))
+    staging = str(tmp_path / "out.zephyr" / "staging")
+    output = StageSpec("fp", "write", (), SinkOutput(str(tmp_path / "out"), "parquet", staging=staging))
     task = TaskSpec(
         fingerprint="fp",
         index=index,
@@ -143,13 +144,13 @@ def test_a_marker_names_only_its_own_files_in_the_stages_folders(tmp_path):
 
     output, task = _sink_task(tmp_path)
     rules = owned_folders(output, task)
-    out = tmp_path / "out"
-    assert resume.inside(f"{out}/_staging/part-00003.parquet", rules["files"])  # its own staged part
+    out, staging = tmp_path / "out", tmp_path / "out.zephyr" / "staging"
+    assert resume.inside(f"{staging}/part-00003.parquet", rules["files"])  # its own staged part
     assert resume.inside(f"{out}/part-00001.parquet", rules["files"])  # published under a dense name
-    assert not resume.inside(f"{out}/_staging/part-00004.parquet", rules["files"])  # another task's part
+    assert not resume.inside(f"{staging}/part-00004.parquet", rules["files"])  # another task's part
     assert not resume.inside(f"{out}/part-00001.jsonl", rules["files"])  # another format
     assert not resume.inside(f"{out}/sub/part-00001.parquet", rules["files"])
-    assert not resume.inside(f"{out}/_staging/../../home/part-00003.parquet", rules["files"])
+    assert not resume.inside(f"{staging}/../../home/part-00003.parquet", rules["files"])
     assert resume.inside(task.quarantine_path, rules["quarantine"])
     assert not resume.inside(str(tmp_path / "q" / "task-00004.parquet"), rules["quarantine"])
 
@@ -158,7 +159,7 @@ def test_a_link_planted_in_an_owned_folder_does_not_lead_out(tmp_path):
     victim = tmp_path / "home" / "private.parquet"
     victim.parent.mkdir()
     victim.write_bytes(b"mine")
-    staging = tmp_path / "out" / "_staging"
+    staging = tmp_path / "out.zephyr" / "staging"
     staging.mkdir(parents=True)
     (staging / "part-00003.parquet").symlink_to(victim)
     assert not resume.inside(str(staging / "part-00003.parquet"), [(str(staging), None)])

@@ -51,8 +51,38 @@ def test_an_ignored_file_still_has_to_exist_on_both_sides(tmp_path):
     head = _tree(tmp_path / "head", {"out/a.jsonl": b"x", "extra.txt": b""})
     assert differing(digest_tree(base), digest_tree(head)) == [
         "extra.txt (only head)",
-        "out/_stats.json (only base)",
+        "out.zephyr/stats.json (only base)",
     ]
+
+
+def test_the_older_layout_compares_with_the_sidecar_layout(tmp_path):
+    """A revision that kept its sidecars inside the output (``_`` names, an HF card) and one that keeps them in
+    ``OUT.zephyr`` (with a claim manifest): the same data files in other folders are the same output."""
+    base = _tree(
+        tmp_path / "base",
+        {
+            "out/part-00000.parquet": b"rows",
+            "out/.huggingface.yaml": b"configs",
+            "out/_dedup_stats.json": b'{"s": 1}',
+            "out/_quarantine/_unreadable/stage-1/task-00000.parquet": b"bad line",
+            "job/01-f/_work/main/quarantine/stage-2/task-00000.parquet": b"null text",
+            "job/01-f/_SUCCESS.json": b'{"fingerprint": "f", "finished": 1}',
+        },
+    )
+    head = _tree(
+        tmp_path / "head",
+        {
+            "out/part-00000.parquet": b"rows",
+            "out.zephyr/manifest.json": b'{"finished": 2}',
+            "out.zephyr/stats.json": b'{"s": 2}',
+            "out.zephyr/unreadable/stage-1/task-00000.parquet": b"bad line",
+            "job/01-f.zephyr/work/main/quarantine/stage-2/task-00000.parquet": b"null text",
+            "job/01-f.zephyr/_SUCCESS.json": b'{"fingerprint": "f", "finished": 2}',
+        },
+    )
+    assert differing(digest_tree(base), digest_tree(head)) == []
+    (tmp_path / "head" / "out" / "part-00000.parquet").write_bytes(b"other rows")
+    assert differing(digest_tree(base), digest_tree(head)) == ["out/part-00000.parquet"]
 
 
 def test_the_report_row_says_no_and_names_the_files():

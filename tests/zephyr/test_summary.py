@@ -194,7 +194,7 @@ def test_exact_dedup_counts_what_it_removed(files, tmp_path, capsys):
         1,
     )
     assert record["dropped_by_reason"] == {"duplicate": 1}
-    assert record["stats"] == str(tmp_path / "o" / "_dedup_stats.json")
+    assert record["stats"] == str(tmp_path / "o.zephyr" / "stats.json")
 
 
 def test_without_json_the_table_goes_to_stderr_and_stdout_keeps_only_data(files, tmp_path, capsys):

@@ -21,6 +21,7 @@ line that caused it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import traceback
 import warnings
@@ -29,10 +30,8 @@ from pathlib import Path
 
 import torch
 from zephyr.trainer.check.harness import Target, autocast_for, build, source_line, synthetic_batch
-from zephyr.trainer.distributed import dynamo_options
-from zephyr.trainer.step import apply_gradients, forward_loss
-
-__all__ = ["Break", "GraphBreaks", "find_graph_breaks"]
+from zephyr.trainer.devices import dynamo_options
+from zephyr.trainer.train import apply_gradients, forward_loss
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Break:
     """``file:line: code`` of the innermost frame in zephyr's trainer (else the innermost frame)."""
 
     def to_dict(self) -> dict[str, str]:
-        return {"region": self.region, "reason": self.reason, "where": self.where}
+        return dataclasses.asdict(self)
 
 
 @dataclass
@@ -98,9 +97,8 @@ def _explain(region: str, fn, *args, report: GraphBreaks) -> None:  # noqa: ANN0
         report.breaks.append(_failure(region, exc))
         return
     report.graphs[region] = explained.graph_count
-    unexplained = (
-        collections.Counter(counters["graph_break"]) - before
-    )  # every break dynamo counted, by reason
+    # every break dynamo counted, by reason
+    unexplained = collections.Counter(counters["graph_break"]) - before
     for info in explained.break_reasons:
         text = info.reason.strip()
         stack = list(info.user_stack)

@@ -2,7 +2,7 @@
 
 ``Target`` names the run being checked (model, batch, sequence length, device path, dispatch, attention,
 activation checkpointing). ``build`` makes its model and optimizer with the trainer's builders, and
-``run_step`` runs ``zephyr.trainer.step.train_step`` on them, with bf16 autocast where the device uses it.
+``run_step`` runs ``zephyr.trainer.train.train_step`` on them, with bf16 autocast where the device uses it.
 Tensors live on the CPU, real or fake (``FakeTensorMode``: shapes and dtypes without memory or compute);
 the device's code path is taken through ``resolve_device(kind, emulate=True)``.
 
@@ -24,13 +24,9 @@ from pathlib import Path
 import torch
 from zephyr.trainer.config import ModelConfig, OptimConfig
 from zephyr.trainer.data import SyntheticTokens
-from zephyr.trainer.devices import DeviceInfo
-from zephyr.trainer.distributed import parallelize
+from zephyr.trainer.devices import DeviceInfo, parallelize
 from zephyr.trainer.model import Transformer, build_model
-from zephyr.trainer.optim import build_optimizer
-from zephyr.trainer.step import StepOutput, train_step
-
-__all__ = ["Target", "reduced_width", "synthetic_batch", "build", "run_step", "autocast_for", "source_line"]
+from zephyr.trainer.train import StepOutput, build_optimizer, train_step
 
 _LIBRARY_DIRS = tuple(
     str(Path(p).resolve())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,9 +32,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from zephyr.trainer.check.harness import Target, build, run_step, source_line, synthetic_batch
-
-__all__ = ["HostSyncs", "find_host_syncs"]
-
 
 _DATA_DEPENDENT = {  # op -> why it syncs
     "aten._local_scalar_dense": "reads a device value on the host (.item(), int(), float(), bool(), `if tensor`)",
@@ -59,7 +57,7 @@ class Sync:
     count: int
 
     def to_dict(self) -> dict[str, object]:
-        return {"op": self.op, "reason": self.reason, "where": self.where, "count": self.count}
+        return dataclasses.asdict(self)
 
 
 @dataclass

@@ -41,12 +41,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from zephyr.trainer.check.harness import Target, build, run_step, synthetic_batch
+from zephyr.trainer.config import ModelConfig, MoEConfig
 from zephyr.trainer.devices import resolve_device
-from zephyr.trainer.model_config import ModelConfig, MoEConfig
 
 from zephyr.errors import ZephyrError
-
-__all__ = ["MemoryEstimate", "estimate_memory", "measure_cpu_peak", "StepPeak"]
 
 GIB = 1024**3
 

@@ -2,8 +2,10 @@
 
 The verdict concerns the run's dispatch (``moe.dispatch``; with ``auto``, the device's default): 0 graph
 breaks, 0 host syncs, counted FLOPs within ``FLOP_TOLERANCE`` of the MFU formula, the estimated peak within
-``--device-memory``, and the memory estimator within ``MEMORY_TOLERANCE`` of a measured CPU run of the same
+``device_memory``, and the memory estimator within ``MEMORY_TOLERANCE`` of a measured CPU run of the same
 step at a small size. Other dispatches are measured and reported, not judged.
+
+``render`` is the report's human-readable form (``zephyr train check`` without ``--json``).
 """
 
 from __future__ import annotations
@@ -15,50 +17,119 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from zephyr.trainer.check.flops import count_flops
+from zephyr.trainer.check.flops import count_flops, mfu_bounds
 from zephyr.trainer.check.graph_breaks import find_graph_breaks
 from zephyr.trainer.check.harness import Target, reduced_width
 from zephyr.trainer.check.host_syncs import find_host_syncs
 from zephyr.trainer.check.memory import GIB, estimate_memory, measure_cpu_peak
-from zephyr.trainer.check.mfu import mfu_bounds
-from zephyr.trainer.devices import resolve_device, resolve_dispatch
+from zephyr.trainer.config import CheckConfig, TrainConfig
+from zephyr.trainer.devices import peak_flops_for, resolve_device, resolve_dispatch
 from zephyr.trainer.model import count_params
-from zephyr.trainer.model_config import ModelConfig
+from zephyr.trainer.train import resolve_model_config
 
 from zephyr.errors import ConfigError
 
-__all__ = ["CheckOptions", "run_check", "FLOP_TOLERANCE", "MEMORY_TOLERANCE", "DISPATCHES"]
+
+def _breaks_line(data: dict[str, Any]) -> str:
+    graphs = data["graphs"]
+    text = f"{data['count']} (graphs: " + ", ".join(f"{k} {v}" for k, v in graphs.items()) + ")"
+    for b in data["breaks"]:
+        text += f"\n        {b['region']}: {b['reason']} at {b['where']}"
+    return text
+
+
+def _syncs_line(data: dict[str, Any]) -> str:
+    shapes = (
+        "static shapes"
+        if data["static_shapes"]
+        else f"shapes depend on the data: {data['first_dynamic_shape']}"
+    )
+    text = f"{data['count']}, {shapes}"
+    for s in data["syncs"]:
+        text += f"\n        {s['count']}x {s['op']}: {s['reason']} at {s['where']}"
+    return text
+
+
+def _size(gib: float) -> str:
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
+
+
+def render(report: dict[str, Any]) -> str:
+    """A page a person reads before booking the GPU: every figure and, last, the verdict."""
+    default = report["default_dispatch"]
+    params = report["params"]
+    lines = [
+        f"zephyr train check: {report['preset']}, {report['batch_size']} x {report['seq_len']} = "
+        f"{report['tokens_per_step']:,} tokens per step, {report['device']}, torch {report['torch']}",
+        f"  parameters: {params['total'] / 1e6:.1f}M total, {params['active'] / 1e6:.1f}M active",
+        "  graph breaks (forward + backward per dispatch, optimizer once; reduced width, attention sdpa):",
+    ]
+    for dispatch, data in report["dispatch"].items():
+        tag = " (default)" if dispatch == default else ""
+        lines.append(f"    {dispatch}{tag}: {_breaks_line(data['graph_breaks'])}")
+    lines.append(
+        f"  host syncs in the step (reduced width, {report['traced_moe_layers']} MoE block; the model has "
+        f"{report['moe_layers']}):"
+    )
+    for dispatch, data in report["dispatch"].items():
+        tag = " (default)" if dispatch == default else ""
+        lines.append(f"    {dispatch}{tag}: {_syncs_line(data['host_syncs'])}")
+    lines.append(
+        f"  FLOPs per token: measured {report['flops_per_token_measured'] / 1e9:.4g} G, formula "
+        f"{report['flops_per_token_formula'] / 1e9:.4g} G (x{report['flops_measured_over_formula']:.4f})"
+    )
+    for dispatch, data in report["dispatch"].items():
+        if dispatch != default and "flops" in data:
+            lines.append(f"    {dispatch}: x{data['flops']['measured_over_formula']:.4f} of the formula")
+    memory = report["memory"]
+    for key, label in (
+        ("without_activation_checkpointing", "peak memory"),
+        ("with_activation_checkpointing", "  with activation checkpointing"),
+    ):
+        m = memory[key]
+        b = m["breakdown_gib"]
+        lines.append(
+            f"  {label}: {_size(m['peak_memory_gib'])} (parameters {_size(b['parameters'])}, AdamW "
+            f"{_size(b['optimizer_state'])}, gradients {_size(b['gradients_at_peak'])}, activations "
+            f"{_size(b['activations_at_peak'])} at the peak; saved by the forward {_size(m['saved_activations_gib'])})"
+        )
+    lines.append(
+        f"    the run's peak: {_size(report['peak_memory_gib'])} of {_size(report['device_memory_gib'])} "
+        f"(activation checkpointing {'on' if report['activation_checkpointing'] else 'off'})"
+    )
+    if memory["validation"]:
+        v = memory["validation"]
+        lines.append(
+            f"    estimator vs a measured CPU step ({v['batch_size']} x {v['seq_len']}, d_model {v['d_model']}): "
+            f"{v['estimated_step_peak_mib']:.1f} vs {v['measured_step_peak_mib']:.1f} MiB "
+            f"(x{v['estimated_over_measured']:.3f})"
+        )
+    lines.append(
+        f"  MFU: upper bound {report['mfu_upper_bound']:.1%}; {report['target_mfu']:.0%} MFU on an {report['gpu']} "
+        f"({report['peak_tflops']:.0f} TFLOPS) needs {report['step_time_s_for_target_mfu']:.3g} s per step "
+        f"({report['tokens_per_s_for_target_mfu']:,} tokens/s)"
+    )
+    if report["mfu_at_step_time"] is not None:
+        lines.append(f"    at the given step time: {report['mfu_at_step_time']:.1%} MFU")
+    if report["problems"]:
+        lines.append("  NOT READY:")
+        lines += [f"    - {p}" for p in report["problems"]]
+    else:
+        lines.append(
+            f"  ready: 0 graph breaks, 0 host syncs, FLOPs within 5% of the formula, fits {_size(report['device_memory_gib'])}"
+        )
+    return "\n".join(lines)
+
 
 log = logging.getLogger(__name__)
 
 FLOP_TOLERANCE = 0.05
 MEMORY_TOLERANCE = 0.15
-DISPATCHES = ("grouped_mm", "loop", "capacity")
 ACCELERATORS = ("cuda", "xpu", "xla")
 TRACE_BATCH, TRACE_SEQ = 2, 32
 """Batch and sequence length of the reduced-width traces (graph breaks, host syncs)."""
 VALIDATE_BATCH, VALIDATE_SEQ, VALIDATE_WIDTH, VALIDATE_VOCAB = 4, 512, 16, 8192
 """The small run measured on the CPU: d_model = 16 per head, a 8192-token vocabulary (~0.25 GiB peak)."""
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    model: ModelConfig
-    preset: str
-    batch_size: int
-    seq_len: int
-    device: str = "cuda"
-    """Whose code path to check: ``cuda``, ``xpu`` or ``xla`` (emulated on the CPU, bf16)."""
-    dispatches: tuple[str, ...] = DISPATCHES
-    device_memory_bytes: int = 80 * GIB
-    peak_flops: float = 989e12
-    gpu: str = "H100"
-    target_mfu: float = 0.30
-    step_time_s: float | None = None
-    activation_checkpointing: bool = False
-    """The run's setting: the one whose peak must fit (both are estimated)."""
-    measure_memory: bool = True
-    """Run the small CPU measurement that checks the memory estimator."""
 
 
 @dataclass
@@ -73,21 +144,27 @@ class _Clock:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 1)
 
 
-def run_check(options: CheckOptions) -> dict[str, Any]:
-    """Measure ``options``' configuration (module docstring); the result is plain JSON-serializable data."""
+def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
+    """Measure ``train``'s configuration as ``check`` asks (module docstring); the result is plain
+    JSON-serializable data."""
     clock = _Clock()
-    if options.device not in ACCELERATORS:
+    device = "cuda" if train.device == "auto" else train.device
+    if device not in ACCELERATORS:
         raise ConfigError(
             f"zephyr train check checks an accelerator's code path: --device {', '.join(ACCELERATORS)}"
         )
-    info = resolve_device(options.device, emulate=True)
-    moe = options.model.moe  # a compiled bf16 run on the accelerator: the dispatch the trainer would take
+    peak_flops = train.peak_tflops * 1e12 if train.peak_tflops > 0 else peak_flops_for(check.gpu)
+    if peak_flops is None:
+        raise ConfigError(f"--gpu {check.gpu!r}: unknown peak FLOPS; give --peak-tflops (an H100 SXM: 989)")
+    model = resolve_model_config(train)
+    info = resolve_device(device, emulate=True)
+    moe = model.moe  # a compiled bf16 run on the accelerator: the dispatch the trainer would take
     default = "grouped_mm" if moe is None else resolve_dispatch(moe.dispatch, info, compile=True, bf16=True)
-    dispatches = [d for d in options.dispatches if options.model.moe is not None] or [default]
+    dispatches = [d for d in check.dispatches if model.moe is not None] or [default]
     if default not in dispatches:
         dispatches.insert(0, default)
-    full = Target(options.model, options.batch_size, options.seq_len, info, default, "sdpa")
-    small = full.replace(model=reduced_width(options.model), batch_size=TRACE_BATCH, seq_len=TRACE_SEQ)
+    full = Target(model, train.batch_size, train.seq_len, info, default, "sdpa")
+    small = full.replace(model=reduced_width(model), batch_size=TRACE_BATCH, seq_len=TRACE_SEQ)
 
     per_dispatch = _measure_dispatches(dispatches, default, full, small, clock)
 
@@ -97,28 +174,28 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
         ac: clock.timed("memory", estimate_memory, full.replace(activation_checkpointing=ac))
         for ac in (False, True)
     }
-    run_memory = memory[options.activation_checkpointing]
-    validation = clock.timed("memory_validation", _validate_memory, small) if options.measure_memory else None
+    run_memory = memory[train.activation_checkpointing]
+    validation = clock.timed("memory_validation", _validate_memory, small) if check.measure_memory else None
     bounds = mfu_bounds(
         measured_flops_per_token=flop_data["flops_per_token_measured"],
         formula_flops_per_token=flop_data["flops_per_token_formula"],
         tokens_per_step=full.tokens,
-        peak_flops=options.peak_flops,
-        target_mfu=options.target_mfu,
-        step_time_s=options.step_time_s,
+        peak_flops=peak_flops,
+        target_mfu=check.target_mfu,
+        step_time_s=check.step_time,
     )
-    counts = count_params(options.model)
+    counts = count_params(model)
     report: dict[str, Any] = {
-        "preset": options.preset,
-        "batch_size": options.batch_size,
-        "seq_len": options.seq_len,
+        "preset": train.preset,
+        "batch_size": train.batch_size,
+        "seq_len": train.seq_len,
         "tokens_per_step": full.tokens,
         "device": info.name,
         "default_dispatch": default,
         "attention_traced": "sdpa",
         "torch": torch.__version__,
         "params": {"total": counts.total, "active": counts.active},
-        "moe_layers": sum(options.model.is_moe_layer(i) for i in range(options.model.n_layers)),
+        "moe_layers": sum(model.is_moe_layer(i) for i in range(model.n_layers)),
         "traced_moe_layers": sum(small.model.is_moe_layer(i) for i in range(small.model.n_layers)),
         "graph_breaks": per_dispatch[default]["graph_breaks"]["count"],
         "host_syncs": per_dispatch[default]["host_syncs"]["count"],
@@ -127,9 +204,9 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
         "flops_per_token_formula": flop_data["flops_per_token_formula"],
         "flops_measured_over_formula": flop_data["measured_over_formula"],
         "peak_memory_gib": round(run_memory.peak_bytes / GIB, 4),
-        "device_memory_gib": round(options.device_memory_bytes / GIB, 3),
-        "activation_checkpointing": options.activation_checkpointing,
-        "gpu": options.gpu,
+        "device_memory_gib": round(check.device_memory_bytes / GIB, 3),
+        "activation_checkpointing": train.activation_checkpointing,
+        "gpu": check.gpu,
         **bounds.to_dict(),
         "dispatch": per_dispatch,
         "memory": {
@@ -138,7 +215,7 @@ def run_check(options: CheckOptions) -> dict[str, Any]:
             "validation": validation,
         },
     }
-    report["problems"] = _problems(report, options, run_memory.peak_bytes)
+    report["problems"] = _problems(report, check.device_memory_bytes, run_memory.peak_bytes)
     report["ok"] = not report["problems"]
     report["seconds"] = clock.seconds
     return report
@@ -181,7 +258,7 @@ def _validate_memory(small: Target) -> dict[str, Any]:
     }
 
 
-def _problems(report: dict[str, Any], options: CheckOptions, peak_bytes: int) -> list[str]:
+def _problems(report: dict[str, Any], device_memory_bytes: int, peak_bytes: int) -> list[str]:
     default = report["default_dispatch"]
     problems = []
     if report["graph_breaks"]:
@@ -193,9 +270,9 @@ def _problems(report: dict[str, Any], options: CheckOptions, peak_bytes: int) ->
     ratio = report["flops_measured_over_formula"]
     if abs(ratio - 1) > FLOP_TOLERANCE:
         problems.append(f"counted FLOPs are {ratio:.3f}x the MFU formula (tolerance {FLOP_TOLERANCE:.0%})")
-    if peak_bytes > options.device_memory_bytes:
+    if peak_bytes > device_memory_bytes:
         problems.append(
-            f"estimated peak {peak_bytes / GIB:.1f} GiB exceeds --device-memory {options.device_memory_bytes / GIB:.0f} "
+            f"estimated peak {peak_bytes / GIB:.1f} GiB exceeds --device-memory {device_memory_bytes / GIB:.0f} "
             "GiB; try --activation-checkpointing or a smaller --batch-size"
         )
     validation = report["memory"]["validation"]

@@ -1,12 +1,17 @@
-"""Runs tasks in spawned worker processes on this machine (the default executor).
+"""Runs tasks in worker processes on this machine (the default executor).
 
 Why not ``ProcessPoolExecutor``: when one of its workers dies, the whole pool breaks and every task in flight
 fails with it, so a single poisoned shard would be charged to its neighbours. Here each worker runs one task at
 a time over its own pipe; the driver waits on pipes and process sentinels together, so a death (SIGKILL, OOM
 killer) is charged to exactly the task that worker was running, and a fresh worker takes its place.
 
-Workers use the ``spawn`` start method (no inherited locks or threads) and are kept for the whole job. Each
-worker's polars/Arrow thread pools are sized to its share of the cores, so W workers do not oversubscribe.
+Each worker is a fresh interpreter running zephyr's own entry point (``executors/worker.py``), started with
+``subprocess`` rather than multiprocessing's ``spawn``: spawn re-imports the driver's ``__main__`` in every
+worker, which re-runs a script that has no ``if __name__ == "__main__":`` guard and fails for code read from
+stdin. A worker imports nothing of the user's but what a task's cloudpickle bytes name; it gets the driver's
+``sys.path``, so modules beside a script import as they do in the driver. Workers are kept for the whole job.
+Each worker's polars/Arrow thread pools are sized to its share of the cores, so W workers do not
+oversubscribe; jemalloc is Arrow's pool there.
 
 A batch's ``Shared`` value (a stage) goes down a worker's pipe with the first task of that batch the worker
 gets, as cloudpickle bytes, and only its key after: the driver keeps, per worker, the keys that worker holds
@@ -19,135 +24,97 @@ task would otherwise finish it (seconds to hours) before noticing, holding its m
 collects. So each worker watches its parent twice: on Linux the kernel sends it SIGKILL when the driver dies
 (``prctl(PR_SET_PDEATHSIG)``, set only for workers started from the main thread, because the kernel ties it to
 the thread that started the child); everywhere, a daemon thread blocks on a lifeline pipe whose only write end
-the driver holds and exits the worker on end-of-file, which the OS delivers when the driver dies.
+the driver holds and exits the worker on end-of-file, which the OS delivers when the driver dies. A worker
+ignores SIGINT: the driver handles Ctrl-C and stops them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import logging
-import multiprocessing
 import os
+import pickle
 import signal
+import subprocess
 import sys
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing import Pipe
+from multiprocessing.connection import wait
 from typing import Any
 
-from zephyr.executors.base import SHARED_KEEP, Executor, Outcome, Shared, failure, shared_value
+from zephyr.executors.base import SHARED_KEEP, Executor, Outcome, Shared
 
 __all__ = ["LocalExecutor"]
 
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _die_with_parent(parent_pid: int, lifeline: Connection, pdeathsig: bool) -> None:
-    """Exit this worker as soon as the driver ``parent_pid`` is gone (see the module docstring)."""
-    if pdeathsig and sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):  # no libc / no prctl: the lifeline still works
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the driver died before we got here: nobody will send us work
-        os._exit(1)
-
-    def watch() -> None:
-        with contextlib.suppress(EOFError, OSError):
-            lifeline.recv_bytes()  # the driver never writes: this returns only at end-of-file
-        os._exit(1)
-
-    threading.Thread(target=watch, name="zephyr-lifeline", daemon=True).start()
-
-
-def _worker_main(
-    conn: Connection,
-    preload: tuple[str, ...] = (),
-    lifeline: Connection | None = None,
-    parent_pid: int | None = None,
-    pdeathsig: bool = False,
-) -> None:
-    if lifeline is not None and parent_pid is not None:  # first, before the imports below (~1 s)
-        _die_with_parent(parent_pid, lifeline, pdeathsig)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
-    from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
-
-    fix_mmap_threshold()  # before the imports' first large allocations
-    import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
-
-    with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
-        import pandas  # noqa: F401
-    for spec in preload:  # "module:function", e.g. loading compiled kernels the coming tasks will call
-        module, _, name = spec.partition(":")
-        try:
-            getattr(importlib.import_module(module), name)()
-        except Exception:  # only a head start: the task that needs it will raise the real error
-            logging.getLogger(__name__).warning("worker preload %s failed", spec, exc_info=True)
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            # every result went back and every task closed its files: skip the interpreter teardown
-            # (~0.4 s with pyarrow/polars/numba loaded), which the driver would otherwise wait for
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        fn, task, key, blob = message
-        try:
-            reply = (True, fn(task) if key is None else fn(shared_value(key, blob), task), True)
-        except BaseException as exc:  # everything goes back to the driver, which decides
-            reply = (False, failure(exc), False)
-        release_freed_memory()  # the next task starts from the baseline, not from this one's peak
-        try:
-            conn.send(reply)
-        except Exception as exc:  # e.g. an unpicklable return value
-            text = f"could not send the task result back: {exc!r}"
-            conn.send((False, Outcome(False, error=text, retryable=False, summary=text), False))
-
-
 class _Worker:
-    def __init__(self, context, threads: int, preload: tuple[str, ...] = ()):
-        parent, child = context.Pipe()
+    def __init__(self, threads: int, preload: tuple[str, ...] = ()):
+        import cloudpickle
+
+        from zephyr.errors import ConfigError
+        from zephyr.executors import worker
+
+        if not sys.executable:
+            raise ConfigError(
+                "the local executor starts workers with sys.executable, which is empty in this interpreter: "
+                "pass executor='threads' or 'inprocess'"
+            )
+        self._dumps = cloudpickle.dumps
+        self.conn, child = Pipe()
         # The lifeline's write end stays here and is never written: the worker sees end-of-file when this
-        # process dies. spawn passes a child only the descriptors it is given, so no sibling holds a copy.
-        lifeline, self._lifeline = context.Pipe(duplex=False)
-        pdeathsig = threading.current_thread() is threading.main_thread()
-        saved = {
-            k: os.environ.get(k)
-            for k in ("POLARS_MAX_THREADS", "OMP_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")
-        }
-        os.environ.setdefault("POLARS_MAX_THREADS", str(threads))
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        # process dies. The sentinel's write end lives only in the worker: it reads end-of-file here when the
+        # worker exits, however it ends (multiprocessing's own sentinel works the same way). subprocess passes
+        # a child only the descriptors named in pass_fds, so no sibling holds a copy.
+        lifeline, self._lifeline = os.pipe()
+        self.sentinel, sentinel = os.pipe()
+        env = dict(os.environ)
+        env.setdefault("POLARS_MAX_THREADS", str(threads))
+        env.setdefault("OMP_NUM_THREADS", str(threads))
         # jemalloc returns freed pages to the OS sooner than Arrow's default mimalloc: lower worker RSS
         # between batches (measured -50..80 MiB per worker in benchmarks/engine_bench.py's out-of-core run).
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+        env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+        config = {
+            "conn": child.fileno(),
+            "lifeline": lifeline,
+            "sentinel": sentinel,
+            "parent_pid": os.getpid(),
+            "pdeathsig": threading.current_thread() is threading.main_thread(),
+            "preload": list(preload),
+        }
         try:
-            self.process = context.Process(
-                target=_worker_main, args=(child, preload, lifeline, os.getpid(), pdeathsig), daemon=True
+            self.process = subprocess.Popen(
+                worker.command(config),
+                pass_fds=(child.fileno(), lifeline, sentinel),
+                env=env,
+                stdin=subprocess.DEVNULL,  # the driver's stdin (a script piped in) is not the workers'
             )
-            self.process.start()
+        except BaseException:
+            self.conn.close()
+            os.close(self._lifeline)
+            os.close(self.sentinel)
+            raise
         finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-        child.close()
-        lifeline.close()
-        self.conn = parent
+            child.close()
+            os.close(lifeline)
+            os.close(sentinel)
         self._stop_sent = False
         self.holds: OrderedDict[str, None] = OrderedDict()
         """Keys of the shared values this worker holds (mirrors its ``shared_value`` cache)."""
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
     def send_task(self, fn: Callable[..., Any], task: Any, shared: Shared | None) -> None:
-        """Send one task; the shared value's bytes only if this worker does not hold it yet."""
+        """Send one task; the shared value's bytes only if this worker does not hold it yet. cloudpickle,
+        not the pipe's plain pickle: ``fn`` or the task may come from ``__main__``, which the worker never
+        imports."""
         if shared is None:
-            self.conn.send((fn, task, None, None))
+            self.conn.send_bytes(self._dumps((fn, task, None, None)))
             return
         blob = None
         if shared.key in self.holds:
@@ -157,30 +124,42 @@ class _Worker:
             self.holds[shared.key] = None
             while len(self.holds) > SHARED_KEEP:
                 self.holds.popitem(last=False)
-        self.conn.send((fn, task, shared.key, blob))
+        self.conn.send_bytes(self._dumps((fn, task, shared.key, blob)))
+
+    def receive(self) -> tuple[bool, Any]:
+        """``(True, value)`` or ``(False, Outcome)``, as the worker sent it."""
+        return pickle.loads(self.conn.recv_bytes())
 
     def request_stop(self) -> None:
-        if self.process.is_alive() and not self._stop_sent:
+        if self.is_alive() and not self._stop_sent:
             with contextlib.suppress(OSError):
-                self.conn.send(None)
+                self.conn.send_bytes(self._dumps(None))
             self._stop_sent = True
 
+    def join(self, timeout: float | None = None) -> int | None:
+        """The exit code (negative: the signal), or None if still running after ``timeout`` seconds."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
+        return self.process.returncode
+
     def stop(self, *, kill: bool = False) -> None:
-        if self.process.is_alive():
+        if self.conn.closed:
+            return
+        if self.is_alive():
             if kill:
                 self.process.kill()
             else:
                 self.request_stop()
-        self.process.join(timeout=10)
-        if self.process.is_alive():
+        if self.join(timeout=10) is None:
             self.process.kill()
-            self.process.join()
+            self.process.wait()
         self.conn.close()
-        self._lifeline.close()
+        os.close(self._lifeline)
+        os.close(self.sentinel)
 
 
 class LocalExecutor(Executor):
-    """``workers`` spawned processes, started at once and reused across stages.
+    """``workers`` worker processes, started at once and reused across stages.
 
     ``preload``: ``"module:function"`` names each worker calls once at start, before its first task (e.g.
     loading compiled kernels while the driver is still importing and planning).
@@ -188,7 +167,6 @@ class LocalExecutor(Executor):
 
     def __init__(self, workers: int, *, preload: Sequence[str] = ()):
         self.workers = max(1, workers)
-        self._context = multiprocessing.get_context("spawn")
         self._threads = max(1, (os.cpu_count() or 1) // self.workers)
         self._preload = tuple(preload)
         self._pool: list[_Worker] = []
@@ -196,7 +174,7 @@ class LocalExecutor(Executor):
 
     def _ensure(self, count: int) -> None:
         while len(self._pool) < count:
-            self._pool.append(_Worker(self._context, self._threads, self._preload))
+            self._pool.append(_Worker(self._threads, self._preload))
 
     def run(
         self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
@@ -215,7 +193,7 @@ class LocalExecutor(Executor):
                 handles = {}
                 for worker, _ in busy.values():
                     handles[worker.conn] = worker
-                    handles[worker.process.sentinel] = worker
+                    handles[worker.sentinel] = worker
                 for handle in wait(list(handles)):
                     worker = handles[handle]
                     if id(worker) not in busy:
@@ -240,13 +218,12 @@ class LocalExecutor(Executor):
     def _collect(self, worker: _Worker) -> Outcome:
         try:
             if worker.conn.poll():
-                ok, value, _ = worker.conn.recv()  # a failure arrives as its Outcome (executors.base.failure)
+                ok, value = worker.receive()  # a failure arrives as its Outcome (executors.base.failure)
                 return Outcome(True, value) if ok else value
         except (EOFError, OSError):
             pass
-        worker.process.join(timeout=5)
-        code = worker.process.exitcode
-        pid = worker.process.pid
+        code = worker.join(timeout=5)
+        pid = worker.pid
         if code is None or code >= 0:
             return Outcome(False, error=f"worker process {pid} died (exit code {code})", worker_died=True)
         number = -code
@@ -266,7 +243,7 @@ class LocalExecutor(Executor):
     def _replace(self, worker: _Worker) -> None:
         worker.stop(kill=True)
         self._pool.remove(worker)
-        self._pool.append(_Worker(self._context, self._threads, self._preload))
+        self._pool.append(_Worker(self._threads, self._preload))
 
     def close(self) -> None:
         for worker in self._pool:  # ask all to exit first, then wait: they shut down in parallel

@@ -5,14 +5,14 @@ Why: ``zephyr langid`` used to replace an existing ``lang`` column without a wor
 one (each source's claimed language), so the claim was gone and nothing said so. Every step that adds columns
 (language ID, quality scores, PII counts, decontamination flags, dedup annotations, and the pipeline steps
 built on them) checks the schema it is about to extend here and raises ``ColumnExistsError``, naming the column
-and the ways out: ``overwrite=True`` (``--overwrite`` on the command line, ``overwrite: true`` in a pipeline
+and the ways out: ``replace_columns=True`` (``--replace-columns`` on the command line, ``replace_columns: true`` in a pipeline
 step) replaces it, and where the step can write under another name, that option.
 
 Two entry points, one rule:
 
-- ``check_added_columns(names, added, overwrite=..., where=...)`` checks one schema (a batch inside a stage,
+- ``check_added_columns(names, added, replace_columns=..., where=...)`` checks one schema (a batch inside a stage,
   a table given to a plain function);
-- ``check_input_columns(paths, added, overwrite=..., format=...)`` runs it on every input file before a job
+- ``check_input_columns(paths, added, replace_columns=..., format=...)`` runs it on every input file before a job
   starts, reading only footers / first blocks (``zephyr.io.schema_plan.peek_schemas``), so a command fails in
   one line before any work instead of inside a task.
 
@@ -21,11 +21,11 @@ A step that uses columns of its own only on the way (dedup's ``dup_*`` before re
 them to reserved names before the step and back after it; ``RenameColumns`` writes the added columns under the
 names a person chose (``--output-column``).
 
->>> check_added_columns(["id", "text"], ["lang", "lang_score"], overwrite=False)
->>> check_added_columns(["text", "lang"], ["lang"], overwrite=False, where="in.parquet")
+>>> check_added_columns(["id", "text"], ["lang", "lang_score"], replace_columns=False)
+>>> check_added_columns(["text", "lang"], ["lang"], replace_columns=False, where="in.parquet")
 Traceback (most recent call last):
     ...
-zephyr.errors.ColumnExistsError: in.parquet: the input already has a column 'lang'; pass overwrite=True to replace it
+zephyr.errors.ColumnExistsError: in.parquet: the input already has a column 'lang'; pass replace_columns=True to replace it
 """
 
 from __future__ import annotations
@@ -41,32 +41,32 @@ from zephyr.io.paths import Format
 __all__ = [
     "check_added_columns",
     "check_input_columns",
-    "OVERWRITE_HINT",
+    "REPLACE_COLUMNS_HINT",
     "RenameColumns",
     "set_aside",
     "ASIDE_PREFIX",
 ]
 
-OVERWRITE_HINT = "pass overwrite=True to replace it"
-"""The library's spelling of the fix; ``zephyr.cli_errors`` turns it into ``--overwrite`` for commands."""
+REPLACE_COLUMNS_HINT = "pass replace_columns=True to replace it"
+"""The library's spelling of the fix; ``zephyr.cli_errors`` turns it into ``--replace-columns`` for commands."""
 
 
 def check_added_columns(
     names: Iterable[str],
     added: Sequence[str],
     *,
-    overwrite: bool,
+    replace_columns: bool,
     where: str | None = None,
     rename: str | None = None,
-    overwrite_hint: str = OVERWRITE_HINT,
+    replace_hint: str = REPLACE_COLUMNS_HINT,
 ) -> None:
-    """Raise ``ColumnExistsError`` when a column of ``added`` is among ``names`` and ``overwrite`` is false.
+    """Raise ``ColumnExistsError`` when a column of ``added`` is among ``names`` and ``replace_columns`` is false.
 
     ``where`` (a file, a step) starts the message; ``rename`` is the option that writes under another name,
-    where the step has one (``"--output-column NAME"``), offered as the second way out. ``overwrite_hint``
+    where the step has one (``"--output-column NAME"``), offered as the second way out. ``replace_hint``
     spells the first way out where it is not a keyword argument (a pipeline step's key path).
     """
-    if overwrite:
+    if replace_columns:
         return
     present = set(names)
     clash = [name for name in added if name in present]
@@ -74,7 +74,7 @@ def check_added_columns(
         return
     prefix = f"{where}: " if where else ""
     what = f"a column {clash[0]!r}" if len(clash) == 1 else f"columns {', '.join(map(repr, clash))}"
-    fix = overwrite_hint if len(clash) == 1 else overwrite_hint.replace("replace it", "replace them")
+    fix = replace_hint if len(clash) == 1 else replace_hint.replace("replace it", "replace them")
     if rename:
         fix += f", or {rename} to write under another name"
     raise ColumnExistsError(f"{prefix}the input already has {what}; {fix}")
@@ -84,20 +84,20 @@ def check_input_columns(
     paths: str | Sequence[str],
     added: Sequence[str],
     *,
-    overwrite: bool,
+    replace_columns: bool,
     format: Format | None = None,
     rename: str | None = None,
 ) -> None:
     """``check_added_columns`` on every input file's schema, before any task runs; the first clash, in file
     order, names its file. A JSONL or Vortex file without rows has no columns and passes."""
-    if overwrite or not added:
+    if replace_columns or not added:
         return
     from zephyr.io.schema_plan import peek_schemas
     from zephyr.io.sources import list_shards
 
     for path, schema in peek_schemas(list_shards(paths, format)):
         if schema is not None:
-            check_added_columns(schema.names, added, overwrite=False, where=path, rename=rename)
+            check_added_columns(schema.names, added, replace_columns=False, where=path, rename=rename)
 
 
 ASIDE_PREFIX = "__zephyr_input__"
@@ -117,7 +117,7 @@ class RenameColumns:
     names: tuple[tuple[str, str], ...]
     replace: bool = False
     """Drop a column already named like a new name (one that is not renamed itself) instead of writing two
-    columns of one name; only where the caller checked that it may (``overwrite``)."""
+    columns of one name; only where the caller checked that it may (``replace_columns``)."""
 
     def __call__(self, table: pa.Table) -> pa.Table:
         mapping: Mapping[str, str] = dict(self.names)

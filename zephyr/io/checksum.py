@@ -10,7 +10,7 @@ well under the cost of encoding the data. The one exception is Vortex, whose wri
 itself: that file is hashed in one read after it is finished (``file_checksum``).
 
 A record is ``{"bytes": N, "xxh3_128": "<32 hex>"}``; the same shape with ``"sha256"`` is accepted where a
-file's digest was recorded as sha256 (token shards, ``zephyr.tokenize.format``).
+file's digest was recorded as sha256 (token shards, ``zephyr.tokenize.shards``).
 
 A ``map_batches`` function that writes files of its own for a later stage (the tokenize step's token spills)
 records each with ``record_side_file`` and names their folder as its ``side_folder`` attribute: the task's

@@ -6,8 +6,9 @@ Contract:
   goes through ``fsspec.core.url_to_fs``. Local files come back as plain absolute paths, other filesystems as
   full URLs (``memory:///data/a.parquet``), so a returned path can be handed to any worker as it is.
 - ``expand_paths`` accepts a glob, a directory (every file below it, recursively, whose name ends in a known
-  extension) or a file. Directory listings and glob matches skip names starting with ``.`` or ``_`` and our
-  own unfinished ``.tmp-`` files; a file named explicitly is always kept. The
+  extension) or a file. Directory listings and glob matches skip names starting with ``.`` or ``_``, our
+  own unfinished ``.tmp-`` files and outputs' sidecar folders (``*.zephyr``); a file named explicitly is
+  always kept. The
   result is sorted and de-duplicated, so the same arguments give the same list on every machine.
 - Nothing matching a pattern is an ``InputError`` naming the pattern; an empty argument list is a ``ConfigError``.
   On local filesystems, what cannot be read is named for what it is (``errors.read_error``): a file or folder
@@ -315,15 +316,17 @@ def infer_format(path: str) -> Format | None:
 
 
 def _hidden(name: str) -> bool:
-    """Hidden, bookkeeping (``_SUCCESS``, ``_metadata``) or one of our unfinished ``.tmp-`` files."""
-    base = posixpath.basename(name)
-    return base.startswith((".", "_")) or ".tmp-" in base
+    """Hidden, bookkeeping (``_SUCCESS``, ``_metadata``), one of our unfinished ``.tmp-`` files, or an output's
+    sidecar folder (``OUT.zephyr``, ``zephyr.io.layout``: its manifest, stats, dropped and quarantined rows are
+    not the data of a folder that holds ``OUT``)."""
+    base = posixpath.basename(name.rstrip("/"))
+    return base.startswith((".", "_")) or ".tmp-" in base or base.endswith(".zephyr")
 
 
 def _wanted(name: str, formats: Sequence[str], root: str = "") -> bool:
     """A data file of a directory listing: a known format, and neither it nor a folder between ``root`` and it
-    hidden. The folders matter: a command's output keeps its ``_dropped/``, ``_quarantine/`` and ``_staging/``
-    rows beside the kept ones, and reading the directory must give the kept rows only (as pyarrow does)."""
+    hidden. The folders matter: reading a folder that holds outputs must not read their sidecars (``OUT.zephyr``:
+    dropped and quarantined rows, stats) as data."""
     below = name[len(root) :] if root and name.startswith(root) else posixpath.basename(name)
     return not any(_hidden(part) for part in below.split("/") if part) and infer_format(name) in formats
 
@@ -336,7 +339,7 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
-    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS", "_dropped/part-00000.parquet"):
+    >>> for name in ("b.jsonl", "a.parquet", "sub/c.jsonl.gz", "_SUCCESS", "out.zephyr/dropped/part-00000.parquet"):
     ...     fs.pipe(f"/doc-paths/{name}", b"")
     >>> expand_paths("memory://doc-paths")
     ['memory:///doc-paths/a.parquet', 'memory:///doc-paths/b.jsonl', 'memory:///doc-paths/sub/c.jsonl.gz']

@@ -1,159 +1,302 @@
-"""Publishing a write: the output directory gets dense part names and nothing else of ours but ``_`` sidecars.
+"""Publishing a write: the output folder gets dense part names, nothing else, and changes only when complete.
 
-Contract of a directory written by ``Dataset.write_*`` (``zephyr.job.run_write``):
+Contract of a folder written by ``Dataset.write_*`` (``zephyr.job.run_write``; layout: ``zephyr.io.layout``):
 
-- its data files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task
-  that keeps no row writes no file, and the names close up over it;
-- everything else zephyr puts there starts with ``_`` (``_staging/`` while the job runs, a command's
-  ``_stats.json``, ``_dropped/``, ``_quarantine/``), which pyarrow, polars, duckdb and
-  ``zephyr.io.paths.expand_paths`` skip, so reading the directory gives exactly the written rows;
-- HF ``datasets`` skips only names that start with ``.`` or ``__``, and would read ``_quarantine/*.parquet``
-  with the parts (and fail on their other columns). So a Parquet or JSON Lines directory also gets
-  ``.huggingface.yaml`` (``HF_CONFIG``), the standalone dataset-card YAML that ``load_dataset(DIR)`` reads,
-  naming the part files as the data; the other readers skip it as a hidden file.
+- its files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task that
+  keeps no row writes no file, and the names close up over it. Nothing else is in it, so pyarrow, polars,
+  duckdb (``OUT/**/*.parquet``) and HF ``datasets`` read it as exactly the written rows;
+- the content a finished run published stays readable until the new run has published in full.
 
-How. A task writes ``DIR/_staging/part-<task index>.<ext>`` (``SinkOutput(staged=True)``); after the last task,
-the driver renames the non-empty ones to their dense names in task order (``publish_dense``) and rewrites each
-task's marker with its published name (and its recorded size and checksum under that name), so a rerun with
-the same ``work_dir`` finds its finished tasks and checks their bytes.
-Renaming in task order never overwrites a file still to be renamed: task ``i`` becomes ``part-k`` with
-``k <= i``. A crash between a rename and its marker leaves a marker naming a missing staged file; that task
-reruns into ``_staging/`` and is renamed again, so the published bytes and names do not depend on crashes.
+How, on a local disk. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``). After
+the last task, ``publish`` builds the complete new folder ``OUT.zephyr/staging/publish-<id>/``: staged parts
+are renamed into it, in task order, under their dense names; parts of tasks resumed from a previous publish
+(their markers name ``OUT/part-k``) are hard-linked (copied where links are refused). It writes the pending
+manifest (``zephyr.io.claim.write_pending``), swaps the new folder with ``OUT`` in one ``renameat2(2)`` call with
+``RENAME_EXCHANGE`` (Linux 3.15+; elsewhere, or where the filesystem refuses it, two renames, between which
+``OUT`` is briefly missing), rewrites each task's marker with its published name and its recorded size and
+checksum under that name (a rerun with the same ``work_dir`` then finds its finished tasks and checks their
+bytes, ``zephyr.resume.check_files``), writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the
+markers, ``zephyr.io.checksum``: nothing is read back) and removes the old folder. A
+crash before the swap leaves ``OUT`` as it was; after it, ``OUT`` is the complete new content, and a marker
+still naming a staged file makes its task rerun.
+
+How, on an object store (no rename, no directory swap). ``manifest.json`` is removed first, then each part is
+copied to its final name in task order (``fs.mv``; a name of the previous run is overwritten whole: an
+object appears complete or not at all), then the previous run's parts not named again are deleted, then
+``manifest.json`` is written. During that window a reader of ``OUT`` may see a mix of old and new parts;
+a reader that needs a finished run reads ``manifest.json`` and the files it lists.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno as errno_codes
+import logging
 import os
-import re
+import shutil
+import uuid
 from collections.abc import Sequence
 
 import fsspec
 
 from zephyr.errors import ConfigError
-from zephyr.io import paths
+from zephyr.io import claim, layout, paths
 from zephyr.io.paths import check_output_dir, is_local
 
-__all__ = [
-    "HF_CONFIG",
-    "STAGING_DIR",
-    "check_side_dir",
-    "prune_quarantine",
-    "publish_dense",
-    "remove_stale_parts",
-    "write_hf_config",
-]
+__all__ = ["check_side_dir", "prune_quarantine", "publish", "publish_folder", "exchange"]
 
-STAGING_DIR = "_staging"
-"""Where staged sink tasks write inside the output directory; readers skip it (``_`` prefix)."""
+log = logging.getLogger(__name__)
 
-HF_CONFIG = ".huggingface.yaml"
-"""The dataset-card YAML HF ``datasets`` reads beside a local folder's data: it names the part files."""
-
-_PART_FILE = re.compile(r"^part-\d{5}\.")
-_HF_READS = ("parquet", "jsonl")
-"""Formats HF ``datasets`` has a builder for (Vortex has none: no config is written)."""
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
 
-def publish_dense(
+def publish(
     directory: str, markers: Sequence[dict], marker_paths: Sequence[str], fmt: str, compression: str | None
 ) -> list[str]:
-    """Rename the staged files of ``markers`` (one per task, in task order) to ``part-00000``, ``part-00001``,
-    ... in ``directory``; return the published files, named in the form the tasks name theirs (a plain path for
-    local files, a URL otherwise)."""
+    """Publish the files of ``markers`` (one per task, in task order) into ``directory`` as ``part-00000``,
+    ``part-00001``, ... (see the module docstring); return the published files, named in the form the tasks
+    name theirs (a plain path for local files, a URL otherwise)."""
+    fs, root = fsspec.core.url_to_fs(directory)
+    if is_local(fs):
+        return _publish_local(directory, root.rstrip("/"), markers, marker_paths, fmt, compression)
+    return _publish_remote(directory, fs, root.rstrip("/"), markers, marker_paths, fmt, compression)
+
+
+def _names(markers: Sequence[dict], fmt: str, compression: str | None) -> list[list[tuple[str, str]]]:
+    """Per task, (source URL, dense name) of its files."""
     from zephyr.io.sinks import output_name
 
-    fs, root = fsspec.core.url_to_fs(directory)
-    root = root.rstrip("/")
-    prefix = directory.rstrip("/")
-    published: list[str] = []
-    for marker, marker_path in zip(markers, marker_paths, strict=True):
-        names = []
-        checksums = dict(marker.get("checksums") or {})
+    out, count = [], 0
+    for marker in markers:
+        pairs = []
         for url in marker.get("files", []):
-            name = output_name(len(published), fmt, compression)
-            source, target = fsspec.core.url_to_fs(url)[1], f"{root}/{name}"
-            if source != target:
-                if is_local(fs):
-                    os.replace(source, target)  # atomic, and replaces a stale file of an older run
-                else:
-                    fs.mv(source, target)
-            names.append(f"{prefix}/{name}")
-            published.append(f"{prefix}/{name}")
-            if url in checksums:  # the bytes did not change, only their name: a resume checks them there
-                checksums[f"{prefix}/{name}"] = checksums.pop(url)
+            pairs.append((url, output_name(count, fmt, compression)))
+            count += 1
+        out.append(pairs)
+    return out
+
+
+def _rewrite_markers(
+    prefix: str, plan: list[list[tuple[str, str]]], markers: Sequence[dict], marker_paths: Sequence[str]
+) -> list[str]:
+    """Each task's marker with its files' published names, and their recorded size and checksum under those
+    names (the bytes did not change, only their name: a resume checks them there)."""
+    published = []
+    for pairs, marker, marker_path in zip(plan, markers, marker_paths, strict=True):
+        names = [f"{prefix}/{name}" for _, name in pairs]
+        published.extend(names)
         if names != marker.get("files", []):
+            checksums = dict(marker.get("checksums") or {})
+            for (url, _), name in zip(pairs, names, strict=True):
+                if url in checksums:
+                    checksums[name] = checksums.pop(url)
             paths.write_json_atomic(marker_path, {**marker, "files": names, "checksums": checksums})
-    staging = f"{root}/{STAGING_DIR}"
-    fs.invalidate_cache(root)
-    if fs.exists(staging):  # every task is published: what is left is an aborted attempt's or another plan's
-        fs.rm(staging, recursive=True)
-    write_hf_config(directory, fmt, compression)
     return published
 
 
-def write_hf_config(directory: str, fmt: str, compression: str | None) -> None:
-    """Write ``HF_CONFIG`` into ``directory``: ``load_dataset(directory)`` then reads the part files only.
-
-    >>> import tempfile, pathlib
-    >>> d = tempfile.mkdtemp()
-    >>> write_hf_config(d, "parquet", None)
-    >>> "path: part-*.parquet" in (pathlib.Path(d) / HF_CONFIG).read_text()
-    True
-    """
-    from zephyr.io.sinks import output_name
-
-    if fmt not in _HF_READS:
-        return
-    pattern = "part-*" + output_name(0, fmt, compression).removeprefix("part-00000")
-    text = (
-        "# Written by zephyr: HF datasets' load_dataset(DIR) reads the part files only; the folders that start\n"
-        "# with _ hold rows set aside (dropped, quarantined) and the run's statistics.\n"
-        "configs:\n- config_name: default\n  data_files:\n  - split: train\n"
-        f"    path: {pattern}\n"
-    )
-    paths.write_bytes_atomic(f"{directory.rstrip('/')}/{HF_CONFIG}", text.encode())
+def _recorded(url: str, marker: dict) -> bool:
+    record = (marker.get("checksums") or {}).get(url)
+    return isinstance(record, dict) and "bytes" in record
 
 
-def remove_stale_parts(directory: str, files: Sequence[str]) -> None:
-    """Drop ``part-NNNNN.*`` files a previous run with more parts left behind, so the directory is exact."""
-    keep = {fsspec.core.url_to_fs(f)[1].rsplit("/", 1)[-1] for f in files}
-    fs, entries = _fresh_listing(directory)
-    for entry, name in entries:
-        if _PART_FILE.match(name) and ".tmp-" not in name and name not in keep:
-            fs.rm(entry)
+def _entry(url: str, name: str, marker: dict) -> dict:
+    """The manifest entry of the file ``url`` published as ``name``: its size and checksum as its task
+    recorded them while writing it (``zephyr.io.checksum``), read from the file only when there is no record."""
+    record = (marker.get("checksums") or {}).get(url)
+    if isinstance(record, dict) and "bytes" in record:
+        digests = {k: v for k, v in record.items() if k != "bytes"}
+        return {"name": name, "size_bytes": int(record["bytes"]), **digests}
+    return {**claim.file_entry(url), "name": name}
 
 
-def _fresh_listing(directory: str) -> tuple[fsspec.AbstractFileSystem, list[tuple[str, str]]]:
-    """(filesystem, [(entry, base name)]) of what ``directory`` holds now, none when it does not exist. The
-    cached listing is dropped first: workers wrote here, so one this process listed earlier is stale."""
-    fs, root = fsspec.core.url_to_fs(directory)
-    fs.invalidate_cache(root)
+def _publish_local(
+    directory: str,
+    root: str,
+    markers: Sequence[dict],
+    marker_paths: Sequence[str],
+    fmt: str,
+    compression: str | None,
+) -> list[str]:
+    staging = fsspec.core.url_to_fs(layout.staging_dir(directory))[1]
+    if os.path.islink(root):  # swap the folder the link names, not the link
+        root = os.path.realpath(root)
+    new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
+    os.makedirs(new)
+    plan = _names(markers, fmt, compression)
+    entries = []
     try:
-        entries = fs.ls(root, detail=False)
-    except FileNotFoundError:
-        return fs, []
-    return fs, [(entry, entry.rstrip("/").rsplit("/", 1)[-1]) for entry in entries]
+        for pairs, marker in zip(plan, markers, strict=True):
+            for url, name in pairs:
+                source, target = fsspec.core.url_to_fs(url)[1], os.path.join(new, name)
+                if source.startswith(staging.rstrip("/") + "/"):
+                    os.replace(source, target)
+                else:  # a resumed task's part, published by an earlier run of this plan
+                    _link_or_copy(source, target)
+                entries.append(
+                    _entry(url, name, marker) if _recorded(url, marker) else claim.file_entry(target)
+                )
+        claim.write_pending(directory, entries)
+        _swap(new, root)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)  # staged parts moved into it rerun; OUT is untouched
+        raise
+    published = _rewrite_markers(directory.rstrip("/"), plan, markers, marker_paths)
+    claim.write_manifest(directory, entries)
+    shutil.rmtree(staging, ignore_errors=True)  # the old content (now at ``new``), and any aborted attempt's
+    return published
+
+
+def publish_folder(built: str, output: str) -> None:
+    """Publish the complete folder ``built`` (somewhere in ``output``'s sidecar) as ``output``, for writers
+    whose files are not engine task outputs (the token shards): the same swap and manifest as ``publish``."""
+    fs, root = fsspec.core.url_to_fs(output)
+    built_path = fsspec.core.url_to_fs(built)[1].rstrip("/")
+    names = sorted(name[len(built_path) + 1 :] for name in fs.find(built_path))
+    if is_local(fs):
+        root = root.rstrip("/")
+        if os.path.islink(root):
+            root = os.path.realpath(root)
+        entries = [{**claim.file_entry(f"{built_path}/{n}"), "name": n} for n in names]
+        claim.write_pending(output, entries)
+        _swap(built_path, root)
+        claim.write_manifest(output, entries)
+        shutil.rmtree(fsspec.core.url_to_fs(layout.staging_dir(output))[1], ignore_errors=True)
+        return
+    root = root.rstrip("/")
+    claim.write_pending(
+        output, [{**claim.file_entry(fs.unstrip_protocol(f"{built_path}/{n}")), "name": n} for n in names]
+    )
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(fsspec.core.url_to_fs(layout.manifest_path(output))[1])
+    entries = []
+    for name in names:
+        fs.mv(f"{built_path}/{name}", f"{root}/{name}")
+        entries.append({**claim.file_entry(fs.unstrip_protocol(f"{root}/{name}")), "name": name})
+    keep = set(names)
+    fs.invalidate_cache(root)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in fs.find(root):
+            if entry[len(root) + 1 :] not in keep:
+                fs.rm(entry)
+    claim.write_manifest(output, entries)
+    staging = fsspec.core.url_to_fs(layout.staging_dir(output))[1]
+    fs.invalidate_cache(staging)
+    if fs.exists(staging):
+        fs.rm(staging, recursive=True)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the two existing paths ``a`` and ``b`` atomically (``renameat2(RENAME_EXCHANGE)``); False where
+    the system or the filesystem has no such call, so the caller falls back to two renames."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno_codes.ENOSYS, errno_codes.EINVAL, errno_codes.ENOTSUP, errno_codes.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), b)
+
+
+def _swap(new: str, root: str) -> None:
+    """Make the complete folder ``new`` the content of ``root``; the old content ends up at ``new``."""
+    if not os.path.lexists(root):
+        os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
+        os.rename(new, root)
+        os.makedirs(new)  # the caller removes the staging folder with whatever is at ``new``
+        return
+    try:
+        if exchange(new, root):
+            return
+    except OSError as exc:
+        if exc.errno != errno_codes.EXDEV:
+            raise
+        _replace_in_place(new, root)
+        return
+    aside = f"{new}-old"
+    os.rename(root, aside)  # from here until the next rename, ``root`` is missing (no exchange call here)
+    os.rename(new, root)
+    os.rename(aside, new)
+
+
+def _replace_in_place(new: str, root: str) -> None:
+    """The sidecar is on another filesystem than ``root`` (a mount or a link): move the parts one by one."""
+    log.warning("%s: its sidecar is on another filesystem; publishing part by part, not in one swap", root)
+    old = set(os.listdir(root))
+    for name in sorted(os.listdir(new)):
+        shutil.move(os.path.join(new, name), os.path.join(root, name))
+        old.discard(name)
+    for name in old:
+        target = os.path.join(root, name)
+        shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
+
+
+def _publish_remote(
+    directory: str,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    markers: Sequence[dict],
+    marker_paths: Sequence[str],
+    fmt: str,
+    compression: str | None,
+) -> list[str]:
+    plan = _names(markers, fmt, compression)
+    prefix = directory.rstrip("/")
+    staged_entries = [
+        _entry(url, name, marker) for pairs, marker in zip(plan, markers) for url, name in pairs
+    ]
+    claim.write_pending(directory, staged_entries)
+    manifest = fsspec.core.url_to_fs(layout.manifest_path(directory))[1]
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(manifest)
+    entries = []
+    for pairs, marker in zip(plan, markers, strict=True):
+        for url, name in pairs:
+            source, target = fsspec.core.url_to_fs(url)[1], f"{root}/{name}"
+            if source != target:
+                fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
+            entry = _entry(url, name, marker) if _recorded(url, marker) else None
+            entries.append(entry or claim.file_entry(f"{prefix}/{name}"))
+    _rewrite_markers(prefix, plan, markers, marker_paths)
+    keep = {name for pairs in plan for _, name in pairs}
+    fs.invalidate_cache(root)
+    with contextlib.suppress(FileNotFoundError):
+        for entry in fs.find(root):
+            if entry[len(root) + 1 :] not in keep:
+                fs.rm(entry)
+    claim.write_manifest(directory, entries)
+    staging = fsspec.core.url_to_fs(layout.staging_dir(directory))[1]
+    fs.invalidate_cache(staging)
+    if fs.exists(staging):
+        fs.rm(staging, recursive=True)
+    return [f"{prefix}/{name}" for pairs in plan for _, name in pairs]
 
 
 def check_side_dir(side: str, output: str, option: str) -> None:
-    """Refuse a directory for rows set aside (``--dropped-output``) that readers of ``output`` would read:
-    ``output`` itself or a folder inside it whose name does not start with ``_`` or ``.``; then check that it
-    can be written (``check_output_dir``), before any work."""
-    _, side_path = fsspec.core.url_to_fs(side)
-    _, out_path = fsspec.core.url_to_fs(output)
-    side_path, out_path = side_path.rstrip("/"), out_path.rstrip("/")
-    if side_path == out_path:
+    """Refuse a folder for rows set aside (``--dropped-output``) that is the output, lies inside it (the
+    output holds its data only, and is replaced whole when it is published) or contains it; then check that
+    it can be written (``check_output_dir``), before any work."""
+    a, b = claim._key(side), claim._key(output)
+    relation = claim._relation(a, b)
+    if relation is not None:
+        words = {"is": "is", "contains": "contains", "lies inside": "lies inside"}[relation]
         raise ConfigError(
-            f"{option} {side!r} is the output directory: the set-aside rows would mix with the kept ones; "
-            "pick another directory"
+            f"{option} {side!r} {words} the output {output!r}: the set-aside rows would mix with the kept "
+            f"ones; pick a folder outside it (the default is {layout.dropped_dir(output)})"
         )
-    if side_path.startswith(out_path + "/"):
-        first = side_path[len(out_path) + 1 :].split("/", 1)[0]
-        if not first.startswith(("_", ".")):
-            raise ConfigError(
-                f"{option} {side!r} is inside the output {output!r}, where readers of the output would read "
-                f"its rows too; use {out_path}/_{first} or a directory outside the output"
-            )
     check_output_dir(side)
 
 
@@ -162,7 +305,13 @@ def prune_quarantine(root: str, jobs: Sequence[dict]) -> None:
     ``jobs`` (``Job.stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
     another plan set aside, which readers of ``root`` would otherwise take for this run's."""
     keep = {f"stage-{stage['fingerprint']}" for job in jobs for stage in job.get("stages", [])}
-    fs, entries = _fresh_listing(root)
-    for entry, name in entries:
+    fs, root_path = fsspec.core.url_to_fs(root)
+    fs.invalidate_cache(root_path)
+    try:
+        entries = fs.ls(root_path, detail=False)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
         if name.startswith("stage-") and name not in keep:
             fs.rm(entry, recursive=True)

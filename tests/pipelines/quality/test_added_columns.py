@@ -1,10 +1,11 @@
-"""No silent overwrites: every quality command that adds columns refuses an input that already has one, before
-any work, in one line naming the file, the column and both ways out; ``--overwrite`` and ``--output-column``
+"""No silent column replacements: every quality command that adds columns refuses an input that already has one, before
+any work, in one line naming the file, the column and both ways out; ``--replace-columns`` and ``--output-column``
 each work."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +15,7 @@ from zephyr.cli import main
 from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ColumnExistsError
 from zephyr.io.added_columns import check_added_columns, check_input_columns
+from zephyr.io.layout import dropped_dir, quarantine_dir, stats_path
 
 from .test_cli import GOOD, _parts, train_quality_model
 from .test_langid import SAMPLES
@@ -27,7 +29,9 @@ def _refused(capsys, argv: list[str], path, column: str) -> str:
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert str(path) in err and f"'{column}'" in err, err
-    assert "--overwrite" in err and "--output-column NAME" in err and "overwrite=True" not in err, err
+    assert (
+        "--replace-columns" in err and "--output-column NAME" in err and "replace_columns=True" not in err
+    ), err
     assert "full traceback" not in err  # a configuration error: the line is the whole story
     return err
 
@@ -43,7 +47,7 @@ def test_langid_refuses_an_existing_lang_column(tmp_path, capsys, lid_model):
     out = tmp_path / "out"
     argv = ["langid", str(src), "--output", str(out), "--model", lid_model, "--executor", "inprocess"]
     _refused(capsys, argv, src, "lang")
-    assert not list(out.glob("part-*.parquet")) and not (out / "_stats.json").exists()  # no work started
+    assert not list(out.glob("part-*.parquet")) and not Path(stats_path(out)).exists()  # no work started
 
 
 def test_langid_refusal_names_the_file_that_has_the_column(tmp_path, capsys, lid_model):
@@ -56,10 +60,10 @@ def test_langid_refusal_names_the_file_that_has_the_column(tmp_path, capsys, lid
     _refused(capsys, [*argv, "--executor", "inprocess"], jsonl, "lang_score")
 
 
-def test_langid_overwrite_replaces_and_output_column_keeps_the_claim(tmp_path, lid_model):
+def test_langid_replace_columns_replaces_and_output_column_keeps_the_claim(tmp_path, lid_model):
     src = _claimed(tmp_path)
     common = ["--model", lid_model, "--executor", "inprocess"]
-    assert main(["langid", str(src), "--output", str(tmp_path / "ow"), "--overwrite", *common]) == 0
+    assert main(["langid", str(src), "--output", str(tmp_path / "ow"), "--replace-columns", *common]) == 0
     replaced = _parts(tmp_path / "ow")
     assert replaced.column_names == ["id", "text", "lang", "lang_score"]
     assert replaced["lang"].to_pylist() == ["en", "de"]
@@ -117,7 +121,7 @@ def test_quality_score_refuses_overwrites_and_renames(tmp_path, capsys, quality_
     ]
     _refused(capsys, [*argv, "--output", str(tmp_path / "r")], src, "quality_bucket")
 
-    assert main([*argv, "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
+    assert main([*argv, "--output", str(tmp_path / "ow"), "--replace-columns"]) == 0
     replaced = _parts(tmp_path / "ow")
     assert replaced.column_names == ["text", "quality_bucket", "quality_score"]
     assert sorted(replaced["quality_bucket"].to_pylist()) == [0, 1]
@@ -138,7 +142,7 @@ def test_pii_refuses_count_columns_but_not_without_them(tmp_path, capsys):
     assert main(["pii", *argv, "--output", str(tmp_path / "oc"), "--output-column", "found"]) == 0
     renamed = _parts(tmp_path / "oc")
     assert renamed["pii_email"].to_pylist() == [9] and renamed["found_email"].to_pylist() == [1]
-    assert main(["pii", *argv, "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
+    assert main(["pii", *argv, "--output", str(tmp_path / "ow"), "--replace-columns"]) == 0
     assert _parts(tmp_path / "ow")["pii_email"].to_pylist() == [1]
 
 
@@ -157,7 +161,7 @@ def test_decontaminate_annotate_mode_refuses_and_remove_mode_adds_nothing(tmp_pa
         {"contaminated": False, "leak": True},
         {"contaminated": True, "leak": False},
     ]
-    assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "ow"), "--overwrite"]) == 0
+    assert main([*argv, "--mode", "annotate", "--output", str(tmp_path / "ow"), "--replace-columns"]) == 0
     assert _parts(tmp_path / "ow")["contaminated"].to_pylist() == [True, False]
     assert main([*argv, "--output", str(tmp_path / "rm")]) == 0  # remove mode: the input's column is data
     assert _parts(tmp_path / "rm").to_pylist() == [{"text": "other words", "contaminated": True}]
@@ -186,30 +190,32 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
     out = tmp_path / "oc"
     assert main([*argv, "--output", str(out), "--output-column", "why"]) == 0
     assert _parts(out).select(["id", "drop_reason"]).to_pylist() == [{"id": "a", "drop_reason": "x"}]
-    dropped = _parts(out / "_dropped")
+    dropped = _parts(Path(dropped_dir(out)))
     assert dropped.select(["id", "drop_reason"]).to_pylist() == [{"id": "b", "drop_reason": "y"}]
     assert dropped["why"].to_pylist()[0].startswith("c4_")
-    quarantine = _parts(out / "_quarantine")
+    quarantine = _parts(Path(quarantine_dir(out)))
     assert quarantine.select(["id", "drop_reason", "reject_reason"]).to_pylist() == [
         {"id": "c", "drop_reason": "z", "reject_reason": "null_text"}
     ]
-    assert json.loads((out / "_stats.json").read_text())["balanced"]
+    assert json.loads(Path(stats_path(out)).read_text())["balanced"]
 
     out = tmp_path / "ow"
-    assert main([*argv, "--output", str(out), "--overwrite"]) == 0
+    assert main([*argv, "--output", str(out), "--replace-columns"]) == 0
     assert "drop_reason" not in _parts(out).column_names
-    assert _parts(out / "_dropped")["drop_reason"].to_pylist()[0].startswith("c4_")
+    assert _parts(Path(dropped_dir(out)))["drop_reason"].to_pylist()[0].startswith("c4_")
 
 
-def test_check_names_every_clash_and_passes_empty_and_overwrite(tmp_path):
+def test_check_names_every_clash_and_passes_empty_and_replace_columns(tmp_path):
     with pytest.raises(
-        ColumnExistsError, match=r"columns 'lang', 'lang_score'; pass overwrite=True to replace them"
+        ColumnExistsError, match=r"columns 'lang', 'lang_score'; pass replace_columns=True to replace them"
     ):
-        check_added_columns(["text", "lang", "lang_score"], ["lang", "lang_score"], overwrite=False)
-    check_added_columns(["text", "lang"], ["lang"], overwrite=True)
+        check_added_columns(["text", "lang", "lang_score"], ["lang", "lang_score"], replace_columns=False)
+    check_added_columns(["text", "lang"], ["lang"], replace_columns=True)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    check_input_columns([str(empty)], ["lang"], overwrite=False)  # no rows, no columns: nothing to replace
+    check_input_columns(
+        [str(empty)], ["lang"], replace_columns=False
+    )  # no rows, no columns: nothing to replace
 
 
 def test_one_pass_filter_keeps_an_input_drop_reason():

@@ -1,10 +1,12 @@
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.quality.report import merge_summaries, summarize_batch
 
 from zephyr.cli import main
+from zephyr.io.layout import dropped_dir, quarantine_dir, side_path, stats_path
 
 GOOD = (
     "The history of the city is long and it is closely tied to the river that runs through it. "
@@ -69,19 +71,19 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
         )
         == 0
     )
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["version"] == 1 and stats["balanced"]
     kept = _parts(out).num_rows
-    dropped = _parts(out / "_dropped")
-    quarantine = _parts(out / "_quarantine")
+    dropped = _parts(Path(dropped_dir(out)))
+    quarantine = _parts(Path(quarantine_dir(out)))
     assert (kept, dropped.num_rows, quarantine.num_rows) == (stats["rows_kept"], stats["rows_dropped"], 1)
     assert stats["rows_in"] == 8 == kept + dropped.num_rows + quarantine.num_rows
     assert sum(stats["dropped_rows_by_reason"].values()) == dropped.num_rows
     assert quarantine["reject_reason"].to_pylist() == ["null_text"]
-    report = json.loads((out / "_report.json").read_text())
+    report = json.loads(Path(side_path(out, "report.json")).read_text())
     assert set(report["sources"]) == {"web", "mail", "code"}
     assert "drop_reason" not in _parts(out).schema.names
-    assert "# Retention report" in (out / "_report.md").read_text()
+    assert "# Retention report" in Path(side_path(out, "report.md")).read_text()
 
 
 def test_report_samples_do_not_depend_on_batching():

@@ -29,16 +29,16 @@ SAMPLES = {
 
 def test_predicts_languages_and_nulls(lid_model):
     t = pa.table({"text": [*SAMPLES.values(), None, "  \n "], "lang": ["claimed"] * 8})
-    out = identify_language(t, LangIdConfig(model_path=lid_model), overwrite=True)
+    out = identify_language(t, LangIdConfig(model_path=lid_model), replace_columns=True)
     assert out["lang"].to_pylist() == [*SAMPLES, None, None]  # existing 'lang' column replaced, as asked
     assert out.column_names == ["text", "lang", "lang_score"]
     scores = out["lang_score"].to_pylist()
     assert all(0.5 < s <= 1.0 for s in scores[:6]) and scores[6:] == [None, None]
 
 
-def test_an_existing_lang_column_is_kept_unless_overwrite(lid_model):
+def test_an_existing_lang_column_is_kept_unless_replace_columns(lid_model):
     t = pa.table({"text": [SAMPLES["de"]], "lang": ["en"]})
-    with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass overwrite=True"):
+    with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass replace_columns=True"):
         identify_language(t, LangIdConfig(model_path=lid_model))
     other = identify_language(
         t, LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score")

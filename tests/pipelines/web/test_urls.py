@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("tldextract")
 
+from pathlib import Path
+
 from zephyr.pipelines.quality.filters import apply_filters, build_rule_families  # noqa: E402
 from zephyr.pipelines.web import urls  # noqa: E402
 from zephyr.pipelines.web.urls import (  # noqa: E402
@@ -23,6 +25,7 @@ from zephyr.pipelines.web.urls import (  # noqa: E402
 
 from zephyr.cli import main  # noqa: E402
 from zephyr.errors import InputError  # noqa: E402
+from zephyr.io.layout import stats_path
 
 
 @pytest.mark.parametrize(
@@ -120,7 +123,7 @@ def test_filter_command_with_url_rules(tmp_path):
     out = tmp_path / "out"
     args = ["filter", src, "--output", str(out), "--rules", "url", "--url-blocklist", str(EXAMPLE_BLOCKLIST)]
     assert main([*args, "--executor", "inprocess"]) == 0
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["dropped_rows_by_reason"] == {"url_blocked_domain": 1, "url_invalid": 1}
     kept = pq.read_table(sorted(out.glob("part-*.parquet"))).to_pylist()
     assert [(r["url"], r["domain"]) for r in kept] == [("https://docs.example.net/a?ref=1", "example.net")]
@@ -149,5 +152,5 @@ def test_dedup_url_command(tmp_path):
     kept = pq.read_table(sorted(out.glob("part-*.parquet")))
     assert sorted(kept["id"].to_pylist()) == [1, 2, 3, 4]
     assert "__dedup_url_key" not in kept.column_names
-    stats = json.loads((out / "_dedup_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["dedup"]["rows"] == {"in": 5, "kept": 4, "dropped": 1, "quarantined": 0}

@@ -13,10 +13,13 @@ import pytest
 
 pytest.importorskip("warcio")
 
+from pathlib import Path
+
 from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, sample_pages, write_warc  # noqa: E402
 
 import zephyr  # noqa: E402
 from zephyr.errors import InputError  # noqa: E402
+from zephyr.io.layout import quarantine_dir, stats_path
 from zephyr.io.sources import list_shards, read_shard  # noqa: E402
 from zephyr.io.warc import decode_html  # noqa: E402
 
@@ -175,9 +178,9 @@ def test_extract_command(tmp_path):
         "rows_dropped": 0,
         "rows_quarantined": len(BROKEN_KINDS),
     }
-    stats = json.loads((out / "_stats.json").read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())
     assert stats["html_bytes"] > stats["text_bytes"] > 0
-    quarantine = pq.read_table(out / "_quarantine").to_pylist()
+    quarantine = pq.read_table(quarantine_dir(out)).to_pylist()
     assert sorted(r["line"] for r in quarantine) == sorted(offsets.values())
     assert pq.read_table(out, columns=["url"]).num_rows == 8  # the output folder reads back (sidecars hidden)
 

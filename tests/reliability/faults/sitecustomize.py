@@ -67,8 +67,10 @@ if os.environ.get("ZEPHYR_FAULT", "").startswith("hold:"):
     _open = LocalFileSystem._open
 
     def _held_open(self, path, mode="rb", **kwargs):
-        in_a_task = (  # a worker process, or a task thread of the threads executor (zephyr.executors.threads)
-            multiprocessing.parent_process() is not None
+        in_a_task = (  # a worker process (zephyr's local workers are daemonic, as dask's are), or a task
+            # thread of the threads executor (zephyr.executors.threads)
+            multiprocessing.current_process().daemon
+            or multiprocessing.parent_process() is not None
             or threading.current_thread().name.startswith("zephyr-task")
         )
         if "r" in mode and in_a_task and os.path.dirname(os.path.realpath(path)) == _HOLD_DIR:

@@ -1,16 +1,81 @@
-"""Clean-ups after a run publishes its output: stale part files and quarantine folders of other plans go."""
+"""Publishing an output: the folder is swapped in whole, a claim manifest is written last, a crash between the
+swap and the manifest is recovered, and quarantine folders of other plans go."""
 
 from __future__ import annotations
 
-from zephyr.io.publish import prune_quarantine, remove_stale_parts
+import json
+
+import pytest
+
+from zephyr.errors import ClaimError
+from zephyr.io import claim, layout
+from zephyr.io.publish import exchange, prune_quarantine, publish_folder
 
 
-def test_remove_stale_parts_keeps_this_runs_parts_and_other_files(tmp_path):
-    for name in ("part-00000.parquet", "part-00001.parquet", "part-00002.parquet", "notes.txt"):
-        (tmp_path / name).write_bytes(b"x")
-    remove_stale_parts(str(tmp_path), [str(tmp_path / "part-00000.parquet")])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "part-00000.parquet"]
-    remove_stale_parts(str(tmp_path / "missing"), [])  # no folder: nothing to do, no error
+def test_exchange_swaps_two_folders_in_one_call(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "from-a").write_text("a")
+    (tmp_path / "b" / "from-b").write_text("b")
+    if not exchange(str(tmp_path / "a"), str(tmp_path / "b")):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here: publish falls back to two renames")
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["from-b"]
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["from-a"]
+
+
+def _built(tmp_path, out, names):
+    built = layout.side_path(str(out), "staging", "built")
+    for name in names:
+        path = tmp_path / built / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+    return built
+
+
+def test_publish_folder_replaces_the_content_whole_and_claims_it(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old-part").write_text("old")
+    publish_folder(_built(tmp_path, out, ["a", "b"]), str(out))
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b"]
+    manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())
+    assert [(f["name"], f["size_bytes"]) for f in manifest["files"]] == [("a", 1), ("b", 1)]
+    assert all(len(f["xxh3_128"]) == 32 for f in manifest["files"])
+    assert not (tmp_path / "out.zephyr" / "staging").exists()  # the old content went with it
+    assert claim.foreign_files(str(out)) == []
+
+
+def test_a_crash_between_swap_and_manifest_leaves_files_the_next_claim_accepts(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    publish_folder(_built(tmp_path, out, ["a"]), str(out))
+
+    def crash(*args, **kwargs):
+        raise OSError("killed before the manifest")
+
+    monkeypatch.setattr(claim, "write_manifest", crash)
+    with pytest.raises(OSError, match="killed before the manifest"):
+        publish_folder(_built(tmp_path, out, ["b", "c"]), str(out))
+    monkeypatch.undo()
+    assert sorted(p.name for p in out.iterdir()) == ["b", "c"]  # swapped in whole
+    with claim.claimed(str(out)):  # not foreign: the pending manifest names them; the claim promotes it
+        pass
+    manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())
+    assert sorted(f["name"] for f in manifest["files"]) == ["b", "c"]
+
+
+def test_a_file_under_a_name_no_manifest_lists_is_foreign_a_changed_part_is_not(tmp_path):
+    out = tmp_path / "out"
+    publish_folder(_built(tmp_path, out, ["part-00000.parquet"]), str(out))
+    (out / "part-00000.parquet").write_text(
+        "edited by hand"
+    )  # zephyr's part, damaged: a resume recomputes it
+    assert claim.foreign_files(str(out)) == []
+    (out / "part-00001.parquet").write_text("someone else's")
+    refused = pytest.raises(ClaimError, match=r"holds files zephyr did not write \(part-00001.parquet\)")
+    with refused, claim.claimed(str(out)):
+        pass
+    with claim.claimed(str(out), overwrite=True):
+        pass
 
 
 def test_prune_quarantine_removes_stage_folders_no_job_ran(tmp_path):

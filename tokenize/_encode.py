@@ -1,4 +1,5 @@
-"""Step 2 of ``write_token_shards``: a batch of documents → one token spill file + one reference row per document.
+"""The tokenize job of ``write_token_shards``: a batch of documents → one token spill file + one reference row per
+document.
 
 ``TokenizeBatch`` is the ``map_batches`` function. For each batch of ``batch_rows`` documents it
 
@@ -6,7 +7,7 @@
 2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``; with fastokens and
    tiktoken while the task's thread finishes earlier batches, see ``TokenizeBatch``), ids only, in the
    shard dtype: fastokens' flat ``uint32`` buffer is cast once (not at all for ``uint32`` shards) and written
-   as it is to the spill file (layout: ``zephyr.tokenize.spill``); EOS/BOS are added by the pack step;
+   as it is to the spill file (layout: ``zephyr.tokenize._pack``); EOS/BOS are added by the pack job;
 3. emits one reference row per document::
 
        key_hi, key_lo  uint64  the shuffle key: a seeded xxh3-128 of the text, or (with an id column) the id's
@@ -30,9 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize.arrow_buffers import numeric_array
-from zephyr.tokenize.format import token_dtype
-from zephyr.tokenize.spill import SPILL_VERSION, spill_name, write_spill
+from zephyr.tokenize._pack import SPILL_VERSION, numeric_array, spill_name, write_spill
+from zephyr.tokenize.shards import token_dtype
 from zephyr.tokenize.tokenizer import TextTokenizer
 
 from zephyr.errors import ConfigError
@@ -40,7 +40,6 @@ from zephyr.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["TokenizeBatch"]
 
 _U64 = 0xFFFFFFFFFFFFFFFF
 # tokenizer.json sha256s whose fast path this process has checked against HF on real input documents
@@ -95,7 +94,7 @@ def _repeated(text: str, n: int) -> pa.Array:
 
 
 class TokenizeBatch:
-    """The ``map_batches`` function of step 2 (a callable object: the tokenizer loads once per process).
+    """The ``map_batches`` function of the tokenize job (a callable object: the tokenizer loads once per process).
 
     With fastokens it keeps batches in flight (``IN_FLIGHT``; ``finish``, see ``Dataset.map_batches``): while
     the encoder's threads work on batches n - 1 and n, the task's thread builds batch n - 2's keys, spill file and
@@ -107,7 +106,7 @@ class TokenizeBatch:
 
     Every task encodes on all of the machine's cores (tiktoken's threads, HF's; fastokens sizes its own pool the
     same way), even when several tasks run at once: the encoders release the GIL, so the threads of concurrent
-    tasks only share the cores, while a task left alone at the end of the step (the others finished: tasks
+    tasks only share the cores, while a task left alone at the end of the job (the others finished: tasks
     differ in how fast their text encodes) still uses them all. With ``cores // tasks`` threads, that tail left
     cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers. One exception: in the driver, fastokens
     leaves one core to the Python thread that feeds it (``tokenizer.fastokens_pool_threads``, set by the

@@ -1,0 +1,50 @@
+"""``TokenizeConfig``: how ``write_token_shards`` cuts, orders and encodes token shards — the settings that
+``zephyr tokenize`` (its flags, ``zephyr.flags``) and the pipeline's ``tokenize`` step (its keys, embedded)
+share, declared once.
+
+Standard library only (and ``zephyr.config``), so loading a pipeline config or building the CLI imports no
+tokenizer, numpy or pyarrow.
+
+>>> TokenizeConfig(shard_bytes="4MB", seed=3).writer_kwargs()["shard_bytes"]
+'4MB'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from zephyr.config import FieldError, require_at_least
+from zephyr.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """Token-shard settings of ``write_token_shards`` (see its module's docstring for each one's effect)."""
+
+    shard_bytes: str = "512MB"
+    """Target bytes of tokens per shard (e.g. 512MB); the shard count is ceil(token bytes / shard_bytes)."""
+    seed: int = 0
+    """Document shuffle seed; the same seed and inputs give byte-identical shards."""
+    bos: Literal["never", "always"] = "never"
+    """Prepend BOS to every document (EOS is always appended)."""
+    engine: Literal["auto", "fastokens", "tiktoken", "hf"] = "auto"
+    """The encoder: ``auto`` is the fastest one proven identical to HF tokenizers."""
+    batch_rows: int = 1024
+    """Documents per tokenize batch (bounds worker memory)."""
+    megatron: bool = False
+    """Also write Megatron ``.bin``/``.idx`` per shard."""
+
+    def __post_init__(self) -> None:
+        from zephyr.sizes import parse_bytes
+
+        require_at_least("batch_rows", self.batch_rows, 1)
+        try:
+            parse_bytes(self.shard_bytes)
+        except (ConfigError, ValueError) as exc:
+            raise FieldError("shard_bytes", f"not a byte size ({exc}); e.g. 64MB") from None
+
+    def writer_kwargs(self) -> dict[str, Any]:
+        """These settings as ``write_token_shards`` keyword arguments."""
+        return dataclasses.asdict(self)

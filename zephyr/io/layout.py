@@ -1,0 +1,119 @@
+"""Where zephyr keeps what it writes about an output: the data folder holds data only, the rest lives beside it.
+
+The layout of every folder a command or ``Dataset.write_*`` writes (``OUT``; for ``s3://b/x/out`` the sidecar
+is ``s3://b/x/out.zephyr``)::
+
+    OUT/                      the data, nothing else: part-00000.parquet, part-00001.parquet, ...
+    OUT.zephyr/               everything zephyr keeps about OUT (``sidecar``)
+        manifest.json         written last when a run has published in full: the claim "a finished zephyr run
+                              wrote OUT" (``zephyr.io.claim``): each file with its size and checksum, the
+                              command, the time
+        lock.json             held for the whole run: host, pid, start time, command (``zephyr.io.lock``)
+        staging/              parts being written; published by swapping in the complete new folder
+                              (``zephyr.io.publish``)
+        stats.json            the command's statistics
+        quarantine/           rows set aside (bad input; ``zephyr filter``'s quarantined rows)
+        dropped/              rows a rule removed, with ``drop_reason`` (``zephyr filter``, ``--dropped-output``
+                              elsewhere when asked)
+        report.json, report.md, ...   reports, and scratch folders of multi-job commands
+
+Why beside and not inside: every reader people use takes a folder as one dataset only when it holds nothing
+else. pyarrow skips ``_`` names, but polars refuses a folder with files of other extensions, HF ``datasets``
+reads ``_*.json`` and ``_quarantine/*.parquet`` as data (and fails on their columns), and a duckdb glob
+``OUT/**/*.parquet`` adds the dropped and quarantined rows. A sidecar folder needs no reader to skip anything.
+
+Folders zephyr writes inside a sidecar (``OUT.zephyr/dropped``) follow the same rule: their own sidecar is
+``OUT.zephyr/dropped.zephyr``. A ``zephyr run`` step folder ``JOB/NN-STEP`` is a data folder like any other:
+its record, markers, engine work dirs and side outputs live in ``JOB/NN-STEP.zephyr`` (``zephyr.pipelines.runner``).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+__all__ = [
+    "SIDECAR_SUFFIX",
+    "MANIFEST",
+    "LOCK",
+    "STATS",
+    "sidecar",
+    "side_path",
+    "manifest_path",
+    "lock_path",
+    "staging_dir",
+    "stats_path",
+    "quarantine_dir",
+    "dropped_dir",
+    "is_sidecar",
+    "scratch_dir",
+    "remove_folder",
+]
+
+SIDECAR_SUFFIX = ".zephyr"
+MANIFEST = "manifest.json"
+LOCK = "lock.json"
+STATS = "stats.json"
+
+
+def sidecar(output: str | os.PathLike) -> str:
+    """The sidecar folder of the data folder ``output`` (a path or fsspec URL), in the same parent.
+
+    >>> sidecar("out/dedup/")
+    'out/dedup.zephyr'
+    >>> sidecar("s3://bucket/x/out")
+    's3://bucket/x/out.zephyr'
+    """
+    return str(output).rstrip("/") + SIDECAR_SUFFIX
+
+
+def side_path(output: str | os.PathLike, *names: str) -> str:
+    """A path inside the sidecar of ``output``: ``side_path("out", "report.md")`` is ``out.zephyr/report.md``."""
+    return posixpath.join(sidecar(output), *names) if names else sidecar(output)
+
+
+def manifest_path(output: str | os.PathLike) -> str:
+    return side_path(output, MANIFEST)
+
+
+def lock_path(output: str | os.PathLike) -> str:
+    return side_path(output, LOCK)
+
+
+def staging_dir(output: str | os.PathLike) -> str:
+    return side_path(output, "staging")
+
+
+def stats_path(output: str | os.PathLike) -> str:
+    return side_path(output, STATS)
+
+
+def quarantine_dir(output: str | os.PathLike) -> str:
+    return side_path(output, "quarantine")
+
+
+def dropped_dir(output: str | os.PathLike) -> str:
+    return side_path(output, "dropped")
+
+
+def is_sidecar(path: str) -> bool:
+    """Whether ``path`` names a sidecar folder (its last component ends in ``.zephyr``)."""
+    return str(path).rstrip("/").endswith(SIDECAR_SUFFIX)
+
+
+def scratch_dir(output: str, name: str) -> str:
+    """A folder for a multi-job command's intermediate rows, in the sidecar of ``output``
+    (``OUT.zephyr/<name>``): never among the data, and gone with the sidecar. Remove it with ``remove_folder``."""
+    return side_path(output, name)
+
+
+def remove_folder(folder: str) -> None:
+    """Remove a data folder zephyr wrote and its sidecar (a scratch folder when its command is done)."""
+    import contextlib
+
+    from zephyr.io.paths import filesystem
+
+    for path in (folder, sidecar(folder)):
+        fs, root = filesystem(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(root, recursive=True)
