@@ -390,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
                 outcome = args.func(args)
-            code = 0 if isinstance(outcome, Summary) else int(outcome or 0)
+            code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
             quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
                 from zephyr.io.publish import prune_quarantine
