@@ -254,7 +254,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
     from zephyr.cli import add_dropped_output
 
-    dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
+    dedup = subparsers.add_parser(
+        "dedup",
+        help="deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)",
+    )
     sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
     sub.required = True
 
