@@ -82,6 +82,9 @@ class Summary:
     """Numbers only this command has (tokens, shards, loss, ...)."""
     bytes_in: int | None = None
     """Input bytes on disk; None: ``main`` measures the command's ``inputs``."""
+    printed: str | None = None
+    """The command's own answer on stdout (a count, a plan), printed before the table; with ``--json`` it is
+    left out (it is in ``details`` or a row count already)."""
 
     @property
     def balanced(self) -> bool:
@@ -256,6 +259,10 @@ def emit(
         out.write(json.dumps(record, default=str) + "\n")
         out.flush()
     else:
+        if summary.printed is not None:
+            out = stdout or sys.stdout
+            out.write(summary.printed + "\n")
+            out.flush()
         err = stderr or sys.stderr
         err.write(human(record) + "\n")
         err.flush()
