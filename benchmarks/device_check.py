@@ -445,7 +445,8 @@ def _write(out: Path, report: dict[str, Any]) -> None:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The notebook section (benchmarks/history/<YYYY-MM>.md): a heading with the machine, the command, one row per phase, the targets."""
+    """The notebook section (benchmarks/history/<YYYY-MM>.md): a heading with the machine, the command, one
+    row per phase, the targets."""
     env = report["phases"].get("env", {}).get("result", {})
     device = env.get("gpu") or ("CPU (dry run)" if report["dry_run"] else "no GPU")
     where = f"{device}" + (f", {env['gpu_memory_gib']} GiB" if env.get("gpu_memory_gib") else "")
