@@ -9,7 +9,8 @@ full read with polars (``pl.read_parquet``). Sizes are bytes on disk.
 
     flock /tmp/zephyr-bench.lock .venv/bin/python benchmarks/parquet_output.py [--repeat 3]
 
-Appends nothing: the table is printed as Markdown for benchmarks/RESULTS.md.
+Appends nothing: the table is printed as Markdown, for the month's notebook (benchmarks/history/<YYYY-MM>.md)
+and the compression rows of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
