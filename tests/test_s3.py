@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 import zephyr
 
 from .bpe import train_tiny_bpe
+from .moto_server import serving
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -39,55 +39,18 @@ pytestmark = pytest.mark.s3
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BUDGET = "4MiB"
-STARTUP_TIMEOUT_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint(tmp_path_factory) -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 and the AWS_* environment pointing every process at it."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
     log_path = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start: {log_path.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as env:
-            for name in (
-                "AWS_PROFILE",
-                "AWS_SESSION_TOKEN",
-                "AWS_CONFIG_FILE",
-                "AWS_SHARED_CREDENTIALS_FILE",
-            ):
-                env.delenv(name, raising=False)
-            env.setenv("AWS_ACCESS_KEY_ID", "testing")
-            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            env.setenv("AWS_ENDPOINT_URL", endpoint)
-            fsspec.filesystem("s3").clear_instance_cache()  # no instance made before these variables
-            yield endpoint
-            fsspec.filesystem("s3").clear_instance_cache()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with serving(
+        lambda port: [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        "/moto-api/",
+        log_path,
+    ) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -335,8 +298,6 @@ def test_a_second_command_on_an_s3_output_is_refused_naming_the_holder(
 
 
 def test_a_stale_lock_on_s3_is_taken_over_and_foreign_files_are_refused(local_inputs, bucket, caplog):
-    import socket
-    import subprocess
 
     from zephyr.errors import ClaimError
 

@@ -12,11 +12,7 @@ are left out; so are the inputs and the reducers' output parts, which are not th
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -34,6 +30,7 @@ from zephyr import job_stats
 from zephyr.budget import Budget
 
 from .. import s3_requests
+from ..moto_server import serving
 from ..s3_requests import fetch
 
 pytest.importorskip("s3fs")
@@ -45,50 +42,12 @@ BUDGET = 64 << 20
 ROWS_PER_FILE = 200
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory) -> Iterator[str]:
     """The counting moto server on 127.0.0.1 and the AWS_* environment pointing every process at it."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, s3_requests.__file__, str(port)], stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/_requests", timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        with pytest.MonkeyPatch.context() as env:
-            for name in (
-                "AWS_PROFILE",
-                "AWS_SESSION_TOKEN",
-                "AWS_CONFIG_FILE",
-                "AWS_SHARED_CREDENTIALS_FILE",
-            ):
-                env.delenv(name, raising=False)
-            env.setenv("AWS_ACCESS_KEY_ID", "testing")
-            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            env.setenv("AWS_ENDPOINT_URL", url)
-            fsspec.filesystem("s3").clear_instance_cache()
-            yield url
-            fsspec.filesystem("s3").clear_instance_cache()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+    with serving(lambda port: [sys.executable, s3_requests.__file__, str(port)], "/_requests", log) as url:
+        yield url
 
 
 def _inputs(endpoint: str, files: int) -> str:
