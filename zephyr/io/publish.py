@@ -174,7 +174,13 @@ def publish_folder(built: str, output: str) -> None:
     for name in names:
         fs.mv(f"{built_path}/{name}", f"{root}/{name}")
         entries.append({**claim.file_entry(fs.unstrip_protocol(f"{root}/{name}")), "name": name})
-    keep = set(names)
+    _finish(fs, root, set(names), output, entries)
+
+
+def _finish(fs, root: str, keep: set[str], output: str, entries: list[dict]) -> None:
+    """The last steps of a publish: remove what the output folder holds beyond ``keep`` (the previous run's
+    files), write the manifest (the claim: last, so a folder without it was never complete) and remove the
+    staging folder."""
     fs.invalidate_cache(root)
     with contextlib.suppress(FileNotFoundError):
         for entry in fs.find(root):
@@ -271,17 +277,7 @@ def _publish_remote(
             entry = _entry(url, name, marker) if _recorded(url, marker) else None
             entries.append(entry or claim.file_entry(f"{prefix}/{name}"))
     _rewrite_markers(prefix, plan, markers, marker_paths)
-    keep = {name for pairs in plan for _, name in pairs}
-    fs.invalidate_cache(root)
-    with contextlib.suppress(FileNotFoundError):
-        for entry in fs.find(root):
-            if entry[len(root) + 1 :] not in keep:
-                fs.rm(entry)
-    claim.write_manifest(directory, entries)
-    staging = fsspec.core.url_to_fs(layout.staging_dir(directory))[1]
-    fs.invalidate_cache(staging)
-    if fs.exists(staging):
-        fs.rm(staging, recursive=True)
+    _finish(fs, root, {name for pairs in plan for _, name in pairs}, directory, entries)
     return [f"{prefix}/{name}" for pairs in plan for _, name in pairs]
 
 
