@@ -70,8 +70,10 @@ def run_sampled(
     """Run ``cmd``; wall time, and the peak RSS of every process of its tree (each pid's maximum, by role).
 
     ``timeline`` holds one ``(seconds, {role: summed RSS MiB, role_max: the largest process's})`` per sample,
-    to find the phase of a peak (``stage_peaks``)."""
+    to find the phase of a peak (``stage_peaks``). ``write_bytes``: what the tree's processes sent to storage
+    (``/proc/PID/io``, the last sample of each: a process' writes in its last interval are missed)."""
     peak: dict[int, int] = {}
+    written: dict[int, int] = {}
     timeline: list[tuple[float, dict[str, float]]] = []
     role: dict[int, str] = {}
     tree_peak = 0
@@ -90,6 +92,7 @@ def run_sampled(
             for p in procs:
                 try:
                     rss = p.memory_info().rss
+                    written[p.pid] = p.io_counters().write_bytes
                 except psutil.Error:
                     continue
                 if p.pid not in role:
@@ -119,6 +122,7 @@ def run_sampled(
         "tree_peak_mib": tree_peak / MIB,
         "peak_mib": {r: max(v) / MIB for r, v in by_role.items()},
         "processes": {r: len(v) for r, v in by_role.items()},
+        "write_bytes": sum(written.values()),
         "timeline": timeline,
     }
 
