@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from zephyr.shuffle import cost  # noqa: E402
 
-from zephyr.sizes import format_bytes, parse_bytes  # noqa: E402
+from zephyr.config import format_bytes, parse_bytes  # noqa: E402
 
 LEGACY_FOOTER_READ = 64 << 10
 """pyarrow reads a Parquet file's last 64 KiB first: a blob up to that size came in that one read."""

@@ -21,7 +21,7 @@ _LAZY = {
     "Dataset": "zephyr.dataset",
     "BatchOutput": "zephyr.ops",
     "Agg": "zephyr.shuffle.reduce",
-    "WriteResult": "zephyr.results",
+    "WriteResult": "zephyr.job_stats",
     "GroupedDataset": "zephyr.dataset",
     "read": "zephyr.dataset",
     "read_parquet": "zephyr.dataset",
@@ -79,10 +79,10 @@ if TYPE_CHECKING:
         read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
+    from zephyr.job_stats import WriteResult
     from zephyr.ops import BatchOutput
     from zephyr.options import ExecutionOptions
     from zephyr.pipelines.web.extract import read_warc
-    from zephyr.results import WriteResult
     from zephyr.shuffle.reduce import Agg
 
 

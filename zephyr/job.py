@@ -45,12 +45,12 @@ from zephyr.executors import make_executor
 from zephyr.executors.base import Executor, Shared, explain_worker_death
 from zephyr.io.paths import is_local
 from zephyr.job_inputs import JobInputs
+from zephyr.job_stats import WriteResult
 from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; the limit lives there
 from zephyr.plan import Segment, build_plan, fingerprint_of
 from zephyr.read_plan import plan_read
-from zephyr.results import WriteResult
 from zephyr.shuffle.cost import coalesce_plan
 from zephyr.shuffle.runs import INDEX_VERSION, Run
 from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries

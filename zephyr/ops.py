@@ -53,7 +53,7 @@ class ReadFiles(Op):
     approx_shard_bytes: int | None = None
     on_error: OnError = "raise"
     unify_schemas: bool = False
-    """Promote types that differ between files (``zephyr.io.input_schema``); else files must agree."""
+    """Promote types that differ between files (``zephyr.io.schema``); else files must agree."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from zephyr.config import parse_bytes
 from zephyr.errors import ConfigError
-from zephyr.sizes import parse_bytes
 
 __all__ = ["ExecutionOptions", "ExecutorName", "DEFAULT_MEMORY_BUDGET"]
 

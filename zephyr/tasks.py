@@ -126,7 +126,7 @@ class StageSpec:
     read_schema: pa.Schema | None = None
     on_error: str = "raise"
     input_schema: pa.Schema | None = None
-    """The job's one schema for its input files (``zephyr.io.input_schema``); None: read each as it is."""
+    """The job's one schema for its input files (``zephyr.io.schema``); None: read each as it is."""
     inputs: dict | None = None
     """Reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and ``schemas`` (per
     upstream, its output schema as text), as ``job.MapSide`` found them in the map tasks' markers."""
