@@ -470,6 +470,13 @@ def tree_bytes(*folders: Path) -> int:
     )
 
 
+def error_line(log_text: str) -> str:
+    """The last line of a failed run's log that names an error (else its last line), shortened."""
+    lines = [ln for ln in log_text.splitlines() if ln.strip()]
+    lines = [ln for ln in lines if "Error" in ln or "Exception" in ln] or lines
+    return lines[-1].strip()[:160] if lines else ""
+
+
 def stage_split(log_text: str) -> str:
     """``name seconds`` per stage line of a ``-v`` log, a fused stage named by its last operator."""
     parts = []
@@ -520,15 +527,14 @@ def measure(
         "stages": stage_split(log_text),
         "load": os.getloadavg()[0],
         "when": datetime.datetime.now(datetime.UTC).strftime("%H:%M"),
+        "log": str(log_path),
+        "cap": cap.how,
     }
     if dask:
         row["dask_mib"] = dict(dask.peaks)
         row["worker_mib"] = max((v for r, v in dask.peaks.items() if r.startswith("worker")), default=None)
     if res["rc"] != 0 or res["timed_out"]:
-        lines = [ln for ln in log_text.splitlines() if ln.strip()]
-        row["error"] = (
-            "timeout" if res["timed_out"] else f"exit {res['rc']}: {lines[-1][:160] if lines else ''}"
-        )
+        row["error"] = "timeout" if res["timed_out"] else f"exit {res['rc']}: {error_line(log_text)}"
     else:
         row["mb_s"] = row["text_mb"] / row["wall_s"]
         if engine != "duckdb":
@@ -577,7 +583,7 @@ def _f(x, spec=".0f") -> str:
     return "–" if x is None else format(x, spec)
 
 
-def render(rows: list[dict], args, cap: MemoryCap, load_start: tuple, command_line: str) -> str:
+def render(rows: list[dict], args, cap_how: str, load_start: tuple | None, command_line: str) -> str:
     base = {
         (r["op"], r["engine"], r["seed"]): r for r in rows if r["k"] == 1 and not r["tag"] and "mb_s" in r
     }
@@ -585,9 +591,14 @@ def render(rows: list[dict], args, cap: MemoryCap, load_start: tuple, command_li
     load_end = os.getloadavg()
     lines = [
         f"\n### Scale: K renamed copies of the medium docs in a {args.cap} cap — {datetime.date.today()}, {machine()}\n",
-        f"Command: `{command_line}`. Cap: {cap.how}. Load average (1/5/15 min) {load_start[0]:.1f}/{load_start[1]:.1f}/"
-        f"{load_start[2]:.1f} at the start, {load_end[0]:.1f}/{load_end[1]:.1f}/{load_end[2]:.1f} at the end "
-        "(2 cores shared with other jobs); each row's load is the 1-minute average when it ended. MB/s: input text "
+        f"Command: `{command_line}`. Cap: {cap_how}. "
+        + (
+            f"Load average (1/5/15 min) {load_start[0]:.1f}/{load_start[1]:.1f}/{load_start[2]:.1f} at the start, "
+            f"{load_end[0]:.1f}/{load_end[1]:.1f}/{load_end[2]:.1f} at the end "
+            if load_start
+            else ""
+        )
+        + "(2 cores shared with other jobs); each row's load is the 1-minute average when it ended. MB/s: input text "
         "(UTF-8 bytes of `text`) per second of wall time; ÷ K=1: that throughput over the same op's at K = 1. "
         "Peaks: RSS of the driver and of the largest worker process (dask: the largest `dask worker`); cap: the "
         "cgroup's own peak, page cache included. Spill: bytes the run's processes wrote to storage (`/proc/PID/io`) less the output's. duckdb: "
@@ -609,6 +620,8 @@ def render(rows: list[dict], args, cap: MemoryCap, load_start: tuple, command_li
                 "yes" if mine and mine.get("digest") and mine.get("digest") == r.get("digest") else "**no**"
             )
         status = r.get("error")
+        if status and r.get("log") and Path(r["log"]).exists():
+            status = f"exit {r['rc']}: {error_line(Path(r['log']).read_text(errors='replace'))}"
         lines.append(
             f"| {r['op']}{' (seed ' + str(r['seed']) + ')' if r['seed'] != 1 else ''} | {r['k']} | {r['engine']} | "
             f"{r['text_mb']:,.0f} | {r['wall_s']:.1f} | {_f(r.get('mb_s'), '.1f') if not status else 'failed: ' + status[:120].replace('|', '/')} "
@@ -651,6 +664,9 @@ def main() -> int:
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / ".out" / "scale"))
     ap.add_argument("--corpus", default=str(CORPUS), help="a corpus folder with docs/ and models/gpt2/")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument(
+        "--render-only", action="store_true", help="print the table of --ks/--ops/--seed from results.json"
+    )
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     ks = [int(k) for k in args.ks.split(",") if k]
@@ -661,6 +677,24 @@ def main() -> int:
     CORPUS = Path(args.corpus)
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
+    command_line = "flock /tmp/zephyr-bench.lock .venv/bin/python benchmarks/scale.py " + " ".join(
+        sys.argv[1:]
+    )
+    if args.render_only:
+        rows = [r for r in load_results(data / "results.json") if r["seed"] == args.seed and r["op"] in ops]
+        rows = [r for r in rows if r["k"] in ks or r["tag"]]
+        for r in rows:  # rows from before the log path was kept
+            r.setdefault(
+                "log",
+                str(
+                    data
+                    / "out"
+                    / f"{'duckdb-' if r['engine'] == 'duckdb' else ''}{r['op']}-k{r['k']}{r['tag']}{'-dask' if r['engine'] == 'zephyr-dask' else ''}.log"
+                ),
+            )
+        how = next((r["cap"] for r in rows if r.get("cap")), "a cgroup v1 folder (memory.limit_in_bytes)")
+        publish(render(rows, args, how, None, command_line), append=not args.no_append)
+        return 0
     build_copies(data, args.seed, max(ks))
     if args.build_only:
         return 0
