@@ -660,6 +660,9 @@ def main() -> int:
     ap.add_argument("--duckdb-memory", default="2GB")
     ap.add_argument("--no-duckdb", action="store_true")
     ap.add_argument("--no-alone", action="store_true", help="skip the last copy's run alone (dedup)")
+    ap.add_argument(
+        "--dask-only", action="store_true", help="only the dask runs (the local ones are in results.json)"
+    )
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / ".out" / "scale"))
     ap.add_argument("--corpus", default=str(CORPUS), help="a corpus folder with docs/ and models/gpt2/")
@@ -719,7 +722,7 @@ def main() -> int:
     try:
         for k in ks:
             docs, labels, text_bytes = k_input(data, args.seed, k)
-            for op in ops:
+            for op in ops if not args.dask_only else ():
                 fresh.append(measure(op, k, docs, labels, text_bytes, args, cap))
                 record(fresh[-1])
                 if op in DUCKDB_OPS and not args.no_duckdb:
