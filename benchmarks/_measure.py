@@ -92,9 +92,10 @@ def run_sampled(
             for p in procs:
                 try:
                     rss = p.memory_info().rss
-                    written[p.pid] = p.io_counters().write_bytes
                 except psutil.Error:
                     continue
+                with contextlib.suppress(psutil.Error):  # a write count we cannot read costs no RSS sample
+                    written[p.pid] = p.io_counters().write_bytes
                 if p.pid not in role:
                     role[p.pid] = process_role(p, proc.pid)
                 peak[p.pid] = max(peak.get(p.pid, 0), rss)
