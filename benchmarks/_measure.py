@@ -88,8 +88,10 @@ def run_sampled(
     """Run ``cmd``; wall time, and the peak RSS of every process of its tree (each pid's maximum, by role).
 
     ``timeline`` holds one ``(seconds, {role: summed RSS MiB, role_max: the largest process's})`` per sample,
-    to find the phase of a peak (``stage_peaks``)."""
+    to find the phase of a peak (``stage_peaks``). ``write_bytes``: what the tree's processes sent to storage
+    (``/proc/PID/io``, the last sample of each: a process' writes in its last interval are missed)."""
     peak: dict[int, int] = {}
+    written: dict[int, int] = {}
     timeline: list[tuple[float, dict[str, float]]] = []
     role: dict[int, str] = {}
     tree_peak = 0
@@ -110,6 +112,8 @@ def run_sampled(
                     rss = p.memory_info().rss
                 except psutil.Error:
                     continue
+                with contextlib.suppress(psutil.Error):  # a write count we cannot read costs no RSS sample
+                    written[p.pid] = p.io_counters().write_bytes
                 if p.pid not in role:
                     role[p.pid] = process_role(p, proc.pid)
                 peak[p.pid] = max(peak.get(p.pid, 0), rss)
@@ -137,6 +141,7 @@ def run_sampled(
         "tree_peak_mib": tree_peak / MIB,
         "peak_mib": {r: max(v) / MIB for r, v in by_role.items()},
         "processes": {r: len(v) for r, v in by_role.items()},
+        "write_bytes": sum(written.values()),
         "timeline": timeline,
     }
 

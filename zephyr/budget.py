@@ -9,7 +9,9 @@ What a task holds at once, at most, for a budget B:
 
 - reading: one decoded batch (``read_batch_bytes``, B/8), and per column one read buffer
   (``read_buffer_bytes``, B/64, 1–8 MiB) through which the compressed column chunk streams a page at a time —
-  a row group larger than the budget is read in batches, never whole. A task in the driver process
+  a row group larger than the budget is read in batches, never whole; a row cannot be split, so a budget
+  whose batch cannot hold the widest row group's average row is refused before any task, naming the smallest
+  that works (``smallest_for_row``, ``zephyr.physical.check_row_width``). A task in the driver process
   (``inprocess`` executor: small jobs) decodes the next batch while the current one is processed
   (``zephyr.read_ahead``), so it holds two read batches; worker tasks hold one;
 - computing: a kernel's scratch (``kernel_scratch_bytes``, B/2). Kernels whose scratch is a multiple of their
@@ -59,6 +61,8 @@ __all__ = [
 MIB = 1 << 20
 EXPANSION = 5
 """Decoded Arrow bytes per stored (compressed Parquet) byte assumed when a reducer decides to read whole."""
+READ_BATCH_SHARE = 8
+"""A decoded read batch is budget / this: one row must fit it (``zephyr.physical.check_row_width``)."""
 MAX_FAN_IN = 64
 """Run parts merged at once, at most, whatever the budget."""
 PARTITION_TARGET_CAP = 64 << 20
@@ -84,7 +88,12 @@ class Budget:
 
     @property
     def read_batch_bytes(self) -> int:
-        return max(MIB, self.bytes // 8)
+        return max(MIB, self.bytes // READ_BATCH_SHARE)
+
+    @staticmethod
+    def smallest_for_row(row_bytes: int) -> int:
+        """The smallest budget (whole MiB) whose read batch holds a row of ``row_bytes``."""
+        return -(-READ_BATCH_SHARE * row_bytes // MIB) * MIB
 
     @property
     def read_buffer_bytes(self) -> int:

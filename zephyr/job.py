@@ -188,6 +188,8 @@ class Job:
                 input_schema=self.inputs.schema(source),
                 on_error=source.on_error if isinstance(source, ReadFiles) else "raise",
             )
+            if isinstance(source, ReadFiles):  # rows wider than a read batch: refused before any task
+                physical.check_row_width(self._size_of(source), read["read_columns"], self._budget)
         else:
             side = self._map_side(segment)
             reducer, upstream_runs, map_rows = side.reducer, side.inputs, side.map_rows

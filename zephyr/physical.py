@@ -29,13 +29,15 @@ import pyarrow as pa
 
 from zephyr.budget import PARTITION_TARGET_CAP, Budget
 from zephyr.config import format_bytes
+from zephyr.errors import ConfigError
 from zephyr.io.paths import FileStat, file_stat
 from zephyr.io.sources import (
     FOOTER_ESTIMATE_MAX_FILES,
+    RowWidth,
     Shard,
     estimated_bytes,
     list_shards,
-    parquet_column_bytes,
+    parquet_footer_sizes,
 )
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
@@ -195,6 +197,8 @@ class SourceSize:
     column_bytes: dict[str, int] | None = None
     shards: int = 1
     files: int = 1
+    widest: dict[str, RowWidth] | None = None
+    """Per column, the row group whose rows are widest on average (Parquet footers; None: not known)."""
 
 
 SizeOf = Callable[[ReadFiles | FromTable], SourceSize]
@@ -216,10 +220,36 @@ def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileS
     """Estimated bytes of a file source: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else
     file sizes × the format's expansion (``zephyr.io.sources``)."""
     total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
-    columns = None
     if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-        columns = parquet_column_bytes(list(stats))
-    return SourceSize(total, columns, shards=len(shards), files=len(stats))
+        footers = parquet_footer_sizes(list(stats))
+        return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
+    return SourceSize(total, None, shards=len(shards), files=len(stats))
+
+
+def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
+    """Refuse, before any task, a budget too small for the input's rows, naming the smallest that works.
+
+    A reader streams a row group in batches of ``budget.read_batch_bytes`` (budget/8), however large the row
+    group; what it cannot split is a row. Rows wider than a batch are read alone, and every share sized from
+    the batch (the kernels' scratch, the shuffle buffer) then holds a multiple of a row the budget never
+    counted. So the smallest budget that works holds one average row of the widest row group in a batch:
+    8 × its footer bytes per row (uncompressed, post-encoding: dictionary-encoded text decodes larger, so
+    this refuses no budget that would have held). Columns not read are not counted."""
+    if not size.widest:
+        return
+    wanted = {c: w for c, w in size.widest.items() if columns is None or c in columns}
+    width = sum(w.bytes_per_row for w in wanted.values())
+    if width <= budget.read_batch_bytes:
+        return
+    column, widest = max(wanted.items(), key=lambda item: item[1].bytes_per_row)
+    smallest = budget.smallest_for_row(width)
+    raise ConfigError(
+        f"{widest.path}: row group {widest.row_group} holds rows of {format_bytes(width)} on average "
+        f"(column {column!r}: {format_bytes(widest.bytes_per_row)}), more than the read batch of "
+        f"{format_bytes(budget.read_batch_bytes)} a memory budget of {format_bytes(budget.bytes)} allows "
+        f"(budget/8); the smallest budget that works for this input is {smallest >> 20}MiB: pass "
+        f"--memory-budget {smallest >> 20}MiB (memory_budget=) or more, or write smaller rows"
+    )
 
 
 def read_bytes(segment: Segment, size_of: SizeOf, columns: tuple[str, ...] | None = None) -> int:

@@ -86,3 +86,46 @@ def test_a_task_runs_with_its_budget(tmp_path):
             zephyr.from_items([{"x": 1}]).map_batches(probe).to_arrow(executor=executor, memory_budget="3MiB")
         )
         assert out.column("budget").to_pylist() == [3 * MIB]
+
+
+def _wide_rows(path, rows: int = 4, row_bytes: int = 3 * MIB) -> None:
+    """One row group of ``rows`` rows of ~``row_bytes`` of incompressible text each (plus an id)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+    texts = [letters[rng.integers(0, len(letters), row_bytes)].tobytes().decode() for _ in range(rows)]
+    pq.write_table(pa.table({"id": list(range(rows)), "text": texts}), path, row_group_size=rows)
+
+
+def test_a_budget_too_small_for_the_rows_is_refused_naming_the_smallest_that_works(tmp_path, capsys):
+    """Rows wider than a read batch (budget/8) cannot be split: the command is refused before any task, in one
+    line naming the file, the row group and the smallest budget; that budget then runs, one MiB less does not."""
+    from zephyr.cli import main
+
+    source = tmp_path / "wide.parquet"
+    _wide_rows(source)
+    argv = ["sort", str(source), "--by", "id", "--executor", "inprocess"]
+    assert main([*argv, "--output", str(tmp_path / "a"), "--memory-budget", "8MiB"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    refusal = [line for line in err if "the smallest budget that works" in line]
+    assert len(refusal) == 1 and f"{source}: row group 0 holds rows of 3.0 MiB" in refusal[0], err
+    smallest = refusal[0].split("pass --memory-budget ")[1].split()[0]
+    assert smallest.endswith("MiB")
+    assert not list(tmp_path.glob("a/*.parquet"))  # refused before any task
+    below = f"{int(smallest[:-3]) - 1}MiB"
+    assert main([*argv, "--output", str(tmp_path / "b"), "--memory-budget", below]) != 0
+    assert "the smallest budget that works" in capsys.readouterr().err
+    assert main([*argv, "--output", str(tmp_path / "c"), "--memory-budget", smallest]) == 0
+    # the columns a job does not read do not count: the ids alone fit any budget
+    import zephyr
+
+    zephyr.read_parquet(str(source), columns=["id"]).write_parquet(
+        str(tmp_path / "ids"), executor="inprocess", memory_budget="8MiB"
+    )
+    with pytest.raises(zephyr.ConfigError, match="the smallest budget that works for this input is"):
+        zephyr.read_parquet(str(source)).write_parquet(
+            str(tmp_path / "d"), executor="inprocess", memory_budget="8MiB"
+        )

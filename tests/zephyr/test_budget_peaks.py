@@ -1,4 +1,5 @@
-"""The budget holds: each op's peak RSS per worker process stays within baseline + 1.25 × ``--memory-budget``.
+"""The budget holds: each op's peak RSS per worker process stays within baseline + 1.25 × ``--memory-budget``,
+and the driver's within its baseline + the budget.
 
 Slow (minutes each at 512 MiB): ``pytest -m slow tests/zephyr/test_budget_peaks.py``. The measurement is
 benchmarks/budget_peaks.py's (one implementation): a generated corpus of 6× the budget in Arrow bytes, every op
@@ -52,6 +53,11 @@ def test_peak_per_worker_within_budget(corpora, op, budget):
         op, budget, corpus, corpora["tiny"], setup, work=corpora["work"], logs=logs, timeout_s=1800
     )
     assert row["error"] is None, row["error"]
+    assert row.get("driver_ok", True), (
+        f"{op} at {budget}: driver peak {row['driver_peak_mib']:.0f} MiB = its baseline "
+        f"{row['driver_baseline_mib']:.0f} + {row['driver_above_mib']:.0f} MiB, {row['driver_ratio']:.2f}× the "
+        f"budget (goal ≤ {budget_peaks.DRIVER_GOAL}); RSS timeline and log in {logs}"
+    )
     assert row["ok"], (
         f"{op} at {budget}: worker peak {row['peak_mib']:.0f} MiB = baseline {row['baseline_mib']:.0f} + "
         f"{row['above_mib']:.0f} MiB, {row['ratio']:.2f}× the budget (goal ≤ {budget_peaks.GOAL}); "

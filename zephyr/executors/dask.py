@@ -174,6 +174,22 @@ class LocalDaskCluster:
         self.close()
 
 
+def on_worker(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on a dask worker, with the heap rules of the local executor's workers
+    (``zephyr.executors.heap``): glibc's mmap threshold fixed before the first task of the process, and what a
+    task freed handed back when it ends. A dask worker runs every task of a job in one long-lived process, where
+    freed arrays left in glibc's arenas and Arrow's pool add to the next task's peak; without these rules the
+    scale benchmark's dask workers peaked at 1.1-1.8 GiB under the default 1 GiB budget where local workers
+    stayed at 0.4-0.6 GiB, and a tokenize worker was OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
+    from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
+
+    fix_mmap_threshold()
+    try:
+        return fn(*args)
+    finally:
+        release_freed_memory()
+
+
 def dask_setup(worker: object) -> None:
     """Run by each worker of a cluster started here, as it starts (dask's ``preload``): Ctrl-C is the
     driver's to handle, and it closes the cluster. A terminal sends it to every process of the command, and a
@@ -305,10 +321,10 @@ class DaskExecutor(Executor):
                 position, task = queue.popleft()
                 key = f"zephyr-{name}-{batch}-{position:05d}"
                 if stage is None:
-                    future = self.client.submit(fn, task, pure=False, retries=0, key=key)
+                    future = self.client.submit(on_worker, fn, task, pure=False, retries=0, key=key)
                 else:
                     future = self.client.submit(
-                        call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
+                        on_worker, call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
                     )
                 positions[future.key] = position
                 pending[future.key] = future

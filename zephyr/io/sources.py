@@ -29,7 +29,9 @@ and the job planner calls it. ``check_text_inputs`` peeks the same way to refuse
 How many in-memory (Arrow) bytes an input file holds, estimated before reading it, is one rule for every
 planner: the engine sizes shuffle partitions and decides small jobs from it, and the
 tokenize writer splits its inputs by it. Parquet footers give exact uncompressed column sizes
-(``parquet_column_bytes``); otherwise the file size is scaled by a per-format factor (``estimated_bytes``).
+(``parquet_footer_sizes``); otherwise the file size is scaled by a per-format factor (``estimated_bytes``).
+The same footers tell how wide a row is on average in each row group, per column: a row is the one thing a
+reader cannot split, so it bounds the smallest memory budget that works (``zephyr.physical.check_row_width``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import fsspec
@@ -62,7 +64,9 @@ __all__ = [
     "plan_input_schema",
     "FOOTER_ESTIMATE_MAX_FILES",
     "estimated_bytes",
-    "parquet_column_bytes",
+    "FooterSizes",
+    "RowWidth",
+    "parquet_footer_sizes",
     "check_text_inputs",
 ]
 
@@ -342,9 +346,27 @@ def estimated_bytes(path: str, size: int, fmt: str) -> int:
     return int(size * factor)
 
 
-def parquet_column_bytes(paths: list[str]) -> dict[str, int]:
-    """Uncompressed bytes per top-level column over all row groups of these files (one footer read each)."""
-    totals: dict[str, int] = {}
+@dataclass(frozen=True)
+class RowWidth:
+    """A column's widest row group: its uncompressed bytes per row there, and where it is."""
+
+    bytes_per_row: int
+    path: str
+    row_group: int
+
+
+@dataclass
+class FooterSizes:
+    """What the footers of some Parquet files say: uncompressed bytes per top-level column over all row groups,
+    and per column the row group whose rows are widest on average."""
+
+    column_bytes: dict[str, int] = field(default_factory=dict)
+    widest: dict[str, RowWidth] = field(default_factory=dict)
+
+
+def parquet_footer_sizes(paths: list[str]) -> FooterSizes:
+    """Column sizes and widest rows of these files (one footer read each)."""
+    sizes = FooterSizes()
     for url in paths:
         fs, path = fsspec.core.url_to_fs(url)
         try:
@@ -354,8 +376,15 @@ def parquet_column_bytes(paths: list[str]) -> dict[str, int]:
             continue
         for group in range(metadata.num_row_groups):
             row_group = metadata.row_group(group)
+            per_group: dict[str, int] = {}
             for i in range(row_group.num_columns):
                 chunk = row_group.column(i)
                 name = chunk.path_in_schema.split(".")[0]
-                totals[name] = totals.get(name, 0) + chunk.total_uncompressed_size
-    return totals
+                per_group[name] = per_group.get(name, 0) + chunk.total_uncompressed_size
+            for name, size in per_group.items():
+                sizes.column_bytes[name] = sizes.column_bytes.get(name, 0) + size
+                if row_group.num_rows:
+                    width = size // row_group.num_rows
+                    if name not in sizes.widest or width > sizes.widest[name].bytes_per_row:
+                        sizes.widest[name] = RowWidth(width, url, group)
+    return sizes
