@@ -1,6 +1,6 @@
 """Fuzzy dedup on one templated web source: every page lands in the same LSH buckets (the "giant bucket").
 
-``zephyr.dedup.synthetic.templated_source`` makes pages that share a boilerplate header and footer (unrelated
+``dupes_synthetic.templated_source`` makes pages that share a boilerplate header and footer (unrelated
 pages at Jaccard ~0.4–0.7, so at 14×8 bands most pages collide with most others in some band) plus planted
 near-duplicates (J ≥ 0.9 to their original, the only pairs at J ≥ 0.8). Per size (default 10k, 40k, 160k
 rows, written to one Parquet file with ~16 MB row groups) it runs the CLI
@@ -11,7 +11,7 @@ rows, written to one Parquet file with ~16 MB row groups) it runs the CLI
 and reports wall time, peak RSS per process role (the driver, the workers — the largest of them — and the
 whole tree; every process sampled every 50 ms, each pid's maximum kept), candidate and rejected edges,
 removed rows against planted duplicates, and precision/recall of the removed rows
-(``zephyr.dedup.synthetic.score``). A run on 500 rows first gives each role's baseline RSS (imports,
+(``dupes_synthetic.score``). A run on 500 rows first gives each role's baseline RSS (imports,
 compiled kernels). Goals, printed as pass/fail:
 
 - time per doubling beyond linear, ``(t(4n) / (4·t(n)))^(1/2)`` between neighbouring sizes, ≤ 1.2;
@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import budget_mib, machine, publish, run_sampled  # noqa: E402
-from zephyr.dedup.synthetic import score, templated_source  # noqa: E402
+from dupes_synthetic import score, templated_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ZEPHYR = str(ROOT / ".venv" / "bin" / "zephyr")

@@ -6,7 +6,7 @@ components):
 - plain functions on ``pyarrow.Table`` / record batches, no cluster needed: ``exact_dedup``,
   ``paragraph_dedup``, ``fuzzy_dedup``, ``SignatureIndex``;
 - Dataset functions taking and returning a ``zephyr.Dataset``: ``exact_dedup_dataset``,
-  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.dataset_ops``).
+  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.exact``).
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
 
@@ -21,20 +21,26 @@ from __future__ import annotations
 from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
-    "DedupResult": "zephyr.dedup.clusters",
+    "DedupResult": "zephyr.dedup._rows",
     "ExactDedupConfig": "zephyr.dedup.config",
     "FuzzyDedupConfig": "zephyr.dedup.config",
+    "SubstringConfig": "zephyr.dedup.config",
     "PRESETS": "zephyr.dedup.config",
+    "lsh_threshold": "zephyr.dedup.config",
+    "optimal_bands": "zephyr.dedup.config",
     "exact_dedup": "zephyr.dedup.exact",
+    "exact_dedup_dataset": "zephyr.dedup.exact",
     "paragraph_dedup": "zephyr.dedup.exact",
+    "paragraph_dedup_dataset": "zephyr.dedup.exact",
+    "url_dedup_dataset": "zephyr.dedup.exact",
     "fuzzy_dedup": "zephyr.dedup.fuzzy",
+    "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
     "SignatureIndex": "zephyr.dedup.fuzzy",
-    "lsh_threshold": "zephyr.dedup.lsh",
-    "optimal_bands": "zephyr.dedup.lsh",
+    "bloom_paragraph_dedup": "zephyr.dedup.bloom",
+    "substring_dedup_dataset": "zephyr.dedup.substring",
+    "open_index": "zephyr.dedup.index",
+    "write_generation": "zephyr.dedup.index",
     "pair_scores": "zephyr.dedup.evaluate",
-    "exact_dedup_dataset": "zephyr.dedup.dataset_ops",
-    "paragraph_dedup_dataset": "zephyr.dedup.dataset_ops",
-    "fuzzy_dedup_dataset": "zephyr.dedup.dataset_ops",
 }
 
 __all__ = sorted(_LAZY)

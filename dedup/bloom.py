@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.clusters import DedupResult, as_table, require_column
+from zephyr.dedup._rows import DedupResult, as_table, require_column
 from zephyr.dedup.config import ExactDedupConfig
 
 from zephyr.errors import ConfigError, InputError

@@ -25,7 +25,7 @@ import json
 import typing
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.config import (
     REMOVAL_MODES,
@@ -36,6 +36,9 @@ from zephyr.config import (
     require_at_least,
     require_within,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ExactDedupConfig",
@@ -82,6 +85,40 @@ _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
 
+def lsh_threshold(bands: int, rows: int) -> float:
+    """Approximate Jaccard at which a pair becomes a candidate with probability ~1/2: ``(1/b)^(1/r)``."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def collision_probability(similarity: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """Probability that a pair of Jaccard ``similarity`` shares a bucket in at least one band."""
+    import numpy as np
+
+    return 1.0 - (1.0 - np.asarray(similarity, dtype=np.float64) ** rows) ** bands
+
+
+def optimal_bands(
+    threshold: float, num_perm: int, *, false_positive_weight: float = 0.5, false_negative_weight: float = 0.5
+) -> tuple[int, int]:
+    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted FP + FN areas."""
+    import numpy as np
+
+    if not 0.0 < threshold < 1.0:
+        raise FieldError("threshold", f"must be in (0, 1), got {threshold}")
+    lo = np.linspace(0.0, threshold, 201)
+    hi = np.linspace(threshold, 1.0, 201)
+    best: tuple[float, int, int] | None = None
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(collision_probability(lo, b, r), lo)
+            fn = np.trapezoid(1.0 - collision_probability(hi, b, r), hi)
+            err = false_positive_weight * fp + false_negative_weight * fn
+            if best is None or err < best[0] - 1e-15:
+                best = (err, b, r)
+    assert best is not None
+    return best[1], best[2]
+
+
 @dataclass(frozen=True)
 class ExactDedupConfig:
     """Exact (hash-equality) dedup of documents or paragraphs."""
@@ -119,7 +156,7 @@ class FuzzyDedupConfig:
     ngram: int = 5
     """Shingle length in words or characters."""
     normalize: Normalization = "default"
-    """Text normalization before shingling (see ``zephyr.dedup.normalize``)."""
+    """Text normalization before shingling (see ``zephyr.dedup._hashing``)."""
     bands: int | None = None
     """LSH bands (give with ``rows_per_band``); ``None`` picks them from ``threshold`` and ``num_perm``."""
     rows_per_band: int | None = None
@@ -135,7 +172,7 @@ class FuzzyDedupConfig:
     always on)."""
     clusters: ClusterRule = "anchored"
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
-    ``threshold`` (see ``zephyr.dedup.anchored``); ``components``: connected components of the verified
+    ``threshold`` (see ``zephyr.dedup._graph``); ``components``: connected components of the verified
     pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
     signature_device: SignatureDevice = "auto"
     """Where signatures are computed: ``auto`` (CUDA or XPU when torch sees one, else the numba kernels),
@@ -143,7 +180,7 @@ class FuzzyDedupConfig:
     device, so it is not part of ``signature_fingerprint``."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
-    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup.lsh.candidate_edges``)."""
+    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_edges``)."""
     preset: Preset | None = field(default=None, compare=False)
     """The known pipeline whose shingling and banding this config reproduces (``from_preset``, or
     ``preset:`` in a config file, where the other keys override it); informational on the dataclass."""
@@ -199,8 +236,6 @@ class FuzzyDedupConfig:
             base = dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none")
         elif name == "redpajama":
             if threshold not in _REDPAJAMA_BANDS:
-                from zephyr.dedup.lsh import optimal_bands
-
                 bands, rows = optimal_bands(threshold, 128)
             else:
                 bands, rows = _REDPAJAMA_BANDS[threshold]
@@ -214,8 +249,6 @@ class FuzzyDedupConfig:
 
     def bands_rows(self) -> tuple[int, int]:
         """The (bands, rows) in force: explicit, or optimized for ``threshold`` (verification on: recall first)."""
-        from zephyr.dedup.lsh import optimal_bands
-
         if self.bands is not None and self.rows_per_band is not None:
             return self.bands, self.rows_per_band
         if self.threshold >= 1.0:
@@ -249,9 +282,7 @@ class FuzzyDedupConfig:
 
     @property
     def lsh_threshold(self) -> float:
-        """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup.lsh``."""
-        from zephyr.dedup.lsh import lsh_threshold
-
+        """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup._minhash``."""
         return lsh_threshold(*self.bands_rows())
 
     def signature_fingerprint(self) -> str:

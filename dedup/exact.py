@@ -1,4 +1,6 @@
-"""Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documents and paragraphs.
+"""Exact dedup: documents (driver and shuffle paths), paragraphs, and URLs (exact on the normalized URL).
+
+Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documents and paragraphs.
 
 Document level: the text is normalized (``none`` or NFC + lower case + whitespace collapse), hashed with
 128-bit xxh3, and rows with equal hashes form a cluster; the kept row is the one with the maximum
@@ -17,37 +19,101 @@ paragraphs are never removed. Rows with null text are passed through unchanged a
 >>> p = pa.table({"id": ["a", "b"], "text": ["x\\ny\\n\\nz", "y\\nw\\nz"]})
 >>> paragraph_dedup(p, mode="remove").table["text"].to_pylist()
 ['x\\ny\\n\\nz', 'w']
+
+Document-level exact dedup on a ``Dataset`` (``exact_dedup_dataset``).
+
+With ``execution``, one pass hashes every row into a small (row, hash, id, priority) table; when it fits the
+driver, groups form there and a second pass attaches the cluster columns by row number (the text is never
+shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash → keepers by aggregation
+(``dup_columns.group_keepers``) → a join back on the hash. See ``dedup.dataset_ops`` for the columns and
+counters every dedup stage shares.
+
+Dedup on a ``zephyr.Dataset``: functions taking a Dataset and returning one with the dedup ops appended
+(each runs as one or more engine stages). Until this release the module was ``dedup.stages`` (still
+importable, with a ``ZephyrDeprecationWarning``).
+
+Where each piece lives: ``exact_dataset`` (exact), ``fuzzy_dataset`` (fuzzy up to candidate pairs),
+``fuzzy_clusters`` (where verification and clustering run), ``driver_graph`` (the graph in the driver),
+``dup_columns`` (the dup columns both paths end with), ``eager`` (execution options, limits, scratch);
+this module keeps paragraph dedup and re-exports the public names.
+
+**Row identity is the engine's.** Every path numbers the input rows with ``Dataset.with_row_index`` and
+addresses them by that number; user ids only order rows (the keep rule: largest priority, then smallest
+id, then input order; nulls last) and name clusters. So rows that share an id, rows with null ids and
+inputs without an id column (``id_column=None``) dedup like any others, and nothing is quarantined.
+
+- exact, with ``execution``: one pass hashes every row into a small (row, hash, id, priority) table; when
+  it fits the driver, groups form there and a second pass attaches the cluster columns by row number (the
+  text is never shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash →
+  keepers by aggregation (``dup_columns.group_keepers``) → a join back on the hash.
+- fuzzy: signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)``
+  → bounded candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs. One pass writes
+  the endpoints' shingle sets and keys (every row's, when the pairs do not fit the driver). When pairs
+  and sets fit the driver, verification and clusters (``fuzzy.cluster_labels``: anchored by default) run
+  there and the result is attached by row number. Otherwise the pairs are verified on the engine
+  (``verify_engine``: sets joined onto pairs, a giant bucket's first members broadcast); the verified
+  graph is then clustered in the driver when it fits, else (components only) by engine rounds
+  (``engine_components``).
+
+Columns added: ``dup_cluster`` (the id of the cluster's kept row; its row number without an id column),
+``dup_cluster_size``, ``dup_keep``. Null texts pass through with null cluster columns and ``dup_keep =
+true``. Counters: ``dedup/duplicates``, ``dedup/null_text``, ``dedup/cluster_size=N`` (clusters of N rows:
+the cluster-size histogram), ``dedup/candidate_edges``, ``dedup/verified_edges``, ``dedup/rejected_edges``.
+
+Exact URL dedup: one row per normalized URL, kept by the exact-dedup keep rule.
+
+The key is ``zephyr.pipelines.web.urls.normalize_url`` of the url column (lower-case host, no default port,
+fragment or tracking parameters), and the rest is ``exact_dedup_dataset`` on that key with ``normalize="none"``:
+the same keep rule (largest priority, then smallest id, then input order), the same ``dup_cluster`` /
+``dup_cluster_size`` / ``dup_keep`` columns, the same driver-or-shuffle paths. Rows whose URL is null or not a
+web URL are in no cluster and pass through (counted as ``dedup/null_text``: no key).
+
+>>> import zephyr
+>>> ds = zephyr.from_items([{"id": 2, "url": "http://A.com/x#top"}, {"id": 1, "url": "http://a.com:80/x?utm_source=t"}])
+>>> url_dedup_dataset(ds, mode="remove").to_arrow(executor="inprocess").to_pylist()
+[{'id': 1, 'url': 'http://a.com:80/x?utm_source=t'}]
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.clusters import (
+from zephyr.dedup._hashing import normalize_text, xxh3_128_array
+from zephyr.dedup._rows import (
+    H0,
+    H1,
+    ROW,
+    Attach,
     DedupResult,
+    Finish,
     apply_mode,
     as_table,
     cluster_columns,
+    cluster_node_info,
+    execution_kwargs,
+    group_keepers,
+    has_column,
+    in_memory_limit,
     keep_ranks,
+    key_columns,
+    mark_keep,
     require_column,
     size_histogram,
 )
 from zephyr.dedup.config import ExactDedupConfig, check_mode
-from zephyr.dedup.hashing import xxh3_128_array
-from zephyr.dedup.normalize import normalize_text
 
-__all__ = [
-    "exact_dedup",
-    "paragraph_dedup",
-    "document_hashes",
-    "group_labels",
-    "split_paragraphs",
-    "join_paragraphs",
-]
+from zephyr import counters
+from zephyr.errors import SchemaError
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+
 
 logger = logging.getLogger(__name__)
 
@@ -220,3 +286,261 @@ def paragraph_dedup(
         "per_source": per_source,
     }
     return DedupResult(out, stats)
+
+
+def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.Array]:
+    """The two 64-bit halves of each normalized text's xxh3-128 (int64 bit patterns: the engine's shuffle keys
+    are signed integers); null for null text."""
+
+    hashes = document_hashes(texts, normalize)
+    mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
+    return tuple(pa.array(hashes[:, k].view(np.int64), mask=mask, type=pa.int64()) for k in (0, 1))
+
+
+class _AddDocHash:
+    """Adds H0/H1 (the text's hash) to every row."""
+
+    def __init__(self, text_column: str, normalize: str):
+        self.text_column, self.normalize = text_column, normalize
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if not has_column(table, self.text_column, "text"):
+            return table
+        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        return table.append_column(H0, h0).append_column(H1, h1)
+
+
+class _MemberHashes:
+    """(ROW, H0, H1[, id][, priority]) of every row with text: the small table the exact path groups."""
+
+    def __init__(self, text_column: str, id_column: str | None, normalize: str, priority_column: str | None):
+        self.text_column, self.id_column, self.normalize = text_column, id_column, normalize
+        self.priority_column = priority_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
+            return pa.table({ROW: pa.array([], pa.int64())})
+        table = table.filter(pc.is_valid(table[self.text_column]))
+        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        return pa.table(
+            {ROW: table[ROW], H0: h0, H1: h1, **key_columns(table, self.id_column, self.priority_column)}
+        )
+
+
+def _exact_node_info(
+    members: pa.Table, id_column: str | None, priority_column: str | None
+) -> pa.Table | None:
+    """(ROW, CLUSTER, SIZE, KEEP) of the rows whose normalized text occurs more than once, in the driver."""
+
+    if H0 not in members.column_names or members.num_rows == 0:
+        return None
+    counts = members.group_by([H0, H1]).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1)).select([H0, H1])
+    if repeated.num_rows == 0:
+        return None
+    dup = members.join(repeated, keys=[H0, H1], join_type="inner")
+    dup = dup.take(pc.sort_indices(dup[ROW]))  # input order: the keep rule's last tie-break
+    ranks = keep_ranks(dup, id_column, priority_column)
+    hashes = np.stack([np.asarray(dup[h]).view(np.uint64) for h in (H0, H1)], axis=1)
+    labels_by_rank = group_labels(hashes, ranks, np.ones(dup.num_rows, dtype=bool))
+    position_of_rank = np.empty(dup.num_rows, dtype=np.int64)
+    position_of_rank[ranks] = np.arange(dup.num_rows)
+    return cluster_node_info(dup, position_of_rank[labels_by_rank], id_column)
+
+
+def exact_dedup_dataset(
+    ds: Dataset,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    normalize: str = "default",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    in_memory_rows: int | None = None,
+    stats: dict[str, Any] | None = None,
+) -> Dataset:
+    """Document-level exact dedup on the engine; same output as ``exact.exact_dedup``.
+
+    Without ``execution`` the plan is lazy (the shuffle path). With ``execution``, one eager pass hashes
+    each row into a small (row, hash, id, priority) table; when it has at most ``in_memory_rows`` rows
+    (default: 64 bytes a row within a quarter of the memory budget), groups form in the driver and the
+    returned plan reads the input once more and attaches the cluster columns by row number. ``stats``
+    receives which path ran and why.
+
+    >>> import zephyr
+    >>> ds = zephyr.from_items([{"id": 2, "text": "A  b"}, {"id": 1, "text": "a b"}, {"id": 1, "text": "a B"}])
+    >>> exact_dedup_dataset(ds, mode="remove").to_arrow(executor="inprocess").to_pylist()
+    [{'id': 1, 'text': 'a b'}]
+    """
+    ExactDedupConfig(normalize=normalize)
+    check_mode(mode)
+    plans = exact_job_plans(
+        ds,
+        text_column=text_column,
+        id_column=id_column,
+        normalize=normalize,
+        mode=mode,
+        priority_column=priority_column,
+    )
+    info: dict[str, Any] = {"in_memory": False}
+    if execution is not None:
+        kw = execution_kwargs(execution)
+        limit = in_memory_limit(kw, in_memory_rows)
+        members = plans.member_hashes.materialize(**kw)
+        count = members.count(**kw)
+        info.update(member_rows=count, in_memory_limit=limit)
+        if count <= limit:
+            info["in_memory"] = True
+            node_info = _exact_node_info(members.to_arrow(**kw), id_column, priority_column)
+            info["duplicate_rows"] = 0 if node_info is None else node_info.num_rows
+            if stats is not None:
+                stats.update(info)
+            return plans.attached(node_info)
+        info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
+        logger.info("exact dedup: shuffle path (%s)", info["fallback"])
+    if stats is not None:
+        stats.update(info)
+    return plans.shuffle_path
+
+
+@dataclass(frozen=True)
+class ExactJobPlans:
+    """The lazy plans of exact dedup's engine jobs, built once for the run and for ``zephyr explain``."""
+
+    member_hashes: Dataset
+    """Job 1 (with ``execution``): the (row, hash, id, priority) table, materialized and counted."""
+    shuffle_path: Dataset
+    """The output when the member rows exceed the in-memory limit (or without ``execution``)."""
+    rows: Dataset
+    finish: Finish
+    id_column: str | None
+
+    def attached(self, node_info: pa.Table | None) -> Dataset:
+        """The output when groups formed in the driver: the cluster columns attached by row number."""
+        attach = Attach(node_info, self.id_column)
+        return self.rows.map_batches(attach, name="dedup.exact.attach").map_batches(
+            self.finish, name="dedup.exact.finish"
+        )
+
+
+def exact_job_plans(
+    ds: Dataset,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    normalize: str = "default",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+) -> ExactJobPlans:
+    """Every plan ``exact_dedup_dataset`` may run, built without running anything."""
+    rows = ds.with_row_index(ROW)
+    finish = Finish(text_column, id_column, mode)
+    member_hashes = rows.map_batches(
+        _MemberHashes(text_column, id_column, normalize, priority_column),
+        name="dedup.exact.member_hashes",
+    )
+    hashed = rows.map_batches(_AddDocHash(text_column, normalize), name="dedup.exact.hash")
+    keys = [ROW, H0, H1] + [c for c in (id_column, priority_column) if c is not None]
+    members_ds = hashed.select(*keys).map_batches(
+        lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
+    )
+    groups = group_keepers(members_ds, [H0, H1], id_column, priority_column)
+    joined = hashed.join(groups, on=[H0, H1], how="left")
+    shuffle_path = joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
+        finish, name="dedup.exact.finish"
+    )
+    return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
+
+
+def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
+    """Paragraph-level dedup needs a global "seen earlier" order; on the engine it is one shuffle-free
+    pass after a stable sort by id into one partition (ties and null ids keep input order; without an id
+    column, ``reshard(1)`` keeps input order), running ``exact.paragraph_dedup`` on the whole stream.
+
+    Memory: the paragraph hashes of the corpus (16 bytes each plus the text of one batch). Keyword
+    arguments are those of ``exact.paragraph_dedup``.
+    """
+
+    id_column = kwargs.get("id_column", "id")
+    text_column = kwargs.get("text_column", "text")
+
+    def run(table: pa.Table) -> pa.Table:
+        if not has_column(table, text_column, "text"):
+            return table
+        result = paragraph_dedup(table, **kwargs)
+        counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
+        counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
+        return result.table
+
+    ordered = ds.sort(id_column, num_partitions=1) if id_column else ds.reshard(1)
+    return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
+
+
+URL_KEY = "__dedup_url_key"
+
+
+class _AddUrlKey:
+    def __init__(self, url_column: str):
+        self.url_column = url_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.pipelines.web.urls import normalize_urls
+
+        if self.url_column not in table.column_names:
+            if table.num_rows == 0:
+                return table.append_column(URL_KEY, pa.array([], pa.string()))
+            raise SchemaError(
+                f"url column {self.url_column!r} not found; the input has {', '.join(table.column_names)} "
+                "(pass --url-column / url_column=)"
+            )
+        return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
+
+
+def _drop_key(table: pa.Table) -> Any:
+    return table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table
+
+
+def url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
+    """``ds`` with the normalized URL in ``URL_KEY``: the text exact dedup hashes."""
+    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+
+
+def url_exact_arguments(
+    *, id_column: str | None = "id", mode: str = "annotate", priority_column: str | None = None
+) -> dict[str, Any]:
+    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``exact_job_plans`` (the key, byte-exact):
+    one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
+    return {
+        "text_column": URL_KEY,
+        "id_column": id_column,
+        "normalize": "none",
+        "mode": mode,
+        "priority_column": priority_column,
+    }
+
+
+def without_url_key(out: Dataset) -> Dataset:
+    """The exact dedup's output without the key column: URL dedup's output."""
+    return out.map_batches(_drop_key, name="dedup.url.finish")
+
+
+def url_dedup_dataset(
+    ds: Dataset,
+    *,
+    url_column: str = "url",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+) -> Dataset:
+    """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
+
+    out = exact_dedup_dataset(
+        url_keyed(ds, url_column),
+        **url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
+        execution=execution,
+        stats=stats,
+    )
+    return without_url_key(out)

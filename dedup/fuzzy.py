@@ -1,4 +1,6 @@
-"""Fuzzy (MinHash-LSH) dedup as plain functions on ``pyarrow.Table`` or record batches.
+"""Fuzzy (MinHash-LSH) dedup: signatures per batch, bucket pairs, verified clusters; on a table or a Dataset.
+
+Fuzzy (MinHash-LSH) dedup as plain functions on ``pyarrow.Table`` or record batches.
 
 Pipeline: normalize → shingle hashes → MinHash signatures → band hashes → candidate edges (each bucket
 member to the bucket minimum) → verification (true Jaccard of the shingle sets ≥ threshold; on by
@@ -14,64 +16,66 @@ flag. ``SignatureIndex`` holds a deduplicated corpus A so a later corpus B can b
 >>> index = SignatureIndex.build(t.slice(0, 1), FuzzyDedupConfig(threshold=0.7, ngram=3))
 >>> fuzzy_dedup(t.slice(1), index.config, index=index, mode="remove").table["id"].to_pylist()
 [2]
+
+MinHash-LSH fuzzy dedup on a ``Dataset`` (``fuzzy_dedup_dataset``).
+
+Signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)`` → bounded
+candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs; then verification and clusters
+(``fuzzy_clusters.verify_and_cluster``), and the result attached by row number or joined from engine
+labels. See ``dedup.dataset_ops`` for the columns and counters every dedup stage shares.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from zephyr.dedup.anchored import Measure, anchored_clusters, split_rows
-from zephyr.dedup.clusters import (
+from zephyr.dedup._graph import NodeSets, cluster_labels, jaccard, verify_and_cluster
+from zephyr.dedup._hashing import Shingles, unique_sets
+from zephyr.dedup._minhash import BUCKET_LINKS, candidate_edges, compute_signatures, unique_edges
+from zephyr.dedup._rows import (
+    ROW,
+    Attach,
     DedupResult,
+    Finish,
     apply_mode,
     as_table,
     cluster_columns,
+    execution_kwargs,
+    has_column,
+    in_memory_limit,
     keep_ranks,
+    mark_keep,
     require_column,
+    scratch_folder,
     size_histogram,
 )
-from zephyr.dedup.components import connected_components
 from zephyr.dedup.config import FuzzyDedupConfig, check_mode
-from zephyr.dedup.lsh import candidate_edges, unique_edges
-from zephyr.dedup.minhash import band_hashes, make_permutations
-from zephyr.dedup.shingles import Shingles, shingle_hashes, unique_sets
-from zephyr.dedup.signature_device import signatures_on
-from zephyr.dedup.verify import jaccard
 
+from zephyr import counters
 from zephyr.errors import ConfigError, InputError, ResumeError
 
-__all__ = [
-    "fuzzy_dedup",
-    "cluster_labels",
-    "SignatureIndex",
-    "compute_signatures",
-    "INDEX_FORMAT",
-    "INDEX_VERSION",
-]
+if TYPE_CHECKING:
+    from zephyr.dedup.index import IndexInfo
+
+    from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+
 
 logger = logging.getLogger(__name__)
 
 INDEX_FORMAT = "zephyr.dedup.signature_index"
 INDEX_VERSION = 1
-
-
-def compute_signatures(
-    texts: pa.Array | pa.ChunkedArray, config: FuzzyDedupConfig
-) -> tuple[Shingles, np.ndarray]:
-    """(shingles, ``(n, bands)`` band hashes) of a text column: the per-batch kernel of every surface."""
-    shingles = shingle_hashes(texts, kind=config.shingle, n=config.ngram, normalize=config.normalize)
-    bands, rows = config.bands_rows()
-    perms = make_permutations(config.num_perm_resolved, seed=config.seed, scheme=config.scheme)
-    return shingles, band_hashes(signatures_on(shingles, perms, config.signature_device), bands, rows)
 
 
 @dataclass
@@ -179,7 +183,7 @@ def _select(shingles: Shingles, docs: np.ndarray) -> Shingles:
     counts = shingles.counts[docs]
     offsets = np.zeros(len(docs) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    from zephyr.dedup.verify import gather_sets
+    from zephyr.dedup._graph import gather_sets
 
     hashes, _ = gather_sets(shingles, docs)
     return Shingles(hashes=hashes, offsets=offsets)
@@ -363,19 +367,204 @@ def _stats(
     }
 
 
-def cluster_labels(
-    num_nodes: int,
-    verified: np.ndarray,
-    similarity: np.ndarray | None,
-    config: FuzzyDedupConfig,
-    measure: Measure | None,
-) -> tuple[np.ndarray, dict[str, int]]:
-    """Label (the kept node) of every node, nodes numbered in keep order, by ``config.clusters``; and the
-    graph stats (``split_rows``: rows anchoring kept out of their component's cluster; refinement figures)."""
-    if config.clusters == "components":
-        labels = connected_components(num_nodes, verified)
-        return labels, {"split_rows": 0, "refine_rounds": 0, "refine_candidates": 0, "refine_verified": 0}
-    labels, edges, stats = anchored_clusters(
-        num_nodes, verified, similarity, measure=measure, threshold=config.threshold
+class _BandRows:
+    """One row (ROW, band, band hash) per document and band; documents without shingles emit none."""
+
+    def __init__(self, config: FuzzyDedupConfig, text_column: str):
+        self.config, self.text_column = config, text_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+
+        empty = pa.table(
+            {
+                ROW: pa.array([], pa.int64()),
+                "band": pa.array([], pa.int32()),
+                "bhash": pa.array([], pa.int64()),
+            }
+        )
+        if not has_column(table, self.text_column, "text"):
+            return empty
+        shingles, bands = compute_signatures(table[self.text_column], self.config)
+        has = np.flatnonzero(shingles.counts > 0)
+        nb = bands.shape[1]
+        return pa.table(
+            {
+                ROW: table[ROW].take(pa.array(np.repeat(has, nb))),
+                "band": pa.array(np.tile(np.arange(nb, dtype=np.int32), len(has))),
+                "bhash": pa.array(bands[has].reshape(-1).view(np.int64), type=pa.int64()),
+            }
+        )
+
+
+class _BucketEdges:
+    """Buckets (with their member lists) → candidate pairs [u later row, v earlier row], each member paired
+    with the bucket's first ``links`` members before it (``lsh.candidate_edges``' rule, by row number)."""
+
+    def __init__(self, links: int):
+        self.links = links
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.dedup._minhash import candidate_edges
+
+        big = table.filter(pc.greater(table["n"], 1))
+        members = big["members"].combine_chunks()
+        bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
+        rows = np.asarray(members.flatten(), dtype=np.int64)
+        pairs = candidate_edges(bucket[:, None], rows, links=self.links)
+        pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
+        counters.increment("dedup/candidate_edges", len(pairs))
+        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+
+
+@contextlib.contextmanager
+def _with_index_bands(
+    band_rows: Dataset, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
+) -> Iterator[Dataset]:
+    """``band_rows`` plus the index's band rows: the new rows' are written to ``scratch`` first, so that one
+    Parquet read of both (same schema) feeds the bucket shuffle."""
+    if index is None or not index.docs:
+        yield band_rows
+        return
+    import zephyr
+
+    new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+    yield zephyr.read_parquet([*new, *index.band_files()])
+
+
+def fuzzy_dedup_dataset(
+    ds: Dataset,
+    config: FuzzyDedupConfig | None = None,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    in_memory_edges: int | None = None,
+    stats: dict[str, Any] | None = None,
+    index: IndexInfo | str | None = None,
+    row_numbers: bool = False,
+) -> Dataset:
+    """MinHash-LSH dedup on the engine. Runs candidates, verification and clustering eagerly with
+    ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
+
+    ``in_memory_edges``: candidate-pair count up to which verification can run in the driver; ``None``
+    derives it from the memory budget (64 bytes per pair within a quarter of it); 0 forces verification on
+    the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The
+    verified graph is clustered in the driver when it fits (48 bytes per edge within the budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
+    eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
+
+    ``index`` (an ``IndexInfo`` or a path; ``zephyr.dedup.index``): earlier runs' kept documents. Their band
+    rows join the bucket shuffle (read from the index's Parquet parts, never whole into RAM) and rank before
+    every row of ``ds``; rows near an indexed document are removed like rows near an earlier kept row. Index
+    documents are never in the output. Needs the verified graph to fit the driver. ``row_numbers``
+    (annotate mode) keeps each row's number and its kept row's (``__dedup_row``, ``__dedup_keeper``; the
+    kept row may be an indexed document): ``index.write_generation`` records them, ``StripRowNumbers``
+    turns the result into the output of either mode.
+
+    >>> import zephyr
+    >>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
+    >>> ds = zephyr.from_items([{"id": "a", "text": base}, {"id": "b", "text": base + " again"},
+    ...                         {"id": "c", "text": "something else"}])
+    >>> out = fuzzy_dedup_dataset(ds, FuzzyDedupConfig(threshold=0.7, ngram=3), execution={"executor": "inprocess"})
+    >>> out.to_arrow(executor="inprocess").select(["id", "dup_cluster", "dup_keep"]).to_pylist()[1]
+    {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
+    """
+    config = config or FuzzyDedupConfig()
+    check_mode(mode)
+    kw = execution_kwargs(execution)
+    limit = in_memory_limit(kw, in_memory_edges)
+    if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
+        import zephyr.dedup._compiled as compiled
+
+        compiled.warm_up_in_background()
+    if isinstance(index, str):
+        from zephyr.dedup.index import open_index
+
+        index = open_index(index, config)
+    if row_numbers and mode != "annotate":
+        raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
+    plans = fuzzy_job_plans(
+        ds, config, text_column=text_column, id_column=id_column, mode=mode, priority_column=priority_column
     )
-    return labels, {"split_rows": split_rows(labels, edges), **stats}
+    rows, band_rows = plans.rows, plans.band_rows
+    finish = Finish(text_column, id_column, mode, row_numbers)
+    with scratch_folder(kw) as scratch:
+        edges = _candidate_pairs(band_rows, config, index, scratch, kw)
+        candidates = edges.count(**kw)
+        info: dict[str, Any] = {"candidate_edges": candidates, "in_memory_limit": limit}
+        info["cluster_rule"] = config.clusters
+        if index is not None:
+            info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
+        logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
+        node_info, labels_ds = verify_and_cluster(
+            rows, edges, candidates, config, text_column, id_column, priority_column, kw, info, index, scratch
+        )
+    info["rejected_edges"] = candidates - info["verified_edges"] if config.verify else 0
+    if stats is not None:
+        stats.update(info)
+    return _with_dup_columns(rows, node_info, labels_ds, finish, id_column)
+
+
+def _candidate_pairs(
+    band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
+) -> Dataset:
+    """The distinct candidate pairs (u, v), materialized: band rows (the index's too) grouped by (band,
+    band hash), each bucket's members paired by ``_BucketEdges``."""
+    with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
+        return _pairs_of(band_rows, config).materialize(**kw)
+
+
+def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
+    return (
+        band_rows.group_by("band", "bhash")
+        .agg(members=(ROW, "list"), n=(ROW, "count"))
+        .map_batches(_BucketEdges(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_edges")
+        .deduplicate("u", "v")
+    )
+
+
+@dataclass(frozen=True)
+class FuzzyJobPlans:
+    """The lazy plans of fuzzy dedup's engine jobs whose inputs are known before any job runs (what
+    ``zephyr explain dedup fuzzy`` prints); the verification jobs that follow depend on the pairs found."""
+
+    rows: Dataset
+    band_rows: Dataset
+    candidate_pairs: Dataset
+    """Job 1: the distinct candidate pairs (without an index), materialized and counted."""
+    node_sets: Dataset
+    """Job 2: the endpoints' shingle sets (every row's when the pairs do not fit the driver), written once."""
+    attached: Dataset
+    """The output when the verified graph is clustered in the driver (cluster columns by row number)."""
+
+
+def fuzzy_job_plans(
+    ds: Dataset,
+    config: FuzzyDedupConfig,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "annotate",
+    priority_column: str | None = None,
+) -> FuzzyJobPlans:
+    """Build, without running anything, the plans ``fuzzy_dedup_dataset`` starts from."""
+    rows = ds.with_row_index(ROW)
+    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
+    sets = NodeSets(None, config, text_column, id_column, priority_column)
+    node_sets = rows.map_batches(sets, name="dedup.fuzzy.node_sets")
+    attached = _with_dup_columns(rows, None, None, Finish(text_column, id_column, mode), id_column)
+    return FuzzyJobPlans(rows, band_rows, _pairs_of(band_rows, config), node_sets, attached)
+
+
+def _with_dup_columns(
+    rows: Dataset, node_info: pa.Table | None, labels: Dataset | None, finish: Finish, id_column: str | None
+) -> Dataset:
+    """The lazy output: engine labels joined on the row number, or the driver's node info attached to it."""
+    if labels is not None:
+        joined = rows.join(labels, on=ROW, how="left")
+        return joined.map_batches(mark_keep, name="dedup.fuzzy.keep").map_batches(
+            finish, name="dedup.fuzzy.finish"
+        )
+    attach = Attach(node_info, id_column)
+    return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")

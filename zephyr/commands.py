@@ -9,7 +9,7 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
 command's own arguments, without ``--output``. Packages add their commands' plans to the same group
-(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
+(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.cli``),
 ``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
 (``zephyr.tokenize.writer.plan_text``); a command of several engine jobs prints each job's plan in order with the rules
 between them (``jobs_plan_text``).

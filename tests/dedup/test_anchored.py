@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from dupes_synthetic import chain, templated_source
+from dupes_synthetic import score as removal_score
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup
-from zephyr.dedup.anchored import _anchors_by_rounds, anchored_clusters, anchors
-from zephyr.dedup.dataset_ops import fuzzy_dedup_dataset
-from zephyr.dedup.synthetic import chain, templated_source
-from zephyr.dedup.synthetic import score as removal_score
+from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup, fuzzy_dedup_dataset
+from zephyr.dedup._graph import _anchors_by_rounds, anchored_clusters, anchors
 
 import zephyr
 from zephyr.cli import main

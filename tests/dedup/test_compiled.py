@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+import zephyr.dedup._compiled as compiled
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.dedup import compiled
-from zephyr.dedup.minhash import make_permutations, signatures
-from zephyr.dedup.normalize import collapse_whitespace
-from zephyr.dedup.shingles import shingle_hashes, unique_sets
-from zephyr.dedup.verify import jaccard
+from zephyr.dedup._graph import jaccard
+from zephyr.dedup._hashing import collapse_whitespace, shingle_hashes, unique_sets
+from zephyr.dedup._minhash import make_permutations, signatures
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba not installed or disabled")
 

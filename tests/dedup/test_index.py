@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from zephyr.dedup import FuzzyDedupConfig
-from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
+from zephyr.dedup._rows import StripRowNumbers
+from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
 from zephyr.dedup.index import open_index, write_generation
 
 import zephyr

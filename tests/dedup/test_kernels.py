@@ -12,14 +12,22 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.dedup.components import connected_components
-from zephyr.dedup.hashing import poly_hash_bytes, xxh3_128_array
-from zephyr.dedup.lsh import candidate_edges, collision_probability, lsh_threshold, optimal_bands
-from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
-from zephyr.dedup.minhash_torch import signatures_torch
-from zephyr.dedup.normalize import collapse_whitespace, normalize_text
-from zephyr.dedup.shingles import shingle_hashes
-from zephyr.dedup.verify import jaccard
+from zephyr.dedup._graph import connected_components, jaccard
+from zephyr.dedup._hashing import (
+    collapse_whitespace,
+    normalize_text,
+    poly_hash_bytes,
+    shingle_hashes,
+    xxh3_128_array,
+)
+from zephyr.dedup._minhash import (
+    band_hashes,
+    candidate_edges,
+    make_permutations,
+    signatures,
+    signatures_torch,
+)
+from zephyr.dedup.config import collision_probability, lsh_threshold, optimal_bands
 
 EDGE_TEXTS = [
     "",

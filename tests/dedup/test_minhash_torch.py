@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup, minhash_torch
-from zephyr.dedup.minhash import make_permutations, signatures
-from zephyr.dedup.shingles import Shingles, shingle_hashes
-from zephyr.dedup.signature_device import resolve_signature_device, signatures_on
+import zephyr.dedup._minhash as minhash_torch
+from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup
+from zephyr.dedup._hashing import Shingles, shingle_hashes
+from zephyr.dedup._minhash import make_permutations, resolve_signature_device, signatures, signatures_on
 
 from zephyr.errors import ConfigError
 

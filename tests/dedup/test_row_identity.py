@@ -20,8 +20,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup, paragraph_dedup
-from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset, paragraph_dedup_dataset
+from zephyr.dedup import (
+    FuzzyDedupConfig,
+    exact_dedup,
+    exact_dedup_dataset,
+    fuzzy_dedup,
+    fuzzy_dedup_dataset,
+    paragraph_dedup,
+    paragraph_dedup_dataset,
+)
 
 import zephyr
 from zephyr.cli import main

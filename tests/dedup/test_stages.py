@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup
-from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset
+from zephyr.dedup import FuzzyDedupConfig, exact_dedup, exact_dedup_dataset, fuzzy_dedup, fuzzy_dedup_dataset
 
 import zephyr
 from zephyr.cli import main
@@ -288,7 +287,7 @@ def test_cli_presets_run(tmp_path, preset):
 
 
 def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
-    from zephyr.dedup.fuzzy_clusters import NodeSets
+    from zephyr.dedup._graph import NodeSets
 
     real = NodeSets.__call__
 
@@ -357,8 +356,8 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     pairs in the driver (sets over the driver's share: semi-joins), the engine path without them
     (in_memory_edges=0: hot rows found by a group-by), one whose budget holds a single hot row's set and one
     whose hot pairs are joined to their sets rather than broadcast keep the same rows."""
-    from zephyr.dedup import verify_engine
-    from zephyr.dedup.synthetic import templated_source
+    import zephyr.dedup._graph as verify_engine
+    from dupes_synthetic import templated_source
 
     from zephyr import budget as budget_shares
 

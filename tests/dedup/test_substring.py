@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from zephyr.dedup import substring_kernels as kernels
+from zephyr.dedup import substring as kernels
 from zephyr.dedup.substring import SubstringConfig, substring_dedup_dataset
 
 import zephyr
@@ -390,7 +390,7 @@ def test_the_python_kernels_hash_without_overflow_warnings():
 
     code = (
         "import numpy as np\n"
-        "from zephyr.dedup import substring_kernels as k\n"
+        "from zephyr.dedup import substring as k\n"
         "data = np.frombuffer(b'the same long sentence here. ' * 8 + b'x' * 40, dtype=np.uint8)\n"
         "offsets = np.array([0, 232, len(data)], dtype=np.int64)\n"
         "anchors = k.anchor_hashes(data, offsets, 50, 16)\n"

@@ -1,4 +1,17 @@
-"""numba-compiled forms of the MinHash kernels: the same integers as the numpy code, 4–8× faster.
+"""The numba kernels of dedup (compiled on first use) and the lazy compilation they share with substring's.
+
+numba compilation on first use, for the modules of plain-Python kernels (``compiled``, ``substring_kernels``).
+
+Contract: a module lists its kernels by name and calls ``LazyKernels.compile()`` at each entry point. The first
+call imports numba (~0.5 s, so never at import time) and replaces each named function in the module's globals
+by ``numba.njit(cache=True, nogil=True, boundscheck=False)`` of it, callees first, so that a compiled caller
+resolves its callees as compiled; numba caches the machine code on disk beside the module. Later calls return
+at once, and threads racing the first call compile once (a lock).
+
+``NUMBA_ENABLED`` is whether numba is installed and not turned off by ``ZEPHYR_NO_NUMBA=1``; without it the
+kernels run as Python (the slow reference path the tests compare the compiled code against).
+
+numba-compiled forms of the MinHash kernels: the same integers as the numpy code, 4–8× faster.
 
 Why compiled code here: the numpy kernels (``shingles.shingle_hashes``, ``minhash.signatures``,
 ``verify.jaccard``) are vectorized but make many passes over arrays 8–24× the size of the text (a uint64
@@ -23,24 +36,44 @@ with ``ZEPHYR_NO_NUMBA=1``).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
-__all__ = [
-    "available",
-    "warm_up",
-    "warm_up_in_background",
-    "collapse_whitespace",
-    "word_shingles",
-    "char_shingles",
-    "minhash",
-    "sorted_sets",
-    "intersections",
-    "greedy_anchors",
-]
+NUMBA_ENABLED = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in (
+    "",
+    "0",
+)
+
+
+class LazyKernels:
+    """The kernels ``names`` (callees first) of the module whose ``globals()`` is ``namespace``."""
+
+    def __init__(self, namespace: dict[str, Any], names: Sequence[str]) -> None:
+        self._namespace = namespace
+        self._names = tuple(names)
+        self._lock = threading.Lock()
+        self.compiled = False
+        """True once every kernel in the namespace is a numba dispatcher."""
+
+    def compile(self) -> None:
+        """Replace the kernels by numba dispatchers, once (loaded from numba's disk cache after the first run)."""
+        if self.compiled:
+            return
+        with self._lock:
+            if self.compiled:
+                return
+            import numba
+
+            for name in self._names:
+                self._namespace[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(
+                    self._namespace[name]
+                )
+            self.compiled = True
 
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
