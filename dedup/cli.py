@@ -57,7 +57,6 @@ import json
 import logging
 import os
 import typing
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +71,7 @@ from zephyr.dedup.config import (
 )
 
 from zephyr.commands import PlanStep, jobs_plan_text
-from zephyr.config import REMOVAL_MODES, ZephyrDeprecationWarning
+from zephyr.config import REMOVAL_MODES
 from zephyr.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -922,15 +921,6 @@ def _fuzzy_config(args: argparse.Namespace) -> FuzzyDedupConfig:
     """The ``FuzzyDedupConfig`` of the flags given (the dataclass's defaults for the rest, a preset's when
     ``--preset`` is given), built as a pipeline step builds it (``FuzzyDedupConfig.from_dict``)."""
     given: dict[str, Any] = {k: getattr(args, k) for k in _FUZZY_FLAGS if getattr(args, k) is not None}
-    if args.rows is not None:  # the old flag, read until the next release
-        if args.rows_per_band is not None:
-            raise ConfigError("--rows is the old name of --rows-per-band; give only --rows-per-band")
-        warnings.warn(
-            "--rows is renamed --rows-per-band (the old flag is read until the next release)",
-            ZephyrDeprecationWarning,
-            stacklevel=2,
-        )
-        given["rows_per_band"] = args.rows
     if args.no_verify:
         given["verify"] = False
     return FuzzyDedupConfig.from_dict(given)
@@ -1170,7 +1160,6 @@ def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
     fuzzy.add_argument(
         "--rows-per-band", type=int, default=None, help="signature values per LSH band (with --bands)"
     )
-    fuzzy.add_argument("--rows", type=int, default=None, help="deprecated: the old name of --rows-per-band")
     fuzzy.add_argument("--num-perm", type=int, default=None)
     fuzzy.add_argument(
         "--seed", type=int, default=None, help=f"permutation seed (default {_default('seed')})"

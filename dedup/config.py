@@ -23,16 +23,13 @@ import dataclasses
 import hashlib
 import json
 import typing
-import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import (
     REMOVAL_MODES,
     FieldError,
-    ZephyrDeprecationWarning,
     check_removal_mode,
-    renamed_keys,
     require_at_least,
     require_within,
 )
@@ -140,14 +137,7 @@ class ExactDedupConfig:
 
 @dataclass(frozen=True)
 class FuzzyDedupConfig:
-    """MinHash-LSH near-duplicate detection with verified clusters.
-
-    ``rows`` is the old name of ``rows_per_band``, read with a ``ZephyrDeprecationWarning`` until the next
-    release: as a key of ``from_dict`` (config files, pipeline steps), the ``--rows`` flag and the ``.rows``
-    attribute. The constructor takes only ``rows_per_band``."""
-
-    RENAMED: ClassVar[dict[str, str]] = {"rows": "rows_per_band"}
-    """Old key → new key, for config files (``from_dict``) and the pipeline's stage keys."""
+    """MinHash-LSH near-duplicate detection with verified clusters."""
 
     threshold: float = 0.8
     """Jaccard similarity (of shingle sets) at or above which two documents are duplicates, in (0, 1]."""
@@ -215,10 +205,9 @@ class FuzzyDedupConfig:
             )
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: str = "") -> FuzzyDedupConfig:
-        """From a config file's keys: ``preset`` (if given) first, the other keys over it; ``rows`` is read as
-        ``rows_per_band`` with a deprecation warning (``where`` prefixes its key path)."""
-        values = renamed_keys(raw, cls.RENAMED, where)
+    def from_dict(cls, raw: dict[str, Any]) -> FuzzyDedupConfig:
+        """From a config file's keys: ``preset`` (if given) first, the other keys over it."""
+        values = dict(raw)
         preset = values.pop("preset", None)
         if preset is not None:
             return cls.from_preset(preset, **values)
@@ -260,16 +249,6 @@ class FuzzyDedupConfig:
             false_positive_weight=weights[0],
             false_negative_weight=weights[1],
         )
-
-    @property
-    def rows(self) -> int | None:
-        """``rows_per_band`` under its old name, with a ``ZephyrDeprecationWarning``."""
-        warnings.warn(
-            "FuzzyDedupConfig.rows is renamed rows_per_band (the old name is read until the next release)",
-            ZephyrDeprecationWarning,
-            stacklevel=2,
-        )
-        return self.rows_per_band
 
     @property
     def bands_resolved(self) -> int:

@@ -29,8 +29,7 @@ shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash â
 counters every dedup stage shares.
 
 Dedup on a ``zephyr.Dataset``: functions taking a Dataset and returning one with the dedup ops appended
-(each runs as one or more engine stages). Until this release the module was ``dedup.stages`` (still
-importable, with a ``ZephyrDeprecationWarning``).
+(each runs as one or more engine stages).
 
 Where each piece lives: ``exact_dataset`` (exact), ``fuzzy_dataset`` (fuzzy up to candidate pairs),
 ``fuzzy_clusters`` (where verification and clustering run), ``driver_graph`` (the graph in the driver),

@@ -125,23 +125,15 @@ def test_output_is_deterministic_across_input_order():
     assert a.equals(b)
 
 
-def test_cli_flags_build_the_one_config_and_rows_still_works(tmp_path, capsys):
-    """`zephyr dedup fuzzy` builds FuzzyDedupConfig from its flags (its defaults where none is given); the old
-    --rows flag is read as --rows-per-band with a warning, and giving both is refused."""
+def test_cli_flags_build_the_one_config(tmp_path):
+    """`zephyr dedup fuzzy` builds FuzzyDedupConfig from its flags (its defaults where none is given)."""
     import json
 
     from zephyr.cli import main
-    from zephyr.config import ZephyrDeprecationWarning
 
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "text": ["a b c d e f g", "a b c d e f g", "x y z"]}), src)
     base = ["dedup", "fuzzy", str(src), "--executor", "inprocess", "--no-progress"]
     assert main([*base, "--output", str(tmp_path / "new"), "--bands", "14", "--rows-per-band", "8"]) == 0
-    with pytest.warns(ZephyrDeprecationWarning, match="--rows is renamed --rows-per-band"):
-        assert main([*base, "--output", str(tmp_path / "old"), "--bands", "14", "--rows", "8"]) == 0
-    configs = [
-        json.loads(Path(stats_path(tmp_path / d)).read_text())["dedup"]["config"] for d in ("new", "old")
-    ]
-    assert configs[0] == configs[1] == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
-    assert main([*base, "--output", str(tmp_path / "x"), "--rows", "8", "--rows-per-band", "8"]) == 1
-    assert "--rows is the old name of --rows-per-band" in capsys.readouterr().err
+    config = json.loads(Path(stats_path(tmp_path / "new")).read_text())["dedup"]["config"]
+    assert config == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
