@@ -99,7 +99,7 @@ def run_size(num_docs: int, args: argparse.Namespace, work: Path, logs: Path) ->
         row.update(score(pq.read_table(out, columns=["id"]), truth))
         shutil.copy(out / "_dedup_stats.json", logs / f"stats-{num_docs}.json")
         stats = json.loads((out / "_dedup_stats.json").read_text())["dedup"]
-        for key in ("candidate_edges", "rejected_edges", "verified_edges", "in_memory", "cluster_rule"):
+        for key in ("candidate_pairs", "rejected_pairs", "verified_pairs", "in_memory", "cluster_rule"):
             row[key] = stats.get(key)
     else:
         log = log_path.read_text()[-2000:]
@@ -194,8 +194,8 @@ def main() -> int:
         lines.append(
             f"| {r['docs']:,} | {r['text_mb']:.0f} | {r['wall_s']:.1f} | {_fmt(q, '.2f')} | {_fmt(qn, '.2f')} | "
             f"{_fmt(r['peak_mib'].get('driver'), '.0f')} | {_fmt(r['peak_mib'].get('worker'), '.0f')} "
-            f"({r['processes'].get('worker', 0)}) | {r['tree_peak_mib']:.0f} | {_fmt(r['candidate_edges'], ',')} | "
-            f"{_fmt(r['rejected_edges'], ',')} | {r['removed_rows']:,} | {r['planted_duplicates']:,} | "
+            f"({r['processes'].get('worker', 0)}) | {r['tree_peak_mib']:.0f} | {_fmt(r['candidate_pairs'], ',')} | "
+            f"{_fmt(r['rejected_pairs'], ',')} | {r['removed_rows']:,} | {r['planted_duplicates']:,} | "
             f"{r['removed_rows'] / max(1, r['planted_duplicates']):.3f} | {r['precision']:.4f} | "
             f"{r['recall']:.4f} |"
         )

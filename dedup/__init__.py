@@ -1,18 +1,16 @@
 """zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters.
 
-Two surfaces share one set of numpy kernels (normalize → hash/shingle → MinHash → LSH → verify →
-components):
-
-- plain functions on ``pyarrow.Table`` / record batches, no cluster needed: ``exact_dedup``,
-  ``paragraph_dedup``, ``fuzzy_dedup``, ``SignatureIndex``;
-- Dataset functions taking and returning a ``zephyr.Dataset``: ``exact_dedup_dataset``,
-  ``paragraph_dedup_dataset``, ``fuzzy_dedup_dataset`` (``zephyr.dedup.exact``).
+One path per method, two ways in: the Dataset functions (``exact_dedup_dataset``, ``fuzzy_dedup_dataset``,
+``paragraph_dedup_dataset``, ``url_dedup_dataset``, ``substring_dedup_dataset``) append the method's ops to
+a ``zephyr.Dataset``; the table functions (``exact_dedup``, ``fuzzy_dedup``, ``paragraph_dedup``,
+``bloom_paragraph_dedup``) run the same kernels on one in-memory ``pyarrow.Table``, no engine. An on-disk
+index (``open_index``, ``write_generation``) lets a later corpus be deduped against an earlier one.
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
 
 >>> import pyarrow as pa
 >>> from zephyr.dedup import exact_dedup
->>> exact_dedup(pa.table({"id": [1, 2], "text": ["A b", "a  B"]}), mode="remove").table["id"].to_pylist()
+>>> exact_dedup(pa.table({"id": [1, 2], "text": ["A b", "a  B"]})).table["id"].to_pylist()
 [1]
 """
 
@@ -35,7 +33,6 @@ _LAZY = {
     "url_dedup_dataset": "zephyr.dedup.exact",
     "fuzzy_dedup": "zephyr.dedup.fuzzy",
     "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
-    "SignatureIndex": "zephyr.dedup.fuzzy",
     "bloom_paragraph_dedup": "zephyr.dedup.bloom",
     "substring_dedup_dataset": "zephyr.dedup.substring",
     "open_index": "zephyr.dedup.index",

@@ -67,7 +67,7 @@ Verifying candidate pairs on the engine: shingle sets joined onto the pairs, a g
 members broadcast.
 
 A templated source puts most rows in the same LSH buckets, and each bucket member is paired with the bucket's
-first few members (``lsh.candidate_edges``), so those few rows are the earlier end (v) of most pairs. Joined
+first few members (``lsh.candidate_pairs``), so those few rows are the earlier end (v) of most pairs. Joined
 row by row, each of their sets would be copied once per pair into a single partition: quadratic bytes and
 one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
 set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
@@ -614,8 +614,8 @@ class _FanAbove:
 def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
     """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
     keep = sims >= threshold
-    counters.increment("dedup/verified_edges", int(keep.sum()))
-    counters.increment("dedup/rejected_edges", int((~keep).sum()))
+    counters.increment("dedup/verified_pairs", int(keep.sum()))
+    counters.increment("dedup/rejected_pairs", int((~keep).sum()))
     return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
 
 
@@ -625,7 +625,7 @@ def verify_on_engine(
     sets: Dataset,
     set_rows: int,
     set_bytes: int,
-    pair_limit: int,
+    driver_rows: int,
     budget_bytes: int,
     config: FuzzyDedupConfig,
     index: IndexInfo | None,
@@ -637,7 +637,7 @@ def verify_on_engine(
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
     members) are grouped by u, joined with u's set once and checked against the hot rows' sets broadcast
     with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
-    ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``pair_limit``), each join
+    ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
     reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
     import zephyr
 
@@ -680,7 +680,7 @@ def verify_on_engine(
         cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
     else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
         cold = cold.materialize(**kw)
-        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= pair_limit else None
+        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= driver_rows else None
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
     cold_u = cold.join(side("u", ends(cold_pairs, "u")), on="u").materialize(**kw)
@@ -797,7 +797,7 @@ def graph_in_driver(
         edges, sims = edges[similar], sims[similar]
     else:
         sims = None
-    info["verified_edges"] = len(edges)
+    info["verified_pairs"] = len(edges)
     removed = np.flatnonzero(anchor != index_keys)
     if len(removed):  # each indexed document an earlier run removed stays tied to the document it kept
         owner = np.asarray(pc.index_in(pa.array(anchor[removed]), value_set=owners), dtype=np.int64)
@@ -934,17 +934,17 @@ def verify_and_cluster(
     """Verify and cluster the candidate pairs: (node info for ``Attach``, None) when the verified graph is
     clustered in the driver, (None, labels) when by engine rounds.
 
-    The driver verifies when both the pairs (``in_memory_limit``) and the endpoints' shingle sets (an
+    The driver verifies when both the pairs (``driver_rows``) and the endpoints' shingle sets (an
     sixteenth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
     path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
     engine (``verify_on_engine``) and only the verified graph comes to the driver."""
     budget = memory_budget_bytes(kw)
     new_nodes: pa.Array | None = None
     pairs: pa.Table | None = None
-    if candidates <= info["in_memory_limit"]:
+    if candidates <= info["driver_rows"]:
         pairs = edges.to_arrow(**kw)
         if not pairs.num_rows:
-            info.update(in_memory=True, verified_edges=0)
+            info.update(in_memory=True, verified_pairs=0)
             return None, None
         nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
@@ -956,7 +956,7 @@ def verify_and_cluster(
     import zephyr
 
     if not written.files:  # no row has a set: nothing can pair
-        info.update(in_memory=pairs is not None, verified_edges=0)
+        info.update(in_memory=pairs is not None, verified_pairs=0)
         return None, None
     sets = zephyr.read_parquet(written.files)
 
@@ -968,7 +968,7 @@ def verify_and_cluster(
     if in_memory:
         return graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index), None
     verified = _verified_graph(edges, pairs, sets, written, budget, config, index, kw, info, scratch)
-    count = info["verified_edges"]
+    count = info["verified_pairs"]
     graph_limit = Budget(budget).driver_graph_edges
     if not count:
         return None, None
@@ -996,7 +996,7 @@ def _verified_graph(
 ) -> Dataset | None:
     """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
     verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
-    ``verified_edges`` and the engine verification's figures in ``info``."""
+    ``verified_pairs`` and the engine verification's figures in ``info``."""
     import zephyr
 
     if config.verify:
@@ -1007,7 +1007,7 @@ def _verified_graph(
             sets,
             set_rows,
             info["set_bytes"],
-            info["in_memory_limit"],
+            info["driver_rows"],
             budget,
             config,
             index,
@@ -1020,7 +1020,7 @@ def _verified_graph(
         f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
     ]
     verified = zephyr.read_parquet(files) if files else None
-    info["verified_edges"] = verified.count(**kw) if verified is not None else 0
+    info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
     return verified
 
 

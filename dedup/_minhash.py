@@ -23,7 +23,7 @@ a signature index so that a later corpus is hashed the same way.
 >>> sig.shape, bool((sig[0] == sig[1]).all()), bool((sig[0] == sig[2]).all())
 ((3, 16), True, False)
 
-LSH banding: threshold arithmetic and candidate edges from band buckets.
+LSH banding: threshold arithmetic and candidate pairs from band buckets.
 
 A pair with Jaccard ``s`` shares at least one of ``b`` bands of ``r`` rows with probability
 ``1 − (1 − s^r)^b``; the S-curve's midpoint is ``t ≈ (1/b)^(1/r)`` (Leskovec, Rajaraman & Ullman,
@@ -32,15 +32,15 @@ A pair with Jaccard ``s`` shares at least one of ``b`` bands of ``r`` rows with 
 false-negative areas under that curve (the approach of datasketch's ``lsh._optimal_param``, integrated
 here with numpy).
 
-Candidate edges: documents are grouped by ``(band, band hash)``; every member of a bucket is paired with
+Candidate pairs: documents are grouped by ``(band, band hash)``; every member of a bucket is paired with
 the bucket's first ``BUCKET_LINKS`` members before it, so a small bucket gives all its pairs and a giant
 one (a templated source, boilerplate pages) costs ``m · BUCKET_LINKS`` pairs, never ``m²``. A true pair
 missed this way must share no small bucket; the refinement rounds of ``anchored`` recover most of those.
 
 >>> import numpy as np
->>> candidate_edges(np.array([[5], [5], [7], [5]], dtype=np.uint64), np.arange(4)).tolist()
+>>> candidate_pairs(np.array([[5], [5], [7], [5]], dtype=np.uint64), np.arange(4)).tolist()
 [[1, 0], [3, 0], [3, 1]]
->>> len(candidate_edges(np.zeros((1000, 1), dtype=np.uint64), np.arange(1000), links=2))  # not 499,500
+>>> len(candidate_pairs(np.zeros((1000, 1), dtype=np.uint64), np.arange(1000), links=2))  # not 499,500
 1997
 
 MinHash signatures with torch (CUDA, XPU or CPU tensors), bit-identical to ``minhash.signatures``.
@@ -61,9 +61,6 @@ The shingle hashes themselves come from numpy (``shingles.shingle_hashes``); onl
 from __future__ import annotations
 
 import functools
-import glob
-import importlib.util
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -193,16 +190,16 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 
 BUCKET_LINKS = 8
-"""Earlier bucket members each member is paired with (see ``candidate_edges``)."""
+"""Earlier bucket members each member is paired with (see ``candidate_pairs``)."""
 
 
-def candidate_edges(bands: np.ndarray, ranks: np.ndarray, *, links: int = BUCKET_LINKS) -> np.ndarray:
-    """``(m, 2)`` int64 edges ``[rank, earlier rank]`` from ``(num_docs, num_bands)`` band hashes.
+def candidate_pairs(bands: np.ndarray, ranks: np.ndarray, *, links: int = BUCKET_LINKS) -> np.ndarray:
+    """``(m, 2)`` int64 pairs ``[rank, earlier rank]`` from ``(num_docs, num_bands)`` band hashes.
 
     Each bucket member is paired with the bucket's first ``links`` members (by rank) that precede it, so a
     bucket of ``m`` members costs at most ``m · links`` pairs (all ``m(m−1)/2`` when ``m ≤ links + 1``).
     ``ranks`` orders the documents; rows whose band hashes should not take part must be left out by the
-    caller. Duplicate edges across bands are kept; see ``unique_edges``.
+    caller. Duplicate pairs across bands are kept.
     """
     parts = []
     ranks = np.asarray(ranks, dtype=np.int64)
@@ -231,17 +228,6 @@ def _bucket_links(keys: np.ndarray, ranks: np.ndarray, links: int) -> list[np.nd
             break
         out.append(np.stack((ranks[member], ranks[start[member] + j]), axis=1))
     return out
-
-
-def unique_edges(edges: np.ndarray) -> np.ndarray:
-    """Distinct edges, each as ``[larger, smaller]``, sorted (deterministic order)."""
-    if len(edges) == 0:
-        return np.zeros((0, 2), dtype=np.int64)
-    hi = np.maximum(edges[:, 0], edges[:, 1])
-    lo = np.minimum(edges[:, 0], edges[:, 1])
-    keep = hi != lo
-    pairs = np.unique(np.stack((hi[keep], lo[keep]), axis=1), axis=0)
-    return pairs.astype(np.int64, copy=False)
 
 
 _SIGN = -(1 << 63)
@@ -307,54 +293,34 @@ def signatures_torch(
     return out
 
 
-def signatures_on(shingles: Shingles, perms: Permutations, device: str = "auto") -> np.ndarray:
+def signatures_on(shingles: Shingles, perms: Permutations, device: str = "cpu") -> np.ndarray:
     """``signatures`` on ``device`` (see ``resolve_signature_device``); the same integers everywhere."""
     target = resolve_signature_device(device)
     if target == "cpu":
         return signatures(shingles, perms)
-
     return signatures_torch(shingles, perms, device="cpu" if target == "torch-cpu" else target)
 
 
 @functools.cache
 def resolve_signature_device(device: str) -> str:
-    """``auto``: CUDA or XPU when torch sees one, else ``cpu`` (the numba kernels, numpy without numba);
+    """``cpu``: the compiled kernels (the numpy reference without numba), torch never imported;
     ``cuda``/``xpu``: torch on that device, refused by name when there is none; ``torch-cpu``: the torch
-    path on CPU (what accelerators run, checkable anywhere).
-
-    ``auto`` imports torch only where an accelerator's device files exist: importing it costs ~1.5 s and
-    ~300 MB in every worker, for nothing on a CPU-only machine.
-    """
+    path on CPU (what accelerators run, checkable anywhere). Only an explicit device imports torch: it costs
+    ~1.5 s and ~300 MB in every worker."""
     if device not in SIGNATURE_DEVICES:
         raise ConfigError(f"signature device must be one of {', '.join(SIGNATURE_DEVICES)}, got {device!r}")
-    if device in ("cpu", "torch-cpu"):
+    if device == "cpu":
         return device
-    if device == "auto":
-        if importlib.util.find_spec("torch") is None or not _accelerator_files():
-            return "cpu"
-        import torch
-
-        for kind in ("cuda", "xpu"):
-            backend = getattr(torch, kind, None)
-            if backend is not None and backend.is_available():
-                return kind
-        return "cpu"
     try:
         import torch
     except ImportError as exc:
         raise ConfigError(f"signature device {device!r} needs torch (pip install torch)") from exc
     backend = getattr(torch, device, None)
-    if backend is None or not backend.is_available():
+    if device != "torch-cpu" and (backend is None or not backend.is_available()):
         raise ConfigError(
             f"signature device {device!r}: torch {torch.__version__} sees no {device} device here"
         )
     return device
-
-
-def _accelerator_files() -> bool:
-    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")) or bool(
-        glob.glob("/dev/dri/renderD*")
-    )
 
 
 def compute_signatures(

@@ -23,7 +23,7 @@ and annotates or removes. The keep rule (largest priority, then smallest id, the
 The eager phase of the engine dedup stages: execution options as keyword arguments, the memory budget
 they imply, the driver's in-memory limit, and a scratch folder for intermediate Parquet.
 
-Exact and fuzzy dedup run some jobs while the plan is built (hashes, candidate pairs, verified edges) and
+Exact and fuzzy dedup run some jobs while the plan is built (hashes, candidate pairs, verified pairs) and
 decide from their sizes whether the rest runs in the driver; these helpers are what both paths share.
 """
 
@@ -58,6 +58,8 @@ H0, H1 = "__dedup_h0", "__dedup_h1"
 CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
 """A row's cluster (its kept row's id), the cluster's size, whether the row is kept, its kept row's number."""
 HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
+DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
+"""The columns every dedup method adds in ``annotate`` mode."""
 
 
 @dataclass
@@ -123,61 +125,6 @@ def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
     return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)
 
 
-def cluster_columns(
-    table: pa.Table,
-    ranks: np.ndarray,
-    labels: np.ndarray,
-    members: np.ndarray,
-    *,
-    id_column: str | None,
-) -> tuple[pa.Array, pa.Array, np.ndarray]:
-    """(dup_cluster, dup_cluster_size, keep) for all rows; ``labels[i]`` is the keep rank of the row that row
-    i's cluster keeps. ``dup_cluster`` is that row's id (its position without an id column).
-
-    ``members`` marks the rows that took part (others get nulls and keep = True).
-    """
-    n = table.num_rows
-    row_of_rank = np.empty(n, dtype=np.int64)
-    row_of_rank[ranks] = np.arange(n, dtype=np.int64)
-    sizes = np.zeros(n, dtype=np.int64)
-    sizes_by_label = np.bincount(labels[members], minlength=n)
-    sizes[members] = sizes_by_label[labels[members]]
-    keep = ~members | (ranks == labels)
-    kept_rows = row_of_rank[labels]
-    if id_column is None:
-        cluster = pa.array(np.where(members, kept_rows, 0), mask=~members, type=pa.int64())
-    else:
-        cluster = pc.take(table[id_column], pa.array(kept_rows, mask=~members))
-        if isinstance(cluster, pa.ChunkedArray):
-            cluster = cluster.combine_chunks()
-    size = pa.array(sizes, mask=~members, type=pa.int64())
-    return cluster, size, keep
-
-
-def apply_mode(table: pa.Table, cluster: pa.Array, size: pa.Array, keep: np.ndarray, mode: str) -> pa.Table:
-    """``annotate``: add dup_cluster/dup_cluster_size/dup_keep; ``remove``: keep only the kept rows."""
-    if mode == "annotate":
-        out = table
-        for name, col in (("dup_cluster", cluster), ("dup_cluster_size", size), ("dup_keep", pa.array(keep))):
-            if name in out.column_names:
-                out = out.drop_columns([name])
-            out = out.append_column(name, col)
-        return out
-    if mode == "remove":
-        return table.filter(pa.array(keep))
-    raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
-
-
-def size_histogram(labels: np.ndarray, members: np.ndarray) -> dict[str, int]:
-    """{cluster size: number of clusters of that size} over the member rows (JSON-friendly keys)."""
-    if not members.any():
-        return {}
-    sizes = np.bincount(labels[members])
-    sizes = sizes[sizes > 0]
-    values, counts = np.unique(sizes, return_counts=True)
-    return {str(int(v)): int(c) for v, c in zip(values, counts)}
-
-
 def has_column(table: pa.Table, name: str | None, what: str) -> bool:
     """True when ``name`` is a column; an empty table without columns (an empty input file) is passed on
     untouched (False); any other table without it is a schema error naming the column."""
@@ -232,9 +179,7 @@ class Finish:
         numbers = {}
         if self.row_numbers:
             numbers = {ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])}
-        table = table.drop_columns(
-            [c for c in (*HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
-        )
+        table = table.drop_columns([c for c in (*HELPERS, *DUP_COLUMNS) if c in table.column_names])
         table = (
             table.append_column("dup_cluster", cluster)
             .append_column("dup_cluster_size", size)
@@ -260,7 +205,7 @@ class StripRowNumbers:
         if self.mode == "annotate" or "dup_keep" not in table.column_names:
             return table
         keep = table["dup_keep"]
-        kept = table.filter(keep).drop_columns(["dup_cluster", "dup_cluster_size", "dup_keep"])
+        kept = table.filter(keep).drop_columns(list(DUP_COLUMNS))
         removed = table.num_rows - kept.num_rows
         return BatchOutput(kept=kept, dropped={"duplicate": removed}) if removed else kept
 
@@ -301,6 +246,46 @@ def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None)
             KEEPER: rows[ROW].take(pa.array(labels[grouped])),
         }
     ).combine_chunks()
+
+
+def numbered(table: pa.Table, text_column: str) -> pa.Table:
+    """A table function's input with its text column checked and each row's position as its number (ROW):
+    what ``Dataset.with_row_index`` gives the Dataset functions."""
+    require_column(table, text_column, "text")
+    return table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def table_result(
+    table: pa.Table,
+    node_info: pa.Table | None,
+    text_column: str,
+    id_column: str | None,
+    mode: str,
+    info: dict[str, Any],
+) -> DedupResult:
+    """A table function's output: the cluster columns attached by row number and finished as the Dataset
+    functions finish them (``Attach``, ``Finish``), the stats from the annotated rows plus ``info``."""
+    annotated = Finish(text_column, id_column, "annotate")(Attach(node_info, id_column)(table))
+    keep = np.asarray(annotated["dup_keep"], dtype=bool)
+    members = np.asarray(pc.is_valid(annotated[text_column]), dtype=bool)
+    sizes, clusters = np.unique(
+        np.asarray(annotated["dup_cluster_size"].fill_null(0))[keep & members], return_counts=True
+    )
+    out = annotated
+    if mode == "remove":
+        out = annotated.filter(annotated["dup_keep"]).drop_columns(list(DUP_COLUMNS))
+    stats = {
+        "rows_in": table.num_rows,
+        "rows_out": out.num_rows,
+        "rows_dropped": table.num_rows - out.num_rows,
+        "rows_quarantined": 0,
+        "null_text": int((~members).sum()),
+        "duplicates": int((~keep).sum()),
+        "clusters": int(clusters.sum()),
+        "cluster_size_histogram": {str(int(s)): int(c) for s, c in zip(sizes, clusters)},
+        **info,
+    }
+    return DedupResult(out, stats)
 
 
 def _null_safe_equal(a: Any, b: Any) -> Any:
@@ -371,7 +356,7 @@ def budget_of(kw: dict[str, Any]) -> Budget:
     return Budget(memory_budget_bytes(kw))
 
 
-def in_memory_limit(kw: dict[str, Any], given: int | None) -> int:
+def driver_row_limit(kw: dict[str, Any], given: int | None) -> int:
     """Row (pair) count up to which the work runs in the driver: ``given``, or 64 bytes a row within a
     quarter of the memory budget."""
     if given is not None:

@@ -33,7 +33,7 @@ Each writes Parquet parts and ``DIR.zephyr/stats.json`` like ``zephyr dedup exac
                        [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
     zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
                        [--shingle word|char] [--bands B --rows-per-band R] [--num-perm K] [--no-verify]
-                       [--clusters anchored|components] [--bucket-links 8] [--signature-device auto|cpu|cuda|xpu]
+                       [--clusters anchored|components] [--bucket-links 8] [--signature-device cpu|cuda|xpu|torch-cpu]
                        [--mode annotate|remove] [--text-column text] [--id-column id|none]
                        [--index DIR [--update-index]] [--write-index DIR]
     both:              [--replace-columns | --output-column NAME]   (annotate mode: the dup columns; see read_inputs)
@@ -339,8 +339,8 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     p.add_argument(
         "--mode",
         choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast
-        default="annotate",
-        help="annotate: add dup_cluster/dup_cluster_size/dup_keep; remove: drop duplicates",
+        default="remove",
+        help="remove: drop duplicates (the default); annotate: add dup_cluster/dup_cluster_size/dup_keep",
     )
     p.add_argument("--text-column", default="text")
     p.add_argument(
@@ -1176,8 +1176,8 @@ def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
         "--signature-device",
         choices=SIGNATURE_DEVICES,
         default=None,
-        help="where MinHash signatures are computed (same integers everywhere); auto: a CUDA/XPU device when "
-        "torch sees one, else the compiled CPU kernels",
+        help="where MinHash signatures are computed (same integers everywhere): cpu (default), or torch on "
+        "cuda, xpu or torch-cpu",
     )
     fuzzy.add_argument(
         "--bucket-links",

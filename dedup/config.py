@@ -57,7 +57,7 @@ Normalization = Literal["none", "default", "simplify"]
 NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
 Scheme = Literal["affine64", "mersenne61"]
 SCHEMES: tuple[str, ...] = typing.get_args(Scheme)
-SignatureDevice = Literal["auto", "cpu", "cuda", "xpu", "torch-cpu"]
+SignatureDevice = Literal["cpu", "cuda", "xpu", "torch-cpu"]
 SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
 """Where MinHash signatures are computed; every choice gives the same integers (tested)."""
 Preset = Literal["datatrove", "nemo", "redpajama"]
@@ -164,13 +164,13 @@ class FuzzyDedupConfig:
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
     ``threshold`` (see ``zephyr.dedup._graph``); ``components``: connected components of the verified
     pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
-    signature_device: SignatureDevice = "auto"
-    """Where signatures are computed: ``auto`` (CUDA or XPU when torch sees one, else the numba kernels),
-    ``cpu``, ``cuda``, ``xpu``, or ``torch-cpu`` (the accelerator code on CPU). Same integers on every
-    device, so it is not part of ``signature_fingerprint``."""
+    signature_device: SignatureDevice = "cpu"
+    """Where signatures are computed: ``cpu`` (the numba kernels), or torch on ``cuda``, ``xpu`` or
+    ``torch-cpu`` (the accelerator code on CPU); only an explicit torch device imports torch. Same integers on
+    every device, so it is not part of ``signature_fingerprint``."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
-    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_edges``)."""
+    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_pairs``)."""
     preset: Preset | None = field(default=None, compare=False)
     """The known pipeline whose shingling and banding this config reproduces (``from_preset``, or
     ``preset:`` in a config file, where the other keys override it); informational on the dataclass."""

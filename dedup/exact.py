@@ -11,10 +11,10 @@ paragraphs are never removed. Rows with null text are passed through unchanged a
 
 >>> import pyarrow as pa
 >>> t = pa.table({"id": [3, 1, 2], "text": ["Hello  World", "hello world", "other"]})
->>> r = exact_dedup(t)
+>>> r = exact_dedup(t, mode="annotate")
 >>> r.table.select(["id", "dup_cluster", "dup_cluster_size", "dup_keep"]).to_pylist()[0]
 {'id': 3, 'dup_cluster': 1, 'dup_cluster_size': 2, 'dup_keep': False}
->>> exact_dedup(t, mode="remove").table["id"].to_pylist()
+>>> exact_dedup(t).table["id"].to_pylist()
 [1, 2]
 >>> p = pa.table({"id": ["a", "b"], "text": ["x\\ny\\n\\nz", "y\\nw\\nz"]})
 >>> paragraph_dedup(p, mode="remove").table["text"].to_pylist()
@@ -46,7 +46,7 @@ inputs without an id column (``id_column=None``) dedup like any others, and noth
   text is never shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash →
   keepers by aggregation (``dup_columns.group_keepers``) → a join back on the hash.
 - fuzzy: signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)``
-  → bounded candidate pairs per bucket (``lsh.candidate_edges``' rule) → distinct pairs. One pass writes
+  → bounded candidate pairs per bucket (``lsh.candidate_pairs``' rule) → distinct pairs. One pass writes
   the endpoints' shingle sets and keys (every row's, when the pairs do not fit the driver). When pairs
   and sets fit the driver, verification and clusters (``fuzzy.cluster_labels``: anchored by default) run
   there and the result is attached by row number. Otherwise the pairs are verified on the engine
@@ -57,7 +57,7 @@ inputs without an id column (``id_column=None``) dedup like any others, and noth
 Columns added: ``dup_cluster`` (the id of the cluster's kept row; its row number without an id column),
 ``dup_cluster_size``, ``dup_keep``. Null texts pass through with null cluster columns and ``dup_keep =
 true``. Counters: ``dedup/duplicates``, ``dedup/null_text``, ``dedup/cluster_size=N`` (clusters of N rows:
-the cluster-size histogram), ``dedup/candidate_edges``, ``dedup/verified_edges``, ``dedup/rejected_edges``.
+the cluster-size histogram), ``dedup/candidate_pairs``, ``dedup/verified_pairs``, ``dedup/rejected_pairs``.
 
 Exact URL dedup: one row per normalized URL, kept by the exact-dedup keep rule.
 
@@ -90,19 +90,18 @@ from zephyr.dedup._rows import (
     Attach,
     DedupResult,
     Finish,
-    apply_mode,
     as_table,
-    cluster_columns,
     cluster_node_info,
+    driver_row_limit,
     execution_kwargs,
     group_keepers,
     has_column,
-    in_memory_limit,
     keep_ranks,
     key_columns,
     mark_keep,
+    numbered,
     require_column,
-    size_histogram,
+    table_result,
 )
 from zephyr.dedup.config import ExactDedupConfig, check_mode
 
@@ -145,37 +144,18 @@ def exact_dedup(
     text_column: str = "text",
     id_column: str | None = "id",
     normalize: str = "default",
-    mode: str = "annotate",
+    mode: str = "remove",
     priority_column: str | None = None,
 ) -> DedupResult:
-    """Document-level exact dedup; see the module docstring."""
+    """Document-level exact dedup of one in-memory table: the driver route of ``exact_dedup_dataset``
+    (member hashes → groups → cluster columns by row number) run on the table itself; see the module
+    docstring for the keep rule and the columns."""
     ExactDedupConfig(normalize=normalize)
     check_mode(mode)
-    table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    members = np.asarray(texts.is_valid()) if table.num_rows else np.zeros(0, dtype=bool)
-    ranks = keep_ranks(table, id_column, priority_column)
-    labels = group_labels(document_hashes(texts, normalize), ranks, members)
-    cluster, size, keep = cluster_columns(table, ranks, labels, members, id_column=id_column)
-    out = apply_mode(table, cluster, size, keep, mode)
-    hist = size_histogram(labels, members)
-    stats = {
-        "rows_in": table.num_rows,
-        "rows_out": out.num_rows,
-        "rows_dropped": table.num_rows - out.num_rows,
-        "rows_quarantined": 0,
-        "null_text": int((~members).sum()),
-        "duplicates": int((~keep).sum()),
-        "clusters": int(sum(hist.values())),
-        "cluster_size_histogram": hist,
-    }
-    logger.info(
-        "exact dedup: %d rows, %d duplicates, %d null texts",
-        table.num_rows,
-        stats["duplicates"],
-        stats["null_text"],
-    )
-    return DedupResult(out, stats)
+    table = numbered(as_table(data), text_column)
+    members = _MemberHashes(text_column, id_column, normalize, priority_column)(table)
+    node_info = _exact_node_info(members, id_column, priority_column)
+    return table_result(table, node_info, text_column, id_column, mode, {})
 
 
 def split_paragraphs(
@@ -337,7 +317,9 @@ def _exact_node_info(
     repeated = counts.filter(pc.greater(counts["count_all"], 1)).select([H0, H1])
     if repeated.num_rows == 0:
         return None
-    dup = members.join(repeated, keys=[H0, H1], join_type="inner")
+    # joined by position, so the id and priority columns (of any type, null-typed too) are only taken
+    at = members.select([H0, H1]).append_column("__at", pa.array(np.arange(members.num_rows)))
+    dup = members.take(at.join(repeated, keys=[H0, H1], join_type="inner")["__at"])
     dup = dup.take(pc.sort_indices(dup[ROW]))  # input order: the keep rule's last tie-break
     ranks = keep_ranks(dup, id_column, priority_column)
     hashes = np.stack([np.asarray(dup[h]).view(np.uint64) for h in (H0, H1)], axis=1)
@@ -353,16 +335,16 @@ def exact_dedup_dataset(
     text_column: str = "text",
     id_column: str | None = "id",
     normalize: str = "default",
-    mode: str = "annotate",
+    mode: str = "remove",
     priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
-    in_memory_rows: int | None = None,
+    driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
 ) -> Dataset:
     """Document-level exact dedup on the engine; same output as ``exact.exact_dedup``.
 
     Without ``execution`` the plan is lazy (the shuffle path). With ``execution``, one eager pass hashes
-    each row into a small (row, hash, id, priority) table; when it has at most ``in_memory_rows`` rows
+    each row into a small (row, hash, id, priority) table; when it has at most ``driver_rows`` rows
     (default: 64 bytes a row within a quarter of the memory budget), groups form in the driver and the
     returned plan reads the input once more and attaches the cluster columns by row number. ``stats``
     receives which path ran and why.
@@ -385,10 +367,10 @@ def exact_dedup_dataset(
     info: dict[str, Any] = {"in_memory": False}
     if execution is not None:
         kw = execution_kwargs(execution)
-        limit = in_memory_limit(kw, in_memory_rows)
+        limit = driver_row_limit(kw, driver_rows)
         members = plans.member_hashes.materialize(**kw)
         count = members.count(**kw)
-        info.update(member_rows=count, in_memory_limit=limit)
+        info.update(member_rows=count, driver_rows=limit)
         if count <= limit:
             info["in_memory"] = True
             node_info = _exact_node_info(members.to_arrow(**kw), id_column, priority_column)
@@ -429,7 +411,7 @@ def exact_job_plans(
     text_column: str = "text",
     id_column: str | None = "id",
     normalize: str = "default",
-    mode: str = "annotate",
+    mode: str = "remove",
     priority_column: str | None = None,
 ) -> ExactJobPlans:
     """Every plan ``exact_dedup_dataset`` may run, built without running anything."""
@@ -506,7 +488,7 @@ def url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
 
 
 def url_exact_arguments(
-    *, id_column: str | None = "id", mode: str = "annotate", priority_column: str | None = None
+    *, id_column: str | None = "id", mode: str = "remove", priority_column: str | None = None
 ) -> dict[str, Any]:
     """The arguments URL dedup gives ``exact_dedup_dataset`` and ``exact_job_plans`` (the key, byte-exact):
     one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
@@ -529,7 +511,7 @@ def url_dedup_dataset(
     *,
     url_column: str = "url",
     id_column: str | None = "id",
-    mode: str = "annotate",
+    mode: str = "remove",
     priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
     stats: dict[str, Any] | None = None,

@@ -663,12 +663,12 @@ def substring_dedup_dataset(
     execution: dict[str, Any],
     scratch: str,
     stats: dict[str, Any] | None = None,
-    in_memory_windows: int | None = None,
+    shared_window_rows: int | None = None,
 ) -> Dataset:
     """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
     ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
-    memory by every task when there are at most ``in_memory_windows`` of them (default: the budget's
+    memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
     plans = substring_job_plans(ds, config)
     repeated_table = plans.repeated_anchors().to_arrow(**execution)
@@ -693,7 +693,7 @@ def substring_dedup_dataset(
         groups = plans.groups(cand).materialize(f"{scratch}/groups", **execution)
         info["candidate_windows"] = sum(_rows(f) for f in _files(cand))
         info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
-        limit = in_memory_windows
+        limit = shared_window_rows
         if limit is None:
             limit = budget_of(execution).shared_window_rows
         info["broadcast"] = 0 < shared <= limit

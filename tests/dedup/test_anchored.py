@@ -27,12 +27,17 @@ def test_chain_is_not_one_cluster(neighbour):
     """30 documents, each J≈neighbour to the next, J<0.2 first to last: components join all 30; anchored
     removes a document only if it is near the kept one, exactly as the truth says."""
     table, truth = chain(30, neighbour)
-    anchored = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8)).table
+    anchored = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8), mode="annotate").table
     assert anchored["dup_cluster"].to_pylist() == truth["cluster"].to_pylist()
-    components = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8, clusters="components")).table
+    components = fuzzy_dedup(
+        table, FuzzyDedupConfig(threshold=0.8, clusters="components"), mode="annotate"
+    ).table
     assert set(components["dup_cluster_size"].to_pylist()) == {30}
     engine = fuzzy_dedup_dataset(
-        zephyr.from_arrow(table, num_shards=3), FuzzyDedupConfig(threshold=0.8), execution=INPROCESS
+        zephyr.from_arrow(table, num_shards=3),
+        FuzzyDedupConfig(threshold=0.8),
+        execution=INPROCESS,
+        mode="annotate",
     )
     assert engine.to_arrow(**INPROCESS)["dup_cluster"].to_pylist() == truth["cluster"].to_pylist()
 
@@ -50,7 +55,7 @@ def test_chain_stats_report_rows_split_from_components(tmp_path):
     stats = json.loads(Path(stats_path(out)).read_text())["dedup"]
     kept = sum(1 for i, c in zip(truth["id"].to_pylist(), truth["cluster"].to_pylist()) if i == c)
     assert stats["cluster_rule"] == "anchored"
-    assert stats["verified_edges"] >= 29 and stats["rejected_edges"] >= 0
+    assert stats["verified_pairs"] >= 29 and stats["rejected_pairs"] >= 0
     assert (
         stats["split_rows"] == 30 - 2
     )  # all but the first kept row and its one duplicate leave its component
@@ -68,7 +73,7 @@ def test_templated_source_does_not_collapse(seed):
     assert not s["collapsed"]
     assert s["precision"] == 1.0 and s["recall"] >= 0.97, s
     bands, _ = config.bands_rows()
-    assert result.stats["candidate_edges"] <= table.num_rows * bands * config.bucket_links
+    assert result.stats["candidate_pairs"] <= table.num_rows * bands * config.bucket_links
     components = fuzzy_dedup(table, FuzzyDedupConfig(threshold=0.8, clusters="components"), mode="remove")
     assert (
         removal_score(components.table, truth)["precision"] >= s["precision"]

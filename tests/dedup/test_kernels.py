@@ -22,7 +22,7 @@ from zephyr.dedup._hashing import (
 )
 from zephyr.dedup._minhash import (
     band_hashes,
-    candidate_edges,
+    candidate_pairs,
     make_permutations,
     signatures,
     signatures_torch,
@@ -149,20 +149,20 @@ def test_lsh_threshold_and_optimal_bands():
     assert collision_probability(0.3, 14, 8) < 0.01
 
 
-def test_candidate_edges_are_bounded_per_bucket_member():
+def test_candidate_pairs_are_bounded_per_bucket_member():
     # one bucket of 50 docs: each member is paired with the first `links` members before it (by rank),
     # so 0+1+...+7 + 8*42 = 364 pairs at links=8, not the 1225 of all pairs
     bands = np.zeros((50, 1), dtype=np.uint64)
     ranks = np.arange(50)[::-1].copy()
-    edges = candidate_edges(bands, ranks, links=8)
+    edges = candidate_pairs(bands, ranks, links=8)
     assert len(edges) == 364
     assert set(edges[:, 1].tolist()) == set(range(8))
     assert (edges[:, 0] > edges[:, 1]).all()
     # a bucket no larger than links + 1 gives every pair
-    small = candidate_edges(np.zeros((6, 1), dtype=np.uint64), np.arange(6), links=8)
+    small = candidate_pairs(np.zeros((6, 1), dtype=np.uint64), np.arange(6), links=8)
     assert sorted(map(tuple, small.tolist())) == [(i, j) for i in range(6) for j in range(i)]
     # separate buckets never pair
-    two = candidate_edges(np.array([[1], [2], [1], [2]], dtype=np.uint64), np.arange(4))
+    two = candidate_pairs(np.array([[1], [2], [1], [2]], dtype=np.uint64), np.arange(4))
     assert sorted(map(tuple, two.tolist())) == [(2, 0), (3, 1)]
 
 

@@ -125,7 +125,7 @@ def test_engine_agrees_with_the_reference(tmp_path_factory, case, in_memory):
     ds = zephyr.from_items(rows, num_shards=min(3, len(rows)))
     config = SubstringConfig(min_bytes=min_bytes, anchor_bytes=anchor)
     out = substring_dedup_dataset(
-        ds, config, execution={"executor": "inprocess"}, scratch=scratch, in_memory_windows=in_memory
+        ds, config, execution={"executor": "inprocess"}, scratch=scratch, shared_window_rows=in_memory
     )
     got = out.to_arrow(executor="inprocess")
     assert got["id"].to_pylist() == list(range(len(docs)))  # input order kept
@@ -167,7 +167,7 @@ def test_null_empty_and_short_documents(tmp_path):
 
 
 def test_the_in_memory_window_limit_is_the_budgets_share(tmp_path, monkeypatch):
-    """Without ``in_memory_windows`` the broadcast path holds up to ``Budget.shared_window_rows`` windows."""
+    """Without ``shared_window_rows`` the broadcast path holds up to ``Budget.shared_window_rows`` windows."""
     import zephyr.budget as budget
 
     rows = [{"id": i, "text": f"shared boilerplate text here! number {i}"} for i in range(4)]
