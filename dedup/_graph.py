@@ -47,9 +47,8 @@ removes a row only if its own verified Jaccard to the row that is kept reaches t
    neighbours propose, so a node's fate depends on the nodes before it alone (causal): rows that come
    later in keep order, in this run or a later one against an index, never change it.
 
-The sweep is sequential (a node's fate depends on earlier ones): ``compiled.greedy_anchors`` does it in
-one O(nodes + edges) pass; ``_anchors_by_rounds`` is the numpy reference and fallback (rounds decide every
-node whose earlier neighbours are all decided; as many rounds as the longest dependency path).
+The sweep is sequential (a node's fate depends on earlier ones): ``_compiled.greedy_anchors`` does it in
+one O(nodes + edges) pass.
 
 >>> import numpy as np
 >>> chain = np.array([[i + 1, i] for i in range(5)])  # 0~1~2~3~4~5, no other pair similar
@@ -123,7 +122,6 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
 
-_EDGES_PER_BATCH = 1 << 14
 
 
 def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -136,26 +134,17 @@ def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.nd
     return shingles.hashes[pos], owner
 
 
-# NOTE: must not be related to the polynomial base of the shingle hashes: with C = P, shingles whose
-# hashes differ by a multiple of P (e.g. one byte apart) collided across neighbouring edges.
-_EDGE_MIX = np.uint64(0xD6E8FEB86659FD93)
-
-
 def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.ndarray:
     """float64 Jaccard of each ``edges[i] = [doc_u, doc_v]`` (row indices into ``shingles``).
 
-    The sets of all documents named by an edge are made once (sorted, de-duplicated); then, per batch of
-    edges, both endpoints' sets are keyed by ``fmix64(fmix64(hash) ^ edge·C)`` — one 1-D key per (edge, shingle) —
-    and an argsort puts each shared shingle of an edge next to itself. Keys of distinct (edge, shingle)
-    pairs collide with probability ~n²/2⁶⁴, the same order as the shingle hashes themselves. With numba,
-    the count is instead an exact merge of the two sorted sets per edge (``compiled.intersections``);
-    ``sets=True`` says ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
+    The sets of all documents named by an edge are made once (sorted, de-duplicated), then the intersection
+    of each edge is an exact merge of its two sorted sets (``_compiled.intersections``); ``sets=True`` says
+    ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
     """
-    from zephyr.dedup._hashing import fmix64, unique_sets
+    from zephyr.dedup._hashing import unique_sets
 
-    out = np.empty(len(edges), dtype=np.float64)
     if len(edges) == 0:
-        return out
+        return np.empty(0, dtype=np.float64)
     if sets:  # already sorted and de-duplicated per document
         uniq, pos = shingles, edges
     else:  # the sets of the documents the edges name, made once
@@ -166,22 +155,8 @@ def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.
         hashes, _ = gather_sets(shingles, docs)
         uniq = unique_sets(Shingles(hashes=hashes, offsets=offsets))
     sizes = uniq.counts
-    if compiled.available():  # a merge count per edge on the sorted sets
-        inter = compiled.intersections(uniq.hashes, uniq.offsets, pos[:, 0], pos[:, 1])
-        return _ratio(inter, sizes[pos[:, 0]] + sizes[pos[:, 1]])
-    for lo in range(0, len(edges), _EDGES_PER_BATCH):
-        batch = pos[lo : lo + _EDGES_PER_BATCH]
-        m = len(batch)
-        hu, ou = gather_sets(uniq, batch[:, 0])
-        hv, ov = gather_sets(uniq, batch[:, 1])
-        owner = np.concatenate((ou, ov))
-        keys = fmix64(fmix64(np.concatenate((hu, hv))) ^ (owner.astype(np.uint64) * _EDGE_MIX))
-        order = np.argsort(keys)
-        ks = keys[order]
-        dup = np.flatnonzero(ks[1:] == ks[:-1])
-        inter = np.bincount(owner[order[dup]], minlength=m)
-        out[lo : lo + m] = _ratio(inter, sizes[batch[:, 0]] + sizes[batch[:, 1]])
-    return out
+    inter = compiled.intersections(uniq.hashes, uniq.offsets, pos[:, 0], pos[:, 1])
+    return _ratio(inter, sizes[pos[:, 0]] + sizes[pos[:, 1]])
 
 
 def _ratio(inter: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -239,33 +214,7 @@ def anchors(num_nodes: int, edges: np.ndarray) -> np.ndarray:
     """int64 anchor of each node (itself when kept) from verified ``edges`` between nodes in keep order."""
     if len(edges) == 0:
         return np.arange(num_nodes, dtype=np.int64)
-    offsets, earlier = _earlier_csr(num_nodes, edges)
-    if compiled.available():
-        return compiled.greedy_anchors(offsets, earlier)
-    return _anchors_by_rounds(num_nodes, edges)
-
-
-def _anchors_by_rounds(num_nodes: int, edges: np.ndarray) -> np.ndarray:
-    """The numpy twin of the sweep: each round settles the nodes whose earlier neighbours are all settled."""
-    later = np.maximum(edges[:, 0], edges[:, 1]).astype(np.int64)
-    early = np.minimum(edges[:, 0], edges[:, 1]).astype(np.int64)
-    keep = later != early
-    later, early = later[keep], early[keep]
-    anchor = np.arange(num_nodes, dtype=np.int64)
-    settled = np.bincount(later, minlength=num_nodes) == 0  # no earlier neighbour: an anchor
-    while not settled.all():
-        ready_edge = settled[early]
-        open_per_node = np.bincount(later[~ready_edge], minlength=num_nodes)
-        ready = ~settled & (open_per_node == 0)
-        if not ready.any():  # cannot happen on a DAG ordered by node number; never loop forever
-            raise RuntimeError("anchored clusters: no node could be settled (edges are not in keep order)")
-        take = ready[later] & (anchor[early] == early)
-        best = np.full(num_nodes, num_nodes, dtype=np.int64)
-        np.minimum.at(best, later[take], early[take])
-        joined = ready & (best < num_nodes)
-        anchor[joined] = best[joined]
-        settled |= ready
-    return anchor
+    return compiled.greedy_anchors(*_earlier_csr(num_nodes, edges))
 
 
 def anchored_clusters(

@@ -1,7 +1,8 @@
 """Text → normalized text → 64/128-bit hashes and shingle-hash sets: the per-batch kernels every dedup method
 starts from.
 
-Text normalization for dedup, vectorized with Arrow compute and polars (no per-row Python except NFC of non-ASCII rows).
+Text normalization, vectorized with Arrow compute, polars and one compiled whitespace pass (no per-row Python
+except NFC of non-ASCII rows).
 
 Modes:
 
@@ -38,8 +39,8 @@ the corpus' Jaccard definition) or a character n-gram (``n`` consecutive Unicode
 normalized text; shorter documents give one shingle of the whole text). Empty documents have no shingles.
 
 Every shingle hash is ``poly_hash_bytes`` of the shingle's UTF-8 bytes, computed in one compiled pass per
-document (``compiled.word_shingles``/``char_shingles``), or, without numba, with vectorized prefix sums over
-the Arrow buffer (``hashing.span_hashes``, the reference form); nothing is copied per shingle.
+document over the Arrow buffer (``_compiled.word_shingles``/``char_shingles``); nothing is copied per
+shingle.
 
 Output layout (``Shingles``): ``hashes`` (uint64, all docs concatenated, in text order, duplicates kept) and
 ``offsets`` (int64, ``len(docs) + 1``): document ``i`` owns ``hashes[offsets[i]:offsets[i+1]]``.
@@ -68,8 +69,6 @@ from zephyr.dedup.config import NORMALIZATIONS
 
 from zephyr.errors import ConfigError
 
-# Python's str.isspace() set: \s lacks \v, \x1c-\x1f, \x85 and the \p{Z} separators, so list them.
-_WHITESPACE_RUN = r"[\t\n\x{0b}\x{0c}\r\x{1c}-\x{1f} \x{85}\p{Z}]+"
 _PUNCT_OR_SYMBOL = r"[\p{P}\p{S}]+"
 _DIGIT = r"\p{Nd}"
 
@@ -85,29 +84,14 @@ def _as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray
 
 
 def collapse_whitespace(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """Every whitespace run becomes one ASCII space; leading/trailing whitespace is removed.
-
-    With numba, one compiled copy of the bytes (~5× faster than polars on the medium corpus). Otherwise runs through polars' ``str.replace_all`` (Rust ``regex``, a lazy DFA) rather than Arrow's RE2
-    ``replace_substring_regex``: same character class, byte-identical output (pinned against the RE2 version
-    and ``" ".join(s.split())`` in tests/dedup/test_kernels.py), 1.8x faster on a 20 MB slice of the medium
-    corpus (0.40 s vs 0.72 s). Arrow's ``utf8_split_whitespace`` + ``binary_join`` is faster still but was
-    rejected: it leaves a trailing U+3000 after other spaces as a token, so it is not ``str.split()``.
-    """
+    """Every whitespace run (Python's ``str.isspace`` set) becomes one ASCII space; leading/trailing
+    whitespace is removed. One compiled copy of the bytes (``_compiled.collapse_whitespace``; ~5× faster than
+    polars' regex on the medium corpus), pinned against an RE2 regex and ``" ".join(s.split())`` in
+    tests/dedup/test_kernels.py. Arrow's ``utf8_split_whitespace`` + ``binary_join`` would not do: it leaves a
+    trailing U+3000 after other spaces as a token, so it is not ``str.split()``."""
     values = _as_string(values)
     if len(values) == 0:
         return values
-    if compiled.available():
-        return _collapse_compiled(values)
-    import polars as pl  # here, not at import: a driver that only plans dedup jobs never loads it (~0.2 s)
-
-    collapsed = pl.Series(values=values).str.replace_all(_WHITESPACE_RUN, " ").str.strip_chars(" ").to_arrow()
-    collapsed = collapsed.cast(values.type)
-    return pa.chunked_array([collapsed], values.type) if isinstance(values, pa.ChunkedArray) else collapsed
-
-
-def _collapse_compiled(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """``collapse_whitespace`` as one compiled copy of the bytes (``compiled.collapse_whitespace``)."""
-
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     data, offsets = string_buffers(arr)
     out, out_offsets = compiled.collapse_whitespace(data, offsets)
@@ -293,99 +277,6 @@ class Shingles:
         return len(self.offsets) - 1
 
 
-def shingle_spans(
-    data: np.ndarray, offsets: np.ndarray, *, kind: ShingleKind, n: int, tokens: bool = False
-) -> tuple[np.ndarray, ...]:
-    """Byte spans ``(starts, ends)`` of every shingle and the per-document shingle offsets.
-
-    ``data``/``offsets`` are a string array's buffers; words are runs of non-whitespace bytes. With
-    ``tokens=True`` returns (token starts, token ends, first token, last token, offsets) per shingle instead.
-    """
-    num_docs = len(offsets) - 1
-    doc_start = offsets[:-1]
-    doc_end = offsets[1:]
-    nonempty = doc_end > doc_start
-    starts_doc = np.zeros(len(data) + 1, dtype=bool)
-    starts_doc[doc_start[nonempty]] = True
-    ends_doc = np.zeros(len(data) + 1, dtype=bool)
-    ends_doc[doc_end[nonempty] - 1] = True
-    if kind == "word":
-        is_space = whitespace_mask(data)
-        prev_space = np.concatenate(([True], is_space[:-1])) | starts_doc[:-1]
-        next_space = np.concatenate((is_space[1:], [True])) | ends_doc[:-1]
-        token_starts = np.flatnonzero(~is_space & prev_space)
-        token_ends = np.flatnonzero(~is_space & next_space) + 1
-    elif kind == "char":
-        # a code point starts at every byte that is not a UTF-8 continuation byte (0b10xxxxxx)
-        token_starts = np.flatnonzero((data & 0xC0) != 0x80)
-        token_ends = np.append(token_starts[1:], len(data))
-    else:
-        raise ConfigError(f"shingle kind must be 'word' or 'char', got {kind!r}")
-    tokens_per_doc = np.searchsorted(token_starts, doc_end, "left") - np.searchsorted(
-        token_starts, doc_start, "left"
-    )
-    tokens_per_doc[~nonempty] = 0
-    first_token = np.concatenate(([0], np.cumsum(tokens_per_doc)[:-1]))
-    grams_per_doc = np.where(tokens_per_doc >= n, tokens_per_doc - n + 1, np.minimum(tokens_per_doc, 1))
-    shingle_offsets = np.zeros(num_docs + 1, dtype=np.int64)
-    np.cumsum(grams_per_doc, out=shingle_offsets[1:])
-    total = int(shingle_offsets[-1])
-    doc_of_gram = np.repeat(np.arange(num_docs), grams_per_doc)
-    gram_index = np.arange(total, dtype=np.int64) - shingle_offsets[doc_of_gram]
-    first_tok = first_token[doc_of_gram] + gram_index
-    last_tok = np.minimum(first_tok + n - 1, first_token[doc_of_gram] + tokens_per_doc[doc_of_gram] - 1)
-    if tokens:
-        return token_starts, token_ends, first_tok, last_tok, shingle_offsets
-    return token_starts[first_tok], token_ends[last_tok], shingle_offsets
-
-
-# Python's str.split() whitespace: ASCII 9-13, 28-32 and these multi-byte UTF-8 sequences
-_WS_ASCII = np.zeros(256, dtype=bool)
-_WS_ASCII[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-_WS_MULTI = [bytes([0xC2, 0x85]), bytes([0xC2, 0xA0]), bytes([0xE1, 0x9A, 0x80])]
-_WS_MULTI += [bytes([0xE2, 0x80, c]) for c in list(range(0x80, 0x8B)) + [0xA8, 0xA9, 0xAF]]
-_WS_MULTI += [bytes([0xE2, 0x81, 0x9F]), bytes([0xE3, 0x80, 0x80])]
-
-
-def whitespace_mask(data: np.ndarray) -> np.ndarray:
-    """True on every byte of a whitespace character (the set of Python's ``str.isspace``)."""
-    mask = _WS_ASCII[data]
-    lead = np.flatnonzero((data == 0xC2) | (data == 0xE1) | (data == 0xE2) | (data == 0xE3))
-    if len(lead):
-        for seq in _WS_MULTI:
-            k = len(seq)
-            cand = lead[(lead + k <= len(data))]
-            hit = np.ones(len(cand), dtype=bool)
-            for j, byte in enumerate(seq):
-                hit &= data[cand + j] == byte
-            for j in range(k):
-                mask[cand[hit] + j] = True
-    return mask
-
-
-def _word_gram_hashes(
-    data: np.ndarray,
-    tok_starts: np.ndarray,
-    tok_ends: np.ndarray,
-    first_tok: np.ndarray,
-    last_tok: np.ndarray,
-) -> np.ndarray:
-    """Hash of the tokens first..last joined by single spaces, from per-token hashes:
-    ``H(a + " " + b) = H(a)·P^(1+|b|) + 32·P^|b| + H(b)`` (mod 2⁶⁴), the same as hashing the joined bytes."""
-
-    tok_hash = span_hashes(data, tok_starts, tok_ends)
-    tok_len = tok_ends - tok_starts
-    powers = base_powers(int(tok_len.max(initial=0)) + 2)
-    acc = tok_hash[first_tok].copy()
-    span = last_tok - first_tok
-    for j in range(1, int(span.max(initial=0)) + 1):
-        sel = np.flatnonzero(span >= j)
-        t = first_tok[sel] + j
-        length = tok_len[t]
-        acc[sel] = acc[sel] * powers[length + 1] + np.uint64(32) * powers[length] + tok_hash[t]
-    return acc
-
-
 def shingle_hashes(
     texts: pa.Array | pa.ChunkedArray,
     *,
@@ -423,24 +314,11 @@ def shingle_hashes(
         hi = min(max(hi, lo + 1), num_docs)
         byte_lo, byte_hi = int(offsets[lo]), int(offsets[hi])
         chunk = data[byte_lo:byte_hi]
-        if compiled.available():
-            kernel = compiled.word_shingles if kind == "word" else compiled.char_shingles
-            hashes, counts = kernel(chunk, offsets[lo : hi + 1] - byte_lo, n)
-            hash_parts.append(hashes)
-            offset_parts.append(np.cumsum(counts) + base)
-            base += len(hashes)
-            lo = hi
-            continue
-        if kind == "word":
-            ts, te, ft, lt, sh_off = shingle_spans(
-                chunk, offsets[lo : hi + 1] - byte_lo, kind=kind, n=n, tokens=True
-            )
-            hash_parts.append(_word_gram_hashes(chunk, ts, te, ft, lt))
-        else:
-            starts, ends, sh_off = shingle_spans(chunk, offsets[lo : hi + 1] - byte_lo, kind=kind, n=n)
-            hash_parts.append(span_hashes(chunk, starts, ends))
-        offset_parts.append(sh_off[1:] + base)
-        base += int(sh_off[-1])
+        kernel = compiled.word_shingles if kind == "word" else compiled.char_shingles
+        hashes, counts = kernel(chunk, offsets[lo : hi + 1] - byte_lo, n)
+        hash_parts.append(hashes)
+        offset_parts.append(np.cumsum(counts) + base)
+        base += len(hashes)
         lo = hi
     hashes = np.concatenate(hash_parts) if hash_parts else np.zeros(0, dtype=np.uint64)
     return Shingles(hashes=hashes, offsets=np.concatenate(offset_parts))
@@ -448,18 +326,7 @@ def shingle_hashes(
 
 def unique_sets(shingles: Shingles) -> Shingles:
     """The shingle *sets*: each document's hashes sorted and de-duplicated (for Jaccard)."""
-    if compiled.available():
-        hashes, counts = compiled.sorted_sets(shingles.hashes, shingles.offsets)
-        offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        return Shingles(hashes=hashes, offsets=offsets)
-    doc = np.repeat(np.arange(len(shingles), dtype=np.int64), shingles.counts)
-    order = np.lexsort((shingles.hashes, doc))
-    h = shingles.hashes[order]
-    d = doc[order]
-    keep = np.ones(len(h), dtype=bool)
-    keep[1:] = (h[1:] != h[:-1]) | (d[1:] != d[:-1])
-    counts = np.bincount(d[keep], minlength=len(shingles))
+    hashes, counts = compiled.sorted_sets(shingles.hashes, shingles.offsets)
     offsets = np.zeros(len(shingles) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return Shingles(hashes=h[keep], offsets=offsets)
+    return Shingles(hashes=hashes, offsets=offsets)

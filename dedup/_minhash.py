@@ -1,17 +1,15 @@
 """MinHash permutations and signatures (numpy reference, numba kernel, torch on an explicit device), band
 hashes and LSH bucket pairing.
 
-MinHash signatures and LSH band hashes, vectorized over many documents per call.
-
 Scheme (``affine64``, identical to datasketch ≥ 2.0's ``scheme="affine64"``): every shingle hash ``h`` is
 pre-mixed once with MurmurHash3's 64-bit finalizer, then permutation ``k`` maps it to
 ``a_k · fmix64(h) + b_k mod 2⁶⁴`` (``a_k`` odd, so the map is a bijection); the signature is the minimum
 per permutation. ``mersenne61`` is datatrove's arithmetic instead: ``((a_k·h + b_k) mod 2⁶⁴) mod (2⁶¹−1)``
-on the raw shingle hash. With numba (a dependency) the minima come from one compiled
-pass per document (``compiled.minhash``); the numpy form below — one multiply-add per permutation over a
-cache-sized run of documents and ``np.minimum.reduceat`` over their boundaries — is the reference and
-the fallback, and the two are tested equal. Documents without shingles get
-the all-``UINT64_MAX`` signature and must be kept out of LSH by the caller.
+on the raw shingle hash. ``signatures`` takes the minima in one compiled pass per document
+(``_compiled.minhash``); ``signatures_numpy`` — one multiply-add per permutation over a cache-sized run of
+documents and ``np.minimum.reduceat`` over their boundaries — is the reference, and the two are tested
+equal. Documents without shingles get the all-``UINT64_MAX`` signature and must be kept out of LSH by the
+caller.
 
 Permutations come from ``numpy.random.default_rng(seed)``; ``Permutations`` is plain data and is stored in
 a signature index so that a later corpus is hashed the same way.
@@ -128,7 +126,12 @@ def _mod_mersenne61(x: np.ndarray) -> None:
 
 
 def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
-    """``(num_docs, num_perm)`` uint64 MinHash signatures; see the module docstring for the scheme.
+    """``(num_docs, num_perm)`` uint64 MinHash signatures (the compiled kernel); see the module docstring."""
+    return compiled.minhash(shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61")
+
+
+def signatures_numpy(shingles: Shingles, perms: Permutations) -> np.ndarray:
+    """``signatures`` in numpy: the reference the compiled kernel is tested against.
 
     Work is cut into runs of whole documents of ~``_CHUNK_SHINGLES`` shingles (a 256 KiB buffer that stays
     in cache); within a run, each permutation is one contiguous multiply-add over the run's shingles and
@@ -136,10 +139,6 @@ def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
     per-permutation form is ~2x faster than a broadcast ``(shingles × permutations)`` block (numpy's
     broadcast inner loop is not vectorized as well, and the 2-D block falls out of cache).
     """
-    if compiled.available():
-        return compiled.minhash(
-            shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61"
-        )
     num_docs = len(shingles)
     k = len(perms)
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)

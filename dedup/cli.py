@@ -866,7 +866,7 @@ def _exact(args: argparse.Namespace) -> int:
     if args.level == "document":
         # one pool for the hash pass and the final pass; workers load the normalization kernels at start
         preload = (
-            ("zephyr.dedup._compiled:warm_up",) if compiled.available() and args.normalize != "none" else ()
+            ("zephyr.dedup._compiled:warm_up",) if compiled.NUMBA_ENABLED and args.normalize != "none" else ()
         )
         with reuse_workers(action_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
@@ -936,7 +936,7 @@ def _fuzzy(args: argparse.Namespace) -> int:
     opts = execution_options(args)
     # one worker pool for the candidate/verify/components jobs, started before the driver's own imports
     # so the workers import (and load the MinHash kernels) meanwhile
-    preload = ("zephyr.dedup._compiled:warm_up",) if compiled.available() else ()
+    preload = ("zephyr.dedup._compiled:warm_up",) if compiled.NUMBA_ENABLED else ()
     with reuse_workers(action_kwargs(opts), preload=preload) as execution:
         return _run_fuzzy(args, execution)
 

@@ -50,7 +50,6 @@ and the most repeated spans (text, count).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import heapq
 import logging
@@ -60,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._compiled import NUMBA_ENABLED, LazyKernels
+from zephyr.dedup._compiled import LazyKernels
 from zephyr.dedup._rows import budget_of
 from zephyr.dedup.config import SubstringConfig
 
@@ -77,7 +76,6 @@ _MASK30 = np.uint64((1 << 30) - 1)
 _MASK31 = np.uint64((1 << 31) - 1)
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_NUMBA = NUMBA_ENABLED
 _KERNELS = (
     "_mulmod",
     "_fmix",
@@ -92,15 +90,6 @@ _KERNELS = (
     "_cut",
 )
 _kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
-
-
-def _jit() -> contextlib.AbstractContextManager:
-    """Compile the kernels on first use; the context to call them in. Without numba they run as Python on numpy
-    scalars, whose uint64 arithmetic wraps as numba's does (the hashes rely on it) but warns on overflow."""
-    if _NUMBA:
-        _kernels.compile()
-        return contextlib.nullcontext()
-    return np.errstate(over="ignore")
 
 
 def _mulmod(a, b):
@@ -327,7 +316,7 @@ def _cut(
 # -- entry points (numpy in, numpy out) ----------------------------------------------------------------
 def anchor_hashes(data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_bytes: int) -> np.ndarray:
     """uint64 gram hashes of every distinct anchor position (one per occurrence)."""
-    with _jit():
+    with _kernels.compile():
         return _anchors(data, offsets.astype(np.int64), min_bytes, anchor_bytes)
 
 
@@ -340,7 +329,7 @@ def candidates(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(window hash, document index, start, first in its document) of every window whose anchor is in
     ``repeated``; the windows that are not first repeat an earlier window of their own document."""
-    with _jit():
+    with _kernels.compile():
         return _candidates(data, offsets.astype(np.int64), min_bytes, anchor_bytes, repeated)
 
 
@@ -354,7 +343,7 @@ def cut(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bytes, offsets, removed bytes per document) after removing the windows (docs, starts); runs snap to
     UTF-8 characters, or to ``token_starts`` (sorted byte positions per document) when given."""
-    kernels = _jit()
+    kernels = _kernels.compile()
     order = np.lexsort((starts, docs))
     n_docs = len(offsets) - 1
     out = np.empty(len(data), dtype=np.uint8)
@@ -392,7 +381,7 @@ def window_hashes(text: bytes, min_bytes: int) -> np.ndarray:
     if n < min_bytes:
         return np.zeros(0, dtype=np.uint64)
     prefix = np.empty(n + 1, dtype=np.uint64)
-    with _jit():
+    with _kernels.compile():
         _prefix(data, 0, n, prefix)
         pw = _pow(min_bytes)
     return np.array([_span_py(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
