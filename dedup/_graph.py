@@ -122,8 +122,6 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
 
-
-
 def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate the shingle hashes of ``docs`` (with repeats); returns (hashes, owner index into docs)."""
     starts = shingles.offsets[docs]

@@ -44,7 +44,7 @@ from zephyr.dedup.config import check_mode
 from zephyr import counters
 from zephyr.budget import Budget
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.io.casting import without_view_types
+from zephyr.io.schema import without_view_types
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -72,7 +72,7 @@ class DedupResult:
 
 def as_table(data: pa.Table | pa.RecordBatch | Any) -> pa.Table:
     """Accept a table, a record batch or an iterable of record batches; view-typed columns come back as
-    plain ones (``zephyr.io.casting.without_view_types``: Arrow cannot select rows of a view)."""
+    plain ones (``zephyr.io.schema.without_view_types``: Arrow cannot select rows of a view)."""
     if isinstance(data, pa.Table):
         table = data
     elif isinstance(data, pa.RecordBatch):

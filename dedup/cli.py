@@ -70,7 +70,7 @@ from zephyr.dedup.config import (
     FuzzyDedupConfig,
 )
 
-from zephyr.commands import PlanStep, jobs_plan_text
+from zephyr.cli import PlanStep, jobs_plan_text
 from zephyr.config import REMOVAL_MODES
 from zephyr.errors import ConfigError
 
@@ -110,8 +110,8 @@ def read_inputs(args: argparse.Namespace):
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
     import zephyr
-    from zephyr.io.added_columns import check_input_columns, set_aside
-    from zephyr.io.input_schema import schema_arguments
+    from zephyr.io.schema import schema_arguments
+    from zephyr.removal import check_input_columns, set_aside
 
     internal, written = dup_columns(args)
     if args.mode == "annotate":
@@ -135,7 +135,7 @@ def sets_aside(args: argparse.Namespace) -> bool:
 
 def output_of(args: argparse.Namespace, out: Any) -> Any:
     """The dedup result as written: its columns under ``--output-column`` names, the input's own restored."""
-    from zephyr.io.added_columns import ASIDE_PREFIX, RenameColumns
+    from zephyr.removal import ASIDE_PREFIX, RenameColumns
 
     if not sets_aside(args):
         return out
@@ -148,7 +148,7 @@ def output_of(args: argparse.Namespace, out: Any) -> Any:
 def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]], routed: Any = None):
     """Write ``OUTPUT.zephyr/stats.json`` and return the command's ``Summary`` (``zephyr.summary``).
 
-    ``routed`` (a ``zephyr.dropped.Routed``, with ``--dropped-output``): the run wrote its kept and removed
+    ``routed`` (a ``zephyr.removal.Routed``, with ``--dropped-output``): the run wrote its kept and removed
     rows in separate jobs; ``result`` is the kept rows' write, and the accounting comes from all three."""
     from zephyr import job_stats
     from zephyr.summary import from_stages
@@ -196,10 +196,10 @@ def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str,
 def write_output(args: argparse.Namespace, out: Any, execution: dict[str, Any], extra: dict[str, Any]):
     """Write a document-level dedup's ``out`` to ``--output``: as it is, or, with ``--dropped-output``
     (``out`` then made in ``annotate`` mode), split by ``dup_keep`` into the kept rows and the removed ones
-    with ``drop_reason = duplicate`` (``zephyr.dropped``). Returns (the kept rows' write, the routing)."""
+    with ``drop_reason = duplicate`` (``zephyr.removal``). Returns (the kept rows' write, the routing)."""
     if not getattr(args, "dropped_output", None):
         return output_of(args, out).write_parquet(args.output, **execution), None
-    from zephyr.dropped import Unless, write_routed
+    from zephyr.removal import Unless, write_routed
 
     extra["dropped_output"] = args.dropped_output
     routed = write_routed(
@@ -286,12 +286,12 @@ def check_dropped_output(args: argparse.Namespace) -> None:
     """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
     if not getattr(args, "dropped_output", None):
         return
-    from zephyr import dropped
+    from zephyr import removal
     from zephyr.errors import ConfigError
 
     if args.mode != "remove":
         raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
-    dropped.check(args)
+    removal.check(args)
 
 
 def row_balance(stages: list[dict]) -> dict[str, int]:
@@ -352,7 +352,7 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
     from zephyr.cli import add_replace_columns
-    from zephyr.io.input_schema import add_schema_arguments
+    from zephyr.io.schema import add_schema_arguments
 
     add_schema_arguments(p)
     add_replace_columns(
@@ -367,9 +367,6 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
 
 def column_or_none(value: str) -> str | None:
     return None if value.lower() == "none" else value
-
-
-Step = PlanStep
 
 
 def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
@@ -408,7 +405,7 @@ def url_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
 
 def _document_steps(
     plans: ExactJobPlans, finish: Callable[[Dataset], Dataset], budget: Budget, hashes: str
-) -> list[Step]:
+) -> list[PlanStep]:
     """Exact document dedup's jobs (``exact_dedup_dataset``): the hashes, then the driver's or the shuffle
     path; ``finish``: what the command does to the output before writing it."""
     return [
@@ -431,7 +428,7 @@ def paragraph_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> 
     budget = budget_of(execution)
     if args.method == "exact":
         title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
-        steps: list[Step] = [(title, output_of(args, paragraph_dedup_of_inputs(args)))]
+        steps: list[PlanStep] = [(title, output_of(args, paragraph_dedup_of_inputs(args)))]
         return _text("paragraph --method exact", steps, budget, execution)
     check_bloom_flags(args)
     if args.load_filter is not None:
@@ -466,7 +463,7 @@ def substring_plan_text(args: argparse.Namespace, config: SubstringConfig, execu
     nothing = np.zeros(0, np.uint64)
     candidates = plans.candidates(nothing)
     groups = plans.groups(candidates)
-    steps: list[Step] = [
+    steps: list[PlanStep] = [
         (
             f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
             plans.repeated_anchors(),
@@ -526,7 +523,7 @@ def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, executio
         if config.verify
         else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified pairs"
     )
-    steps: list[Step] = [
+    steps: list[PlanStep] = [
         (f"job 1: candidate pairs, materialized, then counted{index}", plans.candidate_pairs),
         (
             f"candidate pairs ≤ driver_pair_rows {budget.driver_pair_rows:,}: they come to the driver and "
@@ -540,7 +537,7 @@ def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, executio
     return _text("fuzzy", steps, budget, execution)
 
 
-def _text(kind: str, steps: list[Step], budget: Budget, execution: dict[str, Any]) -> str:
+def _text(kind: str, steps: list[PlanStep], budget: Budget, execution: dict[str, Any]) -> str:
     then = "the rules" if kind.startswith("paragraph") else "the budget shares"  # bloom's filter is no share
     return jobs_plan_text(f"zephyr dedup {kind}", steps, budget, execution, then=then)
 
@@ -785,8 +782,7 @@ def register_text_explains(kinds: argparse._SubParsersAction, common: argparse.A
 
 def _explain_text(args: argparse.Namespace):
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     execution = action_kwargs(execution_options(args))
     if args.explain_dedup_command == "substring":
@@ -1094,7 +1090,7 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
     """``zephyr explain dedup exact|fuzzy|paragraph|url|substring``: the commands' own flags without
     ``--output``; prints their engine jobs' plans and runs nothing (``zephyr.dedup.cli``)."""
 
-    from zephyr.commands import explain_commands
+    from zephyr.cli import explain_commands
 
     group = explain_commands(subparsers).add_parser(
         "dedup", help="the plans of zephyr dedup exact|fuzzy|paragraph|url|substring"
@@ -1114,16 +1110,14 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
 
 def _explain_exact(args: argparse.Namespace):
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     return explained(exact_plan_text(args, action_kwargs(execution_options(args))), args)
 
 
 def _explain_fuzzy(args: argparse.Namespace):
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     text = fuzzy_plan_text(args, _fuzzy_config(args), action_kwargs(execution_options(args)))
     return explained(text, args)

@@ -113,7 +113,7 @@ def _tokenize_rows(entry: StepEntry, outcome: Any, input_rows: int | None) -> di
 
 def _data_rows(entry: StepEntry, outcome: Any, input_rows: int | None, engine_stages: list[dict]) -> dict:
     """A data step's rows from the engine's op records of its accounting ops, checked against its files."""
-    from zephyr.io.parquet_source import parquet_rows
+    from zephyr.io.parquet import parquet_rows
 
     wanted = outcome.accounting_ops
     ops = job_stats.ops_named(engine_stages, wanted)

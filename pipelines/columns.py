@@ -59,8 +59,7 @@ def added_columns(entry: StepEntry, config: PipelineConfig) -> tuple[str, ...]:
 def _read_columns(entry: StepEntry, config: PipelineConfig) -> dict[str, str]:
     """Column → the first input file that has it, for the read step's files (plus the source column)."""
     from zephyr.io.paths import input_files
-    from zephyr.io.schema_plan import peek_schemas
-    from zephyr.io.sources import list_shards
+    from zephyr.io.sources import list_shards, peek_schemas
 
     files, fmt = input_files(entry.config.paths, entry.config.format)
     origin: dict[str, str] = {}

@@ -79,7 +79,7 @@ class ReadStep:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
         require_at_least("num_shards", self.num_shards, 1)
         if self.approx_shard_bytes is not None:
-            from zephyr.sizes import parse_bytes
+            from zephyr.config import parse_bytes
 
             try:
                 parse_bytes(self.approx_shard_bytes)
@@ -249,7 +249,7 @@ class TokenizeStep:
     shards: TokenizeConfig = embedded_field(TokenizeConfig)
 
     def __post_init__(self) -> None:
-        from zephyr.sizes import parse_bytes
+        from zephyr.config import parse_bytes
 
         require_at_least("vocab_size", self.vocab_size, 258)
         try:

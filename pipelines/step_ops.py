@@ -251,7 +251,7 @@ def dedup_inputs(ctx: StepContext) -> Dataset:
     names are removed with the duplicates, and would take the data's with them (``zephyr.pipelines.columns``)."""
     from zephyr.pipelines.columns import DEDUP_COLUMNS
 
-    from zephyr.io.added_columns import set_aside
+    from zephyr.removal import set_aside
 
     return ctx.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=f"pipeline.{ctx.entry.name}.aside")
 
@@ -260,6 +260,6 @@ def restore_dedup_columns(ctx: StepContext, ds: Dataset) -> Dataset:
     """Put back the data's own ``dup_*`` columns that ``dedup_inputs`` set aside."""
     from zephyr.pipelines.columns import DEDUP_COLUMNS
 
-    from zephyr.io.added_columns import set_aside
+    from zephyr.removal import set_aside
 
     return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=f"pipeline.{ctx.entry.name}.restore")

@@ -46,7 +46,7 @@ from zephyr.pipelines.web.steps import run_extract, run_substring_dedup, run_url
 
 from zephyr.errors import ConfigError, InputError
 from zephyr.io.layout import remove_folder
-from zephyr.io.parquet_source import parquet_rows
+from zephyr.io.parquet import parquet_rows
 
 if TYPE_CHECKING:
     from zephyr.pipelines.config import StepEntry
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 def run_read(ctx: StepContext) -> StepOutcome:
     import zephyr
     from zephyr.io.paths import input_files
-    from zephyr.io.text_column import check_text_inputs
+    from zephyr.io.sources import check_text_inputs
 
     cfg = ctx.entry.config
     p = ctx.pipeline
@@ -128,7 +128,7 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
     from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
     import zephyr
-    from zephyr.io.added_columns import set_aside
+    from zephyr.removal import set_aside
 
     cfg = ctx.entry.config
     p = ctx.pipeline

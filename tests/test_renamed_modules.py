@@ -55,15 +55,6 @@ def test_no_project_module_imports_an_old_path() -> None:
 
 SPLIT = [
     pytest.param(
-        "zephyr.config",
-        "zephyr.config_types",
-        ["describe_type", "describe_value", "coerce", "fits"],
-        id="config-types",
-    ),
-    pytest.param(
-        "zephyr.config", "zephyr.config_text", ["parse_value", "expand_env", "read_mapping"], id="config-text"
-    ),
-    pytest.param(
         "zephyr.pipelines.examples",
         "zephyr.pipelines.examples_sidecar",
         [

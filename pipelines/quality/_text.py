@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.io.text_column import require_text_column
+from zephyr.io.quarantine import require_text_column
 
 if TYPE_CHECKING:
     import polars as pl

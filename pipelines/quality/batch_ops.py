@@ -41,8 +41,8 @@ from zephyr.pipelines.quality.normalize import NormalizeConfig, normalize_text
 from zephyr.pipelines.quality.pii import PIIConfig, count_columns, redact_pii_array, with_redactions
 
 from zephyr import counters
-from zephyr.io.added_columns import RenameColumns, check_added_columns, set_aside
 from zephyr.ops import BatchOutput
+from zephyr.removal import RenameColumns, check_added_columns, set_aside
 
 __all__ = [
     "Normalize",

@@ -29,7 +29,7 @@ from zephyr.pipelines.quality._text import require_column, text_array
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.io.added_columns import check_added_columns
+from zephyr.removal import check_added_columns
 
 __all__ = [
     "ClassifierConfig",

@@ -31,10 +31,10 @@ def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), renam
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
     (``zephyr.io.input_schema``)."""
     import zephyr
-    from zephyr.io.added_columns import check_input_columns
-    from zephyr.io.input_schema import schema_arguments
     from zephyr.io.paths import input_files
-    from zephyr.io.text_column import check_text_inputs
+    from zephyr.io.schema import schema_arguments
+    from zephyr.io.sources import check_text_inputs
+    from zephyr.removal import check_input_columns
 
     files, fmt = input_files(args.inputs)
     check_text_inputs(files, args.text_column, format=fmt)

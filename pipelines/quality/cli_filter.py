@@ -144,7 +144,7 @@ def _annotated_input(
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
     from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
 
-    from zephyr.io.added_columns import set_aside
+    from zephyr.removal import set_aside
 
     reason = args.output_column
     ds = read_text_inputs(args, adds=(reason,), rename="--output-column NAME")
@@ -226,7 +226,7 @@ def report_plan(args: argparse.Namespace, annotated: Dataset) -> Dataset:
 
 def explain_filter_command(args: argparse.Namespace) -> Any:
     """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.commands.explained``)."""
-    from zephyr.commands import explained
+    from zephyr.cli import explained
 
     return explained(filter_plan_text(args), args)
 
@@ -236,7 +236,7 @@ def filter_plan_text(args: argparse.Namespace) -> str:
     runs (``_annotated_input``, ``route_plans``, ``report_plan``). The routes and the report read the
     annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
     from zephyr.budget import Budget
-    from zephyr.commands import jobs_plan_text
+    from zephyr.cli import jobs_plan_text
     from zephyr.options import ExecutionOptions
 
     args.filter_config = _filter_config(args)

@@ -30,7 +30,7 @@ from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_
 
 from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
-from zephyr.io.added_columns import check_added_columns
+from zephyr.removal import check_added_columns
 
 __all__ = [
     "OLD_MODES",

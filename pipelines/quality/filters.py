@@ -41,9 +41,9 @@ from zephyr.pipelines.quality.rules import RuleFamily
 from zephyr.pipelines.web.urls import UrlRules
 
 from zephyr.budget import kernel_slices
-from zephyr.dropped import DROP_REASON
 from zephyr.errors import ConfigError
 from zephyr.io.quarantine import REJECT_REASON
+from zephyr.removal import DROP_REASON
 
 __all__ = [
     "FilterResult",

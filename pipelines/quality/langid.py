@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.io.added_columns import check_added_columns
+from zephyr.removal import check_added_columns
 
 __all__ = [
     "LangIdConfig",

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
-from zephyr.io.added_columns import check_added_columns
+from zephyr.removal import check_added_columns
 
 __all__ = ["PIIConfig", "PII_PATTERNS", "redact_pii", "redact_pii_array", "count_columns", "with_redactions"]
 

@@ -1,4 +1,4 @@
-"""``zephyr dedup``: no silent overwrites of an input's ``dup_*`` columns (``zephyr.io.added_columns``)."""
+"""``zephyr dedup``: no silent overwrites of an input's ``dup_*`` columns (``zephyr.removal``)."""
 
 from __future__ import annotations
 
