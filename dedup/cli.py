@@ -8,10 +8,10 @@ its physical plan (``Dataset.explain``: stages, shuffles, partition counts), and
 shares (``zephyr.budget``) that choose the path, against sizes known only once the job before has run.
 
 Nothing runs and nothing is written: the inputs are listed and their Parquet footers read, as for any plan.
-The plans are the ones the commands run, built by the same functions (``exact_job_plans``,
-``fuzzy_job_plans``, ``url_keyed``/``url_exact_arguments``, ``paragraph_dedup_of_inputs``,
-``paragraph_bloom_of_inputs``, ``substring_job_plans``); a job that reads an earlier job's files is planned
-over that job's lazy plan (the run reads the files instead); the budget's shares are printed once, at the end.
+The plans are the ones the commands run, listed by each method next to the code that runs them
+(``exact_plans``, ``url_plans``, ``fuzzy_plans``, ``substring_plans``; paragraph dedup is one job:
+``paragraph_dedup_of_inputs``, ``paragraph_bloom_of_inputs``); a job that reads an earlier job's files is
+planned over that job's lazy plan (the run reads the files instead); the budget's shares are printed once.
 
 ``zephyr dedup paragraph|url|substring``: the dedup commands of web text (registered by ``zephyr.dedup.cli``).
 
@@ -57,7 +57,6 @@ import json
 import logging
 import os
 import typing
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from zephyr.dedup._rows import budget_of
@@ -76,10 +75,8 @@ from zephyr.errors import ConfigError
 
 if TYPE_CHECKING:
     from zephyr.dedup.config import FuzzyDedupConfig, SubstringConfig
-    from zephyr.dedup.exact import ExactJobPlans
 
     from zephyr.budget import Budget
-    from zephyr.dataset import Dataset
 
 
 logger = logging.getLogger("zephyr.dedup.cli")
@@ -220,7 +217,7 @@ def internal_mode(args: argparse.Namespace) -> str:
 
 
 def exact_dedup_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments the flags give ``exact_dedup_dataset`` and ``exact_job_plans``, one list so that
+    """The keyword arguments the flags give ``exact_dedup_dataset`` and ``exact_plans``, one list so that
     ``zephyr explain dedup exact`` shows the plans ``zephyr dedup exact`` runs."""
     return {
         "text_column": args.text_column,
@@ -371,53 +368,33 @@ def column_or_none(value: str) -> str | None:
 
 def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup exact`` with these arguments."""
-    from zephyr.dedup.exact import exact_job_plans
+    from zephyr.dedup.exact import exact_plans
 
     budget = budget_of(execution)
     if args.level == "paragraph":
         out = paragraph_dedup_of_inputs(args)
         title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
         return _text("exact --level paragraph", [(title, output_of(args, out))], budget, execution)
-    plans = exact_job_plans(read_inputs(args), **exact_dedup_arguments(args))
-    steps = _document_steps(
-        plans, lambda out: output_of(args, out), budget, "member hashes (row, hash, id, priority)"
-    )
+    finish = lambda out: output_of(args, out)  # noqa: E731
+    steps = exact_plans(read_inputs(args), budget=budget, finish=finish, **exact_dedup_arguments(args))
     return _text("exact", steps, budget, execution)
 
 
 def url_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup url`` with these arguments: exact dedup's, on the normalized URL."""
-    from zephyr.dedup.exact import exact_job_plans, url_exact_arguments, url_keyed, without_url_key
+    from zephyr.dedup.exact import url_plans
 
     budget = budget_of(execution)
-    arguments = url_exact_arguments(
-        id_column=args.id_column, mode=internal_mode(args), priority_column=args.priority_column
+    steps = url_plans(
+        read_inputs(args),
+        budget=budget,
+        url_column=args.url_column,
+        finish=lambda out: output_of(args, out),
+        id_column=args.id_column,
+        mode=internal_mode(args),
+        priority_column=args.priority_column,
     )
-    plans = exact_job_plans(url_keyed(read_inputs(args), args.url_column), **arguments)
-    finish = lambda out: output_of(args, without_url_key(out))  # noqa: E731
-    return _text(
-        "url",
-        _document_steps(plans, finish, budget, "URL key hashes (row, hash, id, priority)"),
-        budget,
-        execution,
-    )
-
-
-def _document_steps(
-    plans: ExactJobPlans, finish: Callable[[Dataset], Dataset], budget: Budget, hashes: str
-) -> list[PlanStep]:
-    """Exact document dedup's jobs (``exact_dedup_dataset``): the hashes, then the driver's or the shuffle
-    path; ``finish``: what the command does to the output before writing it."""
-    return [
-        (f"job 1: {hashes}, materialized, then counted", plans.member_hashes),
-        (
-            f"member rows ≤ driver_pair_rows {budget.driver_pair_rows:,} (64 bytes a row in B/4): groups "
-            "form in the driver and job 2a runs; more: job 2b",
-            None,
-        ),
-        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
-        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
-    ]
+    return _text("url", steps, budget, execution)
 
 
 def paragraph_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
@@ -453,87 +430,29 @@ def paragraph_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> 
 
 
 def substring_plan_text(args: argparse.Namespace, config: SubstringConfig, execution: dict[str, Any]) -> str:
-    """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes), planned with nothing
-    found yet: the arrays a job takes from the jobs before it are empty here."""
-    import numpy as np
-    from zephyr.dedup.substring import substring_job_plans
+    """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes)."""
+    from zephyr.dedup.substring import substring_plans
 
     budget = budget_of(execution)
-    plans = substring_job_plans(read_inputs(args), config)
-    nothing = np.zeros(0, np.uint64)
-    candidates = plans.candidates(nothing)
-    groups = plans.groups(candidates)
-    steps: list[PlanStep] = [
-        (
-            f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
-            plans.repeated_anchors(),
-        ),
-        (
-            "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes "
-            "each, outside the budget's shares)",
-            None,
-        ),
-        (
-            f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
-            candidates,
-        ),
-        (
-            "job 3: windows in two or more documents (count, first row), materialized; planned over job 2's "
-            "plan, the run reads its files",
-            groups,
-        ),
-        (
-            f"shared windows ≤ shared_window_rows {budget.shared_window_rows:,} (48 bytes a window in B/4): the "
-            "driver reads them and every task looks them up in memory (no join, no sort); more: job 4",
-            None,
-        ),
-        (
-            "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
-            plans.repeats(candidates, groups),
-        ),
-        (
-            "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
-            plans.top_documents([]),
-        ),
-        ("job 6: the output, each batch's repeats cut", plans.cut(nothing)),
-    ]
-    return _text("substring", steps, budget, execution)
+    return _text("substring", substring_plans(read_inputs(args), config, budget=budget), budget, execution)
 
 
 def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup fuzzy`` with these arguments (``config``: its ``FuzzyDedupConfig``)."""
-    from zephyr.dedup.fuzzy import fuzzy_job_plans
+    from zephyr.dedup.fuzzy import fuzzy_plans
 
     budget = budget_of(execution)
-    plans = fuzzy_job_plans(
+    steps = fuzzy_plans(
         read_inputs(args),
         config,
+        budget=budget,
+        index=bool(args.index),
+        finish=lambda out: output_of(args, out),
         text_column=args.text_column,
         id_column=args.id_column,
         mode=internal_mode(args),
         priority_column=args.priority_column,
     )
-    index = " (with --index, the index's band rows join the bucket shuffle)" if args.index else ""
-    verify = (
-        f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "
-        "and clusters in the driver; else verification on the engine (sets joined onto the pairs, a giant "
-        f"bucket's first members broadcast up to broadcast_bytes {budget.broadcast_bytes:,}), and the "
-        f"verified graph clustered in the driver up to driver_graph_edges {budget.driver_graph_edges:,}, "
-        "else (--clusters components) by engine rounds whose labels are joined on the row number"
-        if config.verify
-        else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified pairs"
-    )
-    steps: list[PlanStep] = [
-        (f"job 1: candidate pairs, materialized, then counted{index}", plans.candidate_pairs),
-        (
-            f"candidate pairs ≤ driver_pair_rows {budget.driver_pair_rows:,}: they come to the driver and "
-            "job 2 writes only their endpoints' sets; more: every row's",
-            None,
-        ),
-        ("job 2: shingle sets, written once", plans.node_sets),
-        (verify, None),
-        ("job 3: the output, cluster columns attached by row number", output_of(args, plans.attached)),
-    ]
     return _text("fuzzy", steps, budget, execution)
 
 

@@ -76,6 +76,7 @@ web URL are in no cluster and pass through (counted as ``dedup/null_text``: no k
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,7 @@ from zephyr import counters
 from zephyr.errors import SchemaError
 
 if TYPE_CHECKING:
+    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
@@ -432,6 +434,48 @@ def exact_job_plans(
         finish, name="dedup.exact.finish"
     )
     return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
+
+
+def exact_plans(
+    ds: Dataset,
+    *,
+    budget: Budget,
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+    hashes: str = "member hashes (row, hash, id, priority)",
+    **arguments: Any,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``exact_dedup_dataset(ds, **arguments)`` may run, in order, each a title and its lazy
+    plan, or a rule (plan None) that chooses between them (``zephyr explain dedup exact``): the hashes, then
+    the driver's or the shuffle path. ``finish``: what the caller does to the output before writing it."""
+    plans = exact_job_plans(ds, **arguments)
+    return [
+        (f"job 1: {hashes}, materialized, then counted", plans.member_hashes),
+        (
+            f"member rows ≤ driver_pair_rows {budget.driver_pair_rows:,} (64 bytes a row in B/4): groups "
+            "form in the driver and job 2a runs; more: job 2b",
+            None,
+        ),
+        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
+        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
+    ]
+
+
+def url_plans(
+    ds: Dataset,
+    *,
+    budget: Budget,
+    url_column: str = "url",
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+    **arguments: Any,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
+    return exact_plans(
+        url_keyed(ds, url_column),
+        budget=budget,
+        finish=lambda out: finish(without_url_key(out)),
+        hashes="URL key hashes (row, hash, id, priority)",
+        **url_exact_arguments(**arguments),
+    )
 
 
 def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:

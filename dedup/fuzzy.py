@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,7 @@ from zephyr.errors import ConfigError
 if TYPE_CHECKING:
     from zephyr.dedup.index import IndexInfo
 
+    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
 
@@ -313,3 +314,39 @@ def _with_dup_columns(
         )
     attach = Attach(node_info, id_column)
     return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")
+
+
+def fuzzy_plans(
+    ds: Dataset,
+    config: FuzzyDedupConfig,
+    *,
+    budget: Budget,
+    index: bool = False,
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+    **arguments: Any,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``fuzzy_dedup_dataset(ds, config, **arguments)`` runs, in order, with the rules that
+    choose where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is
+    read; ``finish``: what the caller does to the output before writing it."""
+    plans = fuzzy_job_plans(ds, config, **arguments)
+    indexed = " (with --index, the index's band rows join the bucket shuffle)" if index else ""
+    verify = (
+        f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "
+        "and clusters in the driver; else verification on the engine (sets joined onto the pairs, a giant "
+        f"bucket's first members broadcast up to broadcast_bytes {budget.broadcast_bytes:,}), and the "
+        f"verified graph clustered in the driver up to driver_graph_edges {budget.driver_graph_edges:,}, "
+        "else (--clusters components) by engine rounds whose labels are joined on the row number"
+        if config.verify
+        else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified pairs"
+    )
+    return [
+        (f"job 1: candidate pairs, materialized, then counted{indexed}", plans.candidate_pairs),
+        (
+            f"candidate pairs ≤ driver_pair_rows {budget.driver_pair_rows:,}: they come to the driver and "
+            "job 2 writes only their endpoints' sets; more: every row's",
+            None,
+        ),
+        ("job 2: shingle sets, written once", plans.node_sets),
+        (verify, None),
+        ("job 3: the output, cluster columns attached by row number", finish(plans.attached)),
+    ]

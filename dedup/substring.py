@@ -67,6 +67,7 @@ from zephyr import counters
 from zephyr.errors import SchemaError
 
 if TYPE_CHECKING:
+    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 
@@ -643,6 +644,52 @@ class _RowsAmong:
     def __call__(self, table: pa.Table) -> pa.Table:
         wanted = pa.array(sorted(self.rows), pa.int64())
         return table.filter(pc.is_in(table[ROW], wanted)).select([ROW, self.text_column])
+
+
+def substring_plans(
+    ds: Dataset, config: SubstringConfig, *, budget: Budget
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
+    explain dedup substring``), planned with nothing found yet: the arrays a job takes from the jobs before
+    it are empty here."""
+    plans = substring_job_plans(ds, config)
+    nothing = np.zeros(0, np.uint64)
+    candidates = plans.candidates(nothing)
+    groups = plans.groups(candidates)
+    return [
+        (
+            f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
+            plans.repeated_anchors(),
+        ),
+        (
+            "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes "
+            "each, outside the budget's shares)",
+            None,
+        ),
+        (
+            f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
+            candidates,
+        ),
+        (
+            "job 3: windows in two or more documents (count, first row), materialized; planned over job 2's "
+            "plan, the run reads its files",
+            groups,
+        ),
+        (
+            f"shared windows ≤ shared_window_rows {budget.shared_window_rows:,} (48 bytes a window in B/4): the "
+            "driver reads them and every task looks them up in memory (no join, no sort); more: job 4",
+            None,
+        ),
+        (
+            "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
+            plans.repeats(candidates, groups),
+        ),
+        (
+            "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
+            plans.top_documents([]),
+        ),
+        ("job 6: the output, each batch's repeats cut", plans.cut(nothing)),
+    ]
 
 
 def substring_dedup_dataset(
