@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from zephyr.dedup._rows import budget_of
 from zephyr.dedup.config import (
     CLUSTER_RULES,
+    DEDUP_APPROX_SHARD_BYTES,
     NORMALIZATIONS,
     PRESETS,
     SIGNATURE_DEVICES,
@@ -86,10 +87,6 @@ DEFAULT_EXECUTOR = "threads"
 """Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
 each worker process importing pyarrow, polars and numba first (``zephyr.executors.threads``). The output is
 the same bytes on every executor; ``--executor local`` isolates tasks in processes."""
-
-# Input shards of about this many uncompressed bytes (runs of Parquet row groups / JSON-lines byte ranges):
-# files of very different sizes would otherwise leave one worker hashing the largest file alone.
-APPROX_SHARD_BYTES = "32MiB"
 
 
 DUP_COLUMNS = {
@@ -116,7 +113,9 @@ def read_inputs(args: argparse.Namespace):
             args.inputs, written, replace_columns=args.replace_columns, rename="--output-column NAME"
         )
     schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    ds = zephyr.read(args.inputs, approx_shard_bytes=APPROX_SHARD_BYTES, on_error=args.on_error, **schema)
+    ds = zephyr.read(
+        args.inputs, approx_shard_bytes=DEDUP_APPROX_SHARD_BYTES, on_error=args.on_error, **schema
+    )
     return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
 
 

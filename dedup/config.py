@@ -65,6 +65,10 @@ PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
 CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
 MODES = REMOVAL_MODES
+DEDUP_APPROX_SHARD_BYTES = 32 << 20
+"""The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
+groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the
+largest file alone. The output's part count follows it."""
 
 
 def check_mode(mode: str) -> None:
