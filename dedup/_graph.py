@@ -189,11 +189,6 @@ def connected_components(num_nodes: int, edges: np.ndarray) -> np.ndarray:
         labels = new
 
 
-def component_sizes(labels: np.ndarray) -> np.ndarray:
-    """Size of each node's component."""
-    return np.bincount(labels, minlength=len(labels))[labels]
-
-
 Measure = Callable[[np.ndarray], np.ndarray]
 """``measure(pairs)`` → float64 true Jaccard of each ``(n, 2)`` node pair."""
 

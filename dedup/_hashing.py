@@ -197,13 +197,6 @@ class _Powers:
 _POWERS = _Powers()
 
 
-def base_powers(n: int) -> np.ndarray:
-    """P^0 … P^(n-1) (mod 2⁶⁴) of the polynomial hash, from the shared growing cache: what a caller needs to
-    combine span hashes (``H(a + b) = H(a)·P^|b| + H(b)``)."""
-    _POWERS.ensure(n)
-    return _POWERS.p[:n]
-
-
 def span_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Polynomial hashes of the byte spans ``data[starts[i]:ends[i]]`` (non-empty spans), vectorized.
 
