@@ -20,6 +20,7 @@ redpajama  word 13-grams         128 permutations  0.7 → 14×9, 0.8 → 9×13,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
@@ -98,6 +99,7 @@ def collision_probability(similarity: float | np.ndarray, bands: int, rows: int)
     return 1.0 - (1.0 - np.asarray(similarity, dtype=np.float64) ** rows) ** bands
 
 
+@functools.lru_cache(maxsize=64)  # ~36 ms of numpy a call, and every batch's signatures ask for it
 def optimal_bands(
     threshold: float, num_perm: int, *, false_positive_weight: float = 0.5, false_negative_weight: float = 0.5
 ) -> tuple[int, int]:

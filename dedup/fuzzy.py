@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup._graph import NodeSets, graph_in_driver, verify_and_cluster
+from zephyr.dedup._hashing import Shingles, unique_sets
 from zephyr.dedup._minhash import BUCKET_LINKS, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
     ROW,
@@ -39,6 +40,7 @@ from zephyr.dedup._rows import (
     driver_row_limit,
     execution_kwargs,
     has_column,
+    key_columns,
     mark_keep,
     numbered,
     scratch_folder,
@@ -85,7 +87,8 @@ def fuzzy_dedup(
 
         index = open_index(index, config)
     table = numbered(as_table(data), text_column)
-    band_rows = _BandRows(config, text_column)(table)
+    shingles, bands = compute_signatures(table[text_column], config)  # once: bands and sets come from it
+    band_rows = _band_rows(table[ROW], shingles, bands)
     kw = {"executor": "inprocess"}
     if index is not None and index.docs:
         import zephyr
@@ -104,9 +107,14 @@ def fuzzy_dedup(
     }
     node_info = None
     if pairs.num_rows:
+        sets = unique_sets(shingles)
+        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+        node_sets = pa.table(
+            {ROW: table[ROW], "shingles": lists, **key_columns(table, id_column, priority_column)}
+        )
 
-        def collect_sets(keys: pa.Array) -> pa.Table:
-            return NodeSets(keys, config, text_column, id_column, priority_column)(table)
+        def collect_sets(keys: pa.Array) -> pa.Table:  # NodeSets' rows, from the shingles made above
+            return node_sets.filter(pc.is_in(node_sets[ROW], value_set=keys))
 
         node_info = graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
     info["rejected_pairs"] = info["candidate_pairs"] - info["verified_pairs"] if config.verify else 0
@@ -120,26 +128,22 @@ class _BandRows:
         self.config, self.text_column = config, text_column
 
     def __call__(self, table: pa.Table) -> pa.Table:
-
-        empty = pa.table(
-            {
-                ROW: pa.array([], pa.int64()),
-                "band": pa.array([], pa.int32()),
-                "bhash": pa.array([], pa.int64()),
-            }
-        )
         if not has_column(table, self.text_column, "text"):
-            return empty
-        shingles, bands = compute_signatures(table[self.text_column], self.config)
-        has = np.flatnonzero(shingles.counts > 0)
-        nb = bands.shape[1]
-        return pa.table(
-            {
-                ROW: table[ROW].take(pa.array(np.repeat(has, nb))),
-                "band": pa.array(np.tile(np.arange(nb, dtype=np.int32), len(has))),
-                "bhash": pa.array(bands[has].reshape(-1).view(np.int64), type=pa.int64()),
-            }
-        )
+            return _band_rows(pa.array([], pa.int64()), None, np.zeros((0, 0), np.uint64))
+        return _band_rows(table[ROW], *compute_signatures(table[self.text_column], self.config))
+
+
+def _band_rows(rows: pa.Array | pa.ChunkedArray, shingles: Shingles | None, bands: np.ndarray) -> pa.Table:
+    """(ROW, band, band hash) of the rows with shingles, from their band hashes."""
+    has = np.flatnonzero(shingles.counts > 0) if shingles is not None else np.zeros(0, np.int64)
+    nb = bands.shape[1]
+    return pa.table(
+        {
+            ROW: rows.take(pa.array(np.repeat(has, nb), pa.int64())),
+            "band": pa.array(np.tile(np.arange(nb, dtype=np.int32), len(has)), pa.int32()),
+            "bhash": pa.array(bands[has].reshape(-1).view(np.int64), type=pa.int64()),
+        }
+    )
 
 
 class _BucketPairs:
