@@ -358,7 +358,7 @@ def exact_dedup_dataset(
     """
     ExactDedupConfig(normalize=normalize)
     check_mode(mode)
-    plans = exact_job_plans(
+    plans = _exact_job_plans(
         ds,
         text_column=text_column,
         id_column=id_column,
@@ -407,7 +407,7 @@ class ExactJobPlans:
         )
 
 
-def exact_job_plans(
+def _exact_job_plans(
     ds: Dataset,
     *,
     text_column: str = "text",
@@ -447,7 +447,7 @@ def exact_plans(
     """The engine jobs ``exact_dedup_dataset(ds, **arguments)`` may run, in order, each a title and its lazy
     plan, or a rule (plan None) that chooses between them (``zephyr explain dedup exact``): the hashes, then
     the driver's or the shuffle path. ``finish``: what the caller does to the output before writing it."""
-    plans = exact_job_plans(ds, **arguments)
+    plans = _exact_job_plans(ds, **arguments)
     return [
         (f"job 1: {hashes}, materialized, then counted", plans.member_hashes),
         (
@@ -470,11 +470,11 @@ def url_plans(
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
     return exact_plans(
-        url_keyed(ds, url_column),
+        _url_keyed(ds, url_column),
         budget=budget,
-        finish=lambda out: finish(without_url_key(out)),
+        finish=lambda out: finish(_without_url_key(out)),
         hashes="URL key hashes (row, hash, id, priority)",
-        **url_exact_arguments(**arguments),
+        **_url_exact_arguments(**arguments),
     )
 
 
@@ -526,15 +526,15 @@ def _drop_key(table: pa.Table) -> Any:
     return table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table
 
 
-def url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
+def _url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
     """``ds`` with the normalized URL in ``URL_KEY``: the text exact dedup hashes."""
     return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
 
 
-def url_exact_arguments(
+def _url_exact_arguments(
     *, id_column: str | None = "id", mode: str = "remove", priority_column: str | None = None
 ) -> dict[str, Any]:
-    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``exact_job_plans`` (the key, byte-exact):
+    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``_exact_job_plans`` (the key, byte-exact):
     one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
     return {
         "text_column": URL_KEY,
@@ -545,7 +545,7 @@ def url_exact_arguments(
     }
 
 
-def without_url_key(out: Dataset) -> Dataset:
+def _without_url_key(out: Dataset) -> Dataset:
     """The exact dedup's output without the key column: URL dedup's output."""
     return out.map_batches(_drop_key, name="dedup.url.finish")
 
@@ -563,9 +563,9 @@ def url_dedup_dataset(
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
 
     out = exact_dedup_dataset(
-        url_keyed(ds, url_column),
-        **url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
+        _url_keyed(ds, url_column),
+        **_url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
         execution=execution,
         stats=stats,
     )
-    return without_url_key(out)
+    return _without_url_key(out)

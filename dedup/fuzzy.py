@@ -234,7 +234,7 @@ def fuzzy_dedup_dataset(
         index = open_index(index, config)
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
-    plans = fuzzy_job_plans(
+    plans = _fuzzy_job_plans(
         ds, config, text_column=text_column, id_column=id_column, mode=mode, priority_column=priority_column
     )
     rows, band_rows = plans.rows, plans.band_rows
@@ -289,7 +289,7 @@ class FuzzyJobPlans:
     """The output when the verified graph is clustered in the driver (cluster columns by row number)."""
 
 
-def fuzzy_job_plans(
+def _fuzzy_job_plans(
     ds: Dataset,
     config: FuzzyDedupConfig,
     *,
@@ -332,7 +332,7 @@ def fuzzy_plans(
     """The engine jobs ``fuzzy_dedup_dataset(ds, config, **arguments)`` runs, in order, with the rules that
     choose where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is
     read; ``finish``: what the caller does to the output before writing it."""
-    plans = fuzzy_job_plans(ds, config, **arguments)
+    plans = _fuzzy_job_plans(ds, config, **arguments)
     indexed = " (with --index, the index's band rows join the bucket shuffle)" if index else ""
     verify = (
         f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "

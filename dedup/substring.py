@@ -621,7 +621,7 @@ class SubstringJobPlans:
         return self.rows.map_batches(cut, name="dedup.substring.cut")
 
 
-def substring_job_plans(ds: Dataset, config: SubstringConfig) -> SubstringJobPlans:
+def _substring_job_plans(ds: Dataset, config: SubstringConfig) -> SubstringJobPlans:
     """The plans of substring dedup over ``ds``, built without running anything."""
     return SubstringJobPlans(config, ds.with_row_index(ROW))
 
@@ -652,7 +652,7 @@ def substring_plans(
     """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
     explain dedup substring``), planned with nothing found yet: the arrays a job takes from the jobs before
     it are empty here."""
-    plans = substring_job_plans(ds, config)
+    plans = _substring_job_plans(ds, config)
     nothing = np.zeros(0, np.uint64)
     candidates = plans.candidates(nothing)
     groups = plans.groups(candidates)
@@ -706,7 +706,7 @@ def substring_dedup_dataset(
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
     memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
-    plans = substring_job_plans(ds, config)
+    plans = _substring_job_plans(ds, config)
     repeated_table = plans.repeated_anchors().to_arrow(**execution)
     repeated = (
         np.sort(np.asarray(repeated_table["h"], dtype=np.int64).view(np.uint64))
