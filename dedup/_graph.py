@@ -95,7 +95,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zephyr.dedup._compiled as compiled
-from zephyr.dedup._hashing import Shingles
+from zephyr.dedup._hashing import Shingles, shingle_hashes, unique_sets
 from zephyr.dedup._rows import (
     CLUSTER,
     KEEPER,
@@ -116,7 +116,6 @@ from zephyr.budget import Budget
 from zephyr.errors import ConfigError, InputError, ZephyrError
 
 if TYPE_CHECKING:
-    from zephyr.dedup._hashing import Shingles
     from zephyr.dedup.index import IndexInfo
 
     from zephyr.dataset import Dataset
@@ -139,8 +138,6 @@ def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.
     of each edge is an exact merge of its two sorted sets (``_compiled.intersections``); ``sets=True`` says
     ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
     """
-    from zephyr.dedup._hashing import unique_sets
-
     if len(edges) == 0:
         return np.empty(0, dtype=np.float64)
     if sets:  # already sorted and de-duplicated per document
@@ -460,8 +457,6 @@ class WithSim:
 
 def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
     """A list<uint64> column of sorted sets as ``Shingles`` (no copy of the hashes when in one chunk)."""
-    from zephyr.dedup._hashing import Shingles
-
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     offsets = np.asarray(lists.offsets, dtype=np.int64)
@@ -470,8 +465,6 @@ def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
 
 def _joined(a: Shingles, b: Shingles) -> Shingles:
     """``a``'s documents then ``b``'s, as one ``Shingles``."""
-    from zephyr.dedup._hashing import Shingles
-
     return Shingles(
         hashes=np.concatenate((a.hashes, b.hashes)),
         offsets=np.concatenate((a.offsets, a.offsets[-1] + b.offsets[1:])),
@@ -697,8 +690,6 @@ def graph_in_driver(
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
     the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``NodeSets`` rows of
     the endpoints (one filtered pass); the index's docs give those of indexed endpoints."""
-    from zephyr.dedup._graph import cluster_labels
-
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = collect_sets(new_nodes)
@@ -840,8 +831,6 @@ class NodeSets:
         self.id_column, self.priority_column = id_column, priority_column
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.dedup._hashing import shingle_hashes, unique_sets
-
         if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
             return pa.table({ROW: pa.array([], pa.int64())})
         wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))

@@ -46,7 +46,6 @@ Output layout (``Shingles``): ``hashes`` (uint64, all docs concatenated, in text
 ``offsets`` (int64, ``len(docs) + 1``): document ``i`` owns ``hashes[offsets[i]:offsets[i+1]]``.
 
 >>> import pyarrow as pa
->>> from zephyr.dedup._hashing import poly_hash_bytes
 >>> s = shingle_hashes(pa.array(["a b c d", "x"]), kind="word", n=3)
 >>> s.offsets.tolist()
 [0, 2, 3]
