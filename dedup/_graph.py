@@ -110,6 +110,7 @@ from zephyr.dedup._rows import (
 )
 from zephyr.dedup.config import FuzzyDedupConfig
 
+import zephyr
 from zephyr import budget as budget_module
 from zephyr import counters
 from zephyr.budget import Budget
@@ -574,7 +575,6 @@ def verify_on_engine(
     with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
     ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
     reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
-    import zephyr
 
     sets = sets.select(ROW, "shingles")
     hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
@@ -662,7 +662,6 @@ def _hot_rows(
 def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[str, Any]) -> pa.Table:
     """(ROW, shingles) of the rows in ``keys``: new rows' from ``sets``, indexed documents' (keys < 0) from
     the index's docs."""
-    import zephyr
 
     if not len(keys):
         return pa.table({ROW: pa.array([], pa.int64()), "shingles": pa.array([], pa.large_list(pa.uint64()))})
@@ -884,7 +883,6 @@ def verify_and_cluster(
     ).write_parquet(f"{scratch}/sets", **kw)
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
-    import zephyr
 
     if not written.files:  # no row has a set: nothing can pair
         info.update(in_memory=pairs is not None, verified_pairs=0)
@@ -928,7 +926,6 @@ def _verified_graph(
     """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
     verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
     ``verified_pairs`` and the engine verification's figures in ``info``."""
-    import zephyr
 
     if config.verify:
         set_rows = written.stats["stages"][-1]["rows_out"]

@@ -59,7 +59,6 @@ import os
 import typing
 from typing import TYPE_CHECKING, Any
 
-from zephyr.dedup._rows import budget_of
 from zephyr.dedup.config import (
     CLUSTER_RULES,
     DEDUP_APPROX_SHARD_BYTES,
@@ -68,15 +67,25 @@ from zephyr.dedup.config import (
     SIGNATURE_DEVICES,
     ExactDedupConfig,
     FuzzyDedupConfig,
+    SubstringConfig,
 )
 
-from zephyr.cli import PlanStep, jobs_plan_text
+import zephyr
+from zephyr.cli import (
+    PlanStep,
+    add_dropped_output,
+    add_on_error,
+    add_output_dir,
+    add_replace_columns,
+    execution_options,
+    explain_commands,
+    explained,
+    jobs_plan_text,
+)
 from zephyr.config import REMOVAL_MODES
 from zephyr.errors import ConfigError
 
 if TYPE_CHECKING:
-    from zephyr.dedup.config import FuzzyDedupConfig, SubstringConfig
-
     from zephyr.budget import Budget
 
 
@@ -103,7 +112,6 @@ def read_inputs(args: argparse.Namespace):
     ``--replace-columns``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
-    import zephyr
     from zephyr.io.schema import schema_arguments
     from zephyr.removal import check_input_columns, set_aside
 
@@ -245,8 +253,6 @@ def check_bloom_flags(args: argparse.Namespace) -> None:
     """Refuse, before any work, ``--method bloom`` flags that cannot size or load a filter."""
     from zephyr.dedup.bloom import BloomFilter
 
-    from zephyr.errors import ConfigError
-
     if args.load_filter is None and args.expected is None:
         raise ConfigError(
             "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
@@ -283,7 +289,6 @@ def check_dropped_output(args: argparse.Namespace) -> None:
     if not getattr(args, "dropped_output", None):
         return
     from zephyr import removal
-    from zephyr.errors import ConfigError
 
     if args.mode != "remove":
         raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
@@ -324,7 +329,6 @@ def action_kwargs(opts: Any) -> dict[str, Any]:
 
 def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     """The flags every dedup command shares; ``output=False`` for ``zephyr explain dedup``, which writes nothing."""
-    from zephyr.cli import add_on_error, add_output_dir
 
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
@@ -347,7 +351,6 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.cli import add_replace_columns
     from zephyr.io.schema import add_schema_arguments
 
     add_schema_arguments(p)
@@ -365,11 +368,18 @@ def column_or_none(value: str) -> str | None:
     return None if value.lower() == "none" else value
 
 
+def _budget(execution: dict[str, Any]) -> Any:
+    """The budget whose shares a plan prints (imported here, so ``zephyr --help`` loads no dedup kernels)."""
+    from zephyr.dedup._rows import budget_of
+
+    return budget_of(execution)
+
+
 def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup exact`` with these arguments."""
     from zephyr.dedup.exact import exact_plans
 
-    budget = budget_of(execution)
+    budget = _budget(execution)
     if args.level == "paragraph":
         out = paragraph_dedup_of_inputs(args)
         title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
@@ -383,7 +393,7 @@ def url_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
     """The jobs of ``zephyr dedup url`` with these arguments: exact dedup's, on the normalized URL."""
     from zephyr.dedup.exact import url_plans
 
-    budget = budget_of(execution)
+    budget = _budget(execution)
     steps = url_plans(
         read_inputs(args),
         budget=budget,
@@ -401,7 +411,7 @@ def paragraph_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> 
     ``--method bloom``'s one pass, its filter sized by ``--expected``/``--fp-rate`` (or ``--load-filter``)."""
     from zephyr.dedup.bloom import BloomFilter
 
-    budget = budget_of(execution)
+    budget = _budget(execution)
     if args.method == "exact":
         title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
         steps: list[PlanStep] = [(title, output_of(args, paragraph_dedup_of_inputs(args)))]
@@ -432,7 +442,7 @@ def substring_plan_text(args: argparse.Namespace, config: SubstringConfig, execu
     """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes)."""
     from zephyr.dedup.substring import substring_plans
 
-    budget = budget_of(execution)
+    budget = _budget(execution)
     return _text("substring", substring_plans(read_inputs(args), config, budget=budget), budget, execution)
 
 
@@ -440,7 +450,7 @@ def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, executio
     """The jobs of ``zephyr dedup fuzzy`` with these arguments (``config``: its ``FuzzyDedupConfig``)."""
     from zephyr.dedup.fuzzy import fuzzy_plans
 
-    budget = budget_of(execution)
+    budget = _budget(execution)
     steps = fuzzy_plans(
         read_inputs(args),
         config,
@@ -464,7 +474,6 @@ def _text(kind: str, steps: list[PlanStep], budget: Budget, execution: dict[str,
 def _url(args: argparse.Namespace) -> int:
     from zephyr.dedup.exact import url_dedup_dataset
 
-    from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
     check_dropped_output(args)
@@ -488,7 +497,6 @@ def _url(args: argparse.Namespace) -> int:
 def _paragraph(args: argparse.Namespace) -> int:
     """``zephyr dedup paragraph``: the exact paragraph dedup (``--method exact``, in id order) or the Bloom
     filter's single streaming pass in input order (``--method bloom``)."""
-    from zephyr.cli import execution_options
 
     opts = action_kwargs(execution_options(args))
     extra: dict[str, Any] = {
@@ -562,7 +570,6 @@ def _substring(args: argparse.Namespace) -> int:
 
     from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
 
-    from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
     config = substring_config(args)
@@ -619,7 +626,6 @@ def substring_config(args: argparse.Namespace):
 def _check_no_annotation(args: argparse.Namespace) -> None:
     """Substring dedup cuts the repeated spans out of the text and adds no column: the shared dedup flags that
     choose or name added columns would be ignored, so they are refused instead."""
-    from zephyr.errors import ConfigError
 
     if args.mode != "remove":
         raise ConfigError(
@@ -633,7 +639,6 @@ def _check_no_annotation(args: argparse.Namespace) -> None:
 
 
 def _tokenizer(args: argparse.Namespace) -> str | None:
-    from zephyr.errors import ConfigError
 
     if args.unit == "bytes":
         if args.tokenizer:
@@ -653,7 +658,6 @@ def _local(opts: dict[str, Any]) -> bool:
 
 def register_text_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``paragraph``, ``url`` and ``substring`` under ``zephyr dedup``."""
-    from zephyr.cli import add_dropped_output
 
     para = sub.add_parser(
         "paragraph",
@@ -699,8 +703,6 @@ def register_text_explains(kinds: argparse._SubParsersAction, common: argparse.A
 
 
 def _explain_text(args: argparse.Namespace):
-
-    from zephyr.cli import execution_options, explained
 
     execution = action_kwargs(execution_options(args))
     if args.explain_dedup_command == "substring":
@@ -772,7 +774,6 @@ def _add_substring_flags(substring: argparse.ArgumentParser) -> None:
 def _exact(args: argparse.Namespace) -> int:
     import zephyr.dedup._compiled as compiled
 
-    from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
     opts = execution_options(args)
@@ -785,8 +786,6 @@ def _exact(args: argparse.Namespace) -> int:
         with reuse_workers(action_kwargs(opts), preload=preload) as execution:
             return _run_exact_document(args, execution)
     if args.dropped_output:
-        from zephyr.errors import ConfigError
-
         raise ConfigError(
             "--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none"
         )
@@ -844,7 +843,6 @@ def _fuzzy_config(args: argparse.Namespace) -> FuzzyDedupConfig:
 def _fuzzy(args: argparse.Namespace) -> int:
     import zephyr.dedup._compiled as compiled
 
-    from zephyr.cli import execution_options
     from zephyr.executors import reuse_workers
 
     opts = execution_options(args)
@@ -898,7 +896,6 @@ def _write_index(args: argparse.Namespace, config: Any, annotated: Any, executio
 
 
 def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup._rows import StripRowNumbers
     from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
 
     config = _fuzzy_config(args)
@@ -932,6 +929,8 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
         index=index,
         row_numbers=indexing,
     )
+    from zephyr.dedup._rows import StripRowNumbers
+
     strip = StripRowNumbers(internal_mode(args))
     written = out.map_batches(strip, name="dedup.fuzzy.output") if indexing else out
     extra = {
@@ -950,7 +949,6 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
-    from zephyr.cli import add_dropped_output
 
     dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
     sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
@@ -1008,8 +1006,6 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
     """``zephyr explain dedup exact|fuzzy|paragraph|url|substring``: the commands' own flags without
     ``--output``; prints their engine jobs' plans and runs nothing (``zephyr.dedup.cli``)."""
 
-    from zephyr.cli import explain_commands
-
     group = explain_commands(subparsers).add_parser(
         "dedup", help="the plans of zephyr dedup exact|fuzzy|paragraph|url|substring"
     )
@@ -1028,14 +1024,10 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
 
 def _explain_exact(args: argparse.Namespace):
 
-    from zephyr.cli import execution_options, explained
-
     return explained(exact_plan_text(args, action_kwargs(execution_options(args))), args)
 
 
 def _explain_fuzzy(args: argparse.Namespace):
-
-    from zephyr.cli import execution_options, explained
 
     text = fuzzy_plan_text(args, _fuzzy_config(args), action_kwargs(execution_options(args)))
     return explained(text, args)

@@ -48,6 +48,7 @@ from zephyr.dedup._rows import (
 )
 from zephyr.dedup.config import FuzzyDedupConfig, check_mode
 
+import zephyr
 from zephyr import counters
 from zephyr.errors import ConfigError
 
@@ -91,8 +92,6 @@ def fuzzy_dedup(
     band_rows = _band_rows(table[ROW], shingles, bands)
     kw = {"executor": "inprocess"}
     if index is not None and index.docs:
-        import zephyr
-
         indexed = zephyr.read_parquet(index.band_files()).to_arrow(**kw)
         band_rows = pa.concat_tables(
             [band_rows, indexed.select(band_rows.column_names).cast(band_rows.schema)]
@@ -174,7 +173,6 @@ def _with_index_bands(
     if index is None or not index.docs:
         yield band_rows
         return
-    import zephyr
 
     new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
     yield zephyr.read_parquet([*new, *index.band_files()])
