@@ -161,11 +161,16 @@ def exact_dedup(
 
 
 def split_paragraphs(
-    texts: pa.Array, separator: str, normalize: str
-) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The paragraphs of ``texts`` (a ``large_string`` array) as (values, document of each, paragraphs per
-    document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the normalized text).
-    Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash paragraphs alike."""
+    table: pa.Table, text_column: str, separator: str, normalize: str
+) -> tuple[pa.Array, pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The texts (one ``large_string`` array) and their paragraphs as (texts, values, document of each,
+    paragraphs per document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the
+    normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash
+    paragraphs alike."""
+    texts = require_column(table, text_column, "text")
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    texts = texts.cast(pa.large_string())
     parts = pc.split_pattern(texts, separator)
     values = parts.flatten()
     doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
@@ -175,7 +180,36 @@ def split_paragraphs(
     normalized = normalize_text(values, normalize)
     blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
     hashes = xxh3_128_array(normalized).view(np.uint64).reshape(len(values), 2)
-    return values, doc, lengths, position, blank, hashes
+    return texts, values, doc, lengths, position, blank, hashes
+
+
+def without_paragraphs(
+    table: pa.Table,
+    text_column: str,
+    paragraphs: tuple,
+    removed: np.ndarray,
+    separator: str,
+    mode: str,
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """The table with the ``removed`` paragraphs cut from its text (``remove``), or counted in
+    ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``); and the removed paragraphs and bytes per
+    document and the bytes of each paragraph. ``paragraphs``: ``split_paragraphs``' result."""
+    texts, values, doc, lengths = paragraphs[:4]
+    n = table.num_rows
+    para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
+    removed_per_doc = np.bincount(doc[removed], minlength=n)
+    bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
+    if mode == "remove":
+        new_text = join_paragraphs(values, lengths, removed, texts, separator)
+        new_text = new_text.cast(table.schema.field(text_column).type)
+        out = table.set_column(table.column_names.index(text_column), text_column, new_text)
+    else:
+        out = table.drop_columns(
+            [c for c in ("dup_paragraphs", "dup_paragraph_bytes") if c in table.column_names]
+        )
+        out = out.append_column("dup_paragraphs", pa.array(removed_per_doc, pa.int64()))
+        out = out.append_column("dup_paragraph_bytes", pa.array(bytes_per_doc, pa.int64()))
+    return out, removed_per_doc, bytes_per_doc, para_bytes
 
 
 def join_paragraphs(
@@ -213,12 +247,9 @@ def paragraph_dedup(
     ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
     check_mode(mode)
     table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    texts = texts.cast(pa.large_string())
+    paragraphs = split_paragraphs(table, text_column, separator, normalize)
+    texts, values, doc, lengths, position, blank, hashes = paragraphs
     ranks = keep_ranks(table, id_column)
-    values, doc, lengths, position, blank, hashes = split_paragraphs(texts, separator, normalize)
     order = np.lexsort((position, ranks[doc], hashes[:, 1], hashes[:, 0]))
     hs = hashes[order]
     first = np.ones(len(order), dtype=bool)
@@ -226,21 +257,11 @@ def paragraph_dedup(
     removed = np.zeros(len(values), dtype=bool)
     removed[order[~first]] = True
     removed &= ~blank
-    para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
+    out, removed_per_doc, bytes_per_doc, para_bytes = without_paragraphs(
+        table, text_column, paragraphs, removed, separator, mode
+    )
     blank_per_doc = np.bincount(doc[blank], minlength=table.num_rows)
     n = table.num_rows
-    removed_per_doc = np.bincount(doc[removed], minlength=n)
-    bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
-    if mode == "remove":
-        new_text = join_paragraphs(values, lengths, removed, texts, separator)
-        new_text = new_text.cast(table.schema.field(text_column).type)
-        out = table.set_column(table.column_names.index(text_column), text_column, new_text)
-    else:
-        out = table
-        for name, col in (("dup_paragraphs", removed_per_doc), ("dup_paragraph_bytes", bytes_per_doc)):
-            if name in out.column_names:
-                out = out.drop_columns([name])
-            out = out.append_column(name, pa.array(col, type=pa.int64()))
     per_source: dict[str, dict[str, int]] = {}
     if source_column is not None and source_column in table.column_names and n:
         src = table[source_column].combine_chunks().cast(pa.large_string()).fill_null("<null>")
