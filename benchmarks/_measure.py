@@ -1,6 +1,8 @@
 """Measuring commands: wall time and peak RSS of a whole process tree (``run_measured``), or of every process
 in it by role — the driver, its worker processes — with a timeline to find the phase of a peak
-(``run_sampled``); the machine line and the RESULTS.md appender every benchmark shares."""
+(``run_sampled``); the machine line and the notebook appender every benchmark shares: a run's write-up goes to
+the month's ``benchmarks/history/<YYYY-MM>.md`` (``append_history``), so that ``benchmarks/RESULTS.md`` stays one
+page of current figures, each row updated in place by hand."""
 
 from __future__ import annotations
 
@@ -10,14 +12,30 @@ import os
 import platform
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import psutil
 
-__all__ = ["run_measured", "run_sampled", "stage_peaks", "budget_mib", "machine", "publish"]
+__all__ = [
+    "run_measured",
+    "run_sampled",
+    "stage_peaks",
+    "budget_mib",
+    "machine",
+    "publish",
+    "history_file",
+    "append_history",
+]
 
 MIB = 2**20
+HISTORY = Path(__file__).resolve().parent / "history"
+HISTORY_INTRO = (
+    "The benchmark runs of the month, each as its script wrote it (machine, load, command, tables) with the "
+    "author's notes, newest last. The current figure of each benchmark is a row of [../RESULTS.md](../RESULTS.md), "
+    "updated in place from the run here that supersedes it.\n"
+)
 
 
 def run_measured(
@@ -157,9 +175,31 @@ def machine() -> str:
     return f"{platform.machine()} {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
 
 
+def history_file(now: datetime.datetime | None = None, *, folder: Path = HISTORY) -> Path:
+    """The notebook of ``now``'s month (UTC; default: this month), ``folder/<YYYY-MM>.md``, created with its
+    heading and intro when it does not exist yet. Runs are written up there, not in RESULTS.md: the notebook of
+    every run grows without bound, and a reader needs one page with today's figure of each benchmark."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    path = folder / f"{now:%Y-%m}.md"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Benchmark runs, {now:%Y-%m}\n\n{HISTORY_INTRO}", encoding="utf-8")
+    return path
+
+
+def append_history(text: str, *, now: datetime.datetime | None = None, folder: Path = HISTORY) -> Path:
+    """Append a run's Markdown section to the month's notebook (``history_file``), after a blank line so that
+    its heading starts a block; returns the file's path."""
+    path = history_file(now, folder=folder)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text if text.startswith("\n") else "\n" + text)
+    return path
+
+
 def publish(text: str, *, append: bool) -> None:
-    """Print a result table and, unless told not to, append it to benchmarks/RESULTS.md."""
+    """Print a result table and, unless told not to, append it to the month's notebook
+    (benchmarks/history/<YYYY-MM>.md); the figure's row in benchmarks/RESULTS.md is then updated by hand."""
     print(text)
     if append:
-        with open(Path(__file__).resolve().parent / "RESULTS.md", "a") as f:
-            f.write(text)
+        path = append_history(text)
+        print(f"appended to {path}; update the benchmark's row in benchmarks/RESULTS.md", file=sys.stderr)

@@ -30,7 +30,7 @@ input (run in the driver too), goal baseline + 1.25 × budget. On ``--executor t
 ``workers`` tasks itself, so its goal is baseline + 1.25 ×
 workers × budget. Each run's CLI log (``-v``: stage lines with times), its RSS timeline and the summary go
 to ``--logs`` (``benchmarks/.out/budget_peaks/``); ``--keep-data`` keeps the generated corpora there too.
-Appends a Markdown table to benchmarks/RESULTS.md unless ``--no-append``. tests/zephyr/test_budget_peaks.py
+Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md, unless ``--no-append``. tests/zephyr/test_budget_peaks.py
 runs the same measurement as slow tests.
 """
 

@@ -15,7 +15,8 @@ Rows (each the median of ``--rounds`` rounds, on local disk unless said):
 * ``lock on S3 (moto)`` (``--s3``): the same lock on a moto server on loopback (a conditional PUT, a GET and a
   DELETE): its latency is the loopback server's, a real store adds its round trips.
 
-The Markdown section printed at the end is appended to benchmarks/RESULTS.md unless ``--no-append``.
+The Markdown section printed at the end is appended to the month's notebook, benchmarks/history/<YYYY-MM>.md,
+unless ``--no-append``; the figures' rows in benchmarks/RESULTS.md are updated by hand.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ import pyarrow as pa
 import zephyr
 from zephyr.io import claim, lock
 
-RESULTS = Path(__file__).with_name("RESULTS.md")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
 
 
 def _median_us(fn: Callable[[], object], rounds: int) -> float:
@@ -184,8 +186,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_append:
-        with open(RESULTS, "a", encoding="utf-8") as f:
-            f.write("\n" + text)
+        append_history(text)
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import engine_bench as eb  # noqa: E402
+from _measure import append_history  # noqa: E402
 
 ENGINES = ("zephyr-local", "zephyr-dask", "dask-dataframe")
 WORKLOADS = ("groupby_key", "sort_url")
-RESULTS = HERE / "RESULTS.md"
 
 
 def _digest(out: str) -> str:
@@ -188,8 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(text)
     if not args.no_append:
-        with open(RESULTS, "a") as f:
-            f.write("\n" + text)
+        append_history(text)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ the work is comparable: read, hash the text, group by the hash, join the groups 
 
     .venv/bin/python benchmarks/dedup_exact.py --corpus /work/corpus/medium/docs
 
-Appends a Markdown table to benchmarks/RESULTS.md (with --no-append it only prints).
+Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md (with --no-append it only prints).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Same corpus (the ``dupes`` corpus with ground truth), same shingling where the peer allows (word 5-grams,
 14 bands × 8 rows), 2 workers. Reports wall time, MB/s of text, peak RSS of the process tree, and pair
 precision/recall/F1 against ``pairs.parquet`` at Jaccard 0.8 (``zephyr.dedup.evaluate``), then appends a
-Markdown table to benchmarks/RESULTS.md. A corpus without ground truth (``pairs.parquet``/``truth.parquet``,
+Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md. A corpus without ground truth (``pairs.parquet``/``truth.parquet``,
 e.g. ``medium/docs``, 382 MB) is timed only: quality columns read "–".
 
     .venv/bin/python benchmarks/dedup_fuzzy.py --corpus /work/corpus/medium/dupes [--only zephyr,datatrove]

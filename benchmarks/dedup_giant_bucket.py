@@ -26,8 +26,8 @@ compiled kernels). Goals, printed as pass/fail:
 
 It takes no lock itself (run it under ``flock``, as above, like the other benchmarks); generating and writing
 the corpus is not timed. Each size's CLI log, ``_dedup_stats.json`` and RSS timeline (per role, every sample)
-go to ``--logs`` (``benchmarks/.out/dedup_giant_bucket/``). Appends a Markdown table to benchmarks/RESULTS.md
-unless ``--no-append``.
+go to ``--logs`` (``benchmarks/.out/dedup_giant_bucket/``). Appends a Markdown table to the month's
+notebook, benchmarks/history/<YYYY-MM>.md, unless ``--no-append``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Rows: the default (14×8, verified), the same without verification, and each preset. Scores follow the
 corpus rule (``zephyr.dedup.evaluate.pair_scores`` with the texts, so unlisted pairs whose true Jaccard
-reaches 0.8 are neutral). Appends a Markdown table to benchmarks/RESULTS.md.
+reaches 0.8 are neutral). Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md.
 
     .venv/bin/python benchmarks/dedup_quality.py --corpus /work/corpus/small/dupes
 """
@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import machine  # noqa: E402
+from _measure import append_history, machine  # noqa: E402
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup  # noqa: E402
 from zephyr.dedup.evaluate import oversized_clusters, pair_scores  # noqa: E402
 
@@ -82,8 +82,7 @@ def main() -> int:
         lines.append(line)
     text = "\n".join(lines) + "\n"
     if not args.no_append:
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
-            f.write(text)
+        append_history(text)
     return 0
 
 

@@ -32,6 +32,7 @@ folder on ``PYTHONPATH`` when their distribution is missing; torch (and its CUDA
 
 Output: ``--out`` (default ``$OUT/device.json`` when ``$OUT`` is set, else ``benchmarks/.out/device_check/
 device.json``) holds every phase's figures; beside it ``device.md`` (the Markdown section, append-ready for
+the month's notebook benchmarks/history/<YYYY-MM>.md; its figures fill the pending rows of
 benchmarks/RESULTS.md) and ``device.logs/`` (each phase's output). Both files are rewritten after every
 phase. Exit status 0 when every phase finished or was skipped cleanly, 1 otherwise; whether the figures meet
 the issue's targets is in ``targets`` (and the table), not in the exit status.
@@ -444,7 +445,8 @@ def _write(out: Path, report: dict[str, Any]) -> None:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The RESULTS.md section: a heading with the machine, the command, one row per phase, the targets."""
+    """The notebook section (benchmarks/history/<YYYY-MM>.md): a heading with the machine, the command, one
+    row per phase, the targets."""
     env = report["phases"].get("env", {}).get("result", {})
     device = env.get("gpu") or ("CPU (dry run)" if report["dry_run"] else "no GPU")
     where = f"{device}" + (f", {env['gpu_memory_gib']} GiB" if env.get("gpu_memory_gib") else "")

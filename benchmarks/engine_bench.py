@@ -43,7 +43,8 @@ zephyr the driver and each worker are listed separately in the out-of-core table
 interleaved with the others; the best wall time is reported with all runs listed, and the largest RSS of all
 runs. Every output is checked (untimed) against a reference: the group-by counts equal polars' on the same
 input, the sort output holds every input row (order-independent hash of ``id``) in non-decreasing ``url``
-order. The Markdown section printed at the end is appended to benchmarks/RESULTS.md unless ``--no-append``.
+order. The Markdown section printed at the end is appended to the month's notebook,
+benchmarks/history/<YYYY-MM>.md, unless ``--no-append``.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "RESULTS.md"
 PREPARED_VERSION = 1
 KEY_MODULUS = 1_000_000
 ENGINES = ("zephyr", "zephyr-all-columns", "duckdb", "polars", "dask")
@@ -591,8 +594,7 @@ def bench(args: argparse.Namespace, argv: list[str]) -> None:
     print()
     print(text)
     if not args.no_append:
-        with open(RESULTS, "a") as f:
-            f.write("\n" + text)
+        append_history(text)
 
 
 def profile(args: argparse.Namespace) -> None:

@@ -42,8 +42,10 @@ import psutil
 import pyarrow as pa
 from zephyr.tokenize._samples import document_spans, pack_best_fit
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "RESULTS.md"
 PEER_PYTHON = HERE / ".venvs" / "loader-peers" / "bin" / "python"  # benchmarks/venvs/loader_peers.sh
 PEERS = {
     "mosaicml-streaming": (PEER_PYTHON, HERE / "peers" / "streaming_loader.py"),
@@ -299,7 +301,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=10000)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved repetitions; the best is reported")
-    parser.add_argument("--no-write", action="store_true", help="print the rows, do not append to RESULTS.md")
+    parser.add_argument(
+        "--no-write",
+        action="store_true",
+        help="print the rows, do not append them to the month's notebook (benchmarks/history/)",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="zephyr-loaderbench-"))
     try:
@@ -342,8 +348,7 @@ def main() -> int:
         lines.append(f"| {name} | {c_text} | {w_text} | {ratio} | {notes[name]} |")
     print("\n".join(lines))
     if not args.no_write:
-        with open(RESULTS, "a") as handle:
-            handle.write("\n".join(lines) + "\n")
+        append_history("\n".join(lines) + "\n")
     return 0
 
 

@@ -5,7 +5,7 @@ pass ``--device cuda``.
 
     .venv/bin/python benchmarks/minhash_devices.py [--docs 2000] [--device cpu|cuda|xpu] [--no-append]
 
-Appends a Markdown table to benchmarks/RESULTS.md.
+Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md.
 """
 
 from __future__ import annotations

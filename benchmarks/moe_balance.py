@@ -9,7 +9,7 @@ step and averaged over the run, and the loss (mean of the last 20 steps) and wal
     .venv/bin/python benchmarks/moe_balance.py --steps 50 --seeds 0 --no-append   # smoke
 
 ``--balance`` takes more methods (``aux`` runs with ``--balance-loss-weight``). Appends a section to
-benchmarks/RESULTS.md with the machine, date, torch version and the exact command.
+the month's notebook, benchmarks/history/<YYYY-MM>.md, with the machine, date, torch version and the exact command.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ import torch
 from zephyr.trainer.config import OptimConfig, TrainConfig
 from zephyr.trainer.train import train
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
 
 
 def _run(balance: str, seed: int, args: argparse.Namespace) -> dict[str, float]:
@@ -96,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     if not args.no_append:
-        with open(RESULTS, "a") as f:
-            f.write(text)
+        append_history(text)
     return 0
 
 

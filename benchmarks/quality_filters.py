@@ -11,7 +11,8 @@ default all of them; datatrove's spaCy-tokenized Gopher filters run at ~40 docs/
 ~11 min), each filter alone in one process. Agreement is the share of the documents both ran on that both keep
 or both drop. The subprocess does not take the benchmark lock itself: hold it around the whole command.
 
-Prints Markdown and appends it to benchmarks/RESULTS.md with machine, date, load average and command.
+Prints Markdown and appends it to the month's notebook, benchmarks/history/<YYYY-MM>.md, with machine, date, load
+average and command.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from zephyr.pipelines.quality.classifier import evaluate_classifier, train_class
 from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
 from zephyr.pipelines.quality.langid import LangIdConfig, filter_language, identify_language
 from zephyr.pipelines.quality.normalize import normalize_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FILTERS = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
@@ -96,7 +100,11 @@ def main() -> None:
     ap.add_argument("--datatrove-venv", type=Path, default=REPO / "benchmarks/.venvs/datatrove")
     ap.add_argument("--no-peers", action="store_true", help="zephyr only")
     ap.add_argument("--no-classifier", action="store_true", help="skip LID agreement and classifier training")
-    ap.add_argument("--no-append", action="store_true", help="print only; leave RESULTS.md alone")
+    ap.add_argument(
+        "--no-append",
+        action="store_true",
+        help="print only; append nothing to the month's notebook (benchmarks/history/)",
+    )
     args = ap.parse_args()
     corpus = Path(args.corpus)
     docs = pq.read_table(corpus / "docs", columns=["id", "text", "source", "lang"])
@@ -244,8 +252,7 @@ def main() -> None:
 def _emit(text: str, *, append: bool) -> None:
     print(text)
     if append:
-        with open(Path(__file__).with_name("RESULTS.md"), "a", encoding="utf-8") as f:
-            f.write(text)
+        append_history(text)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ The embedded sample (``data/sample/sample.parquet``) repeated ``--copies`` times
 - the ops they sit beside in the pipelines: the Gopher/C4/FineWeb ``FilterAnnotator`` (heuristic_filter) and
   ``RemoveDuplicates`` (exact_dedup, fuzzy_dedup).
 
-Prints a Markdown table and appends it to benchmarks/RESULTS.md with machine, date, load average, command.
+Prints a Markdown table and appends it to the month's notebook, benchmarks/history/<YYYY-MM>.md, with machine,
+date, load average, command.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ import pyarrow.parquet as pq
 from zephyr.pipelines.examples import ClusterGroups, CollectExamples, ReasonGroups
 from zephyr.pipelines.quality.batch_ops import FilterAnnotator
 from zephyr.pipelines.step_ops import RemoveDuplicates
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,8 +120,7 @@ def main() -> None:
         "",
     ]
     print("\n".join(lines))
-    with open(REPO / "benchmarks" / "RESULTS.md", "a", encoding="utf-8") as f:
-        f.write("\n" + "\n".join(lines))
+    append_history("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ bytes of the files the resumed run relies on (everything under the work dir and 
 over the output's part files (they must be equal across revisions). A revision that checks nothing on resume
 (existence only) shows what the check adds: reading every such file once and hashing it (xxh3-128).
 
-Prints a Markdown table and appends nothing: copy it into RESULTS.md with the command line.
+Prints a Markdown table and appends nothing: copy it into the month's notebook (benchmarks/history/<YYYY-MM>.md)
+with the command line, and its figures into the resume row of benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ s3fs reads that fetch from the blob to the end of its run file, 50 MiB at most).
     .venv/bin/python benchmarks/shuffle_cost.py [--sizes 10TB,100TB] [--task-bytes 128MB] [--budget 1GiB]
         [--workers 100,1000]
 
-Prints a Markdown table (the one in benchmarks/RESULTS.md). Nothing runs: this is arithmetic.
+Prints a Markdown table (the one in benchmarks/history/2026-11.md, summed up in benchmarks/RESULTS.md).
+Nothing runs: this is arithmetic.
 
 What the coalescing pass costs in time, measured:
 

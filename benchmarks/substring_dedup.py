@@ -6,7 +6,7 @@ one of 40 site footers/headers (~300-600 bytes), and 5% of paragraphs copied fro
 
     .venv/bin/python benchmarks/substring_dedup.py --sizes 100,400 --peer-max-mb 100
 
-Appends a Markdown table to benchmarks/RESULTS.md (with --no-append it only prints).
+Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md (with --no-append it only prints).
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ datatrove and every zephyr run are separate subprocesses, timed from the call (i
 and their peak RSS is sampled (psutil, every 50 ms) over that subprocess tree only, so the driver's in-memory
 texts do not count; this is what shows whether zephyr's peak RSS is bounded by ``batch_rows``. The in-process
 engines' RSS includes the driver. Checks every engine gives the same token count (EOS excluded) and that
-zephyr's ids equal HF's on a sample; prints a Markdown table and appends it to benchmarks/RESULTS.md. The
+zephyr's ids equal HF's on a sample; prints a Markdown table and appends it to the month's notebook,
+benchmarks/history/<YYYY-MM>.md. The
 subprocesses do not take the benchmark lock: hold it around the whole command.
 """
 
@@ -70,7 +71,9 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import append_history  # noqa: E402
+
 REFERENCE_CALLS = {"fastokens": 2, "tiktoken": 1}
 """Calls a reference child times, each on a fresh encoder: fastokens' first call in a process is the slow one
 (3.4-5.3 s at 320 MB, then 2.2-2.6 s with a fresh instance), so its second call is the in-memory reference the
@@ -483,8 +486,7 @@ def main() -> int:
     ]
     for name, seconds, tokens, rss, note, row_mb in rows:
         lines.append(f"| {name} | {row_mb / seconds:.2f} | {tokens:,} | {rss / 2**30:.2f} | {note} |")
-    with open(RESULTS, "a") as handle:
-        handle.write("\n".join(lines) + "\n")
+    append_history("\n".join(lines) + "\n")
     print("\n".join(lines))
     shutil.rmtree(work, ignore_errors=True)
     return 0 if counts_equal and missing == 0 else 1

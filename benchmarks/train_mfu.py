@@ -11,7 +11,8 @@ First it runs ``zephyr train check`` on the same configuration (graph breaks, ho
 MFU formula, peak memory, the step time 30% MFU needs; printed with its exact command) and appends a row to
 the "Trainer readiness" table. Then, when an accelerator is present (or ``--device cpu`` is given), the timed
 run: it reports the median over the steps after ``--warmup`` (compilation and allocator warm-up excluded) and appends
-a Markdown row to benchmarks/RESULTS.md with the machine, date and command. MFU uses torchtitan's convention
+a Markdown row to the "Trainer throughput" table of the month's notebook (benchmarks/history/<YYYY-MM>.md) with
+the machine, date and command; the figure's row in benchmarks/RESULTS.md is updated by hand. MFU uses torchtitan's convention
 (``zephyr.trainer.metrics``): 6 × active non-embedding params + 12 · layers · d_model · seq_len FLOPs per
 token over the device's peak dense bf16 FLOPS (H100: 989 TFLOPS).
 """
@@ -35,7 +36,8 @@ from zephyr.trainer.config import OptimConfig, TrainConfig, get_preset
 from zephyr.trainer.model import count_params
 from zephyr.trainer.train import train
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import history_file  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dispatch", default="auto", help="MoE dispatch: auto, grouped_mm, loop, capacity")
     p.add_argument("--attention", default="auto", help="auto, flex or sdpa")
-    p.add_argument("--no-append", action="store_true", help="print the row without appending to RESULTS.md")
+    p.add_argument(
+        "--no-append", action="store_true", help="print the row without adding it to the month's notebook"
+    )
     p.add_argument("--skip-check", action="store_true", help="go straight to the timed run")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -166,8 +170,11 @@ def _check(args: argparse.Namespace) -> dict:
 
 
 def _append_row(header: str, row: str, title: str = "## Trainer throughput") -> None:
-    """Add ``row`` at the end of the table under ``title`` (created on first use), whatever follows it."""
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    """Add ``row`` at the end of the table under ``title`` in the month's notebook (benchmarks/history/<YYYY-MM>.md;
+    the table is created there by the month's first run), whatever follows it: one table per month, not a section
+    per run, since a row says all a run has to say."""
+    notebook = history_file()
+    text = notebook.read_text()
     if title not in text:
         text = text.rstrip("\n") + "\n" + header
     lines = text.splitlines()
@@ -178,7 +185,7 @@ def _append_row(header: str, row: str, title: str = "## Trainer throughput") -> 
             last = end
         end += 1
     lines.insert(last + 1, row)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    notebook.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ document per HTML page. MB/s is HTML bytes (the records' HTTP payloads) per wall
     .venv/bin/python benchmarks/web_extract.py --html-mb 50 --workers 2
     # the datatrove peer needs its venv first: bash benchmarks/venvs/datatrove_web.sh
 
-Appends a Markdown table to benchmarks/RESULTS.md (with --no-append it only prints).
+Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md (with --no-append it only prints).
 """
 
 from __future__ import annotations

@@ -950,7 +950,10 @@ def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
 
-    dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
+    dedup = subparsers.add_parser(
+        "dedup",
+        help="deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)",
+    )
     sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
     sub.required = True
 

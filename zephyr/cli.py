@@ -1,11 +1,16 @@
-"""The ``zephyr`` command line: one entry point, a subcommand per capability.
+"""The ``zephyr`` command line: one entry point, a command per capability, declared once.
 
-Every subcommand accepts the global execution options (``--workers``, ``--executor``, ``--cluster``,
-``--memory-budget``, ``--work-dir``) after its own name, e.g. ``zephyr dedup exact IN --output OUT --workers 2``.
-Each capability registers its subcommands from its own package through ``register(subparsers, common)``;
-``COMMAND_MODULES`` lists them. Heavy imports happen inside the handlers, so ``zephyr --help`` is fast.
+A command is a ``Command``: its words (``"dedup exact"``), the dataclasses whose fields are its flags
+(``zephyr.flags``: type, default and help from each field), the function it runs and, when it has one, the
+function that plans it (its ``zephyr explain`` twin prints what that returns and runs nothing). Flags that
+several commands share are declared once, as the option groups ``Inputs`` (the files read), ``Output`` (the
+folder written), ``zephyr.removal.Removal`` (what a removing command does with the rows it removes) and
+``ExecutionOptions`` (how it runs: accepted by every command after its name, e.g. ``zephyr dedup exact IN
+--output OUT --workers 2``). Each package's ``cli`` module ends in ``COMMANDS = [Command(...), ...]`` (and
+``GROUPS``, the help of its first words); ``COMMAND_MODULES`` lists them. A module without ``COMMANDS``
+registers its parsers itself (``register(subparsers, common)``), until every package declares commands.
 
-A handler returns a ``zephyr.summary.Summary``; ``main`` times the command and prints it the one way every
+A command returns a ``zephyr.summary.Summary``; ``main`` times the command and prints it the one way every
 command ends: a table on stderr, or with ``--json`` one JSON object on stdout with the same keys for every
 command (``zephyr.summary.KEYS``).
 
@@ -22,11 +27,8 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
-command's own arguments, without ``--output``. Packages add their commands' plans to the same group
-(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
-``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
-(``zephyr.tokenize.writer.plan_text``); a command of several engine jobs prints each job's plan in order with the rules
-between them (``jobs_plan_text``).
+command's own arguments, without ``--output``; a command of several engine jobs prints each job's plan in order
+with the rules between them (``zephyr.physical.explain_jobs``).
 
 What the ``zephyr`` command prints when a command fails: one line to act on, and where the rest is.
 
@@ -55,9 +57,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
+import functools
 import gc
 import importlib
+import inspect
 import logging
 import os
 import shlex
@@ -69,10 +74,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
+from zephyr.flags import add_flags, config_from_flags, flag_specs
 from zephyr.options import ExecutionOptions
+from zephyr.removal import Removal
 
 if TYPE_CHECKING:
     from zephyr.budget import Budget
@@ -95,7 +103,10 @@ __all__ = [
     "explain_commands",
     "explained",
     "jobs_plan_text",
-    "register",
+    "Command",
+    "COMMANDS",
+    "Inputs",
+    "Output",
 ]
 
 
@@ -110,41 +121,11 @@ COMMAND_MODULES = (  # after the engine commands of this module (convert, count,
 
 
 def _common_parser() -> argparse.ArgumentParser:
+    """The flags every command accepts after its name: ``ExecutionOptions``' fields, ``--json`` and ``-v``.
+    Their defaults are the fields' (``--executor``: none, the command's own ``default_executor`` then)."""
     common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("execution (accepted by every command)")
-    group.add_argument("--workers", type=int, default=None, help="workers (default: one per core)")
-    group.add_argument(
-        "--executor",
-        choices=("inprocess", "threads", "local", "dask"),
-        default=None,
-        help="where tasks run: worker processes (local, the default), threads of this process (threads: the "
-        "default of the dedup commands, whose work releases the GIL), one task at a time (inprocess), or dask",
-    )
-    group.add_argument("--cluster", default=None, help="dask scheduler address, e.g. tcp://127.0.0.1:8786")
-    group.add_argument(
-        "--memory-budget", default="1GiB", help="bytes of data per worker before spilling (e.g. 512MB, 4GiB)"
-    )
-    group.add_argument("--work-dir", default=None, help="fsspec URL for spills/markers; given, reruns resume")
-    group.add_argument(
-        "--small-job-bytes",
-        default="4MiB",
-        help="with --executor local, inputs estimated below this run in this process (0: always use workers)",
-    )
-    group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
-    group.add_argument(
-        "--coalesce-runs",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="concatenate each group of map tasks' shuffle runs before the reducers read them: fewer requests "
-        "on an object store (auto: there, when the runs' parts are small)",
-    )
-    group.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="one progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a "
-        "terminal)",
-    )
+    add_flags(common, ExecutionOptions, group="execution (accepted by every command)")
+    group = common._action_groups[-1]
     group.add_argument(
         "--json",
         action="store_true",
@@ -152,6 +133,8 @@ def _common_parser() -> argparse.ArgumentParser:
         "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
     )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
+    common.set_defaults(**{**defaults, "executor": None})
     return common
 
 
@@ -221,18 +204,7 @@ def add_output_dir(parser: argparse.ArgumentParser, help: str = "output director
 def execution_options(args: argparse.Namespace) -> ExecutionOptions:
     """The ``ExecutionOptions`` given by the global flags of a parsed command line. Without ``--executor``, a
     command's own ``default_executor`` (``parser.set_defaults``) applies, else ``local``."""
-    return ExecutionOptions(
-        executor=args.executor or getattr(args, "default_executor", "local"),
-        workers=args.workers,
-        cluster=args.cluster,
-        memory_budget=args.memory_budget,
-        work_dir=args.work_dir,
-        max_retries=args.max_retries,
-        progress=getattr(args, "progress", None),
-        quarantine_dir=quarantine_dir(args),
-        small_job_bytes=args.small_job_bytes,
-        coalesce_runs=getattr(args, "coalesce_runs", "auto"),
-    )
+    return _execution(vars(args), getattr(args, "default_executor", "local"), quarantine_dir(args))
 
 
 def quarantine_dir(args: argparse.Namespace) -> str | None:
@@ -291,26 +263,58 @@ def _names_a_path(value: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``zephyr`` parser: the engine's ``COMMANDS`` and every module's of ``COMMAND_MODULES`` (or what its
+    ``register(subparsers, common)`` adds), each ``Command`` with its ``explain`` twin when it has ``plans``."""
+    from zephyr import __version__
+
     common = _common_parser()
     parser = argparse.ArgumentParser(
         prog="zephyr",
         description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
     )
+    parser.add_argument("--version", action="version", version=f"zephyr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    register(subparsers, common)
+    modules = [sys.modules[__name__]]
     for module_name in COMMAND_MODULES:
         try:
-            module = importlib.import_module(module_name)
+            modules.append(importlib.import_module(module_name))
         except ModuleNotFoundError as exc:
             if exc.name != module_name:  # the module exists but one of its imports is missing: say so
                 raise
-            continue
-        module.register(subparsers, common)
+    groups = {words: text for module in modules for words, text in getattr(module, "GROUPS", {}).items()}
+    actions: dict[tuple[str, ...], Any] = {(): subparsers}
+    for command in COMMANDS:
+        _add_command(actions, common, command, groups)
+    explain = subparsers.add_parser("explain", help=_EXPLAIN_HELP, description=_EXPLAIN_DESCRIPTION)
+    explain.commands = actions[("explain",)] = explain.add_subparsers(
+        dest="explain_command", metavar="COMMAND", required=True
+    )
+    for module in modules:
+        for command in getattr(module, "COMMANDS", []) if module is not modules[0] else []:
+            _add_command(actions, common, command, groups)
+        for command in getattr(module, "COMMANDS", []):
+            if command.plans is not None:
+                _add_command(actions, common, command, groups, explain=True)
+        if not hasattr(module, "COMMANDS"):
+            module.register(subparsers, common)
     return parser
+
+
+_EXPLAIN_HELP = "print the physical plan of a command without running it"
+_EXPLAIN_DESCRIPTION = (
+    "Print the physical plan a command would run: its stages in order, the shuffles between them, partition "
+    "counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and Parquet footers read "
+    "to size partitions as the run would. Give the command's own arguments without --output, e.g. zephyr "
+    "explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
+    "exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order they run, with "
+    "'then:' lines for the rules and budget shares that choose between them."
+)
 
 
 def _label(args: argparse.Namespace) -> str:
     """``zephyr dedup fuzzy``: the command words the user typed (the parsers' ``*command`` destinations)."""
+    if getattr(args, "command_words", None):
+        return f"zephyr {args.command_words}"
     words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
     return "zephyr " + " ".join(str(w) for w in words if w)
 
@@ -443,74 +447,265 @@ def console_main() -> None:
     os._exit(code)
 
 
-PlanStep = tuple[str, "Dataset | None"]
-"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
-(its rule, no plan)."""
+# -- option groups: declared once, the flags of every command that reads or writes files ------------------
+@dataclass(frozen=True)
+class Inputs:
+    """The files a command reads; ``read()`` is the dataset they make."""
+
+    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "INPUT"})
+    """Files, directories, globs or fsspec URLs."""
+    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
+    """The input format (auto: from the file names, or their first bytes)."""
+    on_error: Literal["raise", "quarantine"] = "raise"
+    """Bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise) or set them aside
+    in the quarantine output and go on (quarantine; counted in the stats)."""
+    unify_schemas: bool = False
+    """Promote types that differ between input files (int32+int64 -> int64, int+double -> double)."""
+    schema: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """Cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)."""
+
+    def read(self, **options: Any) -> Dataset:
+        """The inputs as a dataset (``zephyr.read``), with ``options`` such as ``approx_shard_bytes``."""
+        import zephyr
+
+        return zephyr.read(
+            list(self.inputs),
+            format=self.format,
+            on_error=self.on_error,
+            unify_schemas=self.unify_schemas,
+            schema=self.schema,
+            **options,
+        )
 
 
-def _reader(args: argparse.Namespace):
-    import zephyr
-    from zephyr.io.schema import schema_arguments
+@dataclass(frozen=True)
+class Output:
+    """The folder a command writes. ``main`` claims it before the command starts (``zephyr.io.claim``):
+    refused in one line when it is, contains or lies inside an input, when another command holds its lock, or
+    when it holds files zephyr did not write (unless ``overwrite``)."""
 
-    return zephyr.read(
-        list(args.inputs), format=args.format, on_error=args.on_error, **schema_arguments(args)
+    output: str = field(default="", metadata={"required": True, "metavar": "DIR"})
+    """Output directory (data files only; stats, quarantine and lock in OUTPUT.zephyr/)."""
+    overwrite: bool = False
+    """Replace the output folder's content even when it holds files zephyr did not write (without it: an error
+    naming one, before any work); a folder a finished zephyr run wrote is replaced without it."""
+
+
+_GROUP_TITLES = {Inputs: "inputs", Output: "output", Removal: "removed rows"}
+
+
+# -- the command registry ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """One ``zephyr`` command, declared once: its words, the dataclasses whose fields are its flags, what it
+    runs and what it would run.
+
+    ``run`` is called with one object per entry of ``options`` (by its key, built from the flags by
+    ``zephyr.flags.config_from_flags``) and ``execution`` (the ``ExecutionOptions`` of the execution flags,
+    ``default_executor`` unless ``--executor``), and returns a ``zephyr.summary.Summary``. Given ``plans``
+    (called like ``run``, without the ``Output`` group), ``zephyr explain WORDS`` exists too: it prints the
+    jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``) and runs nothing, so
+    the printed plan is the one ``run`` executes when ``run`` executes ``plans``. The help is the first line of
+    ``run``'s docstring, the description its first paragraph, unless given."""
+
+    words: str
+    run: Callable[..., Any]
+    options: dict[str, type] = field(default_factory=dict)
+    plans: Callable[..., Any] | None = None
+    default_executor: str = "local"
+    then: str = "the budget shares"
+    """What the ``then:`` lines of a multi-job plan hold (``zephyr.physical.explain_jobs``)."""
+    help: str = ""
+    description: str = ""
+
+    def texts(self) -> tuple[str, str]:
+        """(help, description): given, or from ``run``'s docstring."""
+        doc = inspect.cleandoc(self.run.__doc__ or "")
+        first = " ".join(doc.split("\n\n")[0].split())
+        short = first.split(". ")[0].rstrip(".")
+        return self.help or short[:1].lower() + short[1:], self.description or first
+
+    def configs(self, given: dict[str, Any], *, explain: bool = False) -> dict[str, Any]:
+        """The ``run``/``plans`` keywords the parsed flags ``given`` ask for (``Output`` left out to explain)."""
+        return {
+            name: config_from_flags(cls, given, what=f"zephyr {self.words} options")
+            for name, cls in self.options.items()
+            if not (explain and issubclass(cls, Output))
+        }
+
+
+def _execution(given: dict[str, Any], default_executor: str, quarantine: str | None) -> ExecutionOptions:
+    """The ``ExecutionOptions`` the execution flags ask for; without ``--executor`` the command's default."""
+    options = config_from_flags(ExecutionOptions, given, what="execution options")
+    executor = given.get("executor") or default_executor
+    return options.replace(executor=executor, quarantine_dir=quarantine)
+
+
+def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = False) -> Any:
+    """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
+    from zephyr.summary import Summary
+
+    given = vars(args)
+    configs = command.configs(given, explain=explain)
+    execution = _execution(given, command.default_executor, quarantine_dir(args))
+    if not explain:
+        return command.run(**configs, execution=execution)
+    planned = command.plans(**configs, execution=execution)
+    if isinstance(planned, list):
+        from zephyr.budget import Budget
+        from zephyr.physical import explain_jobs
+
+        budget = Budget(execution.memory_budget_bytes)
+        kwargs = execution.as_kwargs()
+        plan = explain_jobs(f"zephyr {command.words}", planned, budget, kwargs, then=command.then)
+    else:
+        plan = planned.explain(**execution.as_kwargs())
+    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
+
+
+def _add_command(
+    actions: dict[tuple[str, ...], Any],
+    common: argparse.ArgumentParser,
+    command: Command,
+    groups: dict[str, str],
+    *,
+    explain: bool = False,
+) -> None:
+    """Add the parser of ``command`` (or of its ``explain`` twin) under its words, making the groups of its
+    first words when missing (``dedup`` of ``dedup exact``; their help from a module's ``GROUPS``)."""
+    words = (("explain",) if explain else ()) + tuple(command.words.split())
+    for depth in range(1, len(words)):
+        path = words[:depth]
+        if path not in actions:
+            group = actions[path[:-1]].add_parser(path[-1], help=groups.get(" ".join(path)))
+            dest = "_".join(path) + "_command"
+            actions[path] = group.add_subparsers(dest=dest, metavar="COMMAND", required=True)
+    help, description = command.texts()
+    if explain:
+        help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
+    parser = actions[words[:-1]].add_parser(words[-1], parents=[common], help=help, description=description)
+    dests: set[str] = set()
+    for cls in command.options.values():
+        if explain and issubclass(cls, Output):
+            continue
+        add_flags(parser, cls, group=next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None))
+        dests.update(spec.dest for spec in flag_specs(cls))
+    writes = any(issubclass(cls, Output) for cls in command.options.values())
+    parser.set_defaults(
+        func=functools.partial(_run_command, command, explain=explain),
+        command_words=" ".join(words),
+        flag_dests=frozenset(dests),
+        output_is_dir=writes and not explain,
     )
 
 
-def _add_inputs(parser: argparse.ArgumentParser) -> None:
-    from zephyr.io.schema import add_schema_arguments
+# -- the engine's own commands: convert, sort, count ------------------------------------------------------
+@dataclass(frozen=True)
+class ConvertConfig:
+    """``zephyr convert``'s settings."""
 
-    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories, globs or fsspec URLs")
-    parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
-    add_on_error(parser)
-    add_schema_arguments(parser)
+    to: Literal["parquet", "jsonl", "vortex"] = "parquet"
+    """The output format."""
+    compression: Literal["gzip", "zstd"] | None = None
+    """Compression of the JSONL files (with --to jsonl)."""
 
 
-def _write(dataset, args: argparse.Namespace) -> int:
-    kwargs = execution_options(args).as_kwargs()
-    to = getattr(args, "to", "parquet")
-    if to == "jsonl":
-        result = dataset.write_jsonl(args.output, compression=args.compression, **kwargs)
-    elif to == "vortex":
-        result = dataset.write_vortex(args.output, **kwargs)
-    else:
-        result = dataset.write_parquet(args.output, **kwargs)
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+@dataclass(frozen=True)
+class SortConfig:
+    """``zephyr sort``'s settings."""
+
+    by: list[str] = field(
+        default_factory=list, metadata={"parse": _names, "required": True, "metavar": "COLUMNS"}
+    )
+    """Comma-separated column names."""
+    descending: bool = False
+    """Sort from the largest value down (nulls still last)."""
+
+
+def _written(result: Any, output: str) -> Any:
+    """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
     import json
 
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
     from zephyr.summary import from_stages
 
-    write_bytes_atomic(stats_path(args.output), json.dumps(result.stats, indent=1, default=str).encode())
+    write_bytes_atomic(stats_path(output), json.dumps(result.stats, indent=1, default=str).encode())
     return from_stages(
         result.stats["stages"],
-        output=args.output,
-        stats=stats_path(args.output),
+        output=output,
+        stats=stats_path(output),
         details={"files": len(result.files)},
-        next=f"zephyr count {args.output}",
+        next=f"zephyr count {output}",
     )
 
 
-def _convert(args: argparse.Namespace) -> int:
-    return _write(_reader(args), args)
+def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config: ConvertConfig) -> Any:
+    """Rewrite files in another format."""
+    dataset, kwargs = inputs.read(), execution.as_kwargs()
+    if config.to == "jsonl":
+        result = dataset.write_jsonl(output.output, compression=config.compression, **kwargs)
+    elif config.to == "vortex":
+        result = dataset.write_vortex(output.output, **kwargs)
+    else:
+        result = dataset.write_parquet(output.output, **kwargs)
+    return _written(result, output.output)
 
 
-def _sorted(args: argparse.Namespace):
-    by = [c.strip() for c in args.by.split(",") if c.strip()]
-    return _reader(args).sort(*by, descending=args.descending)
+def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
+    return inputs.read().sort(*config.by, descending=config.descending)
 
 
-def _sort(args: argparse.Namespace) -> int:
-    return _write(_sorted(args), args)
+def sort(inputs: Inputs, output: Output, execution: ExecutionOptions, config: SortConfig) -> Any:
+    """Globally sort rows by columns (nulls last)."""
+    result = _sorted(inputs, config).write_parquet(output.output, **execution.as_kwargs())
+    return _written(result, output.output)
 
 
-_EXPLAINED = {"convert": _reader, "sort": _sorted, "count": _reader}
-"""Command → its dataset, built from the parsed arguments exactly as the command builds it."""
+def count(inputs: Inputs, execution: ExecutionOptions) -> Any:
+    """Count rows.
+
+    Prints the readable rows on stdout (the command's data: ``n=$(zephyr count data/)``); rows set aside by
+    ``--on-error quarantine`` are in the summary, never lost silently (the count alone would not show them).
+    With ``--json`` the count is the summary's ``rows_kept`` and stdout holds only the JSON."""
+    from zephyr import job_stats
+    from zephyr.summary import Summary
+
+    with job_stats.recording() as jobs:
+        rows = inputs.read().count(**execution.as_kwargs())
+    quarantined = sum(job.get("rows_quarantined", 0) for job in jobs)
+    where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
+    return Summary(
+        rows + quarantined, rows, rows_quarantined=quarantined, quarantine_output=where, printed=str(rows)
+    )
 
 
-def _explain(args: argparse.Namespace):
-    dataset = _EXPLAINED[args.explain_command](args)
-    return explained(dataset.explain(**execution_options(args).as_kwargs()), args)
+COMMANDS = [
+    Command(
+        "convert",
+        convert,
+        {"inputs": Inputs, "output": Output, "config": ConvertConfig},
+        plans=lambda inputs, execution, config: inputs.read(),
+    ),
+    Command(
+        "sort",
+        sort,
+        {"inputs": Inputs, "output": Output, "config": SortConfig},
+        plans=lambda inputs, execution, config: _sorted(inputs, config),
+    ),
+    Command("count", count, {"inputs": Inputs}, plans=lambda inputs, execution: inputs.read()),
+]
+"""The engine's commands; every package's ``cli`` module ends in its own ``COMMANDS`` list."""
+
+
+# -- the registration path of the modules not yet declaring ``COMMANDS`` (removed once none is left) ------
+PlanStep = tuple[str, "Dataset | None"]
+"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
+(its rule, no plan); ``zephyr.physical.PlannedJob`` is the same pair."""
 
 
 def explained(plan: str, args: argparse.Namespace):
@@ -518,9 +713,7 @@ def explained(plan: str, args: argparse.Namespace):
     ``details.plan``), a summary of nothing read or written."""
     from zephyr.summary import Summary
 
-    if not args.json:
-        sys.stdout.write(plan + "\n")
-    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
+    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
 
 
 def jobs_plan_text(
@@ -531,92 +724,16 @@ def jobs_plan_text(
     *,
     then: str = "the budget shares",
 ) -> str:
-    """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
-    ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
-    (a ``then:`` line: ``then`` says what they hold), then the budget's shares once."""
-    lines = [
-        f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
-        f"'then:' lines are {then} that choose between them"
-    ]
-    for title, plan in steps:
-        if plan is None:
-            lines.append(f"then: {title}")
-            continue
-        lines.append(title)
-        text = plan.explain(**execution).split("\nbudget shares", 1)[0]
-        lines.extend("  " + line for line in text.splitlines())
-    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
-    lines.extend("  " + line for line in budget.describe().splitlines())
-    return "\n".join(lines)
+    """``zephyr.physical.explain_jobs`` (the one printer of a multi-job plan)."""
+    from zephyr.physical import explain_jobs
+
+    return explain_jobs(command, steps, budget, execution, then=then)
 
 
 def explain_commands(subparsers) -> argparse._SubParsersAction:
     """The ``zephyr explain`` command group, for a package to add the plans of its own commands (``zephyr
-    explain dedup exact``): ``register`` creates it, before the packages of
-    ``COMMAND_MODULES`` register theirs."""
+    explain dedup exact``): ``build_parser`` creates it before the packages of ``COMMAND_MODULES`` register."""
     return subparsers.choices["explain"].commands
-
-
-def _count(args: argparse.Namespace):
-    """Prints the readable rows on stdout (the command's data: ``n=$(zephyr count data/)``); rows set aside
-    by ``--on-error quarantine`` are in the summary, never lost silently (the count alone would not show
-    them). With ``--json`` the count is the summary's ``rows_kept`` and stdout holds only the JSON."""
-    from zephyr import job_stats
-    from zephyr.summary import Summary
-
-    with job_stats.recording() as jobs:
-        rows = _reader(args).count(**execution_options(args).as_kwargs())
-    if not args.json:
-        sys.stdout.write(f"{rows}\n")
-    quarantined = sum(job.get("rows_quarantined", 0) for job in jobs)
-    where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
-    return Summary(rows + quarantined, rows, rows_quarantined=quarantined, quarantine_output=where)
-
-
-def register(subparsers, common: argparse.ArgumentParser) -> None:
-    convert = subparsers.add_parser("convert", parents=[common], help="rewrite files in another format")
-    _add_inputs(convert)
-    add_output_dir(convert, "output directory (part-00000.<ext>, ...)")
-    convert.add_argument("--to", choices=("parquet", "jsonl", "vortex"), default="parquet")
-    convert.add_argument("--compression", choices=("gzip", "zstd"), default=None, help="for --to jsonl")
-    convert.set_defaults(func=_convert)
-
-    sort = subparsers.add_parser("sort", parents=[common], help="globally sort rows by columns (nulls last)")
-    _add_inputs(sort)
-    _add_sort_keys(sort)
-    add_output_dir(sort)
-    sort.set_defaults(func=_sort, to="parquet")
-
-    count = subparsers.add_parser("count", parents=[common], help="count rows")
-    _add_inputs(count)
-    count.set_defaults(func=_count)
-    _register_explain(subparsers, common)
-
-
-def _add_sort_keys(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--by", required=True, help="comma-separated column names")
-    parser.add_argument("--descending", action="store_true")
-
-
-def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
-    explain = subparsers.add_parser(
-        "explain",
-        help="print the physical plan of an engine command without running it",
-        description="Print the physical plan a command would run: its stages in order, the shuffles between "
-        "them, partition counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and "
-        "Parquet footers read to size partitions as the run would. Give the command's own arguments without "
-        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine "
-        "jobs (dedup exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order "
-        "they run, with 'then:' lines for the rules and budget shares that choose between them.",
-    )
-    commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
-    explain.commands = commands  # where other packages add theirs (``explain_commands``)
-    for name in _EXPLAINED:
-        parser = commands.add_parser(name, parents=[common], help=f"the plan of zephyr {name}")
-        _add_inputs(parser)
-        if name == "sort":
-            _add_sort_keys(parser)
-        parser.set_defaults(func=_explain)
 
 
 KEEP_LOGS = 20
@@ -627,6 +744,17 @@ _CLI_SPELLING = (
     ("pass overwrite=True", "pass --overwrite", "overwrite"),
     ("on_error='quarantine'", "--on-error quarantine", "on_error"),
     ('on_error="quarantine"', "--on-error quarantine", "on_error"),
+    ("output_column=NAME", "--output-column NAME", "output_column"),
+    (
+        "dropped_output needs mode='remove': mode='annotate' keeps every row",
+        "--dropped-output needs --mode remove: --mode annotate keeps every row",
+        "dropped_output",
+    ),
+    (
+        "give unify_schemas=True or schema=, not both",
+        "give --unify-schemas or --schema FILE, not both",
+        "schema",
+    ),
     (
         "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())",
         "Pass --schema FILE with the type you want for it (e.g. a YAML file of 'column: string')",
@@ -720,7 +848,7 @@ def _summary(exc: BaseException, args: argparse.Namespace) -> str:
 
 def _cli_spelling(text: str, args: argparse.Namespace) -> str:
     for library, flag, dest in _CLI_SPELLING:
-        if hasattr(args, dest):
+        if hasattr(args, dest) or dest in getattr(args, "flag_dests", ()):
             text = text.replace(library, flag)
     return text
 
@@ -735,6 +863,11 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
         return None, " ".join(str(err.strerror or err).split())
 
 
+def _failed(args: argparse.Namespace) -> str:
+    """The command an error line names: its words for a declared ``Command``, else the first word."""
+    return _label(args) if getattr(args, "command_words", None) else f"zephyr {args.command}"
+
+
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the failure of ``zephyr <args.command>`` (one line; the traceback too with ``-v``), log the full
     traceback, and return the exit code (1). Configuration errors (``ConfigError``, ``ResumeError``) print
@@ -743,12 +876,12 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
         # a bad setting, found before any work: the message is the whole story (a list of problems keeps
         # one line each), and a traceback of the checking code would help nobody
-        print(f"zephyr {args.command}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        print(f"{_failed(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
         return 1
     path, unwritten = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"zephyr {args.command}: error: {_summary(exc, args)}", file=sys.stderr)
+    print(f"{_failed(args)}: error: {_summary(exc, args)}", file=sys.stderr)
     if path is not None:
         print(f"full traceback: {path}", file=sys.stderr)
     else:
@@ -756,5 +889,7 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     return 1
 
 
-if __name__ == "__main__":
-    console_main()
+if __name__ == "__main__":  # the one module object: commands of other packages import its classes
+    from zephyr.cli import console_main as run_zephyr
+
+    run_zephyr()

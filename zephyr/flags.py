@@ -20,7 +20,8 @@ How a field becomes a flag:
   another config's fields (``field(metadata={"overrides": ModelConfig})``: ``--d-model`` sets
   ``model.d_model``; no default is shown there, the base holds it). Embedded configs
   (``zephyr.config.embedded_field``) give flat keys, as config files write them.
-- Field metadata: ``flag=False`` (no flag), ``flag="--name"`` (another spelling), ``metavar``,
+- Field metadata: ``flag=False`` (no flag), ``flag="--name"`` (another spelling), ``metavar``, ``choices``
+  (for a hint that does not give them), ``show_default=False`` (the help says the default itself),
   ``repeat=True`` (the flag may be repeated; its values come as a list), ``parse`` (a callable from the
   given text, or list with ``repeat``, to the value; a ``ConfigError``/``ValueError`` names the flag),
   ``positional=True`` (an argument without dashes: ``nargs="+"`` for a list, else ``"?"``), ``required=True``.
@@ -149,6 +150,8 @@ def _argument(spec: FlagSpec) -> dict[str, Any]:
         pass  # the text goes to ``parse`` in config_from_flags
     elif hint is bool:
         kw["action"] = argparse.BooleanOptionalAction
+    elif "choices" in meta:
+        kw["choices"] = meta["choices"]
     elif typing.get_origin(hint) is Literal:
         kw["choices"] = typing.get_args(hint)
     elif hint in (int, float, str):
@@ -168,8 +171,9 @@ def _help(spec: FlagSpec) -> str:
     """The flag's help: the first paragraph of the field's docstring, then its default."""
     doc = field_docs(spec.owner).get(spec.field.name, "")
     text = " ".join(doc.split("\n\n")[0].split()).replace("``", "")
-    default, required = spec.field.default, spec.field.metadata.get("required")
-    if spec.show_default and not required and default not in (dataclasses.MISSING, None, ""):
+    default, meta = spec.field.default, spec.field.metadata
+    shown = spec.show_default and meta.get("show_default", True) and not meta.get("required")
+    if shown and default not in (dataclasses.MISSING, None, "", False):
         text = f"{text} (default: {default})".strip()
     return text.replace("%", "%%")
 

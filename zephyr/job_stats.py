@@ -215,6 +215,7 @@ def stage_record(
         **({"wide": wide_entry} if wide_entry else {}),
         "counters": user,
         "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
+        "quarantine_rows": sum(m["quarantine"]["rows"] for m in markers if m.get("quarantine")),
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.config import parse_bytes
@@ -25,41 +25,56 @@ DEFAULT_MEMORY_BUDGET = "1GiB"
 class ExecutionOptions:
     """How a plan runs. Plain data: safe to log, compare and ship to workers."""
 
-    executor: ExecutorName | Any = "local"
-    """``inprocess`` (debugging, tests), ``threads`` (threads of this process: for work that releases the GIL),
-    ``local`` (spawned worker processes; the default) or ``dask``.
+    executor: ExecutorName | Any = field(
+        default="local",
+        metadata={"choices": ("inprocess", "threads", "local", "dask"), "show_default": False},
+    )
+    """Where tasks run: worker processes (local, the default), threads of this process (threads: the default of
+    the dedup commands, whose work releases the GIL), one task at a time (inprocess), or dask.
+
     An ``Executor`` instance or a ``dask.distributed.Client`` is accepted too."""
     workers: int | None = None
-    """Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
+    """Workers (default: one per core).
+
+    Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
     ``inprocess``."""
     memory_budget: int | str = DEFAULT_MEMORY_BUDGET
-    """Bytes of Arrow data one worker may hold (``"512MB"``, ``"4GiB"``). Shuffle buffers spill to disk
-    when they reach their share of it; partition counts are derived from it. Per worker process, so the
-    outputs do not depend on the worker count."""
+    """Bytes of data per worker before spilling (e.g. 512MB, 4GiB).
+
+    Bytes of Arrow data one worker may hold. Shuffle buffers spill to disk when they reach their share of it;
+    partition counts are derived from it. Per worker process, so the outputs do not depend on the worker
+    count."""
     work_dir: str | None = None
-    """fsspec URL for shuffle spills, task markers and stats. Given, a rerun skips finished tasks;
-    ``None`` uses a temporary directory that is removed afterwards."""
+    """fsspec URL for spills and task markers; given, reruns resume.
+
+    Shuffle spills, task markers and stats go there, and a rerun skips finished tasks; ``None`` uses a
+    temporary directory that is removed afterwards."""
     cluster: str | None = None
-    """Scheduler address for ``dask`` (``tcp://host:8786``); ``None`` starts a LocalCluster on 127.0.0.1."""
+    """Dask scheduler address, e.g. tcp://127.0.0.1:8786.
+
+    ``None`` starts a LocalCluster on 127.0.0.1."""
     max_retries: int = 2
-    """Extra tries for a failing task before the job fails naming its shard."""
+    """Extra tries per failing task (then the job fails naming its shard)."""
     progress: bool | None = None
-    """Progress bar per stage; ``None`` shows it only when stderr is a TTY."""
-    quarantine_dir: str | None = None
+    """One progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a
+    terminal)."""
+    quarantine_dir: str | None = field(default=None, metadata={"flag": False})
     """fsspec URL for the rows set aside (``on_error="quarantine"``, a ``BatchOutput``'s rejected rows), as
     ``stage-<fp16>/task-NNNNN.parquet`` under it; ``None``: ``DIR.zephyr/quarantine`` for ``write_*(DIR)``
     (the output's sidecar, ``zephyr.io.layout``), else ``<work_dir>/quarantine``, or a new temporary folder
     (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
     ``OUTPUT.zephyr/quarantine``."""
     small_job_bytes: int | str = "4MiB"
-    """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
-    starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a
-    job whose engine-made read split leaves one task). Outputs are identical. ``0`` disables both."""
+    """With --executor local, inputs estimated below this run in this process (0: always use workers).
+
+    Starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a
+    job whose engine-made read split leaves one task). Outputs are identical."""
     coalesce_runs: Literal["auto", "always", "never"] = "auto"
-    """Concatenate the shuffle runs of each group of map tasks into one run before the reducers read them, so a
-    reducer makes about two requests per group instead of two per spill of every map task
-    (``zephyr.shuffle.cost``): ``auto`` when the work_dir is on an object store and the runs' parts are
-    small, ``always``, or ``never``. Outputs are identical either way."""
+    """Concatenate each group of map tasks' shuffle runs before the reducers read them: fewer requests on an
+    object store (auto: there, when the runs' parts are small).
+
+    A reducer then makes about two requests per group instead of two per spill of every map task
+    (``zephyr.shuffle.cost``). Outputs are identical either way."""
 
     def __post_init__(self) -> None:
         from zephyr.io.paths import absolute

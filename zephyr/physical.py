@@ -11,7 +11,8 @@ map-side combine) and the reducer every partition's task runs. Beside it:
 - pushdown: an aggregation over a Parquet source reads only the columns it needs (``pushdown_columns``);
 - the printable plan: ``explain`` walks the same table, in the order the driver runs
   stages, and prints stages, shuffles, partition counts and the budget's shares without running anything
-  (``Dataset.explain()``, ``zephyr explain``).
+  (``Dataset.explain()``, ``zephyr explain``); ``explain_jobs`` prints the plan of a command of several engine
+  jobs (``PlannedJob``s: the jobs a command's ``plans`` returns are the jobs its run executes).
 
 The driver and ``explain`` share every decision here, so the printed plan is the plan that runs.
 """
@@ -22,7 +23,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -57,10 +58,12 @@ __all__ = [
     "MAX_PARTITIONS",
     "Exchange",
     "PhysicalPlan",
+    "PlannedJob",
     "PlannedStage",
     "SourceSize",
     "exchange",
     "explain",
+    "explain_jobs",
     "list_source_files",
     "materializes_before_sort",
     "partition_count",
@@ -460,3 +463,38 @@ def _describe_spec(number: int, spec: ShuffleSpec) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+class PlannedJob(NamedTuple):
+    """One entry of a multi-job command's plan: an engine job (its ``title`` and the lazily built ``dataset``
+    it runs) or, with ``dataset=None``, the rule that chooses between jobs (a ``then:`` line)."""
+
+    title: str
+    dataset: Any = None
+
+
+def explain_jobs(
+    command: str,
+    jobs: list[PlannedJob],
+    budget: Budget,
+    execution: dict[str, Any],
+    *,
+    then: str = "the budget shares",
+) -> str:
+    """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
+    ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
+    (a ``then:`` line: ``then`` says what they hold), then the budget's shares once."""
+    lines = [
+        f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
+        f"'then:' lines are {then} that choose between them"
+    ]
+    for title, dataset in jobs:
+        if dataset is None:
+            lines.append(f"then: {title}")
+            continue
+        lines.append(title)
+        text = dataset.explain(**execution).split("\nbudget shares", 1)[0]
+        lines.extend("  " + line for line in text.splitlines())
+    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
+    lines.extend("  " + line for line in budget.describe().splitlines())
+    return "\n".join(lines)

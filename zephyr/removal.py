@@ -54,16 +54,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from zephyr.errors import ColumnExistsError, ConfigError
 
-from zephyr.errors import ColumnExistsError
-from zephyr.io.paths import Format
+if TYPE_CHECKING:  # pyarrow is imported where a batch is handled: declaring a command imports this module
+    import pyarrow as pa
+
+    from zephyr.io.paths import Format
 
 __all__ = [
+    "Removal",
+    "check_dropped_output",
     "DROP_REASON",
     "VERDICT",
     "Verdict",
@@ -91,17 +94,154 @@ VERDICT = "__zephyr_verdict"
 """The scratch column holding each row's drop reason (null: kept) between the jobs."""
 
 
+@dataclass(frozen=True)
+class Removal:
+    """What a command that removes rows does with them (the ``removal`` option group of dedup, decontaminate,
+    langid...): drop them (``remove``, the default) or keep every row with the command's columns added
+    (``annotate``), and keep the dropped rows with their reason (``dropped_output``).
+
+    A command subclasses it to name its columns (``output_column``'s default is the prefix of the columns it
+    computes, e.g. ``dup`` for ``dup_cluster``...), then runs: ``check`` before any work; ``aside`` on its
+    input; its own work in ``internal_mode``; ``write``, which restores the input's own columns, names the
+    added ones and routes the dropped rows; ``summary``, which writes ``OUTPUT.zephyr/stats.json``."""
+
+    mode: Literal["remove", "annotate"] = "remove"
+    """remove: drop the rows the command removes; annotate: keep every row and add the command's columns."""
+    output_column: str = ""
+    """Name of the added column in annotate mode (the prefix of its columns when it adds several)."""
+    replace_columns: bool = False
+    """Replace the columns the command adds when the input already has them (without it: an error naming the
+    column, before any work)."""
+    dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Also write the dropped rows to DIR as Parquet, each with its reason in a drop_reason column (without it:
+    dropped rows are counted, not kept)."""
+
+    @property
+    def internal_mode(self) -> str:
+        """The mode the command's work runs in: ``annotate`` when ``dropped_output`` needs every row's verdict."""
+        return "annotate" if self.dropped_output else self.mode
+
+    def _prefix(self) -> str:
+        return type(self).__dataclass_fields__["output_column"].default
+
+    def written(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """The names annotate mode writes ``columns`` (the command's own, under its prefix) under."""
+        prefix = self._prefix()
+        return tuple(self.output_column + name[len(prefix) :] for name in columns)
+
+    def sets_aside(self, columns: Sequence[str]) -> bool:
+        """Whether the input's own ``columns`` must be kept out of the work's way: in remove mode (the work's
+        columns of those names are removed with the rows) and when annotate writes under other names."""
+        return bool(columns) and (self.mode == "remove" or self.output_column != self._prefix())
+
+    def check(self, inputs: Any, output: str, columns: Sequence[str] = (), *, format: Format | None = None):
+        """Before any work: in annotate mode none of the written ``columns`` may exist in the inputs unless
+        ``replace_columns``; ``dropped_output`` needs remove mode and a place of its own."""
+        if self.mode == "annotate":
+            rename = "output_column=NAME" if columns else None
+            check_input_columns(
+                inputs,
+                self.written(columns),
+                replace_columns=self.replace_columns,
+                format=format,
+                rename=rename,
+            )
+        if self.dropped_output:
+            if self.mode != "remove":
+                raise ConfigError("dropped_output needs mode='remove': mode='annotate' keeps every row")
+            check_dropped_output(self.dropped_output, output, inputs)
+
+    def aside(self, dataset: Any, columns: Sequence[str]) -> Any:
+        """``dataset`` with the input's own ``columns`` moved out of the work's way (``set_aside``), if needed."""
+        if not self.sets_aside(columns):
+            return dataset
+        return dataset.map_batches(set_aside(columns), name="removal.aside")
+
+    def finish(self, dataset: Any, columns: Sequence[str]) -> Any:
+        """The work's result as written: its ``columns`` under their written names (annotate), the input's own
+        columns of those names restored."""
+        if not self.sets_aside(columns):
+            return dataset
+        names = tuple(zip(columns, self.written(columns))) if self.mode == "annotate" else ()
+        restore = tuple((ASIDE_PREFIX + name, name) for name in columns)
+        rename = RenameColumns(names + restore, replace=self.replace_columns)
+        return dataset.map_batches(rename, name="removal.columns")
+
+    def write(
+        self,
+        dataset: Any,
+        output: str,
+        execution: dict[str, Any],
+        reasons: Callable[[pa.Table], pa.Array],
+        columns: Sequence[str] = (),
+    ) -> tuple[Any, Routed | None]:
+        """Write the work's ``dataset`` (made in ``internal_mode``) to ``output``: as it is, or with
+        ``dropped_output`` split by ``reasons`` into the kept rows and the dropped ones (``write_routed``; the
+        ``columns`` the verdict was read from are left out of both). Returns (the kept rows' write, the
+        routing or None)."""
+        if not self.dropped_output:
+            return self.finish(dataset, columns).write_parquet(output, **execution), None
+        routed = write_routed(
+            dataset,
+            reasons,
+            output,
+            self.dropped_output,
+            execution,
+            finish=lambda d: self.finish(d, columns),
+            working=tuple(columns),
+        )
+        return routed.kept or routed.verdict, routed
+
+    def summary(
+        self,
+        result: Any,
+        output: str,
+        jobs: list[dict[str, Any]],
+        *,
+        section: str,
+        extra: dict[str, Any],
+        routed: Routed | None = None,
+        **fields: Any,
+    ) -> Any:
+        """Write ``OUTPUT.zephyr/stats.json`` (the write's stats, the task totals of every engine job in
+        ``jobs``, ``extra`` under ``section`` with the row balance) and return the command's ``Summary``."""
+        import json
+
+        from zephyr import job_stats
+        from zephyr.io.layout import stats_path
+        from zephyr.io.paths import write_bytes_atomic
+        from zephyr.summary import from_stages
+
+        stats = {**result.stats, **job_stats.summarize(jobs), section: dict(extra)}
+        fields = {"output": output, "stats": stats_path(output), **fields}
+        if routed is not None:
+            summary = routed.summary(dropped_output=self.dropped_output, **fields)
+        else:
+            summary = from_stages(stats.get("stages", []), **fields)
+        rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
+        stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
+        write_bytes_atomic(
+            stats_path(output), json.dumps(stats, indent=2, sort_keys=True, default=str).encode()
+        )
+        return summary
+
+
 def check(args: argparse.Namespace, inputs: Any = None) -> None:
-    """Before any work: ``--dropped-output`` may not be read as part of ``--output``, must be writable, and
-    the inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
+    """``check_dropped_output`` of a parsed command line (the registration path of the modules not yet
+    declaring ``Command``s; removed with it)."""
+    check_dropped_output(args.dropped_output, args.output, args.inputs if inputs is None else inputs)
+
+
+def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
+    """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
+    inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
     from zephyr.io.publish import check_side_dir
 
-    check_side_dir(args.dropped_output, args.output, "--dropped-output")
-    _check_reason_column(args.inputs if inputs is None else inputs)
+    check_side_dir(dropped_output, output, "--dropped-output")
+    _check_reason_column(inputs)
 
 
 def _check_reason_column(inputs: Any) -> None:
-    from zephyr.errors import ConfigError
     from zephyr.io.sources import list_shards, peek_schemas
 
     for path, schema in peek_schemas(list_shards(inputs, None)):
@@ -121,6 +261,9 @@ class Verdict:
     working: tuple[str, ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         reasons = self.reasons(table)
         if not isinstance(reasons, pa.Array | pa.ChunkedArray) or len(reasons) != table.num_rows:
             raise ValueError(
@@ -139,6 +282,9 @@ class Unless:
     reason: str
 
     def __call__(self, table: pa.Table) -> pa.Array:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         keep = pc.fill_null(table.column(self.column), False)
         return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
 
@@ -151,6 +297,8 @@ class Route:
     side: Literal["kept", "dropped"]
 
     def __call__(self, table: pa.Table) -> Any:
+        import pyarrow.compute as pc
+
         from zephyr.ops import BatchOutput
 
         verdict = table.column(VERDICT)
@@ -251,6 +399,8 @@ def _route(
 
 def keep_all(table: pa.Table) -> pa.Array:
     """The verdict of a step that drops nothing (``langid`` without ``--languages``/``--min-score``)."""
+    import pyarrow as pa
+
     return pa.nulls(table.num_rows, pa.string())
 
 
@@ -316,6 +466,7 @@ class RenameColumns:
 
     A batch without some of them (an empty input file without columns) passes as it is.
 
+    >>> import pyarrow as pa
     >>> RenameColumns((("a", "b"),))(pa.table({"a": [1], "c": [2]})).column_names
     ['b', 'c']
     """
@@ -341,6 +492,7 @@ def set_aside(columns: Sequence[str], *, restore: bool = False) -> RenameColumns
     Put one before a step whose helper columns share the input's names and the other after it: the step sees
     no clash, and the input's columns come out as they went in.
 
+    >>> import pyarrow as pa
     >>> t = set_aside(["dup_keep"])(pa.table({"dup_keep": [1]}))
     >>> t.column_names, set_aside(["dup_keep"], restore=True)(t).column_names
     (['__zephyr_input__dup_keep'], ['dup_keep'])

@@ -90,6 +90,9 @@ class Summary:
     exit_code: int = 0
     """The command's exit status after its summary: nonzero for a run that finished but found what its
     caller must act on (``zephyr train check --json``: not ready)."""
+    printed: str | None = None
+    """The command's own answer on stdout (a count, a plan), printed before the table; with ``--json`` it is
+    left out (it is in ``details`` or a row count already)."""
 
     @property
     def balanced(self) -> bool:
@@ -271,6 +274,10 @@ def emit(
         out.write(json.dumps(record, default=str) + "\n")
         out.flush()
     else:
+        if summary.printed is not None:
+            out = stdout or sys.stdout
+            out.write(summary.printed + "\n")
+            out.flush()
         err = stderr or sys.stderr
         err.write(human(record, summary.shown) + "\n")
         err.flush()

@@ -306,6 +306,9 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
         read_quarantined = table.num_rows - sum(c.rows_quarantined for c in op_counters)
+    # A sort's sample pass reads the rows its map pass reads again: that pass stores (and the job counts) the
+    # rows both set aside, once. The sample stage's own record still accounts for them.
+    if quarantined and not isinstance(stage.output, SampleOutput):
         with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
             hashed = Checksummed(f)
             pq.write_table(table, hashed, compression="zstd")
