@@ -538,9 +538,8 @@ def signatures(p: Phase) -> None:
     word 5-gram shingles of ``signature_docs`` synthetic documents (a few empty, one long): equal integers,
     and the time of each (best of two after a warm-up on 64 documents)."""
     import numpy as np
-    from zephyr.dedup.minhash import make_permutations
-    from zephyr.dedup.shingles import Shingles, shingle_hashes
-    from zephyr.dedup.signature_device import signatures_on
+    from zephyr.dedup._hashing import Shingles, shingle_hashes
+    from zephyr.dedup._minhash import make_permutations, signatures_on
 
     s = p.sizes
     texts = _synthetic_texts(s.signature_docs, s.words_per_doc)

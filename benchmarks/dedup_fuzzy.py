@@ -37,10 +37,13 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 
 def systems(files: list[str], corpus: str) -> dict[str, tuple[list[str], str]]:
     """name -> (command with {out} placeholder, how to read clusters)."""
-    z = [ZEPHYR, "dedup", "fuzzy", *files, "--output", "{out}", "--workers", "2"]
+    z = [ZEPHYR, "dedup", "fuzzy", *files, "--mode", "annotate", "--output", "{out}", "--workers", "2"]
     return {
-        "zephyr (14×8, verified)": (z + ["--bands", "14", "--rows", "8"], "zephyr"),
-        "zephyr (14×8, no verification)": (z + ["--bands", "14", "--rows", "8", "--no-verify"], "zephyr"),
+        "zephyr (14×8, verified)": (z + ["--bands", "14", "--rows-per-band", "8"], "zephyr"),
+        "zephyr (14×8, no verification)": (
+            z + ["--bands", "14", "--rows-per-band", "8", "--no-verify"],
+            "zephyr",
+        ),
         "zephyr preset datatrove": (z + ["--preset", "datatrove"], "zephyr"),
         "zephyr preset nemo": (z + ["--preset", "nemo"], "zephyr"),
         "zephyr preset redpajama": (z + ["--preset", "redpajama"], "zephyr"),

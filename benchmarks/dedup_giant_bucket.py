@@ -1,6 +1,6 @@
 """Fuzzy dedup on one templated web source: every page lands in the same LSH buckets (the "giant bucket").
 
-``zephyr.dedup.synthetic.templated_source`` makes pages that share a boilerplate header and footer (unrelated
+``dupes_synthetic.templated_source`` makes pages that share a boilerplate header and footer (unrelated
 pages at Jaccard ~0.4–0.7, so at 14×8 bands most pages collide with most others in some band) plus planted
 near-duplicates (J ≥ 0.9 to their original, the only pairs at J ≥ 0.8). Per size (default 10k, 40k, 160k
 rows, written to one Parquet file with ~16 MB row groups) it runs the CLI
@@ -11,7 +11,7 @@ rows, written to one Parquet file with ~16 MB row groups) it runs the CLI
 and reports wall time, peak RSS per process role (the driver, the workers — the largest of them — and the
 whole tree; every process sampled every 50 ms, each pid's maximum kept), candidate and rejected edges,
 removed rows against planted duplicates, and precision/recall of the removed rows
-(``zephyr.dedup.synthetic.score``). A run on 500 rows first gives each role's baseline RSS (imports,
+(``dupes_synthetic.score``). A run on 500 rows first gives each role's baseline RSS (imports,
 compiled kernels). Goals, printed as pass/fail:
 
 - time per doubling beyond linear, ``(t(4n) / (4·t(n)))^(1/2)`` between neighbouring sizes, ≤ 1.2;
@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import budget_mib, machine, publish, run_sampled  # noqa: E402
-from zephyr.dedup.synthetic import score, templated_source  # noqa: E402
+from dupes_synthetic import score, templated_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ZEPHYR = str(ROOT / ".venv" / "bin" / "zephyr")
@@ -99,7 +99,7 @@ def run_size(num_docs: int, args: argparse.Namespace, work: Path, logs: Path) ->
         row.update(score(pq.read_table(out, columns=["id"]), truth))
         shutil.copy(out / "_dedup_stats.json", logs / f"stats-{num_docs}.json")
         stats = json.loads((out / "_dedup_stats.json").read_text())["dedup"]
-        for key in ("candidate_edges", "rejected_edges", "verified_edges", "in_memory", "cluster_rule"):
+        for key in ("candidate_pairs", "rejected_pairs", "verified_pairs", "in_memory", "cluster_rule"):
             row[key] = stats.get(key)
     else:
         log = log_path.read_text()[-2000:]
@@ -194,8 +194,8 @@ def main() -> int:
         lines.append(
             f"| {r['docs']:,} | {r['text_mb']:.0f} | {r['wall_s']:.1f} | {_fmt(q, '.2f')} | {_fmt(qn, '.2f')} | "
             f"{_fmt(r['peak_mib'].get('driver'), '.0f')} | {_fmt(r['peak_mib'].get('worker'), '.0f')} "
-            f"({r['processes'].get('worker', 0)}) | {r['tree_peak_mib']:.0f} | {_fmt(r['candidate_edges'], ',')} | "
-            f"{_fmt(r['rejected_edges'], ',')} | {r['removed_rows']:,} | {r['planted_duplicates']:,} | "
+            f"({r['processes'].get('worker', 0)}) | {r['tree_peak_mib']:.0f} | {_fmt(r['candidate_pairs'], ',')} | "
+            f"{_fmt(r['rejected_pairs'], ',')} | {r['removed_rows']:,} | {r['planted_duplicates']:,} | "
             f"{r['removed_rows'] / max(1, r['planted_duplicates']):.3f} | {r['precision']:.4f} | "
             f"{r['recall']:.4f} |"
         )

@@ -68,7 +68,7 @@ def main() -> int:
     ]
     for name, cfg in CONFIGS.items():
         t0 = time.process_time()
-        r = fuzzy_dedup(docs, cfg)
+        r = fuzzy_dedup(docs, cfg, mode="annotate")
         cpu = time.process_time() - t0
         pred = r.table.select(["id", "dup_cluster"]).rename_columns(["id", "cluster"])
         s = pair_scores(pred, pairs, threshold=0.8, texts=docs)

@@ -34,9 +34,8 @@ def _best_of(repeat: int, fn) -> tuple[float, np.ndarray]:
 
 def main() -> int:
     import torch
-    from zephyr.dedup.minhash import make_permutations, signatures
-    from zephyr.dedup.minhash_torch import signatures_torch
-    from zephyr.dedup.shingles import shingle_hashes
+    from zephyr.dedup._hashing import shingle_hashes
+    from zephyr.dedup._minhash import make_permutations, signatures, signatures_torch
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=2000)

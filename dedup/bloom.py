@@ -43,8 +43,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from zephyr.dedup.clusters import DedupResult, as_table, require_column
+from zephyr.dedup._rows import DedupResult, as_table
 from zephyr.dedup.config import ExactDedupConfig
 
 from zephyr.errors import ConfigError, InputError
@@ -214,17 +213,14 @@ def bloom_paragraph_dedup(
     """Remove the paragraphs ``bloom`` has seen, then insert this table's paragraphs (module docstring).
 
     ``remove`` rewrites the text; ``annotate`` adds ``dup_paragraphs`` / ``dup_paragraph_bytes`` instead."""
-    from zephyr.dedup.exact import join_paragraphs, split_paragraphs
+    from zephyr.dedup.exact import split_paragraphs, without_paragraphs
 
     ExactDedupConfig(level="paragraph", normalize=bloom.normalize, paragraph_separator=bloom.separator)
     if mode not in ("annotate", "remove"):
         raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
     table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    texts = texts.cast(pa.large_string())
-    values, doc, lengths, _, blank, hashes = split_paragraphs(texts, bloom.separator, bloom.normalize)
+    paragraphs = split_paragraphs(table, text_column, bloom.separator, bloom.normalize)
+    _, values, doc, _, _, blank, hashes = paragraphs
     live = ~blank
     removed = np.zeros(len(values), dtype=bool)
     live_idx = np.flatnonzero(live)
@@ -232,23 +228,10 @@ def bloom_paragraph_dedup(
         hashes[live_idx], doc[live_idx], bloom.contains(hashes[live_idx]), keep_first_in_doc
     )
     bloom.add(hashes[live_idx][new])  # once, after the check: see the module docstring on double inserts
+    out, removed_per_doc, _, para_bytes = without_paragraphs(
+        table, text_column, paragraphs, removed, bloom.separator, mode
+    )
     n = table.num_rows
-    para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
-    removed_per_doc = np.bincount(doc[removed], minlength=n)
-    bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
-    if mode == "remove":
-        new_text = join_paragraphs(values, lengths, removed, texts, bloom.separator)
-        out = table.set_column(
-            table.column_names.index(text_column),
-            text_column,
-            new_text.cast(table.schema.field(text_column).type),
-        )
-    else:
-        out = table.drop_columns(
-            [c for c in ("dup_paragraphs", "dup_paragraph_bytes") if c in table.column_names]
-        )
-        out = out.append_column("dup_paragraphs", pa.array(removed_per_doc, pa.int64()))
-        out = out.append_column("dup_paragraph_bytes", pa.array(bytes_per_doc, pa.int64()))
     stats = {
         "rows_in": n,
         "rows_out": out.num_rows,

@@ -20,22 +20,23 @@ redpajama  word 13-grams         128 permutations  0.7 → 14×9, 0.8 → 9×13,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import (
     REMOVAL_MODES,
     FieldError,
-    ZephyrDeprecationWarning,
     check_removal_mode,
-    renamed_keys,
     require_at_least,
     require_within,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "ExactDedupConfig",
@@ -57,7 +58,7 @@ Normalization = Literal["none", "default", "simplify"]
 NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
 Scheme = Literal["affine64", "mersenne61"]
 SCHEMES: tuple[str, ...] = typing.get_args(Scheme)
-SignatureDevice = Literal["auto", "cpu", "cuda", "xpu", "torch-cpu"]
+SignatureDevice = Literal["cpu", "cuda", "xpu", "torch-cpu"]
 SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
 """Where MinHash signatures are computed; every choice gives the same integers (tested)."""
 Preset = Literal["datatrove", "nemo", "redpajama"]
@@ -65,6 +66,10 @@ PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
 CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
 MODES = REMOVAL_MODES
+DEDUP_APPROX_SHARD_BYTES = 32 << 20
+"""The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
+groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the
+largest file alone. The output's part count follows it."""
 
 
 def check_mode(mode: str) -> None:
@@ -80,6 +85,41 @@ def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
+
+
+def lsh_threshold(bands: int, rows: int) -> float:
+    """Approximate Jaccard at which a pair becomes a candidate with probability ~1/2: ``(1/b)^(1/r)``."""
+    return (1.0 / bands) ** (1.0 / rows)
+
+
+def collision_probability(similarity: float | np.ndarray, bands: int, rows: int) -> float | np.ndarray:
+    """Probability that a pair of Jaccard ``similarity`` shares a bucket in at least one band."""
+    import numpy as np
+
+    return 1.0 - (1.0 - np.asarray(similarity, dtype=np.float64) ** rows) ** bands
+
+
+@functools.lru_cache(maxsize=64)  # ~36 ms of numpy a call, and every batch's signatures ask for it
+def optimal_bands(
+    threshold: float, num_perm: int, *, false_positive_weight: float = 0.5, false_negative_weight: float = 0.5
+) -> tuple[int, int]:
+    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted FP + FN areas."""
+    import numpy as np
+
+    if not 0.0 < threshold < 1.0:
+        raise FieldError("threshold", f"must be in (0, 1), got {threshold}")
+    lo = np.linspace(0.0, threshold, 201)
+    hi = np.linspace(threshold, 1.0, 201)
+    best: tuple[float, int, int] | None = None
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = np.trapezoid(collision_probability(lo, b, r), lo)
+            fn = np.trapezoid(1.0 - collision_probability(hi, b, r), hi)
+            err = false_positive_weight * fp + false_negative_weight * fn
+            if best is None or err < best[0] - 1e-15:
+                best = (err, b, r)
+    assert best is not None
+    return best[1], best[2]
 
 
 @dataclass(frozen=True)
@@ -103,14 +143,7 @@ class ExactDedupConfig:
 
 @dataclass(frozen=True)
 class FuzzyDedupConfig:
-    """MinHash-LSH near-duplicate detection with verified clusters.
-
-    ``rows`` is the old name of ``rows_per_band``, read with a ``ZephyrDeprecationWarning`` until the next
-    release: as a key of ``from_dict`` (config files, pipeline steps), the ``--rows`` flag and the ``.rows``
-    attribute. The constructor takes only ``rows_per_band``."""
-
-    RENAMED: ClassVar[dict[str, str]] = {"rows": "rows_per_band"}
-    """Old key → new key, for config files (``from_dict``) and the pipeline's stage keys."""
+    """MinHash-LSH near-duplicate detection with verified clusters."""
 
     threshold: float = 0.8
     """Jaccard similarity (of shingle sets) at or above which two documents are duplicates, in (0, 1]."""
@@ -119,7 +152,7 @@ class FuzzyDedupConfig:
     ngram: int = 5
     """Shingle length in words or characters."""
     normalize: Normalization = "default"
-    """Text normalization before shingling (see ``zephyr.dedup.normalize``)."""
+    """Text normalization before shingling (see ``zephyr.dedup._hashing``)."""
     bands: int | None = None
     """LSH bands (give with ``rows_per_band``); ``None`` picks them from ``threshold`` and ``num_perm``."""
     rows_per_band: int | None = None
@@ -135,15 +168,15 @@ class FuzzyDedupConfig:
     always on)."""
     clusters: ClusterRule = "anchored"
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
-    ``threshold`` (see ``zephyr.dedup.anchored``); ``components``: connected components of the verified
+    ``threshold`` (see ``zephyr.dedup._graph``); ``components``: connected components of the verified
     pairs (transitive: a chain of near-duplicates becomes one cluster, however far its ends are apart)."""
-    signature_device: SignatureDevice = "auto"
-    """Where signatures are computed: ``auto`` (CUDA or XPU when torch sees one, else the numba kernels),
-    ``cpu``, ``cuda``, ``xpu``, or ``torch-cpu`` (the accelerator code on CPU). Same integers on every
-    device, so it is not part of ``signature_fingerprint``."""
+    signature_device: SignatureDevice = "cpu"
+    """Where signatures are computed: ``cpu`` (the numba kernels), or torch on ``cuda``, ``xpu`` or
+    ``torch-cpu`` (the accelerator code on CPU); only an explicit torch device imports torch. Same integers on
+    every device, so it is not part of ``signature_fingerprint``."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
-    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup.lsh.candidate_edges``)."""
+    of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_pairs``)."""
     preset: Preset | None = field(default=None, compare=False)
     """The known pipeline whose shingling and banding this config reproduces (``from_preset``, or
     ``preset:`` in a config file, where the other keys override it); informational on the dataclass."""
@@ -178,10 +211,9 @@ class FuzzyDedupConfig:
             )
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], where: str = "") -> FuzzyDedupConfig:
-        """From a config file's keys: ``preset`` (if given) first, the other keys over it; ``rows`` is read as
-        ``rows_per_band`` with a deprecation warning (``where`` prefixes its key path)."""
-        values = renamed_keys(raw, cls.RENAMED, where)
+    def from_dict(cls, raw: dict[str, Any]) -> FuzzyDedupConfig:
+        """From a config file's keys: ``preset`` (if given) first, the other keys over it."""
+        values = dict(raw)
         preset = values.pop("preset", None)
         if preset is not None:
             return cls.from_preset(preset, **values)
@@ -199,8 +231,6 @@ class FuzzyDedupConfig:
             base = dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none")
         elif name == "redpajama":
             if threshold not in _REDPAJAMA_BANDS:
-                from zephyr.dedup.lsh import optimal_bands
-
                 bands, rows = optimal_bands(threshold, 128)
             else:
                 bands, rows = _REDPAJAMA_BANDS[threshold]
@@ -214,8 +244,6 @@ class FuzzyDedupConfig:
 
     def bands_rows(self) -> tuple[int, int]:
         """The (bands, rows) in force: explicit, or optimized for ``threshold`` (verification on: recall first)."""
-        from zephyr.dedup.lsh import optimal_bands
-
         if self.bands is not None and self.rows_per_band is not None:
             return self.bands, self.rows_per_band
         if self.threshold >= 1.0:
@@ -229,16 +257,6 @@ class FuzzyDedupConfig:
         )
 
     @property
-    def rows(self) -> int | None:
-        """``rows_per_band`` under its old name, with a ``ZephyrDeprecationWarning``."""
-        warnings.warn(
-            "FuzzyDedupConfig.rows is renamed rows_per_band (the old name is read until the next release)",
-            ZephyrDeprecationWarning,
-            stacklevel=2,
-        )
-        return self.rows_per_band
-
-    @property
     def bands_resolved(self) -> int:
         return self.bands_rows()[0]
 
@@ -249,9 +267,7 @@ class FuzzyDedupConfig:
 
     @property
     def lsh_threshold(self) -> float:
-        """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup.lsh``."""
-        from zephyr.dedup.lsh import lsh_threshold
-
+        """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup._minhash``."""
         return lsh_threshold(*self.bands_rows())
 
     def signature_fingerprint(self) -> str:

@@ -1,4 +1,6 @@
-"""Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documents and paragraphs.
+"""Exact dedup: documents (driver and shuffle paths), paragraphs, and URLs (exact on the normalized URL).
+
+Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documents and paragraphs.
 
 Document level: the text is normalized (``none`` or NFC + lower case + whitespace collapse), hashed with
 128-bit xxh3, and rows with equal hashes form a cluster; the kept row is the one with the maximum
@@ -9,45 +11,109 @@ paragraphs are never removed. Rows with null text are passed through unchanged a
 
 >>> import pyarrow as pa
 >>> t = pa.table({"id": [3, 1, 2], "text": ["Hello  World", "hello world", "other"]})
->>> r = exact_dedup(t)
+>>> r = exact_dedup(t, mode="annotate")
 >>> r.table.select(["id", "dup_cluster", "dup_cluster_size", "dup_keep"]).to_pylist()[0]
 {'id': 3, 'dup_cluster': 1, 'dup_cluster_size': 2, 'dup_keep': False}
->>> exact_dedup(t, mode="remove").table["id"].to_pylist()
+>>> exact_dedup(t).table["id"].to_pylist()
 [1, 2]
 >>> p = pa.table({"id": ["a", "b"], "text": ["x\\ny\\n\\nz", "y\\nw\\nz"]})
 >>> paragraph_dedup(p, mode="remove").table["text"].to_pylist()
 ['x\\ny\\n\\nz', 'w']
+
+Document-level exact dedup on a ``Dataset`` (``exact_dedup_dataset``).
+
+With ``execution``, one pass hashes every row into a small (row, hash, id, priority) table; when it fits the
+driver, groups form there and a second pass attaches the cluster columns by row number (the text is never
+shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash → keepers by aggregation
+(``dup_columns.group_keepers``) → a join back on the hash. See ``dedup.dataset_ops`` for the columns and
+counters every dedup stage shares.
+
+Dedup on a ``zephyr.Dataset``: functions taking a Dataset and returning one with the dedup ops appended
+(each runs as one or more engine stages).
+
+Where each piece lives: ``exact_dataset`` (exact), ``fuzzy_dataset`` (fuzzy up to candidate pairs),
+``fuzzy_clusters`` (where verification and clustering run), ``driver_graph`` (the graph in the driver),
+``dup_columns`` (the dup columns both paths end with), ``eager`` (execution options, limits, scratch);
+this module keeps paragraph dedup and re-exports the public names.
+
+**Row identity is the engine's.** Every path numbers the input rows with ``Dataset.with_row_index`` and
+addresses them by that number; user ids only order rows (the keep rule: largest priority, then smallest
+id, then input order; nulls last) and name clusters. So rows that share an id, rows with null ids and
+inputs without an id column (``id_column=None``) dedup like any others, and nothing is quarantined.
+
+- exact, with ``execution``: one pass hashes every row into a small (row, hash, id, priority) table; when
+  it fits the driver, groups form there and a second pass attaches the cluster columns by row number (the
+  text is never shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash →
+  keepers by aggregation (``dup_columns.group_keepers``) → a join back on the hash.
+- fuzzy: signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)``
+  → bounded candidate pairs per bucket (``lsh.candidate_pairs``' rule) → distinct pairs. One pass writes
+  the endpoints' shingle sets and keys (every row's, when the pairs do not fit the driver). When pairs
+  and sets fit the driver, verification and clusters (``fuzzy.cluster_labels``: anchored by default) run
+  there and the result is attached by row number. Otherwise the pairs are verified on the engine
+  (``verify_engine``: sets joined onto pairs, a giant bucket's first members broadcast); the verified
+  graph is then clustered in the driver when it fits, else (components only) by engine rounds
+  (``engine_components``).
+
+Columns added: ``dup_cluster`` (the id of the cluster's kept row; its row number without an id column),
+``dup_cluster_size``, ``dup_keep``. Null texts pass through with null cluster columns and ``dup_keep =
+true``. Counters: ``dedup/duplicates``, ``dedup/null_text``, ``dedup/cluster_size=N`` (clusters of N rows:
+the cluster-size histogram), ``dedup/candidate_pairs``, ``dedup/verified_pairs``, ``dedup/rejected_pairs``.
+
+Exact URL dedup: one row per normalized URL, kept by the exact-dedup keep rule.
+
+The key is ``zephyr.pipelines.web.urls.normalize_url`` of the url column (lower-case host, no default port,
+fragment or tracking parameters), and the rest is ``exact_dedup_dataset`` on that key with ``normalize="none"``:
+the same keep rule (largest priority, then smallest id, then input order), the same ``dup_cluster`` /
+``dup_cluster_size`` / ``dup_keep`` columns, the same driver-or-shuffle paths. Rows whose URL is null or not a
+web URL are in no cluster and pass through (counted as ``dedup/null_text``: no key).
+
+>>> import zephyr
+>>> ds = zephyr.from_items([{"id": 2, "url": "http://A.com/x#top"}, {"id": 1, "url": "http://a.com:80/x?utm_source=t"}])
+>>> url_dedup_dataset(ds, mode="remove").to_arrow(executor="inprocess").to_pylist()
+[{'id': 1, 'url': 'http://a.com:80/x?utm_source=t'}]
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.clusters import (
+from zephyr.dedup._hashing import normalize_text, xxh3_128_array
+from zephyr.dedup._rows import (
+    H0,
+    H1,
+    ROW,
+    Attach,
     DedupResult,
-    apply_mode,
+    Finish,
     as_table,
-    cluster_columns,
+    cluster_node_info,
+    driver_row_limit,
+    execution_kwargs,
+    group_keepers,
+    has_column,
     keep_ranks,
+    key_columns,
+    mark_keep,
+    numbered,
     require_column,
-    size_histogram,
+    table_result,
 )
 from zephyr.dedup.config import ExactDedupConfig, check_mode
-from zephyr.dedup.hashing import xxh3_128_array
-from zephyr.dedup.normalize import normalize_text
 
-__all__ = [
-    "exact_dedup",
-    "paragraph_dedup",
-    "document_hashes",
-    "group_labels",
-    "split_paragraphs",
-    "join_paragraphs",
-]
+from zephyr import counters
+from zephyr.errors import SchemaError
+
+if TYPE_CHECKING:
+    from zephyr.budget import Budget
+    from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+
 
 logger = logging.getLogger(__name__)
 
@@ -80,45 +146,31 @@ def exact_dedup(
     text_column: str = "text",
     id_column: str | None = "id",
     normalize: str = "default",
-    mode: str = "annotate",
+    mode: str = "remove",
     priority_column: str | None = None,
 ) -> DedupResult:
-    """Document-level exact dedup; see the module docstring."""
+    """Document-level exact dedup of one in-memory table: the driver route of ``exact_dedup_dataset``
+    (member hashes → groups → cluster columns by row number) run on the table itself; see the module
+    docstring for the keep rule and the columns."""
     ExactDedupConfig(normalize=normalize)
     check_mode(mode)
-    table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    members = np.asarray(texts.is_valid()) if table.num_rows else np.zeros(0, dtype=bool)
-    ranks = keep_ranks(table, id_column, priority_column)
-    labels = group_labels(document_hashes(texts, normalize), ranks, members)
-    cluster, size, keep = cluster_columns(table, ranks, labels, members, id_column=id_column)
-    out = apply_mode(table, cluster, size, keep, mode)
-    hist = size_histogram(labels, members)
-    stats = {
-        "rows_in": table.num_rows,
-        "rows_out": out.num_rows,
-        "rows_dropped": table.num_rows - out.num_rows,
-        "rows_quarantined": 0,
-        "null_text": int((~members).sum()),
-        "duplicates": int((~keep).sum()),
-        "clusters": int(sum(hist.values())),
-        "cluster_size_histogram": hist,
-    }
-    logger.info(
-        "exact dedup: %d rows, %d duplicates, %d null texts",
-        table.num_rows,
-        stats["duplicates"],
-        stats["null_text"],
-    )
-    return DedupResult(out, stats)
+    table = numbered(as_table(data), text_column)
+    members = _MemberHashes(text_column, id_column, normalize, priority_column)(table)
+    node_info = _exact_node_info(members, id_column, priority_column)
+    return table_result(table, node_info, text_column, id_column, mode, {})
 
 
 def split_paragraphs(
-    texts: pa.Array, separator: str, normalize: str
-) -> tuple[pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The paragraphs of ``texts`` (a ``large_string`` array) as (values, document of each, paragraphs per
-    document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the normalized text).
-    Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash paragraphs alike."""
+    table: pa.Table, text_column: str, separator: str, normalize: str
+) -> tuple[pa.Array, pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The texts (one ``large_string`` array) and their paragraphs as (texts, values, document of each,
+    paragraphs per document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the
+    normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash
+    paragraphs alike."""
+    texts = require_column(table, text_column, "text")
+    if isinstance(texts, pa.ChunkedArray):
+        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
+    texts = texts.cast(pa.large_string())
     parts = pc.split_pattern(texts, separator)
     values = parts.flatten()
     doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
@@ -128,7 +180,36 @@ def split_paragraphs(
     normalized = normalize_text(values, normalize)
     blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
     hashes = xxh3_128_array(normalized).view(np.uint64).reshape(len(values), 2)
-    return values, doc, lengths, position, blank, hashes
+    return texts, values, doc, lengths, position, blank, hashes
+
+
+def without_paragraphs(
+    table: pa.Table,
+    text_column: str,
+    paragraphs: tuple,
+    removed: np.ndarray,
+    separator: str,
+    mode: str,
+) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    """The table with the ``removed`` paragraphs cut from its text (``remove``), or counted in
+    ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``); and the removed paragraphs and bytes per
+    document and the bytes of each paragraph. ``paragraphs``: ``split_paragraphs``' result."""
+    texts, values, doc, lengths = paragraphs[:4]
+    n = table.num_rows
+    para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
+    removed_per_doc = np.bincount(doc[removed], minlength=n)
+    bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
+    if mode == "remove":
+        new_text = join_paragraphs(values, lengths, removed, texts, separator)
+        new_text = new_text.cast(table.schema.field(text_column).type)
+        out = table.set_column(table.column_names.index(text_column), text_column, new_text)
+    else:
+        out = table.drop_columns(
+            [c for c in ("dup_paragraphs", "dup_paragraph_bytes") if c in table.column_names]
+        )
+        out = out.append_column("dup_paragraphs", pa.array(removed_per_doc, pa.int64()))
+        out = out.append_column("dup_paragraph_bytes", pa.array(bytes_per_doc, pa.int64()))
+    return out, removed_per_doc, bytes_per_doc, para_bytes
 
 
 def join_paragraphs(
@@ -166,12 +247,9 @@ def paragraph_dedup(
     ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
     check_mode(mode)
     table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    texts = texts.cast(pa.large_string())
+    paragraphs = split_paragraphs(table, text_column, separator, normalize)
+    texts, values, doc, lengths, position, blank, hashes = paragraphs
     ranks = keep_ranks(table, id_column)
-    values, doc, lengths, position, blank, hashes = split_paragraphs(texts, separator, normalize)
     order = np.lexsort((position, ranks[doc], hashes[:, 1], hashes[:, 0]))
     hs = hashes[order]
     first = np.ones(len(order), dtype=bool)
@@ -179,21 +257,11 @@ def paragraph_dedup(
     removed = np.zeros(len(values), dtype=bool)
     removed[order[~first]] = True
     removed &= ~blank
-    para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
+    out, removed_per_doc, bytes_per_doc, para_bytes = without_paragraphs(
+        table, text_column, paragraphs, removed, separator, mode
+    )
     blank_per_doc = np.bincount(doc[blank], minlength=table.num_rows)
     n = table.num_rows
-    removed_per_doc = np.bincount(doc[removed], minlength=n)
-    bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
-    if mode == "remove":
-        new_text = join_paragraphs(values, lengths, removed, texts, separator)
-        new_text = new_text.cast(table.schema.field(text_column).type)
-        out = table.set_column(table.column_names.index(text_column), text_column, new_text)
-    else:
-        out = table
-        for name, col in (("dup_paragraphs", removed_per_doc), ("dup_paragraph_bytes", bytes_per_doc)):
-            if name in out.column_names:
-                out = out.drop_columns([name])
-            out = out.append_column(name, pa.array(col, type=pa.int64()))
     per_source: dict[str, dict[str, int]] = {}
     if source_column is not None and source_column in table.column_names and n:
         src = table[source_column].combine_chunks().cast(pa.large_string()).fill_null("<null>")
@@ -220,3 +288,305 @@ def paragraph_dedup(
         "per_source": per_source,
     }
     return DedupResult(out, stats)
+
+
+def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.Array]:
+    """The two 64-bit halves of each normalized text's xxh3-128 (int64 bit patterns: the engine's shuffle keys
+    are signed integers); null for null text."""
+
+    hashes = document_hashes(texts, normalize)
+    mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
+    return tuple(pa.array(hashes[:, k].view(np.int64), mask=mask, type=pa.int64()) for k in (0, 1))
+
+
+class _AddDocHash:
+    """Adds H0/H1 (the text's hash) to every row."""
+
+    def __init__(self, text_column: str, normalize: str):
+        self.text_column, self.normalize = text_column, normalize
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if not has_column(table, self.text_column, "text"):
+            return table
+        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        return table.append_column(H0, h0).append_column(H1, h1)
+
+
+class _MemberHashes:
+    """(ROW, H0, H1[, id][, priority]) of every row with text: the small table the exact path groups."""
+
+    def __init__(self, text_column: str, id_column: str | None, normalize: str, priority_column: str | None):
+        self.text_column, self.id_column, self.normalize = text_column, id_column, normalize
+        self.priority_column = priority_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
+            return pa.table({ROW: pa.array([], pa.int64())})
+        table = table.filter(pc.is_valid(table[self.text_column]))
+        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        return pa.table(
+            {ROW: table[ROW], H0: h0, H1: h1, **key_columns(table, self.id_column, self.priority_column)}
+        )
+
+
+def _exact_node_info(
+    members: pa.Table, id_column: str | None, priority_column: str | None
+) -> pa.Table | None:
+    """(ROW, CLUSTER, SIZE, KEEP) of the rows whose normalized text occurs more than once, in the driver."""
+
+    if H0 not in members.column_names or members.num_rows == 0:
+        return None
+    counts = members.group_by([H0, H1]).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts["count_all"], 1)).select([H0, H1])
+    if repeated.num_rows == 0:
+        return None
+    # joined by position, so the id and priority columns (of any type, null-typed too) are only taken
+    at = members.select([H0, H1]).append_column("__at", pa.array(np.arange(members.num_rows)))
+    dup = members.take(at.join(repeated, keys=[H0, H1], join_type="inner")["__at"])
+    dup = dup.take(pc.sort_indices(dup[ROW]))  # input order: the keep rule's last tie-break
+    ranks = keep_ranks(dup, id_column, priority_column)
+    hashes = np.stack([np.asarray(dup[h]).view(np.uint64) for h in (H0, H1)], axis=1)
+    labels_by_rank = group_labels(hashes, ranks, np.ones(dup.num_rows, dtype=bool))
+    position_of_rank = np.empty(dup.num_rows, dtype=np.int64)
+    position_of_rank[ranks] = np.arange(dup.num_rows)
+    return cluster_node_info(dup, position_of_rank[labels_by_rank], id_column)
+
+
+def exact_dedup_dataset(
+    ds: Dataset,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    normalize: str = "default",
+    mode: str = "remove",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    driver_rows: int | None = None,
+    stats: dict[str, Any] | None = None,
+) -> Dataset:
+    """Document-level exact dedup on the engine; same output as ``exact.exact_dedup``.
+
+    Without ``execution`` the plan is lazy (the shuffle path). With ``execution``, one eager pass hashes
+    each row into a small (row, hash, id, priority) table; when it has at most ``driver_rows`` rows
+    (default: 64 bytes a row within a quarter of the memory budget), groups form in the driver and the
+    returned plan reads the input once more and attaches the cluster columns by row number. ``stats``
+    receives which path ran and why.
+
+    >>> import zephyr
+    >>> ds = zephyr.from_items([{"id": 2, "text": "A  b"}, {"id": 1, "text": "a b"}, {"id": 1, "text": "a B"}])
+    >>> exact_dedup_dataset(ds, mode="remove").to_arrow(executor="inprocess").to_pylist()
+    [{'id': 1, 'text': 'a b'}]
+    """
+    ExactDedupConfig(normalize=normalize)
+    check_mode(mode)
+    plans = _exact_job_plans(
+        ds,
+        text_column=text_column,
+        id_column=id_column,
+        normalize=normalize,
+        mode=mode,
+        priority_column=priority_column,
+    )
+    info: dict[str, Any] = {"in_memory": False}
+    if execution is not None:
+        kw = execution_kwargs(execution)
+        limit = driver_row_limit(kw, driver_rows)
+        members = plans.member_hashes.materialize(**kw)
+        count = members.count(**kw)
+        info.update(member_rows=count, driver_rows=limit)
+        if count <= limit:
+            info["in_memory"] = True
+            node_info = _exact_node_info(members.to_arrow(**kw), id_column, priority_column)
+            info["duplicate_rows"] = 0 if node_info is None else node_info.num_rows
+            if stats is not None:
+                stats.update(info)
+            return plans.attached(node_info)
+        info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
+        logger.info("exact dedup: shuffle path (%s)", info["fallback"])
+    if stats is not None:
+        stats.update(info)
+    return plans.shuffle_path
+
+
+@dataclass(frozen=True)
+class ExactJobPlans:
+    """The lazy plans of exact dedup's engine jobs, built once for the run and for ``zephyr explain``."""
+
+    member_hashes: Dataset
+    """Job 1 (with ``execution``): the (row, hash, id, priority) table, materialized and counted."""
+    shuffle_path: Dataset
+    """The output when the member rows exceed the in-memory limit (or without ``execution``)."""
+    rows: Dataset
+    finish: Finish
+    id_column: str | None
+
+    def attached(self, node_info: pa.Table | None) -> Dataset:
+        """The output when groups formed in the driver: the cluster columns attached by row number."""
+        attach = Attach(node_info, self.id_column)
+        return self.rows.map_batches(attach, name="dedup.exact.attach").map_batches(
+            self.finish, name="dedup.exact.finish"
+        )
+
+
+def _exact_job_plans(
+    ds: Dataset,
+    *,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    normalize: str = "default",
+    mode: str = "remove",
+    priority_column: str | None = None,
+) -> ExactJobPlans:
+    """Every plan ``exact_dedup_dataset`` may run, built without running anything."""
+    rows = ds.with_row_index(ROW)
+    finish = Finish(text_column, id_column, mode)
+    member_hashes = rows.map_batches(
+        _MemberHashes(text_column, id_column, normalize, priority_column),
+        name="dedup.exact.member_hashes",
+    )
+    hashed = rows.map_batches(_AddDocHash(text_column, normalize), name="dedup.exact.hash")
+    keys = [ROW, H0, H1] + [c for c in (id_column, priority_column) if c is not None]
+    members_ds = hashed.select(*keys).map_batches(
+        lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
+    )
+    groups = group_keepers(members_ds, [H0, H1], id_column, priority_column)
+    joined = hashed.join(groups, on=[H0, H1], how="left")
+    shuffle_path = joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
+        finish, name="dedup.exact.finish"
+    )
+    return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
+
+
+def exact_plans(
+    ds: Dataset,
+    *,
+    budget: Budget,
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+    hashes: str = "member hashes (row, hash, id, priority)",
+    **arguments: Any,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``exact_dedup_dataset(ds, **arguments)`` may run, in order, each a title and its lazy
+    plan, or a rule (plan None) that chooses between them (``zephyr explain dedup exact``): the hashes, then
+    the driver's or the shuffle path. ``finish``: what the caller does to the output before writing it."""
+    plans = _exact_job_plans(ds, **arguments)
+    return [
+        (f"job 1: {hashes}, materialized, then counted", plans.member_hashes),
+        (
+            f"member rows ≤ driver_pair_rows {budget.driver_pair_rows:,} (64 bytes a row in B/4): groups "
+            "form in the driver and job 2a runs; more: job 2b",
+            None,
+        ),
+        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
+        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
+    ]
+
+
+def url_plans(
+    ds: Dataset,
+    *,
+    budget: Budget,
+    url_column: str = "url",
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+    **arguments: Any,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
+    return exact_plans(
+        _url_keyed(ds, url_column),
+        budget=budget,
+        finish=lambda out: finish(_without_url_key(out)),
+        hashes="URL key hashes (row, hash, id, priority)",
+        **_url_exact_arguments(**arguments),
+    )
+
+
+def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
+    """Paragraph-level dedup needs a global "seen earlier" order; on the engine it is one shuffle-free
+    pass after a stable sort by id into one partition (ties and null ids keep input order; without an id
+    column, ``reshard(1)`` keeps input order), running ``exact.paragraph_dedup`` on the whole stream.
+
+    Memory: the paragraph hashes of the corpus (16 bytes each plus the text of one batch). Keyword
+    arguments are those of ``exact.paragraph_dedup``.
+    """
+
+    id_column = kwargs.get("id_column", "id")
+    text_column = kwargs.get("text_column", "text")
+
+    def run(table: pa.Table) -> pa.Table:
+        if not has_column(table, text_column, "text"):
+            return table
+        result = paragraph_dedup(table, **kwargs)
+        counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
+        counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
+        return result.table
+
+    ordered = ds.sort(id_column, num_partitions=1) if id_column else ds.reshard(1)
+    return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
+
+
+URL_KEY = "__dedup_url_key"
+
+
+class _AddUrlKey:
+    def __init__(self, url_column: str):
+        self.url_column = url_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        from zephyr.pipelines.web.urls import normalize_urls
+
+        if self.url_column not in table.column_names:
+            if table.num_rows == 0:
+                return table.append_column(URL_KEY, pa.array([], pa.string()))
+            raise SchemaError(
+                f"url column {self.url_column!r} not found; the input has {', '.join(table.column_names)} "
+                "(pass --url-column / url_column=)"
+            )
+        return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
+
+
+def _drop_key(table: pa.Table) -> Any:
+    return table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table
+
+
+def _url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
+    """``ds`` with the normalized URL in ``URL_KEY``: the text exact dedup hashes."""
+    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+
+
+def _url_exact_arguments(
+    *, id_column: str | None = "id", mode: str = "remove", priority_column: str | None = None
+) -> dict[str, Any]:
+    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``_exact_job_plans`` (the key, byte-exact):
+    one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
+    return {
+        "text_column": URL_KEY,
+        "id_column": id_column,
+        "normalize": "none",
+        "mode": mode,
+        "priority_column": priority_column,
+    }
+
+
+def _without_url_key(out: Dataset) -> Dataset:
+    """The exact dedup's output without the key column: URL dedup's output."""
+    return out.map_batches(_drop_key, name="dedup.url.finish")
+
+
+def url_dedup_dataset(
+    ds: Dataset,
+    *,
+    url_column: str = "url",
+    id_column: str | None = "id",
+    mode: str = "remove",
+    priority_column: str | None = None,
+    execution: ExecutionOptions | dict[str, Any] | None = None,
+    stats: dict[str, Any] | None = None,
+) -> Dataset:
+    """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
+
+    out = exact_dedup_dataset(
+        _url_keyed(ds, url_column),
+        **_url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
+        execution=execution,
+        stats=stats,
+    )
+    return _without_url_key(out)

@@ -41,7 +41,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.columns import KEEPER, ROW
+from zephyr.dedup._rows import KEEPER, ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
@@ -177,8 +177,8 @@ class _IndexRows:
         )
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.dedup.fuzzy import compute_signatures
-        from zephyr.dedup.shingles import unique_sets
+        from zephyr.dedup._hashing import unique_sets
+        from zephyr.dedup._minhash import compute_signatures
 
         if self.text_column not in table.column_names:  # an empty output file without columns
             return _empty_docs(self.config)

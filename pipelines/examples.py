@@ -76,8 +76,8 @@ log = logging.getLogger(__name__)
 
 def _hash64(values: pa.Array) -> np.ndarray:
     """A stable 64-bit hash of each string, vectorized: the dedup kernels' polynomial span hash of its bytes,
-    mixed with its length by ``fmix64`` (``zephyr.dedup.hashing``). Only orders rows; no security role."""
-    from zephyr.dedup.hashing import fmix64, span_hashes, string_buffers
+    mixed with its length by ``fmix64`` (``zephyr.dedup._hashing``). Only orders rows; no security role."""
+    from zephyr.dedup._hashing import fmix64, span_hashes, string_buffers
 
     data, offsets = string_buffers(values)
     starts, ends = offsets[:-1], offsets[1:]

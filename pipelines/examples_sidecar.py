@@ -6,7 +6,7 @@ Collection while a step runs is ``zephyr.pipelines.examples`` (which re-exports 
 parts, make the same selection once more, write ``examples.json`` and remove the parts. Filter texts are
 cut to ``MAX_CHARS``; a dedup pair is cut to ``WINDOW_WORDS`` words from a little before its first
 difference, and its Jaccard is computed on the full texts with the step's own shingling
-(``zephyr.dedup.shingles.shingle_hashes`` and ``zephyr.dedup.verify.jaccard``, the verify step's kernels).
+(``zephyr.dedup._hashing.shingle_hashes`` and ``zephyr.dedup._graph.jaccard``, the verify step's kernels).
 
 Sidecar format (version 1)::
 
@@ -177,8 +177,8 @@ def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
 def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
     """Write a dedup step's ``examples.json``: per cluster the kept row, one removed row and their Jaccard
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
-    from zephyr.dedup.shingles import shingle_hashes
-    from zephyr.dedup.verify import jaccard
+    from zephyr.dedup._graph import jaccard
+    from zephyr.dedup._hashing import shingle_hashes
 
     from zephyr.io.paths import write_json_atomic
 

@@ -169,7 +169,7 @@ def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
 
 
 def run_exact_dedup(ctx: StepContext) -> StepOutcome:
-    from zephyr.dedup.dataset_ops import exact_dedup_dataset
+    from zephyr.dedup.exact import exact_dedup_dataset
     from zephyr.pipelines.examples import dedup_collector, dedup_examples
 
     cfg = ctx.entry.config
@@ -193,7 +193,8 @@ def run_exact_dedup(ctx: StepContext) -> StepOutcome:
 
 
 def run_fuzzy_dedup(ctx: StepContext) -> StepOutcome:
-    from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
+    from zephyr.dedup._rows import StripRowNumbers
+    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
     from zephyr.dedup.index import open_index, write_generation
     from zephyr.pipelines.examples import dedup_collector, dedup_examples
 

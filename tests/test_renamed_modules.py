@@ -16,7 +16,6 @@ RENAMED = [
     pytest.param(
         "zephyr.pipelines.quality.stages", "zephyr.pipelines.quality.batch_ops", id="quality-batch-ops"
     ),
-    pytest.param("zephyr.dedup.stages", "zephyr.dedup.dataset_ops", id="dedup-dataset-ops"),
     pytest.param("zephyr.pipelines.stages", "zephyr.pipelines.steps", id="pipeline-steps"),
     pytest.param(
         "zephyr.pipelines.stage_configs", "zephyr.pipelines.step_configs", id="pipeline-step-configs"

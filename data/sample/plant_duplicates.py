@@ -152,10 +152,10 @@ def _judge(seed: str, copies: list[str]) -> list[tuple[bool, float, bool]]:
     """Per copy: (the copy and its seed pass the heuristics, word-5-gram Jaccard to the seed as fuzzy dedup
     measures it, the copy equals the seed after exact dedup's default normalization)."""
     import numpy as np
+    from zephyr.dedup._graph import jaccard
+    from zephyr.dedup._minhash import compute_signatures
     from zephyr.dedup.config import FuzzyDedupConfig
     from zephyr.dedup.exact import document_hashes
-    from zephyr.dedup.fuzzy import compute_signatures
-    from zephyr.dedup.verify import jaccard
 
     texts, kept = _as_quickstart_sees([seed, *copies])
     arr = pa.array(texts, pa.large_string())

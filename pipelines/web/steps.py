@@ -83,9 +83,9 @@ def run_url_filter(ctx: StepContext) -> StepOutcome:
 
 
 def run_url_dedup(ctx: StepContext) -> StepOutcome:
-    """One document per normalized URL (``zephyr.dedup.url``), duplicates removed with reason
+    """One document per normalized URL (``zephyr.dedup.exact``), duplicates removed with reason
     ``url_duplicate``."""
-    from zephyr.dedup.url import url_dedup_dataset
+    from zephyr.dedup.exact import url_dedup_dataset
 
     cfg = ctx.entry.config
     p = ctx.pipeline

@@ -1,4 +1,4 @@
-"""``zephyr dedup``: no silent overwrites of an input's ``dup_*`` columns (``zephyr.io.added_columns``)."""
+"""``zephyr dedup``: no silent overwrites of an input's ``dup_*`` columns (``zephyr.removal``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ def _input(tmp_path, **extra) -> str:
 def test_annotate_refuses_existing_dup_columns(tmp_path, capsys, kind):
     src = _input(tmp_path, dup_keep=[True, True, True])
     out = tmp_path / "out"
-    assert main(["dedup", kind, src, "--output", str(out), "--executor", "inprocess"]) == 1
+    assert (
+        main(["dedup", kind, src, "--output", str(out), "--mode", "annotate", "--executor", "inprocess"]) == 1
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "full traceback" not in err, err
     assert f"{src}: the input already has a column 'dup_keep'; pass --replace-columns to replace it" in err
@@ -32,7 +34,7 @@ def test_annotate_refuses_existing_dup_columns(tmp_path, capsys, kind):
 
 def test_replace_columns_output_column_and_remove_mode(tmp_path):
     src = _input(tmp_path, dup_keep=[False, False, False])
-    run = ["dedup", "exact", src, "--executor", "inprocess"]
+    run = ["dedup", "exact", src, "--mode", "annotate", "--executor", "inprocess"]
 
     assert main([*run, "--output", str(tmp_path / "ow"), "--replace-columns"]) == 0
     replaced = pq.read_table(tmp_path / "ow").sort_by("id")
@@ -67,7 +69,7 @@ def test_replace_columns_output_column_and_remove_mode(tmp_path):
 
 def test_paragraph_annotate_checks_its_own_columns(tmp_path, capsys):
     src = _input(tmp_path, dup_paragraphs=[7, 7, 7])
-    run = ["dedup", "exact", src, "--level", "paragraph", "--executor", "inprocess"]
+    run = ["dedup", "exact", src, "--level", "paragraph", "--mode", "annotate", "--executor", "inprocess"]
     assert main([*run, "--output", str(tmp_path / "r")]) == 1
     assert "a column 'dup_paragraphs'" in capsys.readouterr().err
     assert main([*run, "--output", str(tmp_path / "oc"), "--output-column", "para"]) == 0
@@ -101,7 +103,7 @@ def test_paragraph_bloom_and_url_commands_check_their_columns(tmp_path, capsys):
     out = pq.read_table(tmp_path / "oc")
     assert out["dup_paragraphs"].to_pylist() == [7, 7, 7] and "para_paragraph_bytes" in out.column_names
 
-    url = ["dedup", "url", src, "--executor", "inprocess"]
+    url = ["dedup", "url", src, "--mode", "annotate", "--executor", "inprocess"]
     assert main([*url, "--output", str(tmp_path / "u")]) == 1
     assert "a column 'dup_keep'" in capsys.readouterr().err
     assert main([*url, "--output", str(tmp_path / "urm"), "--mode", "remove"]) == 0

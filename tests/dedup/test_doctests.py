@@ -10,20 +10,13 @@ import pytest
 MODULES = [
     "zephyr.dedup",
     "zephyr.dedup.bloom",
-    "zephyr.dedup.normalize",
-    "zephyr.dedup.hashing",
-    "zephyr.dedup.shingles",
-    "zephyr.dedup.minhash",
-    "zephyr.dedup.minhash_torch",
-    "zephyr.dedup.lsh",
-    "zephyr.dedup.verify",
-    "zephyr.dedup.components",
+    "zephyr.dedup._hashing",
+    "zephyr.dedup._minhash",
+    "zephyr.dedup._graph",
     "zephyr.dedup.config",
     "zephyr.dedup.exact",
     "zephyr.dedup.fuzzy",
     "zephyr.dedup.evaluate",
-    "zephyr.dedup.exact_dataset",
-    "zephyr.dedup.fuzzy_dataset",
 ]
 
 

@@ -21,7 +21,7 @@ def _table():
 
 
 def test_annotate_min_id_rule():
-    r = exact_dedup(_table())
+    r = exact_dedup(_table(), mode="annotate")
     rows = {row["id"]: row for row in r.table.to_pylist()}
     assert {rows[i]["dup_cluster"] for i in ("d1", "d3", "d5", "d6")} == {"d1"}
     assert rows["d1"]["dup_keep"] and not rows["d3"]["dup_keep"]
@@ -61,14 +61,14 @@ def test_normalize_none_matches_duckdb_count_distinct(tmp_path):
 
 def test_record_batches_and_errors():
     t = _table()
-    r = exact_dedup(iter(t.to_batches(max_chunksize=2)))
+    r = exact_dedup(iter(t.to_batches(max_chunksize=2)), mode="annotate")
     assert r.table.num_rows == t.num_rows
     with pytest.raises(SchemaError, match="text column 'body' not found"):
-        exact_dedup(t, text_column="body")
+        exact_dedup(t, text_column="body", mode="annotate")
     with pytest.raises(ConfigError):
         exact_dedup(t, mode="drop")
     with pytest.raises(ConfigError):
-        exact_dedup(t, normalize="nfkc")
+        exact_dedup(t, normalize="nfkc", mode="annotate")
 
 
 def test_paragraph_dedup_removes_earlier_seen_paragraphs_in_id_order():

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup.cli_common import internal_mode, output_of, read_inputs
-from zephyr.dedup.url import url_dedup_dataset
+from zephyr.dedup.cli import internal_mode, output_of, read_inputs
+from zephyr.dedup.exact import url_dedup_dataset
 
 from zephyr.cli import build_parser, main
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup import FuzzyDedupConfig, SignatureIndex, fuzzy_dedup
+from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup, write_generation
 
-from zephyr.errors import ConfigError, InputError, ResumeError
+import zephyr
+from zephyr.errors import ConfigError, InputError
 from zephyr.io.layout import stats_path
 
 WORDS = [f"w{i}" for i in range(400)]
@@ -43,7 +44,7 @@ def _corpus():
 
 def test_clusters_match_planted_groups():
     t = _corpus()
-    r = fuzzy_dedup(t, FuzzyDedupConfig(threshold=0.8))
+    r = fuzzy_dedup(t, FuzzyDedupConfig(threshold=0.8), mode="annotate")
     got = {row["id"]: row for row in r.table.to_pylist()}
     for rid, row in got.items():
         if rid in ("null", "empty"):
@@ -68,40 +69,44 @@ def test_verification_rejects_chained_false_candidates():
         {"id": ["a", "b", "c"], "text": [" ".join(left), " ".join(left + right), " ".join(right + other)]}
     )
     loose = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=False, clusters="components")
-    assert fuzzy_dedup(t, loose).table["dup_cluster_size"].to_pylist() == [3, 3, 3]
+    assert fuzzy_dedup(t, loose, mode="annotate").table["dup_cluster_size"].to_pylist() == [3, 3, 3]
     # unverified but anchored: c is a candidate of b only, and b is not kept, so c is not removed
     anchored = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=False)
-    assert fuzzy_dedup(t, anchored).table["dup_keep"].to_pylist() == [True, False, True]
+    assert fuzzy_dedup(t, anchored, mode="annotate").table["dup_keep"].to_pylist() == [True, False, True]
     strict = FuzzyDedupConfig(threshold=0.8, bands=60, rows_per_band=1, verify=True)
-    r = fuzzy_dedup(t, strict)
+    r = fuzzy_dedup(t, strict, mode="annotate")
     assert r.table["dup_cluster_size"].to_pylist() == [1, 1, 1]
-    assert r.stats["rejected_edges"] >= 2
+    assert r.stats["rejected_pairs"] >= 2
 
 
 def test_incremental_against_saved_index(tmp_path):
+    """The table function dedups against an on-disk index (the one format ``write_generation`` writes and
+    ``fuzzy_dedup_dataset`` reads): rows near an indexed document are removed and named by its id."""
     t = _corpus().filter(pa.array([i is not None for i in _corpus()["text"].to_pylist()]))
     ids = t["id"].to_pylist()
     in_a = pa.array([i.endswith("-0") and int(i[1:3]) < 10 for i in ids])
     corpus_a = t.filter(in_a)
     corpus_b = t.filter(pa.compute.invert(in_a))
     cfg = FuzzyDedupConfig(threshold=0.8)
-    path = SignatureIndex.build(corpus_a, cfg).save(str(tmp_path / "index"))
-    index = SignatureIndex.load(str(tmp_path / "index"))
-    assert len(index) == corpus_a.num_rows
+    index = str(tmp_path / "index")
+    entry = write_generation(
+        index, zephyr.from_arrow(corpus_a), cfg, create=True, execution={"executor": "inprocess"}
+    )
+    assert entry["docs"] == corpus_a.num_rows
     r = fuzzy_dedup(corpus_b, cfg, index=index, mode="remove")
     kept = set(r.table["id"].to_pylist())
     # B docs of clusters 00-09 match A and are dropped; clusters 10-19 are deduped within B
     assert kept == {f"c{c:02d}-0" for c in range(10, 20)} | {"empty"}
     assert r.stats["matched_index"] == sum(c % 4 for c in range(10))
-    ann = fuzzy_dedup(corpus_b, cfg, index=index).table.to_pylist()
+    ann = fuzzy_dedup(corpus_b, cfg, index=index, mode="annotate").table.to_pylist()
     row = next(x for x in ann if x["id"] == "c03-1")
     assert row["dup_cluster"] == "c03-0" and not row["dup_keep"] and row["dup_cluster_size"] == 4
-    with pytest.raises(ResumeError):
-        fuzzy_dedup(corpus_b, FuzzyDedupConfig(threshold=0.8, ngram=3), index=index)
-    pq.write_table(pa.table({"x": [1]}), str(tmp_path / "bad.parquet"))
+    with pytest.raises(ConfigError, match="other MinHash settings: ngram 5"):
+        fuzzy_dedup(corpus_b, FuzzyDedupConfig(threshold=0.8, ngram=3), index=index, mode="annotate")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "_index.json").write_text('{"format": "x"}')
     with pytest.raises(InputError, match="not a zephyr signature index"):
-        SignatureIndex.load(str(tmp_path / "bad.parquet"))
-    assert path.endswith("signature_index.parquet")
+        fuzzy_dedup(corpus_b, cfg, index=str(tmp_path / "bad"))
 
 
 def test_config_validation_and_presets():
@@ -120,28 +125,20 @@ def test_config_validation_and_presets():
 
 def test_output_is_deterministic_across_input_order():
     t = _corpus()
-    a = fuzzy_dedup(t).table.sort_by("id")
-    b = fuzzy_dedup(t.take(list(range(t.num_rows))[::-1])).table.sort_by("id")
+    a = fuzzy_dedup(t, mode="annotate").table.sort_by("id")
+    b = fuzzy_dedup(t.take(list(range(t.num_rows))[::-1]), mode="annotate").table.sort_by("id")
     assert a.equals(b)
 
 
-def test_cli_flags_build_the_one_config_and_rows_still_works(tmp_path, capsys):
-    """`zephyr dedup fuzzy` builds FuzzyDedupConfig from its flags (its defaults where none is given); the old
-    --rows flag is read as --rows-per-band with a warning, and giving both is refused."""
+def test_cli_flags_build_the_one_config(tmp_path):
+    """`zephyr dedup fuzzy` builds FuzzyDedupConfig from its flags (its defaults where none is given)."""
     import json
 
     from zephyr.cli import main
-    from zephyr.config import ZephyrDeprecationWarning
 
     src = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": [1, 2, 3], "text": ["a b c d e f g", "a b c d e f g", "x y z"]}), src)
     base = ["dedup", "fuzzy", str(src), "--executor", "inprocess", "--no-progress"]
     assert main([*base, "--output", str(tmp_path / "new"), "--bands", "14", "--rows-per-band", "8"]) == 0
-    with pytest.warns(ZephyrDeprecationWarning, match="--rows is renamed --rows-per-band"):
-        assert main([*base, "--output", str(tmp_path / "old"), "--bands", "14", "--rows", "8"]) == 0
-    configs = [
-        json.loads(Path(stats_path(tmp_path / d)).read_text())["dedup"]["config"] for d in ("new", "old")
-    ]
-    assert configs[0] == configs[1] == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
-    assert main([*base, "--output", str(tmp_path / "x"), "--rows", "8", "--rows-per-band", "8"]) == 1
-    assert "--rows is the old name of --rows-per-band" in capsys.readouterr().err
+    config = json.loads(Path(stats_path(tmp_path / "new")).read_text())["dedup"]["config"]
+    assert config == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()

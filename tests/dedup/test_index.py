@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from zephyr.dedup import FuzzyDedupConfig
-from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
+from zephyr.dedup._rows import StripRowNumbers
+from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
 from zephyr.dedup.index import open_index, write_generation
 
 import zephyr
@@ -74,10 +75,10 @@ def dedup(table: pa.Table, **kw) -> pa.Table:
 
 
 @pytest.mark.parametrize(
-    ("seed", "n", "ids", "in_memory_edges"),
+    ("seed", "n", "ids", "driver_rows"),
     [(1, 2, True, None), (2, 3, True, None), (3, 2, False, None), (4, 3, True, 0), (5, 2, False, 0)],
 )
-def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, in_memory_edges):
+def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, driver_rows):
     union, pieces = parts(seed, n, ids=ids)
     id_column = "id" if ids else None
     expected = dedup(union, id_column=id_column)
@@ -94,7 +95,7 @@ def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, in_memor
             id_column=id_column,
             mode="annotate",
             execution=INPROCESS,
-            in_memory_edges=in_memory_edges,
+            driver_rows=driver_rows,
             stats=stats,
             index=index if k else None,
             row_numbers=True,
@@ -146,7 +147,9 @@ def test_a_later_corpus_links_through_rows_an_earlier_run_removed(tmp_path):
     else:
         pytest.fail("no triple needed refinement")
     index = str(tmp_path / "index")
-    annotated = fuzzy_dedup_dataset(zephyr.from_arrow(first), cfg, execution=INPROCESS, row_numbers=True)
+    annotated = fuzzy_dedup_dataset(
+        zephyr.from_arrow(first), cfg, execution=INPROCESS, row_numbers=True, mode="annotate"
+    )
     assert annotated.to_arrow(**INPROCESS)["dup_keep"].to_pylist() == [True, False]
     write_generation(index, annotated, cfg, create=True, execution=INPROCESS)
     stats = {}
@@ -205,7 +208,7 @@ def test_other_minhash_settings_are_refused_by_name(tmp_path):
     write_generation(index, zephyr.from_arrow(a), CONFIG, create=True, execution=INPROCESS)
     other = FuzzyDedupConfig(threshold=0.8, ngram=3)
     with pytest.raises(ConfigError, match=r"ngram 5 \(this run: 3\)"):
-        fuzzy_dedup_dataset(zephyr.from_arrow(b), other, execution=INPROCESS, index=index)
+        fuzzy_dedup_dataset(zephyr.from_arrow(b), other, execution=INPROCESS, index=index, mode="annotate")
     with pytest.raises(ConfigError, match=r"seed 1 \(this run: 2\)"):
         open_index(index, FuzzyDedupConfig(threshold=0.8, seed=2))
     assert (

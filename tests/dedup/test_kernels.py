@@ -12,14 +12,22 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.dedup.components import connected_components
-from zephyr.dedup.hashing import poly_hash_bytes, xxh3_128_array
-from zephyr.dedup.lsh import candidate_edges, collision_probability, lsh_threshold, optimal_bands
-from zephyr.dedup.minhash import band_hashes, make_permutations, signatures
-from zephyr.dedup.minhash_torch import signatures_torch
-from zephyr.dedup.normalize import collapse_whitespace, normalize_text
-from zephyr.dedup.shingles import shingle_hashes
-from zephyr.dedup.verify import jaccard
+from zephyr.dedup._graph import connected_components, jaccard
+from zephyr.dedup._hashing import (
+    collapse_whitespace,
+    normalize_text,
+    poly_hash_bytes,
+    shingle_hashes,
+    xxh3_128_array,
+)
+from zephyr.dedup._minhash import (
+    band_hashes,
+    candidate_pairs,
+    make_permutations,
+    signatures,
+    signatures_torch,
+)
+from zephyr.dedup.config import collision_probability, lsh_threshold, optimal_bands
 
 EDGE_TEXTS = [
     "",
@@ -141,20 +149,20 @@ def test_lsh_threshold_and_optimal_bands():
     assert collision_probability(0.3, 14, 8) < 0.01
 
 
-def test_candidate_edges_are_bounded_per_bucket_member():
+def test_candidate_pairs_are_bounded_per_bucket_member():
     # one bucket of 50 docs: each member is paired with the first `links` members before it (by rank),
     # so 0+1+...+7 + 8*42 = 364 pairs at links=8, not the 1225 of all pairs
     bands = np.zeros((50, 1), dtype=np.uint64)
     ranks = np.arange(50)[::-1].copy()
-    edges = candidate_edges(bands, ranks, links=8)
+    edges = candidate_pairs(bands, ranks, links=8)
     assert len(edges) == 364
     assert set(edges[:, 1].tolist()) == set(range(8))
     assert (edges[:, 0] > edges[:, 1]).all()
     # a bucket no larger than links + 1 gives every pair
-    small = candidate_edges(np.zeros((6, 1), dtype=np.uint64), np.arange(6), links=8)
+    small = candidate_pairs(np.zeros((6, 1), dtype=np.uint64), np.arange(6), links=8)
     assert sorted(map(tuple, small.tolist())) == [(i, j) for i in range(6) for j in range(i)]
     # separate buckets never pair
-    two = candidate_edges(np.array([[1], [2], [1], [2]], dtype=np.uint64), np.arange(4))
+    two = candidate_pairs(np.array([[1], [2], [1], [2]], dtype=np.uint64), np.arange(4))
     assert sorted(map(tuple, two.tolist())) == [(2, 0), (3, 1)]
 
 

@@ -69,8 +69,12 @@ NO_VALUES = PLAIN.append_column("none", pa.nulls(PLAIN.num_rows))
     [
         lambda t, **kw: exact_dedup(t, mode="annotate", **kw).table,
         lambda t, **kw: fuzzy_dedup(t, mode="annotate", **kw).table,
-        lambda t, **kw: exact_dedup_dataset(zephyr.from_arrow(t), **kw).to_arrow(executor="inprocess"),
-        lambda t, **kw: fuzzy_dedup_dataset(zephyr.from_arrow(t), **kw).to_arrow(executor="inprocess"),
+        lambda t, **kw: exact_dedup_dataset(zephyr.from_arrow(t), mode="annotate", **kw).to_arrow(
+            executor="inprocess"
+        ),
+        lambda t, **kw: fuzzy_dedup_dataset(zephyr.from_arrow(t), mode="annotate", **kw).to_arrow(
+            executor="inprocess"
+        ),
     ],
     ids=["exact", "fuzzy", "exact_dataset", "fuzzy_dataset"],
 )
@@ -89,8 +93,8 @@ def test_null_ids_give_the_same_columns_on_both_surfaces(ids: list, kind: str):
     their cluster id was null, where the table functions say size 2."""
     table = pa.table({"id": pa.array(ids, pa.string()), "text": [TEXT, TEXT, "Another text.", TEXT.upper()]})
     table = table.append_column("row", pa.array(range(4)))
-    plain = (exact_dedup if kind == "exact" else fuzzy_dedup)(table).table
+    plain = (exact_dedup if kind == "exact" else fuzzy_dedup)(table, mode="annotate").table
     surface = exact_dedup_dataset if kind == "exact" else fuzzy_dedup_dataset
-    engine = surface(zephyr.from_arrow(table)).to_arrow(executor="inprocess").sort_by("row")
+    engine = surface(zephyr.from_arrow(table), mode="annotate").to_arrow(executor="inprocess").sort_by("row")
     columns = ["row", "dup_keep", "dup_cluster_size", "dup_cluster"]
     assert engine.select(columns).to_pylist() == plain.select(columns).to_pylist()

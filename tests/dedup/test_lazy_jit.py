@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from zephyr.dedup.lazy_jit import LazyKernels
+from zephyr.dedup._compiled import LazyKernels
 
 numba = pytest.importorskip("numba")
 

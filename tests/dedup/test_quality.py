@@ -22,7 +22,7 @@ def dupes(corpus_small):
 
 def test_fuzzy_dedup_meets_targets_at_08(dupes):
     docs, pairs, truth = dupes
-    r = fuzzy_dedup(docs, FuzzyDedupConfig(threshold=0.8))
+    r = fuzzy_dedup(docs, FuzzyDedupConfig(threshold=0.8), mode="annotate")
     pred = r.table.select(["id", "dup_cluster"]).rename_columns(["id", "cluster"])
     scores = pair_scores(pred, pairs, threshold=0.8)
     assert scores["f1"] >= 0.95, scores
@@ -33,7 +33,9 @@ def test_fuzzy_dedup_meets_targets_at_08(dupes):
 @pytest.mark.slow
 def test_without_verification_precision_drops_on_hard_negatives(dupes):
     docs, pairs, truth = dupes
-    r = fuzzy_dedup(docs, FuzzyDedupConfig(threshold=0.8, bands=14, rows_per_band=8, verify=False))
+    r = fuzzy_dedup(
+        docs, FuzzyDedupConfig(threshold=0.8, bands=14, rows_per_band=8, verify=False), mode="annotate"
+    )
     pred = r.table.select(["id", "dup_cluster"]).rename_columns(["id", "cluster"])
     scores = pair_scores(pred, pairs, threshold=0.8)
     assert scores["recall"] >= 0.95

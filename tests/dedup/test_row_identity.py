@@ -20,8 +20,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup, paragraph_dedup
-from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset, paragraph_dedup_dataset
+from zephyr.dedup import (
+    FuzzyDedupConfig,
+    exact_dedup,
+    exact_dedup_dataset,
+    fuzzy_dedup,
+    fuzzy_dedup_dataset,
+    paragraph_dedup,
+    paragraph_dedup_dataset,
+)
 
 import zephyr
 from zephyr.cli import main
@@ -90,12 +97,12 @@ def test_engine_stages(case, path):
     idc = _id_column(case)
     ds = zephyr.from_arrow(t, num_shards=3)
     limit = 0 if path == "shuffle" else None
-    exact = exact_dedup_dataset(ds, id_column=idc, mode="remove", execution=INPROCESS, in_memory_rows=limit)
+    exact = exact_dedup_dataset(ds, id_column=idc, mode="remove", execution=INPROCESS, driver_rows=limit)
     _check(case, exact.to_arrow(**INPROCESS))
     lazy = exact_dedup_dataset(ds, id_column=idc, mode="remove")  # the plan without an eager pass
     _check(case, lazy.to_arrow(**INPROCESS))
     fuzzy = fuzzy_dedup_dataset(
-        ds, _fuzzy_config(), id_column=idc, mode="remove", execution=INPROCESS, in_memory_edges=limit
+        ds, _fuzzy_config(), id_column=idc, mode="remove", execution=INPROCESS, driver_rows=limit
     )
     _check(case, fuzzy.to_arrow(**INPROCESS))
     para = paragraph_dedup_dataset(ds, id_column=idc, mode="remove").to_arrow(**INPROCESS)
@@ -112,7 +119,7 @@ def test_engine_components_rounds_on_repeated_ids():
     original = budget.GRAPH_BYTES_PER_EDGE
     budget.GRAPH_BYTES_PER_EDGE = 1 << 40  # no verified graph fits the driver: engine rounds
     try:
-        out = fuzzy_dedup_dataset(zephyr.from_arrow(t), cfg, mode="remove", execution=ex, in_memory_edges=0)
+        out = fuzzy_dedup_dataset(zephyr.from_arrow(t), cfg, mode="remove", execution=ex, driver_rows=0)
         _check("same_id", out.to_arrow(**ex))
     finally:
         budget.GRAPH_BYTES_PER_EDGE = original
@@ -127,7 +134,11 @@ def test_engine_anchored_refuses_a_graph_beyond_the_driver_by_name():
     try:
         with pytest.raises(ZephyrError, match="--clusters components"):
             fuzzy_dedup_dataset(
-                zephyr.from_arrow(corpus("same_id")), _fuzzy_config(), execution=INPROCESS, in_memory_edges=0
+                zephyr.from_arrow(corpus("same_id")),
+                _fuzzy_config(),
+                execution=INPROCESS,
+                driver_rows=0,
+                mode="annotate",
             )
     finally:
         budget.GRAPH_BYTES_PER_EDGE = original

@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup import FuzzyDedupConfig, exact_dedup, fuzzy_dedup
-from zephyr.dedup.dataset_ops import exact_dedup_dataset, fuzzy_dedup_dataset
+from zephyr.dedup import FuzzyDedupConfig, exact_dedup, exact_dedup_dataset, fuzzy_dedup, fuzzy_dedup_dataset
 
 import zephyr
 from zephyr.cli import main
@@ -64,8 +63,10 @@ def _norm(t: pa.Table) -> pa.Table:
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_exact_stage_equals_plain_function(executor):
     t = _corpus()
-    out = exact_dedup_dataset(zephyr.from_arrow(t, num_shards=2)).to_arrow(executor=executor, workers=2)
-    assert _norm(out).equals(_norm(exact_dedup(t).table))
+    out = exact_dedup_dataset(zephyr.from_arrow(t, num_shards=2), mode="annotate").to_arrow(
+        executor=executor, workers=2
+    )
+    assert _norm(out).equals(_norm(exact_dedup(t, mode="annotate").table))
     assert set(out.column_names) >= set(t.column_names)
 
 
@@ -74,8 +75,10 @@ def test_fuzzy_stage_equals_plain_function(executor):
     t = _corpus()
     cfg = FuzzyDedupConfig(threshold=0.8)
     ex = {"executor": executor, "workers": 2}
-    out = fuzzy_dedup_dataset(zephyr.from_arrow(t, num_shards=2), cfg, execution=ex).to_arrow(**ex)
-    ref = fuzzy_dedup(t, cfg).table
+    out = fuzzy_dedup_dataset(
+        zephyr.from_arrow(t, num_shards=2), cfg, execution=ex, mode="annotate"
+    ).to_arrow(**ex)
+    ref = fuzzy_dedup(t, cfg, mode="annotate").table
     assert _norm(out).equals(_norm(ref))
     removed = fuzzy_dedup_dataset(zephyr.from_arrow(t), cfg, mode="remove", execution=ex).to_arrow(**ex)
     assert removed.num_rows == fuzzy_dedup(t, cfg, mode="remove").table.num_rows
@@ -86,8 +89,10 @@ def test_fuzzy_stage_external_components_equal_in_memory():
     t = _corpus()
     cfg = FuzzyDedupConfig(threshold=0.8)
     ex = {"executor": "inprocess"}
-    out = fuzzy_dedup_dataset(zephyr.from_arrow(t, num_shards=2), cfg, execution=ex, in_memory_edges=0)
-    assert _norm(out.to_arrow(**ex)).equals(_norm(fuzzy_dedup(t, cfg).table))
+    out = fuzzy_dedup_dataset(
+        zephyr.from_arrow(t, num_shards=2), cfg, execution=ex, driver_rows=0, mode="annotate"
+    )
+    assert _norm(out.to_arrow(**ex)).equals(_norm(fuzzy_dedup(t, cfg, mode="annotate").table))
 
 
 def _corpus_in_two_files(tmp_path) -> tuple:
@@ -169,13 +174,13 @@ def test_cli_fuzzy_inprocess_reruns_same_bytes(tmp_path):
         runs.append(_digests(out))
     assert runs[0] == runs[1] and runs[0]
     graph = json.loads(Path(stats_path(tmp_path / "out0")).read_text())["dedup"]
-    plain = fuzzy_dedup(_corpus(), FuzzyDedupConfig()).stats
+    plain = fuzzy_dedup(_corpus(), FuzzyDedupConfig(), mode="annotate").stats
     assert graph["in_memory"] is True
-    assert (graph["candidate_edges"], graph["verified_edges"]) == (
-        plain["unique_edges"],
-        plain["verified_edges"],
+    assert (graph["candidate_pairs"], graph["verified_pairs"]) == (
+        plain["candidate_pairs"],
+        plain["verified_pairs"],
     )
-    assert graph["rejected_edges"] == graph["candidate_edges"] - graph["verified_edges"]
+    assert graph["rejected_pairs"] == graph["candidate_pairs"] - graph["verified_pairs"]
 
 
 def test_fuzzy_stage_stats_on_external_path():
@@ -183,13 +188,18 @@ def test_fuzzy_stage_stats_on_external_path():
     stats: dict = {}
     ex = {"executor": "inprocess"}
     fuzzy_dedup_dataset(
-        zephyr.from_arrow(t), FuzzyDedupConfig(), execution=ex, in_memory_edges=0, stats=stats
+        zephyr.from_arrow(t),
+        FuzzyDedupConfig(),
+        execution=ex,
+        driver_rows=0,
+        stats=stats,
+        mode="annotate",
     )
-    plain = fuzzy_dedup(t, FuzzyDedupConfig()).stats
+    plain = fuzzy_dedup(t, FuzzyDedupConfig(), mode="annotate").stats
     assert stats["in_memory"] is False
-    assert (stats["candidate_edges"], stats["verified_edges"]) == (
-        plain["unique_edges"],
-        plain["verified_edges"],
+    assert (stats["candidate_pairs"], stats["verified_pairs"]) == (
+        plain["candidate_pairs"],
+        plain["verified_pairs"],
     )
 
 
@@ -288,7 +298,7 @@ def test_cli_presets_run(tmp_path, preset):
 
 
 def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
-    from zephyr.dedup.fuzzy_clusters import NodeSets
+    from zephyr.dedup._graph import NodeSets
 
     real = NodeSets.__call__
 
@@ -298,7 +308,10 @@ def test_fuzzy_stage_refuses_an_input_that_changed_between_passes(monkeypatch):
     monkeypatch.setattr(NodeSets, "__call__", drop_first)
     with pytest.raises(InputError, match="must not change"):
         fuzzy_dedup_dataset(
-            zephyr.from_arrow(_corpus()), FuzzyDedupConfig(), execution={"executor": "inprocess"}
+            zephyr.from_arrow(_corpus()),
+            FuzzyDedupConfig(),
+            execution={"executor": "inprocess"},
+            mode="annotate",
         )
 
 
@@ -310,10 +323,14 @@ def test_exact_stage_in_memory_path_equals_plain_function(executor, priority):
     ex = {"executor": executor, "workers": 2}
     stats: dict = {}
     out = exact_dedup_dataset(
-        zephyr.from_arrow(t, num_shards=2), priority_column=priority, execution=ex, stats=stats
+        zephyr.from_arrow(t, num_shards=2),
+        priority_column=priority,
+        execution=ex,
+        stats=stats,
+        mode="annotate",
     ).to_arrow(**ex)
     assert stats["in_memory"] is True and stats["duplicate_rows"] >= 2
-    assert _norm(out).equals(_norm(exact_dedup(t, priority_column=priority).table))
+    assert _norm(out).equals(_norm(exact_dedup(t, priority_column=priority, mode="annotate").table))
     removed = exact_dedup_dataset(zephyr.from_arrow(t), mode="remove", execution=ex).to_arrow(**ex)
     assert removed.num_rows == exact_dedup(t, mode="remove").table.num_rows
 
@@ -321,19 +338,21 @@ def test_exact_stage_in_memory_path_equals_plain_function(executor, priority):
 def test_exact_stage_falls_back_to_the_join_past_the_limit_and_both_agree_on_repeated_ids():
     t = _corpus()
     ex = {"executor": "inprocess"}
-    want = _norm(exact_dedup(t).table)
+    want = _norm(exact_dedup(t, mode="annotate").table)
     stats: dict = {}
-    out = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, in_memory_rows=3, stats=stats).to_arrow(
-        **ex
-    )
+    out = exact_dedup_dataset(
+        zephyr.from_arrow(t), execution=ex, driver_rows=3, stats=stats, mode="annotate"
+    ).to_arrow(**ex)
     assert stats["in_memory"] is False and "limit" in stats["fallback"] and _norm(out).equals(want)
     dup_ids = pa.concat_tables(
         [t, t.slice(0, 1)]
     )  # a row repeated with its id: it is a duplicate, not "the same row"
     stats = {}
-    out = exact_dedup_dataset(zephyr.from_arrow(dup_ids), execution=ex, stats=stats).to_arrow(**ex)
+    out = exact_dedup_dataset(
+        zephyr.from_arrow(dup_ids), execution=ex, stats=stats, mode="annotate"
+    ).to_arrow(**ex)
     assert stats["in_memory"] is True
-    lazy = exact_dedup_dataset(zephyr.from_arrow(dup_ids)).to_arrow(**ex)
+    lazy = exact_dedup_dataset(zephyr.from_arrow(dup_ids), mode="annotate").to_arrow(**ex)
     assert _norm(out).equals(_norm(lazy))
     assert pc.sum(pc.invert(out["dup_keep"])).as_py() == pc.sum(pc.invert(want["dup_keep"])).as_py() + 1
 
@@ -341,7 +360,7 @@ def test_exact_stage_falls_back_to_the_join_past_the_limit_and_both_agree_on_rep
 def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
     t = pa.table({"id": ["a", None, "b", "c"], "text": ["x y", "x y", "x  Y", None]})
     ex = {"executor": "inprocess"}
-    result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex).write_parquet(
+    result = exact_dedup_dataset(zephyr.from_arrow(t), execution=ex, mode="annotate").write_parquet(
         str(tmp_path / "out"), **ex
     )
     out = pq.read_table(tmp_path / "out")
@@ -355,10 +374,10 @@ def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
 def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     """One templated source (every page in the same LSH buckets): the driver path, the engine path with the
     pairs in the driver (sets over the driver's share: semi-joins), the engine path without them
-    (in_memory_edges=0: hot rows found by a group-by), one whose budget holds a single hot row's set and one
+    (driver_rows=0: hot rows found by a group-by), one whose budget holds a single hot row's set and one
     whose hot pairs are joined to their sets rather than broadcast keep the same rows."""
-    from zephyr.dedup import verify_engine
-    from zephyr.dedup.synthetic import templated_source
+    import zephyr.dedup._graph as verify_engine
+    from dupes_synthetic import templated_source
 
     from zephyr import budget as budget_shares
 
@@ -377,7 +396,12 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         ex = {"executor": "inprocess", "memory_budget": budget}
         info: dict = {}
         out = fuzzy_dedup_dataset(
-            zephyr.from_arrow(table, num_shards=3), cfg, execution=ex, in_memory_edges=limit, stats=info
+            zephyr.from_arrow(table, num_shards=3),
+            cfg,
+            execution=ex,
+            driver_rows=limit,
+            stats=info,
+            mode="annotate",
         )
         outs.append(out.to_arrow(**ex).select(["id", "dup_cluster", "dup_keep"]).sort_by("id"))
         infos.append(info)
@@ -391,6 +415,6 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         False,
         False,
     ]  # a 1-byte share or 1 GiB pairs: joined
-    assert len({i["verified_edges"] for i in infos}) == 1 and infos[0]["verified_edges"] > 0
+    assert len({i["verified_pairs"] for i in infos}) == 1 and infos[0]["verified_pairs"] > 0
     assert all(out.equals(outs[0]) for out in outs)
     assert not all(outs[0]["dup_keep"].to_pylist())

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from zephyr.dedup import substring_kernels as kernels
+from zephyr.dedup import substring as kernels
 from zephyr.dedup.substring import SubstringConfig, substring_dedup_dataset
 
 import zephyr
@@ -125,7 +125,7 @@ def test_engine_agrees_with_the_reference(tmp_path_factory, case, in_memory):
     ds = zephyr.from_items(rows, num_shards=min(3, len(rows)))
     config = SubstringConfig(min_bytes=min_bytes, anchor_bytes=anchor)
     out = substring_dedup_dataset(
-        ds, config, execution={"executor": "inprocess"}, scratch=scratch, in_memory_windows=in_memory
+        ds, config, execution={"executor": "inprocess"}, scratch=scratch, shared_window_rows=in_memory
     )
     got = out.to_arrow(executor="inprocess")
     assert got["id"].to_pylist() == list(range(len(docs)))  # input order kept
@@ -167,7 +167,7 @@ def test_null_empty_and_short_documents(tmp_path):
 
 
 def test_the_in_memory_window_limit_is_the_budgets_share(tmp_path, monkeypatch):
-    """Without ``in_memory_windows`` the broadcast path holds up to ``Budget.shared_window_rows`` windows."""
+    """Without ``shared_window_rows`` the broadcast path holds up to ``Budget.shared_window_rows`` windows."""
     import zephyr.budget as budget
 
     rows = [{"id": i, "text": f"shared boilerplate text here! number {i}"} for i in range(4)]
@@ -390,7 +390,7 @@ def test_the_python_kernels_hash_without_overflow_warnings():
 
     code = (
         "import numpy as np\n"
-        "from zephyr.dedup import substring_kernels as k\n"
+        "from zephyr.dedup import substring as k\n"
         "data = np.frombuffer(b'the same long sentence here. ' * 8 + b'x' * 40, dtype=np.uint8)\n"
         "offsets = np.array([0, 232, len(data)], dtype=np.int64)\n"
         "anchors = k.anchor_hashes(data, offsets, 50, 16)\n"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import doctest
 import itertools
 
+import dupes_synthetic as synthetic
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-import zephyr.dedup.synthetic as synthetic
+from dupes_synthetic import chain, score, templated_source
 from zephyr.dedup.evaluate import reference_jaccard
-from zephyr.dedup.synthetic import chain, score, templated_source
 
 from zephyr.errors import ConfigError
 

@@ -89,7 +89,7 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
 
 
 def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatch):
-    from zephyr.dedup.exact_dataset import _MemberHashes
+    from zephyr.dedup.exact import _MemberHashes
 
     inputs, work, out = _write_inputs(tmp_path / "in"), tmp_path / "work", tmp_path / "out"
     argv = ["dedup", "exact", str(inputs), "--output", str(out), "--work-dir", str(work), *FAST]
@@ -106,7 +106,7 @@ def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatc
 
 
 def test_zephyr_run_step_records_a_retry_of_an_earlier_job(tmp_path, monkeypatch):
-    from zephyr.dedup.exact_dataset import _MemberHashes
+    from zephyr.dedup.exact import _MemberHashes
 
     stage = "exact_dedup"  # hashes (the failing job), then the stage's own write
     inputs, job = _write_inputs(tmp_path / "in"), tmp_path / "job"

@@ -262,8 +262,8 @@ def _commands(tmp_path: Path, tokenizer: Path) -> dict[str, list[str]]:
     out = str(tmp_path / "out")
     return {
         "count": ["count"],
-        "dedup exact": ["dedup", "exact", "--output", out],
-        "dedup fuzzy": ["dedup", "fuzzy", "--output", out],
+        "dedup exact": ["dedup", "exact", "--mode", "annotate", "--output", out],
+        "dedup fuzzy": ["dedup", "fuzzy", "--mode", "annotate", "--output", out],
         "filter": ["filter", "--output", out],
         "tokenize": ["tokenize", "--tokenizer", str(tokenizer), "--output", out],
     }

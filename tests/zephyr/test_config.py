@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import warnings
 from dataclasses import dataclass
 
 import pytest
@@ -15,7 +14,6 @@ from zephyr.pipelines.quality.config import NormalizeConfig
 from zephyr.trainer.cli import train_config
 
 from zephyr.config import (
-    ZephyrDeprecationWarning,
     build_flat,
     coerce,
     embedded_field,
@@ -108,45 +106,3 @@ def parse_config_errors(raw: dict) -> str:
     with pytest.raises(ConfigError) as info:
         parse_config(raw)
     return str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("step_type", "old", "new", "value"),
-    [("fuzzy_dedup", "rows", "rows_per_band", 8)],
-)
-def test_renamed_keys_still_work_with_a_warning(step_type: str, old: str, new: str, value) -> None:
-    extra = {"bands": 14} if step_type == "fuzzy_dedup" else {}
-    with pytest.warns(ZephyrDeprecationWarning, match=rf"steps\[1\]\.{old} is renamed {new}"):
-        old_cfg = parse_config(_read_step(step=step_type, **{old: value}, **extra))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        new_cfg = parse_config(_read_step(step=step_type, **{new: value}, **extra))
-    assert old_cfg.steps[1].to_dict() == new_cfg.steps[1].to_dict()
-    assert new_cfg.steps[1].to_dict()[new] == value and old not in new_cfg.steps[1].to_dict()
-    both = parse_config_errors(_read_step(step=step_type, **{old: value, new: value}, **extra))
-    assert f"steps[1].{old}: {old} is the old name of {new}; give only {new}" in both
-
-
-def test_renamed_set_override_and_attribute() -> None:
-    raw = apply_overrides(_read_step(step="fuzzy_dedup", bands=14), ["steps.fuzzy_dedup.rows=8"])
-    with pytest.warns(ZephyrDeprecationWarning):
-        assert parse_config(raw).step("fuzzy_dedup").config.dedup.rows_per_band == 8
-    cfg = FuzzyDedupConfig(bands=14, rows_per_band=8)
-    with pytest.warns(ZephyrDeprecationWarning, match="FuzzyDedupConfig.rows is renamed rows_per_band"):
-        assert cfg.rows == 8
-    with pytest.warns(ZephyrDeprecationWarning):
-        assert FuzzyDedupConfig.from_dict({"bands": 14, "rows": 8}) == cfg
-
-
-def test_the_executable_shows_a_renamed_key_in_one_line(tmp_path) -> None:
-    config = tmp_path / "p.yaml"
-    config.write_text(
-        "steps:\n  - step: read\n    paths: [/]\n  - step: fuzzy_dedup\n    bands: 14\n    rows: 8\n"
-    )
-    cmd = [sys.executable, "-m", "zephyr.cli", "run", str(config), "--check"]
-    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr.splitlines()[0] == (
-        "zephyr: deprecated: steps[1].rows is renamed rows_per_band; write rows_per_band "
-        "(the old key is read until the next release)"
-    )

@@ -122,7 +122,10 @@ def test_empty_input_writes_empty_outputs(case, tmp_path, capsys):
             "lies inside the output 'OUT': the set-aside rows would mix with the kept ones; pick a folder outside "
             "it (the default is OUT.zephyr/dropped)",
         ),
-        (["dedup", "fuzzy", "IN", "--output", "OUT", "--dropped-output", "D"], "needs --mode remove"),
+        (
+            ["dedup", "fuzzy", "IN", "--output", "OUT", "--mode", "annotate", "--dropped-output", "D"],
+            "needs --mode remove",
+        ),
         (
             [
                 "dedup",

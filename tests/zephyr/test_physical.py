@@ -147,7 +147,7 @@ def test_the_printed_plan_is_the_plan_that_runs(tmp_path, build):
 
 def test_lazy_exact_dedup_plan_is_printed_as_it_runs():
     """Exact dedup without ``execution`` is one lazy plan of shuffles: hash, keepers by aggregation, joins."""
-    from zephyr.dedup.dataset_ops import exact_dedup_dataset
+    from zephyr.dedup import exact_dedup_dataset
 
     texts = [f"document {i % 40}" for i in range(200)]
     ds = zephyr.from_items([{"id": f"d{i:03d}", "text": t} for i, t in enumerate(texts)], num_shards=2)

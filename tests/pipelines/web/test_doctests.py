@@ -7,7 +7,12 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr.io.warc", "zephyr.pipelines.web.extract", "zephyr.pipelines.web.urls", "zephyr.dedup.url"]
+MODULES = [
+    "zephyr.io.warc",
+    "zephyr.pipelines.web.extract",
+    "zephyr.pipelines.web.urls",
+    "zephyr.dedup.exact",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,4 +1,17 @@
-"""The dup columns of the Dataset dedup functions: from cluster assignments to ``dup_cluster`` /
+"""Row identity and the dup columns shared by every dedup method: helper column names, the keep rule, the
+cluster columns attached by row number or joined from the engine, and the eager phase's execution helpers.
+
+Helper columns the dedup stages add to the rows they carry; all start with ``__dedup_`` and never reach
+an output (``dup_columns.Finish`` drops them), except ROW and KEEPER when an index records row numbers.
+
+From cluster labels to output columns: keep rule, annotate/remove, cluster-size histogram.
+
+Rows are addressed by *keep rank*: their position in keep order (largest priority, then smallest id,
+then input position; nulls last), so the kept member of a cluster is its smallest-rank one and a cluster
+is named by the id of that kept row. User ids only order rows; two rows with one id are still two rows.
+Rows outside dedup (null text) get null cluster columns and ``dup_keep = true``.
+
+The dup columns of the Dataset dedup functions: from cluster assignments to ``dup_cluster`` /
 ``dup_cluster_size`` / ``dup_keep``, shared by the exact and fuzzy paths.
 
 Both paths end the same way: each row gets (CLUSTER, SIZE, KEEP, KEEPER) helper columns, by row number from
@@ -6,34 +19,110 @@ a small driver-side table (``Attach`` with ``cluster_node_info``) or by a join w
 on the engine (``group_keepers`` then ``mark_keep``); ``Finish`` turns them into the user's columns, counts,
 and annotates or removes. The keep rule (largest priority, then smallest id, then input order) is in
 ``group_keepers`` for the engine and in ``clusters.keep_ranks`` for the driver.
+
+The eager phase of the engine dedup stages: execution options as keyword arguments, the memory budget
+they imply, the driver's in-memory limit, and a scratch folder for intermediate Parquet.
+
+Exact and fuzzy dedup run some jobs while the plan is built (hashes, candidate pairs, verified pairs) and
+decide from their sizes whether the rest runs in the driver; these helpers are what both paths share.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.columns import CLUSTER, H0, H1, HELPERS, KEEP, KEEPER, ROW, SIZE
 from zephyr.dedup.config import check_mode
 
 from zephyr import counters
-from zephyr.errors import SchemaError
+from zephyr.budget import Budget
+from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.schema import without_view_types
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
 
-__all__ = [
-    "Attach",
-    "Finish",
-    "StripRowNumbers",
-    "cluster_node_info",
-    "group_keepers",
-    "has_column",
-    "key_columns",
-    "mark_keep",
-]
+
+ROW = "__dedup_row"
+"""The engine's row number (``Dataset.with_row_index``): row identity on every dedup path."""
+H0, H1 = "__dedup_h0", "__dedup_h1"
+"""The two 64-bit halves of a document's exact hash."""
+CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
+"""A row's cluster (its kept row's id), the cluster's size, whether the row is kept, its kept row's number."""
+HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
+DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
+"""The columns every dedup method adds in ``annotate`` mode."""
+
+
+@dataclass
+class DedupResult:
+    """A dedup output: the table (annotated or with duplicates removed) and the job statistics."""
+
+    table: pa.Table
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def as_table(data: pa.Table | pa.RecordBatch | Any) -> pa.Table:
+    """Accept a table, a record batch or an iterable of record batches; view-typed columns come back as
+    plain ones (``zephyr.io.schema.without_view_types``: Arrow cannot select rows of a view)."""
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pa.RecordBatch):
+        table = pa.Table.from_batches([data])
+    else:
+        batches = list(data)
+        if not batches:
+            raise ConfigError(
+                "no record batches given: pass a pyarrow.Table or a non-empty iterable of batches"
+            )
+        table = pa.Table.from_batches(batches)
+    return without_view_types(table)
+
+
+def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
+    if name not in table.column_names:
+        raise SchemaError(
+            f"{what} column {name!r} not found; the table has {', '.join(table.column_names)} "
+            f"(pass the right name, e.g. text_column=... / --{what}-column)"
+        )
+    return table[name]
+
+
+def keep_ranks(table: pa.Table, id_column: str | None, priority_column: str | None = None) -> np.ndarray:
+    """int64 rank of each row in keep order: priority descending, then id ascending, then input position
+    (nulls after every value in both columns). Rank 0 is the row every rule keeps first.
+
+    Rows are told apart by position, never by id, so rows that share an id (a crawl merged twice) are still
+    two rows: one is kept, the other is its duplicate.
+    """
+    n = table.num_rows
+    keys = [np.arange(n, dtype=np.int64)]  # np.lexsort: least significant key first
+    if id_column is not None:
+        keys.append(_rank(require_column(table, id_column, "id"), "ascending"))
+    if priority_column is not None:
+        keys.append(_rank(require_column(table, priority_column, "priority"), "descending"))
+    ranks = np.empty(n, dtype=np.int64)
+    ranks[np.lexsort(keys)] = np.arange(n, dtype=np.int64)
+    return ranks
+
+
+def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
+    """Dense-enough rank of a column (equal values share a rank; nulls last). A dictionary-encoded column
+    (a categorical id) ranks by its values, and a null-typed one ties every row: Arrow's rank has no kernel
+    for either type."""
+    if pa.types.is_null(column.type):  # no value at all (an all-null id in JSONL): every row ties
+        return np.zeros(len(column), dtype=np.int64)
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)
 
 
 def has_column(table: pa.Table, name: str | None, what: str) -> bool:
@@ -90,9 +179,7 @@ class Finish:
         numbers = {}
         if self.row_numbers:
             numbers = {ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])}
-        table = table.drop_columns(
-            [c for c in (*HELPERS, "dup_cluster", "dup_cluster_size", "dup_keep") if c in table.column_names]
-        )
+        table = table.drop_columns([c for c in (*HELPERS, *DUP_COLUMNS) if c in table.column_names])
         table = (
             table.append_column("dup_cluster", cluster)
             .append_column("dup_cluster_size", size)
@@ -118,7 +205,7 @@ class StripRowNumbers:
         if self.mode == "annotate" or "dup_keep" not in table.column_names:
             return table
         keep = table["dup_keep"]
-        kept = table.filter(keep).drop_columns(["dup_cluster", "dup_cluster_size", "dup_keep"])
+        kept = table.filter(keep).drop_columns(list(DUP_COLUMNS))
         removed = table.num_rows - kept.num_rows
         return BatchOutput(kept=kept, dropped={"duplicate": removed}) if removed else kept
 
@@ -159,6 +246,46 @@ def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None)
             KEEPER: rows[ROW].take(pa.array(labels[grouped])),
         }
     ).combine_chunks()
+
+
+def numbered(table: pa.Table, text_column: str) -> pa.Table:
+    """A table function's input with its text column checked and each row's position as its number (ROW):
+    what ``Dataset.with_row_index`` gives the Dataset functions."""
+    require_column(table, text_column, "text")
+    return table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+
+
+def table_result(
+    table: pa.Table,
+    node_info: pa.Table | None,
+    text_column: str,
+    id_column: str | None,
+    mode: str,
+    info: dict[str, Any],
+) -> DedupResult:
+    """A table function's output: the cluster columns attached by row number and finished as the Dataset
+    functions finish them (``Attach``, ``Finish``), the stats from the annotated rows plus ``info``."""
+    annotated = Finish(text_column, id_column, "annotate")(Attach(node_info, id_column)(table))
+    keep = np.asarray(annotated["dup_keep"], dtype=bool)
+    members = np.asarray(pc.is_valid(annotated[text_column]), dtype=bool)
+    sizes, clusters = np.unique(
+        np.asarray(annotated["dup_cluster_size"].fill_null(0))[keep & members], return_counts=True
+    )
+    out = annotated
+    if mode == "remove":
+        out = annotated.filter(annotated["dup_keep"]).drop_columns(list(DUP_COLUMNS))
+    stats = {
+        "rows_in": table.num_rows,
+        "rows_out": out.num_rows,
+        "rows_dropped": table.num_rows - out.num_rows,
+        "rows_quarantined": 0,
+        "null_text": int((~members).sum()),
+        "duplicates": int((~keep).sum()),
+        "clusters": int(clusters.sum()),
+        "cluster_size_histogram": {str(int(s)): int(c) for s, c in zip(sizes, clusters)},
+        **info,
+    }
+    return DedupResult(out, stats)
 
 
 def _null_safe_equal(a: Any, b: Any) -> Any:
@@ -206,3 +333,53 @@ def mark_keep(table: pa.Table) -> pa.Table:
         .append_column(KEEP, keep)
         .append_column(KEEPER, keeper)
     )
+
+
+def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
+    """``execution`` as the keyword arguments every eager ``Dataset`` call takes (empty: run lazily)."""
+    if execution is None:
+        return {}
+    if isinstance(execution, dict):
+        return dict(execution)
+    return {f.name: getattr(execution, f.name) for f in dataclasses.fields(execution)}
+
+
+def memory_budget_bytes(kw: dict[str, Any]) -> int:
+    from zephyr.options import ExecutionOptions
+
+    return ExecutionOptions.from_kwargs(**kw).memory_budget_bytes
+
+
+def budget_of(kw: dict[str, Any]) -> Budget:
+    """The engine's ``Budget`` for these execution options: every size the eager phase decides by is one of
+    its shares (``zephyr.budget``), never a fraction computed here."""
+    return Budget(memory_budget_bytes(kw))
+
+
+def driver_row_limit(kw: dict[str, Any], given: int | None) -> int:
+    """Row (pair) count up to which the work runs in the driver: ``given``, or 64 bytes a row within a
+    quarter of the memory budget."""
+    if given is not None:
+        return given
+    return budget_of(kw).driver_pair_rows
+
+
+@contextlib.contextmanager
+def scratch_folder(kw: dict[str, Any]) -> Iterator[str]:
+    """A folder for the eager phase's intermediate Parquet, removed when the block ends: under ``work_dir``
+    when one is given (remote workers see it), else a local temporary folder."""
+    import uuid
+
+    import fsspec
+
+    work_dir = kw.get("work_dir")
+    if work_dir:
+        url = f"{str(work_dir).rstrip('/')}/dedup-scratch-{uuid.uuid4().hex[:12]}"
+    else:
+        url = tempfile.mkdtemp(prefix="zephyr-dedup-")
+    try:
+        yield url
+    finally:
+        fs, path = fsspec.core.url_to_fs(url)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(path, recursive=True)

@@ -1,51 +1,79 @@
-"""numba-compiled forms of the MinHash kernels: the same integers as the numpy code, 4–8× faster.
+"""The numba kernels of dedup, compiled on first use, and the lazy compilation substring's kernels share.
 
-Why compiled code here: the numpy kernels (``shingles.shingle_hashes``, ``minhash.signatures``,
-``verify.jaccard``) are vectorized but make many passes over arrays 8–24× the size of the text (a uint64
-prefix sum per byte, one multiply-add pass per permutation, a lexsort per verification batch). One pass
-per document that keeps its state in registers/L1 is what the hardware wants, and numpy cannot express
-it. numba (a maintained LLVM JIT, cached on disk after the first compile) can, with no C toolchain.
+Contract: a module lists its kernels by name and enters ``LazyKernels.compile()`` at each entry point. The
+first call imports numba (~0.5 s, so never at import time) and replaces each named function in the module's
+globals by ``numba.njit(cache=True, nogil=True, boundscheck=False)`` of it, callees first, so that a compiled
+caller resolves its callees as compiled; numba caches the machine code on disk beside the module. Later calls
+return at once, and threads racing the first call compile once (a lock). ``NUMBA_ENABLED`` is whether numba
+is installed and not turned off by ``ZEPHYR_NO_NUMBA=1``; without it the same kernels run as Python on numpy
+scalars (slow, for checking: tests/dedup/test_compiled.py runs them both ways).
 
-Each function mirrors its numpy twin exactly; tests/dedup/test_kernels.py compares them on edge-case and
-random texts, and the numpy twins stay the reference (and the fallback where numba is not installed, or
-with ``ZEPHYR_NO_NUMBA=1``).
+Why compiled code here: vectorized numpy makes many passes over arrays 8–24× the size of the text (a uint64
+prefix sum per byte, one multiply-add pass per permutation, a lexsort per verification batch). One pass per
+document that keeps its state in registers/L1 is what the hardware wants, and numpy cannot express it.
+numba (a maintained LLVM JIT, cached on disk after the first compile) can, with no C toolchain. The tests
+compare every kernel with an independent pure-Python reference (tests/dedup/test_kernels.py) and MinHash
+with its numpy reference (``_minhash.signatures_numpy``).
 
-- ``word_shingles``/``char_shingles``: the polynomial hash (``hashing.poly_hash_bytes``) of every word
+- ``word_shingles``/``char_shingles``: the polynomial hash (``_hashing.poly_hash_bytes``) of every word
   n-gram (tokens are runs of non-whitespace bytes, Python's ``str.isspace`` set, joined by one space) or
   character n-gram (code points); documents shorter than ``n`` give one shingle of everything they have.
+- ``collapse_whitespace``: every whitespace run one ASCII space, trimmed, in one copy of the bytes.
 - ``minhash``: ``min_k (a_k · fmix64(h) + b_k)`` mod 2⁶⁴ (``affine64``) or datatrove's
   ``((a_k · h + b_k) mod 2⁶⁴) mod (2⁶¹ − 1)`` (``mersenne61``) per document.
 - ``sorted_sets`` + ``intersections``: per-document sorted unique shingle sets, then a merge count of
-  each edge's two sets (exact Jaccard without hashing pairs together).
-- ``greedy_anchors``: the anchored-cluster pass of ``anchored.anchors`` (one sweep in keep order).
+  each pair's two sets (exact Jaccard without hashing pairs together).
+- ``greedy_anchors``: the anchored-cluster sweep of ``_graph.anchors`` (one pass in keep order).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-from zephyr.dedup.lazy_jit import NUMBA_ENABLED, LazyKernels
 
-__all__ = [
-    "available",
-    "warm_up",
-    "warm_up_in_background",
-    "collapse_whitespace",
-    "word_shingles",
-    "char_shingles",
-    "minhash",
-    "sorted_sets",
-    "intersections",
-    "greedy_anchors",
-]
+NUMBA_ENABLED = importlib.util.find_spec("numba") is not None and os.environ.get("ZEPHYR_NO_NUMBA", "") in (
+    "",
+    "0",
+)
+
+
+class LazyKernels:
+    """The kernels ``names`` (callees first) of the module whose ``globals()`` is ``namespace``."""
+
+    def __init__(self, namespace: dict[str, Any], names: Sequence[str]) -> None:
+        self._namespace = namespace
+        self._names = tuple(names)
+        self._lock = threading.Lock()
+        self.compiled = False
+        """True once every kernel in the namespace is a numba dispatcher."""
+
+    def compile(self) -> contextlib.AbstractContextManager:
+        """Replace the kernels by numba dispatchers, once (loaded from numba's disk cache after the first run),
+        and return the context to call them in: without numba they run as Python on numpy scalars, whose
+        uint64 arithmetic wraps as numba's does (the hashes rely on it) but warns on overflow."""
+        if not NUMBA_ENABLED:
+            return np.errstate(over="ignore")
+        if not self.compiled:
+            with self._lock:
+                if not self.compiled:
+                    import numba
+
+                    for name in self._names:
+                        self._namespace[name] = numba.njit(cache=True, nogil=True, boundscheck=False)(
+                            self._namespace[name]
+                        )
+                    self.compiled = True
+        return contextlib.nullcontext()
 
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
-# imported on the first kernel call only; the numpy twins keep working where it is missing.
-_NUMBA = NUMBA_ENABLED
+# imported on the first kernel call only
 _KERNELS = (
     "_multibyte_space",
     "_tokens",
@@ -58,11 +86,6 @@ _KERNELS = (
     "_greedy_anchors",
 )
 _kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
-
-
-def available() -> bool:
-    """True when the compiled kernels are used (numba installed and not disabled by ``ZEPHYR_NO_NUMBA``)."""
-    return _NUMBA
 
 
 def _ro(array: np.ndarray, dtype: type) -> np.ndarray:
@@ -99,7 +122,7 @@ def _warm_up_niced() -> None:
 def warm_up_in_background() -> threading.Thread | None:
     """Start ``warm_up`` on a low-priority daemon thread (a driver that will need the kernels later hides the
     cost behind work it is waiting for anyway, without slowing its workers); None when not in use."""
-    if not _NUMBA or _kernels.compiled:
+    if not NUMBA_ENABLED or _kernels.compiled:
         return None
     thread = threading.Thread(target=_warm_up_niced, name="zephyr-numba-warm-up", daemon=True)
     thread.start()
@@ -276,20 +299,20 @@ def _char_shingles(data, offsets, n):
 
 def word_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the word ``n``-grams of each ``data[offsets[d]:offsets[d+1]]``."""
-    _kernels.compile()
-    return _word_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n), _ASCII_SPACE)
+    with _kernels.compile():
+        return _word_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n), _ASCII_SPACE)
 
 
 def collapse_whitespace(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, offsets) of every document with whitespace runs collapsed to one space and trimmed."""
-    _kernels.compile()
-    return _collapse(_ro(data, np.uint8), _ro(offsets, np.int64), _ASCII_SPACE)
+    with _kernels.compile():
+        return _collapse(_ro(data, np.uint8), _ro(offsets, np.int64), _ASCII_SPACE)
 
 
 def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hashes, per-document counts) of the code point ``n``-grams of each document."""
-    _kernels.compile()
-    return _char_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n))
+    with _kernels.compile():
+        return _char_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n))
 
 
 def _minhash(hashes, offsets, a, b, mersenne, out):
@@ -335,16 +358,16 @@ def minhash(
     hashes: np.ndarray, offsets: np.ndarray, a: np.ndarray, b: np.ndarray, mersenne: bool
 ) -> np.ndarray:
     """``(num_docs, len(a))`` signatures; documents without shingles keep the all-``UINT64_MAX`` row."""
-    _kernels.compile()
     out = np.full((len(offsets) - 1, len(a)), _MAX, dtype=np.uint64)
-    _minhash(
-        _ro(hashes, np.uint64),
-        _ro(offsets, np.int64),
-        _ro(a, np.uint64),
-        _ro(b, np.uint64),
-        bool(mersenne),
-        out,
-    )
+    with _kernels.compile():
+        _minhash(
+            _ro(hashes, np.uint64),
+            _ro(offsets, np.int64),
+            _ro(a, np.uint64),
+            _ro(b, np.uint64),
+            bool(mersenne),
+            out,
+        )
     return out
 
 
@@ -372,8 +395,8 @@ def _sorted_sets(hashes, offsets):
 
 def sorted_sets(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each document's hashes sorted and de-duplicated: (flat hashes, per-document counts)."""
-    _kernels.compile()
-    return _sorted_sets(_ro(hashes, np.uint64), _ro(offsets, np.int64))
+    with _kernels.compile():
+        return _sorted_sets(_ro(hashes, np.uint64), _ro(offsets, np.int64))
 
 
 def _intersections(hashes, offsets, u, v):
@@ -401,8 +424,10 @@ def _intersections(hashes, offsets, u, v):
 
 def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     """``|set(u_e) ∩ set(v_e)|`` per edge, on sets from ``sorted_sets`` (``offsets`` = its cumulative counts)."""
-    _kernels.compile()
-    return _intersections(_ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64))
+    with _kernels.compile():
+        return _intersections(
+            _ro(hashes, np.uint64), _ro(offsets, np.int64), _ro(u, np.int64), _ro(v, np.int64)
+        )
 
 
 def _greedy_anchors(offsets, earlier):
@@ -422,5 +447,5 @@ def _greedy_anchors(offsets, earlier):
 def greedy_anchors(offsets: np.ndarray, earlier: np.ndarray) -> np.ndarray:
     """Anchor of each node in keep order: itself, or the earliest adjacent anchor; ``earlier[offsets[u]:
     offsets[u + 1]]`` are the nodes before ``u`` that share a verified edge with it (CSR)."""
-    _kernels.compile()
-    return _greedy_anchors(_ro(offsets, np.int64), _ro(earlier, np.int64))
+    with _kernels.compile():
+        return _greedy_anchors(_ro(offsets, np.int64), _ro(earlier, np.int64))

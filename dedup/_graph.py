@@ -1,0 +1,986 @@
+"""The fuzzy dedup graph: verification of candidate pairs (driver and engine), connected components (numpy and
+engine rounds), anchored clusters, and where each runs.
+
+Exact Jaccard of candidate pairs on their shingle-hash sets, vectorized over many pairs at once.
+
+``J(A, B) = |A ∩ B| / |A ∪ B|`` on the sets of 64-bit shingle hashes (duplicates within a document are
+removed first). Two empty sets have J = 1. This is the check that keeps MinHash-LSH false positives (and
+the transitive chains they would build) out of the clusters.
+
+>>> import pyarrow as pa
+>>> from zephyr.dedup._hashing import shingle_hashes
+>>> s = shingle_hashes(pa.array(["a b c d", "a b c e", "a b c d"]), n=2)
+>>> jaccard(s, np.array([[1, 0], [2, 0]])).round(3).tolist()
+[0.5, 1.0]
+
+Connected components of an edge list in memory: min-label propagation with pointer jumping (numpy).
+
+Every node ends with the smallest node index of its component as its label, so the result does not
+depend on edge order. Each round hooks both endpoints (and their current labels) to the smaller label,
+then jumps pointers ``label = label[label]`` until stable; rounds repeat until no label changes. The
+number of rounds grows with the logarithm of the component diameter in practice.
+
+The engine version of the same algorithm (external memory, joins and group-bys) is in ``stages.py``.
+
+>>> connected_components(5, np.array([[1, 0], [4, 3], [3, 1]])).tolist()
+[0, 0, 2, 0, 0]
+
+Anchored clusters: a row is a duplicate only of the kept row of its cluster, never of a chain.
+
+Connected components join A–B–C when A~B and B~C even if A and C share nothing: a chain of 30 documents,
+each J = 0.9 to the next and J < 0.2 first to last, becomes one cluster of 30, and a templated source whose
+pages all overlap a little collapses into one cluster (Marin #6854: 859,092 documents → 2). Anchoring
+removes a row only if its own verified Jaccard to the row that is kept reaches the threshold:
+
+1. Nodes are numbered in *keep order* (node 0 is the row every rule prefers: highest priority, then
+   smallest id, then input position), so "earlier" means "would be kept first".
+2. One sweep in that order: a node is an **anchor** (kept) unless it has a verified edge to an earlier
+   anchor. A removed node never anchors anyone, so in the chain doc 1 is kept, doc 2 joins it, doc 3
+   (not near doc 1) is kept, doc 4 joins doc 3, and so on. A removed node near several earlier anchors
+   joins the one whose cluster holds most of its verified neighbours (then the most similar, then the
+   earliest): which kept row it joins is free under the rule, and this keeps the most true pairs together.
+3. LSH only proposes some pairs (each bucket member to the bucket's first members), so a node may be
+   near the anchor that took its earlier neighbour without a candidate edge to it. Each refinement round
+   proposes ``(node, anchor of a verified earlier neighbour)`` for every verified edge whose ends have
+   different anchors, verifies those pairs, and sweeps again; it stops when a round finds nothing new (at
+   most ``max_rounds``). Every proposal is checked by true Jaccard, so no round can chain. Only earlier
+   neighbours propose, so a node's fate depends on the nodes before it alone (causal): rows that come
+   later in keep order, in this run or a later one against an index, never change it.
+
+The sweep is sequential (a node's fate depends on earlier ones): ``_compiled.greedy_anchors`` does it in
+one O(nodes + edges) pass.
+
+>>> import numpy as np
+>>> chain = np.array([[i + 1, i] for i in range(5)])  # 0~1~2~3~4~5, no other pair similar
+>>> anchors(6, chain).tolist()
+[0, 0, 2, 2, 4, 4]
+
+Connected components of an edge Dataset on the engine (external memory), for graphs beyond the driver.
+
+Min-label propagation: each round joins the labels onto both endpoints, hooks both to the smaller label
+(group-by min), then jumps pointers once (label ← label of label); rounds run until no label changes.
+Labels only decrease and are bounded by the component minimum, so the fixpoint is unique and the result
+does not depend on worker count. Each round is materialized (joins + group-bys over the edge files).
+
+Verifying candidate pairs on the engine: shingle sets joined onto the pairs, a giant bucket's first
+members broadcast.
+
+A templated source puts most rows in the same LSH buckets, and each bucket member is paired with the bucket's
+first few members (``lsh.candidate_pairs``), so those few rows are the earlier end (v) of most pairs. Joined
+row by row, each of their sets would be copied once per pair into a single partition: quadratic bytes and
+one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
+set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
+*cold* pairs join both sets, at most ``_HOT_FAN`` copies of a set each. Sets, not texts, are joined: every
+row is shingled once (``fuzzy_clusters.NodeSets``), never once per pair.
+
+The fuzzy dedup graph in the driver: verify a driver-sized candidate-pair table against the endpoints'
+shingle sets, number the nodes in keep order (indexed documents first), and cluster them
+(``fuzzy.cluster_labels``); the result is the node info ``dup_columns.Attach`` looks rows up in.
+
+Verification and clustering of the fuzzy dedup candidate pairs, choosing where each runs.
+
+The endpoints' shingle sets are written once (``NodeSets``). When the pairs and the sets fit the driver,
+verification and clusters run there (``driver_graph.graph_in_driver``). Otherwise the pairs are verified on
+the engine (``verify_engine.verify_on_engine``); the verified graph is then clustered in the driver when it
+fits, else (components only) by engine rounds (``engine_components``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import zephyr.dedup._compiled as compiled
+from zephyr.dedup._hashing import Shingles, shingle_hashes, unique_sets
+from zephyr.dedup._rows import (
+    CLUSTER,
+    KEEPER,
+    ROW,
+    SIZE,
+    cluster_node_info,
+    group_keepers,
+    has_column,
+    keep_ranks,
+    key_columns,
+    memory_budget_bytes,
+)
+from zephyr.dedup.config import FuzzyDedupConfig
+
+import zephyr
+from zephyr import budget as budget_module
+from zephyr import counters
+from zephyr.budget import Budget
+from zephyr.errors import ConfigError, InputError, ZephyrError
+
+if TYPE_CHECKING:
+    from zephyr.dedup.index import IndexInfo
+
+    from zephyr.dataset import Dataset
+
+
+def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the shingle hashes of ``docs`` (with repeats); returns (hashes, owner index into docs)."""
+    starts = shingles.offsets[docs]
+    lengths = shingles.offsets[docs + 1] - starts
+    owner = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)
+    seg_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    pos = np.arange(int(lengths.sum()), dtype=np.int64) - seg_start[owner] + starts[owner]
+    return shingles.hashes[pos], owner
+
+
+def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.ndarray:
+    """float64 Jaccard of each ``edges[i] = [doc_u, doc_v]`` (row indices into ``shingles``).
+
+    The sets of all documents named by an edge are made once (sorted, de-duplicated), then the intersection
+    of each edge is an exact merge of its two sorted sets (``_compiled.intersections``); ``sets=True`` says
+    ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
+    """
+    if len(edges) == 0:
+        return np.empty(0, dtype=np.float64)
+    if sets:  # already sorted and de-duplicated per document
+        uniq, pos = shingles, edges
+    else:  # the sets of the documents the edges name, made once
+        docs, pos = np.unique(edges.reshape(-1), return_inverse=True)
+        pos = pos.reshape(-1, 2)
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(shingles.counts[docs], out=offsets[1:])
+        hashes, _ = gather_sets(shingles, docs)
+        uniq = unique_sets(Shingles(hashes=hashes, offsets=offsets))
+    sizes = uniq.counts
+    inter = compiled.intersections(uniq.hashes, uniq.offsets, pos[:, 0], pos[:, 1])
+    return _ratio(inter, sizes[pos[:, 0]] + sizes[pos[:, 1]])
+
+
+def _ratio(inter: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """|A ∩ B| / |A ∪ B| from the intersection and |A| + |B|; two empty sets have J = 1."""
+    union = total - inter
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+
+
+def connected_components(num_nodes: int, edges: np.ndarray) -> np.ndarray:
+    """int64 label per node: the minimum node index of its component."""
+    labels = np.arange(num_nodes, dtype=np.int64)
+    if len(edges) == 0:
+        return labels
+    u = edges[:, 0].astype(np.int64)
+    v = edges[:, 1].astype(np.int64)
+    while True:
+        lu = labels[u]
+        lv = labels[v]
+        m = np.minimum(lu, lv)
+        new = labels.copy()
+        np.minimum.at(new, u, m)
+        np.minimum.at(new, v, m)
+        np.minimum.at(new, lu, m)
+        np.minimum.at(new, lv, m)
+        while True:
+            jumped = new[new]
+            if np.array_equal(jumped, new):
+                break
+            new = jumped
+        if np.array_equal(new, labels):
+            return labels
+        labels = new
+
+
+Measure = Callable[[np.ndarray], np.ndarray]
+"""``measure(pairs)`` → float64 true Jaccard of each ``(n, 2)`` node pair."""
+
+
+def _earlier_csr(num_nodes: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, its neighbours that come earlier in keep order (CSR offsets, neighbours)."""
+    hi = np.maximum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    lo = np.minimum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    order = np.argsort(hi, kind="stable")
+    offsets = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(hi, minlength=num_nodes), out=offsets[1:])
+    return offsets, lo[order]
+
+
+def anchors(num_nodes: int, edges: np.ndarray) -> np.ndarray:
+    """int64 anchor of each node (itself when kept) from verified ``edges`` between nodes in keep order."""
+    if len(edges) == 0:
+        return np.arange(num_nodes, dtype=np.int64)
+    return compiled.greedy_anchors(*_earlier_csr(num_nodes, edges))
+
+
+def anchored_clusters(
+    num_nodes: int,
+    edges: np.ndarray,
+    similarity: np.ndarray | None = None,
+    *,
+    measure: Measure | None = None,
+    threshold: float = 0.0,
+    max_rounds: int = 3,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(cluster label per node: its kept node, all verified edges, stats) from verified ``edges`` between
+    nodes in keep order and their ``similarity`` (None: all equal, as without verification).
+
+    Which nodes are kept is decided by the sweep (``anchors``); a removed node then joins the adjacent
+    earlier kept node it is most similar to (ties: the earliest). ``measure`` gives the Jaccard of the
+    pairs that refinement rounds propose (None: no refinement); those reaching ``threshold`` become edges.
+    Stats: ``refine_rounds``, ``refine_candidates`` (pairs proposed), ``refine_verified`` (of those, similar).
+    """
+    edges, similarity = _canonical(edges, similarity)
+    anchor = anchors(num_nodes, edges)
+    stats = {"refine_rounds": 0, "refine_candidates": 0, "refine_verified": 0}
+    for _ in range(max_rounds if measure is not None else 0):
+        proposed = _proposals(anchor, edges)
+        if len(proposed) == 0:
+            break
+        stats["refine_rounds"] += 1
+        stats["refine_candidates"] += len(proposed)
+        sims = measure(proposed)
+        similar = sims >= threshold
+        stats["refine_verified"] += int(similar.sum())
+        if not similar.any():
+            break
+        edges, similarity = _canonical(
+            np.concatenate((edges, proposed[similar])), np.concatenate((similarity, sims[similar]))
+        )
+        anchor = anchors(num_nodes, edges)
+    return _most_similar_anchor(anchor, edges, similarity), edges, stats
+
+
+def _most_similar_anchor(
+    anchor: np.ndarray, edges: np.ndarray, similarity: np.ndarray, rounds: int = 3
+) -> np.ndarray:
+    """Relabel each removed node with one of the earlier kept nodes it has a verified edge to: the one whose
+    cluster holds most of its verified neighbours, then the most similar, then the earliest. Repeated a few
+    times, since moving one node changes its neighbours' counts (stops when nothing moves)."""
+    n = len(anchor)
+    kept = anchor == np.arange(n)
+    later, earlier = edges[:, 0], edges[:, 1]
+    usable = kept[earlier] & ~kept[later]
+    opt_node, opt_anchor, opt_sim = later[usable], earlier[usable], similarity[usable]
+    if len(opt_node) == 0:
+        return anchor
+    both_node = np.concatenate((later, earlier))
+    both_other = np.concatenate((earlier, later))
+    opt_key = opt_node * n + opt_anchor
+    label = anchor.copy()
+    for _ in range(rounds):
+        votes_key, votes = np.unique(both_node * n + label[both_other], return_counts=True)
+        at = np.searchsorted(votes_key, opt_key)
+        found = (at < len(votes_key)) & (votes_key[np.minimum(at, len(votes_key) - 1)] == opt_key)
+        score = np.where(found, votes[np.minimum(at, len(votes) - 1)], 0)
+        order = np.lexsort((opt_anchor, -opt_sim, -score, opt_node))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = opt_node[order][1:] != opt_node[order][:-1]
+        new = label.copy()
+        new[opt_node[order][first]] = opt_anchor[order][first]
+        if np.array_equal(new, label):
+            break
+        label = new
+    return label
+
+
+def _canonical(edges: np.ndarray, similarity: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ``[later, earlier]`` pairs, sorted (so results never depend on edge order), with their
+    similarity (1.0 when none is known)."""
+    if similarity is None:
+        similarity = np.ones(len(edges), dtype=np.float64)
+    if len(edges) == 0:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
+    hi = np.maximum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    lo = np.minimum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    keep = hi != lo
+    pairs, first = np.unique(np.stack((hi[keep], lo[keep]), axis=1), axis=0, return_index=True)
+    return pairs, np.asarray(similarity, dtype=np.float64)[keep][first]
+
+
+def _proposals(anchor: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """New pairs (node, anchor of a verified *earlier* neighbour) that are not edges yet. Only earlier
+    neighbours: a node's fate then depends on the nodes before it in keep order alone, so rows added later
+    (a later corpus, deduped against an index) never change an earlier row's fate."""
+    u, v = edges[:, 0], edges[:, 1]  # canonical: u later than v
+    pairs = np.stack((u, anchor[v]), axis=1)
+    pairs = pairs[(pairs[:, 1] < pairs[:, 0]) & (anchor[pairs[:, 0]] != pairs[:, 1])]
+    if len(pairs) == 0:
+        return pairs
+    pairs = np.unique(pairs, axis=0)
+    known = _pair_keys(edges)
+    fresh = ~np.isin(_pair_keys(pairs), known)
+    return pairs[fresh]
+
+
+def _pair_keys(pairs: np.ndarray) -> np.ndarray:
+    """One sortable key per ``[later, earlier]`` pair (node numbers < 2³¹ in memory)."""
+    return pairs[:, 0].astype(np.int64) << 31 | pairs[:, 1].astype(np.int64)
+
+
+def split_rows(anchor: np.ndarray, edges: np.ndarray) -> int:
+    """Rows that connected components would have merged into the cluster of their component's first row,
+    but anchoring kept apart: what anchoring changed, for the stats."""
+
+    if len(edges) == 0:
+        return 0
+    component = connected_components(len(anchor), edges)
+    return int((anchor != component).sum())
+
+
+def cluster_labels(
+    num_nodes: int,
+    verified: np.ndarray,
+    similarity: np.ndarray | None,
+    config: FuzzyDedupConfig,
+    measure: Measure | None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Label (the kept node) of every node, nodes numbered in keep order, by ``config.clusters``; and the
+    graph stats (``split_rows``: rows anchoring kept out of their component's cluster; refinement figures)."""
+    if config.clusters == "components":
+        labels = connected_components(num_nodes, verified)
+        return labels, {"split_rows": 0, "refine_rounds": 0, "refine_candidates": 0, "refine_verified": 0}
+    labels, edges, stats = anchored_clusters(
+        num_nodes, verified, similarity, measure=measure, threshold=config.threshold
+    )
+    return labels, {"split_rows": split_rows(labels, edges), **stats}
+
+
+logger = logging.getLogger(__name__)
+
+NODE, LABEL = "__dedup_node", "__dedup_label"
+
+
+def _hook(table: pa.Table) -> pa.Table:
+    """Edge (u, v, label u, label v) → candidate labels min(lu, lv) for both endpoints."""
+    m = pc.min_element_wise(table["lu"], table["lv"])
+    return pa.table(
+        {
+            NODE: pa.concat_arrays([_arr(table["u"]), _arr(table["v"])]),
+            LABEL: pa.concat_arrays([_arr(m), _arr(m)]),
+        }
+    )
+
+
+def _arr(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _jump(table: pa.Table) -> pa.Table:
+    """(node, label, label of label) → (node, min of the two)."""
+    return pa.table({NODE: table[NODE], LABEL: pc.min_element_wise(table[LABEL], table["ll"])})
+
+
+def _changed(table: pa.Table) -> pa.Table:
+    return table.filter(pc.not_equal(table[LABEL], table["old"]))
+
+
+def connected_components_dataset(
+    edges: Dataset, *, execution: dict[str, Any] | None = None, max_rounds: int = 64
+) -> Dataset:
+    """(NODE, LABEL = smallest node of its component) for every node in ``edges`` (columns u, v).
+
+    Min-label propagation: each round joins the labels onto both endpoints, hooks both to the smaller
+    label (group-by min), then jumps pointers once (label ← label of label); rounds run until no label
+    changes. Labels only decrease and are bounded by the component minimum, so the fixpoint is unique.
+    """
+    kw = dict(execution or {})
+    edges = edges.materialize(**kw)
+    labels = (
+        edges.map_batches(
+            lambda t: pa.table(
+                {
+                    NODE: pa.concat_arrays([_arr(t["u"]), _arr(t["v"])]),
+                    LABEL: pa.concat_arrays([_arr(pc.min_element_wise(t["u"], t["v"]))] * 2),
+                }
+            ),
+            name="dedup.cc.init",
+        )
+        .group_by(NODE)
+        .agg(**{LABEL: (LABEL, "min")})
+        .materialize(**kw)
+    )
+    for round_no in range(1, max_rounds + 1):
+        lab_u = labels.map_batches(lambda t: t.rename_columns(["u", "lu"]), name="dedup.cc.lu")
+        lab_v = labels.map_batches(lambda t: t.rename_columns(["v", "lv"]), name="dedup.cc.lv")
+        hooked = (
+            edges.join(lab_u, on="u")
+            .join(lab_v, on="v")
+            .map_batches(_hook, name="dedup.cc.hook")
+            .group_by(NODE)
+            .agg(**{LABEL: (LABEL, "min")})
+        )
+        parent = hooked.map_batches(lambda t: t.rename_columns([LABEL, "ll"]), name="dedup.cc.parent")
+        new = hooked.join(parent, on=LABEL).map_batches(_jump, name="dedup.cc.jump").materialize(**kw)
+        old = labels.map_batches(lambda t: t.rename_columns([NODE, "old"]), name="dedup.cc.old")
+        changed = new.join(old, on=NODE).map_batches(_changed, name="dedup.cc.changed").count(**kw)
+        logger.info("connected components: round %d, %d labels changed", round_no, changed)
+        labels = new
+        if changed == 0:
+            return labels
+    raise ConfigError(f"connected components did not converge in {max_rounds} rounds; raise max_rounds")
+
+
+_VERIFY_BATCH_ROWS = 2048
+"""Pairs (or u rows, on the hot path) verified per batch on the engine path."""
+_HOT_FAN = 32
+"""A row that is the earlier end (v) of more candidate pairs than this is *hot* on the engine path."""
+_PAIR_BYTES = 16
+"""Bytes of one (u, v) pair held in memory: the hot pairs broadcast when they fit ``Budget.broadcast_bytes``."""
+
+
+class RowsIn:
+    """The rows whose ``column`` value is in ``keys`` (not in it, with ``keep=False``), with ``rename``
+    applied to the column names."""
+
+    def __init__(
+        self, column: str, keys: pa.Array, rename: dict[str, str] | None = None, *, keep: bool = True
+    ):
+        self.column, self.keys, self.rename, self.keep = column, keys, rename or {}, keep
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        inside = pc.is_in(table[self.column], value_set=self.keys)
+        table = table.filter(inside if self.keep else pc.invert(inside))
+        return Renamed(self.rename)(table)
+
+
+class Renamed:
+    """The table with the columns in ``names`` renamed."""
+
+    def __init__(self, names: dict[str, str]):
+        self.names = names
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return table.rename_columns([self.names.get(c, c) for c in table.column_names])
+
+
+class WithSim:
+    """Unverified pairs as (u, v, sim = null): the shape of verified ones."""
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
+
+
+def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
+    """A list<uint64> column of sorted sets as ``Shingles`` (no copy of the hashes when in one chunk)."""
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    offsets = np.asarray(lists.offsets, dtype=np.int64)
+    return Shingles(hashes=np.asarray(lists.flatten(), dtype=np.uint64), offsets=offsets - offsets[0])
+
+
+def _joined(a: Shingles, b: Shingles) -> Shingles:
+    """``a``'s documents then ``b``'s, as one ``Shingles``."""
+    return Shingles(
+        hashes=np.concatenate((a.hashes, b.hashes)),
+        offsets=np.concatenate((a.offsets, a.offsets[-1] + b.offsets[1:])),
+    )
+
+
+class _VerifySetPairs:
+    """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach the Jaccard threshold."""
+
+    def __init__(self, config: FuzzyDedupConfig):
+        self.config = config
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+
+        m = table.num_rows
+        if not m:
+            return similar_pairs(table, np.zeros(0), self.config.threshold)
+        both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
+        sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
+        return similar_pairs(table, sims, self.config.threshold)
+
+
+class _VerifyHotPairs:
+    """Keeps the pairs of (u, vs: the hot rows u is paired with, shingles_u) that reach the threshold. The
+    hot rows' sets (``hot``: ROW, shingles) come with the stage, loaded once per worker process: a broadcast,
+    so a giant bucket's first members are never copied once per pair nor gathered into one partition.
+
+    With ``grouped`` (u, vs), the pairs come with the stage too and the batches are (ROW, shingles) rows of
+    the sets themselves: no shuffle at all, a map over the sets that keeps the rows named as u."""
+
+    def __init__(self, hot: pa.Table, config: FuzzyDedupConfig, grouped: pa.Table | None = None):
+        self.hot, self.config = hot.combine_chunks(), config
+        self.grouped = None if grouped is None else grouped.combine_chunks()
+        self._sets: Shingles | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_sets": None}
+
+    def _with_pairs(self, sets: pa.Table) -> pa.Table:
+        """(u, vs, shingles_u) of the set rows named as u by ``grouped``."""
+        assert self.grouped is not None
+        at = pc.index_in(sets[ROW], value_set=self.grouped["u"].chunk(0))
+        named = pc.is_valid(at)
+        return pa.table(
+            {
+                "u": sets[ROW].filter(named),
+                "vs": self.grouped["vs"].take(at.filter(named)),
+                "shingles_u": sets["shingles"].filter(named),
+            }
+        )
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+
+        if self._sets is None:
+            self._sets = shingles_of(self.hot["shingles"])
+        if self.grouped is not None:
+            table = self._with_pairs(table)
+        m = table.num_rows
+        vs = table["vs"].combine_chunks()
+        lengths = np.asarray(pc.list_value_length(vs).fill_null(0), dtype=np.int64)
+        owner = np.repeat(np.arange(m, dtype=np.int64), lengths)
+        partner = vs.flatten()
+        hot_pos = np.asarray(pc.index_in(partner, value_set=self.hot[ROW].chunk(0)), dtype=np.int64)
+        pairs = pa.table({"u": table["u"].take(pa.array(owner)), "v": partner})
+        if not len(owner):
+            return similar_pairs(pairs, np.zeros(0), self.config.threshold)
+        both = _joined(shingles_of(table["shingles_u"]), self._sets)
+        sims = jaccard(both, np.stack((owner, m + hot_pos), axis=1), sets=True)
+        return similar_pairs(pairs, sims, self.config.threshold)
+
+
+class _FanAbove:
+    """The (v, n) rows with n above ``limit``."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        return table.filter(pc.greater(table["n"], self.limit))
+
+
+def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
+    """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
+    keep = sims >= threshold
+    counters.increment("dedup/verified_pairs", int(keep.sum()))
+    counters.increment("dedup/rejected_pairs", int((~keep).sum()))
+    return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
+
+
+def verify_on_engine(
+    edges: Dataset,
+    pairs: pa.Table | None,
+    sets: Dataset,
+    set_rows: int,
+    set_bytes: int,
+    driver_rows: int,
+    budget_bytes: int,
+    config: FuzzyDedupConfig,
+    index: IndexInfo | None,
+    kw: dict[str, Any],
+) -> tuple[list[Dataset], dict[str, Any]]:
+    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
+    the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
+
+    Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
+    members) are grouped by u, joined with u's set once and checked against the hot rows' sets broadcast
+    with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
+    ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
+    reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
+
+    sets = sets.select(ROW, "shingles")
+    hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
+    hot_sets = _sets_of(hot, sets, index, kw)
+
+    def side(name: str, keys: pa.Array | None, source: Dataset = sets, key: str = ROW) -> Dataset:
+        rename = Renamed({key: name, "shingles": f"shingles_{name}"})
+        if keys is None:
+            return source.map_batches(rename, name=f"dedup.fuzzy.sets_{name}")
+        return source.map_batches(RowsIn(key, keys, rename.names), name=f"dedup.fuzzy.sets_{name}")
+
+    def ends(table: pa.Table | None, end: str) -> pa.Array | None:
+        return None if table is None else pc.unique(table[end].combine_chunks())
+
+    parts = []
+    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= Budget(budget_bytes).broadcast_bytes
+    if len(hot):
+        grouped = (
+            edges.map_batches(RowsIn("v", hot), name="dedup.fuzzy.hot_pairs")
+            .group_by("u")
+            .agg(vs=("v", "list"))
+        )
+        if broadcast:
+            # the hot pairs travel with the stage (u → its hot partners): a map over the sets, no shuffle
+            verify = _VerifyHotPairs(hot_sets, config, grouped.to_arrow(**kw))
+            parts.append(sets.map_batches(verify, name="dedup.fuzzy.verify_hot"))
+        else:
+            hot_u = None if pairs is None else ends(pairs.filter(pc.is_in(pairs["v"], value_set=hot)), "u")
+            parts.append(
+                grouped.join(side("u", hot_u), on="u").map_batches(
+                    _VerifyHotPairs(hot_sets, config),
+                    batch_rows=_VERIFY_BATCH_ROWS,
+                    name="dedup.fuzzy.verify_hot",
+                )
+            )
+    cold = edges.map_batches(RowsIn("v", hot, keep=False), name="dedup.fuzzy.cold_pairs")
+    if pairs is not None:
+        cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
+    else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
+        cold = cold.materialize(**kw)
+        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= driver_rows else None
+    # materialized before the second join: its partitions are then sized from the real bytes of
+    # (pair, set) rows, one set per pair, not from the pair files' few bytes
+    cold_u = cold.join(side("u", ends(cold_pairs, "u")), on="u").materialize(**kw)
+    cold_v = ends(cold_pairs, "v")
+    parts.append(
+        cold_u.join(side("v", cold_v), on="v").map_batches(
+            _VerifySetPairs(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify"
+        )
+    )
+    if index is not None and index.docs:
+        index_sets = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"])
+        parts.append(
+            cold_u.join(side("v", cold_v, index_sets, "key"), on="v").map_batches(
+                _VerifySetPairs(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify_indexed"
+            )
+        )
+    return parts, {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast}
+
+
+def _hot_rows(
+    edges: Dataset, pairs: pa.Table | None, per_set: int, budget: int, kw: dict[str, Any]
+) -> tuple[pa.Array, int]:
+    """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
+    group-by), most-paired first, as many as ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each
+    (the rest stay cold: correct, only slower), and how many pairs they end."""
+    if pairs is not None:
+        counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
+        fan = _FanAbove(_HOT_FAN)(pa.table({"v": counts[0], "n": counts[1]}))
+    else:
+        fan = (
+            edges.group_by("v")
+            .count("n")
+            .map_batches(_FanAbove(_HOT_FAN), name="dedup.fuzzy.hot_rows")
+            .to_arrow(**kw)
+        )
+    cap = max(1, Budget(budget).broadcast_bytes // per_set)
+    if fan.num_rows > cap:
+        fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
+    if not fan.num_rows:
+        return pa.array([], pa.int64()), 0
+    return fan["v"].combine_chunks().cast(pa.int64()), int(pc.sum(fan["n"]).as_py())
+
+
+def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[str, Any]) -> pa.Table:
+    """(ROW, shingles) of the rows in ``keys``: new rows' from ``sets``, indexed documents' (keys < 0) from
+    the index's docs."""
+
+    if not len(keys):
+        return pa.table({ROW: pa.array([], pa.int64()), "shingles": pa.array([], pa.large_list(pa.uint64()))})
+    found = [sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.hot_sets").to_arrow(**kw)]
+    if index is not None and index.docs and pc.any(pc.less(keys, 0)).as_py():
+        docs = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"])
+        found.append(
+            docs.map_batches(RowsIn("key", keys, {"key": ROW}), name="dedup.fuzzy.hot_index_sets").to_arrow(
+                **kw
+            )
+        )
+    return pa.concat_tables([t.select([ROW, "shingles"]) for t in found]).combine_chunks()
+
+
+def graph_in_driver(
+    collect_sets: Callable[[pa.Array], pa.Table],
+    pairs: pa.Table,
+    config: FuzzyDedupConfig,
+    id_column: str | None,
+    priority_column: str | None,
+    kw: dict[str, Any],
+    info: dict[str, Any],
+    index: IndexInfo | None = None,
+) -> pa.Table | None:
+    """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
+    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``NodeSets`` rows of
+    the endpoints (one filtered pass); the index's docs give those of indexed endpoints."""
+    nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+    new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
+    sets = collect_sets(new_nodes)
+    if sets.num_rows != len(new_nodes):  # the input changed between passes: never index garbage
+        raise InputError(
+            f"{len(new_nodes) - sets.num_rows} candidate-pair rows were not found on the second read of the input; "
+            "the input must not change while the job runs"
+        )
+    indexed, anchor = 0, np.zeros(0, dtype=np.int64)
+    if len(new_nodes) < len(nodes):
+        found, anchor = _indexed_sets(
+            index, nodes.filter(pc.less(nodes, 0)), sets.schema, id_column, priority_column, kw
+        )
+        sets, indexed = pa.concat_tables([found, sets]), found.num_rows
+    keys = sets.drop_columns(["shingles"])
+    index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
+    node_of_pos, pos_of_node = _keep_order(keys, indexed, anchor, index_keys, id_column, priority_column)
+    shingles = shingles_of(sets["shingles"])
+    owners = keys[ROW].combine_chunks()
+    edges = np.stack(
+        [
+            node_of_pos[np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64)]
+            for end in ("u", "v")
+        ],
+        axis=1,
+    )
+
+    def measure(node_pairs: np.ndarray) -> np.ndarray:
+        sims = jaccard(shingles, pos_of_node[node_pairs], sets=True)
+        sims[node_pairs.max(axis=1, initial=0) < indexed] = 0.0  # two indexed documents: both stay kept
+        return sims
+
+    if "sim" in pairs.column_names:
+        sims = np.asarray(pairs["sim"], dtype=np.float64)
+    elif config.verify:
+        sims = measure(edges)
+        similar = sims >= config.threshold
+        edges, sims = edges[similar], sims[similar]
+    else:
+        sims = None
+    info["verified_pairs"] = len(edges)
+    removed = np.flatnonzero(anchor != index_keys)
+    if len(removed):  # each indexed document an earlier run removed stays tied to the document it kept
+        owner = np.asarray(pc.index_in(pa.array(anchor[removed]), value_set=owners), dtype=np.int64)
+        tied = np.stack((node_of_pos[removed], node_of_pos[owner]), axis=1)
+        edges = np.concatenate((edges, tied))
+        if sims is not None:
+            sims = np.concatenate((sims, jaccard(shingles, np.stack((removed, owner), axis=1), sets=True)))
+    labels, graph = cluster_labels(len(keys), edges, sims, config, measure if config.verify else None)
+    info.update(graph)
+    if index is not None:
+        info["indexed_nodes"] = indexed
+        info["matched_index"] = int(np.count_nonzero(labels[indexed:] < indexed))
+    return cluster_node_info(keys.take(pa.array(pos_of_node)), labels, id_column)
+
+
+def _keep_order(
+    keys: pa.Table,
+    indexed: int,
+    anchor: np.ndarray,
+    index_keys: np.ndarray,
+    id_column: str | None,
+    priority_column: str | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(node of each position in ``keys``, position of each node): nodes numbered in keep order.
+
+    The sets stay where they arrived (no copy of the big column); nodes are numbered in keep order
+    (rank), with input order (row number) as the last tie-break. Indexed documents (negative keys, the
+    first ``indexed`` positions) rank first, those an earlier run kept before those it removed: they are
+    in the corpus already (or were removed for a document that is), so no new row can change them."""
+    by_row = np.asarray(pc.sort_indices(keys[ROW]), dtype=np.int64)
+    node_of_pos = np.empty(len(by_row), dtype=np.int64)
+    kept_first = by_row[:indexed][
+        np.argsort(anchor[by_row[:indexed]] != index_keys[by_row[:indexed]], kind="stable")
+    ]
+    node_of_pos[kept_first] = np.arange(indexed)
+    node_of_pos[by_row[indexed:]] = indexed + keep_ranks(
+        keys.take(pa.array(by_row[indexed:])), id_column, priority_column
+    )
+    pos_of_node = np.empty_like(node_of_pos)
+    pos_of_node[node_of_pos] = np.arange(len(node_of_pos), dtype=np.int64)
+    return node_of_pos, pos_of_node
+
+
+def _indexed_sets(
+    index: IndexInfo,
+    keys: pa.Array,
+    like: pa.Schema,
+    id_column: str | None,
+    priority_column: str | None,
+    kw: dict[str, Any],
+) -> tuple[pa.Table, np.ndarray]:
+    """The node-set rows (``like``'s schema) of the indexed documents in ``keys`` and of the documents their
+    removed ones were removed for, with each one's anchor (the key of the document kept for it; its own
+    key when kept). ROW is the (negative) key, the id the indexed one cast to this input's id type, the
+    priority null (indexed rows rank first)."""
+    from zephyr.dedup.index import KEY
+
+    found = index.node_sets(keys, kw)
+    missing = pc.filter(found["anchor"], pc.invert(pc.is_in(found["anchor"], value_set=found[KEY])))
+    if len(missing):  # a second filtered pass: the kept documents of removed ones, when not yet found
+        found = pa.concat_tables([found, index.node_sets(pc.unique(missing), kw)])
+    wanted = len(keys) + len(pc.unique(missing)) if len(missing) else len(keys)
+    if found.num_rows != wanted:
+        raise InputError(
+            f"{wanted - found.num_rows} indexed documents named by band rows are missing from the index's "
+            "docs parts; the index was changed by hand or a run is writing to it",
+            path=index.path,
+        )
+    columns: dict[str, Any] = {ROW: found[KEY], "shingles": found["shingles"]}
+    if id_column is not None:
+        want = like.field(id_column).type
+        try:
+            columns[id_column] = found["id"].cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ConfigError(
+                f"the index's ids are {found.schema.field('id').type}, this input's {id_column!r} is {want}, and "
+                f"one cannot become the other ({exc}); index and dedup with the same id column"
+            ) from None
+    if priority_column is not None:
+        columns[priority_column] = pa.nulls(found.num_rows, like.field(priority_column).type)
+    table = pa.table(columns).select(like.names).cast(like)
+    return table, np.asarray(found["anchor"], dtype=np.int64)
+
+
+class NodeSets:
+    """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes`` (every row when
+    ``nodes`` is None). Counts the sets' bytes (``dedup/set_bytes``): what holding them in the driver costs."""
+
+    def __init__(
+        self,
+        nodes: pa.Array | None,
+        config: FuzzyDedupConfig,
+        text_column: str,
+        id_column: str | None,
+        priority_column: str | None,
+    ):
+        self.nodes, self.config, self.text_column = nodes, config, text_column
+        self.id_column, self.priority_column = id_column, priority_column
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
+            return pa.table({ROW: pa.array([], pa.int64())})
+        wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
+        cfg = self.config
+        sets = unique_sets(
+            shingle_hashes(wanted[self.text_column], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
+        )
+        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+        counters.increment("dedup/set_bytes", lists.nbytes)
+        return pa.table(
+            {
+                ROW: wanted[ROW],
+                "shingles": lists,
+                **key_columns(wanted, self.id_column, self.priority_column),
+            }
+        )
+
+
+def verify_and_cluster(
+    rows: Dataset,
+    edges: Dataset,
+    candidates: int,
+    config: FuzzyDedupConfig,
+    text_column: str,
+    id_column: str | None,
+    priority_column: str | None,
+    kw: dict[str, Any],
+    info: dict[str, Any],
+    index: IndexInfo | None,
+    scratch: str,
+) -> tuple[pa.Table | None, Dataset | None]:
+    """Verify and cluster the candidate pairs: (node info for ``Attach``, None) when the verified graph is
+    clustered in the driver, (None, labels) when by engine rounds.
+
+    The driver verifies when both the pairs (``driver_rows``) and the endpoints' shingle sets (an
+    sixteenth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
+    path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
+    engine (``verify_on_engine``) and only the verified graph comes to the driver."""
+    budget = memory_budget_bytes(kw)
+    new_nodes: pa.Array | None = None
+    pairs: pa.Table | None = None
+    if candidates <= info["driver_rows"]:
+        pairs = edges.to_arrow(**kw)
+        if not pairs.num_rows:
+            info.update(in_memory=True, verified_pairs=0)
+            return None, None
+        nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+        new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
+    written = rows.map_batches(
+        NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
+    ).write_parquet(f"{scratch}/sets", **kw)
+    set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
+    info["set_bytes"] = set_bytes
+
+    if not written.files:  # no row has a set: nothing can pair
+        info.update(in_memory=pairs is not None, verified_pairs=0)
+        return None, None
+    sets = zephyr.read_parquet(written.files)
+
+    def collect_sets(keys: pa.Array) -> pa.Table:
+        return sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_sets").to_arrow(**kw)
+
+    in_memory = pairs is not None and (not config.verify or set_bytes <= Budget(budget).driver_set_bytes)
+    info["in_memory"] = in_memory
+    if in_memory:
+        return graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index), None
+    verified = _verified_graph(edges, pairs, sets, written, budget, config, index, kw, info, scratch)
+    count = info["verified_pairs"]
+    graph_limit = Budget(budget).driver_graph_edges
+    if not count:
+        return None, None
+    if count <= graph_limit:
+        pairs = verified.to_arrow(**kw)
+        if not config.verify:
+            pairs = pairs.drop_columns(["sim"])
+        node_info = graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
+        return node_info, None
+    _check_engine_clusters(count, graph_limit, config, index)
+    return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)
+
+
+def _verified_graph(
+    edges: Dataset,
+    pairs: pa.Table | None,
+    sets: Dataset,
+    written: Any,
+    budget: int,
+    config: FuzzyDedupConfig,
+    index: IndexInfo | None,
+    kw: dict[str, Any],
+    info: dict[str, Any],
+    scratch: str,
+) -> Dataset | None:
+    """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
+    verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
+    ``verified_pairs`` and the engine verification's figures in ``info``."""
+
+    if config.verify:
+        set_rows = written.stats["stages"][-1]["rows_out"]
+        parts, figures = verify_on_engine(
+            edges,
+            pairs,
+            sets,
+            set_rows,
+            info["set_bytes"],
+            info["driver_rows"],
+            budget,
+            config,
+            index,
+            kw,
+        )
+        info.update(figures)
+    else:
+        parts = [edges.map_batches(WithSim(), name="dedup.fuzzy.unverified")]
+    files = [
+        f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
+    ]
+    verified = zephyr.read_parquet(files) if files else None
+    info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
+    return verified
+
+
+def _check_engine_clusters(
+    count: int, graph_limit: int, config: FuzzyDedupConfig, index: IndexInfo | None
+) -> None:
+    """Refuse, naming the fix, a verified graph too big for the driver when only the driver can cluster it."""
+    if index is not None:
+        raise ZephyrError(
+            f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
+            f"of the memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            "--memory-budget, or dedup the input in parts"
+        )
+    if config.clusters != "components":
+        raise ZephyrError(
+            f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
+            f"memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            "--memory-budget, or pass --clusters components (engine rounds, transitive clusters)"
+        )
+
+
+def _components_on_engine(
+    rows: Dataset, verified: Dataset, id_column: str | None, priority_column: str | None, kw: dict[str, Any]
+) -> Dataset:
+    """(ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver."""
+
+    labels = connected_components_dataset(verified.select("u", "v"), execution=kw)
+    keys = rows.select(ROW, *[c for c in (id_column, priority_column) if c is not None])
+    members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members").join(
+        keys, on=ROW
+    )
+    groups = group_keepers(members, [LABEL], id_column, priority_column)
+    return (
+        members.select(ROW, LABEL).join(groups, on=LABEL).select(ROW, KEEPER, CLUSTER, SIZE).materialize(**kw)
+    )
