@@ -13,6 +13,8 @@ __all__ = [
     "ZephyrError",
     "ConfigError",
     "ClaimError",
+    "MissingExtra",
+    "require",
     "InputError",
     "OutputError",
     "SchemaError",
@@ -34,6 +36,24 @@ class ZephyrError(Exception):
 
 class ConfigError(ZephyrError, ValueError):
     """A bad argument or configuration value, found before any work starts."""
+
+
+class MissingExtra(ConfigError):
+    """A command, step or method needs a package of an optional extra that is not installed (``require``)."""
+
+
+def require(module: str, extra: str, what: str) -> None:
+    """Refuse ``what`` (``"zephyr langid"``, ``"format='vortex'"``) in one line naming the extra to install
+    when ``module`` cannot be imported: called in the driver where the work is built, before any task, so a
+    missing extra is never a task that fails (and is retried) on every worker."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        found = False
+    if not found:
+        raise MissingExtra(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
 
 
 class InputError(ZephyrError):

@@ -15,7 +15,7 @@ Writing::
     writer.result  # WrittenFile(path=..., rows=..., bytes=...)
 
 Contracts (memory bound, bad-input handling, atomicity, determinism) are in the docstrings of
-``zephyr.io.sources``, ``zephyr.io.jsonl_source``, ``zephyr.io.parquet``, ``zephyr.io.vortex_source``,
+``zephyr.io.sources``, ``zephyr.io.jsonl``, ``zephyr.io.parquet``, ``zephyr.io.vortex``,
 ``zephyr.io.sinks`` and ``zephyr.io.quarantine``; the rule for text columns (``require_text_column``) in
 ``zephyr.io.quarantine``, its check of every input file before a job (``check_text_inputs``) in ``zephyr.io.sources``.
 """

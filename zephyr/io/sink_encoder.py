@@ -54,7 +54,7 @@ class BufferedEncoder(Encoder):
     batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
     encoder rewrite what it has emitted so far under the widened schema (``rewrite``): rare, costs one pass over
     the rows written so far, and gives the same bytes as if the wide schema had been known from the start.
-    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl_source``), so that is all it needs.
+    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
     """
 
     def __init__(self, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str):
