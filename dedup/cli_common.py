@@ -39,7 +39,7 @@ def read_inputs(args: argparse.Namespace):
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
     import zephyr
-    from zephyr.io.schema import schema_arguments
+    from zephyr.cli import schema_arguments
     from zephyr.removal import check_input_columns, set_aside
 
     internal, written = dup_columns(args)
@@ -280,8 +280,7 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.cli import add_replace_columns
-    from zephyr.io.schema import add_schema_arguments
+    from zephyr.cli import add_replace_columns, add_schema_arguments
 
     add_schema_arguments(p)
     add_replace_columns(

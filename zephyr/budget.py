@@ -46,15 +46,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = [
-    "Budget",
-    "EXPANSION",
-    "MAX_FAN_IN",
-    "PARTITION_TARGET_CAP",
-    "running",
-    "running_budget",
-    "kernel_slices",
-]
 
 MIB = 1 << 20
 EXPANSION = 5

@@ -86,29 +86,6 @@ if TYPE_CHECKING:
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
-__all__ = [
-    "main",
-    "build_parser",
-    "execution_options",
-    "quarantine_dir",
-    "add_on_error",
-    "add_output_dir",
-    "add_dropped_output",
-    "add_replace_columns",
-    "report_failure",
-    "log_dir",
-    "write_log",
-    "KEEP_LOGS",
-    "PlanStep",
-    "explain_commands",
-    "explained",
-    "jobs_plan_text",
-    "Command",
-    "COMMANDS",
-    "Inputs",
-    "Output",
-]
-
 
 COMMAND_MODULES = (  # after the engine commands of this module (convert, count, sort, explain)
     "zephyr.dedup.cli",
@@ -136,6 +113,30 @@ def _common_parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
     common.set_defaults(**{**defaults, "executor": None})
     return common
+
+
+def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--unify-schemas`` and ``--schema FILE``, for every command that reads input files."""
+    group = parser.add_argument_group("input schema (files that disagree; see docs/engine.md)")
+    group.add_argument(
+        "--unify-schemas",
+        action="store_true",
+        help="promote types that differ between input files (int32+int64 -> int64, int+double -> double)",
+    )
+    group.add_argument(
+        "--schema",
+        metavar="FILE",
+        default=None,
+        help="cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)",
+    )
+
+
+def schema_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The reader keywords (``unify_schemas=``, ``schema=``) given by ``add_schema_arguments``' flags."""
+    schema = getattr(args, "schema", None)
+    if schema is not None and getattr(args, "unify_schemas", False):
+        raise ConfigError("give --unify-schemas or --schema FILE, not both")
+    return {"unify_schemas": bool(getattr(args, "unify_schemas", False)), "schema": schema}
 
 
 def add_on_error(parser: argparse.ArgumentParser) -> None:

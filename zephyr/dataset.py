@@ -47,25 +47,6 @@ from zephyr.ops import (
 )
 from zephyr.shuffle.reduce import Agg
 
-__all__ = [
-    "Dataset",
-    "GroupedDataset",
-    "WriteResult",
-    "read",
-    "read_parquet",
-    "read_jsonl",
-    "read_vortex",
-    "read_warc_records",
-    "from_arrow",
-    "from_items",
-    "check_on_error",
-    "column_names",
-    "input_paths",
-    "partitions_argument",
-    "schema_argument",
-    "shard_bytes_argument",
-]
-
 
 def read(
     paths: str | Sequence[str],

@@ -9,26 +9,6 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = [
-    "ZephyrError",
-    "ConfigError",
-    "ClaimError",
-    "MissingExtra",
-    "require",
-    "InputError",
-    "OutputError",
-    "SchemaError",
-    "ColumnExistsError",
-    "TaskError",
-    "ResumeError",
-    "PERMANENT_ERRNOS",
-    "READ_ERRNOS",
-    "describe_os_error",
-    "read_error",
-    "symlink_loop_at",
-    "one_line",
-]
-
 
 class ZephyrError(Exception):
     """Base class of every error zephyr raises on purpose."""

@@ -73,9 +73,6 @@ from zephyr.tasks import (
     schema_from_text,
 )
 
-__all__ = ["Job", "run_to_arrow", "run_count", "run_write", "run_materialize", "make_executor", "JobInputs"]
-
-
 log = logging.getLogger(__name__)
 
 

@@ -57,31 +57,11 @@ from zephyr.io.paths import atomic_write, write_json_atomic
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
-from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
 from zephyr.shuffle.read import partition_sources
 from zephyr.shuffle.runs import Run, coalesce_runs
 from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, numpy_to_arrow
-
-__all__ = [
-    "CoalesceOutput",
-    "SinkOutput",
-    "ShuffleOutput",
-    "SampleOutput",
-    "StageSpec",
-    "TaskSpec",
-    "finished_marker",
-    "marker_files",
-    "owned_folders",
-    "run_task",
-    "read_marker",
-    "write_json_atomic",
-    "read_ahead_enabled",
-    "read_ahead",
-    "reading_ahead",
-]
-
 
 log = logging.getLogger(__name__)
 
@@ -236,10 +216,10 @@ def marker_files(marker: dict) -> dict[str, list[str]]:
 
 def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
     """The task's marker when the task is finished and can be skipped: of this fingerprint
-    (``read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
+    (``zephyr.resume.read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
     holding the size and checksum recorded when it was written (``zephyr.resume.check_files``). Otherwise
     None, with a warning naming the marker when one was there: the task reruns."""
-    marker = read_marker(task.marker_path, task.fingerprint)
+    marker = resume.read_marker(task.marker_path, task.fingerprint)
     if marker is None:
         return None
     problem = _marker_problem(marker, task, stage)
@@ -272,13 +252,6 @@ def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | Non
     if listed and not isinstance(checksums, dict):
         return "it records no checksums (written by an older zephyr)"
     return resume.check_files({p: checksums.get(p) for p in listed}) if listed else None
-
-
-def read_marker(url: str, fingerprint: str) -> dict | None:
-    """The task's marker if it exists, is whole and belongs to this stage fingerprint (``zephyr.resume``), with
-    the count keys of older markers under their new names."""
-    marker = resume.read_marker(url, fingerprint)
-    return upgrade_counts(marker) if marker is not None else None
 
 
 class _Counted:

@@ -67,24 +67,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "Executor",
-    "Outcome",
-    "SHARED_KEEP",
-    "Shared",
-    "call_shared",
-    "is_retryable",
-    "failure",
-    "explain_worker_death",
-    "shared_value",
-    "InProcessExecutor",
-    "ThreadExecutor",
-    "MMAP_THRESHOLD_BYTES",
-    "fix_mmap_threshold",
-    "release_freed_memory",
-]
-
-
 SHARED_KEEP = 4
 """Shared values a worker process keeps (the stages of the last few batches: a retry round reuses its own)."""
 

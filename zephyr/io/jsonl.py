@@ -96,20 +96,6 @@ from zephyr.io.schema import SchemaConflict, conform, fit_planned, promote_schem
 from zephyr.io.sink_encoder import SCHEMA_FIX, Encoder, promote_or_refuse, quietly
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 
-__all__ = [
-    "read_jsonl_shard",
-    "split_byte_ranges",
-    "Block",
-    "StreamCut",
-    "StreamTail",
-    "WideText",
-    "iter_blocks",
-    "BlockParser",
-    "JsonlEncoder",
-    "encode_ndjson",
-]
-
-
 logger = logging.getLogger(__name__)
 
 

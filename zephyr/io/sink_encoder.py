@@ -16,8 +16,6 @@ import pyarrow as pa
 from zephyr.errors import SchemaError
 from zephyr.io.schema import SchemaConflict, conform, promote_schemas
 
-__all__ = ["SCHEMA_FIX", "BufferedEncoder", "Encoder", "promote_or_refuse", "quietly", "remove_local"]
-
 logger = logging.getLogger(__name__)
 
 SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every batch has one type."

@@ -50,23 +50,6 @@ from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compr
 from zephyr.io.quarantine import QuarantineFn, require_text_column
 from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
 
-__all__ = [
-    "Shard",
-    "list_shards",
-    "read_shard",
-    "expand_paths",
-    "DEFAULT_BATCH_BYTES",
-    "DEFAULT_BUFFER_BYTES",
-    "peek_schema",
-    "peek_schemas",
-    "plan_input_schema",
-    "FOOTER_ESTIMATE_MAX_FILES",
-    "estimated_bytes",
-    "parquet_column_bytes",
-    "check_text_inputs",
-]
-
-
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_BYTES = 64 << 20

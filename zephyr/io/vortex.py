@@ -31,8 +31,6 @@ from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
 from zephyr.io.schema import cast_to_schema, conform, normalize_view_types
 from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly, remove_local
 
-__all__ = ["read_vortex_shard", "open_vortex", "VortexEncoder"]
-
 
 @contextlib.contextmanager
 def open_vortex(path: str):

@@ -53,19 +53,6 @@ from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 
-__all__ = [
-    "WARC_SCHEMA",
-    "read_warc_shard",
-    "MAX_RECORD_BYTES",
-    "MAX_INVALID_FRACTION",
-    "decode_html",
-    "BadRecord",
-    "Record",
-    "from_members",
-    "plain_records",
-]
-
-
 log = logging.getLogger(__name__)
 
 WARC_SCHEMA = pa.schema(
