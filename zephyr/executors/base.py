@@ -297,8 +297,13 @@ class ThreadExecutor(Executor):
         pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}
         interrupted = False
         try:
-            for done in futures.as_completed(pending):
-                yield pending[done], done.result()
+            waiting = set(pending)
+            while waiting:
+                # a bounded wait: Ctrl-C may reach another thread of the process, and the main thread runs
+                # the handler only when it wakes (an unbounded wait held it until a task ended)
+                done, waiting = futures.wait(waiting, timeout=0.5, return_when=futures.FIRST_COMPLETED)
+                for future in sorted(done, key=pending.__getitem__):
+                    yield pending[future], future.result()
         except KeyboardInterrupt:
             interrupted = True
             raise
