@@ -305,3 +305,20 @@ def test_no_history_in_the_code_and_docs() -> None:
         if phrase in text.lower()
     ]
     assert not found, "history text (move it to CHANGELOG.md): " + "; ".join(found)
+
+
+def test_train_command_line_needs_no_data_stack() -> None:
+    """``zephyr train`` imports only the trainer's command module: a training machine without pyarrow or polars
+    parses its command line (``COMMAND_MODULES`` maps the command's word to its module)."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'pyarrow', 'polars', 'numba', 'zstandard', 'dask', 'distributed'}:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from zephyr.cli import main\n"
+        "main(['train', '--help'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
+    assert result.returncode == 0 and "--lr" in result.stdout, result.stderr
