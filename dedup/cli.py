@@ -112,7 +112,7 @@ def read_inputs(args: argparse.Namespace):
     ``--replace-columns``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
-    from zephyr.io.schema import schema_arguments
+    from zephyr.cli import schema_arguments
     from zephyr.removal import check_input_columns, set_aside
 
     internal, written = dup_columns(args)
@@ -351,7 +351,7 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         "still separate rows); 'none': no id column, input order decides",
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.io.schema import add_schema_arguments
+    from zephyr.cli import add_schema_arguments
 
     add_schema_arguments(p)
     add_replace_columns(

@@ -92,8 +92,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 
 def _add_tokenize_flags(parser: argparse.ArgumentParser) -> None:
     """The flags ``zephyr tokenize`` and ``zephyr explain tokenize`` share (the latter writes nothing)."""
-    from zephyr.cli import add_on_error
-    from zephyr.io.schema import add_schema_arguments
+    from zephyr.cli import add_on_error, add_schema_arguments
 
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
@@ -154,8 +153,7 @@ def train_handler(args: argparse.Namespace) -> Any:
 def _writer_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments from the flags, but the output: one mapping for the command
     and for ``zephyr explain tokenize`` (``zephyr.tokenize.writer.plans`` takes the same)."""
-    from zephyr.cli import execution_options
-    from zephyr.io.schema import schema_arguments
+    from zephyr.cli import execution_options, schema_arguments
 
     given = vars(args)
     options = execution_options(args)

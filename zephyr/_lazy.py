@@ -11,8 +11,6 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["lazy_exports"]
-
 
 def lazy_exports(
     package: str, names: dict[str, str], namespace: dict[str, Any]

@@ -13,7 +13,7 @@ What a task holds at once, at most, for a budget B:
   whose batch cannot hold the widest row group's average row is refused before any task, naming the smallest
   that works (``smallest_for_row``, ``zephyr.physical.check_row_width``). A task in the driver process
   (``inprocess`` executor: small jobs) decodes the next batch while the current one is processed
-  (``zephyr.read_ahead``), so it holds two read batches; worker tasks hold one;
+  (``zephyr.tasks``), so it holds two read batches; worker tasks hold one;
 - computing: a kernel's scratch (``kernel_scratch_bytes``, B/2). Kernels whose scratch is a multiple of their
   input (the quality filters' token lists and joins: ~30× the text) work on row slices of the batch
   (``kernel_slices``) sized so that multiple × slice fits the share;
@@ -30,7 +30,7 @@ What a task holds at once, at most, for a budget B:
   part keeps at most one such chunk undecoded;
 - planning: shuffle partitions of ``partition_target_bytes`` (B/4, capped at 64 MiB) of estimated input;
 - allocators: Arrow's pool and glibc's heap keep freed memory for reuse; task processes hand it back after
-  every task (``zephyr.executors.heap``), so retention never stacks across tasks and is not a share;
+  every task (``zephyr.executors.base``), so retention never stacks across tasks and is not a share;
 - the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_pair_rows`` (B/4 at 64 bytes a
   pair), endpoint sets up to ``driver_set_bytes`` (B/16), a verified graph up to ``driver_graph_edges``
   (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8); substring dedup's
@@ -48,15 +48,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = [
-    "Budget",
-    "EXPANSION",
-    "MAX_FAN_IN",
-    "PARTITION_TARGET_CAP",
-    "running",
-    "running_budget",
-    "kernel_slices",
-]
 
 MIB = 1 << 20
 EXPANSION = 5

@@ -86,38 +86,18 @@ if TYPE_CHECKING:
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
-__all__ = [
-    "main",
-    "build_parser",
-    "execution_options",
-    "quarantine_dir",
-    "add_on_error",
-    "add_output_dir",
-    "add_dropped_output",
-    "add_replace_columns",
-    "report_failure",
-    "log_dir",
-    "write_log",
-    "KEEP_LOGS",
-    "PlanStep",
-    "explain_commands",
-    "explained",
-    "jobs_plan_text",
-    "Command",
-    "COMMANDS",
-    "Inputs",
-    "Output",
-]
 
-
-COMMAND_MODULES = (  # after the engine commands of this module (convert, count, sort, explain)
-    "zephyr.dedup.cli",
-    "zephyr.pipelines.quality.cli",
-    "zephyr.pipelines.web.cli",
-    "zephyr.tokenize.cli",
-    "zephyr.trainer.cli",
-    "zephyr.pipelines.cli",
-)
+COMMAND_MODULES = {  # after the engine commands of this module (convert, count, sort, explain)
+    "zephyr.dedup.cli": ("dedup",),
+    "zephyr.pipelines.quality.cli": ("normalize", "langid", "filter", "quality", "pii", "decontaminate"),
+    "zephyr.pipelines.web.cli": ("extract",),
+    "zephyr.tokenize.cli": ("tokenize", "tokenizer"),
+    "zephyr.trainer.cli": ("train",),
+    "zephyr.pipelines.cli": ("run",),
+}
+"""Each package's command module and the first words of its commands: ``main`` imports only the module of the
+command typed (``zephyr train`` needs neither pyarrow nor polars); ``--help``, or a word not listed here,
+imports them all."""
 
 
 def _common_parser() -> argparse.ArgumentParser:
@@ -136,6 +116,30 @@ def _common_parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
     common.set_defaults(**{**defaults, "executor": None})
     return common
+
+
+def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--unify-schemas`` and ``--schema FILE``, for every command that reads input files."""
+    group = parser.add_argument_group("input schema (files that disagree; see docs/engine.md)")
+    group.add_argument(
+        "--unify-schemas",
+        action="store_true",
+        help="promote types that differ between input files (int32+int64 -> int64, int+double -> double)",
+    )
+    group.add_argument(
+        "--schema",
+        metavar="FILE",
+        default=None,
+        help="cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)",
+    )
+
+
+def schema_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The reader keywords (``unify_schemas=``, ``schema=``) given by ``add_schema_arguments``' flags."""
+    schema = getattr(args, "schema", None)
+    if schema is not None and getattr(args, "unify_schemas", False):
+        raise ConfigError("give --unify-schemas or --schema FILE, not both")
+    return {"unify_schemas": bool(getattr(args, "unify_schemas", False)), "schema": schema}
 
 
 def add_on_error(parser: argparse.ArgumentParser) -> None:
@@ -262,9 +266,21 @@ def _names_a_path(value: str) -> bool:
     return "/" in value or os.path.exists(value)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The ``zephyr`` parser: the engine's ``COMMANDS`` and every module's of ``COMMAND_MODULES`` (or what its
-    ``register(subparsers, common)`` adds), each ``Command`` with its ``explain`` twin when it has ``plans``."""
+    ``register(subparsers, common)`` adds), each ``Command`` with its ``explain`` twin when it has ``plans``.
+    Given the command line ``argv``, only the module of its command (``zephyr explain WORD``: of WORD)."""
+    words = [a for a in argv or () if not a.startswith("-")][:2]
+    word = words[1] if words[:1] == ["explain"] and len(words) > 1 else (words or [None])[0]
+    own = {command.words.split()[0] for command in COMMANDS}
+    chosen = [m for m, first in COMMAND_MODULES.items() if word in first]
+    parser = _parser(chosen if chosen or word in own else list(COMMAND_MODULES))
+    if chosen and word not in parser._subparsers._group_actions[0].choices:
+        return _parser(list(COMMAND_MODULES))  # the word moved to another module: look in all of them
+    return parser
+
+
+def _parser(module_names: list[str]) -> argparse.ArgumentParser:
     from zephyr import __version__
 
     common = _common_parser()
@@ -275,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zephyr {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [sys.modules[__name__]]
-    for module_name in COMMAND_MODULES:
+    for module_name in module_names:
         try:
             modules.append(importlib.import_module(module_name))
         except ModuleNotFoundError as exc:
@@ -368,7 +384,7 @@ def _catch_interrupts(line: str) -> Callable[[], None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
     fresh = not logging.getLogger().handlers

@@ -54,39 +54,6 @@ from typing import Any, Literal
 
 from zephyr.errors import ConfigError
 
-__all__ = [
-    "ConfigProblems",
-    "FieldError",
-    "ZephyrDeprecationWarning",
-    "ranged_field",
-    "path_field",
-    "range_problem",
-    "require_within",
-    "require_at_least",
-    "require_column_name",
-    "describe_type",
-    "describe_value",
-    "coerce",
-    "fits",
-    "field_hints",
-    "field_problems",
-    "unknown_keys",
-    "check_fields",
-    "renamed_keys",
-    "renamed_value",
-    "REMOVAL_MODES",
-    "check_removal_mode",
-    "embedded_field",
-    "flat_fields",
-    "build_flat",
-    "flat_dict",
-    "parse_value",
-    "expand_env",
-    "read_mapping",
-    "parse_bytes",
-    "format_bytes",
-]
-
 
 class ConfigProblems(ConfigError):
     """Every problem found in one config, one line each, each led by its key path (``optim.lr must be ...``).

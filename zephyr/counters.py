@@ -10,8 +10,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["increment", "collecting"]
-
 # Per thread (context), not per process: a dask worker with several threads runs several tasks at once.
 _active: ContextVar[dict[str, int] | None] = ContextVar("zephyr_counters", default=None)
 

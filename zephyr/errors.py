@@ -9,24 +9,6 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = [
-    "ZephyrError",
-    "ConfigError",
-    "ClaimError",
-    "InputError",
-    "OutputError",
-    "SchemaError",
-    "ColumnExistsError",
-    "TaskError",
-    "ResumeError",
-    "PERMANENT_ERRNOS",
-    "READ_ERRNOS",
-    "describe_os_error",
-    "read_error",
-    "symlink_loop_at",
-    "one_line",
-]
-
 
 class ZephyrError(Exception):
     """Base class of every error zephyr raises on purpose."""
@@ -34,6 +16,24 @@ class ZephyrError(Exception):
 
 class ConfigError(ZephyrError, ValueError):
     """A bad argument or configuration value, found before any work starts."""
+
+
+class MissingExtra(ConfigError):
+    """A command, step or method needs a package of an optional extra that is not installed (``require``)."""
+
+
+def require(module: str, extra: str, what: str) -> None:
+    """Refuse ``what`` (``"zephyr langid"``, ``"format='vortex'"``) in one line naming the extra to install
+    when ``module`` cannot be imported: called in the driver where the work is built, before any task, so a
+    missing extra is never a task that fails (and is retried) on every worker."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module without a spec
+        found = False
+    if not found:
+        raise MissingExtra(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
 
 
 class InputError(ZephyrError):

@@ -28,46 +28,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = [
-    "OLD_COUNT_KEYS",
-    "TASK_KEYS",
-    "add_counts",
-    "counter_totals",
-    "ops_named",
-    "quarantine_files",
-    "record",
-    "recording",
-    "stage_record",
-    "summarize",
-    "task_totals",
-    "upgrade_counts",
-    "WriteResult",
-]
-
-
 TASK_KEYS = ("tasks", "tasks_resumed", "task_retries")
 """Per-stage task counts that add up across stages and jobs."""
-
-OLD_COUNT_KEYS = {"rows_rejected": "rows_quarantined", "rows_read_rejected": "rows_read_quarantined"}
-"""Count keys of task markers and stage records written before this release (old → new): one count, the rows
-set aside to the quarantine output, had two names (``rows_rejected`` here, ``rows_quarantined`` in summaries)."""
-
-
-def upgrade_counts(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` (a task marker or stage record, with its ``ops``) with the old count keys under their new
-    names, so a run resumed over an older run's markers still balances; a new record comes back unchanged.
-
-    >>> upgrade_counts({"rows_rejected": 2, "ops": [{"op": "map", "rows_rejected": 2}]})
-    {'ops': [{'op': 'map', 'rows_quarantined': 2}], 'rows_quarantined': 2}
-    """
-    out = {k: v for k, v in record.items() if k not in OLD_COUNT_KEYS}
-    for old, new in OLD_COUNT_KEYS.items():
-        if old in record:
-            out.setdefault(new, record[old])
-    if "ops" in record:
-        out["ops"] = [upgrade_counts(op) for op in record["ops"]]
-    return out
-
 
 _active: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar("zephyr_job_stats", default=())
 

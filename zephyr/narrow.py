@@ -33,8 +33,6 @@ from zephyr.ops import (
     WithRowIndex,
 )
 
-__all__ = ["OpCounters", "run_narrow", "op_label"]
-
 
 @dataclass
 class OpCounters:

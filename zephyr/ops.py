@@ -15,28 +15,6 @@ import pyarrow as pa
 
 from zephyr.shuffle.reduce import Agg
 
-__all__ = [
-    "OnError",
-    "Op",
-    "ReadFiles",
-    "FromTable",
-    "Map",
-    "Filter",
-    "FlatMap",
-    "MapBatches",
-    "Select",
-    "WithRowIndex",
-    "GroupAggregate",
-    "GroupApply",
-    "Deduplicate",
-    "Sort",
-    "Join",
-    "Reshard",
-    "BatchOutput",
-    "NARROW_OPS",
-    "WIDE_OPS",
-]
-
 OnError = Literal["raise", "quarantine"]
 
 

@@ -15,8 +15,6 @@ from typing import Any, Literal
 from zephyr.config import parse_bytes
 from zephyr.errors import ConfigError
 
-__all__ = ["ExecutionOptions", "ExecutorName", "DEFAULT_MEMORY_BUDGET"]
-
 ExecutorName = Literal["inprocess", "threads", "local", "dask"]
 DEFAULT_MEMORY_BUDGET = "1GiB"
 

@@ -55,30 +55,6 @@ from zephyr.shuffle.reduce import (
 )
 from zephyr.shuffle.writer import ShuffleSpec
 
-__all__ = [
-    "EXCHANGES",
-    "MAX_PARTITIONS",
-    "Exchange",
-    "PhysicalPlan",
-    "PlannedJob",
-    "PlannedStage",
-    "SourceSize",
-    "exchange",
-    "explain",
-    "explain_jobs",
-    "list_source_files",
-    "materializes_before_sort",
-    "partition_count",
-    "partitions_for",
-    "plan_bytes",
-    "pushdown_columns",
-    "read_bytes",
-    "runs_in_process",
-    "size_of_files",
-    "wide_input_bytes",
-    "with_boundaries",
-]
-
 log = logging.getLogger(__name__)
 
 MAX_PARTITIONS = 4096

@@ -22,8 +22,6 @@ import pyarrow.parquet as pq
 from zephyr.errors import ConfigError
 from zephyr.ops import NARROW_OPS, WIDE_OPS, FromTable, Join, Op, ReadFiles
 
-__all__ = ["Segment", "build_plan", "fingerprint_of", "table_digest"]
-
 
 @dataclass(eq=False)
 class Segment:

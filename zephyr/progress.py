@@ -27,8 +27,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Display", "Quiet", "command", "current", "enabled", "write"]
-
 _local = threading.local()
 
 

@@ -27,8 +27,6 @@ from zephyr.options import ExecutionOptions
 from zephyr.physical import SizeOf, list_source_files, plan_bytes, read_bytes, runs_in_process, size_of_files
 from zephyr.plan import Segment
 
-__all__ = ["ReadPlan", "plan_read", "SPLIT_MIN_BYTES", "TASK_MIN_BYTES", "TASKS_PER_WORKER"]
-
 SPLIT_MIN_BYTES = 64 << 20
 """Inputs under twice this are read in shards of this size, not split further: a worker's start-up, imports and
 a client's set-up (loading and proving a tokenizer: ~1-2 CPU-s) cost more than their work."""

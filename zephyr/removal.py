@@ -4,8 +4,8 @@ rows it drops kept with their reason (``--dropped-output``).
 The one rule for a step that adds columns to rows: it never replaces a column the input already has, unless
 told to.
 
-Why: ``zephyr langid`` used to replace an existing ``lang`` column without a word, and the sample corpus has
-one (each source's claimed language), so the claim was gone and nothing said so. Every step that adds columns
+Why: a replaced column is data lost without a word: the sample corpus has a ``lang`` column (each source's
+claimed language), which ``zephyr langid`` would otherwise overwrite. Every step that adds columns
 (language ID, quality scores, PII counts, decontamination flags, dedup annotations, and the pipeline steps
 built on them) checks the schema it is about to extend here and raises ``ColumnExistsError``, naming the column
 and the ways out: ``replace_columns=True`` (``--replace-columns`` on the command line, ``replace_columns: true`` in a pipeline
@@ -52,7 +52,6 @@ Without ``--dropped-output`` a command keeps its one-job plan and writes the sam
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -63,26 +62,6 @@ if TYPE_CHECKING:  # pyarrow is imported where a batch is handled: declaring a c
     import pyarrow as pa
 
     from zephyr.io.paths import Format
-
-__all__ = [
-    "Removal",
-    "check_dropped_output",
-    "DROP_REASON",
-    "VERDICT",
-    "Verdict",
-    "Unless",
-    "Route",
-    "Routed",
-    "check",
-    "keep_all",
-    "write_routed",
-    "check_added_columns",
-    "check_input_columns",
-    "REPLACE_COLUMNS_HINT",
-    "RenameColumns",
-    "set_aside",
-    "ASIDE_PREFIX",
-]
 
 
 DROP_REASON = "drop_reason"
@@ -226,7 +205,7 @@ class Removal:
         return summary
 
 
-def check(args: argparse.Namespace, inputs: Any = None) -> None:
+def check(args: Any, inputs: Any = None) -> None:
     """``check_dropped_output`` of a parsed command line (the registration path of the modules not yet
     declaring ``Command``s; removed with it)."""
     check_dropped_output(args.dropped_output, args.output, args.inputs if inputs is None else inputs)

@@ -31,22 +31,6 @@ from fsspec.core import url_to_fs
 from zephyr.io.paths import is_local, write_json_atomic
 from zephyr.plan import fingerprint_of
 
-__all__ = [
-    "STARTED",
-    "SUCCESS",
-    "all_exist",
-    "begin",
-    "check_files",
-    "drop_scratch",
-    "exists",
-    "files_fingerprint",
-    "inside",
-    "is_complete",
-    "mark_done",
-    "read_marker",
-    "unit_fingerprint",
-]
-
 SUCCESS = "_SUCCESS.json"
 """A folder unit's done marker: ``{"fingerprint": ..., "finished": <unix time>}``."""
 STARTED = "_STARTED.json"

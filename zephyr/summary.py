@@ -1,8 +1,7 @@
 """The one success summary every ``zephyr`` command ends with.
 
-Why one helper: commands used to end in four different ways (a JSON line with their own keys, a log line, a
-``WARNING``, or nothing), so a person could not tell what a run did without reading its stats file, and a
-script needed a parser per command. Every handler now returns a ``Summary``; ``zephyr.cli.main`` times the
+Why one helper: a person should tell what a run did without reading its stats file, and a script should not
+need a parser per command. Every command returns a ``Summary``; ``zephyr.cli.main`` times the
 command, adds the byte counts, and prints it one way:
 
 - without ``--json``: a short table on **stderr** (progress and logs live there too), e.g.::
@@ -33,8 +32,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
-
-__all__ = ["KEYS", "Summary", "from_stages", "emit", "human", "bytes_under"]
 
 log = logging.getLogger(__name__)
 

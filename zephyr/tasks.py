@@ -13,25 +13,43 @@ it. Valid (``finished_marker``): whole, of this fingerprint, naming only paths i
 owns (``owned_folders``: a forged marker cannot make the driver publish, move or read anyone else's file),
 and every file it names still holds the bytes recorded (``zephyr.resume.check_files``). Anything else: the
 task reruns, with a warning naming the marker.
+
+Read-ahead (``read_ahead``): a task's next input batch is decoded on a thread while the current one is
+processed.
+
+A task run in the driver process (the ``inprocess`` executor: small jobs, and the tokenize writer's single
+process) has no other task beside it to keep a second core busy. Its input is Parquet or JSONL decoding,
+which releases the GIL, so a thread can decode batch ``n + 1`` while the task's ops work on batch ``n``:
+for the tokenize writer at 320 MB on 2 cores, 5.06 s → 4.24 s (median of 3, benchmarks/RESULTS.md). Worker
+processes do not read ahead: the other workers already use the cores, and each would hold one more batch.
+
+What it costs: one more decoded batch in memory (``Budget.read_batch_bytes``; ``zephyr.budget`` states it).
+What it keeps: the order of batches, every exception (raised in the consumer at the batch where it
+happened), and the task's context (``zephyr.counters``, the running budget and the quarantine callback run
+inside a copy of the caller's ``contextvars`` context).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import queue
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr import budget, counters, read_ahead, resume
+from zephyr import budget, counters, resume
 from zephyr.budget import Budget
 from zephyr.errors import ZephyrError
 from zephyr.io.checksum import Checksummed, collecting_side_files
@@ -39,27 +57,11 @@ from zephyr.io.paths import atomic_write, write_json_atomic
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
-from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
 from zephyr.shuffle.read import partition_sources
 from zephyr.shuffle.runs import Run, coalesce_runs
 from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, numpy_to_arrow
-
-__all__ = [
-    "CoalesceOutput",
-    "SinkOutput",
-    "ShuffleOutput",
-    "SampleOutput",
-    "StageSpec",
-    "TaskSpec",
-    "finished_marker",
-    "marker_files",
-    "owned_folders",
-    "run_task",
-    "read_marker",
-    "write_json_atomic",
-]
 
 log = logging.getLogger(__name__)
 
@@ -214,10 +216,10 @@ def marker_files(marker: dict) -> dict[str, list[str]]:
 
 def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
     """The task's marker when the task is finished and can be skipped: of this fingerprint
-    (``read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
+    (``zephyr.resume.read_marker``), naming only paths this stage owns (``owned_folders``), and every file it names
     holding the size and checksum recorded when it was written (``zephyr.resume.check_files``). Otherwise
     None, with a warning naming the marker when one was there: the task reruns."""
-    marker = read_marker(task.marker_path, task.fingerprint)
+    marker = resume.read_marker(task.marker_path, task.fingerprint)
     if marker is None:
         return None
     problem = _marker_problem(marker, task, stage)
@@ -250,13 +252,6 @@ def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | Non
     if listed and not isinstance(checksums, dict):
         return "it records no checksums (written by an older zephyr)"
     return resume.check_files({p: checksums.get(p) for p in listed}) if listed else None
-
-
-def read_marker(url: str, fingerprint: str) -> dict | None:
-    """The task's marker if it exists, is whole and belongs to this stage fingerprint (``zephyr.resume``), with
-    the count keys of older markers under their new names."""
-    marker = resume.read_marker(url, fingerprint)
-    return upgrade_counts(marker) if marker is not None else None
 
 
 class _Counted:
@@ -335,10 +330,10 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
 
 
 def _task_input(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
-    """The task's input tables; a shard's are decoded one batch ahead when ``read_ahead.enabled()`` (tasks in
+    """The task's input tables; a shard's are decoded one batch ahead when ``read_ahead_enabled()`` (tasks in
     the driver process). Rows quarantined while reading reach ``quarantine`` in the same order either way:
     they travel with the batch they were read with, not from the reading thread."""
-    if task.shard is None or not read_ahead.enabled():
+    if task.shard is None or not read_ahead_enabled():
         yield from _input_tables(task, stage, quarantine)
         return
 
@@ -350,7 +345,7 @@ def _task_input(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Tab
             yield aside, table
         yield pending, None
 
-    for aside, table in read_ahead.read_ahead(batches_with_quarantined()):
+    for aside, table in read_ahead(batches_with_quarantined()):
         for rows in aside:
             quarantine(rows)
         if table is not None:
@@ -563,3 +558,69 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
         hashed = Checksummed(f)
         pq.write_table(pa.concat_tables(kept), hashed)
     return {"rows_out": rows, "bytes_out": 0, "sample": url, "checksums": {url: hashed.record()}}
+
+
+T = TypeVar("T")
+
+_ENABLED: ContextVar[bool] = ContextVar("zephyr_read_ahead", default=False)
+_END = object()
+_POLL_SECONDS = 0.05
+
+
+def read_ahead_enabled() -> bool:
+    """Whether tasks started in this context read one batch ahead (``reading_ahead``)."""
+    return _ENABLED.get()
+
+
+@contextmanager
+def reading_ahead() -> Iterator[None]:
+    """Tasks run inside this block read their input one batch ahead (the in-process executor sets it)."""
+    token = _ENABLED.set(True)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """``items``, produced one item ahead on a daemon thread. Closing the returned generator early (an op
+    that stops reading, an error downstream) stops the thread after at most the item it is producing."""
+    slot: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        slot.put((item, None), timeout=_POLL_SECONDS)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slot.put((_END, None))
+        except BaseException as exc:  # handed to the consumer, raised where it reads the failed batch
+            slot.put((_END, exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(produce,), name="zephyr-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = slot.get()
+            if item is _END:
+                if error is not None:
+                    raise error
+                return
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on the full slot, then let it finish
+            with suppress(queue.Empty):
+                slot.get_nowait()
+            thread.join(_POLL_SECONDS)

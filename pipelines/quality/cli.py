@@ -182,8 +182,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def _io(p: argparse.ArgumentParser, inputs: bool = True, output: bool = True) -> None:
     """Inputs, output (unless ``output=False``: ``zephyr explain``), ``--on-error`` and the schema flags
     (with ``inputs``), and ``--text-column``."""
-    from zephyr.cli import add_on_error, add_output_dir
-    from zephyr.io.schema import add_schema_arguments
+    from zephyr.cli import add_on_error, add_output_dir, add_schema_arguments
 
     if inputs:
         p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")

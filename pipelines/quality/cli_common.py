@@ -31,8 +31,8 @@ def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), renam
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
     (``zephyr.io.input_schema``)."""
     import zephyr
+    from zephyr.cli import schema_arguments
     from zephyr.io.paths import input_files
-    from zephyr.io.schema import schema_arguments
     from zephyr.io.sources import check_text_inputs
     from zephyr.removal import check_input_columns
 

@@ -77,7 +77,7 @@ def test_bad_input_is_one_line_naming_file_line_and_flag(tmp_path, executor):
     assert "on_error=" not in error  # the library's keyword, spelled as the flag on the command line
     verbose = zephyr_cli(*args, "-v")
     assert verbose.returncode == 1
-    assert "Traceback (most recent call last)" in verbose.stderr and "jsonl_source.py" in verbose.stderr
+    assert "Traceback (most recent call last)" in verbose.stderr and "io/jsonl.py" in verbose.stderr
     assert verbose.stderr.rstrip().splitlines()[-1].startswith("full traceback: ")
 
 

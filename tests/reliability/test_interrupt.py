@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -148,3 +149,28 @@ def test_interrupted_run_resumes_to_the_same_output(tmp_path):
     assert parts["out"] == parts["fresh"] and parts["out"]
     for part in parts["out"]:
         assert (tmp_path / "out" / part).read_bytes() == (tmp_path / "fresh" / part).read_bytes()
+
+
+def test_ctrl_c_reaching_a_task_thread_still_interrupts_the_threads_executor(tmp_path):
+    """The kernel hands a process's SIGINT to any of its threads; when a task thread takes it, the main thread
+    (waiting for tasks) must still wake up and raise ``KeyboardInterrupt`` instead of waiting for the task."""
+    code = textwrap.dedent(
+        """
+        import signal, sys, threading, time
+        from zephyr.executors.base import ThreadExecutor
+
+        def task(n):
+            if n == 0:
+                time.sleep(1)  # the main thread waits for the tasks by now
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # Ctrl-C lands on this thread
+            time.sleep(600)  # a task that would hold the command for ten minutes
+
+        try:
+            list(ThreadExecutor(2).run(task, [0, 1]))
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            import os; os._exit(0)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.startswith("interrupted"), result.stderr

@@ -33,8 +33,7 @@ import yaml
 
 import zephyr
 from zephyr.cli import main
-from zephyr.executors.base import Executor
-from zephyr.executors.inprocess import InProcessExecutor
+from zephyr.executors.base import Executor, InProcessExecutor
 from zephyr.executors.local import LocalExecutor
 from zephyr.io.checksum import file_checksum
 

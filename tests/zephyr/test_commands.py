@@ -90,7 +90,7 @@ def short_command(monkeypatch):
         )
     ]
     monkeypatch.setitem(sys.modules, "short_cli", module)
-    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "short_cli"))
+    monkeypatch.setattr(cli, "COMMAND_MODULES", {**cli.COMMAND_MODULES, "short_cli": ("text",)})
 
 
 def _input(tmp_path, texts, **columns):

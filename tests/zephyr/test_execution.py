@@ -256,26 +256,6 @@ def _null_text_upper(row):
     return {"id": row["id"], "text": row["text"].upper()}  # AttributeError on null text
 
 
-def test_resume_reads_markers_of_older_runs_with_rows_rejected(tmp_path):
-    rows = [{"id": i, "text": None if i % 10 == 0 else f"doc {i}"} for i in range(100)]
-    plan = zephyr.from_items(rows, num_shards=2).map(_null_text_upper, on_error="quarantine")
-    work = tmp_path / "work"
-    plan.write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
-    markers = list(work.glob("stage-*/_done/task-*.json"))
-    assert len(markers) == 2
-    for path in markers:  # as a run before the rename wrote them
-        text = path.read_text().replace('"rows_quarantined"', '"rows_rejected"')
-        path.write_text(text.replace('"rows_read_quarantined"', '"rows_read_rejected"'))
-    resumed = plan.write_parquet(str(tmp_path / "out"), executor="inprocess", work_dir=str(work))
-    stage = resumed.stats["stages"][0]
-    assert (
-        stage["tasks_resumed"] == 2
-        and stage["rows_quarantined"] == 10
-        and stage["ops"][0]["rows_quarantined"] == 10
-    )
-    assert resumed.stats["rows_quarantined"] == 10 and stage["rows_in"] == stage["rows_out"] + 10
-
-
 def test_row_error_without_quarantine_names_shard_and_row(tmp_path):
     with pytest.raises(TaskError, match=r"row 3 of .*part-00000\.parquet"):
         zephyr.from_items([{"x": i} for i in range(5)]).map(lambda r: {"y": 1 / (r["x"] - 3)}).to_arrow(

@@ -1,4 +1,4 @@
-"""The task processes' C heap gives freed arrays back to the OS (zephyr.executors.heap)."""
+"""The task processes' C heap gives freed arrays back to the OS (zephyr.executors.base)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 _RETAINED = textwrap.dedent(
     """
     import sys, numpy as np, psutil
-    from zephyr.executors.heap import fix_mmap_threshold
+    from zephyr.executors.base import fix_mmap_threshold
     print(fix_mmap_threshold() if sys.argv[1] == "fix" else "skipped")
     rss = lambda: psutil.Process().memory_info().rss
     big = np.ones(20 << 20, np.uint8)
@@ -62,8 +62,8 @@ def test_task_processes_fix_the_threshold(tmp_path):
     """The threads executor's process and a local worker run with the fixed threshold."""
     code = textwrap.dedent(
         """
-        import zephyr.executors.heap as heap
-        from zephyr.executors.threads import ThreadExecutor
+        import zephyr.executors.base as heap
+        from zephyr.executors.base import ThreadExecutor
         from zephyr.executors.local import LocalExecutor
         assert not heap._done
         ThreadExecutor(2)
@@ -76,7 +76,7 @@ def test_task_processes_fix_the_threshold(tmp_path):
         """
     )
     probe = tmp_path / "probe.py"
-    probe.write_text("def probe(_):\n    import zephyr.executors.heap as h\n    return h._done\n")
+    probe.write_text("def probe(_):\n    import zephyr.executors.base as h\n    return h._done\n")
     code = f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from probe import probe as _probe\n" + code
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
@@ -85,7 +85,7 @@ def test_task_processes_fix_the_threshold(tmp_path):
 _POOL_RETAINED = textwrap.dedent(
     """
     import sys, pyarrow as pa, pyarrow.compute as pc, psutil
-    from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
+    from zephyr.executors.base import fix_mmap_threshold, release_freed_memory
     fix_mmap_threshold()
     rss = lambda: psutil.Process().memory_info().rss
     base = pa.array(["x" * 100] * 100_000)

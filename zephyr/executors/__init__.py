@@ -23,11 +23,11 @@ def make_executor(options: ExecutionOptions) -> Executor:
     if isinstance(executor, Executor):
         return executor
     if executor == "inprocess":
-        from zephyr.executors.inprocess import InProcessExecutor
+        from zephyr.executors.base import InProcessExecutor
 
         return InProcessExecutor()
     if executor == "threads":
-        from zephyr.executors.threads import ThreadExecutor
+        from zephyr.executors.base import ThreadExecutor
 
         return ThreadExecutor(options.num_workers)
     if executor == "local":
@@ -35,7 +35,10 @@ def make_executor(options: ExecutionOptions) -> Executor:
 
         return LocalExecutor(options.num_workers)
     if executor == "dask" or type(executor).__name__ == "Client":
+        from zephyr.errors import require
         from zephyr.executors.dask import DaskExecutor
+
+        require("distributed", "dask", "executor='dask'")
 
         return DaskExecutor.from_options(options)
     raise ConfigError(f"unknown executor {executor!r}")
@@ -61,7 +64,7 @@ def reuse_workers(execution: dict[str, Any], *, preload: Sequence[str] = ()) -> 
 
     workers = ExecutionOptions(workers=execution.get("workers")).num_workers
     if executor == "threads":
-        from zephyr.executors.threads import ThreadExecutor
+        from zephyr.executors.base import ThreadExecutor
 
         yield {**execution, "executor": ThreadExecutor(workers, preload=preload)}
         return

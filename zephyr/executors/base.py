@@ -11,11 +11,53 @@ executor whose workers are other processes sends ``cloudpickle.dumps(value)`` on
 pipe, or scattered through the dask scheduler), and the worker keeps the last ``SHARED_KEEP`` values it got,
 by key (``shared_value``); executors of this process use the value itself, copied once per batch so that
 tasks never mutate the driver's plan, as workers in other processes could not either.
+
+``InProcessExecutor`` runs tasks one after another in the calling process: for debugging, tests and tiny
+jobs.
+
+Nothing else runs beside such a task, so it decodes its input one batch ahead on a thread
+(``zephyr.tasks``): the decoding releases the GIL and uses the core the task's ops leave idle.
+
+``ThreadExecutor`` runs tasks on threads of the calling process: no worker start-up, one copy of every import.
+
+Why: zephyr's hot paths release the GIL — Arrow compute and Parquet I/O, polars, and the numba kernels (compiled
+``nogil``) — so threads of one process use several cores. On a few cores and inputs of a few hundred MB, spawned
+workers spend as long importing (pyarrow, polars, numba and its cached kernels: ~1.5 s of CPU each) as the job
+computes; threads pay that once. What threads give up: a task that crashes the interpreter or runs out of
+memory takes the job with it (the ``local`` executor isolates tasks in processes), and per-row Python ops
+(``map``, ``filter``) hold the GIL, so they run one at a time.
+
+``fix_mmap_threshold`` and ``release_freed_memory`` keep a task process's C heap from holding on to memory
+that its tasks freed.
+
+Why: glibc serves a large ``malloc`` (numpy arrays, numba kernels' scratch, Parquet decode buffers outside
+Arrow's pool) from ``mmap`` and gives it back on ``free`` — until the first such free, after which it raises
+its *dynamic* mmap threshold (up to 32 MiB on 64-bit) and serves arrays of that size from the heap arenas.
+Freed there, they fragment the arenas and stay resident, so a process that runs many tasks grows with the
+data rather than with the budget. Fixing the threshold (``mallopt(M_MMAP_THRESHOLD)``, which also turns the
+dynamic adjustment off) keeps every array above it on ``mmap``.
+
+Measured (2 task threads, ``zephyr dedup fuzzy``, 256 MB budget): the giant-bucket run at 160k documents
+peaks at ~850 MiB instead of ~1040 MiB, and the medium docs (382 MB) at ~880-920 MiB instead of ~1030-1060
+MiB, at the same wall time within noise (benchmarks/dedup_giant_bucket.py, benchmarks/dedup_fuzzy.py). A
+threshold of 1-16 MiB gave the same peaks; 4 MiB keeps the number of ``mmap`` calls small.
+
+Between tasks, ``release_freed_memory`` hands back what the allocators still hold for reuse: Arrow's pool
+(jemalloc in local workers, mimalloc elsewhere) keeps freed pages until they decay, and glibc keeps the free
+top of its heap. A task then starts from the process's baseline rather than from its predecessor's peak, so
+one task's retention never adds to the next task's data (``zephyr.budget`` counts on this).
 """
 
 from __future__ import annotations
 
+import concurrent.futures as futures
+import contextlib
+import ctypes
 import dataclasses
+import importlib
+import logging
+import os
+import platform
 import sys
 import threading
 import traceback
@@ -24,18 +66,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-__all__ = [
-    "Executor",
-    "Outcome",
-    "SHARED_KEEP",
-    "Shared",
-    "call_shared",
-    "is_retryable",
-    "failure",
-    "explain_worker_death",
-    "shared_value",
-]
 
 SHARED_KEEP = 4
 """Shared values a worker process keeps (the stages of the last few batches: a retry round reuses its own)."""
@@ -117,7 +147,7 @@ class Outcome:
 
 def is_retryable(exc: BaseException) -> bool:
     """Deterministic failures fail the job at once instead of being retried: bad input, schema or config, a
-    missing column, and OS errors that recur on every try (disk full, permission denied, read-only file
+    missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that recur on every try (disk full, permission denied, read-only file
     system, a file where a directory should be: ``errors.PERMANENT_ERRNOS``). The exception's causes are
     looked at too, since a reader may wrap the ``OSError`` it met."""
     from zephyr.errors import PERMANENT_ERRNOS, ConfigError, InputError, OutputError, SchemaError
@@ -127,6 +157,7 @@ def is_retryable(exc: BaseException) -> bool:
         SchemaError,
         ConfigError,
         OutputError,
+        ModuleNotFoundError,
         *_library_schema_errors(),
     )
     seen: set[int] = set()
@@ -217,3 +248,113 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
         "memory or run fewer --workers"
     )
     return dataclasses.replace(outcome, error=f"{outcome.error}; {hint}")
+
+
+class InProcessExecutor(Executor):
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
+        from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
+
+        value_of = shared.copy() if shared is not None and tasks else None
+        for position, task in enumerate(tasks):
+            try:
+                with reading_ahead():
+                    value = fn(task) if shared is None else fn(value_of, task)
+            except Exception as exc:  # reported to the driver, which retries or fails the job with context
+                yield position, failure(exc)
+            else:
+                yield position, Outcome(True, value)
+
+
+class ThreadExecutor(Executor):
+    """``workers`` threads; outcomes in completion order, like the process pools'. ``preload``:
+    ``"module:function"`` names called once, on a background thread, from construction on (as the local
+    executor's workers call them at start): e.g. loading compiled kernels while the driver plans."""
+
+    def __init__(self, workers: int, *, preload: Sequence[str] = ()):
+        self.workers = max(1, workers)
+        fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
+        if preload:
+            threading.Thread(
+                target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
+            ).start()
+
+    def run(
+        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    ) -> Iterator[tuple[int, Outcome]]:
+        value = shared.copy() if shared is not None and tasks else None  # one copy, shared by the threads
+
+        def call(task: Any) -> Outcome:
+            try:
+                return Outcome(True, fn(task) if shared is None else fn(value, task))
+            except Exception as exc:  # reported to the driver, which retries or fails the job with context
+                return failure(exc)
+            finally:
+                release_freed_memory()  # what this task freed goes back before the next task's peak
+
+        pool = futures.ThreadPoolExecutor(self.workers, thread_name_prefix="zephyr-task")
+        pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}
+        interrupted = False
+        try:
+            waiting = set(pending)
+            while waiting:
+                # a bounded wait: Ctrl-C may reach another thread of the process, and the main thread runs
+                # the handler only when it wakes (an unbounded wait held it until a task ended)
+                done, waiting = futures.wait(waiting, timeout=0.5, return_when=futures.FIRST_COMPLETED)
+                for future in sorted(done, key=pending.__getitem__):
+                    yield pending[future], future.result()
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:  # the driver gave up (a task exhausted its retries, Ctrl-C): start nothing more
+            for future in pending:
+                future.cancel()
+            # Running tasks finish before the job fails, except on Ctrl-C: a thread cannot be stopped, and
+            # the command must end now (its process exits with the threads; see zephyr.cli).
+            pool.shutdown(wait=not interrupted)
+
+
+def _preload(names: tuple[str, ...]) -> None:
+    for name in names:
+        module, _, function = name.partition(":")
+        getattr(importlib.import_module(module), function)()
+
+
+MMAP_THRESHOLD_BYTES = 4 << 20
+_M_MMAP_THRESHOLD = -3  # <malloc.h>
+_done = False
+
+
+def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fixes glibc's mmap threshold once per process; True if it was set by this or an earlier call.
+
+    A no-op (False) where the C library is not glibc, and where the user set ``MALLOC_MMAP_THRESHOLD_``
+    themselves (their setting wins, as glibc read it at start-up)."""
+    global _done
+    if _done:
+        return True
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        _done = bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):  # a glibc without mallopt, or no libc.so.6 to load: nothing to tune
+        logging.getLogger(__name__).debug("mallopt unavailable; heap growth not bounded", exc_info=True)
+        return False
+    return _done
+
+
+def release_freed_memory() -> None:
+    """Return memory freed by the finished task to the OS: Arrow's pool, then glibc's heap (see the module
+    docstring). Cheap (milliseconds); safe while other threads allocate."""
+    import sys
+
+    pyarrow = sys.modules.get("pyarrow")
+    if pyarrow is not None:  # no task imported it: nothing to release
+        pyarrow.default_memory_pool().release_unused()
+    if _done:  # glibc, and mallopt worked: malloc_trim exists too
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
     from zephyr.options import ExecutionOptions
 
-__all__ = ["DaskExecutor", "LocalDaskCluster", "start_local_cluster", "dask_setup"]
 
 log = logging.getLogger(__name__)
 

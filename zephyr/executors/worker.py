@@ -80,7 +80,7 @@ def main(config: dict) -> None:
     # worker), and code that asks (the quality classifier's trainer) gets the answer a dask worker gives.
     multiprocessing.current_process().daemon = True
     conn = Connection(config["conn"])
-    from zephyr.executors.heap import fix_mmap_threshold
+    from zephyr.executors.base import fix_mmap_threshold
 
     fix_mmap_threshold()  # before the imports' first large allocations
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
@@ -99,8 +99,7 @@ def main(config: dict) -> None:
 def _serve(conn: Connection) -> None:
     import cloudpickle
 
-    from zephyr.executors.base import Outcome, failure, shared_value
-    from zephyr.executors.heap import release_freed_memory
+    from zephyr.executors.base import Outcome, failure, release_freed_memory, shared_value
 
     while True:
         try:

@@ -28,16 +28,6 @@ from typing import IO, Any
 import fsspec
 import xxhash
 
-__all__ = [
-    "ALGORITHM",
-    "Checksummed",
-    "checksum_record",
-    "collecting_side_files",
-    "file_checksum",
-    "hasher",
-    "record_side_file",
-]
-
 ALGORITHM = "xxh3_128"
 """The checksum zephyr records for the files it writes."""
 

@@ -52,21 +52,6 @@ from zephyr.errors import ClaimError
 from zephyr.io import layout, lock
 from zephyr.io.paths import check_output_dir, filesystem, is_local
 
-__all__ = [
-    "MANIFEST_VERSION",
-    "PENDING",
-    "claimed",
-    "is_claimed",
-    "check_not_inputs",
-    "foreign_files",
-    "read_manifest",
-    "manifest_entries",
-    "write_manifest",
-    "write_pending",
-    "file_entry",
-    "input_paths_of",
-]
-
 log = logging.getLogger(__name__)
 
 MANIFEST_VERSION = 1

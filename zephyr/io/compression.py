@@ -32,17 +32,6 @@ import zstandard
 
 from zephyr.errors import ConfigError
 
-__all__ = [
-    "ByteReader",
-    "TruncatedStream",
-    "CorruptStream",
-    "TrailingData",
-    "open_decompressed",
-    "open_compressed_writer",
-    "GZIP_MAGIC",
-    "ZSTD_MAGIC",
-]
-
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FEED_BYTES = 64 << 10  # compressed bytes handed to a decompressor at a time

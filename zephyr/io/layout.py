@@ -32,24 +32,6 @@ from __future__ import annotations
 import os
 import posixpath
 
-__all__ = [
-    "SIDECAR_SUFFIX",
-    "MANIFEST",
-    "LOCK",
-    "STATS",
-    "sidecar",
-    "side_path",
-    "manifest_path",
-    "lock_path",
-    "staging_dir",
-    "stats_path",
-    "quarantine_dir",
-    "dropped_dir",
-    "is_sidecar",
-    "scratch_dir",
-    "remove_folder",
-]
-
 SIDECAR_SUFFIX = ".zephyr"
 MANIFEST = "manifest.json"
 LOCK = "lock.json"

@@ -45,8 +45,6 @@ from typing import Any
 from zephyr.errors import ClaimError, OutputError, describe_os_error
 from zephyr.io.paths import filesystem, is_local
 
-__all__ = ["Holder", "held", "holder_of", "command_line", "set_command_line"]
-
 log = logging.getLogger(__name__)
 
 _COUNTS: dict[str, int] = {}

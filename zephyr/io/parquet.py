@@ -44,16 +44,6 @@ from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
 from zephyr.io.schema import cast_to_schema, conform
 from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly
 
-__all__ = [
-    "read_parquet_shard",
-    "split_row_groups",
-    "open_parquet",
-    "plain_schema",
-    "parquet_rows",
-    "ParquetEncoder",
-]
-
-
 logger = logging.getLogger(__name__)
 
 _PROBE_ROWS = 1024

@@ -41,30 +41,6 @@ from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.errors import READ_ERRNOS, ConfigError, InputError, OutputError, describe_os_error, read_error
 
-__all__ = [
-    "Format",
-    "Compression",
-    "FORMAT_EXTENSIONS",
-    "expand_paths",
-    "input_files",
-    "sniff_format",
-    "infer_format",
-    "infer_compression",
-    "filesystem",
-    "open_input",
-    "is_local",
-    "public_path",
-    "absolute",
-    "check_output_dir",
-    "naming_path",
-    "atomic_output",
-    "atomic_write",
-    "write_bytes_atomic",
-    "write_json_atomic",
-    "FileStat",
-    "file_stat",
-]
-
 log = logging.getLogger(__name__)
 
 Format = Literal["parquet", "jsonl", "vortex", "warc"]

@@ -44,8 +44,6 @@ from zephyr.errors import ConfigError
 from zephyr.io import claim, layout, paths
 from zephyr.io.paths import check_output_dir, is_local
 
-__all__ = ["check_side_dir", "prune_quarantine", "publish", "publish_folder", "exchange"]
-
 log = logging.getLogger(__name__)
 
 _RENAME_EXCHANGE = 2

@@ -50,17 +50,6 @@ import pyarrow.types as pat
 
 from zephyr.errors import SchemaError
 
-__all__ = [
-    "QUARANTINE_SCHEMA",
-    "REJECT_REASON",
-    "QuarantineFn",
-    "quarantine_table",
-    "bad_rows",
-    "is_text_type",
-    "require_text_column",
-]
-
-
 REJECT_REASON = "reject_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
 

@@ -49,7 +49,6 @@ column and both types — pass ``schema=`` then. Only the columns a job reads ta
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -58,25 +57,6 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import ConfigError, SchemaError
-
-__all__ = [
-    "promote_types",
-    "promote_schemas",
-    "conform",
-    "SchemaConflict",
-    "normalize_view_types",
-    "without_view_types",
-    "is_string_like",
-    "is_binary_like",
-    "is_list_like",
-    "SCHEMA_PEEK_BYTES",
-    "merge_schemas",
-    "cast_to_schema",
-    "fit_planned",
-    "load_schema_file",
-    "add_schema_arguments",
-    "schema_arguments",
-]
 
 
 class SchemaConflict(Exception):
@@ -564,25 +544,3 @@ def _type(value: Any, where: str) -> pa.DataType:
 
 
 # -- command-line flags -------------------------------------------------------------------------------------
-def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--unify-schemas`` and ``--schema FILE``, for every command that reads input files."""
-    group = parser.add_argument_group("input schema (files that disagree; see docs/engine.md)")
-    group.add_argument(
-        "--unify-schemas",
-        action="store_true",
-        help="promote types that differ between input files (int32+int64 -> int64, int+double -> double)",
-    )
-    group.add_argument(
-        "--schema",
-        metavar="FILE",
-        default=None,
-        help="cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)",
-    )
-
-
-def schema_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The reader keywords (``unify_schemas=``, ``schema=``) given by ``add_schema_arguments``' flags."""
-    schema = getattr(args, "schema", None)
-    if schema is not None and getattr(args, "unify_schemas", False):
-        raise ConfigError("give --unify-schemas or --schema FILE, not both")
-    return {"unify_schemas": bool(getattr(args, "unify_schemas", False)), "schema": schema}

@@ -16,8 +16,6 @@ import pyarrow as pa
 from zephyr.errors import SchemaError
 from zephyr.io.schema import SchemaConflict, conform, promote_schemas
 
-__all__ = ["SCHEMA_FIX", "BufferedEncoder", "Encoder", "promote_or_refuse", "quietly", "remove_local"]
-
 logger = logging.getLogger(__name__)
 
 SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every batch has one type."
@@ -54,7 +52,7 @@ class BufferedEncoder(Encoder):
     batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
     encoder rewrite what it has emitted so far under the widened schema (``rewrite``): rare, costs one pass over
     the rows written so far, and gives the same bytes as if the wide schema had been known from the start.
-    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl_source``), so that is all it needs.
+    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
     """
 
     def __init__(self, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str):

@@ -46,20 +46,11 @@ import pyarrow as pa
 
 from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io.checksum import checksum_record, file_checksum
-from zephyr.io.jsonl_sink import JsonlEncoder, encode_ndjson
+from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
 from zephyr.io.sink_encoder import Encoder
-from zephyr.io.vortex_sink import VortexEncoder
-
-__all__ = [
-    "ShardWriter",
-    "WrittenFile",
-    "encode_ndjson",
-    "output_name",
-    "DEFAULT_ROW_GROUP_BYTES",
-    "DEFAULT_ROW_GROUP_ROWS",
-]
+from zephyr.io.vortex import VortexEncoder
 
 logger = logging.getLogger(__name__)
 

@@ -46,30 +46,11 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephyr.errors import ConfigError, SchemaError
+from zephyr.errors import ConfigError, SchemaError, require
 from zephyr.io.parquet import open_parquet, plain_schema
 from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
 from zephyr.io.quarantine import QuarantineFn, require_text_column
 from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
-
-__all__ = [
-    "Shard",
-    "list_shards",
-    "read_shard",
-    "expand_paths",
-    "DEFAULT_BATCH_BYTES",
-    "DEFAULT_BUFFER_BYTES",
-    "peek_schema",
-    "peek_schemas",
-    "plan_input_schema",
-    "FOOTER_ESTIMATE_MAX_FILES",
-    "estimated_bytes",
-    "FooterSizes",
-    "RowWidth",
-    "parquet_footer_sizes",
-    "check_text_inputs",
-]
-
 
 logger = logging.getLogger(__name__)
 
@@ -154,11 +135,13 @@ def list_shards(
 
                 pieces = [{"row_groups": g} for g in split_row_groups(path, approx_shard_bytes)]
             elif fmt == "jsonl" and infer_compression(path) is None:
-                from zephyr.io.jsonl_source import split_byte_ranges
+                from zephyr.io.jsonl import split_byte_ranges
 
                 pieces = [{"byte_range": r} for r in split_byte_ranges(path, approx_shard_bytes)]
         for piece in pieces:
             shards.append(Shard(path=path, format=fmt, index=len(shards), **piece))
+    if any(shard.format == "vortex" for shard in shards):
+        require("vortex", "vortex", f"reading {next(s.path for s in shards if s.format == 'vortex')}")
     logger.info(
         "listed %d shards from %d files (format=%s, approx_shard_bytes=%s)",
         len(shards),
@@ -211,7 +194,7 @@ def read_shard(
             buffer_bytes=buffer_bytes,
         )
     if shard.format == "jsonl":
-        from zephyr.io.jsonl_source import read_jsonl_shard
+        from zephyr.io.jsonl import read_jsonl_shard
 
         return read_jsonl_shard(
             shard,
@@ -225,7 +208,7 @@ def read_shard(
         from zephyr.io.warc import read_warc_shard
 
         return read_warc_shard(shard, columns=columns, quarantine=sink, batch_bytes=batch_bytes)
-    from zephyr.io.vortex_source import read_vortex_shard
+    from zephyr.io.vortex import read_vortex_shard
 
     return read_vortex_shard(
         shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes

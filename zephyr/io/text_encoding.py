@@ -15,8 +15,6 @@ UTF-8 JSON line with a stray NUL.
 
 from __future__ import annotations
 
-__all__ = ["SAMPLE_BYTES", "wide_encoding", "wide_text_message"]
-
 SAMPLE_BYTES = 4096
 """Bytes of a file's start that ``wide_encoding`` looks at."""
 

@@ -68,7 +68,7 @@ if os.environ.get("ZEPHYR_FAULT", "").startswith("hold:"):
 
     def _held_open(self, path, mode="rb", **kwargs):
         in_a_task = (  # a worker process (zephyr's local workers are daemonic, as dask's are), or a task
-            # thread of the threads executor (zephyr.executors.threads)
+            # thread of the threads executor (zephyr.executors.base)
             multiprocessing.current_process().daemon
             or multiprocessing.parent_process() is not None
             or threading.current_thread().name.startswith("zephyr-task")
