@@ -1,23 +1,24 @@
 """Every shell and Python example in README.md and docs/*.md runs as written, on the sample corpus.
 
 What runs
-    Each fenced block labelled ``bash``, ``sh``, ``console`` or ``python`` in README.md and docs/*.md is one test,
-    named ``PAGE:LINE`` (the line of its opening fence). A ``python`` block runs as a script file in a fresh
-    interpreter (``python example.py``, as a reader runs it); a ``bash`` or ``sh`` block runs under
+    Each fenced block labelled ``bash``, ``sh``, ``console`` or ``python`` in README.md and docs/*.md is one
+    test, named ``PAGE:LINE`` (the line of its opening fence). A ``python`` block runs as a script file in a
+    fresh interpreter (``python example.py``, as a reader runs it); a ``bash`` or ``sh`` block runs under
     ``bash -euo pipefail``, and a ``console`` block runs its ``$ `` lines that way (the other lines are the
     output shown, not compared). Each block runs in a folder of its own with the worktree's ``.venv/bin``
     first on PATH; it passes when it exits 0. A ``pip install`` line is not run: the worktree's ``.venv`` is
     the installed environment (every extra included), and ``.`` is not the repository there.
 
 The folder a block runs in
-    holds the names the docs use, built once per session from the embedded sample (data/sample/) and linked in
-    when the block, or a file it reads, names them other than as its output (``FIXTURES``): ``corpus/*.parquet`` and ``corpus/docs/``,
-    the corpora ``a/``, ``b/``, ``in/`` and ``crawl-2026-1N/``, a ``tokenizer.json`` trained by
-    ``zephyr tokenizer train`` (also standing in for ``models/gpt2/tokenizer.json``, which a reader downloads),
-    token shards ``shards/``, ``web/`` and ``code/`` written by ``zephyr tokenize``, WARC files
-    ``crawl/*.warc.gz``; and the repository's ``data/``, ``pipelines/``, ``scripts/``, ``benchmarks/`` and
-    ``.venv/``. A block of another language whose first line is a comment naming a file (``# run.yaml``) is that
-    file: it is written into the folder of each block of its page that names it, and is not a test itself.
+    holds the names the docs use, linked in when the block, or a file it reads, names them other than as its
+    output (``FIXTURES``). Each is built once per session, from every fourth document of the embedded sample
+    (data/sample/): ``corpus/*.parquet`` and ``corpus/docs/``, the corpora ``a/``, ``b/``, ``in/`` and
+    ``crawl-2026-1N/``, a ``tokenizer.json`` trained by ``zephyr tokenizer train`` (also standing in for
+    ``models/gpt2/tokenizer.json``, which a reader downloads), the token shards ``shards/``, ``web/`` and
+    ``code/`` written by ``zephyr tokenize``, WARC files ``crawl/*.warc.gz``; and the repository's ``data/``,
+    ``pipelines/``, ``scripts/``, ``benchmarks/`` and ``.venv/``. A block of another language whose first line
+    is a comment naming a file (``# run.yaml``) is that file: it is written into the folder of each block of
+    its page that names it, and is not a test itself.
 
 Markers
     A block that does not simply run carries an HTML comment (invisible when rendered) on the line right above
@@ -26,7 +27,7 @@ Markers
     ``<!-- docs-test: skip: REASON -->``
         it cannot run here: S3, a GPU, a remote cluster, a download, a long training run. REASON is required.
     ``<!-- docs-test: excerpt -->``
-        it is not a program: a synopsis (``[--flag]``, ``IN...``) or a fragment of one shown around.
+        it is not a program: a synopsis (``[--flag]``, ``IN...``) or a fragment (``zephyr train ...``).
     ``<!-- docs-test: xfail: REASON -->``
         it runs and fails today; REASON names the bug. Strict: the test fails once the bug is fixed, so the
         marker goes with the fix.
@@ -63,6 +64,10 @@ FENCE_OPEN = re.compile(r"^(\s*)```([\w+-]*)\s*$")  # indented too: a block insi
 MARKER_LINE = re.compile(r"^\s*<!--\s*docs-test:\s*([\w-]+)\s*(?::\s*(.*?))?\s*-->\s*$")
 PIP_INSTALL = re.compile(r"^(\s*)(pip install .*)$", re.M)
 FILE_HEADER = re.compile(r"^#\s*([\w.-]+\.(?:ya?ml|json|txt))\s*$")
+
+
+class ExampleFailed(AssertionError):
+    """An example exited non-zero: what an xfail expects (a timeout is not that)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def _marks(block: Block) -> list[pytest.MarkDecorator]:
     if block.has("slow"):
         marks += [pytest.mark.slow, pytest.mark.timeout(SLOW_TIMEOUT_S + 60)]
     if block.has("xfail"):
-        marks.append(pytest.mark.xfail(strict=True, reason=block.marker("xfail")))
+        marks.append(pytest.mark.xfail(raises=ExampleFailed, strict=True, reason=block.marker("xfail")))
     return marks
 
 
@@ -141,13 +146,13 @@ RUNNABLE = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # The names the docs use, built once per session.
 
 
 def _sample_slice():
-    """Every fourth document of the sample (~380 documents, 2.3 MB of text): every source, small enough to keep
-    each example's run short."""
+    """Every fourth document of the sample (380 documents, 2.2 MB of text): every source, small enough to
+    keep each example's run short."""
     import pyarrow.parquet as pq
 
     table = pq.read_table(REPO / "data" / "sample" / "sample.parquet")
@@ -164,7 +169,10 @@ def _write_parts(folder: Path, table, parts: int) -> None:
 
 
 def _zephyr(cache: Path, *args: str) -> None:
-    _run_checked([str(VENV_BIN / "zephyr"), *args, "--workers", "2"], cache, "building a fixture")
+    try:
+        _run_checked([str(VENV_BIN / "zephyr"), *args, "--workers", "2"], cache, "building a fixture")
+    except ExampleFailed as exc:  # a broken fixture is an error of every test using it, never an xfail
+        raise RuntimeError(str(exc)) from None
 
 
 class Fixtures:
@@ -291,7 +299,7 @@ def fixtures(tmp_path_factory) -> Fixtures:
     return Fixtures(tmp_path_factory.mktemp("docs-fixtures"))
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # Running a block.
 
 
@@ -304,7 +312,7 @@ def _env() -> dict[str, str]:
 
 
 def _run_checked(argv: list[str], cwd: Path, what: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Run ``argv`` in its own process group (a timeout ends the whole group) and fail with its output's tail."""
+    """Run ``argv`` in its own process group (a timeout ends the whole group); fail with its output's tail."""
     proc = subprocess.Popen(
         argv,
         cwd=cwd,
@@ -321,7 +329,7 @@ def _run_checked(argv: list[str], cwd: Path, what: str, timeout_s: float = DEFAU
         out, err = proc.communicate()
         pytest.fail(f"{what}: still running after {timeout_s} s; stderr ends:\n{err[-3000:]}")
     if proc.returncode != 0:
-        pytest.fail(
+        raise ExampleFailed(
             f"{what}: exit {proc.returncode}\nstdout ends:\n{out[-2000:]}\nstderr ends:\n{err[-4000:]}"
         )
 
