@@ -94,11 +94,7 @@ def handler(args: argparse.Namespace) -> int:
 def _summary(result):
     """The run's ``Summary``: rows the first data step read, kept by the last one, and what every step
     dropped and quarantined on the way (each step reads what the one before kept), with the report's path
-    as its last line. Its ``details`` name each step's status under ``steps``; ``stages``, the same mapping
-    under its name before steps were called steps, stays beside it until the next release (a machine-read
-    output: scripts that read it get a release to move)."""
-    from zephyr.pipelines.stats_format import STEP
-
+    as its last line. Its ``details`` name each step's status under ``steps``."""
     from zephyr.summary import Summary
 
     data = [s for s in result.steps if "rows_in" in s and s.get("type") != "train"]
@@ -107,7 +103,7 @@ def _summary(result):
         for reason, n in (step.get("dropped_by_reason") or {}).items():
             reasons[reason] = reasons.get(reason, 0) + int(n)
     report = result.html_report or result.report
-    statuses = {s[STEP]: s.get("status") for s in result.steps}
+    statuses = {s["step"]: s.get("status") for s in result.steps}
     return Summary(
         rows_in=data[0]["rows_in"] if data else 0,
         rows_kept=data[-1]["rows_kept"] if data else 0,
@@ -122,6 +118,5 @@ def _summary(result):
             "report": str(result.report) if result.report else None,
             "html_report": str(result.html_report) if result.html_report else None,
             "steps": statuses,
-            "stages": statuses,  # the old key, for one release
         },
     )

@@ -17,9 +17,7 @@ File format (version 1)::
 
 Step types and their keys are the dataclasses of ``zephyr.pipelines.step_configs`` (``STEP_TYPES``), which
 embed the packages' own configs (a ``fuzzy_dedup`` step's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
-key is documented where it is declared, and a key renamed in this release (``rows`` → ``rows_per_band``,
-``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``. So are the names of the
-entries before they were steps (``stages:``, ``stage:``, ``--set stages.NAME.KEY``; ``zephyr.pipelines.step_renames``).
+key is documented where it is declared.
 
 Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` (a ``ConfigError``) listing
 every problem, each naming its key path and what is allowed, e.g.::
@@ -63,12 +61,6 @@ from zephyr.pipelines.step_configs import (
     TokenizeStep,
     TrainStep,
 )
-from zephyr.pipelines.step_renames import (
-    deprecated_name,
-    old_names_getattr,
-    renamed_config_keys,
-    renamed_override,
-)
 
 from zephyr.config import (
     ConfigProblems,
@@ -106,8 +98,6 @@ __all__ = [
 
 CONFIG_VERSION = 1
 
-__getattr__ = old_names_getattr(__name__)  # StageEntry, LangIdStage ...: the old names, for one release
-
 
 _COMMON_KEYS = ("step", "name", "enabled")
 _DISPLAY_ONLY = {"train": ("log_every",)}
@@ -128,11 +118,8 @@ class StepEntry:
         return {"step": self.type, **self._body()}
 
     def record_dict(self) -> dict[str, Any]:
-        """The entry as fingerprints and step records (``config`` in ``_stats.json``) hold it: its type under
-        ``stage``, the key's name before steps were called steps. Kept so that a job folder an older zephyr
-        began resumes without redoing its finished steps (a record's own keys say ``step``: stats format 2,
-        ``pipelines/stats_format.py``)."""
-        return {"stage": self.type, **self._body()}
+        """The entry as fingerprints and step records (``config`` in a step's ``stats.json``) hold it."""
+        return {"step": self.type, **self._body()}
 
     def _body(self) -> dict[str, Any]:
         body = dict(self.config.settings) if isinstance(self.config, TrainStep) else flat_dict(self.config)
@@ -143,7 +130,7 @@ class StepEntry:
         from zephyr.resume import unit_fingerprint
 
         hashed = {k: v for k, v in self.record_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
-        return unit_fingerprint({"stage": hashed, "version": CONFIG_VERSION}, upstream)
+        return unit_fingerprint({"step": hashed, "version": CONFIG_VERSION}, upstream)
 
 
 @dataclass(frozen=True)
@@ -170,17 +157,6 @@ class PipelineConfig:
             if entry.name == name:
                 return entry
         raise ConfigError(f"no step named {name!r}; steps: {', '.join(s.name for s in self.steps)}")
-
-    @property
-    def stages(self) -> tuple[StepEntry, ...]:
-        """Deprecated: renamed ``steps``."""
-        deprecated_name("PipelineConfig.stages", "PipelineConfig.steps")
-        return self.steps
-
-    def stage(self, name: str) -> StepEntry:
-        """Deprecated: renamed ``step``."""
-        deprecated_name("PipelineConfig.stage()", "PipelineConfig.step()")
-        return self.step(name)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -222,7 +198,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     path = Path(path)
     if not path.exists() and path.suffix == "" and "/" not in str(path):
         path = builtin_config(str(path))
-    raw = renamed_config_keys(read_mapping(path, "pipeline config"))
+    raw = read_mapping(path, "pipeline config")
     base = path.resolve().parent
     raw = _resolve_paths(expand_env(raw), base)
     if overrides:
@@ -271,13 +247,13 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | N
     """Apply ``KEY=VALUE`` overrides to a raw config mapping (see the module docstring for the syntax)."""
     import copy
 
-    raw = copy.deepcopy(renamed_config_keys(raw))
+    raw = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. steps.fuzzy_dedup.threshold=0.7")
         value = parse_value(text)
-        parts = renamed_override(key, key.split("."))
+        parts = key.split(".")
         if parts[0] != "steps":
             if len(parts) != 1:
                 raise ConfigError(
@@ -323,7 +299,6 @@ def _find_step(steps: list[Any], ref: str, item: str) -> dict[str, Any]:
 # -- validation ------------------------------------------------------------------------------------------
 def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineConfig:
     """Validate a raw mapping into a ``PipelineConfig``; every problem is reported, each with its key path."""
-    raw = renamed_config_keys(raw)
     errors: list[str] = []
     unknown = sorted(set(raw) - set(_TOP_KEYS))
     for key in unknown:

@@ -1,7 +1,6 @@
 """The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the steps' sidecars.
 
-Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``; either format of
-``zephyr.pipelines.stats_format``, so the job folder of an older zephyr renders too) and every example row from
+Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``) and every example row from
 the ``_examples.json`` the steps saved while they ran (``zephyr.pipelines.examples``); nothing is
 recomputed or re-run, so the report and the stats always agree. Sections:
 
@@ -40,7 +39,6 @@ from zephyr.pipelines.markdown import inline_html, md_code, md_row, md_text
 from zephyr.pipelines.records import rows_rewritten
 from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
 from zephyr.pipelines.report_plots import make_plots, retention_start
-from zephyr.pipelines.stats_format import STEP, STEPS, upgrade_job_stats
 
 from zephyr.errors import InputError
 
@@ -84,9 +82,8 @@ def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
     """The report's content, format-free; ``plots`` maps plot names to relative PNG paths. ``stats``: a job's
-    ``stats.json`` of either format."""
-    stats = upgrade_job_stats(stats)
-    steps = stats[STEPS]
+    ``stats.json``."""
+    steps = stats["steps"]
     blocks: list[Block] = [("h", 1, f"Pipeline report: {md_text(stats['pipeline'])}")]
     ran = sum(1 for s in steps if s.get("status") == "ran")
     blocks.append(
@@ -131,7 +128,7 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         rows.append(
             [
                 str(s["index"]),
-                md_text(s[STEP]),
+                md_text(s["step"]),
                 md_text(s["type"]),
                 _n(s["rows_in"]) if is_rows else "–",
                 _n(s["rows_kept"]) if is_rows else "–",
@@ -162,7 +159,7 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         for s, n in rewritten:
             removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
             parts.append(
-                f"{md_code(s[STEP])} rewrote {_n(n)} of {_n(s['rows_in'])} documents"
+                f"{md_code(s['step'])} rewrote {_n(n)} of {_n(s['rows_in'])} documents"
                 + (f" ({_n(removed)} bytes removed)" if removed else "")
             )
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
@@ -179,16 +176,16 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
 def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """2. Why rows were dropped, quarantined rows, and each filter's kept and dropped examples."""
     blocks: list[Block] = []
-    reasons = [(s[STEP], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
+    reasons = [(s["step"], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
         rows = [[md_text(st), md_text(r), _n(n)] for st, r, n in reasons]
         blocks.append(("table", ["step", "reason", "rows"], rows))
-    quarantine = [(s[STEP], f) for s in steps for f in s.get("quarantine_files", [])]
+    quarantine = [(s["step"], f) for s in steps for f in s.get("quarantine_files", [])]
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["step", "file"], [[md_text(st), md_code(f)] for st, f in quarantine]))
-    examples = [(s[STEP], _examples(s)) for s in steps]
+    examples = [(s["step"], _examples(s)) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
@@ -214,11 +211,11 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
         where = (
-            first[STEP]
+            first["step"]
             if key == "per_source"
-            else next((s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP])
+            else next((s["step"] for s in data if s.get(key, {}).get("in")), first["step"])
         )
-        blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last[STEP])}."))
+        blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last['step'])}."))
         table_rows = [
             [md_text(v), _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
             for v in sorted(start, key=lambda v: -start[v])
@@ -230,7 +227,7 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
             step_rows = []
             for s in data:
                 out = s.get(key, {}).get("out", {})
-                step_rows.append([md_text(s[STEP]), *[_n(out.get(v, 0)) for v in sorted(start)]])
+                step_rows.append([md_text(s["step"]), *[_n(out.get(v, 0)) for v in sorted(start)]])
             blocks.append(("p", "Rows per source after each step:"))
             blocks.append(("table", ["after step", *(md_text(v) for v in sorted(start))], step_rows))
             if "sources" in plots:
@@ -257,7 +254,7 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
         blocks.append(
             (
                 "p",
-                f"{md_code(s[STEP])}: {_n(sum(multi.values()))} cluster(s) with duplicates, "
+                f"{md_code(s['step'])}: {_n(sum(multi.values()))} cluster(s) with duplicates, "
                 f"{_n(s['rows_dropped'])} document(s) removed.{note}",
             )
         )
@@ -269,11 +266,11 @@ def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Bl
                     [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())],
                 )
             )
-        if f"clusters_{s[STEP]}" in plots:
-            blocks.append(("img", plots[f"clusters_{s[STEP]}"], f"cluster sizes of {s[STEP]}"))
+        if f"clusters_{s['step']}" in plots:
+            blocks.append(("img", plots[f"clusters_{s['step']}"], f"cluster sizes of {s['step']}"))
         payload = _examples(s)
         if payload and payload["kind"] == "dedup":
-            blocks.append((DEDUP, s[STEP], payload))
+            blocks.append((DEDUP, s["step"], payload))
     return blocks
 
 

@@ -1,4 +1,4 @@
-"""The report's PNG plots, drawn from a job's ``stats.json`` (either format of ``stats_format``) and the trainer's
+"""The report's PNG plots, drawn from a job's ``stats.json`` and the trainer's
 JSONL log, with matplotlib.
 
 Made to be read at a glance: linear axes (a log axis turns a bar of 54 into a sliver beside one of 1,400),
@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from zephyr.pipelines.config import DATA_STEPS
-from zephyr.pipelines.stats_format import STEP, STEPS, upgrade_job_stats
 
 __all__ = ["make_plots"]
 
@@ -52,7 +51,7 @@ def _rows_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
     data = [s for s in steps if s["type"] in DATA_STEPS or s["type"] == "tokenize"][::-1]
     if not data:
         return
-    names = [s[STEP] for s in data]
+    names = [s["step"] for s in data]
     fig, ax = plt.subplots(figsize=(9, 0.38 * len(data) + 1.1))
     left = [0] * len(data)
     for label, color, key in (
@@ -86,7 +85,7 @@ def _time_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
     if not steps:
         return
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(steps) + 1.2))
-    bars = ax.barh([s[STEP] for s in steps][::-1], [s["seconds"] for s in steps][::-1], color="#55a868")
+    bars = ax.barh([s["step"] for s in steps][::-1], [s["seconds"] for s in steps][::-1], color="#55a868")
     ax.bar_label(bars, labels=[f"{s['seconds']:.1f} s" for s in steps][::-1], padding=2, fontsize=8)
     ax.set_xlabel("seconds")
     ax.set_title("time per step")
@@ -100,7 +99,7 @@ def _sources_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, st
     if not sources:
         return
     fig, ax = plt.subplots(figsize=(9, 3.5))
-    labels = ["input"] + [s[STEP] for s in data]
+    labels = ["input"] + [s["step"] for s in data]
     for value in sorted(sources):
         series = [sources[value]] + [s.get("per_source", {}).get("out", {}).get(value, 0) for s in data]
         ax.plot(labels, series, marker="o", label=f"{value} ({series[-1]:,})")
@@ -126,11 +125,11 @@ def _cluster_plot(plt: Any, step: dict[str, Any], save: Callable[[Any, str], Non
     ax.set_ylabel("clusters")
     ax.margins(y=0.15)
     ax.set_title(
-        f"{step[STEP]}: {sum(v for _, v in multi):,} clusters with duplicates\n"
+        f"{step['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
         f"({singles:,} kept documents had none)",
         fontsize=10,
     )
-    save(fig, f"clusters_{step[STEP]}")
+    save(fig, f"clusters_{step['step']}")
 
 
 def _training_plot(plt: Any, step: dict[str, Any], save: Callable[[Any, str], None]) -> None:
@@ -169,7 +168,7 @@ def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
         plt.close(fig)
         out[name] = f"{folder.name}/{name}.png"
 
-    steps = upgrade_job_stats(stats)[STEPS]
+    steps = stats["steps"]
     _rows_plot(plt, steps, save)
     _time_plot(plt, steps, save)
     _sources_plot(plt, steps, save)

@@ -1,6 +1,6 @@
 """Runs a pipeline as a batch job: step by step, resumable, with exact row accounting.
 
-Job directory layout (stats format 2, ``zephyr.pipelines.stats_format``)::
+Job directory layout::
 
     JOB/lock.json                   held while a run uses the folder (``zephyr.io.lock``): a second
                                     ``zephyr run`` on the same job folder is refused naming this one
@@ -49,10 +49,7 @@ later step reads: ``{"bytes": N, "xxh3_128" | "sha256": hex}``), ``quarantine_fi
 against the row counts of the Parquet files; a mismatch stops the job with ``AccountingError``
 (``zephyr.pipelines.accounting``).
 
-The job's ``stats.json`` (version 2) lists the step records under ``steps``. Files of format 1 (``stage`` and
-``stages``, from when steps were called stages) are read too: a job folder an older zephyr wrote resumes
-without redoing its steps and renders its report (``stats_format.upgrade_record``, ``upgrade_job_stats``). A
-record's ``config`` keeps the type under ``stage`` in both formats: it is what the fingerprint hashes.
+The job's ``stats.json`` (version 2) lists the step records under ``steps``.
 """
 
 from __future__ import annotations
@@ -72,8 +69,6 @@ from typing import Any, TextIO
 from zephyr.pipelines.accounting import AccountingError, account, inherit_inputs, read_inputs
 from zephyr.pipelines.config import DATA_STEPS, PipelineConfig, StepEntry, check_inputs
 from zephyr.pipelines.records import rows_rewritten
-from zephyr.pipelines.stats_format import STATS_VERSION, STEP, STEPS, StepRecord, upgrade_record
-from zephyr.pipelines.step_renames import deprecated_name, old_names_getattr
 
 from zephyr import resume
 from zephyr.errors import ConfigError
@@ -85,7 +80,6 @@ __all__ = [
     "PipelineResult",
     "ProgressReporter",
     "STARTED",
-    "STATS_VERSION",
     "SUCCESS",
     "account",
     "run_pipeline",
@@ -93,12 +87,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-__getattr__ = old_names_getattr(__name__)  # stage_dir_name: the old name, for one release
 
 STEP_STATS = "stats.json"
 """The step record, in the step's sidecar."""
-_OLD_KEYWORDS = {"from_stage": "from_step", "until_stage": "until_step", "on_stage_done": "on_step_done"}
-"""``run_pipeline`` keywords of the old vocabulary (read for one release, with a warning)."""
+STATS_VERSION = 2
+"""The format version of the step records and of the job's ``stats.json`` (both carry it as ``version``)."""
 _OLD_LAYOUT = ("_SUCCESS.json", "_STARTED.json", "_stats.json", "stats.json", "_work", "_dropped", "dropped")
 """Bookkeeping an older zephyr kept inside a step folder: such a folder is cleared and its step reruns."""
 
@@ -115,18 +108,7 @@ class PipelineResult:
 
     def step(self, name: str) -> dict[str, Any]:
         """The record of the step named ``name``."""
-        return next(s for s in self.steps if s[STEP] == name)
-
-    @property
-    def stages(self) -> list[dict[str, Any]]:
-        """Deprecated: renamed ``steps``."""
-        deprecated_name("PipelineResult.stages", "PipelineResult.steps")
-        return self.steps
-
-    def stage(self, name: str) -> dict[str, Any]:
-        """Deprecated: renamed ``step``."""
-        deprecated_name("PipelineResult.stage()", "PipelineResult.step()")
-        return self.step(name)
+        return next(s for s in self.steps if s["step"] == name)
 
 
 class ProgressReporter:
@@ -172,7 +154,7 @@ class ProgressReporter:
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
         self._write(
-            f"[{position}/{total}] {record[STEP]} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
+            f"[{position}/{total}] {record['step']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
         )
 
 
@@ -201,9 +183,8 @@ def side_dir(step_dir: Path) -> Path:
 
 
 def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
-    """A step's record (format 1 records are upgraded), from its sidecar."""
-    stats = _read_json(side_dir(step_dir) / STEP_STATS)
-    return upgrade_record(stats) if stats is not None else None
+    """A step's record, from its sidecar."""
+    return _read_json(side_dir(step_dir) / STEP_STATS)
 
 
 def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -278,12 +259,6 @@ def run_pipeline(
     """
     from zephyr.executors import reuse_workers
 
-    for old, new in _OLD_KEYWORDS.items():
-        if old in kwargs:
-            if new in kwargs:
-                raise TypeError(f"run_pipeline() got both {old}= (the old name) and {new}=")
-            deprecated_name(f"run_pipeline({old}=)", f"run_pipeline({new}=)")
-            kwargs[new] = kwargs.pop(old)
     with reuse_workers(_execution_dict(execution)) as execution_kw:
         return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
 
@@ -388,10 +363,8 @@ def _run_steps(
             )
         run.advance(entry, record)
         if on_step_done is not None:
-            on_step_done(StepRecord(record))
-    result = PipelineResult(
-        job_dir=job, steps=[StepRecord(r) for r in run.records], stats_path=_write_summary(run)
-    )
+            on_step_done(record)
+    result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
     if report:
         from zephyr.pipelines.report import write_report
 
@@ -479,12 +452,12 @@ def _run_step(
     seconds = time.perf_counter() - began
     record = {
         "version": STATS_VERSION,
-        STEP: entry.name,
+        "step": entry.name,
         "type": entry.type,
         "index": index,
         "dir": str(step_dir),
         "fingerprint": fingerprint,
-        "config": entry.record_dict(),  # the config as fingerprinted (its type under "stage")
+        "config": entry.record_dict(),  # the config as fingerprinted
         **account(entry, outcome, run.input_rows, run.inputs if run.inputs else read_inputs(entry)),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),
@@ -520,7 +493,7 @@ def _write_summary(run: _Run) -> Path:
         "balanced": all(r.get("balanced", True) for r in run.records),
         **job_stats.task_totals(ran),
         "seconds": round(sum(r["seconds"] for r in ran), 3),
-        STEPS: run.records,
+        "steps": run.records,
     }
     _write_json(run.job / "stats.json", summary)
     return run.job / "stats.json"

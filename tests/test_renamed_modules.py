@@ -13,16 +13,7 @@ import pytest
 from zephyr.config import ZephyrDeprecationWarning
 
 RENAMED = [
-    pytest.param(
-        "zephyr.pipelines.quality.stages", "zephyr.pipelines.quality.batch_ops", id="quality-batch-ops"
-    ),
     pytest.param("zephyr.dedup.stages", "zephyr.dedup.dataset_ops", id="dedup-dataset-ops"),
-    pytest.param("zephyr.pipelines.stages", "zephyr.pipelines.steps", id="pipeline-steps"),
-    pytest.param(
-        "zephyr.pipelines.stage_configs", "zephyr.pipelines.step_configs", id="pipeline-step-configs"
-    ),
-    pytest.param("zephyr.pipelines.stage_ops", "zephyr.pipelines.step_ops", id="pipeline-step-ops"),
-    pytest.param("zephyr.pipelines.web.stages", "zephyr.pipelines.web.steps", id="web-steps"),
 ]
 
 
@@ -63,18 +54,6 @@ SPLIT = [
     ),
     pytest.param(
         "zephyr.config", "zephyr.config_text", ["parse_value", "expand_env", "read_mapping"], id="config-text"
-    ),
-    pytest.param(
-        "zephyr.pipelines.examples",
-        "zephyr.pipelines.examples_sidecar",
-        [
-            "EXAMPLES_FILE",
-            "merge_filter_examples",
-            "merge_dedup_examples",
-            "read_examples",
-            "first_difference_window",
-        ],
-        id="examples-sidecar",
     ),
 ]
 

@@ -3,8 +3,7 @@
 Each batch op is a small dataclass holding only configuration (so it pickles cheaply and fingerprints
 stably); models and indexes load lazily on the first batch of each task. Ops that remove rows return a
 ``zephyr.BatchOutput`` so the engine accounts ``rows_in = rows_out + rows_dropped + rows_quarantined``, with
-drops counted by reason; rule counters go to ``zephyr.counters``. Until this release the module was
-``pipelines.quality.stages`` (still importable, with a ``ZephyrDeprecationWarning``).
+drops counted by reason; rule counters go to ``zephyr.counters``.
 
 >>> import zephyr
 >>> from zephyr.pipelines.quality.batch_ops import HeuristicFilter
@@ -23,10 +22,9 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.decontaminate import (
     EvalNgramIndex,
-    check_mode,
+    added_columns,
+    annotated,
     contamination,
-    flag_columns,
-    with_flags,
 )
 from zephyr.pipelines.quality.filters import (
     DEFAULT_RULES,
@@ -41,6 +39,7 @@ from zephyr.pipelines.quality.normalize import NormalizeConfig, normalize_text
 from zephyr.pipelines.quality.pii import PIIConfig, count_columns, redact_pii_array, with_redactions
 
 from zephyr import counters
+from zephyr.config import check_removal_mode
 from zephyr.io.added_columns import RenameColumns, check_added_columns, set_aside
 from zephyr.ops import BatchOutput
 
@@ -256,20 +255,20 @@ class RedactPII:
 @dataclass
 class Decontaminate:
     """Annotates (``mode="annotate"``) or removes (``mode="remove"``) rows sharing an n-gram with the eval index
-    file; the old ``flag``/``drop`` are read with a warning (``decontaminate.check_mode``).
+    file.
 
-    Annotate mode adds ``flag_column`` and ``<flag_column>_ngrams``; an input that has them fails unless
+    Annotate mode adds ``output_column`` and ``<output_column>_ngrams``; an input that has them fails unless
     ``replace_columns`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
 
     index_path: str
     mode: str = "remove"
     text_column: str = "text"
     replace_columns: bool = False
-    flag_column: str = "contaminated"
+    output_column: str = "contaminated"
     _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.mode = check_mode(self.mode)
+        self.mode = check_removal_mode(self.mode)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_index": None}
@@ -277,7 +276,7 @@ class Decontaminate:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        return flag_columns(self.flag_column) if self.mode == "annotate" else ()
+        return added_columns(self.output_column) if self.mode == "annotate" else ()
 
     def _counts(self, table: pa.Table) -> Any:
         """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
@@ -298,7 +297,7 @@ class Decontaminate:
         counts = self._counts(table)
         hit = counts > 0
         if self.mode == "annotate":
-            return with_flags(table, counts, self.flag_column)
+            return annotated(table, counts, self.output_column)
         reason = f"decontam_shares_{self._index.n}gram"
         return BatchOutput(
             kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}

@@ -100,9 +100,8 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.batch_ops import Decontaminate
-    from zephyr.pipelines.quality.decontaminate import build_eval_index, check_mode, read_eval_texts
+    from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
 
-    args.mode = check_mode(args.mode, "--mode")  # --mode flag|drop: the old names, with a warning
     if args.dropped_output:
         from zephyr import dropped
         from zephyr.errors import ConfigError
@@ -283,9 +282,9 @@ def _add_decontaminate(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=int, default=13)
     p.add_argument(
         "--mode",
-        choices=("remove", "annotate", "drop", "flag"),
+        choices=("remove", "annotate"),
         default="remove",
-        help="remove the contaminated rows, or annotate every row (drop, flag: deprecated old names)",
+        help="remove the contaminated rows, or annotate every row",
     )
     add_replace_columns(
         p,

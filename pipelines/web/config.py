@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from zephyr.dedup.config import SubstringConfig
-from zephyr.pipelines.step_renames import old_names_getattr
 
 from zephyr.config import FieldError, embedded_field, path_field, require_at_least
 
 __all__ = ["ExtractStep", "UrlFilterStep", "UrlDedupStep", "SubstringDedupStep"]
-__getattr__ = old_names_getattr(__name__)  # ExtractStage ...: the old names, for one release
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The web steps' part of the job report: examples of extracted text and the spans substring dedup removed.
 
 ``web_blocks(steps)`` returns report blocks (``zephyr.pipelines.report``'s format) from the step records of
-``stats.json`` (format 2: ``report.build_blocks`` upgrades older ones): nothing is recomputed.
+``stats.json``: nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from zephyr.pipelines.markdown import md_code, md_text
-from zephyr.pipelines.stats_format import STEP
 
 __all__ = ["web_blocks"]
 
@@ -25,7 +24,7 @@ def web_blocks(steps: list[dict[str, Any]]) -> list[tuple]:
     for s in steps:
         extra = s.get("extra", {})
         if s["type"] == "extract" and extra.get("extract_examples"):
-            blocks.append(("h", 2, f"Extracted text ({md_code(s[STEP])})"))
+            blocks.append(("h", 2, f"Extracted text ({md_code(s['step'])})"))
             blocks.append(("p", "The first documents the extractor produced:"))
             blocks.append(
                 (
@@ -36,7 +35,7 @@ def web_blocks(steps: list[dict[str, Any]]) -> list[tuple]:
             )
         if s["type"] == "substring_dedup" and "substring" in extra:
             info = extra["substring"]
-            blocks.append(("h", 2, f"Removed spans ({md_code(s[STEP])})"))
+            blocks.append(("h", 2, f"Removed spans ({md_code(s['step'])})"))
             per = info.get("bytes_removed_per_source", {})
             blocks.append(
                 (

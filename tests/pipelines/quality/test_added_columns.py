@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
-from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ColumnExistsError
 from zephyr.io.added_columns import check_added_columns, check_input_columns
 from zephyr.io.layout import dropped_dir, quarantine_dir, stats_path
@@ -165,19 +164,6 @@ def test_decontaminate_annotate_mode_refuses_and_remove_mode_adds_nothing(tmp_pa
     assert _parts(tmp_path / "ow")["contaminated"].to_pylist() == [True, False]
     assert main([*argv, "--output", str(tmp_path / "rm")]) == 0  # remove mode: the input's column is data
     assert _parts(tmp_path / "rm").to_pylist() == [{"text": "other words", "contaminated": True}]
-
-
-def test_decontaminate_old_mode_names_still_run_with_a_warning(tmp_path):
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"text": [GOOD, "other words"]}), src)
-    (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
-    argv = ["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--executor", "inprocess"]
-    with pytest.warns(ZephyrDeprecationWarning, match="--mode flag is renamed --mode annotate"):
-        assert main([*argv, "--mode", "flag", "--output", str(tmp_path / "f")]) == 0
-    assert _parts(tmp_path / "f")["contaminated"].to_pylist() == [True, False]
-    with pytest.warns(ZephyrDeprecationWarning, match="--mode drop is renamed --mode remove"):
-        assert main([*argv, "--mode", "drop", "--output", str(tmp_path / "d")]) == 0
-    assert _parts(tmp_path / "d")["text"].to_pylist() == ["other words"]
 
 
 def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_path, capsys):
