@@ -63,8 +63,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def handler(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.config import check_inputs, load_config
+    from zephyr.pipelines.config import check_added_columns, check_inputs, load_config
     from zephyr.pipelines.runner import ProgressReporter, run_pipeline, step_dir_name
 
     from zephyr.cli import execution_options
@@ -95,9 +94,11 @@ def _summary(result):
     """The run's ``Summary``: rows the first data step read, kept by the last one, and what every step
     dropped and quarantined on the way (each step reads what the one before kept), with the report's path
     as its last line. Its ``details`` name each step's status under ``steps``."""
+    from zephyr.pipelines.step import STEPS
+
     from zephyr.summary import Summary
 
-    data = [s for s in result.steps if "rows_in" in s and s.get("type") != "train"]
+    data = [s for s in result.steps if STEPS[s["type"]].output != "model"]
     reasons: dict[str, int] = {}
     for step in data:
         for reason, n in (step.get("dropped_by_reason") or {}).items():

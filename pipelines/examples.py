@@ -54,7 +54,7 @@ from zephyr.pipelines.examples_sidecar import (
 )
 
 if TYPE_CHECKING:
-    from zephyr.pipelines.step_ops import StepContext, StepOutcome
+    from zephyr.pipelines.step import StepContext, StepOutcome
 
 __all__ = [
     "EXAMPLES_FILE",
@@ -72,6 +72,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+DEDUP, FILTER = "dedup_examples", "filter_examples"
+"""Report block kinds: ``(kind, step name, examples payload)`` (``zephyr.pipelines.report``)."""
 
 
 def _hash64(values: pa.Array) -> np.ndarray:

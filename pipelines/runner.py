@@ -47,7 +47,7 @@ later step reads: ``{"bytes": N, "xxh3_128" | "sha256": hex}``), ``quarantine_fi
 ``counters`` (every engine counter) and ``extra`` (tokens, training...). For every data step
 ``rows_in == rows_kept + rows_dropped + rows_quarantined`` is checked from the engine's per-operator counters
 against the row counts of the Parquet files; a mismatch stops the job with ``AccountingError``
-(``zephyr.pipelines.accounting``).
+(``zephyr.pipelines.step``).
 
 The job's ``stats.json`` (version 2) lists the step records under ``steps``.
 """
@@ -66,25 +66,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from zephyr.pipelines.accounting import AccountingError, account, inherit_inputs, read_inputs
-from zephyr.pipelines.config import DATA_STEPS, PipelineConfig, StepEntry, check_inputs
-from zephyr.pipelines.records import rows_rewritten
+from zephyr.pipelines.config import PipelineConfig, StepEntry, check_added_columns, check_inputs
+from zephyr.pipelines.step import STEPS, StepContext, account, inherit_inputs
 
 from zephyr import resume
 from zephyr.errors import ConfigError
 from zephyr.io.paths import atomic_write
-from zephyr.resume import STARTED, SUCCESS
-
-__all__ = [
-    "AccountingError",
-    "PipelineResult",
-    "ProgressReporter",
-    "STARTED",
-    "SUCCESS",
-    "account",
-    "run_pipeline",
-    "step_dir_name",
-]
 
 log = logging.getLogger(__name__)
 
@@ -130,22 +117,7 @@ class ProgressReporter:
         self._write(f"[{position}/{total}] {entry.name} ({entry.type}): skipped, {why}")
 
     def finished(self, position: int, total: int, record: dict[str, Any]) -> None:
-        if record["type"] in DATA_STEPS or record["type"] == "tokenize":
-            body = (
-                f"in {record['rows_in']:,}, kept {record['rows_kept']:,}, dropped {record['rows_dropped']:,}, "
-                f"quarantined {record['rows_quarantined']:,}"
-            )
-            rewritten = rows_rewritten(record)
-            if rewritten:
-                body += f", rewritten {rewritten:,}"
-            if record["type"] == "tokenize":
-                body += f", {record['extra'].get('num_tokens', 0):,} tokens"
-        else:
-            extra = record["extra"]
-            loss = extra.get("final_loss")
-            body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
-            if extra.get("mean_tokens_per_s"):
-                body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
+        body = STEPS[record["type"]].done_line(record)
         resumed = (
             f", {record['tasks_resumed']} of {record['tasks']} tasks resumed"
             if record.get("tasks_resumed")
@@ -285,10 +257,10 @@ class _Run:
         """Record a step that ran or was skipped; its outputs become the next step's inputs."""
         self.records.append(record)
         self.by_name[entry.name] = record
-        if entry.type in DATA_STEPS:
+        if entry.step.output == "rows":
             self.inputs = list(record["files"])
             self.input_rows = record["rows_kept"]
-        if entry.type == "tokenize":
+        if entry.step.output == "tokens":
             self.tokenize_dir = Path(record["extra"]["shards_dir"])
 
 
@@ -320,7 +292,7 @@ def _run_pipeline(
     from zephyr.io import claim, lock
 
     # the job folder holds the steps' outputs: never an input's folder, and one run at a time
-    claim.check_not_inputs(str(job), enabled[0][1].config.paths, flag="the job folder")
+    claim.check_not_inputs(str(job), enabled[0][1].step.paths, flag="the job folder")
     job.mkdir(parents=True, exist_ok=True)
     with lock.held(str(job / "lock.json"), "the job folder", str(job)):
         return _run_steps(
@@ -348,7 +320,7 @@ def _run_steps(
         execution_kw,
         reporter,
         len(enabled),
-        resume.files_fingerprint(enabled[0][1].config.paths),
+        resume.files_fingerprint(enabled[0][1].step.paths),
     )
     for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
         fingerprint = entry.fingerprint(run.upstream)
@@ -387,13 +359,10 @@ def _step_range(names: list[str], from_step: str | None, until_step: str | None)
 
 def _check(config: PipelineConfig, to_run: list[StepEntry]) -> None:
     """Refuse before anything runs: missing inputs, a column a step would replace, a step that cannot run."""
-    from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.steps import preflight
-
     check_inputs(config)
     check_added_columns(config)  # no step replaces a column the data has, unless told to
     for entry in to_run:
-        preflight(entry)
+        entry.step.preflight()
 
 
 def _skipped_record(
@@ -428,9 +397,6 @@ def _run_step(
 ) -> dict[str, Any]:
     """Run one step in its folder (cleared first if it holds another fingerprint's files, or ``fresh``),
     account its rows, write its record, drop its engine scratch and mark it done."""
-    from zephyr.pipelines.step_ops import StepContext
-    from zephyr.pipelines.steps import RUNNERS
-
     from zephyr import job_stats, progress
 
     _begin(step_dir, fingerprint, fresh=fresh)
@@ -448,7 +414,7 @@ def _run_step(
     began = time.perf_counter()
     label = f"[{position}/{run.total}] {entry.name}"  # one progress line per step, left when it ends
     with job_stats.recording() as jobs, progress.command(label, run.execution.get("progress")):
-        outcome = RUNNERS[entry.type](ctx)  # a step may run several engine jobs (dedup, tokenize)
+        outcome = entry.step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
     seconds = time.perf_counter() - began
     record = {
         "version": STATS_VERSION,
@@ -458,7 +424,7 @@ def _run_step(
         "dir": str(step_dir),
         "fingerprint": fingerprint,
         "config": entry.record_dict(),  # the config as fingerprinted
-        **account(entry, outcome, run.input_rows, run.inputs if run.inputs else read_inputs(entry)),
+        **account(entry, outcome, run.input_rows, run.inputs or entry.step.input_files()),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),
         "files": outcome.files,

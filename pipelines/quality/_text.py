@@ -38,7 +38,7 @@ def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Arr
     col = table.column(column)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if col.type != pa.large_string():
+    if not pa.types.is_large_string(col.type):
         col = pc.cast(col, pa.large_string())
     return col
 

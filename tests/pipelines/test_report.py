@@ -25,8 +25,7 @@ from zephyr.pipelines.examples import (
     merge_dedup_examples,
     merge_filter_examples,
 )
-from zephyr.pipelines.report import build_blocks, render_html, render_markdown, write_report
-from zephyr.pipelines.report_examples import diff_spans
+from zephyr.pipelines.report import build_blocks, diff_spans, render_html, render_markdown, write_report
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -308,7 +307,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from zephyr.pipelines import report_plots
+    from zephyr.pipelines import report
 
     figures: dict[str, object] = {}
     log = tmp_path / "train.jsonl"
@@ -340,7 +339,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         fig.axes[0].get_title() or str(len(figures)), fig
     )  # keep them
     try:
-        made = report_plots.make_plots({"steps": steps}, tmp_path / "plots")
+        made = report.make_plots({"steps": steps}, tmp_path / "plots")
     finally:
         plt.close = original
     assert set(made) == {"rows", "time", "clusters_fuzzy", "training"}

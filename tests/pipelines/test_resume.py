@@ -217,7 +217,7 @@ def _old_fingerprints(config_path: Path) -> list[str]:
     from zephyr.io.paths import expand_paths, file_stat
 
     config = load_config(str(config_path))
-    files = [[f, *file_stat(f)] for f in expand_paths(list(config.steps[0].config.paths))]
+    files = [[f, *file_stat(f)] for f in expand_paths(list(config.steps[0].step.paths))]
     upstream = hashlib.sha256(json.dumps(files).encode()).hexdigest()
     out = []
     for entry in config.steps:

@@ -97,7 +97,7 @@ def test_embedded_keys_are_flat_and_checked_by_the_package_dataclass() -> None:
 
 def test_pipeline_steps_embed_the_package_configs() -> None:
     cfg = parse_config(_read_step(step="fuzzy_dedup", preset="nemo", threshold=0.9, bucket_links=4))
-    dedup = cfg.step("fuzzy_dedup").config.dedup
+    dedup = cfg.step("fuzzy_dedup").step.dedup
     assert dedup == FuzzyDedupConfig.from_preset("nemo", threshold=0.9, bucket_links=4)
     assert cfg.step("fuzzy_dedup").to_dict()["rows_per_band"] == 13
     errors = parse_config_errors(_read_step(step="fuzzy_dedup", rows_per_band=8))
@@ -130,7 +130,7 @@ def test_renamed_keys_still_work_with_a_warning(step_type: str, old: str, new: s
 def test_renamed_set_override_and_attribute() -> None:
     raw = apply_overrides(_read_step(step="fuzzy_dedup", bands=14), ["steps.fuzzy_dedup.rows=8"])
     with pytest.warns(ZephyrDeprecationWarning):
-        assert parse_config(raw).step("fuzzy_dedup").config.dedup.rows_per_band == 8
+        assert parse_config(raw).step("fuzzy_dedup").step.dedup.rows_per_band == 8
     cfg = FuzzyDedupConfig(bands=14, rows_per_band=8)
     with pytest.warns(ZephyrDeprecationWarning, match="FuzzyDedupConfig.rows is renamed rows_per_band"):
         assert cfg.rows == 8

@@ -196,7 +196,7 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.config import DEFAULT_RULES
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
-    from zephyr.pipelines.step_configs import HeuristicFilterStep
+    from zephyr.pipelines.steps import HeuristicFilterStep
 
     from zephyr.cli import build_parser
 
