@@ -267,7 +267,7 @@ def _train_tokenizer(texts: list[str], path: Path) -> Path:
 
 def _write_warc(texts: list[str], path: Path) -> Path:
     """The documents as HTML pages in a WARC file, with two damaged records extract must quarantine."""
-    from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, write_warc
+    from warc_pages import BROKEN_KINDS, Page, write_warc
 
     pages = []
     for i, text in enumerate(texts):
