@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.examples import ClusterGroups, CollectExamples, ReasonGroups
-from zephyr.pipelines.quality.batch_ops import FilterAnnotator
+from zephyr.pipelines.quality.filters import FilterAnnotator
 from zephyr.pipelines.step import RemoveDuplicates
 
 REPO = Path(__file__).resolve().parents[1]

@@ -151,8 +151,14 @@ class NormalizeStep(Step, type="normalize"):
 
     normalize: NormalizeConfig = embedded_field(NormalizeConfig)
 
+    def preflight(self) -> None:
+        if self.normalize.fix_mojibake:
+            from zephyr.pipelines.quality._text import require_extra
+
+            require_extra("ftfy", "quality", "the normalize step's fix_mojibake")
+
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.quality.batch_ops import Normalize
+        from zephyr.pipelines.quality.normalize import Normalize
 
         normalize = Normalize(self.normalize, ctx.pipeline.text_column)
         return ctx.finish(
@@ -192,16 +198,21 @@ class LangIdStep(Step, type="langid"):
         return lang, f"{lang}_score"
 
     def preflight(self) -> None:
-        if self.model is None:
-            from zephyr.pipelines.quality.lid_model import ensure_lid_model
+        from zephyr.pipelines.quality._text import require_extra
+        from zephyr.pipelines.quality.langid import ensure_lid_model
 
+        require_extra("fasttext", "quality", "the langid step")
+        if self.model is None:
             ensure_lid_model()
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-        from zephyr.pipelines.quality.batch_ops import LanguageFilter
-        from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
-        from zephyr.pipelines.quality.lid_model import ensure_lid_model
+        from zephyr.pipelines.quality.langid import (
+            LangIdConfig,
+            LanguageFilter,
+            LanguageIdentifier,
+            ensure_lid_model,
+        )
 
         lang_column, score_column = self.adds(ctx.pipeline)
         lid = LangIdConfig(
@@ -254,8 +265,13 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-        from zephyr.pipelines.quality.batch_ops import FilterAnnotator, RouteByReason, reason_aside
-        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
+        from zephyr.pipelines.quality.filters import (
+            DROP_REASON,
+            NULL_TEXT,
+            FilterAnnotator,
+            RouteByReason,
+            reason_aside,
+        )
 
         import zephyr
         from zephyr.io.added_columns import set_aside
@@ -537,6 +553,11 @@ class QualityStep(Step, type="quality"):
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
+
+    def preflight(self) -> None:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("fasttext", "quality", "the quality step")
 
     def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
         if not self.train_from:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephyr.errors import ConfigError
 from zephyr.io.text_column import require_text_column
 
 if TYPE_CHECKING:
@@ -30,6 +31,21 @@ def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "t
     """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.text_column``,
     shared with tokenize: a string type, or ``null`` for a column without a single value)."""
     require_text_column(table.schema, column, what=what)
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Refuse in one line, before any work, when ``what`` needs the package ``module`` and it is not installed:
+    the message names the extra that installs it (a missing package would otherwise fail inside every task).
+
+    >>> require_extra("json", "quality", "zephyr langid")
+    >>> require_extra("no_such_package", "quality", "zephyr langid")
+    Traceback (most recent call last):
+    zephyr.errors.ConfigError: zephyr langid needs no_such_package: pip install 'zephyr-data[quality]'
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
 
 
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
@@ -67,3 +83,9 @@ def compile_check(pattern: str) -> str:
     """Validate a regex early (Python's engine, a close superset of what RE2/Rust accept here)."""
     re.compile(pattern)
     return pattern
+
+
+def count_reasons(reasons: pa.Array) -> dict[str, int]:
+    """Rows per non-null reason (drop reasons of a batch: what a removing op reports to the engine)."""
+    vc = pc.value_counts(reasons.drop_null())
+    return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}

@@ -17,6 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from zephyr.pipelines.quality._text import require_extra
 from zephyr.pipelines.quality.cli_common import (
     engine_options,
     one_job_summary,
@@ -33,10 +34,11 @@ log = logging.getLogger(__name__)
 
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import Normalize
-    from zephyr.pipelines.quality.normalize import NormalizeConfig
+    from zephyr.pipelines.quality.normalize import Normalize, NormalizeConfig
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
+    if cfg.fix_mojibake:
+        require_extra("ftfy", "quality", "zephyr normalize --fix-mojibake")
     result = (
         read_text_inputs(args)
         .map_batches(Normalize(cfg, args.text_column), name="normalize")
@@ -47,10 +49,14 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_langid(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import LanguageFilter
-    from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import (
+        LangIdConfig,
+        LanguageFilter,
+        LanguageIdentifier,
+        ensure_lid_model,
+    )
 
+    require_extra("fasttext", "quality", "zephyr langid")
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
     if args.dropped_output:
         from zephyr import dropped
@@ -84,8 +90,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import RedactPII
-    from zephyr.pipelines.quality.pii import PIIConfig, count_columns
+    from zephyr.pipelines.quality.pii import PIIConfig, RedactPII, count_columns
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
     config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
@@ -99,8 +104,7 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import Decontaminate
-    from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
+    from zephyr.pipelines.quality.decontaminate import Decontaminate, build_eval_index, read_eval_texts
 
     if args.dropped_output:
         from zephyr import dropped

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +28,11 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
+from zephyr import counters
 from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.added_columns import check_added_columns
+from zephyr.ops import BatchOutput
 
 __all__ = [
     "EvalNgramIndex",
@@ -188,3 +191,55 @@ def annotated(table: pa.Table, counts: np.ndarray, output_column: str = "contami
     flag, ngrams = added_columns(output_column)
     table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
     return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
+
+
+@dataclass
+class Decontaminate:
+    """Annotates (``mode="annotate"``) or removes (``mode="remove"``) rows sharing an n-gram with the eval index
+    file.
+
+    Annotate mode adds ``output_column`` and ``<output_column>_ngrams``; an input that has them fails unless
+    ``replace_columns`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
+
+    index_path: str
+    mode: str = "remove"
+    text_column: str = "text"
+    replace_columns: bool = False
+    output_column: str = "contaminated"
+    _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.mode = check_removal_mode(self.mode)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_index": None}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns this step adds."""
+        return added_columns(self.output_column) if self.mode == "annotate" else ()
+
+    def _counts(self, table: pa.Table) -> Any:
+        """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
+        if self._index is None:
+            self._index = EvalNgramIndex.load(self.index_path)
+        counts = contamination(table.column(self.text_column).combine_chunks(), self._index)
+        counters.increment("decontam/contaminated_rows", int((counts > 0).sum()))
+        return counts
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason of remove mode (null: kept), for ``--dropped-output`` (``zephyr.dropped``)."""
+        hit = self._counts(table) > 0
+        reason = f"decontam_shares_{self._index.n}gram"
+        return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
+        counts = self._counts(table)
+        hit = counts > 0
+        if self.mode == "annotate":
+            return annotated(table, counts, self.output_column)
+        reason = f"decontam_shares_{self._index.n}gram"
+        return BatchOutput(
+            kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}
+        )

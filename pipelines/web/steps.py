@@ -137,6 +137,9 @@ class UrlFilterStep(Step, type="url_filter"):
     """The column holding each document's URL."""
 
     def preflight(self) -> None:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("tldextract", "web", "the url_filter step (registered domains)")
         if self.blocklist:
             from zephyr.pipelines.web.urls import load_blocklist
 
@@ -144,7 +147,7 @@ class UrlFilterStep(Step, type="url_filter"):
 
     def run(self, ctx: StepContext) -> StepOutcome:
         """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
-        from zephyr.pipelines.quality.batch_ops import HeuristicFilter
+        from zephyr.pipelines.quality.filters import HeuristicFilter
         from zephyr.pipelines.web.urls import NormalizeUrls
 
         self.preflight()

@@ -8,7 +8,7 @@ from zephyr.errors import ConfigError
 @pytest.fixture(scope="session")
 def lid_model():
     """The LID model fetched by scripts/setup; skip (with the fetch command) where it is missing."""
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import ensure_lid_model
 
     try:
         return str(ensure_lid_model())
@@ -18,7 +18,7 @@ def lid_model():
 
 def lid_available() -> bool:
     """Whether the LID model is here (``lid_model`` skips without it; a whole-pipeline test turns langid off)."""
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import ensure_lid_model
 
     try:
         ensure_lid_model()

@@ -186,7 +186,7 @@ def decontaminate(corpus: Path, d: Path, capsys) -> dict:
 
 
 def langid(corpus: Path, d: Path, capsys) -> dict:
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import ensure_lid_model
 
     from zephyr.errors import ConfigError
 

@@ -154,7 +154,7 @@ def test_the_registry_is_what_the_summary_test_covers():
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_ends_with_the_json_summary(command, files, tmp_path, capsys):
     if command == "langid":
-        from zephyr.pipelines.quality.lid_model import ensure_lid_model
+        from zephyr.pipelines.quality.langid import ensure_lid_model
 
         from zephyr.errors import ConfigError
 

@@ -205,7 +205,7 @@ def test_check_names_every_clash_and_passes_empty_and_replace_columns(tmp_path):
 
 
 def test_one_pass_filter_keeps_an_input_drop_reason():
-    from zephyr.pipelines.quality.batch_ops import HeuristicFilter
+    from zephyr.pipelines.quality.filters import HeuristicFilter
 
     t = pa.table({"text": [GOOD, "short", None], "drop_reason": ["x", "y", "z"]})
     out = HeuristicFilter("c4")(t)

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.batch_ops import Decontaminate
 from zephyr.pipelines.quality.decontaminate import (
+    Decontaminate,
     EvalNgramIndex,
     build_eval_index,
     contamination,
