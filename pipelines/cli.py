@@ -4,6 +4,7 @@
     zephyr run web --job-dir out/web --set steps.read.paths='[/data/crawl/*.parquet]' --workers 8
     zephyr run cfg.yaml --set steps.fuzzy_dedup.threshold=0.7 --from fuzzy_dedup --until tokenize
     zephyr run cfg.yaml --check                     # validate and list the steps; run nothing
+    zephyr run cfg.yaml --explain                   # print every step's engine jobs; run nothing
 
 PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``, ``code``). Rerunning
 with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished one skips its
@@ -55,6 +56,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "none of its code runs)",
     )
     parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every step's engine jobs (physical plans, in the order they run); run nothing",
+    )
+    parser.add_argument(
         "--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report"
     )
     parser.set_defaults(func=handler)
@@ -64,7 +70,7 @@ def handler(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from zephyr.pipelines.config import check_added_columns, check_inputs, load_config
-    from zephyr.pipelines.runner import ProgressReporter, run_pipeline, step_dir_name
+    from zephyr.pipelines.runner import ProgressReporter, explain_pipeline, run_pipeline, step_dir_name
 
     from zephyr.cli import execution_options
 
@@ -78,6 +84,10 @@ def handler(args: argparse.Namespace) -> int:
             state = "" if entry.enabled else "  (disabled)"
             print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
+    if args.explain:
+        from zephyr.commands import explained
+
+        return explained(explain_pipeline(config, job_dir, execution=execution_options(args)), args)
     result = run_pipeline(
         config,
         job_dir,

@@ -235,6 +235,36 @@ def run_pipeline(
         return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
 
 
+def explain_pipeline(
+    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
+) -> str:
+    """What ``zephyr run PIPELINE --explain`` prints: every enabled step's engine jobs in the order they run
+    (``Step.plans``: the plans ``run`` executes, built by the same code), each step's input planned over the
+    lazy output of the step before (the run reads that step's files), then the budget's shares. Nothing runs
+    and nothing is written; input files are listed and their footers read, as for any plan."""
+    from zephyr.budget import Budget
+    from zephyr.commands import jobs_plan_text
+    from zephyr.options import ExecutionOptions
+
+    execution_kw = _execution_dict(execution)
+    check_inputs(config)
+    job = Path(job_dir).resolve()
+    enabled = [(i, e) for i, e in enumerate(config.steps) if e.enabled]
+    jobs: list[tuple[str, Any]] = []
+    planned = None
+    for position, (index, entry) in enumerate(enabled, start=1):
+        step_dir = job / step_dir_name(index, entry)
+        ctx = StepContext(entry, config, "", step_dir, [], execution_kw, planned=planned)
+        plans = entry.step.plans(ctx)
+        jobs += [
+            (f"[{position}/{len(enabled)}] {entry.name} ({entry.type}): {title}", plan)
+            for title, plan in plans
+        ]
+        planned = next((plan for _, plan in reversed(plans) if plan is not None), planned)
+    budget = Budget(ExecutionOptions.from_kwargs(**execution_kw).memory_budget_bytes)
+    return jobs_plan_text(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
+
+
 @dataclass
 class _Run:
     """One run of a pipeline: its config, folder and options, and what flows from one step to the next."""

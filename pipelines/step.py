@@ -130,9 +130,19 @@ class Step:
         return found
 
     # -- work --------------------------------------------------------------------------------------------
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        """A one-job step's lazy output and the names of the ops that account its rows (``run`` writes it,
+        ``plans`` shows it); a step of several jobs overrides ``run`` and ``plans`` instead."""
+        raise NotImplementedError
+
     def run(self, ctx: StepContext) -> StepOutcome:
         """Run the step on ``ctx``'s input; a data step writes ``part-*.parquet`` into ``ctx.step_dir``."""
-        raise NotImplementedError
+        return ctx.finish(*self.plan(ctx))
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        """The engine jobs ``run`` executes, in order, as lazy plans built by the same code, with the rules
+        between them (``None``): what ``zephyr run --explain`` prints. The last plan is the step's output."""
+        return [("the output, written to the step folder", ctx.counted(self.plan(ctx)[0]))]
 
     def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
         """The record's rows in, kept, dropped and quarantined, from the engine's op records of the step's
@@ -366,6 +376,8 @@ class StepContext:
     """Records of the steps that ran before, by step name."""
     tokenize_dir: Path | None = None
     """The token shards of the tokenize step (for ``train``)."""
+    planned: Dataset | None = None
+    """``zephyr run --explain``: the previous step's lazy output, planned over instead of reading its files."""
 
     @property
     def side_dir(self) -> Path:
@@ -388,6 +400,8 @@ class StepContext:
 
         import zephyr
 
+        if self.planned is not None:
+            return self.planned.select(columns) if columns else self.planned
         if not self.inputs:  # the previous step kept no rows (or read none): empty input is valid input
             p = self.pipeline
             names = [
@@ -411,16 +425,18 @@ class StepContext:
 
         return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=self.op("restore"))
 
+    def counted(self, ds: Dataset) -> Dataset:
+        """``ds`` with the step's output counted per source and language (what ``finish`` writes)."""
+        p = self.pipeline
+        counts = CountValues("out", (("source", p.source_column), ("lang", p.lang_column)))
+        return ds.map_batches(counts, name=self.op("count"))
+
     def finish(self, ds: Dataset, accounting: tuple[str, ...], action: str = "main") -> StepOutcome:
         """Count the output, write ``part-*.parquet`` into the step folder, return the outcome. The job folder
         is the run's (locked, and cleared by the runner when a step's fingerprint changes), so the write
         replaces whatever the folder held (``overwrite``). ``accounting``: the op names (``op(action)``)
         whose counters account the step's rows."""
-        p = self.pipeline
-        counted = ds.map_batches(
-            CountValues("out", (("source", p.source_column), ("lang", p.lang_column))), name=self.op("count")
-        )
-        result = counted.write_parquet(str(self.step_dir), overwrite=True, **self.engine(action))
+        result = self.counted(ds).write_parquet(str(self.step_dir), overwrite=True, **self.engine(action))
         return StepOutcome(
             files=sorted(result.files),
             checksums=result.checksums,

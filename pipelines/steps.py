@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -59,6 +60,8 @@ from zephyr.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig, StepEntry
+
+    from zephyr.dataset import Dataset
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ class ReadStep(Step, type="read"):
         origin.setdefault(pipeline.source_column, f"step {name!r}")
         return origin
 
-    def run(self, ctx: StepContext) -> StepOutcome:
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         import zephyr
         from zephyr.io.paths import input_files
         from zephyr.io.text_column import check_text_inputs
@@ -141,7 +144,7 @@ class ReadStep(Step, type="read"):
         ds = ds.map_batches(prepare, name=ctx.op("prepare"))
         if self.num_shards:
             ds = ds.reshard(self.num_shards)
-        return ctx.finish(ds, (ctx.op("prepare"),))
+        return ds, (ctx.op("prepare"),)
 
 
 @dataclass(frozen=True)
@@ -157,13 +160,11 @@ class NormalizeStep(Step, type="normalize"):
 
             require_extra("ftfy", "quality", "the normalize step's fix_mojibake")
 
-    def run(self, ctx: StepContext) -> StepOutcome:
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         from zephyr.pipelines.quality.normalize import Normalize
 
         normalize = Normalize(self.normalize, ctx.pipeline.text_column)
-        return ctx.finish(
-            ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
-        )
+        return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,12 @@ class LangIdStep(Step, type="langid"):
             ensure_lid_model()
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+        from zephyr.pipelines.examples import filter_examples
+
+        return filter_examples(ctx, super().run(ctx))
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.langid import (
             LangIdConfig,
             LanguageFilter,
@@ -231,7 +237,7 @@ class LangIdStep(Step, type="langid"):
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
-        return filter_examples(ctx, ctx.finish(ds, (ctx.op("identify"), ctx.op("filter"))))
+        return ds, (ctx.op("identify"), ctx.op("filter"))
 
 
 @dataclass(frozen=True)
@@ -263,8 +269,9 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             }  # replaced, so gone from the kept rows
         return origin
 
-    def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
+        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.filters import (
             DROP_REASON,
             NULL_TEXT,
@@ -273,15 +280,11 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             reason_aside,
         )
 
-        import zephyr
         from zephyr.io.added_columns import set_aside
-        from zephyr.io.layout import remove_folder
-        from zephyr.io.parquet_source import parquet_rows
 
-        p = ctx.pipeline
+        p, rules = ctx.pipeline, self.filter
         reason = self.output_column or DROP_REASON
         aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
-        rules = self.filter
         annotator = FilterAnnotator(
             ",".join(rules.rules),
             rules.overrides,
@@ -290,20 +293,35 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             rules.default_lang,
             self.replace_columns,
         )
-        scratch = ctx.side_dir / "annotated"
         ds = ctx.read_inputs()
         if aside:
             ds = ds.map_batches(set_aside(aside), name=ctx.op("aside"))
-        written = ds.map_batches(annotator, name=ctx.op("annotate")).write_parquet(
-            str(scratch), overwrite=True, **ctx.engine("annotate")
-        )
-        annotated = zephyr.read_parquet(sorted(written.files))
-        examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
-        kept = annotated.map_batches(examples, name=ctx.op("examples"))
-        kept = kept.map_batches(RouteByReason("kept", reason, aside), name=ctx.op("route"))
+
+        def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
+            examples = filter_collector(
+                ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,))
+            )  # renamed at routing
+            kept = annotated.map_batches(examples, name=ctx.op("examples"))
+            kept = kept.map_batches(RouteByReason("kept", reason, aside), name=ctx.op("route"))
+            return kept, annotated.map_batches(
+                RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
+            )
+
+        return ds.map_batches(annotator, name=ctx.op("annotate")), routes
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.pipelines.examples import filter_examples
+
+        import zephyr
+        from zephyr.io.layout import remove_folder
+        from zephyr.io.parquet_source import parquet_rows
+
+        annotate, routes = self._jobs(ctx)
+        scratch = ctx.side_dir / "annotated"
+        written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
+        kept, dropped = routes(zephyr.read_parquet(sorted(written.files)))
         outcome = ctx.finish(kept, (ctx.op("route"),), action="kept")
         if self.keep_dropped:
-            dropped = annotated.map_batches(RouteByReason("dropped", reason, aside), name=ctx.op("dropped"))
             result = dropped.write_parquet(
                 str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
             )
@@ -312,6 +330,20 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
         remove_folder(str(scratch))
         return filter_examples(ctx, outcome)
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        annotate, routes = self._jobs(ctx)
+        kept, dropped = routes(annotate)
+        jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
+        if self.keep_dropped:
+            jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
+        return [
+            *jobs,
+            (
+                "job 3: the kept rows, written to the step folder (jobs 2-3 read job 1's files)",
+                ctx.counted(kept),
+            ),
+        ]
 
 
 def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
@@ -369,9 +401,18 @@ def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
 
 
 class _DedupStep(Step):
-    """What the document dedup steps share: their report section (clusters by size, example clusters) and plot."""
+    """What the document dedup steps share: how annotated rows become the kept rows, their report section
+    (clusters by size, example clusters) and plot."""
 
     section: ClassVar[str] = "dedup"
+
+    def _kept(self, ctx: StepContext, annotated: Dataset, kind: str) -> Dataset:
+        """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the
+        step's accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
+        from zephyr.pipelines.examples import dedup_collector
+
+        annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
+        return ctx.restore_dedup_columns(annotated.map_batches(RemoveDuplicates(kind), name=ctx.op("remove")))
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
@@ -393,7 +434,7 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.dataset_ops import exact_dedup_dataset
-        from zephyr.pipelines.examples import dedup_collector, dedup_examples
+        from zephyr.pipelines.examples import dedup_examples
 
         p = ctx.pipeline
         annotated = exact_dedup_dataset(
@@ -405,12 +446,24 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
             priority_column=self.priority_column,
             execution=ctx.engine("hashes"),
         )
-        annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
-        output = annotated.map_batches(RemoveDuplicates("exact"), name=ctx.op("remove"))
-        outcome = ctx.finish(ctx.restore_dedup_columns(output), (ctx.op("remove"),))
+        outcome = ctx.finish(self._kept(ctx, annotated, "exact"), (ctx.op("remove"),))
         # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
         dedup_examples(ctx, outcome, "word", 5, self.dedup.normalize)
         return outcome
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup.exact_dataset import exact_job_plans
+
+        p = ctx.pipeline
+        plans = exact_job_plans(
+            ctx.dedup_inputs(),
+            text_column=p.text_column,
+            id_column=p.id_column,
+            normalize=self.dedup.normalize,
+            mode="annotate",
+            priority_column=self.priority_column,
+        )
+        return exact_jobs(plans, lambda out: ctx.counted(self._kept(ctx, out, "exact")), "member hashes")
 
 
 @dataclass(frozen=True)
@@ -438,7 +491,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.dataset_ops import StripRowNumbers, fuzzy_dedup_dataset
         from zephyr.dedup.index import open_index, write_generation
-        from zephyr.pipelines.examples import dedup_collector, dedup_examples
+        from zephyr.pipelines.examples import dedup_examples
 
         p = ctx.pipeline
         config = self.dedup
@@ -462,11 +515,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
             row_numbers=self.update_index,
         )
         output = annotated.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
-        output = output.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
-        output = ctx.restore_dedup_columns(
-            output.map_batches(RemoveDuplicates("fuzzy"), name=ctx.op("remove"))
-        )
-        outcome = ctx.finish(output, (ctx.op("remove"),))
+        outcome = ctx.finish(self._kept(ctx, output, "fuzzy"), (ctx.op("remove"),))
         dedup_examples(ctx, outcome, config.shingle, config.ngram, config.normalize)
         if index is not None:
             outcome.extra["index"] = {
@@ -493,6 +542,53 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
             "lsh_threshold": round(config.lsh_threshold, 4),
         }
         return outcome
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup.dataset_ops import StripRowNumbers
+        from zephyr.dedup.fuzzy_dataset import fuzzy_job_plans
+
+        p = ctx.pipeline
+        plans = fuzzy_job_plans(
+            ctx.dedup_inputs(),
+            self.dedup,
+            text_column=p.text_column,
+            id_column=p.id_column,
+            mode="annotate",
+            priority_column=self.priority_column,
+        )
+        output = plans.attached.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
+        index = f"; rows near the signature index {self.index} are duplicates too" if self.index else ""
+        return [
+            (
+                "job 1: the candidate pairs (signatures, LSH buckets), materialized and counted",
+                plans.candidate_pairs,
+            ),
+            ("job 2: the candidates' shingle sets, written once", plans.node_sets),
+            (
+                "the pairs are verified (true Jaccard) and clustered, in the driver or on the engine" + index,
+                None,
+            ),
+            (
+                "job 3: the output, cluster columns attached by row number",
+                ctx.counted(self._kept(ctx, output, "fuzzy")),
+            ),
+        ]
+
+
+def exact_jobs(
+    plans: Any, finish: Callable[[Dataset], Dataset], hashes: str
+) -> list[tuple[str, Dataset | None]]:
+    """Exact dedup's jobs (``zephyr.dedup.exact_dataset.exact_job_plans``): the hashes, then the driver's or
+    the shuffle path; ``finish``: what the step does to the annotated output before writing it."""
+    return [
+        (f"job 1: {hashes} (row, hash, id, priority), materialized, then counted", plans.member_hashes),
+        (
+            "member rows within the budget's driver share: groups form in the driver and job 2a runs; more: job 2b",
+            None,
+        ),
+        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
+        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
+    ]
 
 
 @dataclass(frozen=True)
@@ -573,10 +669,28 @@ class QualityStep(Step, type="quality"):
         return []
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
+        from zephyr.pipelines.examples import filter_examples
+
+        if not self.model:
+            self._train(ctx, ctx.side_dir / "classifier.bin")
+        outcome = filter_examples(ctx, super().run(ctx))
+        outcome.extra["classifier"] = str(self._model(ctx))
+        return outcome
+
+    def _model(self, ctx: StepContext) -> Path:
+        return Path(self.model) if self.model else ctx.side_dir / "classifier.bin"
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        trained = (
+            [] if self.model else [("the classifier is trained first, in the driver (no engine job)", None)]
+        )
+        return [*trained, *super().plans(ctx)]
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.classifier import QualityScorer
 
-        model = Path(self.model) if self.model else self._train(ctx, ctx.side_dir / "classifier.bin")
+        model = self._model(ctx)
         column = self.output_column or "quality_score"
         verdict = MinScoreFilter(column, self.min_score)
         scorer = QualityScorer(
@@ -592,9 +706,7 @@ class QualityStep(Step, type="quality"):
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
-        outcome = filter_examples(ctx, ctx.finish(ds, (ctx.op("score"), ctx.op("filter"))))
-        outcome.extra["classifier"] = str(model)
-        return outcome
+        return ds, (ctx.op("score"), ctx.op("filter"))
 
     def _train(self, ctx: StepContext, output: Path) -> Path:
         """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
@@ -731,9 +843,9 @@ class MapStep(Step, type="map"):
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> None:
         return None  # unknown until it runs; each later step checks its own batches
 
-    def run(self, ctx: StepContext) -> StepOutcome:
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         ds = ctx.read_inputs().map_batches(self.load(), batch_rows=self.batch_rows, name=ctx.op("map"))
-        return ctx.finish(ds, (ctx.op("map"),))
+        return ds, (ctx.op("map"),)
 
 
 def find_module(name: str) -> str | None:
@@ -860,6 +972,23 @@ class TokenizeStep(Step, type="tokenize"):
             per_source=manifest.get("sources", {}).get("per_source", {}),
         )
         return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.tokenize.writer import plans
+
+        if not self.tokenizer:
+            return [("a byte-level BPE is trained on the step input first; the token jobs follow", None)]
+        p = ctx.pipeline
+        return plans(
+            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
+            tokenizer=self.tokenizer,
+            output=str(ctx.step_dir / "shards"),
+            text_column=p.text_column,
+            id_column=p.id_column,
+            source_column=p.source_column,
+            **self.shards.writer_kwargs(),
+            **ctx.execution,
+        )
 
     def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
         """A tokenize step keeps every document: the shards must hold as many as came in."""
@@ -1023,6 +1152,9 @@ class TrainStep(Step, type="train"):
             "mix_share": last.get("mix_share") if records else None,
         }
         return StepOutcome(extra=extra)
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        return [("training on the token shards, in this process (zephyr.trainer): no engine job", None)]
 
     def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
         return rows_record(0, 0, 0, {}, 0, [])

@@ -29,6 +29,8 @@ from zephyr.config import FieldError, embedded_field, path_field, require_at_lea
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig
 
+    from zephyr.dataset import Dataset
+
 
 @dataclass(frozen=True)
 class ExtractStep(Step, type="extract"):
@@ -69,6 +71,11 @@ class ExtractStep(Step, type="extract"):
         return {column: f"step {name!r}" for column in (*names, pipeline.source_column)}
 
     def run(self, ctx: StepContext) -> StepOutcome:
+        outcome = super().run(ctx)
+        outcome.extra["extract_examples"] = _examples(outcome.files, ctx.pipeline.text_column)
+        return outcome
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """WARC/ARC files → documents: records (bad ones quarantined by the reader) → text → the read step's
         row check (source column, no null id or text)."""
         from zephyr.pipelines.web.extract import ExtractText, check_extractor
@@ -90,9 +97,7 @@ class ExtractStep(Step, type="extract"):
         ds = ds.map_batches(prepare, name=ctx.op("prepare"))
         if self.num_shards:
             ds = ds.reshard(self.num_shards)
-        outcome = ctx.finish(ds, (ctx.op("extract"), ctx.op("prepare")))
-        outcome.extra["extract_examples"] = _examples(outcome.files, p.text_column)
-        return outcome
+        return ds, (ctx.op("extract"), ctx.op("prepare"))
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
@@ -145,7 +150,7 @@ class UrlFilterStep(Step, type="url_filter"):
 
             load_blocklist(self.blocklist)  # a bad line fails before any work
 
-    def run(self, ctx: StepContext) -> StepOutcome:
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
         from zephyr.pipelines.quality.filters import HeuristicFilter
         from zephyr.pipelines.web.urls import NormalizeUrls
@@ -154,7 +159,7 @@ class UrlFilterStep(Step, type="url_filter"):
         options = {"url": {"blocklist": self.blocklist, "url_column": self.url_column}}
         rules = HeuristicFilter("url", options, ctx.pipeline.text_column, None)
         ds = ctx.read_inputs().map_batches(NormalizeUrls(self.url_column), name=ctx.op("normalize"))
-        return ctx.finish(ds.map_batches(rules, name=ctx.op("filter")), (ctx.op("filter"),))
+        return ds.map_batches(rules, name=ctx.op("filter")), (ctx.op("filter"),)
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,24 @@ class UrlDedupStep(Step, type="url_dedup"):
     priority_column: str | None = None
     """Keep the row with the largest value of this column per URL (ties: smallest id)."""
 
+    def _kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
+        return ctx.restore_dedup_columns(
+            annotated.map_batches(RemoveDuplicates("url"), name=ctx.op("remove"))
+        )
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup.exact_dataset import exact_job_plans
+        from zephyr.dedup.url import url_exact_arguments, url_keyed, without_url_key
+        from zephyr.pipelines.steps import exact_jobs
+
+        arguments = url_exact_arguments(
+            id_column=ctx.pipeline.id_column, mode="annotate", priority_column=self.priority_column
+        )
+        plans = exact_job_plans(url_keyed(ctx.dedup_inputs(), self.url_column), **arguments)
+        return exact_jobs(
+            plans, lambda out: ctx.counted(self._kept(ctx, without_url_key(out))), "URL key hashes"
+        )
+
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.url import url_dedup_dataset
 
@@ -178,10 +201,7 @@ class UrlDedupStep(Step, type="url_dedup"):
             priority_column=self.priority_column,
             execution=ctx.engine("hashes"),
         )
-        output = ctx.restore_dedup_columns(
-            annotated.map_batches(RemoveDuplicates("url"), name=ctx.op("remove"))
-        )
-        return ctx.finish(output, (ctx.op("remove"),))
+        return ctx.finish(self._kept(ctx, annotated), (ctx.op("remove"),))
 
 
 @dataclass(frozen=True)
@@ -195,6 +215,32 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         SubstringConfig, keys=("min_bytes", "min_doc_bytes", "anchor_bytes")
     )
 
+    def _config(self, ctx: StepContext) -> SubstringConfig:
+        p = ctx.pipeline
+        return dataclasses.replace(
+            self.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
+        )
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        """``substring_dedup_dataset``'s passes, planned with nothing found yet (what ``zephyr explain dedup
+        substring`` shows, step by step)."""
+        import numpy as np
+        from zephyr.dedup.substring import substring_job_plans
+
+        plans = substring_job_plans(ctx.read_inputs(), self._config(ctx))
+        nothing = np.zeros(0, np.uint64)
+        candidates = plans.candidates(nothing)
+        groups = plans.groups(candidates)
+        return [
+            ("job 1: repeated anchors (winnowing grams seen twice), to the driver", plans.repeated_anchors()),
+            ("job 2: candidate windows with a repeated anchor, materialized", candidates),
+            ("job 3: windows in two or more documents, materialized (over job 2's plan)", groups),
+            ("shared windows within the budget's share are looked up in memory; more: job 4", None),
+            ("job 4: the repeats by the join path, sorted by row", plans.repeats(candidates, groups)),
+            ("job 5: the most repeated windows' first documents, to the driver", plans.top_documents([])),
+            ("job 6: the output, each batch's repeats cut", ctx.counted(plans.cut(nothing))),
+        ]
+
     def run(self, ctx: StepContext) -> StepOutcome:
         """The step's extra holds the bytes removed per source and the most repeated spans (the report shows
         them)."""
@@ -202,10 +248,7 @@ class SubstringDedupStep(Step, type="substring_dedup"):
 
         from zephyr.dedup.substring import substring_dedup_dataset
 
-        p = ctx.pipeline
-        config = dataclasses.replace(
-            self.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
-        )
+        config = self._config(ctx)
         scratch = ctx.side_dir / "substring"
         info: dict = {}
         out = substring_dedup_dataset(

@@ -52,3 +52,39 @@ def test_order_rules_come_from_the_classes() -> None:
     assert "steps[3].step: 'normalize' cannot come after the tokenize step" in text
     assert "steps[4].step: only one tokenize step is allowed" in text
     assert "steps[5].step: only the first step may be 'read'" in text
+
+
+def test_explain_prints_every_steps_jobs_and_runs_nothing(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from zephyr.cli import main
+
+    texts = [f"document number {i} has a few words in it. " * 20 for i in range(30)]
+    pq.write_table(pa.table({"id": [str(i) for i in range(30)], "text": texts}), tmp_path / "in.parquet")
+    steps = [{"step": "read", "paths": [str(tmp_path / "in.parquet")]}, {"step": "normalize"}]
+    steps += [{"step": "heuristic_filter"}, {"step": "exact_dedup"}, {"step": "tokenize", "enabled": False}]
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "p", "steps": steps}))
+    job = tmp_path / "job"
+    assert (
+        main(["run", str(tmp_path / "p.yaml"), "--explain", "--job-dir", str(job), "--executor", "inprocess"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("zephyr run p: nothing ran.")
+    for line in (
+        "[1/4] read (read): the output, written to the step folder",
+        "[2/4] normalize (normalize): the output",
+        "[3/4] heuristic_filter (heuristic_filter): job 1: every row annotated",
+        "[4/4] exact_dedup (exact_dedup): job 2b: the output by the shuffle path",
+    ):
+        assert line in out, line
+    # the plans are the ones the run executes: the step's own ops, by the names its accounting reads
+    for op in (
+        "pipeline.normalize.normalize",
+        "pipeline.heuristic_filter.route",
+        "pipeline.exact_dedup.remove",
+    ):
+        assert f"map_batches({op})" in out, op
+    assert "tokenize" not in out and not job.exists()
