@@ -8,7 +8,6 @@ typed column, all nulls, is text: see ``zephyr.io.text_column``); null texts are
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -77,12 +76,6 @@ def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: s
     require_column(table, column, "language")
     values = pl.Series("lang", text_array(table, column)).cast(pl.String)
     return values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
-
-
-def compile_check(pattern: str) -> str:
-    """Validate a regex early (Python's engine, a close superset of what RE2/Rust accept here)."""
-    re.compile(pattern)
-    return pattern
 
 
 def count_reasons(reasons: pa.Array) -> dict[str, int]:

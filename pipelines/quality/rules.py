@@ -69,7 +69,6 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -82,7 +81,7 @@ from zephyr.pipelines.quality.ngrams import (
     top_ngram_char_fraction,
 )
 
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ConfigError
 
 
 @dataclass
@@ -142,15 +141,6 @@ def stop_words() -> dict[str, frozenset[str]]:
     if raw.get("version") != 1:
         raise ConfigError(f"data/stopwords.json has version {raw.get('version')!r}, expected 1")
     return {lang: frozenset(words) for lang, words in raw["languages"].items()}
-
-
-def load_word_list(path: str | Path) -> tuple[str, ...]:
-    """Lower-cased entries of a one-per-line word list (blank lines and ``#`` comments skipped)."""
-    try:
-        text = Path(path).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read word list: {exc}", path=str(path)) from exc
-    return _parse(text)
 
 
 def _parse(text: str) -> tuple[str, ...]:
