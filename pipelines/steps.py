@@ -262,6 +262,12 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
         return (self.output_column or "drop_reason",)
 
+    def preflight(self) -> None:
+        if "url" in self.filter.rules:
+            from zephyr.pipelines.quality._text import require_extra
+
+            require_extra("tldextract", "web", "the url rules")
+
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         if self.replace_columns and self.output_column is None:
             return {

@@ -109,6 +109,10 @@ class _Routed:
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     args.filter_config = _filter_config(args)  # checks the rules before any work
+    if "url" in args.filter_config.rules:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("tldextract", "web", "zephyr filter --rules url")
     if args.dropped_output:
         from zephyr.io.publish import check_side_dir
 

@@ -35,6 +35,9 @@ def test_langid_without_fasttext_names_the_extra(corpus, tmp_path, monkeypatch, 
         pytest.param("fasttext", {"step": "langid"}, "quality", id="langid-fasttext"),
         pytest.param("ftfy", {"step": "normalize", "fix_mojibake": True}, "quality", id="normalize-ftfy"),
         pytest.param("tldextract", {"step": "url_filter"}, "web", id="url-filter-tldextract"),
+        pytest.param(
+            "tldextract", {"step": "heuristic_filter", "rules": ["url"]}, "web", id="url-rules-tldextract"
+        ),
     ],
 )
 def test_a_pipeline_step_without_its_extra_is_refused_before_any_step_runs(
