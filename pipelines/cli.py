@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["register", "handler"]
-
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     doc = __doc__ or ""

@@ -19,8 +19,6 @@ from zephyr.io.text_column import require_text_column
 if TYPE_CHECKING:
     import polars as pl
 
-__all__ = ["text_array", "text_series", "lang_series", "NO_SPACE_LANGUAGES", "require_column"]
-
 NO_SPACE_LANGUAGES: frozenset[str] = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "wuu", "yue"})
 """Languages written without spaces between words: whitespace-token rules (word counts, stop words,
 n-grams) say nothing about them, so the word-based rules skip their rows instead of dropping them all."""

@@ -31,20 +31,6 @@ from zephyr.pipelines.quality.langid import load_fasttext_model
 from zephyr.errors import ConfigError, SchemaError
 from zephyr.io.added_columns import check_added_columns
 
-__all__ = [
-    "ClassifierConfig",
-    "QualityScorer",
-    "train_classifier",
-    "evaluate_classifier",
-    "score_quality",
-    "quantile_edges",
-    "assign_buckets",
-    "bucket_column",
-    "put_column",
-    "roc_auc",
-    "prepare_fasttext_text",
-]
-
 log = logging.getLogger(__name__)
 
 

@@ -28,8 +28,6 @@ from zephyr.pipelines.quality.cli_common import (
 )
 from zephyr.pipelines.quality.cli_filter import add_filter_arguments, explain_filter_command, filter_command
 
-__all__ = ["register"]
-
 log = logging.getLogger(__name__)
 
 

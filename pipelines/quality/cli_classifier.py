@@ -16,8 +16,6 @@ from zephyr.pipelines.quality.cli_common import (
     write_json,
 )
 
-__all__ = ["train_command", "score_command"]
-
 
 def train_command(args: argparse.Namespace) -> int:
     require_extra("fasttext", "quality", "zephyr quality train")

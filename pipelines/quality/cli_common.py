@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["stats_path", "side", "read_text_inputs", "engine_options", "write_json", "one_job_summary"]
-
 
 def side(args: argparse.Namespace, *names: str) -> Path:
     """A path in the sidecar of the command's output (``OUTPUT.zephyr/...``, ``zephyr.io.layout``)."""

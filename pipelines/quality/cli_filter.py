@@ -25,15 +25,6 @@ from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = [
-    "add_filter_arguments",
-    "explain_filter_command",
-    "filter_command",
-    "filter_plan_text",
-    "report_plan",
-    "route_plans",
-]
-
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
 _NO_ROWS: dict[str, Any] = {
     "rows_in": 0,

@@ -34,16 +34,6 @@ from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.added_columns import check_added_columns
 from zephyr.ops import BatchOutput
 
-__all__ = [
-    "EvalNgramIndex",
-    "build_eval_index",
-    "read_eval_texts",
-    "contamination",
-    "decontaminate",
-    "added_columns",
-    "annotated",
-]
-
 log = logging.getLogger(__name__)
 
 

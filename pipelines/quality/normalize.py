@@ -39,8 +39,6 @@ from zephyr.pipelines.quality.config import NormalizeConfig
 
 from zephyr import counters
 
-__all__ = ["NormalizeConfig", "normalize_text", "normalize_array"]
-
 log = logging.getLogger(__name__)
 
 _CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\x{FEFF}]"

@@ -27,8 +27,6 @@ from zephyr.pipelines.quality._text import text_array
 from zephyr import counters
 from zephyr.io.added_columns import check_added_columns
 
-__all__ = ["PIIConfig", "PII_PATTERNS", "redact_pii", "redact_pii_array", "count_columns", "with_redactions"]
-
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _H = r"[0-9A-Fa-f]{1,4}"
 PII_PATTERNS: dict[str, str] = {
