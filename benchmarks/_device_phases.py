@@ -256,14 +256,19 @@ def train_check(p: Phase) -> None:
         code = (
             "import sys\nfrom zephyr.cli import _common_parser\n"
             "from zephyr.trainer.cli import build_check_parser\n"
-            "args = build_check_parser(_common_parser()).parse_args(sys.argv[1:])\nsys.exit(args.func(args))\n"
+            "from zephyr.summary import Summary, emit\n"
+            "args = build_check_parser(_common_parser()).parse_args(sys.argv[1:])\nout = args.func(args)\n"
+            "if isinstance(out, Summary):  # --json: the summary object every command prints\n"
+            "    emit(out, command='zephyr train check', seconds=0.0, inputs=None, as_json=True)\n"
+            "    sys.exit(out.exit_code)\n"
+            "sys.exit(out)\n"
         )
         done = _python([sys.executable, "-c", code, *args[2:]], p)
     if not done.stdout.strip():
         raise RuntimeError(
             f"{shown} printed no report (exit {done.returncode}): {done.stderr.strip()[-300:]}"
         )
-    report = json.loads(done.stdout)
+    report = json.loads(done.stdout)["details"]  # the summary object; the check's report is its details
     keys = ("graph_breaks", "host_syncs", "static_shapes", "flops_measured_over_formula", "peak_memory_gib")
     p.save(
         check_seconds=round(time.perf_counter() - start, 1),

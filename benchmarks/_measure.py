@@ -148,7 +148,7 @@ def stage_peaks(log_text: str, timeline: list, started_unix: float, role: str = 
 
 def budget_mib(text: str) -> float:
     """``"256MB"``, ``"64MiB"`` as MiB (zephyr.sizes' parsing: MB is 10**6 bytes, MiB 2**20)."""
-    from zephyr.sizes import parse_bytes
+    from zephyr.config import parse_bytes
 
     return parse_bytes(text) / MIB
 

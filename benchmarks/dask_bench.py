@@ -73,8 +73,8 @@ def child(args: argparse.Namespace) -> None:
 
         cluster = start_local_cluster(2)
         # dask.dataframe finds its client as the default one; zephyr gets it passed explicitly
-        client = Client(cluster, set_as_default=args.engine == "dask-dataframe")
-        client.wait_for_workers(2)
+        client = Client(cluster.scheduler_address, set_as_default=args.engine == "dask-dataframe")
+        cluster.wait(client)
     columns = eb.WORKLOAD_COLUMNS[args.workload]
     started = time.perf_counter()
     if args.engine == "zephyr-local":

@@ -520,7 +520,7 @@ def render(args, manifest, results, ooc, base, loads, command) -> str:
 
 def _mib(size: str) -> float:
     sys.path.insert(0, str(HERE.parent))
-    from zephyr.sizes import parse_bytes
+    from zephyr.config import parse_bytes
 
     return parse_bytes(size) / 2**20
 

@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, publish, run_measured  # noqa: E402
 
-from zephyr.sizes import parse_bytes  # noqa: E402
+from zephyr.config import parse_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / ".out" / "tokenizer_train"

@@ -254,7 +254,10 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
     """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
     from zephyr.cli import add_dropped_output
 
-    dedup = subparsers.add_parser("dedup", help="exact and MinHash fuzzy deduplication")
+    dedup = subparsers.add_parser(
+        "dedup",
+        help="deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)",
+    )
     sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
     sub.required = True
 
@@ -313,7 +316,7 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
     ``--output``; prints their engine jobs' plans and runs nothing (``zephyr.dedup.explain``)."""
     from zephyr.dedup.cli_text import register_text_explains
 
-    from zephyr.commands import explain_commands
+    from zephyr.cli import explain_commands
 
     group = explain_commands(subparsers).add_parser(
         "dedup", help="the plans of zephyr dedup exact|fuzzy|paragraph|url|substring"
@@ -334,8 +337,7 @@ def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.A
 def _explain_exact(args: argparse.Namespace):
     from zephyr.dedup.explain import exact_plan_text
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     return explained(exact_plan_text(args, action_kwargs(execution_options(args))), args)
 
@@ -343,8 +345,7 @@ def _explain_exact(args: argparse.Namespace):
 def _explain_fuzzy(args: argparse.Namespace):
     from zephyr.dedup.explain import fuzzy_plan_text
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     text = fuzzy_plan_text(args, _fuzzy_config(args), action_kwargs(execution_options(args)))
     return explained(text, args)

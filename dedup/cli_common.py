@@ -39,8 +39,8 @@ def read_inputs(args: argparse.Namespace):
     ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
     ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
     import zephyr
-    from zephyr.io.added_columns import check_input_columns, set_aside
-    from zephyr.io.input_schema import schema_arguments
+    from zephyr.io.schema import schema_arguments
+    from zephyr.removal import check_input_columns, set_aside
 
     internal, written = dup_columns(args)
     if args.mode == "annotate":
@@ -64,7 +64,7 @@ def sets_aside(args: argparse.Namespace) -> bool:
 
 def output_of(args: argparse.Namespace, out: Any) -> Any:
     """The dedup result as written: its columns under ``--output-column`` names, the input's own restored."""
-    from zephyr.io.added_columns import ASIDE_PREFIX, RenameColumns
+    from zephyr.removal import ASIDE_PREFIX, RenameColumns
 
     if not sets_aside(args):
         return out
@@ -128,7 +128,7 @@ def write_output(args: argparse.Namespace, out: Any, execution: dict[str, Any], 
     with ``drop_reason = duplicate`` (``zephyr.dropped``). Returns (the kept rows' write, the routing)."""
     if not getattr(args, "dropped_output", None):
         return output_of(args, out).write_parquet(args.output, **execution), None
-    from zephyr.dropped import Unless, write_routed
+    from zephyr.removal import Unless, write_routed
 
     extra["dropped_output"] = args.dropped_output
     routed = write_routed(
@@ -215,12 +215,12 @@ def check_dropped_output(args: argparse.Namespace) -> None:
     """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
     if not getattr(args, "dropped_output", None):
         return
-    from zephyr import dropped
+    from zephyr import removal
     from zephyr.errors import ConfigError
 
     if args.mode != "remove":
         raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
-    dropped.check(args)
+    removal.check(args)
 
 
 def row_balance(stages: list[dict]) -> dict[str, int]:
@@ -281,7 +281,7 @@ def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     )
     p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
     from zephyr.cli import add_replace_columns
-    from zephyr.io.input_schema import add_schema_arguments
+    from zephyr.io.schema import add_schema_arguments
 
     add_schema_arguments(p)
     add_replace_columns(

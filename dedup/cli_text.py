@@ -278,8 +278,7 @@ def register_text_explains(kinds: argparse._SubParsersAction, common: argparse.A
 def _explain_text(args: argparse.Namespace):
     from zephyr.dedup import explain
 
-    from zephyr.cli import execution_options
-    from zephyr.commands import explained
+    from zephyr.cli import execution_options, explained
 
     execution = action_kwargs(execution_options(args))
     if args.explain_dedup_command == "substring":

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr.errors import ConfigError, SchemaError
-from zephyr.io.casting import without_view_types
+from zephyr.io.schema import without_view_types
 
 __all__ = ["DedupResult", "keep_ranks", "cluster_columns", "apply_mode", "size_histogram", "as_table"]
 

@@ -25,7 +25,7 @@ from zephyr.dedup.cli_common import (
 )
 from zephyr.dedup.eager import budget_of
 
-from zephyr.commands import PlanStep, jobs_plan_text
+from zephyr.cli import PlanStep, jobs_plan_text
 
 if TYPE_CHECKING:
     from zephyr.dedup.config import FuzzyDedupConfig, SubstringConfig

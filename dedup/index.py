@@ -45,7 +45,7 @@ from zephyr.dedup.columns import KEEPER, ROW
 from zephyr.dedup.config import FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
-from zephyr.io.parquet_source import parquet_rows
+from zephyr.io.parquet import parquet_rows
 from zephyr.io.paths import write_json_atomic
 
 if TYPE_CHECKING:

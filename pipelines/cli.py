@@ -83,7 +83,7 @@ def handler(args: argparse.Namespace) -> int:
             print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
     if args.explain:
-        from zephyr.commands import explained
+        from zephyr.cli import explained
 
         return explained(explain_pipeline(config, job_dir, execution=execution_options(args)), args)
     result = run_pipeline(

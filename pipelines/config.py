@@ -278,7 +278,7 @@ def check_added_columns(config: PipelineConfig) -> None:
     column, where it came from (an input file or an earlier step) and the two keys that fix it:
     ``replace_columns: true`` or ``output_column: NAME``. A ``map`` step's output columns are unknown before
     it runs: the walk stops there, and the steps after it still refuse a clash per batch (each step checks its
-    own input, ``zephyr.io.added_columns``)."""
+    own input, ``zephyr.removal``)."""
     if not any(entry.step.adds(config) for entry in config.steps if entry.enabled):
         return  # nothing to check: no input file is opened
     origin: dict[str, str] | None = {}

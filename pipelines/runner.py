@@ -243,7 +243,7 @@ def explain_pipeline(
     lazy output of the step before (the run reads that step's files), then the budget's shares. Nothing runs
     and nothing is written; input files are listed and their footers read, as for any plan."""
     from zephyr.budget import Budget
-    from zephyr.commands import jobs_plan_text
+    from zephyr.cli import jobs_plan_text
     from zephyr.options import ExecutionOptions
 
     execution_kw = _execution_dict(execution)

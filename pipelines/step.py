@@ -148,7 +148,7 @@ class Step:
         """The record's rows in, kept, dropped and quarantined, from the engine's op records of the step's
         accounting ops, checked against the Parquet files it wrote."""
         from zephyr import job_stats
-        from zephyr.io.parquet_source import parquet_rows
+        from zephyr.io.parquet import parquet_rows
 
         stages = (outcome.engine_stats or {}).get("stages", [])
         wanted = outcome.accounting_ops
@@ -415,13 +415,13 @@ class StepContext:
     def dedup_inputs(self) -> Dataset:
         """The step input with the data's own ``dup_*`` columns (if any) set aside: dedup's helper columns of
         those names are removed with the duplicates, and would take the data's with them."""
-        from zephyr.io.added_columns import set_aside
+        from zephyr.removal import set_aside
 
         return self.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=self.op("aside"))
 
     def restore_dedup_columns(self, ds: Dataset) -> Dataset:
         """Put back the data's own ``dup_*`` columns that ``dedup_inputs`` set aside."""
-        from zephyr.io.added_columns import set_aside
+        from zephyr.removal import set_aside
 
         return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=self.op("restore"))
 

@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 def _check_bytes(key: str, value: str | None) -> None:
     if value is not None:
-        from zephyr.sizes import parse_bytes
+        from zephyr.config import parse_bytes
 
         try:
             parse_bytes(value)
@@ -96,7 +96,7 @@ class ReadStep(Step, type="read"):
     """Unparseable JSONL lines: fail naming the file and line, or set them aside in the quarantine."""
     unify_schemas: bool = False
     """Input files whose column types differ: promote them by the documented rule (int → wider int → double;
-    ``zephyr.io.input_schema``). ``False``: files must agree (a column missing from some files is nulls)."""
+    ``zephyr.io.schema``). ``False``: files must agree (a column missing from some files is nulls)."""
     schema: str | None = path_field(None)
     """A schema file (Parquet, or a JSON/YAML map of column to type) every input file is cast to."""
 
@@ -111,8 +111,7 @@ class ReadStep(Step, type="read"):
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         """Column → the first input file that has it (footers or first blocks), plus the source column."""
         from zephyr.io.paths import input_files
-        from zephyr.io.schema_plan import peek_schemas
-        from zephyr.io.sources import list_shards
+        from zephyr.io.sources import list_shards, peek_schemas
 
         files, fmt = input_files(self.paths, self.format)
         origin = {}
@@ -125,7 +124,7 @@ class ReadStep(Step, type="read"):
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         import zephyr
         from zephyr.io.paths import input_files
-        from zephyr.io.text_column import check_text_inputs
+        from zephyr.io.sources import check_text_inputs
 
         p = ctx.pipeline
         files, fmt = input_files(self.paths, self.format)
@@ -137,7 +136,7 @@ class ReadStep(Step, type="read"):
             format=fmt,
             approx_shard_bytes=self.approx_shard_bytes,
             on_error=self.on_error,
-            unify_schemas=self.unify_schemas,  # files that disagree: zephyr.io.input_schema
+            unify_schemas=self.unify_schemas,  # files that disagree: zephyr.io.schema
             schema=self.schema,
         )
         prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
@@ -286,7 +285,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             reason_aside,
         )
 
-        from zephyr.io.added_columns import set_aside
+        from zephyr.removal import set_aside
 
         p, rules = ctx.pipeline, self.filter
         reason = self.output_column or DROP_REASON
@@ -320,7 +319,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
         import zephyr
         from zephyr.io.layout import remove_folder
-        from zephyr.io.parquet_source import parquet_rows
+        from zephyr.io.parquet import parquet_rows
 
         annotate, routes = self._jobs(ctx)
         scratch = ctx.side_dir / "annotated"

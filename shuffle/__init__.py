@@ -1,1 +1,2 @@
-"""zephyr.shuffle: Parquet-based shuffle — partitioned spill runs with a per-partition index, external merge, group-by, sort, join."""
+"""zephyr.shuffle: Parquet-based shuffle — partitioned spill runs with a per-partition index, coalesced runs,
+external merge, group-by, sort, join, and what it costs on an object store (``cost``)."""

@@ -1,7 +1,8 @@
 """The reduce side's reading: one partition's run parts, as sources ready to merge, within the byte budget.
 
-First every run's index entry for the partition is read (24 bytes each). Their byte counts tell how big the
-partition is before any payload is touched:
+First every run's index block for the partition is read (one small read each, ``shuffle.runs``). Its byte
+counts tell how big the partition is before any payload is touched; the blobs are then read a chunk of
+consecutive blobs at a time (``runs.part_sources``: about one request per run):
 
 * small enough (``Budget.in_memory_reduce_bytes``, assuming ``EXPANSION``× decompression; zephyr/budget.py): all parts are
   read, concatenated in run order and stably sorted once — one source; the fastest path;
@@ -11,6 +12,21 @@ partition is before any payload is touched:
 
 Both paths yield the same rows in the same order (stable sort by the merge key, ties in run order), so the
 output bytes do not depend on which one ran.
+
+**The merge** (``merge_sorted``): external k-way merge of sorted runs, vectorized a batch at a time.
+
+Each source yields tables sorted by the same key. The merge keeps one *head* table per source. Each round:
+the *cutoff* is the smallest last-key among the heads of sources that still have data to read; every row
+strictly below the cutoff, in every head, is final — no unread row can sort before it. Those rows are cut
+off (a prefix of each head, found by binary search), concatenated in source order and stably sorted, then
+emitted. The source(s) whose last key *is* the cutoff read their next table, so every round makes progress.
+
+Two properties follow. Emitted batches are globally ordered, and all rows with equal keys come out in one
+batch (rows equal to the cutoff are held back until every source has moved past it) — a reducer can group
+or deduplicate a batch on its own. Ties keep source order, then row order, so the output is deterministic.
+
+Memory is one row group per source plus one batch; ``partition_sources`` bounds the fan-in by merging groups of
+sources into intermediate runs first (external merge), so a reducer never holds more than ``fan_in`` heads.
 """
 
 from __future__ import annotations
@@ -21,27 +37,30 @@ import tempfile
 from collections.abc import Iterator, Sequence
 
 import fsspec
+import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.shuffle.merge import merge_sorted
-from zephyr.shuffle.runs import RunPart, read_index_entry, read_run_part, row_group_bytes_for
-from zephyr.shuffle.writer import sort_table
+from zephyr.shuffle.runs import Run, RunPart, part_sources, read_index_block, row_group_bytes_for
+from zephyr.shuffle.writer import numpy_to_arrow, sort_table
 
 from zephyr.budget import EXPANSION, Budget
-
-__all__ = ["partition_sources"]
 
 log = logging.getLogger(__name__)
 
 
-def _read_parts(run_urls: Sequence[str], partition: int) -> list[tuple[fsspec.AbstractFileSystem, RunPart]]:
-    parts = []
-    for url in run_urls:
-        fs, path = fsspec.core.url_to_fs(url)
-        part = read_index_entry(fs, path, partition)
-        if part.rows:
-            parts.append((fs, part))
-    return parts
+def _read_parts(
+    runs: Sequence[Run | str], partition: int
+) -> list[tuple[fsspec.AbstractFileSystem, list[RunPart]]]:
+    """Per run, its filesystem and the partition's blobs in it (one index read each)."""
+    found = []
+    for run in runs:
+        run = run if isinstance(run, Run) else Run(run)
+        fs, path = fsspec.core.url_to_fs(run.path)
+        parts = [p for p in read_index_block(fs, Run(path, run.slots), partition) if p.rows]
+        if parts:
+            found.append((fs, parts))
+    return found
 
 
 def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
@@ -50,34 +69,34 @@ def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
 
 
 def partition_sources(
-    run_urls: Sequence[str],
+    runs: Sequence[Run | str],
     partition: int,
     merge_columns: Sequence[tuple[str, bool]] | None,
     budget_bytes: int,
 ) -> tuple[list[Iterator[pa.Table]], Scratch]:
-    """Sources for one partition (see the module docstring) and the scratch space to clean up afterwards."""
-    parts = _read_parts(run_urls, partition)
+    """Sources for one partition of ``runs`` (data paths or ``Run``s; see the module docstring) and the scratch
+    space to clean up afterwards."""
+    found = _read_parts(runs, partition)
     scratch = Scratch()
-    if not parts:
+    if not found:
         return [], scratch
-    stored = sum(p.length for _, p in parts)
+    chunk = row_group_bytes_for(budget_bytes)
+    stored = sum(p.length for _, parts in found for p in parts)
+    sources = [source for fs, parts in found for source in part_sources(fs, parts, chunk)]
     if merge_columns is None:  # no order needed: parts one after another
-        return [read_run_part(fs, p) for fs, p in parts], scratch
+        return sources, scratch
     if stored * EXPANSION <= Budget(budget_bytes).in_memory_reduce_bytes:
-        tables = [t for fs, p in parts for t in read_run_part(fs, p)]
+        tables = [t for source in sources for t in source]
         whole = sort_table(pa.concat_tables(tables, promote_options="permissive"), merge_columns)
         return [iter([whole])], scratch
-    fan_in = fan_in_for(budget_bytes, row_group_bytes_for(budget_bytes))
-    sources = [_part_source(fs, p) for fs, p in parts]
+    fan_in = fan_in_for(budget_bytes, chunk)
     level = 0
     while len(sources) > fan_in:
         merged = []
         for start in range(0, len(sources), fan_in):
             group = sources[start : start + fan_in]
             name = f"l{level}-{start // fan_in:05d}"
-            merged.append(
-                scratch.spill(merge_sorted(group, merge_columns), name, row_group_bytes_for(budget_bytes))
-            )
+            merged.append(scratch.spill(merge_sorted(group, merge_columns), name, chunk))
         log.info(
             "partition %d: merged %d sources into %d (fan-in %d)",
             partition,
@@ -88,10 +107,6 @@ def partition_sources(
         sources = merged
         level += 1
     return sources, scratch
-
-
-def _part_source(fs: fsspec.AbstractFileSystem, part: RunPart) -> Iterator[pa.Table]:
-    yield from read_run_part(fs, part)
 
 
 class Scratch:
@@ -126,3 +141,174 @@ def _file_source(path: str) -> Iterator[pa.Table]:
     reader = pq.ParquetFile(path)
     for group in range(reader.num_row_groups):
         yield reader.read_row_group(group)
+
+
+# -- the merge ----------------------------------------------------------------------------------------------
+SortColumns = Sequence[tuple[str, bool]]
+
+
+class _Head:
+    """The unread part of one source; ``keys`` mirrors the uint64 merge key when the merge is on a hash."""
+
+    def __init__(self, source: Iterator[pa.Table], hash_key: str | None):
+        self.source = source
+        self.hash_key = hash_key
+        self.table: pa.Table | None = None
+        self.keys: np.ndarray | None = None
+        self.exhausted = False
+        self.extend()
+
+    def extend(self) -> None:
+        """Append the source's next non-empty table, or mark the source exhausted."""
+        for table in self.source:
+            if table.num_rows:
+                if self.table is None:
+                    self.table = table
+                else:
+                    self.table = pa.concat_tables([self.table, table], promote_options="permissive")
+                if self.hash_key is not None:
+                    self.keys = _hash_keys(self.table, self.hash_key)
+                return
+        self.exhausted = True
+
+    def take_front(self, n: int) -> pa.Table:
+        front = self.table.slice(0, n)
+        self.table = self.table.slice(n)
+        if self.keys is not None:
+            self.keys = self.keys[n:]
+        return front
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.table is None else self.table.num_rows
+
+
+def _hash_keys(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).combine_chunks().to_numpy(zero_copy_only=False)
+
+
+def _frame(table: pa.Table, columns: SortColumns) -> pl.DataFrame:
+    return pl.from_arrow(table.select([c for c, _ in columns]), rechunk=False)
+
+
+def _count_before(keys: pl.DataFrame, cutoff: pl.DataFrame, columns: SortColumns) -> int:
+    """Rows of the sorted ``keys`` that sort strictly before the one-row ``cutoff`` (nulls last)."""
+    if len(columns) == 1:
+        name, descending = columns[0]
+        series = keys.get_column(name)
+        value = cutoff.get_column(name)[0]
+        non_null = len(series) - series.null_count()
+        if value is None:
+            return non_null
+        return int(series.slice(0, non_null).search_sorted(value, side="left", descending=descending))
+    before = pl.lit(False)
+    equal_so_far = pl.lit(True)
+    for name, descending in columns:
+        value = cutoff.get_column(name)[0]
+        column = pl.col(name)
+        if value is None:
+            less, equal = column.is_not_null(), column.is_null()
+        else:
+            less = (column > value) if descending else (column < value)
+            less = less.fill_null(False)
+            equal = (column == value).fill_null(False)
+        before = before | (equal_so_far & less)
+        equal_so_far = equal_so_far & equal
+    return int(keys.select(before.sum()).item())
+
+
+def _is_hash_merge(columns: SortColumns, heads: list[_Head]) -> bool:
+    return (
+        len(columns) == 1
+        and not columns[0][1]
+        and all(h.table is None or h.table.schema.field(columns[0][0]).type == pa.uint64() for h in heads)
+    )
+
+
+def _sort_by_hash(table: pa.Table, name: str) -> pa.Table:
+    order = np.argsort(_hash_keys(table, name), kind="stable")
+    return table.take(numpy_to_arrow(order))
+
+
+def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) -> Iterator[pa.Table]:
+    """Merge sources sorted by ``columns`` into globally sorted batches (see the module docstring)."""
+    columns = list(columns)
+    heads = [_Head(iter(source), None) for source in sources]
+    if _is_hash_merge(columns, heads):
+        name = columns[0][0]
+        for head in heads:
+            head.hash_key = name
+            if head.table is not None:
+                head.keys = _hash_keys(head.table, name)
+        yield from _merge_hash(heads, name)
+        return
+    while True:
+        live = [h for h in heads if h.rows]
+        if not live:
+            return
+        frontier = [h for h in live if not h.exhausted]
+        if not frontier:  # nothing left to read: the rest is final
+            yield sort_table(pa.concat_tables([h.table for h in live], promote_options="permissive"), columns)
+            return
+        lasts = pl.concat([_frame(h.table.slice(h.rows - 1, 1), columns) for h in frontier])
+        order = lasts.with_row_index("__i").sort(
+            [c for c, _ in columns], descending=[d for _, d in columns], nulls_last=True, maintain_order=True
+        )
+        cutoff = order.slice(0, 1).drop("__i")
+        pieces = []
+        for head in live:
+            n = _count_before(_frame(head.table, columns), cutoff, columns)
+            if n:
+                pieces.append(head.take_front(n))
+        if pieces:
+            yield (
+                sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns)
+                if len(pieces) > 1
+                else pieces[0]
+            )
+        # Sources at the cutoff (and sources emptied by this round) read on.
+        at_cutoff = {
+            id(frontier[i])
+            for i in order.get_column("__i").to_list()
+            if _equal_rows(lasts.slice(i, 1), cutoff)
+        }
+        for head in heads:
+            if not head.exhausted and (id(head) in at_cutoff or head.rows == 0):
+                head.extend()
+
+
+def _merge_hash(heads: list[_Head], name: str) -> Iterator[pa.Table]:
+    """``merge_sorted`` for one ascending uint64 key without nulls: numpy binary searches, no conversions."""
+    while True:
+        live = [h for h in heads if h.rows]
+        if not live:
+            return
+        frontier = [h for h in live if not h.exhausted]
+        if not frontier:
+            yield _sort_by_hash(pa.concat_tables([h.table for h in live], promote_options="permissive"), name)
+            return
+        cutoff = min(h.keys[-1] for h in frontier)
+        pieces = []
+        for head in live:
+            n = int(np.searchsorted(head.keys, cutoff, side="left"))
+            if n:
+                pieces.append(head.take_front(n))
+        if pieces:
+            batch = pa.concat_tables(pieces, promote_options="permissive")
+            yield _sort_by_hash(batch, name) if len(pieces) > 1 else batch
+        for head in heads:
+            if not head.exhausted and (head.rows == 0 or head.keys[-1] == cutoff):
+                head.extend()
+
+
+def _equal_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    """Whether two one-row key frames are equal as the sort orders them: NaN equals NaN, null equals null.
+    Python's ``==`` on the rows' tuples says NaN != NaN, so a source whose last key was NaN never read on and
+    the merge looped forever."""
+    return a.equals(b)
+
+
+def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:
+    """Sources one after another (round-robin reshard; order = source order)."""
+    for source in sources:
+        yield from source

@@ -1,29 +1,35 @@
-"""Spill runs: the on-disk format a map task leaves for the reducers.
+"""Spill runs: the on-disk format a map task leaves for the reducers, and the coalescing of many runs into one.
 
 A map task buffers its output until the buffer reaches its byte budget (measured from Arrow buffers), then
 *spills* one run. A run is two files in the task's attempt directory:
 
 ``run-NNNNN.data``
-    The concatenation of self-contained Parquet files ("blobs", zstd), one per non-empty target partition, in
-    partition order. Inside a blob the rows are sorted by the shuffle's sort key (``ShuffleSpec.sort_columns``).
+    Self-contained Parquet files ("blobs", zstd) back to back: for each partition in order, its blobs.
+    Inside a blob the rows are sorted by the shuffle's sort key (``ShuffleSpec.sort_columns``).
 ``run-NNNNN.index``
-    16-byte header — magic ``b"ZSHX"``, format version (uint32 LE, currently 1), number of partitions P
-    (uint64 LE) — then P fixed-width entries of three uint64 LE: byte offset of the blob in the data file,
-    its length, and its row count (0/0/0 for an empty partition).
+    One block per partition p, at ``p * (24 + 24 * K)``: a 24-byte header — magic ``b"ZSHX"``, format version
+    (uint32 LE, currently 2), p and the number of partitions P (uint32 LE each), K (uint64 LE) — then K
+    entries of three uint64 LE: a blob's byte offset in the data file, its length and its row count (0/0/0:
+    no blob).
 
-A reducer for partition p reads the header and the 24 bytes of its entry (at ``16 + 24 * p``) of each run's
-index, and then exactly its own blob's byte range from the data file: its I/O is its own bytes plus two tiny
-reads per run, never a scan of other partitions' footers (Marin's reducers read 46 GB of footers before any
-payload, #8267). The header, the index file's length (must be ``16 + 24 * P``), the blob's range within the
-data file and its row count are checked against each other: a damaged run is an ``InputError`` naming the
-file, never silently wrong rows (tests/shuffle/test_runs.py injects each fault).
+K, the run's *slots*, is 1 for a map task's spill. ``coalesce_runs`` concatenates the runs of a group of map
+tasks into one run of K = the number of runs it read, without decoding a byte: partition p's slots hold the
+blobs of those runs, in their order, back to back — so a reducer still sees every blob as its own sorted
+source, in (map task, run) order, and its output does not depend on whether runs were coalesced.
+
+A reducer for partition p reads one block of each run's index (one ranged read of 24 + 24·K bytes) and then
+its own blobs, consecutive ones together, up to ``chunk_bytes`` a read (``part_sources``): its requests are
+about two per run it reads, never a scan of other partitions' footers (Marin's reducers read 46 GB of footers
+before any payload, #8267). Every block's header is checked against the partition and the run's K and P, a
+blob's range against the bytes actually read and its row count against its footer: a damaged run is an
+``InputError`` naming the file, never silently wrong rows (tests/shuffle/test_runs.py injects each fault).
 """
 
 from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import fsspec
@@ -33,13 +39,11 @@ import pyarrow.parquet as pq
 
 from zephyr.budget import Budget
 from zephyr.errors import InputError
-from zephyr.io.checksum import Checksummed
-
-__all__ = ["RunPart", "RunWriter", "read_index_entry", "read_run_part", "INDEX_VERSION"]
+from zephyr.io.checksum import ALGORITHM, Checksummed, hasher
 
 INDEX_MAGIC = b"ZSHX"
-INDEX_VERSION = 1
-_HEADER = struct.Struct("<4sIQ")
+INDEX_VERSION = 2
+_BLOCK = struct.Struct("<4sIIIQ")
 _ENTRY = struct.Struct("<QQQ")
 
 
@@ -48,9 +52,26 @@ def row_group_bytes_for(budget_bytes: int) -> int:
     return Budget(budget_bytes).spill_row_group_bytes
 
 
+def block_bytes(slots: int) -> int:
+    """Bytes of one partition's index block in a run of ``slots`` slots."""
+    return _BLOCK.size + _ENTRY.size * slots
+
+
+def index_path(data_path: str) -> str:
+    return data_path[: -len(".data")] + ".index"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run as a reader needs it: its data file and its number of slots (1 for a map task's spill)."""
+
+    path: str
+    slots: int = 1
+
+
 @dataclass(frozen=True)
 class RunPart:
-    """Where partition p's rows of one run lie."""
+    """Where one blob of a partition lies."""
 
     data_path: str
     offset: int
@@ -75,6 +96,121 @@ def _parquet_blob(table: pa.Table, row_group_bytes: int) -> bytes:
     return sink.getvalue()
 
 
+def _block_dtype(slots: int) -> np.dtype:
+    return np.dtype(
+        [
+            ("magic", "S4"),
+            ("version", "<u4"),
+            ("partition", "<u4"),
+            ("partitions", "<u4"),
+            ("slots", "<u8"),
+            ("entries", "<u8", (slots, 3)),
+        ]
+    )
+
+
+def _encode_index(entries: np.ndarray) -> bytes:
+    """The index of a run whose blobs are ``entries`` (P × K × (offset, length, rows))."""
+    partitions, slots = entries.shape[:2]
+    blocks = np.zeros(partitions, dtype=_block_dtype(slots))
+    blocks["magic"] = INDEX_MAGIC
+    blocks["version"] = INDEX_VERSION
+    blocks["partition"] = np.arange(partitions)
+    blocks["partitions"] = partitions
+    blocks["slots"] = slots
+    blocks["entries"] = entries
+    return blocks.tobytes()
+
+
+def _decode_blocks(raw: bytes, path: str, first: int, run: Run, partitions: int | None) -> np.ndarray:
+    """Entries (n × K × 3) of the index blocks in ``raw``, which should be blocks ``first``, ``first + 1``, …
+    of the index ``path``; every header is checked."""
+    size = block_bytes(run.slots)
+    if len(raw) < size or len(raw) % size:
+        raise InputError(
+            f"shuffle index truncated: {len(raw)} bytes where partition {first}'s block of {size} bytes "
+            "should be; the run is damaged: rerun the job",
+            path=path,
+        )
+    blocks = np.frombuffer(raw, dtype=_block_dtype(run.slots))
+    head = blocks[0]
+    if head["magic"] != INDEX_MAGIC:
+        raise InputError(f"not a shuffle index: magic {head['magic']!r}, expected {INDEX_MAGIC!r}", path=path)
+    if head["version"] != INDEX_VERSION:
+        raise InputError(
+            f"shuffle index version {head['version']}, this zephyr reads version {INDEX_VERSION}: rerun the "
+            "job without the old work directory",
+            path=path,
+        )
+    expected = np.arange(first, first + len(blocks))
+    if (
+        (blocks["magic"] != INDEX_MAGIC).any()
+        or (blocks["version"] != INDEX_VERSION).any()
+        or (blocks["slots"] != run.slots).any()
+        or (blocks["partition"] != expected).any()
+        or (blocks["partitions"] != head["partitions"]).any()
+    ):
+        raise InputError(
+            f"shuffle index block of partition {first} does not match: it says partition "
+            f"{head['partition']} of {head['partitions']} with {head['slots']} slots, the job expects "
+            f"{run.slots} slots; the run is damaged: rerun the job",
+            path=path,
+        )
+    if partitions is not None and head["partitions"] != partitions:
+        raise InputError(
+            f"shuffle index holds {head['partitions']} partitions, the job expects {partitions}", path=path
+        )
+    return blocks["entries"]
+
+
+def _missing(path: str) -> InputError:
+    return InputError("shuffle index missing (was the work directory cleaned mid-job?)", path=path)
+
+
+def read_index_block(
+    fs: fsspec.AbstractFileSystem, run: Run | str, partition: int, num_partitions: int | None = None
+) -> list[RunPart]:
+    """The K blobs of ``partition`` in ``run`` (empty ones included, length 0), from one ranged read of its
+    index block, checked (``_decode_blocks``). ``num_partitions``, when the caller knows it, must match the
+    index's (a run written by another plan)."""
+    run = run if isinstance(run, Run) else Run(run)
+    path = index_path(run.path)
+    size = block_bytes(run.slots)
+    if num_partitions is not None and not 0 <= partition < num_partitions:
+        raise InputError(f"partition {partition} out of range: the job has {num_partitions}", path=path)
+    try:
+        raw = fs.cat_file(path, start=partition * size, end=(partition + 1) * size)
+    except FileNotFoundError as exc:
+        raise _missing(path) from exc
+    entries = _decode_blocks(raw, path, partition, run, num_partitions)[0]
+    return [RunPart(run.path, int(o), int(n), int(r)) for o, n, r in entries.tolist()]
+
+
+def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tuple[bytes, np.ndarray]:
+    """A whole index (one read) and its entries (P × K × 3), checked, with its blobs back to back from byte 0
+    in (partition, slot) order: ``coalesce_runs`` copies partitions by byte ranges and relies on it."""
+    path = index_path(run.path)
+    try:
+        raw = fs.cat_file(path, start=0)
+    except FileNotFoundError as exc:
+        raise _missing(path) from exc
+    if len(raw) != partitions * block_bytes(run.slots):
+        raise InputError(
+            f"shuffle index has the wrong length: {len(raw)} bytes, {partitions} partitions of "
+            f"{run.slots} slots take {partitions * block_bytes(run.slots)}; the run is damaged: rerun the job",
+            path=path,
+        )
+    entries = _decode_blocks(raw, path, 0, run, partitions).copy()  # 24 bytes a slot; ``raw`` can go
+    flat = entries.reshape(-1, 3)
+    full = flat[flat[:, 1] > 0]
+    ends = np.cumsum(full[:, 1])
+    if len(full) and ((full[:, 0] != ends - full[:, 1]).any()):
+        raise InputError(
+            "shuffle run's blobs are not back to back; the run is damaged: rerun the job", path=path
+        )
+    return raw, entries
+
+
 class RunWriter:
     """Writes one run (data + index) from a table already sorted by (partition, sort key)."""
 
@@ -90,70 +226,115 @@ class RunWriter:
         """Write ``table`` whose rows belong to the (non-decreasing) ``partitions``; returns (rows, bytes).
         ``checksums`` then holds both files' checksum records (``zephyr.io.checksum``), made while writing."""
         starts = np.searchsorted(partitions, np.arange(self.num_partitions + 1), side="left")
-        entries = np.zeros((self.num_partitions, 3), dtype="<u8")
+        entries = np.zeros((self.num_partitions, 1, 3), dtype="<u8")
         offset = 0
         with Checksummed(self.fs.open(self.data_path, "wb")) as data:
             for p in np.flatnonzero(np.diff(starts)):
                 start, stop = int(starts[p]), int(starts[p + 1])
                 blob = _parquet_blob(table.slice(start, stop - start), self.row_group_bytes)
                 data.write(blob)
-                entries[p] = (offset, len(blob), stop - start)
+                entries[p, 0] = (offset, len(blob), stop - start)
                 offset += len(blob)
         with Checksummed(self.fs.open(self.index_path, "wb")) as index:
-            index.write(_HEADER.pack(INDEX_MAGIC, INDEX_VERSION, self.num_partitions))
-            index.write(entries.tobytes())
+            index.write(_encode_index(entries))
         self.checksums = {self.data_path: data.record(), self.index_path: index.record()}
         return table.num_rows, offset
 
 
-def read_index_entry(
-    fs: fsspec.AbstractFileSystem, data_path: str, partition: int, num_partitions: int | None = None
-) -> RunPart:
-    """The byte range of ``partition`` in the run whose data file is ``data_path``.
+# -- reading a partition's blobs ----------------------------------------------------------------------------
+class _Chunk:
+    """Consecutive blobs of one data file fetched with one ranged read when the first of them is read, and
+    dropped when the last of them is done."""
 
-    Reads the 16-byte header and the one 24-byte entry (two ranged reads) and the index file's size, and
-    checks them against each other, so a foreign, truncated or padded index is an ``InputError`` naming the
-    file — never a silently wrong byte range. ``num_partitions``, when the caller knows it, must match the
-    header's (a run written by another plan)."""
-    index_path = data_path[: -len(".data")] + ".index"
-    start = _HEADER.size + _ENTRY.size * partition
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, parts: int):
+        self.fs, self.path, self.start, self.end = fs, path, start, end
+        self.waiting = parts
+        self.buffer: pa.Buffer | None = None
+
+    def blob(self, part: RunPart) -> pa.BufferReader:
+        if self.buffer is None:
+            data = self.fs.cat_file(self.path, start=self.start, end=self.end)
+            if len(data) != self.end - self.start:
+                raise InputError(
+                    f"shuffle blobs at bytes {self.start}-{self.end} lie past the end of the data file (it ends "
+                    f"at byte {self.start + len(data)}): the run is truncated; rerun the job",
+                    path=self.path,
+                )
+            self.buffer = pa.py_buffer(data)
+        return pa.BufferReader(self.buffer.slice(part.offset - self.start, part.length))
+
+    def done(self) -> None:
+        self.waiting -= 1
+        if self.waiting <= 0:
+            self.buffer = None
+
+
+def _blob_tables(file, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
+    """A blob's row groups, its row count checked against the index entry."""
+    where = f"shuffle blob at bytes {part.offset}-{part.offset + part.length}"
     try:
-        header, raw = fs.cat_ranges(
-            [index_path, index_path], [0, start], [_HEADER.size, start + _ENTRY.size], on_error="raise"
+        reader = pq.ParquetFile(file)
+        if reader.metadata.num_rows != part.rows:
+            raise InputError(
+                f"{where} holds {reader.metadata.num_rows} rows, its index entry says {part.rows}; rerun the job",
+                path=part.data_path,
+            )
+        for group in range(reader.num_row_groups):
+            yield reader.read_row_group(group, columns=columns)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"corrupt {where}: {exc}", path=part.data_path) from exc
+
+
+def _chunk_source(chunk: _Chunk, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
+    try:
+        yield from _blob_tables(chunk.blob(part), part, columns)
+    finally:
+        chunk.done()
+
+
+def read_groups(parts: Sequence[RunPart], chunk_bytes: int) -> list[list[RunPart]]:
+    """The non-empty ``parts`` as the reads that fetch them: consecutive parts that lie back to back in one
+    data file (a partition's slots in a coalesced run), ``chunk_bytes`` at most a read; a part larger than that
+    alone (it is streamed)."""
+    groups: list[list[RunPart]] = []
+    for part in parts:
+        if part.rows == 0:
+            continue
+        last = groups[-1] if groups else None
+        if (
+            last is None
+            or part.length > chunk_bytes
+            or last[-1].length > chunk_bytes
+            or part.data_path != last[0].data_path
+            or part.offset != last[-1].offset + last[-1].length
+            or part.offset + part.length - last[0].offset > chunk_bytes
+        ):
+            groups.append([part])
+        else:
+            last.append(part)
+    return groups
+
+
+def part_sources(
+    fs: fsspec.AbstractFileSystem,
+    parts: Sequence[RunPart],
+    chunk_bytes: int,
+    columns: Sequence[str] | None = None,
+) -> list[Iterator[pa.Table]]:
+    """One lazy source of tables per non-empty part, in order, fetched a group of consecutive parts at a time
+    (``read_groups``); a part larger than ``chunk_bytes`` streams alone (``read_run_part``). So a reducer makes
+    about one request per run and ``chunk_bytes``, and holds, per open source, at most one chunk it has not
+    decoded."""
+    sources: list[Iterator[pa.Table]] = []
+    for group in read_groups(parts, chunk_bytes):
+        if group[0].length > chunk_bytes:
+            sources.append(read_run_part(fs, group[0], columns, chunk_bytes))
+            continue
+        chunk = _Chunk(
+            fs, group[0].data_path, group[0].offset, group[-1].offset + group[-1].length, len(group)
         )
-        size = fs.size(index_path)
-    except FileNotFoundError as exc:
-        raise InputError(
-            "shuffle index missing (was the work directory cleaned mid-job?)", path=index_path
-        ) from exc
-    if len(header) != _HEADER.size:
-        raise InputError(
-            f"shuffle index truncated: {size} bytes, not even the {_HEADER.size}-byte header", path=index_path
-        )
-    magic, version, partitions = _HEADER.unpack(header)
-    if magic != INDEX_MAGIC:
-        raise InputError(f"not a shuffle index: magic {magic!r}, expected {INDEX_MAGIC!r}", path=index_path)
-    if version != INDEX_VERSION:
-        raise InputError(
-            f"shuffle index version {version}, this zephyr reads version {INDEX_VERSION}: rerun the job "
-            "without the old work directory",
-            path=index_path,
-        )
-    expected_size = _HEADER.size + _ENTRY.size * partitions
-    if size != expected_size:
-        raise InputError(
-            f"shuffle index has the wrong length: {size} bytes, but its header says {partitions} partitions "
-            f"({expected_size} bytes); the run is damaged: rerun the job",
-            path=index_path,
-        )
-    if num_partitions is not None and partitions != num_partitions:
-        raise InputError(
-            f"shuffle index holds {partitions} partitions, the job expects {num_partitions}", path=index_path
-        )
-    if not 0 <= partition < partitions:
-        raise InputError(f"partition {partition} out of range: the index holds {partitions}", path=index_path)
-    offset, length, rows = _ENTRY.unpack(raw)
-    return RunPart(data_path, offset, length, rows)
+        sources.extend(_chunk_source(chunk, part, columns) for part in group)
+    return sources
 
 
 class _Range(io.RawIOBase):
@@ -196,32 +377,177 @@ class _Range(io.RawIOBase):
 
 
 def read_run_part(
-    fs: fsspec.AbstractFileSystem, part: RunPart, columns: Sequence[str] | None = None
+    fs: fsspec.AbstractFileSystem,
+    part: RunPart,
+    columns: Sequence[str] | None = None,
+    block_bytes: int = 4 << 20,
 ) -> Iterator[pa.Table]:
-    """Yield a run part's rows one row group at a time (sorted, as written), reading only its byte range.
+    """Yield one part's rows a row group at a time (sorted, as written), reading only its byte range in reads
+    of ``block_bytes`` (a part too large to fetch whole).
 
     A blob that is cut short (a truncated data file) or holds another row count than its index entry is an
     ``InputError`` naming the data file and the byte range."""
     if part.rows == 0:
         return
-    where = f"shuffle blob at bytes {part.offset}-{part.offset + part.length}"
-    data_size = fs.size(part.data_path)
-    if part.offset + part.length > data_size:
+    handle = fs.open(part.data_path, "rb", block_size=block_bytes, cache_type="readahead")
+    size = handle.seek(0, io.SEEK_END)
+    if part.offset + part.length > size:
+        handle.close()
         raise InputError(
-            f"{where} lies past the end of the data file ({data_size} bytes): the run is truncated; rerun the job",
+            f"shuffle blob at bytes {part.offset}-{part.offset + part.length} lies past the end of the data file "
+            f"({size} bytes): the run is truncated; rerun the job",
             path=part.data_path,
         )
-    window = _Range(fs.open(part.data_path, "rb"), part.offset, part.length)
+    window = _Range(handle, part.offset, part.length)
     try:
-        reader = pq.ParquetFile(window)
-        if reader.metadata.num_rows != part.rows:
-            raise InputError(
-                f"{where} holds {reader.metadata.num_rows} rows, its index entry says {part.rows}; rerun the job",
-                path=part.data_path,
-            )
-        for group in range(reader.num_row_groups):
-            yield reader.read_row_group(group, columns=columns)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"corrupt {where}: {exc}", path=part.data_path) from exc
+        yield from _blob_tables(window, part, columns)
     finally:
         window.close()
+
+
+# -- coalescing ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Coalesced:
+    """What ``coalesce_runs`` wrote: the run, its rows and data bytes, and both files' checksum records."""
+
+    run: Run
+    rows: int
+    bytes: int
+    checksums: dict[str, dict]
+
+
+def windows(sizes: Sequence[int], window_bytes: int) -> Iterator[tuple[int, int]]:
+    """Consecutive partition ranges [p0, p1) of at most ``window_bytes`` in all (one partition at least)."""
+    p0, total = 0, 0
+    for p, size in enumerate(sizes):
+        if p > p0 and total + size > window_bytes:
+            yield p0, p
+            p0, total = p, 0
+        total += size
+    if p0 < len(sizes):
+        yield p0, len(sizes)
+
+
+def coalesce_runs(
+    fs: fsspec.AbstractFileSystem,
+    runs: Sequence[Run],
+    prefix: str,
+    num_partitions: int,
+    *,
+    window_bytes: int,
+    upload_bytes: int,
+    expected: Mapping[str, dict] | None = None,
+) -> Coalesced:
+    """Concatenate ``runs`` into one run at ``prefix`` (``.data``/``.index``) whose partition p holds the
+    blobs of every input's partition p, input by input: bytes are copied, never decoded.
+
+    Each input's index is read whole (one read), then its data in partition *windows* of ``window_bytes`` in
+    all inputs (one ranged read per input and window; a partition larger than a window is copied input by
+    input, ``window_bytes`` a read), so a combine holds one window of fetched bytes and one upload part
+    (``upload_bytes``) of output. The windows of one input are consecutive byte ranges, so every input file is
+    hashed whole while it is read: with ``expected`` (path → checksum record, from the map tasks' markers) an
+    input that no longer holds the bytes its map task wrote is an ``InputError`` naming it."""
+    expected = expected or {}
+    indexes = []
+    for run in runs:
+        raw, entries = read_index(fs, run, num_partitions)
+        digest = hasher()
+        digest.update(raw)
+        _check(index_path(run.path), len(raw), digest.hexdigest(), expected)
+        indexes.append(entries)
+    slots = sum(run.slots for run in runs)
+    sizes = (
+        np.stack([e[:, :, 1].sum(axis=1) for e in indexes], axis=1) if runs else np.zeros((num_partitions, 0))
+    )
+    starts = np.vstack([np.zeros((1, len(runs)), dtype=sizes.dtype), np.cumsum(sizes, axis=0)])
+    digests = [hasher() for _ in runs]
+    entries = np.zeros((num_partitions, slots, 3), dtype="<u8")
+    first_slot = np.cumsum([0] + [run.slots for run in runs])
+    data_path = prefix + ".data"
+    written = 0
+    with Checksummed(_Parts(fs.open(data_path, "wb", block_size=upload_bytes), upload_bytes)) as out:
+        for p0, p1 in windows(sizes.sum(axis=1).tolist(), window_bytes):
+            fetched = {}
+            for i, run in enumerate(runs):
+                lo, hi = int(starts[p0, i]), int(starts[p1, i])
+                if hi == lo or p1 - p0 == 1:  # one partition: copied input by input below, a window at a time
+                    continue
+                fetched[i] = _fetch(fs, run.path, lo, hi, digests[i])
+            for p in range(p0, p1):
+                for i, run in enumerate(runs):
+                    lo, hi = int(starts[p, i]), int(starts[p + 1, i])
+                    if hi == lo:
+                        continue
+                    base = written - lo
+                    if p1 - p0 == 1:
+                        for piece in range(lo, hi, window_bytes):
+                            out.write(_fetch(fs, run.path, piece, min(hi, piece + window_bytes), digests[i]))
+                    else:
+                        window_start = int(starts[p0, i])
+                        out.write(memoryview(fetched[i])[lo - window_start : hi - window_start])
+                    written += hi - lo
+                    mine = indexes[i][p].astype(np.int64)
+                    mine[mine[:, 1] > 0, 0] += base
+                    entries[p, first_slot[i] : first_slot[i + 1]] = mine
+    for i, run in enumerate(runs):
+        _check(run.path, int(starts[-1, i]), digests[i].hexdigest(), expected)
+    with Checksummed(fs.open(prefix + ".index", "wb")) as index:
+        index.write(_encode_index(entries))
+    return Coalesced(
+        Run(data_path, slots),
+        int(entries[:, :, 2].sum()),
+        written,
+        {data_path: out.record(), prefix + ".index": index.record()},
+    )
+
+
+class _Parts:
+    """A writable file handed its bytes in pieces of exactly ``size`` (the last one shorter), so an s3fs file of
+    that block size uploads parts of exactly that size: ``ceil(bytes / size)`` of them, whatever the sizes of
+    the writes (``zephyr.shuffle.cost.upload``)."""
+
+    def __init__(self, handle, size: int):
+        self._handle, self._size, self._pending = handle, size, bytearray()
+
+    def write(self, data) -> int:
+        self._pending += data
+        while len(self._pending) >= self._size:
+            self._handle.write(bytes(self._pending[: self._size]))
+            del self._pending[: self._size]
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._pending:
+            self._handle.write(bytes(self._pending))
+            self._pending.clear()
+        self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
+
+
+def _check(path: str, size: int, digest: str, expected: Mapping[str, dict]) -> None:
+    """``path`` read as ``size`` bytes hashing to ``digest`` must match the record its writer made, if any."""
+    record = expected.get(path)
+    if record is not None and (record.get("bytes") != size or record.get(ALGORITHM) != digest):
+        raise InputError(
+            f"shuffle run file does not hold the bytes its map task wrote ({size} bytes read, {record.get('bytes')} "
+            "written, or another checksum); rerun the job",
+            path=path,
+        )
+
+
+def _fetch(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, digest) -> bytes:
+    data = fs.cat_file(path, start=start, end=end)
+    if len(data) != end - start:
+        raise InputError(
+            f"shuffle run ends at byte {start + len(data)}, its index names blobs up to byte {end}: the run is "
+            "truncated; rerun the job",
+            path=path,
+        )
+    digest.update(data)
+    return data

@@ -43,24 +43,3 @@ def test_no_project_module_imports_an_old_path() -> None:
             names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
             offenders += [f"{path.relative_to(root)}: {n}" for n in names if n in old_paths]
     assert not offenders
-
-
-SPLIT = [
-    pytest.param(
-        "zephyr.config",
-        "zephyr.config_types",
-        ["describe_type", "describe_value", "coerce", "fits"],
-        id="config-types",
-    ),
-    pytest.param(
-        "zephyr.config", "zephyr.config_text", ["parse_value", "expand_env", "read_mapping"], id="config-text"
-    ),
-]
-
-
-@pytest.mark.parametrize(("original", "part", "names"), SPLIT)
-def test_a_split_module_still_exports_what_moved_out(original: str, part: str, names: list[str]) -> None:
-    """Code moved to a new module along a seam stays importable, without a warning, from where it was."""
-    module, moved = importlib.import_module(original), importlib.import_module(part)
-    for name in names:
-        assert name in module.__all__ and getattr(module, name) is getattr(moved, name), name

@@ -212,7 +212,7 @@ class TokenizeBatch:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from zephyr.io.text_column import require_text_column
+        from zephyr.io.quarantine import require_text_column
 
         require_text_column(table.schema, self.text_column, where="tokenize input")
         rejected = None

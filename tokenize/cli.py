@@ -70,8 +70,7 @@ class TokenizerTrain:
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_output_dir
-    from zephyr.commands import explain_commands
+    from zephyr.cli import add_output_dir, explain_commands
 
     parser = subparsers.add_parser(
         "tokenize",
@@ -94,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def _add_tokenize_flags(parser: argparse.ArgumentParser) -> None:
     """The flags ``zephyr tokenize`` and ``zephyr explain tokenize`` share (the latter writes nothing)."""
     from zephyr.cli import add_on_error
-    from zephyr.io.input_schema import add_schema_arguments
+    from zephyr.io.schema import add_schema_arguments
 
     parser.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
@@ -156,7 +155,7 @@ def _writer_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments from the flags, but the output: one mapping for the command
     and for ``zephyr explain tokenize`` (``zephyr.tokenize.writer.plans`` takes the same)."""
     from zephyr.cli import execution_options
-    from zephyr.io.input_schema import schema_arguments
+    from zephyr.io.schema import schema_arguments
 
     given = vars(args)
     options = execution_options(args)
@@ -174,7 +173,7 @@ def explain_handler(args: argparse.Namespace) -> Any:
     """``zephyr explain tokenize``: the writer's jobs on stdout, nothing run (``zephyr.tokenize.writer.plans``)."""
     from zephyr.tokenize.writer import plan_text
 
-    from zephyr.commands import explained
+    from zephyr.cli import explained
 
     return explained(plan_text(args.inputs, **_writer_arguments(args)), args)
 

@@ -37,7 +37,7 @@ class TokenizeConfig:
     """Also write Megatron ``.bin``/``.idx`` per shard."""
 
     def __post_init__(self) -> None:
-        from zephyr.sizes import parse_bytes
+        from zephyr.config import parse_bytes
 
         require_at_least("batch_rows", self.batch_rows, 1)
         try:

@@ -49,8 +49,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephyr.config import format_bytes, parse_bytes
 from zephyr.errors import ConfigError, InputError
-from zephyr.sizes import format_bytes, parse_bytes
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +154,8 @@ class _SampleCounts:
 
 def _text_batches(shard: Any, text_column: str, on_error: str, counts: _SampleCounts) -> Iterator[pa.Array]:
     """The file's text column, batch by batch, checked to be text (``zephyr.io.text_column``)."""
+    from zephyr.io.quarantine import require_text_column
     from zephyr.io.sources import read_shard
-    from zephyr.io.text_column import require_text_column
 
     def quarantine(table: pa.Table) -> None:
         counts.rows_quarantined += table.num_rows
@@ -221,8 +221,7 @@ def iter_sample(
     Documents are yielded in pieces of at most ``_PIECE_BYTES``. ``counts`` (optional) is filled as it goes.
     """
     from zephyr.io.paths import input_files
-    from zephyr.io.sources import list_shards
-    from zephyr.io.text_column import check_text_inputs
+    from zephyr.io.sources import check_text_inputs, list_shards
 
     counts = counts if counts is not None else _SampleCounts()
     files, fmt = input_files(inputs, format)

@@ -92,9 +92,9 @@ from zephyr.tokenize._pack import PackPartition, numeric_array, shard_directory,
 from zephyr.tokenize.shards import ShardInfo, join_path, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
+from zephyr.config import parse_bytes
 from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io.paths import absolute
-from zephyr.sizes import parse_bytes
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -316,7 +316,7 @@ def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
     """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
     (``zephyr.commands.jobs_plan_text``), with the budget's shares."""
     from zephyr.budget import Budget
-    from zephyr.commands import jobs_plan_text
+    from zephyr.cli import jobs_plan_text
 
     planned, pool, options = _plans(data, tokenizer, arguments)
     budget = Budget(options.memory_budget_bytes)
@@ -439,7 +439,7 @@ def writer_input(
 
 def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
     """Refuse, before any task, an input file whose text column is not strings (``zephyr.io.text_column``)."""
-    from zephyr.io.text_column import check_text_inputs
+    from zephyr.io.sources import check_text_inputs
 
     files, fmt = input_paths(paths)
     check_text_inputs(files, text_column, format=fmt)

@@ -38,7 +38,6 @@ Only configs are imported at registration (standard library): ``zephyr --help`` 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -90,8 +89,8 @@ def build_check_parser(common: argparse.ArgumentParser) -> argparse.ArgumentPars
     )
     _add_run_flags(p, skip=("model.moe.dispatch",))
     add_flags(p, CheckConfig, group="the check")
-    # --json comes from ``common``: here it prints the check's report as one JSON object (not a run summary)
-    p.set_defaults(func=check_handler)
+    # --json comes from ``common``: the summary object of every command, the check's report under ``details``
+    p.set_defaults(func=check_handler, train_command="check")  # the summary names "zephyr train check"
     return p
 
 
@@ -158,8 +157,8 @@ def _data(values: list[str], *, mix: bool) -> str | dict[str, float]:
 
 
 def handler(args: argparse.Namespace):
-    """Train, then return the run's ``Summary``: rows are the training sequences of the steps this call ran,
-    dropped the ones the instance filter masked (``zephyr.summary``)."""
+    """Train, then return the run's ``Summary`` in samples (the training sequences of the steps this call ran;
+    dropped: the ones the instance filter masked) and tokens; its output bytes are the checkpoints'."""
     from zephyr.trainer.train import train
 
     from zephyr.summary import Summary, bytes_under
@@ -175,27 +174,36 @@ def handler(args: argparse.Namespace):
                 f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}\n"
             )
     tokens = sum(int(r.get("tokens", 0)) for r in result.records)
-    sequences = tokens // max(cfg.seq_len, 1)
+    samples = tokens // max(cfg.seq_len, 1)
     masked = sum(int(r.get("instances_filtered", 0)) for r in result.records)
-    details["tokens"] = tokens
+    details.update(tokens=tokens, steps=len(result.records))
     data = [cfg.data] if isinstance(cfg.data, str) else list(cfg.data or [])
     return Summary(
-        rows_in=sequences,
-        rows_kept=sequences - masked,
+        rows_in=samples,
+        rows_kept=samples - masked,
         rows_dropped=masked,
         dropped_by_reason={"instance_filter": masked} if masked else {},
         output=cfg.checkpoint_dir or None,
         stats=cfg.log or None,
         bytes_in=bytes_under(data) if data else 0,
         details=details,
+        unit="samples",
+        shown=("steps", "tokens"),
     )
 
 
-def check_handler(args: argparse.Namespace) -> int:
-    """``zephyr train check``: the report on stdout (text, or JSON with ``--json``); 0 when ready, else 1."""
+def check_handler(args: argparse.Namespace):
+    """``zephyr train check``: the report on stdout, and exit 0 when ready, else 1. With ``--json`` the report
+    is the ``details`` of the one summary object every command prints (``zephyr.summary``: the check reads
+    no rows and writes nothing, so its rows are 0 and its figures are all under ``details``)."""
     from zephyr.trainer.check.report import render, run_check
+
+    from zephyr.summary import Summary
 
     given = vars(args)
     report = run_check(train_config(given), config_from_flags(CheckConfig, given, what="check config"))
-    print(json.dumps(report, indent=2) if args.json else render(report))
-    return 0 if report["ok"] else 1
+    code = 0 if report["ok"] else 1
+    if args.json:
+        return Summary(rows_in=0, rows_kept=0, details=report, exit_code=code)
+    print(render(report))
+    return code

@@ -517,7 +517,7 @@ class CheckConfig:
         check_fields(self, "", self._rules)
 
     def _rules(self) -> list[str]:
-        from zephyr.sizes import parse_bytes
+        from zephyr.config import parse_bytes
 
         problems = []
         if not self.dispatches or set(self.dispatches) - set(DISPATCHES):
@@ -537,6 +537,6 @@ class CheckConfig:
 
     @property
     def device_memory_bytes(self) -> int:
-        from zephyr.sizes import parse_bytes
+        from zephyr.config import parse_bytes
 
         return parse_bytes(self.device_memory)

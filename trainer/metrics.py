@@ -20,7 +20,7 @@ itself waits less (not at all while the loader is quicker than that lead): the s
 
 Resume: the log holds each step exactly once, in order. When a run starts at step S (S = the step of the
 checkpoint it resumes, 0 for a fresh run), ``MetricsLogger(..., start_step=S)`` first rewrites the file to the
-records of steps < S (``trim_log``): records a killed run logged after its last checkpoint are dropped (the
+records of steps 1..S (``trim_log``): records a killed run logged after its last checkpoint are dropped (the
 resumed run logs those steps again), and so is a line cut short by the kill. Readers need no deduplication.
 
 Alarms: a non-finite loss stops the run with ``NonFiniteLossError`` naming the step; a loss above
@@ -121,7 +121,9 @@ def _record_step(line: bytes) -> int | None:
 
 
 def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
-    """Rewrite the JSONL log at ``path`` to hold each step below ``start_step`` once; return the lines dropped.
+    """Rewrite the JSONL log at ``path`` to hold each step up to ``start_step`` once (a record's ``step`` is the
+    steps done after it: 1 for the first, S for the last one a checkpoint of step S holds); return the lines
+    dropped.
 
     A run killed after its last checkpoint has logged steps the resumed run will run (and log) again; the last
     line may be cut mid-write. Both go, so the log reads as one uninterrupted run. A record whose step is not
@@ -149,11 +151,11 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
         while kept and kept[-1][0] >= step:
             kept.pop()
         kept.append((step, index))
-    kept = [(step, index) for step, index in kept if step < start_step]
+    kept = [(step, index) for step, index in kept if step <= start_step]
     if len(kept) == len(lines) and ends_whole:
         return 0
     unreadable = steps.count(None)
-    later = [step for step in steps if step is not None and step >= start_step]
+    later = [step for step in steps if step is not None and step > start_step]
     log.info(
         "%s: the run starts at step %d: kept %d records, dropped %d of steps %s and %d superseded",
         path,
@@ -186,8 +188,8 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
 class MetricsLogger:
     """Writes one JSON object per step (rank 0 only) and mirrors scalars to TensorBoard if it is installed.
 
-    ``start_step``: the first step this run logs; the existing log is first trimmed to the steps before it
-    (``trim_log``), so a resumed run continues the log without repeating steps. None appends as it is.
+    ``start_step``: the steps done when this run starts (the resumed checkpoint's step); the existing log is
+    first trimmed to those steps (``trim_log``), so a resumed run continues the log without repeating steps. None appends as it is.
     """
 
     def __init__(
@@ -216,8 +218,8 @@ class MetricsLogger:
                     "tensorboard is not installed; metrics go to the JSONL log only (pip install tensorboard)"
                 )
             else:
-                # purge_step hides events a killed run wrote at steps >= the resumed step
-                self._tb = SummaryWriter(tensorboard_dir, purge_step=start_step or None)
+                # purge_step hides events a killed run wrote after the resumed checkpoint's step
+                self._tb = SummaryWriter(tensorboard_dir, purge_step=start_step + 1 if start_step else None)
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -293,10 +295,11 @@ class TrainProgress:
             self.display.count("train", total_steps, done=start_step)
 
     def update(self, record: dict[str, Any]) -> str | None:
-        """Take the metric record of step ``record["step"]`` (0-based); return the line printed, if any."""
+        """Take the metric record of step ``record["step"]`` (steps done: 1 for the first); return the line
+        printed, if any."""
         if not self.enabled:
             return None
-        done = int(record["step"]) + 1
+        done = int(record["step"])
         now = time.perf_counter()
         self._window_tokens += int(record["tokens"])
         self._window_time += float(record["step_time_s"])

@@ -398,7 +398,7 @@ class _MetricsFlush:
         spike = self.alarm.check(pending.step, loss)
         tps = self.tokens_per_step / elapsed
         record: dict[str, Any] = {
-            "step": pending.step,
+            "step": pending.step + 1,  # steps done, as the progress line and the checkpoints count them
             "loss": loss,
             "aux_loss": aux,
             "grad_norm": grad_norm,

@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "Dataset": "zephyr.dataset",
     "BatchOutput": "zephyr.ops",
-    "Agg": "zephyr.shuffle.aggregate",
-    "WriteResult": "zephyr.results",
+    "Agg": "zephyr.shuffle.reduce",
+    "WriteResult": "zephyr.job_stats",
     "GroupedDataset": "zephyr.dataset",
     "read": "zephyr.dataset",
     "read_parquet": "zephyr.dataset",
@@ -79,11 +79,11 @@ if TYPE_CHECKING:
         read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
+    from zephyr.job_stats import WriteResult
     from zephyr.ops import BatchOutput
     from zephyr.options import ExecutionOptions
     from zephyr.pipelines.web.extract import read_warc
-    from zephyr.results import WriteResult
-    from zephyr.shuffle.aggregate import Agg
+    from zephyr.shuffle.reduce import Agg
 
 
 __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())

@@ -19,8 +19,13 @@ What a task holds at once, at most, for a budget B:
 - the map side of a shuffle: the sort buffer (``shuffle_buffer_bytes``, B/4) plus its sorted copy and Parquet
   encoding while it spills (about twice that again), written as row groups of ``spill_row_group_bytes``
   (B/64, 256 KiB–4 MiB) so that a reducer can stream many parts at once;
+- coalescing runs (on object stores, ``zephyr.shuffle.cost``): one window of fetched run bytes
+  (``coalesce_window_bytes``, B/4) and one upload part (``upload_part_bytes``, B/16, 5–64 MiB: S3's smallest
+  part is 5 MiB), plus the indexes of its group (48 bytes per run and partition); nothing is decoded;
 - the reduce side: a partition read whole when its stored bytes × ``EXPANSION`` fit ``in_memory_reduce_bytes``
-  (0.4·B); otherwise ``merge_fan_in`` parts streamed at once, one decoded spill row group each, 4× headroom;
+  (0.4·B); otherwise ``merge_fan_in`` parts streamed at once, one decoded spill row group each, 4× headroom; either way
+  run bytes are fetched a chunk of consecutive blobs at a time, ``spill_row_group_bytes`` at most, and an open
+  part keeps at most one such chunk undecoded;
 - planning: shuffle partitions of ``partition_target_bytes`` (B/4, capped at 64 MiB) of estimated input;
 - allocators: Arrow's pool and glibc's heap keep freed memory for reuse; task processes hand it back after
   every task (``zephyr.executors.heap``), so retention never stacks across tasks and is not a share;
@@ -102,6 +107,14 @@ class Budget:
         return max(256 << 10, min(4 * MIB, self.bytes // 64))
 
     @property
+    def coalesce_window_bytes(self) -> int:
+        return max(MIB, self.bytes // 4)
+
+    @property
+    def upload_part_bytes(self) -> int:
+        return max(5 * MIB, min(64 * MIB, self.bytes // 16))
+
+    @property
     def in_memory_reduce_bytes(self) -> int:
         return int(self.bytes * 0.4)
 
@@ -145,6 +158,8 @@ class Budget:
             ("row_group_bytes", self.row_group_bytes, "B/4, 1–128 MiB"),
             ("shuffle_buffer_bytes", self.shuffle_buffer_bytes, "B/4, ≥ 1 MiB (+2× while spilling)"),
             ("spill_row_group_bytes", self.spill_row_group_bytes, "B/64, 256 KiB–4 MiB"),
+            ("coalesce_window_bytes", self.coalesce_window_bytes, "B/4, ≥ 1 MiB of run bytes"),
+            ("upload_part_bytes", self.upload_part_bytes, "B/16, 5–64 MiB"),
             (
                 "in_memory_reduce_bytes",
                 self.in_memory_reduce_bytes,

@@ -11,24 +11,72 @@ command (``zephyr.summary.KEYS``).
 
 Ctrl-C ends a command with one line (``zephyr dedup fuzzy: interrupted; rerun the same command to resume``)
 and exit code 130, after the command has stopped its workers (``_catch_interrupts``).
+
+Engine subcommands: ``convert``, ``count`` and ``sort`` over Parquet/JSONL/Vortex files, and ``explain``.
+
+Each is a one-line plan on the engine, so they also resume (``--work-dir``), retry and spill like any job:
+
+    zephyr convert 'raw/*.jsonl.zst' --output data/ --to parquet --workers 2
+    zephyr sort data/ --by url --output sorted/ --memory-budget 512MB
+    zephyr count data/
+
+``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
+run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
+command's own arguments, without ``--output``. Packages add their commands' plans to the same group
+(``explain_commands``): ``zephyr explain dedup exact|fuzzy|url|paragraph|substring`` (``zephyr.dedup.explain``),
+``zephyr explain filter`` (``zephyr.pipelines.quality.cli_filter``) and ``zephyr explain tokenize``
+(``zephyr.tokenize.writer.plan_text``); a command of several engine jobs prints each job's plan in order with the rules
+between them (``jobs_plan_text``).
+
+What the ``zephyr`` command prints when a command fails: one line to act on, and where the rest is.
+
+Every subcommand's errors pass through ``report_failure`` (called once, by ``zephyr.cli.main``), so they all
+read the same way on stderr::
+
+    zephyr convert: error: InputError: in.jsonl:2: invalid JSON: ... or pass --on-error quarantine ... [stage ...]
+    full traceback: /home/me/.local/state/zephyr/logs/zephyr-4242.log
+
+Why: a worker's traceback is 25-60 lines of engine frames, and the line a person can act on (the error class,
+the file and line or row, the fix) is at its bottom, often below a second traceback. The full text is not
+lost: it goes to a log file every time, and ``-v`` prints it too.
+
+The log folder is the user's own (``log_dir``): ``$XDG_STATE_HOME/zephyr/logs`` (``~/.local/state/zephyr/logs``
+by default), or ``zephyr-<uid>`` in the temp directory when that cannot be made. A traceback names files and
+paths of the user's data, and a shared temp directory lets anyone plant a symbolic link where a log will be
+opened, so the folder must be a directory (not a link) owned by the user with mode 0700 — one that is not is
+refused, never repaired — and each log is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600): a
+name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs are kept.
+
+Messages of the library name its keyword arguments (``on_error='quarantine'``); on the command line they are
+flags, so ``_CLI_SPELLING`` rewrites them here rather than every message knowing who called it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import importlib
 import logging
 import os
 import shlex
 import signal
+import stat
 import sys
+import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
 from zephyr.options import ExecutionOptions
+
+if TYPE_CHECKING:
+    from zephyr.budget import Budget
+    from zephyr.dataset import Dataset
 
 __all__ = [
     "main",
@@ -39,10 +87,19 @@ __all__ = [
     "add_output_dir",
     "add_dropped_output",
     "add_replace_columns",
+    "report_failure",
+    "log_dir",
+    "write_log",
+    "KEEP_LOGS",
+    "PlanStep",
+    "explain_commands",
+    "explained",
+    "jobs_plan_text",
+    "register",
 ]
 
-COMMAND_MODULES = (
-    "zephyr.commands",  # engine utilities: convert, count, sort, stats
+
+COMMAND_MODULES = (  # after the engine commands of this module (convert, count, sort, explain)
     "zephyr.dedup.cli",
     "zephyr.pipelines.quality.cli",
     "zephyr.pipelines.web.cli",
@@ -75,6 +132,13 @@ def _common_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--max-retries", type=int, default=2, help="extra tries per failing task")
     group.add_argument(
+        "--coalesce-runs",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="concatenate each group of map tasks' shuffle runs before the reducers read them: fewer requests "
+        "on an object store (auto: there, when the runs' parts are small)",
+    )
+    group.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -95,7 +159,7 @@ def add_on_error(parser: argparse.ArgumentParser) -> None:
     """``--on-error raise|quarantine`` for a command that reads input; read it back as ``args.on_error``.
 
     One definition for every command, so the hint in bad-input errors (``--on-error quarantine``, see
-    ``zephyr.cli_errors``) is true wherever it is printed.
+    ``zephyr.cli``) is true wherever it is printed.
     """
     parser.add_argument(
         "--on-error",
@@ -112,9 +176,9 @@ def add_replace_columns(
     """``--replace-columns`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read
     them back as ``args.replace_columns`` and ``args.output_column`` (``default`` when not given).
 
-    Without either, such a command refuses an input that already has one of them (``zephyr.io.added_columns``):
+    Without either, such a command refuses an input that already has one of them (``zephyr.removal``):
     replacing a column is a choice a person makes, never a side effect. One definition, so the hint in that
-    error (``--replace-columns``, see ``zephyr.cli_errors``) is true wherever it is printed.
+    error (``--replace-columns``, see ``zephyr.cli``) is true wherever it is printed.
     """
     parser.add_argument(
         "--replace-columns",
@@ -128,7 +192,7 @@ def add_replace_columns(
 
 def add_dropped_output(parser: argparse.ArgumentParser, what: str) -> None:
     """``--dropped-output DIR`` for a command that drops rows; read it back as ``args.dropped_output``. The
-    command routes its rows with ``zephyr.dropped`` when it is given (one definition: the same words and
+    command routes its rows with ``zephyr.removal`` when it is given (one definition: the same words and
     semantics on every command)."""
     parser.add_argument(
         "--dropped-output",
@@ -167,6 +231,7 @@ def execution_options(args: argparse.Namespace) -> ExecutionOptions:
         progress=getattr(args, "progress", None),
         quarantine_dir=quarantine_dir(args),
         small_job_bytes=args.small_job_bytes,
+        coalesce_runs=getattr(args, "coalesce_runs", "auto"),
     )
 
 
@@ -232,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    register(subparsers, common)
     for module_name in COMMAND_MODULES:
         try:
             module = importlib.import_module(module_name)
@@ -324,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
                 outcome = args.func(args)
-            code = 0 if isinstance(outcome, Summary) else int(outcome or 0)
+            code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
             quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
                 from zephyr.io.publish import prune_quarantine
@@ -334,8 +400,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(outcome, args, time.perf_counter() - started, quarantine)
         return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
-        from zephyr.cli_errors import report_failure
-
         return report_failure(exc, args, None if argv is None else list(argv))
     except KeyboardInterrupt:  # the command has unwound: its workers are stopped
         print(interrupted, file=sys.stderr)
@@ -377,6 +441,319 @@ def console_main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+PlanStep = tuple[str, "Dataset | None"]
+"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
+(its rule, no plan)."""
+
+
+def _reader(args: argparse.Namespace):
+    import zephyr
+    from zephyr.io.schema import schema_arguments
+
+    return zephyr.read(
+        list(args.inputs), format=args.format, on_error=args.on_error, **schema_arguments(args)
+    )
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    from zephyr.io.schema import add_schema_arguments
+
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories, globs or fsspec URLs")
+    parser.add_argument("--format", choices=("auto", "parquet", "jsonl", "vortex"), default="auto")
+    add_on_error(parser)
+    add_schema_arguments(parser)
+
+
+def _write(dataset, args: argparse.Namespace) -> int:
+    kwargs = execution_options(args).as_kwargs()
+    to = getattr(args, "to", "parquet")
+    if to == "jsonl":
+        result = dataset.write_jsonl(args.output, compression=args.compression, **kwargs)
+    elif to == "vortex":
+        result = dataset.write_vortex(args.output, **kwargs)
+    else:
+        result = dataset.write_parquet(args.output, **kwargs)
+    import json
+
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
+    from zephyr.summary import from_stages
+
+    write_bytes_atomic(stats_path(args.output), json.dumps(result.stats, indent=1, default=str).encode())
+    return from_stages(
+        result.stats["stages"],
+        output=args.output,
+        stats=stats_path(args.output),
+        details={"files": len(result.files)},
+        next=f"zephyr count {args.output}",
+    )
+
+
+def _convert(args: argparse.Namespace) -> int:
+    return _write(_reader(args), args)
+
+
+def _sorted(args: argparse.Namespace):
+    by = [c.strip() for c in args.by.split(",") if c.strip()]
+    return _reader(args).sort(*by, descending=args.descending)
+
+
+def _sort(args: argparse.Namespace) -> int:
+    return _write(_sorted(args), args)
+
+
+_EXPLAINED = {"convert": _reader, "sort": _sorted, "count": _reader}
+"""Command → its dataset, built from the parsed arguments exactly as the command builds it."""
+
+
+def _explain(args: argparse.Namespace):
+    dataset = _EXPLAINED[args.explain_command](args)
+    return explained(dataset.explain(**execution_options(args).as_kwargs()), args)
+
+
+def explained(plan: str, args: argparse.Namespace):
+    """How every ``zephyr explain`` command ends: the plan on stdout (with ``--json``: under the summary's
+    ``details.plan``), a summary of nothing read or written."""
+    from zephyr.summary import Summary
+
+    if not args.json:
+        sys.stdout.write(plan + "\n")
+    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan})
+
+
+def jobs_plan_text(
+    command: str,
+    steps: list[PlanStep],
+    budget: Budget,
+    execution: dict[str, Any],
+    *,
+    then: str = "the budget shares",
+) -> str:
+    """The plan of a command that runs several engine jobs (``zephyr explain dedup ...``, ``filter``,
+    ``tokenize``): a header, each job's plan (``Dataset.explain`` without its budget lines) or decision
+    (a ``then:`` line: ``then`` says what they hold), then the budget's shares once."""
+    lines = [
+        f"{command}: nothing ran. The physical plans of its engine jobs in the order they run; "
+        f"'then:' lines are {then} that choose between them"
+    ]
+    for title, plan in steps:
+        if plan is None:
+            lines.append(f"then: {title}")
+            continue
+        lines.append(title)
+        text = plan.explain(**execution).split("\nbudget shares", 1)[0]
+        lines.extend("  " + line for line in text.splitlines())
+    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
+    lines.extend("  " + line for line in budget.describe().splitlines())
+    return "\n".join(lines)
+
+
+def explain_commands(subparsers) -> argparse._SubParsersAction:
+    """The ``zephyr explain`` command group, for a package to add the plans of its own commands (``zephyr
+    explain dedup exact``): ``register`` creates it, before the packages of
+    ``COMMAND_MODULES`` register theirs."""
+    return subparsers.choices["explain"].commands
+
+
+def _count(args: argparse.Namespace):
+    """Prints the readable rows on stdout (the command's data: ``n=$(zephyr count data/)``); rows set aside
+    by ``--on-error quarantine`` are in the summary, never lost silently (the count alone would not show
+    them). With ``--json`` the count is the summary's ``rows_kept`` and stdout holds only the JSON."""
+    from zephyr import job_stats
+    from zephyr.summary import Summary
+
+    with job_stats.recording() as jobs:
+        rows = _reader(args).count(**execution_options(args).as_kwargs())
+    if not args.json:
+        sys.stdout.write(f"{rows}\n")
+    quarantined = sum(job.get("rows_quarantined", 0) for job in jobs)
+    where = next((job["quarantine_dir"] for job in jobs if job.get("quarantine_dir")), None)
+    return Summary(rows + quarantined, rows, rows_quarantined=quarantined, quarantine_output=where)
+
+
+def register(subparsers, common: argparse.ArgumentParser) -> None:
+    convert = subparsers.add_parser("convert", parents=[common], help="rewrite files in another format")
+    _add_inputs(convert)
+    add_output_dir(convert, "output directory (part-00000.<ext>, ...)")
+    convert.add_argument("--to", choices=("parquet", "jsonl", "vortex"), default="parquet")
+    convert.add_argument("--compression", choices=("gzip", "zstd"), default=None, help="for --to jsonl")
+    convert.set_defaults(func=_convert)
+
+    sort = subparsers.add_parser("sort", parents=[common], help="globally sort rows by columns (nulls last)")
+    _add_inputs(sort)
+    _add_sort_keys(sort)
+    add_output_dir(sort)
+    sort.set_defaults(func=_sort, to="parquet")
+
+    count = subparsers.add_parser("count", parents=[common], help="count rows")
+    _add_inputs(count)
+    count.set_defaults(func=_count)
+    _register_explain(subparsers, common)
+
+
+def _add_sort_keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--by", required=True, help="comma-separated column names")
+    parser.add_argument("--descending", action="store_true")
+
+
+def _register_explain(subparsers, common: argparse.ArgumentParser) -> None:
+    explain = subparsers.add_parser(
+        "explain",
+        help="print the physical plan of an engine command without running it",
+        description="Print the physical plan a command would run: its stages in order, the shuffles between "
+        "them, partition counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and "
+        "Parquet footers read to size partitions as the run would. Give the command's own arguments without "
+        "--output, e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine "
+        "jobs (dedup exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order "
+        "they run, with 'then:' lines for the rules and budget shares that choose between them.",
+    )
+    commands = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
+    explain.commands = commands  # where other packages add theirs (``explain_commands``)
+    for name in _EXPLAINED:
+        parser = commands.add_parser(name, parents=[common], help=f"the plan of zephyr {name}")
+        _add_inputs(parser)
+        if name == "sort":
+            _add_sort_keys(parser)
+        parser.set_defaults(func=_explain)
+
+
+KEEP_LOGS = 20
+"""Traceback logs kept in the log folder; older ones are removed when a new one is written."""
+
+_CLI_SPELLING = (
+    ("pass replace_columns=True", "pass --replace-columns", "replace_columns"),
+    ("pass overwrite=True", "pass --overwrite", "overwrite"),
+    ("on_error='quarantine'", "--on-error quarantine", "on_error"),
+    ('on_error="quarantine"', "--on-error quarantine", "on_error"),
+    (
+        "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())",
+        "Pass --schema FILE with the type you want for it (e.g. a YAML file of 'column: string')",
+        "schema",
+    ),
+)
+"""(library spelling, command-line spelling, the ``argparse`` dest that must exist for the flag to apply)."""
+
+
+def log_dir() -> str:
+    """The user's log folder: ``$XDG_STATE_HOME/zephyr/logs``, or ``~/.local/state/zephyr/logs`` (the XDG
+    default). ``write_log`` falls back to ``zephyr-<uid>`` in the temp directory when this cannot be made."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "zephyr", "logs")
+
+
+def _private_dir(path: str) -> int:
+    """An open descriptor of the folder ``path``, created 0700 when missing; raises ``OSError`` naming why a
+    folder that exists cannot hold logs (a link, another owner, open to others)."""
+    with contextlib.suppress(FileExistsError):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.mkdir(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)  # of the folder opened, not of whatever the name points to by now
+        if info.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, f"owned by uid {info.st_uid}, not by you; remove it", path)
+        if stat.S_IMODE(info.st_mode) & 0o077:
+            raise OSError(
+                errno.EPERM,
+                f"mode {stat.S_IMODE(info.st_mode):04o}, not 0700; remove it or chmod 700 it",
+                path,
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _create_log(dir_fd: int) -> tuple[str, int]:
+    """A new log file in the folder ``dir_fd`` (``O_EXCL | O_NOFOLLOW``, 0600): its name and open descriptor."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for attempt in range(100):  # a pid seen before (recycled, or a second failure in one process)
+        name = f"zephyr-{os.getpid()}.log" if attempt == 0 else f"zephyr-{os.getpid()}.{attempt}.log"
+        try:
+            return name, os.open(name, flags, 0o600, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+    raise OSError(errno.EEXIST, "100 logs of this process id exist already", f"zephyr-{os.getpid()}.log")
+
+
+def _prune(dir_fd: int, keep: int) -> None:
+    """Remove all but the newest ``keep`` logs (by modification time; names break ties)."""
+    logs = []
+    for name in os.listdir(dir_fd):
+        if name.startswith("zephyr-") and name.endswith(".log"):
+            with contextlib.suppress(FileNotFoundError):  # another zephyr pruning at the same time
+                logs.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+    for _, name in sorted(logs, reverse=True)[keep:]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
+def write_log(text: str) -> str:
+    """Write ``text`` to a new log file in the user's log folder (see the module docstring) and return its
+    path; raises ``OSError`` when neither folder can take it."""
+    fallback = os.path.join(tempfile.gettempdir(), f"zephyr-{os.geteuid()}")
+    problems = []
+    for folder in (log_dir(), fallback):
+        try:
+            fd = _private_dir(folder)
+        except OSError as exc:
+            problems.append(f"{folder}: {exc.strerror or exc}")
+            continue
+        try:
+            name, log_fd = _create_log(fd)
+            with open(log_fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            _prune(fd, KEEP_LOGS)
+            return os.path.join(folder, name)
+        finally:
+            os.close(fd)
+    raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
+
+
+def _summary(exc: BaseException, args: argparse.Namespace) -> str:
+    text = str(exc) if isinstance(exc, TaskError) else one_line(exc)
+    text = " ".join(text.split())  # one line, whatever the message held
+    return _cli_spelling(text, args)
+
+
+def _cli_spelling(text: str, args: argparse.Namespace) -> str:
+    for library, flag, dest in _CLI_SPELLING:
+        if hasattr(args, dest):
+            text = text.replace(library, flag)
+    return text
+
+
+def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | None]:
+    """Log the full traceback (the workers' included, as notes): (the log's path, None), or (None, why not)."""
+    text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} zephyr {' '.join(argv)}\n"
+    text += "".join(traceback.format_exception(exc)) + "\n"
+    try:
+        return write_log(text), None
+    except OSError as err:  # the disk may be full, the folders refused
+        return None, " ".join(str(err.strerror or err).split())
+
+
+def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    """Print the failure of ``zephyr <args.command>`` (one line; the traceback too with ``-v``), log the full
+    traceback, and return the exit code (1). Configuration errors (``ConfigError``, ``ResumeError``) print
+    their message only: each listed problem on its own line, no traceback log."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
+        # a bad setting, found before any work: the message is the whole story (a list of problems keeps
+        # one line each), and a traceback of the checking code would help nobody
+        print(f"zephyr {args.command}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        return 1
+    path, unwritten = _write_log(exc, argv)
+    if getattr(args, "verbose", 0):
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"zephyr {args.command}: error: {_summary(exc, args)}", file=sys.stderr)
+    if path is not None:
+        print(f"full traceback: {path}", file=sys.stderr)
+    else:
+        print(f"full traceback: not written ({unwritten}); rerun with -v to see it", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,27 +1,36 @@
-"""The one config base: field declarations, type and range checks with key paths, reading config files, and
-``--set KEY=VALUE`` values — shared by ``zephyr run`` (``zephyr.pipelines.config``), ``zephyr train``
-(``zephyr.trainer.config``) and the packages' own config dataclasses (``zephyr.dedup.config``...).
+"""The one config base: field declarations, type and range checks with key paths, reading config files,
+``--set KEY=VALUE`` values and byte sizes — shared by ``zephyr run`` (``zephyr.pipelines.config``),
+``zephyr train`` (``zephyr.trainer.config``) and the packages' own config dataclasses (``zephyr.dedup.config``...).
 
 Configs are frozen dataclasses. Each field documents itself where it is declared; a field may carry a
 declared range (``ranged_field``) or mark a filesystem path (``path_field``). Checks report every problem at
 once, each line led by its key path as written in a config file (``optim.lr must be ...``,
-``steps[3].threshold: must be within (0, 1], got 1.5``):
+``steps[3].threshold: must be within (0, 1], got 1.5``). Values meet type hints in one place: a hint in words
+for error messages (``describe_type``), a bad value described with a fix (``describe_value``), and the one
+converter behind ``coerce`` (raw config values, read as a config file means them) and ``fits`` (values
+already in a dataclass, converted not at all):
 
 >>> describe_type(int | None), describe_type(list[str])
 ('an integer or null', 'a list of a string')
->>> coerce(3, float, "lr"), coerce("en", list[str], "languages")
-(3.0, ['en'])
->>> parse_value("0.7"), parse_value("[en, de]"), parse_value("1e-3"), parse_value("flex")
-(0.7, ['en', 'de'], 0.001, 'flex')
+>>> coerce(3, float, "lr"), coerce("en", list[str], "languages"), fits(3, float), fits(True, int)
+(3.0, ['en'], True, False)
+
+Config text: one ``--set KEY=VALUE`` value (``parse_value``), ``${VAR}`` in a raw config (``expand_env``) and
+a YAML or JSON config file read as a raw mapping (``read_mapping``):
+
+>>> parse_value("0.7"), parse_value("[en, de]"), parse_value("1e-3"), parse_value("flex"), parse_value(" ")
+(0.7, ['en', 'de'], 0.001, 'flex', '')
 
 A package keeps its own config dataclass; an owner embeds it (``embedded_field``) and a config file writes its
 keys flat beside the owner's (``build_flat``/``flat_dict``). A renamed key is declared in a ``RENAMED`` class
-attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``); a renamed value of a choice (``--mode flag`` → ``annotate``) likewise
-(``renamed_value``).
+attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``); a
+renamed value of a choice (``--mode flag`` → ``annotate``) likewise (``renamed_value``).
 
-Two parts live in their own modules and are re-exported here: type hints in words and value conversion
-(``zephyr.config_types``: ``describe_type``, ``coerce``, ``fits``) and config text (``zephyr.config_text``:
-``parse_value``, ``expand_env``, ``read_mapping``).
+Byte sizes such as ``"512MB"``, ``"4GiB"`` or ``1_000_000``: decimal units (kB, MB, GB, TB) are powers of
+1000, binary units (KiB, MiB, GiB, TiB) powers of 1024, a bare number is bytes:
+
+>>> parse_bytes("512MB"), parse_bytes("1.5GiB"), format_bytes(1536)
+(512000000, 1610612736, '1.5 KiB')
 
 Only the standard library is imported at module level: the trainer and the token loader import this with
 torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imported where text is parsed.
@@ -32,14 +41,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
+import os
+import re
+import types
 import typing
 import warnings
 from dataclasses import field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from zephyr.config_text import expand_env, parse_value, read_mapping
-from zephyr.config_types import coerce, describe_type, describe_value, fits
 from zephyr.errors import ConfigError
 
 __all__ = [
@@ -71,6 +83,8 @@ __all__ = [
     "parse_value",
     "expand_env",
     "read_mapping",
+    "parse_bytes",
+    "format_bytes",
 ]
 
 
@@ -355,3 +369,242 @@ def flat_dict(obj: Any) -> dict[str, Any]:
         value = getattr(getattr(obj, embed) if embed else obj, key)
         out[key] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else copy.deepcopy(value)
     return out
+
+
+# -- values against type hints -------------------------------------------------------------------------------
+_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_KEY_WORDS = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def describe_type(hint: Any) -> str:
+    """A type annotation in words, as a config file's author writes values."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (typing.Union, types.UnionType):
+        *arms, last = [describe_type(a) for a in typing.get_args(hint)]
+        return f"{', '.join(arms)} or {last}"
+    if origin is list:
+        return f"a list of {describe_type(typing.get_args(hint)[0])}"
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        if key in _KEY_WORDS and value in _KEY_WORDS:
+            return f"a mapping {{{_KEY_WORDS[key]}: {_KEY_WORDS[value]}}}"
+        return "a mapping"
+    if hint is type(None):
+        return "null"
+    if hint is list:
+        return "a list"
+    if dataclasses.is_dataclass(hint):
+        return f"a mapping of {hint.__name__} keys"
+    return _WORDS.get(hint, str(hint))
+
+
+def describe_value(value: Any) -> str:
+    """``repr`` (cut at 60 characters) and type of a bad value, with a hint for numbers written as text."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    hint = ""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            pass
+        else:
+            hint = "; write numbers unquoted"
+            if "e" in value.lower() and "." not in value:  # YAML 1.1 (PyYAML) reads 3e-4 as text
+                hint += ", with a dot before the exponent (3.0e-4)"
+    return f"{text} ({type(value).__name__}){hint}"
+
+
+class _Mismatch(Exception):
+    pass
+
+
+_CHECKS = {  # bool is never an integer; an integer is a number
+    type(None): lambda v: v is None,
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    list: lambda v: isinstance(v, list),
+    dict: lambda v: isinstance(v, dict),
+}
+
+
+def _convert(value: Any, hint: Any, lenient: bool) -> Any:
+    """``value`` as the annotated type, or ``_Mismatch``. bool is never an integer; an integer is a number.
+    ``lenient`` (raw config files) also reads one string as a one-item list and a number as a string."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        for arm in typing.get_args(hint):
+            try:
+                return _convert(value, arm, lenient)
+            except _Mismatch:
+                continue
+        raise _Mismatch
+    if origin is Literal:
+        if isinstance(value, str | bool | int) and value in typing.get_args(hint):
+            return value
+    elif origin is list:
+        value = [value] if lenient and isinstance(value, str) else value
+        if isinstance(value, list):
+            (inner,) = typing.get_args(hint)
+            return [_convert(v, inner, lenient) for v in value]
+    elif origin is dict:
+        key, item = typing.get_args(hint)
+        if isinstance(value, dict):
+            return {_convert(k, key, lenient): _convert(v, item, lenient) for k, v in value.items()}
+    elif hint is float and _CHECKS[float](value):
+        return float(value) if lenient else value
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if lenient and _CHECKS[float](value):
+            return str(value)
+    elif hint in _CHECKS:
+        if _CHECKS[hint](value):
+            return value
+    elif not isinstance(hint, type) or isinstance(value, hint):
+        return value  # a hint this checker does not know (a Protocol, a callable...) is the config's to check
+    raise _Mismatch
+
+
+def coerce(value: Any, hint: Any, where: str) -> Any:
+    """``value`` checked against a type hint and converted as a config file means it (``3`` → ``3.0`` for a
+    number, ``en`` → ``[en]`` for a list); ``ConfigError`` ``WHERE: must be TYPE, got VALUE`` otherwise."""
+    try:
+        return _convert(value, hint, lenient=True)
+    except _Mismatch:
+        raise ConfigError(f"{where}: must be {describe_type(hint)}, got {value!r}") from None
+
+
+def fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (already in a dataclass) is of the annotated type, converting nothing."""
+    try:
+        _convert(value, hint, lenient=False)
+    except _Mismatch:
+        return False
+    return True
+
+
+# -- config text ---------------------------------------------------------------------------------------------
+def parse_value(text: str) -> Any:
+    """The value of a ``--set KEY=VALUE`` override, the same in ``zephyr run`` and ``zephyr train``.
+
+    JSON first (so ``1e-3`` is a number, as JSON and YAML 1.2 read it, where PyYAML's YAML 1.1 reads text),
+    then YAML (``[en, de]``, ``yes``, unquoted strings), then the text itself; empty text is ``""``. Without
+    PyYAML (a training node with torch, numpy and fsspec only) the YAML step is skipped: JSON values and plain
+    text still read the same, and only YAML-only forms such as ``[en, de]`` stay text."""
+    if not text.strip():
+        return ""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        import yaml
+    except ImportError:
+        return text
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, where: str = "") -> Any:
+    """``${VAR}`` and ``${VAR:-default}`` in every string of a raw config; an unset variable without a
+    default is a ``ConfigError`` naming its key path."""
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and "${" in value:
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"{where}: environment variable {name} is not set (and ${{{name}}} has no :-default)"
+            )
+
+        return _ENV.sub(sub, value)
+    return value
+
+
+def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """The raw mapping in a YAML (or ``.json``) config file, unvalidated; ``what`` names the file in errors
+    (``training config``). PyYAML is imported only for a YAML file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if str(path).endswith(".json"):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    else:
+        try:
+            import yaml
+        except ImportError as exc:  # pragma: no cover - pyyaml is a project dependency
+            raise ConfigError(f"reading {path} needs PyYAML: pip install pyyaml") from exc
+        try:
+            raw = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a {what} must be a mapping of keys to values")
+    return raw
+
+
+# -- byte sizes ----------------------------------------------------------------------------------------------
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """Return ``value`` in bytes; raises ``ConfigError`` naming the value when it cannot be read."""
+    if isinstance(value, bool):
+        raise ConfigError(f"not a byte size: {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ConfigError(f"byte size must be >= 0, got {value!r}")
+        return int(value)
+    match = _PATTERN.match(str(value).replace("_", ""))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"not a byte size: {value!r} (examples: 512MB, 4GiB, 1000000)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def format_bytes(num_bytes: float) -> str:
+    """Human-readable binary size, for logs and reports."""
+    size = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

@@ -30,7 +30,8 @@ from zephyr.dataset_args import (
     sort_boundaries,
 )
 from zephyr.errors import ConfigError
-from zephyr.io.casting import without_view_types
+from zephyr.io.schema import without_view_types
+from zephyr.job_stats import WriteResult
 from zephyr.ops import (
     Deduplicate,
     Filter,
@@ -49,8 +50,7 @@ from zephyr.ops import (
     Sort,
     WithRowIndex,
 )
-from zephyr.results import WriteResult
-from zephyr.shuffle.aggregate import Agg
+from zephyr.shuffle.reduce import Agg
 
 __all__ = [
     "Dataset",
@@ -144,7 +144,7 @@ def read_parquet(
     column) raise naming file, row group and row, or go to the quarantine output with ``on_error="quarantine"``.
 
     Files whose schemas differ follow one rule, checked from their footers before any task runs
-    (``zephyr.io.input_schema``): missing columns are nulls, other type differences fail naming both files,
+    (``zephyr.io.schema``): missing columns are nulls, other type differences fail naming both files,
     unless ``unify_schemas=True`` (promote int → wider int → double) or ``schema=`` (a ``pa.Schema`` or a
     schema file: cast every file to it)."""
     return _read_files("parquet", paths, columns, schema, unify_schemas, approx_shard_bytes, on_error)
@@ -189,7 +189,7 @@ def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quaran
 
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
     """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run); view-typed
-    columns become plain ones (``zephyr.io.casting.without_view_types``: Arrow can neither slice nested views
+    columns become plain ones (``zephyr.io.schema.without_view_types``: Arrow can neither slice nested views
     for Parquet nor select rows of any view)."""
     if isinstance(data, pa.RecordBatch):
         table = pa.Table.from_batches([data])

@@ -38,13 +38,13 @@ def check_on_error(on_error: str) -> None:
 
 
 def schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:
-    """A schema object, or one loaded from a schema file (``zephyr.io.input_schema.load_schema_file``)."""
+    """A schema object, or one loaded from a schema file (``zephyr.io.schema.load_schema_file``)."""
     if schema is not None and unify_schemas:
         raise ConfigError("give unify_schemas=True or schema=, not both: a schema already says every type")
     if schema is None or isinstance(schema, pa.Schema):
         return schema
     if isinstance(schema, str | os.PathLike):
-        from zephyr.io.input_schema import load_schema_file
+        from zephyr.io.schema import load_schema_file
 
         return load_schema_file(os.fspath(schema))
     raise ConfigError(f"schema must be a pyarrow.Schema or a schema file path, got {type(schema).__name__}")
@@ -52,7 +52,7 @@ def schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.S
 
 def shard_bytes_argument(value: int | str | None) -> int | None:
     """``approx_shard_bytes`` as an int: a number of bytes or a size string such as ``"256MB"``."""
-    from zephyr.sizes import parse_bytes
+    from zephyr.config import parse_bytes
 
     return None if value is None else parse_bytes(value)
 

@@ -66,7 +66,7 @@ class SchemaError(ZephyrError):
 class ColumnExistsError(SchemaError, ConfigError):
     """A step would replace a column the input already has, and was not told to (``replace_columns=True``).
 
-    A ``ConfigError`` too: it is found before any work (``zephyr.io.added_columns``) and the fix is an option,
+    A ``ConfigError`` too: it is found before any work (``zephyr.removal``) and the fix is an option,
     so commands print its one line without a traceback log."""
 
 

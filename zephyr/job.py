@@ -43,16 +43,19 @@ from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
 from zephyr.executors.base import Executor, Shared, explain_worker_death
+from zephyr.io.paths import is_local
 from zephyr.job_inputs import JobInputs
+from zephyr.job_stats import WriteResult
 from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS  # the name stays; the limit lives there
 from zephyr.plan import Segment, build_plan, fingerprint_of
 from zephyr.read_plan import plan_read
-from zephyr.results import WriteResult
-from zephyr.shuffle.partition import boundary_array, range_boundaries
-from zephyr.shuffle.writer import ShuffleSpec
+from zephyr.shuffle.cost import coalesce_plan
+from zephyr.shuffle.runs import INDEX_VERSION, Run
+from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries
 from zephyr.tasks import (
+    CoalesceOutput,
     SampleOutput,
     ShuffleOutput,
     SinkOutput,
@@ -134,7 +137,9 @@ class Job:
 
     # -- stats ------------------------------------------------------------------------------------------
     def stats(self) -> dict:
-        quarantined = sum(s["rows_quarantined"] for s in self.stages)
+        # the rows in the quarantine files: a row two stages set aside (a sort's sample and map passes read the
+        # same input) is stored, and counted, once
+        quarantined = sum(s["quarantine_rows"] for s in self.stages)
         return {
             "seconds": round(time.time() - self.started, 3),
             "executor": type(self._executor).__name__
@@ -346,7 +351,10 @@ class Job:
             self._run_shuffle(upstream, spec, physical.pushdown_columns(upstream, op))
             for upstream, spec in zip(segment.upstream, plan.specs)
         ]
-        return MapSide.of(plan, results, estimate)
+        runs = [
+            self._coalesce(result, plan.partitions, up.name) for up, result in zip(segment.upstream, results)
+        ]
+        return MapSide.of(plan, results, estimate, runs)
 
     def _run_shuffle(
         self, upstream: Segment, spec: ShuffleSpec, read_columns: tuple[str, ...] | None = None
@@ -354,10 +362,61 @@ class Job:
         """Run ``upstream`` as map tasks writing the shuffle ``spec``."""
         return self.run_segment(
             upstream,
-            ("shuffle", cloudpickle.dumps(spec)),
+            ("shuffle", INDEX_VERSION, cloudpickle.dumps(spec)),
             lambda d: ShuffleOutput(spec, f"{d}/runs"),
             read_columns=read_columns,
         )
+
+    def _coalesce(self, result: StageResult, partitions: int, name: str) -> list[Run]:
+        """The runs a shuffle's reducers read: its map tasks' runs, or, when ``shuffle.cost.coalesce_plan``
+        says so, those of each group of map tasks coalesced into one (a stage of its own: a task per group,
+        with markers and checksums like any task; a group whose map tasks' runs changed reruns)."""
+        markers = result.markers
+        runs = [Run(run) for marker in markers for run in marker["runs"]]
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        remote = not is_local(self.fs) and "memory" not in protocols
+        groups = coalesce_plan(
+            [len(marker["runs"]) for marker in markers],
+            sum(marker["bytes_out"] for marker in markers),
+            partitions,
+            self.options.num_workers,
+            self._budget,
+            mode=self.options.coalesce_runs,
+            remote=remote,
+        )
+        if not groups:
+            return runs
+        fingerprint = fingerprint_of("coalesce", result.fingerprint, *((g.start, g.stop) for g in groups))
+        stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
+        output = CoalesceOutput(f"{stage_dir}/runs", partitions)
+        stage = StageSpec(fingerprint, f"{name} → coalesce runs", (), output)
+        tasks = []
+        for i, group in enumerate(groups):
+            mine = [markers[t] for t in group]
+            inputs = [run for marker in mine for run in marker["runs"]]
+            tasks.append(
+                TaskSpec(
+                    fingerprint=fingerprint,
+                    index=i,
+                    marker_path=f"{stage_dir}/_done/task-{i:05d}.json",
+                    quarantine_path=f"{self.quarantine_root}/stage-{fingerprint[:16]}/task-{i:05d}.parquet",
+                    budget_bytes=self.options.memory_budget_bytes,
+                    description=f"runs of map tasks {group.start}-{group.stop - 1} of {name}",
+                    runs=tuple(Run(run) for run in inputs),
+                    checksums={
+                        path: marker["checksums"][path]
+                        for marker in mine
+                        for run in marker["runs"]
+                        for path in (run, run[: -len(".data")] + ".index")
+                    },
+                    rows=sum(marker["rows_out"] for marker in mine),
+                )
+            )
+        self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
+        shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
+        done = self._run_tasks(stage.name, shared, tasks, output)
+        self._record(stage.name, fingerprint, done, tasks)
+        return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
 
     def _sort_map_side(self, segment: Segment, op: Sort) -> MapSide:
         """Sample the keys, cut range boundaries, then range-partition (computed rows are written once
@@ -378,7 +437,7 @@ class Job:
             result = self._run_shuffle(
                 upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries))
             )
-            return self._sort_side(plan, result, estimate)
+            return self._sort_side(plan, result, estimate, upstream.name)
         sample = self.run_segment(
             upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
         )
@@ -389,12 +448,11 @@ class Job:
         else:
             boundaries = boundary_array(())  # no row: one partition (``pa.array([])`` would import pandas)
         result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
-        return self._sort_side(plan, result, estimate)
+        return self._sort_side(plan, result, estimate, upstream.name)
 
-    @staticmethod
-    def _sort_side(plan: physical.Exchange, result: StageResult, estimate: int) -> MapSide:
+    def _sort_side(self, plan: physical.Exchange, result: StageResult, estimate: int, name: str) -> MapSide:
         """A sort's map side from its one range shuffle."""
-        side = MapSide.of(plan, [result], estimate)
+        side = MapSide.of(plan, [result], estimate, [self._coalesce(result, plan.partitions, name)])
         side.inputs["schemas"] = [None]
         # a sort's one map side keeps its own fingerprint, unwrapped, as existing work directories have it
         side.fingerprint = result.fingerprint
@@ -407,7 +465,8 @@ class MapSide:
 
     reducer: object
     inputs: dict
-    """``runs``: per upstream, the run files of its map tasks; ``schemas``: per upstream, its output schema."""
+    """``runs``: per upstream, the runs its reducers read (``shuffle.runs.Run``: its map tasks', or coalesced);
+    ``schemas``: per upstream, its output schema."""
     partitions: int
     fingerprint: str
     estimate: int
@@ -415,8 +474,9 @@ class MapSide:
     """What the wide op receives: rows written to the shuffle before any map-side combine."""
 
     @classmethod
-    def of(cls, plan: physical.Exchange, results: list[StageResult], estimate: int) -> MapSide:
-        runs = [[run for m in r.markers for run in m["runs"]] for r in results]
+    def of(
+        cls, plan: physical.Exchange, results: list[StageResult], estimate: int, runs: list[list[Run]]
+    ) -> MapSide:
         schemas = [next((m["schema"] for m in r.markers if m.get("schema")), None) for r in results]
         map_rows = sum(m["rows_out"] for r in results for m in r.markers)
         fingerprint = fingerprint_of(*(r.fingerprint for r in results))

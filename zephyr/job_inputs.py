@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 
 from zephyr import physical
 from zephyr.io.paths import atomic_write, public_path
-from zephyr.io.schema_plan import plan_input_schema
-from zephyr.io.sources import Shard, list_shards
+from zephyr.io.sources import Shard, list_shards, plan_input_schema
 from zephyr.ops import FromTable, ReadFiles
 from zephyr.physical import SourceSize
 from zephyr.plan import fingerprint_of, table_digest
@@ -53,7 +52,7 @@ class JobInputs:
     def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str]:
         shards, stats = physical.list_source_files(source)
         self._sizes[id(source)] = physical.size_of_files(source, shards, stats)
-        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.input_schema)
+        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
         planned = (
             None
             if source.schema is not None

@@ -15,6 +15,9 @@ per context (``ContextVar``), like ``zephyr.counters``, so concurrent commands i
 
 One stage's record (``stage_record``) is built here too, from its tasks' markers: the driver runs stages,
 this module does their accounting.
+
+``WriteResult``, what a write action returns, is here too: shared by the driver (``zephyr.job``) and the facade
+(``zephyr.dataset``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -37,7 +41,9 @@ __all__ = [
     "summarize",
     "task_totals",
     "upgrade_counts",
+    "WriteResult",
 ]
+
 
 TASK_KEYS = ("tasks", "tasks_resumed", "task_retries")
 """Per-stage task counts that add up across stages and jobs."""
@@ -209,4 +215,16 @@ def stage_record(
         **({"wide": wide_entry} if wide_entry else {}),
         "counters": user,
         "quarantine_files": [m["quarantine"]["path"] for m in markers if m.get("quarantine")],
+        "quarantine_rows": sum(m["quarantine"]["rows"] for m in markers if m.get("quarantine")),
     }
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a ``write_*`` action produced: the files in shard order and the job's stats."""
+
+    files: list[str]
+    stats: dict
+    checksums: dict[str, dict] = field(default_factory=dict)
+    """Per file, its size and checksum as written (``zephyr.io.checksum``): a caller that resumes from these
+    files later (``zephyr run``'s steps) checks them with ``zephyr.resume.check_files``."""

@@ -19,8 +19,8 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.casting import without_view_types
 from zephyr.io.quarantine import QUARANTINE_SCHEMA, REJECT_REASON
+from zephyr.io.schema import without_view_types
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,

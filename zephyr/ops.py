@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from zephyr.shuffle.aggregate import Agg
+from zephyr.shuffle.reduce import Agg
 
 __all__ = [
     "OnError",
@@ -53,7 +53,7 @@ class ReadFiles(Op):
     approx_shard_bytes: int | None = None
     on_error: OnError = "raise"
     unify_schemas: bool = False
-    """Promote types that differ between files (``zephyr.io.input_schema``); else files must agree."""
+    """Promote types that differ between files (``zephyr.io.schema``); else files must agree."""
 
 
 @dataclass(frozen=True, eq=False)

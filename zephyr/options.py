@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from zephyr.config import parse_bytes
 from zephyr.errors import ConfigError
-from zephyr.sizes import parse_bytes
 
 __all__ = ["ExecutionOptions", "ExecutorName", "DEFAULT_MEMORY_BUDGET"]
 
@@ -55,6 +55,11 @@ class ExecutionOptions:
     """With ``executor="local"``, a plan whose inputs are estimated below this many bytes runs in-process:
     starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a
     job whose engine-made read split leaves one task). Outputs are identical. ``0`` disables both."""
+    coalesce_runs: Literal["auto", "always", "never"] = "auto"
+    """Concatenate the shuffle runs of each group of map tasks into one run before the reducers read them, so a
+    reducer makes about two requests per group instead of two per spill of every map task
+    (``zephyr.shuffle.cost``): ``auto`` when the work_dir is on an object store and the runs' parts are
+    small, ``always``, or ``never``. Outputs are identical either way."""
 
     def __post_init__(self) -> None:
         from zephyr.io.paths import absolute
@@ -69,6 +74,10 @@ class ExecutionOptions:
             )
         if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
             raise ConfigError(f"workers must be a positive integer, got {self.workers!r}")
+        if self.coalesce_runs not in ("auto", "always", "never"):
+            raise ConfigError(
+                f"coalesce_runs must be 'auto', 'always' or 'never', got {self.coalesce_runs!r}"
+            )
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries!r}")
         if self.memory_budget_bytes < 1 << 20:

@@ -6,7 +6,7 @@ shuffle spec each upstream segment's map tasks write (hash, range or round-robin
 map-side combine) and the reducer every partition's task runs. Beside it:
 
 - partition counts: given by the op, or ``ceil(estimated input bytes / Budget.partition_target_bytes)``
-  (``partitions_for``), from sizes estimated before any task runs (``zephyr.io.estimate``), never from the
+  (``partitions_for``), from sizes estimated before any task runs (``zephyr.io.sources``), never from the
   worker count, so outputs are identical for any number of workers;
 - pushdown: an aggregation over a Parquet source reads only the columns it needs (``pushdown_columns``);
 - the printable plan: ``explain`` walks the same table, in the order the driver runs
@@ -27,13 +27,18 @@ from typing import Any
 import pyarrow as pa
 
 from zephyr.budget import PARTITION_TARGET_CAP, Budget
-from zephyr.io.estimate import FOOTER_ESTIMATE_MAX_FILES, estimated_bytes, parquet_column_bytes
+from zephyr.config import format_bytes
 from zephyr.io.paths import FileStat, file_stat
-from zephyr.io.sources import Shard, list_shards
+from zephyr.io.sources import (
+    FOOTER_ESTIMATE_MAX_FILES,
+    Shard,
+    estimated_bytes,
+    list_shards,
+    parquet_column_bytes,
+)
 from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
 from zephyr.options import ExecutionOptions
 from zephyr.plan import Segment
-from zephyr.shuffle.aggregate import PartialAggregate, is_decomposable
 from zephyr.shuffle.reduce import (
     ConcatReducer,
     DeduplicateReducer,
@@ -41,10 +46,11 @@ from zephyr.shuffle.reduce import (
     GroupAggregateReducer,
     GroupApplyReducer,
     JoinReducer,
+    PartialAggregate,
     SortReducer,
+    is_decomposable,
 )
 from zephyr.shuffle.writer import ShuffleSpec
-from zephyr.sizes import format_bytes
 
 __all__ = [
     "EXCHANGES",
@@ -205,7 +211,7 @@ def list_source_files(source: ReadFiles) -> tuple[list[Shard], dict[str, FileSta
 
 def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileStat]) -> SourceSize:
     """Estimated bytes of a file source: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else
-    file sizes × the format's expansion (``zephyr.io.estimate``)."""
+    file sizes × the format's expansion (``zephyr.io.sources``)."""
     total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
     columns = None
     if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:

@@ -44,7 +44,7 @@ class ReadPlan:
     """How a job reads its inputs (``plan_read``): what clients take instead of re-deriving sizes."""
 
     estimated_bytes: int
-    """In-memory bytes read (Parquet footers, else file sizes × the format's factor: ``zephyr.io.estimate``)."""
+    """In-memory bytes read (Parquet footers, else file sizes × the format's factor: ``zephyr.io.sources``)."""
     approx_shard_bytes: int | None
     """The read split the engine chose; None: the sources' own shards. ``tasks``: the first stage's shards."""
     tasks: int

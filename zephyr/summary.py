@@ -21,8 +21,8 @@ command, adds the byte counts, and prints it one way:
   command (``KEYS``); command-specific numbers (tokens, shards, loss, PII counts, ...) go under ``details``.
 
 The accounting always reads ``rows_in = rows_kept + rows_dropped + rows_quarantined`` (``balanced`` says
-whether it holds). Rows a command rewrites in place (PII redaction, paragraph dedup) count as kept. For
-``zephyr train``, rows are the training sequences of the steps this call ran.
+whether it holds). Rows a command rewrites in place (PII redaction, paragraph dedup) count as kept. ``unit``
+says what the rows are: ``zephyr train`` counts the samples (training sequences) of the steps this call ran.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 KEYS = (
     "command",
+    "unit",
     "rows_in",
     "rows_kept",
     "rows_dropped",
@@ -82,6 +83,13 @@ class Summary:
     """Numbers only this command has (tokens, shards, loss, ...)."""
     bytes_in: int | None = None
     """Input bytes on disk; None: ``main`` measures the command's ``inputs``."""
+    unit: str = "rows"
+    """What ``rows_*`` count, as the human table labels them (``zephyr train``: ``samples``)."""
+    shown: tuple[str, ...] = ()
+    """Keys of ``details`` the human table shows too, one line each (tokens, rows changed...), in order."""
+    exit_code: int = 0
+    """The command's exit status after its summary: nonzero for a run that finished but found what its
+    caller must act on (``zephyr train check --json``: not ready)."""
 
     @property
     def balanced(self) -> bool:
@@ -93,6 +101,7 @@ class Summary:
         """The ``--json`` object: ``KEYS`` in order."""
         values = {
             "command": command,
+            "unit": self.unit,
             "rows_in": int(self.rows_in),
             "rows_kept": int(self.rows_kept),
             "rows_dropped": int(self.rows_dropped),
@@ -150,9 +159,11 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     )
 
 
-def bytes_under(paths: Iterable[str]) -> int:
-    """Bytes on disk of the files ``paths`` name: files as they are, directories walked, skipping sidecars
-    and set-aside rows (a name or folder starting with ``_`` or ``.``), so an output counts its data only."""
+def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
+    """Bytes on disk of the files ``paths`` name: files as they are, directories walked. An input folder's
+    ``_``/``.`` names (``_SUCCESS``, ``.crc``: other tools' markers, not data) are skipped unless ``markers``;
+    an output zephyr wrote holds its data only (its sidecar is ``OUT.zephyr/``), so every file of it counts:
+    a checkpoint's ``.metadata`` and ``__0_0.distcp`` are the checkpoint."""
     from zephyr.io.paths import filesystem
 
     total = 0
@@ -165,7 +176,7 @@ def bytes_under(paths: Iterable[str]) -> int:
             continue
         for name, info in fs.find(root, detail=True).items():
             below = name[len(root.rstrip("/")) :].strip("/")
-            if not any(part.startswith(("_", ".")) for part in below.split("/")):
+            if markers or not any(part.startswith(("_", ".")) for part in below.split("/")):
                 total += int(info.get("size") or 0)
     return total
 
@@ -181,7 +192,7 @@ def _measure(paths: Iterable[str] | None, expand: bool) -> int | None:
             from zephyr.io.paths import expand_paths
 
             paths = expand_paths(list(paths), formats=None) if paths else []
-        return bytes_under(paths)
+        return bytes_under(paths, markers=not expand)
     except Exception as exc:  # noqa: BLE001 - see the docstring; logged, never hidden
         log.info("summary: bytes of %s not measured (%s)", paths, exc)
         return None
@@ -198,8 +209,9 @@ def _bytes(n: int | None) -> str:
     return f"{value:.1f} TB"
 
 
-def human(record: dict[str, Any]) -> str:
-    """The table a person reads (see the module docstring), from a ``Summary.record``."""
+def human(record: dict[str, Any], shown: Sequence[str] = ()) -> str:
+    """The table a person reads (see the module docstring), from a ``Summary.record``, with the ``details``
+    named by ``shown`` (``Summary.shown``) on lines of their own."""
     lines = [f"{record['command']}: done in {record['seconds']:.1f} s"]
 
     def row(label: str, text: str) -> None:
@@ -209,7 +221,7 @@ def human(record: dict[str, Any]) -> str:
         row("rows", "none read: the plan only")
         return "\n".join(lines)
     row(
-        "rows",
+        record["unit"],
         f"in {record['rows_in']:,} = kept {record['rows_kept']:,} + dropped {record['rows_dropped']:,} "
         f"+ quarantined {record['rows_quarantined']:,}"
         + ("" if record["balanced"] else "  (DOES NOT BALANCE)"),
@@ -220,6 +232,9 @@ def human(record: dict[str, Any]) -> str:
             "dropped by",
             ", ".join(f"{reason} {n:,}" for reason, n in top[:6]) + (", ..." if len(top) > 6 else ""),
         )
+    for key in shown:
+        value = record["details"].get(key)
+        row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
     sizes = [f"in {_bytes(record['bytes_in'])}"] if record["bytes_in"] is not None else []
     sizes += [f"out {_bytes(record['bytes_out'])}"] if record["output"] else []
     if sizes:
@@ -257,6 +272,6 @@ def emit(
         out.flush()
     else:
         err = stderr or sys.stderr
-        err.write(human(record) + "\n")
+        err.write(human(record, summary.shown) + "\n")
         err.flush()
     return record

@@ -42,11 +42,12 @@ from zephyr.io.sources import Shard, read_shard
 from zephyr.job_stats import upgrade_counts
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
-from zephyr.shuffle.partition import numpy_to_arrow
 from zephyr.shuffle.read import partition_sources
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
+from zephyr.shuffle.runs import Run, coalesce_runs
+from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, numpy_to_arrow
 
 __all__ = [
+    "CoalesceOutput",
     "SinkOutput",
     "ShuffleOutput",
     "SampleOutput",
@@ -98,6 +99,16 @@ class ShuffleOutput:
 
 
 @dataclass(frozen=True)
+class CoalesceOutput:
+    """The runs of a group of map tasks concatenated into one run (``zephyr.shuffle.runs.coalesce_runs``) under
+    ``directory``/group-NNNNN/<attempt>/, so that a reducer reads one run per group instead of one per map
+    task's spill. A task's input is ``TaskSpec.runs``."""
+
+    directory: str
+    num_partitions: int
+
+
+@dataclass(frozen=True)
 class SampleOutput:
     """A systematic sample (at most ``SAMPLE_ROWS_PER_TASK`` rows) of the rows, for range boundaries."""
 
@@ -109,13 +120,13 @@ class StageSpec:
     fingerprint: str
     name: str
     narrow: tuple[Op, ...]
-    output: SinkOutput | ShuffleOutput | SampleOutput
+    output: SinkOutput | ShuffleOutput | CoalesceOutput | SampleOutput
     reducer: Any = None
     read_columns: tuple[str, ...] | None = None
     read_schema: pa.Schema | None = None
     on_error: str = "raise"
     input_schema: pa.Schema | None = None
-    """The job's one schema for its input files (``zephyr.io.input_schema``); None: read each as it is."""
+    """The job's one schema for its input files (``zephyr.io.schema``); None: read each as it is."""
     inputs: dict | None = None
     """Reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and ``schemas`` (per
     upstream, its output schema as text), as ``job.MapSide`` found them in the map tasks' markers."""
@@ -139,6 +150,12 @@ class TaskSpec:
     partition: int | None = None
     description: str = ""
     extra: dict = field(default_factory=dict)
+    runs: tuple[Run, ...] = ()
+    """A coalesce task's input: its group's map runs, in (map task, run) order."""
+    checksums: dict = field(default_factory=dict)
+    """A coalesce task's inputs' checksum records, from their map tasks' markers."""
+    rows: int = 0
+    """A coalesce task: the rows its group's map tasks wrote (its marker passes them on, for the accounting)."""
 
 
 def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -173,6 +190,8 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):
         rule["runs"] = ((f"{output.directory.rstrip('/')}/map-{task.index:05d}", None),)
+    elif isinstance(output, CoalesceOutput):
+        rule["runs"] = ((f"{output.directory.rstrip('/')}/group-{task.index:05d}", None),)
     elif isinstance(output, SampleOutput):
         rule["sample"] = ((output.directory.rstrip("/"), rf"sample-{task.index:05d}\.parquet"),)
     return rule
@@ -216,6 +235,11 @@ def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | Non
         return "malformed file list"
     if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):
         return "malformed run list"
+    if isinstance(stage.output, CoalesceOutput):
+        if marker.get("inputs") != [run.path for run in task.runs]:
+            return "it coalesced other map runs than its map tasks wrote now (one of them reran)"
+        if not isinstance(marker.get("slots"), int) or len(marker.get("runs") or []) != 1:
+            return "malformed run list"
     rules = owned_folders(stage, task)
     for key, paths in named.items():
         for path in paths:
@@ -255,6 +279,8 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     if stage.fingerprint != task.fingerprint:
         raise ZephyrError(f"task {task.index} of stage {task.fingerprint[:12]} was sent another stage")
     started = time.perf_counter()
+    if isinstance(stage.output, CoalesceOutput):
+        return _coalesce(stage.output, task, started)
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     reading = _task_input(task, stage, quarantined.append)
@@ -280,6 +306,9 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
         read_quarantined = table.num_rows - sum(c.rows_quarantined for c in op_counters)
+    # A sort's sample pass reads the rows its map pass reads again: that pass stores (and the job counts) the
+    # rows both set aside, once. The sample stage's own record still accounts for them.
+    if quarantined and not isinstance(stage.output, SampleOutput):
         with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
             hashed = Checksummed(f)
             pq.write_table(table, hashed, compression="zstd")
@@ -403,6 +432,47 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)
     raise ZephyrError(f"unknown output {type(output).__name__}")
+
+
+def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
+    """A coalesce task: its group's runs as one (``coalesce_runs``), and its marker."""
+    fs, base = _fs(output.directory)
+    attempt = f"{base}/group-{task.index:05d}/{uuid.uuid4().hex[:12]}"
+    fs.makedirs(attempt, exist_ok=True)
+    shares = Budget(task.budget_bytes)
+    done = coalesce_runs(
+        fs,
+        [Run(_fs(run.path)[1], run.slots) for run in task.runs],
+        f"{attempt}/run-00000",
+        output.num_partitions,
+        window_bytes=shares.coalesce_window_bytes,
+        upload_bytes=shares.upload_part_bytes,
+        expected={_fs(path)[1]: record for path, record in task.checksums.items()},
+    )
+
+    def named(p: str) -> str:
+        return fs.unstrip_protocol(p) if "://" in output.directory else p
+
+    marker = {
+        "fingerprint": task.fingerprint,
+        "index": task.index,
+        "input": task.description,
+        "rows_in": task.rows,
+        "rows_read_quarantined": 0,
+        "bytes_in": done.bytes,
+        "ops": [],
+        "counters": {},
+        "quarantine": None,
+        "rows_out": task.rows,
+        "bytes_out": done.bytes,
+        "inputs": [run.path for run in task.runs],
+        "runs": [named(done.run.path)],
+        "slots": done.run.slots,
+        "checksums": {named(p): record for p, record in done.checksums.items()},
+        "seconds": round(time.perf_counter() - started, 4),
+    }
+    write_json_atomic(task.marker_path, marker)
+    return marker
 
 
 def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:

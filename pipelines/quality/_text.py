@@ -2,7 +2,7 @@
 
 Every quality function takes a ``pyarrow.Table`` and the *name* of its text column. A missing column or a
 column that is not a string type is a ``SchemaError`` naming the column and the columns there are (a ``null``
-typed column, all nulls, is text: see ``zephyr.io.text_column``); null texts are the caller's business
+typed column, all nulls, is text: see ``zephyr.io.quarantine``); null texts are the caller's business
 (filters quarantine them, annotators leave their outputs null).
 """
 
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr.errors import ConfigError
-from zephyr.io.text_column import require_text_column
+from zephyr.io.quarantine import require_text_column
 
 if TYPE_CHECKING:
     import polars as pl
@@ -25,7 +25,7 @@ n-grams) say nothing about them, so the word-based rules skip their rows instead
 
 
 def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "text") -> None:
-    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.text_column``,
+    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.quarantine``,
     shared with tokenize: a string type, or ``null`` for a column without a single value)."""
     require_text_column(table.schema, column, what=what)
 

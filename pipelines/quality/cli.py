@@ -57,9 +57,9 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     require_extra("fasttext", "quality", "zephyr langid")
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
     if args.dropped_output:
-        from zephyr import dropped
+        from zephyr import removal
 
-        dropped.check(args)
+        removal.check(args)
     lang, score = args.output_column, f"{args.output_column}_score"
     config = LangIdConfig(model_path=model, max_chars=args.max_chars, lang_column=lang, score_column=score)
     ds = read_text_inputs(args, adds=(lang, score), rename="--output-column NAME")
@@ -68,7 +68,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
     language_filter = LanguageFilter(langs, args.min_score, lang, score)
     filtering = args.languages or args.min_score > 0
     if args.dropped_output:
-        from zephyr.dropped import keep_all, write_routed
+        from zephyr.removal import keep_all, write_routed
 
         verdict = language_filter.reasons if filtering else keep_all
         routed = write_routed(ds, verdict, args.output, args.dropped_output, engine_options(args))
@@ -105,12 +105,12 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     from zephyr.pipelines.quality.decontaminate import Decontaminate, build_eval_index, read_eval_texts
 
     if args.dropped_output:
-        from zephyr import dropped
+        from zephyr import removal
         from zephyr.errors import ConfigError
 
         if args.mode != "remove":
             raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
-        dropped.check(args)
+        removal.check(args)
     out = Path(args.output)
     index_path = side(args, "eval-ngrams.npz")  # read by the tasks: in the sidecar, not among the data
     step = Decontaminate(
@@ -123,7 +123,7 @@ def _cmd_decontaminate(args: argparse.Namespace) -> int:
     index = build_eval_index(read_eval_texts(args.eval, args.eval_column), n=args.n)
     index.save(index_path)
     if args.dropped_output:
-        from zephyr.dropped import write_routed
+        from zephyr.removal import write_routed
 
         routed = write_routed(ds, step.reasons, str(out), args.dropped_output, engine_options(args))
         result = routed.kept or routed.verdict
@@ -184,7 +184,7 @@ def _io(p: argparse.ArgumentParser, inputs: bool = True, output: bool = True) ->
     """Inputs, output (unless ``output=False``: ``zephyr explain``), ``--on-error`` and the schema flags
     (with ``inputs``), and ``--text-column``."""
     from zephyr.cli import add_on_error, add_output_dir
-    from zephyr.io.input_schema import add_schema_arguments
+    from zephyr.io.schema import add_schema_arguments
 
     if inputs:
         p.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs")
@@ -226,7 +226,7 @@ def _add_filter(p: argparse.ArgumentParser) -> None:
 
 def _add_filter_explain(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """``zephyr explain filter``: the command's flags without ``--output``; prints its jobs' plans."""
-    from zephyr.commands import explain_commands
+    from zephyr.cli import explain_commands
 
     p = explain_commands(subparsers).add_parser("filter", parents=[common], help="the plans of zephyr filter")
     _io(p, output=False)

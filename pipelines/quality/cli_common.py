@@ -27,12 +27,12 @@ def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), renam
     """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
     columns ``adds`` the command will add (unless ``--replace-columns``): one line naming the file and the column,
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
-    (``zephyr.io.input_schema``)."""
+    (``zephyr.io.schema``)."""
     import zephyr
-    from zephyr.io.added_columns import check_input_columns
-    from zephyr.io.input_schema import schema_arguments
     from zephyr.io.paths import input_files
-    from zephyr.io.text_column import check_text_inputs
+    from zephyr.io.schema import schema_arguments
+    from zephyr.io.sources import check_text_inputs
+    from zephyr.removal import check_input_columns
 
     files, fmt = input_files(args.inputs)
     check_text_inputs(files, args.text_column, format=fmt)

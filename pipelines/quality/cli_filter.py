@@ -140,7 +140,7 @@ def _annotated_input(
     from zephyr.pipelines.quality.filters import FilterAnnotator, reason_aside
     from zephyr.pipelines.quality.normalize import Normalize
 
-    from zephyr.io.added_columns import set_aside
+    from zephyr.removal import set_aside
 
     reason = args.output_column
     ds = read_text_inputs(args, adds=(reason,), rename="--output-column NAME")
@@ -221,8 +221,8 @@ def report_plan(args: argparse.Namespace, annotated: Dataset) -> Dataset:
 
 
 def explain_filter_command(args: argparse.Namespace) -> Any:
-    """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.commands.explained``)."""
-    from zephyr.commands import explained
+    """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.cli.explained``)."""
+    from zephyr.cli import explained
 
     return explained(filter_plan_text(args), args)
 
@@ -232,7 +232,7 @@ def filter_plan_text(args: argparse.Namespace) -> str:
     runs (``_annotated_input``, ``route_plans``, ``report_plan``). The routes and the report read the
     annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
     from zephyr.budget import Budget
-    from zephyr.commands import jobs_plan_text
+    from zephyr.cli import jobs_plan_text
     from zephyr.options import ExecutionOptions
 
     args.filter_config = _filter_config(args)

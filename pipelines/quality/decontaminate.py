@@ -31,8 +31,8 @@ from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_
 from zephyr import counters
 from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
-from zephyr.io.added_columns import check_added_columns
 from zephyr.ops import BatchOutput
+from zephyr.removal import check_added_columns
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def decontaminate(
 
 def annotated(table: pa.Table, counts: np.ndarray, output_column: str = "contaminated") -> pa.Table:
     """``table`` plus the annotate columns of ``counts`` (matching n-gram positions per row); existing columns of
-    those names are replaced at the end (the caller checked that it may, ``zephyr.io.added_columns``)."""
+    those names are replaced at the end (the caller checked that it may, ``zephyr.removal``)."""
     flag, ngrams = added_columns(output_column)
     table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
     return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
@@ -189,7 +189,7 @@ class Decontaminate:
     file.
 
     Annotate mode adds ``output_column`` and ``<output_column>_ngrams``; an input that has them fails unless
-    ``replace_columns`` (``zephyr.io.added_columns``). Remove mode adds nothing."""
+    ``replace_columns`` (``zephyr.removal``). Remove mode adds nothing."""
 
     index_path: str
     mode: str = "remove"
@@ -218,7 +218,7 @@ class Decontaminate:
         return counts
 
     def reasons(self, table: pa.Table) -> pa.Array:
-        """Per-row drop reason of remove mode (null: kept), for ``--dropped-output`` (``zephyr.dropped``)."""
+        """Per-row drop reason of remove mode (null: kept), for ``--dropped-output`` (``zephyr.removal``)."""
         hit = self._counts(table) > 0
         reason = f"decontam_shares_{self._index.n}gram"
         return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))

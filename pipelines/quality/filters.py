@@ -62,11 +62,10 @@ from zephyr.pipelines.web.urls import UrlRules
 
 from zephyr import counters
 from zephyr.budget import kernel_slices
-from zephyr.dropped import DROP_REASON
 from zephyr.errors import ConfigError
-from zephyr.io.added_columns import RenameColumns, check_added_columns, set_aside
 from zephyr.io.quarantine import REJECT_REASON
 from zephyr.ops import BatchOutput
+from zephyr.removal import DROP_REASON, RenameColumns, check_added_columns, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -317,8 +316,8 @@ def apply_filters(
 class FilterAnnotator:
     """Adds ``drop_reason`` (null = kept, ``null_text`` = quarantine) and writes cleaned text for kept rows.
 
-    An input that has a ``drop_reason`` of its own fails unless ``replace_columns`` (``zephyr.io.added_columns``);
-    to keep it, set it aside around the filter (``zephyr.io.added_columns.set_aside``)."""
+    An input that has a ``drop_reason`` of its own fails unless ``replace_columns`` (``zephyr.removal``);
+    to keep it, set it aside around the filter (``zephyr.removal.set_aside``)."""
 
     rules: str = ",".join(DEFAULT_RULES)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -345,7 +344,7 @@ class FilterAnnotator:
         original = table.column(self.text_column)
         if pa.types.is_null(
             original.type
-        ):  # no value at all (see zephyr.io.text_column): becomes a text column
+        ):  # no value at all (see zephyr.io.quarantine): becomes a text column
             original = original.cast(text.type)
         merged = pc.if_else(keep, text.cast(original.type), original)
         table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)

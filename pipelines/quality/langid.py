@@ -45,8 +45,8 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import count_reasons, require_extra, text_array
 
 from zephyr.errors import ConfigError, InputError, SchemaError
-from zephyr.io.added_columns import check_added_columns
 from zephyr.ops import BatchOutput
+from zephyr.removal import check_added_columns
 
 log = logging.getLogger(__name__)
 

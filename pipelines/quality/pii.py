@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
 from zephyr import counters
-from zephyr.io.added_columns import check_added_columns
+from zephyr.removal import check_added_columns
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _H = r"[0-9A-Fa-f]{1,4}"
@@ -95,7 +95,7 @@ def redact_pii(
     """``table`` with PII in its text column replaced, plus ``pii_<kind>`` count columns (if configured).
 
     A table that already has one of those count columns raises ``ColumnExistsError`` unless ``replace_columns=True``
-    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.io.added_columns``).
+    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.removal``).
 
     >>> import pyarrow as pa
     >>> t = redact_pii(pa.table({"text": ["mail bob@example.com from 10.0.0.1 or +1 555-123-4567"]}))

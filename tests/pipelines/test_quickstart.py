@@ -169,7 +169,7 @@ def test_quickstart_end_to_end(finished):
     assert manifest["vocab_size"] == 512 and manifest["num_documents"] == tok["rows_kept"]
     train = steps["train"]
     records = [json.loads(line) for line in Path(train["extra"]["log"]).read_text().splitlines()]
-    assert [r["step"] for r in records] == [0, 1, 2] and train["extra"]["final_loss"] == records[-1]["loss"]
+    assert [r["step"] for r in records] == [1, 2, 3] and train["extra"]["final_loss"] == records[-1]["loss"]
     for name in ("rows", "time", "sources", "training", "clusters_exact_dedup", "clusters_fuzzy_dedup"):
         assert (job / "plots" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -19,8 +19,8 @@ import yaml
 
 import zephyr
 from zephyr.errors import SchemaError
-from zephyr.io.input_schema import load_schema_file, merge_schemas
 from zephyr.io.layout import dropped_dir
+from zephyr.io.schema import load_schema_file, merge_schemas
 
 from .conftest import FAST, GOOD, zephyr_cli
 

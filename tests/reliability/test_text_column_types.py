@@ -13,7 +13,8 @@ from zephyr.tokenize import read_documents, write_token_shards
 
 import zephyr
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.text_column import check_text_inputs, require_text_column
+from zephyr.io.quarantine import require_text_column
+from zephyr.io.sources import check_text_inputs
 
 from .conftest import FAST, GOOD, error_lines, zephyr_cli
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from zephyr.cli_errors import report_failure
+from zephyr.cli import report_failure
 from zephyr.errors import InputError
 
 KEEP_LOGS = 20

@@ -4,7 +4,7 @@ Arrow has no take or filter kernel for view types (pyarrow 26), so a filter, a s
 tokenize batch with a null text failed on them ("array_take has no kernel matching input types (string_view,
 uint16)"), retried and all. They come from ``from_arrow`` tables, from Parquet files whose stored Arrow schema
 has them, and from batch functions. The engine and the dedup functions cast them to plain types as they come in
-(``zephyr.io.casting.without_view_types``); every step must give what it gives on the plain types.
+(``zephyr.io.schema.without_view_types``); every step must give what it gives on the plain types.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from zephyr.dedup import exact_dedup, exact_dedup_dataset, fuzzy_dedup, paragrap
 from zephyr.tokenize import write_token_shards
 
 import zephyr
-from zephyr.io.casting import without_view_types
+from zephyr.io.schema import without_view_types
 
 from ..dedup_stats import dedup_counts
 from .conftest import GOOD

@@ -13,10 +13,8 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.shuffle.merge import merge_sorted
-from zephyr.shuffle.partition import range_boundaries
-from zephyr.shuffle.read import partition_sources
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter
+from zephyr.shuffle.read import merge_sorted, partition_sources
+from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, range_boundaries
 
 from zephyr.budget import EXPANSION, Budget
 
@@ -100,10 +98,9 @@ def test_in_memory_and_external_merge_agree(tmp_path, caplog, name):
 
 
 def _part_rows(run: str, partition: int) -> pa.Table:
-    from zephyr.shuffle.runs import read_index_entry, read_run_part
+    from zephyr.shuffle.runs import part_sources, read_index_block
 
-    part = read_index_entry(FS, run, partition)
-    tables = list(read_run_part(FS, part))
+    tables = [t for s in part_sources(FS, read_index_block(FS, run, partition), 1 << 30) for t in s]
     if not tables:
         return pa.table({"x": pa.array([], pa.int64())})
     return pa.concat_tables(tables, promote_options="permissive")
@@ -144,9 +141,9 @@ def test_in_memory_threshold_follows_the_budget_share(tmp_path):
     """A partition is read whole exactly when its stored bytes × EXPANSION fit ``in_memory_reduce_bytes``."""
     spec, columns = _specs()["hash"]
     runs = _map_side(tmp_path, spec, tasks=1)
-    from zephyr.shuffle.runs import read_index_entry
+    from zephyr.shuffle.runs import read_index_block
 
-    stored = sum(read_index_entry(FS, r, 0).length for r in runs)
+    stored = sum(read_index_block(FS, r, 0)[0].length for r in runs)
     fits = int(stored * EXPANSION / 0.4) + 16
     sources, scratch = partition_sources(runs, 0, columns, fits)
     assert len(sources) == 1 and scratch.directory is None
@@ -174,3 +171,31 @@ def test_empty_partition_and_scratch_cleanup(tmp_path):
     directory = scratch.directory
     scratch.cleanup()
     assert not os.path.exists(directory)
+
+
+@pytest.mark.parametrize("name", ["hash", "range-asc", "hash-sort-by"])
+def test_coalesced_runs_give_the_same_rows_in_the_same_order(tmp_path, name):
+    """Runs coalesced in groups (as a job's combine tasks do) read back, in memory and through the external
+    merge, exactly as the map runs themselves: ties across runs keep (map task, run) order either way."""
+    from zephyr.shuffle.runs import Run, coalesce_runs
+
+    spec, columns = _specs()[name]
+    runs = _map_side(tmp_path, spec)
+    groups = [runs[:5], runs[5:6], runs[6:]]
+    coalesced = [
+        coalesce_runs(
+            FS,
+            [Run(r) for r in group],
+            str(tmp_path / f"group-{g}"),
+            spec.num_partitions,
+            window_bytes=1 << 16,
+            upload_bytes=1 << 20,
+        ).run
+        for g, group in enumerate(groups)
+    ]
+    assert [c.slots for c in coalesced] == [5, 1, len(runs) - 6]
+    for partition in range(spec.num_partitions):
+        for budget in (HUGE, TINY):
+            original, _ = _read(runs, partition, columns, budget)
+            again, _ = _read(coalesced, partition, columns, budget)
+            assert again.equals(original)

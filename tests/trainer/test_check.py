@@ -15,6 +15,8 @@ from zephyr.trainer.config import get_preset
 from zephyr.trainer.devices import resolve_device
 from zephyr.trainer.model import count_params
 
+from zephyr.summary import KEYS
+
 TINY = get_preset("tiny")
 CUDA = resolve_device("cuda", emulate=True)
 XLA = resolve_device("xla", emulate=True)
@@ -145,7 +147,10 @@ def test_cli_check_tiny_json(capsys: pytest.CaptureFixture[str]) -> None:
 
     args = ["train", "check", "--preset", "tiny", "--batch-size", "8", "--seq-len", "256"]  # padding < 5%
     assert main([*args, "--dispatch", "grouped_mm", "--no-measure-memory", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    record = json.loads(capsys.readouterr().out)  # the summary every command prints, the report in details
+    assert list(record) == list(KEYS) and record["command"] == "zephyr train check"
+    assert (record["rows_in"], record["output"]) == (0, None)
+    report = record["details"]
     assert report["ok"] and report["problems"] == []
     assert (report["graph_breaks"], report["host_syncs"], report["static_shapes"]) == (0, 0, True)
     assert report["default_dispatch"] == "grouped_mm" and list(report["dispatch"]) == ["grouped_mm"]
@@ -157,9 +162,13 @@ def test_cli_check_says_what_does_not_fit(capsys: pytest.CaptureFixture[str]) ->
     from zephyr.cli import main
 
     args = ["train", "check", "--preset", "tiny", "--batch-size", "2", "--seq-len", "64", "--device", "xla"]
-    assert main([*args, "--dispatch", "capacity", "--no-measure-memory", "--device-memory", "1MiB"]) == 1
+    args += ["--dispatch", "capacity", "--no-measure-memory", "--device-memory", "1MiB"]
+    assert main(args) == 1
     out = capsys.readouterr().out
     assert "NOT READY" in out and "exceeds --device-memory" in out and "capacity (default): 0" in out
+    assert main([*args, "--json"]) == 1  # not ready: exit 1 after the summary object
+    record = json.loads(capsys.readouterr().out)
+    assert not record["details"]["ok"] and any("exceeds" in p for p in record["details"]["problems"])
 
 
 def test_cli_check_rejects_an_unknown_dispatch(capsys: pytest.CaptureFixture[str]) -> None:

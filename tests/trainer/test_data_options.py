@@ -118,8 +118,8 @@ def test_schedule_switches_on_its_step_across_a_resume_with_another_batch(tmp_pa
     train(_cfg(tmp_path, data={a: 1.0, b: 0.0}, mix_schedule=schedule, steps=2, checkpoint_every=1))
     train(_cfg(tmp_path, data={a: 1.0, b: 0.0}, mix_schedule=schedule, steps=6, batch_size=2))
     records = {r["step"]: r["mix_tokens"] for r in _records(tmp_path)}
-    drawn_b = [records[s][b] for s in range(6)]
-    assert drawn_b[:3] == [0, 0, 0] and drawn_b[3:] == [2 * SEQ, 4 * SEQ, 6 * SEQ]  # b from step 3 on
+    drawn_b = [records[s][b] for s in range(1, 7)]  # a record's step counts the steps done
+    assert drawn_b[:3] == [0, 0, 0] and drawn_b[3:] == [2 * SEQ, 4 * SEQ, 6 * SEQ]  # b once 3 steps are done
 
 
 def test_bad_data_keys_are_named(two_sets) -> None:

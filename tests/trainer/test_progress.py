@@ -83,8 +83,8 @@ def test_the_bar_counts_steps_from_a_resumed_checkpoint(tmp_path, capsys):
 def test_tokens_per_s_averages_the_window_and_eta_counts_steps_left():
     shown = TrainProgress(total_steps=10, start_step=0, log_every=2)
     base = {"loss": 2.0, "lr": 1e-3, "mfu": None}
-    assert shown.update({**base, "step": 0, "tokens": 100, "tokens_per_s": 100.0, "step_time_s": 1.0}) is None
-    line = shown.update({**base, "step": 1, "tokens": 100, "tokens_per_s": 50.0, "step_time_s": 2.0})
+    assert shown.update({**base, "step": 1, "tokens": 100, "tokens_per_s": 100.0, "step_time_s": 1.0}) is None
+    line = shown.update({**base, "step": 2, "tokens": 100, "tokens_per_s": 50.0, "step_time_s": 2.0})
     assert line.startswith("train: step 2/10 | loss 2.0000 | 67 tok/s | lr 1.00e-03 | ETA ")
     assert format_line(step=10, total=10, loss=1.5, tokens_per_s=2.5e6, mfu=0.214, lr=3e-4, eta_s=None) == (
         "step 10/10 | loss 1.5000 | 2.5M tok/s | MFU 21.4% | lr 3.00e-04"
@@ -93,7 +93,7 @@ def test_tokens_per_s_averages_the_window_and_eta_counts_steps_left():
         "ETA 1h02m"
     )
     quiet = TrainProgress(total_steps=2, start_step=0, log_every=1, enabled=False)  # ranks other than 0
-    assert quiet.update({**base, "step": 0, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}) is None
+    assert quiet.update({**base, "step": 1, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}) is None
 
 
 def _under_pty(argv: list[str]) -> str:

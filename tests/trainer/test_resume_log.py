@@ -33,29 +33,30 @@ def _line(step: int, loss: float = 1.0) -> str:
     return json.dumps({"step": step, "loss": loss}) + "\n"
 
 
-def test_trim_keeps_each_step_below_the_start_once(tmp_path: Path) -> None:
+def test_trim_keeps_each_step_up_to_the_start_once(tmp_path: Path) -> None:
+    """A record's step counts the steps done (1 for the first): resuming a checkpoint of step 6 keeps 1..6."""
     log = tmp_path / "train.jsonl"
-    log.write_text("".join(_line(s) for s in range(10)) + '{"step": 10, "lo')  # cut mid-write
+    log.write_text("".join(_line(s) for s in range(1, 11)) + '{"step": 11, "lo')  # cut mid-write
     assert trim_log(log, 6) == 5
-    assert log.read_text() == "".join(_line(s) for s in range(6))
+    assert log.read_text() == "".join(_line(s) for s in range(1, 7))
     assert trim_log(log, 6) == 0  # idempotent; nothing rewritten
     assert [p.name for p in tmp_path.iterdir()] == ["train.jsonl"]  # no temporary file left
 
 
 def test_trim_heals_a_log_appended_by_an_old_resume(tmp_path: Path) -> None:
-    """Before the trim existed a resume from step 3 appended 3..7 after 0..5: the later records win."""
+    """A resume from step 3 appended without a trim (4..8 after 1..6): the later records win."""
     log = tmp_path / "train.jsonl"
-    log.write_text("".join(_line(s, 1.0) for s in range(6)) + "".join(_line(s, 2.0) for s in range(3, 8)))
+    log.write_text("".join(_line(s, 1.0) for s in range(1, 7)) + "".join(_line(s, 2.0) for s in range(4, 9)))
     trim_log(log, 8)
-    assert [(r["step"], r["loss"]) for r in _records(log)] == [(0, 1.0), (1, 1.0), (2, 1.0)] + [
-        (s, 2.0) for s in range(3, 8)
+    assert [(r["step"], r["loss"]) for r in _records(log)] == [(1, 1.0), (2, 1.0), (3, 1.0)] + [
+        (s, 2.0) for s in range(4, 9)
     ]
 
 
 def test_trim_of_a_missing_or_clean_log_changes_nothing(tmp_path: Path) -> None:
     assert trim_log(tmp_path / "none.jsonl", 3) == 0
     log = tmp_path / "train.jsonl"
-    log.write_text(_line(0) + _line(1))
+    log.write_text(_line(1) + _line(2))
     before = log.stat().st_mtime_ns
     assert trim_log(log, 2) == 0 and log.stat().st_mtime_ns == before
 
@@ -81,14 +82,14 @@ def test_resumed_log_is_the_uninterrupted_log(tmp_path: Path) -> None:
     whole = _cfg(tmp_path / "whole")
     train(whole)
     cut = _cfg(tmp_path / "cut")
-    train(cut)  # logs 0..7, saves at 3, 6 and 8
-    # as if killed after logging step 7, mid-write of one more record, before the saves at 6 and 8
+    train(cut)  # logs 1..8, saves at 3, 6 and 8
+    # as if killed after logging step 8, mid-write of one more record, before the saves at 6 and 8
     (tmp_path / "cut" / "ck" / "latest").write_text("step-00000003\n")
     with open(tmp_path / "cut" / "train.jsonl", "a") as f:
-        f.write('{"step": 8, "loss": 4.')
+        f.write('{"step": 9, "loss": 4.')
     result = train(cut)
     assert result.resumed_from == 3
-    assert _steps(tmp_path / "cut" / "train.jsonl") == list(range(8))
+    assert _steps(tmp_path / "cut" / "train.jsonl") == list(range(1, 9))
     resumed = [r["loss"] for r in _records(tmp_path / "cut" / "train.jsonl")]
     assert resumed == [r["loss"] for r in _records(tmp_path / "whole" / "train.jsonl")]  # bit for bit
 
@@ -97,7 +98,7 @@ def test_a_fresh_run_does_not_append_to_an_old_log(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, steps=3, checkpoint_dir=None)
     train(cfg)
     train(cfg)  # no checkpoint: it starts again at step 0
-    assert _steps(tmp_path / "train.jsonl") == [0, 1, 2]
+    assert _steps(tmp_path / "train.jsonl") == [1, 2, 3]
 
 
 def _cli(root: Path, steps: int) -> list[str]:
@@ -149,12 +150,12 @@ def test_sigkill_after_a_checkpoint_then_resume(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
     checkpoint = int((tmp_path / "ck" / "latest").read_text().strip().removeprefix("step-"))
     logged = _steps(log) if log.read_bytes().endswith(b"\n") else _steps(log)[:-1]
-    assert logged[-1] >= checkpoint  # the kill left steps the resumed run repeats (the case under test)
+    assert logged[-1] > checkpoint  # the kill left steps the resumed run repeats (the case under test)
 
     rerun = subprocess.run(_cli(tmp_path, steps), env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert f"trained steps {checkpoint + 1}..{steps}" in rerun.stderr
-    assert _steps(log) == list(range(steps))
+    assert _steps(log) == list(range(1, steps + 1))
 
     whole = train(TrainConfig(preset="tiny", steps=steps, batch_size=4, seq_len=64, device="cpu", optim=FAST))
     assert [r["loss"] for r in _records(log)] == whole.losses  # the resumed run reproduces the losses exactly

@@ -75,7 +75,7 @@ def test_loss_falls_on_real_shards(tmp_path: Path, real_shards: Path) -> None:
     first, last = sum(result.losses[:5]) / 5, sum(result.losses[-5:]) / 5
     assert last < first - 1.0, (first, last)
     records = _log(tmp_path / "log.jsonl")
-    assert [r["step"] for r in records] == list(range(40))
+    assert [r["step"] for r in records] == list(range(1, 41))  # steps done, as the progress line counts
     r = records[-1]
     assert r["mfu"] is None and r["tokens_per_s"] > 0 and r["grad_norm"] > 0
     assert len(r["expert_load"]) == 8 and sum(r["expert_load"]) == pytest.approx(1.0, abs=1e-3)
@@ -116,7 +116,9 @@ def test_resume_is_bit_identical(tmp_path: Path, real_shards: Path) -> None:
     assert first.losses[:3] + second.losses == whole.losses  # exact, not approximate
 
 
-def test_cli_trains_and_resumes_from_checkpoint_dir(tmp_path: Path) -> None:
+def test_cli_trains_and_resumes_from_checkpoint_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from zephyr.cli import main
 
     args = [
@@ -141,9 +143,15 @@ def test_cli_trains_and_resumes_from_checkpoint_dir(tmp_path: Path) -> None:
         "1",
     ]
     assert main([*args, "--steps", "3"]) == 0
-    assert main([*args, "--steps", "5"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--steps", "5", "--json"]) == 0
     steps = [r["step"] for r in _log(tmp_path / "t.jsonl")]
-    assert steps == [0, 1, 2, 3, 4]
+    assert steps == [1, 2, 3, 4, 5]  # steps done, as the progress line and the checkpoint names count
+    summary = json.loads(capsys.readouterr().out)  # in samples and tokens of the steps this call ran
+    assert (summary["unit"], summary["rows_in"], summary["details"]["steps"]) == ("samples", 2 * 2, 2)
+    assert summary["details"]["tokens"] == 2 * 2 * 32
+    on_disk = sum(f.stat().st_size for f in (tmp_path / "ck").rglob("*") if f.is_file())
+    assert summary["bytes_out"] == on_disk > 100_000  # the checkpoints, .metadata and shards included
     assert (tmp_path / "ck" / "latest").read_text().strip() == "step-00000005"
 
 

@@ -1,4 +1,4 @@
-"""``--dropped-output DIR`` on langid, decontaminate and dedup exact|fuzzy|url --mode remove (``zephyr.dropped``):
+"""``--dropped-output DIR`` on langid, decontaminate and dedup exact|fuzzy|url --mode remove (``zephyr.removal``):
 the kept rows are those the command keeps without the flag, and DIR holds exactly the removed ones, each with
 its reason; the flag is refused where it could not mean that."""
 

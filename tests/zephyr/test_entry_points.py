@@ -110,6 +110,21 @@ def test_readme_snippet_runs_from_every_entry_point(workdir, reference, entry):
     assert pq.read_table(workdir / "sorted").equals(reference)
 
 
+@pytest.mark.dask
+@pytest.mark.parametrize("entry", ["script", "stdin"])
+def test_readme_snippet_on_a_dask_cluster_zephyr_starts(workdir, reference, entry):
+    """``executor="dask"`` with no address: zephyr starts the scheduler here and its workers as ``dask worker``
+    processes with the driver's ``sys.path`` (dask's LocalCluster would spawn them by re-running the script)."""
+    pytest.importorskip("distributed")
+    snippet = readme_snippet().replace('executor="local"', 'executor="dask"')
+    if entry == "script":
+        (workdir / "snippet.py").write_text(snippet)
+        _run([sys.executable, "snippet.py"], workdir)
+    else:
+        _run([sys.executable, "-"], workdir, stdin=snippet)
+    assert pq.read_table(workdir / "sorted").equals(reference)
+
+
 def test_readme_snippet_runs_under_pytest(workdir, reference, monkeypatch):
     """In this process, with pytest as ``__main__`` and the snippet's function defined in this test module's
     name (cloudpickle ships it by value: its module has no such attribute)."""

@@ -207,7 +207,7 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
     """
     import signal
 
-    from zephyr.sizes import format_bytes
+    from zephyr.config import format_bytes
 
     if not outcome.worker_died or outcome.signal != signal.SIGKILL:
         return outcome

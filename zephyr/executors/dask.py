@@ -16,8 +16,10 @@ Contract (the same as every executor, see ``executors/base.py``):
   rename and markers are written last, so a rerun gives the same bytes.
 - At most as many tasks are in flight as the cluster has threads (``run``), so a worker death costs only the
   tasks it was running: one per thread.
-- A LocalCluster zephyr starts itself (no address given) binds 127.0.0.1 only, dashboard off unless asked
-  for (and then on 127.0.0.1), ``workers`` processes with one thread each, and the scheduler's
+- A cluster zephyr starts itself (no address given, ``start_local_cluster``) binds 127.0.0.1 only, dashboard
+  off unless asked for (and then on 127.0.0.1), the scheduler in this process and ``workers`` processes with
+  one thread each, started as ``dask worker`` with this process's ``sys.path`` (never by re-running the
+  user's main module: it works from a script without a ``__main__`` guard, stdin or ``-c``), and the scheduler's
   ``allowed_failures`` set to 0, so a worker death fails the task at once instead of being retried silently by
   dask up to ``distributed.scheduler.allowed-failures`` (default 3) times per task.
 - ``close()`` closes what this executor started (client, cluster) and nothing else: a ``Client`` passed in
@@ -31,10 +33,13 @@ otherwise).
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import os
 import signal
 import socket
+import subprocess
+import sys
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -49,43 +54,128 @@ if TYPE_CHECKING:
 
     from zephyr.options import ExecutionOptions
 
-__all__ = ["DaskExecutor", "start_local_cluster", "dask_setup"]
+__all__ = ["DaskExecutor", "LocalDaskCluster", "start_local_cluster", "dask_setup"]
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 30
 
 
-def start_local_cluster(workers: int, *, dashboard: bool = False) -> LocalCluster:
-    """A LocalCluster of ``workers`` processes × 1 thread on 127.0.0.1, dask retries off.
+def start_local_cluster(workers: int, *, dashboard: bool = False) -> LocalDaskCluster:
+    """A scheduler in this process and ``workers`` worker processes × 1 thread on 127.0.0.1, dask retries
+    off (``LocalDaskCluster``).
 
     ``dashboard=True`` serves the dashboard on 127.0.0.1 (a free port); it is never bound to other interfaces.
     """
     from distributed import LocalCluster
 
-    threads = max(1, (os.cpu_count() or 1) // max(1, workers))
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
+    # The scheduler alone: dask's LocalCluster would start its nannies with multiprocessing's spawn, which
+    # runs the user's main module again in each (a script without a __main__ guard, or stdin, fails).
+    scheduler = LocalCluster(
+        n_workers=0,
         processes=True,
         host="127.0.0.1",
         dashboard_address="127.0.0.1:0" if dashboard else None,
         # The scheduler serves HTTP (health, metrics) even without the dashboard; without an address it takes
         # port 8787 and warns when another cluster holds it. A free loopback port avoids both.
         scheduler_kwargs={"allowed_failures": 0, "dashboard": dashboard, "dashboard_address": "127.0.0.1:0"},
-        # Each worker's polars pool sized to its share of the cores, as the local executor does.
-        env={"POLARS_MAX_THREADS": str(threads)},
-        # A failing task is the driver's to report (one line, the traceback in its log); the workers' own
-        # "Compute Failed" records would print a traceback per try. Shown with -v (INFO logging).
-        silence_logs=logging.WARNING
-        if logging.getLogger().getEffectiveLevel() <= logging.INFO
-        else logging.CRITICAL,
-        preload=[__name__],  # dask_setup below, in each worker
+    )
+    try:
+        return LocalDaskCluster(scheduler, _start_workers(scheduler.scheduler_address, workers), workers)
+    except BaseException:
+        scheduler.close()
+        raise
+
+
+WORKERS_START_TIMEOUT_S = 120
+
+_WORKER_MAIN = (
+    "import sys, json; sys.path[:] = json.loads(sys.argv.pop(1)); "
+    "from distributed.cli.dask_worker import main; main()"
+)
+"""What the workers' process runs: ``dask worker`` with the driver's ``sys.path`` installed first (``-P``
+keeps the current directory out until then), as ``zephyr/executors/worker.py`` does for local workers."""
+
+
+def _start_workers(address: str, workers: int) -> subprocess.Popen:
+    """``dask worker ADDRESS --nworkers N --nthreads 1`` as a new process of its own (its nannies start the
+    workers, and restart one that dies). Its own session: a terminal's Ctrl-C is the driver's to handle (it
+    closes the cluster); ``--death-timeout`` ends workers whose driver died without closing them."""
+    verbose = logging.getLogger().getEffectiveLevel() <= logging.INFO
+    env = dict(os.environ)
+    # Each worker's polars pool sized to its share of the cores, as the local executor does.
+    env["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
+    # A failing task is the driver's to report (one line, the traceback in its log); the workers' own
+    # "Compute Failed" records would print a traceback per try. Shown with -v (INFO logging).
+    env["DASK_LOGGING__DISTRIBUTED"] = "warning" if verbose else "critical"
+    path = json.dumps([entry for entry in sys.path if isinstance(entry, str)])
+    argv = [sys.executable, "-P", "-c", _WORKER_MAIN, path, address, "--nworkers", str(workers)]
+    argv += ["--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "60"]
+    argv += ["--dashboard-address", "127.0.0.1:0"]  # its HTTP server (health, metrics) runs even without one
+    argv += ["--preload", __name__]  # dask_setup below, in each worker
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=None if verbose else subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
+class LocalDaskCluster:
+    """The cluster ``start_local_cluster`` started: a ``LocalCluster`` holding the scheduler, and the
+    process of its workers. ``Client(cluster.scheduler_address)`` connects to it; ``close()`` ends both."""
+
+    def __init__(self, scheduler: LocalCluster, workers: subprocess.Popen, count: int) -> None:
+        self.scheduler = scheduler
+        self.workers = workers
+        self.count = count
+
+    @property
+    def scheduler_address(self) -> str:
+        return self.scheduler.scheduler_address
+
+    def wait(self, client: Client) -> None:
+        """Return once all ``count`` workers have joined; one line if their process ended first."""
+        import time
+
+        deadline = time.monotonic() + WORKERS_START_TIMEOUT_S
+        while len(client.nthreads()) < self.count:
+            if self.workers.poll() is not None:
+                raise ConfigError(
+                    f"dask: the worker process exited with status {self.workers.returncode} before its "
+                    f"{self.count} workers joined; rerun with -v to see its log"
+                )
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"dask: {len(client.nthreads())} of {self.count} workers joined in "
+                    f"{WORKERS_START_TIMEOUT_S} s; rerun with -v to see their log"
+                )
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Stop the workers (SIGTERM: the nannies close their workers), then the scheduler."""
+        try:
+            if self.workers.poll() is None:
+                self.workers.terminate()
+                try:
+                    self.workers.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.workers.pid, signal.SIGKILL)
+                    self.workers.wait()
+        finally:
+            self.scheduler.close()
+
+    def __enter__(self) -> LocalDaskCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def dask_setup(worker: object) -> None:
-    """Run by each worker of a LocalCluster started here, as it starts (dask's ``preload``): Ctrl-C is the
+    """Run by each worker of a cluster started here, as it starts (dask's ``preload``): Ctrl-C is the
     driver's to handle, and it closes the cluster. A terminal sends it to every process of the command, and a
     worker that took it would stop on its own with a traceback of its event loop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -94,7 +184,7 @@ def dask_setup(worker: object) -> None:
 class DaskExecutor(Executor):
     """Runs tasks through ``client``; closes ``client``/``cluster`` on ``close()`` only when it owns them."""
 
-    def __init__(self, client: Client, *, cluster: LocalCluster | None = None, owns_client: bool = False):
+    def __init__(self, client: Client, *, cluster: LocalDaskCluster | None = None, owns_client: bool = False):
         self.client = client
         self.cluster = cluster
         self._owns_client = owns_client
@@ -122,7 +212,8 @@ class DaskExecutor(Executor):
         else:
             cluster = start_local_cluster(options.num_workers)
             try:
-                client = Client(cluster, set_as_default=False)
+                client = Client(cluster.scheduler_address, set_as_default=False)
+                cluster.wait(client)
             except BaseException:
                 cluster.close()
                 raise

@@ -15,19 +15,18 @@ Writing::
     writer.result  # WrittenFile(path=..., rows=..., bytes=...)
 
 Contracts (memory bound, bad-input handling, atomicity, determinism) are in the docstrings of
-``zephyr.io.sources``, ``zephyr.io.jsonl_source``, ``zephyr.io.parquet_source``, ``zephyr.io.vortex_source``,
-``zephyr.io.sinks`` and ``zephyr.io.quarantine``; the rule for text columns (``require_text_column``,
-``check_text_inputs``) in ``zephyr.io.text_column``.
+``zephyr.io.sources``, ``zephyr.io.jsonl_source``, ``zephyr.io.parquet``, ``zephyr.io.vortex_source``,
+``zephyr.io.sinks`` and ``zephyr.io.quarantine``; the rule for text columns (``require_text_column``) in
+``zephyr.io.quarantine``, its check of every input file before a job (``check_text_inputs``) in ``zephyr.io.sources``.
 """
 
 from __future__ import annotations
 
-from zephyr.io.casting import conform, promote_schemas, promote_types
 from zephyr.io.paths import expand_paths, infer_compression, infer_format
-from zephyr.io.quarantine import QUARANTINE_SCHEMA, quarantine_table
+from zephyr.io.quarantine import QUARANTINE_SCHEMA, quarantine_table, require_text_column
+from zephyr.io.schema import conform, promote_schemas, promote_types
 from zephyr.io.sinks import ShardWriter, WrittenFile, encode_ndjson, output_name
-from zephyr.io.sources import DEFAULT_BATCH_BYTES, Shard, list_shards, read_shard
-from zephyr.io.text_column import check_text_inputs, require_text_column
+from zephyr.io.sources import DEFAULT_BATCH_BYTES, Shard, check_text_inputs, list_shards, read_shard
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",

@@ -16,10 +16,9 @@ import pyarrow.json as pj
 import pyarrow.types as pat
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io.casting import SchemaConflict, conform, promote_schemas
-from zephyr.io.input_schema import fit_planned
 from zephyr.io.jsonl_blocks import Block
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.schema import SchemaConflict, conform, fit_planned, promote_schemas
 
 __all__ = ["BlockParser"]
 
@@ -122,7 +121,7 @@ class BlockParser:
         self.explicit = schema  # the user's schema, projected to `columns`
         if planned is not None and columns is not None:
             planned = pa.schema([planned.field(c) for c in columns if c in planned.names])
-        self.planned = planned  # the job's one input schema (zephyr.io.input_schema): inferred batches fit it
+        self.planned = planned  # the job's one input schema (zephyr.io.schema): inferred batches fit it
         self.forced: dict[str, pa.DataType] = {}  # inferred fields whose timestamps must stay strings
         self.running: pa.Schema | None = None
 

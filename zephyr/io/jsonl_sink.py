@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import SchemaError
-from zephyr.io.casting import conform
 from zephyr.io.checksum import Checksummed
 from zephyr.io.compression import open_compressed_writer
+from zephyr.io.schema import conform
 from zephyr.io.sink_encoder import SCHEMA_FIX, Encoder, promote_or_refuse, quietly
 
 __all__ = ["JsonlEncoder", "encode_ndjson"]

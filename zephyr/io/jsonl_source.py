@@ -21,10 +21,10 @@ How a shard is read:
    the block are yielded in order. Blank lines are skipped, never errors.
 4. **Schema.** ``schema=`` given: used as Arrow's explicit schema (fields not in it are ignored; a value that
    does not fit is a bad line). Otherwise types are inferred per block and promoted across blocks
-   (``zephyr.io.casting``): each batch is cast to the running schema, so batch schemas only ever widen (null →
+   (``zephyr.io.schema``): each batch is cast to the running schema, so batch schemas only ever widen (null →
    a type, int64 → double, new columns appended). A real conflict (string vs number in one column) raises
    ``SchemaError`` naming file, line range, column and the fix (pass ``schema=``). With ``planned=`` (the
-   schema a job decided for all its files, ``zephyr.io.input_schema``), each inferred batch is then cast to
+   schema a job decided for all its files, ``zephyr.io.schema``), each inferred batch is then cast to
    it; a type the plan does not hold raises ``SchemaError`` naming the lines, the column and both types.
 5. **Byte ranges** (plain files only): a shard ``[start, stop)`` seeks to ``start - 1``, skips to the next
    newline (unless at 0) and reads every line that *starts* before ``stop``. Absolute line numbers are unknown

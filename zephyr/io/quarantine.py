@@ -1,6 +1,8 @@
-"""The table of rows a reader set aside (``on_error="quarantine"``), handed to the caller's ``quarantine`` callback.
+"""Bad input rows: the table of rows a reader set aside (``on_error="quarantine"``, handed to the caller's
+``quarantine`` callback), the check that finds the invalid rows of a decoded batch (``bad_rows``), and the one
+rule of a text column (``require_text_column``).
 
-Schema (version 1), one row per bad input row:
+Schema (version 1) of the quarantine table, one row per bad input row:
 
 - ``source`` (string): the file's path or URL.
 - ``line`` (int64, nullable): the 1-based line for JSONL; the 0-based row index within the file for Parquet and
@@ -15,7 +17,28 @@ non-blank lines) in the input.
 ``REJECT_REASON`` (``reject_reason``) names the reason column of a table of set-aside rows that still has its
 input columns: a ``map_batches`` function's ``BatchOutput.rejected`` (turned into this schema, the column
 becoming ``reason``) and ``zephyr filter``'s ``_quarantine/``. It is not ``drop_reason``: a dropped row is good
-input removed by a rule (``zephyr.dropped.DROP_REASON``), a quarantined one could not be processed.
+input removed by a rule (``zephyr.removal.DROP_REASON``), a quarantined one could not be processed.
+
+Invalid rows: Parquet and Vortex readers hand back string columns without checking their bytes, so a file
+written by a careless tool can carry invalid UTF-8 that later crashes a tokenizer far from its source.
+``bad_rows`` runs Arrow's full validation once per batch (vectorized, SIMD UTF-8 check) and, only when that
+fails, bisects the failing columns with slice validation to name the bad rows: O(k log n) validations for k bad
+rows.
+
+A text column holds strings: ``string``, ``large_string`` or ``string_view``. A column of type ``null`` is
+accepted too: Arrow gives that type to a column without a single value (a JSONL block whose texts are all null,
+an all-``None`` pandas column), and its rows are null texts, which every command already handles (filter and
+tokenize quarantine them as ``null_text``, annotators leave their outputs null). Any other type (numbers,
+binary, lists, ...) is a ``SchemaError``: turning numbers into text would silently tokenize or filter data
+that is not text. ``require_text_column(schema, column, where=...)`` checks one schema (a stage's batch, a
+file's footer); ``zephyr.io.sources.check_text_inputs`` runs it on every input file before a job starts.
+
+>>> import pyarrow as pa
+>>> require_text_column(pa.schema([("text", pa.large_string())]), "text")
+>>> require_text_column(pa.schema([("text", pa.int64())]), "text", where="a.parquet")
+Traceback (most recent call last):
+    ...
+zephyr.errors.SchemaError: a.parquet: text column 'text' has type int64, not a string type; ...
 """
 
 from __future__ import annotations
@@ -23,8 +46,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.types as pat
 
-__all__ = ["QUARANTINE_SCHEMA", "REJECT_REASON", "QuarantineFn", "quarantine_table"]
+from zephyr.errors import SchemaError
+
+__all__ = [
+    "QUARANTINE_SCHEMA",
+    "REJECT_REASON",
+    "QuarantineFn",
+    "quarantine_table",
+    "bad_rows",
+    "is_text_type",
+    "require_text_column",
+]
+
 
 REJECT_REASON = "reject_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
@@ -56,3 +91,75 @@ def quarantine_table(
         ],
         schema=QUARANTINE_SCHEMA,
     )
+
+
+_LEAF_ROWS = 32  # below this many rows, validate row by row
+
+
+def bad_rows(batch: pa.RecordBatch) -> list[tuple[int, str]] | None:
+    """None when ``batch`` is valid; else ``[(row, reason), ...]`` sorted by row (may be empty when the
+    damage is structural and no single row can be blamed)."""
+    try:
+        batch.validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        pass
+    found: dict[int, str] = {}
+    for name, column in zip(batch.schema.names, batch.columns):
+        try:
+            column.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        for row, message in _bisect(column):
+            kind = "invalid UTF-8" if "utf8" in message.lower() else "invalid data"
+            found.setdefault(row, f"{kind} in column {name!r}: {message}")
+    return sorted(found.items())
+
+
+def _bisect(column: pa.Array) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    stack = [(0, len(column))]
+    while stack:
+        lo, hi = stack.pop()
+        if hi - lo <= _LEAF_ROWS:
+            for row in range(lo, hi):
+                try:
+                    column.slice(row, 1).validate(full=True)
+                except pa.ArrowInvalid as exc:
+                    out.append((row, str(exc)))
+            continue
+        try:
+            column.slice(lo, hi - lo).validate(full=True)
+        except pa.ArrowInvalid:
+            mid = (lo + hi) // 2
+            stack.append((mid, hi))
+            stack.append((lo, mid))
+    return sorted(out)
+
+
+def is_text_type(t: pa.DataType) -> bool:
+    """True for the types a text column may have: the string types, and ``null`` (no value at all)."""
+    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t) or pat.is_null(t)
+
+
+def require_text_column(
+    schema: pa.Schema, column: str, *, where: str | None = None, what: str = "text"
+) -> None:
+    """Raise ``SchemaError`` unless ``schema`` has ``column`` with a text type (see the module docstring).
+
+    ``where`` (a file, a shard) starts the message; ``what`` names the column's role ("text", "language").
+    """
+    prefix = f"{where}: " if where else ""
+    other = "--text-column" if what == "text" else "its option"
+    if column not in schema.names:
+        raise SchemaError(
+            f"{prefix}{what} column {column!r} not found; the columns are {schema.names} "
+            f"(name the right one with {other})"
+        )
+    t = schema.field(column).type
+    if not is_text_type(t):
+        raise SchemaError(
+            f"{prefix}{what} column {column!r} has type {t}, not a string type; cast it to string before "
+            f"this step (numbers are not turned into text), or name another column with {other}"
+        )

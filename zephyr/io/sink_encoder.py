@@ -14,7 +14,7 @@ import os
 import pyarrow as pa
 
 from zephyr.errors import SchemaError
-from zephyr.io.casting import SchemaConflict, conform, promote_schemas
+from zephyr.io.schema import SchemaConflict, conform, promote_schemas
 
 __all__ = ["SCHEMA_FIX", "BufferedEncoder", "Encoder", "promote_or_refuse", "quietly", "remove_local"]
 

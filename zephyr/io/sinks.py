@@ -14,7 +14,7 @@ Contract:
   cut by row count (the common case: 1 Mi rows under 128 MiB), Parquet bytes do not even depend on how the rows
   were split into batches.
 - **Schema.** With ``schema=`` every batch is cast to it (losslessly, or ``SchemaError``). Without, the file
-  schema is the promotion (``zephyr.io.casting``) of the batches seen: Parquet and Vortex fix it at the first
+  schema is the promotion (``zephyr.io.schema``) of the batches seen: Parquet and Vortex fix it at the first
   row group, and when a later batch widens it (a column that was all null gets strings, int64 meets double, a
   new column appears) they rewrite the row groups written so far under the wider schema — rare, one pass over
   the rows so far, and the same bytes as if the wide schema had been known from the start. JSONL, which has
@@ -47,7 +47,7 @@ import pyarrow as pa
 from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.jsonl_sink import JsonlEncoder, encode_ndjson
-from zephyr.io.parquet_sink import ParquetEncoder
+from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
 from zephyr.io.sink_encoder import Encoder
 from zephyr.io.vortex_sink import VortexEncoder

@@ -20,21 +20,35 @@ Contract:
   quarantined == input rows. A missing requested column or an inconsistent JSONL column type raises
   ``SchemaError`` naming file, column and the fix.
 - Files of one input that disagree on their schemas are cast to one schema a job decides before its tasks
-  (``input_schema=``; the rule is in ``zephyr.io.input_schema``).
+  (``input_schema=``; the rule is in ``zephyr.io.schema``).
+
+A multi-file input's one schema (``plan_input_schema``): each file's schema read cheaply (``peek_schema``),
+then the rule of ``zephyr.io.schema`` applied; reading schemas needs the readers, so it lives here, above both,
+and the job planner calls it. ``check_text_inputs`` peeks the same way to refuse a text column that is not text.
+
+How many in-memory (Arrow) bytes an input file holds, estimated before reading it, is one rule for every
+planner: the engine sizes shuffle partitions and decides small jobs from it, and the
+tokenize writer splits its inputs by it. Parquet footers give exact uncompressed column sizes
+(``parquet_column_bytes``); otherwise the file size is scaled by a per-format factor (``estimated_bytes``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
+import fsspec
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.parquet import open_parquet, plain_schema
 from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
-from zephyr.io.quarantine import QuarantineFn
+from zephyr.io.quarantine import QuarantineFn, require_text_column
+from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
 
 __all__ = [
     "Shard",
@@ -43,7 +57,15 @@ __all__ = [
     "expand_paths",
     "DEFAULT_BATCH_BYTES",
     "DEFAULT_BUFFER_BYTES",
+    "peek_schema",
+    "peek_schemas",
+    "plan_input_schema",
+    "FOOTER_ESTIMATE_MAX_FILES",
+    "estimated_bytes",
+    "parquet_column_bytes",
+    "check_text_inputs",
 ]
+
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +146,7 @@ def list_shards(
         pieces: list[dict] = [{}]
         if approx_shard_bytes is not None:
             if fmt == "parquet":
-                from zephyr.io.parquet_source import split_row_groups
+                from zephyr.io.parquet import split_row_groups
 
                 pieces = [{"row_groups": g} for g in split_row_groups(path, approx_shard_bytes)]
             elif fmt == "jsonl" and infer_compression(path) is None:
@@ -157,7 +179,7 @@ def read_shard(
     """Stream ``shard`` as record batches of about ``batch_bytes`` (see the module docstring).
 
     ``schema``: the user's schema (JSONL is parsed with it; Parquet and Vortex columns are cast to it).
-    ``input_schema``: the schema a job planned for all its files (``zephyr.io.input_schema``); every batch is
+    ``input_schema``: the schema a job planned for all its files (``zephyr.io.schema``); every batch is
     cast to it, so all files of one input yield one schema.
     ``buffer_bytes``: Parquet column chunks are read through buffers of this size, never whole.
     """
@@ -174,7 +196,7 @@ def read_shard(
     _check_format(shard.format)
     sink = quarantine if on_error == "quarantine" else None
     if shard.format == "parquet":
-        from zephyr.io.parquet_source import read_parquet_shard
+        from zephyr.io.parquet import read_parquet_shard
 
         return read_parquet_shard(
             shard,
@@ -204,3 +226,136 @@ def read_shard(
     return read_vortex_shard(
         shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes
     )
+
+
+_PEEK_THREADS = 8  # footer and first-block reads wait on storage, not CPU
+_TEXT_PEEK_BYTES = (
+    64 << 10
+)  # JSONL bytes parsed to learn a text column's type (a longer first line is read whole)
+
+
+def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
+    """(path, the file's schema as a reader yields it), or (path, None) for a JSONL/Vortex file without rows.
+
+    Parquet: the footer (even a 0-row file has typed columns). JSONL/Vortex: the first batch; bad lines are the
+    job's business (it raises or quarantines them by its own ``on_error``), so they are skipped here.
+    """
+    if shard.format == "parquet":
+        with open_parquet(shard.path) as parquet_file:
+            return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
+    if shard.format == "warc":  # one fixed schema; peeking would parse records
+        from zephyr.io.warc import WARC_SCHEMA
+
+        return shard.path, WARC_SCHEMA
+    batches = iter(
+        read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
+    )
+    try:
+        first = next(batches, None)
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # a generator: closes the file now
+    return shard.path, None if first is None else first.schema
+
+
+def peek_schemas(
+    shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES
+) -> list[tuple[str, pa.Schema | None]]:
+    """``peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
+    seen: dict[str, Shard] = {}
+    for shard in shards:
+        seen.setdefault(shard.path, shard)
+    files = [s if s.byte_range is None and s.row_groups is None else _whole(s) for s in seen.values()]
+    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
+        return list(pool.map(lambda s: peek_schema(s, peek_bytes=peek_bytes), files))
+
+
+def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format | None = None) -> None:
+    """Check ``column`` of every input file with ``zephyr.io.quarantine.require_text_column``, before any task
+    runs, reading only what decides it: a Parquet footer, the first 64 KiB of a JSONL file, the first batch of
+    a Vortex file (8 files at a time). So a wrong column fails at once, in one line naming the file and the
+    column. A JSONL file whose first lines have only null texts passes here; the stages check each batch again.
+
+    ``paths`` and ``format`` are resolved as ``list_shards`` does. A JSONL or Vortex file without rows has no
+    column types and passes; a 0-row Parquet file is checked like any other (its empty, typed table still flows
+    through the steps). Raises the first failing file's error, in file order.
+    """
+    files = list_shards(paths, format)  # one shard per file
+    if files and files[0].format == "warc":
+        raise SchemaError(
+            f"{files[0].path} is a WARC file: its records hold HTML, not a {column!r} column; extract the text "
+            "first (zephyr extract WARC... --output DIR, or zephyr.read_warc), then run this command on DIR"
+        )
+    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
+        for path, schema in pool.map(lambda s: peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
+            if schema is not None:
+                require_text_column(schema, column, where=path)
+
+
+def _whole(shard: Shard) -> Shard:
+    from dataclasses import replace
+
+    return replace(shard, byte_range=None, row_groups=None)
+
+
+def plan_input_schema(
+    shards: Sequence[Shard],
+    *,
+    unify: bool = False,
+    schema: pa.Schema | None = None,
+    columns: Sequence[str] | None = None,
+) -> pa.Schema | None:
+    """The schema every task of this input casts to, or None when no rule is needed (one shard, no schema).
+
+    ``columns``: only these take part (a projection never fails on a column it does not read).
+    """
+    if schema is not None:
+        return schema
+    if len(shards) <= 1:
+        return None
+    peeks = peek_schemas(shards)
+    if columns is not None:
+        wanted = list(columns)
+        peeks = [
+            (p, None if s is None else pa.schema([s.field(c) for c in wanted if c in s.names]))
+            for p, s in peeks
+        ]
+    return merge_schemas(peeks, unify=unify)
+
+
+SIZE_FACTOR = {"parquet": 3.0, "vortex": 3.0, "jsonl": 1.0, "warc": 1.0}
+"""In-memory bytes per stored byte: zstd/snappy Parquet and Vortex of prose and code hold 2-4x; plain JSONL's
+text is about its size in Arrow."""
+COMPRESSED_FACTOR = {".gz": 4.0, ".zst": 5.0}
+"""The same for a compressed JSONL stream (its suffix decides)."""
+FOOTER_ESTIMATE_MAX_FILES = 2000
+"""Above this many Parquet files, sizes are estimated from file sizes instead of reading every footer."""
+
+
+def estimated_bytes(path: str, size: int, fmt: str) -> int:
+    """In-memory bytes of a ``fmt`` file of ``size`` stored bytes at ``path``."""
+    factor = SIZE_FACTOR.get(fmt, 1.0)
+    for suffix, compressed in COMPRESSED_FACTOR.items():
+        if path.endswith(suffix):
+            factor = compressed
+    return int(size * factor)
+
+
+def parquet_column_bytes(paths: list[str]) -> dict[str, int]:
+    """Uncompressed bytes per top-level column over all row groups of these files (one footer read each)."""
+    totals: dict[str, int] = {}
+    for url in paths:
+        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            with fs.open(path, "rb") as f:
+                metadata = pq.ParquetFile(f).metadata
+        except Exception:  # unreadable here: the reading task reports it with its path
+            continue
+        for group in range(metadata.num_row_groups):
+            row_group = metadata.row_group(group)
+            for i in range(row_group.num_columns):
+                chunk = row_group.column(i)
+                name = chunk.path_in_schema.split(".")[0]
+                totals[name] = totals.get(name, 0) + chunk.total_uncompressed_size
+    return totals

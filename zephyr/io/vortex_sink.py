@@ -8,7 +8,7 @@ from typing import IO
 
 import pyarrow as pa
 
-from zephyr.io.casting import conform
+from zephyr.io.schema import conform
 from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly, remove_local
 
 __all__ = ["VortexEncoder"]

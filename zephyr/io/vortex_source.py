@@ -21,11 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from zephyr.errors import READ_ERRNOS, InputError, SchemaError, read_error
-from zephyr.io.casting import normalize_view_types
-from zephyr.io.input_schema import cast_to_schema
 from zephyr.io.paths import filesystem, is_local
-from zephyr.io.quarantine import QuarantineFn, quarantine_table
-from zephyr.io.validation import bad_rows
+from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
+from zephyr.io.schema import cast_to_schema, normalize_view_types
 
 __all__ = ["read_vortex_shard", "open_vortex"]
 

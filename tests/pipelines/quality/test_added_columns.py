@@ -13,8 +13,8 @@ import pytest
 
 from zephyr.cli import main
 from zephyr.errors import ColumnExistsError
-from zephyr.io.added_columns import check_added_columns, check_input_columns
 from zephyr.io.layout import dropped_dir, quarantine_dir, stats_path
+from zephyr.removal import check_added_columns, check_input_columns
 
 from .test_cli import GOOD, _parts, train_quality_model
 from .test_langid import SAMPLES

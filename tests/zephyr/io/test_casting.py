@@ -7,7 +7,7 @@ import pytest
 
 from zephyr.errors import SchemaError
 from zephyr.io import conform, promote_types
-from zephyr.io.casting import SchemaConflict, promote_schemas
+from zephyr.io.schema import SchemaConflict, promote_schemas
 
 
 @pytest.mark.parametrize(

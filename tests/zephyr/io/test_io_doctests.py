@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr.io.paths", "zephyr.io.sinks", "zephyr.io.text_column"]
+MODULES = ["zephyr.io.paths", "zephyr.io.sinks", "zephyr.io.quarantine"]
 
 
 @pytest.mark.parametrize("name", MODULES)

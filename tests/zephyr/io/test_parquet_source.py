@@ -169,7 +169,7 @@ def test_rows_larger_than_the_batch_are_read_alone_with_one_warning(tmp_path, ca
     rng = np.random.default_rng(0)
     big = [rng.bytes(600_000).hex() for _ in range(6)]  # 1.2 MB of text a row
     path = _write(pa.table({"id": np.arange(6), "text": big}), tmp_path / "wide.parquet", row_group_size=3)
-    with caplog.at_level("WARNING", logger="zephyr.io.parquet_source"):
+    with caplog.at_level("WARNING", logger="zephyr.io.parquet"):
         batches = list(read_shard(list_shards(path)[0], batch_bytes=1 << 20, buffer_bytes=1 << 20))
     assert pa.Table.from_batches(batches).column("text").to_pylist() == big
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
@@ -185,7 +185,7 @@ def test_buffered_column_reads_give_the_same_rows(tmp_path, buffer_bytes):
 
 
 def test_parquet_rows_sums_footers_local_and_remote(tmp_path):
-    from zephyr.io.parquet_source import parquet_rows
+    from zephyr.io.parquet import parquet_rows
 
     local = _write(_table(300), tmp_path / "a.parquet", row_group_size=100)
     with fsspec.open("memory:///parquet_rows/b.parquet", "wb") as f:
@@ -195,7 +195,7 @@ def test_parquet_rows_sums_footers_local_and_remote(tmp_path):
 
 
 def test_parquet_rows_names_an_unreadable_file(tmp_path):
-    from zephyr.io.parquet_source import parquet_rows
+    from zephyr.io.parquet import parquet_rows
 
     bad = tmp_path / "bad.parquet"
     bad.write_bytes(b"not parquet")
