@@ -155,23 +155,23 @@ text_column: text
 id_column: id
 source_column: source
 lang_column: lang
-stages:
-  - stage: read
+steps:
+  - step: read
     paths: {paths}
     num_shards: 4
-  - stage: normalize
-  - stage: langid
+  - step: normalize
+  - step: langid
     languages: [en]
     min_score: 0.5
     {replace_key}: true
-  - stage: heuristic_filter
+  - step: heuristic_filter
     rules: [gopher, c4, fineweb]
-  - stage: exact_dedup
-  - stage: fuzzy_dedup
-  - stage: quality
+  - step: exact_dedup
+  - step: fuzzy_dedup
+  - step: quality
     train_from: heuristic_filter
     min_score: 0.7
-  - stage: tokenize
+  - step: tokenize
     vocab_size: 2000
     {shard_key}: 2MB
 """
@@ -267,7 +267,7 @@ def _train_tokenizer(texts: list[str], path: Path) -> Path:
 
 def _write_warc(texts: list[str], path: Path) -> Path:
     """The documents as HTML pages in a WARC file, with two damaged records extract must quarantine."""
-    from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, write_warc
+    from warc_pages import BROKEN_KINDS, Page, write_warc
 
     pages = []
     for i, text in enumerate(texts):

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.examples import ClusterGroups, CollectExamples, ReasonGroups
-from zephyr.pipelines.quality.batch_ops import FilterAnnotator
-from zephyr.pipelines.step_ops import RemoveDuplicates
+from zephyr.pipelines.quality.filters import FilterAnnotator
+from zephyr.pipelines.step import RemoveDuplicates
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history  # noqa: E402

@@ -45,7 +45,7 @@ def _html_files() -> list[str]:
 def build_warcs(out: Path, html_mb: float, files_out: int) -> tuple[int, int]:
     """Write ``files_out`` WARCs holding about ``html_mb`` MB of HTML; returns (pages, HTML bytes)."""
     sys.path.insert(0, str(ROOT))
-    from zephyr.pipelines.web.testing import Page, write_warc
+    from warc_pages import Page, write_warc
 
     sources = _html_files()
     pages: list[Page] = []

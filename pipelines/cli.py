@@ -4,6 +4,7 @@
     zephyr run web --job-dir out/web --set steps.read.paths='[/data/crawl/*.parquet]' --workers 8
     zephyr run cfg.yaml --set steps.fuzzy_dedup.threshold=0.7 --from fuzzy_dedup --until tokenize
     zephyr run cfg.yaml --check                     # validate and list the steps; run nothing
+    zephyr run cfg.yaml --explain                   # print every step's engine jobs; run nothing
 
 PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``, ``code``). Rerunning
 with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished one skips its
@@ -16,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-__all__ = ["register", "handler"]
 
 
 def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -55,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
         "none of its code runs)",
     )
     parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every step's engine jobs (physical plans, in the order they run); run nothing",
+    )
+    parser.add_argument(
         "--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report"
     )
     parser.set_defaults(func=handler)
@@ -63,9 +67,8 @@ def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentPa
 def handler(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.config import check_inputs, load_config
-    from zephyr.pipelines.runner import ProgressReporter, run_pipeline, step_dir_name
+    from zephyr.pipelines.config import check_added_columns, check_inputs, load_config
+    from zephyr.pipelines.runner import ProgressReporter, explain_pipeline, run_pipeline, step_dir_name
 
     from zephyr.cli import execution_options
 
@@ -79,6 +82,10 @@ def handler(args: argparse.Namespace) -> int:
             state = "" if entry.enabled else "  (disabled)"
             print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
+    if args.explain:
+        from zephyr.cli import explained
+
+        return explained(explain_pipeline(config, job_dir, execution=execution_options(args)), args)
     result = run_pipeline(
         config,
         job_dir,
@@ -94,20 +101,18 @@ def handler(args: argparse.Namespace) -> int:
 def _summary(result):
     """The run's ``Summary``: rows the first data step read, kept by the last one, and what every step
     dropped and quarantined on the way (each step reads what the one before kept), with the report's path
-    as its last line. Its ``details`` name each step's status under ``steps``; ``stages``, the same mapping
-    under its name before steps were called steps, stays beside it until the next release (a machine-read
-    output: scripts that read it get a release to move)."""
-    from zephyr.pipelines.stats_format import STEP
+    as its last line. Its ``details`` name each step's status under ``steps``."""
+    from zephyr.pipelines.step import STEPS
 
     from zephyr.summary import Summary
 
-    data = [s for s in result.steps if "rows_in" in s and s.get("type") != "train"]
+    data = [s for s in result.steps if STEPS[s["type"]].output != "model"]
     reasons: dict[str, int] = {}
     for step in data:
         for reason, n in (step.get("dropped_by_reason") or {}).items():
             reasons[reason] = reasons.get(reason, 0) + int(n)
     report = result.html_report or result.report
-    statuses = {s[STEP]: s.get("status") for s in result.steps}
+    statuses = {s["step"]: s.get("status") for s in result.steps}
     return Summary(
         rows_in=data[0]["rows_in"] if data else 0,
         rows_kept=data[-1]["rows_kept"] if data else 0,
@@ -122,6 +127,5 @@ def _summary(result):
             "report": str(result.report) if result.report else None,
             "html_report": str(result.html_report) if result.html_report else None,
             "steps": statuses,
-            "stages": statuses,  # the old key, for one release
         },
     )

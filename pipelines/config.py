@@ -15,11 +15,9 @@ File format (version 1)::
       - step: train
         enabled: false              # any step can be switched off
 
-Step types and their keys are the dataclasses of ``zephyr.pipelines.step_configs`` (``STEP_TYPES``), which
-embed the packages' own configs (a ``fuzzy_dedup`` step's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
-key is documented where it is declared, and a key renamed in this release (``rows`` → ``rows_per_band``,
-``shard_size`` → ``shard_bytes``) is still read, with a ``ZephyrDeprecationWarning``. So are the names of the
-entries before they were steps (``stages:``, ``stage:``, ``--set stages.NAME.KEY``; ``zephyr.pipelines.step_renames``).
+Step types and their keys are the ``Step`` classes of ``zephyr.pipelines.steps`` and ``web.steps`` (the
+registry ``zephyr.pipelines.step.STEPS``), which embed the packages' own configs (a ``fuzzy_dedup`` step's keys are ``zephyr.dedup.FuzzyDedupConfig``'s); every
+key is documented where it is declared.
 
 Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` (a ``ConfigError``) listing
 every problem, each naming its key path and what is allowed, e.g.::
@@ -34,7 +32,7 @@ train --set`` (JSON, else YAML such as ``[en, de]``, else text), and relative pa
 current directory. Checking, file reading and env expansion are the config base's (``zephyr.config``).
 
 >>> cfg = parse_config({"name": "t", "steps": [{"step": "read", "paths": ["/"]}, {"step": "normalize"}]})
->>> [s.name for s in cfg.steps], cfg.steps[1].config.normalize.nfc
+>>> [s.name for s in cfg.steps], cfg.steps[1].step.normalize.nfc
 (['read', 'normalize'], True)
 """
 
@@ -44,156 +42,20 @@ import dataclasses
 import glob
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zephyr.pipelines.step_configs import (
-    DATA_STEPS,
-    SOURCE_STEPS,
-    STEP_TYPES,
-    ExactDedupStep,
-    FuzzyDedupStep,
-    HeuristicFilterStep,
-    LangIdStep,
-    MapStep,
-    NormalizeStep,
-    QualityStep,
-    ReadStep,
-    TokenizeStep,
-    TrainStep,
-)
-from zephyr.pipelines.step_renames import (
-    deprecated_name,
-    old_names_getattr,
-    renamed_config_keys,
-    renamed_override,
-)
+import zephyr.pipelines.steps  # noqa: F401  (registers the step types)
+import zephyr.pipelines.web.steps  # noqa: F401  (registers the web step types)
+from zephyr.pipelines.step import COMMON_KEYS, CONFIG_VERSION, STEPS, PipelineConfig, StepEntry
 
 from zephyr.config import (
     ConfigProblems,
-    build_flat,
     expand_env,
-    flat_dict,
-    flat_fields,
     parse_value,
     read_mapping,
 )
-from zephyr.errors import ConfigError
-
-__all__ = [
-    "CONFIG_VERSION",
-    "STEP_TYPES",
-    "DATA_STEPS",
-    "SOURCE_STEPS",
-    "PipelineConfig",
-    "StepEntry",
-    "ReadStep",
-    "NormalizeStep",
-    "LangIdStep",
-    "HeuristicFilterStep",
-    "ExactDedupStep",
-    "FuzzyDedupStep",
-    "QualityStep",
-    "MapStep",
-    "TokenizeStep",
-    "TrainStep",
-    "load_config",
-    "parse_config",
-    "apply_overrides",
-    "builtin_config",
-]
-
-CONFIG_VERSION = 1
-
-__getattr__ = old_names_getattr(__name__)  # StageEntry, LangIdStage ...: the old names, for one release
-
-
-_COMMON_KEYS = ("step", "name", "enabled")
-_DISPLAY_ONLY = {"train": ("log_every",)}
-"""Keys that change only what a person sees, not the outputs: changing one never reruns (or clears) a step."""
-
-
-@dataclass(frozen=True)
-class StepEntry:
-    """One step of a pipeline: its type, unique name, whether it runs, and its typed config."""
-
-    type: str
-    name: str
-    config: Any
-    enabled: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """The entry as a config file writes it (``pipeline.yaml`` in a job folder)."""
-        return {"step": self.type, **self._body()}
-
-    def record_dict(self) -> dict[str, Any]:
-        """The entry as fingerprints and step records (``config`` in ``_stats.json``) hold it: its type under
-        ``stage``, the key's name before steps were called steps. Kept so that a job folder an older zephyr
-        began resumes without redoing its finished steps (a record's own keys say ``step``: stats format 2,
-        ``pipelines/stats_format.py``)."""
-        return {"stage": self.type, **self._body()}
-
-    def _body(self) -> dict[str, Any]:
-        body = dict(self.config.settings) if isinstance(self.config, TrainStep) else flat_dict(self.config)
-        return {"name": self.name, "enabled": self.enabled, **body}
-
-    def fingerprint(self, upstream: str) -> str:
-        """Hash of this step's config and its upstream fingerprint: a changed config never reuses outputs."""
-        from zephyr.resume import unit_fingerprint
-
-        hashed = {k: v for k, v in self.record_dict().items() if k not in _DISPLAY_ONLY.get(self.type, ())}
-        return unit_fingerprint({"stage": hashed, "version": CONFIG_VERSION}, upstream)
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """A whole pipeline. Plain data: change it with ``dataclasses.replace``."""
-
-    name: str
-    steps: tuple[StepEntry, ...]
-    text_column: str = "text"
-    """The document text."""
-    id_column: str = "id"
-    """Document ids (dedup keeps the smallest id of a cluster, and tells rows that share an id apart by their
-    position; the token shuffle keys on it)."""
-    source_column: str = "source"
-    """Where each document comes from (per-source retention in the report, source mix in the manifest)."""
-    lang_column: str = "lang"
-    """Language code column (written by ``langid``; per-language retention in the report)."""
-    description: str = ""
-    path: str | None = None
-    """The file this config was loaded from (informational)."""
-
-    def step(self, name: str) -> StepEntry:
-        for entry in self.steps:
-            if entry.name == name:
-                return entry
-        raise ConfigError(f"no step named {name!r}; steps: {', '.join(s.name for s in self.steps)}")
-
-    @property
-    def stages(self) -> tuple[StepEntry, ...]:
-        """Deprecated: renamed ``steps``."""
-        deprecated_name("PipelineConfig.stages", "PipelineConfig.steps")
-        return self.steps
-
-    def stage(self, name: str) -> StepEntry:
-        """Deprecated: renamed ``step``."""
-        deprecated_name("PipelineConfig.stage()", "PipelineConfig.step()")
-        return self.step(name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": CONFIG_VERSION,
-            "name": self.name,
-            "description": self.description,
-            "text_column": self.text_column,
-            "id_column": self.id_column,
-            "source_column": self.source_column,
-            "lang_column": self.lang_column,
-            "steps": [s.to_dict() for s in self.steps],
-        }
-
+from zephyr.errors import ColumnExistsError, ConfigError
 
 _TOP_KEYS = (
     "version",
@@ -222,7 +84,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
     path = Path(path)
     if not path.exists() and path.suffix == "" and "/" not in str(path):
         path = builtin_config(str(path))
-    raw = renamed_config_keys(read_mapping(path, "pipeline config"))
+    raw = read_mapping(path, "pipeline config")
     base = path.resolve().parent
     raw = _resolve_paths(expand_env(raw), base)
     if overrides:
@@ -231,10 +93,8 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
 
 
 def _path_fields(step_type: str) -> set[str]:
-    cls = STEP_TYPES.get(step_type)
-    if cls is None:
-        return set()
-    return {key for key, (f, _, _) in flat_fields(cls).items() if f.metadata.get("path")}
+    cls = STEPS.get(step_type)
+    return cls.path_keys() if cls is not None else set()
 
 
 def _resolve_one(value: Any, base: Path) -> Any:
@@ -271,13 +131,13 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | N
     """Apply ``KEY=VALUE`` overrides to a raw config mapping (see the module docstring for the syntax)."""
     import copy
 
-    raw = copy.deepcopy(renamed_config_keys(raw))
+    raw = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. steps.fuzzy_dedup.threshold=0.7")
         value = parse_value(text)
-        parts = renamed_override(key, key.split("."))
+        parts = key.split(".")
         if parts[0] != "steps":
             if len(parts) != 1:
                 raise ConfigError(
@@ -323,7 +183,6 @@ def _find_step(steps: list[Any], ref: str, item: str) -> dict[str, Any]:
 # -- validation ------------------------------------------------------------------------------------------
 def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineConfig:
     """Validate a raw mapping into a ``PipelineConfig``; every problem is reported, each with its key path."""
-    raw = renamed_config_keys(raw)
     errors: list[str] = []
     unknown = sorted(set(raw) - set(_TOP_KEYS))
     for key in unknown:
@@ -361,10 +220,9 @@ def _parse_step(item: Any, where: str, errors: list[str]) -> StepEntry | None:
         errors.append(f"{where}: must be a mapping with a 'step' key, got {item!r}")
         return None
     kind = item.get("step")
-    if kind not in STEP_TYPES:
-        errors.append(f"{where}.step: must be one of {', '.join(STEP_TYPES)}, got {kind!r}")
+    if kind not in STEPS:
+        errors.append(f"{where}.step: must be one of {', '.join(STEPS)}, got {kind!r}")
         return None
-    cls = STEP_TYPES[kind]
     name = item.get("name", kind)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-]+", name):
         errors.append(f"{where}.name: must be letters, digits, '_' or '-', got {name!r}")
@@ -373,14 +231,8 @@ def _parse_step(item: Any, where: str, errors: list[str]) -> StepEntry | None:
     if not isinstance(enabled, bool):
         errors.append(f"{where}.enabled: must be true or false, got {enabled!r}")
         return None
-    body = {k: v for k, v in item.items() if k not in _COMMON_KEYS}
-    if cls is TrainStep:
-        config = build_flat(cls, {"settings": body}, where, errors)
-    else:
-        config = build_flat(cls, body, where, errors, also=_COMMON_KEYS)
-    if config is None:
-        return None
-    return StepEntry(kind, name, config, enabled)
+    step = STEPS[kind].from_keys({k: v for k, v in item.items() if k not in COMMON_KEYS}, where, errors)
+    return None if step is None else StepEntry(name, step, enabled)
 
 
 def _check_order(entries: list[StepEntry], errors: list[str]) -> None:
@@ -390,37 +242,62 @@ def _check_order(entries: list[StepEntry], errors: list[str]) -> None:
             errors.append(f"steps[{i}].name: {entry.name!r} is already the name of steps[{seen[entry.name]}]")
         seen[entry.name] = i
     active = [(i, e) for i, e in enumerate(entries) if e.enabled]
-    if not active or active[0][1].type not in SOURCE_STEPS:
-        errors.append("steps[0].step: the first (enabled) step must be 'read' or 'extract'")
-    for i, entry in active[1:]:
-        if entry.type in SOURCE_STEPS:
+    if not active or not active[0][1].step.starts:
+        first = " or ".join(repr(t) for t, cls in STEPS.items() if cls.starts)
+        errors.append(f"steps[0].step: the first (enabled) step must be {first}")
+    after: StepEntry | None = None  # the step that ends the rows (tokenize)
+    for position, (i, entry) in enumerate(active):
+        step = entry.step
+        if position and step.starts:
             errors.append(f"steps[{i}].step: only the first step may be {entry.type!r}")
-    tokenize_at = next((i for i, e in active if e.type == "tokenize"), None)
-    for i, entry in active:
-        if entry.type in DATA_STEPS and tokenize_at is not None and i > tokenize_at:
-            errors.append(f"steps[{i}].step: {entry.type!r} cannot come after the tokenize step")
-        if entry.type == "train" and (tokenize_at is None or i < tokenize_at):
-            errors.append(f"steps[{i}].step: 'train' needs an enabled tokenize step before it")
-        if entry.type == "tokenize" and i != tokenize_at:
-            errors.append(f"steps[{i}].step: only one tokenize step is allowed")
-        if entry.type == "quality" and entry.config.train_from:
-            ref = entry.config.train_from
-            prior = {e.name: e for j, e in active if j < i}
-            if ref not in prior or prior[ref].type != "heuristic_filter":
-                errors.append(
-                    f"steps[{i}].train_from: must name an enabled heuristic_filter step before it, got {ref!r}"
-                )
-            elif not prior[ref].config.keep_dropped:
-                errors.append(f"steps[{i}].train_from: step {ref!r} must have keep_dropped: true")
+        if step.output == "rows" and after is not None:
+            errors.append(f"steps[{i}].step: {entry.type!r} cannot come after the {after.type} step")
+        if step.unique and any(isinstance(e.step, type(step)) for _, e in active[:position]):
+            errors.append(f"steps[{i}].step: only one {entry.type} step is allowed")
+        if step.output == "tokens" and after is None:
+            after = entry
+        errors += step.check(i, [e for _, e in active[:position]])
 
 
 def _check_output_column(entry: StepEntry, top: dict[str, str], where: str, errors: list[str]) -> None:
     """A step's ``output_column`` may not be one of the columns every step works on: replacing the text or
     the ids is never what a person meant, whatever ``replace_columns`` says."""
-    name = getattr(entry.config, "output_column", None)
+    name = getattr(entry.step, "output_column", None)
     for key in ("text_column", "id_column", "source_column"):
         if name is not None and name == top.get(key, PipelineConfig.__dataclass_fields__[key].default):
             errors.append(f"{where}.output_column: {name!r} is the pipeline's {key}; choose another name")
+
+
+def check_added_columns(config: PipelineConfig) -> None:
+    """Raise ``ColumnExistsError`` (one line, key paths) when an enabled step would replace a column the data
+    has at that point without ``replace_columns: true``.
+
+    The walk starts at the first step's columns (the read step's input files: their footers or first blocks,
+    plus the source column it fills in; an ``extract`` step's fixed columns) and adds what each step writes
+    (``Step.adds``, ``Step.columns_after``). A step whose columns are already there fails naming the step, the
+    column, where it came from (an input file or an earlier step) and the two keys that fix it:
+    ``replace_columns: true`` or ``output_column: NAME``. A ``map`` step's output columns are unknown before
+    it runs: the walk stops there, and the steps after it still refuse a clash per batch (each step checks its
+    own input, ``zephyr.removal``)."""
+    if not any(entry.step.adds(config) for entry in config.steps if entry.enabled):
+        return  # nothing to check: no input file is opened
+    origin: dict[str, str] | None = {}
+    for i, entry in enumerate(config.steps):
+        if not entry.enabled:
+            continue
+        added = entry.step.adds(config)
+        clash = [name for name in added if name in origin]
+        if clash and not entry.step.replace_columns:
+            what = ", ".join(repr(name) for name in clash)
+            it = "it" if len(clash) == 1 else "them"
+            raise ColumnExistsError(
+                f"steps[{i}] ({entry.name}): the data already has {what} (from {origin[clash[0]]}); "
+                f"set steps[{i}].replace_columns: true to replace {it}, or steps[{i}].output_column: NAME to write "
+                "under another name"
+            )
+        origin = entry.step.columns_after(origin, config, entry.name)
+        if origin is None:
+            return
 
 
 def check_inputs(config: PipelineConfig) -> None:
@@ -429,11 +306,10 @@ def check_inputs(config: PipelineConfig) -> None:
     for i, entry in enumerate(config.steps):
         if not entry.enabled:
             continue
-        cls = type(entry.config)
-        for f in dataclasses.fields(cls):
+        for f in dataclasses.fields(entry.step):
             if not f.metadata.get("path"):
                 continue
-            value = getattr(entry.config, f.name)
+            value = getattr(entry.step, f.name)
             for j, p in enumerate(value if isinstance(value, list) else [value]):
                 if p is None or "://" in p:
                     continue

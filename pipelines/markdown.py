@@ -35,8 +35,6 @@ import html
 import re
 from collections.abc import Iterable
 
-__all__ = ["md_text", "md_code", "md_cell", "md_row", "inline_html"]
-
 _ESCAPED = re.compile(r"[\\`*\[\]#~]|(?<![^\W_])_|_(?![^\W_])")
 """Markdown punctuation that starts markup inside a line: emphasis, code, links, strikethrough, a heading's
 closing ``#``s. An ``_`` between two letters or digits never does (CommonMark), so ``fuzzy_dedup`` reads as
@@ -71,6 +69,26 @@ def md_code(value: object) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     pad = " " if text[0] == "`" or text[-1] == "`" else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_count(value: object) -> str:
+    """A count with thousands separators (other values as they are)."""
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def md_bytes(n: float) -> str:
+    """A byte count in decimal units (``1.5 MB``)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def md_excerpt(text: str, chars: int = 240) -> str:
+    """The start of a text as one line of plain inline Markdown (``md_text``), cut at ``chars``."""
+    flat = " ".join(text.split())
+    return md_text(flat if len(flat) <= chars else flat[: chars - 1] + "…")
 
 
 def md_cell(text: str) -> str:

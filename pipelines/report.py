@@ -1,52 +1,60 @@
 """The job report: ``report.md`` and ``report.html`` from a job's ``stats.json`` and the steps' sidecars.
 
-Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``; either format of
-``zephyr.pipelines.stats_format``, so the job folder of an older zephyr renders too) and every example row from
-the ``_examples.json`` the steps saved while they ran (``zephyr.pipelines.examples``); nothing is
-recomputed or re-run, so the report and the stats always agree. Sections:
+Every number comes from the job's ``stats.json`` (``zephyr.pipelines.runner``) and every example row from
+the ``examples.json`` the steps saved while they ran (``zephyr.pipelines.examples``); nothing is recomputed
+or re-run, so the report and the stats always agree. Sections:
 
 1. Steps: rows in / kept / dropped / quarantined, bytes in and out, seconds, tasks resumed, and whether
    the rows balance (``in = kept + dropped + quarantined``) — plots ``rows.png`` and ``time.png``.
 2. Why rows were dropped: per step and reason; per filter, kept rows and dropped rows of its top reasons.
 3. Retention per source and per language (rows read → rows in the final data step) — ``sources.png``.
-4. Dedup: kept documents by duplicate-cluster size (a cluster of n had n - 1 removed) — ``clusters_*.png``;
-   per step a few clusters, the kept text beside a removed one with their Jaccard and the differences marked.
-5. Tokens: documents, tokens, shards, per source.
-6. Training: steps, loss, throughput — ``training.png`` (loss and tokens/s per step).
+4. Then each step type's own section (``Step.section``, in the order of ``SECTIONS``): dedup (kept
+   documents by duplicate-cluster size — ``clusters_*.png`` — and example clusters, the kept text beside a
+   removed one with their Jaccard and the differences marked), web (extracted text, removed spans), tokens,
+   training (``training.png``). A step type's blocks and plots are its class's (``Step.report``,
+   ``Step.plots``): the report iterates the registry.
 
 ``report.html`` is one self-contained file: its plots are inline PNGs (data: URIs), its style inline, no
-script, font or link to anything outside it. ``report.md`` links the same PNGs in ``plots/``. Plots:
-``zephyr.pipelines.report_plots``; example rendering: ``zephyr.pipelines.report_examples``.
+script, font or link to anything outside it. ``report.md`` links the same PNGs in ``plots/``. Plots are made
+to be read at a glance: linear axes (a log axis turns a bar of 54 into a sliver beside one of 1,400), the
+count written on every bar, legends outside the data, one idea per plot; matplotlib's Agg backend (no display
+needed). Without matplotlib (the ``report`` extra) the report is written without plots and says so.
 
 Every value from data or config (the pipeline's and steps' names, sources, languages, rules, paths, example
 texts) enters a block through ``zephyr.pipelines.markdown`` (``md_text``, ``md_code``), so neither report
-holds live HTML or a value that breaks a table; both are rendered from the same inline Markdown.
+holds live HTML or a value that breaks a table; both are rendered from the same inline Markdown. A dedup
+pair is shown side by side with the words that differ highlighted (``difflib`` on word tokens of the two
+excerpts; the kept text's own words in green, the removed text's in red), every text HTML-escaped word by
+word, so a document holding ``<script>`` shows it as text.
 """
 
 from __future__ import annotations
 
+import difflib
 import html
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from zephyr.pipelines.config import DATA_STEPS
-from zephyr.pipelines.examples import read_examples
-from zephyr.pipelines.markdown import inline_html, md_code, md_row, md_text
-from zephyr.pipelines.records import rows_rewritten
-from zephyr.pipelines.report_examples import DEDUP, EXAMPLE_CSS, FILTER, examples_html, examples_markdown
-from zephyr.pipelines.report_plots import make_plots, retention_start
-from zephyr.pipelines.stats_format import STEP, STEPS, upgrade_job_stats
+from zephyr.pipelines.config import STEPS
+from zephyr.pipelines.examples import DEDUP, FILTER, read_examples
+from zephyr.pipelines.markdown import inline_html, md_bytes, md_code, md_count, md_row, md_text
+from zephyr.pipelines.step import rows_rewritten
 
 from zephyr.errors import InputError
 
-__all__ = ["ReportPaths", "write_report", "build_blocks", "render_markdown", "render_html"]
-
 log = logging.getLogger(__name__)
+
+SECTIONS = (("dedup", "Dedup clusters"), ("web", None), ("tokens", None), ("training", None))
+"""The step types' sections (``Step.section``) in report order, each with its heading (None: the steps write
+their own)."""
+KEPT, DROPPED, QUARANTINED = "#4c72b0", "#dd8452", "#c44e52"
+_DPI = 100
 
 
 @dataclass(frozen=True)
@@ -56,22 +64,10 @@ class ReportPaths:
     plots: list[Path]
 
 
-# A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt).
-# Texts, headers and cells are inline Markdown (values from data or config through md_text/md_code); an image's
-# path and alt are plain strings.
+# A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
+# | (DEDUP or FILTER, step name, examples payload). Texts, headers and cells are inline Markdown (values from
+# data or config through md_text/md_code); an image's path and alt are plain strings.
 Block = tuple
-
-
-def _n(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
 
 
 def _pct(part: int, whole: int) -> str:
@@ -79,14 +75,21 @@ def _pct(part: int, whole: int) -> str:
 
 
 def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in steps if s["type"] in DATA_STEPS]
+    return [s for s in steps if STEPS[s["type"]].output == "rows"]
+
+
+def _retention_start(data: list[dict[str, Any]], key: str) -> dict[str, int]:
+    """Rows per value (source, language) entering the first data step that counted them."""
+    for s in data:
+        start = s.get(key, {}).get("in")
+        if start:
+            return start
+    return {}
 
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
-    """The report's content, format-free; ``plots`` maps plot names to relative PNG paths. ``stats``: a job's
-    ``stats.json`` of either format."""
-    stats = upgrade_job_stats(stats)
-    steps = stats[STEPS]
+    """The report's content, format-free; ``plots`` maps plot names to relative PNG paths."""
+    steps = stats["steps"]
     blocks: list[Block] = [("h", 1, f"Pipeline report: {md_text(stats['pipeline'])}")]
     ran = sum(1 for s in steps if s.get("status") == "ran")
     blocks.append(
@@ -97,13 +100,14 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             f"{md_code(stats.get('execution', {}).get('executor'))}.",
         )
     )
-    from zephyr.pipelines.web.report import web_blocks  # extracted text, removed spans
-
-    for section in (_step_blocks, _drop_blocks, _retention_blocks, _dedup_blocks):
+    for section in (_step_blocks, _drop_blocks, _retention_blocks):
         blocks += section(steps, plots)
-    blocks += web_blocks(steps)
-    for section in (_token_blocks, _train_blocks):
-        blocks += section(steps, plots)
+    for section, title in SECTIONS:
+        records = [s for s in steps if STEPS[s["type"]].section == section]
+        if records and title:
+            blocks.append(("h", 2, title))
+        for s in records:
+            blocks += STEPS[s["type"]].report(s, plots)
     return blocks
 
 
@@ -127,18 +131,18 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     ]
     rows = []
     for s in steps:
-        is_rows = s["type"] in DATA_STEPS or s["type"] == "tokenize"
+        is_rows = STEPS[s["type"]].output != "model"
         rows.append(
             [
                 str(s["index"]),
-                md_text(s[STEP]),
+                md_text(s["step"]),
                 md_text(s["type"]),
-                _n(s["rows_in"]) if is_rows else "–",
-                _n(s["rows_kept"]) if is_rows else "–",
-                _n(s["rows_dropped"]) if is_rows else "–",
-                _n(s["rows_quarantined"]) if is_rows else "–",
-                _bytes(s.get("bytes_in", 0)) if is_rows else "–",
-                _bytes(s.get("bytes_out", 0)) if is_rows else "–",
+                md_count(s["rows_in"]) if is_rows else "–",
+                md_count(s["rows_kept"]) if is_rows else "–",
+                md_count(s["rows_dropped"]) if is_rows else "–",
+                md_count(s["rows_quarantined"]) if is_rows else "–",
+                md_bytes(s.get("bytes_in", 0)) if is_rows else "–",
+                md_bytes(s.get("bytes_out", 0)) if is_rows else "–",
                 f"{s['seconds']:.1f}",
                 f"{s.get('tasks', 0)} ({s.get('tasks_resumed', 0)})",
                 md_text(s.get("status", "")),
@@ -162,8 +166,8 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         for s, n in rewritten:
             removed = sum(int(v) for k, v in s.get("counters", {}).items() if k.endswith("/bytes_removed"))
             parts.append(
-                f"{md_code(s[STEP])} rewrote {_n(n)} of {_n(s['rows_in'])} documents"
-                + (f" ({_n(removed)} bytes removed)" if removed else "")
+                f"{md_code(s['step'])} rewrote {md_count(n)} of {md_count(s['rows_in'])} documents"
+                + (f" ({md_count(removed)} bytes removed)" if removed else "")
             )
         blocks.append(("p", "Texts changed in place: " + "; ".join(parts) + "."))
     total_seconds = sum(s["seconds"] for s in steps)
@@ -179,16 +183,16 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
 def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """2. Why rows were dropped, quarantined rows, and each filter's kept and dropped examples."""
     blocks: list[Block] = []
-    reasons = [(s[STEP], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
+    reasons = [(s["step"], r, n) for s in steps for r, n in s.get("dropped_by_reason", {}).items()]
     if reasons:
         blocks.append(("h", 2, "Why rows were dropped"))
-        rows = [[md_text(st), md_text(r), _n(n)] for st, r, n in reasons]
+        rows = [[md_text(st), md_text(r), md_count(n)] for st, r, n in reasons]
         blocks.append(("table", ["step", "reason", "rows"], rows))
-    quarantine = [(s[STEP], f) for s in steps for f in s.get("quarantine_files", [])]
+    quarantine = [(s["step"], f) for s in steps for f in s.get("quarantine_files", [])]
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["step", "file"], [[md_text(st), md_code(f)] for st, f in quarantine]))
-    examples = [(s[STEP], _examples(s)) for s in steps]
+    examples = [(s["step"], _examples(s)) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
@@ -208,29 +212,29 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
         return blocks
     first, last = data[0], data[-1]
     for key, title in (("per_source", "source"), ("per_lang", "language")):
-        start = retention_start(data, key)
+        start = _retention_start(data, key)
         end = last.get(key, {}).get("out", {})
         if not start:
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
         where = (
-            first[STEP]
+            first["step"]
             if key == "per_source"
-            else next((s[STEP] for s in data if s.get(key, {}).get("in")), first[STEP])
+            else next((s["step"] for s in data if s.get(key, {}).get("in")), first["step"])
         )
-        blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last[STEP])}."))
+        blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last['step'])}."))
         table_rows = [
-            [md_text(v), _n(start[v]), _n(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
+            [md_text(v), md_count(start[v]), md_count(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
             for v in sorted(start, key=lambda v: -start[v])
         ]
         total_in, total_out = sum(start.values()), sum(end.values())
-        table_rows.append(["**total**", _n(total_in), _n(total_out), _pct(total_out, total_in)])
+        table_rows.append(["**total**", md_count(total_in), md_count(total_out), _pct(total_out, total_in)])
         blocks.append(("table", [title, "rows in", "rows kept", "retention"], table_rows))
         if key == "per_source":
             step_rows = []
             for s in data:
                 out = s.get(key, {}).get("out", {})
-                step_rows.append([md_text(s[STEP]), *[_n(out.get(v, 0)) for v in sorted(start)]])
+                step_rows.append([md_text(s["step"]), *[md_count(out.get(v, 0)) for v in sorted(start)]])
             blocks.append(("p", "Rows per source after each step:"))
             blocks.append(("table", ["after step", *(md_text(v) for v in sorted(start))], step_rows))
             if "sources" in plots:
@@ -238,124 +242,255 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
     return blocks
 
 
-def _dedup_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """4. Dedup: clusters by size, and example clusters (kept beside removed, with their Jaccard)."""
-    dedup = [s for s in steps if s["type"] in ("exact_dedup", "fuzzy_dedup")]
-    blocks: list[Block] = [("h", 2, "Dedup clusters")] if dedup else []
-    for s in dedup:
-        sizes = {int(k): v for k, v in s.get("cluster_sizes", {}).items()}
-        multi = {k: v for k, v in sizes.items() if k > 1}
-        lsh = s.get("extra", {}).get("lsh")
-        note = (
-            (
-                f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
-                f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
-            )
-            if lsh
-            else ""
-        )
-        blocks.append(
-            (
-                "p",
-                f"{md_code(s[STEP])}: {_n(sum(multi.values()))} cluster(s) with duplicates, "
-                f"{_n(s['rows_dropped'])} document(s) removed.{note}",
-            )
-        )
-        if sizes:
-            blocks.append(
-                (
-                    "table",
-                    ["cluster size", "clusters (kept documents)", "documents removed"],
-                    [[str(k), _n(v), _n(v * (k - 1))] for k, v in sorted(sizes.items())],
-                )
-            )
-        if f"clusters_{s[STEP]}" in plots:
-            blocks.append(("img", plots[f"clusters_{s[STEP]}"], f"cluster sizes of {s[STEP]}"))
-        payload = _examples(s)
-        if payload and payload["kind"] == "dedup":
-            blocks.append((DEDUP, s[STEP], payload))
-    return blocks
+# -- plots ----------------------------------------------------------------------------------------------
+def _rows_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    """One stacked bar per step (kept, dropped, quarantined), its counts written at its end."""
+    data = [s for s in steps if STEPS[s["type"]].output != "model"][::-1]
+    if not data:
+        return
+    names = [s["step"] for s in data]
+    fig, ax = plt.subplots(figsize=(9, 0.38 * len(data) + 1.1))
+    left = [0] * len(data)
+    for label, color, key in (
+        ("kept", KEPT, "rows_kept"),
+        ("dropped", DROPPED, "rows_dropped"),
+        ("quarantined", QUARANTINED, "rows_quarantined"),
+    ):
+        values = [s[key] for s in data]
+        if label == "kept" or any(values):
+            ax.barh(names, values, left=left, label=label, color=color)
+            left = [a + b for a, b in zip(left, values)]
+    labels = []
+    for s in data:
+        parts = [f"{s['rows_kept']:,}"]
+        parts += [
+            f"{s[k]:,} {w}"
+            for k, w in (("rows_dropped", "dropped"), ("rows_quarantined", "quarantined"))
+            if s[k]
+        ]
+        labels.append(" + ".join(parts))
+    for y, (end, text) in enumerate(zip(left, labels)):
+        ax.annotate(text, (end, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_xlabel("rows")
+    ax.set_title("rows per step")
+    ax.set_xlim(0, max(max(left), 1) * 1.3)  # room for the labels inside the frame, clear of the legend
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    save(fig, "rows")
 
 
-def _token_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """5. Tokens: documents, tokens, shards, per source."""
-    blocks: list[Block] = []
-    for s in (s for s in steps if s["type"] == "tokenize"):
-        extra = s.get("extra", {})
-        blocks.append(("h", 2, "Tokens"))
-        trained = extra.get("tokenizer_trained_on")
-        tok_note = (
-            f" (a {md_text(extra.get('vocab_size'))}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
-            f"{_n(trained['documents'])} documents: a {_bytes(trained['sample_bytes'])} sample of the step input)"
-            if trained
-            else ""
-        )
-        blocks.append(
-            (
-                "p",
-                f"{_n(extra.get('num_documents', 0))} documents, {_n(extra.get('num_tokens', 0))} tokens "
-                f"({md_text(extra.get('dtype'))}) in {md_text(extra.get('num_shards'))} shards at "
-                f"{md_code(extra.get('shards_dir'))}; tokenizer {md_code(extra.get('tokenizer'))}{tok_note}.",
-            )
-        )
-        per = extra.get("per_source", {})
-        if per:
-            blocks.append(
-                (
-                    "table",
-                    ["source", "documents", "tokens", "tokens per document"],
-                    [
-                        [
-                            md_text(k),
-                            _n(v["documents"]),
-                            _n(v["tokens"]),
-                            f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
-                        ]
-                        for k, v in per.items()
-                    ],
-                )
-            )
-    return blocks
+def _time_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    if not steps:
+        return
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(steps) + 1.2))
+    bars = ax.barh([s["step"] for s in steps][::-1], [s["seconds"] for s in steps][::-1], color="#55a868")
+    ax.bar_label(bars, labels=[f"{s['seconds']:.1f} s" for s in steps][::-1], padding=2, fontsize=8)
+    ax.set_xlabel("seconds")
+    ax.set_title("time per step")
+    ax.set_xlim(0, max(max(s["seconds"] for s in steps), 0.1) * 1.15)
+    save(fig, "time")
 
 
-def _train_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
-    """6. Training: steps, tokens, loss, throughput, and their curves."""
-    blocks: list[Block] = []
-    for s in (s for s in steps if s["type"] == "train"):
-        extra = s.get("extra", {})
-        blocks.append(("h", 2, "Training"))
-        loss0, loss1 = extra.get("first_loss"), extra.get("final_loss")
-        tps = extra.get("mean_tokens_per_s")
-        text = f"{md_text(extra.get('steps'))} steps, {_n(extra.get('tokens_trained', 0))} tokens"
-        if loss0 is not None and loss1 is not None:
-            text += f"; loss {loss0:.4f} → {loss1:.4f}"
-        if tps:
-            text += f"; {tps:,.0f} tokens/s"
-        if extra.get("resumed_from"):
-            text += f"; resumed from step {md_text(extra['resumed_from'])}"
-        if extra.get("packing"):
-            text += f"; packing {md_text(extra['packing'])}"
-        if extra.get("instances_filtered") is not None:
-            text += f"; {_n(extra['instances_filtered'])} samples masked by the instance filter"
-        blocks.append(
-            (
-                "p",
-                text
-                + f". Metrics: {md_code(extra.get('log'))}; checkpoints: {md_code(extra.get('checkpoints'))}.",
-            )
+def _sources_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
+    data = _data_steps(steps)
+    sources = _retention_start(data, "per_source")
+    if not sources:
+        return
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    labels = ["input"] + [s["step"] for s in data]
+    for value in sorted(sources):
+        series = [sources[value]] + [s.get("per_source", {}).get("out", {}).get(value, 0) for s in data]
+        ax.plot(labels, series, marker="o", label=f"{value} ({series[-1]:,})")
+    ax.set_ylabel("rows")
+    ax.set_ylim(bottom=0)
+    ax.set_title("rows per source after each step")
+    ax.tick_params(axis="x", rotation=30)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, title="source (rows at the end)")
+    save(fig, "sources")
+
+
+def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
+    """Write the PNG plots into ``folder``; returns plot name → path relative to the report. Without
+    matplotlib: no plots, and ``{"missing": why}`` (the report says so in one line)."""
+    try:
+        import matplotlib
+    except ImportError:
+        return {"missing": "matplotlib is not installed (pip install 'zephyr-data[report]')"}
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, str] = {}
+
+    def save(fig: Any, name: str) -> None:
+        fig.savefig(folder / f"{name}.png", dpi=_DPI, bbox_inches="tight")
+        plt.close(fig)
+        out[name] = f"{folder.name}/{name}.png"
+
+    steps = stats["steps"]
+    _rows_plot(plt, steps, save)
+    _time_plot(plt, steps, save)
+    _sources_plot(plt, steps, save)
+    for step in steps:
+        STEPS[step["type"]].plots(step, plt, save)
+    return out
+
+
+# -- examples --------------------------------------------------------------------------------------------
+_EXAMPLE_CSS = (
+    ".pair{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin:0.4em 0 1em}"
+    ".cards{display:grid;grid-template-columns:repeat(3,1fr);gap:10px;margin:0.4em 0 1em}"
+    ".doc{border:1px solid #ccc;border-radius:4px;background:#fafafa;font-size:12px;min-width:0}"
+    ".doc .head{background:#eef;padding:3px 6px;font-size:12px;border-bottom:1px solid #ccc}"
+    ".doc .body{padding:4px 6px;white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto}"
+    "mark.kept{background:#b9ecb9}mark.removed{background:#f6b8b8}.muted{color:#777}"
+)
+_SNIPPET_CHARS = 240
+"""Characters of a text in the Markdown report (the HTML shows the whole excerpt)."""
+
+
+def diff_spans(kept: str, removed: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """Both texts as runs of words, each flagged True where it differs from the other text."""
+    a, b = kept.split(), removed.split()
+    left: list[tuple[str, bool]] = []
+    right: list[tuple[str, bool]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if i2 > i1:
+            left.append((" ".join(a[i1:i2]), tag != "equal"))
+        if j2 > j1:
+            right.append((" ".join(b[j1:j2]), tag != "equal"))
+    return left, right
+
+
+def _marked(runs: list[tuple[str, bool]], css: str) -> str:
+    return " ".join(
+        f'<mark class="{css}">{html.escape(t)}</mark>' if diff else html.escape(t) for t, diff in runs
+    )
+
+
+def _details(row: dict[str, Any]) -> list[str]:
+    fields = row.get("fields", {})
+    out = [f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(fields.items())]
+    where = [f"from word {row['start_word']:,}"] if row.get("start_word") else []
+    return [*out, f"{row.get('chars', 0):,} chars", *where]
+
+
+def _head(title: str, row: dict[str, Any]) -> str:
+    details = " · ".join(html.escape(d) for d in _details(row))
+    return (
+        f'<div class="head"><b>{html.escape(title)}</b> <code>{html.escape(row["id"])}</code> {details}</div>'
+    )
+
+
+def _card(title: str, row: dict[str, Any], body: str | None = None) -> str:
+    """A document box: a head line (id, fields, length) and the text, '…' where text was left out."""
+    before = "… " if row.get("cut_before") else ""
+    after = " …" if row.get("cut_after") else ""
+    body = html.escape(row["text"]) if body is None else body
+    return f'<div class="doc">{_head(title, row)}<div class="body">{before}{body}{after}</div></div>'
+
+
+def _dedup_html(step: str, payload: dict[str, Any]) -> list[str]:
+    clusters = payload.get("clusters", [])
+    if not clusters:
+        return [f"<p>Examples from <code>{html.escape(step)}</code>: no clusters, nothing was removed.</p>"]
+    out = [
+        f"<p>Examples from <code>{html.escape(step)}</code> ({len(clusters)} clusters, picked by a fixed hash "
+        f"of their ids). Jaccard on {html.escape(payload.get('shingles', ''))} after "
+        f"<code>{html.escape(payload.get('normalize', ''))}</code> normalization, as the step measures it; "
+        '<mark class="kept">kept-only</mark> and <mark class="removed">removed-only</mark> words highlighted.</p>'
+    ]
+    for c in clusters:
+        kept, removed = c.get("kept"), c["removed"]
+        jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
+        out.append(
+            f"<p><b>Cluster <code>{html.escape(str(c['cluster']))}</code></b>: {c.get('size') or '?'} documents; "
+            f"Jaccard(kept, removed) = <b>{jaccard}</b></p>"
         )
-        if extra.get("mix_tokens"):
-            share = extra.get("mix_share") or {}
-            blocks.append(
-                (
-                    "table",
-                    ["source", "tokens drawn", "share over the last window"],
-                    [[md_text(k), _n(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()],
-                )
+        if kept is None:
+            out.append(
+                f'<div class="pair"><div class="doc"><div class="body muted">The kept document is in the '
+                f"signature index of an earlier run.</div></div>{_card('removed', removed)}</div>"
             )
-        if "training" in plots:
-            blocks.append(("img", plots["training"], "training loss and tokens/s per step"))
-    return blocks
+            continue
+        left, right = diff_spans(kept["text"], removed["text"])
+        if not any(differs for _, differs in left + right):
+            out.append(
+                '<p class="muted">The excerpts are identical (the texts may differ in case or spacing, '
+                "which normalization removes).</p>"
+            )
+        out.append(
+            f'<div class="pair">{_card("kept", kept, _marked(left, "kept"))}'
+            f"{_card('removed', removed, _marked(right, 'removed'))}</div>"
+        )
+    return out
+
+
+def _filter_html(step: str, payload: dict[str, Any]) -> list[str]:
+    out = [f"<h3>Examples: <code>{html.escape(step)}</code></h3>"]
+    kept = payload.get("kept", [])
+    out.append(f"<p>Kept ({len(kept)} shown, picked by a fixed hash of their ids):</p>")
+    out.append(
+        '<div class="cards">' + "".join(_card("kept", r) for r in kept) + "</div>" if kept else "<p>none.</p>"
+    )
+    dropped = sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0]))
+    if not dropped:
+        out.append("<p>Nothing dropped.</p>")
+    for reason, entry in dropped:
+        rows = entry.get("examples", [])
+        out.append(f"<p>Dropped by <code>{html.escape(reason)}</code> ({entry['rows']:,} rows):</p>")
+        out.append('<div class="cards">' + "".join(_card("dropped", r) for r in rows) + "</div>")
+    return out
+
+
+def _examples_html(block: tuple) -> str:
+    """One example block (``(kind, step, payload)``) as HTML."""
+    kind, step, payload = block
+    return "\n".join(_dedup_html(step, payload) if kind == DEDUP else _filter_html(step, payload))
+
+
+def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
+    """A text on one line, cut to ``limit``, as plain text (``md_text``): Markdown renderers pass raw HTML
+    through, and a document's ``<script>``, ``**`` or ``[link](…)`` must stay text there too."""
+    flat = " ".join(text.split())
+    return "«" + md_text(flat if len(flat) <= limit else flat[:limit] + " …") + "»"
+
+
+def _row_md(title: str, row: dict[str, Any]) -> str:
+    return f"- {title} {md_code(row['id'])} ({md_text(', '.join(_details(row)))}): {_snippet(row['text'])}"
+
+
+def _examples_markdown(block: tuple) -> list[str]:
+    """One example block as Markdown lines (differences listed as text: Markdown has no highlighting)."""
+    kind, step, payload = block
+    if kind == DEDUP:
+        clusters = payload.get("clusters", [])
+        if not clusters:
+            return [f"Examples from {md_code(step)}: no clusters, nothing was removed.", ""]
+        lines = [f"Examples from {md_code(step)} (Jaccard on {md_text(payload.get('shingles'))}):", ""]
+        for c in clusters:
+            kept, removed = c.get("kept"), c["removed"]
+            jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
+            lines.append(
+                f"- cluster {md_code(c['cluster'])} ({md_text(c.get('size') or '?')} documents), Jaccard "
+                f"{jaccard}: kept {md_code(kept['id']) if kept else 'an earlier run'}, removed "
+                f"{md_code(removed['id'])}"
+            )
+            if kept is not None:
+                left, right = diff_spans(kept["text"], removed["text"])
+                changes = [
+                    f"{_snippet(a, 80)} → {_snippet(b, 80)}"
+                    for (a, da), (b, db) in zip(left, right)
+                    if da or db
+                ][:3]
+                lines += [f"  - {c}" for c in changes] or ["  - identical excerpts (after normalization)"]
+        return [*lines, ""]
+    lines = [f"### Examples: {md_code(step)}", ""]
+    lines += [_row_md("kept", r) for r in payload.get("kept", [])]
+    for reason, entry in sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0])):
+        lines += ["", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):", ""]
+        lines += [_row_md("dropped", r) for r in entry.get("examples", [])]
+    return [*lines, ""]
 
 
 # -- rendering -------------------------------------------------------------------------------------------
@@ -376,7 +511,7 @@ def render_markdown(blocks: list[Block]) -> str:
         elif kind == "img":
             lines += [f"![{md_text(block[2])}]({quote(block[1])})", ""]
         elif kind in (DEDUP, FILTER):
-            lines += examples_markdown(block)
+            lines += _examples_markdown(block)
     return "\n".join(lines)
 
 
@@ -395,7 +530,7 @@ _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
     "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "td:first-child,th:first-child,td:nth-child(2){text-align:left}td{white-space:nowrap}code{background:#f4f4f4}"
-    + EXAMPLE_CSS
+    + _EXAMPLE_CSS
 )
 
 
@@ -417,7 +552,7 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
         elif kind == "img":
             body.append(_inline_image(base / block[1], block[2]))
         elif kind in (DEDUP, FILTER):
-            body.append(examples_html(block))
+            body.append(_examples_html(block))
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
@@ -432,7 +567,10 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     except (FileNotFoundError, json.JSONDecodeError) as exc:
         raise InputError(f"no readable stats.json in {job} ({exc}); run the pipeline first") from None
     plots = make_plots(stats, job / "plots")
+    missing = plots.pop("missing", None)
     blocks = build_blocks(stats, plots)
+    if missing:
+        blocks.insert(2, ("p", f"No plots: {md_text(missing)}."))
     markdown = job / "report.md"
     page = job / "report.html"
     for path, text in (

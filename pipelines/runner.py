@@ -1,6 +1,6 @@
 """Runs a pipeline as a batch job: step by step, resumable, with exact row accounting.
 
-Job directory layout (stats format 2, ``zephyr.pipelines.stats_format``)::
+Job directory layout::
 
     JOB/lock.json                   held while a run uses the folder (``zephyr.io.lock``): a second
                                     ``zephyr run`` on the same job folder is refused naming this one
@@ -47,12 +47,9 @@ later step reads: ``{"bytes": N, "xxh3_128" | "sha256": hex}``), ``quarantine_fi
 ``counters`` (every engine counter) and ``extra`` (tokens, training...). For every data step
 ``rows_in == rows_kept + rows_dropped + rows_quarantined`` is checked from the engine's per-operator counters
 against the row counts of the Parquet files; a mismatch stops the job with ``AccountingError``
-(``zephyr.pipelines.accounting``).
+(``zephyr.pipelines.step``).
 
-The job's ``stats.json`` (version 2) lists the step records under ``steps``. Files of format 1 (``stage`` and
-``stages``, from when steps were called stages) are read too: a job folder an older zephyr wrote resumes
-without redoing its steps and renders its report (``stats_format.upgrade_record``, ``upgrade_job_stats``). A
-record's ``config`` keeps the type under ``stage`` in both formats: it is what the fingerprint hashes.
+The job's ``stats.json`` (version 2) lists the step records under ``steps``.
 """
 
 from __future__ import annotations
@@ -69,36 +66,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from zephyr.pipelines.accounting import AccountingError, account, inherit_inputs, read_inputs
-from zephyr.pipelines.config import DATA_STEPS, PipelineConfig, StepEntry, check_inputs
-from zephyr.pipelines.records import rows_rewritten
-from zephyr.pipelines.stats_format import STATS_VERSION, STEP, STEPS, StepRecord, upgrade_record
-from zephyr.pipelines.step_renames import deprecated_name, old_names_getattr
+from zephyr.pipelines.config import PipelineConfig, StepEntry, check_added_columns, check_inputs
+from zephyr.pipelines.step import STEPS, StepContext, account, inherit_inputs
 
 from zephyr import resume
 from zephyr.errors import ConfigError
 from zephyr.io.paths import atomic_write
-from zephyr.resume import STARTED, SUCCESS
-
-__all__ = [
-    "AccountingError",
-    "PipelineResult",
-    "ProgressReporter",
-    "STARTED",
-    "STATS_VERSION",
-    "SUCCESS",
-    "account",
-    "run_pipeline",
-    "step_dir_name",
-]
 
 log = logging.getLogger(__name__)
-__getattr__ = old_names_getattr(__name__)  # stage_dir_name: the old name, for one release
 
 STEP_STATS = "stats.json"
 """The step record, in the step's sidecar."""
-_OLD_KEYWORDS = {"from_stage": "from_step", "until_stage": "until_step", "on_stage_done": "on_step_done"}
-"""``run_pipeline`` keywords of the old vocabulary (read for one release, with a warning)."""
+STATS_VERSION = 2
+"""The format version of the step records and of the job's ``stats.json`` (both carry it as ``version``)."""
 _OLD_LAYOUT = ("_SUCCESS.json", "_STARTED.json", "_stats.json", "stats.json", "_work", "_dropped", "dropped")
 """Bookkeeping an older zephyr kept inside a step folder: such a folder is cleared and its step reruns."""
 
@@ -115,18 +95,7 @@ class PipelineResult:
 
     def step(self, name: str) -> dict[str, Any]:
         """The record of the step named ``name``."""
-        return next(s for s in self.steps if s[STEP] == name)
-
-    @property
-    def stages(self) -> list[dict[str, Any]]:
-        """Deprecated: renamed ``steps``."""
-        deprecated_name("PipelineResult.stages", "PipelineResult.steps")
-        return self.steps
-
-    def stage(self, name: str) -> dict[str, Any]:
-        """Deprecated: renamed ``step``."""
-        deprecated_name("PipelineResult.stage()", "PipelineResult.step()")
-        return self.step(name)
+        return next(s for s in self.steps if s["step"] == name)
 
 
 class ProgressReporter:
@@ -148,22 +117,7 @@ class ProgressReporter:
         self._write(f"[{position}/{total}] {entry.name} ({entry.type}): skipped, {why}")
 
     def finished(self, position: int, total: int, record: dict[str, Any]) -> None:
-        if record["type"] in DATA_STEPS or record["type"] == "tokenize":
-            body = (
-                f"in {record['rows_in']:,}, kept {record['rows_kept']:,}, dropped {record['rows_dropped']:,}, "
-                f"quarantined {record['rows_quarantined']:,}"
-            )
-            rewritten = rows_rewritten(record)
-            if rewritten:
-                body += f", rewritten {rewritten:,}"
-            if record["type"] == "tokenize":
-                body += f", {record['extra'].get('num_tokens', 0):,} tokens"
-        else:
-            extra = record["extra"]
-            loss = extra.get("final_loss")
-            body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
-            if extra.get("mean_tokens_per_s"):
-                body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
+        body = STEPS[record["type"]].done_line(record)
         resumed = (
             f", {record['tasks_resumed']} of {record['tasks']} tasks resumed"
             if record.get("tasks_resumed")
@@ -172,7 +126,7 @@ class ProgressReporter:
         if record.get("task_retries"):
             resumed += f", {record['task_retries']} task retries"
         self._write(
-            f"[{position}/{total}] {record[STEP]} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
+            f"[{position}/{total}] {record['step']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
         )
 
 
@@ -201,9 +155,8 @@ def side_dir(step_dir: Path) -> Path:
 
 
 def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
-    """A step's record (format 1 records are upgraded), from its sidecar."""
-    stats = _read_json(side_dir(step_dir) / STEP_STATS)
-    return upgrade_record(stats) if stats is not None else None
+    """A step's record, from its sidecar."""
+    return _read_json(side_dir(step_dir) / STEP_STATS)
 
 
 def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
@@ -278,14 +231,38 @@ def run_pipeline(
     """
     from zephyr.executors import reuse_workers
 
-    for old, new in _OLD_KEYWORDS.items():
-        if old in kwargs:
-            if new in kwargs:
-                raise TypeError(f"run_pipeline() got both {old}= (the old name) and {new}=")
-            deprecated_name(f"run_pipeline({old}=)", f"run_pipeline({new}=)")
-            kwargs[new] = kwargs.pop(old)
     with reuse_workers(_execution_dict(execution)) as execution_kw:
         return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
+
+
+def explain_pipeline(
+    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
+) -> str:
+    """What ``zephyr run PIPELINE --explain`` prints: every enabled step's engine jobs in the order they run
+    (``Step.plans``: the plans ``run`` executes, built by the same code), each step's input planned over the
+    lazy output of the step before (the run reads that step's files), then the budget's shares. Nothing runs
+    and nothing is written; input files are listed and their footers read, as for any plan."""
+    from zephyr.budget import Budget
+    from zephyr.cli import jobs_plan_text
+    from zephyr.options import ExecutionOptions
+
+    execution_kw = _execution_dict(execution)
+    check_inputs(config)
+    job = Path(job_dir).resolve()
+    enabled = [(i, e) for i, e in enumerate(config.steps) if e.enabled]
+    jobs: list[tuple[str, Any]] = []
+    planned = None
+    for position, (index, entry) in enumerate(enabled, start=1):
+        step_dir = job / step_dir_name(index, entry)
+        ctx = StepContext(entry, config, "", step_dir, [], execution_kw, planned=planned)
+        plans = entry.step.plans(ctx)
+        jobs += [
+            (f"[{position}/{len(enabled)}] {entry.name} ({entry.type}): {title}", plan)
+            for title, plan in plans
+        ]
+        planned = next((plan for _, plan in reversed(plans) if plan is not None), planned)
+    budget = Budget(ExecutionOptions.from_kwargs(**execution_kw).memory_budget_bytes)
+    return jobs_plan_text(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
 
 
 @dataclass
@@ -310,10 +287,10 @@ class _Run:
         """Record a step that ran or was skipped; its outputs become the next step's inputs."""
         self.records.append(record)
         self.by_name[entry.name] = record
-        if entry.type in DATA_STEPS:
+        if entry.step.output == "rows":
             self.inputs = list(record["files"])
             self.input_rows = record["rows_kept"]
-        if entry.type == "tokenize":
+        if entry.step.output == "tokens":
             self.tokenize_dir = Path(record["extra"]["shards_dir"])
 
 
@@ -345,7 +322,7 @@ def _run_pipeline(
     from zephyr.io import claim, lock
 
     # the job folder holds the steps' outputs: never an input's folder, and one run at a time
-    claim.check_not_inputs(str(job), enabled[0][1].config.paths, flag="the job folder")
+    claim.check_not_inputs(str(job), enabled[0][1].step.paths, flag="the job folder")
     job.mkdir(parents=True, exist_ok=True)
     with lock.held(str(job / "lock.json"), "the job folder", str(job)):
         return _run_steps(
@@ -373,7 +350,7 @@ def _run_steps(
         execution_kw,
         reporter,
         len(enabled),
-        resume.files_fingerprint(enabled[0][1].config.paths),
+        resume.files_fingerprint(enabled[0][1].step.paths),
     )
     for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
         fingerprint = entry.fingerprint(run.upstream)
@@ -388,10 +365,8 @@ def _run_steps(
             )
         run.advance(entry, record)
         if on_step_done is not None:
-            on_step_done(StepRecord(record))
-    result = PipelineResult(
-        job_dir=job, steps=[StepRecord(r) for r in run.records], stats_path=_write_summary(run)
-    )
+            on_step_done(record)
+    result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
     if report:
         from zephyr.pipelines.report import write_report
 
@@ -414,13 +389,10 @@ def _step_range(names: list[str], from_step: str | None, until_step: str | None)
 
 def _check(config: PipelineConfig, to_run: list[StepEntry]) -> None:
     """Refuse before anything runs: missing inputs, a column a step would replace, a step that cannot run."""
-    from zephyr.pipelines.columns import check_added_columns
-    from zephyr.pipelines.steps import preflight
-
     check_inputs(config)
     check_added_columns(config)  # no step replaces a column the data has, unless told to
     for entry in to_run:
-        preflight(entry)
+        entry.step.preflight()
 
 
 def _skipped_record(
@@ -455,9 +427,6 @@ def _run_step(
 ) -> dict[str, Any]:
     """Run one step in its folder (cleared first if it holds another fingerprint's files, or ``fresh``),
     account its rows, write its record, drop its engine scratch and mark it done."""
-    from zephyr.pipelines.step_ops import StepContext
-    from zephyr.pipelines.steps import RUNNERS
-
     from zephyr import job_stats, progress
 
     _begin(step_dir, fingerprint, fresh=fresh)
@@ -475,17 +444,17 @@ def _run_step(
     began = time.perf_counter()
     label = f"[{position}/{run.total}] {entry.name}"  # one progress line per step, left when it ends
     with job_stats.recording() as jobs, progress.command(label, run.execution.get("progress")):
-        outcome = RUNNERS[entry.type](ctx)  # a step may run several engine jobs (dedup, tokenize)
+        outcome = entry.step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
     seconds = time.perf_counter() - began
     record = {
         "version": STATS_VERSION,
-        STEP: entry.name,
+        "step": entry.name,
         "type": entry.type,
         "index": index,
         "dir": str(step_dir),
         "fingerprint": fingerprint,
-        "config": entry.record_dict(),  # the config as fingerprinted (its type under "stage")
-        **account(entry, outcome, run.input_rows, run.inputs if run.inputs else read_inputs(entry)),
+        "config": entry.record_dict(),  # the config as fingerprinted
+        **account(entry, outcome, run.input_rows, run.inputs or entry.step.input_files()),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),
         "files": outcome.files,
@@ -520,7 +489,7 @@ def _write_summary(run: _Run) -> Path:
         "balanced": all(r.get("balanced", True) for r in run.records),
         **job_stats.task_totals(ran),
         "seconds": round(sum(r["seconds"] for r in ran), 3),
-        STEPS: run.records,
+        "steps": run.records,
     }
     _write_json(run.job / "stats.json", summary)
     return run.job / "stats.json"

@@ -1,20 +1,18 @@
-"""Adapters from pipeline steps to the other packages' APIs — the one place that knows their call shapes.
+"""The pipeline's step types: one ``Step`` subclass per type, its keys and what it does, in one place.
 
-Each step type (``zephyr.pipelines.config.STEP_TYPES``) has a ``run_<type>(ctx) -> StepOutcome`` here. A data
-step reads the previous step's Parquet parts, runs its work on the engine with ``ctx.engine(...)`` (which
-carries a work directory under the step folder, so a rerun skips finished tasks), and writes
-``part-*.parquet`` into its step folder.
+Each class is the step's config (a frozen dataclass, every key documented where it is declared) and its
+behaviour (``zephyr.pipelines.step``): ``run`` builds the step's engine plan on the previous step's Parquet
+parts with ``ctx.engine(...)`` (a work directory under the step's sidecar, so a rerun skips finished tasks) and
+writes ``part-*.parquet`` into its step folder; ``adds``, ``check``, ``report`` and ``plots`` say the rest.
+The web step types are in ``zephyr.pipelines.web.steps``.
 
-Accounting. Every data step ends its plan with operators of this module, named ``pipeline.<step>.*``:
+Where a package has a config dataclass of its own, the step embeds it (``zephyr.config.embedded_field``)
+instead of copying its fields: a ``fuzzy_dedup`` step's MinHash keys are ``zephyr.dedup.FuzzyDedupConfig``'s,
+a ``normalize`` step's are ``NormalizeConfig``'s, a ``tokenize`` step's shard keys ``TokenizeConfig``', and
+the YAML stays flat (``threshold: 0.7`` beside ``index:``). Those package configs import only the standard
+library, so loading a pipeline (``zephyr run --check``) imports no pyarrow.
 
-- the step's *accounting ops* (``StepOutcome.accounting_ops``) are the ``map_batches`` ops that keep, drop
-  (counted by reason) or quarantine documents; the runner sums their engine counters and checks
-  ``rows_in = kept + dropped + quarantined`` against the row counts of the Parquet files themselves;
-- ``CountValues`` adds counters ``pipeline/<role>/<column>=<value>`` (rows per source and per language) that
-  the report turns into retention tables; ``RemoveDuplicates`` adds ``pipeline/cluster_size=<n>`` (kept
-  documents whose duplicate cluster had n members: the cluster-size histogram).
-
-The packages behind the adapters: ``zephyr.pipelines.quality`` (normalize, langid, heuristics, classifier),
+The packages behind the steps: ``zephyr.pipelines.quality`` (normalize, langid, heuristics, classifier),
 ``zephyr.dedup`` (exact and fuzzy dedup, engine stages in annotate mode), ``zephyr.tokenize``
 (``write_token_shards``; ``train_tokenizer``, the function of ``zephyr tokenizer train``, makes the BPE of a
 pipeline without a tokenizer) and ``zephyr.trainer`` (``train``).
@@ -22,236 +20,749 @@ pipeline without a tokenizer) and ``zephyr.trainer`` (``train``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import numpy as np
-import pyarrow as pa
-from zephyr.pipelines.step_ops import (
+from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
+from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
+from zephyr.pipelines.quality.config import NormalizeConfig
+from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+from zephyr.pipelines.step import (
+    AccountingError,
     CountValues,
     MinScoreFilter,
     PrepareRows,
     RemoveDuplicates,
+    Step,
     StepContext,
     StepOutcome,
-    dedup_inputs,
-    finish_step,
-    restore_dedup_columns,
+    rows_record,
 )
-from zephyr.pipelines.web.steps import run_extract, run_substring_dedup, run_url_dedup, run_url_filter
+from zephyr.tokenize.config import TokenizeConfig
 
+from zephyr.config import (
+    FieldError,
+    build_flat,
+    embedded_field,
+    path_field,
+    require_at_least,
+    require_column_name,
+    require_within,
+)
 from zephyr.errors import ConfigError, InputError
-from zephyr.io.layout import remove_folder
-from zephyr.io.parquet import parquet_rows
 
 if TYPE_CHECKING:
-    from zephyr.pipelines.config import StepEntry
+    from zephyr.pipelines.step import PipelineConfig, StepEntry
 
-__all__ = ["RUNNERS", "preflight", "read_train_log"]
-"""The adapters' shared context, outcome and operators are in ``zephyr.pipelines.step_ops``."""
+    from zephyr.dataset import Dataset
 
 log = logging.getLogger(__name__)
 
 
-# -- step adapters --------------------------------------------------------------------------------------
-def run_read(ctx: StepContext) -> StepOutcome:
-    import zephyr
-    from zephyr.io.paths import input_files
-    from zephyr.io.sources import check_text_inputs
+def _check_bytes(key: str, value: str | None) -> None:
+    if value is not None:
+        from zephyr.config import parse_bytes
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    files, fmt = input_files(cfg.paths, cfg.format)
-    check_text_inputs(files, p.text_column, format=fmt)  # a non-text column: one line naming the input file
-    ds = zephyr.read(
-        files,
-        format=fmt,
-        approx_shard_bytes=cfg.approx_shard_bytes,
-        on_error=cfg.on_error,
-        unify_schemas=cfg.unify_schemas,  # files that disagree: zephyr.io.input_schema
-        schema=cfg.schema,
-    )
-    prepare = f"pipeline.{ctx.entry.name}.prepare"
-    ds = ds.map_batches(
-        PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare
-    )
-    if cfg.num_shards:
-        ds = ds.reshard(cfg.num_shards)
-    return finish_step(ctx, ds, (prepare,))
+        try:
+            parse_bytes(value)
+        except (ConfigError, ValueError) as exc:
+            raise FieldError(key, f"not a byte size ({exc}); e.g. 64MB") from None
 
 
-def run_normalize(ctx: StepContext) -> StepOutcome:
-    from zephyr.pipelines.quality.batch_ops import Normalize
+@dataclass(frozen=True)
+class ReadStep(Step, type="read"):
+    """Read the raw corpus; quarantine rows without id or text; optionally reshard for parallelism."""
 
-    op = f"pipeline.{ctx.entry.name}.normalize"
-    normalize = Normalize(ctx.entry.config.normalize, ctx.pipeline.text_column)
-    return finish_step(ctx, ctx.read_inputs().map_batches(normalize, name=op), (op,))
+    starts: ClassVar[bool] = True
+    paths: list[str] = path_field([], required=True)
+    """Input files, directories or globs (Parquet, JSONL[.gz|.zst], Vortex) or fsspec URLs."""
+    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
+    """``auto`` picks by file extension (``.jsonl``/``.json`` → JSONL, ``.vortex`` → Vortex, else Parquet)."""
+    source: str | None = None
+    """Set the source column to this name for every row (for inputs without one); ``None`` keeps the input's
+    source column, or names the source ``unknown`` when there is none."""
+    num_shards: int | None = None
+    """Redistribute rows round-robin into this many shards (tasks); ``None`` keeps one shard per file."""
+    approx_shard_bytes: str | None = None
+    """Split large Parquet/JSONL files into shards of about this many bytes (e.g. ``64MB``)."""
+    on_error: Literal["raise", "quarantine"] = "raise"
+    """Unparseable JSONL lines: fail naming the file and line, or set them aside in the quarantine."""
+    unify_schemas: bool = False
+    """Input files whose column types differ: promote them by the documented rule (int → wider int → double;
+    ``zephyr.io.schema``). ``False``: files must agree (a column missing from some files is nulls)."""
+    schema: str | None = path_field(None)
+    """A schema file (Parquet, or a JSON/YAML map of column to type) every input file is cast to."""
 
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise FieldError("paths", "give at least one input path")
+        if self.unify_schemas and self.schema is not None:
+            raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
+        require_at_least("num_shards", self.num_shards, 1)
+        _check_bytes("approx_shard_bytes", self.approx_shard_bytes)
 
-def run_langid(ctx: StepContext) -> StepOutcome:
-    from zephyr.pipelines.columns import lang_columns
-    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-    from zephyr.pipelines.quality.batch_ops import LanguageFilter
-    from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
+        """Column → the first input file that has it (footers or first blocks), plus the source column."""
+        from zephyr.io.paths import input_files
+        from zephyr.io.sources import list_shards, peek_schemas
 
-    cfg = ctx.entry.config
-    lang_column, score_column = lang_columns(ctx.entry, ctx.pipeline)
-    model = cfg.model or str(ensure_lid_model())
-    identify = f"pipeline.{ctx.entry.name}.identify"
-    keep = f"pipeline.{ctx.entry.name}.filter"
-    lid = LangIdConfig(
-        model_path=model, max_chars=cfg.max_chars, lang_column=lang_column, score_column=score_column
-    )
-    verdict = LanguageFilter(
-        tuple(cfg.languages) if cfg.languages else None, cfg.min_score, lang_column, score_column
-    )
-    ds = (
-        ctx.read_inputs()
-        .map_batches(LanguageIdentifier(lid, ctx.pipeline.text_column, cfg.replace_columns), name=identify)
-        .map_batches(CountValues("in", (("lang", lang_column),)), name=f"pipeline.{ctx.entry.name}.count_in")
-        .map_batches(
-            filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
+        files, fmt = input_files(self.paths, self.format)
+        origin = {}
+        for path, schema in peek_schemas(list_shards(files, fmt)):
+            for column in schema.names if schema is not None else ():
+                origin.setdefault(column, path)
+        origin.setdefault(pipeline.source_column, f"step {name!r}")
+        return origin
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        import zephyr
+        from zephyr.io.paths import input_files
+        from zephyr.io.sources import check_text_inputs
+
+        p = ctx.pipeline
+        files, fmt = input_files(self.paths, self.format)
+        check_text_inputs(
+            files, p.text_column, format=fmt
+        )  # a non-text column: one line naming the input file
+        ds = zephyr.read(
+            files,
+            format=fmt,
+            approx_shard_bytes=self.approx_shard_bytes,
+            on_error=self.on_error,
+            unify_schemas=self.unify_schemas,  # files that disagree: zephyr.io.schema
+            schema=self.schema,
         )
-        .map_batches(verdict, name=keep)
-    )
-    return filter_examples(ctx, finish_step(ctx, ds, (identify, keep)))
+        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
+        ds = ds.map_batches(prepare, name=ctx.op("prepare"))
+        if self.num_shards:
+            ds = ds.reshard(self.num_shards)
+        return ds, (ctx.op("prepare"),)
 
 
-def run_heuristic_filter(ctx: StepContext) -> StepOutcome:
-    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, RouteByReason, reason_aside
-    from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
+@dataclass(frozen=True)
+class NormalizeStep(Step, type="normalize"):
+    """Unicode/whitespace normalization that is safe for prose, code and maths (``zephyr normalize``); its
+    keys (``nfc``, ``strip_control``, ``collapse_whitespace``, ``fix_mojibake``) are ``NormalizeConfig``'s."""
 
-    import zephyr
-    from zephyr.removal import set_aside
+    normalize: NormalizeConfig = embedded_field(NormalizeConfig)
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    annotate = f"pipeline.{ctx.entry.name}.annotate"
-    route = f"pipeline.{ctx.entry.name}.route"
-    reason = cfg.output_column or DROP_REASON
-    aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
-    annotator = FilterAnnotator(
-        ",".join(cfg.filter.rules),
-        cfg.filter.overrides,
-        p.text_column,
-        p.lang_column,
-        cfg.filter.default_lang,
-        cfg.replace_columns,
-    )
-    scratch = ctx.side_dir / "annotated"
-    ds = ctx.read_inputs()
-    if aside:
-        ds = ds.map_batches(set_aside(aside), name=f"pipeline.{ctx.entry.name}.aside")
-    annotated_result = ds.map_batches(annotator, name=annotate).write_parquet(
-        str(scratch), overwrite=True, **ctx.engine("annotate")
-    )
-    annotated = zephyr.read_parquet(sorted(annotated_result.files))
-    examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
-    kept = annotated.map_batches(examples, name=f"pipeline.{ctx.entry.name}.examples")
-    kept = kept.map_batches(RouteByReason("kept", reason, aside), name=route)
-    outcome = finish_step(ctx, kept, (route,), action="kept")
-    if cfg.keep_dropped:
-        dropped = annotated.map_batches(
-            RouteByReason("dropped", reason, aside), name=f"pipeline.{ctx.entry.name}.dropped"
+    def preflight(self) -> None:
+        if self.normalize.fix_mojibake:
+            from zephyr.pipelines.quality._text import require_extra
+
+            require_extra("ftfy", "quality", "the normalize step's fix_mojibake")
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.quality.normalize import Normalize
+
+        normalize = Normalize(self.normalize, ctx.pipeline.text_column)
+        return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
+
+
+@dataclass(frozen=True)
+class LangIdStep(Step, type="langid"):
+    """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
+
+    languages: list[str] | None = None
+    """Languages to keep (fastText codes: ``en``, ``de``...); ``None`` keeps every language."""
+    min_score: float = 0.0
+    """Drop rows whose language probability is below this, in [0, 1]."""
+    model: str | None = path_field(None)
+    """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
+    max_chars: int = 10_000
+    """Predict on the first N characters of each text."""
+    replace_columns: bool = False
+    """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
+    ``false``: the pipeline refuses such data before any work."""
+    output_column: str | None = None
+    """Write the language here and its score to ``<output_column>_score``, keeping a column the data has;
+    ``null``: the pipeline's ``lang_column`` (and ``<lang_column>_score``)."""
+
+    def __post_init__(self) -> None:
+        require_within("min_score", self.min_score, 0.0, 1.0)
+        require_at_least("max_chars", self.max_chars, 1)
+        if self.languages is not None and not self.languages:
+            raise FieldError("languages", "give at least one language, or null for all")
+        require_column_name("output_column", self.output_column)
+
+    def adds(self, pipeline: PipelineConfig) -> tuple[str, str]:
+        """The (language, score) columns."""
+        lang = self.output_column or pipeline.lang_column
+        return lang, f"{lang}_score"
+
+    def preflight(self) -> None:
+        from zephyr.pipelines.quality._text import require_extra
+        from zephyr.pipelines.quality.langid import ensure_lid_model
+
+        require_extra("fasttext", "quality", "the langid step")
+        if self.model is None:
+            ensure_lid_model()
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.pipelines.examples import filter_examples
+
+        return filter_examples(ctx, super().run(ctx))
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+        from zephyr.pipelines.quality.langid import (
+            LangIdConfig,
+            LanguageFilter,
+            LanguageIdentifier,
+            ensure_lid_model,
         )
-        result = dropped.write_parquet(str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped"))
-        outcome.extra["dropped_files"] = sorted(result.files)
-        outcome.extra["dropped_rows"] = parquet_rows(result.files)
-        outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
-    remove_folder(str(scratch))
-    return filter_examples(ctx, outcome)
+
+        lang_column, score_column = self.adds(ctx.pipeline)
+        lid = LangIdConfig(
+            model_path=self.model or str(ensure_lid_model()),
+            max_chars=self.max_chars,
+            lang_column=lang_column,
+            score_column=score_column,
+        )
+        languages = tuple(self.languages) if self.languages else None
+        verdict = LanguageFilter(languages, self.min_score, lang_column, score_column)
+        identify = LanguageIdentifier(lid, ctx.pipeline.text_column, self.replace_columns)
+        ds = (
+            ctx.read_inputs()
+            .map_batches(identify, name=ctx.op("identify"))
+            .map_batches(CountValues("in", (("lang", lang_column),)), name=ctx.op("count_in"))
+            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
+            .map_batches(verdict, name=ctx.op("filter"))
+        )
+        return ds, (ctx.op("identify"), ctx.op("filter"))
 
 
-def run_exact_dedup(ctx: StepContext) -> StepOutcome:
-    from zephyr.dedup.exact import exact_dedup_dataset
-    from zephyr.pipelines.examples import dedup_collector, dedup_examples
+@dataclass(frozen=True)
+class HeuristicFilterStep(Step, type="heuristic_filter"):
+    """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under the step's
+    ``NN-NAME.zephyr/dropped/`` with reasons. The rule keys (``rules``, ``overrides``, ``default_lang``) are
+    ``HeuristicFilterConfig``'s, as ``zephyr filter`` takes them."""
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    remove = f"pipeline.{ctx.entry.name}.remove"
-    annotated = exact_dedup_dataset(
-        dedup_inputs(ctx),
-        text_column=p.text_column,
-        id_column=p.id_column,
-        normalize=cfg.dedup.normalize,
-        mode="annotate",
-        priority_column=cfg.priority_column,
-        execution=ctx.engine("hashes"),
+    filter: HeuristicFilterConfig = embedded_field(HeuristicFilterConfig)
+    keep_dropped: bool = True
+    """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
+    replace_columns: bool = False
+    """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
+    output_column: str | None = None
+    """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
+    ``null``: ``drop_reason``."""
+
+    def __post_init__(self) -> None:
+        require_column_name("output_column", self.output_column)
+
+    def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
+        """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
+        return (self.output_column or "drop_reason",)
+
+    def preflight(self) -> None:
+        if "url" in self.filter.rules:
+            from zephyr.pipelines.quality._text import require_extra
+
+            require_extra("tldextract", "web", "the url rules")
+
+    def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
+        if self.replace_columns and self.output_column is None:
+            return {
+                k: v for k, v in origin.items() if k != "drop_reason"
+            }  # replaced, so gone from the kept rows
+        return origin
+
+    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
+        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+        from zephyr.pipelines.quality.filters import (
+            DROP_REASON,
+            NULL_TEXT,
+            FilterAnnotator,
+            RouteByReason,
+            reason_aside,
+        )
+
+        from zephyr.removal import set_aside
+
+        p, rules = ctx.pipeline, self.filter
+        reason = self.output_column or DROP_REASON
+        aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
+        annotator = FilterAnnotator(
+            ",".join(rules.rules),
+            rules.overrides,
+            p.text_column,
+            p.lang_column,
+            rules.default_lang,
+            self.replace_columns,
+        )
+        ds = ctx.read_inputs()
+        if aside:
+            ds = ds.map_batches(set_aside(aside), name=ctx.op("aside"))
+
+        def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
+            examples = filter_collector(
+                ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,))
+            )  # renamed at routing
+            kept = annotated.map_batches(examples, name=ctx.op("examples"))
+            kept = kept.map_batches(RouteByReason("kept", reason, aside), name=ctx.op("route"))
+            return kept, annotated.map_batches(
+                RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
+            )
+
+        return ds.map_batches(annotator, name=ctx.op("annotate")), routes
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.pipelines.examples import filter_examples
+
+        import zephyr
+        from zephyr.io.layout import remove_folder
+        from zephyr.io.parquet import parquet_rows
+
+        annotate, routes = self._jobs(ctx)
+        scratch = ctx.side_dir / "annotated"
+        written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
+        kept, dropped = routes(zephyr.read_parquet(sorted(written.files)))
+        outcome = ctx.finish(kept, (ctx.op("route"),), action="kept")
+        if self.keep_dropped:
+            result = dropped.write_parquet(
+                str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
+            )
+            outcome.extra["dropped_files"] = sorted(result.files)
+            outcome.extra["dropped_rows"] = parquet_rows(result.files)
+            outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
+        remove_folder(str(scratch))
+        return filter_examples(ctx, outcome)
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        annotate, routes = self._jobs(ctx)
+        kept, dropped = routes(annotate)
+        jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
+        if self.keep_dropped:
+            jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
+        return [
+            *jobs,
+            (
+                "job 3: the kept rows, written to the step folder (jobs 2-3 read job 1's files)",
+                ctx.counted(kept),
+            ),
+        ]
+
+
+def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+    """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
+    from zephyr.pipelines.examples import DEDUP, read_examples
+
+    name = record["step"]
+    sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
+    multi = {k: v for k, v in sizes.items() if k > 1}
+    lsh = record.get("extra", {}).get("lsh")
+    note = (
+        f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
+        f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
+        if lsh
+        else ""
     )
-    annotated = annotated.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
-    output = annotated.map_batches(RemoveDuplicates("exact"), name=remove)
-    outcome = finish_step(ctx, restore_dedup_columns(ctx, output), (remove,))
-    # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
-    dedup_examples(ctx, outcome, "word", 5, cfg.dedup.normalize)
-    return outcome
+    blocks: list[tuple] = [
+        (
+            "p",
+            f"{md_code(name)}: {md_count(sum(multi.values()))} cluster(s) with duplicates, "
+            f"{md_count(record['rows_dropped'])} document(s) removed.{note}",
+        )
+    ]
+    if sizes:
+        rows = [[str(k), md_count(v), md_count(v * (k - 1))] for k, v in sorted(sizes.items())]
+        blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"], rows))
+    if f"clusters_{name}" in plots:
+        blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
+    payload = read_examples(record.get("extra", {}).get("examples"))
+    if payload and payload["kind"] == "dedup":
+        blocks.append((DEDUP, name, payload))
+    return blocks
 
 
-def run_fuzzy_dedup(ctx: StepContext) -> StepOutcome:
-    from zephyr.dedup._rows import StripRowNumbers
-    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
-    from zephyr.dedup.index import open_index, write_generation
-    from zephyr.pipelines.examples import dedup_collector, dedup_examples
-
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    remove = f"pipeline.{ctx.entry.name}.remove"
-    dedup_config = cfg.dedup
-    # generations this step wrote before it was interrupted are not "earlier runs": left out, then replaced
-    index = (
-        open_index(cfg.index, dedup_config, missing_ok=cfg.update_index, run=ctx.fingerprint)
-        if cfg.index
-        else None
+def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
+    """Duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the title: they would dwarf
+    the bars that matter)."""
+    sizes = sorted((int(k), v) for k, v in record.get("cluster_sizes", {}).items())
+    multi = [(k, v) for k, v in sizes if k > 1]
+    if not multi:
+        return
+    singles = sum(v for k, v in sizes if k == 1)
+    fig, ax = plt.subplots(figsize=(min(7.0, 3.2 + 0.45 * len(multi)), 2.8))
+    bars = ax.bar([str(k) for k, _ in multi], [v for _, v in multi], color="#8172b3", width=0.6)
+    ax.bar_label(bars, labels=[f"{v:,}" if v else "" for _, v in multi], padding=2, fontsize=8)
+    ax.set_xlabel("cluster size (documents)")
+    ax.set_ylabel("clusters")
+    ax.margins(y=0.15)
+    ax.set_title(
+        f"{record['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
+        f"({singles:,} kept documents had none)",
+        fontsize=10,
     )
-    graph: dict[str, Any] = {}
-    annotated = fuzzy_dedup_dataset(
-        dedup_inputs(ctx),
-        dedup_config,
-        text_column=p.text_column,
-        id_column=p.id_column,
-        mode="annotate",
-        priority_column=cfg.priority_column,
-        execution=ctx.engine("candidates"),
-        stats=graph,
-        index=index,
-        row_numbers=cfg.update_index,
-    )
-    output = annotated.map_batches(StripRowNumbers("annotate"), name=f"pipeline.{ctx.entry.name}.rows")
-    output = output.map_batches(dedup_collector(ctx), name=f"pipeline.{ctx.entry.name}.examples")
-    output = restore_dedup_columns(ctx, output.map_batches(RemoveDuplicates("fuzzy"), name=remove))
-    outcome = finish_step(ctx, output, (remove,))
-    dedup_examples(ctx, outcome, dedup_config.shingle, dedup_config.ngram, dedup_config.normalize)
-    if index is not None:
-        outcome.extra["index"] = {
-            "path": cfg.index,
-            "docs": index.docs,
-            "matched": graph.get("matched_index", 0),
-        }
-    if cfg.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
-        entry = write_generation(
-            cfg.index,
-            annotated,
-            dedup_config,
+    save(fig, f"clusters_{record['step']}")
+
+
+class _DedupStep(Step):
+    """What the document dedup steps share: how annotated rows become the kept rows, their report section
+    (clusters by size, example clusters) and plot."""
+
+    section: ClassVar[str] = "dedup"
+
+    def _kept(self, ctx: StepContext, annotated: Dataset, kind: str) -> Dataset:
+        """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the
+        step's accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
+        from zephyr.pipelines.examples import dedup_collector
+
+        annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
+        return ctx.restore_dedup_columns(annotated.map_batches(RemoveDuplicates(kind), name=ctx.op("remove")))
+
+    @classmethod
+    def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+        return _dedup_report(record, plots)
+
+    @classmethod
+    def plots(cls, record: dict[str, Any], plt: Any, save: Any) -> None:
+        _cluster_plot(record, plt, save)
+
+
+@dataclass(frozen=True)
+class ExactDedupStep(_DedupStep, type="exact_dedup"):
+    """Document-level exact dedup: 128-bit xxh3 of the normalized text; the smallest id of a cluster stays.
+    ``normalize`` is ``ExactDedupConfig``'s key (documents only: ``level`` is not a step key)."""
+
+    dedup: ExactDedupConfig = embedded_field(ExactDedupConfig, keys=("normalize",))
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.dedup.exact import exact_dedup_dataset
+        from zephyr.pipelines.examples import dedup_examples
+
+        p = ctx.pipeline
+        annotated = exact_dedup_dataset(
+            ctx.dedup_inputs(),
             text_column=p.text_column,
             id_column=p.id_column,
-            create=open_index(cfg.index, dedup_config, missing_ok=True) is None,
-            run=ctx.fingerprint,
-            execution=ctx.engine("index"),
+            normalize=self.dedup.normalize,
+            mode="annotate",
+            priority_column=self.priority_column,
+            execution=ctx.engine("hashes"),
         )
-        outcome.extra["index_written"] = entry
-    bands, rows = dedup_config.bands_rows()
-    outcome.extra["lsh"] = {
-        "bands": bands,
-        "rows": rows,
-        "threshold": dedup_config.threshold,
-        "lsh_threshold": round(dedup_config.lsh_threshold, 4),
-    }
-    return outcome
+        outcome = ctx.finish(self._kept(ctx, annotated, "exact"), (ctx.op("remove"),))
+        # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
+        dedup_examples(ctx, outcome, "word", 5, self.dedup.normalize)
+        return outcome
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup.exact import _exact_job_plans as exact_job_plans
+
+        p = ctx.pipeline
+        plans = exact_job_plans(
+            ctx.dedup_inputs(),
+            text_column=p.text_column,
+            id_column=p.id_column,
+            normalize=self.dedup.normalize,
+            mode="annotate",
+            priority_column=self.priority_column,
+        )
+        return exact_jobs(plans, lambda out: ctx.counted(self._kept(ctx, out, "exact")), "member hashes")
+
+
+@dataclass(frozen=True)
+class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
+    """MinHash-LSH near-duplicate removal with verified (true Jaccard) clusters (``zephyr.dedup``).
+
+    The MinHash keys are ``FuzzyDedupConfig``'s, documented there: ``preset`` (the other keys override it),
+    ``threshold``, ``shingle``, ``ngram``, ``normalize``, ``bands``, ``rows_per_band``, ``num_perm``, ``seed``,
+    ``scheme``, ``verify``, ``clusters``, ``signature_device``, ``bucket_links``. The ``zephyr dedup fuzzy``
+    flags build the same dataclass."""
+
+    dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
+    index: str | None = None
+    """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
+    (``zephyr.dedup.index``; its MinHash settings must equal this step's)."""
+    update_index: bool = False
+    """Append this step's kept rows to ``index`` (created on the first run)."""
+
+    def __post_init__(self) -> None:
+        if self.update_index and not self.index:
+            raise FieldError("update_index", "update_index needs index: (the folder to add to)")
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.dedup._rows import StripRowNumbers
+        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
+        from zephyr.dedup.index import open_index, write_generation
+        from zephyr.pipelines.examples import dedup_examples
+
+        p = ctx.pipeline
+        config = self.dedup
+        # generations this step wrote before it was interrupted are not "earlier runs": left out, then replaced
+        index = (
+            open_index(self.index, config, missing_ok=self.update_index, run=ctx.fingerprint)
+            if self.index
+            else None
+        )
+        graph: dict[str, Any] = {}
+        annotated = fuzzy_dedup_dataset(
+            ctx.dedup_inputs(),
+            config,
+            text_column=p.text_column,
+            id_column=p.id_column,
+            mode="annotate",
+            priority_column=self.priority_column,
+            execution=ctx.engine("candidates"),
+            stats=graph,
+            index=index,
+            row_numbers=self.update_index,
+        )
+        output = annotated.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
+        outcome = ctx.finish(self._kept(ctx, output, "fuzzy"), (ctx.op("remove"),))
+        dedup_examples(ctx, outcome, config.shingle, config.ngram, config.normalize)
+        if index is not None:
+            outcome.extra["index"] = {
+                "path": self.index,
+                "docs": index.docs,
+                "matched": graph.get("matched_index", 0),
+            }
+        if self.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
+            outcome.extra["index_written"] = write_generation(
+                self.index,
+                annotated,
+                config,
+                text_column=p.text_column,
+                id_column=p.id_column,
+                create=open_index(self.index, config, missing_ok=True) is None,
+                run=ctx.fingerprint,
+                execution=ctx.engine("index"),
+            )
+        bands, rows = config.bands_rows()
+        outcome.extra["lsh"] = {
+            "bands": bands,
+            "rows": rows,
+            "threshold": config.threshold,
+            "lsh_threshold": round(config.lsh_threshold, 4),
+        }
+        return outcome
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup._rows import StripRowNumbers
+        from zephyr.dedup.fuzzy import _fuzzy_job_plans as fuzzy_job_plans
+
+        p = ctx.pipeline
+        plans = fuzzy_job_plans(
+            ctx.dedup_inputs(),
+            self.dedup,
+            text_column=p.text_column,
+            id_column=p.id_column,
+            mode="annotate",
+            priority_column=self.priority_column,
+        )
+        output = plans.attached.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
+        index = f"; rows near the signature index {self.index} are duplicates too" if self.index else ""
+        return [
+            (
+                "job 1: the candidate pairs (signatures, LSH buckets), materialized and counted",
+                plans.candidate_pairs,
+            ),
+            ("job 2: the candidates' shingle sets, written once", plans.node_sets),
+            (
+                "the pairs are verified (true Jaccard) and clustered, in the driver or on the engine" + index,
+                None,
+            ),
+            (
+                "job 3: the output, cluster columns attached by row number",
+                ctx.counted(self._kept(ctx, output, "fuzzy")),
+            ),
+        ]
+
+
+def exact_jobs(
+    plans: Any, finish: Callable[[Dataset], Dataset], hashes: str
+) -> list[tuple[str, Dataset | None]]:
+    """Exact dedup's jobs (``zephyr.dedup.exact._exact_job_plans``): the hashes, then the driver's or
+    the shuffle path; ``finish``: what the step does to the annotated output before writing it."""
+    return [
+        (f"job 1: {hashes} (row, hash, id, priority), materialized, then counted", plans.member_hashes),
+        (
+            "member rows within the budget's driver share: groups form in the driver and job 2a runs; more: job 2b",
+            None,
+        ),
+        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
+        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
+    ]
+
+
+@dataclass(frozen=True)
+class QualityStep(Step, type="quality"):
+    """fastText quality classifier: score every row (``quality_score``) and drop rows below ``min_score``.
+
+    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from."""
+
+    model: str | None = path_field(None)
+    """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
+    train: list[str] | None = path_field(None)
+    """Labelled Parquet file(s) (``text`` + ``label_column``) to train the classifier on, inside the job."""
+    train_from: str | None = None
+    """Name of an earlier ``heuristic_filter`` step: train on its kept rows (positive) against its dropped
+    rows (negative) — a bootstrapped classifier for corpora without labels."""
+    label_column: str = "label"
+    """Label column of ``train``."""
+    positive_label: str = "hq"
+    negative_label: str = "lq"
+    min_score: float = 0.5
+    """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
+    train_max_rows: int = 200_000
+    """At most this many rows of each label are used for training (a deterministic prefix)."""
+    classifier: dict[str, Any] = field(default_factory=dict)
+    """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
+    replace_columns: bool = False
+    """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
+    output_column: str | None = None
+    """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""
+
+    def __post_init__(self) -> None:
+        require_column_name("output_column", self.output_column)
+        given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
+        if len(given) != 1:
+            raise FieldError(
+                "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
+            )
+        require_within("min_score", self.min_score, 0.0, 1.0)
+        require_at_least("train_max_rows", self.train_max_rows, 2)
+        self.classifier_config()
+
+    def classifier_config(self) -> Any:
+        from zephyr.pipelines.quality.classifier import ClassifierConfig
+
+        allowed = {f.name for f in dataclasses.fields(ClassifierConfig)} - {
+            "positive_label",
+            "negative_label",
+        }
+        bad = sorted(set(self.classifier) - allowed)
+        if bad:
+            raise FieldError("classifier", f"unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
+        try:
+            return ClassifierConfig(
+                positive_label=self.positive_label, negative_label=self.negative_label, **self.classifier
+            )
+        except (TypeError, ConfigError) as exc:
+            raise FieldError("classifier", str(exc)) from None
+
+    def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
+        return (self.output_column or "quality_score",)
+
+    def preflight(self) -> None:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("fasttext", "quality", "the quality step")
+
+    def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
+        if not self.train_from:
+            return []
+        prior = {e.name: e.step for e in earlier}
+        source = prior.get(self.train_from)
+        if not isinstance(source, HeuristicFilterStep):
+            return [
+                f"steps[{index}].train_from: must name an enabled heuristic_filter step before it, got {self.train_from!r}"
+            ]
+        if not source.keep_dropped:
+            return [f"steps[{index}].train_from: step {self.train_from!r} must have keep_dropped: true"]
+        return []
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.pipelines.examples import filter_examples
+
+        if not self.model:
+            self._train(ctx, ctx.side_dir / "classifier.bin")
+        outcome = filter_examples(ctx, super().run(ctx))
+        outcome.extra["classifier"] = str(self._model(ctx))
+        return outcome
+
+    def _model(self, ctx: StepContext) -> Path:
+        return Path(self.model) if self.model else ctx.side_dir / "classifier.bin"
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        trained = (
+            [] if self.model else [("the classifier is trained first, in the driver (no engine job)", None)]
+        )
+        return [*trained, *super().plans(ctx)]
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+        from zephyr.pipelines.quality.classifier import QualityScorer
+
+        model = self._model(ctx)
+        column = self.output_column or "quality_score"
+        verdict = MinScoreFilter(column, self.min_score)
+        scorer = QualityScorer(
+            str(model),
+            self.classifier_config(),
+            ctx.pipeline.text_column,
+            replace_columns=self.replace_columns,
+            score_column=column,
+        )
+        ds = (
+            ctx.read_inputs()
+            .map_batches(scorer, name=ctx.op("score"))
+            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
+            .map_batches(verdict, name=ctx.op("filter"))
+        )
+        return ds, (ctx.op("score"), ctx.op("filter"))
+
+    def _train(self, ctx: StepContext, output: Path) -> Path:
+        """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from zephyr.pipelines.quality.classifier import train_classifier
+
+        from zephyr.io.checksum import checksum_record, file_checksum
+
+        p = ctx.pipeline
+        stamp = output.with_suffix(".fingerprint")
+        if _reusable(output, stamp, ctx.fingerprint):
+            log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
+            return output
+        if self.train_from:
+            source = ctx.earlier[self.train_from]
+            positive = _first_texts(source["files"], p.text_column, self.train_max_rows)
+            negative = _first_texts(
+                source["extra"].get("dropped_files", []), p.text_column, self.train_max_rows
+            )
+            if not positive or not negative:
+                raise InputError(
+                    f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
+                    f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
+                )
+            labels = [self.positive_label] * len(positive) + [self.negative_label] * len(negative)
+            table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
+            label_column = "label"
+        else:
+            parts = [pq.read_table(path, columns=[p.text_column, self.label_column]) for path in self.train]
+            table = pa.concat_tables(parts, promote_options="permissive")
+            table = table.rename_columns(["text", self.label_column])
+            labels_np = np.asarray(table[self.label_column].to_pylist(), dtype=object)
+            picked = np.concatenate(
+                [
+                    np.flatnonzero(labels_np == label)[: self.train_max_rows]
+                    for label in (self.positive_label, self.negative_label)
+                ]
+            )
+            table = table.take(pa.array(np.sort(picked)))
+            label_column = self.label_column
+        log.info("quality: training the classifier on %d rows", table.num_rows)
+        train_classifier(
+            table, output, self.classifier_config(), text_column="text", label_column=label_column
+        )
+        stamp.write_text(
+            json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
+        )
+        return output
 
 
 def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
@@ -266,55 +777,6 @@ def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
                 if len(texts) >= max_rows:
                     return texts
     return texts
-
-
-def _train_quality_classifier(ctx: StepContext, output: Path) -> Path:
-    from zephyr.pipelines.quality.classifier import train_classifier
-
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    classifier_cfg = cfg.classifier_config()
-    stamp = output.with_suffix(".fingerprint")
-    if _reusable(output, stamp, ctx.fingerprint):
-        log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
-        return output
-    if cfg.train_from:
-        source = ctx.earlier[cfg.train_from]
-        positive = _first_texts(source["files"], p.text_column, cfg.train_max_rows)
-        negative = _first_texts(source["extra"].get("dropped_files", []), p.text_column, cfg.train_max_rows)
-        if not positive or not negative:
-            raise InputError(
-                f"step {ctx.entry.name!r}: train_from {cfg.train_from!r} gives {len(positive)} kept and "
-                f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
-            )
-        texts = positive + negative
-        labels = [cfg.positive_label] * len(positive) + [cfg.negative_label] * len(negative)
-        table = pa.table({"text": pa.array(texts, pa.large_string()), "label": labels})
-        label_column = "label"
-    else:
-        import pyarrow.parquet as pq
-
-        parts = [pq.read_table(path, columns=[p.text_column, cfg.label_column]) for path in cfg.train]
-        table = pa.concat_tables(parts, promote_options="permissive").rename_columns(
-            ["text", cfg.label_column]
-        )
-        labels_np = np.asarray(table[cfg.label_column].to_pylist(), dtype=object)
-        picked = np.concatenate(
-            [
-                np.flatnonzero(labels_np == lab)[: cfg.train_max_rows]
-                for lab in (cfg.positive_label, cfg.negative_label)
-            ]
-        )
-        table = table.take(pa.array(np.sort(picked)))
-        label_column = cfg.label_column
-    log.info("quality: training the classifier on %d rows", table.num_rows)
-    train_classifier(table, output, classifier_cfg, text_column="text", label_column=label_column)
-    from zephyr.io.checksum import checksum_record, file_checksum
-
-    stamp.write_text(
-        json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
-    )
-    return output
 
 
 def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
@@ -336,90 +798,256 @@ def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
     return True
 
 
-def run_quality(ctx: StepContext) -> StepOutcome:
-    from zephyr.pipelines.examples import ReasonGroups, filter_collector, filter_examples
-    from zephyr.pipelines.quality.classifier import QualityScorer
+@dataclass(frozen=True)
+class MapStep(Step, type="map"):
+    """A user transform: ``function(table: pa.Table) -> pa.Table | zephyr.BatchOutput`` on every batch.
 
-    cfg = ctx.entry.config
-    model = Path(cfg.model) if cfg.model else _train_quality_classifier(ctx, ctx.side_dir / "classifier.bin")
-    score = f"pipeline.{ctx.entry.name}.score"
-    keep = f"pipeline.{ctx.entry.name}.filter"
-    column = cfg.output_column or "quality_score"
-    verdict = MinScoreFilter(column, cfg.min_score)
-    scorer = QualityScorer(
-        str(model),
-        cfg.classifier_config(),
-        ctx.pipeline.text_column,
-        replace_columns=cfg.replace_columns,
-        score_column=column,
-    )
-    ds = (
-        ctx.read_inputs()
-        .map_batches(scorer, name=score)
-        .map_batches(
-            filter_collector(ctx, ReasonGroups(verdict.reasons)), name=f"pipeline.{ctx.entry.name}.examples"
-        )
-        .map_batches(verdict, name=keep)
-    )
-    outcome = filter_examples(ctx, finish_step(ctx, ds, (score, keep)))
-    outcome.extra["classifier"] = str(model)
-    return outcome
+    Rows it returns go on; rows it drops are counted (by reason, through ``BatchOutput.dropped``) and rows it
+    rejects are quarantined. Loading the config (and ``zephyr run --check``) only finds the module, running
+    none of its code or its packages' (``find_module``); a run imports it before any work starts
+    (``preflight``), so a missing attribute still fails before the first step."""
+
+    function: str = field(default="", metadata={"required": True})
+    """``package.module:attribute`` — a function, or a class instantiated with no arguments."""
+    batch_rows: int | None = None
+    """Rows per call; ``None`` passes the engine's batches as they come."""
+
+    def __post_init__(self) -> None:
+        require_at_least("batch_rows", self.batch_rows, 1)
+        module_name, _ = self._parts()
+        missing = find_module(module_name)
+        if missing is not None:
+            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
+
+    def _parts(self) -> tuple[str, str]:
+        module_name, sep, attr = self.function.partition(":")
+        dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+        if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
+            raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
+        return module_name, attr
+
+    def load(self) -> Any:
+        """The callable named by ``function``: imports its module (runs its code)."""
+        import importlib
+
+        module_name, attr = self._parts()
+        try:
+            target = importlib.import_module(module_name)
+            for name in attr.split("."):
+                target = getattr(target, name)
+        except (ImportError, AttributeError) as exc:
+            raise FieldError("function", f"cannot import {self.function!r}: {exc}") from None
+        if isinstance(target, type):
+            target = target()
+        if not callable(target):
+            raise FieldError("function", f"{self.function!r} is not callable")
+        return target
+
+    def preflight(self) -> None:
+        self.load()  # the module runs here, before any work; --check only found it
+
+    def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> None:
+        return None  # unknown until it runs; each later step checks its own batches
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        ds = ctx.read_inputs().map_batches(self.load(), batch_rows=self.batch_rows, name=ctx.op("map"))
+        return ds, (ctx.op("map"),)
 
 
-def run_tokenize(ctx: StepContext) -> StepOutcome:
-    from zephyr.tokenize.train_tokenizer import train_tokenizer
-    from zephyr.tokenize.writer import write_token_shards
+def find_module(name: str) -> str | None:
+    """Why the module ``name`` (dotted) cannot be imported, or None when it can be found: without running its
+    code or any of its parent packages'.
 
-    from zephyr.options import DEFAULT_MEMORY_BUDGET
+    ``importlib.util.find_spec("a.b")`` would import ``a`` (its ``__init__`` runs) to read ``a.__path__``. Here
+    only the top-level name goes to ``find_spec`` (finders search ``sys.path`` and run no module code); each
+    submodule is then asked of the import system's finders with the parent's search locations, as ``import``
+    itself does once the parent is loaded. A parent that is a plain module, not a package, cannot be looked
+    into without running it (``os.path`` is set by ``os``'s code): the name is then taken as found, and the
+    run's import says the rest.
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    if not ctx.inputs:
-        raise InputError(f"step {ctx.entry.name!r}: the previous step kept no rows; nothing to tokenize")
-    extra: dict[str, Any] = {}
-    if cfg.tokenizer:
-        tokenizer = Path(cfg.tokenizer)
-    else:  # what `zephyr tokenizer train STEP_INPUT --vocab-size N --output tokenizer.json` does
-        trained = train_tokenizer(
-            ctx.inputs,
-            vocab_size=cfg.vocab_size,
-            output=str(ctx.step_dir / "tokenizer.json"),
+    >>> find_module("json.decoder") is None
+    True
+    >>> find_module("json.no_such_part")
+    "no module named 'json.no_such_part'"
+    """
+    import importlib.util
+    import sys
+
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError) as exc:
+        return str(exc)
+    if spec is None:
+        return f"no module named {parts[0]!r}"
+    for depth in range(2, len(parts) + 1):
+        full = ".".join(parts[:depth])
+        loaded = sys.modules.get(full)
+        if loaded is not None and getattr(loaded, "__spec__", None) is not None:
+            spec = loaded.__spec__
+            continue
+        locations = spec.submodule_search_locations
+        if locations is None:
+            return None  # a plain module: its attributes are known only by running it
+        found = None
+        for finder in sys.meta_path:
+            find_spec = getattr(finder, "find_spec", None)
+            if find_spec is not None:
+                found = find_spec(full, list(locations))
+                if found is not None:
+                    break
+        if found is None:
+            return f"no module named {full!r}"
+        spec = found
+    return None
+
+
+@dataclass(frozen=True)
+class TokenizeStep(Step, type="tokenize"):
+    """Globally shuffled token shards (``zephyr.tokenize``); trains a byte-level BPE when no tokenizer is given.
+    ``shard_bytes``, ``seed``, ``bos``, ``engine``, ``batch_rows`` and ``megatron`` are
+    ``zephyr.tokenize.config.TokenizeConfig``'s, as the ``zephyr tokenize`` flags are."""
+
+    output: ClassVar[str] = "tokens"
+    unique: ClassVar[bool] = True
+    section: ClassVar[str] = "tokens"
+    tokenizer: str | None = path_field(None)
+    """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
+    byte-level BPE of ``vocab_size`` on the step input, as ``zephyr tokenizer train`` does (the same function,
+    ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the step folder."""
+    vocab_size: int = 8192
+    """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
+    tokenizer_train_bytes: str = "32MB"
+    """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
+    trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
+    shards: TokenizeConfig = embedded_field(TokenizeConfig)
+
+    def __post_init__(self) -> None:
+        require_at_least("vocab_size", self.vocab_size, 258)
+        _check_bytes("tokenizer_train_bytes", self.tokenizer_train_bytes)
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.tokenize.train_tokenizer import train_tokenizer
+        from zephyr.tokenize.writer import write_token_shards
+
+        from zephyr.options import DEFAULT_MEMORY_BUDGET
+
+        p = ctx.pipeline
+        if not ctx.inputs:
+            raise InputError(f"step {ctx.entry.name!r}: the previous step kept no rows; nothing to tokenize")
+        extra: dict[str, Any] = {}
+        if self.tokenizer:
+            tokenizer = Path(self.tokenizer)
+        else:  # what `zephyr tokenizer train STEP_INPUT --vocab-size N --output tokenizer.json` does
+            trained = train_tokenizer(
+                ctx.inputs,
+                vocab_size=self.vocab_size,
+                output=str(ctx.step_dir / "tokenizer.json"),
+                text_column=p.text_column,
+                sample_bytes=self.tokenizer_train_bytes,
+                memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET),
+                format="parquet",
+            )
+            tokenizer = Path(trained.output)
+            extra["tokenizer_trained_on"] = trained.to_dict()
+            log.info(
+                "tokenize: trained a %d-token BPE on %d documents -> %s",
+                trained.vocab_size,
+                trained.documents,
+                tokenizer,
+            )
+        result = write_token_shards(
+            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
+            tokenizer=str(tokenizer),
+            output=str(ctx.step_dir / "shards"),
             text_column=p.text_column,
-            sample_bytes=cfg.tokenizer_train_bytes,
-            memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET),
-            format="parquet",
+            id_column=p.id_column,
+            source_column=p.source_column,
+            **self.shards.writer_kwargs(),
+            **ctx.engine(),
         )
-        tokenizer = Path(trained.output)
-        extra["tokenizer_trained_on"] = trained.to_dict()
-        log.info(
-            "tokenize: trained a %d-token BPE on %d documents -> %s",
-            trained.vocab_size,
-            trained.documents,
-            tokenizer,
+        manifest = result.manifest
+        extra.update(
+            tokenizer=str(tokenizer),
+            shards_dir=str(ctx.step_dir / "shards"),
+            num_tokens=result.num_tokens,
+            num_documents=result.num_documents,
+            num_shards=len(manifest["shards"]),
+            vocab_size=manifest.get("vocab_size"),
+            dtype=manifest.get("dtype"),
+            per_source=manifest.get("sources", {}).get("per_source", {}),
         )
-    columns = [p.text_column, p.id_column, p.source_column]
-    result = write_token_shards(
-        ctx.read_inputs(columns),
-        tokenizer=str(tokenizer),
-        output=str(ctx.step_dir / "shards"),
-        text_column=p.text_column,
-        id_column=p.id_column,
-        source_column=p.source_column,
-        **cfg.shards.writer_kwargs(),
-        **ctx.engine(),
-    )
-    manifest = result.manifest
-    extra.update(
-        tokenizer=str(tokenizer),
-        shards_dir=str(ctx.step_dir / "shards"),
-        num_tokens=result.num_tokens,
-        num_documents=result.num_documents,
-        num_shards=len(manifest["shards"]),
-        vocab_size=manifest.get("vocab_size"),
-        dtype=manifest.get("dtype"),
-        per_source=manifest.get("sources", {}).get("per_source", {}),
-    )
-    return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
+        return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.tokenize.writer import plans
+
+        if not self.tokenizer:
+            return [("a byte-level BPE is trained on the step input first; the token jobs follow", None)]
+        p = ctx.pipeline
+        return plans(
+            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
+            tokenizer=self.tokenizer,
+            output=str(ctx.step_dir / "shards"),
+            text_column=p.text_column,
+            id_column=p.id_column,
+            source_column=p.source_column,
+            **self.shards.writer_kwargs(),
+            **ctx.execution,
+        )
+
+    def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
+        """A tokenize step keeps every document: the shards must hold as many as came in."""
+        kept = int(outcome.extra["num_documents"])
+        if input_rows != kept:
+            raise AccountingError(
+                f"step {name!r}: {input_rows} documents came in but the token shards hold {kept}; "
+                "every document must be tokenized (the read step quarantines null texts)"
+            )
+        shards = [str(p) for p in Path(outcome.extra["shards_dir"]).glob("shard-*")]
+        per_source = outcome.extra.get("per_source", {})
+        return {
+            "per_source": {"out": {k: int(v["documents"]) for k, v in per_source.items()}},
+            **rows_record(input_rows, kept, 0, {}, 0, shards),
+        }
+
+    @classmethod
+    def done_line(cls, record: dict[str, Any]) -> str:
+        return super().done_line(record) + f", {record['extra'].get('num_tokens', 0):,} tokens"
+
+    @classmethod
+    def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+        """Tokens: documents, tokens, shards, per source."""
+        extra = record.get("extra", {})
+        trained = extra.get("tokenizer_trained_on")
+        note = (
+            f" (a {md_text(extra.get('vocab_size'))}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
+            f"{md_count(trained['documents'])} documents: a {md_bytes(trained['sample_bytes'])} sample of the step input)"
+            if trained
+            else ""
+        )
+        blocks: list[tuple] = [
+            ("h", 2, "Tokens"),
+            (
+                "p",
+                f"{md_count(extra.get('num_documents', 0))} documents, {md_count(extra.get('num_tokens', 0))} tokens "
+                f"({md_text(extra.get('dtype'))}) in {md_text(extra.get('num_shards'))} shards at "
+                f"{md_code(extra.get('shards_dir'))}; tokenizer {md_code(extra.get('tokenizer'))}{note}.",
+            ),
+        ]
+        per = extra.get("per_source", {})
+        if per:
+            rows = [
+                [
+                    md_text(k),
+                    md_count(v["documents"]),
+                    md_count(v["tokens"]),
+                    f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
+                ]
+                for k, v in per.items()
+            ]
+            blocks.append(("table", ["source", "documents", "tokens", "tokens per document"], rows))
+        return blocks
 
 
 def _set_checksums(output: str) -> dict[str, dict]:
@@ -433,36 +1061,167 @@ def _set_checksums(output: str) -> dict[str, dict]:
     return {manifest: checksum_record(*file_checksum(manifest)), **read_manifest(output).checksum_records()}
 
 
-def run_train(ctx: StepContext) -> StepOutcome:
-    from zephyr.trainer.train import train
+_TRAIN_MANAGED = ("data", "log", "checkpoint_dir", "tensorboard_dir")
 
-    if ctx.tokenize_dir is None:
-        raise ConfigError(f"pipeline step {ctx.entry.name!r} needs the token shards of a tokenize step")
-    log_path = ctx.step_dir / "train.jsonl"
-    cfg = ctx.entry.config.build(
-        data=str(ctx.tokenize_dir), log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints")
-    )
-    result = train(cfg)
-    records = read_train_log(log_path)
-    losses = [r["loss"] for r in records]
-    extra = {
-        "steps": result.step,
-        "resumed_from": result.resumed_from,
-        "log": str(log_path),
-        "checkpoints": str(ctx.step_dir / "checkpoints"),
-        "final_loss": losses[-1] if losses else None,
-        "first_loss": losses[0] if losses else None,
-        "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
-        "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
-        if len(records) > 1
-        else None,
-        "config": cfg.to_dict(),
-        "packing": cfg.packing,
-        "instances_filtered": records[-1].get("instances_filtered_total") if records else None,
-        "mix_tokens": records[-1].get("mix_tokens") if records else None,
-        "mix_share": records[-1].get("mix_share") if records else None,
-    }
-    return StepOutcome(extra=extra)
+
+@dataclass(frozen=True)
+class TrainStep(Step, type="train"):
+    """Train the MoE language model on the token shards (``zephyr.trainer``).
+
+    Any ``TrainConfig`` key is accepted (``preset``, ``steps``, ``batch_size``, ``seq_len``, ``device``,
+    ``model: {...}``, ``optim: {...}``...), except ``data``, ``log`` and ``checkpoint_dir``, which the
+    pipeline sets (the tokenize output, ``train.jsonl`` and ``checkpoints/`` in the step folder)."""
+
+    output: ClassVar[str] = "model"
+    section: ClassVar[str] = "training"
+    display_only: ClassVar[tuple[str, ...]] = ("log_every",)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The ``TrainConfig`` keys given in the step."""
+
+    def __post_init__(self) -> None:
+        self.build(data=None, log=None, checkpoint_dir=None)
+
+    @classmethod
+    def from_keys(cls, body: dict[str, Any], where: str, errors: list[str]) -> Step | None:
+        return build_flat(cls, {"settings": body}, where, errors)
+
+    def keys(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+    def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
+        if any(e.step.output == "tokens" for e in earlier):
+            return []
+        return [f"steps[{index}].step: 'train' needs an enabled tokenize step before it"]
+
+    @staticmethod
+    def allowed_keys() -> list[str]:
+        from zephyr.trainer.config import TrainConfig
+
+        return sorted({f.name for f in dataclasses.fields(TrainConfig)} - set(_TRAIN_MANAGED))
+
+    def build(self, *, data: str | None, log: str | None, checkpoint_dir: str | None) -> Any:
+        """The ``TrainConfig`` to run."""
+        from zephyr.trainer.config import TrainConfig, get_preset, model_config_from_dict
+
+        allowed = self.allowed_keys()
+        for key in self.settings:
+            if key not in allowed:
+                raise FieldError(
+                    key, f"unknown key; allowed: {', '.join(['enabled', 'name', 'step', *allowed])}"
+                )
+        raw = {
+            "checkpoint_every": 50,
+            **self.settings,
+            "data": data,
+            "log": log,
+            "checkpoint_dir": checkpoint_dir,
+        }
+        try:
+            cfg = TrainConfig.from_dict(raw)
+            model_config_from_dict(cfg.model, get_preset(cfg.preset))
+        except TypeError as exc:
+            raise FieldError("settings", str(exc)) from None
+        except ConfigError as exc:
+            key = next((k for k in self.settings if k in str(exc)), "settings")
+            raise FieldError(key, str(exc)) from None
+        return cfg
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        import numpy as np
+        from zephyr.trainer.train import train
+
+        if ctx.tokenize_dir is None:
+            raise ConfigError(f"pipeline step {ctx.entry.name!r} needs the token shards of a tokenize step")
+        log_path = ctx.step_dir / "train.jsonl"
+        cfg = self.build(
+            data=str(ctx.tokenize_dir), log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints")
+        )
+        result = train(cfg)
+        records = read_train_log(log_path)
+        losses = [r["loss"] for r in records]
+        last = records[-1] if records else {}
+        extra = {
+            "steps": result.step,
+            "resumed_from": result.resumed_from,
+            "log": str(log_path),
+            "checkpoints": str(ctx.step_dir / "checkpoints"),
+            "final_loss": losses[-1] if losses else None,
+            "first_loss": losses[0] if losses else None,
+            "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
+            "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
+            if len(records) > 1
+            else None,
+            "config": cfg.to_dict(),
+            "packing": cfg.packing,
+            "instances_filtered": last.get("instances_filtered_total") if records else None,
+            "mix_tokens": last.get("mix_tokens") if records else None,
+            "mix_share": last.get("mix_share") if records else None,
+        }
+        return StepOutcome(extra=extra)
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        return [("training on the token shards, in this process (zephyr.trainer): no engine job", None)]
+
+    def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
+        return rows_record(0, 0, 0, {}, 0, [])
+
+    @classmethod
+    def done_line(cls, record: dict[str, Any]) -> str:
+        extra = record["extra"]
+        loss = extra.get("final_loss")
+        body = f"{extra.get('steps', 0)} steps" + (f", final loss {loss:.4f}" if loss is not None else "")
+        if extra.get("mean_tokens_per_s"):
+            body += f", {extra['mean_tokens_per_s']:,.0f} tokens/s"
+        return body
+
+    @classmethod
+    def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+        """Training: steps, tokens, loss, throughput, and their curves."""
+        extra = record.get("extra", {})
+        loss0, loss1 = extra.get("first_loss"), extra.get("final_loss")
+        tps = extra.get("mean_tokens_per_s")
+        text = f"{md_text(extra.get('steps'))} steps, {md_count(extra.get('tokens_trained', 0))} tokens"
+        if loss0 is not None and loss1 is not None:
+            text += f"; loss {loss0:.4f} → {loss1:.4f}"
+        if tps:
+            text += f"; {tps:,.0f} tokens/s"
+        if extra.get("resumed_from"):
+            text += f"; resumed from step {md_text(extra['resumed_from'])}"
+        if extra.get("packing"):
+            text += f"; packing {md_text(extra['packing'])}"
+        if extra.get("instances_filtered") is not None:
+            text += f"; {md_count(extra['instances_filtered'])} samples masked by the instance filter"
+        text += f". Metrics: {md_code(extra.get('log'))}; checkpoints: {md_code(extra.get('checkpoints'))}."
+        blocks: list[tuple] = [("h", 2, "Training"), ("p", text)]
+        if extra.get("mix_tokens"):
+            share = extra.get("mix_share") or {}
+            rows = [
+                [md_text(k), md_count(v), f"{share.get(k, 0):.3f}"] for k, v in extra["mix_tokens"].items()
+            ]
+            blocks.append(("table", ["source", "tokens drawn", "share over the last window"], rows))
+        if "training" in plots:
+            blocks.append(("img", plots["training"], "training loss and tokens/s per step"))
+        return blocks
+
+    @classmethod
+    def plots(cls, record: dict[str, Any], plt: Any, save: Any) -> None:
+        """``training.png``: loss and tokens/s per step, side by side."""
+        log_path = record.get("extra", {}).get("log")
+        records = read_train_log(log_path) if log_path else []
+        if not records:
+            return
+        steps = [r["step"] for r in records]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.2))
+        left.plot(steps, [r["loss"] for r in records], color="#4c72b0")
+        left.set_title("training loss")
+        speed = [(r["step"], r["tokens_per_s"]) for r in records if r.get("tokens_per_s") is not None]
+        right.plot([s for s, _ in speed], [v for _, v in speed], color="#55a868")
+        right.set_title("throughput (tokens/s)")
+        right.set_ylim(bottom=0)
+        for ax in (left, right):
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        save(fig, "training")
 
 
 def read_train_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -480,44 +1239,3 @@ def read_train_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 continue  # a line torn by a kill mid-write
             by_step[int(record["step"])] = record
     return [by_step[s] for s in sorted(by_step)]
-
-
-RUNNERS: dict[str, Callable[[StepContext], StepOutcome]] = {
-    "read": run_read,
-    "normalize": run_normalize,
-    "langid": run_langid,
-    "heuristic_filter": run_heuristic_filter,
-    "exact_dedup": run_exact_dedup,
-    "fuzzy_dedup": run_fuzzy_dedup,
-    "quality": run_quality,
-    "tokenize": run_tokenize,
-    "train": run_train,
-}
-"""Step type → adapter."""
-
-
-def preflight(entry: StepEntry) -> None:
-    """Checks that need the environment (models present...), run for every step before any work starts."""
-    if entry.type == "langid" and entry.config.model is None:
-        from zephyr.pipelines.quality.lid_model import ensure_lid_model
-
-        ensure_lid_model()
-    if entry.type == "map":
-        entry.config.load()  # the module runs here, before any work; --check only found it
-
-
-def run_map(ctx: StepContext) -> StepOutcome:
-    cfg = ctx.entry.config
-    op = f"pipeline.{ctx.entry.name}.map"
-    ds = ctx.read_inputs().map_batches(cfg.load(), batch_rows=cfg.batch_rows, name=op)
-    return finish_step(ctx, ds, (op,))
-
-
-RUNNERS["map"] = run_map
-
-RUNNERS.update(
-    extract=run_extract,
-    url_filter=run_url_filter,
-    url_dedup=run_url_dedup,
-    substring_dedup=run_substring_dedup,
-)

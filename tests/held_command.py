@@ -5,7 +5,7 @@ lets it go: the second command of a "two commands, one output" test meets the fi
 waits until it reached ``at``, where it writes its pid to ``READY`` and waits for ``GO``:
 
 - ``claim``: right after the command claimed its output and work dir (``zephyr.cli._claim``), before any work;
-- ``step``: inside a ``zephyr run`` step, when the step writes its rows (``step_ops.finish_step``), with the
+- ``step``: inside a ``zephyr run`` step, when the step writes its rows (``StepContext.finish``), with the
   job folder locked and the step's engine work under way.
 """
 
@@ -43,16 +43,14 @@ if at == "claim":
 
     target._claim = held
 else:
-    import zephyr.pipelines.step_ops as target
-    import zephyr.pipelines.steps as steps
-    original = target.finish_step
+    from zephyr.pipelines.step import StepContext
+    original = StepContext.finish
 
     def held(*args, **kwargs):
         hold()
         return original(*args, **kwargs)
 
-    target.finish_step = held
-    steps.finish_step = held
+    StepContext.finish = held
 from zephyr.cli import main
 
 sys.exit(main(argv))

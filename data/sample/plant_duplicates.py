@@ -136,7 +136,7 @@ EDIT_FUNCTIONS = {
 def _as_quickstart_sees(texts: list[str]) -> tuple[list[str], list[bool]]:
     """The texts after the quickstart's normalize, langid (English, score >= 0.5) and heuristic_filter
     stages, and whether they are kept (needs the language-ID model that scripts/setup installs)."""
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator
+    from zephyr.pipelines.quality.filters import FilterAnnotator
     from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
     from zephyr.pipelines.quality.normalize import normalize_array
 

@@ -2,24 +2,22 @@
 
 Every quality function takes a ``pyarrow.Table`` and the *name* of its text column. A missing column or a
 column that is not a string type is a ``SchemaError`` naming the column and the columns there are (a ``null``
-typed column, all nulls, is text: see ``zephyr.io.text_column``); null texts are the caller's business
+typed column, all nulls, is text: see ``zephyr.io.quarantine``); null texts are the caller's business
 (filters quarantine them, annotators leave their outputs null).
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephyr.errors import ConfigError
 from zephyr.io.quarantine import require_text_column
 
 if TYPE_CHECKING:
     import polars as pl
-
-__all__ = ["text_array", "text_series", "lang_series", "NO_SPACE_LANGUAGES", "require_column"]
 
 NO_SPACE_LANGUAGES: frozenset[str] = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "wuu", "yue"})
 """Languages written without spaces between words: whitespace-token rules (word counts, stop words,
@@ -27,9 +25,24 @@ n-grams) say nothing about them, so the word-based rules skip their rows instead
 
 
 def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "text") -> None:
-    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.text_column``,
+    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.quarantine``,
     shared with tokenize: a string type, or ``null`` for a column without a single value)."""
     require_text_column(table.schema, column, what=what)
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Refuse in one line, before any work, when ``what`` needs the package ``module`` and it is not installed:
+    the message names the extra that installs it (a missing package would otherwise fail inside every task).
+
+    >>> require_extra("json", "quality", "zephyr langid")
+    >>> require_extra("no_such_package", "quality", "zephyr langid")
+    Traceback (most recent call last):
+    zephyr.errors.ConfigError: zephyr langid needs no_such_package: pip install 'zephyr-data[quality]'
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
 
 
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
@@ -38,7 +51,7 @@ def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Arr
     col = table.column(column)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if col.type != pa.large_string():
+    if not pa.types.is_large_string(col.type):
         col = pc.cast(col, pa.large_string())
     return col
 
@@ -63,7 +76,7 @@ def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: s
     return values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
 
 
-def compile_check(pattern: str) -> str:
-    """Validate a regex early (Python's engine, a close superset of what RE2/Rust accept here)."""
-    re.compile(pattern)
-    return pattern
+def count_reasons(reasons: pa.Array) -> dict[str, int]:
+    """Rows per non-null reason (drop reasons of a batch: what a removing op reports to the engine)."""
+    vc = pc.value_counts(reasons.drop_null())
+    return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}

@@ -31,20 +31,6 @@ from zephyr.pipelines.quality.langid import load_fasttext_model
 from zephyr.errors import ConfigError, SchemaError
 from zephyr.removal import check_added_columns
 
-__all__ = [
-    "ClassifierConfig",
-    "QualityScorer",
-    "train_classifier",
-    "evaluate_classifier",
-    "score_quality",
-    "quantile_edges",
-    "assign_buckets",
-    "bucket_column",
-    "put_column",
-    "roc_auc",
-    "prepare_fasttext_text",
-]
-
 log = logging.getLogger(__name__)
 
 
@@ -209,7 +195,7 @@ class QualityScorer:
     """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (and its bucket column given edges).
 
     A table that already has one of them (scored before) fails unless ``replace_columns``: a silent rescore would
-    replace scores from another model (``zephyr.io.added_columns``)."""
+    replace scores from another model (``zephyr.removal``)."""
 
     model_path: str
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
@@ -256,7 +242,7 @@ class QualityScorer:
 
 def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     """``table`` with ``values`` as column ``name``: replaced in place if it exists (the caller decided that,
-    see ``zephyr.io.added_columns``), else appended."""
+    see ``zephyr.removal``), else appended."""
     if name in table.schema.names:
         return table.set_column(table.schema.get_field_index(name), name, values)
     return table.append_column(name, values)

@@ -17,6 +17,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from zephyr.pipelines.quality._text import require_extra
 from zephyr.pipelines.quality.cli_common import (
     engine_options,
     one_job_summary,
@@ -27,16 +28,15 @@ from zephyr.pipelines.quality.cli_common import (
 )
 from zephyr.pipelines.quality.cli_filter import add_filter_arguments, explain_filter_command, filter_command
 
-__all__ = ["register"]
-
 log = logging.getLogger(__name__)
 
 
 def _cmd_normalize(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import Normalize
-    from zephyr.pipelines.quality.normalize import NormalizeConfig
+    from zephyr.pipelines.quality.normalize import Normalize, NormalizeConfig
 
     cfg = NormalizeConfig(fix_mojibake=args.fix_mojibake, collapse_whitespace=not args.keep_whitespace)
+    if cfg.fix_mojibake:
+        require_extra("ftfy", "quality", "zephyr normalize --fix-mojibake")
     result = (
         read_text_inputs(args)
         .map_batches(Normalize(cfg, args.text_column), name="normalize")
@@ -47,10 +47,14 @@ def _cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def _cmd_langid(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import LanguageFilter
-    from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import (
+        LangIdConfig,
+        LanguageFilter,
+        LanguageIdentifier,
+        ensure_lid_model,
+    )
 
+    require_extra("fasttext", "quality", "zephyr langid")
     model = args.model or str(ensure_lid_model())  # fail fast, before any task starts
     if args.dropped_output:
         from zephyr import removal
@@ -84,8 +88,7 @@ def _cmd_langid(args: argparse.Namespace) -> int:
 
 
 def _cmd_pii(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import RedactPII
-    from zephyr.pipelines.quality.pii import PIIConfig, count_columns
+    from zephyr.pipelines.quality.pii import PIIConfig, RedactPII, count_columns
 
     kinds = tuple(k.strip() for k in args.kinds.split(","))
     config = PIIConfig(kinds=kinds, count_columns=not args.no_count_columns, column_prefix=args.output_column)
@@ -99,10 +102,8 @@ def _cmd_pii(args: argparse.Namespace) -> int:
 
 
 def _cmd_decontaminate(args: argparse.Namespace) -> int:
-    from zephyr.pipelines.quality.batch_ops import Decontaminate
-    from zephyr.pipelines.quality.decontaminate import build_eval_index, check_mode, read_eval_texts
+    from zephyr.pipelines.quality.decontaminate import Decontaminate, build_eval_index, read_eval_texts
 
-    args.mode = check_mode(args.mode, "--mode")  # --mode flag|drop: the old names, with a warning
     if args.dropped_output:
         from zephyr import removal
         from zephyr.errors import ConfigError
@@ -282,9 +283,9 @@ def _add_decontaminate(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=int, default=13)
     p.add_argument(
         "--mode",
-        choices=("remove", "annotate", "drop", "flag"),
+        choices=("remove", "annotate"),
         default="remove",
-        help="remove the contaminated rows, or annotate every row (drop, flag: deprecated old names)",
+        help="remove the contaminated rows, or annotate every row",
     )
     add_replace_columns(
         p,

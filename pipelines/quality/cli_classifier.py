@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from zephyr.pipelines.quality._text import require_extra
 from zephyr.pipelines.quality.cli_common import (
     engine_options,
     one_job_summary,
@@ -15,10 +16,9 @@ from zephyr.pipelines.quality.cli_common import (
     write_json,
 )
 
-__all__ = ["train_command", "score_command"]
-
 
 def train_command(args: argparse.Namespace) -> int:
+    require_extra("fasttext", "quality", "zephyr quality train")
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -58,6 +58,7 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def score_command(args: argparse.Namespace) -> int:
+    require_extra("fasttext", "quality", "zephyr quality score")
     from zephyr import job_stats
 
     with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs

@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["stats_path", "side", "read_text_inputs", "engine_options", "write_json", "one_job_summary"]
-
 
 def side(args: argparse.Namespace, *names: str) -> Path:
     """A path in the sidecar of the command's output (``OUTPUT.zephyr/...``, ``zephyr.io.layout``)."""
@@ -29,7 +27,7 @@ def read_text_inputs(args: argparse.Namespace, adds: tuple[str, ...] = (), renam
     """The inputs as a Dataset, after checking that every file's text column holds text and has none of the
     columns ``adds`` the command will add (unless ``--replace-columns``): one line naming the file and the column,
     before any task starts. Files that disagree follow ``--unify-schemas`` / ``--schema FILE``
-    (``zephyr.io.input_schema``)."""
+    (``zephyr.io.schema``)."""
     import zephyr
     from zephyr.cli import schema_arguments
     from zephyr.io.paths import input_files

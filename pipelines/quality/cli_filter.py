@@ -2,8 +2,8 @@
 dropped rows, the quarantined ones and a retention report beside the kept output (registered by
 ``zephyr.pipelines.quality.cli``; helpers shared with it in ``cli_common``).
 
-The jobs: one annotates every row with its first failing rule (``batch_ops.FilterAnnotator``) into a scratch
-folder; three route the annotated rows (``batch_ops.RouteByReason``: kept → ``--output``, dropped →
+The jobs: one annotates every row with its first failing rule (``filters.FilterAnnotator``) into a scratch
+folder; three route the annotated rows (``filters.RouteByReason``: kept → ``--output``, dropped →
 ``OUTPUT.zephyr/dropped/``, quarantined → ``OUTPUT.zephyr/quarantine/``) and one summarizes them for
 ``OUTPUT.zephyr/report.json`` / ``report.md`` (the sidecar, ``zephyr.io.layout``). Input lines that cannot be
 read go to ``OUTPUT.zephyr/unreadable/`` (the engine's quarantine schema: source, line, reason, raw), apart
@@ -24,15 +24,6 @@ from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
-
-__all__ = [
-    "add_filter_arguments",
-    "explain_filter_command",
-    "filter_command",
-    "filter_plan_text",
-    "report_plan",
-    "route_plans",
-]
 
 # The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
 _NO_ROWS: dict[str, Any] = {
@@ -109,6 +100,10 @@ class _Routed:
 
 def _filter(args: argparse.Namespace, jobs: list[dict[str, Any]]) -> int:
     args.filter_config = _filter_config(args)  # checks the rules before any work
+    if "url" in args.filter_config.rules:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("tldextract", "web", "zephyr filter --rules url")
     if args.dropped_output:
         from zephyr.io.publish import check_side_dir
 
@@ -142,7 +137,8 @@ def _annotated_input(
 ) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in ``drop_reason``, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, Normalize, reason_aside
+    from zephyr.pipelines.quality.filters import FilterAnnotator, reason_aside
+    from zephyr.pipelines.quality.normalize import Normalize
 
     from zephyr.removal import set_aside
 
@@ -203,7 +199,7 @@ def route_plans(
     """(folder, plan) of the routing jobs over the annotated rows, in the order they run: kept rows to
     ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
     ``out.zephyr/quarantine``; used by the command and by ``zephyr explain filter``."""
-    from zephyr.pipelines.quality.batch_ops import RouteByReason
+    from zephyr.pipelines.quality.filters import RouteByReason
 
     from zephyr.io.layout import dropped_dir, quarantine_dir
 
@@ -225,7 +221,7 @@ def report_plan(args: argparse.Namespace, annotated: Dataset) -> Dataset:
 
 
 def explain_filter_command(args: argparse.Namespace) -> Any:
-    """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.commands.explained``)."""
+    """``zephyr explain filter``: the plans on stdout, nothing run (``zephyr.cli.explained``)."""
     from zephyr.cli import explained
 
     return explained(filter_plan_text(args), args)
@@ -260,7 +256,7 @@ def filter_plan_text(args: argparse.Namespace) -> str:
 
 def _summarize(args: argparse.Namespace) -> Any:
     """The report's per-batch summary (``report.summarize_batch``) with this command's columns."""
-    from zephyr.pipelines.quality.report import summarize_batch
+    from zephyr.pipelines.quality.filters import summarize_batch
 
     source = args.source_column if args.source_column else None
     text_column, id_column, samples = args.text_column, args.id_column, args.samples
@@ -272,7 +268,7 @@ def _summarize(args: argparse.Namespace) -> Any:
 def _write_report(args: argparse.Namespace, jobs: list[dict[str, Any]], routed: _Routed, out: Path) -> int:
     """``stats.json``, ``report.json`` and ``report.md`` in the output's sidecar, a ``TaskError`` if the counts
     do not balance, and the command's summary."""
-    from zephyr.pipelines.quality.report import merge_summaries, report_markdown
+    from zephyr.pipelines.quality.filters import merge_summaries, report_markdown
 
     from zephyr import job_stats
     from zephyr.io.layout import dropped_dir, quarantine_dir

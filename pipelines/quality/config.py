@@ -1,17 +1,15 @@
 """Config dataclasses of the quality package, apart from the kernels so that loading a pipeline config
-(``zephyr run --check``, ``zephyr.pipelines.step_configs``) imports no pyarrow.
+(``zephyr run --check``, ``zephyr.pipelines.steps``) imports no pyarrow.
 
 ``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` step (which embeds it:
 its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
-``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise (the
-rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``).
+``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise.
+The rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-__all__ = ["NormalizeConfig", "DEFAULT_RULES"]
 
 DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
 """The default heuristic rule sets (names of ``filters.RULE_SETS``), in the order they are applied."""

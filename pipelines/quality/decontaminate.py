@@ -11,16 +11,16 @@ positive needs a hash collision (~ W·E/2^64 for W document n-grams against E ev
 ``decontaminate(table, index)`` adds ``contaminated`` (bool) and ``contaminated_ngrams`` (int32, number of
 matching n-gram positions) columns (``mode="annotate"``), or with ``mode="remove"`` returns (kept, dropped)
 where dropped rows carry ``drop_reason = "decontam_shares_13gram"``. Null texts are never contaminated. The
-modes are dedup's words (annotate/remove); the old ``flag``/``drop`` are read with a
-``ZephyrDeprecationWarning`` until the next release (``check_mode``).
+modes are dedup's words and default (``remove``, as every removing op).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,21 +28,11 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
+from zephyr import counters
 from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.ops import BatchOutput
 from zephyr.removal import check_added_columns
-
-__all__ = [
-    "OLD_MODES",
-    "check_mode",
-    "EvalNgramIndex",
-    "build_eval_index",
-    "read_eval_texts",
-    "contamination",
-    "decontaminate",
-    "flag_columns",
-    "with_flags",
-]
 
 log = logging.getLogger(__name__)
 
@@ -142,54 +132,42 @@ def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
 
 
-OLD_MODES = {"flag": "annotate", "drop": "remove"}
-"""The modes' names before this release, still read with a ``ZephyrDeprecationWarning``."""
-
-
-def check_mode(mode: str, where: str = "mode") -> str:
-    """``mode`` as one of ``zephyr.config.REMOVAL_MODES`` (``annotate`` keeps every row and adds the flag
-    columns; ``remove`` drops the contaminated rows); an old name (``OLD_MODES``) is renamed with a warning.
-
-    >>> check_mode("remove")
-    'remove'
-    """
-    return check_removal_mode(mode, where, OLD_MODES)
-
-
-def flag_columns(flag_column: str = "contaminated") -> tuple[str, str]:
-    """The columns annotate mode adds: ``flag_column`` (bool) and ``<flag_column>_ngrams`` (int32)."""
-    return flag_column, f"{flag_column}_ngrams"
+def added_columns(output_column: str = "contaminated") -> tuple[str, str]:
+    """The columns annotate mode adds: ``output_column`` (bool) and ``<output_column>_ngrams`` (int32)."""
+    return output_column, f"{output_column}_ngrams"
 
 
 def decontaminate(
     table: pa.Table,
     index: EvalNgramIndex,
     *,
-    mode: str = "annotate",
+    mode: str = "remove",
     text_column: str = "text",
     replace_columns: bool = False,
-    flag_column: str = "contaminated",
+    output_column: str = "contaminated",
 ) -> pa.Table | tuple[pa.Table, pa.Table]:
     """Annotate (add ``contaminated``/``contaminated_ngrams``) or remove documents sharing an n-gram with the
     eval set.
 
     Annotate mode refuses a table that already has those columns (``ColumnExistsError``) unless
-    ``replace_columns=True`` or ``flag_column=`` names others; remove mode refuses one with ``drop_reason`` (its
-    dropped rows carry it).
+    ``replace_columns=True`` or ``output_column=`` names others; remove mode refuses one with ``drop_reason``
+    (its dropped rows carry it).
 
     >>> import pyarrow as pa
     >>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
     >>> t = pa.table({"text": ["Intro: the QUICK brown fox jumps over the lazy dog near the river bank!", "other"]})
-    >>> decontaminate(t, idx)["contaminated"].to_pylist()
+    >>> decontaminate(t, idx, mode="annotate")["contaminated"].to_pylist()
     [True, False]
     """
-    mode = check_mode(mode)
-    added = flag_columns(flag_column) if mode == "annotate" else ("drop_reason",)
-    check_added_columns(table.schema.names, added, replace_columns=replace_columns, rename="flag_column=NAME")
+    mode = check_removal_mode(mode)
+    added = added_columns(output_column) if mode == "annotate" else ("drop_reason",)
+    check_added_columns(
+        table.schema.names, added, replace_columns=replace_columns, rename="output_column=NAME"
+    )
     counts = contamination(text_array(table, text_column), index)
     flagged = pa.array(counts > 0)
     if mode == "annotate":
-        return with_flags(table, counts, flag_column)
+        return annotated(table, counts, output_column)
     reason = f"decontam_shares_{index.n}gram"
     dropped = table.filter(flagged)
     dropped = dropped.drop_columns([c for c in added if c in dropped.schema.names])
@@ -197,9 +175,61 @@ def decontaminate(
     return table.filter(pc.invert(flagged)), dropped
 
 
-def with_flags(table: pa.Table, counts: np.ndarray, flag_column: str = "contaminated") -> pa.Table:
-    """``table`` plus the flag columns of ``counts`` (matching n-gram positions per row); existing columns of
-    those names are replaced at the end (the caller checked that it may, ``zephyr.io.added_columns``)."""
-    flag, ngrams = flag_columns(flag_column)
+def annotated(table: pa.Table, counts: np.ndarray, output_column: str = "contaminated") -> pa.Table:
+    """``table`` plus the annotate columns of ``counts`` (matching n-gram positions per row); existing columns of
+    those names are replaced at the end (the caller checked that it may, ``zephyr.removal``)."""
+    flag, ngrams = added_columns(output_column)
     table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
     return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
+
+
+@dataclass
+class Decontaminate:
+    """Annotates (``mode="annotate"``) or removes (``mode="remove"``) rows sharing an n-gram with the eval index
+    file.
+
+    Annotate mode adds ``output_column`` and ``<output_column>_ngrams``; an input that has them fails unless
+    ``replace_columns`` (``zephyr.removal``). Remove mode adds nothing."""
+
+    index_path: str
+    mode: str = "remove"
+    text_column: str = "text"
+    replace_columns: bool = False
+    output_column: str = "contaminated"
+    _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.mode = check_removal_mode(self.mode)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_index": None}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns this step adds."""
+        return added_columns(self.output_column) if self.mode == "annotate" else ()
+
+    def _counts(self, table: pa.Table) -> Any:
+        """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
+        if self._index is None:
+            self._index = EvalNgramIndex.load(self.index_path)
+        counts = contamination(table.column(self.text_column).combine_chunks(), self._index)
+        counters.increment("decontam/contaminated_rows", int((counts > 0).sum()))
+        return counts
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason of remove mode (null: kept), for ``--dropped-output`` (``zephyr.removal``)."""
+        hit = self._counts(table) > 0
+        reason = f"decontam_shares_{self._index.n}gram"
+        return pc.if_else(pa.array(hit, pa.bool_()), pa.scalar(reason), pa.scalar(None, pa.string()))
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
+        counts = self._counts(table)
+        hit = counts > 0
+        if self.mode == "annotate":
+            return annotated(table, counts, self.output_column)
+        reason = f"decontam_shares_{self._index.n}gram"
+        return BatchOutput(
+            kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}
+        )

@@ -15,8 +15,6 @@ from zephyr.pipelines.quality.config import DEFAULT_RULES
 from zephyr.config import FieldError
 from zephyr.errors import ConfigError
 
-__all__ = ["HeuristicFilterConfig"]
-
 
 @dataclass(frozen=True)
 class HeuristicFilterConfig:

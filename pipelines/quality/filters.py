@@ -12,19 +12,36 @@ original text so they can be inspected. Counts balance by construction::
 sum to a job total.
 
 **The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
-families of ``gopher.py``, ``c4.py``, ``fineweb.py``, ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
+families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
-``Dataset`` (``batch_ops.FilterAnnotator``, routed by ``batch_ops.RouteByReason``; ``HeuristicFilter`` in one
-pass) → their two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` step
-(``pipelines/steps.run_heuristic_filter``). Both hold the rules in one config,
-``filter_config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
+``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
+two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` step
+(``pipelines/steps.HeuristicFilterStep``). Both hold the rules in one config,
+``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
+
+**Retention report** of ``zephyr filter`` per source: rows/bytes kept and dropped per rule, with deterministic samples.
+
+Works on *annotated* batches (the filter's annotation before routing: every row plus a
+``drop_reason`` column, null = kept, ``null_text`` = quarantined). ``summarize_batch`` reduces a batch to a
+small table — per (source, outcome) row and byte counts plus the ``sample_size`` rows with the smallest
+text hash — and ``merge_summaries`` folds any number of them into the report. Because "the k smallest
+hashes of a union" equals "the k smallest of the per-part k smallest", the samples do not depend on how
+the data was split into batches, shards or workers.
+
+Report JSON (``version`` 1)::
+
+    {"version": 1, "sources": {source: {"rows_in", "bytes_in", "kept": {"rows", "bytes", "samples": [...]},
+     "dropped": {reason: {"rows", "bytes", "samples": [...]}}, "quarantined": {...}}}, "totals": {...}}
+
+Samples hold ``id`` (when the table has one) and the first ``preview_chars`` characters of the text.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,36 +49,29 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import lang_series, text_array
-from zephyr.pipelines.quality.c4 import C4Quality
+from zephyr.pipelines.quality._text import count_reasons, lang_series, text_array
 from zephyr.pipelines.quality.config import DEFAULT_RULES
-from zephyr.pipelines.quality.fineweb import FineWebQuality
-from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
-from zephyr.pipelines.quality.rules import RuleFamily
+from zephyr.pipelines.quality.rules import (
+    C4Quality,
+    FineWebQuality,
+    GopherQuality,
+    GopherRepetition,
+    RuleFamily,
+)
 from zephyr.pipelines.web.urls import UrlRules
 
+from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.errors import ConfigError
 from zephyr.io.quarantine import REJECT_REASON
-from zephyr.removal import DROP_REASON
-
-__all__ = [
-    "FilterResult",
-    "FilterStats",
-    "RULE_SETS",
-    "DEFAULT_RULES",
-    "rule_names",
-    "unknown_rule_sets",
-    "apply_filters",
-    "annotate_drop_reasons",
-    "build_rule_families",
-    "DROP_REASON",
-    "REJECT_REASON",
-]
+from zephyr.ops import BatchOutput
+from zephyr.removal import DROP_REASON, RenameColumns, check_added_columns, set_aside
 
 log = logging.getLogger(__name__)
 
+
 NULL_TEXT = "null_text"
+
 
 RULE_SETS: dict[str, tuple[type, ...]] = {
     "gopher": (GopherQuality, GopherRepetition),
@@ -300,3 +310,310 @@ def apply_filters(
         stats.dropped_rows = {str(k): int(v) for k, v in zip(names, rows)}
         stats.dropped_bytes = {str(k): int(v) for k, v in zip(names, byts)}
     return FilterResult(kept, dropped, quarantined, stats)
+
+
+@dataclass
+class FilterAnnotator:
+    """Adds ``drop_reason`` (null = kept, ``null_text`` = quarantine) and writes cleaned text for kept rows.
+
+    An input that has a ``drop_reason`` of its own fails unless ``replace_columns`` (``zephyr.removal``);
+    to keep it, set it aside around the filter (``zephyr.removal.set_aside``)."""
+
+    rules: str = ",".join(DEFAULT_RULES)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    text_column: str = "text"
+    lang_column: str | None = "lang"
+    default_lang: str = "en"
+    replace_columns: bool = False
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        check_added_columns(table.schema.names, (DROP_REASON,), replace_columns=self.replace_columns)
+        families = build_rule_families(self.rules, **self.overrides)
+        reasons, text, extra = annotate_drop_reasons(
+            table,
+            families,
+            text_column=self.text_column,
+            lang_column=self.lang_column,
+            default_lang=self.default_lang,
+        )
+        for name, n in count_reasons(reasons).items():
+            counters.increment(f"rule/{name}", n)
+        for name, n in extra.items():
+            counters.increment(name, n)
+        keep = pc.is_null(reasons)
+        original = table.column(self.text_column)
+        if pa.types.is_null(
+            original.type
+        ):  # no value at all (see zephyr.io.quarantine): becomes a text column
+            original = original.cast(text.type)
+        merged = pc.if_else(keep, text.cast(original.type), original)
+        table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)
+        if DROP_REASON in table.schema.names:
+            table = table.drop_columns([DROP_REASON])
+        return table.append_column(DROP_REASON, reasons)
+
+
+@dataclass
+class RouteByReason:
+    """Selects one outcome of annotated rows: ``kept`` (drops the reason column), ``dropped`` or ``quarantined``.
+
+    The ``kept`` route reports every other row to the engine as dropped by its reason, so that stage's
+    stats show the per-rule counts. ``reason_column`` names the reason column of the dropped rows (an
+    existing column of that name is replaced: the command checked that it may); ``aside`` lists input
+    columns ``set_aside`` moved out of the filter's way, restored on every route."""
+
+    outcome: str = "kept"
+    reason_column: str = DROP_REASON
+    aside: tuple[str, ...] = ()
+
+    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
+        out = self._route(table)
+        if self.aside:
+            restore = set_aside(self.aside, restore=True)
+            if isinstance(out, BatchOutput):
+                return BatchOutput(kept=restore(out.kept), dropped=out.dropped)
+            return restore(out)
+        return out
+
+    def _route(self, table: pa.Table) -> BatchOutput | pa.Table:
+        reasons = table.column(DROP_REASON)
+        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
+        if self.outcome == "kept":
+            keep = pc.is_null(reasons)
+            return BatchOutput(
+                kept=table.filter(keep).drop_columns([DROP_REASON]),
+                dropped=count_reasons(
+                    reasons.combine_chunks() if isinstance(reasons, pa.ChunkedArray) else reasons
+                ),
+            )
+        if self.outcome == "dropped":
+            dropped = table.filter(pc.and_(pc.is_valid(reasons), pc.invert(quarantine)))
+            if self.reason_column == DROP_REASON:
+                return dropped
+            return RenameColumns(((DROP_REASON, self.reason_column),), replace=True)(dropped)
+        if self.outcome == "quarantined":
+            q = table.filter(quarantine)
+            return q.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in q.schema.names])
+        raise ValueError(f"unknown outcome {self.outcome!r}")
+
+
+def reason_aside(reason_column: str) -> tuple[str, ...]:
+    """The input columns to set aside around ``FilterAnnotator`` and restore at routing (``RouteByReason``'s
+    ``aside``): an input's own ``drop_reason`` when the dropped rows' reasons go to another column, so that
+    it passes unchanged; nothing when they go to ``drop_reason`` (the annotator then refuses an input that
+    has one, unless ``replace_columns``).
+
+    >>> reason_aside("drop_reason"), reason_aside("why")
+    ((), ('drop_reason',))
+    """
+    return (DROP_REASON,) if reason_column != DROP_REASON else ()
+
+
+@dataclass
+class HeuristicFilter:
+    """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
+
+    Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``reject_reason``),
+    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged.
+
+    >>> import zephyr
+    >>> ds = zephyr.from_items([{"text": "short."}, {"text": "A line of text well over thirty characters."}, {"text": None}])
+    >>> ds.map_batches(HeuristicFilter("fineweb"), name="filter").count(executor="inprocess")
+    1
+    """
+
+    rules: str = ",".join(DEFAULT_RULES)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    text_column: str = "text"
+    lang_column: str | None = "lang"
+    default_lang: str = "en"
+
+    def __call__(self, table: pa.Table) -> BatchOutput:
+        aside = (DROP_REASON,) if DROP_REASON in table.schema.names else ()
+        annotate = FilterAnnotator(
+            self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
+        )
+        annotated = annotate(set_aside(aside)(table))
+        reasons = annotated.column(DROP_REASON).combine_chunks()
+        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
+        dropped = {k: v for k, v in count_reasons(reasons).items() if k != NULL_TEXT}
+        rejected = annotated.filter(quarantine)
+        rejected = rejected.rename_columns(
+            [REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names]
+        )
+        restore = set_aside(aside, restore=True)
+        return BatchOutput(
+            kept=restore(annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON])),
+            rejected=restore(rejected) if rejected.num_rows else None,
+            dropped=dropped,
+        )
+
+
+KEPT = "kept"
+
+
+_QUARANTINE = "null_text"
+
+
+def summarize_batch(
+    table: pa.Table,
+    *,
+    text_column: str = "text",
+    reason_column: str = "drop_reason",
+    source_column: str | None = "source",
+    id_column: str | None = "id",
+    sample_size: int = 5,
+    preview_chars: int = 300,
+) -> pa.Table:
+    """Per-(source, outcome) counts and sample candidates of one annotated batch (a small table)."""
+    cols = {
+        "source": (
+            pl.Series(table.column(source_column)).cast(pl.String).fill_null("(none)")
+            if source_column and source_column in table.schema.names
+            else pl.Series(["(all)"] * table.num_rows, dtype=pl.String)
+        ),
+        "outcome": pl.Series(table.column(reason_column)).cast(pl.String).fill_null(KEPT),
+        "text": pl.Series(table.column(text_column)).cast(pl.String),
+    }
+    if id_column and id_column in table.schema.names:
+        cols["id"] = pl.Series(table.column(id_column)).cast(pl.String)
+    else:
+        cols["id"] = pl.Series([None] * table.num_rows, dtype=pl.String)
+    df = pl.DataFrame(cols).with_columns(
+        bytes=pl.col("text").str.len_bytes().fill_null(0).cast(pl.Int64),
+        key=pl.col("text").fill_null("").hash(seed=17),
+    )
+    counts = df.group_by("source", "outcome").agg(rows=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
+    samples = (
+        df.sort("key")
+        .group_by("source", "outcome", maintain_order=True)
+        .head(sample_size)
+        .select("source", "outcome", "key", "id", preview=pl.col("text").str.slice(0, preview_chars))
+    )
+    out = pl.concat(
+        [counts.with_columns(kind=pl.lit("count")), samples.with_columns(kind=pl.lit("sample"))],
+        how="diagonal_relaxed",
+    )
+    return out.to_arrow()
+
+
+def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[str, Any]:
+    """Fold ``summarize_batch`` outputs into the report dict (see the module docstring)."""
+    frames = [pl.from_arrow(p) for p in parts if p.num_rows]
+    report: dict[str, Any] = {"version": 1, "sources": {}, "totals": {}}
+    if not frames:
+        return report
+    df = pl.concat(frames, how="diagonal_relaxed")
+    counts = (
+        df.filter(pl.col("kind") == "count")
+        .group_by("source", "outcome")
+        .agg(pl.col("rows").sum(), pl.col("bytes").sum())
+        .sort("source", "outcome")
+    )
+    samples = (
+        df.filter(pl.col("kind") == "sample")
+        .sort("key", "id", "preview")
+        .group_by("source", "outcome", maintain_order=True)
+        .head(sample_size)
+    )
+    sample_map: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in samples.select("source", "outcome", "id", "preview").iter_rows(named=True):
+        sample_map.setdefault((row["source"], row["outcome"]), []).append(
+            {"id": row["id"], "text": row["preview"]}
+        )
+    totals = {
+        "rows_in": 0,
+        "bytes_in": 0,
+        "rows_kept": 0,
+        "bytes_kept": 0,
+        "rows_quarantined": 0,
+        "dropped_rows_by_reason": {},
+        "dropped_bytes_by_reason": {},
+    }
+    for row in counts.iter_rows(named=True):
+        src = report["sources"].setdefault(
+            row["source"],
+            {
+                "rows_in": 0,
+                "bytes_in": 0,
+                "kept": {"rows": 0, "bytes": 0, "samples": []},
+                "dropped": {},
+                "quarantined": {"rows": 0, "bytes": 0, "samples": []},
+            },
+        )
+        entry = {
+            "rows": int(row["rows"]),
+            "bytes": int(row["bytes"]),
+            "samples": sample_map.get((row["source"], row["outcome"]), []),
+        }
+        src["rows_in"] += entry["rows"]
+        src["bytes_in"] += entry["bytes"]
+        totals["rows_in"] += entry["rows"]
+        totals["bytes_in"] += entry["bytes"]
+        if row["outcome"] == KEPT:
+            src["kept"] = entry
+            totals["rows_kept"] += entry["rows"]
+            totals["bytes_kept"] += entry["bytes"]
+        elif row["outcome"] == _QUARANTINE:
+            src["quarantined"] = entry
+            totals["rows_quarantined"] += entry["rows"]
+        else:
+            src["dropped"][row["outcome"]] = entry
+            for key, val in (
+                ("dropped_rows_by_reason", entry["rows"]),
+                ("dropped_bytes_by_reason", entry["bytes"]),
+            ):
+                totals[key][row["outcome"]] = totals[key].get(row["outcome"], 0) + val
+    totals["rows_dropped"] = sum(totals["dropped_rows_by_reason"].values())
+    totals["balanced"] = (
+        totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
+    )
+    report["totals"] = totals
+    return report
+
+
+def retention_report(annotated: pa.Table, **kwargs: Any) -> dict[str, Any]:
+    """The report of one annotated table (plain-function form)."""
+    sample_size = kwargs.get("sample_size", 5)
+    return merge_summaries([summarize_batch(annotated, **kwargs)], sample_size=sample_size)
+
+
+def report_markdown(report: dict[str, Any]) -> str:
+    """A human-readable Markdown rendering: one table per source, then the samples. Source names, reasons,
+    ids and texts come from the data: they go in as plain text or code (``zephyr.pipelines.markdown``), never
+    as markup, HTML or a ``|`` that would break a table."""
+    from zephyr.pipelines.markdown import md_code, md_row, md_text
+
+    lines = ["# Retention report", ""]
+    t = report.get("totals", {})
+    if t:
+        lines += [
+            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
+            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
+            "",
+        ]
+    for name, src in report.get("sources", {}).items():
+        lines += [
+            f"## {md_text(name)}",
+            "",
+            "| outcome | rows | % rows | bytes | % bytes |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        outcomes = [
+            ("kept", src["kept"]),
+            *sorted(src["dropped"].items()),
+            ("quarantined", src["quarantined"]),
+        ]
+        for label, e in outcomes:
+            if not e["rows"] and label == "quarantined":
+                continue
+            pr = 100 * e["rows"] / max(src["rows_in"], 1)
+            pb = 100 * e["bytes"] / max(src["bytes_in"], 1)
+            lines.append(md_row([md_text(label), e["rows"], f"{pr:.1f}", e["bytes"], f"{pb:.1f}"]))
+        lines.append("")
+        for label, e in outcomes:
+            for s in e["samples"]:
+                preview = json.dumps(s["text"], ensure_ascii=False)[:200]
+                lines.append(f"- {md_text(label)} {md_code(s['id'])}: {md_text(preview)}")
+        lines.append("")
+    return "\n".join(lines)

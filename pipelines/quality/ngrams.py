@@ -18,15 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = [
-    "FlatWords",
-    "NgramCounts",
-    "flat_words",
-    "ngram_keys",
-    "top_ngram_char_fraction",
-    "duplicate_ngram_char_fraction",
-]
-
 _HASH_SEED = 0x5EED
 # Fixed odd 64-bit multipliers, one per position in the n-gram (splitmix64 outputs of 1, 2, 3, ...).
 _MULTIPLIERS = np.array(

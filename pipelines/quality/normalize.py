@@ -30,13 +30,14 @@ Null texts stay null.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import require_extra, text_array
 from zephyr.pipelines.quality.config import NormalizeConfig
 
-__all__ = ["NormalizeConfig", "normalize_text", "normalize_array"]
+from zephyr import counters
 
 log = logging.getLogger(__name__)
 
@@ -80,14 +81,9 @@ def normalize_text(
 
 def _fix_mojibake(texts: pa.Array) -> pa.Array:
     # ftfy has no batch API; run it only where the vectorized hint matches (typically well under 1% of rows).
-    try:
-        import ftfy
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        from zephyr.errors import ConfigError
+    require_extra("ftfy", "quality", "fix_mojibake")
+    import ftfy
 
-        raise ConfigError(
-            "fix_mojibake needs ftfy: pip install 'zephyr-data[quality]' (or pip install ftfy)"
-        ) from exc
     suspicious = pc.fill_null(pc.match_substring_regex(texts, _MOJIBAKE_HINT), False)
     idx = pc.indices_nonzero(suspicious).to_numpy()
     if len(idx) == 0:
@@ -97,3 +93,23 @@ def _fix_mojibake(texts: pa.Array) -> pa.Array:
     for i in idx:
         values[i] = ftfy.fix_encoding(values[i])
     return pa.array(values, type=texts.type)
+
+
+@dataclass
+class Normalize:
+    config: NormalizeConfig = field(default_factory=NormalizeConfig)
+    text_column: str = "text"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        """Normalized ``table``; counts ``normalize/rows_rewritten`` (texts that changed) and
+        ``normalize/bytes_removed`` (UTF-8 bytes fewer), so a report shows what normalization did."""
+        out = normalize_text(table, self.config, text_column=self.text_column)
+        before, after = table.column(self.text_column), out.column(self.text_column)
+        if table.num_rows and not pa.types.is_null(before.type):
+            changed = pc.sum(pc.fill_null(pc.not_equal(before, after.cast(before.type)), False)).as_py() or 0
+            removed = (pc.sum(pc.binary_length(before)).as_py() or 0) - (
+                pc.sum(pc.binary_length(after)).as_py() or 0
+            )
+            counters.increment("normalize/rows_rewritten", int(changed))
+            counters.increment("normalize/bytes_removed", int(removed))
+        return out

@@ -24,9 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
 
+from zephyr import counters
 from zephyr.removal import check_added_columns
-
-__all__ = ["PIIConfig", "PII_PATTERNS", "redact_pii", "redact_pii_array", "count_columns", "with_redactions"]
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
 _H = r"[0-9A-Fa-f]{1,4}"
@@ -96,7 +95,7 @@ def redact_pii(
     """``table`` with PII in its text column replaced, plus ``pii_<kind>`` count columns (if configured).
 
     A table that already has one of those count columns raises ``ColumnExistsError`` unless ``replace_columns=True``
-    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.io.added_columns``).
+    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.removal``).
 
     >>> import pyarrow as pa
     >>> t = redact_pii(pa.table({"text": ["mail bob@example.com from 10.0.0.1 or +1 555-123-4567"]}))
@@ -132,3 +131,24 @@ def with_redactions(
             else:
                 table = table.append_column(name, c)
     return table
+
+
+@dataclass
+class RedactPII:
+    """``redact_pii`` as a batch op, counting matches per kind (``pii/<kind>``) with or without count columns.
+
+    The counts come from the arrays, not from written columns, so ``count_columns=False`` leaves an input's
+    own ``pii_*`` columns alone; with count columns, an input that has them fails unless ``replace_columns``."""
+
+    config: PIIConfig = field(default_factory=PIIConfig)
+    text_column: str = "text"
+    replace_columns: bool = False
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        check_added_columns(
+            table.schema.names, count_columns(self.config), replace_columns=self.replace_columns
+        )
+        texts, counts = redact_pii_array(text_array(table, self.text_column), self.config)
+        for kind, per_row in counts.items():
+            counters.increment(f"pii/{kind}", int(pc.sum(per_row).as_py() or 0))
+        return with_redactions(table, texts, counts, self.config, self.text_column)

@@ -20,8 +20,6 @@ import argparse
 import json
 from typing import Any
 
-__all__ = ["register"]
-
 
 def _extract(args: argparse.Namespace) -> int:
     from zephyr.pipelines.web.extract import check_extractor, read_warc

@@ -37,16 +37,6 @@ from zephyr.ops import BatchOutput
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = [
-    "EXTRACTORS",
-    "Extractor",
-    "ExtractText",
-    "extract_text",
-    "check_extractor",
-    "read_warc",
-    "OUTPUT_COLUMNS",
-]
-
 log = logging.getLogger(__name__)
 
 Extractor = Literal["resiliparse", "trafilatura"]

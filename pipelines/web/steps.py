@@ -1,52 +1,118 @@
-"""Pipeline step adapters of the web package (registered in ``zephyr.pipelines.steps.RUNNERS``); they build on
-the shared operators of ``zephyr.pipelines.step_ops``."""
+"""The web package's pipeline step types (``zephyr.pipelines.step``): ``extract``, ``url_filter``,
+``url_dedup`` and ``substring_dedup``.
+
+``extract`` starts a pipeline from WARC/ARC files, as ``read`` starts one from Parquet/JSONL::
+
+    steps:
+      - step: extract
+        paths: ["${ZEPHYR_WARC}"]
+        extractor: resiliparse      # or trafilatura
+      - step: url_filter
+        blocklist: blocklist.txt    # optional; one domain per line
+
+Their report blocks (examples of extracted text, the spans substring dedup removed) come from the step
+records of ``stats.json``: nothing is recomputed.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.pipelines.step_ops import (
-    PrepareRows,
-    RemoveDuplicates,
-    StepContext,
-    StepOutcome,
-    dedup_inputs,
-    finish_step,
-    restore_dedup_columns,
-)
+from zephyr.dedup.config import SubstringConfig
+from zephyr.pipelines.markdown import md_code, md_excerpt, md_text
+from zephyr.pipelines.step import PrepareRows, RemoveDuplicates, Step, StepContext, StepOutcome
 
-__all__ = ["run_extract", "run_url_filter", "run_url_dedup", "run_substring_dedup"]
+from zephyr.config import FieldError, embedded_field, path_field, require_at_least
+
+if TYPE_CHECKING:
+    from zephyr.pipelines.step import PipelineConfig
+
+    from zephyr.dataset import Dataset
 
 
-def run_extract(ctx: StepContext) -> StepOutcome:
-    """WARC/ARC files → documents: records (bad ones quarantined by the reader) → text → the read step's row
-    check (source column, no null id or text)."""
-    from zephyr.pipelines.web.extract import ExtractText, check_extractor
+@dataclass(frozen=True)
+class ExtractStep(Step, type="extract"):
+    """Read WARC/ARC files and extract each HTML page's main text (``zephyr extract``); a first step."""
 
-    import zephyr
-    from zephyr.io.paths import input_files
+    starts: ClassVar[bool] = True
+    section: ClassVar[str] = "web"
+    paths: list[str] = path_field([], required=True)
+    """WARC/ARC files (``.warc``, ``.warc.gz``, ``.arc``, ``.arc.gz``), folders or globs."""
+    extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
+    """HTML → text: resiliparse (fast, the default) or trafilatura (datatrove's choice)."""
+    min_text_chars: int = 1
+    """Pages with less extracted text are dropped (``extract_no_text``)."""
+    source: str = "web"
+    """The source column's value for every row (per-source retention in the report)."""
+    on_error: Literal["raise", "quarantine"] = "quarantine"
+    """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside
+    in the quarantine with their byte offset (default), or fail the step on the first."""
+    num_shards: int | None = None
+    """Redistribute rows round-robin into this many shards; ``None`` keeps one shard per WARC file."""
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    check_extractor(cfg.extractor)
-    files, _ = input_files(cfg.paths, "warc")
-    extract = f"pipeline.{ctx.entry.name}.extract"
-    prepare = f"pipeline.{ctx.entry.name}.prepare"
-    ds = zephyr.read_warc_records(files, on_error=cfg.on_error)
-    ds = ds.map_batches(ExtractText(cfg.extractor, cfg.min_text_chars), name=extract)
-    if p.text_column != "text":
-        ds = ds.map_batches(
-            lambda t: t.rename_columns([p.text_column if c == "text" else c for c in t.column_names]),
-            name=f"pipeline.{ctx.entry.name}.rename",
-        )
-    ds = ds.map_batches(
-        PrepareRows(p.text_column, p.id_column, p.source_column, cfg.source, p.lang_column), name=prepare
-    )
-    if cfg.num_shards:
-        ds = ds.reshard(cfg.num_shards)
-    outcome = finish_step(ctx, ds, (extract, prepare))
-    outcome.extra["extract_examples"] = _examples(outcome.files, p.text_column)
-    return outcome
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise FieldError("paths", "give at least one WARC file, folder or glob")
+        require_at_least("min_text_chars", self.min_text_chars, 0)
+        require_at_least("num_shards", self.num_shards, 1)
+
+    def preflight(self) -> None:
+        from zephyr.pipelines.web.extract import check_extractor
+
+        check_extractor(self.extractor)
+
+    def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
+        """The columns it writes (its text column under the pipeline's name), whatever came before."""
+        from zephyr.pipelines.web.extract import OUTPUT_COLUMNS
+
+        names = [pipeline.text_column if column == "text" else column for column in OUTPUT_COLUMNS]
+        return {column: f"step {name!r}" for column in (*names, pipeline.source_column)}
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        outcome = super().run(ctx)
+        outcome.extra["extract_examples"] = _examples(outcome.files, ctx.pipeline.text_column)
+        return outcome
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        """WARC/ARC files → documents: records (bad ones quarantined by the reader) → text → the read step's
+        row check (source column, no null id or text)."""
+        from zephyr.pipelines.web.extract import ExtractText, check_extractor
+
+        import zephyr
+        from zephyr.io.paths import input_files
+
+        p = ctx.pipeline
+        check_extractor(self.extractor)
+        files, _ = input_files(self.paths, "warc")
+        ds = zephyr.read_warc_records(files, on_error=self.on_error)
+        ds = ds.map_batches(ExtractText(self.extractor, self.min_text_chars), name=ctx.op("extract"))
+        if p.text_column != "text":
+            ds = ds.map_batches(
+                lambda t: t.rename_columns([p.text_column if c == "text" else c for c in t.column_names]),
+                name=ctx.op("rename"),
+            )
+        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
+        ds = ds.map_batches(prepare, name=ctx.op("prepare"))
+        if self.num_shards:
+            ds = ds.reshard(self.num_shards)
+        return ds, (ctx.op("extract"), ctx.op("prepare"))
+
+    @classmethod
+    def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+        examples = record.get("extra", {}).get("extract_examples")
+        if not examples:
+            return []
+        return [
+            ("h", 2, f"Extracted text ({md_code(record['step'])})"),
+            ("p", "The first documents the extractor produced:"),
+            (
+                "table",
+                ["url", "text (start)"],
+                [[md_text(e["url"]), md_excerpt(e["text"])] for e in examples],
+            ),
+        ]
 
 
 def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
@@ -63,69 +129,161 @@ def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 4
     return out
 
 
-def run_url_filter(ctx: StepContext) -> StepOutcome:
-    """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
-    from zephyr.pipelines.quality.batch_ops import HeuristicFilter
-    from zephyr.pipelines.web.urls import NormalizeUrls, load_blocklist
+@dataclass(frozen=True)
+class UrlFilterStep(Step, type="url_filter"):
+    """Normalize the url column, add ``domain`` (registered domain), and drop rows with an unusable URL or a
+    blocked domain/host (``zephyr filter --rules url``; reasons ``url_invalid``, ``url_blocked_domain``,
+    ``url_blocked_subdomain``)."""
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    if cfg.blocklist:
-        load_blocklist(cfg.blocklist)  # a bad line fails before any work
-    op = f"pipeline.{ctx.entry.name}.filter"
-    rules = HeuristicFilter(
-        "url", {"url": {"blocklist": cfg.blocklist, "url_column": cfg.url_column}}, p.text_column, None
+    blocklist: str | None = path_field(None)
+    """A file of blocked domains and hosts, one per line (``pipelines/web/data/blocklist.example.txt``);
+    ``None``: only unusable URLs are dropped."""
+    url_column: str = "url"
+    """The column holding each document's URL."""
+
+    def preflight(self) -> None:
+        from zephyr.pipelines.quality._text import require_extra
+
+        require_extra("tldextract", "web", "the url_filter step (registered domains)")
+        if self.blocklist:
+            from zephyr.pipelines.web.urls import load_blocklist
+
+            load_blocklist(self.blocklist)  # a bad line fails before any work
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""
+        from zephyr.pipelines.quality.filters import HeuristicFilter
+        from zephyr.pipelines.web.urls import NormalizeUrls
+
+        self.preflight()
+        options = {"url": {"blocklist": self.blocklist, "url_column": self.url_column}}
+        rules = HeuristicFilter("url", options, ctx.pipeline.text_column, None)
+        ds = ctx.read_inputs().map_batches(NormalizeUrls(self.url_column), name=ctx.op("normalize"))
+        return ds.map_batches(rules, name=ctx.op("filter")), (ctx.op("filter"),)
+
+
+@dataclass(frozen=True)
+class UrlDedupStep(Step, type="url_dedup"):
+    """Keep one document per normalized URL (``zephyr dedup url``; the keep rule of exact dedup); duplicates are
+    removed with reason ``url_duplicate``."""
+
+    url_column: str = "url"
+    """The column holding each document's URL."""
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column per URL (ties: smallest id)."""
+
+    def _kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
+        return ctx.restore_dedup_columns(
+            annotated.map_batches(RemoveDuplicates("url"), name=ctx.op("remove"))
+        )
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        from zephyr.dedup.exact import _exact_job_plans as exact_job_plans
+        from zephyr.dedup.exact import _url_exact_arguments as url_exact_arguments
+        from zephyr.dedup.exact import _url_keyed as url_keyed
+        from zephyr.dedup.exact import _without_url_key as without_url_key
+        from zephyr.pipelines.steps import exact_jobs
+
+        arguments = url_exact_arguments(
+            id_column=ctx.pipeline.id_column, mode="annotate", priority_column=self.priority_column
+        )
+        plans = exact_job_plans(url_keyed(ctx.dedup_inputs(), self.url_column), **arguments)
+        return exact_jobs(
+            plans, lambda out: ctx.counted(self._kept(ctx, without_url_key(out))), "URL key hashes"
+        )
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        from zephyr.dedup.exact import url_dedup_dataset
+
+        annotated = url_dedup_dataset(
+            ctx.dedup_inputs(),  # the data's own dup_* columns pass unchanged
+            url_column=self.url_column,
+            id_column=ctx.pipeline.id_column,
+            mode="annotate",
+            priority_column=self.priority_column,
+            execution=ctx.engine("hashes"),
+        )
+        return ctx.finish(self._kept(ctx, annotated), (ctx.op("remove"),))
+
+
+@dataclass(frozen=True)
+class SubstringDedupStep(Step, type="substring_dedup"):
+    """Remove repeats of byte spans of at least ``min_bytes`` after their first occurrence in corpus order
+    (``zephyr dedup substring``): boilerplate, navigation and footers shared across pages. ``min_bytes``,
+    ``min_doc_bytes`` and ``anchor_bytes`` are ``zephyr.dedup.config.SubstringConfig``'s, documented there."""
+
+    section: ClassVar[str] = "web"
+    substring: SubstringConfig = embedded_field(
+        SubstringConfig, keys=("min_bytes", "min_doc_bytes", "anchor_bytes")
     )
-    ds = ctx.read_inputs().map_batches(
-        NormalizeUrls(cfg.url_column), name=f"pipeline.{ctx.entry.name}.normalize"
-    )
-    return finish_step(ctx, ds.map_batches(rules, name=op), (op,))
 
+    def _config(self, ctx: StepContext) -> SubstringConfig:
+        p = ctx.pipeline
+        return dataclasses.replace(
+            self.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
+        )
 
-def run_url_dedup(ctx: StepContext) -> StepOutcome:
-    """One document per normalized URL (``zephyr.dedup.exact``), duplicates removed with reason
-    ``url_duplicate``."""
-    from zephyr.dedup.exact import url_dedup_dataset
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        """``substring_dedup_dataset``'s passes, planned with nothing found yet (what ``zephyr explain dedup
+        substring`` shows, step by step)."""
+        import numpy as np
+        from zephyr.dedup.substring import _substring_job_plans as substring_job_plans
 
-    cfg = ctx.entry.config
-    p = ctx.pipeline
-    remove = f"pipeline.{ctx.entry.name}.remove"
-    annotated = url_dedup_dataset(
-        dedup_inputs(ctx),  # the data's own dup_* columns pass unchanged (zephyr.pipelines.columns)
-        url_column=cfg.url_column,
-        id_column=p.id_column,
-        mode="annotate",
-        priority_column=cfg.priority_column,
-        execution=ctx.engine("hashes"),
-    )
-    output = restore_dedup_columns(ctx, annotated.map_batches(RemoveDuplicates("url"), name=remove))
-    return finish_step(ctx, output, (remove,))
+        plans = substring_job_plans(ctx.read_inputs(), self._config(ctx))
+        nothing = np.zeros(0, np.uint64)
+        candidates = plans.candidates(nothing)
+        groups = plans.groups(candidates)
+        return [
+            ("job 1: repeated anchors (winnowing grams seen twice), to the driver", plans.repeated_anchors()),
+            ("job 2: candidate windows with a repeated anchor, materialized", candidates),
+            ("job 3: windows in two or more documents, materialized (over job 2's plan)", groups),
+            ("shared windows within the budget's share are looked up in memory; more: job 4", None),
+            ("job 4: the repeats by the join path, sorted by row", plans.repeats(candidates, groups)),
+            ("job 5: the most repeated windows' first documents, to the driver", plans.top_documents([])),
+            ("job 6: the output, each batch's repeats cut", ctx.counted(plans.cut(nothing))),
+        ]
 
+    def run(self, ctx: StepContext) -> StepOutcome:
+        """The step's extra holds the bytes removed per source and the most repeated spans (the report shows
+        them)."""
+        import shutil
 
-def run_substring_dedup(ctx: StepContext) -> StepOutcome:
-    """Exact substring dedup (``zephyr.dedup.substring``); the step's extra holds the bytes removed per
-    source and the most repeated spans (the report shows them)."""
-    import shutil
+        from zephyr.dedup.substring import substring_dedup_dataset
 
-    from zephyr.dedup.substring import substring_dedup_dataset
+        config = self._config(ctx)
+        scratch = ctx.side_dir / "substring"
+        info: dict = {}
+        out = substring_dedup_dataset(
+            ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info
+        )
+        outcome = ctx.finish(out, ("dedup.substring.cut",))
+        shutil.rmtree(scratch, ignore_errors=True)
+        stages = outcome.engine_stats.get("stages", [])
+        counters = {k: v for st in stages for k, v in (st.get("counters") or {}).items()}
+        info["bytes_removed"] = counters.get("substring/bytes_removed", 0)
+        info["bytes_removed_per_source"] = {
+            k.split("=", 1)[1]: v
+            for k, v in counters.items()
+            if k.startswith("substring/bytes_removed/source=")
+        }
+        outcome.extra.update(substring=info)
+        return outcome
 
-    p = ctx.pipeline
-    config = dataclasses.replace(
-        ctx.entry.config.substring, text_column=p.text_column, source_column=p.source_column, top_spans=10
-    )
-    scratch = ctx.side_dir / "substring"
-    info: dict = {}
-    out = substring_dedup_dataset(
-        ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info
-    )
-    outcome = finish_step(ctx, out, ("dedup.substring.cut",))
-    shutil.rmtree(scratch, ignore_errors=True)
-    counters = {
-        k: v for st in outcome.engine_stats.get("stages", []) for k, v in (st.get("counters") or {}).items()
-    }
-    info["bytes_removed"] = counters.get("substring/bytes_removed", 0)
-    info["bytes_removed_per_source"] = {
-        k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("substring/bytes_removed/source=")
-    }
-    outcome.extra.update(substring=info)
-    return outcome
+    @classmethod
+    def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
+        info = record.get("extra", {}).get("substring")
+        if info is None:
+            return []
+        per = info.get("bytes_removed_per_source", {})
+        text = (
+            f"{info.get('bytes_removed', 0):,} bytes removed in repeats of spans of at least "
+            f"{md_text(info.get('min_bytes'))} bytes"
+        )
+        if per:
+            text += f"; per source: {', '.join(f'{md_text(k)} {v:,}' for k, v in sorted(per.items()))}"
+        blocks: list[tuple] = [("h", 2, f"Removed spans ({md_code(record['step'])})"), ("p", text + ".")]
+        spans = info.get("top_spans", [])
+        if spans:
+            rows = [[f"{t['documents']:,}", f"{t['bytes']:,}", md_excerpt(t["text"])] for t in spans]
+            blocks.append(("table", ["documents", "bytes", "span (start)"], rows))
+        return blocks

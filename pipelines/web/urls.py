@@ -38,18 +38,6 @@ if TYPE_CHECKING:
     import polars as pl
     from zephyr.pipelines.quality.rules import Verdict
 
-__all__ = [
-    "TRACKING_PARAMS",
-    "normalize_url",
-    "normalize_urls",
-    "registered_domain",
-    "host_of",
-    "load_blocklist",
-    "UrlRules",
-    "NormalizeUrls",
-    "EXAMPLE_BLOCKLIST",
-]
-
 log = logging.getLogger(__name__)
 
 EXAMPLE_BLOCKLIST = Path(__file__).parent / "data" / "blocklist.example.txt"

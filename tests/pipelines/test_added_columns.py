@@ -1,5 +1,5 @@
 """No silent column replacements in ``zephyr run``: a stage that would replace a column the data has refuses before any
-work with key paths (``zephyr.pipelines.columns``); ``replace_columns:`` / ``output_column:`` work; dedup and
+work with key paths (``zephyr.pipelines.config.check_added_columns``); ``replace_columns:`` / ``output_column:`` work; dedup and
 filter stages keep the data's own ``dup_*`` / ``drop_reason`` columns."""
 
 from __future__ import annotations

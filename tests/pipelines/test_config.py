@@ -46,9 +46,9 @@ def _base(tmp_path: Path) -> dict:
 def test_valid_config_resolves_paths_from_the_config_folder(tmp_path):
     cfg = load_config(_write(tmp_path, _base(tmp_path)))
     assert [s.name for s in cfg.steps] == ["read", "normalize", "exact_dedup", "fuzzy_dedup", "tokenize"]
-    assert cfg.step("read").config.paths == [str(tmp_path / "in.parquet")]
-    assert cfg.step("tokenize").config.tokenizer == str(tmp_path / "tok.json")
-    assert cfg.step("fuzzy_dedup").config.dedup.threshold == 0.8
+    assert cfg.step("read").step.paths == [str(tmp_path / "in.parquet")]
+    assert cfg.step("tokenize").step.tokenizer == str(tmp_path / "tok.json")
+    assert cfg.step("fuzzy_dedup").step.dedup.threshold == 0.8
 
 
 def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
@@ -140,7 +140,7 @@ def test_train_stage_takes_the_loader_keys(tmp_path):
             },
         ]
     }
-    stage = parse_config(raw).steps[2].config
+    stage = parse_config(raw).steps[2].step
     cfg = stage.build(data="shards/", log=None, checkpoint_dir=None)
     assert (cfg.packing, cfg.instance_filter, cfg.repetition_max_count) == ("best-fit", "repetition", 16)
     raw["steps"][2] = {"step": "train", "packing": "bestfit"}
@@ -185,11 +185,10 @@ def test_overrides_by_name_index_and_top_level(tmp_path):
     cfg = parse_config(out)
     assert cfg.name == "other"
     assert (
-        cfg.step("fuzzy_dedup").config.dedup.threshold == 0.7
-        and cfg.step("fuzzy_dedup").config.dedup.ngram == 3
+        cfg.step("fuzzy_dedup").step.dedup.threshold == 0.7 and cfg.step("fuzzy_dedup").step.dedup.ngram == 3
     )
     assert cfg.step("normalize").enabled is False
-    assert cfg.step("read").config.paths == [
+    assert cfg.step("read").step.paths == [
         str(tmp_path / "cwd" / "a.parquet"),
         str(tmp_path / "cwd" / "b.parquet"),
     ]
@@ -213,8 +212,8 @@ def test_environment_variables(tmp_path, monkeypatch):
         load_config(path)
     monkeypatch.setenv("PIPE_TEST_DIR", str(tmp_path))
     cfg = load_config(path)
-    assert cfg.step("read").config.paths == [str(tmp_path / "in.parquet")]
-    assert cfg.step("tokenize").config.tokenizer == str(tmp_path / "tok2.json")
+    assert cfg.step("read").step.paths == [str(tmp_path / "in.parquet")]
+    assert cfg.step("tokenize").step.tokenizer == str(tmp_path / "tok2.json")
 
 
 def test_missing_inputs_are_reported_before_work(tmp_path):
@@ -237,7 +236,7 @@ def test_fuzzy_preset_with_overrides():
             {"step": "fuzzy_dedup", "preset": "datatrove", "threshold": 0.7},
         ]
     }
-    built = parse_config(raw).step("fuzzy_dedup").config.dedup
+    built = parse_config(raw).step("fuzzy_dedup").step.dedup
     assert (built.shingle, built.ngram, built.bands, built.rows_per_band, built.threshold) == (
         "word",
         5,
@@ -257,7 +256,7 @@ def test_builtin_configs_validate(name, monkeypatch):
     assert load_config(name).to_dict() == cfg.to_dict()  # a bare name finds the built-in
     if name == "quickstart":
         check_inputs(cfg)  # the embedded sample is where the config says
-        assert cfg.step("read").config.paths == [str(REPO / "data" / "sample" / "sample.parquet")]
+        assert cfg.step("read").step.paths == [str(REPO / "data" / "sample" / "sample.parquet")]
 
 
 def test_cli_reports_config_errors_with_exit_code_1(tmp_path, capsys):

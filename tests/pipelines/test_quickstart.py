@@ -11,8 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from zephyr.pipelines.runner import AccountingError, account
-from zephyr.pipelines.step_ops import StepOutcome
+from zephyr.pipelines.step import AccountingError, StepOutcome, account
 
 from zephyr.cli import main
 
@@ -261,7 +260,8 @@ def test_rerun_skips_every_stage(finished, quickstart_job, capsys):
 
 
 def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
-    from zephyr.pipelines.config import NormalizeStep, StepEntry
+    from zephyr.pipelines.config import StepEntry
+    from zephyr.pipelines.steps import NormalizeStep
 
     part = tmp_path / "part-00000.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c"]}), part)
@@ -276,7 +276,7 @@ def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
     outcome = StepOutcome(
         files=[str(part)], engine_stats={"stages": [{"ops": [op]}]}, accounting_ops=("map_batches(x)",)
     )
-    entry = StepEntry("normalize", "normalize", NormalizeStep())
+    entry = StepEntry("normalize", NormalizeStep())
     with pytest.raises(AccountingError, match=r"rows do not balance: in 5 != kept 3 .* \+ dropped 1"):
         account(entry, outcome, 5, [])
     with pytest.raises(AccountingError, match="the previous step wrote 6 rows but map_batches"):

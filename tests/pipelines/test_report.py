@@ -25,11 +25,8 @@ from zephyr.pipelines.examples import (
     merge_dedup_examples,
     merge_filter_examples,
 )
-from zephyr.pipelines.report import build_blocks, render_html, render_markdown, write_report
-from zephyr.pipelines.report_examples import diff_spans
+from zephyr.pipelines.report import build_blocks, diff_spans, render_html, render_markdown, write_report
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
-
-from .conftest import as_format_1
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
@@ -155,25 +152,22 @@ def test_report_is_self_contained_and_escapes_texts(job):
     assert "url(" not in page and "@import" not in page
 
 
-def test_report_of_a_format_1_stats_json_is_the_same_report(job, tmp_path):
-    """A job folder written before stats format 2 (records under ``stages``, each naming its step under
-    ``stage``) renders the report it would in the current format, worded in steps."""
+def test_report_renders_from_the_stats_json_alone(job, tmp_path):
+    """The report is a function of the job's ``stats.json``: copied elsewhere it renders the same report,
+    worded in steps."""
     stats = json.loads((job / "stats.json").read_text())
     assert stats["version"] == 2 and all(s["step"] and s["version"] == 2 for s in stats["steps"])
-    for name, payload in (("old", as_format_1(stats)), ("new", stats)):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "stats.json").write_text(json.dumps(payload, indent=1) + "\n")
-        write_report(tmp_path / name)
-    assert "steps" not in json.loads((tmp_path / "old" / "stats.json").read_text())  # read as it was written
-    old, new = ((tmp_path / name / "report.md").read_text() for name in ("old", "new"))
-    assert old == new
-    assert "## Steps" in old and "| # | step | type |" in old and "every step balances exactly" in old
-    assert "4 steps (" in old and "| step | reason | rows |" in old and "Total step time" in old
-    assert "Stages" not in old and "every stage" not in old
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+    write_report(tmp_path / "copy")
+    text = (tmp_path / "copy" / "report.md").read_text()
+    assert text == (job / "report.md").read_text()
+    assert "## Steps" in text and "| # | step | type |" in text and "every step balances exactly" in text
+    assert "4 steps (" in text and "| step | reason | rows |" in text and "Total step time" in text
+    assert "Stages" not in text and "every stage" not in text
     for step in stats["steps"]:
-        assert f"| {step['index']} | {step['step']} | {step['type']} |" in old
-    plots = sorted(p.name for p in (tmp_path / "old" / "plots").iterdir())
-    assert plots == sorted(p.name for p in (tmp_path / "new" / "plots").iterdir())
+        assert f"| {step['index']} | {step['step']} | {step['type']} |" in text
+    plots = sorted(p.name for p in (tmp_path / "copy" / "plots").iterdir())
     assert {"rows.png", "time.png", "clusters_fuzzy_dedup.png"} <= set(plots)
 
 
@@ -313,7 +307,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from zephyr.pipelines import report_plots
+    from zephyr.pipelines import report
 
     figures: dict[str, object] = {}
     log = tmp_path / "train.jsonl"
@@ -345,7 +339,7 @@ def test_plots_use_linear_axes_counts_on_bars_and_legends_outside(tmp_path):
         fig.axes[0].get_title() or str(len(figures)), fig
     )  # keep them
     try:
-        made = report_plots.make_plots({"steps": steps}, tmp_path / "plots")
+        made = report.make_plots({"steps": steps}, tmp_path / "plots")
     finally:
         plt.close = original
     assert set(made) == {"rows", "time", "clusters_fuzzy", "training"}

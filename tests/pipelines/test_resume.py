@@ -19,8 +19,6 @@ import yaml
 from zephyr.cli import main
 from zephyr.io.layout import dropped_dir
 
-from .conftest import as_format_1
-
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"
 SHARDS = 6
@@ -210,31 +208,6 @@ def test_job_folder_of_the_older_layout_reruns_into_the_sidecar_layout(tmp_path)
     ]
 
 
-def test_job_folder_of_stats_format_1_resumes_without_redoing_steps(tmp_path):
-    """A job folder whose stats an older zephyr wrote in format 1 (``stage``/``stages``): every step is skipped,
-    nothing in its folders is rewritten, and the job's new ``stats.json`` (format 2) holds the same records."""
-    from zephyr.pipelines.report import write_report
-
-    path, job, argv = _run_read_and_filter(tmp_path)
-    stats = json.loads((job / "stats.json").read_text())
-    (job / "stats.json").write_text(json.dumps(as_format_1(stats), indent=1) + "\n")
-    for step in stats["steps"]:
-        record = Path(f"{step['dir']}.zephyr") / "stats.json"
-        record.write_text(json.dumps(as_format_1(json.loads(record.read_text())), indent=1) + "\n")
-    write_report(job)  # the old folder's report renders before any rerun
-    assert "| 1 | heuristic_filter | heuristic_filter |" in (job / "report.md").read_text()
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in job.glob("*/**/*") if p.is_file()}
-    assert main(argv) == 0
-    again = json.loads((job / "stats.json").read_text())
-    assert again["version"] == 2 and "stages" not in again
-    assert [s["status"] for s in again["steps"]] == ["skipped", "skipped"]
-    assert [s["step"] for s in again["steps"]] == ["read", "heuristic_filter"]
-    assert all(s["version"] == 2 and "stage" not in s for s in again["steps"])
-    for old, new in zip(stats["steps"], again["steps"]):
-        assert {**new, "status": "ran"} == old  # the same record: fingerprint, rows, files, config
-    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in before} == before
-
-
 def _old_fingerprints(config_path: Path) -> list[str]:
     """Stage fingerprints as zephyr computed them before ``zephyr.resume`` (a second sha256 recipe over JSON)."""
     import hashlib
@@ -244,7 +217,7 @@ def _old_fingerprints(config_path: Path) -> list[str]:
     from zephyr.io.paths import expand_paths, file_stat
 
     config = load_config(str(config_path))
-    files = [[f, *file_stat(f)] for f in expand_paths(list(config.steps[0].config.paths))]
+    files = [[f, *file_stat(f)] for f in expand_paths(list(config.steps[0].step.paths))]
     upstream = hashlib.sha256(json.dumps(files).encode()).hexdigest()
     out = []
     for entry in config.steps:

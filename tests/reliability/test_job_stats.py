@@ -75,7 +75,7 @@ def test_resumed_tasks_are_counted_in_stats_json(tmp_path, caplog):
 
 
 def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator
+    from zephyr.pipelines.quality.filters import FilterAnnotator
 
     inputs, out = _write_inputs(tmp_path / "in"), tmp_path / "out"
     _fail_once(monkeypatch, FilterAnnotator, tmp_path / "failed")

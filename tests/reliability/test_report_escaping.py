@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.config import parse_config
-from zephyr.pipelines.quality.report import report_markdown, retention_report
+from zephyr.pipelines.quality.filters import report_markdown, retention_report
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]

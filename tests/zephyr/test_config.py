@@ -95,7 +95,7 @@ def test_embedded_keys_are_flat_and_checked_by_the_package_dataclass() -> None:
 
 def test_pipeline_steps_embed_the_package_configs() -> None:
     cfg = parse_config(_read_step(step="fuzzy_dedup", preset="nemo", threshold=0.9, bucket_links=4))
-    dedup = cfg.step("fuzzy_dedup").config.dedup
+    dedup = cfg.step("fuzzy_dedup").step.dedup
     assert dedup == FuzzyDedupConfig.from_preset("nemo", threshold=0.9, bucket_links=4)
     assert cfg.step("fuzzy_dedup").to_dict()["rows_per_band"] == 13
     errors = parse_config_errors(_read_step(step="fuzzy_dedup", rows_per_band=8))

@@ -20,7 +20,7 @@ MODULES = [
     "zephyr.flags",
     "zephyr.read_plan",
     "zephyr.pipelines.markdown",
-    "zephyr.pipelines.step_configs",
+    "zephyr.pipelines.steps",
     "zephyr.io.text_encoding",
     "zephyr.errors",
 ]

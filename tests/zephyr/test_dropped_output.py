@@ -43,7 +43,7 @@ def corpus(tmp_path) -> Path:
 
 
 def _lid() -> None:
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import ensure_lid_model
 
     from zephyr.errors import ConfigError
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -185,7 +186,7 @@ def decontaminate(corpus: Path, d: Path, capsys) -> dict:
 
 
 def langid(corpus: Path, d: Path, capsys) -> dict:
-    from zephyr.pipelines.quality.lid_model import ensure_lid_model
+    from zephyr.pipelines.quality.langid import ensure_lid_model
 
     from zephyr.errors import ConfigError
 
@@ -210,7 +211,8 @@ def quality_score(corpus: Path, d: Path, capsys) -> dict:
 
 def extract(corpus: Path, d: Path, capsys) -> dict:
     pytest.importorskip("warcio")
-    from zephyr.pipelines.web.testing import BROKEN_KINDS, sample_pages, write_warc
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # warc_pages: test WARCs
+    from warc_pages import BROKEN_KINDS, sample_pages, write_warc
 
     path = d / "crawl.warc.gz"
     write_warc(str(path), sample_pages(8), broken=BROKEN_KINDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -71,7 +72,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
         f"version: 1\nname: tiny\nsteps:\n  - step: read\n    paths: [{root / 'labelled.parquet'}]\n"
         "  - step: normalize\n  - step: exact_dedup\n"
     )
-    from zephyr.pipelines.web.testing import BROKEN_KINDS, sample_pages, write_warc
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # warc_pages: test WARCs
+    from warc_pages import BROKEN_KINDS, sample_pages, write_warc
 
     write_warc(str(root / "crawl.warc.gz"), sample_pages(3), broken=BROKEN_KINDS[:1])
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -152,7 +154,7 @@ def test_the_registry_is_what_the_summary_test_covers():
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_ends_with_the_json_summary(command, files, tmp_path, capsys):
     if command == "langid":
-        from zephyr.pipelines.quality.lid_model import ensure_lid_model
+        from zephyr.pipelines.quality.langid import ensure_lid_model
 
         from zephyr.errors import ConfigError
 

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
-from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ColumnExistsError
 from zephyr.io.layout import dropped_dir, quarantine_dir, stats_path
 from zephyr.removal import check_added_columns, check_input_columns
@@ -167,19 +166,6 @@ def test_decontaminate_annotate_mode_refuses_and_remove_mode_adds_nothing(tmp_pa
     assert _parts(tmp_path / "rm").to_pylist() == [{"text": "other words", "contaminated": True}]
 
 
-def test_decontaminate_old_mode_names_still_run_with_a_warning(tmp_path):
-    src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"text": [GOOD, "other words"]}), src)
-    (tmp_path / "eval.jsonl").write_text(json.dumps({"text": GOOD[:200]}) + "\n")
-    argv = ["decontaminate", str(src), "--eval", str(tmp_path / "eval.jsonl"), "--executor", "inprocess"]
-    with pytest.warns(ZephyrDeprecationWarning, match="--mode flag is renamed --mode annotate"):
-        assert main([*argv, "--mode", "flag", "--output", str(tmp_path / "f")]) == 0
-    assert _parts(tmp_path / "f")["contaminated"].to_pylist() == [True, False]
-    with pytest.warns(ZephyrDeprecationWarning, match="--mode drop is renamed --mode remove"):
-        assert main([*argv, "--mode", "drop", "--output", str(tmp_path / "d")]) == 0
-    assert _parts(tmp_path / "d")["text"].to_pylist() == ["other words"]
-
-
 def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_path, capsys):
     src = tmp_path / "in.parquet"
     rows = {"id": ["a", "b", "c"], "text": [GOOD, "short", None], "drop_reason": ["x", "y", "z"]}
@@ -219,7 +205,7 @@ def test_check_names_every_clash_and_passes_empty_and_replace_columns(tmp_path):
 
 
 def test_one_pass_filter_keeps_an_input_drop_reason():
-    from zephyr.pipelines.quality.batch_ops import HeuristicFilter
+    from zephyr.pipelines.quality.filters import HeuristicFilter
 
     t = pa.table({"text": [GOOD, "short", None], "drop_reason": ["x", "y", "z"]})
     out = HeuristicFilter("c4")(t)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.pipelines.quality.report import merge_summaries, summarize_batch
+from zephyr.pipelines.quality.filters import merge_summaries, summarize_batch
 
 from zephyr.cli import main
 from zephyr.io.layout import dropped_dir, quarantine_dir, side_path, stats_path

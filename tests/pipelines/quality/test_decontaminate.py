@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.batch_ops import Decontaminate
 from zephyr.pipelines.quality.decontaminate import (
+    Decontaminate,
     EvalNgramIndex,
     build_eval_index,
     contamination,
@@ -13,7 +13,6 @@ from zephyr.pipelines.quality.decontaminate import (
 )
 
 import zephyr
-from zephyr.config import ZephyrDeprecationWarning
 from zephyr.errors import ConfigError, SchemaError
 
 QUESTION = "Which planet in the solar system has the largest number of known moons as of the year two thousand twenty three"
@@ -43,16 +42,10 @@ def test_annotate_and_remove():
     assert kept["id"].to_pylist() == [1] and dropped["drop_reason"].to_pylist() == ["decontam_shares_13gram"]
 
 
-def test_old_mode_names_flag_and_drop_warn_and_mean_annotate_and_remove(tmp_path):
+def test_an_unknown_mode_is_refused():
     idx = build_eval_index([QUESTION])
-    t = pa.table({"text": ["clean text", "prefix " + QUESTION + " suffix"]})
-    with pytest.warns(ZephyrDeprecationWarning, match="mode flag is renamed mode annotate"):
-        assert decontaminate(t, idx, mode="flag").equals(decontaminate(t, idx, mode="annotate"))
-    with pytest.warns(ZephyrDeprecationWarning, match="mode drop is renamed mode remove"):
-        step = Decontaminate(str(tmp_path / "idx.npz"), mode="drop")
-    assert step.mode == "remove" and step.columns == ()
-    with pytest.raises(ConfigError, match="mode must be 'annotate' or 'remove', got 'keep'"):
-        decontaminate(t, idx, mode="keep")
+    with pytest.raises(ConfigError, match="mode must be 'annotate' or 'remove', got 'flag'"):
+        decontaminate(pa.table({"text": ["clean text"]}), idx, mode="flag")
 
 
 def test_eval_files_index_roundtrip_and_engine_stage(tmp_path, executor):

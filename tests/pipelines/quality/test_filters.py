@@ -2,10 +2,8 @@
 
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.c4 import C4Quality
 from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
-from zephyr.pipelines.quality.fineweb import FineWebQuality
-from zephyr.pipelines.quality.gopher import GopherQuality, GopherRepetition
+from zephyr.pipelines.quality.rules import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
 
 from zephyr.errors import ConfigError
 
@@ -192,11 +190,11 @@ def test_a_task_budget_slices_the_rules_without_changing_a_verdict():
 def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them, and the
     CLI and the pipeline stage hold them in the same config (``filter_config.HeuristicFilterConfig``)."""
-    from zephyr.pipelines.quality.batch_ops import FilterAnnotator, HeuristicFilter
     from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.config import DEFAULT_RULES
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
-    from zephyr.pipelines.step_configs import HeuristicFilterStep
+    from zephyr.pipelines.quality.filters import FilterAnnotator, HeuristicFilter
+    from zephyr.pipelines.steps import HeuristicFilterStep
 
     from zephyr.cli import build_parser
 
@@ -236,7 +234,7 @@ def test_rule_names_are_checked_in_one_place():
         build_rule_families("gopher,c5")
 
 
-@pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters", "zephyr.pipelines.quality.batch_ops"])
+@pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters"])
 def test_doctests(name):
     """The runnable examples of the filter path (``apply_filters``, ``HeuristicFilter``, ``reason_aside``)."""
     import doctest

@@ -4,15 +4,16 @@ import zipfile
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.pipelines.quality.batch_ops import LanguageFilter
 from zephyr.pipelines.quality.langid import (
     LangIdConfig,
+    LanguageFilter,
     LanguageIdentifier,
+    ensure_lid_model,
     filter_language,
     identify_language,
+    install_from_wheel,
     split_by_language,
 )
-from zephyr.pipelines.quality.lid_model import ensure_lid_model, install_from_wheel
 
 import zephyr
 from zephyr.errors import ColumnExistsError, ConfigError, InputError

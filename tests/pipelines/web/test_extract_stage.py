@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -12,7 +14,9 @@ pytest.importorskip("resiliparse")
 
 from zephyr.pipelines.config import parse_config  # noqa: E402
 from zephyr.pipelines.runner import run_pipeline  # noqa: E402
-from zephyr.pipelines.web.testing import BROKEN_KINDS, sample_pages, write_warc  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # warc_pages: test WARCs
+from warc_pages import BROKEN_KINDS, sample_pages, write_warc  # noqa: E402
 
 from zephyr.errors import ConfigError  # noqa: E402
 

@@ -15,7 +15,8 @@ pytest.importorskip("warcio")
 
 from pathlib import Path
 
-from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, sample_pages, write_warc  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # warc_pages: test WARCs
+from warc_pages import BROKEN_KINDS, Page, sample_pages, write_warc  # noqa: E402
 
 import zephyr  # noqa: E402
 from zephyr.errors import InputError  # noqa: E402

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import glob
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,8 @@ pytest.importorskip("warcio")
 pytest.importorskip("resiliparse")
 pytest.importorskip("tldextract")
 
-from zephyr.pipelines.web.testing import BROKEN_KINDS, Page, pages_from_html_files, sample_pages, write_warc  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))  # warc_pages: test WARCs
+from warc_pages import BROKEN_KINDS, Page, pages_from_html_files, sample_pages, write_warc  # noqa: E402
 
 from zephyr.cli import main  # noqa: E402
 

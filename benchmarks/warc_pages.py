@@ -1,4 +1,4 @@
-"""Small WARC files for tests and benchmarks, written with warcio from generated or given HTML.
+"""Small WARC files for tests and benchmarks (a fixture, outside the library), written with warcio from generated or given HTML.
 
 ``sample_pages(n, seed)`` makes HTML pages with boilerplate (navigation, footer) around paragraphs of text;
 ``write_warc(path, pages, broken=...)`` writes them as per-record-gzip WARC response records (with a
@@ -13,8 +13,6 @@ import io
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-__all__ = ["Page", "sample_pages", "pages_from_html_files", "write_warc", "BROKEN_KINDS"]
 
 BROKEN_KINDS = (
     "truncated_gzip",
