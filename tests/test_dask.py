@@ -362,13 +362,13 @@ def test_counters_exact_with_several_tasks_per_worker(tmp_path):
 
 def test_tasks_on_a_dask_worker_keep_the_heap_rules_of_local_workers(client):
     """Every task a dask worker runs goes through ``on_worker``: glibc's mmap threshold is fixed in the worker
-    process (``zephyr.executors.heap``), as local workers do, so freed arrays go back to the OS."""
+    process (``zephyr.executors.base``), as local workers do, so freed arrays go back to the OS."""
     import importlib
 
     from zephyr.executors.dask import DaskExecutor
 
     executor = DaskExecutor(client)
-    outcomes = dict(executor.run(lambda _: importlib.import_module("zephyr.executors.heap")._done, [0, 1]))
+    outcomes = dict(executor.run(lambda _: importlib.import_module("zephyr.executors.base")._done, [0, 1]))
     assert [outcomes[i].value for i in (0, 1)] == [True, True]
 
 

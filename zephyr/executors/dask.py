@@ -175,12 +175,12 @@ class LocalDaskCluster:
 
 def on_worker(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on a dask worker, with the heap rules of the local executor's workers
-    (``zephyr.executors.heap``): glibc's mmap threshold fixed before the first task of the process, and what a
+    (``zephyr.executors.base``): glibc's mmap threshold fixed before the first task of the process, and what a
     task freed handed back when it ends. A dask worker runs every task of a job in one long-lived process, where
     freed arrays left in glibc's arenas and Arrow's pool add to the next task's peak; without these rules the
     scale benchmark's dask workers peaked at 1.1-1.8 GiB under the default 1 GiB budget where local workers
     stayed at 0.4-0.6 GiB, and a tokenize worker was OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
-    from zephyr.executors.heap import fix_mmap_threshold, release_freed_memory
+    from zephyr.executors.base import fix_mmap_threshold, release_freed_memory
 
     fix_mmap_threshold()
     try:
