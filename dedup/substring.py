@@ -67,6 +67,8 @@ from zephyr import counters
 from zephyr.errors import SchemaError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
@@ -647,11 +649,15 @@ class _RowsAmong:
 
 
 def substring_plans(
-    ds: Dataset, config: SubstringConfig, *, budget: Budget
+    ds: Dataset,
+    config: SubstringConfig,
+    *,
+    budget: Budget,
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
     explain dedup substring``), planned with nothing found yet: the arrays a job takes from the jobs before
-    it are empty here."""
+    it are empty here. ``finish``: what the caller does to the output before writing it."""
     plans = _substring_job_plans(ds, config)
     nothing = np.zeros(0, np.uint64)
     candidates = plans.candidates(nothing)
@@ -688,7 +694,7 @@ def substring_plans(
             "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
             plans.top_documents([]),
         ),
-        ("job 6: the output, each batch's repeats cut", plans.cut(nothing)),
+        ("job 6: the output, each batch's repeats cut", finish(plans.cut(nothing))),
     ]
 
 

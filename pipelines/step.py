@@ -43,6 +43,7 @@ from zephyr.errors import ConfigError, SchemaError, ZephyrError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 CONFIG_VERSION = 1
@@ -394,6 +395,13 @@ class StepContext:
     def engine(self, action: str = "main") -> dict[str, Any]:
         """Engine keywords for one action of this step, with its own resumable work directory."""
         return {**self.execution, "work_dir": str(self.side_dir / "work" / action)}
+
+    @property
+    def budget(self) -> Budget:
+        """The memory budget whose shares the step's jobs decide by (what ``--explain`` prints)."""
+        from zephyr.dedup._rows import budget_of
+
+        return budget_of(self.execution)
 
     def read_inputs(self, columns: list[str] | None = None) -> Dataset:
         import pyarrow as pa

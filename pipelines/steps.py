@@ -457,18 +457,19 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
         return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        from zephyr.dedup.exact import _exact_job_plans as exact_job_plans
+        from zephyr.dedup.exact import exact_plans
 
         p = ctx.pipeline
-        plans = exact_job_plans(
+        return exact_plans(
             ctx.dedup_inputs(),
+            budget=ctx.budget,
+            finish=lambda out: ctx.counted(self._kept(ctx, out, "exact")),
             text_column=p.text_column,
             id_column=p.id_column,
             normalize=self.dedup.normalize,
             mode="annotate",
             priority_column=self.priority_column,
         )
-        return exact_jobs(plans, lambda out: ctx.counted(self._kept(ctx, out, "exact")), "member hashes")
 
 
 @dataclass(frozen=True)
@@ -551,50 +552,25 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.dedup._rows import StripRowNumbers
-        from zephyr.dedup.fuzzy import _fuzzy_job_plans as fuzzy_job_plans
+        from zephyr.dedup.fuzzy import fuzzy_plans
 
         p = ctx.pipeline
-        plans = fuzzy_job_plans(
+
+        def finish(out: Dataset) -> Dataset:
+            rows = out.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
+            return ctx.counted(self._kept(ctx, rows, "fuzzy"))
+
+        return fuzzy_plans(
             ctx.dedup_inputs(),
             self.dedup,
+            budget=ctx.budget,
+            index=bool(self.index),
+            finish=finish,
             text_column=p.text_column,
             id_column=p.id_column,
             mode="annotate",
             priority_column=self.priority_column,
         )
-        output = plans.attached.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
-        index = f"; rows near the signature index {self.index} are duplicates too" if self.index else ""
-        return [
-            (
-                "job 1: the candidate pairs (signatures, LSH buckets), materialized and counted",
-                plans.candidate_pairs,
-            ),
-            ("job 2: the candidates' shingle sets, written once", plans.node_sets),
-            (
-                "the pairs are verified (true Jaccard) and clustered, in the driver or on the engine" + index,
-                None,
-            ),
-            (
-                "job 3: the output, cluster columns attached by row number",
-                ctx.counted(self._kept(ctx, output, "fuzzy")),
-            ),
-        ]
-
-
-def exact_jobs(
-    plans: Any, finish: Callable[[Dataset], Dataset], hashes: str
-) -> list[tuple[str, Dataset | None]]:
-    """Exact dedup's jobs (``zephyr.dedup.exact._exact_job_plans``): the hashes, then the driver's or
-    the shuffle path; ``finish``: what the step does to the annotated output before writing it."""
-    return [
-        (f"job 1: {hashes} (row, hash, id, priority), materialized, then counted", plans.member_hashes),
-        (
-            "member rows within the budget's driver share: groups form in the driver and job 2a runs; more: job 2b",
-            None,
-        ),
-        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
-        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
-    ]
 
 
 @dataclass(frozen=True)

@@ -178,18 +178,16 @@ class UrlDedupStep(Step, type="url_dedup"):
         )
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        from zephyr.dedup.exact import _exact_job_plans as exact_job_plans
-        from zephyr.dedup.exact import _url_exact_arguments as url_exact_arguments
-        from zephyr.dedup.exact import _url_keyed as url_keyed
-        from zephyr.dedup.exact import _without_url_key as without_url_key
-        from zephyr.pipelines.steps import exact_jobs
+        from zephyr.dedup.exact import url_plans
 
-        arguments = url_exact_arguments(
-            id_column=ctx.pipeline.id_column, mode="annotate", priority_column=self.priority_column
-        )
-        plans = exact_job_plans(url_keyed(ctx.dedup_inputs(), self.url_column), **arguments)
-        return exact_jobs(
-            plans, lambda out: ctx.counted(self._kept(ctx, without_url_key(out))), "URL key hashes"
+        return url_plans(
+            ctx.dedup_inputs(),
+            budget=ctx.budget,
+            url_column=self.url_column,
+            finish=lambda out: ctx.counted(self._kept(ctx, out)),
+            id_column=ctx.pipeline.id_column,
+            mode="annotate",
+            priority_column=self.priority_column,
         )
 
     def run(self, ctx: StepContext) -> StepOutcome:
@@ -224,24 +222,11 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         )
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        """``substring_dedup_dataset``'s passes, planned with nothing found yet (what ``zephyr explain dedup
-        substring`` shows, step by step)."""
-        import numpy as np
-        from zephyr.dedup.substring import _substring_job_plans as substring_job_plans
+        """``substring_dedup_dataset``'s passes, planned with nothing found yet (``zephyr explain dedup
+        substring``'s)."""
+        from zephyr.dedup.substring import substring_plans
 
-        plans = substring_job_plans(ctx.read_inputs(), self._config(ctx))
-        nothing = np.zeros(0, np.uint64)
-        candidates = plans.candidates(nothing)
-        groups = plans.groups(candidates)
-        return [
-            ("job 1: repeated anchors (winnowing grams seen twice), to the driver", plans.repeated_anchors()),
-            ("job 2: candidate windows with a repeated anchor, materialized", candidates),
-            ("job 3: windows in two or more documents, materialized (over job 2's plan)", groups),
-            ("shared windows within the budget's share are looked up in memory; more: job 4", None),
-            ("job 4: the repeats by the join path, sorted by row", plans.repeats(candidates, groups)),
-            ("job 5: the most repeated windows' first documents, to the driver", plans.top_documents([])),
-            ("job 6: the output, each batch's repeats cut", ctx.counted(plans.cut(nothing))),
-        ]
+        return substring_plans(ctx.read_inputs(), self._config(ctx), budget=ctx.budget, finish=ctx.counted)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         """The step's extra holds the bytes removed per source and the most repeated spans (the report shows
