@@ -208,3 +208,20 @@ def publish(text: str, *, append: bool) -> None:
     if append:
         path = append_history(text)
         print(f"appended to {path}; update the benchmark's row in benchmarks/RESULTS.md", file=sys.stderr)
+
+
+def duckdb_copy(query: str, out: str, *, memory_limit: str, threads: int) -> None:
+    """The duckdb peer of an engine op: ``COPY (query) TO OUT/part-00000.parquet`` (zstd) in this process with
+    ``memory_limit`` and ``threads``, spilling to ``OUT.tmp`` (removed after). The query reads ``docs`` and
+    ``labels`` as the caller's ``read_parquet`` views."""
+    import shutil
+
+    import duckdb
+
+    Path(out).mkdir(parents=True)
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute(f"SET threads = {threads}")
+    con.execute(f"SET temp_directory = '{out}.tmp'")
+    con.execute(f"COPY ({query}) TO '{out}/part-00000.parquet' (FORMAT parquet, COMPRESSION zstd)")
+    shutil.rmtree(f"{out}.tmp", ignore_errors=True)

@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import budget_mib, machine, publish, run_sampled, stage_peaks  # noqa: E402
+from _measure import budget_mib, duckdb_copy, machine, publish, run_sampled, stage_peaks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -334,8 +334,6 @@ def run_api(argv: list[str]) -> int:
 def run_duckdb(argv: list[str]) -> int:
     """``budget_peaks.py duckdb OP DOCS OUT ...``: the peer, one process with ``memory_limit`` = the zephyr
     workers' budgets together and as many threads, spilling to OUT.tmp."""
-    import duckdb
-
     ap = argparse.ArgumentParser(prog="budget_peaks.py duckdb")
     ap.add_argument("op", choices=PEER_OPS)
     ap.add_argument("docs")
@@ -344,19 +342,14 @@ def run_duckdb(argv: list[str]) -> int:
     ap.add_argument("--memory-limit-mib", type=float, required=True)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    Path(args.out).mkdir(parents=True)
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{int(args.memory_limit_mib)}MiB'")
-    con.execute(f"SET threads = {args.threads}")
-    con.execute(f"SET temp_directory = '{args.out}.tmp'")
     docs = f"read_parquet('{args.docs}/*.parquet')"
     query = {
         "sort": f"SELECT * FROM {docs} ORDER BY url",
         "group_by_count": f"SELECT key, count(text) AS n FROM {docs} GROUP BY key",
         "join": f"SELECT * FROM {docs} AS d JOIN read_parquet('{args.labels}/*.parquet') AS l USING (id)",
     }[args.op]
-    con.execute(f"COPY ({query}) TO '{args.out}/part-00000.parquet' (FORMAT parquet, COMPRESSION zstd)")
-    shutil.rmtree(f"{args.out}.tmp", ignore_errors=True)
+    memory_limit = f"{int(args.memory_limit_mib)}MiB"
+    duckdb_copy(query, args.out, memory_limit=memory_limit, threads=args.threads)
     return 0
 
 

@@ -75,7 +75,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import budget_mib, machine, publish, run_sampled  # noqa: E402
+from _measure import budget_mib, duckdb_copy, machine, publish, run_sampled  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -419,8 +419,6 @@ def run_api(argv: list[str]) -> int:
 
 def run_duckdb(argv: list[str]) -> int:
     """``scale.py duckdb OP DOCS LABELS OUT``: the peer, one process, spilling to OUT.tmp."""
-    import duckdb
-
     ap = argparse.ArgumentParser(prog="scale.py duckdb")
     ap.add_argument("op", choices=DUCKDB_OPS)
     ap.add_argument("docs")
@@ -429,19 +427,13 @@ def run_duckdb(argv: list[str]) -> int:
     ap.add_argument("--memory-limit", default="2GB")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    Path(args.out).mkdir(parents=True)
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{args.memory_limit}'")
-    con.execute(f"SET threads = {args.threads}")
-    con.execute(f"SET temp_directory = '{args.out}.tmp'")
     docs = f"read_parquet('{args.docs}/*.parquet')"
     query = {
         "sort": f"SELECT * FROM {docs} ORDER BY id",
         "group_by": f"SELECT url, count(id) AS n, count(text) AS texts FROM {docs} GROUP BY url",
         "join": f"SELECT * FROM {docs} AS d JOIN read_parquet('{args.labels}/*.parquet') AS l USING (id)",
     }[args.op]
-    con.execute(f"COPY ({query}) TO '{args.out}/part-00000.parquet' (FORMAT parquet, COMPRESSION zstd)")
-    shutil.rmtree(f"{args.out}.tmp", ignore_errors=True)
+    duckdb_copy(query, args.out, memory_limit=args.memory_limit, threads=args.threads)
     return 0
 
 
