@@ -428,33 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore_sigint()
 
 
-def _short_deprecation_lines() -> None:
-    """Show a renamed key or flag (``zephyr.config.ZephyrDeprecationWarning``) as one ``zephyr: deprecated:``
-    line, not Python's ``file:line:`` form with a source line; other warnings keep Python's format. Set only
-    by the executable: ``main`` called in-process (tests, notebooks) leaves the caller's warning hooks alone."""
-    import warnings
-
-    from zephyr.config import ZephyrDeprecationWarning
-
-    python_format = warnings.formatwarning
-
-    def short(
-        message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None
-    ) -> str:
-        if issubclass(category, ZephyrDeprecationWarning):
-            return f"zephyr: deprecated: {message}\n"
-        return python_format(message, category, filename, lineno, line)
-
-    warnings.formatwarning = short
-
-
 def console_main() -> None:
     """The ``zephyr`` executable: ``main``, then exit without the interpreter's teardown.
 
     Every command has closed its files, workers and clusters by the time ``main`` returns; what remains is
     unloading pyarrow's allocators, LLVM (numba) and thread pools, ~0.25–0.6 s of a short command's wall time.
     """
-    _short_deprecation_lines()
     code = main()
     gc.collect()  # scratch folders (materialize) are removed by finalizers, which os._exit would skip
     logging.shutdown()

@@ -22,9 +22,7 @@ a YAML or JSON config file read as a raw mapping (``read_mapping``):
 (0.7, ['en', 'de'], 0.001, 'flex', '')
 
 A package keeps its own config dataclass; an owner embeds it (``embedded_field``) and a config file writes its
-keys flat beside the owner's (``build_flat``/``flat_dict``). A renamed key is declared in a ``RENAMED`` class
-attribute and still read, with a ``ZephyrDeprecationWarning``, until the next release (``renamed_keys``); a
-renamed value of a choice (``--mode flag`` → ``annotate``) likewise (``renamed_value``).
+keys flat beside the owner's (``build_flat``/``flat_dict``).
 
 Byte sizes such as ``"512MB"``, ``"4GiB"`` or ``1_000_000``: decimal units (kB, MB, GB, TB) are powers of
 1000, binary units (KiB, MiB, GiB, TiB) powers of 1024, a bare number is bytes:
@@ -47,7 +45,6 @@ import os
 import re
 import types
 import typing
-import warnings
 from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
@@ -81,11 +78,6 @@ class FieldError(ConfigError):
         super().__init__(f"{key}: {message}")
         self.key = key
         self.detail = message
-
-
-class ZephyrDeprecationWarning(FutureWarning):
-    """A config key or flag renamed in this release, still read until the next one. A ``FutureWarning``: the
-    authors of config files and command lines must change, and Python shows them ``FutureWarning`` by default."""
 
 
 # -- field declarations -------------------------------------------------------------------------------------
@@ -193,52 +185,17 @@ def check_fields(obj: Any, prefix: str, rules: Any) -> None:
         raise ConfigProblems(problems)
 
 
-def renamed_keys(raw: dict[str, Any], renames: dict[str, str], where: str = "") -> dict[str, Any]:
-    """``raw`` with each old key of ``renames`` (old → new) under its new name, warning once per key with a
-    ``ZephyrDeprecationWarning``; both names at once is a ``FieldError`` (which value was meant is unknown)."""
-    out = dict(raw)
-    for old, new in renames.items():
-        if old not in out:
-            continue
-        if new in out:
-            raise FieldError(old, f"{old} is the old name of {new}; give only {new}")
-        warnings.warn(
-            f"{where}{old} is renamed {new}; write {new} (the old key is read until the next release)",
-            ZephyrDeprecationWarning,
-            stacklevel=3,
-        )
-        out[new] = out.pop(old)
-    return out
-
-
-def renamed_value(value: Any, renames: dict[Any, Any], where: str) -> Any:
-    """``value`` under its new name when it is an old one of ``renames`` (old → new), with a
-    ``ZephyrDeprecationWarning`` naming ``where`` (a flag or key, e.g. ``--mode``); any other value unchanged,
-    for the caller's own choice check. For renamed values of a choice, where ``renamed_keys`` renames keys."""
-    if value not in renames:
-        return value
-    new = renames[value]
-    warnings.warn(
-        f"{where} {value} is renamed {where} {new}; write {new} (the old value is read until the next release)",
-        ZephyrDeprecationWarning,
-        stacklevel=3,
-    )
-    return new
-
-
 REMOVAL_MODES = ("annotate", "remove")
 """The two modes of every op that removes rows (dedup, decontaminate): ``annotate`` keeps every row and adds the
 op's columns, ``remove`` drops the rows it finds."""
 
 
-def check_removal_mode(mode: str, where: str = "mode", old: dict[str, str] | None = None) -> str:
-    """``mode`` as one of ``REMOVAL_MODES``; an op's old name for one (``old``, old → new) is read with a
-    ``ZephyrDeprecationWarning``, any other value is a ``ConfigError`` naming the choices.
+def check_removal_mode(mode: str, where: str = "mode") -> str:
+    """``mode`` as one of ``REMOVAL_MODES``; any other value is a ``ConfigError`` naming the choices.
 
     >>> check_removal_mode("remove")
     'remove'
     """
-    mode = renamed_value(mode, old or {}, where)
     if mode not in REMOVAL_MODES:
         raise ConfigError(f"{where} must be 'annotate' or 'remove', got {mode!r}")
     return mode
@@ -270,27 +227,13 @@ def flat_fields(cls: type) -> dict[str, tuple[dataclasses.Field, type, str | Non
     return out
 
 
-def _renames(cls: type) -> dict[str, str]:
-    renames = dict(getattr(cls, "RENAMED", {}))
-    for f in dataclasses.fields(cls):
-        if "embed" in f.metadata:
-            renames.update(getattr(f.metadata["embed"], "RENAMED", {}))
-    return renames
-
-
 def build_flat(
     cls: type, body: dict[str, Any], where: str, errors: list[str], *, also: tuple[str, ...] = ()
 ) -> Any:
     """An instance of ``cls`` from a flat mapping (see ``embedded_field``), or None with every problem
     appended to ``errors`` as ``WHERE.KEY: ...``: unknown keys (``also`` names keys the caller handles, for
     the allowed list), required keys left out, each value checked against its declaring class's annotation,
-    old key names read under their new ones (``RENAMED`` class attributes, with a warning), then each
-    embedded config built (by its ``from_dict`` when it has one) and the owner itself."""
-    try:
-        body = renamed_keys(body, _renames(cls), f"{where}.")
-    except FieldError as exc:
-        errors.append(f"{where}.{exc.key}: {exc.detail}")
-        return None
+    then each embedded config built (by its ``from_dict`` when it has one) and the owner itself."""
     known = flat_fields(cls)
     own: dict[str, Any] = {}
     inner: dict[str, dict[str, Any]] = {}

@@ -1,5 +1,5 @@
 """The config base (zephyr.config): one --set value reader for `zephyr run` and `zephyr train`, checks with key
-paths, embedded package configs, and renamed keys that still work for one release with a warning."""
+paths, and embedded package configs."""
 
 from __future__ import annotations
 
