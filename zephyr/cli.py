@@ -384,7 +384,10 @@ def _catch_interrupts(line: str) -> Callable[[], None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(sys.argv[1:] if argv is None else argv)
+    from zephyr.flags import joined_sizes
+
+    argv = joined_sizes(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
     fresh = not logging.getLogger().handlers
@@ -401,7 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from zephyr.io import lock
         from zephyr.summary import Summary
 
-        lock.set_command_line(shlex.join(["zephyr", *(sys.argv[1:] if argv is None else argv)]))
+        lock.set_command_line(shlex.join(["zephyr", *argv]))
         started = time.perf_counter()
         with contextlib.ExitStack() as claims:
             _claim(args, claims)
@@ -420,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(outcome, args, time.perf_counter() - started, quarantine)
         return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
-        return report_failure(exc, args, None if argv is None else list(argv))
+        return report_failure(exc, args, argv)
     except KeyboardInterrupt:  # the command has unwound: its workers are stopped
         print(interrupted, file=sys.stderr)
         return 130

@@ -48,12 +48,14 @@ import copy
 import dataclasses
 import functools
 import inspect
+import re
 import sys
 import types
 import typing
+from collections.abc import Sequence
 from typing import Any, Literal
 
-from zephyr.config import ConfigProblems, FieldError, build_flat, field_hints, parse_value
+from zephyr.config import ConfigProblems, FieldError, build_flat, field_hints, parse_bytes, parse_value
 from zephyr.errors import ConfigError
 
 
@@ -263,3 +265,35 @@ def _by_flag(problem: str, flags: dict[str, str]) -> str:
         if problem.startswith(dest) and problem[len(dest) : len(dest) + 1] in (" ", ":", ""):
             return flags[dest] + problem[len(dest) :]
     return problem
+
+
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+")
+
+
+def joined_sizes(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a byte size written with a space as one value: ``--memory-budget 1.5 GB`` (or
+    ``--memory-budget=512 MiB``, which the shell splits in two) reads as ``--memory-budget '1.5 GB'``, for
+    every size flag of every command, and ``zephyr.config.parse_bytes`` reads it like ``1.5GB``. Only a
+    number given to a flag and followed by a unit alone (``GB``, ``MiB``: what ``parse_bytes`` reads as a
+    unit) is joined; anything else is left to the parser.
+
+    >>> joined_sizes(["sort", "in/", "--memory-budget", "1.5", "GB", "--by", "id"])
+    ['sort', 'in/', '--memory-budget', '1.5 GB', '--by', 'id']
+    """
+    out: list[str] = []
+    for token in argv:
+        last = out[-1] if out else ""
+        flag, _, value = last.partition("=") if last.startswith("--") else ("", "", last)
+        given = flag.startswith("--") if flag else len(out) >= 2 and out[-2].startswith("--")
+        if given and _NUMBER.fullmatch(value) and token.isalpha() and _is_unit(token):
+            out[-1] = f"{last} {token}"
+        else:
+            out.append(token)
+    return out
+
+
+def _is_unit(text: str) -> bool:
+    try:
+        return parse_bytes(f"1{text}") > 0
+    except ConfigError:
+        return False

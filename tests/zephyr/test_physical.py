@@ -14,6 +14,7 @@ import zephyr
 from zephyr import job_stats
 from zephyr.budget import Budget
 from zephyr.cli import main
+from zephyr.config import parse_bytes
 from zephyr.ops import WIDE_OPS
 from zephyr.physical import EXCHANGES
 
@@ -210,3 +211,22 @@ def test_the_driver_never_imports_the_facade():
             imported.update(alias.name for alias in node.names)
     facade = {"zephyr.dataset", "zephyr.Dataset", "zephyr.read", "zephyr.from_arrow", "zephyr.from_items"}
     assert not {name for name in imported if name in facade or name.startswith("zephyr.dataset.")}
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [(["1.5", "GB"], "memory budget 1.4 GiB per task"), (["512", "MiB"], "memory budget 512.0 MiB per task")],
+    ids=["decimal", "binary"],
+)
+def test_a_byte_size_may_be_written_with_a_space(tmp_path, capsys, size, shown):
+    """``--memory-budget 1.5 GB`` (two words on the command line) is one size, as ``1.5GB`` and a config
+    value ``"1.5 GB"`` are."""
+    source = tmp_path / "in.parquet"
+    pq.write_table(_table(), source)
+    assert main(["explain", "sort", str(source), "--by", "k", "--memory-budget", *size]) == 0
+    assert shown in capsys.readouterr().out
+    assert main(["explain", "sort", str(source), "--memory-budget=" + size[0], size[1], "--by", "k"]) == 0
+    assert shown in capsys.readouterr().out
+    assert zephyr.ExecutionOptions(memory_budget=" ".join(size)).memory_budget_bytes == parse_bytes(
+        "".join(size)
+    )
