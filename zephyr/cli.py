@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
+log = logging.getLogger(__name__)
 
 COMMAND_MODULES = {  # after the engine commands of this module (convert, count, sort, explain)
     "zephyr.dedup.cli": ("dedup",),
@@ -547,6 +548,7 @@ def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = 
     configs = command.configs(given, explain=explain)
     execution = _execution(given, command.default_executor, quarantine_dir(args))
     if not explain:
+        _expect(command, configs, execution)
         return command.run(**configs, execution=execution)
     planned = command.plans(**configs, execution=execution)
     if isinstance(planned, list):
@@ -559,6 +561,22 @@ def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = 
     else:
         plan = planned.explain(**execution.as_kwargs())
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
+
+
+def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptions) -> None:
+    """Announce to the progress bar, when one is drawn, the bytes the command's planned jobs will read, so
+    that its one bar covers them all from the start (``zephyr.progress``)."""
+    from zephyr import progress
+    from zephyr.physical import planned_bytes
+
+    display = progress.current()
+    if command.plans is None or display is None or isinstance(display, progress.Quiet):
+        return
+    planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
+    try:
+        display.expect(planned_bytes(command.plans(**planning, execution=execution), execution.as_kwargs()))
+    except Exception as exc:  # noqa: BLE001 - the run reports its own errors; the bar grows without a plan
+        log.debug("no planned total for the progress bar: %s", exc)
 
 
 def _add_command(

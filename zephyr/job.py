@@ -187,6 +187,7 @@ class Job:
             base_fp = fingerprint_of("source", source_fp, read_columns, *segment.narrow)
             reducer, inputs, map_rows = None, [("shard", s) for s in shards], None
             source = segment.source
+            reads = tuple(s.path for s in shards) if isinstance(source, ReadFiles) else ()
             read = dict(
                 read_columns=read_columns or (source.columns if isinstance(source, ReadFiles) else None),
                 read_schema=source.schema if isinstance(source, ReadFiles) else None,
@@ -201,7 +202,7 @@ class Job:
             estimate = side.estimate
             base_fp = fingerprint_of("reduce", side.fingerprint, cloudpickle.dumps(reducer), *segment.narrow)
             inputs = [("partition", p) for p in range(side.partitions)]
-            read = {}
+            read, reads = {}, None
         fingerprint = fingerprint_of(base_fp, output_key)
         stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
         output = output_for(stage_dir)
@@ -231,13 +232,17 @@ class Job:
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         # a key of its own: a stage of the same fingerprint in another work directory writes elsewhere
         shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
-        markers = self._run_tasks(segment.name, shared, tasks, output)
+        markers = self._run_tasks(segment.name, shared, tasks, (estimate, reads))
         self._record(
             segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
         )
         return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
 
-    def _run_tasks(self, name: str, shared: Shared, tasks: list[TaskSpec], output) -> list[dict]:
+    def _run_tasks(
+        self, name: str, shared: Shared, tasks: list[TaskSpec], work: tuple[int, tuple[str, ...] | None]
+    ) -> list[dict]:
+        """Run the tasks without a finished marker, retrying failures; ``work`` is what the progress bar
+        shows of the stage (``zephyr.progress.Display.stage``): its estimated bytes and the files it reads."""
         started = time.perf_counter()
         markers: dict[int, dict] = {}
         for task in tasks:
@@ -254,7 +259,7 @@ class Job:
             own = progress.command("zephyr", True)
             display = own.__enter__()
         if display is not None and todo:
-            display.step(name, len(todo))
+            display.stage(name, len(todo), work[0] * len(todo) // len(tasks), work[1])
         tries: dict[int, int] = {}
         retried = 0
         try:
@@ -265,7 +270,7 @@ class Job:
                     if outcome.ok:
                         markers[task.index] = outcome.value
                         if display is not None:
-                            display.advance(outcome.value.get("rows_in", 0), outcome.value.get("bytes_in", 0))
+                            display.advance(outcome.value.get("rows_in", 0))
                         continue
                     outcome = explain_worker_death(
                         outcome,
@@ -421,7 +426,7 @@ class Job:
             )
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
-        done = self._run_tasks(stage.name, shared, tasks, output)
+        done = self._run_tasks(stage.name, shared, tasks, (0, None))  # not in the plan: no bar bytes
         self._record(stage.name, fingerprint, done, tasks)
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
 
@@ -547,6 +552,8 @@ def run_write(
                 segment, ("sink", absolute(directory), fmt, compression), lambda d: output
             )
             files = publish(out, result.markers, result.marker_paths, fmt, compression)
+            if (display := progress.current()) is not None:
+                display.wrote(files)
             staged = [(f, m.get("checksums") or {}) for m in result.markers for f in m.get("files", [])]
             checksums = {new: records[old] for new, (old, records) in zip(files, staged) if old in records}
             return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)

@@ -297,6 +297,8 @@ class PlannedStage:
     writes: str
     reducer: str = ""
     """Reduce stages: the reducer and how its partition count was decided."""
+    bytes: int = 0
+    """The estimated bytes it reads, as the driver estimates them: its share of the progress bar."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +309,11 @@ class PhysicalPlan:
     budget: Budget
     estimated_bytes: int
     executor: str
+
+    @property
+    def work_bytes(self) -> int:
+        """The bytes its stages are estimated to read, all together (``zephyr.progress``)."""
+        return sum(stage.bytes for stage in self.stages)
 
     @property
     def shuffles(self) -> int:
@@ -374,7 +381,8 @@ class _Explainer:
         """Append the stages that produce ``segment`` (its map sides first); return its task count."""
         if segment.source is not None:
             tasks, reads = self._source(segment, columns)
-            self.stages.append(PlannedStage(segment.name, "map", tasks, reads, writes))
+            size = self.size_of(segment.source).bytes
+            self.stages.append(PlannedStage(segment.name, "map", tasks, reads, writes, bytes=size))
             return tasks
         op = segment.wide
         if isinstance(op, Sort):
@@ -411,19 +419,20 @@ class _Explainer:
         estimated = read_bytes(upstream, self.size_of)
         if materializes_before_sort(upstream):
             produced = self.walk(upstream, "Parquet files in the work directory (materialized: read twice)")
-            name, tasks = "ReadFiles", f"≤ {produced}"
+            name, tasks, size = "ReadFiles", f"≤ {produced}", estimated
             reads = f"the materialized files, est. {format_bytes(estimated)} before materializing"
         else:
-            name = upstream.name
+            name, size = upstream.name, self.size_of(upstream.source).bytes
             tasks, reads = self._source(upstream, None)
         plan = exchange(op, partition_count(op, estimated, self.budget))
         by = ", ".join(op.by)
         boundaries = f"{plan.partitions - 1} range boundaries on {op.by[0]}"
         if op.boundaries is None:  # given boundaries need no sample
-            self.stages.append(
-                PlannedStage(name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}")
+            sample = PlannedStage(
+                name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}"
             )
-        self.stages.append(PlannedStage(name, "map", tasks, reads, ""))
+            self.stages.append(replace(sample, bytes=size))
+        self.stages.append(PlannedStage(name, "map", tasks, reads, "", bytes=size))
         self._reduce(segment, op, plan, [self._shuffle_written(plan.specs[0])], estimated, writes)
         return str(plan.partitions)
 
@@ -442,7 +451,9 @@ class _Explainer:
         shuffles = " + ".join(f"#{n}" for n in numbers)
         reads = f"shuffle {shuffles}, one partition per task"
         reducer = f"{type(plan.reducer).__name__}; {_count(plan.partitions, 'partition')} = {rule}"
-        self.stages.append(PlannedStage(segment.name, "reduce", str(plan.partitions), reads, writes, reducer))
+        self.stages.append(
+            PlannedStage(segment.name, "reduce", str(plan.partitions), reads, writes, reducer, estimated)
+        )
 
 
 def _describe_spec(number: int, spec: ShuffleSpec) -> str:
@@ -504,3 +515,11 @@ def explain_jobs(
     lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
     lines.extend("  " + line for line in budget.describe().splitlines())
     return "\n".join(lines)
+
+
+def planned_bytes(planned: list[PlannedJob] | Any, execution: dict[str, Any]) -> int:
+    """The bytes the engine jobs of a command's plan (``PlannedJob``s, or one ``Dataset``) are estimated to
+    read, all stages together: the total of its progress bar (``zephyr.progress.Display.expect``)."""
+    jobs = planned if isinstance(planned, list) else [PlannedJob("", planned)]
+    options = ExecutionOptions.from_kwargs(**execution)
+    return sum(explain(job.dataset._ops, options).work_bytes for job in jobs if job.dataset is not None)

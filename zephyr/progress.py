@@ -1,11 +1,15 @@
-"""What a person watching a terminal sees while a command runs: one progress line per command (or per
+"""What a person watching a terminal sees while a command runs: one progress bar per command (or per
 pipeline step), however many engine jobs it takes.
 
-Why one line: a command such as ``zephyr dedup fuzzy`` runs a dozen engine steps; a bar per step left a dozen
-bars behind, each counting tasks and jumping from 0 to 100 %. Here the line names the command and the step
-it is in, counts the rows and bytes read so far (bytes as decoded Arrow data, the work the engine does) with
-their rate, and shows the step's completion by tasks, with an ETA. When the command ends, the line stays with
-its totals.
+Why one bar: a command such as ``zephyr dedup fuzzy`` runs several engine jobs of several stages each; a bar
+that restarted at 0 % for each of them had an ETA that covered only the current one. Here the bar counts
+bytes of work: each stage is worth the bytes it is estimated to read (the estimate that sizes its partitions,
+``zephyr.physical``), shared evenly by its tasks, and its total is the sum over every job of the command. A
+command that knows its jobs before they run (a ``zephyr.cli.Command`` with ``plans``: its ``PlannedJob``s)
+announces that sum up front (``expect``), so the bar and its ETA cover the whole command from its first
+second; any other grows its total as its stages start. Beside the bar: the stage running, and the rows read
+from the command's input, each row once (a second read of the same files, a shuffle partition, or files an
+earlier job of the command wrote are not input).
 
 Shown only when stderr is a terminal, unless ``--progress`` / ``--no-progress`` (``progress=`` in Python)
 says otherwise. ``command(label)`` installs the display for a block; a ``Job`` reports to the one installed,
@@ -23,7 +27,6 @@ import contextlib
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,11 +50,13 @@ def command(label: str, setting: bool | None = None) -> Iterator[Display]:
     outer = current()
     display = Display(label) if enabled(setting) else Quiet(label)
     _local.display = display
+    finished = False
     try:
         yield display
+        finished = True
     finally:
         _local.display = outer
-        display.close()
+        display.close(finished)
 
 
 def write(line: str) -> None:
@@ -66,28 +71,22 @@ def write(line: str) -> None:
         sys.stderr.flush()
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 class Display:
-    """One ``tqdm`` line: ``label [step k: name]`` with the step's tasks as the bar (rate and ETA by tqdm) and
-    the rows and bytes read by the command so far, with their rate, as the postfix."""
+    """One ``tqdm`` line: ``label [stage]``, the bar in estimated bytes of work over every job of the command
+    (rate and ETA by tqdm), and the rows read from the command's input as the postfix."""
 
     def __init__(self, label: str):
         self.label = label
         self.rows = 0
-        self.bytes = 0
-        self.steps = 0
-        self.started = time.perf_counter()
-        self._bar: Any = None  # drawn at the first step: a display whose block runs no job shows nothing
+        self.planned = 0  # bytes of work the command's plans announce (``expect``); 0: unknown
+        self.done = 0.0  # bytes of work finished
+        self._bar: Any = None  # drawn at the first stage: a display whose block runs no job shows nothing
         self._counting: str | None = None  # what ``count`` counts (e.g. "train"), while it does
+        self._task_bytes = 0.0  # the work one task of the running stage is worth
+        self._input = False  # whether the running stage reads the command's input
+        self._seen: set[str] = set()  # files read or written by the command's stages so far
 
-    def _open(self, total: int, unit: str, desc: str) -> None:
+    def _open(self, total: float, unit: str, desc: str) -> None:
         if self._bar is None:
             from tqdm import tqdm
 
@@ -97,21 +96,45 @@ class Display:
                 total=total,
                 desc=desc,
                 unit=unit,
+                unit_scale=unit == "B",
                 leave=True,
                 ncols=size.columns or 120,
                 nrows=size.lines or 24,
                 file=sys.stderr,
             )
-        self._bar.unit = unit
+        self._bar.unit, self._bar.unit_scale = unit, unit == "B"
 
-    def step(self, name: str, tasks: int) -> None:
-        """A new engine step of ``tasks`` tasks begins."""
-        self._open(tasks, "task", self.label)
-        self._counting = None
-        self.steps += 1
-        self._bar.reset(total=tasks)
-        self._bar.set_description_str(f"{self.label} [{self.steps}: {_short(name)}]", refresh=False)
+    def expect(self, nbytes: int) -> None:
+        """The command's jobs are estimated to read ``nbytes`` in all (from its plans): the bar's total."""
+        self.planned = max(0, int(nbytes))
+
+    def stage(self, name: str, tasks: int, nbytes: int, reads: tuple[str, ...] | None = None) -> None:
+        """An engine stage of ``tasks`` tasks begins, estimated to read ``nbytes``. ``reads``: the files of the
+        source it reads (``()`` for an in-memory table, None for shuffle partitions); its rows are the
+        command's input unless a stage of the command read or wrote one of them before (an in-memory table:
+        when it is the first source of the command)."""
+        total = max(self.planned, self.done + nbytes)
+        self._open(total, "B", f"{self.label} [{_short(name)}]")
+        if self._counting is not None:
+            self._counting = None
+            self._bar.reset(total=total)
+            self._bar.n = self.done
+        self._task_bytes = nbytes / max(tasks, 1)
+        if reads is None:
+            self._input = False
+        elif not reads:
+            self._input = not self._seen
+            self._seen.add("")
+        else:
+            self._input = self._seen.isdisjoint(reads)
+            self._seen.update(reads)
+        self._bar.total = max(self._bar.total or 0, total)
+        self._bar.set_description_str(f"{self.label} [{_short(name)}]", refresh=False)
         self._refresh()
+
+    def wrote(self, files: list[str]) -> None:
+        """A job of the command wrote ``files``: a later stage reading them reads no input rows."""
+        self._seen.update(files)
 
     def count(self, what: str, total: int, *, done: int = 0, unit: str = "step") -> None:
         """Work that is not an engine job begins: the bar counts ``unit`` from ``done`` (a resumed run's
@@ -133,26 +156,26 @@ class Display:
         self._bar.set_postfix_str(postfix, refresh=False)
         self._bar.update(done - self._bar.n)
 
-    def advance(self, rows: int, nbytes: int) -> None:
-        """One task finished, having read ``rows`` rows and ``nbytes`` bytes."""
-        self.rows += rows
-        self.bytes += nbytes
+    def advance(self, rows: int) -> None:
+        """One task of the running stage finished, having read ``rows`` rows."""
+        if self._input:
+            self.rows += rows
+        self.done += self._task_bytes
         if self._bar is not None and self._counting is None:
-            self._bar.update(1)
-            self._refresh()
+            self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=False)
+            self._bar.update(self.done - self._bar.n)
 
     def _refresh(self) -> None:
-        elapsed = max(time.perf_counter() - self.started, 1e-9)
-        self._bar.set_postfix_str(
-            f"{self.rows:,} rows, {_bytes(self.bytes)} read, {_bytes(self.bytes / elapsed)}/s", refresh=True
-        )
+        self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=True)
 
-    def close(self) -> None:
-        """Leave the line with the command's totals."""
+    def close(self, finished: bool = False) -> None:
+        """Leave the line with the command's totals (at 100 % when the command ``finished``)."""
         if self._bar is None:
             return
-        if self._counting is None:  # engine steps: their number and the rows read; counted work keeps its own
-            self._bar.set_description_str(f"{self.label} [{self.steps} steps]", refresh=False)
+        if self._counting is None:  # engine work: the command and its rows; counted work keeps its own
+            if finished:
+                self._bar.total = self._bar.n = self.done
+            self._bar.set_description_str(self.label, refresh=False)
             self._refresh()
         self._bar.close()
 
@@ -160,13 +183,13 @@ class Display:
 class Quiet(Display):
     """The display of a block whose progress is off: counts, shows nothing."""
 
-    def step(self, name: str, tasks: int) -> None:
-        self.steps += 1
+    def stage(self, name: str, tasks: int, nbytes: int, reads: tuple[str, ...] | None = None) -> None:
+        pass
 
     def count(self, what: str, total: int, *, done: int = 0, unit: str = "step") -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, finished: bool = False) -> None:
         pass
 
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
+import types
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from zephyr.cli import main
+from zephyr import cli
+from zephyr.cli import Command, Inputs, main
+from zephyr.physical import PlannedJob
+from zephyr.summary import Summary
 
 from ..terminal import cli_under_pty
 
@@ -33,7 +39,21 @@ def test_no_progress_wins_and_jobs_open_no_display_of_their_own(corpus, capsys):
     assert capsys.readouterr().err.startswith("zephyr count: done in")  # the summary alone, no progress line
 
 
-def test_one_line_for_a_command_of_many_steps(corpus, tmp_path, capsys):
+def _frames(err: str, label: str) -> list[str]:
+    """The progress line's successive states as drawn (tqdm redraws it after a carriage return)."""
+    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label)]
+
+
+def _bytes_done(frame: str) -> tuple[float, float]:
+    """The bar's ``5.98M/15.3M`` (done/total) as bytes."""
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
+    n, n_unit, t, t_unit = re.search(r"\| *([0-9.]+)([kMG]?)/([0-9.]+)([kMG]?) \[", frame).groups()
+    return float(n) * scale[n_unit], float(t) * scale[t_unit]
+
+
+def test_one_line_for_a_command_of_many_jobs(corpus, tmp_path, capsys):
+    """A command of several engine jobs (fuzzy dedup) draws one bar that never starts again, and counts the
+    rows of its input once, not once per job that reads them."""
     argv = [
         "dedup",
         "fuzzy",
@@ -45,13 +65,37 @@ def test_one_line_for_a_command_of_many_steps(corpus, tmp_path, capsys):
     ]
     assert main([*argv, "--progress"]) == 0
     err = capsys.readouterr().err.split("zephyr dedup fuzzy: done in")[0]  # the progress, before the summary
-    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("zephyr dedup fuzzy")]
-    assert lines, err
-    final = lines[-1]
-    steps = int(final.split("[")[1].split(" steps")[0])
-    assert steps > 3  # many engine steps ...
+    frames = _frames(err, "zephyr dedup fuzzy")
+    assert len(frames) > 3, err
+    done = [_bytes_done(frame)[0] for frame in frames]
+    assert done == sorted(done) and done[-1] > 0  # one bar over every job: its work done never goes back
     assert err.count("\n") == 1  # ... one line left behind
-    assert "3,000 rows" in final or "rows" in final and "read" in final and "/s" in final
+    assert re.search(r"(?<![0-9,])3,000 rows read", frames[-1]), frames[-1]
+
+
+def test_a_planned_command_shows_its_total_from_the_start(corpus, capsys, monkeypatch):
+    """A command that declares its jobs (``plans``) announces their estimated bytes before the first: the bar's
+    total is the same from the first frame to the last, and its percentage only grows."""
+    module = types.ModuleType("twice_cli")
+
+    def twice(inputs: Inputs, execution) -> Summary:
+        """Count the rows, then count them again."""
+        first = inputs.read().count(**execution.as_kwargs())
+        return Summary(first, inputs.read().count(**execution.as_kwargs()))
+
+    plans = lambda inputs, execution: [PlannedJob("job 1", inputs.read()), PlannedJob("job 2", inputs.read())]  # noqa: E731
+    module.COMMANDS = [Command("twice", twice, {"inputs": Inputs}, plans=plans)]
+    monkeypatch.setitem(sys.modules, "twice_cli", module)
+    monkeypatch.setattr(cli, "COMMAND_MODULES", {**cli.COMMAND_MODULES, "twice_cli": ("twice",)})
+    assert main(["twice", str(corpus), "--executor", "inprocess", "--progress"]) == 0
+    frames = _frames(capsys.readouterr().err.split("zephyr twice: done in")[0], "zephyr twice")
+    totals = {_bytes_done(frame)[1] for frame in frames}
+    assert len(frames) > 2 and len(totals) == 1 and totals != {0.0}, frames
+    percents = [int(re.search(r"([0-9]+)%\|", frame).group(1)) for frame in frames]
+    assert percents == sorted(percents) and percents[-1] == 100, frames
+    assert re.search(r"(?<![0-9,])3,000 rows read", frames[-1]), frames[
+        -1
+    ]  # two jobs read them, once counted
 
 
 def test_shown_on_a_terminal(corpus):
