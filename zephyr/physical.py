@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -280,7 +281,19 @@ def runs_in_process(options: ExecutionOptions, estimated: int, *, one_split_task
 
 
 # -- the printable plan -----------------------------------------------------------------------------------
-ACTION_OUTPUT = "the action's output (write_* files, to_arrow rows or a count)"
+ACTION_OUTPUT = "the job's result (its output files, or the rows or count asked for)"
+
+_WORDS = {
+    ConcatReducer: "each task concatenates its partition's rows",
+    DeduplicateReducer: "each task keeps the first row of each key",
+    GroupAggregateReducer: "each task aggregates the rows of each key",
+    GroupApplyReducer: "each task runs the function on the rows of each key",
+    JoinReducer: "each task joins the two sides' rows of each key",
+    SortReducer: "each task merges its sorted runs",
+    PartialAggregate: "partial aggregates",
+    FirstOccurrence: "the first row of each key",
+}
+"""What a reducer or a map-side combine does, in words (the plan names no class)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +309,7 @@ class PlannedStage:
     reads: str
     writes: str
     reducer: str = ""
-    """Reduce stages: the reducer and how its partition count was decided."""
+    """Reduce stages: what each task does, and how the partition count was decided."""
     bytes: int = 0
     """The estimated bytes it reads, as the driver estimates them: its share of the progress bar."""
 
@@ -330,7 +343,7 @@ class PhysicalPlan:
             lines.append(f"stage {number} {stage.role}: {stage.name}")
             lines.append(f"  tasks {stage.tasks} · reads {stage.reads}")
             if stage.reducer:
-                lines.append(f"  reducer {stage.reducer}")
+                lines.append(f"  {stage.reducer}")
             lines.append(f"  writes {stage.writes}")
         lines.append(f"budget shares (bytes per task, of {self.budget.bytes:,}):")
         lines.extend("  " + line for line in self.budget.describe().splitlines())
@@ -361,7 +374,8 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
     estimated = plan_bytes(segment, size_of)
     executor = options.executor if isinstance(options.executor, str) else type(options.executor).__name__
     if runs_in_process(options, estimated):
-        executor = f"in this process (small job: under small_job_bytes {options.small_job_bytes_value:,})"
+        small = format_bytes(options.small_job_bytes_value)
+        executor = f"in this process (small job: input under --small-job-bytes {small})"
     elif executor != "inprocess":
         executor = f"{executor}, {options.num_workers} workers"
     return PhysicalPlan(tuple(walker.stages), budget, estimated, executor)
@@ -450,7 +464,7 @@ class _Explainer:
             rule = f"ceil(est. {format_bytes(estimated)} / {format_bytes(target)} partition target)"
         shuffles = " + ".join(f"#{n}" for n in numbers)
         reads = f"shuffle {shuffles}, one partition per task"
-        reducer = f"{type(plan.reducer).__name__}; {_count(plan.partitions, 'partition')} = {rule}"
+        reducer = f"{_WORDS[type(plan.reducer)]}; {_count(plan.partitions, 'partition')} = {rule}"
         self.stages.append(
             PlannedStage(segment.name, "reduce", str(plan.partitions), reads, writes, reducer, estimated)
         )
@@ -470,7 +484,7 @@ def _describe_spec(number: int, spec: ShuffleSpec) -> str:
         how = "round-robin"
     extra = ""
     if spec.combine is not None:
-        extra += f", map-side combine {type(spec.combine).__name__}"
+        extra += f", map-side combine: {_WORDS[type(spec.combine)]}"
     if spec.sort_by:
         extra += ", rows in a key ordered by " + ", ".join(
             f"{c}{' desc' if d else ''}" for c, d in spec.sort_by
@@ -519,7 +533,17 @@ def explain_jobs(
 
 def planned_bytes(planned: list[PlannedJob] | Any, execution: dict[str, Any]) -> int:
     """The bytes the engine jobs of a command's plan (``PlannedJob``s, or one ``Dataset``) are estimated to
-    read, all stages together: the total of its progress bar (``zephyr.progress.Display.expect``)."""
+    read, all stages together: the total of its progress bar (``zephyr.progress.Display.expect``). Jobs of
+    one number with letters (``job 2a``, ``job 2b``) are alternatives a ``then:`` rule picks between: the
+    first counts."""
     jobs = planned if isinstance(planned, list) else [PlannedJob("", planned)]
     options = ExecutionOptions.from_kwargs(**execution)
-    return sum(explain(job.dataset._ops, options).work_bytes for job in jobs if job.dataset is not None)
+    total, alternatives = 0, set()
+    for title, dataset in jobs:
+        letter = re.match(r"job (\d+)[a-z]\b", title)
+        if dataset is None or (letter and letter.group(1) in alternatives):
+            continue
+        if letter:
+            alternatives.add(letter.group(1))
+        total += explain(dataset._ops, options).work_bytes
+    return total

@@ -16,7 +16,8 @@ from zephyr.budget import Budget
 from zephyr.cli import main
 from zephyr.config import parse_bytes
 from zephyr.ops import WIDE_OPS
-from zephyr.physical import EXCHANGES
+from zephyr.physical import ACTION_OUTPUT as OUT
+from zephyr.physical import EXCHANGES, PlannedJob, planned_bytes
 
 STAGE = re.compile(r"^stage (\d+) (\w+): (.+)$")
 
@@ -66,9 +67,9 @@ def test_sort_plan_samples_then_range_shuffles():
     assert _structure(text) == [
         ("sample", "FromTable", "2", "a key sample → 2 range boundaries on k"),
         ("map", "FromTable", "2", "shuffle #1: range(k desc) into 3 partitions"),
-        ("reduce", "Sort", "3", "the action's output (write_* files, to_arrow rows or a count)"),
+        ("reduce", "Sort", "3", OUT),
     ]
-    assert "reducer SortReducer; 3 partitions = num_partitions" in text
+    assert "each task merges its sorted runs; 3 partitions = num_partitions" in text
     assert text.splitlines()[0].startswith("physical plan: 3 stages, 1 shuffle;")
 
 
@@ -83,7 +84,7 @@ def test_sort_of_computed_rows_materializes_them_first():
         ),
         ("sample", "ReadFiles", "≤ 1", "a key sample → 1 range boundaries on k"),
         ("map", "ReadFiles", "≤ 1", "shuffle #1: range(k) into 2 partitions"),
-        ("reduce", "Sort", "2", "the action's output (write_* files, to_arrow rows or a count)"),
+        ("reduce", "Sort", "2", OUT),
     ]
 
 
@@ -93,8 +94,13 @@ def test_group_by_plan_combines_on_the_map_side_and_reads_only_needed_columns(tm
     ds = zephyr.read_parquet(str(path)).group_by("k").agg(total=("v", "count"))
     text = ds.explain(memory_budget="8MB")
     assert _structure(text) == [
-        ("map", "ReadFiles", "1", "shuffle #1: hash(k) into 1 partition, map-side combine PartialAggregate"),
-        ("reduce", "GroupAggregate", "1", "the action's output (write_* files, to_arrow rows or a count)"),
+        (
+            "map",
+            "ReadFiles",
+            "1",
+            "shuffle #1: hash(k) into 1 partition, map-side combine: partial aggregates",
+        ),
+        ("reduce", "GroupAggregate", "1", OUT),
     ]
     assert "columns k, v" in text  # pushdown: the map side never decodes ``unused``
 
@@ -106,18 +112,23 @@ def test_join_plan_shuffles_both_sides_into_one_reducer():
     assert _structure(text) == [
         ("map", "FromTable", "2", "shuffle #1: hash(k) into 4 partitions"),
         ("map", "FromTable → select(k)", "1", "shuffle #2: hash(k) into 4 partitions"),
-        ("reduce", "Join", "4", "the action's output (write_* files, to_arrow rows or a count)"),
+        ("reduce", "Join", "4", OUT),
     ]
     assert "reads shuffle #1 + #2, one partition per task" in text
-    assert "reducer JoinReducer" in text
+    assert "each task joins the two sides' rows of each key" in text
 
 
 def test_deduplicate_plan_keeps_first_occurrences_on_the_map_side():
     text = zephyr.from_arrow(_table()).deduplicate("k", num_partitions=2).reshard(3).explain()
     assert _structure(text) == [
-        ("map", "FromTable", "1", "shuffle #1: hash(k) into 2 partitions, map-side combine FirstOccurrence"),
+        (
+            "map",
+            "FromTable",
+            "1",
+            "shuffle #1: hash(k) into 2 partitions, map-side combine: the first row of each key",
+        ),
         ("reduce", "Deduplicate", "2", "shuffle #2: round-robin into 3 partitions"),
-        ("reduce", "Reshard", "3", "the action's output (write_* files, to_arrow rows or a count)"),
+        ("reduce", "Reshard", "3", OUT),
     ]
 
 
@@ -230,3 +241,35 @@ def test_a_byte_size_may_be_written_with_a_space(tmp_path, capsys, size, shown):
     assert zephyr.ExecutionOptions(memory_budget=" ".join(size)).memory_budget_bytes == parse_bytes(
         "".join(size)
     )
+
+
+def test_the_plan_names_no_internal_class_or_method():
+    """The printed plan says what each stage does in words: no reducer or combiner class, no engine
+    method (``write_*``, ``to_arrow``) and no settings attribute (``num_partitions``, ``num_shards``: the
+    Dataset's own keywords, are named)."""
+    left = zephyr.from_arrow(_table(), num_shards=2)
+    plans = [
+        left.sort("k").explain(),
+        left.group_by("k").count().explain(),
+        left.deduplicate("k").join(left, on="k").reshard(2).explain(),
+        left.group_by("k").reduce(lambda rows: rows).explain(),
+        left.explain(executor="local"),
+    ]
+    for text in plans:
+        words = re.findall(r"[A-Za-z_*]+", text.split("\nbudget shares")[0])
+        internal = [w for w in words if w.endswith(("Reducer", "Aggregate", "Occurrence")) or "_" in w]
+        assert set(internal) <= {"GroupAggregate", "num_partitions", "num_shards"}, (internal, text)
+
+
+def test_planned_bytes_count_one_of_each_alternative():
+    """The progress bar's planned total: every job's stages, and of alternatives (job 2a / 2b) the first."""
+    ds = zephyr.from_arrow(_table(), num_shards=2)
+    one = planned_bytes(ds, {})
+    assert one > 0 and one == planned_bytes([PlannedJob("job 1: all", ds)], {})
+    jobs = [
+        PlannedJob("job 1: a", ds),
+        PlannedJob("a rule"),
+        PlannedJob("job 2a: b", ds),
+        PlannedJob("job 2b: c", ds.sort("k")),
+    ]
+    assert planned_bytes(jobs, {}) == 2 * one
