@@ -90,10 +90,16 @@ from zephyr.io.compression import (
     open_compressed_writer,
     open_decompressed,
 )
-from zephyr.io.paths import filesystem, infer_compression, open_input
+from zephyr.io.paths import filesystem, infer_compression, open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, quarantine_table
-from zephyr.io.schema import SchemaConflict, conform, fit_planned, promote_schemas
-from zephyr.io.sink_encoder import SCHEMA_FIX, Encoder, promote_or_refuse, quietly
+from zephyr.io.schema import (
+    SCHEMA_FIX,
+    SchemaConflict,
+    conform,
+    fit_planned,
+    promote_or_refuse,
+    promote_schemas,
+)
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 
 logger = logging.getLogger(__name__)
@@ -650,7 +656,7 @@ class BlockParser:
         return f"{self.path} bytes {block.offset}-{block.offset + len(block.data)} (byte-range shard)"
 
 
-class JsonlEncoder(Encoder):
+class JsonlEncoder:
     """Writes each batch as it comes; JSON text has no file schema, so batches may widen freely."""
 
     def __init__(self, fs, path: str, compression: str | None, schema: pa.Schema | None, where: str):

@@ -24,7 +24,8 @@ Read Parquet shards: footer-based row-group splitting, column projection, bounde
   0-based index within the file.
 
 The encoder (``ParquetEncoder``): zstd, statistics, dictionary encoding, one row group per flush; a widened
-schema rewrites the file written so far into a new generation (see the ``zephyr.io.sinks`` contract).
+schema rewrites the file written so far into a new generation (see the ``zephyr.io.sinks`` contract). Its
+row-group buffering, ``BufferedEncoder``, is Vortex's too (``zephyr.io.vortex``).
 """
 
 from __future__ import annotations
@@ -39,10 +40,9 @@ import pyarrow.parquet as pq
 
 from zephyr.errors import InputError, SchemaError
 from zephyr.io.checksum import Checksummed
-from zephyr.io.paths import open_input
+from zephyr.io.paths import open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
-from zephyr.io.schema import cast_to_schema, conform
-from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly
+from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, promote_or_refuse
 
 logger = logging.getLogger(__name__)
 
@@ -293,6 +293,103 @@ docs come out the size of the input (1.00x, level 1: 1.18x), the sample 23% smal
 about 1.8x slower than level 1 (still several times the ops' own throughput); level 6 saves another 10% at
 about 1.6x the time of level 3 (benchmarks/parquet_output.py, RESULTS.md). Spill and scratch files the engine
 reads back once keep level 1."""
+
+
+class BufferedEncoder:
+    """Buffers batches into row groups and keeps one file schema.
+
+    Without a user schema, the schema is the promotion of the batches buffered before the first flush. A later
+    batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
+    encoder rewrite what it has emitted so far under the widened schema (``rewrite``): rare, costs one pass over
+    the rows written so far, and gives the same bytes as if the wide schema had been known from the start.
+    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
+    """
+
+    def __init__(self, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str):
+        self.user_schema = schema is not None
+        self.schema = schema  # the file schema, once fixed
+        self.pending: pa.Schema | None = None  # promotion of buffered batches while it is not
+        self.buffered: list[pa.RecordBatch] = []
+        self.buffered_rows = 0
+        self.buffered_bytes = 0
+        self.emitted_rows = 0
+        self.row_group_bytes = row_group_bytes
+        self.row_group_rows = row_group_rows
+        self.where = where
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self.schema is None:
+            self.pending = promote_or_refuse(self.pending, batch.schema, self.where)
+        elif not self.user_schema:
+            widened = promote_or_refuse(self.schema, batch.schema, self.where)
+            if not widened.equals(self.schema):
+                self._widen(widened)
+            batch = conform(batch, self.schema, where=self.where, fix=SCHEMA_FIX)
+        else:
+            batch = conform(batch, self.schema, where=self.where, fix=SCHEMA_FIX)
+        self.buffered.append(batch)
+        self.buffered_rows += batch.num_rows
+        self.buffered_bytes += batch.nbytes
+        while self.buffered and (
+            self.buffered_rows >= self.row_group_rows or self.buffered_bytes >= self.row_group_bytes
+        ):
+            self._flush()
+
+    def _widen(self, widened: pa.Schema) -> None:
+        buffered = [conform(b, widened, where=self.where, fix=SCHEMA_FIX) for b in self.buffered]
+        logger.info(
+            "%s: schema widens from %s to %s; rewriting the %d rows already written",
+            self.where,
+            self.schema,
+            widened,
+            self.emitted_rows,
+        )
+        self.schema = widened
+        if self.emitted_rows:
+            self.rewrite()
+        self.buffered = buffered
+
+    def _fix_schema(self) -> pa.Schema:
+        if self.schema is None:
+            self.schema = self.pending if self.pending is not None else pa.schema([])
+            self.buffered = [conform(b, self.schema, where=self.where, fix=SCHEMA_FIX) for b in self.buffered]
+        return self.schema
+
+    def _flush(self) -> None:
+        schema = self._fix_schema()
+        table = pa.Table.from_batches(self.buffered, schema=schema)
+        if table.num_rows == 0:
+            self.buffered, self.buffered_rows, self.buffered_bytes = [], 0, 0
+            return
+        limit = self.row_group_rows
+        if table.nbytes > self.row_group_bytes:
+            limit = min(limit, max(1, int(table.num_rows * self.row_group_bytes / table.nbytes)))
+        if table.num_rows > limit:
+            head, rest = table.slice(0, limit), table.slice(limit)
+        else:
+            head, rest = table, None
+        self.emit(head)
+        self.emitted_rows += head.num_rows
+        self.buffered = rest.to_batches() if rest is not None and rest.num_rows else []
+        self.buffered_rows = rest.num_rows if rest is not None else 0
+        self.buffered_bytes = rest.nbytes if rest is not None else 0
+
+    def finish(self) -> None:
+        while self.buffered:
+            self._flush()
+        self._fix_schema()
+        self.close_format()
+
+    def emit(self, table: pa.Table) -> None:
+        """Write one row group."""
+        raise NotImplementedError
+
+    def rewrite(self) -> None:
+        """Re-encode every emitted row group under ``self.schema`` (which has just widened)."""
+        raise NotImplementedError
+
+    def close_format(self) -> None:
+        raise NotImplementedError
 
 
 class ParquetEncoder(BufferedEncoder):

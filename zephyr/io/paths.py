@@ -490,3 +490,17 @@ def _glob_base(pattern: str) -> str:
     parts = pattern.split("/")
     fixed = next((i for i, part in enumerate(parts) if any(ch in part for ch in _GLOB_CHARS)), len(parts))
     return "/".join(parts[:fixed]) or "/"
+
+
+def quietly(action, what: str) -> None:
+    """Run ``action`` while throwing ``what`` away: an error then is logged, never raised over the real one."""
+    try:
+        action()
+    except Exception:  # noqa: BLE001 - used only while throwing a file away
+        log.debug("ignoring error while discarding %s", what, exc_info=True)
+
+
+def remove_local(path: str) -> None:
+    """Remove a local file that may not exist (spills and half-built files)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)

@@ -544,3 +544,20 @@ def _type(value: Any, where: str) -> pa.DataType:
 
 
 # -- command-line flags -------------------------------------------------------------------------------------
+
+
+SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every batch has one type."
+"""The fix a ``SchemaError`` of a writer names."""
+
+
+def promote_or_refuse(current: pa.Schema | None, new: pa.Schema, where: str) -> pa.Schema:
+    """The schema both ``current`` and ``new`` batches fit losslessly, or a ``SchemaError`` naming the column."""
+    if current is None:
+        return new
+    try:
+        return promote_schemas(current, new)
+    except SchemaConflict as exc:
+        raise SchemaError(
+            f"{where}: column {exc.column!r} is {exc.left} in earlier batches but {exc.right} in this one; "
+            f"that cast could lose data. {SCHEMA_FIX}"
+        ) from exc

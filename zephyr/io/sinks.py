@@ -1,5 +1,9 @@
 """Sinks: write one output shard file (Parquet, JSONL[.gz|.zst], Vortex) atomically and deterministically.
 
+Each format's encoder (``ParquetEncoder``, ``JsonlEncoder``, ``VortexEncoder``, in the format's module) writes
+a temporary file it owns (``path``; ``write``, ``finish``, ``discard``); ``ShardWriter`` picks one per format
+and renames its file into place.
+
 Contract:
 
 - **Checksummed.** ``WrittenFile.checksum`` is the file's size and xxh3-128, hashed from the bytes as they are
@@ -49,7 +53,6 @@ from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
-from zephyr.io.sink_encoder import Encoder
 from zephyr.io.vortex import VortexEncoder
 
 logger = logging.getLogger(__name__)
@@ -142,7 +145,9 @@ class ShardWriter:
             else:
                 self._local_dir = tempfile.mkdtemp(prefix="zephyr-vortex-")
                 local = os.path.join(self._local_dir, "out.vortex")
-            self._encoder: Encoder = VortexEncoder(local, schema, row_group_bytes, row_group_rows, where)
+            self._encoder: VortexEncoder | ParquetEncoder | JsonlEncoder = VortexEncoder(
+                local, schema, row_group_bytes, row_group_rows, where
+            )
         elif format == "parquet":
             self._encoder = ParquetEncoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
         else:

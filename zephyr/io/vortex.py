@@ -26,10 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from zephyr.errors import READ_ERRNOS, InputError, SchemaError, read_error
-from zephyr.io.paths import filesystem, is_local
+from zephyr.io.parquet import BufferedEncoder
+from zephyr.io.paths import filesystem, is_local, quietly, remove_local
 from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
-from zephyr.io.schema import cast_to_schema, conform, normalize_view_types
-from zephyr.io.sink_encoder import SCHEMA_FIX, BufferedEncoder, quietly, remove_local
+from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view_types
 
 
 @contextlib.contextmanager
