@@ -1,5 +1,5 @@
 """What a hash shuffle costs on S3 at 10 TB and 100 TB, from the cost model the code uses
-(``zephyr.shuffle.cost``; docs/engine.md "What a shuffle costs"; checked request for request against a moto
+(``shuffle_model.py``; docs/engine.md "What a shuffle costs"; checked request for request against a moto
 S3 server by tests/shuffle/test_s3_requests.py): requests by class, request-seconds at S3's per-prefix rates
 (5,500 GET/s, 3,500 PUT/s), dollars at S3 Standard list prices ($0.0004 per 1,000 GET, $0.005 per 1,000 PUT)
 and bytes moved — for the reducers reading the map runs as they are and coalesced, and as main 0353c3a read
@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from zephyr.shuffle import cost  # noqa: E402
+import shuffle_model as cost  # noqa: E402
 
 from zephyr.config import format_bytes, parse_bytes  # noqa: E402
 

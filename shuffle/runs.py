@@ -23,11 +23,16 @@ about two per run it reads, never a scan of other partitions' footers (Marin's r
 before any payload, #8267). Every block's header is checked against the partition and the run's K and P, a
 blob's range against the bytes actually read and its row count against its footer: a damaged run is an
 ``InputError`` naming the file, never silently wrong rows (tests/shuffle/test_runs.py injects each fault).
+
+When to coalesce (``coalesce_plan``): on an object store, when a run's share of one partition is so small that
+its two requests cost more than one more read and write of its bytes (``COALESCE_PART_BYTES``). The request
+model behind the rule, checked against a real S3 server, is benchmarks/shuffle_model.py.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -406,6 +411,68 @@ def read_run_part(
 
 
 # -- coalescing ---------------------------------------------------------------------------------------------
+# -- when to coalesce (the request model behind it: benchmarks/shuffle_model.py) -----------------------
+MIB = 1 << 20
+COALESCE_PART_BYTES = 1 * MIB
+"""Runs are coalesced (``coalesce="auto"``, on an object store) when their mean part — the stored bytes of one
+run's share of one partition — is below this. Break-even: a part costs a reducer two requests (index block and
+blob), coalescing costs its bytes one more read and one more write; at a request latency L and a per-stream
+throughput T the two are equal at a part of L × T: 20–50 ms × 50–100 MB/s ≈ 1–5 MB on S3. On a local disk a
+"request" is a system call (L ≈ 20 µs) and the pass never pays: ``auto`` coalesces on object stores only."""
+INDEX_ENTRY_BYTES = 24
+"""One slot of one partition in a run's index (offset, length, rows)."""
+
+
+def max_slots(partitions: int, budget: Budget) -> int:
+    """Runs one coalesce task may read: it holds their indexes and its own (48 bytes per run and partition)
+    within an eighth of the budget."""
+    return max(1, budget.bytes // 8 // (2 * INDEX_ENTRY_BYTES * max(1, partitions)))
+
+
+def group_count(runs: int, stored_bytes: int, partitions: int, workers: int, budget: Budget) -> int:
+    """Coalesced runs for ``runs`` map runs: one per worker (the combine runs on every worker at once), more
+    when the shuffle is so big that a reducer's share of one group passes a chunk (``spill_row_group_bytes``:
+    then its reads are as many as its bytes need anyway), or when a group's indexes would not fit
+    ``max_slots``."""
+    by_bytes = math.ceil(stored_bytes / (max(1, partitions) * budget.spill_row_group_bytes))
+    by_memory = math.ceil(runs / max_slots(partitions, budget))
+    return max(1, workers, by_bytes, by_memory)
+
+
+def coalesce_plan(
+    task_runs: Sequence[int],
+    stored_bytes: int,
+    partitions: int,
+    workers: int,
+    budget: Budget,
+    *,
+    mode: str = "auto",
+    remote: bool = True,
+) -> list[range]:
+    """The groups of consecutive map tasks whose runs are coalesced into one run each, or ``[]`` to read the
+    map runs as they are. ``task_runs``: runs per map task, in task order; ``mode`` ``auto`` coalesces on an
+    object store (``remote``) when the mean part is under ``COALESCE_PART_BYTES``, ``always`` whenever that
+    leaves fewer runs, ``never`` never. Groups follow map task indices, never which worker ran what, so a
+    rerun map task invalidates exactly its group; outputs are identical whatever the groups (a reducer reads
+    every blob as before, in the same order).
+
+    >>> [(g.start, g.stop) for g in coalesce_plan([2] * 10, 10 << 20, 8, 3, Budget(1 << 30))]
+    [(0, 3), (3, 6), (6, 10)]
+    >>> coalesce_plan([2] * 10, 10 << 30, 8, 3, Budget(1 << 30))  # parts of 64 MiB: coalescing does not pay
+    []
+    """
+    tasks, runs = len(task_runs), sum(task_runs)
+    if mode == "never" or tasks == 0:
+        return []
+    groups = min(tasks, group_count(runs, stored_bytes, partitions, workers, budget))
+    if groups >= runs:
+        return []
+    if mode == "auto" and (not remote or stored_bytes / (runs * max(1, partitions)) >= COALESCE_PART_BYTES):
+        return []
+    bounds = [i * tasks // groups for i in range(groups + 1)]  # even: sizes differ by one at most
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 @dataclass(frozen=True)
 class Coalesced:
     """What ``coalesce_runs`` wrote: the run, its rows and data bytes, and both files' checksum records."""
@@ -504,7 +571,7 @@ def coalesce_runs(
 class _Parts:
     """A writable file handed its bytes in pieces of exactly ``size`` (the last one shorter), so an s3fs file of
     that block size uploads parts of exactly that size: ``ceil(bytes / size)`` of them, whatever the sizes of
-    the writes (``zephyr.shuffle.cost.upload``)."""
+    the writes (benchmarks/shuffle_model.py ``upload``)."""
 
     def __init__(self, handle, size: int):
         self._handle, self._size, self._pending = handle, size, bytearray()

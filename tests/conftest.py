@@ -15,6 +15,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("ZEPHYR_SHARED_DIR", REPO.parent / "shared"))
 CORPUS_CACHE = Path(os.environ.get("ZEPHYR_CORPUS_CACHE", Path.home() / ".cache" / "zephyr" / "corpus"))
+# test data writers and models that live beside the benchmarks (warc_pages, dupes_synthetic, shuffle_model)
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _is_resource_tracker(process) -> bool:

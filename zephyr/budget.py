@@ -21,7 +21,7 @@ What a task holds at once, at most, for a budget B:
 - the map side of a shuffle: the sort buffer (``shuffle_buffer_bytes``, B/4) plus its sorted copy and Parquet
   encoding while it spills (about twice that again), written as row groups of ``spill_row_group_bytes``
   (B/64, 256 KiB–4 MiB) so that a reducer can stream many parts at once;
-- coalescing runs (on object stores, ``zephyr.shuffle.cost``): one window of fetched run bytes
+- coalescing runs (on object stores, ``zephyr.shuffle.runs.coalesce_plan``): one window of fetched run bytes
   (``coalesce_window_bytes``, B/4) and one upload part (``upload_part_bytes``, B/16, 5–64 MiB: S3's smallest
   part is 5 MiB), plus the indexes of its group (48 bytes per run and partition); nothing is decoded;
 - the reduce side: a partition read whole when its stored bytes × ``EXPANSION`` fit ``in_memory_reduce_bytes``

@@ -58,8 +58,7 @@ from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS
 from zephyr.physical import SourceSize
 from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
 from zephyr.read_plan import plan_read
-from zephyr.shuffle.cost import coalesce_plan
-from zephyr.shuffle.runs import INDEX_VERSION, Run
+from zephyr.shuffle.runs import INDEX_VERSION, Run, coalesce_plan
 from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries
 from zephyr.tasks import (
     CoalesceOutput,
@@ -380,7 +379,7 @@ class Job:
         )
 
     def _coalesce(self, result: StageResult, partitions: int, name: str) -> list[Run]:
-        """The runs a shuffle's reducers read: its map tasks' runs, or, when ``shuffle.cost.coalesce_plan``
+        """The runs a shuffle's reducers read: its map tasks' runs, or, when ``shuffle.runs.coalesce_plan``
         says so, those of each group of map tasks coalesced into one (a stage of its own: a task per group,
         with markers and checksums like any task; a group whose map tasks' runs changed reruns)."""
         markers = result.markers

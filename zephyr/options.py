@@ -72,7 +72,7 @@ class ExecutionOptions:
     object store (auto: there, when the runs' parts are small).
 
     A reducer then makes about two requests per group instead of two per spill of every map task
-    (``zephyr.shuffle.cost``). Outputs are identical either way."""
+    (``zephyr.shuffle.runs.coalesce_plan``). Outputs are identical either way."""
 
     def __post_init__(self) -> None:
         from zephyr.io.paths import absolute

@@ -1,7 +1,7 @@
 """Coalescing a shuffle's runs (``coalesce_runs``): byte-identical outputs with and without it on every
 executor, a coalesce stage that resumes, retries and reruns like any stage (a rerun map task reruns exactly
 its group; a damaged coalesced run reruns its group), markers confined to their group's folder, and the rule
-that decides when and in how many groups (``zephyr.shuffle.cost.coalesce_plan``)."""
+that decides when and in how many groups (``zephyr.shuffle.runs.coalesce_plan``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.shuffle.cost import COALESCE_PART_BYTES, coalesce_plan, group_count, max_slots
+from zephyr.shuffle.runs import COALESCE_PART_BYTES, coalesce_plan, group_count, max_slots
 
 import zephyr
 from zephyr import resume

@@ -1,5 +1,5 @@
 """The shuffle's requests on a real S3 server (moto on loopback, counting every request it answers:
-tests/s3_requests.py) are exactly what the cost model (``zephyr.shuffle.cost``) predicts, kind by kind, for a
+tests/s3_requests.py) are exactly what the cost model (benchmarks/shuffle_model.py) predicts, kind by kind, for a
 sort and a group-by of M map tasks into R partitions, with the map runs read as they are and coalesced; and a
 reducer's requests then follow the coalesced groups, not the map tasks.
 
@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.shuffle import cost
+import shuffle_model as cost
 from zephyr.shuffle.runs import Run, read_index
 
 import zephyr

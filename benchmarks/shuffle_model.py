@@ -1,16 +1,13 @@
-"""What a shuffle costs on an object store — requests by kind, bytes, memory — and when to coalesce its runs.
+"""The request model of a shuffle on an object store: requests by kind, bytes and memory, call by call, as
+the code makes them (docs/engine.md, "What a shuffle costs", gives the formulas). tests/shuffle/test_s3_requests.py
+checks it request for request against a moto S3 server; ``shuffle_cost.py`` prints the figures of
+benchmarks/RESULTS.md from it. The engine itself needs only when to coalesce (``zephyr.shuffle.runs.coalesce_plan``).
 
-The model counts what the code does, call by call (docs/engine.md, "What a shuffle costs", gives the formulas
-and tests/shuffle/test_s3_requests.py checks them against a real S3 server): a map task writes one run (data +
-index) per spill; a reducer reads one index block of every run and its own blobs, a chunk of consecutive blobs
-per request (``shuffle.runs``); every task reads its marker before it runs and writes it after. Reading the
-map runs as they are, a reducer makes about two requests per run: ``R × 2N`` for ``N`` runs and ``R``
-partitions, the request storm of Marin #8301 (6.4 billion requests at 10 TB in 128 MB tasks).
-
-*Coalescing* (``coalesce_plan``) concatenates the runs of each group of consecutive map tasks into one run
-before the reducers start (``runs.coalesce_runs``: a byte copy, one more read and write of the shuffle's
-bytes): a reducer then reads one index block and one chunk per group, so its requests grow with the groups —
-the workers, or the shuffle's bytes over one chunk per partition — not with the map tasks.
+A map task writes one run (data + index) per spill; a reducer reads one index block of every run and its own
+blobs, a chunk of consecutive blobs per request (``zephyr.shuffle.runs``); every task reads its marker before it
+runs and writes it after. Reading the map runs as they are, a reducer makes about two requests per run:
+``R × 2N`` for ``N`` runs and ``R`` partitions, the request storm of Marin #8301 (6.4 billion requests at 10 TB
+in 128 MB tasks). Coalesced, a reducer reads one index block and one chunk per group.
 """
 
 from __future__ import annotations
@@ -21,19 +18,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from zephyr.shuffle.runs import RunPart, block_bytes, read_groups, windows
+from zephyr.shuffle.runs import COALESCE_PART_BYTES as COALESCE_PART_BYTES  # the rule, for shuffle_cost.py
+from zephyr.shuffle.runs import MIB, RunPart, block_bytes, coalesce_plan, read_groups, windows
 
 from zephyr.budget import Budget
 
-MIB = 1 << 20
-COALESCE_PART_BYTES = 1 * MIB
-"""Runs are coalesced (``coalesce="auto"``, on an object store) when their mean part — the stored bytes of one
-run's share of one partition — is below this. Break-even: a part costs a reducer two requests (index block and
-blob), coalescing costs its bytes one more read and one more write; at a request latency L and a per-stream
-throughput T the two are equal at a part of L × T: 20–50 ms × 50–100 MB/s ≈ 1–5 MB on S3. On a local disk a
-"request" is a system call (L ≈ 20 µs) and the pass never pays: ``auto`` coalesces on object stores only."""
-INDEX_ENTRY_BYTES = 24
-"""One slot of one partition in a run's index (offset, length, rows)."""
 S3FS_BLOCK = 50 * MIB
 """s3fs's default block: a file written without a block size is uploaded in one PUT up to this size, in
 parts of this size above it; a file read without one is read ahead this far."""
@@ -46,57 +35,6 @@ PUT_PRICE = 0.005 / 1000
 GET_CLASS = ("GET", "HEAD")
 PUT_CLASS = ("PUT", "COPY", "POST", "LIST")
 KINDS = ("GET", "HEAD", "LIST", "PUT", "COPY", "POST", "DELETE")
-
-
-# -- when to coalesce ---------------------------------------------------------------------------------------
-def max_slots(partitions: int, budget: Budget) -> int:
-    """Runs one coalesce task may read: it holds their indexes and its own (48 bytes per run and partition)
-    within an eighth of the budget."""
-    return max(1, budget.bytes // 8 // (2 * INDEX_ENTRY_BYTES * max(1, partitions)))
-
-
-def group_count(runs: int, stored_bytes: int, partitions: int, workers: int, budget: Budget) -> int:
-    """Coalesced runs for ``runs`` map runs: one per worker (the combine runs on every worker at once), more
-    when the shuffle is so big that a reducer's share of one group passes a chunk (``spill_row_group_bytes``:
-    then its reads are as many as its bytes need anyway), or when a group's indexes would not fit
-    ``max_slots``."""
-    by_bytes = math.ceil(stored_bytes / (max(1, partitions) * budget.spill_row_group_bytes))
-    by_memory = math.ceil(runs / max_slots(partitions, budget))
-    return max(1, workers, by_bytes, by_memory)
-
-
-def coalesce_plan(
-    task_runs: Sequence[int],
-    stored_bytes: int,
-    partitions: int,
-    workers: int,
-    budget: Budget,
-    *,
-    mode: str = "auto",
-    remote: bool = True,
-) -> list[range]:
-    """The groups of consecutive map tasks whose runs are coalesced into one run each, or ``[]`` to read the
-    map runs as they are. ``task_runs``: runs per map task, in task order; ``mode`` ``auto`` coalesces on an
-    object store (``remote``) when the mean part is under ``COALESCE_PART_BYTES``, ``always`` whenever that
-    leaves fewer runs, ``never`` never. Groups follow map task indices, never which worker ran what, so a
-    rerun map task invalidates exactly its group; outputs are identical whatever the groups (a reducer reads
-    every blob as before, in the same order).
-
-    >>> [(g.start, g.stop) for g in coalesce_plan([2] * 10, 10 << 20, 8, 3, Budget(1 << 30))]
-    [(0, 3), (3, 6), (6, 10)]
-    >>> coalesce_plan([2] * 10, 10 << 30, 8, 3, Budget(1 << 30))  # parts of 64 MiB: coalescing does not pay
-    []
-    """
-    tasks, runs = len(task_runs), sum(task_runs)
-    if mode == "never" or tasks == 0:
-        return []
-    groups = min(tasks, group_count(runs, stored_bytes, partitions, workers, budget))
-    if groups >= runs:
-        return []
-    if mode == "auto" and (not remote or stored_bytes / (runs * max(1, partitions)) >= COALESCE_PART_BYTES):
-        return []
-    bounds = [i * tasks // groups for i in range(groups + 1)]  # even: sizes differ by one at most
-    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 # -- the request model --------------------------------------------------------------------------------------
