@@ -45,8 +45,6 @@ from typing import Any
 
 from zephyr.executors.base import SHARED_KEEP, Executor, Outcome, Shared
 
-__all__ = ["LocalExecutor"]
-
 
 class _Worker:
     def __init__(self, threads: int, preload: tuple[str, ...] = ()):

@@ -34,8 +34,6 @@ import sys
 import threading
 from multiprocessing.connection import Connection
 
-__all__ = ["BOOTSTRAP", "command", "main"]
-
 BOOTSTRAP = (
     "import signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
     "import json; sys.path[:] = json.loads(sys.argv.pop(1)); "

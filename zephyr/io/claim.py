@@ -31,7 +31,7 @@ crash in the middle of a publish never leaves files the next run would refuse as
 OUT matching the pending list exactly promotes it.
 
 Claims nest within a process: a command claims its output once (``zephyr.cli.main``) and the engine jobs that
-write into it (``zephyr.job.run_write``) find it claimed (``is_claimed``) and skip the checks.
+write into it (``zephyr.job.run_write``) find it claimed and skip the checks.
 """
 
 from __future__ import annotations
@@ -269,12 +269,6 @@ def _blocked(output: str) -> bool:
 
 
 # -- the claim --------------------------------------------------------------------------------------------------
-def is_claimed(output: str) -> bool:
-    """Whether this process holds a claim on ``output`` (a command claimed it; its jobs write into it)."""
-    with _CLAIMED_LOCK:
-        return _key(output) in _CLAIMED
-
-
 @contextlib.contextmanager
 def claimed(
     output: str,

@@ -78,11 +78,6 @@ def dropped_dir(output: str | os.PathLike) -> str:
     return side_path(output, "dropped")
 
 
-def is_sidecar(path: str) -> bool:
-    """Whether ``path`` names a sidecar folder (its last component ends in ``.zephyr``)."""
-    return str(path).rstrip("/").endswith(SIDECAR_SUFFIX)
-
-
 def scratch_dir(output: str, name: str) -> str:
     """A folder for a multi-job command's intermediate rows, in the sidecar of ``output``
     (``OUT.zephyr/<name>``): never among the data, and gone with the sidecar. Remove it with ``remove_folder``."""

@@ -188,12 +188,6 @@ def _lock_key(url: str) -> str:
     return os.path.realpath(path) if is_local(fs) else url
 
 
-def is_held_here(url: str) -> bool:
-    """Whether this process holds the lock ``url`` (inside a ``held`` block)."""
-    with _COUNTS_LOCK:
-        return _COUNTS.get(_lock_key(url), 0) > 0
-
-
 def _acquire(url: str, what: str, folder: str) -> None:
     fs, path = filesystem(url)
     parent = path.rstrip("/").rsplit("/", 1)[0]
