@@ -121,16 +121,22 @@ class Job:
         self._budget = Budget(options.memory_budget_bytes)
         self._progress = progress.enabled(options.progress)
         self._lock = contextlib.ExitStack()
+        self._bar: contextlib.AbstractContextManager | None = None
 
     def __enter__(self) -> Job:
         if not self.temporary:  # two runs in one work dir would rewrite each other's markers and spills
             from zephyr.io import lock
 
             self._lock.enter_context(lock.held(f"{self.root}/lock.json", "the work dir", self.root))
+        if progress.current() is None and self._progress:  # from Python, no command's bar: one for the job
+            self._bar = progress.command("zephyr", True)
+            self._bar.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
 
     def close(self) -> None:
         if self._executor is not None and self._executor is not self.options.executor:
@@ -253,53 +259,45 @@ class Job:
         if skipped:
             log.info("stage %s: %d of %d tasks already done (resumed)", name, skipped, len(tasks))
         display = progress.current()
-        own = None
-        if display is None and self._progress and todo:  # from Python, no command display installed
-            own = progress.command("zephyr", True)
-            display = own.__enter__()
         if display is not None and todo:
             display.stage(name, len(todo), work[0] * len(todo) // len(tasks), work[1])
         tries: dict[int, int] = {}
         retried = 0
-        try:
-            while todo:
-                failed: list[TaskSpec] = []
-                for position, outcome in self.executor.run(run_task, todo, shared):
-                    task = todo[position]
-                    if outcome.ok:
-                        markers[task.index] = outcome.value
-                        if display is not None:
-                            display.advance(outcome.value.get("rows_in", 0))
-                        continue
-                    outcome = explain_worker_death(
-                        outcome,
-                        memory_budget_bytes=self.options.memory_budget_bytes,
-                        workers=self.options.num_workers,
+        while todo:
+            failed: list[TaskSpec] = []
+            for position, outcome in self.executor.run(run_task, todo, shared):
+                task = todo[position]
+                if outcome.ok:
+                    markers[task.index] = outcome.value
+                    if display is not None:
+                        display.advance(outcome.value.get("rows_in", 0))
+                    continue
+                outcome = explain_worker_death(
+                    outcome,
+                    memory_budget_bytes=self.options.memory_budget_bytes,
+                    workers=self.options.num_workers,
+                )
+                tries[task.index] = tries.get(task.index, 0) + 1
+                if tries[task.index] > self.options.max_retries or not outcome.retryable:
+                    how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
+                    raise TaskError(
+                        f"{outcome.summary or _last_line(outcome.error)} "
+                        f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
+                        stage=name,
+                        shard=task.description,
+                        worker_traceback=outcome.error,
                     )
-                    tries[task.index] = tries.get(task.index, 0) + 1
-                    if tries[task.index] > self.options.max_retries or not outcome.retryable:
-                        how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
-                        raise TaskError(
-                            f"{outcome.summary or _last_line(outcome.error)} "
-                            f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
-                            stage=name,
-                            shard=task.description,
-                            worker_traceback=outcome.error,
-                        )
-                    log.warning(
-                        "stage %s: task %d (%s) failed (try %d), retrying: %s",
-                        name,
-                        task.index,
-                        task.description,
-                        tries[task.index],
-                        outcome.error.splitlines()[-1],
-                    )
-                    retried += 1
-                    failed.append(task)
-                todo = failed
-        finally:
-            if own is not None:
-                own.__exit__(None, None, None)
+                log.warning(
+                    "stage %s: task %d (%s) failed (try %d), retrying: %s",
+                    name,
+                    task.index,
+                    task.description,
+                    tries[task.index],
+                    outcome.error.splitlines()[-1],
+                )
+                retried += 1
+                failed.append(task)
+            todo = failed
         self._timing = (time.perf_counter() - started, skipped, retried)
         return [markers[t.index] for t in tasks]
 

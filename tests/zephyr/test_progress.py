@@ -104,3 +104,16 @@ def test_shown_on_a_terminal(corpus):
     returncode, out, text = cli_under_pty(argv, env={**os.environ, "COLUMNS": "160"}, timeout_s=120)
     assert returncode == 0 and out.strip().endswith(b"3000")
     assert "zephyr count" in text and "3,000 rows" in text and "read" in text
+
+
+def test_a_python_action_draws_one_bar_for_its_job(corpus, tmp_path, capsys):
+    """``write_parquet(progress=True)`` from Python (no command's bar installed): one bar over the job's
+    stages (a sort: sample, map, reduce), not one per stage."""
+    import zephyr
+
+    ds = zephyr.read(str(corpus)).sort("id")
+    ds.write_parquet(str(tmp_path / "out"), executor="inprocess", progress=True)
+    frames = _frames(capsys.readouterr().err, "zephyr")
+    done = [_bytes_done(frame)[0] for frame in frames]
+    assert len(frames) > 2 and done == sorted(done), frames
+    assert re.search(r"(?<![0-9,])3,000 rows read", frames[-1]), frames[-1]
