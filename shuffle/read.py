@@ -63,7 +63,7 @@ def _read_parts(
     return found
 
 
-def fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
+def _fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
     """How many parts may stream at once: each holds about one decoded row group, plus the merged batch."""
     return Budget(budget_bytes).merge_fan_in(row_group_bytes)
 
@@ -73,11 +73,11 @@ def partition_sources(
     partition: int,
     merge_columns: Sequence[tuple[str, bool]] | None,
     budget_bytes: int,
-) -> tuple[list[Iterator[pa.Table]], Scratch]:
+) -> tuple[list[Iterator[pa.Table]], _Scratch]:
     """Sources for one partition of ``runs`` (data paths or ``Run``s; see the module docstring) and the scratch
     space to clean up afterwards."""
     found = _read_parts(runs, partition)
-    scratch = Scratch()
+    scratch = _Scratch()
     if not found:
         return [], scratch
     chunk = row_group_bytes_for(budget_bytes)
@@ -89,7 +89,7 @@ def partition_sources(
         tables = [t for source in sources for t in source]
         whole = sort_table(pa.concat_tables(tables, promote_options="permissive"), merge_columns)
         return [iter([whole])], scratch
-    fan_in = fan_in_for(budget_bytes, chunk)
+    fan_in = _fan_in_for(budget_bytes, chunk)
     level = 0
     while len(sources) > fan_in:
         merged = []
@@ -109,7 +109,7 @@ def partition_sources(
     return sources, scratch
 
 
-class Scratch:
+class _Scratch:
     """A local temporary directory for intermediate merge files, removed by ``cleanup``."""
 
     def __init__(self) -> None:

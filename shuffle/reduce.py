@@ -51,7 +51,7 @@ class GroupAggregateReducer:
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
         for batch in merge_sorted(sources, _BY_HASH):
             if self.partial:
-                yield final_aggregate(batch, self.keys, self.aggs)
+                yield _final_aggregate(batch, self.keys, self.aggs)
             else:
                 yield _drop_hash(aggregate(_drop_hash(batch), self.keys, self.aggs))
 
@@ -394,6 +394,6 @@ class PartialAggregate:
         return frame.select([pl.col(k) for k in keys] + exprs).to_arrow()
 
 
-def final_aggregate(partials: pa.Table, keys: Sequence[str], aggs: Sequence[Agg]) -> pa.Table:
+def _final_aggregate(partials: pa.Table, keys: Sequence[str], aggs: Sequence[Agg]) -> pa.Table:
     """Combine partial rows (``PartialAggregate`` output) into final values, per key."""
     return _group(partials, keys, [_final(a) for a in aggs], keep_hash=False)

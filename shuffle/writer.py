@@ -37,7 +37,7 @@ PARTITION = "__zephyr_partition"
 _SEEDS = dict(seed=0x5EED)
 
 
-def canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+def _canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     """Key columns cast so equal values hash equally whatever integer/string width each side used."""
     missing = [k for k in keys if k not in frame.columns]
     if missing:
@@ -58,9 +58,9 @@ def canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     return frame.select(exprs)
 
 
-def key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     """One ``uint64`` per row of ``table``'s key columns."""
-    frame = canonical_keys(pl.from_arrow(table.select(list(keys)), rechunk=False), keys)
+    frame = _canonical_keys(pl.from_arrow(table.select(list(keys)), rechunk=False), keys)
     return frame.hash_rows(**_SEEDS).to_numpy()
 
 
@@ -71,7 +71,7 @@ def numpy_to_arrow(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
-def hash_partitions(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
+def _hash_partitions(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
     """Partition id per row: ``floor(hash * P / 2**64)``, computed as ``(hash >> 32) * P >> 32``.
 
     The id is monotonic in the hash, so a run sorted by hash alone is also sorted by partition: one
@@ -93,7 +93,7 @@ def range_boundaries(sample: pa.Table, key: str, num_partitions: int, *, descend
 
 def boundary_array(boundaries: Sequence[object]) -> pa.Array:
     """Caller-given split points (``Dataset.sort(boundaries=...)``) as an Arrow array: Python ints past
-    ``int64`` (hash keys) make it ``uint64``; ``range_partitions`` casts it to the key column's type."""
+    ``int64`` (hash keys) make it ``uint64``; ``_range_partitions`` casts it to the key column's type."""
     values = list(boundaries)
     if not values:  # one partition
         return pa.nulls(0)
@@ -107,7 +107,7 @@ def boundary_array(boundaries: Sequence[object]) -> pa.Array:
     return pa.array(values)
 
 
-def range_partitions(
+def _range_partitions(
     table: pa.Table, key: str, boundaries: pa.Array, num_partitions: int, *, descending: bool
 ) -> np.ndarray:
     """Partition id per row for a global sort on ``key``: ascending ranges, nulls in the last partition."""
@@ -221,7 +221,7 @@ class ShuffleWriter:
         spec = self.spec
         if spec.kind == "hash" and KEY_HASH not in table.column_names:
             table = table.append_column(
-                KEY_HASH, numpy_to_arrow(key_hash(table, spec.keys).astype(np.uint64, copy=False))
+                KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys).astype(np.uint64, copy=False))
             )
         elif spec.kind == "round_robin":
             start = self._rows_seen + self.task_index
@@ -231,11 +231,11 @@ class ShuffleWriter:
         # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
         table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
         if spec.kind == "hash":
-            partitions = hash_partitions(
+            partitions = _hash_partitions(
                 table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
             )
         elif spec.kind == "range":
-            partitions = range_partitions(
+            partitions = _range_partitions(
                 table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
             )
         else:

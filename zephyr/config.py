@@ -103,7 +103,7 @@ def path_field(default: Any = None, **kw: Any) -> Any:
 
 
 # -- range checks -------------------------------------------------------------------------------------------
-def range_problem(value: float, limits: dict[str, Any]) -> str | None:
+def _range_problem(value: float, limits: dict[str, Any]) -> str | None:
     """``must be within (0, 1], got 1.5`` when ``value`` is outside ``limits`` (see ``ranged_field``), else None."""
     low, high = limits.get("low"), limits.get("high")
     if value == limits.get("sentinel"):
@@ -129,7 +129,7 @@ def range_problem(value: float, limits: dict[str, Any]) -> str | None:
 
 def require_within(key: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
     """Raise ``FieldError`` unless ``low <= value <= high`` (``low < value`` with ``low_open``)."""
-    problem = range_problem(value, {"low": low, "high": high, "low_open": low_open})
+    problem = _range_problem(value, {"low": low, "high": high, "low_open": low_open})
     if problem:
         raise FieldError(key, problem)
 
@@ -161,7 +161,7 @@ def field_problems(obj: Any, prefix: str) -> list[str]:
         value, key = getattr(obj, f.name), prefix + f.name
         if not fits(value, hints[f.name]):
             problems.append(f"{key} must be {describe_type(hints[f.name])}, got {describe_value(value)}")
-        elif "range" in f.metadata and (problem := range_problem(value, f.metadata["range"])):
+        elif "range" in f.metadata and (problem := _range_problem(value, f.metadata["range"])):
             problems.append(f"{key} {problem}")
     return problems
 

@@ -12,7 +12,7 @@ Actions (``to_arrow``, ``count``, ``write_*``, ``materialize``) take the executi
 ``ExecutionOptions``: ``executor``, ``workers``, ``memory_budget``, ``work_dir``, ``cluster``, ``max_retries``,
 ``progress``.
 
-The facade's argument checks (``input_paths``, ``schema_argument``...): each normalizes one kind of argument or refuses it with a
+The facade's argument checks (``input_paths``, ``_schema_argument``...): each normalizes one kind of argument or refuses it with a
 ``ConfigError`` naming the value, so the facade's methods stay one check and one op each.
 """
 
@@ -96,15 +96,15 @@ def _read_files(
     on_error: OnError,
 ) -> Dataset:
     """The ``ReadFiles`` op of the columnar and JSON-lines readers, their arguments checked one way."""
-    check_on_error(on_error)
+    _check_on_error(on_error)
     return Dataset(
         (
             ReadFiles(
                 input_paths(paths),
                 fmt,
                 tuple(columns) if columns else None,
-                schema_argument(schema, unify_schemas),
-                shard_bytes_argument(approx_shard_bytes),
+                _schema_argument(schema, unify_schemas),
+                _shard_bytes_argument(approx_shard_bytes),
                 on_error,
                 unify_schemas=unify_schemas,
             ),
@@ -165,7 +165,7 @@ def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quaran
     Content-Length, a non-HTML payload, an undecodable charset) go to the quarantine output with their byte
     offset by default, since crawls always hold some; ``on_error="raise"`` fails on the first.
     ``zephyr.read_warc`` adds text extraction."""
-    check_on_error(on_error)
+    _check_on_error(on_error)
     return Dataset((ReadFiles(input_paths(paths), "warc", on_error=on_error),))
 
 
@@ -224,12 +224,12 @@ class Dataset:
         ...     executor="inprocess").to_pylist()
         [{'y': 10}, {'y': 20}]
         """
-        check_on_error(on_error)
+        _check_on_error(on_error)
         return self._then(Map(fn, on_error))
 
     def filter(self, predicate: Callable[[dict], bool], *, on_error: OnError = "raise") -> Dataset:
         """Rows for which ``predicate`` is true; the others are counted as dropped."""
-        check_on_error(on_error)
+        _check_on_error(on_error)
         return self._then(Filter(predicate, on_error))
 
     def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, on_error: OnError = "raise") -> Dataset:
@@ -239,7 +239,7 @@ class Dataset:
         ...     ).to_arrow(executor="inprocess").column("w").to_pylist()
         ['a', 'b', 'c']
         """
-        check_on_error(on_error)
+        _check_on_error(on_error)
         return self._then(FlatMap(fn, on_error))
 
     def map_batches(
@@ -299,7 +299,7 @@ class Dataset:
             for item in [sort_by] if isinstance(sort_by, str) else sort_by:
                 order.append((item, False) if isinstance(item, str) else (str(item[0]), bool(item[1])))
         return GroupedDataset(
-            self, column_names(keys, "group_by"), tuple(order), partitions_argument(num_partitions)
+            self, column_names(keys, "group_by"), tuple(order), _partitions_argument(num_partitions)
         )
 
     def deduplicate(self, *keys: str | Sequence[str], num_partitions: int | None = None) -> Dataset:
@@ -309,7 +309,9 @@ class Dataset:
         ...     "k").to_arrow(executor="inprocess").to_pylist()
         [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'c'}]
         """
-        return self._then(Deduplicate(column_names(keys, "deduplicate"), partitions_argument(num_partitions)))
+        return self._then(
+            Deduplicate(column_names(keys, "deduplicate"), _partitions_argument(num_partitions))
+        )
 
     def sort(
         self,
@@ -333,9 +335,9 @@ class Dataset:
         flags = [descending] * len(names) if isinstance(descending, bool) else list(descending)
         if len(flags) != len(names):
             raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
-        cuts = sort_boundaries(boundaries, descending=bool(flags[0]), num_partitions=num_partitions)
+        cuts = _sort_boundaries(boundaries, descending=bool(flags[0]), num_partitions=num_partitions)
         return self._then(
-            Sort(names, tuple(bool(f) for f in flags), partitions_argument(num_partitions), cuts)
+            Sort(names, tuple(bool(f) for f in flags), _partitions_argument(num_partitions), cuts)
         )
 
     def join(
@@ -374,7 +376,7 @@ class Dataset:
                     f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}"
                 )
         return self._then(
-            Join(other._ops, left_keys, right_keys, how, suffix, partitions_argument(num_partitions))
+            Join(other._ops, left_keys, right_keys, how, suffix, _partitions_argument(num_partitions))
         )
 
     def reshard(self, num_shards: int) -> Dataset:
@@ -506,13 +508,13 @@ def input_paths(paths: str | Sequence[str]) -> tuple[str, ...]:
     return result
 
 
-def check_on_error(on_error: str) -> None:
+def _check_on_error(on_error: str) -> None:
     """Refuse an ``on_error`` other than the two a reader knows, naming what it got."""
     if on_error not in ("raise", "quarantine"):
         raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
 
 
-def schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:
+def _schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.Schema | None:
     """A schema object, or one loaded from a schema file (``zephyr.io.schema.load_schema_file``)."""
     if schema is not None and unify_schemas:
         raise ConfigError("give unify_schemas=True or schema=, not both: a schema already says every type")
@@ -525,7 +527,7 @@ def schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.S
     raise ConfigError(f"schema must be a pyarrow.Schema or a schema file path, got {type(schema).__name__}")
 
 
-def shard_bytes_argument(value: int | str | None) -> int | None:
+def _shard_bytes_argument(value: int | str | None) -> int | None:
     """``approx_shard_bytes`` as an int: a number of bytes or a size string such as ``"256MB"``."""
     from zephyr.config import parse_bytes
 
@@ -542,14 +544,14 @@ def column_names(args: tuple, what: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def partitions_argument(num_partitions: int | None) -> int | None:
+def _partitions_argument(num_partitions: int | None) -> int | None:
     """``num_partitions`` when it is None or a positive int; anything else is refused with the value."""
     if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
         raise ConfigError(f"num_partitions must be a positive integer, got {num_partitions!r}")
     return num_partitions
 
 
-def sort_boundaries(
+def _sort_boundaries(
     boundaries: Sequence[Any] | None, *, descending: bool, num_partitions: int | None
 ) -> tuple[Any, ...] | None:
     """``Dataset.sort``'s split points as a tuple, after refusing ones out of sort order (strictly increasing,

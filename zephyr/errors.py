@@ -142,7 +142,7 @@ READ_ERRNOS = (errno.EACCES, errno.EPERM, errno.ELOOP)
 """OS errors of reading an input that ``read_error`` names for what they are."""
 
 
-def symlink_loop_at(path: str) -> str | None:
+def _symlink_loop_at(path: str) -> str | None:
     """The first symbolic link on the local ``path`` (itself included) that cannot be resolved because it
     leads back to itself (``ELOOP``), or None: for ``/data/a/out`` where ``a`` links to ``b`` and ``b`` to
     ``a``, that is ``/data/a``, the link to fix, which the error's own path does not say."""
@@ -166,7 +166,7 @@ def describe_os_error(exc: OSError, path: str | None = None) -> str:
     where = path if path is not None else exc.filename
     words = PERMANENT_ERRNOS.get(exc.errno or 0)
     if exc.errno == errno.ELOOP and where is not None:
-        loop = symlink_loop_at(os.fsdecode(where))
+        loop = _symlink_loop_at(os.fsdecode(where))
         words = f"symlink loop at {loop}" if loop is not None else words
     text = exc.strerror or str(exc)
     if words is None:
@@ -190,7 +190,7 @@ def read_error(exc: OSError, path: str) -> InputError:
         text = f"cannot read {path}: permission denied (make it readable to this user, e.g. {fix}, or run as one "
         text += "who can read it)"
     elif exc.errno == errno.ELOOP:
-        loop = symlink_loop_at(path) or path
+        loop = _symlink_loop_at(path) or path
         text = (
             f"symlink loop at {loop}: cannot read {path} (a symbolic link that leads back to itself; fix or "
         )

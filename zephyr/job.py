@@ -18,7 +18,7 @@ worker count, so outputs are identical for any number of workers) and column pus
 in ``zephyr.read_plan``, which clients share.
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
-``JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
+``_JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
 
 The driver (``zephyr.job``) asks for a source's shards and fingerprint when it runs the stage that reads it,
 and the planner (``zephyr.physical``) asks for its size when it sizes partitions or decides a small job; both
@@ -115,7 +115,7 @@ class Job:
         # creating it fails (an unreachable dask scheduler), ``close`` still removes the temporary directory.
         self._executor: Executor | None = None
         self.stages: list[dict] = []
-        self.inputs = JobInputs(self.fs, self.root)
+        self.inputs = _JobInputs(self.fs, self.root)
         self._size_of = self.inputs.size_of
         self.started = time.time()
         self._budget = Budget(options.memory_budget_bytes)
@@ -611,7 +611,7 @@ def run_materialize(ops: tuple[Op, ...], directory: str | None, options: Executi
 Source = ReadFiles | FromTable
 
 
-class JobInputs:
+class _JobInputs:
     """Per source (by identity): its shards and fingerprint, the schema every task casts to, its size."""
 
     def __init__(self, fs, root: str):

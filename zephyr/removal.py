@@ -269,7 +269,7 @@ class Unless:
 
 
 @dataclass(frozen=True)
-class Route:
+class _Route:
     """Picklable op: one side of the rows a ``Verdict`` split. ``kept`` reports the other rows to the engine
     as dropped by reason; ``dropped`` keeps those rows with the reason in ``drop_reason``."""
 
@@ -369,8 +369,8 @@ def _route(
         fs.makedirs(root, exist_ok=True)
         return Routed(verdict, None, None)
     annotated = zephyr.read_parquet(list(verdict.files))
-    kept = finish(annotated.map_batches(Route("kept"), name="route_kept")).write_parquet(output, **opts)
-    dropped = finish(annotated.map_batches(Route("dropped"), name="route_dropped")).write_parquet(
+    kept = finish(annotated.map_batches(_Route("kept"), name="route_kept")).write_parquet(output, **opts)
+    dropped = finish(annotated.map_batches(_Route("dropped"), name="route_dropped")).write_parquet(
         dropped_output, **opts
     )
     return Routed(verdict, kept, dropped)

@@ -199,7 +199,7 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
     return rule
 
 
-def marker_files(marker: dict) -> dict[str, list[str]]:
+def _marker_files(marker: dict) -> dict[str, list[str]]:
     """Every file a marker names, by its key: ``files``, ``runs`` (each run's data and index file),
     ``sample``, ``quarantine``, ``side_files``."""
     runs = [p for run in marker.get("runs") or [] for p in (run, run[: -len(".data")] + ".index")]
@@ -232,7 +232,7 @@ def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
 def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | None:
     """Why ``marker`` cannot be trusted, or None."""
     try:
-        named = marker_files(marker)
+        named = _marker_files(marker)
     except (TypeError, AttributeError, KeyError):
         return "malformed file list"
     if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):

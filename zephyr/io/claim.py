@@ -179,7 +179,7 @@ def read_manifest(url: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
 
 
-def manifest_entries(output: str) -> dict[str, set[int]]:
+def _manifest_entries(output: str) -> dict[str, set[int]]:
     """Name (relative to ``output``) → sizes zephyr published under it, by the manifest and a pending one."""
     listed: dict[str, set[int]] = {}
     for url in (layout.manifest_path(output), posixpath.join(layout.staging_dir(output), PENDING)):
@@ -236,7 +236,7 @@ def foreign_files(output: str) -> list[str]:
     present = _listing(output)
     if not present:
         return []
-    listed = manifest_entries(output)
+    listed = _manifest_entries(output)
     return sorted(name for name in present if name not in listed)
 
 

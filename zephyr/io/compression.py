@@ -39,7 +39,7 @@ _ZSTD_FRAME_MAGICS = (ZSTD_MAGIC, *(bytes([0x50 + i]) + b"\x2a\x4d\x18" for i in
 """A zstd frame starts with its magic number, a skippable frame with one of 0x184D2A50-5F (little-endian)."""
 
 
-class ByteReader(Protocol):
+class _ByteReader(Protocol):
     def read(self, n: int, /) -> bytes: ...
 
 
@@ -198,7 +198,7 @@ class _ZstdReader(_StreamReader):
             raise TruncatedStream("zstd stream ends inside a frame")
 
 
-def open_decompressed(raw: IO[bytes], compression: str | None) -> ByteReader:
+def open_decompressed(raw: IO[bytes], compression: str | None) -> _ByteReader:
     """A reader of the decompressed bytes of ``raw`` (which stays owned, and closed, by the caller)."""
     if compression is None:
         return raw

@@ -46,17 +46,17 @@ How a shard is read:
    callback as one entry: a null line, a reason naming the offset and the tail's size, and its first bytes
    (up to 64 KiB) as ``raw``. The stream's rows are kept either way: each member was decoded and checked.
 
-Blocks (``iter_blocks``): a JSONL stream (plain, .gz, .zst, or a byte range of a plain file) cut into blocks of
+Blocks (``_iter_blocks``): a JSONL stream (plain, .gz, .zst, or a byte range of a plain file) cut into blocks of
 whole lines.
 
 Steps 1, 5, 6 and 7 of the ``zephyr.io.jsonl`` contract: blocks of about ``block_bytes`` cut after
 the last newline (a longer line grows its block), a byte-range shard starting at the line after
-``start - 1``, a truncated compressed stream ending in ``StreamCut`` after the last whole line, and bytes
-after a complete compressed stream ending in ``StreamTail`` after the stream's last line. A file that is
-UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is ``WideText`` before any block, from the shard that
+``start - 1``, a truncated compressed stream ending in ``_StreamCut`` after the last whole line, and bytes
+after a complete compressed stream ending in ``_StreamTail`` after the stream's last line. A file that is
+UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is ``_WideText`` before any block, from the shard that
 starts at byte 0; the file's other byte-range shards yield nothing, so it is reported once.
 
-Parsing (``BlockParser``): one block of JSONL lines into an Arrow table, steps 2–4 of the ``zephyr.io.jsonl`` contract.
+Parsing (``_BlockParser``): one block of JSONL lines into an Arrow table, steps 2–4 of the ``zephyr.io.jsonl`` contract.
 
 The fast path is one vectorized Arrow parse, accepted only with exactly one row per non-blank line; a block
 that fails falls back to screening its lines one by one, so bad lines raise or go to quarantine with their
@@ -129,9 +129,9 @@ def read_jsonl_shard(
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
-    parser = BlockParser(shard.path, schema=schema, columns=columns, quarantine=quarantine, planned=planned)
+    parser = _BlockParser(shard.path, schema=schema, columns=columns, quarantine=quarantine, planned=planned)
     try:
-        for block in iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
+        for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
             table = parser.parse(block)
             if table is None or table.num_rows == 0:
                 continue
@@ -140,11 +140,11 @@ def read_jsonl_shard(
                 continue
             # Arrow's parse chunks (about 8 MiB each, see jsonl_parse) are yielded as they are: no copy
             yield from table.to_batches()
-    except StreamCut as cut:
+    except _StreamCut as cut:
         _report_cut(shard.path, cut, quarantine)
-    except StreamTail as tail:
+    except _StreamTail as tail:
         _report_tail(shard.path, tail, quarantine)
-    except WideText as wide:
+    except _WideText as wide:
         what = wide_text_message(wide.encoding)
         if quarantine is None:
             raise InputError(
@@ -153,7 +153,7 @@ def read_jsonl_shard(
         quarantine(quarantine_table(shard.path, [None], [f"the file is {what}"], [None]))
 
 
-def _report_cut(path: str, cut: StreamCut, quarantine: QuarantineFn | None) -> None:
+def _report_cut(path: str, cut: _StreamCut, quarantine: QuarantineFn | None) -> None:
     """A cut stream: raise naming the last whole line, or quarantine the cut as one entry (the lines before it
     have been yielded)."""
     what = f"truncated {cut.codec} stream: the file is cut off {cut.where()} ({cut.detail})"
@@ -173,7 +173,7 @@ def _report_cut(path: str, cut: StreamCut, quarantine: QuarantineFn | None) -> N
     )
 
 
-def _report_tail(path: str, tail: StreamTail, quarantine: QuarantineFn | None) -> None:
+def _report_tail(path: str, tail: _StreamTail, quarantine: QuarantineFn | None) -> None:
     """Bytes after a complete compressed stream: raise naming the offset, or quarantine the tail as one entry
     (the stream's lines have been yielded)."""
     fs, stripped = filesystem(path)
@@ -200,7 +200,7 @@ _MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
-class StreamCut(Exception):
+class _StreamCut(Exception):
     """A compressed stream ended mid-way, after the whole lines already yielded; ``partial`` is the cut line."""
 
     def __init__(self, codec: str, line: int | None, offset: int, partial: bytes, detail: str):
@@ -212,7 +212,7 @@ class StreamCut(Exception):
         return f"after line {self.line - 1}" if self.line is not None else f"after byte {self.offset}"
 
 
-class StreamTail(Exception):
+class _StreamTail(Exception):
     """A compressed stream ended complete and bytes that are not the codec's follow it (``TrailingData``):
     every line of the stream has been yielded; ``lines`` counts them."""
 
@@ -221,7 +221,7 @@ class StreamTail(Exception):
         self.codec, self.offset, self.head, self.lines = trailing.codec, trailing.offset, trailing.head, lines
 
 
-class WideText(Exception):
+class _WideText(Exception):
     """The file is UTF-16 or UTF-32 text (``encoding``: what ``text_encoding.wide_encoding`` says)."""
 
     def __init__(self, encoding: tuple[str, str]):
@@ -245,7 +245,7 @@ def _codec_name(compression: str | None) -> str:
     return {"gzip": "gzip", "zstd": "zstd"}.get(compression or "", "compressed")
 
 
-def iter_blocks(
+def _iter_blocks(
     path: str, compression: str | None, byte_range: tuple[int, int] | None, block_bytes: int
 ) -> Iterator[Block]:
     with open_input(path) as raw:
@@ -277,7 +277,7 @@ def iter_blocks(
                 chunk = stream.read(want)
             except TruncatedStream as exc:
                 # every whole line before the cut has been yielded; what is left is the start of a cut line
-                raise StreamCut(
+                raise _StreamCut(
                     _codec_name(compression), line, block_start, b"".join(parts), str(exc)
                 ) from exc
             except CorruptStream as exc:
@@ -291,13 +291,13 @@ def iter_blocks(
                     yield Block(tail, line, block_start, tail.count(b"\n"))
                 if line is not None:
                     line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
-                raise StreamTail(exc, None if line is None else line - 1) from exc
+                raise _StreamTail(exc, None if line is None else line - 1) from exc
             if first and chunk and start == 0:
                 if compression is None:
                     _check_not_compressed(chunk, path)
                 encoding = wide_encoding(chunk[:SAMPLE_BYTES])
                 if encoding is not None:
-                    raise WideText(encoding)
+                    raise _WideText(encoding)
                 if chunk.startswith(_UTF8_BOM):  # written by some Windows tools; not part of line 1's JSON
                     chunk = chunk[len(_UTF8_BOM) :]
                     block_start += len(_UTF8_BOM)
@@ -432,7 +432,7 @@ def _screen(line: bytes) -> str | None:
     return None
 
 
-class BlockParser:
+class _BlockParser:
     def __init__(
         self,
         path: str,

@@ -71,7 +71,7 @@ def command_line() -> str:
 
 
 @dataclass(frozen=True)
-class Holder:
+class _Holder:
     """Who holds a lock, as its file says."""
 
     host: str
@@ -82,7 +82,7 @@ class Holder:
     token: str = ""
 
     @classmethod
-    def me(cls) -> Holder:
+    def me(cls) -> _Holder:
         return cls(
             socket.gethostname(),
             os.getpid(),
@@ -93,7 +93,7 @@ class Holder:
         )
 
     @classmethod
-    def parse(cls, data: bytes) -> Holder | None:
+    def parse(cls, data: bytes) -> _Holder | None:
         try:
             raw = json.loads(data)
             return cls(
@@ -147,11 +147,11 @@ def _process_started(pid: int) -> float | None:
         return None
 
 
-def holder_of(url: str) -> Holder | None:
+def _holder_of(url: str) -> _Holder | None:
     """The holder named by the lock file ``url``; None when there is none (or it is not a lock)."""
     fs, path = filesystem(url)
     try:
-        return Holder.parse(fs.cat_file(path))
+        return _Holder.parse(fs.cat_file(path))
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
 
@@ -200,15 +200,15 @@ def _acquire(url: str, what: str, folder: str) -> None:
             errno=exc.errno,
         ) from exc
     for _ in range(3):  # a takeover races at most a couple of times before one command wins
-        me = Holder.me()
+        me = _Holder.me()
         if _create(fs, path, me.to_bytes()):
             return
-        holder = holder_of(url)
+        holder = _holder_of(url)
         if holder is None:
             # a lock file that is not a whole lock: a writer without conditional writes is between its check
             # and its write, or a torn file of a crash; the second look decides
             time.sleep(0.05)
-            holder = holder_of(url)
+            holder = _holder_of(url)
             if holder is None:
                 log.warning("%s: not a zephyr lock (unreadable); taking it over", url)
                 _remove_if(fs, path, None)
@@ -279,14 +279,14 @@ def _create_exclusive(path: str, data: bytes) -> bool:
     return True
 
 
-def _remove_if(fs: Any, path: str, expected: Holder | None) -> None:
+def _remove_if(fs: Any, path: str, expected: _Holder | None) -> None:
     """Remove the lock at ``path`` if it is still the one read (``expected``; None: an unreadable one).
     Locally the lock is first renamed aside, so of two commands doing this at once only one removes it; a
     lock found there that is not the expected one (a winner's new lock) is put back."""
     if not is_local(fs):
         fs.invalidate_cache(path)
         with contextlib.suppress(FileNotFoundError):
-            current = Holder.parse(fs.cat_file(path))
+            current = _Holder.parse(fs.cat_file(path))
             if current == expected:
                 fs.rm(path)
         return
@@ -296,7 +296,7 @@ def _remove_if(fs: Any, path: str, expected: Holder | None) -> None:
     except FileNotFoundError:
         return
     with open(aside, "rb") as f:
-        moved = Holder.parse(f.read())
+        moved = _Holder.parse(f.read())
     if moved != expected:
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
@@ -308,7 +308,7 @@ def _release(url: str) -> None:
     fs, path = filesystem(url)
     try:
         fs.invalidate_cache(path)
-        holder = Holder.parse(fs.cat_file(path))
+        holder = _Holder.parse(fs.cat_file(path))
         if holder is not None and holder.token == _TOKEN and holder.pid == os.getpid():
             fs.rm(path)
         else:

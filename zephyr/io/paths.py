@@ -345,7 +345,7 @@ def input_files(
 
     The one place a command's inputs get their format: with ``"auto"`` it comes from the files' extensions
     (a folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like), and for a file named
-    explicitly without a known extension, from its first bytes (``sniff_format``); files of two formats are
+    explicitly without a known extension, from its first bytes (``_sniff_format``); files of two formats are
     refused naming one of each. With a format given, directory listings keep only that format's files.
 
     >>> import fsspec
@@ -360,7 +360,7 @@ def input_files(
     files = expand_paths(paths)
     seen: dict[str, str] = {}
     for f in files:
-        fmt = infer_format(f) or sniff_format(f)
+        fmt = infer_format(f) or _sniff_format(f)
         seen.setdefault(fmt, f)
     if len(seen) > 1:
         (fa, a), (fb, b) = list(seen.items())[:2]
@@ -374,14 +374,14 @@ def input_files(
 _MAGIC_CODECS = {b"\x1f\x8b": ("gzip", ".gz"), b"\x28\xb5\x2f\xfd": ("zstd", ".zst")}
 
 
-def sniff_format(path: str) -> Format:
+def _sniff_format(path: str) -> Format:
     """The format of a file whose name does not say it, from its first bytes: ``PAR1`` is Parquet, a JSON
     object (after an optional UTF-8 BOM and whitespace) is JSON lines. A compressed file must say its codec in
     its name (readers decompress by extension), and anything else is refused naming the file.
 
     >>> import fsspec
     >>> fsspec.filesystem("memory").pipe("/sniff/rows", b'{"text": "a"}\\n')
-    >>> sniff_format("memory://sniff/rows")
+    >>> _sniff_format("memory://sniff/rows")
     'jsonl'
     """
     fs, stripped = filesystem(path)

@@ -127,7 +127,7 @@ def _bisect(column: pa.Array) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def is_text_type(t: pa.DataType) -> bool:
+def _is_text_type(t: pa.DataType) -> bool:
     """True for the types a text column may have: the string types, and ``null`` (no value at all)."""
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t) or pat.is_null(t)
 
@@ -147,7 +147,7 @@ def require_text_column(
             f"(name the right one with {other})"
         )
     t = schema.field(column).type
-    if not is_text_type(t):
+    if not _is_text_type(t):
         raise SchemaError(
             f"{prefix}{what} column {column!r} has type {t}, not a string type; cast it to string before "
             f"this step (numbers are not turned into text), or name another column with {other}"

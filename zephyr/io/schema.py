@@ -69,17 +69,17 @@ class SchemaConflict(Exception):
         self.right = right
 
 
-def is_string_like(t: pa.DataType) -> bool:
+def _is_string_like(t: pa.DataType) -> bool:
     """``string``, ``large_string`` or ``string_view``: the types that widen into each other."""
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
 
 
-def is_binary_like(t: pa.DataType) -> bool:
+def _is_binary_like(t: pa.DataType) -> bool:
     """``binary``, ``large_binary`` or ``binary_view``."""
     return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
 
 
-def is_list_like(t: pa.DataType) -> bool:
+def _is_list_like(t: pa.DataType) -> bool:
     """``list`` or ``large_list``."""
     return pat.is_list(t) or pat.is_large_list(t)
 
@@ -106,15 +106,15 @@ def promote_types(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         if pat.is_floating(a) and pat.is_floating(b):
             return a if a.bit_width >= b.bit_width else b
         return pa.float64()
-    if is_string_like(a) and is_string_like(b):
+    if _is_string_like(a) and _is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if is_binary_like(a) and is_binary_like(b):
+    if _is_binary_like(a) and _is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
     if pat.is_dictionary(a) and not pat.is_dictionary(b):
         return promote_types(a.value_type, b)
     if pat.is_dictionary(b) and not pat.is_dictionary(a):
         return promote_types(a, b.value_type)
-    if is_list_like(a) and is_list_like(b):
+    if _is_list_like(a) and _is_list_like(b):
         item = promote_types(a.value_type, b.value_type)
         if item is None:
             return None
@@ -159,7 +159,7 @@ def normalize_view_types(t: pa.DataType, *, large: bool = False) -> pa.DataType:
         return pa.large_string() if large else pa.string()
     if pat.is_binary_view(t):
         return pa.large_binary() if large else pa.binary()
-    if is_list_like(t):
+    if _is_list_like(t):
         field = t.value_field.with_type(normalize_view_types(t.value_type, large=large))
         return pa.large_list(field) if pat.is_large_list(t) else pa.list_(field)
     if pat.is_struct(t):
@@ -170,7 +170,7 @@ def normalize_view_types(t: pa.DataType, *, large: bool = False) -> pa.DataType:
 def _has_view(t: pa.DataType) -> bool:
     if pat.is_string_view(t) or pat.is_binary_view(t):
         return True
-    if is_list_like(t):
+    if _is_list_like(t):
         return _has_view(t.value_type)
     return pat.is_struct(t) and any(_has_view(f.type) for f in t)
 
@@ -278,11 +278,11 @@ def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str) -> pa
         return _merge_type(a.value_type, b, unify=unify, path=path)
     if pat.is_dictionary(b):
         return _merge_type(a, b.value_type, unify=unify, path=path)
-    if is_string_like(a) and is_string_like(b):
+    if _is_string_like(a) and _is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if is_binary_like(a) and is_binary_like(b):
+    if _is_binary_like(a) and _is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
-    if is_list_like(a) and is_list_like(b):
+    if _is_list_like(a) and _is_list_like(b):
         item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
         field = a.value_field.with_type(item).with_nullable(a.value_field.nullable or b.value_field.nullable)
         return pa.large_list(field) if pat.is_large_list(a) or pat.is_large_list(b) else pa.list_(field)
@@ -330,7 +330,7 @@ def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
         return None
     t = schema.field(name).type
     for _ in range(head.count("[]")):
-        t = t.value_type if is_list_like(t) else t
+        t = t.value_type if _is_list_like(t) else t
     while rest:
         head, _, rest = rest.partition(".")
         name = head.split("[", 1)[0]
@@ -338,7 +338,7 @@ def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
             return None
         t = t.field(name).type
         for _ in range(head.count("[]")):
-            t = t.value_type if is_list_like(t) else t
+            t = t.value_type if _is_list_like(t) else t
     return t
 
 

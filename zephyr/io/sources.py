@@ -22,7 +22,7 @@ Contract:
 - Files of one input that disagree on their schemas are cast to one schema a job decides before its tasks
   (``input_schema=``; the rule is in ``zephyr.io.schema``).
 
-A multi-file input's one schema (``plan_input_schema``): each file's schema read cheaply (``peek_schema``),
+A multi-file input's one schema (``plan_input_schema``): each file's schema read cheaply (``_peek_schema``),
 then the rule of ``zephyr.io.schema`` applied; reading schemas needs the readers, so it lives here, above both,
 and the job planner calls it. ``check_text_inputs`` peeks the same way to refuse a text column that is not text.
 
@@ -221,7 +221,7 @@ _TEXT_PEEK_BYTES = (
 )  # JSONL bytes parsed to learn a text column's type (a longer first line is read whole)
 
 
-def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
+def _peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
     """(path, the file's schema as a reader yields it), or (path, None) for a JSONL/Vortex file without rows.
 
     Parquet: the footer (even a 0-row file has typed columns). JSONL/Vortex: the first batch; bad lines are the
@@ -249,13 +249,13 @@ def peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[s
 def peek_schemas(
     shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES
 ) -> list[tuple[str, pa.Schema | None]]:
-    """``peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
+    """``_peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
     seen: dict[str, Shard] = {}
     for shard in shards:
         seen.setdefault(shard.path, shard)
     files = [s if s.byte_range is None and s.row_groups is None else _whole(s) for s in seen.values()]
     with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
-        return list(pool.map(lambda s: peek_schema(s, peek_bytes=peek_bytes), files))
+        return list(pool.map(lambda s: _peek_schema(s, peek_bytes=peek_bytes), files))
 
 
 def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format | None = None) -> None:
@@ -275,7 +275,7 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
             "first (zephyr extract WARC... --output DIR, or zephyr.read_warc), then run this command on DIR"
         )
     with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
-        for path, schema in pool.map(lambda s: peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
+        for path, schema in pool.map(lambda s: _peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
             if schema is not None:
                 require_text_column(schema, column, where=path)
 

@@ -33,7 +33,7 @@ from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view
 
 
 @contextlib.contextmanager
-def open_vortex(path: str):
+def _open_vortex(path: str):
     """Open ``path`` as a ``vortex.VortexFile``; failures become ``InputError`` naming the file."""
     import vortex
 
@@ -72,7 +72,7 @@ def read_vortex_shard(
     batch_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
     path = shard.path
-    with open_vortex(path) as handle:
+    with _open_vortex(path) as handle:
         try:
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:

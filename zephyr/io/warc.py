@@ -20,17 +20,17 @@ Contract (format ``"warc"`` of ``zephyr.io.sources``; ``zephyr.read(paths, forma
 - A file that is UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is refused, or quarantined as one entry,
   naming its encoding and the conversion: none of it is a record.
 
-Framing is done below (``from_members``, ``plain_records``: gzip members with ``zlib``, the WARC header's
+Framing is done below (``_from_members``, ``_plain_records``: gzip members with ``zlib``, the WARC header's
 Content-Length checked against the record end), so a damaged record can be skipped without losing the rest; warcio parses each record's WARC
 and HTTP headers and decodes chunked / gzip payloads.
 
 Framing of WARC/ARC files: where each record starts and ends, so a damaged one is skipped, not fatal.
 
-``from_members`` splits a ``.warc.gz`` into gzip members with zlib (a WARC writer compresses each record as
-its own member); a truncated or corrupt member becomes a ``BadRecord`` at its offset and the next member is
-found by its magic bytes and a trial decompression. ``plain_records`` reads an uncompressed file a record at a
+``_from_members`` splits a ``.warc.gz`` into gzip members with zlib (a WARC writer compresses each record as
+its own member); a truncated or corrupt member becomes a ``_BadRecord`` at its offset and the next member is
+found by its magic bytes and a trial decompression. ``_plain_records`` reads an uncompressed file a record at a
 time. Within either, each WARC record must end where its Content-Length says, followed by CRLF CRLF (ARC:
-the length of its header line); otherwise it is a ``BadRecord`` and reading resumes at the next line that
+the length of its header line); otherwise it is a ``_BadRecord`` and reading resumes at the next line that
 starts ``WARC/1.``. Memory: one record (at most ``MAX_RECORD_BYTES``) and a 1 MiB read buffer.
 """
 
@@ -147,7 +147,7 @@ def _mime(content_type: str | None) -> tuple[str | None, str | None]:
 
 
 def _row(record: Record, path: str) -> dict[str, Any] | None:
-    """The row of one record; None for a record that is not a document (counted); ``BadRecord`` when bad."""
+    """The row of one record; None for a record that is not a document (counted); ``_BadRecord`` when bad."""
     from warcio.recordloader import ArchiveLoadFailed, ArcWarcRecordLoader
 
     header_raw = record.data[: record.data.find(b"\r\n\r\n") if not record.arc else record.data.find(b"\n")]
@@ -156,7 +156,7 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
             io.BytesIO(record.data), known_format="arc" if record.arc else "warc"
         )
     except (ArchiveLoadFailed, ValueError, EOFError) as exc:
-        raise BadRecord(record.offset, f"unparseable record: {exc}", header_raw[:_RAW_LIMIT]) from None
+        raise _BadRecord(record.offset, f"unparseable record: {exc}", header_raw[:_RAW_LIMIT]) from None
     kind = rec.rec_type or "unknown"
     if kind != "response":
         counters.increment(f"warc/skipped_{kind}")
@@ -169,22 +169,24 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
     try:
         payload = rec.content_stream().read()
     except Exception as exc:  # a bad chunked / gzip / brotli payload: the record, not the file, is damaged
-        raise BadRecord(
+        raise _BadRecord(
             record.offset, f"undecodable HTTP payload: {type(exc).__name__}: {exc}", header_raw
         ) from None
     mime, charset = _mime(http.get_header("Content-Type"))
     if mime is None and _HTML_START.match(payload[:1024]):
         mime = "text/html"
     if mime not in HTML_TYPES:
-        raise BadRecord(record.offset, f"not HTML: content type {mime or 'missing'}", header_raw[:_RAW_LIMIT])
+        raise _BadRecord(
+            record.offset, f"not HTML: content type {mime or 'missing'}", header_raw[:_RAW_LIMIT]
+        )
     try:
         html, used, replaced = decode_html(payload, charset)
     except LookupError:
-        raise BadRecord(
+        raise _BadRecord(
             record.offset, f"undecodable: unknown charset {charset!r}", header_raw[:_RAW_LIMIT]
         ) from None
     except UnicodeDecodeError as exc:
-        raise BadRecord(
+        raise _BadRecord(
             record.offset, f"undecodable charset: {exc.reason}", header_raw[:_RAW_LIMIT]
         ) from None
     if replaced:
@@ -237,13 +239,13 @@ def read_warc_shard(
                 raise InputError(f"{what}; or pass on_error='quarantine' to set it aside", path=path)
             quarantine(quarantine_table(path, [None], [what], [None]))
             return
-        items = from_members(f) if head[:2] == b"\x1f\x8b" else plain_records(f)
+        items = _from_members(f) if head[:2] == b"\x1f\x8b" else _plain_records(f)
         for item in items:
             try:
-                if isinstance(item, BadRecord):
+                if isinstance(item, _BadRecord):
                     raise item
                 row = _row(item, path)
-            except BadRecord as bad:
+            except _BadRecord as bad:
                 _bad(path, bad, quarantine)
                 continue
             if row is None:
@@ -257,7 +259,7 @@ def read_warc_shard(
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
-def _bad(path: str, bad: BadRecord, quarantine: QuarantineFn | None) -> None:
+def _bad(path: str, bad: _BadRecord, quarantine: QuarantineFn | None) -> None:
     counters.increment("warc/bad_records")
     if quarantine is None:
         raise InputError(
@@ -277,7 +279,7 @@ _GZIP_MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 1 << 20
 
 
-class BadRecord(Exception):
+class _BadRecord(Exception):
     """One damaged record: ``offset`` is where it starts, ``raw`` what of it is worth keeping."""
 
     def __init__(self, offset: int, reason: str, raw: bytes | None = None):
@@ -294,8 +296,8 @@ class Record:
 
 
 # -- framing -----------------------------------------------------------------------------------------------
-def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | BadRecord]:
-    """(offset, decompressed bytes) of each gzip member, or a ``BadRecord`` for a damaged stretch, after which
+def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | _BadRecord]:
+    """(offset, decompressed bytes) of each gzip member, or a ``_BadRecord`` for a damaged stretch, after which
     the next member is found by its magic bytes and a trial decompression."""
     buf = bytearray()
     base = 0  # file offset of buf[0]
@@ -332,7 +334,7 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | BadRecord]:
         fill(3)
         if not buf.startswith(_GZIP_MAGIC):
             skip = resync(0)
-            yield BadRecord(
+            yield _BadRecord(
                 base, f"{skip} bytes that are not a gzip member", bytes(buf[: min(skip, _RAW_LIMIT)])
             )
             del buf[:skip]
@@ -363,7 +365,7 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | BadRecord]:
             out.append(chunk)
         if error is not None:
             skip = resync(0)
-            yield BadRecord(base, error, b"".join(out)[:_RAW_LIMIT] or None)
+            yield _BadRecord(base, error, b"".join(out)[:_RAW_LIMIT] or None)
             del buf[:skip]
             base += skip
             continue
@@ -373,9 +375,9 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | BadRecord]:
         base += used
 
 
-def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | BadRecord]:
+def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | _BadRecord]:
     """The records in ``data`` (a gzip member's bytes, or a whole uncompressed file read by
-    ``plain_records``): each must end where its Content-Length says, followed by CRLF CRLF (ARC: LF)."""
+    ``_plain_records``): each must end where its Content-Length says, followed by CRLF CRLF (ARC: LF)."""
     pos = 0
     n = len(data)
     while pos < n:
@@ -385,7 +387,7 @@ def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | B
             return
         try:
             end, next_pos, arc = _frame(data, pos, base)
-        except BadRecord as bad:
+        except _BadRecord as bad:
             yield bad
             if one_member:
                 return
@@ -400,21 +402,21 @@ def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
     if data.startswith(b"WARC/", pos):
         head_end = data.find(b"\r\n\r\n", pos)
         if head_end < 0:
-            raise BadRecord(base + pos, "WARC header without its blank line", data[pos : pos + _RAW_LIMIT])
+            raise _BadRecord(base + pos, "WARC header without its blank line", data[pos : pos + _RAW_LIMIT])
         header = data[pos:head_end]
         match = re.search(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*(?=\r\n|$)", header, re.IGNORECASE)
         if match is None:
-            raise BadRecord(base + pos, "WARC header without a valid Content-Length", header[:_RAW_LIMIT])
+            raise _BadRecord(base + pos, "WARC header without a valid Content-Length", header[:_RAW_LIMIT])
         length = int(match.group(1))
         end = head_end + 4 + length
         if end > len(data):
-            raise BadRecord(
+            raise _BadRecord(
                 base + pos,
                 f"wrong Content-Length: {length} but the record has only {len(data) - head_end - 4} bytes",
                 header[:_RAW_LIMIT],
             )
         if data[end : end + 4] != b"\r\n\r\n" and end != len(data):
-            raise BadRecord(
+            raise _BadRecord(
                 base + pos,
                 f"wrong Content-Length: {length} does not end the record (no CRLF CRLF after it)",
                 header[:_RAW_LIMIT],
@@ -423,13 +425,13 @@ def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
     line_end = data.find(b"\n", pos)
     fields = data[pos : line_end if line_end >= 0 else len(data)].split()
     if line_end < 0 or len(fields) < 3 or not fields[-1].isdigit():
-        raise BadRecord(
+        raise _BadRecord(
             base + pos, "neither a WARC record nor an ARC record header", data[pos : pos + _RAW_LIMIT]
         )
     length = int(fields[-1])
     end = line_end + 1 + length
     if end > len(data):
-        raise BadRecord(
+        raise _BadRecord(
             base + pos,
             f"wrong ARC length: {length} but the record has only {len(data) - line_end - 1} bytes",
             data[pos:line_end][:_RAW_LIMIT],
@@ -478,7 +480,7 @@ class _Stream:
             self.fill(len(self.buf) + _CHUNK)
 
 
-def plain_records(f: BinaryIO) -> Iterator[Record | BadRecord]:
+def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
     """Records of an uncompressed file, read a record at a time (a record is at most ``MAX_RECORD_BYTES``)."""
     s = _Stream(f)
     while True:
@@ -488,7 +490,7 @@ def plain_records(f: BinaryIO) -> Iterator[Record | BadRecord]:
         s.fill(_CHUNK)
         need = _needed_bytes(s.buf)
         if need is not None and need > MAX_RECORD_BYTES:
-            yield BadRecord(
+            yield _BadRecord(
                 s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
             )
             s.skip_to_next_record()
@@ -498,7 +500,7 @@ def plain_records(f: BinaryIO) -> Iterator[Record | BadRecord]:
         window = bytes(s.buf[: need + 4] if need is not None else s.buf)
         item = next(_records(window, s.base, one_member=True))
         yield item
-        if isinstance(item, BadRecord):
+        if isinstance(item, _BadRecord):
             s.skip_to_next_record()
         else:
             s.consume(len(item.data) + (0 if item.arc else 4))
@@ -517,9 +519,9 @@ def _needed_bytes(buf: bytes) -> int | None:
     return line_end + 1 + int(fields[-1])
 
 
-def from_members(f: BinaryIO) -> Iterator[Record | BadRecord]:
+def _from_members(f: BinaryIO) -> Iterator[Record | _BadRecord]:
     for member in _gzip_members(f):
-        if isinstance(member, BadRecord):
+        if isinstance(member, _BadRecord):
             yield member
             continue
         offset, data = member
