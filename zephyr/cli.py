@@ -576,7 +576,7 @@ def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptio
     try:
         display.expect(planned_bytes(command.plans(**planning, execution=execution), execution.as_kwargs()))
     except Exception as exc:  # noqa: BLE001 - the run reports its own errors; the bar grows without a plan
-        log.debug("no planned total for the progress bar: %s", exc)
+        log.info("the progress bar's total grows as the jobs start (no planned total: %s)", exc)
 
 
 def _add_command(

@@ -536,6 +536,8 @@ def planned_bytes(planned: list[PlannedJob] | Any, execution: dict[str, Any]) ->
     read, all stages together: the total of its progress bar (``zephyr.progress.Display.expect``). Jobs of
     one number with letters (``job 2a``, ``job 2b``) are alternatives a ``then:`` rule picks between: the
     first counts."""
+    if not isinstance(planned, list) and not hasattr(planned, "_ops"):
+        return 0  # a plan given as text only (its own ``explain``): no estimates to add up
     jobs = planned if isinstance(planned, list) else [PlannedJob("", planned)]
     options = ExecutionOptions.from_kwargs(**execution)
     total, alternatives = 0, set()

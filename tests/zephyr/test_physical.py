@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import types
 from pathlib import Path
 
 import pyarrow as pa
@@ -273,3 +274,4 @@ def test_planned_bytes_count_one_of_each_alternative():
         PlannedJob("job 2b: c", ds.sort("k")),
     ]
     assert planned_bytes(jobs, {}) == 2 * one
+    assert planned_bytes(types.SimpleNamespace(explain=lambda **kw: "text"), {}) == 0  # a plan as text only
