@@ -314,13 +314,13 @@ def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dat
 
 def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
     """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
-    (``zephyr.commands.jobs_plan_text``), with the budget's shares."""
+    (``zephyr.physical.explain_jobs``) with the options the writer runs them with, and the budget's shares."""
     from zephyr.budget import Budget
-    from zephyr.cli import jobs_plan_text
+    from zephyr.physical import explain_jobs
 
     planned, pool, options = _plans(data, tokenizer, arguments)
     budget = Budget(options.memory_budget_bytes)
-    return jobs_plan_text("zephyr tokenize", planned, budget, pool, then="the rules")
+    return explain_jobs("zephyr tokenize", planned, budget, pool, then="the rules")
 
 
 def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, dict[str, Any], Any]:
