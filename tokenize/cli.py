@@ -58,8 +58,6 @@ def _tokens(text: str) -> list[str]:
 class TokenizerTrain:
     """``zephyr tokenizer train``'s settings (``train_tokenizer``'s arguments)."""
 
-    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "INPUT"})
-    """Parquet/JSONL/Vortex files, folders, globs, URLs."""
     vocab_size: int = field(default=0, metadata={"required": True})
     """Ids in the tokenizer, special tokens included."""
     output: str = field(default="", metadata={"required": True})
@@ -74,11 +72,14 @@ class TokenizerTrain:
         default_factory=lambda: ["<|endoftext|>"], metadata={"parse": _tokens, "metavar": "TOKEN[,TOKEN]"}
     )
     """Comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)."""
-    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
-    """The input format (auto: from the file names, or their first bytes)."""
-    on_error: Literal["raise", "quarantine"] = "raise"
-    """Bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise) or set them aside
-    in the quarantine output and go on (quarantine; counted in the stats)."""
+
+
+@dataclass(frozen=True)
+class SampleFiles(Inputs):
+    """The files ``zephyr tokenizer train`` samples, read as they are (a sample needs no schema)."""
+
+    unify_schemas: bool = field(default=False, metadata={"flag": False})
+    schema: str | None = field(default=None, metadata={"flag": False})
 
 
 def _writer_arguments(
@@ -141,7 +142,7 @@ def tokenize_plans(
     return SimpleNamespace(explain=lambda **execution: text)
 
 
-def train(config: TokenizerTrain, execution: ExecutionOptions) -> Any:
+def train(inputs: SampleFiles, config: TokenizerTrain, execution: ExecutionOptions) -> Any:
     """Train a byte-level BPE tokenizer.json on a bounded sample of a corpus. A GPT-2-style byte-level BPE is
     trained with HF tokenizers on the first bytes of every input file (an equal share each, up to
     --sample-bytes, lowered to fit --memory-budget) and written atomically. The same inputs give the same file.
@@ -150,7 +151,10 @@ def train(config: TokenizerTrain, execution: ExecutionOptions) -> Any:
 
     from zephyr.summary import Summary
 
-    result = train_tokenizer(**dataclasses.asdict(config), memory_budget=execution.memory_budget)
+    files = {"format": inputs.format, "on_error": inputs.on_error}
+    result = train_tokenizer(
+        inputs.inputs, **dataclasses.asdict(config), **files, memory_budget=execution.memory_budget
+    )
     details = result.to_dict()
     output = details.pop("output")
     return Summary(
@@ -158,7 +162,7 @@ def train(config: TokenizerTrain, execution: ExecutionOptions) -> Any:
         rows_kept=result.documents,
         rows_quarantined=result.rows_quarantined,
         output=output,
-        next=f"zephyr tokenize {' '.join(config.inputs)} --tokenizer {output} --output tokens/",
+        next=f"zephyr tokenize {' '.join(inputs.inputs)} --tokenizer {output} --output tokens/",
         details=details,
     )
 
@@ -171,5 +175,5 @@ COMMANDS = [
         {"inputs": TokenFiles, "output": Output, "columns": TokenizeColumns, "config": TokenizeConfig},
         plans=tokenize_plans,
     ),
-    Command("tokenizer train", train, {"config": TokenizerTrain}),
+    Command("tokenizer train", train, {"inputs": SampleFiles, "config": TokenizerTrain}),
 ]

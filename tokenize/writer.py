@@ -341,7 +341,8 @@ def _jobs(
     threads = pack_threads(placed, options)
     ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
     packer = PackPartition(output, dtype.name, a["megatron"], spill_dir, batch_rows, **ids, threads=threads)
-    return _Jobs(tokenize_job(dataset, batch_fn, batch_rows), packer, dtype, id_column, source_column)
+    refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")  # job 1
+    return _Jobs(refs, packer, dtype, id_column, source_column)
 
 
 def read_columns(
@@ -361,13 +362,16 @@ def writer_input(
     data: Any, columns: list[str | None], placed: WriterPlacement, on_error: str, **schema: Any
 ) -> Dataset:
     """``data`` as the tokenize job reads it: a ``Dataset`` as it is, paths as only ``columns``, split by the
-    placement's read plan (of the writer and of ``zephyr explain tokenize``)."""
+    placement's read plan (the engine's, of the writer and of ``zephyr explain tokenize``)."""
     import zephyr
 
     if isinstance(data, zephyr.Dataset):
         return data
-    wanted = [c for c in columns if c]
-    return input_dataset(data, wanted, placed.approx_shard_bytes, on_error, **schema)
+    paths, fmt = input_paths(data)
+    split = {"approx_shard_bytes": placed.approx_shard_bytes, "on_error": on_error, **schema}
+    if fmt == "jsonl":
+        return zephyr.read_jsonl(paths, **split)
+    return zephyr.read_parquet(paths, columns=[c for c in columns if c], **split)
 
 
 def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
@@ -416,20 +420,6 @@ def input_paths(data: Any) -> tuple[list[str], str]:
     from zephyr.io.paths import input_files
 
     return input_files(_input_names(data))
-
-
-def input_dataset(
-    data: Any, columns: list[str], approx_shard_bytes: int | None, on_error: str, **schema: Any
-) -> Dataset:
-    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (the engine's read plan)."""
-    import zephyr
-
-    paths, fmt = input_paths(data)
-    if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema)
-    return zephyr.read_parquet(
-        paths, columns=columns, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema
-    )
 
 
 def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, int]:
@@ -550,12 +540,6 @@ def pack_threads(placed: WriterPlacement, options: Any) -> int:
     if not placed.in_driver or options.executor != "local":
         return 1
     return max(1, min(options.num_workers, os.cpu_count() or 1))
-
-
-def tokenize_job(dataset: Dataset, batch_fn: Any, batch_rows: int) -> Dataset:
-    """Job 1: ``batch_rows`` documents at a time through ``batch_fn`` (a ``TokenizeBatch``): token ids to the
-    spill files, one reference row a document out."""
-    return dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")
 
 
 def shard_count(total_tokens: int, itemsize: int, shard_bytes: int) -> int:
