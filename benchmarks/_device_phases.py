@@ -250,18 +250,20 @@ def train_check(p: Phase) -> None:
     done = _python([sys.executable, "-m", "zephyr.cli", *args], p)
     lacking = re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", done.stderr)
     if not done.stdout.strip() and lacking:
-        # The zephyr CLI builds every command's parser at start, and the data commands import their stack
-        # (zephyr.io: zstandard; dedup: polars); the check itself needs neither. Same parser, same handler:
+        # The zephyr CLI's main claims and logs through zephyr.io (zstandard), which the check itself does
+        # not need. The same command, its flags and its run, without main:
         p.save(ran_as=f"zephyr.trainer.cli (the zephyr CLI cannot start here: it imports {lacking[-1]})")
         code = (
-            "import sys\nfrom zephyr.cli import _common_parser\n"
-            "from zephyr.trainer.cli import build_check_parser\n"
-            "from zephyr.summary import Summary, emit\n"
-            "args = build_check_parser(_common_parser()).parse_args(sys.argv[1:])\nout = args.func(args)\n"
-            "if isinstance(out, Summary):  # --json: the summary object every command prints\n"
-            "    emit(out, command='zephyr train check', seconds=0.0, inputs=None, as_json=True)\n"
-            "    sys.exit(out.exit_code)\n"
-            "sys.exit(out)\n"
+            "import argparse, sys\nfrom zephyr.flags import add_flags, config_from_flags\n"
+            "from zephyr.summary import emit\nfrom zephyr.trainer.cli import COMMANDS\n"
+            "command = next(c for c in COMMANDS if c.words == 'train check')\n"
+            "parser = argparse.ArgumentParser()\nparser.add_argument('--json', action='store_true')\n"
+            "for cls in command.options.values():\n    add_flags(parser, cls, skip=command.skip)\n"
+            "given = vars(parser.parse_args(sys.argv[1:]))\n"
+            "configs = {name: config_from_flags(cls, given) for name, cls in command.options.items()}\n"
+            "out = command.run(**configs, execution=None)  # the summary object every command prints\n"
+            "emit(out, command='zephyr train check', seconds=0.0, inputs=None, as_json=True)\n"
+            "sys.exit(out.exit_code)\n"
         )
         done = _python([sys.executable, "-c", code, *args[2:]], p)
     if not done.stdout.strip():

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -547,6 +548,52 @@ class _FanAbove:
         return table.filter(pc.greater(table["n"], self.limit))
 
 
+class _PairSims:
+    """(position, sim) of every pair (position, u, v, shingles_u, shingles_v): the true Jaccard, none dropped."""
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        m = table.num_rows
+        sims = np.zeros(0)
+        if m:
+            both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
+            sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
+        return pa.table({"position": table["position"], "sim": pa.array(sims, pa.float64())})
+
+
+@dataclass(frozen=True)
+class PairSimilarity:
+    """The Jaccard of row-number pairs, measured on the engine: the pairs joined with both ends' sets
+    (``sets``: the written ``NodeSets``, read a semi-join at a time), only (position, sim) back to the
+    driver. What the driver's refinement rounds use when the verified graph's sets exceed its share: the
+    driver then holds the graph and its keys, never the sets."""
+
+    sets: Dataset
+    kw: dict[str, Any]
+
+    def __call__(self, row_pairs: np.ndarray) -> np.ndarray:
+        sims = np.zeros(len(row_pairs))
+        if not len(row_pairs):
+            return sims
+        u, v = pa.array(row_pairs[:, 0], pa.int64()), pa.array(row_pairs[:, 1], pa.int64())
+        pairs = pa.table({"position": pa.array(np.arange(len(row_pairs))), "u": u, "v": v})
+
+        def side(name: str, keys: pa.Array) -> Dataset:
+            rename = {ROW: name, "shingles": f"shingles_{name}"}
+            return self.sets.map_batches(
+                RowsIn(ROW, pc.unique(keys), rename), name=f"dedup.fuzzy.refine_{name}"
+            )
+
+        measured = (
+            zephyr.from_arrow(pairs)
+            .join(side("u", u), on="u")
+            .join(side("v", v), on="v")
+            .map_batches(_PairSims(), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .to_arrow(**self.kw)
+        )
+        sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
+        return sims
+
+
 def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
     """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
     keep = sims >= threshold
@@ -685,10 +732,15 @@ def graph_in_driver(
     kw: dict[str, Any],
     info: dict[str, Any],
     index: IndexInfo | None = None,
+    measure_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
     the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``NodeSets`` rows of
-    the endpoints (one filtered pass); the index's docs give those of indexed endpoints."""
+    the endpoints (one filtered pass); the index's docs give those of indexed endpoints.
+
+    With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
+    gives the endpoints' keys without their sets, and the pairs the refinement rounds propose are measured by
+    ``measure_rows`` (row-number pairs → Jaccard; ``PairSimilarity``: on the engine)."""
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = collect_sets(new_nodes)
@@ -703,11 +755,22 @@ def graph_in_driver(
             index, nodes.filter(pc.less(nodes, 0)), sets.schema, id_column, priority_column, kw
         )
         sets, indexed = pa.concat_tables([found, sets]), found.num_rows
-    keys = sets.drop_columns(["shingles"])
+    keys = sets.drop_columns(["shingles"]) if "shingles" in sets.column_names else sets
     index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
     node_of_pos, pos_of_node = _keep_order(keys, indexed, anchor, index_keys, id_column, priority_column)
-    shingles = shingles_of(sets["shingles"])
     owners = keys[ROW].combine_chunks()
+    if measure_rows is None:
+        shingles = shingles_of(sets["shingles"])
+        del sets
+
+        def similarity(positions: np.ndarray) -> np.ndarray:
+            return jaccard(shingles, positions, sets=True)
+    else:
+        rows = np.asarray(owners, dtype=np.int64)
+
+        def similarity(positions: np.ndarray) -> np.ndarray:
+            return measure_rows(rows[positions])
+
     edges = np.stack(
         [
             node_of_pos[np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64)]
@@ -717,7 +780,7 @@ def graph_in_driver(
     )
 
     def measure(node_pairs: np.ndarray) -> np.ndarray:
-        sims = jaccard(shingles, pos_of_node[node_pairs], sets=True)
+        sims = similarity(pos_of_node[node_pairs])
         sims[node_pairs.max(axis=1, initial=0) < indexed] = 0.0  # two indexed documents: both stay kept
         return sims
 
@@ -736,7 +799,7 @@ def graph_in_driver(
         tied = np.stack((node_of_pos[removed], node_of_pos[owner]), axis=1)
         edges = np.concatenate((edges, tied))
         if sims is not None:
-            sims = np.concatenate((sims, jaccard(shingles, np.stack((removed, owner), axis=1), sets=True)))
+            sims = np.concatenate((sims, similarity(np.stack((removed, owner), axis=1))))
     labels, graph = cluster_labels(len(keys), edges, sims, config, measure if config.verify else None)
     info.update(graph)
     if index is not None:
@@ -905,7 +968,25 @@ def verify_and_cluster(
         pairs = verified.to_arrow(**kw)
         if not config.verify:
             pairs = pairs.drop_columns(["sim"])
-        node_info = graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
+        nodes = len(pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks)))
+        set_rows = written.stats["stages"][-1]["rows_out"]
+        graph_set_bytes = set_bytes * nodes // max(1, set_rows)  # the verified graph's share of the sets
+        if index is not None or graph_set_bytes <= Budget(budget).driver_set_bytes:
+            node_info = graph_in_driver(
+                collect_sets, pairs, config, id_column, priority_column, kw, info, index
+            )
+            return node_info, None
+        info["sets_in_driver"] = False
+        key_names = [ROW, *(c for c in (id_column, priority_column) if c is not None)]
+        key_rows = zephyr.read_parquet(written.files, columns=key_names)
+
+        def collect_keys(keys: pa.Array) -> pa.Table:
+            return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(**kw)
+
+        measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
+        node_info = graph_in_driver(
+            collect_keys, pairs, config, id_column, priority_column, kw, info, index, measure
+        )
         return node_info, None
     _check_engine_clusters(count, graph_limit, config, index)
     return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)

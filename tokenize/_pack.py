@@ -138,10 +138,7 @@ class SpillFiles:
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError as exc:
-            raise InputError(
-                f"token spill file {path} is missing: the scratch directory was changed while the set was "
-                "being written; rerun without the work_dir (or with a fresh one)"
-            ) from exc
+            raise _missing(path) from exc
         self._open[name] = fd
         if len(self._open) > self.limit:
             os.close(self._open.popitem(last=False)[1])
@@ -216,6 +213,13 @@ def _read_local(opened: SpillFiles, name: str, group, starts, nbytes, positions,
             )
 
 
+def _missing(path: str) -> InputError:
+    return InputError(
+        f"token spill file {path} is missing: the scratch directory was changed while the set was being "
+        "written; rerun without the work_dir (or with a fresh one)"
+    )
+
+
 def _gather_remote(fs, path: str, group, starts, nbytes, positions, view: memoryview) -> None:
     """One file's documents from an object store: their byte ranges in one ``cat_ranges`` call."""
     begin = starts[group]
@@ -231,10 +235,7 @@ def _gather_remote(fs, path: str, group, starts, nbytes, positions, view: memory
             on_error="raise",
         )
     except FileNotFoundError as exc:
-        raise InputError(
-            f"token spill file {path} is missing: the scratch directory was changed while the set was "
-            "being written; rerun without the work_dir (or with a fresh one)"
-        ) from exc
+        raise _missing(path) from exc
     for i, n, blob in zip(group[wanted].tolist(), size[wanted].tolist(), blobs):
         if len(blob) != n:
             raise InputError(

@@ -2,23 +2,23 @@
 ``zephyr explain tokenize``: its jobs, unrun), and ``zephyr tokenizer train INPUT... --vocab-size N --output
 tokenizer.json``: a byte-level BPE for it.
 
-The flags come from dataclasses (``zephyr.flags``): ``TokenizeConfig`` (the shard settings, shared with the
-pipeline's tokenize step), ``TokenizeInputs`` (the tokenizer and the columns read) and ``TokenizerTrain``
-(``zephyr tokenizer train``). Registered by ``zephyr.cli`` through ``register(subparsers, common)``; the global
-execution options (``--workers``, ``--executor``, ``--memory-budget``...) come from ``common``. Heavy imports
-happen in the handlers.
+Both are ``zephyr.cli.Command``s: their flags come from dataclasses (``zephyr.flags``): the shared ``Inputs``
+and ``Output`` groups, ``TokenizeConfig`` (the shard settings, shared with the pipeline's tokenize step),
+``TokenizeColumns`` (the tokenizer and the columns read) and ``TokenizerTrain`` (``zephyr tokenizer train``).
+Heavy imports happen in the functions that run.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from zephyr.tokenize.config import TokenizeConfig
 
-from zephyr.flags import add_flags, config_from_flags
+from zephyr.cli import Command, Inputs, Output
+from zephyr.options import ExecutionOptions
 
 
 def _column(value: str) -> str | None:
@@ -26,7 +26,14 @@ def _column(value: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class TokenizeInputs:
+class TokenFiles(Inputs):
+    """The files ``zephyr tokenize`` reads: Parquet or JSONL, told apart by their names."""
+
+    format: Literal["auto"] = field(default="auto", metadata={"flag": False})
+
+
+@dataclass(frozen=True)
+class TokenizeColumns:
     """What ``zephyr tokenize`` reads besides the inputs: the tokenizer and the columns."""
 
     tokenizer: str = field(default="", metadata={"required": True})
@@ -65,123 +72,47 @@ class TokenizerTrain:
         default_factory=lambda: ["<|endoftext|>"], metadata={"parse": _tokens, "metavar": "TOKEN[,TOKEN]"}
     )
     """Comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)."""
-    format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
-    """The input format (auto: from the file names, or their first bytes)."""
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_output_dir, explain_commands
+@dataclass(frozen=True)
+class SampleFiles(Inputs):
+    """The files ``zephyr tokenizer train`` samples, read as they are (a sample needs no schema)."""
 
-    parser = subparsers.add_parser(
-        "tokenize",
-        parents=[common],
-        help="tokenize a corpus into globally shuffled token shards (+ optional Megatron .bin/.idx)",
-        description="Tokenize Parquet/JSONL documents with a tokenizer.json, shuffle them globally (seeded), "
-        "and pack them into flat token shards with a manifest (see docs/tokenize.md).",
-    )
-    _add_tokenize_flags(parser)
-    add_output_dir(parser, "output directory for shards and manifest.json")
-    parser.set_defaults(func=handler)
-    explain = explain_commands(subparsers).add_parser(
-        "tokenize", parents=[common], help="the plans of zephyr tokenize"
-    )
-    _add_tokenize_flags(explain)
-    explain.set_defaults(func=explain_handler)
-    _register_tokenizer(subparsers, common)
+    unify_schemas: bool = field(default=False, metadata={"flag": False})
+    schema: str | None = field(default=None, metadata={"flag": False})
 
 
-def _add_tokenize_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags ``zephyr tokenize`` and ``zephyr explain tokenize`` share (the latter writes nothing)."""
-    from zephyr.cli import add_on_error, add_schema_arguments
-
-    parser.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL files, directories or globs"
-    )
-    add_flags(parser, TokenizeInputs)
-    add_flags(parser, TokenizeConfig)
-    add_on_error(parser)
-    add_schema_arguments(parser)
-
-
-def _register_tokenizer(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    from zephyr.cli import add_on_error
-
-    group = subparsers.add_parser(
-        "tokenizer",
-        help="make a tokenizer.json (zephyr tokenizer train)",
-        description="Tokenizer files for `zephyr tokenize` (see docs/tokenize.md).",
-    )
-    commands = group.add_subparsers(dest="tokenizer_command", metavar="COMMAND")
-    parser = commands.add_parser(
-        "train",
-        parents=[common],
-        help="train a byte-level BPE tokenizer.json on a bounded sample of a corpus",
-        description="Train a GPT-2-style byte-level BPE with HF tokenizers on the first bytes of every input file "
-        "(an equal share each, up to --sample-bytes, lowered to fit --memory-budget) and write it atomically. "
-        "The same inputs give the same file. See docs/tokenize.md.",
-    )
-    parser.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSONL/Vortex files, folders, globs, URLs"
-    )
-    add_flags(parser, TokenizerTrain)
-    add_on_error(parser)
-    parser.set_defaults(func=train_handler)
-    group.set_defaults(func=lambda args: group.print_help() or 2)
-
-
-def train_handler(args: argparse.Namespace) -> Any:
-    from zephyr.tokenize.train_tokenizer import train_tokenizer
-
-    from zephyr.summary import Summary
-
-    settings = dataclasses.asdict(config_from_flags(TokenizerTrain, vars(args)))
-    result = train_tokenizer(
-        args.inputs, **settings, memory_budget=args.memory_budget, on_error=args.on_error
-    )
-    details = result.to_dict()
-    output = details.pop("output")
-    return Summary(
-        rows_in=result.documents + result.rows_quarantined,
-        rows_kept=result.documents,
-        rows_quarantined=result.rows_quarantined,
-        output=output,
-        next=f"zephyr tokenize {' '.join(args.inputs)} --tokenizer {output} --output tokens/",
-        details=details,
-    )
-
-
-def _writer_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """``write_token_shards``' keyword arguments from the flags, but the output: one mapping for the command
-    and for ``zephyr explain tokenize`` (``zephyr.tokenize.writer.plans`` takes the same)."""
-    from zephyr.cli import execution_options, schema_arguments
-
-    given = vars(args)
-    options = execution_options(args)
-    keys = ("executor", "workers", "memory_budget", "work_dir", "cluster", "max_retries", "quarantine_dir")
+def _writer_arguments(
+    inputs: Inputs, columns: TokenizeColumns, config: TokenizeConfig, execution: ExecutionOptions
+) -> dict[str, Any]:
+    """``write_token_shards``' keyword arguments but the output: one mapping for the command and for ``zephyr
+    explain tokenize`` (``zephyr.tokenize.writer.plan_text`` takes the same)."""
     return {
-        **dataclasses.asdict(config_from_flags(TokenizeInputs, given)),
-        **config_from_flags(TokenizeConfig, given).writer_kwargs(),
-        **schema_arguments(args),
-        "on_error": args.on_error,
-        **{k: getattr(options, k) for k in (*keys, "small_job_bytes")},
+        **dataclasses.asdict(columns),
+        **config.writer_kwargs(),
+        "unify_schemas": inputs.unify_schemas,
+        "schema": inputs.schema,
+        "on_error": inputs.on_error,
+        **execution.as_kwargs(),
     }
 
 
-def explain_handler(args: argparse.Namespace) -> Any:
-    """``zephyr explain tokenize``: the writer's jobs on stdout, nothing run (``zephyr.tokenize.writer.plans``)."""
-    from zephyr.tokenize.writer import plan_text
-
-    from zephyr.cli import explained
-
-    return explained(plan_text(args.inputs, **_writer_arguments(args)), args)
-
-
-def handler(args: argparse.Namespace) -> Any:
+def tokenize(
+    inputs: TokenFiles,
+    output: Output,
+    columns: TokenizeColumns,
+    config: TokenizeConfig,
+    execution: ExecutionOptions,
+) -> Any:
+    """Tokenize a corpus into globally shuffled token shards (+ optional Megatron .bin/.idx). Parquet/JSONL
+    documents are tokenized with a tokenizer.json, shuffled globally (seeded) and packed into flat token shards
+    with a manifest (see docs/tokenize.md)."""
     from zephyr.tokenize.writer import write_token_shards
 
     from zephyr.summary import Summary
 
-    result = write_token_shards(args.inputs, output=args.output, **_writer_arguments(args))
+    arguments = _writer_arguments(inputs, columns, config, execution)
+    result = write_token_shards(inputs.inputs, output=output.output, overwrite=output.overwrite, **arguments)
     rows = result.stats.get("rows") or {}
     return Summary(
         rows_in=rows.get("in", 0),
@@ -198,3 +129,51 @@ def handler(args: argparse.Namespace) -> Any:
             "engine": result.manifest["tokenizer"]["engine"],
         },
     )
+
+
+def tokenize_plans(
+    inputs: TokenFiles, columns: TokenizeColumns, config: TokenizeConfig, execution: ExecutionOptions
+) -> Any:
+    """The writer's jobs, printed with the options each runs with (the writer places them itself: in this
+    process for a small input), so the plan is explained by the writer, not with the command line's options."""
+    from zephyr.tokenize.writer import plan_text
+
+    text = plan_text(inputs.inputs, **_writer_arguments(inputs, columns, config, execution))
+    return SimpleNamespace(explain=lambda **execution: text)
+
+
+def train(inputs: SampleFiles, config: TokenizerTrain, execution: ExecutionOptions) -> Any:
+    """Train a byte-level BPE tokenizer.json on a bounded sample of a corpus. A GPT-2-style byte-level BPE is
+    trained with HF tokenizers on the first bytes of every input file (an equal share each, up to
+    --sample-bytes, lowered to fit --memory-budget) and written atomically. The same inputs give the same file.
+    See docs/tokenize.md."""
+    from zephyr.tokenize.train_tokenizer import train_tokenizer
+
+    from zephyr.summary import Summary
+
+    files = {"format": inputs.format, "on_error": inputs.on_error}
+    result = train_tokenizer(
+        inputs.inputs, **dataclasses.asdict(config), **files, memory_budget=execution.memory_budget
+    )
+    details = result.to_dict()
+    output = details.pop("output")
+    return Summary(
+        rows_in=result.documents + result.rows_quarantined,
+        rows_kept=result.documents,
+        rows_quarantined=result.rows_quarantined,
+        output=output,
+        next=f"zephyr tokenize {' '.join(inputs.inputs)} --tokenizer {output} --output tokens/",
+        details=details,
+    )
+
+
+GROUPS = {"tokenizer": "make a tokenizer.json (zephyr tokenizer train)"}
+COMMANDS = [
+    Command(
+        "tokenize",
+        tokenize,
+        {"inputs": TokenFiles, "output": Output, "columns": TokenizeColumns, "config": TokenizeConfig},
+        plans=tokenize_plans,
+    ),
+    Command("tokenizer train", train, {"inputs": SampleFiles, "config": TokenizerTrain}),
+]

@@ -241,10 +241,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
         index = 0 if source is None else self.sources.index(source)
         return self._sources[index].num_samples
 
-    def source_tokens(self) -> dict[str, int]:
-        """Tokens in each source (from the manifests)."""
-        return {s.name: s.store.manifest.num_tokens for s in self._sources}
-
     def __len__(self) -> int:
         """Items this rank yields (only with ``num_epochs``; a mixture or endless loader has no length)."""
         if self.num_epochs is None:

@@ -170,124 +170,61 @@ def write_token_shards(
     and return what was written. ``data`` is a ``zephyr.Dataset`` or Parquet/JSONL paths; the same seed and
     inputs give byte-identical shards. Every argument is described in this module's docstring ("Arguments").
     """
+    arguments = dict(locals())  # the arguments as given: ``_jobs`` reads them, as ``plans`` does
     import zephyr
+    from zephyr import job_stats
+    from zephyr.executors import reuse_workers
+    from zephyr.io import claim, layout
+    from zephyr.io.publish import publish_folder
 
     shard_bytes = checked_shard_bytes(shard_bytes, batch_rows)
     output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
     options = zephyr.ExecutionOptions.from_kwargs(**execution)
-    from zephyr.io import claim
-
-    if isinstance(data, zephyr.Dataset):
-        inputs = []
-    else:
-        inputs = [str(data)] if isinstance(data, str | os.PathLike) else [str(p) for p in data]
+    inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
     tokenizer_path = [str(tokenizer)] if isinstance(tokenizer, str | os.PathLike) else []
-    with claim.claimed(
+    claimed = claim.claimed(
         output, inputs=[*inputs, *tokenizer_path], overwrite=overwrite, work_dir=options.work_dir
-    ):
-        return _write_token_shards(
-            data,
-            tokenizer,
-            output,
-            options,
-            execution,
-            text_column=text_column,
-            id_column=id_column,
-            source_column=source_column,
-            shard_bytes=shard_bytes,
-            seed=seed,
-            bos=bos,
-            engine=engine,
-            eos_token=eos_token,
-            bos_token=bos_token,
-            batch_rows=batch_rows,
-            megatron=megatron,
-            unify_schemas=unify_schemas,
-            schema=schema,
-            on_error=on_error,
-        )
-
-
-def _write_token_shards(
-    data: Any,
-    tokenizer: Any,
-    output: str,
-    options: Any,
-    execution: dict[str, Any],
-    *,
-    text_column: str,
-    id_column: str | None,
-    source_column: str | None,
-    shard_bytes: int,
-    seed: int,
-    bos: BosPolicy,
-    engine: EngineChoice,
-    eos_token: str | None,
-    bos_token: str | None,
-    batch_rows: int,
-    megatron: bool,
-    unify_schemas: bool,
-    schema: Any,
-    on_error: str,
-) -> TokenizeResult:
-    """``write_token_shards`` on its claimed output."""
-    import zephyr
-    from zephyr import job_stats
-    from zephyr.executors import reuse_workers
-    from zephyr.io import layout
-    from zephyr.io.publish import publish_folder
-
-    building = layout.side_path(output, "staging", "shards")
-    tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
-    # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
-    encodes_here = options.executor == "inprocess" or driver_encodes(options)
-    tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
-    if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize job itself
-        check_text_paths(data, text_column)
-    placed = place_writer(data, options, execution)
-    # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
-    # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
-    with reuse_workers(placed.pool) as execution, job_stats.recording() as engine_jobs:
-        tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver)  # in the driver: a small job
-        scratch = _scratch_dir(output, execution.get("work_dir"))
-        columns = (text_column, id_column, source_column)
-        schema_kw = {"unify_schemas": unify_schemas, "schema": schema}
-        jobs = _jobs(
-            data,
-            tok,
-            placed,
-            options,
-            building,  # the packer writes the set where it is built, published whole at the end
-            scratch,
-            columns,
-            seed,
-            batch_rows,
-            megatron,
-            on_error,
-            schema_kw,
-        )
-        _replace_set(building)
-        if engine != "auto":
-            _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
-        try:
-            refs = jobs.refs.write_parquet(f"{scratch}/refs", **execution)
-            shards, per_source, stats = _shuffle_and_pack(refs, jobs.packer, shard_bytes, scratch, execution)
-            inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
-            sources = {"inputs": inputs, "text_column": text_column, "id_column": jobs.id_column}
-            sources.update(source_column=jobs.source_column, per_source=per_source)
-            meta = _manifest_meta(tok, jobs.dtype, shard_bytes, seed, refs, sources)
-            manifest = write_manifest(building, shards, meta=meta)
-            stats["rows"] = _row_accounts(refs.stats)
-            stats.update(job_stats.summarize(engine_jobs))  # tokenize, sort and pack jobs, not only the sort
-            stats["tokenize_plan"] = _tokenize_plan(refs, placed.pool, options, placed.concurrency)
-        except BaseException:
-            if execution.get("work_dir") is None:
-                _remove_tree(scratch)  # nothing could resume from it
-            raise
-        _remove_tree(scratch)
-        _keep_only_the_set(building, manifest)
-        publish_folder(building, output)
-        return TokenizeResult(output, manifest, stats)
+    )
+    with claimed:
+        building = layout.side_path(output, "staging", "shards")
+        tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
+        # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
+        encodes_here = options.executor == "inprocess" or driver_encodes(options)
+        tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
+        if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize job itself
+            check_text_paths(data, text_column)
+        placed = place_writer(data, options, execution)
+        # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
+        # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
+        with reuse_workers(placed.pool) as execution, job_stats.recording() as engine_jobs:
+            tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver)  # in the driver: a small job
+            scratch = _scratch_dir(output, execution.get("work_dir"))
+            # the packer writes the set where it is built, published whole at the end
+            jobs = _jobs(data, tok, placed, options, building, scratch, arguments)
+            _replace_set(building)
+            if engine != "auto":
+                _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
+            try:
+                refs = jobs.refs.write_parquet(f"{scratch}/refs", **execution)
+                packed = _shuffle_and_pack(refs, jobs.packer, shard_bytes, scratch, execution)
+                shards, per_source, stats = packed
+                sources = {"inputs": inputs, "text_column": text_column, "id_column": jobs.id_column}
+                sources.update(source_column=jobs.source_column, per_source=per_source)
+                meta = _manifest_meta(tok, jobs.dtype, shard_bytes, seed, refs, sources)
+                manifest = write_manifest(building, shards, meta=meta)
+                stats["rows"] = _row_accounts(refs.stats)
+                stats.update(
+                    job_stats.summarize(engine_jobs)
+                )  # tokenize, sort and pack jobs, not only the sort
+                stats["tokenize_plan"] = _tokenize_plan(refs, placed.pool, options, placed.concurrency)
+            except BaseException:
+                if execution.get("work_dir") is None:
+                    _remove_tree(scratch)  # nothing could resume from it
+                raise
+            _remove_tree(scratch)
+            _keep_only_the_set(building, manifest)
+            publish_folder(building, output)
+            return TokenizeResult(output, manifest, stats)
 
 
 def _keep_only_the_set(directory: str, manifest: dict[str, Any]) -> None:
@@ -314,37 +251,34 @@ def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dat
 
 def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
     """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
-    (``zephyr.commands.jobs_plan_text``), with the budget's shares."""
+    (``zephyr.physical.explain_jobs``) with the options the writer runs them with, and the budget's shares."""
     from zephyr.budget import Budget
-    from zephyr.cli import jobs_plan_text
+    from zephyr.physical import explain_jobs
 
     planned, pool, options = _plans(data, tokenizer, arguments)
     budget = Budget(options.memory_budget_bytes)
-    return jobs_plan_text("zephyr tokenize", planned, budget, pool, then="the rules")
+    return explain_jobs("zephyr tokenize", planned, budget, pool, then="the rules")
 
 
 def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, dict[str, Any], Any]:
     """(``plans``, the execution options of its jobs, the ``ExecutionOptions``)."""
+    import inspect
+
     from zephyr.options import ExecutionOptions
 
-    get = arguments.pop
-    output = get("output", "OUTPUT")
-    text_column = get("text_column", "text")
-    columns = (text_column, get("id_column", "auto"), get("source_column", "auto"))
-    tokenizer_args = (tokenizer, get("bos", "never"), get("engine", "auto"), get("eos_token", None))
-    tokenizer_args += (get("bos_token", None),)
-    seed, batch_rows, megatron = get("seed", 0), get("batch_rows", 1024), get("megatron", False)
-    shard_bytes = checked_shard_bytes(get("shard_bytes", "512MB"), batch_rows)
-    schema = {"unify_schemas": get("unify_schemas", False), "schema": get("schema", None)}
-    on_error = get("on_error", "raise")
-    options = ExecutionOptions.from_kwargs(**arguments)  # what is left: the execution options
-    check_text_paths(data, text_column)
-    placed = place_writer(data, options, arguments)
-    tok = text_tokenizer(*tokenizer_args)
-    scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
-    jobs = _jobs(
-        data, tok, placed, options, output, scratch, columns, seed, batch_rows, megatron, on_error, schema
+    given = inspect.signature(write_token_shards).bind(
+        data, tokenizer=tokenizer, **{"output": "OUTPUT", **arguments}
     )
+    given.apply_defaults()
+    a = given.arguments
+    output, batch_rows, megatron = a["output"], a["batch_rows"], a["megatron"]
+    shard_bytes = checked_shard_bytes(a["shard_bytes"], batch_rows)
+    options = ExecutionOptions.from_kwargs(**a["execution"])  # what is left: the execution options
+    check_text_paths(data, a["text_column"])
+    placed = place_writer(data, options, a["execution"])
+    tok = text_tokenizer(tokenizer, a["bos"], a["engine"], a["eos_token"], a["bos_token"])
+    scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
+    jobs = _jobs(data, tok, placed, options, output, scratch, a)
     jobs_and_rules = [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
@@ -390,25 +324,25 @@ def _jobs(
     options: Any,
     output: str,
     scratch: str,
-    columns: tuple[str, str | None, str | None],
-    seed: int,
-    batch_rows: int,
-    megatron: bool,
-    on_error: str,
-    schema: dict[str, Any],
+    arguments: dict[str, Any],
 ) -> _Jobs:
-    """The tokenize job over ``data`` (spilling to ``scratch``) and the packer writing ``output``."""
-    text_column, id_column, source_column = columns
-    id_column, source_column = read_columns(data, id_column, source_column)
-    dataset = writer_input(data, [text_column, id_column, source_column], placed, on_error, **schema)
+    """The tokenize job over ``data`` (spilling to ``scratch``) and the packer writing ``output``, with the
+    other settings from ``write_token_shards``' ``arguments``."""
+    a = arguments
+    text_column, batch_rows = a["text_column"], a["batch_rows"]
+    id_column, source_column = read_columns(data, a["id_column"], a["source_column"])
+    schema = {"unify_schemas": a["unify_schemas"], "schema": a["schema"]}
+    columns = [text_column, id_column, source_column]
+    dataset = writer_input(data, columns, placed, a["on_error"], **schema)
     spill_dir = f"{scratch}/spill"
     names = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
-    batch_fn = TokenizeBatch(tok, **names, seed=seed, spill_dir=spill_dir)
+    batch_fn = TokenizeBatch(tok, **names, seed=a["seed"], spill_dir=spill_dir)
     dtype = token_dtype(tok.vocab_size)
     threads = pack_threads(placed, options)
     ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
-    packer = PackPartition(output, dtype.name, megatron, spill_dir, batch_rows, **ids, threads=threads)
-    return _Jobs(tokenize_job(dataset, batch_fn, batch_rows), packer, dtype, id_column, source_column)
+    packer = PackPartition(output, dtype.name, a["megatron"], spill_dir, batch_rows, **ids, threads=threads)
+    refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")  # job 1
+    return _Jobs(refs, packer, dtype, id_column, source_column)
 
 
 def read_columns(
@@ -428,13 +362,16 @@ def writer_input(
     data: Any, columns: list[str | None], placed: WriterPlacement, on_error: str, **schema: Any
 ) -> Dataset:
     """``data`` as the tokenize job reads it: a ``Dataset`` as it is, paths as only ``columns``, split by the
-    placement's read plan (of the writer and of ``zephyr explain tokenize``)."""
+    placement's read plan (the engine's, of the writer and of ``zephyr explain tokenize``)."""
     import zephyr
 
     if isinstance(data, zephyr.Dataset):
         return data
-    wanted = [c for c in columns if c]
-    return input_dataset(data, wanted, placed.approx_shard_bytes, on_error, **schema)
+    paths, fmt = input_paths(data)
+    split = {"approx_shard_bytes": placed.approx_shard_bytes, "on_error": on_error, **schema}
+    if fmt == "jsonl":
+        return zephyr.read_jsonl(paths, **split)
+    return zephyr.read_parquet(paths, columns=[c for c in columns if c], **split)
 
 
 def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
@@ -483,20 +420,6 @@ def input_paths(data: Any) -> tuple[list[str], str]:
     from zephyr.io.paths import input_files
 
     return input_files(_input_names(data))
-
-
-def input_dataset(
-    data: Any, columns: list[str], approx_shard_bytes: int | None, on_error: str, **schema: Any
-) -> Dataset:
-    """The inputs as a ``Dataset``, read in shards of about ``approx_shard_bytes`` (the engine's read plan)."""
-    import zephyr
-
-    paths, fmt = input_paths(data)
-    if fmt == "jsonl":
-        return zephyr.read_jsonl(paths, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema)
-    return zephyr.read_parquet(
-        paths, columns=columns, approx_shard_bytes=approx_shard_bytes, on_error=on_error, **schema
-    )
 
 
 def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, int]:
@@ -617,12 +540,6 @@ def pack_threads(placed: WriterPlacement, options: Any) -> int:
     if not placed.in_driver or options.executor != "local":
         return 1
     return max(1, min(options.num_workers, os.cpu_count() or 1))
-
-
-def tokenize_job(dataset: Dataset, batch_fn: Any, batch_rows: int) -> Dataset:
-    """Job 1: ``batch_rows`` documents at a time through ``batch_fn`` (a ``TokenizeBatch``): token ids to the
-    spill files, one reference row a document out."""
-    return dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")
 
 
 def shard_count(total_tokens: int, itemsize: int, shard_bytes: int) -> int:

@@ -32,91 +32,75 @@ run), and the step time a target MFU needs (``CheckConfig``; ``zephyr.trainer.ch
 run is ready (0 graph breaks, 0 host syncs, FLOPs within 5%, fits the device memory), 1 otherwise, with the
 problems listed; ``--json`` prints the report as one JSON object.
 
-Only configs are imported at registration (standard library): ``zephyr --help`` loads no torch.
+Both are ``zephyr.cli.Command``s; only configs are imported to build them (standard library): ``zephyr
+--help`` loads no torch.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from zephyr.trainer.config import CheckConfig, TrainConfig, read_config_file
 
-from zephyr.config import parse_value
+from zephyr.cli import Command
+from zephyr.config import ConfigProblems, embedded_field, parse_value
 from zephyr.errors import ConfigError
-from zephyr.flags import add_flags, config_from_flags
-
-_DOC = __doc__.split("\n\n")
-
-
-class _TrainParser(argparse.ArgumentParser):
-    """``zephyr train``'s parser: a first word ``check`` hands the rest of the line to ``zephyr train check``
-    (``train`` takes an optional config file as its first word, so the check cannot be a plain subcommand)."""
-
-    check_parser: argparse.ArgumentParser | None = None
-
-    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
-        if self.check_parser is not None and args and args[0] == "check":
-            return self.check_parser.parse_known_args(args[1:], namespace)
-        return super().parse_known_args(args, namespace)
+from zephyr.flags import flag_specs
+from zephyr.options import ExecutionOptions
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = subparsers.add_parser(
-        "train",
-        parents=[common],
-        help="train the MoE language model on token shards (zephyr train check: is it ready for the GPU?)",
-        description=_DOC[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(_DOC[1:4]),
+@dataclass(frozen=True)
+class TrainRun:
+    """The training run a ``zephyr train`` command line asks for: a config file, ``--set`` values in it, and
+    every ``TrainConfig`` flag over it (``train_config``)."""
+
+    what: ClassVar[str] = "training config"
+    config: str | None = field(default=None, metadata={"positional": True})
+    """YAML/JSON training config (flags override it)."""
+    overrides: list[str] = field(
+        default_factory=list, metadata={"flag": "--set", "repeat": True, "metavar": "KEY=VALUE"}
     )
-    _add_run_flags(p)
-    p.set_defaults(func=handler)
-    p.__class__ = _TrainParser
-    p.check_parser = build_check_parser(common)
+    """Set a model field in the config file's place, dotted for the MoE (moe.top_k=2, moe=null); VALUE is read
+    as in zephyr run --set: JSON, else YAML, else text."""
+    train: TrainConfig = embedded_field(TrainConfig)
+    """The run: the file's keys with the flags over them."""
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainRun:
+        return cls(raw.get("config"), list(raw.get("overrides") or []), train_config(raw))
 
 
-def build_check_parser(common: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``zephyr train check``'s parser: the training run's flags, but ``--dispatch``, which names the MoE
-    dispatches to trace (``CheckConfig``), and the check's own."""
-    p = argparse.ArgumentParser(
-        prog="zephyr train check",
-        parents=[common],
-        description=_DOC[4],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="\n\n".join(_DOC[5:7]),
-    )
-    _add_run_flags(p, skip=("model.moe.dispatch",))
-    add_flags(p, CheckConfig, group="the check")
-    # --json comes from ``common``: the summary object of every command, the check's report under ``details``
-    p.set_defaults(func=check_handler, train_command="check")  # the summary names "zephyr train check"
-    return p
+def train_config(raw: dict[str, Any]) -> TrainConfig:
+    """The ``TrainConfig`` of a command line's values, nested by key path as a file writes them (``config``:
+    the config file; ``overrides``: the ``--set`` items): the file with the ``--set`` values in it, then the
+    flags over it, built and checked once (every problem listed, each by its key; ``zephyr.flags`` names the
+    ones a flag gave by the flag; the file is not checked alone, so a flag can replace a bad value)."""
+    flags = {k: v for k, v in raw.items() if k not in ("config", "overrides")}
+    base = read_config_file(raw["config"]) if raw.get("config") else {}
+    _set_model_fields(base, raw.get("overrides") or [])
+    if "data" in flags:
+        flags["data"] = _data(flags["data"], mix="mix" in flags or bool(base.get("mix")))
+    sections = {dest.rsplit(".", 1)[0] for spec in flag_specs(TrainConfig) if "." in (dest := spec.dest)}
+    problems = _lay(base, flags, sections | {s.split(".")[0] for s in sections}, "")
+    if problems:
+        raise ConfigProblems(problems)
+    return TrainConfig.from_dict(base)
 
 
-def _add_run_flags(p: argparse.ArgumentParser, *, skip: tuple[str, ...] = ()) -> None:
-    p.add_argument("config", nargs="?", default=None, help="YAML/JSON training config (flags override it)")
-    add_flags(p, TrainConfig, skip=skip)
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a model field in the config file's place, dotted for the MoE (moe.top_k=2, moe=null); VALUE "
-        "is read as in zephyr run --set: JSON, else YAML, else text",
-    )
-
-
-def train_config(given: dict[str, Any]) -> TrainConfig:
-    """The ``TrainConfig`` of a parsed command line (``vars(args)``): the config file (``config``) with the
-    ``--set`` values in it, then the flags over it, built and checked once (every problem listed, each by its
-    flag or its key; the file is not checked alone, so a flag can replace a bad value)."""
-    base = read_config_file(given["config"]) if given.get("config") else {}
-    _set_model_fields(base, given.get("overrides") or [])
-    if "data" in given:
-        given = {**given, "data": _data(given["data"], mix="mix" in given or bool(base.get("mix")))}
-    return config_from_flags(TrainConfig, given, base=base, what="training config")
+def _lay(base: dict[str, Any], flags: dict[str, Any], sections: set[str], where: str) -> list[str]:
+    """Lay the flags' values over the file's, one key at a time (a section such as ``optim`` keeps the file's
+    other keys); the problems of a file section that is not a mapping."""
+    problems = []
+    for key, value in flags.items():
+        if f"{where}{key}" not in sections:
+            base[key] = value
+        elif isinstance(node := base.setdefault(key, {}), dict):
+            problems += _lay(node, value, sections, f"{where}{key}.")
+        else:
+            problems.append(f"{where}{key} is {node!r} in the config, not a mapping to set flags in")
+    return problems
 
 
 def _set_model_fields(base: dict[str, Any], items: list[str]) -> None:
@@ -156,23 +140,26 @@ def _data(values: list[str], *, mix: bool) -> str | dict[str, float]:
     return mixture
 
 
-def handler(args: argparse.Namespace):
-    """Train, then return the run's ``Summary`` in samples (the training sequences of the steps this call ran;
-    dropped: the ones the instance filter masked) and tokens; its output bytes are the checkpoints'."""
+def train(run: TrainRun, execution: ExecutionOptions) -> Any:
+    """Train the MoE language model on token shards (zephyr train check: is it ready for the GPU?). Flags
+    override the config file; rerunning with the same --checkpoint-dir resumes from its latest checkpoint. The
+    execution options (--workers, --executor...) are accepted and ignored: training is not an engine job.
+
+    Returns the run's ``Summary`` in samples (the training sequences of the steps this call ran; dropped: the
+    ones the instance filter masked) and tokens; its output bytes are the checkpoints'."""
     from zephyr.trainer.train import train
 
     from zephyr.summary import Summary, bytes_under
 
-    cfg = train_config(vars(args))
+    cfg = run.train
     result = train(cfg)
     details: dict[str, Any] = {"step": result.step, "resumed_from": result.resumed_from}
     if result.losses:
         first = result.step - len(result.losses) + 1
         details.update(first_step=first, loss_first=result.losses[0], loss_last=result.losses[-1])
-        if not args.json:  # the line a person looks for; with --json the same numbers are in details
-            sys.stderr.write(
-                f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}\n"
-            )
+        sys.stderr.write(  # the line a person looks for (with --json the same numbers are in details)
+            f"trained steps {first}..{result.step}: loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}\n"
+        )
     tokens = sum(int(r.get("tokens", 0)) for r in result.records)
     samples = tokens // max(cfg.seq_len, 1)
     masked = sum(int(r.get("instances_filtered", 0)) for r in result.records)
@@ -192,18 +179,24 @@ def handler(args: argparse.Namespace):
     )
 
 
-def check_handler(args: argparse.Namespace):
-    """``zephyr train check``: the report on stdout, and exit 0 when ready, else 1. With ``--json`` the report
-    is the ``details`` of the one summary object every command prints (``zephyr.summary``: the check reads
-    no rows and writes nothing, so its rows are 0 and its figures are all under ``details``)."""
+def check(run: TrainRun, check: CheckConfig, execution: ExecutionOptions) -> Any:
+    """Is this training run ready for the accelerator? Measured on this machine's CPU, in minutes, for the
+    accelerator whose code path --device names (default cuda; xpu and xla too; always bf16, as they train):
+    graph breaks and host syncs per MoE dispatch, FLOPs per token against the MFU formula, the peak memory
+    (with and without activation checkpointing), the step time a target MFU needs.
+
+    The report goes to stdout (with ``--json``: it is the ``details`` of the one summary object every command
+    prints; the check reads no rows and writes nothing, so its rows are 0); the exit status is 0 when the run is
+    ready, else 1."""
     from zephyr.trainer.check.report import render, run_check
 
     from zephyr.summary import Summary
 
-    given = vars(args)
-    report = run_check(train_config(given), config_from_flags(CheckConfig, given, what="check config"))
-    code = 0 if report["ok"] else 1
-    if args.json:
-        return Summary(rows_in=0, rows_kept=0, details=report, exit_code=code)
-    print(render(report))
-    return code
+    report = run_check(run.train, check)
+    return Summary(0, 0, details=report, exit_code=0 if report["ok"] else 1, printed=render(report))
+
+
+COMMANDS = [
+    Command("train", train, {"run": TrainRun}),
+    Command("train check", check, {"run": TrainRun, "check": CheckConfig}, skip=("model.moe.dispatch",)),
+]

@@ -442,11 +442,6 @@ class TrainConfig:
             raise ConfigProblems(problems)
         return cfg
 
-    @classmethod
-    def from_yaml(cls, path: str | Path) -> TrainConfig:
-        """Read a YAML (or JSON) config file; PyYAML is imported only here."""
-        return cls.from_dict(read_config_file(path))
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

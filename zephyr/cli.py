@@ -285,7 +285,7 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
     from zephyr import __version__
 
     common = _common_parser()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zephyr",
         description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
     )
@@ -500,10 +500,12 @@ class Command:
     runs and what it would run.
 
     ``run`` is called with one object per entry of ``options`` (by its key, built from the flags by
-    ``zephyr.flags.config_from_flags``) and ``execution`` (the ``ExecutionOptions`` of the execution flags,
+    ``zephyr.flags.config_from_flags``; an options class's ``what`` names it in a list of problems) and
+    ``execution`` (the ``ExecutionOptions`` of the execution flags,
     ``default_executor`` unless ``--executor``), and returns a ``zephyr.summary.Summary``. Given ``plans``
     (called like ``run``, without the ``Output`` group), ``zephyr explain WORDS`` exists too: it prints the
-    jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``) and runs nothing, so
+    jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``, or any object whose
+    ``explain(**execution)`` gives the text) and runs nothing, so
     the printed plan is the one ``run`` executes when ``run`` executes ``plans``. The help is the first line of
     ``run``'s docstring, the description its first paragraph, unless given."""
 
@@ -514,6 +516,8 @@ class Command:
     default_executor: str = "local"
     then: str = "the budget shares"
     """What the ``then:`` lines of a multi-job plan hold (``zephyr.physical.explain_jobs``)."""
+    skip: tuple[str, ...] = ()
+    """Flags of ``options`` left out, by key path (``train check`` declares its own ``--dispatch``)."""
     help: str = ""
     description: str = ""
 
@@ -527,7 +531,7 @@ class Command:
     def configs(self, given: dict[str, Any], *, explain: bool = False) -> dict[str, Any]:
         """The ``run``/``plans`` keywords the parsed flags ``given`` ask for (``Output`` left out to explain)."""
         return {
-            name: config_from_flags(cls, given, what=f"zephyr {self.words} options")
+            name: config_from_flags(cls, given, what=getattr(cls, "what", f"zephyr {self.words} options"))
             for name, cls in self.options.items()
             if not (explain and issubclass(cls, Output))
         }
@@ -579,6 +583,21 @@ def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptio
         log.info("the progress bar's total grows as the jobs start (no planned total: %s)", exc)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser that hands a first word naming a longer command to that command's parser: ``zephyr train
+    [CONFIG]`` takes an optional positional first, so ``zephyr train check`` cannot be a plain subcommand of
+    it (``_add_command`` registers it in ``longer``; the shorter command is declared first)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.longer: dict[str, argparse.ArgumentParser] = {}
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
+        if args and args[0] in self.longer:
+            return self.longer[args[0]].parse_known_args(args[1:], namespace)
+        return super().parse_known_args(args, namespace)
+
+
 def _add_command(
     actions: dict[tuple[str, ...], Any],
     common: argparse.ArgumentParser,
@@ -599,12 +618,19 @@ def _add_command(
     help, description = command.texts()
     if explain:
         help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
-    parser = actions[words[:-1]].add_parser(words[-1], parents=[common], help=help, description=description)
+    owner = actions[words[:-1]]
+    if isinstance(owner, _Parser):  # a command's words lead this one's: ``train`` of ``train check``
+        prog = f"{owner.prog} {words[-1]}"
+        parser = owner.longer[words[-1]] = _Parser(prog=prog, parents=[common], description=description)
+    else:
+        parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
+    actions[words] = parser
     dests: set[str] = set()
     for cls in command.options.values():
         if explain and issubclass(cls, Output):
             continue
-        add_flags(parser, cls, group=next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None))
+        title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
+        add_flags(parser, cls, group=title, skip=command.skip)
         dests.update(spec.dest for spec in flag_specs(cls))
     writes = any(issubclass(cls, Output) for cls in command.options.values())
     parser.set_defaults(

@@ -234,8 +234,10 @@ def test_cli(tmp_path, capsys):
     empty.touch()
     assert main(["tokenizer", "train", str(empty), "--vocab-size", "500", "--output", str(out)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("zephyr tokenizer: error: InputError: no text to train a tokenizer on")
-    assert main(["tokenizer"]) == 2  # the group alone prints its help
+    assert err[0].startswith("zephyr tokenizer train: error: InputError: no text to train a tokenizer on")
+    with pytest.raises(SystemExit) as exited:  # the group alone: its usage, exit status 2
+        main(["tokenizer"])
+    assert exited.value.code == 2 and "usage: zephyr tokenizer" in capsys.readouterr().err
 
 
 @pytest.mark.slow
