@@ -64,26 +64,11 @@ def read(
     from zephyr.io.paths import input_files
 
     files, fmt = input_files(list(input_paths(paths)), format)
-    if fmt == "jsonl":
-        return read_jsonl(
-            files,
-            approx_shard_bytes=approx_shard_bytes,
-            on_error=on_error,
-            unify_schemas=unify_schemas,
-            schema=schema,
-        )
-    if fmt == "vortex":
-        return read_vortex(files, on_error=on_error, unify_schemas=unify_schemas, schema=schema)
     if fmt == "warc":
         return read_warc_records(files, on_error=on_error)
-    return read_parquet(
-        files,
-        columns=columns,
-        approx_shard_bytes=approx_shard_bytes,
-        on_error=on_error,
-        unify_schemas=unify_schemas,
-        schema=schema,
-    )
+    projected = columns if fmt == "parquet" else None
+    shard_bytes = None if fmt == "vortex" else approx_shard_bytes  # Vortex files are read whole
+    return _read_files(fmt, files, projected, schema, unify_schemas, shard_bytes, on_error)
 
 
 def _read_files(
