@@ -48,8 +48,6 @@ from zephyr.dedup.config import ExactDedupConfig
 
 from zephyr.errors import ConfigError, InputError
 
-__all__ = ["BloomFilter", "bloom_paragraph_dedup", "BloomParagraphDedup", "MAGIC"]
-
 MAGIC = b"ZBLOOM1\n"
 _HASH = "xxh3_128 double hashing"
 
