@@ -95,33 +95,42 @@ def _workers(execution: ExecutionOptions, preload: bool = False):
     return reuse_workers(execution.as_kwargs(), preload=warm)
 
 
-def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, level: str = "document"):
+def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, reason: str = "duplicate"):
     """Write ``out`` (made in ``removal.internal_mode``): with ``--dropped-output`` the removed rows go
-    there with their reason. Returns (the kept rows' write, the routing or None)."""
+    there with their ``reason``. Returns (the kept rows' write, the routing or None)."""
     from zephyr.removal import Unless
 
-    reasons = Unless("dup_keep", "duplicate")
-    return removal.write(out, output.output, kwargs, reasons, DUP_COLUMNS[level])
+    reasons = Unless("dup_keep", reason)
+    return removal.write(out, output.output, kwargs, reasons, DUP_COLUMNS["document"])
 
 
-def _summary(
-    result: Any, output: Output, removal: DedupRemoval, jobs: list, extra: dict, routed=None
-) -> Summary:
-    """Write ``OUTPUT.zephyr/stats.json`` (its ``dedup`` section: ``extra``, the write's ``dedup/*`` counters
-    and cluster-size histogram) and return the command's ``Summary``."""
+def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
+    """The counters of a write's stages whose names start with ``prefix``, summed."""
     counters: dict[str, int] = {}
     for stage in result.stats.get("stages", []):
         for key, value in (stage.get("counters") or {}).items():
-            if key.startswith("dedup/"):
+            if key.startswith(prefix):
                 counters[key] = counters.get(key, 0) + value
+    return counters
+
+
+def _summary(
+    result: Any, output: Output, removal: DedupRemoval, jobs: list, extra: dict, routed=None, changed=None
+) -> Summary:
+    """Write ``OUTPUT.zephyr/stats.json`` (its ``dedup`` section: ``extra``, the write's ``dedup/*`` counters
+    and cluster-size histogram) and return the command's ``Summary``. ``changed``: what a dedup that rewrites
+    rows changed in them (``rows_changed``, ``bytes_removed``...), in the stats, the summary's ``details``
+    and its human table."""
+    counters = _counters(result)
     sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
-    extra = {
-        **extra,
-        "counters": counters,
-        "cluster_size_histogram": dict(sorted(sizes.items(), key=lambda kv: int(kv[0]))),
-    }
+    histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    changed = changed or {}
+    extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
     if routed is not None:
         extra["dropped_output"] = removal.dropped_output
+    details = {"kind": extra["kind"], "files": len(result.files), **changed}
+    if extra.get("warnings"):
+        details["warnings"] = extra["warnings"]
     return removal.summary(
         result,
         output.output,
@@ -130,8 +139,17 @@ def _summary(
         extra=extra,
         routed=routed,
         next=f"zephyr tokenize {output.output} --tokenizer tokenizer.json --output tokens/",
-        details={"kind": extra["kind"], "files": len(result.files)},
+        details=details,
+        shown=tuple(changed),
     )
+
+
+def _paragraphs_changed(result: Any) -> dict[str, int]:
+    """What a paragraph dedup changed: rows, paragraphs and bytes removed (in annotate mode: marked)."""
+    counters = _counters(result)
+    names = ("rows_changed", "paragraphs_removed", "paragraph_bytes_removed")
+    rows, paragraphs, removed = (counters.get(f"dedup/{name}", 0) for name in names)
+    return {"rows_changed": rows, "paragraphs_removed": paragraphs, "bytes_removed": removed}
 
 
 def _keys(columns: DedupColumns, removal: DedupRemoval) -> dict[str, Any]:
@@ -215,7 +233,7 @@ def _paragraph_exact(inputs, output, removal, columns, normalize, execution, ext
     out = _paragraphs(inputs, removal, columns, normalize, output.output)
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         result = out.write_parquet(output.output, **kwargs)
-    return _summary(result, output, removal, jobs, extra)
+    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
 
 
 def _bloom_checked(config: ParagraphDedupConfig) -> tuple[int, int, str]:
@@ -286,12 +304,14 @@ def paragraph(
     out = _bloom(inputs, removal, columns, config, partial, output.output)
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         result = out.write_parquet(output.output, **kwargs)
-    if partial is not None and os.path.exists(partial):  # the filter after the run
+    if partial is not None and os.path.exists(partial):  # the filter after the run, as the task saved it
         bloom = BloomFilter.load(partial)
-    elif config.load_filter is not None:
-        bloom = BloomFilter.load(config.load_filter)
-    else:
-        bloom = BloomFilter.for_capacity(config.expected, config.fp_rate, normalize=config.normalize)
+    else:  # not saved (or no batch ran): the filter it started from, with the inserts the task counted
+        if config.load_filter is not None:
+            bloom = BloomFilter.load(config.load_filter)
+        else:
+            bloom = BloomFilter.for_capacity(config.expected, config.fp_rate, normalize=config.normalize)
+        bloom.inserted += _counters(result).get("dedup/paragraphs_inserted", 0)
     if config.save_filter is not None:
         bloom.save(config.save_filter)
         if partial is not None and os.path.exists(partial):
@@ -309,15 +329,14 @@ def paragraph(
     if bloom.inserted > bloom.expected:
         import logging
 
-        logging.getLogger(__name__).warning(
-            "bloom dedup: %d paragraphs inserted into a filter sized for %d: its false-positive rate is now "
-            "%.2g (asked %.2g); rerun with a larger --expected",
-            bloom.inserted,
-            bloom.expected,
-            bloom.false_positive_rate(),
-            bloom.fp_rate,
+        warning = (
+            f"bloom dedup: {bloom.inserted:,} paragraphs inserted into a filter sized for {bloom.expected:,}: its "
+            f"false-positive rate is now {bloom.false_positive_rate():.2g} (asked {bloom.fp_rate:.2g}); rerun "
+            "with a larger --expected"
         )
-    return _summary(result, output, removal, jobs, extra)
+        logging.getLogger(__name__).warning(warning)
+        extra["warnings"] = [warning]
+    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
 
 
 def paragraph_plans(
@@ -349,7 +368,7 @@ def url(
 ) -> Summary:
     """One row per normalized URL (lower-case host, no default port/fragment/utm_*). The row kept is the
     one exact dedup's keep rule picks."""
-    from zephyr.dedup.exact import url_dedup_dataset
+    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset
 
     from zephyr import job_stats
 
@@ -358,7 +377,7 @@ def url(
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         keys = _keys(columns, removal)
         out = url_dedup_dataset(rows, url_column=config.url_column, **keys, execution=kwargs, stats=extra)
-        result, routed = _write(out, output, removal, kwargs)
+        result, routed = _write(out, output, removal, kwargs, reason=URL_DUPLICATE)
     return _summary(result, output, removal, jobs, extra, routed)
 
 
@@ -422,19 +441,21 @@ def substring(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     stages = result.stats.get("stages", [])
-    counters = {k: v for st in stages for k, v in (st.get("counters") or {}).items()}
-    prefix = "substring/bytes_removed/source="
+    counters, prefix = _counters(result, "substring/"), "substring/bytes_removed/source="
     info.update(
         kind="substring",
         min_doc_bytes=config.min_doc_bytes,
-        bytes_removed=counters.get("substring/bytes_removed", 0),
         bytes_removed_per_source={k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)},
         docs_changed=counters.get("substring/docs_changed", 0),
         docs_dropped_short=sum(
             op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
         ),
     )
-    return _summary(result, output, removal, jobs, info)
+    changed = {
+        "rows_changed": info["docs_changed"],
+        "bytes_removed": counters.get("substring/bytes_removed", 0),
+    }
+    return _summary(result, output, removal, jobs, info, changed=changed)
 
 
 def substring_plans(
