@@ -76,7 +76,8 @@ class DedupRemoval(Removal):
                 "dedup rewrite rows"
             )
         checked = self if output is not None else dataclasses.replace(self, dropped_output=None)
-        checked.check(inputs.inputs, output or "", DUP_COLUMNS[level])
+        format = None if inputs.format == "auto" else inputs.format
+        checked.check(inputs.inputs, output or "", DUP_COLUMNS[level], format=format)
         return self.aside(inputs.read(approx_shard_bytes=DEDUP_APPROX_SHARD_BYTES), DUP_COLUMNS[level])
 
     def finished(self, out: Dataset, level: str) -> Dataset:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import (
-    REMOVAL_MODES,
     FieldError,
     check_removal_mode,
     require_at_least,
@@ -52,7 +51,6 @@ Preset = Literal["datatrove", "nemo", "redpajama"]
 PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
 CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
-MODES = REMOVAL_MODES
 DEDUP_APPROX_SHARD_BYTES = 32 << 20
 """The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
 groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the
@@ -249,10 +247,6 @@ class FuzzyDedupConfig:
             false_positive_weight=weights[0],
             false_negative_weight=weights[1],
         )
-
-    @property
-    def bands_resolved(self) -> int:
-        return self.bands_rows()[0]
 
     @property
     def num_perm_resolved(self) -> int:
