@@ -423,24 +423,17 @@ def substring(
 ) -> Summary:
     """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
     occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
-    import shutil
-    import tempfile
-
+    from zephyr.dedup._rows import scratch_folder
     from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
 
     from zephyr import job_stats
 
     _substring_checked(removal, config)
     rows = removal.rows(inputs, "none", output.output)
-    work_dir = execution.work_dir if execution.work_dir and "://" not in str(execution.work_dir) else None
-    scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=work_dir)
     info: dict[str, Any] = {}
-    try:
-        with job_stats.recording() as jobs, _workers(execution) as kwargs:
-            out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
-            result = out.write_parquet(output.output, **kwargs)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
+        out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
+        result = out.write_parquet(output.output, **kwargs)
     stages = result.stats.get("stages", [])
     counters, prefix = _counters(result, "substring/"), "substring/bytes_removed/source="
     info.update(
