@@ -186,8 +186,8 @@ def exact(
     extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
     if config.level == "paragraph":
         return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
-    rows = removal.rows(inputs, "document", output.output)
     with job_stats.recording() as jobs, _workers(execution, config.normalize != "none") as kwargs:
+        rows = removal.rows(inputs, "document", output.output)  # while the workers start
         keys = {"text_column": columns.text_column, "normalize": config.normalize, **_keys(columns, removal)}
         out = exact_dedup_dataset(rows, **keys, execution=kwargs, stats=extra)
         result, routed = _write(out, output, removal, kwargs)
@@ -374,8 +374,8 @@ def url(
     from zephyr import job_stats
 
     extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
-    rows = removal.rows(inputs, "document", output.output)
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
+        rows = removal.rows(inputs, "document", output.output)  # while the workers start
         keys = _keys(columns, removal)
         out = url_dedup_dataset(rows, url_column=config.url_column, **keys, execution=kwargs, stats=extra)
         result, routed = _write(out, output, removal, kwargs, reason=URL_DUPLICATE)
@@ -429,9 +429,9 @@ def substring(
     from zephyr import job_stats
 
     _substring_checked(removal, config)
-    rows = removal.rows(inputs, "none", output.output)
     info: dict[str, Any] = {}
     with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
+        rows = removal.rows(inputs, "none", output.output)  # while the workers start
         out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
         result = out.write_parquet(output.output, **kwargs)
     stages = result.stats.get("stages", [])
