@@ -166,12 +166,17 @@ class NormalizeStep(Step, type="normalize"):
         return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 @dataclass(frozen=True)
 class LangIdStep(Step, type="langid"):
     """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
 
-    languages: list[str] | None = None
-    """Languages to keep (fastText codes: ``en``, ``de``...); ``None`` keeps every language."""
+    languages: list[str] | None = field(default=None, metadata={"parse": _names})
+    """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
+    en,de); ``None`` keeps every language."""
     min_score: float = 0.0
     """Drop rows whose language probability is below this, in [0, 1]."""
     model: str | None = path_field(None)
@@ -181,9 +186,9 @@ class LangIdStep(Step, type="langid"):
     replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
     ``false``: the pipeline refuses such data before any work."""
-    output_column: str | None = None
-    """Write the language here and its score to ``<output_column>_score``, keeping a column the data has;
-    ``null``: the pipeline's ``lang_column`` (and ``<lang_column>_score``)."""
+    output_column: str | None = field(default=None, metadata={"metavar": "NAME"})
+    """Write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language column the
+    data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
         require_within("min_score", self.min_score, 0.0, 1.0)

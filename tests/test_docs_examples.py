@@ -248,7 +248,8 @@ def _token_set(name: str, source: str, under: str = "") -> Callable[[Fixtures], 
 
 
 def _warcs(fx: Fixtures) -> None:
-    from zephyr.pipelines.web.testing import sample_pages, write_warc
+    sys.path.insert(0, str(REPO / "benchmarks"))  # warc_pages: test WARCs
+    from warc_pages import sample_pages, write_warc
 
     (fx.root / "crawl").mkdir()
     for n in range(2):

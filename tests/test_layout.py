@@ -223,10 +223,6 @@ _NOT_SWITCHED_ARGPARSE = {
     "dedup/cli_common.py",
     "dedup/explain.py",
     "dedup/cli_text.py",
-    "pipelines/quality/cli_common.py",
-    "pipelines/quality/cli_classifier.py",
-    "pipelines/quality/lid_model.py",
-    "pipelines/quality/cli_filter.py",
 }
 _NOT_SWITCHED_ALL = ("dedup/", "pipelines/", "zephyr/executors/local.py", "zephyr/executors/worker.py")
 _NOT_SWITCHED_HISTORY = {

@@ -100,9 +100,13 @@ def _module_docs(module: str) -> dict[str, dict[str, str]]:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The attribute docstring under each field of ``cls``, from its module's source (parsed once per
-    module); a field without one, or a class without source, is left out."""
-    return _module_docs(cls.__module__).get(cls.__qualname__, {})
+    """The attribute docstring under each field of ``cls`` or of a class it derives from (an option group
+    subclassed to change a default), from its module's source (parsed once per module); a field without
+    one, or a class without source, is left out."""
+    docs: dict[str, str] = {}
+    for owner in reversed(cls.__mro__):
+        docs.update(_module_docs(owner.__module__).get(owner.__qualname__, {}))
+    return docs
 
 
 def _config_of(hint: Any) -> type | None:

@@ -9,7 +9,9 @@ The rules' own config, which checks names against the rule modules, is ``filter_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from zephyr.errors import ConfigError
 
 DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
 """The default heuristic rule sets (names of ``filters.RULE_SETS``), in the order they are applied."""
@@ -28,3 +30,39 @@ class NormalizeConfig:
     (indentation kept)."""
     fix_mojibake: bool = False
     """Repair UTF-8-read-as-Latin-1 mojibake with ``ftfy.fix_encoding`` (needs the ``quality`` extra)."""
+
+
+PII_KINDS: tuple[str, ...] = ("email", "ipv6", "ipv4", "phone")
+"""The kinds of PII ``zephyr pii`` redacts, in the order their patterns apply (``pii.PII_PATTERNS``)."""
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+@dataclass(frozen=True)
+class PIIConfig:
+    """What ``redact_pii`` (``zephyr pii``) redacts and counts."""
+
+    kinds: tuple[str, ...] = field(
+        default=PII_KINDS, metadata={"parse": _names, "metavar": "KINDS", "show_default": False}
+    )
+    """Comma-separated kinds to redact: email, ipv6, ipv4, phone (applied in that order)."""
+    placeholders: dict[str, str] = field(
+        default_factory=lambda: {
+            "email": "<EMAIL>",
+            "ipv6": "<IP_ADDRESS>",
+            "ipv4": "<IP_ADDRESS>",
+            "phone": "<PHONE_NUMBER>",
+        },
+        metadata={"flag": False},
+    )
+    count_columns: bool = True
+    """Add NAME_<kind> int32 columns with the per-row counts."""
+    column_prefix: str = field(default="pii", metadata={"flag": "--output-column", "metavar": "NAME"})
+    """Name the count columns NAME_<kind>: another prefix keeps an input's own pii_* columns."""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.kinds) - set(PII_KINDS)
+        if unknown:
+            raise ConfigError(f"unknown PII kind(s) {sorted(unknown)}; choose from {list(PII_KINDS)}")

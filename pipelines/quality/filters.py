@@ -15,7 +15,7 @@ sum to a job total.
 families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
 ``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
-two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` step
+two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
 (``pipelines/steps.HeuristicFilterStep``). Both hold the rules in one config,
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
