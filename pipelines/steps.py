@@ -56,7 +56,7 @@ from zephyr.config import (
     require_column_name,
     require_within,
 )
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ConfigError, InputError, require
 
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig, StepEntry
@@ -155,9 +155,7 @@ class NormalizeStep(Step, type="normalize"):
 
     def preflight(self) -> None:
         if self.normalize.fix_mojibake:
-            from zephyr.pipelines.quality._text import require_extra
-
-            require_extra("ftfy", "quality", "the normalize step's fix_mojibake")
+            require("ftfy", "quality", "the normalize step's fix_mojibake")
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         from zephyr.pipelines.quality.normalize import Normalize
@@ -203,10 +201,9 @@ class LangIdStep(Step, type="langid"):
         return lang, f"{lang}_score"
 
     def preflight(self) -> None:
-        from zephyr.pipelines.quality._text import require_extra
         from zephyr.pipelines.quality.langid import ensure_lid_model
 
-        require_extra("fasttext", "quality", "the langid step")
+        require("fasttext", "quality", "the langid step")
         if self.model is None:
             ensure_lid_model()
 
@@ -268,9 +265,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
     def preflight(self) -> None:
         if "url" in self.filter.rules:
-            from zephyr.pipelines.quality._text import require_extra
-
-            require_extra("tldextract", "web", "the url rules")
+            require("tldextract", "web", "the url rules")
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         if self.replace_columns and self.output_column is None:
@@ -638,9 +633,7 @@ class QualityStep(Step, type="quality"):
         return (self.output_column or "quality_score",)
 
     def preflight(self) -> None:
-        from zephyr.pipelines.quality._text import require_extra
-
-        require_extra("fasttext", "quality", "the quality step")
+        require("fasttext", "quality", "the quality step")
 
     def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
         if not self.train_from:

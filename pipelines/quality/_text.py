@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.errors import ConfigError
 from zephyr.io.quarantine import require_text_column
 
 if TYPE_CHECKING:
@@ -28,21 +27,6 @@ def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "t
     """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.quarantine``,
     shared with tokenize: a string type, or ``null`` for a column without a single value)."""
     require_text_column(table.schema, column, what=what)
-
-
-def require_extra(module: str, extra: str, what: str) -> None:
-    """Refuse in one line, before any work, when ``what`` needs the package ``module`` and it is not installed:
-    the message names the extra that installs it (a missing package would otherwise fail inside every task).
-
-    >>> require_extra("json", "quality", "zephyr langid")
-    >>> require_extra("no_such_package", "quality", "zephyr langid")
-    Traceback (most recent call last):
-    zephyr.errors.ConfigError: zephyr langid needs no_such_package: pip install 'zephyr-data[quality]'
-    """
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
 
 
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
