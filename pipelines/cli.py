@@ -230,20 +230,6 @@ class FilterOptions:
             raise ConfigError(f"{flag}: {exc.detail}") from None
 
 
-# The report totals of a run without input rows (``merge_summaries`` of nothing leaves them empty).
-_NO_ROWS: dict[str, Any] = {
-    "rows_in": 0,
-    "bytes_in": 0,
-    "rows_kept": 0,
-    "bytes_kept": 0,
-    "rows_dropped": 0,
-    "rows_quarantined": 0,
-    "dropped_rows_by_reason": {},
-    "dropped_bytes_by_reason": {},
-    "balanced": True,
-}
-
-
 def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in the reason column, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
@@ -368,7 +354,7 @@ def heuristic_filter(
             remove_folder(scratch)
     prune_quarantine(unreadable_dir, jobs)
     report = merge_summaries(parts, sample_size=config.samples)
-    report["totals"] = totals = report["totals"] or dict(_NO_ROWS)
+    totals = report["totals"]
     if unreadable:  # never reached the filters, so the report does not see them; they are input all the same
         totals["rows_in"] += unreadable
         totals["rows_quarantined"] += unreadable

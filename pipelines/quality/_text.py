@@ -40,12 +40,6 @@ def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Arr
     return col
 
 
-def text_series(table: pa.Table | pa.RecordBatch, column: str = "text") -> pl.Series:
-    import polars as pl
-
-    return pl.Series("text", text_array(table, column))
-
-
 def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: str) -> pl.Series:
     """Per-row language codes: ``column``'s values (nulls → ``default``), or ``default`` everywhere.
 
