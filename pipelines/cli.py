@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.pipelines.quality.config import DEFAULT_RULES, NormalizeConfig, PIIConfig
+from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
 from zephyr.pipelines.steps import LangIdStep
 
 from zephyr.cli import Command, Inputs, Output
+from zephyr.config import embedded_field
 from zephyr.errors import ConfigError, require
 from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
@@ -407,14 +408,9 @@ class TrainOptions:
     """The column holding each document's text."""
     label_column: str = "label"
     """The column holding each row's label."""
-    positive: str = "hq"
-    """The label of good documents."""
-    negative: str = "lq"
-    """The label of bad documents."""
-    epoch: int = 10
-    """Training epochs."""
-    threads: int = 1
-    """fastText training threads."""
+    classifier: ClassifierConfig = embedded_field(
+        ClassifierConfig, keys=("positive_label", "negative_label", "epoch", "threads")
+    )
 
 
 def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary:
@@ -423,15 +419,13 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
     import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from zephyr.pipelines.quality.classifier import ClassifierConfig, evaluate_classifier, train_classifier
+    from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
 
     from zephyr.summary import Summary
 
     o = options
     table = pq.read_table(o.labelled)
-    cfg = ClassifierConfig(
-        positive_label=o.positive, negative_label=o.negative, epoch=o.epoch, threads=o.threads
-    )
+    cfg = o.classifier
     if o.test:
         train, test = table, pq.read_table(o.test)
     else:  # deterministic held-out split by text hash
@@ -464,8 +458,7 @@ class ScoreOptions:
     """The classifier (a .bin from zephyr quality train)."""
     buckets: int = 5
     """Quantile buckets of the score."""
-    positive: str = "hq"
-    """The label whose probability is the score."""
+    classifier: ClassifierConfig = embedded_field(ClassifierConfig, keys=("positive_label",))
     replace_columns: bool = False
     """Replace the score and bucket columns when the input already has them (without it: an error, before
     any work)."""
@@ -474,13 +467,13 @@ class ScoreOptions:
 
 
 def _scored(inputs: TextInputs, config: ScoreOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.classifier import ClassifierConfig, QualityScorer, bucket_column
+    from zephyr.pipelines.quality.classifier import QualityScorer, bucket_column
 
     require("fasttext", "quality", "zephyr quality score")
     score = config.output_column
     scorer = QualityScorer(
         config.model,
-        ClassifierConfig(positive_label=config.positive),
+        config.classifier,
         inputs.text_column,
         replace_columns=config.replace_columns,
         score_column=score,

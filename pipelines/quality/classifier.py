@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import require_column, text_array
+from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
@@ -34,26 +35,7 @@ from zephyr.removal import check_added_columns
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ClassifierConfig:
-    """fastText supervised settings and label names."""
-
-    positive_label: str = "hq"
-    negative_label: str = "lq"
-    max_chars: int = 20_000
-    epoch: int = 10
-    lr: float = 0.1
-    """fastText learning rate (0.2 diverged to NaN on the medium quality set)."""
-    dim: int = 32
-    word_ngrams: int = 2
-    min_count: int = 2
-    bucket: int = 200_000
-    """Hash buckets for word n-grams; the model holds bucket × dim floats (200k × 32 × 4 B ≈ 26 MB)."""
-    threads: int = 1
-    """fastText threads; 1 gives bit-identical models across runs."""
-    seed: int = 0
-
-
+_DEFAULT = ClassifierConfig()
 _NAN_RETRIES = 3
 """Times training restarts at half the learning rate after fastText diverges to NaN."""
 
@@ -128,7 +110,7 @@ def _fit_in_child(model_path: Path, **kwargs: Any) -> None:
 def train_classifier(
     train: pa.Table,
     output: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     label_column: str = "label",
@@ -257,7 +239,7 @@ def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 def score_quality(
     table: pa.Table,
     model_path: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     num_buckets: int | None = None,
@@ -305,7 +287,7 @@ def assign_buckets(scores: pa.Array | pa.ChunkedArray, edges: tuple[float, ...])
 def evaluate_classifier(
     test: pa.Table,
     model_path: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     label_column: str = "label",

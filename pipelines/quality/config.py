@@ -3,8 +3,9 @@
 
 ``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` step (which embeds it:
 its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
-``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise.
-The rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``.
+``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise (the
+rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``).
+``ClassifierConfig`` is the fastText classifier's, ``PIIConfig`` what ``zephyr pii`` redacts.
 """
 
 from __future__ import annotations
@@ -66,3 +67,26 @@ class PIIConfig:
         unknown = set(self.kinds) - set(PII_KINDS)
         if unknown:
             raise ConfigError(f"unknown PII kind(s) {sorted(unknown)}; choose from {list(PII_KINDS)}")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """fastText supervised settings and label names."""
+
+    positive_label: str = field(default="hq", metadata={"flag": "--positive"})
+    """The label of good documents (its probability is the score)."""
+    negative_label: str = field(default="lq", metadata={"flag": "--negative"})
+    """The label of bad documents."""
+    max_chars: int = 20_000
+    epoch: int = 10
+    """Training epochs."""
+    lr: float = 0.1
+    """fastText learning rate (0.2 diverged to NaN on the medium quality set)."""
+    dim: int = 32
+    word_ngrams: int = 2
+    min_count: int = 2
+    bucket: int = 200_000
+    """Hash buckets for word n-grams; the model holds bucket × dim floats (200k × 32 × 4 B ≈ 26 MB)."""
+    threads: int = 1
+    """fastText threads; 1 gives bit-identical models across runs."""
+    seed: int = 0
