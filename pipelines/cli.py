@@ -816,4 +816,7 @@ COMMANDS = [
         plans=extract_plan,
     ),
 ]
-GROUPS = {"quality": "fastText quality classifier: train | score"}
+GROUPS = {
+    "quality": "fastText quality classifier: train | score",
+    "explain quality": "the plan of zephyr quality score",
+}
