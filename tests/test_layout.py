@@ -219,12 +219,7 @@ def test_no_private_names_imported_across_modules() -> None:
 
 
 # Modules of packages whose issue-32 redesign has not merged yet; each package's helper removes its entries.
-_NOT_SWITCHED_ARGPARSE = {
-    "pipelines/quality/cli_common.py",
-    "pipelines/quality/cli_classifier.py",
-    "pipelines/quality/lid_model.py",
-    "pipelines/quality/cli_filter.py",
-}
+_NOT_SWITCHED_ARGPARSE: set[str] = set()
 _NOT_SWITCHED_ALL = ("pipelines/", "zephyr/executors/local.py", "zephyr/executors/worker.py")
 _NOT_SWITCHED_HISTORY = {
     "zephyr/config.py",  # the rename layer itself (renamed_keys, renamed_value), deleted with its last user
