@@ -138,6 +138,13 @@ EXCLUDED = {
     "explain dedup substring": "prints a plan without reading rows or writing files (tests/dedup/test_explain_text.py)",
     "explain filter": "prints a plan without reading rows or writing files (tests/pipelines/quality/test_explain_filter.py)",
     "explain tokenize": "prints a plan without reading rows or writing files (tests/tokenize/test_explain.py)",
+    "explain run": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain normalize": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain langid": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain pii": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain decontaminate": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain quality score": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
+    "explain extract": "prints a plan without reading rows or writing files (tests/zephyr/test_summary.py)",
 }
 """Registered commands not run, each with the reason."""
 

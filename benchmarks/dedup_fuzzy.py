@@ -2,7 +2,7 @@
 
 Same corpus (the ``dupes`` corpus with ground truth), same shingling where the peer allows (word 5-grams,
 14 bands × 8 rows), 2 workers. Reports wall time, MB/s of text, peak RSS of the process tree, and pair
-precision/recall/F1 against ``pairs.parquet`` at Jaccard 0.8 (``zephyr.dedup.evaluate``), then appends a
+precision/recall/F1 against ``pairs.parquet`` at Jaccard 0.8 (``benchmarks/dedup_evaluate.py``), then appends a
 Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md. A corpus without ground truth (``pairs.parquet``/``truth.parquet``,
 e.g. ``medium/docs``, 382 MB) is timed only: quality columns read "–".
 
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import machine, publish, run_measured  # noqa: E402
-from zephyr.dedup.evaluate import oversized_clusters, pair_scores  # noqa: E402
+from dedup_evaluate import oversized_clusters, pair_scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 VENVS = ROOT / "benchmarks" / ".venvs"

@@ -1,7 +1,7 @@
 """Quality of zephyr's fuzzy dedup per configuration (plain function, one process) on a dupes corpus.
 
 Rows: the default (14×8, verified), the same without verification, and each preset. Scores follow the
-corpus rule (``zephyr.dedup.evaluate.pair_scores`` with the texts, so unlisted pairs whose true Jaccard
+corpus rule (``dedup_evaluate.pair_scores`` with the texts, so unlisted pairs whose true Jaccard
 reaches 0.8 are neutral). Appends a Markdown table to the month's notebook, benchmarks/history/<YYYY-MM>.md.
 
     .venv/bin/python benchmarks/dedup_quality.py --corpus /work/corpus/small/dupes
@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history, machine  # noqa: E402
+from dedup_evaluate import oversized_clusters, pair_scores  # noqa: E402
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup  # noqa: E402
-from zephyr.dedup.evaluate import oversized_clusters, pair_scores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {

@@ -1,6 +1,6 @@
 """Seeded near-duplicate corpora with ground truth, for testing and benchmarking fuzzy dedup.
 
-Jaccard is the scoring definition (``zephyr.dedup.evaluate.reference_jaccard``): ``words = text.lower().split()``,
+Jaccard is the scoring definition (``dedup_evaluate.reference_jaccard``): ``words = text.lower().split()``,
 shingles = the set of word 5-grams ``" ".join(words[i:i + 5])`` (fewer than 5 words: one shingle of all of
 them), ``J = |A ∩ B| / |A ∪ B|``. Texts are lower-case ASCII letters separated by spaces and newlines, so
 every normalization (``default``, ``none``, ``simplify``) gives the same words.

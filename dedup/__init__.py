@@ -43,7 +43,6 @@ _LAZY = {
     "substring_plans": "zephyr.dedup.substring",
     "open_index": "zephyr.dedup.index",
     "write_generation": "zephyr.dedup.index",
-    "pair_scores": "zephyr.dedup.evaluate",
 }
 
 __all__ = sorted(_LAZY)

@@ -192,11 +192,11 @@ class Finish:
 
 class StripRowNumbers:
     """The user's view of a dedup output made with ``row_numbers=True``: the row-number columns dropped, and
-    in ``remove`` mode the removed rows and the dup columns too (counted as dropped, reason ``duplicate``)."""
+    in ``remove`` mode the removed rows and the dup columns too (counted as dropped, with ``reason``)."""
 
-    def __init__(self, mode: str):
+    def __init__(self, mode: str, reason: str = "duplicate"):
         check_mode(mode)
-        self.mode = mode
+        self.mode, self.reason = mode, reason
 
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
@@ -207,7 +207,7 @@ class StripRowNumbers:
         keep = table["dup_keep"]
         kept = table.filter(keep).drop_columns(list(DUP_COLUMNS))
         removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={"duplicate": removed}) if removed else kept
+        return BatchOutput(kept=kept, dropped={self.reason: removed}) if removed else kept
 
 
 class Attach:

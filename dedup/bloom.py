@@ -48,8 +48,6 @@ from zephyr.dedup.config import ExactDedupConfig
 
 from zephyr.errors import ConfigError, InputError
 
-__all__ = ["BloomFilter", "bloom_paragraph_dedup", "BloomParagraphDedup", "MAGIC"]
-
 MAGIC = b"ZBLOOM1\n"
 _HASH = "xxh3_128 double hashing"
 
@@ -237,6 +235,7 @@ def bloom_paragraph_dedup(
         "rows_out": out.num_rows,
         "paragraphs": int(live.sum()),
         "paragraphs_removed": int(removed.sum()),
+        "paragraphs_inserted": int(new.sum()),
         "bytes_removed": int(para_bytes[removed].sum()),
         "docs_changed": int((removed_per_doc > 0).sum()),
     }
@@ -286,7 +285,9 @@ class BloomParagraphDedup:
         )
         counters.increment("dedup/paragraphs", result.stats["paragraphs"])
         counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
+        counters.increment("dedup/paragraphs_inserted", result.stats["paragraphs_inserted"])
         counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
+        counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         if self.save_path is not None:
             self._bloom.save(self.save_path)
         return result.table

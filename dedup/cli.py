@@ -1,1095 +1,585 @@
-"""``zephyr dedup exact|fuzzy|paragraph|url|substring`` and their ``zephyr explain`` twins.
+"""``zephyr dedup exact|fuzzy|url|paragraph|substring`` and their ``zephyr explain`` twins, declared as
+``zephyr.cli.Command``s: the flags are the fields of the method's config (``zephyr.dedup.config``), of the
+columns it reads (``DedupColumns``) and of the shared groups (inputs, output, ``DedupRemoval``, execution).
 
-What the dedup commands share: reading the inputs, the dup columns, the stats file and the common flags
-(``zephyr.dedup.cli`` registers ``exact`` and ``fuzzy``, ``zephyr.dedup.cli`` the text-level kinds).
-
-What ``zephyr explain dedup exact|fuzzy|paragraph|url|substring`` prints: the engine jobs a dedup command runs, in order, each with
-its physical plan (``Dataset.explain``: stages, shuffles, partition counts), and between them the budget
-shares (``zephyr.budget``) that choose the path, against sizes known only once the job before has run.
-
-Nothing runs and nothing is written: the inputs are listed and their Parquet footers read, as for any plan.
-The plans are the ones the commands run, listed by each method next to the code that runs them
-(``exact_plans``, ``url_plans``, ``fuzzy_plans``, ``substring_plans``; paragraph dedup is one job:
-``paragraph_dedup_of_inputs``, ``paragraph_bloom_of_inputs``); a job that reads an earlier job's files is
-planned over that job's lazy plan (the run reads the files instead); the budget's shares are printed once.
-
-``zephyr dedup paragraph|url|substring``: the dedup commands of web text (registered by ``zephyr.dedup.cli``).
-
-::
-
-    zephyr dedup paragraph INPUT... --output DIR [--method exact|bloom] [--expected N] [--fp-rate 1e-4]
-                           [--keep-first-in-doc] [--save-filter FILE] [--load-filter FILE]
-    zephyr dedup url INPUT... --output DIR [--url-column url] [--mode annotate|remove]
-    zephyr dedup substring INPUT... --output DIR [--min-bytes 100] [--min-doc-bytes 0] [--anchor-bytes N]
-
-Each writes Parquet parts and ``DIR.zephyr/stats.json`` like ``zephyr dedup exact``.
-
-``zephyr dedup exact|fuzzy``: the dedup command line (registered by ``zephyr.cli``; ``paragraph``, ``url`` and
-``substring`` are in ``zephyr.dedup.cli``).
-
-::
-
-    zephyr dedup exact INPUT... --output DIR [--level document|paragraph] [--normalize default|none|simplify]
-                       [--mode annotate|remove] [--text-column text] [--id-column id] [--priority-column COL]
-    zephyr dedup fuzzy INPUT... --output DIR [--threshold 0.8] [--preset datatrove|nemo|redpajama] [--ngram N]
-                       [--shingle word|char] [--bands B --rows-per-band R] [--num-perm K] [--no-verify]
-                       [--clusters anchored|components] [--bucket-links 8] [--signature-device cpu|cuda|xpu|torch-cpu]
-                       [--mode annotate|remove] [--text-column text] [--id-column id|none]
-                       [--index DIR [--update-index]] [--write-index DIR]
-    both:              [--replace-columns | --output-column NAME]   (annotate mode: the dup columns; see read_inputs)
-
-Inputs are Parquet or JSON-lines files, directories or globs (``.jsonl``/``.json``/``.gz``/``.zst`` are read
-as JSON lines). The output is Parquet with every input column, plus the dup columns in ``annotate`` mode;
-``DIR.zephyr/stats.json`` (the sidecar, ``zephyr.io.layout``) holds the job statistics (per stage rows in/out/dropped/quarantined, counters with
-the cluster-size histogram ``dedup/cluster_size=N``); its top-level ``tasks``, ``tasks_resumed``,
-``task_retries`` and ``jobs`` cover every engine job of the run, its ``stages`` the final write. Rows with
-null text pass through unchanged and are counted (``dedup/null_text``). Incremental dedup: ``--write-index
-DIR`` keeps the signatures of this run's kept rows; a later run with ``--index DIR`` also removes rows near
-them, and ``--update-index`` adds its own kept rows (``zephyr.dedup.index``). Imports of the engine happen
-inside the handlers, so ``zephyr --help`` stays fast.
+Each command reads its inputs (checked before any work, the input's own ``dup_*`` columns set aside), runs
+its method's Dataset function in one worker pool and writes Parquet parts and ``DIR.zephyr/stats.json``
+(``zephyr.removal``): the write's stages, the task totals of every engine job, and a ``dedup`` section (the
+method's settings, which path ran, the ``dedup/*`` counters, the cluster-size histogram, the row balance).
+Its plans are the method's ``*_plans``, so ``zephyr explain dedup KIND`` prints the jobs the command runs.
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
-import logging
+import dataclasses
 import os
-import typing
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.dedup.config import (
-    CLUSTER_RULES,
     DEDUP_APPROX_SHARD_BYTES,
-    NORMALIZATIONS,
-    PRESETS,
-    SIGNATURE_DEVICES,
+    DedupColumns,
     ExactDedupConfig,
     FuzzyDedupConfig,
+    IndexConfig,
+    ParagraphDedupConfig,
     SubstringConfig,
+    UrlDedupConfig,
 )
 
-import zephyr
-from zephyr.cli import (
-    PlanStep,
-    add_dropped_output,
-    add_on_error,
-    add_output_dir,
-    add_replace_columns,
-    execution_options,
-    explain_commands,
-    explained,
-    jobs_plan_text,
-)
-from zephyr.config import REMOVAL_MODES
+from zephyr.cli import Command, Inputs, Output
 from zephyr.errors import ConfigError
+from zephyr.removal import Removal
 
 if TYPE_CHECKING:
-    from zephyr.budget import Budget
+    from zephyr.dataset import Dataset
+    from zephyr.options import ExecutionOptions
+    from zephyr.physical import PlannedJob
+    from zephyr.summary import Summary
 
-
-logger = logging.getLogger("zephyr.dedup.cli")
-
-
-DEFAULT_EXECUTOR = "threads"
-"""Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
-each worker process importing pyarrow, polars and numba first (``zephyr.executors.threads``). The output is
-the same bytes on every executor; ``--executor local`` isolates tasks in processes."""
-
+GROUPS = {
+    "dedup": "deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)"
+}
 
 DUP_COLUMNS = {
     "document": ("dup_cluster", "dup_cluster_size", "dup_keep"),
     "paragraph": ("dup_paragraphs", "dup_paragraph_bytes"),
     "none": (),
 }
-"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode. A command
-sets ``dup_level`` when its own ``--level`` does not say (``paragraph``, ``url``, ``substring``: none)."""
+"""The columns dedup computes, by level: written in ``annotate`` mode, removed in ``remove`` mode."""
 
 
-def read_inputs(args: argparse.Namespace):
-    """The inputs, after the column check (``annotate`` mode: none of the columns it writes may exist unless
-    ``--replace-columns``), with the input's own ``dup_*`` columns set aside where they must pass unchanged: in
-    ``remove`` mode (dedup's columns of those names are removed with the duplicates) and with
-    ``--output-column`` (dedup's are renamed at the end). ``output_of`` undoes it."""
-    from zephyr.cli import schema_arguments
-    from zephyr.removal import check_input_columns, set_aside
+@dataclass(frozen=True)
+class DedupRemoval(Removal):
+    """What a dedup does with the duplicates it finds (``zephyr.removal.Removal``; its columns are ``dup_*``)."""
 
-    internal, written = dup_columns(args)
-    if args.mode == "annotate":
-        check_input_columns(
-            args.inputs, written, replace_columns=args.replace_columns, rename="--output-column NAME"
-        )
-    schema = schema_arguments(args)  # --unify-schemas / --schema FILE
-    ds = zephyr.read(
-        args.inputs, approx_shard_bytes=DEDUP_APPROX_SHARD_BYTES, on_error=args.on_error, **schema
-    )
-    return ds.map_batches(set_aside(internal), name="dedup.aside") if sets_aside(args) else ds
+    mode: Literal["remove", "annotate"] = "remove"
+    """remove: drop duplicates (the default); annotate: add dup_cluster/dup_cluster_size/dup_keep
+    (paragraphs: dup_paragraphs/dup_paragraph_bytes)."""
+    output_column: str = field(default="dup", metadata={"metavar": "NAME"})
+    """--mode annotate: write NAME_cluster, NAME_cluster_size, NAME_keep (paragraphs: NAME_paragraphs,
+    NAME_paragraph_bytes); an input's own dup_* columns then pass unchanged, as they always do in --mode
+    remove."""
+    replace_columns: bool = False
+    """Replace the dup columns (--mode annotate) when the input already has them (without it: an error,
+    before any work)."""
+    dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Also write the rows --mode remove drops (documents) to DIR as Parquet, each with its reason in a
+    drop_reason column (without it: dropped rows are counted, not kept)."""
 
+    def rows(self, inputs: Inputs, level: str, output: str | None = None) -> Dataset:
+        """The inputs, checked before any work (``output`` None: a plan, with no dropped rows to place),
+        with their own ``dup_*`` columns of this ``level`` set aside where dedup's would clash with them."""
+        if self.dropped_output and level != "document":
+            raise ConfigError(
+                "--dropped-output needs --level document (dedup exact, fuzzy or url): paragraph and substring "
+                "dedup rewrite rows"
+            )
+        checked = self if output is not None else dataclasses.replace(self, dropped_output=None)
+        format = None if inputs.format == "auto" else inputs.format
+        checked.check(inputs.inputs, output or "", DUP_COLUMNS[level], format=format)
+        return self.aside(inputs.read(approx_shard_bytes=DEDUP_APPROX_SHARD_BYTES), DUP_COLUMNS[level])
 
-def dup_columns(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the columns dedup computes at this level, the names ``annotate`` writes them under)."""
-    internal = DUP_COLUMNS[getattr(args, "dup_level", None) or getattr(args, "level", "document")]
-    return internal, tuple(args.output_column + name[len("dup") :] for name in internal)
-
-
-def sets_aside(args: argparse.Namespace) -> bool:
-    return bool(dup_columns(args)[0]) and (args.mode == "remove" or args.output_column != "dup")
-
-
-def output_of(args: argparse.Namespace, out: Any) -> Any:
-    """The dedup result as written: its columns under ``--output-column`` names, the input's own restored."""
-    from zephyr.removal import ASIDE_PREFIX, RenameColumns
-
-    if not sets_aside(args):
-        return out
-    internal, written = dup_columns(args)
-    names = tuple(zip(internal, written)) if args.mode == "annotate" else ()
-    restore = tuple((ASIDE_PREFIX + name, name) for name in internal)
-    return out.map_batches(RenameColumns(names + restore, replace=args.replace_columns), name="dedup.columns")
+    def finished(self, out: Dataset, level: str) -> Dataset:
+        """The dedup's output as written: its columns under their names, the input's own restored."""
+        return self.finish(out, DUP_COLUMNS[level])
 
 
-def finish(result: Any, output: str, extra: dict[str, Any], jobs: list[dict[str, Any]], routed: Any = None):
-    """Write ``OUTPUT.zephyr/stats.json`` and return the command's ``Summary`` (``zephyr.summary``).
+def _workers(execution: ExecutionOptions, preload: bool = False):
+    """One worker pool for every engine job of a command; with ``preload`` workers load the numba kernels at
+    start, while the driver does its own imports."""
+    import zephyr.dedup._compiled as compiled
 
-    ``routed`` (a ``zephyr.removal.Routed``, with ``--dropped-output``): the run wrote its kept and removed
-    rows in separate jobs; ``result`` is the kept rows' write, and the accounting comes from all three."""
-    from zephyr import job_stats
-    from zephyr.summary import from_stages
+    from zephyr.executors import reuse_workers
 
-    stats = dict(result.stats)
-    stats.update(
-        job_stats.summarize(jobs)
-    )  # task totals of every engine job (``recorded``), not only this write
-    stats["dedup"] = extra
+    warm = ("zephyr.dedup._compiled:warm_up",) if preload and compiled.NUMBA_ENABLED else ()
+    return reuse_workers(execution.as_kwargs(), preload=warm)
+
+
+def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, reason: str = "duplicate"):
+    """Write ``out`` (made in ``removal.internal_mode``): with ``--dropped-output`` the removed rows go
+    there with their ``reason``. Returns (the kept rows' write, the routing or None)."""
+    from zephyr.removal import Unless
+
+    reasons = Unless("dup_keep", reason)
+    return removal.write(out, output.output, kwargs, reasons, DUP_COLUMNS["document"])
+
+
+def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
+    """The counters of a write's stages whose names start with ``prefix``, summed."""
     counters: dict[str, int] = {}
-    for stage in stats.get("stages", []):
+    for stage in result.stats.get("stages", []):
         for key, value in (stage.get("counters") or {}).items():
-            if key.startswith("dedup/"):
+            if key.startswith(prefix):
                 counters[key] = counters.get(key, 0) + value
-    hist = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
-    stats["dedup"]["cluster_size_histogram"] = dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
-    stats["dedup"]["counters"] = counters
-    stats["dedup"]["rows"] = row_balance(stats.get("stages", []))
-    from zephyr.io.layout import stats_path as side_stats
+    return counters
 
-    stats_path = side_stats(output)
-    fields: dict[str, Any] = {
-        "output": output,
-        "stats": stats_path,
-        "next": f"zephyr tokenize {output} --tokenizer tokenizer.json --output tokens/",
-        "details": {"kind": extra.get("kind"), "files": len(result.files)},
-    }
+
+def _summary(
+    result: Any, output: Output, removal: DedupRemoval, jobs: list, extra: dict, routed=None, changed=None
+) -> Summary:
+    """Write ``OUTPUT.zephyr/stats.json`` (its ``dedup`` section: ``extra``, the write's ``dedup/*`` counters
+    and cluster-size histogram) and return the command's ``Summary``. ``changed``: what a dedup that rewrites
+    rows changed in them (``rows_changed``, ``bytes_removed``...), in the stats, the summary's ``details``
+    and its human table."""
+    counters = _counters(result)
+    sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
+    histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    changed = changed or {}
+    extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
     if routed is not None:
-        summary = routed.summary(dropped_output=extra["dropped_output"], **fields)
-        stats["dedup"]["rows"] = {
-            "in": summary.rows_in,
-            "kept": summary.rows_kept,
-            "dropped": summary.rows_dropped,
-            "quarantined": summary.rows_quarantined,
-        }
-    else:
-        summary = from_stages(stats.get("stages", []), **fields)
-    from zephyr.io.paths import write_bytes_atomic
-
-    write_bytes_atomic(stats_path, json.dumps(stats, indent=2, sort_keys=True, default=str).encode())
-    logger.info("dedup: %d files written to %s; counters %s", len(result.files), output, counters)
-    return summary
-
-
-def write_output(args: argparse.Namespace, out: Any, execution: dict[str, Any], extra: dict[str, Any]):
-    """Write a document-level dedup's ``out`` to ``--output``: as it is, or, with ``--dropped-output``
-    (``out`` then made in ``annotate`` mode), split by ``dup_keep`` into the kept rows and the removed ones
-    with ``drop_reason = duplicate`` (``zephyr.removal``). Returns (the kept rows' write, the routing)."""
-    if not getattr(args, "dropped_output", None):
-        return output_of(args, out).write_parquet(args.output, **execution), None
-    from zephyr.removal import Unless, write_routed
-
-    extra["dropped_output"] = args.dropped_output
-    routed = write_routed(
-        out,
-        Unless("dup_keep", "duplicate"),
-        args.output,
-        args.dropped_output,
-        execution,
-        finish=lambda d: output_of(args, d),
-        working=DUP_COLUMNS["document"],
+        extra["dropped_output"] = removal.dropped_output
+    details = {"kind": extra["kind"], "files": len(result.files), **changed}
+    if extra.get("warnings"):
+        details["warnings"] = extra["warnings"]
+    return removal.summary(
+        result,
+        output.output,
+        jobs,
+        section="dedup",
+        extra=extra,
+        routed=routed,
+        next=f"zephyr tokenize {output.output} --tokenizer tokenizer.json --output tokens/",
+        details=details,
+        shown=tuple(changed),
     )
-    return routed.kept or routed.verdict, routed
 
 
-def internal_mode(args: argparse.Namespace) -> str:
-    """The mode dedup runs in: ``annotate`` when ``--dropped-output`` needs the verdict of every row."""
-    return "annotate" if getattr(args, "dropped_output", None) else args.mode
+def _paragraphs_changed(result: Any) -> dict[str, int]:
+    """What a paragraph dedup changed: rows, paragraphs and bytes removed (in annotate mode: marked)."""
+    counters = _counters(result)
+    names = ("rows_changed", "paragraphs_removed", "paragraph_bytes_removed")
+    rows, paragraphs, removed = (counters.get(f"dedup/{name}", 0) for name in names)
+    return {"rows_changed": rows, "paragraphs_removed": paragraphs, "bytes_removed": removed}
 
 
-def exact_dedup_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments the flags give ``exact_dedup_dataset`` and ``exact_plans``, one list so that
-    ``zephyr explain dedup exact`` shows the plans ``zephyr dedup exact`` runs."""
+def _keys(columns: DedupColumns, removal: DedupRemoval) -> dict[str, Any]:
+    """The keyword arguments of the columns and mode, as every document dedup function takes them."""
     return {
-        "text_column": args.text_column,
-        "id_column": args.id_column,
-        "normalize": args.normalize,
-        "mode": internal_mode(args),
-        "priority_column": args.priority_column,
+        "id_column": columns.id_column,
+        "mode": removal.internal_mode,
+        "priority_column": columns.priority_column,
     }
 
 
-def paragraph_dedup_of_inputs(args: argparse.Namespace) -> Any:
-    """The exact paragraph dedup of the inputs as the flags ask (``paragraph_dedup_dataset``): the plan of
-    ``dedup exact --level paragraph``, of ``dedup paragraph --method exact`` and of their ``explain``."""
+def _budget(execution: ExecutionOptions):
+    from zephyr.budget import Budget
+
+    return Budget(execution.memory_budget_bytes)
+
+
+# -- exact ---------------------------------------------------------------------------------------------------
+def exact(
+    inputs: Inputs,
+    output: Output,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ExactDedupConfig,
+    execution: ExecutionOptions,
+) -> Summary:
+    """Exact dedup of documents or paragraphs. Equal normalized texts (128-bit xxh3) form a cluster; its kept
+    row has the largest priority, then the smallest id, then comes first in input order."""
+    from zephyr.dedup.exact import exact_dedup_dataset
+
+    from zephyr import job_stats
+
+    extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
+    if config.level == "paragraph":
+        return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
+    with job_stats.recording() as jobs, _workers(execution, config.normalize != "none") as kwargs:
+        rows = removal.rows(inputs, "document", output.output)  # while the workers start
+        keys = {"text_column": columns.text_column, "normalize": config.normalize, **_keys(columns, removal)}
+        out = exact_dedup_dataset(rows, **keys, execution=kwargs, stats=extra)
+        result, routed = _write(out, output, removal, kwargs)
+    return _summary(result, output, removal, jobs, extra, routed)
+
+
+def exact_plans(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ExactDedupConfig,
+    execution: ExecutionOptions,
+) -> list[PlannedJob]:
+    """The jobs of ``zephyr dedup exact``: the hashes, then the driver's path or the shuffle path."""
+    from zephyr.dedup import exact as method
+
+    if config.level == "paragraph":
+        return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
+    keys = {"text_column": columns.text_column, "normalize": config.normalize, **_keys(columns, removal)}
+    finish = lambda out: removal.finished(out, "document")  # noqa: E731
+    return method.exact_plans(
+        removal.rows(inputs, "document"), budget=_budget(execution), finish=finish, **keys
+    )
+
+
+# -- paragraph -----------------------------------------------------------------------------------------------
+def _paragraphs(inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, normalize: str, output=None):
+    """The exact paragraph dedup of the inputs, as written (``paragraph_dedup_dataset``)."""
     from zephyr.dedup.exact import paragraph_dedup_dataset
 
-    return paragraph_dedup_dataset(
-        read_inputs(args),
-        text_column=args.text_column,
-        id_column=args.id_column,
-        normalize=args.normalize,
-        mode=args.mode,
-    )
+    rows = removal.rows(inputs, "paragraph", output)
+    keys = {"text_column": columns.text_column, "id_column": columns.id_column, "normalize": normalize}
+    return removal.finished(paragraph_dedup_dataset(rows, **keys, mode=removal.mode), "paragraph")
 
 
-def check_bloom_flags(args: argparse.Namespace) -> None:
-    """Refuse, before any work, ``--method bloom`` flags that cannot size or load a filter."""
+def _paragraph_exact_plans(inputs, removal, columns, normalize) -> list[PlannedJob]:
+    title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
+    return [(title, _paragraphs(inputs, removal, columns, normalize))]
+
+
+def _paragraph_exact(inputs, output, removal, columns, normalize, execution, extra) -> Summary:
+    from zephyr import job_stats
+
+    out = _paragraphs(inputs, removal, columns, normalize, output.output)
+    with job_stats.recording() as jobs, _workers(execution) as kwargs:
+        result = out.write_parquet(output.output, **kwargs)
+    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
+
+
+def _bloom_checked(config: ParagraphDedupConfig) -> tuple[int, int, str]:
+    """Refuse, before any work, flags that cannot size or load a filter; (bits, probes, where they come from)."""
     from zephyr.dedup.bloom import BloomFilter
 
-    if args.load_filter is None and args.expected is None:
+    if config.load_filter is None and config.expected is None:
         raise ConfigError(
             "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
         )
-    if args.load_filter is not None:
-        BloomFilter.load(args.load_filter).check_compatible(
-            args.normalize, "\n", args.load_filter
-        )  # fail now
-    else:
-        BloomFilter.sizing(args.expected, args.fp_rate)
+    if config.load_filter is not None:
+        bloom = BloomFilter.load(config.load_filter)
+        bloom.check_compatible(config.normalize, "\n", config.load_filter)
+        return bloom.num_bits, bloom.num_hashes, f"loaded from {config.load_filter}"
+    bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
+    return bits, hashes, f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
 
 
-def paragraph_bloom_of_inputs(args: argparse.Namespace, partial: str | None) -> Any:
-    """The Bloom paragraph dedup of the inputs as the flags ask (one task, input order; ``partial``: where
-    the task saves its filter): the plan of ``dedup paragraph --method bloom`` and of its ``explain``."""
+def _bloom(
+    inputs, removal, columns, config: ParagraphDedupConfig, partial: str | None, output=None
+) -> Dataset:
+    """Bloom paragraph dedup of the inputs as written: one task in input order (``partial``: where the task
+    saves its filter)."""
     from zephyr.dedup.bloom import BloomParagraphDedup
 
     stage = BloomParagraphDedup(
-        args.expected or 1,
-        args.fp_rate,
-        args.text_column,
-        args.normalize,
+        config.expected or 1,
+        config.fp_rate,
+        columns.text_column,
+        config.normalize,
         "\n",
-        args.mode,
-        args.keep_first_in_doc,
-        args.load_filter,
+        removal.mode,
+        config.keep_first_in_doc,
+        config.load_filter,
         partial,
     )
-    return output_of(args, read_inputs(args).reshard(1).map_batches(stage, name="dedup.paragraph.bloom"))
+    rows = removal.rows(inputs, "paragraph", output).reshard(1)
+    return removal.finished(rows.map_batches(stage, name="dedup.paragraph.bloom"), "paragraph")
 
 
-def check_dropped_output(args: argparse.Namespace) -> None:
-    """``--dropped-output`` needs ``--mode remove`` (annotate drops nothing) and a place of its own."""
-    if not getattr(args, "dropped_output", None):
-        return
-    from zephyr import removal
-
-    if args.mode != "remove":
-        raise ConfigError("--dropped-output needs --mode remove: --mode annotate keeps every row")
-    removal.check(args)
-
-
-def row_balance(stages: list[dict]) -> dict[str, int]:
-    """The input rows and where they went: ``in = kept + dropped + quarantined``. The first stage reads the
-    input (a paragraph-level run reads it twice: counted once); kept rows are what the last stage wrote."""
-    if not stages:
-        return {"in": 0, "kept": 0, "dropped": 0, "quarantined": 0}
-    return {
-        "in": stages[0]["rows_in"],
-        "kept": stages[-1]["rows_out"],
-        "dropped": sum(s["rows_dropped"] for s in stages),
-        "quarantined": stages[0]["rows_quarantined"],
-    }
-
-
-def recorded(handler):
-    """Run a dedup handler with every engine job it starts recorded (hash or candidate jobs, then the final
-    write) in ``args.engine_jobs``, so ``finish`` reports the retries and resumed tasks of all of them."""
-
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        from zephyr import job_stats
-
-        with job_stats.recording() as jobs:
-            args.engine_jobs = jobs
-            return handler(args)
-
-    return run
-
-
-def action_kwargs(opts: Any) -> dict[str, Any]:
-    return opts.as_kwargs()
-
-
-def add_common_io(p: argparse.ArgumentParser, *, output: bool = True) -> None:
-    """The flags every dedup command shares; ``output=False`` for ``zephyr explain dedup``, which writes nothing."""
-
-    p.add_argument(
-        "inputs", nargs="+", metavar="INPUT", help="Parquet/JSON-lines files, directories or globs"
-    )
-    add_on_error(p)
-    if output:
-        add_output_dir(p, "output directory (Parquet parts; stats in OUTPUT.zephyr/stats.json)")
-    p.add_argument(
-        "--mode",
-        choices=REMOVAL_MODES,  # zephyr.config: standard library only, so --help stays fast
-        default="remove",
-        help="remove: drop duplicates (the default); annotate: add dup_cluster/dup_cluster_size/dup_keep",
-    )
-    p.add_argument("--text-column", default="text")
-    p.add_argument(
-        "--id-column",
-        default="id",
-        type=column_or_none,
-        help="ids order rows: the smallest id of a cluster is kept (rows that share an id, or have none, are "
-        "still separate rows); 'none': no id column, input order decides",
-    )
-    p.add_argument("--priority-column", default=None, help="keep the row with the largest value instead")
-    from zephyr.cli import add_schema_arguments
-
-    add_schema_arguments(p)
-    add_replace_columns(
-        p,
-        "the dup columns (--mode annotate)",
-        default="dup",
-        output_help="--mode annotate: write NAME_cluster, NAME_cluster_size, NAME_keep (paragraphs: "
-        "NAME_paragraphs, NAME_paragraph_bytes); an input's own dup_* columns then pass unchanged, as they "
-        "always do in --mode remove",
-    )
-
-
-def column_or_none(value: str) -> str | None:
-    return None if value.lower() == "none" else value
-
-
-def _budget(execution: dict[str, Any]) -> Any:
-    """The budget whose shares a plan prints (imported here, so ``zephyr --help`` loads no dedup kernels)."""
-    from zephyr.dedup._rows import budget_of
-
-    return budget_of(execution)
-
-
-def exact_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
-    """The jobs of ``zephyr dedup exact`` with these arguments."""
-    from zephyr.dedup.exact import exact_plans
-
-    budget = _budget(execution)
-    if args.level == "paragraph":
-        out = paragraph_dedup_of_inputs(args)
-        title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
-        return _text("exact --level paragraph", [(title, output_of(args, out))], budget, execution)
-    finish = lambda out: output_of(args, out)  # noqa: E731
-    steps = exact_plans(read_inputs(args), budget=budget, finish=finish, **exact_dedup_arguments(args))
-    return _text("exact", steps, budget, execution)
-
-
-def url_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
-    """The jobs of ``zephyr dedup url`` with these arguments: exact dedup's, on the normalized URL."""
-    from zephyr.dedup.exact import url_plans
-
-    budget = _budget(execution)
-    steps = url_plans(
-        read_inputs(args),
-        budget=budget,
-        url_column=args.url_column,
-        finish=lambda out: output_of(args, out),
-        id_column=args.id_column,
-        mode=internal_mode(args),
-        priority_column=args.priority_column,
-    )
-    return _text("url", steps, budget, execution)
-
-
-def paragraph_plan_text(args: argparse.Namespace, execution: dict[str, Any]) -> str:
-    """The job of ``zephyr dedup paragraph``: ``--method exact`` as ``dedup exact --level paragraph``, or
-    ``--method bloom``'s one pass, its filter sized by ``--expected``/``--fp-rate`` (or ``--load-filter``)."""
-    from zephyr.dedup.bloom import BloomFilter
-
-    budget = _budget(execution)
-    if args.method == "exact":
-        title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
-        steps: list[PlanStep] = [(title, output_of(args, paragraph_dedup_of_inputs(args)))]
-        return _text("paragraph --method exact", steps, budget, execution)
-    check_bloom_flags(args)
-    if args.load_filter is not None:
-        bloom = BloomFilter.load(args.load_filter)
-        bits, hashes, sized = bloom.num_bits, bloom.num_hashes, f"loaded from {args.load_filter}"
-    else:
-        bits, hashes = BloomFilter.sizing(args.expected, args.fp_rate)
-        sized = f"sized for --expected {args.expected:,} at --fp-rate {args.fp_rate:g}"
-    filter_line = (
-        f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one "
-        "task, outside the budget's shares"
-        + (f"; saved to {args.save_filter} after the run" if args.save_filter else "")
-    )
-    steps = [
-        (
-            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
-            paragraph_bloom_of_inputs(args, None),
-        ),
-        (filter_line, None),
-    ]
-    return _text("paragraph --method bloom", steps, budget, execution)
-
-
-def substring_plan_text(args: argparse.Namespace, config: SubstringConfig, execution: dict[str, Any]) -> str:
-    """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes)."""
-    from zephyr.dedup.substring import substring_plans
-
-    budget = _budget(execution)
-    return _text("substring", substring_plans(read_inputs(args), config, budget=budget), budget, execution)
-
-
-def fuzzy_plan_text(args: argparse.Namespace, config: FuzzyDedupConfig, execution: dict[str, Any]) -> str:
-    """The jobs of ``zephyr dedup fuzzy`` with these arguments (``config``: its ``FuzzyDedupConfig``)."""
-    from zephyr.dedup.fuzzy import fuzzy_plans
-
-    budget = _budget(execution)
-    steps = fuzzy_plans(
-        read_inputs(args),
-        config,
-        budget=budget,
-        index=bool(args.index),
-        finish=lambda out: output_of(args, out),
-        text_column=args.text_column,
-        id_column=args.id_column,
-        mode=internal_mode(args),
-        priority_column=args.priority_column,
-    )
-    return _text("fuzzy", steps, budget, execution)
-
-
-def _text(kind: str, steps: list[PlanStep], budget: Budget, execution: dict[str, Any]) -> str:
-    then = "the rules" if kind.startswith("paragraph") else "the budget shares"  # bloom's filter is no share
-    return jobs_plan_text(f"zephyr dedup {kind}", steps, budget, execution, then=then)
-
-
-@recorded
-def _url(args: argparse.Namespace) -> int:
-    from zephyr.dedup.exact import url_dedup_dataset
-
-    from zephyr.executors import reuse_workers
-
-    check_dropped_output(args)
-    with reuse_workers(action_kwargs(execution_options(args))) as execution:
-        path: dict[str, Any] = {}
-        out = url_dedup_dataset(
-            read_inputs(args),
-            url_column=args.url_column,
-            id_column=args.id_column,
-            mode=internal_mode(args),
-            priority_column=args.priority_column,
-            execution=execution,
-            stats=path,
-        )
-        extra = {"kind": "url", "url_column": args.url_column, "mode": args.mode, **path}
-        result, routed = write_output(args, out, execution, extra)
-        return finish(result, args.output, extra, args.engine_jobs, routed)
-
-
-@recorded
-def _paragraph(args: argparse.Namespace) -> int:
-    """``zephyr dedup paragraph``: the exact paragraph dedup (``--method exact``, in id order) or the Bloom
-    filter's single streaming pass in input order (``--method bloom``)."""
-
-    opts = action_kwargs(execution_options(args))
-    extra: dict[str, Any] = {
-        "kind": "paragraph",
-        "method": args.method,
-        "normalize": args.normalize,
-        "mode": args.mode,
-    }
-    if args.method == "exact":
-        out = paragraph_dedup_of_inputs(args)
-        return finish(
-            output_of(args, out).write_parquet(args.output, **opts), args.output, extra, args.engine_jobs
-        )
-    return _paragraph_bloom(args, opts, extra)
-
-
-def _paragraph_bloom(args: argparse.Namespace, opts: dict[str, Any], extra: dict[str, Any]) -> int:
+def paragraph(
+    inputs: Inputs,
+    output: Output,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ParagraphDedupConfig,
+    execution: ExecutionOptions,
+) -> Summary:
+    """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
+    hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
+    positives at most --fp-rate."""
     import uuid
 
-    check_bloom_flags(args)
-    partial = None
-    if args.save_filter is not None:
-        partial = f"{args.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
-    out = paragraph_bloom_of_inputs(args, partial)
-    result = out.write_parquet(args.output, **opts)
-    bloom = _final_filter(args, partial)
-    if args.save_filter is not None:
-        bloom.save(args.save_filter)
+    from zephyr.dedup.bloom import BloomFilter
+
+    from zephyr import job_stats
+
+    extra = {
+        "kind": "paragraph",
+        "method": config.method,
+        "normalize": config.normalize,
+        "mode": removal.mode,
+    }
+    if config.method == "exact":
+        return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
+    _bloom_checked(config)
+    partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}" if config.save_filter else None
+    out = _bloom(inputs, removal, columns, config, partial, output.output)
+    with job_stats.recording() as jobs, _workers(execution) as kwargs:
+        result = out.write_parquet(output.output, **kwargs)
+    if partial is not None and os.path.exists(partial):  # the filter after the run, as the task saved it
+        bloom = BloomFilter.load(partial)
+    else:  # not saved (or no batch ran): the filter it started from, with the inserts the task counted
+        if config.load_filter is not None:
+            bloom = BloomFilter.load(config.load_filter)
+        else:
+            bloom = BloomFilter.for_capacity(config.expected, config.fp_rate, normalize=config.normalize)
+        bloom.inserted += _counters(result).get("dedup/paragraphs_inserted", 0)
+    if config.save_filter is not None:
+        bloom.save(config.save_filter)
         if partial is not None and os.path.exists(partial):
             os.remove(partial)
-    num_bits, num_hashes = bloom.num_bits, bloom.num_hashes
     extra.update(
         fp_rate=bloom.fp_rate,
         expected=bloom.expected,
-        filter_bytes=(num_bits + 7) // 8,
-        num_hashes=num_hashes,
+        filter_bytes=(bloom.num_bits + 7) // 8,
+        num_hashes=bloom.num_hashes,
         inserted=bloom.inserted,
         false_positive_rate_now=bloom.false_positive_rate(),
-        keep_first_in_doc=args.keep_first_in_doc,
-        filter_saved=args.save_filter,
+        keep_first_in_doc=config.keep_first_in_doc,
+        filter_saved=config.save_filter,
     )
     if bloom.inserted > bloom.expected:
-        logger.warning(
-            "bloom dedup: %d paragraphs inserted into a filter sized for %d: its false-positive rate is now %.2g "
-            "(asked %.2g); rerun with a larger --expected",
-            bloom.inserted,
-            bloom.expected,
-            bloom.false_positive_rate(),
-            bloom.fp_rate,
+        import logging
+
+        warning = (
+            f"bloom dedup: {bloom.inserted:,} paragraphs inserted into a filter sized for {bloom.expected:,}: its "
+            f"false-positive rate is now {bloom.false_positive_rate():.2g} (asked {bloom.fp_rate:.2g}); rerun "
+            "with a larger --expected"
         )
-    return finish(result, args.output, extra, args.engine_jobs)
+        logging.getLogger(__name__).warning(warning)
+        extra["warnings"] = [warning]
+    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
 
 
-def _final_filter(args: argparse.Namespace, partial: str | None):
-    """The filter after the run: the task's saved copy, else (no batch ran, or not saved) its starting
-    state with the inserts counted from the job's counters (bits not needed then)."""
-    from zephyr.dedup.bloom import BloomFilter
-
-    if partial is not None and os.path.exists(partial):
-        return BloomFilter.load(partial)
-    if args.load_filter is not None:
-        return BloomFilter.load(args.load_filter)
-    return BloomFilter.for_capacity(args.expected, args.fp_rate, normalize=args.normalize)
-
-
-@recorded
-def _substring(args: argparse.Namespace) -> int:
-    """Exact substring dedup (``zephyr.dedup.substring``): removed bytes per source, top repeated spans."""
-    import shutil
-    import tempfile
-
-    from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
-
-    from zephyr.executors import reuse_workers
-
-    config = substring_config(args)
-    opts = action_kwargs(execution_options(args))
-    scratch = tempfile.mkdtemp(prefix="zephyr-substring-", dir=opts.get("work_dir") if _local(opts) else None)
-    try:
-        with reuse_workers(opts) as execution:
-            info: dict[str, Any] = {}
-            out = substring_dedup_dataset(
-                read_inputs(args), config, execution=execution, scratch=scratch, stats=info
-            )
-            result = out.write_parquet(args.output, **execution)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    counters = {k: v for st in result.stats.get("stages", []) for k, v in (st.get("counters") or {}).items()}
-    per_source = {
-        k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("substring/bytes_removed/source=")
-    }
-    dropped = sum(
-        op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in result.stats["stages"] for op in st["ops"]
-    )
-    extra = {
-        "kind": "substring",
-        **info,
-        "min_doc_bytes": config.min_doc_bytes,
-        "bytes_removed": counters.get("substring/bytes_removed", 0),
-        "bytes_removed_per_source": per_source,
-        "docs_changed": counters.get("substring/docs_changed", 0),
-        "docs_dropped_short": dropped,
-    }
-    logger.info(
-        "substring dedup: %d bytes removed from %d documents", extra["bytes_removed"], extra["docs_changed"]
-    )
-    return finish(result, args.output, extra, args.engine_jobs)
+def paragraph_plans(
+    inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, config: ParagraphDedupConfig, execution
+) -> list[PlannedJob]:
+    """The one job of ``zephyr dedup paragraph`` (bloom: and its filter's size)."""
+    if config.method == "exact":
+        return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
+    bits, hashes, sized = _bloom_checked(config)
+    saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
+    held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
+    return [
+        (
+            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
+            _bloom(inputs, removal, columns, config, None),
+        ),
+        (f"{held}, outside the budget's shares{saved}", None),
+    ]
 
 
-def substring_config(args: argparse.Namespace):
-    """The ``SubstringConfig`` of the flags (``--unit tokens`` needs an existing ``--tokenizer``): of the
-    command and of ``zephyr explain dedup substring``."""
-    from zephyr.dedup.substring import SubstringConfig
+# -- url -----------------------------------------------------------------------------------------------------
+def url(
+    inputs: Inputs,
+    output: Output,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: UrlDedupConfig,
+    execution: ExecutionOptions,
+) -> Summary:
+    """One row per normalized URL (lower-case host, no default port/fragment/utm_*). The row kept is the
+    one exact dedup's keep rule picks."""
+    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset
 
-    _check_no_annotation(args)
-    return SubstringConfig(
-        min_bytes=args.min_bytes,
-        anchor_bytes=args.anchor_bytes,
-        min_doc_bytes=args.min_doc_bytes,
-        text_column=args.text_column,
-        source_column=args.source_column or None,
-        top_spans=args.top_spans,
-        tokenizer=_tokenizer(args),
+    from zephyr import job_stats
+
+    extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
+    with job_stats.recording() as jobs, _workers(execution) as kwargs:
+        rows = removal.rows(inputs, "document", output.output)  # while the workers start
+        keys = _keys(columns, removal)
+        out = url_dedup_dataset(rows, url_column=config.url_column, **keys, execution=kwargs, stats=extra)
+        result, routed = _write(out, output, removal, kwargs, reason=URL_DUPLICATE)
+    return _summary(result, output, removal, jobs, extra, routed)
+
+
+def url_plans(
+    inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, config: UrlDedupConfig, execution
+) -> list[PlannedJob]:
+    """The jobs of ``zephyr dedup url``: exact dedup's, on the normalized URL."""
+    from zephyr.dedup import exact as method
+
+    finish = lambda out: removal.finished(out, "document")  # noqa: E731
+    rows = removal.rows(inputs, "document")
+    keys = _keys(columns, removal)
+    return method.url_plans(
+        rows, budget=_budget(execution), url_column=config.url_column, finish=finish, **keys
     )
 
 
-def _check_no_annotation(args: argparse.Namespace) -> None:
-    """Substring dedup cuts the repeated spans out of the text and adds no column: the shared dedup flags that
-    choose or name added columns would be ignored, so they are refused instead."""
-
-    if args.mode != "remove":
+# -- substring -----------------------------------------------------------------------------------------------
+def _substring_checked(removal: DedupRemoval, config: SubstringConfig) -> None:
+    """Substring dedup cuts repeated spans out of the text and adds no column: the flags that choose or name
+    added columns would be ignored, so they are refused."""
+    if removal.mode != "remove":
         raise ConfigError(
             "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
             "(leave --mode out)"
         )
-    if args.replace_columns or args.output_column != "dup":
+    if removal.replace_columns or removal.output_column != "dup":
         raise ConfigError(
-            "zephyr dedup substring adds no column, so --replace-columns and --output-column do not apply (leave them out)"
+            "zephyr dedup substring adds no column, so --replace-columns and --output-column do not apply "
+            "(leave them out)"
         )
+    if config.tokenizer and not os.path.exists(config.tokenizer):
+        raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")
 
 
-def _tokenizer(args: argparse.Namespace) -> str | None:
+def substring(
+    inputs: Inputs,
+    output: Output,
+    removal: DedupRemoval,
+    config: SubstringConfig,
+    execution: ExecutionOptions,
+) -> Summary:
+    """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
+    occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
+    from zephyr.dedup._rows import scratch_folder
+    from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
 
-    if args.unit == "bytes":
-        if args.tokenizer:
-            raise ConfigError("--tokenizer is for --unit tokens")
-        return None
-    if not args.tokenizer:
-        raise ConfigError("--unit tokens needs --tokenizer FILE (a tokenizer.json)")
-    if not os.path.exists(args.tokenizer):
-        raise ConfigError(f"--tokenizer {args.tokenizer}: no such file")
-    return args.tokenizer
+    from zephyr import job_stats
 
-
-def _local(opts: dict[str, Any]) -> bool:
-    work_dir = opts.get("work_dir")
-    return bool(work_dir) and "://" not in str(work_dir)
-
-
-def register_text_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """Add ``paragraph``, ``url`` and ``substring`` under ``zephyr dedup``."""
-
-    para = sub.add_parser(
-        "paragraph",
-        parents=[common],
-        help="remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass",
+    _substring_checked(removal, config)
+    info: dict[str, Any] = {}
+    with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
+        rows = removal.rows(inputs, "none", output.output)  # while the workers start
+        out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
+        result = out.write_parquet(output.output, **kwargs)
+    stages = result.stats.get("stages", [])
+    counters, prefix = _counters(result, "substring/"), "substring/bytes_removed/source="
+    info.update(
+        kind="substring",
+        min_doc_bytes=config.min_doc_bytes,
+        bytes_removed_per_source={k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)},
+        docs_changed=counters.get("substring/docs_changed", 0),
+        docs_dropped_short=sum(
+            op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
+        ),
     )
-    add_common_io(para)
-    _add_paragraph_flags(para)
-    para.set_defaults(func=_paragraph, default_executor=DEFAULT_EXECUTOR)
-
-    url = sub.add_parser(
-        "url",
-        parents=[common],
-        help="one row per normalized URL (lower-case host, no default port/fragment/utm_*)",
-    )
-    add_common_io(url)
-    _add_url_flags(url)
-    add_dropped_output(url, "rows --mode remove drops (a URL seen before)")
-    url.set_defaults(func=_url, default_executor=DEFAULT_EXECUTOR)
-
-    substring = sub.add_parser(
-        "substring",
-        parents=[common],
-        help="remove repeats of byte spans of at least --min-bytes (exact substrings)",
-    )
-    add_common_io(substring)
-    _add_substring_flags(substring)
-    substring.set_defaults(func=_substring, default_executor=DEFAULT_EXECUTOR)
+    changed = {
+        "rows_changed": info["docs_changed"],
+        "bytes_removed": counters.get("substring/bytes_removed", 0),
+    }
+    return _summary(result, output, removal, jobs, info, changed=changed)
 
 
-def register_text_explains(kinds: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``zephyr explain dedup paragraph|url|substring``: each command's own flags without ``--output``
-    (and ``--dropped-output``); prints its engine jobs' plans and runs nothing (``zephyr.dedup.cli``)."""
-    for name, add_flags in (
-        ("paragraph", _add_paragraph_flags),
-        ("url", _add_url_flags),
-        ("substring", _add_substring_flags),
-    ):
-        parser = kinds.add_parser(name, parents=[common], help=f"the jobs of zephyr dedup {name}")
-        add_common_io(parser, output=False)
-        add_flags(parser)
-        parser.set_defaults(func=_explain_text, default_executor=DEFAULT_EXECUTOR)
+def substring_plans(
+    inputs: Inputs, removal: DedupRemoval, config: SubstringConfig, execution: ExecutionOptions
+) -> list[PlannedJob]:
+    """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes)."""
+    from zephyr.dedup import substring as method
+
+    _substring_checked(removal, config)
+    return method.substring_plans(removal.rows(inputs, "none"), config, budget=_budget(execution))
 
 
-def _explain_text(args: argparse.Namespace):
-
-    execution = action_kwargs(execution_options(args))
-    if args.explain_dedup_command == "substring":
-        return explained(substring_plan_text(args, substring_config(args), execution), args)
-    plan_text = {"paragraph": paragraph_plan_text, "url": url_plan_text}
-    return explained(plan_text[args.explain_dedup_command](args, execution), args)
-
-
-def _add_paragraph_flags(para: argparse.ArgumentParser) -> None:
-    para.set_defaults(mode="remove", dup_level="paragraph")
-    para.add_argument(
-        "--method",
-        choices=("exact", "bloom"),
-        default="exact",
-        help="exact: every paragraph hash in memory, id order; bloom: fixed memory from --expected/--fp-rate, "
-        "one pass in input order, false positives at most --fp-rate",
-    )
-    para.add_argument("--normalize", choices=NORMALIZATIONS, default="default")
-    para.add_argument("--expected", type=int, default=None, help="bloom: paragraphs the filter is sized for")
-    para.add_argument("--fp-rate", type=float, default=1e-4, help="bloom: false-positive rate at --expected")
-    para.add_argument(
-        "--keep-first-in-doc",
-        action="store_true",
-        help="bloom: a paragraph repeated inside the document where it first appears keeps every copy there",
-    )
-    para.add_argument(
-        "--save-filter", default=None, metavar="FILE", help="bloom: write the filter here after the run"
-    )
-    para.add_argument("--load-filter", default=None, metavar="FILE", help="bloom: start from a saved filter")
-
-
-def _add_url_flags(url: argparse.ArgumentParser) -> None:
-    url.set_defaults(dup_level="document")
-    url.add_argument("--url-column", default="url", help="the URL column (default url)")
-
-
-def _add_substring_flags(substring: argparse.ArgumentParser) -> None:
-    substring.set_defaults(
-        mode="remove", dup_level="none"
-    )  # adds no column: --replace-columns has nothing to do
-    substring.add_argument(
-        "--min-bytes", type=int, default=100, help="shortest repeated span removed (bytes)"
-    )
-    substring.add_argument(
-        "--min-doc-bytes",
-        type=int,
-        default=0,
-        help="drop documents left shorter than this (substring_short_doc)",
-    )
-    substring.add_argument(
-        "--anchor-bytes", type=int, default=None, help="winnowing anchor length (default 32)"
-    )
-    substring.add_argument(
-        "--source-column", default="source", help="report removed bytes per value ('' = none)"
-    )
-    substring.add_argument("--top-spans", type=int, default=20, help="most repeated spans in the stats")
-    substring.add_argument(
-        "--unit",
-        choices=("bytes", "tokens"),
-        default="bytes",
-        help="what removed spans snap to: UTF-8 characters (bytes) or the token starts of --tokenizer",
-    )
-    substring.add_argument(
-        "--tokenizer", default=None, metavar="FILE", help="tokenizer.json for --unit tokens"
-    )
-
-
-@recorded
-def _exact(args: argparse.Namespace) -> int:
-    import zephyr.dedup._compiled as compiled
-
-    from zephyr.executors import reuse_workers
-
-    opts = execution_options(args)
-    check_dropped_output(args)
-    if args.level == "document":
-        # one pool for the hash pass and the final pass; workers load the normalization kernels at start
-        preload = (
-            ("zephyr.dedup._compiled:warm_up",) if compiled.NUMBA_ENABLED and args.normalize != "none" else ()
-        )
-        with reuse_workers(action_kwargs(opts), preload=preload) as execution:
-            return _run_exact_document(args, execution)
-    if args.dropped_output:
-        raise ConfigError(
-            "--dropped-output needs --level document: paragraph dedup rewrites rows, it drops none"
-        )
-    out = paragraph_dedup_of_inputs(args)
-    result = output_of(args, out).write_parquet(args.output, **action_kwargs(opts))
-    return finish(
-        result,
-        args.output,
-        {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode},
-        args.engine_jobs,
-    )
-
-
-def _run_exact_document(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup.exact import exact_dedup_dataset
-
-    path: dict[str, Any] = {}
-    out = exact_dedup_dataset(
-        read_inputs(args),
-        **exact_dedup_arguments(args),
-        execution=execution,
-        stats=path,
-    )
-    extra = {"kind": "exact", "level": args.level, "normalize": args.normalize, "mode": args.mode, **path}
-    result, routed = write_output(args, out, execution, extra)
-    return finish(result, args.output, extra, args.engine_jobs, routed)
-
-
-_FUZZY_FLAGS = (  # FuzzyDedupConfig fields with a flag of their own; --no-verify sets ``verify``
-    "threshold",
-    "preset",
-    "ngram",
-    "shingle",
-    "normalize",
-    "bands",
-    "rows_per_band",
-    "num_perm",
-    "seed",
-    "clusters",
-    "signature_device",
-    "bucket_links",
-)
-
-
-def _fuzzy_config(args: argparse.Namespace) -> FuzzyDedupConfig:
-    """The ``FuzzyDedupConfig`` of the flags given (the dataclass's defaults for the rest, a preset's when
-    ``--preset`` is given), built as a pipeline step builds it (``FuzzyDedupConfig.from_dict``)."""
-    given: dict[str, Any] = {k: getattr(args, k) for k in _FUZZY_FLAGS if getattr(args, k) is not None}
-    if args.no_verify:
-        given["verify"] = False
-    return FuzzyDedupConfig.from_dict(given)
-
-
-@recorded
-def _fuzzy(args: argparse.Namespace) -> int:
-    import zephyr.dedup._compiled as compiled
-
-    from zephyr.executors import reuse_workers
-
-    opts = execution_options(args)
-    # one worker pool for the candidate/verify/components jobs, started before the driver's own imports
-    # so the workers import (and load the MinHash kernels) meanwhile
-    preload = ("zephyr.dedup._compiled:warm_up",) if compiled.NUMBA_ENABLED else ()
-    with reuse_workers(action_kwargs(opts), preload=preload) as execution:
-        return _run_fuzzy(args, execution)
-
-
-def _index_args(args: argparse.Namespace, config: Any) -> Any:
+# -- fuzzy ---------------------------------------------------------------------------------------------------
+def _opened_index(index: IndexConfig, config: FuzzyDedupConfig):
     """The opened ``--index`` (checked against ``config`` before any work), after checking the flags agree."""
     from zephyr.dedup.index import open_index
 
-    if args.update_index and args.index is None:
+    if index.update_index and index.index is None:
         raise ConfigError("--update-index needs --index DIR (the index to add to)")
-    if args.index is not None and args.write_index is not None:
+    if index.index is not None and index.write_index is not None:
         raise ConfigError(
             "--write-index starts a new index; to add to --index DIR, pass --update-index instead"
         )
-    if args.write_index is not None and open_index(args.write_index, config, missing_ok=True) is not None:
+    if index.write_index is not None and open_index(index.write_index, config, missing_ok=True) is not None:
         raise ConfigError(
-            f"a signature index already exists at {args.write_index}; "
-            f"add to it with --index {args.write_index} --update-index"
+            f"a signature index already exists at {index.write_index}; "
+            f"add to it with --index {index.write_index} --update-index"
         )
-    return open_index(args.index, config) if args.index is not None else None
+    return open_index(index.index, config) if index.index is not None else None
 
 
-def _write_index(args: argparse.Namespace, config: Any, annotated: Any, execution: dict[str, Any]) -> dict:
-    """Append this run's rows (kept, and removed ones tied to their kept row) to ``--index`` (with
-    ``--update-index``) or ``--write-index``; called after the output is written."""
+def fuzzy(
+    inputs: Inputs,
+    output: Output,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: FuzzyDedupConfig,
+    index: IndexConfig,
+    execution: ExecutionOptions,
+) -> Summary:
+    """Near-duplicate dedup with MinHash-LSH, verified. Candidate pairs from LSH buckets are kept when the
+    true Jaccard of their shingle sets reaches --threshold, then clustered (anchored by default)."""
+    from zephyr.dedup._rows import StripRowNumbers
+    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
     from zephyr.dedup.index import write_generation
 
-    target = args.write_index or args.index
-    entry = write_generation(
-        target,
-        annotated,
+    from zephyr import job_stats
+
+    with job_stats.recording() as jobs, _workers(execution, preload=True) as kwargs:
+        opened = _opened_index(index, config)
+        rows = removal.rows(inputs, "document", output.output)
+        indexing = index.write_index is not None or index.update_index
+        keys = {**_keys(columns, removal), "mode": "annotate" if indexing else removal.internal_mode}
+        graph: dict[str, Any] = {}
+        out = fuzzy_dedup_dataset(
+            rows,
+            config,
+            text_column=columns.text_column,
+            **keys,
+            execution=kwargs,
+            stats=graph,
+            index=opened,
+            row_numbers=indexing,
+        )
+        strip = StripRowNumbers(removal.internal_mode)
+        result, routed = _write(
+            out.map_batches(strip, name="dedup.fuzzy.output") if indexing else out, output, removal, kwargs
+        )
+        if indexing:  # this run's rows (the removed ones tied to their kept row), after the output is written
+            target = index.write_index or index.index
+            entry = write_generation(
+                target,
+                out,
+                config,
+                text_column=columns.text_column,
+                id_column=columns.id_column,
+                create=index.write_index is not None,
+                execution=kwargs,
+            )
+            graph["index_written"] = {"path": target, **entry}
+        bands, rows_per_band = config.bands_rows()
+        extra = {
+            "kind": "fuzzy",
+            "config": config.to_dict(),
+            "bands": bands,
+            "rows": rows_per_band,
+            "lsh_threshold": config.lsh_threshold,
+            "mode": removal.mode,
+            **graph,
+        }
+        return _summary(result, output, removal, jobs, extra, routed)
+
+
+def fuzzy_plans(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: FuzzyDedupConfig,
+    index: IndexConfig,
+    execution: ExecutionOptions,
+) -> list[PlannedJob]:
+    """The jobs of ``zephyr dedup fuzzy``, with the rules that choose where verification and clusters run."""
+    from zephyr.dedup import fuzzy as method
+
+    finish = lambda out: removal.finished(out, "document")  # noqa: E731
+    return method.fuzzy_plans(
+        removal.rows(inputs, "document"),
         config,
-        text_column=args.text_column,
-        id_column=args.id_column,
-        create=args.write_index is not None,
-        execution=execution,
-    )
-    logger.info(
-        "fuzzy dedup: %d documents (%d kept) added to the signature index %s",
-        entry["docs"],
-        entry["kept"],
-        target,
-    )
-    return {"path": target, **entry}
-
-
-def _run_fuzzy(args: argparse.Namespace, execution: dict[str, Any]) -> int:
-    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
-
-    config = _fuzzy_config(args)
-    check_dropped_output(args)
-    index = _index_args(args, config)
-    bands, rows = config.bands_rows()
-    logger.info(
-        "fuzzy dedup: %s %d-grams, %d bands x %d rows = %d permutations, LSH threshold (1/b)^(1/r) = %.3f, "
-        "Jaccard threshold %.2f, verification %s, %s clusters",
-        config.shingle,
-        config.ngram,
-        bands,
-        rows,
-        config.num_perm_resolved,
-        config.lsh_threshold,
-        config.threshold,
-        "on" if config.verify else "off",
-        config.clusters,
-    )
-    graph: dict[str, Any] = {}
-    indexing = args.write_index is not None or args.update_index
-    out = fuzzy_dedup_dataset(
-        read_inputs(args),
-        config,
-        text_column=args.text_column,
-        id_column=args.id_column,
-        mode="annotate" if indexing else internal_mode(args),
-        priority_column=args.priority_column,
-        execution=execution,
-        stats=graph,
-        index=index,
-        row_numbers=indexing,
-    )
-    from zephyr.dedup._rows import StripRowNumbers
-
-    strip = StripRowNumbers(internal_mode(args))
-    written = out.map_batches(strip, name="dedup.fuzzy.output") if indexing else out
-    extra = {
-        "kind": "fuzzy",
-        "config": config.to_dict(),
-        "bands": bands,
-        "rows": rows,
-        "lsh_threshold": config.lsh_threshold,
-        "mode": args.mode,
-    }
-    result, routed = write_output(args, written, execution, extra)
-    if indexing:
-        graph["index_written"] = _write_index(args, config, out, execution)
-    return finish(result, args.output, {**extra, **graph}, args.engine_jobs, routed)
-
-
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """Add ``dedup`` with ``exact`` and ``fuzzy`` to the ``zephyr`` command line."""
-
-    dedup = subparsers.add_parser(
-        "dedup",
-        help="deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)",
-    )
-    sub = dedup.add_subparsers(dest="dedup_command", metavar="KIND")
-    sub.required = True
-
-    exact = sub.add_parser("exact", parents=[common], help="exact dedup of documents or paragraphs")
-    add_common_io(exact)
-    _add_exact_flags(exact)
-    add_dropped_output(exact, "duplicates --mode remove drops (--level document)")
-    exact.set_defaults(func=_exact, default_executor=DEFAULT_EXECUTOR)
-
-    register_text_commands(sub, common)
-
-    fuzzy = sub.add_parser("fuzzy", parents=[common], help="MinHash-LSH near-duplicate dedup, verified")
-    add_common_io(fuzzy)
-    _add_fuzzy_flags(fuzzy)
-    fuzzy.add_argument(
-        "--index",
-        metavar="DIR",
-        default=None,
-        help="signature index of earlier runs' kept rows: rows near an indexed document are duplicates too",
-    )
-    fuzzy.add_argument(
-        "--update-index",
-        action="store_true",
-        help="with --index: append this run's kept rows to the index (after the output is written)",
-    )
-    fuzzy.add_argument(
-        "--write-index",
-        metavar="DIR",
-        default=None,
-        help="start a new signature index at DIR holding this run's kept rows",
-    )
-    add_dropped_output(fuzzy, "near-duplicates --mode remove drops")
-    fuzzy.set_defaults(func=_fuzzy, default_executor=DEFAULT_EXECUTOR)
-    _register_explain(subparsers, common)
-
-
-def _add_exact_flags(exact: argparse.ArgumentParser) -> None:
-    exact_fields = ExactDedupConfig.__dataclass_fields__
-    exact.add_argument(
-        "--level",
-        choices=typing.get_args(_hint(ExactDedupConfig, "level")),
-        default=exact_fields["level"].default,
-    )
-    exact.add_argument(
-        "--normalize",
-        choices=NORMALIZATIONS,
-        default=exact_fields["normalize"].default,
-        help="default: NFC + lower case + whitespace collapse; none: byte-exact",
+        budget=_budget(execution),
+        index=bool(index.index),
+        finish=finish,
+        text_column=columns.text_column,
+        **_keys(columns, removal),
     )
 
 
-def _register_explain(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """``zephyr explain dedup exact|fuzzy|paragraph|url|substring``: the commands' own flags without
-    ``--output``; prints their engine jobs' plans and runs nothing (``zephyr.dedup.cli``)."""
-
-    group = explain_commands(subparsers).add_parser(
-        "dedup", help="the plans of zephyr dedup exact|fuzzy|paragraph|url|substring"
-    )
-    kinds = group.add_subparsers(dest="explain_dedup_command", metavar="KIND", required=True)
-    exact = kinds.add_parser("exact", parents=[common], help="the jobs of zephyr dedup exact")
-    add_common_io(exact, output=False)
-    _add_exact_flags(exact)
-    exact.set_defaults(func=_explain_exact, default_executor=DEFAULT_EXECUTOR)
-    fuzzy = kinds.add_parser("fuzzy", parents=[common], help="the jobs of zephyr dedup fuzzy")
-    add_common_io(fuzzy, output=False)
-    _add_fuzzy_flags(fuzzy)
-    fuzzy.add_argument("--index", metavar="DIR", default=None, help="as for zephyr dedup fuzzy")
-    fuzzy.set_defaults(func=_explain_fuzzy, default_executor=DEFAULT_EXECUTOR)
-    register_text_explains(kinds, common)
+def _command(kind: str, run: Any, plans: Any, config: type, **options: type) -> Command:
+    """``zephyr dedup KIND``: run on the threads executor by default (the dedup kernels release the GIL)."""
+    groups = {"inputs": Inputs, "output": Output, "removal": DedupRemoval, **options, "config": config}
+    then = "the rules" if kind == "paragraph" else "the budget shares"  # bloom's filter is no budget share
+    return Command(f"dedup {kind}", run, groups, plans=plans, default_executor="threads", then=then)
 
 
-def _explain_exact(args: argparse.Namespace):
-
-    return explained(exact_plan_text(args, action_kwargs(execution_options(args))), args)
-
-
-def _explain_fuzzy(args: argparse.Namespace):
-
-    text = fuzzy_plan_text(args, _fuzzy_config(args), action_kwargs(execution_options(args)))
-    return explained(text, args)
-
-
-def _hint(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
-
-
-def _default(name: str) -> Any:
-    return FuzzyDedupConfig.__dataclass_fields__[name].default
-
-
-def _add_fuzzy_flags(fuzzy: argparse.ArgumentParser) -> None:
-    """The MinHash flags: choices and defaults come from ``FuzzyDedupConfig`` (a flag left out keeps the
-    dataclass's default, or the preset's), so the CLI and pipeline steps cannot drift apart."""
-    fuzzy.add_argument(
-        "--threshold", type=float, default=None, help=f"Jaccard threshold (default {_default('threshold')})"
-    )
-    fuzzy.add_argument("--preset", choices=PRESETS, default=None)
-    fuzzy.add_argument(
-        "--ngram", type=int, default=None, help=f"shingle length (default {_default('ngram')})"
-    )
-    fuzzy.add_argument(
-        "--shingle",
-        choices=typing.get_args(_hint(FuzzyDedupConfig, "shingle")),
-        default=None,
-        help=f"default {_default('shingle')}",
-    )
-    fuzzy.add_argument(
-        "--normalize", choices=NORMALIZATIONS, default=None, help=f"default {_default('normalize')}"
-    )
-    fuzzy.add_argument("--bands", type=int, default=None, help="LSH bands (with --rows-per-band)")
-    fuzzy.add_argument(
-        "--rows-per-band", type=int, default=None, help="signature values per LSH band (with --bands)"
-    )
-    fuzzy.add_argument("--num-perm", type=int, default=None)
-    fuzzy.add_argument(
-        "--seed", type=int, default=None, help=f"permutation seed (default {_default('seed')})"
-    )
-    fuzzy.add_argument("--no-verify", action="store_true", help="skip the exact Jaccard check of candidates")
-    fuzzy.add_argument(
-        "--clusters",
-        choices=CLUSTER_RULES,
-        default=None,
-        help=f"{_default('clusters')} (default): a row is removed only if it is similar to its cluster's kept "
-        "row; components: transitive clusters (a chain A~B~C joins A and C however different they are)",
-    )
-    fuzzy.add_argument(
-        "--signature-device",
-        choices=SIGNATURE_DEVICES,
-        default=None,
-        help="where MinHash signatures are computed (same integers everywhere): cpu (default), or torch on "
-        "cuda, xpu or torch-cpu",
-    )
-    fuzzy.add_argument(
-        "--bucket-links",
-        type=int,
-        default=None,
-        help="pair each LSH bucket member with at most this many earlier members "
-        f"(default {_default('bucket_links')}): bounds giant buckets",
-    )
+COMMANDS = [
+    _command("exact", exact, exact_plans, ExactDedupConfig, columns=DedupColumns),
+    _command("fuzzy", fuzzy, fuzzy_plans, FuzzyDedupConfig, columns=DedupColumns, index=IndexConfig),
+    _command("url", url, url_plans, UrlDedupConfig, columns=DedupColumns),
+    _command("paragraph", paragraph, paragraph_plans, ParagraphDedupConfig, columns=DedupColumns),
+    _command("substring", substring, substring_plans, SubstringConfig),
+]
+"""Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
+each worker process importing pyarrow, polars and numba first, hence the default executor ``threads`` (the
+output is the same bytes on every executor; ``--executor local`` isolates tasks in processes)."""

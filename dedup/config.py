@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import (
-    REMOVAL_MODES,
     FieldError,
     check_removal_mode,
     require_at_least,
@@ -37,19 +36,6 @@ from zephyr.config import (
 
 if TYPE_CHECKING:
     import numpy as np
-
-__all__ = [
-    "ExactDedupConfig",
-    "SubstringConfig",
-    "FuzzyDedupConfig",
-    "PRESETS",
-    "MODES",
-    "CLUSTER_RULES",
-    "NORMALIZATIONS",
-    "SCHEMES",
-    "SIGNATURE_DEVICES",
-    "check_mode",
-]
 
 # The dedup vocabulary, declared here once: the kernels (``normalize``, ``minhash``, ``signature_device``),
 # the dedup CLI and the pipeline's dedup stages read it from this module, which imports only the standard
@@ -65,7 +51,6 @@ Preset = Literal["datatrove", "nemo", "redpajama"]
 PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
 CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
-MODES = REMOVAL_MODES
 DEDUP_APPROX_SHARD_BYTES = 32 << 20
 """The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
 groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the
@@ -76,6 +61,11 @@ def check_mode(mode: str) -> None:
     """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates
     (``zephyr.config.check_removal_mode``, shared with decontaminate)."""
     check_removal_mode(mode)
+
+
+def _column_or_none(value: str) -> str | None:
+    """A column named on the command line: ``none`` (or nothing) means no column."""
+    return None if value.lower() in ("", "none") else value
 
 
 def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -131,7 +121,7 @@ class ExactDedupConfig:
     normalize: Normalization = "default"
     """``default``: NFC + lower case + collapsed whitespace; ``none``: byte-exact; ``simplify``: also
     punctuation → space and digits → 0."""
-    paragraph_separator: str = "\n"
+    paragraph_separator: str = field(default="\n", metadata={"flag": False})
     """What splits a document into paragraphs (``level="paragraph"``)."""
 
     def __post_init__(self) -> None:
@@ -152,20 +142,22 @@ class FuzzyDedupConfig:
     ngram: int = 5
     """Shingle length in words or characters."""
     normalize: Normalization = "default"
-    """Text normalization before shingling (see ``zephyr.dedup._hashing``)."""
+    """Text normalization before shingling: ``default`` (NFC + lower case + collapsed whitespace), ``none``
+    (byte-exact) or ``simplify`` (also punctuation → space and digits → 0)."""
     bands: int | None = None
-    """LSH bands (give with ``rows_per_band``); ``None`` picks them from ``threshold`` and ``num_perm``."""
+    """LSH bands (give with ``rows_per_band``); left out, they are picked from ``threshold`` and
+    ``num_perm``."""
     rows_per_band: int | None = None
     """Signature values per LSH band (give with ``bands``)."""
     num_perm: int | None = None
-    """Permutations; ``None`` means ``bands * rows_per_band`` when those are given, else 112."""
+    """Permutations; left out: ``bands * rows_per_band`` when those are given, else 112."""
     seed: int = 1
     """Seed of the permutations; an index and the corpus deduped against it must share it."""
     scheme: Scheme = "affine64"
     """``affine64`` (datasketch 2.x ``affine64``) or ``mersenne61`` (datatrove's ``(a·h+b) mod 2^61−1``)."""
     verify: bool = True
-    """Keep a candidate pair only if the true Jaccard of its shingle sets reaches ``threshold`` (Marin #6854:
-    always on)."""
+    """Keep a candidate pair only if the true Jaccard of its shingle sets reaches ``threshold`` (off: every
+    pair LSH proposes is a duplicate)."""
     clusters: ClusterRule = "anchored"
     """``anchored``: a row is removed only if its verified Jaccard to its cluster's kept row reaches
     ``threshold`` (see ``zephyr.dedup._graph``); ``components``: connected components of the verified
@@ -178,8 +170,8 @@ class FuzzyDedupConfig:
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
     of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_pairs``)."""
     preset: Preset | None = field(default=None, compare=False)
-    """The known pipeline whose shingling and banding this config reproduces (``from_preset``, or
-    ``preset:`` in a config file, where the other keys override it); informational on the dataclass."""
+    """A known pipeline whose shingling and banding to reproduce (``from_preset``); the other settings given
+    override it."""
 
     def __post_init__(self) -> None:
         require_within("threshold", self.threshold, 0.0, 1.0, low_open=True)
@@ -257,10 +249,6 @@ class FuzzyDedupConfig:
         )
 
     @property
-    def bands_resolved(self) -> int:
-        return self.bands_rows()[0]
-
-    @property
     def num_perm_resolved(self) -> int:
         bands, rows = self.bands_rows()
         return self.num_perm or bands * rows
@@ -299,14 +287,22 @@ class SubstringConfig:
     min_doc_bytes: int = 0
     """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
     text_column: str = "text"
-    source_column: str | None = "source"
-    """Bytes removed are reported per value of this column (when present)."""
+    """The text column."""
+    source_column: str | None = field(default="source", metadata={"parse": _column_or_none})
+    """Report removed bytes per value of this column, when present ('none' or '': no column)."""
     top_spans: int = 20
-    tokenizer: str | None = None
-    """A ``tokenizer.json`` (HF tokenizers): removed runs snap to its token starts instead of UTF-8
-    characters (``--unit tokens``), so no token is cut in half."""
+    """The most repeated spans listed in the stats."""
+    unit: Literal["bytes", "tokens"] = "bytes"
+    """What removed spans snap to: UTF-8 characters (bytes) or the token starts of ``tokenizer`` (tokens)."""
+    tokenizer: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """A ``tokenizer.json`` (HF tokenizers) for ``unit`` tokens: removed runs snap to its token starts, so no
+    token is cut in half."""
 
     def __post_init__(self) -> None:
+        if self.unit == "tokens" and not self.tokenizer:
+            raise FieldError("unit", "tokens needs a tokenizer (a tokenizer.json)")
+        if self.tokenizer and self.unit != "tokens":
+            raise FieldError("tokenizer", "is for unit tokens")
         require_at_least("min_bytes", self.min_bytes, 2)
         require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
         if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
@@ -317,3 +313,62 @@ class SubstringConfig:
     @property
     def anchor(self) -> int:
         return self.anchor_bytes if self.anchor_bytes is not None else max(1, min(32, self.min_bytes // 2))
+
+
+@dataclass(frozen=True)
+class DedupColumns:
+    """The columns a dedup reads: the text, the ids that order rows, the priority that picks the kept row."""
+
+    text_column: str = "text"
+    """The text column."""
+    id_column: str | None = field(default="id", metadata={"parse": _column_or_none})
+    """Ids order rows: the smallest id of a cluster is kept (rows that share an id, or have none, are still
+    separate rows); 'none': no id column, input order decides."""
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column instead (ties: the smallest id)."""
+
+
+@dataclass(frozen=True)
+class ParagraphDedupConfig:
+    """Paragraph dedup (``zephyr dedup paragraph``): exact, or one pass of a Bloom filter (``zephyr.dedup.bloom``)."""
+
+    method: Literal["exact", "bloom"] = "exact"
+    """exact: every paragraph hash in memory, id order; bloom: fixed memory from expected and fp_rate, one pass
+    in input order, false positives at most fp_rate."""
+    normalize: Normalization = "default"
+    """``default``: NFC + lower case + collapsed whitespace; ``none``: byte-exact; ``simplify``: also
+    punctuation → space and digits → 0."""
+    expected: int | None = None
+    """Bloom: paragraphs the filter is sized for."""
+    fp_rate: float = 1e-4
+    """Bloom: false-positive rate at ``expected`` paragraphs."""
+    keep_first_in_doc: bool = False
+    """Bloom: a paragraph repeated inside the document where it first appears keeps every copy there."""
+    save_filter: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """Bloom: write the filter here after the run."""
+    load_filter: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """Bloom: start from a saved filter."""
+
+    def __post_init__(self) -> None:
+        _require_choice("method", self.method, ("exact", "bloom"))
+        _require_choice("normalize", self.normalize, NORMALIZATIONS)
+
+
+@dataclass(frozen=True)
+class UrlDedupConfig:
+    """URL dedup (``zephyr dedup url``): one row per normalized URL."""
+
+    url_column: str = "url"
+    """The URL column."""
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """The signature index of a fuzzy dedup (``zephyr.dedup.index``)."""
+
+    index: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Signature index of earlier runs' kept rows: rows near an indexed document are duplicates too."""
+    update_index: bool = False
+    """With ``index``: append this run's kept rows to the index (after the output is written)."""
+    write_index: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Start a new signature index at DIR holding this run's kept rows."""

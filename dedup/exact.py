@@ -91,6 +91,7 @@ from zephyr.dedup._rows import (
     Attach,
     DedupResult,
     Finish,
+    StripRowNumbers,
     as_table,
     cluster_node_info,
     driver_row_limit,
@@ -490,10 +491,11 @@ def url_plans(
     **arguments: Any,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
+    mode = arguments.pop("mode", "remove")
     return exact_plans(
         _url_keyed(ds, url_column),
         budget=budget,
-        finish=lambda out: finish(_without_url_key(out)),
+        finish=lambda out: finish(_without_url_key(out, mode)),
         hashes="URL key hashes (row, hash, id, priority)",
         **_url_exact_arguments(**arguments),
     )
@@ -517,6 +519,7 @@ def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
         result = paragraph_dedup(table, **kwargs)
         counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
         counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
+        counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         return result.table
 
     ordered = ds.sort(id_column, num_partitions=1) if id_column else ds.reshard(1)
@@ -524,6 +527,8 @@ def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
 
 
 URL_KEY = "__dedup_url_key"
+URL_DUPLICATE = "url_duplicate"
+"""The drop reason of a row whose normalized URL an earlier-kept row has (the CLI's and the pipelines')."""
 
 
 class _AddUrlKey:
@@ -543,8 +548,15 @@ class _AddUrlKey:
         return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
 
 
-def _drop_key(table: pa.Table) -> Any:
-    return table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table
+class _UrlOutput:
+    """The exact dedup's output (annotated) without the key column; ``remove`` drops the duplicates (reason
+    ``url_duplicate``) and the dup columns."""
+
+    def __init__(self, mode: str):
+        self.remove = StripRowNumbers(mode, URL_DUPLICATE)
+
+    def __call__(self, table: pa.Table) -> Any:
+        return self.remove(table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table)
 
 
 def _url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
@@ -553,22 +565,25 @@ def _url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
 
 
 def _url_exact_arguments(
-    *, id_column: str | None = "id", mode: str = "remove", priority_column: str | None = None
+    *, id_column: str | None = "id", priority_column: str | None = None
 ) -> dict[str, Any]:
-    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``_exact_job_plans`` (the key, byte-exact):
-    one list, so ``zephyr explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
+    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``_exact_job_plans`` (the key, byte-exact,
+    annotated: ``_without_url_key`` removes): one list, so ``zephyr explain dedup url`` shows the plans
+    ``zephyr dedup url`` runs."""
     return {
         "text_column": URL_KEY,
         "id_column": id_column,
         "normalize": "none",
-        "mode": mode,
+        "mode": "annotate",
         "priority_column": priority_column,
     }
 
 
-def _without_url_key(out: Dataset) -> Dataset:
-    """The exact dedup's output without the key column: URL dedup's output."""
-    return out.map_batches(_drop_key, name="dedup.url.finish")
+def _without_url_key(out: Dataset, mode: str) -> Dataset:
+    """The exact dedup's output without the key column (and in ``remove`` mode the duplicates): URL dedup's
+    output."""
+    check_mode(mode)
+    return out.map_batches(_UrlOutput(mode), name="dedup.url.finish")
 
 
 def url_dedup_dataset(
@@ -585,8 +600,8 @@ def url_dedup_dataset(
 
     out = exact_dedup_dataset(
         _url_keyed(ds, url_column),
-        **_url_exact_arguments(id_column=id_column, mode=mode, priority_column=priority_column),
+        **_url_exact_arguments(id_column=id_column, priority_column=priority_column),
         execution=execution,
         stats=stats,
     )
-    return _without_url_key(out)
+    return _without_url_key(out, mode)

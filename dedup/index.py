@@ -51,8 +51,6 @@ from zephyr.io.paths import write_json_atomic
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-__all__ = ["INDEX_FORMAT", "INDEX_VERSION", "KEY", "IndexInfo", "open_index", "write_generation"]
-
 INDEX_FORMAT = "zephyr.dedup.index"
 INDEX_VERSION = 1
 KEY = "key"

@@ -1,80 +1,741 @@
-"""``zephyr run PIPELINE.yaml``: run a declared pipeline as a batch job (see docs/pipelines.md).
+"""The pipelines package's ``zephyr`` commands, declared once as ``zephyr.cli.Command``s: ``run`` (a pipeline
+config, docs/pipelines.md), ``normalize``, ``langid``, ``filter``, ``quality train|score``, ``pii``,
+``decontaminate`` (docs/quality.md) and ``extract`` (docs/web.md). Each one's flags are the fields of the
+dataclasses it names (a pipeline step's keys where the step does the same work) plus the shared groups
+``Inputs``, ``Output``, ``Removal`` and the execution options; ``zephyr explain WORDS`` prints the plan of
+each command that reads files, built by the code the command runs.
+
+Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (files, directories, globs) and
+writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
+gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
+``stats.json`` (format version 1), and for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``;
+``--dropped-output DIR`` puts them elsewhere), ``quarantine/`` (null texts, ``reject_reason``),
+``unreadable/`` (input lines that cannot be read) and the retention report ``report.json`` / ``report.md``.
+Commands that run several engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and
+``task_retries`` summed over all of them, and one entry per job (``jobs``), in their ``stats.json``
+(``zephyr.job_stats``).
+
+``zephyr run PIPELINE``: PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``,
+``code``). Rerunning with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished
+one skips its finished tasks. Ends with the run's summary, whose last line says where the report is::
 
     zephyr run pipelines/configs/quickstart.yaml --job-dir out/quickstart
-    zephyr run web --job-dir out/web --set steps.read.paths='[/data/crawl/*.parquet]' --workers 8
     zephyr run cfg.yaml --set steps.fuzzy_dedup.threshold=0.7 --from fuzzy_dedup --until tokenize
-    zephyr run cfg.yaml --check                     # validate and list the steps; run nothing
-    zephyr run cfg.yaml --explain                   # print every step's engine jobs; run nothing
-
-PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``, ``code``). Rerunning
-with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished one skips its
-finished tasks. The global execution options (``--executor``, ``--workers``, ``--cluster``...) pick where
-engine tasks run; outputs do not depend on them. Ends with the run's summary (``zephyr.summary``), whose last
-line says where the report is.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
+from zephyr.pipelines.steps import LangIdStep
+
+from zephyr.cli import Command, Inputs, Output
+from zephyr.config import embedded_field
+from zephyr.errors import ConfigError, require
+from zephyr.options import ExecutionOptions
+from zephyr.removal import Removal
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
+    from zephyr.summary import Summary
 
 
-def register(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    doc = __doc__ or ""
-    parser = subparsers.add_parser(
-        "run",
-        parents=[common],
-        help="run a pipeline config (read → filter → dedup → tokenize → train) as a resumable batch job",
-        description=doc.split("\n\n")[0],
-        epilog="\n\n".join(doc.split("\n\n")[1:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "pipeline", metavar="PIPELINE", help="pipeline YAML, or a built-in name: quickstart, web, code"
-    )
-    parser.add_argument("--job-dir", default=None, help="job folder (default: ./out/<pipeline name>)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key: steps.NAME.KEY=VALUE (or steps.INDEX.KEY), or a top-level KEY=VALUE",
-    )
-    parser.add_argument(
-        "--from", dest="from_step", default=None, metavar="STEP", help="rerun from this pipeline step on"
-    )
-    parser.add_argument(
-        "--until", dest="until_step", default=None, metavar="STEP", help="stop after this pipeline step"
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="validate the config and list its steps; run nothing (a map step's module is found, not imported: "
-        "none of its code runs)",
-    )
-    parser.add_argument(
-        "--explain",
-        action="store_true",
-        help="print every step's engine jobs (physical plans, in the order they run); run nothing",
-    )
-    parser.add_argument(
-        "--no-report", dest="report", action="store_false", help="skip the Markdown/HTML report"
-    )
-    parser.set_defaults(func=handler)
+# -- what the text commands share ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TextInputs(Inputs):
+    """The files a text command reads and the column holding each document's text."""
+
+    text_column: str = "text"
+    """The column holding each document's text."""
+
+    def read_text(self, adds: tuple[str, ...] = (), replace_columns: bool = False) -> Dataset:
+        """The inputs as a Dataset, after checking that every file's text column holds text and has none of
+        the columns ``adds`` the command will add (unless ``replace_columns``): one line naming the file and
+        the column, before any task starts."""
+        import zephyr
+        from zephyr.io.paths import input_files
+        from zephyr.io.sources import check_text_inputs
+        from zephyr.removal import check_input_columns
+
+        files, fmt = input_files(list(self.inputs), self.format)
+        check_text_inputs(files, self.text_column, format=fmt)
+        rename = "--output-column NAME"
+        check_input_columns(files, adds, replace_columns=replace_columns, format=fmt, rename=rename)
+        if self.schema is not None and self.unify_schemas:
+            raise ConfigError("give --unify-schemas or --schema FILE, not both")
+        options = {"unify_schemas": self.unify_schemas, "schema": self.schema}
+        return zephyr.read(files, format=fmt, on_error=self.on_error, **options)
 
 
-def handler(args: argparse.Namespace) -> int:
-    from pathlib import Path
+@dataclass(frozen=True)
+class Replace:
+    """Whether a command may replace the columns it adds."""
 
-    from zephyr.pipelines.config import check_added_columns, check_inputs, load_config
+    replace_columns: bool = False
+    """Replace the columns the command adds when the input already has them (without it: an error naming the
+    column, before any work)."""
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Where a command keeps the rows it drops."""
+
+    dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Also write the dropped rows to DIR as Parquet, each with its reason in a drop_reason column (without it:
+    dropped rows are counted, not kept)."""
+
+
+def _stats(output: str, data: dict[str, Any]) -> str:
+    """Write ``OUTPUT.zephyr/stats.json`` and return its path."""
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
+
+    path = stats_path(output)
+    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    write_bytes_atomic(path, text.encode())
+    return path
+
+
+def _one_job(result: Any, output: str, stats: str, **fields: Any) -> Summary:
+    """The ``Summary`` of a one-job command that wrote ``output`` (``zephyr.summary``)."""
+    from zephyr.summary import from_stages
+
+    return from_stages(result.stats.get("stages", []), output=output, stats=stats, **fields)
+
+
+# -- normalize -----------------------------------------------------------------------------------------------
+def normalize_plan(inputs: TextInputs, config: NormalizeConfig, **_: Any) -> Dataset:
+    from zephyr.pipelines.quality.normalize import Normalize
+
+    if config.fix_mojibake:
+        require("ftfy", "quality", "zephyr normalize --fix-mojibake")
+    return inputs.read_text().map_batches(Normalize(config, inputs.text_column), name="normalize")
+
+
+def normalize(
+    inputs: TextInputs, output: Output, execution: ExecutionOptions, config: NormalizeConfig
+) -> Summary:
+    """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
+    result = normalize_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
+    stats = _stats(output.output, {"version": 1, "job": result.stats})
+    return _one_job(result, output.output, stats, next=f"zephyr langid {output.output} --output OUT")
+
+
+# -- langid --------------------------------------------------------------------------------------------------
+def _langid(inputs: TextInputs, config: LangIdStep) -> tuple[Dataset, Any]:
+    """The rows with their language columns, and the filter the options ask for (None: keep every row)."""
+    from zephyr.pipelines.quality.langid import (
+        LangIdConfig,
+        LanguageFilter,
+        LanguageIdentifier,
+        ensure_lid_model,
+    )
+
+    require("fasttext", "quality", "zephyr langid")
+    model = config.model or str(ensure_lid_model())  # fail fast, before any task starts
+    lang = config.output_column or "lang"
+    score = f"{lang}_score"
+    lid = LangIdConfig(model_path=model, max_chars=config.max_chars, lang_column=lang, score_column=score)
+    ds = inputs.read_text((lang, score), config.replace_columns)
+    identify = LanguageIdentifier(lid, inputs.text_column, config.replace_columns)
+    ds = ds.map_batches(identify, name="langid")
+    languages = tuple(config.languages) if config.languages else None
+    filtering = languages is not None or config.min_score > 0
+    return ds, LanguageFilter(languages, config.min_score, lang, score) if filtering else None
+
+
+def langid_plan(inputs: TextInputs, config: LangIdStep, **_: Any) -> Dataset:
+    ds, verdict = _langid(inputs, config)
+    return ds if verdict is None else ds.map_batches(verdict, name="language_filter")
+
+
+def langid(
+    inputs: TextInputs, output: Output, execution: ExecutionOptions, config: LangIdStep, dropped: Dropped
+) -> Summary:
+    """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
+    from zephyr.removal import check_dropped_output, keep_all, write_routed
+
+    out, kwargs, aside = output.output, execution.as_kwargs(), dropped.dropped_output
+    if aside:
+        check_dropped_output(aside, out, inputs.inputs)
+    next = f"zephyr filter {out} --output OUT"
+    if not aside:
+        result = langid_plan(inputs, config).write_parquet(out, **kwargs)
+        return _one_job(result, out, _stats(out, {"version": 1, "job": result.stats}), next=next)
+    ds, verdict = _langid(inputs, config)
+    routed = write_routed(ds, verdict.reasons if verdict else keep_all, out, aside, kwargs)
+    stats = _stats(out, {"version": 1, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
+    return routed.summary(output=out, stats=stats, dropped_output=aside, next=next)
+
+
+# -- filter --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FilterOptions:
+    """``zephyr filter``'s settings: the rules, the columns they read, the report and the dropped rows."""
+
+    rules: str = ",".join(DEFAULT_RULES)
+    """Comma-separated rule families: gopher, gopher_quality, gopher_repetition, c4, fineweb, url (URL
+    normalization, invalid URLs, --url-blocklist)."""
+    url_blocklist: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """With --rules url: domains/hosts to drop, one per line (example:
+    pipelines/web/data/blocklist.example.txt)."""
+    url_column: str = "url"
+    """The URL column the url rules read and normalize."""
+    lang_column: str = "lang"
+    """Per-row language for stop words ('' = none)."""
+    default_lang: str = "en"
+    """Language assumed for rows without a language value (stop words, word splitting)."""
+    source_column: str = "source"
+    """Report retention per value of this column."""
+    id_column: str = "id"
+    """The id column of the report's sampled examples."""
+    samples: int = 5
+    """Sampled examples per rule and source in the report."""
+    normalize: bool = False
+    """Normalize text before filtering."""
+    replace_columns: bool = False
+    """Replace a drop_reason column the input already has (without it: an error, before any work)."""
+    output_column: str = field(default="drop_reason", metadata={"metavar": "NAME"})
+    """The reason column of the dropped rows (OUTPUT.zephyr/dropped/); an input's own drop_reason then stays
+    as it is."""
+    dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """Where the dropped rows (with drop_reason) go (default: OUTPUT.zephyr/dropped)."""
+
+    def rule_config(self) -> Any:
+        """The rules as the ``heuristic_filter`` pipeline step holds them (``HeuristicFilterConfig``: one
+        check of rule names and settings); a bad value names its flag. The url blocklist is read now, so a
+        bad line fails before any work, naming the file and line."""
+        from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+        from zephyr.pipelines.quality.filters import rule_names
+
+        from zephyr.config import FieldError
+
+        names, overrides = rule_names(self.rules), {}
+        if "url" in names:
+            if self.url_blocklist:
+                from zephyr.pipelines.web.urls import load_blocklist
+
+                load_blocklist(self.url_blocklist)
+            overrides = {"url": {"blocklist": self.url_blocklist, "url_column": self.url_column}}
+        elif self.url_blocklist:
+            raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
+        try:
+            return HeuristicFilterConfig(names, overrides, self.default_lang)
+        except FieldError as exc:
+            flag = "--rules" if exc.key == "rules" else "--url-blocklist"
+            raise ConfigError(f"{flag}: {exc.detail}") from None
+
+
+def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
+    """The input with every row's first failing rule in the reason column, and the input columns set aside
+    around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
+    from zephyr.pipelines.quality.filters import FilterAnnotator, reason_aside
+    from zephyr.pipelines.quality.normalize import Normalize
+
+    from zephyr.removal import set_aside
+
+    rules = config.rule_config()  # checks the rules before any work
+    if "url" in rules.rules:
+        require("tldextract", "web", "zephyr filter --rules url")
+    ds = inputs.read_text((config.output_column,), config.replace_columns)
+    aside = reason_aside(config.output_column)
+    if aside:
+        ds = ds.map_batches(set_aside(aside), name="set_aside")
+    if config.normalize:
+        ds = ds.map_batches(Normalize(text_column=inputs.text_column), name="normalize")
+    if "url" in rules.overrides:
+        from zephyr.pipelines.web.urls import NormalizeUrls
+
+        ds = ds.map_batches(NormalizeUrls(config.url_column), name="normalize_urls")
+    annotate = FilterAnnotator(
+        ",".join(rules.rules),
+        rules.overrides,
+        inputs.text_column,
+        config.lang_column or None,
+        rules.default_lang,
+        config.replace_columns,
+    )
+    return ds.map_batches(annotate, name="filter"), aside
+
+
+def _routes(
+    inputs: TextInputs, config: FilterOptions, annotated: Dataset, aside: tuple[str, ...], out: str
+) -> list[tuple[str, str, Dataset]]:
+    """(kind, folder, plan) of the jobs after the annotating one, in the order they run: kept rows to
+    ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
+    ``out.zephyr/quarantine``, and the report's per-batch summaries (to the driver)."""
+    from zephyr.pipelines.quality.filters import RouteByReason, summarize_batch
+
+    from zephyr.io.layout import dropped_dir, quarantine_dir
+
+    routes = (
+        ("kept", "route_kept", out),
+        ("dropped", "route_dropped", config.dropped_output or dropped_dir(out)),
+        ("quarantined", "route_quarantine", quarantine_dir(out)),
+    )
+    plans = [
+        (kind, where, annotated.map_batches(RouteByReason(kind, config.output_column, aside), name=name))
+        for kind, name, where in routes
+    ]
+    text, source, ids, samples = (
+        inputs.text_column,
+        config.source_column or None,
+        config.id_column,
+        config.samples,
+    )
+
+    def summarize(t: Any) -> Any:
+        return summarize_batch(t, text_column=text, source_column=source, id_column=ids, sample_size=samples)
+
+    return [*plans, ("report", "", annotated.map_batches(summarize, name="report"))]
+
+
+def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
+    """The jobs of ``zephyr filter`` in order, built by the functions it runs. The routes and the report read
+    the annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
+    ds, aside = _annotated(inputs, config)
+    annotate = (
+        f"job 1: every row with its first failing rule (rules {config.rules}) in {config.output_column}, "
+        "written to a scratch folder in OUTPUT.zephyr"
+    )
+    then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
+    jobs: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
+    for number, (kind, where, plan) in enumerate(_routes(inputs, config, ds, aside, "OUTPUT"), 2):
+        title = f"job {number}: the {kind} rows → {where}"
+        if kind == "report":
+            title = f"job {number}: the report's per-batch summaries, to the driver (OUTPUT.zephyr/report.json, report.md)"
+        jobs.append((title, plan))
+    return jobs
+
+
+def heuristic_filter(
+    inputs: TextInputs, output: Output, execution: ExecutionOptions, config: FilterOptions
+) -> Summary:
+    """Heuristic quality filters (Gopher, C4, FineWeb, url) with per-rule counts and a retention report.
+
+    One engine job annotates every row with its first failing rule into a scratch folder; three route the
+    annotated rows (kept → OUTPUT, dropped → OUTPUT.zephyr/dropped/, quarantined → OUTPUT.zephyr/quarantine/)
+    and one summarizes them for OUTPUT.zephyr/report.json and report.md. Input lines that cannot be read go
+    to OUTPUT.zephyr/unreadable/."""
+    from zephyr.pipelines.quality.filters import merge_summaries, report_markdown
+
+    import zephyr
+    from zephyr import job_stats
+    from zephyr.io.layout import quarantine_dir, remove_folder, scratch_dir, side_path
+    from zephyr.io.publish import check_side_dir, prune_quarantine
+
+    out = output.output
+    config.rule_config()  # checks the rules before any work
+    if config.dropped_output:
+        check_side_dir(config.dropped_output, out, "--dropped-output")
+    # quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input
+    # lines (source, line, reason, raw) have another schema, so they go to a folder of their own
+    unreadable_dir = side_path(out, "unreadable")
+    opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()
+    ds, aside = _annotated(inputs, config)
+    scratch = scratch_dir(out, "annotated")
+    parts: list[Any] = []
+    with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
+        try:
+            written = ds.write_parquet(scratch, overwrite=True, **opts)
+            engine, unreadable = written.stats, written.stats["rows_quarantined"]
+            if written.files:  # the annotator keeps every row: no file means no input row, nothing to route
+                annotated = zephyr.read_parquet(list(written.files))
+                (_, _, kept), *others, (_, _, report) = _routes(inputs, config, annotated, aside, out)
+                engine = kept.write_parquet(out, **opts).stats
+                for _, where, plan in others:  # sidecar folders, or a --dropped-output the command claimed
+                    plan.write_parquet(where, overwrite=True, **opts)
+                parts = [report.to_arrow(**opts)]
+        finally:
+            remove_folder(scratch)
+    prune_quarantine(unreadable_dir, jobs)
+    report = merge_summaries(parts, sample_size=config.samples)
+    totals = report["totals"]
+    if unreadable:  # never reached the filters, so the report does not see them; they are input all the same
+        totals["rows_in"] += unreadable
+        totals["rows_quarantined"] += unreadable
+        totals["rows_unreadable"] = unreadable
+        totals["unreadable_quarantine_dir"] = written.stats.get("quarantine_dir")
+    from zephyr.io.layout import dropped_dir
+
+    dropped_output = config.dropped_output or dropped_dir(out)
+    # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
+    stats = {"version": 1, "rules": config.rules, **totals, "dropped_output": dropped_output}
+    stats_file = _stats(out, {**stats, "engine": engine, **job_stats.summarize(jobs)})
+    report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
+    Path(side_path(out, "report.md")).write_text(report_markdown(report), encoding="utf-8")
+    if not totals["balanced"]:
+        from zephyr.errors import TaskError
+
+        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
+    from zephyr.summary import Summary
+
+    return Summary(
+        rows_in=totals["rows_in"],
+        rows_kept=totals["rows_kept"],
+        rows_dropped=totals["rows_dropped"],
+        rows_quarantined=totals["rows_quarantined"],
+        dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
+        output=out,
+        stats=stats_file,
+        dropped_output=dropped_output,
+        quarantine_output=quarantine_dir(out),
+        next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
+        details={"report": side_path(out, "report.md"), "rules": config.rules},
+    )
+
+
+# -- quality train | score -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainOptions:
+    """``zephyr quality train``'s settings."""
+
+    labelled: str = field(default="", metadata={"positional": True, "required": True})
+    """Parquet with text and label columns."""
+    output: str = field(default="", metadata={"required": True})
+    """Model file (.bin); a .report.json is written beside it."""
+    test: str | None = None
+    """Held-out Parquet (default: a hash-based split of the input)."""
+    holdout: float = 0.2
+    """Share of the input held out for testing when --test is not given."""
+    text_column: str = "text"
+    """The column holding each document's text."""
+    label_column: str = "label"
+    """The column holding each row's label."""
+    classifier: ClassifierConfig = embedded_field(
+        ClassifierConfig, keys=("positive_label", "negative_label", "epoch", "threads")
+    )
+
+
+def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary:
+    """Train a fastText hq/lq classifier from labelled Parquet."""
+    require("fasttext", "quality", "zephyr quality train")
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
+
+    from zephyr.summary import Summary
+
+    o = options
+    table = pq.read_table(o.labelled)
+    cfg = o.classifier
+    if o.test:
+        train, test = table, pq.read_table(o.test)
+    else:  # deterministic held-out split by text hash
+        h = pl.Series(table.column(o.text_column)).fill_null("").hash(seed=7).to_numpy() % 1000
+        held = pa.array(h < int(o.holdout * 1000))
+        train, test = table.filter(pa.compute.invert(held)), table.filter(held)
+    columns = {"text_column": o.text_column, "label_column": o.label_column}
+    model = train_classifier(train, o.output, cfg, **columns)
+    report = evaluate_classifier(test, model, cfg, **columns)
+    report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
+    Path(f"{model}.report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
+    return Summary(
+        rows_in=rows,
+        rows_kept=rows,
+        output=str(model),
+        stats=f"{model}.report.json",
+        bytes_in=None,
+        next=f"zephyr quality score INPUT --model {model} --output OUT",
+        details={k: report[k] for k in ("rows", "precision", "recall", "f1", "auc")}
+        | {"train_rows": train.num_rows},
+    )
+
+
+@dataclass(frozen=True)
+class ScoreOptions:
+    """``zephyr quality score``'s settings."""
+
+    model: str = field(default="", metadata={"required": True})
+    """The classifier (a .bin from zephyr quality train)."""
+    buckets: int = 5
+    """Quantile buckets of the score."""
+    classifier: ClassifierConfig = embedded_field(ClassifierConfig, keys=("positive_label",))
+    replace_columns: bool = False
+    """Replace the score and bucket columns when the input already has them (without it: an error, before
+    any work)."""
+    output_column: str = field(default="quality_score", metadata={"metavar": "NAME"})
+    """Write the score to NAME and its bucket to NAME_bucket."""
+
+
+def _scored(inputs: TextInputs, config: ScoreOptions, **_: Any) -> Dataset:
+    from zephyr.pipelines.quality.classifier import QualityScorer, bucket_column
+
+    require("fasttext", "quality", "zephyr quality score")
+    score = config.output_column
+    scorer = QualityScorer(
+        config.model,
+        config.classifier,
+        inputs.text_column,
+        replace_columns=config.replace_columns,
+        score_column=score,
+    )
+    ds = inputs.read_text((score, bucket_column(score)), config.replace_columns)
+    return ds.map_batches(scorer, name="quality_score")
+
+
+def quality_score(
+    inputs: TextInputs, output: Output, execution: ExecutionOptions, config: ScoreOptions
+) -> Summary:
+    """Add quality_score and quality_bucket (by quantile).
+
+    Two engine jobs: the scores go to a scratch folder in the output's sidecar, then the rows with their
+    bucket (quantile edges of every score) to OUTPUT."""
+    import pyarrow.parquet as pq
+    from zephyr.pipelines.quality.classifier import assign_buckets, bucket_column, put_column, quantile_edges
+
+    import zephyr
+    from zephyr import job_stats
+    from zephyr.io.layout import remove_folder, scratch_dir
+
+    opts, out = execution.as_kwargs(), output.output
+    score, buckets = config.output_column, bucket_column(config.output_column)
+    ds = _scored(inputs, config)
+    scratch = scratch_dir(out, "scored")  # in the output's sidecar (zephyr.io.layout)
+    with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
+        try:
+            result = ds.write_parquet(scratch, overwrite=True, **opts)
+            edges: tuple[float, ...] = ()
+            if result.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
+                edges = quantile_edges(
+                    pq.read_table(list(result.files), columns=[score])[score], config.buckets
+                )
+
+                def bucket(t: Any) -> Any:
+                    return put_column(t, buckets, assign_buckets(t[score], edges))
+
+                scored = zephyr.read_parquet(list(result.files))
+                result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
+        finally:
+            remove_folder(scratch)
+    data = {"version": 1, "bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)}
+    summary = _one_job(result, out, _stats(out, data), details={"bucket_edges": list(edges)})
+    first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
+    if first:
+        summary.rows_in = first[0]["rows_in"]
+        summary.rows_quarantined = sum(s["rows_quarantined"] for s in first)
+    return summary
+
+
+# -- pii -----------------------------------------------------------------------------------------------------
+def pii_plan(inputs: TextInputs, config: PIIConfig, columns: Replace, **_: Any) -> Dataset:
+    from zephyr.pipelines.quality.pii import RedactPII, count_columns
+
+    ds = inputs.read_text(count_columns(config), columns.replace_columns)
+    return ds.map_batches(RedactPII(config, inputs.text_column, columns.replace_columns), name="pii")
+
+
+def pii(
+    inputs: TextInputs, output: Output, execution: ExecutionOptions, config: PIIConfig, columns: Replace
+) -> Summary:
+    """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
+    result = pii_plan(inputs, config, columns).write_parquet(output.output, **execution.as_kwargs())
+    counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
+    stats = _stats(output.output, {"version": 1, "pii_counts": counts, "job": result.stats})
+    return _one_job(result, output.output, stats, details={"pii_counts": counts})
+
+
+# -- decontaminate -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvalSets:
+    """The eval sets ``zephyr decontaminate`` protects."""
+
+    eval: list[str] = field(default_factory=list, metadata={"required": True})
+    """An eval set, Parquet or JSONL (repeat the flag for several)."""
+    eval_column: list[str] = field(default_factory=lambda: ["text"])
+    """A text column of the eval sets (repeat the flag for several; default: text)."""
+    n: int = field(default=13, metadata={"flag": "-n", "metavar": "N"})
+    """The n-gram length in words."""
+
+
+@dataclass(frozen=True)
+class DecontaminateRemoval(Removal):
+    """What ``zephyr decontaminate`` does with contaminated rows."""
+
+    output_column: str = field(default="contaminated", metadata={"metavar": "NAME"})
+    """--mode annotate: write the flag to NAME and the matching n-grams to NAME_ngrams."""
+
+
+def _decontaminate(inputs: TextInputs, removal: DecontaminateRemoval, index_path: str) -> tuple[Any, Dataset]:
+    from zephyr.pipelines.quality.decontaminate import Decontaminate
+
+    step = Decontaminate(
+        index_path, removal.mode, inputs.text_column, removal.replace_columns, removal.output_column
+    )
+    return step, inputs.read_text(step.columns, removal.replace_columns)
+
+
+def decontaminate_plan(
+    inputs: TextInputs, removal: DecontaminateRemoval, sets: EvalSets, **_: Any
+) -> Dataset:
+    step, ds = _decontaminate(inputs, removal, "OUTPUT.zephyr/eval-ngrams.npz")
+    return ds.map_batches(step, name="decontaminate")
+
+
+def decontaminate(
+    inputs: TextInputs,
+    output: Output,
+    execution: ExecutionOptions,
+    removal: DecontaminateRemoval,
+    sets: EvalSets,
+) -> Summary:
+    """Remove or annotate documents sharing an n-gram (13 words by default) with an eval set."""
+    from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
+
+    from zephyr.io.layout import side_path
+    from zephyr.removal import write_routed
+
+    out, opts, aside = output.output, execution.as_kwargs(), removal.dropped_output
+    removal.check(inputs.inputs, out)
+    index_path = Path(side_path(out, "eval-ngrams.npz"))  # read by the tasks: in the sidecar
+    step, ds = _decontaminate(inputs, removal, str(index_path))  # checks the inputs before the index is built
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    index = build_eval_index(read_eval_texts(sets.eval, sets.eval_column), n=sets.n)
+    index.save(index_path)
+    if aside:
+        routed = write_routed(ds, step.reasons, out, aside, opts)
+        result = routed.kept or routed.verdict
+    else:
+        result = ds.map_batches(step, name="decontaminate").write_parquet(out, **opts)
+    eval_stats = {
+        "eval_items": index.items,
+        "eval_ngrams": int(len(index.hashes)),
+        "eval_items_shorter_than_n": index.short_items,
+    }
+    extra = {"dropped_output": aside} if aside else {}
+    stats = _stats(out, {"version": 1, **eval_stats, "job": result.stats, **extra})
+    fields = dict(
+        next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats
+    )
+    if aside:
+        return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
+    return _one_job(result, out, stats, **fields)
+
+
+# -- extract -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WarcInputs(Inputs):
+    """The WARC/ARC files ``zephyr extract`` reads; bad records are quarantined unless told otherwise."""
+
+    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "WARC"})
+    """.warc/.warc.gz/.arc/.arc.gz files, folders or globs."""
+    format: Literal["warc"] = field(default="warc", metadata={"flag": False})
+    on_error: Literal["raise", "quarantine"] = "quarantine"
+    """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside in
+    OUTPUT.zephyr/quarantine/ with their byte offset and go on (quarantine), or fail (raise)."""
+    unify_schemas: bool = field(default=False, metadata={"flag": False})
+    schema: str | None = field(default=None, metadata={"flag": False})
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    """``zephyr extract``'s settings (the ``extract`` pipeline step's)."""
+
+    extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
+    """HTML → text: resiliparse (fast) or trafilatura (datatrove's choice)."""
+    min_text_chars: int = 1
+    """Drop pages with less extracted text."""
+
+
+def extract_plan(inputs: WarcInputs, config: ExtractOptions, **_: Any) -> Dataset:
+    from zephyr.pipelines.web.extract import check_extractor, read_warc
+
+    from zephyr.io.paths import input_files
+
+    check_extractor(config.extractor)  # before any work
+    files, _ = input_files(list(inputs.inputs), "warc")
+    return read_warc(
+        files, extractor=config.extractor, min_text_chars=config.min_text_chars, on_error=inputs.on_error
+    )
+
+
+def extract(
+    inputs: WarcInputs, output: Output, execution: ExecutionOptions, config: ExtractOptions
+) -> Summary:
+    """Extract documents from WARC/ARC crawl files into Parquet (HTML text extraction).
+
+    OUTPUT receives id, url, fetch_time, content_type, text and html_bytes; OUTPUT.zephyr/ receives
+    quarantine/ (bad records with their byte offset) and stats.json: records in, kept, dropped by reason,
+    quarantined (they balance), HTML and text bytes, skipped non-document records and the engine's stats."""
+    from zephyr.pipelines.web.extract import summarize
+
+    from zephyr.summary import Summary
+
+    result = extract_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
+    summary = summarize(result.stats)
+    # the engine set bad records aside under OUTPUT.zephyr/quarantine/ (zephyr.cli.quarantine_dir)
+    summary["quarantine_files"] = [
+        f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])
+    ]
+    stats = _stats(
+        output.output, {"version": 1, "extractor": config.extractor, **summary, "engine": result.stats}
+    )
+    return Summary(
+        rows_in=summary["records_in"],
+        rows_kept=summary["rows_kept"],
+        rows_dropped=summary["rows_dropped"],
+        rows_quarantined=summary["rows_quarantined"],
+        dropped_by_reason=summary["dropped_by_reason"],
+        output=output.output,
+        stats=stats,
+        next=f"zephyr filter {output.output} --output OUT",
+        details={"html_bytes": summary["html_bytes"], "text_bytes": summary["text_bytes"]},
+    )
+
+
+# -- run -----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunOptions:
+    """``zephyr run``'s settings."""
+
+    pipeline: str = field(default="", metadata={"positional": True, "required": True, "metavar": "PIPELINE"})
+    """Pipeline YAML, or a built-in name: quickstart, web, code."""
+    job_dir: str | None = None
+    """Job folder (default: ./out/<pipeline name>)."""
+    overrides: list[str] = field(default_factory=list, metadata={"flag": "--set", "metavar": "KEY=VALUE"})
+    """Override a config key: steps.NAME.KEY=VALUE (or steps.INDEX.KEY), or a top-level KEY=VALUE."""
+    from_step: str | None = field(default=None, metadata={"flag": "--from", "metavar": "STEP"})
+    """Rerun from this pipeline step on."""
+    until_step: str | None = field(default=None, metadata={"flag": "--until", "metavar": "STEP"})
+    """Stop after this pipeline step."""
+    check: bool = False
+    """Validate the config and list its steps; run nothing (a map step's module is found, not imported: none
+    of its code runs)."""
+    explain: bool = False
+    """Print every step's engine jobs (physical plans, in the order they run); run nothing."""
+    report: bool = True
+    """Write the Markdown/HTML report (--no-report: skip it)."""
+
+    def load(self) -> tuple[Any, Path]:
+        """The pipeline config and its job folder."""
+        from zephyr.pipelines.config import load_config
+
+        config = load_config(self.pipeline, self.overrides)
+        return config, Path(self.job_dir) if self.job_dir else Path("out") / config.name
+
+
+def run_plans(options: RunOptions, execution: ExecutionOptions) -> list[tuple[str, Dataset | None]]:
+    from zephyr.pipelines.runner import pipeline_plans
+
+    config, job_dir = options.load()
+    return pipeline_plans(config, job_dir, execution=execution)
+
+
+def run(options: RunOptions, execution: ExecutionOptions) -> Any:
+    """Run a pipeline config (read → filter → dedup → tokenize → train) as a resumable batch job."""
+    from zephyr.pipelines.config import check_added_columns, check_inputs
     from zephyr.pipelines.runner import ProgressReporter, explain_pipeline, run_pipeline, step_dir_name
 
-    from zephyr.cli import execution_options
-
-    config = load_config(args.pipeline, args.overrides)
-    job_dir = Path(args.job_dir) if args.job_dir else Path("out") / config.name
-    if args.check:
+    config, job_dir = options.load()
+    if options.check:
         check_inputs(config)
         check_added_columns(config)
         print(f"pipeline {config.name!r} ({config.path}): {len(config.steps)} steps, job dir {job_dir}")
@@ -82,23 +743,24 @@ def handler(args: argparse.Namespace) -> int:
             state = "" if entry.enabled else "  (disabled)"
             print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
-    if args.explain:
-        from zephyr.cli import explained
+    if options.explain:
+        from zephyr.summary import Summary
 
-        return explained(explain_pipeline(config, job_dir, execution=execution_options(args)), args)
+        plan = explain_pipeline(config, job_dir, execution=execution)
+        return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
     result = run_pipeline(
         config,
         job_dir,
-        execution=execution_options(args),
-        from_step=args.from_step,
-        until_step=args.until_step,
+        execution=execution,
+        from_step=options.from_step,
+        until_step=options.until_step,
         reporter=ProgressReporter(sys.stderr),
-        report=args.report,
+        report=options.report,
     )
-    return _summary(result)
+    return _run_summary(result)
 
 
-def _summary(result):
+def _run_summary(result: Any) -> Summary:
     """The run's ``Summary``: rows the first data step read, kept by the last one, and what every step
     dropped and quarantined on the way (each step reads what the one before kept), with the report's path
     as its last line. Its ``details`` name each step's status under ``steps``."""
@@ -112,7 +774,6 @@ def _summary(result):
         for reason, n in (step.get("dropped_by_reason") or {}).items():
             reasons[reason] = reasons.get(reason, 0) + int(n)
     report = result.html_report or result.report
-    statuses = {s["step"]: s.get("status") for s in result.steps}
     return Summary(
         rows_in=data[0]["rows_in"] if data else 0,
         rows_kept=data[-1]["rows_kept"] if data else 0,
@@ -126,6 +787,36 @@ def _summary(result):
         details={
             "report": str(result.report) if result.report else None,
             "html_report": str(result.html_report) if result.html_report else None,
-            "steps": statuses,
+            "steps": {s["step"]: s.get("status") for s in result.steps},
         },
     )
+
+
+_TEXT = {"inputs": TextInputs, "output": Output}
+COMMANDS = [
+    Command("run", run, {"options": RunOptions}, plans=run_plans, then="the rules"),
+    Command("normalize", normalize, {**_TEXT, "config": NormalizeConfig}, plans=normalize_plan),
+    Command("langid", langid, {**_TEXT, "config": LangIdStep, "dropped": Dropped}, plans=langid_plan),
+    Command(
+        "filter", heuristic_filter, {**_TEXT, "config": FilterOptions}, plans=filter_plans, then="the rules"
+    ),
+    Command("quality train", quality_train, {"options": TrainOptions}),
+    Command("quality score", quality_score, {**_TEXT, "config": ScoreOptions}, plans=_scored),
+    Command("pii", pii, {**_TEXT, "config": PIIConfig, "columns": Replace}, plans=pii_plan),
+    Command(
+        "decontaminate",
+        decontaminate,
+        {**_TEXT, "removal": DecontaminateRemoval, "sets": EvalSets},
+        plans=decontaminate_plan,
+    ),
+    Command(
+        "extract",
+        extract,
+        {"inputs": WarcInputs, "output": Output, "config": ExtractOptions},
+        plans=extract_plan,
+    ),
+]
+GROUPS = {
+    "quality": "fastText quality classifier: train | score",
+    "explain quality": "the plan of zephyr quality score",
+}

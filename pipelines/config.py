@@ -86,7 +86,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
         path = builtin_config(str(path))
     raw = read_mapping(path, "pipeline config")
     base = path.resolve().parent
-    raw = _resolve_paths(expand_env(raw), base)
+    raw = expand_env(_resolve_paths(raw, base))  # path keys first: where a path came from decides its base
     if overrides:
         raw = apply_overrides(raw, overrides, base=Path.cwd())
     return parse_config(raw, path=str(path))
@@ -97,18 +97,21 @@ def _path_fields(step_type: str) -> set[str]:
     return cls.path_keys() if cls is not None else set()
 
 
-def _resolve_one(value: Any, base: Path) -> Any:
+def _resolve_one(value: Any, base: Path, where: str = "") -> Any:
+    """A path key's value with ``${VAR}`` expanded and a relative path made absolute: from ``base`` (the
+    config's folder) when the file wrote it, a ``${VAR:-default}`` default included, and from the current
+    directory when it starts with a variable set in the environment (``ZEPHYR_WARC='crawl/*.warc.gz' zephyr
+    run web``: the person typed it where they stand, as they would a command-line path)."""
     if isinstance(value, list):
-        return [_resolve_one(v, base) for v in value]
-    if (
-        isinstance(value, str)
-        and value
-        and "://" not in value
-        and not os.path.isabs(os.path.expanduser(value))
-    ):
+        return [_resolve_one(v, base, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+    name = value[2:].partition("}")[0].partition(":-")[0] if value.startswith("${") else None
+    if name is not None and name in os.environ:
+        base = Path.cwd()
+    value = os.path.expanduser(expand_env(value, where))
+    if value and "://" not in value and not os.path.isabs(value):
         return os.path.normpath(base / value)
-    if isinstance(value, str):
-        return os.path.expanduser(value)
     return value
 
 
@@ -117,12 +120,12 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
     if not isinstance(steps, list):
         return raw
     out = []
-    for step in steps:
+    for index, step in enumerate(steps):
         if isinstance(step, dict):
             step = dict(step)
             for key in _path_fields(str(step.get("step"))):
                 if key in step:
-                    step[key] = _resolve_one(step[key], base)
+                    step[key] = _resolve_one(step[key], base, f"steps[{index}].{key}")
         out.append(step)
     return {**raw, "steps": out}
 

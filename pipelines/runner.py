@@ -235,17 +235,13 @@ def run_pipeline(
         return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
 
 
-def explain_pipeline(
+def pipeline_plans(
     config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
-) -> str:
-    """What ``zephyr run PIPELINE --explain`` prints: every enabled step's engine jobs in the order they run
-    (``Step.plans``: the plans ``run`` executes, built by the same code), each step's input planned over the
-    lazy output of the step before (the run reads that step's files), then the budget's shares. Nothing runs
-    and nothing is written; input files are listed and their footers read, as for any plan."""
-    from zephyr.budget import Budget
-    from zephyr.cli import jobs_plan_text
-    from zephyr.options import ExecutionOptions
-
+) -> list[tuple[str, Any]]:
+    """Every enabled step's engine jobs in the order they run (``Step.plans``: the plans ``run`` executes,
+    built by the same code), each step's input planned over the lazy output of the step before (the run reads
+    that step's files). Nothing runs and nothing is written; input files are listed and their footers read,
+    as for any plan."""
     execution_kw = _execution_dict(execution)
     check_inputs(config)
     job = Path(job_dir).resolve()
@@ -261,8 +257,21 @@ def explain_pipeline(
             for title, plan in plans
         ]
         planned = next((plan for _, plan in reversed(plans) if plan is not None), planned)
+    return jobs
+
+
+def explain_pipeline(
+    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
+) -> str:
+    """What ``zephyr run PIPELINE --explain`` prints: ``pipeline_plans``, then the budget's shares."""
+    from zephyr.budget import Budget
+    from zephyr.options import ExecutionOptions
+    from zephyr.physical import explain_jobs
+
+    jobs = pipeline_plans(config, job_dir, execution=execution)
+    execution_kw = _execution_dict(execution)
     budget = Budget(ExecutionOptions.from_kwargs(**execution_kw).memory_budget_bytes)
-    return jobs_plan_text(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
+    return explain_jobs(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
 
 
 @dataclass

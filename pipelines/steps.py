@@ -56,7 +56,7 @@ from zephyr.config import (
     require_column_name,
     require_within,
 )
-from zephyr.errors import ConfigError, InputError
+from zephyr.errors import ConfigError, InputError, require
 
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig, StepEntry
@@ -155,9 +155,7 @@ class NormalizeStep(Step, type="normalize"):
 
     def preflight(self) -> None:
         if self.normalize.fix_mojibake:
-            from zephyr.pipelines.quality._text import require_extra
-
-            require_extra("ftfy", "quality", "the normalize step's fix_mojibake")
+            require("ftfy", "quality", "the normalize step's fix_mojibake")
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         from zephyr.pipelines.quality.normalize import Normalize
@@ -166,12 +164,17 @@ class NormalizeStep(Step, type="normalize"):
         return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
 
 
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 @dataclass(frozen=True)
 class LangIdStep(Step, type="langid"):
     """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
 
-    languages: list[str] | None = None
-    """Languages to keep (fastText codes: ``en``, ``de``...); ``None`` keeps every language."""
+    languages: list[str] | None = field(default=None, metadata={"parse": _names})
+    """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
+    en,de); ``None`` keeps every language."""
     min_score: float = 0.0
     """Drop rows whose language probability is below this, in [0, 1]."""
     model: str | None = path_field(None)
@@ -181,9 +184,9 @@ class LangIdStep(Step, type="langid"):
     replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
     ``false``: the pipeline refuses such data before any work."""
-    output_column: str | None = None
-    """Write the language here and its score to ``<output_column>_score``, keeping a column the data has;
-    ``null``: the pipeline's ``lang_column`` (and ``<lang_column>_score``)."""
+    output_column: str | None = field(default=None, metadata={"metavar": "NAME"})
+    """Write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language column the
+    data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
         require_within("min_score", self.min_score, 0.0, 1.0)
@@ -198,10 +201,9 @@ class LangIdStep(Step, type="langid"):
         return lang, f"{lang}_score"
 
     def preflight(self) -> None:
-        from zephyr.pipelines.quality._text import require_extra
         from zephyr.pipelines.quality.langid import ensure_lid_model
 
-        require_extra("fasttext", "quality", "the langid step")
+        require("fasttext", "quality", "the langid step")
         if self.model is None:
             ensure_lid_model()
 
@@ -263,9 +265,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
     def preflight(self) -> None:
         if "url" in self.filter.rules:
-            from zephyr.pipelines.quality._text import require_extra
-
-            require_extra("tldextract", "web", "the url rules")
+            require("tldextract", "web", "the url rules")
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         if self.replace_columns and self.output_column is None:
@@ -633,9 +633,7 @@ class QualityStep(Step, type="quality"):
         return (self.output_column or "quality_score",)
 
     def preflight(self) -> None:
-        from zephyr.pipelines.quality._text import require_extra
-
-        require_extra("fasttext", "quality", "the quality step")
+        require("fasttext", "quality", "the quality step")
 
     def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
         if not self.train_from:

@@ -40,6 +40,7 @@ Markers
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -252,8 +253,12 @@ def _warcs(fx: Fixtures) -> None:
     from warc_pages import sample_pages, write_warc
 
     (fx.root / "crawl").mkdir()
-    for n in range(2):
-        write_warc(str(fx.root / "crawl" / f"part-{n}.warc.gz"), sample_pages(20, seed=n))
+    for n in range(2):  # + short pages the heuristic filter drops (zephyr run web trains on both verdicts)
+        short = [
+            dataclasses.replace(p, url=p.url.replace("/page/", "/short/"))
+            for p in sample_pages(6, seed=10 + n, paragraphs=1, words=25)
+        ]
+        write_warc(str(fx.root / "crawl" / f"part-{n}.warc.gz"), sample_pages(20, seed=n) + short)
 
 
 def _repo_link(name: str) -> Callable[[Fixtures], None]:

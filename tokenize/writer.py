@@ -288,9 +288,9 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
         (_placement(placed, options), None),
         (_shard_rule(jobs.dtype, shard_bytes), None),
         (
-            "job 2: the reference sort by (key_hi, key_lo) into P partitions, one a shard, cut evenly on the "
-            "key_hi hash space (no key sample: the same shards from any input split; its first stage is "
-            "job 1: the sort reads job 1's reference files)",
+            "job 2: the global shuffle: the references sorted by their shuffle key (a seeded hash of each "
+            "document) into P partitions, one a shard, cut into P even ranges of the key (no sampling: the same "
+            "shards from any input split; the sort reads job 1's reference files)",
             reference_sort(jobs.refs, 1),
         ),
         (
@@ -766,13 +766,14 @@ def _placement(placed: Any, options: Any) -> str:
         return "every job runs in this process (--executor inprocess)"
     if placed.in_driver and placed.read_plan is not None and placed.read_plan.small:
         return (
-            "every job runs in this process: a small job (the read plan's rule, ReadPlan.small: inputs under "
-            f"small_job_bytes {options.small_job_bytes_value:,} or one read task; small_job_bytes=0 forces workers)"
+            "every job runs in this process: a small job (inputs under --small-job-bytes "
+            f"{options.small_job_bytes_value:,} bytes, or one read task; --small-job-bytes 0 forces workers)"
         )
     if placed.in_driver and driver_encodes(options):
         return (
-            f"every job runs in this process: local with {options.num_workers} ≤ DRIVER_MAX_WORKERS "
-            f"{DRIVER_MAX_WORKERS} workers, the encoder on every core (small_job_bytes=0 forces workers)"
+            f"every job runs in this process: with {options.num_workers} local workers (at most "
+            f"{DRIVER_MAX_WORKERS}) the encoder's own threads on every core do more (--small-job-bytes 0 forces "
+            "workers)"
         )
     workers = placed.pool.get("workers") or options.num_workers
     tasks = f" of the read plan's {placed.read_plan.tasks}" if placed.read_plan is not None else ""

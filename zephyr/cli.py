@@ -90,11 +90,18 @@ log = logging.getLogger(__name__)
 
 COMMAND_MODULES = {  # after the engine commands of this module (convert, count, sort, explain)
     "zephyr.dedup.cli": ("dedup",),
-    "zephyr.pipelines.quality.cli": ("normalize", "langid", "filter", "quality", "pii", "decontaminate"),
-    "zephyr.pipelines.web.cli": ("extract",),
     "zephyr.tokenize.cli": ("tokenize", "tokenizer"),
     "zephyr.trainer.cli": ("train",),
-    "zephyr.pipelines.cli": ("run",),
+    "zephyr.pipelines.cli": (
+        "run",
+        "normalize",
+        "langid",
+        "filter",
+        "quality",
+        "pii",
+        "decontaminate",
+        "extract",
+    ),
 }
 """Each package's command module and the first words of its commands: ``main`` imports only the module of the
 command typed (``zephyr train`` needs neither pyarrow nor polars); ``--help``, or a word not listed here,

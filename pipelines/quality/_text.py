@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zephyr.errors import ConfigError
 from zephyr.io.quarantine import require_text_column
 
 if TYPE_CHECKING:
@@ -30,21 +29,6 @@ def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "t
     require_text_column(table.schema, column, what=what)
 
 
-def require_extra(module: str, extra: str, what: str) -> None:
-    """Refuse in one line, before any work, when ``what`` needs the package ``module`` and it is not installed:
-    the message names the extra that installs it (a missing package would otherwise fail inside every task).
-
-    >>> require_extra("json", "quality", "zephyr langid")
-    >>> require_extra("no_such_package", "quality", "zephyr langid")
-    Traceback (most recent call last):
-    zephyr.errors.ConfigError: zephyr langid needs no_such_package: pip install 'zephyr-data[quality]'
-    """
-    import importlib.util
-
-    if importlib.util.find_spec(module) is None:
-        raise ConfigError(f"{what} needs {module}: pip install 'zephyr-data[{extra}]'")
-
-
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
     """The text column as one contiguous ``large_string`` array (chunks combined)."""
     require_column(table, column)
@@ -54,12 +38,6 @@ def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Arr
     if not pa.types.is_large_string(col.type):
         col = pc.cast(col, pa.large_string())
     return col
-
-
-def text_series(table: pa.Table | pa.RecordBatch, column: str = "text") -> pl.Series:
-    import polars as pl
-
-    return pl.Series("text", text_array(table, column))
 
 
 def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: str) -> pl.Series:

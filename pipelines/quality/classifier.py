@@ -4,7 +4,7 @@ Training data: a table with a text column and a label column (``hq``/``lq`` by d
 one fastText line ``__label__<label> <text>``: lower-cased, line breaks and whitespace runs → one space,
 cut to ``max_chars`` (vectorized Arrow kernels); the file is written with one Arrow CSV-free join.
 Training runs ``fasttext.train_supervised`` with a fixed seed (``thread=1`` makes it bit-reproducible), in a
-spawned child process (see ``_fit_in_child``).
+fresh child process (see ``_fit_in_child``).
 
 Held-out report (``evaluate``): precision, recall and F1 of the positive label at threshold 0.5, and ROC AUC
 (Mann–Whitney rank statistic, ties averaged) of the positive-label probability.
@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import require_column, text_array
+from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
@@ -34,26 +35,7 @@ from zephyr.removal import check_added_columns
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ClassifierConfig:
-    """fastText supervised settings and label names."""
-
-    positive_label: str = "hq"
-    negative_label: str = "lq"
-    max_chars: int = 20_000
-    epoch: int = 10
-    lr: float = 0.1
-    """fastText learning rate (0.2 diverged to NaN on the medium quality set)."""
-    dim: int = 32
-    word_ngrams: int = 2
-    min_count: int = 2
-    bucket: int = 200_000
-    """Hash buckets for word n-grams; the model holds bucket × dim floats (200k × 32 × 4 B ≈ 26 MB)."""
-    threads: int = 1
-    """fastText threads; 1 gives bit-identical models across runs."""
-    seed: int = 0
-
-
+_DEFAULT = ClassifierConfig()
 _NAN_RETRIES = 3
 """Times training restarts at half the learning rate after fastText diverges to NaN."""
 
@@ -97,32 +79,38 @@ def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def _fit(model_path: str, kwargs: dict[str, Any]) -> None:
-    """``fasttext.train_supervised(**kwargs)``, saved to ``model_path`` (runs in the child process)."""
-    import fasttext
-
-    fasttext.train_supervised(**kwargs).save_model(model_path)
-
-
 def _fit_in_child(model_path: Path, **kwargs: Any) -> None:
-    """Train in a fresh spawned process. fastText's trainer is not isolated from its host process: after
-    numba-compiled dedup kernels had run in the same process, the same seeded single-thread training
-    intermittently hit "Encountered NaN" (reproduced in tests; never in a fresh process). A child also keeps
-    a native crash in fastText from taking the caller down. Cost: one interpreter start (~0.3 s)."""
-    import concurrent.futures
-    import multiprocessing
+    """``fasttext.train_supervised(**kwargs)`` saved to ``model_path``, in a fresh Python process (``python
+    -c``). fastText's trainer is not isolated from its host process: after numba-compiled dedup kernels had
+    run in the same process, the same seeded single-thread training intermittently hit "Encountered NaN"
+    (never in a fresh process); a child also keeps a native crash in fastText from taking the caller down.
+    Not a ``multiprocessing`` child: one started by ``spawn`` re-imports the caller's ``__main__``, which
+    from a script without a ``__main__`` guard runs the script again. A failure raises ``RuntimeError`` with
+    the child's own last line (fastText's ``Encountered NaN.``, a missing file); cost: one interpreter start."""
+    import json
+    import subprocess
+    import sys
 
-    if multiprocessing.current_process().daemon:  # an engine worker may not start children: train here
-        _fit(str(model_path), kwargs)
-        return
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(_fit, str(model_path), kwargs).result()
+    code = (
+        "import json, sys, fasttext; model, kwargs = json.load(sys.stdin); "
+        "fasttext.train_supervised(**kwargs).save_model(model)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps([str(model_path), kwargs]),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}, no message"]
+        raise RuntimeError(f"fastText training failed: {lines[-1]}")
 
 
 def train_classifier(
     train: pa.Table,
     output: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     label_column: str = "label",
@@ -168,10 +156,10 @@ def train_classifier(
                     verbose=0,
                 )
                 break
-            except (
-                RuntimeError
-            ) as exc:  # fastText diverges ("Encountered NaN") when lr is too high for the data
-                if "NaN" not in str(exc) or attempt == _NAN_RETRIES:
+            except RuntimeError as exc:  # fastText diverges ("Encountered NaN") when lr is too high
+                if "NaN" not in str(exc):
+                    raise
+                if attempt == _NAN_RETRIES:
                     raise ConfigError(
                         f"fastText training diverged (NaN) even at lr={lr:g}; lower `lr` or `epoch`"
                     ) from exc
@@ -251,7 +239,7 @@ def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 def score_quality(
     table: pa.Table,
     model_path: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     num_buckets: int | None = None,
@@ -299,7 +287,7 @@ def assign_buckets(scores: pa.Array | pa.ChunkedArray, edges: tuple[float, ...])
 def evaluate_classifier(
     test: pa.Table,
     model_path: str | Path,
-    config: ClassifierConfig = ClassifierConfig(),
+    config: ClassifierConfig = _DEFAULT,
     *,
     text_column: str = "text",
     label_column: str = "label",

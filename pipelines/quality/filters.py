@@ -15,7 +15,7 @@ sum to a job total.
 families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
 ``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
-two callers: ``zephyr filter`` (``cli_filter``) and the pipeline's ``heuristic_filter`` step
+two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
 (``pipelines/steps.HeuristicFilterStep``). Both hold the rules in one config,
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
@@ -500,7 +500,18 @@ def summarize_batch(
 def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[str, Any]:
     """Fold ``summarize_batch`` outputs into the report dict (see the module docstring)."""
     frames = [pl.from_arrow(p) for p in parts if p.num_rows]
-    report: dict[str, Any] = {"version": 1, "sources": {}, "totals": {}}
+    totals: dict[str, Any] = {
+        "rows_in": 0,
+        "bytes_in": 0,
+        "rows_kept": 0,
+        "bytes_kept": 0,
+        "rows_dropped": 0,
+        "rows_quarantined": 0,
+        "dropped_rows_by_reason": {},
+        "dropped_bytes_by_reason": {},
+        "balanced": True,
+    }
+    report: dict[str, Any] = {"version": 1, "sources": {}, "totals": totals}
     if not frames:
         return report
     df = pl.concat(frames, how="diagonal_relaxed")
@@ -521,15 +532,6 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
         sample_map.setdefault((row["source"], row["outcome"]), []).append(
             {"id": row["id"], "text": row["preview"]}
         )
-    totals = {
-        "rows_in": 0,
-        "bytes_in": 0,
-        "rows_kept": 0,
-        "bytes_kept": 0,
-        "rows_quarantined": 0,
-        "dropped_rows_by_reason": {},
-        "dropped_bytes_by_reason": {},
-    }
     for row in counts.iter_rows(named=True):
         src = report["sources"].setdefault(
             row["source"],
@@ -568,7 +570,6 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
     totals["balanced"] = (
         totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
     )
-    report["totals"] = totals
     return report
 
 

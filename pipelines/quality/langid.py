@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import count_reasons, require_extra, text_array
+from zephyr.pipelines.quality._text import count_reasons, text_array
 
-from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.errors import ConfigError, InputError, SchemaError, require
 from zephyr.ops import BatchOutput
 from zephyr.removal import check_added_columns
 
@@ -63,7 +63,7 @@ def load_fasttext_model(path: str | Path) -> Any:
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
-            require_extra("fasttext", "quality", "a fastText model")
+            require("fasttext", "quality", "a fastText model")
             import fasttext
 
             # fasttext.load_model prints a deprecation notice for .ftz files through eprint; bypass it.

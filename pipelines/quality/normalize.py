@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import require_extra, text_array
+from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.config import NormalizeConfig
 
 from zephyr import counters
+from zephyr.errors import require
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def normalize_text(
 
 def _fix_mojibake(texts: pa.Array) -> pa.Array:
     # ftfy has no batch API; run it only where the vectorized hint matches (typically well under 1% of rows).
-    require_extra("ftfy", "quality", "fix_mojibake")
+    require("ftfy", "quality", "fix_mojibake")
     import ftfy
 
     suspicious = pc.fill_null(pc.match_substring_regex(texts, _MOJIBAKE_HINT), False)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality.config import PIIConfig
 
 from zephyr import counters
 from zephyr.removal import check_added_columns
@@ -46,35 +47,10 @@ PII_PATTERNS: dict[str, str] = {
 }
 """RE2 patterns by kind, in application order."""
 
-
-@dataclass(frozen=True)
-class PIIConfig:
-    kinds: tuple[str, ...] = ("email", "ipv6", "ipv4", "phone")
-    """Which kinds to redact (applied in ``PII_PATTERNS`` order)."""
-    placeholders: dict[str, str] = field(
-        default_factory=lambda: {
-            "email": "<EMAIL>",
-            "ipv6": "<IP_ADDRESS>",
-            "ipv4": "<IP_ADDRESS>",
-            "phone": "<PHONE_NUMBER>",
-        }
-    )
-    count_columns: bool = True
-    """Add ``<column_prefix>_<kind>`` int32 columns with the per-row counts."""
-    column_prefix: str = "pii"
-    """Prefix of the count columns (``--output-column``): another one keeps an input's own ``pii_*``."""
-
-    def __post_init__(self) -> None:
-        from zephyr.errors import ConfigError
-
-        unknown = set(self.kinds) - set(PII_PATTERNS)
-        if unknown:
-            raise ConfigError(f"unknown PII kind(s) {sorted(unknown)}; choose from {list(PII_PATTERNS)}")
+_DEFAULT = PIIConfig()
 
 
-def redact_pii_array(
-    texts: pa.Array, config: PIIConfig = PIIConfig()
-) -> tuple[pa.Array, dict[str, pa.Array]]:
+def redact_pii_array(texts: pa.Array, config: PIIConfig = _DEFAULT) -> tuple[pa.Array, dict[str, pa.Array]]:
     """(redacted texts, {kind: per-row int32 counts})."""
     counts: dict[str, pa.Array] = {}
     for kind, pattern in PII_PATTERNS.items():
@@ -87,7 +63,7 @@ def redact_pii_array(
 
 def redact_pii(
     table: pa.Table,
-    config: PIIConfig = PIIConfig(),
+    config: PIIConfig = _DEFAULT,
     *,
     text_column: str = "text",
     replace_columns: bool = False,

@@ -142,9 +142,9 @@ class UrlFilterStep(Step, type="url_filter"):
     """The column holding each document's URL."""
 
     def preflight(self) -> None:
-        from zephyr.pipelines.quality._text import require_extra
+        from zephyr.errors import require
 
-        require_extra("tldextract", "web", "the url_filter step (registered domains)")
+        require("tldextract", "web", "the url_filter step (registered domains)")
         if self.blocklist:
             from zephyr.pipelines.web.urls import load_blocklist
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup.cli import internal_mode, output_of, read_inputs
+from zephyr.dedup.cli import DedupRemoval
 from zephyr.dedup.exact import url_dedup_dataset
 
-from zephyr.cli import build_parser, main
+from zephyr.cli import Inputs, main
 
 from ..explain_plans import explain, listing, plan_stages, planned_jobs, ran_jobs, runs_in_order
 
@@ -41,11 +41,10 @@ def test_url_plan_is_the_plan_the_command_runs(tmp_path, corpus, capsys):
     ran = ran_jobs([*argv, "--output", str(tmp_path / "out")], capsys)
     assert runs_in_order([plans["job 1"], plans["job 2a"]], ran)  # small: groups formed in the driver
     # without execution options url_dedup_dataset is the shuffle path: job 2b's plan
-    args = build_parser().parse_args([*argv, "--output", str(tmp_path / "unused")])
-    lazy = url_dedup_dataset(
-        read_inputs(args), url_column="url", id_column="id", mode=internal_mode(args), priority_column=None
-    )
-    assert plan_stages(output_of(args, lazy).explain()) == plans["job 2b"]
+    removal = DedupRemoval(mode="remove")
+    rows = removal.rows(Inputs([str(corpus)]), "document")
+    lazy = url_dedup_dataset(rows, url_column="url", id_column="id", mode=removal.internal_mode)
+    assert plan_stages(removal.finished(lazy, "document").explain()) == plans["job 2b"]
 
 
 def test_paragraph_exact_is_one_sort_into_one_partition(tmp_path, corpus, capsys):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+from dedup_evaluate import oversized_clusters, pair_scores
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup
-from zephyr.dedup.evaluate import oversized_clusters, pair_scores
 
 pytestmark = pytest.mark.corpus
 

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from dedup_evaluate import reference_jaccard
 from dupes_synthetic import chain, score, templated_source
-from zephyr.dedup.evaluate import reference_jaccard
 
 from zephyr.errors import ConfigError
 

@@ -216,6 +216,23 @@ def test_environment_variables(tmp_path, monkeypatch):
     assert cfg.step("tokenize").step.tokenizer == str(tmp_path / "tok2.json")
 
 
+def test_a_relative_path_from_the_environment_resolves_from_the_current_directory(tmp_path, monkeypatch):
+    """``ZEPHYR_WARC='crawl/*.warc.gz' zephyr run web``: the person typed the path where they stand, so it is
+    read from there; a path the file writes (a ``${VAR:-default}`` default too) from the file's folder."""
+    (tmp_path / "configs").mkdir()
+    raw = _base(tmp_path)
+    raw["steps"][0]["paths"] = ["${PIPE_TEST_IN}"]
+    raw["steps"][4]["tokenizer"] = "${PIPE_TEST_TOK:-tok2.json}"
+    path = tmp_path / "configs" / "p.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    monkeypatch.setenv("PIPE_TEST_IN", "crawl/*.parquet")
+    cfg = load_config(path)
+    assert cfg.step("read").step.paths == [str(tmp_path / "here" / "crawl" / "*.parquet")]
+    assert cfg.step("tokenize").step.tokenizer == str(tmp_path / "configs" / "tok2.json")
+
+
 def test_missing_inputs_are_reported_before_work(tmp_path):
     raw = _base(tmp_path)
     raw["steps"][0]["paths"] = ["in.parquet", "nope/*.parquet", "missing.parquet"]

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.cli import main
-from zephyr.errors import ConfigError
+from zephyr.errors import MissingExtra
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_pipeline_step_without_its_extra_is_refused_before_any_step_runs(
 
     monkeypatch.setitem(sys.modules, module, None)
     config = parse_config({"name": "x", "steps": [{"step": "read", "paths": [str(corpus)]}, step]})
-    with pytest.raises(ConfigError, match=rf"needs {module}: pip install 'zephyr-data\[{extra}\]'"):
+    with pytest.raises(MissingExtra, match=rf"needs {module}: pip install 'zephyr-data\[{extra}\]'"):
         run_pipeline(config, tmp_path / "job", execution={"executor": "inprocess"})
     assert not (tmp_path / "job" / "00-read").exists()
 

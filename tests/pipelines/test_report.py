@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,7 +15,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup.evaluate import reference_jaccard
 from zephyr.pipelines.config import parse_config
 from zephyr.pipelines.examples import (
     EXAMPLES_FILE,
@@ -27,6 +27,9 @@ from zephyr.pipelines.examples import (
 )
 from zephyr.pipelines.report import build_blocks, diff_spans, render_html, render_markdown, write_report
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the scoring rule
+from dedup_evaluate import reference_jaccard  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample" / "sample.parquet"

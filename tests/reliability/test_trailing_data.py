@@ -129,5 +129,5 @@ def test_cli_keeps_the_rows_and_counts_the_tail_once(tmp_path, codec, command):
     run = zephyr_cli(*args, "--output", str(tmp_path / "out2"))
     assert run.returncode == 1
     error = run.stderr.strip().splitlines()[0]
-    assert error.startswith(f"zephyr {command[0]}: error: InputError: {path}: ")
+    assert error.startswith(f"zephyr {' '.join(command)}: error: InputError: {path}: ")
     assert f"from byte {offset:,} of the file" in error and "--on-error quarantine" in error

@@ -57,7 +57,8 @@ def test_explain_tokenize_says_where_the_jobs_run(
     monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
     argv = ["tokenize", str(corpus), "--tokenizer", str(bpe_tokenizer), "--executor", "local"]
     two = explain([*argv, "--workers", "2", "--small-job-bytes", "1"], capsys)
-    assert "local with 2 ≤ DRIVER_MAX_WORKERS 2 workers" in two
+    assert "with 2 local workers (at most 2) the encoder's own threads on every core do more" in two
+    assert "DRIVER_MAX_WORKERS" not in two and "ReadPlan.small" not in two and "hash space" not in two
     forced = explain([*argv, "--workers", "3", "--small-job-bytes", "0"], capsys)
     assert (
         "then: the jobs run on 3 local workers, no more than the tokenize tasks that run at once (3 of the read plan's 6)"

@@ -58,7 +58,7 @@ CASES = {
     "decontaminate": (["decontaminate", "--eval", "EVAL"], {"decontam_shares_13gram"}),
     "dedup exact": (["dedup", "exact", "--mode", "remove"], {"duplicate"}),
     "dedup fuzzy": (["dedup", "fuzzy", "--mode", "remove", "--threshold", "0.7"], {"duplicate"}),
-    "dedup url": (["dedup", "url", "--mode", "remove"], {"duplicate"}),
+    "dedup url": (["dedup", "url", "--mode", "remove"], {"url_duplicate"}),
 }
 
 

@@ -137,6 +137,13 @@ def _argv(command: str, files: dict[str, Path], out: Path) -> list[str]:
         "explain dedup paragraph": [f, *q],
         "explain dedup substring": [f, "--min-bytes", "40", *q],
         "explain filter": [f, *q],
+        "explain normalize": [f, *q],
+        "explain langid": [f, "--languages", "en", *q],
+        "explain pii": [f, *q],
+        "explain decontaminate": [f, "--eval", str(root / "eval.jsonl"), *q],
+        "explain quality score": [f, "--model", str(root / "model.bin"), *q],
+        "explain extract": [str(root / "crawl.warc.gz")],
+        "explain run": [str(root / "pipe.yaml"), "--job-dir", o],
         "explain tokenize": [f, "--tokenizer", str(root / "tokenizer.json"), *q],
     }
     return [*command.split(), *table[command], "--executor", "inprocess", "--json"]

@@ -9,7 +9,8 @@ Contract (format ``"warc"`` of ``zephyr.io.sources``; ``zephyr.read(paths, forma
   with), ``html`` (text), ``html_bytes`` (payload bytes after HTTP content decoding) and ``warc_offset``
   (the byte offset of the record's gzip member, or of the record in an uncompressed file).
 - Records that are not documents are skipped and counted, never quarantined: ``warcinfo``, ``request``,
-  ``metadata``, ``revisit`` … (counter ``warc/skipped_<type>``) and responses whose HTTP status is not 2xx
+  ``metadata``, ``revisit`` … (counter ``warc/skipped_<type>``), responses of another protocol than HTTP
+  (``dns:`` lookups: ``warc/skipped_not_http``) and responses whose HTTP status is not 2xx
   (``warc/skipped_http_status``).
 - Bad records never stop the file: each is quarantined (``zephyr.io.quarantine``, ``line`` = its byte offset)
   and reading resumes at the next record. The kinds: a truncated or corrupt gzip member, a Content-Length
@@ -162,8 +163,10 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
         counters.increment(f"warc/skipped_{kind}")
         return None
     http = rec.http_headers
-    status = http.get_statuscode() if http is not None else None
-    if http is None or not str(status or "").startswith("2"):
+    if http is None:  # a response of another protocol (dns:, whois:, ftp:): no page, and no HTTP status
+        counters.increment("warc/skipped_not_http")
+        return None
+    if not str(http.get_statuscode() or "").startswith("2"):
         counters.increment("warc/skipped_http_status")
         return None
     try:

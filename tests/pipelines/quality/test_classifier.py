@@ -78,6 +78,30 @@ def test_divergence_retries_at_lower_learning_rate(tmp_path, monkeypatch):
         train_classifier(_synthetic(100, 0), tmp_path / "n.bin", ClassifierConfig(epoch=2))
 
 
+def test_training_from_a_script_without_a_main_guard(tmp_path):
+    """The trainer's child process never re-imports the caller's ``__main__``: a plain script (no
+    ``if __name__ == "__main__"``) trains once, and a failure in the child is its own message, not a NaN."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import pyarrow as pa\n"
+        "from zephyr.pipelines.quality.classifier import ClassifierConfig, train_classifier\n"
+        "texts = ['the history of the river and its towns'] * 20 + ['buy cheap pills now click here'] * 20\n"
+        "table = pa.table({'text': texts, 'label': ['hq'] * 20 + ['lq'] * 20})\n"
+        "train_classifier(table, 'm.bin', ClassifierConfig(epoch=2))\n"
+        "print('trained')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["trained"] and (tmp_path / "m.bin").exists()
+    from zephyr.pipelines.quality.classifier import _fit_in_child
+
+    with pytest.raises(RuntimeError, match="fastText training failed: .*missing.txt cannot be opened"):
+        _fit_in_child(tmp_path / "x.bin", input=str(tmp_path / "missing.txt"), epoch=1)
+
+
 @pytest.mark.corpus
 def test_corpus_quality_set(corpus_small, tmp_path):
     model = train_classifier(pq.read_table(corpus_small / "quality" / "train.parquet"), tmp_path / "q.bin")

@@ -148,3 +148,20 @@ def test_pii_decontaminate_and_quality_commands(tmp_path):
     )
     scored = _parts(tmp_path / "scored")
     assert set(scored["quality_bucket"].to_pylist()) == {0, 1}
+
+
+def test_every_pipelines_command_has_its_explain_twin(tmp_path, capsys):
+    """``zephyr explain langid`` (and normalize, pii, decontaminate, quality score, extract, run) prints the
+    plan the command runs and writes nothing."""
+    from zephyr.cli import build_parser
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "text": ["the cat sat on the mat", "das ist ein Haus"]}), path)
+    explain = build_parser(["explain"])._subparsers._group_actions[0].choices["explain"]
+    twins = set(explain._subparsers._group_actions[0].choices)
+    assert {"run", "normalize", "langid", "filter", "quality", "pii", "decontaminate", "extract"} <= twins
+    argv = ["explain", "langid", str(path), "--languages", "en,de", "--executor", "inprocess"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "map_batches(langid) → map_batches(language_filter)" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]

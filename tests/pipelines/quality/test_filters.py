@@ -187,37 +187,41 @@ def test_a_task_budget_slices_the_rules_without_changing_a_verdict():
     assert sliced[0].equals(whole[0]) and sliced[1].equals(whole[1]) and sliced[2] == whole[2]
 
 
+def _filter_options(*flags: str):
+    """The ``FilterOptions`` ``zephyr filter in.parquet --output out FLAGS`` runs with."""
+    from zephyr.pipelines.cli import COMMANDS
+
+    from zephyr.cli import build_parser
+
+    args = build_parser().parse_args(["filter", "in.parquet", "--output", "out", *flags])
+    (command,) = [c for c in COMMANDS if c.words == "filter"]
+    return command.configs(vars(args))["config"]
+
+
 def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them, and the
     CLI and the pipeline stage hold them in the same config (``filter_config.HeuristicFilterConfig``)."""
-    from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.config import DEFAULT_RULES
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
     from zephyr.pipelines.quality.filters import FilterAnnotator, HeuristicFilter
     from zephyr.pipelines.steps import HeuristicFilterStep
 
-    from zephyr.cli import build_parser
-
-    args = build_parser().parse_args(["filter", "in.parquet", "--output", "out"])
+    options = _filter_options()
     assert DEFAULT_RULES == ("gopher", "c4", "fineweb")
-    assert FilterAnnotator().rules == HeuristicFilter().rules == args.rules == ",".join(DEFAULT_RULES)
+    assert FilterAnnotator().rules == HeuristicFilter().rules == options.rules == ",".join(DEFAULT_RULES)
     stage = HeuristicFilterStep()
-    assert stage.filter == _filter_config(args) == HeuristicFilterConfig()
+    assert stage.filter == options.rule_config() == HeuristicFilterConfig()
     assert stage.filter.rules == list(DEFAULT_RULES)
-    assert [f.name for f in build_rule_families(args.rules)] == [
+    assert [f.name for f in build_rule_families(options.rules)] == [
         f.name for f in build_rule_families(stage.filter.rules)
     ]
 
 
 def test_cli_and_stage_refuse_the_same_bad_rules():
-    from zephyr.pipelines.quality.cli_filter import _filter_config
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
 
-    from zephyr.cli import build_parser
-
-    args = build_parser().parse_args(["filter", "in.parquet", "--output", "out", "--rules", "gopher, c5"])
     with pytest.raises(ConfigError, match="^--rules: unknown rule family 'c5'; allowed: c4"):
-        _filter_config(args)
+        _filter_options("--rules", "gopher, c5").rule_config()
     with pytest.raises(ConfigError, match="^rules: unknown rule family 'c5'"):
         HeuristicFilterConfig(["gopher", "c5"])
     with pytest.raises(ConfigError, match="^overrides: "):

@@ -1,6 +1,7 @@
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.pii import PIIConfig, redact_pii
+from zephyr.pipelines.quality.config import PIIConfig
+from zephyr.pipelines.quality.pii import redact_pii
 
 from zephyr.errors import ConfigError
 

@@ -86,6 +86,34 @@ def test_non_documents_are_counted_not_rows(tmp_path):
     assert result.stats["stages"][0]["rows_out"] == 3
 
 
+def test_a_record_that_is_not_an_http_response_has_its_own_skip_reason(tmp_path):
+    """A dns: lookup is a ``response`` record without HTTP: not a page with a bad status. Each record that is
+    no document is counted under its own reason (``warc/skipped_not_http``, ``..._http_status``, its type)."""
+    import io
+
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
+
+    path = tmp_path / "crawl.warc.gz"
+    html = b"<html><body><p>" + b"a page of text " * 20 + b"</p></body></html>"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+
+        def record(uri, kind, payload, status=None, **kw):
+            http = StatusAndHeaders(status, [("Content-Type", "text/html")], protocol="HTTP/1.1")
+            body = io.BytesIO(payload)
+            w.write_record(w.create_warc_record(uri, kind, payload=body, http_headers=status and http, **kw))
+
+        record("http://a.org/", "response", html, "200 OK")
+        record("http://a.org/gone", "response", html, "404 Not Found")
+        record("dns:a.org", "response", b"20260101 a.org. 300 IN A 10.0.0.1", warc_content_type="text/dns")
+        record("http://a.org/x.txt", "resource", b"plain text", warc_content_type="text/plain")
+    result = zephyr.read_warc_records(str(path)).write_parquet(str(tmp_path / "out"), executor="inprocess")
+    counters = result.stats["stages"][0]["counters"]
+    assert counters["warc/skipped_not_http"] == 1 and counters["warc/skipped_http_status"] == 1
+    assert counters["warc/skipped_resource"] == 1 and result.stats["stages"][0]["rows_out"] == 1
+
+
 def test_charsets():
     assert decode_html("naïve".encode("latin-1"), "iso-8859-1")[:2] == ("naïve", "cp1252")
     meta = '<html><head><meta charset="koi8-r"></head><body>привет</body></html>'

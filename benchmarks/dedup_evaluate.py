@@ -22,8 +22,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["pair_scores", "oversized_clusters", "reference_jaccard"]
-
 
 def _cluster_codes(pred: pa.Table, ids: pa.Array) -> np.ndarray:
     """Predicted-cluster code of each id (-1 when the id was not predicted)."""

@@ -1,0 +1,45 @@
+"""The dedup commands as ``zephyr.cli.Command``s: every flag has its help (its field's docstring), every
+command a description, and the flags keep their names."""
+
+from __future__ import annotations
+
+import pytest
+from zephyr.dedup.cli import COMMANDS
+
+from zephyr.cli import build_parser
+from zephyr.flags import field_docs, flag_specs
+
+FLAGS = {
+    "exact": "--level --normalize --dropped-output",
+    "fuzzy": "--threshold --preset --ngram --shingle --normalize --bands --rows-per-band --num-perm --seed "
+    "--no-verify --clusters --signature-device --bucket-links --index --update-index --write-index "
+    "--dropped-output",
+    "url": "--url-column --dropped-output",
+    "paragraph": "--method --normalize --expected --fp-rate --keep-first-in-doc --save-filter --load-filter",
+    "substring": "--min-bytes --min-doc-bytes --anchor-bytes --source-column --top-spans --unit --tokenizer "
+    "--text-column",
+}
+"""Each command's own flags (before the registry), besides the shared ones."""
+SHARED = "--output --overwrite --on-error --mode --unify-schemas --schema --replace-columns --output-column"
+COLUMNS = "--text-column --id-column --priority-column"
+
+
+def test_every_flag_has_help_and_every_command_a_description():
+    assert [c.words for c in COMMANDS] == [
+        f"dedup {k}" for k in ("exact", "fuzzy", "url", "paragraph", "substring")
+    ]
+    for command in COMMANDS:
+        help, description = command.texts()
+        assert help and description.endswith("."), command.words
+        for cls in command.options.values():
+            for spec in flag_specs(cls):
+                assert field_docs(spec.owner).get(spec.field.name), f"{command.words}: {spec.flag}"
+
+
+@pytest.mark.parametrize("kind", list(FLAGS))
+def test_the_flags_keep_their_names(kind):
+    parser = build_parser(["dedup", kind])
+    kinds = parser._subparsers._group_actions[0].choices["dedup"]._subparsers._group_actions[0].choices
+    known = {flag for action in kinds[kind]._actions for flag in action.option_strings}
+    wanted = FLAGS[kind] + " " + SHARED + ("" if kind == "substring" else " " + COLUMNS)
+    assert set(wanted.split()) <= known, set(wanted.split()) - known
