@@ -218,11 +218,6 @@ def test_no_private_names_imported_across_modules() -> None:
     assert not found, "\n".join(found)
 
 
-# Modules of packages whose issue-32 redesign has not merged yet; each package's helper removes its entries.
-_NOT_SWITCHED_ARGPARSE: set[str] = set()
-_NOT_SWITCHED_ALL = ("pipelines/",)
-
-
 def _sources() -> dict[str, str]:
     """Repo-relative path → text of every module of the packages."""
     return {
@@ -236,10 +231,7 @@ def test_argparse_only_in_cli_modules() -> None:
     found = [
         path
         for path, text in _sources().items()
-        if "argparse" in text
-        and not path.endswith("/cli.py")
-        and path != "zephyr/flags.py"
-        and path not in _NOT_SWITCHED_ARGPARSE
+        if "argparse" in text and not path.endswith("/cli.py") and path != "zephyr/flags.py"
     ]
     assert not found, f"argparse outside the CLI modules: {found}"
 
@@ -248,7 +240,7 @@ def test_all_only_in_package_inits() -> None:
     """A package's public surface is its ``__init__``'s ``__all__``; a module inside it declares none."""
     found = []
     for path, text in _sources().items():
-        if path.endswith("__init__.py") or path.startswith(_NOT_SWITCHED_ALL):
+        if path.endswith("__init__.py"):
             continue
         tree = ast.parse(text)
         if any(

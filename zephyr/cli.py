@@ -7,8 +7,7 @@ several commands share are declared once, as the option groups ``Inputs`` (the f
 folder written), ``zephyr.removal.Removal`` (what a removing command does with the rows it removes) and
 ``ExecutionOptions`` (how it runs: accepted by every command after its name, e.g. ``zephyr dedup exact IN
 --output OUT --workers 2``). Each package's ``cli`` module ends in ``COMMANDS = [Command(...), ...]`` (and
-``GROUPS``, the help of its first words); ``COMMAND_MODULES`` lists them. A module without ``COMMANDS``
-registers its parsers itself (``register(subparsers, common)``), until every package declares commands.
+``GROUPS``, the help of its first words); ``COMMAND_MODULES`` lists them.
 
 A command returns a ``zephyr.summary.Summary``; ``main`` times the command and prints it the one way every
 command ends: a table on stderr, or with ``--json`` one JSON object on stdout with the same keys for every
@@ -83,7 +82,6 @@ from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
 
 if TYPE_CHECKING:
-    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 log = logging.getLogger(__name__)
@@ -124,99 +122,6 @@ def _common_parser() -> argparse.ArgumentParser:
     defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
     common.set_defaults(**{**defaults, "executor": None})
     return common
-
-
-def add_schema_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--unify-schemas`` and ``--schema FILE``, for every command that reads input files."""
-    group = parser.add_argument_group("input schema (files that disagree; see docs/engine.md)")
-    group.add_argument(
-        "--unify-schemas",
-        action="store_true",
-        help="promote types that differ between input files (int32+int64 -> int64, int+double -> double)",
-    )
-    group.add_argument(
-        "--schema",
-        metavar="FILE",
-        default=None,
-        help="cast every input file to this schema (a Parquet file, or a JSON/YAML map of column to type)",
-    )
-
-
-def schema_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The reader keywords (``unify_schemas=``, ``schema=``) given by ``add_schema_arguments``' flags."""
-    schema = getattr(args, "schema", None)
-    if schema is not None and getattr(args, "unify_schemas", False):
-        raise ConfigError("give --unify-schemas or --schema FILE, not both")
-    return {"unify_schemas": bool(getattr(args, "unify_schemas", False)), "schema": schema}
-
-
-def add_on_error(parser: argparse.ArgumentParser) -> None:
-    """``--on-error raise|quarantine`` for a command that reads input; read it back as ``args.on_error``.
-
-    One definition for every command, so the hint in bad-input errors (``--on-error quarantine``, see
-    ``zephyr.cli``) is true wherever it is printed.
-    """
-    parser.add_argument(
-        "--on-error",
-        choices=("raise", "quarantine"),
-        default="raise",
-        help="bad input rows (invalid JSON lines, invalid UTF-8): fail naming file and line (raise, the default) "
-        "or set them aside in the quarantine output and go on (quarantine; counted in the stats)",
-    )
-
-
-def add_replace_columns(
-    parser: argparse.ArgumentParser, columns: str, *, default: str, output_help: str
-) -> None:
-    """``--replace-columns`` and ``--output-column NAME`` for a command that adds ``columns`` to the rows; read
-    them back as ``args.replace_columns`` and ``args.output_column`` (``default`` when not given).
-
-    Without either, such a command refuses an input that already has one of them (``zephyr.removal``):
-    replacing a column is a choice a person makes, never a side effect. One definition, so the hint in that
-    error (``--replace-columns``, see ``zephyr.cli``) is true wherever it is printed.
-    """
-    parser.add_argument(
-        "--replace-columns",
-        action="store_true",
-        help=f"replace {columns} when the input already has them (without it: an error, before any work)",
-    )
-    parser.add_argument(
-        "--output-column", default=default, metavar="NAME", help=f"{output_help} (default: {default})"
-    )
-
-
-def add_dropped_output(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--dropped-output DIR`` for a command that drops rows; read it back as ``args.dropped_output``. The
-    command routes its rows with ``zephyr.removal`` when it is given (one definition: the same words and
-    semantics on every command)."""
-    parser.add_argument(
-        "--dropped-output",
-        default=None,
-        metavar="DIR",
-        help=f"also write the {what} to DIR as Parquet, each with its reason in a drop_reason column "
-        "(default: dropped rows are counted, not kept)",
-    )
-
-
-def add_output_dir(parser: argparse.ArgumentParser, help: str = "output directory") -> None:
-    """``--output DIR`` and ``--overwrite`` for a command that writes a directory. ``main`` claims it before the
-    command starts (``zephyr.io.claim``): refused in one line when it is, contains or lies inside an input, when
-    another command holds its lock, or when it holds files zephyr did not write (unless ``--overwrite``); a
-    read-only location or a file in the way is one line naming the path, not a failure after the work."""
-    parser.add_argument("--output", required=True, help=help)
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the output folder's content even when it holds files zephyr did not write (without it: "
-        "an error naming one, before any work); a folder a finished zephyr run wrote is replaced without it",
-    )
-    parser.set_defaults(output_is_dir=True)
-
-
-def execution_options(args: argparse.Namespace) -> ExecutionOptions:
-    """The ``ExecutionOptions`` given by the global flags of a parsed command line. Without ``--executor``, a
-    command's own ``default_executor`` (``parser.set_defaults``) applies, else ``local``."""
-    return _execution(vars(args), getattr(args, "default_executor", "local"), quarantine_dir(args))
 
 
 def quarantine_dir(args: argparse.Namespace) -> str | None:
@@ -275,8 +180,8 @@ def _names_a_path(value: str) -> bool:
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """The ``zephyr`` parser: the engine's ``COMMANDS`` and every module's of ``COMMAND_MODULES`` (or what its
-    ``register(subparsers, common)`` adds), each ``Command`` with its ``explain`` twin when it has ``plans``.
+    """The ``zephyr`` parser: the engine's ``COMMANDS`` and those of every module of ``COMMAND_MODULES``, each
+    ``Command`` with its ``explain`` twin when it has ``plans``.
     Given the command line ``argv``, only the module of its command (``zephyr explain WORD``: of WORD)."""
     words = [a for a in argv or () if not a.startswith("-")][:2]
     word = words[1] if words[:1] == ["explain"] and len(words) > 1 else (words or [None])[0]
@@ -310,17 +215,13 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
     for command in COMMANDS:
         _add_command(actions, common, command, groups)
     explain = subparsers.add_parser("explain", help=_EXPLAIN_HELP, description=_EXPLAIN_DESCRIPTION)
-    explain.commands = actions[("explain",)] = explain.add_subparsers(
-        dest="explain_command", metavar="COMMAND", required=True
-    )
+    actions[("explain",)] = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
     for module in modules:
-        for command in getattr(module, "COMMANDS", []) if module is not modules[0] else []:
+        for command in module.COMMANDS if module is not modules[0] else []:
             _add_command(actions, common, command, groups)
-        for command in getattr(module, "COMMANDS", []):
+        for command in module.COMMANDS:
             if command.plans is not None:
                 _add_command(actions, common, command, groups, explain=True)
-        if not hasattr(module, "COMMANDS"):
-            module.register(subparsers, common)
     return parser
 
 
@@ -749,40 +650,6 @@ COMMANDS = [
     Command("count", count, {"inputs": Inputs}, plans=lambda inputs, execution: inputs.read()),
 ]
 """The engine's commands; every package's ``cli`` module ends in its own ``COMMANDS`` list."""
-
-
-# -- the registration path of the modules not yet declaring ``COMMANDS`` (removed once none is left) ------
-PlanStep = tuple[str, "Dataset | None"]
-"""One step of a multi-job command's printed plan: a job (its title and plan) or a decision between jobs
-(its rule, no plan); ``zephyr.physical.PlannedJob`` is the same pair."""
-
-
-def explained(plan: str, args: argparse.Namespace):
-    """How every ``zephyr explain`` command ends: the plan on stdout (with ``--json``: under the summary's
-    ``details.plan``), a summary of nothing read or written."""
-    from zephyr.summary import Summary
-
-    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
-
-
-def jobs_plan_text(
-    command: str,
-    steps: list[PlanStep],
-    budget: Budget,
-    execution: dict[str, Any],
-    *,
-    then: str = "the budget shares",
-) -> str:
-    """``zephyr.physical.explain_jobs`` (the one printer of a multi-job plan)."""
-    from zephyr.physical import explain_jobs
-
-    return explain_jobs(command, steps, budget, execution, then=then)
-
-
-def explain_commands(subparsers) -> argparse._SubParsersAction:
-    """The ``zephyr explain`` command group, for a package to add the plans of its own commands (``zephyr
-    explain dedup exact``): ``build_parser`` creates it before the packages of ``COMMAND_MODULES`` register."""
-    return subparsers.choices["explain"].commands
 
 
 KEEP_LOGS = 20

@@ -205,12 +205,6 @@ class Removal:
         return summary
 
 
-def check(args: Any, inputs: Any = None) -> None:
-    """``check_dropped_output`` of a parsed command line (the registration path of the modules not yet
-    declaring ``Command``s; removed with it)."""
-    check_dropped_output(args.dropped_output, args.output, args.inputs if inputs is None else inputs)
-
-
 def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
     """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
     inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
