@@ -128,25 +128,13 @@ def normalize(
 
 # -- langid --------------------------------------------------------------------------------------------------
 def _langid(inputs: TextInputs, config: LangIdStep) -> tuple[Dataset, Any]:
-    """The rows with their language columns, and the filter the options ask for (None: keep every row)."""
-    from zephyr.pipelines.quality.langid import (
-        LangIdConfig,
-        LanguageFilter,
-        LanguageIdentifier,
-        ensure_lid_model,
-    )
-
+    """The rows with their language columns (the ``langid`` step's identifier), and the filter the options
+    ask for (None: keep every row)."""
     require("fasttext", "quality", "zephyr langid")
-    model = config.model or str(ensure_lid_model())  # fail fast, before any task starts
-    lang = config.output_column or "lang"
-    score = f"{lang}_score"
-    lid = LangIdConfig(model_path=model, max_chars=config.max_chars, lang_column=lang, score_column=score)
-    ds = inputs.read_text((lang, score), config.replace_columns)
-    identify = LanguageIdentifier(lid, inputs.text_column, config.replace_columns)
+    identify, verdict = config.ops(inputs.text_column, "lang")  # finds the model before any task starts
+    ds = inputs.read_text((verdict.lang_column, verdict.score_column), config.replace_columns)
     ds = ds.map_batches(identify, name="langid")
-    languages = tuple(config.languages) if config.languages else None
-    filtering = languages is not None or config.min_score > 0
-    return ds, LanguageFilter(languages, config.min_score, lang, score) if filtering else None
+    return ds, verdict if config.languages or config.min_score > 0 else None
 
 
 def langid_plan(inputs: TextInputs, config: LangIdStep, **_: Any) -> Dataset:
@@ -234,7 +222,7 @@ class FilterOptions:
 def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
     """The input with every row's first failing rule in the reason column, and the input columns set aside
     around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
-    from zephyr.pipelines.quality.filters import FilterAnnotator, reason_aside
+    from zephyr.pipelines.quality.filters import reason_aside
     from zephyr.pipelines.quality.normalize import Normalize
 
     from zephyr.removal import set_aside
@@ -252,14 +240,7 @@ def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tupl
         from zephyr.pipelines.web.urls import NormalizeUrls
 
         ds = ds.map_batches(NormalizeUrls(config.url_column), name="normalize_urls")
-    annotate = FilterAnnotator(
-        ",".join(rules.rules),
-        rules.overrides,
-        inputs.text_column,
-        config.lang_column or None,
-        rules.default_lang,
-        config.replace_columns,
-    )
+    annotate = rules.annotator(inputs.text_column, config.lang_column or None, config.replace_columns)
     return ds.map_batches(annotate, name="filter"), aside
 
 

@@ -212,8 +212,9 @@ class LangIdStep(Step, type="langid"):
 
         return filter_examples(ctx, super().run(ctx))
 
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+    def ops(self, text_column: str, lang_column: str) -> tuple[Any, Any]:
+        """The identifier and the language filter these settings make, the columns named after
+        ``output_column`` or else ``lang_column``: what the step and ``zephyr langid`` both run."""
         from zephyr.pipelines.quality.langid import (
             LangIdConfig,
             LanguageFilter,
@@ -221,20 +222,25 @@ class LangIdStep(Step, type="langid"):
             ensure_lid_model,
         )
 
-        lang_column, score_column = self.adds(ctx.pipeline)
+        lang = self.output_column or lang_column
         lid = LangIdConfig(
             model_path=self.model or str(ensure_lid_model()),
             max_chars=self.max_chars,
-            lang_column=lang_column,
-            score_column=score_column,
+            lang_column=lang,
+            score_column=f"{lang}_score",
         )
         languages = tuple(self.languages) if self.languages else None
-        verdict = LanguageFilter(languages, self.min_score, lang_column, score_column)
-        identify = LanguageIdentifier(lid, ctx.pipeline.text_column, self.replace_columns)
+        verdict = LanguageFilter(languages, self.min_score, lang, f"{lang}_score")
+        return LanguageIdentifier(lid, text_column, self.replace_columns), verdict
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+
+        identify, verdict = self.ops(ctx.pipeline.text_column, ctx.pipeline.lang_column)
         ds = (
             ctx.read_inputs()
             .map_batches(identify, name=ctx.op("identify"))
-            .map_batches(CountValues("in", (("lang", lang_column),)), name=ctx.op("count_in"))
+            .map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
@@ -280,23 +286,16 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         from zephyr.pipelines.quality.filters import (
             DROP_REASON,
             NULL_TEXT,
-            FilterAnnotator,
             RouteByReason,
             reason_aside,
         )
 
         from zephyr.removal import set_aside
 
-        p, rules = ctx.pipeline, self.filter
         reason = self.output_column or DROP_REASON
         aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
-        annotator = FilterAnnotator(
-            ",".join(rules.rules),
-            rules.overrides,
-            p.text_column,
-            p.lang_column,
-            rules.default_lang,
-            self.replace_columns,
+        annotator = self.filter.annotator(
+            ctx.pipeline.text_column, ctx.pipeline.lang_column, self.replace_columns
         )
         ds = ctx.read_inputs()
         if aside:
