@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import LangIdStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -219,29 +219,25 @@ class FilterOptions:
             raise ConfigError(f"{flag}: {exc.detail}") from None
 
 
-def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
-    """The input with every row's first failing rule in the reason column, and the input columns set aside
-    around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
-    from zephyr.pipelines.quality.filters import reason_aside
-    from zephyr.pipelines.quality.normalize import Normalize
+_FILTER_OPS = {"aside": "set_aside", "annotate": "filter"}
 
-    from zephyr.removal import set_aside
+
+def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
+    """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
+    step annotates it, and the input columns set aside around the filter (restored by the routes)."""
+    from zephyr.pipelines.quality.normalize import Normalize
 
     rules = config.rule_config()  # checks the rules before any work
     if "url" in rules.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
-    aside = reason_aside(config.output_column)
-    if aside:
-        ds = ds.map_batches(set_aside(aside), name="set_aside")
     if config.normalize:
         ds = ds.map_batches(Normalize(text_column=inputs.text_column), name="normalize")
-    if "url" in rules.overrides:
-        from zephyr.pipelines.web.urls import NormalizeUrls
-
-        ds = ds.map_batches(NormalizeUrls(config.url_column), name="normalize_urls")
-    annotate = rules.annotator(inputs.text_column, config.lang_column or None, config.replace_columns)
-    return ds.map_batches(annotate, name="filter"), aside
+    step = HeuristicFilterStep(
+        rules, replace_columns=config.replace_columns, output_column=config.output_column
+    )
+    lang = config.lang_column or None
+    return step.annotate(ds, inputs.text_column, lang, lambda op: _FILTER_OPS.get(op, op))
 
 
 def _routes(

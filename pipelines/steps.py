@@ -267,7 +267,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
-        return (self.output_column or "drop_reason",)
+        return (self.reason,)
 
     def preflight(self) -> None:
         if "url" in self.filter.rules:
@@ -280,26 +280,41 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             }  # replaced, so gone from the kept rows
         return origin
 
-    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
-        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-        from zephyr.pipelines.quality.filters import (
-            DROP_REASON,
-            NULL_TEXT,
-            RouteByReason,
-            reason_aside,
-        )
+    @property
+    def reason(self) -> str:
+        """The reason column of the dropped rows."""
+        return self.output_column or "drop_reason"
+
+    def annotate(
+        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str]
+    ) -> tuple[Dataset, tuple[str, ...]]:
+        """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
+        around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
+        ``RouteByReason``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
+        annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
+        from zephyr.pipelines.quality.filters import reason_aside
 
         from zephyr.removal import set_aside
 
-        reason = self.output_column or DROP_REASON
-        aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
-        annotator = self.filter.annotator(
-            ctx.pipeline.text_column, ctx.pipeline.lang_column, self.replace_columns
-        )
-        ds = ctx.read_inputs()
+        aside = reason_aside(self.reason)  # the data's own drop_reason passes unchanged
         if aside:
-            ds = ds.map_batches(set_aside(aside), name=ctx.op("aside"))
+            ds = ds.map_batches(set_aside(aside), name=op("aside"))
+        if "url" in self.filter.rules:
+            from zephyr.pipelines.web.urls import NormalizeUrls
+
+            url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
+            ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
+        annotator = self.filter.annotator(text_column, lang_column, self.replace_columns)
+        return ds.map_batches(annotator, name=op("annotate")), aside
+
+    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
+        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT, RouteByReason
+
+        reason = self.reason
+        p = ctx.pipeline
+        annotated, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
 
         def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
             examples = filter_collector(
@@ -311,7 +326,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
                 RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
             )
 
-        return ds.map_batches(annotator, name=ctx.op("annotate")), routes
+        return annotated, routes
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import filter_examples
