@@ -944,16 +944,7 @@ class TokenizeStep(Step, type="tokenize"):
                 trained.documents,
                 tokenizer,
             )
-        result = write_token_shards(
-            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
-            tokenizer=str(tokenizer),
-            output=str(ctx.step_dir / "shards"),
-            text_column=p.text_column,
-            id_column=p.id_column,
-            source_column=p.source_column,
-            **self.shards.writer_kwargs(),
-            **ctx.engine(),
-        )
+        result = write_token_shards(**self._writer(ctx, str(tokenizer)), **ctx.engine())
         manifest = result.manifest
         extra.update(
             tokenizer=str(tokenizer),
@@ -967,22 +958,27 @@ class TokenizeStep(Step, type="tokenize"):
         )
         return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
 
+    def _writer(self, ctx: StepContext, tokenizer: str) -> dict[str, Any]:
+        """The token writer's arguments (``zephyr.tokenize.writer``) but the engine's: what ``run`` writes
+        and ``plans`` prints."""
+        p = ctx.pipeline
+        columns = {"text_column": p.text_column, "id_column": p.id_column, "source_column": p.source_column}
+        ds = ctx.read_inputs(list(columns.values()))
+        output = str(ctx.step_dir / "shards")
+        return {
+            "data": ds,
+            "tokenizer": tokenizer,
+            "output": output,
+            **columns,
+            **self.shards.writer_kwargs(),
+        }
+
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.tokenize.writer import plans
 
         if not self.tokenizer:
             return [("a byte-level BPE is trained on the step input first; the token jobs follow", None)]
-        p = ctx.pipeline
-        return plans(
-            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
-            tokenizer=self.tokenizer,
-            output=str(ctx.step_dir / "shards"),
-            text_column=p.text_column,
-            id_column=p.id_column,
-            source_column=p.source_column,
-            **self.shards.writer_kwargs(),
-            **ctx.execution,
-        )
+        return plans(**self._writer(ctx, self.tokenizer), **ctx.execution)
 
     def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
         """A tokenize step keeps every document: the shards must hold as many as came in."""
