@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import LangIdStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -91,12 +91,14 @@ class Dropped:
 
 
 def _stats(output: str, data: dict[str, Any]) -> str:
-    """Write ``OUTPUT.zephyr/stats.json`` and return its path."""
+    """Write ``OUTPUT.zephyr/stats.json`` (format version 1) and return its path."""
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
 
     path = stats_path(output)
-    text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    text = (
+        json.dumps({"version": 1, **data}, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    )
     write_bytes_atomic(path, text.encode())
     return path
 
@@ -106,6 +108,22 @@ def _one_job(result: Any, output: str, stats: str, **fields: Any) -> Summary:
     from zephyr.summary import from_stages
 
     return from_stages(result.stats.get("stages", []), output=output, stats=stats, **fields)
+
+
+def _removing(
+    ds: Dataset, op: Any, name: str, out: str, aside: str | None, opts: dict, data: dict, **fields: Any
+) -> Summary:
+    """Run a removing command's ``op`` (None: keep every row) over ``ds``: its kept rows to ``out`` in one job,
+    or with ``--dropped-output`` (``aside``) the kept and dropped rows routed by its ``reasons``
+    (``zephyr.removal.write_routed``); then ``stats.json`` (``data`` and the job's stats) and the summary."""
+    from zephyr.removal import keep_all, write_routed
+
+    if not aside:
+        result = (ds if op is None else ds.map_batches(op, name=name)).write_parquet(out, **opts)
+        return _one_job(result, out, _stats(out, {**data, "job": result.stats}), **fields)
+    routed = write_routed(ds, keep_all if op is None else op.reasons, out, aside, opts)
+    stats = _stats(out, {**data, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
+    return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
 
 
 # -- normalize -----------------------------------------------------------------------------------------------
@@ -122,31 +140,19 @@ def normalize(
 ) -> Summary:
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
     result = normalize_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    stats = _stats(output.output, {"version": 1, "job": result.stats})
+    stats = _stats(output.output, {"job": result.stats})
     return _one_job(result, output.output, stats, next=f"zephyr langid {output.output} --output OUT")
 
 
 # -- langid --------------------------------------------------------------------------------------------------
 def _langid(inputs: TextInputs, config: LangIdStep) -> tuple[Dataset, Any]:
-    """The rows with their language columns, and the filter the options ask for (None: keep every row)."""
-    from zephyr.pipelines.quality.langid import (
-        LangIdConfig,
-        LanguageFilter,
-        LanguageIdentifier,
-        ensure_lid_model,
-    )
-
+    """The rows with their language columns (the ``langid`` step's identifier), and the filter the options
+    ask for (None: keep every row)."""
     require("fasttext", "quality", "zephyr langid")
-    model = config.model or str(ensure_lid_model())  # fail fast, before any task starts
-    lang = config.output_column or "lang"
-    score = f"{lang}_score"
-    lid = LangIdConfig(model_path=model, max_chars=config.max_chars, lang_column=lang, score_column=score)
-    ds = inputs.read_text((lang, score), config.replace_columns)
-    identify = LanguageIdentifier(lid, inputs.text_column, config.replace_columns)
+    identify, verdict = config.ops(inputs.text_column, "lang")  # finds the model before any task starts
+    ds = inputs.read_text((verdict.lang_column, verdict.score_column), config.replace_columns)
     ds = ds.map_batches(identify, name="langid")
-    languages = tuple(config.languages) if config.languages else None
-    filtering = languages is not None or config.min_score > 0
-    return ds, LanguageFilter(languages, config.min_score, lang, score) if filtering else None
+    return ds, verdict if config.languages or config.min_score > 0 else None
 
 
 def langid_plan(inputs: TextInputs, config: LangIdStep, **_: Any) -> Dataset:
@@ -158,19 +164,14 @@ def langid(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: LangIdStep, dropped: Dropped
 ) -> Summary:
     """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
-    from zephyr.removal import check_dropped_output, keep_all, write_routed
+    from zephyr.removal import check_dropped_output
 
-    out, kwargs, aside = output.output, execution.as_kwargs(), dropped.dropped_output
+    out, aside = output.output, dropped.dropped_output
     if aside:
         check_dropped_output(aside, out, inputs.inputs)
-    next = f"zephyr filter {out} --output OUT"
-    if not aside:
-        result = langid_plan(inputs, config).write_parquet(out, **kwargs)
-        return _one_job(result, out, _stats(out, {"version": 1, "job": result.stats}), next=next)
     ds, verdict = _langid(inputs, config)
-    routed = write_routed(ds, verdict.reasons if verdict else keep_all, out, aside, kwargs)
-    stats = _stats(out, {"version": 1, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
-    return routed.summary(output=out, stats=stats, dropped_output=aside, next=next)
+    next = f"zephyr filter {out} --output OUT"
+    return _removing(ds, verdict, "language_filter", out, aside, execution.as_kwargs(), {}, next=next)
 
 
 # -- filter --------------------------------------------------------------------------------------------------
@@ -231,36 +232,25 @@ class FilterOptions:
             raise ConfigError(f"{flag}: {exc.detail}") from None
 
 
-def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
-    """The input with every row's first failing rule in the reason column, and the input columns set aside
-    around the filter (with ``--output-column``, an input's own ``drop_reason``, restored by the routes)."""
-    from zephyr.pipelines.quality.filters import FilterAnnotator, reason_aside
-    from zephyr.pipelines.quality.normalize import Normalize
+_FILTER_OPS = {"aside": "set_aside", "annotate": "filter"}
 
-    from zephyr.removal import set_aside
+
+def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
+    """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
+    step annotates it, and the input columns set aside around the filter (restored by the routes)."""
+    from zephyr.pipelines.quality.normalize import Normalize
 
     rules = config.rule_config()  # checks the rules before any work
     if "url" in rules.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
-    aside = reason_aside(config.output_column)
-    if aside:
-        ds = ds.map_batches(set_aside(aside), name="set_aside")
     if config.normalize:
         ds = ds.map_batches(Normalize(text_column=inputs.text_column), name="normalize")
-    if "url" in rules.overrides:
-        from zephyr.pipelines.web.urls import NormalizeUrls
-
-        ds = ds.map_batches(NormalizeUrls(config.url_column), name="normalize_urls")
-    annotate = FilterAnnotator(
-        ",".join(rules.rules),
-        rules.overrides,
-        inputs.text_column,
-        config.lang_column or None,
-        rules.default_lang,
-        config.replace_columns,
+    step = HeuristicFilterStep(
+        rules, replace_columns=config.replace_columns, output_column=config.output_column
     )
-    return ds.map_batches(annotate, name="filter"), aside
+    lang = config.lang_column or None
+    return step.annotate(ds, inputs.text_column, lang, lambda op: _FILTER_OPS.get(op, op))
 
 
 def _routes(
@@ -365,7 +355,7 @@ def heuristic_filter(
 
     dropped_output = config.dropped_output or dropped_dir(out)
     # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
-    stats = {"version": 1, "rules": config.rules, **totals, "dropped_output": dropped_output}
+    stats = {"rules": config.rules, **totals, "dropped_output": dropped_output}
     stats_file = _stats(out, {**stats, "engine": engine, **job_stats.summarize(jobs)})
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
@@ -516,7 +506,7 @@ def quality_score(
                 result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
         finally:
             remove_folder(scratch)
-    data = {"version": 1, "bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)}
+    data = {"bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)}
     summary = _one_job(result, out, _stats(out, data), details={"bucket_edges": list(edges)})
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
     if first:
@@ -539,7 +529,7 @@ def pii(
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
     result = pii_plan(inputs, config, columns).write_parquet(output.output, **execution.as_kwargs())
     counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    stats = _stats(output.output, {"version": 1, "pii_counts": counts, "job": result.stats})
+    stats = _stats(output.output, {"pii_counts": counts, "job": result.stats})
     return _one_job(result, output.output, stats, details={"pii_counts": counts})
 
 
@@ -591,33 +581,22 @@ def decontaminate(
     from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
 
     from zephyr.io.layout import side_path
-    from zephyr.removal import write_routed
 
-    out, opts, aside = output.output, execution.as_kwargs(), removal.dropped_output
+    out, aside = output.output, removal.dropped_output
     removal.check(inputs.inputs, out)
     index_path = Path(side_path(out, "eval-ngrams.npz"))  # read by the tasks: in the sidecar
     step, ds = _decontaminate(inputs, removal, str(index_path))  # checks the inputs before the index is built
     index_path.parent.mkdir(parents=True, exist_ok=True)
     index = build_eval_index(read_eval_texts(sets.eval, sets.eval_column), n=sets.n)
     index.save(index_path)
-    if aside:
-        routed = write_routed(ds, step.reasons, out, aside, opts)
-        result = routed.kept or routed.verdict
-    else:
-        result = ds.map_batches(step, name="decontaminate").write_parquet(out, **opts)
     eval_stats = {
         "eval_items": index.items,
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
-    extra = {"dropped_output": aside} if aside else {}
-    stats = _stats(out, {"version": 1, **eval_stats, "job": result.stats, **extra})
-    fields = dict(
-        next=f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/", details=eval_stats
-    )
-    if aside:
-        return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
-    return _one_job(result, out, stats, **fields)
+    next = f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/"
+    opts = execution.as_kwargs()
+    return _removing(ds, step, "decontaminate", out, aside, opts, eval_stats, next=next, details=eval_stats)
 
 
 # -- extract -------------------------------------------------------------------------------------------------
@@ -675,9 +654,7 @@ def extract(
     summary["quarantine_files"] = [
         f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])
     ]
-    stats = _stats(
-        output.output, {"version": 1, "extractor": config.extractor, **summary, "engine": result.stats}
-    )
+    stats = _stats(output.output, {"extractor": config.extractor, **summary, "engine": result.stats})
     return Summary(
         rows_in=summary["records_in"],
         rows_kept=summary["rows_kept"],

@@ -65,7 +65,8 @@ class ReportPaths:
 
 
 # A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
-# | (DEDUP or FILTER, step name, examples payload). Texts, headers and cells are inline Markdown (values from
+# | ("cards", title, example rows) | ("pair", kept row, removed row); a step's (DEDUP or FILTER, step name,
+# examples payload) becomes those (_example_blocks). Texts, headers and cells are inline Markdown (values from
 # data or config through md_text/md_code); an image's path and alt are plain strings.
 Block = tuple
 
@@ -108,7 +109,9 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             blocks.append(("h", 2, title))
         for s in records:
             blocks += STEPS[s["type"]].report(s, plots)
-    return blocks
+    return [
+        b for block in blocks for b in (_example_blocks(*block) if block[0] in (DEDUP, FILTER) else [block])
+    ]
 
 
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
@@ -390,63 +393,72 @@ def _card(title: str, row: dict[str, Any], body: str | None = None) -> str:
     return f'<div class="doc">{_head(title, row)}<div class="body">{before}{body}{after}</div></div>'
 
 
-def _dedup_html(step: str, payload: dict[str, Any]) -> list[str]:
+def _example_blocks(kind: str, step: str, payload: dict[str, Any]) -> list[Block]:
+    """A step's examples (``zephyr.pipelines.examples``) as report blocks: ``("cards", title, rows)`` (document
+    boxes; Markdown: one line each) and ``("pair", kept, removed)`` (a dedup pair; HTML: side by side with
+    the differing words marked, Markdown: the differing runs listed)."""
+    if kind == FILTER:
+        kept = payload.get("kept", [])
+        shown = f" ({len(kept)} shown, picked by a fixed hash of their ids):" if kept else ": none."
+        blocks: list[Block] = [
+            ("h", 3, f"Examples: {md_code(step)}"),
+            ("p", "Kept" + shown),
+            ("cards", "kept", kept),
+        ]
+        dropped = sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0]))
+        for reason, entry in dropped:
+            blocks.append(("p", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):"))
+            blocks.append(("cards", "dropped", entry.get("examples", [])))
+        return blocks if dropped else [*blocks, ("p", "Nothing dropped.")]
     clusters = payload.get("clusters", [])
     if not clusters:
-        return [f"<p>Examples from <code>{html.escape(step)}</code>: no clusters, nothing was removed.</p>"]
-    out = [
-        f"<p>Examples from <code>{html.escape(step)}</code> ({len(clusters)} clusters, picked by a fixed hash "
-        f"of their ids). Jaccard on {html.escape(payload.get('shingles', ''))} after "
-        f"<code>{html.escape(payload.get('normalize', ''))}</code> normalization, as the step measures it; "
-        '<mark class="kept">kept-only</mark> and <mark class="removed">removed-only</mark> words highlighted.</p>'
+        return [("p", f"Examples from {md_code(step)}: no clusters, nothing was removed.")]
+    blocks = [
+        (
+            "p",
+            f"Examples from {md_code(step)} ({len(clusters)} clusters, picked by a fixed hash of their ids). "
+            f"Jaccard on {md_text(payload.get('shingles', ''))} after {md_code(payload.get('normalize', ''))} "
+            "normalization, as the step measures it; the words that differ are shown for each pair.",
+        )
     ]
     for c in clusters:
-        kept, removed = c.get("kept"), c["removed"]
         jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
-        out.append(
-            f"<p><b>Cluster <code>{html.escape(str(c['cluster']))}</code></b>: {c.get('size') or '?'} documents; "
-            f"Jaccard(kept, removed) = <b>{jaccard}</b></p>"
-        )
-        if kept is None:
-            out.append(
-                f'<div class="pair"><div class="doc"><div class="body muted">The kept document is in the '
-                f"signature index of an earlier run.</div></div>{_card('removed', removed)}</div>"
+        size = md_text(c.get("size") or "?")
+        blocks.append(
+            (
+                "p",
+                f"**Cluster {md_code(c['cluster'])}**: {size} documents; Jaccard(kept, removed) = **{jaccard}**",
             )
-            continue
-        left, right = diff_spans(kept["text"], removed["text"])
-        if not any(differs for _, differs in left + right):
-            out.append(
-                '<p class="muted">The excerpts are identical (the texts may differ in case or spacing, '
-                "which normalization removes).</p>"
-            )
-        out.append(
-            f'<div class="pair">{_card("kept", kept, _marked(left, "kept"))}'
-            f"{_card('removed', removed, _marked(right, 'removed'))}</div>"
         )
-    return out
+        blocks.append(("pair", c.get("kept"), c["removed"]))
+    return blocks
 
 
-def _filter_html(step: str, payload: dict[str, Any]) -> list[str]:
-    out = [f"<h3>Examples: <code>{html.escape(step)}</code></h3>"]
-    kept = payload.get("kept", [])
-    out.append(f"<p>Kept ({len(kept)} shown, picked by a fixed hash of their ids):</p>")
-    out.append(
-        '<div class="cards">' + "".join(_card("kept", r) for r in kept) + "</div>" if kept else "<p>none.</p>"
+def _pair_html(kept: dict[str, Any] | None, removed: dict[str, Any]) -> str:
+    if kept is None:
+        return (
+            '<div class="pair"><div class="doc"><div class="body muted">The kept document is in the signature '
+            f"index of an earlier run.</div></div>{_card('removed', removed)}</div>"
+        )
+    left, right = diff_spans(kept["text"], removed["text"])
+    same = not any(differs for _, differs in left + right)
+    note = '<p class="muted">The excerpts are identical (the texts may differ in case or spacing, which '
+    note = note + "normalization removes).</p>" if same else ""
+    pair = (
+        f"{_card('kept', kept, _marked(left, 'kept'))}{_card('removed', removed, _marked(right, 'removed'))}"
     )
-    dropped = sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0]))
-    if not dropped:
-        out.append("<p>Nothing dropped.</p>")
-    for reason, entry in dropped:
-        rows = entry.get("examples", [])
-        out.append(f"<p>Dropped by <code>{html.escape(reason)}</code> ({entry['rows']:,} rows):</p>")
-        out.append('<div class="cards">' + "".join(_card("dropped", r) for r in rows) + "</div>")
-    return out
+    return f'{note}<div class="pair">{pair}</div>'
 
 
-def _examples_html(block: tuple) -> str:
-    """One example block (``(kind, step, payload)``) as HTML."""
-    kind, step, payload = block
-    return "\n".join(_dedup_html(step, payload) if kind == DEDUP else _filter_html(step, payload))
+def _pair_markdown(kept: dict[str, Any] | None, removed: dict[str, Any]) -> list[str]:
+    lines = [f"- kept {md_code(kept['id']) if kept else 'an earlier run'}, removed {md_code(removed['id'])}"]
+    if kept is not None:
+        left, right = diff_spans(kept["text"], removed["text"])
+        changes = [
+            f"{_snippet(a, 80)} → {_snippet(b, 80)}" for (a, da), (b, db) in zip(left, right) if da or db
+        ]
+        lines += [f"  - {c}" for c in changes[:3]] or ["  - identical excerpts (after normalization)"]
+    return [*lines, ""]
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
@@ -458,39 +470,6 @@ def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
 
 def _row_md(title: str, row: dict[str, Any]) -> str:
     return f"- {title} {md_code(row['id'])} ({md_text(', '.join(_details(row)))}): {_snippet(row['text'])}"
-
-
-def _examples_markdown(block: tuple) -> list[str]:
-    """One example block as Markdown lines (differences listed as text: Markdown has no highlighting)."""
-    kind, step, payload = block
-    if kind == DEDUP:
-        clusters = payload.get("clusters", [])
-        if not clusters:
-            return [f"Examples from {md_code(step)}: no clusters, nothing was removed.", ""]
-        lines = [f"Examples from {md_code(step)} (Jaccard on {md_text(payload.get('shingles'))}):", ""]
-        for c in clusters:
-            kept, removed = c.get("kept"), c["removed"]
-            jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
-            lines.append(
-                f"- cluster {md_code(c['cluster'])} ({md_text(c.get('size') or '?')} documents), Jaccard "
-                f"{jaccard}: kept {md_code(kept['id']) if kept else 'an earlier run'}, removed "
-                f"{md_code(removed['id'])}"
-            )
-            if kept is not None:
-                left, right = diff_spans(kept["text"], removed["text"])
-                changes = [
-                    f"{_snippet(a, 80)} → {_snippet(b, 80)}"
-                    for (a, da), (b, db) in zip(left, right)
-                    if da or db
-                ][:3]
-                lines += [f"  - {c}" for c in changes] or ["  - identical excerpts (after normalization)"]
-        return [*lines, ""]
-    lines = [f"### Examples: {md_code(step)}", ""]
-    lines += [_row_md("kept", r) for r in payload.get("kept", [])]
-    for reason, entry in sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0])):
-        lines += ["", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):", ""]
-        lines += [_row_md("dropped", r) for r in entry.get("examples", [])]
-    return [*lines, ""]
 
 
 # -- rendering -------------------------------------------------------------------------------------------
@@ -510,8 +489,10 @@ def render_markdown(blocks: list[Block]) -> str:
             lines.append("")
         elif kind == "img":
             lines += [f"![{md_text(block[2])}]({quote(block[1])})", ""]
-        elif kind in (DEDUP, FILTER):
-            lines += _examples_markdown(block)
+        elif kind == "cards":
+            lines += [*(_row_md(block[1], row) for row in block[2]), ""] if block[2] else []
+        elif kind == "pair":
+            lines += _pair_markdown(block[1], block[2])
     return "\n".join(lines)
 
 
@@ -551,8 +532,10 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif kind == "img":
             body.append(_inline_image(base / block[1], block[2]))
-        elif kind in (DEDUP, FILTER):
-            body.append(_examples_html(block))
+        elif kind == "cards" and block[2]:
+            body.append('<div class="cards">' + "".join(_card(block[1], row) for row in block[2]) + "</div>")
+        elif kind == "pair":
+            body.append(_pair_html(block[1], block[2]))
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"

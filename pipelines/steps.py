@@ -212,8 +212,9 @@ class LangIdStep(Step, type="langid"):
 
         return filter_examples(ctx, super().run(ctx))
 
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+    def ops(self, text_column: str, lang_column: str) -> tuple[Any, Any]:
+        """The identifier and the language filter these settings make, the columns named after
+        ``output_column`` or else ``lang_column``: what the step and ``zephyr langid`` both run."""
         from zephyr.pipelines.quality.langid import (
             LangIdConfig,
             LanguageFilter,
@@ -221,20 +222,25 @@ class LangIdStep(Step, type="langid"):
             ensure_lid_model,
         )
 
-        lang_column, score_column = self.adds(ctx.pipeline)
+        lang = self.output_column or lang_column
         lid = LangIdConfig(
             model_path=self.model or str(ensure_lid_model()),
             max_chars=self.max_chars,
-            lang_column=lang_column,
-            score_column=score_column,
+            lang_column=lang,
+            score_column=f"{lang}_score",
         )
         languages = tuple(self.languages) if self.languages else None
-        verdict = LanguageFilter(languages, self.min_score, lang_column, score_column)
-        identify = LanguageIdentifier(lid, ctx.pipeline.text_column, self.replace_columns)
+        verdict = LanguageFilter(languages, self.min_score, lang, f"{lang}_score")
+        return LanguageIdentifier(lid, text_column, self.replace_columns), verdict
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+
+        identify, verdict = self.ops(ctx.pipeline.text_column, ctx.pipeline.lang_column)
         ds = (
             ctx.read_inputs()
             .map_batches(identify, name=ctx.op("identify"))
-            .map_batches(CountValues("in", (("lang", lang_column),)), name=ctx.op("count_in"))
+            .map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
@@ -261,7 +267,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
-        return (self.output_column or "drop_reason",)
+        return (self.reason,)
 
     def preflight(self) -> None:
         if "url" in self.filter.rules:
@@ -274,33 +280,41 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             }  # replaced, so gone from the kept rows
         return origin
 
-    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
-        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-        from zephyr.pipelines.quality.filters import (
-            DROP_REASON,
-            NULL_TEXT,
-            FilterAnnotator,
-            RouteByReason,
-            reason_aside,
-        )
+    @property
+    def reason(self) -> str:
+        """The reason column of the dropped rows."""
+        return self.output_column or "drop_reason"
+
+    def annotate(
+        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str]
+    ) -> tuple[Dataset, tuple[str, ...]]:
+        """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
+        around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
+        ``RouteByReason``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
+        annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
+        from zephyr.pipelines.quality.filters import reason_aside
 
         from zephyr.removal import set_aside
 
-        p, rules = ctx.pipeline, self.filter
-        reason = self.output_column or DROP_REASON
-        aside = reason_aside(reason)  # the data's own drop_reason passes unchanged
-        annotator = FilterAnnotator(
-            ",".join(rules.rules),
-            rules.overrides,
-            p.text_column,
-            p.lang_column,
-            rules.default_lang,
-            self.replace_columns,
-        )
-        ds = ctx.read_inputs()
+        aside = reason_aside(self.reason)  # the data's own drop_reason passes unchanged
         if aside:
-            ds = ds.map_batches(set_aside(aside), name=ctx.op("aside"))
+            ds = ds.map_batches(set_aside(aside), name=op("aside"))
+        if "url" in self.filter.rules:
+            from zephyr.pipelines.web.urls import NormalizeUrls
+
+            url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
+            ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
+        annotator = self.filter.annotator(text_column, lang_column, self.replace_columns)
+        return ds.map_batches(annotator, name=op("annotate")), aside
+
+    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
+        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT, RouteByReason
+
+        reason = self.reason
+        p = ctx.pipeline
+        annotated, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
 
         def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
             examples = filter_collector(
@@ -312,7 +326,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
                 RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
             )
 
-        return ds.map_batches(annotator, name=ctx.op("annotate")), routes
+        return annotated, routes
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import filter_examples
@@ -930,16 +944,7 @@ class TokenizeStep(Step, type="tokenize"):
                 trained.documents,
                 tokenizer,
             )
-        result = write_token_shards(
-            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
-            tokenizer=str(tokenizer),
-            output=str(ctx.step_dir / "shards"),
-            text_column=p.text_column,
-            id_column=p.id_column,
-            source_column=p.source_column,
-            **self.shards.writer_kwargs(),
-            **ctx.engine(),
-        )
+        result = write_token_shards(**self._writer(ctx, str(tokenizer)), **ctx.engine())
         manifest = result.manifest
         extra.update(
             tokenizer=str(tokenizer),
@@ -953,22 +958,27 @@ class TokenizeStep(Step, type="tokenize"):
         )
         return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
 
+    def _writer(self, ctx: StepContext, tokenizer: str) -> dict[str, Any]:
+        """The token writer's arguments (``zephyr.tokenize.writer``) but the engine's: what ``run`` writes
+        and ``plans`` prints."""
+        p = ctx.pipeline
+        columns = {"text_column": p.text_column, "id_column": p.id_column, "source_column": p.source_column}
+        ds = ctx.read_inputs(list(columns.values()))
+        output = str(ctx.step_dir / "shards")
+        return {
+            "data": ds,
+            "tokenizer": tokenizer,
+            "output": output,
+            **columns,
+            **self.shards.writer_kwargs(),
+        }
+
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.tokenize.writer import plans
 
         if not self.tokenizer:
             return [("a byte-level BPE is trained on the step input first; the token jobs follow", None)]
-        p = ctx.pipeline
-        return plans(
-            ctx.read_inputs([p.text_column, p.id_column, p.source_column]),
-            tokenizer=self.tokenizer,
-            output=str(ctx.step_dir / "shards"),
-            text_column=p.text_column,
-            id_column=p.id_column,
-            source_column=p.source_column,
-            **self.shards.writer_kwargs(),
-            **ctx.execution,
-        )
+        return plans(**self._writer(ctx, self.tokenizer), **ctx.execution)
 
     def account(self, name: str, outcome: StepOutcome, input_rows: int | None) -> dict[str, Any]:
         """A tokenize step keeps every document: the shards must hold as many as came in."""

@@ -129,6 +129,35 @@ def test_filter_command_with_url_rules(tmp_path):
     assert [(r["url"], r["domain"]) for r in kept] == [("https://docs.example.net/a?ref=1", "example.net")]
 
 
+def test_heuristic_filter_step_normalizes_urls_as_the_filter_command(tmp_path):
+    """The ``heuristic_filter`` step with the url rules runs ``zephyr filter``'s annotate path: URLs are
+    normalized (and ``domain`` added) before the rules, so both keep the same rows with the same URLs."""
+    import yaml
+    from zephyr.pipelines.config import load_config
+    from zephyr.pipelines.runner import run_pipeline
+
+    rows = [
+        {"id": "1", "text": "a", "url": "HTTP://Shop.Example-Ads.com:80/?utm_source=x"},
+        {"id": "2", "text": "b", "url": "https://Docs.Example.net/a?ref=1&utm_term=t#x"},
+        {"id": "3", "text": "c", "url": "nope"},
+    ]
+    _parquet(tmp_path / "in.parquet", rows)
+    step = {
+        "step": "heuristic_filter",
+        "rules": ["url"],
+        "overrides": {"url": {"blocklist": str(EXAMPLE_BLOCKLIST)}},
+    }
+    config = {"name": "t", "steps": [{"step": "read", "paths": ["in.parquet"]}, step]}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
+    result = run_pipeline(
+        load_config(tmp_path / "p.yaml"), tmp_path / "job", execution={"executor": "inprocess"}, report=False
+    )
+    record = result.step("heuristic_filter")
+    assert record["dropped_by_reason"] == {"url_blocked_domain": 1, "url_invalid": 1}
+    kept = pq.read_table(record["files"]).to_pylist()
+    assert [(r["url"], r["domain"]) for r in kept] == [("https://docs.example.net/a?ref=1", "example.net")]
+
+
 def test_url_blocklist_without_url_rules_is_refused(tmp_path, capsys):
     src = _parquet(tmp_path / "in.parquet", [{"id": "1", "text": "a", "url": "http://a.com/"}])
     args = ["filter", src, "--output", str(tmp_path / "o"), "--rules", "c4", "--url-blocklist", "x.txt"]
