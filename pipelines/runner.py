@@ -431,6 +431,22 @@ def _skipped_record(
     return None
 
 
+def _expect(display: Any, entry: StepEntry, ctx: StepContext, execution: dict[str, Any]) -> None:
+    """Announce to the step's bar, when one is drawn, the bytes its planned jobs (``Step.plans``: what ``run``
+    executes) will read, so that the one bar covers every job of the step from the start."""
+    from zephyr import progress
+    from zephyr.physical import planned_bytes
+
+    if isinstance(display, progress.Quiet):
+        return
+    try:
+        display.expect(planned_bytes(entry.step.plans(ctx), execution))
+    except Exception as exc:  # noqa: BLE001 - the step reports its own errors; the bar grows without a plan
+        log.info(
+            "%s: the progress bar's total grows as the jobs start (no planned total: %s)", entry.name, exc
+        )
+
+
 def _run_step(
     run: _Run, position: int, index: int, entry: StepEntry, step_dir: Path, fingerprint: str, *, fresh: bool
 ) -> dict[str, Any]:
@@ -452,7 +468,8 @@ def _run_step(
     )
     began = time.perf_counter()
     label = f"[{position}/{run.total}] {entry.name}"  # one progress line per step, left when it ends
-    with job_stats.recording() as jobs, progress.command(label, run.execution.get("progress")):
+    with job_stats.recording() as jobs, progress.command(label, run.execution.get("progress")) as display:
+        _expect(display, entry, ctx, run.execution)
         outcome = entry.step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
     seconds = time.perf_counter() - began
     record = {
