@@ -384,13 +384,7 @@ def connected_components_dataset(
     edges = edges.materialize(**kw)
     labels = (
         edges.map_batches(
-            lambda t: pa.table(
-                {
-                    NODE: pa.concat_arrays([_arr(t["u"]), _arr(t["v"])]),
-                    LABEL: pa.concat_arrays([_arr(pc.min_element_wise(t["u"], t["v"]))] * 2),
-                }
-            ),
-            name="dedup.cc.init",
+            lambda t: _hook(t.append_column("lu", t["u"]).append_column("lv", t["v"])), name="dedup.cc.init"
         )
         .group_by(NODE)
         .agg(**{LABEL: (LABEL, "min")})
@@ -426,35 +420,24 @@ _PAIR_BYTES = 16
 
 
 class RowsIn:
-    """The rows whose ``column`` value is in ``keys`` (not in it, with ``keep=False``), with ``rename``
-    applied to the column names."""
+    """The rows whose ``column`` value is in ``keys`` (not in it, with ``keep=False``; every row when ``keys``
+    is None), with ``rename`` applied to the column names."""
 
     def __init__(
-        self, column: str, keys: pa.Array, rename: dict[str, str] | None = None, *, keep: bool = True
+        self, column: str, keys: pa.Array | None, rename: dict[str, str] | None = None, *, keep: bool = True
     ):
         self.column, self.keys, self.rename, self.keep = column, keys, rename or {}, keep
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        inside = pc.is_in(table[self.column], value_set=self.keys)
-        table = table.filter(inside if self.keep else pc.invert(inside))
-        return Renamed(self.rename)(table)
+        if self.keys is not None:
+            inside = pc.is_in(table[self.column], value_set=self.keys)
+            table = table.filter(inside if self.keep else pc.invert(inside))
+        return table.rename_columns([self.rename.get(c, c) for c in table.column_names])
 
 
-class Renamed:
-    """The table with the columns in ``names`` renamed."""
-
-    def __init__(self, names: dict[str, str]):
-        self.names = names
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.rename_columns([self.names.get(c, c) for c in table.column_names])
-
-
-class WithSim:
+def _with_sim(table: pa.Table) -> pa.Table:
     """Unverified pairs as (u, v, sim = null): the shape of verified ones."""
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
+    return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
 
 
 def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
@@ -473,6 +456,15 @@ def _joined(a: Shingles, b: Shingles) -> Shingles:
     )
 
 
+def _row_sims(table: pa.Table) -> np.ndarray:
+    """The Jaccard of each row's two sets (``shingles_u``, ``shingles_v``)."""
+    m = table.num_rows
+    if not m:
+        return np.zeros(0)
+    both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
+    return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
+
+
 class _VerifySetPairs:
     """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach the Jaccard threshold."""
 
@@ -480,13 +472,7 @@ class _VerifySetPairs:
         self.config = config
 
     def __call__(self, table: pa.Table) -> pa.Table:
-
-        m = table.num_rows
-        if not m:
-            return similar_pairs(table, np.zeros(0), self.config.threshold)
-        both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-        sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
-        return similar_pairs(table, sims, self.config.threshold)
+        return similar_pairs(table, _row_sims(table), self.config.threshold)
 
 
 class _VerifyHotPairs:
@@ -538,26 +524,14 @@ class _VerifyHotPairs:
         return similar_pairs(pairs, sims, self.config.threshold)
 
 
-class _FanAbove:
-    """The (v, n) rows with n above ``limit``."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.filter(pc.greater(table["n"], self.limit))
+def _fan_above(table: pa.Table) -> pa.Table:
+    """The (v, n) rows with n above ``_HOT_FAN``."""
+    return table.filter(pc.greater(table["n"], _HOT_FAN))
 
 
-class _PairSims:
+def _pair_sims(table: pa.Table) -> pa.Table:
     """(position, sim) of every pair (position, u, v, shingles_u, shingles_v): the true Jaccard, none dropped."""
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        m = table.num_rows
-        sims = np.zeros(0)
-        if m:
-            both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-            sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
-        return pa.table({"position": table["position"], "sim": pa.array(sims, pa.float64())})
+    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
 
 
 @dataclass(frozen=True)
@@ -587,7 +561,7 @@ class PairSimilarity:
             zephyr.from_arrow(pairs)
             .join(side("u", u), on="u")
             .join(side("v", v), on="v")
-            .map_batches(_PairSims(), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .map_batches(_pair_sims, batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
             .to_arrow(**self.kw)
         )
         sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
@@ -628,10 +602,8 @@ def verify_on_engine(
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def side(name: str, keys: pa.Array | None, source: Dataset = sets, key: str = ROW) -> Dataset:
-        rename = Renamed({key: name, "shingles": f"shingles_{name}"})
-        if keys is None:
-            return source.map_batches(rename, name=f"dedup.fuzzy.sets_{name}")
-        return source.map_batches(RowsIn(key, keys, rename.names), name=f"dedup.fuzzy.sets_{name}")
+        rename = {key: name, "shingles": f"shingles_{name}"}
+        return source.map_batches(RowsIn(key, keys, rename), name=f"dedup.fuzzy.sets_{name}")
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
         return None if table is None else pc.unique(table[end].combine_chunks())
@@ -690,13 +662,10 @@ def _hot_rows(
     (the rest stay cold: correct, only slower), and how many pairs they end."""
     if pairs is not None:
         counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
-        fan = _FanAbove(_HOT_FAN)(pa.table({"v": counts[0], "n": counts[1]}))
+        fan = _fan_above(pa.table({"v": counts[0], "n": counts[1]}))
     else:
         fan = (
-            edges.group_by("v")
-            .count("n")
-            .map_batches(_FanAbove(_HOT_FAN), name="dedup.fuzzy.hot_rows")
-            .to_arrow(**kw)
+            edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
         )
     cap = max(1, Budget(budget).broadcast_bytes // per_set)
     if fan.num_rows > cap:
@@ -971,21 +940,20 @@ def verify_and_cluster(
         nodes = len(pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks)))
         set_rows = written.stats["stages"][-1]["rows_out"]
         graph_set_bytes = set_bytes * nodes // max(1, set_rows)  # the verified graph's share of the sets
-        if index is not None or graph_set_bytes <= Budget(budget).driver_set_bytes:
-            node_info = graph_in_driver(
-                collect_sets, pairs, config, id_column, priority_column, kw, info, index
-            )
-            return node_info, None
-        info["sets_in_driver"] = False
-        key_names = [ROW, *(c for c in (id_column, priority_column) if c is not None)]
-        key_rows = zephyr.read_parquet(written.files, columns=key_names)
+        collect, measure = collect_sets, None
+        if index is None and graph_set_bytes > Budget(budget).driver_set_bytes:
+            info["sets_in_driver"] = False
+            key_names = [ROW, *(c for c in (id_column, priority_column) if c is not None)]
+            key_rows = zephyr.read_parquet(written.files, columns=key_names)
 
-        def collect_keys(keys: pa.Array) -> pa.Table:
-            return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(**kw)
+            def collect(keys: pa.Array) -> pa.Table:  # the endpoints' keys, without their sets
+                return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(
+                    **kw
+                )
 
-        measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
+            measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
         node_info = graph_in_driver(
-            collect_keys, pairs, config, id_column, priority_column, kw, info, index, measure
+            collect, pairs, config, id_column, priority_column, kw, info, index, measure
         )
         return node_info, None
     _check_engine_clusters(count, graph_limit, config, index)
@@ -1024,7 +992,7 @@ def _verified_graph(
         )
         info.update(figures)
     else:
-        parts = [edges.map_batches(WithSim(), name="dedup.fuzzy.unverified")]
+        parts = [edges.map_batches(_with_sim, name="dedup.fuzzy.unverified")]
     files = [
         f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
     ]

@@ -19,9 +19,8 @@ the columns and counters every dedup method shares.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -164,20 +163,6 @@ class _BucketPairs:
         return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
 
 
-@contextlib.contextmanager
-def _with_index_bands(
-    band_rows: Dataset, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
-) -> Iterator[Dataset]:
-    """``band_rows`` plus the index's band rows: the new rows' are written to ``scratch`` first, so that one
-    Parquet read of both (same schema) feeds the bucket shuffle."""
-    if index is None or not index.docs:
-        yield band_rows
-        return
-
-    new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
-    yield zephyr.read_parquet([*new, *index.band_files()])
-
-
 def fuzzy_dedup_dataset(
     ds: Dataset,
     config: FuzzyDedupConfig | None = None,
@@ -257,10 +242,13 @@ def fuzzy_dedup_dataset(
 def _candidate_pairs(
     band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
 ) -> Dataset:
-    """The distinct candidate pairs (u, v), materialized: band rows (the index's too) grouped by (band,
-    band hash), each bucket's members paired by ``_BucketPairs``."""
-    with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
-        return _pairs_of(band_rows, config).materialize(**kw)
+    """The distinct candidate pairs (u, v), materialized: band rows grouped by (band, band hash), each
+    bucket's members paired by ``_BucketPairs``. With an index, this run's band rows are written to
+    ``scratch`` first, so that one Parquet read of them and the index's (same schema) feeds the shuffle."""
+    if index is not None and index.docs:
+        new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+        band_rows = zephyr.read_parquet([*new, *index.band_files()])
+    return _pairs_of(band_rows, config).materialize(**kw)
 
 
 def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
