@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -576,17 +576,29 @@ def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Tab
     return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
 
 
+@dataclass(frozen=True)
+class FuzzyRun:
+    """What the graph functions of one fuzzy dedup share: its config, the columns it reads, the engine
+    options, the figures it records as it goes (``info``: ``driver_rows`` given), the index it reads and its
+    scratch folder."""
+
+    config: FuzzyDedupConfig
+    text_column: str = "text"
+    id_column: str | None = "id"
+    priority_column: str | None = None
+    kw: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    index: IndexInfo | None = None
+    scratch: str = ""
+
+    @property
+    def key_names(self) -> list[str]:
+        """ROW and the id and priority columns there are: what keep order needs of a row."""
+        return [ROW, *(c for c in (self.id_column, self.priority_column) if c is not None)]
+
+
 def verify_on_engine(
-    edges: Dataset,
-    pairs: pa.Table | None,
-    sets: Dataset,
-    set_rows: int,
-    set_bytes: int,
-    driver_rows: int,
-    budget_bytes: int,
-    config: FuzzyDedupConfig,
-    index: IndexInfo | None,
-    kw: dict[str, Any],
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, budget_bytes: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
     """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
     the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
@@ -596,7 +608,7 @@ def verify_on_engine(
     with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
     ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
     reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
-
+    config, index, kw, set_bytes = run.config, run.index, run.kw, run.info["set_bytes"]
     sets = sets.select(ROW, "shingles")
     hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
@@ -634,7 +646,7 @@ def verify_on_engine(
         cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
     else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
         cold = cold.materialize(**kw)
-        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= driver_rows else None
+        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= run.info["driver_rows"] else None
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
     cold_u = cold.join(side("u", ends(cold_pairs, "u")), on="u").materialize(**kw)
@@ -695,12 +707,7 @@ def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[st
 def graph_in_driver(
     collect_sets: Callable[[pa.Array], pa.Table],
     pairs: pa.Table,
-    config: FuzzyDedupConfig,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    index: IndexInfo | None = None,
+    run: FuzzyRun,
     measure_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
@@ -710,6 +717,13 @@ def graph_in_driver(
     With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
     gives the endpoints' keys without their sets, and the pairs the refinement rounds propose are measured by
     ``measure_rows`` (row-number pairs → Jaccard; ``PairSimilarity``: on the engine)."""
+    config, info, index, id_column, priority_column = (
+        run.config,
+        run.info,
+        run.index,
+        run.id_column,
+        run.priority_column,
+    )
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = collect_sets(new_nodes)
@@ -720,9 +734,7 @@ def graph_in_driver(
         )
     indexed, anchor = 0, np.zeros(0, dtype=np.int64)
     if len(new_nodes) < len(nodes):
-        found, anchor = _indexed_sets(
-            index, nodes.filter(pc.less(nodes, 0)), sets.schema, id_column, priority_column, kw
-        )
+        found, anchor = _indexed_sets(run, nodes.filter(pc.less(nodes, 0)), sets.schema)
         sets, indexed = pa.concat_tables([found, sets]), found.num_rows
     keys = sets.drop_columns(["shingles"]) if "shingles" in sets.column_names else sets
     index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
@@ -805,20 +817,15 @@ def _keep_order(
     return node_of_pos, pos_of_node
 
 
-def _indexed_sets(
-    index: IndexInfo,
-    keys: pa.Array,
-    like: pa.Schema,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-) -> tuple[pa.Table, np.ndarray]:
+def _indexed_sets(run: FuzzyRun, keys: pa.Array, like: pa.Schema) -> tuple[pa.Table, np.ndarray]:
     """The node-set rows (``like``'s schema) of the indexed documents in ``keys`` and of the documents their
     removed ones were removed for, with each one's anchor (the key of the document kept for it; its own
     key when kept). ROW is the (negative) key, the id the indexed one cast to this input's id type, the
     priority null (indexed rows rank first)."""
     from zephyr.dedup.index import KEY
 
+    index, kw, id_column, priority_column = run.index, run.kw, run.id_column, run.priority_column
+    assert index is not None
     found = index.node_sets(keys, kw)
     missing = pc.filter(found["anchor"], pc.invert(pc.is_in(found["anchor"], value_set=found[KEY])))
     if len(missing):  # a second filtered pass: the kept documents of removed ones, when not yet found
@@ -881,17 +888,7 @@ class NodeSets:
 
 
 def verify_and_cluster(
-    rows: Dataset,
-    edges: Dataset,
-    candidates: int,
-    config: FuzzyDedupConfig,
-    text_column: str,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    index: IndexInfo | None,
-    scratch: str,
+    rows: Dataset, edges: Dataset, candidates: int, run: FuzzyRun
 ) -> tuple[pa.Table | None, Dataset | None]:
     """Verify and cluster the candidate pairs: (node info for ``Attach``, None) when the verified graph is
     clustered in the driver, (None, labels) when by engine rounds.
@@ -900,6 +897,7 @@ def verify_and_cluster(
     sixteenth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
     path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
     engine (``verify_on_engine``) and only the verified graph comes to the driver."""
+    config, kw, info, index = run.config, run.kw, run.info, run.index
     budget = memory_budget_bytes(kw)
     new_nodes: pa.Array | None = None
     pairs: pa.Table | None = None
@@ -911,8 +909,9 @@ def verify_and_cluster(
         nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     written = rows.map_batches(
-        NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
-    ).write_parquet(f"{scratch}/sets", **kw)
+        NodeSets(new_nodes, config, run.text_column, run.id_column, run.priority_column),
+        name="dedup.fuzzy.node_sets",
+    ).write_parquet(f"{run.scratch}/sets", **kw)
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
 
@@ -927,8 +926,8 @@ def verify_and_cluster(
     in_memory = pairs is not None and (not config.verify or set_bytes <= Budget(budget).driver_set_bytes)
     info["in_memory"] = in_memory
     if in_memory:
-        return graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index), None
-    verified = _verified_graph(edges, pairs, sets, written, budget, config, index, kw, info, scratch)
+        return graph_in_driver(collect_sets, pairs, run), None
+    verified = _verified_graph(edges, pairs, sets, written, budget, run)
     count = info["verified_pairs"]
     graph_limit = Budget(budget).driver_graph_edges
     if not count:
@@ -943,8 +942,7 @@ def verify_and_cluster(
         collect, measure = collect_sets, None
         if index is None and graph_set_bytes > Budget(budget).driver_set_bytes:
             info["sets_in_driver"] = False
-            key_names = [ROW, *(c for c in (id_column, priority_column) if c is not None)]
-            key_rows = zephyr.read_parquet(written.files, columns=key_names)
+            key_rows = zephyr.read_parquet(written.files, columns=run.key_names)
 
             def collect(keys: pa.Array) -> pa.Table:  # the endpoints' keys, without their sets
                 return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(
@@ -952,49 +950,28 @@ def verify_and_cluster(
                 )
 
             measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
-        node_info = graph_in_driver(
-            collect, pairs, config, id_column, priority_column, kw, info, index, measure
-        )
-        return node_info, None
+        return graph_in_driver(collect, pairs, run, measure), None
     _check_engine_clusters(count, graph_limit, config, index)
-    return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)
+    return None, _components_on_engine(rows, verified, run).materialize(**kw)
 
 
 def _verified_graph(
-    edges: Dataset,
-    pairs: pa.Table | None,
-    sets: Dataset,
-    written: Any,
-    budget: int,
-    config: FuzzyDedupConfig,
-    index: IndexInfo | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    scratch: str,
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, written: Any, budget: int, run: FuzzyRun
 ) -> Dataset | None:
     """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
     verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
     ``verified_pairs`` and the engine verification's figures in ``info``."""
-
-    if config.verify:
+    kw, info = run.kw, run.info
+    if run.config.verify:
         set_rows = written.stats["stages"][-1]["rows_out"]
-        parts, figures = verify_on_engine(
-            edges,
-            pairs,
-            sets,
-            set_rows,
-            info["set_bytes"],
-            info["driver_rows"],
-            budget,
-            config,
-            index,
-            kw,
-        )
+        parts, figures = verify_on_engine(edges, pairs, sets, set_rows, budget, run)
         info.update(figures)
     else:
         parts = [edges.map_batches(_with_sim, name="dedup.fuzzy.unverified")]
     files = [
-        f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
+        f
+        for i, part in enumerate(parts)
+        for f in part.write_parquet(f"{run.scratch}/verified-{i}", **kw).files
     ]
     verified = zephyr.read_parquet(files) if files else None
     info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
@@ -1019,13 +996,11 @@ def _check_engine_clusters(
         )
 
 
-def _components_on_engine(
-    rows: Dataset, verified: Dataset, id_column: str | None, priority_column: str | None, kw: dict[str, Any]
-) -> Dataset:
+def _components_on_engine(rows: Dataset, verified: Dataset, run: FuzzyRun) -> Dataset:
     """(ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver."""
-
+    kw, id_column, priority_column = run.kw, run.id_column, run.priority_column
     labels = connected_components_dataset(verified.select("u", "v"), execution=kw)
-    keys = rows.select(ROW, *[c for c in (id_column, priority_column) if c is not None])
+    keys = rows.select(*run.key_names)
     members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members").join(
         keys, on=ROW
     )

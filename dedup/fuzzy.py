@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._graph import NodeSets, graph_in_driver, verify_and_cluster
+from zephyr.dedup._graph import FuzzyRun, NodeSets, graph_in_driver, verify_and_cluster
 from zephyr.dedup._hashing import Shingles, unique_sets
 from zephyr.dedup._minhash import BUCKET_LINKS, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
@@ -114,7 +114,8 @@ def fuzzy_dedup(
         def collect_sets(keys: pa.Array) -> pa.Table:  # NodeSets' rows, from the shingles made above
             return node_sets.filter(pc.is_in(node_sets[ROW], value_set=keys))
 
-        node_info = graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
+        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index)
+        node_info = graph_in_driver(collect_sets, pairs, run)
     info["rejected_pairs"] = info["candidate_pairs"] - info["verified_pairs"] if config.verify else 0
     return table_result(table, node_info, text_column, id_column, mode, info)
 
@@ -230,9 +231,8 @@ def fuzzy_dedup_dataset(
         if index is not None:
             info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
         logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
-        node_info, labels_ds = verify_and_cluster(
-            rows, edges, candidates, config, text_column, id_column, priority_column, kw, info, index, scratch
-        )
+        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index, scratch)
+        node_info, labels_ds = verify_and_cluster(rows, edges, candidates, run)
     info["rejected_pairs"] = candidates - info["verified_pairs"] if config.verify else 0
     if stats is not None:
         stats.update(info)
