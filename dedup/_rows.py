@@ -231,6 +231,22 @@ class Attach:
         return table
 
 
+def attached(rows: Dataset, node_info: pa.Table | None, id_column: str | None, finish: Finish, method: str):
+    """A method's output when its clusters formed in the driver: the cluster columns of ``node_info`` looked
+    up by row number (``Attach``), then ``finish``."""
+    attach = Attach(node_info, id_column)
+    return rows.map_batches(attach, name=f"dedup.{method}.attach").map_batches(
+        finish, name=f"dedup.{method}.finish"
+    )
+
+
+def joined(rows: Dataset, keepers: Dataset, on: str | list[str], finish: Finish, method: str) -> Dataset:
+    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``, each row's
+    keep marked (``mark_keep``), then ``finish``."""
+    out = rows.join(keepers, on=on, how="left").map_batches(mark_keep, name=f"dedup.{method}.keep")
+    return out.map_batches(finish, name=f"dedup.{method}.finish")
+
+
 def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
     """(ROW, CLUSTER, SIZE, KEEP, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
     in ``rows`` of row i's kept row (rows in keep order or not)."""

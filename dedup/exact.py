@@ -88,19 +88,19 @@ from zephyr.dedup._rows import (
     H0,
     H1,
     ROW,
-    Attach,
     DedupResult,
     Finish,
     StripRowNumbers,
     as_table,
+    attached,
     cluster_node_info,
     driver_row_limit,
     execution_kwargs,
     group_keepers,
     has_column,
+    joined,
     keep_ranks,
     key_columns,
-    mark_keep,
     numbered,
     require_column,
     table_result,
@@ -423,10 +423,7 @@ class ExactJobPlans:
 
     def attached(self, node_info: pa.Table | None) -> Dataset:
         """The output when groups formed in the driver: the cluster columns attached by row number."""
-        attach = Attach(node_info, self.id_column)
-        return self.rows.map_batches(attach, name="dedup.exact.attach").map_batches(
-            self.finish, name="dedup.exact.finish"
-        )
+        return attached(self.rows, node_info, self.id_column, self.finish, "exact")
 
 
 def _exact_job_plans(
@@ -450,10 +447,8 @@ def _exact_job_plans(
     members_ds = hashed.select(*keys).map_batches(
         lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
     )
-    groups = group_keepers(members_ds, [H0, H1], id_column, priority_column)
-    joined = hashed.join(groups, on=[H0, H1], how="left")
-    shuffle_path = joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
-        finish, name="dedup.exact.finish"
+    shuffle_path = joined(
+        hashed, group_keepers(members_ds, [H0, H1], id_column, priority_column), [H0, H1], finish, "exact"
     )
     return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
 
