@@ -57,6 +57,8 @@ H0, H1 = "__dedup_h0", "__dedup_h1"
 """The two 64-bit halves of a document's exact hash."""
 CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
 """A row's cluster (its kept row's id), the cluster's size, whether the row is kept, its kept row's number."""
+URL_KEY = "__dedup_url_key"
+"""URL dedup's key: the normalized URL, the text exact dedup hashes (``exact.url_dedup_dataset``)."""
 HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
 DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
 """The columns every dedup method adds in ``annotate`` mode."""
@@ -191,8 +193,9 @@ class Finish:
 
 
 class StripRowNumbers:
-    """The user's view of a dedup output made with ``row_numbers=True``: the row-number columns dropped, and
-    in ``remove`` mode the removed rows and the dup columns too (counted as dropped, with ``reason``)."""
+    """The user's view of a dedup output made with ``row_numbers=True`` (or of URL dedup's): the row-number
+    columns (and URL dedup's key) dropped, and in ``remove`` mode the removed rows and the dup columns too
+    (counted as dropped, with ``reason``)."""
 
     def __init__(self, mode: str, reason: str = "duplicate"):
         check_mode(mode)
@@ -201,7 +204,7 @@ class StripRowNumbers:
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
 
-        table = table.drop_columns([c for c in (ROW, KEEPER) if c in table.column_names])
+        table = table.drop_columns([c for c in (ROW, KEEPER, URL_KEY) if c in table.column_names])
         if self.mode == "annotate" or "dup_keep" not in table.column_names:
             return table
         keep = table["dup_keep"]
