@@ -470,13 +470,7 @@ def fuzzy(
         keys = {**_keys(columns, removal), "mode": "annotate" if indexing else removal.internal_mode}
         graph: dict[str, Any] = {}
         out = fuzzy_dedup_dataset(
-            rows,
-            config,
-            **keys,
-            execution=kwargs,
-            stats=graph,
-            index=opened,
-            row_numbers=indexing,
+            rows, config, **keys, execution=kwargs, stats=graph, index=opened, row_numbers=indexing
         )
         strip = StripRowNumbers(removal.internal_mode)
         result, routed = _write(
