@@ -1,12 +1,12 @@
 """zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters.
 
 One path per method, two ways in: the Dataset functions (``exact_dedup_dataset``, ``fuzzy_dedup_dataset``,
-``paragraph_dedup_dataset``, ``url_dedup_dataset``, ``substring_dedup_dataset``) append the method's ops to
-a ``zephyr.Dataset``; the table functions (``exact_dedup``, ``fuzzy_dedup``, ``paragraph_dedup``,
-``bloom_paragraph_dedup``) run the same kernels on one in-memory ``pyarrow.Table``, no engine. Each
-Dataset function's ``*_plans`` twin lists the engine jobs it runs (what ``zephyr explain dedup`` prints).
-An on-disk index (``open_index``, ``write_generation``) lets a later corpus be deduped against an earlier
-one.
+``paragraph_dedup_dataset``, ``bloom_paragraph_dedup_dataset``, ``url_dedup_dataset``,
+``substring_dedup_dataset``) append the method's ops to a ``zephyr.Dataset``; the table functions
+(``exact_dedup``, ``fuzzy_dedup``, ``paragraph_dedup``, ``bloom_paragraph_dedup``) run the same kernels on
+one in-memory ``pyarrow.Table``, no engine. Each Dataset function's ``*_plans`` twin lists the engine jobs
+it runs (what ``zephyr explain dedup`` prints). An on-disk index (``open_index``, ``write_generation``) lets
+a later corpus be deduped against an earlier one.
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
 
@@ -39,6 +39,7 @@ _LAZY = {
     "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
     "fuzzy_plans": "zephyr.dedup.fuzzy",
     "bloom_paragraph_dedup": "zephyr.dedup.bloom",
+    "bloom_paragraph_dedup_dataset": "zephyr.dedup.bloom",
     "substring_dedup_dataset": "zephyr.dedup.substring",
     "substring_plans": "zephyr.dedup.substring",
     "open_index": "zephyr.dedup.index",

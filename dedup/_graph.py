@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -384,13 +384,7 @@ def connected_components_dataset(
     edges = edges.materialize(**kw)
     labels = (
         edges.map_batches(
-            lambda t: pa.table(
-                {
-                    NODE: pa.concat_arrays([_arr(t["u"]), _arr(t["v"])]),
-                    LABEL: pa.concat_arrays([_arr(pc.min_element_wise(t["u"], t["v"]))] * 2),
-                }
-            ),
-            name="dedup.cc.init",
+            lambda t: _hook(t.append_column("lu", t["u"]).append_column("lv", t["v"])), name="dedup.cc.init"
         )
         .group_by(NODE)
         .agg(**{LABEL: (LABEL, "min")})
@@ -426,35 +420,24 @@ _PAIR_BYTES = 16
 
 
 class RowsIn:
-    """The rows whose ``column`` value is in ``keys`` (not in it, with ``keep=False``), with ``rename``
-    applied to the column names."""
+    """The rows whose ``column`` value is in ``keys`` (not in it, with ``keep=False``; every row when ``keys``
+    is None), with ``rename`` applied to the column names."""
 
     def __init__(
-        self, column: str, keys: pa.Array, rename: dict[str, str] | None = None, *, keep: bool = True
+        self, column: str, keys: pa.Array | None, rename: dict[str, str] | None = None, *, keep: bool = True
     ):
         self.column, self.keys, self.rename, self.keep = column, keys, rename or {}, keep
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        inside = pc.is_in(table[self.column], value_set=self.keys)
-        table = table.filter(inside if self.keep else pc.invert(inside))
-        return Renamed(self.rename)(table)
+        if self.keys is not None:
+            inside = pc.is_in(table[self.column], value_set=self.keys)
+            table = table.filter(inside if self.keep else pc.invert(inside))
+        return table.rename_columns([self.rename.get(c, c) for c in table.column_names])
 
 
-class Renamed:
-    """The table with the columns in ``names`` renamed."""
-
-    def __init__(self, names: dict[str, str]):
-        self.names = names
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.rename_columns([self.names.get(c, c) for c in table.column_names])
-
-
-class WithSim:
+def _with_sim(table: pa.Table) -> pa.Table:
     """Unverified pairs as (u, v, sim = null): the shape of verified ones."""
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
+    return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
 
 
 def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
@@ -473,6 +456,15 @@ def _joined(a: Shingles, b: Shingles) -> Shingles:
     )
 
 
+def _row_sims(table: pa.Table) -> np.ndarray:
+    """The Jaccard of each row's two sets (``shingles_u``, ``shingles_v``)."""
+    m = table.num_rows
+    if not m:
+        return np.zeros(0)
+    both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
+    return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
+
+
 class _VerifySetPairs:
     """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach the Jaccard threshold."""
 
@@ -480,13 +472,7 @@ class _VerifySetPairs:
         self.config = config
 
     def __call__(self, table: pa.Table) -> pa.Table:
-
-        m = table.num_rows
-        if not m:
-            return similar_pairs(table, np.zeros(0), self.config.threshold)
-        both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-        sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
-        return similar_pairs(table, sims, self.config.threshold)
+        return similar_pairs(table, _row_sims(table), self.config.threshold)
 
 
 class _VerifyHotPairs:
@@ -538,26 +524,14 @@ class _VerifyHotPairs:
         return similar_pairs(pairs, sims, self.config.threshold)
 
 
-class _FanAbove:
-    """The (v, n) rows with n above ``limit``."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        return table.filter(pc.greater(table["n"], self.limit))
+def _fan_above(table: pa.Table) -> pa.Table:
+    """The (v, n) rows with n above ``_HOT_FAN``."""
+    return table.filter(pc.greater(table["n"], _HOT_FAN))
 
 
-class _PairSims:
+def _pair_sims(table: pa.Table) -> pa.Table:
     """(position, sim) of every pair (position, u, v, shingles_u, shingles_v): the true Jaccard, none dropped."""
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        m = table.num_rows
-        sims = np.zeros(0)
-        if m:
-            both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-            sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
-        return pa.table({"position": table["position"], "sim": pa.array(sims, pa.float64())})
+    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
 
 
 @dataclass(frozen=True)
@@ -587,7 +561,7 @@ class PairSimilarity:
             zephyr.from_arrow(pairs)
             .join(side("u", u), on="u")
             .join(side("v", v), on="v")
-            .map_batches(_PairSims(), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .map_batches(_pair_sims, batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
             .to_arrow(**self.kw)
         )
         sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
@@ -602,17 +576,29 @@ def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Tab
     return pa.table({"u": table["u"], "v": table["v"], "sim": pa.array(sims)}).filter(pa.array(keep))
 
 
+@dataclass(frozen=True)
+class FuzzyRun:
+    """What the graph functions of one fuzzy dedup share: its config, the columns it reads, the engine
+    options, the figures it records as it goes (``info``: ``driver_rows`` given), the index it reads and its
+    scratch folder."""
+
+    config: FuzzyDedupConfig
+    text_column: str = "text"
+    id_column: str | None = "id"
+    priority_column: str | None = None
+    kw: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    index: IndexInfo | None = None
+    scratch: str = ""
+
+    @property
+    def key_names(self) -> list[str]:
+        """ROW and the id and priority columns there are: what keep order needs of a row."""
+        return [ROW, *(c for c in (self.id_column, self.priority_column) if c is not None)]
+
+
 def verify_on_engine(
-    edges: Dataset,
-    pairs: pa.Table | None,
-    sets: Dataset,
-    set_rows: int,
-    set_bytes: int,
-    driver_rows: int,
-    budget_bytes: int,
-    config: FuzzyDedupConfig,
-    index: IndexInfo | None,
-    kw: dict[str, Any],
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, budget_bytes: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
     """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
     the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
@@ -622,16 +608,14 @@ def verify_on_engine(
     with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
     ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
     reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
-
+    config, index, kw, set_bytes = run.config, run.index, run.kw, run.info["set_bytes"]
     sets = sets.select(ROW, "shingles")
     hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def side(name: str, keys: pa.Array | None, source: Dataset = sets, key: str = ROW) -> Dataset:
-        rename = Renamed({key: name, "shingles": f"shingles_{name}"})
-        if keys is None:
-            return source.map_batches(rename, name=f"dedup.fuzzy.sets_{name}")
-        return source.map_batches(RowsIn(key, keys, rename.names), name=f"dedup.fuzzy.sets_{name}")
+        rename = {key: name, "shingles": f"shingles_{name}"}
+        return source.map_batches(RowsIn(key, keys, rename), name=f"dedup.fuzzy.sets_{name}")
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
         return None if table is None else pc.unique(table[end].combine_chunks())
@@ -662,7 +646,7 @@ def verify_on_engine(
         cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
     else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
         cold = cold.materialize(**kw)
-        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= driver_rows else None
+        cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= run.info["driver_rows"] else None
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
     cold_u = cold.join(side("u", ends(cold_pairs, "u")), on="u").materialize(**kw)
@@ -690,13 +674,10 @@ def _hot_rows(
     (the rest stay cold: correct, only slower), and how many pairs they end."""
     if pairs is not None:
         counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
-        fan = _FanAbove(_HOT_FAN)(pa.table({"v": counts[0], "n": counts[1]}))
+        fan = _fan_above(pa.table({"v": counts[0], "n": counts[1]}))
     else:
         fan = (
-            edges.group_by("v")
-            .count("n")
-            .map_batches(_FanAbove(_HOT_FAN), name="dedup.fuzzy.hot_rows")
-            .to_arrow(**kw)
+            edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
         )
     cap = max(1, Budget(budget).broadcast_bytes // per_set)
     if fan.num_rows > cap:
@@ -726,12 +707,7 @@ def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[st
 def graph_in_driver(
     collect_sets: Callable[[pa.Array], pa.Table],
     pairs: pa.Table,
-    config: FuzzyDedupConfig,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    index: IndexInfo | None = None,
+    run: FuzzyRun,
     measure_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
@@ -741,6 +717,13 @@ def graph_in_driver(
     With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
     gives the endpoints' keys without their sets, and the pairs the refinement rounds propose are measured by
     ``measure_rows`` (row-number pairs → Jaccard; ``PairSimilarity``: on the engine)."""
+    config, info, index, id_column, priority_column = (
+        run.config,
+        run.info,
+        run.index,
+        run.id_column,
+        run.priority_column,
+    )
     nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = collect_sets(new_nodes)
@@ -751,9 +734,7 @@ def graph_in_driver(
         )
     indexed, anchor = 0, np.zeros(0, dtype=np.int64)
     if len(new_nodes) < len(nodes):
-        found, anchor = _indexed_sets(
-            index, nodes.filter(pc.less(nodes, 0)), sets.schema, id_column, priority_column, kw
-        )
+        found, anchor = _indexed_sets(run, nodes.filter(pc.less(nodes, 0)), sets.schema)
         sets, indexed = pa.concat_tables([found, sets]), found.num_rows
     keys = sets.drop_columns(["shingles"]) if "shingles" in sets.column_names else sets
     index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
@@ -836,20 +817,15 @@ def _keep_order(
     return node_of_pos, pos_of_node
 
 
-def _indexed_sets(
-    index: IndexInfo,
-    keys: pa.Array,
-    like: pa.Schema,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-) -> tuple[pa.Table, np.ndarray]:
+def _indexed_sets(run: FuzzyRun, keys: pa.Array, like: pa.Schema) -> tuple[pa.Table, np.ndarray]:
     """The node-set rows (``like``'s schema) of the indexed documents in ``keys`` and of the documents their
     removed ones were removed for, with each one's anchor (the key of the document kept for it; its own
     key when kept). ROW is the (negative) key, the id the indexed one cast to this input's id type, the
     priority null (indexed rows rank first)."""
     from zephyr.dedup.index import KEY
 
+    index, kw, id_column, priority_column = run.index, run.kw, run.id_column, run.priority_column
+    assert index is not None
     found = index.node_sets(keys, kw)
     missing = pc.filter(found["anchor"], pc.invert(pc.is_in(found["anchor"], value_set=found[KEY])))
     if len(missing):  # a second filtered pass: the kept documents of removed ones, when not yet found
@@ -912,17 +888,7 @@ class NodeSets:
 
 
 def verify_and_cluster(
-    rows: Dataset,
-    edges: Dataset,
-    candidates: int,
-    config: FuzzyDedupConfig,
-    text_column: str,
-    id_column: str | None,
-    priority_column: str | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    index: IndexInfo | None,
-    scratch: str,
+    rows: Dataset, edges: Dataset, candidates: int, run: FuzzyRun
 ) -> tuple[pa.Table | None, Dataset | None]:
     """Verify and cluster the candidate pairs: (node info for ``Attach``, None) when the verified graph is
     clustered in the driver, (None, labels) when by engine rounds.
@@ -931,6 +897,7 @@ def verify_and_cluster(
     sixteenth of the memory budget) fit; the sets are written once to ``scratch`` either way, so the engine
     path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
     engine (``verify_on_engine``) and only the verified graph comes to the driver."""
+    config, kw, info, index = run.config, run.kw, run.info, run.index
     budget = memory_budget_bytes(kw)
     new_nodes: pa.Array | None = None
     pairs: pa.Table | None = None
@@ -942,8 +909,9 @@ def verify_and_cluster(
         nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     written = rows.map_batches(
-        NodeSets(new_nodes, config, text_column, id_column, priority_column), name="dedup.fuzzy.node_sets"
-    ).write_parquet(f"{scratch}/sets", **kw)
+        NodeSets(new_nodes, config, run.text_column, run.id_column, run.priority_column),
+        name="dedup.fuzzy.node_sets",
+    ).write_parquet(f"{run.scratch}/sets", **kw)
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
 
@@ -958,8 +926,8 @@ def verify_and_cluster(
     in_memory = pairs is not None and (not config.verify or set_bytes <= Budget(budget).driver_set_bytes)
     info["in_memory"] = in_memory
     if in_memory:
-        return graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index), None
-    verified = _verified_graph(edges, pairs, sets, written, budget, config, index, kw, info, scratch)
+        return graph_in_driver(collect_sets, pairs, run), None
+    verified = _verified_graph(edges, pairs, sets, written, budget, run)
     count = info["verified_pairs"]
     graph_limit = Budget(budget).driver_graph_edges
     if not count:
@@ -971,62 +939,39 @@ def verify_and_cluster(
         nodes = len(pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks)))
         set_rows = written.stats["stages"][-1]["rows_out"]
         graph_set_bytes = set_bytes * nodes // max(1, set_rows)  # the verified graph's share of the sets
-        if index is not None or graph_set_bytes <= Budget(budget).driver_set_bytes:
-            node_info = graph_in_driver(
-                collect_sets, pairs, config, id_column, priority_column, kw, info, index
-            )
-            return node_info, None
-        info["sets_in_driver"] = False
-        key_names = [ROW, *(c for c in (id_column, priority_column) if c is not None)]
-        key_rows = zephyr.read_parquet(written.files, columns=key_names)
+        collect, measure = collect_sets, None
+        if index is None and graph_set_bytes > Budget(budget).driver_set_bytes:
+            info["sets_in_driver"] = False
+            key_rows = zephyr.read_parquet(written.files, columns=run.key_names)
 
-        def collect_keys(keys: pa.Array) -> pa.Table:
-            return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(**kw)
+            def collect(keys: pa.Array) -> pa.Table:  # the endpoints' keys, without their sets
+                return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(
+                    **kw
+                )
 
-        measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
-        node_info = graph_in_driver(
-            collect_keys, pairs, config, id_column, priority_column, kw, info, index, measure
-        )
-        return node_info, None
+            measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
+        return graph_in_driver(collect, pairs, run, measure), None
     _check_engine_clusters(count, graph_limit, config, index)
-    return None, _components_on_engine(rows, verified, id_column, priority_column, kw).materialize(**kw)
+    return None, _components_on_engine(rows, verified, run).materialize(**kw)
 
 
 def _verified_graph(
-    edges: Dataset,
-    pairs: pa.Table | None,
-    sets: Dataset,
-    written: Any,
-    budget: int,
-    config: FuzzyDedupConfig,
-    index: IndexInfo | None,
-    kw: dict[str, Any],
-    info: dict[str, Any],
-    scratch: str,
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, written: Any, budget: int, run: FuzzyRun
 ) -> Dataset | None:
     """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
     verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
     ``verified_pairs`` and the engine verification's figures in ``info``."""
-
-    if config.verify:
+    kw, info = run.kw, run.info
+    if run.config.verify:
         set_rows = written.stats["stages"][-1]["rows_out"]
-        parts, figures = verify_on_engine(
-            edges,
-            pairs,
-            sets,
-            set_rows,
-            info["set_bytes"],
-            info["driver_rows"],
-            budget,
-            config,
-            index,
-            kw,
-        )
+        parts, figures = verify_on_engine(edges, pairs, sets, set_rows, budget, run)
         info.update(figures)
     else:
-        parts = [edges.map_batches(WithSim(), name="dedup.fuzzy.unverified")]
+        parts = [edges.map_batches(_with_sim, name="dedup.fuzzy.unverified")]
     files = [
-        f for i, part in enumerate(parts) for f in part.write_parquet(f"{scratch}/verified-{i}", **kw).files
+        f
+        for i, part in enumerate(parts)
+        for f in part.write_parquet(f"{run.scratch}/verified-{i}", **kw).files
     ]
     verified = zephyr.read_parquet(files) if files else None
     info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
@@ -1051,13 +996,11 @@ def _check_engine_clusters(
         )
 
 
-def _components_on_engine(
-    rows: Dataset, verified: Dataset, id_column: str | None, priority_column: str | None, kw: dict[str, Any]
-) -> Dataset:
+def _components_on_engine(rows: Dataset, verified: Dataset, run: FuzzyRun) -> Dataset:
     """(ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver."""
-
+    kw, id_column, priority_column = run.kw, run.id_column, run.priority_column
     labels = connected_components_dataset(verified.select("u", "v"), execution=kw)
-    keys = rows.select(ROW, *[c for c in (id_column, priority_column) if c is not None])
+    keys = rows.select(*run.key_names)
     members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members").join(
         keys, on=ROW
     )

@@ -57,6 +57,8 @@ H0, H1 = "__dedup_h0", "__dedup_h1"
 """The two 64-bit halves of a document's exact hash."""
 CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
 """A row's cluster (its kept row's id), the cluster's size, whether the row is kept, its kept row's number."""
+URL_KEY = "__dedup_url_key"
+"""URL dedup's key: the normalized URL, the text exact dedup hashes (``exact.url_dedup_dataset``)."""
 HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
 DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
 """The columns every dedup method adds in ``annotate`` mode."""
@@ -191,8 +193,9 @@ class Finish:
 
 
 class StripRowNumbers:
-    """The user's view of a dedup output made with ``row_numbers=True``: the row-number columns dropped, and
-    in ``remove`` mode the removed rows and the dup columns too (counted as dropped, with ``reason``)."""
+    """The user's view of a dedup output made with ``row_numbers=True`` (or of URL dedup's): the row-number
+    columns (and URL dedup's key) dropped, and in ``remove`` mode the removed rows and the dup columns too
+    (counted as dropped, with ``reason``)."""
 
     def __init__(self, mode: str, reason: str = "duplicate"):
         check_mode(mode)
@@ -201,7 +204,7 @@ class StripRowNumbers:
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
 
-        table = table.drop_columns([c for c in (ROW, KEEPER) if c in table.column_names])
+        table = table.drop_columns([c for c in (ROW, KEEPER, URL_KEY) if c in table.column_names])
         if self.mode == "annotate" or "dup_keep" not in table.column_names:
             return table
         keep = table["dup_keep"]
@@ -229,6 +232,22 @@ class Attach:
         for name in (CLUSTER, SIZE, KEEP, KEEPER):
             table = table.append_column(name, self.node_info[name].take(idx))
         return table
+
+
+def attached(rows: Dataset, node_info: pa.Table | None, id_column: str | None, finish: Finish, method: str):
+    """A method's output when its clusters formed in the driver: the cluster columns of ``node_info`` looked
+    up by row number (``Attach``), then ``finish``."""
+    attach = Attach(node_info, id_column)
+    return rows.map_batches(attach, name=f"dedup.{method}.attach").map_batches(
+        finish, name=f"dedup.{method}.finish"
+    )
+
+
+def joined(rows: Dataset, keepers: Dataset, on: str | list[str], finish: Finish, method: str) -> Dataset:
+    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``, each row's
+    keep marked (``mark_keep``), then ``finish``."""
+    out = rows.join(keepers, on=on, how="left").map_batches(mark_keep, name=f"dedup.{method}.keep")
+    return out.map_batches(finish, name=f"dedup.{method}.finish")
 
 
 def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
@@ -333,6 +352,16 @@ def mark_keep(table: pa.Table) -> pa.Table:
         .append_column(KEEP, keep)
         .append_column(KEEPER, keeper)
     )
+
+
+def stage_counters(stages: list[dict[str, Any]], prefix: str) -> dict[str, int]:
+    """The counters of an engine run's ``stages`` (its stats) whose names start with ``prefix``, summed."""
+    counters: dict[str, int] = {}
+    for stage in stages:
+        for key, value in (stage.get("counters") or {}).items():
+            if key.startswith(prefix):
+                counters[key] = counters.get(key, 0) + value
+    return counters
 
 
 def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:

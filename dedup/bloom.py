@@ -39,14 +39,17 @@ import math
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 from zephyr.dedup._rows import DedupResult, as_table
-from zephyr.dedup.config import ExactDedupConfig
+from zephyr.dedup.config import ExactDedupConfig, ParagraphDedupConfig
 
 from zephyr.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from zephyr.dataset import Dataset
 
 MAGIC = b"ZBLOOM1\n"
 _HASH = "xxh3_128 double hashing"
@@ -74,6 +77,22 @@ class BloomFilter:
         num_bits, num_hashes = cls.sizing(expected, fp_rate)
         bits = np.zeros((num_bits + 7) // 8, dtype=np.uint8)
         return cls(num_bits, num_hashes, bits, expected, fp_rate, 0, normalize, separator)
+
+    @classmethod
+    def of(cls, config: ParagraphDedupConfig, separator: str = "\n") -> BloomFilter:
+        """The filter a run of ``config`` starts from: ``load_filter`` (refused when its paragraphs were cut
+        or normalized otherwise), or a new one sized for ``expected`` at ``fp_rate``."""
+        if config.load_filter is None and config.expected is None:
+            raise ConfigError(
+                "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
+            )
+        if config.load_filter is None:
+            return cls.for_capacity(
+                config.expected, config.fp_rate, normalize=config.normalize, separator=separator
+            )
+        bloom = cls.load(config.load_filter)
+        bloom.check_compatible(config.normalize, separator, config.load_filter)
+        return bloom
 
     @staticmethod
     def sizing(expected: int, fp_rate: float) -> tuple[int, int]:
@@ -242,21 +261,47 @@ def bloom_paragraph_dedup(
     return DedupResult(out, stats)
 
 
+def bloom_paragraph_dedup_dataset(
+    ds: Dataset,
+    config: ParagraphDedupConfig,
+    *,
+    text_column: str = "text",
+    mode: str = "remove",
+    save_path: str | None = None,
+) -> Dataset:
+    """Bloom paragraph dedup on the engine: one task in input order (``reshard(1)``) holds the filter
+    (``BloomFilter.of(config)``) for the whole stream; with ``save_path`` it writes the filter there after
+    every batch (``finished_filter`` puts it in place after the run)."""
+    stage = BloomParagraphDedup(config, text_column, mode, save_path)
+    return ds.reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
+
+
+def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> BloomFilter:
+    """The filter after a run of ``bloom_paragraph_dedup_dataset(save_path=partial)``: as its task saved it,
+    else (not saved, or no batch ran) the filter it started from with the ``inserted`` paragraphs the task
+    counted; saved to ``config.save_filter`` when given."""
+    if partial is not None and os.path.exists(partial):
+        bloom = BloomFilter.load(partial)
+    else:
+        bloom = BloomFilter.of(config)
+        bloom.inserted += inserted
+    if config.save_filter is not None:
+        bloom.save(config.save_filter)
+        if partial is not None and os.path.exists(partial):
+            os.remove(partial)
+    return bloom
+
+
 @dataclass
 class BloomParagraphDedup:
     """``map_batches`` stage: one filter for the whole stream of its task (run it on one shard: the order
-    is the input order). The filter is created, or loaded from ``load_path``, on the first batch; with
-    ``save_path`` it is written there after every batch (the caller renames it into place once the job
-    succeeded, so a retried task starts again from ``load_path``, never from its own inserts)."""
+    is the input order). The filter is made (``BloomFilter.of``) on the first batch; with ``save_path`` it
+    is written there after every batch (the caller renames it into place once the job succeeded, so a
+    retried task starts again from ``config.load_filter``, never from its own inserts)."""
 
-    expected: int
-    fp_rate: float
+    config: ParagraphDedupConfig
     text_column: str = "text"
-    normalize: str = "default"
-    separator: str = "\n"
     mode: str = "remove"
-    keep_first_in_doc: bool = False
-    load_path: str | None = None
     save_path: str | None = None
     _bloom: BloomFilter | None = field(default=None, repr=False, compare=False)
 
@@ -269,19 +314,13 @@ class BloomParagraphDedup:
         if self.text_column not in table.column_names and table.num_rows == 0:
             return table
         if self._bloom is None:
-            if self.load_path is not None:
-                self._bloom = BloomFilter.load(self.load_path)
-                self._bloom.check_compatible(self.normalize, self.separator, self.load_path)
-            else:
-                self._bloom = BloomFilter.for_capacity(
-                    self.expected, self.fp_rate, normalize=self.normalize, separator=self.separator
-                )
+            self._bloom = BloomFilter.of(self.config)
         result = bloom_paragraph_dedup(
             table,
             self._bloom,
             text_column=self.text_column,
             mode=self.mode,
-            keep_first_in_doc=self.keep_first_in_doc,
+            keep_first_in_doc=self.config.keep_first_in_doc,
         )
         counters.increment("dedup/paragraphs", result.stats["paragraphs"])
         counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])

@@ -60,12 +60,6 @@ class DedupRemoval(Removal):
     """--mode annotate: write NAME_cluster, NAME_cluster_size, NAME_keep (paragraphs: NAME_paragraphs,
     NAME_paragraph_bytes); an input's own dup_* columns then pass unchanged, as they always do in --mode
     remove."""
-    replace_columns: bool = False
-    """Replace the dup columns (--mode annotate) when the input already has them (without it: an error,
-    before any work)."""
-    dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """Also write the rows --mode remove drops (documents) to DIR as Parquet, each with its reason in a
-    drop_reason column (without it: dropped rows are counted, not kept)."""
 
     def rows(self, inputs: Inputs, level: str, output: str | None = None) -> Dataset:
         """The inputs, checked before any work (``output`` None: a plan, with no dropped rows to place),
@@ -80,7 +74,7 @@ class DedupRemoval(Removal):
         checked.check(inputs.inputs, output or "", DUP_COLUMNS[level], format=format)
         return self.aside(inputs.read(approx_shard_bytes=DEDUP_APPROX_SHARD_BYTES), DUP_COLUMNS[level])
 
-    def finished(self, out: Dataset, level: str) -> Dataset:
+    def finished(self, out: Dataset, level: str = "document") -> Dataset:
         """The dedup's output as written: its columns under their names, the input's own restored."""
         return self.finish(out, DUP_COLUMNS[level])
 
@@ -106,13 +100,9 @@ def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, re
 
 
 def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
-    """The counters of a write's stages whose names start with ``prefix``, summed."""
-    counters: dict[str, int] = {}
-    for stage in result.stats.get("stages", []):
-        for key, value in (stage.get("counters") or {}).items():
-            if key.startswith(prefix):
-                counters[key] = counters.get(key, 0) + value
-    return counters
+    from zephyr.dedup._rows import stage_counters
+
+    return stage_counters(result.stats.get("stages", []), prefix)
 
 
 def _summary(
@@ -153,13 +143,15 @@ def _paragraphs_changed(result: Any) -> dict[str, int]:
     return {"rows_changed": rows, "paragraphs_removed": paragraphs, "bytes_removed": removed}
 
 
-def _keys(columns: DedupColumns, removal: DedupRemoval) -> dict[str, Any]:
-    """The keyword arguments of the columns and mode, as every document dedup function takes them."""
-    return {
+def _keys(columns: DedupColumns, removal: DedupRemoval, text: bool = True) -> dict[str, Any]:
+    """The keyword arguments of the columns and mode, as every document dedup function takes them (URL
+    dedup's without ``text_column``)."""
+    keys = {
         "id_column": columns.id_column,
         "mode": removal.internal_mode,
         "priority_column": columns.priority_column,
     }
+    return {"text_column": columns.text_column, **keys} if text else keys
 
 
 def _budget(execution: ExecutionOptions):
@@ -188,8 +180,8 @@ def exact(
         return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
     with job_stats.recording() as jobs, _workers(execution, config.normalize != "none") as kwargs:
         rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        keys = {"text_column": columns.text_column, "normalize": config.normalize, **_keys(columns, removal)}
-        out = exact_dedup_dataset(rows, **keys, execution=kwargs, stats=extra)
+        keys = _keys(columns, removal)
+        out = exact_dedup_dataset(rows, **keys, normalize=config.normalize, execution=kwargs, stats=extra)
         result, routed = _write(out, output, removal, kwargs)
     return _summary(result, output, removal, jobs, extra, routed)
 
@@ -206,10 +198,9 @@ def exact_plans(
 
     if config.level == "paragraph":
         return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
-    keys = {"text_column": columns.text_column, "normalize": config.normalize, **_keys(columns, removal)}
-    finish = lambda out: removal.finished(out, "document")  # noqa: E731
+    rows, keys = removal.rows(inputs, "document"), _keys(columns, removal)
     return method.exact_plans(
-        removal.rows(inputs, "document"), budget=_budget(execution), finish=finish, **keys
+        rows, budget=_budget(execution), finish=removal.finished, normalize=config.normalize, **keys
     )
 
 
@@ -228,26 +219,27 @@ def _paragraph_exact_plans(inputs, removal, columns, normalize) -> list[PlannedJ
     return [(title, _paragraphs(inputs, removal, columns, normalize))]
 
 
-def _paragraph_exact(inputs, output, removal, columns, normalize, execution, extra) -> Summary:
+def _rewritten(out: Dataset, output: Output, execution: ExecutionOptions) -> tuple[Any, list]:
+    """Write the output of a dedup that rewrites rows (paragraph, substring): (the write, its engine jobs)."""
     from zephyr import job_stats
 
-    out = _paragraphs(inputs, removal, columns, normalize, output.output)
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
-        result = out.write_parquet(output.output, **kwargs)
+        return out.write_parquet(output.output, **kwargs), jobs
+
+
+def _paragraph_exact(inputs, output, removal, columns, normalize, execution, extra) -> Summary:
+    result, jobs = _rewritten(
+        _paragraphs(inputs, removal, columns, normalize, output.output), output, execution
+    )
     return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
 
 
-def _bloom_checked(config: ParagraphDedupConfig) -> tuple[int, int, str]:
+def _bloom_sized(config: ParagraphDedupConfig) -> tuple[int, int, str]:
     """Refuse, before any work, flags that cannot size or load a filter; (bits, probes, where they come from)."""
     from zephyr.dedup.bloom import BloomFilter
 
-    if config.load_filter is None and config.expected is None:
-        raise ConfigError(
-            "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
-        )
-    if config.load_filter is not None:
-        bloom = BloomFilter.load(config.load_filter)
-        bloom.check_compatible(config.normalize, "\n", config.load_filter)
+    if config.load_filter is not None or config.expected is None:
+        bloom = BloomFilter.of(config)
         return bloom.num_bits, bloom.num_hashes, f"loaded from {config.load_filter}"
     bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
     return bits, hashes, f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
@@ -256,23 +248,14 @@ def _bloom_checked(config: ParagraphDedupConfig) -> tuple[int, int, str]:
 def _bloom(
     inputs, removal, columns, config: ParagraphDedupConfig, partial: str | None, output=None
 ) -> Dataset:
-    """Bloom paragraph dedup of the inputs as written: one task in input order (``partial``: where the task
-    saves its filter)."""
-    from zephyr.dedup.bloom import BloomParagraphDedup
+    """Bloom paragraph dedup of the inputs as written (``partial``: where the task saves its filter)."""
+    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset
 
-    stage = BloomParagraphDedup(
-        config.expected or 1,
-        config.fp_rate,
-        columns.text_column,
-        config.normalize,
-        "\n",
-        removal.mode,
-        config.keep_first_in_doc,
-        config.load_filter,
-        partial,
+    rows = removal.rows(inputs, "paragraph", output)
+    out = bloom_paragraph_dedup_dataset(
+        rows, config, text_column=columns.text_column, mode=removal.mode, save_path=partial
     )
-    rows = removal.rows(inputs, "paragraph", output).reshard(1)
-    return removal.finished(rows.map_batches(stage, name="dedup.paragraph.bloom"), "paragraph")
+    return removal.finished(out, "paragraph")
 
 
 def paragraph(
@@ -288,9 +271,7 @@ def paragraph(
     positives at most --fp-rate."""
     import uuid
 
-    from zephyr.dedup.bloom import BloomFilter
-
-    from zephyr import job_stats
+    from zephyr.dedup.bloom import finished_filter
 
     extra = {
         "kind": "paragraph",
@@ -300,23 +281,12 @@ def paragraph(
     }
     if config.method == "exact":
         return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
-    _bloom_checked(config)
+    _bloom_sized(config)
     partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}" if config.save_filter else None
-    out = _bloom(inputs, removal, columns, config, partial, output.output)
-    with job_stats.recording() as jobs, _workers(execution) as kwargs:
-        result = out.write_parquet(output.output, **kwargs)
-    if partial is not None and os.path.exists(partial):  # the filter after the run, as the task saved it
-        bloom = BloomFilter.load(partial)
-    else:  # not saved (or no batch ran): the filter it started from, with the inserts the task counted
-        if config.load_filter is not None:
-            bloom = BloomFilter.load(config.load_filter)
-        else:
-            bloom = BloomFilter.for_capacity(config.expected, config.fp_rate, normalize=config.normalize)
-        bloom.inserted += _counters(result).get("dedup/paragraphs_inserted", 0)
-    if config.save_filter is not None:
-        bloom.save(config.save_filter)
-        if partial is not None and os.path.exists(partial):
-            os.remove(partial)
+    result, jobs = _rewritten(
+        _bloom(inputs, removal, columns, config, partial, output.output), output, execution
+    )
+    bloom = finished_filter(config, partial, _counters(result).get("dedup/paragraphs_inserted", 0))
     extra.update(
         fp_rate=bloom.fp_rate,
         expected=bloom.expected,
@@ -346,7 +316,7 @@ def paragraph_plans(
     """The one job of ``zephyr dedup paragraph`` (bloom: and its filter's size)."""
     if config.method == "exact":
         return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
-    bits, hashes, sized = _bloom_checked(config)
+    bits, hashes, sized = _bloom_sized(config)
     saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
     held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
     return [
@@ -376,7 +346,7 @@ def url(
     extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        keys = _keys(columns, removal)
+        keys = _keys(columns, removal, text=False)
         out = url_dedup_dataset(rows, url_column=config.url_column, **keys, execution=kwargs, stats=extra)
         result, routed = _write(out, output, removal, kwargs, reason=URL_DUPLICATE)
     return _summary(result, output, removal, jobs, extra, routed)
@@ -388,11 +358,9 @@ def url_plans(
     """The jobs of ``zephyr dedup url``: exact dedup's, on the normalized URL."""
     from zephyr.dedup import exact as method
 
-    finish = lambda out: removal.finished(out, "document")  # noqa: E731
-    rows = removal.rows(inputs, "document")
-    keys = _keys(columns, removal)
+    rows, keys = removal.rows(inputs, "document"), _keys(columns, removal, text=False)
     return method.url_plans(
-        rows, budget=_budget(execution), url_column=config.url_column, finish=finish, **keys
+        rows, budget=_budget(execution), url_column=config.url_column, finish=removal.finished, **keys
     )
 
 
@@ -424,7 +392,7 @@ def substring(
     """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
     occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
     from zephyr.dedup._rows import scratch_folder
-    from zephyr.dedup.substring import SHORT_DOC, substring_dedup_dataset
+    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset
 
     from zephyr import job_stats
 
@@ -435,20 +403,17 @@ def substring(
         out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
         result = out.write_parquet(output.output, **kwargs)
     stages = result.stats.get("stages", [])
-    counters, prefix = _counters(result, "substring/"), "substring/bytes_removed/source="
+    removed = removed_bytes(stages)
     info.update(
         kind="substring",
         min_doc_bytes=config.min_doc_bytes,
-        bytes_removed_per_source={k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)},
-        docs_changed=counters.get("substring/docs_changed", 0),
+        bytes_removed_per_source=removed["bytes_removed_per_source"],
+        docs_changed=removed["docs_changed"],
         docs_dropped_short=sum(
             op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
         ),
     )
-    changed = {
-        "rows_changed": info["docs_changed"],
-        "bytes_removed": counters.get("substring/bytes_removed", 0),
-    }
+    changed = {"rows_changed": removed["docs_changed"], "bytes_removed": removed["bytes_removed"]}
     return _summary(result, output, removal, jobs, info, changed=changed)
 
 
@@ -505,14 +470,7 @@ def fuzzy(
         keys = {**_keys(columns, removal), "mode": "annotate" if indexing else removal.internal_mode}
         graph: dict[str, Any] = {}
         out = fuzzy_dedup_dataset(
-            rows,
-            config,
-            text_column=columns.text_column,
-            **keys,
-            execution=kwargs,
-            stats=graph,
-            index=opened,
-            row_numbers=indexing,
+            rows, config, **keys, execution=kwargs, stats=graph, index=opened, row_numbers=indexing
         )
         strip = StripRowNumbers(removal.internal_mode)
         result, routed = _write(
@@ -554,14 +512,12 @@ def fuzzy_plans(
     """The jobs of ``zephyr dedup fuzzy``, with the rules that choose where verification and clusters run."""
     from zephyr.dedup import fuzzy as method
 
-    finish = lambda out: removal.finished(out, "document")  # noqa: E731
     return method.fuzzy_plans(
         removal.rows(inputs, "document"),
         config,
         budget=_budget(execution),
         index=bool(index.index),
-        finish=finish,
-        text_column=columns.text_column,
+        finish=removal.finished,
         **_keys(columns, removal),
     )
 

@@ -88,19 +88,20 @@ from zephyr.dedup._rows import (
     H0,
     H1,
     ROW,
-    Attach,
+    URL_KEY,
     DedupResult,
     Finish,
     StripRowNumbers,
     as_table,
+    attached,
     cluster_node_info,
     driver_row_limit,
     execution_kwargs,
     group_keepers,
     has_column,
+    joined,
     keep_ranks,
     key_columns,
-    mark_keep,
     numbered,
     require_column,
     table_result,
@@ -423,10 +424,7 @@ class ExactJobPlans:
 
     def attached(self, node_info: pa.Table | None) -> Dataset:
         """The output when groups formed in the driver: the cluster columns attached by row number."""
-        attach = Attach(node_info, self.id_column)
-        return self.rows.map_batches(attach, name="dedup.exact.attach").map_batches(
-            self.finish, name="dedup.exact.finish"
-        )
+        return attached(self.rows, node_info, self.id_column, self.finish, "exact")
 
 
 def _exact_job_plans(
@@ -450,10 +448,8 @@ def _exact_job_plans(
     members_ds = hashed.select(*keys).map_batches(
         lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
     )
-    groups = group_keepers(members_ds, [H0, H1], id_column, priority_column)
-    joined = hashed.join(groups, on=[H0, H1], how="left")
-    shuffle_path = joined.map_batches(mark_keep, name="dedup.exact.keep").map_batches(
-        finish, name="dedup.exact.finish"
+    shuffle_path = joined(
+        hashed, group_keepers(members_ds, [H0, H1], id_column, priority_column), [H0, H1], finish, "exact"
     )
     return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
 
@@ -492,12 +488,13 @@ def url_plans(
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
     mode = arguments.pop("mode", "remove")
+    keyed, keys = _url_keyed(ds, url_column, **arguments)
     return exact_plans(
-        _url_keyed(ds, url_column),
+        keyed,
         budget=budget,
         finish=lambda out: finish(_without_url_key(out, mode)),
         hashes="URL key hashes (row, hash, id, priority)",
-        **_url_exact_arguments(**arguments),
+        **keys,
     )
 
 
@@ -526,7 +523,6 @@ def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
     return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
 
 
-URL_KEY = "__dedup_url_key"
 URL_DUPLICATE = "url_duplicate"
 """The drop reason of a row whose normalized URL an earlier-kept row has (the CLI's and the pipelines')."""
 
@@ -548,42 +544,23 @@ class _AddUrlKey:
         return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
 
 
-class _UrlOutput:
-    """The exact dedup's output (annotated) without the key column; ``remove`` drops the duplicates (reason
-    ``url_duplicate``) and the dup columns."""
-
-    def __init__(self, mode: str):
-        self.remove = StripRowNumbers(mode, URL_DUPLICATE)
-
-    def __call__(self, table: pa.Table) -> Any:
-        return self.remove(table.drop_columns([URL_KEY]) if URL_KEY in table.column_names else table)
-
-
-def _url_keyed(ds: Dataset, url_column: str = "url") -> Dataset:
-    """``ds`` with the normalized URL in ``URL_KEY``: the text exact dedup hashes."""
-    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
-
-
-def _url_exact_arguments(
-    *, id_column: str | None = "id", priority_column: str | None = None
-) -> dict[str, Any]:
-    """The arguments URL dedup gives ``exact_dedup_dataset`` and ``_exact_job_plans`` (the key, byte-exact,
-    annotated: ``_without_url_key`` removes): one list, so ``zephyr explain dedup url`` shows the plans
-    ``zephyr dedup url`` runs."""
-    return {
-        "text_column": URL_KEY,
-        "id_column": id_column,
-        "normalize": "none",
-        "mode": "annotate",
+def _url_keyed(
+    ds: Dataset, url_column: str = "url", id_column: str | None = "id", priority_column: str | None = None
+) -> tuple[Dataset, dict[str, Any]]:
+    """``ds`` with the normalized URL in ``URL_KEY``, and the arguments URL dedup gives exact dedup (the key,
+    byte-exact, annotated: ``_without_url_key`` removes): one place, so ``zephyr explain dedup url`` shows the
+    plans ``zephyr dedup url`` runs."""
+    keys = {"text_column": URL_KEY, "id_column": id_column, "normalize": "none", "mode": "annotate"}
+    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key"), {
+        **keys,
         "priority_column": priority_column,
     }
 
 
 def _without_url_key(out: Dataset, mode: str) -> Dataset:
-    """The exact dedup's output without the key column (and in ``remove`` mode the duplicates): URL dedup's
-    output."""
-    check_mode(mode)
-    return out.map_batches(_UrlOutput(mode), name="dedup.url.finish")
+    """The exact dedup's output without the key column (and in ``remove`` mode the duplicates, reason
+    ``url_duplicate``, and the dup columns): URL dedup's output."""
+    return out.map_batches(StripRowNumbers(mode, URL_DUPLICATE), name="dedup.url.finish")
 
 
 def url_dedup_dataset(
@@ -598,10 +575,5 @@ def url_dedup_dataset(
 ) -> Dataset:
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
 
-    out = exact_dedup_dataset(
-        _url_keyed(ds, url_column),
-        **_url_exact_arguments(id_column=id_column, priority_column=priority_column),
-        execution=execution,
-        stats=stats,
-    )
-    return _without_url_key(out, mode)
+    keyed, keys = _url_keyed(ds, url_column, id_column, priority_column)
+    return _without_url_key(exact_dedup_dataset(keyed, **keys, execution=execution, stats=stats), mode)

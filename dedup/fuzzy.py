@@ -19,29 +19,27 @@ the columns and counters every dedup method shares.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._graph import NodeSets, graph_in_driver, verify_and_cluster
+from zephyr.dedup._graph import FuzzyRun, NodeSets, graph_in_driver, verify_and_cluster
 from zephyr.dedup._hashing import Shingles, unique_sets
 from zephyr.dedup._minhash import BUCKET_LINKS, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
     ROW,
-    Attach,
     DedupResult,
     Finish,
     as_table,
+    attached,
     driver_row_limit,
     execution_kwargs,
     has_column,
+    joined,
     key_columns,
-    mark_keep,
     numbered,
     scratch_folder,
     table_result,
@@ -115,7 +113,8 @@ def fuzzy_dedup(
         def collect_sets(keys: pa.Array) -> pa.Table:  # NodeSets' rows, from the shingles made above
             return node_sets.filter(pc.is_in(node_sets[ROW], value_set=keys))
 
-        node_info = graph_in_driver(collect_sets, pairs, config, id_column, priority_column, kw, info, index)
+        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index)
+        node_info = graph_in_driver(collect_sets, pairs, run)
     info["rejected_pairs"] = info["candidate_pairs"] - info["verified_pairs"] if config.verify else 0
     return table_result(table, node_info, text_column, id_column, mode, info)
 
@@ -162,20 +161,6 @@ class _BucketPairs:
         pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
         counters.increment("dedup/candidate_pairs", len(pairs))
         return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
-
-
-@contextlib.contextmanager
-def _with_index_bands(
-    band_rows: Dataset, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
-) -> Iterator[Dataset]:
-    """``band_rows`` plus the index's band rows: the new rows' are written to ``scratch`` first, so that one
-    Parquet read of both (same schema) feeds the bucket shuffle."""
-    if index is None or not index.docs:
-        yield band_rows
-        return
-
-    new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
-    yield zephyr.read_parquet([*new, *index.band_files()])
 
 
 def fuzzy_dedup_dataset(
@@ -232,10 +217,7 @@ def fuzzy_dedup_dataset(
         index = open_index(index, config)
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
-    plans = _fuzzy_job_plans(
-        ds, config, text_column=text_column, id_column=id_column, mode=mode, priority_column=priority_column
-    )
-    rows, band_rows = plans.rows, plans.band_rows
+    rows, band_rows = _signed(ds, config, text_column)
     finish = Finish(text_column, id_column, mode, row_numbers)
     with scratch_folder(kw) as scratch:
         edges = _candidate_pairs(band_rows, config, index, scratch, kw)
@@ -245,22 +227,26 @@ def fuzzy_dedup_dataset(
         if index is not None:
             info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
         logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
-        node_info, labels_ds = verify_and_cluster(
-            rows, edges, candidates, config, text_column, id_column, priority_column, kw, info, index, scratch
-        )
+        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index, scratch)
+        node_info, labels_ds = verify_and_cluster(rows, edges, candidates, run)
     info["rejected_pairs"] = candidates - info["verified_pairs"] if config.verify else 0
     if stats is not None:
         stats.update(info)
-    return _with_dup_columns(rows, node_info, labels_ds, finish, id_column)
+    if labels_ds is not None:
+        return joined(rows, labels_ds, ROW, finish, "fuzzy")
+    return attached(rows, node_info, id_column, finish, "fuzzy")
 
 
 def _candidate_pairs(
     band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
 ) -> Dataset:
-    """The distinct candidate pairs (u, v), materialized: band rows (the index's too) grouped by (band,
-    band hash), each bucket's members paired by ``_BucketPairs``."""
-    with _with_index_bands(band_rows, index, scratch, kw) as band_rows:
-        return _pairs_of(band_rows, config).materialize(**kw)
+    """The distinct candidate pairs (u, v), materialized: band rows grouped by (band, band hash), each
+    bucket's members paired by ``_BucketPairs``. With an index, this run's band rows are written to
+    ``scratch`` first, so that one Parquet read of them and the index's (same schema) feeds the shuffle."""
+    if index is not None and index.docs:
+        new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+        band_rows = zephyr.read_parquet([*new, *index.band_files()])
+    return _pairs_of(band_rows, config).materialize(**kw)
 
 
 def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
@@ -272,50 +258,11 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
     )
 
 
-@dataclass(frozen=True)
-class FuzzyJobPlans:
-    """The lazy plans of fuzzy dedup's engine jobs whose inputs are known before any job runs (what
-    ``zephyr explain dedup fuzzy`` prints); the verification jobs that follow depend on the pairs found."""
-
-    rows: Dataset
-    band_rows: Dataset
-    candidate_pairs: Dataset
-    """Job 1: the distinct candidate pairs (without an index), materialized and counted."""
-    node_sets: Dataset
-    """Job 2: the endpoints' shingle sets (every row's when the pairs do not fit the driver), written once."""
-    attached: Dataset
-    """The output when the verified graph is clustered in the driver (cluster columns by row number)."""
-
-
-def _fuzzy_job_plans(
-    ds: Dataset,
-    config: FuzzyDedupConfig,
-    *,
-    text_column: str = "text",
-    id_column: str | None = "id",
-    mode: str = "remove",
-    priority_column: str | None = None,
-) -> FuzzyJobPlans:
-    """Build, without running anything, the plans ``fuzzy_dedup_dataset`` starts from."""
+def _signed(ds: Dataset, config: FuzzyDedupConfig, text_column: str) -> tuple[Dataset, Dataset]:
+    """The rows with their numbers (ROW) and their band rows: the lazy plans every fuzzy dedup job starts
+    from, in ``fuzzy_dedup_dataset`` and in ``fuzzy_plans`` alike."""
     rows = ds.with_row_index(ROW)
-    band_rows = rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
-    sets = NodeSets(None, config, text_column, id_column, priority_column)
-    node_sets = rows.map_batches(sets, name="dedup.fuzzy.node_sets")
-    attached = _with_dup_columns(rows, None, None, Finish(text_column, id_column, mode), id_column)
-    return FuzzyJobPlans(rows, band_rows, _pairs_of(band_rows, config), node_sets, attached)
-
-
-def _with_dup_columns(
-    rows: Dataset, node_info: pa.Table | None, labels: Dataset | None, finish: Finish, id_column: str | None
-) -> Dataset:
-    """The lazy output: engine labels joined on the row number, or the driver's node info attached to it."""
-    if labels is not None:
-        joined = rows.join(labels, on=ROW, how="left")
-        return joined.map_batches(mark_keep, name="dedup.fuzzy.keep").map_batches(
-            finish, name="dedup.fuzzy.finish"
-        )
-    attach = Attach(node_info, id_column)
-    return rows.map_batches(attach, name="dedup.fuzzy.attach").map_batches(finish, name="dedup.fuzzy.finish")
+    return rows, rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
 
 
 def fuzzy_plans(
@@ -325,12 +272,18 @@ def fuzzy_plans(
     budget: Budget,
     index: bool = False,
     finish: Callable[[Dataset], Dataset] = lambda out: out,
-    **arguments: Any,
+    text_column: str = "text",
+    id_column: str | None = "id",
+    mode: str = "remove",
+    priority_column: str | None = None,
 ) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``fuzzy_dedup_dataset(ds, config, **arguments)`` runs, in order, with the rules that
-    choose where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is
-    read; ``finish``: what the caller does to the output before writing it."""
-    plans = _fuzzy_job_plans(ds, config, **arguments)
+    """The engine jobs ``fuzzy_dedup_dataset(ds, config, ...)`` runs, in order, with the rules that choose
+    where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is read;
+    ``finish``: what the caller does to the output before writing it. The jobs that follow job 2 depend on
+    the pairs found: they are rules here."""
+    rows, band_rows = _signed(ds, config, text_column)
+    sets = NodeSets(None, config, text_column, id_column, priority_column)
+    output = attached(rows, None, id_column, Finish(text_column, id_column, mode), "fuzzy")
     indexed = " (with --index, the index's band rows join the bucket shuffle)" if index else ""
     verify = (
         f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "
@@ -342,13 +295,13 @@ def fuzzy_plans(
         else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified pairs"
     )
     return [
-        (f"job 1: candidate pairs, materialized, then counted{indexed}", plans.candidate_pairs),
+        (f"job 1: candidate pairs, materialized, then counted{indexed}", _pairs_of(band_rows, config)),
         (
             f"candidate pairs ≤ driver_pair_rows {budget.driver_pair_rows:,}: they come to the driver and "
             "job 2 writes only their endpoints' sets; more: every row's",
             None,
         ),
-        ("job 2: shingle sets, written once", plans.node_sets),
+        ("job 2: shingle sets, written once", rows.map_batches(sets, name="dedup.fuzzy.node_sets")),
         (verify, None),
-        ("job 3: the output, cluster columns attached by row number", finish(plans.attached)),
+        ("job 3: the output, cluster columns attached by row number", finish(output)),
     ]

@@ -60,7 +60,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup._compiled import LazyKernels
-from zephyr.dedup._rows import budget_of
+from zephyr.dedup._rows import budget_of, stage_counters
 from zephyr.dedup.config import SubstringConfig
 
 from zephyr import counters
@@ -696,6 +696,19 @@ def substring_plans(
         ),
         ("job 6: the output, each batch's repeats cut", finish(plans.cut(nothing))),
     ]
+
+
+def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a run of ``substring_dedup_dataset`` removed, from the counters of its write's ``stages``:
+    ``bytes_removed``, ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed``."""
+    counters, prefix = stage_counters(stages, "substring/"), "substring/bytes_removed/source="
+    return {
+        "bytes_removed": counters.get("substring/bytes_removed", 0),
+        "bytes_removed_per_source": {
+            k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)
+        },
+        "docs_changed": counters.get("substring/docs_changed", 0),
+    }
 
 
 def substring_dedup_dataset(

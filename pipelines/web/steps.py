@@ -233,7 +233,7 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         them)."""
         import shutil
 
-        from zephyr.dedup.substring import substring_dedup_dataset
+        from zephyr.dedup.substring import removed_bytes, substring_dedup_dataset
 
         config = self._config(ctx)
         scratch = ctx.side_dir / "substring"
@@ -243,14 +243,7 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         )
         outcome = ctx.finish(out, ("dedup.substring.cut",))
         shutil.rmtree(scratch, ignore_errors=True)
-        stages = outcome.engine_stats.get("stages", [])
-        counters = {k: v for st in stages for k, v in (st.get("counters") or {}).items()}
-        info["bytes_removed"] = counters.get("substring/bytes_removed", 0)
-        info["bytes_removed_per_source"] = {
-            k.split("=", 1)[1]: v
-            for k, v in counters.items()
-            if k.startswith("substring/bytes_removed/source=")
-        }
+        info.update(removed_bytes(outcome.engine_stats.get("stages", [])))
         outcome.extra.update(substring=info)
         return outcome
 

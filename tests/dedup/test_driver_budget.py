@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup_dataset
-from zephyr.dedup._graph import NodeSets, PairSimilarity, RowsIn, graph_in_driver
+from zephyr.dedup._graph import FuzzyRun, NodeSets, PairSimilarity, RowsIn, graph_in_driver
 from zephyr.dedup._rows import ROW
 
 import zephyr
@@ -60,8 +60,8 @@ def test_graph_from_keys_equals_graph_from_sets(tmp_path, clusters):
 
     info_sets: dict = {}
     info_keys: dict = {}
-    from_sets = graph_in_driver(collect_sets, pairs, config, "id", None, kw, info_sets)
-    from_keys = graph_in_driver(collect_keys, pairs, config, "id", None, kw, info_keys, None, measure_rows)
+    from_sets = graph_in_driver(collect_sets, pairs, FuzzyRun(config, kw=kw, info=info_sets))
+    from_keys = graph_in_driver(collect_keys, pairs, FuzzyRun(config, kw=kw, info=info_keys), measure_rows)
     assert from_keys.equals(from_sets)
     assert info_keys == info_sets
     from zephyr.dedup._rows import CLUSTER

@@ -115,7 +115,18 @@ def test_cli_fuzzy_same_bytes_for_1_and_2_workers_and_reruns(tmp_path):
     runs = []
     for i, workers in enumerate((1, 2, 2)):
         out = tmp_path / f"out{i}"
-        rc = main(["dedup", "fuzzy", str(src), "--output", str(out), "--workers", str(workers)])
+        args = [
+            "dedup",
+            "fuzzy",
+            str(src),
+            "--output",
+            str(out),
+            "--workers",
+            str(workers),
+            "--mode",
+            "annotate",
+        ]
+        rc = main(args)
         assert rc == 0
         runs.append(_digests(out))
     assert runs[0] == runs[1] == runs[2] and runs[0]
