@@ -20,7 +20,8 @@ depend on edge order. Each round hooks both endpoints (and their current labels)
 then jumps pointers ``label = label[label]`` until stable; rounds repeat until no label changes. The
 number of rounds grows with the logarithm of the component diameter in practice.
 
-The engine version of the same algorithm (external memory, joins and group-bys) is in ``stages.py``.
+The engine version of the same algorithm (external memory, joins and group-bys) is
+``connected_components_dataset``.
 
 >>> connected_components(5, np.array([[1, 0], [4, 3], [3, 1]])).tolist()
 [0, 0, 2, 0, 0]
@@ -66,23 +67,23 @@ Verifying candidate pairs on the engine: shingle sets joined onto the pairs, a g
 members broadcast.
 
 A templated source puts most rows in the same LSH buckets, and each bucket member is paired with the bucket's
-first few members (``lsh.candidate_pairs``), so those few rows are the earlier end (v) of most pairs. Joined
+first few members (``_minhash.candidate_pairs``), so those few rows are the earlier end (v) of most pairs. Joined
 row by row, each of their sets would be copied once per pair into a single partition: quadratic bytes and
 one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
 set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
 *cold* pairs join both sets, at most ``_HOT_FAN`` copies of a set each. Sets, not texts, are joined: every
-row is shingled once (``fuzzy_clusters.NodeSets``), never once per pair.
+row is shingled once (``NodeSets``), never once per pair.
 
 The fuzzy dedup graph in the driver: verify a driver-sized candidate-pair table against the endpoints'
 shingle sets, number the nodes in keep order (indexed documents first), and cluster them
-(``fuzzy.cluster_labels``); the result is the node info ``dup_columns.Attach`` looks rows up in.
+(``cluster_labels``); the result is the node info ``_rows.Attach`` looks rows up in.
 
 Verification and clustering of the fuzzy dedup candidate pairs, choosing where each runs.
 
 The endpoints' shingle sets are written once (``NodeSets``). When the pairs and the sets fit the driver,
-verification and clusters run there (``driver_graph.graph_in_driver``). Otherwise the pairs are verified on
-the engine (``verify_engine.verify_on_engine``); the verified graph is then clustered in the driver when it
-fits, else (components only) by engine rounds (``engine_components``).
+verification and clusters run there (``graph_in_driver``). Otherwise the pairs are verified on
+the engine (``verify_on_engine``); the verified graph is then clustered in the driver when it
+fits, else (components only) by engine rounds (``connected_components_dataset``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cluster columns attached by row number or joined from the engine, and the eager phase's execution helpers.
 
 Helper columns the dedup stages add to the rows they carry; all start with ``__dedup_`` and never reach
-an output (``dup_columns.Finish`` drops them), except ROW and KEEPER when an index records row numbers.
+an output (``Finish`` drops them), except ROW and KEEPER when an index records row numbers.
 
 From cluster labels to output columns: keep rule, annotate/remove, cluster-size histogram.
 

@@ -20,39 +20,21 @@ paragraphs are never removed. Rows with null text are passed through unchanged a
 >>> paragraph_dedup(p, mode="remove").table["text"].to_pylist()
 ['x\\ny\\n\\nz', 'w']
 
-Document-level exact dedup on a ``Dataset`` (``exact_dedup_dataset``).
+Document-level exact dedup on a ``Dataset`` (``exact_dedup_dataset``): with ``execution``, one pass hashes
+every row into a small (row, hash, id, priority) table; when it fits the driver, groups form there and a second
+pass attaches the cluster columns by row number (the text is never shuffled). Otherwise, and without
+``execution`` (lazy), the shuffle path: hash → keepers by aggregation (``_rows.group_keepers``) → a join back
+on the hash.
 
-With ``execution``, one pass hashes every row into a small (row, hash, id, priority) table; when it fits the
-driver, groups form there and a second pass attaches the cluster columns by row number (the text is never
-shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash → keepers by aggregation
-(``dup_columns.group_keepers``) → a join back on the hash. See ``dedup.dataset_ops`` for the columns and
-counters every dedup stage shares.
-
-Dedup on a ``zephyr.Dataset``: functions taking a Dataset and returning one with the dedup ops appended
-(each runs as one or more engine stages).
-
-Where each piece lives: ``exact_dataset`` (exact), ``fuzzy_dataset`` (fuzzy up to candidate pairs),
-``fuzzy_clusters`` (where verification and clustering run), ``driver_graph`` (the graph in the driver),
-``dup_columns`` (the dup columns both paths end with), ``eager`` (execution options, limits, scratch);
-this module keeps paragraph dedup and re-exports the public names.
+Where each dedup method lives: this module (exact documents, paragraphs, URLs), ``fuzzy`` (signatures, LSH
+buckets, candidate pairs), ``_graph`` (verification and clusters, in the driver or on the engine), ``bloom``
+(paragraphs against a Bloom filter), ``substring`` (repeated byte spans), ``index`` (earlier runs' kept rows);
+``_rows`` holds what they share (row numbers, the keep rule, the dup columns, execution options, scratch).
 
 **Row identity is the engine's.** Every path numbers the input rows with ``Dataset.with_row_index`` and
 addresses them by that number; user ids only order rows (the keep rule: largest priority, then smallest
 id, then input order; nulls last) and name clusters. So rows that share an id, rows with null ids and
 inputs without an id column (``id_column=None``) dedup like any others, and nothing is quarantined.
-
-- exact, with ``execution``: one pass hashes every row into a small (row, hash, id, priority) table; when
-  it fits the driver, groups form there and a second pass attaches the cluster columns by row number (the
-  text is never shuffled). Otherwise, and without ``execution`` (lazy), the shuffle path: hash →
-  keepers by aggregation (``dup_columns.group_keepers``) → a join back on the hash.
-- fuzzy: signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)``
-  → bounded candidate pairs per bucket (``lsh.candidate_pairs``' rule) → distinct pairs. One pass writes
-  the endpoints' shingle sets and keys (every row's, when the pairs do not fit the driver). When pairs
-  and sets fit the driver, verification and clusters (``fuzzy.cluster_labels``: anchored by default) run
-  there and the result is attached by row number. Otherwise the pairs are verified on the engine
-  (``verify_engine``: sets joined onto pairs, a giant bucket's first members broadcast); the verified
-  graph is then clustered in the driver when it fits, else (components only) by engine rounds
-  (``engine_components``).
 
 Columns added: ``dup_cluster`` (the id of the cluster's kept row; its row number without an id column),
 ``dup_cluster_size``, ``dup_keep``. Null texts pass through with null cluster columns and ``dup_keep =

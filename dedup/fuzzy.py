@@ -146,7 +146,7 @@ def _band_rows(rows: pa.Array | pa.ChunkedArray, shingles: Shingles | None, band
 
 class _BucketPairs:
     """Buckets (with their member lists) → candidate pairs [u later row, v earlier row], each member paired
-    with the bucket's first ``links`` members before it (``lsh.candidate_pairs``' rule, by row number)."""
+    with the bucket's first ``links`` members before it (``_minhash.candidate_pairs``' rule, by row number)."""
 
     def __init__(self, links: int):
         self.links = links

@@ -107,7 +107,7 @@ log = logging.getLogger(__name__)
 DRIVER_MAX_WORKERS = 2
 """With at most this many local workers, the writer's jobs run in the driver process. One process already
 gives the encoder every core (its own threads), decodes the next input batch on a thread meanwhile
-(``zephyr.read_ahead``), and loads, proves and warms the tokenizer once; two worker processes pay each of those
+(``zephyr.tasks.read_ahead``), and loads, proves and warms the tokenizer once; two worker processes pay each of those
 twice plus their start-up (~3 CPU-s at 320 MB). Measured at 320 MB on 2 cores with fastokens: 4.30 s in the
 driver vs 5.22 s on 2 workers (median of 3; fastokens in memory 2.31 s); with tiktoken at 80 MB, 5.8 vs
 6.2 s. With more workers, one Python thread (decoding, hashing, spilling) would not keep up with the encoder."""
