@@ -1,10 +1,12 @@
 """Run the ``zephyr`` command with its stderr on a pseudo-terminal, as a user at a terminal sees it: the
-progress line is drawn only when stderr is a terminal, so tests of it need a pty, not a pipe."""
+progress line is drawn only when stderr is a terminal, so tests of it need a pty, not a pipe. And read the
+progress bar's frames back."""
 
 from __future__ import annotations
 
 import os
 import pty
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,3 +31,15 @@ def cli_under_pty(argv: Sequence[str], *, env: dict[str, str], timeout_s: float)
     out, _ = proc.communicate(timeout=timeout_s)
     os.close(leader)
     return proc.returncode, out, shown.decode(errors="replace")
+
+
+def frames(err: str, label: str) -> list[str]:
+    """The progress line's successive states as drawn (tqdm redraws it after a carriage return)."""
+    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label)]
+
+
+def bytes_done(frame: str) -> tuple[float, float]:
+    """The bar's ``5.98M/15.3M`` (done/total) as bytes."""
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
+    n, n_unit, t, t_unit = re.search(r"\| *([0-9.]+)([kMG]?)/([0-9.]+)([kMG]?) \[", frame).groups()
+    return float(n) * scale[n_unit], float(t) * scale[t_unit]

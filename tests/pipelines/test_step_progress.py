@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,18 +9,10 @@ import yaml
 
 from zephyr.cli import main
 
+from ..terminal import bytes_done
+from ..terminal import frames as frames_of
+
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "sample.parquet"
-
-
-def _frames(err: str, label: str) -> list[str]:
-    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label)]
-
-
-def _bytes(frame: str) -> tuple[float, float]:
-    """The bar's ``5.98M/15.3M`` (done/total) as bytes."""
-    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
-    n, n_unit, t, t_unit = re.search(r"\| *([0-9.]+)([kMG]?)/([0-9.]+)([kMG]?) \[", frame).groups()
-    return float(n) * scale[n_unit], float(t) * scale[t_unit]
 
 
 def test_a_dedup_step_of_several_jobs_shows_its_total_from_the_start(tmp_path, capsys):
@@ -38,8 +29,8 @@ def test_a_dedup_step_of_several_jobs_shows_its_total_from_the_start(tmp_path, c
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(config))
     argv = ["run", str(tmp_path / "p.yaml"), "--job-dir", str(tmp_path / "job"), "--executor", "inprocess"]
     assert main([*argv, "--progress"]) == 0
-    frames = [f for f in _frames(capsys.readouterr().err, "[2/2] exact_dedup") if "|" in f]
-    totals = [_bytes(frame)[1] for frame in frames]
+    frames = [f for f in frames_of(capsys.readouterr().err, "[2/2] exact_dedup") if "|" in f]
+    totals = [bytes_done(frame)[1] for frame in frames]
     # announced up front: the first frame's total is the step's (within the small reads the plans leave
     # out, such as collecting the hashes), not its first job's alone (about half of it here)
     assert len(frames) > 2 and totals[0] >= 0.9 * totals[-1] > 0, frames

@@ -16,7 +16,9 @@ from zephyr.cli import Command, Inputs, main
 from zephyr.physical import PlannedJob
 from zephyr.summary import Summary
 
+from ..terminal import bytes_done as _bytes_done
 from ..terminal import cli_under_pty
+from ..terminal import frames as _frames
 
 
 @pytest.fixture
@@ -37,18 +39,6 @@ def test_nothing_shown_when_stderr_is_not_a_terminal(corpus, capsys):
 def test_no_progress_wins_and_jobs_open_no_display_of_their_own(corpus, capsys):
     assert main(["count", str(corpus), "--executor", "inprocess", "--no-progress"]) == 0
     assert capsys.readouterr().err.startswith("zephyr count: done in")  # the summary alone, no progress line
-
-
-def _frames(err: str, label: str) -> list[str]:
-    """The progress line's successive states as drawn (tqdm redraws it after a carriage return)."""
-    return [line for line in err.replace("\r", "\n").splitlines() if line.startswith(label)]
-
-
-def _bytes_done(frame: str) -> tuple[float, float]:
-    """The bar's ``5.98M/15.3M`` (done/total) as bytes."""
-    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
-    n, n_unit, t, t_unit = re.search(r"\| *([0-9.]+)([kMG]?)/([0-9.]+)([kMG]?) \[", frame).groups()
-    return float(n) * scale[n_unit], float(t) * scale[t_unit]
 
 
 def test_one_line_for_a_command_of_many_jobs(corpus, tmp_path, capsys):
