@@ -749,7 +749,7 @@ def main() -> int:
     command_line = "flock /tmp/zephyr-bench.lock .venv/bin/python benchmarks/scale.py " + " ".join(
         sys.argv[1:]
     )
-    publish(render(shown, args, cap, load_start, command_line), append=not args.no_append)
+    publish(render(shown, args, cap.how, load_start, command_line), append=not args.no_append)
     return 0 if all("error" not in r for r in fresh) else 1
 
 
