@@ -354,16 +354,6 @@ def mark_keep(table: pa.Table) -> pa.Table:
     )
 
 
-def stage_counters(stages: list[dict[str, Any]], prefix: str) -> dict[str, int]:
-    """The counters of an engine run's ``stages`` (its stats) whose names start with ``prefix``, summed."""
-    counters: dict[str, int] = {}
-    for stage in stages:
-        for key, value in (stage.get("counters") or {}).items():
-            if key.startswith(prefix):
-                counters[key] = counters.get(key, 0) + value
-    return counters
-
-
 def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
     """``execution`` as the keyword arguments every eager ``Dataset`` call takes (empty: run lazily)."""
     if execution is None:

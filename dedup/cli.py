@@ -100,9 +100,10 @@ def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, re
 
 
 def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
-    from zephyr.dedup._rows import stage_counters
+    from zephyr import job_stats
 
-    return stage_counters(result.stats.get("stages", []), prefix)
+    totals = job_stats.counter_totals(result.stats.get("stages", []))
+    return {k: v for k, v in totals.items() if k.startswith(prefix)}
 
 
 def _summary(

@@ -60,10 +60,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup._compiled import LazyKernels
-from zephyr.dedup._rows import budget_of, stage_counters
+from zephyr.dedup._rows import budget_of
 from zephyr.dedup.config import SubstringConfig
 
-from zephyr import counters
+from zephyr import counters, job_stats
 from zephyr.errors import SchemaError
 
 if TYPE_CHECKING:
@@ -701,7 +701,7 @@ def substring_plans(
 def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
     """What a run of ``substring_dedup_dataset`` removed, from the counters of its write's ``stages``:
     ``bytes_removed``, ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed``."""
-    counters, prefix = stage_counters(stages, "substring/"), "substring/bytes_removed/source="
+    counters, prefix = job_stats.counter_totals(stages), "substring/bytes_removed/source="
     return {
         "bytes_removed": counters.get("substring/bytes_removed", 0),
         "bytes_removed_per_source": {

@@ -139,9 +139,24 @@ def normalize(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: NormalizeConfig
 ) -> Summary:
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
+    from zephyr import job_stats
+
     result = normalize_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    stats = _stats(output.output, {"job": result.stats})
-    return _one_job(result, output.output, stats, next=f"zephyr langid {output.output} --output OUT")
+    counts = job_stats.counter_totals(result.stats.get("stages", []))
+    # no row is dropped: what normalization did is the texts it rewrote and the bytes it took out
+    changed = {
+        "rows_changed": counts.get("normalize/rows_rewritten", 0),
+        "bytes_removed": counts.get("normalize/bytes_removed", 0),
+    }
+    stats = _stats(output.output, {"normalize": changed, "job": result.stats})
+    return _one_job(
+        result,
+        output.output,
+        stats,
+        next=f"zephyr langid {output.output} --output OUT",
+        details=changed,
+        shown=tuple(changed),
+    )
 
 
 # -- langid --------------------------------------------------------------------------------------------------

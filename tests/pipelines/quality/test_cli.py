@@ -165,3 +165,25 @@ def test_every_pipelines_command_has_its_explain_twin(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "map_batches(langid) → map_batches(language_filter)" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]
+
+
+def test_normalize_says_what_it_changed(tmp_path, capsys):
+    """No row is dropped by normalize: its summary, --json and stats.json say how many texts it rewrote and
+    how many bytes it took out (issue 33's "summaries that say what changed")."""
+    path = tmp_path / "in.parquet"
+    texts = ["Hello   world\u0000 again", "already fine", None, "tabs\t\tand  spaces  "]
+    pq.write_table(pa.table({"id": [1, 2, 3, 4], "text": texts}), path)
+    out = tmp_path / "out"
+    assert main(["normalize", str(path), "--output", str(out), "--executor", "inprocess", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    written = pq.read_table(out)["text"].to_pylist()
+    changed = sum(a != b for a, b in zip(texts, written, strict=True))
+    removed = sum(
+        len((a or "").encode()) - len((b or "").encode()) for a, b in zip(texts, written, strict=True)
+    )
+    assert changed == 2 and removed > 0
+    assert record["details"] == {"rows_changed": changed, "bytes_removed": removed}
+    assert json.loads(Path(stats_path(str(out))).read_text())["normalize"] == record["details"]
+    assert main(["normalize", str(path), "--output", str(tmp_path / "again"), "--executor", "inprocess"]) == 0
+    err = capsys.readouterr().err
+    assert f"rows changed {changed}" in err and f"bytes removed {removed}" in err
