@@ -395,7 +395,6 @@ class _BlockParser:
         self.path = path
         self.columns = list(columns) if columns is not None else None
         self.quarantine = quarantine
-        self.user_schema = schema
         if schema is not None and columns is not None:
             missing = [c for c in columns if c not in schema.names]
             if missing:

@@ -248,26 +248,6 @@ _FIX = (
 _FIX_SCHEMA = "pass --schema FILE (Python: schema=) giving the column the type you want"
 
 
-def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
-    """The type at a dotted field path (``meta.score``, ``tags[]``) of ``schema``, None when absent."""
-    head, _, rest = path.partition(".")
-    name = head.split("[", 1)[0]
-    if name not in schema.names:
-        return None
-    t = schema.field(name).type
-    for _ in range(head.count("[]")):
-        t = t.value_type if _is_list_like(t) else t
-    while rest:
-        head, _, rest = rest.partition(".")
-        name = head.split("[", 1)[0]
-        if not pat.is_struct(t) or t.get_field_index(name) < 0:
-            return None
-        t = t.field(name).type
-        for _ in range(head.count("[]")):
-            t = t.value_type if _is_list_like(t) else t
-    return t
-
-
 def merge_schemas(peeks: Sequence[tuple[str, pa.Schema | None]], *, unify: bool = False) -> pa.Schema | None:
     """The one schema for files with these schemas (the module docstring's rule); None when none has one.
 
@@ -305,7 +285,7 @@ def _conflict_error(
             _merge_type(earlier_schema.field(top).type, schema.field(top).type, unify=unify, path=top)
         except SchemaConflict as pair:
             return _one_line(pair.column, earlier, pair.left, path, pair.right, unify)
-    first = next((p for p, s in seen if _at(s, exc.column) is not None), "earlier files")
+    first = next((p for p, s in seen if top in s.names), "earlier files")
     return _one_line(exc.column, first, exc.left, path, exc.right, unify)
 
 
