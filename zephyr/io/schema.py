@@ -1,12 +1,13 @@
 """Schema promotion and lossless casts, shared by the JSONL reader and the shard writers.
 
-Two rules, one table of what widens into what:
+One table of what widens into what (``_merge_type``, also the rule of the input plan below), and the cast:
 
 - ``promote_types(a, b)``: the narrowest type both fit in, or None for a real conflict. ``null`` widens to any
   type; integers widen to the wider integer, and integer + float to ``float64``; ``string``/``large_string``/
-  ``string_view`` to ``large_string`` when either is large, else ``string`` (the same for binary); lists widen
-  their items; structs take the union of their fields (in first-seen order). Anything else (string vs number,
-  struct vs list, two timestamp units) is a conflict.
+  ``string_view`` to ``large_string`` when either is large, else ``string`` (the same for binary); a
+  dictionary-encoded type counts as its value type; lists widen their items; structs take the union of their
+  fields (in first-seen order). Anything else (string vs number, struct vs list, two timestamp units) is a
+  conflict (``SchemaConflict``, naming the innermost field: ``meta.score``).
 - ``conform(batch, schema)``: reorder columns to ``schema``, add missing nullable columns as nulls, and cast
   columns whose type widens losslessly into the target (checked value by value: ``int64 → float64`` fails for
   integers above 2**53). Anything else raises ``SchemaError`` naming the column, both types and the fix.

@@ -18,15 +18,14 @@ contract).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pyarrow as pa
 
-from zephyr.errors import READ_ERRNOS, InputError, read_error
+from zephyr.errors import InputError
 from zephyr.io.parquet import BufferedEncoder, columns_to_read, split_batch
-from zephyr.io.paths import filesystem, is_local, quietly, remove_local
+from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
 from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
 from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view_types
 
@@ -37,26 +36,16 @@ def _open_vortex(path: str):
     import vortex
 
     fs, stripped = filesystem(path)
-    with contextlib.ExitStack() as stack:
+    with open_input(
+        path
+    ) as raw:  # a missing or unreadable file: one line naming it (vortex says "not readable")
+        if fs.size(stripped) == 0:
+            raise InputError("empty (0-byte) Vortex file", path=path)
         try:
             if is_local(fs):
-                if fs.size(stripped) == 0:
-                    raise InputError("empty (0-byte) Vortex file", path=path)
-                os.close(os.open(stripped, os.O_RDONLY))  # a permission is vortex's "not readable" otherwise
                 handle = vortex.open(stripped, without_segment_cache=True)
             else:
-                raw = stack.enter_context(fs.open(stripped, "rb"))
-                if fs.size(stripped) == 0:
-                    raise InputError("empty (0-byte) Vortex file", path=path)
                 handle = vortex.open_readable(raw, without_segment_cache=True)
-        except FileNotFoundError as exc:
-            raise InputError("file not found (was it deleted after listing?)", path=path) from exc
-        except InputError:
-            raise
-        except OSError as exc:
-            if exc.errno in READ_ERRNOS:
-                raise read_error(exc, path) from exc
-            raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         except Exception as exc:  # vortex raises plain ValueError/OSError/RuntimeError for bad files
             raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         yield handle
