@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import zlib
-from typing import IO, Protocol
+from typing import IO
 
 import zstandard
 
@@ -37,10 +37,6 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FEED_BYTES = 64 << 10  # compressed bytes handed to a decompressor at a time
 _ZSTD_FRAME_MAGICS = (ZSTD_MAGIC, *(bytes([0x50 + i]) + b"\x2a\x4d\x18" for i in range(16)))
 """A zstd frame starts with its magic number, a skippable frame with one of 0x184D2A50-5F (little-endian)."""
-
-
-class _ByteReader(Protocol):
-    def read(self, n: int, /) -> bytes: ...
 
 
 class TruncatedStream(Exception):
@@ -174,7 +170,7 @@ class _ZstdReader(_StreamReader):
         return zstandard.ZstdDecompressor().decompressobj()
 
 
-def open_decompressed(raw: IO[bytes], compression: str | None) -> _ByteReader:
+def open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes] | _StreamReader:
     """A reader of the decompressed bytes of ``raw`` (which stays owned, and closed, by the caller)."""
     if compression is None:
         return raw

@@ -615,7 +615,6 @@ class JsonlEncoder:
         self.out = open_compressed_writer(self.handle, compression)
         self.checksum: dict | None = None
         """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
-        self.compressed = compression is not None
         self.schema = schema
         self.fixed = schema is not None
         self.where = where
@@ -628,13 +627,13 @@ class JsonlEncoder:
             self.out.write(encode_ndjson(batch, where=self.where))
 
     def finish(self) -> None:
-        if self.compressed:
+        if self.out is not self.handle:  # a compressing writer: closing it ends the stream
             self.out.close()
         self.handle.close()
         self.checksum = self.handle.record()
 
     def discard(self) -> None:
-        if self.compressed:
+        if self.out is not self.handle:
             quietly(self.out.close, self.path)
         quietly(self.handle.close, self.path)
         quietly(lambda: self.fs.rm(self.path) if self.fs.exists(self.path) else None, self.path)

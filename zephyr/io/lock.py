@@ -221,10 +221,8 @@ def _create(fs: Any, path: str, data: bytes) -> bool:
     """Create the file ``path`` holding ``data`` unless it exists; whether this call created it."""
     if is_local(fs):
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            _create_exclusive(tmp, data)
             try:
                 os.link(tmp, path)  # atomic, and never replaces: the whole file appears, or nothing
                 return True
@@ -255,6 +253,8 @@ def _create(fs: Any, path: str, data: bytes) -> bool:
 
 
 def _create_exclusive(path: str, data: bytes) -> bool:
+    """Create the local file ``path`` (``O_CREAT|O_EXCL``, no link followed) holding ``data`` unless it exists;
+    whether this call created it."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except FileExistsError:

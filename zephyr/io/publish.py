@@ -127,7 +127,10 @@ def _publish_local(
                 if source.startswith(staging.rstrip("/") + "/"):
                     os.replace(source, target)
                 else:  # a resumed task's part, published by an earlier run of this plan
-                    _link_or_copy(source, target)
+                    try:
+                        os.link(source, target)
+                    except OSError:
+                        shutil.copy2(source, target)
                 entries.append(_entry(url, name, marker, target))
         claim.write_pending(directory, entries)
         _swap(new, root)
@@ -183,13 +186,6 @@ def _finish(fs, root: str, keep: set[str], output: str, entries: list[dict]) -> 
     fs.invalidate_cache(staging)
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
 
 
 def exchange(a: str, b: str) -> bool:
