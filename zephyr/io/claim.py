@@ -50,7 +50,8 @@ from typing import Any
 
 from zephyr.errors import ClaimError
 from zephyr.io import layout, lock
-from zephyr.io.paths import check_output_dir, filesystem, is_local
+from zephyr.io.checksum import ALGORITHM, file_checksum
+from zephyr.io.paths import check_output_dir, filesystem, is_local, path_key
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +63,11 @@ _REWRITTEN = ("quarantine", "dropped", "staging", "unreadable")
 """Sidecar folders a run rewrites: an input inside one of them would be replaced while it is read."""
 
 _CLAIMED: dict[str, bool] = {}
-"""Outputs this process has claimed: key (``_key``) → whether the claim replaces foreign files."""
+"""Outputs this process has claimed: key (``path_key``) → whether the claim replaces foreign files."""
 _CLAIMED_LOCK = threading.Lock()
 
 
 # -- where a path is -----------------------------------------------------------------------------------------
-def _key(url: str) -> tuple[str, str]:
-    """(protocol, absolute path) of ``url``, symlinks resolved for local paths: two spellings of one folder
-    compare equal."""
-    fs, path = filesystem(str(url))
-    if is_local(fs):
-        return "file", os.path.realpath(path)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol, "/" + path.strip("/")
-
-
 def _relation(a: tuple[str, str], b: tuple[str, str]) -> str | None:
     """How path ``a`` relates to path ``b``: "is", "contains", "lies inside", or None."""
     if a[0] != b[0]:
@@ -99,9 +90,9 @@ def _input_keys(inputs: Iterable[str]) -> list[tuple[str, tuple[str, str]]]:
         fs, path = filesystem(text)
         if any(ch in path for ch in "*?["):
             matches = globlib.glob(path, recursive=True) if is_local(fs) else fs.glob(path)
-            keys.extend((text, _key(fs.unstrip_protocol(m) if not is_local(fs) else m)) for m in matches)
+            keys.extend((text, path_key(fs.unstrip_protocol(m) if not is_local(fs) else m)) for m in matches)
         else:
-            keys.append((text, _key(text)))
+            keys.append((text, path_key(text)))
     return keys
 
 
@@ -113,7 +104,7 @@ def check_not_inputs(output: str, inputs: Iterable[str], *, flag: str = "the out
         return
     side = layout.sidecar(output)
     for folder in (output, side):
-        mine = _key(folder)
+        mine = path_key(folder)
         for given, key in keys:
             relation = _relation(mine, key)
             if relation is None:
@@ -123,13 +114,8 @@ def check_not_inputs(output: str, inputs: Iterable[str], *, flag: str = "the out
                 if below not in _REWRITTEN:
                     continue  # a command's own scratch rows (OUT.zephyr/annotated): read, then written to OUT
             what = "" if folder == output else f" (its sidecar {folder})"
-            how = {
-                "is": "is the input",
-                "contains": "contains the input",
-                "lies inside": "lies inside the input",
-            }[relation]
             raise ClaimError(
-                f"{flag} {output}{what} {how} {given}: writing there would replace or mix with the data it "
+                f"{flag} {output}{what} {relation} the input {given}: writing there would replace or mix with the data it "
                 "reads; choose an output folder outside every input"
             )
 
@@ -153,13 +139,8 @@ def file_entry(url: str) -> dict[str, Any]:
     fs, path = filesystem(url)
     name = path.rstrip("/").rsplit("/", 1)[-1]
     if is_local(fs):
-        import xxhash
-
-        digest = xxhash.xxh3_128()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 22):
-                digest.update(chunk)
-        return {"name": name, "size_bytes": os.path.getsize(path), "xxh3_128": digest.hexdigest()}
+        size, digest = file_checksum(path)
+        return {"name": name, "size_bytes": size, ALGORITHM: digest}
     info = fs.info(path)
     etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("generation")
     return {
@@ -282,7 +263,7 @@ def claimed(
     input (or ``work_dir`` lies inside it), hold its lock, and refuse it when it holds files zephyr did not
     write unless ``overwrite``. Within a claim of this process, a nested claim of the same folder only
     counts itself in."""
-    key = _key(output)
+    key = path_key(output)
     with _CLAIMED_LOCK:
         nested = key in _CLAIMED
     if nested:
@@ -291,7 +272,7 @@ def claimed(
         return
     check_not_inputs(output, inputs, flag=flag)
     if work_dir is not None:
-        relation = _relation(_key(work_dir), key)
+        relation = _relation(path_key(work_dir), key)
         if relation in ("is", "lies inside"):
             raise ClaimError(
                 f"the work dir {work_dir} {relation} {flag} {output}, which holds its data only (and is replaced "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import zlib
-from typing import IO, Protocol
+from typing import IO
 
 import zstandard
 
@@ -37,10 +37,6 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _FEED_BYTES = 64 << 10  # compressed bytes handed to a decompressor at a time
 _ZSTD_FRAME_MAGICS = (ZSTD_MAGIC, *(bytes([0x50 + i]) + b"\x2a\x4d\x18" for i in range(16)))
 """A zstd frame starts with its magic number, a skippable frame with one of 0x184D2A50-5F (little-endian)."""
-
-
-class _ByteReader(Protocol):
-    def read(self, n: int, /) -> bytes: ...
 
 
 class TruncatedStream(Exception):
@@ -77,6 +73,8 @@ class _StreamReader:
         self._error: TruncatedStream | CorruptStream | TrailingData | None = None
         self._fed_bytes = 0  # compressed bytes fed so far, the current chunk included
         self._between = b""  # after a complete member/frame: the start of the next one, too short to tell
+        self._unit = None  # the decompressor of the member or frame in progress; None between them
+        self._units = 0  # members or frames finished
 
     def read(self, n: int) -> bytes:
         while self._pending_bytes < n and not self._at_eof and self._error is None:
@@ -106,24 +104,44 @@ class _StreamReader:
             self._pending_bytes += len(data)
 
     def _feed(self, data: bytes) -> None:
-        raise NotImplementedError
+        while data:
+            if self._unit is None:
+                if self._units:  # after a complete member/frame: padding, then another one or a tail
+                    data = data.lstrip(self._padding) if not self._between else data
+                    data = self._next_starts(data) if data else data
+                    if not data:
+                        return
+                self._unit = self._decompressor()
+            try:
+                self._emit(self._unit.decompress(data))
+            except self._codec_error as exc:
+                raise CorruptStream(f"corrupt {self._codec} data: {exc}") from exc
+            if self._unit.eof:
+                data = self._unit.unused_data
+                self._unit = None
+                self._units += 1
+            else:
+                data = b""
 
-    def _next_starts(self, data: bytes, magics: tuple[bytes, ...]) -> bytes:
+    def _next_starts(self, data: bytes) -> bytes:
         """``data`` (what follows a complete member or frame, the bytes held back from the last chunk first)
         when it starts another one; ``b""`` when it is too short to tell (it is held back); ``TrailingData``
-        when it starts none of ``magics``."""
+        when it starts none of the codec's magic numbers."""
         data = self._between + data
         self._between = b""
-        if any(data.startswith(m) for m in magics):
+        if any(data.startswith(m) for m in self._magics):
             return data
-        if len(data) < max(map(len, magics)) and any(m.startswith(data) for m in magics):
+        if len(data) < max(map(len, self._magics)) and any(m.startswith(data) for m in self._magics):
             self._between = data
             return b""
         raise TrailingData(self._codec, self._fed_bytes - len(data), data)
 
     def _finish(self) -> None:
         """At the end of the raw input: raise ``TruncatedStream`` when it ends inside a member or frame."""
-        raise NotImplementedError
+        if self._unit is not None:
+            with contextlib.suppress(self._codec_error):  # what can be decoded is; the cut is reported below
+                self._emit(self._unit.flush())
+            raise TruncatedStream(f"{self._codec} stream ends inside a {self._unit_name}")
 
 
 class _GzipReader(_StreamReader):
@@ -132,73 +150,27 @@ class _GzipReader(_StreamReader):
     bytes before a cut are returned. Zero bytes after a member are padding, as ``gzip.GzipFile`` reads them."""
 
     _codec = "gzip"
+    _unit_name = "member"
+    _magics = (GZIP_MAGIC,)
+    _padding = b"\x00"
+    _codec_error = zlib.error
 
-    def __init__(self, raw: IO[bytes]):
-        super().__init__(raw)
-        self._member = None  # the decompressor of the member in progress; None between members
-        self._members = 0  # members finished
-
-    def _feed(self, data: bytes) -> None:
-        while data:
-            if self._member is None:
-                if self._members:
-                    data = data.lstrip(b"\x00") if not self._between else data
-                    data = self._next_starts(data, (GZIP_MAGIC,)) if data else data
-                    if not data:
-                        return
-                self._member = zlib.decompressobj(wbits=31)
-            try:
-                self._emit(self._member.decompress(data))
-            except zlib.error as exc:
-                raise CorruptStream(f"corrupt gzip data: {exc}") from exc
-            if self._member.eof:
-                data = self._member.unused_data
-                self._member = None
-                self._members += 1
-            else:
-                data = b""
-
-    def _finish(self) -> None:
-        if self._member is not None:
-            with contextlib.suppress(zlib.error):  # what can be decoded is; the cut is reported just below
-                self._emit(self._member.flush())
-            raise TruncatedStream("gzip stream ends before its end-of-stream marker")
+    def _decompressor(self):
+        return zlib.decompressobj(wbits=31)
 
 
 class _ZstdReader(_StreamReader):
     _codec = "zstd"
+    _unit_name = "frame"
+    _magics = _ZSTD_FRAME_MAGICS
+    _padding = b""
+    _codec_error = zstandard.ZstdError
 
-    def __init__(self, raw: IO[bytes]):
-        super().__init__(raw)
-        self._dctx = zstandard.ZstdDecompressor()
-        self._frame = None  # the decompressor of the frame in progress; None between frames
-        self._frames = 0  # frames finished
-
-    def _feed(self, data: bytes) -> None:
-        while data:
-            if self._frame is None:
-                if self._frames:
-                    data = self._next_starts(data, _ZSTD_FRAME_MAGICS)
-                    if not data:
-                        return
-                self._frame = self._dctx.decompressobj()
-            try:
-                self._emit(self._frame.decompress(data))
-            except zstandard.ZstdError as exc:
-                raise CorruptStream(f"corrupt zstd data: {exc}") from exc
-            if self._frame.eof:
-                data = self._frame.unused_data
-                self._frame = None
-                self._frames += 1
-            else:
-                data = b""
-
-    def _finish(self) -> None:
-        if self._frame is not None:
-            raise TruncatedStream("zstd stream ends inside a frame")
+    def _decompressor(self):
+        return zstandard.ZstdDecompressor().decompressobj()
 
 
-def open_decompressed(raw: IO[bytes], compression: str | None) -> _ByteReader:
+def open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes] | _StreamReader:
     """A reader of the decompressed bytes of ``raw`` (which stays owned, and closed, by the caller)."""
     if compression is None:
         return raw

@@ -51,10 +51,11 @@ whole lines.
 
 Steps 1, 5, 6 and 7 of the ``zephyr.io.jsonl`` contract: blocks of about ``block_bytes`` cut after
 the last newline (a longer line grows its block), a byte-range shard starting at the line after
-``start - 1``, a truncated compressed stream ending in ``_StreamCut`` after the last whole line, and bytes
-after a complete compressed stream ending in ``_StreamTail`` after the stream's last line. A file that is
-UTF-16 or UTF-32 text (``zephyr.io.text_encoding``) is ``_WideText`` before any block, from the shard that
-starts at byte 0; the file's other byte-range shards yield nothing, so it is reported once.
+``start - 1``, a truncated compressed stream reported (``_report_cut``) after the last whole line, and bytes
+after a complete compressed stream reported (``_report_tail``) after the stream's last line: raised, or set
+aside by ``quarantine.refuse_or_set_aside``, at the point they are found. A file that is UTF-16 or UTF-32 text
+(``zephyr.io.text_encoding``) is reported before any block, from the shard that starts at byte 0; the file's
+other byte-range shards yield nothing, so it is reported once.
 
 Parsing (``_BlockParser``): one block of JSONL lines into an Arrow table, steps 2–4 of the ``zephyr.io.jsonl`` contract.
 
@@ -91,12 +92,13 @@ from zephyr.io.compression import (
     open_decompressed,
 )
 from zephyr.io.paths import filesystem, infer_compression, open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside
 from zephyr.io.schema import (
     SCHEMA_FIX,
     SchemaConflict,
     conform,
     fit_planned,
+    map_leaves,
     promote_or_refuse,
     promote_schemas,
 )
@@ -130,52 +132,41 @@ def read_jsonl_shard(
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
     parser = _BlockParser(shard.path, schema=schema, columns=columns, quarantine=quarantine, planned=planned)
-    try:
-        for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes):
-            table = parser.parse(block)
-            if table is None or table.num_rows == 0:
-                continue
-            if table.num_columns == 0:  # rows of `{}`: to_batches() would lose the row count
-                yield pa.RecordBatch.from_struct_array(pa.array([{}] * table.num_rows, type=pa.struct([])))
-                continue
-            # Arrow's parse chunks (about 8 MiB each, see jsonl_parse) are yielded as they are: no copy
-            yield from table.to_batches()
-    except _StreamCut as cut:
-        _report_cut(shard.path, cut, quarantine)
-    except _StreamTail as tail:
-        _report_tail(shard.path, tail, quarantine)
-    except _WideText as wide:
-        what = wide_text_message(wide.encoding)
-        if quarantine is None:
-            raise InputError(
-                f"the file is {what}; or pass on_error='quarantine' to set it aside", path=shard.path
-            ) from None
-        quarantine(quarantine_table(shard.path, [None], [f"the file is {what}"], [None]))
+    for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes, quarantine):
+        table = parser.parse(block)
+        if table is None or table.num_rows == 0:
+            continue
+        if table.num_columns == 0:  # rows of `{}`: to_batches() would lose the row count
+            yield pa.RecordBatch.from_struct_array(pa.array([{}] * table.num_rows, type=pa.struct([])))
+            continue
+        # Arrow's parse chunks (about 8 MiB each, see jsonl_parse) are yielded as they are: no copy
+        yield from table.to_batches()
 
 
-def _report_cut(path: str, cut: _StreamCut, quarantine: QuarantineFn | None) -> None:
-    """A cut stream: raise naming the last whole line, or quarantine the cut as one entry (the lines before it
-    have been yielded)."""
-    what = f"truncated {cut.codec} stream: the file is cut off {cut.where()} ({cut.detail})"
-    if quarantine is None:
-        whole = (cut.line or 1) - 1
-        kept = f"lines 1-{whole} decompress" if whole else "no whole line decompresses"
-        raise InputError(
-            f"{what}; {kept}, the rest of the file is missing. Re-download or re-compress the file, or pass "
-            "on_error='quarantine' to keep the whole lines and set the cut aside.",
-            path=path,
-        ) from cut.__cause__
-    partial = f"{len(cut.partial)} bytes of a cut line" if cut.partial else "no bytes of the next line"
-    quarantine(
-        quarantine_table(
-            path, [cut.line], [f"{what}: {partial} and the rest of the file are missing"], [cut.partial]
-        )
+def _report_cut(
+    path: str, quarantine: QuarantineFn | None, codec: str, line: int | None, offset: int, partial: bytes, exc
+) -> None:
+    """A stream cut after the whole lines already yielded (``line``: the cut line's number, None when
+    unknown; ``partial``: its bytes): raise naming the last whole line, or quarantine the cut as one entry."""
+    where = f"after line {line - 1}" if line is not None else f"after byte {offset}"
+    what = f"truncated {codec} stream: the file is cut off {where} ({exc})"
+    whole = (line or 1) - 1
+    kept = f"lines 1-{whole} decompress" if whole else "no whole line decompresses"
+    partial_text = f"{len(partial)} bytes of a cut line" if partial else "no bytes of the next line"
+    refuse_or_set_aside(
+        quarantine,
+        path,
+        f"{what}; {kept}, the rest of the file is missing. Re-download or re-compress the file, or pass "
+        "on_error='quarantine' to keep the whole lines and set the cut aside.",
+        f"{what}: {partial_text} and the rest of the file are missing",
+        line=line,
+        raw=partial,
     )
 
 
-def _report_tail(path: str, tail: _StreamTail, quarantine: QuarantineFn | None) -> None:
-    """Bytes after a complete compressed stream: raise naming the offset, or quarantine the tail as one entry
-    (the stream's lines have been yielded)."""
+def _report_tail(path: str, quarantine: QuarantineFn | None, tail: TrailingData, lines: int | None) -> None:
+    """Bytes after a complete compressed stream, whose ``lines`` have been yielded: raise naming the offset, or
+    quarantine the tail as one entry."""
     fs, stripped = filesystem(path)
     try:
         size = fs.size(stripped)
@@ -186,47 +177,19 @@ def _report_tail(path: str, tail: _StreamTail, quarantine: QuarantineFn | None) 
         f"{length} after the end of its {tail.codec} stream, from byte {tail.offset:,} of the file, are not "
         f"{tail.codec} data (trailing garbage)"
     )
-    read = f"its {tail.lines:,} lines decompressed and were read" if tail.lines is not None else "it was read"
-    if quarantine is None:
-        raise InputError(
-            f"{what}; {read}. Cut the file at that byte (head -c {tail.offset} FILE), or pass "
-            "on_error='quarantine' to keep the lines and set the tail aside.",
-            path=path,
-        ) from tail.__cause__
-    quarantine(quarantine_table(path, [None], [f"{what}; {read}"], [tail.head]))
+    read = f"its {lines:,} lines decompressed and were read" if lines is not None else "it was read"
+    refuse_or_set_aside(
+        quarantine,
+        path,
+        f"{what}; {read}. Cut the file at that byte (head -c {tail.offset} FILE), or pass "
+        "on_error='quarantine' to keep the lines and set the tail aside.",
+        f"{what}; {read}",
+        raw=tail.head,
+    )
 
 
 _MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
-
-
-class _StreamCut(Exception):
-    """A compressed stream ended mid-way, after the whole lines already yielded; ``partial`` is the cut line."""
-
-    def __init__(self, codec: str, line: int | None, offset: int, partial: bytes, detail: str):
-        super().__init__(detail)
-        self.codec, self.line, self.offset, self.partial, self.detail = codec, line, offset, partial, detail
-
-    def where(self) -> str:
-        """``after line 48`` (the last whole line), or the byte offset when line numbers are unknown."""
-        return f"after line {self.line - 1}" if self.line is not None else f"after byte {self.offset}"
-
-
-class _StreamTail(Exception):
-    """A compressed stream ended complete and bytes that are not the codec's follow it (``TrailingData``):
-    every line of the stream has been yielded; ``lines`` counts them."""
-
-    def __init__(self, trailing: TrailingData, lines: int | None):
-        super().__init__(str(trailing))
-        self.codec, self.offset, self.head, self.lines = trailing.codec, trailing.offset, trailing.head, lines
-
-
-class _WideText(Exception):
-    """The file is UTF-16 or UTF-32 text (``encoding``: what ``text_encoding.wide_encoding`` says)."""
-
-    def __init__(self, encoding: tuple[str, str]):
-        super().__init__(encoding[0])
-        self.encoding = encoding
 
 
 @dataclass
@@ -241,12 +204,12 @@ class Block:
     """``data.count(b"\\n")``, counted once."""
 
 
-def _codec_name(compression: str | None) -> str:
-    return {"gzip": "gzip", "zstd": "zstd"}.get(compression or "", "compressed")
-
-
 def _iter_blocks(
-    path: str, compression: str | None, byte_range: tuple[int, int] | None, block_bytes: int
+    path: str,
+    compression: str | None,
+    byte_range: tuple[int, int] | None,
+    block_bytes: int,
+    quarantine: QuarantineFn | None,
 ) -> Iterator[Block]:
     with open_input(path) as raw:
         stream = open_decompressed(raw, compression)
@@ -277,9 +240,10 @@ def _iter_blocks(
                 chunk = stream.read(want)
             except TruncatedStream as exc:
                 # every whole line before the cut has been yielded; what is left is the start of a cut line
-                raise _StreamCut(
-                    _codec_name(compression), line, block_start, b"".join(parts), str(exc)
-                ) from exc
+                _report_cut(
+                    path, quarantine, compression or "compressed", line, block_start, b"".join(parts), exc
+                )
+                return
             except CorruptStream as exc:
                 last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
                 raise InputError(f"{exc} {last}", path=path) from exc
@@ -291,13 +255,17 @@ def _iter_blocks(
                     yield Block(tail, line, block_start, tail.count(b"\n"))
                 if line is not None:
                     line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
-                raise _StreamTail(exc, None if line is None else line - 1) from exc
+                _report_tail(path, quarantine, exc, None if line is None else line - 1)
+                return
             if first and chunk and start == 0:
                 if compression is None:
                     _check_not_compressed(chunk, path)
                 encoding = wide_encoding(chunk[:SAMPLE_BYTES])
-                if encoding is not None:
-                    raise _WideText(encoding)
+                if encoding is not None:  # not broken UTF-8 line by line: one refusal or entry for the file
+                    what = f"the file is {wide_text_message(encoding)}"
+                    refusal = f"{what}; or pass on_error='quarantine' to set it aside"
+                    refuse_or_set_aside(quarantine, path, refusal, what)
+                    return
                 if chunk.startswith(_UTF8_BOM):  # written by some Windows tools; not part of line 1's JSON
                     chunk = chunk[len(_UTF8_BOM) :]
                     block_start += len(_UTF8_BOM)
@@ -391,26 +359,8 @@ def _utf8_valid(data: bytes) -> bool:
         return False
 
 
-def _has_timestamp(t: pa.DataType) -> bool:
-    if pat.is_timestamp(t):
-        return True
-    if pat.is_struct(t):
-        return any(_has_timestamp(f.type) for f in t)
-    if pat.is_list(t) or pat.is_large_list(t):
-        return _has_timestamp(t.value_type)
-    return False
-
-
 def _timestamps_as_strings(t: pa.DataType) -> pa.DataType:
-    if pat.is_timestamp(t):
-        return pa.string()
-    if pat.is_struct(t):
-        return pa.struct([f.with_type(_timestamps_as_strings(f.type)) for f in t])
-    if pat.is_list(t):
-        return pa.list_(t.value_field.with_type(_timestamps_as_strings(t.value_type)))
-    if pat.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_timestamps_as_strings(t.value_type)))
-    return t
+    return map_leaves(t, lambda x: pa.string() if pat.is_timestamp(x) else x)
 
 
 _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
@@ -445,7 +395,6 @@ class _BlockParser:
         self.path = path
         self.columns = list(columns) if columns is not None else None
         self.quarantine = quarantine
-        self.user_schema = schema
         if schema is not None and columns is not None:
             missing = [c for c in columns if c not in schema.names]
             if missing:
@@ -496,7 +445,7 @@ class _BlockParser:
             table = self._read_json(data, whole=whole)
             if self.explicit is not None:
                 return table
-            stamped = [f for f in table.schema if _has_timestamp(f.type)]
+            stamped = [f for f in table.schema if not _timestamps_as_strings(f.type).equals(f.type)]
             if not stamped:
                 return table
             for field in stamped:
@@ -666,7 +615,6 @@ class JsonlEncoder:
         self.out = open_compressed_writer(self.handle, compression)
         self.checksum: dict | None = None
         """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
-        self.compressed = compression is not None
         self.schema = schema
         self.fixed = schema is not None
         self.where = where
@@ -679,13 +627,13 @@ class JsonlEncoder:
             self.out.write(encode_ndjson(batch, where=self.where))
 
     def finish(self) -> None:
-        if self.compressed:
+        if self.out is not self.handle:  # a compressing writer: closing it ends the stream
             self.out.close()
         self.handle.close()
         self.checksum = self.handle.record()
 
     def discard(self) -> None:
-        if self.compressed:
+        if self.out is not self.handle:
             quietly(self.out.close, self.path)
         quietly(self.handle.close, self.path)
         quietly(lambda: self.fs.rm(self.path) if self.fs.exists(self.path) else None, self.path)

@@ -31,6 +31,7 @@ The lock is one small JSON file (``OUT.zephyr/lock.json``, ``WORK/lock.json``, `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -39,15 +40,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from zephyr.errors import ClaimError, OutputError, describe_os_error
-from zephyr.io.paths import filesystem, is_local
+from zephyr.io.paths import filesystem, is_local, path_key
 
 log = logging.getLogger(__name__)
 
-_COUNTS: dict[str, int] = {}
+_COUNTS: dict[tuple[str, str], int] = {}
 """Locks this process holds: URL → how many ``held`` blocks are inside it."""
 _COUNTS_LOCK = threading.Lock()
 _TOKEN = uuid.uuid4().hex
@@ -70,7 +70,7 @@ def command_line() -> str:
     return "python " + " ".join(sys.argv) if sys.argv and sys.argv[0] else "python"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Holder:
     """Who holds a lock, as its file says."""
 
@@ -108,15 +108,7 @@ class _Holder:
             return None
 
     def to_bytes(self) -> bytes:
-        fields: dict[str, Any] = {
-            "host": self.host,
-            "pid": self.pid,
-            "process_started": self.process_started,
-            "since": self.since,
-            "command": self.command,
-            "token": self.token,
-        }
-        return (json.dumps(fields, indent=1) + "\n").encode()
+        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
 
     def alive(self) -> bool | None:
         """Whether the holding process still runs: None when that cannot be told from here (another host)."""
@@ -160,7 +152,7 @@ def _holder_of(url: str) -> _Holder | None:
 def held(url: str, what: str, folder: str) -> Iterator[None]:
     """Hold the lock file ``url`` for the block; ``what`` and ``folder`` name the locked folder in the refusal
     ("the output sorted/ is in use by ..."). Re-entrant within a process (see the module docstring)."""
-    key = _lock_key(url)
+    key = path_key(url)  # one key per lock file: ``out/`` and ``/abs/out/`` are one lock
     with _COUNTS_LOCK:
         mine = _COUNTS.get(key, 0)
         if mine:
@@ -179,13 +171,6 @@ def held(url: str, what: str, folder: str) -> Iterator[None]:
                 del _COUNTS[key]
         if last:
             _release(url)
-
-
-def _lock_key(url: str) -> str:
-    """One spelling per lock file: a local path absolute with its links resolved (``out/`` and ``/abs/out/``
-    are one lock), other URLs as they are."""
-    fs, path = filesystem(url)
-    return os.path.realpath(path) if is_local(fs) else url
 
 
 def _acquire(url: str, what: str, folder: str) -> None:
@@ -236,10 +221,8 @@ def _create(fs: Any, path: str, data: bytes) -> bool:
     """Create the file ``path`` holding ``data`` unless it exists; whether this call created it."""
     if is_local(fs):
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            _create_exclusive(tmp, data)
             try:
                 os.link(tmp, path)  # atomic, and never replaces: the whole file appears, or nothing
                 return True
@@ -270,6 +253,8 @@ def _create(fs: Any, path: str, data: bytes) -> bool:
 
 
 def _create_exclusive(path: str, data: bytes) -> bool:
+    """Create the local file ``path`` (``O_CREAT|O_EXCL``, no link followed) holding ``data`` unless it exists;
+    whether this call created it."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except FileExistsError:

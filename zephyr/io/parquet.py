@@ -34,14 +34,13 @@ import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr.errors import InputError, SchemaError
 from zephyr.io.checksum import Checksummed
 from zephyr.io.paths import open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
+from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
 from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, promote_or_refuse
 
 logger = logging.getLogger(__name__)
@@ -137,6 +136,26 @@ def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=pa.schema([_plain_field(f) for f in batch.schema]))
 
 
+def columns_to_read(
+    path: str, available: Sequence[str], columns: Sequence[str] | None, schema: pa.Schema | None
+) -> tuple[list[str] | None, pa.Schema | None]:
+    """(the file's columns to read, None for all; the schema to cast batches to, projected to ``columns``) of a
+    Parquet or Vortex file with columns ``available``: a requested column is in the file or in ``schema``
+    (then read as nulls), else ``SchemaError`` names it and the file's columns."""
+    if columns is not None:
+        missing = [c for c in columns if c not in available and (schema is None or c not in schema.names)]
+        if missing:
+            raise SchemaError(
+                f"{path}: column(s) {missing} not found; the file has columns {list(available)}. "
+                "Check the spelling, or pass schema= with the column to read it as nulls."
+            )
+        if schema is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+    if schema is not None:
+        return [n for n in schema.names if n in available], schema
+    return (list(columns) if columns is not None else None), schema
+
+
 def read_parquet_shard(
     shard,
     *,
@@ -150,20 +169,7 @@ def read_parquet_shard(
     with open_parquet(path, buffer_bytes=buffer_bytes) as parquet_file:
         metadata = parquet_file.metadata
         file_schema = plain_schema(parquet_file.schema_arrow, path, columns)
-        available = file_schema.names
-        target = schema
-        if columns is not None:
-            missing = [c for c in columns if c not in available and (schema is None or c not in schema.names)]
-            if missing:
-                raise SchemaError(
-                    f"{path}: column(s) {missing} not found; the file has columns {available}. "
-                    "Check the spelling, or pass schema= with the column to read it as nulls."
-                )
-            if target is not None:
-                target = pa.schema([target.field(c) for c in columns])
-        read_columns: list[str] | None = list(columns) if columns is not None else None
-        if target is not None:
-            read_columns = [n for n in target.names if n in available]
+        read_columns, target = columns_to_read(path, file_schema.names, columns, schema)
         row_groups = (
             list(range(metadata.num_row_groups)) if shard.row_groups is None else list(shard.row_groups)
         )
@@ -239,7 +245,7 @@ class _RowGroupReader:
         for batch in self._iter(group, batch_rows):
             start = offset
             offset += batch.num_rows
-            batch = self._check(batch, group, start)
+            batch = drop_bad_rows(batch, self.path, start, self.quarantine, where=f"row group {group}: ")
             if batch is None or batch.num_rows == 0:
                 continue
             batch = _plain_batch(batch)
@@ -247,37 +253,10 @@ class _RowGroupReader:
                 batch = cast_to_schema(
                     batch, self.target, where=f"{self.path} (row group {group})", first_row=start
                 )
-            yield from _split(batch, self.batch_bytes)
-
-    def _check(self, batch: pa.RecordBatch, group: int, start: int) -> pa.RecordBatch | None:
-        problems = bad_rows(batch)
-        if problems is None:
-            return batch
-        if not problems:
-            raise InputError(
-                f"row group {group}: batch starting at row {start} fails validation and no single row can "
-                "be blamed; the file is corrupt",
-                path=self.path,
-            )
-        if self.quarantine is None:
-            row, reason = problems[0]
-            raise InputError(
-                f"row group {group}: {reason}. Pass on_error='quarantine' to set such rows aside.",
-                path=self.path,
-                row=start + row,
-            )
-        rows = [r for r, _ in problems]
-        self.quarantine(
-            quarantine_table(
-                self.path, [start + r for r in rows], [reason for _, reason in problems], [None] * len(rows)
-            )
-        )
-        mask = np.ones(batch.num_rows, dtype=bool)
-        mask[rows] = False
-        return batch.filter(pa.array(mask))
+            yield from split_batch(batch, self.batch_bytes)
 
 
-def _split(batch: pa.RecordBatch, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+def split_batch(batch: pa.RecordBatch, batch_bytes: int) -> Iterator[pa.RecordBatch]:
     """Zero-copy slices of at most about ``batch_bytes`` when a decoded batch overshoots by more than 2x."""
     if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
         yield batch

@@ -184,6 +184,16 @@ def is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
+def path_key(url: str) -> tuple[str, str]:
+    """(protocol, absolute path) of ``url``, symlinks resolved for local paths: two spellings of one folder
+    compare equal."""
+    fs, path = filesystem(str(url))
+    if is_local(fs):
+        return "file", os.path.realpath(path)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol, "/" + path.strip("/")
+
+
 def absolute(url: str) -> str:
     """``url`` with a local path made absolute against this process's working directory; URLs of other
     filesystems as they are. The driver resolves every path it hands to tasks: a worker (a dask worker

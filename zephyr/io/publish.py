@@ -94,19 +94,15 @@ def _rewrite_markers(
     return published
 
 
-def _recorded(url: str, marker: dict) -> bool:
-    record = (marker.get("checksums") or {}).get(url)
-    return isinstance(record, dict) and "bytes" in record
-
-
-def _entry(url: str, name: str, marker: dict) -> dict:
+def _entry(url: str, name: str, marker: dict, now_at: str) -> dict:
     """The manifest entry of the file ``url`` published as ``name``: its size and checksum as its task
-    recorded them while writing it (``zephyr.io.checksum``), read from the file only when there is no record."""
+    recorded them while writing it (``zephyr.io.checksum``), read from the file (now at ``now_at``) only when
+    there is no record."""
     record = (marker.get("checksums") or {}).get(url)
     if isinstance(record, dict) and "bytes" in record:
         digests = {k: v for k, v in record.items() if k != "bytes"}
         return {"name": name, "size_bytes": int(record["bytes"]), **digests}
-    return {**claim.file_entry(url), "name": name}
+    return {**claim.file_entry(now_at), "name": name}
 
 
 def _publish_local(
@@ -131,10 +127,11 @@ def _publish_local(
                 if source.startswith(staging.rstrip("/") + "/"):
                     os.replace(source, target)
                 else:  # a resumed task's part, published by an earlier run of this plan
-                    _link_or_copy(source, target)
-                entries.append(
-                    _entry(url, name, marker) if _recorded(url, marker) else claim.file_entry(target)
-                )
+                    try:
+                        os.link(source, target)
+                    except OSError:
+                        shutil.copy2(source, target)
+                entries.append(_entry(url, name, marker, target))
         claim.write_pending(directory, entries)
         _swap(new, root)
     except BaseException:
@@ -189,13 +186,6 @@ def _finish(fs, root: str, keep: set[str], output: str, entries: list[dict]) -> 
     fs.invalidate_cache(staging)
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
-
-
-def _link_or_copy(source: str, target: str) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
 
 
 def exchange(a: str, b: str) -> bool:
@@ -260,7 +250,7 @@ def _publish_remote(
     plan = _names(markers, fmt, compression)
     prefix = directory.rstrip("/")
     staged_entries = [
-        _entry(url, name, marker) for pairs, marker in zip(plan, markers) for url, name in pairs
+        _entry(url, name, marker, url) for pairs, marker in zip(plan, markers) for url, name in pairs
     ]
     claim.write_pending(directory, staged_entries)
     manifest = fsspec.core.url_to_fs(layout.manifest_path(directory))[1]
@@ -272,8 +262,7 @@ def _publish_remote(
             source, target = fsspec.core.url_to_fs(url)[1], f"{root}/{name}"
             if source != target:
                 fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
-            entry = _entry(url, name, marker) if _recorded(url, marker) else None
-            entries.append(entry or claim.file_entry(f"{prefix}/{name}"))
+            entries.append(_entry(url, name, marker, f"{prefix}/{name}"))
     _rewrite_markers(prefix, plan, markers, marker_paths)
     _finish(fs, root, {name for pairs in plan for _, name in pairs}, directory, entries)
     return [f"{prefix}/{name}" for pairs in plan for _, name in pairs]
@@ -283,12 +272,11 @@ def check_side_dir(side: str, output: str, option: str) -> None:
     """Refuse a folder for rows set aside (``--dropped-output``) that is the output, lies inside it (the
     output holds its data only, and is replaced whole when it is published) or contains it; then check that
     it can be written (``check_output_dir``), before any work."""
-    a, b = claim._key(side), claim._key(output)
+    a, b = paths.path_key(side), paths.path_key(output)
     relation = claim._relation(a, b)
     if relation is not None:
-        words = {"is": "is", "contains": "contains", "lies inside": "lies inside"}[relation]
         raise ConfigError(
-            f"{option} {side!r} {words} the output {output!r}: the set-aside rows would mix with the kept "
+            f"{option} {side!r} {relation} the output {output!r}: the set-aside rows would mix with the kept "
             f"ones; pick a folder outside it (the default is {layout.dropped_dir(output)})"
         )
     check_output_dir(side)

@@ -45,10 +45,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 
-from zephyr.errors import SchemaError
+from zephyr.errors import InputError, SchemaError
 
 REJECT_REASON = "reject_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
@@ -82,6 +83,23 @@ def quarantine_table(
     )
 
 
+def refuse_or_set_aside(
+    quarantine: QuarantineFn | None,
+    path: str,
+    refusal: str,
+    reason: str,
+    *,
+    line: int | None = None,
+    raw: bytes | None = None,
+) -> None:
+    """Bad input of ``path`` that is no row of its own (a cut stream, a UTF-16 file, a damaged WARC record):
+    without a ``quarantine``, ``InputError(refusal)`` naming the file; with one, one entry (``reason``,
+    ``line``, ``raw``)."""
+    if quarantine is None:
+        raise InputError(refusal, path=path)
+    quarantine(quarantine_table(path, [line], [reason], [raw]))
+
+
 _LEAF_ROWS = 32  # below this many rows, validate row by row
 
 
@@ -104,6 +122,36 @@ def bad_rows(batch: pa.RecordBatch) -> list[tuple[int, str]] | None:
             kind = "invalid UTF-8" if "utf8" in message.lower() else "invalid data"
             found.setdefault(row, f"{kind} in column {name!r}: {message}")
     return sorted(found.items())
+
+
+def drop_bad_rows(
+    batch: pa.RecordBatch, path: str, first_row: int, quarantine: QuarantineFn | None, *, where: str = ""
+) -> pa.RecordBatch:
+    """``batch`` without the rows ``bad_rows`` finds (Parquet and Vortex readers): each goes to ``quarantine``
+    with its row in the file (``first_row`` + its row in the batch), or, without one, the first raises
+    ``InputError`` naming it; ``where`` (``row group 3: ``) starts the messages."""
+    problems = bad_rows(batch)
+    if problems is None:
+        return batch
+    if not problems:
+        raise InputError(
+            f"{where}batch starting at row {first_row} fails validation and no single row can be blamed; "
+            "the file is corrupt",
+            path=path,
+        )
+    if quarantine is None:
+        row, reason = problems[0]
+        raise InputError(
+            f"{where}{reason}. Pass on_error='quarantine' to set such rows aside.",
+            path=path,
+            row=first_row + row,
+        )
+    rows = [r for r, _ in problems]
+    reasons = [reason for _, reason in problems]
+    quarantine(quarantine_table(path, [first_row + r for r in rows], reasons, [None] * len(rows)))
+    mask = np.ones(batch.num_rows, dtype=bool)
+    mask[rows] = False
+    return batch.filter(pa.array(mask))
 
 
 def _bisect(column: pa.Array) -> list[tuple[int, str]]:

@@ -1,12 +1,13 @@
 """Schema promotion and lossless casts, shared by the JSONL reader and the shard writers.
 
-Two rules, one table of what widens into what:
+One table of what widens into what (``_merge_type``, also the rule of the input plan below), and the cast:
 
 - ``promote_types(a, b)``: the narrowest type both fit in, or None for a real conflict. ``null`` widens to any
   type; integers widen to the wider integer, and integer + float to ``float64``; ``string``/``large_string``/
-  ``string_view`` to ``large_string`` when either is large, else ``string`` (the same for binary); lists widen
-  their items; structs take the union of their fields (in first-seen order). Anything else (string vs number,
-  struct vs list, two timestamp units) is a conflict.
+  ``string_view`` to ``large_string`` when either is large, else ``string`` (the same for binary); a
+  dictionary-encoded type counts as its value type; lists widen their items; structs take the union of their
+  fields (in first-seen order). Anything else (string vs number, struct vs list, two timestamp units) is a
+  conflict (``SchemaConflict``, naming the innermost field: ``meta.score``).
 - ``conform(batch, schema)``: reorder columns to ``schema``, add missing nullable columns as nulls, and cast
   columns whose type widens losslessly into the target (checked value by value: ``int64 → float64`` fails for
   integers above 2**53). Anything else raises ``SchemaError`` naming the column, both types and the fix.
@@ -60,7 +61,8 @@ from zephyr.errors import ConfigError, SchemaError
 
 
 class SchemaConflict(Exception):
-    """Internal: two schemas disagree on a column; callers turn it into a SchemaError with context."""
+    """Two schemas disagree on a column; ``column`` is the innermost differing field's dotted path
+    (``meta.score``, ``tags[]``). Callers turn it into a ``SchemaError`` with context."""
 
     def __init__(self, column: str, left: pa.DataType, right: pa.DataType):
         super().__init__(f"column {column!r}: {left} vs {right}")
@@ -84,6 +86,10 @@ def _is_list_like(t: pa.DataType) -> bool:
     return pat.is_list(t) or pat.is_large_list(t)
 
 
+def _is_number(t: pa.DataType) -> bool:
+    return pat.is_integer(t) or pat.is_floating(t)
+
+
 def _promote_int(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     if pat.is_signed_integer(a) == pat.is_signed_integer(b):
         return a if a.bit_width >= b.bit_width else b
@@ -92,87 +98,98 @@ def _promote_int(a: pa.DataType, b: pa.DataType) -> pa.DataType:
     return signed if signed.bit_width > unsigned.bit_width else pa.int64()
 
 
-def promote_types(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The narrowest type holding values of both ``a`` and ``b``, or None when they conflict."""
+def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str = "") -> pa.DataType:
+    """The one type-merge rule: the type values of ``a`` and ``b`` are both read as at ``path``, or
+    ``SchemaConflict`` naming the innermost differing field.
+
+    Without ``unify``, only changes that keep every value (the module docstring's default rule); with it,
+    numbers promote too (integers to the wider integer, integer + float to ``float64``)."""
     if a.equals(b):
         return a
     if pat.is_null(a):
         return b
     if pat.is_null(b):
         return a
-    if pat.is_integer(a) and pat.is_integer(b):
-        return _promote_int(a, b)
-    if (pat.is_integer(a) or pat.is_floating(a)) and (pat.is_integer(b) or pat.is_floating(b)):
-        if pat.is_floating(a) and pat.is_floating(b):
-            return a if a.bit_width >= b.bit_width else b
-        return pa.float64()
+    if pat.is_dictionary(a):
+        return _merge_type(a.value_type, b, unify=unify, path=path)
+    if pat.is_dictionary(b):
+        return _merge_type(a, b.value_type, unify=unify, path=path)
     if _is_string_like(a) and _is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
     if _is_binary_like(a) and _is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
-    if pat.is_dictionary(a) and not pat.is_dictionary(b):
-        return promote_types(a.value_type, b)
-    if pat.is_dictionary(b) and not pat.is_dictionary(a):
-        return promote_types(a, b.value_type)
     if _is_list_like(a) and _is_list_like(b):
-        item = promote_types(a.value_type, b.value_type)
-        if item is None:
-            return None
-        field = a.value_field.with_type(item)
+        item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
+        field = a.value_field.with_type(item).with_nullable(a.value_field.nullable or b.value_field.nullable)
         return pa.large_list(field) if pat.is_large_list(a) or pat.is_large_list(b) else pa.list_(field)
     if pat.is_struct(a) and pat.is_struct(b):
-        try:
-            merged = _merge_fields(list(a), list(b))
-        except SchemaConflict:
-            return None
-        return pa.struct(merged)
-    return None
+        return pa.struct(_merge_fields(list(a), list(b), unify=unify, prefix=f"{path}."))
+    if unify and _is_number(a) and _is_number(b):
+        if pat.is_integer(a) and pat.is_integer(b):
+            return _promote_int(a, b)
+        if pat.is_floating(a) and pat.is_floating(b):
+            return a if a.bit_width >= b.bit_width else b
+        return pa.float64()
+    raise SchemaConflict(path, a, b)
 
 
-def _merge_fields(left: list[pa.Field], right: list[pa.Field]) -> list[pa.Field]:
-    by_name = {f.name: f for f in right}
+def _merge_fields(
+    left: list[pa.Field], right: list[pa.Field], *, unify: bool, prefix: str = ""
+) -> list[pa.Field]:
+    """Union by name, ``left``'s order first; a field missing on one side becomes nullable (read as nulls)."""
+    others = {f.name: f for f in right}
     out: list[pa.Field] = []
     for f in left:
-        other = by_name.pop(f.name, None)
+        other = others.pop(f.name, None)
         if other is None:
             out.append(f.with_nullable(True))
             continue
-        t = promote_types(f.type, other.type)
-        if t is None:
-            raise SchemaConflict(f.name, f.type, other.type)
-        out.append(pa.field(f.name, t, nullable=f.nullable or other.nullable or pat.is_null(t)))
-    out.extend(f.with_nullable(True) for f in right if f.name in by_name)
+        t = _merge_type(f.type, other.type, unify=unify, path=prefix + f.name)
+        nullable = f.nullable or other.nullable or pat.is_null(t)
+        out.append(pa.field(f.name, t, nullable=nullable, metadata=f.metadata))
+    out.extend(f.with_nullable(True) for f in right if f.name in others)
     return out
+
+
+def promote_types(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The narrowest type holding values of both ``a`` and ``b``, or None when they conflict."""
+    try:
+        return _merge_type(a, b, unify=True)
+    except SchemaConflict:
+        return None
+
+
+def _widens_into(src: pa.DataType, target: pa.DataType) -> bool:
+    """Whether ``src`` values fit ``target`` by ``promote_types`` (the cast keeps every value)."""
+    widened = promote_types(src, target)
+    return widened is not None and widened.equals(target)
 
 
 def promote_schemas(a: pa.Schema, b: pa.Schema) -> pa.Schema:
     """Union of two schemas, columns of ``a`` first; raises ``SchemaConflict`` naming the first bad column."""
     if a.equals(b):
         return a
-    return pa.schema(_merge_fields(list(a), list(b)), metadata=a.metadata)
+    return pa.schema(_merge_fields(list(a), list(b), unify=True), metadata=a.metadata)
+
+
+def map_leaves(t: pa.DataType, leaf) -> pa.DataType:
+    """``t`` with ``leaf`` applied to every type inside it that is not a struct or a list (struct fields and
+    list items are walked)."""
+    if _is_list_like(t):
+        field = t.value_field.with_type(map_leaves(t.value_type, leaf))
+        return pa.large_list(field) if pat.is_large_list(t) else pa.list_(field)
+    if pat.is_struct(t):
+        return pa.struct([f.with_type(map_leaves(f.type, leaf)) for f in t])
+    return leaf(t)
 
 
 def normalize_view_types(t: pa.DataType, *, large: bool = False) -> pa.DataType:
     """``string_view``/``binary_view`` (what Vortex hands back) as ``string``/``binary``, recursively;
     ``large``: as ``large_string``/``large_binary``."""
-    if pat.is_string_view(t):
-        return pa.large_string() if large else pa.string()
-    if pat.is_binary_view(t):
-        return pa.large_binary() if large else pa.binary()
-    if _is_list_like(t):
-        field = t.value_field.with_type(normalize_view_types(t.value_type, large=large))
-        return pa.large_list(field) if pat.is_large_list(t) else pa.list_(field)
-    if pat.is_struct(t):
-        return pa.struct([f.with_type(normalize_view_types(f.type, large=large)) for f in t])
-    return t
-
-
-def _has_view(t: pa.DataType) -> bool:
-    if pat.is_string_view(t) or pat.is_binary_view(t):
-        return True
-    if _is_list_like(t):
-        return _has_view(t.value_type)
-    return pat.is_struct(t) and any(_has_view(f.type) for f in t)
+    string, binary = (pa.large_string(), pa.large_binary()) if large else (pa.string(), pa.binary())
+    return map_leaves(
+        t, lambda x: string if pat.is_string_view(x) else binary if pat.is_binary_view(x) else x
+    )
 
 
 def without_view_types(data: pa.Table) -> pa.Table:
@@ -184,7 +201,7 @@ def without_view_types(data: pa.Table) -> pa.Table:
     keep mask, setting quarantined rows aside) would fail on them far from where they came in. They come from
     ``from_arrow`` tables, Parquet files written with an Arrow schema that has them, and batch functions."""
     schema = data.schema
-    if not any(map(_has_view, schema.types)):  # the common case: a type check per column, no copy
+    if all(normalize_view_types(t).equals(t) for t in schema.types):  # the common case: no copy
         return data
 
     def plain(large: bool) -> pa.Schema:
@@ -200,54 +217,27 @@ def without_view_types(data: pa.Table) -> pa.Table:
 def conform(
     data: pa.RecordBatch | pa.Table, schema: pa.Schema, *, where: str, fix: str
 ) -> pa.RecordBatch | pa.Table:
-    """Return ``data`` with exactly the columns and types of ``schema``, or raise ``SchemaError``.
+    """Return ``data`` with exactly the columns and types of ``schema``, or raise ``SchemaError``: a column not
+    in ``schema``, or one whose type does not widen into the target's by ``promote_types``, is refused.
 
     ``where`` names the data in messages (a file, a line range); ``fix`` says what the user can do.
     """
     if data.schema.equals(schema):
         return data
-    names = set(data.schema.names)
     extra = [n for n in data.schema.names if n not in schema.names]
     if extra:
         raise SchemaError(
             f"{where}: column(s) {extra} are not in the schema {schema.names}; writing them would drop data. {fix}"
         )
-    arrays = []
     for field in schema:
-        if field.name not in names:
-            if not field.nullable:
-                raise SchemaError(f"{where}: non-nullable column {field.name!r} is missing. {fix}")
-            arrays.append(pa.nulls(data.num_rows, field.type))
-            continue
-        column = data.column(field.name)
-        arrays.append(_cast_column(column, field, where=where, fix=fix))
-    if isinstance(data, pa.Table):
-        return pa.Table.from_arrays(arrays, schema=schema)
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _cast_column(column, field: pa.Field, *, where: str, fix: str):
-    src = column.type
-    if src.equals(field.type):
-        out = column
-    else:
-        widened = promote_types(src, field.type)
-        if widened is None or not widened.equals(field.type):
+        index = data.schema.get_field_index(field.name)
+        src = data.schema.field(index).type if index >= 0 else field.type
+        if not _widens_into(src, field.type):
             raise SchemaError(
                 f"{where}: column {field.name!r} has type {src} but the target type is {field.type}; "
                 f"that cast could lose data. {fix}"
             )
-        try:
-            out = column.cast(field.type, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise SchemaError(
-                f"{where}: column {field.name!r} ({src}) does not fit {field.type} without loss: {exc}. {fix}"
-            ) from exc
-    if not field.nullable and out.null_count:
-        raise SchemaError(
-            f"{where}: column {field.name!r} is non-nullable but holds {out.null_count} nulls. {fix}"
-        )
-    return out
+    return cast_to_schema(data, schema, where=where, fix=fix)
 
 
 SCHEMA_PEEK_BYTES = 1 << 20
@@ -257,89 +247,6 @@ _FIX = (
     "or --schema FILE to cast every file to one schema (Python: schema=)"
 )
 _FIX_SCHEMA = "pass --schema FILE (Python: schema=) giving the column the type you want"
-
-
-class _Conflict(Exception):
-    def __init__(self, path: str, left: pa.DataType, right: pa.DataType):
-        super().__init__(path)
-        self.path, self.left, self.right = path, left, right
-
-
-# -- the rule -----------------------------------------------------------------------------------------------
-def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str) -> pa.DataType:
-    """The type both files' ``path`` is read as; raises ``_Conflict`` naming the innermost differing field."""
-    if a.equals(b):
-        return pa.string() if pat.is_string_view(a) else pa.binary() if pat.is_binary_view(a) else a
-    if pat.is_null(a):
-        return _merge_type(b, b, unify=unify, path=path)
-    if pat.is_null(b):
-        return _merge_type(a, a, unify=unify, path=path)
-    if pat.is_dictionary(a):
-        return _merge_type(a.value_type, b, unify=unify, path=path)
-    if pat.is_dictionary(b):
-        return _merge_type(a, b.value_type, unify=unify, path=path)
-    if _is_string_like(a) and _is_string_like(b):
-        return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if _is_binary_like(a) and _is_binary_like(b):
-        return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
-    if _is_list_like(a) and _is_list_like(b):
-        item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
-        field = a.value_field.with_type(item).with_nullable(a.value_field.nullable or b.value_field.nullable)
-        return pa.large_list(field) if pat.is_large_list(a) or pat.is_large_list(b) else pa.list_(field)
-    if pat.is_struct(a) and pat.is_struct(b):
-        return pa.struct(_merge_input_fields(list(a), list(b), unify=unify, prefix=f"{path}."))
-    if unify:
-        promoted = promote_types(a, b)
-        if promoted is not None:
-            return promoted
-    raise _Conflict(path, a, b)
-
-
-def _merge_input_fields(
-    left: list[pa.Field], right: list[pa.Field], *, unify: bool, prefix: str
-) -> list[pa.Field]:
-    """Union by name, ``left``'s order first; a field missing on one side becomes nullable (read as nulls)."""
-    others = {f.name: f for f in right}
-    out: list[pa.Field] = []
-    for f in left:
-        other = others.pop(f.name, None)
-        if other is None:
-            out.append(
-                f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(
-                    True
-                )
-            )
-            continue
-        t = _merge_type(f.type, other.type, unify=unify, path=prefix + f.name)
-        out.append(pa.field(f.name, t, nullable=f.nullable or other.nullable, metadata=f.metadata))
-    for f in right:
-        if f.name in others:
-            out.append(
-                f.with_type(_merge_type(f.type, f.type, unify=unify, path=prefix + f.name)).with_nullable(
-                    True
-                )
-            )
-    return out
-
-
-def _at(schema: pa.Schema, path: str) -> pa.DataType | None:
-    """The type at a dotted field path (``meta.score``, ``tags[]``) of ``schema``, None when absent."""
-    head, _, rest = path.partition(".")
-    name = head.split("[", 1)[0]
-    if name not in schema.names:
-        return None
-    t = schema.field(name).type
-    for _ in range(head.count("[]")):
-        t = t.value_type if _is_list_like(t) else t
-    while rest:
-        head, _, rest = rest.partition(".")
-        name = head.split("[", 1)[0]
-        if not pat.is_struct(t) or t.get_field_index(name) < 0:
-            return None
-        t = t.field(name).type
-        for _ in range(head.count("[]")):
-            t = t.value_type if _is_list_like(t) else t
-    return t
 
 
 def merge_schemas(peeks: Sequence[tuple[str, pa.Schema | None]], *, unify: bool = False) -> pa.Schema | None:
@@ -353,32 +260,34 @@ def merge_schemas(peeks: Sequence[tuple[str, pa.Schema | None]], *, unify: bool 
     for path, schema in peeks:
         if schema is None:
             continue
-        try:
-            if merged is None:
-                merged = _merge_input_fields(list(schema), [], unify=unify, prefix="")
-                merged = [f.with_nullable(schema.field(f.name).nullable) for f in merged]
-                metadata = schema.metadata
-            else:
-                merged = _merge_input_fields(merged, list(schema), unify=unify, prefix="")
-                if metadata != schema.metadata:
-                    metadata = None  # per-file metadata (pandas index info) would be wrong for the others
-        except _Conflict as exc:
-            raise _conflict_error(exc, path, schema, seen, unify) from None
+        if merged is None:
+            merged, metadata = list(schema), schema.metadata
+        else:
+            try:
+                merged = _merge_fields(merged, list(schema), unify=unify)
+            except SchemaConflict as exc:
+                raise _conflict_error(exc, path, schema, seen, unify) from None
+            if metadata != schema.metadata:
+                metadata = None  # per-file metadata (pandas index info) would be wrong for the others
         seen.append((path, schema))
-    return None if merged is None else pa.schema(merged, metadata=metadata)
+    if merged is None:
+        return None
+    return pa.schema([f.with_type(normalize_view_types(f.type)) for f in merged], metadata=metadata)
 
 
-def _conflict_error(exc: _Conflict, path: str, schema: pa.Schema, seen: list, unify: bool) -> SchemaError:
-    top = exc.path.split(".", 1)[0].split("[", 1)[0]
+def _conflict_error(
+    exc: SchemaConflict, path: str, schema: pa.Schema, seen: list, unify: bool
+) -> SchemaError:
+    top = exc.column.split(".", 1)[0].split("[", 1)[0]
     for earlier, earlier_schema in seen:  # the first earlier file that alone disagrees with this one
         if top not in earlier_schema.names:
             continue
         try:
             _merge_type(earlier_schema.field(top).type, schema.field(top).type, unify=unify, path=top)
-        except _Conflict as pair:
-            return _one_line(pair.path, earlier, pair.left, path, pair.right, unify)
-    first = next((p for p, s in seen if _at(s, exc.path) is not None), "earlier files")
-    return _one_line(exc.path, first, exc.left, path, exc.right, unify)
+        except SchemaConflict as pair:
+            return _one_line(pair.column, earlier, pair.left, path, pair.right, unify)
+    first = next((p for p, s in seen if top in s.names), "earlier files")
+    return _one_line(exc.column, first, exc.left, path, exc.right, unify)
 
 
 def _one_line(
@@ -394,40 +303,42 @@ def _one_line(
 
 # -- applying it --------------------------------------------------------------------------------------------
 def cast_to_schema(
-    batch: pa.RecordBatch, target: pa.Schema, *, where: str, first_row: int = 0
-) -> pa.RecordBatch:
-    """``batch`` with exactly ``target``'s columns: missing ones as nulls, others cast (values checked).
+    data: pa.RecordBatch | pa.Table, target: pa.Schema, *, where: str, first_row: int = 0, fix: str = ""
+) -> pa.RecordBatch | pa.Table:
+    """``data`` with exactly ``target``'s columns: missing ones as nulls, others cast (values checked).
 
     A value that does not cast raises ``SchemaError`` naming ``where``, its row (``first_row`` + the row in
-    the batch, found by bisection: O(log n) casts, only on failure) and the column.
+    the batch, found by bisection: O(log n) casts, only on failure) and the column; ``fix`` ends messages.
     """
-    if batch.schema.equals(target):
-        return batch
+    if data.schema.equals(target):
+        return data
+    tail = f". {fix}" if fix else ""
     arrays = []
     for field in target:
-        index = batch.schema.get_field_index(field.name)
+        index = data.schema.get_field_index(field.name)
         if index < 0:
             if not field.nullable:
-                raise SchemaError(f"{where}: non-nullable column {field.name!r} is missing")
-            arrays.append(pa.nulls(batch.num_rows, field.type))
+                raise SchemaError(f"{where}: non-nullable column {field.name!r} is missing{tail}")
+            arrays.append(pa.nulls(data.num_rows, field.type))
             continue
-        column = batch.column(index)
+        column = data.column(index)
         if not column.type.equals(field.type):
-            column = _cast(column, field, where=where, first_row=first_row)
+            column = _cast(column, field, where=where, first_row=first_row, tail=tail)
         if not field.nullable and column.null_count:
             raise SchemaError(
-                f"{where}: column {field.name!r} is non-nullable but holds {column.null_count} nulls"
+                f"{where}: column {field.name!r} is non-nullable but holds {column.null_count} nulls{tail}"
             )
         arrays.append(column)
-    return pa.RecordBatch.from_arrays(arrays, schema=target)
+    return type(data).from_arrays(arrays, schema=target)
 
 
-def _cast(column: pa.Array, field: pa.Field, *, where: str, first_row: int) -> pa.Array:
+def _cast(column, field: pa.Field, *, where: str, first_row: int, tail: str):
     try:
         return column.cast(field.type, safe=True)
     except pa.ArrowNotImplementedError as exc:
         raise SchemaError(
-            f"{where}: column {field.name!r} has type {column.type}, which has no cast to {field.type}: {exc}"
+            f"{where}: column {field.name!r} has type {column.type}, which has no cast to {field.type}: "
+            f"{exc}{tail}"
         ) from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         lo, hi = 0, len(column)
@@ -445,7 +356,7 @@ def _cast(column: pa.Array, field: pa.Field, *, where: str, first_row: int) -> p
             reason = str(row_exc)  # Arrow's own message for the whole column may name another value
         raise SchemaError(
             f"{where}: row {first_row + lo}: column {field.name!r} value {column[lo].as_py()!r} does not fit "
-            f"{field.type} (from {column.type}): {reason}"
+            f"{field.type} (from {column.type}): {reason}{tail}"
         ) from exc
 
 
@@ -460,19 +371,11 @@ def fit_planned(batch: pa.RecordBatch | pa.Table, planned: pa.Schema, *, where: 
                 f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB; {_FIX_SCHEMA}"
             )
         want = planned.field(index).type
-        try:
-            fits = _merge_type(field.type, want, unify=True, path=field.name).equals(want)
-        except _Conflict:
-            fits = False
-        if not fits:
+        if not _widens_into(field.type, want):
             raise SchemaError(
                 f"{where}: column {field.name!r} holds {field.type} here, but the input schema decided from "
                 f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB has {want}; {_FIX_SCHEMA}"
             )
-    if isinstance(batch, pa.Table):
-        return pa.Table.from_batches(
-            [cast_to_schema(b, planned, where=where) for b in batch.to_batches()], schema=planned
-        )
     return cast_to_schema(batch, planned, where=where)
 
 

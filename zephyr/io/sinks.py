@@ -193,7 +193,10 @@ class ShardWriter:
                     source = self._tmp
                 else:
                     source = self._encoder.path
-                self._rename(source)
+                if is_local(self.fs):
+                    os.replace(source, self._final)
+                else:
+                    self.fs.mv(source, self._final)
         except BaseException:
             self.abort()
             raise
@@ -215,12 +218,6 @@ class ShardWriter:
             if self.fs.exists(self._tmp):
                 self.fs.rm(self._tmp)
         self._cleanup_local_dir()
-
-    def _rename(self, source: str) -> None:
-        if is_local(self.fs):
-            os.replace(source, self._final)
-        else:
-            self.fs.mv(source, self._final)
 
     def _cleanup_local_dir(self) -> None:
         if self._local_dir is not None:

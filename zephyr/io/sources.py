@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import fsspec
@@ -253,7 +253,7 @@ def peek_schemas(
     seen: dict[str, Shard] = {}
     for shard in shards:
         seen.setdefault(shard.path, shard)
-    files = [s if s.byte_range is None and s.row_groups is None else _whole(s) for s in seen.values()]
+    files = [replace(s, byte_range=None, row_groups=None) for s in seen.values()]
     with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
         return list(pool.map(lambda s: _peek_schema(s, peek_bytes=peek_bytes), files))
 
@@ -278,12 +278,6 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
         for path, schema in pool.map(lambda s: _peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
             if schema is not None:
                 require_text_column(schema, column, where=path)
-
-
-def _whole(shard: Shard) -> Shard:
-    from dataclasses import replace
-
-    return replace(shard, byte_range=None, row_groups=None)
 
 
 def plan_input_schema(

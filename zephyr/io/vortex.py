@@ -18,17 +18,15 @@ contract).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from typing import IO
 
-import numpy as np
 import pyarrow as pa
 
-from zephyr.errors import READ_ERRNOS, InputError, SchemaError, read_error
-from zephyr.io.parquet import BufferedEncoder
-from zephyr.io.paths import filesystem, is_local, quietly, remove_local
-from zephyr.io.quarantine import QuarantineFn, bad_rows, quarantine_table
+from zephyr.errors import InputError
+from zephyr.io.parquet import BufferedEncoder, columns_to_read, split_batch
+from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
+from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
 from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view_types
 
 
@@ -38,26 +36,16 @@ def _open_vortex(path: str):
     import vortex
 
     fs, stripped = filesystem(path)
-    with contextlib.ExitStack() as stack:
+    with open_input(
+        path
+    ) as raw:  # a missing or unreadable file: one line naming it (vortex says "not readable")
+        if fs.size(stripped) == 0:
+            raise InputError("empty (0-byte) Vortex file", path=path)
         try:
             if is_local(fs):
-                if fs.size(stripped) == 0:
-                    raise InputError("empty (0-byte) Vortex file", path=path)
-                os.close(os.open(stripped, os.O_RDONLY))  # a permission is vortex's "not readable" otherwise
                 handle = vortex.open(stripped, without_segment_cache=True)
             else:
-                raw = stack.enter_context(fs.open(stripped, "rb"))
-                if fs.size(stripped) == 0:
-                    raise InputError("empty (0-byte) Vortex file", path=path)
                 handle = vortex.open_readable(raw, without_segment_cache=True)
-        except FileNotFoundError as exc:
-            raise InputError("file not found (was it deleted after listing?)", path=path) from exc
-        except InputError:
-            raise
-        except OSError as exc:
-            if exc.errno in READ_ERRNOS:
-                raise read_error(exc, path) from exc
-            raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         except Exception as exc:  # vortex raises plain ValueError/OSError/RuntimeError for bad files
             raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
         yield handle
@@ -77,20 +65,8 @@ def read_vortex_shard(
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:
             raise InputError(f"cannot read the Vortex schema: {exc}", path=path) from exc
-        available = file_schema.names
-        if columns is not None:
-            missing = [c for c in columns if c not in available and (schema is None or c not in schema.names)]
-            if missing:
-                raise SchemaError(
-                    f"{path}: column(s) {missing} not found; the file has columns {available}. "
-                    "Check the spelling, or pass schema= with the column to read it as nulls."
-                )
-        target = schema
-        if target is not None and columns is not None:
-            target = pa.schema([target.field(c) for c in columns])
-        wanted = list(columns) if columns is not None else list(available)
-        if target is not None:
-            wanted = [n for n in target.names if n in available]
+        read, target = columns_to_read(path, file_schema.names, columns, schema)
+        wanted = file_schema.names if read is None else read
         read_schema = pa.schema(
             [file_schema.field(n).with_type(normalize_view_types(file_schema.field(n).type)) for n in wanted]
         )
@@ -109,37 +85,12 @@ def read_vortex_shard(
                 raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
             start = row
             row += batch.num_rows
-            batch = _check(batch, path, start, quarantine)
+            batch = drop_bad_rows(batch, path, start, quarantine)
             if batch.num_rows == 0:
                 continue
             if target is not None:
                 batch = cast_to_schema(batch, target, where=path, first_row=start)
-            if batch.nbytes > 2 * batch_bytes and batch.num_rows > 1:
-                step = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
-                for offset in range(0, batch.num_rows, step):
-                    yield batch.slice(offset, step)
-            else:
-                yield batch
-
-
-def _check(batch: pa.RecordBatch, path: str, start: int, quarantine: QuarantineFn | None) -> pa.RecordBatch:
-    problems = bad_rows(batch)
-    if problems is None:
-        return batch
-    if not problems:
-        raise InputError(f"batch starting at row {start} fails validation; the file is corrupt", path=path)
-    if quarantine is None:
-        row, reason = problems[0]
-        raise InputError(
-            f"{reason}. Pass on_error='quarantine' to set such rows aside.", path=path, row=start + row
-        )
-    rows = [r for r, _ in problems]
-    quarantine(
-        quarantine_table(path, [start + r for r in rows], [r for _, r in problems], [None] * len(rows))
-    )
-    mask = np.ones(batch.num_rows, dtype=bool)
-    mask[rows] = False
-    return batch.filter(pa.array(mask))
+            yield from split_batch(batch, batch_bytes)
 
 
 class VortexEncoder(BufferedEncoder):

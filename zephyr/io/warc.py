@@ -51,7 +51,7 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
-from zephyr.io.quarantine import QuarantineFn, quarantine_table
+from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
 
 log = logging.getLogger(__name__)
@@ -238,9 +238,9 @@ def read_warc_shard(
         encoding = wide_encoding(head)
         if encoding is not None:  # not a WARC file of a wrong encoding: every "record" would be garbage
             what = f"the file is {wide_text_message(encoding)}"
-            if quarantine is None:
-                raise InputError(f"{what}; or pass on_error='quarantine' to set it aside", path=path)
-            quarantine(quarantine_table(path, [None], [what], [None]))
+            refuse_or_set_aside(
+                quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what
+            )
             return
         items = _from_members(f) if head[:2] == b"\x1f\x8b" else _plain_records(f)
         for item in items:
@@ -264,15 +264,12 @@ def read_warc_shard(
 
 def _bad(path: str, bad: _BadRecord, quarantine: QuarantineFn | None) -> None:
     counters.increment("warc/bad_records")
-    if quarantine is None:
-        raise InputError(
-            f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
-            "and keep the rest of the file",
-            path=path,
-        )
-    quarantine(
-        quarantine_table(path, [bad.offset], [f"warc record at byte {bad.offset}: {bad.reason}"], [bad.raw])
+    refusal = (
+        f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
+        "and keep the rest of the file"
     )
+    reason = f"warc record at byte {bad.offset}: {bad.reason}"
+    refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
 
 
 MAX_RECORD_BYTES = 64 << 20
@@ -302,59 +299,49 @@ class Record:
 def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | _BadRecord]:
     """(offset, decompressed bytes) of each gzip member, or a ``_BadRecord`` for a damaged stretch, after which
     the next member is found by its magic bytes and a trial decompression."""
-    buf = bytearray()
-    base = 0  # file offset of buf[0]
-    eof = False
+    s = _Stream(f)
 
-    def fill(need: int) -> bool:
-        nonlocal eof
-        while len(buf) < need and not eof:
-            chunk = f.read(_CHUNK)
-            if not chunk:
-                eof = True
-            buf.extend(chunk)
-        return len(buf) >= need
-
-    def resync(start: int) -> int:
-        """Index in buf of the next member after ``start`` that begins a valid gzip stream, else len(buf)."""
-        at = start
+    def resync() -> int:
+        """Index in the buffer of the next member that begins a valid gzip stream, else its length."""
+        at = 0
         while True:
-            fill(at + 1 + _CHUNK)
-            found = buf.find(_GZIP_MAGIC, at + 1)
+            s.fill(at + 1 + _CHUNK)
+            found = s.buf.find(_GZIP_MAGIC, at + 1)
             if found < 0:
-                if eof:
-                    return len(buf)
-                at = max(at, len(buf) - len(_GZIP_MAGIC))
+                if s.eof:
+                    return len(s.buf)
+                at = max(at, len(s.buf) - len(_GZIP_MAGIC))
                 continue
             probe = zlib.decompressobj(31)
             try:
-                probe.decompress(bytes(buf[found : found + 4096]), 64)
+                probe.decompress(bytes(s.buf[found : found + 4096]), 64)
                 return found
             except zlib.error:
                 at = found
 
-    while fill(1):
-        fill(3)
-        if not buf.startswith(_GZIP_MAGIC):
-            skip = resync(0)
+    while True:
+        s.fill(3)
+        if not s.buf:
+            return
+        if not s.buf.startswith(_GZIP_MAGIC):
+            skip = resync()
             yield _BadRecord(
-                base, f"{skip} bytes that are not a gzip member", bytes(buf[: min(skip, _RAW_LIMIT)])
+                s.base, f"{skip} bytes that are not a gzip member", bytes(s.buf[: min(skip, _RAW_LIMIT)])
             )
-            del buf[:skip]
-            base += skip
+            s.consume(skip)
             continue
         d = zlib.decompressobj(31)
         out: list[bytes] = []
         size = 0
-        pos = 0  # bytes of buf fed to d
+        pos = 0  # bytes of the buffer fed to d
         error: str | None = None
         while not d.eof:
-            if pos >= len(buf):
-                fill(pos + _CHUNK)
-            if pos >= len(buf):
-                error = f"truncated gzip member: the file ends {len(buf)} bytes after its start"
+            if pos >= len(s.buf):
+                s.fill(pos + _CHUNK)
+            if pos >= len(s.buf):
+                error = f"truncated gzip member: the file ends {len(s.buf)} bytes after its start"
                 break
-            piece = bytes(buf[pos : pos + _CHUNK])
+            piece = bytes(s.buf[pos : pos + _CHUNK])
             pos += len(piece)
             try:
                 chunk = d.decompress(piece)
@@ -367,15 +354,13 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | _BadRecord]:
                 break
             out.append(chunk)
         if error is not None:
-            skip = resync(0)
-            yield _BadRecord(base, error, b"".join(out)[:_RAW_LIMIT] or None)
-            del buf[:skip]
-            base += skip
+            skip = resync()
+            yield _BadRecord(s.base, error, b"".join(out)[:_RAW_LIMIT] or None)
+            s.consume(skip)
             continue
         used = pos - len(d.unused_data)
-        yield base, b"".join(out)
-        del buf[:used]
-        base += used
+        yield s.base, b"".join(out)
+        s.consume(used)
 
 
 def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | _BadRecord]:
@@ -400,8 +385,9 @@ def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | _
         pos = next_pos
 
 
-def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
-    """(end of the record's block, start of what follows, is ARC) for the record at ``pos``."""
+def _frame(data: bytes, pos: int, base: int, *, complete: bool = True) -> tuple[int, int, bool]:
+    """(end of the record's block, start of what follows, is ARC) for the record at ``pos``; ``complete=False``
+    checks its header only (``data`` may end before the record does)."""
     if data.startswith(b"WARC/", pos):
         head_end = data.find(b"\r\n\r\n", pos)
         if head_end < 0:
@@ -412,6 +398,8 @@ def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
             raise _BadRecord(base + pos, "WARC header without a valid Content-Length", header[:_RAW_LIMIT])
         length = int(match.group(1))
         end = head_end + 4 + length
+        if not complete:
+            return end, end + 4, False
         if end > len(data):
             raise _BadRecord(
                 base + pos,
@@ -433,7 +421,7 @@ def _frame(data: bytes, pos: int, base: int) -> tuple[int, int, bool]:
         )
     length = int(fields[-1])
     end = line_end + 1 + length
-    if end > len(data):
+    if end > len(data) and complete:
         raise _BadRecord(
             base + pos,
             f"wrong ARC length: {length} but the record has only {len(data) - line_end - 1} bytes",
@@ -491,7 +479,10 @@ def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
         if not s.buf:
             return
         s.fill(_CHUNK)
-        need = _needed_bytes(s.buf)
+        try:  # the bytes the record spans by its own header (None: not known from the header)
+            need: int | None = _frame(s.buf, 0, s.base, complete=False)[0]
+        except _BadRecord:
+            need = None
         if need is not None and need > MAX_RECORD_BYTES:
             yield _BadRecord(
                 s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
@@ -507,19 +498,6 @@ def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
             s.skip_to_next_record()
         else:
             s.consume(len(item.data) + (0 if item.arc else 4))
-
-
-def _needed_bytes(buf: bytes) -> int | None:
-    """Bytes the record at the start of ``buf`` spans by its own header (None: not known from the header)."""
-    if buf.startswith(b"WARC/"):
-        head_end = buf.find(b"\r\n\r\n")
-        match = re.search(rb"\r\ncontent-length:[ \t]*(\d+)", buf[: max(head_end, 0)], re.IGNORECASE)
-        return None if head_end < 0 or match is None else head_end + 4 + int(match.group(1))
-    line_end = buf.find(b"\n")
-    fields = buf[: max(line_end, 0)].split()
-    if line_end < 0 or not fields or not fields[-1].isdigit():
-        return None
-    return line_end + 1 + int(fields[-1])
 
 
 def _from_members(f: BinaryIO) -> Iterator[Record | _BadRecord]:
