@@ -238,6 +238,35 @@ def test_lossy_cast_is_schema_error(tmp_path, fmt):
     assert not path.exists()
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_dictionary_columns_of_different_index_types_merge_as_their_values(tmp_path, fmt):
+    path = tmp_path / f"a.{fmt}"
+    small = pa.array(["a", "b", "a"]).dictionary_encode().cast(pa.dictionary(pa.int8(), pa.string()))
+    wide = pa.array(["c", "a"]).dictionary_encode().cast(pa.dictionary(pa.int32(), pa.string()))
+    with ShardWriter(str(path), fmt, row_group_rows=3) as writer:
+        writer.write(pa.table({"lang": small}))
+        writer.write(pa.table({"lang": wide}))
+    assert _read(str(path)).column("lang").to_pylist() == ["a", "b", "a", "c", "a"]
+
+
+def test_a_widened_field_keeps_its_metadata(tmp_path):
+    path = tmp_path / "a.parquet"
+    field = pa.field("n", pa.int32(), metadata={b"unit": b"tokens"})
+    with ShardWriter(str(path), "parquet", row_group_rows=2) as writer:
+        writer.write(pa.table([pa.array([1, 2], pa.int32())], schema=pa.schema([field])))
+        writer.write(pa.table({"n": pa.array([2**40], pa.int64())}))
+    written = pq.read_schema(path).field("n")
+    assert written.type == pa.int64() and written.metadata == {b"unit": b"tokens"}
+
+
+def test_a_nested_conflict_names_the_innermost_field(tmp_path):
+    writer = ShardWriter(str(tmp_path / "a.parquet"), "parquet", row_group_rows=1)
+    writer.write(pa.table({"meta": [{"lang": "en", "score": 1}]}))
+    with pytest.raises(SchemaError, match=r"'meta\.score'"):
+        writer.write(pa.table({"meta": [{"lang": "de", "score": "high"}]}))
+    writer.abort()
+
+
 def test_int_too_large_for_double_is_schema_error(tmp_path):
     writer = ShardWriter(str(tmp_path / "a.parquet"), "parquet", schema=pa.schema([("v", pa.float64())]))
     writer.write(pa.table({"v": pa.array([2**53], pa.int64())}))
