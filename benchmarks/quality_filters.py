@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
-from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
+from zephyr.pipelines.quality.filters import HeuristicFilter
 from zephyr.pipelines.quality.langid import LangIdConfig, filter_language, identify_language
 from zephyr.pipelines.quality.normalize import normalize_text
 
@@ -136,8 +136,8 @@ def main() -> None:
 
     timed("normalize", normalize_text)
     for name in FILTERS:
-        fams = build_rule_families(name)
-        timed(f"filter {name}", lambda t, f=fams: apply_filters(t, f).kept, key=name)
+        op = HeuristicFilter(name)
+        timed(f"filter {name}", lambda t, op=op: op(t).kept, key=name)
     timed(
         "langid (lid.176, max_chars=10000)",
         lambda t: identify_language(t.rename_columns(["id", "text", "source", "claimed"])),

@@ -3,7 +3,7 @@
 A rule family (``GopherQuality``, ``GopherRepetition``, ``C4Quality``, ``FineWebQuality``) is a frozen
 dataclass of thresholds with one method, ``evaluate(texts, langs) -> Verdict``: it computes its per-document
 statistics column-wise for the whole batch and returns, in rule order, a boolean "fails" mask per reason.
-``apply_filters`` (filters.py) gives each row the first reason it fails, so per-reason drop counts are
+``annotate_drop_reasons`` (filters.py) gives each row the first reason it fails, so per-reason drop counts are
 exclusive and add up: ``rows_in = kept + Σ dropped[reason] + quarantined``.
 
 Reason strings name the failing condition (``gopher_too_few_stop_words``), never the passing one.
