@@ -236,34 +236,6 @@ def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.append_column(name, values)
 
 
-def score_quality(
-    table: pa.Table,
-    model_path: str | Path,
-    config: ClassifierConfig = _DEFAULT,
-    *,
-    text_column: str = "text",
-    num_buckets: int | None = None,
-    replace_columns: bool = False,
-    score_column: str = "quality_score",
-) -> pa.Table:
-    """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles.
-
-    A table that already has either column raises ``ColumnExistsError`` unless ``replace_columns=True`` (or
-    ``score_column=`` names other columns: ``NAME`` and ``NAME_bucket``)."""
-    buckets = bucket_column(score_column)
-    added = (score_column, buckets) if num_buckets else (score_column,)
-    check_added_columns(
-        table.schema.names, added, replace_columns=replace_columns, rename="score_column=NAME"
-    )
-    scored = QualityScorer(
-        str(model_path), config, text_column, replace_columns=True, score_column=score_column
-    )(table)
-    if num_buckets:
-        edges = quantile_edges(scored[score_column], num_buckets)
-        scored = put_column(scored, buckets, assign_buckets(scored[score_column], edges))
-    return scored
-
-
 def quantile_edges(scores: pa.Array | pa.ChunkedArray | np.ndarray, num_buckets: int) -> tuple[float, ...]:
     """The ``num_buckets - 1`` inner quantile edges of the non-null scores."""
     if num_buckets < 1:
