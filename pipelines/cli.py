@@ -641,11 +641,10 @@ class ExtractOptions:
 
 
 def extract_plan(inputs: WarcInputs, config: ExtractOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.web.extract import check_extractor, read_warc
+    from zephyr.pipelines.web.extract import read_warc
 
     from zephyr.io.paths import input_files
 
-    check_extractor(config.extractor)  # before any work
     files, _ = input_files(list(inputs.inputs), "warc")
     return read_warc(
         files, extractor=config.extractor, min_text_chars=config.min_text_chars, on_error=inputs.on_error

@@ -454,7 +454,7 @@ def _run_step(
         "index": index,
         "dir": str(step_dir),
         "fingerprint": fingerprint,
-        "config": entry.record_dict(),  # the config as fingerprinted
+        "config": entry.to_dict(),  # the config as fingerprinted
         **account(entry, outcome, run.input_rows, run.inputs or entry.step.input_files()),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr import counters
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, require
 from zephyr.io.quarantine import REJECT_REASON
 from zephyr.ops import BatchOutput
 
@@ -43,19 +43,13 @@ Extractor = Literal["resiliparse", "trafilatura"]
 EXTRACTORS: tuple[str, ...] = ("resiliparse", "trafilatura")
 OUTPUT_COLUMNS = ("id", "url", "fetch_time", "content_type", "text", "html_bytes")
 NO_TEXT = "extract_no_text"
-_PACKAGES = {"resiliparse": "resiliparse", "trafilatura": "trafilatura"}
 
 
 def check_extractor(extractor: str) -> None:
     """Fail before any work on an unknown extractor or one whose package is missing (naming the install)."""
     if extractor not in EXTRACTORS:
         raise ConfigError(f"unknown extractor {extractor!r}; choose from {', '.join(EXTRACTORS)}")
-    import importlib.util
-
-    if importlib.util.find_spec(_PACKAGES[extractor]) is None:
-        raise ConfigError(
-            f"the {extractor} extractor needs the {_PACKAGES[extractor]} package: pip install 'zephyr-data[web]'"
-        )
+    require(extractor, "web", f"the {extractor} extractor")  # each extractor is the package of its name
 
 
 def extract_text(html: str, extractor: str = "resiliparse") -> str:
