@@ -43,7 +43,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PIIConfig:
-    """What ``redact_pii`` (``zephyr pii``) redacts and counts."""
+    """What ``RedactPII`` (``zephyr pii``) redacts and counts."""
 
     kinds: tuple[str, ...] = field(
         default=PII_KINDS, metadata={"parse": _names, "metavar": "KINDS", "show_default": False}
