@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
 from zephyr.pipelines.quality.filters import HeuristicFilter
 from zephyr.pipelines.quality.langid import LangIdConfig, LanguageFilter, LanguageIdentifier
-from zephyr.pipelines.quality.normalize import normalize_text
+from zephyr.pipelines.quality.normalize import Normalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history  # noqa: E402
@@ -134,7 +134,7 @@ def main() -> None:
         print(rows[-1], flush=True)
         return dt
 
-    timed("normalize", normalize_text)
+    timed("normalize", Normalize())
     for name in FILTERS:
         op = HeuristicFilter(name)
         timed(f"filter {name}", lambda t, op=op: op(t).kept, key=name)

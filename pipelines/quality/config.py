@@ -20,7 +20,7 @@ DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
 
 @dataclass(frozen=True)
 class NormalizeConfig:
-    """What ``normalize_text`` does. Defaults are safe for code and LaTeX."""
+    """What ``Normalize`` does. Defaults are safe for code and LaTeX."""
 
     nfc: bool = True
     """Apply Unicode NFC (never NFKC, which would fold ``²``/``ℝ``/ligatures)."""
