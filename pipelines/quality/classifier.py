@@ -180,15 +180,15 @@ def bucket_column(score_column: str) -> str:
 
 @dataclass
 class QualityScorer:
-    """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (and its bucket column given edges).
+    """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (buckets: ``quantile_edges`` and
+    ``assign_buckets`` over every score, after).
 
-    A table that already has one of them (scored before) fails unless ``replace_columns``: a silent rescore would
+    A table that already has that column (scored before) fails unless ``replace_columns``: a silent rescore would
     replace scores from another model (``zephyr.removal``)."""
 
     model_path: str
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
     text_column: str = "text"
-    bucket_edges: tuple[float, ...] | None = None
     replace_columns: bool = False
     score_column: str = "quality_score"
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
@@ -196,9 +196,7 @@ class QualityScorer:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        if self.bucket_edges is None:
-            return (self.score_column,)
-        return self.score_column, bucket_column(self.score_column)
+        return (self.score_column,)
 
     def scores(self, texts: pa.Array) -> np.ndarray:
         model = load_fasttext_model(self.model_path)
@@ -220,12 +218,7 @@ class QualityScorer:
         check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
-        table = put_column(table, self.score_column, scores)
-        if self.bucket_edges is not None:
-            table = put_column(
-                table, bucket_column(self.score_column), assign_buckets(scores, self.bucket_edges)
-            )
-        return table
+        return put_column(table, self.score_column, scores)
 
 
 def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
