@@ -497,7 +497,8 @@ def quality_score(
     Two engine jobs: the scores go to a scratch folder in the output's sidecar, then the rows with their
     bucket (quantile edges of every score) to OUTPUT."""
     import pyarrow.parquet as pq
-    from zephyr.pipelines.quality.classifier import assign_buckets, bucket_column, put_column, quantile_edges
+    from zephyr.pipelines.quality._text import put_column
+    from zephyr.pipelines.quality.classifier import assign_buckets, bucket_column, quantile_edges
 
     import zephyr
     from zephyr import job_stats

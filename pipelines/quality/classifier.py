@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import require_column, text_array
+from zephyr.pipelines.quality._text import put_column, require_column, text_array
 from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
@@ -219,14 +219,6 @@ class QualityScorer:
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
         return put_column(table, self.score_column, scores)
-
-
-def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    """``table`` with ``values`` as column ``name``: replaced in place if it exists (the caller decided that,
-    see ``zephyr.removal``), else appended."""
-    if name in table.schema.names:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-    return table.append_column(name, values)
 
 
 def quantile_edges(scores: pa.Array | pa.ChunkedArray | np.ndarray, num_buckets: int) -> tuple[float, ...]:

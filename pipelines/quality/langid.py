@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import count_reasons, text_array
+from zephyr.pipelines.quality._text import count_reasons, put_column, text_array
 
 from zephyr.errors import ConfigError, InputError, SchemaError, require
 from zephyr.ops import BatchOutput
@@ -102,13 +102,6 @@ class LanguageIdentifier:
     text_column: str = "text"
     replace_columns: bool = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "text_column": self.text_column,
-            "replace_columns": self.replace_columns,
-        }
-
     @property
     def columns(self) -> tuple[str, str]:
         """The columns this step adds: the language and its score."""
@@ -151,12 +144,8 @@ class LanguageIdentifier:
             rename="LangIdConfig(lang_column=..., score_column=...)",
         )
         labels, scores = self.predict(text_array(table, self.text_column))
-        for name, values in ((self.config.lang_column, labels), (self.config.score_column, scores)):
-            if name in table.schema.names:
-                table = table.set_column(table.schema.get_field_index(name), name, values)
-            else:
-                table = table.append_column(name, values)
-        return table
+        table = put_column(table, self.config.lang_column, labels)
+        return put_column(table, self.config.score_column, scores)
 
 
 log = logging.getLogger(__name__)

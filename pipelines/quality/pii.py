@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 from zephyr.pipelines.quality.config import PIIConfig
 
 from zephyr import counters
@@ -97,9 +97,5 @@ class RedactPII:
         )
         if self.config.count_columns:
             for kind, c in counts.items():
-                name = f"{self.config.column_prefix}_{kind}"
-                if name in table.schema.names:
-                    table = table.set_column(table.schema.get_field_index(name), name, c)
-                else:
-                    table = table.append_column(name, c)
+                table = put_column(table, f"{self.config.column_prefix}_{kind}", c)
         return table
