@@ -133,19 +133,6 @@ def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
 
 
-def added_columns(output_column: str = "contaminated") -> tuple[str, str]:
-    """The columns annotate mode adds: ``output_column`` (bool) and ``<output_column>_ngrams`` (int32)."""
-    return output_column, f"{output_column}_ngrams"
-
-
-def annotated(table: pa.Table, counts: np.ndarray, output_column: str = "contaminated") -> pa.Table:
-    """``table`` plus the annotate columns of ``counts`` (matching n-gram positions per row); existing columns of
-    those names are replaced at the end (the caller checked that it may, ``zephyr.removal``)."""
-    flag, ngrams = added_columns(output_column)
-    table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
-    return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
-
-
 @dataclass
 class Decontaminate:
     """Annotates (``mode="annotate"``) or removes (``mode="remove"``) rows sharing an n-gram with the eval index
@@ -170,7 +157,7 @@ class Decontaminate:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        return added_columns(self.output_column) if self.mode == "annotate" else ()
+        return (self.output_column, f"{self.output_column}_ngrams") if self.mode == "annotate" else ()
 
     def _counts(self, table: pa.Table) -> Any:
         """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
@@ -190,8 +177,10 @@ class Decontaminate:
         check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         counts = self._counts(table)
         hit = counts > 0
-        if self.mode == "annotate":
-            return annotated(table, counts, self.output_column)
+        if self.mode == "annotate":  # columns of those names are replaced at the end (checked above)
+            flag, ngrams = self.columns
+            table = table.drop_columns([c for c in self.columns if c in table.schema.names])
+            return table.append_column(flag, pa.array(hit)).append_column(ngrams, pa.array(counts))
         reason = f"decontam_shares_{self._index.n}gram"
         return BatchOutput(
             kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}
