@@ -33,7 +33,7 @@ EDGE = {
 }
 
 
-def apply_filters(table, rules, overrides=None, text_column="text"):
+def _filter(table, rules, overrides=None, text_column="text"):
     """The rules' verdict on ``table`` by the batch ops every filter runs: ``FilterAnnotator`` (each row's
     first failing rule, its counters), then the routes of ``RouteByReason``."""
     with counters.collecting() as seen:
@@ -52,7 +52,7 @@ def _run(texts, rules, langs=None):
     cols = {"text": texts}
     if langs is not None:
         cols["lang"] = langs
-    return apply_filters(pa.table(cols), rules)
+    return _filter(pa.table(cols), rules)
 
 
 def _reasons(result):
@@ -133,7 +133,7 @@ def test_c4_page_rules_and_line_cleaning():
 
 def test_c4_without_line_cleaning_keeps_text():
     text = "Menu\n" + GOOD_EN
-    r = apply_filters(pa.table({"text": [text]}), "c4", {"c4": {"clean_lines": False}})
+    r = _filter(pa.table({"text": [text]}), "c4", {"c4": {"clean_lines": False}})
     assert r.kept["text"].to_pylist() == [text]
 
 
@@ -153,7 +153,7 @@ def test_fineweb_rules():
 
 def test_thresholds_are_config():
     strict = {"gopher_quality": {"min_words": 1000}}
-    assert apply_filters(pa.table({"text": [GOOD_EN]}), "gopher_quality", strict).dropped_rows == {
+    assert _filter(pa.table({"text": [GOOD_EN]}), "gopher_quality", strict).dropped_rows == {
         "gopher_too_few_words": 1
     }
     off = {
@@ -161,7 +161,7 @@ def test_thresholds_are_config():
             ("min_words", "min_stop_words", "min_alpha_word_ratio", "min_mean_word_length")
         )
     }
-    assert apply_filters(pa.table({"text": ["x"]}), "gopher_quality", off).kept.num_rows == 1
+    assert _filter(pa.table({"text": ["x"]}), "gopher_quality", off).kept.num_rows == 1
     assert isinstance(
         build_rule_families("gopher", gopher_repetition={"max_duplicate_line_fraction": 0.5})[1],
         GopherRepetition,
@@ -173,7 +173,7 @@ def test_thresholds_are_config():
 
 def test_text_column_and_large_string_types():
     t = pa.table({"body": pa.array([GOOD_EN, None], pa.large_string()), "id": [1, 2]})
-    r = apply_filters(t, "fineweb", text_column="body")
+    r = _filter(t, "fineweb", text_column="body")
     assert r.kept.schema == t.schema and r.kept["id"].to_pylist() == [1]
 
 
