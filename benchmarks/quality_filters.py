@@ -32,9 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
-from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
-from zephyr.pipelines.quality.langid import LangIdConfig, filter_language, identify_language
-from zephyr.pipelines.quality.normalize import normalize_text
+from zephyr.pipelines.quality.filters import HeuristicFilter
+from zephyr.pipelines.quality.langid import LangIdConfig, LanguageFilter, LanguageIdentifier
+from zephyr.pipelines.quality.normalize import Normalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history  # noqa: E402
@@ -134,21 +134,18 @@ def main() -> None:
         print(rows[-1], flush=True)
         return dt
 
-    timed("normalize", normalize_text)
+    timed("normalize", Normalize())
     for name in FILTERS:
-        fams = build_rule_families(name)
-        timed(f"filter {name}", lambda t, f=fams: apply_filters(t, f).kept, key=name)
+        op = HeuristicFilter(name)
+        timed(f"filter {name}", lambda t, op=op: op(t).kept, key=name)
+    identify, keep_en = LanguageIdentifier(LangIdConfig()), LanguageFilter(("en",), LID_MIN_SCORE)
     timed(
         "langid (lid.176, max_chars=10000)",
-        lambda t: identify_language(t.rename_columns(["id", "text", "source", "claimed"])),
+        lambda t: identify(t.rename_columns(["id", "text", "source", "claimed"])),
     )
     timed(
         "langid + keep en (score ≥ 0.65)",
-        lambda t: filter_language(
-            identify_language(t.rename_columns(["id", "text", "source", "claimed"])),
-            ["en"],
-            min_score=LID_MIN_SCORE,
-        )[0],
+        lambda t: keep_en(identify(t.rename_columns(["id", "text", "source", "claimed"]))).kept,
         key="langid_en",
     )
     load_mid = os.getloadavg()
@@ -216,7 +213,7 @@ def main() -> None:
     # LID agreement with the claimed language, per claimed language (handbook + manpages + kernel docs)
     multi = pq.read_table(corpus / "docs", columns=["text", "source", "lang"])
     multi = multi.filter(pc.is_in(multi["source"], pa.array(["handbook", "manpages", "kernel_docs"])))
-    pred = identify_language(multi.rename_columns(["text", "source", "claimed"]), LangIdConfig())
+    pred = identify(multi.rename_columns(["text", "source", "claimed"]))
     agree_rows = []
     claimed = pred["claimed"].to_pylist()
     got = pred["lang"].to_pylist()

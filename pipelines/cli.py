@@ -103,11 +103,20 @@ def _stats(output: str, data: dict[str, Any]) -> str:
     return path
 
 
-def _one_job(result: Any, output: str, stats: str, **fields: Any) -> Summary:
-    """The ``Summary`` of a one-job command that wrote ``output`` (``zephyr.summary``)."""
+def _written(result: Any, output: str, data: dict[str, Any], **fields: Any) -> Summary:
+    """Write ``stats.json`` (``data`` and the stats of the job that wrote ``output``) and return that job's
+    ``Summary`` (``zephyr.summary``)."""
     from zephyr.summary import from_stages
 
+    stats = _stats(output, {**data, "job": result.stats})
     return from_stages(result.stats.get("stages", []), output=output, stats=stats, **fields)
+
+
+def _counts(result: Any) -> dict[str, int]:
+    """The counters of a job's ops, summed over its stages."""
+    from zephyr import job_stats
+
+    return job_stats.counter_totals(result.stats.get("stages", []))
 
 
 def _removing(
@@ -120,7 +129,7 @@ def _removing(
 
     if not aside:
         result = (ds if op is None else ds.map_batches(op, name=name)).write_parquet(out, **opts)
-        return _one_job(result, out, _stats(out, {**data, "job": result.stats}), **fields)
+        return _written(result, out, data, **fields)
     routed = write_routed(ds, keep_all if op is None else op.reasons, out, aside, opts)
     stats = _stats(out, {**data, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
     return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
@@ -139,23 +148,16 @@ def normalize(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: NormalizeConfig
 ) -> Summary:
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
-    from zephyr import job_stats
-
     result = normalize_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    counts = job_stats.counter_totals(result.stats.get("stages", []))
+    counts = _counts(result)
     # no row is dropped: what normalization did is the texts it rewrote and the bytes it took out
     changed = {
         "rows_changed": counts.get("normalize/rows_rewritten", 0),
         "bytes_removed": counts.get("normalize/bytes_removed", 0),
     }
-    stats = _stats(output.output, {"normalize": changed, "job": result.stats})
-    return _one_job(
-        result,
-        output.output,
-        stats,
-        next=f"zephyr langid {output.output} --output OUT",
-        details=changed,
-        shown=tuple(changed),
+    next = f"zephyr langid {output.output} --output OUT"
+    return _written(
+        result, output.output, {"normalize": changed}, next=next, details=changed, shown=tuple(changed)
     )
 
 
@@ -495,7 +497,8 @@ def quality_score(
     Two engine jobs: the scores go to a scratch folder in the output's sidecar, then the rows with their
     bucket (quantile edges of every score) to OUTPUT."""
     import pyarrow.parquet as pq
-    from zephyr.pipelines.quality.classifier import assign_buckets, bucket_column, put_column, quantile_edges
+    from zephyr.pipelines.quality._text import put_column
+    from zephyr.pipelines.quality.classifier import assign_buckets, bucket_column, quantile_edges
 
     import zephyr
     from zephyr import job_stats
@@ -521,8 +524,8 @@ def quality_score(
                 result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
         finally:
             remove_folder(scratch)
-    data = {"bucket_edges": list(edges), "job": result.stats, **job_stats.summarize(jobs)}
-    summary = _one_job(result, out, _stats(out, data), details={"bucket_edges": list(edges)})
+    data = {"bucket_edges": list(edges), **job_stats.summarize(jobs)}
+    summary = _written(result, out, data, details={"bucket_edges": list(edges)})
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
     if first:
         summary.rows_in = first[0]["rows_in"]
@@ -543,9 +546,8 @@ def pii(
 ) -> Summary:
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
     result = pii_plan(inputs, config, columns).write_parquet(output.output, **execution.as_kwargs())
-    counts = {k: v for st in result.stats.get("stages", []) for k, v in st.get("counters", {}).items()}
-    stats = _stats(output.output, {"pii_counts": counts, "job": result.stats})
-    return _one_job(result, output.output, stats, details={"pii_counts": counts})
+    counts = {"pii_counts": _counts(result)}
+    return _written(result, output.output, counts, details=counts)
 
 
 # -- decontaminate -------------------------------------------------------------------------------------------
@@ -640,11 +642,10 @@ class ExtractOptions:
 
 
 def extract_plan(inputs: WarcInputs, config: ExtractOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.web.extract import check_extractor, read_warc
+    from zephyr.pipelines.web.extract import read_warc
 
     from zephyr.io.paths import input_files
 
-    check_extractor(config.extractor)  # before any work
     files, _ = input_files(list(inputs.inputs), "warc")
     return read_warc(
         files, extractor=config.extractor, min_text_chars=config.min_text_chars, on_error=inputs.on_error
@@ -657,29 +658,17 @@ def extract(
     """Extract documents from WARC/ARC crawl files into Parquet (HTML text extraction).
 
     OUTPUT receives id, url, fetch_time, content_type, text and html_bytes; OUTPUT.zephyr/ receives
-    quarantine/ (bad records with their byte offset) and stats.json: records in, kept, dropped by reason,
-    quarantined (they balance), HTML and text bytes, skipped non-document records and the engine's stats."""
-    from zephyr.pipelines.web.extract import summarize
-
-    from zephyr.summary import Summary
-
+    quarantine/ (bad records with their byte offset) and stats.json: the extractor, HTML and text bytes, and
+    the job's stats (records in, kept, dropped by reason and quarantined balance in the summary)."""
     result = extract_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    summary = summarize(result.stats)
-    # the engine set bad records aside under OUTPUT.zephyr/quarantine/ (zephyr.cli.quarantine_dir)
-    summary["quarantine_files"] = [
-        f for st in result.stats.get("stages", []) for f in st.get("quarantine_files", [])
-    ]
-    stats = _stats(output.output, {"extractor": config.extractor, **summary, "engine": result.stats})
-    return Summary(
-        rows_in=summary["records_in"],
-        rows_kept=summary["rows_kept"],
-        rows_dropped=summary["rows_dropped"],
-        rows_quarantined=summary["rows_quarantined"],
-        dropped_by_reason=summary["dropped_by_reason"],
-        output=output.output,
-        stats=stats,
-        next=f"zephyr filter {output.output} --output OUT",
-        details={"html_bytes": summary["html_bytes"], "text_bytes": summary["text_bytes"]},
+    counts = _counts(result)
+    details = {
+        "html_bytes": counts.get("extract/html_bytes", 0),
+        "text_bytes": counts.get("extract/text_bytes", 0),
+    }
+    next = f"zephyr filter {output.output} --output OUT"
+    return _written(
+        result, output.output, {"extractor": config.extractor, **details}, next=next, details=details
     )
 
 

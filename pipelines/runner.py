@@ -61,7 +61,6 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -221,20 +220,6 @@ def _execution_dict(execution: Any) -> dict[str, Any]:
     return out
 
 
-def run_pipeline(
-    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None, **kwargs: Any
-):
-    """Run (or resume) ``config`` in ``job_dir`` (see ``_run_pipeline``).
-
-    With the local executor, one pool of worker processes serves every engine job of every step: a pipeline
-    runs dozens of short jobs, and starting workers for each would cost seconds apiece.
-    """
-    from zephyr.executors import reuse_workers
-
-    with reuse_workers(_execution_dict(execution)) as execution_kw:
-        return _run_pipeline(config, job_dir, execution=execution_kw, **kwargs)
-
-
 def pipeline_plans(
     config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
 ) -> list[tuple[str, Any]]:
@@ -303,7 +288,7 @@ class _Run:
             self.tokenize_dir = Path(record["extra"]["shards_dir"])
 
 
-def _run_pipeline(
+def run_pipeline(
     config: PipelineConfig,
     job_dir: str | os.PathLike[str],
     *,
@@ -312,76 +297,66 @@ def _run_pipeline(
     until_step: str | None = None,
     reporter: ProgressReporter | None = None,
     report: bool = True,
-    on_step_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> PipelineResult:
     """Run (or resume) ``config`` in ``job_dir``; see the module docstring for layout and resume rules.
 
     ``execution``: ``zephyr.ExecutionOptions`` or action keywords (``executor``, ``workers``, ``cluster``,
     ``memory_budget``, ``max_retries``, ``progress``); ``work_dir`` is not allowed (the job dir holds them).
+    With the local executor, one pool of worker processes serves every engine job of every step: a pipeline
+    runs dozens of short jobs, and starting workers for each would cost seconds apiece.
     """
-    execution_kw = _execution_dict(execution)
+    from zephyr.executors import reuse_workers
+    from zephyr.io import claim, lock
+
+    options = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
-    if execution_kw.get("progress") is None:
-        execution_kw["progress"] = reporter.tty  # progress lines only on a terminal
     enabled = [(i, e) for i, e in enumerate(config.steps) if e.enabled]
     start, stop = _step_range([e.name for _, e in enabled], from_step, until_step)
     _check(config, [entry for _, entry in enabled[start : stop + 1]])
-
     job = Path(job_dir).resolve()
-    from zephyr.io import claim, lock
-
     # the job folder holds the steps' outputs: never an input's folder, and one run at a time
     claim.check_not_inputs(str(job), enabled[0][1].step.paths, flag="the job folder")
     job.mkdir(parents=True, exist_ok=True)
-    with lock.held(str(job / "lock.json"), "the job folder", str(job)):
-        return _run_steps(
-            config, job, enabled, start, stop, execution_kw, reporter, report, from_step, on_step_done
+    with (
+        reuse_workers(options) as execution_kw,
+        lock.held(str(job / "lock.json"), "the job folder", str(job)),
+    ):
+        if execution_kw.get("progress") is None:
+            execution_kw["progress"] = reporter.tty  # progress lines only on a terminal
+        _write_pipeline_yaml(config, job / "pipeline.yaml")
+        run = _Run(
+            config,
+            job,
+            execution_kw,
+            reporter,
+            len(enabled),
+            resume.files_fingerprint(enabled[0][1].step.paths),
         )
-
-
-def _run_steps(
-    config: PipelineConfig,
-    job: Path,
-    enabled: list[tuple[int, StepEntry]],
-    start: int,
-    stop: int,
-    execution_kw: dict[str, Any],
-    reporter: ProgressReporter,
-    report: bool,
-    from_step: str | None,
-    on_step_done: Callable[[dict[str, Any]], None] | None,
-) -> PipelineResult:
-    """The steps of ``_run_pipeline`` from ``start`` to ``stop``, in the locked job folder ``job``."""
-    _write_pipeline_yaml(config, job / "pipeline.yaml")
-    run = _Run(
-        config,
-        job,
-        execution_kw,
-        reporter,
-        len(enabled),
-        resume.files_fingerprint(enabled[0][1].step.paths),
-    )
-    for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
-        fingerprint = entry.fingerprint(run.upstream)
-        run.upstream = fingerprint
-        step_dir = job / step_dir_name(index, entry)
-        record = _skipped_record(
-            run, position, entry, step_dir, fingerprint, before_from=position - 1 < start, from_step=from_step
-        )
-        if record is None:
-            record = _run_step(
-                run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None
+        for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
+            fingerprint = entry.fingerprint(run.upstream)
+            run.upstream = fingerprint
+            step_dir = job / step_dir_name(index, entry)
+            record = _skipped_record(
+                run,
+                position,
+                entry,
+                step_dir,
+                fingerprint,
+                before_from=position - 1 < start,
+                from_step=from_step,
             )
-        run.advance(entry, record)
-        if on_step_done is not None:
-            on_step_done(record)
-    result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
-    if report:
-        from zephyr.pipelines.report import write_report
+            if record is None:
+                record = _run_step(
+                    run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None
+                )
+            run.advance(entry, record)
+        result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
+        if report:
+            from zephyr.pipelines.report import write_report
 
-        paths = write_report(job)
-        result.report, result.html_report = paths.markdown, paths.html
-    return result
+            paths = write_report(job)
+            result.report, result.html_report = paths.markdown, paths.html
+        return result
 
 
 def _step_range(names: list[str], from_step: str | None, until_step: str | None) -> tuple[int, int]:
@@ -479,7 +454,7 @@ def _run_step(
         "index": index,
         "dir": str(step_dir),
         "fingerprint": fingerprint,
-        "config": entry.record_dict(),  # the config as fingerprinted
+        "config": entry.to_dict(),  # the config as fingerprinted
         **account(entry, outcome, run.input_rows, run.inputs or entry.step.input_files()),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),

@@ -304,21 +304,15 @@ class StepEntry:
         return self.step.type
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as a config file writes it (``pipeline.yaml`` in a job folder)."""
-        return {"step": self.type, **self._body()}
-
-    def record_dict(self) -> dict[str, Any]:
-        """The entry as fingerprints and step records (``config`` in a step's ``stats.json``) hold it."""
-        return self.to_dict()
-
-    def _body(self) -> dict[str, Any]:
-        return {"name": self.name, "enabled": self.enabled, **self.step.keys()}
+        """The entry as a config file writes it (``pipeline.yaml`` in a job folder), and as fingerprints and
+        step records (``config`` in a step's ``stats.json``) hold it."""
+        return {"step": self.type, "name": self.name, "enabled": self.enabled, **self.step.keys()}
 
     def fingerprint(self, upstream: str) -> str:
         """Hash of this step's config and its upstream fingerprint: a changed config never reuses outputs."""
         from zephyr.resume import unit_fingerprint
 
-        hashed = {k: v for k, v in self.record_dict().items() if k not in self.step.display_only}
+        hashed = {k: v for k, v in self.to_dict().items() if k not in self.step.display_only}
         return unit_fingerprint({"step": hashed, "version": CONFIG_VERSION}, upstream)
 
 

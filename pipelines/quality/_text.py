@@ -54,6 +54,14 @@ def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: s
     return values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
 
 
+def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    """``table`` with ``values`` as column ``name``: replaced in place if it exists (the caller decided that,
+    see ``zephyr.removal``), else appended."""
+    if name in table.schema.names:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+    return table.append_column(name, values)
+
+
 def count_reasons(reasons: pa.Array) -> dict[str, int]:
     """Rows per non-null reason (drop reasons of a batch: what a removing op reports to the engine)."""
     vc = pc.value_counts(reasons.drop_null())

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import require_column, text_array
+from zephyr.pipelines.quality._text import put_column, require_column, text_array
 from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
@@ -180,15 +180,15 @@ def bucket_column(score_column: str) -> str:
 
 @dataclass
 class QualityScorer:
-    """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (and its bucket column given edges).
+    """Callable ``pa.Table -> pa.Table`` adding ``score_column`` (buckets: ``quantile_edges`` and
+    ``assign_buckets`` over every score, after).
 
-    A table that already has one of them (scored before) fails unless ``replace_columns``: a silent rescore would
+    A table that already has that column (scored before) fails unless ``replace_columns``: a silent rescore would
     replace scores from another model (``zephyr.removal``)."""
 
     model_path: str
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
     text_column: str = "text"
-    bucket_edges: tuple[float, ...] | None = None
     replace_columns: bool = False
     score_column: str = "quality_score"
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
@@ -196,9 +196,7 @@ class QualityScorer:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        if self.bucket_edges is None:
-            return (self.score_column,)
-        return self.score_column, bucket_column(self.score_column)
+        return (self.score_column,)
 
     def scores(self, texts: pa.Array) -> np.ndarray:
         model = load_fasttext_model(self.model_path)
@@ -220,48 +218,7 @@ class QualityScorer:
         check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
-        table = put_column(table, self.score_column, scores)
-        if self.bucket_edges is not None:
-            table = put_column(
-                table, bucket_column(self.score_column), assign_buckets(scores, self.bucket_edges)
-            )
-        return table
-
-
-def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
-    """``table`` with ``values`` as column ``name``: replaced in place if it exists (the caller decided that,
-    see ``zephyr.removal``), else appended."""
-    if name in table.schema.names:
-        return table.set_column(table.schema.get_field_index(name), name, values)
-    return table.append_column(name, values)
-
-
-def score_quality(
-    table: pa.Table,
-    model_path: str | Path,
-    config: ClassifierConfig = _DEFAULT,
-    *,
-    text_column: str = "text",
-    num_buckets: int | None = None,
-    replace_columns: bool = False,
-    score_column: str = "quality_score",
-) -> pa.Table:
-    """Add ``quality_score``; with ``num_buckets``, also ``quality_bucket`` by this table's score quantiles.
-
-    A table that already has either column raises ``ColumnExistsError`` unless ``replace_columns=True`` (or
-    ``score_column=`` names other columns: ``NAME`` and ``NAME_bucket``)."""
-    buckets = bucket_column(score_column)
-    added = (score_column, buckets) if num_buckets else (score_column,)
-    check_added_columns(
-        table.schema.names, added, replace_columns=replace_columns, rename="score_column=NAME"
-    )
-    scored = QualityScorer(
-        str(model_path), config, text_column, replace_columns=True, score_column=score_column
-    )(table)
-    if num_buckets:
-        edges = quantile_edges(scored[score_column], num_buckets)
-        scored = put_column(scored, buckets, assign_buckets(scored[score_column], edges))
-    return scored
+        return put_column(table, self.score_column, scores)
 
 
 def quantile_edges(scores: pa.Array | pa.ChunkedArray | np.ndarray, num_buckets: int) -> tuple[float, ...]:

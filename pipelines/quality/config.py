@@ -20,7 +20,7 @@ DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
 
 @dataclass(frozen=True)
 class NormalizeConfig:
-    """What ``normalize_text`` does. Defaults are safe for code and LaTeX."""
+    """What ``Normalize`` does. Defaults are safe for code and LaTeX."""
 
     nfc: bool = True
     """Apply Unicode NFC (never NFKC, which would fold ``²``/``ℝ``/ligatures)."""
@@ -43,7 +43,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PIIConfig:
-    """What ``redact_pii`` (``zephyr pii``) redacts and counts."""
+    """What ``RedactPII`` (``zephyr pii``) redacts and counts."""
 
     kinds: tuple[str, ...] = field(
         default=PII_KINDS, metadata={"parse": _names, "metavar": "KINDS", "show_default": False}

@@ -8,10 +8,16 @@ one ``np.searchsorted`` over all of its n-grams — no per-document loop. Eval i
 contribute no n-gram (counted in ``EvalNgramIndex.short_items``). A match is by 64-bit hash, so a false
 positive needs a hash collision (~ W·E/2^64 for W document n-grams against E eval n-grams).
 
-``decontaminate(table, index)`` adds ``contaminated`` (bool) and ``contaminated_ngrams`` (int32, number of
-matching n-gram positions) columns (``mode="annotate"``), or with ``mode="remove"`` returns (kept, dropped)
-where dropped rows carry ``drop_reason = "decontam_shares_13gram"``. Null texts are never contaminated. The
-modes are dedup's words and default (``remove``, as every removing op).
+The batch op ``Decontaminate(index_path, mode)`` adds ``contaminated`` (bool) and ``contaminated_ngrams``
+(int32, number of matching n-gram positions) columns (``mode="annotate"``), or with ``mode="remove"`` drops
+the rows that match, with reason ``decontam_shares_13gram``. Null texts are never contaminated. The modes are
+dedup's words and default (``remove``, as every removing op).
+
+>>> import pyarrow as pa
+>>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
+>>> docs = pa.array(["Intro: the QUICK brown fox jumps over the lazy dog near the river bank!", "other"])
+>>> contamination(docs, idx).tolist()
+[1, 0]
 """
 
 from __future__ import annotations
@@ -42,11 +48,6 @@ def _normalized_words(texts: pa.Array) -> FlatWords:
 
     s = pl.Series("t", texts).fill_null("").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}\s]", " ")
     return flat_words(s.str.extract_all(r"\S+").to_arrow())
-
-
-def _all_ngrams(fw: FlatWords, n: int) -> tuple[np.ndarray, np.ndarray]:
-    keys, valid = ngram_keys(fw, n)
-    return keys, valid
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def build_eval_index(texts: pa.Array | Iterable[str], n: int = 13) -> EvalNgramI
     if not isinstance(texts, pa.Array):
         texts = pa.array(list(texts), type=pa.large_string())
     fw = _normalized_words(texts)
-    keys, valid = _all_ngrams(fw, n)
+    keys, valid = ngram_keys(fw, n)
     words_per_item = np.diff(fw.offsets)
     short = int(((words_per_item < n) & (words_per_item > 0)).sum())
     hashes = np.unique(keys[valid])
@@ -124,63 +125,12 @@ def build_eval_index(texts: pa.Array | Iterable[str], n: int = 13) -> EvalNgramI
 def contamination(texts: pa.Array, index: EvalNgramIndex) -> np.ndarray:
     """int32 per row: how many of the document's n-gram positions occur in the eval set."""
     fw = _normalized_words(texts)
-    keys, valid = _all_ngrams(fw, index.n)
+    keys, valid = ngram_keys(fw, index.n)
     hits = np.zeros(len(keys), dtype=bool)
     if len(index.hashes) and len(keys):
         pos = np.minimum(np.searchsorted(index.hashes, keys), len(index.hashes) - 1)
         hits = (index.hashes[pos] == keys) & valid
     return np.bincount(fw.rows[hits], minlength=fw.num_rows).astype(np.int32)
-
-
-def added_columns(output_column: str = "contaminated") -> tuple[str, str]:
-    """The columns annotate mode adds: ``output_column`` (bool) and ``<output_column>_ngrams`` (int32)."""
-    return output_column, f"{output_column}_ngrams"
-
-
-def decontaminate(
-    table: pa.Table,
-    index: EvalNgramIndex,
-    *,
-    mode: str = "remove",
-    text_column: str = "text",
-    replace_columns: bool = False,
-    output_column: str = "contaminated",
-) -> pa.Table | tuple[pa.Table, pa.Table]:
-    """Annotate (add ``contaminated``/``contaminated_ngrams``) or remove documents sharing an n-gram with the
-    eval set.
-
-    Annotate mode refuses a table that already has those columns (``ColumnExistsError``) unless
-    ``replace_columns=True`` or ``output_column=`` names others; remove mode refuses one with ``drop_reason``
-    (its dropped rows carry it).
-
-    >>> import pyarrow as pa
-    >>> idx = build_eval_index(["The quick brown fox jumps over the lazy dog near the river bank today."])
-    >>> t = pa.table({"text": ["Intro: the QUICK brown fox jumps over the lazy dog near the river bank!", "other"]})
-    >>> decontaminate(t, idx, mode="annotate")["contaminated"].to_pylist()
-    [True, False]
-    """
-    mode = check_removal_mode(mode)
-    added = added_columns(output_column) if mode == "annotate" else ("drop_reason",)
-    check_added_columns(
-        table.schema.names, added, replace_columns=replace_columns, rename="output_column=NAME"
-    )
-    counts = contamination(text_array(table, text_column), index)
-    flagged = pa.array(counts > 0)
-    if mode == "annotate":
-        return annotated(table, counts, output_column)
-    reason = f"decontam_shares_{index.n}gram"
-    dropped = table.filter(flagged)
-    dropped = dropped.drop_columns([c for c in added if c in dropped.schema.names])
-    dropped = dropped.append_column("drop_reason", pa.array([reason] * dropped.num_rows, pa.string()))
-    return table.filter(pc.invert(flagged)), dropped
-
-
-def annotated(table: pa.Table, counts: np.ndarray, output_column: str = "contaminated") -> pa.Table:
-    """``table`` plus the annotate columns of ``counts`` (matching n-gram positions per row); existing columns of
-    those names are replaced at the end (the caller checked that it may, ``zephyr.removal``)."""
-    flag, ngrams = added_columns(output_column)
-    table = table.drop_columns([c for c in (flag, ngrams) if c in table.schema.names])
-    return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
 
 
 @dataclass
@@ -207,7 +157,7 @@ class Decontaminate:
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns this step adds."""
-        return added_columns(self.output_column) if self.mode == "annotate" else ()
+        return (self.output_column, f"{self.output_column}_ngrams") if self.mode == "annotate" else ()
 
     def _counts(self, table: pa.Table) -> Any:
         """Matching n-grams per row (numpy), counted as ``decontam/contaminated_rows``."""
@@ -227,8 +177,10 @@ class Decontaminate:
         check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
         counts = self._counts(table)
         hit = counts > 0
-        if self.mode == "annotate":
-            return annotated(table, counts, self.output_column)
+        if self.mode == "annotate":  # columns of those names are replaced at the end (checked above)
+            flag, ngrams = self.columns
+            table = table.drop_columns([c for c in self.columns if c in table.schema.names])
+            return table.append_column(flag, pa.array(hit)).append_column(ngrams, pa.array(counts))
         reason = f"decontam_shares_{self._index.n}gram"
         return BatchOutput(
             kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}

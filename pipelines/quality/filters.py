@@ -1,15 +1,12 @@
-"""Apply heuristic rule families to an Arrow table: kept, dropped (with ``drop_reason``), quarantined.
+"""Heuristic rule families on Arrow batches: each row kept, dropped (with ``drop_reason``) or quarantined.
 
-``apply_filters(table, [GopherQuality(), C4Quality(), ...])`` evaluates the families in order. Each row gets
-the *first* reason it fails; rows with a null text are quarantined (``reject_reason = "null_text"``), never
-passed to a rule. Later families only see the rows still alive (less work), and a family that rewrites text
-(C4 line cleaning) hands its cleaned text to the next family and to the kept output; dropped rows keep their
-original text so they can be inspected. Counts balance by construction::
+``annotate_drop_reasons(table, [GopherQuality(), C4Quality(), ...])`` evaluates the families in order. Each
+row gets the *first* reason it fails; rows with a null text are quarantined (``reject_reason =
+"null_text"``), never passed to a rule. Later families only see the rows still alive (less work), and a
+family that rewrites text (C4 line cleaning) hands its cleaned text to the next family and to the kept
+output; dropped rows keep their original text so they can be inspected. Counts balance by construction::
 
     rows_in == rows_kept + sum(dropped_by_reason.values()) + rows_quarantined
-
-``FilterStats`` holds row and byte counts per reason and merges associatively (``+``), so per-batch stats
-sum to a job total.
 
 **The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
 families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
@@ -114,78 +111,6 @@ def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[Ru
     return families
 
 
-@dataclass
-class FilterStats:
-    """Row/byte accounting of one filter run; ``+`` merges runs (associative, commutative)."""
-
-    rows_in: int = 0
-    rows_kept: int = 0
-    rows_quarantined: int = 0
-    bytes_in: int = 0
-    bytes_kept: int = 0
-    dropped_rows: dict[str, int] = field(default_factory=dict)
-    dropped_bytes: dict[str, int] = field(default_factory=dict)
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def rows_dropped(self) -> int:
-        return sum(self.dropped_rows.values())
-
-    def balanced(self) -> bool:
-        return self.rows_in == self.rows_kept + self.rows_dropped + self.rows_quarantined
-
-    def __add__(self, other: FilterStats) -> FilterStats:
-        def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-            return {k: a.get(k, 0) + b.get(k, 0) for k in sorted(set(a) | set(b))}
-
-        return FilterStats(
-            self.rows_in + other.rows_in,
-            self.rows_kept + other.rows_kept,
-            self.rows_quarantined + other.rows_quarantined,
-            self.bytes_in + other.bytes_in,
-            self.bytes_kept + other.bytes_kept,
-            merge(self.dropped_rows, other.dropped_rows),
-            merge(self.dropped_bytes, other.dropped_bytes),
-            merge(self.counters, other.counters),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rows_in": self.rows_in,
-            "rows_kept": self.rows_kept,
-            "rows_dropped": self.rows_dropped,
-            "rows_quarantined": self.rows_quarantined,
-            "bytes_in": self.bytes_in,
-            "bytes_kept": self.bytes_kept,
-            "dropped_rows_by_reason": dict(self.dropped_rows),
-            "dropped_bytes_by_reason": dict(self.dropped_bytes),
-            "counters": dict(self.counters),
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> FilterStats:
-        return cls(
-            d["rows_in"],
-            d["rows_kept"],
-            d["rows_quarantined"],
-            d["bytes_in"],
-            d["bytes_kept"],
-            dict(d["dropped_rows_by_reason"]),
-            dict(d["dropped_bytes_by_reason"]),
-            dict(d.get("counters", {})),
-        )
-
-
-@dataclass(frozen=True)
-class FilterResult:
-    kept: pa.Table
-    dropped: pa.Table
-    """Dropped rows, original text, plus a ``drop_reason`` column."""
-    quarantined: pa.Table
-    """Rows that could not be judged (null text), plus a ``reject_reason`` column."""
-    stats: FilterStats
-
-
 SCRATCH_PER_BYTE = 32
 """Peak scratch of the rule families per byte of input (token and line lists, lower-cased copies, the stop-word
 join): measured 22× on 2 MiB and 28× on 8 MiB of web text. Tables larger than the running task's kernel share
@@ -252,64 +177,6 @@ def _annotate_slice(
             out_text = out_text.scatter(survivors, verdict.text.filter(pl.Series(~failed)))
         alive = alive[~failed]
     return pa.array(reasons, type=pa.string()), out_text.to_arrow().cast(pa.large_string()), counters
-
-
-def _text_bytes(texts: pa.Array) -> np.ndarray:
-    return pc.fill_null(pc.binary_length(texts), 0).to_numpy().astype(np.int64)
-
-
-def apply_filters(
-    table: pa.Table,
-    families: Sequence[RuleFamily] | str,
-    *,
-    text_column: str = "text",
-    lang_column: str | None = "lang",
-    default_lang: str = "en",
-) -> FilterResult:
-    """Split ``table`` by the rule families (see the module docstring).
-
-    ``lang_column`` gives each row's language for stop words / bad words / no-space scripts (missing column
-    or null value → ``default_lang``).
-
-    >>> import pyarrow as pa
-    >>> t = pa.table({"text": ["too short.", None]})
-    >>> r = apply_filters(t, "gopher")
-    >>> r.dropped["drop_reason"].to_pylist(), r.stats.rows_quarantined, r.stats.balanced()
-    (['gopher_too_few_words'], 1, True)
-    """
-    if isinstance(families, str):
-        families = build_rule_families(families)
-    reasons, new_text, counters = annotate_drop_reasons(
-        table, families, text_column=text_column, lang_column=lang_column, default_lang=default_lang
-    )
-    original = text_array(table, text_column)
-    keep = pc.is_null(reasons)
-    quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
-    drop = pc.and_(pc.invert(keep), pc.invert(quarantine))
-    col = table.schema.get_field_index(text_column)
-    kept = table.set_column(col, pa.field(text_column, new_text.type), new_text).filter(keep)
-    kept = kept.cast(kept.schema.set(col, pa.field(text_column, table.schema.field(col).type)))
-    dropped = table.filter(drop).append_column(DROP_REASON, reasons.filter(drop))
-    quarantined = table.filter(quarantine).append_column(REJECT_REASON, reasons.filter(quarantine))
-
-    nbytes = _text_bytes(original)
-    reason_np = np.asarray(reasons.to_pylist(), dtype=object)
-    drop_np = drop.to_numpy(zero_copy_only=False)
-    stats = FilterStats(
-        rows_in=table.num_rows,
-        rows_kept=kept.num_rows,
-        rows_quarantined=quarantined.num_rows,
-        bytes_in=int(nbytes.sum()),
-        bytes_kept=int(_text_bytes(text_array(kept, text_column)).sum()),
-        counters=counters,
-    )
-    if drop_np.any():
-        names, inverse = np.unique(reason_np[drop_np].astype(str), return_inverse=True)
-        rows = np.bincount(inverse, minlength=len(names))
-        byts = np.bincount(inverse, weights=nbytes[drop_np], minlength=len(names))
-        stats.dropped_rows = {str(k): int(v) for k, v in zip(names, rows)}
-        stats.dropped_bytes = {str(k): int(v) for k, v in zip(names, byts)}
-    return FilterResult(kept, dropped, quarantined, stats)
 
 
 @dataclass
@@ -452,9 +319,6 @@ class HeuristicFilter:
 KEPT = "kept"
 
 
-_QUARANTINE = "null_text"
-
-
 def summarize_batch(
     table: pa.Table,
     *,
@@ -556,7 +420,7 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
             src["kept"] = entry
             totals["rows_kept"] += entry["rows"]
             totals["bytes_kept"] += entry["bytes"]
-        elif row["outcome"] == _QUARANTINE:
+        elif row["outcome"] == NULL_TEXT:
             src["quarantined"] = entry
             totals["rows_quarantined"] += entry["rows"]
         else:

@@ -1,14 +1,14 @@
 """Language identification with fastText ``lid.176.ftz``: ``lang`` and ``lang_score`` columns.
 
-``identify_language(table)`` predicts one label per row with a single batched fastText call
+``LanguageIdentifier(config)(table)`` predicts one label per row with a single batched fastText call
 (``FastText.predict(list_of_strings)`` runs the whole list in C++). fastText reads one line per text, so
 newlines (and other line breaks) are replaced by spaces first, vectorized; texts are cut to
 ``max_chars`` characters, which changes almost no prediction and bounds the cost of huge files. Null or
 blank texts get null ``lang`` and ``lang_score``.
 
-``filter_language(table, languages=..., min_score=...)`` keeps rows whose language is allowed and whose score
-reaches the threshold and returns the others with a ``drop_reason`` (``lang_not_allowed``,
-``lang_score_too_low``, ``lang_unknown``). ``split_by_language`` routes rows to one table per language.
+``LanguageFilter(languages, min_score)(table)`` keeps rows whose language is allowed and whose score
+reaches the threshold and counts the others by reason (``lang_not_allowed``, ``lang_score_too_low``,
+``lang_unknown``); ``LanguageFilter.reasons`` gives each row's reason.
 
 The model is loaded lazily, once per process, from ``ensure_lid_model()`` (never downloaded).
 
@@ -33,7 +33,6 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import count_reasons, text_array
+from zephyr.pipelines.quality._text import count_reasons, put_column, text_array
 
 from zephyr.errors import ConfigError, InputError, SchemaError, require
 from zephyr.ops import BatchOutput
@@ -103,13 +102,6 @@ class LanguageIdentifier:
     text_column: str = "text"
     replace_columns: bool = False
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "text_column": self.text_column,
-            "replace_columns": self.replace_columns,
-        }
-
     @property
     def columns(self) -> tuple[str, str]:
         """The columns this step adds: the language and its score."""
@@ -152,84 +144,8 @@ class LanguageIdentifier:
             rename="LangIdConfig(lang_column=..., score_column=...)",
         )
         labels, scores = self.predict(text_array(table, self.text_column))
-        for name, values in ((self.config.lang_column, labels), (self.config.score_column, scores)):
-            if name in table.schema.names:
-                table = table.set_column(table.schema.get_field_index(name), name, values)
-            else:
-                table = table.append_column(name, values)
-        return table
-
-
-def identify_language(
-    table: pa.Table,
-    config: LangIdConfig = LangIdConfig(),
-    *,
-    text_column: str = "text",
-    replace_columns: bool = False,
-) -> pa.Table:
-    """``table`` plus ``lang`` (ISO 639 code as fastText names it) and ``lang_score`` (float32 in [0, 1]).
-
-    A table that already has ``lang`` or ``lang_score`` (a claimed language, an earlier run) raises
-    ``ColumnExistsError``; ``replace_columns=True`` replaces them, ``LangIdConfig(lang_column=...)`` writes others.
-    """
-    return LanguageIdentifier(config, text_column, replace_columns)(table)
-
-
-def language_drop_reasons(
-    table: pa.Table, languages: Sequence[str] | None, min_score: float, lang_column: str, score_column: str
-) -> pa.Array:
-    """Per-row drop reason (null = keep): ``lang_unknown``, ``lang_not_allowed`` or ``lang_score_too_low``, the
-    first that applies. The one verdict of ``filter_language`` and the pipelines' ``LanguageFilter``."""
-    for name in (lang_column, score_column):
-        if name not in table.schema.names:
-            raise SchemaError(f"column {name!r} missing; run identify_language (zephyr langid) first")
-    lang = table.column(lang_column).combine_chunks()
-    score = table.column(score_column).combine_chunks()
-    unknown = pc.is_null(lang).to_numpy(zero_copy_only=False)
-    if languages:
-        allowed = pc.fill_null(pc.is_in(lang, value_set=pa.array(list(languages))), False)
-        not_allowed = ~allowed.to_numpy(zero_copy_only=False)
-    else:
-        not_allowed = np.zeros(len(lang), dtype=bool)
-    too_low = pc.fill_null(pc.less(score, min_score), False).to_numpy(zero_copy_only=False)
-    reason = np.select(
-        [unknown, not_allowed, too_low],
-        ["lang_unknown", "lang_not_allowed", "lang_score_too_low"],
-        default="",
-    )
-    return pa.array(reason, type=pa.string(), mask=reason == "")
-
-
-def filter_language(
-    table: pa.Table,
-    languages: Sequence[str] | None = None,
-    *,
-    min_score: float = 0.0,
-    lang_column: str = "lang",
-    score_column: str = "lang_score",
-) -> tuple[pa.Table, pa.Table]:
-    """Split an LID-annotated table into (kept, dropped); ``dropped`` has a ``drop_reason`` column.
-
-    ``languages=None`` allows every language (only the score threshold applies).
-    """
-    if not 0.0 <= min_score <= 1.0:
-        raise ConfigError(f"min_score must be in [0, 1], got {min_score}")
-    reason = language_drop_reasons(table, languages, min_score, lang_column, score_column)
-    keep = pc.is_null(reason)
-    dropped = table.filter(pc.invert(keep)).append_column("drop_reason", reason.filter(pc.invert(keep)))
-    return table.filter(keep), dropped
-
-
-def split_by_language(table: pa.Table, *, lang_column: str = "lang") -> dict[str | None, pa.Table]:
-    """One table per distinct language value (``None`` key for rows without a prediction)."""
-    if lang_column not in table.schema.names:
-        raise SchemaError(f"column {lang_column!r} missing; run identify_language first")
-    lang = table.column(lang_column)
-    out: dict[str | None, pa.Table] = {}
-    for value in pc.unique(lang).to_pylist():
-        mask = pc.is_null(lang) if value is None else pc.fill_null(pc.equal(lang, value), False)
-        out[value] = table.filter(mask)
-    return out
+        table = put_column(table, self.config.lang_column, labels)
+        return put_column(table, self.config.score_column, scores)
 
 
 log = logging.getLogger(__name__)
@@ -313,10 +229,26 @@ class LanguageFilter:
     score_column: str = "lang_score"
 
     def reasons(self, table: pa.Table) -> pa.Array:
-        """Per-row drop reason (null: kept); the report's examples use the same verdict."""
-        return language_drop_reasons(
-            table, self.languages, self.min_score, self.lang_column, self.score_column
+        """Per-row drop reason (null: kept): ``lang_unknown``, ``lang_not_allowed`` or
+        ``lang_score_too_low``, the first that applies; the report's examples use the same verdict."""
+        for name in (self.lang_column, self.score_column):
+            if name not in table.schema.names:
+                raise SchemaError(f"column {name!r} missing; run LanguageIdentifier (zephyr langid) first")
+        lang = table.column(self.lang_column).combine_chunks()
+        score = table.column(self.score_column).combine_chunks()
+        unknown = pc.is_null(lang).to_numpy(zero_copy_only=False)
+        if self.languages:
+            allowed = pc.fill_null(pc.is_in(lang, value_set=pa.array(list(self.languages))), False)
+            not_allowed = ~allowed.to_numpy(zero_copy_only=False)
+        else:
+            not_allowed = np.zeros(len(lang), dtype=bool)
+        too_low = pc.fill_null(pc.less(score, self.min_score), False).to_numpy(zero_copy_only=False)
+        reason = np.select(
+            [unknown, not_allowed, too_low],
+            ["lang_unknown", "lang_not_allowed", "lang_score_too_low"],
+            default="",
         )
+        return pa.array(reason, type=pa.string(), mask=reason == "")
 
     def __call__(self, table: pa.Table) -> BatchOutput:
         reasons = self.reasons(table)

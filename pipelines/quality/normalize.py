@@ -1,6 +1,6 @@
 """Text normalization that is safe for prose, code and maths.
 
-``normalize_text(table, config)`` rewrites the text column; every step is one vectorized Arrow kernel
+``Normalize(config)(table)`` rewrites the text column; every step is one vectorized Arrow kernel
 (``utf8_normalize``, RE2 ``replace_substring_regex``) over the whole column, except the optional mojibake
 repair, which has no batch form (ftfy is per-string Python) and so runs only on the rows a vectorized
 pre-check flags as likely mojibake.
@@ -23,7 +23,7 @@ Null texts stay null.
 
 >>> import pyarrow as pa
 >>> t = pa.table({"text": ["  def f():\\r\\n      return  1   \\n\\n\\n\\nx\\u00a0=\\u00a0$a^2$"]})
->>> normalize_text(t)["text"][0].as_py()
+>>> Normalize()(t)["text"][0].as_py()
 '  def f():\\n      return 1\\n\\nx = $a^2$'
 """
 
@@ -70,16 +70,6 @@ def normalize_array(texts: pa.Array, config: NormalizeConfig = _DEFAULT) -> pa.A
     return texts
 
 
-def normalize_text(
-    table: pa.Table, config: NormalizeConfig = _DEFAULT, *, text_column: str = "text"
-) -> pa.Table:
-    """Return ``table`` with its text column normalized; other columns and row order unchanged."""
-    texts = text_array(table, text_column)
-    out = normalize_array(texts, config)
-    index = table.schema.get_field_index(text_column)
-    return table.set_column(index, pa.field(text_column, out.type), out)
-
-
 def _fix_mojibake(texts: pa.Array) -> pa.Array:
     # ftfy has no batch API; run it only where the vectorized hint matches (typically well under 1% of rows).
     require("ftfy", "quality", "fix_mojibake")
@@ -98,13 +88,18 @@ def _fix_mojibake(texts: pa.Array) -> pa.Array:
 
 @dataclass
 class Normalize:
+    """Batch op: ``table`` with its text column normalized (``normalize_array``), other columns and row order
+    unchanged."""
+
     config: NormalizeConfig = field(default_factory=NormalizeConfig)
     text_column: str = "text"
 
     def __call__(self, table: pa.Table) -> pa.Table:
         """Normalized ``table``; counts ``normalize/rows_rewritten`` (texts that changed) and
         ``normalize/bytes_removed`` (UTF-8 bytes fewer), so a report shows what normalization did."""
-        out = normalize_text(table, self.config, text_column=self.text_column)
+        texts = normalize_array(text_array(table, self.text_column), self.config)
+        index = table.schema.get_field_index(self.text_column)
+        out = table.set_column(index, pa.field(self.text_column, texts.type), texts)
         before, after = table.column(self.text_column), out.column(self.text_column)
         if table.num_rows and not pa.types.is_null(before.type):
             changed = pc.sum(pc.fill_null(pc.not_equal(before, after.cast(before.type)), False)).as_py() or 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 from zephyr.pipelines.quality.config import PIIConfig
 
 from zephyr import counters
@@ -61,60 +61,25 @@ def redact_pii_array(texts: pa.Array, config: PIIConfig = _DEFAULT) -> tuple[pa.
     return texts, counts
 
 
-def redact_pii(
-    table: pa.Table,
-    config: PIIConfig = _DEFAULT,
-    *,
-    text_column: str = "text",
-    replace_columns: bool = False,
-) -> pa.Table:
-    """``table`` with PII in its text column replaced, plus ``pii_<kind>`` count columns (if configured).
-
-    A table that already has one of those count columns raises ``ColumnExistsError`` unless ``replace_columns=True``
-    or ``PIIConfig(column_prefix=...)`` names others (``zephyr.removal``).
-
-    >>> import pyarrow as pa
-    >>> t = redact_pii(pa.table({"text": ["mail bob@example.com from 10.0.0.1 or +1 555-123-4567"]}))
-    >>> t["text"][0].as_py(), t["pii_email"][0].as_py(), t["pii_phone"][0].as_py()
-    ('mail <EMAIL> from <IP_ADDRESS> or <PHONE_NUMBER>', 1, 1)
-    """
-    check_added_columns(
-        table.schema.names,
-        count_columns(config),
-        replace_columns=replace_columns,
-        rename="PIIConfig(column_prefix=...)",
-    )
-    texts, counts = redact_pii_array(text_array(table, text_column), config)
-    return with_redactions(table, texts, counts, config, text_column)
-
-
 def count_columns(config: PIIConfig) -> tuple[str, ...]:
-    """The columns ``redact_pii`` adds with ``config``: ``<column_prefix>_<kind>`` per kind, or none."""
+    """The columns ``RedactPII`` adds with ``config``: ``<column_prefix>_<kind>`` per kind, or none."""
     return tuple(f"{config.column_prefix}_{kind}" for kind in config.kinds) if config.count_columns else ()
-
-
-def with_redactions(
-    table: pa.Table, texts: pa.Array, counts: dict[str, pa.Array], config: PIIConfig, text_column: str
-) -> pa.Table:
-    """``table`` with ``redact_pii_array``'s texts in ``text_column`` and (if configured) its count columns."""
-    idx = table.schema.get_field_index(text_column)
-    table = table.set_column(idx, pa.field(text_column, texts.type), texts)
-    if config.count_columns:
-        for kind, c in counts.items():
-            name = f"{config.column_prefix}_{kind}"
-            if name in table.schema.names:
-                table = table.set_column(table.schema.get_field_index(name), name, c)
-            else:
-                table = table.append_column(name, c)
-    return table
 
 
 @dataclass
 class RedactPII:
-    """``redact_pii`` as a batch op, counting matches per kind (``pii/<kind>``) with or without count columns.
+    """Batch op: ``text_column`` with its PII replaced, the ``pii_<kind>`` count columns (if configured), and
+    the matches counted per kind (``pii/<kind>``) with or without count columns.
 
     The counts come from the arrays, not from written columns, so ``count_columns=False`` leaves an input's
-    own ``pii_*`` columns alone; with count columns, an input that has them fails unless ``replace_columns``."""
+    own ``pii_*`` columns alone; with count columns, an input that has them fails unless ``replace_columns``
+    (or ``PIIConfig(column_prefix=...)`` names others; ``zephyr.removal``).
+
+    >>> import pyarrow as pa
+    >>> t = RedactPII()(pa.table({"text": ["mail bob@example.com from 10.0.0.1 or +1 555-123-4567"]}))
+    >>> t["text"][0].as_py(), t["pii_email"][0].as_py(), t["pii_phone"][0].as_py()
+    ('mail <EMAIL> from <IP_ADDRESS> or <PHONE_NUMBER>', 1, 1)
+    """
 
     config: PIIConfig = field(default_factory=PIIConfig)
     text_column: str = "text"
@@ -127,4 +92,10 @@ class RedactPII:
         texts, counts = redact_pii_array(text_array(table, self.text_column), self.config)
         for kind, per_row in counts.items():
             counters.increment(f"pii/{kind}", int(pc.sum(per_row).as_py() or 0))
-        return with_redactions(table, texts, counts, self.config, self.text_column)
+        table = table.set_column(
+            table.schema.get_field_index(self.text_column), pa.field(self.text_column, texts.type), texts
+        )
+        if self.config.count_columns:
+            for kind, c in counts.items():
+                table = put_column(table, f"{self.config.column_prefix}_{kind}", c)
+        return table

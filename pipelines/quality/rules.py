@@ -3,7 +3,7 @@
 A rule family (``GopherQuality``, ``GopherRepetition``, ``C4Quality``, ``FineWebQuality``) is a frozen
 dataclass of thresholds with one method, ``evaluate(texts, langs) -> Verdict``: it computes its per-document
 statistics column-wise for the whole batch and returns, in rule order, a boolean "fails" mask per reason.
-``apply_filters`` (filters.py) gives each row the first reason it fails, so per-reason drop counts are
+``annotate_drop_reasons`` (filters.py) gives each row the first reason it fails, so per-reason drop counts are
 exclusive and add up: ``rows_in = kept + Σ dropped[reason] + quarantined``.
 
 Reason strings name the failing condition (``gopher_too_few_stop_words``), never the passing one.
@@ -107,8 +107,6 @@ class RuleFamily(Protocol):
     name: str
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict: ...
-
-    def reasons(self) -> list[str]: ...
 
 
 def fails_below(value: pl.Series | np.ndarray, threshold: float | None) -> np.ndarray | None:
@@ -215,20 +213,6 @@ class GopherQuality:
     min_stop_words: int | None = 2
     skip_word_rules_for: frozenset[str] = NO_SPACE_LANGUAGES
 
-    def reasons(self) -> list[str]:
-        return [
-            "gopher_too_few_words",
-            "gopher_too_many_words",
-            "gopher_mean_word_too_short",
-            "gopher_mean_word_too_long",
-            "gopher_too_many_hashes",
-            "gopher_too_many_ellipses",
-            "gopher_too_many_bullet_lines",
-            "gopher_too_many_ellipsis_lines",
-            "gopher_too_few_alpha_words",
-            "gopher_too_few_stop_words",
-        ]
-
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         tokens = texts.str.extract_all(r"\S+")
         is_word = tokens.list.eval(pl.element().str.contains(_WORDLIKE))
@@ -311,16 +295,6 @@ class GopherRepetition:
     )
     skip_word_rules_for: frozenset[str] = NO_SPACE_LANGUAGES
 
-    def reasons(self) -> list[str]:
-        return [
-            "gopher_too_many_duplicate_lines",
-            "gopher_too_many_duplicate_paragraphs",
-            "gopher_too_many_duplicate_line_chars",
-            "gopher_too_many_duplicate_paragraph_chars",
-            *(f"gopher_top_{n}gram_too_frequent" for n, _ in self.top_ngram_max_char_fraction),
-            *(f"gopher_too_many_duplicate_{n}grams" for n, _ in self.duplicate_ngram_max_char_fraction),
-        ]
-
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         total_chars = texts.str.len_chars()
         lines = (
@@ -400,9 +374,6 @@ class C4Quality:
         if self.min_words_per_line < 0 or self.max_word_length < 1:
             raise ConfigError("min_words_per_line must be >= 0 and max_word_length >= 1")
 
-    def reasons(self) -> list[str]:
-        return ["c4_lorem_ipsum", "c4_curly_bracket", "c4_too_few_sentences", "c4_bad_words"]
-
     def _badwords_pattern(self) -> str | None:
         words = bad_words() if self.badwords is None else self.badwords
         if not words:
@@ -470,15 +441,6 @@ class FineWebQuality:
     """Drop when the ratio is >= this value."""
     short_line_chars: int = 30
     max_newline_word_ratio: float | None = None
-
-    def reasons(self) -> list[str]:
-        return [
-            "fineweb_empty",
-            "fineweb_too_few_punctuated_lines",
-            "fineweb_too_many_duplicate_line_chars",
-            "fineweb_too_many_short_lines",
-            "fineweb_too_many_newlines",
-        ]
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         el = pl.element()

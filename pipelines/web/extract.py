@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephyr import counters
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, require
 from zephyr.io.quarantine import REJECT_REASON
 from zephyr.ops import BatchOutput
 
@@ -43,19 +43,13 @@ Extractor = Literal["resiliparse", "trafilatura"]
 EXTRACTORS: tuple[str, ...] = ("resiliparse", "trafilatura")
 OUTPUT_COLUMNS = ("id", "url", "fetch_time", "content_type", "text", "html_bytes")
 NO_TEXT = "extract_no_text"
-_PACKAGES = {"resiliparse": "resiliparse", "trafilatura": "trafilatura"}
 
 
 def check_extractor(extractor: str) -> None:
     """Fail before any work on an unknown extractor or one whose package is missing (naming the install)."""
     if extractor not in EXTRACTORS:
         raise ConfigError(f"unknown extractor {extractor!r}; choose from {', '.join(EXTRACTORS)}")
-    import importlib.util
-
-    if importlib.util.find_spec(_PACKAGES[extractor]) is None:
-        raise ConfigError(
-            f"the {extractor} extractor needs the {_PACKAGES[extractor]} package: pip install 'zephyr-data[web]'"
-        )
+    require(extractor, "web", f"the {extractor} extractor")  # each extractor is the package of its name
 
 
 def extract_text(html: str, extractor: str = "resiliparse") -> str:
@@ -140,28 +134,3 @@ def read_warc(
     return zephyr.read_warc_records(paths, on_error=on_error).map_batches(
         ExtractText(extractor, min_text_chars), name="extract"
     )
-
-
-def summarize(stats: dict[str, Any]) -> dict[str, Any]:
-    """Records in = kept + dropped + quarantined, from the engine stats of an extract job."""
-    stages = stats.get("stages", [])
-    totals: dict[str, int] = {}
-    dropped: dict[str, int] = {}
-    for stage in stages:
-        for key, value in (stage.get("counters") or {}).items():
-            totals[key] = totals.get(key, 0) + value
-        for op in stage.get("ops", []):
-            for reason, n in op.get("dropped_by_reason", {}).items():
-                dropped[reason] = dropped.get(reason, 0) + n
-    first = stages[0] if stages else {}
-    kept = stages[-1]["rows_out"] if stages else 0
-    return {
-        "records_in": int(first.get("rows_in", 0)),
-        "rows_kept": int(kept),
-        "rows_dropped": sum(dropped.values()),
-        "dropped_by_reason": dropped,
-        "rows_quarantined": int(stats.get("rows_quarantined", 0)),
-        "html_bytes": totals.get("extract/html_bytes", 0),
-        "text_bytes": totals.get("extract/text_bytes", 0),
-        "counters": dict(sorted(totals.items())),
-    }

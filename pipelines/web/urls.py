@@ -176,9 +176,6 @@ class UrlRules:
     def __post_init__(self) -> None:
         object.__setattr__(self, "columns", (self.url_column,))
 
-    def reasons(self) -> list[str]:
-        return ["url_invalid", "url_blocked_domain", "url_blocked_subdomain"]
-
     @functools.cached_property
     def _blocked(self) -> frozenset[str]:
         return load_blocklist(self.blocklist) if self.blocklist else frozenset()

@@ -4,11 +4,11 @@ import pyarrow.parquet as pq
 import pytest
 from zephyr.pipelines.quality.classifier import (
     ClassifierConfig,
+    QualityScorer,
     assign_buckets,
     evaluate_classifier,
     quantile_edges,
     roc_auc,
-    score_quality,
     train_classifier,
 )
 
@@ -47,7 +47,7 @@ def test_train_evaluate_score(tmp_path):
     model = train_classifier(_synthetic(200, 0), tmp_path / "m.bin", ClassifierConfig(epoch=5))
     report = evaluate_classifier(_synthetic(60, 1), model)
     assert report["auc"] > 0.95 and report["precision"] > 0.9 and report["recall"] > 0.9
-    scored = score_quality(pa.table({"text": ["the history of the river", None]}), model, num_buckets=2)
+    scored = QualityScorer(str(model))(pa.table({"text": ["the history of the river", None]}))
     assert scored["quality_score"][0].as_py() > 0.5 and scored["quality_score"][1].as_py() is None
     with pytest.raises(SchemaError, match="row 1"):
         train_classifier(pa.table({"text": ["a", "b"], "label": ["hq", "good"]}), tmp_path / "x.bin")

@@ -1,10 +1,13 @@
 """Heuristic rules on hand-made edge cases; every reason names the failing condition."""
 
+from types import SimpleNamespace
+
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.filters import apply_filters, build_rule_families
-from zephyr.pipelines.quality.rules import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+from zephyr.pipelines.quality.filters import FilterAnnotator, RouteByReason, build_rule_families
+from zephyr.pipelines.quality.rules import FineWebQuality, GopherRepetition
 
+from zephyr import counters
 from zephyr.errors import ConfigError
 
 GOOD_EN = (
@@ -30,11 +33,26 @@ EDGE = {
 }
 
 
+def _filter(table, rules, overrides=None, text_column="text"):
+    """The rules' verdict on ``table`` by the batch ops every filter runs: ``FilterAnnotator`` (each row's
+    first failing rule, its counters), then the routes of ``RouteByReason``."""
+    with counters.collecting() as seen:
+        annotated = FilterAnnotator(rules, overrides or {}, text_column)(table)
+    kept = RouteByReason("kept")(annotated)
+    dropped = RouteByReason("dropped")(annotated)
+    quarantined = RouteByReason("quarantined")(annotated)
+    assert table.num_rows == kept.kept.num_rows + dropped.num_rows + quarantined.num_rows
+    dropped_rows = {k: v for k, v in kept.dropped.items() if k != "null_text"}
+    return SimpleNamespace(
+        kept=kept.kept, dropped=dropped, quarantined=quarantined, dropped_rows=dropped_rows, counters=seen
+    )
+
+
 def _run(texts, rules, langs=None):
     cols = {"text": texts}
     if langs is not None:
         cols["lang"] = langs
-    return apply_filters(pa.table(cols), rules)
+    return _filter(pa.table(cols), rules)
 
 
 def _reasons(result):
@@ -45,13 +63,12 @@ def _reasons(result):
 def test_edge_cases_are_dropped_with_reasons_and_nulls_quarantined(rules):
     texts = [*EDGE.values(), None, GOOD_EN]
     r = _run(texts, rules)
-    assert r.stats.balanced()
-    assert r.stats.rows_in == 6 and r.stats.rows_quarantined == 1
+    assert r.quarantined.num_rows == 1
     assert r.quarantined["reject_reason"].to_pylist() == ["null_text"]
     assert r.kept["text"].to_pylist() == [GOOD_EN]
     reasons = _reasons(r)
     assert set(reasons) == set(EDGE.values())
-    assert sum(r.stats.dropped_rows.values()) == 4
+    assert sum(r.dropped_rows.values()) == 4
     for reason in reasons.values():
         assert "enough" not in reason and reason.split("_")[0] in ("gopher", "c4", "fineweb")
 
@@ -108,7 +125,7 @@ def test_c4_page_rules_and_line_cleaning():
     assert reasons[curly] == "c4_curly_bracket"
     assert reasons[bad] == "c4_bad_words"
     assert r.kept["text"].to_pylist() == [GOOD_EN]  # nav, javascript line and citation removed
-    assert r.stats.counters["c4_lines_removed"] >= 3
+    assert r.counters["c4_lines_removed"] >= 3
     assert (
         _reasons(_run(["One sentence only. Two."], "c4"))["One sentence only. Two."] == "c4_too_few_sentences"
     )
@@ -116,7 +133,7 @@ def test_c4_page_rules_and_line_cleaning():
 
 def test_c4_without_line_cleaning_keeps_text():
     text = "Menu\n" + GOOD_EN
-    r = apply_filters(pa.table({"text": [text]}), [C4Quality(clean_lines=False)])
+    r = _filter(pa.table({"text": [text]}), "c4", {"c4": {"clean_lines": False}})
     assert r.kept["text"].to_pylist() == [text]
 
 
@@ -135,16 +152,16 @@ def test_fineweb_rules():
 
 
 def test_thresholds_are_config():
-    strict = [GopherQuality(min_words=1000)]
-    assert apply_filters(pa.table({"text": [GOOD_EN]}), strict).stats.dropped_rows == {
+    strict = {"gopher_quality": {"min_words": 1000}}
+    assert _filter(pa.table({"text": [GOOD_EN]}), "gopher_quality", strict).dropped_rows == {
         "gopher_too_few_words": 1
     }
-    off = [
-        GopherQuality(
-            min_words=None, min_stop_words=None, min_alpha_word_ratio=None, min_mean_word_length=None
+    off = {
+        "gopher_quality": dict.fromkeys(
+            ("min_words", "min_stop_words", "min_alpha_word_ratio", "min_mean_word_length")
         )
-    ]
-    assert apply_filters(pa.table({"text": ["x"]}), off).stats.rows_kept == 1
+    }
+    assert _filter(pa.table({"text": ["x"]}), "gopher_quality", off).kept.num_rows == 1
     assert isinstance(
         build_rule_families("gopher", gopher_repetition={"max_duplicate_line_fraction": 0.5})[1],
         GopherRepetition,
@@ -154,18 +171,9 @@ def test_thresholds_are_config():
         build_rule_families("gopher,nope")
 
 
-def test_stats_merge_and_bytes():
-    a = _run([GOOD_EN, "", None], "fineweb").stats
-    b = _run(["x"], "fineweb").stats
-    total = a + b
-    assert total.rows_in == 4 and total.balanced()
-    assert total.bytes_in == len(GOOD_EN.encode()) + 1
-    assert total.to_dict()["rows_dropped"] == 2
-
-
 def test_text_column_and_large_string_types():
     t = pa.table({"body": pa.array([GOOD_EN, None], pa.large_string()), "id": [1, 2]})
-    r = apply_filters(t, "fineweb", text_column="body")
+    r = _filter(t, "fineweb", text_column="body")
     assert r.kept.schema == t.schema and r.kept["id"].to_pylist() == [1]
 
 
@@ -203,7 +211,7 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     CLI and the pipeline stage hold them in the same config (``filter_config.HeuristicFilterConfig``)."""
     from zephyr.pipelines.quality.config import DEFAULT_RULES
     from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
-    from zephyr.pipelines.quality.filters import FilterAnnotator, HeuristicFilter
+    from zephyr.pipelines.quality.filters import HeuristicFilter
     from zephyr.pipelines.steps import HeuristicFilterStep
 
     options = _filter_options()
@@ -240,7 +248,7 @@ def test_rule_names_are_checked_in_one_place():
 
 @pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters"])
 def test_doctests(name):
-    """The runnable examples of the filter path (``apply_filters``, ``HeuristicFilter``, ``reason_aside``)."""
+    """The runnable examples of the filter path (``HeuristicFilter``, ``reason_aside``)."""
     import doctest
     import importlib
 

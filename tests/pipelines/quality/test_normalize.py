@@ -1,6 +1,6 @@
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.normalize import NormalizeConfig, normalize_text
+from zephyr.pipelines.quality.normalize import Normalize, NormalizeConfig
 
 from zephyr.errors import SchemaError
 
@@ -9,7 +9,7 @@ LATEX = "\\begin{align}\n  x^2 + y^2 &= z^2 \\\\\n  \\int_0^1 f(x)\\,dx &\\le 1\
 
 
 def _norm(*texts, **cfg):
-    return normalize_text(pa.table({"text": list(texts)}), NormalizeConfig(**cfg))["text"].to_pylist()
+    return Normalize(NormalizeConfig(**cfg))(pa.table({"text": list(texts)}))["text"].to_pylist()
 
 
 def test_code_indentation_and_lines_survive():
@@ -45,4 +45,4 @@ def test_mojibake_repair_only_when_asked():
 
 def test_missing_column_is_schema_error():
     with pytest.raises(SchemaError, match="content"):
-        normalize_text(pa.table({"content": ["x"]}))
+        Normalize()(pa.table({"content": ["x"]}))

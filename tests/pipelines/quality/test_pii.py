@@ -1,13 +1,13 @@
 import pyarrow as pa
 import pytest
 from zephyr.pipelines.quality.config import PIIConfig
-from zephyr.pipelines.quality.pii import redact_pii
+from zephyr.pipelines.quality.pii import RedactPII
 
 from zephyr.errors import ConfigError
 
 
 def _one(text, **cfg):
-    row = redact_pii(pa.table({"text": [text]}), PIIConfig(**cfg)).to_pylist()[0]
+    row = RedactPII(PIIConfig(**cfg))(pa.table({"text": [text]})).to_pylist()[0]
     return row["text"], {k[4:]: v for k, v in row.items() if k.startswith("pii_")}
 
 
@@ -45,7 +45,7 @@ def test_no_false_positives_on_code_times_dates(text):
 
 
 def test_ip_is_not_also_a_phone_and_nulls_are_zero():
-    t = redact_pii(pa.table({"text": ["10.20.30.40 and 100.200.100.200", None, ""]}))
+    t = RedactPII()(pa.table({"text": ["10.20.30.40 and 100.200.100.200", None, ""]}))
     assert t["pii_ipv4"].to_pylist() == [2, 0, 0] and t["pii_phone"].to_pylist() == [0, 0, 0]
     assert t["text"].to_pylist() == ["<IP_ADDRESS> and <IP_ADDRESS>", None, ""]
 

@@ -14,7 +14,7 @@ pytest.importorskip("tldextract")
 
 from pathlib import Path
 
-from zephyr.pipelines.quality.filters import apply_filters, build_rule_families  # noqa: E402
+from zephyr.pipelines.quality.filters import FilterAnnotator, RouteByReason  # noqa: E402
 from zephyr.pipelines.web import urls  # noqa: E402
 from zephyr.pipelines.web.urls import (  # noqa: E402
     EXAMPLE_BLOCKLIST,
@@ -96,9 +96,9 @@ def test_url_rules_count_each_reason():
             ],
         }
     )
-    families = build_rule_families("url", url={"blocklist": str(EXAMPLE_BLOCKLIST)})
-    result = apply_filters(table, families)
-    assert result.stats.dropped_rows == {
+    annotated = FilterAnnotator("url", {"url": {"blocklist": str(EXAMPLE_BLOCKLIST)}})(table)
+    result = RouteByReason("kept")(annotated)  # the other rows, counted by reason
+    assert result.dropped == {
         "url_blocked_domain": 1,
         "url_blocked_subdomain": 2,
         "url_invalid": 2,
