@@ -23,7 +23,7 @@ token counts (the target shard size in bytes, give or take the shuffle's partiti
       "version": 1,
       "dtype": "uint16",
       "vocab_size": 50257, "eos_id": 50256, "bos_id": null, "bos_policy": "never",
-      "tokenizer": {"path": "...", "sha256": "...", "engine": "fastokens" | "tiktoken" | "hf"},
+      "tokenizer": {"path": "...", "sha256": "...", "engine": "fastokens" | "hf"},
       "seed": 0,
       "num_tokens": 123, "num_documents": 4,
       "sources": {"inputs": [...], "text_column": "text",

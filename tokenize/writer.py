@@ -52,8 +52,8 @@ Arguments of ``write_token_shards``::
         ``ceil(total token bytes / shard_bytes)``.
     seed: shuffle seed; the same seed and inputs give byte-identical shards.
     bos: ``"never"`` or ``"always"``. EOS is always appended.
-    engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
-        or one of ``"fastokens"``, ``"tiktoken"``, ``"hf"`` (an engine that cannot be proven is an error).
+    engine: ``"auto"`` (fastokens when it is proven identical to HF, else HF itself), or ``"fastokens"`` or
+        ``"hf"`` (an engine that cannot be proven is an error).
     eos_token / bos_token: the special tokens' text, when detection fails (e.g. ``"</s>"``).
     batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
         writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
