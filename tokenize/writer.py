@@ -404,8 +404,7 @@ def text_tokenizer(
     *,
     warm: bool = False,
 ) -> TextTokenizer:
-    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path (its encoder threads are set per
-    batch by ``TokenizeBatch``: every core); ``warm``: it loads and proves itself on a thread from now on, for
+    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path; ``warm``: it loads and proves itself on a thread from now on, for
     jobs that run in this process (``TextTokenizer.warm_in_background``), where fastokens encodes on all cores
     but one: the Python thread that feeds it keeps that one (``tokenizer.fastokens_pool_threads``)."""
     if not isinstance(tokenizer, TextTokenizer):
