@@ -82,7 +82,6 @@ from zephyr.errors import InputError
 FORMAT_NAME = "zephyr-token-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-_HASH_CHUNK_BYTES = 8 << 20
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -95,17 +94,10 @@ def join_path(root: str, name: str) -> str:
     return posixpath.join(root.rstrip("/"), name) if "://" in root else f"{root.rstrip('/')}/{name}"
 
 
-def sha256_file(path: str, fs: Any = None) -> str:
-    """Hex sha256 of a file, read in 8 MiB chunks (bounded memory for GiB-sized shards)."""
-    digest = hashlib.sha256()
-    if fs is None:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    else:
-        handle = fs.open(path, "rb")
-    with handle:
-        while chunk := handle.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a local file, read in chunks (bounded memory for GiB-sized shards)."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)
