@@ -2,27 +2,25 @@
 
     .venv/bin/python benchmarks/tokenize_throughput.py [--corpus /work/corpus/medium] [--mb 60] [--workers 2] \
         [--batch-rows 128,4096] [--row-group-rows 1000] [--datatrove-venv benchmarks/.venvs/datatrove] \
-        [--datatrove-mb 40] [--repeat 3] [--skip hf,datatrove,tiktoken-writer]
+        [--datatrove-mb 40] [--repeat 3] [--skip hf,datatrove]
 
 Reads the first --mb MB of text from the corpus's docs Parquet and writes it to one Parquet file (row groups of
 --row-group-rows documents, as corpora are written), then times on the same documents:
 
 - in-memory encoders, texts already in memory (tokenization only), every one using all cores. In this process:
-  HF ``Tokenizer.encode_batch`` and ``encode_batch_fast`` (Rayon), tiktoken ``encode_batch`` with our GPT-2
-  ranks, and ``fastokens`` ``encode_batch_flat`` called on ``batch_rows`` documents at a time, as the writer
+  HF ``Tokenizer.encode_batch`` and ``encode_batch_fast`` (Rayon), and ``fastokens`` ``encode_batch_flat`` called on ``batch_rows`` documents at a time, as the writer
   calls it. In a fresh process per round (``--reference-child``), the verdict's references: fastokens
   ``encode_batch_flat`` over all the texts in one call, timed on a fresh instance after a first call has warmed
-  the process (the first call is reported too: it is the slow one), and tiktoken ``encode_to_numpy`` on
-  ``os.cpu_count()`` threads. All give HF's ids (tiktoken and fastokens are proven per tokenizer by zephyr;
+  the process (the first call is reported too: it is the slow one). All give HF's ids (fastokens is proven per
+  tokenizer by zephyr;
   token counts are compared here);
 - datatrove 0.10.1's ``DocumentTokenizer`` end to end (ParquetReader → tokenize → document shuffle → .ds
   files; ``benchmarks/peers/datatrove_tokenize.py`` as a subprocess in the datatrove venv, one EOS per
   document, one task);
 - ``zephyr.tokenize.write_token_shards`` end to end (read Parquet, tokenize, shuffle by the engine's sort of
   document references, pack, sha256) once in-process and once per ``--batch-rows`` value with the local
-  executor (``engine="auto"``: fastokens when installed), and once more with the local executor and
-  ``engine="tiktoken"`` (the writer without fastokens) at the writer's default ``batch_rows``, unless
-  ``--skip tiktoken-writer``; each in a fresh process, into an empty output directory.
+  executor (``engine="auto"``: fastokens when installed); each in a fresh process, into an empty output
+  directory.
 
 ``--repeat N``: every row but datatrove's is timed N times and reports its median (on a shared 2-core VM one
 run of the same work varies by 2x); fastokens gets a fresh instance per call, since its word cache makes a
@@ -33,8 +31,7 @@ where the tokenize step ran.
 
 ``--datatrove-mb``: run datatrove on the first that many MB of the sample only (it holds several GB per
 100 MB of text; its MB/s is then over that prefix, and its token count is left out of the equality check).
-The verdict line compares the best local fastokens writer with fastokens in memory and the tiktoken-engine
-writer with tiktoken ``encode_to_numpy``: per round, the reference's seconds over the writer's, and the median
+The verdict line compares the best local fastokens writer with fastokens in memory: per round, the reference's seconds over the writer's, and the median
 of those ratios.
 
 datatrove and every zephyr run are separate subprocesses, timed from the call (imports inside the call count),
@@ -51,10 +48,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import functools
 import glob
 import importlib.util
-import inspect
 import json
 import os
 import platform
@@ -64,7 +59,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -74,10 +68,10 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history  # noqa: E402
 
-REFERENCE_CALLS = {"fastokens": 2, "tiktoken": 1}
+REFERENCE_CALLS = {"fastokens": 2}
 """Calls a reference child times, each on a fresh encoder: fastokens' first call in a process is the slow one
 (3.4-5.3 s at 320 MB, then 2.2-2.6 s with a fresh instance), so its second call is the in-memory reference the
-issue-16 goal was set against; tiktoken's first and later calls time alike."""
+issue-16 goal was set against."""
 WARM_NOTE = "in this process, median of --repeat calls (the first cold, later ones warm)"
 REPO = Path(__file__).resolve().parent.parent
 
@@ -146,36 +140,20 @@ def zephyr_child(argv: list[str]) -> int:
 def reference_child(argv: list[str]) -> int:
     """``--reference-child ENGINE IN TOKENIZER``: in-memory encodes of IN's texts in a fresh process, the texts
     read and each encoder built untimed: ``REFERENCE_CALLS[ENGINE]`` calls of fastokens ``encode_batch_flat``
-    (a fresh instance each) or of tiktoken ``encode_to_numpy`` on every core; JSON (seconds per call) on stdout.
+    (a fresh instance each); JSON (seconds per call) on stdout.
     """
     engine, src, tok_path = argv
     texts = pq.read_table(src, columns=["text"]).column("text").to_pylist()
     seconds, tokens = [], 0
     for _ in range(REFERENCE_CALLS[engine]):
-        if engine == "fastokens":
-            import fastokens
+        import fastokens
 
-            ft = fastokens.Tokenizer.from_file(tok_path)
-            t0 = time.perf_counter()
-            tokens = len(ft.encode_batch_flat(texts, add_special_tokens=False)[0]) // 4
-        else:
-            encode = functools.partial(_tiktoken_encoding(tok_path).encode_to_numpy, allowed_special="all")
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-                tokens = sum(len(x) for x in pool.map(encode, texts))
+        ft = fastokens.Tokenizer.from_file(tok_path)
+        t0 = time.perf_counter()
+        tokens = len(ft.encode_batch_flat(texts, add_special_tokens=False)[0]) // 4
         seconds.append(time.perf_counter() - t0)
     print(json.dumps({"seconds": seconds, "num_tokens": tokens}))
     return 0
-
-
-def _tiktoken_encoding(tok_path: str):
-    """tiktoken with our GPT-2 ranks (built from tokenizer.json and proven by zephyr)."""
-    import tiktoken
-    from zephyr.tokenize.tokenizer import TextTokenizer
-
-    if _has_tiktoken_gpt2():
-        return tiktoken.get_encoding("gpt2")
-    return TextTokenizer(tok_path, engine="tiktoken")._fast_encoding()
 
 
 def _median(values: list[float]) -> float:
@@ -238,14 +216,14 @@ def main() -> int:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma list of rows not to run: hf, datatrove (slow on large samples), tiktoken-writer",
+        help="comma list of rows not to run: hf, datatrove (slow on large samples)",
     )
     args = parser.parse_args()
     skip = {x for x in args.skip.split(",") if x}
     batch_rows = [int(b) for b in args.batch_rows.split(",")]
 
     from tokenizers import Tokenizer
-    from zephyr.tokenize import read_documents, write_token_shards
+    from zephyr.tokenize import read_documents
     from zephyr.tokenize.tokenizer import TextTokenizer
 
     tok_path = f"{args.corpus}/models/gpt2/tokenizer.json"
@@ -289,13 +267,6 @@ def main() -> int:
             t0 = time.perf_counter()
             n_fast = sum(len(e.ids) for e in hf.encode_batch_fast(texts, add_special_tokens=False))
         record("HF encode_batch_fast", time.perf_counter() - t0, n_fast, p.peak, "Rayon: all cores")
-    enc = _tiktoken_encoding(tok_path)
-    threads = os.cpu_count() or 1
-    seconds, n_tt, peak = timed(
-        lambda: sum(len(x) for x in enc.encode_batch(texts, num_threads=threads, allowed_special="all")),
-        args.repeat,
-    )
-    record("tiktoken encode_batch", seconds, n_tt, peak, f"{threads} threads; {WARM_NOTE}")
     has_fastokens = importlib.util.find_spec("fastokens") is not None
     if not has_fastokens:
         print(
@@ -360,18 +331,12 @@ def main() -> int:
     in_file = str(work / "in.parquet")
     children = []  # (key, command, output directory or None)
     references = ["fastokens"] if has_fastokens else []
-    references += [] if "tiktoken-writer" in skip else ["tiktoken"]
     for engine in references:
         command = [sys.executable, __file__, "--reference-child", engine, in_file, tok_path]
         children.append((("reference", engine), command, None))
     runs = [("inprocess", 0, batch_rows[0], "auto")] + [
         ("local", args.workers, b, "auto") for b in batch_rows
     ]
-    if "tiktoken-writer" not in skip:
-        # at the writer's default: in flight, batches of 4,096 documents (~20 MB of text) are fewer at once
-        # (IN_FLIGHT_BYTES), and 4,096 was the best size only while tiktoken encoded in the call
-        default_rows = inspect.signature(write_token_shards).parameters["batch_rows"].default
-        runs.append(("local", args.workers, default_rows, "tiktoken"))
     for executor, workers, rows_per_batch, engine in runs:
         out = work / f"out-{executor}-{rows_per_batch}-{engine}"
         command = [sys.executable, __file__, "--zephyr-child", in_file, tok_path, str(out)]
@@ -410,14 +375,6 @@ def main() -> int:
                     rss,
                     "the same processes' first (cold) calls, for comparison",
                 )
-            else:
-                record(
-                    "tiktoken encode_to_numpy",
-                    _median(paired),
-                    n_ref,
-                    rss,
-                    f"{threads} threads; the first call in a fresh process; {where}; the verdict's reference",
-                )
             continue
         z_all = [t[0] for t in tries[key]]
         writer_rounds[key] = [z["seconds"] for z in z_all]
@@ -449,23 +406,19 @@ def main() -> int:
 
     peers = [r for r in rows if not r[0].startswith(("zephyr", "datatrove"))]
     fastest = min(peers, key=lambda r: r[1])
-    tiktoken_seconds = min(r[1] for r in peers if r[0].startswith("tiktoken"))
     inprocess_seconds = next(r[1] for r in rows if r[0].startswith("zephyr write_token_shards (inprocess"))
     ratios = (
         f"best zephyr (local) / fastest in-memory encoder ({fastest[0]}): {fastest[1] / best_seconds:.2f}× "
-        f"(in-process {fastest[1] / inprocess_seconds:.2f}×); / fastest tiktoken row: "
-        f"{tiktoken_seconds / best_seconds:.2f}×"
+        f"(in-process {fastest[1] / inprocess_seconds:.2f}×)"
     )
     if dt_seconds is not None:
         ratios += (
             f"; best zephyr (local) / datatrove: {dt_seconds / best_seconds:.2f}× "
             f"(in-process {dt_seconds / inprocess_seconds:.2f}×)"
         )
-    tiktoken_key = next((r[2] for r in zephyr_rows if r[2][3] == "tiktoken"), None)
     verdict = _verdict(
         {
             "fastokens": (reference_rounds.get("fastokens"), writer_rounds[best_key]),
-            "tiktoken": (reference_rounds.get("tiktoken"), writer_rounds.get(tiktoken_key)),
         }
     )
     ratios += f". {verdict}"
@@ -507,13 +460,11 @@ def _datatrove_input(work: Path, texts: list[str], mb: float, limit: float | Non
 
 
 def _verdict(pairs: dict[str, tuple[list[float] | None, list[float] | None]]) -> str:
-    """The issue-16 targets from this run: the best local fastokens writer >= 0.5x fastokens in memory, and the
-    tiktoken-engine writer >= 0.8x tiktoken ``encode_to_numpy``. ``pairs``: per engine, (reference seconds,
+    """The issue-16 targets from this run: the best local fastokens writer >= 0.5x fastokens in memory. ``pairs``: per engine, (reference seconds,
     writer seconds) per round; the ratio is the median of each round's reference / writer."""
     parts = []
     goals = {
         "fastokens": ("writer (local, fastokens)", 0.5),
-        "tiktoken": ("writer (local, engine=tiktoken)", 0.8),
     }
     for engine, (reference, writer) in pairs.items():
         if not reference or not writer:
@@ -536,11 +487,6 @@ def _plan_note(plan: dict) -> str:
         "in the driver process" if plan.get("executor") == "inprocess" else f"{plan.get('workers')} workers"
     )
     return f"{plan.get('tasks')} tasks, {where}"
-
-
-def _has_tiktoken_gpt2() -> bool:
-    """tiktoken's own gpt2 encoding needs a download; use ours (built from tokenizer.json) when it is absent."""
-    return False
 
 
 if __name__ == "__main__":

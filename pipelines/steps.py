@@ -1135,7 +1135,7 @@ class TrainStep(Step, type="train"):
             "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
             if len(records) > 1
             else None,
-            "config": cfg.to_dict(),
+            "config": dataclasses.asdict(cfg),
             "packing": cfg.packing,
             "instances_filtered": last.get("instances_filtered_total") if records else None,
             "mix_tokens": last.get("mix_tokens") if records else None,

@@ -8,8 +8,7 @@ from pathlib import Path
 
 
 def train_tiny_bpe(path: Path, texts: Iterable[str], *, vocab_size: int, lowercase: bool = False) -> Path:
-    """Train on ``texts`` and save to ``path`` (returned); ``lowercase`` adds a normalizer, which rules out
-    the tokenizers' fast paths (tiktoken)."""
+    """Train on ``texts`` and save to ``path`` (returned); ``lowercase`` adds a normalizer."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())

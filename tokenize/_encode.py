@@ -4,8 +4,8 @@ document.
 ``TokenizeBatch`` is the ``map_batches`` function. For each batch of ``batch_rows`` documents it
 
 1. quarantines null texts (``reject_reason = "null_text"``), never dropping them silently;
-2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``; with fastokens and
-   tiktoken while the task's thread finishes earlier batches, see ``TokenizeBatch``), ids only, in the
+2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``; with fastokens
+   while the task's thread finishes earlier batches, see ``TokenizeBatch``), ids only, in the
    shard dtype: fastokens' flat ``uint32`` buffer is cast once (not at all for ``uint32`` shards) and written
    as it is to the spill file (layout: ``zephyr.tokenize._pack``); EOS/BOS are added by the pack job;
 3. emits one reference row per document::
@@ -101,11 +101,8 @@ class TokenizeBatch:
     references, and the engine writes them and decodes the next input batch (one batch in flight, with the
     tokenizer's warm-up thread, took 320 MB on 2 cores from 5.0-5.2 s to 4.0-4.6 s).
 
-    tiktoken keeps batches in flight the same way, each batch on ``cores // IN_FLIGHT`` threads (``_threads``),
-    so the batches in flight together use every core.
-
-    Every task encodes on all of the machine's cores (tiktoken's threads, HF's; fastokens sizes its own pool the
-    same way), even when several tasks run at once: the encoders release the GIL, so the threads of concurrent
+    Every task encodes on all of the machine's cores (HF's threads; fastokens sizes its own pool the same way),
+    even when several tasks run at once: the encoders release the GIL, so the threads of concurrent
     tasks only share the cores, while a task left alone at the end of the job (the others finished: tasks
     differ in how fast their text encodes) still uses them all. With ``cores // tasks`` threads, that tail left
     cores idle: 10.1 s vs 7.1 s for 80 MB with tiktoken on 2 workers. One exception: in the driver, fastokens
@@ -145,7 +142,7 @@ class TokenizeBatch:
     """The batches in flight, oldest first, on the task's own copy (a class attribute: not in the fingerprint)."""
 
     IN_FLIGHT = 2
-    """Batches encoding (``IN_FLIGHT_ENGINES``) while the task's thread builds an earlier batch's output, each
+    """Batches encoding (with fastokens) while the task's thread builds an earlier batch's output, each
     on one of the process's kept encode threads (``_encode_threads``). With one (fastokens), the encoder ran
     dry whenever that thread stalled on the GIL or on the next decoded batch. Three were faster than one or two
     while every batch had a new thread (3.00 s against 3.25 s at 320 MB on 2 cores); on kept threads two and
@@ -157,21 +154,6 @@ class TokenizeBatch:
     """Most text the batches in flight hold, the newest included (at least that one): larger batches keep
     fewer in flight, so what ``batch_rows`` bounds stays about one batch's worth whatever its size (at
     ``batch_rows=4096``, three in flight had taken the benchmark's peak RSS from 1.21-1.26 GiB to 1.28-1.46)."""
-
-    IN_FLIGHT_ENGINES = ("fastokens", "tiktoken")
-    """The engines whose batches encode in flight. fastokens encodes a batch in one call without the GIL.
-    tiktoken encodes document by document on threads, and each call releases the GIL. A batch in the call used
-    to stop the encoder while the task's thread spilled it and decoded the next one, and it left cores idle at
-    the batch's tail, its last long documents. In flight, on ``cores // IN_FLIGHT`` threads a batch, the next
-    batch fills both gaps. 320 MB on 2 cores: 17.5-20.1 s against 20.3-21.3 s in the call at its best batch
-    size (4,096; 3 interleaved rounds; tiktoken in memory 17.5-18.1 s). 80 MB: 4.3-5.4 s against 4.9-6.0 s
-    (4 rounds). HF's calls build Python lists per document and stay in the call."""
-
-    def _threads(self, in_flight: bool) -> int:
-        """tiktoken's threads for one batch (fastokens and HF size their own): every core for a batch in the
-        call, and a share of them for a batch in flight (``IN_FLIGHT`` of those encode at once)."""
-        cores = os.cpu_count() or 1
-        return max(1, cores // self.IN_FLIGHT) if in_flight else cores
 
     def _keys(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """(key_hi, key_lo): the text's 128-bit hash, or the id's 64-bit hash over the text hash's low half."""
@@ -228,7 +210,7 @@ class TokenizeBatch:
         return table, rejected
 
     def __call__(self, table: pa.Table) -> Any:
-        """This batch's output; with fastokens and tiktoken, the output of the batch ``IN_FLIGHT`` before it
+        """This batch's output; with fastokens, the output of the batch ``IN_FLIGHT`` before it
         (None for the first ones) while this one starts encoding on a thread: keys, spill file and references
         are built as the encoder runs (``finish`` returns the rest)."""
         table, rejected = self._split_nulls(table)
@@ -236,8 +218,8 @@ class TokenizeBatch:
         self._verify(texts)
         tok = self.tokenizer
         dtype = token_dtype(tok.vocab_size).newbyteorder("<")
-        in_flight = tok.engine in self.IN_FLIGHT_ENGINES
-        encoding = _InFlight(tok.encode_bodies, texts, dtype, self._threads(in_flight), background=in_flight)
+        in_flight = tok.engine == "fastokens"  # HF's calls build Python lists per document: in the call
+        encoding = _InFlight(tok.encode_bodies, texts, dtype, background=in_flight)
         del texts  # the encoder's thread holds them until it is done
         batch = _Held(table, rejected, encoding, dtype, table[self.text_column].nbytes)
         if not in_flight:

@@ -29,7 +29,7 @@ class TokenizeConfig:
     """Document shuffle seed; the same seed and inputs give byte-identical shards."""
     bos: Literal["never", "always"] = "never"
     """Prepend BOS to every document (EOS is always appended)."""
-    engine: Literal["auto", "fastokens", "tiktoken", "hf"] = "auto"
+    engine: Literal["auto", "fastokens", "hf"] = "auto"
     """The encoder: ``auto`` is the fastest one proven identical to HF tokenizers."""
     batch_rows: int = 1024
     """Documents per tokenize batch (bounds worker memory)."""

@@ -23,7 +23,7 @@ token counts (the target shard size in bytes, give or take the shuffle's partiti
       "version": 1,
       "dtype": "uint16",
       "vocab_size": 50257, "eos_id": 50256, "bos_id": null, "bos_policy": "never",
-      "tokenizer": {"path": "...", "sha256": "...", "engine": "fastokens" | "tiktoken" | "hf"},
+      "tokenizer": {"path": "...", "sha256": "...", "engine": "fastokens" | "hf"},
       "seed": 0,
       "num_tokens": 123, "num_documents": 4,
       "sources": {"inputs": [...], "text_column": "text",
@@ -82,7 +82,6 @@ from zephyr.errors import InputError
 FORMAT_NAME = "zephyr-token-shards"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-_HASH_CHUNK_BYTES = 8 << 20
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -95,17 +94,10 @@ def join_path(root: str, name: str) -> str:
     return posixpath.join(root.rstrip("/"), name) if "://" in root else f"{root.rstrip('/')}/{name}"
 
 
-def sha256_file(path: str, fs: Any = None) -> str:
-    """Hex sha256 of a file, read in 8 MiB chunks (bounded memory for GiB-sized shards)."""
-    digest = hashlib.sha256()
-    if fs is None:
-        handle = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    else:
-        handle = fs.open(path, "rb")
-    with handle:
-        while chunk := handle.read(_HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a local file, read in chunks (bounded memory for GiB-sized shards)."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 @dataclass(frozen=True)
@@ -230,27 +222,6 @@ MEGATRON_DTYPE_CODES = {"uint16": 8, "int32": 4}
 """Megatron's ``DType`` codes of the two dtypes the export writes (the module docstring's layout)."""
 
 
-class _HashingWriter:
-    """A binary file that sha256-hashes and counts what is written to it (for the manifest's file entries)."""
-
-    def __init__(self, path: str):
-        import hashlib
-
-        self._handle = open(path, "wb")  # noqa: SIM115 - closed in close()
-        self._hash = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        self.size += len(view)
-        return self._handle.write(view)
-
-    def close(self) -> str:
-        self._handle.close()
-        return self._hash.hexdigest()
-
-
 def _file(directory: str, name: str) -> ShardFile:
     path = os.path.join(directory, name)
     return ShardFile(name, sha256_file(path), os.path.getsize(path))
@@ -289,13 +260,14 @@ def write_shard(
     ``source``); ``num_tokens`` is their total token count (the ``.npy`` header is written first).
     Returns the shard's manifest entry and its per-source ``{"documents", "tokens"}`` counts.
     """
+    from zephyr.io.checksum import Checksummed
     from zephyr.io.paths import atomic_output
 
     dtype = np.dtype(dtype).newbyteorder("<")
     os.makedirs(directory, exist_ok=True)
     tokens_name, offsets_name = f"{name}.tokens.npy", f"{name}.offsets.npy"
     with atomic_output(os.path.join(directory, tokens_name)) as tmp_tokens:
-        tokens = _HashingWriter(tmp_tokens)
+        tokens = Checksummed(open(tmp_tokens, "wb"), "sha256")  # noqa: SIM115 - closed below
         lengths: list[np.ndarray] = []
         per_source: dict[str, dict[str, int]] = {}
         position = 0
@@ -325,21 +297,18 @@ def write_shard(
                         entry["documents"] += int(d)
                         entry["tokens"] += int(t)
         finally:
-            tokens_sha = tokens.close()
+            tokens.close()
         if position != num_tokens:  # raised inside the block: the temporary file is removed
             raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
     doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     offsets = np.zeros(len(doc_lengths) + 1, dtype=np.int64)
     np.cumsum(doc_lengths, out=offsets[1:])
-    with atomic_output(os.path.join(directory, offsets_name)) as tmp_offsets:
-        offsets_writer = _HashingWriter(tmp_offsets)
-        try:
-            np.lib.format.write_array(offsets_writer, offsets)
-        finally:
-            offsets_sha = offsets_writer.close()
+    offsets_path = os.path.join(directory, offsets_name)
+    with atomic_output(offsets_path) as tmp, Checksummed(open(tmp, "wb"), "sha256") as offsets_writer:  # noqa: SIM115
+        np.lib.format.write_array(offsets_writer, offsets)
     files = {
-        "tokens": ShardFile(tokens_name, tokens_sha, tokens.size),
-        "offsets": ShardFile(offsets_name, offsets_sha, offsets_writer.size),
+        "tokens": ShardFile(tokens_name, tokens.hexdigest(), tokens.size),
+        "offsets": ShardFile(offsets_name, offsets_writer.hexdigest(), offsets_writer.size),
     }
     if megatron:
         files.update(write_megatron(directory, name, os.path.join(directory, tokens_name), offsets, dtype))

@@ -52,8 +52,8 @@ Arguments of ``write_token_shards``::
         ``ceil(total token bytes / shard_bytes)``.
     seed: shuffle seed; the same seed and inputs give byte-identical shards.
     bos: ``"never"`` or ``"always"``. EOS is always appended.
-    engine: ``"auto"`` (the fastest engine proven identical to HF: fastokens, then tiktoken, then HF itself),
-        or one of ``"fastokens"``, ``"tiktoken"``, ``"hf"`` (an engine that cannot be proven is an error).
+    engine: ``"auto"`` (fastokens when it is proven identical to HF, else HF itself), or ``"fastokens"`` or
+        ``"hf"`` (an engine that cannot be proven is an error).
     eos_token / bos_token: the special tokens' text, when detection fails (e.g. ``"</s>"``).
     batch_rows: documents per tokenize batch and per pack read; with the reference sort this bounds the
         writer's own memory per worker (the encoder's and the Parquet reader's own state come on top).
@@ -78,7 +78,6 @@ has counted the tokens: the sort and the pack are planned with one shard and the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -175,6 +174,7 @@ def write_token_shards(
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
     from zephyr.io import claim, layout
+    from zephyr.io.layout import remove_folder
     from zephyr.io.publish import publish_folder
 
     shard_bytes = checked_shard_bytes(shard_bytes, batch_rows)
@@ -219,9 +219,9 @@ def write_token_shards(
                 stats["tokenize_plan"] = _tokenize_plan(refs, placed.pool, options, placed.concurrency)
             except BaseException:
                 if execution.get("work_dir") is None:
-                    _remove_tree(scratch)  # nothing could resume from it
+                    remove_folder(scratch)  # nothing could resume from it
                 raise
-            _remove_tree(scratch)
+            remove_folder(scratch)
             _keep_only_the_set(building, manifest)
             publish_folder(building, output)
             return TokenizeResult(output, manifest, stats)
@@ -404,8 +404,7 @@ def text_tokenizer(
     *,
     warm: bool = False,
 ) -> TextTokenizer:
-    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path (its encoder threads are set per
-    batch by ``TokenizeBatch``: every core); ``warm``: it loads and proves itself on a thread from now on, for
+    """The given ``TextTokenizer``, or one loaded from a ``tokenizer.json`` path; ``warm``: it loads and proves itself on a thread from now on, for
     jobs that run in this process (``TextTokenizer.warm_in_background``), where fastokens encodes on all cores
     but one: the Python thread that feeds it keeps that one (``tokenizer.fastokens_pool_threads``)."""
     if not isinstance(tokenizer, TextTokenizer):
@@ -639,23 +638,17 @@ def _scratch_dir(output: str, work_dir: str | None) -> str:
     return f"{absolute(work_dir).rstrip('/')}/tokenize-{hashlib.sha256(output.encode()).hexdigest()[:12]}"
 
 
-def _remove_tree(url: str) -> None:
-    import fsspec
-
-    fs, root = fsspec.core.url_to_fs(url)
-    with contextlib.suppress(FileNotFoundError):
-        fs.rm(root, recursive=True)
-
-
 def _shuffle_and_pack(
     refs: Any, packer: PackPartition, shard_bytes: int, scratch: str, execution: dict[str, Any]
 ) -> tuple[list[Any], dict[str, dict[str, int]], dict[str, Any]]:
     """Jobs 2 and 3: the shard count from the token total, the reference sort, one pack task per shard.
     Returns (shard infos, per-source counts, the sort's stats)."""
     import zephyr
+    from zephyr.job_stats import counter_totals
 
     dtype = np.dtype(packer.dtype)
-    total_tokens, num_docs = _counter(refs.stats, "tokens"), _counter(refs.stats, "documents")
+    counters = counter_totals(refs.stats.get("stages", []))
+    total_tokens, num_docs = counters.get("tokens", 0), counters.get("documents", 0)
     num_shards = shard_count(total_tokens, dtype.itemsize, shard_bytes)
     log.info(
         "tokenize: %d documents, %d tokens x %d bytes / shard_bytes %d -> %d shards",
@@ -716,19 +709,11 @@ def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:
 def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
     """The engine(s) the tokenize tasks used (each decided and proved it in its own process), e.g.
     ``"fastokens"``; several, when processes differed (e.g. one lacked fastokens), joined by ``+``."""
-    names = set()
-    for stage in stats.get("stages", []):
-        names |= {
-            k.removeprefix("engine_")
-            for k, v in stage.get("counters", {}).items()
-            if k.startswith("engine_") and v
-        }
-    return "+".join(sorted(names)) if names else tok.engine
+    from zephyr.job_stats import counter_totals
 
-
-def _counter(stats: dict[str, Any], name: str) -> int:
-    """A counter summed over a job's stages (the tokenize stage's ``tokens``/``documents``)."""
-    return int(sum(stage.get("counters", {}).get(name, 0) for stage in stats.get("stages", [])))
+    counters = counter_totals(stats.get("stages", []))
+    names = sorted(k.removeprefix("engine_") for k, v in counters.items() if k.startswith("engine_") and v)
+    return "+".join(names) if names else tok.engine
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:

@@ -10,7 +10,8 @@ On-disk layout (format version 1), under ``checkpoint_dir`` on a local or shared
     latest                        the name of the newest complete checkpoint ("step-00000100"), written last
 
 Atomicity: every rank writes into ``step-N.tmp/``; after a barrier rank 0 writes ``trainer.json`` (fsynced),
-renames the directory to ``step-N`` and only then replaces ``latest`` (write ``latest.tmp``, fsync, ``os.replace``).
+renames the directory to ``step-N`` and only then replaces ``latest`` (``metrics.replace_synced``: a temporary
+name, fsync, ``os.replace``).
 A crash at any point leaves ``latest`` naming the previous complete checkpoint; a stale ``*.tmp`` is removed by
 the next save. Old checkpoints beyond ``keep`` are deleted after ``latest`` moves.
 
@@ -43,6 +44,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from zephyr.trainer.config import ModelConfig, model_config_from_dict
+from zephyr.trainer.metrics import replace_synced
 
 from zephyr.config import ConfigProblems
 from zephyr.errors import InputError, ResumeError
@@ -157,13 +159,6 @@ def _quiet_single_process():  # noqa: ANN202
         yield
 
 
-def _fsync_write(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 class CheckpointManager:
     """Saves and restores model, optimizer, router biases, schedule position and loader state."""
 
@@ -237,12 +232,11 @@ class CheckpointManager:
                 "schedule": schedule,
                 "loader_states": loader_states,
             }
-            _fsync_write(tmp / TRAINER_JSON, json.dumps(meta, indent=1, sort_keys=True))
+            replace_synced(tmp / TRAINER_JSON, json.dumps(meta, indent=1, sort_keys=True).encode())
             if final.exists():  # a re-save of the same step (e.g. after a resume): replace it
                 shutil.rmtree(final)
             os.rename(tmp, final)
-            _fsync_write(self.dir / (LATEST + ".tmp"), final.name + "\n")
-            os.replace(self.dir / (LATEST + ".tmp"), self.dir / LATEST)
+            replace_synced(self.dir / LATEST, f"{final.name}\n".encode())
             self._prune(final.name)
             log.info("saved checkpoint %s", final)
         _barrier()

@@ -442,9 +442,6 @@ class TrainConfig:
             raise ConfigProblems(problems)
         return cfg
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def _data_problems(cfg: TrainConfig) -> list[str]:
     """Cross-field rules of the data-loading keys, each naming both sides."""

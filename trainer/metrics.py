@@ -130,9 +130,8 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
     above the one before it marks a restart appended without a trim (a log written by hand, or by other
     code): the records it supersedes go too (the later run's values are the ones the checkpoints hold).
 
-    The kept prefix is written to ``<path>.tmp-<random>``, fsynced and renamed over the log (``os.replace``),
-    as ``zephyr.io.paths.write_json_atomic`` does, so a kill during the trim leaves the old log or the new one.
-    (That helper is not imported: ``zephyr.tasks`` needs pyarrow, and the trainer imports with torch, numpy
+    The kept prefix replaces the log through ``replace_synced`` (as ``zephyr.io.paths.write_json_atomic``
+    writes), so a kill during the trim leaves the old log or the new one. (That helper is not imported: ``zephyr.tasks`` needs pyarrow, and the trainer imports with torch, numpy
     and fsspec alone. The log is a local file: the logger appends to it with ``open``.)
     """
     path = Path(path)
@@ -173,16 +172,22 @@ def trim_log(path: str | os.PathLike[str], start_step: int) -> int:
         )
     if unreadable:
         log.warning("%s: dropped %d unreadable line(s) (a write cut short by a kill?)", path, unreadable)
+    replace_synced(path, b"".join(lines[index] + b"\n" for _, index in kept))
+    return len(lines) - len(kept)
+
+
+def replace_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``<path>.tmp-<random>``, fsync it and rename it over ``path`` (``os.replace``): a kill
+    at any point leaves the old file or the new one, never a torn one."""
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "wb") as f:
-            f.writelines(lines[index] + b"\n" for _, index in kept)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return len(lines) - len(kept)
 
 
 class MetricsLogger:

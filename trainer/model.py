@@ -246,12 +246,7 @@ class Transformer(nn.Module):
             for norm in (block.attn_norm, block.ffn_norm, block.attn.q_norm, block.attn.k_norm):
                 if norm is not None:
                     norm.reset_parameters()
-            if isinstance(block.ffn, MoE):
-                block.ffn.reset_parameters(std, out_std)
-            else:
-                nn.init.normal_(block.ffn.w1.weight, std=std)
-                nn.init.normal_(block.ffn.w3.weight, std=std)
-                nn.init.normal_(block.ffn.w2.weight, std=out_std)
+            block.ffn.reset_parameters(std, out_std)  # SwiGLU or MoE
         self.norm.reset_parameters()
         if not self.cfg.tie_embeddings:
             nn.init.normal_(self.output.weight, std=1.0 / math.sqrt(self.cfg.d_model))

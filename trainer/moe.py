@@ -81,6 +81,11 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
+    def reset_parameters(self, std: float, out_std: float) -> None:
+        nn.init.normal_(self.w1.weight, std=std)
+        nn.init.normal_(self.w3.weight, std=std)
+        nn.init.normal_(self.w2.weight, std=out_std)
+
 
 GROUP_ALIGN_ROWS = 16
 """Each expert's group in the grouped_mm buffer starts at a multiple of this many rows (16 covers bf16/fp8)."""
@@ -323,9 +328,7 @@ class MoE(nn.Module):
         self.router.reset_parameters(std)
         self.experts.reset_parameters(std, out_std)
         if self.shared is not None:
-            nn.init.normal_(self.shared.w1.weight, std=std)
-            nn.init.normal_(self.shared.w3.weight, std=std)
-            nn.init.normal_(self.shared.w2.weight, std=out_std)
+            self.shared.reset_parameters(std, out_std)
 
 
 def moe_layers(model: nn.Module) -> list[MoE]:

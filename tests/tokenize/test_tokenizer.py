@@ -1,4 +1,4 @@
-"""TextTokenizer: HF ids + EOS, BOS policy, the fastokens and tiktoken engines proven identical or refused."""
+"""TextTokenizer: HF ids + EOS, BOS policy, the fastokens engine proven identical or refused."""
 
 from __future__ import annotations
 
@@ -15,30 +15,13 @@ from .conftest import TRAIN_TEXT, train_bpe
 EDGE_TEXTS = ["", " ", "\n\n\n", "!!!???", "a" * 1000, "x <|endoftext|> y", "日本語 😀", "   \t  mixed\r\n"]
 
 
-def test_fast_path_is_used_and_identical_to_hf(bpe_tokenizer: Path) -> None:
-    tok = TextTokenizer(bpe_tokenizer, num_threads=1, engine="tiktoken")
-    assert tok.engine == "tiktoken"
-    texts = list(PROBE_TEXTS) + EDGE_TEXTS + TRAIN_TEXT[:5]
-    flat, offsets = tok.encode_batch(texts)
-    for i, text in enumerate(texts):
-        assert flat[offsets[i] : offsets[i + 1]].tolist() == tok.hf_ids(text) + [tok.eos_id]
-
-
-def test_hf_engine_matches_fast_engine(bpe_tokenizer: Path) -> None:
-    texts = EDGE_TEXTS + TRAIN_TEXT[:10]
-    fast = TextTokenizer(bpe_tokenizer, engine="tiktoken").encode_batch(texts)
-    slow = TextTokenizer(bpe_tokenizer, engine="hf").encode_batch(texts)
-    assert all(np.array_equal(a, b) for a, b in zip(fast, slow))
-
-
-def test_normalizer_falls_back_to_hf(tmp_path: Path) -> None:
+def test_normalizer_is_no_reason_to_fall_back(tmp_path: Path) -> None:
     path = train_bpe(tmp_path / "lower.json", lowercase=True)
-    tok = TextTokenizer(path, engine="hf")
-    assert tok.engine == "hf"
-    flat, offsets = tok.encode_batch(["Hello World"])
-    assert flat.tolist() == tok.hf_ids("Hello World") + [tok.eos_id]
-    with pytest.raises(ConfigError, match="normalizer"):
-        _ = TextTokenizer(path, engine="tiktoken").engine
+    for engine in ("hf", "auto"):
+        tok = TextTokenizer(path, engine=engine)
+        flat, offsets = tok.encode_batch(["Hello World"])
+        assert flat.tolist() == tok.hf_ids("Hello World") + [tok.eos_id]
+    assert TextTokenizer(path, engine="hf").engine == "hf"
 
 
 def test_bos_policy(bpe_tokenizer: Path) -> None:
@@ -48,7 +31,7 @@ def test_bos_policy(bpe_tokenizer: Path) -> None:
         assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
 
 
-@pytest.mark.parametrize("engine", ["auto", "tiktoken", "hf"])
+@pytest.mark.parametrize("engine", ["auto", "hf"])
 def test_encode_bodies_are_encode_batch_without_specials(bpe_tokenizer: Path, engine: str) -> None:
     """The spill path's ids (shard dtype, no EOS/BOS) are exactly ``encode_batch``'s between the specials."""
     texts = ["ab", "", "cd ef", *TRAIN_TEXT[:5]]
@@ -77,30 +60,16 @@ def test_pickles_without_rust_objects(bpe_tokenizer: Path) -> None:
     assert clone._hf is None and np.array_equal(clone.encode_batch(["pickle me"])[0], before[0])
 
 
-@pytest.mark.corpus
-def test_gpt2_fast_path_on_corpus(corpus_small: Path) -> None:
-    import pyarrow.parquet as pq
-
-    tok = TextTokenizer(corpus_small / "models" / "gpt2" / "tokenizer.json", engine="tiktoken")
-    assert tok.engine == "tiktoken"
-    texts = pq.read_table(sorted((corpus_small / "docs").glob("*.parquet"))[0], columns=["text"]).column(
-        "text"
-    )
-    texts = texts.to_pylist()[::25][:200]
-    assert tok.first_mismatch(texts) is None
-
-
 def _fresh_caches(monkeypatch) -> None:
     """Forget what this process proved (the caches are per tokenizer sha256, and the test BPE is reused)."""
     import zephyr.tokenize.tokenizer as module
 
     monkeypatch.setattr(module, "_FASTOKENS", {})
-    monkeypatch.setattr(module, "_FAST_PATHS", {})
 
 
 def test_fastokens_engine_is_preferred_and_identical_to_hf(bpe_tokenizer: Path, tmp_path: Path) -> None:
     pytest.importorskip("fastokens")
-    lower = train_bpe(tmp_path / "lower.json", lowercase=True)  # a normalizer: tiktoken cannot, fastokens can
+    lower = train_bpe(tmp_path / "lower.json", lowercase=True)  # with a normalizer
     texts = list(PROBE_TEXTS) + EDGE_TEXTS + TRAIN_TEXT[:5]
     for path in (bpe_tokenizer, lower):
         tok = TextTokenizer(path, bos="always")
@@ -115,7 +84,7 @@ def test_auto_falls_back_when_fastokens_is_missing(bpe_tokenizer: Path, monkeypa
 
     _fresh_caches(monkeypatch)
     monkeypatch.setitem(sys.modules, "fastokens", None)  # ``import fastokens`` raises ImportError
-    assert TextTokenizer(bpe_tokenizer).engine == "tiktoken"
+    assert TextTokenizer(bpe_tokenizer).engine == "hf"
     with pytest.raises(ConfigError, match="fastokens is not installed"):
         _ = TextTokenizer(bpe_tokenizer, engine="fastokens").engine
 
@@ -131,7 +100,7 @@ def test_an_engine_that_differs_from_hf_is_refused(bpe_tokenizer: Path, monkeypa
         return [[i + 1 for i in ids] for ids in lists] if engine == "fastokens" else lists
 
     monkeypatch.setattr(TextTokenizer, "_encode_lists", off_by_one)
-    assert TextTokenizer(bpe_tokenizer).engine == "tiktoken"
+    assert TextTokenizer(bpe_tokenizer).engine == "hf"
     with pytest.raises(ConfigError, match="differ from HF"):
         _ = TextTokenizer(bpe_tokenizer, engine="fastokens").engine
 
@@ -162,15 +131,14 @@ def _count_proofs(monkeypatch) -> dict[str, int]:
     monkeypatch.setattr(module, "_HF", {})
     monkeypatch.setattr(module, "_HF_LOADING", {})
     monkeypatch.setattr(module, "_WARMING", {})
-    calls = {"fastokens": 0, "tiktoken": 0}
-    for engine, name in (("fastokens", "_prove_fastokens"), ("tiktoken", "_prove_fast_path")):
-        original = getattr(TextTokenizer, name)
+    calls = {"fastokens": 0}
+    original = TextTokenizer._prove_fastokens
 
-        def counted(self, _original=original, _engine=engine):
-            calls[_engine] += 1
-            return _original(self)
+    def counted(self):
+        calls["fastokens"] += 1
+        return original(self)
 
-        monkeypatch.setattr(TextTokenizer, name, counted)
+    monkeypatch.setattr(TextTokenizer, "_prove_fastokens", counted)
     return calls
 
 
@@ -211,7 +179,7 @@ def test_warm_in_background_loads_hf_beside_the_engine(bpe_tokenizer: Path, monk
     monkeypatch.setattr(TextTokenizer, "_load_hf", recorded)
     tok = TextTokenizer(bpe_tokenizer)
     tok.warm_in_background()
-    assert tok.engine in ("fastokens", "tiktoken")
+    assert tok.engine in ("fastokens", "hf")
     assert tok.hf_ids("ab cd") == tok.encode_batch(["ab cd"])[0][:-1].tolist()
     assert loads == ["zephyr-tokenizer-hf"]
 
@@ -234,23 +202,28 @@ def test_an_hf_load_error_on_the_thread_is_raised_where_hf_is_used(tmp_path: Pat
 def test_warm_in_background_raises_where_the_engine_is_used(tmp_path: Path, monkeypatch) -> None:
     """A forced engine that cannot be proven fails at first use, in the tokenizer and in its copies."""
     import pickle
+    import sys
 
     _count_proofs(monkeypatch)
-    path = train_bpe(tmp_path / "lower.json", lowercase=True)  # a normalizer: tiktoken refuses it
-    tok = TextTokenizer(path, engine="tiktoken")
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # ``import fastokens`` raises ImportError
+    path = train_bpe(tmp_path / "tok.json")
+    tok = TextTokenizer(path, engine="fastokens")
     tok.warm_in_background()
     copy = pickle.loads(pickle.dumps(tok))
-    with pytest.raises(ConfigError, match="normalizer"):
+    with pytest.raises(ConfigError, match="fastokens is not installed"):
         _ = copy.engine
-    with pytest.raises(ConfigError, match="normalizer"):
+    with pytest.raises(ConfigError, match="fastokens is not installed"):
         _ = tok.engine
 
 
 def test_a_warm_up_error_belongs_to_its_engine_choice(tmp_path: Path, monkeypatch) -> None:
     """A forced engine's failed warm-up, never awaited, does not fail another tokenizer of the same file."""
+    import sys
+
     _count_proofs(monkeypatch)
-    path = train_bpe(tmp_path / "lower.json", lowercase=True)
-    TextTokenizer(path, engine="tiktoken").warm_in_background()  # fails on its thread; nobody asks
+    monkeypatch.setitem(sys.modules, "fastokens", None)
+    path = train_bpe(tmp_path / "tok.json")
+    TextTokenizer(path, engine="fastokens").warm_in_background()  # fails on its thread; nobody asks
     auto = TextTokenizer(path)
     auto.warm_in_background()
     assert auto.engine in ("fastokens", "hf")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -46,8 +47,9 @@ def test_trains_on_the_sample_and_round_trips(sample_tokenizer):
     texts = pq.read_table(SAMPLE, columns=["text"])["text"].to_pylist()[::100] + list(PROBE_TEXTS)
     for text in texts:  # byte-level: every text, in any script, decodes back to itself
         assert hf.decode(hf.encode(text).ids, skip_special_tokens=False) == text
-    ours = TextTokenizer(path)  # what `zephyr tokenize` loads; it finds the EOS and proves a fast engine
-    assert ours.eos_id == 0 and ours.engine in ("fastokens", "tiktoken")
+    ours = TextTokenizer(path)  # what `zephyr tokenize` loads; it finds the EOS and proves fastokens
+    fast = importlib.util.find_spec("fastokens") is not None
+    assert ours.eos_id == 0 and ours.engine == ("fastokens" if fast else "hf")
     tokens, offsets = ours.encode_batch(texts[:5])
     assert tokens[offsets[1:] - 1].tolist() == [0] * 5
     assert tokens[offsets[0] : offsets[1] - 1].tolist() == hf.encode(texts[0]).ids

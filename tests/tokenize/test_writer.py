@@ -223,18 +223,17 @@ def test_null_text_is_quarantined_not_lost(tmp_path: Path, bpe_tokenizer: Path) 
     assert result.num_documents == 2
 
 
-@pytest.mark.parametrize("engine", ["fastokens", "tiktoken"])
 def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
-    tmp_path: Path, bpe_tokenizer: Path, engine: str
+    tmp_path: Path, bpe_tokenizer: Path
 ) -> None:
-    """fastokens and tiktoken keep ``TokenizeBatch.IN_FLIGHT`` batches encoding; the task's last ones come out
+    """fastokens keeps ``TokenizeBatch.IN_FLIGHT`` batches encoding; the task's last ones come out
     of ``finish`` together, their quarantined null texts too. Nulls in the first, a middle and each of the last
     batches: every other document is in the shards with HF's ids, every null is quarantined, in = kept +
     quarantined; and the shards are byte for byte those of HF's own encoder (in the call)."""
     from zephyr.tokenize._encode import TokenizeBatch
 
-    if engine == "fastokens":
-        pytest.importorskip("fastokens")
+    pytest.importorskip("fastokens")
+    engine = "fastokens"
     texts = [f"{TRAIN_TEXT[i % len(TRAIN_TEXT)]} number {i}" for i in range(40)]
     nulls = {1, 17, 29, 33, 37, 39}  # batches of 4: 0, 4, 7, 8, 9 (at least the last IN_FLIGHT + 1)
     column = [None if i in nulls else t for i, t in enumerate(texts)]
@@ -242,7 +241,7 @@ def test_batches_in_flight_keep_every_document_and_quarantine_every_null(
     pq.write_table(pa.table({"text": column}), tmp_path / "in" / "a.parquet")
     common = dict(tokenizer=str(bpe_tokenizer), executor="inprocess", batch_rows=4, shard_bytes="2KB")
     result = write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "o"), engine=engine, **common)
-    assert engine in TokenizeBatch.IN_FLIGHT_ENGINES and TokenizeBatch.IN_FLIGHT > 1
+    assert TokenizeBatch.IN_FLIGHT > 1
     assert result.manifest["tokenizer"]["engine"] == engine
     assert result.stats["rows"] == {"in": 40, "kept": 34, "dropped": 0, "quarantined": 6}
     tok = TextTokenizer(bpe_tokenizer)
@@ -635,22 +634,25 @@ def test_a_forced_engine_that_cannot_be_proven_fails_naming_it(
 ) -> None:
     """In the driver the tokenizer proves itself on a thread (``warm_in_background``); a forced engine it cannot
     prove still fails the call with the reason, and leaves no scratch directory behind."""
+    import sys
+
     import zephyr.tokenize.tokenizer as module
 
     from zephyr.errors import ConfigError
 
     from .conftest import train_bpe
 
-    monkeypatch.setattr(module, "_FAST_PATHS", {})
+    monkeypatch.setattr(module, "_FASTOKENS", {})
     monkeypatch.setattr(module, "_WARMING", {})
+    monkeypatch.setitem(sys.modules, "fastokens", None)  # ``import fastokens`` raises ImportError
     _corpus(tmp_path / "in")
-    lower = train_bpe(tmp_path / "lower.json", lowercase=True)
-    with pytest.raises(ConfigError, match="tiktoken engine cannot be used.*normalizer"):
+    path = train_bpe(tmp_path / "tok.json")
+    with pytest.raises(ConfigError, match="fastokens engine cannot be used.*not installed"):
         write_token_shards(
             tmp_path / "in",
-            tokenizer=lower,
+            tokenizer=path,
             output=str(tmp_path / "out"),
-            engine="tiktoken",
+            engine="fastokens",
             executor=executor,
         )
     assert not (tmp_path / "out.zephyr" / "work").exists()

@@ -43,9 +43,6 @@ class Break:
     where: str
     """``file:line: code`` of the innermost frame in zephyr's trainer (else the innermost frame)."""
 
-    def to_dict(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
 class GraphBreaks:
@@ -63,8 +60,8 @@ class GraphBreaks:
         return {
             "count": self.count,
             "graphs": self.graphs,
-            "breaks": [b.to_dict() for b in self.breaks],
-            "boundaries": [b.to_dict() for b in self.boundaries],
+            "breaks": [dataclasses.asdict(b) for b in self.breaks],
+            "boundaries": [dataclasses.asdict(b) for b in self.boundaries],
         }
 
 

@@ -56,9 +56,6 @@ class Sync:
     where: str
     count: int
 
-    def to_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
-
 
 @dataclass
 class HostSyncs:
@@ -77,7 +74,7 @@ class HostSyncs:
     def to_dict(self) -> dict[str, object]:
         return {
             "count": self.count,
-            "syncs": [s.to_dict() for s in self.syncs],
+            "syncs": [dataclasses.asdict(s) for s in self.syncs],
             "static_shapes": self.static_shapes,
             "first_dynamic_shape": self.first_dynamic_shape,
             "ops_traced": self.ops,

@@ -63,9 +63,10 @@ class Checksummed:
     True
     """
 
-    def __init__(self, handle: IO[bytes]):
+    def __init__(self, handle: IO[bytes], algorithm: str = ALGORITHM):
         self._handle = handle
-        self._hash = hasher()
+        self.algorithm = algorithm
+        self._hash = hasher(algorithm)
         self.size = 0
 
     def write(self, data: Any) -> int:
@@ -108,7 +109,7 @@ class Checksummed:
 
     def record(self) -> dict[str, Any]:
         """The checksum record of the bytes written so far."""
-        return checksum_record(self.size, self.hexdigest())
+        return checksum_record(self.size, self.hexdigest(), self.algorithm)
 
 
 def file_checksum(url: str, algorithm: str = ALGORITHM) -> tuple[int, str]:
