@@ -1,12 +1,13 @@
 """zephyr.dedup: exact and MinHash-LSH fuzzy deduplication with verified clusters.
 
-One path per method, two ways in: the Dataset functions (``exact_dedup_dataset``, ``fuzzy_dedup_dataset``,
-``paragraph_dedup_dataset``, ``bloom_paragraph_dedup_dataset``, ``url_dedup_dataset``,
-``substring_dedup_dataset``) append the method's ops to a ``zephyr.Dataset``; the table functions
-(``exact_dedup``, ``fuzzy_dedup``, ``paragraph_dedup``, ``bloom_paragraph_dedup``) run the same kernels on
-one in-memory ``pyarrow.Table``, no engine. Each Dataset function's ``*_plans`` twin lists the engine jobs
-it runs (what ``zephyr explain dedup`` prints). An on-disk index (``open_index``, ``write_generation``) lets
-a later corpus be deduped against an earlier one.
+One path per method, two ways in, each reading the columns one ``DedupColumns`` names: the Dataset functions
+(``exact_dedup_dataset``, ``fuzzy_dedup_dataset``, ``paragraph_dedup_dataset``,
+``bloom_paragraph_dedup_dataset``, ``url_dedup_dataset``, ``substring_dedup_dataset``) append the method's
+ops to a ``zephyr.Dataset``; the table functions ``exact_dedup`` and ``fuzzy_dedup`` run the Dataset
+function in process on one in-memory ``pyarrow.Table`` (``paragraph_dedup`` and ``bloom_paragraph_dedup``
+are the kernels their Dataset functions run on each batch). Each Dataset function's ``*_plans`` twin lists
+the engine jobs it runs (what ``zephyr explain dedup`` prints). An on-disk index (``open_index``,
+``write_generation``) lets a later corpus be deduped against an earlier one.
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
 
@@ -22,6 +23,7 @@ from zephyr._lazy import lazy_exports as _lazy_exports
 
 _LAZY = {
     "DedupResult": "zephyr.dedup._rows",
+    "DedupColumns": "zephyr.dedup.config",
     "ExactDedupConfig": "zephyr.dedup.config",
     "FuzzyDedupConfig": "zephyr.dedup.config",
     "SubstringConfig": "zephyr.dedup.config",

@@ -9,7 +9,7 @@ the transitive chains they would build) out of the clusters.
 
 >>> import pyarrow as pa
 >>> from zephyr.dedup._hashing import shingle_hashes
->>> s = shingle_hashes(pa.array(["a b c d", "a b c e", "a b c d"]), n=2)
+>>> s = unique_sets(shingle_hashes(pa.array(["a b c d", "a b c e", "a b c d"]), n=2))
 >>> jaccard(s, np.array([[1, 0], [2, 0]])).round(3).tolist()
 [0.5, 1.0]
 
@@ -88,9 +88,10 @@ fits, else (components only) by engine rounds (``connected_components_dataset``)
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -103,14 +104,14 @@ from zephyr.dedup._rows import (
     KEEPER,
     ROW,
     SIZE,
+    budget_of,
     cluster_node_info,
     group_keepers,
     has_column,
     keep_ranks,
     key_columns,
-    memory_budget_bytes,
 )
-from zephyr.dedup.config import FuzzyDedupConfig
+from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
 import zephyr
 from zephyr import budget as budget_module
@@ -124,37 +125,12 @@ if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
 
-def gather_sets(shingles: Shingles, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate the shingle hashes of ``docs`` (with repeats); returns (hashes, owner index into docs)."""
-    starts = shingles.offsets[docs]
-    lengths = shingles.offsets[docs + 1] - starts
-    owner = np.repeat(np.arange(len(docs), dtype=np.int64), lengths)
-    seg_start = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    pos = np.arange(int(lengths.sum()), dtype=np.int64) - seg_start[owner] + starts[owner]
-    return shingles.hashes[pos], owner
-
-
-def jaccard(shingles: Shingles, edges: np.ndarray, *, sets: bool = False) -> np.ndarray:
-    """float64 Jaccard of each ``edges[i] = [doc_u, doc_v]`` (row indices into ``shingles``).
-
-    The sets of all documents named by an edge are made once (sorted, de-duplicated), then the intersection
-    of each edge is an exact merge of its two sorted sets (``_compiled.intersections``); ``sets=True`` says
-    ``shingles`` already holds sorted, de-duplicated sets, so that step is skipped.
-    """
-    if len(edges) == 0:
-        return np.empty(0, dtype=np.float64)
-    if sets:  # already sorted and de-duplicated per document
-        uniq, pos = shingles, edges
-    else:  # the sets of the documents the edges name, made once
-        docs, pos = np.unique(edges.reshape(-1), return_inverse=True)
-        pos = pos.reshape(-1, 2)
-        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-        np.cumsum(shingles.counts[docs], out=offsets[1:])
-        hashes, _ = gather_sets(shingles, docs)
-        uniq = unique_sets(Shingles(hashes=hashes, offsets=offsets))
-    sizes = uniq.counts
-    inter = compiled.intersections(uniq.hashes, uniq.offsets, pos[:, 0], pos[:, 1])
-    return _ratio(inter, sizes[pos[:, 0]] + sizes[pos[:, 1]])
+def jaccard(sets: Shingles, edges: np.ndarray) -> np.ndarray:
+    """float64 Jaccard of each ``edges[i] = [doc_u, doc_v]`` (row indices into ``sets``: sorted,
+    de-duplicated shingle hashes, ``_hashing.unique_sets``): an exact merge of the two sorted sets
+    (``_compiled.intersections``)."""
+    inter = compiled.intersections(sets.hashes, sets.offsets, edges[:, 0], edges[:, 1])
+    return _ratio(inter, sets.counts[edges[:, 0]] + sets.counts[edges[:, 1]])
 
 
 def _ratio(inter: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -168,17 +144,13 @@ def connected_components(num_nodes: int, edges: np.ndarray) -> np.ndarray:
     labels = np.arange(num_nodes, dtype=np.int64)
     if len(edges) == 0:
         return labels
-    u = edges[:, 0].astype(np.int64)
-    v = edges[:, 1].astype(np.int64)
+    u, v = edges[:, 0].astype(np.int64), edges[:, 1].astype(np.int64)
     while True:
-        lu = labels[u]
-        lv = labels[v]
+        lu, lv = labels[u], labels[v]
         m = np.minimum(lu, lv)
         new = labels.copy()
-        np.minimum.at(new, u, m)
-        np.minimum.at(new, v, m)
-        np.minimum.at(new, lu, m)
-        np.minimum.at(new, lv, m)
+        for ends in (u, v, lu, lv):  # both endpoints and their labels hook to the smaller label
+            np.minimum.at(new, ends, m)
         while True:
             jumped = new[new]
             if np.array_equal(jumped, new):
@@ -195,8 +167,7 @@ Measure = Callable[[np.ndarray], np.ndarray]
 
 def _earlier_csr(num_nodes: int, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per node, its neighbours that come earlier in keep order (CSR offsets, neighbours)."""
-    hi = np.maximum(edges[:, 0], edges[:, 1]).astype(np.int64)
-    lo = np.minimum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    hi, lo = edges.max(axis=1).astype(np.int64), edges.min(axis=1).astype(np.int64)
     order = np.argsort(hi, kind="stable")
     offsets = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(hi, minlength=num_nodes), out=offsets[1:])
@@ -261,8 +232,7 @@ def _most_similar_anchor(
     opt_node, opt_anchor, opt_sim = later[usable], earlier[usable], similarity[usable]
     if len(opt_node) == 0:
         return anchor
-    both_node = np.concatenate((later, earlier))
-    both_other = np.concatenate((earlier, later))
+    both_node, both_other = np.concatenate((later, earlier)), np.concatenate((earlier, later))
     opt_key = opt_node * n + opt_anchor
     label = anchor.copy()
     for _ in range(rounds):
@@ -288,8 +258,7 @@ def _canonical(edges: np.ndarray, similarity: np.ndarray | None) -> tuple[np.nda
         similarity = np.ones(len(edges), dtype=np.float64)
     if len(edges) == 0:
         return np.zeros((0, 2), dtype=np.int64), np.zeros(0, dtype=np.float64)
-    hi = np.maximum(edges[:, 0], edges[:, 1]).astype(np.int64)
-    lo = np.minimum(edges[:, 0], edges[:, 1]).astype(np.int64)
+    hi, lo = edges.max(axis=1).astype(np.int64), edges.min(axis=1).astype(np.int64)
     keep = hi != lo
     pairs, first = np.unique(np.stack((hi[keep], lo[keep]), axis=1), axis=0, return_index=True)
     return pairs, np.asarray(similarity, dtype=np.float64)[keep][first]
@@ -305,9 +274,7 @@ def _proposals(anchor: np.ndarray, edges: np.ndarray) -> np.ndarray:
     if len(pairs) == 0:
         return pairs
     pairs = np.unique(pairs, axis=0)
-    known = _pair_keys(edges)
-    fresh = ~np.isin(_pair_keys(pairs), known)
-    return pairs[fresh]
+    return pairs[~np.isin(_pair_keys(pairs), _pair_keys(edges))]
 
 
 def _pair_keys(pairs: np.ndarray) -> np.ndarray:
@@ -319,10 +286,7 @@ def split_rows(anchor: np.ndarray, edges: np.ndarray) -> int:
     """Rows that connected components would have merged into the cluster of their component's first row,
     but anchoring kept apart: what anchoring changed, for the stats."""
 
-    if len(edges) == 0:
-        return 0
-    component = connected_components(len(anchor), edges)
-    return int((anchor != component).sum())
+    return int((anchor != connected_components(len(anchor), edges)).sum())
 
 
 def cluster_labels(
@@ -351,16 +315,8 @@ NODE, LABEL = "__dedup_node", "__dedup_label"
 def _hook(table: pa.Table) -> pa.Table:
     """Edge (u, v, label u, label v) → candidate labels min(lu, lv) for both endpoints."""
     m = pc.min_element_wise(table["lu"], table["lv"])
-    return pa.table(
-        {
-            NODE: pa.concat_arrays([_arr(table["u"]), _arr(table["v"])]),
-            LABEL: pa.concat_arrays([_arr(m), _arr(m)]),
-        }
-    )
-
-
-def _arr(col: pa.ChunkedArray | pa.Array) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    both = pa.table({NODE: table["u"], LABEL: m}), pa.table({NODE: table["v"], LABEL: m})
+    return pa.concat_tables(both).combine_chunks()
 
 
 def _jump(table: pa.Table) -> pa.Table:
@@ -436,11 +392,6 @@ class RowsIn:
         return table.rename_columns([self.rename.get(c, c) for c in table.column_names])
 
 
-def _with_sim(table: pa.Table) -> pa.Table:
-    """Unverified pairs as (u, v, sim = null): the shape of verified ones."""
-    return table.append_column("sim", pa.nulls(table.num_rows, pa.float64()))
-
-
 def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
     """A list<uint64> column of sorted sets as ``Shingles`` (no copy of the hashes when in one chunk)."""
     if isinstance(lists, pa.ChunkedArray):
@@ -463,17 +414,26 @@ def _row_sims(table: pa.Table) -> np.ndarray:
     if not m:
         return np.zeros(0)
     both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-    return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1), sets=True)
+    return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1))
 
 
-class _VerifySetPairs:
-    """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach the Jaccard threshold."""
+@dataclass(frozen=True)
+class _SetPairs:
+    """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach ``threshold``; None: the (position,
+    sim) of every pair (position, u, v, shingles_u, shingles_v), none dropped."""
 
-    def __init__(self, config: FuzzyDedupConfig):
-        self.config = config
+    threshold: float | None
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        return similar_pairs(table, _row_sims(table), self.config.threshold)
+        if self.threshold is not None:
+            return similar_pairs(table, _row_sims(table), self.threshold)
+        return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
+
+
+def _side(sets: Dataset, end: str, keys: pa.Array | None, key: str = ROW, name: str = "sets") -> Dataset:
+    """The (key, shingles) rows of ``sets`` whose key is in ``keys`` (all when None), as pair end ``end``."""
+    rename = {key: end, "shingles": f"shingles_{end}"}
+    return sets.map_batches(RowsIn(key, keys, rename), name=f"dedup.fuzzy.{name}_{end}")
 
 
 class _VerifyHotPairs:
@@ -496,14 +456,8 @@ class _VerifyHotPairs:
         """(u, vs, shingles_u) of the set rows named as u by ``grouped``."""
         assert self.grouped is not None
         at = pc.index_in(sets[ROW], value_set=self.grouped["u"].chunk(0))
-        named = pc.is_valid(at)
-        return pa.table(
-            {
-                "u": sets[ROW].filter(named),
-                "vs": self.grouped["vs"].take(at.filter(named)),
-                "shingles_u": sets["shingles"].filter(named),
-            }
-        )
+        named, vs = sets.filter(pc.is_valid(at)), self.grouped["vs"].take(at.drop_null())
+        return pa.table({"u": named[ROW], "vs": vs, "shingles_u": named["shingles"]})
 
     def __call__(self, table: pa.Table) -> pa.Table:
 
@@ -521,18 +475,13 @@ class _VerifyHotPairs:
         if not len(owner):
             return similar_pairs(pairs, np.zeros(0), self.config.threshold)
         both = _joined(shingles_of(table["shingles_u"]), self._sets)
-        sims = jaccard(both, np.stack((owner, m + hot_pos), axis=1), sets=True)
+        sims = jaccard(both, np.stack((owner, m + hot_pos), axis=1))
         return similar_pairs(pairs, sims, self.config.threshold)
 
 
 def _fan_above(table: pa.Table) -> pa.Table:
     """The (v, n) rows with n above ``_HOT_FAN``."""
     return table.filter(pc.greater(table["n"], _HOT_FAN))
-
-
-def _pair_sims(table: pa.Table) -> pa.Table:
-    """(position, sim) of every pair (position, u, v, shingles_u, shingles_v): the true Jaccard, none dropped."""
-    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
 
 
 @dataclass(frozen=True)
@@ -552,17 +501,11 @@ class PairSimilarity:
         u, v = pa.array(row_pairs[:, 0], pa.int64()), pa.array(row_pairs[:, 1], pa.int64())
         pairs = pa.table({"position": pa.array(np.arange(len(row_pairs))), "u": u, "v": v})
 
-        def side(name: str, keys: pa.Array) -> Dataset:
-            rename = {ROW: name, "shingles": f"shingles_{name}"}
-            return self.sets.map_batches(
-                RowsIn(ROW, pc.unique(keys), rename), name=f"dedup.fuzzy.refine_{name}"
-            )
-
         measured = (
             zephyr.from_arrow(pairs)
-            .join(side("u", u), on="u")
-            .join(side("v", v), on="v")
-            .map_batches(_pair_sims, batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .join(_side(self.sets, "u", pc.unique(u), name="refine"), on="u")
+            .join(_side(self.sets, "v", pc.unique(v), name="refine"), on="v")
+            .map_batches(_SetPairs(None), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
             .to_arrow(**self.kw)
         )
         sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
@@ -584,9 +527,7 @@ class FuzzyRun:
     scratch folder."""
 
     config: FuzzyDedupConfig
-    text_column: str = "text"
-    id_column: str | None = "id"
-    priority_column: str | None = None
+    columns: DedupColumns = COLUMNS
     kw: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     index: IndexInfo | None = None
@@ -595,11 +536,15 @@ class FuzzyRun:
     @property
     def key_names(self) -> list[str]:
         """ROW and the id and priority columns there are: what keep order needs of a row."""
-        return [ROW, *(c for c in (self.id_column, self.priority_column) if c is not None)]
+        return [ROW, *(c for c in (self.columns.id_column, self.columns.priority_column) if c is not None)]
+
+    @property
+    def budget(self) -> Budget:
+        return budget_of(self.kw)
 
 
 def verify_on_engine(
-    edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, budget_bytes: int, run: FuzzyRun
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
     """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
     the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
@@ -611,18 +556,17 @@ def verify_on_engine(
     reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
     config, index, kw, set_bytes = run.config, run.index, run.kw, run.info["set_bytes"]
     sets = sets.select(ROW, "shingles")
-    hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), budget_bytes, kw)
+    hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), run.budget, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
-
-    def side(name: str, keys: pa.Array | None, source: Dataset = sets, key: str = ROW) -> Dataset:
-        rename = {key: name, "shingles": f"shingles_{name}"}
-        return source.map_batches(RowsIn(key, keys, rename), name=f"dedup.fuzzy.sets_{name}")
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
         return None if table is None else pc.unique(table[end].combine_chunks())
 
+    def checked(joined: Dataset, name: str, verify: Any = _SetPairs(config.threshold)) -> Dataset:
+        return joined.map_batches(verify, batch_rows=_VERIFY_BATCH_ROWS, name=f"dedup.fuzzy.{name}")
+
     parts = []
-    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= Budget(budget_bytes).broadcast_bytes
+    broadcast = bool(len(hot)) and hot_pairs * _PAIR_BYTES <= run.budget.broadcast_bytes
     if len(hot):
         grouped = (
             edges.map_batches(RowsIn("v", hot), name="dedup.fuzzy.hot_pairs")
@@ -634,14 +578,9 @@ def verify_on_engine(
             verify = _VerifyHotPairs(hot_sets, config, grouped.to_arrow(**kw))
             parts.append(sets.map_batches(verify, name="dedup.fuzzy.verify_hot"))
         else:
+            verify = _VerifyHotPairs(hot_sets, config)
             hot_u = None if pairs is None else ends(pairs.filter(pc.is_in(pairs["v"], value_set=hot)), "u")
-            parts.append(
-                grouped.join(side("u", hot_u), on="u").map_batches(
-                    _VerifyHotPairs(hot_sets, config),
-                    batch_rows=_VERIFY_BATCH_ROWS,
-                    name="dedup.fuzzy.verify_hot",
-                )
-            )
+            parts.append(checked(grouped.join(_side(sets, "u", hot_u), on="u"), "verify_hot", verify))
     cold = edges.map_batches(RowsIn("v", hot, keep=False), name="dedup.fuzzy.cold_pairs")
     if pairs is not None:
         cold_pairs = pairs.filter(pc.invert(pc.is_in(pairs["v"], value_set=hot)))
@@ -650,25 +589,17 @@ def verify_on_engine(
         cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= run.info["driver_rows"] else None
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
-    cold_u = cold.join(side("u", ends(cold_pairs, "u")), on="u").materialize(**kw)
+    cold_u = cold.join(_side(sets, "u", ends(cold_pairs, "u")), on="u").materialize(**kw)
     cold_v = ends(cold_pairs, "v")
-    parts.append(
-        cold_u.join(side("v", cold_v), on="v").map_batches(
-            _VerifySetPairs(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify"
-        )
-    )
+    parts.append(checked(cold_u.join(_side(sets, "v", cold_v), on="v"), "verify"))
     if index is not None and index.docs:
-        index_sets = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"])
-        parts.append(
-            cold_u.join(side("v", cold_v, index_sets, "key"), on="v").map_batches(
-                _VerifySetPairs(config), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.verify_indexed"
-            )
-        )
+        index_sets = zephyr.read_parquet(index.files("docs"), columns=["key", "shingles"])
+        parts.append(checked(cold_u.join(_side(index_sets, "v", cold_v, "key"), on="v"), "verify_indexed"))
     return parts, {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast}
 
 
 def _hot_rows(
-    edges: Dataset, pairs: pa.Table | None, per_set: int, budget: int, kw: dict[str, Any]
+    edges: Dataset, pairs: pa.Table | None, per_set: int, budget: Budget, kw: dict[str, Any]
 ) -> tuple[pa.Array, int]:
     """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
     group-by), most-paired first, as many as ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each
@@ -680,7 +611,7 @@ def _hot_rows(
         fan = (
             edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
         )
-    cap = max(1, Budget(budget).broadcast_bytes // per_set)
+    cap = max(1, budget.broadcast_bytes // per_set)
     if fan.num_rows > cap:
         fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
     if not fan.num_rows:
@@ -694,15 +625,15 @@ def _sets_of(keys: pa.Array, sets: Dataset, index: IndexInfo | None, kw: dict[st
 
     if not len(keys):
         return pa.table({ROW: pa.array([], pa.int64()), "shingles": pa.array([], pa.large_list(pa.uint64()))})
-    found = [sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.hot_sets").to_arrow(**kw)]
+    found = (
+        sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.hot_sets")
+        .to_arrow(**kw)
+        .select([ROW, "shingles"])
+    )
     if index is not None and index.docs and pc.any(pc.less(keys, 0)).as_py():
-        docs = zephyr.read_parquet(index.doc_files(), columns=["key", "shingles"])
-        found.append(
-            docs.map_batches(RowsIn("key", keys, {"key": ROW}), name="dedup.fuzzy.hot_index_sets").to_arrow(
-                **kw
-            )
-        )
-    return pa.concat_tables([t.select([ROW, "shingles"]) for t in found]).combine_chunks()
+        indexed = index.node_sets(keys, kw).select(["key", "shingles"]).rename_columns([ROW, "shingles"])
+        found = pa.concat_tables([found, indexed])
+    return found.combine_chunks()
 
 
 def graph_in_driver(
@@ -718,14 +649,8 @@ def graph_in_driver(
     With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
     gives the endpoints' keys without their sets, and the pairs the refinement rounds propose are measured by
     ``measure_rows`` (row-number pairs → Jaccard; ``PairSimilarity``: on the engine)."""
-    config, info, index, id_column, priority_column = (
-        run.config,
-        run.info,
-        run.index,
-        run.id_column,
-        run.priority_column,
-    )
-    nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+    config, info, index, id_column = run.config, run.info, run.index, run.columns.id_column
+    nodes = _nodes(pairs)
     new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
     sets = collect_sets(new_nodes)
     if sets.num_rows != len(new_nodes):  # the input changed between passes: never index garbage
@@ -739,27 +664,21 @@ def graph_in_driver(
         sets, indexed = pa.concat_tables([found, sets]), found.num_rows
     keys = sets.drop_columns(["shingles"]) if "shingles" in sets.column_names else sets
     index_keys = np.asarray(keys[ROW].slice(0, indexed), dtype=np.int64)
-    node_of_pos, pos_of_node = _keep_order(keys, indexed, anchor, index_keys, id_column, priority_column)
+    node_of_pos, pos_of_node = _keep_order(keys, indexed, anchor, index_keys, run.columns)
     owners = keys[ROW].combine_chunks()
-    if measure_rows is None:
-        shingles = shingles_of(sets["shingles"])
+    if measure_rows is None:  # the sets as flat hashes; the table they came in is freed
+        similarity = functools.partial(jaccard, shingles_of(sets["shingles"]))
         del sets
-
-        def similarity(positions: np.ndarray) -> np.ndarray:
-            return jaccard(shingles, positions, sets=True)
     else:
         rows = np.asarray(owners, dtype=np.int64)
 
         def similarity(positions: np.ndarray) -> np.ndarray:
             return measure_rows(rows[positions])
 
-    edges = np.stack(
-        [
-            node_of_pos[np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64)]
-            for end in ("u", "v")
-        ],
-        axis=1,
-    )
+    def node(end: str) -> np.ndarray:  # the node of each pair's ``end``
+        return node_of_pos[np.asarray(pc.index_in(pairs[end], value_set=owners), dtype=np.int64)]
+
+    edges = np.stack((node("u"), node("v")), axis=1)
 
     def measure(node_pairs: np.ndarray) -> np.ndarray:
         sims = similarity(pos_of_node[node_pairs])
@@ -791,12 +710,7 @@ def graph_in_driver(
 
 
 def _keep_order(
-    keys: pa.Table,
-    indexed: int,
-    anchor: np.ndarray,
-    index_keys: np.ndarray,
-    id_column: str | None,
-    priority_column: str | None,
+    keys: pa.Table, indexed: int, anchor: np.ndarray, index_keys: np.ndarray, columns: DedupColumns
 ) -> tuple[np.ndarray, np.ndarray]:
     """(node of each position in ``keys``, position of each node): nodes numbered in keep order.
 
@@ -811,7 +725,7 @@ def _keep_order(
     ]
     node_of_pos[kept_first] = np.arange(indexed)
     node_of_pos[by_row[indexed:]] = indexed + keep_ranks(
-        keys.take(pa.array(by_row[indexed:])), id_column, priority_column
+        keys.take(pa.array(by_row[indexed:])), columns.id_column, columns.priority_column
     )
     pos_of_node = np.empty_like(node_of_pos)
     pos_of_node[node_of_pos] = np.arange(len(node_of_pos), dtype=np.int64)
@@ -825,7 +739,7 @@ def _indexed_sets(run: FuzzyRun, keys: pa.Array, like: pa.Schema) -> tuple[pa.Ta
     priority null (indexed rows rank first)."""
     from zephyr.dedup.index import KEY
 
-    index, kw, id_column, priority_column = run.index, run.kw, run.id_column, run.priority_column
+    index, kw, id_column, priority_column = run.index, run.kw, *astuple(run.columns)[1:]
     assert index is not None
     found = index.node_sets(keys, kw)
     missing = pc.filter(found["anchor"], pc.invert(pc.is_in(found["anchor"], value_set=found[KEY])))
@@ -858,34 +772,26 @@ class NodeSets:
     """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes`` (every row when
     ``nodes`` is None). Counts the sets' bytes (``dedup/set_bytes``): what holding them in the driver costs."""
 
-    def __init__(
-        self,
-        nodes: pa.Array | None,
-        config: FuzzyDedupConfig,
-        text_column: str,
-        id_column: str | None,
-        priority_column: str | None,
-    ):
-        self.nodes, self.config, self.text_column = nodes, config, text_column
-        self.id_column, self.priority_column = id_column, priority_column
+    def __init__(self, nodes: pa.Array | None, config: FuzzyDedupConfig, columns: DedupColumns):
+        self.nodes, self.config, self.columns = nodes, config, columns
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
+        text = self.columns.text_column
+        if not (has_column(table, text, "text") and has_column(table, self.columns.id_column, "id")):
             return pa.table({ROW: pa.array([], pa.int64())})
         wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
         cfg = self.config
         sets = unique_sets(
-            shingle_hashes(wanted[self.text_column], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
+            shingle_hashes(wanted[text], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
         )
         lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
         counters.increment("dedup/set_bytes", lists.nbytes)
-        return pa.table(
-            {
-                ROW: wanted[ROW],
-                "shingles": lists,
-                **key_columns(wanted, self.id_column, self.priority_column),
-            }
-        )
+        return pa.table({ROW: wanted[ROW], "shingles": lists, **key_columns(wanted, self.columns)})
+
+
+def _nodes(pairs: pa.Table) -> pa.Array:
+    """The distinct rows a pair table names (either end)."""
+    return pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
 
 
 def verify_and_cluster(
@@ -899,20 +805,16 @@ def verify_and_cluster(
     path joins sets, never texts, and nothing is shingled twice. Otherwise the pairs are verified on the
     engine (``verify_on_engine``) and only the verified graph comes to the driver."""
     config, kw, info, index = run.config, run.kw, run.info, run.index
-    budget = memory_budget_bytes(kw)
-    new_nodes: pa.Array | None = None
-    pairs: pa.Table | None = None
+    new_nodes, pairs = None, None
     if candidates <= info["driver_rows"]:
         pairs = edges.to_arrow(**kw)
         if not pairs.num_rows:
             info.update(in_memory=True, verified_pairs=0)
             return None, None
-        nodes = pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks).combine_chunks())
+        nodes = _nodes(pairs)
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
-    written = rows.map_batches(
-        NodeSets(new_nodes, config, run.text_column, run.id_column, run.priority_column),
-        name="dedup.fuzzy.node_sets",
-    ).write_parquet(f"{run.scratch}/sets", **kw)
+    node_sets = rows.map_batches(NodeSets(new_nodes, config, run.columns), name="dedup.fuzzy.node_sets")
+    written = node_sets.write_parquet(f"{run.scratch}/sets", **kw)
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
 
@@ -921,54 +823,55 @@ def verify_and_cluster(
         return None, None
     sets = zephyr.read_parquet(written.files)
 
-    def collect_sets(keys: pa.Array) -> pa.Table:
-        return sets.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_sets").to_arrow(**kw)
+    def collector(source: Dataset, name: str) -> Callable[[pa.Array], pa.Table]:
+        return lambda keys: source.map_batches(RowsIn(ROW, keys), name=f"dedup.fuzzy.{name}").to_arrow(**kw)
 
-    in_memory = pairs is not None and (not config.verify or set_bytes <= Budget(budget).driver_set_bytes)
-    info["in_memory"] = in_memory
-    if in_memory:
+    collect_sets = collector(sets, "endpoint_sets")
+
+    info["in_memory"] = pairs is not None and (not config.verify or set_bytes <= run.budget.driver_set_bytes)
+    if info["in_memory"]:
         return graph_in_driver(collect_sets, pairs, run), None
-    verified = _verified_graph(edges, pairs, sets, written, budget, run)
+    verified = _verified_graph(edges, pairs, sets, written, run)
     count = info["verified_pairs"]
-    graph_limit = Budget(budget).driver_graph_edges
+    graph_limit = run.budget.driver_graph_edges
     if not count:
         return None, None
     if count <= graph_limit:
         pairs = verified.to_arrow(**kw)
-        if not config.verify:
-            pairs = pairs.drop_columns(["sim"])
-        nodes = len(pc.unique(pa.chunked_array(pairs["u"].chunks + pairs["v"].chunks)))
         set_rows = written.stats["stages"][-1]["rows_out"]
-        graph_set_bytes = set_bytes * nodes // max(1, set_rows)  # the verified graph's share of the sets
+        graph_set_bytes = set_bytes * len(_nodes(pairs)) // max(1, set_rows)  # the verified graph's share
         collect, measure = collect_sets, None
-        if index is None and graph_set_bytes > Budget(budget).driver_set_bytes:
+        if index is None and graph_set_bytes > run.budget.driver_set_bytes:
             info["sets_in_driver"] = False
-            key_rows = zephyr.read_parquet(written.files, columns=run.key_names)
-
-            def collect(keys: pa.Array) -> pa.Table:  # the endpoints' keys, without their sets
-                return key_rows.map_batches(RowsIn(ROW, keys), name="dedup.fuzzy.endpoint_keys").to_arrow(
-                    **kw
-                )
-
+            collect = collector(zephyr.read_parquet(written.files, columns=run.key_names), "endpoint_keys")
             measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
         return graph_in_driver(collect, pairs, run, measure), None
-    _check_engine_clusters(count, graph_limit, config, index)
+    if index is not None or config.clusters != "components":  # only the driver can cluster it: refused
+        what, fix = (
+            ("dedup against an index", "dedup the input in parts")
+            if index is not None
+            else ("anchored clusters", "pass --clusters components (engine rounds, transitive clusters)")
+        )
+        raise ZephyrError(
+            f"{what}: clusters are formed in the driver, but {count} verified pairs exceed its share of the memory "
+            f"budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
+            f"--memory-budget, or {fix}"
+        )
     return None, _components_on_engine(rows, verified, run).materialize(**kw)
 
 
 def _verified_graph(
-    edges: Dataset, pairs: pa.Table | None, sets: Dataset, written: Any, budget: int, run: FuzzyRun
+    edges: Dataset, pairs: pa.Table | None, sets: Dataset, written: Any, run: FuzzyRun
 ) -> Dataset | None:
     """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
-    verified on the engine, or every candidate with sim 1.0 when ``config.verify`` is off. Records
+    verified on the engine, or every candidate (without sim) when ``config.verify`` is off. Records
     ``verified_pairs`` and the engine verification's figures in ``info``."""
     kw, info = run.kw, run.info
     if run.config.verify:
-        set_rows = written.stats["stages"][-1]["rows_out"]
-        parts, figures = verify_on_engine(edges, pairs, sets, set_rows, budget, run)
+        parts, figures = verify_on_engine(edges, pairs, sets, written.stats["stages"][-1]["rows_out"], run)
         info.update(figures)
     else:
-        parts = [edges.map_batches(_with_sim, name="dedup.fuzzy.unverified")]
+        parts = [edges]
     files = [
         f
         for i, part in enumerate(parts)
@@ -979,33 +882,10 @@ def _verified_graph(
     return verified
 
 
-def _check_engine_clusters(
-    count: int, graph_limit: int, config: FuzzyDedupConfig, index: IndexInfo | None
-) -> None:
-    """Refuse, naming the fix, a verified graph too big for the driver when only the driver can cluster it."""
-    if index is not None:
-        raise ZephyrError(
-            f"dedup against an index clusters in the driver, but {count} verified pairs exceed its share "
-            f"of the memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
-            "--memory-budget, or dedup the input in parts"
-        )
-    if config.clusters != "components":
-        raise ZephyrError(
-            f"anchored clusters are formed in the driver, but {count} verified pairs exceed its share of the "
-            f"memory budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
-            "--memory-budget, or pass --clusters components (engine rounds, transitive clusters)"
-        )
-
-
 def _components_on_engine(rows: Dataset, verified: Dataset, run: FuzzyRun) -> Dataset:
     """(ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver."""
-    kw, id_column, priority_column = run.kw, run.id_column, run.priority_column
-    labels = connected_components_dataset(verified.select("u", "v"), execution=kw)
-    keys = rows.select(*run.key_names)
-    members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members").join(
-        keys, on=ROW
-    )
-    groups = group_keepers(members, [LABEL], id_column, priority_column)
-    return (
-        members.select(ROW, LABEL).join(groups, on=LABEL).select(ROW, KEEPER, CLUSTER, SIZE).materialize(**kw)
-    )
+    labels = connected_components_dataset(verified.select("u", "v"), execution=run.kw)
+    members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members")
+    members = members.join(rows.select(*run.key_names), on=ROW)
+    groups = group_keepers(members, [LABEL], run.columns)
+    return members.select(ROW, LABEL).join(groups, on=LABEL).select(ROW, KEEPER, CLUSTER, SIZE)

@@ -146,9 +146,6 @@ def normalize_text(
 POLY_BASE = 0x9E3779B97F4A7C15  # odd, so it is invertible mod 2**64
 _MASK64 = (1 << 64) - 1
 _POLY_INV = pow(POLY_BASE, -1, 1 << 64)
-_FMIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
-_FMIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_S33 = np.uint64(33)
 
 
 def poly_hash_bytes(data: bytes) -> int:
@@ -163,6 +160,11 @@ def poly_hash_bytes(data: bytes) -> int:
     return h
 
 
+_FMIX_C1 = np.uint64(0xFF51AFD7ED558CCD)
+_FMIX_C2 = np.uint64(0xC4CEB9FE1A85EC53)
+_S33 = np.uint64(33)
+
+
 def fmix64(values: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finalizer, element-wise on a uint64 array (returns a new array)."""
     h = values ^ (values >> _S33)
@@ -173,29 +175,6 @@ def fmix64(values: np.ndarray) -> np.ndarray:
     return h
 
 
-class _Powers:
-    """Growing caches of P^j and Q^j (mod 2⁶⁴) so batches reuse them."""
-
-    def __init__(self) -> None:
-        self.p = np.ones(1, dtype=np.uint64)
-        self.q = np.ones(1, dtype=np.uint64)
-
-    def ensure(self, n: int) -> None:
-        if len(self.p) >= n:
-            return
-        size = max(n, 2 * len(self.p))
-        with np.errstate(over="ignore"):
-            p = np.full(size, POLY_BASE, dtype=np.uint64)
-            p[0] = 1
-            q = np.full(size, _POLY_INV, dtype=np.uint64)
-            q[0] = 1
-            self.p = np.cumprod(p, dtype=np.uint64)
-            self.q = np.cumprod(q, dtype=np.uint64)
-
-
-_POWERS = _Powers()
-
-
 def span_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Polynomial hashes of the byte spans ``data[starts[i]:ends[i]]`` (non-empty spans), vectorized.
 
@@ -204,15 +183,13 @@ def span_hashes(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nd
     True
     """
     n = len(data)
-    _POWERS.ensure(n + 1)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    prefix[0] = 0
-    weighted = data.astype(np.uint64)
-    weighted *= _POWERS.q[:n]
-    np.cumsum(weighted, out=prefix[1:])
-    out = prefix[ends] - prefix[starts]
-    out *= _POWERS.p[ends - 1]
-    return out
+    p, q = np.full(n + 1, POLY_BASE, dtype=np.uint64), np.full(n + 1, _POLY_INV, dtype=np.uint64)
+    p[0] = q[0] = 1
+    with np.errstate(over="ignore"):  # P^j and P^-j mod 2^64
+        p, q = np.cumprod(p, dtype=np.uint64), np.cumprod(q, dtype=np.uint64)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(data.astype(np.uint64) * q[:n], out=prefix[1:])
+    return (prefix[ends] - prefix[starts]) * p[ends - 1]
 
 
 def string_buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +203,16 @@ def string_buffers(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.uint8), np.zeros(n + 1, dtype=np.int64)
     data = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
     return data, offsets - offsets[0]
+
+
+def hash_groups(hashes: np.ndarray, *keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, firsts): the rows sorted by their ``(n, 2)`` uint64 hash, then by ``keys`` (``np.lexsort``'s
+    order: the last key most significant), and for each row of ``order`` the first row of its hash there."""
+    order = np.lexsort((*keys, hashes[:, 1], hashes[:, 0]))
+    hs = hashes[order]
+    starts = np.ones(len(order), dtype=bool)
+    starts[1:] = (hs[1:] != hs[:-1]).any(axis=1)
+    return order, order[np.flatnonzero(starts)][np.cumsum(starts) - 1]
 
 
 def xxh3_128_array(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -281,21 +268,13 @@ def shingle_hashes(
         raise ConfigError(f"ngram size must be >= 1, got {n}")
     if kind not in ("word", "char"):
         raise ConfigError(f"shingle kind must be 'word' or 'char', got {kind!r}")
-    if kind == "word":
-        values = normalize_text(texts, normalize, collapse=False)  # the tokenizer splits on whitespace bytes
-    else:
-        values = normalize_text(texts, normalize)
+    values = normalize_text(texts, normalize, collapse=kind == "char")  # words: split on whitespace bytes
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
     values = values.cast(pa.large_string())
+    if values.null_count:  # a null yields no shingle, whatever bytes its slot spans
+        values = values.fill_null("")
     data, offsets = string_buffers(values)
-    if values.null_count:  # a null's slot is empty in the offsets; make sure it yields no shingle
-        valid = np.asarray(values.is_valid())
-        offsets = offsets.copy()
-        ends = offsets[1:].copy()
-        ends[~valid] = offsets[:-1][~valid]
-        if not np.array_equal(ends, offsets[1:]):
-            raise ConfigError("null string slots with data are not supported")
     hash_parts: list[np.ndarray] = []
     offset_parts: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
     base = 0

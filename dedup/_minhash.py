@@ -66,6 +66,7 @@ import numpy as np
 import pyarrow as pa
 import zephyr.dedup._compiled as compiled
 from zephyr.dedup._hashing import Shingles, fmix64, shingle_hashes
+from zephyr.dedup._rows import ROW
 from zephyr.dedup.config import SCHEMES, SIGNATURE_DEVICES, FuzzyDedupConfig
 
 from zephyr.errors import ConfigError
@@ -74,7 +75,6 @@ if TYPE_CHECKING:
     import torch
 
 
-"""Where MinHash signatures are computed; every choice gives the same integers (tested)."""
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MERSENNE61 = np.uint64((1 << 61) - 1)
 _S61 = np.uint64(61)
@@ -89,14 +89,6 @@ class Permutations:
     a: np.ndarray
     b: np.ndarray
     scheme: str = "affine64"
-
-    def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ConfigError(f"minhash scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
-        if self.a.shape != self.b.shape or self.a.ndim != 1:
-            raise ConfigError(
-                f"permutation a and b must be 1-D of one length, got {self.a.shape} and {self.b.shape}"
-            )
 
     def __len__(self) -> int:
         return len(self.a)
@@ -139,11 +131,9 @@ def signatures_numpy(shingles: Shingles, perms: Permutations) -> np.ndarray:
     per-permutation form is ~2x faster than a broadcast ``(shingles × permutations)`` block (numpy's
     broadcast inner loop is not vectorized as well, and the 2-D block falls out of cache).
     """
-    num_docs = len(shingles)
-    k = len(perms)
+    num_docs, k = len(shingles), len(perms)
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)
-    counts = shingles.counts
-    docs = np.flatnonzero(counts > 0)
+    docs = np.flatnonzero(shingles.counts > 0)
     if len(docs) == 0:
         return out
     values = fmix64(shingles.hashes) if perms.scheme == "affine64" else shingles.hashes
@@ -151,8 +141,7 @@ def signatures_numpy(shingles: Shingles, perms: Permutations) -> np.ndarray:
     offsets = shingles.offsets
     doc_ends = offsets[docs + 1]
     buf = np.empty(_CHUNK_SHINGLES, dtype=np.uint64)
-    a_list = list(perms.a)
-    b_list = list(perms.b)
+    a_list, b_list = list(perms.a), list(perms.b)
     i = 0
     while i < len(docs):
         lo = offsets[docs[i]]
@@ -186,6 +175,18 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
         h ^= banded[:, :, r]
         h = fmix64(h)
     return h
+
+
+def band_rows(rows: pa.Array | np.ndarray, bands: np.ndarray) -> pa.Table:
+    """(ROW, band, band hash) of each of ``rows`` and each of its ``(n, bands)`` band hashes."""
+    rows, width = np.asarray(rows, dtype=np.int64), bands.shape[1]
+    return pa.table(
+        {
+            ROW: pa.array(np.repeat(rows, width)),
+            "band": pa.array(np.tile(np.arange(width, dtype=np.int32), len(rows))),
+            "bhash": pa.array(np.ascontiguousarray(bands).reshape(-1).view(np.int64)),
+        }
+    )
 
 
 BUCKET_LINKS = 8
@@ -247,8 +248,7 @@ def signatures_torch(
     """``(num_docs, num_perm)`` uint64 signatures computed on ``device``; same integers as numpy."""
     import torch
 
-    num_docs = len(shingles)
-    k = len(perms)
+    num_docs, k = len(shingles), len(perms)
     out = np.full((num_docs, k), EMPTY, dtype=np.uint64)
     if len(shingles.hashes) == 0:
         return out
@@ -260,8 +260,7 @@ def signatures_torch(
     b_np = _as_i64(perms.b) ^ np.int64(_SIGN) if affine else _as_i64(perms.b)
     b = torch.from_numpy(np.ascontiguousarray(b_np)).to(device).view(1, 1, k)
     block_elements = _BLOCK_ELEMENTS if torch.device(device).type != "cpu" else _CPU_BLOCK_ELEMENTS
-    counts = shingles.counts
-    starts = shingles.offsets[:-1]
+    counts, starts = shingles.counts, shingles.offsets[:-1]
     # Documents padded to the next quarter octave of their length (≤ 25% more work); every length is one
     # dense (docs × length × permutations) block — no scatter over a document index.
     width = np.zeros(num_docs, dtype=np.int64)

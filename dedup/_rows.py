@@ -14,9 +14,10 @@ Rows outside dedup (null text) get null cluster columns and ``dup_keep = true``.
 The dup columns of the Dataset dedup functions: from cluster assignments to ``dup_cluster`` /
 ``dup_cluster_size`` / ``dup_keep``, shared by the exact and fuzzy paths.
 
-Both paths end the same way: each row gets (CLUSTER, SIZE, KEEP, KEEPER) helper columns, by row number from
+Both paths end the same way: each row gets (CLUSTER, SIZE, KEEPER) helper columns, by row number from
 a small driver-side table (``Attach`` with ``cluster_node_info``) or by a join with per-group keepers formed
-on the engine (``group_keepers`` then ``mark_keep``); ``Finish`` turns them into the user's columns, counts,
+on the engine (``group_keepers``); ``Finish`` turns them into the user's columns (a row is kept when it is its
+cluster's KEEPER), counts,
 and annotates or removes. The keep rule (largest priority, then smallest id, then input order) is in
 ``group_keepers`` for the engine and in ``clusters.keep_ranks`` for the driver.
 
@@ -30,19 +31,19 @@ decide from their sizes whether the rest runs in the driver; these helpers are w
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.config import check_mode
+from zephyr.dedup.config import DedupColumns
 
 from zephyr import counters
 from zephyr.budget import Budget
+from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, SchemaError
 from zephyr.io.schema import without_view_types
 
@@ -55,11 +56,11 @@ ROW = "__dedup_row"
 """The engine's row number (``Dataset.with_row_index``): row identity on every dedup path."""
 H0, H1 = "__dedup_h0", "__dedup_h1"
 """The two 64-bit halves of a document's exact hash."""
-CLUSTER, SIZE, KEEP, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keep", "__dedup_keeper"
-"""A row's cluster (its kept row's id), the cluster's size, whether the row is kept, its kept row's number."""
+CLUSTER, SIZE, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keeper"
+"""A row's cluster (its kept row's id), the cluster's size, its kept row's number (its own: it is kept)."""
 URL_KEY = "__dedup_url_key"
 """URL dedup's key: the normalized URL, the text exact dedup hashes (``exact.url_dedup_dataset``)."""
-HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEP, KEEPER)
+HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEPER)
 DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
 """The columns every dedup method adds in ``annotate`` mode."""
 
@@ -90,11 +91,8 @@ def as_table(data: pa.Table | pa.RecordBatch | Any) -> pa.Table:
 
 
 def require_column(table: pa.Table, name: str, what: str) -> pa.ChunkedArray:
-    if name not in table.column_names:
-        raise SchemaError(
-            f"{what} column {name!r} not found; the table has {', '.join(table.column_names)} "
-            f"(pass the right name, e.g. text_column=... / --{what}-column)"
-        )
+    """The column ``name``; a table without it, even an empty one, is a schema error naming it."""
+    has_column(table, name, what, empty_ok=False)
     return table[name]
 
 
@@ -127,12 +125,25 @@ def _rank(column: pa.ChunkedArray, order: str) -> np.ndarray:
     return np.asarray(pc.rank(column, sort_keys=order, tiebreaker="min"), dtype=np.int64)
 
 
-def has_column(table: pa.Table, name: str | None, what: str) -> bool:
+def sums_per_source(
+    table: pa.Table, column: str | None, null: str, *weights: np.ndarray
+) -> dict[str, list[int]]:
+    """Per value of the ``column`` (nulls named ``null``) there is, the sums of each per-row ``weights``."""
+    if column is None or column not in table.column_names or not table.num_rows:
+        return {}
+    enc = pc.dictionary_encode(table[column].combine_chunks().cast(pa.large_string()).fill_null(null))
+    codes = np.asarray(enc.indices, dtype=np.int64)
+    sums = [np.bincount(codes, weights=w, minlength=len(enc.dictionary)) for w in weights]
+    return {str(name): [int(s[i]) for s in sums] for i, name in enumerate(enc.dictionary.to_pylist())}
+
+
+def has_column(table: pa.Table, name: str | None, what: str, *, empty_ok: bool = True) -> bool:
     """True when ``name`` is a column; an empty table without columns (an empty input file) is passed on
-    untouched (False); any other table without it is a schema error naming the column."""
+    untouched (False, unless not ``empty_ok``); any other table without it is a schema error naming the
+    column."""
     if name is None or name in table.column_names:
         return True
-    if table.num_rows == 0:
+    if table.num_rows == 0 and empty_ok:
         return False
     raise SchemaError(
         f"{what} column {name!r} not found; the input has {', '.join(table.column_names)} "
@@ -140,54 +151,45 @@ def has_column(table: pa.Table, name: str | None, what: str) -> bool:
     )
 
 
-def key_columns(table: pa.Table, id_column: str | None, priority_column: str | None) -> dict[str, Any]:
-    cols: dict[str, Any] = {}
-    if id_column is not None:
-        cols[id_column] = table[id_column]
-    if priority_column is not None:
-        has_column(table, priority_column, "priority")
-        cols[priority_column] = table[priority_column]
-    return cols
+def key_columns(table: pa.Table, columns: DedupColumns) -> dict[str, Any]:
+    """The id and priority columns there are: what keep order needs of a row besides its number."""
+    if columns.priority_column is not None:
+        has_column(table, columns.priority_column, "priority")
+    return {c: table[c] for c in (columns.id_column, columns.priority_column) if c is not None}
 
 
 class Finish:
-    """Turns the helper columns (CLUSTER, SIZE, KEEP: null for rows in no cluster) into dup_cluster /
+    """Turns the helper columns (CLUSTER, SIZE, KEEPER: null for rows in no cluster) into dup_cluster /
     dup_cluster_size / dup_keep, counts, then annotates or removes. With ``row_numbers`` (annotate mode) the
     row's number (ROW) and its kept row's (KEEPER; its own outside a cluster) stay: what an index records."""
 
-    def __init__(self, text_column: str, id_column: str | None, mode: str, row_numbers: bool = False):
-        self.text_column, self.id_column, self.mode = text_column, id_column, mode
-        self.row_numbers = row_numbers
+    def __init__(self, columns: DedupColumns, mode: str, row_numbers: bool = False):
+        self.columns, self.mode, self.row_numbers = columns, mode, row_numbers
 
     def __call__(self, table: pa.Table) -> Any:
-
-        if not has_column(table, self.text_column, "text"):
+        text_column, id_column = self.columns.text_column, self.columns.id_column
+        if not has_column(table, text_column, "text"):
             return table
-        valid = pc.is_valid(table[self.text_column])
-        own = table[self.id_column] if self.id_column is not None else table[ROW]
-        # a row in no cluster has no SIZE; its CLUSTER may be null in a cluster too (a kept row without an id)
-        lone = pc.and_(pc.is_null(table[SIZE]), valid)
+        valid = pc.is_valid(table[text_column])
+        own = table[id_column] if id_column is not None else table[ROW]
+        # a row in no cluster of 2 or more (no SIZE, or a group of one from the engine) is its own cluster; its
+        # CLUSTER may be null in a cluster too (a kept row without an id)
+        lone = pc.and_(pc.invert(pc.greater(pc.fill_null(table[SIZE], 0), 1)), valid)
         cluster = pc.if_else(lone, own.cast(table.schema.field(CLUSTER).type), table[CLUSTER])
         size = pc.if_else(lone, pa.scalar(1, pa.int64()), table[SIZE].cast(pa.int64()))
-        keep = pc.fill_null(table[KEEP], True)
+        keep = pc.fill_null(pc.equal(table[ROW], table[KEEPER]), True)
         keep_np = np.asarray(keep, dtype=bool)
         members = np.asarray(valid, dtype=bool)
         counters.increment("dedup/null_text", int((~members).sum()))
         kept_sizes, per = np.unique(np.asarray(size.fill_null(0))[keep_np & members], return_counts=True)
         for s, c in zip(kept_sizes.tolist(), per.tolist()):
             counters.increment(f"dedup/cluster_size={s}", c)
-        duplicates = int((~keep_np).sum())
-        counters.increment("dedup/duplicates", duplicates)
-        numbers = {}
+        counters.increment("dedup/duplicates", int((~keep_np).sum()))
+        added = {"dup_cluster": cluster, "dup_cluster_size": size, "dup_keep": keep}
         if self.row_numbers:
-            numbers = {ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])}
+            added.update({ROW: table[ROW], KEEPER: pc.coalesce(table[KEEPER], table[ROW])})
         table = table.drop_columns([c for c in (*HELPERS, *DUP_COLUMNS) if c in table.column_names])
-        table = (
-            table.append_column("dup_cluster", cluster)
-            .append_column("dup_cluster_size", size)
-            .append_column("dup_keep", keep)
-        )
-        for name, column in numbers.items():
+        for name, column in added.items():
             table = table.append_column(name, column)
         return StripRowNumbers("remove")(table) if self.mode == "remove" else table
 
@@ -198,7 +200,7 @@ class StripRowNumbers:
     (counted as dropped, with ``reason``)."""
 
     def __init__(self, mode: str, reason: str = "duplicate"):
-        check_mode(mode)
+        check_removal_mode(mode)
         self.mode, self.reason = mode, reason
 
     def __call__(self, table: pa.Table) -> Any:
@@ -207,14 +209,13 @@ class StripRowNumbers:
         table = table.drop_columns([c for c in (ROW, KEEPER, URL_KEY) if c in table.column_names])
         if self.mode == "annotate" or "dup_keep" not in table.column_names:
             return table
-        keep = table["dup_keep"]
-        kept = table.filter(keep).drop_columns(list(DUP_COLUMNS))
+        kept = table.filter(table["dup_keep"]).drop_columns(list(DUP_COLUMNS))
         removed = table.num_rows - kept.num_rows
         return BatchOutput(kept=kept, dropped={self.reason: removed}) if removed else kept
 
 
 class Attach:
-    """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEP, KEEPER) table held in memory: a
+    """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEPER) table held in memory: a
     broadcast join, so the input keeps its shards and order and the text is never shuffled."""
 
     def __init__(self, node_info: pa.Table | None, id_column: str | None):
@@ -225,33 +226,32 @@ class Attach:
             return table
         if self.node_info is None or self.node_info.num_rows == 0:
             own = table.schema.field(self.id_column).type if self.id_column is not None else pa.int64()
-            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEP, pa.bool_()), (KEEPER, pa.int64())):
+            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEPER, pa.int64())):
                 table = table.append_column(name, pa.nulls(table.num_rows, kind))
             return table
         idx = pc.index_in(table[ROW], value_set=self.node_info[ROW].combine_chunks())
-        for name in (CLUSTER, SIZE, KEEP, KEEPER):
+        for name in (CLUSTER, SIZE, KEEPER):
             table = table.append_column(name, self.node_info[name].take(idx))
         return table
 
 
-def attached(rows: Dataset, node_info: pa.Table | None, id_column: str | None, finish: Finish, method: str):
+def attached(rows: Dataset, node_info: pa.Table | None, finish: Finish, method: str):
     """A method's output when its clusters formed in the driver: the cluster columns of ``node_info`` looked
     up by row number (``Attach``), then ``finish``."""
-    attach = Attach(node_info, id_column)
+    attach = Attach(node_info, finish.columns.id_column)
     return rows.map_batches(attach, name=f"dedup.{method}.attach").map_batches(
         finish, name=f"dedup.{method}.finish"
     )
 
 
 def joined(rows: Dataset, keepers: Dataset, on: str | list[str], finish: Finish, method: str) -> Dataset:
-    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``, each row's
-    keep marked (``mark_keep``), then ``finish``."""
-    out = rows.join(keepers, on=on, how="left").map_batches(mark_keep, name=f"dedup.{method}.keep")
-    return out.map_batches(finish, name=f"dedup.{method}.finish")
+    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``,
+    then ``finish`` (groups of one are no clusters)."""
+    return rows.join(keepers, on=on, how="left").map_batches(finish, name=f"dedup.{method}.finish")
 
 
 def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
-    """(ROW, CLUSTER, SIZE, KEEP, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
+    """(ROW, CLUSTER, SIZE, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
     in ``rows`` of row i's kept row (rows in keep order or not)."""
     sizes = np.bincount(labels, minlength=len(labels))[labels]
     grouped = np.flatnonzero(sizes > 1)
@@ -261,32 +261,30 @@ def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None)
             ROW: rows[ROW].take(pa.array(grouped)),
             CLUSTER: own.take(pa.array(labels[grouped])),
             SIZE: pa.array(sizes[grouped], pa.int64()),
-            KEEP: pa.array(labels[grouped] == grouped),
             KEEPER: rows[ROW].take(pa.array(labels[grouped])),
         }
     ).combine_chunks()
 
 
-def numbered(table: pa.Table, text_column: str) -> pa.Table:
-    """A table function's input with its text column checked and each row's position as its number (ROW):
-    what ``Dataset.with_row_index`` gives the Dataset functions."""
-    require_column(table, text_column, "text")
-    return table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+INPROCESS = {"executor": "inprocess"}
+"""The execution of a table function: its Dataset function, eagerly, in this process."""
 
 
-def table_result(
-    table: pa.Table,
-    node_info: pa.Table | None,
-    text_column: str,
-    id_column: str | None,
-    mode: str,
-    info: dict[str, Any],
+def on_table(
+    data: Any, columns: DedupColumns, mode: str, run: Callable[[Dataset, dict[str, Any]], Dataset]
 ) -> DedupResult:
-    """A table function's output: the cluster columns attached by row number and finished as the Dataset
-    functions finish them (``Attach``, ``Finish``), the stats from the annotated rows plus ``info``."""
-    annotated = Finish(text_column, id_column, "annotate")(Attach(node_info, id_column)(table))
+    """A table function: ``run(ds, stats)`` (a Dataset function in ``annotate`` mode, executed ``INPROCESS``)
+    on ``data`` as a one-table Dataset, so both ways in share one path. The stats: the row balance and the
+    cluster-size histogram of the annotated rows, plus what ``run`` put in ``stats``."""
+    import zephyr
+
+    check_removal_mode(mode)
+    table = as_table(data)
+    require_column(table, columns.text_column, "text")
+    info: dict[str, Any] = {}
+    annotated = run(zephyr.from_arrow(table), info).to_arrow(**INPROCESS)
     keep = np.asarray(annotated["dup_keep"], dtype=bool)
-    members = np.asarray(pc.is_valid(annotated[text_column]), dtype=bool)
+    members = np.asarray(pc.is_valid(annotated[columns.text_column]), dtype=bool)
     sizes, clusters = np.unique(
         np.asarray(annotated["dup_cluster_size"].fill_null(0))[keep & members], return_counts=True
     )
@@ -314,14 +312,12 @@ def _null_safe_equal(a: Any, b: Any) -> Any:
     return pc.or_(pc.fill_null(pc.equal(a, b), False), both_null)
 
 
-def group_keepers(
-    members: Dataset, keys: list[str], id_column: str | None, priority_column: str | None
-) -> Dataset:
+def group_keepers(members: Dataset, keys: list[str], columns: DedupColumns) -> Dataset:
     """(keys..., KEEPER = row number of the kept row, CLUSTER = its id, SIZE) per group, by aggregations only:
     narrow each group to its largest priority, then its smallest id, then its smallest row number."""
     sizes = members.group_by(*keys).agg(**{SIZE: (ROW, "count")})
     best = members
-    for column, how in ((priority_column, "max"), (id_column, "min"), (ROW, "min")):
+    for column, how in ((columns.priority_column, "max"), (columns.id_column, "min"), (ROW, "min")):
         if column is None:
             continue
         top = best.group_by(*keys).agg(**{"__dedup_best": (column, how)})
@@ -331,56 +327,26 @@ def group_keepers(
             ),
             name=f"dedup.keep_{how}_{column}",
         )
-    own = id_column if id_column is not None else ROW
+    own = columns.id_column if columns.id_column is not None else ROW
     keepers = best.map_batches(
         lambda t: pa.table({**{k: t[k] for k in keys}, KEEPER: t[ROW], CLUSTER: t[own]}), name="dedup.keepers"
     )
     return keepers.join(sizes, on=keys)
 
 
-def mark_keep(table: pa.Table) -> pa.Table:
-    """KEEP = this row is its group's kept row (null outside any group of 2 or more rows)."""
-    grouped = pc.greater(pc.fill_null(table[SIZE], 0), 1)
-    keep = pc.if_else(grouped, pc.equal(table[ROW], table[KEEPER]), pa.nulls(table.num_rows, pa.bool_()))
-    cluster = pc.if_else(grouped, table[CLUSTER], pa.nulls(table.num_rows, table.schema.field(CLUSTER).type))
-    size = pc.if_else(grouped, table[SIZE], pa.nulls(table.num_rows, pa.int64()))
-    keeper = pc.if_else(grouped, table[KEEPER], pa.nulls(table.num_rows, pa.int64()))
-    table = table.drop_columns([c for c in (KEEPER, CLUSTER, SIZE, H0, H1) if c in table.column_names])
-    return (
-        table.append_column(CLUSTER, cluster)
-        .append_column(SIZE, size)
-        .append_column(KEEP, keep)
-        .append_column(KEEPER, keeper)
-    )
-
-
 def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
     """``execution`` as the keyword arguments every eager ``Dataset`` call takes (empty: run lazily)."""
-    if execution is None:
-        return {}
-    if isinstance(execution, dict):
-        return dict(execution)
-    return {f.name: getattr(execution, f.name) for f in dataclasses.fields(execution)}
-
-
-def memory_budget_bytes(kw: dict[str, Any]) -> int:
-    from zephyr.options import ExecutionOptions
-
-    return ExecutionOptions.from_kwargs(**kw).memory_budget_bytes
+    if execution is None or isinstance(execution, dict):
+        return dict(execution or {})
+    return execution.as_kwargs()
 
 
 def budget_of(kw: dict[str, Any]) -> Budget:
     """The engine's ``Budget`` for these execution options: every size the eager phase decides by is one of
     its shares (``zephyr.budget``), never a fraction computed here."""
-    return Budget(memory_budget_bytes(kw))
+    from zephyr.options import ExecutionOptions
 
-
-def driver_row_limit(kw: dict[str, Any], given: int | None) -> int:
-    """Row (pair) count up to which the work runs in the driver: ``given``, or 64 bytes a row within a
-    quarter of the memory budget."""
-    if given is not None:
-        return given
-    return budget_of(kw).driver_pair_rows
+    return Budget(ExecutionOptions.from_kwargs(**kw).memory_budget_bytes)
 
 
 @contextlib.contextmanager

@@ -43,9 +43,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from zephyr.dedup._rows import DedupResult, as_table
+from zephyr.dedup._hashing import hash_groups
+from zephyr.dedup._rows import DedupResult, as_table, has_column
 from zephyr.dedup.config import ExactDedupConfig, ParagraphDedupConfig
 
+from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 MAGIC = b"ZBLOOM1\n"
 _HASH = "xxh3_128 double hashing"
+_HEADER = ("num_bits", "num_hashes", "expected", "fp_rate", "inserted", "normalize", "separator")
 
 
 @dataclass
@@ -91,7 +94,14 @@ class BloomFilter:
                 config.expected, config.fp_rate, normalize=config.normalize, separator=separator
             )
         bloom = cls.load(config.load_filter)
-        bloom.check_compatible(config.normalize, separator, config.load_filter)
+        if (bloom.normalize, bloom.separator) != (
+            config.normalize,
+            separator,
+        ):  # its hashes would never match
+            raise ConfigError(
+                f"the Bloom filter {config.load_filter} was built with normalize={bloom.normalize!r}, separator="
+                f"{bloom.separator!r}; this run uses normalize={config.normalize!r}, separator={separator!r}"
+            )
         return bloom
 
     @staticmethod
@@ -103,10 +113,6 @@ class BloomFilter:
             raise ConfigError(f"fp_rate must be within (0, 1), got {fp_rate}")
         num_bits = max(64, math.ceil(-expected * math.log(fp_rate) / math.log(2) ** 2))
         return num_bits, max(1, round(num_bits / expected * math.log(2)))
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.bits.nbytes)
 
     def false_positive_rate(self) -> float:
         """The expected false-positive rate now: ``(1 - e^(-k·n/m))^k`` for n inserted items."""
@@ -130,24 +136,12 @@ class BloomFilter:
         )
         self.inserted += len(hashes)
 
-    def header(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "num_bits": self.num_bits,
-            "num_hashes": self.num_hashes,
-            "inserted": self.inserted,
-            "expected": self.expected,
-            "fp_rate": self.fp_rate,
-            "hash": _HASH,
-            "normalize": self.normalize,
-            "separator": self.separator,
-        }
-
     def save(self, path: str) -> None:
         """Write the filter atomically (a temporary file renamed over ``path``)."""
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         with open(tmp, "wb") as f:
-            f.write(MAGIC + json.dumps(self.header(), sort_keys=True).encode() + b"\n")
+            header = {"version": 1, "hash": _HASH, **{k: getattr(self, k) for k in _HEADER}}
+            f.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n")
             f.write(self.bits.tobytes())
         os.replace(tmp, path)
 
@@ -165,7 +159,7 @@ class BloomFilter:
             raise InputError("not a zephyr Bloom filter file (no ZBLOOM1 header)", path=path)
         try:
             head = json.loads(line)
-            num_bits, num_hashes = int(head["num_bits"]), int(head["num_hashes"])
+            num_bits = int(head["num_bits"])
         except (ValueError, KeyError) as exc:
             raise InputError(f"corrupt Bloom filter header: {exc}", path=path) from exc
         if head.get("hash") != _HASH or len(data) != (num_bits + 7) // 8:
@@ -173,49 +167,7 @@ class BloomFilter:
                 f"corrupt Bloom filter: {len(data)} bytes of bits for {num_bits} bits (or another hash scheme)",
                 path=path,
             )
-        bits = np.frombuffer(data, dtype=np.uint8).copy()
-        return cls(
-            num_bits,
-            num_hashes,
-            bits,
-            int(head["expected"]),
-            float(head["fp_rate"]),
-            int(head["inserted"]),
-            head["normalize"],
-            head["separator"],
-        )
-
-    def check_compatible(self, normalize: str, separator: str, path: str) -> None:
-        """Refuse a loaded filter whose paragraphs were cut or normalized differently (its hashes would not
-        match this run's: nothing would be found, silently)."""
-        if (self.normalize, self.separator) != (normalize, separator):
-            raise ConfigError(
-                f"the Bloom filter {path} was built with normalize={self.normalize!r}, separator="
-                f"{self.separator!r}; this run uses normalize={normalize!r}, separator={separator!r}"
-            )
-
-
-def _removed(
-    hashes: np.ndarray, doc: np.ndarray, seen: np.ndarray, keep_first_in_doc: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """(paragraphs to remove in one batch: seen before it, or repeats within it; the new paragraphs to insert:
-    the first of each hash the filter did not hold)."""
-    n = len(hashes)
-    if n == 0:
-        return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
-    order = np.lexsort((np.arange(n), hashes[:, 1], hashes[:, 0]))  # stable: input order within a hash
-    hs = hashes[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = (hs[1:] != hs[:-1]).any(axis=1)
-    group_first = order[np.flatnonzero(starts)][np.cumsum(starts) - 1]  # first paragraph of each one's group
-    repeat = np.empty(n, dtype=bool)
-    first = np.empty(n, dtype=bool)
-    first[order] = order == group_first
-    if keep_first_in_doc:
-        repeat[order] = doc[order] != doc[group_first]
-    else:
-        repeat = ~first
-    return seen | repeat, first & ~seen
+        return cls(bits=np.frombuffer(data, dtype=np.uint8).copy(), **{k: head[k] for k in _HEADER})
 
 
 def bloom_paragraph_dedup(
@@ -233,32 +185,26 @@ def bloom_paragraph_dedup(
     from zephyr.dedup.exact import split_paragraphs, without_paragraphs
 
     ExactDedupConfig(level="paragraph", normalize=bloom.normalize, paragraph_separator=bloom.separator)
-    if mode not in ("annotate", "remove"):
-        raise ConfigError(f"mode must be 'annotate' or 'remove', got {mode!r}")
+    check_removal_mode(mode)
     table = as_table(data)
     paragraphs = split_paragraphs(table, text_column, bloom.separator, bloom.normalize)
     _, values, doc, _, _, blank, hashes = paragraphs
-    live = ~blank
-    removed = np.zeros(len(values), dtype=bool)
-    live_idx = np.flatnonzero(live)
-    removed[live_idx], new = _removed(
-        hashes[live_idx], doc[live_idx], bloom.contains(hashes[live_idx]), keep_first_in_doc
-    )
-    bloom.add(hashes[live_idx][new])  # once, after the check: see the module docstring on double inserts
-    out, removed_per_doc, _, para_bytes = without_paragraphs(
-        table, text_column, paragraphs, removed, bloom.separator, mode
-    )
-    n = table.num_rows
-    stats = {
-        "rows_in": n,
-        "rows_out": out.num_rows,
-        "paragraphs": int(live.sum()),
-        "paragraphs_removed": int(removed.sum()),
-        "paragraphs_inserted": int(new.sum()),
-        "bytes_removed": int(para_bytes[removed].sum()),
-        "docs_changed": int((removed_per_doc > 0).sum()),
-    }
-    return DedupResult(out, stats)
+    live = np.flatnonzero(~blank)
+    hashes, doc, seen = hashes[live], doc[live], bloom.contains(hashes[live])
+    # removed: seen before the batch, or a repeat within it (not the first of its hash in input order; with
+    # keep_first_in_doc, not in that first one's document); inserted: the first of each hash not seen
+    order, group_first = hash_groups(hashes, np.arange(len(hashes)))
+    first = np.empty(len(hashes), dtype=bool)
+    first[order] = order == group_first
+    repeat = ~first
+    if keep_first_in_doc:
+        repeat[order] = doc[order] != doc[group_first]
+    removed, new = np.zeros(len(values), dtype=bool), first & ~seen
+    removed[live] = seen | repeat
+    bloom.add(hashes[new])  # once, after the check: see the module docstring on double inserts
+    result, _, _ = without_paragraphs(table, text_column, paragraphs, removed, bloom.separator, mode)
+    result.stats.update(paragraphs=len(live), paragraphs_inserted=int(new.sum()))
+    return result
 
 
 def bloom_paragraph_dedup_dataset(
@@ -311,7 +257,7 @@ class BloomParagraphDedup:
     def __call__(self, table: pa.Table) -> pa.Table:
         from zephyr import counters
 
-        if self.text_column not in table.column_names and table.num_rows == 0:
+        if not has_column(table, self.text_column, "text"):
             return table
         if self._bloom is None:
             self._bloom = BloomFilter.of(self.config)
@@ -322,9 +268,8 @@ class BloomParagraphDedup:
             mode=self.mode,
             keep_first_in_doc=self.config.keep_first_in_doc,
         )
-        counters.increment("dedup/paragraphs", result.stats["paragraphs"])
-        counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
-        counters.increment("dedup/paragraphs_inserted", result.stats["paragraphs_inserted"])
+        for key in ("paragraphs", "paragraphs_removed", "paragraphs_inserted"):
+            counters.increment(f"dedup/{key}", result.stats[key])
         counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
         counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         if self.save_path is not None:

@@ -12,6 +12,7 @@ Its plans are the method's ``*_plans``, so ``zephyr explain dedup KIND`` prints 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -95,8 +96,7 @@ def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, re
     there with their ``reason``. Returns (the kept rows' write, the routing or None)."""
     from zephyr.removal import Unless
 
-    reasons = Unless("dup_keep", reason)
-    return removal.write(out, output.output, kwargs, reasons, DUP_COLUMNS["document"])
+    return removal.write(out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS["document"])
 
 
 def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
@@ -144,15 +144,28 @@ def _paragraphs_changed(result: Any) -> dict[str, int]:
     return {"rows_changed": rows, "paragraphs_removed": paragraphs, "bytes_removed": removed}
 
 
-def _keys(columns: DedupColumns, removal: DedupRemoval, text: bool = True) -> dict[str, Any]:
-    """The keyword arguments of the columns and mode, as every document dedup function takes them (URL
-    dedup's without ``text_column``)."""
-    keys = {
-        "id_column": columns.id_column,
-        "mode": removal.internal_mode,
-        "priority_column": columns.priority_column,
-    }
-    return {"text_column": columns.text_column, **keys} if text else keys
+def _documents(
+    inputs, removal, execution, output, extra, run, plans, preload=False, reason="duplicate", after=None
+):
+    """A document dedup. Without ``output``, its ``plans(rows, budget=, mode=, finish=)``; else ``run(rows,
+    mode=, execution=, stats=extra)`` (its Dataset function, which puts its figures in ``extra``) in one
+    worker pool, written (removed rows to ``--dropped-output`` with ``reason``), then ``after(execution
+    kwargs)`` in the same pool."""
+    from zephyr import job_stats
+
+    mode = removal.internal_mode
+    if output is None:
+        return plans(
+            removal.rows(inputs, "document"), budget=_budget(execution), mode=mode, finish=removal.finished
+        )
+    with job_stats.recording() as jobs, _workers(execution, preload) as kwargs:
+        rows = removal.rows(inputs, "document", output.output)  # while the workers start
+        result, routed = _write(
+            run(rows, mode=mode, execution=kwargs, stats=extra), output, removal, kwargs, reason
+        )
+        if after is not None:
+            after(kwargs)
+    return _summary(result, output, removal, jobs, extra, routed)
 
 
 def _budget(execution: ExecutionOptions):
@@ -161,63 +174,20 @@ def _budget(execution: ExecutionOptions):
     return Budget(execution.memory_budget_bytes)
 
 
-# -- exact ---------------------------------------------------------------------------------------------------
-def exact(
-    inputs: Inputs,
-    output: Output,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: ExactDedupConfig,
-    execution: ExecutionOptions,
-) -> Summary:
-    """Exact dedup of documents or paragraphs. Equal normalized texts (128-bit xxh3) form a cluster; its kept
-    row has the largest priority, then the smallest id, then comes first in input order."""
-    from zephyr.dedup.exact import exact_dedup_dataset
-
-    from zephyr import job_stats
-
-    extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
-    if config.level == "paragraph":
-        return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
-    with job_stats.recording() as jobs, _workers(execution, config.normalize != "none") as kwargs:
-        rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        keys = _keys(columns, removal)
-        out = exact_dedup_dataset(rows, **keys, normalize=config.normalize, execution=kwargs, stats=extra)
-        result, routed = _write(out, output, removal, kwargs)
-    return _summary(result, output, removal, jobs, extra, routed)
-
-
-def exact_plans(
-    inputs: Inputs,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: ExactDedupConfig,
-    execution: ExecutionOptions,
-) -> list[PlannedJob]:
-    """The jobs of ``zephyr dedup exact``: the hashes, then the driver's path or the shuffle path."""
-    from zephyr.dedup import exact as method
-
-    if config.level == "paragraph":
-        return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
-    rows, keys = removal.rows(inputs, "document"), _keys(columns, removal)
-    return method.exact_plans(
-        rows, budget=_budget(execution), finish=removal.finished, normalize=config.normalize, **keys
-    )
-
-
-# -- paragraph -----------------------------------------------------------------------------------------------
-def _paragraphs(inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, normalize: str, output=None):
-    """The exact paragraph dedup of the inputs, as written (``paragraph_dedup_dataset``)."""
+def _paragraphs(inputs, removal, columns, config: ParagraphDedupConfig, partial=None, output=None) -> Dataset:
+    """The paragraph dedup of the inputs as written: exact (``paragraph_dedup_dataset``) or with a Bloom filter
+    (``bloom_paragraph_dedup_dataset``; ``partial``: where the task saves its filter)."""
+    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset
     from zephyr.dedup.exact import paragraph_dedup_dataset
 
-    rows = removal.rows(inputs, "paragraph", output)
-    keys = {"text_column": columns.text_column, "id_column": columns.id_column, "normalize": normalize}
-    return removal.finished(paragraph_dedup_dataset(rows, **keys, mode=removal.mode), "paragraph")
-
-
-def _paragraph_exact_plans(inputs, removal, columns, normalize) -> list[PlannedJob]:
-    title = "job 1: the output (rows in one partition, paragraphs seen earlier removed)"
-    return [(title, _paragraphs(inputs, removal, columns, normalize))]
+    rows, mode = removal.rows(inputs, "paragraph", output), removal.mode
+    if config.method == "exact":
+        out = paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=mode)
+    else:
+        out = bloom_paragraph_dedup_dataset(
+            rows, config, text_column=columns.text_column, mode=mode, save_path=partial
+        )
+    return removal.finished(out, "paragraph")
 
 
 def _rewritten(out: Dataset, output: Output, execution: ExecutionOptions) -> tuple[Any, list]:
@@ -226,13 +196,6 @@ def _rewritten(out: Dataset, output: Output, execution: ExecutionOptions) -> tup
 
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         return out.write_parquet(output.output, **kwargs), jobs
-
-
-def _paragraph_exact(inputs, output, removal, columns, normalize, execution, extra) -> Summary:
-    result, jobs = _rewritten(
-        _paragraphs(inputs, removal, columns, normalize, output.output), output, execution
-    )
-    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
 
 
 def _bloom_sized(config: ParagraphDedupConfig) -> tuple[int, int, str]:
@@ -246,47 +209,37 @@ def _bloom_sized(config: ParagraphDedupConfig) -> tuple[int, int, str]:
     return bits, hashes, f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
 
 
-def _bloom(
-    inputs, removal, columns, config: ParagraphDedupConfig, partial: str | None, output=None
-) -> Dataset:
-    """Bloom paragraph dedup of the inputs as written (``partial``: where the task saves its filter)."""
-    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset
-
-    rows = removal.rows(inputs, "paragraph", output)
-    out = bloom_paragraph_dedup_dataset(
-        rows, config, text_column=columns.text_column, mode=removal.mode, save_path=partial
-    )
-    return removal.finished(out, "paragraph")
-
-
-def paragraph(
-    inputs: Inputs,
-    output: Output,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: ParagraphDedupConfig,
-    execution: ExecutionOptions,
-) -> Summary:
-    """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
-    hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
-    positives at most --fp-rate."""
+def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
+    """``zephyr dedup paragraph`` (and ``exact --level paragraph``): the output written, a Bloom filter
+    finished (``bloom.finished_filter``) and its figures in ``extra``; without ``output`` the one job (bloom:
+    and its filter's size)."""
     import uuid
 
     from zephyr.dedup.bloom import finished_filter
 
-    extra = {
-        "kind": "paragraph",
-        "method": config.method,
-        "normalize": config.normalize,
-        "mode": removal.mode,
-    }
+    if output is None:
+        out = _paragraphs(inputs, removal, columns, config)
+        if config.method == "exact":
+            return [("job 1: the output (rows in one partition, paragraphs seen earlier removed)", out)]
+        bits, hashes, sized = _bloom_sized(config)
+        saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
+        held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
+        return [
+            (
+                "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
+                out,
+            ),
+            (f"{held}, outside the budget's shares{saved}", None),
+        ]
+    partial = None
+    if config.method == "bloom":
+        _bloom_sized(config)
+        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}" if config.save_filter else None
+    out = _paragraphs(inputs, removal, columns, config, partial, output.output)
+    result, jobs = _rewritten(out, output, execution)
+    changed = _paragraphs_changed(result)
     if config.method == "exact":
-        return _paragraph_exact(inputs, output, removal, columns, config.normalize, execution, extra)
-    _bloom_sized(config)
-    partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}" if config.save_filter else None
-    result, jobs = _rewritten(
-        _bloom(inputs, removal, columns, config, partial, output.output), output, execution
-    )
+        return _summary(result, output, removal, jobs, extra, changed=changed)
     bloom = finished_filter(config, partial, _counters(result).get("dedup/paragraphs_inserted", 0))
     extra.update(
         fp_rate=bloom.fp_rate,
@@ -308,67 +261,87 @@ def paragraph(
         )
         logging.getLogger(__name__).warning(warning)
         extra["warnings"] = [warning]
-    return _summary(result, output, removal, jobs, extra, changed=_paragraphs_changed(result))
+    return _summary(result, output, removal, jobs, extra, changed=changed)
 
 
-def paragraph_plans(
-    inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, config: ParagraphDedupConfig, execution
-) -> list[PlannedJob]:
-    """The one job of ``zephyr dedup paragraph`` (bloom: and its filter's size)."""
-    if config.method == "exact":
-        return _paragraph_exact_plans(inputs, removal, columns, config.normalize)
-    bits, hashes, sized = _bloom_sized(config)
-    saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
-    held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
-    return [
-        (
-            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
-            _bloom(inputs, removal, columns, config, None),
-        ),
-        (f"{held}, outside the budget's shares{saved}", None),
-    ]
+# -- the commands: each one function; without ``output`` it returns the plans ``zephyr explain`` prints -------
+def exact(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ExactDedupConfig,
+    execution: ExecutionOptions,
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
+    """Exact dedup of documents or paragraphs. Equal normalized texts (128-bit xxh3) form a cluster; its kept
+    row has the largest priority, then the smallest id, then comes first in input order. Its plans: the
+    hashes, then the driver's path or the shuffle path."""
+    from zephyr.dedup.exact import exact_dedup_dataset, exact_plans
+
+    extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
+    if config.level == "paragraph":
+        paragraphs = ParagraphDedupConfig(normalize=config.normalize)
+        return _paragraph(inputs, removal, columns, paragraphs, execution, output, extra)
+    run = functools.partial(exact_dedup_dataset, columns=columns, normalize=config.normalize)
+    plans = functools.partial(exact_plans, columns=columns, normalize=config.normalize)
+    return _documents(
+        inputs, removal, execution, output, extra, run, plans, preload=config.normalize != "none"
+    )
 
 
-# -- url -----------------------------------------------------------------------------------------------------
+def paragraph(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ParagraphDedupConfig,
+    execution: ExecutionOptions,
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
+    """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
+    hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
+    positives at most --fp-rate."""
+    extra = {
+        "kind": "paragraph",
+        "method": config.method,
+        "normalize": config.normalize,
+        "mode": removal.mode,
+    }
+    return _paragraph(inputs, removal, columns, config, execution, output, extra)
+
+
 def url(
     inputs: Inputs,
-    output: Output,
     removal: DedupRemoval,
     columns: DedupColumns,
     config: UrlDedupConfig,
     execution: ExecutionOptions,
-) -> Summary:
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
     """One row per normalized URL (lower-case host, no default port/fragment/utm_*). The row kept is the
-    one exact dedup's keep rule picks."""
-    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset
+    one exact dedup's keep rule picks; the plans are exact dedup's, on the normalized URL."""
+    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset, url_plans
+
+    extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
+    run = functools.partial(url_dedup_dataset, columns=columns, url_column=config.url_column)
+    plans = functools.partial(url_plans, columns=columns, url_column=config.url_column)
+    return _documents(inputs, removal, execution, output, extra, run, plans, reason=URL_DUPLICATE)
+
+
+def substring(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    config: SubstringConfig,
+    execution: ExecutionOptions,
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
+    """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
+    occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
+    from zephyr.dedup._rows import scratch_folder
+    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset, substring_plans
 
     from zephyr import job_stats
 
-    extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
-    with job_stats.recording() as jobs, _workers(execution) as kwargs:
-        rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        keys = _keys(columns, removal, text=False)
-        out = url_dedup_dataset(rows, url_column=config.url_column, **keys, execution=kwargs, stats=extra)
-        result, routed = _write(out, output, removal, kwargs, reason=URL_DUPLICATE)
-    return _summary(result, output, removal, jobs, extra, routed)
-
-
-def url_plans(
-    inputs: Inputs, removal: DedupRemoval, columns: DedupColumns, config: UrlDedupConfig, execution
-) -> list[PlannedJob]:
-    """The jobs of ``zephyr dedup url``: exact dedup's, on the normalized URL."""
-    from zephyr.dedup import exact as method
-
-    rows, keys = removal.rows(inputs, "document"), _keys(columns, removal, text=False)
-    return method.url_plans(
-        rows, budget=_budget(execution), url_column=config.url_column, finish=removal.finished, **keys
-    )
-
-
-# -- substring -----------------------------------------------------------------------------------------------
-def _substring_checked(removal: DedupRemoval, config: SubstringConfig) -> None:
-    """Substring dedup cuts repeated spans out of the text and adds no column: the flags that choose or name
-    added columns would be ignored, so they are refused."""
+    # substring dedup cuts spans out of the text and adds no column: flags about added columns are refused
     if removal.mode != "remove":
         raise ConfigError(
             "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
@@ -381,23 +354,8 @@ def _substring_checked(removal: DedupRemoval, config: SubstringConfig) -> None:
         )
     if config.tokenizer and not os.path.exists(config.tokenizer):
         raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")
-
-
-def substring(
-    inputs: Inputs,
-    output: Output,
-    removal: DedupRemoval,
-    config: SubstringConfig,
-    execution: ExecutionOptions,
-) -> Summary:
-    """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
-    occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
-    from zephyr.dedup._rows import scratch_folder
-    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset
-
-    from zephyr import job_stats
-
-    _substring_checked(removal, config)
+    if output is None:
+        return substring_plans(removal.rows(inputs, "none"), config, budget=_budget(execution))
     info: dict[str, Any] = {}
     with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
         rows = removal.rows(inputs, "none", output.output)  # while the workers start
@@ -418,17 +376,6 @@ def substring(
     return _summary(result, output, removal, jobs, info, changed=changed)
 
 
-def substring_plans(
-    inputs: Inputs, removal: DedupRemoval, config: SubstringConfig, execution: ExecutionOptions
-) -> list[PlannedJob]:
-    """The jobs of ``zephyr dedup substring`` (``substring_dedup_dataset``'s passes)."""
-    from zephyr.dedup import substring as method
-
-    _substring_checked(removal, config)
-    return method.substring_plans(removal.rows(inputs, "none"), config, budget=_budget(execution))
-
-
-# -- fuzzy ---------------------------------------------------------------------------------------------------
 def _opened_index(index: IndexConfig, config: FuzzyDedupConfig):
     """The opened ``--index`` (checked against ``config`` before any work), after checking the flags agree."""
     from zephyr.dedup.index import open_index
@@ -449,93 +396,59 @@ def _opened_index(index: IndexConfig, config: FuzzyDedupConfig):
 
 def fuzzy(
     inputs: Inputs,
-    output: Output,
     removal: DedupRemoval,
     columns: DedupColumns,
     config: FuzzyDedupConfig,
     index: IndexConfig,
     execution: ExecutionOptions,
-) -> Summary:
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
     """Near-duplicate dedup with MinHash-LSH, verified. Candidate pairs from LSH buckets are kept when the
-    true Jaccard of their shingle sets reaches --threshold, then clustered (anchored by default)."""
+    true Jaccard of their shingle sets reaches --threshold, then clustered (anchored by default). The plans
+    hold the rules that choose where verification and clusters run."""
     from zephyr.dedup._rows import StripRowNumbers
-    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
+    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset, fuzzy_plans
     from zephyr.dedup.index import write_generation
 
-    from zephyr import job_stats
+    bands, rows_per_band = config.bands_rows()
+    extra = {"kind": "fuzzy", "config": config.to_dict(), "bands": bands, "rows": rows_per_band}
+    extra.update(lsh_threshold=config.lsh_threshold, mode=removal.mode)
+    indexing, annotated = index.write_index is not None or index.update_index, []
 
-    with job_stats.recording() as jobs, _workers(execution, preload=True) as kwargs:
-        opened = _opened_index(index, config)
-        rows = removal.rows(inputs, "document", output.output)
-        indexing = index.write_index is not None or index.update_index
-        keys = {**_keys(columns, removal), "mode": "annotate" if indexing else removal.internal_mode}
-        graph: dict[str, Any] = {}
+    def run(rows: Dataset, mode: str, **kwargs: Any) -> Dataset:
+        opened, annotating = _opened_index(index, config), "annotate" if indexing else mode
         out = fuzzy_dedup_dataset(
-            rows, config, **keys, execution=kwargs, stats=graph, index=opened, row_numbers=indexing
+            rows, config, columns, mode=annotating, index=opened, row_numbers=indexing, **kwargs
         )
-        strip = StripRowNumbers(removal.internal_mode)
-        result, routed = _write(
-            out.map_batches(strip, name="dedup.fuzzy.output") if indexing else out, output, removal, kwargs
-        )
-        if indexing:  # this run's rows (the removed ones tied to their kept row), after the output is written
-            target = index.write_index or index.index
-            entry = write_generation(
-                target,
-                out,
-                config,
-                text_column=columns.text_column,
-                id_column=columns.id_column,
-                create=index.write_index is not None,
-                execution=kwargs,
-            )
-            graph["index_written"] = {"path": target, **entry}
-        bands, rows_per_band = config.bands_rows()
-        extra = {
-            "kind": "fuzzy",
-            "config": config.to_dict(),
-            "bands": bands,
-            "rows": rows_per_band,
-            "lsh_threshold": config.lsh_threshold,
-            "mode": removal.mode,
-            **graph,
-        }
-        return _summary(result, output, removal, jobs, extra, routed)
+        annotated.append(out)
+        return out.map_batches(StripRowNumbers(mode), name="dedup.fuzzy.output") if indexing else out
+
+    def written(kwargs: dict) -> None:
+        """This run's rows (the removed ones tied to their kept row) into the index, after the output."""
+        target = index.write_index or index.index
+        create = index.write_index is not None
+        entry = write_generation(target, annotated[0], config, columns, create=create, execution=kwargs)
+        extra["index_written"] = {"path": target, **entry}
+
+    plans = functools.partial(fuzzy_plans, config=config, columns=columns, index=bool(index.index))
+    after = written if indexing else None
+    return _documents(inputs, removal, execution, output, extra, run, plans, preload=True, after=after)
 
 
-def fuzzy_plans(
-    inputs: Inputs,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: FuzzyDedupConfig,
-    index: IndexConfig,
-    execution: ExecutionOptions,
-) -> list[PlannedJob]:
-    """The jobs of ``zephyr dedup fuzzy``, with the rules that choose where verification and clusters run."""
-    from zephyr.dedup import fuzzy as method
-
-    return method.fuzzy_plans(
-        removal.rows(inputs, "document"),
-        config,
-        budget=_budget(execution),
-        index=bool(index.index),
-        finish=removal.finished,
-        **_keys(columns, removal),
-    )
-
-
-def _command(kind: str, run: Any, plans: Any, config: type, **options: type) -> Command:
-    """``zephyr dedup KIND``: run on the threads executor by default (the dedup kernels release the GIL)."""
+def _command(kind: str, run: Any, config: type, **options: type) -> Command:
+    """``zephyr dedup KIND``: run on the threads executor by default (the dedup kernels release the GIL);
+    ``run`` without ``output`` gives the plans ``zephyr explain dedup KIND`` prints."""
     groups = {"inputs": Inputs, "output": Output, "removal": DedupRemoval, **options, "config": config}
     then = "the rules" if kind == "paragraph" else "the budget shares"  # bloom's filter is no budget share
-    return Command(f"dedup {kind}", run, groups, plans=plans, default_executor="threads", then=then)
+    return Command(f"dedup {kind}", run, groups, plans=run, default_executor="threads", then=then)
 
 
 COMMANDS = [
-    _command("exact", exact, exact_plans, ExactDedupConfig, columns=DedupColumns),
-    _command("fuzzy", fuzzy, fuzzy_plans, FuzzyDedupConfig, columns=DedupColumns, index=IndexConfig),
-    _command("url", url, url_plans, UrlDedupConfig, columns=DedupColumns),
-    _command("paragraph", paragraph, paragraph_plans, ParagraphDedupConfig, columns=DedupColumns),
-    _command("substring", substring, substring_plans, SubstringConfig),
+    _command("exact", exact, ExactDedupConfig, columns=DedupColumns),
+    _command("fuzzy", fuzzy, FuzzyDedupConfig, columns=DedupColumns, index=IndexConfig),
+    _command("url", url, UrlDedupConfig, columns=DedupColumns),
+    _command("paragraph", paragraph, ParagraphDedupConfig, columns=DedupColumns),
+    _command("substring", substring, SubstringConfig),
 ]
 """Dedup's work is Arrow, Parquet and numba ``nogil`` kernels: threads of one process use the cores without
 each worker process importing pyarrow, polars and numba first, hence the default executor ``threads`` (the

@@ -21,18 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.config import (
-    FieldError,
-    check_removal_mode,
-    require_at_least,
-    require_within,
-)
+from zephyr.config import FieldError, require_at_least, require_within
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,12 +50,6 @@ groups / JSON-lines byte ranges): files of very different sizes would otherwise 
 largest file alone. The output's part count follows it."""
 
 
-def check_mode(mode: str) -> None:
-    """``annotate`` keeps every row and adds the dedup columns; ``remove`` drops the duplicates
-    (``zephyr.config.check_removal_mode``, shared with decontaminate)."""
-    check_removal_mode(mode)
-
-
 def _column_or_none(value: str) -> str | None:
     """A column named on the command line: ``none`` (or nothing) means no column."""
     return None if value.lower() in ("", "none") else value
@@ -73,6 +60,11 @@ def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
         raise FieldError(key, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
 
 
+_PRESETS: dict[str, dict[str, Any]] = {
+    "datatrove": dict(shingle="word", ngram=5, bands=14, rows_per_band=8, normalize="simplify"),
+    "nemo": dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none"),
+    "redpajama": dict(shingle="word", ngram=13, num_perm=128, normalize="simplify"),  # bands by threshold
+}
 _REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
@@ -91,9 +83,10 @@ def collision_probability(similarity: float | np.ndarray, bands: int, rows: int)
 
 @functools.lru_cache(maxsize=64)  # ~36 ms of numpy a call, and every batch's signatures ask for it
 def optimal_bands(
-    threshold: float, num_perm: int, *, false_positive_weight: float = 0.5, false_negative_weight: float = 0.5
+    threshold: float, num_perm: int, weights: tuple[float, float] = (0.5, 0.5)
 ) -> tuple[int, int]:
-    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the weighted FP + FN areas."""
+    """``(bands, rows)`` with ``bands * rows <= num_perm`` minimizing the FP and FN areas, ``weights``
+    (false positives, false negatives) given."""
     import numpy as np
 
     if not 0.0 < threshold < 1.0:
@@ -105,7 +98,7 @@ def optimal_bands(
         for r in range(1, num_perm // b + 1):
             fp = np.trapezoid(collision_probability(lo, b, r), lo)
             fn = np.trapezoid(1.0 - collision_probability(hi, b, r), hi)
-            err = false_positive_weight * fp + false_negative_weight * fn
+            err = weights[0] * fp + weights[1] * fn
             if best is None or err < best[0] - 1e-15:
                 best = (err, b, r)
     assert best is not None
@@ -165,7 +158,7 @@ class FuzzyDedupConfig:
     signature_device: SignatureDevice = "cpu"
     """Where signatures are computed: ``cpu`` (the numba kernels), or torch on ``cuda``, ``xpu`` or
     ``torch-cpu`` (the accelerator code on CPU); only an explicit torch device imports torch. Same integers on
-    every device, so it is not part of ``signature_fingerprint``."""
+    every device, so an index built on one serves every other."""
     bucket_links: int = 8
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
     of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_pairs``)."""
@@ -184,17 +177,13 @@ class FuzzyDedupConfig:
         _require_choice("scheme", self.scheme, SCHEMES)
         if self.preset is not None:
             _require_choice("preset", self.preset, PRESETS)
-        self._check_banding()
-
-    def _check_banding(self) -> None:
         bands, rows = self.bands, self.rows_per_band
         if (bands is None) != (rows is None):
             raise FieldError(
                 "bands", f"give both bands and rows_per_band or neither (bands={bands}, rows_per_band={rows})"
             )
-        require_at_least("bands", bands, 1)
-        require_at_least("rows_per_band", rows, 1)
-        require_at_least("num_perm", self.num_perm, 1)
+        for key in ("bands", "rows_per_band", "num_perm"):
+            require_at_least(key, getattr(self, key), 1)
         if bands is not None and self.num_perm is not None and bands * rows > self.num_perm:
             raise FieldError(
                 "bands",
@@ -206,33 +195,22 @@ class FuzzyDedupConfig:
     def from_dict(cls, raw: dict[str, Any]) -> FuzzyDedupConfig:
         """From a config file's keys: ``preset`` (if given) first, the other keys over it."""
         values = dict(raw)
-        preset = values.pop("preset", None)
-        if preset is not None:
-            return cls.from_preset(preset, **values)
-        return cls(**values)
+        return cls.from_preset(values.pop("preset", None), **values)
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> FuzzyDedupConfig:
-        """A config reproducing a known pipeline's shingling and banding; ``overrides`` replace fields."""
-        threshold = float(overrides.get("threshold", 0.8))
-        if name == "datatrove":
-            base: dict[str, Any] = dict(
-                shingle="word", ngram=5, bands=14, rows_per_band=8, normalize="simplify"
-            )
-        elif name == "nemo":
-            base = dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none")
-        elif name == "redpajama":
-            if threshold not in _REDPAJAMA_BANDS:
-                bands, rows = optimal_bands(threshold, 128)
-            else:
-                bands, rows = _REDPAJAMA_BANDS[threshold]
-            base = dict(
-                shingle="word", ngram=13, bands=bands, rows_per_band=rows, num_perm=128, normalize="simplify"
-            )
-        else:
+    def from_preset(cls, name: str | None, **overrides: Any) -> FuzzyDedupConfig:
+        """A config reproducing a known pipeline's shingling and banding (None: none); ``overrides`` replace
+        fields."""
+        if name is None:
+            return cls(**overrides)
+        if name not in _PRESETS:
             raise FieldError("preset", f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-        base.update(overrides)
-        return cls(preset=name, **base)
+        base = dict(_PRESETS[name])
+        if name == "redpajama":
+            threshold = float(overrides.get("threshold", 0.8))
+            bands = _REDPAJAMA_BANDS.get(threshold) or optimal_bands(threshold, 128)
+            base.update(bands=bands[0], rows_per_band=bands[1])
+        return cls(preset=name, **{**base, **overrides})
 
     def bands_rows(self) -> tuple[int, int]:
         """The (bands, rows) in force: explicit, or optimized for ``threshold`` (verification on: recall first)."""
@@ -240,13 +218,8 @@ class FuzzyDedupConfig:
             return self.bands, self.rows_per_band
         if self.threshold >= 1.0:
             return optimal_bands(0.99, self.num_perm or _DEFAULT_NUM_PERM)
-        weights = (0.05, 0.95) if self.verify else (0.5, 0.5)
-        return optimal_bands(
-            self.threshold,
-            self.num_perm or _DEFAULT_NUM_PERM,
-            false_positive_weight=weights[0],
-            false_negative_weight=weights[1],
-        )
+        weights = (0.05, 0.95) if self.verify else (0.5, 0.5)  # verification on: recall first
+        return optimal_bands(self.threshold, self.num_perm or _DEFAULT_NUM_PERM, weights)
 
     @property
     def num_perm_resolved(self) -> int:
@@ -257,18 +230,6 @@ class FuzzyDedupConfig:
     def lsh_threshold(self) -> float:
         """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup._minhash``."""
         return lsh_threshold(*self.bands_rows())
-
-    def signature_fingerprint(self) -> str:
-        """Hash of everything that determines signatures; an index built with another one is refused."""
-        fields = dict(
-            shingle=self.shingle,
-            ngram=self.ngram,
-            normalize=self.normalize,
-            num_perm=self.num_perm_resolved,
-            seed=self.seed,
-            scheme=self.scheme,
-        )
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -326,6 +287,10 @@ class DedupColumns:
     separate rows); 'none': no id column, input order decides."""
     priority_column: str | None = None
     """Keep the row with the largest value of this column instead (ties: the smallest id)."""
+
+
+COLUMNS = DedupColumns()
+"""The columns a dedup function reads unless told otherwise: ``text``, ordered by ``id``, no priority."""
 
 
 @dataclass(frozen=True)

@@ -57,18 +57,19 @@ web URL are in no cluster and pass through (counted as ``dedup/null_text``: no k
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._hashing import normalize_text, xxh3_128_array
+from zephyr.dedup._hashing import hash_groups, normalize_text, xxh3_128_array
 from zephyr.dedup._rows import (
     H0,
     H1,
+    INPROCESS,
     ROW,
     URL_KEY,
     DedupResult,
@@ -76,22 +77,21 @@ from zephyr.dedup._rows import (
     StripRowNumbers,
     as_table,
     attached,
+    budget_of,
     cluster_node_info,
-    driver_row_limit,
     execution_kwargs,
     group_keepers,
     has_column,
     joined,
     keep_ranks,
-    key_columns,
-    numbered,
+    on_table,
     require_column,
-    table_result,
+    sums_per_source,
 )
-from zephyr.dedup.config import ExactDedupConfig, check_mode
+from zephyr.dedup.config import COLUMNS, DedupColumns, ExactDedupConfig
 
 from zephyr import counters
-from zephyr.errors import SchemaError
+from zephyr.config import check_removal_mode
 
 if TYPE_CHECKING:
     from zephyr.budget import Budget
@@ -108,40 +108,18 @@ def document_hashes(texts: pa.Array | pa.ChunkedArray, normalize: str = "default
     return digests.view(np.uint64).reshape(len(digests), 2)
 
 
-def group_labels(hashes: np.ndarray, ranks: np.ndarray, members: np.ndarray) -> np.ndarray:
-    """Label of each member row: the minimum rank among member rows with the same 128-bit hash."""
-    labels = ranks.copy()
-    rows = np.flatnonzero(members)
-    if len(rows) == 0:
-        return labels
-    h = hashes[rows]
-    order = np.lexsort((ranks[rows], h[:, 1], h[:, 0]))
-    hs = h[order]
-    new_group = np.ones(len(order), dtype=bool)
-    new_group[1:] = (hs[1:] != hs[:-1]).any(axis=1)
-    first_rank = ranks[rows[order]][np.flatnonzero(new_group)]
-    labels[rows[order]] = first_rank[np.cumsum(new_group) - 1]
-    return labels
-
-
 def exact_dedup(
-    data: Any,
-    *,
-    text_column: str = "text",
-    id_column: str | None = "id",
-    normalize: str = "default",
-    mode: str = "remove",
-    priority_column: str | None = None,
+    data: Any, columns: DedupColumns = COLUMNS, *, normalize: str = "default", mode: str = "remove"
 ) -> DedupResult:
-    """Document-level exact dedup of one in-memory table: the driver route of ``exact_dedup_dataset``
-    (member hashes → groups → cluster columns by row number) run on the table itself; see the module
-    docstring for the keep rule and the columns."""
-    ExactDedupConfig(normalize=normalize)
-    check_mode(mode)
-    table = numbered(as_table(data), text_column)
-    members = _MemberHashes(text_column, id_column, normalize, priority_column)(table)
-    node_info = _exact_node_info(members, id_column, priority_column)
-    return table_result(table, node_info, text_column, id_column, mode, {})
+    """Document-level exact dedup of one in-memory table: ``exact_dedup_dataset`` run in process on it
+    (``_rows.on_table``); see the module docstring for the keep rule and the columns."""
+
+    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
+        return exact_dedup_dataset(
+            ds, columns, normalize=normalize, mode="annotate", execution=INPROCESS, stats=stats
+        )
+
+    return on_table(data, columns, mode, run)
 
 
 def split_paragraphs(
@@ -161,30 +139,28 @@ def split_paragraphs(
     lengths = np.asarray(pc.list_value_length(parts).fill_null(0), dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     position = np.arange(len(values), dtype=np.int64) - starts[doc]
-    normalized = normalize_text(values, normalize)
     blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
-    hashes = xxh3_128_array(normalized).view(np.uint64).reshape(len(values), 2)
-    return texts, values, doc, lengths, position, blank, hashes
+    return texts, values, doc, lengths, position, blank, document_hashes(values, normalize)
 
 
 def without_paragraphs(
-    table: pa.Table,
-    text_column: str,
-    paragraphs: tuple,
-    removed: np.ndarray,
-    separator: str,
-    mode: str,
-) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+    table: pa.Table, text_column: str, paragraphs: tuple, removed: np.ndarray, separator: str, mode: str
+) -> tuple[DedupResult, np.ndarray, np.ndarray]:
     """The table with the ``removed`` paragraphs cut from its text (``remove``), or counted in
-    ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``); and the removed paragraphs and bytes per
-    document and the bytes of each paragraph. ``paragraphs``: ``split_paragraphs``' result."""
+    ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``), with the stats every paragraph dedup gives
+    (rows, paragraphs and bytes removed, documents changed); and the removed paragraphs and bytes per
+    document. ``paragraphs``: ``split_paragraphs``' result."""
     texts, values, doc, lengths = paragraphs[:4]
     n = table.num_rows
     para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
     removed_per_doc = np.bincount(doc[removed], minlength=n)
     bytes_per_doc = np.bincount(doc[removed], weights=para_bytes[removed], minlength=n).astype(np.int64)
-    if mode == "remove":
-        new_text = join_paragraphs(values, lengths, removed, texts, separator)
+    if mode == "remove":  # each text rebuilt from its kept paragraphs (null texts stay null)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths - removed_per_doc, out=offsets[1:])
+        kept = pa.LargeListArray.from_arrays(pa.array(offsets), pc.filter(values, pa.array(~removed)))
+        joined = pc.binary_join(kept, pa.scalar(separator, pa.large_string()))
+        new_text = pc.if_else(texts.is_valid(), joined, pa.nulls(n, pa.large_string()))
         new_text = new_text.cast(table.schema.field(text_column).type)
         out = table.set_column(table.column_names.index(text_column), text_column, new_text)
     else:
@@ -193,85 +169,48 @@ def without_paragraphs(
         )
         out = out.append_column("dup_paragraphs", pa.array(removed_per_doc, pa.int64()))
         out = out.append_column("dup_paragraph_bytes", pa.array(bytes_per_doc, pa.int64()))
-    return out, removed_per_doc, bytes_per_doc, para_bytes
-
-
-def join_paragraphs(
-    values: pa.Array, lengths: np.ndarray, removed: np.ndarray, texts: pa.Array, separator: str
-) -> pa.Array:
-    """Each document's text rebuilt from its paragraphs without the ``removed`` ones (null texts stay null)."""
-    n = len(lengths)
-    kept = pc.filter(values, pa.array(~removed))
-    kept_per_doc = lengths - np.bincount(np.repeat(np.arange(n), lengths)[removed], minlength=n).astype(
-        np.int64
-    )
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(kept_per_doc, out=offsets[1:])
-    joined = pc.binary_join(
-        pa.LargeListArray.from_arrays(pa.array(offsets), kept), pa.scalar(separator, pa.large_string())
-    )
-    return pc.if_else(texts.is_valid(), joined, pa.nulls(n, pa.large_string()))
+    stats = {"rows_in": n, "rows_out": out.num_rows, "paragraphs_removed": int(removed.sum())}
+    stats.update(bytes_removed=int(bytes_per_doc.sum()), docs_changed=int((removed_per_doc > 0).sum()))
+    return DedupResult(out, stats), removed_per_doc, bytes_per_doc
 
 
 def paragraph_dedup(
     data: Any,
+    columns: DedupColumns = COLUMNS,
     *,
-    text_column: str = "text",
-    id_column: str | None = "id",
     normalize: str = "default",
     mode: str = "remove",
     separator: str = "\n",
     source_column: str | None = "source",
 ) -> DedupResult:
-    """Remove paragraphs seen earlier in id order.
+    """Remove paragraphs seen earlier in id order (``columns``: the text and id; no priority).
 
     ``remove`` rewrites the text without them; ``annotate`` keeps the text and adds ``dup_paragraphs`` and
     ``dup_paragraph_bytes`` (what ``remove`` would cut). Stats count removed paragraphs and bytes per source.
     """
     ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
-    check_mode(mode)
+    check_removal_mode(mode)
     table = as_table(data)
-    paragraphs = split_paragraphs(table, text_column, separator, normalize)
+    paragraphs = split_paragraphs(table, columns.text_column, separator, normalize)
     texts, values, doc, lengths, position, blank, hashes = paragraphs
-    ranks = keep_ranks(table, id_column)
-    order = np.lexsort((position, ranks[doc], hashes[:, 1], hashes[:, 0]))
-    hs = hashes[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (hs[1:] != hs[:-1]).any(axis=1)
+    order, firsts = hash_groups(hashes, position, keep_ranks(table, columns.id_column)[doc])
     removed = np.zeros(len(values), dtype=bool)
-    removed[order[~first]] = True
+    removed[order[firsts != order]] = True
     removed &= ~blank
-    out, removed_per_doc, bytes_per_doc, para_bytes = without_paragraphs(
-        table, text_column, paragraphs, removed, separator, mode
+    result, removed_per_doc, bytes_per_doc = without_paragraphs(
+        table, columns.text_column, paragraphs, removed, separator, mode
     )
     blank_per_doc = np.bincount(doc[blank], minlength=table.num_rows)
-    n = table.num_rows
-    per_source: dict[str, dict[str, int]] = {}
-    if source_column is not None and source_column in table.column_names and n:
-        src = table[source_column].combine_chunks().cast(pa.large_string()).fill_null("<null>")
-        enc = pc.dictionary_encode(src)
-        codes = np.asarray(enc.indices, dtype=np.int64)
-        names = enc.dictionary.to_pylist()
-        paras = np.bincount(codes, weights=removed_per_doc, minlength=len(names))
-        nbytes = np.bincount(codes, weights=bytes_per_doc, minlength=len(names))
-        per_source = {
-            str(name): {"paragraphs_removed": int(p), "bytes_removed": int(b)}
-            for name, p, b in zip(names, paras, nbytes)
-        }
-    stats = {
-        "rows_in": n,
-        "rows_out": out.num_rows,
-        "rows_dropped": 0,
-        "rows_quarantined": 0,
-        "null_text": int(texts.null_count),
-        "paragraphs": int(len(values)),
-        "paragraphs_removed": int(removed.sum()),
-        "bytes_removed": int(para_bytes[removed].sum()),
-        "docs_changed": int((removed_per_doc > 0).sum()),
-        "docs_emptied": int(((removed_per_doc > 0) & (lengths - removed_per_doc - blank_per_doc <= 0)).sum()),
-        "per_source": per_source,
-    }
-    return DedupResult(out, stats)
+    emptied = (removed_per_doc > 0) & (lengths - removed_per_doc - blank_per_doc <= 0)
+    sums = sums_per_source(table, source_column, "<null>", removed_per_doc, bytes_per_doc)
+    result.stats.update(
+        rows_dropped=0, rows_quarantined=0, null_text=texts.null_count, paragraphs=len(values)
+    )
+    result.stats.update(
+        docs_emptied=int(emptied.sum()),
+        per_source={k: {"paragraphs_removed": p, "bytes_removed": b} for k, (p, b) in sums.items()},
+    )
+    return result
 
 
 def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.Array]:
@@ -283,40 +222,23 @@ def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.
     return tuple(pa.array(hashes[:, k].view(np.int64), mask=mask, type=pa.int64()) for k in (0, 1))
 
 
-class _AddDocHash:
-    """Adds H0/H1 (the text's hash) to every row."""
+class _DocHashes:
+    """Adds H0/H1 (the text's hash) to every row; the id and priority columns the keep rule reads checked."""
 
-    def __init__(self, text_column: str, normalize: str):
-        self.text_column, self.normalize = text_column, normalize
+    def __init__(self, columns: DedupColumns, normalize: str):
+        self.columns, self.normalize = columns, normalize
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        if not has_column(table, self.text_column, "text"):
+        c = self.columns
+        checks = ((c.text_column, "text"), (c.id_column, "id"), (c.priority_column, "priority"))
+        if not all(has_column(table, name, what) for name, what in checks):
             return table
-        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
+        h0, h1 = _hash_columns(table[c.text_column], self.normalize)
         return table.append_column(H0, h0).append_column(H1, h1)
 
 
-class _MemberHashes:
-    """(ROW, H0, H1[, id][, priority]) of every row with text: the small table the exact path groups."""
-
-    def __init__(self, text_column: str, id_column: str | None, normalize: str, priority_column: str | None):
-        self.text_column, self.id_column, self.normalize = text_column, id_column, normalize
-        self.priority_column = priority_column
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if not (has_column(table, self.text_column, "text") and has_column(table, self.id_column, "id")):
-            return pa.table({ROW: pa.array([], pa.int64())})
-        table = table.filter(pc.is_valid(table[self.text_column]))
-        h0, h1 = _hash_columns(table[self.text_column], self.normalize)
-        return pa.table(
-            {ROW: table[ROW], H0: h0, H1: h1, **key_columns(table, self.id_column, self.priority_column)}
-        )
-
-
-def _exact_node_info(
-    members: pa.Table, id_column: str | None, priority_column: str | None
-) -> pa.Table | None:
-    """(ROW, CLUSTER, SIZE, KEEP) of the rows whose normalized text occurs more than once, in the driver."""
+def _exact_node_info(members: pa.Table, columns: DedupColumns) -> pa.Table | None:
+    """(ROW, CLUSTER, SIZE, KEEPER) of the rows whose normalized text occurs more than once, in the driver."""
 
     if H0 not in members.column_names or members.num_rows == 0:
         return None
@@ -328,22 +250,19 @@ def _exact_node_info(
     at = members.select([H0, H1]).append_column("__at", pa.array(np.arange(members.num_rows)))
     dup = members.take(at.join(repeated, keys=[H0, H1], join_type="inner")["__at"])
     dup = dup.take(pc.sort_indices(dup[ROW]))  # input order: the keep rule's last tie-break
-    ranks = keep_ranks(dup, id_column, priority_column)
     hashes = np.stack([np.asarray(dup[h]).view(np.uint64) for h in (H0, H1)], axis=1)
-    labels_by_rank = group_labels(hashes, ranks, np.ones(dup.num_rows, dtype=bool))
-    position_of_rank = np.empty(dup.num_rows, dtype=np.int64)
-    position_of_rank[ranks] = np.arange(dup.num_rows)
-    return cluster_node_info(dup, position_of_rank[labels_by_rank], id_column)
+    order, firsts = hash_groups(hashes, keep_ranks(dup, columns.id_column, columns.priority_column))
+    labels = np.empty(dup.num_rows, dtype=np.int64)
+    labels[order] = firsts  # each row's kept row: the first of its hash in keep order
+    return cluster_node_info(dup, labels, columns.id_column)
 
 
 def exact_dedup_dataset(
     ds: Dataset,
+    columns: DedupColumns = COLUMNS,
     *,
-    text_column: str = "text",
-    id_column: str | None = "id",
     normalize: str = "default",
     mode: str = "remove",
-    priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
@@ -362,125 +281,73 @@ def exact_dedup_dataset(
     [{'id': 1, 'text': 'a b'}]
     """
     ExactDedupConfig(normalize=normalize)
-    check_mode(mode)
-    plans = _exact_job_plans(
-        ds,
-        text_column=text_column,
-        id_column=id_column,
-        normalize=normalize,
-        mode=mode,
-        priority_column=priority_column,
-    )
-    info: dict[str, Any] = {"in_memory": False}
+    check_removal_mode(mode)
+    rows, finish, members, shuffle_path = _exact_paths(ds, columns, normalize, mode)
+    info = {} if stats is None else stats
+    info["in_memory"] = False
     if execution is not None:
         kw = execution_kwargs(execution)
-        limit = driver_row_limit(kw, driver_rows)
-        members = plans.member_hashes.materialize(**kw)
+        limit = driver_rows if driver_rows is not None else budget_of(kw).driver_pair_rows
+        members = members.materialize(**kw)
         count = members.count(**kw)
         info.update(member_rows=count, driver_rows=limit)
         if count <= limit:
-            info["in_memory"] = True
-            node_info = _exact_node_info(members.to_arrow(**kw), id_column, priority_column)
-            info["duplicate_rows"] = 0 if node_info is None else node_info.num_rows
-            if stats is not None:
-                stats.update(info)
-            return plans.attached(node_info)
+            node_info = _exact_node_info(members.to_arrow(**kw), columns)
+            info.update(in_memory=True, duplicate_rows=0 if node_info is None else node_info.num_rows)
+            return attached(rows, node_info, finish, "exact")
         info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
         logger.info("exact dedup: shuffle path (%s)", info["fallback"])
-    if stats is not None:
-        stats.update(info)
-    return plans.shuffle_path
+    return shuffle_path
 
 
-@dataclass(frozen=True)
-class ExactJobPlans:
-    """The lazy plans of exact dedup's engine jobs, built once for the run and for ``zephyr explain``."""
-
-    member_hashes: Dataset
-    """Job 1 (with ``execution``): the (row, hash, id, priority) table, materialized and counted."""
-    shuffle_path: Dataset
-    """The output when the member rows exceed the in-memory limit (or without ``execution``)."""
-    rows: Dataset
-    finish: Finish
-    id_column: str | None
-
-    def attached(self, node_info: pa.Table | None) -> Dataset:
-        """The output when groups formed in the driver: the cluster columns attached by row number."""
-        return attached(self.rows, node_info, self.id_column, self.finish, "exact")
-
-
-def _exact_job_plans(
-    ds: Dataset,
-    *,
-    text_column: str = "text",
-    id_column: str | None = "id",
-    normalize: str = "default",
-    mode: str = "remove",
-    priority_column: str | None = None,
-) -> ExactJobPlans:
-    """Every plan ``exact_dedup_dataset`` may run, built without running anything."""
+def _exact_paths(
+    ds: Dataset, columns: DedupColumns, normalize: str, mode: str
+) -> tuple[Dataset, Finish, Dataset, Dataset]:
+    """Every plan ``exact_dedup_dataset`` may run, built without running anything: (the numbered rows, their
+    ``Finish``, job 1's member hashes, the output by the shuffle path)."""
     rows = ds.with_row_index(ROW)
-    finish = Finish(text_column, id_column, mode)
-    member_hashes = rows.map_batches(
-        _MemberHashes(text_column, id_column, normalize, priority_column),
-        name="dedup.exact.member_hashes",
-    )
-    hashed = rows.map_batches(_AddDocHash(text_column, normalize), name="dedup.exact.hash")
-    keys = [ROW, H0, H1] + [c for c in (id_column, priority_column) if c is not None]
-    members_ds = hashed.select(*keys).map_batches(
-        lambda t: t.filter(pc.is_valid(t[H0])), name="dedup.exact.members"
-    )
-    shuffle_path = joined(
-        hashed, group_keepers(members_ds, [H0, H1], id_column, priority_column), [H0, H1], finish, "exact"
-    )
-    return ExactJobPlans(member_hashes, shuffle_path, rows, finish, id_column)
+    finish = Finish(columns, mode)
+    hashed = rows.map_batches(_DocHashes(columns, normalize), name="dedup.exact.hash")
+    keys = [ROW, H0, H1] + [c for c in (columns.id_column, columns.priority_column) if c is not None]
+
+    def members_of(table: pa.Table) -> pa.Table:  # (ROW, H0, H1[, id][, priority]) of the rows with text
+        if H0 not in table.column_names:  # an empty input file without columns
+            return pa.table({ROW: pa.array([], pa.int64())})
+        return table.select(keys).filter(pc.is_valid(table[H0]))
+
+    members = hashed.map_batches(members_of, name="dedup.exact.members")
+    shuffle_path = joined(hashed, group_keepers(members, [H0, H1], columns), [H0, H1], finish, "exact")
+    return rows, finish, members, shuffle_path
 
 
 def exact_plans(
     ds: Dataset,
+    columns: DedupColumns = COLUMNS,
     *,
     budget: Budget,
+    normalize: str = "default",
+    mode: str = "remove",
     finish: Callable[[Dataset], Dataset] = lambda out: out,
     hashes: str = "member hashes (row, hash, id, priority)",
-    **arguments: Any,
 ) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``exact_dedup_dataset(ds, **arguments)`` may run, in order, each a title and its lazy
+    """The engine jobs ``exact_dedup_dataset(ds, columns, ...)`` may run, in order, each a title and its lazy
     plan, or a rule (plan None) that chooses between them (``zephyr explain dedup exact``): the hashes, then
     the driver's or the shuffle path. ``finish``: what the caller does to the output before writing it."""
-    plans = _exact_job_plans(ds, **arguments)
+    rows, finished, members, shuffle_path = _exact_paths(ds, columns, normalize, mode)
+    driver_path = attached(rows, None, finished, "exact")
     return [
-        (f"job 1: {hashes}, materialized, then counted", plans.member_hashes),
+        (f"job 1: {hashes}, materialized, then counted", members),
         (
             f"member rows ≤ driver_pair_rows {budget.driver_pair_rows:,} (64 bytes a row in B/4): groups "
             "form in the driver and job 2a runs; more: job 2b",
             None,
         ),
-        ("job 2a: the output, cluster columns attached by row number", finish(plans.attached(None))),
-        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(plans.shuffle_path)),
+        ("job 2a: the output, cluster columns attached by row number", finish(driver_path)),
+        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(shuffle_path)),
     ]
 
 
-def url_plans(
-    ds: Dataset,
-    *,
-    budget: Budget,
-    url_column: str = "url",
-    finish: Callable[[Dataset], Dataset] = lambda out: out,
-    **arguments: Any,
-) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
-    mode = arguments.pop("mode", "remove")
-    keyed, keys = _url_keyed(ds, url_column, **arguments)
-    return exact_plans(
-        keyed,
-        budget=budget,
-        finish=lambda out: finish(_without_url_key(out, mode)),
-        hashes="URL key hashes (row, hash, id, priority)",
-        **keys,
-    )
-
-
-def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
+def paragraph_dedup_dataset(ds: Dataset, columns: DedupColumns = COLUMNS, **kwargs: Any) -> Dataset:
     """Paragraph-level dedup needs a global "seen earlier" order; on the engine it is one shuffle-free
     pass after a stable sort by id into one partition (ties and null ids keep input order; without an id
     column, ``reshard(1)`` keeps input order), running ``exact.paragraph_dedup`` on the whole stream.
@@ -489,19 +356,16 @@ def paragraph_dedup_dataset(ds: Dataset, **kwargs: Any) -> Dataset:
     arguments are those of ``exact.paragraph_dedup``.
     """
 
-    id_column = kwargs.get("id_column", "id")
-    text_column = kwargs.get("text_column", "text")
-
     def run(table: pa.Table) -> pa.Table:
-        if not has_column(table, text_column, "text"):
+        if not has_column(table, columns.text_column, "text"):
             return table
-        result = paragraph_dedup(table, **kwargs)
+        result = paragraph_dedup(table, columns, **kwargs)
         counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
         counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
         counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         return result.table
 
-    ordered = ds.sort(id_column, num_partitions=1) if id_column else ds.reshard(1)
+    ordered = ds.sort(columns.id_column, num_partitions=1) if columns.id_column else ds.reshard(1)
     return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
 
 
@@ -516,46 +380,61 @@ class _AddUrlKey:
     def __call__(self, table: pa.Table) -> pa.Table:
         from zephyr.pipelines.web.urls import normalize_urls
 
-        if self.url_column not in table.column_names:
-            if table.num_rows == 0:
-                return table.append_column(URL_KEY, pa.array([], pa.string()))
-            raise SchemaError(
-                f"url column {self.url_column!r} not found; the input has {', '.join(table.column_names)} "
-                "(pass --url-column / url_column=)"
-            )
+        if not has_column(table, self.url_column, "url"):  # an empty input file without columns
+            return table.append_column(URL_KEY, pa.array([], pa.string()))
         return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
 
 
 def _url_keyed(
-    ds: Dataset, url_column: str = "url", id_column: str | None = "id", priority_column: str | None = None
-) -> tuple[Dataset, dict[str, Any]]:
-    """``ds`` with the normalized URL in ``URL_KEY``, and the arguments URL dedup gives exact dedup (the key,
-    byte-exact, annotated: ``_without_url_key`` removes): one place, so ``zephyr explain dedup url`` shows the
-    plans ``zephyr dedup url`` runs."""
-    keys = {"text_column": URL_KEY, "id_column": id_column, "normalize": "none", "mode": "annotate"}
-    return ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key"), {
-        **keys,
-        "priority_column": priority_column,
-    }
+    ds: Dataset, columns: DedupColumns, url_column: str
+) -> tuple[Dataset, DedupColumns, Callable[[Dataset, str], Dataset]]:
+    """What URL dedup gives exact dedup (byte-exact, annotated): ``ds`` with the normalized URL in ``URL_KEY``
+    and the columns naming it the text; and what makes URL dedup's output of exact dedup's (the key column
+    dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr explain
+    dedup url`` shows the plans ``zephyr dedup url`` runs."""
+
+    def finish(out: Dataset, mode: str) -> Dataset:
+        return out.map_batches(StripRowNumbers(mode, URL_DUPLICATE), name="dedup.url.finish")
+
+    keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+    return keyed, dataclasses.replace(columns, text_column=URL_KEY), finish
 
 
-def _without_url_key(out: Dataset, mode: str) -> Dataset:
-    """The exact dedup's output without the key column (and in ``remove`` mode the duplicates, reason
-    ``url_duplicate``, and the dup columns): URL dedup's output."""
-    return out.map_batches(StripRowNumbers(mode, URL_DUPLICATE), name="dedup.url.finish")
+def url_plans(
+    ds: Dataset,
+    columns: DedupColumns = COLUMNS,
+    *,
+    budget: Budget,
+    url_column: str = "url",
+    mode: str = "remove",
+    finish: Callable[[Dataset], Dataset] = lambda out: out,
+) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
+    keyed, keys, url_finish = _url_keyed(ds, columns, url_column)
+    return exact_plans(
+        keyed,
+        keys,
+        budget=budget,
+        normalize="none",
+        mode="annotate",
+        finish=lambda out: finish(url_finish(out, mode)),
+        hashes="URL key hashes (row, hash, id, priority)",
+    )
 
 
 def url_dedup_dataset(
     ds: Dataset,
+    columns: DedupColumns = COLUMNS,
     *,
     url_column: str = "url",
-    id_column: str | None = "id",
     mode: str = "remove",
-    priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
     stats: dict[str, Any] | None = None,
 ) -> Dataset:
-    """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset``."""
-
-    keyed, keys = _url_keyed(ds, url_column, id_column, priority_column)
-    return _without_url_key(exact_dedup_dataset(keyed, **keys, execution=execution, stats=stats), mode)
+    """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset`` (the
+    ``text_column`` of ``columns`` is not read)."""
+    keyed, keys, finish = _url_keyed(ds, columns, url_column)
+    out = exact_dedup_dataset(
+        keyed, keys, normalize="none", mode="annotate", execution=execution, stats=stats
+    )
+    return finish(out, mode)

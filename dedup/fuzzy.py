@@ -3,9 +3,9 @@
 Signatures and band hashes per batch → one row per (row, band) → ``group_by(band, band hash)`` → bounded
 candidate pairs per bucket (``_minhash.candidate_pairs``' rule, by row number) → distinct pairs; then
 verification and clusters (``_graph.verify_and_cluster``: in the driver when the pairs and sets fit, else on
-the engine), and the result attached by row number or joined from engine labels. ``fuzzy_dedup`` runs the
-driver route of the same kernels on one in-memory table, without the engine. See ``zephyr.dedup.exact`` for
-the columns and counters every dedup method shares.
+the engine), and the result attached by row number or joined from engine labels. ``fuzzy_dedup`` runs
+``fuzzy_dedup_dataset`` in process on one in-memory table. See ``zephyr.dedup.exact`` for the columns and
+counters every dedup method shares.
 
 >>> import pyarrow as pa
 >>> base = "the quick brown fox jumps over the lazy dog and runs far away into the green forest today"
@@ -26,28 +26,27 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._graph import FuzzyRun, NodeSets, graph_in_driver, verify_and_cluster
-from zephyr.dedup._hashing import Shingles, unique_sets
-from zephyr.dedup._minhash import BUCKET_LINKS, candidate_pairs, compute_signatures
+import zephyr.dedup._compiled as compiled
+from zephyr.dedup._graph import FuzzyRun, NodeSets, verify_and_cluster
+from zephyr.dedup._minhash import band_rows, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
+    INPROCESS,
     ROW,
     DedupResult,
     Finish,
-    as_table,
     attached,
-    driver_row_limit,
+    budget_of,
     execution_kwargs,
     has_column,
     joined,
-    key_columns,
-    numbered,
+    on_table,
     scratch_folder,
-    table_result,
 )
-from zephyr.dedup.config import FuzzyDedupConfig, check_mode
+from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
 import zephyr
 from zephyr import counters
+from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -64,59 +63,22 @@ logger = logging.getLogger(__name__)
 def fuzzy_dedup(
     data: Any,
     config: FuzzyDedupConfig | None = None,
+    columns: DedupColumns = COLUMNS,
     *,
-    text_column: str = "text",
-    id_column: str | None = "id",
     mode: str = "remove",
-    priority_column: str | None = None,
     index: IndexInfo | str | None = None,
 ) -> DedupResult:
-    """Near-duplicate dedup of one in-memory table: the driver route of ``fuzzy_dedup_dataset`` (band rows →
-    buckets → candidate pairs → verified clusters → cluster columns by row number) run on the table itself.
-
-    Columns, keep rule and ``index`` (an on-disk index: its documents rank first, rows near one are
-    removed and named by its id) as in ``fuzzy_dedup_dataset``. ``DedupResult.stats`` holds the row
+    """Near-duplicate dedup of one in-memory table: ``fuzzy_dedup_dataset`` run in process on it
+    (``_rows.on_table``). Columns, keep rule and ``index`` as there. ``DedupResult.stats`` holds the row
     balance, the cluster-size histogram and the graph figures (candidate, verified and rejected pairs, rows
-    split from components).
-    """
-    config = config or FuzzyDedupConfig()
-    check_mode(mode)
-    if isinstance(index, str):
-        from zephyr.dedup.index import open_index
+    split from components)."""
 
-        index = open_index(index, config)
-    table = numbered(as_table(data), text_column)
-    shingles, bands = compute_signatures(table[text_column], config)  # once: bands and sets come from it
-    band_rows = _band_rows(table[ROW], shingles, bands)
-    kw = {"executor": "inprocess"}
-    if index is not None and index.docs:
-        indexed = zephyr.read_parquet(index.band_files()).to_arrow(**kw)
-        band_rows = pa.concat_tables(
-            [band_rows, indexed.select(band_rows.column_names).cast(band_rows.schema)]
-        )
-    buckets = band_rows.group_by(["band", "bhash"]).aggregate([(ROW, "list"), (ROW, "count")])
-    buckets = pa.table({"members": buckets[f"{ROW}_list"], "n": buckets[f"{ROW}_count"]})
-    pairs = _BucketPairs(config.bucket_links)(buckets).group_by(["u", "v"]).aggregate([])
-    info: dict[str, Any] = {
-        "candidate_pairs": pairs.num_rows,
-        "verified_pairs": 0,
-        "cluster_rule": config.clusters,
-    }
-    node_info = None
-    if pairs.num_rows:
-        sets = unique_sets(shingles)
-        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
-        node_sets = pa.table(
-            {ROW: table[ROW], "shingles": lists, **key_columns(table, id_column, priority_column)}
+    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
+        return fuzzy_dedup_dataset(
+            ds, config, columns, mode="annotate", execution=INPROCESS, stats=stats, index=index
         )
 
-        def collect_sets(keys: pa.Array) -> pa.Table:  # NodeSets' rows, from the shingles made above
-            return node_sets.filter(pc.is_in(node_sets[ROW], value_set=keys))
-
-        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index)
-        node_info = graph_in_driver(collect_sets, pairs, run)
-    info["rejected_pairs"] = info["candidate_pairs"] - info["verified_pairs"] if config.verify else 0
-    return table_result(table, node_info, text_column, id_column, mode, info)
+    return on_table(data, columns, mode, run)
 
 
 class _BandRows:
@@ -127,21 +89,10 @@ class _BandRows:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         if not has_column(table, self.text_column, "text"):
-            return _band_rows(pa.array([], pa.int64()), None, np.zeros((0, 0), np.uint64))
-        return _band_rows(table[ROW], *compute_signatures(table[self.text_column], self.config))
-
-
-def _band_rows(rows: pa.Array | pa.ChunkedArray, shingles: Shingles | None, bands: np.ndarray) -> pa.Table:
-    """(ROW, band, band hash) of the rows with shingles, from their band hashes."""
-    has = np.flatnonzero(shingles.counts > 0) if shingles is not None else np.zeros(0, np.int64)
-    nb = bands.shape[1]
-    return pa.table(
-        {
-            ROW: rows.take(pa.array(np.repeat(has, nb), pa.int64())),
-            "band": pa.array(np.tile(np.arange(nb, dtype=np.int32), len(has)), pa.int32()),
-            "bhash": pa.array(bands[has].reshape(-1).view(np.int64), type=pa.int64()),
-        }
-    )
+            return band_rows(np.zeros(0, np.int64), np.zeros((0, 0), np.uint64))
+        shingles, bands = compute_signatures(table[self.text_column], self.config)
+        has = shingles.counts > 0
+        return band_rows(np.asarray(table[ROW], dtype=np.int64)[has], bands[has])
 
 
 class _BucketPairs:
@@ -153,8 +104,7 @@ class _BucketPairs:
 
     def __call__(self, table: pa.Table) -> pa.Table:
 
-        big = table.filter(pc.greater(table["n"], 1))
-        members = big["members"].combine_chunks()
+        members = table.filter(pc.greater(table["n"], 1))["members"].combine_chunks()
         bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
         rows = np.asarray(members.flatten(), dtype=np.int64)
         pairs = candidate_pairs(bucket[:, None], rows, links=self.links)
@@ -166,11 +116,9 @@ class _BucketPairs:
 def fuzzy_dedup_dataset(
     ds: Dataset,
     config: FuzzyDedupConfig | None = None,
+    columns: DedupColumns = COLUMNS,
     *,
-    text_column: str = "text",
-    id_column: str | None = "id",
     mode: str = "remove",
-    priority_column: str | None = None,
     execution: ExecutionOptions | dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
@@ -204,12 +152,10 @@ def fuzzy_dedup_dataset(
     {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
     """
     config = config or FuzzyDedupConfig()
-    check_mode(mode)
+    check_removal_mode(mode)
     kw = execution_kwargs(execution)
-    limit = driver_row_limit(kw, driver_rows)
+    limit = driver_rows if driver_rows is not None else budget_of(kw).driver_pair_rows
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
-        import zephyr.dedup._compiled as compiled
-
         compiled.warm_up_in_background()
     if isinstance(index, str):
         from zephyr.dedup.index import open_index
@@ -217,24 +163,22 @@ def fuzzy_dedup_dataset(
         index = open_index(index, config)
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
-    rows, band_rows = _signed(ds, config, text_column)
-    finish = Finish(text_column, id_column, mode, row_numbers)
+    rows, band_rows = _signed(ds, config, columns.text_column)
+    finish = Finish(columns, mode, row_numbers)
+    info = {} if stats is None else stats
     with scratch_folder(kw) as scratch:
         edges = _candidate_pairs(band_rows, config, index, scratch, kw)
         candidates = edges.count(**kw)
-        info: dict[str, Any] = {"candidate_pairs": candidates, "driver_rows": limit}
-        info["cluster_rule"] = config.clusters
+        info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
         if index is not None:
             info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
         logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
-        run = FuzzyRun(config, text_column, id_column, priority_column, kw, info, index, scratch)
+        run = FuzzyRun(config, columns, kw, info, index, scratch)
         node_info, labels_ds = verify_and_cluster(rows, edges, candidates, run)
     info["rejected_pairs"] = candidates - info["verified_pairs"] if config.verify else 0
-    if stats is not None:
-        stats.update(info)
     if labels_ds is not None:
         return joined(rows, labels_ds, ROW, finish, "fuzzy")
-    return attached(rows, node_info, id_column, finish, "fuzzy")
+    return attached(rows, node_info, finish, "fuzzy")
 
 
 def _candidate_pairs(
@@ -245,7 +189,7 @@ def _candidate_pairs(
     ``scratch`` first, so that one Parquet read of them and the index's (same schema) feeds the shuffle."""
     if index is not None and index.docs:
         new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
-        band_rows = zephyr.read_parquet([*new, *index.band_files()])
+        band_rows = zephyr.read_parquet([*new, *index.files("bands")])
     return _pairs_of(band_rows, config).materialize(**kw)
 
 
@@ -253,7 +197,7 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
     return (
         band_rows.group_by("band", "bhash")
         .agg(members=(ROW, "list"), n=(ROW, "count"))
-        .map_batches(_BucketPairs(config.bucket_links or BUCKET_LINKS), name="dedup.fuzzy.bucket_pairs")
+        .map_batches(_BucketPairs(config.bucket_links), name="dedup.fuzzy.bucket_pairs")
         .deduplicate("u", "v")
     )
 
@@ -268,22 +212,20 @@ def _signed(ds: Dataset, config: FuzzyDedupConfig, text_column: str) -> tuple[Da
 def fuzzy_plans(
     ds: Dataset,
     config: FuzzyDedupConfig,
+    columns: DedupColumns = COLUMNS,
     *,
     budget: Budget,
     index: bool = False,
     finish: Callable[[Dataset], Dataset] = lambda out: out,
-    text_column: str = "text",
-    id_column: str | None = "id",
     mode: str = "remove",
-    priority_column: str | None = None,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``fuzzy_dedup_dataset(ds, config, ...)`` runs, in order, with the rules that choose
     where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is read;
     ``finish``: what the caller does to the output before writing it. The jobs that follow job 2 depend on
     the pairs found: they are rules here."""
-    rows, band_rows = _signed(ds, config, text_column)
-    sets = NodeSets(None, config, text_column, id_column, priority_column)
-    output = attached(rows, None, id_column, Finish(text_column, id_column, mode), "fuzzy")
+    rows, band_rows = _signed(ds, config, columns.text_column)
+    sets = NodeSets(None, config, columns)
+    output = attached(rows, None, Finish(columns, mode), "fuzzy")
     indexed = " (with --index, the index's band rows join the bucket shuffle)" if index else ""
     verify = (
         f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.dedup._rows import KEEPER, ROW
-from zephyr.dedup.config import FuzzyDedupConfig
+from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
 from zephyr.errors import ConfigError, InputError
 from zephyr.io.parquet import parquet_rows
@@ -72,21 +72,15 @@ class IndexInfo:
     def docs(self) -> int:
         return sum(g["docs"] for g in self.generations)
 
-    def _files(self, part: str) -> list[str]:
+    def files(self, part: str) -> list[str]:
+        """The Parquet parts of ``docs`` (key, anchor, id, bands, shingles: one row per indexed document) or
+        of ``bands`` (__dedup_row = key, band, bhash: one row per indexed document and band)."""
         fs, root = fsspec.core.url_to_fs(self.path)
         out: list[str] = []
         for gen in self.generations:
             if gen["docs"]:
                 out += sorted(fs.glob(f"{root}/{gen['name']}/{part}/part-*.parquet"))
         return [fs.unstrip_protocol(f) for f in out] if "://" in self.path else out
-
-    def doc_files(self) -> list[str]:
-        """Parquet parts of (key, id, bands, shingles), one row per indexed document."""
-        return self._files("docs")
-
-    def band_files(self) -> list[str]:
-        """Parquet parts of (__dedup_row = key, band, bhash), one row per indexed document and band."""
-        return self._files("bands")
 
     def node_sets(self, keys: pa.Array, execution: dict[str, Any]) -> pa.Table:
         """(key, anchor, id, shingles) of the indexed documents whose key is in ``keys``: one filtered pass."""
@@ -95,24 +89,15 @@ class IndexInfo:
         if not self.docs or len(keys) == 0:
             return pa.table({KEY: pa.array([], pa.int64())})
         return (
-            zephyr.read_parquet(self.doc_files(), columns=[KEY, "anchor", "id", "shingles"])
+            zephyr.read_parquet(self.files("docs"), columns=[KEY, "anchor", "id", "shingles"])
             .map_batches(lambda t: t.filter(pc.is_in(t[KEY], value_set=keys)), name="dedup.index.node_sets")
             .to_arrow(**execution)
         )
 
 
 def _settings(config: FuzzyDedupConfig) -> dict[str, Any]:
-    b, r = config.bands_rows()
-    return {
-        "shingle": config.shingle,
-        "ngram": config.ngram,
-        "normalize": config.normalize,
-        "num_perm_resolved": config.num_perm_resolved,
-        "seed": config.seed,
-        "scheme": config.scheme,
-        "bands": b,
-        "rows": r,
-    }
+    bands, rows = config.bands_rows()
+    return {**{k: getattr(config, k) for k in _CHECKED[:-2]}, "bands": bands, "rows": rows}
 
 
 def open_index(
@@ -131,16 +116,8 @@ def open_index(
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"signature index metadata is not JSON: {exc}", path=f"{path}/_index.json") from exc
-    if (
-        not isinstance(meta, dict)
-        or meta.get("format") != INDEX_FORMAT
-        or meta.get("version") != INDEX_VERSION
-    ):
-        got = (
-            (meta.get("format"), meta.get("version"))
-            if isinstance(meta, dict)
-            else (type(meta).__name__, None)
-        )
+    got = (meta.get("format"), meta.get("version")) if isinstance(meta, dict) else (type(meta).__name__, None)
+    if got != (INDEX_FORMAT, INDEX_VERSION):
         raise InputError(
             f"not a zephyr signature index (format {got[0]!r} version {got[1]!r}; "
             f"expected {INDEX_FORMAT!r} version {INDEX_VERSION})",
@@ -166,29 +143,22 @@ class _IndexRows:
     recorded as all kept. Rows without text or shingles are left out (no band hash: nothing can match them).
     """
 
-    def __init__(self, config: FuzzyDedupConfig, text_column: str, id_column: str | None, generation: int):
-        self.config, self.text_column, self.id_column, self.generation = (
-            config,
-            text_column,
-            id_column,
-            generation,
-        )
+    def __init__(self, config: FuzzyDedupConfig, columns: DedupColumns, generation: int):
+        self.config, self.columns, self.generation = config, columns, generation
 
     def __call__(self, table: pa.Table) -> pa.Table:
         from zephyr.dedup._hashing import unique_sets
         from zephyr.dedup._minhash import compute_signatures
 
-        if self.text_column not in table.column_names:  # an empty output file without columns
+        text, id_column = self.columns.text_column, self.columns.id_column
+        if text not in table.column_names:  # an empty output file without columns
             return _empty_docs(self.config)
-        table = table.filter(pc.is_valid(table[self.text_column]))
-        shingles, bands = compute_signatures(table[self.text_column], self.config)
-        if ROW in table.column_names:
-            key = self._keys(np.asarray(table[ROW], dtype=np.int64))
-            anchor = self._keys(np.asarray(table[KEEPER], dtype=np.int64))
-        else:
-            key = anchor = self._keys(np.asarray(table["__index_row"], dtype=np.int64))
+        table = table.filter(pc.is_valid(table[text]))
+        shingles, bands = compute_signatures(table[text], self.config)
+        numbers = (ROW, KEEPER) if ROW in table.column_names else ("__index_row", "__index_row")  # all kept
+        key, anchor = (self._keys(np.asarray(table[c], dtype=np.int64)) for c in numbers)
         # without an id column an indexed document is named by its key (unique, stable across runs)
-        ids = table[self.id_column] if self.id_column is not None else pa.array(key)
+        ids = table[id_column] if id_column is not None else pa.array(key)
         sets = unique_sets(shingles)
         lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
         flat = pa.array(np.ascontiguousarray(bands).reshape(-1).view(np.int64))
@@ -232,26 +202,19 @@ def _empty_docs(config: FuzzyDedupConfig) -> pa.Table:
 
 
 def _explode_bands(table: pa.Table) -> pa.Table:
-    """(key, bands) → one (__dedup_row, band, bhash) row per document and band."""
-    bands = table["bands"].combine_chunks()
-    width = bands.type.list_size
-    n = table.num_rows
-    return pa.table(
-        {
-            ROW: pa.array(np.repeat(np.asarray(table[KEY], dtype=np.int64), width)),
-            "band": pa.array(np.tile(np.arange(width, dtype=np.int32), n)),
-            "bhash": bands.flatten().cast(pa.int64()),
-        }
-    )
+    """(key, bands) → one (__dedup_row, band, bhash) row per document and band (``_minhash.band_rows``)."""
+    from zephyr.dedup._minhash import band_rows
+
+    bands = np.asarray(table["bands"].combine_chunks().flatten(), dtype=np.int64)
+    return band_rows(table[KEY], bands.reshape(table.num_rows, table.schema.field("bands").type.list_size))
 
 
 def write_generation(
     path: str,
     kept: Dataset,
     config: FuzzyDedupConfig,
+    columns: DedupColumns = COLUMNS,
     *,
-    text_column: str = "text",
-    id_column: str | None = "id",
     create: bool,
     run: str | None = None,
     execution: dict[str, Any] | None = None,
@@ -270,17 +233,9 @@ def write_generation(
         )
     if not create and info is None:
         raise ConfigError(f"no signature index at {path} to update; create one with --write-index {path}")
-    meta = (
-        info.meta
-        if info is not None
-        else {
-            "format": INDEX_FORMAT,
-            "version": INDEX_VERSION,
-            "settings": _settings(config),
-            "config": config.to_dict(),
-            "generations": [],
-        }
-    )
+    meta = info.meta if info is not None else {"format": INDEX_FORMAT, "version": INDEX_VERSION}
+    if info is None:
+        meta.update(settings=_settings(config), config=config.to_dict(), generations=[])
     earlier = [g for g in meta["generations"] if run is None or g.get("run") != run]
     generation = 1 + max((int(g["name"].split("-")[1]) for g in meta["generations"]), default=-1)
     name = f"gen-{generation:05d}"
@@ -289,7 +244,7 @@ def write_generation(
     execution = dict(execution or {})
     docs = (
         kept.with_row_index("__index_row")
-        .map_batches(_IndexRows(config, text_column, id_column, generation), name="dedup.index.docs")
+        .map_batches(_IndexRows(config, columns, generation), name="dedup.index.docs")
         .write_parquet(url(f"{scratch}/docs"), **execution)
     )
     count = parquet_rows(docs.files)
@@ -303,9 +258,7 @@ def write_generation(
         fs.rm(final, recursive=True)
     if fs.exists(scratch):
         fs.mv(scratch, final, recursive=True)
-    entry: dict[str, Any] = {"name": name, "docs": count, "kept": kept}
-    if run is not None:
-        entry["run"] = run
+    entry = {"name": name, "docs": count, "kept": kept, **({"run": run} if run is not None else {})}
     meta = {**meta, "generations": [*earlier, entry]}
     fs.makedirs(root, exist_ok=True)
     write_json_atomic(url(f"{root}/_index.json"), meta)

@@ -59,12 +59,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from zephyr.dedup._compiled import LazyKernels
-from zephyr.dedup._rows import budget_of
+from zephyr.dedup._rows import budget_of, has_column, sums_per_source
 from zephyr.dedup.config import SubstringConfig
 
 from zephyr import counters, job_stats
-from zephyr.errors import SchemaError
+from zephyr.io.parquet import parquet_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -348,32 +349,19 @@ def cut(
     UTF-8 characters, or to ``token_starts`` (sorted byte positions per document) when given."""
     kernels = _kernels.compile()
     order = np.lexsort((starts, docs))
+    docs, starts = docs[order].astype(np.int64), starts[order].astype(np.int64)
+    offsets = offsets.astype(np.int64)
     n_docs = len(offsets) - 1
     out = np.empty(len(data), dtype=np.uint8)
     out_offsets = np.empty(n_docs + 1, dtype=np.int64)
     removed = np.zeros(n_docs, dtype=np.int64)
-    if token_starts is None:
-        bounds, bound_offsets = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    else:
-        bounds = (
-            np.concatenate([np.asarray(t, np.int64) for t in token_starts])
-            if n_docs
-            else np.zeros(0, np.int64)
-        )
-        bound_offsets = np.concatenate(([0], np.cumsum([len(t) for t in token_starts]))).astype(np.int64)
+    per_doc = [np.asarray(t, np.int64) for t in token_starts or []]
+    bounds = np.concatenate([np.zeros(0, np.int64), *per_doc])
+    bound_offsets = np.zeros(0, np.int64)  # empty: runs snap to UTF-8 characters
+    if token_starts is not None:
+        bound_offsets = np.concatenate(([0], np.cumsum([len(t) for t in per_doc]))).astype(np.int64)
     with kernels:
-        _cut(
-            data,
-            offsets.astype(np.int64),
-            min_bytes,
-            docs[order].astype(np.int64),
-            starts[order].astype(np.int64),
-            bounds,
-            bound_offsets,
-            out,
-            out_offsets,
-            removed,
-        )
+        _cut(data, offsets, min_bytes, docs, starts, bounds, bound_offsets, out, out_offsets, removed)
     return out[: out_offsets[-1]], out_offsets, removed
 
 
@@ -402,20 +390,17 @@ SHORT_DOC = "substring_short_doc"
 _TOP_CANDIDATES = 200  # windows looked at for the report's top spans (neighbours merge into one span)
 
 
-def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Array] | None:
+    """(bytes, offsets, the texts as one ``large_string`` array) of the text column; None for an empty input
+    file without columns (``_rows.has_column``)."""
     from zephyr.dedup._hashing import string_buffers
 
-    if column not in table.column_names:
-        raise SchemaError(
-            f"text column {column!r} not found; the input has {', '.join(table.column_names)} (pass --text-column)"
-        )
-    texts = table.column(column)
-    texts = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
-    texts = texts.cast(pa.large_string())
+    if not has_column(table, column, "text"):
+        return None
+    texts = table.column(column).combine_chunks().cast(pa.large_string())
     if texts.offset:  # a slice: give it buffers of its own, so its validity bitmap starts at bit 0
         texts = pa.concat_arrays([texts])
-    data, offsets = string_buffers(texts)
-    return data, offsets, texts
+    return *string_buffers(texts), texts
 
 
 @dataclass(frozen=True)
@@ -424,10 +409,8 @@ class _Anchors:
 
     def __call__(self, table: pa.Table) -> pa.Table:
 
-        if table.num_rows == 0 and self.config.text_column not in table.column_names:
-            return pa.table({"h": pa.array([], pa.int64())})
-        data, offsets, _ = _texts(table, self.config.text_column)
-        hashes = anchor_hashes(data, offsets, self.config.min_bytes, self.config.anchor)
+        found, cfg = _texts(table, self.config.text_column), self.config
+        hashes = anchor_hashes(*found[:2], cfg.min_bytes, cfg.anchor) if found else np.zeros(0, np.uint64)
         return pa.table({"h": pa.array(hashes.view(np.int64))})
 
 
@@ -438,15 +421,10 @@ class _Candidates:
 
     def __call__(self, table: pa.Table) -> pa.Table:
 
-        empty = pa.table(
-            {"wh": pa.array([], pa.int64()), "row": pa.array([], pa.int64()), "s": pa.array([], pa.int64())}
-        )
-        if table.num_rows == 0 and self.config.text_column not in table.column_names:
-            return empty
-        data, offsets, _ = _texts(table, self.config.text_column)
-        wh, docs, starts, first = candidates(
-            data, offsets, self.config.min_bytes, self.config.anchor, self.repeated
-        )
+        found, cfg = _texts(table, self.config.text_column), self.config
+        if found is None:
+            return pa.table({k: pa.array([], pa.int64()) for k in ("wh", "row", "s")})
+        wh, docs, starts, first = candidates(*found[:2], cfg.min_bytes, cfg.anchor, self.repeated)
         wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
         rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
         return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
@@ -472,12 +450,8 @@ class _Cut:
 
     def _broadcast(self, wh, docs, starts, rows) -> tuple[np.ndarray, np.ndarray]:
         """Of the documents' first occurrences (wh, docs, starts), those a document earlier than this one has."""
-        at = np.minimum(np.searchsorted(self.group_hashes, wh), max(len(self.group_hashes) - 1, 0))
-        hit = (
-            (self.group_hashes[at] == wh) & (rows[docs] > self.group_first[at])
-            if len(wh)
-            else np.zeros(0, bool)
-        )
+        at = np.minimum(np.searchsorted(self.group_hashes, wh), len(self.group_hashes) - 1)
+        hit = (self.group_hashes[at] == wh) & (rows[docs] > self.group_first[at])
         return docs[hit], starts[hit]
 
     def _global(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -489,12 +463,9 @@ class _Cut:
         dataset = pads.dataset(list(self.repeat_files), format="parquet")
         lo, hi = int(rows.min()), int(rows.max())
         found = dataset.to_table(filter=(pads.field("row") >= lo) & (pads.field("row") <= hi))
-        if found.num_rows == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         order = np.argsort(rows, kind="stable")
         found_rows = np.asarray(found["row"], dtype=np.int64)
-        at = np.searchsorted(rows[order], found_rows)
-        at = np.minimum(at, len(rows) - 1)
+        at = np.minimum(np.searchsorted(rows[order], found_rows), len(rows) - 1)
         hit = rows[order][at] == found_rows
         return order[at[hit]], np.asarray(found["s"], dtype=np.int64)[hit]
 
@@ -502,10 +473,10 @@ class _Cut:
 
         from zephyr.ops import BatchOutput
 
-        cfg = self.config
-        if table.num_rows == 0 and cfg.text_column not in table.column_names:
+        cfg, found = self.config, _texts(table, self.config.text_column)
+        if found is None:
             return table.drop_columns([c for c in (ROW,) if c in table.column_names])
-        data, offsets, texts = _texts(table, cfg.text_column)
+        data, offsets, texts = found
         rows = np.asarray(table.column(ROW), dtype=np.int64)
         wh, cand_docs, cand_starts, first = candidates(
             data, offsets, cfg.min_bytes, cfg.anchor, self.repeated
@@ -562,16 +533,10 @@ def token_starts(texts: pa.Array, tokenizer: str) -> list[np.ndarray]:
 def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> None:
     counters.increment("substring/bytes_removed", int(removed.sum()))
     counters.increment("substring/docs_changed", int((removed > 0).sum()))
-    if source_column is None or source_column not in table.column_names or not removed.any():
-        return
-    sources = table.column(source_column).cast(pa.string()).fill_null("null").combine_chunks()
-    encoded = pc.dictionary_encode(sources)
-    per = np.bincount(
-        np.asarray(encoded.indices, dtype=np.int64), weights=removed, minlength=len(encoded.dictionary)
-    )
-    for name, n in zip(encoded.dictionary.to_pylist(), per.tolist()):
+    sums = sums_per_source(table, source_column, "null", removed) if removed.any() else {}
+    for name, (n,) in sums.items():
         if n:
-            counters.increment(f"substring/bytes_removed/source={name}", int(n))
+            counters.increment(f"substring/bytes_removed/source={name}", n)
 
 
 @dataclass(frozen=True)
@@ -586,8 +551,12 @@ class SubstringJobPlans:
 
     def repeated_anchors(self) -> Dataset:
         """Pass 1: the anchor gram hashes seen twice or more (collected by the driver, ``to_arrow``)."""
+
+        def repeated(counts: pa.Table) -> pa.Table:
+            return counts.filter(pc.greater_equal(counts["count"], 2)).select(["h"])
+
         anchors = self.rows.map_batches(_Anchors(self.config), name="dedup.substring.anchors")
-        return anchors.group_by("h").count().map_batches(_repeated, name="dedup.substring.repeated")
+        return anchors.group_by("h").count().map_batches(repeated, name="dedup.substring.repeated")
 
     def candidates(self, repeated: np.ndarray) -> Dataset:
         """Pass 2: each document's first occurrence of every window with a repeated anchor (materialized)."""
@@ -597,7 +566,9 @@ class SubstringJobPlans:
     def groups(candidates: Dataset) -> Dataset:
         """Pass 2: the windows in two or more documents, with their count and first row (materialized)."""
         counted = candidates.group_by("wh").agg(n=("row", "count"), r0=("row", "min"))
-        return counted.map_batches(_shared, name="dedup.substring.groups")
+        return counted.map_batches(
+            lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups"
+        )
 
     @staticmethod
     def repeats(candidates: Dataset, groups: Dataset) -> Dataset:
@@ -608,8 +579,9 @@ class SubstringJobPlans:
 
     def top_documents(self, wanted: list[int]) -> Dataset:
         """The first documents of the most repeated windows, for the stats' top spans (``to_arrow``)."""
+        keys, text = pa.array(sorted(wanted), pa.int64()), self.config.text_column
         return self.rows.map_batches(
-            _RowsAmong(self.config.text_column, tuple(wanted)), name="dedup.substring.top_docs"
+            lambda t: t.filter(pc.is_in(t[ROW], keys)).select([ROW, text]), name="dedup.substring.top_docs"
         )
 
     def cut(
@@ -623,31 +595,6 @@ class SubstringJobPlans:
         return self.rows.map_batches(cut, name="dedup.substring.cut")
 
 
-def _substring_job_plans(ds: Dataset, config: SubstringConfig) -> SubstringJobPlans:
-    """The plans of substring dedup over ``ds``, built without running anything."""
-    return SubstringJobPlans(config, ds.with_row_index(ROW))
-
-
-def _repeated(table: pa.Table) -> pa.Table:
-    return table.filter(pc.greater_equal(table["count"], 2)).select(["h"])
-
-
-def _shared(table: pa.Table) -> pa.Table:
-    return table.filter(pc.greater_equal(table["n"], 2))
-
-
-@dataclass(frozen=True)
-class _RowsAmong:
-    """(ROW, text) of the rows whose number is in ``rows``."""
-
-    text_column: str
-    rows: tuple[int, ...]
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        wanted = pa.array(sorted(self.rows), pa.int64())
-        return table.filter(pc.is_in(table[ROW], wanted)).select([ROW, self.text_column])
-
-
 def substring_plans(
     ds: Dataset,
     config: SubstringConfig,
@@ -658,7 +605,7 @@ def substring_plans(
     """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
     explain dedup substring``), planned with nothing found yet: the arrays a job takes from the jobs before
     it are empty here. ``finish``: what the caller does to the output before writing it."""
-    plans = _substring_job_plans(ds, config)
+    plans = SubstringJobPlans(config, ds.with_row_index(ROW))
     nothing = np.zeros(0, np.uint64)
     candidates = plans.candidates(nothing)
     groups = plans.groups(candidates)
@@ -725,7 +672,7 @@ def substring_dedup_dataset(
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
     memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
-    plans = _substring_job_plans(ds, config)
+    plans = SubstringJobPlans(config, ds.with_row_index(ROW))
     repeated_table = plans.repeated_anchors().to_arrow(**execution)
     repeated = (
         np.sort(np.asarray(repeated_table["h"], dtype=np.int64).view(np.uint64))
@@ -735,62 +682,41 @@ def substring_dedup_dataset(
     logger.info(
         "substring dedup: %d repeated anchors (%d bytes held by every task)", len(repeated), repeated.nbytes
     )
-    info: dict[str, Any] = {
-        "repeated_anchors": int(len(repeated)),
-        "min_bytes": config.min_bytes,
-        "anchor_bytes": config.anchor,
-    }
+    info = {} if stats is None else stats
+    info.update(repeated_anchors=len(repeated), min_bytes=config.min_bytes, anchor_bytes=config.anchor)
     repeat_files: tuple[str, ...] = ()
     groups = None
     broadcast: tuple[np.ndarray, np.ndarray] | None = None
     if len(repeated):
         cand = plans.candidates(repeated).materialize(f"{scratch}/candidates", **execution)
         groups = plans.groups(cand).materialize(f"{scratch}/groups", **execution)
-        info["candidate_windows"] = sum(_rows(f) for f in _files(cand))
-        info["shared_windows"] = shared = sum(_rows(f) for f in _files(groups))
-        limit = shared_window_rows
-        if limit is None:
-            limit = budget_of(execution).shared_window_rows
+        info["candidate_windows"] = parquet_rows(cand.files)
+        info["shared_windows"] = shared = parquet_rows(groups.files)
+        limit = (
+            shared_window_rows if shared_window_rows is not None else budget_of(execution).shared_window_rows
+        )
         info["broadcast"] = 0 < shared <= limit
         if info["broadcast"]:  # every task looks the windows up in memory: no join, no sort
-            table = pa.concat_tables(pq_read(f, ["wh", "r0"]) for f in _files(groups))
-            order = np.argsort(np.asarray(table["wh"], dtype=np.int64).view(np.uint64), kind="stable")
-            broadcast = (
-                np.asarray(table["wh"], dtype=np.int64).view(np.uint64)[order],
-                np.asarray(table["r0"], dtype=np.int64)[order],
-            )
+            table = pa.concat_tables(pq.read_table(f, columns=["wh", "r0"]) for f in groups.files)
+            hashes = np.asarray(table["wh"], dtype=np.int64).view(np.uint64)
+            order = np.argsort(hashes, kind="stable")
+            broadcast = hashes[order], np.asarray(table["r0"], dtype=np.int64)[order]
         elif shared:  # too many to hold: the repeats are found by a join and read back by row range
             logger.info(
                 "substring dedup: %d shared windows exceed the in-memory limit %d: join path", shared, limit
             )
             written = plans.repeats(cand, groups).write_parquet(f"{scratch}/repeats", **execution)
             repeat_files = tuple(sorted(written.files))
-            info["repeat_windows"] = sum(_rows(f) for f in repeat_files)
+            info["repeat_windows"] = parquet_rows(repeat_files)
     info["top_spans"] = _top_spans(plans, groups, execution) if groups is not None else []
-    if stats is not None:
-        stats.update(info)
     return plans.cut(repeated, repeat_files, broadcast)
-
-
-def pq_read(path: str, columns: list[str]) -> pa.Table:
-    import pyarrow.parquet as pq
-
-    return pq.read_table(path, columns=columns)
-
-
-def _rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(path).metadata.num_rows
 
 
 def _top_spans(plans: SubstringJobPlans, groups: Dataset, execution: dict[str, Any]) -> list[dict]:
     """The most repeated spans: the windows found in the most documents, located in their first document and
     merged with overlapping neighbours there, as (text, documents, bytes)."""
-    import pyarrow.parquet as pq
-
     top: list[tuple[int, int, int]] = []  # heap of (count, window hash, first row)
-    for path in _files(groups):
+    for path in groups.files:
         t = pq.read_table(path, columns=["wh", "n", "r0"])
         for wh, n, r0 in zip(t["wh"].to_pylist(), t["n"].to_pylist(), t["r0"].to_pylist()):
             item = (n, wh, r0)
@@ -811,22 +737,15 @@ def _top_spans(plans: SubstringJobPlans, groups: Dataset, execution: dict[str, A
             located.setdefault(r0, []).append((int(hits[0]), n))
     out = []
     for r0, items in located.items():  # overlapping windows of one document are one span
-        raw = (text_of.get(r0) or "").encode()
-        items.sort()
-        a, b, count = items[0][0], items[0][0] + config.min_bytes, items[0][1]
-        for s, n in [*items[1:], (None, 0)]:
-            if s is not None and s <= b:
-                b, count = max(b, s + config.min_bytes), max(count, n)
-                continue
-            out.append(
-                {"text": raw[a:b].decode("utf-8", errors="replace"), "documents": int(count), "bytes": b - a}
-            )
-            if s is not None:
-                a, b, count = s, s + config.min_bytes, n
+        raw, spans = (text_of.get(r0) or "").encode(), []  # [start, end, documents]
+        for start, n in sorted(items):
+            if spans and start <= spans[-1][1]:
+                spans[-1][1:] = max(spans[-1][1], start + config.min_bytes), max(spans[-1][2], n)
+            else:
+                spans.append([start, start + config.min_bytes, n])
+        out += [
+            {"text": raw[a:b].decode("utf-8", errors="replace"), "documents": int(c), "bytes": b - a}
+            for a, b, c in spans
+        ]
     out.sort(key=lambda x: (-x["documents"], -x["bytes"], x["text"]))
     return out[: config.top_spans]
-
-
-def _files(ds: Dataset) -> list[str]:
-    """The Parquet files behind a materialized dataset (none when it has no rows)."""
-    return list(ds.files)

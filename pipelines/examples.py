@@ -211,7 +211,7 @@ def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize:
     """Write a dedup step's ``examples.json``: per cluster the kept row, one removed row and their Jaccard
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup._graph import jaccard
-    from zephyr.dedup._hashing import shingle_hashes
+    from zephyr.dedup._hashing import shingle_hashes, unique_sets
 
     from zephyr.io.paths import write_json_atomic
 
@@ -228,7 +228,9 @@ def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize:
         t for kept, removed in pairs if kept is not None for t in (kept[TEXT] or "", removed[TEXT] or "")
     ]
     shingles = shingle_hashes(pa.array(texts, pa.large_string()), kind=shingle, n=ngram, normalize=normalize)
-    scores = iter(jaccard(shingles, np.arange(len(texts), dtype=np.int64).reshape(-1, 2)).tolist())
+    scores = iter(
+        jaccard(unique_sets(shingles), np.arange(len(texts), dtype=np.int64).reshape(-1, 2)).tolist()
+    )
     clusters = []
     for kept, removed in pairs:
         entry: dict[str, Any] = {"cluster": removed[GROUP], "size": removed.get("dup_cluster_size")}

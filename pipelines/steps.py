@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
+from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
 from zephyr.pipelines.quality.config import NormalizeConfig
 from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
@@ -458,11 +458,9 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
         p = ctx.pipeline
         annotated = exact_dedup_dataset(
             ctx.dedup_inputs(),
-            text_column=p.text_column,
-            id_column=p.id_column,
+            DedupColumns(p.text_column, p.id_column, self.priority_column),
             normalize=self.dedup.normalize,
             mode="annotate",
-            priority_column=self.priority_column,
             execution=ctx.engine("hashes"),
         )
         outcome = ctx.finish(self._kept(ctx, annotated, "exact"), (ctx.op("remove"),))
@@ -476,13 +474,11 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
         p = ctx.pipeline
         return exact_plans(
             ctx.dedup_inputs(),
+            DedupColumns(p.text_column, p.id_column, self.priority_column),
             budget=ctx.budget,
             finish=lambda out: ctx.counted(self._kept(ctx, out, "exact")),
-            text_column=p.text_column,
-            id_column=p.id_column,
             normalize=self.dedup.normalize,
             mode="annotate",
-            priority_column=self.priority_column,
         )
 
 
@@ -526,10 +522,8 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         annotated = fuzzy_dedup_dataset(
             ctx.dedup_inputs(),
             config,
-            text_column=p.text_column,
-            id_column=p.id_column,
+            DedupColumns(p.text_column, p.id_column, self.priority_column),
             mode="annotate",
-            priority_column=self.priority_column,
             execution=ctx.engine("candidates"),
             stats=graph,
             index=index,
@@ -549,8 +543,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
                 self.index,
                 annotated,
                 config,
-                text_column=p.text_column,
-                id_column=p.id_column,
+                DedupColumns(p.text_column, p.id_column),
                 create=open_index(self.index, config, missing_ok=True) is None,
                 run=ctx.fingerprint,
                 execution=ctx.engine("index"),
@@ -577,13 +570,11 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         return fuzzy_plans(
             ctx.dedup_inputs(),
             self.dedup,
+            DedupColumns(p.text_column, p.id_column, self.priority_column),
             budget=ctx.budget,
             index=bool(self.index),
             finish=finish,
-            text_column=p.text_column,
-            id_column=p.id_column,
             mode="annotate",
-            priority_column=self.priority_column,
         )
 
 

@@ -153,6 +153,7 @@ def _judge(seed: str, copies: list[str]) -> list[tuple[bool, float, bool]]:
     measures it, the copy equals the seed after exact dedup's default normalization)."""
     import numpy as np
     from zephyr.dedup._graph import jaccard
+    from zephyr.dedup._hashing import unique_sets
     from zephyr.dedup._minhash import compute_signatures
     from zephyr.dedup.config import FuzzyDedupConfig
     from zephyr.dedup.exact import document_hashes
@@ -161,7 +162,7 @@ def _judge(seed: str, copies: list[str]) -> list[tuple[bool, float, bool]]:
     arr = pa.array(texts, pa.large_string())
     shingles, _ = compute_signatures(arr, FuzzyDedupConfig(threshold=0.8, shingle="word", ngram=5))
     edges = np.array([[0, i] for i in range(1, len(texts))], dtype=np.int64).reshape(-1, 2)
-    sims = jaccard(shingles, edges)
+    sims = jaccard(unique_sets(shingles), edges)
     hashes = document_hashes(arr, "default")
     return [
         (kept[0] and kept[i], float(sims[i - 1]), bool((hashes[i] == hashes[0]).all()))

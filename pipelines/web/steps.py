@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.dedup.config import SubstringConfig
+from zephyr.dedup.config import DedupColumns, SubstringConfig
 from zephyr.pipelines.markdown import md_code, md_excerpt, md_text
 from zephyr.pipelines.step import PrepareRows, RemoveDuplicates, Step, StepContext, StepOutcome
 
@@ -182,12 +182,11 @@ class UrlDedupStep(Step, type="url_dedup"):
 
         return url_plans(
             ctx.dedup_inputs(),
+            DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column),
             budget=ctx.budget,
             url_column=self.url_column,
             finish=lambda out: ctx.counted(self._kept(ctx, out)),
-            id_column=ctx.pipeline.id_column,
             mode="annotate",
-            priority_column=self.priority_column,
         )
 
     def run(self, ctx: StepContext) -> StepOutcome:
@@ -195,10 +194,9 @@ class UrlDedupStep(Step, type="url_dedup"):
 
         annotated = url_dedup_dataset(
             ctx.dedup_inputs(),  # the data's own dup_* columns pass unchanged
+            DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column),
             url_column=self.url_column,
-            id_column=ctx.pipeline.id_column,
             mode="annotate",
-            priority_column=self.priority_column,
             execution=ctx.engine("hashes"),
         )
         return ctx.finish(self._kept(ctx, annotated), (ctx.op("remove"),))

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup
+from zephyr.dedup.config import ParagraphDedupConfig
 from zephyr.dedup.exact import paragraph_dedup
 
 from zephyr.cli import main
@@ -97,8 +98,8 @@ def test_blank_and_null_texts():
 
 def test_memory_is_fixed_by_expected_and_rate():
     small = BloomFilter.for_capacity(1_000_000, 1e-4)
-    assert small.num_hashes == 13 and small.nbytes == math.ceil(19_170_117 / 8)  # 19.17 bits per item
-    assert BloomFilter.for_capacity(1_000_000, 1e-2).nbytes < small.nbytes
+    assert small.num_hashes == 13 and small.bits.nbytes == math.ceil(19_170_117 / 8)  # 19.17 bits per item
+    assert BloomFilter.for_capacity(1_000_000, 1e-2).bits.nbytes < small.bits.nbytes
     with pytest.raises(ConfigError, match="fp_rate"):
         BloomFilter.for_capacity(10, 1.5)
 
@@ -113,7 +114,7 @@ def test_save_load_roundtrip_and_refusals(tmp_path):
     out = bloom_paragraph_dedup(pa.table({"text": ["y\nz"]}), again).table
     assert out["text"].to_pylist() == ["z"]  # incremental: the earlier run's paragraphs are known
     with pytest.raises(ConfigError, match="normalize='default'"):
-        again.check_compatible("none", "\n", path)
+        BloomFilter.of(ParagraphDedupConfig(normalize="none", load_filter=path))
     data = (tmp_path / "f.bloom").read_bytes()
     (tmp_path / "cut.bloom").write_bytes(data[:-10])
     with pytest.raises(InputError, match="cut.bloom: corrupt Bloom filter"):

@@ -47,7 +47,7 @@ def _results() -> dict:
     sets = unique_sets(s)
     out["sets"] = [sets.offsets.tolist(), [int(h) for h in sets.hashes]]
     pairs = np.array([[i, j] for i in range(len(TEXTS)) for j in range(i)], dtype=np.int64)
-    out["jaccard"] = jaccard(s, pairs).tolist()
+    out["jaccard"] = jaccard(sets, pairs).tolist()
     for scheme in ("affine64", "mersenne61"):
         out[scheme] = [
             [int(x) for x in row] for row in signatures(s, make_permutations(8, seed=5, scheme=scheme))

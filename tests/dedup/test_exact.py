@@ -6,6 +6,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from zephyr.dedup import exact_dedup, paragraph_dedup
+from zephyr.dedup.config import DedupColumns
 
 from zephyr.errors import ConfigError, SchemaError
 
@@ -35,7 +36,7 @@ def test_annotate_min_id_rule():
 
 
 def test_priority_rule_max_priority_ties_to_min_id():
-    r = exact_dedup(_table(), priority_column="prio", mode="remove")
+    r = exact_dedup(_table(), DedupColumns(priority_column="prio"), mode="remove")
     assert r.table["id"].to_pylist() == ["d2", "d4", "d5"]  # d5 and d6 tie at 9: d5 has the smaller id
     assert r.stats["rows_dropped"] == 3
 
@@ -47,7 +48,7 @@ def test_normalize_none_is_byte_exact():
 
 def test_remove_with_no_id_column_keeps_first_row():
     t = pa.table({"text": ["b", "a", "b", "a"]})
-    assert exact_dedup(t, id_column=None, mode="remove").table["text"].to_pylist() == ["b", "a"]
+    assert exact_dedup(t, DedupColumns(id_column=None), mode="remove").table["text"].to_pylist() == ["b", "a"]
 
 
 def test_normalize_none_matches_duckdb_count_distinct(tmp_path):
@@ -64,7 +65,7 @@ def test_record_batches_and_errors():
     r = exact_dedup(iter(t.to_batches(max_chunksize=2)), mode="annotate")
     assert r.table.num_rows == t.num_rows
     with pytest.raises(SchemaError, match="text column 'body' not found"):
-        exact_dedup(t, text_column="body", mode="annotate")
+        exact_dedup(t, DedupColumns(text_column="body"), mode="annotate")
     with pytest.raises(ConfigError):
         exact_dedup(t, mode="drop")
     with pytest.raises(ConfigError):

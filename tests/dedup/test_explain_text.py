@@ -43,7 +43,7 @@ def test_url_plan_is_the_plan_the_command_runs(tmp_path, corpus, capsys):
     # without execution options url_dedup_dataset is the shuffle path: job 2b's plan
     removal = DedupRemoval(mode="remove")
     rows = removal.rows(Inputs([str(corpus)]), "document")
-    lazy = url_dedup_dataset(rows, url_column="url", id_column="id", mode=removal.internal_mode)
+    lazy = url_dedup_dataset(rows, url_column="url", mode=removal.internal_mode)
     assert plan_stages(removal.finished(lazy, "document").explain()) == plans["job 2b"]
 
 

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from zephyr.dedup import FuzzyDedupConfig
 from zephyr.dedup._rows import StripRowNumbers
+from zephyr.dedup.config import COLUMNS, DedupColumns
 from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
 from zephyr.dedup.index import open_index, write_generation
 
@@ -69,9 +70,10 @@ def kept_texts(table: pa.Table) -> set[str]:
     return set(table["text"].to_pylist())
 
 
-def dedup(table: pa.Table, **kw) -> pa.Table:
+def dedup(table: pa.Table, columns: DedupColumns = COLUMNS, **kw) -> pa.Table:
     kw.setdefault("execution", INPROCESS)
-    return fuzzy_dedup_dataset(zephyr.from_arrow(table), CONFIG, mode="remove", **kw).to_arrow(**INPROCESS)
+    out = fuzzy_dedup_dataset(zephyr.from_arrow(table), CONFIG, columns, mode="remove", **kw)
+    return out.to_arrow(**INPROCESS)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +83,7 @@ def dedup(table: pa.Table, **kw) -> pa.Table:
 def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, driver_rows):
     union, pieces = parts(seed, n, ids=ids)
     id_column = "id" if ids else None
-    expected = dedup(union, id_column=id_column)
+    expected = dedup(union, DedupColumns(id_column=id_column))
     assert expected.num_rows < union.num_rows  # there is something to remove
 
     index = str(tmp_path / "index")
@@ -92,7 +94,7 @@ def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, driver_r
         annotated = fuzzy_dedup_dataset(
             zephyr.from_arrow(piece),
             CONFIG,
-            id_column=id_column,
+            DedupColumns(id_column=id_column),
             mode="annotate",
             execution=INPROCESS,
             driver_rows=driver_rows,
@@ -104,7 +106,7 @@ def test_incremental_keeps_what_the_union_keeps(tmp_path, seed, n, ids, driver_r
         kept |= kept_texts(out)
         matched += stats.get("matched_index", 0)
         entry = write_generation(
-            index, annotated, CONFIG, id_column=id_column, create=k == 0, execution=INPROCESS
+            index, annotated, CONFIG, DedupColumns(id_column=id_column), create=k == 0, execution=INPROCESS
         )
         assert (entry["docs"], entry["kept"]) == (piece.num_rows, out.num_rows)
     assert kept == kept_texts(expected)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from zephyr.dedup import exact_dedup, exact_dedup_dataset, fuzzy_dedup, fuzzy_dedup_dataset, paragraph_dedup
+from zephyr.dedup.config import DedupColumns
 
 import zephyr
 
@@ -35,7 +36,7 @@ def _encoded(columns: list[str]) -> pa.Table:
 
 
 DEDUPS = {
-    "exact": lambda t: exact_dedup(t, mode="annotate", priority_column="priority"),
+    "exact": lambda t: exact_dedup(t, DedupColumns(priority_column="priority"), mode="annotate"),
     "fuzzy": lambda t: fuzzy_dedup(t, mode="annotate"),
     "paragraph": lambda t: paragraph_dedup(t),
 }
@@ -67,14 +68,14 @@ NO_VALUES = PLAIN.append_column("none", pa.nulls(PLAIN.num_rows))
 @pytest.mark.parametrize(
     "run",
     [
-        lambda t, **kw: exact_dedup(t, mode="annotate", **kw).table,
-        lambda t, **kw: fuzzy_dedup(t, mode="annotate", **kw).table,
-        lambda t, **kw: exact_dedup_dataset(zephyr.from_arrow(t), mode="annotate", **kw).to_arrow(
-            executor="inprocess"
-        ),
-        lambda t, **kw: fuzzy_dedup_dataset(zephyr.from_arrow(t), mode="annotate", **kw).to_arrow(
-            executor="inprocess"
-        ),
+        lambda t, **kw: exact_dedup(t, DedupColumns(**kw), mode="annotate").table,
+        lambda t, **kw: fuzzy_dedup(t, None, DedupColumns(**kw), mode="annotate").table,
+        lambda t, **kw: exact_dedup_dataset(
+            zephyr.from_arrow(t), DedupColumns(**kw), mode="annotate"
+        ).to_arrow(executor="inprocess"),
+        lambda t, **kw: fuzzy_dedup_dataset(
+            zephyr.from_arrow(t), None, DedupColumns(**kw), mode="annotate"
+        ).to_arrow(executor="inprocess"),
     ],
     ids=["exact", "fuzzy", "exact_dataset", "fuzzy_dataset"],
 )

@@ -29,6 +29,7 @@ from zephyr.dedup import (
     paragraph_dedup,
     paragraph_dedup_dataset,
 )
+from zephyr.dedup.config import DedupColumns
 
 import zephyr
 from zephyr.cli import main
@@ -83,10 +84,10 @@ def _fuzzy_config() -> FuzzyDedupConfig:
 def test_plain_functions(case):
     t = corpus(case)
     idc = _id_column(case)
-    _check(case, exact_dedup(t, id_column=idc, mode="remove").table)
-    _check(case, fuzzy_dedup(t, _fuzzy_config(), id_column=idc, mode="remove").table)
+    _check(case, exact_dedup(t, DedupColumns(id_column=idc), mode="remove").table)
+    _check(case, fuzzy_dedup(t, _fuzzy_config(), DedupColumns(id_column=idc), mode="remove").table)
     # paragraph: each document is one paragraph, so a copy is emptied rather than dropped
-    texts = paragraph_dedup(t, id_column=idc, mode="remove").table["text"]
+    texts = paragraph_dedup(t, DedupColumns(id_column=idc), mode="remove").table["text"]
     assert pc.sum(pc.not_equal(texts, "")).as_py() == EXPECTED_KEPT[case]
 
 
@@ -97,15 +98,24 @@ def test_engine_stages(case, path):
     idc = _id_column(case)
     ds = zephyr.from_arrow(t, num_shards=3)
     limit = 0 if path == "shuffle" else None
-    exact = exact_dedup_dataset(ds, id_column=idc, mode="remove", execution=INPROCESS, driver_rows=limit)
+    exact = exact_dedup_dataset(
+        ds, DedupColumns(id_column=idc), mode="remove", execution=INPROCESS, driver_rows=limit
+    )
     _check(case, exact.to_arrow(**INPROCESS))
-    lazy = exact_dedup_dataset(ds, id_column=idc, mode="remove")  # the plan without an eager pass
+    lazy = exact_dedup_dataset(
+        ds, DedupColumns(id_column=idc), mode="remove"
+    )  # the plan without an eager pass
     _check(case, lazy.to_arrow(**INPROCESS))
     fuzzy = fuzzy_dedup_dataset(
-        ds, _fuzzy_config(), id_column=idc, mode="remove", execution=INPROCESS, driver_rows=limit
+        ds,
+        _fuzzy_config(),
+        DedupColumns(id_column=idc),
+        mode="remove",
+        execution=INPROCESS,
+        driver_rows=limit,
     )
     _check(case, fuzzy.to_arrow(**INPROCESS))
-    para = paragraph_dedup_dataset(ds, id_column=idc, mode="remove").to_arrow(**INPROCESS)
+    para = paragraph_dedup_dataset(ds, DedupColumns(id_column=idc), mode="remove").to_arrow(**INPROCESS)
     assert pc.sum(pc.not_equal(para["text"], "")).as_py() == EXPECTED_KEPT[case]
 
 

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, exact_dedup, exact_dedup_dataset, fuzzy_dedup, fuzzy_dedup_dataset
+from zephyr.dedup.config import DedupColumns
 
 import zephyr
 from zephyr.cli import main
@@ -335,13 +336,15 @@ def test_exact_stage_in_memory_path_equals_plain_function(executor, priority):
     stats: dict = {}
     out = exact_dedup_dataset(
         zephyr.from_arrow(t, num_shards=2),
-        priority_column=priority,
+        DedupColumns(priority_column=priority),
         execution=ex,
         stats=stats,
         mode="annotate",
     ).to_arrow(**ex)
     assert stats["in_memory"] is True and stats["duplicate_rows"] >= 2
-    assert _norm(out).equals(_norm(exact_dedup(t, priority_column=priority, mode="annotate").table))
+    assert _norm(out).equals(
+        _norm(exact_dedup(t, DedupColumns(priority_column=priority), mode="annotate").table)
+    )
     removed = exact_dedup_dataset(zephyr.from_arrow(t), mode="remove", execution=ex).to_arrow(**ex)
     assert removed.num_rows == exact_dedup(t, mode="remove").table.num_rows
 

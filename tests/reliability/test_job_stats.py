@@ -89,12 +89,12 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
 
 
 def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatch):
-    from zephyr.dedup.exact import _MemberHashes
+    from zephyr.dedup.exact import _DocHashes
 
     inputs, work, out = _write_inputs(tmp_path / "in"), tmp_path / "work", tmp_path / "out"
     argv = ["dedup", "exact", str(inputs), "--output", str(out), "--work-dir", str(work), *FAST]
     with monkeypatch.context() as patch:
-        _fail_once(patch, _MemberHashes, tmp_path / "failed")
+        _fail_once(patch, _DocHashes, tmp_path / "failed")
         assert main(argv) == 0
     stats = json.loads(Path(stats_path(out)).read_text())
     assert len(stats["jobs"]) > 1 and stats["jobs"][0]["task_retries"] == 1
@@ -106,14 +106,14 @@ def test_dedup_exact_sums_retries_and_resumed_over_its_jobs(tmp_path, monkeypatc
 
 
 def test_zephyr_run_step_records_a_retry_of_an_earlier_job(tmp_path, monkeypatch):
-    from zephyr.dedup.exact import _MemberHashes
+    from zephyr.dedup.exact import _DocHashes
 
     stage = "exact_dedup"  # hashes (the failing job), then the stage's own write
     inputs, job = _write_inputs(tmp_path / "in"), tmp_path / "job"
     config = {"name": "retries", "steps": [{"step": "read", "paths": [str(inputs)]}, {"step": stage}]}
     path = tmp_path / "retries.yaml"
     path.write_text(yaml.safe_dump(config))
-    _fail_once(monkeypatch, _MemberHashes, tmp_path / "failed")
+    _fail_once(monkeypatch, _DocHashes, tmp_path / "failed")
     assert main(["run", str(path), "--job-dir", str(job), *FAST, "--no-report"]) == 0
     summary = json.loads((job / "stats.json").read_text())
     record = next(s for s in summary["steps"] if s["step"] == stage)

@@ -173,7 +173,7 @@ def test_lazy_exact_dedup_plan_is_printed_as_it_runs():
     assert structure[0][3].startswith("shuffle #1: hash(__dedup_h0, __dedup_h1)")
     assert structure[-1][:2] == (
         "reduce",
-        "Join → map_batches(dedup.exact.keep) → map_batches(dedup.exact.finish)",
+        "Join → map_batches(dedup.exact.finish)",
     )
     assert {role for role, *_ in structure} == {"map", "reduce"}
     assert sum(writes.startswith("shuffle #") for *_, writes in structure) == len(structure) - 1
