@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.config import FieldError, require_at_least, require_within
+from zephyr.config import FieldError, field_hints, require_at_least, require_within
 
 if TYPE_CHECKING:
     import numpy as np
@@ -43,7 +43,6 @@ SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
 Preset = Literal["datatrove", "nemo", "redpajama"]
 PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
-CLUSTER_RULES: tuple[str, ...] = typing.get_args(ClusterRule)
 DEDUP_APPROX_SHARD_BYTES = 32 << 20
 """The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
 groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the
@@ -55,9 +54,17 @@ def _column_or_none(value: str) -> str | None:
     return None if value.lower() in ("", "none") else value
 
 
-def _require_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise FieldError(key, f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+def _require_choices(config: Any) -> None:
+    """Each field typed ``Literal[...]`` holds one of its choices (``None`` too where the type allows it): the
+    check a config built in Python gets, as the CLI's choices give it on the command line."""
+    for name, hint in field_hints(type(config)).items():
+        literal = next((a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is Literal), None)
+        value = getattr(config, name)
+        if literal is None or (value is None and type(None) in typing.get_args(hint)):
+            continue
+        if value not in typing.get_args(literal):
+            choices = ", ".join(repr(c) for c in typing.get_args(literal))
+            raise FieldError(name, f"must be one of {choices}, got {value!r}")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -118,8 +125,7 @@ class ExactDedupConfig:
     """What splits a document into paragraphs (``level="paragraph"``)."""
 
     def __post_init__(self) -> None:
-        _require_choice("level", self.level, ("document", "paragraph"))
-        _require_choice("normalize", self.normalize, NORMALIZATIONS)
+        _require_choices(self)
         if not self.paragraph_separator:
             raise FieldError("paragraph_separator", "must not be empty")
 
@@ -168,15 +174,9 @@ class FuzzyDedupConfig:
 
     def __post_init__(self) -> None:
         require_within("threshold", self.threshold, 0.0, 1.0, low_open=True)
-        _require_choice("shingle", self.shingle, ("word", "char"))
+        _require_choices(self)
         require_at_least("ngram", self.ngram, 1)
-        _require_choice("normalize", self.normalize, NORMALIZATIONS)
-        _require_choice("clusters", self.clusters, CLUSTER_RULES)
-        _require_choice("signature_device", self.signature_device, SIGNATURE_DEVICES)
         require_at_least("bucket_links", self.bucket_links, 1)
-        _require_choice("scheme", self.scheme, SCHEMES)
-        if self.preset is not None:
-            _require_choice("preset", self.preset, PRESETS)
         bands, rows = self.bands, self.rows_per_band
         if (bands is None) != (rows is None):
             raise FieldError(
@@ -260,6 +260,7 @@ class SubstringConfig:
     token is cut in half."""
 
     def __post_init__(self) -> None:
+        _require_choices(self)
         if self.unit == "tokens" and not self.tokenizer:
             raise FieldError("unit", "tokens needs a tokenizer (a tokenizer.json)")
         if self.tokenizer and self.unit != "tokens":
@@ -315,8 +316,7 @@ class ParagraphDedupConfig:
     """Bloom: start from a saved filter."""
 
     def __post_init__(self) -> None:
-        _require_choice("method", self.method, ("exact", "bloom"))
-        _require_choice("normalize", self.normalize, NORMALIZATIONS)
+        _require_choices(self)
 
 
 @dataclass(frozen=True)

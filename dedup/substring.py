@@ -375,12 +375,7 @@ def window_hashes(text: bytes, min_bytes: int) -> np.ndarray:
     with _kernels.compile():
         _prefix(data, 0, n, prefix)
         pw = _pow(min_bytes)
-    return np.array([_span_py(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
-
-
-def _span_py(prefix, s, n, pw):
-    h = int(prefix[s + n]) + int(_M61) - int(_mulmod(prefix[s], pw))
-    return h - int(_M61) if h >= int(_M61) else h
+        return np.array([_span(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
 
 
 logger = logging.getLogger(__name__)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 from zephyr.dedup.cli import COMMANDS
+from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig, ParagraphDedupConfig, SubstringConfig
 
 from zephyr.cli import build_parser
+from zephyr.config import FieldError
 from zephyr.flags import field_docs, flag_specs
 
 FLAGS = {
@@ -43,3 +45,22 @@ def test_the_flags_keep_their_names(kind):
     known = {flag for action in kinds[kind]._actions for flag in action.option_strings}
     wanted = FLAGS[kind] + " " + SHARED + ("" if kind == "substring" else " " + COLUMNS)
     assert set(wanted.split()) <= known, set(wanted.split()) - known
+
+
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        (ExactDedupConfig, "level"),
+        (ExactDedupConfig, "normalize"),
+        (FuzzyDedupConfig, "clusters"),
+        (FuzzyDedupConfig, "preset"),
+        (FuzzyDedupConfig, "signature_device"),
+        (ParagraphDedupConfig, "method"),
+        (SubstringConfig, "unit"),
+    ],
+)
+def test_a_config_built_in_python_refuses_a_choice_its_type_does_not_have(config, name):
+    """The flags' choices come from each field's ``Literal``; a config built in Python is held to the same."""
+    with pytest.raises(FieldError, match=rf"^{name}: must be one of '"):
+        config(**{name: "bogus"})
+    assert FuzzyDedupConfig(preset=None).preset is None
