@@ -51,7 +51,6 @@ and the most repeated spans (text, count).
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -710,15 +709,14 @@ def substring_dedup_dataset(
 def _top_spans(plans: SubstringJobPlans, groups: Dataset, execution: dict[str, Any]) -> list[dict]:
     """The most repeated spans: the windows found in the most documents, located in their first document and
     merged with overlapping neighbours there, as (text, documents, bytes)."""
-    top: list[tuple[int, int, int]] = []  # heap of (count, window hash, first row)
-    for path in groups.files:
-        t = pq.read_table(path, columns=["wh", "n", "r0"])
-        for wh, n, r0 in zip(t["wh"].to_pylist(), t["n"].to_pylist(), t["r0"].to_pylist()):
-            item = (n, wh, r0)
-            if len(top) < _TOP_CANDIDATES:
-                heapq.heappush(top, item)
-            elif item > top[0]:
-                heapq.heapreplace(top, item)
+    if not groups.files:
+        return []
+    # the _TOP_CANDIDATES largest (count, window hash, first row): of each file, then of those
+    order = [("n", "descending"), ("wh", "descending"), ("r0", "descending")]
+    files = (pq.read_table(path, columns=["wh", "n", "r0"]) for path in groups.files)
+    heads = pa.concat_tables(t.take(pc.select_k_unstable(t, _TOP_CANDIDATES, order)) for t in files)
+    best = heads.take(pc.select_k_unstable(heads, _TOP_CANDIDATES, order))
+    top = list(zip(best["n"].to_pylist(), best["wh"].to_pylist(), best["r0"].to_pylist()))
     if not top:
         return []
     config = plans.config
