@@ -237,21 +237,8 @@ _EXPLAIN_DESCRIPTION = (
 
 
 def _label(args: argparse.Namespace) -> str:
-    """``zephyr dedup fuzzy``: the command words the user typed (the parsers' ``*command`` destinations)."""
-    if getattr(args, "command_words", None):
-        return f"zephyr {args.command_words}"
-    words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
-    return "zephyr " + " ".join(str(w) for w in words if w)
-
-
-def _emit(summary, args: argparse.Namespace, seconds: float, quarantine: str | None) -> None:
-    """Print a command's ``Summary`` the one way every command ends (``zephyr.summary``)."""
-    from zephyr.summary import emit
-
-    if summary.quarantine_output is None:
-        summary.quarantine_output = quarantine
-    inputs = getattr(args, "inputs", None)
-    emit(summary, command=_label(args), seconds=seconds, inputs=inputs, as_json=getattr(args, "json", False))
+    """``zephyr dedup fuzzy``: the words of the command typed (its ``Command.words``), else its first word."""
+    return f"zephyr {getattr(args, 'command_words', None) or args.command}"
 
 
 def _interrupted_line(args: argparse.Namespace) -> str:
@@ -328,8 +315,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from zephyr.io.publish import prune_quarantine
 
                 prune_quarantine(quarantine, jobs)
-        if isinstance(outcome, Summary):
-            _emit(outcome, args, time.perf_counter() - started, quarantine)
+        if isinstance(outcome, Summary):  # printed the one way every command ends (``zephyr.summary``)
+            from zephyr.summary import emit
+
+            if outcome.quarantine_output is None:
+                outcome.quarantine_output = quarantine
+            seconds, inputs = time.perf_counter() - started, getattr(args, "inputs", None)
+            emit(
+                outcome,
+                command=_label(args),
+                seconds=seconds,
+                inputs=inputs,
+                as_json=getattr(args, "json", False),
+            )
         return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         return report_failure(exc, args, argv)
@@ -756,12 +754,6 @@ def write_log(text: str) -> str:
     raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
 
 
-def _summary(exc: BaseException, args: argparse.Namespace) -> str:
-    text = str(exc) if isinstance(exc, TaskError) else one_line(exc)
-    text = " ".join(text.split())  # one line, whatever the message held
-    return _cli_spelling(text, args)
-
-
 def _cli_spelling(text: str, args: argparse.Namespace) -> str:
     for library, flag, dest in _CLI_SPELLING:
         if hasattr(args, dest) or dest in getattr(args, "flag_dests", ()):
@@ -779,11 +771,6 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
         return None, " ".join(str(err.strerror or err).split())
 
 
-def _failed(args: argparse.Namespace) -> str:
-    """The command an error line names: its words for a declared ``Command``, else the first word."""
-    return _label(args) if getattr(args, "command_words", None) else f"zephyr {args.command}"
-
-
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the failure of ``zephyr <args.command>`` (one line; the traceback too with ``-v``), log the full
     traceback, and return the exit code (1). Configuration errors (``ConfigError``, ``ResumeError``) print
@@ -792,12 +779,13 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
         # a bad setting, found before any work: the message is the whole story (a list of problems keeps
         # one line each), and a traceback of the checking code would help nobody
-        print(f"{_failed(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        print(f"{_label(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
         return 1
     path, unwritten = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"{_failed(args)}: error: {_summary(exc, args)}", file=sys.stderr)
+    text = " ".join((str(exc) if isinstance(exc, TaskError) else one_line(exc)).split())  # one line, always
+    print(f"{_label(args)}: error: {_cli_spelling(text, args)}", file=sys.stderr)
     if path is not None:
         print(f"full traceback: {path}", file=sys.stderr)
     else:

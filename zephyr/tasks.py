@@ -164,6 +164,11 @@ def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(url)
 
 
+def _url(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
+    """``path`` of ``fs`` as a URL when ``like`` (the folder it was made from) is one, else as it is."""
+    return fs.unstrip_protocol(path) if "://" in like else path
+
+
 def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
     """The one rule of where a task's marker may point: per marker key, the folders its paths must lie in.
 
@@ -312,19 +317,25 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     if side_files:
         outputs["side_files"] = sorted(side_files)
         outputs.setdefault("checksums", {}).update(side_files)
-    marker = {
-        "fingerprint": task.fingerprint,
-        "index": task.index,
-        "input": task.description,
-        "rows_in": source.rows + read_quarantined,
-        "rows_read_quarantined": read_quarantined,
-        "bytes_in": source.bytes,
-        "ops": [c.as_dict() for c in op_counters],
-        "counters": dict(user_counters),
-        "quarantine": quarantine,
-        "seconds": round(time.perf_counter() - started, 4),
-        **outputs,
-    }
+    return _finished(
+        task,
+        started,
+        {
+            "rows_in": source.rows + read_quarantined,
+            "rows_read_quarantined": read_quarantined,
+            "bytes_in": source.bytes,
+            "ops": [c.as_dict() for c in op_counters],
+            "counters": dict(user_counters),
+            "quarantine": quarantine,
+            **outputs,
+        },
+    )
+
+
+def _finished(task: TaskSpec, started: float, fields: dict) -> dict:
+    """Write the marker of a finished task (``fields``, led by what names the task) and return it."""
+    marker = {"fingerprint": task.fingerprint, "index": task.index, "input": task.description, **fields}
+    marker["seconds"] = round(time.perf_counter() - started, 4)
     write_json_atomic(task.marker_path, marker)
     return marker
 
@@ -412,17 +423,13 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
             rows += table.num_rows
             schema = table.schema
             writer.write(table)
-
-        def named(p: str) -> str:
-            return fs.unstrip_protocol(p) if "://" in output.directory else p
-
-        runs = [named(p) for p in writer.close()]
+        runs = [_url(fs, p, output.directory) for p in writer.close()]
         return {
             "rows_out": rows,
             "bytes_out": writer.bytes_written,
             "runs": runs,
             "schema": _schema_text(schema),
-            "checksums": {named(p): record for p, record in writer.checksums.items()},
+            "checksums": {_url(fs, p, output.directory): record for p, record in writer.checksums.items()},
         }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)
@@ -444,30 +451,24 @@ def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
         upload_bytes=shares.upload_part_bytes,
         expected={_fs(path)[1]: record for path, record in task.checksums.items()},
     )
-
-    def named(p: str) -> str:
-        return fs.unstrip_protocol(p) if "://" in output.directory else p
-
-    marker = {
-        "fingerprint": task.fingerprint,
-        "index": task.index,
-        "input": task.description,
-        "rows_in": task.rows,
-        "rows_read_quarantined": 0,
-        "bytes_in": done.bytes,
-        "ops": [],
-        "counters": {},
-        "quarantine": None,
-        "rows_out": task.rows,
-        "bytes_out": done.bytes,
-        "inputs": [run.path for run in task.runs],
-        "runs": [named(done.run.path)],
-        "slots": done.run.slots,
-        "checksums": {named(p): record for p, record in done.checksums.items()},
-        "seconds": round(time.perf_counter() - started, 4),
-    }
-    write_json_atomic(task.marker_path, marker)
-    return marker
+    return _finished(
+        task,
+        started,
+        {
+            "rows_in": task.rows,
+            "rows_read_quarantined": 0,
+            "bytes_in": done.bytes,
+            "ops": [],
+            "counters": {},
+            "quarantine": None,
+            "rows_out": task.rows,
+            "bytes_out": done.bytes,
+            "inputs": [run.path for run in task.runs],
+            "runs": [_url(fs, done.run.path, output.directory)],
+            "slots": done.run.slots,
+            "checksums": {_url(fs, p, output.directory): record for p, record in done.checksums.items()},
+        },
+    )
 
 
 def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:
@@ -551,7 +552,7 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
     fs, base = _fs(output.directory)
     fs.makedirs(base, exist_ok=True)
     path = f"{base}/sample-{task.index:05d}.parquet"
-    url = fs.unstrip_protocol(path) if "://" in output.directory else path
+    url = _url(fs, path, output.directory)
     if not kept:
         return {"rows_out": rows, "bytes_out": 0, "sample": None}
     with atomic_write(url) as f:
