@@ -125,12 +125,9 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def quarantine_dir(args: argparse.Namespace) -> str | None:
-    """Where a command's quarantined rows go: the folder a command picked (``args.quarantine_dir``), else
-    ``OUTPUT.zephyr/quarantine`` for a command that writes a directory (in its sidecar, ``zephyr.io.layout``),
-    else the engine's default (``<work_dir>/quarantine``, or a temporary folder)."""
-    chosen = getattr(args, "quarantine_dir", None)
-    if chosen is not None:
-        return chosen
+    """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
+    directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
+    or a temporary folder)."""
     if getattr(args, "output_is_dir", False):
         from zephyr.io.layout import quarantine_dir as beside
 
@@ -151,14 +148,9 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
 
     if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
         return
-    inputs: list[str] = []
-    for name in _INPUT_ARGS:
-        value = getattr(args, name, None)
-        if isinstance(value, str):
-            inputs.append(value)
-        elif isinstance(value, list | tuple):
-            inputs.extend(v for v in value if isinstance(v, str))
-    inputs = [p for p in inputs if _names_a_path(p)]
+    values = [getattr(args, name, None) for name in _INPUT_ARGS]
+    given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
+    inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
     if getattr(args, "output_is_dir", False):
@@ -443,20 +435,16 @@ class Command:
         }
 
 
-def _execution(given: dict[str, Any], default_executor: str, quarantine: str | None) -> ExecutionOptions:
-    """The ``ExecutionOptions`` the execution flags ask for; without ``--executor`` the command's default."""
-    options = config_from_flags(ExecutionOptions, given, what="execution options")
-    executor = given.get("executor") or default_executor
-    return options.replace(executor=executor, quarantine_dir=quarantine)
-
-
 def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = False) -> Any:
     """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
     from zephyr.summary import Summary
 
     given = vars(args)
     configs = command.configs(given, explain=explain)
-    execution = _execution(given, command.default_executor, quarantine_dir(args))
+    execution = config_from_flags(ExecutionOptions, given, what="execution options").replace(
+        executor=given.get("executor") or command.default_executor,  # without --executor: the command's
+        quarantine_dir=quarantine_dir(args),
+    )
     if not explain:
         _expect(command, configs, execution)
         return command.run(**configs, execution=execution)
@@ -596,12 +584,9 @@ def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config:
     """Rewrite files in another format."""
     dataset, kwargs = inputs.read(), execution.as_kwargs()
     if config.to == "jsonl":
-        result = dataset.write_jsonl(output.output, compression=config.compression, **kwargs)
-    elif config.to == "vortex":
-        result = dataset.write_vortex(output.output, **kwargs)
-    else:
-        result = dataset.write_parquet(output.output, **kwargs)
-    return _written(result, output.output)
+        kwargs["compression"] = config.compression
+    write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
+    return _written(write(output.output, **kwargs), output.output)
 
 
 def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:

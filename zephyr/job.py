@@ -428,25 +428,22 @@ class Job:
         estimate = physical.read_bytes(upstream, self._size_of)
         plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
         if op.boundaries is not None:  # the caller's split points: no sample, cuts whatever the input layout
-            result = self._run_shuffle(
-                upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries))
-            )
-            return self._sort_side(plan, result, estimate, upstream.name)
-        sample = self.run_segment(
-            upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
-        )
-        sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
-        if sample_files:
-            table = pa.concat_tables([_read_url(f) for f in sample_files])
-            boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
+            boundaries = boundary_array(op.boundaries)
         else:
-            boundaries = boundary_array(())  # no row: one partition (``pa.array([])`` would import pandas)
+            sample = self.run_segment(
+                upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
+            )
+            sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
+            if sample_files:
+                table = pa.concat_tables([_read_url(f) for f in sample_files])
+                boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
+            else:
+                boundaries = boundary_array(
+                    ()
+                )  # no row: one partition (``pa.array([])`` would import pandas)
         result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
-        return self._sort_side(plan, result, estimate, upstream.name)
-
-    def _sort_side(self, plan: physical.Exchange, result: StageResult, estimate: int, name: str) -> MapSide:
-        """A sort's map side from its one range shuffle."""
-        side = MapSide.of(plan, [result], estimate, [self._coalesce(result, plan.partitions, name)])
+        runs = self._coalesce(result, plan.partitions, upstream.name)
+        side = MapSide.of(plan, [result], estimate, [runs])
         side.inputs["schemas"] = [None]
         # a sort's one map side keeps its own fingerprint, unwrapped, as existing work directories have it
         side.fingerprint = result.fingerprint

@@ -209,14 +209,9 @@ def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
     """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
     inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
     from zephyr.io.publish import check_side_dir
-
-    check_side_dir(dropped_output, output, "--dropped-output")
-    _check_reason_column(inputs)
-
-
-def _check_reason_column(inputs: Any) -> None:
     from zephyr.io.sources import list_shards, peek_schemas
 
+    check_side_dir(dropped_output, output, "--dropped-output")
     for path, schema in peek_schemas(list_shards(inputs, None)):
         if schema is not None and DROP_REASON in schema.names:
             raise ConfigError(

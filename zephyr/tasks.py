@@ -48,6 +48,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.core import url_to_fs
 
 from zephyr import budget, counters, resume
 from zephyr.budget import Budget
@@ -81,10 +82,6 @@ class SinkOutput:
     format: str
     compression: str | None = None
     staging: str | None = None
-
-    @property
-    def staged(self) -> bool:
-        return self.staging is not None
 
     @property
     def write_folder(self) -> str:
@@ -151,17 +148,12 @@ class TaskSpec:
     shard: Shard | None = None
     partition: int | None = None
     description: str = ""
-    extra: dict = field(default_factory=dict)
     runs: tuple[Run, ...] = ()
     """A coalesce task's input: its group's map runs, in (map task, run) order."""
     checksums: dict = field(default_factory=dict)
     """A coalesce task's inputs' checksum records, from their map tasks' markers."""
     rows: int = 0
     """A coalesce task: the rows its group's map tasks wrote (its marker passes them on, for the accounting)."""
-
-
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    return fsspec.core.url_to_fs(url)
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
@@ -192,7 +184,9 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
             return rule
         own = output_name(task.index, output.format, output.compression)
         folders = [(output.write_folder, re.escape(own))]
-        if output.staged:  # published under a dense name: task i becomes part-k, k <= i, same extension
+        if (
+            output.staging is not None
+        ):  # published under a dense name: task i becomes part-k, k <= i, same extension
             folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):
@@ -381,7 +375,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
         if empty and task.shard.format == "parquet":  # no rows, but the schema still flows downstream
             schema = stage.input_schema or stage.read_schema
             if schema is None:
-                fs, path = _fs(task.shard.path)
+                fs, path = url_to_fs(task.shard.path)
                 with fs.open(path, "rb") as f:
                     schema = pq.read_schema(f)
             if stage.read_columns:
@@ -412,7 +406,7 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, SinkOutput):
         return _write_sink(tables, output, task)
     if isinstance(output, ShuffleOutput):
-        fs, base = _fs(output.directory)
+        fs, base = url_to_fs(output.directory)
         attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
         writer = ShuffleWriter(
             output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
@@ -438,18 +432,18 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
 
 def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
     """A coalesce task: its group's runs as one (``coalesce_runs``), and its marker."""
-    fs, base = _fs(output.directory)
+    fs, base = url_to_fs(output.directory)
     attempt = f"{base}/group-{task.index:05d}/{uuid.uuid4().hex[:12]}"
     fs.makedirs(attempt, exist_ok=True)
     shares = Budget(task.budget_bytes)
     done = coalesce_runs(
         fs,
-        [Run(_fs(run.path)[1], run.slots) for run in task.runs],
+        [Run(url_to_fs(run.path)[1], run.slots) for run in task.runs],
         f"{attempt}/run-00000",
         output.num_partitions,
         window_bytes=shares.coalesce_window_bytes,
         upload_bytes=shares.upload_part_bytes,
-        expected={_fs(path)[1]: record for path, record in task.checksums.items()},
+        expected={url_to_fs(path)[1]: record for path, record in task.checksums.items()},
     )
     return _finished(
         task,
@@ -501,7 +495,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
             writer.abort()
         raise
     if writer is None:  # nothing to write: no file, and any stale file from an older plan goes
-        fs, local = _fs(path)
+        fs, local = url_to_fs(path)
         if fs.exists(local):
             fs.rm(local)
         return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
@@ -549,7 +543,7 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
             merged = pa.concat_tables(kept)
             merged = merged.take(numpy_to_arrow(np.arange(0, merged.num_rows, 2, dtype=np.int64)))
             kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
-    fs, base = _fs(output.directory)
+    fs, base = url_to_fs(output.directory)
     fs.makedirs(base, exist_ok=True)
     path = f"{base}/sample-{task.index:05d}.parquet"
     url = _url(fs, path, output.directory)

@@ -272,7 +272,7 @@ class ThreadExecutor(Executor):
         fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
         if preload:
             threading.Thread(
-                target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
+                target=preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
     def run(
@@ -310,10 +310,15 @@ class ThreadExecutor(Executor):
             pool.shutdown(wait=not interrupted)
 
 
-def _preload(names: tuple[str, ...]) -> None:
+def preload(names: Sequence[str]) -> None:
+    """Call each ``"module:function"`` of ``names`` once, e.g. loading compiled kernels the coming tasks call.
+    Only a head start: a failure is logged, and the task that needs it raises the real error."""
     for name in names:
         module, _, function = name.partition(":")
-        getattr(importlib.import_module(module), function)()
+        try:
+            getattr(importlib.import_module(module), function)()
+        except Exception:
+            logging.getLogger(__name__).warning("worker preload %s failed", name, exc_info=True)
 
 
 MMAP_THRESHOLD_BYTES = 4 << 20
