@@ -133,17 +133,13 @@ def _apply_rows(
             out: list[dict] = [row for _, result in results for row in result]
         else:
             out = [result for _, result in results]
-        _check_rows(out, op)
+        if out and not isinstance(out[0], dict):
+            raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
         count.rows_in += table.num_rows
         count.rows_quarantined += rejected
         count.rows_out += len(out)
         if out:
             yield pa.Table.from_pylist(out)
-
-
-def _check_rows(rows: list, op: Op) -> None:
-    if rows and not isinstance(rows[0], dict):
-        raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(rows[0]).__name__}")
 
 
 def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine: Quarantine):
