@@ -94,12 +94,9 @@ class Job:
         work_dir = options.work_dir or tempfile.mkdtemp(prefix="zephyr-work-")
         self.fs, root = fsspec.core.url_to_fs(work_dir)
         self.root = work_dir.rstrip("/") if "://" in work_dir else root.rstrip("/")
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        if (
-            protocol == "memory"
-            and options.executor not in ("inprocess",)
-            and not isinstance(options.executor, Executor)
-        ):
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        self._in_memory = "memory" in protocols  # this process's memory: no worker process sees it
+        if self._in_memory and options.executor != "inprocess" and not isinstance(options.executor, Executor):
             raise ConfigError(
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
@@ -377,8 +374,7 @@ class Job:
         with markers and checksums like any task; a group whose map tasks' runs changed reruns)."""
         markers = result.markers
         runs = [Run(run) for marker in markers for run in marker["runs"]]
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
-        remote = not is_local(self.fs) and "memory" not in protocols
+        remote = not is_local(self.fs) and not self._in_memory
         groups = coalesce_plan(
             [len(marker["runs"]) for marker in markers],
             sum(marker["bytes_out"] for marker in markers),
