@@ -272,7 +272,7 @@ class ThreadExecutor(Executor):
         fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
         if preload:
             threading.Thread(
-                target=preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
+                target=call_preloads, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
     def run(
@@ -310,7 +310,7 @@ class ThreadExecutor(Executor):
             pool.shutdown(wait=not interrupted)
 
 
-def preload(names: Sequence[str]) -> None:
+def call_preloads(names: Sequence[str]) -> None:
     """Call each ``"module:function"`` of ``names`` once, e.g. loading compiled kernels the coming tasks call.
     Only a head start: a failure is logged, and the task that needs it raises the real error."""
     for name in names:

@@ -76,14 +76,14 @@ def main(config: dict) -> None:
     # worker), and code that asks (the quality classifier's trainer) gets the answer a dask worker gives.
     multiprocessing.current_process().daemon = True
     conn = Connection(config["conn"])
-    from zephyr.executors.base import fix_mmap_threshold, preload
+    from zephyr.executors.base import call_preloads, fix_mmap_threshold
 
     fix_mmap_threshold()  # before the imports' first large allocations
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
     with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
         import pandas  # noqa: F401
-    preload(config["preload"])
+    call_preloads(config["preload"])
     _serve(conn)
 
 
