@@ -63,11 +63,6 @@ def _read_parts(
     return found
 
 
-def _fan_in_for(budget_bytes: int, row_group_bytes: int) -> int:
-    """How many parts may stream at once: each holds about one decoded row group, plus the merged batch."""
-    return Budget(budget_bytes).merge_fan_in(row_group_bytes)
-
-
 def partition_sources(
     runs: Sequence[Run | str],
     partition: int,
@@ -89,7 +84,7 @@ def partition_sources(
         tables = [t for source in sources for t in source]
         whole = sort_table(pa.concat_tables(tables, promote_options="permissive"), merge_columns)
         return [iter([whole])], scratch
-    fan_in = _fan_in_for(budget_bytes, chunk)
+    fan_in = Budget(budget_bytes).merge_fan_in(chunk)  # parts that stream at once: a row group each
     level = 0
     while len(sources) > fan_in:
         merged = []

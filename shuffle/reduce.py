@@ -50,8 +50,8 @@ class GroupAggregateReducer:
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
         for batch in merge_sorted(sources, _BY_HASH):
-            if self.partial:
-                yield _final_aggregate(batch, self.keys, self.aggs)
+            if self.partial:  # combine the partial rows (``PartialAggregate``) into final values, per key
+                yield _group(batch, self.keys, [_final(a) for a in self.aggs], keep_hash=False)
             else:
                 yield _drop_hash(aggregate(_drop_hash(batch), self.keys, self.aggs))
 
@@ -112,11 +112,9 @@ class DeduplicateReducer:
     merge_columns = _BY_HASH
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
+        first = FirstOccurrence(self.keys)
         for batch in merge_sorted(sources, _BY_HASH):
-            frame = pl.from_arrow(batch, rechunk=False)
-            yield _drop_hash(
-                frame.unique(subset=list(self.keys), keep="first", maintain_order=True).to_arrow()
-            )
+            yield _drop_hash(first(batch))
 
 
 @dataclass(frozen=True)
@@ -198,12 +196,9 @@ class JoinReducer:
             return
         left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
         right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)
-        for name in (*self.left_on,):
-            if name not in left.columns:
-                raise SchemaError(f"join key {name!r} not in the left dataset; columns: {left.columns}")
-        for name in (*self.right_on,):
-            if name not in right.columns:
-                raise SchemaError(f"join key {name!r} not in the right dataset; columns: {right.columns}")
+        for side, frame, names in (("left", left, self.left_on), ("right", right, self.right_on)):
+            for name in (n for n in names if n not in frame.columns):
+                raise SchemaError(f"join key {name!r} not in the {side} dataset; columns: {frame.columns}")
         left, right = _align_key_types(left, right, self.left_on, self.right_on)
         left_on, right_on = list(self.left_on), list(self.right_on)
         if len(left_on) == 1 and left.schema[left_on[0]].is_float():
@@ -392,8 +387,3 @@ class PartialAggregate:
         keys = [*self.keys, KEY_HASH] if KEY_HASH in frame.columns else list(self.keys)
         exprs = [e for a in self.aggs for e in _row_partial(a, frame.schema)]
         return frame.select([pl.col(k) for k in keys] + exprs).to_arrow()
-
-
-def _final_aggregate(partials: pa.Table, keys: Sequence[str], aggs: Sequence[Agg]) -> pa.Table:
-    """Combine partial rows (``PartialAggregate`` output) into final values, per key."""
-    return _group(partials, keys, [_final(a) for a in aggs], keep_hash=False)

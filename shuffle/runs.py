@@ -419,14 +419,12 @@ run's share of one partition — is below this. Break-even: a part costs a reduc
 blob), coalescing costs its bytes one more read and one more write; at a request latency L and a per-stream
 throughput T the two are equal at a part of L × T: 20–50 ms × 50–100 MB/s ≈ 1–5 MB on S3. On a local disk a
 "request" is a system call (L ≈ 20 µs) and the pass never pays: ``auto`` coalesces on object stores only."""
-INDEX_ENTRY_BYTES = 24
-"""One slot of one partition in a run's index (offset, length, rows)."""
 
 
 def max_slots(partitions: int, budget: Budget) -> int:
     """Runs one coalesce task may read: it holds their indexes and its own (48 bytes per run and partition)
     within an eighth of the budget."""
-    return max(1, budget.bytes // 8 // (2 * INDEX_ENTRY_BYTES * max(1, partitions)))
+    return max(1, budget.bytes // 8 // (2 * _ENTRY.size * max(1, partitions)))
 
 
 def group_count(runs: int, stored_bytes: int, partitions: int, workers: int, budget: Budget) -> int:

@@ -99,11 +99,7 @@ def boundary_array(boundaries: Sequence[object]) -> pa.Array:
         return pa.nulls(0)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         unsigned = any(v > np.iinfo(np.int64).max for v in values)
-        array = np.array(values, dtype=np.uint64 if unsigned else np.int64)
-        # from the buffer: ``pa.array`` of a list or a numpy array imports pandas (~0.8 s)
-        return pa.Array.from_buffers(
-            pa.uint64() if unsigned else pa.int64(), len(array), [None, pa.py_buffer(array)]
-        )
+        return numpy_to_arrow(np.array(values, dtype=np.uint64 if unsigned else np.int64))
     return pa.array(values)
 
 
@@ -195,7 +191,6 @@ class ShuffleWriter:
         self.runs: list[str] = []
         self.checksums: dict[str, dict] = {}
         """Checksum records of every run file written (data and index; ``zephyr.io.checksum``)."""
-        self.rows_written = 0
         self.bytes_written = 0
         fs.makedirs(directory, exist_ok=True)
 
@@ -246,7 +241,6 @@ class ShuffleWriter:
         rows, nbytes = run.write(table, partitions)
         self.checksums.update(run.checksums)
         self.runs.append(prefix + ".data")
-        self.rows_written += rows
         self.bytes_written += nbytes
         log.debug("spilled run %s: %d rows, %d bytes", prefix, rows, nbytes)
 

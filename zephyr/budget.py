@@ -39,11 +39,11 @@ What a task holds at once, at most, for a budget B:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,13 +71,27 @@ SHARED_WINDOW_BYTES = 48
 the Arrow table they came in)."""
 
 
+_SHARES: dict[str, tuple[str, bool]] = {}
+"""Every share of a budget, by name: its rule in words (``Budget.table``) and whether it is a method."""
+
+
+def _share(rule: str, *, method: bool = False) -> Callable[[Callable[..., int]], Any]:
+    """Declare a share of ``Budget`` with its rule: a property (or, ``method``, a method taking options)."""
+
+    def declare(fn: Callable[..., int]) -> Any:
+        _SHARES[fn.__name__] = (rule, method)
+        return fn if method else property(fn)
+
+    return declare
+
+
 @dataclass(frozen=True)
 class Budget:
     """One task's memory budget, ``bytes``, and its shares (see the module docstring)."""
 
     bytes: int
 
-    @property
+    @_share("B/8, ≥ 1 MiB")
     def read_batch_bytes(self) -> int:
         return max(MIB, self.bytes // READ_BATCH_SHARE)
 
@@ -86,92 +100,76 @@ class Budget:
         """The smallest budget (whole MiB) whose read batch holds a row of ``row_bytes``."""
         return -(-READ_BATCH_SHARE * row_bytes // MIB) * MIB
 
-    @property
+    @_share("B/64, 1–8 MiB, per column read")
     def read_buffer_bytes(self) -> int:
         return max(MIB, min(8 * MIB, self.bytes // 64))
 
-    @property
+    @_share("B/2: scratch multiple × kernel slice")
     def kernel_scratch_bytes(self) -> int:
         return max(MIB, self.bytes // 2)
 
-    @property
+    @_share("B/4, 1–128 MiB")
     def row_group_bytes(self) -> int:
         return max(MIB, min(128 * MIB, self.bytes // 4))
 
-    @property
+    @_share("B/4, ≥ 1 MiB (+2× while spilling)")
     def shuffle_buffer_bytes(self) -> int:
         return max(MIB, self.bytes // 4)
 
-    @property
+    @_share("B/64, 256 KiB–4 MiB")
     def spill_row_group_bytes(self) -> int:
         return max(256 << 10, min(4 * MIB, self.bytes // 64))
 
-    @property
+    @_share("B/4, ≥ 1 MiB of run bytes")
     def coalesce_window_bytes(self) -> int:
         return max(MIB, self.bytes // 4)
 
-    @property
+    @_share("B/16, 5–64 MiB")
     def upload_part_bytes(self) -> int:
         return max(5 * MIB, min(64 * MIB, self.bytes // 16))
 
-    @property
+    @_share(f"0.4·B of decoded bytes ({EXPANSION}× stored)")
     def in_memory_reduce_bytes(self) -> int:
         return int(self.bytes * 0.4)
 
+    @_share(f"B / (4 × spill row group), 2–{MAX_FAN_IN} parts", method=True)
     def merge_fan_in(self, row_group_bytes: int | None = None) -> int:
         """Parts streamed at once: each holds about one decoded row group; 4× headroom for the merged batch."""
         row_group = self.spill_row_group_bytes if row_group_bytes is None else row_group_bytes
         return max(2, min(MAX_FAN_IN, self.bytes // max(1, 4 * row_group)))
 
-    @property
+    @_share("B/4, 1–64 MiB of input")
     def partition_target_bytes(self) -> int:
         return max(MIB, min(self.bytes // 4, PARTITION_TARGET_CAP))
 
-    @property
+    @_share(f"B/4 at {PAIR_BYTES} bytes a pair")
     def driver_pair_rows(self) -> int:
         return self.bytes // 4 // PAIR_BYTES
 
-    @property
+    @_share(f"B/{DRIVER_SET_SHARE}")
     def driver_set_bytes(self) -> int:
         return self.bytes // DRIVER_SET_SHARE
 
-    @property
+    @_share(f"B at {GRAPH_BYTES_PER_EDGE} bytes an edge")
     def driver_graph_edges(self) -> int:
         return self.bytes // GRAPH_BYTES_PER_EDGE
 
-    @property
+    @_share(f"B/{BROADCAST_SHARE}")
     def broadcast_bytes(self) -> int:
         return self.bytes // BROADCAST_SHARE
 
-    @property
+    @_share(f"B/4 at {SHARED_WINDOW_BYTES} bytes a window")
     def shared_window_rows(self) -> int:
         """Substring dedup's windows found in two or more documents, looked up in memory by every task (no join,
         no sort) up to this many: a quarter of the budget, like the driver's pairs."""
         return self.bytes // 4 // SHARED_WINDOW_BYTES
 
     def table(self) -> list[tuple[str, int, str]]:
-        """(share, value, rule) for every share: what ``explain`` prints and the docs describe."""
+        """(share, value, rule) for every share, in declaration order: what ``explain`` prints and the docs
+        describe."""
         return [
-            ("read_batch_bytes", self.read_batch_bytes, "B/8, ≥ 1 MiB"),
-            ("read_buffer_bytes", self.read_buffer_bytes, "B/64, 1–8 MiB, per column read"),
-            ("kernel_scratch_bytes", self.kernel_scratch_bytes, "B/2: scratch multiple × kernel slice"),
-            ("row_group_bytes", self.row_group_bytes, "B/4, 1–128 MiB"),
-            ("shuffle_buffer_bytes", self.shuffle_buffer_bytes, "B/4, ≥ 1 MiB (+2× while spilling)"),
-            ("spill_row_group_bytes", self.spill_row_group_bytes, "B/64, 256 KiB–4 MiB"),
-            ("coalesce_window_bytes", self.coalesce_window_bytes, "B/4, ≥ 1 MiB of run bytes"),
-            ("upload_part_bytes", self.upload_part_bytes, "B/16, 5–64 MiB"),
-            (
-                "in_memory_reduce_bytes",
-                self.in_memory_reduce_bytes,
-                f"0.4·B of decoded bytes ({EXPANSION}× stored)",
-            ),
-            ("merge_fan_in", self.merge_fan_in(), f"B / (4 × spill row group), 2–{MAX_FAN_IN} parts"),
-            ("partition_target_bytes", self.partition_target_bytes, "B/4, 1–64 MiB of input"),
-            ("driver_pair_rows", self.driver_pair_rows, f"B/4 at {PAIR_BYTES} bytes a pair"),
-            ("driver_set_bytes", self.driver_set_bytes, f"B/{DRIVER_SET_SHARE}"),
-            ("driver_graph_edges", self.driver_graph_edges, f"B at {GRAPH_BYTES_PER_EDGE} bytes an edge"),
-            ("broadcast_bytes", self.broadcast_bytes, f"B/{BROADCAST_SHARE}"),
-            ("shared_window_rows", self.shared_window_rows, f"B/4 at {SHARED_WINDOW_BYTES} bytes a window"),
+            (name, getattr(self, name)() if method else getattr(self, name), rule)
+            for name, (rule, method) in _SHARES.items()
         ]
 
     def describe(self) -> str:

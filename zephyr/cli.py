@@ -125,12 +125,9 @@ def _common_parser() -> argparse.ArgumentParser:
 
 
 def quarantine_dir(args: argparse.Namespace) -> str | None:
-    """Where a command's quarantined rows go: the folder a command picked (``args.quarantine_dir``), else
-    ``OUTPUT.zephyr/quarantine`` for a command that writes a directory (in its sidecar, ``zephyr.io.layout``),
-    else the engine's default (``<work_dir>/quarantine``, or a temporary folder)."""
-    chosen = getattr(args, "quarantine_dir", None)
-    if chosen is not None:
-        return chosen
+    """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
+    directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
+    or a temporary folder)."""
     if getattr(args, "output_is_dir", False):
         from zephyr.io.layout import quarantine_dir as beside
 
@@ -151,14 +148,9 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
 
     if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
         return
-    inputs: list[str] = []
-    for name in _INPUT_ARGS:
-        value = getattr(args, name, None)
-        if isinstance(value, str):
-            inputs.append(value)
-        elif isinstance(value, list | tuple):
-            inputs.extend(v for v in value if isinstance(v, str))
-    inputs = [p for p in inputs if _names_a_path(p)]
+    values = [getattr(args, name, None) for name in _INPUT_ARGS]
+    given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
+    inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
     if getattr(args, "output_is_dir", False):
@@ -237,21 +229,8 @@ _EXPLAIN_DESCRIPTION = (
 
 
 def _label(args: argparse.Namespace) -> str:
-    """``zephyr dedup fuzzy``: the command words the user typed (the parsers' ``*command`` destinations)."""
-    if getattr(args, "command_words", None):
-        return f"zephyr {args.command_words}"
-    words = [args.command] + [v for k, v in sorted(vars(args).items()) if k.endswith("_command") and v]
-    return "zephyr " + " ".join(str(w) for w in words if w)
-
-
-def _emit(summary, args: argparse.Namespace, seconds: float, quarantine: str | None) -> None:
-    """Print a command's ``Summary`` the one way every command ends (``zephyr.summary``)."""
-    from zephyr.summary import emit
-
-    if summary.quarantine_output is None:
-        summary.quarantine_output = quarantine
-    inputs = getattr(args, "inputs", None)
-    emit(summary, command=_label(args), seconds=seconds, inputs=inputs, as_json=getattr(args, "json", False))
+    """``zephyr dedup fuzzy``: the words of the command typed (its ``Command.words``), else its first word."""
+    return f"zephyr {getattr(args, 'command_words', None) or args.command}"
 
 
 def _interrupted_line(args: argparse.Namespace) -> str:
@@ -328,8 +307,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from zephyr.io.publish import prune_quarantine
 
                 prune_quarantine(quarantine, jobs)
-        if isinstance(outcome, Summary):
-            _emit(outcome, args, time.perf_counter() - started, quarantine)
+        if isinstance(outcome, Summary):  # printed the one way every command ends (``zephyr.summary``)
+            from zephyr.summary import emit
+
+            if outcome.quarantine_output is None:
+                outcome.quarantine_output = quarantine
+            seconds, inputs = time.perf_counter() - started, getattr(args, "inputs", None)
+            emit(
+                outcome,
+                command=_label(args),
+                seconds=seconds,
+                inputs=inputs,
+                as_json=getattr(args, "json", False),
+            )
         return code
     except Exception as exc:  # one line to act on; the traceback goes to a log file (and to stderr with -v)
         return report_failure(exc, args, argv)
@@ -445,20 +435,16 @@ class Command:
         }
 
 
-def _execution(given: dict[str, Any], default_executor: str, quarantine: str | None) -> ExecutionOptions:
-    """The ``ExecutionOptions`` the execution flags ask for; without ``--executor`` the command's default."""
-    options = config_from_flags(ExecutionOptions, given, what="execution options")
-    executor = given.get("executor") or default_executor
-    return options.replace(executor=executor, quarantine_dir=quarantine)
-
-
 def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = False) -> Any:
     """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
     from zephyr.summary import Summary
 
     given = vars(args)
     configs = command.configs(given, explain=explain)
-    execution = _execution(given, command.default_executor, quarantine_dir(args))
+    execution = config_from_flags(ExecutionOptions, given, what="execution options").replace(
+        executor=given.get("executor") or command.default_executor,  # without --executor: the command's
+        quarantine_dir=quarantine_dir(args),
+    )
     if not explain:
         _expect(command, configs, execution)
         return command.run(**configs, execution=execution)
@@ -598,12 +584,9 @@ def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config:
     """Rewrite files in another format."""
     dataset, kwargs = inputs.read(), execution.as_kwargs()
     if config.to == "jsonl":
-        result = dataset.write_jsonl(output.output, compression=config.compression, **kwargs)
-    elif config.to == "vortex":
-        result = dataset.write_vortex(output.output, **kwargs)
-    else:
-        result = dataset.write_parquet(output.output, **kwargs)
-    return _written(result, output.output)
+        kwargs["compression"] = config.compression
+    write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
+    return _written(write(output.output, **kwargs), output.output)
 
 
 def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
@@ -756,12 +739,6 @@ def write_log(text: str) -> str:
     raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
 
 
-def _summary(exc: BaseException, args: argparse.Namespace) -> str:
-    text = str(exc) if isinstance(exc, TaskError) else one_line(exc)
-    text = " ".join(text.split())  # one line, whatever the message held
-    return _cli_spelling(text, args)
-
-
 def _cli_spelling(text: str, args: argparse.Namespace) -> str:
     for library, flag, dest in _CLI_SPELLING:
         if hasattr(args, dest) or dest in getattr(args, "flag_dests", ()):
@@ -779,11 +756,6 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
         return None, " ".join(str(err.strerror or err).split())
 
 
-def _failed(args: argparse.Namespace) -> str:
-    """The command an error line names: its words for a declared ``Command``, else the first word."""
-    return _label(args) if getattr(args, "command_words", None) else f"zephyr {args.command}"
-
-
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Print the failure of ``zephyr <args.command>`` (one line; the traceback too with ``-v``), log the full
     traceback, and return the exit code (1). Configuration errors (``ConfigError``, ``ResumeError``) print
@@ -792,12 +764,13 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
         # a bad setting, found before any work: the message is the whole story (a list of problems keeps
         # one line each), and a traceback of the checking code would help nobody
-        print(f"{_failed(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        print(f"{_label(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
         return 1
     path, unwritten = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"{_failed(args)}: error: {_summary(exc, args)}", file=sys.stderr)
+    text = " ".join((str(exc) if isinstance(exc, TaskError) else one_line(exc)).split())  # one line, always
+    print(f"{_label(args)}: error: {_cli_spelling(text, args)}", file=sys.stderr)
     if path is not None:
         print(f"full traceback: {path}", file=sys.stderr)
     else:

@@ -477,22 +477,9 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
 
 
 # -- byte sizes ----------------------------------------------------------------------------------------------
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
+_UNITS = {"": 1, "b": 1}
+for _power, _prefix in enumerate("kmgt", start=1):  # kB and k are decimal, KiB binary
+    _UNITS |= {_prefix: 1000**_power, f"{_prefix}b": 1000**_power, f"{_prefix}ib": 1024**_power}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -510,11 +497,12 @@ def parse_bytes(value: int | float | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def format_bytes(num_bytes: float) -> str:
-    """Human-readable binary size, for logs and reports."""
-    size = float(num_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
+def format_bytes(num_bytes: float, *, decimal: bool = False) -> str:
+    """Human-readable size, for logs and reports: binary units (KiB, MiB...), or ``decimal`` ones (kB, MB...)."""
+    size, base = float(num_bytes), 1000 if decimal else 1024
+    units = ("B", "kB", "MB", "GB", "TB") if decimal else ("B", "KiB", "MiB", "GiB", "TiB")
+    for unit in units:
+        if abs(size) < base or unit == units[-1]:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
+        size /= base
     raise AssertionError("unreachable")

@@ -112,31 +112,22 @@ class ResumeError(ZephyrError):
     """A work directory or checkpoint that belongs to a different plan or configuration."""
 
 
-PERMANENT_ERRNOS: dict[int, str] = {
-    errno.ENOSPC: "disk full",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
-    errno.EROFS: "read-only file system",
-    errno.ENOTDIR: "not a directory",
-    errno.EISDIR: "is a directory",
-    errno.EEXIST: "a file is in the way",
-    errno.ELOOP: "symlink loop",
+PERMANENT_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("disk full", "free some space or write elsewhere"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or write elsewhere"),
+    errno.EACCES: ("permission denied", "choose a location you can write to, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a location you can write to, or fix its permissions"),
+    errno.EROFS: ("read-only file system", "choose a location on a writable file system"),
+    errno.ENOTDIR: ("not a directory", "a part of the path is a file; choose a directory path"),
+    errno.EISDIR: ("is a directory", "a directory is where a file should go; choose another path"),
+    errno.EEXIST: (
+        "a file is in the way",
+        "it exists and is not a directory; remove it or choose another path",
+    ),
+    errno.ELOOP: ("symlink loop", "a symbolic link on this path leads back to itself; fix or remove it"),
 }
-"""OS errors that the same task on the same paths meets again on every try: the job fails at once with one
-of these words instead of retrying (``executors.base.is_retryable``)."""
-
-_FIXES = {
-    errno.ENOSPC: "free some space or write elsewhere",
-    errno.EDQUOT: "free some space or write elsewhere",
-    errno.EACCES: "choose a location you can write to, or fix its permissions",
-    errno.EPERM: "choose a location you can write to, or fix its permissions",
-    errno.EROFS: "choose a location on a writable file system",
-    errno.ENOTDIR: "a part of the path is a file; choose a directory path",
-    errno.EISDIR: "a directory is where a file should go; choose another path",
-    errno.EEXIST: "it exists and is not a directory; remove it or choose another path",
-    errno.ELOOP: "a symbolic link on this path leads back to itself; fix or remove it",
-}
+"""OS errors that the same task on the same paths meets again on every try, each with its words and its fix:
+the job fails at once with these words instead of retrying (``executors.base.is_retryable``)."""
 
 READ_ERRNOS = (errno.EACCES, errno.EPERM, errno.ELOOP)
 """OS errors of reading an input that ``read_error`` names for what they are."""
@@ -164,7 +155,7 @@ def describe_os_error(exc: OSError, path: str | None = None) -> str:
     'disk full: /data/out/part-00000.parquet: No space left on device (free some space or write elsewhere)'
     """
     where = path if path is not None else exc.filename
-    words = PERMANENT_ERRNOS.get(exc.errno or 0)
+    words, fix = PERMANENT_ERRNOS.get(exc.errno or 0, (None, ""))
     if exc.errno == errno.ELOOP and where is not None:
         loop = _symlink_loop_at(os.fsdecode(where))
         words = f"symlink loop at {loop}" if loop is not None else words
@@ -174,7 +165,7 @@ def describe_os_error(exc: OSError, path: str | None = None) -> str:
             f"{type(exc).__name__}: {where}: {text}" if where is not None else f"{type(exc).__name__}: {exc}"
         )
     where_text = f"{where}: " if where is not None else "(path not known): "
-    return f"{words}: {where_text}{text} ({_FIXES[exc.errno]})"
+    return f"{words}: {where_text}{text} ({fix})"
 
 
 def read_error(exc: OSError, path: str) -> InputError:

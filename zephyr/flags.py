@@ -111,12 +111,12 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _config_of(hint: Any) -> type | None:
-    """The config dataclass a hint holds (``OptimConfig``, ``MoEConfig | None``), else None."""
+def _unwrap(hint: Any) -> Any:
+    """``X`` of an optional ``X | None``; any other hint as it is."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         arms = [a for a in typing.get_args(hint) if a is not type(None)]
-        hint = arms[0] if len(arms) == 1 else None
-    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+        return arms[0] if len(arms) == 1 else hint
+    return hint
 
 
 @functools.cache
@@ -133,7 +133,7 @@ def flag_specs(cls: type) -> tuple[FlagSpec, ...]:
                 walk(f.metadata["embed"], path, f.metadata.get("keys"), show_default)
             elif "overrides" in f.metadata:
                 walk(f.metadata["overrides"], f"{path}{f.name}.", None, False)
-            elif (inner := _config_of(hints[f.name])) is not None:
+            elif isinstance(inner := _unwrap(hints[f.name]), type) and dataclasses.is_dataclass(inner):
                 walk(inner, f"{path}{f.name}.", None, show_default)
             elif f.metadata.get("flag", True) is not False:
                 flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
@@ -145,10 +145,7 @@ def flag_specs(cls: type) -> tuple[FlagSpec, ...]:
 
 def _argument(spec: FlagSpec) -> dict[str, Any]:
     """argparse's keyword arguments for one flag, from its metadata and type hint."""
-    meta, hint = spec.field.metadata, spec.hint
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        arms = tuple(a for a in typing.get_args(hint) if a is not type(None))
-        hint = arms[0] if len(arms) == 1 else hint
+    meta, hint = spec.field.metadata, _unwrap(spec.hint)
     kw: dict[str, Any] = {"metavar": meta["metavar"]} if "metavar" in meta else {}
     if meta.get("repeat"):
         kw["action"] = "append"

@@ -15,7 +15,7 @@ own reduce tasks (one per partition). Per stage the driver:
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
 ``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
 worker count, so outputs are identical for any number of workers) and column pushdown; the small-job rule
-in ``zephyr.read_plan``, which clients share.
+in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.read_plan``).
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
 ``_JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
@@ -38,6 +38,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import cloudpickle
 import fsspec
@@ -57,7 +58,6 @@ from zephyr.options import ExecutionOptions
 from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS
 from zephyr.physical import SourceSize
 from zephyr.plan import Segment, build_plan, fingerprint_of, table_digest
-from zephyr.read_plan import plan_read
 from zephyr.shuffle.runs import INDEX_VERSION, Run, coalesce_plan
 from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries
 from zephyr.tasks import (
@@ -73,6 +73,7 @@ from zephyr.tasks import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -93,12 +94,9 @@ class Job:
         work_dir = options.work_dir or tempfile.mkdtemp(prefix="zephyr-work-")
         self.fs, root = fsspec.core.url_to_fs(work_dir)
         self.root = work_dir.rstrip("/") if "://" in work_dir else root.rstrip("/")
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        if (
-            protocol == "memory"
-            and options.executor not in ("inprocess",)
-            and not isinstance(options.executor, Executor)
-        ):
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        self._in_memory = "memory" in protocols  # this process's memory: no worker process sees it
+        if self._in_memory and options.executor != "inprocess" and not isinstance(options.executor, Executor):
             raise ConfigError(
                 f"work_dir {work_dir!r} is in this process's memory; worker processes cannot see it. "
                 "Use executor='inprocess' or a shared work_dir (local path, s3://, gs://)."
@@ -190,7 +188,7 @@ class Job:
             shards, source_fp = self.inputs.shards(segment.source)
             estimate = self._size_of(segment.source).bytes
             base_fp = fingerprint_of("source", source_fp, read_columns, *segment.narrow)
-            reducer, inputs, map_rows = None, [("shard", s) for s in shards], None
+            reducer, map_rows = None, None
             source = segment.source
             reads = tuple(s.path for s in shards) if isinstance(source, ReadFiles) else ()
             read = dict(
@@ -201,26 +199,36 @@ class Job:
             )
             if isinstance(source, ReadFiles):  # rows wider than a read batch: refused before any task
                 physical.check_row_width(self._size_of(source), read["read_columns"], self._budget)
+            units = [{"shard": s, "description": s.describe()} for s in shards]
         else:
             side = self._map_side(segment)
-            reducer, upstream_runs, map_rows = side.reducer, side.inputs, side.map_rows
-            estimate = side.estimate
+            reducer, map_rows, estimate = side.reducer, side.map_rows, side.estimate
             base_fp = fingerprint_of("reduce", side.fingerprint, cloudpickle.dumps(reducer), *segment.narrow)
-            inputs = [("partition", p) for p in range(side.partitions)]
-            read, reads = {}, None
+            read, reads = {"inputs": side.inputs}, None
+            units = [
+                {"partition": p, "description": f"partition {p} of {segment.name}"}
+                for p in range(side.partitions)
+            ]
         fingerprint = fingerprint_of(base_fp, output_key)
+        output = output_for(f"{self.root}/stage-{fingerprint[:16]}")
+        stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
+        wide = (segment.wide, map_rows) if reducer else None
+        markers, tasks = self._run_stage(stage, units, (estimate, reads), wide)
+        return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
+
+    def _run_stage(
+        self,
+        stage: StageSpec,
+        units: list[dict],
+        work: tuple[int, tuple[str, ...] | None],
+        wide: tuple | None = None,
+    ) -> tuple[list[dict], list[TaskSpec]]:
+        """Run one task of ``stage`` per entry of ``units`` (the ``TaskSpec`` fields that differ between its
+        tasks; its marker and quarantine file are the task's own under the stage's folders), append the
+        stage's record (``zephyr.job_stats.stage_record``) and log its one-line summary. Returns the
+        markers and the tasks, in task order."""
+        fingerprint, name = stage.fingerprint, stage.name
         stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
-        output = output_for(stage_dir)
-        stage = StageSpec(
-            fingerprint,
-            segment.name,
-            tuple(segment.narrow),
-            output,
-            reducer=reducer,
-            inputs=upstream_runs if reducer is not None else None,
-            **read,
-        )
-        self.fs.makedirs(stage_dir, exist_ok=True)
         tasks = [
             TaskSpec(
                 fingerprint=fingerprint,
@@ -228,26 +236,35 @@ class Job:
                 marker_path=f"{stage_dir}/_done/task-{i:05d}.json",
                 quarantine_path=f"{self.quarantine_root}/stage-{fingerprint[:16]}/task-{i:05d}.parquet",
                 budget_bytes=self.options.memory_budget_bytes,
-                shard=value if kind == "shard" else None,
-                partition=value if kind == "partition" else None,
-                description=value.describe() if kind == "shard" else f"partition {value} of {segment.name}",
+                **unit,
             )
-            for i, (kind, value) in enumerate(inputs)
+            for i, unit in enumerate(units)
         ]
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         # a key of its own: a stage of the same fingerprint in another work directory writes elsewhere
         shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
-        markers = self._run_tasks(segment.name, shared, tasks, (estimate, reads))
-        self._record(
-            segment.name, fingerprint, markers, tasks, wide=(segment.wide, map_rows) if reducer else None
+        markers, timing = self._run_tasks(name, shared, tasks, work)
+        record = job_stats.stage_record(name, fingerprint, markers, len(tasks), timing, wide)
+        self.stages.append(record)
+        log.info(
+            "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, quarantined %d, %.2fs",
+            name,
+            len(tasks),
+            timing[1],
+            record["rows_in"],
+            record["rows_out"],
+            record["rows_dropped"],
+            record["rows_quarantined"],
+            timing[0],
         )
-        return StageResult(fingerprint, markers, estimate, tuple(t.marker_path for t in tasks))
+        return markers, tasks
 
     def _run_tasks(
         self, name: str, shared: Shared, tasks: list[TaskSpec], work: tuple[int, tuple[str, ...] | None]
-    ) -> list[dict]:
+    ) -> tuple[list[dict], tuple[float, int, int]]:
         """Run the tasks without a finished marker, retrying failures; ``work`` is what the progress bar
-        shows of the stage (``zephyr.progress.Display.stage``): its estimated bytes and the files it reads."""
+        shows of the stage (``zephyr.progress.Display.stage``): its estimated bytes and the files it reads.
+        Returns the markers in task order and (seconds, tasks resumed, tries retried)."""
         started = time.perf_counter()
         markers: dict[int, dict] = {}
         for task in tasks:
@@ -298,32 +315,7 @@ class Job:
                 retried += 1
                 failed.append(task)
             todo = failed
-        self._timing = (time.perf_counter() - started, skipped, retried)
-        return [markers[t.index] for t in tasks]
-
-    def _record(
-        self,
-        name: str,
-        fingerprint: str,
-        markers: list[dict],
-        tasks: list[TaskSpec],
-        wide: tuple | None = None,
-    ) -> None:
-        """Append the stage's record (``zephyr.job_stats.stage_record``) and log its one-line summary."""
-        wall, skipped, retried = self._timing
-        stage = job_stats.stage_record(name, fingerprint, markers, len(tasks), (wall, skipped, retried), wide)
-        self.stages.append(stage)
-        log.info(
-            "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, quarantined %d, %.2fs",
-            name,
-            len(tasks),
-            skipped,
-            stage["rows_in"],
-            stage["rows_out"],
-            stage["rows_dropped"],
-            stage["rows_quarantined"],
-            wall,
-        )
+        return [markers[t.index] for t in tasks], (time.perf_counter() - started, skipped, retried)
 
     # -- inputs -----------------------------------------------------------------------------------------
     def prepare(self, segment: Segment) -> None:
@@ -331,13 +323,13 @@ class Job:
         decides; outputs are identical either way). Other executors skip the sizing."""
         options = self.options
         if options.executor == "local" and options.small_job_bytes_value > 0:
-            plan = plan_read(segment, options, size_of=self._size_of)
-            if plan.small:
+            estimated = physical.plan_bytes(segment, self._size_of)
+            if physical.runs_in_process(options, estimated):
                 from zephyr.executors.base import InProcessExecutor
 
                 log.info(
                     "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
-                    plan.estimated_bytes,
+                    estimated,
                     options.small_job_bytes_value,
                 )
                 self._executor = InProcessExecutor()
@@ -382,8 +374,7 @@ class Job:
         with markers and checksums like any task; a group whose map tasks' runs changed reruns)."""
         markers = result.markers
         runs = [Run(run) for marker in markers for run in marker["runs"]]
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
-        remote = not is_local(self.fs) and "memory" not in protocols
+        remote = not is_local(self.fs) and not self._in_memory
         groups = coalesce_plan(
             [len(marker["runs"]) for marker in markers],
             sum(marker["bytes_out"] for marker in markers),
@@ -396,35 +387,25 @@ class Job:
         if not groups:
             return runs
         fingerprint = fingerprint_of("coalesce", result.fingerprint, *((g.start, g.stop) for g in groups))
-        stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
-        output = CoalesceOutput(f"{stage_dir}/runs", partitions)
+        output = CoalesceOutput(f"{self.root}/stage-{fingerprint[:16]}/runs", partitions)
         stage = StageSpec(fingerprint, f"{name} → coalesce runs", (), output)
-        tasks = []
-        for i, group in enumerate(groups):
+        units = []
+        for group in groups:
             mine = [markers[t] for t in group]
-            inputs = [run for marker in mine for run in marker["runs"]]
-            tasks.append(
-                TaskSpec(
-                    fingerprint=fingerprint,
-                    index=i,
-                    marker_path=f"{stage_dir}/_done/task-{i:05d}.json",
-                    quarantine_path=f"{self.quarantine_root}/stage-{fingerprint[:16]}/task-{i:05d}.parquet",
-                    budget_bytes=self.options.memory_budget_bytes,
-                    description=f"runs of map tasks {group.start}-{group.stop - 1} of {name}",
-                    runs=tuple(Run(run) for run in inputs),
-                    checksums={
+            units.append(
+                {
+                    "description": f"runs of map tasks {group.start}-{group.stop - 1} of {name}",
+                    "runs": tuple(Run(run) for marker in mine for run in marker["runs"]),
+                    "checksums": {
                         path: marker["checksums"][path]
                         for marker in mine
                         for run in marker["runs"]
                         for path in (run, run[: -len(".data")] + ".index")
                     },
-                    rows=sum(marker["rows_out"] for marker in mine),
-                )
+                    "rows": sum(marker["rows_out"] for marker in mine),
+                }
             )
-        self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
-        shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
-        done = self._run_tasks(stage.name, shared, tasks, (0, None))  # not in the plan: no bar bytes
-        self._record(stage.name, fingerprint, done, tasks)
+        done, _ = self._run_stage(stage, units, (0, None))  # not in the plan: no bar bytes
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
 
     def _sort_map_side(self, segment: Segment, op: Sort) -> MapSide:
@@ -443,25 +424,22 @@ class Job:
         estimate = physical.read_bytes(upstream, self._size_of)
         plan = physical.exchange(op, physical.partition_count(op, estimate, self._budget))
         if op.boundaries is not None:  # the caller's split points: no sample, cuts whatever the input layout
-            result = self._run_shuffle(
-                upstream, physical.with_boundaries(plan.specs[0], boundary_array(op.boundaries))
-            )
-            return self._sort_side(plan, result, estimate, upstream.name)
-        sample = self.run_segment(
-            upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
-        )
-        sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
-        if sample_files:
-            table = pa.concat_tables([_read_url(f) for f in sample_files])
-            boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
+            boundaries = boundary_array(op.boundaries)
         else:
-            boundaries = boundary_array(())  # no row: one partition (``pa.array([])`` would import pandas)
+            sample = self.run_segment(
+                upstream, ("sample", op.by), lambda d: SampleOutput(f"{d}/sample"), read_columns=op.by
+            )
+            sample_files = [m["sample"] for m in sample.markers if m.get("sample")]
+            if sample_files:
+                table = pa.concat_tables([_read_url(f) for f in sample_files])
+                boundaries = range_boundaries(table, op.by[0], plan.partitions, descending=op.descending[0])
+            else:
+                boundaries = boundary_array(
+                    ()
+                )  # no row: one partition (``pa.array([])`` would import pandas)
         result = self._run_shuffle(upstream, physical.with_boundaries(plan.specs[0], boundaries))
-        return self._sort_side(plan, result, estimate, upstream.name)
-
-    def _sort_side(self, plan: physical.Exchange, result: StageResult, estimate: int, name: str) -> MapSide:
-        """A sort's map side from its one range shuffle."""
-        side = MapSide.of(plan, [result], estimate, [self._coalesce(result, plan.partitions, name)])
+        runs = self._coalesce(result, plan.partitions, upstream.name)
+        side = MapSide.of(plan, [result], estimate, [runs])
         side.inputs["schemas"] = [None]
         # a sort's one map side keeps its own fingerprint, unwrapped, as existing work directories have it
         side.fingerprint = result.fingerprint
@@ -506,14 +484,6 @@ def _read_url(url: str) -> pa.Table:
 
 
 # -- actions ------------------------------------------------------------------------------------------------
-def _read_parts(files: list[str]) -> pa.Table | None:
-    tables = [_read_url(f) for f in files]
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="permissive")
-
-
 def run_write(
     ops: tuple[Op, ...],
     directory: str,
@@ -556,26 +526,36 @@ def run_write(
             return WriteResult(files=files, stats=job.write_stats(), checksums=checksums)
 
 
-def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
+def _run_action(
+    ops: tuple[Op, ...], options: ExecutionOptions, fmt: str, collect: Callable[[list[dict]], T]
+) -> T:
+    """Run the plan ``ops`` into Parquet parts in the work directory (``fmt="count"``: counting rows, writing
+    nothing), write the job's stats and return ``collect(markers)``, called before a temporary work
+    directory goes."""
     segment = build_plan(ops)
     with Job(options) as job:
         job.prepare(segment)
-        result = job.run_segment(segment, ("to_arrow",), lambda d: SinkOutput(f"{d}/output", "parquet"))
+        key = "count" if fmt == "count" else "to_arrow"
+        result = job.run_segment(segment, (key,), lambda d: SinkOutput(f"{d}/output", fmt))
         job.write_stats()
-        table = _read_parts([f for m in result.markers for f in m["files"]])
-    if table is not None:
-        return table
-    schemas = [m["schema"] for m in result.markers if m.get("schema")]
+        return collect(result.markers)
+
+
+def _table_of(markers: list[dict]) -> pa.Table:
+    """The rows of a job's Parquet parts (``to_arrow``), or an empty table of the planned schema."""
+    tables = [t for t in (_read_url(f) for m in markers for f in m["files"]) if t.num_rows]
+    if tables:
+        return pa.concat_tables(tables, promote_options="permissive")
+    schemas = [m["schema"] for m in markers if m.get("schema")]
     return schema_from_text(schemas[0]).empty_table() if schemas else pa.table({})
 
 
+def run_to_arrow(ops: tuple[Op, ...], options: ExecutionOptions) -> pa.Table:
+    return _run_action(ops, options, "parquet", _table_of)
+
+
 def run_count(ops: tuple[Op, ...], options: ExecutionOptions) -> int:
-    segment = build_plan(ops)
-    with Job(options) as job:
-        job.prepare(segment)
-        result = job.run_segment(segment, ("count",), lambda d: SinkOutput(f"{d}/count", "count"))
-        job.write_stats()
-        return sum(m["rows_out"] for m in result.markers)
+    return _run_action(ops, options, "count", lambda markers: sum(m["rows_out"] for m in markers))
 
 
 def run_materialize(ops: tuple[Op, ...], directory: str | None, options: ExecutionOptions) -> tuple[Op, ...]:

@@ -11,6 +11,8 @@ sends the row to the quarantine output with the error as its reason (``on_error=
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -44,14 +46,9 @@ class OpCounters:
     dropped_by_reason: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {
-            "op": self.name,
-            "rows_in": self.rows_in,
-            "rows_out": self.rows_out,
-            "rows_dropped": self.rows_dropped,
-            "rows_quarantined": self.rows_quarantined,
-            "dropped_by_reason": dict(self.dropped_by_reason),
-        }
+        """The op's record in a task marker: its label under ``op``, then the counters."""
+        counts = dataclasses.asdict(self)
+        return {"op": counts.pop("name"), **counts}
 
 
 def op_label(op: Op) -> str:
@@ -109,26 +106,19 @@ def _call_rows(
                 ) from exc
             rejected.append((i, row, exc))
     if rejected:
-        quarantine(
-            pa.table(
-                {
-                    "source": [where] * len(rejected),
-                    "line": [base + i for i, _, _ in rejected],
-                    "reason": [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in rejected],
-                    "raw": [orjson.dumps(row, default=str) for _, row, _ in rejected],
-                },
-                schema=QUARANTINE_SCHEMA,
-            )
-        )
+        reasons = [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in rejected]
+        lines = [base + i for i, _, _ in rejected]
+        quarantine(_quarantine_table(where, lines, reasons, [row for _, row, _ in rejected]))
     return results, len(rejected)
 
 
-def _apply_map(stream, op: Map, count: OpCounters, where: str, quarantine: Quarantine):
-    return _apply_rows(stream, op, count, where, quarantine, flat=False)
-
-
-def _apply_flat_map(stream, op: FlatMap, count: OpCounters, where: str, quarantine: Quarantine):
-    return _apply_rows(stream, op, count, where, quarantine, flat=True)
+def _quarantine_table(where: str, lines: list, reasons: list[str], rows: list[dict]) -> pa.Table:
+    """Rows set aside in the quarantine output's schema: the shard, line (or None), reason and the row as JSON."""
+    raw = [orjson.dumps(row, default=str) for row in rows]
+    return pa.table(
+        {"source": [where] * len(rows), "line": lines, "reason": reasons, "raw": raw},
+        schema=QUARANTINE_SCHEMA,
+    )
 
 
 def _apply_rows(
@@ -143,17 +133,13 @@ def _apply_rows(
             out: list[dict] = [row for _, result in results for row in result]
         else:
             out = [result for _, result in results]
-        _check_rows(out, op)
+        if out and not isinstance(out[0], dict):
+            raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
         count.rows_in += table.num_rows
         count.rows_quarantined += rejected
         count.rows_out += len(out)
         if out:
             yield pa.Table.from_pylist(out)
-
-
-def _check_rows(rows: list, op: Op) -> None:
-    if rows and not isinstance(rows[0], dict):
-        raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(rows[0]).__name__}")
 
 
 def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine: Quarantine):
@@ -300,20 +286,16 @@ def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -
     n = rejected.num_rows
     if REJECT_REASON in rejected.column_names:
         reasons = rejected.column(REJECT_REASON).to_pylist()
-        body = rejected.drop_columns([REJECT_REASON])
+        rejected = rejected.drop_columns([REJECT_REASON])
     else:
         reasons = [reason or op_label(op)] * n
-        body = rejected
-    raw = [orjson.dumps(row, default=str) for row in body.to_pylist()]
-    return pa.table(
-        {"source": [where] * n, "line": [None] * n, "reason": reasons, "raw": raw}, schema=QUARANTINE_SCHEMA
-    )
+    return _quarantine_table(where, [None] * n, reasons, rejected.to_pylist())
 
 
 _APPLY = {
-    Map: _apply_map,
+    Map: functools.partial(_apply_rows, flat=False),
     Filter: _apply_filter,
-    FlatMap: _apply_flat_map,
+    FlatMap: functools.partial(_apply_rows, flat=True),
     MapBatches: _apply_map_batches,
     Select: _apply_select,
 }

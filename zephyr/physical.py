@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -424,9 +424,8 @@ class _Explainer:
         else:
             what = f"{source.format} ({_count(size.files, 'file')}, {_count(size.shards, 'shard')})"
         projected = f", columns {', '.join(columns)}" if columns else ""
-        return str(
-            size.shards
-        ), f"{what}, est. {format_bytes(read_bytes(segment, self.size_of, columns))}{projected}"
+        estimate = format_bytes(read_bytes(segment, self.size_of, columns))
+        return str(size.shards), f"{what}, est. {estimate}{projected}"
 
     def _sort(self, segment: Segment, op: Sort, writes: str) -> str:
         upstream = segment.upstream[0]
@@ -472,23 +471,19 @@ class _Explainer:
 
 def _describe_spec(number: int, spec: ShuffleSpec) -> str:
     """``shuffle #2: hash(word) into 4 partitions, map-side combine PartialAggregate``."""
+
+    def order(pairs: Sequence[tuple[str, bool]]) -> str:
+        return ", ".join(f"{c}{' desc' if d else ''}" for c, d in pairs)
+
     if spec.kind == "hash":
         how = f"hash({', '.join(spec.keys)})"
     elif spec.kind == "range":
-        how = (
-            "range("
-            + ", ".join(f"{k}{' desc' if d else ''}" for k, d in zip(spec.keys, spec.descending))
-            + ")"
-        )
+        how = f"range({order(zip(spec.keys, spec.descending))})"
     else:
         how = "round-robin"
-    extra = ""
-    if spec.combine is not None:
-        extra += f", map-side combine: {_WORDS[type(spec.combine)]}"
+    extra = f", map-side combine: {_WORDS[type(spec.combine)]}" if spec.combine is not None else ""
     if spec.sort_by:
-        extra += ", rows in a key ordered by " + ", ".join(
-            f"{c}{' desc' if d else ''}" for c, d in spec.sort_by
-        )
+        extra += ", rows in a key ordered by " + order(spec.sort_by)
     return f"shuffle #{number}: {how} into {_count(spec.num_partitions, 'partition')}{extra}"
 
 

@@ -1,9 +1,9 @@
 """How a job reads its inputs: the estimated bytes, the read split and the small-job decision, in one place.
 
-``plan_read`` is the one read-planning rule. The driver calls it on a plan (``Job.prepare``: run in this
-process?) and clients call it on their input paths before building a ``Dataset`` (the tokenize writer: how to
-split its inputs, how many tasks run at once, whether its jobs run in this process), so no client re-sizes
-inputs or repeats the small-job rule. Sizes are ``zephyr.physical``'s (``size_of_files``, ``plan_bytes``:
+``plan_read`` is the one read-planning rule: clients call it on their input paths before building a
+``Dataset`` (the tokenize writer: how to split its inputs, how many tasks run at once, whether its jobs run
+in this process), so no client re-sizes inputs or repeats the small-job rule; the driver applies the same
+sizes and rule to a plan (``Job.prepare``). Sizes are ``zephyr.physical``'s (``size_of_files``, ``plan_bytes``:
 Parquet footers, else file sizes × the format's factor) and the small-job rule is ``physical.runs_in_process``.
 Outputs never depend on any of it: a split changes which task reads a row, never the rows' order.
 
@@ -18,13 +18,13 @@ Outputs never depend on any of it: a split changes which task reads a row, never
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zephyr.io.sources import list_shards
-from zephyr.ops import FromTable, ReadFiles
+from zephyr.ops import ReadFiles
 from zephyr.options import ExecutionOptions
-from zephyr.physical import SizeOf, list_source_files, plan_bytes, read_bytes, runs_in_process, size_of_files
+from zephyr.physical import list_source_files, read_bytes, runs_in_process, size_of_files
 from zephyr.plan import Segment
 
 SPLIT_MIN_BYTES = 64 << 20
@@ -50,23 +50,12 @@ class ReadPlan:
     """The job runs in the driver's process (``runs_in_process``)."""
 
 
-def plan_read(
-    inputs: str | Sequence[str] | Segment,
-    options: ExecutionOptions,
-    *,
-    size_of: SizeOf | None = None,
-    split: bool = False,
-) -> ReadPlan:
-    """The one read-planning rule. ``inputs`` are paths (listed and sized here) or a plan's root ``Segment``
-    (sized by ``size_of``, the driver's listing). With ``split`` (paths only), fewer shards than
+def plan_read(inputs: str | Sequence[str], options: ExecutionOptions, *, split: bool = False) -> ReadPlan:
+    """The one read-planning rule for the input paths ``inputs`` (listed and sized here). With ``split``, fewer
+    shards than
     ``TASKS_PER_WORKER`` per worker are split into runs of row groups (Parquet) or byte ranges (plain JSONL)
     of ``max(TASK_MIN_BYTES, estimated / (TASKS_PER_WORKER × workers))``, or of ``SPLIT_MIN_BYTES`` for an
     input under twice that; in-process (one task at a time) nothing is split. Outputs never depend on it."""
-    if isinstance(inputs, Segment):
-        assert size_of is not None, "a segment is sized by the driver's listing"
-        estimated = plan_bytes(inputs, size_of)
-        tasks = sum(size_of(source).shards for source in _sources(inputs))
-        return ReadPlan(estimated, None, tasks, runs_in_process(options, estimated))
     from zephyr.io.paths import input_files
 
     files, fmt = input_files(inputs)
@@ -84,10 +73,3 @@ def plan_read(
     return ReadPlan(
         estimated, approx, len(shards), runs_in_process(options, estimated, one_split_task=one_task)
     )
-
-
-def _sources(segment: Segment) -> Iterator[ReadFiles | FromTable]:
-    if segment.source is not None:
-        yield segment.source
-    for upstream in segment.upstream:
-        yield from _sources(upstream)

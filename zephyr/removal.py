@@ -209,14 +209,9 @@ def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
     """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
     inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
     from zephyr.io.publish import check_side_dir
-
-    check_side_dir(dropped_output, output, "--dropped-output")
-    _check_reason_column(inputs)
-
-
-def _check_reason_column(inputs: Any) -> None:
     from zephyr.io.sources import list_shards, peek_schemas
 
+    check_side_dir(dropped_output, output, "--dropped-output")
     for path, schema in peek_schemas(list_shards(inputs, None)):
         if schema is not None and DROP_REASON in schema.names:
             raise ConfigError(
@@ -328,6 +323,7 @@ def write_routed(
     """Write the rows of ``ds`` that ``reasons`` keeps (null) to ``output`` and the others, with their reason,
     to ``dropped_output`` (see the module docstring), without the ``working`` columns. ``finish`` is applied
     to both sides before writing (e.g. restoring columns a command set aside)."""
+    import zephyr
     from zephyr.executors import reuse_workers
     from zephyr.io import layout
 
@@ -336,38 +332,24 @@ def write_routed(
         # one worker pool for the three jobs: each would otherwise start its own worker processes, which
         # import the engine and load the step's model or index again
         with reuse_workers(opts) as execution:
-            return _route(ds, reasons, output, dropped_output, execution, finish, working, scratch)
+            verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(
+                scratch, overwrite=True, **execution
+            )
+            if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
+                from zephyr.io.paths import filesystem
+
+                fs, root = filesystem(dropped_output)
+                fs.makedirs(root, exist_ok=True)
+                return Routed(verdict, None, None)
+            annotated = zephyr.read_parquet(list(verdict.files))
+            sides = [
+                finish(annotated.map_batches(_Route(side), name=f"route_{side}"))
+                for side in ("kept", "dropped")
+            ]
+            kept = sides[0].write_parquet(output, **execution)
+            return Routed(verdict, kept, sides[1].write_parquet(dropped_output, **execution))
     finally:
         layout.remove_folder(scratch)
-
-
-def _route(
-    ds: Any,
-    reasons: Callable[[pa.Table], pa.Array],
-    output: str,
-    dropped_output: str,
-    opts: dict[str, Any],
-    finish: Callable[[Any], Any],
-    working: tuple[str, ...],
-    scratch: str,
-) -> Routed:
-    import zephyr
-
-    verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(
-        scratch, overwrite=True, **opts
-    )
-    if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
-        from zephyr.io.paths import filesystem
-
-        fs, root = filesystem(dropped_output)
-        fs.makedirs(root, exist_ok=True)
-        return Routed(verdict, None, None)
-    annotated = zephyr.read_parquet(list(verdict.files))
-    kept = finish(annotated.map_batches(_Route("kept"), name="route_kept")).write_parquet(output, **opts)
-    dropped = finish(annotated.map_batches(_Route("dropped"), name="route_dropped")).write_parquet(
-        dropped_output, **opts
-    )
-    return Routed(verdict, kept, dropped)
 
 
 def keep_all(table: pa.Table) -> pa.Array:

@@ -99,7 +99,7 @@ class Summary:
         self, command: str, seconds: float, bytes_in: int | None, bytes_out: int | None
     ) -> dict[str, Any]:
         """The ``--json`` object: ``KEYS`` in order."""
-        values = {
+        return {
             "command": command,
             "unit": self.unit,
             "rows_in": int(self.rows_in),
@@ -118,7 +118,6 @@ class Summary:
             "next": self.next,
             "details": self.details,
         }
-        return {key: values[key] for key in KEYS}
 
 
 def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
@@ -199,14 +198,9 @@ def _measure(paths: Iterable[str] | None, expand: bool) -> int | None:
 
 
 def _bytes(n: int | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
+    from zephyr.config import format_bytes
+
+    return "?" if n is None else format_bytes(n, decimal=True)
 
 
 def human(record: dict[str, Any], shown: Sequence[str] = ()) -> str:

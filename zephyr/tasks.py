@@ -48,6 +48,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.core import url_to_fs
 
 from zephyr import budget, counters, resume
 from zephyr.budget import Budget
@@ -81,10 +82,6 @@ class SinkOutput:
     format: str
     compression: str | None = None
     staging: str | None = None
-
-    @property
-    def staged(self) -> bool:
-        return self.staging is not None
 
     @property
     def write_folder(self) -> str:
@@ -151,7 +148,6 @@ class TaskSpec:
     shard: Shard | None = None
     partition: int | None = None
     description: str = ""
-    extra: dict = field(default_factory=dict)
     runs: tuple[Run, ...] = ()
     """A coalesce task's input: its group's map runs, in (map task, run) order."""
     checksums: dict = field(default_factory=dict)
@@ -160,8 +156,9 @@ class TaskSpec:
     """A coalesce task: the rows its group's map tasks wrote (its marker passes them on, for the accounting)."""
 
 
-def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    return fsspec.core.url_to_fs(url)
+def _url(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
+    """``path`` of ``fs`` as a URL when ``like`` (the folder it was made from) is one, else as it is."""
+    return fs.unstrip_protocol(path) if "://" in like else path
 
 
 def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
@@ -187,7 +184,9 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
             return rule
         own = output_name(task.index, output.format, output.compression)
         folders = [(output.write_folder, re.escape(own))]
-        if output.staged:  # published under a dense name: task i becomes part-k, k <= i, same extension
+        if (
+            output.staging is not None
+        ):  # published under a dense name: task i becomes part-k, k <= i, same extension
             folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):
@@ -312,19 +311,25 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     if side_files:
         outputs["side_files"] = sorted(side_files)
         outputs.setdefault("checksums", {}).update(side_files)
-    marker = {
-        "fingerprint": task.fingerprint,
-        "index": task.index,
-        "input": task.description,
-        "rows_in": source.rows + read_quarantined,
-        "rows_read_quarantined": read_quarantined,
-        "bytes_in": source.bytes,
-        "ops": [c.as_dict() for c in op_counters],
-        "counters": dict(user_counters),
-        "quarantine": quarantine,
-        "seconds": round(time.perf_counter() - started, 4),
-        **outputs,
-    }
+    return _finished(
+        task,
+        started,
+        {
+            "rows_in": source.rows + read_quarantined,
+            "rows_read_quarantined": read_quarantined,
+            "bytes_in": source.bytes,
+            "ops": [c.as_dict() for c in op_counters],
+            "counters": dict(user_counters),
+            "quarantine": quarantine,
+            **outputs,
+        },
+    )
+
+
+def _finished(task: TaskSpec, started: float, fields: dict) -> dict:
+    """Write the marker of a finished task (``fields``, led by what names the task) and return it."""
+    marker = {"fingerprint": task.fingerprint, "index": task.index, "input": task.description, **fields}
+    marker["seconds"] = round(time.perf_counter() - started, 4)
     write_json_atomic(task.marker_path, marker)
     return marker
 
@@ -370,7 +375,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
         if empty and task.shard.format == "parquet":  # no rows, but the schema still flows downstream
             schema = stage.input_schema or stage.read_schema
             if schema is None:
-                fs, path = _fs(task.shard.path)
+                fs, path = url_to_fs(task.shard.path)
                 with fs.open(path, "rb") as f:
                     schema = pq.read_schema(f)
             if stage.read_columns:
@@ -401,7 +406,7 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, SinkOutput):
         return _write_sink(tables, output, task)
     if isinstance(output, ShuffleOutput):
-        fs, base = _fs(output.directory)
+        fs, base = url_to_fs(output.directory)
         attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
         writer = ShuffleWriter(
             output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
@@ -412,17 +417,13 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
             rows += table.num_rows
             schema = table.schema
             writer.write(table)
-
-        def named(p: str) -> str:
-            return fs.unstrip_protocol(p) if "://" in output.directory else p
-
-        runs = [named(p) for p in writer.close()]
+        runs = [_url(fs, p, output.directory) for p in writer.close()]
         return {
             "rows_out": rows,
             "bytes_out": writer.bytes_written,
             "runs": runs,
             "schema": _schema_text(schema),
-            "checksums": {named(p): record for p, record in writer.checksums.items()},
+            "checksums": {_url(fs, p, output.directory): record for p, record in writer.checksums.items()},
         }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)
@@ -431,43 +432,37 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
 
 def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
     """A coalesce task: its group's runs as one (``coalesce_runs``), and its marker."""
-    fs, base = _fs(output.directory)
+    fs, base = url_to_fs(output.directory)
     attempt = f"{base}/group-{task.index:05d}/{uuid.uuid4().hex[:12]}"
     fs.makedirs(attempt, exist_ok=True)
     shares = Budget(task.budget_bytes)
     done = coalesce_runs(
         fs,
-        [Run(_fs(run.path)[1], run.slots) for run in task.runs],
+        [Run(url_to_fs(run.path)[1], run.slots) for run in task.runs],
         f"{attempt}/run-00000",
         output.num_partitions,
         window_bytes=shares.coalesce_window_bytes,
         upload_bytes=shares.upload_part_bytes,
-        expected={_fs(path)[1]: record for path, record in task.checksums.items()},
+        expected={url_to_fs(path)[1]: record for path, record in task.checksums.items()},
     )
-
-    def named(p: str) -> str:
-        return fs.unstrip_protocol(p) if "://" in output.directory else p
-
-    marker = {
-        "fingerprint": task.fingerprint,
-        "index": task.index,
-        "input": task.description,
-        "rows_in": task.rows,
-        "rows_read_quarantined": 0,
-        "bytes_in": done.bytes,
-        "ops": [],
-        "counters": {},
-        "quarantine": None,
-        "rows_out": task.rows,
-        "bytes_out": done.bytes,
-        "inputs": [run.path for run in task.runs],
-        "runs": [named(done.run.path)],
-        "slots": done.run.slots,
-        "checksums": {named(p): record for p, record in done.checksums.items()},
-        "seconds": round(time.perf_counter() - started, 4),
-    }
-    write_json_atomic(task.marker_path, marker)
-    return marker
+    return _finished(
+        task,
+        started,
+        {
+            "rows_in": task.rows,
+            "rows_read_quarantined": 0,
+            "bytes_in": done.bytes,
+            "ops": [],
+            "counters": {},
+            "quarantine": None,
+            "rows_out": task.rows,
+            "bytes_out": done.bytes,
+            "inputs": [run.path for run in task.runs],
+            "runs": [_url(fs, done.run.path, output.directory)],
+            "slots": done.run.slots,
+            "checksums": {_url(fs, p, output.directory): record for p, record in done.checksums.items()},
+        },
+    )
 
 
 def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:
@@ -500,7 +495,7 @@ def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) 
             writer.abort()
         raise
     if writer is None:  # nothing to write: no file, and any stale file from an older plan goes
-        fs, local = _fs(path)
+        fs, local = url_to_fs(path)
         if fs.exists(local):
             fs.rm(local)
         return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
@@ -548,10 +543,10 @@ def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSp
             merged = pa.concat_tables(kept)
             merged = merged.take(numpy_to_arrow(np.arange(0, merged.num_rows, 2, dtype=np.int64)))
             kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
-    fs, base = _fs(output.directory)
+    fs, base = url_to_fs(output.directory)
     fs.makedirs(base, exist_ok=True)
     path = f"{base}/sample-{task.index:05d}.parquet"
-    url = fs.unstrip_protocol(path) if "://" in output.directory else path
+    url = _url(fs, path, output.directory)
     if not kept:
         return {"rows_out": rows, "bytes_out": 0, "sample": None}
     with atomic_write(url) as f:

@@ -137,6 +137,31 @@ def test_threads_retry_a_failing_task_and_report_the_one_that_keeps_failing(tmp_
     assert "bad row" in str(info.value)
 
 
+def test_thread_preloads_run_and_a_failing_one_is_logged(caplog):
+    """``ThreadExecutor(preload=...)`` calls each ``module:function`` on its preload thread, and one that fails
+    is logged, as local workers do (``executors.base.call_preloads``), not raised on the thread."""
+    import logging
+    import threading
+
+    from zephyr.executors import base
+
+    called = threading.Event()
+    base._test_preload_mark = called.set  # an importable "module:function" for the preload to call
+    try:
+        with caplog.at_level(logging.WARNING, logger="zephyr.executors.base"):
+            executor = base.ThreadExecutor(
+                1, preload=["zephyr.executors.base:_test_preload_mark", "zephyr.no_such_module:f"]
+            )
+            assert called.wait(30)
+            deadline = time.monotonic() + 30
+            while "zephyr.no_such_module:f" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+        executor.close()
+    finally:
+        del base._test_preload_mark
+    assert "worker preload zephyr.no_such_module:f failed" in caplog.text
+
+
 def test_worker_killed_mid_stage_reruns_only_its_task(tmp_path):
     pattern = _write_shards(tmp_path / "in", shards=4, rows=500)
     flag = tmp_path / "killed-once"

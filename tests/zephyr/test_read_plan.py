@@ -29,16 +29,16 @@ def _estimate(path: str) -> int:
 
 
 def test_the_estimate_is_the_drivers(parquet):
-    """Paths and the driver's plan of the same files give the same estimate (Parquet footers)."""
+    """Paths and the driver's plan of the same files (``Job.prepare``) give the same estimate (Parquet
+    footers)."""
     segment = build_plan(zephyr.read_parquet(parquet)._ops)
 
     def size_of(s):
         return size_of_files(s, *list_source_files(s))
 
-    options = ExecutionOptions(executor="local", workers=2)
-    by_segment = plan_read(segment, options, size_of=size_of)
-    assert by_segment.estimated_bytes == plan_bytes(segment, size_of) == _estimate(parquet)
-    assert by_segment.approx_shard_bytes is None and by_segment.tasks == 1
+    plan = plan_read([parquet], ExecutionOptions(executor="local", workers=2))
+    assert plan_bytes(segment, size_of) == plan.estimated_bytes == _estimate(parquet)
+    assert plan.approx_shard_bytes is None and plan.tasks == 1
 
 
 def test_small_job_boundary(parquet):

@@ -150,7 +150,7 @@ def is_retryable(exc: BaseException) -> bool:
     missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that recur on every try (disk full, permission denied, read-only file
     system, a file where a directory should be: ``errors.PERMANENT_ERRNOS``). The exception's causes are
     looked at too, since a reader may wrap the ``OSError`` it met."""
-    from zephyr.errors import PERMANENT_ERRNOS, ConfigError, InputError, OutputError, SchemaError
+    from zephyr.errors import ConfigError, InputError, OutputError, SchemaError
 
     permanent: tuple[type, ...] = (
         InputError,
@@ -160,15 +160,7 @@ def is_retryable(exc: BaseException) -> bool:
         ModuleNotFoundError,
         *_library_schema_errors(),
     )
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, permanent):
-            return False
-        if isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS:
-            return False
-        exc = exc.__cause__ or exc.__context__
-    return True
+    return _os_cause(exc) is None and not any(isinstance(e, permanent) for e in _chain(exc))
 
 
 def _library_schema_errors() -> tuple[type, ...]:
@@ -199,17 +191,20 @@ def failure(exc: BaseException, tb: Any = None) -> Outcome:
     return Outcome(False, error=text.rstrip(), retryable=is_retryable(exc), summary=summary)
 
 
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and its causes (``__cause__``, else ``__context__``), each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def _os_cause(exc: BaseException | None) -> OSError | None:
     """The first ``OSError`` with a permanent errno in ``exc``'s cause chain, ``exc`` included."""
     from zephyr.errors import PERMANENT_ERRNOS
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in PERMANENT_ERRNOS:
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
+    return next((e for e in _chain(exc) if isinstance(e, OSError) and e.errno in PERMANENT_ERRNOS), None)
 
 
 class Executor(ABC):
@@ -277,7 +272,7 @@ class ThreadExecutor(Executor):
         fix_mmap_threshold()  # this process runs the tasks: freed arrays go back to the OS
         if preload:
             threading.Thread(
-                target=_preload, args=(tuple(preload),), name="zephyr-preload", daemon=True
+                target=call_preloads, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
     def run(
@@ -315,10 +310,15 @@ class ThreadExecutor(Executor):
             pool.shutdown(wait=not interrupted)
 
 
-def _preload(names: tuple[str, ...]) -> None:
+def call_preloads(names: Sequence[str]) -> None:
+    """Call each ``"module:function"`` of ``names`` once, e.g. loading compiled kernels the coming tasks call.
+    Only a head start: a failure is logged, and the task that needs it raises the real error."""
     for name in names:
         module, _, function = name.partition(":")
-        getattr(importlib.import_module(module), function)()
+        try:
+            getattr(importlib.import_module(module), function)()
+        except Exception:
+            logging.getLogger(__name__).warning("worker preload %s failed", name, exc_info=True)
 
 
 MMAP_THRESHOLD_BYTES = 4 << 20

@@ -397,10 +397,6 @@ def _is_this_machine(address: str) -> bool:
     except ValueError:
         if host in ("localhost", socket.gethostname()):
             return True
-    return host in _local_addresses()
-
-
-def _local_addresses() -> set[str]:
     import psutil
 
-    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    return host in {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}

@@ -198,8 +198,10 @@ class LocalExecutor(Executor):
                         continue  # already handled through its other handle this round
                     _, position = busy.pop(id(worker))
                     outcome = self._collect(worker)
-                    if outcome.worker_died:
-                        self._replace(worker)
+                    if outcome.worker_died:  # a fresh worker takes its place
+                        worker.stop(kill=True)
+                        self._pool.remove(worker)
+                        self._pool.append(_Worker(self._threads, self._preload))
                         idle.append(self._pool[-1])
                     else:
                         if not outcome.ok and shared is not None:  # it may have failed unpickling: resend
@@ -237,11 +239,6 @@ class LocalExecutor(Executor):
             worker_died=True,
             signal=number,
         )
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.stop(kill=True)
-        self._pool.remove(worker)
-        self._pool.append(_Worker(self._threads, self._preload))
 
     def close(self) -> None:
         for worker in self._pool:  # ask all to exit first, then wait: they shut down in parallel

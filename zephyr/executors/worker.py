@@ -23,9 +23,7 @@ error, not the worker.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import logging
 import multiprocessing
 import os
 import pickle
@@ -78,19 +76,14 @@ def main(config: dict) -> None:
     # worker), and code that asks (the quality classifier's trainer) gets the answer a dask worker gives.
     multiprocessing.current_process().daemon = True
     conn = Connection(config["conn"])
-    from zephyr.executors.base import fix_mmap_threshold
+    from zephyr.executors.base import call_preloads, fix_mmap_threshold
 
     fix_mmap_threshold()  # before the imports' first large allocations
     import zephyr.tasks  # noqa: F401  (pyarrow, polars: imported while the driver is still planning)
 
     with contextlib.suppress(ImportError):  # pyarrow imports pandas (if installed) on first use: pay now
         import pandas  # noqa: F401
-    for spec in config["preload"]:  # "module:function", e.g. loading compiled kernels the coming tasks call
-        module, _, name = spec.partition(":")
-        try:
-            getattr(importlib.import_module(module), name)()
-        except Exception:  # only a head start: the task that needs it will raise the real error
-            logging.getLogger(__name__).warning("worker preload %s failed", spec, exc_info=True)
+    call_preloads(config["preload"])
     _serve(conn)
 
 
