@@ -41,29 +41,7 @@ _LAZY = {
     "counters": "zephyr.counters",
 }
 
-__all__ = [
-    "Agg",
-    "BatchOutput",
-    "ConfigError",
-    "Dataset",
-    "ExecutionOptions",
-    "GroupedDataset",
-    "InputError",
-    "ResumeError",
-    "SchemaError",
-    "TaskError",
-    "WriteResult",
-    "ZephyrError",
-    "counters",
-    "from_arrow",
-    "from_items",
-    "read",
-    "read_jsonl",
-    "read_parquet",
-    "read_vortex",
-    "read_warc",
-    "read_warc_records",
-]
+__all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from zephyr import counters
