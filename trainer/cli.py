@@ -42,7 +42,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from zephyr.trainer.config import CheckConfig, TrainConfig, read_config_file
+from zephyr.trainer.config import CheckConfig, TrainConfig, per_source, read_config_file
 
 from zephyr.cli import Command
 from zephyr.config import ConfigProblems, embedded_field, parse_value
@@ -125,19 +125,10 @@ def _data(values: list[str], *, mix: bool) -> str | dict[str, float]:
     the weights from token counts)."""
     if len(values) == 1 and "=" not in values[0] and not mix:
         return values[0]
-    mixture: dict[str, float] = {}
-    for item in values:
-        path, sep, weight = item.rpartition("=")
-        if not sep and mix:
-            mixture[item] = 1.0
-            continue
-        if not sep:
-            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source (or --mix)")
-        try:
-            mixture[path] = float(weight)
-        except ValueError:
-            raise ConfigError(f"--data {item!r}: weight {weight!r} is not a number") from None
-    return mixture
+    try:
+        return per_source(values, "WEIGHT", alone=1.0 if mix else None, hint=" (or --mix)")
+    except ConfigError as exc:
+        raise ConfigError(f"--data {exc}") from None
 
 
 def train(run: TrainRun, execution: ExecutionOptions) -> Any:
