@@ -324,7 +324,10 @@ def per_source(
 
 
 def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
-    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``."""
+    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``; a parsed value (the
+    CLI lays the flags over a config file after parsing them) is taken as it is."""
+    if not isinstance(values, list):
+        return values
     if len(values) == 1 and "=" not in values[0]:
         try:
             return float(values[0])
@@ -334,7 +337,9 @@ def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
 
 
 def _json_flag(text: str) -> Any:
-    """A flag's JSON value (``--mix-schedule``)."""
+    """A flag's JSON value (``--mix-schedule``); a parsed value is taken as it is (``_max_epochs_flag``)."""
+    if not isinstance(text, str):
+        return text
     import json
 
     try:
