@@ -719,13 +719,13 @@ def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:
     import json
 
+    from zephyr.job_stats import add_counts
+
     shards, per_source = [], {}
     for row in sorted(rows, key=lambda r: r["index"]):
         shards.append(ShardInfo.from_json(json.loads(row["shard"])))
         for src, counts in json.loads(row["per_source"]).items():
-            entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-            entry["documents"] += counts["documents"]
-            entry["tokens"] += counts["tokens"]
+            add_counts(per_source.setdefault(src, {"documents": 0, "tokens": 0}), counts)
     return shards, dict(sorted(per_source.items()))
 
 
