@@ -136,7 +136,7 @@ def _check(args: argparse.Namespace) -> dict:
     if not done.stdout.strip():
         print(done.stderr, file=sys.stderr)
         raise SystemExit(f"zephyr train check failed (exit {done.returncode})")
-    report = json.loads(done.stdout)
+    report = json.loads(done.stdout)["details"]  # the summary object; the check's report is its details
     summary = {
         k: report[k]
         for k in (

@@ -1028,12 +1028,13 @@ class TokenizeStep(Step, type="tokenize"):
 def _set_checksums(output: str) -> dict[str, dict]:
     """What a rerun that skips a tokenize step checks: the manifest (its bytes now) and every shard file
     (size and sha256 as the manifest records them, hashed when written)."""
-    from zephyr.tokenize.shards import MANIFEST_NAME, join_path, read_manifest
+    from zephyr.tokenize.shards import MANIFEST_NAME, checksum_records, join_path, read_manifest
 
     from zephyr.io.checksum import checksum_record, file_checksum
 
     manifest = join_path(output, MANIFEST_NAME)
-    return {manifest: checksum_record(*file_checksum(manifest)), **read_manifest(output).checksum_records()}
+    shards = read_manifest(output).shards
+    return {manifest: checksum_record(*file_checksum(manifest)), **checksum_records(output, shards)}
 
 
 _TRAIN_MANAGED = ("data", "log", "checkpoint_dir", "tensorboard_dir")

@@ -89,6 +89,7 @@ from zephyr.tokenize._storage import CacheBudget, ShardPrefetcher, ShardStore, u
 from zephyr.tokenize.mixing import Mixture, derive_key, normalize_weights, permute
 from zephyr.tokenize.shards import read_manifest
 
+from zephyr.config import describe_type, fits
 from zephyr.errors import ConfigError, ResumeError
 
 log = logging.getLogger(__name__)
@@ -577,39 +578,27 @@ def _source_weights(sources: str | Mapping[str, float] | Sequence[str]) -> dict[
     return weights
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+_STATE_KEYS = {"version": int, "seed": int, "consumed": int, "fingerprint": str, "counts": list[int]}
+_STATE_KEYS |= {"weights": list[float], "sources": list[str] | None}
+"""What ``state_dict`` writes: numbers >= 0 but the weights, which are finite."""
 
 
 def _check_plain(state: Any) -> None:
-    """Refuse, in one line, loader state that is not the plain numbers ``state_dict`` writes: non-negative
-    ints for the position and counts, finite numbers for the weights, strings for the names. A checkpoint
-    may come from a folder others can write; nothing in it is taken as anything but these numbers."""
-
-    def refuse(key: str, what: str) -> ResumeError:
-        return ResumeError(
-            f"loader state {key!r} must be {what}, got {_short(state.get(key))}; resume from "
-            "a checkpoint zephyr wrote"
-        )
-
+    """Refuse, in one line, loader state that is not the plain values ``state_dict`` writes (``_STATE_KEYS``,
+    checked by ``zephyr.config.fits``: nothing is converted). A checkpoint may come from a folder others can
+    write; nothing in it is taken as anything but these numbers and names."""
     if not isinstance(state, Mapping):
         raise ResumeError(f"loader state must be a mapping of plain numbers, got {type(state).__name__}")
-    for key in ("version", "seed", "consumed"):
-        if not _is_int(state.get(key)) or state[key] < 0:
-            raise refuse(key, "a non-negative int")
-    if not isinstance(state.get("fingerprint"), str):
-        raise refuse("fingerprint", "a string")
-    counts, weights, sources = state.get("counts"), state.get("weights"), state.get("sources")
-    if not isinstance(counts, list) or not all(_is_int(c) and c >= 0 for c in counts):
-        raise refuse("counts", "a list of non-negative ints")
-    if not isinstance(weights, list) or not all(
-        (_is_int(w) or isinstance(w, float)) and math.isfinite(w) for w in weights
-    ):
-        raise refuse("weights", "a list of finite numbers")
-    if sources is not None and (
-        not isinstance(sources, list) or not all(isinstance(x, str) for x in sources)
-    ):
-        raise refuse("sources", "a list of strings")
+    for key, hint in _STATE_KEYS.items():
+        value = state.get(key)
+        numbers = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int | float)]
+        if not fits(value, hint) or not all(
+            math.isfinite(v) and (v >= 0 or key == "weights") for v in numbers
+        ):
+            what = describe_type(hint) + ("" if key in ("weights", "fingerprint", "sources") else " >= 0")
+            raise ResumeError(
+                f"loader state {key!r} must be {what}, got {_short(value)}; resume from a checkpoint zephyr wrote"
+            )
 
 
 def _short(value: Any) -> str:

@@ -150,15 +150,6 @@ class Manifest:
     def num_documents(self) -> int:
         return sum(s.num_documents for s in self.shards)
 
-    def checksum_records(self) -> dict[str, dict[str, Any]]:
-        """Every file of the set (``root/path``) with its size and sha256 as this manifest records them, in the
-        form ``zephyr.resume.check_files`` checks (``zephyr run`` records them for its tokenize step)."""
-        return {
-            join_path(self.root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
-            for shard in self.shards
-            for f in shard.files.values()
-        }
-
     def fingerprint(self) -> str:
         """Identifies the token content: the ordered list of tokens-file checksums (16 hex digits)."""
         digest = hashlib.sha256()
@@ -166,6 +157,16 @@ class Manifest:
             digest.update(shard.files["tokens"].sha256.encode())
             digest.update(shard.files["offsets"].sha256.encode())
         return digest.hexdigest()[:16]
+
+
+def checksum_records(root: str, shards: list[ShardInfo]) -> dict[str, dict[str, Any]]:
+    """Every file of ``shards`` (``root/path``) with its size and sha256 as they record them, in the form
+    ``zephyr.resume.check_files`` checks (the writer's resumed pack tasks; ``zephyr run``'s tokenize step)."""
+    return {
+        join_path(root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
+        for s in shards
+        for f in s.files.values()
+    }
 
 
 def read_manifest(root: str) -> Manifest:

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zephyr.tokenize._encode import TokenizeBatch
 from zephyr.tokenize._pack import PackPartition, numeric_array, shard_directory, string_array
-from zephyr.tokenize.shards import ShardInfo, join_path, token_dtype, write_manifest, write_shard
+from zephyr.tokenize.shards import ShardInfo, checksum_records, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
 from zephyr.config import parse_bytes
@@ -682,12 +682,7 @@ def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) ->
     shards, per_source = _collect(packed.to_pylist())
     if not any(stage.get("tasks_resumed") for job in jobs for stage in job.get("stages", [])):
         return shards, per_source
-    records = {
-        join_path(packer.output, f.path): {"bytes": f.bytes, "sha256": f.sha256}
-        for shard in shards
-        for f in shard.files.values()
-    }
-    problem = resume.check_files(records)
+    problem = resume.check_files(checksum_records(packer.output, shards))
     if problem is None:
         return shards, per_source
     log.warning("tokenize: %s; packing the shards again", problem)
@@ -719,13 +714,13 @@ def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:
     import json
 
+    from zephyr.job_stats import add_counts
+
     shards, per_source = [], {}
     for row in sorted(rows, key=lambda r: r["index"]):
         shards.append(ShardInfo.from_json(json.loads(row["shard"])))
         for src, counts in json.loads(row["per_source"]).items():
-            entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-            entry["documents"] += counts["documents"]
-            entry["tokens"] += counts["tokens"]
+            add_counts(per_source.setdefault(src, {"documents": 0, "tokens": 0}), counts)
     return shards, dict(sorted(per_source.items()))
 
 

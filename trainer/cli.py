@@ -38,16 +38,17 @@ Both are ``zephyr.cli.Command``s; only configs are imported to build them (stand
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from zephyr.trainer.config import CheckConfig, TrainConfig, read_config_file
+from zephyr.trainer.config import CheckConfig, TrainConfig, per_source, read_config_file
 
 from zephyr.cli import Command
-from zephyr.config import ConfigProblems, embedded_field, parse_value
+from zephyr.config import embedded_field, parse_value
 from zephyr.errors import ConfigError
-from zephyr.flags import flag_specs
+from zephyr.flags import config_from_flags, flag_specs
 from zephyr.options import ExecutionOptions
 
 
@@ -75,32 +76,20 @@ class TrainRun:
 def train_config(raw: dict[str, Any]) -> TrainConfig:
     """The ``TrainConfig`` of a command line's values, nested by key path as a file writes them (``config``:
     the config file; ``overrides``: the ``--set`` items): the file with the ``--set`` values in it, then the
-    flags over it, built and checked once (every problem listed, each by its key; ``zephyr.flags`` names the
-    ones a flag gave by the flag; the file is not checked alone, so a flag can replace a bad value)."""
-    flags = {k: v for k, v in raw.items() if k not in ("config", "overrides")}
+    flags over it, built and checked once by ``zephyr.flags.config_from_flags`` (every problem listed, each by
+    its key, or by its flag where a flag gave it; the file is not checked alone, so a flag can replace a bad
+    value)."""
     base = read_config_file(raw["config"]) if raw.get("config") else {}
     _set_model_fields(base, raw.get("overrides") or [])
-    if "data" in flags:
-        flags["data"] = _data(flags["data"], mix="mix" in flags or bool(base.get("mix")))
-    sections = {dest.rsplit(".", 1)[0] for spec in flag_specs(TrainConfig) if "." in (dest := spec.dest)}
-    problems = _lay(base, flags, sections | {s.split(".")[0] for s in sections}, "")
-    if problems:
-        raise ConfigProblems(problems)
-    return TrainConfig.from_dict(base)
-
-
-def _lay(base: dict[str, Any], flags: dict[str, Any], sections: set[str], where: str) -> list[str]:
-    """Lay the flags' values over the file's, one key at a time (a section such as ``optim`` keeps the file's
-    other keys); the problems of a file section that is not a mapping."""
-    problems = []
-    for key, value in flags.items():
-        if f"{where}{key}" not in sections:
-            base[key] = value
-        elif isinstance(node := base.setdefault(key, {}), dict):
-            problems += _lay(node, value, sections, f"{where}{key}.")
-        else:
-            problems.append(f"{where}{key} is {node!r} in the config, not a mapping to set flags in")
-    return problems
+    if "data" in raw:
+        raw = {**raw, "data": _data(raw["data"], mix="mix" in raw or bool(base.get("mix")))}
+    given = {}
+    for spec in flag_specs(TrainConfig):
+        *sections, key = spec.dest.split(".")
+        node = functools.reduce(lambda d, part: d.get(part, {}), sections, raw)
+        if key in node:
+            given[spec.dest] = node[key]
+    return config_from_flags(TrainConfig, given, base=base, what=TrainRun.what)
 
 
 def _set_model_fields(base: dict[str, Any], items: list[str]) -> None:
@@ -125,19 +114,10 @@ def _data(values: list[str], *, mix: bool) -> str | dict[str, float]:
     the weights from token counts)."""
     if len(values) == 1 and "=" not in values[0] and not mix:
         return values[0]
-    mixture: dict[str, float] = {}
-    for item in values:
-        path, sep, weight = item.rpartition("=")
-        if not sep and mix:
-            mixture[item] = 1.0
-            continue
-        if not sep:
-            raise ConfigError(f"--data {item!r}: a mixture needs DIR=WEIGHT for every source (or --mix)")
-        try:
-            mixture[path] = float(weight)
-        except ValueError:
-            raise ConfigError(f"--data {item!r}: weight {weight!r} is not a number") from None
-    return mixture
+    try:
+        return per_source(values, "WEIGHT", alone=1.0 if mix else None, hint=" (or --mix)")
+    except ConfigError as exc:
+        raise ConfigError(f"--data {exc}") from None
 
 
 def train(run: TrainRun, execution: ExecutionOptions) -> Any:

@@ -306,24 +306,40 @@ class OptimConfig:
         check_fields(self, "optim.", list)
 
 
-def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
-    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``."""
-    caps: dict[str, float] = {}
+def per_source(
+    values: list[str], number: str, *, alone: float | None = None, hint: str = ""
+) -> dict[str, float]:
+    """``DIR=NUMBER`` items (``--data``, ``--max-epochs``) as ``{DIR: NUMBER}``; a ``DIR`` alone counts ``alone``
+    (refused when None, the message ending in ``hint``)."""
+    out: dict[str, float] = {}
     for item in values:
-        path, sep, epochs = item.rpartition("=")
-        if not sep and len(values) > 1:
-            raise ConfigError(f"{item!r}: give one number, or DIR=EPOCHS for each source")
+        path, sep, value = item.rpartition("=")
+        if not sep and alone is None:
+            raise ConfigError(f"{item!r}: give DIR={number} for every source{hint}")
         try:
-            if not sep:
-                return float(item)
-            caps[path] = float(epochs)
+            out[path if sep else item] = float(value) if sep else alone
         except ValueError:
-            raise ConfigError(f"{item!r}: {epochs or item!r} is not a number") from None
-    return caps
+            raise ConfigError(f"{item!r}: {number.lower()} {value!r} is not a number") from None
+    return out
+
+
+def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
+    """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``; a parsed value (the
+    CLI lays the flags over a config file after parsing them) is taken as it is."""
+    if not isinstance(values, list):
+        return values
+    if len(values) == 1 and "=" not in values[0]:
+        try:
+            return float(values[0])
+        except ValueError:
+            raise ConfigError(f"{values[0]!r} is not a number") from None
+    return per_source(values, "EPOCHS", hint=" (or one number for all)")
 
 
 def _json_flag(text: str) -> Any:
-    """A flag's JSON value (``--mix-schedule``)."""
+    """A flag's JSON value (``--mix-schedule``); a parsed value is taken as it is (``_max_epochs_flag``)."""
+    if not isinstance(text, str):
+        return text
     import json
 
     try:

@@ -53,7 +53,7 @@ def test_a_graph_break_is_reported_with_its_source_line(monkeypatch: pytest.Monk
 def test_grouped_mm_and_the_xla_path_have_no_host_sync_and_static_shapes() -> None:
     for target in (_target("grouped_mm"), _target("capacity", XLA)):
         report = find_host_syncs(target)
-        assert report.count == 0 and report.static_shapes, report.to_dict()
+        assert report.count == 0 and report.static_shapes, report
         assert report.ops > 100
 
 
@@ -85,7 +85,7 @@ def test_an_item_in_the_step_is_a_host_sync(monkeypatch: pytest.MonkeyPatch) -> 
 # ---- FLOPs ---------------------------------------------------------------------------------------------------
 def test_counted_flops_match_the_formula_for_moe_785m() -> None:
     flops = count_flops(_target("grouped_mm", model=get_preset("moe-785m"), batch=16, seq=2048))
-    assert abs(flops.ratio - 1) < 0.05, flops.to_dict()
+    assert abs(flops.measured_over_formula - 1) < 0.05, flops
     assert set(flops.by_op) >= {"mm", "_grouped_mm"}
 
 
@@ -95,10 +95,10 @@ def test_real_and_fake_counts_agree_and_padding_is_counted() -> None:
     tensors the whole static buffer is counted."""
     loop = count_flops(_target("loop", batch=4, seq=64), fake=False)
     norm_weights = 2 * TINY.n_layers * TINY.d_model + TINY.d_model
-    assert loop.measured == loop.formula - 6 * norm_weights
+    assert loop.flops_per_token_measured == loop.flops_per_token_formula - 6 * norm_weights
     real = count_flops(_target("grouped_mm", batch=4, seq=64), fake=False)
     fake = count_flops(_target("grouped_mm", batch=4, seq=64))
-    assert loop.measured < real.measured <= fake.measured
+    assert loop.flops_per_token_measured < real.flops_per_token_measured <= fake.flops_per_token_measured
 
 
 # ---- memory --------------------------------------------------------------------------------------------------
@@ -135,10 +135,13 @@ def test_mfu_bounds_for_moe_785m_on_an_h100() -> None:
         peak_flops=989e12,
         step_time_s=0.15,
     )
-    assert bounds.step_time_s == pytest.approx(16 * 2048 * 1.1397e9 / (0.3 * 989e12))
-    assert 0.125 < bounds.step_time_s < 0.127 and 260_000 < bounds.tokens_per_s < 261_000
-    assert bounds.upper_bound == pytest.approx(1.1397 / 1.1415)
-    assert bounds.mfu_at_step_time == pytest.approx(0.3 * bounds.step_time_s / 0.15)
+    assert bounds.step_time_s_for_target_mfu == pytest.approx(16 * 2048 * 1.1397e9 / (0.3 * 989e12))
+    assert (
+        0.125 < bounds.step_time_s_for_target_mfu < 0.127
+        and 260_000 < bounds.tokens_per_s_for_target_mfu < 261_000
+    )
+    assert bounds.mfu_upper_bound == pytest.approx(1.1397 / 1.1415)
+    assert bounds.mfu_at_step_time == pytest.approx(0.3 * bounds.step_time_s_for_target_mfu / 0.15)
 
 
 # ---- command line --------------------------------------------------------------------------------------------

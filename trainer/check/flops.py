@@ -26,7 +26,7 @@ matrix work than that (alignment padding, capacity slack), a device running at i
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,26 +38,18 @@ from zephyr.trainer.model import flops_per_token
 
 @dataclass(frozen=True)
 class MfuBounds:
-    peak_flops: float
+    """The module docstring's bounds, named as ``zephyr train check --json`` reports them."""
+
+    peak_tflops: float
     target_mfu: float
-    upper_bound: float
+    mfu_upper_bound: float
     """MFU at the device's peak FLOPS: formula / measured, at most 1."""
-    step_time_s: float
+    step_time_s_for_target_mfu: float
     """Seconds per optimizer step that ``target_mfu`` needs."""
-    tokens_per_s: float
+    tokens_per_s_for_target_mfu: float
     """Tokens per second that ``target_mfu`` needs."""
     mfu_at_step_time: float | None
     """MFU at a given step time (``None`` when none was given)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "peak_tflops": round(self.peak_flops / 1e12, 1),
-            "target_mfu": self.target_mfu,
-            "mfu_upper_bound": round(self.upper_bound, 4),
-            "step_time_s_for_target_mfu": round(self.step_time_s, 4),
-            "tokens_per_s_for_target_mfu": round(self.tokens_per_s),
-            "mfu_at_step_time": None if self.mfu_at_step_time is None else round(self.mfu_at_step_time, 4),
-        }
 
 
 def mfu_bounds(
@@ -72,11 +64,11 @@ def mfu_bounds(
     """The bounds above for one device with ``peak_flops`` (dense bf16 FLOPS)."""
     step_flops = tokens_per_step * formula_flops_per_token
     return MfuBounds(
-        peak_flops=peak_flops,
+        peak_tflops=peak_flops / 1e12,
         target_mfu=target_mfu,
-        upper_bound=min(1.0, formula_flops_per_token / measured_flops_per_token),
-        step_time_s=step_flops / (target_mfu * peak_flops),
-        tokens_per_s=target_mfu * peak_flops / formula_flops_per_token,
+        mfu_upper_bound=min(1.0, formula_flops_per_token / measured_flops_per_token),
+        step_time_s_for_target_mfu=step_flops / (target_mfu * peak_flops),
+        tokens_per_s_for_target_mfu=target_mfu * peak_flops / formula_flops_per_token,
         mfu_at_step_time=None if step_time_s is None else step_flops / (step_time_s * peak_flops),
     )
 
@@ -132,27 +124,17 @@ FLOP_FORMULAS = {
 
 @dataclass
 class FlopCount:
+    """One step's count, named as ``zephyr train check --json`` reports it."""
+
     dispatch: str
     """The dispatch whose shapes were counted (``grouped_mm`` stands in for ``loop``)."""
-    measured: float
+    flops_per_token_measured: float
     """Counted FLOPs per token of one training step (forward + backward)."""
-    formula: float
+    flops_per_token_formula: float
     """``flops_per_token(model, seq_len)``, the MFU numerator per token."""
-    by_op: dict[str, float] = field(default_factory=dict)
+    measured_over_formula: float
+    by_op: dict[str, int]
     """Counted FLOPs per token by op."""
-
-    @property
-    def ratio(self) -> float:
-        return self.measured / self.formula
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "dispatch": self.dispatch,
-            "flops_per_token_measured": self.measured,
-            "flops_per_token_formula": self.formula,
-            "measured_over_formula": round(self.ratio, 4),
-            "by_op": {k: round(v) for k, v in sorted(self.by_op.items())},
-        }
 
 
 def count_flops(target: Target, *, fake: bool = True) -> FlopCount:
@@ -171,13 +153,13 @@ def count_flops(target: Target, *, fake: bool = True) -> FlopCount:
     counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
     with mode if mode is not None else contextlib.nullcontext(), counter:
         run_step(target, model, optimizer, batch)
-    per_op = {
-        str(op).removeprefix("aten."): n / target.tokens
-        for op, n in counter.get_flop_counts()["Global"].items()
-    }
+    measured = counter.get_total_flops() / target.tokens
+    formula = flops_per_token(target.model, target.seq_len)
+    by_op = {str(op).removeprefix("aten."): n for op, n in counter.get_flop_counts()["Global"].items()}
     return FlopCount(
         dispatch=target.dispatch,
-        measured=counter.get_total_flops() / target.tokens,
-        formula=flops_per_token(target.model, target.seq_len),
-        by_op=per_op,
+        flops_per_token_measured=measured,
+        flops_per_token_formula=formula,
+        measured_over_formula=round(measured / formula, 4),
+        by_op={op: round(n / target.tokens) for op, n in sorted(by_op.items())},
     )

@@ -21,7 +21,6 @@ line that caused it.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import re
 import traceback
 import warnings
@@ -55,14 +54,6 @@ class GraphBreaks:
     @property
     def count(self) -> int:
         return len(self.breaks)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "count": self.count,
-            "graphs": self.graphs,
-            "breaks": [dataclasses.asdict(b) for b in self.breaks],
-            "boundaries": [dataclasses.asdict(b) for b in self.boundaries],
-        }
 
 
 def _is_boundary(reason: str, stack: list[traceback.FrameSummary]) -> bool:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,15 +69,6 @@ class HostSyncs:
     @property
     def count(self) -> int:
         return sum(s.count for s in self.syncs)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "count": self.count,
-            "syncs": [dataclasses.asdict(s) for s in self.syncs],
-            "static_shapes": self.static_shapes,
-            "first_dynamic_shape": self.first_dynamic_shape,
-            "ops_traced": self.ops,
-        }
 
 
 def _where() -> str:

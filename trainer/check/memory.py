@@ -41,7 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from zephyr.trainer.check.harness import Target, build, run_step, synthetic_batch
-from zephyr.trainer.config import ModelConfig, MoEConfig
+from zephyr.trainer.config import ModelConfig, model_config_from_dict
 from zephyr.trainer.devices import resolve_device
 
 from zephyr.errors import ZephyrError
@@ -211,17 +211,9 @@ def _status_bytes(field: str) -> int:
 
 def _measure_here(spec: dict[str, Any]) -> int:
     """In this process: build ``spec``'s target for real, run a step, then return the second step's RSS peak."""
-    moe = spec["model"].pop("moe")
-    model_cfg = ModelConfig(**spec["model"], moe=MoEConfig(**moe) if moe is not None else None)
-    target = Target(
-        model=model_cfg,
-        batch_size=spec["batch_size"],
-        seq_len=spec["seq_len"],
-        device=resolve_device(spec["device"], emulate=spec["device"] != "cpu"),
-        dispatch=spec["dispatch"],
-        attention=spec["attention"],
-        activation_checkpointing=spec["activation_checkpointing"],
-    )
+    model_cfg = model_config_from_dict(spec["model"], ModelConfig())
+    device = resolve_device(spec["device"], emulate=spec["device"] != "cpu")
+    target = Target(**{**spec, "model": model_cfg, "device": device})
     model, optimizer = build(target)
     batches = [synthetic_batch(model_cfg, target.batch_size, target.seq_len, seed) for seed in (0, 1)]
     run_step(target, model, optimizer, batches[0])
@@ -235,15 +227,7 @@ def _measure_here(spec: dict[str, Any]) -> int:
 def measure_cpu_peak(target: Target) -> int:
     """Bytes the second training step of ``target`` adds to the resident set at its peak, run for real in a
     child process (one thread, large allocations returned to the OS when freed)."""
-    spec = {
-        "model": dataclasses.asdict(target.model),
-        "batch_size": target.batch_size,
-        "seq_len": target.seq_len,
-        "device": target.device.type,
-        "dispatch": target.dispatch,
-        "attention": target.attention,
-        "activation_checkpointing": target.activation_checkpointing,
-    }
+    spec = {**vars(target), "model": dataclasses.asdict(target.model), "device": target.device.type}
     code = (
         "import json, sys, torch\n"
         "torch.set_num_threads(1)\n"

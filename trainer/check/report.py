@@ -31,11 +31,8 @@ from zephyr.errors import ConfigError
 
 
 def _breaks_line(data: dict[str, Any]) -> str:
-    graphs = data["graphs"]
-    text = f"{data['count']} (graphs: " + ", ".join(f"{k} {v}" for k, v in graphs.items()) + ")"
-    for b in data["breaks"]:
-        text += f"\n        {b['region']}: {b['reason']} at {b['where']}"
-    return text
+    text = f"{len(data['breaks'])} (graphs: " + ", ".join(f"{k} {v}" for k, v in data["graphs"].items()) + ")"
+    return text + "".join(f"\n        {b['region']}: {b['reason']} at {b['where']}" for b in data["breaks"])
 
 
 def _syncs_line(data: dict[str, Any]) -> str:
@@ -44,10 +41,10 @@ def _syncs_line(data: dict[str, Any]) -> str:
         if data["static_shapes"]
         else f"shapes depend on the data: {data['first_dynamic_shape']}"
     )
-    text = f"{data['count']}, {shapes}"
-    for s in data["syncs"]:
-        text += f"\n        {s['count']}x {s['op']}: {s['reason']} at {s['where']}"
-    return text
+    text = f"{sum(s['count'] for s in data['syncs'])}, {shapes}"
+    return text + "".join(
+        f"\n        {s['count']}x {s['op']}: {s['reason']} at {s['where']}" for s in data["syncs"]
+    )
 
 
 def _size(gib: float) -> str:
@@ -62,18 +59,14 @@ def render(report: dict[str, Any]) -> str:
         f"zephyr train check: {report['preset']}, {report['batch_size']} x {report['seq_len']} = "
         f"{report['tokens_per_step']:,} tokens per step, {report['device']}, torch {report['torch']}",
         f"  parameters: {params['total'] / 1e6:.1f}M total, {params['active'] / 1e6:.1f}M active",
-        "  graph breaks (forward + backward per dispatch, optimizer once; reduced width, attention sdpa):",
     ]
-    for dispatch, data in report["dispatch"].items():
-        tag = " (default)" if dispatch == default else ""
-        lines.append(f"    {dispatch}{tag}: {_breaks_line(data['graph_breaks'])}")
-    lines.append(
-        f"  host syncs in the step (reduced width, {report['traced_moe_layers']} MoE block; the model has "
-        f"{report['moe_layers']}):"
-    )
-    for dispatch, data in report["dispatch"].items():
-        tag = " (default)" if dispatch == default else ""
-        lines.append(f"    {dispatch}{tag}: {_syncs_line(data['host_syncs'])}")
+    breaks = "graph breaks (forward + backward per dispatch, optimizer once; reduced width, attention sdpa)"
+    traced, moe = report["traced_moe_layers"], report["moe_layers"]
+    syncs = f"host syncs in the step (reduced width, {traced} MoE block; the model has {moe})"
+    for title, key, line in ((breaks, "graph_breaks", _breaks_line), (syncs, "host_syncs", _syncs_line)):
+        lines.append(f"  {title}:")
+        for dispatch, data in report["dispatch"].items():
+            lines.append(f"    {dispatch}{' (default)' if dispatch == default else ''}: {line(data[key])}")
     lines.append(
         f"  FLOPs per token: measured {report['flops_per_token_measured'] / 1e9:.4g} G, formula "
         f"{report['flops_per_token_formula'] / 1e9:.4g} G (x{report['flops_measured_over_formula']:.4f})"
@@ -169,7 +162,9 @@ def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
     per_dispatch = _measure_dispatches(dispatches, default, full, small, clock)
 
     log.info("FLOPs and memory of the full configuration (fake tensors)")
-    flop_data = per_dispatch[default].get("flops") or clock.timed("flops", count_flops, full).to_dict()
+    flop_data = per_dispatch[default].get("flops") or dataclasses.asdict(
+        clock.timed("flops", count_flops, full)
+    )
     memory = {
         ac: clock.timed("memory", estimate_memory, full.replace(activation_checkpointing=ac))
         for ac in (False, True)
@@ -197,8 +192,8 @@ def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
         "params": {"total": counts.total, "active": counts.active},
         "moe_layers": sum(model.is_moe_layer(i) for i in range(model.n_layers)),
         "traced_moe_layers": sum(small.model.is_moe_layer(i) for i in range(small.model.n_layers)),
-        "graph_breaks": per_dispatch[default]["graph_breaks"]["count"],
-        "host_syncs": per_dispatch[default]["host_syncs"]["count"],
+        "graph_breaks": len(per_dispatch[default]["graph_breaks"]["breaks"]),
+        "host_syncs": sum(s["count"] for s in per_dispatch[default]["host_syncs"]["syncs"]),
         "static_shapes": per_dispatch[default]["host_syncs"]["static_shapes"],
         "flops_per_token_measured": flop_data["flops_per_token_measured"],
         "flops_per_token_formula": flop_data["flops_per_token_formula"],
@@ -207,7 +202,7 @@ def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
         "device_memory_gib": round(check.device_memory_bytes / GIB, 3),
         "activation_checkpointing": train.activation_checkpointing,
         "gpu": check.gpu,
-        **bounds.to_dict(),
+        **dataclasses.asdict(bounds),
         "dispatch": per_dispatch,
         "memory": {
             "without_activation_checkpointing": memory[False].to_dict(),
@@ -232,11 +227,10 @@ def _measure_dispatches(
         traced = small.replace(dispatch=dispatch)
         breaks = clock.timed("graph_breaks", find_graph_breaks, traced, optimizer_region=dispatch == default)
         syncs = clock.timed("host_syncs", find_host_syncs, traced)
-        out[dispatch] = {"graph_breaks": breaks.to_dict(), "host_syncs": syncs.to_dict()}
+        out[dispatch] = {"graph_breaks": dataclasses.asdict(breaks), "host_syncs": dataclasses.asdict(syncs)}
         if dispatch != "loop":
-            out[dispatch]["flops"] = clock.timed(
-                "flops", count_flops, full.replace(dispatch=dispatch)
-            ).to_dict()
+            flops = clock.timed("flops", count_flops, full.replace(dispatch=dispatch))
+            out[dispatch]["flops"] = dataclasses.asdict(flops)
     return out
 
 
