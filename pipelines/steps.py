@@ -215,23 +215,14 @@ class LangIdStep(Step, type="langid"):
     def ops(self, text_column: str, lang_column: str) -> tuple[Any, Any]:
         """The identifier and the language filter these settings make, the columns named after
         ``output_column`` or else ``lang_column``: what the step and ``zephyr langid`` both run."""
-        from zephyr.pipelines.quality.langid import (
-            LangIdConfig,
-            LanguageFilter,
-            LanguageIdentifier,
-            ensure_lid_model,
-        )
+        from zephyr.pipelines.quality.langid import LanguageFilter, LanguageIdentifier, ensure_lid_model
 
-        lang = self.output_column or lang_column
-        lid = LangIdConfig(
-            model_path=self.model or str(ensure_lid_model()),
-            max_chars=self.max_chars,
-            lang_column=lang,
-            score_column=f"{lang}_score",
-        )
+        lang, score = self.output_column or lang_column, f"{self.output_column or lang_column}_score"
+        model = self.model or str(ensure_lid_model())
         languages = tuple(self.languages) if self.languages else None
-        verdict = LanguageFilter(languages, self.min_score, lang, f"{lang}_score")
-        return LanguageIdentifier(lid, text_column, self.replace_columns), verdict
+        verdict = LanguageFilter(languages, self.min_score, lang, score)
+        identify = LanguageIdentifier(model, self.max_chars, lang, score, text_column, self.replace_columns)
+        return identify, verdict
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         from zephyr.pipelines.examples import ReasonGroups, filter_collector

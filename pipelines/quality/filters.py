@@ -437,12 +437,6 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
     return report
 
 
-def retention_report(annotated: pa.Table, **kwargs: Any) -> dict[str, Any]:
-    """The report of one annotated table (plain-function form)."""
-    sample_size = kwargs.get("sample_size", 5)
-    return merge_summaries([summarize_batch(annotated, **kwargs)], sample_size=sample_size)
-
-
 def report_markdown(report: dict[str, Any]) -> str:
     """A human-readable Markdown rendering: one table per source, then the samples. Source names, reasons,
     ids and texts come from the data: they go in as plain text or code (``zephyr.pipelines.markdown``), never

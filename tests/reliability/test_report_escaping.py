@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.config import parse_config
-from zephyr.pipelines.quality.filters import report_markdown, retention_report
+from zephyr.pipelines.quality.filters import merge_summaries, report_markdown, summarize_batch
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_filter_report_escapes_sources_reasons_ids_and_texts():
             "drop_reason": [None, None, "rule|<i>name</i>"],
         }
     )
-    markdown = report_markdown(retention_report(table))
+    markdown = report_markdown(merge_summaries([summarize_batch(table)]))
     _assert_safe_markdown(markdown)
     assert "## &lt;script&gt;x&lt;/script&gt;|a\n" in markdown
     assert "## two lines | \\`tick\\` \\*star\\* \\[link\\](http://x)\n" in markdown  # one heading line
