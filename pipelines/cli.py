@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
+from zephyr.pipelines.quality import DEFAULT_RULES
+from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
 from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
 
 from zephyr.cli import Command, Inputs, Output
@@ -228,7 +229,7 @@ class FilterOptions:
         """The rules as the ``heuristic_filter`` pipeline step holds them (``HeuristicFilterConfig``: one
         check of rule names and settings); a bad value names its flag. The url blocklist is read now, so a
         bad line fails before any work, naming the file and line."""
-        from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+        from zephyr.pipelines.quality.config import HeuristicFilterConfig
         from zephyr.pipelines.quality.filters import rule_names
 
         from zephyr.config import FieldError

@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
-from zephyr.pipelines.quality.config import NormalizeConfig
-from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+from zephyr.pipelines.quality.config import HeuristicFilterConfig, NormalizeConfig, comma_names
 from zephyr.pipelines.step import (
     AccountingError,
     CountValues,
@@ -164,15 +163,11 @@ class NormalizeStep(Step, type="normalize"):
         return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
 
 
-def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 @dataclass(frozen=True)
 class LangIdStep(Step, type="langid"):
     """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
 
-    languages: list[str] | None = field(default=None, metadata={"parse": _names})
+    languages: list[str] | None = field(default=None, metadata={"parse": comma_names})
     """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
     en,de); ``None`` keeps every language."""
     min_score: float = 0.0

@@ -9,7 +9,7 @@ output; dropped rows keep their original text so they can be inspected. Counts b
     rows_in == rows_kept + sum(dropped_by_reason.values()) + rows_quarantined
 
 **The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
-families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
+families of ``rules.py`` and ``web/urls.py``; ``DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
 ``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
 two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
@@ -46,8 +46,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality._text import count_reasons, lang_series, text_array
-from zephyr.pipelines.quality.config import DEFAULT_RULES
 from zephyr.pipelines.quality.rules import (
     C4Quality,
     FineWebQuality,
