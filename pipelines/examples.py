@@ -173,13 +173,19 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
     }
 
 
-def merge_filter_examples(step_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
-    """Write a filter step's ``examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
+def merge_filter_examples(
+    step_dir: Path,
+    dropped_by_reason: dict[str, int],
+    per_group: int = PER_GROUP,
+    reasons: int | None = TOP_REASONS,
+) -> Path:
+    """Write a filter step's ``examples.json`` from its parts: ``per_group`` rows per group, of the ``reasons``
+    reasons (None: all) that ``dropped_by_reason`` counts most rows for."""
     from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(step_dir)
-    rows = _selected(table, PER_GROUP, None) if table is not None else []
-    top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_REASONS]
+    rows = _selected(table, per_group, None) if table is not None else []
+    top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:reasons]
     payload = {
         "version": EXAMPLES_VERSION,
         "kind": "filter",

@@ -472,6 +472,44 @@ def _row_md(title: str, row: dict[str, Any]) -> str:
     return f"- {title} {md_code(row['id'])} ({md_text(', '.join(_details(row)))}): {_snippet(row['text'])}"
 
 
+def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) -> str:
+    """``zephyr filter``'s ``report.md``: its retention report (``filters.merge_summaries``) as one table per
+    source, then its examples (``examples.merge_filter_examples``) as a filter step's are shown."""
+    blocks: list[Block] = [("h", 1, "Retention report")]
+    t = report["totals"]
+    blocks.append(
+        (
+            "p",
+            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
+            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
+        )
+    )
+    for name, src in report["sources"].items():
+        outcomes = [
+            ("kept", src["kept"]),
+            *sorted(src["dropped"].items()),
+            ("quarantined", src["quarantined"]),
+        ]
+        rows = [
+            [
+                md_text(label),
+                e["rows"],
+                _pct(e["rows"], src["rows_in"]),
+                e["bytes"],
+                _pct(e["bytes"], src["bytes_in"]),
+            ]
+            for label, e in outcomes
+            if e["rows"] or label != "quarantined"
+        ]
+        blocks += [
+            ("h", 2, md_text(name)),
+            ("table", ["outcome", "rows", "% rows", "bytes", "% bytes"], rows),
+        ]
+    if examples:
+        blocks += _example_blocks(FILTER, "filter", examples)
+    return render_markdown(blocks)
+
+
 # -- rendering -------------------------------------------------------------------------------------------
 def render_markdown(blocks: list[Block]) -> str:
     lines: list[str] = []

@@ -17,26 +17,20 @@ two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``h
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
 
-**Retention report** of ``zephyr filter`` per source: rows/bytes kept and dropped per rule, with deterministic samples.
+**Retention report** of ``zephyr filter``: rows and text bytes kept, dropped per rule and quarantined, per
+source. ``summarize_batch`` counts them in one *annotated* batch (the filter's annotation before routing: every
+row plus a ``drop_reason`` column, null = kept, ``null_text`` = quarantined) and ``merge_summaries`` adds any
+number of those up into the report (JSON ``version`` 2)::
 
-Works on *annotated* batches (the filter's annotation before routing: every row plus a
-``drop_reason`` column, null = kept, ``null_text`` = quarantined). ``summarize_batch`` reduces a batch to a
-small table — per (source, outcome) row and byte counts plus the ``sample_size`` rows with the smallest
-text hash — and ``merge_summaries`` folds any number of them into the report. Because "the k smallest
-hashes of a union" equals "the k smallest of the per-part k smallest", the samples do not depend on how
-the data was split into batches, shards or workers.
+    {"version": 2, "sources": {source: {"rows_in", "bytes_in", "kept": {"rows", "bytes"},
+     "dropped": {reason: {"rows", "bytes"}}, "quarantined": {"rows", "bytes"}}}, "totals": {...}}
 
-Report JSON (``version`` 1)::
-
-    {"version": 1, "sources": {source: {"rows_in", "bytes_in", "kept": {"rows", "bytes", "samples": [...]},
-     "dropped": {reason: {"rows", "bytes", "samples": [...]}}, "quarantined": {...}}}, "totals": {...}}
-
-Samples hold ``id`` (when the table has one) and the first ``preview_chars`` characters of the text.
+Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown the job report's
+(``zephyr.pipelines.report.retention_markdown``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -320,49 +314,27 @@ KEPT = "kept"
 
 
 def summarize_batch(
-    table: pa.Table,
-    *,
-    text_column: str = "text",
-    reason_column: str = "drop_reason",
-    source_column: str | None = "source",
-    id_column: str | None = "id",
-    sample_size: int = 5,
-    preview_chars: int = 300,
+    table: pa.Table, *, text_column: str = "text", source_column: str | None = "source"
 ) -> pa.Table:
-    """Per-(source, outcome) counts and sample candidates of one annotated batch (a small table)."""
-    cols = {
-        "source": (
-            pl.Series(table.column(source_column)).cast(pl.String).fill_null("(none)")
-            if source_column and source_column in table.schema.names
-            else pl.Series(["(all)"] * table.num_rows, dtype=pl.String)
-        ),
-        "outcome": pl.Series(table.column(reason_column)).cast(pl.String).fill_null(KEPT),
-        "text": pl.Series(table.column(text_column)).cast(pl.String),
-    }
-    if id_column and id_column in table.schema.names:
-        cols["id"] = pl.Series(table.column(id_column)).cast(pl.String)
-    else:
-        cols["id"] = pl.Series([None] * table.num_rows, dtype=pl.String)
-    df = pl.DataFrame(cols).with_columns(
-        bytes=pl.col("text").str.len_bytes().fill_null(0).cast(pl.Int64),
-        key=pl.col("text").fill_null("").hash(seed=17),
+    """Rows and text bytes per (source, outcome) of one annotated batch (a small table)."""
+    source = (
+        pl.Series(table.column(source_column)).cast(pl.String).fill_null("(none)")
+        if source_column and source_column in table.schema.names
+        else pl.Series(["(all)"] * table.num_rows, dtype=pl.String)
     )
-    counts = df.group_by("source", "outcome").agg(rows=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
-    samples = (
-        df.sort("key")
-        .group_by("source", "outcome", maintain_order=True)
-        .head(sample_size)
-        .select("source", "outcome", "key", "id", preview=pl.col("text").str.slice(0, preview_chars))
+    df = pl.DataFrame(
+        {
+            "source": source,
+            "outcome": pl.Series(table.column(DROP_REASON)).cast(pl.String).fill_null(KEPT),
+            "bytes": pl.Series(table.column(text_column)).cast(pl.String).str.len_bytes().fill_null(0),
+        }
     )
-    out = pl.concat(
-        [counts.with_columns(kind=pl.lit("count")), samples.with_columns(kind=pl.lit("sample"))],
-        how="diagonal_relaxed",
-    )
-    return out.to_arrow()
+    counts = df.group_by("source", "outcome").agg(rows=pl.len(), bytes=pl.col("bytes").sum())
+    return counts.cast({"rows": pl.Int64, "bytes": pl.Int64}).to_arrow()
 
 
-def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[str, Any]:
-    """Fold ``summarize_batch`` outputs into the report dict (see the module docstring)."""
+def merge_summaries(parts: Iterable[pa.Table]) -> dict[str, Any]:
+    """Add ``summarize_batch`` outputs up into the report dict (see the module docstring)."""
     frames = [pl.from_arrow(p) for p in parts if p.num_rows]
     totals: dict[str, Any] = {
         "rows_in": 0,
@@ -375,43 +347,27 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
         "dropped_bytes_by_reason": {},
         "balanced": True,
     }
-    report: dict[str, Any] = {"version": 1, "sources": {}, "totals": totals}
+    report: dict[str, Any] = {"version": 2, "sources": {}, "totals": totals}
     if not frames:
         return report
-    df = pl.concat(frames, how="diagonal_relaxed")
     counts = (
-        df.filter(pl.col("kind") == "count")
+        pl.concat(frames)
         .group_by("source", "outcome")
         .agg(pl.col("rows").sum(), pl.col("bytes").sum())
         .sort("source", "outcome")
     )
-    samples = (
-        df.filter(pl.col("kind") == "sample")
-        .sort("key", "id", "preview")
-        .group_by("source", "outcome", maintain_order=True)
-        .head(sample_size)
-    )
-    sample_map: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in samples.select("source", "outcome", "id", "preview").iter_rows(named=True):
-        sample_map.setdefault((row["source"], row["outcome"]), []).append(
-            {"id": row["id"], "text": row["preview"]}
-        )
     for row in counts.iter_rows(named=True):
         src = report["sources"].setdefault(
             row["source"],
             {
                 "rows_in": 0,
                 "bytes_in": 0,
-                "kept": {"rows": 0, "bytes": 0, "samples": []},
+                "kept": {"rows": 0, "bytes": 0},
                 "dropped": {},
-                "quarantined": {"rows": 0, "bytes": 0, "samples": []},
+                "quarantined": {"rows": 0, "bytes": 0},
             },
         )
-        entry = {
-            "rows": int(row["rows"]),
-            "bytes": int(row["bytes"]),
-            "samples": sample_map.get((row["source"], row["outcome"]), []),
-        }
+        entry = {"rows": int(row["rows"]), "bytes": int(row["bytes"])}
         src["rows_in"] += entry["rows"]
         src["bytes_in"] += entry["bytes"]
         totals["rows_in"] += entry["rows"]
@@ -435,44 +391,3 @@ def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[
         totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
     )
     return report
-
-
-def report_markdown(report: dict[str, Any]) -> str:
-    """A human-readable Markdown rendering: one table per source, then the samples. Source names, reasons,
-    ids and texts come from the data: they go in as plain text or code (``zephyr.pipelines.markdown``), never
-    as markup, HTML or a ``|`` that would break a table."""
-    from zephyr.pipelines.markdown import md_code, md_row, md_text
-
-    lines = ["# Retention report", ""]
-    t = report.get("totals", {})
-    if t:
-        lines += [
-            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
-            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
-            "",
-        ]
-    for name, src in report.get("sources", {}).items():
-        lines += [
-            f"## {md_text(name)}",
-            "",
-            "| outcome | rows | % rows | bytes | % bytes |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        outcomes = [
-            ("kept", src["kept"]),
-            *sorted(src["dropped"].items()),
-            ("quarantined", src["quarantined"]),
-        ]
-        for label, e in outcomes:
-            if not e["rows"] and label == "quarantined":
-                continue
-            pr = 100 * e["rows"] / max(src["rows_in"], 1)
-            pb = 100 * e["bytes"] / max(src["bytes_in"], 1)
-            lines.append(md_row([md_text(label), e["rows"], f"{pr:.1f}", e["bytes"], f"{pb:.1f}"]))
-        lines.append("")
-        for label, e in outcomes:
-            for s in e["samples"]:
-                preview = json.dumps(s["text"], ensure_ascii=False)[:200]
-                lines.append(f"- {md_text(label)} {md_code(s['id'])}: {md_text(preview)}")
-        lines.append("")
-    return "\n".join(lines)
