@@ -484,22 +484,11 @@ def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) 
             f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
         )
     )
-    for name, src in report["sources"].items():
-        outcomes = [
-            ("kept", src["kept"]),
-            *sorted(src["dropped"].items()),
-            ("quarantined", src["quarantined"]),
-        ]
+    for name, outcomes in report["sources"].items():
+        rows_in, bytes_in = (sum(e[k] for e in outcomes.values()) for k in ("rows", "bytes"))
         rows = [
-            [
-                md_text(label),
-                e["rows"],
-                _pct(e["rows"], src["rows_in"]),
-                e["bytes"],
-                _pct(e["bytes"], src["bytes_in"]),
-            ]
-            for label, e in outcomes
-            if e["rows"] or label != "quarantined"
+            [md_text(label), e["rows"], _pct(e["rows"], rows_in), e["bytes"], _pct(e["bytes"], bytes_in)]
+            for label, e in sorted(outcomes.items(), key=lambda kv: (kv[0] != "kept", kv[0]))
         ]
         blocks += [
             ("h", 2, md_text(name)),

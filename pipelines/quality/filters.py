@@ -22,8 +22,9 @@ source. ``summarize_batch`` counts them in one *annotated* batch (the filter's a
 row plus a ``drop_reason`` column, null = kept, ``null_text`` = quarantined) and ``merge_summaries`` adds any
 number of those up into the report (JSON ``version`` 2)::
 
-    {"version": 2, "sources": {source: {"rows_in", "bytes_in", "kept": {"rows", "bytes"},
-     "dropped": {reason: {"rows", "bytes"}}, "quarantined": {"rows", "bytes"}}}, "totals": {...}}
+    {"version": 2, "sources": {source: {outcome: {"rows", "bytes"}}}, "totals": {...}}
+
+An outcome is ``kept``, a rule's reason, or ``null_text`` (quarantined).
 
 Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown the job report's
 (``zephyr.pipelines.report.retention_markdown``).
@@ -335,59 +336,25 @@ def summarize_batch(
 
 def merge_summaries(parts: Iterable[pa.Table]) -> dict[str, Any]:
     """Add ``summarize_batch`` outputs up into the report dict (see the module docstring)."""
-    frames = [pl.from_arrow(p) for p in parts if p.num_rows]
+    schema = {"source": pl.String, "outcome": pl.String, "rows": pl.Int64, "bytes": pl.Int64}
+    frames = [pl.DataFrame(schema=schema), *(pl.from_arrow(p) for p in parts if p.num_rows)]
+    counts = pl.concat(frames).group_by("source", "outcome").agg(pl.col("rows", "bytes").sum())
+    sources: dict[str, dict[str, dict[str, int]]] = {}
+    for source, outcome, rows, size in counts.sort("source", "outcome").iter_rows():
+        sources.setdefault(source, {})[outcome] = {"rows": rows, "bytes": size}
+    by_outcome = counts.group_by("outcome").agg(pl.col("rows", "bytes").sum()).sort("outcome")
+    outcomes = {outcome: (rows, size) for outcome, rows, size in by_outcome.iter_rows()}
+    dropped = {k: v for k, v in outcomes.items() if k not in (KEPT, NULL_TEXT)}
     totals: dict[str, Any] = {
-        "rows_in": 0,
-        "bytes_in": 0,
-        "rows_kept": 0,
-        "bytes_kept": 0,
-        "rows_dropped": 0,
-        "rows_quarantined": 0,
-        "dropped_rows_by_reason": {},
-        "dropped_bytes_by_reason": {},
-        "balanced": True,
+        "rows_in": sum(rows for rows, _ in outcomes.values()),
+        "bytes_in": sum(size for _, size in outcomes.values()),
+        "rows_kept": outcomes.get(KEPT, (0, 0))[0],
+        "bytes_kept": outcomes.get(KEPT, (0, 0))[1],
+        "rows_dropped": sum(rows for rows, _ in dropped.values()),
+        "rows_quarantined": outcomes.get(NULL_TEXT, (0, 0))[0],
+        "dropped_rows_by_reason": {k: rows for k, (rows, _) in dropped.items()},
+        "dropped_bytes_by_reason": {k: size for k, (_, size) in dropped.items()},
     }
-    report: dict[str, Any] = {"version": 2, "sources": {}, "totals": totals}
-    if not frames:
-        return report
-    counts = (
-        pl.concat(frames)
-        .group_by("source", "outcome")
-        .agg(pl.col("rows").sum(), pl.col("bytes").sum())
-        .sort("source", "outcome")
-    )
-    for row in counts.iter_rows(named=True):
-        src = report["sources"].setdefault(
-            row["source"],
-            {
-                "rows_in": 0,
-                "bytes_in": 0,
-                "kept": {"rows": 0, "bytes": 0},
-                "dropped": {},
-                "quarantined": {"rows": 0, "bytes": 0},
-            },
-        )
-        entry = {"rows": int(row["rows"]), "bytes": int(row["bytes"])}
-        src["rows_in"] += entry["rows"]
-        src["bytes_in"] += entry["bytes"]
-        totals["rows_in"] += entry["rows"]
-        totals["bytes_in"] += entry["bytes"]
-        if row["outcome"] == KEPT:
-            src["kept"] = entry
-            totals["rows_kept"] += entry["rows"]
-            totals["bytes_kept"] += entry["bytes"]
-        elif row["outcome"] == NULL_TEXT:
-            src["quarantined"] = entry
-            totals["rows_quarantined"] += entry["rows"]
-        else:
-            src["dropped"][row["outcome"]] = entry
-            for key, val in (
-                ("dropped_rows_by_reason", entry["rows"]),
-                ("dropped_bytes_by_reason", entry["bytes"]),
-            ):
-                totals[key][row["outcome"]] = totals[key].get(row["outcome"], 0) + val
-    totals["rows_dropped"] = sum(totals["dropped_rows_by_reason"].values())
-    totals["balanced"] = (
-        totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
-    )
-    return report
+    in_parts = totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
+    totals["balanced"] = totals["rows_in"] == in_parts
+    return {"version": 2, "sources": sources, "totals": totals}
