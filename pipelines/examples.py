@@ -515,12 +515,11 @@ def dedup_collector(ctx: StepContext) -> CollectExamples:
 def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
     """Merge a filter step's parts into its sidecar (path in ``extra["examples"]``); the top reasons come from
     the drops its accounting ops counted."""
+    from zephyr import job_stats
+
     dropped: dict[str, int] = {}
-    for stage in (outcome.engine_stats or {}).get("stages", []):
-        for op in stage.get("ops", []):
-            if op["op"] in outcome.accounting_ops:
-                for reason, n in op.get("dropped_by_reason", {}).items():
-                    dropped[reason] = dropped.get(reason, 0) + int(n)
+    for op in job_stats.ops_named((outcome.engine_stats or {}).get("stages", []), outcome.accounting_ops):
+        job_stats.add_counts(dropped, op.get("dropped_by_reason", {}))
     outcome.extra["examples"] = str(merge_filter_examples(ctx.side_dir, dropped))
     return outcome
 
