@@ -278,11 +278,12 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
         ``RouteByReason``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
         annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
-        from zephyr.pipelines.quality.filters import reason_aside
+        from zephyr.pipelines.quality.filters import FilterAnnotator
 
-        from zephyr.removal import set_aside
+        from zephyr.removal import DROP_REASON, set_aside
 
-        aside = reason_aside(self.reason)  # the data's own drop_reason passes unchanged
+        # the data's own drop_reason passes unchanged when the reasons go to another column
+        aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
             ds = ds.map_batches(set_aside(aside), name=op("aside"))
         if "url" in self.filter.rules:
@@ -290,7 +291,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
             url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
             ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
-        annotator = self.filter.annotator(text_column, lang_column, self.replace_columns)
+        f = self.filter
+        annotator = FilterAnnotator(
+            ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
+        )
         return ds.map_batches(annotator, name=op("annotate")), aside
 
     def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:

@@ -122,13 +122,3 @@ class HeuristicFilterConfig:
             raise FieldError("overrides", f"{exc}") from None
         except ConfigError as exc:
             raise FieldError("overrides", str(exc)) from None
-
-    def annotator(self, text_column: str, lang_column: str | None, replace_columns: bool) -> Any:
-        """The batch op writing each row's first failing rule (``filters.FilterAnnotator``): the one that
-        ``zephyr filter`` and the ``heuristic_filter`` step both run."""
-        from zephyr.pipelines.quality.filters import FilterAnnotator
-
-        rules = ",".join(self.rules)
-        return FilterAnnotator(
-            rules, self.overrides, text_column, lang_column, self.default_lang, replace_columns
-        )

@@ -259,18 +259,6 @@ class RouteByReason:
         raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
-def reason_aside(reason_column: str) -> tuple[str, ...]:
-    """The input columns to set aside around ``FilterAnnotator`` and restore at routing (``RouteByReason``'s
-    ``aside``): an input's own ``drop_reason`` when the dropped rows' reasons go to another column, so that
-    it passes unchanged; nothing when they go to ``drop_reason`` (the annotator then refuses an input that
-    has one, unless ``replace_columns``).
-
-    >>> reason_aside("drop_reason"), reason_aside("why")
-    ((), ('drop_reason',))
-    """
-    return (DROP_REASON,) if reason_column != DROP_REASON else ()
-
-
 @dataclass
 class HeuristicFilter:
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.

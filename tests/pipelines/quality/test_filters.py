@@ -248,7 +248,7 @@ def test_rule_names_are_checked_in_one_place():
 
 @pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters"])
 def test_doctests(name):
-    """The runnable examples of the filter path (``HeuristicFilter``, ``reason_aside``)."""
+    """The runnable examples of the filter path (``HeuristicFilter``)."""
     import doctest
     import importlib
 
