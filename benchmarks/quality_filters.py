@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from zephyr.pipelines.quality.classifier import evaluate_classifier, train_classifier
 from zephyr.pipelines.quality.filters import HeuristicFilter
-from zephyr.pipelines.quality.langid import LangIdConfig, LanguageFilter, LanguageIdentifier
+from zephyr.pipelines.quality.langid import LanguageFilter, LanguageIdentifier
 from zephyr.pipelines.quality.normalize import Normalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -138,7 +138,7 @@ def main() -> None:
     for name in FILTERS:
         op = HeuristicFilter(name)
         timed(f"filter {name}", lambda t, op=op: op(t).kept, key=name)
-    identify, keep_en = LanguageIdentifier(LangIdConfig()), LanguageFilter(("en",), LID_MIN_SCORE)
+    identify, keep_en = LanguageIdentifier(), LanguageFilter(("en",), LID_MIN_SCORE)
     timed(
         "langid (lid.176, max_chars=10000)",
         lambda t: identify(t.rename_columns(["id", "text", "source", "claimed"])),

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.pipelines.quality.config import DEFAULT_RULES, ClassifierConfig, NormalizeConfig, PIIConfig
+from zephyr.pipelines.quality import DEFAULT_RULES
+from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
 from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
 
 from zephyr.cli import Command, Inputs, Output
@@ -211,9 +212,9 @@ class FilterOptions:
     source_column: str = "source"
     """Report retention per value of this column."""
     id_column: str = "id"
-    """The id column of the report's sampled examples."""
+    """The id column of the report's examples (without it the report has none)."""
     samples: int = 5
-    """Sampled examples per rule and source in the report."""
+    """Examples of kept rows and per rule in the report (OUTPUT.zephyr/examples.json)."""
     normalize: bool = False
     """Normalize text before filtering."""
     replace_columns: bool = False
@@ -228,7 +229,7 @@ class FilterOptions:
         """The rules as the ``heuristic_filter`` pipeline step holds them (``HeuristicFilterConfig``: one
         check of rule names and settings); a bad value names its flag. The url blocklist is read now, so a
         bad line fails before any work, naming the file and line."""
-        from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+        from zephyr.pipelines.quality.config import HeuristicFilterConfig
         from zephyr.pipelines.quality.filters import rule_names
 
         from zephyr.config import FieldError
@@ -276,9 +277,10 @@ def _routes(
     """(kind, folder, plan) of the jobs after the annotating one, in the order they run: kept rows to
     ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
     ``out.zephyr/quarantine``, and the report's per-batch summaries (to the driver)."""
-    from zephyr.pipelines.quality.filters import RouteByReason, summarize_batch
+    from zephyr.pipelines.examples import PARTS_DIR, CollectExamples, ReasonGroups
+    from zephyr.pipelines.quality.filters import NULL_TEXT, RouteByReason, summarize_batch
 
-    from zephyr.io.layout import dropped_dir, quarantine_dir
+    from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
 
     routes = (
         ("kept", "route_kept", out),
@@ -289,17 +291,21 @@ def _routes(
         (kind, where, annotated.map_batches(RouteByReason(kind, config.output_column, aside), name=name))
         for kind, name, where in routes
     ]
-    text, source, ids, samples = (
-        inputs.text_column,
-        config.source_column or None,
-        config.id_column,
-        config.samples,
+    text, source = inputs.text_column, config.source_column or None
+    examples = CollectExamples(
+        side_path(out, str(PARTS_DIR)),
+        ReasonGroups("drop_reason", skip=(NULL_TEXT,)),
+        id_column=config.id_column,
+        text_column=text,
+        fields=(config.source_column,),
+        per_group=config.samples,
     )
 
     def summarize(t: Any) -> Any:
-        return summarize_batch(t, text_column=text, source_column=source, id_column=ids, sample_size=samples)
+        return summarize_batch(t, text_column=text, source_column=source)
 
-    return [*plans, ("report", "", annotated.map_batches(summarize, name="report"))]
+    report = annotated.map_batches(examples, name="examples").map_batches(summarize, name="report")
+    return [*plans, ("report", "", report)]
 
 
 def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
@@ -315,7 +321,7 @@ def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tu
     for number, (kind, where, plan) in enumerate(_routes(inputs, config, ds, aside, "OUTPUT"), 2):
         title = f"job {number}: the {kind} rows → {where}"
         if kind == "report":
-            title = f"job {number}: the report's per-batch summaries, to the driver (OUTPUT.zephyr/report.json, report.md)"
+            title = f"job {number}: the report's per-batch counts, to the driver, and its examples (OUTPUT.zephyr/report.json, report.md, examples.json)"
         jobs.append((title, plan))
     return jobs
 
@@ -329,7 +335,9 @@ def heuristic_filter(
     annotated rows (kept → OUTPUT, dropped → OUTPUT.zephyr/dropped/, quarantined → OUTPUT.zephyr/quarantine/)
     and one summarizes them for OUTPUT.zephyr/report.json and report.md. Input lines that cannot be read go
     to OUTPUT.zephyr/unreadable/."""
-    from zephyr.pipelines.quality.filters import merge_summaries, report_markdown
+    from zephyr.pipelines.examples import merge_filter_examples, read_examples
+    from zephyr.pipelines.quality.filters import merge_summaries
+    from zephyr.pipelines.report import retention_markdown
 
     import zephyr
     from zephyr import job_stats
@@ -346,6 +354,7 @@ def heuristic_filter(
     opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()
     ds, aside = _annotated(inputs, config)
     scratch = scratch_dir(out, "annotated")
+    remove_folder(side_path(out, "work"))  # parts an interrupted run left
     parts: list[Any] = []
     with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
         try:
@@ -361,8 +370,11 @@ def heuristic_filter(
         finally:
             remove_folder(scratch)
     prune_quarantine(unreadable_dir, jobs)
-    report = merge_summaries(parts, sample_size=config.samples)
+    report = merge_summaries(parts)
     totals = report["totals"]
+    reasons = totals["dropped_rows_by_reason"]
+    examples = merge_filter_examples(Path(side_path(out)), reasons, config.samples, None)
+    remove_folder(side_path(out, "work"))  # the examples' parts, merged
     if unreadable:  # never reached the filters, so the report does not see them; they are input all the same
         totals["rows_in"] += unreadable
         totals["rows_quarantined"] += unreadable
@@ -376,7 +388,9 @@ def heuristic_filter(
     stats_file = _stats(out, {**stats, "engine": engine, **job_stats.summarize(jobs)})
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
-    Path(side_path(out, "report.md")).write_text(report_markdown(report), encoding="utf-8")
+    Path(side_path(out, "report.md")).write_text(
+        retention_markdown(report, read_examples(examples)), encoding="utf-8"
+    )
     if not totals["balanced"]:
         from zephyr.errors import TaskError
 

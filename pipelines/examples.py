@@ -173,13 +173,19 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
     }
 
 
-def merge_filter_examples(step_dir: Path, dropped_by_reason: dict[str, int]) -> Path:
-    """Write a filter step's ``examples.json`` from its parts; ``dropped_by_reason`` picks the top reasons."""
+def merge_filter_examples(
+    step_dir: Path,
+    dropped_by_reason: dict[str, int],
+    per_group: int = PER_GROUP,
+    reasons: int | None = TOP_REASONS,
+) -> Path:
+    """Write a filter step's ``examples.json`` from its parts: ``per_group`` rows per group, of the ``reasons``
+    reasons (None: all) that ``dropped_by_reason`` counts most rows for."""
     from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(step_dir)
-    rows = _selected(table, PER_GROUP, None) if table is not None else []
-    top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_REASONS]
+    rows = _selected(table, per_group, None) if table is not None else []
+    top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:reasons]
     payload = {
         "version": EXAMPLES_VERSION,
         "kind": "filter",
@@ -511,12 +517,11 @@ def dedup_collector(ctx: StepContext) -> CollectExamples:
 def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
     """Merge a filter step's parts into its sidecar (path in ``extra["examples"]``); the top reasons come from
     the drops its accounting ops counted."""
+    from zephyr import job_stats
+
     dropped: dict[str, int] = {}
-    for stage in (outcome.engine_stats or {}).get("stages", []):
-        for op in stage.get("ops", []):
-            if op["op"] in outcome.accounting_ops:
-                for reason, n in op.get("dropped_by_reason", {}).items():
-                    dropped[reason] = dropped.get(reason, 0) + int(n)
+    for op in job_stats.ops_named((outcome.engine_stats or {}).get("stages", []), outcome.accounting_ops):
+        job_stats.add_counts(dropped, op.get("dropped_by_reason", {}))
     outcome.extra["examples"] = str(merge_filter_examples(ctx.side_dir, dropped))
     return outcome
 

@@ -472,6 +472,33 @@ def _row_md(title: str, row: dict[str, Any]) -> str:
     return f"- {title} {md_code(row['id'])} ({md_text(', '.join(_details(row)))}): {_snippet(row['text'])}"
 
 
+def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) -> str:
+    """``zephyr filter``'s ``report.md``: its retention report (``filters.merge_summaries``) as one table per
+    source, then its examples (``examples.merge_filter_examples``) as a filter step's are shown."""
+    blocks: list[Block] = [("h", 1, "Retention report")]
+    t = report["totals"]
+    blocks.append(
+        (
+            "p",
+            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
+            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
+        )
+    )
+    for name, outcomes in report["sources"].items():
+        rows_in, bytes_in = (sum(e[k] for e in outcomes.values()) for k in ("rows", "bytes"))
+        rows = [
+            [md_text(label), e["rows"], _pct(e["rows"], rows_in), e["bytes"], _pct(e["bytes"], bytes_in)]
+            for label, e in sorted(outcomes.items(), key=lambda kv: (kv[0] != "kept", kv[0]))
+        ]
+        blocks += [
+            ("h", 2, md_text(name)),
+            ("table", ["outcome", "rows", "% rows", "bytes", "% bytes"], rows),
+        ]
+    if examples:
+        blocks += _example_blocks(FILTER, "filter", examples)
+    return render_markdown(blocks)
+
+
 # -- rendering -------------------------------------------------------------------------------------------
 def render_markdown(blocks: list[Block]) -> str:
     lines: list[str] = []

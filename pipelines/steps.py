@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
-from zephyr.pipelines.quality.config import NormalizeConfig
-from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+from zephyr.pipelines.quality.config import HeuristicFilterConfig, NormalizeConfig, comma_names
 from zephyr.pipelines.step import (
     AccountingError,
     CountValues,
@@ -164,15 +163,11 @@ class NormalizeStep(Step, type="normalize"):
         return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
 
 
-def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 @dataclass(frozen=True)
 class LangIdStep(Step, type="langid"):
     """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
 
-    languages: list[str] | None = field(default=None, metadata={"parse": _names})
+    languages: list[str] | None = field(default=None, metadata={"parse": comma_names})
     """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
     en,de); ``None`` keeps every language."""
     min_score: float = 0.0
@@ -215,23 +210,14 @@ class LangIdStep(Step, type="langid"):
     def ops(self, text_column: str, lang_column: str) -> tuple[Any, Any]:
         """The identifier and the language filter these settings make, the columns named after
         ``output_column`` or else ``lang_column``: what the step and ``zephyr langid`` both run."""
-        from zephyr.pipelines.quality.langid import (
-            LangIdConfig,
-            LanguageFilter,
-            LanguageIdentifier,
-            ensure_lid_model,
-        )
+        from zephyr.pipelines.quality.langid import LanguageFilter, LanguageIdentifier, ensure_lid_model
 
-        lang = self.output_column or lang_column
-        lid = LangIdConfig(
-            model_path=self.model or str(ensure_lid_model()),
-            max_chars=self.max_chars,
-            lang_column=lang,
-            score_column=f"{lang}_score",
-        )
+        lang, score = self.output_column or lang_column, f"{self.output_column or lang_column}_score"
+        model = self.model or str(ensure_lid_model())
         languages = tuple(self.languages) if self.languages else None
-        verdict = LanguageFilter(languages, self.min_score, lang, f"{lang}_score")
-        return LanguageIdentifier(lid, text_column, self.replace_columns), verdict
+        verdict = LanguageFilter(languages, self.min_score, lang, score)
+        identify = LanguageIdentifier(model, self.max_chars, lang, score, text_column, self.replace_columns)
+        return identify, verdict
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         from zephyr.pipelines.examples import ReasonGroups, filter_collector
@@ -292,11 +278,12 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
         ``RouteByReason``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
         annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
-        from zephyr.pipelines.quality.filters import reason_aside
+        from zephyr.pipelines.quality.filters import FilterAnnotator
 
-        from zephyr.removal import set_aside
+        from zephyr.removal import DROP_REASON, set_aside
 
-        aside = reason_aside(self.reason)  # the data's own drop_reason passes unchanged
+        # the data's own drop_reason passes unchanged when the reasons go to another column
+        aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
             ds = ds.map_batches(set_aside(aside), name=op("aside"))
         if "url" in self.filter.rules:
@@ -304,7 +291,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
             url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
             ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
-        annotator = self.filter.annotator(text_column, lang_column, self.replace_columns)
+        f = self.filter
+        annotator = FilterAnnotator(
+            ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
+        )
         return ds.map_batches(annotator, name=op("annotate")), aside
 
     def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:

@@ -137,11 +137,11 @@ def _as_quickstart_sees(texts: list[str]) -> tuple[list[str], list[bool]]:
     """The texts after the quickstart's normalize, langid (English, score >= 0.5) and heuristic_filter
     stages, and whether they are kept (needs the language-ID model that scripts/setup installs)."""
     from zephyr.pipelines.quality.filters import FilterAnnotator
-    from zephyr.pipelines.quality.langid import LangIdConfig, LanguageIdentifier
+    from zephyr.pipelines.quality.langid import LanguageIdentifier
     from zephyr.pipelines.quality.normalize import normalize_array
 
     normalized = normalize_array(pa.array(texts, pa.large_string()))
-    table = LanguageIdentifier(LangIdConfig())(pa.table({"text": normalized}))
+    table = LanguageIdentifier()(pa.table({"text": normalized}))
     english = pc.and_(pc.equal(table["lang"], "en"), pc.greater_equal(table["lang_score"], 0.5)).to_pylist()
     table = FilterAnnotator("gopher,c4,fineweb")(table)
     kept = [e and r is None for e, r in zip(english, table["drop_reason"].to_pylist())]

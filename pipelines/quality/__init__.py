@@ -1,1 +1,5 @@
 """zephyr.pipelines.quality: normalization, language ID, heuristic filters, quality classifier, PII, decontamination."""
+
+DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
+"""The default heuristic rule sets (names of ``filters.RULE_SETS``), in the order they are applied: here, below
+both ``config`` (whose ``HeuristicFilterConfig`` checks rule names by importing ``filters``) and ``filters``."""

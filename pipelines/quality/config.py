@@ -2,20 +2,26 @@
 (``zephyr run --check``, ``zephyr.pipelines.steps``) imports no pyarrow.
 
 ``NormalizeConfig`` is what ``zephyr normalize`` and the pipeline's ``normalize`` step (which embeds it:
-its keys are this dataclass's fields) run with. ``DEFAULT_RULES`` are the heuristic rule sets that
-``zephyr filter``, the ``heuristic_filter`` step and the filter batch ops apply unless told otherwise (the
-rules' own config, which checks names against the rule modules, is ``filter_config.HeuristicFilterConfig``).
+its keys are this dataclass's fields) run with. ``HeuristicFilterConfig`` holds the rules ``zephyr filter`` and
+the ``heuristic_filter`` step apply (default: the package's ``DEFAULT_RULES``); it checks rule names against
+the rule modules, imported (with pyarrow) only when a config that names rules is built.
 ``ClassifierConfig`` is the fastText classifier's, ``PIIConfig`` what ``zephyr pii`` redacts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from zephyr.pipelines.quality import DEFAULT_RULES
+
+from zephyr.config import FieldError
 from zephyr.errors import ConfigError
 
-DEFAULT_RULES: tuple[str, ...] = ("gopher", "c4", "fineweb")
-"""The default heuristic rule sets (names of ``filters.RULE_SETS``), in the order they are applied."""
+
+def comma_names(text: str) -> list[str]:
+    """Names from comma-separated text (``"en, de"``), blanks left out: a list flag's parser."""
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 @dataclass(frozen=True)
@@ -37,16 +43,13 @@ PII_KINDS: tuple[str, ...] = ("email", "ipv6", "ipv4", "phone")
 """The kinds of PII ``zephyr pii`` redacts, in the order their patterns apply (``pii.PII_PATTERNS``)."""
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
 @dataclass(frozen=True)
 class PIIConfig:
     """What ``RedactPII`` (``zephyr pii``) redacts and counts."""
 
     kinds: tuple[str, ...] = field(
-        default=PII_KINDS, metadata={"parse": _names, "metavar": "KINDS", "show_default": False}
+        default=PII_KINDS,
+        metadata={"parse": lambda text: tuple(comma_names(text)), "metavar": "KINDS", "show_default": False},
     )
     """Comma-separated kinds to redact: email, ipv6, ipv4, phone (applied in that order)."""
     placeholders: dict[str, str] = field(
@@ -90,3 +93,32 @@ class ClassifierConfig:
     threads: int = 1
     """fastText threads; 1 gives bit-identical models across runs."""
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class HeuristicFilterConfig:
+    """Which heuristic rules a filter applies and how (``filters.RULE_SETS``; docs/quality.md)."""
+
+    rules: list[str] = field(default_factory=lambda: list(DEFAULT_RULES))
+    """Rule families, applied in order; each row gets the first rule it fails."""
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Thresholds per family, e.g. ``{c4: {min_sentences: 3}}`` (see docs/quality.md)."""
+    default_lang: str = "en"
+    """Language assumed for rows without a ``lang`` value (stop words, word splitting)."""
+
+    def __post_init__(self) -> None:
+        # the rule modules need pyarrow: imported only to check a config that names rules
+        from zephyr.pipelines.quality.filters import RULE_SETS, build_rule_families, unknown_rule_sets
+
+        allowed = ", ".join(sorted(RULE_SETS))
+        if not self.rules:
+            raise FieldError("rules", f"give at least one rule family; allowed: {allowed}")
+        bad = unknown_rule_sets(self.rules)
+        if bad:
+            raise FieldError("rules", f"unknown rule family {bad[0]!r}; allowed: {allowed}")
+        try:
+            build_rule_families(self.rules, **self.overrides)
+        except TypeError as exc:
+            raise FieldError("overrides", f"{exc}") from None
+        except ConfigError as exc:
+            raise FieldError("overrides", str(exc)) from None

@@ -9,7 +9,7 @@ output; dropped rows keep their original text so they can be inspected. Counts b
     rows_in == rows_kept + sum(dropped_by_reason.values()) + rows_quarantined
 
 **The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
-families of ``rules.py`` and ``web/urls.py``; ``config.DEFAULT_RULES``) → one filter
+families of ``rules.py`` and ``web/urls.py``; ``DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
 ``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
 two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
@@ -17,26 +17,21 @@ two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``h
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
 calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
 
-**Retention report** of ``zephyr filter`` per source: rows/bytes kept and dropped per rule, with deterministic samples.
+**Retention report** of ``zephyr filter``: rows and text bytes kept, dropped per rule and quarantined, per
+source. ``summarize_batch`` counts them in one *annotated* batch (the filter's annotation before routing: every
+row plus a ``drop_reason`` column, null = kept, ``null_text`` = quarantined) and ``merge_summaries`` adds any
+number of those up into the report (JSON ``version`` 2)::
 
-Works on *annotated* batches (the filter's annotation before routing: every row plus a
-``drop_reason`` column, null = kept, ``null_text`` = quarantined). ``summarize_batch`` reduces a batch to a
-small table — per (source, outcome) row and byte counts plus the ``sample_size`` rows with the smallest
-text hash — and ``merge_summaries`` folds any number of them into the report. Because "the k smallest
-hashes of a union" equals "the k smallest of the per-part k smallest", the samples do not depend on how
-the data was split into batches, shards or workers.
+    {"version": 2, "sources": {source: {outcome: {"rows", "bytes"}}}, "totals": {...}}
 
-Report JSON (``version`` 1)::
+An outcome is ``kept``, a rule's reason, or ``null_text`` (quarantined).
 
-    {"version": 1, "sources": {source: {"rows_in", "bytes_in", "kept": {"rows", "bytes", "samples": [...]},
-     "dropped": {reason: {"rows", "bytes", "samples": [...]}}, "quarantined": {...}}}, "totals": {...}}
-
-Samples hold ``id`` (when the table has one) and the first ``preview_chars`` characters of the text.
+Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown the job report's
+(``zephyr.pipelines.report.retention_markdown``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,8 +41,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality._text import count_reasons, lang_series, text_array
-from zephyr.pipelines.quality.config import DEFAULT_RULES
 from zephyr.pipelines.quality.rules import (
     C4Quality,
     FineWebQuality,
@@ -264,18 +259,6 @@ class RouteByReason:
         raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
-def reason_aside(reason_column: str) -> tuple[str, ...]:
-    """The input columns to set aside around ``FilterAnnotator`` and restore at routing (``RouteByReason``'s
-    ``aside``): an input's own ``drop_reason`` when the dropped rows' reasons go to another column, so that
-    it passes unchanged; nothing when they go to ``drop_reason`` (the annotator then refuses an input that
-    has one, unless ``replace_columns``).
-
-    >>> reason_aside("drop_reason"), reason_aside("why")
-    ((), ('drop_reason',))
-    """
-    return (DROP_REASON,) if reason_column != DROP_REASON else ()
-
-
 @dataclass
 class HeuristicFilter:
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
@@ -320,165 +303,46 @@ KEPT = "kept"
 
 
 def summarize_batch(
-    table: pa.Table,
-    *,
-    text_column: str = "text",
-    reason_column: str = "drop_reason",
-    source_column: str | None = "source",
-    id_column: str | None = "id",
-    sample_size: int = 5,
-    preview_chars: int = 300,
+    table: pa.Table, *, text_column: str = "text", source_column: str | None = "source"
 ) -> pa.Table:
-    """Per-(source, outcome) counts and sample candidates of one annotated batch (a small table)."""
-    cols = {
-        "source": (
-            pl.Series(table.column(source_column)).cast(pl.String).fill_null("(none)")
-            if source_column and source_column in table.schema.names
-            else pl.Series(["(all)"] * table.num_rows, dtype=pl.String)
-        ),
-        "outcome": pl.Series(table.column(reason_column)).cast(pl.String).fill_null(KEPT),
-        "text": pl.Series(table.column(text_column)).cast(pl.String),
-    }
-    if id_column and id_column in table.schema.names:
-        cols["id"] = pl.Series(table.column(id_column)).cast(pl.String)
-    else:
-        cols["id"] = pl.Series([None] * table.num_rows, dtype=pl.String)
-    df = pl.DataFrame(cols).with_columns(
-        bytes=pl.col("text").str.len_bytes().fill_null(0).cast(pl.Int64),
-        key=pl.col("text").fill_null("").hash(seed=17),
+    """Rows and text bytes per (source, outcome) of one annotated batch (a small table)."""
+    source = (
+        pl.Series(table.column(source_column)).cast(pl.String).fill_null("(none)")
+        if source_column and source_column in table.schema.names
+        else pl.Series(["(all)"] * table.num_rows, dtype=pl.String)
     )
-    counts = df.group_by("source", "outcome").agg(rows=pl.len().cast(pl.Int64), bytes=pl.col("bytes").sum())
-    samples = (
-        df.sort("key")
-        .group_by("source", "outcome", maintain_order=True)
-        .head(sample_size)
-        .select("source", "outcome", "key", "id", preview=pl.col("text").str.slice(0, preview_chars))
-    )
-    out = pl.concat(
-        [counts.with_columns(kind=pl.lit("count")), samples.with_columns(kind=pl.lit("sample"))],
-        how="diagonal_relaxed",
-    )
-    return out.to_arrow()
-
-
-def merge_summaries(parts: Iterable[pa.Table], *, sample_size: int = 5) -> dict[str, Any]:
-    """Fold ``summarize_batch`` outputs into the report dict (see the module docstring)."""
-    frames = [pl.from_arrow(p) for p in parts if p.num_rows]
-    totals: dict[str, Any] = {
-        "rows_in": 0,
-        "bytes_in": 0,
-        "rows_kept": 0,
-        "bytes_kept": 0,
-        "rows_dropped": 0,
-        "rows_quarantined": 0,
-        "dropped_rows_by_reason": {},
-        "dropped_bytes_by_reason": {},
-        "balanced": True,
-    }
-    report: dict[str, Any] = {"version": 1, "sources": {}, "totals": totals}
-    if not frames:
-        return report
-    df = pl.concat(frames, how="diagonal_relaxed")
-    counts = (
-        df.filter(pl.col("kind") == "count")
-        .group_by("source", "outcome")
-        .agg(pl.col("rows").sum(), pl.col("bytes").sum())
-        .sort("source", "outcome")
-    )
-    samples = (
-        df.filter(pl.col("kind") == "sample")
-        .sort("key", "id", "preview")
-        .group_by("source", "outcome", maintain_order=True)
-        .head(sample_size)
-    )
-    sample_map: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for row in samples.select("source", "outcome", "id", "preview").iter_rows(named=True):
-        sample_map.setdefault((row["source"], row["outcome"]), []).append(
-            {"id": row["id"], "text": row["preview"]}
-        )
-    for row in counts.iter_rows(named=True):
-        src = report["sources"].setdefault(
-            row["source"],
-            {
-                "rows_in": 0,
-                "bytes_in": 0,
-                "kept": {"rows": 0, "bytes": 0, "samples": []},
-                "dropped": {},
-                "quarantined": {"rows": 0, "bytes": 0, "samples": []},
-            },
-        )
-        entry = {
-            "rows": int(row["rows"]),
-            "bytes": int(row["bytes"]),
-            "samples": sample_map.get((row["source"], row["outcome"]), []),
+    df = pl.DataFrame(
+        {
+            "source": source,
+            "outcome": pl.Series(table.column(DROP_REASON)).cast(pl.String).fill_null(KEPT),
+            "bytes": pl.Series(table.column(text_column)).cast(pl.String).str.len_bytes().fill_null(0),
         }
-        src["rows_in"] += entry["rows"]
-        src["bytes_in"] += entry["bytes"]
-        totals["rows_in"] += entry["rows"]
-        totals["bytes_in"] += entry["bytes"]
-        if row["outcome"] == KEPT:
-            src["kept"] = entry
-            totals["rows_kept"] += entry["rows"]
-            totals["bytes_kept"] += entry["bytes"]
-        elif row["outcome"] == NULL_TEXT:
-            src["quarantined"] = entry
-            totals["rows_quarantined"] += entry["rows"]
-        else:
-            src["dropped"][row["outcome"]] = entry
-            for key, val in (
-                ("dropped_rows_by_reason", entry["rows"]),
-                ("dropped_bytes_by_reason", entry["bytes"]),
-            ):
-                totals[key][row["outcome"]] = totals[key].get(row["outcome"], 0) + val
-    totals["rows_dropped"] = sum(totals["dropped_rows_by_reason"].values())
-    totals["balanced"] = (
-        totals["rows_in"] == totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
     )
-    return report
+    counts = df.group_by("source", "outcome").agg(rows=pl.len(), bytes=pl.col("bytes").sum())
+    return counts.cast({"rows": pl.Int64, "bytes": pl.Int64}).to_arrow()
 
 
-def retention_report(annotated: pa.Table, **kwargs: Any) -> dict[str, Any]:
-    """The report of one annotated table (plain-function form)."""
-    sample_size = kwargs.get("sample_size", 5)
-    return merge_summaries([summarize_batch(annotated, **kwargs)], sample_size=sample_size)
-
-
-def report_markdown(report: dict[str, Any]) -> str:
-    """A human-readable Markdown rendering: one table per source, then the samples. Source names, reasons,
-    ids and texts come from the data: they go in as plain text or code (``zephyr.pipelines.markdown``), never
-    as markup, HTML or a ``|`` that would break a table."""
-    from zephyr.pipelines.markdown import md_code, md_row, md_text
-
-    lines = ["# Retention report", ""]
-    t = report.get("totals", {})
-    if t:
-        lines += [
-            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
-            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
-            "",
-        ]
-    for name, src in report.get("sources", {}).items():
-        lines += [
-            f"## {md_text(name)}",
-            "",
-            "| outcome | rows | % rows | bytes | % bytes |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        outcomes = [
-            ("kept", src["kept"]),
-            *sorted(src["dropped"].items()),
-            ("quarantined", src["quarantined"]),
-        ]
-        for label, e in outcomes:
-            if not e["rows"] and label == "quarantined":
-                continue
-            pr = 100 * e["rows"] / max(src["rows_in"], 1)
-            pb = 100 * e["bytes"] / max(src["bytes_in"], 1)
-            lines.append(md_row([md_text(label), e["rows"], f"{pr:.1f}", e["bytes"], f"{pb:.1f}"]))
-        lines.append("")
-        for label, e in outcomes:
-            for s in e["samples"]:
-                preview = json.dumps(s["text"], ensure_ascii=False)[:200]
-                lines.append(f"- {md_text(label)} {md_code(s['id'])}: {md_text(preview)}")
-        lines.append("")
-    return "\n".join(lines)
+def merge_summaries(parts: Iterable[pa.Table]) -> dict[str, Any]:
+    """Add ``summarize_batch`` outputs up into the report dict (see the module docstring)."""
+    schema = {"source": pl.String, "outcome": pl.String, "rows": pl.Int64, "bytes": pl.Int64}
+    frames = [pl.DataFrame(schema=schema), *(pl.from_arrow(p) for p in parts if p.num_rows)]
+    counts = pl.concat(frames).group_by("source", "outcome").agg(pl.col("rows", "bytes").sum())
+    sources: dict[str, dict[str, dict[str, int]]] = {}
+    for source, outcome, rows, size in counts.sort("source", "outcome").iter_rows():
+        sources.setdefault(source, {})[outcome] = {"rows": rows, "bytes": size}
+    by_outcome = counts.group_by("outcome").agg(pl.col("rows", "bytes").sum()).sort("outcome")
+    outcomes = {outcome: (rows, size) for outcome, rows, size in by_outcome.iter_rows()}
+    dropped = {k: v for k, v in outcomes.items() if k not in (KEPT, NULL_TEXT)}
+    totals: dict[str, Any] = {
+        "rows_in": sum(rows for rows, _ in outcomes.values()),
+        "bytes_in": sum(size for _, size in outcomes.values()),
+        "rows_kept": outcomes.get(KEPT, (0, 0))[0],
+        "bytes_kept": outcomes.get(KEPT, (0, 0))[1],
+        "rows_dropped": sum(rows for rows, _ in dropped.values()),
+        "rows_quarantined": outcomes.get(NULL_TEXT, (0, 0))[0],
+        "dropped_rows_by_reason": {k: rows for k, (rows, _) in dropped.items()},
+        "dropped_bytes_by_reason": {k: size for k, (_, size) in dropped.items()},
+    }
+    in_parts = totals["rows_kept"] + totals["rows_dropped"] + totals["rows_quarantined"]
+    totals["balanced"] = totals["rows_in"] == in_parts
+    return {"version": 2, "sources": sources, "totals": totals}

@@ -1,6 +1,6 @@
 """Language identification with fastText ``lid.176.ftz``: ``lang`` and ``lang_score`` columns.
 
-``LanguageIdentifier(config)(table)`` predicts one label per row with a single batched fastText call
+``LanguageIdentifier(model_path)(table)`` predicts one label per row with a single batched fastText call
 (``FastText.predict(list_of_strings)`` runs the whole list in C++). fastText reads one line per text, so
 newlines (and other line breaks) are replaced by spaces first, vectorized; texts are cut to
 ``max_chars`` characters, which changes almost no prediction and bounds the cost of huge files. Null or
@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import threading
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,22 +75,6 @@ def load_fasttext_model(path: str | Path) -> Any:
         return model
 
 
-@dataclass(frozen=True)
-class LangIdConfig:
-    """Language-ID settings."""
-
-    model_path: str | None = None
-    """fastText LID model; ``None`` means ``ensure_lid_model()`` (ZEPHYR_LID_MODEL or the cache)."""
-    max_chars: int | None = 10_000
-    """Predict on the first N characters only (``None``: whole text)."""
-    lang_column: str = "lang"
-    score_column: str = "lang_score"
-
-    def __post_init__(self) -> None:
-        if self.max_chars is not None and self.max_chars < 1:
-            raise ConfigError(f"max_chars must be >= 1 or None, got {self.max_chars}")
-
-
 @dataclass
 class LanguageIdentifier:
     """Callable ``pa.Table -> pa.Table`` adding the language columns; picklable, loads the model lazily.
@@ -98,24 +82,33 @@ class LanguageIdentifier:
     A table that already has one of them fails (``ColumnExistsError``) unless ``replace_columns``: a corpus often
     carries a claimed ``lang`` (the sample corpus does), and replacing it must be asked for."""
 
-    config: LangIdConfig = field(default_factory=LangIdConfig)
+    model_path: str | None = None
+    """fastText LID model; ``None`` means ``ensure_lid_model()`` (ZEPHYR_LID_MODEL or the cache)."""
+    max_chars: int | None = 10_000
+    """Predict on the first N characters only (``None``: whole text)."""
+    lang_column: str = "lang"
+    score_column: str = "lang_score"
     text_column: str = "text"
     replace_columns: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_chars is not None and self.max_chars < 1:
+            raise ConfigError(f"max_chars must be >= 1 or None, got {self.max_chars}")
 
     @property
     def columns(self) -> tuple[str, str]:
         """The columns this step adds: the language and its score."""
-        return self.config.lang_column, self.config.score_column
+        return self.lang_column, self.score_column
 
     def _model(self) -> Any:
-        path = self.config.model_path or ensure_lid_model()
+        path = self.model_path or ensure_lid_model()
         return load_fasttext_model(path)
 
     def predict(self, texts: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(labels, scores) for a string array; null/blank texts give nulls."""
         n = len(texts)
-        if self.config.max_chars is not None:
-            texts = pc.utf8_slice_codeunits(texts, 0, self.config.max_chars)
+        if self.max_chars is not None:
+            texts = pc.utf8_slice_codeunits(texts, 0, self.max_chars)
         flat = pc.utf8_trim_whitespace(
             pc.replace_substring_regex(texts, r"[\r\n\v\f\x{85}\x{2028}\x{2029}]+", " ")
         )
@@ -141,11 +134,11 @@ class LanguageIdentifier:
             table.schema.names,
             self.columns,
             replace_columns=self.replace_columns,
-            rename="LangIdConfig(lang_column=..., score_column=...)",
+            rename="LanguageIdentifier(lang_column=..., score_column=...)",
         )
         labels, scores = self.predict(text_array(table, self.text_column))
-        table = put_column(table, self.config.lang_column, labels)
-        return put_column(table, self.config.score_column, scores)
+        table = put_column(table, self.lang_column, labels)
+        return put_column(table, self.score_column, scores)
 
 
 log = logging.getLogger(__name__)

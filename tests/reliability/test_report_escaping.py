@@ -18,7 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.pipelines.config import parse_config
-from zephyr.pipelines.quality.filters import report_markdown, retention_report
+from zephyr.pipelines.quality.filters import merge_summaries, summarize_batch
+from zephyr.pipelines.report import retention_markdown
 from zephyr.pipelines.runner import ProgressReporter, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,9 +114,11 @@ def test_filter_report_escapes_sources_reasons_ids_and_texts():
             "drop_reason": [None, None, "rule|<i>name</i>"],
         }
     )
-    markdown = report_markdown(retention_report(table))
+    row = {"id": EVIL_ID, "text": table["text"][0].as_py(), "chars": 30, "fields": {"source": SOURCES[0]}}
+    examples = {"kept": [row], "dropped": {"rule|<i>name</i>": {"rows": 1, "examples": [{**row, "id": "c"}]}}}
+    markdown = retention_markdown(merge_summaries([summarize_batch(table)]), examples)
     _assert_safe_markdown(markdown)
     assert "## &lt;script&gt;x&lt;/script&gt;|a\n" in markdown
     assert "## two lines | \\`tick\\` \\*star\\* \\[link\\](http://x)\n" in markdown  # one heading line
     assert "| rule\\|&lt;i&gt;name&lt;/i&gt; | 1 |" in markdown
-    assert json.dumps("<script>") not in markdown
+    assert json.dumps("<script>") not in markdown and "<img" not in markdown.replace(f"`{EVIL_ID}`", "")

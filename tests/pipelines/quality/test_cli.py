@@ -83,10 +83,14 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
     report = json.loads(Path(side_path(out, "report.json")).read_text())
     assert set(report["sources"]) == {"web", "mail", "code"}
     assert "drop_reason" not in _parts(out).schema.names
-    assert "# Retention report" in Path(side_path(out, "report.md")).read_text()
+    markdown = Path(side_path(out, "report.md")).read_text()
+    assert "# Retention report" in markdown and "Examples: `filter`" in markdown
+    examples = json.loads(Path(side_path(out, "examples.json")).read_text())
+    assert {r["id"] for r in examples["kept"]} <= set(_parts(out)["id"].to_pylist())
+    assert not Path(side_path(out, "work")).exists()  # the examples' parts are merged and gone
 
 
-def test_report_samples_do_not_depend_on_batching():
+def test_report_counts_do_not_depend_on_batching():
     t = pa.table(
         {
             "text": [f"doc {i}" for i in range(40)],
@@ -98,7 +102,10 @@ def test_report_samples_do_not_depend_on_batching():
     whole = merge_summaries([summarize_batch(t)])
     parts = merge_summaries([summarize_batch(t.slice(i, 7)) for i in range(0, 40, 7)])
     assert whole == parts and whole["totals"]["balanced"]
-    assert len(whole["sources"]["a"]["kept"]["samples"]) == 5
+    assert whole["sources"]["a"]["kept"] == {
+        "rows": 10,
+        "bytes": sum(len(f"doc {i}") for i in range(0, 40, 4)),
+    }
 
 
 def test_pii_decontaminate_and_quality_commands(tmp_path):

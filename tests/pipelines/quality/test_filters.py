@@ -207,10 +207,10 @@ def _filter_options(*flags: str):
 
 
 def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
-    """The default rules are declared once (``config.DEFAULT_RULES``); every entry point applies them, and the
-    CLI and the pipeline stage hold them in the same config (``filter_config.HeuristicFilterConfig``)."""
-    from zephyr.pipelines.quality.config import DEFAULT_RULES
-    from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+    """The default rules are declared once (``zephyr.pipelines.quality.DEFAULT_RULES``); every entry point applies them, and the
+    CLI and the pipeline stage hold them in the same config (``config.HeuristicFilterConfig``)."""
+    from zephyr.pipelines.quality import DEFAULT_RULES
+    from zephyr.pipelines.quality.config import HeuristicFilterConfig
     from zephyr.pipelines.quality.filters import HeuristicFilter
     from zephyr.pipelines.steps import HeuristicFilterStep
 
@@ -226,7 +226,7 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
 
 
 def test_cli_and_stage_refuse_the_same_bad_rules():
-    from zephyr.pipelines.quality.filter_config import HeuristicFilterConfig
+    from zephyr.pipelines.quality.config import HeuristicFilterConfig
 
     with pytest.raises(ConfigError, match="^--rules: unknown rule family 'c5'; allowed: c4"):
         _filter_options("--rules", "gopher, c5").rule_config()
@@ -248,7 +248,7 @@ def test_rule_names_are_checked_in_one_place():
 
 @pytest.mark.parametrize("name", ["zephyr.pipelines.quality.filters"])
 def test_doctests(name):
-    """The runnable examples of the filter path (``HeuristicFilter``, ``reason_aside``)."""
+    """The runnable examples of the filter path (``HeuristicFilter``)."""
     import doctest
     import importlib
 

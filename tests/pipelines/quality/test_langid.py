@@ -5,7 +5,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from zephyr.pipelines.quality.langid import (
-    LangIdConfig,
     LanguageFilter,
     LanguageIdentifier,
     ensure_lid_model,
@@ -28,7 +27,7 @@ SAMPLES = {
 
 def test_predicts_languages_and_nulls(lid_model):
     t = pa.table({"text": [*SAMPLES.values(), None, "  \n "], "lang": ["claimed"] * 8})
-    out = LanguageIdentifier(LangIdConfig(model_path=lid_model), replace_columns=True)(t)
+    out = LanguageIdentifier(lid_model, replace_columns=True)(t)
     assert out["lang"].to_pylist() == [*SAMPLES, None, None]  # existing 'lang' column replaced, as asked
     assert out.column_names == ["text", "lang", "lang_score"]
     scores = out["lang_score"].to_pylist()
@@ -38,20 +37,18 @@ def test_predicts_languages_and_nulls(lid_model):
 def test_an_existing_lang_column_is_kept_unless_replace_columns(lid_model):
     t = pa.table({"text": [SAMPLES["de"]], "lang": ["en"]})
     with pytest.raises(ColumnExistsError, match="already has a column 'lang'; pass replace_columns=True"):
-        LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)
-    other = LanguageIdentifier(
-        LangIdConfig(model_path=lid_model, lang_column="lid", score_column="lid_score")
-    )(t)
+        LanguageIdentifier(lid_model)(t)
+    other = LanguageIdentifier(lid_model, lang_column="lid", score_column="lid_score")(t)
     assert other.select(["lang", "lid"]).to_pylist() == [{"lang": "en", "lid": "de"}]
 
 
 def test_newlines_do_not_split_a_document(lid_model):
     t = pa.table({"text": ["Bonjour à tous,\nje suis très content\r\nd'être ici avec vous aujourd'hui."]})
-    assert LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)["lang"].to_pylist() == ["fr"]
+    assert LanguageIdentifier(lid_model)(t)["lang"].to_pylist() == ["fr"]
 
 
 def test_filter_reasons(lid_model):
-    t = LanguageIdentifier(LangIdConfig(model_path=lid_model))(pa.table({"text": [*SAMPLES.values(), None]}))
+    t = LanguageIdentifier(lid_model)(pa.table({"text": [*SAMPLES.values(), None]}))
     out = LanguageFilter(("en", "de"), 0.5)(t)
     assert out.kept["lang"].to_pylist() == ["en", "de"]
     assert LanguageFilter(("en", "de"), 0.5).reasons(t).drop_null().to_pylist() == (
@@ -67,7 +64,7 @@ def test_filter_reasons(lid_model):
 
 
 def test_engine_stage_loads_model_lazily(lid_model, executor):
-    stage = LanguageIdentifier(LangIdConfig(model_path=lid_model))
+    stage = LanguageIdentifier(lid_model)
     ds = zephyr.from_items([{"text": s} for s in SAMPLES.values()], num_shards=2)
     out = (
         ds.map_batches(stage, name="langid")
@@ -107,6 +104,6 @@ def test_accuracy_on_corpus_english_sources(corpus_small, lid_model):
         ["text", "source", "claimed"]
     )
     t = t.filter(pa.compute.is_in(t["source"], pa.array(["wikipedia", "news", "kjv", "brown"])))
-    out = LanguageIdentifier(LangIdConfig(model_path=lid_model))(t)
+    out = LanguageIdentifier(lid_model)(t)
     agree = sum(a == b for a, b in zip(out["lang"].to_pylist(), out["claimed"].to_pylist()))
     assert agree / t.num_rows > 0.97
