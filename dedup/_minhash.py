@@ -66,7 +66,6 @@ import numpy as np
 import pyarrow as pa
 import zephyr.dedup._compiled as compiled
 from zephyr.dedup._hashing import Shingles, fmix64, shingle_hashes
-from zephyr.dedup._rows import ROW
 from zephyr.dedup.config import SCHEMES, SIGNATURE_DEVICES, FuzzyDedupConfig
 
 from zephyr.errors import ConfigError
@@ -179,6 +178,8 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
 
 def band_rows(rows: pa.Array | np.ndarray, bands: np.ndarray) -> pa.Table:
     """(ROW, band, band hash) of each of ``rows`` and each of its ``(n, bands)`` band hashes."""
+    from zephyr.dedup._rows import ROW  # _rows reads inputs (zephyr.io): the kernels import without it
+
     rows, width = np.asarray(rows, dtype=np.int64), bands.shape[1]
     return pa.table(
         {
