@@ -486,18 +486,32 @@ def _fan_above(table: pa.Table) -> pa.Table:
 
 @dataclass(frozen=True)
 class PairSimilarity:
-    """The Jaccard of row-number pairs, measured on the engine: the pairs joined with both ends' sets
-    (``sets``: the written ``NodeSets``, read a semi-join at a time), only (position, sim) back to the
-    driver. What the driver's refinement rounds use when the verified graph's sets exceed its share: the
-    driver then holds the graph and its keys, never the sets."""
+    """The Jaccard of row-number pairs, measured beyond the driver's copy of the sets: what the driver's
+    refinement rounds use when the verified graph's sets exceed its share (the driver then holds the graph
+    and its keys, never every set).
+
+    A round asks about few pairs: when their rows' sets fit ``limit`` bytes (at ``per_set`` bytes a set, the
+    average of the written ``NodeSets``) they come to the driver in one filtered pass over ``sets`` and are
+    measured there; otherwise the pairs are joined with both ends' sets on the engine and only (position,
+    sim) comes back. Either way the figure is the same exact Jaccard."""
 
     sets: Dataset
     kw: dict[str, Any]
+    per_set: int = 1
+    limit: int = 0
 
     def __call__(self, row_pairs: np.ndarray) -> np.ndarray:
         sims = np.zeros(len(row_pairs))
         if not len(row_pairs):
             return sims
+        rows = np.unique(row_pairs)
+        if len(rows) * self.per_set <= self.limit:
+            found = self.sets.map_batches(RowsIn(ROW, pa.array(rows)), name="dedup.fuzzy.refine_sets")
+            table = found.to_arrow(**self.kw)
+            if table.num_rows != len(rows):  # the sets changed between passes: never index garbage
+                raise InputError(f"{len(rows) - table.num_rows} refinement rows are missing from the sets")
+            at = np.asarray(pc.index_in(pa.array(row_pairs.ravel()), value_set=table[ROW]), dtype=np.int64)
+            return jaccard(shingles_of(table["shingles"]), at.reshape(-1, 2))
         u, v = pa.array(row_pairs[:, 0], pa.int64()), pa.array(row_pairs[:, 1], pa.int64())
         pairs = pa.table({"position": pa.array(np.arange(len(row_pairs))), "u": u, "v": v})
 
@@ -838,13 +852,12 @@ def verify_and_cluster(
         return None, None
     if count <= graph_limit:
         pairs = verified.to_arrow(**kw)
-        set_rows = written.stats["stages"][-1]["rows_out"]
-        graph_set_bytes = set_bytes * len(_nodes(pairs)) // max(1, set_rows)  # the verified graph's share
+        per_set = set_bytes // max(1, written.stats["stages"][-1]["rows_out"])
         collect, measure = collect_sets, None
-        if index is None and graph_set_bytes > run.budget.driver_set_bytes:
+        if index is None and per_set * len(_nodes(pairs)) > run.budget.driver_set_bytes:  # the graph's sets
             info["sets_in_driver"] = False
             collect = collector(zephyr.read_parquet(written.files, columns=run.key_names), "endpoint_keys")
-            measure = PairSimilarity(sets.select(ROW, "shingles"), kw)
+            measure = PairSimilarity(sets.select(ROW, "shingles"), kw, per_set, run.budget.driver_set_bytes)
         return graph_in_driver(collect, pairs, run, measure), None
     if index is not None or config.clusters != "components":  # only the driver can cluster it: refused
         what, fix = (

@@ -76,8 +76,10 @@ def test_graph_from_keys_equals_graph_from_sets(tmp_path, clusters):
         assert measured == []
 
 
-def test_pair_similarity_is_the_true_jaccard(tmp_path):
-    """Every pair's figure comes back in the order asked, below the threshold too (ties need it)."""
+@pytest.mark.parametrize("limit", [0, 1 << 20], ids=["joined-on-the-engine", "one-pass-to-the-driver"])
+def test_pair_similarity_is_the_true_jaccard(tmp_path, limit):
+    """Every pair's figure comes back in the order asked, below the threshold too (ties need it), whether
+    the pairs join their sets on the engine or the few sets they need come to the driver."""
     config = FuzzyDedupConfig(ngram=3)
     kw = {"executor": "inprocess"}
     rows = zephyr.from_arrow(pa.table({"id": ["a", "b", "c", "d"], "text": _texts()})).with_row_index(ROW)
@@ -88,7 +90,7 @@ def test_pair_similarity_is_the_true_jaccard(tmp_path):
     table = sets.to_arrow(**kw).sort_by(ROW)
     row = table[ROW].to_pylist()
     asked = np.array([[row[3], row[0]], [row[1], row[0]], [row[2], row[0]], [row[2], row[1]]])
-    got = PairSimilarity(sets.select(ROW, "shingles"), kw)(asked)
+    got = PairSimilarity(sets.select(ROW, "shingles"), kw, per_set=1, limit=limit)(asked)
     hashes = [set(s) for s in table["shingles"].to_pylist()]
 
     def jaccard(i: int, j: int) -> float:
