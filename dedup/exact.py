@@ -287,7 +287,7 @@ def exact_dedup_dataset(
     info["in_memory"] = False
     if execution is not None:
         kw = execution_kwargs(execution)
-        limit = driver_rows if driver_rows is not None else budget_of(kw).driver_pair_rows
+        limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
         members = members.materialize(**kw)
         count = members.count(**kw)
         info.update(member_rows=count, driver_rows=limit)
@@ -338,7 +338,7 @@ def exact_plans(
     return [
         (f"job 1: {hashes}, materialized, then counted", members),
         (
-            f"member rows ≤ driver_pair_rows {budget.driver_pair_rows:,} (64 bytes a row in B/4): groups "
+            f"member rows ≤ driver_rows {budget.driver_rows:,} (64 bytes a row in B/4): groups "
             "form in the driver and job 2a runs; more: job 2b",
             None,
         ),

@@ -154,7 +154,7 @@ def fuzzy_dedup_dataset(
     config = config or FuzzyDedupConfig()
     check_removal_mode(mode)
     kw = execution_kwargs(execution)
-    limit = driver_rows if driver_rows is not None else budget_of(kw).driver_pair_rows
+    limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
         compiled.warm_up_in_background()
     if isinstance(index, str):
@@ -239,7 +239,7 @@ def fuzzy_plans(
     return [
         (f"job 1: candidate pairs, materialized, then counted{indexed}", _pairs_of(band_rows, config)),
         (
-            f"candidate pairs ≤ driver_pair_rows {budget.driver_pair_rows:,}: they come to the driver and "
+            f"candidate pairs ≤ driver_rows {budget.driver_rows:,}: they come to the driver and "
             "job 2 writes only their endpoints' sets; more: every row's",
             None,
         ),

@@ -31,7 +31,7 @@ What a task holds at once, at most, for a budget B:
 - planning: shuffle partitions of ``partition_target_bytes`` (B/4, capped at 64 MiB) of estimated input;
 - allocators: Arrow's pool and glibc's heap keep freed memory for reuse; task processes hand it back after
   every task (``zephyr.executors.base``), so retention never stacks across tasks and is not a share;
-- the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_pair_rows`` (B/4 at 64 bytes a
+- the driver's in-memory shares, used by dedup: candidate pairs up to ``driver_rows`` (B/4 at 64 bytes a
   pair), endpoint sets up to ``driver_set_bytes`` (B/16), a verified graph up to ``driver_graph_edges``
   (48 bytes an edge), and sets broadcast with a task up to ``broadcast_bytes`` (B/8); substring dedup's
   shared windows, held by the driver and every task, up to ``shared_window_rows`` (B/4 at 48 bytes a window).
@@ -143,7 +143,7 @@ class Budget:
         return max(MIB, min(self.bytes // 4, PARTITION_TARGET_CAP))
 
     @_share(f"B/4 at {PAIR_BYTES} bytes a pair")
-    def driver_pair_rows(self) -> int:
+    def driver_rows(self) -> int:
         return self.bytes // 4 // PAIR_BYTES
 
     @_share(f"B/{DRIVER_SET_SHARE}")

@@ -39,12 +39,12 @@ def test_exact_prints_both_paths_and_runs_nothing(tmp_path, corpus, capsys):
     argv = ["exact", str(corpus), "--memory-budget", "16MB", "--work-dir", str(work), "--executor", "local"]
     out, jobs = _explain(argv, capsys)
     assert jobs == [] and not work.exists() and _listing(tmp_path) == before
-    assert out.index("job 1: member hashes") < out.index("then: member rows ≤ driver_pair_rows 62,500")
+    assert out.index("job 1: member hashes") < out.index("then: member rows ≤ driver_rows 62,500")
     assert "job 2a:" in out and "map_batches(dedup.exact.attach)" in out
     shuffle_path = out[out.index("job 2b:") : out.index("budget shares (")]
     assert "shuffle #1: hash(__dedup_h0, __dedup_h1) into" in shuffle_path
     assert "= ceil(est." in shuffle_path and "reduce: Join" in shuffle_path
-    assert out.count("budget shares (") == 1 and "  driver_pair_rows" in out
+    assert out.count("budget shares (") == 1 and "  driver_rows" in out
     assert "in this process (small job" in out  # local, and under small_job_bytes: the engine's rule
 
 

@@ -29,7 +29,7 @@ def test_url_prints_exact_dedup_on_the_url_key_and_runs_nothing(tmp_path, corpus
     out = explain(["dedup", "url", str(corpus), "--mode", "remove", "--memory-budget", "16MB"], capsys)
     assert listing(tmp_path) == before
     assert out.startswith("zephyr dedup url: nothing ran")
-    assert "map_batches(dedup.url.key)" in out and "then: member rows ≤ driver_pair_rows 62,500" in out
+    assert "map_batches(dedup.url.key)" in out and "then: member rows ≤ driver_rows 62,500" in out
     shuffle_path = out[out.index("job 2b:") : out.index("budget shares (")]
     assert "shuffle #1: hash(__dedup_h0, __dedup_h1) into 1 partition" in shuffle_path
     assert "map_batches(dedup.url.finish)" in shuffle_path
