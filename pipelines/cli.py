@@ -9,7 +9,7 @@ Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (f
 writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
 gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
 ``stats.json`` (format version 1), and for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``;
-``--dropped-output DIR`` puts them elsewhere), ``quarantine/`` (null texts, ``reject_reason``),
+``--dropped-output DIR`` puts them elsewhere), ``quarantine/`` (null texts, ``quarantine_reason``),
 ``unreadable/`` (input lines that cannot be read) and the retention report ``report.json`` / ``report.md``.
 Commands that run several engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and
 ``task_retries`` summed over all of them, and one entry per job (``jobs``), in their ``stats.json``
@@ -348,7 +348,7 @@ def heuristic_filter(
     config.rule_config()  # checks the rules before any work
     if config.dropped_output:
         check_side_dir(config.dropped_output, out, "--dropped-output")
-    # quarantine/ holds the rows the filters quarantine (input columns + reject_reason); unreadable input
+    # quarantine/ holds the rows the filters quarantine (input columns + quarantine_reason); unreadable input
     # lines (source, line, reason, raw) have another schema, so they go to a folder of their own
     unreadable_dir = side_path(out, "unreadable")
     opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()

@@ -513,7 +513,7 @@ class PrepareRows:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from zephyr.io.quarantine import REJECT_REASON
+        from zephyr.io.quarantine import QUARANTINE_REASON
         from zephyr.ops import BatchOutput
 
         for role, name in (("text", self.text_column), ("id", self.id_column)):
@@ -541,8 +541,8 @@ class PrepareRows:
         if not pc.any(bad).as_py():
             return table
         reasons = pc.if_else(null_id, pa.scalar("null_id"), pa.scalar("null_text"))
-        rejected = table.filter(bad).append_column(REJECT_REASON, reasons.filter(bad))
-        return BatchOutput(kept=table.filter(pc.invert(bad)), rejected=rejected)
+        quarantined = table.filter(bad).append_column(QUARANTINE_REASON, reasons.filter(bad))
+        return BatchOutput(kept=table.filter(pc.invert(bad)), quarantined=quarantined)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ document.
 
 ``TokenizeBatch`` is the ``map_batches`` function. For each batch of ``batch_rows`` documents it
 
-1. quarantines null texts (``reject_reason = "null_text"``), never dropping them silently;
+1. quarantines null texts (``quarantine_reason = "null_text"``), never dropping them silently;
 2. encodes the texts in one call on the tokenizer's threads (``TextTokenizer.encode_bodies``; with fastokens
    while the task's thread finishes earlier batches, see ``TokenizeBatch``), ids only, in the
    shard dtype: fastokens' flat ``uint32`` buffer is cast once (not at all for ``uint32`` shards) and written
@@ -197,23 +197,23 @@ class TokenizeBatch:
         from zephyr.io.quarantine import require_text_column
 
         require_text_column(table.schema, self.text_column, where="tokenize input")
-        rejected = None
+        quarantined = None
         if table[self.text_column].null_count:
             null = pc.is_null(table[self.text_column])
-            rejected = table.filter(null).append_column(
-                "reject_reason", _repeated("null_text", int(pc.sum(null).as_py()))
+            quarantined = table.filter(null).append_column(
+                "quarantine_reason", _repeated("null_text", int(pc.sum(null).as_py()))
             )
             table = table.filter(pc.invert(null))
         if not pa.types.is_large_string(table.schema.field(self.text_column).type):
             column = table[self.text_column].cast(pa.large_string())
             table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, column)
-        return table, rejected
+        return table, quarantined
 
     def __call__(self, table: pa.Table) -> Any:
         """This batch's output; with fastokens, the output of the batch ``IN_FLIGHT`` before it
         (None for the first ones) while this one starts encoding on a thread: keys, spill file and references
         are built as the encoder runs (``finish`` returns the rest)."""
-        table, rejected = self._split_nulls(table)
+        table, quarantined = self._split_nulls(table)
         texts = table[self.text_column].to_pylist()
         self._verify(texts)
         tok = self.tokenizer
@@ -221,7 +221,7 @@ class TokenizeBatch:
         in_flight = tok.engine == "fastokens"  # HF's calls build Python lists per document: in the call
         encoding = _InFlight(tok.encode_bodies, texts, dtype, background=in_flight)
         del texts  # the encoder's thread holds them until it is done
-        batch = _Held(table, rejected, encoding, dtype, table[self.text_column].nbytes)
+        batch = _Held(table, quarantined, encoding, dtype, table[self.text_column].nbytes)
         if not in_flight:
             return self._output(batch)
         self._held = [*(self._held or ()), batch]
@@ -265,8 +265,8 @@ class TokenizeBatch:
         counters.increment("tokens", int(num_tokens.sum()))
         counters.increment(f"engine_{tok.engine}", len(lengths))  # for the manifest
         out = pa.Table.from_arrays(list(columns.values()), names=list(columns))
-        if held.rejected is not None:
-            return BatchOutput(kept=out, rejected=held.rejected)
+        if held.quarantined is not None:
+            return BatchOutput(kept=out, quarantined=held.quarantined)
         return out
 
 
@@ -277,9 +277,9 @@ def _merged(outputs: list[Any]) -> Any:
     from zephyr.ops import BatchOutput
 
     kept = [o.kept if isinstance(o, BatchOutput) else o for o in outputs]
-    rejected = [o.rejected for o in outputs if isinstance(o, BatchOutput) and o.rejected is not None]
+    quarantined = [o.quarantined for o in outputs if isinstance(o, BatchOutput) and o.quarantined is not None]
     table = pa.concat_tables(kept)
-    return BatchOutput(kept=table, rejected=pa.concat_tables(rejected)) if rejected else table
+    return BatchOutput(kept=table, quarantined=pa.concat_tables(quarantined)) if quarantined else table
 
 
 class _InFlight:
@@ -373,7 +373,7 @@ class _Held:
     """A batch whose encoding is in flight: what its output is built from once the ids are there."""
 
     table: pa.Table
-    rejected: pa.Table | None
+    quarantined: pa.Table | None
     encoding: _InFlight
     dtype: np.dtype
     text_bytes: int

@@ -13,7 +13,7 @@ The writer reads its inputs, then runs three engine jobs (each resumes with ``wo
    job's output is one small *reference* row per document: the shuffle key (``key_hi``, ``key_lo``: a seeded
    128-bit xxh3 of the document, of its id when ``id_column`` is given so duplicate texts do not land side by
    side, the text hash breaking ties), ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null
-   texts are quarantined (``reject_reason = "null_text"``), never silently lost. The job's ``tokens`` counter
+   texts are quarantined (``quarantine_reason = "null_text"``), never silently lost. The job's ``tokens`` counter
    gives the total, and the total decides the number of shards: ``ceil(total_tokens * itemsize /
    shard_bytes)`` (``shard_count``). Without any document (empty inputs, or only null texts) jobs 2 and 3 are
    skipped and the set is one empty shard, still a valid set for the loader.

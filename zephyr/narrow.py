@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.quarantine import QUARANTINE_SCHEMA, REJECT_REASON
+from zephyr.io.quarantine import QUARANTINE_REASON, QUARANTINE_SCHEMA
 from zephyr.io.schema import without_view_types
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
@@ -94,7 +94,7 @@ def _call_rows(
     """Call ``op.fn`` on every row: (row index, result) for the calls that succeeded, and how many were
     quarantined (``on_error="quarantine"``) — or raise naming the row."""
     results: list[tuple[int, object]] = []
-    rejected: list[tuple[int, dict, BaseException]] = []
+    failed: list[tuple[int, dict, BaseException]] = []
     for i, row in enumerate(table.to_pylist()):
         try:
             results.append((i, op.fn(row)))
@@ -104,12 +104,12 @@ def _call_rows(
                     f"{op_label(op)} failed on row {base + i} of {where}: {type(exc).__name__}: {exc} "
                     "(pass on_error='quarantine' to set such rows aside)"
                 ) from exc
-            rejected.append((i, row, exc))
-    if rejected:
-        reasons = [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in rejected]
-        lines = [base + i for i, _, _ in rejected]
-        quarantine(_quarantine_table(where, lines, reasons, [row for _, row, _ in rejected]))
-    return results, len(rejected)
+            failed.append((i, row, exc))
+    if failed:
+        reasons = [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in failed]
+        lines = [base + i for i, _, _ in failed]
+        quarantine(_quarantine_table(where, lines, reasons, [row for _, row, _ in failed]))
+    return results, len(failed)
 
 
 def _quarantine_table(where: str, lines: list, reasons: list[str], rows: list[dict]) -> pa.Table:
@@ -127,7 +127,7 @@ def _apply_rows(
     """Row functions: ``map`` returns one row per row, ``flat_map`` (``flat``) an iterable of rows per row."""
     base = 0
     for table in stream:
-        results, rejected = _call_rows(table, op, where, quarantine, base)
+        results, failed = _call_rows(table, op, where, quarantine, base)
         base += table.num_rows
         if flat:
             out: list[dict] = [row for _, result in results for row in result]
@@ -136,7 +136,7 @@ def _apply_rows(
         if out and not isinstance(out[0], dict):
             raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
         count.rows_in += table.num_rows
-        count.rows_quarantined += rejected
+        count.rows_quarantined += failed
         count.rows_out += len(out)
         if out:
             yield pa.Table.from_pylist(out)
@@ -145,16 +145,16 @@ def _apply_rows(
 def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine: Quarantine):
     base = 0
     for table in stream:
-        results, rejected = _call_rows(table, op, where, quarantine, base)
+        results, failed = _call_rows(table, op, where, quarantine, base)
         base += table.num_rows
         keep = [False] * table.num_rows
         for i, result in results:
             keep[i] = bool(result)
         kept = table.filter(pa.array(keep, type=pa.bool_()))  # a list, not numpy: no pandas probe
         count.rows_in += table.num_rows
-        count.rows_quarantined += rejected
+        count.rows_quarantined += failed
         count.rows_out += kept.num_rows
-        count.rows_dropped += table.num_rows - kept.num_rows - rejected
+        count.rows_dropped += table.num_rows - kept.num_rows - failed
         yield kept
 
 
@@ -250,17 +250,17 @@ def _batch_output(
     result: object, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine
 ) -> tuple[pa.Table | None, int]:
     """(the kept rows as a table, or None for a ``None`` result; rows accounted: kept + quarantined + dropped
-    by name), after counting them and quarantining the rejected rows."""
+    by name), after counting them and setting the quarantined rows aside."""
     accounted = 0
     if isinstance(result, BatchOutput):
         for reason, n in result.dropped.items():
             count.dropped_by_reason[reason] = count.dropped_by_reason.get(reason, 0) + int(n)
             count.rows_dropped += int(n)
             accounted += int(n)
-        if result.rejected is not None and result.rejected.num_rows:
-            quarantine(_as_quarantine(result.rejected, result.reason, op, where))
-            count.rows_quarantined += result.rejected.num_rows
-            accounted += result.rejected.num_rows
+        if result.quarantined is not None and result.quarantined.num_rows:
+            quarantine(_as_quarantine(result.quarantined, result.quarantine_reason, op, where))
+            count.rows_quarantined += result.quarantined.num_rows
+            accounted += result.quarantined.num_rows
         result = result.kept
     if result is None:
         return None, accounted
@@ -276,20 +276,20 @@ def _batch_output(
 
 
 def _count_unnamed(count: OpCounters, rows: int) -> None:
-    """Rows a batch function neither kept, rejected nor dropped by name: dropped, reason "unspecified"."""
+    """Rows a batch function neither kept, quarantined nor dropped by name: dropped, reason "unspecified"."""
     if rows > 0:
         count.dropped_by_reason["unspecified"] = count.dropped_by_reason.get("unspecified", 0) + rows
         count.rows_dropped += rows
 
 
-def _as_quarantine(rejected: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:
-    n = rejected.num_rows
-    if REJECT_REASON in rejected.column_names:
-        reasons = rejected.column(REJECT_REASON).to_pylist()
-        rejected = rejected.drop_columns([REJECT_REASON])
+def _as_quarantine(quarantined: pa.Table, reason: str | None, op: Op, where: str) -> pa.Table:
+    n = quarantined.num_rows
+    if QUARANTINE_REASON in quarantined.column_names:
+        reasons = quarantined.column(QUARANTINE_REASON).to_pylist()
+        quarantined = quarantined.drop_columns([QUARANTINE_REASON])
     else:
         reasons = [reason or op_label(op)] * n
-    return _quarantine_table(where, [None] * n, reasons, rejected.to_pylist())
+    return _quarantine_table(where, [None] * n, reasons, quarantined.to_pylist())
 
 
 _APPLY = {

@@ -138,15 +138,15 @@ class Reshard(Op):
 class BatchOutput:
     """What a ``map_batches`` function may return to quarantine rows or count drops by reason.
 
-    ``kept`` continues down the plan; ``rejected`` rows go to the quarantine output with the reason in a
-    ``reject_reason`` column (add it yourself, or give ``reason`` for all of them); ``dropped`` counts rows the
-    function removed on purpose, by reason (they are counted, not stored).
+    ``kept`` continues down the plan; ``quarantined`` rows go to the quarantine output with the reason in a
+    ``quarantine_reason`` column (add it yourself, or give ``quarantine_reason`` for all of them); ``dropped``
+    counts rows the function removed on purpose, by reason (they are counted, not stored).
     """
 
     kept: pa.Table | pa.RecordBatch
-    rejected: pa.Table | None = None
+    quarantined: pa.Table | None = None
     dropped: dict[str, int] = field(default_factory=dict)
-    reason: str | None = None
+    quarantine_reason: str | None = None
 
 
 NARROW_OPS = (Map, Filter, FlatMap, MapBatches, Select, WithRowIndex)

@@ -57,7 +57,7 @@ class ExecutionOptions:
     """One progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a
     terminal)."""
     quarantine_dir: str | None = field(default=None, metadata={"flag": False})
-    """fsspec URL for the rows set aside (``on_error="quarantine"``, a ``BatchOutput``'s rejected rows), as
+    """fsspec URL for the rows set aside (``on_error="quarantine"``, a ``BatchOutput``'s quarantined rows), as
     ``stage-<fp16>/task-NNNNN.parquet`` under it; ``None``: ``DIR.zephyr/quarantine`` for ``write_*(DIR)``
     (the output's sidecar, ``zephyr.io.layout``), else ``<work_dir>/quarantine``, or a new temporary folder
     (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass

@@ -66,8 +66,8 @@ if TYPE_CHECKING:  # pyarrow is imported where a batch is handled: declaring a c
 
 DROP_REASON = "drop_reason"
 """The one reason column of rows a rule removed (filters, langid, decontaminate, dedup ``--mode remove``): every
-command that writes dropped rows names it so. Quarantined rows (bad input) carry ``reject_reason`` instead
-(``zephyr.io.quarantine.REJECT_REASON``)."""
+command that writes dropped rows names it so. Quarantined rows (bad input) carry ``quarantine_reason`` instead
+(``zephyr.io.quarantine.QUARANTINE_REASON``)."""
 
 VERDICT = "__zephyr_verdict"
 """The scratch column holding each row's drop reason (null: kept) between the jobs."""

@@ -1,7 +1,7 @@
 """Heuristic rule families on Arrow batches: each row kept, dropped (with ``drop_reason``) or quarantined.
 
 ``annotate_drop_reasons(table, [GopherQuality(), C4Quality(), ...])`` evaluates the families in order. Each
-row gets the *first* reason it fails; rows with a null text are quarantined (``reject_reason =
+row gets the *first* reason it fails; rows with a null text are quarantined (``quarantine_reason =
 "null_text"``), never passed to a rule. Later families only see the rows still alive (less work), and a
 family that rewrites text (C4 line cleaning) hands its cleaned text to the next family and to the kept
 output; dropped rows keep their original text so they can be inspected. Counts balance by construction::
@@ -55,7 +55,7 @@ from zephyr.pipelines.web.urls import UrlRules
 from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.errors import ConfigError
-from zephyr.io.quarantine import REJECT_REASON
+from zephyr.io.quarantine import QUARANTINE_REASON
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, RenameColumns, check_added_columns, set_aside
 
@@ -255,7 +255,7 @@ class RouteByReason:
             return RenameColumns(((DROP_REASON, self.reason_column),), replace=True)(dropped)
         if self.outcome == "quarantined":
             q = table.filter(quarantine)
-            return q.rename_columns([REJECT_REASON if n == DROP_REASON else n for n in q.schema.names])
+            return q.rename_columns([QUARANTINE_REASON if n == DROP_REASON else n for n in q.schema.names])
         raise ValueError(f"unknown outcome {self.outcome!r}")
 
 
@@ -263,7 +263,7 @@ class RouteByReason:
 class HeuristicFilter:
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
 
-    Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``reject_reason``),
+    Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``quarantine_reason``),
     so an input's own ``drop_reason`` is set aside around the rules and passes unchanged.
 
     >>> import zephyr
@@ -287,14 +287,14 @@ class HeuristicFilter:
         reasons = annotated.column(DROP_REASON).combine_chunks()
         quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
         dropped = {k: v for k, v in count_reasons(reasons).items() if k != NULL_TEXT}
-        rejected = annotated.filter(quarantine)
-        rejected = rejected.rename_columns(
-            [REJECT_REASON if n == DROP_REASON else n for n in rejected.schema.names]
+        quarantined = annotated.filter(quarantine)
+        quarantined = quarantined.rename_columns(
+            [QUARANTINE_REASON if n == DROP_REASON else n for n in quarantined.schema.names]
         )
         restore = set_aside(aside, restore=True)
         return BatchOutput(
             kept=restore(annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON])),
-            rejected=restore(rejected) if rejected.num_rows else None,
+            quarantined=restore(quarantined) if quarantined.num_rows else None,
             dropped=dropped,
         )
 

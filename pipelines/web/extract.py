@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from zephyr import counters
 from zephyr.errors import ConfigError, require
-from zephyr.io.quarantine import REJECT_REASON
+from zephyr.io.quarantine import QUARANTINE_REASON
 from zephyr.ops import BatchOutput
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class ExtractText:
         counters.increment(
             "extract/text_bytes", int(pc.sum(pc.binary_length(kept.column("text"))).as_py() or 0)
         )
-        rejected = None
+        quarantined = None
         if any(f is not None for f in failed):
             rows = out.filter(bad)
             offsets = (
@@ -107,11 +107,11 @@ class ExtractText:
                 else [None] * rows.num_rows
             )
             reasons = [f"warc record at byte {o}: {f}" for o, f in zip(offsets, (f for f in failed if f))]
-            rejected = rows.drop_columns(["html", "text"]).append_column(
-                REJECT_REASON, pa.array(reasons, pa.string())
+            quarantined = rows.drop_columns(["html", "text"]).append_column(
+                QUARANTINE_REASON, pa.array(reasons, pa.string())
             )
         n_short = int(pc.sum(short).as_py() or 0)
-        return BatchOutput(kept=kept, rejected=rejected, dropped={NO_TEXT: n_short} if n_short else {})
+        return BatchOutput(kept=kept, quarantined=quarantined, dropped={NO_TEXT: n_short} if n_short else {})
 
 
 def read_warc(

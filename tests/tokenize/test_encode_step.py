@@ -45,7 +45,7 @@ def test_fastokens_batches_encode_in_flight_hf_in_the_call(
     [thread] = calls
     assert (thread is threading.current_thread()) is not in_flight
     assert rest is None
-    assert isinstance(out, BatchOutput) and out.rejected.num_rows == 1  # the null text, quarantined
+    assert isinstance(out, BatchOutput) and out.quarantined.num_rows == 1  # the null text, quarantined
     refs = out.kept
     assert refs.num_rows == 2 and refs.column_names[:3] == ["key_hi", "key_lo", "num_tokens"]
     ids = [tok.hf_ids(t) for t in ("the first document", "and a second one")]

@@ -37,7 +37,9 @@ class Delayed:
         if self.drop_every:
             kept = kept.filter(pc.not_equal(pc.bit_wise_and(kept["v"], self.drop_every - 1), 0))
         kept = kept.set_column(0, "v", pc.multiply(kept["v"], 2))
-        return BatchOutput(kept=kept, rejected=rejected if rejected.num_rows else None, reason="negative")
+        return BatchOutput(
+            kept=kept, quarantined=rejected if rejected.num_rows else None, quarantine_reason="negative"
+        )
 
 
 def _rows(n: int = 50) -> list[dict[str, int]]:

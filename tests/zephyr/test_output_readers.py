@@ -164,7 +164,7 @@ def filter_(corpus: Path, d: Path, capsys) -> dict:
     assert summary["dropped_output"] == str(side / "dropped")
     assert summary["quarantine_output"] == str(side / "quarantine")
     check_reads_as(side / "dropped", summary["rows_dropped"])  # the set-aside rows read as themselves too
-    check_reads_as(side / "quarantine", 1)  # the null text, with reject_reason
+    check_reads_as(side / "quarantine", 1)  # the null text, with quarantine_reason
     assert summary["rows_in"] == INPUT_LINES and summary["rows_dropped"] >= 3
     assert _quarantined_line(side / "unreadable") == [(8, "invalid JSON")]
     assert {"report.json", "report.md"} <= {p.name for p in side.iterdir()}

@@ -14,8 +14,8 @@ Schema (version 1) of the quarantine table, one row per bad input row:
 A reader never yields a quarantined row, so for every shard: rows yielded + rows quarantined == rows (or
 non-blank lines) in the input.
 
-``REJECT_REASON`` (``reject_reason``) names the reason column of a table of set-aside rows that still has its
-input columns: a ``map_batches`` function's ``BatchOutput.rejected`` (turned into this schema, the column
+``QUARANTINE_REASON`` (``quarantine_reason``) names the reason column of a table of set-aside rows that still has its
+input columns: a ``map_batches`` function's ``BatchOutput.quarantined`` (turned into this schema, the column
 becoming ``reason``) and ``zephyr filter``'s ``_quarantine/``. It is not ``drop_reason``: a dropped row is good
 input removed by a rule (``zephyr.removal.DROP_REASON``), a quarantined one could not be processed.
 
@@ -51,7 +51,7 @@ import pyarrow.types as pat
 
 from zephyr.errors import InputError, SchemaError
 
-REJECT_REASON = "reject_reason"
+QUARANTINE_REASON = "quarantine_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
 
 QUARANTINE_SCHEMA = pa.schema(

@@ -180,8 +180,8 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
     assert dropped.select(["id", "drop_reason"]).to_pylist() == [{"id": "b", "drop_reason": "y"}]
     assert dropped["why"].to_pylist()[0].startswith("c4_")
     quarantine = _parts(Path(quarantine_dir(out)))
-    assert quarantine.select(["id", "drop_reason", "reject_reason"]).to_pylist() == [
-        {"id": "c", "drop_reason": "z", "reject_reason": "null_text"}
+    assert quarantine.select(["id", "drop_reason", "quarantine_reason"]).to_pylist() == [
+        {"id": "c", "drop_reason": "z", "quarantine_reason": "null_text"}
     ]
     assert json.loads(Path(stats_path(out)).read_text())["balanced"]
 
@@ -210,7 +210,7 @@ def test_one_pass_filter_keeps_an_input_drop_reason():
     t = pa.table({"text": [GOOD, "short", None], "drop_reason": ["x", "y", "z"]})
     out = HeuristicFilter("c4")(t)
     assert out.kept.to_pylist() == [{"text": GOOD, "drop_reason": "x"}]
-    assert out.rejected.select(["drop_reason", "reject_reason"]).to_pylist() == [
-        {"drop_reason": "z", "reject_reason": "null_text"}
+    assert out.quarantined.select(["drop_reason", "quarantine_reason"]).to_pylist() == [
+        {"drop_reason": "z", "quarantine_reason": "null_text"}
     ]
     assert sum(out.dropped.values()) == 1

@@ -79,7 +79,7 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
     assert (kept, dropped.num_rows, quarantine.num_rows) == (stats["rows_kept"], stats["rows_dropped"], 1)
     assert stats["rows_in"] == 8 == kept + dropped.num_rows + quarantine.num_rows
     assert sum(stats["dropped_rows_by_reason"].values()) == dropped.num_rows
-    assert quarantine["reject_reason"].to_pylist() == ["null_text"]
+    assert quarantine["quarantine_reason"].to_pylist() == ["null_text"]
     report = json.loads(Path(side_path(out, "report.json")).read_text())
     assert set(report["sources"]) == {"web", "mail", "code"}
     assert "drop_reason" not in _parts(out).schema.names

@@ -64,7 +64,7 @@ def test_edge_cases_are_dropped_with_reasons_and_nulls_quarantined(rules):
     texts = [*EDGE.values(), None, GOOD_EN]
     r = _run(texts, rules)
     assert r.quarantined.num_rows == 1
-    assert r.quarantined["reject_reason"].to_pylist() == ["null_text"]
+    assert r.quarantined["quarantine_reason"].to_pylist() == ["null_text"]
     assert r.kept["text"].to_pylist() == [GOOD_EN]
     reasons = _reasons(r)
     assert set(reasons) == set(EDGE.values())
