@@ -301,7 +301,7 @@ def _measured_peak(p: Phase, dispatch: str) -> dict[str, Any]:
     """Run the estimated step (trainer builders, fused AdamW, bf16 autocast, SDPA, eager) twice on the device;
     the second step's peak is what the estimate predicts (the first creates the AdamW state)."""
     import torch
-    from zephyr.trainer.check.harness import Target, build, run_step, synthetic_batch
+    from zephyr.trainer.check import Target, build, run_step, synthetic_batch
     from zephyr.trainer.config import get_preset
     from zephyr.trainer.devices import resolve_device
 
@@ -309,10 +309,7 @@ def _measured_peak(p: Phase, dispatch: str) -> dict[str, Any]:
     info = resolve_device(p.device)
     target = Target(get_preset(s.preset), s.batch_size, s.seq_len, info, dispatch, "sdpa")
     model, optimizer = build(target)
-    batches = [
-        {k: v.to(info.device) for k, v in synthetic_batch(target.model, s.batch_size, s.seq_len, i).items()}
-        for i in (0, 1)
-    ]
+    batches = [{k: v.to(info.device) for k, v in synthetic_batch(target, i).items()} for i in (0, 1)]
     run_step(target, model, optimizer, batches[0])
     if p.device != "cuda":
         run_step(target, model, optimizer, batches[1])

@@ -254,7 +254,7 @@ def test_all_only_in_package_inits() -> None:
 def test_no_history_in_the_code_and_docs() -> None:
     """Nothing is released: no "until the next release", "was called" or "deprecated" text in the six packages,
     README.md and docs/, and no deprecation warning class; history goes to CHANGELOG.md. (A comment on a
-    third-party library's own deprecation, as in trainer/check/graph_breaks.py, names no zephyr history.)"""
+    third-party library's own deprecation, as in trainer/check.py, names no zephyr history.)"""
     phrases = (
         "next release",
         "was called",

@@ -166,10 +166,6 @@ class CheckpointManager:
         self.dir = Path(directory)
         self.keep = keep
 
-    @staticmethod
-    def step_name(step: int) -> str:
-        return f"step-{step:08d}"
-
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None when there is none to resume."""
         pointer = self.dir / LATEST
@@ -204,7 +200,7 @@ class CheckpointManager:
         """Write checkpoint ``step`` atomically (collective: every rank calls it)."""
         rank = dist.get_rank() if _distributed() else 0
         world = dist.get_world_size() if _distributed() else 1
-        final = self.dir / self.step_name(step)
+        final = self.dir / f"step-{step:08d}"
         tmp = final.with_name(final.name + ".tmp")
         if rank == 0:
             self.dir.mkdir(parents=True, exist_ok=True)

@@ -43,10 +43,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from zephyr.trainer.config import CheckConfig, TrainConfig, per_source, read_config_file
+from zephyr.trainer.config import CheckConfig, TrainConfig, per_source
 
 from zephyr.cli import Command
-from zephyr.config import embedded_field, parse_value
+from zephyr.config import embedded_field, parse_value, read_mapping
 from zephyr.errors import ConfigError
 from zephyr.flags import config_from_flags, flag_specs
 from zephyr.options import ExecutionOptions
@@ -79,7 +79,8 @@ def train_config(raw: dict[str, Any]) -> TrainConfig:
     flags over it, built and checked once by ``zephyr.flags.config_from_flags`` (every problem listed, each by
     its key, or by its flag where a flag gave it; the file is not checked alone, so a flag can replace a bad
     value)."""
-    base = read_config_file(raw["config"]) if raw.get("config") else {}
+    # the file's raw mapping, unchecked: a value a flag replaces is never checked (and never refused)
+    base = read_mapping(raw["config"], TrainRun.what) if raw.get("config") else {}
     _set_model_fields(base, raw.get("overrides") or [])
     if "data" in raw:
         raw = {**raw, "data": _data(raw["data"], mix="mix" in raw or bool(base.get("mix")))}
@@ -168,7 +169,7 @@ def check(run: TrainRun, check: CheckConfig, execution: ExecutionOptions) -> Any
     The report goes to stdout (with ``--json``: it is the ``details`` of the one summary object every command
     prints; the check reads no rows and writes nothing, so its rows are 0); the exit status is 0 when the run is
     ready, else 1."""
-    from zephyr.trainer.check.report import render, run_check
+    from zephyr.trainer.check import render, run_check
 
     from zephyr.summary import Summary
 

@@ -39,7 +39,7 @@ moe-1b       1024    12     16     32 (+1) 4     1.09B        243.8M
 including the output head: the convention of torchtitan's ``get_nparams_and_flops``, used for MFU.
 
 Standard library only (and ``zephyr.config``): ``zephyr --help`` builds the flags from these classes, and the
-trainer imports with torch, numpy and fsspec alone; ``read_config_file`` imports PyYAML where it reads YAML.
+trainer imports with torch, numpy and fsspec alone; a YAML config file is read with PyYAML (``zephyr.config.read_mapping``).
 ``ModelConfig.build()``'s consumer is ``zephyr.trainer.model.build_model``; ``TrainConfig``'s is
 ``zephyr.trainer.train.train``.
 """
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from zephyr.config import (
@@ -58,7 +57,6 @@ from zephyr.config import (
     field_hints,
     field_problems,
     ranged_field,
-    read_mapping,
     unknown_keys,
 )
 from zephyr.errors import ConfigError
@@ -432,7 +430,12 @@ class TrainConfig:
         problems = field_problems(self, "")
         problems += _data_problems(self)
         if isinstance(self.preset, str) and isinstance(self.model, dict):
-            problems += _model_problems(self.preset, self.model)
+            try:  # the preset's name, then the overrides of its fields
+                model_config_from_dict(self.model, get_preset(self.preset))
+            except ConfigProblems as exc:
+                problems += exc.problems
+            except ConfigError as exc:
+                problems.append(str(exc))
         if problems:
             raise ConfigProblems(problems)
 
@@ -444,15 +447,10 @@ class TrainConfig:
             raise ConfigProblems(
                 [f"a training config must be a mapping of keys to values, got {describe_value(raw)}"]
             )
-        problems = unknown_keys(raw, cls, "")
-        values = {k: v for k, v in raw.items() if k in field_hints(cls)}
-        optim_problems: list[str] = []
-        if isinstance(values.get("optim"), dict):
-            values["optim"] = _overridden(OptimConfig(), values["optim"], "optim.", optim_problems)
-        try:
-            cfg = cls(**values)
-        except ConfigProblems as exc:
-            problems += exc.problems
+        values, problems, optim_problems = dict(raw), [], []  # the optim section's problems are listed last
+        if isinstance(raw.get("optim"), dict):
+            values["optim"] = _overridden(OptimConfig(), raw["optim"], "optim.", optim_problems)
+        cfg = _overridden(cls(), values, "", problems)
         problems += optim_problems
         if problems:
             raise ConfigProblems(problems)
@@ -479,24 +477,6 @@ def _data_problems(cfg: TrainConfig) -> list[str]:
     if isinstance(low, int) and isinstance(high, int) and low > high:
         problems.append(f"repetition_min_period ({low}) must be <= repetition_max_period ({high})")
     return problems
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The raw mapping in a YAML (or ``.json``) training config, unvalidated: the CLI lays its flags over it
-    first, so a value a flag replaces is never checked (and never refused)."""
-    return read_mapping(path, "training config")
-
-
-def _model_problems(preset: str, overrides: dict[str, Any]) -> list[str]:
-    try:
-        base = get_preset(preset)
-    except ConfigError as exc:
-        return [str(exc)]
-    try:
-        model_config_from_dict(overrides, base)
-    except ConfigProblems as exc:
-        return exc.problems
-    return []
 
 
 DISPATCHES = ("grouped_mm", "loop", "capacity")

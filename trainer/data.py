@@ -113,28 +113,35 @@ class SyntheticTokens:
 
 
 def build_source(
-    data: str | dict[str, float] | None,
-    *,
-    vocab_size: int,
-    seq_len: int,
-    seed: int,
-    rank: int,
-    world_size: int,
-    **options: Any,
+    cfg: Any, *, vocab_size: int, rank: int, world_size: int, samples_per_step: int
 ) -> tuple[SampleSource, int | None]:
-    """A ``TokenLoader`` over ``data`` (directory or ``{dir: weight}`` mixture), or synthetic tokens if None.
-
-    ``options`` go to ``TokenLoader`` (packing, mix, max_epochs, schedule, instance_filter, prefetch...);
-    the synthetic stream has none of them. Also returns the data's vocabulary size (the largest in the shard
-    sets' manifests; None for synthetic).
+    """A ``TokenLoader`` over a ``TrainConfig``'s ``data`` (directory or ``{dir: weight}`` mixture) with its
+    data-loading keys (packing, mix, max_epochs, mix_schedule, instance filter, prefetch...), or synthetic
+    tokens if it has none (they have no such keys). Also returns the data's vocabulary size (the largest in the
+    shard sets' manifests; None for synthetic).
     """
-    if data is None:
-        return SyntheticTokens(vocab_size, seq_len, seed=seed, rank=rank, world_size=world_size), None
-    from zephyr.tokenize import TokenLoader, read_manifest
+    if cfg.data is None:
+        return SyntheticTokens(vocab_size, cfg.seq_len, seed=cfg.seed, rank=rank, world_size=world_size), None
+    from zephyr.tokenize import RepetitionFilter, TokenLoader, read_manifest
 
-    paths = [data] if isinstance(data, str) else list(data)
+    paths = [cfg.data] if isinstance(cfg.data, str) else list(cfg.data)
     data_vocab = max(read_manifest(p).vocab_size for p in paths)
-    loader = TokenLoader(data, seq_len=seq_len, seed=seed, rank=rank, world_size=world_size, **options)
+    periods = (cfg.repetition_min_period, cfg.repetition_max_period, cfg.repetition_max_count)
+    loader = TokenLoader(
+        cfg.data,
+        seq_len=cfg.seq_len,
+        seed=cfg.seed,
+        rank=rank,
+        world_size=world_size,
+        packing=cfg.packing,
+        mix=cfg.mix,
+        mix_budget_tokens=cfg.steps * samples_per_step * cfg.seq_len,  # UniMax's budget: the whole run
+        max_epochs=cfg.max_epochs,
+        schedule=schedule_samples(cfg.mix_schedule or [], samples_per_step),
+        instance_filter=RepetitionFilter(*periods) if cfg.instance_filter == "repetition" else None,
+        prefetch_shards=cfg.prefetch_shards,
+        cache_limit_bytes=cfg.cache_limit_bytes,
+    )
     return loader, data_vocab
 
 
@@ -211,26 +218,6 @@ def schedule_samples(
         (max(0, origin_sample + (int(step) - origin_step) * samples_per_step), dict(weights))
         for step, weights in schedule
     ]
-
-
-def loader_options(cfg: Any, *, samples_per_step: int, tokens_per_step: int) -> dict[str, Any]:
-    """``TokenLoader`` keyword arguments from a ``TrainConfig``'s data-loading keys."""
-    options: dict[str, Any] = {"packing": cfg.packing, "prefetch_shards": cfg.prefetch_shards}
-    if cfg.mix is not None:
-        options.update(mix=cfg.mix, mix_budget_tokens=cfg.steps * tokens_per_step)
-    if cfg.max_epochs is not None:
-        options["max_epochs"] = cfg.max_epochs
-    if cfg.mix_schedule:
-        options["schedule"] = schedule_samples(cfg.mix_schedule, samples_per_step)
-    if cfg.instance_filter == "repetition":
-        from zephyr.tokenize._samples import RepetitionFilter
-
-        options["instance_filter"] = RepetitionFilter(
-            cfg.repetition_min_period, cfg.repetition_max_period, cfg.repetition_max_count
-        )
-    if cfg.cache_limit_bytes is not None:
-        options["cache_limit_bytes"] = cfg.cache_limit_bytes
-    return options
 
 
 class MixTracker:

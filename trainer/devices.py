@@ -25,6 +25,7 @@ router's gate is sharded as its own unit with an fp32 policy, so routing is comp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -68,10 +69,12 @@ class DeviceInfo:
     emulated: bool = False
     """The code path of ``type`` with tensors on the CPU (``device`` is the CPU); see the module docstring."""
 
-    @property
-    def autocast_type(self) -> str:
-        """The device type ``torch.autocast`` needs: where the tensors are, not whose code path runs."""
-        return self.device.type
+    def autocast(self, bf16: bool | None = None) -> contextlib.AbstractContextManager:
+        """bf16 autocast when ``bf16`` (default: where the device trains in bf16), for the device type
+        ``torch.autocast`` needs: where the tensors are, not whose code path runs (an emulated device's CPU)."""
+        if self.bf16 if bf16 is None else bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     def default_dispatch(self) -> str:
         """grouped_mm where it runs, capacity on torch_xla (static shapes), the loop otherwise (XPU)."""
@@ -83,17 +86,6 @@ class DeviceInfo:
 
     def default_attention(self) -> str:
         return "flex" if self.type == "cuda" else "sdpa"
-
-    def synchronize(self) -> None:
-        """Wait for the device's queued work (a no-op on the CPU, emulated devices included)."""
-        if self.emulated or self.type == "cpu":
-            return
-        if self.type in ("cuda", "xpu"):
-            torch.accelerator.synchronize()
-        elif self.type == "xla":  # pragma: no cover - needs torch_xla
-            import torch_xla.core.xla_model as xm
-
-            xm.wait_device_ops()
 
     def mark_step(self) -> None:
         """End of an optimizer step: torch_xla compiles and runs the lazily traced step here; elsewhere nothing.
@@ -149,13 +141,11 @@ def peak_flops_for(name: str) -> float | None:
     return None
 
 
-def resolve_device(kind: str = "auto", local_rank: int | None = None, *, emulate: bool = False) -> DeviceInfo:
-    """The device this process trains on; ``local_rank`` (default ``$LOCAL_RANK`` or 0) picks the accelerator.
+def resolve_device(kind: str = "auto", *, emulate: bool = False) -> DeviceInfo:
+    """The device this process trains on; ``$LOCAL_RANK`` (default 0) picks the accelerator.
 
     ``emulate=True`` returns ``kind``'s code path with tensors on the CPU (see the module docstring).
     """
-    if local_rank is None:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if kind == "auto":
         acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
         kind = acc.type if acc is not None and acc.type in ("cuda", "xpu") else "cpu"
@@ -178,7 +168,7 @@ def resolve_device(kind: str = "auto", local_rank: int | None = None, *, emulate
         raise ConfigError(
             f"--device {kind} requested but torch.{kind}.is_available() is False on this machine"
         )
-    index = local_rank % module.device_count()
+    index = int(os.environ.get("LOCAL_RANK", "0")) % module.device_count()
     device = torch.device(kind, index)
     torch.accelerator.set_device_index(index)
     name = module.get_device_name(index)
@@ -189,7 +179,6 @@ def resolve_device(kind: str = "auto", local_rank: int | None = None, *, emulate
 class DistInfo:
     rank: int
     world_size: int
-    local_rank: int
 
     @property
     def is_main(self) -> bool:
@@ -204,7 +193,6 @@ def init_distributed(info: DeviceInfo) -> DistInfo:
     """Join the torchrun process group if one is described in the environment (and not joined yet)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if world > 1 and not dist.is_initialized():
         kwargs = {}
         if info.device.type in ("cuda", "xpu"):
@@ -213,12 +201,7 @@ def init_distributed(info: DeviceInfo) -> DistInfo:
         log.info("joined process group: rank %d of %d (%s)", rank, world, info.dist_backend)
     if dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
-    return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
-
-
-def destroy_distributed() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    return DistInfo(rank=rank, world_size=world)
 
 
 def dynamo_options(model: nn.Module) -> dict[str, object]:

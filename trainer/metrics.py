@@ -263,26 +263,6 @@ def _rate(tokens_per_s: float) -> str:
     return f"{tokens_per_s:.0f}"
 
 
-def format_line(
-    *,
-    step: int,
-    total: int,
-    loss: float,
-    tokens_per_s: float,
-    mfu: float | None,
-    lr: float,
-    eta_s: float | None,
-) -> str:
-    """One progress line; ``step`` counts finished steps (1-based), MFU and ETA only where known."""
-    fields = [f"step {step}/{total}", f"loss {loss:.4f}", f"{_rate(tokens_per_s)} tok/s"]
-    if mfu is not None:
-        fields.append(f"MFU {mfu:.1%}")
-    fields.append(f"lr {lr:.2e}")
-    if eta_s is not None:
-        fields.append(f"ETA {_duration(eta_s)}")
-    return " | ".join(fields)
-
-
 class TrainProgress:
     """Shows the steps of one ``train`` call: ``update`` with every metric record, in order (see the module
     docstring for what is shown). ``enabled=False`` (ranks other than 0) shows nothing."""
@@ -316,20 +296,19 @@ class TrainProgress:
         if not due:
             return None
         tokens_per_s = self._window_tokens / max(self._window_time, 1e-9)
-        mfu = record.get("mfu")
-        line = format_line(
-            step=done,
-            total=self.total,
-            loss=float(record["loss"]),
-            tokens_per_s=tokens_per_s,
-            mfu=mfu * tokens_per_s / record["tokens_per_s"]
-            if mfu is not None and record["tokens_per_s"]
-            else None,
-            lr=float(record["lr"]),
-            eta_s=self._eta(done, now, float(record["step_time_s"])),
-        )
+        fields = [
+            f"step {done}/{self.total}",
+            f"loss {float(record['loss']):.4f}",
+            f"{_rate(tokens_per_s)} tok/s",
+        ]
+        if record.get("mfu") is not None and record["tokens_per_s"]:  # the MFU at the window's rate
+            fields.append(f"MFU {record['mfu'] * tokens_per_s / record['tokens_per_s']:.1%}")
+        fields.append(f"lr {float(record['lr']):.2e}")
+        eta = self._eta(done, now, float(record["step_time_s"]))
+        if eta is not None:  # MFU and ETA only where known
+            fields.append(f"ETA {_duration(eta)}")
         self._window_tokens, self._window_time = 0, 0.0
-        line = f"{self.label}: {line}"
+        line = f"{self.label}: {' | '.join(fields)}"
         _display.write(line)
         return line
 

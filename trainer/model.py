@@ -291,7 +291,6 @@ class ParamCounts:
     """Every parameter (tied weights counted once)."""
     active: int
     """Parameters one token uses, without the input embedding table (the MFU numerator's 'N')."""
-    embedding: int
 
 
 def count_params(cfg: ModelConfig) -> ParamCounts:
@@ -305,7 +304,7 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
             per_expert = sum(p[0].numel() for p in block.ffn.experts.parameters())
             inactive += per_expert * (block.ffn.cfg.num_experts - block.ffn.cfg.top_k)
     active = total - inactive - (0 if cfg.tie_embeddings else embedding)
-    return ParamCounts(total=total, active=active, embedding=embedding)
+    return ParamCounts(total=total, active=active)
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:

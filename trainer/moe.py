@@ -199,13 +199,6 @@ def sequence_balance_loss(
     return (f_BE * P_BE).sum(dim=-1).mean()
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    device_type = x.device.type
-    if torch.is_autocast_enabled(device_type):
-        return torch.get_autocast_dtype(device_type)
-    return x.dtype
-
-
 class GroupedExperts(nn.Module):
     """E SwiGLU experts stored as 3-D weights in ``nn.Linear`` layout (``w1, w3: [E, F, D]``, ``w2: [E, D, F]``).
 
@@ -224,36 +217,31 @@ class GroupedExperts(nn.Module):
         nn.init.normal_(self.w3, std=std)
         nn.init.normal_(self.w2, std=out_std)
 
-    def _weights(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``x @ w`` operands: ``[E, D, F]``, ``[E, D, F]``, ``[E, F, D]`` (transposed views, no copy)."""
-        return (
-            self.w1.to(dtype).transpose(-2, -1),
-            self.w3.to(dtype).transpose(-2, -1),
-            self.w2.to(dtype).transpose(-2, -1),
-        )
+    def _operands(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x`` in the compute dtype (autocast's, else its own) and the ``x @ w`` operands ``[E, D, F]``,
+        ``[E, D, F]``, ``[E, F, D]`` in it (transposed views, no copy)."""
+        device_type = x.device.type
+        dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else x.dtype
+        w1, w3, w2 = [w.to(dtype).transpose(-2, -1) for w in (self.w1, self.w3, self.w2)]
+        return x.to(dtype), w1, w3, w2
 
     def run_grouped_mm(self, x_ND: torch.Tensor, offsets_E: torch.Tensor) -> torch.Tensor:
         """Rows ``offsets[e-1]:offsets[e]`` of ``x`` go through expert e (int32 cumulative group ends)."""
-        dtype = _compute_dtype(x_ND)
-        w1, w3, w2 = self._weights(dtype)
-        x = x_ND.to(dtype)
+        x, w1, w3, w2 = self._operands(x_ND)
         h = F.silu(torch._grouped_mm(x, w1, offs=offsets_E)) * torch._grouped_mm(x, w3, offs=offsets_E)
         return torch._grouped_mm(h, w2, offs=offsets_E)
 
     def run_loop(self, x_SD: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """The reference: expert e takes the next ``counts[e]`` rows of ``x`` (sorted by expert)."""
-        dtype = _compute_dtype(x_SD)
-        w1, w3, w2 = self._weights(dtype)
+        x, w1, w3, w2 = self._operands(x_SD)
         outs = []
-        for e, chunk in enumerate(torch.split(x_SD.to(dtype), counts, dim=0)):
+        for e, chunk in enumerate(torch.split(x, counts, dim=0)):
             outs.append((F.silu(chunk @ w1[e]) * (chunk @ w3[e])) @ w2[e])
         return torch.cat(outs, dim=0)
 
     def run_batched(self, x_ECD: torch.Tensor) -> torch.Tensor:
         """Every expert over its fixed-capacity slice ``[E, C, D]`` with three ``bmm``s."""
-        dtype = _compute_dtype(x_ECD)
-        w1, w3, w2 = self._weights(dtype)
-        x = x_ECD.to(dtype)
+        x, w1, w3, w2 = self._operands(x_ECD)
         return torch.bmm(F.silu(torch.bmm(x, w1)) * torch.bmm(x, w3), w2)
 
 

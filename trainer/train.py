@@ -44,11 +44,10 @@ import torch
 from torch import nn
 from zephyr.trainer.checkpoint import CheckpointManager
 from zephyr.trainer.config import ModelConfig, OptimConfig, TrainConfig, get_preset, model_config_from_dict
-from zephyr.trainer.data import Batcher, MixTracker, build_source, loader_options, schedule_samples
+from zephyr.trainer.data import Batcher, MixTracker, build_source, schedule_samples
 from zephyr.trainer.devices import (
     DeviceInfo,
     DistInfo,
-    destroy_distributed,
     init_distributed,
     parallelize,
     resolve_device,
@@ -93,11 +92,6 @@ def lr_at(step: int, cfg: OptimConfig, total_steps: int) -> float:
         return cfg.lr
     progress = min(1.0, (step - decay_start + 1) / decay_steps)
     return cfg.lr + (floor - cfg.lr) * progress
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
 
 
 @dataclass
@@ -219,7 +213,8 @@ class _PendingMetrics:
 
 
 def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
-    """Train (or resume) according to ``cfg``; see the module docstring for the step's anatomy.
+    """Train (or resume) according to ``cfg``: setup, resume, the step loop and the last metrics flush (see
+    the module docstring for the step's anatomy).
 
     ``device`` replaces ``resolve_device(cfg.device)``, e.g. ``resolve_device("xla", emulate=True)`` runs the
     XLA code path (capacity dispatch, step marks) on the CPU.
@@ -227,38 +222,34 @@ def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
     info = device if device is not None else resolve_device(cfg.device)
     dinfo = init_distributed(info)
     try:
-        return _train(cfg, info, dinfo)
+        run = _build_run(cfg, info, dinfo)
+        ckpt = (
+            CheckpointManager(cfg.checkpoint_dir, keep=cfg.keep_checkpoints) if cfg.checkpoint_dir else None
+        )
+        start, resumed_from = _resume(run, ckpt)
+        result = TrainResult(step=start, resumed_from=resumed_from)
+        if start >= cfg.steps:
+            log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
+            return result
+        flush = _MetricsFlush(run, start, result)
+        try:
+            _step_loop(run, ckpt, start, flush, result)
+            flush()
+        finally:
+            flush.logger.close()
+        return result
     finally:
-        destroy_distributed()
-
-
-def _train(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> TrainResult:
-    """Setup, resume, the step loop, and the last metrics flush (see the module docstring)."""
-    run = _build_run(cfg, info, dinfo)
-    ckpt = CheckpointManager(cfg.checkpoint_dir, keep=cfg.keep_checkpoints) if cfg.checkpoint_dir else None
-    start, resumed_from = _resume(cfg, run, ckpt, dinfo)
-    if start >= cfg.steps:
-        log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
-        return TrainResult(step=start, resumed_from=resumed_from)
-
-    logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=dinfo.is_main, start_step=start)
-    shown = TrainProgress(
-        total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=dinfo.is_main
-    )
-    result = TrainResult(step=start, resumed_from=resumed_from)
-    flush = _MetricsFlush(cfg, dinfo, run, logger, shown, result)
-    try:
-        _step_loop(cfg, info, dinfo, run, ckpt, start, flush, result)
-        flush()
-    finally:
-        logger.close()
-    return result
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 @dataclass
 class _Run:
     """What the step loop works on, built once per ``train`` call (``_build_run``)."""
 
+    cfg: TrainConfig
+    info: DeviceInfo
+    dinfo: DistInfo
     model: torch.nn.Module
     model_cfg_dict: dict[str, Any]
     optimizer: torch.optim.Optimizer
@@ -277,20 +268,13 @@ def _build_run(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> _Run:
     """Data source, model (parallelized), optimizer and batcher; logs the model's size on the main rank."""
     bf16 = info.bf16 if cfg.dtype == "auto" else cfg.dtype == "bf16"
     samples_per_step = cfg.batch_size * cfg.grad_accum * dinfo.world_size
+    vocab_size = resolve_model_config(cfg).vocab_size
     source, data_vocab = build_source(
-        cfg.data,
-        vocab_size=resolve_model_config(cfg).vocab_size,
-        seq_len=cfg.seq_len,
-        seed=cfg.seed,
+        cfg,
+        vocab_size=vocab_size,
         rank=dinfo.rank,
         world_size=dinfo.world_size,
-        **(
-            loader_options(
-                cfg, samples_per_step=samples_per_step, tokens_per_step=samples_per_step * cfg.seq_len
-            )
-            if cfg.data is not None
-            else {}
-        ),
+        samples_per_step=samples_per_step,
     )
     model_cfg = resolve_model_config(cfg, data_vocab)
     chosen = model_cfg.moe.dispatch if model_cfg.moe is not None else "loop"
@@ -323,31 +307,28 @@ def _build_run(cfg: TrainConfig, info: DeviceInfo, dinfo: DistInfo) -> _Run:
         bf16=bf16 and info.type != "cpu",
         activation_checkpointing=cfg.activation_checkpointing,
     )
-    autocast = (
-        torch.autocast(info.device.type, dtype=torch.bfloat16)
-        if bf16 and not dinfo.distributed
-        else contextlib.nullcontext()
-    )
     optimizer = build_optimizer(model, cfg.optim, info.type)
     batcher = Batcher(source, cfg.batch_size, vocab_size=model_cfg.vocab_size)
     return _Run(
+        cfg=cfg,
+        info=info,
+        dinfo=dinfo,
         model=model,
         model_cfg_dict=dataclasses.asdict(model_cfg),
         optimizer=optimizer,
         source=source,
         batcher=batcher,
-        autocast=autocast,
+        autocast=info.autocast(bf16 and not dinfo.distributed),  # FSDP2 casts itself (parallelize)
         samples_per_step=samples_per_step,
         flops_per_token=fpt,
         peak_flops=peak,
     )
 
 
-def _resume(
-    cfg: TrainConfig, run: _Run, ckpt: CheckpointManager | None, dinfo: DistInfo
-) -> tuple[int, int | None]:
+def _resume(run: _Run, ckpt: CheckpointManager | None) -> tuple[int, int | None]:
     """(first step to run, the checkpoint step resumed from or None): model, optimizer and loader position
     restored from the latest checkpoint; a mix schedule is re-anchored at the resume point."""
+    cfg = run.cfg
     if ckpt is None or (latest := ckpt.latest()) is None:
         return 0, None
     state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
@@ -361,7 +342,7 @@ def _resume(
             )
         )
     run.batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
-    if dinfo.is_main:
+    if run.dinfo.is_main:
         log.info("resumed from %s at step %d", latest, state.step)
     return state.step, state.step
 
@@ -370,19 +351,15 @@ class _MetricsFlush:
     """Reads the pending step's metrics (one step late, see the module docstring) and writes its record to
     the log, the progress display and the ``TrainResult``; calling it with nothing pending does nothing."""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        dinfo: DistInfo,
-        run: _Run,
-        logger: MetricsLogger,
-        shown: TrainProgress,
-        result: TrainResult,
-    ):
+    def __init__(self, run: _Run, start: int, result: TrainResult):
+        cfg, main = run.cfg, run.dinfo.is_main
+        self.logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=main, start_step=start)
+        self.shown = TrainProgress(
+            total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=main
+        )
         self.alarm = LossAlarm(cfg.spike_factor)
-        self.logger, self.shown, self.result, self.run = logger, shown, result, run
-        self.world_size = dinfo.world_size
-        self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * dinfo.world_size
+        self.result, self.run = result, run
+        self.tokens_per_step = run.samples_per_step * cfg.seq_len
         self.pending: _PendingMetrics | None = None
         self.last_time = time.perf_counter()
         self.filtering = getattr(run.source, "instance_filter", None) is not None
@@ -405,7 +382,7 @@ class _MetricsFlush:
             "lr": lr,
             "tokens": self.tokens_per_step,
             "tokens_per_s": tps,
-            "mfu": mfu(tps, self.run.flops_per_token, self.run.peak_flops, self.world_size),
+            "mfu": mfu(tps, self.run.flops_per_token, self.run.peak_flops, self.run.dinfo.world_size),
             "step_time_s": elapsed,
             "data_loading_s": pending.data_loading_s,
         }
@@ -438,18 +415,11 @@ def _router_record(load: torch.Tensor, bias: torch.Tensor, dropped: float) -> di
 
 
 def _step_loop(
-    cfg: TrainConfig,
-    info: DeviceInfo,
-    dinfo: DistInfo,
-    run: _Run,
-    ckpt: CheckpointManager | None,
-    start: int,
-    flush: _MetricsFlush,
-    result: TrainResult,
+    run: _Run, ckpt: CheckpointManager | None, start: int, flush: _MetricsFlush, result: TrainResult
 ) -> None:
     """Steps ``start`` .. ``cfg.steps - 1``: each step's metrics stay on the device until the next step has
     been issued (``flush``), and a due checkpoint is saved after its step's metrics were read."""
-    source = run.source
+    cfg, info, source = run.cfg, run.info, run.source
     mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
     filtered_before = getattr(source, "filtered", 0)
     run.model.train()
@@ -466,7 +436,8 @@ def _step_loop(
 
     for step in range(start, cfg.steps):
         lr = lr_at(step, cfg.optim, cfg.steps)
-        set_lr(run.optimizer, lr)
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr
         data_loading_s = 0.0
         out = train_step(
             run.model,
@@ -475,7 +446,7 @@ def _step_loop(
             grad_accum=cfg.grad_accum,
             grad_clip=cfg.optim.grad_clip,
             autocast=run.autocast,
-            all_reduce=dinfo.distributed,
+            all_reduce=run.dinfo.distributed,
         )
         info.mark_step()  # torch_xla: cut the lazy graph here, one compiled program per step
         scalars = torch.stack(
@@ -489,8 +460,11 @@ def _step_loop(
             ]
         )
         filtered_before = getattr(source, "filtered", 0)
-        if dinfo.distributed:
-            _average_losses(scalars)
+        if run.dinfo.distributed:  # the loss terms averaged over ranks, the filtered samples summed (last)
+            picked = scalars[[0, 1, -1]].clone()
+            torch.distributed.all_reduce(picked)  # one SUM then a division: gloo lacks AVG
+            scalars[:2] = picked[:2] / run.dinfo.world_size
+            scalars[-1] = picked[2]
         flush()  # the previous step's metrics; this step keeps running on the device meanwhile
         flush.pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
         flush.pending.data = mix.record()
@@ -510,14 +484,3 @@ def _step_loop(
                 schedule={"name": cfg.optim.schedule, "step": step + 1, "total_steps": cfg.steps},
             )
             flush.last_time = time.perf_counter()  # saving is not training time
-
-
-def _average_losses(scalars: torch.Tensor) -> None:
-    """Average the loss terms (first two entries) over ranks and sum the filtered-sample count (last);
-    one SUM then a division, since gloo lacks AVG."""
-    import torch.distributed as dist
-
-    picked = scalars[[0, 1, -1]].clone()
-    dist.all_reduce(picked)
-    scalars[:2] = picked[:2] / dist.get_world_size()
-    scalars[-1] = picked[2]

@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from zephyr.trainer.check import graph_breaks as graph_breaks_mod
-from zephyr.trainer.check.flops import count_flops, mfu_bounds
-from zephyr.trainer.check.graph_breaks import find_graph_breaks
-from zephyr.trainer.check.harness import Target, reduced_width
-from zephyr.trainer.check.host_syncs import find_host_syncs
-from zephyr.trainer.check.memory import estimate_memory, measure_cpu_peak
+import zephyr.trainer.check as check_module
+from zephyr.trainer.check import (
+    Target,
+    count_flops,
+    estimate_memory,
+    find_graph_breaks,
+    find_host_syncs,
+    measure_cpu_peak,
+    mfu_bounds,
+    reduced_width,
+)
 from zephyr.trainer.config import get_preset
 from zephyr.trainer.devices import resolve_device
 from zephyr.trainer.model import count_params
@@ -40,7 +45,7 @@ def test_tiny_step_has_no_graph_break(dispatch: str, device) -> None:  # noqa: A
 
 def test_a_graph_break_is_reported_with_its_source_line(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the trainer's dynamo settings the loop's ``.tolist()`` breaks the graph: named, with its line."""
-    monkeypatch.setattr(graph_breaks_mod, "dynamo_options", lambda model: {})
+    monkeypatch.setattr(check_module, "dynamo_options", lambda model: {})
     report = find_graph_breaks(
         _target("loop", model=reduced_width(TINY)), backward=False, optimizer_region=False
     )
@@ -110,7 +115,7 @@ def test_estimate_splits_parameters_adamw_and_activations() -> None:
     assert 8 * params <= estimate.optimizer_bytes < 8 * params + 4096
     assert estimate.parameter_bytes >= 4 * params
     checkpointed = estimate_memory(_target("grouped_mm", batch=4, seq=64, activation_checkpointing=True))
-    assert checkpointed.step.saved_activation_bytes < estimate.step.saved_activation_bytes / 2
+    assert checkpointed.saved_activation_bytes < estimate.saved_activation_bytes / 2
     assert checkpointed.peak_bytes < estimate.peak_bytes
 
 
@@ -121,7 +126,7 @@ def test_estimate_matches_a_measured_cpu_step(ac: bool) -> None:
 
     model = dataclasses.replace(reduced_width(get_preset("moe-785m")), d_model=192, vocab_size=8192)
     target = _target("grouped_mm", model=model, batch=4, seq=512, activation_checkpointing=ac)
-    estimated = estimate_memory(target).step.peak_bytes
+    estimated = estimate_memory(target).step_peak_bytes
     measured = measure_cpu_peak(target)
     assert estimated == pytest.approx(measured, rel=0.15), (estimated / 2**20, measured / 2**20)
 
@@ -135,13 +140,13 @@ def test_mfu_bounds_for_moe_785m_on_an_h100() -> None:
         peak_flops=989e12,
         step_time_s=0.15,
     )
-    assert bounds.step_time_s_for_target_mfu == pytest.approx(16 * 2048 * 1.1397e9 / (0.3 * 989e12))
+    assert bounds["step_time_s_for_target_mfu"] == pytest.approx(16 * 2048 * 1.1397e9 / (0.3 * 989e12))
     assert (
-        0.125 < bounds.step_time_s_for_target_mfu < 0.127
-        and 260_000 < bounds.tokens_per_s_for_target_mfu < 261_000
+        0.125 < bounds["step_time_s_for_target_mfu"] < 0.127
+        and 260_000 < bounds["tokens_per_s_for_target_mfu"] < 261_000
     )
-    assert bounds.mfu_upper_bound == pytest.approx(1.1397 / 1.1415)
-    assert bounds.mfu_at_step_time == pytest.approx(0.3 * bounds.step_time_s_for_target_mfu / 0.15)
+    assert bounds["mfu_upper_bound"] == pytest.approx(1.1397 / 1.1415)
+    assert bounds["mfu_at_step_time"] == pytest.approx(0.3 * bounds["step_time_s_for_target_mfu"] / 0.15)
 
 
 # ---- command line --------------------------------------------------------------------------------------------

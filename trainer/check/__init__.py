@@ -1,1 +1,0 @@
-"""``zephyr train check``: what decides the accelerator run, measured on a CPU before a GPU is booked."""
