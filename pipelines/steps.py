@@ -951,7 +951,7 @@ class TokenizeStep(Step, type="tokenize"):
             "tokenizer": tokenizer,
             "output": output,
             **columns,
-            **self.shards.writer_kwargs(),
+            **dataclasses.asdict(self.shards),
         }
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize._pack import SPILL_VERSION, numeric_array, spill_name, write_spill
+from zephyr.tokenize._pack import SPILL_VERSION, spill_name, write_spill
 from zephyr.tokenize.shards import token_dtype
 from zephyr.tokenize.tokenizer import TextTokenizer
 
@@ -240,6 +240,7 @@ class TokenizeBatch:
     def _output(self, held: _Held) -> Any:
         """One batch's spill file and references (+ its quarantined null texts), once its encoding is done."""
         import pyarrow as pa
+        from zephyr.shuffle.writer import numpy_to_arrow
 
         from zephyr import counters
         from zephyr.ops import BatchOutput
@@ -253,11 +254,11 @@ class TokenizeBatch:
         name = spill_name(hi, lo, num_tokens)
         write_spill(self.spill_dir, name, body)
         columns = {
-            "key_hi": numeric_array(hi, pa.uint64()),
-            "key_lo": numeric_array(lo, pa.uint64()),
-            "num_tokens": numeric_array(num_tokens, pa.int64()),
+            "key_hi": numpy_to_arrow(hi.astype(np.uint64, copy=False)),
+            "key_lo": numpy_to_arrow(lo.astype(np.uint64, copy=False)),
+            "num_tokens": numpy_to_arrow(num_tokens.astype(np.int64, copy=False)),
             "spill_file": _repeated(name, len(lengths)),
-            "spill_offset": numeric_array(starts * dtype.itemsize, pa.int64()),
+            "spill_offset": numpy_to_arrow(starts * dtype.itemsize),
         }
         if self.source_column:
             columns["source"] = table[self.source_column].cast(pa.string())

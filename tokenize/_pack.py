@@ -31,8 +31,8 @@ with one ``preadv`` per document straight into the output buffer; elsewhere with
 file (s3fs and gcsfs fetch the ranges concurrently). Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
 in the packer's RSS until unmapped, and the point of packing in batches is a peak RSS bounded by the batch.
 
-Arrow arrays to and from numpy and Python values through their buffers, for the writer's jobs (``numeric_array``,
-``numeric_values``, ``string_array``): pyarrow's convenient paths probe for pandas and import it on first use (``pa.array(ndarray)``,
+Arrow arrays to and from numpy and Python values through their buffers, for the writer's jobs (``numeric_values``,
+``string_array``; numeric arrays: ``zephyr.shuffle.writer.numpy_to_arrow``): pyarrow's convenient paths probe for pandas and import it on first use (``pa.array(ndarray)``,
 ``Array.to_numpy``, ``Table.from_pylist``): ~0.3-0.4 s in a process that has not imported it, which is the
 driver when the writer runs there (``writer.DRIVER_MAX_WORKERS``). These build the same arrays from buffers.
 """
@@ -55,14 +55,6 @@ from zephyr.io.checksum import Checksummed, record_side_file
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-def numeric_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
-    """A null-free ``type_`` Arrow array over ``values`` (cast to its numpy dtype), without a pandas probe."""
-    import pyarrow as pa
-
-    values = np.ascontiguousarray(values, dtype=type_.to_pandas_dtype())
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
 def numeric_values(array: pa.Array) -> np.ndarray:
@@ -328,18 +320,16 @@ class PackPartition:
         )
 
     def _batches(self, parquet: Any, columns: list[str]) -> Any:
-        """The partition's documents as tables with a ``tokens`` column, ``batch_rows`` documents at a time."""
-        with SpillFiles(self.spill_dir) as spill_files:  # open once per task, not once per document
-            for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
-                yield self._table(batch, spill_files)
-
-    def _table(self, batch: Any, spill_files: SpillFiles) -> Any:
+        """The partition's documents as tables with a ``tokens`` column (and ``source`` when the references
+        have one), ``batch_rows`` documents at a time."""
         import pyarrow as pa
 
-        out = {"tokens": self._tokens(batch, spill_files)}
-        if "source" in batch.schema.names:
-            out["source"] = batch.column("source")
-        return pa.Table.from_arrays(list(out.values()), names=list(out))
+        with SpillFiles(self.spill_dir) as spill_files:  # open once per task, not once per document
+            for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
+                out = {"tokens": self._tokens(batch, spill_files)}
+                if "source" in batch.schema.names:
+                    out["source"] = batch.column("source")
+                yield pa.Table.from_arrays(list(out.values()), names=list(out))
 
     def __call__(self, table: Any) -> Any:
         """The ``map_batches`` function: one output row per partition (``index``, ``shard`` and ``per_source``
@@ -347,6 +337,7 @@ class PackPartition:
         which imports pandas (~0.3 s in the driver, where the writer runs on up to 2 workers). Rows are packed
         ``threads`` at a time: reading spills, writing and hashing the shard release the GIL."""
         import pyarrow as pa
+        from zephyr.shuffle.writer import numpy_to_arrow
 
         rows = table.to_pylist()
         if self.threads > 1 and len(rows) > 1:
@@ -358,7 +349,7 @@ class PackPartition:
             rows = [self.pack(row) for row in rows]
         return pa.Table.from_arrays(
             [
-                numeric_array(np.array([r["index"] for r in rows], dtype=np.int64), pa.int64()),
+                numpy_to_arrow(np.array([r["index"] for r in rows], dtype=np.int64)),
                 string_array([r["shard"] for r in rows]),
                 string_array([r["per_source"] for r in rows]),
             ],

@@ -405,6 +405,13 @@ class Gatherer:
         else:
             self._gather_spans(plan, positions, out)
 
+    def _pad(self, out: np.ndarray, rows: np.ndarray, ids_from: np.ndarray, labels_from: np.ndarray) -> None:
+        """In ``rows``: the pad id from column ``ids_from`` on, no label (``IGNORE_INDEX``) from ``labels_from`` on."""
+        ids, labels = out[0][rows], out[1][rows]
+        ids[self._arange >= ids_from[:, None]] = self.pad_id
+        labels[self._arange >= labels_from[:, None]] = IGNORE_INDEX
+        out[0][rows], out[1][rows] = ids, labels
+
     # ---- contiguous packings --------------------------------------------------------------------------
     def segments(
         self, source: np.ndarray, shard: np.ndarray, start: np.ndarray, length: np.ndarray
@@ -466,12 +473,7 @@ class Gatherer:
         np.copyto(out[1], buffer[:, 1:], casting="unsafe")
         short = np.flatnonzero(length < L + 1)
         if len(short):  # documents packing: padding after the sample's tokens, no labels past its last
-            ids = out[0][short]
-            ids[self._arange >= length[short, None]] = self.pad_id
-            out[0][short] = ids
-            labels = out[1][short]
-            labels[self._arange >= (length[short] - 1)[:, None]] = IGNORE_INDEX
-            out[1][short] = labels
+            self._pad(out, short, length[short], length[short] - 1)
         first = int(positions[0])
         # consecutive samples (batches, single process): slice the block's segments
         if first + n - 1 == int(positions[-1]):
@@ -533,11 +535,7 @@ class Gatherer:
         padded = np.flatnonzero(fill < L)
         seg_start, seg_len = row * L + offset, length  # positions: a segment per piece, one per padding
         if len(padded):
-            pad = self._arange >= fill[padded, None]
-            ids_p, labels_p = out[0][padded], out[1][padded]
-            ids_p[pad] = self.pad_id
-            labels_p[pad] = IGNORE_INDEX
-            out[0][padded], out[1][padded] = ids_p, labels_p
+            self._pad(out, padded, fill[padded], fill[padded])
             seg_start = np.concatenate([seg_start, padded * L + fill[padded]])
             seg_len = np.concatenate([seg_len, L - fill[padded]])
             order = np.argsort(seg_start)

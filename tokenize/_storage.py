@@ -142,35 +142,31 @@ class ShardStore:
         return target
 
     def _download(self, shard: ShardInfo, file: ShardFile, target: str, *, required: bool = True) -> bool:
-        """Copy one remote file into the cache (False: skipped, the budget had no room and it can wait)."""
+        """Copy one remote file into the cache, verified under a temporary name (False: skipped, the budget
+        had no room and it can wait)."""
+        import fsspec
+
         assert self.cache_dir is not None
         os.makedirs(self.cache_dir, exist_ok=True)
         budget = self.budget
         if budget is not None and not budget.make_room(file.bytes, required=required) and not required:
             return False
+        tmp = None
         try:
-            self._copy(shard, file, target)
-        finally:
-            if budget is not None:
-                budget.release(file.bytes)
-        return True
-
-    def _copy(self, shard: ShardInfo, file: ShardFile, target: str) -> None:
-        import fsspec
-
-        assert self.cache_dir is not None
-        url = join_path(self.manifest.root, file.path)
-        fs, remote_path = fsspec.core.url_to_fs(url)
-        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
-        os.close(fd)
-        try:
+            url = join_path(self.manifest.root, file.path)
+            fs, remote_path = fsspec.core.url_to_fs(url)
+            fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=".part-")
+            os.close(fd)
             log.info("caching shard %s file %s -> %s", shard.name, url, target)
             fs.get_file(remote_path, tmp)
             self._check(shard, file, tmp, where=url)
             os.replace(tmp, target)
         finally:
-            if os.path.exists(tmp):
+            if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
+            if budget is not None:
+                budget.release(file.bytes)
+        return True
 
     def close(self, index: int) -> None:
         """Forget the shard's memory map (before its cached copy is evicted)."""
@@ -296,19 +292,10 @@ class CacheBudget:
         self._owners: dict[str, tuple[ShardStore, int]] = {}
         for store in self.stores:
             for index, shard in enumerate(store.manifest.shards):
-                self._owners[os.path.basename(store.cache_path(shard.files["tokens"]))] = (store, index)
+                self._owners[f"{shard.files['tokens'].sha256}.npy"] = (store, index)  # its name in the cache
 
     def touch(self, path: str) -> None:
         self._used[os.path.basename(path)] = time.monotonic()
-
-    def _entries(self) -> list[tuple[str, int, float]]:
-        out = []
-        with os.scandir(self.cache_dir) as it:
-            for entry in it:
-                if entry.is_file() and not entry.name.startswith(".part-"):
-                    stat = entry.stat()
-                    out.append((entry.name, stat.st_size, self._used.get(entry.name, stat.st_mtime - 1e12)))
-        return out
 
     def _has_other_copy(self, name: str, size: int) -> bool:
         owner = self._owners.get(name)
@@ -339,7 +326,15 @@ class CacheBudget:
             return fits
 
     def _make_room(self, new_bytes: int, required: bool) -> bool:
-        entries = self._entries() if os.path.isdir(self.cache_dir) else []
+        entries = []  # (name, size, last use) of each cache file; the last use falls back to its mtime
+        if os.path.isdir(self.cache_dir):
+            with os.scandir(self.cache_dir) as it:
+                for entry in it:
+                    if entry.is_file() and not entry.name.startswith(".part-"):
+                        stat = entry.stat()
+                        entries.append(
+                            (entry.name, stat.st_size, self._used.get(entry.name, stat.st_mtime - 1e12))
+                        )
         used = sum(size for _, size, _ in entries) + self._reserved
         for name, size, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
             if used + new_bytes <= self.limit_bytes:
@@ -390,13 +385,9 @@ class ShardPrefetcher:
             self._wanted = wanted
             self._generation += 1
             if self.budget is not None:
-                self.budget.pinned = {
-                    os.path.basename(
-                        self.stores[s].cache_path(self.stores[s].manifest.shards[k].files["tokens"])
-                    )
-                    for s, k in wanted
-                    if self.stores[s].remote
-                }
+                stores = self.stores  # the cache names of the wanted tokens files
+                pinned = [stores[s].manifest.shards[k].files["tokens"] for s, k in wanted if stores[s].remote]
+                self.budget.pinned = {f"{file.sha256}.npy" for file in pinned}
             self._cond.notify_all()
 
     def _next(self) -> tuple[int, int] | None:

@@ -89,7 +89,7 @@ def _writer_arguments(
     explain tokenize`` (``zephyr.tokenize.writer.plan_text`` takes the same)."""
     return {
         **dataclasses.asdict(columns),
-        **config.writer_kwargs(),
+        **dataclasses.asdict(config),
         "unify_schemas": inputs.unify_schemas,
         "schema": inputs.schema,
         "on_error": inputs.on_error,

@@ -5,15 +5,17 @@ share, declared once.
 Standard library only (and ``zephyr.config``), so loading a pipeline config or building the CLI imports no
 tokenizer, numpy or pyarrow.
 
->>> TokenizeConfig(shard_bytes="4MB", seed=3).writer_kwargs()["shard_bytes"]
+Its fields are ``write_token_shards`` keyword arguments (``dataclasses.asdict(config)``):
+
+>>> import dataclasses
+>>> dataclasses.asdict(TokenizeConfig(shard_bytes="4MB", seed=3))["shard_bytes"]
 '4MB'
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from zephyr.config import FieldError, require_at_least
 from zephyr.errors import ConfigError
@@ -44,7 +46,3 @@ class TokenizeConfig:
             parse_bytes(self.shard_bytes)
         except (ConfigError, ValueError) as exc:
             raise FieldError("shard_bytes", f"not a byte size ({exc}); e.g. 64MB") from None
-
-    def writer_kwargs(self) -> dict[str, Any]:
-        """These settings as ``write_token_shards`` keyword arguments."""
-        return dataclasses.asdict(self)

@@ -89,7 +89,7 @@ from zephyr.tokenize._storage import CacheBudget, ShardPrefetcher, ShardStore, u
 from zephyr.tokenize.mixing import Mixture, derive_key, normalize_weights, permute
 from zephyr.tokenize.shards import read_manifest
 
-from zephyr.config import describe_type, fits
+from zephyr.config import describe_type, describe_value, fits
 from zephyr.errors import ConfigError, ResumeError
 
 log = logging.getLogger(__name__)
@@ -164,23 +164,34 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self.packing_window = packing_window
         self.cache_dir, self.verify, self.instance_filter = cache_dir, verify, instance_filter
         self.prefetch_shards, self.cache_limit_bytes = prefetch_shards, cache_limit_bytes
-        self._check_arguments()
-        weights = _source_weights(sources)
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self._sources = [  # one per path, in order: its manifest read, its store opened
-            TokenSource(
-                path,
-                ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify),
-                seq_len,
-                packing,
-                packing_window,
+        if seq_len < 1:  # refuse, naming the argument, what the loader cannot run with (see the Args above)
+            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if batch_size is not None and batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
+        if packing not in PACKINGS:
+            raise ConfigError(f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {packing!r}")
+        if packing_window < 1 or prefetch_shards < 0:
+            raise ConfigError(
+                f"need packing_window >= 1 and prefetch_shards >= 0, got {packing_window}, {prefetch_shards}"
             )
-            for path in weights
-        ]
+        if isinstance(sources, str):  # {path: weight}: a path, a mapping or a list of paths (weight 1 each)
+            weights = {sources: 1.0}
+        elif isinstance(sources, Mapping):
+            weights = {str(k): float(v) for k, v in sources.items()}
+        else:
+            weights = {str(p): 1.0 for p in sources}
+        if not weights:
+            raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        # one source per path, in order: its manifest read, its store opened
+        opened = [(p, ShardStore(read_manifest(p), cache_dir=cache_dir, verify=verify)) for p in weights]
+        self._sources = [TokenSource(p, store, seq_len, packing, packing_window) for p, store in opened]
         if num_epochs is not None and len(self._sources) > 1:
             raise ConfigError("num_epochs applies to a single source; a mixture runs until you stop it")
         self.pad_id = self._sources[0].store.manifest.eos_id if pad_id is None else pad_id
-        self._mixture = Mixture.build(
+        self._mixture = Mixture(
             self.sources,
             weights,
             tokens=[src.store.manifest.num_tokens for src in self._sources],
@@ -192,7 +203,12 @@ class TokenLoader(torch.utils.data.IterableDataset):
         )
         self._mixture.set_schedule(schedule)
         self._source_keys = [derive_key(seed, 0x5EED, i) for i in range(len(self._sources))]
-        self._fingerprint = self._make_fingerprint()
+        # the data and settings a saved position belongs to: the shard sets, seq_len and packing
+        packing_key = f"{packing}:{packing_window}" if packing == "best-fit" else packing
+        digest = hashlib.sha256(f"{seq_len}|{packing_key}|".encode())
+        for source in self._sources:
+            digest.update(source.store.manifest.fingerprint().encode())
+        self._fingerprint = digest.hexdigest()[:16]
         self._gatherer = Gatherer(self._sources, seq_len, self.pad_id)
         self._prefetcher: ShardPrefetcher | None = None
         # position: the global index where this run (re)started, the per-source counters there, and how many
@@ -201,36 +217,19 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._start_counts = np.zeros(len(self._sources), dtype=np.int64)
         self._yielded = 0
         self.filtered = 0  # samples this rank's instance filter flagged (main process)
-        self._weights_version = 0
+        # changes whenever the weights or the position are set anew (set_weights, set_schedule,
+        # load_state_dict): iterators and DataLoader workers started before then hold stale copies
+        self.weights_version = 0
         # set by DataLoader workers that no TokenDataLoader started; shared with them (the module docstring)
         self.worker_guard = WorkerGuard()
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
-
-    def _check_arguments(self) -> None:
-        """Refuse, naming the argument, what the loader cannot run with (see the Args above)."""
-        seq_len, rank, world_size, batch_size = self.seq_len, self.rank, self.world_size, self.batch_size
-        if seq_len < 1:
-            raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-        if batch_size is not None and batch_size < 1:
-            raise ConfigError(f"batch_size must be >= 1 or None, got {batch_size}")
-        if self.packing not in PACKINGS:
-            raise ConfigError(
-                f"packing must be one of {', '.join(map(repr, PACKINGS))}, got {self.packing!r}"
-            )
-        if self.packing_window < 1 or self.prefetch_shards < 0:
-            raise ConfigError(
-                f"need packing_window >= 1 and prefetch_shards >= 0, got {self.packing_window}, "
-                f"{self.prefetch_shards}"
-            )
 
     # ---- configuration ---------------------------------------------------------------------------------
     def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
         """Replace the weight schedule: ``[(global sample index, {path: weight}), ...]`` on top of the initial
         weights (before iterating, or between steps on every rank)."""
         self._mixture.set_schedule(schedule)
-        self._weights_version += 1
+        self.weights_version += 1
 
     @property
     def weights(self) -> dict[str, float]:
@@ -255,23 +254,10 @@ class TokenLoader(torch.utils.data.IterableDataset):
     def sources(self) -> list[str]:
         return [s.name for s in self._sources]
 
-    def _make_fingerprint(self) -> str:
-        packing = f"{self.packing}:{self.packing_window}" if self.packing == "best-fit" else self.packing
-        digest = hashlib.sha256(f"{self.seq_len}|{packing}|".encode())
-        for source in self._sources:
-            digest.update(source.store.manifest.fingerprint().encode())
-        return digest.hexdigest()[:16]
-
     @property
     def consumed(self) -> int:
         """Global samples consumed, assuming every rank has yielded as many as this one."""
         return self._start + self._yielded * self.world_size
-
-    @property
-    def weights_version(self) -> int:
-        """Changes whenever the weights or the position are set anew (``set_weights``, ``set_schedule``,
-        ``load_state_dict``): iterators and DataLoader workers started before then hold stale copies."""
-        return self._weights_version
 
     def count_worker_samples(self, labels: torch.Tensor) -> None:
         """Advance this rank's position past the samples (rows of ``labels``) that DataLoader workers produced
@@ -313,7 +299,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         g = self.consumed
         self._set_start(g, self._counts_at(g))
         self._mixture.set_weights(g, values)
-        self._weights_version += 1
+        self.weights_version += 1
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
@@ -359,7 +345,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
             log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
         self._set_start(g, counts)
         self.worker_guard.reset()  # the position is known again
-        self._weights_version += 1
+        self.weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
     def _limit(self) -> int | None:
@@ -419,15 +405,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
             base_counts = plan.counts_end
 
     # ---- iteration -------------------------------------------------------------------------------------
-    def _allocate(self, n: int, in_worker: bool) -> torch.Tensor:
-        """``[3, n, seq_len]`` int64 for one gather (input_ids, labels, positions).
-
-        In a DataLoader worker it is allocated in shared memory: torch moves a tensor's storage to shared
-        memory when it crosses the worker queue, which would otherwise copy every item once more.
-        """
-        shape = (3, n, self.seq_len)
-        return shared_empty(shape) if in_worker else torch.empty(shape, dtype=torch.int64)
-
     def _start_prefetcher(self) -> ShardPrefetcher | None:
         """The prefetch thread of this process (remote sets with ``prefetch_shards`` > 0 only)."""
         stores = [src.store for src in self._sources]
@@ -484,7 +461,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         if not in_main:
             self.worker_guard.mark_plain_worker()
         chunk = batch_size or 1
-        version = self._weights_version
+        version = self.weights_version
         start_yielded = self._yielded
         prefetcher = self._start_prefetcher()
         blocks = self._blocks(chunk, self.consumed, self._counts_at(self.consumed))
@@ -504,7 +481,10 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 if prefetcher is not None:
                     later = [plan] if ahead is None else [plan, ahead[1]]
                     prefetcher.want(upcoming_shards(later, int(positions[0]), self.prefetch_shards))
-                out = self._allocate(len(positions), not in_main)
+                # int64 [3, n, seq_len] (input_ids, labels, positions); in a DataLoader worker in shared memory:
+                # torch moves a tensor there when it crosses the worker queue, which would copy every item again
+                shape = (3, len(positions), self.seq_len)
+                out = torch.empty(shape, dtype=torch.int64) if in_main else shared_empty(shape)
                 array = out.numpy()
                 self._gatherer.gather(plan, positions, array)
                 dropped = self._filter(array, plan.length[positions])
@@ -521,7 +501,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
                     if in_main:
                         self._yielded = start_yielded + k + done  # before the yield: state_dict() sees it
                     yield item
-                    if in_main and self._weights_version != version:
+                    if in_main and self.weights_version != version:
                         return True  # set_weights/load_state_dict between steps: continue from the new state
         return False
 
@@ -565,19 +545,6 @@ def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, An
         current = following if look_ahead else next(items, None)
 
 
-def _source_weights(sources: str | Mapping[str, float] | Sequence[str]) -> dict[str, float]:
-    """``{path: weight}`` from a path, a mapping or a list of paths (weight 1 each); refuses none."""
-    if isinstance(sources, str):
-        weights = {sources: 1.0}
-    elif isinstance(sources, Mapping):
-        weights = {str(k): float(v) for k, v in sources.items()}
-    else:
-        weights = {str(p): 1.0 for p in sources}
-    if not weights:
-        raise ConfigError("sources is empty; give a shard-set path or {path: weight}")
-    return weights
-
-
 _STATE_KEYS = {"version": int, "seed": int, "consumed": int, "fingerprint": str, "counts": list[int]}
 _STATE_KEYS |= {"weights": list[float], "sources": list[str] | None}
 """What ``state_dict`` writes: numbers >= 0 but the weights, which are finite."""
@@ -597,13 +564,8 @@ def _check_plain(state: Any) -> None:
         ):
             what = describe_type(hint) + ("" if key in ("weights", "fingerprint", "sources") else " >= 0")
             raise ResumeError(
-                f"loader state {key!r} must be {what}, got {_short(value)}; resume from a checkpoint zephyr wrote"
+                f"loader state {key!r} must be {what}, got {describe_value(value)}; resume from a checkpoint zephyr wrote"
             )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class WorkerGuard:

@@ -177,38 +177,21 @@ def mix_weights(
 
 
 class Mixture:
-    """The source of each global sample index (see the module docstring).
+    """The source of each global sample index (see the module docstring): the mixture of a loader, from
+    explicit ``weights`` or ``mix_weights(mix)`` of the sources' ``tokens``.
 
     Args:
         names: source names (for messages and logs).
-        weights: initial normalized weights (at g = 0, or at the loader's start).
+        weights: ``{name: weight}`` (at g = 0, or at the loader's start), unless ``mix`` derives them.
+        tokens: tokens in each source (what ``mix`` weighs).
         samples: samples in one epoch of each source.
         key: the choice key (derived from the seed).
-        max_epochs: per-source epoch caps (``inf``: none).
+        mix / budget_tokens: ``mix_weights``' spec and UniMax's training budget.
+        max_epochs: one cap for all sources or ``{name: epochs}`` (default: the cap ``mix`` implies; none).
     """
 
     def __init__(
         self,
-        names: Sequence[str],
-        weights: np.ndarray,
-        samples: Sequence[int],
-        key: int,
-        max_epochs: Sequence[float] | None = None,
-    ):
-        self.names = list(names)
-        self.key = key
-        self.initial = np.asarray(weights, dtype=np.float64)
-        self.changes: list[tuple[int, np.ndarray]] = [(0, self.initial)]
-        epochs = np.full(len(self.names), np.inf) if max_epochs is None else np.asarray(max_epochs, float)
-        self.max_epochs = epochs
-        self.caps = np.array(
-            [_UNCAPPED if math.isinf(e) else int(e * n) for e, n in zip(epochs, samples)], dtype=np.int64
-        )
-        self._logged: set[int] = set()
-
-    @classmethod
-    def build(
-        cls,
         names: Sequence[str],
         weights: Mapping[str, float],
         *,
@@ -218,10 +201,8 @@ class Mixture:
         mix: str | None = None,
         budget_tokens: float | None = None,
         max_epochs: float | Mapping[str, float] | None = None,
-    ) -> Mixture:
-        """The mixture of a loader: explicit ``weights`` or ``mix_weights(mix)`` from the sources' ``tokens``;
-        ``max_epochs`` one cap for all or ``{name: epochs}`` (default: the cap ``mix`` implies)."""
-        names = list(names)
+    ):
+        self.names = names = list(names)
         implied = None
         if mix is not None:
             values, implied = mix_weights(mix, tokens, budget_tokens=budget_tokens)
@@ -244,7 +225,14 @@ class Mixture:
             caps = [math.inf if max_epochs is None else float(max_epochs)] * len(names)
         if any(not c > 0 for c in caps):
             raise ConfigError(f"max_epochs must be > 0, got {dict(zip(names, caps))}")
-        return cls(names, values, samples, key, caps)
+        self.key = key
+        self.initial = values
+        self.changes: list[tuple[int, np.ndarray]] = [(0, self.initial)]
+        self.max_epochs = caps
+        self.caps = np.array(
+            [_UNCAPPED if math.isinf(e) else int(e * n) for e, n in zip(caps, samples)], dtype=np.int64
+        )
+        self._logged: set[int] = set()
 
     def set_schedule(self, schedule: Sequence[tuple[int, Mapping[str, float]]]) -> None:
         """Weights ``[(g, {name: weight}), ...]`` on top of the initial weights (replacing any earlier schedule
@@ -266,14 +254,11 @@ class Mixture:
             current = weights
         return current
 
-    def set_weights(self, g: int, weights: np.ndarray, *, keep_later: bool = True) -> None:
-        """``weights`` from index g on; later scheduled changes still apply unless ``keep_later`` is False."""
-        later = [(a, w) for a, w in self.changes if a > g] if keep_later else []
+    def set_weights(self, g: int, weights: np.ndarray) -> None:
+        """``weights`` from index g on; later scheduled changes still apply."""
+        later = [(a, w) for a, w in self.changes if a > g]
         earlier = [(a, w) for a, w in self.changes if a < g]
         self.changes = [*earlier, (g, np.asarray(weights, dtype=np.float64)), *later]
-
-    def _next_change(self, g: int) -> int:
-        return next((a for a, _ in self.changes if a > g), _UNCAPPED)
 
     # ---- choices ---------------------------------------------------------------------------------------
     def choose(self, lo: int, hi: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -282,7 +267,7 @@ class Mixture:
         out = np.empty(max(0, hi - lo), dtype=np.int64)
         g = lo
         while g < hi:
-            end = min(hi, self._next_change(g))
+            end = min(hi, next((a for a, _ in self.changes if a > g), _UNCAPPED))  # the next weight change
             weights = self.weights_at(g) * (counts < self.caps)
             if weights.sum() <= 0:
                 out[g - lo :] = -1

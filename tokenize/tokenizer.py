@@ -94,11 +94,9 @@ def parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
             float: "a number",
             bool: "a boolean",
         }
-        found = (
-            "an object without a 'model' object"
-            if isinstance(config, dict)
-            else kinds.get(type(config), "null")
-        )
+        found = kinds.get(type(config), "null")
+        if isinstance(config, dict):
+            found = "an object without a 'model' object"
         raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
     return config
 

@@ -253,23 +253,6 @@ def iter_sample(
         counts.files_sampled += taken > 0
 
 
-def _check_special_tokens(special_tokens: Sequence[str]) -> tuple[str, ...]:
-    tokens = tuple(special_tokens)
-    if not tokens:
-        raise ConfigError(
-            "give at least one special token: the first is the end-of-text (EOS) token that token shards append "
-            f"to every document (e.g. --special-tokens {DEFAULT_SPECIAL_TOKENS[0]})"
-        )
-    for token in tokens:
-        if not isinstance(token, str) or not token or token != token.strip():
-            raise ConfigError(
-                f"special token {token!r} must be a non-empty string without surrounding whitespace"
-            )
-    if len(set(tokens)) != len(tokens):
-        raise ConfigError(f"special tokens repeat: {list(tokens)}")
-    return tokens
-
-
 def _output_file(output: str) -> str:
     """``output``, or ``output/tokenizer.json`` for an existing folder; its folder is checked writable now, so
     a bad location fails before the training, not after it (``zephyr.io.paths.check_output_dir``)."""
@@ -316,11 +299,12 @@ def train_tokenizer(
     cannot train a tokenizer), ``SchemaError`` for a missing or non-string text column, ``ConfigError`` for
     bad settings.
     """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     from zephyr.io.paths import write_bytes_atomic
 
     started = time.perf_counter()
-    tokens = _check_special_tokens(special_tokens)
-    _check_settings(vocab_size, min_frequency, on_error, len(tokens))
+    tokens = _check_settings(vocab_size, min_frequency, on_error, special_tokens)
     bound = sample_bound(sample_bytes, memory_budget)
     output = _output_file(output)
     counts = _SampleCounts()
@@ -328,9 +312,25 @@ def train_tokenizer(
         inputs, bound, text_column=text_column, format=format, on_error=on_error, counts=counts
     )
 
-    tokenizer, trainer = _byte_level_bpe(vocab_size, min_frequency, tokens)
+    # an untrained byte-level BPE and its trainer: the 256 byte ids first, then the special tokens
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator(sample, trainer=trainer)
-    _require_text(counts, text_column)
+    if counts.sample_bytes == 0:  # an empty input is valid input, but it cannot train a tokenizer
+        where = f"{counts.files} file(s)" if counts.files else "the input"
+        raise InputError(
+            f"no text to train a tokenizer on: {where} hold no non-empty {text_column!r} values"
+            + (f" ({counts.rows_quarantined} unreadable row(s) skipped)" if counts.rows_quarantined else "")
+            + "; give inputs with text (an empty input cannot train a tokenizer)"
+        )
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
     if learned < vocab_size:
         log.warning(
@@ -347,22 +347,34 @@ def train_tokenizer(
         output=output,
         sha256=hashlib.sha256(data).hexdigest(),
         vocab_size=learned,
-        files=counts.files,
-        files_sampled=counts.files_sampled,
-        documents=counts.documents,
-        sample_bytes=counts.sample_bytes,
         bound_bytes=bound,
-        rows_quarantined=counts.rows_quarantined,
         seconds=round(time.perf_counter() - started, 3),
         special_tokens=tokens,
+        **asdict(counts),  # files, files_sampled, documents, sample_bytes, rows_quarantined
     )
     log.info("tokenizer: %s", json.dumps(result.to_dict()))
     return result
 
 
-def _check_settings(vocab_size: int, min_frequency: int, on_error: str, special: int) -> None:
-    """Refuse, naming the value, a vocabulary too small for the byte ids and ``special`` special tokens, a
-    min_frequency below 1, or an unknown on_error."""
+def _check_settings(
+    vocab_size: int, min_frequency: int, on_error: str, special_tokens: Sequence[str]
+) -> tuple[str, ...]:
+    """The special tokens, after refusing, naming the value, none or a bad or repeated one, a vocabulary too
+    small for the byte ids and the special tokens, a min_frequency below 1, or an unknown on_error."""
+    tokens = tuple(special_tokens)
+    if not tokens:
+        raise ConfigError(
+            "give at least one special token: the first is the end-of-text (EOS) token that token shards append "
+            f"to every document (e.g. --special-tokens {DEFAULT_SPECIAL_TOKENS[0]})"
+        )
+    for token in tokens:
+        if not isinstance(token, str) or not token or token != token.strip():
+            raise ConfigError(
+                f"special token {token!r} must be a non-empty string without surrounding whitespace"
+            )
+    if len(set(tokens)) != len(tokens):
+        raise ConfigError(f"special tokens repeat: {list(tokens)}")
+    special = len(tokens)
     if (
         isinstance(vocab_size, bool)
         or not isinstance(vocab_size, int)
@@ -376,31 +388,4 @@ def _check_settings(vocab_size: int, min_frequency: int, on_error: str, special:
         raise ConfigError(f"min_frequency must be an integer >= 1, got {min_frequency!r}")
     if on_error not in ("raise", "quarantine"):
         raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
-
-
-def _byte_level_bpe(vocab_size: int, min_frequency: int, tokens: Sequence[str]) -> tuple[Any, Any]:
-    """An untrained byte-level BPE tokenizer and its trainer (the 256 byte ids first, then ``tokens``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(tokens),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    return tokenizer, trainer
-
-
-def _require_text(counts: _SampleCounts, text_column: str) -> None:
-    """Refuse a sample without text: an empty input is valid input, but it cannot train a tokenizer."""
-    if counts.sample_bytes == 0:
-        where = f"{counts.files} file(s)" if counts.files else "the input"
-        raise InputError(
-            f"no text to train a tokenizer on: {where} hold no non-empty {text_column!r} values"
-            + (f" ({counts.rows_quarantined} unreadable row(s) skipped)" if counts.rows_quarantined else "")
-            + "; give inputs with text (an empty input cannot train a tokenizer)"
-        )
+    return tokens

@@ -15,7 +15,7 @@ The writer reads its inputs, then runs three engine jobs (each resumes with ``wo
    side, the text hash breaking ties), ``num_tokens``, ``spill_file``, ``spill_offset`` and ``source``. Null
    texts are quarantined (``quarantine_reason = "null_text"``), never silently lost. The job's ``tokens`` counter
    gives the total, and the total decides the number of shards: ``ceil(total_tokens * itemsize /
-   shard_bytes)`` (``shard_count``). Without any document (empty inputs, or only null texts) jobs 2 and 3 are
+   shard_bytes)`` (``_shuffle_and_pack``). Without any document (empty inputs, or only null texts) jobs 2 and 3 are
    skipped and the set is one empty shard, still a valid set for the loader.
 2. ``sort(key_hi, key_lo, boundaries=shard_cuts(P))`` of the references: the global document shuffle, over
    ~50 bytes a document instead of its tokens, cut into P even ranges of the ``key_hi`` hash space
@@ -87,7 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zephyr.tokenize._encode import TokenizeBatch
-from zephyr.tokenize._pack import PackPartition, numeric_array, shard_directory, string_array
+from zephyr.tokenize._pack import PackPartition, shard_directory, string_array
 from zephyr.tokenize.shards import ShardInfo, checksum_records, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
@@ -210,13 +210,36 @@ def write_token_shards(
                 shards, per_source, stats = packed
                 sources = {"inputs": inputs, "text_column": text_column, "id_column": jobs.id_column}
                 sources.update(source_column=jobs.source_column, per_source=per_source)
-                meta = _manifest_meta(tok, jobs.dtype, shard_bytes, seed, refs, sources)
+                engine = {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)}
+                meta = {  # the manifest's fields besides the shard list (zephyr.tokenize.shards)
+                    "dtype": jobs.dtype.name,
+                    "vocab_size": tok.vocab_size,
+                    "eos_id": tok.eos_id,
+                    "bos_id": tok.bos_id,
+                    "bos_policy": tok.bos_policy,
+                    "tokenizer": engine,
+                    "seed": seed,
+                    "shard_size_bytes": shard_bytes,  # the manifest's key for shard_bytes (format version 1)
+                    "sources": sources,
+                }
                 manifest = write_manifest(building, shards, meta=meta)
-                stats["rows"] = _row_accounts(refs.stats)
+                read = refs.stats["stages"][0] if refs.stats.get("stages") else {}  # the tokenize stage's
+                stats["rows"] = {  # where every input row went: in = kept + dropped + quarantined
+                    "in": read.get("rows_in", 0),
+                    "kept": read.get("rows_out", 0),
+                    "dropped": read.get("rows_dropped", 0),
+                    "quarantined": read.get("rows_quarantined", 0),
+                }
                 stats.update(
                     job_stats.summarize(engine_jobs)
-                )  # tokenize, sort and pack jobs, not only the sort
-                stats["tokenize_plan"] = _tokenize_plan(refs, placed.pool, options, placed.concurrency)
+                )  # tokenize, sort and pack jobs, not the sort alone
+                executor, pool = placed.pool.get("executor", "local"), placed.pool
+                stats["tokenize_plan"] = {  # how the tokenize job ran (plan_tasks)
+                    "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
+                    "concurrent_tasks": placed.concurrency,
+                    "executor": executor if isinstance(executor, str) else "custom",
+                    "workers": 0 if executor == "inprocess" else (pool.get("workers") or options.num_workers),
+                }
             except BaseException:
                 if execution.get("work_dir") is None:
                     remove_folder(scratch)  # nothing could resume from it
@@ -541,11 +564,6 @@ def pack_threads(placed: WriterPlacement, options: Any) -> int:
     return max(1, min(options.num_workers, os.cpu_count() or 1))
 
 
-def shard_count(total_tokens: int, itemsize: int, shard_bytes: int) -> int:
-    """The shard count: ``ceil(total_tokens * itemsize / shard_bytes)``, at least one."""
-    return max(1, math.ceil(total_tokens * itemsize / shard_bytes))
-
-
 def reference_sort(refs: Dataset, num_shards: int) -> Dataset:
     """Job 2: the global document shuffle, the references sorted by their seeded key into one partition a
     shard. Shard ``i`` holds the keys whose ``key_hi`` is in ``[i * 2**64 / P, (i + 1) * 2**64 / P)``
@@ -565,13 +583,14 @@ def pack_job(parts: list[str], packer: Any) -> Dataset:
     ``PackPartition``): one task a partition, or one task for all of them when the packer packs several at
     once on threads (``pack_threads``: in the driver, where tasks run one after another)."""
     import pyarrow as pa
+    from zephyr.shuffle.writer import numpy_to_arrow
 
     import zephyr
 
     # built from buffers: ``from_items`` (``pa.Table.from_pylist``) would import pandas in the driver (~1 s)
     jobs = pa.Table.from_arrays(
         [
-            numeric_array(np.arange(len(parts)), pa.int64()),
+            numpy_to_arrow(np.arange(len(parts), dtype=np.int64)),
             string_array([f"shard-{i:05d}" for i in range(len(parts))]),
             string_array(parts),
         ],
@@ -583,34 +602,6 @@ def pack_job(parts: list[str], packer: Any) -> Dataset:
 
 def _input_names(data: Any) -> list[str]:
     return [os.fspath(p) for p in ([data] if isinstance(data, str | os.PathLike) else data)]
-
-
-def _manifest_meta(
-    tok: TextTokenizer, dtype: np.dtype, shard_bytes: int, seed: int, refs: Any, sources: dict[str, Any]
-) -> dict[str, Any]:
-    """The manifest's fields besides the shard list (``zephyr.tokenize.shards``)."""
-    return {
-        "dtype": dtype.name,
-        "vocab_size": tok.vocab_size,
-        "eos_id": tok.eos_id,
-        "bos_id": tok.bos_id,
-        "bos_policy": tok.bos_policy,
-        "tokenizer": {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)},
-        "seed": seed,
-        "shard_size_bytes": shard_bytes,  # the manifest's key for shard_bytes (format version 1)
-        "sources": sources,
-    }
-
-
-def _tokenize_plan(refs: Any, pool: dict[str, Any], options: Any, concurrency: int) -> dict[str, Any]:
-    """How the tokenize job ran (``plan_tasks``), for the result's stats."""
-    executor = pool.get("executor", "local")
-    return {
-        "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
-        "concurrent_tasks": concurrency,
-        "executor": executor if isinstance(executor, str) else "custom",
-        "workers": 0 if executor == "inprocess" else (pool.get("workers") or options.num_workers),
-    }
 
 
 def _replace_set(output: str) -> None:
@@ -649,7 +640,7 @@ def _shuffle_and_pack(
     dtype = np.dtype(packer.dtype)
     counters = counter_totals(refs.stats.get("stages", []))
     total_tokens, num_docs = counters.get("tokens", 0), counters.get("documents", 0)
-    num_shards = shard_count(total_tokens, dtype.itemsize, shard_bytes)
+    num_shards = max(1, math.ceil(total_tokens * dtype.itemsize / shard_bytes))  # at least one
     log.info(
         "tokenize: %d documents, %d tokens x %d bytes / shard_bytes %d -> %d shards",
         num_docs,
@@ -690,17 +681,6 @@ def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) ->
     return _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
 
 
-def _row_accounts(stats: dict[str, Any]) -> dict[str, int]:
-    """Where every input row went (the tokenize stage's counts): in = kept + dropped + quarantined."""
-    read = stats["stages"][0] if stats.get("stages") else {}
-    return {
-        "in": read.get("rows_in", 0),
-        "kept": read.get("rows_out", 0),
-        "dropped": read.get("rows_dropped", 0),
-        "quarantined": read.get("rows_quarantined", 0),
-    }
-
-
 def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
     """The engine(s) the tokenize tasks used (each decided and proved it in its own process), e.g.
     ``"fastokens"``; several, when processes differed (e.g. one lacked fastokens), joined by ``+``."""
@@ -725,7 +705,7 @@ def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str,
 
 
 def _shard_rule(dtype: Any, shard_bytes: int) -> str:
-    """The shard count's rule (``shard_count``), with this run's dtype and shard size."""
+    """The shard count's rule (``_shuffle_and_pack``), with this run's dtype and shard size."""
     return (
         f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes {shard_bytes:,}): "
         "the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are planned with P = 1; no "
