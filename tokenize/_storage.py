@@ -68,14 +68,6 @@ class OpenShard:
     tokens: np.ndarray
 
 
-def _is_remote(root: str) -> bool:
-    return "://" in root and not root.startswith("file://")
-
-
-def _local(root: str) -> str:
-    return root[len("file://") :] if root.startswith("file://") else root
-
-
 class ShardStore:
     """Resolves and opens the shards of one manifest; caches open shards for the life of the object."""
 
@@ -83,7 +75,7 @@ class ShardStore:
         self.manifest = manifest
         self.verify = verify
         self.cache_dir = cache_dir
-        self.remote = _is_remote(manifest.root)
+        self.remote = "://" in manifest.root and not manifest.root.startswith("file://")
         self.budget: Any = None  # a zephyr.tokenize._storage.CacheBudget when the cache is bounded
         self.wait_seconds = 0.0  # time the reader was blocked on a remote copy (its own or the prefetcher's)
         self.waits = 0
@@ -127,7 +119,7 @@ class ShardStore:
         shard = self.manifest.shards[index]
         file = shard.files[kind]
         if not self.remote:
-            return os.path.join(_local(self.manifest.root), file.path)
+            return os.path.join(self.manifest.root.removeprefix("file://"), file.path)
         target = self.cache_path(file)
         if self.is_cached(index, kind):
             return target

@@ -233,7 +233,8 @@ def write_token_shards(
                 stats.update(
                     job_stats.summarize(engine_jobs)
                 )  # tokenize, sort and pack jobs, not the sort alone
-                executor, pool = placed.pool.get("executor", "local"), placed.pool
+                pool = placed.pool
+                executor = pool.get("executor", "local")
                 stats["tokenize_plan"] = {  # how the tokenize job ran (plan_tasks)
                     "tasks": sum(st.get("tasks", 0) for st in refs.stats.get("stages", [])),
                     "concurrent_tasks": placed.concurrency,

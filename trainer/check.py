@@ -1,4 +1,4 @@
-"""``zephyr train check``: every measurement of ``zephyr train check`` for one configuration, and the verdict.
+"""``zephyr train check``: every measurement for one configuration, and the verdict (``run_check``).
 
 The verdict concerns the run's dispatch (``moe.dispatch``; with ``auto``, the device's default): 0 graph
 breaks, 0 host syncs, counted FLOPs within ``FLOP_TOLERANCE`` of the MFU formula, the estimated peak within
@@ -28,14 +28,14 @@ Graph breaks of the training step under ``torch.compile``, from ``torch._dynamo.
 
 The step is traced region by region, as a compiled trainer runs it, on a reduced-width model with the same
 code paths (``reduced_width``), once per MoE dispatch, with the dynamo settings the trainer's compile
-uses (``distributed.dynamo_options``):
+uses (``zephyr.trainer.devices.dynamo_options``):
 
-* ``forward``: model and loss (``step.forward_loss``), the region ``torch.compile`` captures; explain traces
+* ``forward``: model and loss (``train.forward_loss``), the region ``torch.compile`` captures; explain traces
   it with the eager backend (nothing is compiled, seconds).
 * ``backward``: the same region compiled through AOTAutograd with compilers that only count, then
   differentiated: every forward graph must yield one backward graph (an op without a backward formula, or
   one AOTAutograd cannot trace, shows up here).
-* ``optimizer``: clipping, AdamW and the router-bias update (``step.apply_gradients``).
+* ``optimizer``: clipping, AdamW and the router-bias update (``train.apply_gradients``).
 
 ``Tensor.backward()`` itself is the boundary between the forward and backward regions, not a break. In the
 optimizer region torch puts two breaks of its own around ``Optimizer.step``'s ``no_grad`` body, and the

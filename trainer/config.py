@@ -447,7 +447,9 @@ class TrainConfig:
             raise ConfigProblems(
                 [f"a training config must be a mapping of keys to values, got {describe_value(raw)}"]
             )
-        values, problems, optim_problems = dict(raw), [], []  # the optim section's problems are listed last
+        problems: list[str] = []
+        optim_problems: list[str] = []  # listed last
+        values = dict(raw)
         if isinstance(raw.get("optim"), dict):
             values["optim"] = _overridden(OptimConfig(), raw["optim"], "optim.", optim_problems)
         cfg = _overridden(cls(), values, "", problems)
