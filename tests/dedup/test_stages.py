@@ -429,6 +429,7 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         False,
         False,
     ]  # a 1-byte share or 1 GiB pairs: joined
+    assert [i["grouped"] for i in infos[1:]] == [True, False, False, False]  # cold pairs in one shuffle
     assert len({i["verified_pairs"] for i in infos}) == 1 and infos[0]["verified_pairs"] > 0
     assert all(out.equals(outs[0]) for out in outs)
     assert not all(outs[0]["dup_keep"].to_pylist())
