@@ -625,14 +625,24 @@ def verify_on_engine(
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
     members) are grouped by u, joined with u's set once and checked against the hot rows' sets broadcast
-    with the stage. The other (cold) pairs, when the driver holds them and no index is read, are verified in
-    groups (``_grouped``: one scan of the sets, one shuffle, a set copied only to the groups that need it).
-    Otherwise they join both sets, one per pair (bounded copies: a cold row is in at most ``_HOT_FAN`` pairs
+    with the stage. When the driver holds the pairs (or the cold ones) and no index is read, they are
+    verified in groups instead (``_grouped``: one scan of the sets, one shuffle, a set copied only to the
+    groups that need it; a hot row once per group, so every pair goes this way). Otherwise cold pairs join both sets, one per pair (bounded copies: a cold row is in at most ``_HOT_FAN`` pairs
     as v); when the cold pairs fit the driver (``driver_rows``), each join reads only the sets it needs (a
     semi-join by a broadcast key list), not every set."""
     config, index, kw, set_bytes = run.config, run.index, run.kw, run.info["set_bytes"]
     sets = sets.select(ROW, "shingles")
     per_set = max(1, set_bytes // max(1, set_rows))
+    indexed = index is not None and bool(index.docs)
+
+    def routed(pairs: pa.Table | None) -> Dataset | None:  # ``_grouped``'s verification, when it applies
+        found = None if pairs is None or indexed else _grouped(pairs, per_set, run.budget, config.threshold)
+        if found is None:
+            return None
+        return sets.map_batches(found[0], name="dedup.fuzzy.route_sets").group_by("group").reduce(found[1])
+
+    if (every := routed(pairs)) is not None:  # a hot row's set goes to each group once: no hot path
+        return [every], {"hot_rows": 0, "hot_pairs": 0, "hot_broadcast": False, "grouped": True}
     hot, hot_pairs = _hot_rows(edges, pairs, per_set, run.budget, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
@@ -664,20 +674,9 @@ def verify_on_engine(
     else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
         cold = cold.materialize(**kw)
         cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= run.info["driver_rows"] else None
-    indexed = index is not None and bool(index.docs)
-    grouped = (
-        None if cold_pairs is None or indexed else _grouped(cold_pairs, per_set, run.budget, config.threshold)
-    )
-    figures = {
-        "hot_rows": len(hot),
-        "hot_pairs": hot_pairs,
-        "hot_broadcast": broadcast,
-        "grouped": bool(grouped),
-    }
-    if grouped is not None:
-        route, verify = grouped
-        parts.append(sets.map_batches(route, name="dedup.fuzzy.route_sets").group_by("group").reduce(verify))
-        return parts, figures
+    figures = {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast, "grouped": False}
+    if (cold_routed := routed(cold_pairs)) is not None:
+        return [*parts, cold_routed], {**figures, "grouped": True}
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
     cold_u = cold.join(_side(sets, "u", ends(cold_pairs, "u")), on="u").materialize(**kw)
