@@ -526,6 +526,65 @@ class PairSimilarity:
         return sims
 
 
+@dataclass(frozen=True)
+class _RouteSets:
+    """Each set row named in ``rows`` (sorted, a row once per group that needs it), with its ``group``."""
+
+    rows: np.ndarray
+    groups: np.ndarray
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        keys = np.asarray(table[ROW], dtype=np.int64)
+        first = np.searchsorted(self.rows, keys)
+        counts = np.searchsorted(self.rows, keys, side="right") - first
+        at = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        routed = table.take(pa.array(np.repeat(np.arange(len(keys)), counts)))
+        return routed.append_column("group", pa.array(self.groups[at]))
+
+
+@dataclass(frozen=True)
+class _VerifyGroup:
+    """The verified pairs of one group (its rows' sets, ``_RouteSets``): ``pairs[starts[g]:starts[g + 1]]``."""
+
+    pairs: np.ndarray
+    starts: np.ndarray
+    threshold: float
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        group = table["group"][0].as_py()
+        pairs = self.pairs[self.starts[group] : self.starts[group + 1]]
+        at = pc.fill_null(pc.index_in(pa.array(pairs.ravel()), value_set=table[ROW]), -1)
+        at = np.asarray(at, dtype=np.int64).reshape(-1, 2)
+        found = (at >= 0).all(axis=1)  # a row without a set: no pair, as a join has it
+        pairs = pairs[found]
+        sims = jaccard(shingles_of(table["shingles"]), at[found])
+        return similar_pairs(pa.table({"u": pairs[:, 0], "v": pairs[:, 1]}), sims, self.threshold)
+
+
+def _grouped(
+    pairs: pa.Table, per_set: int, budget: Budget, threshold: float
+) -> tuple[_RouteSets, _VerifyGroup] | None:
+    """Verification of driver-held ``pairs`` in one scan of the sets and one shuffle: the pairs go to groups
+    (a connected component whole, or by u when its sets pass a group's share, ``partition_target_bytes``),
+    each set to the groups that need it, and each group verifies its pairs. None when the route (56 bytes a
+    pair at most) would pass ``broadcast_bytes``: the pairs are then joined to their sets."""
+    if len(pairs) * (_PAIR_BYTES + 40) > budget.broadcast_bytes:
+        return None
+    ends = np.stack([np.asarray(pairs["u"], np.int64), np.asarray(pairs["v"], np.int64)], axis=1)
+    nodes, at = np.unique(ends, return_inverse=True)
+    at = at.reshape(-1, 2)
+    label = connected_components(len(nodes), at)
+    share = max(2, budget.partition_target_bytes // max(1, per_set))  # the nodes whose sets fill a group
+    count = max(8, -(-len(nodes) // share))
+    whole = np.bincount(label, minlength=len(nodes))[label[at[:, 0]]] <= share
+    group = np.where(whole, label[at[:, 0]], at[:, 0]) % count
+    order = np.argsort(group, kind="stable")
+    needs = np.unique(np.concatenate([at[:, 0] * count + group, at[:, 1] * count + group]))
+    route = _RouteSets(nodes[needs // count], needs % count)
+    starts = np.searchsorted(group[order], np.arange(count + 1))
+    return route, _VerifyGroup(ends[order], starts, threshold)
+
+
 def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
     """(u, v, sim) of the pairs whose Jaccard reaches ``threshold``; counts verified and rejected pairs."""
     keep = sims >= threshold
@@ -560,17 +619,31 @@ class FuzzyRun:
 def verify_on_engine(
     edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
-    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``), by joins of shingle sets (``sets``: every endpoint's ``NodeSets`` row;
-    the index's docs for indexed endpoints, v < 0) onto the pairs ``edges``.
+    """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``,
+    ``grouped``) of the pairs ``edges``, measured on the shingle sets ``sets`` (every endpoint's ``NodeSets``
+    row; the index's docs for indexed endpoints, v < 0).
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
     members) are grouped by u, joined with u's set once and checked against the hot rows' sets broadcast
-    with the stage. The other pairs join both sets, one per pair (bounded copies: a cold row is in at most
-    ``_HOT_FAN`` pairs as v). When the pairs (or the cold ones) fit the driver (``driver_rows``), each join
-    reads only the sets it needs (a semi-join by a broadcast key list), not every set."""
+    with the stage. When the driver holds the pairs (or the cold ones) and no index is read, they are
+    verified in groups instead (``_grouped``: one scan of the sets, one shuffle, a set copied only to the
+    groups that need it; a hot row once per group, so every pair goes this way). Otherwise cold pairs join both sets, one per pair (bounded copies: a cold row is in at most ``_HOT_FAN`` pairs
+    as v); when the cold pairs fit the driver (``driver_rows``), each join reads only the sets it needs (a
+    semi-join by a broadcast key list), not every set."""
     config, index, kw, set_bytes = run.config, run.index, run.kw, run.info["set_bytes"]
     sets = sets.select(ROW, "shingles")
-    hot, hot_pairs = _hot_rows(edges, pairs, max(1, set_bytes // max(1, set_rows)), run.budget, kw)
+    per_set = max(1, set_bytes // max(1, set_rows))
+    indexed = index is not None and bool(index.docs)
+
+    def routed(pairs: pa.Table | None) -> Dataset | None:  # ``_grouped``'s verification, when it applies
+        found = None if pairs is None or indexed else _grouped(pairs, per_set, run.budget, config.threshold)
+        if found is None:
+            return None
+        return sets.map_batches(found[0], name="dedup.fuzzy.route_sets").group_by("group").reduce(found[1])
+
+    if (every := routed(pairs)) is not None:  # a hot row's set goes to each group once: no hot path
+        return [every], {"hot_rows": 0, "hot_pairs": 0, "hot_broadcast": False, "grouped": True}
+    hot, hot_pairs = _hot_rows(edges, pairs, per_set, run.budget, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
@@ -601,15 +674,18 @@ def verify_on_engine(
     else:  # a giant bucket's pairs are mostly hot: the cold rest may fit the driver
         cold = cold.materialize(**kw)
         cold_pairs = cold.to_arrow(**kw) if cold.count(**kw) <= run.info["driver_rows"] else None
+    figures = {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast, "grouped": False}
+    if (cold_routed := routed(cold_pairs)) is not None:
+        return [*parts, cold_routed], {**figures, "grouped": True}
     # materialized before the second join: its partitions are then sized from the real bytes of
     # (pair, set) rows, one set per pair, not from the pair files' few bytes
     cold_u = cold.join(_side(sets, "u", ends(cold_pairs, "u")), on="u").materialize(**kw)
     cold_v = ends(cold_pairs, "v")
     parts.append(checked(cold_u.join(_side(sets, "v", cold_v), on="v"), "verify"))
-    if index is not None and index.docs:
+    if indexed:
         index_sets = zephyr.read_parquet(index.files("docs"), columns=["key", "shingles"])
         parts.append(checked(cold_u.join(_side(index_sets, "v", cold_v, "key"), on="v"), "verify_indexed"))
-    return parts, {"hot_rows": len(hot), "hot_pairs": hot_pairs, "hot_broadcast": broadcast}
+    return parts, figures
 
 
 def _hot_rows(

@@ -46,14 +46,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr import job_stats, physical, progress
-from zephyr.budget import Budget
+from zephyr.budget import EXPANSION, Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
 from zephyr.executors.base import Executor, Shared, explain_worker_death
 from zephyr.io.paths import atomic_write, is_local, public_path
 from zephyr.io.sources import Shard, list_shards, plan_input_schema
 from zephyr.job_stats import WriteResult
-from zephyr.ops import FromTable, Op, ReadFiles, Sort
+from zephyr.ops import FromTable, Op, ReadFiles, Sort, WithRowIndex
 from zephyr.options import ExecutionOptions
 from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS
 from zephyr.physical import SourceSize
@@ -181,9 +181,13 @@ class Job:
         output_for: Callable[[str], SinkOutput | ShuffleOutput | SampleOutput],
         *,
         read_columns: tuple[str, ...] | None = None,
+        coalesce: bool = False,
     ) -> StageResult:
         """Run ``segment`` with the output ``output_for(stage_dir)``; ``output_key`` describes that output's
-        layout for the fingerprint (everything but its directory)."""
+        layout for the fingerprint (everything but its directory). ``coalesce``: a reduce side may run
+        adjacent partitions in one task (``reduce_groups``), for outputs whose file layout is the engine's
+        own (a shuffle, ``to_arrow``, ``count``, ``materialize``), never a with_row_index after it (its row
+        numbers are per task)."""
         if segment.source is not None:
             shards, source_fp = self.inputs.shards(segment.source)
             estimate = self._size_of(segment.source).bytes
@@ -205,9 +209,15 @@ class Job:
             reducer, map_rows, estimate = side.reducer, side.map_rows, side.estimate
             base_fp = fingerprint_of("reduce", side.fingerprint, cloudpickle.dumps(reducer), *segment.narrow)
             read, reads = {"inputs": side.inputs}, None
+            numbered = any(isinstance(op, WithRowIndex) for op in segment.narrow)
+            groups = reduce_groups(side.partitions, side.stored, self._budget, coalesce and not numbered)
+            if len(groups) < side.partitions:
+                base_fp = fingerprint_of(base_fp, *groups)
             units = [
-                {"partition": p, "description": f"partition {p} of {segment.name}"}
-                for p in range(side.partitions)
+                {"partitions": (lo, hi), "description": f"partitions {lo}-{hi - 1} of {segment.name}"}
+                if hi - lo > 1
+                else {"partitions": (lo, hi), "description": f"partition {lo} of {segment.name}"}
+                for lo, hi in groups
             ]
         fingerprint = fingerprint_of(base_fp, output_key)
         output = output_for(f"{self.root}/stage-{fingerprint[:16]}")
@@ -366,6 +376,7 @@ class Job:
             ("shuffle", INDEX_VERSION, cloudpickle.dumps(spec)),
             lambda d: ShuffleOutput(spec, f"{d}/runs"),
             read_columns=read_columns,
+            coalesce=spec.kind != "round_robin",  # round robin deals rows by task: keep the tasks
         )
 
     def _coalesce(self, result: StageResult, partitions: int, name: str) -> list[Run]:
@@ -459,6 +470,8 @@ class MapSide:
     estimate: int
     map_rows: int
     """What the wide op receives: rows written to the shuffle before any map-side combine."""
+    stored: int = 0
+    """Bytes the map side wrote (its runs): what ``reduce_groups`` sizes the reduce tasks from."""
 
     @classmethod
     def of(
@@ -468,7 +481,27 @@ class MapSide:
         map_rows = sum(m["rows_out"] for r in results for m in r.markers)
         fingerprint = fingerprint_of(*(r.fingerprint for r in results))
         inputs = {"runs": runs, "schemas": schemas}
-        return cls(plan.reducer, inputs, plan.partitions, fingerprint, estimate, map_rows)
+        stored = sum(m["bytes_out"] for r in results for m in r.markers)
+        return cls(plan.reducer, inputs, plan.partitions, fingerprint, estimate, map_rows, stored)
+
+
+MIN_REDUCE_TASKS = 8
+"""``reduce_groups`` never coalesces below this many tasks (nor fewer than there are partitions)."""
+
+
+def reduce_groups(partitions: int, stored: int, budget: Budget, coalesce: bool) -> list[tuple[int, int]]:
+    """The reduce tasks of a shuffle as ranges of adjacent partitions. Partition counts are planned from the
+    estimated input before any task runs; a map side that wrote far less (a filter, a projection, a
+    combine) would leave many near-empty reduce tasks, each paying its fixed cost and a read of every
+    map run. When ``coalesce``, tasks are sized from the bytes the map side really wrote instead (Spark's
+    adaptive coalescing): ``stored × EXPANSION`` per ``partition_target_bytes``, at least
+    ``MIN_REDUCE_TASKS``. Each partition is still reduced on its own (``zephyr.tasks``), in order, so the
+    rows and their order are those of one task per partition; the grouping depends on the data only."""
+    tasks = partitions
+    if coalesce:
+        by_bytes = -(-stored * EXPANSION // budget.partition_target_bytes)
+        tasks = min(partitions, max(MIN_REDUCE_TASKS, by_bytes))
+    return [(partitions * i // tasks, partitions * (i + 1) // tasks) for i in range(tasks)]
 
 
 def _last_line(error: str) -> str:
@@ -493,11 +526,13 @@ def run_write(
     *,
     overwrite: bool = False,
     side_quarantine: bool = True,
+    coalesce: bool = False,
 ) -> WriteResult:
     """Write the plan ``ops`` into the folder ``directory`` (layout: ``zephyr.io.layout``): claimed first
     (``zephyr.io.claim``: not an input, locked, no file zephyr did not write unless ``overwrite``), staged in
     its sidecar, published whole (``zephyr.io.publish``). ``side_quarantine``: quarantined rows go to
-    ``OUT.zephyr/quarantine`` when ``options`` names no folder for them."""
+    ``OUT.zephyr/quarantine`` when ``options`` names no folder for them; ``coalesce``: ``Job.run_segment``'s
+    (a user's write keeps a file per partition)."""
     from zephyr.io import claim, layout
     from zephyr.io.paths import absolute, check_output_dir
     from zephyr.io.publish import publish
@@ -516,7 +551,7 @@ def run_write(
             job.prepare(segment)
             output = SinkOutput(out, fmt, compression, staging=layout.staging_dir(out))
             result = job.run_segment(
-                segment, ("sink", absolute(directory), fmt, compression), lambda d: output
+                segment, ("sink", absolute(directory), fmt, compression), lambda d: output, coalesce=coalesce
             )
             files = publish(out, result.markers, result.marker_paths, fmt, compression)
             if (display := progress.current()) is not None:
@@ -536,7 +571,7 @@ def _run_action(
     with Job(options) as job:
         job.prepare(segment)
         key = "count" if fmt == "count" else "to_arrow"
-        result = job.run_segment(segment, (key,), lambda d: SinkOutput(f"{d}/output", fmt))
+        result = job.run_segment(segment, (key,), lambda d: SinkOutput(f"{d}/output", fmt), coalesce=True)
         job.write_stats()
         return collect(result.markers)
 
@@ -572,7 +607,14 @@ def run_materialize(ops: tuple[Op, ...], directory: str | None, options: Executi
     try:
         # a folder the engine picked is its own: a rerun of the same plan in the same work dir replaces it
         result = run_write(
-            ops, directory, "parquet", None, options, overwrite=not chosen, side_quarantine=False
+            ops,
+            directory,
+            "parquet",
+            None,
+            options,
+            overwrite=not chosen,
+            side_quarantine=False,
+            coalesce=True,
         )
     except BaseException:
         if scratch is not None:

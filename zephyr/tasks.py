@@ -1,6 +1,6 @@
 """What one task does, wherever it runs: read its input, run the fused ops, write its output, leave a marker.
 
-A task is (stage, input unit): a source shard, or one partition of a shuffle. Its stage description (ops,
+A task is (stage, input unit): a source shard, or adjacent partitions of a shuffle. Its stage description (ops,
 reducer, output, the reducer's input runs) travels from the driver to each worker once per stage, through the
 executor (``executors.base.Shared``: the worker's pipe, or the dask scheduler), never through the work
 directory; a task carries only small metadata (paths and indices). Rows never travel in the task or its
@@ -146,7 +146,8 @@ class TaskSpec:
     quarantine_path: str
     budget_bytes: int
     shard: Shard | None = None
-    partition: int | None = None
+    partitions: tuple[int, int] | None = None
+    """A reduce task's partitions: ``range(*partitions)`` (``zephyr.job.reduce_groups``)."""
     description: str = ""
     runs: tuple[Run, ...] = ()
     """A coalesce task's input: its group's map runs, in (map task, run) order."""
@@ -382,6 +383,11 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
                 schema = pa.schema([schema.field(c) for c in stage.read_columns if c in schema.names])
             yield schema.empty_table()
         return
+    for partition in range(*task.partitions):  # adjacent partitions, each reduced on its own, in order
+        yield from _reduce_partition(stage, partition, task.budget_bytes)
+
+
+def _reduce_partition(stage: StageSpec, partition: int, budget_bytes: int) -> Iterator[pa.Table]:
     inputs = stage.inputs
     reducer = stage.reducer
     merge_columns = getattr(reducer, "merge_columns", None)
@@ -389,7 +395,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
     try:
         sides = []
         for runs in inputs["runs"]:
-            sources, scratch = partition_sources(runs, task.partition, merge_columns, task.budget_bytes)
+            sources, scratch = partition_sources(runs, partition, merge_columns, budget_bytes)
             sides.append(sources)
             scratches.append(scratch)
         if len(sides) == 2:

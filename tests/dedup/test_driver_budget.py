@@ -141,3 +141,42 @@ def test_sets_beyond_the_driver_share_stay_on_the_engine(monkeypatch):
     assert outs[0]["dup_keep"].to_pylist().count(False) == 40
     assert collected[0] and "shingles" in collected[0]
     assert collected[-1] and "shingles" not in collected[-1]
+
+
+@pytest.mark.parametrize("per_set", [1, 1 << 19], ids=["components-whole", "components-split-by-u"])
+def test_grouped_verification_measures_every_pair_once(per_set):
+    """The grouped route (one scan, one shuffle) sends each set to the groups whose pairs need it, whether a
+    component travels whole or, past a group's share of the budget, is split by u (the set of v copied): every
+    pair is measured exactly once, with the true Jaccard, and a pair whose end has no set is dropped."""
+    from zephyr.dedup._graph import _grouped
+
+    from zephyr.budget import Budget
+
+    rng = np.random.default_rng(7)
+    rows = np.arange(0, 400, 2)  # row numbers with gaps, as a filtered input has them
+    sets = [np.unique(rng.integers(0, 60, 30)).astype(np.uint64) for _ in rows]
+    ends = rng.choice(rows, size=(600, 2))
+    ends = ends[ends[:, 0] != ends[:, 1]]
+    ends = np.concatenate([ends, [[rows[0], 401]]])  # row 401 has no set
+    pairs = pa.table({"u": ends[:, 0], "v": ends[:, 1]})
+    route, verify = _grouped(pairs, per_set, Budget(1 << 22), threshold=0.0)
+    table = pa.table(
+        {ROW: rows, "shingles": pa.array([s.tolist() for s in sets], pa.large_list(pa.uint64()))}
+    )
+    routed = route(table)
+    found = []
+    for group in np.unique(routed["group"].to_numpy()):
+        mine = routed.filter(pa.compute.equal(routed["group"], group))
+        assert len(set(mine[ROW].to_pylist())) == mine.num_rows  # a set once per group
+        found.append(verify(mine))
+    got = pa.concat_tables(found)
+    assert got.num_rows == len(ends) - 1
+    by_row = dict(zip(rows.tolist(), sets))
+    for u, v, sim in zip(*(got[c].to_pylist() for c in ("u", "v", "sim"))):
+        a, b = set(by_row[u].tolist()), set(by_row[v].tolist())
+        assert sim == pytest.approx(len(a & b) / len(a | b))
+    assert sorted(zip(got["u"].to_pylist(), got["v"].to_pylist())) == sorted(map(tuple, ends[:-1].tolist()))
+    if per_set > 1:  # the share holds 2 sets: the one big component is split, v's sets copied
+        assert routed.num_rows > len(np.unique(ends[:-1]))
+    else:
+        assert routed.num_rows == len(np.unique(ends[:-1]))

@@ -387,7 +387,8 @@ def test_exact_stage_orders_null_ids_last_and_quarantines_nothing(tmp_path):
 
 def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     """One templated source (every page in the same LSH buckets): the driver path, the engine path with the
-    pairs in the driver (sets over the driver's share: semi-joins), the engine path without them
+    pairs in the driver (sets over the driver's share: grouped, one shuffle; at 1 MiB the route of every pair
+    passes the broadcast share: hot rows broadcast, cold pairs grouped), the engine path without them
     (driver_rows=0: hot rows found by a group-by), one whose budget holds a single hot row's set and one
     whose hot pairs are joined to their sets rather than broadcast keep the same rows."""
     import zephyr.dedup._graph as verify_engine
@@ -400,6 +401,7 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
     outs, infos = [], []
     for budget, limit, hot_share, pair_bytes in (
         ("1GiB", None, 8, 16),
+        ("2MiB", None, 8, 16),
         ("1MiB", None, 8, 16),
         ("1GiB", 0, 8, 16),
         ("1MiB", None, 1 << 20, 16),
@@ -419,16 +421,13 @@ def test_fuzzy_stage_giant_bucket_same_clusters_on_every_path(monkeypatch):
         )
         outs.append(out.to_arrow(**ex).select(["id", "dup_cluster", "dup_keep"]).sort_by("id"))
         infos.append(info)
-    assert [i["in_memory"] for i in infos] == [True, False, False, False, False]
-    assert (
-        infos[1]["hot_rows"] == infos[2]["hot_rows"] == infos[4]["hot_rows"] > 1 and infos[3]["hot_rows"] == 1
-    )
-    assert [i["hot_broadcast"] for i in infos[1:]] == [
-        True,
-        True,
-        False,
-        False,
-    ]  # a 1-byte share or 1 GiB pairs: joined
+    assert [i["in_memory"] for i in infos] == [True, False, False, False, False, False]
+    assert infos[1]["hot_rows"] == 0  # every pair in one scan and one shuffle: no hot path
+    assert infos[2]["hot_rows"] == infos[3]["hot_rows"] == infos[5]["hot_rows"] > 1
+    assert infos[4]["hot_rows"] == 1
+    assert [i["grouped"] for i in infos[1:]] == [True, True, False, False, False]  # 1 MiB: the cold pairs
+    broadcast = [i["hot_broadcast"] for i in infos[2:]]
+    assert broadcast == [True, True, False, False]  # a 1-byte share or 1 GiB pairs: joined
     assert len({i["verified_pairs"] for i in infos}) == 1 and infos[0]["verified_pairs"] > 0
     assert all(out.equals(outs[0]) for out in outs)
     assert not all(outs[0]["dup_keep"].to_pylist())
