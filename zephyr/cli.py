@@ -135,10 +135,6 @@ def quarantine_dir(args: argparse.Namespace) -> str | None:
     return None
 
 
-_INPUT_ARGS = ("inputs", "eval", "model", "labelled", "test", "load_filter", "url_blocklist", "tokenizer")
-"""Parsed arguments that name files a command reads: an output may not be, contain or lie inside them."""
-
-
 def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     """Claim what the command writes for its whole run (``zephyr.io.claim``, ``zephyr.io.lock``): its output
     folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
@@ -148,7 +144,7 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
 
     if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
         return
-    values = [getattr(args, name, None) for name in _INPUT_ARGS]
+    values = [getattr(args, dest, None) for dest in getattr(args, "read_dests", ())]  # fields marked "reads"
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
     inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
@@ -349,7 +345,9 @@ def console_main() -> None:
 class Inputs:
     """The files a command reads; ``read()`` is the dataset they make."""
 
-    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "INPUT"})
+    inputs: list[str] = field(
+        default_factory=list, metadata={"positional": True, "metavar": "INPUT", "reads": True}
+    )
     """Files, directories, globs or fsspec URLs."""
     format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
     """The input format (auto: from the file names, or their first bytes)."""
@@ -520,17 +518,20 @@ def _add_command(
         parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
     actions[words] = parser
     dests: set[str] = set()
+    reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
         if explain and issubclass(cls, Output):
             continue
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
         add_flags(parser, cls, group=title, skip=command.skip)
         dests.update(spec.dest for spec in flag_specs(cls))
+        reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
     writes = any(issubclass(cls, Output) for cls in command.options.values())
     parser.set_defaults(
         func=functools.partial(_run_command, command, explain=explain),
         command_words=" ".join(words),
         flag_dests=frozenset(dests),
+        read_dests=frozenset(reads),
         output_is_dir=writes and not explain,
     )
 

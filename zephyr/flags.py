@@ -24,7 +24,8 @@ How a field becomes a flag:
   (for a hint that does not give them), ``show_default=False`` (the help says the default itself),
   ``repeat=True`` (the flag may be repeated; its values come as a list), ``parse`` (a callable from the
   given text, or list with ``repeat``, to the value; a ``ConfigError``/``ValueError`` names the flag),
-  ``positional=True`` (an argument without dashes: ``nargs="+"`` for a list, else ``"?"``), ``required=True``.
+  ``positional=True`` (an argument without dashes: ``nargs="+"`` for a list, else ``"?"``), ``required=True``,
+  ``reads=True`` (the value names files the command reads: ``zephyr.cli`` refuses an output among them).
 
 Standard library and ``zephyr.config`` only: ``zephyr --help`` and the training side import this.
 

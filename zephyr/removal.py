@@ -292,21 +292,19 @@ class Routed:
     def summary(self, **fields: Any):
         """The command's ``Summary``: rows read by the verdict job (unreadable ones included), kept by the
         kept job, dropped by reason as the kept job counted them (the dropped job wrote exactly those)."""
+        from zephyr.job_stats import add_counts
         from zephyr.summary import Summary, from_stages
 
+        if self.kept is None:  # no row came through the verdict job: nothing was routed
+            return from_stages(self.verdict.stats.get("stages", []), **fields)
         first = from_stages(self.verdict.stats.get("stages", []))
-        routed = from_stages(self.kept.stats.get("stages", [])) if self.kept is not None else first
-        reasons = dict(first.dropped_by_reason)
-        for reason, n in routed.dropped_by_reason.items():
-            reasons[reason] = reasons.get(reason, 0) + n
-        dropped = first.rows_dropped + (routed.rows_dropped if self.kept is not None else 0)
-        quarantined = first.rows_quarantined + (routed.rows_quarantined if self.kept is not None else 0)
+        routed = from_stages(self.kept.stats.get("stages", []))
         return Summary(
             rows_in=first.rows_in,
             rows_kept=routed.rows_kept,
-            rows_dropped=dropped,
-            rows_quarantined=quarantined,
-            dropped_by_reason=reasons,
+            rows_dropped=first.rows_dropped + routed.rows_dropped,
+            rows_quarantined=first.rows_quarantined + routed.rows_quarantined,
+            dropped_by_reason=add_counts(dict(first.dropped_by_reason), routed.dropped_by_reason),
             **fields,
         )
 

@@ -35,27 +35,6 @@ from typing import Any, TextIO
 
 log = logging.getLogger(__name__)
 
-KEYS = (
-    "command",
-    "unit",
-    "rows_in",
-    "rows_kept",
-    "rows_dropped",
-    "rows_quarantined",
-    "balanced",
-    "dropped_by_reason",
-    "bytes_in",
-    "bytes_out",
-    "seconds",
-    "output",
-    "stats",
-    "dropped_output",
-    "quarantine_output",
-    "next",
-    "details",
-)
-"""The keys of every command's ``--json`` object, in this order."""
-
 
 @dataclass
 class Summary:
@@ -98,7 +77,7 @@ class Summary:
     def record(
         self, command: str, seconds: float, bytes_in: int | None, bytes_out: int | None
     ) -> dict[str, Any]:
-        """The ``--json`` object: ``KEYS`` in order."""
+        """The ``--json`` object: the same keys (``KEYS``) in the same order for every command."""
         return {
             "command": command,
             "unit": self.unit,
@@ -118,6 +97,10 @@ class Summary:
             "next": self.next,
             "details": self.details,
         }
+
+
+KEYS = tuple(Summary(0, 0).record("", 0.0, None, None))
+"""The keys of every command's ``--json`` object, in this order (``Summary.record`` makes each one)."""
 
 
 def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:

@@ -251,15 +251,19 @@ class InProcessExecutor(Executor):
     ) -> Iterator[tuple[int, Outcome]]:
         from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
 
-        value_of = shared.copy() if shared is not None and tasks else None
+        value = shared.copy() if shared is not None and tasks else None
         for position, task in enumerate(tasks):
-            try:
-                with reading_ahead():
-                    value = fn(task) if shared is None else fn(value_of, task)
-            except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                yield position, failure(exc)
-            else:
-                yield position, Outcome(True, value)
+            with reading_ahead():
+                outcome = _call(fn, task, shared, value)
+            yield position, outcome
+
+
+def _call(fn: Callable[..., Any], task: Any, shared: Shared | None, value: Any) -> Outcome:
+    """``fn(task)``, or ``fn(value, task)`` with the batch's ``shared`` value, as an ``Outcome``."""
+    try:
+        return Outcome(True, fn(task) if shared is None else fn(value, task))
+    except Exception as exc:  # reported to the driver, which retries or fails the job with context
+        return failure(exc)
 
 
 class ThreadExecutor(Executor):
@@ -282,9 +286,7 @@ class ThreadExecutor(Executor):
 
         def call(task: Any) -> Outcome:
             try:
-                return Outcome(True, fn(task) if shared is None else fn(value, task))
-            except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                return failure(exc)
+                return _call(fn, task, shared, value)
             finally:
                 release_freed_memory()  # what this task freed goes back before the next task's peak
 
