@@ -368,13 +368,11 @@ def check_added_columns(
     replace_columns: bool,
     where: str | None = None,
     rename: str | None = None,
-    replace_hint: str = REPLACE_COLUMNS_HINT,
 ) -> None:
     """Raise ``ColumnExistsError`` when a column of ``added`` is among ``names`` and ``replace_columns`` is false.
 
     ``where`` (a file, a step) starts the message; ``rename`` is the option that writes under another name,
-    where the step has one (``"--output-column NAME"``), offered as the second way out. ``replace_hint``
-    spells the first way out where it is not a keyword argument (a pipeline step's key path).
+    where the step has one (``"--output-column NAME"``), offered as the second way out.
     """
     if replace_columns:
         return
@@ -384,7 +382,11 @@ def check_added_columns(
         return
     prefix = f"{where}: " if where else ""
     what = f"a column {clash[0]!r}" if len(clash) == 1 else f"columns {', '.join(map(repr, clash))}"
-    fix = replace_hint if len(clash) == 1 else replace_hint.replace("replace it", "replace them")
+    fix = (
+        REPLACE_COLUMNS_HINT
+        if len(clash) == 1
+        else REPLACE_COLUMNS_HINT.replace("replace it", "replace them")
+    )
     if rename:
         fix += f", or {rename} to write under another name"
     raise ColumnExistsError(f"{prefix}the input already has {what}; {fix}")

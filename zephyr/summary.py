@@ -31,7 +31,7 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,6 @@ def emit(
     seconds: float,
     inputs: Sequence[str] | None,
     as_json: bool,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
 ) -> dict[str, Any]:
     """Measure the bytes, then print ``summary``: one JSON object on stdout (``as_json``), else the table on
     stderr. Returns the record."""
@@ -244,15 +242,9 @@ def emit(
     bytes_out = _measure([summary.output] if summary.output else None, expand=False)
     record = summary.record(command, seconds, bytes_in, bytes_out)
     if as_json:
-        out = stdout or sys.stdout
-        out.write(json.dumps(record, default=str) + "\n")
-        out.flush()
+        print(json.dumps(record, default=str), flush=True)
     else:
         if summary.printed is not None:
-            out = stdout or sys.stdout
-            out.write(summary.printed + "\n")
-            out.flush()
-        err = stderr or sys.stderr
-        err.write(human(record, summary.shown) + "\n")
-        err.flush()
+            print(summary.printed, flush=True)
+        print(human(record, summary.shown), file=sys.stderr, flush=True)
     return record
