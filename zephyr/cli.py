@@ -403,7 +403,7 @@ class Command:
     jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``, or any object whose
     ``explain(**execution)`` gives the text) and runs nothing, so
     the printed plan is the one ``run`` executes when ``run`` executes ``plans``. The help is the first line of
-    ``run``'s docstring, the description its first paragraph, unless given."""
+    ``run``'s docstring, the description its first paragraph."""
 
     words: str
     run: Callable[..., Any]
@@ -414,15 +414,13 @@ class Command:
     """What the ``then:`` lines of a multi-job plan hold (``zephyr.physical.explain_jobs``)."""
     skip: tuple[str, ...] = ()
     """Flags of ``options`` left out, by key path (``train check`` declares its own ``--dispatch``)."""
-    help: str = ""
-    description: str = ""
 
     def texts(self) -> tuple[str, str]:
-        """(help, description): given, or from ``run``'s docstring."""
+        """(help, description): the first sentence of ``run``'s docstring, and its first paragraph."""
         doc = inspect.cleandoc(self.run.__doc__ or "")
         first = " ".join(doc.split("\n\n")[0].split())
         short = first.split(". ")[0].rstrip(".")
-        return self.help or short[:1].lower() + short[1:], self.description or first
+        return short[:1].lower() + short[1:], first
 
     def configs(self, given: dict[str, Any], *, explain: bool = False) -> dict[str, Any]:
         """The ``run``/``plans`` keywords the parsed flags ``given`` ask for (``Output`` left out to explain)."""

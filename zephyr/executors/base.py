@@ -147,29 +147,17 @@ class Outcome:
 
 def is_retryable(exc: BaseException) -> bool:
     """Deterministic failures fail the job at once instead of being retried: bad input, schema or config, a
-    missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that recur on every try (disk full, permission denied, read-only file
-    system, a file where a directory should be: ``errors.PERMANENT_ERRNOS``). The exception's causes are
-    looked at too, since a reader may wrap the ``OSError`` it met."""
+    missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that
+    recur on every try (disk full, permission denied, read-only file system, a file where a directory should
+    be: ``errors.PERMANENT_ERRNOS``). The exception's causes are looked at too, since a reader may wrap the
+    ``OSError`` it met."""
     from zephyr.errors import ConfigError, InputError, OutputError, SchemaError
 
-    permanent: tuple[type, ...] = (
-        InputError,
-        SchemaError,
-        ConfigError,
-        OutputError,
-        ModuleNotFoundError,
-        *_library_schema_errors(),
-    )
-    return _os_cause(exc) is None and not any(isinstance(e, permanent) for e in _chain(exc))
-
-
-def _library_schema_errors() -> tuple[type, ...]:
-    """polars' missing-column and schema errors, if polars is already imported (never import it for this)."""
-    polars_exceptions = sys.modules.get("polars.exceptions")
-    if polars_exceptions is None:
-        return ()
+    polars = sys.modules.get("polars.exceptions")  # its schema errors, once imported (never import it here)
     names = ("ColumnNotFoundError", "SchemaError", "SchemaFieldNotFoundError")
-    return tuple(getattr(polars_exceptions, n) for n in names if hasattr(polars_exceptions, n))
+    permanent = (InputError, SchemaError, ConfigError, OutputError, ModuleNotFoundError)
+    permanent += tuple(getattr(polars, name) for name in names if hasattr(polars, name))
+    return _os_cause(exc) is None and not any(isinstance(e, permanent) for e in _chain(exc))
 
 
 def failure(exc: BaseException, tb: Any = None) -> Outcome:
