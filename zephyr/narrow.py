@@ -12,6 +12,7 @@ sends the row to the quarantine output with the error as its reason (``on_error=
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -51,16 +52,14 @@ class OpCounters:
 
 
 def op_label(op: Op) -> str:
+    """How stats, logs and errors name a narrow op: the ``Dataset`` method that made it and its function's
+    name (or columns), e.g. ``map_batches(dedup.fuzzy.signatures)``, ``select(id, text)``."""
     fn = getattr(op, "fn", None)
     name = getattr(op, "name", None) or (
         getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None
     )
-    if isinstance(op, WithRowIndex):
-        return f"with_row_index({op.name})"
-    kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[
-        type(op)
-    ]
-    return f"{kind}({name})" if name else f"{kind}({', '.join(op.columns)})"
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()  # FlatMap: flat_map, the method
+    return f"{kind}({name or ', '.join(op.columns)})"
 
 
 Quarantine = Callable[[pa.Table], None]
