@@ -93,15 +93,9 @@ class Dropped:
 
 def _stats(output: str, data: dict[str, Any]) -> str:
     """Write ``OUTPUT.zephyr/stats.json`` (format version 1) and return its path."""
-    from zephyr.io.layout import stats_path
-    from zephyr.io.paths import write_bytes_atomic
+    from zephyr.summary import write_stats
 
-    path = stats_path(output)
-    text = (
-        json.dumps({"version": 1, **data}, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    )
-    write_bytes_atomic(path, text.encode())
-    return path
+    return write_stats(output, {"version": 1, **data})
 
 
 def _written(result: Any, output: str, data: dict[str, Any], **fields: Any) -> Summary:

@@ -563,17 +563,12 @@ class SortConfig:
 
 def _written(result: Any, output: str) -> Any:
     """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
-    import json
+    from zephyr.summary import from_stages, write_stats
 
-    from zephyr.io.layout import stats_path
-    from zephyr.io.paths import write_bytes_atomic
-    from zephyr.summary import from_stages
-
-    write_bytes_atomic(stats_path(output), json.dumps(result.stats, indent=1, default=str).encode())
     return from_stages(
         result.stats["stages"],
         output=output,
-        stats=stats_path(output),
+        stats=write_stats(output, result.stats),
         details={"files": len(result.files)},
         next=f"zephyr count {output}",
     )

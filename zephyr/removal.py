@@ -184,12 +184,9 @@ class Removal:
     ) -> Any:
         """Write ``OUTPUT.zephyr/stats.json`` (the write's stats, the task totals of every engine job in
         ``jobs``, ``extra`` under ``section`` with the row balance) and return the command's ``Summary``."""
-        import json
-
         from zephyr import job_stats
         from zephyr.io.layout import stats_path
-        from zephyr.io.paths import write_bytes_atomic
-        from zephyr.summary import from_stages
+        from zephyr.summary import from_stages, write_stats
 
         stats = {**result.stats, **job_stats.summarize(jobs), section: dict(extra)}
         fields = {"output": output, "stats": stats_path(output), **fields}
@@ -199,9 +196,7 @@ class Removal:
             summary = from_stages(stats.get("stages", []), **fields)
         rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
         stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
-        write_bytes_atomic(
-            stats_path(output), json.dumps(stats, indent=2, sort_keys=True, default=str).encode()
-        )
+        write_stats(output, stats)
         return summary
 
 

@@ -141,6 +141,17 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     )
 
 
+def write_stats(output: str, stats: dict[str, Any]) -> str:
+    """Write ``stats`` as ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``), the one
+    way every command writes it; returns its path."""
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
+
+    text = json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    write_bytes_atomic(stats_path(output), text.encode())
+    return stats_path(output)
+
+
 def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
     """Bytes on disk of the files ``paths`` name: files as they are, directories walked. An input folder's
     ``_``/``.`` names (``_SUCCESS``, ``.crc``: other tools' markers, not data) are skipped unless ``markers``;
