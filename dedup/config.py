@@ -255,7 +255,7 @@ class SubstringConfig:
     """The most repeated spans listed in the stats."""
     unit: Literal["bytes", "tokens"] = "bytes"
     """What removed spans snap to: UTF-8 characters (bytes) or the token starts of ``tokenizer`` (tokens)."""
-    tokenizer: str | None = field(default=None, metadata={"metavar": "FILE"})
+    tokenizer: str | None = field(default=None, metadata={"metavar": "FILE", "reads": True})
     """A ``tokenizer.json`` (HF tokenizers) for ``unit`` tokens: removed runs snap to its token starts, so no
     token is cut in half."""
 
@@ -312,7 +312,7 @@ class ParagraphDedupConfig:
     """Bloom: a paragraph repeated inside the document where it first appears keeps every copy there."""
     save_filter: str | None = field(default=None, metadata={"metavar": "FILE"})
     """Bloom: write the filter here after the run."""
-    load_filter: str | None = field(default=None, metadata={"metavar": "FILE"})
+    load_filter: str | None = field(default=None, metadata={"metavar": "FILE", "reads": True})
     """Bloom: start from a saved filter."""
 
     def __post_init__(self) -> None:

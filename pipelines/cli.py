@@ -93,15 +93,9 @@ class Dropped:
 
 def _stats(output: str, data: dict[str, Any]) -> str:
     """Write ``OUTPUT.zephyr/stats.json`` (format version 1) and return its path."""
-    from zephyr.io.layout import stats_path
-    from zephyr.io.paths import write_bytes_atomic
+    from zephyr.summary import write_stats
 
-    path = stats_path(output)
-    text = (
-        json.dumps({"version": 1, **data}, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    )
-    write_bytes_atomic(path, text.encode())
-    return path
+    return write_stats(output, {"version": 1, **data})
 
 
 def _written(result: Any, output: str, data: dict[str, Any], **fields: Any) -> Summary:
@@ -200,7 +194,7 @@ class FilterOptions:
     rules: str = ",".join(DEFAULT_RULES)
     """Comma-separated rule families: gopher, gopher_quality, gopher_repetition, c4, fineweb, url (URL
     normalization, invalid URLs, --url-blocklist)."""
-    url_blocklist: str | None = field(default=None, metadata={"metavar": "FILE"})
+    url_blocklist: str | None = field(default=None, metadata={"metavar": "FILE", "reads": True})
     """With --rules url: domains/hosts to drop, one per line (example:
     pipelines/web/data/blocklist.example.txt)."""
     url_column: str = "url"
@@ -417,11 +411,11 @@ def heuristic_filter(
 class TrainOptions:
     """``zephyr quality train``'s settings."""
 
-    labelled: str = field(default="", metadata={"positional": True, "required": True})
+    labelled: str = field(default="", metadata={"positional": True, "required": True, "reads": True})
     """Parquet with text and label columns."""
     output: str = field(default="", metadata={"required": True})
     """Model file (.bin); a .report.json is written beside it."""
-    test: str | None = None
+    test: str | None = field(default=None, metadata={"reads": True})
     """Held-out Parquet (default: a hash-based split of the input)."""
     holdout: float = 0.2
     """Share of the input held out for testing when --test is not given."""
@@ -475,7 +469,7 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
 class ScoreOptions:
     """``zephyr quality score``'s settings."""
 
-    model: str = field(default="", metadata={"required": True})
+    model: str = field(default="", metadata={"required": True, "reads": True})
     """The classifier (a .bin from zephyr quality train)."""
     buckets: int = 5
     """Quantile buckets of the score."""
@@ -569,7 +563,7 @@ def pii(
 class EvalSets:
     """The eval sets ``zephyr decontaminate`` protects."""
 
-    eval: list[str] = field(default_factory=list, metadata={"required": True})
+    eval: list[str] = field(default_factory=list, metadata={"required": True, "reads": True})
     """An eval set, Parquet or JSONL (repeat the flag for several)."""
     eval_column: list[str] = field(default_factory=lambda: ["text"])
     """A text column of the eval sets (repeat the flag for several; default: text)."""
@@ -635,7 +629,9 @@ def decontaminate(
 class WarcInputs(Inputs):
     """The WARC/ARC files ``zephyr extract`` reads; bad records are quarantined unless told otherwise."""
 
-    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "WARC"})
+    inputs: list[str] = field(
+        default_factory=list, metadata={"positional": True, "metavar": "WARC", "reads": True}
+    )
     """.warc/.warc.gz/.arc/.arc.gz files, folders or globs."""
     format: Literal["warc"] = field(default="warc", metadata={"flag": False})
     on_error: Literal["raise", "quarantine"] = "quarantine"

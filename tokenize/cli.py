@@ -36,7 +36,7 @@ class TokenFiles(Inputs):
 class TokenizeColumns:
     """What ``zephyr tokenize`` reads besides the inputs: the tokenizer and the columns."""
 
-    tokenizer: str = field(default="", metadata={"required": True})
+    tokenizer: str = field(default="", metadata={"required": True, "reads": True})
     """Path of a HF tokenizer.json."""
     text_column: str = "text"
     """Column with the document text."""

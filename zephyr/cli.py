@@ -135,10 +135,6 @@ def quarantine_dir(args: argparse.Namespace) -> str | None:
     return None
 
 
-_INPUT_ARGS = ("inputs", "eval", "model", "labelled", "test", "load_filter", "url_blocklist", "tokenizer")
-"""Parsed arguments that name files a command reads: an output may not be, contain or lie inside them."""
-
-
 def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     """Claim what the command writes for its whole run (``zephyr.io.claim``, ``zephyr.io.lock``): its output
     folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
@@ -148,7 +144,7 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
 
     if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
         return
-    values = [getattr(args, name, None) for name in _INPUT_ARGS]
+    values = [getattr(args, dest, None) for dest in getattr(args, "read_dests", ())]  # fields marked "reads"
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
     inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
@@ -349,7 +345,9 @@ def console_main() -> None:
 class Inputs:
     """The files a command reads; ``read()`` is the dataset they make."""
 
-    inputs: list[str] = field(default_factory=list, metadata={"positional": True, "metavar": "INPUT"})
+    inputs: list[str] = field(
+        default_factory=list, metadata={"positional": True, "metavar": "INPUT", "reads": True}
+    )
     """Files, directories, globs or fsspec URLs."""
     format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto"
     """The input format (auto: from the file names, or their first bytes)."""
@@ -405,7 +403,7 @@ class Command:
     jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``, or any object whose
     ``explain(**execution)`` gives the text) and runs nothing, so
     the printed plan is the one ``run`` executes when ``run`` executes ``plans``. The help is the first line of
-    ``run``'s docstring, the description its first paragraph, unless given."""
+    ``run``'s docstring, the description its first paragraph."""
 
     words: str
     run: Callable[..., Any]
@@ -416,15 +414,13 @@ class Command:
     """What the ``then:`` lines of a multi-job plan hold (``zephyr.physical.explain_jobs``)."""
     skip: tuple[str, ...] = ()
     """Flags of ``options`` left out, by key path (``train check`` declares its own ``--dispatch``)."""
-    help: str = ""
-    description: str = ""
 
     def texts(self) -> tuple[str, str]:
-        """(help, description): given, or from ``run``'s docstring."""
+        """(help, description): the first sentence of ``run``'s docstring, and its first paragraph."""
         doc = inspect.cleandoc(self.run.__doc__ or "")
         first = " ".join(doc.split("\n\n")[0].split())
         short = first.split(". ")[0].rstrip(".")
-        return self.help or short[:1].lower() + short[1:], self.description or first
+        return short[:1].lower() + short[1:], first
 
     def configs(self, given: dict[str, Any], *, explain: bool = False) -> dict[str, Any]:
         """The ``run``/``plans`` keywords the parsed flags ``given`` ask for (``Output`` left out to explain)."""
@@ -520,17 +516,20 @@ def _add_command(
         parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
     actions[words] = parser
     dests: set[str] = set()
+    reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
         if explain and issubclass(cls, Output):
             continue
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
         add_flags(parser, cls, group=title, skip=command.skip)
         dests.update(spec.dest for spec in flag_specs(cls))
+        reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
     writes = any(issubclass(cls, Output) for cls in command.options.values())
     parser.set_defaults(
         func=functools.partial(_run_command, command, explain=explain),
         command_words=" ".join(words),
         flag_dests=frozenset(dests),
+        read_dests=frozenset(reads),
         output_is_dir=writes and not explain,
     )
 
@@ -564,17 +563,12 @@ class SortConfig:
 
 def _written(result: Any, output: str) -> Any:
     """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
-    import json
+    from zephyr.summary import from_stages, write_stats
 
-    from zephyr.io.layout import stats_path
-    from zephyr.io.paths import write_bytes_atomic
-    from zephyr.summary import from_stages
-
-    write_bytes_atomic(stats_path(output), json.dumps(result.stats, indent=1, default=str).encode())
     return from_stages(
         result.stats["stages"],
         output=output,
-        stats=stats_path(output),
+        stats=write_stats(output, result.stats),
         details={"files": len(result.files)},
         next=f"zephyr count {output}",
     )

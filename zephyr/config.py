@@ -96,10 +96,11 @@ def ranged_field(
 
 
 def path_field(default: Any = None, **kw: Any) -> Any:
-    """A field holding a filesystem path (or list of paths): resolved relative to the config file."""
+    """A field holding the path of a file read (or a list of them): resolved relative to the config file, and
+    never the output of a command that reads it (``reads``, ``zephyr.flags``)."""
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"path": True, **kw})
-    return field(default=default, metadata={"path": True, **kw})
+        return field(default_factory=lambda: list(default), metadata={"path": True, "reads": True, **kw})
+    return field(default=default, metadata={"path": True, "reads": True, **kw})
 
 
 # -- range checks -------------------------------------------------------------------------------------------

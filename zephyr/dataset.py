@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from zephyr.config import parse_bytes
 from zephyr.errors import ConfigError, require
 from zephyr.io.schema import without_view_types
 from zephyr.job_stats import WriteResult
@@ -89,7 +90,7 @@ def _read_files(
                 fmt,
                 tuple(columns) if columns else None,
                 _schema_argument(schema, unify_schemas),
-                _shard_bytes_argument(approx_shard_bytes),
+                None if approx_shard_bytes is None else parse_bytes(approx_shard_bytes),
                 on_error,
                 unify_schemas=unify_schemas,
             ),
@@ -510,13 +511,6 @@ def _schema_argument(schema: pa.Schema | str | None, unify_schemas: bool) -> pa.
 
         return load_schema_file(os.fspath(schema))
     raise ConfigError(f"schema must be a pyarrow.Schema or a schema file path, got {type(schema).__name__}")
-
-
-def _shard_bytes_argument(value: int | str | None) -> int | None:
-    """``approx_shard_bytes`` as an int: a number of bytes or a size string such as ``"256MB"``."""
-    from zephyr.config import parse_bytes
-
-    return None if value is None else parse_bytes(value)
 
 
 def column_names(args: tuple, what: str) -> tuple[str, ...]:

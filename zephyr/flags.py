@@ -24,7 +24,8 @@ How a field becomes a flag:
   (for a hint that does not give them), ``show_default=False`` (the help says the default itself),
   ``repeat=True`` (the flag may be repeated; its values come as a list), ``parse`` (a callable from the
   given text, or list with ``repeat``, to the value; a ``ConfigError``/``ValueError`` names the flag),
-  ``positional=True`` (an argument without dashes: ``nargs="+"`` for a list, else ``"?"``), ``required=True``.
+  ``positional=True`` (an argument without dashes: ``nargs="+"`` for a list, else ``"?"``), ``required=True``,
+  ``reads=True`` (the value names files the command reads: ``zephyr.cli`` refuses an output among them).
 
 Standard library and ``zephyr.config`` only: ``zephyr --help`` and the training side import this.
 
@@ -185,12 +186,11 @@ def add_flags(
     parser: argparse.ArgumentParser,
     cls: type,
     *,
-    prefix: str = "",
     skip: tuple[str, ...] = (),
     group: str | None = None,
 ) -> None:
     """One flag per field of ``cls`` (see the module docstring), on ``parser`` or on an argument group named
-    ``group``; ``skip`` leaves out fields by key path or name; ``prefix`` makes ``--prefix-field-name``."""
+    ``group``; ``skip`` leaves out fields by key path or name."""
     target = parser.add_argument_group(group) if group else parser
     for spec in flag_specs(cls):
         if spec.dest in skip or spec.field.name in skip:
@@ -199,12 +199,11 @@ def add_flags(
         if spec.field.metadata.get("positional"):
             target.add_argument(spec.dest, default=argparse.SUPPRESS, help=_help(spec), **kw)
             continue
-        flag = spec.flag if not prefix or "flag" in spec.field.metadata else f"--{prefix}-{spec.flag[2:]}"
         if "choices" not in kw and kw.get("action") is not argparse.BooleanOptionalAction:
-            kw.setdefault("metavar", flag[2:].replace("-", "_").upper())  # RUN_STEPS, not OPTIM.LR
+            kw.setdefault("metavar", spec.flag[2:].replace("-", "_").upper())  # STEPS, not OPTIM.LR
         required = bool(spec.field.metadata.get("required"))
         target.add_argument(
-            flag, dest=spec.dest, default=argparse.SUPPRESS, required=required, help=_help(spec), **kw
+            spec.flag, dest=spec.dest, default=argparse.SUPPRESS, required=required, help=_help(spec), **kw
         )
 
 

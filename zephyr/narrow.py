@@ -12,7 +12,7 @@ sends the row to the quarantine output with the error as its reason (``on_error=
 from __future__ import annotations
 
 import dataclasses
-import functools
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -52,16 +52,14 @@ class OpCounters:
 
 
 def op_label(op: Op) -> str:
+    """How stats, logs and errors name a narrow op: the ``Dataset`` method that made it and its function's
+    name (or columns), e.g. ``map_batches(dedup.fuzzy.signatures)``, ``select(id, text)``."""
     fn = getattr(op, "fn", None)
     name = getattr(op, "name", None) or (
         getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None
     )
-    if isinstance(op, WithRowIndex):
-        return f"with_row_index({op.name})"
-    kind = {Map: "map", Filter: "filter", FlatMap: "flat_map", MapBatches: "map_batches", Select: "select"}[
-        type(op)
-    ]
-    return f"{kind}({name})" if name else f"{kind}({', '.join(op.columns)})"
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()  # FlatMap: flat_map, the method
+    return f"{kind}({name or ', '.join(op.columns)})"
 
 
 Quarantine = Callable[[pa.Table], None]
@@ -121,41 +119,32 @@ def _quarantine_table(where: str, lines: list, reasons: list[str], rows: list[di
     )
 
 
-def _apply_rows(
-    stream, op: Map | FlatMap, count: OpCounters, where: str, quarantine: Quarantine, *, flat: bool
-):
-    """Row functions: ``map`` returns one row per row, ``flat_map`` (``flat``) an iterable of rows per row."""
+def _apply_rows(stream, op: Map | Filter | FlatMap, count: OpCounters, where: str, quarantine: Quarantine):
+    """Row functions: ``map`` returns one row per row, ``flat_map`` an iterable of rows per row, ``filter`` a
+    truth value per row (the table keeps its rows, and their types, that pass)."""
     base = 0
     for table in stream:
         results, failed = _call_rows(table, op, where, quarantine, base)
         base += table.num_rows
-        if flat:
-            out: list[dict] = [row for _, result in results for row in result]
-        else:
-            out = [result for _, result in results]
-        if out and not isinstance(out[0], dict):
-            raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
         count.rows_in += table.num_rows
         count.rows_quarantined += failed
+        if isinstance(op, Filter):
+            keep = [False] * table.num_rows
+            for i, result in results:
+                keep[i] = bool(result)
+            kept = table.filter(pa.array(keep, type=pa.bool_()))  # a list, not numpy: no pandas probe
+            count.rows_out += kept.num_rows
+            count.rows_dropped += table.num_rows - kept.num_rows - failed
+            yield kept
+            continue
+        out = [result for _, result in results]
+        if isinstance(op, FlatMap):
+            out = [row for rows in out for row in rows]
+        if out and not isinstance(out[0], dict):
+            raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
         count.rows_out += len(out)
         if out:
             yield pa.Table.from_pylist(out)
-
-
-def _apply_filter(stream, op: Filter, count: OpCounters, where: str, quarantine: Quarantine):
-    base = 0
-    for table in stream:
-        results, failed = _call_rows(table, op, where, quarantine, base)
-        base += table.num_rows
-        keep = [False] * table.num_rows
-        for i, result in results:
-            keep[i] = bool(result)
-        kept = table.filter(pa.array(keep, type=pa.bool_()))  # a list, not numpy: no pandas probe
-        count.rows_in += table.num_rows
-        count.rows_quarantined += failed
-        count.rows_out += kept.num_rows
-        count.rows_dropped += table.num_rows - kept.num_rows - failed
-        yield kept
 
 
 def _apply_select(stream, op: Select, count: OpCounters, where: str, quarantine: Quarantine):
@@ -293,9 +282,9 @@ def _as_quarantine(quarantined: pa.Table, reason: str | None, op: Op, where: str
 
 
 _APPLY = {
-    Map: functools.partial(_apply_rows, flat=False),
-    Filter: _apply_filter,
-    FlatMap: functools.partial(_apply_rows, flat=True),
+    Map: _apply_rows,
+    Filter: _apply_rows,
+    FlatMap: _apply_rows,
     MapBatches: _apply_map_batches,
     Select: _apply_select,
 }

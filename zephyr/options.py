@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from zephyr.config import parse_bytes
+from zephyr.config import ConfigProblems, describe_type, field_problems, fits, parse_bytes, ranged_field
 from zephyr.errors import ConfigError
 
 ExecutorName = Literal["inprocess", "threads", "local", "dask"]
@@ -25,13 +26,13 @@ class ExecutionOptions:
 
     executor: ExecutorName | Any = field(
         default="local",
-        metadata={"choices": ("inprocess", "threads", "local", "dask"), "show_default": False},
+        metadata={"choices": typing.get_args(ExecutorName), "show_default": False},
     )
     """Where tasks run: worker processes (local, the default), threads of this process (threads: the default of
     the dedup commands, whose work releases the GIL), one task at a time (inprocess), or dask.
 
     An ``Executor`` instance or a ``dask.distributed.Client`` is accepted too."""
-    workers: int | None = None
+    workers: int | None = ranged_field(1, default=None)
     """Workers (default: one per core).
 
     Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
@@ -51,7 +52,7 @@ class ExecutionOptions:
     """Dask scheduler address, e.g. tcp://127.0.0.1:8786.
 
     ``None`` starts a LocalCluster on 127.0.0.1."""
-    max_retries: int = 2
+    max_retries: int = ranged_field(0, default=2)
     """Extra tries per failing task (then the job fails naming its shard)."""
     progress: bool | None = None
     """One progress line on stderr: rows and bytes read (training: steps), rate, ETA (default: only on a
@@ -81,20 +82,13 @@ class ExecutionOptions:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, absolute(value))
-        if isinstance(self.executor, str) and self.executor not in ("inprocess", "threads", "local", "dask"):
-            raise ConfigError(
-                f"executor must be 'inprocess', 'threads', 'local' or 'dask', got {self.executor!r}"
-            )
-        if self.workers is not None and (not isinstance(self.workers, int) or self.workers < 1):
-            raise ConfigError(f"workers must be a positive integer, got {self.workers!r}")
-        if self.coalesce_runs not in ("auto", "always", "never"):
-            raise ConfigError(
-                f"coalesce_runs must be 'auto', 'always' or 'never', got {self.coalesce_runs!r}"
-            )
-        if self.max_retries < 0:
-            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries!r}")
-        if self.memory_budget_bytes < 1 << 20:
-            raise ConfigError(f"memory_budget must be at least 1 MiB, got {self.memory_budget!r}")
+        problems = field_problems(self, "")  # the fields' types and ranges, as every config checks them
+        if isinstance(self.executor, str) and not fits(self.executor, ExecutorName):
+            problems.append(f"executor must be {describe_type(ExecutorName)}, got {self.executor!r}")
+        if not problems and self.memory_budget_bytes < 1 << 20:
+            problems.append(f"memory_budget must be at least 1 MiB, got {self.memory_budget!r}")
+        if problems:
+            raise ConfigProblems(problems, what="execution options")
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -124,10 +118,4 @@ class ExecutionOptions:
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
-        return cls(
-            **{
-                k: v
-                for k, v in kwargs.items()
-                if v is not None or k in ("work_dir", "cluster", "quarantine_dir")
-            }
-        )
+        return cls(**{k: v for k, v in kwargs.items() if v is not None})  # None: the field's default

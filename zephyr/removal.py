@@ -184,12 +184,9 @@ class Removal:
     ) -> Any:
         """Write ``OUTPUT.zephyr/stats.json`` (the write's stats, the task totals of every engine job in
         ``jobs``, ``extra`` under ``section`` with the row balance) and return the command's ``Summary``."""
-        import json
-
         from zephyr import job_stats
         from zephyr.io.layout import stats_path
-        from zephyr.io.paths import write_bytes_atomic
-        from zephyr.summary import from_stages
+        from zephyr.summary import from_stages, write_stats
 
         stats = {**result.stats, **job_stats.summarize(jobs), section: dict(extra)}
         fields = {"output": output, "stats": stats_path(output), **fields}
@@ -199,9 +196,7 @@ class Removal:
             summary = from_stages(stats.get("stages", []), **fields)
         rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
         stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
-        write_bytes_atomic(
-            stats_path(output), json.dumps(stats, indent=2, sort_keys=True, default=str).encode()
-        )
+        write_stats(output, stats)
         return summary
 
 
@@ -292,21 +287,19 @@ class Routed:
     def summary(self, **fields: Any):
         """The command's ``Summary``: rows read by the verdict job (unreadable ones included), kept by the
         kept job, dropped by reason as the kept job counted them (the dropped job wrote exactly those)."""
+        from zephyr.job_stats import add_counts
         from zephyr.summary import Summary, from_stages
 
+        if self.kept is None:  # no row came through the verdict job: nothing was routed
+            return from_stages(self.verdict.stats.get("stages", []), **fields)
         first = from_stages(self.verdict.stats.get("stages", []))
-        routed = from_stages(self.kept.stats.get("stages", [])) if self.kept is not None else first
-        reasons = dict(first.dropped_by_reason)
-        for reason, n in routed.dropped_by_reason.items():
-            reasons[reason] = reasons.get(reason, 0) + n
-        dropped = first.rows_dropped + (routed.rows_dropped if self.kept is not None else 0)
-        quarantined = first.rows_quarantined + (routed.rows_quarantined if self.kept is not None else 0)
+        routed = from_stages(self.kept.stats.get("stages", []))
         return Summary(
             rows_in=first.rows_in,
             rows_kept=routed.rows_kept,
-            rows_dropped=dropped,
-            rows_quarantined=quarantined,
-            dropped_by_reason=reasons,
+            rows_dropped=first.rows_dropped + routed.rows_dropped,
+            rows_quarantined=first.rows_quarantined + routed.rows_quarantined,
+            dropped_by_reason=add_counts(dict(first.dropped_by_reason), routed.dropped_by_reason),
             **fields,
         )
 
@@ -370,13 +363,11 @@ def check_added_columns(
     replace_columns: bool,
     where: str | None = None,
     rename: str | None = None,
-    replace_hint: str = REPLACE_COLUMNS_HINT,
 ) -> None:
     """Raise ``ColumnExistsError`` when a column of ``added`` is among ``names`` and ``replace_columns`` is false.
 
     ``where`` (a file, a step) starts the message; ``rename`` is the option that writes under another name,
-    where the step has one (``"--output-column NAME"``), offered as the second way out. ``replace_hint``
-    spells the first way out where it is not a keyword argument (a pipeline step's key path).
+    where the step has one (``"--output-column NAME"``), offered as the second way out.
     """
     if replace_columns:
         return
@@ -386,7 +377,11 @@ def check_added_columns(
         return
     prefix = f"{where}: " if where else ""
     what = f"a column {clash[0]!r}" if len(clash) == 1 else f"columns {', '.join(map(repr, clash))}"
-    fix = replace_hint if len(clash) == 1 else replace_hint.replace("replace it", "replace them")
+    fix = (
+        REPLACE_COLUMNS_HINT
+        if len(clash) == 1
+        else REPLACE_COLUMNS_HINT.replace("replace it", "replace them")
+    )
     if rename:
         fix += f", or {rename} to write under another name"
     raise ColumnExistsError(f"{prefix}the input already has {what}; {fix}")

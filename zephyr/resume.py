@@ -167,9 +167,9 @@ def mark_done(folder: str | Path, fingerprint: str) -> None:
     write_json_atomic(f"{folder}/{SUCCESS}", {"fingerprint": fingerprint, "finished": time.time()})
 
 
-def drop_scratch(work_dir: str | Path, keep: Sequence[str] = ("quarantine",)) -> None:
+def drop_scratch(work_dir: str | Path) -> None:
     """Remove the engine scratch (task markers, spills, shuffle runs) of each job folder in ``work_dir``, once
-    the unit that ran them is done; entries named in ``keep`` stay (quarantined rows are data)."""
+    the unit that ran them is done; its ``quarantine`` folder stays (quarantined rows are data)."""
     fs, path = url_to_fs(str(work_dir))
     if not fs.isdir(path):
         return
@@ -177,7 +177,7 @@ def drop_scratch(work_dir: str | Path, keep: Sequence[str] = ("quarantine",)) ->
         if step["type"] != "directory":
             continue
         for entry in fs.ls(step["name"], detail=False):
-            if entry.rstrip("/").rsplit("/", 1)[-1] not in keep:
+            if entry.rstrip("/").rsplit("/", 1)[-1] != "quarantine":
                 fs.rm(entry, recursive=True)
 
 

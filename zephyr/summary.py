@@ -31,30 +31,9 @@ import logging
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 log = logging.getLogger(__name__)
-
-KEYS = (
-    "command",
-    "unit",
-    "rows_in",
-    "rows_kept",
-    "rows_dropped",
-    "rows_quarantined",
-    "balanced",
-    "dropped_by_reason",
-    "bytes_in",
-    "bytes_out",
-    "seconds",
-    "output",
-    "stats",
-    "dropped_output",
-    "quarantine_output",
-    "next",
-    "details",
-)
-"""The keys of every command's ``--json`` object, in this order."""
 
 
 @dataclass
@@ -98,7 +77,7 @@ class Summary:
     def record(
         self, command: str, seconds: float, bytes_in: int | None, bytes_out: int | None
     ) -> dict[str, Any]:
-        """The ``--json`` object: ``KEYS`` in order."""
+        """The ``--json`` object: the same keys (``KEYS``) in the same order for every command."""
         return {
             "command": command,
             "unit": self.unit,
@@ -118,6 +97,10 @@ class Summary:
             "next": self.next,
             "details": self.details,
         }
+
+
+KEYS = tuple(Summary(0, 0).record("", 0.0, None, None))
+"""The keys of every command's ``--json`` object, in this order (``Summary.record`` makes each one)."""
 
 
 def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
@@ -156,6 +139,17 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
         rows_quarantined=sum(int(s["rows_quarantined"]) for s in chain),
         **fields,
     )
+
+
+def write_stats(output: str, stats: dict[str, Any]) -> str:
+    """Write ``stats`` as ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``), the one
+    way every command writes it; returns its path."""
+    from zephyr.io.layout import stats_path
+    from zephyr.io.paths import write_bytes_atomic
+
+    text = json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    write_bytes_atomic(stats_path(output), text.encode())
+    return stats_path(output)
 
 
 def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
@@ -252,8 +246,6 @@ def emit(
     seconds: float,
     inputs: Sequence[str] | None,
     as_json: bool,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
 ) -> dict[str, Any]:
     """Measure the bytes, then print ``summary``: one JSON object on stdout (``as_json``), else the table on
     stderr. Returns the record."""
@@ -261,15 +253,9 @@ def emit(
     bytes_out = _measure([summary.output] if summary.output else None, expand=False)
     record = summary.record(command, seconds, bytes_in, bytes_out)
     if as_json:
-        out = stdout or sys.stdout
-        out.write(json.dumps(record, default=str) + "\n")
-        out.flush()
+        print(json.dumps(record, default=str), flush=True)
     else:
         if summary.printed is not None:
-            out = stdout or sys.stdout
-            out.write(summary.printed + "\n")
-            out.flush()
-        err = stderr or sys.stderr
-        err.write(human(record, summary.shown) + "\n")
-        err.flush()
+            print(summary.printed, flush=True)
+        print(human(record, summary.shown), file=sys.stderr, flush=True)
     return record

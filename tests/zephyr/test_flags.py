@@ -205,13 +205,13 @@ def test_a_flat_config_built_by_build_flat(capsys: pytest.CaptureFixture[str]) -
     assert "the following arguments are required: --tokenizer" in capsys.readouterr().err
 
 
-def test_skip_prefix_and_group() -> None:
+def test_skip_and_group() -> None:
     parser = argparse.ArgumentParser()
-    add_flags(parser, Run, skip=("dispatch", "optim.lr"), prefix="run", group="training")
+    add_flags(parser, Run, skip=("dispatch", "optim.lr"), group="training")
     text = " ".join(parser.format_help().split())
-    assert "training: --run-steps RUN_STEPS" in text and "--check-it" in text
-    assert "dispatch" not in text and "--run-lr" not in text
-    assert vars(parser.parse_args(["--run-top-k", "1"])) == {"model.inner.top_k": 1}
+    assert "training: --steps STEPS" in text and "--check-it" in text
+    assert "dispatch" not in text and "--lr" not in text
+    assert vars(parser.parse_args(["--top-k", "1"])) == {"model.inner.top_k": 1}
 
 
 def test_field_docs() -> None:

@@ -13,9 +13,10 @@ if TYPE_CHECKING:
 __all__ = ["make_executor", "reuse_workers"]
 
 
-def make_executor(options: ExecutionOptions) -> Executor:
+def make_executor(options: ExecutionOptions, *, preload: Sequence[str] = ()) -> Executor:
     """The executor ``options.executor`` names (an ``ExecutionOptions``), or the ``Executor`` it already is;
-    each executor module is imported only when chosen."""
+    each executor module is imported only when chosen. ``preload``: ``"module:function"`` names the workers of
+    a ``threads`` or ``local`` executor call at start (see ``LocalExecutor``)."""
     from zephyr.errors import ConfigError
     from zephyr.executors.base import Executor
 
@@ -29,11 +30,11 @@ def make_executor(options: ExecutionOptions) -> Executor:
     if executor == "threads":
         from zephyr.executors.base import ThreadExecutor
 
-        return ThreadExecutor(options.num_workers)
+        return ThreadExecutor(options.num_workers, preload=preload)
     if executor == "local":
         from zephyr.executors.local import LocalExecutor
 
-        return LocalExecutor(options.num_workers)
+        return LocalExecutor(options.num_workers, preload=preload)
     if executor == "dask" or type(executor).__name__ == "Client":
         from zephyr.errors import require
         from zephyr.executors.dask import DaskExecutor
@@ -62,13 +63,6 @@ def reuse_workers(execution: dict[str, Any], *, preload: Sequence[str] = ()) -> 
         return
     from zephyr.options import ExecutionOptions
 
-    workers = ExecutionOptions(workers=execution.get("workers")).num_workers
-    if executor == "threads":
-        from zephyr.executors.base import ThreadExecutor
-
-        yield {**execution, "executor": ThreadExecutor(workers, preload=preload)}
-        return
-    from zephyr.executors.local import LocalExecutor
-
-    with LocalExecutor(workers, preload=preload) as pool:
+    options = ExecutionOptions(executor=executor, workers=execution.get("workers"))
+    with make_executor(options, preload=preload) as pool:
         yield {**execution, "executor": pool}

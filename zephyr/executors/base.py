@@ -147,29 +147,17 @@ class Outcome:
 
 def is_retryable(exc: BaseException) -> bool:
     """Deterministic failures fail the job at once instead of being retried: bad input, schema or config, a
-    missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that recur on every try (disk full, permission denied, read-only file
-    system, a file where a directory should be: ``errors.PERMANENT_ERRNOS``). The exception's causes are
-    looked at too, since a reader may wrap the ``OSError`` it met."""
+    missing column, a module that is not installed (an extra: ``ModuleNotFoundError``), and OS errors that
+    recur on every try (disk full, permission denied, read-only file system, a file where a directory should
+    be: ``errors.PERMANENT_ERRNOS``). The exception's causes are looked at too, since a reader may wrap the
+    ``OSError`` it met."""
     from zephyr.errors import ConfigError, InputError, OutputError, SchemaError
 
-    permanent: tuple[type, ...] = (
-        InputError,
-        SchemaError,
-        ConfigError,
-        OutputError,
-        ModuleNotFoundError,
-        *_library_schema_errors(),
-    )
-    return _os_cause(exc) is None and not any(isinstance(e, permanent) for e in _chain(exc))
-
-
-def _library_schema_errors() -> tuple[type, ...]:
-    """polars' missing-column and schema errors, if polars is already imported (never import it for this)."""
-    polars_exceptions = sys.modules.get("polars.exceptions")
-    if polars_exceptions is None:
-        return ()
+    polars = sys.modules.get("polars.exceptions")  # its schema errors, once imported (never import it here)
     names = ("ColumnNotFoundError", "SchemaError", "SchemaFieldNotFoundError")
-    return tuple(getattr(polars_exceptions, n) for n in names if hasattr(polars_exceptions, n))
+    permanent = (InputError, SchemaError, ConfigError, OutputError, ModuleNotFoundError)
+    permanent += tuple(getattr(polars, name) for name in names if hasattr(polars, name))
+    return _os_cause(exc) is None and not any(isinstance(e, permanent) for e in _chain(exc))
 
 
 def failure(exc: BaseException, tb: Any = None) -> Outcome:
@@ -251,15 +239,19 @@ class InProcessExecutor(Executor):
     ) -> Iterator[tuple[int, Outcome]]:
         from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
 
-        value_of = shared.copy() if shared is not None and tasks else None
+        value = shared.copy() if shared is not None and tasks else None
         for position, task in enumerate(tasks):
-            try:
-                with reading_ahead():
-                    value = fn(task) if shared is None else fn(value_of, task)
-            except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                yield position, failure(exc)
-            else:
-                yield position, Outcome(True, value)
+            with reading_ahead():
+                outcome = _call(fn, task, shared, value)
+            yield position, outcome
+
+
+def _call(fn: Callable[..., Any], task: Any, shared: Shared | None, value: Any) -> Outcome:
+    """``fn(task)``, or ``fn(value, task)`` with the batch's ``shared`` value, as an ``Outcome``."""
+    try:
+        return Outcome(True, fn(task) if shared is None else fn(value, task))
+    except Exception as exc:  # reported to the driver, which retries or fails the job with context
+        return failure(exc)
 
 
 class ThreadExecutor(Executor):
@@ -282,9 +274,7 @@ class ThreadExecutor(Executor):
 
         def call(task: Any) -> Outcome:
             try:
-                return Outcome(True, fn(task) if shared is None else fn(value, task))
-            except Exception as exc:  # reported to the driver, which retries or fails the job with context
-                return failure(exc)
+                return _call(fn, task, shared, value)
             finally:
                 release_freed_memory()  # what this task freed goes back before the next task's peak
 
