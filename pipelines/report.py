@@ -117,35 +117,20 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """1. Steps: rows, bytes, time, resumed tasks, balance."""
     blocks: list[Block] = [("h", 2, "Steps")]
-    header = [
-        "#",
-        "step",
-        "type",
-        "rows in",
-        "kept",
-        "dropped",
-        "quarantined",
-        "bytes in",
-        "bytes out",
-        "seconds",
-        "tasks (resumed)",
-        "status",
-        "balanced",
-    ]
+    counts = ("rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out")
+    header = ["#", "step", "type", *counts, "seconds", "tasks (resumed)", "status", "balanced"]
     rows = []
     for s in steps:
-        is_rows = STEPS[s["type"]].output != "model"
+        cells = ["–"] * len(counts)
+        if STEPS[s["type"]].output != "model":
+            cells = [md_count(s[k]) for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")]
+            cells += [md_bytes(s.get("bytes_in", 0)), md_bytes(s.get("bytes_out", 0))]
         rows.append(
             [
                 str(s["index"]),
                 md_text(s["step"]),
                 md_text(s["type"]),
-                md_count(s["rows_in"]) if is_rows else "–",
-                md_count(s["rows_kept"]) if is_rows else "–",
-                md_count(s["rows_dropped"]) if is_rows else "–",
-                md_count(s["rows_quarantined"]) if is_rows else "–",
-                md_bytes(s.get("bytes_in", 0)) if is_rows else "–",
-                md_bytes(s.get("bytes_out", 0)) if is_rows else "–",
+                *cells,
                 f"{s['seconds']:.1f}",
                 f"{s.get('tasks', 0)} ({s.get('tasks_resumed', 0)})",
                 md_text(s.get("status", "")),
