@@ -556,6 +556,8 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
 
 def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``."""
+    from zephyr.io.paths import write_bytes_atomic
+
     job = Path(job_dir)
     try:
         stats = json.loads((job / "stats.json").read_text())
@@ -568,12 +570,7 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
         blocks.insert(2, ("p", f"No plots: {md_text(missing)}."))
     markdown = job / "report.md"
     page = job / "report.html"
-    for path, text in (
-        (markdown, render_markdown(blocks)),
-        (page, render_html(blocks, f"zephyr: {stats['pipeline']}", base=job)),
-    ):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    write_bytes_atomic(str(markdown), render_markdown(blocks).encode())
+    write_bytes_atomic(str(page), render_html(blocks, f"zephyr: {stats['pipeline']}", base=job).encode())
     log.info("report: %s (%d plots)", markdown, len(plots))
     return ReportPaths(markdown, page, [job / p for p in plots.values()])
