@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -107,11 +108,22 @@ def _written(result: Any, output: str, data: dict[str, Any], **fields: Any) -> S
     return from_stages(result.stats.get("stages", []), output=output, stats=stats, **fields)
 
 
-def _counts(result: Any) -> dict[str, int]:
-    """The counters of a job's ops, summed over its stages."""
+def _one_job(
+    ds: Dataset,
+    output: Output,
+    execution: ExecutionOptions,
+    details: Callable[[dict[str, int]], dict[str, Any]],
+    key: str | None = None,
+    **fields: Any,
+) -> Summary:
+    """Write ``ds`` to ``--output`` in one engine job; ``details`` of the counters of its ops (summed over its
+    stages) go to ``stats.json`` (under ``key`` when given, beside the job's stats) and to the summary."""
     from zephyr import job_stats
 
-    return job_stats.counter_totals(result.stats.get("stages", []))
+    result = ds.write_parquet(output.output, **execution.as_kwargs())
+    found = details(job_stats.counter_totals(result.stats.get("stages", [])))
+    data = {key: found} if key else found
+    return _written(result, output.output, data, details=found, **fields)
 
 
 def _removing(
@@ -143,16 +155,18 @@ def normalize(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: NormalizeConfig
 ) -> Summary:
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
-    result = normalize_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    counts = _counts(result)
+
     # no row is dropped: what normalization did is the texts it rewrote and the bytes it took out
-    changed = {
-        "rows_changed": counts.get("normalize/rows_rewritten", 0),
-        "bytes_removed": counts.get("normalize/bytes_removed", 0),
-    }
+    def changed(counts: dict[str, int]) -> dict[str, int]:
+        return {
+            "rows_changed": counts.get("normalize/rows_rewritten", 0),
+            "bytes_removed": counts.get("normalize/bytes_removed", 0),
+        }
+
     next = f"zephyr langid {output.output} --output OUT"
-    return _written(
-        result, output.output, {"normalize": changed}, next=next, details=changed, shown=tuple(changed)
+    shown = ("rows_changed", "bytes_removed")
+    return _one_job(
+        normalize_plan(inputs, config), output, execution, changed, "normalize", next=next, shown=shown
     )
 
 
@@ -553,9 +567,7 @@ def pii(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: PIIConfig, columns: Replace
 ) -> Summary:
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
-    result = pii_plan(inputs, config, columns).write_parquet(output.output, **execution.as_kwargs())
-    counts = {"pii_counts": _counts(result)}
-    return _written(result, output.output, counts, details=counts)
+    return _one_job(pii_plan(inputs, config, columns), output, execution, lambda c: {"pii_counts": c})
 
 
 # -- decontaminate -------------------------------------------------------------------------------------------
@@ -670,16 +682,13 @@ def extract(
     OUTPUT receives id, url, fetch_time, content_type, text and html_bytes; OUTPUT.zephyr/ receives
     quarantine/ (bad records with their byte offset) and stats.json: the extractor, HTML and text bytes, and
     the job's stats (records in, kept, dropped by reason and quarantined balance in the summary)."""
-    result = extract_plan(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    counts = _counts(result)
-    details = {
-        "html_bytes": counts.get("extract/html_bytes", 0),
-        "text_bytes": counts.get("extract/text_bytes", 0),
-    }
+
+    def details(counts: dict[str, int]) -> dict[str, Any]:
+        bytes = {name: counts.get(f"extract/{name}", 0) for name in ("html_bytes", "text_bytes")}
+        return {"extractor": config.extractor, **bytes}
+
     next = f"zephyr filter {output.output} --output OUT"
-    return _written(
-        result, output.output, {"extractor": config.extractor, **details}, next=next, details=details
-    )
+    return _one_job(extract_plan(inputs, config), output, execution, details, next=next)
 
 
 # -- run -----------------------------------------------------------------------------------------------------

@@ -181,8 +181,6 @@ def merge_filter_examples(
 ) -> Path:
     """Write a filter step's ``examples.json`` from its parts: ``per_group`` rows per group, of the ``reasons``
     reasons (None: all) that ``dropped_by_reason`` counts most rows for."""
-    from zephyr.io.paths import write_json_atomic
-
     table = _read_parts(step_dir)
     rows = _selected(table, per_group, None) if table is not None else []
     top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:reasons]
@@ -195,6 +193,13 @@ def merge_filter_examples(
             for reason, n in top
         },
     }
+    return _save(step_dir, payload)
+
+
+def _save(step_dir: Path, payload: dict[str, Any]) -> Path:
+    """Write a step's ``examples.json`` (atomically) and return its path."""
+    from zephyr.io.paths import write_json_atomic
+
     path = step_dir / EXAMPLES_FILE
     write_json_atomic(str(path), payload)
     return path
@@ -218,8 +223,6 @@ def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize:
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup._graph import jaccard
     from zephyr.dedup._hashing import shingle_hashes, unique_sets
-
-    from zephyr.io.paths import write_json_atomic
 
     table = _read_parts(step_dir)
     rows = _selected(table, 2, DEDUP_CLUSTERS) if table is not None else []
@@ -258,9 +261,7 @@ def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize:
         "normalize": normalize,
         "clusters": clusters,
     }
-    path = step_dir / EXAMPLES_FILE
-    write_json_atomic(str(path), payload)
-    return path
+    return _save(step_dir, payload)
 
 
 def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
@@ -490,27 +491,22 @@ def _write_part(folder: Path, rows: pa.Table) -> str:
 def filter_collector(ctx: StepContext, groups: ReasonGroups) -> CollectExamples:
     """The op that saves a filter step's examples, with the columns a reader wants beside the text."""
     p = ctx.pipeline
-    fields = (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
-    return CollectExamples(
-        str(ctx.side_dir / PARTS_DIR),
-        groups,
-        id_column=p.id_column,
-        text_column=p.text_column,
-        fields=fields,
+    return _collector(
+        ctx, groups, (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
     )
 
 
 def dedup_collector(ctx: StepContext) -> CollectExamples:
     """The op that saves a dedup step's examples: per cluster its kept row and the first removed row."""
+    fields = (ctx.pipeline.source_column, "dup_cluster_size")
+    return _collector(ctx, ClusterGroups(), fields, per_group=2, max_groups=DEDUP_CLUSTERS)
+
+
+def _collector(ctx: StepContext, groups: Any, fields: tuple[str, ...], **selection: Any) -> CollectExamples:
     p = ctx.pipeline
+    folder = str(ctx.side_dir / PARTS_DIR)
     return CollectExamples(
-        str(ctx.side_dir / PARTS_DIR),
-        ClusterGroups(),
-        id_column=p.id_column,
-        text_column=p.text_column,
-        fields=(p.source_column, "dup_cluster_size"),
-        per_group=2,
-        max_groups=DEDUP_CLUSTERS,
+        folder, groups, id_column=p.id_column, text_column=p.text_column, fields=fields, **selection
     )
 
 

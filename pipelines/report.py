@@ -117,35 +117,20 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
     """1. Steps: rows, bytes, time, resumed tasks, balance."""
     blocks: list[Block] = [("h", 2, "Steps")]
-    header = [
-        "#",
-        "step",
-        "type",
-        "rows in",
-        "kept",
-        "dropped",
-        "quarantined",
-        "bytes in",
-        "bytes out",
-        "seconds",
-        "tasks (resumed)",
-        "status",
-        "balanced",
-    ]
+    counts = ("rows in", "kept", "dropped", "quarantined", "bytes in", "bytes out")
+    header = ["#", "step", "type", *counts, "seconds", "tasks (resumed)", "status", "balanced"]
     rows = []
     for s in steps:
-        is_rows = STEPS[s["type"]].output != "model"
+        cells = ["–"] * len(counts)
+        if STEPS[s["type"]].output != "model":
+            cells = [md_count(s[k]) for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")]
+            cells += [md_bytes(s.get("bytes_in", 0)), md_bytes(s.get("bytes_out", 0))]
         rows.append(
             [
                 str(s["index"]),
                 md_text(s["step"]),
                 md_text(s["type"]),
-                md_count(s["rows_in"]) if is_rows else "–",
-                md_count(s["rows_kept"]) if is_rows else "–",
-                md_count(s["rows_dropped"]) if is_rows else "–",
-                md_count(s["rows_quarantined"]) if is_rows else "–",
-                md_bytes(s.get("bytes_in", 0)) if is_rows else "–",
-                md_bytes(s.get("bytes_out", 0)) if is_rows else "–",
+                *cells,
                 f"{s['seconds']:.1f}",
                 f"{s.get('tasks', 0)} ({s.get('tasks_resumed', 0)})",
                 md_text(s.get("status", "")),
@@ -571,6 +556,8 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
 
 def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``."""
+    from zephyr.io.paths import write_bytes_atomic
+
     job = Path(job_dir)
     try:
         stats = json.loads((job / "stats.json").read_text())
@@ -583,12 +570,7 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
         blocks.insert(2, ("p", f"No plots: {md_text(missing)}."))
     markdown = job / "report.md"
     page = job / "report.html"
-    for path, text in (
-        (markdown, render_markdown(blocks)),
-        (page, render_html(blocks, f"zephyr: {stats['pipeline']}", base=job)),
-    ):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    write_bytes_atomic(str(markdown), render_markdown(blocks).encode())
+    write_bytes_atomic(str(page), render_html(blocks, f"zephyr: {stats['pipeline']}", base=job).encode())
     log.info("report: %s (%d plots)", markdown, len(plots))
     return ReportPaths(markdown, page, [job / p for p in plots.values()])

@@ -193,11 +193,6 @@ class QualityScorer:
     score_column: str = "quality_score"
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
 
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns this step adds."""
-        return (self.score_column,)
-
     def scores(self, texts: pa.Array) -> np.ndarray:
         model = load_fasttext_model(self.model_path)
         labels = model.get_labels()
@@ -215,7 +210,7 @@ class QualityScorer:
         return np.clip(out, 0.0, 1.0)
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
+        check_added_columns(table.schema.names, (self.score_column,), replace_columns=self.replace_columns)
         texts = text_array(table, self.text_column)
         scores = pa.array(self.scores(texts), mask=texts.is_null().to_numpy(zero_copy_only=False))
         return put_column(table, self.score_column, scores)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import count_reasons, text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
 from zephyr import counters
@@ -175,13 +175,10 @@ class Decontaminate:
 
     def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
         check_added_columns(table.schema.names, self.columns, replace_columns=self.replace_columns)
-        counts = self._counts(table)
-        hit = counts > 0
         if self.mode == "annotate":  # columns of those names are replaced at the end (checked above)
+            counts = self._counts(table)
             flag, ngrams = self.columns
             table = table.drop_columns([c for c in self.columns if c in table.schema.names])
-            return table.append_column(flag, pa.array(hit)).append_column(ngrams, pa.array(counts))
-        reason = f"decontam_shares_{self._index.n}gram"
-        return BatchOutput(
-            kept=table.filter(pa.array(~hit)), dropped={reason: int(hit.sum())} if hit.any() else {}
-        )
+            return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
+        reasons = self.reasons(table)
+        return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=count_reasons(reasons))

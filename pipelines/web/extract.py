@@ -120,10 +120,11 @@ def read_warc(
     extractor: Extractor = "resiliparse",
     min_text_chars: int = 1,
     on_error: Literal["raise", "quarantine"] = "quarantine",
+    name: str = "extract",
 ) -> Dataset:
     """Documents from WARC/ARC files: one row per HTML response record with ``id``, ``url``, ``fetch_time``,
     ``content_type``, ``text`` and ``html_bytes`` (``zephyr.io.warc`` for the records and the bad-record
-    rules; ``ExtractText`` for the text). Lazy like every ``zephyr.read_*``.
+    rules; ``ExtractText`` for the text, as the op ``name``). Lazy like every ``zephyr.read_*``.
 
     >>> import zephyr
     >>> ds = zephyr.read_warc("crawl/*.warc.gz", extractor="trafilatura")  # doctest: +SKIP
@@ -132,5 +133,5 @@ def read_warc(
 
     check_extractor(extractor)
     return zephyr.read_warc_records(paths, on_error=on_error).map_batches(
-        ExtractText(extractor, min_text_chars), name="extract"
+        ExtractText(extractor, min_text_chars), name=name
     )

@@ -78,16 +78,14 @@ class ExtractStep(Step, type="extract"):
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """WARC/ARC files → documents: records (bad ones quarantined by the reader) → text → the read step's
         row check (source column, no null id or text)."""
-        from zephyr.pipelines.web.extract import ExtractText, check_extractor
+        from zephyr.pipelines.web.extract import read_warc
 
-        import zephyr
         from zephyr.io.paths import input_files
 
         p = ctx.pipeline
-        check_extractor(self.extractor)
         files, _ = input_files(self.paths, "warc")
-        ds = zephyr.read_warc_records(files, on_error=self.on_error)
-        ds = ds.map_batches(ExtractText(self.extractor, self.min_text_chars), name=ctx.op("extract"))
+        options = {"min_text_chars": self.min_text_chars, "on_error": self.on_error}
+        ds = read_warc(files, extractor=self.extractor, name=ctx.op("extract"), **options)
         if p.text_column != "text":
             ds = ds.map_batches(
                 lambda t: t.rename_columns([p.text_column if c == "text" else c for c in t.column_names]),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
@@ -98,16 +98,8 @@ def normalize_url(url: str | None) -> str | None:
 def normalize_urls(urls: pa.Array | pa.ChunkedArray) -> pa.Array:
     """``normalize_url`` of each value (nulls stay null); one Python call per distinct URL."""
     values = urls.to_pylist()
-    cache: dict[str, str | None] = {}
-    out = []
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        if v not in cache:
-            cache[v] = normalize_url(v)
-        out.append(cache[v])
-    return pa.array(out, pa.string())
+    normalized = {v: normalize_url(v) for v in set(values) if v is not None}
+    return pa.array([None if v is None else normalized[v] for v in values], pa.string())
 
 
 @functools.cache
@@ -171,10 +163,6 @@ class UrlRules:
     blocklist: str | None = None
     url_column: str = "url"
     name: str = "url"
-    columns: tuple[str, ...] = field(default=("url",), init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "columns", (self.url_column,))
 
     @functools.cached_property
     def _blocked(self) -> frozenset[str]:
