@@ -271,18 +271,21 @@ INPROCESS = {"executor": "inprocess"}
 
 
 def on_table(
-    data: Any, columns: DedupColumns, mode: str, run: Callable[[Dataset, dict[str, Any]], Dataset]
+    data: Any, mode: str, dedup: Callable[..., Dataset], columns: DedupColumns, **kwargs: Any
 ) -> DedupResult:
-    """A table function: ``run(ds, stats)`` (a Dataset function in ``annotate`` mode, executed ``INPROCESS``)
-    on ``data`` as a one-table Dataset, so both ways in share one path. The stats: the row balance and the
-    cluster-size histogram of the annotated rows, plus what ``run`` put in ``stats``."""
+    """A table function: the Dataset function ``dedup`` (in ``annotate`` mode, executed ``INPROCESS``, with
+    ``columns`` and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats:
+    the row balance and the cluster-size histogram of the annotated rows, plus what ``dedup`` put in its
+    ``stats``."""
     import zephyr
 
     check_removal_mode(mode)
     table = as_table(data)
     require_column(table, columns.text_column, "text")
     info: dict[str, Any] = {}
-    annotated = run(zephyr.from_arrow(table), info).to_arrow(**INPROCESS)
+    ds = zephyr.from_arrow(table)
+    out = dedup(ds, columns=columns, mode="annotate", execution=INPROCESS, stats=info, **kwargs)
+    annotated = out.to_arrow(**INPROCESS)
     keep = np.asarray(annotated["dup_keep"], dtype=bool)
     members = np.asarray(pc.is_valid(annotated[columns.text_column]), dtype=bool)
     sizes, clusters = np.unique(

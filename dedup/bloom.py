@@ -35,6 +35,7 @@ the bit array (bit ``i`` is bit ``i % 8`` of byte ``i // 8``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import uuid
@@ -222,10 +223,11 @@ def bloom_paragraph_dedup_dataset(
     return ds.reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
 
 
-def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> BloomFilter:
+def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> dict[str, Any]:
     """The filter after a run of ``bloom_paragraph_dedup_dataset(save_path=partial)``: as its task saved it,
     else (not saved, or no batch ran) the filter it started from with the ``inserted`` paragraphs the task
-    counted; saved to ``config.save_filter`` when given."""
+    counted; saved to ``config.save_filter`` when given. Returns its figures for the stats, with a warning
+    (logged too) when more paragraphs went in than it was sized for."""
     if partial is not None and os.path.exists(partial):
         bloom = BloomFilter.load(partial)
     else:
@@ -235,7 +237,18 @@ def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted:
         bloom.save(config.save_filter)
         if partial is not None and os.path.exists(partial):
             os.remove(partial)
-    return bloom
+    rate = bloom.false_positive_rate()
+    figures = {k: getattr(bloom, k) for k in ("fp_rate", "expected", "num_hashes", "inserted")}
+    figures.update(filter_bytes=len(bloom.bits), false_positive_rate_now=rate)
+    figures.update(keep_first_in_doc=config.keep_first_in_doc, filter_saved=config.save_filter)
+    if bloom.inserted > bloom.expected:
+        warning = (
+            f"bloom dedup: {bloom.inserted:,} paragraphs inserted into a filter sized for {bloom.expected:,}: its "
+            f"false-positive rate is now {rate:.2g} (asked {bloom.fp_rate:.2g}); rerun with a larger --expected"
+        )
+        logging.getLogger(__name__).warning(warning)
+        figures["warnings"] = [warning]
+    return figures
 
 
 @dataclass

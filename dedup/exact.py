@@ -69,7 +69,6 @@ from zephyr.dedup._hashing import hash_groups, normalize_text, xxh3_128_array
 from zephyr.dedup._rows import (
     H0,
     H1,
-    INPROCESS,
     ROW,
     URL_KEY,
     DedupResult,
@@ -113,13 +112,7 @@ def exact_dedup(
 ) -> DedupResult:
     """Document-level exact dedup of one in-memory table: ``exact_dedup_dataset`` run in process on it
     (``_rows.on_table``); see the module docstring for the keep rule and the columns."""
-
-    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
-        return exact_dedup_dataset(
-            ds, columns, normalize=normalize, mode="annotate", execution=INPROCESS, stats=stats
-        )
-
-    return on_table(data, columns, mode, run)
+    return on_table(data, mode, exact_dedup_dataset, columns, normalize=normalize)
 
 
 def split_paragraphs(

@@ -30,7 +30,6 @@ import zephyr.dedup._compiled as compiled
 from zephyr.dedup._graph import FuzzyRun, NodeSets, verify_and_cluster
 from zephyr.dedup._minhash import band_rows, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
-    INPROCESS,
     ROW,
     DedupResult,
     Finish,
@@ -72,13 +71,7 @@ def fuzzy_dedup(
     (``_rows.on_table``). Columns, keep rule and ``index`` as there. ``DedupResult.stats`` holds the row
     balance, the cluster-size histogram and the graph figures (candidate, verified and rejected pairs, rows
     split from components)."""
-
-    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
-        return fuzzy_dedup_dataset(
-            ds, config, columns, mode="annotate", execution=INPROCESS, stats=stats, index=index
-        )
-
-    return on_table(data, columns, mode, run)
+    return on_table(data, mode, fuzzy_dedup_dataset, columns, config=config, index=index)
 
 
 class _BandRows:

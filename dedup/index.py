@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from zephyr.dedup._rows import KEEPER, ROW
 from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
+from zephyr import counters, job_stats
 from zephyr.errors import ConfigError, InputError
 from zephyr.io.parquet import parquet_rows
 from zephyr.io.paths import write_json_atomic
@@ -171,7 +172,9 @@ class _IndexRows:
                 "shingles": lists,
             }
         )
-        return out.filter(pa.array(shingles.counts > 0))
+        out = out.filter(pa.array(shingles.counts > 0))
+        counters.increment("dedup/index_kept", pc.sum(pc.equal(out[KEY], out["anchor"])).as_py() or 0)
+        return out
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         """Index keys of row numbers (``shard << 40 | position``); negative numbers are keys already."""
@@ -248,7 +251,7 @@ def write_generation(
         .write_parquet(url(f"{scratch}/docs"), **execution)
     )
     count = parquet_rows(docs.files)
-    kept = _kept_docs(docs.files, execution) if docs.files else 0
+    kept = job_stats.counter_totals(docs.stats.get("stages", [])).get("dedup/index_kept", 0)
     if docs.files:
         zephyr.read_parquet(docs.files, columns=[KEY, "bands"]).map_batches(
             _explode_bands, name="dedup.index.bands"
@@ -263,14 +266,3 @@ def write_generation(
     fs.makedirs(root, exist_ok=True)
     write_json_atomic(url(f"{root}/_index.json"), meta)
     return entry
-
-
-def _kept_docs(files: list[str], execution: dict[str, Any]) -> int:
-    import zephyr
-
-    counts = (
-        zephyr.read_parquet(files, columns=[KEY, "anchor"])
-        .map_batches(lambda t: pa.table({"kept": [pc.sum(pc.equal(t[KEY], t["anchor"])).as_py() or 0]}))
-        .to_arrow(**execution)
-    )
-    return int(pc.sum(counts["kept"]).as_py() or 0) if counts.num_rows else 0
