@@ -49,7 +49,6 @@ from zephyr.io.schema import without_view_types
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
-    from zephyr.options import ExecutionOptions
 
 
 ROW = "__dedup_row"
@@ -149,13 +148,6 @@ def has_column(table: pa.Table, name: str | None, what: str, *, empty_ok: bool =
         f"{what} column {name!r} not found; the input has {', '.join(table.column_names)} "
         f"(pass --{what}-column / {what}_column=)"
     )
-
-
-def key_columns(table: pa.Table, columns: DedupColumns) -> dict[str, Any]:
-    """The id and priority columns there are: what keep order needs of a row besides its number."""
-    if columns.priority_column is not None:
-        has_column(table, columns.priority_column, "priority")
-    return {c: table[c] for c in (columns.id_column, columns.priority_column) if c is not None}
 
 
 class Finish:
@@ -335,13 +327,6 @@ def group_keepers(members: Dataset, keys: list[str], columns: DedupColumns) -> D
         lambda t: pa.table({**{k: t[k] for k in keys}, KEEPER: t[ROW], CLUSTER: t[own]}), name="dedup.keepers"
     )
     return keepers.join(sizes, on=keys)
-
-
-def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
-    """``execution`` as the keyword arguments every eager ``Dataset`` call takes (empty: run lazily)."""
-    if execution is None or isinstance(execution, dict):
-        return dict(execution or {})
-    return execution.as_kwargs()
 
 
 def budget_of(kw: dict[str, Any]) -> Budget:

@@ -45,10 +45,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from zephyr.dedup._hashing import hash_groups
-from zephyr.dedup._rows import DedupResult, as_table, has_column
-from zephyr.dedup.config import ExactDedupConfig, ParagraphDedupConfig
+from zephyr.dedup._rows import DedupResult, has_column
+from zephyr.dedup.config import ParagraphDedupConfig
 
-from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -95,10 +94,7 @@ class BloomFilter:
                 config.expected, config.fp_rate, normalize=config.normalize, separator=separator
             )
         bloom = cls.load(config.load_filter)
-        if (bloom.normalize, bloom.separator) != (
-            config.normalize,
-            separator,
-        ):  # its hashes would never match
+        if (bloom.normalize, bloom.separator) != (config.normalize, separator):  # hashes would never match
             raise ConfigError(
                 f"the Bloom filter {config.load_filter} was built with normalize={bloom.normalize!r}, separator="
                 f"{bloom.separator!r}; this run uses normalize={config.normalize!r}, separator={separator!r}"
@@ -185,10 +181,7 @@ def bloom_paragraph_dedup(
     ``remove`` rewrites the text; ``annotate`` adds ``dup_paragraphs`` / ``dup_paragraph_bytes`` instead."""
     from zephyr.dedup.exact import split_paragraphs, without_paragraphs
 
-    ExactDedupConfig(level="paragraph", normalize=bloom.normalize, paragraph_separator=bloom.separator)
-    check_removal_mode(mode)
-    table = as_table(data)
-    paragraphs = split_paragraphs(table, text_column, bloom.separator, bloom.normalize)
+    table, paragraphs = split_paragraphs(data, text_column, bloom.separator, bloom.normalize, mode)
     _, values, doc, _, _, blank, hashes = paragraphs
     live = np.flatnonzero(~blank)
     hashes, doc, seen = hashes[live], doc[live], bloom.contains(hashes[live])
@@ -281,10 +274,8 @@ class BloomParagraphDedup:
             mode=self.mode,
             keep_first_in_doc=self.config.keep_first_in_doc,
         )
-        for key in ("paragraphs", "paragraphs_removed", "paragraphs_inserted"):
+        for key in ("paragraphs", "paragraphs_inserted"):  # without_paragraphs counts what it removed
             counters.increment(f"dedup/{key}", result.stats[key])
-        counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
-        counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         if self.save_path is not None:
             self._bloom.save(self.save_path)
         return result.table

@@ -319,8 +319,7 @@ def substring(
     info.update(
         kind="substring",
         min_doc_bytes=config.min_doc_bytes,
-        bytes_removed_per_source=removed["bytes_removed_per_source"],
-        docs_changed=removed["docs_changed"],
+        **removed,
         docs_dropped_short=sum(
             op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
         ),

@@ -35,7 +35,6 @@ from zephyr.dedup._rows import (
     Finish,
     attached,
     budget_of,
-    execution_kwargs,
     has_column,
     joined,
     on_table,
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
-    from zephyr.options import ExecutionOptions
 
 
 logger = logging.getLogger(__name__)
@@ -112,7 +110,7 @@ def fuzzy_dedup_dataset(
     columns: DedupColumns = COLUMNS,
     *,
     mode: str = "remove",
-    execution: ExecutionOptions | dict[str, Any] | None = None,
+    execution: dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
     index: IndexInfo | str | None = None,
@@ -146,7 +144,7 @@ def fuzzy_dedup_dataset(
     """
     config = config or FuzzyDedupConfig()
     check_removal_mode(mode)
-    kw = execution_kwargs(execution)
+    kw = dict(execution or {})
     limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
         compiled.warm_up_in_background()

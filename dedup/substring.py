@@ -324,11 +324,7 @@ def anchor_hashes(data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_
 
 
 def candidates(
-    data: np.ndarray,
-    offsets: np.ndarray,
-    min_bytes: int,
-    anchor_bytes: int,
-    repeated: np.ndarray,
+    data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_bytes: int, repeated: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(window hash, document index, start, first in its document) of every window whose anchor is in
     ``repeated``; the windows that are not first repeat an earlier window of their own document."""
@@ -362,19 +358,6 @@ def cut(
     with kernels:
         _cut(data, offsets, min_bytes, docs, starts, bounds, bound_offsets, out, out_offsets, removed)
     return out[: out_offsets[-1]], out_offsets, removed
-
-
-def window_hashes(text: bytes, min_bytes: int) -> np.ndarray:
-    """The hash of every ``min_bytes`` window of one text (for reports: locating a window by its hash)."""
-    data = np.frombuffer(text, dtype=np.uint8)
-    n = len(data)
-    if n < min_bytes:
-        return np.zeros(0, dtype=np.uint64)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    with _kernels.compile():
-        _prefix(data, 0, n, prefix)
-        pw = _pow(min_bytes)
-        return np.array([_span(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
 
 
 logger = logging.getLogger(__name__)
@@ -625,7 +608,7 @@ def _passes(
             ),
             "to_arrow",
         )
-        info["top_spans"] = [] if explain else _top_spans(top, docs, config)
+        info["top_spans"] = [] if explain else _top_spans(top, docs, config, repeated)
     info.setdefault("top_spans", [])
     cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
     return rows.map_batches(cut, name="dedup.substring.cut")
@@ -705,19 +688,24 @@ def _top_windows(files: list[str]) -> list[tuple[int, int, int]]:
     return list(zip(best["n"].to_pylist(), best["wh"].to_pylist(), best["r0"].to_pylist()))
 
 
-def _top_spans(top: list[tuple[int, int, int]], docs: pa.Table, config: SubstringConfig) -> list[dict]:
-    """The most repeated spans: the ``top`` windows located in their first document (``docs``: ROW, text)
-    and merged with overlapping neighbours there, as (text, documents, bytes)."""
-    text_of = dict(zip(docs[ROW].to_pylist(), docs[config.text_column].to_pylist()))
+def _top_spans(
+    top: list[tuple[int, int, int]], docs: pa.Table, config: SubstringConfig, repeated: np.ndarray
+) -> list[dict]:
+    """The most repeated spans: the ``top`` windows located in their first document (``docs``: ROW, text),
+    the first of their candidate windows there with their hash, and merged with overlapping neighbours
+    there, as (text, documents, bytes)."""
+    data, offsets, _ = _texts(docs, config.text_column)
+    wh, doc, starts, first = candidates(data, offsets, config.min_bytes, config.anchor, repeated)
+    rows = np.asarray(docs[ROW], dtype=np.int64)
     located: dict[int, list[tuple[int, int]]] = {}
-    for n, wh, r0 in top:
-        raw = (text_of.get(r0) or "").encode()
-        hits = np.flatnonzero(window_hashes(raw, config.min_bytes) == np.uint64(wh & 0xFFFFFFFFFFFFFFFF))
+    for n, h, r0 in top:
+        hits = np.flatnonzero(first & (wh == np.uint64(h & 0xFFFFFFFFFFFFFFFF)) & (rows[doc] == r0))
         if len(hits):
-            located.setdefault(r0, []).append((int(hits[0]), n))
+            located.setdefault(r0, []).append((int(starts[hits[0]]), n))
     out = []
     for r0, items in located.items():  # overlapping windows of one document are one span
-        raw, spans = (text_of.get(r0) or "").encode(), []  # [start, end, documents]
+        d = int(np.flatnonzero(rows == r0)[0])
+        raw, spans = data[offsets[d] : offsets[d + 1]].tobytes(), []  # [start, end, documents]
         for start, n in sorted(items):
             if spans and start <= spans[-1][1]:
                 spans[-1][1:] = max(spans[-1][1], start + config.min_bytes), max(spans[-1][2], n)
