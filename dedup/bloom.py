@@ -174,7 +174,6 @@ def bloom_paragraph_dedup(
     text_column: str = "text",
     mode: str = "remove",
     keep_first_in_doc: bool = False,
-    source_column: str | None = "source",
 ) -> DedupResult:
     """Remove the paragraphs ``bloom`` has seen, then insert this table's paragraphs (module docstring).
 

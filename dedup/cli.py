@@ -160,17 +160,6 @@ def _budget(execution: ExecutionOptions):
     return Budget(execution.memory_budget_bytes)
 
 
-def _bloom_sized(config: ParagraphDedupConfig) -> tuple[int, int, str]:
-    """Refuse, before any work, flags that cannot size or load a filter; (bits, probes, where they come from)."""
-    from zephyr.dedup.bloom import BloomFilter
-
-    if config.load_filter is not None or config.expected is None:
-        bloom = BloomFilter.of(config)
-        return bloom.num_bits, bloom.num_hashes, f"loaded from {config.load_filter}"
-    bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
-    return bits, hashes, f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
-
-
 def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
     """``zephyr dedup paragraph`` (and ``exact --level paragraph``): exact (``paragraph_dedup_dataset``) or
     with a Bloom filter (``bloom_paragraph_dedup_dataset``), the output written, the filter finished
@@ -178,16 +167,20 @@ def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution
     filter's size)."""
     import uuid
 
-    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset, finished_filter
+    from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup_dataset, finished_filter
     from zephyr.dedup.exact import paragraph_dedup_dataset
 
     from zephyr import job_stats
 
     bloom, partial = config.method == "bloom", None
-    if bloom:
-        bits, hashes, sized = _bloom_sized(config)  # bad flags are refused before any work
-        if output is not None and config.save_filter:  # where the task saves its filter
-            partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
+    if bloom and config.load_filter is None and config.expected is not None:  # sized, not made: no work yet
+        bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
+        sized = f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
+    elif bloom:  # flags that cannot load a filter (or size one) are refused before any work
+        loaded = BloomFilter.of(config)
+        bits, hashes, sized = loaded.num_bits, loaded.num_hashes, f"loaded from {config.load_filter}"
+    if bloom and output is not None and config.save_filter:  # where the task saves its filter
+        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
     rows = removal.rows(inputs, "paragraph", None if output is None else output.output)
     if bloom:
         text, mode = columns.text_column, removal.mode
@@ -295,15 +288,10 @@ def substring(
     from zephyr import job_stats
 
     # substring dedup cuts spans out of the text and adds no column: flags about added columns are refused
-    if removal.mode != "remove":
+    if removal.mode != "remove" or removal.replace_columns or removal.output_column != "dup":
         raise ConfigError(
-            "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
-            "(leave --mode out)"
-        )
-    if removal.replace_columns or removal.output_column != "dup":
-        raise ConfigError(
-            "zephyr dedup substring adds no column, so --replace-columns and --output-column do not apply "
-            "(leave them out)"
+            "zephyr dedup substring removes the repeated spans from the text and adds no column: it has no --mode "
+            "annotate, and --replace-columns and --output-column do not apply (leave them out)"
         )
     if config.tokenizer and not os.path.exists(config.tokenizer):
         raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")

@@ -152,8 +152,11 @@ class _IndexRows:
         from zephyr.dedup._minhash import compute_signatures
 
         text, id_column = self.columns.text_column, self.columns.id_column
-        if text not in table.column_names:  # an empty output file without columns
-            return _empty_docs(self.config)
+        if text not in table.column_names:  # an empty output file without columns: no row, int64 ids
+            ids = {} if id_column is None else {id_column: pa.array([], pa.int64())}
+            table = pa.table(
+                {text: pa.array([], pa.large_string()), "__index_row": pa.array([], pa.int64()), **ids}
+            )
         table = table.filter(pc.is_valid(table[text]))
         shingles, bands = compute_signatures(table[text], self.config)
         numbers = (ROW, KEEPER) if ROW in table.column_names else ("__index_row", "__index_row")  # all kept
@@ -189,19 +192,6 @@ class _IndexRows:
         keys = rows.copy()
         keys[new] = ((self.generation << _GEN_BITS) | (shard << _SHARD_BITS) | position) - _KEY_BASE
         return keys
-
-
-def _empty_docs(config: FuzzyDedupConfig) -> pa.Table:
-    b, _ = config.bands_rows()
-    return pa.table(
-        {
-            KEY: pa.array([], pa.int64()),
-            "anchor": pa.array([], pa.int64()),
-            "id": pa.array([], pa.int64()),
-            "bands": pa.array([], pa.list_(pa.int64(), b)),
-            "shingles": pa.array([], pa.large_list(pa.uint64())),
-        }
-    )
 
 
 def _explode_bands(table: pa.Table) -> pa.Table:

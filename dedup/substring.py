@@ -407,12 +407,6 @@ class _Candidates:
         return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
 
 
-def _repeats_only(table: pa.Table) -> pa.Table:
-    """Joined (wh, row, s, n, r0) → (row, s) of the occurrences after the first row's."""
-    later = pc.greater(table["row"], table["r0"])
-    return table.filter(later).select(["row", "s"])
-
-
 @dataclass(frozen=True)
 class _Cut:
     """The final pass: remove local and global repeats from each document of a batch."""
@@ -477,7 +471,12 @@ class _Cut:
             cfg.text_column,
             new_text.cast(table.schema.field(cfg.text_column).type),
         ).drop_columns([ROW])
-        _count(table, removed, cfg.source_column)
+        counters.increment("substring/bytes_removed", int(removed.sum()))
+        counters.increment("substring/docs_changed", int((removed > 0).sum()))
+        sums = sums_per_source(table, cfg.source_column, "null", removed) if removed.any() else {}
+        for name, (n,) in sums.items():
+            if n:
+                counters.increment(f"substring/bytes_removed/source={name}", n)
         left = np.diff(out_offsets)
         short = (removed > 0) & (left < cfg.min_doc_bytes)
         if not short.any():
@@ -507,31 +506,12 @@ def token_starts(texts: pa.Array, tokenizer: str) -> list[np.ndarray]:
     return out
 
 
-def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> None:
-    counters.increment("substring/bytes_removed", int(removed.sum()))
-    counters.increment("substring/docs_changed", int((removed > 0).sum()))
-    sums = sums_per_source(table, source_column, "null", removed) if removed.any() else {}
-    for name, (n,) in sums.items():
-        if n:
-            counters.increment(f"substring/bytes_removed/source={name}", n)
-
-
-def _repeated(counts: pa.Table) -> pa.Table:
-    """Pass 1's filter: the anchor gram hashes seen twice or more."""
-    return counts.filter(pc.greater_equal(counts["count"], 2)).select(["h"])
-
-
-def _shared(counted: pa.Table) -> pa.Table:
-    """Pass 2's filter: the windows in two or more documents."""
-    return counted.filter(pc.greater_equal(counted["n"], 2))
-
-
 def _passes(
     ds: Dataset, config: SubstringConfig, limit: int, job: Callable[..., Any], info: dict[str, Any]
 ) -> Dataset:
     """The passes (module docstring), one code path for the run (``substring_dedup_dataset``) and for ``zephyr
     explain dedup substring`` (``substring_plans``): every engine job and every rule between them goes
-    through ``job(title, plan, how)`` (a rule's plan is None; ``how``: ``to_arrow``, or the scratch subfolder
+    through ``job(title, plan, how)`` (a rule: ``job(title)``; ``how``: ``to_arrow``, or the scratch subfolder
     the job is materialized or written to). The run executes the job and returns what it found; explain
     lists it and returns its lazy plan, so every branch is planned, each job over the plans before it and
     with empty arrays for what they would have found. ``limit``: the shared windows every task may hold in
@@ -540,7 +520,11 @@ def _passes(
     anchors = rows.map_batches(_Anchors(config), name="dedup.substring.anchors")
     found = job(
         f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
-        anchors.group_by("h").count().map_batches(_repeated, name="dedup.substring.repeated"),
+        anchors.group_by("h")
+        .count()
+        .map_batches(
+            lambda t: t.filter(pc.greater_equal(t["count"], 2)).select(["h"]), name="dedup.substring.repeated"
+        ),
         "to_arrow",
     )
     explain = not isinstance(found, pa.Table)
@@ -553,8 +537,6 @@ def _passes(
     job(
         "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes each, "
         "outside the budget's shares)",
-        None,
-        None,
     )
     repeat_files, broadcast, top = (), None, []
     if explain or len(repeated):
@@ -568,14 +550,12 @@ def _passes(
             "plan, the run reads its files",
             cand.group_by("wh")
             .agg(n=("row", "count"), r0=("row", "min"))
-            .map_batches(_shared, name="dedup.substring.groups"),
+            .map_batches(lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups"),
             "groups",
         )
         job(
             f"shared windows ≤ shared_window_rows {limit:,} (48 bytes a window in B/4): the driver reads them "
             "and every task looks them up in memory (no join, no sort); more: job 4",
-            None,
-            None,
         )
         shared = 1 if explain else parquet_rows(groups.files)
         if not explain:
@@ -588,10 +568,13 @@ def _passes(
             order = np.argsort(hashes, kind="stable")
             broadcast = hashes[order], np.asarray(table["r0"], dtype=np.int64)[order]
         elif shared:  # too many to hold: the repeats are found by a join and read back by row range
-            repeats = cand.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
+            later = cand.join(groups, on="wh").map_batches(  # the occurrences after the first row's
+                lambda t: t.filter(pc.greater(t["row"], t["r0"])).select(["row", "s"]),
+                name="dedup.substring.repeats",
+            )
             written = job(
                 "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
-                repeats.sort("row", "s"),
+                later.sort("row", "s"),
                 "repeats",
             )
             if not explain:
@@ -626,7 +609,7 @@ def substring_plans(
     does to the output before writing it."""
     plans: list[tuple[str, Dataset | None]] = []
 
-    def listed(title: str, plan: Dataset | None, how: str | None) -> Dataset | None:
+    def listed(title: str, plan: Dataset | None = None, how: str | None = None) -> Dataset | None:
         plans.append((title, plan))
         return plan
 
@@ -662,7 +645,7 @@ def substring_dedup_dataset(
     memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
 
-    def run(title: str, plan: Dataset | None, how: str | None) -> Any:
+    def run(title: str, plan: Dataset | None = None, how: str | None = None) -> Any:
         if plan is None:
             return None
         if how == "to_arrow":
