@@ -236,12 +236,6 @@ def attached(rows: Dataset, node_info: pa.Table | None, finish: Finish, method: 
     )
 
 
-def joined(rows: Dataset, keepers: Dataset, on: str | list[str], finish: Finish, method: str) -> Dataset:
-    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``,
-    then ``finish`` (groups of one are no clusters)."""
-    return rows.join(keepers, on=on, how="left").map_batches(finish, name=f"dedup.{method}.finish")
-
-
 def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
     """(ROW, CLUSTER, SIZE, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
     in ``rows`` of row i's kept row (rows in keep order or not)."""

@@ -193,13 +193,10 @@ def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution
     if output is None:
         saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
         held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
-        return [
-            (
-                "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
-                out,
-            ),
-            (f"{held}, outside the budget's shares{saved}", None),
-        ]
+        title = (
+            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed"
+        )
+        return [(title, out), (f"{held}, outside the budget's shares{saved}", None)]
     with job_stats.recording() as jobs, _workers(execution) as kwargs:
         result = out.write_parquet(output.output, **kwargs)
     counters = _counters(result)
@@ -246,12 +243,7 @@ def paragraph(
     """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
     hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
     positives at most --fp-rate."""
-    extra = {
-        "kind": "paragraph",
-        "method": config.method,
-        "normalize": config.normalize,
-        "mode": removal.mode,
-    }
+    extra = dict(kind="paragraph", method=config.method, normalize=config.normalize, mode=removal.mode)
     return _paragraph(inputs, removal, columns, config, execution, output, extra)
 
 

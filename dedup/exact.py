@@ -80,7 +80,6 @@ from zephyr.dedup._rows import (
     cluster_node_info,
     group_keepers,
     has_column,
-    joined,
     keep_ranks,
     on_table,
     require_column,
@@ -305,7 +304,10 @@ def _exact_paths(
         return table.select(keys).filter(pc.is_valid(table[H0]))
 
     members = hashed.map_batches(members_of, name="dedup.exact.members")
-    shuffle_path = joined(hashed, group_keepers(members, [H0, H1], columns), [H0, H1], finish, "exact")
+    keepers = group_keepers(members, [H0, H1], columns)  # groups of one are no clusters (``Finish``)
+    shuffle_path = hashed.join(keepers, on=[H0, H1], how="left").map_batches(
+        finish, name="dedup.exact.finish"
+    )
     return rows, finish, members, shuffle_path
 
 

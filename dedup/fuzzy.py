@@ -36,7 +36,6 @@ from zephyr.dedup._rows import (
     attached,
     budget_of,
     has_column,
-    joined,
     on_table,
     scratch_folder,
 )
@@ -158,7 +157,10 @@ def fuzzy_dedup_dataset(
     finish = Finish(columns, mode, row_numbers)
     info = {} if stats is None else stats
     with scratch_folder(kw) as scratch:
-        edges = _candidate_pairs(band_rows, config, index, scratch, kw)
+        if index is not None and index.docs:  # this run's band rows and the index's (one schema): one read
+            new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+            band_rows = zephyr.read_parquet([*new, *index.files("bands")])
+        edges = _pairs_of(band_rows, config).materialize(**kw)  # the distinct candidate pairs
         candidates = edges.count(**kw)
         info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
         if index is not None:
@@ -168,20 +170,8 @@ def fuzzy_dedup_dataset(
         node_info, labels_ds = verify_and_cluster(rows, edges, candidates, run)
     info["rejected_pairs"] = candidates - info["verified_pairs"] if config.verify else 0
     if labels_ds is not None:
-        return joined(rows, labels_ds, ROW, finish, "fuzzy")
+        return rows.join(labels_ds, on=ROW, how="left").map_batches(finish, name="dedup.fuzzy.finish")
     return attached(rows, node_info, finish, "fuzzy")
-
-
-def _candidate_pairs(
-    band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
-) -> Dataset:
-    """The distinct candidate pairs (u, v), materialized: band rows grouped by (band, band hash), each
-    bucket's members paired by ``_BucketPairs``. With an index, this run's band rows are written to
-    ``scratch`` first, so that one Parquet read of them and the index's (same schema) feeds the shuffle."""
-    if index is not None and index.docs:
-        new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
-        band_rows = zephyr.read_parquet([*new, *index.files("bands")])
-    return _pairs_of(band_rows, config).materialize(**kw)
 
 
 def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
