@@ -373,18 +373,14 @@ class _AddUrlKey:
 
 
 def _url_keyed(
-    ds: Dataset, columns: DedupColumns, url_column: str
-) -> tuple[Dataset, DedupColumns, Callable[[Dataset, str], Dataset]]:
+    ds: Dataset, columns: DedupColumns, url_column: str, mode: str
+) -> tuple[Dataset, DedupColumns, Any]:
     """What URL dedup gives exact dedup (byte-exact, annotated): ``ds`` with the normalized URL in ``URL_KEY``
-    and the columns naming it the text; and what makes URL dedup's output of exact dedup's (the key column
-    dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr explain
-    dedup url`` shows the plans ``zephyr dedup url`` runs."""
-
-    def finish(out: Dataset, mode: str) -> Dataset:
-        return out.map_batches(StripRowNumbers(mode, URL_DUPLICATE), name="dedup.url.finish")
-
+    and the columns naming it the text; and the stage that makes URL dedup's output of exact dedup's (the key
+    column dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr
+    explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
     keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
-    return keyed, dataclasses.replace(columns, text_column=URL_KEY), finish
+    return keyed, dataclasses.replace(columns, text_column=URL_KEY), StripRowNumbers(mode, URL_DUPLICATE)
 
 
 def url_plans(
@@ -397,14 +393,14 @@ def url_plans(
     finish: Callable[[Dataset], Dataset] = lambda out: out,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
-    keyed, keys, url_finish = _url_keyed(ds, columns, url_column)
+    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
     return exact_plans(
         keyed,
         keys,
         budget=budget,
         normalize="none",
         mode="annotate",
-        finish=lambda out: finish(url_finish(out, mode)),
+        finish=lambda out: finish(out.map_batches(strip, name="dedup.url.finish")),
         hashes="URL key hashes (row, hash, id, priority)",
     )
 
@@ -420,8 +416,8 @@ def url_dedup_dataset(
 ) -> Dataset:
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset`` (the
     ``text_column`` of ``columns`` is not read)."""
-    keyed, keys, finish = _url_keyed(ds, columns, url_column)
+    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
     out = exact_dedup_dataset(
         keyed, keys, normalize="none", mode="annotate", execution=execution, stats=stats
     )
-    return finish(out, mode)
+    return out.map_batches(strip, name="dedup.url.finish")
