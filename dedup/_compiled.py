@@ -13,7 +13,7 @@ prefix sum per byte, one multiply-add pass per permutation, a lexsort per verifi
 document that keeps its state in registers/L1 is what the hardware wants, and numpy cannot express it.
 numba (a maintained LLVM JIT, cached on disk after the first compile) can, with no C toolchain. The tests
 compare every kernel with an independent pure-Python reference (tests/dedup/test_kernels.py) and MinHash
-with its numpy reference (``_minhash.signatures_numpy``).
+with a numpy reference (``signatures_numpy`` in tests/dedup/test_compiled.py).
 
 - ``word_shingles``/``char_shingles``: the polynomial hash (``_hashing.poly_hash_bytes``) of every word
   n-gram (tokens are runs of non-whitespace bytes, Python's ``str.isspace`` set, joined by one space) or

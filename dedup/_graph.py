@@ -109,7 +109,6 @@ from zephyr.dedup._rows import (
     group_keepers,
     has_column,
     keep_ranks,
-    key_columns,
 )
 from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
@@ -866,8 +865,9 @@ class NodeSets:
         self.nodes, self.config, self.columns = nodes, config, columns
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        text = self.columns.text_column
-        if not (has_column(table, text, "text") and has_column(table, self.columns.id_column, "id")):
+        text, id_column, priority_column = astuple(self.columns)
+        checks = ((text, "text"), (id_column, "id"), (priority_column, "priority"))
+        if not all(has_column(table, name, what) for name, what in checks):
             return pa.table({ROW: pa.array([], pa.int64())})
         wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
         cfg = self.config
@@ -876,7 +876,8 @@ class NodeSets:
         )
         lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
         counters.increment("dedup/set_bytes", lists.nbytes)
-        return pa.table({ROW: wanted[ROW], "shingles": lists, **key_columns(wanted, self.columns)})
+        keys = {c: wanted[c] for c in (id_column, priority_column) if c is not None}
+        return pa.table({ROW: wanted[ROW], "shingles": lists, **keys})
 
 
 def _nodes(pairs: pa.Table) -> pa.Array:

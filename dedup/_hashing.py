@@ -257,11 +257,7 @@ class Shingles:
 
 
 def shingle_hashes(
-    texts: pa.Array | pa.ChunkedArray,
-    *,
-    kind: ShingleKind = "word",
-    n: int = 5,
-    normalize: str = "default",
+    texts: pa.Array | pa.ChunkedArray, *, kind: ShingleKind = "word", n: int = 5, normalize: str = "default"
 ) -> Shingles:
     """Hash the shingles of every text; nulls and empty texts get no shingles."""
     if n < 1:

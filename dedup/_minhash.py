@@ -6,9 +6,9 @@ pre-mixed once with MurmurHash3's 64-bit finalizer, then permutation ``k`` maps 
 ``a_k · fmix64(h) + b_k mod 2⁶⁴`` (``a_k`` odd, so the map is a bijection); the signature is the minimum
 per permutation. ``mersenne61`` is datatrove's arithmetic instead: ``((a_k·h + b_k) mod 2⁶⁴) mod (2⁶¹−1)``
 on the raw shingle hash. ``signatures`` takes the minima in one compiled pass per document
-(``_compiled.minhash``); ``signatures_numpy`` — one multiply-add per permutation over a cache-sized run of
-documents and ``np.minimum.reduceat`` over their boundaries — is the reference, and the two are tested
-equal. Documents without shingles get the all-``UINT64_MAX`` signature and must be kept out of LSH by the
+(``_compiled.minhash``); a numpy reference (tests/dedup/test_compiled.py: one multiply-add per
+permutation over a cache-sized run of documents and ``np.minimum.reduceat`` over their boundaries) is tested
+equal to it. Documents without shingles get the all-``UINT64_MAX`` signature and must be kept out of LSH by the
 caller.
 
 Permutations come from ``numpy.random.default_rng(seed)``; ``Permutations`` is plain data and is stored in
@@ -76,9 +76,6 @@ if TYPE_CHECKING:
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _MERSENNE61 = np.uint64((1 << 61) - 1)
-_S61 = np.uint64(61)
-# shingles per work chunk: 32 Ki uint64 = 256 KiB, cache-resident
-_CHUNK_SHINGLES = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -109,56 +106,9 @@ def make_permutations(num_perm: int, *, seed: int = 1, scheme: str = "affine64")
     return Permutations(a=a, b=b, scheme=scheme)
 
 
-def _mod_mersenne61(x: np.ndarray) -> None:
-    """In place ``x mod (2⁶¹−1)`` without a division: fold the top bits, then one conditional subtract."""
-    folded = (x & _MERSENNE61) + (x >> _S61)
-    folded -= _MERSENNE61 * (folded >= _MERSENNE61)
-    x[...] = folded
-
-
 def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
     """``(num_docs, num_perm)`` uint64 MinHash signatures (the compiled kernel); see the module docstring."""
     return compiled.minhash(shingles.hashes, shingles.offsets, perms.a, perms.b, perms.scheme == "mersenne61")
-
-
-def signatures_numpy(shingles: Shingles, perms: Permutations) -> np.ndarray:
-    """``signatures`` in numpy: the reference the compiled kernel is tested against.
-
-    Work is cut into runs of whole documents of ~``_CHUNK_SHINGLES`` shingles (a 256 KiB buffer that stays
-    in cache); within a run, each permutation is one contiguous multiply-add over the run's shingles and
-    one ``np.minimum.reduceat`` over its document starts. Measured on the small corpus, this 1-D
-    per-permutation form is ~2x faster than a broadcast ``(shingles × permutations)`` block (numpy's
-    broadcast inner loop is not vectorized as well, and the 2-D block falls out of cache).
-    """
-    num_docs, k = len(shingles), len(perms)
-    out = np.full((num_docs, k), EMPTY, dtype=np.uint64)
-    docs = np.flatnonzero(shingles.counts > 0)
-    if len(docs) == 0:
-        return out
-    values = fmix64(shingles.hashes) if perms.scheme == "affine64" else shingles.hashes
-    mersenne = perms.scheme == "mersenne61"
-    offsets = shingles.offsets
-    doc_ends = offsets[docs + 1]
-    buf = np.empty(_CHUNK_SHINGLES, dtype=np.uint64)
-    a_list, b_list = list(perms.a), list(perms.b)
-    i = 0
-    while i < len(docs):
-        lo = offsets[docs[i]]
-        j = max(int(np.searchsorted(doc_ends, lo + _CHUNK_SHINGLES, "right")), i + 1)
-        hi = offsets[docs[j - 1] + 1]
-        chunk = values[lo:hi]
-        work = buf[: hi - lo] if hi - lo <= _CHUNK_SHINGLES else np.empty(hi - lo, dtype=np.uint64)
-        starts = offsets[docs[i:j]] - lo
-        res = np.empty((j - i, k), dtype=np.uint64)
-        for q in range(k):
-            np.multiply(chunk, a_list[q], out=work)
-            work += b_list[q]
-            if mersenne:
-                _mod_mersenne61(work)
-            res[:, q] = np.minimum.reduceat(work, starts)
-        out[docs[i:j]] = res
-        i = j
-    return out
 
 
 def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:

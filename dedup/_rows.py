@@ -49,7 +49,6 @@ from zephyr.io.schema import without_view_types
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
-    from zephyr.options import ExecutionOptions
 
 
 ROW = "__dedup_row"
@@ -151,13 +150,6 @@ def has_column(table: pa.Table, name: str | None, what: str, *, empty_ok: bool =
     )
 
 
-def key_columns(table: pa.Table, columns: DedupColumns) -> dict[str, Any]:
-    """The id and priority columns there are: what keep order needs of a row besides its number."""
-    if columns.priority_column is not None:
-        has_column(table, columns.priority_column, "priority")
-    return {c: table[c] for c in (columns.id_column, columns.priority_column) if c is not None}
-
-
 class Finish:
     """Turns the helper columns (CLUSTER, SIZE, KEEPER: null for rows in no cluster) into dup_cluster /
     dup_cluster_size / dup_keep, counts, then annotates or removes. With ``row_numbers`` (annotate mode) the
@@ -244,12 +236,6 @@ def attached(rows: Dataset, node_info: pa.Table | None, finish: Finish, method: 
     )
 
 
-def joined(rows: Dataset, keepers: Dataset, on: str | list[str], finish: Finish, method: str) -> Dataset:
-    """A method's output when its clusters formed on the engine: ``keepers`` joined on ``on``,
-    then ``finish`` (groups of one are no clusters)."""
-    return rows.join(keepers, on=on, how="left").map_batches(finish, name=f"dedup.{method}.finish")
-
-
 def cluster_node_info(rows: pa.Table, labels: np.ndarray, id_column: str | None) -> pa.Table:
     """(ROW, CLUSTER, SIZE, KEEPER) of the rows in clusters of 2 or more; ``labels[i]`` is the position
     in ``rows`` of row i's kept row (rows in keep order or not)."""
@@ -271,18 +257,21 @@ INPROCESS = {"executor": "inprocess"}
 
 
 def on_table(
-    data: Any, columns: DedupColumns, mode: str, run: Callable[[Dataset, dict[str, Any]], Dataset]
+    data: Any, mode: str, dedup: Callable[..., Dataset], columns: DedupColumns, **kwargs: Any
 ) -> DedupResult:
-    """A table function: ``run(ds, stats)`` (a Dataset function in ``annotate`` mode, executed ``INPROCESS``)
-    on ``data`` as a one-table Dataset, so both ways in share one path. The stats: the row balance and the
-    cluster-size histogram of the annotated rows, plus what ``run`` put in ``stats``."""
+    """A table function: the Dataset function ``dedup`` (in ``annotate`` mode, executed ``INPROCESS``, with
+    ``columns`` and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats:
+    the row balance and the cluster-size histogram of the annotated rows, plus what ``dedup`` put in its
+    ``stats``."""
     import zephyr
 
     check_removal_mode(mode)
     table = as_table(data)
     require_column(table, columns.text_column, "text")
     info: dict[str, Any] = {}
-    annotated = run(zephyr.from_arrow(table), info).to_arrow(**INPROCESS)
+    ds = zephyr.from_arrow(table)
+    out = dedup(ds, columns=columns, mode="annotate", execution=INPROCESS, stats=info, **kwargs)
+    annotated = out.to_arrow(**INPROCESS)
     keep = np.asarray(annotated["dup_keep"], dtype=bool)
     members = np.asarray(pc.is_valid(annotated[columns.text_column]), dtype=bool)
     sizes, clusters = np.unique(
@@ -332,13 +321,6 @@ def group_keepers(members: Dataset, keys: list[str], columns: DedupColumns) -> D
         lambda t: pa.table({**{k: t[k] for k in keys}, KEEPER: t[ROW], CLUSTER: t[own]}), name="dedup.keepers"
     )
     return keepers.join(sizes, on=keys)
-
-
-def execution_kwargs(execution: ExecutionOptions | dict[str, Any] | None) -> dict[str, Any]:
-    """``execution`` as the keyword arguments every eager ``Dataset`` call takes (empty: run lazily)."""
-    if execution is None or isinstance(execution, dict):
-        return dict(execution or {})
-    return execution.as_kwargs()
 
 
 def budget_of(kw: dict[str, Any]) -> Budget:

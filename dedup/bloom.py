@@ -35,6 +35,7 @@ the bit array (bit ``i`` is bit ``i % 8`` of byte ``i // 8``).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import uuid
@@ -44,10 +45,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from zephyr.dedup._hashing import hash_groups
-from zephyr.dedup._rows import DedupResult, as_table, has_column
-from zephyr.dedup.config import ExactDedupConfig, ParagraphDedupConfig
+from zephyr.dedup._rows import DedupResult, has_column
+from zephyr.dedup.config import ParagraphDedupConfig
 
-from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
@@ -94,10 +94,7 @@ class BloomFilter:
                 config.expected, config.fp_rate, normalize=config.normalize, separator=separator
             )
         bloom = cls.load(config.load_filter)
-        if (bloom.normalize, bloom.separator) != (
-            config.normalize,
-            separator,
-        ):  # its hashes would never match
+        if (bloom.normalize, bloom.separator) != (config.normalize, separator):  # hashes would never match
             raise ConfigError(
                 f"the Bloom filter {config.load_filter} was built with normalize={bloom.normalize!r}, separator="
                 f"{bloom.separator!r}; this run uses normalize={config.normalize!r}, separator={separator!r}"
@@ -177,17 +174,13 @@ def bloom_paragraph_dedup(
     text_column: str = "text",
     mode: str = "remove",
     keep_first_in_doc: bool = False,
-    source_column: str | None = "source",
 ) -> DedupResult:
     """Remove the paragraphs ``bloom`` has seen, then insert this table's paragraphs (module docstring).
 
     ``remove`` rewrites the text; ``annotate`` adds ``dup_paragraphs`` / ``dup_paragraph_bytes`` instead."""
     from zephyr.dedup.exact import split_paragraphs, without_paragraphs
 
-    ExactDedupConfig(level="paragraph", normalize=bloom.normalize, paragraph_separator=bloom.separator)
-    check_removal_mode(mode)
-    table = as_table(data)
-    paragraphs = split_paragraphs(table, text_column, bloom.separator, bloom.normalize)
+    table, paragraphs = split_paragraphs(data, text_column, bloom.separator, bloom.normalize, mode)
     _, values, doc, _, _, blank, hashes = paragraphs
     live = np.flatnonzero(~blank)
     hashes, doc, seen = hashes[live], doc[live], bloom.contains(hashes[live])
@@ -222,10 +215,11 @@ def bloom_paragraph_dedup_dataset(
     return ds.reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
 
 
-def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> BloomFilter:
+def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> dict[str, Any]:
     """The filter after a run of ``bloom_paragraph_dedup_dataset(save_path=partial)``: as its task saved it,
     else (not saved, or no batch ran) the filter it started from with the ``inserted`` paragraphs the task
-    counted; saved to ``config.save_filter`` when given."""
+    counted; saved to ``config.save_filter`` when given. Returns its figures for the stats, with a warning
+    (logged too) when more paragraphs went in than it was sized for."""
     if partial is not None and os.path.exists(partial):
         bloom = BloomFilter.load(partial)
     else:
@@ -235,7 +229,18 @@ def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted:
         bloom.save(config.save_filter)
         if partial is not None and os.path.exists(partial):
             os.remove(partial)
-    return bloom
+    rate = bloom.false_positive_rate()
+    figures = {k: getattr(bloom, k) for k in ("fp_rate", "expected", "num_hashes", "inserted")}
+    figures.update(filter_bytes=len(bloom.bits), false_positive_rate_now=rate)
+    figures.update(keep_first_in_doc=config.keep_first_in_doc, filter_saved=config.save_filter)
+    if bloom.inserted > bloom.expected:
+        warning = (
+            f"bloom dedup: {bloom.inserted:,} paragraphs inserted into a filter sized for {bloom.expected:,}: its "
+            f"false-positive rate is now {rate:.2g} (asked {bloom.fp_rate:.2g}); rerun with a larger --expected"
+        )
+        logging.getLogger(__name__).warning(warning)
+        figures["warnings"] = [warning]
+    return figures
 
 
 @dataclass
@@ -268,10 +273,8 @@ class BloomParagraphDedup:
             mode=self.mode,
             keep_first_in_doc=self.config.keep_first_in_doc,
         )
-        for key in ("paragraphs", "paragraphs_removed", "paragraphs_inserted"):
+        for key in ("paragraphs", "paragraphs_inserted"):  # without_paragraphs counts what it removed
             counters.increment(f"dedup/{key}", result.stats[key])
-        counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
-        counters.increment("dedup/rows_changed", result.stats["docs_changed"])
         if self.save_path is not None:
             self._bloom.save(self.save_path)
         return result.table

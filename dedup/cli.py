@@ -91,14 +91,6 @@ def _workers(execution: ExecutionOptions, preload: bool = False):
     return reuse_workers(execution.as_kwargs(), preload=warm)
 
 
-def _write(out: Dataset, output: Output, removal: DedupRemoval, kwargs: dict, reason: str = "duplicate"):
-    """Write ``out`` (made in ``removal.internal_mode``): with ``--dropped-output`` the removed rows go
-    there with their ``reason``. Returns (the kept rows' write, the routing or None)."""
-    from zephyr.removal import Unless
-
-    return removal.write(out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS["document"])
-
-
 def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
     from zephyr import job_stats
 
@@ -136,14 +128,6 @@ def _summary(
     )
 
 
-def _paragraphs_changed(result: Any) -> dict[str, int]:
-    """What a paragraph dedup changed: rows, paragraphs and bytes removed (in annotate mode: marked)."""
-    counters = _counters(result)
-    names = ("rows_changed", "paragraphs_removed", "paragraph_bytes_removed")
-    rows, paragraphs, removed = (counters.get(f"dedup/{name}", 0) for name in names)
-    return {"rows_changed": rows, "paragraphs_removed": paragraphs, "bytes_removed": removed}
-
-
 def _documents(
     inputs, removal, execution, output, extra, run, plans, preload=False, reason="duplicate", after=None
 ):
@@ -152,6 +136,7 @@ def _documents(
     worker pool, written (removed rows to ``--dropped-output`` with ``reason``), then ``after(execution
     kwargs)`` in the same pool."""
     from zephyr import job_stats
+    from zephyr.removal import Unless
 
     mode = removal.internal_mode
     if output is None:
@@ -160,8 +145,9 @@ def _documents(
         )
     with job_stats.recording() as jobs, _workers(execution, preload) as kwargs:
         rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        result, routed = _write(
-            run(rows, mode=mode, execution=kwargs, stats=extra), output, removal, kwargs, reason
+        out = run(rows, mode=mode, execution=kwargs, stats=extra)
+        result, routed = removal.write(
+            out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS["document"]
         )
         if after is not None:
             after(kwargs)
@@ -174,93 +160,50 @@ def _budget(execution: ExecutionOptions):
     return Budget(execution.memory_budget_bytes)
 
 
-def _paragraphs(inputs, removal, columns, config: ParagraphDedupConfig, partial=None, output=None) -> Dataset:
-    """The paragraph dedup of the inputs as written: exact (``paragraph_dedup_dataset``) or with a Bloom filter
-    (``bloom_paragraph_dedup_dataset``; ``partial``: where the task saves its filter)."""
-    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset
-    from zephyr.dedup.exact import paragraph_dedup_dataset
-
-    rows, mode = removal.rows(inputs, "paragraph", output), removal.mode
-    if config.method == "exact":
-        out = paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=mode)
-    else:
-        out = bloom_paragraph_dedup_dataset(
-            rows, config, text_column=columns.text_column, mode=mode, save_path=partial
-        )
-    return removal.finished(out, "paragraph")
-
-
-def _rewritten(out: Dataset, output: Output, execution: ExecutionOptions) -> tuple[Any, list]:
-    """Write the output of a dedup that rewrites rows (paragraph, substring): (the write, its engine jobs)."""
-    from zephyr import job_stats
-
-    with job_stats.recording() as jobs, _workers(execution) as kwargs:
-        return out.write_parquet(output.output, **kwargs), jobs
-
-
-def _bloom_sized(config: ParagraphDedupConfig) -> tuple[int, int, str]:
-    """Refuse, before any work, flags that cannot size or load a filter; (bits, probes, where they come from)."""
-    from zephyr.dedup.bloom import BloomFilter
-
-    if config.load_filter is not None or config.expected is None:
-        bloom = BloomFilter.of(config)
-        return bloom.num_bits, bloom.num_hashes, f"loaded from {config.load_filter}"
-    bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
-    return bits, hashes, f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
-
-
 def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
-    """``zephyr dedup paragraph`` (and ``exact --level paragraph``): the output written, a Bloom filter
-    finished (``bloom.finished_filter``) and its figures in ``extra``; without ``output`` the one job (bloom:
-    and its filter's size)."""
+    """``zephyr dedup paragraph`` (and ``exact --level paragraph``): exact (``paragraph_dedup_dataset``) or
+    with a Bloom filter (``bloom_paragraph_dedup_dataset``), the output written, the filter finished
+    (``bloom.finished_filter``) and its figures in ``extra``; without ``output`` the one job (bloom: and its
+    filter's size)."""
     import uuid
 
-    from zephyr.dedup.bloom import finished_filter
+    from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup_dataset, finished_filter
+    from zephyr.dedup.exact import paragraph_dedup_dataset
 
+    from zephyr import job_stats
+
+    bloom, partial = config.method == "bloom", None
+    if bloom and config.load_filter is None and config.expected is not None:  # sized, not made: no work yet
+        bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
+        sized = f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
+    elif bloom:  # flags that cannot load a filter (or size one) are refused before any work
+        loaded = BloomFilter.of(config)
+        bits, hashes, sized = loaded.num_bits, loaded.num_hashes, f"loaded from {config.load_filter}"
+    if bloom and output is not None and config.save_filter:  # where the task saves its filter
+        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
+    rows = removal.rows(inputs, "paragraph", None if output is None else output.output)
+    if bloom:
+        text, mode = columns.text_column, removal.mode
+        out = bloom_paragraph_dedup_dataset(rows, config, text_column=text, mode=mode, save_path=partial)
+    else:
+        out = paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=removal.mode)
+    out = removal.finished(out, "paragraph")
+    if output is None and not bloom:
+        return [("job 1: the output (rows in one partition, paragraphs seen earlier removed)", out)]
     if output is None:
-        out = _paragraphs(inputs, removal, columns, config)
-        if config.method == "exact":
-            return [("job 1: the output (rows in one partition, paragraphs seen earlier removed)", out)]
-        bits, hashes, sized = _bloom_sized(config)
         saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
         held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
-        return [
-            (
-                "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
-                out,
-            ),
-            (f"{held}, outside the budget's shares{saved}", None),
-        ]
-    partial = None
-    if config.method == "bloom":
-        _bloom_sized(config)
-        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}" if config.save_filter else None
-    out = _paragraphs(inputs, removal, columns, config, partial, output.output)
-    result, jobs = _rewritten(out, output, execution)
-    changed = _paragraphs_changed(result)
-    if config.method == "exact":
-        return _summary(result, output, removal, jobs, extra, changed=changed)
-    bloom = finished_filter(config, partial, _counters(result).get("dedup/paragraphs_inserted", 0))
-    extra.update(
-        fp_rate=bloom.fp_rate,
-        expected=bloom.expected,
-        filter_bytes=(bloom.num_bits + 7) // 8,
-        num_hashes=bloom.num_hashes,
-        inserted=bloom.inserted,
-        false_positive_rate_now=bloom.false_positive_rate(),
-        keep_first_in_doc=config.keep_first_in_doc,
-        filter_saved=config.save_filter,
-    )
-    if bloom.inserted > bloom.expected:
-        import logging
-
-        warning = (
-            f"bloom dedup: {bloom.inserted:,} paragraphs inserted into a filter sized for {bloom.expected:,}: its "
-            f"false-positive rate is now {bloom.false_positive_rate():.2g} (asked {bloom.fp_rate:.2g}); rerun "
-            "with a larger --expected"
+        title = (
+            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed"
         )
-        logging.getLogger(__name__).warning(warning)
-        extra["warnings"] = [warning]
+        return [(title, out), (f"{held}, outside the budget's shares{saved}", None)]
+    with job_stats.recording() as jobs, _workers(execution) as kwargs:
+        result = out.write_parquet(output.output, **kwargs)
+    counters = _counters(result)
+    changed = {k: counters.get(f"dedup/{k}", 0) for k in ("rows_changed", "paragraphs_removed")}
+    changed["bytes_removed"] = counters.get("dedup/paragraph_bytes_removed", 0)
+    if bloom:
+        extra.update(finished_filter(config, partial, counters.get("dedup/paragraphs_inserted", 0)))
     return _summary(result, output, removal, jobs, extra, changed=changed)
 
 
@@ -300,12 +243,7 @@ def paragraph(
     """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
     hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
     positives at most --fp-rate."""
-    extra = {
-        "kind": "paragraph",
-        "method": config.method,
-        "normalize": config.normalize,
-        "mode": removal.mode,
-    }
+    extra = dict(kind="paragraph", method=config.method, normalize=config.normalize, mode=removal.mode)
     return _paragraph(inputs, removal, columns, config, execution, output, extra)
 
 
@@ -342,15 +280,10 @@ def substring(
     from zephyr import job_stats
 
     # substring dedup cuts spans out of the text and adds no column: flags about added columns are refused
-    if removal.mode != "remove":
+    if removal.mode != "remove" or removal.replace_columns or removal.output_column != "dup":
         raise ConfigError(
-            "zephyr dedup substring removes the repeated spans from the text; it has no --mode annotate "
-            "(leave --mode out)"
-        )
-    if removal.replace_columns or removal.output_column != "dup":
-        raise ConfigError(
-            "zephyr dedup substring adds no column, so --replace-columns and --output-column do not apply "
-            "(leave them out)"
+            "zephyr dedup substring removes the repeated spans from the text and adds no column: it has no --mode "
+            "annotate, and --replace-columns and --output-column do not apply (leave them out)"
         )
     if config.tokenizer and not os.path.exists(config.tokenizer):
         raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")
@@ -366,8 +299,7 @@ def substring(
     info.update(
         kind="substring",
         min_doc_bytes=config.min_doc_bytes,
-        bytes_removed_per_source=removed["bytes_removed_per_source"],
-        docs_changed=removed["docs_changed"],
+        **removed,
         docs_dropped_short=sum(
             op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
         ),

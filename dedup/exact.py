@@ -69,7 +69,6 @@ from zephyr.dedup._hashing import hash_groups, normalize_text, xxh3_128_array
 from zephyr.dedup._rows import (
     H0,
     H1,
-    INPROCESS,
     ROW,
     URL_KEY,
     DedupResult,
@@ -79,10 +78,8 @@ from zephyr.dedup._rows import (
     attached,
     budget_of,
     cluster_node_info,
-    execution_kwargs,
     group_keepers,
     has_column,
-    joined,
     keep_ranks,
     on_table,
     require_column,
@@ -96,7 +93,6 @@ from zephyr.config import check_removal_mode
 if TYPE_CHECKING:
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
-    from zephyr.options import ExecutionOptions
 
 
 logger = logging.getLogger(__name__)
@@ -113,22 +109,19 @@ def exact_dedup(
 ) -> DedupResult:
     """Document-level exact dedup of one in-memory table: ``exact_dedup_dataset`` run in process on it
     (``_rows.on_table``); see the module docstring for the keep rule and the columns."""
-
-    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
-        return exact_dedup_dataset(
-            ds, columns, normalize=normalize, mode="annotate", execution=INPROCESS, stats=stats
-        )
-
-    return on_table(data, columns, mode, run)
+    return on_table(data, mode, exact_dedup_dataset, columns, normalize=normalize)
 
 
 def split_paragraphs(
-    table: pa.Table, text_column: str, separator: str, normalize: str
-) -> tuple[pa.Array, pa.Array, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The texts (one ``large_string`` array) and their paragraphs as (texts, values, document of each,
-    paragraphs per document, position in its document, blank or not, ``(n, 2)`` uint64 xxh3-128 of the
-    normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so both cut and hash
-    paragraphs alike."""
+    data: Any, text_column: str, separator: str, normalize: str, mode: str
+) -> tuple[pa.Table, tuple]:
+    """``data`` as a table (the settings checked) and its paragraphs, as (texts: one ``large_string`` array,
+    values, document of each, paragraphs per document, position in its document, blank or not, ``(n, 2)``
+    uint64 xxh3-128 of the normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so
+    both cut and hash paragraphs alike."""
+    ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
+    check_removal_mode(mode)
+    table = as_table(data)
     texts = require_column(table, text_column, "text")
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
@@ -140,7 +133,7 @@ def split_paragraphs(
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
     position = np.arange(len(values), dtype=np.int64) - starts[doc]
     blank = np.asarray(pc.equal(pc.utf8_length(normalize_text(values, "default")), 0).fill_null(True))
-    return texts, values, doc, lengths, position, blank, document_hashes(values, normalize)
+    return table, (texts, values, doc, lengths, position, blank, document_hashes(values, normalize))
 
 
 def without_paragraphs(
@@ -148,8 +141,8 @@ def without_paragraphs(
 ) -> tuple[DedupResult, np.ndarray, np.ndarray]:
     """The table with the ``removed`` paragraphs cut from its text (``remove``), or counted in
     ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``), with the stats every paragraph dedup gives
-    (rows, paragraphs and bytes removed, documents changed); and the removed paragraphs and bytes per
-    document. ``paragraphs``: ``split_paragraphs``' result."""
+    (rows, paragraphs and bytes removed, documents changed; in an engine task also its ``dedup/*`` counters);
+    and the removed paragraphs and bytes per document. ``paragraphs``: ``split_paragraphs``' result."""
     texts, values, doc, lengths = paragraphs[:4]
     n = table.num_rows
     para_bytes = np.asarray(pc.binary_length(values), dtype=np.int64)
@@ -171,6 +164,9 @@ def without_paragraphs(
         out = out.append_column("dup_paragraph_bytes", pa.array(bytes_per_doc, pa.int64()))
     stats = {"rows_in": n, "rows_out": out.num_rows, "paragraphs_removed": int(removed.sum())}
     stats.update(bytes_removed=int(bytes_per_doc.sum()), docs_changed=int((removed_per_doc > 0).sum()))
+    counters.increment("dedup/paragraphs_removed", stats["paragraphs_removed"])
+    counters.increment("dedup/paragraph_bytes_removed", stats["bytes_removed"])
+    counters.increment("dedup/rows_changed", stats["docs_changed"])
     return DedupResult(out, stats), removed_per_doc, bytes_per_doc
 
 
@@ -188,10 +184,7 @@ def paragraph_dedup(
     ``remove`` rewrites the text without them; ``annotate`` keeps the text and adds ``dup_paragraphs`` and
     ``dup_paragraph_bytes`` (what ``remove`` would cut). Stats count removed paragraphs and bytes per source.
     """
-    ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
-    check_removal_mode(mode)
-    table = as_table(data)
-    paragraphs = split_paragraphs(table, columns.text_column, separator, normalize)
+    table, paragraphs = split_paragraphs(data, columns.text_column, separator, normalize, mode)
     texts, values, doc, lengths, position, blank, hashes = paragraphs
     order, firsts = hash_groups(hashes, position, keep_ranks(table, columns.id_column)[doc])
     removed = np.zeros(len(values), dtype=bool)
@@ -213,15 +206,6 @@ def paragraph_dedup(
     return result
 
 
-def _hash_columns(texts: pa.ChunkedArray, normalize: str) -> tuple[pa.Array, pa.Array]:
-    """The two 64-bit halves of each normalized text's xxh3-128 (int64 bit patterns: the engine's shuffle keys
-    are signed integers); null for null text."""
-
-    hashes = document_hashes(texts, normalize)
-    mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
-    return tuple(pa.array(hashes[:, k].view(np.int64), mask=mask, type=pa.int64()) for k in (0, 1))
-
-
 class _DocHashes:
     """Adds H0/H1 (the text's hash) to every row; the id and priority columns the keep rule reads checked."""
 
@@ -233,8 +217,13 @@ class _DocHashes:
         checks = ((c.text_column, "text"), (c.id_column, "id"), (c.priority_column, "priority"))
         if not all(has_column(table, name, what) for name, what in checks):
             return table
-        h0, h1 = _hash_columns(table[c.text_column], self.normalize)
-        return table.append_column(H0, h0).append_column(H1, h1)
+        # the two halves of the text's xxh3-128 as int64 bit patterns (the shuffle keys are signed integers)
+        texts = table[c.text_column]
+        hashes = document_hashes(texts, self.normalize).view(np.int64)
+        mask = ~np.asarray(pc.is_valid(texts), dtype=bool)
+        for name, k in ((H0, 0), (H1, 1)):
+            table = table.append_column(name, pa.array(hashes[:, k], mask=mask, type=pa.int64()))
+        return table
 
 
 def _exact_node_info(members: pa.Table, columns: DedupColumns) -> pa.Table | None:
@@ -263,7 +252,7 @@ def exact_dedup_dataset(
     *,
     normalize: str = "default",
     mode: str = "remove",
-    execution: ExecutionOptions | dict[str, Any] | None = None,
+    execution: dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
 ) -> Dataset:
@@ -286,13 +275,12 @@ def exact_dedup_dataset(
     info = {} if stats is None else stats
     info["in_memory"] = False
     if execution is not None:
-        kw = execution_kwargs(execution)
-        limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
-        members = members.materialize(**kw)
-        count = members.count(**kw)
+        limit = driver_rows if driver_rows is not None else budget_of(execution).driver_rows
+        members = members.materialize(**execution)
+        count = members.count(**execution)
         info.update(member_rows=count, driver_rows=limit)
         if count <= limit:
-            node_info = _exact_node_info(members.to_arrow(**kw), columns)
+            node_info = _exact_node_info(members.to_arrow(**execution), columns)
             info.update(in_memory=True, duplicate_rows=0 if node_info is None else node_info.num_rows)
             return attached(rows, node_info, finish, "exact")
         info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
@@ -316,7 +304,10 @@ def _exact_paths(
         return table.select(keys).filter(pc.is_valid(table[H0]))
 
     members = hashed.map_batches(members_of, name="dedup.exact.members")
-    shuffle_path = joined(hashed, group_keepers(members, [H0, H1], columns), [H0, H1], finish, "exact")
+    keepers = group_keepers(members, [H0, H1], columns)  # groups of one are no clusters (``Finish``)
+    shuffle_path = hashed.join(keepers, on=[H0, H1], how="left").map_batches(
+        finish, name="dedup.exact.finish"
+    )
     return rows, finish, members, shuffle_path
 
 
@@ -359,11 +350,7 @@ def paragraph_dedup_dataset(ds: Dataset, columns: DedupColumns = COLUMNS, **kwar
     def run(table: pa.Table) -> pa.Table:
         if not has_column(table, columns.text_column, "text"):
             return table
-        result = paragraph_dedup(table, columns, **kwargs)
-        counters.increment("dedup/paragraphs_removed", result.stats["paragraphs_removed"])
-        counters.increment("dedup/paragraph_bytes_removed", result.stats["bytes_removed"])
-        counters.increment("dedup/rows_changed", result.stats["docs_changed"])
-        return result.table
+        return paragraph_dedup(table, columns, **kwargs).table
 
     ordered = ds.sort(columns.id_column, num_partitions=1) if columns.id_column else ds.reshard(1)
     return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
@@ -386,18 +373,14 @@ class _AddUrlKey:
 
 
 def _url_keyed(
-    ds: Dataset, columns: DedupColumns, url_column: str
-) -> tuple[Dataset, DedupColumns, Callable[[Dataset, str], Dataset]]:
+    ds: Dataset, columns: DedupColumns, url_column: str, mode: str
+) -> tuple[Dataset, DedupColumns, Any]:
     """What URL dedup gives exact dedup (byte-exact, annotated): ``ds`` with the normalized URL in ``URL_KEY``
-    and the columns naming it the text; and what makes URL dedup's output of exact dedup's (the key column
-    dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr explain
-    dedup url`` shows the plans ``zephyr dedup url`` runs."""
-
-    def finish(out: Dataset, mode: str) -> Dataset:
-        return out.map_batches(StripRowNumbers(mode, URL_DUPLICATE), name="dedup.url.finish")
-
+    and the columns naming it the text; and the stage that makes URL dedup's output of exact dedup's (the key
+    column dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr
+    explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
     keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
-    return keyed, dataclasses.replace(columns, text_column=URL_KEY), finish
+    return keyed, dataclasses.replace(columns, text_column=URL_KEY), StripRowNumbers(mode, URL_DUPLICATE)
 
 
 def url_plans(
@@ -410,14 +393,14 @@ def url_plans(
     finish: Callable[[Dataset], Dataset] = lambda out: out,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
-    keyed, keys, url_finish = _url_keyed(ds, columns, url_column)
+    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
     return exact_plans(
         keyed,
         keys,
         budget=budget,
         normalize="none",
         mode="annotate",
-        finish=lambda out: finish(url_finish(out, mode)),
+        finish=lambda out: finish(out.map_batches(strip, name="dedup.url.finish")),
         hashes="URL key hashes (row, hash, id, priority)",
     )
 
@@ -428,13 +411,13 @@ def url_dedup_dataset(
     *,
     url_column: str = "url",
     mode: str = "remove",
-    execution: ExecutionOptions | dict[str, Any] | None = None,
+    execution: dict[str, Any] | None = None,
     stats: dict[str, Any] | None = None,
 ) -> Dataset:
     """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset`` (the
     ``text_column`` of ``columns`` is not read)."""
-    keyed, keys, finish = _url_keyed(ds, columns, url_column)
+    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
     out = exact_dedup_dataset(
         keyed, keys, normalize="none", mode="annotate", execution=execution, stats=stats
     )
-    return finish(out, mode)
+    return out.map_batches(strip, name="dedup.url.finish")

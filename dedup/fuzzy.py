@@ -30,15 +30,12 @@ import zephyr.dedup._compiled as compiled
 from zephyr.dedup._graph import FuzzyRun, NodeSets, verify_and_cluster
 from zephyr.dedup._minhash import band_rows, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
-    INPROCESS,
     ROW,
     DedupResult,
     Finish,
     attached,
     budget_of,
-    execution_kwargs,
     has_column,
-    joined,
     on_table,
     scratch_folder,
 )
@@ -54,7 +51,6 @@ if TYPE_CHECKING:
 
     from zephyr.budget import Budget
     from zephyr.dataset import Dataset
-    from zephyr.options import ExecutionOptions
 
 
 logger = logging.getLogger(__name__)
@@ -72,13 +68,7 @@ def fuzzy_dedup(
     (``_rows.on_table``). Columns, keep rule and ``index`` as there. ``DedupResult.stats`` holds the row
     balance, the cluster-size histogram and the graph figures (candidate, verified and rejected pairs, rows
     split from components)."""
-
-    def run(ds: Dataset, stats: dict[str, Any]) -> Dataset:
-        return fuzzy_dedup_dataset(
-            ds, config, columns, mode="annotate", execution=INPROCESS, stats=stats, index=index
-        )
-
-    return on_table(data, columns, mode, run)
+    return on_table(data, mode, fuzzy_dedup_dataset, columns, config=config, index=index)
 
 
 class _BandRows:
@@ -119,7 +109,7 @@ def fuzzy_dedup_dataset(
     columns: DedupColumns = COLUMNS,
     *,
     mode: str = "remove",
-    execution: ExecutionOptions | dict[str, Any] | None = None,
+    execution: dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
     index: IndexInfo | str | None = None,
@@ -153,7 +143,7 @@ def fuzzy_dedup_dataset(
     """
     config = config or FuzzyDedupConfig()
     check_removal_mode(mode)
-    kw = execution_kwargs(execution)
+    kw = dict(execution or {})
     limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
     if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
         compiled.warm_up_in_background()
@@ -167,7 +157,10 @@ def fuzzy_dedup_dataset(
     finish = Finish(columns, mode, row_numbers)
     info = {} if stats is None else stats
     with scratch_folder(kw) as scratch:
-        edges = _candidate_pairs(band_rows, config, index, scratch, kw)
+        if index is not None and index.docs:  # this run's band rows and the index's (one schema): one read
+            new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
+            band_rows = zephyr.read_parquet([*new, *index.files("bands")])
+        edges = _pairs_of(band_rows, config).materialize(**kw)  # the distinct candidate pairs
         candidates = edges.count(**kw)
         info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
         if index is not None:
@@ -177,20 +170,8 @@ def fuzzy_dedup_dataset(
         node_info, labels_ds = verify_and_cluster(rows, edges, candidates, run)
     info["rejected_pairs"] = candidates - info["verified_pairs"] if config.verify else 0
     if labels_ds is not None:
-        return joined(rows, labels_ds, ROW, finish, "fuzzy")
+        return rows.join(labels_ds, on=ROW, how="left").map_batches(finish, name="dedup.fuzzy.finish")
     return attached(rows, node_info, finish, "fuzzy")
-
-
-def _candidate_pairs(
-    band_rows: Dataset, config: FuzzyDedupConfig, index: IndexInfo | None, scratch: str, kw: dict[str, Any]
-) -> Dataset:
-    """The distinct candidate pairs (u, v), materialized: band rows grouped by (band, band hash), each
-    bucket's members paired by ``_BucketPairs``. With an index, this run's band rows are written to
-    ``scratch`` first, so that one Parquet read of them and the index's (same schema) feeds the shuffle."""
-    if index is not None and index.docs:
-        new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
-        band_rows = zephyr.read_parquet([*new, *index.files("bands")])
-    return _pairs_of(band_rows, config).materialize(**kw)
 
 
 def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from zephyr.dedup._rows import KEEPER, ROW
 from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
 
+from zephyr import counters, job_stats
 from zephyr.errors import ConfigError, InputError
 from zephyr.io.parquet import parquet_rows
 from zephyr.io.paths import write_json_atomic
@@ -151,8 +152,11 @@ class _IndexRows:
         from zephyr.dedup._minhash import compute_signatures
 
         text, id_column = self.columns.text_column, self.columns.id_column
-        if text not in table.column_names:  # an empty output file without columns
-            return _empty_docs(self.config)
+        if text not in table.column_names:  # an empty output file without columns: no row, int64 ids
+            ids = {} if id_column is None else {id_column: pa.array([], pa.int64())}
+            table = pa.table(
+                {text: pa.array([], pa.large_string()), "__index_row": pa.array([], pa.int64()), **ids}
+            )
         table = table.filter(pc.is_valid(table[text]))
         shingles, bands = compute_signatures(table[text], self.config)
         numbers = (ROW, KEEPER) if ROW in table.column_names else ("__index_row", "__index_row")  # all kept
@@ -171,7 +175,9 @@ class _IndexRows:
                 "shingles": lists,
             }
         )
-        return out.filter(pa.array(shingles.counts > 0))
+        out = out.filter(pa.array(shingles.counts > 0))
+        counters.increment("dedup/index_kept", pc.sum(pc.equal(out[KEY], out["anchor"])).as_py() or 0)
+        return out
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
         """Index keys of row numbers (``shard << 40 | position``); negative numbers are keys already."""
@@ -186,19 +192,6 @@ class _IndexRows:
         keys = rows.copy()
         keys[new] = ((self.generation << _GEN_BITS) | (shard << _SHARD_BITS) | position) - _KEY_BASE
         return keys
-
-
-def _empty_docs(config: FuzzyDedupConfig) -> pa.Table:
-    b, _ = config.bands_rows()
-    return pa.table(
-        {
-            KEY: pa.array([], pa.int64()),
-            "anchor": pa.array([], pa.int64()),
-            "id": pa.array([], pa.int64()),
-            "bands": pa.array([], pa.list_(pa.int64(), b)),
-            "shingles": pa.array([], pa.large_list(pa.uint64())),
-        }
-    )
 
 
 def _explode_bands(table: pa.Table) -> pa.Table:
@@ -248,7 +241,7 @@ def write_generation(
         .write_parquet(url(f"{scratch}/docs"), **execution)
     )
     count = parquet_rows(docs.files)
-    kept = _kept_docs(docs.files, execution) if docs.files else 0
+    kept = job_stats.counter_totals(docs.stats.get("stages", [])).get("dedup/index_kept", 0)
     if docs.files:
         zephyr.read_parquet(docs.files, columns=[KEY, "bands"]).map_batches(
             _explode_bands, name="dedup.index.bands"
@@ -263,14 +256,3 @@ def write_generation(
     fs.makedirs(root, exist_ok=True)
     write_json_atomic(url(f"{root}/_index.json"), meta)
     return entry
-
-
-def _kept_docs(files: list[str], execution: dict[str, Any]) -> int:
-    import zephyr
-
-    counts = (
-        zephyr.read_parquet(files, columns=[KEY, "anchor"])
-        .map_batches(lambda t: pa.table({"kept": [pc.sum(pc.equal(t[KEY], t["anchor"])).as_py() or 0]}))
-        .to_arrow(**execution)
-    )
-    return int(pc.sum(counts["kept"]).as_py() or 0) if counts.num_rows else 0

@@ -324,11 +324,7 @@ def anchor_hashes(data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_
 
 
 def candidates(
-    data: np.ndarray,
-    offsets: np.ndarray,
-    min_bytes: int,
-    anchor_bytes: int,
-    repeated: np.ndarray,
+    data: np.ndarray, offsets: np.ndarray, min_bytes: int, anchor_bytes: int, repeated: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(window hash, document index, start, first in its document) of every window whose anchor is in
     ``repeated``; the windows that are not first repeat an earlier window of their own document."""
@@ -362,19 +358,6 @@ def cut(
     with kernels:
         _cut(data, offsets, min_bytes, docs, starts, bounds, bound_offsets, out, out_offsets, removed)
     return out[: out_offsets[-1]], out_offsets, removed
-
-
-def window_hashes(text: bytes, min_bytes: int) -> np.ndarray:
-    """The hash of every ``min_bytes`` window of one text (for reports: locating a window by its hash)."""
-    data = np.frombuffer(text, dtype=np.uint8)
-    n = len(data)
-    if n < min_bytes:
-        return np.zeros(0, dtype=np.uint64)
-    prefix = np.empty(n + 1, dtype=np.uint64)
-    with _kernels.compile():
-        _prefix(data, 0, n, prefix)
-        pw = _pow(min_bytes)
-        return np.array([_span(prefix, s, min_bytes, pw) for s in range(n - min_bytes + 1)], dtype=np.uint64)
 
 
 logger = logging.getLogger(__name__)
@@ -422,12 +405,6 @@ class _Candidates:
         wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
         rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
         return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
-
-
-def _repeats_only(table: pa.Table) -> pa.Table:
-    """Joined (wh, row, s, n, r0) → (row, s) of the occurrences after the first row's."""
-    later = pc.greater(table["row"], table["r0"])
-    return table.filter(later).select(["row", "s"])
 
 
 @dataclass(frozen=True)
@@ -494,7 +471,12 @@ class _Cut:
             cfg.text_column,
             new_text.cast(table.schema.field(cfg.text_column).type),
         ).drop_columns([ROW])
-        _count(table, removed, cfg.source_column)
+        counters.increment("substring/bytes_removed", int(removed.sum()))
+        counters.increment("substring/docs_changed", int((removed > 0).sum()))
+        sums = sums_per_source(table, cfg.source_column, "null", removed) if removed.any() else {}
+        for name, (n,) in sums.items():
+            if n:
+                counters.increment(f"substring/bytes_removed/source={name}", n)
         left = np.diff(out_offsets)
         short = (removed > 0) & (left < cfg.min_doc_bytes)
         if not short.any():
@@ -524,69 +506,95 @@ def token_starts(texts: pa.Array, tokenizer: str) -> list[np.ndarray]:
     return out
 
 
-def _count(table: pa.Table, removed: np.ndarray, source_column: str | None) -> None:
-    counters.increment("substring/bytes_removed", int(removed.sum()))
-    counters.increment("substring/docs_changed", int((removed > 0).sum()))
-    sums = sums_per_source(table, source_column, "null", removed) if removed.any() else {}
-    for name, (n,) in sums.items():
-        if n:
-            counters.increment(f"substring/bytes_removed/source={name}", n)
-
-
-@dataclass(frozen=True)
-class SubstringJobPlans:
-    """The lazy plans of substring dedup's engine jobs (module docstring's passes), built by the same methods
-    for the run (``substring_dedup_dataset``) and for ``zephyr explain dedup substring``. Each takes what the
-    jobs before it found (an empty array or the lazy plan of an earlier job, for ``explain``)."""
-
-    config: SubstringConfig
-    rows: Dataset
-    """The input with the row index (``ROW``) every pass keys documents by."""
-
-    def repeated_anchors(self) -> Dataset:
-        """Pass 1: the anchor gram hashes seen twice or more (collected by the driver, ``to_arrow``)."""
-
-        def repeated(counts: pa.Table) -> pa.Table:
-            return counts.filter(pc.greater_equal(counts["count"], 2)).select(["h"])
-
-        anchors = self.rows.map_batches(_Anchors(self.config), name="dedup.substring.anchors")
-        return anchors.group_by("h").count().map_batches(repeated, name="dedup.substring.repeated")
-
-    def candidates(self, repeated: np.ndarray) -> Dataset:
-        """Pass 2: each document's first occurrence of every window with a repeated anchor (materialized)."""
-        return self.rows.map_batches(_Candidates(self.config, repeated), name="dedup.substring.candidates")
-
-    @staticmethod
-    def groups(candidates: Dataset) -> Dataset:
-        """Pass 2: the windows in two or more documents, with their count and first row (materialized)."""
-        counted = candidates.group_by("wh").agg(n=("row", "count"), r0=("row", "min"))
-        return counted.map_batches(
-            lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups"
+def _passes(
+    ds: Dataset, config: SubstringConfig, limit: int, job: Callable[..., Any], info: dict[str, Any]
+) -> Dataset:
+    """The passes (module docstring), one code path for the run (``substring_dedup_dataset``) and for ``zephyr
+    explain dedup substring`` (``substring_plans``): every engine job and every rule between them goes
+    through ``job(title, plan, how)`` (a rule: ``job(title)``; ``how``: ``to_arrow``, or the scratch subfolder
+    the job is materialized or written to). The run executes the job and returns what it found; explain
+    lists it and returns its lazy plan, so every branch is planned, each job over the plans before it and
+    with empty arrays for what they would have found. ``limit``: the shared windows every task may hold in
+    memory. Returns the lazy plan of the output."""
+    rows, repeated = ds.with_row_index(ROW), np.zeros(0, np.uint64)
+    anchors = rows.map_batches(_Anchors(config), name="dedup.substring.anchors")
+    found = job(
+        f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
+        anchors.group_by("h")
+        .count()
+        .map_batches(
+            lambda t: t.filter(pc.greater_equal(t["count"], 2)).select(["h"]), name="dedup.substring.repeated"
+        ),
+        "to_arrow",
+    )
+    explain = not isinstance(found, pa.Table)
+    if not explain and found.num_rows:
+        repeated = np.sort(np.asarray(found["h"], dtype=np.int64).view(np.uint64))
+    logger.info(
+        "substring dedup: %d repeated anchors (%d bytes held by every task)", len(repeated), repeated.nbytes
+    )
+    info.update(repeated_anchors=len(repeated), min_bytes=config.min_bytes, anchor_bytes=config.anchor)
+    job(
+        "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes each, "
+        "outside the budget's shares)",
+    )
+    repeat_files, broadcast, top = (), None, []
+    if explain or len(repeated):
+        cand = job(
+            f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
+            rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates"),
+            "candidates",
         )
-
-    @staticmethod
-    def repeats(candidates: Dataset, groups: Dataset) -> Dataset:
-        """The join path (more shared windows than every task may hold): each occurrence after the first
-        row's, sorted by row (written once, read back by row range)."""
-        repeats = candidates.join(groups, on="wh").map_batches(_repeats_only, name="dedup.substring.repeats")
-        return repeats.sort("row", "s")
-
-    def top_documents(self, wanted: list[int]) -> Dataset:
-        """The first documents of the most repeated windows, for the stats' top spans (``to_arrow``)."""
-        keys, text = pa.array(sorted(wanted), pa.int64()), self.config.text_column
-        return self.rows.map_batches(
-            lambda t: t.filter(pc.is_in(t[ROW], keys)).select([ROW, text]), name="dedup.substring.top_docs"
+        groups = job(
+            "job 3: windows in two or more documents (count, first row), materialized; planned over job 2's "
+            "plan, the run reads its files",
+            cand.group_by("wh")
+            .agg(n=("row", "count"), r0=("row", "min"))
+            .map_batches(lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups"),
+            "groups",
         )
-
-    def cut(
-        self,
-        repeated: np.ndarray,
-        repeat_files: tuple[str, ...] = (),
-        broadcast: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> Dataset:
-        """Pass 3, the output: each batch loses its local and earlier-document repeats."""
-        cut = _Cut(self.config, repeated, repeat_files, *(broadcast or (None, None)))
-        return self.rows.map_batches(cut, name="dedup.substring.cut")
+        job(
+            f"shared windows ≤ shared_window_rows {limit:,} (48 bytes a window in B/4): the driver reads them "
+            "and every task looks them up in memory (no join, no sort); more: job 4",
+        )
+        shared = 1 if explain else parquet_rows(groups.files)
+        if not explain:
+            info.update(candidate_windows=parquet_rows(cand.files), shared_windows=shared)
+            info["broadcast"] = 0 < shared <= limit
+            top = _top_windows(groups.files)
+        if info.get("broadcast"):  # every task looks the windows up in memory: no join, no sort
+            table = pa.concat_tables(pq.read_table(f, columns=["wh", "r0"]) for f in groups.files)
+            hashes = np.asarray(table["wh"], dtype=np.int64).view(np.uint64)
+            order = np.argsort(hashes, kind="stable")
+            broadcast = hashes[order], np.asarray(table["r0"], dtype=np.int64)[order]
+        elif shared:  # too many to hold: the repeats are found by a join and read back by row range
+            later = cand.join(groups, on="wh").map_batches(  # the occurrences after the first row's
+                lambda t: t.filter(pc.greater(t["row"], t["r0"])).select(["row", "s"]),
+                name="dedup.substring.repeats",
+            )
+            written = job(
+                "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
+                later.sort("row", "s"),
+                "repeats",
+            )
+            if not explain:
+                logger.info("substring dedup: %d shared windows > the limit %d: join path", shared, limit)
+                repeat_files = tuple(sorted(written.files))
+                info["repeat_windows"] = parquet_rows(repeat_files)
+    if explain or top:
+        keys, text = pa.array(sorted({r0 for _, _, r0 in top}), pa.int64()), config.text_column
+        docs = job(
+            "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
+            rows.map_batches(
+                lambda t: t.filter(pc.is_in(t[ROW], keys)).select([ROW, text]),
+                name="dedup.substring.top_docs",
+            ),
+            "to_arrow",
+        )
+        info["top_spans"] = [] if explain else _top_spans(top, docs, config, repeated)
+    info.setdefault("top_spans", [])
+    cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
+    return rows.map_batches(cut, name="dedup.substring.cut")
 
 
 def substring_plans(
@@ -597,46 +605,16 @@ def substring_plans(
     finish: Callable[[Dataset], Dataset] = lambda out: out,
 ) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
-    explain dedup substring``), planned with nothing found yet: the arrays a job takes from the jobs before
-    it are empty here. ``finish``: what the caller does to the output before writing it."""
-    plans = SubstringJobPlans(config, ds.with_row_index(ROW))
-    nothing = np.zeros(0, np.uint64)
-    candidates = plans.candidates(nothing)
-    groups = plans.groups(candidates)
-    return [
-        (
-            f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
-            plans.repeated_anchors(),
-        ),
-        (
-            "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes "
-            "each, outside the budget's shares)",
-            None,
-        ),
-        (
-            f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
-            candidates,
-        ),
-        (
-            "job 3: windows in two or more documents (count, first row), materialized; planned over job 2's "
-            "plan, the run reads its files",
-            groups,
-        ),
-        (
-            f"shared windows ≤ shared_window_rows {budget.shared_window_rows:,} (48 bytes a window in B/4): the "
-            "driver reads them and every task looks them up in memory (no join, no sort); more: job 4",
-            None,
-        ),
-        (
-            "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
-            plans.repeats(candidates, groups),
-        ),
-        (
-            "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
-            plans.top_documents([]),
-        ),
-        ("job 6: the output, each batch's repeats cut", finish(plans.cut(nothing))),
-    ]
+    explain dedup substring``), planned with nothing found yet (``_passes``). ``finish``: what the caller
+    does to the output before writing it."""
+    plans: list[tuple[str, Dataset | None]] = []
+
+    def listed(title: str, plan: Dataset | None = None, how: str | None = None) -> Dataset | None:
+        plans.append((title, plan))
+        return plan
+
+    out = _passes(ds, config, budget.shared_window_rows, listed, {})
+    return [*plans, ("job 6: the output, each batch's repeats cut", finish(out))]
 
 
 def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -666,71 +644,51 @@ def substring_dedup_dataset(
     the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
     memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
     ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
-    plans = SubstringJobPlans(config, ds.with_row_index(ROW))
-    repeated_table = plans.repeated_anchors().to_arrow(**execution)
-    repeated = (
-        np.sort(np.asarray(repeated_table["h"], dtype=np.int64).view(np.uint64))
-        if repeated_table.num_rows
-        else np.zeros(0, np.uint64)
-    )
-    logger.info(
-        "substring dedup: %d repeated anchors (%d bytes held by every task)", len(repeated), repeated.nbytes
-    )
-    info = {} if stats is None else stats
-    info.update(repeated_anchors=len(repeated), min_bytes=config.min_bytes, anchor_bytes=config.anchor)
-    repeat_files: tuple[str, ...] = ()
-    groups = None
-    broadcast: tuple[np.ndarray, np.ndarray] | None = None
-    if len(repeated):
-        cand = plans.candidates(repeated).materialize(f"{scratch}/candidates", **execution)
-        groups = plans.groups(cand).materialize(f"{scratch}/groups", **execution)
-        info["candidate_windows"] = parquet_rows(cand.files)
-        info["shared_windows"] = shared = parquet_rows(groups.files)
-        limit = (
-            shared_window_rows if shared_window_rows is not None else budget_of(execution).shared_window_rows
-        )
-        info["broadcast"] = 0 < shared <= limit
-        if info["broadcast"]:  # every task looks the windows up in memory: no join, no sort
-            table = pa.concat_tables(pq.read_table(f, columns=["wh", "r0"]) for f in groups.files)
-            hashes = np.asarray(table["wh"], dtype=np.int64).view(np.uint64)
-            order = np.argsort(hashes, kind="stable")
-            broadcast = hashes[order], np.asarray(table["r0"], dtype=np.int64)[order]
-        elif shared:  # too many to hold: the repeats are found by a join and read back by row range
-            logger.info(
-                "substring dedup: %d shared windows exceed the in-memory limit %d: join path", shared, limit
-            )
-            written = plans.repeats(cand, groups).write_parquet(f"{scratch}/repeats", **execution)
-            repeat_files = tuple(sorted(written.files))
-            info["repeat_windows"] = parquet_rows(repeat_files)
-    info["top_spans"] = _top_spans(plans, groups, execution) if groups is not None else []
-    return plans.cut(repeated, repeat_files, broadcast)
+
+    def run(title: str, plan: Dataset | None = None, how: str | None = None) -> Any:
+        if plan is None:
+            return None
+        if how == "to_arrow":
+            return plan.to_arrow(**execution)
+        if how == "repeats":
+            return plan.write_parquet(f"{scratch}/{how}", **execution)
+        return plan.materialize(f"{scratch}/{how}", **execution)
+
+    limit = budget_of(execution).shared_window_rows if shared_window_rows is None else shared_window_rows
+    return _passes(ds, config, limit, run, {} if stats is None else stats)
 
 
-def _top_spans(plans: SubstringJobPlans, groups: Dataset, execution: dict[str, Any]) -> list[dict]:
-    """The most repeated spans: the windows found in the most documents, located in their first document and
-    merged with overlapping neighbours there, as (text, documents, bytes)."""
-    if not groups.files:
-        return []
-    # the _TOP_CANDIDATES largest (count, window hash, first row): of each file, then of those
+def _top_windows(files: list[str]) -> list[tuple[int, int, int]]:
+    """The ``_TOP_CANDIDATES`` windows in the most documents, as (count, window hash, first row): the largest
+    of each file of pass 2's groups, then of those."""
     order = [("n", "descending"), ("wh", "descending"), ("r0", "descending")]
-    files = (pq.read_table(path, columns=["wh", "n", "r0"]) for path in groups.files)
-    heads = pa.concat_tables(t.take(pc.select_k_unstable(t, _TOP_CANDIDATES, order)) for t in files)
-    best = heads.take(pc.select_k_unstable(heads, _TOP_CANDIDATES, order))
-    top = list(zip(best["n"].to_pylist(), best["wh"].to_pylist(), best["r0"].to_pylist()))
-    if not top:
+    tables = (pq.read_table(path, columns=["wh", "n", "r0"]) for path in files)
+    heads = [t.take(pc.select_k_unstable(t, _TOP_CANDIDATES, order)) for t in tables]
+    if not heads:
         return []
-    config = plans.config
-    docs = plans.top_documents(sorted({r0 for _, _, r0 in top})).to_arrow(**execution)
-    text_of = dict(zip(docs[ROW].to_pylist(), docs[config.text_column].to_pylist()))
+    best = pa.concat_tables(heads)
+    best = best.take(pc.select_k_unstable(best, _TOP_CANDIDATES, order))
+    return list(zip(best["n"].to_pylist(), best["wh"].to_pylist(), best["r0"].to_pylist()))
+
+
+def _top_spans(
+    top: list[tuple[int, int, int]], docs: pa.Table, config: SubstringConfig, repeated: np.ndarray
+) -> list[dict]:
+    """The most repeated spans: the ``top`` windows located in their first document (``docs``: ROW, text),
+    the first of their candidate windows there with their hash, and merged with overlapping neighbours
+    there, as (text, documents, bytes)."""
+    data, offsets, _ = _texts(docs, config.text_column)
+    wh, doc, starts, first = candidates(data, offsets, config.min_bytes, config.anchor, repeated)
+    rows = np.asarray(docs[ROW], dtype=np.int64)
     located: dict[int, list[tuple[int, int]]] = {}
-    for n, wh, r0 in top:
-        raw = (text_of.get(r0) or "").encode()
-        hits = np.flatnonzero(window_hashes(raw, config.min_bytes) == np.uint64(wh & 0xFFFFFFFFFFFFFFFF))
+    for n, h, r0 in top:
+        hits = np.flatnonzero(first & (wh == np.uint64(h & 0xFFFFFFFFFFFFFFFF)) & (rows[doc] == r0))
         if len(hits):
-            located.setdefault(r0, []).append((int(hits[0]), n))
+            located.setdefault(r0, []).append((int(starts[hits[0]]), n))
     out = []
     for r0, items in located.items():  # overlapping windows of one document are one span
-        raw, spans = (text_of.get(r0) or "").encode(), []  # [start, end, documents]
+        d = int(np.flatnonzero(rows == r0)[0])
+        raw, spans = data[offsets[d] : offsets[d + 1]].tobytes(), []  # [start, end, documents]
         for start, n in sorted(items):
             if spans and start <= spans[-1][1]:
                 spans[-1][1:] = max(spans[-1][1], start + config.min_bytes), max(spans[-1][2], n)
