@@ -32,8 +32,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
 from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
-from zephyr.pipelines.quality.config import HeuristicFilterConfig, NormalizeConfig, comma_names
+from zephyr.pipelines.quality.config import (
+    ClassifierConfig,
+    HeuristicFilterConfig,
+    NormalizeConfig,
+    comma_names,
+)
 from zephyr.pipelines.step import (
+    STEPS,
     AccountingError,
     CountValues,
     MinScoreFilter,
@@ -572,7 +578,9 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
 class QualityStep(Step, type="quality"):
     """fastText quality classifier: score every row (``quality_score``) and drop rows below ``min_score``.
 
-    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from."""
+    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from. The fastText
+    keys (``positive_label``, ``negative_label``, ``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``seed``...) are
+    ``ClassifierConfig``'s, as ``zephyr quality train`` takes them, written flat beside ``model:``."""
 
     model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
@@ -583,14 +591,11 @@ class QualityStep(Step, type="quality"):
     rows (negative) — a bootstrapped classifier for corpora without labels."""
     label_column: str = "label"
     """Label column of ``train``."""
-    positive_label: str = "hq"
-    negative_label: str = "lq"
     min_score: float = 0.5
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
     train_max_rows: int = 200_000
     """At most this many rows of each label are used for training (a deterministic prefix)."""
-    classifier: dict[str, Any] = field(default_factory=dict)
-    """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
+    classifier: ClassifierConfig = embedded_field(ClassifierConfig)
     replace_columns: bool = False
     """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
     output_column: str | None = None
@@ -605,24 +610,6 @@ class QualityStep(Step, type="quality"):
             )
         require_within("min_score", self.min_score, 0.0, 1.0)
         require_at_least("train_max_rows", self.train_max_rows, 2)
-        self.classifier_config()
-
-    def classifier_config(self) -> Any:
-        from zephyr.pipelines.quality.classifier import ClassifierConfig
-
-        allowed = {f.name for f in dataclasses.fields(ClassifierConfig)} - {
-            "positive_label",
-            "negative_label",
-        }
-        bad = sorted(set(self.classifier) - allowed)
-        if bad:
-            raise FieldError("classifier", f"unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
-        try:
-            return ClassifierConfig(
-                positive_label=self.positive_label, negative_label=self.negative_label, **self.classifier
-            )
-        except (TypeError, ConfigError) as exc:
-            raise FieldError("classifier", str(exc)) from None
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -670,7 +657,7 @@ class QualityStep(Step, type="quality"):
         verdict = MinScoreFilter(column, self.min_score)
         scorer = QualityScorer(
             str(model),
-            self.classifier_config(),
+            self.classifier,
             ctx.pipeline.text_column,
             replace_columns=self.replace_columns,
             score_column=column,
@@ -708,7 +695,9 @@ class QualityStep(Step, type="quality"):
                     f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
                     f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
                 )
-            labels = [self.positive_label] * len(positive) + [self.negative_label] * len(negative)
+            labels = [self.classifier.positive_label] * len(positive) + [
+                self.classifier.negative_label
+            ] * len(negative)
             table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
             label_column = "label"
         else:
@@ -719,15 +708,13 @@ class QualityStep(Step, type="quality"):
             picked = np.concatenate(
                 [
                     np.flatnonzero(labels_np == label)[: self.train_max_rows]
-                    for label in (self.positive_label, self.negative_label)
+                    for label in (self.classifier.positive_label, self.classifier.negative_label)
                 ]
             )
             table = table.take(pa.array(np.sort(picked)))
             label_column = self.label_column
         log.info("quality: training the classifier on %d rows", table.num_rows)
-        train_classifier(
-            table, output, self.classifier_config(), text_column="text", label_column=label_column
-        )
+        train_classifier(table, output, self.classifier, text_column="text", label_column=label_column)
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
@@ -1096,12 +1083,11 @@ class TrainStep(Step, type="train"):
         import numpy as np
         from zephyr.trainer.train import train
 
-        if ctx.tokenize_dir is None:
-            raise ConfigError(f"pipeline step {ctx.entry.name!r} needs the token shards of a tokenize step")
+        shards = [
+            r["extra"]["shards_dir"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"
+        ]
         log_path = ctx.step_dir / "train.jsonl"
-        cfg = self.build(
-            data=str(ctx.tokenize_dir), log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints")
-        )
+        cfg = self.build(data=shards[-1], log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints"))
         result = train(cfg)
         records = read_train_log(log_path)
         losses = [r["loss"] for r in records]
