@@ -43,9 +43,10 @@ from urllib.parse import quote
 
 from zephyr.pipelines.config import STEPS
 from zephyr.pipelines.examples import DEDUP, FILTER, read_examples
-from zephyr.pipelines.markdown import inline_html, md_bytes, md_code, md_count, md_row, md_text
+from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_row, md_text
 from zephyr.pipelines.step import rows_rewritten
 
+from zephyr.config import format_bytes
 from zephyr.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -144,8 +145,8 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
                 md_count(s["rows_kept"]) if is_rows else "–",
                 md_count(s["rows_dropped"]) if is_rows else "–",
                 md_count(s["rows_quarantined"]) if is_rows else "–",
-                md_bytes(s.get("bytes_in", 0)) if is_rows else "–",
-                md_bytes(s.get("bytes_out", 0)) if is_rows else "–",
+                format_bytes(s.get("bytes_in", 0), decimal=True) if is_rows else "–",
+                format_bytes(s.get("bytes_out", 0), decimal=True) if is_rows else "–",
                 f"{s['seconds']:.1f}",
                 f"{s.get('tasks', 0)} ({s.get('tasks_resumed', 0)})",
                 md_text(s.get("status", "")),

@@ -405,16 +405,9 @@ class CountValues:
 
         for key, name in self.columns:
             if name in table.column_names:
-                values = column(table, name)
-                counts = pc.value_counts(
-                    values if pa.types.is_string(values.type) else values.cast(pa.string())
-                )
-                out: dict[str, int] = {}
-                for item in counts.to_pylist():
-                    value = "null" if item["values"] is None else str(item["values"])
-                    out[value] = out.get(value, 0) + int(item["counts"])
-                for value, n in out.items():
-                    counters.increment(f"pipeline/{self.role}/{key}={value}", n)
+                for item in pc.value_counts(column(table, name).cast(pa.string())).to_pylist():
+                    value = "null" if item["values"] is None else item["values"]
+                    counters.increment(f"pipeline/{self.role}/{key}={value}", item["counts"])
         return table
 
 
@@ -434,6 +427,7 @@ class PrepareRows:
     def __call__(self, table: pa.Table) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
+        from zephyr.pipelines.quality._text import put_column
 
         from zephyr.io.quarantine import QUARANTINE_REASON
         from zephyr.ops import BatchOutput
@@ -444,18 +438,12 @@ class PrepareRows:
                     f"the input has no {role} column {name!r} (columns: {', '.join(table.column_names)}); "
                     f"set {role}_column: in the pipeline config"
                 )
-        n = table.num_rows
         if self.source is not None or self.source_column not in table.column_names:
             value = self.source if self.source is not None else "unknown"
-            sources = pa.array([value] * n, pa.string())
+            sources = pa.array([value] * table.num_rows, pa.string())
         else:
             sources = column(table, self.source_column).cast(pa.string())
-        if self.source_column in table.column_names:
-            table = table.set_column(
-                table.schema.get_field_index(self.source_column), self.source_column, sources
-            )
-        else:
-            table = table.append_column(self.source_column, sources)
+        table = put_column(table, self.source_column, sources)
         CountValues("in", (("source", self.source_column), ("lang", self.lang_column)))(table)
         null_id = pc.is_null(column(table, self.id_column))
         null_text = pc.is_null(column(table, self.text_column))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
-from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
+from zephyr.pipelines.markdown import md_code, md_count, md_text
 from zephyr.pipelines.quality.config import (
     ClassifierConfig,
     HeuristicFilterConfig,
@@ -56,6 +56,7 @@ from zephyr.config import (
     FieldError,
     build_flat,
     embedded_field,
+    format_bytes,
     path_field,
     require_at_least,
     require_column_name,
@@ -303,26 +304,28 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         )
         return ds.map_batches(annotator, name=op("annotate")), aside
 
-    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
-        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+    def route(
+        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str]
+    ) -> Dataset:
+        """The annotated rows of one outcome (``RouteByReason``): ``kept``, ``dropped`` (their reason in
+        ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``), the op named
+        ``op("route_<kind>")``. The one routing of this step and ``zephyr filter``."""
+        from zephyr.pipelines.quality.filters import RouteByReason
+
+        return annotated.map_batches(RouteByReason(kind, self.reason, aside), name=op(f"route_{kind}"))
+
+    def _jobs(self, ctx: StepContext, annotated: Dataset | None = None) -> tuple[Dataset, Dataset, Dataset]:
+        """Job 1, every row annotated with its first failing rule, and the kept and dropped rows of
+        ``annotated`` (its files; default: job 1's plan). The kept rows' examples are saved on the way."""
         from zephyr.pipelines.examples import ReasonGroups, filter_collector
-        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT, RouteByReason
+        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
-        reason = self.reason
         p = ctx.pipeline
-        annotated, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
-
-        def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
-            examples = filter_collector(
-                ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,))
-            )  # renamed at routing
-            kept = annotated.map_batches(examples, name=ctx.op("examples"))
-            kept = kept.map_batches(RouteByReason("kept", reason, aside), name=ctx.op("route"))
-            return kept, annotated.map_batches(
-                RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
-            )
-
-        return annotated, routes
+        annotate, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
+        rows = annotate if annotated is None else annotated
+        examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
+        kept = self.route(rows.map_batches(examples, name=ctx.op("examples")), "kept", aside, ctx.op)
+        return annotate, kept, self.route(rows, "dropped", aside, ctx.op)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import filter_examples
@@ -331,11 +334,11 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         from zephyr.io.layout import remove_folder
         from zephyr.io.parquet import parquet_rows
 
-        annotate, routes = self._jobs(ctx)
+        annotate = self._jobs(ctx)[0]
         scratch = ctx.side_dir / "annotated"
         written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
-        kept, dropped = routes(zephyr.read_parquet(sorted(written.files)))
-        outcome = ctx.finish(kept, (ctx.op("route"),), action="kept")
+        _, kept, dropped = self._jobs(ctx, zephyr.read_parquet(sorted(written.files)))
+        outcome = ctx.finish(kept, (ctx.op("route_kept"),), action="kept")
         if self.keep_dropped:
             result = dropped.write_parquet(
                 str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
@@ -347,8 +350,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return filter_examples(ctx, outcome)
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        annotate, routes = self._jobs(ctx)
-        kept, dropped = routes(annotate)
+        annotate, kept, dropped = self._jobs(ctx)
         jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
         if self.keep_dropped:
             jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
@@ -974,7 +976,7 @@ class TokenizeStep(Step, type="tokenize"):
         trained = extra.get("tokenizer_trained_on")
         note = (
             f" (a {md_text(extra.get('vocab_size'))}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
-            f"{md_count(trained['documents'])} documents: a {md_bytes(trained['sample_bytes'])} sample of the step input)"
+            f"{md_count(trained['documents'])} documents: a {format_bytes(trained['sample_bytes'], decimal=True)} sample of the step input)"
             if trained
             else ""
         )
@@ -1032,7 +1034,7 @@ class TrainStep(Step, type="train"):
     """The ``TrainConfig`` keys given in the step."""
 
     def __post_init__(self) -> None:
-        self.build(data=None, log=None, checkpoint_dir=None)
+        self.build()
 
     @classmethod
     def from_keys(cls, body: dict[str, Any], where: str, errors: list[str]) -> Step | None:
@@ -1052,9 +1054,10 @@ class TrainStep(Step, type="train"):
 
         return sorted({f.name for f in dataclasses.fields(TrainConfig)} - set(_TRAIN_MANAGED))
 
-    def build(self, *, data: str | None, log: str | None, checkpoint_dir: str | None) -> Any:
-        """The ``TrainConfig`` to run."""
-        from zephyr.trainer.config import TrainConfig, get_preset, model_config_from_dict
+    def build(self, **managed: str | None) -> Any:
+        """The ``TrainConfig`` to run, given the keys the pipeline sets (``data``, ``log``, ``checkpoint_dir``);
+        its own checks name the key (a model override included: ``TrainConfig`` checks it on its preset)."""
+        from zephyr.trainer.config import TrainConfig
 
         allowed = self.allowed_keys()
         for key in self.settings:
@@ -1062,22 +1065,11 @@ class TrainStep(Step, type="train"):
                 raise FieldError(
                     key, f"unknown key; allowed: {', '.join(['enabled', 'name', 'step', *allowed])}"
                 )
-        raw = {
-            "checkpoint_every": 50,
-            **self.settings,
-            "data": data,
-            "log": log,
-            "checkpoint_dir": checkpoint_dir,
-        }
         try:
-            cfg = TrainConfig.from_dict(raw)
-            model_config_from_dict(cfg.model, get_preset(cfg.preset))
-        except TypeError as exc:
-            raise FieldError("settings", str(exc)) from None
+            return TrainConfig.from_dict({"checkpoint_every": 50, **self.settings, **managed})
         except ConfigError as exc:
             key = next((k for k in self.settings if k in str(exc)), "settings")
             raise FieldError(key, str(exc)) from None
-        return cfg
 
     def run(self, ctx: StepContext) -> StepOutcome:
         import numpy as np
