@@ -78,8 +78,6 @@ STEP_STATS = "stats.json"
 """The step record, in the step's sidecar."""
 STATS_VERSION = 2
 """The format version of the step records and of the job's ``stats.json`` (both carry it as ``version``)."""
-_OLD_LAYOUT = ("_SUCCESS.json", "_STARTED.json", "_stats.json", "stats.json", "_work", "_dropped", "dropped")
-"""Bookkeeping an older zephyr kept inside a step folder: such a folder is cleared and its step reruns."""
 
 
 @dataclass
@@ -329,7 +327,8 @@ def _run_step(
 
     The step's folders are claimed for this fingerprint first (``resume.begin`` on the sidecar); the data
     folder is cleared with them (or when ``fresh``), and whenever the sidecar says nothing about it (a folder
-    of the older layout, or one whose sidecar was removed: its files belong to no known run)."""
+    of the older layout, its bookkeeping inside, or one whose sidecar was removed: its files belong to no
+    known run)."""
     from zephyr.pipelines.step import file_bytes
 
     from zephyr import job_stats, progress
@@ -337,8 +336,7 @@ def _run_step(
 
     entry, step = ctx.entry, ctx.entry.step
     known = (ctx.side_dir / resume.STARTED).is_file()
-    old_layout = any((ctx.step_dir / name).exists() for name in _OLD_LAYOUT)
-    if resume.begin(ctx.side_dir, ctx.fingerprint, fresh=fresh) or not known or old_layout:
+    if resume.begin(ctx.side_dir, ctx.fingerprint, fresh=fresh) or not known:
         shutil.rmtree(ctx.step_dir, ignore_errors=True)
     reporter.write(where, entry, "running")
     began = time.perf_counter()
