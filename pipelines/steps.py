@@ -417,11 +417,17 @@ def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
     save(fig, f"clusters_{record['step']}")
 
 
+@dataclass(frozen=True)
 class _DedupStep(Step):
-    """What the document dedup steps share: how annotated rows become the kept rows, their report section
-    (clusters by size, example clusters) and plot."""
+    """What the document dedup steps share: the priority key, how annotated rows become the kept rows, their
+    report section (clusters by size, example clusters) and plot."""
 
     section: ClassVar[str] = "dedup"
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
+
+    def _columns(self, ctx: StepContext) -> DedupColumns:
+        return DedupColumns(ctx.pipeline.text_column, ctx.pipeline.id_column, self.priority_column)
 
     def _kept(self, ctx: StepContext, annotated: Dataset, kind: str) -> Dataset:
         """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the
@@ -446,17 +452,14 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     ``normalize`` is ``ExactDedupConfig``'s key (documents only: ``level`` is not a step key)."""
 
     dedup: ExactDedupConfig = embedded_field(ExactDedupConfig, keys=("normalize",))
-    priority_column: str | None = None
-    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.exact import exact_dedup_dataset
         from zephyr.pipelines.examples import dedup_examples
 
-        p = ctx.pipeline
         annotated = exact_dedup_dataset(
             ctx.dedup_inputs(),
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             normalize=self.dedup.normalize,
             mode="annotate",
             execution=ctx.engine("hashes"),
@@ -469,10 +472,9 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.dedup.exact import exact_plans
 
-        p = ctx.pipeline
         return exact_plans(
             ctx.dedup_inputs(),
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             budget=ctx.budget,
             finish=lambda out: ctx.counted(self._kept(ctx, out, "exact")),
             normalize=self.dedup.normalize,
@@ -490,8 +492,6 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     flags build the same dataclass."""
 
     dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
-    priority_column: str | None = None
-    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
     index: str | None = None
     """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
     (``zephyr.dedup.index``; its MinHash settings must equal this step's)."""
@@ -520,7 +520,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         annotated = fuzzy_dedup_dataset(
             ctx.dedup_inputs(),
             config,
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             mode="annotate",
             execution=ctx.engine("candidates"),
             stats=graph,
@@ -559,8 +559,6 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         from zephyr.dedup._rows import StripRowNumbers
         from zephyr.dedup.fuzzy import fuzzy_plans
 
-        p = ctx.pipeline
-
         def finish(out: Dataset) -> Dataset:
             rows = out.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
             return ctx.counted(self._kept(ctx, rows, "fuzzy"))
@@ -568,7 +566,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         return fuzzy_plans(
             ctx.dedup_inputs(),
             self.dedup,
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             budget=ctx.budget,
             index=bool(self.index),
             finish=finish,
@@ -681,7 +679,7 @@ class QualityStep(Step, type="quality"):
 
         from zephyr.io.checksum import checksum_record, file_checksum
 
-        p = ctx.pipeline
+        p, c = ctx.pipeline, self.classifier
         stamp = output.with_suffix(".fingerprint")
         if _reusable(output, stamp, ctx.fingerprint):
             log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
@@ -697,26 +695,19 @@ class QualityStep(Step, type="quality"):
                     f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
                     f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
                 )
-            labels = [self.classifier.positive_label] * len(positive) + [
-                self.classifier.negative_label
-            ] * len(negative)
+            labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
             table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
-            label_column = "label"
         else:
             parts = [pq.read_table(path, columns=[p.text_column, self.label_column]) for path in self.train]
-            table = pa.concat_tables(parts, promote_options="permissive")
-            table = table.rename_columns(["text", self.label_column])
-            labels_np = np.asarray(table[self.label_column].to_pylist(), dtype=object)
-            picked = np.concatenate(
-                [
-                    np.flatnonzero(labels_np == label)[: self.train_max_rows]
-                    for label in (self.classifier.positive_label, self.classifier.negative_label)
-                ]
-            )
-            table = table.take(pa.array(np.sort(picked)))
-            label_column = self.label_column
+            table = pa.concat_tables(parts, promote_options="permissive").rename_columns(["text", "label"])
+            labels_np = np.asarray(table["label"].to_pylist(), dtype=object)
+            picked = [
+                np.flatnonzero(labels_np == label)[: self.train_max_rows]
+                for label in (c.positive_label, c.negative_label)
+            ]
+            table = table.take(pa.array(np.sort(np.concatenate(picked))))
         log.info("quality: training the classifier on %d rows", table.num_rows)
-        train_classifier(table, output, self.classifier, text_column="text", label_column=label_column)
+        train_classifier(table, output, c)  # columns text and label
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
