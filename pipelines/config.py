@@ -296,14 +296,13 @@ def check_inputs(config: PipelineConfig) -> None:
     for i, entry in enumerate(config.steps):
         if not entry.enabled:
             continue
-        for f in dataclasses.fields(entry.step):
-            if not f.metadata.get("path"):
-                continue
-            value = getattr(entry.step, f.name)
+        keys = entry.step.keys()
+        for name in _path_fields(entry.type):
+            value = keys.get(name)
             for j, p in enumerate(value if isinstance(value, list) else [value]):
                 if p is None or "://" in p:
                     continue
-                key = f"steps[{i}].{f.name}" + (f"[{j}]" if isinstance(value, list) else "")
+                key = f"steps[{i}].{name}" + (f"[{j}]" if isinstance(value, list) else "")
                 if glob.has_magic(p):
                     if not glob.glob(p, recursive=True):
                         problems.append(f"{key}: the pattern {p!r} matches no file")
