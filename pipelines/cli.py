@@ -258,12 +258,19 @@ class FilterOptions:
             raise ConfigError(f"{flag}: {exc.detail}") from None
 
 
-_FILTER_OPS = {"aside": "set_aside", "annotate": "filter"}
+_FILTER_OPS = {"aside": "set_aside", "annotate": "filter", "route_quarantined": "route_quarantine"}
 
 
-def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tuple[str, ...]]:
+def _filter_op(action: str) -> str:
+    return _FILTER_OPS.get(action, action)
+
+
+def _annotated(
+    inputs: TextInputs, config: FilterOptions
+) -> tuple[Dataset, tuple[str, ...], HeuristicFilterStep]:
     """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
-    step annotates it, and the input columns set aside around the filter (restored by the routes)."""
+    step annotates it, the input columns set aside around the filter (restored by the routes), and that
+    step (whose ``route`` the routes are)."""
     from zephyr.pipelines.quality.normalize import Normalize
 
     rules = config.rule_config()  # checks the rules before any work
@@ -276,29 +283,31 @@ def _annotated(inputs: TextInputs, config: FilterOptions) -> tuple[Dataset, tupl
         rules, replace_columns=config.replace_columns, output_column=config.output_column
     )
     lang = config.lang_column or None
-    return step.annotate(ds, inputs.text_column, lang, lambda op: _FILTER_OPS.get(op, op))
+    return *step.annotate(ds, inputs.text_column, lang, _filter_op), step
 
 
 def _routes(
-    inputs: TextInputs, config: FilterOptions, annotated: Dataset, aside: tuple[str, ...], out: str
+    inputs: TextInputs,
+    config: FilterOptions,
+    step: HeuristicFilterStep,
+    annotated: Dataset,
+    aside: tuple[str, ...],
+    out: str,
 ) -> list[tuple[str, str, Dataset]]:
     """(kind, folder, plan) of the jobs after the annotating one, in the order they run: kept rows to
     ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
     ``out.zephyr/quarantine``, and the report's per-batch summaries (to the driver)."""
     from zephyr.pipelines.examples import PARTS_DIR, CollectExamples, ReasonGroups
-    from zephyr.pipelines.quality.filters import NULL_TEXT, RouteByReason, summarize_batch
+    from zephyr.pipelines.quality.filters import NULL_TEXT, summarize_batch
 
     from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
 
     routes = (
-        ("kept", "route_kept", out),
-        ("dropped", "route_dropped", config.dropped_output or dropped_dir(out)),
-        ("quarantined", "route_quarantine", quarantine_dir(out)),
+        ("kept", out),
+        ("dropped", config.dropped_output or dropped_dir(out)),
+        ("quarantined", quarantine_dir(out)),
     )
-    plans = [
-        (kind, where, annotated.map_batches(RouteByReason(kind, config.output_column, aside), name=name))
-        for kind, name, where in routes
-    ]
+    plans = [(kind, where, step.route(annotated, kind, aside, _filter_op)) for kind, where in routes]
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),
@@ -319,14 +328,14 @@ def _routes(
 def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
     """The jobs of ``zephyr filter`` in order, built by the functions it runs. The routes and the report read
     the annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
-    ds, aside = _annotated(inputs, config)
+    ds, aside, step = _annotated(inputs, config)
     annotate = (
         f"job 1: every row with its first failing rule (rules {config.rules}) in {config.output_column}, "
         "written to a scratch folder in OUTPUT.zephyr"
     )
     then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
     jobs: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
-    for number, (kind, where, plan) in enumerate(_routes(inputs, config, ds, aside, "OUTPUT"), 2):
+    for number, (kind, where, plan) in enumerate(_routes(inputs, config, step, ds, aside, "OUTPUT"), 2):
         title = f"job {number}: the {kind} rows → {where}"
         if kind == "report":
             title = f"job {number}: the report's per-batch counts, to the driver, and its examples (OUTPUT.zephyr/report.json, report.md, examples.json)"
@@ -360,7 +369,7 @@ def heuristic_filter(
     # lines (source, line, reason, raw) have another schema, so they go to a folder of their own
     unreadable_dir = side_path(out, "unreadable")
     opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()
-    ds, aside = _annotated(inputs, config)
+    ds, aside, step = _annotated(inputs, config)
     scratch = scratch_dir(out, "annotated")
     remove_folder(side_path(out, "work"))  # parts an interrupted run left
     parts: list[Any] = []
@@ -370,7 +379,7 @@ def heuristic_filter(
             engine, unreadable = written.stats, written.stats["rows_quarantined"]
             if written.files:  # the annotator keeps every row: no file means no input row, nothing to route
                 annotated = zephyr.read_parquet(list(written.files))
-                (_, _, kept), *others, (_, _, report) = _routes(inputs, config, annotated, aside, out)
+                (_, _, kept), *others, (_, _, report) = _routes(inputs, config, step, annotated, aside, out)
                 engine = kept.write_parquet(out, **opts).stats
                 for _, where, plan in others:  # sidecar folders, or a --dropped-output the command claimed
                     plan.write_parquet(where, overwrite=True, **opts)

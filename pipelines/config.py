@@ -49,24 +49,10 @@ import zephyr.pipelines.steps  # noqa: F401  (registers the step types)
 import zephyr.pipelines.web.steps  # noqa: F401  (registers the web step types)
 from zephyr.pipelines.step import COMMON_KEYS, CONFIG_VERSION, STEPS, PipelineConfig, StepEntry
 
-from zephyr.config import (
-    ConfigProblems,
-    expand_env,
-    parse_value,
-    read_mapping,
-)
+from zephyr.config import ConfigProblems, expand_env, flat_fields, parse_value, read_mapping
 from zephyr.errors import ColumnExistsError, ConfigError
 
-_TOP_KEYS = (
-    "version",
-    "name",
-    "description",
-    "text_column",
-    "id_column",
-    "source_column",
-    "lang_column",
-    "steps",
-)
+_TOP_KEYS = ("version", *(f.name for f in dataclasses.fields(PipelineConfig) if f.name != "path"))
 
 
 # -- loading ---------------------------------------------------------------------------------------------
@@ -93,8 +79,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None
 
 
 def _path_fields(step_type: str) -> set[str]:
-    cls = STEPS.get(step_type)
-    return cls.path_keys() if cls is not None else set()
+    """The keys of a step type holding paths (``zephyr.config.path_field``): resolved from the config's folder."""
+    known = flat_fields(STEPS[step_type]) if step_type in STEPS else {}
+    return {key for key, (f, _, _) in known.items() if f.metadata.get("path")}
 
 
 def _resolve_one(value: Any, base: Path, where: str = "") -> Any:
@@ -194,8 +181,8 @@ def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineCon
     if version != CONFIG_VERSION:
         errors.append(f"version: this zephyr reads version {CONFIG_VERSION}, got {version!r}")
     top: dict[str, str] = {}
-    for key in ("name", "description", "text_column", "id_column", "source_column", "lang_column"):
-        if key in raw:
+    for key in _TOP_KEYS[1:]:
+        if key in raw and key != "steps":
             if not isinstance(raw[key], str) or (key != "description" and not raw[key]):
                 errors.append(f"{key}: must be a non-empty string, got {raw[key]!r}")
             else:
@@ -309,14 +296,13 @@ def check_inputs(config: PipelineConfig) -> None:
     for i, entry in enumerate(config.steps):
         if not entry.enabled:
             continue
-        for f in dataclasses.fields(entry.step):
-            if not f.metadata.get("path"):
-                continue
-            value = getattr(entry.step, f.name)
+        keys = entry.step.keys()
+        for name in _path_fields(entry.type):
+            value = keys.get(name)
             for j, p in enumerate(value if isinstance(value, list) else [value]):
                 if p is None or "://" in p:
                     continue
-                key = f"steps[{i}].{f.name}" + (f"[{j}]" if isinstance(value, list) else "")
+                key = f"steps[{i}].{name}" + (f"[{j}]" if isinstance(value, list) else "")
                 if glob.has_magic(p):
                     if not glob.glob(p, recursive=True):
                         problems.append(f"{key}: the pattern {p!r} matches no file")

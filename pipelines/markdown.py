@@ -76,15 +76,6 @@ def md_count(value: object) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def md_bytes(n: float) -> str:
-    """A byte count in decimal units (``1.5 MB``)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
 def md_excerpt(text: str, chars: int = 240) -> str:
     """The start of a text as one line of plain inline Markdown (``md_text``), cut at ``chars``."""
     flat = " ".join(text.split())

@@ -43,9 +43,10 @@ from urllib.parse import quote
 
 from zephyr.pipelines.config import STEPS
 from zephyr.pipelines.examples import DEDUP, FILTER, read_examples
-from zephyr.pipelines.markdown import inline_html, md_bytes, md_code, md_count, md_row, md_text
+from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_row, md_text
 from zephyr.pipelines.step import rows_rewritten
 
+from zephyr.config import format_bytes
 from zephyr.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
         cells = ["–"] * len(counts)
         if STEPS[s["type"]].output != "model":
             cells = [md_count(s[k]) for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")]
-            cells += [md_bytes(s.get("bytes_in", 0)), md_bytes(s.get("bytes_out", 0))]
+            cells += [format_bytes(s.get(k, 0), decimal=True) for k in ("bytes_in", "bytes_out")]
         rows.append(
             [
                 str(s["index"]),

@@ -61,12 +61,12 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from zephyr.pipelines.config import PipelineConfig, StepEntry, check_added_columns, check_inputs
-from zephyr.pipelines.step import STEPS, StepContext, account, inherit_inputs
+from zephyr.pipelines.step import STEPS, StepContext
 
 from zephyr import resume
 from zephyr.errors import ConfigError
@@ -78,8 +78,6 @@ STEP_STATS = "stats.json"
 """The step record, in the step's sidecar."""
 STATS_VERSION = 2
 """The format version of the step records and of the job's ``stats.json`` (both carry it as ``version``)."""
-_OLD_LAYOUT = ("_SUCCESS.json", "_STARTED.json", "_stats.json", "stats.json", "_work", "_dropped", "dropped")
-"""Bookkeeping an older zephyr kept inside a step folder: such a folder is cleared and its step reruns."""
 
 
 @dataclass
@@ -105,39 +103,14 @@ class ProgressReporter:
         self.stream = stream if stream is not None else sys.stderr
         self.tty = self.stream.isatty() if tty is None else tty
 
-    def _write(self, text: str) -> None:
-        self.stream.write(text + "\n")
+    def write(self, where: str, entry: StepEntry, text: str) -> None:
+        """``[position/total] NAME (TYPE): text``."""
+        self.stream.write(f"{where} {entry.name} ({entry.type}): {text}\n")
         self.stream.flush()
-
-    def started(self, position: int, total: int, entry: StepEntry) -> None:
-        self._write(f"[{position}/{total}] {entry.name} ({entry.type}): running")
-
-    def skipped(self, position: int, total: int, entry: StepEntry, why: str) -> None:
-        self._write(f"[{position}/{total}] {entry.name} ({entry.type}): skipped, {why}")
-
-    def finished(self, position: int, total: int, record: dict[str, Any]) -> None:
-        body = STEPS[record["type"]].done_line(record)
-        resumed = (
-            f", {record['tasks_resumed']} of {record['tasks']} tasks resumed"
-            if record.get("tasks_resumed")
-            else ""
-        )
-        if record.get("task_retries"):
-            resumed += f", {record['task_retries']} task retries"
-        self._write(
-            f"[{position}/{total}] {record['step']} ({record['type']}): done in {record['seconds']:.1f}s: {body}{resumed}"
-        )
 
 
 def step_dir_name(index: int, entry: StepEntry) -> str:
     return f"{index:02d}-{entry.name}"
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 def _write_json(path: Path, payload: Any) -> None:
@@ -146,32 +119,23 @@ def _write_json(path: Path, payload: Any) -> None:
         f.write(json.dumps(payload, indent=1, sort_keys=False, default=str) + "\n")
 
 
-def side_dir(step_dir: Path) -> Path:
-    """The sidecar of a step folder: ``JOB/NN-NAME.zephyr`` (``zephyr.io.layout``)."""
-    from zephyr.io.layout import sidecar
-
-    return Path(sidecar(str(step_dir)))
-
-
-def _read_step_stats(step_dir: Path) -> dict[str, Any] | None:
-    """A step's record, from its sidecar."""
-    return _read_json(side_dir(step_dir) / STEP_STATS)
-
-
-def _complete_record(step_dir: Path, fingerprint: str) -> dict[str, Any] | None:
-    """The record of a step complete with ``fingerprint`` whose files still hold the bytes written; None: it
-    must run (with a warning naming the record when its files are what is wrong)."""
-    stats = _read_step_stats(step_dir)
-    if not resume.is_complete(side_dir(step_dir), fingerprint, stats.get("files", []) if stats else None):
+def _complete_record(ctx: StepContext) -> dict[str, Any] | None:
+    """The record of a step complete with ``ctx.fingerprint`` whose files still hold the bytes written; None:
+    it must run (with a warning naming the record when its files are what is wrong)."""
+    try:
+        stats = json.loads((ctx.side_dir / STEP_STATS).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        stats = None
+    if not resume.is_complete(ctx.side_dir, ctx.fingerprint, stats.get("files", []) if stats else None):
         return None
-    problem = _files_problem(step_dir, stats)
+    problem = _files_problem(ctx, stats)
     if problem is not None:
-        log.warning("%s: %s; the step reruns", side_dir(step_dir) / STEP_STATS, problem)
+        log.warning("%s: %s; the step reruns", ctx.side_dir / STEP_STATS, problem)
         return None
     return stats
 
 
-def _files_problem(step_dir: Path, record: dict[str, Any]) -> str | None:
+def _files_problem(ctx: StepContext, record: dict[str, Any]) -> str | None:
     """Why the files a complete step's record names cannot be used as they are, or None. Every file a later
     step reads (its parts, the dropped rows a quality step may train on, a tokenize step's shards) must lie in
     the step's folder or its sidecar and have the size and checksum recorded when it was written
@@ -183,25 +147,14 @@ def _files_problem(step_dir: Path, record: dict[str, Any]) -> str | None:
         return None
     if not isinstance(checksums, dict):
         return "it records no checksums of its files (written by an older zephyr)"
+    owned = [(str(ctx.step_dir), None), (str(ctx.side_dir), None)]
     for path in [*named, *checksums]:
-        owned = [(str(step_dir), None), (str(side_dir(step_dir)), None)]
         if not isinstance(path, str) or not resume.inside(path, owned):
             return f"it names {path!r}, outside the step's folders"
     missing = [p for p in named if p not in checksums]
     if missing:
         return f"no checksum recorded for {missing[0]}"
     return resume.check_files(checksums)
-
-
-def _begin(step_dir: Path, fingerprint: str, *, fresh: bool) -> None:
-    """Claim the step's folders for a run of ``fingerprint`` (``resume.begin`` on the sidecar); the data folder
-    is cleared with it, and whenever the sidecar says nothing about it (a folder of the older layout, or one
-    whose sidecar was removed: its files belong to no known run)."""
-    side = side_dir(step_dir)
-    known = (side / resume.STARTED).is_file()
-    old_layout = any((step_dir / name).exists() for name in _OLD_LAYOUT)
-    if resume.begin(side, fingerprint, fresh=fresh) or not known or old_layout:
-        shutil.rmtree(step_dir, ignore_errors=True)
 
 
 def _execution_dict(execution: Any) -> dict[str, Any]:
@@ -259,35 +212,6 @@ def explain_pipeline(
     return explain_jobs(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
 
 
-@dataclass
-class _Run:
-    """One run of a pipeline: its config, folder and options, and what flows from one step to the next."""
-
-    config: PipelineConfig
-    job: Path
-    execution: dict[str, Any]
-    reporter: ProgressReporter
-    total: int
-    upstream: str
-    """The fingerprint of the step before (before the first: of the read step's input files)."""
-    records: list[dict[str, Any]] = field(default_factory=list)
-    by_name: dict[str, dict[str, Any]] = field(default_factory=dict)
-    inputs: list[str] = field(default_factory=list)
-    """Parquet parts of the last data step: the next step's input."""
-    input_rows: int | None = None
-    tokenize_dir: Path | None = None
-
-    def advance(self, entry: StepEntry, record: dict[str, Any]) -> None:
-        """Record a step that ran or was skipped; its outputs become the next step's inputs."""
-        self.records.append(record)
-        self.by_name[entry.name] = record
-        if entry.step.output == "rows":
-            self.inputs = list(record["files"])
-            self.input_rows = record["rows_kept"]
-        if entry.step.output == "tokens":
-            self.tokenize_dir = Path(record["extra"]["shards_dir"])
-
-
 def run_pipeline(
     config: PipelineConfig,
     job_dir: str | os.PathLike[str],
@@ -305,14 +229,27 @@ def run_pipeline(
     With the local executor, one pool of worker processes serves every engine job of every step: a pipeline
     runs dozens of short jobs, and starting workers for each would cost seconds apiece.
     """
+    import yaml
+
     from zephyr.executors import reuse_workers
     from zephyr.io import claim, lock
 
     options = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
     enabled = [(i, e) for i, e in enumerate(config.steps) if e.enabled]
-    start, stop = _step_range([e.name for _, e in enabled], from_step, until_step)
-    _check(config, [entry for _, entry in enabled[start : stop + 1]])
+    names = [e.name for _, e in enabled]
+    for flag, value in (("--from", from_step), ("--until", until_step)):
+        if value is not None and value not in names:
+            raise ConfigError(f"{flag} {value!r}: no enabled step of that name; steps: {', '.join(names)}")
+    start = names.index(from_step) if from_step else 0
+    stop = names.index(until_step) if until_step else len(names) - 1
+    if stop < start:
+        raise ConfigError(f"--until {until_step!r} comes before --from {from_step!r}")
+    # refuse before anything runs: missing inputs, a column a step would replace, a step that cannot run
+    check_inputs(config)
+    check_added_columns(config)
+    for _, entry in enabled[start : stop + 1]:
+        entry.step.preflight()
     job = Path(job_dir).resolve()
     # the job folder holds the steps' outputs: never an input's folder, and one run at a time
     claim.check_not_inputs(str(job), enabled[0][1].step.paths, flag="the job folder")
@@ -323,34 +260,35 @@ def run_pipeline(
     ):
         if execution_kw.get("progress") is None:
             execution_kw["progress"] = reporter.tty  # progress lines only on a terminal
-        _write_pipeline_yaml(config, job / "pipeline.yaml")
-        run = _Run(
-            config,
-            job,
-            execution_kw,
-            reporter,
-            len(enabled),
-            resume.files_fingerprint(enabled[0][1].step.paths),
-        )
+        with atomic_write(job / "pipeline.yaml", "w") as f:
+            f.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        records: list[dict[str, Any]] = []
+        earlier: dict[str, dict[str, Any]] = {}
+        fingerprint = resume.files_fingerprint(enabled[0][1].step.paths)  # the input files' for the first
         for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
-            fingerprint = entry.fingerprint(run.upstream)
-            run.upstream = fingerprint
+            fingerprint = entry.fingerprint(fingerprint)
+            rows = next((r for r in reversed(records) if STEPS[r["type"]].output == "rows"), None)
+            inputs = list(rows["files"]) if rows else []
             step_dir = job / step_dir_name(index, entry)
-            record = _skipped_record(
-                run,
-                position,
-                entry,
-                step_dir,
-                fingerprint,
-                before_from=position - 1 < start,
-                from_step=from_step,
-            )
-            if record is None:
-                record = _run_step(
-                    run, position, index, entry, step_dir, fingerprint, fresh=from_step is not None
+            ctx = StepContext(entry, config, fingerprint, step_dir, inputs, execution_kw, dict(earlier))
+            where = f"[{position}/{len(enabled)}]"
+            done = _complete_record(ctx)
+            if position - 1 < start and done is None:  # a step before --from must be complete
+                raise ConfigError(
+                    f"--from {from_step!r}: step {entry.name!r} before it is not complete with this config "
+                    f"(in {step_dir}); run without --from first"
                 )
-            run.advance(entry, record)
-        result = PipelineResult(job_dir=job, steps=run.records, stats_path=_write_summary(run))
+            if done is not None and (position - 1 < start or from_step is None):
+                why = "before --from" if position - 1 < start else "complete with the same config"
+                reporter.write(where, entry, f"skipped, {why}")
+                record = {**done, "status": "skipped"}
+            else:
+                record = _run_step(ctx, where, index, reporter, rows, fresh=from_step is not None)
+            records.append(record)
+            earlier[entry.name] = record
+        result = PipelineResult(
+            job_dir=job, steps=records, stats_path=_write_summary(config, job, records, execution_kw)
+        )
         if report:
             from zephyr.pipelines.report import write_report
 
@@ -359,54 +297,7 @@ def run_pipeline(
         return result
 
 
-def _step_range(names: list[str], from_step: str | None, until_step: str | None) -> tuple[int, int]:
-    """Positions (among the enabled steps) of the first step to run and the last: ``--from``/``--until``."""
-    for flag, value in (("--from", from_step), ("--until", until_step)):
-        if value is not None and value not in names:
-            raise ConfigError(f"{flag} {value!r}: no enabled step of that name; steps: {', '.join(names)}")
-    start = names.index(from_step) if from_step else 0
-    stop = names.index(until_step) if until_step else len(names) - 1
-    if stop < start:
-        raise ConfigError(f"--until {until_step!r} comes before --from {from_step!r}")
-    return start, stop
-
-
-def _check(config: PipelineConfig, to_run: list[StepEntry]) -> None:
-    """Refuse before anything runs: missing inputs, a column a step would replace, a step that cannot run."""
-    check_inputs(config)
-    check_added_columns(config)  # no step replaces a column the data has, unless told to
-    for entry in to_run:
-        entry.step.preflight()
-
-
-def _skipped_record(
-    run: _Run,
-    position: int,
-    entry: StepEntry,
-    step_dir: Path,
-    fingerprint: str,
-    *,
-    before_from: bool,
-    from_step: str | None,
-) -> dict[str, Any] | None:
-    """The record of a step that need not run (complete with this fingerprint, or before ``--from``); None:
-    it runs. A step before ``--from`` must be complete."""
-    done = _complete_record(step_dir, fingerprint)
-    if before_from:
-        if done is None:
-            raise ConfigError(
-                f"--from {from_step!r}: step {entry.name!r} before it is not complete with this config "
-                f"(in {step_dir}); run without --from first"
-            )
-        run.reporter.skipped(position, run.total, entry, "before --from")
-        return {**done, "status": "skipped"}
-    if done is not None and from_step is None:
-        run.reporter.skipped(position, run.total, entry, "complete with the same config")
-        return {**done, "status": "skipped"}
-    return None
-
-
-def _expect(display: Any, entry: StepEntry, ctx: StepContext, execution: dict[str, Any]) -> None:
+def _expect(display: Any, ctx: StepContext) -> None:
     """Announce to the step's bar, when one is drawn, the bytes its planned jobs (``Step.plans``: what ``run``
     executes) will read, so that the one bar covers every job of the step from the start."""
     from zephyr import progress
@@ -415,89 +306,122 @@ def _expect(display: Any, entry: StepEntry, ctx: StepContext, execution: dict[st
     if isinstance(display, progress.Quiet):
         return
     try:
-        display.expect(planned_bytes(entry.step.plans(ctx), execution))
+        display.expect(planned_bytes(ctx.entry.step.plans(ctx), ctx.execution))
     except Exception as exc:  # noqa: BLE001 - the step reports its own errors; the bar grows without a plan
         log.info(
-            "%s: the progress bar's total grows as the jobs start (no planned total: %s)", entry.name, exc
+            "%s: the progress bar's total grows as the jobs start (no planned total: %s)", ctx.entry.name, exc
         )
 
 
 def _run_step(
-    run: _Run, position: int, index: int, entry: StepEntry, step_dir: Path, fingerprint: str, *, fresh: bool
+    ctx: StepContext,
+    where: str,
+    index: int,
+    reporter: ProgressReporter,
+    previous: dict[str, Any] | None,
+    *,
+    fresh: bool,
 ) -> dict[str, Any]:
-    """Run one step in its folder (cleared first if it holds another fingerprint's files, or ``fresh``),
-    account its rows, write its record, drop its engine scratch and mark it done."""
-    from zephyr import job_stats, progress
+    """Run one step in its folder, account its rows, write its record, drop its engine scratch and mark it
+    done. ``previous``: the record of the last data step before it (its kept rows are this step's input).
 
-    _begin(step_dir, fingerprint, fresh=fresh)
-    run.reporter.started(position, run.total, entry)
-    ctx = StepContext(
-        entry=entry,
-        pipeline=run.config,
-        fingerprint=fingerprint,
-        step_dir=step_dir,
-        inputs=run.inputs,
-        execution=run.execution,
-        earlier=run.by_name,
-        tokenize_dir=run.tokenize_dir,
-    )
+    The step's folders are claimed for this fingerprint first (``resume.begin`` on the sidecar); the data
+    folder is cleared with them (or when ``fresh``), and whenever the sidecar says nothing about it (a folder
+    of the older layout, its bookkeeping inside, or one whose sidecar was removed: its files belong to no
+    known run)."""
+    from zephyr.pipelines.step import file_bytes
+
+    from zephyr import job_stats, progress
+    from zephyr.io.paths import expand_paths
+
+    entry, step = ctx.entry, ctx.entry.step
+    known = (ctx.side_dir / resume.STARTED).is_file()
+    if resume.begin(ctx.side_dir, ctx.fingerprint, fresh=fresh) or not known:
+        shutil.rmtree(ctx.step_dir, ignore_errors=True)
+    reporter.write(where, entry, "running")
     began = time.perf_counter()
-    label = f"[{position}/{run.total}] {entry.name}"  # one progress line per step, left when it ends
-    with job_stats.recording() as jobs, progress.command(label, run.execution.get("progress")) as display:
-        _expect(display, entry, ctx, run.execution)
-        outcome = entry.step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
+    label = f"{where} {entry.name}"  # one progress line per step, left when it ends
+    with job_stats.recording() as jobs, progress.command(label, ctx.execution.get("progress")) as display:
+        _expect(display, ctx)
+        outcome = step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
     seconds = time.perf_counter() - began
+    stages = (outcome.engine_stats or {"stages": []}).get("stages", [])
+    totals = job_stats.counter_totals(stages)
+    # pipeline/<role>/<key>=<value> → {key: {role: {value: n}}}; pipeline/cluster_size=<n> → sizes
+    grouped: dict[str, dict[str, dict[str, int]]] = {}
+    sizes: dict[str, int] = {}
+    for name, n in totals.items():
+        if name.startswith("pipeline/cluster_size="):
+            job_stats.add_counts(sizes, {name.split("=", 1)[1]: n})
+            continue
+        parts = name.split("/", 2)
+        if len(parts) == 3 and parts[0] == "pipeline" and "=" in parts[2]:
+            key, value = parts[2].split("=", 1)
+            grouped.setdefault(key, {}).setdefault(parts[1], {})[value] = n
+    local = [p for p in getattr(step, "paths", []) if "://" not in p] if step.starts else []
     record = {
         "version": STATS_VERSION,
         "step": entry.name,
         "type": entry.type,
         "index": index,
-        "dir": str(step_dir),
-        "fingerprint": fingerprint,
+        "dir": str(ctx.step_dir),
+        "fingerprint": ctx.fingerprint,
         "config": entry.to_dict(),  # the config as fingerprinted
-        **account(entry, outcome, run.input_rows, run.inputs or entry.step.input_files()),
+        "counters": dict(sorted(totals.items())),
+        "per_source": grouped.get("source", {}),
+        "per_lang": grouped.get("lang", {}),
+        "cluster_sizes": dict(sorted(sizes.items(), key=lambda kv: int(kv[0]))),
+        "quarantine_files": job_stats.quarantine_files(stages),
+        "bytes_in": file_bytes(ctx.inputs or (expand_paths(local) if local else [])),
+        **step.account(entry.name, outcome, previous["rows_kept"] if previous else None),
         **job_stats.summarize(jobs),  # tasks, tasks_resumed, task_retries: every engine job of the step
         "seconds": round(seconds, 3),
         "files": outcome.files,
         "checksums": outcome.checksums,
         "extra": outcome.extra,
     }
-    inherit_inputs(record, run.records)
-    side = side_dir(step_dir)
-    _write_json(side / STEP_STATS, record)
-    resume.drop_scratch(side / "work")  # quarantined rows stay: they are data
-    resume.mark_done(side, fingerprint)
+    if previous is not None and step.output != "model":  # rows per source/language coming in, unless counted
+        for key in ("per_source", "per_lang"):
+            table = record.setdefault(key, {})
+            if "in" not in table and previous.get(key, {}).get("out"):
+                table["in"] = dict(previous[key]["out"])
+    _write_json(ctx.side_dir / STEP_STATS, record)
+    resume.drop_scratch(ctx.side_dir / "work")  # quarantined rows stay: they are data
+    resume.mark_done(ctx.side_dir, ctx.fingerprint)
     record = {**record, "status": "ran"}
-    run.reporter.finished(position, run.total, record)
+    resumed = (
+        f", {record['tasks_resumed']} of {record['tasks']} tasks resumed"
+        if record.get("tasks_resumed")
+        else ""
+    )
+    if record.get("task_retries"):
+        resumed += f", {record['task_retries']} task retries"
+    body = STEPS[entry.type].done_line(record)
+    reporter.write(where, entry, f"done in {seconds:.1f}s: {body}{resumed}")
     return record
 
 
-def _write_summary(run: _Run) -> Path:
+def _write_summary(
+    config: PipelineConfig, job: Path, records: list[dict[str, Any]], execution: dict[str, Any]
+) -> Path:
     """The job's ``stats.json``: every step's record in order, and totals over the steps that ran."""
     from zephyr import job_stats
 
-    ran = [r for r in run.records if r["status"] == "ran"]
+    ran = [r for r in records if r["status"] == "ran"]
     summary = {
         "version": STATS_VERSION,
-        "pipeline": run.config.name,
-        "config": run.config.path,
-        "job_dir": str(run.job),
+        "pipeline": config.name,
+        "config": config.path,
+        "job_dir": str(job),
         "execution": {
             k: v if isinstance(v, str | int | float | bool | None) else type(v).__name__
-            for k, v in run.execution.items()
+            for k, v in execution.items()
             if k != "progress"
         },
-        "balanced": all(r.get("balanced", True) for r in run.records),
+        "balanced": all(r.get("balanced", True) for r in records),
         **job_stats.task_totals(ran),
         "seconds": round(sum(r["seconds"] for r in ran), 3),
-        "steps": run.records,
+        "steps": records,
     }
-    _write_json(run.job / "stats.json", summary)
-    return run.job / "stats.json"
-
-
-def _write_pipeline_yaml(config: PipelineConfig, path: Path) -> None:
-    import yaml
-
-    with atomic_write(path, "w") as f:
-        f.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    _write_json(job / "stats.json", summary)
+    return job / "stats.json"

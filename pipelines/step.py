@@ -30,14 +30,13 @@ light; the operators import pyarrow when they run.
 
 from __future__ import annotations
 
-import glob
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr import counters
-from zephyr.config import build_flat, flat_dict, flat_fields
+from zephyr.config import build_flat, flat_dict
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
 
 if TYPE_CHECKING:
@@ -94,11 +93,6 @@ class Step:
         """The step's keys as a config file writes them (the inverse of ``from_keys``)."""
         return flat_dict(self)
 
-    @classmethod
-    def path_keys(cls) -> set[str]:
-        """Keys holding paths (``zephyr.config.path_field``): resolved from the config file's folder."""
-        return {key for key, (f, _, _) in flat_fields(cls).items() if f.metadata.get("path")}
-
     # -- checks before any work --------------------------------------------------------------------------
     def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
         """Problems with this step's place in the pipeline beyond the class rules (``starts``, ``unique``,
@@ -117,18 +111,6 @@ class Step:
     ) -> dict[str, str] | None:
         """Column → where it came from, after this step; None: unknown until it runs (the walk stops)."""
         return {**{column: f"step {name!r}" for column in self.adds(pipeline)}, **origin}
-
-    def input_files(self) -> list[str]:
-        """The local files a first step reads (for its bytes-in figure)."""
-        found: list[str] = []
-        for p in getattr(self, "paths", []) if self.starts else []:
-            if "://" in p:
-                continue
-            for m in sorted(glob.glob(p, recursive=True)) if glob.has_magic(p) else [p]:
-                found += (
-                    sorted(str(f) for f in Path(m).rglob("*") if f.is_file()) if os.path.isdir(m) else [m]
-                )
-        return found
 
     # -- work --------------------------------------------------------------------------------------------
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
@@ -238,57 +220,6 @@ def rows_rewritten(record: dict[str, Any]) -> int:
     return sum(int(n) for name, n in record.get("counters", {}).items() if name.endswith("/rows_rewritten"))
 
 
-def split_counters(counters: dict[str, int]) -> tuple[dict[str, dict[str, dict[str, int]]], dict[str, int]]:
-    """``pipeline/<role>/<key>=<value>`` → {key: {role: {value: n}}}; ``pipeline/cluster_size=<n>`` → sizes."""
-    from zephyr import job_stats
-
-    grouped: dict[str, dict[str, dict[str, int]]] = {}
-    sizes: dict[str, int] = {}
-    for name, n in counters.items():
-        if name.startswith("pipeline/cluster_size="):
-            job_stats.add_counts(sizes, {name.split("=", 1)[1]: n})
-            continue
-        parts = name.split("/", 2)
-        if len(parts) != 3 or parts[0] != "pipeline" or "=" not in parts[2]:
-            continue
-        key, value = parts[2].split("=", 1)
-        grouped.setdefault(key, {}).setdefault(parts[1], {})[value] = n
-    sizes = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
-    return grouped, sizes
-
-
-def account(
-    entry: StepEntry, outcome: StepOutcome, input_rows: int | None, input_files: list[str]
-) -> dict[str, Any]:
-    """The step record's counters, per-source/-language tables and row accounting (``Step.account``)."""
-    from zephyr import job_stats
-
-    stages = (outcome.engine_stats or {"stages": []}).get("stages", [])
-    totals = job_stats.counter_totals(stages)
-    grouped, sizes = split_counters(totals)
-    record: dict[str, Any] = {
-        "counters": dict(sorted(totals.items())),
-        "per_source": grouped.get("source", {}),
-        "per_lang": grouped.get("lang", {}),
-        "cluster_sizes": sizes,
-        "quarantine_files": job_stats.quarantine_files(stages),
-        "bytes_in": file_bytes(input_files),
-    }
-    record.update(entry.step.account(entry.name, outcome, input_rows))
-    return record
-
-
-def inherit_inputs(record: dict[str, Any], earlier: list[dict[str, Any]]) -> None:
-    """Rows per source/language coming into a step = what the previous data step wrote (unless counted)."""
-    previous = next((r for r in reversed(earlier) if STEPS[r["type"]].output == "rows"), None)
-    if previous is None or STEPS[record["type"]].output == "model":
-        return
-    for key in ("per_source", "per_lang"):
-        table = record.setdefault(key, {})
-        if "in" not in table and previous.get(key, {}).get("out"):
-            table["in"] = dict(previous[key]["out"])
-
-
 # -- a pipeline: its steps in order -------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepEntry:
@@ -342,16 +273,9 @@ class PipelineConfig:
         raise ConfigError(f"no step named {name!r}; steps: {', '.join(s.name for s in self.steps)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": CONFIG_VERSION,
-            "name": self.name,
-            "description": self.description,
-            "text_column": self.text_column,
-            "id_column": self.id_column,
-            "source_column": self.source_column,
-            "lang_column": self.lang_column,
-            "steps": [s.to_dict() for s in self.steps],
-        }
+        """The config as a file writes it (``pipeline.yaml`` in a job folder)."""
+        top = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "path")}
+        return {"version": CONFIG_VERSION, **top, "steps": [s.to_dict() for s in self.steps]}
 
 
 # -- a step's run: its context and outcome ----------------------------------------------------------------
@@ -369,8 +293,6 @@ class StepContext:
     """Engine action keywords without ``work_dir`` (``executor``, ``workers``, ``progress``...)."""
     earlier: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Records of the steps that ran before, by step name."""
-    tokenize_dir: Path | None = None
-    """The token shards of the tokenize step (for ``train``)."""
     planned: Dataset | None = None
     """``zephyr run --explain``: the previous step's lazy output, planned over instead of reading its files."""
 
@@ -483,16 +405,9 @@ class CountValues:
 
         for key, name in self.columns:
             if name in table.column_names:
-                values = column(table, name)
-                counts = pc.value_counts(
-                    values if pa.types.is_string(values.type) else values.cast(pa.string())
-                )
-                out: dict[str, int] = {}
-                for item in counts.to_pylist():
-                    value = "null" if item["values"] is None else str(item["values"])
-                    out[value] = out.get(value, 0) + int(item["counts"])
-                for value, n in out.items():
-                    counters.increment(f"pipeline/{self.role}/{key}={value}", n)
+                for item in pc.value_counts(column(table, name).cast(pa.string())).to_pylist():
+                    value = "null" if item["values"] is None else item["values"]
+                    counters.increment(f"pipeline/{self.role}/{key}={value}", item["counts"])
         return table
 
 
@@ -512,6 +427,7 @@ class PrepareRows:
     def __call__(self, table: pa.Table) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
+        from zephyr.pipelines.quality._text import put_column
 
         from zephyr.io.quarantine import QUARANTINE_REASON
         from zephyr.ops import BatchOutput
@@ -522,18 +438,12 @@ class PrepareRows:
                     f"the input has no {role} column {name!r} (columns: {', '.join(table.column_names)}); "
                     f"set {role}_column: in the pipeline config"
                 )
-        n = table.num_rows
         if self.source is not None or self.source_column not in table.column_names:
             value = self.source if self.source is not None else "unknown"
-            sources = pa.array([value] * n, pa.string())
+            sources = pa.array([value] * table.num_rows, pa.string())
         else:
             sources = column(table, self.source_column).cast(pa.string())
-        if self.source_column in table.column_names:
-            table = table.set_column(
-                table.schema.get_field_index(self.source_column), self.source_column, sources
-            )
-        else:
-            table = table.append_column(self.source_column, sources)
+        table = put_column(table, self.source_column, sources)
         CountValues("in", (("source", self.source_column), ("lang", self.lang_column)))(table)
         null_id = pc.is_null(column(table, self.id_column))
         null_text = pc.is_null(column(table, self.text_column))

@@ -31,9 +31,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
-from zephyr.pipelines.markdown import md_bytes, md_code, md_count, md_text
-from zephyr.pipelines.quality.config import HeuristicFilterConfig, NormalizeConfig, comma_names
+from zephyr.pipelines.markdown import md_code, md_count, md_text
+from zephyr.pipelines.quality.config import (
+    ClassifierConfig,
+    HeuristicFilterConfig,
+    NormalizeConfig,
+    comma_names,
+)
 from zephyr.pipelines.step import (
+    STEPS,
     AccountingError,
     CountValues,
     MinScoreFilter,
@@ -50,6 +56,7 @@ from zephyr.config import (
     FieldError,
     build_flat,
     embedded_field,
+    format_bytes,
     path_field,
     require_at_least,
     require_column_name,
@@ -297,26 +304,28 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         )
         return ds.map_batches(annotator, name=op("annotate")), aside
 
-    def _jobs(self, ctx: StepContext) -> tuple[Dataset, Callable[[Dataset], tuple[Dataset, Dataset]]]:
-        """Job 1, every row annotated with its first failing rule, and the routes of its output: (kept, dropped)."""
+    def route(
+        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str]
+    ) -> Dataset:
+        """The annotated rows of one outcome (``RouteByReason``): ``kept``, ``dropped`` (their reason in
+        ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``), the op named
+        ``op("route_<kind>")``. The one routing of this step and ``zephyr filter``."""
+        from zephyr.pipelines.quality.filters import RouteByReason
+
+        return annotated.map_batches(RouteByReason(kind, self.reason, aside), name=op(f"route_{kind}"))
+
+    def _jobs(self, ctx: StepContext, annotated: Dataset | None = None) -> tuple[Dataset, Dataset, Dataset]:
+        """Job 1, every row annotated with its first failing rule, and the kept and dropped rows of
+        ``annotated`` (its files; default: job 1's plan). The kept rows' examples are saved on the way."""
         from zephyr.pipelines.examples import ReasonGroups, filter_collector
-        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT, RouteByReason
+        from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
-        reason = self.reason
         p = ctx.pipeline
-        annotated, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
-
-        def routes(annotated: Dataset) -> tuple[Dataset, Dataset]:
-            examples = filter_collector(
-                ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,))
-            )  # renamed at routing
-            kept = annotated.map_batches(examples, name=ctx.op("examples"))
-            kept = kept.map_batches(RouteByReason("kept", reason, aside), name=ctx.op("route"))
-            return kept, annotated.map_batches(
-                RouteByReason("dropped", reason, aside), name=ctx.op("dropped")
-            )
-
-        return annotated, routes
+        annotate, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
+        rows = annotate if annotated is None else annotated
+        examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
+        kept = self.route(rows.map_batches(examples, name=ctx.op("examples")), "kept", aside, ctx.op)
+        return annotate, kept, self.route(rows, "dropped", aside, ctx.op)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import filter_examples
@@ -325,11 +334,11 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         from zephyr.io.layout import remove_folder
         from zephyr.io.parquet import parquet_rows
 
-        annotate, routes = self._jobs(ctx)
+        annotate = self._jobs(ctx)[0]
         scratch = ctx.side_dir / "annotated"
         written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
-        kept, dropped = routes(zephyr.read_parquet(sorted(written.files)))
-        outcome = ctx.finish(kept, (ctx.op("route"),), action="kept")
+        _, kept, dropped = self._jobs(ctx, zephyr.read_parquet(sorted(written.files)))
+        outcome = ctx.finish(kept, (ctx.op("route_kept"),), action="kept")
         if self.keep_dropped:
             result = dropped.write_parquet(
                 str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
@@ -341,8 +350,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return filter_examples(ctx, outcome)
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        annotate, routes = self._jobs(ctx)
-        kept, dropped = routes(annotate)
+        annotate, kept, dropped = self._jobs(ctx)
         jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
         if self.keep_dropped:
             jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
@@ -409,11 +417,17 @@ def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
     save(fig, f"clusters_{record['step']}")
 
 
+@dataclass(frozen=True)
 class _DedupStep(Step):
-    """What the document dedup steps share: how annotated rows become the kept rows, their report section
-    (clusters by size, example clusters) and plot."""
+    """What the document dedup steps share: the priority key, how annotated rows become the kept rows, their
+    report section (clusters by size, example clusters) and plot."""
 
     section: ClassVar[str] = "dedup"
+    priority_column: str | None = None
+    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
+
+    def _columns(self, ctx: StepContext) -> DedupColumns:
+        return DedupColumns(ctx.pipeline.text_column, ctx.pipeline.id_column, self.priority_column)
 
     def _kept(self, ctx: StepContext, annotated: Dataset, kind: str) -> Dataset:
         """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the
@@ -438,17 +452,14 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     ``normalize`` is ``ExactDedupConfig``'s key (documents only: ``level`` is not a step key)."""
 
     dedup: ExactDedupConfig = embedded_field(ExactDedupConfig, keys=("normalize",))
-    priority_column: str | None = None
-    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.exact import exact_dedup_dataset
         from zephyr.pipelines.examples import dedup_examples
 
-        p = ctx.pipeline
         annotated = exact_dedup_dataset(
             ctx.dedup_inputs(),
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             normalize=self.dedup.normalize,
             mode="annotate",
             execution=ctx.engine("hashes"),
@@ -461,10 +472,9 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.dedup.exact import exact_plans
 
-        p = ctx.pipeline
         return exact_plans(
             ctx.dedup_inputs(),
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             budget=ctx.budget,
             finish=lambda out: ctx.counted(self._kept(ctx, out, "exact")),
             normalize=self.dedup.normalize,
@@ -482,8 +492,6 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     flags build the same dataclass."""
 
     dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
-    priority_column: str | None = None
-    """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
     index: str | None = None
     """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
     (``zephyr.dedup.index``; its MinHash settings must equal this step's)."""
@@ -512,7 +520,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         annotated = fuzzy_dedup_dataset(
             ctx.dedup_inputs(),
             config,
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             mode="annotate",
             execution=ctx.engine("candidates"),
             stats=graph,
@@ -551,8 +559,6 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         from zephyr.dedup._rows import StripRowNumbers
         from zephyr.dedup.fuzzy import fuzzy_plans
 
-        p = ctx.pipeline
-
         def finish(out: Dataset) -> Dataset:
             rows = out.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
             return ctx.counted(self._kept(ctx, rows, "fuzzy"))
@@ -560,7 +566,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         return fuzzy_plans(
             ctx.dedup_inputs(),
             self.dedup,
-            DedupColumns(p.text_column, p.id_column, self.priority_column),
+            self._columns(ctx),
             budget=ctx.budget,
             index=bool(self.index),
             finish=finish,
@@ -572,7 +578,9 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
 class QualityStep(Step, type="quality"):
     """fastText quality classifier: score every row (``quality_score``) and drop rows below ``min_score``.
 
-    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from."""
+    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from. The fastText
+    keys (``positive_label``, ``negative_label``, ``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``seed``...) are
+    ``ClassifierConfig``'s, as ``zephyr quality train`` takes them, written flat beside ``model:``."""
 
     model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
@@ -583,14 +591,11 @@ class QualityStep(Step, type="quality"):
     rows (negative) — a bootstrapped classifier for corpora without labels."""
     label_column: str = "label"
     """Label column of ``train``."""
-    positive_label: str = "hq"
-    negative_label: str = "lq"
     min_score: float = 0.5
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
     train_max_rows: int = 200_000
     """At most this many rows of each label are used for training (a deterministic prefix)."""
-    classifier: dict[str, Any] = field(default_factory=dict)
-    """fastText settings (``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``min_count``, ``seed``...)."""
+    classifier: ClassifierConfig = embedded_field(ClassifierConfig)
     replace_columns: bool = False
     """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
     output_column: str | None = None
@@ -605,24 +610,6 @@ class QualityStep(Step, type="quality"):
             )
         require_within("min_score", self.min_score, 0.0, 1.0)
         require_at_least("train_max_rows", self.train_max_rows, 2)
-        self.classifier_config()
-
-    def classifier_config(self) -> Any:
-        from zephyr.pipelines.quality.classifier import ClassifierConfig
-
-        allowed = {f.name for f in dataclasses.fields(ClassifierConfig)} - {
-            "positive_label",
-            "negative_label",
-        }
-        bad = sorted(set(self.classifier) - allowed)
-        if bad:
-            raise FieldError("classifier", f"unknown key {bad[0]!r}; allowed: {', '.join(sorted(allowed))}")
-        try:
-            return ClassifierConfig(
-                positive_label=self.positive_label, negative_label=self.negative_label, **self.classifier
-            )
-        except (TypeError, ConfigError) as exc:
-            raise FieldError("classifier", str(exc)) from None
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -670,7 +657,7 @@ class QualityStep(Step, type="quality"):
         verdict = MinScoreFilter(column, self.min_score)
         scorer = QualityScorer(
             str(model),
-            self.classifier_config(),
+            self.classifier,
             ctx.pipeline.text_column,
             replace_columns=self.replace_columns,
             score_column=column,
@@ -692,7 +679,7 @@ class QualityStep(Step, type="quality"):
 
         from zephyr.io.checksum import checksum_record, file_checksum
 
-        p = ctx.pipeline
+        p, c = ctx.pipeline, self.classifier
         stamp = output.with_suffix(".fingerprint")
         if _reusable(output, stamp, ctx.fingerprint):
             log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
@@ -708,26 +695,19 @@ class QualityStep(Step, type="quality"):
                     f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
                     f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
                 )
-            labels = [self.positive_label] * len(positive) + [self.negative_label] * len(negative)
+            labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
             table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
-            label_column = "label"
         else:
             parts = [pq.read_table(path, columns=[p.text_column, self.label_column]) for path in self.train]
-            table = pa.concat_tables(parts, promote_options="permissive")
-            table = table.rename_columns(["text", self.label_column])
-            labels_np = np.asarray(table[self.label_column].to_pylist(), dtype=object)
-            picked = np.concatenate(
-                [
-                    np.flatnonzero(labels_np == label)[: self.train_max_rows]
-                    for label in (self.positive_label, self.negative_label)
-                ]
-            )
-            table = table.take(pa.array(np.sort(picked)))
-            label_column = self.label_column
+            table = pa.concat_tables(parts, promote_options="permissive").rename_columns(["text", "label"])
+            labels_np = np.asarray(table["label"].to_pylist(), dtype=object)
+            picked = [
+                np.flatnonzero(labels_np == label)[: self.train_max_rows]
+                for label in (c.positive_label, c.negative_label)
+            ]
+            table = table.take(pa.array(np.sort(np.concatenate(picked))))
         log.info("quality: training the classifier on %d rows", table.num_rows)
-        train_classifier(
-            table, output, self.classifier_config(), text_column="text", label_column=label_column
-        )
+        train_classifier(table, output, c)  # columns text and label
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
@@ -987,7 +967,7 @@ class TokenizeStep(Step, type="tokenize"):
         trained = extra.get("tokenizer_trained_on")
         note = (
             f" (a {md_text(extra.get('vocab_size'))}-entry byte-level BPE trained here, as `zephyr tokenizer train` does, on "
-            f"{md_count(trained['documents'])} documents: a {md_bytes(trained['sample_bytes'])} sample of the step input)"
+            f"{md_count(trained['documents'])} documents: a {format_bytes(trained['sample_bytes'], decimal=True)} sample of the step input)"
             if trained
             else ""
         )
@@ -1045,7 +1025,7 @@ class TrainStep(Step, type="train"):
     """The ``TrainConfig`` keys given in the step."""
 
     def __post_init__(self) -> None:
-        self.build(data=None, log=None, checkpoint_dir=None)
+        self.build()
 
     @classmethod
     def from_keys(cls, body: dict[str, Any], where: str, errors: list[str]) -> Step | None:
@@ -1065,9 +1045,10 @@ class TrainStep(Step, type="train"):
 
         return sorted({f.name for f in dataclasses.fields(TrainConfig)} - set(_TRAIN_MANAGED))
 
-    def build(self, *, data: str | None, log: str | None, checkpoint_dir: str | None) -> Any:
-        """The ``TrainConfig`` to run."""
-        from zephyr.trainer.config import TrainConfig, get_preset, model_config_from_dict
+    def build(self, **managed: str | None) -> Any:
+        """The ``TrainConfig`` to run, given the keys the pipeline sets (``data``, ``log``, ``checkpoint_dir``);
+        its own checks name the key (a model override included: ``TrainConfig`` checks it on its preset)."""
+        from zephyr.trainer.config import TrainConfig
 
         allowed = self.allowed_keys()
         for key in self.settings:
@@ -1075,33 +1056,21 @@ class TrainStep(Step, type="train"):
                 raise FieldError(
                     key, f"unknown key; allowed: {', '.join(['enabled', 'name', 'step', *allowed])}"
                 )
-        raw = {
-            "checkpoint_every": 50,
-            **self.settings,
-            "data": data,
-            "log": log,
-            "checkpoint_dir": checkpoint_dir,
-        }
         try:
-            cfg = TrainConfig.from_dict(raw)
-            model_config_from_dict(cfg.model, get_preset(cfg.preset))
-        except TypeError as exc:
-            raise FieldError("settings", str(exc)) from None
+            return TrainConfig.from_dict({"checkpoint_every": 50, **self.settings, **managed})
         except ConfigError as exc:
             key = next((k for k in self.settings if k in str(exc)), "settings")
             raise FieldError(key, str(exc)) from None
-        return cfg
 
     def run(self, ctx: StepContext) -> StepOutcome:
         import numpy as np
         from zephyr.trainer.train import train
 
-        if ctx.tokenize_dir is None:
-            raise ConfigError(f"pipeline step {ctx.entry.name!r} needs the token shards of a tokenize step")
+        shards = [
+            r["extra"]["shards_dir"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"
+        ]
         log_path = ctx.step_dir / "train.jsonl"
-        cfg = self.build(
-            data=str(ctx.tokenize_dir), log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints")
-        )
+        cfg = self.build(data=shards[-1], log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints"))
         result = train(cfg)
         records = read_train_log(log_path)
         losses = [r["loss"] for r in records]

@@ -86,8 +86,8 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
             "steps[1].model: give exactly one of model, train or train_from",
         ),
         (
-            {"step": "quality", "model": "m.bin", "classifier": {"epochs": 3}},
-            "steps[1].classifier: unknown key 'epochs'",
+            {"step": "quality", "model": "m.bin", "epochs": 3},
+            "steps[1].epochs: unknown key for a QualityStep; allowed:",
         ),
         ({"step": "fuzzy_dedup", "bands": 4}, "steps[1].bands: give both bands and rows"),
         (

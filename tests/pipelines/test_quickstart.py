@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from zephyr.pipelines.step import AccountingError, StepOutcome, account
+from zephyr.pipelines.step import AccountingError, StepOutcome
 
 from zephyr.cli import main
 
@@ -260,7 +260,6 @@ def test_rerun_skips_every_stage(finished, quickstart_job, capsys):
 
 
 def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
-    from zephyr.pipelines.config import StepEntry
     from zephyr.pipelines.steps import NormalizeStep
 
     part = tmp_path / "part-00000.parquet"
@@ -276,10 +275,10 @@ def test_accounting_refuses_rows_that_do_not_balance(tmp_path):
     outcome = StepOutcome(
         files=[str(part)], engine_stats={"stages": [{"ops": [op]}]}, accounting_ops=("map_batches(x)",)
     )
-    entry = StepEntry("normalize", NormalizeStep())
+    step = NormalizeStep()
     with pytest.raises(AccountingError, match=r"rows do not balance: in 5 != kept 3 .* \+ dropped 1"):
-        account(entry, outcome, 5, [])
+        step.account("normalize", outcome, 5)
     with pytest.raises(AccountingError, match="the previous step wrote 6 rows but map_batches"):
-        account(entry, outcome, 6, [])
+        step.account("normalize", outcome, 6)
     op.update(rows_dropped=2, dropped_by_reason={"short": 2})
-    assert account(entry, outcome, 5, [])["balanced"] is True
+    assert step.account("normalize", outcome, 5)["balanced"] is True
