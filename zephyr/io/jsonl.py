@@ -83,15 +83,13 @@ import pyarrow.types as pat
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.checksum import Checksummed
 from zephyr.io.compression import (
-    GZIP_MAGIC,
-    ZSTD_MAGIC,
     CorruptStream,
     TrailingData,
     TruncatedStream,
     open_compressed_writer,
     open_decompressed,
 )
-from zephyr.io.paths import filesystem, infer_compression, open_input, quietly
+from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside
 from zephyr.io.schema import (
     SCHEMA_FIX,
@@ -102,7 +100,7 @@ from zephyr.io.schema import (
     promote_or_refuse,
     promote_schemas,
 )
-from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
+from zephyr.io.text_encoding import SAMPLE_BYTES, refuse_wide_text, wide_text
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +214,7 @@ def _iter_blocks(
         start, stop = byte_range if byte_range is not None else (0, None)
         pos = start
         if start > 0:
-            if wide_encoding(raw.read(SAMPLE_BYTES)) is not None:
+            if wide_text(raw.read(SAMPLE_BYTES)) is not None:
                 return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
             skipped = _skip_line(raw)
@@ -259,12 +257,8 @@ def _iter_blocks(
                 return
             if first and chunk and start == 0:
                 if compression is None:
-                    _check_not_compressed(chunk, path)
-                encoding = wide_encoding(chunk[:SAMPLE_BYTES])
-                if encoding is not None:  # not broken UTF-8 line by line: one refusal or entry for the file
-                    what = f"the file is {wide_text_message(encoding)}"
-                    refusal = f"{what}; or pass on_error='quarantine' to set it aside"
-                    refuse_or_set_aside(quarantine, path, refusal, what)
+                    check_not_compressed(chunk, path)
+                if refuse_wide_text(chunk[:SAMPLE_BYTES], path, quarantine):  # not broken UTF-8 line by line
                     return
                 if chunk.startswith(_UTF8_BOM):  # written by some Windows tools; not part of line 1's JSON
                     chunk = chunk[len(_UTF8_BOM) :]
@@ -315,15 +309,6 @@ def _skip_line(raw) -> int | None:
             raw.seek(raw.tell() - (len(chunk) - index - 1))
             return consumed
         consumed += len(chunk)
-
-
-def _check_not_compressed(chunk: bytes, path: str) -> None:
-    for magic, codec, ext in ((GZIP_MAGIC, "gzip", ".gz"), (ZSTD_MAGIC, "zstd", ".zst")):
-        if chunk.startswith(magic):
-            raise InputError(
-                f"looks {codec}-compressed but its name has no {ext} extension; rename it to end in {ext}",
-                path=path,
-            )
 
 
 _PARSE_CHUNK_BYTES = 8 << 20  # Arrow's own block size inside one of our blocks: lets it use several cores

@@ -50,9 +50,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
+from zephyr.io.paths import open_input
 from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside
-from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
+from zephyr.io.text_encoding import SAMPLE_BYTES, refuse_wide_text
 
 log = logging.getLogger(__name__)
 
@@ -219,28 +219,14 @@ def read_warc_shard(
     batch_bytes: int = 64 << 20,
 ) -> Iterator[pa.RecordBatch]:
     """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
-    from zephyr.io.paths import filesystem
-
     path = shard.path
-    fs, stripped = filesystem(path)
-    try:
-        f = fs.open(stripped, "rb")
-    except OSError as exc:
-        if exc.errno in READ_ERRNOS:
-            raise read_error(exc, path) from exc
-        raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
     schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
     rows: list[dict[str, Any]] = []
     size = 0
-    with f:
+    with open_input(path) as f:
         head = f.read(SAMPLE_BYTES)
         f.seek(0)
-        encoding = wide_encoding(head)
-        if encoding is not None:  # not a WARC file of a wrong encoding: every "record" would be garbage
-            what = f"the file is {wide_text_message(encoding)}"
-            refuse_or_set_aside(
-                quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what
-            )
+        if refuse_wide_text(head, path, quarantine):  # every "record" of a wrong encoding would be garbage
             return
         items = _from_members(f) if head[:2] == b"\x1f\x8b" else _plain_records(f)
         for item in items:
