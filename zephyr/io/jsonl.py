@@ -122,9 +122,10 @@ def read_jsonl_shard(
     *,
     columns: Sequence[str] | None,
     schema: pa.Schema | None,
+    planned: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
-    planned: pa.Schema | None = None,
+    **_: object,  # a Parquet reader's buffer_bytes: JSONL streams through blocks of batch_bytes
 ) -> Iterator[pa.RecordBatch]:
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:

@@ -24,10 +24,10 @@ from typing import IO
 import pyarrow as pa
 
 from zephyr.errors import InputError
-from zephyr.io.parquet import BufferedEncoder, columns_to_read, split_batch
+from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
-from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
-from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view_types
+from zephyr.io.quarantine import QuarantineFn
+from zephyr.io.schema import SCHEMA_FIX, conform, normalize_view_types
 
 
 @contextlib.contextmanager
@@ -56,8 +56,10 @@ def read_vortex_shard(
     *,
     columns: Sequence[str] | None,
     schema: pa.Schema | None,
+    planned: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
+    buffer_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
     path = shard.path
     with _open_vortex(path) as handle:
@@ -65,7 +67,7 @@ def read_vortex_shard(
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:
             raise InputError(f"cannot read the Vortex schema: {exc}", path=path) from exc
-        read, target = columns_to_read(path, file_schema.names, columns, schema)
+        read, target = columns_to_read(path, file_schema.names, columns, schema or planned)
         wanted = file_schema.names if read is None else read
         read_schema = pa.schema(
             [file_schema.field(n).with_type(normalize_view_types(file_schema.field(n).type)) for n in wanted]
@@ -74,23 +76,20 @@ def read_vortex_shard(
             reader = handle.to_arrow(wanted, schema=read_schema)
         except Exception as exc:
             raise InputError(f"cannot scan the Vortex file: {exc}", path=path) from exc
-        row = 0
-        batches = iter(reader)
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
-            except Exception as exc:
-                raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
-            start = row
-            row += batch.num_rows
-            batch = drop_bad_rows(batch, path, start, quarantine)
-            if batch.num_rows == 0:
-                continue
-            if target is not None:
-                batch = cast_to_schema(batch, target, where=path, first_row=start)
-            yield from split_batch(batch, batch_bytes)
+
+        def scan() -> Iterator[pa.RecordBatch]:
+            batches, row = iter(reader), 0
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except Exception as exc:
+                    raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
+                row += batch.num_rows
+                yield batch
+
+        yield from checked_batches(scan(), path, target, quarantine, batch_bytes)
 
 
 class VortexEncoder(BufferedEncoder):

@@ -214,9 +214,10 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
 def read_warc_shard(
     shard: Any,
     *,
-    columns: list[str] | None = None,
-    quarantine: QuarantineFn | None = None,
-    batch_bytes: int = 64 << 20,
+    columns: list[str] | None,
+    quarantine: QuarantineFn | None,
+    batch_bytes: int,
+    **_: object,  # the schema and buffer options of other readers: WARC rows have one fixed schema
 ) -> Iterator[pa.RecordBatch]:
     """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
     path = shard.path
