@@ -18,12 +18,16 @@ contract).
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pyarrow as pa
 
 from zephyr.errors import InputError
+from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
 from zephyr.io.quarantine import QuarantineFn
@@ -93,11 +97,17 @@ def read_vortex_shard(
 
 
 class VortexEncoder(BufferedEncoder):
-    """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``."""
+    """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``. The file is
+    built locally: in a local temporary folder when ``path`` is on another filesystem, uploaded when finished."""
 
-    def __init__(self, local_path: str, schema, row_group_bytes, row_group_rows, where):
+    def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
         super().__init__(schema, row_group_bytes, row_group_rows, where)
+        self.fs, self.target = fs, path
+        self.local_dir = None if is_local(fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
+        local_path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
         self.path = local_path
+        self.checksum: dict | None = None
+        """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
         self.generation = 0
         self.spill_path = f"{local_path}.spill.arrows"
         self.spill_file: IO[bytes] | None = None
@@ -142,6 +152,11 @@ class VortexEncoder(BufferedEncoder):
                 vortex.io.write(pa.ipc.open_stream(source), self.path)
         finally:
             remove_local(self.spill_path)
+        self.checksum = checksum_record(*file_checksum(self.path))
+        if self.local_dir is not None:
+            self.fs.put_file(self.path, self.target)
+            shutil.rmtree(self.local_dir, ignore_errors=True)
+            self.path = self.target  # the finished file, as every encoder's ``path`` names it
 
     def discard(self) -> None:
         quietly(self._close_spill, self.spill_path)
@@ -149,3 +164,5 @@ class VortexEncoder(BufferedEncoder):
         for generation in range(1, self.generation + 1):
             remove_local(f"{self.path}.spill-{generation}.arrows")
         remove_local(self.path)
+        if self.local_dir is not None:
+            shutil.rmtree(self.local_dir, ignore_errors=True)
