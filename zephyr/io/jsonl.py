@@ -96,6 +96,7 @@ from zephyr.io.schema import (
     SchemaConflict,
     conform,
     fit_planned,
+    is_binary_like,
     map_leaves,
     promote_or_refuse,
     promote_schemas,
@@ -626,7 +627,7 @@ class JsonlEncoder:
 
 
 def _nested_binary(t: pa.DataType) -> bool:
-    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t) or pat.is_fixed_size_binary(t):
+    if is_binary_like(t) or pat.is_fixed_size_binary(t):
         return True
     if pat.is_struct(t):
         return any(_nested_binary(f.type) for f in t)
@@ -641,10 +642,7 @@ def encode_ndjson(batch: pa.RecordBatch | pa.Table, *, where: str = "batch") -> 
 
     base64_columns = []
     for field in batch.schema:
-        top_binary = (
-            pat.is_binary(field.type) or pat.is_large_binary(field.type) or pat.is_binary_view(field.type)
-        )
-        if top_binary:
+        if is_binary_like(field.type):
             base64_columns.append(field.name)
         elif _nested_binary(field.type):
             raise SchemaError(

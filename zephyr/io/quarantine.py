@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import InputError, SchemaError
+from zephyr.io.schema import is_string_like
 
 QUARANTINE_REASON = "quarantine_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
@@ -175,11 +176,6 @@ def _bisect(column: pa.Array) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def _is_text_type(t: pa.DataType) -> bool:
-    """True for the types a text column may have: the string types, and ``null`` (no value at all)."""
-    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t) or pat.is_null(t)
-
-
 def require_text_column(
     schema: pa.Schema, column: str, *, where: str | None = None, what: str = "text"
 ) -> None:
@@ -195,7 +191,7 @@ def require_text_column(
             f"(name the right one with {other})"
         )
     t = schema.field(column).type
-    if not _is_text_type(t):
+    if not (is_string_like(t) or pat.is_null(t)):  # null: a column without a single value
         raise SchemaError(
             f"{prefix}{what} column {column!r} has type {t}, not a string type; cast it to string before "
             f"this step (numbers are not turned into text), or name another column with {other}"

@@ -71,12 +71,12 @@ class SchemaConflict(Exception):
         self.right = right
 
 
-def _is_string_like(t: pa.DataType) -> bool:
+def is_string_like(t: pa.DataType) -> bool:
     """``string``, ``large_string`` or ``string_view``: the types that widen into each other."""
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
 
 
-def _is_binary_like(t: pa.DataType) -> bool:
+def is_binary_like(t: pa.DataType) -> bool:
     """``binary``, ``large_binary`` or ``binary_view``."""
     return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
 
@@ -114,9 +114,9 @@ def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str = "") 
         return _merge_type(a.value_type, b, unify=unify, path=path)
     if pat.is_dictionary(b):
         return _merge_type(a, b.value_type, unify=unify, path=path)
-    if _is_string_like(a) and _is_string_like(b):
+    if is_string_like(a) and is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if _is_binary_like(a) and _is_binary_like(b):
+    if is_binary_like(a) and is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
     if _is_list_like(a) and _is_list_like(b):
         item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")

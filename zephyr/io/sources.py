@@ -251,10 +251,9 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
             f"{files[0].path} is a WARC file: its records hold HTML, not a {column!r} column; extract the text "
             "first (zephyr extract WARC... --output DIR, or zephyr.read_warc), then run this command on DIR"
         )
-    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
-        for path, schema in pool.map(lambda s: _peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
-            if schema is not None:
-                require_text_column(schema, column, where=path)
+    for path, schema in peek_schemas(files, peek_bytes=_TEXT_PEEK_BYTES):
+        if schema is not None:
+            require_text_column(schema, column, where=path)
 
 
 def plan_input_schema(
