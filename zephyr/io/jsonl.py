@@ -90,7 +90,7 @@ from zephyr.io.compression import (
     open_decompressed,
 )
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside
+from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
 from zephyr.io.schema import (
     SCHEMA_FIX,
     SchemaConflict,
@@ -101,7 +101,7 @@ from zephyr.io.schema import (
     promote_or_refuse,
     promote_schemas,
 )
-from zephyr.io.text_encoding import SAMPLE_BYTES, refuse_wide_text, wide_text
+from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
 

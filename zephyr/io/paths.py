@@ -416,8 +416,9 @@ def _sniff_format(path: str) -> Format:
         return "jsonl"
     from zephyr.io.text_encoding import wide_text
 
-    if wide_text(head) is not None:
-        raise InputError(wide_text(head), path=path)
+    what = wide_text(head)
+    if what is not None:
+        raise InputError(what, path=path)
     raise InputError(
         f"{path}: cannot tell its format from its name or its first bytes (neither Parquet nor JSON lines); name "
         "it .parquet, .jsonl(.gz/.zst) or .vortex, or pass --format"

@@ -406,25 +406,18 @@ def load_schema_file(path: str) -> pa.Schema:
         import pyarrow.parquet as pq
 
         return pq.read_schema(io.BytesIO(data))
+    import yaml
+
     text = data.decode("utf-8", errors="replace")
     try:
-        spec = json.loads(text) if path.endswith(".json") else _yaml(text)
-    except ValueError as exc:
+        spec = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"schema file {path!r} is not valid JSON/YAML: {exc}") from exc
     if not isinstance(spec, dict) or not spec:
         raise ConfigError(
             f'schema file {path!r} must map column names to types, e.g. {{"id": "string", "score": "double"}}'
         )
     return pa.schema([pa.field(str(name), _type(value, f"{path}: {name}")) for name, value in spec.items()])
-
-
-def _yaml(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def _type(value: Any, where: str) -> pa.DataType:

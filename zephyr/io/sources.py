@@ -42,9 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephyr.errors import ConfigError, SchemaError, require
 from zephyr.io import jsonl, parquet, vortex, warc
@@ -321,10 +319,9 @@ def parquet_footer_sizes(paths: list[str]) -> FooterSizes:
     """Column sizes and widest rows of these files (one footer read each)."""
     sizes = FooterSizes()
     for url in paths:
-        fs, path = fsspec.core.url_to_fs(url)
         try:
-            with fs.open(path, "rb") as f:
-                metadata = pq.ParquetFile(f).metadata
+            with parquet.open_parquet(url) as parquet_file:
+                metadata = parquet_file.metadata
         except Exception:  # unreadable here: the reading task reports it with its path
             continue
         for group in range(metadata.num_row_groups):

@@ -15,8 +15,6 @@ UTF-8 JSON line with a stray NUL.
 
 from __future__ import annotations
 
-from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside
-
 SAMPLE_BYTES = 4096
 """Bytes of a file's start that ``wide_text`` looks at."""
 
@@ -71,12 +69,3 @@ def _encoding(head: bytes) -> tuple[str, str] | None:
         ):
             return name, iconv
     return None
-
-
-def refuse_wide_text(head: bytes, path: str, quarantine: QuarantineFn | None) -> bool:
-    """Whether the file ``path`` starting with ``head`` is UTF-16 or UTF-32 text (``wide_text``), which is then
-    refused (``InputError``) or, with a ``quarantine``, set aside as one entry: none of it is a line or record."""
-    what = wide_text(head)
-    if what is not None:
-        refuse_or_set_aside(quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what)
-    return what is not None

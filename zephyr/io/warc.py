@@ -51,8 +51,8 @@ import pyarrow as pa
 
 from zephyr import counters
 from zephyr.io.paths import open_input
-from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside
-from zephyr.io.text_encoding import SAMPLE_BYTES, refuse_wide_text
+from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
+from zephyr.io.text_encoding import SAMPLE_BYTES
 
 log = logging.getLogger(__name__)
 
