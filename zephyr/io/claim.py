@@ -391,14 +391,10 @@ class _Holder:
 
     @classmethod
     def me(cls) -> _Holder:
-        return cls(
-            socket.gethostname(),
-            os.getpid(),
-            _process_started(os.getpid()),
-            time.time(),
-            command_line(),
-            _TOKEN,
-        )
+        import psutil
+
+        started = psutil.Process().create_time()
+        return cls(socket.gethostname(), os.getpid(), started, time.time(), command_line(), _TOKEN)
 
     @classmethod
     def parse(cls, data: bytes) -> _Holder | None:
@@ -436,15 +432,6 @@ class _Holder:
     def describe(self) -> str:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
         return f"{self.command!r} (pid {self.pid} on {self.host}, since {since})"
-
-
-def _process_started(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
 
 
 def _holder_of(url: str) -> _Holder | None:

@@ -229,6 +229,7 @@ def _iter_blocks(
         block_start = pos
         parts: list[bytes] = []
         first = True
+        trailing: TrailingData | None = None
         while True:
             if stop is None:
                 want = block_bytes
@@ -250,13 +251,7 @@ def _iter_blocks(
             except (
                 TrailingData
             ) as exc:  # the stream ended whole: its last line (if unterminated) is whole too
-                tail = b"".join(parts)
-                if tail:
-                    yield Block(tail, line, block_start, tail.count(b"\n"))
-                if line is not None:
-                    line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
-                _report_tail(path, quarantine, exc, None if line is None else line - 1)
-                return
+                chunk, trailing = b"", exc
             if first and chunk and start == 0:
                 if compression is None:
                     check_not_compressed(chunk, path)
@@ -270,6 +265,10 @@ def _iter_blocks(
                 tail = b"".join(parts)
                 if tail:
                     yield Block(tail, line, block_start, tail.count(b"\n"))
+                if trailing is not None:  # reported after the stream's last line
+                    if line is not None:
+                        line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
+                    _report_tail(path, quarantine, trailing, None if line is None else line - 1)
                 return
             pos += len(chunk)
             cut = chunk.rfind(b"\n")

@@ -236,7 +236,13 @@ def read_warc_shard(
                     raise item
                 row = _row(item, path)
             except _BadRecord as bad:
-                _bad(path, bad, quarantine)
+                counters.increment("warc/bad_records")
+                refusal = (
+                    f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records "
+                    "aside and keep the rest of the file"
+                )
+                reason = f"warc record at byte {bad.offset}: {bad.reason}"
+                refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
                 continue
             if row is None:
                 continue
@@ -247,16 +253,6 @@ def read_warc_shard(
                 rows, size = [], 0
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-
-def _bad(path: str, bad: _BadRecord, quarantine: QuarantineFn | None) -> None:
-    counters.increment("warc/bad_records")
-    refusal = (
-        f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
-        "and keep the rest of the file"
-    )
-    reason = f"warc record at byte {bad.offset}: {bad.reason}"
-    refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
 
 
 MAX_RECORD_BYTES = 64 << 20
