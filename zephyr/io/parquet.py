@@ -128,14 +128,6 @@ def _plain_field(field: pa.Field) -> pa.Field:
     return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
 
 
-def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with its dictionary columns decoded (see ``plain_schema``)."""
-    if not any(pa.types.is_dictionary(t) for t in batch.schema.types):
-        return batch
-    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns]
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema([_plain_field(f) for f in batch.schema]))
-
-
 def columns_to_read(
     path: str, available: Sequence[str], columns: Sequence[str] | None, schema: pa.Schema | None
 ) -> tuple[list[str] | None, pa.Schema | None]:
@@ -246,30 +238,31 @@ def checked_batches(
 ) -> Iterator[pa.RecordBatch]:
     """What a columnar reader (Parquet, Vortex) yields of the decoded ``batches`` of ``path``, whose first row is
     the file's ``first_row``: bad rows set aside or refused (``drop_bad_rows``), dictionary columns decoded
-    (``plain_schema``), cast to ``target`` when given, sliced to about ``batch_bytes`` (``split_batch``);
-    ``where`` (``row group 3``) places the rows in messages."""
+    (``plain_schema``), cast to ``target`` when given, sliced (zero-copy) to about ``batch_bytes`` when a
+    decoded batch overshoots it by more than 2x; ``where`` (``row group 3``) places the rows in messages."""
     row = first_row
     for batch in batches:
         start, row = row, row + batch.num_rows
         batch = drop_bad_rows(batch, path, start, quarantine, where=f"{where}: " if where else "")
         if batch.num_rows == 0:
             continue
-        batch = _plain_batch(batch)
+        if any(pa.types.is_dictionary(t) for t in batch.schema.types):
+            columns = [
+                c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns
+            ]
+            batch = pa.RecordBatch.from_arrays(
+                columns, schema=pa.schema([_plain_field(f) for f in batch.schema])
+            )
         if target is not None:
             batch = cast_to_schema(
                 batch, target, where=f"{path} ({where})" if where else path, first_row=start
             )
-        yield from split_batch(batch, batch_bytes)
-
-
-def split_batch(batch: pa.RecordBatch, batch_bytes: int) -> Iterator[pa.RecordBatch]:
-    """Zero-copy slices of at most about ``batch_bytes`` when a decoded batch overshoots by more than 2x."""
-    if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
-        yield batch
-        return
-    rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
-    for start in range(0, batch.num_rows, rows):
-        yield batch.slice(start, rows)
+        if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
+            yield batch
+            continue
+        rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))  # 2x over: zero-copy slices
+        for begin in range(0, batch.num_rows, rows):
+            yield batch.slice(begin, rows)
 
 
 WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True}
