@@ -1,11 +1,11 @@
-"""What claiming an output costs (``zephyr.io.claim``, ``zephyr.io.lock``, ``zephyr.io.publish``): the lock, the
+"""What claiming an output costs (``zephyr.io.claim``): the lock, the
 check of a folder's files against its manifest, the checksums a publish records, and a whole small write.
 
     .venv/bin/python benchmarks/claim_cost.py [--rounds 200] [--mb 256] [--s3] [--no-append]
 
 Rows (each the median of ``--rounds`` rounds, on local disk unless said):
 
-* ``lock``: ``lock.held`` of one lock file: create (a temporary file hard-linked to its name) and remove;
+* ``lock``: ``claim.held`` of one lock file: create (a temporary file hard-linked to its name) and remove;
 * ``claim, N parts``: ``claim.claimed`` of an output a finished run wrote with N part files: the overlap
   check, the lock, the listing of the folder and the manifest read;
 * ``checksum``: ``claim.file_entry`` (xxh3-128) of one ``--mb`` MB file in the page cache, in GB/s: what a
@@ -40,7 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import zephyr
-from zephyr.io import claim, lock
+from zephyr.io import claim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import append_history  # noqa: E402
@@ -56,7 +56,7 @@ def _median_us(fn: Callable[[], object], rounds: int) -> float:
 
 
 def _lock_round(url: str) -> None:
-    with lock.held(url, "bench", url):
+    with claim.held(url, "bench", url):
         pass
 
 

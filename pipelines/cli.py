@@ -358,8 +358,8 @@ def heuristic_filter(
 
     import zephyr
     from zephyr import job_stats
+    from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, scratch_dir, side_path
-    from zephyr.io.publish import check_side_dir, prune_quarantine
 
     out = output.output
     config.rule_config()  # checks the rules before any work

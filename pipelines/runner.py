@@ -2,14 +2,14 @@
 
 Job directory layout::
 
-    JOB/lock.json                   held while a run uses the folder (``zephyr.io.lock``): a second
+    JOB/lock.json                   held while a run uses the folder (``zephyr.io.claim``): a second
                                     ``zephyr run`` on the same job folder is refused naming this one
     JOB/pipeline.yaml               the validated config, as run (paths resolved)
     JOB/stats.json                  the job: one record per step (below), in order, and totals
     JOB/report.md, report.html      the human report (``zephyr.pipelines.report``), plots/ beside them
     JOB/NN-NAME/                    one folder per step, NN = its position in the config: a data step's
         part-00000.parquet, ...     output rows and nothing else, numbered densely from 00000 (published
-                                    whole, ``zephyr.io.publish``); tokenize and train steps hold their
+                                    whole, ``zephyr.io.claim``); tokenize and train steps hold their
         shards/, tokenizer.json, train.jsonl, checkpoints/   files (no Parquet)
     JOB/NN-NAME.zephyr/             the step's sidecar (``zephyr.io.layout``): everything else
         stats.json                  the step record (below)
@@ -232,7 +232,7 @@ def run_pipeline(
     import yaml
 
     from zephyr.executors import reuse_workers
-    from zephyr.io import claim, lock
+    from zephyr.io import claim
 
     options = _execution_dict(execution)
     reporter = reporter or ProgressReporter()
@@ -256,7 +256,7 @@ def run_pipeline(
     job.mkdir(parents=True, exist_ok=True)
     with (
         reuse_workers(options) as execution_kw,
-        lock.held(str(job / "lock.json"), "the job folder", str(job)),
+        claim.held(str(job / "lock.json"), "the job folder", str(job)),
     ):
         if execution_kw.get("progress") is None:
             execution_kw["progress"] = reporter.tty  # progress lines only on a terminal

@@ -67,7 +67,7 @@ Arguments of ``write_token_shards``::
     execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
 
 The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and swapped
-in whole when complete (``zephyr.io.publish.publish_folder``): a set a finished run wrote stays readable until
+in whole when complete (``zephyr.io.claim.publish_folder``): a set a finished run wrote stays readable until
 the new one is complete.
 
 ``plans`` takes the same arguments (``output`` optional): nothing runs and nothing is written; the inputs are
@@ -174,8 +174,8 @@ def write_token_shards(
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
     from zephyr.io import claim, layout
+    from zephyr.io.claim import publish_folder
     from zephyr.io.layout import remove_folder
-    from zephyr.io.publish import publish_folder
 
     shard_bytes = checked_shard_bytes(shard_bytes, batch_rows)
     output = absolute(output)  # pack tasks write it, maybe on workers in another working directory

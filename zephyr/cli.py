@@ -136,11 +136,11 @@ def quarantine_dir(args: argparse.Namespace) -> str | None:
 
 
 def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
-    """Claim what the command writes for its whole run (``zephyr.io.claim``, ``zephyr.io.lock``): its output
+    """Claim what the command writes for its whole run (``zephyr.io.claim``): its output
     folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
     work dir (locked from the first of its engine jobs to the last; a command of one job, such as ``count``, is
     locked by that job, ``zephyr.job.Job``). Refusals are one line, before any work."""
-    from zephyr.io import claim, lock
+    from zephyr.io import claim
 
     if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
         return
@@ -159,7 +159,7 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
             claim.claimed(dropped, inputs=inputs, overwrite=overwrite, flag="--dropped-output")
         )
     if work_dir and getattr(args, "output_is_dir", False):  # jobs of one command, one after the other
-        claims.enter_context(lock.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
+        claims.enter_context(claim.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
 
 
 def _names_a_path(value: str) -> bool:
@@ -285,10 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_sigint = _catch_interrupts(interrupted)
     try:
         from zephyr import job_stats, progress
-        from zephyr.io import lock
+        from zephyr.io import claim
         from zephyr.summary import Summary
 
-        lock.set_command_line(shlex.join(["zephyr", *argv]))
+        claim.set_command_line(shlex.join(["zephyr", *argv]))
         started = time.perf_counter()
         with contextlib.ExitStack() as claims:
             _claim(args, claims)
@@ -300,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
             quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
-                from zephyr.io.publish import prune_quarantine
+                from zephyr.io.claim import prune_quarantine
 
                 prune_quarantine(quarantine, jobs)
         if isinstance(outcome, Summary):  # printed the one way every command ends (``zephyr.summary``)

@@ -73,7 +73,7 @@ class ColumnExistsError(SchemaError, ConfigError):
 class ClaimError(ConfigError):
     """A command may not take a folder it would write: the output overlaps an input, holds files zephyr did not
     write (the fix: ``overwrite=True`` / ``--overwrite``), or another command holds its lock. Found before any
-    work (``zephyr.io.claim``, ``zephyr.io.lock``); one line naming the folder, the file or holder, and the fix."""
+    work (``zephyr.io.claim``); one line naming the folder, the file or holder, and the fix."""
 
 
 class OutputError(ZephyrError):

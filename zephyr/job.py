@@ -123,9 +123,9 @@ class Job:
 
     def __enter__(self) -> Job:
         if not self.temporary:  # two runs in one work dir would rewrite each other's markers and spills
-            from zephyr.io import lock
+            from zephyr.io import claim
 
-            self._lock.enter_context(lock.held(f"{self.root}/lock.json", "the work dir", self.root))
+            self._lock.enter_context(claim.held(f"{self.root}/lock.json", "the work dir", self.root))
         if progress.current() is None and self._progress:  # from Python, no command's bar: one for the job
             self._bar = progress.command("zephyr", True)
             self._bar.__enter__()
@@ -530,12 +530,12 @@ def run_write(
 ) -> WriteResult:
     """Write the plan ``ops`` into the folder ``directory`` (layout: ``zephyr.io.layout``): claimed first
     (``zephyr.io.claim``: not an input, locked, no file zephyr did not write unless ``overwrite``), staged in
-    its sidecar, published whole (``zephyr.io.publish``). ``side_quarantine``: quarantined rows go to
+    its sidecar, published whole (``zephyr.io.claim``). ``side_quarantine``: quarantined rows go to
     ``OUT.zephyr/quarantine`` when ``options`` names no folder for them; ``coalesce``: ``Job.run_segment``'s
     (a user's write keeps a file per partition)."""
     from zephyr.io import claim, layout
+    from zephyr.io.claim import publish
     from zephyr.io.paths import absolute, check_output_dir
-    from zephyr.io.publish import publish
 
     out = absolute(directory).rstrip("/")  # tasks write it, maybe on workers in another working directory
     inputs = claim.input_paths_of(ops)

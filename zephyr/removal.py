@@ -47,7 +47,7 @@ How, in three engine jobs, so the verdict (a language model, an n-gram index, a 
 
 Without ``--dropped-output`` a command keeps its one-job plan and writes the same bytes as before.
 ``DIR`` may not be the output, a folder inside it or one that contains it
-(``zephyr.io.publish.check_side_dir``).
+(``zephyr.io.claim.check_side_dir``).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class Removal:
 def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
     """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
     inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
-    from zephyr.io.publish import check_side_dir
+    from zephyr.io.claim import check_side_dir
     from zephyr.io.sources import list_shards, peek_schemas
 
     check_side_dir(dropped_output, output, "--dropped-output")

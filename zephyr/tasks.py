@@ -74,7 +74,7 @@ class SinkOutput:
     """Files ``part-NNNNN.<ext>`` in ``directory``, NNNNN the task index (``format="count"`` writes nothing,
     counts rows). With ``staging`` (the output's ``OUT.zephyr/staging``, ``zephyr.io.layout``), a task writes
     ``staging/part-NNNNN.<ext>`` instead and the driver publishes the non-empty ones into ``directory`` under
-    dense names in task order (``zephyr.io.publish``); a staged file is never a published one, so a task rerun
+    dense names in task order (``zephyr.io.claim``); a staged file is never a published one, so a task rerun
     on resume cannot overwrite another task's published file. A sink task's marker names files in
     ``staging`` or, once published, in ``directory``."""
 

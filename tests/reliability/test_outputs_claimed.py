@@ -1,4 +1,4 @@
-"""Safety: outputs are claimed, not clobbered (``zephyr.io.claim``, ``zephyr.io.lock``, ``zephyr.io.publish``).
+"""Safety: outputs are claimed, not clobbered (``zephyr.io.claim``).
 
 - An output that is, contains or lies inside an input (paths resolved: relative spellings, globs, symlinks;
   also when its sidecar ``OUT.zephyr`` would be) is refused in one line before any work, on every command.

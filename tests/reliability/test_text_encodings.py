@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 
 from zephyr.errors import InputError
-from zephyr.io import list_shards, read_shard
 from zephyr.io.paths import input_files
+from zephyr.io.sources import list_shards, read_shard
 
 from .conftest import FAST, zephyr_cli
 

@@ -19,7 +19,7 @@ import pytest
 import zstandard
 
 from zephyr.errors import InputError
-from zephyr.io import list_shards, read_shard
+from zephyr.io.sources import list_shards, read_shard
 
 from .conftest import FAST, zephyr_cli
 

@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.errors import InputError
-from zephyr.io import list_shards, read_shard
 from zephyr.io.compression import TruncatedStream, open_decompressed
 from zephyr.io.layout import quarantine_dir
+from zephyr.io.sources import list_shards, read_shard
 
 from .conftest import FAST, zephyr_cli
 

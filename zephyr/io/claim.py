@@ -1,5 +1,6 @@
-"""Outputs are claimed, not clobbered: what a command checks before it writes a folder, and the manifest that
-says a finished zephyr run wrote it.
+"""The output protocol. Outputs are claimed, not clobbered: what a command checks before it writes a folder,
+the lock it holds for the whole run, how it publishes the folder whole, and the manifest that says a finished
+zephyr run wrote it. (Where each of these files lives: ``zephyr.io.layout``.)
 
 Before any work, for each folder a command writes (``--output``, ``--dropped-output``, ``Dataset.write_*``'s
 directory; ``claimed``):
@@ -8,7 +9,7 @@ directory; ``claimed``):
    or lie inside any input: ``zephyr dedup exact c3/ --output c3/`` would publish the deduplicated part beside
    the original file, and reading ``c3/`` would give every duplicate back. Paths are compared after resolving
    symlinks (local) and URLs (``fsspec``); a glob counts as the paths it matches.
-2. **Locked.** ``OUT.zephyr/lock.json`` is taken for the whole run (``zephyr.io.lock``): a second command on the
+2. **Locked.** ``OUT.zephyr/lock.json`` is taken for the whole run (below, "The lock"): a second command on the
    same output is refused naming the first.
 3. **Zephyr's own files only.** Under the lock, every file in ``OUT`` must be named in
    ``OUT.zephyr/manifest.json`` (``foreign_files``): a folder holding anything else (a stale part, the user's
@@ -21,7 +22,7 @@ The manifest (``MANIFEST_VERSION`` 1)::
     {"version": 1, "command": "zephyr sort data/ --by url --output sorted/", "finished": 1767000000.0,
      "host": "node-3", "files": [{"name": "part-00000.parquet", "size_bytes": 1234, "xxh3_128": "..."}]}
 
-It is written last, when a run has published in full (``zephyr.io.publish``), so its presence is the claim "a
+It is written last, when a run has published in full (below, "Publishing"), so its presence is the claim "a
 finished zephyr run wrote OUT". Sizes and checksums are those each task recorded while writing the file
 (xxh3-128, ``zephyr.io.checksum``): nothing is read back. A file without such a record (a token-shard set
 built by its own writer) is hashed once locally, or named with its store's ETag (``etag``) on object stores.
@@ -32,26 +33,92 @@ OUT matching the pending list exactly promotes it.
 
 Claims nest within a process: a command claims its output once (``zephyr.cli.main``) and the engine jobs that
 write into it (``zephyr.job.run_write``) find it claimed and skip the checks.
+
+The lock (``held``) on a folder a command writes (its output, its work dir, a ``zephyr run`` job folder), for its
+whole run.
+
+Why: two commands on one output both exited 0 and the folder held the second's unsorted parts under the first's
+summary; two ``zephyr run`` on one job folder died on each other's files. A lock makes the second command stop
+before any work, in one line naming the holder.
+
+The lock is one small JSON file (``OUT.zephyr/lock.json``, ``WORK/lock.json``, ``JOB/lock.json``)::
+
+    {"host": "node-3", "pid": 4242, "process_started": 1767000000.12, "since": 1767000100.5,
+     "command": "zephyr sort data/ --by url --output sorted/", "token": "9f0c..."}
+
+- **Created exclusively.** Locally the complete file is hard-linked to its name (``link(2)`` fails when the
+  name exists), so no reader ever sees a torn lock; where links are refused, ``O_CREAT|O_EXCL``. On object
+  stores a conditional write (``If-None-Match: *``, ``fs.pipe_file(mode="create")``): S3 and S3-compatible
+  stores that implement it (AWS since 2024, MinIO, moto) refuse the second writer with 412. A store or
+  ``fsspec`` filesystem without conditional writes refuses ``mode="create"`` with another error, and the lock
+  falls back to a check-then-write, which two commands started within the same second can both pass
+  (logged once per filesystem).
+- **A dead holder's lock is taken over, with a warning.** Same host, and its pid is not alive, or is alive
+  with another process start time (the pid was reused): the lock is moved aside (a rename, so of two commands
+  taking over at once one wins; the other finds the winner's lock and is refused) and created again. A lock
+  of another host is never taken over: its process cannot be checked from here, and the message says to
+  remove the file when that command is known to be gone.
+- **Released on exit**, on success, errors and Ctrl-C alike (a ``with`` block), and only if it is still
+  ours (its ``token``).
+- **Per process.** Several jobs of one command take the lock of the same folder (a dedup writes its output
+  from a few engine jobs; ``zephyr run`` steps write into their job folder): the first takes the file, the
+  others count themselves in (``held``), and the last to leave removes it.
+
+Publishing (``publish``, ``publish_folder``): the output folder gets dense part names, nothing else, and changes only
+when complete.
+
+Contract of a folder written by ``Dataset.write_*`` (``zephyr.job.run_write``; layout: ``zephyr.io.layout``):
+
+- its files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task that
+  keeps no row writes no file, and the names close up over it. Nothing else is in it, so pyarrow, polars,
+  duckdb (``OUT/**/*.parquet``) and HF ``datasets`` read it as exactly the written rows;
+- the content a finished run published stays readable until the new run has published in full.
+
+How, on a local disk. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``). After
+the last task, ``publish`` builds the complete new folder ``OUT.zephyr/staging/publish-<id>/``: staged parts
+are renamed into it, in task order, under their dense names; parts of tasks resumed from a previous publish
+(their markers name ``OUT/part-k``) are hard-linked (copied where links are refused). It writes the pending
+manifest (``write_pending``), swaps the new folder with ``OUT`` in one ``renameat2(2)`` call with
+``RENAME_EXCHANGE`` (Linux 3.15+; elsewhere, or where the filesystem refuses it, two renames, between which
+``OUT`` is briefly missing), rewrites each task's marker with its published name and its recorded size and
+checksum under that name (a rerun with the same ``work_dir`` then finds its finished tasks and checks their
+bytes, ``zephyr.resume.check_files``), writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the
+markers, ``zephyr.io.checksum``: nothing is read back) and removes the old folder. A
+crash before the swap leaves ``OUT`` as it was; after it, ``OUT`` is the complete new content, and a marker
+still naming a staged file makes its task rerun.
+
+How, on an object store (no rename, no directory swap). ``manifest.json`` is removed first, then each part is
+copied to its final name in task order (``fs.mv``; a name of the previous run is overwritten whole: an
+object appears complete or not at all), then the previous run's parts not named again are deleted, then
+``manifest.json`` is written. During that window a reader of ``OUT`` may see a mix of old and new parts;
+a reader that needs a finished run reads ``manifest.json`` and the files it lists.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
+import errno as errno_codes
 import glob as globlib
 import json
 import logging
 import os
 import posixpath
+import shutil
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from zephyr.errors import ClaimError
-from zephyr.io import layout, lock
+import fsspec
+
+from zephyr.errors import ClaimError, ConfigError, OutputError, describe_os_error
+from zephyr.io import layout
 from zephyr.io.checksum import ALGORITHM, file_checksum
-from zephyr.io.paths import check_output_dir, filesystem, is_local, path_key
+from zephyr.io.paths import check_output_dir, filesystem, is_local, path_key, public_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +128,6 @@ PENDING = "manifest.json"
 
 _REWRITTEN = ("quarantine", "dropped", "staging", "unreadable")
 """Sidecar folders a run rewrites: an input inside one of them would be replaced while it is read."""
-
-_CLAIMED: dict[str, bool] = {}
-"""Outputs this process has claimed: key (``path_key``) → whether the claim replaces foreign files."""
-_CLAIMED_LOCK = threading.Lock()
 
 
 # -- where a path is -----------------------------------------------------------------------------------------
@@ -174,7 +237,7 @@ def _manifest_entries(output: str) -> dict[str, set[int]]:
 def _manifest(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "version": MANIFEST_VERSION,
-        "command": lock.command_line(),
+        "command": command_line(),
         "finished": time.time(),
         "host": socket.gethostname(),
         "files": list(entries),
@@ -183,15 +246,11 @@ def _manifest(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def write_manifest(output: str, entries: Sequence[dict[str, Any]]) -> None:
     """Write ``OUT.zephyr/manifest.json`` listing ``entries`` (``file_entry``): the last write of a publish."""
-    from zephyr.io.paths import write_json_atomic
-
     write_json_atomic(layout.manifest_path(output), _manifest(entries))
 
 
 def write_pending(output: str, entries: Sequence[dict[str, Any]]) -> None:
     """Before a publish touches ``output``: the pending manifest, the old manifest's files and ``entries``."""
-    from zephyr.io.paths import write_json_atomic
-
     old = (read_manifest(layout.manifest_path(output)) or {}).get("files", [])
     write_json_atomic(posixpath.join(layout.staging_dir(output), PENDING), _manifest([*old, *entries]))
 
@@ -262,17 +321,17 @@ def claimed(
     """Claim the folder ``output`` for the block (see the module docstring): refuse it when it overlaps an
     input (or ``work_dir`` lies inside it), hold its lock, and refuse it when it holds files zephyr did not
     write unless ``overwrite``. Within a claim of this process, a nested claim of the same folder only
-    counts itself in."""
-    key = path_key(output)
-    with _CLAIMED_LOCK:
-        nested = key in _CLAIMED
+    counts itself in (this process holds the folder's lock: only a claim takes it)."""
+    lock = layout.lock_path(output)
+    with _COUNTS_LOCK:
+        nested = path_key(lock) in _COUNTS
     if nested:
-        with lock.held(layout.lock_path(output), flag, output):
+        with held(lock, flag, output):
             yield
         return
     check_not_inputs(output, inputs, flag=flag)
     if work_dir is not None:
-        relation = _relation(path_key(work_dir), key)
+        relation = _relation(path_key(work_dir), path_key(output))
         if relation in ("is", "lies inside"):
             raise ClaimError(
                 f"the work dir {work_dir} {relation} {flag} {output}, which holds its data only (and is replaced "
@@ -280,7 +339,7 @@ def claimed(
             )
     if _blocked(output):  # a file in the way: one line, before the sidecar (``/dev/full.zephyr``) is made
         check_output_dir(output)
-    with lock.held(layout.lock_path(output), flag, output):
+    with held(lock, flag, output):
         check_output_dir(output)  # a read-only place: one line now, not in every task
         _promote_pending(output)
         if not overwrite:
@@ -291,10 +350,480 @@ def claimed(
                     f"{flag} {output} holds files zephyr did not write ({foreign[0]}{more}); pass "
                     "overwrite=True to replace its content, or choose another output folder"
                 )
-        with _CLAIMED_LOCK:
-            _CLAIMED[key] = overwrite
+        yield
+
+
+# -- the lock ---------------------------------------------------------------------------------------------------
+
+_COUNTS: dict[tuple[str, str], int] = {}
+"""Locks this process holds: URL → how many ``held`` blocks are inside it."""
+_COUNTS_LOCK = threading.Lock()
+_TOKEN = uuid.uuid4().hex
+"""This process's mark in its lock files: a lock with another token is not ours to remove."""
+_COMMAND: list[str] = []
+_NO_CONDITIONAL: set[str] = set()
+
+
+def set_command_line(text: str) -> None:
+    """The command a lock names as its holder (``zephyr.cli.main`` sets the command line it runs)."""
+    _COMMAND[:] = [text]
+
+
+def command_line() -> str:
+    """The command set by ``set_command_line``, else the Python program's (``python train.py``)."""
+    if _COMMAND:
+        return _COMMAND[0]
+    import sys
+
+    return "python " + " ".join(sys.argv) if sys.argv and sys.argv[0] else "python"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Holder:
+    """Who holds a lock, as its file says."""
+
+    host: str
+    pid: int
+    process_started: float | None
+    since: float
+    command: str
+    token: str = ""
+
+    @classmethod
+    def me(cls) -> _Holder:
+        import psutil
+
+        started = psutil.Process().create_time()
+        return cls(socket.gethostname(), os.getpid(), started, time.time(), command_line(), _TOKEN)
+
+    @classmethod
+    def parse(cls, data: bytes) -> _Holder | None:
         try:
-            yield
+            raw = json.loads(data)
+            return cls(
+                str(raw["host"]),
+                int(raw["pid"]),
+                None if raw.get("process_started") is None else float(raw["process_started"]),
+                float(raw["since"]),
+                str(raw.get("command", "?")),
+                str(raw.get("token", "")),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
+
+    def alive(self) -> bool | None:
+        """Whether the holding process still runs: None when that cannot be told from here (another host)."""
+        if self.host != socket.gethostname():
+            return None
+        import psutil
+
+        try:
+            started = psutil.Process(self.pid).create_time()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return False
+        except psutil.Error:  # another user's process: it runs, and its start time is not ours to read
+            return True
+        # a pid reused by another process has another start time (psutil reads it to 10 ms or better)
+        return self.process_started is None or abs(started - self.process_started) < 1.0
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        return f"{self.command!r} (pid {self.pid} on {self.host}, since {since})"
+
+
+def _holder_of(url: str) -> _Holder | None:
+    """The holder named by the lock file ``url``; None when there is none (or it is not a lock)."""
+    fs, path = filesystem(url)
+    try:
+        return _Holder.parse(fs.cat_file(path))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+@contextlib.contextmanager
+def held(url: str, what: str, folder: str) -> Iterator[None]:
+    """Hold the lock file ``url`` for the block; ``what`` and ``folder`` name the locked folder in the refusal
+    ("the output sorted/ is in use by ..."). Re-entrant within a process (see the module docstring)."""
+    key = path_key(url)  # one key per lock file: ``out/`` and ``/abs/out/`` are one lock
+    with _COUNTS_LOCK:
+        mine = _COUNTS.get(key, 0)
+        if mine:
+            _COUNTS[key] = mine + 1
+    if not mine:
+        _acquire(url, what, folder)
+        with _COUNTS_LOCK:
+            _COUNTS[key] = _COUNTS.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with _COUNTS_LOCK:
+            _COUNTS[key] -= 1
+            last = _COUNTS[key] == 0
+            if last:
+                del _COUNTS[key]
+        if last:
+            _release(url)
+
+
+def _acquire(url: str, what: str, folder: str) -> None:
+    fs, path = filesystem(url)
+    parent = path.rstrip("/").rsplit("/", 1)[0]
+    try:
+        fs.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(
+            f"cannot create the lock of {what} {folder}: {describe_os_error(exc, exc.filename or parent)}",
+            path=parent,
+            errno=exc.errno,
+        ) from exc
+    for _ in range(3):  # a takeover races at most a couple of times before one command wins
+        me = _Holder.me()
+        if _create(fs, path, me.to_bytes()):
+            return
+        holder = _holder_of(url)
+        if holder is None:
+            # a lock file that is not a whole lock: a writer without conditional writes is between its check
+            # and its write, or a torn file of a crash; the second look decides
+            time.sleep(0.05)
+            holder = _holder_of(url)
+            if holder is None:
+                log.warning("%s: not a zephyr lock (unreadable); taking it over", url)
+                _remove_if(fs, path, None)
+                continue
+        alive = holder.alive()
+        if alive is False:
+            log.warning(
+                "%s %s: taking over the lock of %s, whose process is gone (%s)",
+                what,
+                folder,
+                holder.describe(),
+                url,
+            )
+            _remove_if(fs, path, holder)
+            continue
+        where = "" if alive else f"; if that command is gone, remove {url}"
+        raise ClaimError(
+            f"{what} {folder} is in use by another zephyr command: {holder.describe()}; wait for it to "
+            f"finish{where}"
+        )
+    raise ClaimError(f"{what} {folder}: could not take its lock {url} (other commands kept taking it over)")
+
+
+def _create(fs: Any, path: str, data: bytes) -> bool:
+    """Create the file ``path`` holding ``data`` unless it exists; whether this call created it."""
+    if is_local(fs):
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            _create_exclusive(tmp, data)
+            try:
+                os.link(tmp, path)  # atomic, and never replaces: the whole file appears, or nothing
+                return True
+            except FileExistsError:
+                return False
+            except OSError:  # a filesystem without hard links
+                return _create_exclusive(path, data)
         finally:
-            with _CLAIMED_LOCK:
-                _CLAIMED.pop(key, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol not in _NO_CONDITIONAL:
+        try:
+            fs.pipe_file(path, data, mode="create")
+            return True
+        except FileExistsError:
+            return False
+        except (NotImplementedError, ValueError, TypeError) as exc:
+            _NO_CONDITIONAL.add(protocol)
+            log.warning(
+                "%s: no conditional write (%s); locks are checked, then written (not atomic)", protocol, exc
+            )
+    fs.invalidate_cache(path)
+    if fs.exists(path):
+        return False
+    fs.pipe_file(path, data)
+    return True
+
+
+def _create_exclusive(path: str, data: bytes) -> bool:
+    """Create the local file ``path`` (``O_CREAT|O_EXCL``, no link followed) holding ``data`` unless it exists;
+    whether this call created it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return True
+
+
+def _remove_if(fs: Any, path: str, expected: _Holder | None) -> None:
+    """Remove the lock at ``path`` if it is still the one read (``expected``; None: an unreadable one).
+    Locally the lock is first renamed aside, so of two commands doing this at once only one removes it; a
+    lock found there that is not the expected one (a winner's new lock) is put back."""
+    if not is_local(fs):
+        fs.invalidate_cache(path)
+        with contextlib.suppress(FileNotFoundError):
+            current = _Holder.parse(fs.cat_file(path))
+            if current == expected:
+                fs.rm(path)
+        return
+    aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return
+    with open(aside, "rb") as f:
+        moved = _Holder.parse(f.read())
+    if moved != expected:
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    os.unlink(aside)
+
+
+def _release(url: str) -> None:
+    """Remove the lock ``url`` if it is still this process's (a takeover by someone else is left alone)."""
+    fs, path = filesystem(url)
+    try:
+        fs.invalidate_cache(path)
+        holder = _Holder.parse(fs.cat_file(path))
+        if holder is not None and holder.token == _TOKEN and holder.pid == os.getpid():
+            fs.rm(path)
+        else:
+            log.warning("%s: the lock is no longer this command's; left as it is", url)
+    except FileNotFoundError:
+        log.warning("%s: the lock was removed while this command ran", url)
+    except OSError as exc:  # releasing must not turn a finished run into a failure
+        log.warning("%s: could not remove the lock (%s); remove it by hand", url, exc)
+
+
+# -- publishing ------------------------------------------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def publish(
+    directory: str, markers: Sequence[dict], marker_paths: Sequence[str], fmt: str, compression: str | None
+) -> list[str]:
+    """Publish the files of ``markers`` (one per task, in task order) into ``directory`` as ``part-00000``,
+    ``part-00001``, ... (see the module docstring); return the published files, named in the form the tasks
+    name theirs (a plain path for local files, a URL otherwise)."""
+    from zephyr.io.sinks import output_name
+
+    plan: list[list[tuple[str, str]]] = []  # per task, (source URL, dense name) of its files
+    for marker in markers:
+        files = marker.get("files", [])
+        done = sum(map(len, plan))
+        plan.append([(url, output_name(done + i, fmt, compression)) for i, url in enumerate(files)])
+    return _publish(directory, plan, markers, marker_paths)
+
+
+def publish_folder(built: str, output: str) -> None:
+    """Publish the complete folder ``built`` (in ``output``'s staging folder) as ``output``, for writers whose
+    files are not engine task outputs (the token shards): the same swap and manifest as ``publish``, with each
+    file's checksum read from it (it has no task record)."""
+    fs, built_path = filesystem(built)
+    built_path = built_path.rstrip("/")
+    names = sorted(name[len(built_path) + 1 :] for name in fs.find(built_path))
+    _publish(output, [[(public_path(fs, f"{built_path}/{n}"), n) for n in names]], [{}], [None])
+
+
+def _publish(
+    directory: str,
+    plan: list[list[tuple[str, str]]],
+    markers: Sequence[dict],
+    marker_paths: Sequence[str | None],
+) -> list[str]:
+    fs, root = filesystem(directory)
+    if is_local(fs):
+        return _publish_local(directory, root.rstrip("/"), plan, markers, marker_paths)
+    return _publish_remote(directory, fs, root.rstrip("/"), plan, markers, marker_paths)
+
+
+def _rewrite_markers(
+    prefix: str,
+    plan: list[list[tuple[str, str]]],
+    markers: Sequence[dict],
+    marker_paths: Sequence[str | None],
+) -> list[str]:
+    """Each task's marker with its files' published names, and their recorded size and checksum under those
+    names (the bytes did not change, only their name: a resume checks them there)."""
+    published = []
+    for pairs, marker, marker_path in zip(plan, markers, marker_paths, strict=True):
+        names = [f"{prefix}/{name}" for _, name in pairs]
+        published.extend(names)
+        if marker_path is not None and names != marker.get("files", []):
+            checksums = dict(marker.get("checksums") or {})
+            for (url, _), name in zip(pairs, names, strict=True):
+                if url in checksums:
+                    checksums[name] = checksums.pop(url)
+            write_json_atomic(marker_path, {**marker, "files": names, "checksums": checksums})
+    return published
+
+
+def _entry(url: str, name: str, marker: dict, now_at: str) -> dict:
+    """The manifest entry of the file ``url`` published as ``name``: its size and checksum as its task
+    recorded them while writing it (``zephyr.io.checksum``), read from the file (now at ``now_at``) only when
+    there is no record."""
+    record = (marker.get("checksums") or {}).get(url)
+    if isinstance(record, dict) and "bytes" in record:
+        digests = {k: v for k, v in record.items() if k != "bytes"}
+        return {"name": name, "size_bytes": int(record["bytes"]), **digests}
+    return {**file_entry(now_at), "name": name}
+
+
+def _publish_local(
+    directory: str,
+    root: str,
+    plan: list[list[tuple[str, str]]],
+    markers: Sequence[dict],
+    marker_paths: Sequence[str | None],
+) -> list[str]:
+    staging = filesystem(layout.staging_dir(directory))[1]
+    if os.path.islink(root):  # swap the folder the link names, not the link
+        root = os.path.realpath(root)
+    new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
+    os.makedirs(new)
+    entries = []
+    try:
+        for pairs, marker in zip(plan, markers, strict=True):
+            for url, name in pairs:
+                source, target = filesystem(url)[1], os.path.join(new, name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)  # a built folder may nest its files
+                if source.startswith(staging.rstrip("/") + "/"):
+                    os.replace(source, target)
+                else:  # a resumed task's part, published by an earlier run of this plan
+                    try:
+                        os.link(source, target)
+                    except OSError:
+                        shutil.copy2(source, target)
+                entries.append(_entry(url, name, marker, target))
+        write_pending(directory, entries)
+        _swap(new, root)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)  # staged parts moved into it rerun; OUT is untouched
+        raise
+    published = _rewrite_markers(directory.rstrip("/"), plan, markers, marker_paths)
+    write_manifest(directory, entries)
+    shutil.rmtree(staging, ignore_errors=True)  # the old content (now at ``new``), and any aborted attempt's
+    return published
+
+
+def _publish_remote(
+    directory: str,
+    fs: fsspec.AbstractFileSystem,
+    root: str,
+    plan: list[list[tuple[str, str]]],
+    markers: Sequence[dict],
+    marker_paths: Sequence[str | None],
+) -> list[str]:
+    prefix = directory.rstrip("/")
+    write_pending(
+        directory, [_entry(url, name, m, url) for pairs, m in zip(plan, markers) for url, name in pairs]
+    )
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm(filesystem(layout.manifest_path(directory))[1])
+    entries = []
+    for pairs, marker in zip(plan, markers, strict=True):
+        for url, name in pairs:
+            source, target = filesystem(url)[1], f"{root}/{name}"
+            if source != target:
+                fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
+            entries.append(_entry(url, name, marker, f"{prefix}/{name}"))
+    published = _rewrite_markers(prefix, plan, markers, marker_paths)
+    keep = {name for pairs in plan for _, name in pairs}
+    fs.invalidate_cache(root)
+    with contextlib.suppress(FileNotFoundError):  # the previous run's files not named again
+        for entry in fs.find(root):
+            if entry[len(root) + 1 :] not in keep:
+                fs.rm(entry)
+    write_manifest(directory, entries)  # the claim: last, so a folder without it was never complete
+    staging = filesystem(layout.staging_dir(directory))[1]
+    fs.invalidate_cache(staging)
+    if fs.exists(staging):
+        fs.rm(staging, recursive=True)
+    return published
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the two existing paths ``a`` and ``b`` atomically (``renameat2(RENAME_EXCHANGE)``); False where
+    the system or the filesystem has no such call, so the caller falls back to two renames."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno_codes.ENOSYS, errno_codes.EINVAL, errno_codes.ENOTSUP, errno_codes.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), b)
+
+
+def _swap(new: str, root: str) -> None:
+    """Make the complete folder ``new`` the content of ``root``; the old content ends up at ``new``."""
+    if not os.path.lexists(root):
+        os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
+        os.rename(new, root)
+        os.makedirs(new)  # the caller removes the staging folder with whatever is at ``new``
+        return
+    try:
+        if exchange(new, root):
+            return
+    except OSError as exc:
+        if exc.errno != errno_codes.EXDEV:
+            raise
+        _replace_in_place(new, root)
+        return
+    aside = f"{new}-old"
+    os.rename(root, aside)  # from here until the next rename, ``root`` is missing (no exchange call here)
+    os.rename(new, root)
+    os.rename(aside, new)
+
+
+def _replace_in_place(new: str, root: str) -> None:
+    """The sidecar is on another filesystem than ``root`` (a mount or a link): move the parts one by one."""
+    log.warning("%s: its sidecar is on another filesystem; publishing part by part, not in one swap", root)
+    old = set(os.listdir(root))
+    for name in sorted(os.listdir(new)):
+        shutil.move(os.path.join(new, name), os.path.join(root, name))
+        old.discard(name)
+    for name in old:
+        target = os.path.join(root, name)
+        shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
+
+
+def check_side_dir(side: str, output: str, option: str) -> None:
+    """Refuse a folder for rows set aside (``--dropped-output``) that is the output, lies inside it (the
+    output holds its data only, and is replaced whole when it is published) or contains it; then check that
+    it can be written (``check_output_dir``), before any work."""
+    a, b = path_key(side), path_key(output)
+    relation = _relation(a, b)
+    if relation is not None:
+        raise ConfigError(
+            f"{option} {side!r} {relation} the output {output!r}: the set-aside rows would mix with the kept "
+            f"ones; pick a folder outside it (the default is {layout.dropped_dir(output)})"
+        )
+    check_output_dir(side)
+
+
+def prune_quarantine(root: str, jobs: Sequence[dict]) -> None:
+    """Remove the ``stage-<fp16>`` folders under a command's quarantine folder ``root`` that none of its
+    ``jobs`` (``Job.stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
+    another plan set aside, which readers of ``root`` would otherwise take for this run's."""
+    keep = {f"stage-{stage['fingerprint']}" for job in jobs for stage in job.get("stages", [])}
+    fs, root_path = fsspec.core.url_to_fs(root)
+    fs.invalidate_cache(root_path)
+    try:
+        entries = fs.ls(root_path, detail=False)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name.startswith("stage-") and name not in keep:
+            fs.rm(entry, recursive=True)

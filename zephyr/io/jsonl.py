@@ -83,26 +83,25 @@ import pyarrow.types as pat
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.io.checksum import Checksummed
 from zephyr.io.compression import (
-    GZIP_MAGIC,
-    ZSTD_MAGIC,
     CorruptStream,
     TrailingData,
     TruncatedStream,
     open_compressed_writer,
     open_decompressed,
 )
-from zephyr.io.paths import filesystem, infer_compression, open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside
+from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
+from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
 from zephyr.io.schema import (
     SCHEMA_FIX,
     SchemaConflict,
     conform,
     fit_planned,
+    is_binary_like,
     map_leaves,
     promote_or_refuse,
     promote_schemas,
 )
-from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
+from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +123,10 @@ def read_jsonl_shard(
     *,
     columns: Sequence[str] | None,
     schema: pa.Schema | None,
+    planned: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
-    planned: pa.Schema | None = None,
+    **_: object,  # a Parquet reader's buffer_bytes: JSONL streams through blocks of batch_bytes
 ) -> Iterator[pa.RecordBatch]:
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:
@@ -216,7 +216,7 @@ def _iter_blocks(
         start, stop = byte_range if byte_range is not None else (0, None)
         pos = start
         if start > 0:
-            if wide_encoding(raw.read(SAMPLE_BYTES)) is not None:
+            if wide_text(raw.read(SAMPLE_BYTES)) is not None:
                 return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
             skipped = _skip_line(raw)
@@ -229,6 +229,7 @@ def _iter_blocks(
         block_start = pos
         parts: list[bytes] = []
         first = True
+        trailing: TrailingData | None = None
         while True:
             if stop is None:
                 want = block_bytes
@@ -250,21 +251,11 @@ def _iter_blocks(
             except (
                 TrailingData
             ) as exc:  # the stream ended whole: its last line (if unterminated) is whole too
-                tail = b"".join(parts)
-                if tail:
-                    yield Block(tail, line, block_start, tail.count(b"\n"))
-                if line is not None:
-                    line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
-                _report_tail(path, quarantine, exc, None if line is None else line - 1)
-                return
+                chunk, trailing = b"", exc
             if first and chunk and start == 0:
                 if compression is None:
-                    _check_not_compressed(chunk, path)
-                encoding = wide_encoding(chunk[:SAMPLE_BYTES])
-                if encoding is not None:  # not broken UTF-8 line by line: one refusal or entry for the file
-                    what = f"the file is {wide_text_message(encoding)}"
-                    refusal = f"{what}; or pass on_error='quarantine' to set it aside"
-                    refuse_or_set_aside(quarantine, path, refusal, what)
+                    check_not_compressed(chunk, path)
+                if refuse_wide_text(chunk[:SAMPLE_BYTES], path, quarantine):  # not broken UTF-8 line by line
                     return
                 if chunk.startswith(_UTF8_BOM):  # written by some Windows tools; not part of line 1's JSON
                     chunk = chunk[len(_UTF8_BOM) :]
@@ -274,6 +265,10 @@ def _iter_blocks(
                 tail = b"".join(parts)
                 if tail:
                     yield Block(tail, line, block_start, tail.count(b"\n"))
+                if trailing is not None:  # reported after the stream's last line
+                    if line is not None:
+                        line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
+                    _report_tail(path, quarantine, trailing, None if line is None else line - 1)
                 return
             pos += len(chunk)
             cut = chunk.rfind(b"\n")
@@ -315,15 +310,6 @@ def _skip_line(raw) -> int | None:
             raw.seek(raw.tell() - (len(chunk) - index - 1))
             return consumed
         consumed += len(chunk)
-
-
-def _check_not_compressed(chunk: bytes, path: str) -> None:
-    for magic, codec, ext in ((GZIP_MAGIC, "gzip", ".gz"), (ZSTD_MAGIC, "zstd", ".zst")):
-        if chunk.startswith(magic):
-            raise InputError(
-                f"looks {codec}-compressed but its name has no {ext} extension; rename it to end in {ext}",
-                path=path,
-            )
 
 
 _PARSE_CHUNK_BYTES = 8 << 20  # Arrow's own block size inside one of our blocks: lets it use several cores
@@ -640,7 +626,7 @@ class JsonlEncoder:
 
 
 def _nested_binary(t: pa.DataType) -> bool:
-    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t) or pat.is_fixed_size_binary(t):
+    if is_binary_like(t) or pat.is_fixed_size_binary(t):
         return True
     if pat.is_struct(t):
         return any(_nested_binary(f.type) for f in t)
@@ -655,10 +641,7 @@ def encode_ndjson(batch: pa.RecordBatch | pa.Table, *, where: str = "batch") -> 
 
     base64_columns = []
     for field in batch.schema:
-        top_binary = (
-            pat.is_binary(field.type) or pat.is_large_binary(field.type) or pat.is_binary_view(field.type)
-        )
-        if top_binary:
+        if is_binary_like(field.type):
             base64_columns.append(field.name)
         elif _nested_binary(field.type):
             raise SchemaError(

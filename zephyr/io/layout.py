@@ -8,9 +8,9 @@ is ``s3://b/x/out.zephyr``)::
         manifest.json         written last when a run has published in full: the claim "a finished zephyr run
                               wrote OUT" (``zephyr.io.claim``): each file with its size and checksum, the
                               command, the time
-        lock.json             held for the whole run: host, pid, start time, command (``zephyr.io.lock``)
+        lock.json             held for the whole run: host, pid, start time, command (``zephyr.io.claim``)
         staging/              parts being written; published by swapping in the complete new folder
-                              (``zephyr.io.publish``)
+                              (``zephyr.io.claim``)
         stats.json            the command's statistics
         quarantine/           rows set aside (bad input; ``zephyr filter``'s quarantined rows)
         dropped/              rows a rule removed, with ``drop_reason`` (``zephyr filter``, ``--dropped-output``

@@ -128,14 +128,6 @@ def _plain_field(field: pa.Field) -> pa.Field:
     return field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
 
 
-def _plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` with its dictionary columns decoded (see ``plain_schema``)."""
-    if not any(pa.types.is_dictionary(t) for t in batch.schema.types):
-        return batch
-    columns = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns]
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema([_plain_field(f) for f in batch.schema]))
-
-
 def columns_to_read(
     path: str, available: Sequence[str], columns: Sequence[str] | None, schema: pa.Schema | None
 ) -> tuple[list[str] | None, pa.Schema | None]:
@@ -161,6 +153,7 @@ def read_parquet_shard(
     *,
     columns: Sequence[str] | None,
     schema: pa.Schema | None,
+    planned: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
     buffer_bytes: int,
@@ -169,7 +162,7 @@ def read_parquet_shard(
     with open_parquet(path, buffer_bytes=buffer_bytes) as parquet_file:
         metadata = parquet_file.metadata
         file_schema = plain_schema(parquet_file.schema_arrow, path, columns)
-        read_columns, target = columns_to_read(path, file_schema.names, columns, schema)
+        read_columns, target = columns_to_read(path, file_schema.names, columns, schema or planned)
         row_groups = (
             list(range(metadata.num_row_groups)) if shard.row_groups is None else list(shard.row_groups)
         )
@@ -184,7 +177,15 @@ def read_parquet_shard(
         for g in range(metadata.num_row_groups):
             starts.append(starts[-1] + metadata.row_group(g).num_rows)
         wanted = set(read_columns) if read_columns is not None else None
-        reader = _RowGroupReader(parquet_file, path, read_columns, target, quarantine, batch_bytes)
+
+        def group_batches(group: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+            try:
+                yield from parquet_file.iter_batches(
+                    batch_size=batch_rows, row_groups=[group], columns=read_columns, use_threads=True
+                )
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                raise InputError(f"row group {group}: corrupt Parquet data: {exc}", path=path) from exc
+
         bytes_per_footer_byte: float | None = None
         warned = False
         for group in row_groups:
@@ -193,8 +194,12 @@ def read_parquet_shard(
             if rows == 0:
                 continue
             footer_bytes = max(1, _estimated_bytes(group_meta, wanted))
-            if bytes_per_footer_byte is None:
-                probe_bytes_per_row = reader.probe(group)
+            if bytes_per_footer_byte is None:  # Arrow bytes per row of the first rows (decoded again below)
+                with contextlib.closing(group_batches(group, _PROBE_ROWS)) as probe:
+                    first = next(probe, None)
+                probe_bytes_per_row = (
+                    max(1.0, first.nbytes / first.num_rows) if first and first.num_rows else 1.0
+                )
                 bytes_per_footer_byte = probe_bytes_per_row * rows / footer_bytes
             bytes_per_row = max(1.0, bytes_per_footer_byte * footer_bytes / rows)
             if bytes_per_row > batch_bytes and not warned:
@@ -209,61 +214,55 @@ def read_parquet_shard(
                     batch_bytes / 2**20,
                 )
             batch_rows = max(1, min(rows, int(batch_bytes / bytes_per_row)))
-            yield from reader.read(group, batch_rows, first_row=starts[group])
-
-
-class _RowGroupReader:
-    def __init__(self, parquet_file, path, columns, target, quarantine, batch_bytes):
-        self.parquet_file = parquet_file
-        self.path = path
-        self.columns = columns
-        self.target = target
-        self.quarantine = quarantine
-        self.batch_bytes = batch_bytes
-
-    def _iter(self, group: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        try:
-            yield from self.parquet_file.iter_batches(
-                batch_size=batch_rows, row_groups=[group], columns=self.columns, use_threads=True
+            batches = group_batches(group, batch_rows)
+            yield from checked_batches(
+                batches,
+                path,
+                target,
+                quarantine,
+                batch_bytes,
+                first_row=starts[group],
+                where=f"row group {group}",
             )
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            raise InputError(f"row group {group}: corrupt Parquet data: {exc}", path=self.path) from exc
-
-    def probe(self, group: int) -> float:
-        """Arrow bytes per row, measured on the first rows of ``group`` (decoded once more later)."""
-        batches = self._iter(group, _PROBE_ROWS)
-        try:
-            first = next(batches, None)
-        finally:
-            batches.close()
-        if first is None or first.num_rows == 0:
-            return 1.0
-        return max(1.0, first.nbytes / first.num_rows)
-
-    def read(self, group: int, batch_rows: int, *, first_row: int) -> Iterator[pa.RecordBatch]:
-        offset = first_row
-        for batch in self._iter(group, batch_rows):
-            start = offset
-            offset += batch.num_rows
-            batch = drop_bad_rows(batch, self.path, start, self.quarantine, where=f"row group {group}: ")
-            if batch is None or batch.num_rows == 0:
-                continue
-            batch = _plain_batch(batch)
-            if self.target is not None:
-                batch = cast_to_schema(
-                    batch, self.target, where=f"{self.path} (row group {group})", first_row=start
-                )
-            yield from split_batch(batch, self.batch_bytes)
 
 
-def split_batch(batch: pa.RecordBatch, batch_bytes: int) -> Iterator[pa.RecordBatch]:
-    """Zero-copy slices of at most about ``batch_bytes`` when a decoded batch overshoots by more than 2x."""
-    if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
-        yield batch
-        return
-    rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))
-    for start in range(0, batch.num_rows, rows):
-        yield batch.slice(start, rows)
+def checked_batches(
+    batches: Iterator[pa.RecordBatch],
+    path: str,
+    target: pa.Schema | None,
+    quarantine: QuarantineFn | None,
+    batch_bytes: int,
+    *,
+    first_row: int = 0,
+    where: str = "",
+) -> Iterator[pa.RecordBatch]:
+    """What a columnar reader (Parquet, Vortex) yields of the decoded ``batches`` of ``path``, whose first row is
+    the file's ``first_row``: bad rows set aside or refused (``drop_bad_rows``), dictionary columns decoded
+    (``plain_schema``), cast to ``target`` when given, sliced (zero-copy) to about ``batch_bytes`` when a
+    decoded batch overshoots it by more than 2x; ``where`` (``row group 3``) places the rows in messages."""
+    row = first_row
+    for batch in batches:
+        start, row = row, row + batch.num_rows
+        batch = drop_bad_rows(batch, path, start, quarantine, where=f"{where}: " if where else "")
+        if batch.num_rows == 0:
+            continue
+        if any(pa.types.is_dictionary(t) for t in batch.schema.types):
+            columns = [
+                c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns
+            ]
+            batch = pa.RecordBatch.from_arrays(
+                columns, schema=pa.schema([_plain_field(f) for f in batch.schema])
+            )
+        if target is not None:
+            batch = cast_to_schema(
+                batch, target, where=f"{path} ({where})" if where else path, first_row=start
+            )
+        if batch.nbytes <= 2 * batch_bytes or batch.num_rows <= 1:
+            yield batch
+            continue
+        rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))  # 2x over: zero-copy slices
+        for begin in range(0, batch.num_rows, rows):
+            yield batch.slice(begin, rows)
 
 
 WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True}

@@ -68,8 +68,8 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def open_input(path: str) -> IO[bytes]:
-    """Open the listed input file ``path`` for binary reading; a file gone since it was listed is an
-    ``InputError`` naming it (not a bare ``FileNotFoundError`` from deep inside a reader)."""
+    """Open the listed input file ``path`` for binary reading; a file gone since it was listed, or one that
+    cannot be read, is an ``InputError`` naming it (not a bare ``OSError`` from deep inside a reader)."""
     fs, stripped = filesystem(path)
     try:
         return fs.open(stripped, "rb")
@@ -78,7 +78,7 @@ def open_input(path: str) -> IO[bytes]:
     except OSError as exc:
         if exc.errno in READ_ERRNOS:
             raise read_error(exc, path) from exc
-        raise
+        raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
 
 
 def check_output_dir(url: str) -> None:
@@ -384,6 +384,18 @@ def input_files(
 _MAGIC_CODECS = {b"\x1f\x8b": ("gzip", ".gz"), b"\x28\xb5\x2f\xfd": ("zstd", ".zst")}
 
 
+def check_not_compressed(head: bytes, path: str) -> None:
+    """Refuse a file whose first bytes are a gzip or zstd stream but whose name has no codec extension: readers
+    decompress by extension, so it would be read as garbage."""
+    for magic, (codec, suffix) in _MAGIC_CODECS.items():
+        if head.startswith(magic):
+            raise InputError(
+                f"looks {codec}-compressed but its name has no {suffix} extension; rename it to end in {suffix} "
+                f"(e.g. .jsonl{suffix}) so that it is decompressed",
+                path=path,
+            )
+
+
 def _sniff_format(path: str) -> Format:
     """The format of a file whose name does not say it, from its first bytes: ``PAR1`` is Parquet, a JSON
     object (after an optional UTF-8 BOM and whitespace) is JSON lines. A compressed file must say its codec in
@@ -394,30 +406,19 @@ def _sniff_format(path: str) -> Format:
     >>> _sniff_format("memory://sniff/rows")
     'jsonl'
     """
-    fs, stripped = filesystem(path)
-    try:
-        with fs.open(stripped, "rb") as f:
-            head = f.read(64)
-    except OSError as exc:
-        if exc.errno in READ_ERRNOS:
-            raise read_error(exc, path) from exc
-        raise InputError(f"cannot read {path!r} to tell its format: {describe_os_error(exc)}") from exc
+    with open_input(path) as f:
+        head = f.read(64)
     if head.startswith(b"PAR1"):
         return "parquet"
-    for magic, (codec, suffix) in _MAGIC_CODECS.items():
-        if head.startswith(magic):
-            raise InputError(
-                f"{path} is {codec}-compressed but its name does not say so; rename it with a format and a codec "
-                f"extension (e.g. .jsonl{suffix}) so that it is decompressed"
-            )
+    check_not_compressed(head, path)
     text = head.removeprefix(b"\xef\xbb\xbf").lstrip()
     if text.startswith(b"{") or not text:
         return "jsonl"
-    from zephyr.io.text_encoding import wide_encoding, wide_text_message
+    from zephyr.io.text_encoding import wide_text
 
-    encoding = wide_encoding(head)
-    if encoding is not None:
-        raise InputError(f"the file is {wide_text_message(encoding)}", path=path)
+    what = wide_text(head)
+    if what is not None:
+        raise InputError(what, path=path)
     raise InputError(
         f"{path}: cannot tell its format from its name or its first bytes (neither Parquet nor JSON lines); name "
         "it .parquet, .jsonl(.gz/.zst) or .vortex, or pass --format"

@@ -1,6 +1,6 @@
 """Bad input rows: the table of rows a reader set aside (``on_error="quarantine"``, handed to the caller's
-``quarantine`` callback), the check that finds the invalid rows of a decoded batch (``bad_rows``), and the one
-rule of a text column (``require_text_column``).
+``quarantine`` callback), the check that sets aside the invalid rows of a decoded batch (``drop_bad_rows``),
+and the one rule of a text column (``require_text_column``).
 
 Schema (version 1) of the quarantine table, one row per bad input row:
 
@@ -21,7 +21,7 @@ input removed by a rule (``zephyr.removal.DROP_REASON``), a quarantined one coul
 
 Invalid rows: Parquet and Vortex readers hand back string columns without checking their bytes, so a file
 written by a careless tool can carry invalid UTF-8 that later crashes a tokenizer far from its source.
-``bad_rows`` runs Arrow's full validation once per batch (vectorized, SIMD UTF-8 check) and, only when that
+``drop_bad_rows`` runs Arrow's full validation once per batch (vectorized, SIMD UTF-8 check) and, only when that
 fails, bisects the failing columns with slice validation to name the bad rows: O(k log n) validations for k bad
 rows.
 
@@ -50,6 +50,8 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import InputError, SchemaError
+from zephyr.io.schema import is_string_like
+from zephyr.io.text_encoding import wide_text
 
 QUARANTINE_REASON = "quarantine_reason"
 """Why a set-aside row that keeps its input columns was quarantined (see the module docstring)."""
@@ -100,15 +102,28 @@ def refuse_or_set_aside(
     quarantine(quarantine_table(path, [line], [reason], [raw]))
 
 
+def refuse_wide_text(head: bytes, path: str, quarantine: QuarantineFn | None) -> bool:
+    """Whether the file ``path`` starting with ``head`` is UTF-16 or UTF-32 text (``wide_text``), which is then
+    refused (``InputError``) or, with a ``quarantine``, set aside as one entry: none of it is a line or record."""
+    what = wide_text(head)
+    if what is not None:
+        refuse_or_set_aside(quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what)
+    return what is not None
+
+
 _LEAF_ROWS = 32  # below this many rows, validate row by row
 
 
-def bad_rows(batch: pa.RecordBatch) -> list[tuple[int, str]] | None:
-    """None when ``batch`` is valid; else ``[(row, reason), ...]`` sorted by row (may be empty when the
-    damage is structural and no single row can be blamed)."""
+def drop_bad_rows(
+    batch: pa.RecordBatch, path: str, first_row: int, quarantine: QuarantineFn | None, *, where: str = ""
+) -> pa.RecordBatch:
+    """``batch`` without its invalid rows (Parquet and Vortex readers; the check is in the module docstring):
+    each goes to ``quarantine`` with its row in the file (``first_row`` + its row in the batch), or, without
+    one, the first raises ``InputError`` naming it; ``where`` (``row group 3: ``) starts the messages. Damage
+    that no single row can be blamed for (structural) makes the file corrupt."""
     try:
         batch.validate(full=True)
-        return None
+        return batch
     except pa.ArrowInvalid:
         pass
     found: dict[int, str] = {}
@@ -121,33 +136,20 @@ def bad_rows(batch: pa.RecordBatch) -> list[tuple[int, str]] | None:
         for row, message in _bisect(column):
             kind = "invalid UTF-8" if "utf8" in message.lower() else "invalid data"
             found.setdefault(row, f"{kind} in column {name!r}: {message}")
-    return sorted(found.items())
-
-
-def drop_bad_rows(
-    batch: pa.RecordBatch, path: str, first_row: int, quarantine: QuarantineFn | None, *, where: str = ""
-) -> pa.RecordBatch:
-    """``batch`` without the rows ``bad_rows`` finds (Parquet and Vortex readers): each goes to ``quarantine``
-    with its row in the file (``first_row`` + its row in the batch), or, without one, the first raises
-    ``InputError`` naming it; ``where`` (``row group 3: ``) starts the messages."""
-    problems = bad_rows(batch)
-    if problems is None:
-        return batch
-    if not problems:
+    if not found:
         raise InputError(
             f"{where}batch starting at row {first_row} fails validation and no single row can be blamed; "
             "the file is corrupt",
             path=path,
         )
+    rows = sorted(found)
     if quarantine is None:
-        row, reason = problems[0]
         raise InputError(
-            f"{where}{reason}. Pass on_error='quarantine' to set such rows aside.",
+            f"{where}{found[rows[0]]}. Pass on_error='quarantine' to set such rows aside.",
             path=path,
-            row=first_row + row,
+            row=first_row + rows[0],
         )
-    rows = [r for r, _ in problems]
-    reasons = [reason for _, reason in problems]
+    reasons = [found[r] for r in rows]
     quarantine(quarantine_table(path, [first_row + r for r in rows], reasons, [None] * len(rows)))
     mask = np.ones(batch.num_rows, dtype=bool)
     mask[rows] = False
@@ -175,11 +177,6 @@ def _bisect(column: pa.Array) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def _is_text_type(t: pa.DataType) -> bool:
-    """True for the types a text column may have: the string types, and ``null`` (no value at all)."""
-    return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t) or pat.is_null(t)
-
-
 def require_text_column(
     schema: pa.Schema, column: str, *, where: str | None = None, what: str = "text"
 ) -> None:
@@ -195,7 +192,7 @@ def require_text_column(
             f"(name the right one with {other})"
         )
     t = schema.field(column).type
-    if not _is_text_type(t):
+    if not (is_string_like(t) or pat.is_null(t)):  # null: a column without a single value
         raise SchemaError(
             f"{prefix}{what} column {column!r} has type {t}, not a string type; cast it to string before "
             f"this step (numbers are not turned into text), or name another column with {other}"

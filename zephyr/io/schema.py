@@ -71,12 +71,12 @@ class SchemaConflict(Exception):
         self.right = right
 
 
-def _is_string_like(t: pa.DataType) -> bool:
+def is_string_like(t: pa.DataType) -> bool:
     """``string``, ``large_string`` or ``string_view``: the types that widen into each other."""
     return pat.is_string(t) or pat.is_large_string(t) or pat.is_string_view(t)
 
 
-def _is_binary_like(t: pa.DataType) -> bool:
+def is_binary_like(t: pa.DataType) -> bool:
     """``binary``, ``large_binary`` or ``binary_view``."""
     return pat.is_binary(t) or pat.is_large_binary(t) or pat.is_binary_view(t)
 
@@ -114,9 +114,9 @@ def _merge_type(a: pa.DataType, b: pa.DataType, *, unify: bool, path: str = "") 
         return _merge_type(a.value_type, b, unify=unify, path=path)
     if pat.is_dictionary(b):
         return _merge_type(a, b.value_type, unify=unify, path=path)
-    if _is_string_like(a) and _is_string_like(b):
+    if is_string_like(a) and is_string_like(b):
         return pa.large_string() if pat.is_large_string(a) or pat.is_large_string(b) else pa.string()
-    if _is_binary_like(a) and _is_binary_like(b):
+    if is_binary_like(a) and is_binary_like(b):
         return pa.large_binary() if pat.is_large_binary(a) or pat.is_large_binary(b) else pa.binary()
     if _is_list_like(a) and _is_list_like(b):
         item = _merge_type(a.value_type, b.value_type, unify=unify, path=f"{path}[]")
@@ -406,25 +406,18 @@ def load_schema_file(path: str) -> pa.Schema:
         import pyarrow.parquet as pq
 
         return pq.read_schema(io.BytesIO(data))
+    import yaml
+
     text = data.decode("utf-8", errors="replace")
     try:
-        spec = json.loads(text) if path.endswith(".json") else _yaml(text)
-    except ValueError as exc:
+        spec = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"schema file {path!r} is not valid JSON/YAML: {exc}") from exc
     if not isinstance(spec, dict) or not spec:
         raise ConfigError(
             f'schema file {path!r} must map column names to types, e.g. {{"id": "string", "score": "double"}}'
         )
     return pa.schema([pa.field(str(name), _type(value, f"{path}: {name}")) for name, value in spec.items()])
-
-
-def _yaml(text: str) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def _type(value: Any, where: str) -> pa.DataType:

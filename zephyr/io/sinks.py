@@ -40,8 +40,6 @@ import contextlib
 import logging
 import os
 import posixpath
-import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import Literal
@@ -49,7 +47,6 @@ from typing import Literal
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, ZephyrError
-from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
@@ -134,24 +131,17 @@ class ShardWriter:
         self._rows = 0
         self._state: Literal["open", "closed", "aborted"] = "open"
         self.result: WrittenFile | None = None
-        self._local_dir: str | None = None  # vortex on a remote filesystem: where the file is built
         parent = posixpath.dirname(self._final)
         if parent:
             self.fs.makedirs(parent, exist_ok=True)
         where = f"writing {self.path}"
-        if format == "vortex":
-            if is_local(self.fs):
-                local = self._tmp
-            else:
-                self._local_dir = tempfile.mkdtemp(prefix="zephyr-vortex-")
-                local = os.path.join(self._local_dir, "out.vortex")
-            self._encoder: VortexEncoder | ParquetEncoder | JsonlEncoder = VortexEncoder(
-                local, schema, row_group_bytes, row_group_rows, where
+        if format == "jsonl":
+            self._encoder: VortexEncoder | ParquetEncoder | JsonlEncoder = JsonlEncoder(
+                self.fs, self._tmp, compression, schema, where
             )
-        elif format == "parquet":
-            self._encoder = ParquetEncoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
         else:
-            self._encoder = JsonlEncoder(self.fs, self._tmp, compression, schema, where)
+            encoder = ParquetEncoder if format == "parquet" else VortexEncoder
+            self._encoder = encoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -185,23 +175,14 @@ class ShardWriter:
         try:
             with naming_path(self.path):
                 self._encoder.finish()
-                checksum = getattr(self._encoder, "checksum", None)
-                if checksum is None:  # Vortex: its writer (Rust) wrote the local file itself; read it once
-                    checksum = checksum_record(*file_checksum(self._encoder.path))
-                if self._local_dir is not None:
-                    self.fs.put_file(self._encoder.path, self._tmp)
-                    source = self._tmp
-                else:
-                    source = self._encoder.path
+                checksum = self._encoder.checksum
                 if is_local(self.fs):
-                    os.replace(source, self._final)
+                    os.replace(self._encoder.path, self._final)
                 else:
-                    self.fs.mv(source, self._final)
+                    self.fs.mv(self._encoder.path, self._final)
         except BaseException:
             self.abort()
             raise
-        finally:
-            self._cleanup_local_dir()
         self._state = "closed"
         size = self.fs.size(self._final)
         self.result = WrittenFile(path=self.path, rows=self._rows, bytes=int(size), checksum=checksum)
@@ -217,9 +198,3 @@ class ShardWriter:
         with contextlib.suppress(FileNotFoundError):
             if self.fs.exists(self._tmp):
                 self.fs.rm(self._tmp)
-        self._cleanup_local_dir()
-
-    def _cleanup_local_dir(self) -> None:
-        if self._local_dir is not None:
-            shutil.rmtree(self._local_dir, ignore_errors=True)
-            self._local_dir = None

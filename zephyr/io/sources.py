@@ -42,12 +42,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephyr.errors import ConfigError, SchemaError, require
-from zephyr.io.parquet import open_parquet, plain_schema
+from zephyr.io import jsonl, parquet, vortex, warc
 from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
 from zephyr.io.quarantine import QuarantineFn, require_text_column
 from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
@@ -131,13 +129,9 @@ def list_shards(
         pieces: list[dict] = [{}]
         if approx_shard_bytes is not None:
             if fmt == "parquet":
-                from zephyr.io.parquet import split_row_groups
-
-                pieces = [{"row_groups": g} for g in split_row_groups(path, approx_shard_bytes)]
+                pieces = [{"row_groups": g} for g in parquet.split_row_groups(path, approx_shard_bytes)]
             elif fmt == "jsonl" and infer_compression(path) is None:
-                from zephyr.io.jsonl import split_byte_ranges
-
-                pieces = [{"byte_range": r} for r in split_byte_ranges(path, approx_shard_bytes)]
+                pieces = [{"byte_range": r} for r in jsonl.split_byte_ranges(path, approx_shard_bytes)]
         for piece in pieces:
             shards.append(Shard(path=path, format=fmt, index=len(shards), **piece))
     if any(shard.format == "vortex" for shard in shards):
@@ -181,37 +175,20 @@ def read_shard(
         if len(set(columns)) != len(columns):
             raise ConfigError(f"columns has duplicates: {columns}")
     _check_format(shard.format)
-    sink = quarantine if on_error == "quarantine" else None
-    if shard.format == "parquet":
-        from zephyr.io.parquet import read_parquet_shard
-
-        return read_parquet_shard(
-            shard,
-            columns=columns,
-            schema=schema or input_schema,
-            quarantine=sink,
-            batch_bytes=batch_bytes,
-            buffer_bytes=buffer_bytes,
-        )
-    if shard.format == "jsonl":
-        from zephyr.io.jsonl import read_jsonl_shard
-
-        return read_jsonl_shard(
-            shard,
-            columns=columns,
-            schema=schema,
-            planned=None if schema is not None else input_schema,
-            quarantine=sink,
-            batch_bytes=batch_bytes,
-        )
-    if shard.format == "warc":
-        from zephyr.io.warc import read_warc_shard
-
-        return read_warc_shard(shard, columns=columns, quarantine=sink, batch_bytes=batch_bytes)
-    from zephyr.io.vortex import read_vortex_shard
-
-    return read_vortex_shard(
-        shard, columns=columns, schema=schema or input_schema, quarantine=sink, batch_bytes=batch_bytes
+    readers = {
+        "parquet": parquet.read_parquet_shard,
+        "jsonl": jsonl.read_jsonl_shard,
+        "warc": warc.read_warc_shard,
+        "vortex": vortex.read_vortex_shard,
+    }
+    return readers[shard.format](
+        shard,
+        columns=columns,
+        schema=schema,
+        planned=input_schema,
+        quarantine=quarantine if on_error == "quarantine" else None,
+        batch_bytes=batch_bytes,
+        buffer_bytes=buffer_bytes,
     )
 
 
@@ -228,12 +205,10 @@ def _peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[
     job's business (it raises or quarantines them by its own ``on_error``), so they are skipped here.
     """
     if shard.format == "parquet":
-        with open_parquet(shard.path) as parquet_file:
-            return shard.path, plain_schema(parquet_file.schema_arrow, shard.path)
+        with parquet.open_parquet(shard.path) as parquet_file:
+            return shard.path, parquet.plain_schema(parquet_file.schema_arrow, shard.path)
     if shard.format == "warc":  # one fixed schema; peeking would parse records
-        from zephyr.io.warc import WARC_SCHEMA
-
-        return shard.path, WARC_SCHEMA
+        return shard.path, warc.WARC_SCHEMA
     batches = iter(
         read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
     )
@@ -274,10 +249,9 @@ def check_text_inputs(paths: str | Sequence[str], column: str, *, format: Format
             f"{files[0].path} is a WARC file: its records hold HTML, not a {column!r} column; extract the text "
             "first (zephyr extract WARC... --output DIR, or zephyr.read_warc), then run this command on DIR"
         )
-    with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
-        for path, schema in pool.map(lambda s: _peek_schema(s, peek_bytes=_TEXT_PEEK_BYTES), files):
-            if schema is not None:
-                require_text_column(schema, column, where=path)
+    for path, schema in peek_schemas(files, peek_bytes=_TEXT_PEEK_BYTES):
+        if schema is not None:
+            require_text_column(schema, column, where=path)
 
 
 def plan_input_schema(
@@ -345,10 +319,9 @@ def parquet_footer_sizes(paths: list[str]) -> FooterSizes:
     """Column sizes and widest rows of these files (one footer read each)."""
     sizes = FooterSizes()
     for url in paths:
-        fs, path = fsspec.core.url_to_fs(url)
         try:
-            with fs.open(path, "rb") as f:
-                metadata = pq.ParquetFile(f).metadata
+            with parquet.open_parquet(url) as parquet_file:
+                metadata = parquet_file.metadata
         except Exception:  # unreadable here: the reading task reports it with its path
             continue
         for group in range(metadata.num_row_groups):

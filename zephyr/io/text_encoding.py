@@ -16,7 +16,7 @@ UTF-8 JSON line with a stray NUL.
 from __future__ import annotations
 
 SAMPLE_BYTES = 4096
-"""Bytes of a file's start that ``wide_encoding`` looks at."""
+"""Bytes of a file's start that ``wide_text`` looks at."""
 
 _BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32 (little-endian)", "UTF-32"),
@@ -32,17 +32,29 @@ _PATTERNS = (  # (unit bytes, the lanes that are zero for ASCII, name, iconv's n
 )
 
 
-def wide_encoding(head: bytes) -> tuple[str, str] | None:
-    """(what the text is, the name ``iconv -f`` takes) when ``head``, a file's first bytes, is UTF-16 or
-    UTF-32 text; None otherwise (UTF-8, with or without a BOM, or anything else).
+def wide_text(head: bytes) -> str | None:
+    """ "the file is ..." naming what text it is and the ``iconv`` line that converts it, when ``head``, a file's
+    first bytes, is UTF-16 or UTF-32 text; None otherwise (UTF-8, with or without a BOM, or anything else).
 
-    >>> wide_encoding("{}".encode("utf-16"))
-    ('UTF-16 (little-endian)', 'UTF-16')
-    >>> wide_encoding('{"a": 1}'.encode("utf-16-be"))
-    ('UTF-16 (big-endian)', 'UTF-16BE')
-    >>> wide_encoding('{"a": "\\u00e9"}'.encode("utf-8")) is None
+    >>> wide_text("{}".encode("utf-16"))
+    'the file is UTF-16 (little-endian) text; zephyr reads UTF-8: convert it with iconv -f UTF-16 -t UTF-8 (iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8)'
+    >>> wide_text('{"a": 1}'.encode("utf-16-be")).split(";")[0]
+    'the file is UTF-16 (big-endian) text'
+    >>> wide_text('{"a": "\\u00e9"}'.encode("utf-8")) is None
     True
     """
+    found = _encoding(head)
+    if found is None:
+        return None
+    name, iconv = found
+    return (
+        f"the file is {name} text; zephyr reads UTF-8: convert it with iconv -f {iconv} -t UTF-8 "
+        f"(iconv -f {iconv} -t UTF-8 FILE > FILE.utf8)"
+    )
+
+
+def _encoding(head: bytes) -> tuple[str, str] | None:
+    """(what the text is, the name ``iconv -f`` takes), or None."""
     for bom, name, iconv in _BOMS:
         if head.startswith(bom):
             return name, iconv
@@ -57,16 +69,3 @@ def wide_encoding(head: bytes) -> tuple[str, str] | None:
         ):
             return name, iconv
     return None
-
-
-def wide_text_message(encoding: tuple[str, str]) -> str:
-    """What such a file is and how to convert it, to follow "the file is" (after its path).
-
-    >>> wide_text_message(("UTF-16 (little-endian)", "UTF-16"))
-    'UTF-16 (little-endian) text; zephyr reads UTF-8: convert it with iconv -f UTF-16 -t UTF-8 (iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8)'
-    """
-    name, iconv = encoding
-    return (
-        f"{name} text; zephyr reads UTF-8: convert it with iconv -f {iconv} -t UTF-8 "
-        f"(iconv -f {iconv} -t UTF-8 FILE > FILE.utf8)"
-    )

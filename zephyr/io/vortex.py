@@ -18,16 +18,20 @@ contract).
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pyarrow as pa
 
 from zephyr.errors import InputError
-from zephyr.io.parquet import BufferedEncoder, columns_to_read, split_batch
+from zephyr.io.checksum import checksum_record, file_checksum
+from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
-from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
-from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, normalize_view_types
+from zephyr.io.quarantine import QuarantineFn
+from zephyr.io.schema import SCHEMA_FIX, conform, normalize_view_types
 
 
 @contextlib.contextmanager
@@ -56,8 +60,10 @@ def read_vortex_shard(
     *,
     columns: Sequence[str] | None,
     schema: pa.Schema | None,
+    planned: pa.Schema | None,
     quarantine: QuarantineFn | None,
     batch_bytes: int,
+    buffer_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
     path = shard.path
     with _open_vortex(path) as handle:
@@ -65,7 +71,7 @@ def read_vortex_shard(
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:
             raise InputError(f"cannot read the Vortex schema: {exc}", path=path) from exc
-        read, target = columns_to_read(path, file_schema.names, columns, schema)
+        read, target = columns_to_read(path, file_schema.names, columns, schema or planned)
         wanted = file_schema.names if read is None else read
         read_schema = pa.schema(
             [file_schema.field(n).with_type(normalize_view_types(file_schema.field(n).type)) for n in wanted]
@@ -74,31 +80,34 @@ def read_vortex_shard(
             reader = handle.to_arrow(wanted, schema=read_schema)
         except Exception as exc:
             raise InputError(f"cannot scan the Vortex file: {exc}", path=path) from exc
-        row = 0
-        batches = iter(reader)
-        while True:
-            try:
-                batch = next(batches)
-            except StopIteration:
-                break
-            except Exception as exc:
-                raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
-            start = row
-            row += batch.num_rows
-            batch = drop_bad_rows(batch, path, start, quarantine)
-            if batch.num_rows == 0:
-                continue
-            if target is not None:
-                batch = cast_to_schema(batch, target, where=path, first_row=start)
-            yield from split_batch(batch, batch_bytes)
+
+        def scan() -> Iterator[pa.RecordBatch]:
+            batches, row = iter(reader), 0
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                except Exception as exc:
+                    raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
+                row += batch.num_rows
+                yield batch
+
+        yield from checked_batches(scan(), path, target, quarantine, batch_bytes)
 
 
 class VortexEncoder(BufferedEncoder):
-    """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``."""
+    """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``. The file is
+    built locally: in a local temporary folder when ``path`` is on another filesystem, uploaded when finished."""
 
-    def __init__(self, local_path: str, schema, row_group_bytes, row_group_rows, where):
+    def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
         super().__init__(schema, row_group_bytes, row_group_rows, where)
+        self.fs, self.target = fs, path
+        self.local_dir = None if is_local(fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
+        local_path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
         self.path = local_path
+        self.checksum: dict | None = None
+        """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
         self.generation = 0
         self.spill_path = f"{local_path}.spill.arrows"
         self.spill_file: IO[bytes] | None = None
@@ -143,6 +152,11 @@ class VortexEncoder(BufferedEncoder):
                 vortex.io.write(pa.ipc.open_stream(source), self.path)
         finally:
             remove_local(self.spill_path)
+        self.checksum = checksum_record(*file_checksum(self.path))
+        if self.local_dir is not None:
+            self.fs.put_file(self.path, self.target)
+            shutil.rmtree(self.local_dir, ignore_errors=True)
+            self.path = self.target  # the finished file, as every encoder's ``path`` names it
 
     def discard(self) -> None:
         quietly(self._close_spill, self.spill_path)
@@ -150,3 +164,5 @@ class VortexEncoder(BufferedEncoder):
         for generation in range(1, self.generation + 1):
             remove_local(f"{self.path}.spill-{generation}.arrows")
         remove_local(self.path)
+        if self.local_dir is not None:
+            shutil.rmtree(self.local_dir, ignore_errors=True)

@@ -50,9 +50,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from zephyr import counters
-from zephyr.errors import READ_ERRNOS, InputError, describe_os_error, read_error
-from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside
-from zephyr.io.text_encoding import SAMPLE_BYTES, wide_encoding, wide_text_message
+from zephyr.io.paths import open_input
+from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
+from zephyr.io.text_encoding import SAMPLE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -214,33 +214,20 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
 def read_warc_shard(
     shard: Any,
     *,
-    columns: list[str] | None = None,
-    quarantine: QuarantineFn | None = None,
-    batch_bytes: int = 64 << 20,
+    columns: list[str] | None,
+    quarantine: QuarantineFn | None,
+    batch_bytes: int,
+    **_: object,  # the schema and buffer options of other readers: WARC rows have one fixed schema
 ) -> Iterator[pa.RecordBatch]:
     """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
-    from zephyr.io.paths import filesystem
-
     path = shard.path
-    fs, stripped = filesystem(path)
-    try:
-        f = fs.open(stripped, "rb")
-    except OSError as exc:
-        if exc.errno in READ_ERRNOS:
-            raise read_error(exc, path) from exc
-        raise InputError(f"cannot open: {describe_os_error(exc)}", path=path) from exc
     schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
     rows: list[dict[str, Any]] = []
     size = 0
-    with f:
+    with open_input(path) as f:
         head = f.read(SAMPLE_BYTES)
         f.seek(0)
-        encoding = wide_encoding(head)
-        if encoding is not None:  # not a WARC file of a wrong encoding: every "record" would be garbage
-            what = f"the file is {wide_text_message(encoding)}"
-            refuse_or_set_aside(
-                quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what
-            )
+        if refuse_wide_text(head, path, quarantine):  # every "record" of a wrong encoding would be garbage
             return
         items = _from_members(f) if head[:2] == b"\x1f\x8b" else _plain_records(f)
         for item in items:
@@ -249,7 +236,13 @@ def read_warc_shard(
                     raise item
                 row = _row(item, path)
             except _BadRecord as bad:
-                _bad(path, bad, quarantine)
+                counters.increment("warc/bad_records")
+                refusal = (
+                    f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records "
+                    "aside and keep the rest of the file"
+                )
+                reason = f"warc record at byte {bad.offset}: {bad.reason}"
+                refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
                 continue
             if row is None:
                 continue
@@ -260,16 +253,6 @@ def read_warc_shard(
                 rows, size = [], 0
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=schema)
-
-
-def _bad(path: str, bad: _BadRecord, quarantine: QuarantineFn | None) -> None:
-    counters.increment("warc/bad_records")
-    refusal = (
-        f"record at byte {bad.offset}: {bad.reason}; pass on_error='quarantine' to set bad records aside "
-        "and keep the rest of the file"
-    )
-    reason = f"warc record at byte {bad.offset}: {bad.reason}"
-    refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
 
 
 MAX_RECORD_BYTES = 64 << 20

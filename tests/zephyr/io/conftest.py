@@ -8,7 +8,7 @@ import fsspec
 import pyarrow as pa
 import pytest
 
-from zephyr.io import Shard, list_shards, read_shard
+from zephyr.io.sources import Shard, list_shards, read_shard
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ class _Quarantine:
 
     @property
     def table(self) -> pa.Table:
-        from zephyr.io import QUARANTINE_SCHEMA
+        from zephyr.io.quarantine import QUARANTINE_SCHEMA
 
         return pa.concat_tables(self.tables) if self.tables else QUARANTINE_SCHEMA.empty_table()
 

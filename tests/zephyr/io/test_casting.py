@@ -6,8 +6,7 @@ import pyarrow as pa
 import pytest
 
 from zephyr.errors import SchemaError
-from zephyr.io import conform, promote_types
-from zephyr.io.schema import SchemaConflict, promote_schemas
+from zephyr.io.schema import SchemaConflict, conform, promote_schemas, promote_types
 
 
 @pytest.mark.parametrize(

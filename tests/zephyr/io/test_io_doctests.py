@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["zephyr.io.paths", "zephyr.io.sinks", "zephyr.io.quarantine"]
+MODULES = ["zephyr.io.paths", "zephyr.io.sinks", "zephyr.io.quarantine", "zephyr.io.text_encoding"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 from zephyr.errors import ConfigError, InputError, SchemaError
-from zephyr.io import Shard, list_shards, read_shard
+from zephyr.io.sources import Shard, list_shards, read_shard
 
 
 def _write(path, data: bytes) -> str:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io import Shard, list_shards, read_shard
+from zephyr.io.sources import Shard, list_shards, read_shard
 
 
 def _table(n: int = 1000) -> pa.Table:

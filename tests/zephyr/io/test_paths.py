@@ -8,7 +8,7 @@ import fsspec
 import pytest
 
 from zephyr.errors import ConfigError, InputError
-from zephyr.io import expand_paths, infer_compression, infer_format
+from zephyr.io.paths import expand_paths, infer_compression, infer_format
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from zephyr.errors import ClaimError
 from zephyr.io import claim, layout
-from zephyr.io.publish import exchange, prune_quarantine, publish_folder
+from zephyr.io.claim import exchange, prune_quarantine, publish_folder
 
 
 def test_exchange_swaps_two_folders_in_one_call(tmp_path):

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zephyr.errors import ConfigError
-from zephyr.io import Shard, list_shards, read_shard
+from zephyr.io.sources import Shard, list_shards, read_shard
 
 
 def _jsonl(path, rows) -> str:

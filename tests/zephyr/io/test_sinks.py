@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
-from zephyr.io import ShardWriter, WrittenFile, list_shards, output_name, read_shard
 from zephyr.io.checksum import file_checksum
+from zephyr.io.sinks import ShardWriter, WrittenFile, output_name
+from zephyr.io.sources import list_shards, read_shard
 
 FORMATS = [
     pytest.param("parquet", None, id="parquet"),
@@ -187,7 +188,7 @@ def test_crash_before_close_leaves_no_final_file(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, pyarrow as pa
-        from zephyr.io import ShardWriter
+        from zephyr.io.sinks import ShardWriter
         writer = ShardWriter({str(path)!r}, "parquet", row_group_rows=10)
         writer.write(pa.table({{"a": list(range(100))}}))
         os._exit(3)

@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io import ShardWriter, list_shards, read_shard
+from zephyr.io.sinks import ShardWriter
+from zephyr.io.sources import list_shards, read_shard
 
 
 def _write(path, table: pa.Table, **kwargs) -> str:
