@@ -218,12 +218,17 @@ class ShardStore:
         if cached is not None:
             return cached
         shard = self.manifest.shards[index]
-        path = self._path(index, "tokens")
-        try:
-            # a plain ndarray view of the map: np.memmap's per-slice Python hooks cost more than the copy
-            tokens = np.load(path, mmap_mode="r").view(np.ndarray)
-        except (ValueError, OSError) as exc:
-            raise InputError(f"shard {shard.name!r}: tokens cannot be read: {exc}", path=path) from exc
+        for again in (self.remote, False):  # a cached copy evicted between its fetch and here: fetch it again
+            path = self._path(index, "tokens")
+            try:
+                # a plain ndarray view of the map: np.memmap's per-slice Python hooks cost more than the copy
+                tokens = np.load(path, mmap_mode="r").view(np.ndarray)
+                break
+            except FileNotFoundError:
+                if not again:
+                    raise InputError(f"shard {shard.name!r}: tokens file is missing", path=path) from None
+            except (ValueError, OSError) as exc:
+                raise InputError(f"shard {shard.name!r}: tokens cannot be read: {exc}", path=path) from exc
         if tokens.ndim != 1 or tokens.dtype != self.manifest.dtype or len(tokens) != shard.num_tokens:
             raise InputError(
                 f"shard {shard.name!r}: tokens {tokens.dtype}[{len(tokens)}] disagree with the manifest "

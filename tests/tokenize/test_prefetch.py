@@ -125,3 +125,23 @@ def test_eviction_never_touches_a_file_that_is_the_only_copy(remote, tmp_path: P
             f"{store.manifest.shards[k].files['tokens'].sha256}.npy" not in left
         )  # copies of live originals
     assert all(os.path.getsize(cache / n) for n in left)
+
+
+def test_a_copy_evicted_between_its_fetch_and_its_open_is_fetched_again(remote, tmp_path: Path) -> None:
+    """The prefetcher's eviction can remove a cached copy after the reader's fetch returned its path and
+    before the reader maps it (seen under load in the full suite): the reader copies it again, it does not fail."""
+    root, local = remote
+    store = ShardStore(read_manifest(root), cache_dir=str(tmp_path / "cache"))
+    real, evicted = store._path, []
+
+    def evicting(index: int, kind: str) -> str:
+        path = real(index, kind)
+        if kind == "tokens" and not evicted:
+            evicted.append(path)
+            os.unlink(path)  # what CacheBudget.make_room does from the prefetcher's thread
+        return path
+
+    store._path = evicting
+    tokens = store.open(0).tokens
+    expected = ShardStore(read_manifest(str(local))).open(0).tokens
+    assert evicted and np.array_equal(tokens, expected)
