@@ -248,37 +248,76 @@ class RunWriter:
 
 # -- reading a partition's blobs ----------------------------------------------------------------------------
 class _Chunk:
-    """Consecutive blobs of one data file fetched with one ranged read when the first of them is read, and
-    dropped when the last of them is done."""
+    """Bytes [start, end) of one data file: a read group's blobs (``read_groups``). A group that fits
+    ``piece_bytes`` is fetched whole with one ranged read when its first blob is read; a larger one (one large
+    blob) a piece of ``piece_bytes`` at a time from where Parquet reads, so it streams row group by row group.
+    The bytes are dropped when the group's last blob is done."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, parts: int):
-        self.fs, self.path, self.start, self.end = fs, path, start, end
-        self.waiting = parts
-        self.buffer: pa.Buffer | None = None
+    def __init__(self, fs: fsspec.AbstractFileSystem, group: Sequence[RunPart], piece_bytes: int):
+        self.fs, self.path, self.piece_bytes = fs, group[0].data_path, piece_bytes
+        self.start, self.end = group[0].offset, group[-1].offset + group[-1].length
+        self.waiting = len(group)
+        self.lo, self.data = self.start, b""
 
-    def blob(self, part: RunPart) -> pa.BufferReader:
-        if self.buffer is None:
-            data = self.fs.cat_file(self.path, start=self.start, end=self.end)
-            if len(data) != self.end - self.start:
+    def read(self, offset: int, n: int) -> memoryview:
+        """``n`` bytes at ``offset`` of the data file (within the group), fetched if not held."""
+        if not self.lo <= offset <= offset + n <= self.lo + len(self.data):
+            whole = self.end - self.start <= self.piece_bytes
+            lo, hi = (
+                (self.start, self.end)
+                if whole
+                else (offset, min(self.end, offset + max(n, self.piece_bytes)))
+            )
+            self.data = self.fs.cat_file(self.path, start=lo, end=hi)
+            self.lo = lo
+            if len(self.data) != hi - lo:
                 raise InputError(
-                    f"shuffle blobs at bytes {self.start}-{self.end} lie past the end of the data file (it ends "
-                    f"at byte {self.start + len(data)}): the run is truncated; rerun the job",
+                    f"shuffle blobs at bytes {lo}-{hi} lie past the end of the data file (it ends at byte "
+                    f"{lo + len(self.data)}): the run is truncated; rerun the job",
                     path=self.path,
                 )
-            self.buffer = pa.py_buffer(data)
-        return pa.BufferReader(self.buffer.slice(part.offset - self.start, part.length))
+        return memoryview(self.data)[offset - self.lo : offset - self.lo + n]
 
     def done(self) -> None:
         self.waiting -= 1
         if self.waiting <= 0:
-            self.buffer = None
+            self.data = b""
 
 
-def _blob_tables(file, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
+class _Blob(io.RawIOBase):
+    """One blob of a chunk as a read-only file, so Parquet reads its footer and row groups from the chunk."""
+
+    def __init__(self, chunk: _Chunk, part: RunPart):
+        self.chunk, self.part, self.pos = chunk, part, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.part.length}[whence]
+        self.pos = max(0, min(self.part.length, base + pos))
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.part.length - self.pos)
+        if n <= 0:
+            return 0
+        buffer[:n] = self.chunk.read(self.part.offset + self.pos, n)
+        self.pos += n
+        return n
+
+
+def _blob_tables(chunk: _Chunk, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
     """A blob's row groups, its row count checked against the index entry."""
     where = f"shuffle blob at bytes {part.offset}-{part.offset + part.length}"
     try:
-        reader = pq.ParquetFile(file)
+        reader = pq.ParquetFile(_Blob(chunk, part))
         if reader.metadata.num_rows != part.rows:
             raise InputError(
                 f"{where} holds {reader.metadata.num_rows} rows, its index entry says {part.rows}; rerun the job",
@@ -288,11 +327,6 @@ def _blob_tables(file, part: RunPart, columns: Sequence[str] | None) -> Iterator
             yield reader.read_row_group(group, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"corrupt {where}: {exc}", path=part.data_path) from exc
-
-
-def _chunk_source(chunk: _Chunk, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
-    try:
-        yield from _blob_tables(chunk.blob(part), part, columns)
     finally:
         chunk.done()
 
@@ -326,88 +360,18 @@ def part_sources(
     chunk_bytes: int,
     columns: Sequence[str] | None = None,
 ) -> list[Iterator[pa.Table]]:
-    """One lazy source of tables per non-empty part, in order, fetched a group of consecutive parts at a time
-    (``read_groups``); a part larger than ``chunk_bytes`` streams alone (``read_run_part``). So a reducer makes
-    about one request per run and ``chunk_bytes``, and holds, per open source, at most one chunk it has not
-    decoded."""
-    sources: list[Iterator[pa.Table]] = []
-    for group in read_groups(parts, chunk_bytes):
-        if group[0].length > chunk_bytes:
-            sources.append(read_run_part(fs, group[0], columns, chunk_bytes))
-            continue
-        chunk = _Chunk(
-            fs, group[0].data_path, group[0].offset, group[-1].offset + group[-1].length, len(group)
-        )
-        sources.extend(_chunk_source(chunk, part, columns) for part in group)
-    return sources
-
-
-class _Range(io.RawIOBase):
-    """A read-only window [offset, offset + length) of a file: lets Parquet read one blob's row groups
-    with ranged reads instead of loading the whole blob."""
-
-    def __init__(self, file, offset: int, length: int):
-        self._file = file
-        self._offset = offset
-        self._length = length
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
-        self._pos = max(0, min(self._length, base + pos))
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        n = min(len(buffer), self._length - self._pos)
-        if n <= 0:
-            return 0
-        self._file.seek(self._offset + self._pos)
-        data = self._file.read(n)
-        buffer[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-def read_run_part(
-    fs: fsspec.AbstractFileSystem,
-    part: RunPart,
-    columns: Sequence[str] | None = None,
-    block_bytes: int = 4 << 20,
-) -> Iterator[pa.Table]:
-    """Yield one part's rows a row group at a time (sorted, as written), reading only its byte range in reads
-    of ``block_bytes`` (a part too large to fetch whole).
+    """One lazy source of tables per non-empty part, in order, a row group at a time (sorted, as written),
+    fetched a group of consecutive parts at a time (``read_groups``, ``_Chunk``; a part larger than
+    ``chunk_bytes`` is fetched ``chunk_bytes`` a read). So a reducer makes about one request per run and
+    ``chunk_bytes``, and holds, per open source, at most one chunk it has not decoded.
 
     A blob that is cut short (a truncated data file) or holds another row count than its index entry is an
     ``InputError`` naming the data file and the byte range."""
-    if part.rows == 0:
-        return
-    handle = fs.open(part.data_path, "rb", block_size=block_bytes, cache_type="readahead")
-    size = handle.seek(0, io.SEEK_END)
-    if part.offset + part.length > size:
-        handle.close()
-        raise InputError(
-            f"shuffle blob at bytes {part.offset}-{part.offset + part.length} lies past the end of the data file "
-            f"({size} bytes): the run is truncated; rerun the job",
-            path=part.data_path,
-        )
-    window = _Range(handle, part.offset, part.length)
-    try:
-        yield from _blob_tables(window, part, columns)
-    finally:
-        window.close()
+    sources: list[Iterator[pa.Table]] = []
+    for group in read_groups(parts, chunk_bytes):
+        chunk = _Chunk(fs, group, chunk_bytes)
+        sources.extend(_blob_tables(chunk, part, columns) for part in group)
+    return sources
 
 
 # -- coalescing ---------------------------------------------------------------------------------------------
