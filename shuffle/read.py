@@ -42,26 +42,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.shuffle.runs import Run, RunPart, part_sources, read_index_block, row_group_bytes_for
+from zephyr.shuffle.runs import Run, part_sources, read_index_block, row_group_bytes_for
 from zephyr.shuffle.writer import sort_table
 
 from zephyr.budget import EXPANSION, Budget
 
 log = logging.getLogger(__name__)
-
-
-def _read_parts(
-    runs: Sequence[Run | str], partition: int
-) -> list[tuple[fsspec.AbstractFileSystem, list[RunPart]]]:
-    """Per run, its filesystem and the partition's blobs in it (one index read each)."""
-    found = []
-    for run in runs:
-        run = run if isinstance(run, Run) else Run(run)
-        fs, path = fsspec.core.url_to_fs(run.path)
-        parts = [p for p in read_index_block(fs, Run(path, run.slots), partition) if p.rows]
-        if parts:
-            found.append((fs, parts))
-    return found
 
 
 def partition_sources(
@@ -72,14 +58,15 @@ def partition_sources(
 ) -> tuple[list[Iterator[pa.Table]], _Scratch]:
     """Sources for one partition of ``runs`` (data paths or ``Run``s; see the module docstring) and the scratch
     space to clean up afterwards."""
-    found = _read_parts(runs, partition)
-    scratch = _Scratch()
-    if not found:
-        return [], scratch
     chunk = row_group_bytes_for(budget_bytes)
-    stored = sum(p.length for _, parts in found for p in parts)
-    sources = [source for fs, parts in found for source in part_sources(fs, parts, chunk)]
-    if merge_columns is None:  # no order needed: parts one after another
+    scratch, sources, stored = _Scratch(), [], 0
+    for run in runs:  # one index read each, then the partition's blobs
+        run = run if isinstance(run, Run) else Run(run)
+        fs, path = fsspec.core.url_to_fs(run.path)
+        parts = read_index_block(fs, Run(path, run.slots), partition)
+        stored += sum(p.length for p in parts)
+        sources += part_sources(fs, parts, chunk)
+    if not sources or merge_columns is None:  # no order needed: parts one after another
         return sources, scratch
     if stored * EXPANSION <= Budget(budget_bytes).in_memory_reduce_bytes:
         tables = [t for source in sources for t in source]
@@ -254,9 +241,3 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
         for head in heads:
             if not head.exhausted and (id(head) in at_cutoff or head.rows == 0):
                 head.extend()
-
-
-def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:
-    """Sources one after another (round-robin reshard; order = source order)."""
-    for source in sources:
-        yield from source

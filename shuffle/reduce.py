@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.read import concat_sources, merge_sorted
+from zephyr.shuffle.read import merge_sorted
 from zephyr.shuffle.writer import KEY_HASH, sort_table
 
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
@@ -88,14 +89,12 @@ class GroupApplyReducer:
 
 
 def _as_table(result: Any) -> pa.Table | None:
-    if result is None:
-        return None
-    if isinstance(result, pa.Table):
+    if result is None or isinstance(result, pa.Table):
         return result
     if isinstance(result, pa.RecordBatch):
         return pa.Table.from_batches([result])
     if isinstance(result, dict):
-        return pa.Table.from_pylist([result])
+        result = [result]
     if isinstance(result, list):
         return pa.Table.from_pylist(result) if result else None
     raise ZephyrError(
@@ -130,22 +129,18 @@ class FirstOccurrence:
 
 @dataclass(frozen=True)
 class SortReducer:
-    columns: tuple[tuple[str, bool], ...]
-
-    @property
-    def merge_columns(self) -> list[tuple[str, bool]]:
-        return list(self.columns)
+    merge_columns: tuple[tuple[str, bool], ...]
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
-        yield from merge_sorted(sources, self.columns)
+        yield from merge_sorted(sources, self.merge_columns)
 
 
 @dataclass(frozen=True)
 class ConcatReducer:
-    merge_columns = None
+    """Sources one after another (round-robin reshard; order = source order); no ``merge_columns``: no merge."""
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
-        for table in concat_sources(sources):
+        for table in chain.from_iterable(sources):
             yield _drop_hash(table)
 
 
@@ -228,7 +223,7 @@ class JoinReducer:
 
 
 def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:
-    tables = [_drop_hash(t) for t in concat_sources(sources) if t.num_rows]
+    tables = [_drop_hash(t) for t in chain.from_iterable(sources) if t.num_rows]
     if not tables:
         if schema is None:
             return None
