@@ -71,19 +71,14 @@ class GroupApplyReducer:
         for batch in merge_sorted(sources, _BY_HASH):
             batch = sort_table(batch, order)
             keys = pl.from_arrow(batch.select(list(self.keys)), rechunk=False)
-            boundary = np.ones(len(keys), dtype=bool)
-            if len(keys) > 1:
-                changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
-                boundary[1:] = changed.to_numpy()[1:]
-            starts = np.flatnonzero(boundary)
+            changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
+            starts = np.flatnonzero(np.r_[True, changed.to_numpy()[1:]])  # the first row starts a group
             stops = np.append(starts[1:], len(keys))
             rows = _drop_hash(batch)
-            outputs = []
-            for start, stop in zip(starts.tolist(), stops.tolist()):
-                result = self.fn(rows.slice(start, stop - start))
-                table = _as_table(result)
-                if table is not None and table.num_rows:
-                    outputs.append(table)
+            tables = [
+                _as_table(self.fn(rows.slice(a, b - a))) for a, b in zip(starts.tolist(), stops.tolist())
+            ]
+            outputs = [table for table in tables if table is not None and table.num_rows]
             if outputs:
                 yield pa.concat_tables(outputs, promote_options="permissive")
 

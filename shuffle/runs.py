@@ -168,8 +168,13 @@ def _decode_blocks(raw: bytes, path: str, first: int, run: Run, partitions: int 
     return blocks["entries"]
 
 
-def _missing(path: str) -> InputError:
-    return InputError("shuffle index missing (was the work directory cleaned mid-job?)", path=path)
+def _read_index_bytes(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None) -> bytes:
+    try:
+        return fs.cat_file(path, start=start, end=end)
+    except FileNotFoundError as exc:
+        raise InputError(
+            "shuffle index missing (was the work directory cleaned mid-job?)", path=path
+        ) from exc
 
 
 def read_index_block(
@@ -183,10 +188,7 @@ def read_index_block(
     size = block_bytes(run.slots)
     if num_partitions is not None and not 0 <= partition < num_partitions:
         raise InputError(f"partition {partition} out of range: the job has {num_partitions}", path=path)
-    try:
-        raw = fs.cat_file(path, start=partition * size, end=(partition + 1) * size)
-    except FileNotFoundError as exc:
-        raise _missing(path) from exc
+    raw = _read_index_bytes(fs, path, partition * size, (partition + 1) * size)
     entries = _decode_blocks(raw, path, partition, run, num_partitions)[0]
     return [RunPart(run.path, int(o), int(n), int(r)) for o, n, r in entries.tolist()]
 
@@ -195,10 +197,7 @@ def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tupl
     """A whole index (one read) and its entries (P × K × 3), checked, with its blobs back to back from byte 0
     in (partition, slot) order: ``coalesce_runs`` copies partitions by byte ranges and relies on it."""
     path = index_path(run.path)
-    try:
-        raw = fs.cat_file(path, start=0)
-    except FileNotFoundError as exc:
-        raise _missing(path) from exc
+    raw = _read_index_bytes(fs, path, 0, None)
     if len(raw) != partitions * block_bytes(run.slots):
         raise InputError(
             f"shuffle index has the wrong length: {len(raw)} bytes, {partitions} partitions of "
@@ -216,34 +215,41 @@ def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tupl
     return raw, entries
 
 
-class RunWriter:
-    """Writes one run (data + index) from a table already sorted by (partition, sort key)."""
+@dataclass(frozen=True)
+class Written:
+    """A run as written (``write_run``, ``coalesce_runs``): the run, its rows and data bytes, and both files'
+    checksum records (``zephyr.io.checksum``), made while writing."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, prefix: str, num_partitions: int, row_group_bytes: int):
-        self.fs = fs
-        self.row_group_bytes = row_group_bytes
-        self.data_path = prefix + ".data"
-        self.index_path = prefix + ".index"
-        self.num_partitions = num_partitions
-        self.checksums: dict[str, dict] = {}
+    run: Run
+    rows: int
+    bytes: int
+    checksums: dict[str, dict]
 
-    def write(self, table: pa.Table, partitions: np.ndarray) -> tuple[int, int]:
-        """Write ``table`` whose rows belong to the (non-decreasing) ``partitions``; returns (rows, bytes).
-        ``checksums`` then holds both files' checksum records (``zephyr.io.checksum``), made while writing."""
-        starts = np.searchsorted(partitions, np.arange(self.num_partitions + 1), side="left")
-        entries = np.zeros((self.num_partitions, 1, 3), dtype="<u8")
-        offset = 0
-        with Checksummed(self.fs.open(self.data_path, "wb")) as data:
-            for p in np.flatnonzero(np.diff(starts)):
-                start, stop = int(starts[p]), int(starts[p + 1])
-                blob = _parquet_blob(table.slice(start, stop - start), self.row_group_bytes)
-                data.write(blob)
-                entries[p, 0] = (offset, len(blob), stop - start)
-                offset += len(blob)
-        with Checksummed(self.fs.open(self.index_path, "wb")) as index:
-            index.write(_encode_index(entries))
-        self.checksums = {self.data_path: data.record(), self.index_path: index.record()}
-        return table.num_rows, offset
+
+def write_run(
+    fs: fsspec.AbstractFileSystem,
+    prefix: str,
+    table: pa.Table,
+    partitions: np.ndarray,
+    num_partitions: int,
+    row_group_bytes: int,
+) -> Written:
+    """Write one run (``prefix`` + ``.data``/``.index``) from ``table``, sorted by (partition, sort key), whose
+    rows belong to the (non-decreasing) ``partitions``."""
+    starts = np.searchsorted(partitions, np.arange(num_partitions + 1), side="left")
+    entries = np.zeros((num_partitions, 1, 3), dtype="<u8")
+    offset = 0
+    with Checksummed(fs.open(prefix + ".data", "wb")) as data:
+        for p in np.flatnonzero(np.diff(starts)):
+            start, stop = int(starts[p]), int(starts[p + 1])
+            blob = _parquet_blob(table.slice(start, stop - start), row_group_bytes)
+            data.write(blob)
+            entries[p, 0] = (offset, len(blob), stop - start)
+            offset += len(blob)
+    with Checksummed(fs.open(prefix + ".index", "wb")) as index:
+        index.write(_encode_index(entries))
+    checksums = {prefix + ".data": data.record(), prefix + ".index": index.record()}
+    return Written(Run(prefix + ".data"), table.num_rows, offset, checksums)
 
 
 # -- reading a partition's blobs ----------------------------------------------------------------------------
@@ -435,16 +441,6 @@ def coalesce_plan(
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-@dataclass(frozen=True)
-class Coalesced:
-    """What ``coalesce_runs`` wrote: the run, its rows and data bytes, and both files' checksum records."""
-
-    run: Run
-    rows: int
-    bytes: int
-    checksums: dict[str, dict]
-
-
 def windows(sizes: Sequence[int], window_bytes: int) -> Iterator[tuple[int, int]]:
     """Consecutive partition ranges [p0, p1) of at most ``window_bytes`` in all (one partition at least)."""
     p0, total = 0, 0
@@ -466,7 +462,7 @@ def coalesce_runs(
     window_bytes: int,
     upload_bytes: int,
     expected: Mapping[str, dict] | None = None,
-) -> Coalesced:
+) -> Written:
     """Concatenate ``runs`` into one run at ``prefix`` (``.data``/``.index``) whose partition p holds the
     blobs of every input's partition p, input by input: bytes are copied, never decoded.
 
@@ -522,7 +518,7 @@ def coalesce_runs(
         _check(run.path, int(starts[-1, i]), digests[i].hexdigest(), expected)
     with Checksummed(fs.open(prefix + ".index", "wb")) as index:
         index.write(_encode_index(entries))
-    return Coalesced(
+    return Written(
         Run(data_path, slots),
         int(entries[:, :, 2].sum()),
         written,

@@ -25,7 +25,7 @@ import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.runs import RunWriter, row_group_bytes_for
+from zephyr.shuffle.runs import row_group_bytes_for, write_run
 
 from zephyr.budget import Budget
 from zephyr.errors import SchemaError
@@ -77,8 +77,6 @@ def _hash_partitions(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
     The id is monotonic in the hash, so a run sorted by hash alone is also sorted by partition: one
     single-column ``uint64`` sort orders a spill for both splitting and merging.
     """
-    if num_partitions == 1:
-        return np.zeros(len(hashes), dtype=np.int64)
     return (((hashes >> np.uint64(32)) * np.uint64(num_partitions)) >> np.uint64(32)).astype(np.int64)
 
 
@@ -237,12 +235,11 @@ class ShuffleWriter:
             partitions = table.column(PARTITION).combine_chunks().to_numpy()
             table = table.drop_columns([PARTITION])
         prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        run = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes)
-        rows, nbytes = run.write(table, partitions)
-        self.checksums.update(run.checksums)
-        self.runs.append(prefix + ".data")
-        self.bytes_written += nbytes
-        log.debug("spilled run %s: %d rows, %d bytes", prefix, rows, nbytes)
+        written = write_run(self.fs, prefix, table, partitions, spec.num_partitions, self.row_group_bytes)
+        self.checksums.update(written.checksums)
+        self.runs.append(written.run.path)
+        self.bytes_written += written.bytes
+        log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
 
     def _combine(self, table: pa.Table) -> pa.Table:
         """Map-side combine, switched off for the rest of the task when it stops paying (mostly-unique keys:

@@ -1,4 +1,4 @@
-"""The ZSHX spill-run format (zephyr.shuffle.runs): what RunWriter and coalesce_runs leave on disk, read back
+"""The ZSHX spill-run format (zephyr.shuffle.runs): what write_run and coalesce_runs leave on disk, read back
 block by block and chunk by chunk, the requests that takes, and every damage a run can suffer (truncated index
 or data, foreign magic, old version, a block of another run shape, a blob whose row count disagrees with its
 entry, an input changed before it was coalesced) raising an ``InputError`` that names the file."""
@@ -17,11 +17,11 @@ from zephyr.shuffle.runs import (
     INDEX_VERSION,
     Run,
     RunPart,
-    RunWriter,
     block_bytes,
     coalesce_runs,
     part_sources,
     read_index_block,
+    write_run,
 )
 
 from zephyr.errors import InputError
@@ -58,8 +58,7 @@ def _write_run(
         }
     )
     prefix = str(tmp_path / name)
-    writer = RunWriter(FS, prefix, PARTITIONS, row_group_bytes=4096)
-    writer.write(table, partitions)
+    write_run(FS, prefix, table, partitions, PARTITIONS, row_group_bytes=4096)
     return prefix + ".data", table, partitions
 
 
@@ -139,10 +138,10 @@ def test_column_projection(tmp_path):
 
 def test_empty_run_writes_an_index_of_empty_entries(tmp_path):
     prefix = str(tmp_path / "run-00000")
-    rows, nbytes = RunWriter(FS, prefix, 3, 4096).write(
-        pa.table({"k": pa.array([], pa.int64())}), np.array([], np.int64)
+    written = write_run(
+        FS, prefix, pa.table({"k": pa.array([], pa.int64())}), np.array([], np.int64), 3, 4096
     )
-    assert (rows, nbytes) == (0, 0)
+    assert (written.rows, written.bytes) == (0, 0)
     assert (tmp_path / "run-00000.data").stat().st_size == 0
     for p in range(3):
         (part,) = read_index_block(FS, prefix + ".data", p)
@@ -220,10 +219,10 @@ def test_coalesced_runs_coalesce_again(tmp_path):
 
 def test_coalesce_checks_its_inputs_against_their_writers_checksums(tmp_path):
     runs = _three_runs(tmp_path)
-    writer = RunWriter(FS, str(tmp_path / "run-1"), PARTITIONS, 4096)
     _, table, parts = runs[1]
-    writer.write(table, parts)  # the same bytes again: its checksums
-    expected = dict(writer.checksums)
+    expected = write_run(
+        FS, str(tmp_path / "run-1"), table, parts, PARTITIONS, 4096
+    ).checksums  # the same bytes
     coalesce_runs(
         FS,
         [Run(runs[1][0])],
