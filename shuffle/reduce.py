@@ -175,14 +175,9 @@ class JoinReducer:
         """``schemas`` (each side's, when known) type an empty side so outer joins keep all columns."""
         left = _load(left_sources, _LEFT_ROW, schemas[0])
         right = _load(right_sources, _RIGHT_ROW, schemas[1])
-        if left is None and right is None:
-            return
-        one_side_empty = left is None or right is None
-        if one_side_empty and (
-            self.how == "inner"
-            or (left is None and self.how == "left")
-            or (right is None and self.how == "right")
-        ):
+        # A side without rows: nothing to output when the join keeps only its matches (or both are empty).
+        needs_left, needs_right = self.how in ("inner", "left"), self.how in ("inner", "right")
+        if (left is None and (needs_left or right is None)) or (right is None and needs_right):
             return
         left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
         right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)

@@ -37,11 +37,13 @@ PARTITION = "__zephyr_partition"
 _SEEDS = dict(seed=0x5EED)
 
 
-def _canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """Key columns cast so equal values hash equally whatever integer/string width each side used."""
-    missing = [k for k in keys if k not in frame.columns]
+def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """One ``uint64`` per row of ``table``'s key columns, cast first so equal values hash equally whatever
+    integer/string width each side used."""
+    missing = [k for k in keys if k not in table.column_names]
     if missing:
-        raise SchemaError(f"key column(s) {missing} not found; available columns: {frame.columns}")
+        raise SchemaError(f"key column(s) {missing} not found; available columns: {table.column_names}")
+    frame = pl.from_arrow(table.select(list(keys)), rechunk=False)
     exprs = []
     for name in keys:
         dtype = frame.schema[name]
@@ -55,13 +57,7 @@ def _canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
             exprs.append(pl.col(name).cast(pl.Float64))
         else:
             exprs.append(pl.col(name))
-    return frame.select(exprs)
-
-
-def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """One ``uint64`` per row of ``table``'s key columns."""
-    frame = _canonical_keys(pl.from_arrow(table.select(list(keys)), rechunk=False), keys)
-    return frame.hash_rows(**_SEEDS).to_numpy()
+    return frame.select(exprs).hash_rows(**_SEEDS).to_numpy()
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
@@ -213,9 +209,7 @@ class ShuffleWriter:
         table = self._combine(table)
         spec = self.spec
         if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(
-                KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys).astype(np.uint64, copy=False))
-            )
+            table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
         elif spec.kind == "round_robin":
             start = self._rows_seen + self.task_index
             self._rows_seen += table.num_rows
