@@ -34,33 +34,20 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.shuffle.runs import Run, RunPart, part_sources, read_index_block, row_group_bytes_for
-from zephyr.shuffle.writer import numpy_to_arrow, sort_table
+from zephyr.shuffle.runs import Run, part_sources, read_index_block, row_group_bytes_for
+from zephyr.shuffle.writer import sort_table
 
 from zephyr.budget import EXPANSION, Budget
 
 log = logging.getLogger(__name__)
-
-
-def _read_parts(
-    runs: Sequence[Run | str], partition: int
-) -> list[tuple[fsspec.AbstractFileSystem, list[RunPart]]]:
-    """Per run, its filesystem and the partition's blobs in it (one index read each)."""
-    found = []
-    for run in runs:
-        run = run if isinstance(run, Run) else Run(run)
-        fs, path = fsspec.core.url_to_fs(run.path)
-        parts = [p for p in read_index_block(fs, Run(path, run.slots), partition) if p.rows]
-        if parts:
-            found.append((fs, parts))
-    return found
 
 
 def partition_sources(
@@ -71,14 +58,15 @@ def partition_sources(
 ) -> tuple[list[Iterator[pa.Table]], _Scratch]:
     """Sources for one partition of ``runs`` (data paths or ``Run``s; see the module docstring) and the scratch
     space to clean up afterwards."""
-    found = _read_parts(runs, partition)
-    scratch = _Scratch()
-    if not found:
-        return [], scratch
     chunk = row_group_bytes_for(budget_bytes)
-    stored = sum(p.length for _, parts in found for p in parts)
-    sources = [source for fs, parts in found for source in part_sources(fs, parts, chunk)]
-    if merge_columns is None:  # no order needed: parts one after another
+    scratch, sources, stored = _Scratch(), [], 0
+    for run in runs:  # one index read each, then the partition's blobs
+        run = run if isinstance(run, Run) else Run(run)
+        fs, path = fsspec.core.url_to_fs(run.path)
+        parts = read_index_block(fs, Run(path, run.slots), partition)
+        stored += sum(p.length for p in parts)
+        sources += part_sources(fs, parts, chunk)
+    if not sources or merge_columns is None:  # no order needed: parts one after another
         return sources, scratch
     if stored * EXPANSION <= Budget(budget_bytes).in_memory_reduce_bytes:
         tables = [t for source in sources for t in source]
@@ -143,13 +131,12 @@ SortColumns = Sequence[tuple[str, bool]]
 
 
 class _Head:
-    """The unread part of one source; ``keys`` mirrors the uint64 merge key when the merge is on a hash."""
+    """The unread part of one source, and ``keys``: its merge key, as ``key_of`` makes it of the table."""
 
-    def __init__(self, source: Iterator[pa.Table], hash_key: str | None):
-        self.source = source
-        self.hash_key = hash_key
+    def __init__(self, source: Iterator[pa.Table], key_of: Callable[[pa.Table], Any]):
+        self.source, self.key_of = source, key_of
         self.table: pa.Table | None = None
-        self.keys: np.ndarray | None = None
+        self.keys: Any = None
         self.exhausted = False
         self.extend()
 
@@ -157,33 +144,20 @@ class _Head:
         """Append the source's next non-empty table, or mark the source exhausted."""
         for table in self.source:
             if table.num_rows:
-                if self.table is None:
-                    self.table = table
-                else:
-                    self.table = pa.concat_tables([self.table, table], promote_options="permissive")
-                if self.hash_key is not None:
-                    self.keys = _hash_keys(self.table, self.hash_key)
+                if self.table is not None:
+                    table = pa.concat_tables([self.table, table], promote_options="permissive")
+                self.table, self.keys = table, self.key_of(table)
                 return
         self.exhausted = True
 
     def take_front(self, n: int) -> pa.Table:
         front = self.table.slice(0, n)
-        self.table = self.table.slice(n)
-        if self.keys is not None:
-            self.keys = self.keys[n:]
+        self.table, self.keys = self.table.slice(n), self.keys[n:]
         return front
 
     @property
     def rows(self) -> int:
         return 0 if self.table is None else self.table.num_rows
-
-
-def _hash_keys(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).combine_chunks().to_numpy(zero_copy_only=False)
-
-
-def _frame(table: pa.Table, columns: SortColumns) -> pl.DataFrame:
-    return pl.from_arrow(table.select([c for c, _ in columns]), rechunk=False)
 
 
 def _count_before(keys: pl.DataFrame, cutoff: pl.DataFrame, columns: SortColumns) -> int:
@@ -212,31 +186,26 @@ def _count_before(keys: pl.DataFrame, cutoff: pl.DataFrame, columns: SortColumns
     return int(keys.select(before.sum()).item())
 
 
-def _is_hash_merge(columns: SortColumns, heads: list[_Head]) -> bool:
-    return (
+def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) -> Iterator[pa.Table]:
+    """Merge sources sorted by ``columns`` into globally sorted batches (see the module docstring).
+
+    One ascending ``uint64`` key (a hash shuffle's) is merged on numpy arrays, with binary searches and no
+    conversions; any other key on polars frames of the key columns."""
+    columns = list(columns)
+    heads = [_Head(iter(source), lambda t: t) for source in sources]
+    name = columns[0][0] if columns else None
+    hashed = (
         len(columns) == 1
         and not columns[0][1]
-        and all(h.table is None or h.table.schema.field(columns[0][0]).type == pa.uint64() for h in heads)
+        and all(h.table is None or h.table.schema.field(name).type == pa.uint64() for h in heads)
     )
-
-
-def _sort_by_hash(table: pa.Table, name: str) -> pa.Table:
-    order = np.argsort(_hash_keys(table, name), kind="stable")
-    return table.take(numpy_to_arrow(order))
-
-
-def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) -> Iterator[pa.Table]:
-    """Merge sources sorted by ``columns`` into globally sorted batches (see the module docstring)."""
-    columns = list(columns)
-    heads = [_Head(iter(source), None) for source in sources]
-    if _is_hash_merge(columns, heads):
-        name = columns[0][0]
-        for head in heads:
-            head.hash_key = name
-            if head.table is not None:
-                head.keys = _hash_keys(head.table, name)
-        yield from _merge_hash(heads, name)
-        return
+    key_of = (
+        (lambda t: t.column(name).combine_chunks().to_numpy(zero_copy_only=False))
+        if hashed
+        else (lambda t: pl.from_arrow(t.select([c for c, _ in columns]), rechunk=False))
+    )
+    for head in heads:  # the first tables were read to choose: their keys now
+        head.key_of, head.keys = key_of, None if head.table is None else key_of(head.table)
     while True:
         live = [h for h in heads if h.rows]
         if not live:
@@ -245,16 +214,23 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
         if not frontier:  # nothing left to read: the rest is final
             yield sort_table(pa.concat_tables([h.table for h in live], promote_options="permissive"), columns)
             return
-        lasts = pl.concat([_frame(h.table.slice(h.rows - 1, 1), columns) for h in frontier])
-        order = lasts.with_row_index("__i").sort(
-            [c for c, _ in columns], descending=[d for _, d in columns], nulls_last=True, maintain_order=True
-        )
-        cutoff = order.slice(0, 1).drop("__i")
-        pieces = []
-        for head in live:
-            n = _count_before(_frame(head.table, columns), cutoff, columns)
-            if n:
-                pieces.append(head.take_front(n))
+        if hashed:
+            cutoff = min(h.keys[-1] for h in frontier)
+            at_cutoff = {id(h) for h in frontier if h.keys[-1] == cutoff}
+            counts = [int(np.searchsorted(h.keys, cutoff, side="left")) for h in live]
+        else:
+            lasts = [h.keys.slice(h.rows - 1, 1) for h in frontier]
+            cutoff = pl.concat(lasts).sort(
+                [c for c, _ in columns],
+                descending=[d for _, d in columns],
+                nulls_last=True,
+                maintain_order=True,
+            )[:1]
+            # ``equals``, not ``==`` on the rows' tuples: NaN equals NaN and null equals null here, as the sort
+            # orders them (with ``==`` a source whose last key was NaN never read on and the merge looped).
+            at_cutoff = {id(h) for h, last in zip(frontier, lasts) if last.equals(cutoff)}
+            counts = [_count_before(h.keys, cutoff, columns) for h in live]
+        pieces = [head.take_front(n) for head, n in zip(live, counts) if n]
         if pieces:
             yield (
                 sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns)
@@ -262,48 +238,6 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
                 else pieces[0]
             )
         # Sources at the cutoff (and sources emptied by this round) read on.
-        at_cutoff = {
-            id(frontier[i])
-            for i in order.get_column("__i").to_list()
-            if _equal_rows(lasts.slice(i, 1), cutoff)
-        }
         for head in heads:
             if not head.exhausted and (id(head) in at_cutoff or head.rows == 0):
                 head.extend()
-
-
-def _merge_hash(heads: list[_Head], name: str) -> Iterator[pa.Table]:
-    """``merge_sorted`` for one ascending uint64 key without nulls: numpy binary searches, no conversions."""
-    while True:
-        live = [h for h in heads if h.rows]
-        if not live:
-            return
-        frontier = [h for h in live if not h.exhausted]
-        if not frontier:
-            yield _sort_by_hash(pa.concat_tables([h.table for h in live], promote_options="permissive"), name)
-            return
-        cutoff = min(h.keys[-1] for h in frontier)
-        pieces = []
-        for head in live:
-            n = int(np.searchsorted(head.keys, cutoff, side="left"))
-            if n:
-                pieces.append(head.take_front(n))
-        if pieces:
-            batch = pa.concat_tables(pieces, promote_options="permissive")
-            yield _sort_by_hash(batch, name) if len(pieces) > 1 else batch
-        for head in heads:
-            if not head.exhausted and (head.rows == 0 or head.keys[-1] == cutoff):
-                head.extend()
-
-
-def _equal_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
-    """Whether two one-row key frames are equal as the sort orders them: NaN equals NaN, null equals null.
-    Python's ``==`` on the rows' tuples says NaN != NaN, so a source whose last key was NaN never read on and
-    the merge looped forever."""
-    return a.equals(b)
-
-
-def concat_sources(sources: Sequence[Iterator[pa.Table]]) -> Iterator[pa.Table]:
-    """Sources one after another (round-robin reshard; order = source order)."""
-    for source in sources:
-        yield from source

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.read import concat_sources, merge_sorted
+from zephyr.shuffle.read import merge_sorted
 from zephyr.shuffle.writer import KEY_HASH, sort_table
 
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
@@ -70,32 +71,25 @@ class GroupApplyReducer:
         for batch in merge_sorted(sources, _BY_HASH):
             batch = sort_table(batch, order)
             keys = pl.from_arrow(batch.select(list(self.keys)), rechunk=False)
-            boundary = np.ones(len(keys), dtype=bool)
-            if len(keys) > 1:
-                changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
-                boundary[1:] = changed.to_numpy()[1:]
-            starts = np.flatnonzero(boundary)
+            changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
+            starts = np.flatnonzero(np.r_[True, changed.to_numpy()[1:]])  # the first row starts a group
             stops = np.append(starts[1:], len(keys))
             rows = _drop_hash(batch)
-            outputs = []
-            for start, stop in zip(starts.tolist(), stops.tolist()):
-                result = self.fn(rows.slice(start, stop - start))
-                table = _as_table(result)
-                if table is not None and table.num_rows:
-                    outputs.append(table)
+            tables = [
+                _as_table(self.fn(rows.slice(a, b - a))) for a, b in zip(starts.tolist(), stops.tolist())
+            ]
+            outputs = [table for table in tables if table is not None and table.num_rows]
             if outputs:
                 yield pa.concat_tables(outputs, promote_options="permissive")
 
 
 def _as_table(result: Any) -> pa.Table | None:
-    if result is None:
-        return None
-    if isinstance(result, pa.Table):
+    if result is None or isinstance(result, pa.Table):
         return result
     if isinstance(result, pa.RecordBatch):
         return pa.Table.from_batches([result])
     if isinstance(result, dict):
-        return pa.Table.from_pylist([result])
+        result = [result]
     if isinstance(result, list):
         return pa.Table.from_pylist(result) if result else None
     raise ZephyrError(
@@ -130,22 +124,18 @@ class FirstOccurrence:
 
 @dataclass(frozen=True)
 class SortReducer:
-    columns: tuple[tuple[str, bool], ...]
-
-    @property
-    def merge_columns(self) -> list[tuple[str, bool]]:
-        return list(self.columns)
+    merge_columns: tuple[tuple[str, bool], ...]
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
-        yield from merge_sorted(sources, self.columns)
+        yield from merge_sorted(sources, self.merge_columns)
 
 
 @dataclass(frozen=True)
 class ConcatReducer:
-    merge_columns = None
+    """Sources one after another (round-robin reshard; order = source order); no ``merge_columns``: no merge."""
 
     def reduce(self, sources: Sources) -> Iterator[pa.Table]:
-        for table in concat_sources(sources):
+        for table in chain.from_iterable(sources):
             yield _drop_hash(table)
 
 
@@ -185,14 +175,9 @@ class JoinReducer:
         """``schemas`` (each side's, when known) type an empty side so outer joins keep all columns."""
         left = _load(left_sources, _LEFT_ROW, schemas[0])
         right = _load(right_sources, _RIGHT_ROW, schemas[1])
-        if left is None and right is None:
-            return
-        one_side_empty = left is None or right is None
-        if one_side_empty and (
-            self.how == "inner"
-            or (left is None and self.how == "left")
-            or (right is None and self.how == "right")
-        ):
+        # A side without rows: nothing to output when the join keeps only its matches (or both are empty).
+        needs_left, needs_right = self.how in ("inner", "left"), self.how in ("inner", "right")
+        if (left is None and (needs_left or right is None)) or (right is None and needs_right):
             return
         left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
         right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)
@@ -228,7 +213,7 @@ class JoinReducer:
 
 
 def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:
-    tables = [_drop_hash(t) for t in concat_sources(sources) if t.num_rows]
+    tables = [_drop_hash(t) for t in chain.from_iterable(sources) if t.num_rows]
     if not tables:
         if schema is None:
             return None

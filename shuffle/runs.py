@@ -168,8 +168,13 @@ def _decode_blocks(raw: bytes, path: str, first: int, run: Run, partitions: int 
     return blocks["entries"]
 
 
-def _missing(path: str) -> InputError:
-    return InputError("shuffle index missing (was the work directory cleaned mid-job?)", path=path)
+def _read_index_bytes(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None) -> bytes:
+    try:
+        return fs.cat_file(path, start=start, end=end)
+    except FileNotFoundError as exc:
+        raise InputError(
+            "shuffle index missing (was the work directory cleaned mid-job?)", path=path
+        ) from exc
 
 
 def read_index_block(
@@ -183,10 +188,7 @@ def read_index_block(
     size = block_bytes(run.slots)
     if num_partitions is not None and not 0 <= partition < num_partitions:
         raise InputError(f"partition {partition} out of range: the job has {num_partitions}", path=path)
-    try:
-        raw = fs.cat_file(path, start=partition * size, end=(partition + 1) * size)
-    except FileNotFoundError as exc:
-        raise _missing(path) from exc
+    raw = _read_index_bytes(fs, path, partition * size, (partition + 1) * size)
     entries = _decode_blocks(raw, path, partition, run, num_partitions)[0]
     return [RunPart(run.path, int(o), int(n), int(r)) for o, n, r in entries.tolist()]
 
@@ -195,10 +197,7 @@ def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tupl
     """A whole index (one read) and its entries (P × K × 3), checked, with its blobs back to back from byte 0
     in (partition, slot) order: ``coalesce_runs`` copies partitions by byte ranges and relies on it."""
     path = index_path(run.path)
-    try:
-        raw = fs.cat_file(path, start=0)
-    except FileNotFoundError as exc:
-        raise _missing(path) from exc
+    raw = _read_index_bytes(fs, path, 0, None)
     if len(raw) != partitions * block_bytes(run.slots):
         raise InputError(
             f"shuffle index has the wrong length: {len(raw)} bytes, {partitions} partitions of "
@@ -216,69 +215,115 @@ def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tupl
     return raw, entries
 
 
-class RunWriter:
-    """Writes one run (data + index) from a table already sorted by (partition, sort key)."""
+@dataclass(frozen=True)
+class Written:
+    """A run as written (``write_run``, ``coalesce_runs``): the run, its rows and data bytes, and both files'
+    checksum records (``zephyr.io.checksum``), made while writing."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, prefix: str, num_partitions: int, row_group_bytes: int):
-        self.fs = fs
-        self.row_group_bytes = row_group_bytes
-        self.data_path = prefix + ".data"
-        self.index_path = prefix + ".index"
-        self.num_partitions = num_partitions
-        self.checksums: dict[str, dict] = {}
+    run: Run
+    rows: int
+    bytes: int
+    checksums: dict[str, dict]
 
-    def write(self, table: pa.Table, partitions: np.ndarray) -> tuple[int, int]:
-        """Write ``table`` whose rows belong to the (non-decreasing) ``partitions``; returns (rows, bytes).
-        ``checksums`` then holds both files' checksum records (``zephyr.io.checksum``), made while writing."""
-        starts = np.searchsorted(partitions, np.arange(self.num_partitions + 1), side="left")
-        entries = np.zeros((self.num_partitions, 1, 3), dtype="<u8")
-        offset = 0
-        with Checksummed(self.fs.open(self.data_path, "wb")) as data:
-            for p in np.flatnonzero(np.diff(starts)):
-                start, stop = int(starts[p]), int(starts[p + 1])
-                blob = _parquet_blob(table.slice(start, stop - start), self.row_group_bytes)
-                data.write(blob)
-                entries[p, 0] = (offset, len(blob), stop - start)
-                offset += len(blob)
-        with Checksummed(self.fs.open(self.index_path, "wb")) as index:
-            index.write(_encode_index(entries))
-        self.checksums = {self.data_path: data.record(), self.index_path: index.record()}
-        return table.num_rows, offset
+
+def write_run(
+    fs: fsspec.AbstractFileSystem,
+    prefix: str,
+    table: pa.Table,
+    partitions: np.ndarray,
+    num_partitions: int,
+    row_group_bytes: int,
+) -> Written:
+    """Write one run (``prefix`` + ``.data``/``.index``) from ``table``, sorted by (partition, sort key), whose
+    rows belong to the (non-decreasing) ``partitions``."""
+    starts = np.searchsorted(partitions, np.arange(num_partitions + 1), side="left")
+    entries = np.zeros((num_partitions, 1, 3), dtype="<u8")
+    offset = 0
+    with Checksummed(fs.open(prefix + ".data", "wb")) as data:
+        for p in np.flatnonzero(np.diff(starts)):
+            start, stop = int(starts[p]), int(starts[p + 1])
+            blob = _parquet_blob(table.slice(start, stop - start), row_group_bytes)
+            data.write(blob)
+            entries[p, 0] = (offset, len(blob), stop - start)
+            offset += len(blob)
+    with Checksummed(fs.open(prefix + ".index", "wb")) as index:
+        index.write(_encode_index(entries))
+    checksums = {prefix + ".data": data.record(), prefix + ".index": index.record()}
+    return Written(Run(prefix + ".data"), table.num_rows, offset, checksums)
 
 
 # -- reading a partition's blobs ----------------------------------------------------------------------------
 class _Chunk:
-    """Consecutive blobs of one data file fetched with one ranged read when the first of them is read, and
-    dropped when the last of them is done."""
+    """Bytes [start, end) of one data file: a read group's blobs (``read_groups``). A group that fits
+    ``piece_bytes`` is fetched whole with one ranged read when its first blob is read; a larger one (one large
+    blob) a piece of ``piece_bytes`` at a time from where Parquet reads, so it streams row group by row group.
+    The bytes are dropped when the group's last blob is done."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, parts: int):
-        self.fs, self.path, self.start, self.end = fs, path, start, end
-        self.waiting = parts
-        self.buffer: pa.Buffer | None = None
+    def __init__(self, fs: fsspec.AbstractFileSystem, group: Sequence[RunPart], piece_bytes: int):
+        self.fs, self.path, self.piece_bytes = fs, group[0].data_path, piece_bytes
+        self.start, self.end = group[0].offset, group[-1].offset + group[-1].length
+        self.waiting = len(group)
+        self.lo, self.data = self.start, b""
 
-    def blob(self, part: RunPart) -> pa.BufferReader:
-        if self.buffer is None:
-            data = self.fs.cat_file(self.path, start=self.start, end=self.end)
-            if len(data) != self.end - self.start:
+    def read(self, offset: int, n: int) -> memoryview:
+        """``n`` bytes at ``offset`` of the data file (within the group), fetched if not held."""
+        if not self.lo <= offset <= offset + n <= self.lo + len(self.data):
+            whole = self.end - self.start <= self.piece_bytes
+            lo, hi = (
+                (self.start, self.end)
+                if whole
+                else (offset, min(self.end, offset + max(n, self.piece_bytes)))
+            )
+            self.data = self.fs.cat_file(self.path, start=lo, end=hi)
+            self.lo = lo
+            if len(self.data) != hi - lo:
                 raise InputError(
-                    f"shuffle blobs at bytes {self.start}-{self.end} lie past the end of the data file (it ends "
-                    f"at byte {self.start + len(data)}): the run is truncated; rerun the job",
+                    f"shuffle blobs at bytes {lo}-{hi} lie past the end of the data file (it ends at byte "
+                    f"{lo + len(self.data)}): the run is truncated; rerun the job",
                     path=self.path,
                 )
-            self.buffer = pa.py_buffer(data)
-        return pa.BufferReader(self.buffer.slice(part.offset - self.start, part.length))
+        return memoryview(self.data)[offset - self.lo : offset - self.lo + n]
 
     def done(self) -> None:
         self.waiting -= 1
         if self.waiting <= 0:
-            self.buffer = None
+            self.data = b""
 
 
-def _blob_tables(file, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
+class _Blob(io.RawIOBase):
+    """One blob of a chunk as a read-only file, so Parquet reads its footer and row groups from the chunk."""
+
+    def __init__(self, chunk: _Chunk, part: RunPart):
+        self.chunk, self.part, self.pos = chunk, part, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.part.length}[whence]
+        self.pos = max(0, min(self.part.length, base + pos))
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        n = min(len(buffer), self.part.length - self.pos)
+        if n <= 0:
+            return 0
+        buffer[:n] = self.chunk.read(self.part.offset + self.pos, n)
+        self.pos += n
+        return n
+
+
+def _blob_tables(chunk: _Chunk, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
     """A blob's row groups, its row count checked against the index entry."""
     where = f"shuffle blob at bytes {part.offset}-{part.offset + part.length}"
     try:
-        reader = pq.ParquetFile(file)
+        reader = pq.ParquetFile(_Blob(chunk, part))
         if reader.metadata.num_rows != part.rows:
             raise InputError(
                 f"{where} holds {reader.metadata.num_rows} rows, its index entry says {part.rows}; rerun the job",
@@ -288,11 +333,6 @@ def _blob_tables(file, part: RunPart, columns: Sequence[str] | None) -> Iterator
             yield reader.read_row_group(group, columns=columns)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"corrupt {where}: {exc}", path=part.data_path) from exc
-
-
-def _chunk_source(chunk: _Chunk, part: RunPart, columns: Sequence[str] | None) -> Iterator[pa.Table]:
-    try:
-        yield from _blob_tables(chunk.blob(part), part, columns)
     finally:
         chunk.done()
 
@@ -326,88 +366,18 @@ def part_sources(
     chunk_bytes: int,
     columns: Sequence[str] | None = None,
 ) -> list[Iterator[pa.Table]]:
-    """One lazy source of tables per non-empty part, in order, fetched a group of consecutive parts at a time
-    (``read_groups``); a part larger than ``chunk_bytes`` streams alone (``read_run_part``). So a reducer makes
-    about one request per run and ``chunk_bytes``, and holds, per open source, at most one chunk it has not
-    decoded."""
-    sources: list[Iterator[pa.Table]] = []
-    for group in read_groups(parts, chunk_bytes):
-        if group[0].length > chunk_bytes:
-            sources.append(read_run_part(fs, group[0], columns, chunk_bytes))
-            continue
-        chunk = _Chunk(
-            fs, group[0].data_path, group[0].offset, group[-1].offset + group[-1].length, len(group)
-        )
-        sources.extend(_chunk_source(chunk, part, columns) for part in group)
-    return sources
-
-
-class _Range(io.RawIOBase):
-    """A read-only window [offset, offset + length) of a file: lets Parquet read one blob's row groups
-    with ranged reads instead of loading the whole blob."""
-
-    def __init__(self, file, offset: int, length: int):
-        self._file = file
-        self._offset = offset
-        self._length = length
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
-        self._pos = max(0, min(self._length, base + pos))
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        n = min(len(buffer), self._length - self._pos)
-        if n <= 0:
-            return 0
-        self._file.seek(self._offset + self._pos)
-        data = self._file.read(n)
-        buffer[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-def read_run_part(
-    fs: fsspec.AbstractFileSystem,
-    part: RunPart,
-    columns: Sequence[str] | None = None,
-    block_bytes: int = 4 << 20,
-) -> Iterator[pa.Table]:
-    """Yield one part's rows a row group at a time (sorted, as written), reading only its byte range in reads
-    of ``block_bytes`` (a part too large to fetch whole).
+    """One lazy source of tables per non-empty part, in order, a row group at a time (sorted, as written),
+    fetched a group of consecutive parts at a time (``read_groups``, ``_Chunk``; a part larger than
+    ``chunk_bytes`` is fetched ``chunk_bytes`` a read). So a reducer makes about one request per run and
+    ``chunk_bytes``, and holds, per open source, at most one chunk it has not decoded.
 
     A blob that is cut short (a truncated data file) or holds another row count than its index entry is an
     ``InputError`` naming the data file and the byte range."""
-    if part.rows == 0:
-        return
-    handle = fs.open(part.data_path, "rb", block_size=block_bytes, cache_type="readahead")
-    size = handle.seek(0, io.SEEK_END)
-    if part.offset + part.length > size:
-        handle.close()
-        raise InputError(
-            f"shuffle blob at bytes {part.offset}-{part.offset + part.length} lies past the end of the data file "
-            f"({size} bytes): the run is truncated; rerun the job",
-            path=part.data_path,
-        )
-    window = _Range(handle, part.offset, part.length)
-    try:
-        yield from _blob_tables(window, part, columns)
-    finally:
-        window.close()
+    sources: list[Iterator[pa.Table]] = []
+    for group in read_groups(parts, chunk_bytes):
+        chunk = _Chunk(fs, group, chunk_bytes)
+        sources.extend(_blob_tables(chunk, part, columns) for part in group)
+    return sources
 
 
 # -- coalescing ---------------------------------------------------------------------------------------------
@@ -471,16 +441,6 @@ def coalesce_plan(
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-@dataclass(frozen=True)
-class Coalesced:
-    """What ``coalesce_runs`` wrote: the run, its rows and data bytes, and both files' checksum records."""
-
-    run: Run
-    rows: int
-    bytes: int
-    checksums: dict[str, dict]
-
-
 def windows(sizes: Sequence[int], window_bytes: int) -> Iterator[tuple[int, int]]:
     """Consecutive partition ranges [p0, p1) of at most ``window_bytes`` in all (one partition at least)."""
     p0, total = 0, 0
@@ -502,7 +462,7 @@ def coalesce_runs(
     window_bytes: int,
     upload_bytes: int,
     expected: Mapping[str, dict] | None = None,
-) -> Coalesced:
+) -> Written:
     """Concatenate ``runs`` into one run at ``prefix`` (``.data``/``.index``) whose partition p holds the
     blobs of every input's partition p, input by input: bytes are copied, never decoded.
 
@@ -558,7 +518,7 @@ def coalesce_runs(
         _check(run.path, int(starts[-1, i]), digests[i].hexdigest(), expected)
     with Checksummed(fs.open(prefix + ".index", "wb")) as index:
         index.write(_encode_index(entries))
-    return Coalesced(
+    return Written(
         Run(data_path, slots),
         int(entries[:, :, 2].sum()),
         written,

@@ -25,7 +25,7 @@ import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.runs import RunWriter, row_group_bytes_for
+from zephyr.shuffle.runs import row_group_bytes_for, write_run
 
 from zephyr.budget import Budget
 from zephyr.errors import SchemaError
@@ -37,11 +37,13 @@ PARTITION = "__zephyr_partition"
 _SEEDS = dict(seed=0x5EED)
 
 
-def _canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """Key columns cast so equal values hash equally whatever integer/string width each side used."""
-    missing = [k for k in keys if k not in frame.columns]
+def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """One ``uint64`` per row of ``table``'s key columns, cast first so equal values hash equally whatever
+    integer/string width each side used."""
+    missing = [k for k in keys if k not in table.column_names]
     if missing:
-        raise SchemaError(f"key column(s) {missing} not found; available columns: {frame.columns}")
+        raise SchemaError(f"key column(s) {missing} not found; available columns: {table.column_names}")
+    frame = pl.from_arrow(table.select(list(keys)), rechunk=False)
     exprs = []
     for name in keys:
         dtype = frame.schema[name]
@@ -55,13 +57,7 @@ def _canonical_keys(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
             exprs.append(pl.col(name).cast(pl.Float64))
         else:
             exprs.append(pl.col(name))
-    return frame.select(exprs)
-
-
-def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """One ``uint64`` per row of ``table``'s key columns."""
-    frame = _canonical_keys(pl.from_arrow(table.select(list(keys)), rechunk=False), keys)
-    return frame.hash_rows(**_SEEDS).to_numpy()
+    return frame.select(exprs).hash_rows(**_SEEDS).to_numpy()
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
@@ -77,8 +73,6 @@ def _hash_partitions(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
     The id is monotonic in the hash, so a run sorted by hash alone is also sorted by partition: one
     single-column ``uint64`` sort orders a spill for both splitting and merging.
     """
-    if num_partitions == 1:
-        return np.zeros(len(hashes), dtype=np.int64)
     return (((hashes >> np.uint64(32)) * np.uint64(num_partitions)) >> np.uint64(32)).astype(np.int64)
 
 
@@ -215,9 +209,7 @@ class ShuffleWriter:
         table = self._combine(table)
         spec = self.spec
         if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(
-                KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys).astype(np.uint64, copy=False))
-            )
+            table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
         elif spec.kind == "round_robin":
             start = self._rows_seen + self.task_index
             self._rows_seen += table.num_rows
@@ -237,12 +229,11 @@ class ShuffleWriter:
             partitions = table.column(PARTITION).combine_chunks().to_numpy()
             table = table.drop_columns([PARTITION])
         prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        run = RunWriter(self.fs, prefix, spec.num_partitions, self.row_group_bytes)
-        rows, nbytes = run.write(table, partitions)
-        self.checksums.update(run.checksums)
-        self.runs.append(prefix + ".data")
-        self.bytes_written += nbytes
-        log.debug("spilled run %s: %d rows, %d bytes", prefix, rows, nbytes)
+        written = write_run(self.fs, prefix, table, partitions, spec.num_partitions, self.row_group_bytes)
+        self.checksums.update(written.checksums)
+        self.runs.append(written.run.path)
+        self.bytes_written += written.bytes
+        log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
 
     def _combine(self, table: pa.Table) -> pa.Table:
         """Map-side combine, switched off for the rest of the task when it stops paying (mostly-unique keys:
