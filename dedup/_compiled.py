@@ -32,7 +32,7 @@ import contextlib
 import importlib.util
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,11 +44,11 @@ NUMBA_ENABLED = importlib.util.find_spec("numba") is not None and os.environ.get
 
 
 class LazyKernels:
-    """The kernels ``names`` (callees first) of the module whose ``globals()`` is ``namespace``."""
+    """The kernels of the module whose ``globals()`` is ``namespace``: its functions decorated ``@kernel``."""
 
-    def __init__(self, namespace: dict[str, Any], names: Sequence[str]) -> None:
+    def __init__(self, namespace: dict[str, Any]) -> None:
         self._namespace = namespace
-        self._names = tuple(names)
+        self._names: list[str] = []
         self._lock = threading.Lock()
         self.compiled = False
         """True once every kernel in the namespace is a numba dispatcher."""
@@ -71,21 +71,15 @@ class LazyKernels:
                     self.compiled = True
         return contextlib.nullcontext()
 
+    def kernel(self, function: Callable) -> Callable:
+        """Mark ``function`` a kernel (compiled with the others on first use); returned as it is."""
+        self._names.append(function.__name__)
+        return function
+
 
 # numba is a dependency, but importing it costs ~0.5 s and its first kernel load ~0.7 s more, so it is
 # imported on the first kernel call only
-_KERNELS = (
-    "_multibyte_space",
-    "_tokens",
-    "_collapse",
-    "_word_shingles",
-    "_char_shingles",
-    "_minhash",
-    "_sorted_sets",
-    "_intersections",
-    "_greedy_anchors",
-)
-_kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
+_kernels = LazyKernels(globals())  # the functions are looked up when first compiled
 
 
 def _ro(array: np.ndarray, dtype: type) -> np.ndarray:
@@ -145,6 +139,7 @@ _ASCII_SPACE = np.zeros(256, dtype=np.bool_)
 _ASCII_SPACE[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
 
 
+@_kernels.kernel
 def _multibyte_space(c, c1, c2):
     """Byte length of the whitespace character starting with bytes ``c c1 c2`` (``c`` ≥ 0x80; missing bytes
     past the end are passed as 0), or 0. Scalars only: a helper taking the array would cost an atomic
@@ -161,6 +156,7 @@ def _multibyte_space(c, c1, c2):
     return 0
 
 
+@_kernels.kernel
 def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
     """Hash (and P^len) of each whitespace-separated token of ``data[lo:hi]``; returns the token count."""
     count = 0
@@ -196,6 +192,7 @@ def _tokens(data, lo, hi, ascii_space, tok_hash, tok_pow):
     return count
 
 
+@_kernels.kernel
 def _collapse(data, offsets, ascii_space):
     """Each document's tokens joined by one ASCII space (``" ".join(text.split())``): (bytes, offsets)."""
     num_docs = len(offsets) - 1
@@ -227,6 +224,7 @@ def _collapse(data, offsets, ascii_space):
     return out[:pos].copy(), out_offsets
 
 
+@_kernels.kernel
 def _word_shingles(data, offsets, n, ascii_space):
     num_docs = len(offsets) - 1
     # a document has at most len/2+1 tokens; one scratch buffer sized for the longest document
@@ -255,6 +253,7 @@ def _word_shingles(data, offsets, n, ascii_space):
     return out[:pos].copy(), counts
 
 
+@_kernels.kernel
 def _char_shingles(data, offsets, n):
     num_docs = len(offsets) - 1
     counts = np.zeros(num_docs, dtype=np.int64)
@@ -315,6 +314,7 @@ def char_shingles(data: np.ndarray, offsets: np.ndarray, n: int) -> tuple[np.nda
         return _char_shingles(_ro(data, np.uint8), _ro(offsets, np.int64), np.int64(n))
 
 
+@_kernels.kernel
 def _minhash(hashes, offsets, a, b, mersenne, out):
     # Loop order: per document, per permutation, a min-reduction over the document's shingles. The
     # reduction has no stores, so LLVM vectorizes it; the document's (mixed) hashes stay in L1/L2.
@@ -371,6 +371,7 @@ def minhash(
     return out
 
 
+@_kernels.kernel
 def _sorted_sets(hashes, offsets):
     num_docs = len(offsets) - 1
     out = np.empty_like(hashes)
@@ -399,6 +400,7 @@ def sorted_sets(hashes: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np
         return _sorted_sets(_ro(hashes, np.uint64), _ro(offsets, np.int64))
 
 
+@_kernels.kernel
 def _intersections(hashes, offsets, u, v):
     out = np.zeros(len(u), dtype=np.int64)
     for e in range(len(u)):
@@ -430,6 +432,7 @@ def intersections(hashes: np.ndarray, offsets: np.ndarray, u: np.ndarray, v: np.
         )
 
 
+@_kernels.kernel
 def _greedy_anchors(offsets, earlier):
     n = len(offsets) - 1
     anchor = np.arange(n, dtype=np.int64)

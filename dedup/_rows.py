@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup.config import DedupColumns
+from zephyr.dedup.config import DUP_COLUMNS, DedupColumns
 
 from zephyr import counters
 from zephyr.budget import Budget
@@ -60,8 +60,6 @@ CLUSTER, SIZE, KEEPER = "__dedup_cluster", "__dedup_size", "__dedup_keeper"
 URL_KEY = "__dedup_url_key"
 """URL dedup's key: the normalized URL, the text exact dedup hashes (``exact.url_dedup_dataset``)."""
 HELPERS = (ROW, H0, H1, CLUSTER, SIZE, KEEPER)
-DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
-"""The columns every dedup method adds in ``annotate`` mode."""
 
 
 @dataclass

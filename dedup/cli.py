@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.dedup.config import (
     DEDUP_APPROX_SHARD_BYTES,
+    DUP_COLUMNS,
     DedupColumns,
     ExactDedupConfig,
     FuzzyDedupConfig,
@@ -43,7 +44,7 @@ GROUPS = {
 }
 
 DUP_COLUMNS = {
-    "document": ("dup_cluster", "dup_cluster_size", "dup_keep"),
+    "document": DUP_COLUMNS,
     "paragraph": ("dup_paragraphs", "dup_paragraph_bytes"),
     "none": (),
 }
@@ -135,14 +136,15 @@ def _documents(
     mode=, execution=, stats=extra)`` (its Dataset function, which puts its figures in ``extra``) in one
     worker pool, written (removed rows to ``--dropped-output`` with ``reason``), then ``after(execution
     kwargs)`` in the same pool."""
+    from zephyr.dedup._rows import budget_of
+
     from zephyr import job_stats
     from zephyr.removal import Unless
 
     mode = removal.internal_mode
     if output is None:
-        return plans(
-            removal.rows(inputs, "document"), budget=_budget(execution), mode=mode, finish=removal.finished
-        )
+        budget = budget_of(execution.as_kwargs())
+        return plans(removal.rows(inputs, "document"), budget=budget, mode=mode, finish=removal.finished)
     with job_stats.recording() as jobs, _workers(execution, preload) as kwargs:
         rows = removal.rows(inputs, "document", output.output)  # while the workers start
         out = run(rows, mode=mode, execution=kwargs, stats=extra)
@@ -152,12 +154,6 @@ def _documents(
         if after is not None:
             after(kwargs)
     return _summary(result, output, removal, jobs, extra, routed)
-
-
-def _budget(execution: ExecutionOptions):
-    from zephyr.budget import Budget
-
-    return Budget(execution.memory_budget_bytes)
 
 
 def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
@@ -274,7 +270,7 @@ def substring(
 ) -> Summary | list[PlannedJob]:
     """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
     occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
-    from zephyr.dedup._rows import scratch_folder
+    from zephyr.dedup._rows import budget_of, scratch_folder
     from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset, substring_plans
 
     from zephyr import job_stats
@@ -288,7 +284,7 @@ def substring(
     if config.tokenizer and not os.path.exists(config.tokenizer):
         raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")
     if output is None:
-        return substring_plans(removal.rows(inputs, "none"), config, budget=_budget(execution))
+        return substring_plans(removal.rows(inputs, "none"), config, budget=budget_of(execution.as_kwargs()))
     info: dict[str, Any] = {}
     with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
         rows = removal.rows(inputs, "none", output.output)  # while the workers start

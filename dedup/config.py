@@ -43,6 +43,8 @@ SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
 Preset = Literal["datatrove", "nemo", "redpajama"]
 PRESETS: tuple[str, ...] = typing.get_args(Preset)
 ClusterRule = Literal["anchored", "components"]
+DUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
+"""The columns every document dedup adds in ``annotate`` mode (the CLI's and the pipeline steps')."""
 DEDUP_APPROX_SHARD_BYTES = 32 << 20
 """The dedup commands read their inputs in shards of about this many uncompressed bytes (runs of Parquet row
 groups / JSON-lines byte ranges): files of very different sizes would otherwise leave one worker hashing the

@@ -79,22 +79,10 @@ _MASK30 = np.uint64((1 << 30) - 1)
 _MASK31 = np.uint64((1 << 31) - 1)
 _C1 = np.uint64(0xFF51AFD7ED558CCD)
 _C2 = np.uint64(0xC4CEB9FE1A85EC53)
-_KERNELS = (
-    "_mulmod",
-    "_fmix",
-    "_prefix",
-    "_pow",
-    "_span",
-    "_anchor_positions",
-    "_grow",
-    "_document_anchors",
-    "_anchors",
-    "_candidates",
-    "_cut",
-)
-_kernels = LazyKernels(globals(), _KERNELS)  # the functions are looked up when first compiled
+_kernels = LazyKernels(globals())  # the functions are looked up when first compiled
 
 
+@_kernels.kernel
 def _mulmod(a, b):
     """a·b mod 2⁶¹−1 for a, b < 2⁶¹, in 64-bit halves (no 128-bit integers in numba)."""
     au = a >> np.uint64(31)
@@ -108,6 +96,7 @@ def _mulmod(a, b):
     return res - _M61 if res >= _M61 else res
 
 
+@_kernels.kernel
 def _fmix(h):
     h ^= h >> np.uint64(33)
     h *= _C1
@@ -117,6 +106,7 @@ def _fmix(h):
     return h
 
 
+@_kernels.kernel
 def _prefix(data, lo, hi, prefix):
     """prefix[i] = hash of data[lo:lo+i] (mod 2⁶¹−1; byte b counts as b+1 so zero bytes matter)."""
     h = np.uint64(0)
@@ -128,6 +118,7 @@ def _prefix(data, lo, hi, prefix):
         prefix[i + 1] = h
 
 
+@_kernels.kernel
 def _pow(n):
     r = np.uint64(1)
     for _ in range(n):
@@ -135,12 +126,14 @@ def _pow(n):
     return r
 
 
+@_kernels.kernel
 def _span(prefix, s, n, pw):
     """Hash of the n bytes at s, from the prefix array (pw = BASE^n)."""
     h = prefix[s + n] + _M61 - _mulmod(prefix[s], pw)
     return h - _M61 if h >= _M61 else h
 
 
+@_kernels.kernel
 def _anchor_positions(prefix, length, L, w, pw_w, gram, key, anchor):
     """gram[j] (gram hash at j), and anchor[s] for every window start s (sliding minimum, rightmost)."""
     grams = length - w + 1
@@ -165,6 +158,7 @@ def _anchor_positions(prefix, length, L, w, pw_w, gram, key, anchor):
             anchor[s] = dq[head]
 
 
+@_kernels.kernel
 def _grow(arr, need):
     if need <= len(arr):
         return arr
@@ -173,6 +167,7 @@ def _grow(arr, need):
     return out
 
 
+@_kernels.kernel
 def _document_anchors(data, lo, hi, L, w, pw_w):
     """(prefix hashes, gram hashes, anchor of every window start) of the document ``data[lo:hi]`` (at least
     ``L`` bytes; ``pw_w`` = BASE^w): what passes 1 and 2 both derive from a document."""
@@ -186,6 +181,7 @@ def _document_anchors(data, lo, hi, L, w, pw_w):
     return prefix, gram, anchor
 
 
+@_kernels.kernel
 def _anchors(data, offsets, L, w):
     out = np.empty(1024, dtype=np.uint64)
     count = 0
@@ -207,6 +203,7 @@ def _anchors(data, offsets, L, w):
     return out[:count]
 
 
+@_kernels.kernel
 def _candidates(data, offsets, L, w, repeated):
     """(window hash, document, start, first in its document) of every candidate window."""
     hashes = np.empty(1024, dtype=np.uint64)
@@ -249,6 +246,7 @@ def _candidates(data, offsets, L, w, repeated):
     return hashes[:count], docs[:count], starts[:count], firsts[:count]
 
 
+@_kernels.kernel
 def _cut(
     data, offsets, L, removed_docs, removed_starts, bounds, bound_offsets, out, out_offsets, removed_bytes
 ):

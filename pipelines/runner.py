@@ -202,14 +202,12 @@ def explain_pipeline(
     config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
 ) -> str:
     """What ``zephyr run PIPELINE --explain`` prints: ``pipeline_plans``, then the budget's shares."""
-    from zephyr.budget import Budget
+    from zephyr.cli import explain_planned
     from zephyr.options import ExecutionOptions
-    from zephyr.physical import explain_jobs
 
     jobs = pipeline_plans(config, job_dir, execution=execution)
-    execution_kw = _execution_dict(execution)
-    budget = Budget(ExecutionOptions.from_kwargs(**execution_kw).memory_budget_bytes)
-    return explain_jobs(f"zephyr run {config.name}", jobs, budget, execution_kw, then="the rules")
+    options = ExecutionOptions.from_kwargs(**_execution_dict(execution))
+    return explain_planned(f"run {config.name}", jobs, options, "the rules")
 
 
 def run_pipeline(
@@ -297,22 +295,6 @@ def run_pipeline(
         return result
 
 
-def _expect(display: Any, ctx: StepContext) -> None:
-    """Announce to the step's bar, when one is drawn, the bytes its planned jobs (``Step.plans``: what ``run``
-    executes) will read, so that the one bar covers every job of the step from the start."""
-    from zephyr import progress
-    from zephyr.physical import planned_bytes
-
-    if isinstance(display, progress.Quiet):
-        return
-    try:
-        display.expect(planned_bytes(ctx.entry.step.plans(ctx), ctx.execution))
-    except Exception as exc:  # noqa: BLE001 - the step reports its own errors; the bar grows without a plan
-        log.info(
-            "%s: the progress bar's total grows as the jobs start (no planned total: %s)", ctx.entry.name, exc
-        )
-
-
 def _run_step(
     ctx: StepContext,
     where: str,
@@ -332,6 +314,7 @@ def _run_step(
     from zephyr.pipelines.step import file_bytes
 
     from zephyr import job_stats, progress
+    from zephyr.cli import expect_planned
     from zephyr.io.paths import expand_paths
 
     entry, step = ctx.entry, ctx.entry.step
@@ -341,8 +324,8 @@ def _run_step(
     reporter.write(where, entry, "running")
     began = time.perf_counter()
     label = f"{where} {entry.name}"  # one progress line per step, left when it ends
-    with job_stats.recording() as jobs, progress.command(label, ctx.execution.get("progress")) as display:
-        _expect(display, ctx)
+    with job_stats.recording() as jobs, progress.command(label, ctx.execution.get("progress")):
+        expect_planned(lambda: step.plans(ctx), ctx.execution, f"{entry.name}: ")
         outcome = step.run(ctx)  # a step may run several engine jobs (dedup, tokenize)
     seconds = time.perf_counter() - began
     stages = (outcome.engine_stats or {"stages": []}).get("stages", [])

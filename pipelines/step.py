@@ -22,7 +22,7 @@ Columns. Before any work the config walks the enabled steps (``zephyr.pipelines.
 each step says what it adds (``adds``) and what the rows hold after it (``columns_after``), so a step that
 would replace a column the data already has fails in one line naming the key that fixes it. A dedup step's
 ``dup_*`` helper columns are removed with the duplicates, and the data's own ``dup_*`` columns are set aside
-around it (``DEDUP_COLUMNS``), so they pass unchanged.
+around it (``DUP_COLUMNS``), so they pass unchanged.
 
 The module level imports the standard library only: loading a pipeline config (``zephyr run --check``) stays
 light; the operators import pyarrow when they run.
@@ -34,6 +34,8 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from zephyr.dedup.config import DUP_COLUMNS
 
 from zephyr import counters
 from zephyr.config import build_flat, flat_dict
@@ -49,8 +51,6 @@ CONFIG_VERSION = 1
 """The version of the pipeline config file format (``zephyr.pipelines.config``)."""
 COMMON_KEYS = ("step", "name", "enabled")
 """Keys every step entry may have besides its type's own."""
-DEDUP_COLUMNS = ("dup_cluster", "dup_cluster_size", "dup_keep")
-"""Helper columns of the dedup steps in annotate mode: removed before their output is written."""
 
 STEPS: dict[str, type[Step]] = {}
 """Step type name (the ``step:`` value of a config entry) → its class, in registration order."""
@@ -341,13 +341,13 @@ class StepContext:
         those names are removed with the duplicates, and would take the data's with them."""
         from zephyr.removal import set_aside
 
-        return self.read_inputs().map_batches(set_aside(DEDUP_COLUMNS), name=self.op("aside"))
+        return self.read_inputs().map_batches(set_aside(DUP_COLUMNS), name=self.op("aside"))
 
     def restore_dedup_columns(self, ds: Dataset) -> Dataset:
         """Put back the data's own ``dup_*`` columns that ``dedup_inputs`` set aside."""
         from zephyr.removal import set_aside
 
-        return ds.map_batches(set_aside(DEDUP_COLUMNS, restore=True), name=self.op("restore"))
+        return ds.map_batches(set_aside(DUP_COLUMNS, restore=True), name=self.op("restore"))
 
     def counted(self, ds: Dataset) -> Dataset:
         """``ds`` with the step's output counted per source and language (what ``finish`` writes)."""
@@ -473,7 +473,7 @@ class RemoveDuplicates:
         values, per = np.unique(sizes[np.asarray(keep, dtype=bool)], return_counts=True)
         for size, n in zip(values.tolist(), per.tolist()):
             counters.increment(f"pipeline/cluster_size={size}", n)
-        kept = table.filter(keep).drop_columns(list(DEDUP_COLUMNS))
+        kept = table.filter(keep).drop_columns(list(DUP_COLUMNS))
         removed = table.num_rows - kept.num_rows
         return BatchOutput(kept=kept, dropped={f"{self.kind}_duplicate": removed} if removed else {})
 

@@ -21,6 +21,7 @@ pipeline without a tokenizer) and ``zephyr.trainer`` (``train``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -418,24 +419,73 @@ def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
 
 
 @dataclass(frozen=True)
-class _DedupStep(Step):
-    """What the document dedup steps share: the priority key, how annotated rows become the kept rows, their
-    report section (clusters by size, example clusters) and plot."""
+class DedupStep(Step):
+    """A step that runs one of ``zephyr.dedup``'s document dedups in annotate mode and removes the duplicates
+    it marks (``RemoveDuplicates``, reason ``<kind>_duplicate``), the data's own ``dup_*`` columns set aside
+    around it. ``run`` and ``plans`` are written once, here, for every such step: a step says which dedup
+    function and ``*_plans`` it runs (``method``), the CLI's pair, so ``--explain`` shows what ``run`` runs."""
 
-    section: ClassVar[str] = "dedup"
+    kind: ClassVar[str]
+    """The drop reason's first word (``exact`` → ``exact_duplicate``)."""
+    action: ClassVar[str] = "hashes"
+    """The engine work directory of its jobs (``StepContext.engine``)."""
     priority_column: str | None = None
     """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
 
+    def method(self, ctx: StepContext) -> tuple[Any, Any]:
+        """``(run, plans)``: the dedup's Dataset function and its ``*_plans`` with the step's settings bound,
+        called as ``run(rows, mode=, execution=, **keywords)`` and ``plans(rows, budget=, mode=, finish=)``."""
+        raise NotImplementedError
+
+    def shingling(self) -> tuple[str, int, str] | None:
+        """``(shingle, ngram, normalize)`` of the Jaccard the report shows beside the step's example clusters;
+        None: the step saves no examples."""
+        return None
+
+    def kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
+        """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the step's
+        accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
+        if self.shingling() is not None:
+            from zephyr.pipelines.examples import dedup_collector
+
+            annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
+        removed = annotated.map_batches(RemoveDuplicates(self.kind), name=ctx.op("remove"))
+        return ctx.restore_dedup_columns(removed)
+
+    def annotated(self, ctx: StepContext, **keywords: Any) -> Dataset:
+        """The step's input with dedup's columns, its eager jobs run (``keywords``: the dedup function's)."""
+        run, _ = self.method(ctx)
+        return run(ctx.dedup_inputs(), mode="annotate", execution=ctx.engine(self.action), **keywords)
+
+    def written(self, ctx: StepContext, annotated: Dataset) -> StepOutcome:
+        """The kept rows written to the step folder, and the examples the report shows."""
+        outcome = ctx.finish(self.kept(ctx, annotated), (ctx.op("remove"),))
+        if (shingling := self.shingling()) is not None:
+            from zephyr.pipelines.examples import dedup_examples
+
+            dedup_examples(ctx, outcome, *shingling)
+        return outcome
+
+    def run(self, ctx: StepContext) -> StepOutcome:
+        return self.written(ctx, self.annotated(ctx))
+
+    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
+        _, plans = self.method(ctx)
+        rows = ctx.dedup_inputs()
+        return plans(
+            rows, budget=ctx.budget, mode="annotate", finish=lambda out: ctx.counted(self.kept(ctx, out))
+        )
+
+
+@dataclass(frozen=True)
+class _DedupStep(DedupStep):
+    """What the document dedup steps of this module share (``DedupStep``'s run and plans besides): the
+    columns they read, their report section (clusters by size, example clusters) and plot."""
+
+    section: ClassVar[str] = "dedup"
+
     def _columns(self, ctx: StepContext) -> DedupColumns:
         return DedupColumns(ctx.pipeline.text_column, ctx.pipeline.id_column, self.priority_column)
-
-    def _kept(self, ctx: StepContext, annotated: Dataset, kind: str) -> Dataset:
-        """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the
-        step's accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
-        from zephyr.pipelines.examples import dedup_collector
-
-        annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
-        return ctx.restore_dedup_columns(annotated.map_batches(RemoveDuplicates(kind), name=ctx.op("remove")))
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
@@ -451,35 +501,18 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     """Document-level exact dedup: 128-bit xxh3 of the normalized text; the smallest id of a cluster stays.
     ``normalize`` is ``ExactDedupConfig``'s key (documents only: ``level`` is not a step key)."""
 
+    kind: ClassVar[str] = "exact"
     dedup: ExactDedupConfig = embedded_field(ExactDedupConfig, keys=("normalize",))
 
-    def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.dedup.exact import exact_dedup_dataset
-        from zephyr.pipelines.examples import dedup_examples
+    def method(self, ctx: StepContext) -> tuple[Any, Any]:
+        from zephyr.dedup.exact import exact_dedup_dataset, exact_plans
 
-        annotated = exact_dedup_dataset(
-            ctx.dedup_inputs(),
-            self._columns(ctx),
-            normalize=self.dedup.normalize,
-            mode="annotate",
-            execution=ctx.engine("hashes"),
-        )
-        outcome = ctx.finish(self._kept(ctx, annotated, "exact"), (ctx.op("remove"),))
+        bound = {"columns": self._columns(ctx), "normalize": self.dedup.normalize}
+        return functools.partial(exact_dedup_dataset, **bound), functools.partial(exact_plans, **bound)
+
+    def shingling(self) -> tuple[str, int, str]:
         # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
-        dedup_examples(ctx, outcome, "word", 5, self.dedup.normalize)
-        return outcome
-
-    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        from zephyr.dedup.exact import exact_plans
-
-        return exact_plans(
-            ctx.dedup_inputs(),
-            self._columns(ctx),
-            budget=ctx.budget,
-            finish=lambda out: ctx.counted(self._kept(ctx, out, "exact")),
-            normalize=self.dedup.normalize,
-            mode="annotate",
-        )
+        return "word", 5, self.dedup.normalize
 
 
 @dataclass(frozen=True)
@@ -491,6 +524,8 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     ``scheme``, ``verify``, ``clusters``, ``signature_device``, ``bucket_links``. The ``zephyr dedup fuzzy``
     flags build the same dataclass."""
 
+    kind: ClassVar[str] = "fuzzy"
+    action: ClassVar[str] = "candidates"
     dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
     index: str | None = None
     """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
@@ -502,11 +537,23 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         if self.update_index and not self.index:
             raise FieldError("update_index", "update_index needs index: (the folder to add to)")
 
-    def run(self, ctx: StepContext) -> StepOutcome:
+    def method(self, ctx: StepContext) -> tuple[Any, Any]:
+        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset, fuzzy_plans
+
+        bound = {"config": self.dedup, "columns": self._columns(ctx)}
+        run = functools.partial(fuzzy_dedup_dataset, row_numbers=self.update_index, **bound)
+        return run, functools.partial(fuzzy_plans, index=bool(self.index), **bound)
+
+    def shingling(self) -> tuple[str, int, str]:
+        return self.dedup.shingle, self.dedup.ngram, self.dedup.normalize
+
+    def kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
         from zephyr.dedup._rows import StripRowNumbers
-        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
+
+        return super().kept(ctx, annotated.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows")))
+
+    def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.dedup.index import open_index, write_generation
-        from zephyr.pipelines.examples import dedup_examples
 
         p = ctx.pipeline
         config = self.dedup
@@ -517,19 +564,8 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
             else None
         )
         graph: dict[str, Any] = {}
-        annotated = fuzzy_dedup_dataset(
-            ctx.dedup_inputs(),
-            config,
-            self._columns(ctx),
-            mode="annotate",
-            execution=ctx.engine("candidates"),
-            stats=graph,
-            index=index,
-            row_numbers=self.update_index,
-        )
-        output = annotated.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
-        outcome = ctx.finish(self._kept(ctx, output, "fuzzy"), (ctx.op("remove"),))
-        dedup_examples(ctx, outcome, config.shingle, config.ngram, config.normalize)
+        annotated = self.annotated(ctx, stats=graph, index=index)
+        outcome = self.written(ctx, annotated)
         if index is not None:
             outcome.extra["index"] = {
                 "path": self.index,
@@ -554,24 +590,6 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
             "lsh_threshold": round(config.lsh_threshold, 4),
         }
         return outcome
-
-    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        from zephyr.dedup._rows import StripRowNumbers
-        from zephyr.dedup.fuzzy import fuzzy_plans
-
-        def finish(out: Dataset) -> Dataset:
-            rows = out.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows"))
-            return ctx.counted(self._kept(ctx, rows, "fuzzy"))
-
-        return fuzzy_plans(
-            ctx.dedup_inputs(),
-            self.dedup,
-            self._columns(ctx),
-            budget=ctx.budget,
-            index=bool(self.index),
-            finish=finish,
-            mode="annotate",
-        )
 
 
 @dataclass(frozen=True)

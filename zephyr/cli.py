@@ -445,32 +445,43 @@ def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = 
         _expect(command, configs, execution)
         return command.run(**configs, execution=execution)
     planned = command.plans(**configs, execution=execution)
-    if isinstance(planned, list):
-        from zephyr.budget import Budget
-        from zephyr.physical import explain_jobs
-
-        budget = Budget(execution.memory_budget_bytes)
-        kwargs = execution.as_kwargs()
-        plan = explain_jobs(f"zephyr {command.words}", planned, budget, kwargs, then=command.then)
-    else:
-        plan = planned.explain(**execution.as_kwargs())
+    plan = explain_planned(command.words, planned, execution, command.then)
     return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
 
 
+def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then: str) -> str:
+    """What ``zephyr explain WORDS`` prints of the plans a command's ``plans`` returned (a list of
+    ``PlannedJob``: ``zephyr.physical.explain_jobs``; else the object's own ``explain``), and ``zephyr run
+    PIPELINE --explain`` of a pipeline's."""
+    if not isinstance(planned, list):
+        return planned.explain(**execution.as_kwargs())
+    from zephyr.budget import Budget
+    from zephyr.physical import explain_jobs
+
+    budget = Budget(execution.memory_budget_bytes)
+    return explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
+
+
 def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptions) -> None:
-    """Announce to the progress bar, when one is drawn, the bytes the command's planned jobs will read, so
-    that its one bar covers them all from the start (``zephyr.progress``)."""
+    if command.plans is not None:
+        planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
+        expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
+
+
+def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: str = "") -> None:
+    """Announce to the progress bar, when one is drawn, the bytes the jobs ``plans()`` plans will read, so that
+    its one bar covers them all from the start (``zephyr.progress``); ``what`` starts the log line when the
+    plans cannot be built (the run reports its own errors; the bar then grows as the jobs start)."""
     from zephyr import progress
     from zephyr.physical import planned_bytes
 
     display = progress.current()
-    if command.plans is None or display is None or isinstance(display, progress.Quiet):
+    if display is None or isinstance(display, progress.Quiet):
         return
-    planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
     try:
-        display.expect(planned_bytes(command.plans(**planning, execution=execution), execution.as_kwargs()))
+        display.expect(planned_bytes(plans(), execution))
     except Exception as exc:  # noqa: BLE001 - the run reports its own errors; the bar grows without a plan
-        log.info("the progress bar's total grows as the jobs start (no planned total: %s)", exc)
+        log.info("%sthe progress bar's total grows as the jobs start (no planned total: %s)", what, exc)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,12 +17,14 @@ records of ``stats.json``: nothing is recomputed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, SubstringConfig
 from zephyr.pipelines.markdown import md_code, md_excerpt, md_text
-from zephyr.pipelines.step import PrepareRows, RemoveDuplicates, Step, StepContext, StepOutcome
+from zephyr.pipelines.step import PrepareRows, Step, StepContext, StepOutcome
+from zephyr.pipelines.steps import DedupStep
 
 from zephyr.config import FieldError, embedded_field, path_field, require_at_least
 
@@ -161,43 +163,20 @@ class UrlFilterStep(Step, type="url_filter"):
 
 
 @dataclass(frozen=True)
-class UrlDedupStep(Step, type="url_dedup"):
+class UrlDedupStep(DedupStep, type="url_dedup"):
     """Keep one document per normalized URL (``zephyr dedup url``; the keep rule of exact dedup); duplicates are
     removed with reason ``url_duplicate``."""
 
+    kind: ClassVar[str] = "url"
     url_column: str = "url"
     """The column holding each document's URL."""
-    priority_column: str | None = None
-    """Keep the row with the largest value of this column per URL (ties: smallest id)."""
 
-    def _kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
-        return ctx.restore_dedup_columns(
-            annotated.map_batches(RemoveDuplicates("url"), name=ctx.op("remove"))
-        )
+    def method(self, ctx: StepContext) -> tuple[Any, Any]:
+        from zephyr.dedup.exact import url_dedup_dataset, url_plans
 
-    def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        from zephyr.dedup.exact import url_plans
-
-        return url_plans(
-            ctx.dedup_inputs(),
-            DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column),
-            budget=ctx.budget,
-            url_column=self.url_column,
-            finish=lambda out: ctx.counted(self._kept(ctx, out)),
-            mode="annotate",
-        )
-
-    def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.dedup.exact import url_dedup_dataset
-
-        annotated = url_dedup_dataset(
-            ctx.dedup_inputs(),  # the data's own dup_* columns pass unchanged
-            DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column),
-            url_column=self.url_column,
-            mode="annotate",
-            execution=ctx.engine("hashes"),
-        )
-        return ctx.finish(self._kept(ctx, annotated), (ctx.op("remove"),))
+        columns = DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column)
+        bound = {"columns": columns, "url_column": self.url_column}
+        return functools.partial(url_dedup_dataset, **bound), functools.partial(url_plans, **bound)
 
 
 @dataclass(frozen=True)

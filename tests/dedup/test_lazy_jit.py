@@ -18,9 +18,10 @@ def _quadruple(x):
     return _double(_double(x))
 
 
-def test_compile_replaces_the_named_kernels_once_callees_first():
+def test_compile_replaces_the_marked_kernels_once_callees_first():
     namespace = {"_double": _double, "_quadruple": _quadruple}
-    kernels = LazyKernels(namespace, ("_double", "_quadruple"))
+    kernels = LazyKernels(namespace)
+    assert kernels.kernel(_double) is _double and kernels.kernel(_quadruple) is _quadruple
     assert not kernels.compiled and namespace["_quadruple"] is _quadruple  # nothing before the first call
     threads = [threading.Thread(target=kernels.compile) for _ in range(4)]
     for t in threads:
