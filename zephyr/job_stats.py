@@ -35,7 +35,7 @@ _active: ContextVar[tuple[list[dict[str, Any]], ...]] = ContextVar("zephyr_job_s
 
 
 def record(stats: dict[str, Any]) -> None:
-    """Add one job's stats (``Job.stats()``) to every enclosing ``recording``."""
+    """Add one job's stats (``Job.write_stats``) to every enclosing ``recording``."""
     for jobs in _active.get():
         jobs.append(stats)
 

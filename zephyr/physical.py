@@ -9,12 +9,13 @@ map-side combine) and the reducer every partition's task runs. Beside it:
   (``partitions_for``), from sizes estimated before any task runs (``zephyr.io.sources``), never from the
   worker count, so outputs are identical for any number of workers;
 - pushdown: an aggregation over a Parquet source reads only the columns it needs (``pushdown_columns``);
-- the printable plan: ``explain`` walks the same table, in the order the driver runs
-  stages, and prints stages, shuffles, partition counts and the budget's shares without running anything
+- the walk: ``walk`` yields every stage (a ``Step``) with these decisions, in the order the driver runs them;
+  the driver (``zephyr.job.Job.run``) runs each step and sends back what it learns, and ``explain`` records
+  the same steps and prints stages, shuffles, partition counts and the budget's shares without running anything
   (``Dataset.explain()``, ``zephyr explain``); ``explain_jobs`` prints the plan of a command of several engine
   jobs (``PlannedJob``s: the jobs a command's ``plans`` returns are the jobs its run executes).
 
-The driver and ``explain`` share every decision here, so the printed plan is the plan that runs.
+The driver and ``explain`` consume one walk, so the printed plan is the plan that runs.
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-import pyarrow as pa
-
-from zephyr.budget import PARTITION_TARGET_CAP, Budget
+from zephyr.budget import EXPANSION, PARTITION_TARGET_CAP, Budget
 from zephyr.config import format_bytes
 from zephyr.errors import ConfigError
 from zephyr.io.paths import FileStat, file_stat
@@ -40,7 +39,18 @@ from zephyr.io.sources import (
     list_shards,
     parquet_footer_sizes,
 )
-from zephyr.ops import Deduplicate, FromTable, GroupAggregate, GroupApply, Join, Op, ReadFiles, Reshard, Sort
+from zephyr.ops import (
+    Deduplicate,
+    FromTable,
+    GroupAggregate,
+    GroupApply,
+    Join,
+    Op,
+    ReadFiles,
+    Reshard,
+    Sort,
+    WithRowIndex,
+)
 from zephyr.options import ExecutionOptions
 from zephyr.plan import Segment
 from zephyr.shuffle.reduce import (
@@ -54,7 +64,7 @@ from zephyr.shuffle.reduce import (
     SortReducer,
     is_decomposable,
 )
-from zephyr.shuffle.writer import ShuffleSpec
+from zephyr.shuffle.writer import ShuffleSpec, boundary_array
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +112,7 @@ def _reshard(op: Reshard, partitions: int) -> Exchange:
 
 
 def _sort(op: Sort, partitions: int) -> Exchange:
-    # The boundaries come from a sample of the keys at run time (``with_boundaries``); until then, none.
+    # The boundaries come from a sample of the keys at run time (``walk``); until then, none.
     spec = ShuffleSpec("range", partitions, op.by, op.descending, boundaries=None)
     return Exchange((spec,), SortReducer(tuple(zip(op.by, op.descending))), partitions)
 
@@ -129,17 +139,6 @@ def exchange(op: Op, partitions: int) -> Exchange:
     return build(op, partitions)
 
 
-def with_boundaries(spec: ShuffleSpec, boundaries: pa.Array) -> ShuffleSpec:
-    """A sort's range spec once its split points are known (from the key sample)."""
-    return replace(spec, boundaries=boundaries)
-
-
-def materializes_before_sort(upstream: Segment) -> bool:
-    """A sort reads its input twice (key sample, then range shuffle): computed rows (a reduce or narrow ops)
-    are written to Parquet once first, so nothing is computed twice."""
-    return upstream.source is None or bool(upstream.narrow)
-
-
 # -- partition counts -------------------------------------------------------------------------------------
 def partitions_for(estimated: int, budget: Budget) -> int:
     """``ceil(estimated input bytes / partition target)``, 1–``MAX_PARTITIONS`` (the arithmetic is logged)."""
@@ -155,14 +154,20 @@ def partitions_for(estimated: int, budget: Budget) -> int:
     return partitions
 
 
-def partition_count(op: Op, estimated: int, budget: Budget) -> int:
-    """Partitions of wide op ``op``: a reshard's shard count, else the op's ``num_partitions``, else sized
-    from the estimated input (``partitions_for``)."""
+def partition_count(op: Op, estimated: int, budget: Budget) -> tuple[int, str]:
+    """Partitions of wide op ``op``, and the rule that decided them (``explain`` prints it): a reshard's shard
+    count, given boundaries + 1, the op's ``num_partitions``, else sized from the estimated input
+    (``partitions_for``)."""
     if isinstance(op, Reshard):
-        return op.num_shards
+        return op.num_shards, "reshard(num_shards)"
     if isinstance(op, Sort) and op.boundaries is not None:
-        return len(op.boundaries) + 1
-    return op.num_partitions or partitions_for(estimated, budget)
+        return len(op.boundaries) + 1, "the given boundaries + 1"
+    if op.num_partitions:
+        return op.num_partitions, "num_partitions"
+    target = format_bytes(budget.partition_target_bytes)
+    return partitions_for(
+        estimated, budget
+    ), f"ceil(est. {format_bytes(estimated)} / {target} partition target)"
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
@@ -201,6 +206,13 @@ def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileS
         footers = parquet_footer_sizes(list(stats))
         return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
     return SourceSize(total, None, shards=len(shards), files=len(stats))
+
+
+def source_size(source: ReadFiles | FromTable) -> SourceSize:
+    """A source's estimated size: an in-memory table's bytes, or a file source's (``size_of_files``)."""
+    if isinstance(source, FromTable):
+        return SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
+    return size_of_files(source, *list_source_files(source))
 
 
 def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
@@ -248,11 +260,6 @@ def plan_bytes(segment: Segment, size_of: SizeOf, consumer: Op | None = None) ->
     return sum(plan_bytes(up, size_of, segment.wide) for up in segment.upstream)
 
 
-def wide_input_bytes(segment: Segment, size_of: SizeOf) -> int:
-    """Estimated bytes the map side of a (non-sort) wide op reads: what sizes its partitions."""
-    return sum(read_bytes(up, size_of, pushdown_columns(up, segment.wide)) for up in segment.upstream)
-
-
 def pushdown_columns(segment: Segment, consumer: Op | None = None) -> tuple[str, ...] | None:
     """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
     map side decodes only those; None means all columns."""
@@ -280,6 +287,122 @@ def runs_in_process(options: ExecutionOptions, estimated: int, *, one_split_task
     return options.executor == "local" and limit > 0 and (estimated < limit or one_split_task)
 
 
+# -- the walk: every stage of a plan, in the order the driver runs them ------------------------------------
+SAMPLE = "sample"
+"""A step's output: a sort's key sample (the driver sends back the range boundaries it cuts from it)."""
+MATERIALIZE = "materialize"
+"""A step's output: Parquet files in the work directory, which a sort then reads twice."""
+
+
+@dataclass
+class Step:
+    """One stage as ``walk`` decides it: the driver runs it (``zephyr.job.Job.run``), ``explain`` prints it.
+
+    ``output``: a shuffle's spec, ``SAMPLE``, ``MATERIALIZE``, or None (the output the walk's caller asked
+    for). ``estimate``: the bytes it is estimated to read (its share of the progress bar; a reduce's partition
+    count). ``plan``: a reduce's (and a sort sample's) exchange. ``inputs``: a reduce's map sides, what each
+    sent back. ``rule``: how a reduce's partition count was decided. ``coalesce``: a reduce's tasks may take adjacent partitions (``reduce_groups``): its output's
+    file layout is the engine's own (a shuffle, ``to_arrow``, ``count``, ``materialize``) and no
+    with_row_index numbers its rows per task. ``materialized``: it reads what the ``MATERIALIZE`` step before
+    it wrote (only ``explain`` sees this: the driver gets a segment over the files). ``sent``: what its
+    consumer sets after running (or planning) it, which the walk reads on: a sample's boundaries, a stage's
+    result."""
+
+    segment: Segment
+    output: ShuffleSpec | str | None
+    estimate: int
+    read_columns: tuple[str, ...] | None = None
+    plan: Exchange | None = None
+    inputs: tuple = ()
+    coalesce: bool = False
+    rule: str = ""
+    materialized: bool = False
+    sent: Any = None
+
+    @property
+    def reduces(self) -> bool:
+        return self.segment.source is None and not self.materialized
+
+
+def walk(
+    segment: Segment,
+    budget: Budget,
+    size_of: SizeOf,
+    output: ShuffleSpec | str | None = None,
+    columns: tuple[str, ...] | None = None,
+    coalesce: bool = False,
+):
+    """Yield the ``Step``s that produce ``segment`` into ``output``, depth-first (a wide op's map sides, then
+    its reduce), taking every decision of this module; the consumer sets each step's ``sent`` (None when
+    only planning). Returns the last step's ``sent``."""
+    if segment.source is not None:
+        yield (step := Step(segment, output, size_of(segment.source).bytes, columns))
+        return step.sent
+    op = segment.wide
+    if isinstance(op, Sort):
+        estimate, plan, rule, inputs = yield from _sort(segment.upstream[0], op, budget, size_of)
+    else:  # the map side of a (non-sort) wide op reads what its upstreams read, pushdown applied
+        estimate = sum(read_bytes(up, size_of, pushdown_columns(up, op)) for up in segment.upstream)
+        (partitions, rule), inputs = partition_count(op, estimate, budget), []
+        plan = exchange(op, partitions)
+        for upstream, spec in zip(segment.upstream, plan.specs):
+            # round robin deals rows by task: its map side keeps one task per partition
+            up = walk(
+                upstream, budget, size_of, spec, pushdown_columns(upstream, op), spec.kind != "round_robin"
+            )
+            inputs.append((yield from up))
+    numbered = any(isinstance(n, WithRowIndex) for n in segment.narrow)
+    yield (
+        step := Step(segment, output, estimate, None, plan, tuple(inputs), coalesce and not numbered, rule)
+    )
+    return step.sent
+
+
+def _sort(upstream: Segment, op: Sort, budget: Budget, size_of: SizeOf):
+    """A sort's map side: sample the keys (unless boundaries are given), then range-partition. A sort reads
+    its input twice, so computed rows (a reduce or narrow ops) are written to Parquet once first and
+    nothing is computed twice. Returns (estimate, exchange, partition rule, map results)."""
+    materialized = upstream.source is None or bool(upstream.narrow)
+    estimate = read_bytes(upstream, size_of)
+    if materialized:
+        result = yield from walk(upstream, budget, size_of, MATERIALIZE)
+        if result is not None:  # ran: the sort reads the files it wrote
+            files = tuple(f for m in result.markers for f in m["files"])
+            if not files:
+                return 0, exchange(op, 1), "", [result]
+            upstream, materialized = Segment(source=ReadFiles(files, "parquet")), False
+            estimate = read_bytes(upstream, size_of)
+    size = estimate if materialized else size_of(upstream.source).bytes
+    partitions, rule = partition_count(op, estimate, budget)
+    plan = exchange(op, partitions)
+    boundaries = None if op.boundaries is None else boundary_array(op.boundaries)
+    if op.boundaries is None:  # the caller's split points need no sample, whatever the input layout
+        yield (sample := Step(upstream, SAMPLE, size, op.by, plan, materialized=materialized))
+        boundaries = sample.sent
+    spec = replace(plan.specs[0], boundaries=boundaries)
+    yield (step := Step(upstream, spec, size, materialized=materialized))
+    return estimate, plan, rule, [step.sent]
+
+
+MIN_REDUCE_TASKS = 8
+"""``reduce_groups`` never coalesces below this many tasks (nor fewer than there are partitions)."""
+
+
+def reduce_groups(partitions: int, stored: int, budget: Budget, coalesce: bool) -> list[tuple[int, int]]:
+    """The reduce tasks of a shuffle as ranges of adjacent partitions. Partition counts are planned from the
+    estimated input before any task runs; a map side that wrote far less (a filter, a projection, a
+    combine) would leave many near-empty reduce tasks, each paying its fixed cost and a read of every
+    map run. When ``coalesce``, tasks are sized from the bytes the map side really wrote instead (Spark's
+    adaptive coalescing): ``stored × EXPANSION`` per ``partition_target_bytes``, at least
+    ``MIN_REDUCE_TASKS``. Each partition is still reduced on its own (``zephyr.tasks``), in order, so the
+    rows and their order are those of one task per partition; the grouping depends on the data only."""
+    tasks = partitions
+    if coalesce:
+        by_bytes = -(-stored * EXPANSION // budget.partition_target_bytes)
+        tasks = min(partitions, max(MIN_REDUCE_TASKS, by_bytes))
+    return [(partitions * i // tasks, partitions * (i + 1) // tasks) for i in range(tasks)]
+
+
 # -- the printable plan -----------------------------------------------------------------------------------
 ACTION_OUTPUT = "the job's result (its output files, or the rows or count asked for)"
 
@@ -298,20 +421,19 @@ _WORDS = {
 
 @dataclass(frozen=True)
 class PlannedStage:
-    """One stage as the driver will run it (``PhysicalPlan.text`` prints it)."""
+    """One stage as the driver will run it (``PhysicalPlan.text`` prints it): its ``name`` as the driver names
+    it in logs and stats (``Segment.name``); its ``role``: ``map`` (reads a source), ``reduce`` (reads shuffle
+    partitions) or ``sample`` (a sort's key sample); for a reduce, ``reducer`` says what each task does and
+    how the partition count was decided; ``bytes``: the estimated bytes it reads, as the driver estimates
+    them (its share of the progress bar)."""
 
     name: str
-    """As the driver names it in logs and stats (``Segment.name``)."""
     role: str
-    """``map`` (reads a source), ``reduce`` (one task per shuffle partition) or ``sample`` (a sort's key
-    sample)."""
     tasks: str
     reads: str
     writes: str
     reducer: str = ""
-    """Reduce stages: what each task does, and how the partition count was decided."""
     bytes: int = 0
-    """The estimated bytes it reads, as the driver estimates them: its share of the progress bar."""
 
 
 @dataclass(frozen=True)
@@ -328,14 +450,11 @@ class PhysicalPlan:
         """The bytes its stages are estimated to read, all together (``zephyr.progress``)."""
         return sum(stage.bytes for stage in self.stages)
 
-    @property
-    def shuffles(self) -> int:
-        return sum(stage.writes.startswith("shuffle #") for stage in self.stages)
-
     def text(self) -> str:
         """The plan as lines: a header, one block per stage, the budget's shares in bytes."""
+        shuffles = sum(stage.writes.startswith("shuffle #") for stage in self.stages)
         lines = [
-            f"physical plan: {_count(len(self.stages), 'stage')}, {_count(self.shuffles, 'shuffle')}; "
+            f"physical plan: {_count(len(self.stages), 'stage')}, {_count(shuffles, 'shuffle')}; "
             f"estimated input {format_bytes(self.estimated_bytes)}; "
             f"memory budget {format_bytes(self.budget.bytes)} per task; executor {self.executor}"
         ]
@@ -351,8 +470,9 @@ class PhysicalPlan:
 
 
 def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION_OUTPUT) -> PhysicalPlan:
-    """The physical plan of ``ops`` under ``options`` without running it: sources are listed and their
-    footers read (to size partitions as the driver will), nothing else."""
+    """The physical plan of ``ops`` under ``options`` without running it: the steps of ``walk`` recorded as
+    ``PlannedStage``s. Sources are listed and their footers read (to size partitions as the driver will),
+    nothing else."""
     from zephyr.plan import build_plan
 
     segment = build_plan(ops)
@@ -360,17 +480,27 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
 
     def size_of(source: ReadFiles | FromTable) -> SourceSize:
         if id(source) not in sizes:
-            if isinstance(source, FromTable):
-                sizes[id(source)] = SourceSize(
-                    source.table.nbytes, None, source.num_shards, source.num_shards
-                )
-            else:
-                sizes[id(source)] = size_of_files(source, *list_source_files(source))
+            sizes[id(source)] = source_size(source)
         return sizes[id(source)]
 
     budget = Budget(options.memory_budget_bytes)
-    walker = _Explainer(budget, size_of)
-    walker.walk(segment, output)
+    stages: list[PlannedStage] = []
+    shuffles, produced = 0, ""
+    for step in walk(segment, budget, size_of):
+        tasks, reads, reducer = _reads(step, size_of, produced)
+        if isinstance(step.output, ShuffleSpec):
+            shuffles = step.sent = shuffles + 1
+            writes = _describe_spec(shuffles, step.output)
+        elif step.output == SAMPLE:
+            reads += f", columns {', '.join(step.read_columns)}"
+            writes = f"a key sample → {step.plan.partitions - 1} range boundaries on {step.read_columns[0]}"
+        elif step.output == MATERIALIZE:
+            produced, writes = tasks, "Parquet files in the work directory (materialized: read twice)"
+        else:
+            writes = output
+        role = "sample" if step.output == SAMPLE else "reduce" if step.reduces else "map"
+        name = "ReadFiles" if step.materialized else step.segment.name
+        stages.append(PlannedStage(name, role, tasks, reads, writes, reducer, step.estimate))
     estimated = plan_bytes(segment, size_of)
     executor = options.executor if isinstance(options.executor, str) else type(options.executor).__name__
     if runs_in_process(options, estimated):
@@ -378,95 +508,30 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
         executor = f"in this process (small job: input under --small-job-bytes {small})"
     elif executor != "inprocess":
         executor = f"{executor}, {options.num_workers} workers"
-    return PhysicalPlan(tuple(walker.stages), budget, estimated, executor)
+    return PhysicalPlan(tuple(stages), budget, estimated, executor)
 
 
-class _Explainer:
-    """Walks the segment tree depth-first, as ``zephyr.job.Job.run_segment`` runs it, taking every decision
-    from the functions above."""
-
-    def __init__(self, budget: Budget, size_of: SizeOf):
-        self.budget = budget
-        self.size_of = size_of
-        self.stages: list[PlannedStage] = []
-        self.shuffle_count = 0
-
-    def walk(self, segment: Segment, writes: str, columns: tuple[str, ...] | None = None) -> str:
-        """Append the stages that produce ``segment`` (its map sides first); return its task count."""
-        if segment.source is not None:
-            tasks, reads = self._source(segment, columns)
-            size = self.size_of(segment.source).bytes
-            self.stages.append(PlannedStage(segment.name, "map", tasks, reads, writes, bytes=size))
-            return tasks
-        op = segment.wide
-        if isinstance(op, Sort):
-            return self._sort(segment, op, writes)
-        estimated = wide_input_bytes(segment, self.size_of)
-        plan = exchange(op, partition_count(op, estimated, self.budget))
-        numbers = []
-        for upstream, spec in zip(segment.upstream, plan.specs):
-            self.walk(upstream, "", pushdown_columns(upstream, op))
-            numbers.append(self._shuffle_written(spec))
-        self._reduce(segment, op, plan, numbers, estimated, writes)
-        return str(plan.partitions)
-
-    def _shuffle_written(self, spec: ShuffleSpec) -> int:
-        """Number the shuffle the last stage writes (in the order stages run) and say so on that stage."""
-        self.shuffle_count += 1
-        self.stages[-1] = replace(self.stages[-1], writes=_describe_spec(self.shuffle_count, spec))
-        return self.shuffle_count
-
-    def _source(self, segment: Segment, columns: tuple[str, ...] | None) -> tuple[str, str]:
-        source = segment.source
-        size = self.size_of(source)
-        if isinstance(source, FromTable):
-            what = f"an in-memory table ({source.table.num_rows} rows)"
-        else:
-            what = f"{source.format} ({_count(size.files, 'file')}, {_count(size.shards, 'shard')})"
-        projected = f", columns {', '.join(columns)}" if columns else ""
-        estimate = format_bytes(read_bytes(segment, self.size_of, columns))
-        return str(size.shards), f"{what}, est. {estimate}{projected}"
-
-    def _sort(self, segment: Segment, op: Sort, writes: str) -> str:
-        upstream = segment.upstream[0]
-        estimated = read_bytes(upstream, self.size_of)
-        if materializes_before_sort(upstream):
-            produced = self.walk(upstream, "Parquet files in the work directory (materialized: read twice)")
-            name, tasks, size = "ReadFiles", f"≤ {produced}", estimated
-            reads = f"the materialized files, est. {format_bytes(estimated)} before materializing"
-        else:
-            name, size = upstream.name, self.size_of(upstream.source).bytes
-            tasks, reads = self._source(upstream, None)
-        plan = exchange(op, partition_count(op, estimated, self.budget))
-        by = ", ".join(op.by)
-        boundaries = f"{plan.partitions - 1} range boundaries on {op.by[0]}"
-        if op.boundaries is None:  # given boundaries need no sample
-            sample = PlannedStage(
-                name, "sample", tasks, f"{reads}, columns {by}", f"a key sample → {boundaries}"
-            )
-            self.stages.append(replace(sample, bytes=size))
-        self.stages.append(PlannedStage(name, "map", tasks, reads, "", bytes=size))
-        self._reduce(segment, op, plan, [self._shuffle_written(plan.specs[0])], estimated, writes)
-        return str(plan.partitions)
-
-    def _reduce(
-        self, segment: Segment, op: Op, plan: Exchange, numbers: list[int], estimated: int, writes: str
-    ):
-        if isinstance(op, Reshard):
-            rule = "reshard(num_shards)"
-        elif isinstance(op, Sort) and op.boundaries is not None:
-            rule = "the given boundaries + 1"
-        elif op.num_partitions:
-            rule = "num_partitions"
-        else:
-            target = self.budget.partition_target_bytes
-            rule = f"ceil(est. {format_bytes(estimated)} / {format_bytes(target)} partition target)"
-        shuffles = " + ".join(f"#{n}" for n in numbers)
-        reads = f"shuffle {shuffles}, one partition per task"
-        reducer = f"{_WORDS[type(plan.reducer)]}; {_count(plan.partitions, 'partition')} = {rule}"
-        self.stages.append(
-            PlannedStage(segment.name, "reduce", str(plan.partitions), reads, writes, reducer, estimated)
-        )
+def _reads(step: Step, size_of: SizeOf, produced: str) -> tuple[str, str, str]:
+    """A planned stage's task count, what it reads, and for a reduce what each task does, in words."""
+    if step.materialized:
+        estimate = format_bytes(step.estimate)
+        return f"≤ {produced}", f"the materialized files, est. {estimate} before materializing", ""
+    if step.reduces:
+        partitions, shuffles = step.plan.partitions, " + ".join(f"#{n}" for n in step.inputs)
+        reducer = f"{_WORDS[type(step.plan.reducer)]}; {_count(partitions, 'partition')} = {step.rule}"
+        if step.coalesce and partitions > MIN_REDUCE_TASKS:
+            grouped = "adjacent partitions per task, sized from the map side's stored bytes (reduce_groups)"
+            return f"≤ {partitions}", f"shuffle {shuffles}, {grouped}", reducer
+        return str(partitions), f"shuffle {shuffles}, one partition per task", reducer
+    source, size = step.segment.source, size_of(step.segment.source)
+    if isinstance(source, FromTable):
+        what = f"an in-memory table ({source.table.num_rows} rows)"
+    else:
+        what = f"{source.format} ({_count(size.files, 'file')}, {_count(size.shards, 'shard')})"
+    columns = step.read_columns if step.output != SAMPLE else None
+    projected = f", columns {', '.join(columns)}" if columns else ""
+    estimate = format_bytes(read_bytes(step.segment, size_of, columns))
+    return str(size.shards), f"{what}, est. {estimate}{projected}", ""
 
 
 def _describe_spec(number: int, spec: ShuffleSpec) -> str:

@@ -39,13 +39,6 @@ class Segment:
 
         return " → ".join([head, *(op_label(op) for op in self.narrow)])
 
-    def describe(self, depth: int = 0) -> str:
-        lines = []
-        for up in self.upstream:
-            lines.append(up.describe(depth + 1))
-        lines.append("  " * depth + self.name)
-        return "\n".join(lines)
-
 
 def build_plan(ops: tuple[Op, ...]) -> Segment:
     """The segment tree of a dataset's ops (the root segment produces the dataset's rows)."""

@@ -3,7 +3,7 @@
 ``plan_read`` is the one read-planning rule: clients call it on their input paths before building a
 ``Dataset`` (the tokenize writer: how to split its inputs, how many tasks run at once, whether its jobs run
 in this process), so no client re-sizes inputs or repeats the small-job rule; the driver applies the same
-sizes and rule to a plan (``Job.prepare``). Sizes are ``zephyr.physical``'s (``size_of_files``, ``plan_bytes``:
+sizes and rule to a plan (``Job.run``). Sizes are ``zephyr.physical``'s (``size_of_files``, ``plan_bytes``:
 Parquet footers, else file sizes × the format's factor) and the small-job rule is ``physical.runs_in_process``.
 Outputs never depend on any of it: a split changes which task reads a row, never the rows' order.
 

@@ -116,6 +116,12 @@ class SampleOutput:
 
 @dataclass(frozen=True)
 class StageSpec:
+    """What every task of a stage runs, sent to the workers by the driver (``executors.base.Shared``).
+    ``input_schema``: the job's one schema for its input files (``zephyr.io.schema``; None: read each as it
+    is). ``inputs``, reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and
+    ``schemas`` (per upstream, its output schema as text), as the driver found them in the map tasks'
+    markers."""
+
     fingerprint: str
     name: str
     narrow: tuple[Op, ...]
@@ -125,10 +131,7 @@ class StageSpec:
     read_schema: pa.Schema | None = None
     on_error: str = "raise"
     input_schema: pa.Schema | None = None
-    """The job's one schema for its input files (``zephyr.io.schema``); None: read each as it is."""
     inputs: dict | None = None
-    """Reduce stages: ``runs`` (per upstream, the run data paths its map tasks wrote) and ``schemas`` (per
-    upstream, its output schema as text), as ``job.MapSide`` found them in the map tasks' markers."""
 
     @property
     def side_folders(self) -> tuple[str, ...]:
@@ -140,6 +143,11 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """One task of a stage: a source task's ``shard``; a reduce task's ``partitions``, ``range(*partitions)``
+    (``zephyr.physical.reduce_groups``); a coalesce task's input ``runs`` (its group's map runs, in (map
+    task, run) order), their ``checksums`` (from their map tasks' markers) and the ``rows`` its group's map
+    tasks wrote (its marker passes them on, for the accounting)."""
+
     fingerprint: str
     index: int
     marker_path: str
@@ -147,14 +155,10 @@ class TaskSpec:
     budget_bytes: int
     shard: Shard | None = None
     partitions: tuple[int, int] | None = None
-    """A reduce task's partitions: ``range(*partitions)`` (``zephyr.job.reduce_groups``)."""
     description: str = ""
     runs: tuple[Run, ...] = ()
-    """A coalesce task's input: its group's map runs, in (map task, run) order."""
     checksums: dict = field(default_factory=dict)
-    """A coalesce task's inputs' checksum records, from their map tasks' markers."""
     rows: int = 0
-    """A coalesce task: the rows its group's map tasks wrote (its marker passes them on, for the accounting)."""
 
 
 def _url(fs: fsspec.AbstractFileSystem, path: str, like: str) -> str:
@@ -185,9 +189,7 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
             return rule
         own = output_name(task.index, output.format, output.compression)
         folders = [(output.write_folder, re.escape(own))]
-        if (
-            output.staging is not None
-        ):  # published under a dense name: task i becomes part-k, k <= i, same extension
+        if output.staging is not None:  # published under a dense name: task i is part-k, k <= i, same ext.
             folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
         rule["files"] = tuple(folders)
     elif isinstance(output, ShuffleOutput):
@@ -199,7 +201,7 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
     return rule
 
 
-def _marker_files(marker: dict) -> dict[str, list[str]]:
+def marker_files(marker: dict) -> dict[str, list[str]]:
     """Every file a marker names, by its key: ``files``, ``runs`` (each run's data and index file),
     ``sample``, ``quarantine``, ``side_files``."""
     runs = [p for run in marker.get("runs") or [] for p in (run, run[: -len(".data")] + ".index")]
@@ -220,19 +222,16 @@ def finished_marker(task: TaskSpec, stage: StageSpec) -> dict | None:
     holding the size and checksum recorded when it was written (``zephyr.resume.check_files``). Otherwise
     None, with a warning naming the marker when one was there: the task reruns."""
     marker = resume.read_marker(task.marker_path, task.fingerprint)
-    if marker is None:
-        return None
-    problem = _marker_problem(marker, task, stage)
+    problem = None if marker is None else _marker_problem(marker, task, stage)
     if problem is not None:
         log.warning("%s: %s; the task reruns", task.marker_path, problem)
-        return None
-    return marker
+    return marker if problem is None else None
 
 
 def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | None:
     """Why ``marker`` cannot be trusted, or None."""
     try:
-        named = _marker_files(marker)
+        named = marker_files(marker)
     except (TypeError, AttributeError, KeyError):
         return "malformed file list"
     if any(not isinstance(run, str) or not run.endswith(".data") for run in marker.get("runs") or []):
@@ -296,8 +295,7 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
             shard_index=task.index,
         )
         outputs = _write_output(tables, stage.output, task)
-    read_quarantined = 0
-    quarantine = None
+    read_quarantined, quarantine = 0, None
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
         read_quarantined = table.num_rows - sum(c.rows_quarantined for c in op_counters)
@@ -328,8 +326,10 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
 
 
 def _finished(task: TaskSpec, started: float, fields: dict) -> dict:
-    """Write the marker of a finished task (``fields``, led by what names the task) and return it."""
-    marker = {"fingerprint": task.fingerprint, "index": task.index, "input": task.description, **fields}
+    """Write the marker of a finished task (``fields``, led by what names the task; a task that runs no ops and
+    reads no quarantined rows leaves those keys out) and return it."""
+    marker = {"fingerprint": task.fingerprint, "index": task.index, "input": task.description}
+    marker.update({"rows_read_quarantined": 0, "ops": [], "counters": {}, "quarantine": None}, **fields)
     marker["seconds"] = round(time.perf_counter() - started, 4)
     write_json_atomic(task.marker_path, marker)
     return marker
@@ -417,8 +417,7 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
         writer = ShuffleWriter(
             output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
         )
-        rows = 0
-        schema = None
+        rows, schema = 0, None
         for table in tables:
             rows += table.num_rows
             schema = table.schema
@@ -456,11 +455,7 @@ def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
         started,
         {
             "rows_in": task.rows,
-            "rows_read_quarantined": 0,
             "bytes_in": done.bytes,
-            "ops": [],
-            "counters": {},
-            "quarantine": None,
             "rows_out": task.rows,
             "bytes_out": done.bytes,
             "inputs": [run.path for run in task.runs],
@@ -474,11 +469,9 @@ def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
 def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:
     from zephyr.io.sinks import output_name
 
-    rows = 0
     if output.format == "count":
-        for table in tables:
-            rows += table.num_rows
-        return {"rows_out": rows, "bytes_out": 0, "files": []}
+        return {"rows_out": sum(table.num_rows for table in tables), "bytes_out": 0, "files": []}
+    rows = 0
     path = f"{output.write_folder}/{output_name(task.index, output.format, output.compression)}"
     writer: ShardWriter | None = None
     schema: pa.Schema | None = None

@@ -275,3 +275,22 @@ def test_planned_bytes_count_one_of_each_alternative():
     ]
     assert planned_bytes(jobs, {}) == 2 * one
     assert planned_bytes(types.SimpleNamespace(explain=lambda **kw: "text"), {}) == 0  # a plan as text only
+
+
+def test_a_reduce_whose_tasks_take_adjacent_partitions_says_so():
+    """A reduce feeding another shuffle may run adjacent partitions per task (``reduce_groups``): the plan
+    says so, with at most P tasks, and a run has at most that many; a reduce that writes a part per
+    partition (the last stage, as a write runs it) keeps one partition per task."""
+    ds = zephyr.from_arrow(_table(), num_shards=2).group_by("k", num_partitions=16).count().deduplicate("k")
+    text = ds.explain()
+    structure = _structure(text)
+    assert [(role, name, tasks) for role, name, tasks, _ in structure] == [
+        ("map", "FromTable", "2"),
+        ("reduce", "GroupAggregate", "≤ 16"),
+        ("reduce", "Deduplicate", "1"),
+    ]
+    assert "tasks ≤ 16 · reads shuffle #1, adjacent partitions per task, sized from the map side's" in text
+    assert "16 partitions = num_partitions" in text
+    assert "reads shuffle #2, one partition per task" in text
+    ran = dict(_runs(ds))
+    assert ran["FromTable"] == "2" and int(ran["GroupAggregate"]) <= 16

@@ -29,7 +29,7 @@ def _estimate(path: str) -> int:
 
 
 def test_the_estimate_is_the_drivers(parquet):
-    """Paths and the driver's plan of the same files (``Job.prepare``) give the same estimate (Parquet
+    """Paths and the driver's plan of the same files (``Job.run``) give the same estimate (Parquet
     footers)."""
     segment = build_plan(zephyr.read_parquet(parquet)._ops)
 

@@ -1,4 +1,4 @@
-"""Reduce tasks sized from what the map side wrote (``zephyr.job.reduce_groups``): a map that shrinks its input
+"""Reduce tasks sized from what the map side wrote (``zephyr.physical.reduce_groups``): a map that shrinks its input
 ~100× runs a fraction of the planned reduce tasks, and every result (aggregate, deduplicate, join, sort, a
 second shuffle after the coalesced one, materialize's rows) is byte-identical to one task per partition; a
 with_row_index after the reduce and a user's write keep one task per partition."""
@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import zephyr
-from zephyr import job, job_stats
+from zephyr import job_stats, physical
 from zephyr.budget import Budget
 
 EXECUTION = {"executor": "inprocess", "memory_budget": "4MiB"}
@@ -60,8 +60,8 @@ def _run(ds: zephyr.Dataset) -> tuple[pa.Table, list[int]]:
 
 def test_a_shrinking_map_runs_fewer_reduce_tasks_with_the_same_rows(files, monkeypatch):
     coalesced = {name: _run(ds) for name, ds in _plans(files).items()}
-    minimum = job.MIN_REDUCE_TASKS
-    monkeypatch.setattr(job, "MIN_REDUCE_TASKS", 1 << 30)  # one task per partition
+    minimum = physical.MIN_REDUCE_TASKS
+    monkeypatch.setattr(physical, "MIN_REDUCE_TASKS", 1 << 30)  # one task per partition
     planned = {name: _run(ds) for name, ds in _plans(files).items()}
     for name in planned:
         assert coalesced[name][0].equals(planned[name][0]), name
@@ -77,16 +77,16 @@ def test_materialize_writes_a_file_per_coalesced_task_and_a_write_one_per_partit
     ds = zephyr.read_parquet(files).map_batches(_slim).deduplicate("key")
     materialized = ds.materialize(str(tmp_path / "m"), **EXECUTION)
     written = ds.write_parquet(str(tmp_path / "w"), **EXECUTION)
-    assert len(materialized.files) == job.MIN_REDUCE_TASKS < len(written.files)
+    assert len(materialized.files) == physical.MIN_REDUCE_TASKS < len(written.files)
     assert materialized.to_arrow(**EXECUTION).equals(zephyr.read_parquet(written.files).to_arrow(**EXECUTION))
 
 
 def test_groups_are_adjacent_ranges_sized_from_the_stored_bytes():
     budget = Budget(1 << 30)  # 64 MiB a partition
-    assert job.reduce_groups(200, 10 << 30, budget, coalesce=True) == [(p, p + 1) for p in range(200)]
-    groups = job.reduce_groups(200, 1 << 30, budget, coalesce=True)  # 5 GiB once decoded: 80 tasks
+    assert physical.reduce_groups(200, 10 << 30, budget, coalesce=True) == [(p, p + 1) for p in range(200)]
+    groups = physical.reduce_groups(200, 1 << 30, budget, coalesce=True)  # 5 GiB once decoded: 80 tasks
     assert len(groups) == 80 and groups[0][0] == 0 and groups[-1][1] == 200
     assert all(a[1] == b[0] for a, b in zip(groups, groups[1:]))
-    assert len(job.reduce_groups(200, 0, budget, coalesce=True)) == job.MIN_REDUCE_TASKS
-    assert job.reduce_groups(5, 0, budget, coalesce=True) == [(p, p + 1) for p in range(5)]
-    assert len(job.reduce_groups(200, 0, budget, coalesce=False)) == 200
+    assert len(physical.reduce_groups(200, 0, budget, coalesce=True)) == physical.MIN_REDUCE_TASKS
+    assert physical.reduce_groups(5, 0, budget, coalesce=True) == [(p, p + 1) for p in range(5)]
+    assert len(physical.reduce_groups(200, 0, budget, coalesce=False)) == 200

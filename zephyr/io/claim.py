@@ -814,7 +814,7 @@ def check_side_dir(side: str, output: str, option: str) -> None:
 
 def prune_quarantine(root: str, jobs: Sequence[dict]) -> None:
     """Remove the ``stage-<fp16>`` folders under a command's quarantine folder ``root`` that none of its
-    ``jobs`` (``Job.stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
+    ``jobs`` (``Job.write_stats()`` of each, from ``zephyr.job_stats.recording``) ran: rows an earlier run of
     another plan set aside, which readers of ``root`` would otherwise take for this run's."""
     keep = {f"stage-{stage['fingerprint']}" for job in jobs for stage in job.get("stages", [])}
     fs, root_path = fsspec.core.url_to_fs(root)
