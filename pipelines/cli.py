@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep, QualityStep
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -144,11 +144,9 @@ def _removing(
 
 # -- normalize -----------------------------------------------------------------------------------------------
 def normalize_plan(inputs: TextInputs, config: NormalizeConfig, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.normalize import Normalize
-
     if config.fix_mojibake:
         require("ftfy", "quality", "zephyr normalize --fix-mojibake")
-    return inputs.read_text().map_batches(Normalize(config, inputs.text_column), name="normalize")
+    return NormalizeStep(config).apply(inputs.read_text(), inputs.text_column)
 
 
 def normalize(
@@ -271,14 +269,12 @@ def _annotated(
     """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
     step annotates it, the input columns set aside around the filter (restored by the routes), and that
     step (whose ``route`` the routes are)."""
-    from zephyr.pipelines.quality.normalize import Normalize
-
     rules = config.rule_config()  # checks the rules before any work
     if "url" in rules.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
-        ds = ds.map_batches(Normalize(text_column=inputs.text_column), name="normalize")
+        ds = NormalizeStep().apply(ds, inputs.text_column)
     step = HeuristicFilterStep(
         rules, replace_columns=config.replace_columns, output_column=config.output_column
     )
@@ -505,19 +501,15 @@ class ScoreOptions:
 
 
 def _scored(inputs: TextInputs, config: ScoreOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.classifier import QualityScorer, bucket_column
+    from zephyr.pipelines.quality.classifier import bucket_column
 
     require("fasttext", "quality", "zephyr quality score")
-    score = config.output_column
-    scorer = QualityScorer(
-        config.model,
-        config.classifier,
-        inputs.text_column,
-        replace_columns=config.replace_columns,
-        score_column=score,
+    score, replace = config.output_column, config.replace_columns
+    step = QualityStep(
+        config.model, classifier=config.classifier, replace_columns=replace, output_column=score
     )
-    ds = inputs.read_text((score, bucket_column(score)), config.replace_columns)
-    return ds.map_batches(scorer, name="quality_score")
+    ds = inputs.read_text((score, bucket_column(score)), replace)
+    return step.score(ds, inputs.text_column, config.model, lambda _: "quality_score")
 
 
 def quality_score(
