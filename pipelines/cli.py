@@ -231,10 +231,10 @@ class FilterOptions:
     dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Where the dropped rows (with drop_reason) go (default: OUTPUT.zephyr/dropped)."""
 
-    def rule_config(self) -> Any:
-        """The rules as the ``heuristic_filter`` pipeline step holds them (``HeuristicFilterConfig``: one
-        check of rule names and settings); a bad value names its flag. The url blocklist is read now, so a
-        bad line fails before any work, naming the file and line."""
+    def step(self) -> HeuristicFilterStep:
+        """The ``heuristic_filter`` pipeline step these flags make, its rules checked once
+        (``HeuristicFilterConfig``); a bad value names its flag. The url blocklist is read now, so a bad line
+        fails before any work, naming the file and line."""
         from zephyr.pipelines.quality.config import HeuristicFilterConfig
         from zephyr.pipelines.quality.filters import rule_names
 
@@ -250,10 +250,12 @@ class FilterOptions:
         elif self.url_blocklist:
             raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
         try:
-            return HeuristicFilterConfig(names, overrides, self.default_lang)
+            rules = HeuristicFilterConfig(names, overrides, self.default_lang)
         except FieldError as exc:
             flag = "--rules" if exc.key == "rules" else "--url-blocklist"
             raise ConfigError(f"{flag}: {exc.detail}") from None
+        columns = {"replace_columns": self.replace_columns, "output_column": self.output_column}
+        return HeuristicFilterStep(rules, **columns)
 
 
 _FILTER_OPS = {"aside": "set_aside", "annotate": "filter", "route_quarantined": "route_quarantine"}
@@ -269,15 +271,12 @@ def _annotated(
     """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
     step annotates it, the input columns set aside around the filter (restored by the routes), and that
     step (whose ``route`` the routes are)."""
-    rules = config.rule_config()  # checks the rules before any work
-    if "url" in rules.rules:
+    step = config.step()  # checks the rules before any work
+    if "url" in step.filter.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
-    step = HeuristicFilterStep(
-        rules, replace_columns=config.replace_columns, output_column=config.output_column
-    )
     lang = config.lang_column or None
     return *step.annotate(ds, inputs.text_column, lang, _filter_op), step
 
@@ -358,7 +357,7 @@ def heuristic_filter(
     from zephyr.io.publish import check_side_dir, prune_quarantine
 
     out = output.output
-    config.rule_config()  # checks the rules before any work
+    config.step()  # checks the rules before any work
     if config.dropped_output:
         check_side_dir(config.dropped_output, out, "--dropped-output")
     # quarantine/ holds the rows the filters quarantine (input columns + quarantine_reason); unreadable input
