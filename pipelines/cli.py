@@ -258,13 +258,6 @@ class FilterOptions:
         return HeuristicFilterStep(rules, **columns)
 
 
-_FILTER_OPS = {"aside": "set_aside", "annotate": "filter", "route_quarantined": "route_quarantine"}
-
-
-def _filter_op(action: str) -> str:
-    return _FILTER_OPS.get(action, action)
-
-
 def _annotated(
     inputs: TextInputs, config: FilterOptions
 ) -> tuple[Dataset, tuple[str, ...], HeuristicFilterStep]:
@@ -278,7 +271,7 @@ def _annotated(
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
     lang = config.lang_column or None
-    return *step.annotate(ds, inputs.text_column, lang, _filter_op), step
+    return *step.annotate(ds, inputs.text_column, lang), step
 
 
 def _routes(
@@ -302,7 +295,7 @@ def _routes(
         ("dropped", config.dropped_output or dropped_dir(out)),
         ("quarantined", quarantine_dir(out)),
     )
-    plans = [(kind, where, step.route(annotated, kind, aside, _filter_op)) for kind, where in routes]
+    plans = [(kind, where, step.route(annotated, kind, aside)) for kind, where in routes]
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),

@@ -283,7 +283,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return self.output_column or "drop_reason"
 
     def annotate(
-        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str]
+        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str] = str
     ) -> tuple[Dataset, tuple[str, ...]]:
         """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
         around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
@@ -296,7 +296,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         # the data's own drop_reason passes unchanged when the reasons go to another column
         aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
-            ds = ds.map_batches(set_aside(aside), name=op("aside"))
+            ds = ds.map_batches(set_aside(aside), name=op("set_aside"))
         if "url" in self.filter.rules:
             from zephyr.pipelines.web.urls import NormalizeUrls
 
@@ -306,10 +306,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         annotator = FilterAnnotator(
             ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
         )
-        return ds.map_batches(annotator, name=op("annotate")), aside
+        return ds.map_batches(annotator, name=op("filter")), aside
 
     def route(
-        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str]
+        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str] = str
     ) -> Dataset:
         """The annotated rows of one outcome (``RouteByReason``): ``kept``, ``dropped`` (their reason in
         ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``), the op named
