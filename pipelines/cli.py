@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep, QualityStep
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -144,11 +144,9 @@ def _removing(
 
 # -- normalize -----------------------------------------------------------------------------------------------
 def normalize_plan(inputs: TextInputs, config: NormalizeConfig, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.normalize import Normalize
-
     if config.fix_mojibake:
         require("ftfy", "quality", "zephyr normalize --fix-mojibake")
-    return inputs.read_text().map_batches(Normalize(config, inputs.text_column), name="normalize")
+    return NormalizeStep(config).apply(inputs.read_text(), inputs.text_column)
 
 
 def normalize(
@@ -233,10 +231,10 @@ class FilterOptions:
     dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Where the dropped rows (with drop_reason) go (default: OUTPUT.zephyr/dropped)."""
 
-    def rule_config(self) -> Any:
-        """The rules as the ``heuristic_filter`` pipeline step holds them (``HeuristicFilterConfig``: one
-        check of rule names and settings); a bad value names its flag. The url blocklist is read now, so a
-        bad line fails before any work, naming the file and line."""
+    def step(self) -> HeuristicFilterStep:
+        """The ``heuristic_filter`` pipeline step these flags make, its rules checked once
+        (``HeuristicFilterConfig``); a bad value names its flag. The url blocklist is read now, so a bad line
+        fails before any work, naming the file and line."""
         from zephyr.pipelines.quality.config import HeuristicFilterConfig
         from zephyr.pipelines.quality.filters import rule_names
 
@@ -252,17 +250,12 @@ class FilterOptions:
         elif self.url_blocklist:
             raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
         try:
-            return HeuristicFilterConfig(names, overrides, self.default_lang)
+            rules = HeuristicFilterConfig(names, overrides, self.default_lang)
         except FieldError as exc:
             flag = "--rules" if exc.key == "rules" else "--url-blocklist"
             raise ConfigError(f"{flag}: {exc.detail}") from None
-
-
-_FILTER_OPS = {"aside": "set_aside", "annotate": "filter", "route_quarantined": "route_quarantine"}
-
-
-def _filter_op(action: str) -> str:
-    return _FILTER_OPS.get(action, action)
+        columns = {"replace_columns": self.replace_columns, "output_column": self.output_column}
+        return HeuristicFilterStep(rules, **columns)
 
 
 def _annotated(
@@ -271,19 +264,14 @@ def _annotated(
     """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
     step annotates it, the input columns set aside around the filter (restored by the routes), and that
     step (whose ``route`` the routes are)."""
-    from zephyr.pipelines.quality.normalize import Normalize
-
-    rules = config.rule_config()  # checks the rules before any work
-    if "url" in rules.rules:
+    step = config.step()  # checks the rules before any work
+    if "url" in step.filter.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
-        ds = ds.map_batches(Normalize(text_column=inputs.text_column), name="normalize")
-    step = HeuristicFilterStep(
-        rules, replace_columns=config.replace_columns, output_column=config.output_column
-    )
+        ds = NormalizeStep().apply(ds, inputs.text_column)
     lang = config.lang_column or None
-    return *step.annotate(ds, inputs.text_column, lang, _filter_op), step
+    return *step.annotate(ds, inputs.text_column, lang), step
 
 
 def _routes(
@@ -307,7 +295,7 @@ def _routes(
         ("dropped", config.dropped_output or dropped_dir(out)),
         ("quarantined", quarantine_dir(out)),
     )
-    plans = [(kind, where, step.route(annotated, kind, aside, _filter_op)) for kind, where in routes]
+    plans = [(kind, where, step.route(annotated, kind, aside)) for kind, where in routes]
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),
@@ -362,7 +350,7 @@ def heuristic_filter(
     from zephyr.io.layout import quarantine_dir, remove_folder, scratch_dir, side_path
 
     out = output.output
-    config.rule_config()  # checks the rules before any work
+    config.step()  # checks the rules before any work
     if config.dropped_output:
         check_side_dir(config.dropped_output, out, "--dropped-output")
     # quarantine/ holds the rows the filters quarantine (input columns + quarantine_reason); unreadable input
@@ -505,19 +493,15 @@ class ScoreOptions:
 
 
 def _scored(inputs: TextInputs, config: ScoreOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.classifier import QualityScorer, bucket_column
+    from zephyr.pipelines.quality.classifier import bucket_column
 
     require("fasttext", "quality", "zephyr quality score")
-    score = config.output_column
-    scorer = QualityScorer(
-        config.model,
-        config.classifier,
-        inputs.text_column,
-        replace_columns=config.replace_columns,
-        score_column=score,
+    score, replace = config.output_column, config.replace_columns
+    step = QualityStep(
+        config.model, classifier=config.classifier, replace_columns=replace, output_column=score
     )
-    ds = inputs.read_text((score, bucket_column(score)), config.replace_columns)
-    return ds.map_batches(scorer, name="quality_score")
+    ds = inputs.read_text((score, bucket_column(score)), replace)
+    return step.score(ds, inputs.text_column, config.model, lambda _: "quality_score")
 
 
 def quality_score(

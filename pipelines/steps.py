@@ -164,11 +164,15 @@ class NormalizeStep(Step, type="normalize"):
         if self.normalize.fix_mojibake:
             require("ftfy", "quality", "the normalize step's fix_mojibake")
 
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+    def apply(self, ds: Dataset, text_column: str, op: Callable[[str], str] = str) -> Dataset:
+        """``ds`` with its texts normalized, the op named ``op("normalize")``: what the step, ``zephyr
+        normalize`` and ``zephyr filter --normalize`` run."""
         from zephyr.pipelines.quality.normalize import Normalize
 
-        normalize = Normalize(self.normalize, ctx.pipeline.text_column)
-        return ctx.read_inputs().map_batches(normalize, name=ctx.op("normalize")), (ctx.op("normalize"),)
+        return ds.map_batches(Normalize(self.normalize, text_column), name=op("normalize"))
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        return self.apply(ctx.read_inputs(), ctx.pipeline.text_column, ctx.op), (ctx.op("normalize"),)
 
 
 @dataclass(frozen=True)
@@ -280,7 +284,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return self.output_column or "drop_reason"
 
     def annotate(
-        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str]
+        self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str] = str
     ) -> tuple[Dataset, tuple[str, ...]]:
         """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
         around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
@@ -293,7 +297,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         # the data's own drop_reason passes unchanged when the reasons go to another column
         aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
-            ds = ds.map_batches(set_aside(aside), name=op("aside"))
+            ds = ds.map_batches(set_aside(aside), name=op("set_aside"))
         if "url" in self.filter.rules:
             from zephyr.pipelines.web.urls import NormalizeUrls
 
@@ -303,10 +307,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         annotator = FilterAnnotator(
             ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
         )
-        return ds.map_batches(annotator, name=op("annotate")), aside
+        return ds.map_batches(annotator, name=op("filter")), aside
 
     def route(
-        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str]
+        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str] = str
     ) -> Dataset:
         """The annotated rows of one outcome (``RouteByReason``): ``kept``, ``dropped`` (their reason in
         ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``), the op named
@@ -666,23 +670,21 @@ class QualityStep(Step, type="quality"):
         )
         return [*trained, *super().plans(ctx)]
 
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+    def score(self, ds: Dataset, text_column: str, model: str | Path, op: Callable[[str], str]) -> Dataset:
+        """``ds`` with every row's score in ``output_column`` (``QualityScorer``), the op named
+        ``op("score")``: what the step and ``zephyr quality score`` run."""
         from zephyr.pipelines.quality.classifier import QualityScorer
 
-        model = self._model(ctx)
         column = self.output_column or "quality_score"
-        verdict = MinScoreFilter(column, self.min_score)
-        scorer = QualityScorer(
-            str(model),
-            self.classifier,
-            ctx.pipeline.text_column,
-            replace_columns=self.replace_columns,
-            score_column=column,
-        )
+        scorer = QualityScorer(str(model), self.classifier, text_column, self.replace_columns, column)
+        return ds.map_batches(scorer, name=op("score"))
+
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
+
+        verdict = MinScoreFilter(self.output_column or "quality_score", self.min_score)
         ds = (
-            ctx.read_inputs()
-            .map_batches(scorer, name=ctx.op("score"))
+            self.score(ctx.read_inputs(), ctx.pipeline.text_column, self._model(ctx), ctx.op)
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )

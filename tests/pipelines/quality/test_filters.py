@@ -218,7 +218,7 @@ def test_one_default_rule_set_for_the_cli_the_stage_and_the_batch_ops():
     assert DEFAULT_RULES == ("gopher", "c4", "fineweb")
     assert FilterAnnotator().rules == HeuristicFilter().rules == options.rules == ",".join(DEFAULT_RULES)
     stage = HeuristicFilterStep()
-    assert stage.filter == options.rule_config() == HeuristicFilterConfig()
+    assert stage.filter == options.step().filter == HeuristicFilterConfig()
     assert stage.filter.rules == list(DEFAULT_RULES)
     assert [f.name for f in build_rule_families(options.rules)] == [
         f.name for f in build_rule_families(stage.filter.rules)
@@ -229,7 +229,7 @@ def test_cli_and_stage_refuse_the_same_bad_rules():
     from zephyr.pipelines.quality.config import HeuristicFilterConfig
 
     with pytest.raises(ConfigError, match="^--rules: unknown rule family 'c5'; allowed: c4"):
-        _filter_options("--rules", "gopher, c5").rule_config()
+        _filter_options("--rules", "gopher, c5").step()
     with pytest.raises(ConfigError, match="^rules: unknown rule family 'c5'"):
         HeuristicFilterConfig(["gopher", "c5"])
     with pytest.raises(ConfigError, match="^overrides: "):
