@@ -42,7 +42,8 @@ def test_pytest_runs_from_repo_root(tmp_path: Path) -> None:
 
 
 def test_every_package_folder_is_declared() -> None:
-    """A subpackage missing from pyproject's list would import in a checkout but vanish from the wheel."""
+    """A subpackage missing from pyproject's list would import in a checkout but vanish from the wheel; one
+    listed whose folder is gone makes ``pip install`` fail."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     declared = set(config["packages"])
     mapping = config["package-dir"]
@@ -54,6 +55,15 @@ def test_every_package_folder_is_declared() -> None:
                 continue
             found.add(".".join([name, *rel.parts]) if rel.parts else name)
     assert found <= declared, f"add to [tool.setuptools].packages: {sorted(found - declared)}"
+    missing = []
+    for name in declared:
+        root = max((n for n in mapping if name == n or name.startswith(n + ".")), key=len)
+        folder = (
+            REPO / mapping[root] / Path(*name[len(root) :].lstrip(".").split(".") if name != root else ())
+        )
+        if not folder.is_dir():
+            missing.append(name)
+    assert not missing, f"remove from [tool.setuptools].packages (no such folder): {sorted(missing)}"
 
 
 def test_training_side_imports_without_data_stack() -> None:
