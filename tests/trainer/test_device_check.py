@@ -84,7 +84,8 @@ def test_each_phase_recorded_its_figures(dry_run) -> None:
     assert sig["identical"] and set(sig["schemes"]) == {"affine64", "mersenne61"}
     check = phases["check"]["result"]
     assert check["check"]["graph_breaks"] == 0 and check["check"]["host_syncs"] == 0
-    assert "zstandard" in check["ran_as"] or "polars" in check["ran_as"]  # the zephyr CLI could not start
+    ran_as = check.get("ran_as")  # only when the zephyr CLI could not start: it names the missing module
+    assert ran_as is None or "zstandard" in ran_as or "polars" in ran_as
     pytest_phase = phases["pytest"]["result"]
     assert "tests/trainer/test_gpu.py" in pytest_phase["files"]
     assert set(pytest_phase["tests"].values()) == {"skipped"}  # no CUDA here

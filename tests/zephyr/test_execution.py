@@ -408,9 +408,9 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
     pattern = _write_shards(tmp_path / "in", shards=5, rows=1000)
     plan = zephyr.read_parquet(pattern).map_batches(_keep_odd_shards)
     plan.write_parquet(str(tmp_path / "clean"), executor="inprocess")
-    from zephyr.io import paths
+    from zephyr.io import claim  # publish rewrites the markers (``claim.publish``)
 
-    original = paths.write_json_atomic
+    original = claim.write_json_atomic
 
     def crash_on_publish(url, payload):
         if "_done" in url and payload.get("files") and not any("staging" in f for f in payload["files"]):
@@ -418,10 +418,10 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
         original(url, payload)
 
     out, work = tmp_path / "out", tmp_path / "work"
-    monkeypatch.setattr(paths, "write_json_atomic", crash_on_publish)
+    monkeypatch.setattr(claim, "write_json_atomic", crash_on_publish)
     with pytest.raises(KeyboardInterrupt):
         plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
-    monkeypatch.setattr(paths, "write_json_atomic", original)
+    monkeypatch.setattr(claim, "write_json_atomic", original)
     assert _digest(out) == _digest(tmp_path / "clean")  # swapped in whole
     resumed = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
     assert resumed.stats["stages"][-1]["tasks_resumed"] == 3  # the two tasks with rows reran
