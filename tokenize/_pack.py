@@ -27,7 +27,7 @@ written to a temporary name and renamed, so a reader never sees a partial file.
 
 The spill directory may be any fsspec URL (the job's ``work_dir`` on object storage, so that workers on
 several machines see each other's spills). ``gather`` reads the documents of one pack batch: on local disk
-with one ``preadv`` per document straight into the output buffer; elsewhere with one ``cat_ranges`` call per
+with one ``preadv`` per document straight into the output buffer, ``GATHER_THREADS`` in flight; elsewhere with one ``cat_ranges`` call per
 file (s3fs and gcsfs fetch the ranges concurrently). Reads go through the page cache, not a memory map: a map of randomly touched spill pages would count
 in the packer's RSS until unmapped, and the point of packing in batches is a peak RSS bounded by the batch.
 
