@@ -8,7 +8,7 @@ Rows (each the median of ``--rounds`` rounds, on local disk unless said):
 * ``lock``: ``claim.held`` of one lock file: create (a temporary file hard-linked to its name) and remove;
 * ``claim, N parts``: ``claim.claimed`` of an output a finished run wrote with N part files: the overlap
   check, the lock, the listing of the folder and the manifest read;
-* ``checksum``: ``claim.file_entry`` (xxh3-128) of one ``--mb`` MB file in the page cache, in GB/s: what a
+* ``checksum``: ``claim.file_record`` (xxh3-128) of one ``--mb`` MB file in the page cache, in GB/s: what a
   publish adds per byte written (on object stores the ETag is taken from the listing instead: no read);
 * ``write_parquet, 4 parts``: a whole ``from_arrow(...).write_parquet`` of 1,000 rows in-process, against the
   same write with the claim and the manifest stubbed out (the difference is what the claim costs a write);
@@ -82,14 +82,14 @@ def _write(root: Path, n: int) -> None:
 @contextlib.contextmanager
 def _unclaimed():
     """``write_parquet`` with the claim, the lock and the manifest's checksums stubbed out: the baseline."""
-    saved = claim.claimed, claim.file_entry, claim.write_manifest, claim.write_pending
+    saved = claim.claimed, claim.file_record, claim.write_manifest, claim.write_pending
     claim.claimed = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
-    claim.file_entry = lambda url: {"name": os.path.basename(url)}  # type: ignore[assignment]
+    claim.file_record = lambda url: {"bytes": 0}  # type: ignore[assignment]
     claim.write_manifest = claim.write_pending = lambda *a, **k: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        claim.claimed, claim.file_entry, claim.write_manifest, claim.write_pending = saved
+        claim.claimed, claim.file_record, claim.write_manifest, claim.write_pending = saved
 
 
 def _s3_lock_us(rounds: int) -> float:
@@ -148,8 +148,8 @@ def main() -> None:
             )
         big = root / "big.bin"
         big.write_bytes(os.urandom(args.mb << 20))
-        claim.file_entry(str(big))  # into the page cache
-        best = min(_median_us(lambda: claim.file_entry(str(big)), 1) for _ in range(5)) / 1e6
+        claim.file_record(str(big))  # into the page cache
+        best = min(_median_us(lambda: claim.file_record(str(big)), 1) for _ in range(5)) / 1e6
         rows.append((f"checksum (xxh3-128, {args.mb} MB in page cache)", f"{args.mb / 1024 / best:.2f} GB/s"))
         counter = iter(range(10**9))
         rounds = max(10, args.rounds // 10)

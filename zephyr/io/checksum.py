@@ -20,6 +20,7 @@ marker then lists them (``side_files``) with their checksums, and a resume check
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,13 +50,12 @@ def checksum_record(size: int, digest: str, algorithm: str = ALGORITHM) -> dict[
     return {"bytes": int(size), algorithm: digest}
 
 
-class Checksummed:
+class Checksummed(io.RawIOBase):
     """A writable file that hashes and counts every byte passed to ``write`` before handing it on.
 
     Wraps the handle a writer already uses (pyarrow's ``ParquetWriter`` and ``write_table`` accept any Python
     file with ``write``/``tell``/``flush``/``close``), so no byte is read back.
 
-    >>> import io
     >>> f = Checksummed(io.BytesIO())
     >>> f.write(b"abc")
     3
@@ -64,6 +64,7 @@ class Checksummed:
     """
 
     def __init__(self, handle: IO[bytes], algorithm: str = ALGORITHM):
+        super().__init__()
         self._handle = handle
         self.algorithm = algorithm
         self._hash = hasher(algorithm)
@@ -80,29 +81,15 @@ class Checksummed:
         return self.size
 
     def flush(self) -> None:
-        self._handle.flush()
+        if not self._handle.closed:  # the handle's owner may have closed it (``atomic_write``)
+            self._handle.flush()
 
     def close(self) -> None:
+        super().close()  # flushes first
         self._handle.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
 
     def writable(self) -> bool:
         return True
-
-    def readable(self) -> bool:
-        return False
-
-    def seekable(self) -> bool:
-        return False
-
-    def __enter__(self) -> Checksummed:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()

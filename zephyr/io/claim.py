@@ -17,15 +17,17 @@ directory; ``claimed``):
    which replaces the folder's content. An empty or missing folder is fine. A listed part whose bytes changed
    is not refused: it is zephyr's, and a resume recomputes it (its task's checksum no longer matches).
 
-The manifest (``MANIFEST_VERSION`` 1)::
+The manifest (``MANIFEST_VERSION`` 2)::
 
-    {"version": 1, "command": "zephyr sort data/ --by url --output sorted/", "finished": 1767000000.0,
-     "host": "node-3", "files": [{"name": "part-00000.parquet", "size_bytes": 1234, "xxh3_128": "..."}]}
+    {"version": 2, "command": "zephyr sort data/ --by url --output sorted/", "finished": 1767000000.0,
+     "host": "node-3", "files": {"part-00000.parquet": {"bytes": 1234, "xxh3_128": "..."}}}
 
 It is written last, when a run has published in full (below, "Publishing"), so its presence is the claim "a
-finished zephyr run wrote OUT". Sizes and checksums are those each task recorded while writing the file
-(xxh3-128, ``zephyr.io.checksum``): nothing is read back. A file without such a record (a token-shard set
-built by its own writer) is hashed once locally, or named with its store's ETag (``etag``) on object stores.
+finished zephyr run wrote OUT". Each file's record is the checksum record its task made while writing it and
+keeps in its marker (``zephyr.io.checksum``: one record format for both, which ``zephyr.resume.check_files``
+verifies): nothing is read back. A file without such a record (a token-shard set built by its own writer) is
+hashed once locally, or named by its store's version stamp (``version``: an ETag or generation,
+``zephyr.io.paths.file_stat``) on object stores.
 Before publishing, the run
 writes ``OUT.zephyr/staging/manifest.json`` (``PENDING``): the files of both the old and the new content, so a
 crash in the middle of a publish never leaves files the next run would refuse as foreign; a claim that finds
@@ -116,13 +118,13 @@ from typing import Any
 import fsspec
 
 from zephyr.errors import ClaimError, ConfigError, OutputError, describe_os_error
-from zephyr.io import layout
-from zephyr.io.checksum import ALGORITHM, file_checksum
+from zephyr.io import layout, paths
+from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.paths import check_output_dir, filesystem, is_local, path_key, public_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 PENDING = "manifest.json"
 """The pending manifest's name inside ``OUT.zephyr/staging/``."""
 
@@ -197,20 +199,13 @@ def input_paths_of(ops: Sequence[Any]) -> list[str]:
 
 
 # -- the manifest ---------------------------------------------------------------------------------------------
-def file_entry(url: str) -> dict[str, Any]:
-    """A manifest entry for the published file ``url``: name, size and checksum (see the module docstring)."""
+def file_record(url: str) -> dict[str, Any]:
+    """The checksum record of the published file ``url`` that no task recorded (see the module docstring)."""
     fs, path = filesystem(url)
-    name = path.rstrip("/").rsplit("/", 1)[-1]
     if is_local(fs):
-        size, digest = file_checksum(path)
-        return {"name": name, "size_bytes": size, ALGORITHM: digest}
-    info = fs.info(path)
-    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("generation")
-    return {
-        "name": name,
-        "size_bytes": int(info.get("size") or 0),
-        "etag": str(etag).strip('"') if etag else None,
-    }
+        return checksum_record(*file_checksum(path))
+    size, version = paths.file_stat(url)  # an object store's ETag or generation stands in for the checksum
+    return {"bytes": size, "version": version}
 
 
 def read_manifest(url: str) -> dict[str, Any] | None:
@@ -220,39 +215,33 @@ def read_manifest(url: str) -> dict[str, Any] | None:
         data = json.loads(fs.cat_file(path))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
-def _manifest_entries(output: str) -> dict[str, set[int]]:
-    """Name (relative to ``output``) → sizes zephyr published under it, by the manifest and a pending one."""
-    listed: dict[str, set[int]] = {}
-    for url in (layout.manifest_path(output), posixpath.join(layout.staging_dir(output), PENDING)):
-        manifest = read_manifest(url)
-        for entry in (manifest or {}).get("files", []):
-            if isinstance(entry, dict) and "name" in entry:
-                listed.setdefault(str(entry["name"]), set()).add(int(entry.get("size_bytes", -1)))
-    return listed
+def _pending_path(output: str) -> str:
+    return posixpath.join(layout.staging_dir(output), PENDING)
 
 
-def _manifest(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _manifest(files: dict[str, dict]) -> dict[str, Any]:
     return {
         "version": MANIFEST_VERSION,
         "command": command_line(),
         "finished": time.time(),
         "host": socket.gethostname(),
-        "files": list(entries),
+        "files": files,
     }
 
 
-def write_manifest(output: str, entries: Sequence[dict[str, Any]]) -> None:
-    """Write ``OUT.zephyr/manifest.json`` listing ``entries`` (``file_entry``): the last write of a publish."""
-    write_json_atomic(layout.manifest_path(output), _manifest(entries))
+def write_manifest(output: str, files: dict[str, dict]) -> None:
+    """Write ``OUT.zephyr/manifest.json`` naming ``files`` (name → checksum record): the last write of a
+    publish."""
+    write_json_atomic(layout.manifest_path(output), _manifest(files))
 
 
-def write_pending(output: str, entries: Sequence[dict[str, Any]]) -> None:
-    """Before a publish touches ``output``: the pending manifest, the old manifest's files and ``entries``."""
-    old = (read_manifest(layout.manifest_path(output)) or {}).get("files", [])
-    write_json_atomic(posixpath.join(layout.staging_dir(output), PENDING), _manifest([*old, *entries]))
+def write_pending(output: str, files: dict[str, dict]) -> None:
+    """Before a publish touches ``output``: the pending manifest, naming the old manifest's files and ``files``."""
+    old = (read_manifest(layout.manifest_path(output)) or {"files": {}})["files"]
+    write_json_atomic(_pending_path(output), _manifest({**old, **files}))
 
 
 def _listing(output: str) -> dict[str, int]:
@@ -270,30 +259,31 @@ def _listing(output: str) -> dict[str, int]:
 
 
 def foreign_files(output: str) -> list[str]:
-    """Files in ``output`` under names no zephyr manifest lists: what a claim refuses to replace. A listed
-    name whose bytes changed is zephyr's part, damaged: a resume checks it against its task's checksum and
-    recomputes it (``zephyr.resume.check_files``), so it is not refused here."""
+    """Files in ``output`` under names neither the manifest nor a pending one lists: what a claim refuses to
+    replace. A listed name whose bytes changed is zephyr's part, damaged: a resume checks it against its
+    task's checksum and recomputes it (``zephyr.resume.check_files``), so it is not refused here."""
     present = _listing(output)
     if not present:
         return []
-    listed = _manifest_entries(output)
+    listed: set[str] = set()
+    for url in (layout.manifest_path(output), _pending_path(output)):
+        listed.update((read_manifest(url) or {"files": {}})["files"])
     return sorted(name for name in present if name not in listed)
 
 
 def _promote_pending(output: str) -> None:
     """A publish that swapped its folder in but died before writing its manifest left the pending one, whose
     new files are exactly what ``output`` holds: write the manifest it would have written."""
-    pending = read_manifest(posixpath.join(layout.staging_dir(output), PENDING))
+    pending = read_manifest(_pending_path(output))
     if pending is None:
         return
     present = _listing(output)
-    entries = {}
-    for entry in pending["files"]:
-        if present.get(entry.get("name")) == entry.get("size_bytes"):
-            entries[entry["name"]] = entry  # the later (new) entry of a name wins
-    if present and set(entries) == set(present):
+    files = {
+        n: r for n, r in pending["files"].items() if isinstance(r, dict) and present.get(n) == r.get("bytes")
+    }
+    if present and files.keys() == present.keys():
         log.info("%s: the last run published in full; writing the manifest it did not finish", output)
-        write_manifest(output, [entries[name] for name in sorted(entries)])
+        write_manifest(output, dict(sorted(files.items())))
 
 
 def _blocked(output: str) -> bool:
@@ -603,6 +593,8 @@ def _release(url: str) -> None:
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+_Plan = list[list[tuple[str, str]]]
+"""Per task, the (source URL, published name) of each of its files."""
 
 
 def publish(
@@ -613,7 +605,7 @@ def publish(
     name theirs (a plain path for local files, a URL otherwise)."""
     from zephyr.io.sinks import output_name
 
-    plan: list[list[tuple[str, str]]] = []  # per task, (source URL, dense name) of its files
+    plan: _Plan = []
     for marker in markers:
         files = marker.get("files", [])
         done = sum(map(len, plan))
@@ -632,22 +624,14 @@ def publish_folder(built: str, output: str) -> None:
 
 
 def _publish(
-    directory: str,
-    plan: list[list[tuple[str, str]]],
-    markers: Sequence[dict],
-    marker_paths: Sequence[str | None],
+    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
-    fs, root = filesystem(directory)
-    if is_local(fs):
-        return _publish_local(directory, root.rstrip("/"), plan, markers, marker_paths)
-    return _publish_remote(directory, fs, root.rstrip("/"), plan, markers, marker_paths)
+    publish = _publish_local if is_local(filesystem(directory)[0]) else _publish_remote
+    return publish(directory, plan, markers, marker_paths)
 
 
 def _rewrite_markers(
-    prefix: str,
-    plan: list[list[tuple[str, str]]],
-    markers: Sequence[dict],
-    marker_paths: Sequence[str | None],
+    prefix: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
     """Each task's marker with its files' published names, and their recorded size and checksum under those
     names (the bytes did not change, only their name: a resume checks them there)."""
@@ -664,30 +648,21 @@ def _rewrite_markers(
     return published
 
 
-def _entry(url: str, name: str, marker: dict, now_at: str) -> dict:
-    """The manifest entry of the file ``url`` published as ``name``: its size and checksum as its task
-    recorded them while writing it (``zephyr.io.checksum``), read from the file (now at ``now_at``) only when
-    there is no record."""
+def _record(url: str, marker: dict, now_at: str) -> dict:
+    """The checksum record of the file ``url`` as its task recorded it while writing it (``zephyr.io.checksum``),
+    read from the file (now at ``now_at``) only when there is none."""
     record = (marker.get("checksums") or {}).get(url)
-    if isinstance(record, dict) and "bytes" in record:
-        digests = {k: v for k, v in record.items() if k != "bytes"}
-        return {"name": name, "size_bytes": int(record["bytes"]), **digests}
-    return {**file_entry(now_at), "name": name}
+    return record if isinstance(record, dict) and "bytes" in record else file_record(now_at)
 
 
 def _publish_local(
-    directory: str,
-    root: str,
-    plan: list[list[tuple[str, str]]],
-    markers: Sequence[dict],
-    marker_paths: Sequence[str | None],
+    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
     staging = filesystem(layout.staging_dir(directory))[1]
-    if os.path.islink(root):  # swap the folder the link names, not the link
-        root = os.path.realpath(root)
+    root = os.path.realpath(filesystem(directory)[1])  # swap the folder a link names, not the link
     new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
     os.makedirs(new)
-    entries = []
+    files = {}
     try:
         for pairs, marker in zip(plan, markers, strict=True):
             for url, name in pairs:
@@ -700,39 +675,36 @@ def _publish_local(
                         os.link(source, target)
                     except OSError:
                         shutil.copy2(source, target)
-                entries.append(_entry(url, name, marker, target))
-        write_pending(directory, entries)
+                files[name] = _record(url, marker, target)
+        write_pending(directory, files)
         _swap(new, root)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)  # staged parts moved into it rerun; OUT is untouched
         raise
     published = _rewrite_markers(directory.rstrip("/"), plan, markers, marker_paths)
-    write_manifest(directory, entries)
+    write_manifest(directory, files)
     shutil.rmtree(staging, ignore_errors=True)  # the old content (now at ``new``), and any aborted attempt's
     return published
 
 
 def _publish_remote(
-    directory: str,
-    fs: fsspec.AbstractFileSystem,
-    root: str,
-    plan: list[list[tuple[str, str]]],
-    markers: Sequence[dict],
-    marker_paths: Sequence[str | None],
+    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
+    fs, root = filesystem(directory)
+    root = root.rstrip("/")
     prefix = directory.rstrip("/")
     write_pending(
-        directory, [_entry(url, name, m, url) for pairs, m in zip(plan, markers) for url, name in pairs]
+        directory, {name: _record(url, m, url) for pairs, m in zip(plan, markers) for url, name in pairs}
     )
     with contextlib.suppress(FileNotFoundError):
         fs.rm(filesystem(layout.manifest_path(directory))[1])
-    entries = []
+    files = {}
     for pairs, marker in zip(plan, markers, strict=True):
         for url, name in pairs:
             source, target = filesystem(url)[1], f"{root}/{name}"
             if source != target:
                 fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
-            entries.append(_entry(url, name, marker, f"{prefix}/{name}"))
+            files[name] = _record(url, marker, f"{prefix}/{name}")
     published = _rewrite_markers(prefix, plan, markers, marker_paths)
     keep = {name for pairs in plan for _, name in pairs}
     fs.invalidate_cache(root)
@@ -740,7 +712,7 @@ def _publish_remote(
         for entry in fs.find(root):
             if entry[len(root) + 1 :] not in keep:
                 fs.rm(entry)
-    write_manifest(directory, entries)  # the claim: last, so a folder without it was never complete
+    write_manifest(directory, files)  # the claim: last, so a folder without it was never complete
     staging = filesystem(layout.staging_dir(directory))[1]
     fs.invalidate_cache(staging)
     if fs.exists(staging):
@@ -802,8 +774,7 @@ def check_side_dir(side: str, output: str, option: str) -> None:
     """Refuse a folder for rows set aside (``--dropped-output``) that is the output, lies inside it (the
     output holds its data only, and is replaced whole when it is published) or contains it; then check that
     it can be written (``check_output_dir``), before any work."""
-    a, b = path_key(side), path_key(output)
-    relation = _relation(a, b)
+    relation = _relation(path_key(side), path_key(output))
     if relation is not None:
         raise ConfigError(
             f"{option} {side!r} {relation} the output {output!r}: the set-aside rows would mix with the kept "

@@ -91,16 +91,7 @@ from zephyr.io.compression import (
 )
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
-from zephyr.io.schema import (
-    SCHEMA_FIX,
-    SchemaConflict,
-    conform,
-    fit_planned,
-    is_binary_like,
-    map_leaves,
-    promote_or_refuse,
-    promote_schemas,
-)
+from zephyr.io.schema import PLANNED_FIX, conform, is_binary_like, map_leaves, promote_or_refuse
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
@@ -248,10 +239,8 @@ def _iter_blocks(
             except CorruptStream as exc:
                 last = f"after line {line - 1}" if line is not None else f"after byte {block_start}"
                 raise InputError(f"{exc} {last}", path=path) from exc
-            except (
-                TrailingData
-            ) as exc:  # the stream ended whole: its last line (if unterminated) is whole too
-                chunk, trailing = b"", exc
+            except TrailingData as exc:
+                chunk, trailing = b"", exc  # the stream ended whole: so did its last line (if unterminated)
             if first and chunk and start == 0:
                 if compression is None:
                     check_not_compressed(chunk, path)
@@ -569,19 +558,10 @@ class _BlockParser:
                     for c in self.columns
                 ]
                 table = pa.Table.from_arrays(arrays, names=self.columns)
-            if self.running is None:
-                self.running = table.schema
-            else:
-                try:
-                    self.running = promote_schemas(self.running, table.schema)
-                except SchemaConflict as exc:
-                    raise SchemaError(
-                        f"{self.path}: column {exc.column!r} was {exc.left} in earlier lines but is {exc.right} "
-                        f"in {where}; one column needs one type. {_FIX_SCHEMA}"
-                    ) from exc
+            self.running = promote_or_refuse(self.running, table.schema, where, _FIX_SCHEMA)
             table = conform(table, self.running, where=where, fix=_FIX_SCHEMA)
-            if self.planned is not None:
-                table = fit_planned(table, self.planned, where=where)
+            if self.planned is not None:  # inferred types: each must widen into the plan's
+                table = conform(table, self.planned, where=where, fix=PLANNED_FIX)
         return table
 
     def _block_range(self, block: Block) -> str:
@@ -607,7 +587,7 @@ class JsonlEncoder:
 
     def write(self, batch: pa.RecordBatch) -> None:
         schema = self.schema if self.fixed else promote_or_refuse(self.schema, batch.schema, self.where)
-        batch = conform(batch, schema, where=self.where, fix=SCHEMA_FIX)
+        batch = conform(batch, schema, where=self.where)
         self.schema = schema  # only once the batch fits: a refused batch leaves the writer as it was
         if batch.num_rows:
             self.out.write(encode_ndjson(batch, where=self.where))

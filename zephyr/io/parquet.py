@@ -30,7 +30,9 @@ row-group buffering, ``BufferedEncoder``, is Vortex's too (``zephyr.io.vortex``)
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 
@@ -41,7 +43,7 @@ from zephyr.errors import InputError, SchemaError
 from zephyr.io.checksum import Checksummed
 from zephyr.io.paths import open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
-from zephyr.io.schema import SCHEMA_FIX, cast_to_schema, conform, promote_or_refuse
+from zephyr.io.schema import cast_to_schema, conform, promote_or_refuse
 
 logger = logging.getLogger(__name__)
 
@@ -97,16 +99,20 @@ def split_row_groups(path: str, approx_shard_bytes: int) -> list[tuple[int, ...]
     return list(runs)
 
 
+def column_bytes(row_group: pq.RowGroupMetaData) -> dict[str, int]:
+    """Uncompressed (post-encoding) footer bytes of each top-level column of one row group."""
+    sizes: collections.Counter[str] = collections.Counter()
+    for j in range(row_group.num_columns):
+        chunk = row_group.column(j)
+        sizes[chunk.path_in_schema.split(".", 1)[0]] += chunk.total_uncompressed_size
+    return sizes
+
+
 def _estimated_bytes(row_group: pq.RowGroupMetaData, wanted: set[str] | None) -> int:
     """Uncompressed (post-encoding) footer size of the wanted top-level columns of one row group."""
     if wanted is None:
         return row_group.total_byte_size
-    total = 0
-    for j in range(row_group.num_columns):
-        column = row_group.column(j)
-        if column.path_in_schema.split(".", 1)[0] in wanted:
-            total += column.total_uncompressed_size
-    return total
+    return sum(size for name, size in column_bytes(row_group).items() if name in wanted)
 
 
 def plain_schema(schema: pa.Schema, path: str, columns: Sequence[str] | None = None) -> pa.Schema:
@@ -173,9 +179,8 @@ def read_parquet_shard(
                 "it changed after the shards were listed — list them again",
                 path=path,
             )
-        starts = [0]
-        for g in range(metadata.num_row_groups):
-            starts.append(starts[-1] + metadata.row_group(g).num_rows)
+        sizes = (metadata.row_group(g).num_rows for g in range(metadata.num_row_groups))
+        starts = [0, *itertools.accumulate(sizes)]
         wanted = set(read_columns) if read_columns is not None else None
 
         def group_batches(group: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -302,9 +307,9 @@ class BufferedEncoder:
             widened = promote_or_refuse(self.schema, batch.schema, self.where)
             if not widened.equals(self.schema):
                 self._widen(widened)
-            batch = conform(batch, self.schema, where=self.where, fix=SCHEMA_FIX)
+            batch = conform(batch, self.schema, where=self.where)
         else:
-            batch = conform(batch, self.schema, where=self.where, fix=SCHEMA_FIX)
+            batch = conform(batch, self.schema, where=self.where)
         self.buffered.append(batch)
         self.buffered_rows += batch.num_rows
         self.buffered_bytes += batch.nbytes
@@ -314,7 +319,7 @@ class BufferedEncoder:
             self._flush()
 
     def _widen(self, widened: pa.Schema) -> None:
-        buffered = [conform(b, widened, where=self.where, fix=SCHEMA_FIX) for b in self.buffered]
+        buffered = [conform(b, widened, where=self.where) for b in self.buffered]
         logger.info(
             "%s: schema widens from %s to %s; rewriting the %d rows already written",
             self.where,
@@ -330,7 +335,7 @@ class BufferedEncoder:
     def _fix_schema(self) -> pa.Schema:
         if self.schema is None:
             self.schema = self.pending if self.pending is not None else pa.schema([])
-            self.buffered = [conform(b, self.schema, where=self.where, fix=SCHEMA_FIX) for b in self.buffered]
+            self.buffered = [conform(b, self.schema, where=self.where) for b in self.buffered]
         return self.schema
 
     def _flush(self) -> None:
@@ -410,9 +415,7 @@ class ParquetEncoder(BufferedEncoder):
         with self.fs.open(old, "rb") as source:
             parquet_file = pq.ParquetFile(source)
             for group in range(parquet_file.num_row_groups):
-                table = conform(
-                    parquet_file.read_row_group(group), self.schema, where=self.where, fix=SCHEMA_FIX
-                )
+                table = conform(parquet_file.read_row_group(group), self.schema, where=self.where)
                 self.emit(table)
         self.fs.rm(old)
 

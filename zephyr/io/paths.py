@@ -46,16 +46,18 @@ log = logging.getLogger(__name__)
 Format = Literal["parquet", "jsonl", "vortex", "warc"]
 Compression = Literal["gzip", "zstd"]
 
-#: Extensions (without codec suffix) that name each format.
+#: Extensions (without codec suffix) that name each format; writers use the first.
 FORMAT_EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".pq"),
     "jsonl": (".jsonl", ".ndjson", ".json"),
     "vortex": (".vortex", ".vtx"),
     "warc": (".warc", ".arc"),
 }
-_CODEC_FORMATS = {"jsonl": ("gzip", "zstd"), "warc": ("gzip",)}
-"""Formats that may be compressed as a whole file, and with which codecs (``.warc.gz``: per-record gzip)."""
-_CODEC_EXTENSIONS: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+CODEC_FORMATS = {"jsonl": ("gzip", "zstd"), "warc": ("gzip",)}
+"""Formats that may be compressed as a whole file, and with which codecs (``.warc.gz``: per-record gzip); the
+one rule for readers (``zephyr.io.sources``) and writers (``zephyr.io.sinks``)."""
+CODEC_EXTENSIONS: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+"""Extensions that name each codec; writers use the first of each."""
 _GLOB_CHARS = ("*", "?", "[")
 
 
@@ -283,21 +285,17 @@ def file_stat(path: str) -> FileStat:
 
 def infer_compression(path: str) -> Compression | None:
     """The codec named by the last extension of ``path`` (``.gz``/``.gzip`` → gzip, ``.zst``/``.zstd`` → zstd)."""
-    ext = posixpath.splitext(path.lower())[1]
-    return _CODEC_EXTENSIONS.get(ext)
+    return CODEC_EXTENSIONS.get(posixpath.splitext(path.lower())[1])
 
 
 def infer_format(path: str) -> Format | None:
     """The format named by the extension of ``path`` (codec suffix ignored), or None when it names none."""
-    name = path.lower()
-    ext = posixpath.splitext(name)[1]
-    if ext in _CODEC_EXTENSIONS:
-        name = name[: -len(ext)]
+    codec = infer_compression(path)
+    name = posixpath.splitext(path.lower())[0] if codec else path.lower()
     for fmt, extensions in FORMAT_EXTENSIONS.items():
-        if name.endswith(extensions):
-            if ext in _CODEC_EXTENSIONS and _CODEC_EXTENSIONS[ext] not in _CODEC_FORMATS.get(fmt, ()):
-                return None  # a compressed Parquet/Vortex file is not something we can read
-            return fmt  # type: ignore[return-value]
+        if name.endswith(extensions):  # a compressed Parquet/Vortex file is not something we can read
+            readable = codec is None or codec in CODEC_FORMATS.get(fmt, ())
+            return fmt if readable else None  # type: ignore[return-value]
     return None
 
 
@@ -455,9 +453,8 @@ def _expand_one(
         if fs.exists(stripped):
             return [stripped]
         if is_local(fs):
-            _check_readable(
-                stripped
-            )  # a loop, or a folder on the way that cannot be entered, is not "missing"
+            # a loop, or a folder on the way that cannot be entered, is not "missing"
+            _check_readable(stripped)
             if os.path.islink(stripped):
                 raise InputError(
                     f"{pattern!r} is a symbolic link to {os.readlink(stripped)!r}, which does not exist"

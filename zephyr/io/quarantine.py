@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.types as pat
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io.schema import is_string_like
+from zephyr.io.schema import failing_rows, is_string_like
 from zephyr.io.text_encoding import wide_text
 
 QUARANTINE_REASON = "quarantine_reason"
@@ -111,9 +111,6 @@ def refuse_wide_text(head: bytes, path: str, quarantine: QuarantineFn | None) ->
     return what is not None
 
 
-_LEAF_ROWS = 32  # below this many rows, validate row by row
-
-
 def drop_bad_rows(
     batch: pa.RecordBatch, path: str, first_row: int, quarantine: QuarantineFn | None, *, where: str = ""
 ) -> pa.RecordBatch:
@@ -121,19 +118,12 @@ def drop_bad_rows(
     each goes to ``quarantine`` with its row in the file (``first_row`` + its row in the batch), or, without
     one, the first raises ``InputError`` naming it; ``where`` (``row group 3: ``) starts the messages. Damage
     that no single row can be blamed for (structural) makes the file corrupt."""
-    try:
-        batch.validate(full=True)
+    if _invalid(batch) is None:
         return batch
-    except pa.ArrowInvalid:
-        pass
     found: dict[int, str] = {}
     for name, column in zip(batch.schema.names, batch.columns):
-        try:
-            column.validate(full=True)
-            continue
-        except pa.ArrowInvalid:
-            pass
-        for row, message in _bisect(column):
+        rows = failing_rows(len(column), lambda lo, hi, c=column: _invalid(c.slice(lo, hi - lo)))
+        for row, message in rows:
             kind = "invalid UTF-8" if "utf8" in message.lower() else "invalid data"
             found.setdefault(row, f"{kind} in column {name!r}: {message}")
     if not found:
@@ -156,25 +146,13 @@ def drop_bad_rows(
     return batch.filter(pa.array(mask))
 
 
-def _bisect(column: pa.Array) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    stack = [(0, len(column))]
-    while stack:
-        lo, hi = stack.pop()
-        if hi - lo <= _LEAF_ROWS:
-            for row in range(lo, hi):
-                try:
-                    column.slice(row, 1).validate(full=True)
-                except pa.ArrowInvalid as exc:
-                    out.append((row, str(exc)))
-            continue
-        try:
-            column.slice(lo, hi - lo).validate(full=True)
-        except pa.ArrowInvalid:
-            mid = (lo + hi) // 2
-            stack.append((mid, hi))
-            stack.append((lo, mid))
-    return sorted(out)
+def _invalid(array: pa.Array | pa.RecordBatch) -> str | None:
+    """Why Arrow's full validation (UTF-8 included) refuses ``array``; None when it passes."""
+    try:
+        array.validate(full=True)
+        return None
+    except pa.ArrowInvalid as exc:
+        return str(exc)
 
 
 def require_text_column(

@@ -51,7 +51,7 @@ column and both types — pass ``schema=`` then. Only the columns a job reads ta
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -214,8 +214,27 @@ def without_view_types(data: pa.Table) -> pa.Table:
         return data.cast(plain(large=True))
 
 
+SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every batch has one type."
+"""The fix a ``SchemaError`` of a writer names."""
+
+
+def promote_or_refuse(
+    current: pa.Schema | None, new: pa.Schema, where: str, fix: str = SCHEMA_FIX
+) -> pa.Schema:
+    """The schema both ``current`` and ``new`` rows fit losslessly, or a ``SchemaError`` naming the column."""
+    if current is None:
+        return new
+    try:
+        return promote_schemas(current, new)
+    except SchemaConflict as exc:
+        raise SchemaError(
+            f"{where}: column {exc.column!r} is {exc.left} in earlier rows but {exc.right} here; one column "
+            f"needs one type. {fix}"
+        ) from exc
+
+
 def conform(
-    data: pa.RecordBatch | pa.Table, schema: pa.Schema, *, where: str, fix: str
+    data: pa.RecordBatch | pa.Table, schema: pa.Schema, *, where: str, fix: str = SCHEMA_FIX
 ) -> pa.RecordBatch | pa.Table:
     """Return ``data`` with exactly the columns and types of ``schema``, or raise ``SchemaError``: a column not
     in ``schema``, or one whose type does not widen into the target's by ``promote_types``, is refused.
@@ -227,7 +246,7 @@ def conform(
     extra = [n for n in data.schema.names if n not in schema.names]
     if extra:
         raise SchemaError(
-            f"{where}: column(s) {extra} are not in the schema {schema.names}; writing them would drop data. {fix}"
+            f"{where}: column(s) {extra} are not in the schema {schema.names}; they would be dropped. {fix}"
         )
     for field in schema:
         index = data.schema.get_field_index(field.name)
@@ -247,6 +266,10 @@ _FIX = (
     "or --schema FILE to cast every file to one schema (Python: schema=)"
 )
 _FIX_SCHEMA = "pass --schema FILE (Python: schema=) giving the column the type you want"
+PLANNED_FIX = (
+    f"the input schema was decided from each file's first {SCHEMA_PEEK_BYTES >> 20} MiB; {_FIX_SCHEMA}"
+)
+"""The fix of a JSONL batch that does not fit the planned input schema (``conform`` to it)."""
 
 
 def merge_schemas(peeks: Sequence[tuple[str, pa.Schema | None]], *, unify: bool = False) -> pa.Schema | None:
@@ -341,42 +364,39 @@ def _cast(column, field: pa.Field, *, where: str, first_row: int, tail: str):
             f"{exc}{tail}"
         ) from exc
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        lo, hi = 0, len(column)
-        while hi - lo > 1:  # the first failing row: the left half holds one whenever it fails alone
-            mid = (lo + hi) // 2
+
+        def error(lo: int, hi: int) -> str | None:
             try:
-                column.slice(lo, mid - lo).cast(field.type, safe=True)
-                lo = mid
-            except (pa.ArrowInvalid, pa.ArrowTypeError):
-                hi = mid
-        try:
-            column.slice(lo, 1).cast(field.type, safe=True)
-            reason = str(exc)  # no single row fails alone (cannot happen for Arrow's element-wise casts)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as row_exc:
-            reason = str(row_exc)  # Arrow's own message for the whole column may name another value
+                column.slice(lo, hi - lo).cast(field.type, safe=True)
+                return None
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as row_exc:
+                return str(row_exc)  # Arrow's own message for the whole column may name another value
+
+        row, reason = (failing_rows(len(column), error, first=True) or [(0, str(exc))])[0]
         raise SchemaError(
-            f"{where}: row {first_row + lo}: column {field.name!r} value {column[lo].as_py()!r} does not fit "
+            f"{where}: row {first_row + row}: column {field.name!r} value {column[row].as_py()!r} does not fit "
             f"{field.type} (from {column.type}): {reason}{tail}"
         ) from exc
 
 
-def fit_planned(batch: pa.RecordBatch | pa.Table, planned: pa.Schema, *, where: str):
-    """Cast a JSONL batch, whose types were inferred, to the planned input schema — only where the plan's type
-    holds this batch's type (the rule with promotion); a wider type seen after planning raises naming it."""
-    for field in batch.schema:
-        index = planned.get_field_index(field.name)
-        if index < 0:
-            raise SchemaError(
-                f"{where}: column {field.name!r} first appears here, after the input schema was decided from "
-                f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB; {_FIX_SCHEMA}"
-            )
-        want = planned.field(index).type
-        if not _widens_into(field.type, want):
-            raise SchemaError(
-                f"{where}: column {field.name!r} holds {field.type} here, but the input schema decided from "
-                f"each file's first {SCHEMA_PEEK_BYTES >> 20} MiB has {want}; {_FIX_SCHEMA}"
-            )
-    return cast_to_schema(batch, planned, where=where)
+def failing_rows(
+    n: int, error: Callable[[int, int], str | None], *, first: bool = False
+) -> list[tuple[int, str]]:
+    """(row, message) of each row of ``range(n)`` whose ``error(row, row + 1)`` is not None, in order, found
+    by bisection (``error(lo, hi)``: whether rows ``[lo, hi)`` hold one): O(k log n) calls for k such rows,
+    which is what makes naming bad rows cheap (the casts above, ``zephyr.io.quarantine.drop_bad_rows``).
+    ``first``: stop at the first."""
+    found: list[tuple[int, str]] = []
+    stack = [(0, n)]
+    while stack and not (first and found):
+        lo, hi = stack.pop()
+        message = error(lo, hi) if hi > lo else None
+        if message is not None and hi - lo == 1:
+            found.append((lo, message))
+        elif message is not None:
+            mid = (lo + hi) // 2
+            stack += [(mid, hi), (lo, mid)]
+    return found
 
 
 # -- schema files -------------------------------------------------------------------------------------------
@@ -437,23 +457,3 @@ def _type(value: Any, where: str) -> pa.DataType:
     raise ConfigError(
         f"{where}: {value!r} is not a type; use an Arrow type name (string, int64, double, bool, ...)"
     )
-
-
-# -- command-line flags -------------------------------------------------------------------------------------
-
-
-SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every batch has one type."
-"""The fix a ``SchemaError`` of a writer names."""
-
-
-def promote_or_refuse(current: pa.Schema | None, new: pa.Schema, where: str) -> pa.Schema:
-    """The schema both ``current`` and ``new`` batches fit losslessly, or a ``SchemaError`` naming the column."""
-    if current is None:
-        return new
-    try:
-        return promote_schemas(current, new)
-    except SchemaConflict as exc:
-        raise SchemaError(
-            f"{where}: column {exc.column!r} is {exc.left} in earlier batches but {exc.right} in this one; "
-            f"that cast could lose data. {SCHEMA_FIX}"
-        ) from exc

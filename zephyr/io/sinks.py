@@ -47,6 +47,7 @@ from typing import Literal
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, ZephyrError
+from zephyr.io import paths
 from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
@@ -56,8 +57,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROW_GROUP_BYTES = 128 << 20
 DEFAULT_ROW_GROUP_ROWS = 1 << 20
-_EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl", "vortex": ".vortex"}
-_CODEC_EXTENSIONS = {None: "", "gzip": ".gz", "zstd": ".zst"}
+_WRITABLE = ("parquet", "jsonl", "vortex")
 
 
 def output_name(index: int, format: Format, compression: Compression | None = None) -> str:
@@ -71,17 +71,17 @@ def output_name(index: int, format: Format, compression: Compression | None = No
     _check_format(format, compression)
     if index < 0:
         raise ConfigError(f"shard index must be >= 0, got {index}")
-    return f"part-{index:05d}{_EXTENSIONS[format]}{_CODEC_EXTENSIONS[compression]}"
+    codec = next((ext for ext, name in paths.CODEC_EXTENSIONS.items() if name == compression), "")
+    return f"part-{index:05d}{paths.FORMAT_EXTENSIONS[format][0]}{codec}"
 
 
 def _check_format(format: str, compression: str | None) -> None:
-    if format not in _EXTENSIONS:
-        raise ConfigError(f"unknown output format {format!r}; use one of {sorted(_EXTENSIONS)}")
-    if compression not in _CODEC_EXTENSIONS:
-        raise ConfigError(f"unknown compression {compression!r}; use None, 'gzip' or 'zstd'")
-    if compression is not None and format != "jsonl":
+    if format not in _WRITABLE:
+        raise ConfigError(f"unknown output format {format!r}; use one of {list(_WRITABLE)}")
+    if compression is not None and compression not in paths.CODEC_FORMATS.get(format, ()):
         raise ConfigError(
-            f"compression={compression!r} applies to JSONL only; {format} files compress internally"
+            f"compression={compression!r} does not apply to {format} output; JSONL takes None, 'gzip' or 'zstd', "
+            "Parquet and Vortex files compress internally"
         )
 
 

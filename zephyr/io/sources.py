@@ -45,8 +45,8 @@ from typing import Literal
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, SchemaError, require
-from zephyr.io import jsonl, parquet, vortex, warc
-from zephyr.io.paths import FORMAT_EXTENSIONS, Format, expand_paths, infer_compression, infer_format
+from zephyr.io import jsonl, parquet, paths, vortex, warc
+from zephyr.io.paths import Format, expand_paths, infer_compression, infer_format
 from zephyr.io.quarantine import QuarantineFn, require_text_column
 from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
 
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_BUFFER_BYTES = 1 << 20
 """Parquet: each column chunk streams through a buffer of this size (tasks use ``Budget.read_buffer_bytes``)."""
-_FORMATS = tuple(FORMAT_EXTENSIONS)
+_FORMATS = tuple(paths.FORMAT_EXTENSIONS)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _file_format(path: str, fmt: Format | None) -> Format:
     if inferred is not None and inferred != fmt:
         raise ConfigError(f"{path!r} has a {inferred} extension but format={fmt!r} was asked for")
     codec = infer_compression(path)
-    if codec is not None and not (fmt == "jsonl" or (fmt == "warc" and codec == "gzip")):
+    if codec is not None and codec not in paths.CODEC_FORMATS.get(fmt, ()):
         raise ConfigError(
             f"{path!r}: compressed {fmt} files are not readable; only JSONL may be .gz/.zst, and WARC .gz"
         )
@@ -193,9 +193,8 @@ def read_shard(
 
 
 _PEEK_THREADS = 8  # footer and first-block reads wait on storage, not CPU
-_TEXT_PEEK_BYTES = (
-    64 << 10
-)  # JSONL bytes parsed to learn a text column's type (a longer first line is read whole)
+_TEXT_PEEK_BYTES = 64 << 10
+"""JSONL bytes parsed to learn a text column's type (a longer first line is read whole)."""
 
 
 def _peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[str, pa.Schema | None]:
@@ -326,12 +325,7 @@ def parquet_footer_sizes(paths: list[str]) -> FooterSizes:
             continue
         for group in range(metadata.num_row_groups):
             row_group = metadata.row_group(group)
-            per_group: dict[str, int] = {}
-            for i in range(row_group.num_columns):
-                chunk = row_group.column(i)
-                name = chunk.path_in_schema.split(".")[0]
-                per_group[name] = per_group.get(name, 0) + chunk.total_uncompressed_size
-            for name, size in per_group.items():
+            for name, size in parquet.column_bytes(row_group).items():
                 sizes.column_bytes[name] = sizes.column_bytes.get(name, 0) + size
                 if row_group.num_rows:
                     width = size // row_group.num_rows

@@ -43,21 +43,9 @@ def wide_text(head: bytes) -> str | None:
     >>> wide_text('{"a": "\\u00e9"}'.encode("utf-8")) is None
     True
     """
-    found = _encoding(head)
-    if found is None:
-        return None
-    name, iconv = found
-    return (
-        f"the file is {name} text; zephyr reads UTF-8: convert it with iconv -f {iconv} -t UTF-8 "
-        f"(iconv -f {iconv} -t UTF-8 FILE > FILE.utf8)"
-    )
-
-
-def _encoding(head: bytes) -> tuple[str, str] | None:
-    """(what the text is, the name ``iconv -f`` takes), or None."""
     for bom, name, iconv in _BOMS:
         if head.startswith(bom):
-            return name, iconv
+            return _named(name, iconv)
     for unit, zero_lanes, name, iconv in _PATTERNS:
         sample = head[: len(head[:SAMPLE_BYTES]) // unit * unit]
         if len(sample) < 4 * unit:
@@ -67,5 +55,12 @@ def _encoding(head: bytes) -> tuple[str, str] | None:
         if all(zeros[lane] >= 0.4 for lane in zero_lanes) and all(
             zeros[lane] < 0.05 for lane in range(unit) if lane not in zero_lanes
         ):
-            return name, iconv
+            return _named(name, iconv)
     return None
+
+
+def _named(name: str, iconv: str) -> str:
+    return (
+        f"the file is {name} text; zephyr reads UTF-8: convert it with iconv -f {iconv} -t UTF-8 "
+        f"(iconv -f {iconv} -t UTF-8 FILE > FILE.utf8)"
+    )

@@ -31,7 +31,7 @@ from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
 from zephyr.io.quarantine import QuarantineFn
-from zephyr.io.schema import SCHEMA_FIX, conform, normalize_view_types
+from zephyr.io.schema import conform, normalize_view_types
 
 
 @contextlib.contextmanager
@@ -40,9 +40,8 @@ def _open_vortex(path: str):
     import vortex
 
     fs, stripped = filesystem(path)
-    with open_input(
-        path
-    ) as raw:  # a missing or unreadable file: one line naming it (vortex says "not readable")
+    # a missing or unreadable file: one line naming it (vortex says "not readable")
+    with open_input(path) as raw:
         if fs.size(stripped) == 0:
             raise InputError("empty (0-byte) Vortex file", path=path)
         try:
@@ -82,16 +81,13 @@ def read_vortex_shard(
             raise InputError(f"cannot scan the Vortex file: {exc}", path=path) from exc
 
         def scan() -> Iterator[pa.RecordBatch]:
-            batches, row = iter(reader), 0
-            while True:
-                try:
-                    batch = next(batches)
-                except StopIteration:
-                    return
-                except Exception as exc:
-                    raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
-                row += batch.num_rows
-                yield batch
+            row = 0
+            try:
+                for batch in reader:
+                    yield batch
+                    row += batch.num_rows
+            except Exception as exc:
+                raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
 
         yield from checked_batches(scan(), path, target, quarantine, batch_bytes)
 
@@ -137,9 +133,7 @@ class VortexEncoder(BufferedEncoder):
         self.spill_path = f"{self.path}.spill-{self.generation}.arrows"
         with pa.OSFile(old, "rb") as source:
             for batch in pa.ipc.open_stream(source):
-                self.emit(
-                    pa.Table.from_batches([conform(batch, self.schema, where=self.where, fix=SCHEMA_FIX)])
-                )
+                self.emit(pa.Table.from_batches([conform(batch, self.schema, where=self.where)]))
         remove_local(old)
 
     def close_format(self) -> None:

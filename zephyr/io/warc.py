@@ -346,9 +346,9 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | _BadRecord]:
         s.consume(used)
 
 
-def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | _BadRecord]:
-    """The records in ``data`` (a gzip member's bytes, or a whole uncompressed file read by
-    ``_plain_records``): each must end where its Content-Length says, followed by CRLF CRLF (ARC: LF)."""
+def _records(data: bytes, base: int) -> Iterator[Record | _BadRecord]:
+    """The records in ``data`` (a gzip member's bytes): each must end where its Content-Length says, followed
+    by CRLF CRLF (ARC: LF); after a bad one, reading resumes at the next record header."""
     pos = 0
     n = len(data)
     while pos < n:
@@ -360,8 +360,6 @@ def _records(data: bytes, base: int, *, one_member: bool) -> Iterator[Record | _
             end, next_pos, arc = _frame(data, pos, base)
         except _BadRecord as bad:
             yield bad
-            if one_member:
-                return
             pos = _next_record(data, pos + 1)
             continue
         yield Record(base + pos, data[pos:end], arc)
@@ -462,25 +460,20 @@ def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
         if not s.buf:
             return
         s.fill(_CHUNK)
-        try:  # the bytes the record spans by its own header (None: not known from the header)
-            need: int | None = _frame(s.buf, 0, s.base, complete=False)[0]
-        except _BadRecord:
-            need = None
-        if need is not None and need > MAX_RECORD_BYTES:
-            yield _BadRecord(
-                s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
-            )
+        try:
+            need = _frame(s.buf, 0, s.base, complete=False)[0]  # the bytes the record spans by its own header
+            if need > MAX_RECORD_BYTES:
+                raise _BadRecord(
+                    s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
+                )
+            s.fill(need + 4)
+            end, following, arc = _frame(s.buf, 0, s.base)
+        except _BadRecord as bad:
+            yield bad
             s.skip_to_next_record()
             continue
-        if need is not None:
-            s.fill(need + 4)
-        window = bytes(s.buf[: need + 4] if need is not None else s.buf)
-        item = next(_records(window, s.base, one_member=True))
-        yield item
-        if isinstance(item, _BadRecord):
-            s.skip_to_next_record()
-        else:
-            s.consume(len(item.data) + (0 if item.arc else 4))
+        yield Record(s.base, bytes(s.buf[:end]), arc)
+        s.consume(following)
 
 
 def _from_members(f: BinaryIO) -> Iterator[Record | _BadRecord]:
@@ -489,4 +482,4 @@ def _from_members(f: BinaryIO) -> Iterator[Record | _BadRecord]:
             yield member
             continue
         offset, data = member
-        yield from _records(data, offset, one_member=False)
+        yield from _records(data, offset)

@@ -39,8 +39,8 @@ def test_publish_folder_replaces_the_content_whole_and_claims_it(tmp_path):
     publish_folder(_built(tmp_path, out, ["a", "b"]), str(out))
     assert sorted(p.name for p in out.iterdir()) == ["a", "b"]
     manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())
-    assert [(f["name"], f["size_bytes"]) for f in manifest["files"]] == [("a", 1), ("b", 1)]
-    assert all(len(f["xxh3_128"]) == 32 for f in manifest["files"])
+    assert [(name, f["bytes"]) for name, f in manifest["files"].items()] == [("a", 1), ("b", 1)]
+    assert all(len(f["xxh3_128"]) == 32 for f in manifest["files"].values())
     assert not (tmp_path / "out.zephyr" / "staging").exists()  # the old content went with it
     assert claim.foreign_files(str(out)) == []
 
@@ -60,7 +60,7 @@ def test_a_crash_between_swap_and_manifest_leaves_files_the_next_claim_accepts(t
     with claim.claimed(str(out)):  # not foreign: the pending manifest names them; the claim promotes it
         pass
     manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())
-    assert sorted(f["name"] for f in manifest["files"]) == ["b", "c"]
+    assert sorted(manifest["files"]) == ["b", "c"]
 
 
 def test_a_file_under_a_name_no_manifest_lists_is_foreign_a_changed_part_is_not(tmp_path):
