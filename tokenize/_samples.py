@@ -468,7 +468,7 @@ class Gatherer:
         for row, (s, k, a, m) in enumerate(
             zip(source.tolist(), shard.tolist(), start.tolist(), length.tolist())
         ):
-            buffer[row, :m] = sources[s].store.open(k).tokens[a : a + m]
+            buffer[row, :m] = sources[s].store.tokens(k)[a : a + m]
         np.copyto(out[0], buffer[:, :L], casting="unsafe")
         np.copyto(out[1], buffer[:, 1:], casting="unsafe")
         short = np.flatnonzero(length < L + 1)
@@ -519,7 +519,7 @@ class Gatherer:
         keys = src_of << 32 | shard
         files = np.unique(keys).tolist()
         for key in files:  # usually one file per batch
-            tokens = self.sources[key >> 32].store.open(key & 0xFFFFFFFF).tokens
+            tokens = self.sources[key >> 32].store.tokens(key & 0xFFFFFFFF)
             sel = np.flatnonzero(keys == key) if len(files) > 1 else None
             d, a, m = (dest, start, length) if sel is None else (dest[sel], start[sel], length[sel])
             for d0, a0, m0 in zip(d.tolist(), a.tolist(), m.tolist()):
@@ -560,9 +560,6 @@ def shared_empty(shape: tuple[int, ...]) -> torch.Tensor:
     if new_shared is None:  # a torch without the (private) constructor: allocate, then move (one copy)
         return torch.empty(shape, dtype=torch.int64).share_memory_()
     return torch.empty(0, dtype=torch.int64).set_(new_shared(math.prod(shape) * 8), 0, shape)
-
-
-INSTANCE_FILTERS = ("repetition",)
 
 
 def _has_run(eq: np.ndarray, run: int) -> np.ndarray:

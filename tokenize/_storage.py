@@ -9,7 +9,7 @@ Contract:
 - Every file's sha256 is checked against the manifest before its first use in a process (verified files are
   remembered per process by path, size and mtime). A mismatch raises ``InputError`` naming the shard and the
   file: a corrupt or half-synced shard fails loudly instead of training on garbage.
-- ``ShardStore.open`` maps a shard's tokens (cached per store); ``ShardStore.offsets`` reads and validates a
+- ``ShardStore.tokens`` maps a shard's tokens (cached per store); ``ShardStore.offsets`` reads and validates a
   shard's document offsets and does not cache them: the loader folds every shard's offsets into one sorted
   array of document starts (``zephyr.tokenize.loader``), so a second per-shard copy would double that memory.
 - Prefetch (below): a background thread may copy remote shards ahead of use through
@@ -46,7 +46,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,14 +59,6 @@ _VERIFIED: set[tuple[str, int, int, str]] = set()
 _VERIFIED_LOCK = threading.Lock()
 
 
-@dataclass
-class OpenShard:
-    """A shard ready to read: its tokens memory-mapped (a plain ndarray view of the map)."""
-
-    info: ShardInfo
-    tokens: np.ndarray
-
-
 class ShardStore:
     """Resolves and opens the shards of one manifest; caches open shards for the life of the object."""
 
@@ -79,7 +70,7 @@ class ShardStore:
         self.budget: Any = None  # a zephyr.tokenize._storage.CacheBudget when the cache is bounded
         self.wait_seconds = 0.0  # time the reader was blocked on a remote copy (its own or the prefetcher's)
         self.waits = 0
-        self._open: dict[int, OpenShard] = {}
+        self._open: dict[int, np.ndarray] = {}  # the mapped tokens of each shard opened
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         if self.remote and cache_dir is None:
@@ -212,8 +203,9 @@ class ShardStore:
             )
         return offsets
 
-    def open(self, index: int) -> OpenShard:
-        """The shard at manifest position ``index``, verified and mapped (cached after the first call)."""
+    def tokens(self, index: int) -> np.ndarray:
+        """The tokens of the shard at manifest position ``index``, verified and memory-mapped (a plain ndarray
+        view of the map; cached after the first call)."""
         cached = self._open.get(index)
         if cached is not None:
             return cached
@@ -235,11 +227,10 @@ class ShardStore:
                 f"({self.manifest.dtype}[{shard.num_tokens}])",
                 path=path,
             )
-        opened = OpenShard(shard, tokens)
-        self._open[index] = opened
+        self._open[index] = tokens
         if self.budget is not None:
             self.budget.touch(path)
-        return opened
+        return tokens
 
 
 def read_documents(path: str, *, cache_dir: str | None = None, verify: bool = True) -> Iterator[np.ndarray]:
@@ -252,7 +243,7 @@ def read_documents(path: str, *, cache_dir: str | None = None, verify: bool = Tr
     store = ShardStore(read_manifest(path), cache_dir=cache_dir, verify=verify)
     for index in range(len(store.manifest.shards)):
         offsets = store.offsets(index)
-        tokens = store.open(index).tokens
+        tokens = store.tokens(index)
         for start, stop in zip(offsets[:-1].tolist(), offsets[1:].tolist()):
             yield np.array(tokens[start:stop])
 

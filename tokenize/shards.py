@@ -65,13 +65,14 @@ Megatron export (``megatron=True``): ``<shard>.bin`` holds the same token bytes 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import posixpath
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,9 +224,16 @@ MEGATRON_DTYPE_CODES = {"uint16": 8, "int32": 4}
 """Megatron's ``DType`` codes of the two dtypes the export writes (the module docstring's layout)."""
 
 
-def _file(directory: str, name: str) -> ShardFile:
-    path = os.path.join(directory, name)
-    return ShardFile(name, sha256_file(path), os.path.getsize(path))
+@contextlib.contextmanager
+def _shard_file(directory: str, name: str, files: dict[str, ShardFile], key: str) -> Iterator[Any]:
+    """A shard file written under a temporary name and hashed as it is written (never read back): renamed to
+    ``directory/name`` and recorded as ``files[key]`` when the block ends without an error, else removed."""
+    from zephyr.io.checksum import Checksummed
+    from zephyr.io.paths import atomic_output
+
+    with atomic_output(os.path.join(directory, name)) as tmp, Checksummed(open(tmp, "wb"), "sha256") as out:  # noqa: SIM115
+        yield out
+    files[key] = ShardFile(name, out.hexdigest(), out.size)
 
 
 def _binary_bytes(column: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -261,86 +269,73 @@ def write_shard(
     ``source``); ``num_tokens`` is their total token count (the ``.npy`` header is written first).
     Returns the shard's manifest entry and its per-source ``{"documents", "tokens"}`` counts.
     """
-    from zephyr.io.checksum import Checksummed
-    from zephyr.io.paths import atomic_output
-
     dtype = np.dtype(dtype).newbyteorder("<")
     os.makedirs(directory, exist_ok=True)
-    tokens_name, offsets_name = f"{name}.tokens.npy", f"{name}.offsets.npy"
-    with atomic_output(os.path.join(directory, tokens_name)) as tmp_tokens:
-        tokens = Checksummed(open(tmp_tokens, "wb"), "sha256")  # noqa: SIM115 - closed below
-        lengths: list[np.ndarray] = []
-        per_source: dict[str, dict[str, int]] = {}
-        position = 0
-        try:
-            header = {
-                "descr": np.lib.format.dtype_to_descr(dtype),
-                "fortran_order": False,
-                "shape": (num_tokens,),
-            }
-            np.lib.format.write_array_header_1_0(tokens, header)
-            for batch in batches:
-                raw, nbytes = _binary_bytes(batch.column("tokens"))
-                count = len(raw) // dtype.itemsize
-                if position + count > num_tokens:
-                    raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
-                tokens.write(raw)
-                position += count
-                doc_tokens = nbytes // dtype.itemsize
-                lengths.append(doc_tokens)
-                if "source" in batch.schema.names:
-                    sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
-                    names, inverse = np.unique(sources.astype(str), return_inverse=True)
-                    docs = np.bincount(inverse, minlength=len(names))
-                    toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
-                    for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
-                        entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-                        entry["documents"] += int(d)
-                        entry["tokens"] += int(t)
-        finally:
-            tokens.close()
+    files: dict[str, ShardFile] = {}
+    lengths: list[np.ndarray] = []
+    per_source: dict[str, dict[str, int]] = {}
+    position = 0
+    with _shard_file(directory, f"{name}.tokens.npy", files, "tokens") as tokens:
+        header = {
+            "descr": np.lib.format.dtype_to_descr(dtype),
+            "fortran_order": False,
+            "shape": (num_tokens,),
+        }
+        np.lib.format.write_array_header_1_0(tokens, header)
+        for batch in batches:
+            raw, nbytes = _binary_bytes(batch.column("tokens"))
+            count = len(raw) // dtype.itemsize
+            if position + count > num_tokens:
+                raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
+            tokens.write(raw)
+            position += count
+            doc_tokens = nbytes // dtype.itemsize
+            lengths.append(doc_tokens)
+            if "source" in batch.schema.names:
+                sources = np.asarray(batch.column("source").to_numpy(zero_copy_only=False), dtype=object)
+                names, inverse = np.unique(sources.astype(str), return_inverse=True)
+                docs = np.bincount(inverse, minlength=len(names))
+                toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
+                for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
+                    entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
+                    entry["documents"] += int(d)
+                    entry["tokens"] += int(t)
         if position != num_tokens:  # raised inside the block: the temporary file is removed
             raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
     doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
     offsets = np.zeros(len(doc_lengths) + 1, dtype=np.int64)
     np.cumsum(doc_lengths, out=offsets[1:])
-    offsets_path = os.path.join(directory, offsets_name)
-    with atomic_output(offsets_path) as tmp, Checksummed(open(tmp, "wb"), "sha256") as offsets_writer:  # noqa: SIM115
-        np.lib.format.write_array(offsets_writer, offsets)
-    files = {
-        "tokens": ShardFile(tokens_name, tokens.hexdigest(), tokens.size),
-        "offsets": ShardFile(offsets_name, offsets_writer.hexdigest(), offsets_writer.size),
-    }
+    with _shard_file(directory, f"{name}.offsets.npy", files, "offsets") as out:
+        np.lib.format.write_array(out, offsets)
     if megatron:
-        files.update(write_megatron(directory, name, os.path.join(directory, tokens_name), offsets, dtype))
+        write_megatron(directory, name, files, offsets, dtype)
     return ShardInfo(name, int(num_tokens), len(doc_lengths), files), per_source
 
 
 def write_megatron(
-    directory: str, name: str, tokens_npy: str, offsets: np.ndarray, dtype: np.dtype
-) -> dict[str, ShardFile]:
-    """Write ``name.bin``/``name.idx`` readable by Megatron-LM's ``IndexedDataset`` (layout in the module doc)."""
-    tokens = np.load(tokens_npy, mmap_mode="r")
+    directory: str, name: str, files: dict[str, ShardFile], offsets: np.ndarray, dtype: np.dtype
+) -> None:
+    """Write ``name.bin``/``name.idx`` readable by Megatron-LM's ``IndexedDataset`` (layout in the module doc)
+    from the shard's tokens file, and record them in ``files``."""
+    tokens = np.load(os.path.join(directory, files["tokens"].path), mmap_mode="r")
     out_dtype = np.dtype("<i4") if dtype.itemsize == 4 else dtype
-    chunk = 1 << 24
-    with open(os.path.join(directory, f"{name}.bin"), "wb") as handle:
-        for start in range(0, len(tokens), chunk):
-            handle.write(np.ascontiguousarray(tokens[start : start + chunk], dtype=out_dtype).tobytes())
     lengths = np.diff(offsets)
     if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
         raise ValueError(
             f"shard {name}: a document longer than 2**31-1 tokens cannot be exported to Megatron"
         )
-    with open(os.path.join(directory, f"{name}.idx"), "wb") as handle:
-        handle.write(MEGATRON_MAGIC)
-        handle.write(struct.pack("<Q", 1))
-        handle.write(struct.pack("<B", MEGATRON_DTYPE_CODES[out_dtype.name]))
-        handle.write(struct.pack("<Q", len(lengths)))
-        handle.write(struct.pack("<Q", len(lengths) + 1))
-        handle.write(lengths.astype("<i4").tobytes())
-        handle.write((offsets[:-1] * out_dtype.itemsize).astype("<i8").tobytes())
-        handle.write(np.arange(len(lengths) + 1, dtype="<i8").tobytes())
-    return {"megatron_bin": _file(directory, f"{name}.bin"), "megatron_idx": _file(directory, f"{name}.idx")}
+    chunk = 1 << 24
+    with _shard_file(directory, f"{name}.bin", files, "megatron_bin") as out:
+        for start in range(0, len(tokens), chunk):
+            out.write(np.ascontiguousarray(tokens[start : start + chunk], dtype=out_dtype).tobytes())
+    with _shard_file(directory, f"{name}.idx", files, "megatron_idx") as out:
+        out.write(MEGATRON_MAGIC)
+        out.write(
+            struct.pack("<QBQQ", 1, MEGATRON_DTYPE_CODES[out_dtype.name], len(lengths), len(lengths) + 1)
+        )
+        out.write(lengths.astype("<i4").tobytes())
+        out.write((offsets[:-1] * out_dtype.itemsize).astype("<i8").tobytes())
+        out.write(np.arange(len(lengths) + 1, dtype="<i8").tobytes())
 
 
 def write_manifest(directory: str, shards: list[ShardInfo], *, meta: dict[str, Any]) -> dict[str, Any]:

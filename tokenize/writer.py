@@ -35,7 +35,7 @@ decode (one Parquet row group's text column).
 Where the jobs run (``place_writer``): the read split (``approx_shard_bytes``), the task count and the
 small-job decision are the engine's (``zephyr.read_plan``); tokenize decides only how many tokenize tasks run
 at once on one machine (the worker pool's size; each task encodes on every core), and whether the jobs run in
-this process (``worker_pool``: the engine's small-job rule, or a local pool of at most ``DRIVER_MAX_WORKERS``
+this process (the engine's small-job rule, or a local pool of at most ``DRIVER_MAX_WORKERS``
 workers). Outputs never depend on it: shard bytes are a function of the data, the seed and the shard size only.
 
 Arguments of ``write_token_shards``::
@@ -309,7 +309,7 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             "to spill files, one reference row a document to Parquet",
             jobs.refs,
         ),
-        (_placement(placed, options), None),
+        (placed.reason, None),
         (_shard_rule(jobs.dtype, shard_bytes), None),
         (
             "job 2: the global shuffle: the references sorted by their shuffle key (a seeded hash of each "
@@ -494,7 +494,9 @@ class WriterPlacement:
     concurrency: int
     """Tokenize tasks that run at once on one machine (``plan_tasks``)."""
     pool: dict[str, Any]
-    """The execution options of every job of the writer (``worker_pool``)."""
+    """The execution options of every job of the writer."""
+    reason: str
+    """Where the jobs run and the rule that says so: logged, and printed by ``zephyr explain tokenize``."""
 
     @property
     def in_driver(self) -> bool:
@@ -509,37 +511,40 @@ class WriterPlacement:
 
 
 def place_writer(data: Any, options: ExecutionOptions, execution: dict[str, Any]) -> WriterPlacement:
-    """The read plan of ``data`` and the options of the writer's jobs."""
+    """The read plan of ``data`` and the execution options of the writer's jobs. A job the engine calls small
+    (``ReadPlan.small``: its inputs are under ``small_job_bytes``, or its read split leaves one task) runs in
+    this process, like every small engine job: a worker would add its start-up and nothing else (the driver
+    only waits meanwhile); ``small_job_bytes=0`` turns that off. So does a local pool of at most
+    ``DRIVER_MAX_WORKERS`` workers (``driver_encodes``). Otherwise no more worker processes than tokenize
+    tasks: more would only import and sit idle on the cores the encoder threads use (later stages are a small
+    sort and I/O-bound packing). Outputs depend on neither."""
     read_plan, concurrency = plan_tasks(data, options)
-    return WriterPlacement(read_plan, concurrency, worker_pool(execution, options, read_plan, concurrency))
-
-
-def worker_pool(
-    execution: dict[str, Any], options: Any, read_plan: ReadPlan | None, concurrency: int
-) -> dict[str, Any]:
-    """The execution options of the writer's jobs. A job the engine calls small (``ReadPlan.small``: its
-    inputs are under ``small_job_bytes``, or its read split leaves one task) runs in this process, like
-    every small engine job: a worker would add its start-up and nothing else (the driver only waits
-    meanwhile); ``small_job_bytes=0`` turns that off. So does a local pool of at most ``DRIVER_MAX_WORKERS``
-    workers (``driver_encodes``). Otherwise no more worker processes than tokenize tasks:
-    more would only import and sit idle on the cores the encoder threads use (later stages are a small sort
-    and I/O-bound packing). Outputs depend on neither."""
     pool = dict(execution)
-    if read_plan is not None and read_plan.small:
-        log.info(
-            "tokenize: a small job (zephyr.read_plan): running in this process (small_job_bytes=0 to force workers)"
-        )
+    forces = "--small-job-bytes 0 forces workers"
+    if options.executor == "inprocess":
+        reason = "every job runs in this process (--executor inprocess)"
+    elif read_plan is not None and read_plan.small:
         pool["executor"] = "inprocess"
+        reason = (
+            "every job runs in this process: a small job (inputs under --small-job-bytes "
+            f"{options.small_job_bytes_value:,} bytes, or one read task; {forces})"
+        )
     elif driver_encodes(options):
-        log.info(
-            "tokenize: %d workers: running in this process, the encoder on every core (small_job_bytes=0 to "
-            "force workers)",
-            options.num_workers,
-        )
         pool["executor"] = "inprocess"
-    elif options.executor == "local" and concurrency < options.num_workers:
-        pool["workers"] = concurrency
-    return pool
+        reason = (
+            f"every job runs in this process: with {options.num_workers} local workers (at most "
+            f"{DRIVER_MAX_WORKERS}) the encoder's own threads on every core do more ({forces})"
+        )
+    else:
+        if options.executor == "local" and concurrency < options.num_workers:
+            pool["workers"] = concurrency
+        tasks = f" of the read plan's {read_plan.tasks}" if read_plan is not None else ""
+        reason = (
+            f"the jobs run on {pool.get('workers') or options.num_workers} {options.executor} workers, no more "
+            f"than the tokenize tasks that run at once ({concurrency}{tasks})"
+        )
+    log.info("tokenize: %s", reason)
+    return WriterPlacement(read_plan, concurrency, pool, reason)
 
 
 def driver_encodes(options: Any) -> bool:
@@ -719,26 +724,3 @@ def _pack_tasks(packer: Any) -> str:
     if packer.threads > 1:
         return f"one task packing {packer.threads} shards at a time on threads (pack_threads)"
     return "one task a shard"
-
-
-def _placement(placed: Any, options: Any) -> str:
-    """Where the writer's jobs run, and the rule that says so (``worker_pool``)."""
-    if options.executor == "inprocess":
-        return "every job runs in this process (--executor inprocess)"
-    if placed.in_driver and placed.read_plan is not None and placed.read_plan.small:
-        return (
-            "every job runs in this process: a small job (inputs under --small-job-bytes "
-            f"{options.small_job_bytes_value:,} bytes, or one read task; --small-job-bytes 0 forces workers)"
-        )
-    if placed.in_driver and driver_encodes(options):
-        return (
-            f"every job runs in this process: with {options.num_workers} local workers (at most "
-            f"{DRIVER_MAX_WORKERS}) the encoder's own threads on every core do more (--small-job-bytes 0 forces "
-            "workers)"
-        )
-    workers = placed.pool.get("workers") or options.num_workers
-    tasks = f" of the read plan's {placed.read_plan.tasks}" if placed.read_plan is not None else ""
-    return (
-        f"the jobs run on {workers} {options.executor} workers, no more than the tokenize tasks that run at "
-        f"once ({placed.concurrency}{tasks})"
-    )

@@ -251,6 +251,23 @@ def run_step(
     return train_step(model, optimizer, lambda: batch, autocast=target.device.autocast())
 
 
+def _built(
+    target: Target, *, fake: bool = True, seeds: tuple[int, ...] = (0,)
+) -> tuple[Any, Target, Any, Any, list]:
+    """(the tensor mode to step in, the target, its model, optimizer and a synthetic batch per seed), built on
+    fake tensors (``FakeTensorMode``: the full size in seconds, no memory), the loop dispatch with grouped_mm's
+    shapes (its split sizes need real data); ``fake=False``: built for real, stepped in a null context."""
+    if fake and target.dispatch == "loop":
+        target = target.replace(dispatch="grouped_mm")
+    mode = FakeTensorMode() if fake else contextlib.nullcontext()
+    with mode:
+        model, optimizer = build(target)
+    batches = [synthetic_batch(target, seed) for seed in seeds]
+    if fake:
+        batches = [{k: mode.from_tensor(v) for k, v in batch.items()} for batch in batches]
+    return mode, target, model, optimizer, batches
+
+
 # ---- FLOPs and MFU ------------------------------------------------------------
 def mfu_bounds(
     *,
@@ -343,19 +360,10 @@ class FlopCount:
 
 def count_flops(target: Target, *, fake: bool = True) -> FlopCount:
     """Count one training step of ``target`` (fake tensors by default; ``fake=False`` runs it for real)."""
-    if target.dispatch == "loop" and fake:
-        target = target.replace(dispatch="grouped_mm")
     target = target.replace(activation_checkpointing=False)  # model FLOPs: recomputation is not counted
-    batch = synthetic_batch(target)
-    mode = FakeTensorMode() if fake else None
-    if mode is not None:
-        with mode:
-            model, optimizer = build(target)
-        batch = {k: mode.from_tensor(v) for k, v in batch.items()}
-    else:
-        model, optimizer = build(target)
+    mode, target, model, optimizer, (batch,) = _built(target, fake=fake)
     counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
-    with mode if mode is not None else contextlib.nullcontext(), counter:
+    with mode, counter:
         run_step(target, model, optimizer, batch)
     measured = counter.get_total_flops() / target.tokens
     formula = flops_per_token(target.model, target.seq_len)
@@ -749,12 +757,7 @@ class MemoryEstimate:
 def estimate_memory(target: Target) -> MemoryEstimate:
     """Estimate the peak of ``target``'s training step on fake tensors (see the module docstring): the second
     step runs under the live-bytes tracker, which splits its peak."""
-    if target.dispatch == "loop":  # the loop's split sizes need real data: grouped_mm has its shapes
-        target = target.replace(dispatch="grouped_mm")
-    mode = FakeTensorMode()
-    with mode:
-        model, optimizer = build(target)
-    batches = [{k: mode.from_tensor(v) for k, v in synthetic_batch(target, seed).items()} for seed in (0, 1)]
+    mode, target, model, optimizer, batches = _built(target, seeds=(0, 1))
     tracker = _LiveBytes()
     grads: dict[int, int] = {}  # serial -> bytes
     saved: list[int] = []

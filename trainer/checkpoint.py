@@ -1,13 +1,16 @@
 """Atomic, resumable checkpoints with torch.distributed.checkpoint (DCP).
 
-On-disk layout (format version 1), under ``checkpoint_dir`` on a local or shared POSIX filesystem::
+On-disk layout (format version 2), under ``checkpoint_dir`` on a local or shared POSIX filesystem::
 
     step-00000100/            one checkpoint (a DCP directory)
         .metadata, __*_*.distcp   model + optimizer tensors, sharded as trained (FSDP2 or not);
                                   the model state includes each router's ``expert_bias``
-        trainer.json              {"version": 1, "step": 100, "model_config": {...}, "schedule": {...},
-                                   "world_size": W, "loader_states": [rank 0 state, ..., rank W-1 state]}
+        trainer.json              {"version": 2, "step": 100, "model_config": {...}, "schedule": {...},
+                                   "world_size": W, "loader_state": {...}}
     latest                        the name of the newest complete checkpoint ("step-00000100"), written last
+
+``loader_state`` is rank 0's: the data position is the same on every rank (ranks step in lockstep; the token
+loader's state counts global samples, so it resumes on any number of ranks: ``zephyr.tokenize.loader``).
 
 Atomicity: every rank writes into ``step-N.tmp/``; after a barrier rank 0 writes ``trainer.json`` (fsynced),
 renames the directory to ``step-N`` and only then replaces ``latest`` (``metrics.replace_synced``: a temporary
@@ -51,7 +54,7 @@ from zephyr.errors import InputError, ResumeError
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 LATEST = "latest"
 TRAINER_JSON = "trainer.json"
 
@@ -214,11 +217,6 @@ class CheckpointManager:
                 storage_writer=FileSystemWriter(str(tmp)),
                 no_dist=not _distributed(),
             )
-        if _distributed():
-            loader_states: list[Any] = [None] * world
-            dist.all_gather_object(loader_states, loader_state)
-        else:
-            loader_states = [loader_state]
         if rank == 0:
             meta = {
                 "version": FORMAT_VERSION,
@@ -226,7 +224,7 @@ class CheckpointManager:
                 "world_size": world,
                 "model_config": model_config,
                 "schedule": schedule,
-                "loader_states": loader_states,
+                "loader_state": loader_state,
             }
             replace_synced(tmp / TRAINER_JSON, json.dumps(meta, indent=1, sort_keys=True).encode())
             if final.exists():  # a re-save of the same step (e.g. after a resume): replace it
@@ -280,18 +278,4 @@ class CheckpointManager:
                 no_dist=not _distributed(),
             )
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        rank = dist.get_rank() if _distributed() else 0
-        world = dist.get_world_size() if _distributed() else 1
-        states = meta["loader_states"]
-        if len(states) == world:
-            loader_state = states[rank]
-        else:
-            log.warning(
-                "resuming %s written by %d ranks on %d ranks: every rank restores rank 0's loader state "
-                "(the loader re-partitions samples by its global index)",
-                path,
-                len(states),
-                world,
-            )
-            loader_state = states[0]
-        return ResumeState(step=int(meta["step"]), loader_state=loader_state, path=path)
+        return ResumeState(step=int(meta["step"]), loader_state=meta["loader_state"], path=path)

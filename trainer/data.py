@@ -29,7 +29,7 @@ from zephyr.errors import ConfigError, ResumeError
 class SampleSource(Protocol):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]: ...
     def state_dict(self) -> dict[str, Any]: ...
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None: ...
 
 
 class SyntheticTokens:
@@ -92,10 +92,11 @@ class SyntheticTokens:
             "index": self._index,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
         """Resume at ``state``; refuses a state of other data or of a stream with another seed, seq_len or
         vocabulary (the samples would differ from the checkpointed run's). States saved before seq_len and
-        vocab_size were recorded are checked on the seed alone."""
+        vocab_size were recorded are checked on the seed alone. ``reweight`` changes nothing: the stream has
+        no mixture."""
         if state.get("kind") != "synthetic":
             raise ResumeError(
                 "the checkpoint's loader state is from token shards, not the synthetic stream; give the same --data"
@@ -197,10 +198,7 @@ class Batcher:
 
     def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
         """Resume the source at ``state``; ``reweight`` lets a ``TokenLoader`` take new mixture weights."""
-        if reweight:
-            self.source.load_state_dict(state, reweight=True)
-        else:
-            self.source.load_state_dict(state)
+        self.source.load_state_dict(state, reweight=reweight)
         self._it = None
         self._state = self.source.state_dict()
 

@@ -186,32 +186,6 @@ def resolve_model_config(cfg: TrainConfig, data_vocab: int | None = None) -> Mod
     return model_cfg
 
 
-class _PendingMetrics:
-    """One step's metrics as device tensors, copied to the host without blocking the step."""
-
-    def __init__(
-        self, step: int, scalars: torch.Tensor, load: torch.Tensor | None, bias: torch.Tensor | None
-    ):
-        self.step = step
-        self.host = [
-            t.detach().to("cpu", non_blocking=True) if t is not None else None for t in (scalars, load, bias)
-        ]
-        self.event = None
-        self.data: dict[str, Any] = {}  # host-side entries of the step's record (the realized mix)
-        self.data_loading_s = 0.0  # host seconds the step spent getting its batches
-        self.done_at = time.perf_counter()  # synchronous devices (CPU) have finished the step by now
-        if scalars.device.type in ("cuda", "xpu"):
-            self.event = torch.Event(device=scalars.device)
-            self.event.record()
-
-    def read(self) -> tuple[list[float], torch.Tensor | None, torch.Tensor | None]:
-        if self.event is not None:
-            self.event.synchronize()  # returns when the device finished the step (the host runs ahead)
-            self.done_at = time.perf_counter()
-        scalars, load, bias = self.host
-        return scalars.tolist(), load, bias
-
-
 def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
     """Train (or resume) according to ``cfg``: setup, resume, the step loop and the last metrics flush (see
     the module docstring for the step's anatomy).
@@ -231,12 +205,12 @@ def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
         if start >= cfg.steps:
             log.info("nothing to do: checkpoint is at step %d and --steps is %d", start, cfg.steps)
             return result
-        flush = _MetricsFlush(run, start, result)
+        metrics = _StepMetrics(run, start, result)
         try:
-            _step_loop(run, ckpt, start, flush, result)
-            flush()
+            _step_loop(run, ckpt, start, metrics, result)
+            metrics.flush()
         finally:
-            flush.logger.close()
+            metrics.logger.close()
         return result
     finally:
         if torch.distributed.is_initialized():
@@ -347,9 +321,10 @@ def _resume(run: _Run, ckpt: CheckpointManager | None) -> tuple[int, int | None]
     return state.step, state.step
 
 
-class _MetricsFlush:
-    """Reads the pending step's metrics (one step late, see the module docstring) and writes its record to
-    the log, the progress display and the ``TrainResult``; calling it with nothing pending does nothing."""
+class _StepMetrics:
+    """A step's metrics: issued as device tensors whose copy to the host does not block the step (``issue``),
+    read one step late (see the module docstring) and written to the log, the progress display and the
+    ``TrainResult`` (``flush``; with nothing pending it does nothing)."""
 
     def __init__(self, run: _Run, start: int, result: TrainResult):
         cfg, main = run.cfg, run.dinfo.is_main
@@ -360,22 +335,41 @@ class _MetricsFlush:
         self.alarm = LossAlarm(cfg.spike_factor)
         self.result, self.run = result, run
         self.tokens_per_step = run.samples_per_step * cfg.seq_len
-        self.pending: _PendingMetrics | None = None
+        self.pending: tuple | None = None
         self.last_time = time.perf_counter()
         self.filtering = getattr(run.source, "instance_filter", None) is not None
         self.filtered_total = 0
 
-    def __call__(self) -> None:
-        pending = self.pending
-        if pending is None:
+    def issue(
+        self, step: int, scalars: torch.Tensor, moe: dict[str, torch.Tensor], data: dict[str, Any]
+    ) -> None:
+        """Step ``step``'s ``scalars`` (loss, aux, grad norm, dropped, lr, filtered) and router tensors, copied
+        to the host without blocking; ``data``: the record's host-side entries (realized mix, data loading)."""
+        host = [
+            t.detach().to("cpu", non_blocking=True)
+            for t in (scalars, moe.get("load"), moe.get("bias"))
+            if t is not None
+        ]
+        event = None  # synchronous devices (CPU) have finished the step by now
+        if scalars.device.type in ("cuda", "xpu"):
+            event = torch.Event(device=scalars.device)
+            event.record()
+        self.pending = (step, host, event, data, time.perf_counter())
+
+    def flush(self) -> None:
+        if self.pending is None:
             return
-        (loss, aux, grad_norm, dropped, lr, filtered), load, bias = pending.read()
-        elapsed = max(pending.done_at - self.last_time, 1e-9)
-        self.last_time = pending.done_at
-        spike = self.alarm.check(pending.step, loss)
+        step, host, event, data, done_at = self.pending
+        if event is not None:
+            event.synchronize()  # returns when the device finished the step (the host runs ahead)
+            done_at = time.perf_counter()
+        loss, aux, grad_norm, dropped, lr, filtered = host[0].tolist()
+        elapsed = max(done_at - self.last_time, 1e-9)
+        self.last_time = done_at
+        spike = self.alarm.check(step, loss)
         tps = self.tokens_per_step / elapsed
         record: dict[str, Any] = {
-            "step": pending.step + 1,  # steps done, as the progress line and the checkpoints count them
+            "step": step + 1,  # steps done, as the progress line and the checkpoints count them
             "loss": loss,
             "aux_loss": aux,
             "grad_norm": grad_norm,
@@ -384,12 +378,12 @@ class _MetricsFlush:
             "tokens_per_s": tps,
             "mfu": mfu(tps, self.run.flops_per_token, self.run.peak_flops, self.run.dinfo.world_size),
             "step_time_s": elapsed,
-            "data_loading_s": pending.data_loading_s,
+            "data_loading_s": data.pop("data_loading_s"),
         }
-        if load is not None:
-            record.update(_router_record(load, bias, dropped))
+        if len(host) > 1:
+            record.update(_router_record(*host[1:], dropped))
         record["loss_spike"] = spike
-        record.update(pending.data)
+        record.update(data)
         if self.filtering:  # samples whose loss the instance filter masked, over all ranks
             self.filtered_total += int(filtered)
             record.update(instances_filtered=int(filtered), instances_filtered_total=self.filtered_total)
@@ -415,10 +409,10 @@ def _router_record(load: torch.Tensor, bias: torch.Tensor, dropped: float) -> di
 
 
 def _step_loop(
-    run: _Run, ckpt: CheckpointManager | None, start: int, flush: _MetricsFlush, result: TrainResult
+    run: _Run, ckpt: CheckpointManager | None, start: int, metrics: _StepMetrics, result: TrainResult
 ) -> None:
     """Steps ``start`` .. ``cfg.steps - 1``: each step's metrics stay on the device until the next step has
-    been issued (``flush``), and a due checkpoint is saved after its step's metrics were read."""
+    been issued (``_StepMetrics``), and a due checkpoint is saved after its step's metrics were read."""
     cfg, info, source = run.cfg, run.info, run.source
     mix = MixTracker(source, cfg.seq_len, cfg.mix_window)
     filtered_before = getattr(source, "filtered", 0)
@@ -465,16 +459,14 @@ def _step_loop(
             torch.distributed.all_reduce(picked)  # one SUM then a division: gloo lacks AVG
             scalars[:2] = picked[:2] / run.dinfo.world_size
             scalars[-1] = picked[2]
-        flush()  # the previous step's metrics; this step keeps running on the device meanwhile
-        flush.pending = _PendingMetrics(step, scalars, out.moe.get("load"), out.moe.get("bias"))
-        flush.pending.data = mix.record()
-        flush.pending.data_loading_s = data_loading_s
+        metrics.flush()  # the previous step's metrics; this step keeps running on the device meanwhile
+        metrics.issue(step, scalars, out.moe, {"data_loading_s": data_loading_s, **mix.record()})
         result.step = step + 1
         due = ckpt is not None and (
             (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0) or step + 1 == cfg.steps
         )
         if due:
-            flush()  # never save a step whose loss was NaN
+            metrics.flush()  # never save a step whose loss was NaN
             ckpt.save(
                 step + 1,
                 run.model,
@@ -483,4 +475,4 @@ def _step_loop(
                 model_config=run.model_cfg_dict,
                 schedule={"name": cfg.optim.schedule, "step": step + 1, "total_steps": cfg.steps},
             )
-            flush.last_time = time.perf_counter()  # saving is not training time
+            metrics.last_time = time.perf_counter()  # saving is not training time

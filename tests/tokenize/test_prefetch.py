@@ -142,6 +142,6 @@ def test_a_copy_evicted_between_its_fetch_and_its_open_is_fetched_again(remote, 
         return path
 
     store._path = evicting
-    tokens = store.open(0).tokens
-    expected = ShardStore(read_manifest(str(local))).open(0).tokens
+    tokens = store.tokens(0)
+    expected = ShardStore(read_manifest(str(local))).tokens(0)
     assert evicted and np.array_equal(tokens, expected)

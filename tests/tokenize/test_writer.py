@@ -581,9 +581,7 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
 
     def pool(**kw):
-        options = ExecutionOptions(**kw)
-        plan, concurrency = writer.plan_tasks(str(tmp_path / "in"), options)
-        return writer.worker_pool(dict(kw), options, plan, concurrency)
+        return writer.place_writer(str(tmp_path / "in"), ExecutionOptions(**kw), dict(kw)).pool
 
     assert pool(executor="local", workers=2, small_job_bytes=1)["executor"] == "inprocess"
     assert pool(executor="local", workers=3, small_job_bytes=1)["executor"] == "local"

@@ -95,4 +95,4 @@ def test_fsdp2_two_gloo_ranks_match_single_process(tmp_path: Path) -> None:
     assert len(fsdp) == STEPS  # rank 0 alone writes the log
     assert fsdp == pytest.approx(single.losses, rel=1e-4, abs=1e-4)
     meta = json.loads((tmp_path / "ckpt" / f"step-{STEPS:08d}" / "trainer.json").read_text())
-    assert meta["world_size"] == 2 and [s["index"] for s in meta["loader_states"]] == [2 * STEPS] * 2
+    assert meta["world_size"] == 2 and meta["loader_state"]["index"] == 2 * STEPS

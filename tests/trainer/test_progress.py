@@ -63,14 +63,15 @@ def test_the_bar_counts_steps_from_a_resumed_checkpoint(tmp_path, capsys):
     train(TrainConfig(steps=3, log_every=0, **base))
     capsys.readouterr()
     reads = []
-    original = train_module._PendingMetrics.read
+    original = train_module._StepMetrics.flush
 
-    def counted(self: train_module._PendingMetrics) -> tuple:
-        reads.append(self.step)
-        return original(self)
+    def counted(self: train_module._StepMetrics) -> None:
+        if self.pending is not None:  # a step's metrics are read
+            reads.append(self.pending[0])
+        original(self)
 
     with pytest.MonkeyPatch.context() as mp, progress.command("zephyr train", True) as display:
-        mp.setattr(train_module._PendingMetrics, "read", counted)
+        mp.setattr(train_module._StepMetrics, "flush", counted)
         train(TrainConfig(steps=6, log_every=1, **base))
         assert display._bar.initial == 3 and display._bar.n == 6 and display._bar.total == 6
     assert reads == [3, 4, 5]
