@@ -5,8 +5,9 @@ One path per method, two ways in, each reading the columns one ``DedupColumns`` 
 ``bloom_paragraph_dedup_dataset``, ``url_dedup_dataset``, ``substring_dedup_dataset``) append the method's
 ops to a ``zephyr.Dataset``; the table functions ``exact_dedup`` and ``fuzzy_dedup`` run the Dataset
 function in process on one in-memory ``pyarrow.Table`` (``paragraph_dedup`` and ``bloom_paragraph_dedup``
-are the kernels their Dataset functions run on each batch). Each Dataset function's ``*_plans`` twin lists
-the engine jobs it runs (what ``zephyr explain dedup`` prints). An on-disk index (``open_index``,
+are the kernels their Dataset functions run on each batch). Each Dataset function is its method's one
+description: given a listing ``jobs=`` (``_rows.Jobs``) it lists the engine jobs it runs instead of running
+them (what ``zephyr explain dedup`` prints). An on-disk index (``open_index``,
 ``write_generation``) lets a later corpus be deduped against an earlier one.
 
 Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli``) stays fast.
@@ -32,18 +33,14 @@ _LAZY = {
     "optimal_bands": "zephyr.dedup.config",
     "exact_dedup": "zephyr.dedup.exact",
     "exact_dedup_dataset": "zephyr.dedup.exact",
-    "exact_plans": "zephyr.dedup.exact",
     "paragraph_dedup": "zephyr.dedup.exact",
     "paragraph_dedup_dataset": "zephyr.dedup.exact",
     "url_dedup_dataset": "zephyr.dedup.exact",
-    "url_plans": "zephyr.dedup.exact",
     "fuzzy_dedup": "zephyr.dedup.fuzzy",
     "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
-    "fuzzy_plans": "zephyr.dedup.fuzzy",
     "bloom_paragraph_dedup": "zephyr.dedup.bloom",
     "bloom_paragraph_dedup_dataset": "zephyr.dedup.bloom",
     "substring_dedup_dataset": "zephyr.dedup.substring",
-    "substring_plans": "zephyr.dedup.substring",
     "open_index": "zephyr.dedup.index",
     "write_generation": "zephyr.dedup.index",
 }

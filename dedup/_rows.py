@@ -31,6 +31,7 @@ decide from their sizes whether the rest runs in the driver; these helpers are w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -319,6 +320,67 @@ def group_keepers(members: Dataset, keys: list[str], columns: DedupColumns) -> D
         lambda t: pa.table({**{k: t[k] for k in keys}, KEEPER: t[ROW], CLUSTER: t[own]}), name="dedup.keepers"
     )
     return keepers.join(sizes, on=keys)
+
+
+@dataclass
+class Jobs:
+    """How the engine jobs of one dedup run. Each method is one description, its Dataset function: it names
+    every engine job through ``jobs(title, plan, how)``, every rule that chooses between jobs through
+    ``jobs(title)`` and its output through ``jobs.output(title, plan)``. A run (``execution``) executes each
+    job and gets back what it found; a listing (``Jobs.plans``: ``zephyr explain``, a pipeline's ``--explain``)
+    runs nothing, records each title with its lazy plan and follows every branch, so what explain prints is
+    what runs; with neither the description is lazy (no eager job: the path that needs none). ``info``
+    receives the run's figures; ``finish``: what the caller does to the output before writing it (listed so);
+    ``scratch``: the folder jobs with a ``folder`` write to."""
+
+    execution: dict[str, Any] | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    budget: Budget | None = None
+    finish: Callable[[Dataset], Dataset] = field(default=lambda out: out)
+    scratch: str = ""
+    listed: list[tuple[str, Dataset | None]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = budget_of(self.execution or {})
+
+    @classmethod
+    def plans(cls, dedup: Callable[..., Any], *args: Any, budget: Budget, finish=None, **kwargs: Any) -> list:
+        """The jobs ``dedup(*args, **kwargs)`` (a Dataset function) lists, with ``budget`` and ``finish``."""
+        jobs = cls(budget=budget, finish=finish or (lambda out: out), listed=[])
+        dedup(*args, jobs=jobs, **kwargs)
+        return jobs.listed
+
+    @property
+    def explain(self) -> bool:
+        return self.listed is not None
+
+    @property
+    def running(self) -> bool:
+        return self.execution is not None and self.listed is None
+
+    def __call__(
+        self, title: str, plan: Dataset | None = None, how: str = "materialize", folder: str = ""
+    ) -> Any:
+        """One job (a rule: no plan): listed (giving the plan back), or run by ``how`` (the ``Dataset``
+        method: ``materialize``, ``to_arrow``, ``write_parquet``; into ``scratch/folder`` when ``folder`` is
+        given), giving what it found; lazy: None."""
+        if self.listed is not None:
+            self.listed.append((title, plan))
+            return plan
+        if plan is None or self.execution is None:
+            return None
+        return getattr(plan, how)(*([f"{self.scratch}/{folder}"] if folder else []), **self.execution)
+
+    def output(self, title: str, plan: Dataset) -> Dataset:
+        """The description's output ``plan`` (listed after ``finish``)."""
+        if self.listed is not None:
+            self.listed.append((title, self.finish(plan)))
+        return plan
+
+    def then(self, step: Callable[[Dataset], Dataset]) -> Jobs:
+        """These jobs for a description whose output the caller takes through ``step`` first."""
+        return dataclasses.replace(self, finish=lambda out: self.finish(step(out)))
 
 
 def budget_of(kw: dict[str, Any]) -> Budget:

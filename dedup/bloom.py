@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 from zephyr.dedup._hashing import hash_groups
-from zephyr.dedup._rows import DedupResult, has_column
+from zephyr.dedup._rows import DedupResult, Jobs, has_column
 from zephyr.dedup.config import ParagraphDedupConfig
 
 from zephyr.errors import ConfigError, InputError
@@ -207,12 +207,30 @@ def bloom_paragraph_dedup_dataset(
     text_column: str = "text",
     mode: str = "remove",
     save_path: str | None = None,
+    jobs: Jobs | None = None,
 ) -> Dataset:
     """Bloom paragraph dedup on the engine: one task in input order (``reshard(1)``) holds the filter
     (``BloomFilter.of(config)``) for the whole stream; with ``save_path`` it writes the filter there after
-    every batch (``finished_filter`` puts it in place after the run)."""
+    every batch (``finished_filter`` puts it in place after the run). Settings that can neither size nor
+    load a filter are refused here, before any work; ``jobs``: as in ``exact.exact_dedup_dataset``."""
+    if config.load_filter is None and config.expected is not None:  # sized, not made: no work yet
+        bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
+        sized = f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
+    else:
+        loaded = BloomFilter.of(config)
+        bits, hashes, sized = loaded.num_bits, loaded.num_hashes, f"loaded from {config.load_filter}"
+    jobs = jobs or Jobs()
     stage = BloomParagraphDedup(config, text_column, mode, save_path)
-    return ds.reshard(1).map_batches(stage, name="dedup.paragraph.bloom")
+    out = jobs.output(
+        "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed",
+        ds.reshard(1).map_batches(stage, name="dedup.paragraph.bloom"),
+    )
+    saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
+    jobs(
+        f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task, "
+        f"outside the budget's shares{saved}"
+    )
+    return out
 
 
 def finished_filter(config: ParagraphDedupConfig, partial: str | None, inserted: int) -> dict[str, Any]:

@@ -6,7 +6,8 @@ Each command reads its inputs (checked before any work, the input's own ``dup_*`
 its method's Dataset function in one worker pool and writes Parquet parts and ``DIR.zephyr/stats.json``
 (``zephyr.removal``): the write's stages, the task totals of every engine job, and a ``dedup`` section (the
 method's settings, which path ran, the ``dedup/*`` counters, the cluster-size histogram, the row balance).
-Its plans are the method's ``*_plans``, so ``zephyr explain dedup KIND`` prints the jobs the command runs.
+Its plans are the jobs the Dataset function lists (``_rows.Jobs``), so ``zephyr explain dedup KIND`` prints
+the jobs the command runs.
 """
 
 from __future__ import annotations
@@ -99,17 +100,36 @@ def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
     return {k: v for k, v in totals.items() if k.startswith(prefix)}
 
 
-def _summary(
-    result: Any, output: Output, removal: DedupRemoval, jobs: list, extra: dict, routed=None, changed=None
-) -> Summary:
-    """Write ``OUTPUT.zephyr/stats.json`` (its ``dedup`` section: ``extra``, the write's ``dedup/*`` counters
-    and cluster-size histogram) and return the command's ``Summary``. ``changed``: what a dedup that rewrites
-    rows changed in them (``rows_changed``, ``bytes_removed``...), in the stats, the summary's ``details``
-    and its human table."""
+def _dedup(
+    inputs, removal, execution, output, level, extra, dedup, preload=False, reason="duplicate", after=None
+):
+    """A dedup command: ``dedup(rows, mode=, jobs=)`` (its method's Dataset function, settings bound) on the
+    checked inputs of this ``level``. Without ``output``, the jobs it lists (``_rows.Jobs.plans``); else it
+    runs in one worker pool with a scratch folder, its figures in ``extra``, and is written (removed rows to
+    ``--dropped-output`` with ``reason``); then ``after(execution kwargs, result)`` in the same pool gives
+    what a dedup that rewrites rows changed (``rows_changed``, ``bytes_removed``...: in the stats, the
+    summary's ``details`` and its human table). ``OUTPUT.zephyr/stats.json``'s ``dedup`` section: ``extra``,
+    the write's ``dedup/*`` counters and cluster-size histogram."""
+    from zephyr.dedup._rows import Jobs, budget_of, scratch_folder
+
+    from zephyr import job_stats
+    from zephyr.removal import Unless
+
+    mode = removal.internal_mode
+    if output is None:
+        finish = functools.partial(removal.finished, level=level)
+        budget = budget_of(execution.as_kwargs())
+        return Jobs.plans(dedup, removal.rows(inputs, level), mode=mode, budget=budget, finish=finish)
+    with job_stats.recording() as jobs, _workers(execution, preload) as kwargs, scratch_folder(kwargs) as tmp:
+        rows = removal.rows(inputs, level, output.output)  # while the workers start
+        out = dedup(rows, mode=mode, jobs=Jobs(kwargs, extra, scratch=tmp))
+        result, routed = removal.write(
+            out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS[level]
+        )
+        changed = (after(kwargs, result) if after is not None else None) or {}
     counters = _counters(result)
     sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
     histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
-    changed = changed or {}
     extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
     if routed is not None:
         extra["dropped_output"] = removal.dropped_output
@@ -129,78 +149,36 @@ def _summary(
     )
 
 
-def _documents(
-    inputs, removal, execution, output, extra, run, plans, preload=False, reason="duplicate", after=None
-):
-    """A document dedup. Without ``output``, its ``plans(rows, budget=, mode=, finish=)``; else ``run(rows,
-    mode=, execution=, stats=extra)`` (its Dataset function, which puts its figures in ``extra``) in one
-    worker pool, written (removed rows to ``--dropped-output`` with ``reason``), then ``after(execution
-    kwargs)`` in the same pool."""
-    from zephyr.dedup._rows import budget_of
-
-    from zephyr import job_stats
-    from zephyr.removal import Unless
-
-    mode = removal.internal_mode
-    if output is None:
-        budget = budget_of(execution.as_kwargs())
-        return plans(removal.rows(inputs, "document"), budget=budget, mode=mode, finish=removal.finished)
-    with job_stats.recording() as jobs, _workers(execution, preload) as kwargs:
-        rows = removal.rows(inputs, "document", output.output)  # while the workers start
-        out = run(rows, mode=mode, execution=kwargs, stats=extra)
-        result, routed = removal.write(
-            out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS["document"]
-        )
-        if after is not None:
-            after(kwargs)
-    return _summary(result, output, removal, jobs, extra, routed)
-
-
 def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
     """``zephyr dedup paragraph`` (and ``exact --level paragraph``): exact (``paragraph_dedup_dataset``) or
-    with a Bloom filter (``bloom_paragraph_dedup_dataset``), the output written, the filter finished
-    (``bloom.finished_filter``) and its figures in ``extra``; without ``output`` the one job (bloom: and its
-    filter's size)."""
+    with a Bloom filter (``bloom_paragraph_dedup_dataset``), the filter finished after the write
+    (``bloom.finished_filter``) and its figures in ``extra``."""
     import uuid
 
-    from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup_dataset, finished_filter
+    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset, finished_filter
     from zephyr.dedup.exact import paragraph_dedup_dataset
 
-    from zephyr import job_stats
-
     bloom, partial = config.method == "bloom", None
-    if bloom and config.load_filter is None and config.expected is not None:  # sized, not made: no work yet
-        bits, hashes = BloomFilter.sizing(config.expected, config.fp_rate)
-        sized = f"sized for --expected {config.expected:,} at --fp-rate {config.fp_rate:g}"
-    elif bloom:  # flags that cannot load a filter (or size one) are refused before any work
-        loaded = BloomFilter.of(config)
-        bits, hashes, sized = loaded.num_bits, loaded.num_hashes, f"loaded from {config.load_filter}"
     if bloom and output is not None and config.save_filter:  # where the task saves its filter
         partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
-    rows = removal.rows(inputs, "paragraph", None if output is None else output.output)
-    if bloom:
-        text, mode = columns.text_column, removal.mode
-        out = bloom_paragraph_dedup_dataset(rows, config, text_column=text, mode=mode, save_path=partial)
-    else:
-        out = paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=removal.mode)
-    out = removal.finished(out, "paragraph")
-    if output is None and not bloom:
-        return [("job 1: the output (rows in one partition, paragraphs seen earlier removed)", out)]
-    if output is None:
-        saved = f"; saved to {config.save_filter} after the run" if config.save_filter else ""
-        held = f"the filter ({(bits + 7) // 8:,} bytes, {hashes} probes a paragraph, {sized}) is held by the one task"
-        title = (
-            "job 1: the output, one task in input order (reshard(1)), paragraphs the filter has seen removed"
-        )
-        return [(title, out), (f"{held}, outside the budget's shares{saved}", None)]
-    with job_stats.recording() as jobs, _workers(execution) as kwargs:
-        result = out.write_parquet(output.output, **kwargs)
-    counters = _counters(result)
-    changed = {k: counters.get(f"dedup/{k}", 0) for k in ("rows_changed", "paragraphs_removed")}
-    changed["bytes_removed"] = counters.get("dedup/paragraph_bytes_removed", 0)
-    if bloom:
-        extra.update(finished_filter(config, partial, counters.get("dedup/paragraphs_inserted", 0)))
-    return _summary(result, output, removal, jobs, extra, changed=changed)
+
+    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
+        if bloom:
+            text = columns.text_column
+            return bloom_paragraph_dedup_dataset(
+                rows, config, text_column=text, mode=mode, save_path=partial, jobs=jobs
+            )
+        return paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=mode, jobs=jobs)
+
+    def after(kwargs: dict, result: Any) -> dict[str, int]:
+        counters = _counters(result)
+        changed = {k: counters.get(f"dedup/{k}", 0) for k in ("rows_changed", "paragraphs_removed")}
+        changed["bytes_removed"] = counters.get("dedup/paragraph_bytes_removed", 0)
+        if bloom:
+            extra.update(finished_filter(config, partial, counters.get("dedup/paragraphs_inserted", 0)))
+        return changed
+
+    return _dedup(inputs, removal, execution, output, "paragraph", extra, dedup, after=after)
 
 
 # -- the commands: each one function; without ``output`` it returns the plans ``zephyr explain`` prints -------
@@ -215,17 +193,14 @@ def exact(
     """Exact dedup of documents or paragraphs. Equal normalized texts (128-bit xxh3) form a cluster; its kept
     row has the largest priority, then the smallest id, then comes first in input order. Its plans: the
     hashes, then the driver's path or the shuffle path."""
-    from zephyr.dedup.exact import exact_dedup_dataset, exact_plans
+    from zephyr.dedup.exact import exact_dedup_dataset
 
     extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
     if config.level == "paragraph":
         paragraphs = ParagraphDedupConfig(normalize=config.normalize)
         return _paragraph(inputs, removal, columns, paragraphs, execution, output, extra)
-    run = functools.partial(exact_dedup_dataset, columns=columns, normalize=config.normalize)
-    plans = functools.partial(exact_plans, columns=columns, normalize=config.normalize)
-    return _documents(
-        inputs, removal, execution, output, extra, run, plans, preload=config.normalize != "none"
-    )
+    dedup = functools.partial(exact_dedup_dataset, columns=columns, normalize=config.normalize)
+    return _dedup(inputs, removal, execution, output, "document", extra, dedup, config.normalize != "none")
 
 
 def paragraph(
@@ -253,12 +228,11 @@ def url(
 ) -> Summary | list[PlannedJob]:
     """One row per normalized URL (lower-case host, no default port/fragment/utm_*). The row kept is the
     one exact dedup's keep rule picks; the plans are exact dedup's, on the normalized URL."""
-    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset, url_plans
+    from zephyr.dedup.exact import URL_DUPLICATE, url_dedup_dataset
 
     extra = {"kind": "url", "url_column": config.url_column, "mode": removal.mode}
-    run = functools.partial(url_dedup_dataset, columns=columns, url_column=config.url_column)
-    plans = functools.partial(url_plans, columns=columns, url_column=config.url_column)
-    return _documents(inputs, removal, execution, output, extra, run, plans, reason=URL_DUPLICATE)
+    dedup = functools.partial(url_dedup_dataset, columns=columns, url_column=config.url_column)
+    return _dedup(inputs, removal, execution, output, "document", extra, dedup, reason=URL_DUPLICATE)
 
 
 def substring(
@@ -270,10 +244,7 @@ def substring(
 ) -> Summary | list[PlannedJob]:
     """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
     occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
-    from zephyr.dedup._rows import budget_of, scratch_folder
-    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset, substring_plans
-
-    from zephyr import job_stats
+    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset
 
     # substring dedup cuts spans out of the text and adds no column: flags about added columns are refused
     if removal.mode != "remove" or removal.replace_columns or removal.output_column != "dup":
@@ -283,25 +254,19 @@ def substring(
         )
     if config.tokenizer and not os.path.exists(config.tokenizer):
         raise ConfigError(f"--tokenizer {config.tokenizer}: no such file")
-    if output is None:
-        return substring_plans(removal.rows(inputs, "none"), config, budget=budget_of(execution.as_kwargs()))
-    info: dict[str, Any] = {}
-    with job_stats.recording() as jobs, _workers(execution) as kwargs, scratch_folder(kwargs) as scratch:
-        rows = removal.rows(inputs, "none", output.output)  # while the workers start
-        out = substring_dedup_dataset(rows, config, execution=kwargs, scratch=scratch, stats=info)
-        result = out.write_parquet(output.output, **kwargs)
-    stages = result.stats.get("stages", [])
-    removed = removed_bytes(stages)
-    info.update(
-        kind="substring",
-        min_doc_bytes=config.min_doc_bytes,
-        **removed,
-        docs_dropped_short=sum(
-            op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"]
-        ),
-    )
-    changed = {"rows_changed": removed["docs_changed"], "bytes_removed": removed["bytes_removed"]}
-    return _summary(result, output, removal, jobs, info, changed=changed)
+    extra: dict[str, Any] = {"kind": "substring", "min_doc_bytes": config.min_doc_bytes}
+
+    def after(kwargs: dict, result: Any) -> dict[str, int]:
+        stages = result.stats.get("stages", [])
+        extra.update(removed_bytes(stages))
+        dropped = (op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"])
+        extra["docs_dropped_short"] = sum(dropped)
+        return {"rows_changed": extra["docs_changed"], "bytes_removed": extra["bytes_removed"]}
+
+    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
+        return substring_dedup_dataset(rows, config, jobs=jobs)
+
+    return _dedup(inputs, removal, execution, output, "none", extra, dedup, after=after)
 
 
 def _opened_index(index: IndexConfig, config: FuzzyDedupConfig):
@@ -335,7 +300,7 @@ def fuzzy(
     true Jaccard of their shingle sets reaches --threshold, then clustered (anchored by default). The plans
     hold the rules that choose where verification and clusters run."""
     from zephyr.dedup._rows import StripRowNumbers
-    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset, fuzzy_plans
+    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
     from zephyr.dedup.index import write_generation
 
     bands, rows_per_band = config.bands_rows()
@@ -343,24 +308,28 @@ def fuzzy(
     extra.update(lsh_threshold=config.lsh_threshold, mode=removal.mode)
     indexing, annotated = index.write_index is not None or index.update_index, []
 
-    def run(rows: Dataset, mode: str, **kwargs: Any) -> Dataset:
-        opened, annotating = _opened_index(index, config), "annotate" if indexing else mode
-        out = fuzzy_dedup_dataset(
-            rows, config, columns, mode=annotating, index=opened, row_numbers=indexing, **kwargs
-        )
-        annotated.append(out)
-        return out.map_batches(StripRowNumbers(mode), name="dedup.fuzzy.output") if indexing else out
+    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
+        """With an index to write, annotated with row numbers (``annotated``), then the output of ``mode``."""
+        opened = _opened_index(index, config) if jobs.running else index.index
+        if not indexing:
+            return fuzzy_dedup_dataset(rows, config, columns, mode=mode, index=opened, jobs=jobs)
 
-    def written(kwargs: dict) -> None:
+        def stripped(out: Dataset) -> Dataset:
+            return out.map_batches(StripRowNumbers(mode), name="dedup.fuzzy.output")
+
+        kw = dict(index=opened, row_numbers=True, jobs=jobs.then(stripped))
+        annotated.append(fuzzy_dedup_dataset(rows, config, columns, mode="annotate", **kw))
+        return stripped(annotated[0])
+
+    def written(kwargs: dict, result: Any) -> None:
         """This run's rows (the removed ones tied to their kept row) into the index, after the output."""
         target = index.write_index or index.index
         create = index.write_index is not None
         entry = write_generation(target, annotated[0], config, columns, create=create, execution=kwargs)
         extra["index_written"] = {"path": target, **entry}
 
-    plans = functools.partial(fuzzy_plans, config=config, columns=columns, index=bool(index.index))
     after = written if indexing else None
-    return _documents(inputs, removal, execution, output, extra, run, plans, preload=True, after=after)
+    return _dedup(inputs, removal, execution, output, "document", extra, dedup, True, after=after)
 
 
 def _command(kind: str, run: Any, config: type, **options: type) -> Command:

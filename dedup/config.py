@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.config import FieldError, field_hints, require_at_least, require_within
+from zephyr.config import FieldError, describe_type, field_hints, fits, require_at_least, require_within
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,13 +60,9 @@ def _require_choices(config: Any) -> None:
     """Each field typed ``Literal[...]`` holds one of its choices (``None`` too where the type allows it): the
     check a config built in Python gets, as the CLI's choices give it on the command line."""
     for name, hint in field_hints(type(config)).items():
-        literal = next((a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is Literal), None)
-        value = getattr(config, name)
-        if literal is None or (value is None and type(None) in typing.get_args(hint)):
-            continue
-        if value not in typing.get_args(literal):
-            choices = ", ".join(repr(c) for c in typing.get_args(literal))
-            raise FieldError(name, f"must be one of {choices}, got {value!r}")
+        literal = Literal in [typing.get_origin(a) for a in (hint, *typing.get_args(hint))]
+        if literal and not fits(value := getattr(config, name), hint):
+            raise FieldError(name, f"must be {describe_type(hint)}, got {value!r}")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,10 +72,10 @@ from zephyr.dedup._rows import (
     URL_KEY,
     DedupResult,
     Finish,
+    Jobs,
     StripRowNumbers,
     as_table,
     attached,
-    budget_of,
     cluster_node_info,
     group_keepers,
     has_column,
@@ -91,7 +90,6 @@ from zephyr import counters
 from zephyr.config import check_removal_mode
 
 if TYPE_CHECKING:
-    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 
@@ -255,14 +253,16 @@ def exact_dedup_dataset(
     execution: dict[str, Any] | None = None,
     driver_rows: int | None = None,
     stats: dict[str, Any] | None = None,
+    jobs: Jobs | None = None,
 ) -> Dataset:
     """Document-level exact dedup on the engine; same output as ``exact.exact_dedup``.
 
-    Without ``execution`` the plan is lazy (the shuffle path). With ``execution``, one eager pass hashes
-    each row into a small (row, hash, id, priority) table; when it has at most ``driver_rows`` rows
-    (default: 64 bytes a row within a quarter of the memory budget), groups form in the driver and the
-    returned plan reads the input once more and attaches the cluster columns by row number. ``stats``
-    receives which path ran and why.
+    Without ``execution`` the plan is lazy (the shuffle path). With ``execution``, job 1 hashes each row
+    into a small (row, hash, id, priority) table; when it has at most ``driver_rows`` rows (default: 64 bytes
+    a row within a quarter of the memory budget), groups form in the driver and the returned plan (job 2a)
+    reads the input once more and attaches the cluster columns by row number; else it is the shuffle path
+    (job 2b). ``stats`` receives which path ran and why; ``jobs`` (``_rows.Jobs``) replaces ``execution``
+    and ``stats`` (``zephyr explain`` lists both paths).
 
     >>> import zephyr
     >>> ds = zephyr.from_items([{"id": 2, "text": "A  b"}, {"id": 1, "text": "a b"}, {"id": 1, "text": "a B"}])
@@ -271,28 +271,7 @@ def exact_dedup_dataset(
     """
     ExactDedupConfig(normalize=normalize)
     check_removal_mode(mode)
-    rows, finish, members, shuffle_path = _exact_paths(ds, columns, normalize, mode)
-    info = {} if stats is None else stats
-    info["in_memory"] = False
-    if execution is not None:
-        limit = driver_rows if driver_rows is not None else budget_of(execution).driver_rows
-        members = members.materialize(**execution)
-        count = members.count(**execution)
-        info.update(member_rows=count, driver_rows=limit)
-        if count <= limit:
-            node_info = _exact_node_info(members.to_arrow(**execution), columns)
-            info.update(in_memory=True, duplicate_rows=0 if node_info is None else node_info.num_rows)
-            return attached(rows, node_info, finish, "exact")
-        info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
-        logger.info("exact dedup: shuffle path (%s)", info["fallback"])
-    return shuffle_path
-
-
-def _exact_paths(
-    ds: Dataset, columns: DedupColumns, normalize: str, mode: str
-) -> tuple[Dataset, Finish, Dataset, Dataset]:
-    """Every plan ``exact_dedup_dataset`` may run, built without running anything: (the numbered rows, their
-    ``Finish``, job 1's member hashes, the output by the shuffle path)."""
+    jobs = jobs or Jobs(execution, {} if stats is None else stats)
     rows = ds.with_row_index(ROW)
     finish = Finish(columns, mode)
     hashed = rows.map_batches(_DocHashes(columns, normalize), name="dedup.exact.hash")
@@ -304,47 +283,44 @@ def _exact_paths(
         return table.select(keys).filter(pc.is_valid(table[H0]))
 
     members = hashed.map_batches(members_of, name="dedup.exact.members")
-    keepers = group_keepers(members, [H0, H1], columns)  # groups of one are no clusters (``Finish``)
-    shuffle_path = hashed.join(keepers, on=[H0, H1], how="left").map_batches(
-        finish, name="dedup.exact.finish"
+    limit = driver_rows if driver_rows is not None else jobs.budget.driver_rows
+    what = "URL key" if columns.text_column == URL_KEY else "member"
+    jobs.info["in_memory"], node_info = False, None
+    found = jobs(f"job 1: {what} hashes (row, hash, id, priority), materialized, then counted", members)
+    jobs(
+        f"member rows ≤ driver_rows {limit:,} (64 bytes a row in B/4): groups form in the driver and job 2a "
+        "runs; more: job 2b"
     )
-    return rows, finish, members, shuffle_path
+    if jobs.running:
+        count = found.count(**jobs.execution)
+        jobs.info.update(member_rows=count, driver_rows=limit)
+        if count <= limit:
+            node_info = _exact_node_info(found.to_arrow(**jobs.execution), columns)
+            jobs.info.update(in_memory=True, duplicate_rows=0 if node_info is None else node_info.num_rows)
+        else:
+            jobs.info["fallback"] = f"{count} rows exceed the in-memory limit {limit}"
+            logger.info("exact dedup: shuffle path (%s)", jobs.info["fallback"])
+    if jobs.explain or jobs.info["in_memory"]:
+        title = "job 2a: the output, cluster columns attached by row number"
+        driver_path = jobs.output(title, attached(rows, node_info, finish, "exact"))
+        if not jobs.explain:
+            return driver_path
+    keepers = group_keepers(members, [H0, H1], columns)  # groups of one are no clusters (``Finish``)
+    return jobs.output(
+        "job 2b: the output by the shuffle path (hash → keepers → join back)",
+        hashed.join(keepers, on=[H0, H1], how="left").map_batches(finish, name="dedup.exact.finish"),
+    )
 
 
-def exact_plans(
-    ds: Dataset,
-    columns: DedupColumns = COLUMNS,
-    *,
-    budget: Budget,
-    normalize: str = "default",
-    mode: str = "remove",
-    finish: Callable[[Dataset], Dataset] = lambda out: out,
-    hashes: str = "member hashes (row, hash, id, priority)",
-) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``exact_dedup_dataset(ds, columns, ...)`` may run, in order, each a title and its lazy
-    plan, or a rule (plan None) that chooses between them (``zephyr explain dedup exact``): the hashes, then
-    the driver's or the shuffle path. ``finish``: what the caller does to the output before writing it."""
-    rows, finished, members, shuffle_path = _exact_paths(ds, columns, normalize, mode)
-    driver_path = attached(rows, None, finished, "exact")
-    return [
-        (f"job 1: {hashes}, materialized, then counted", members),
-        (
-            f"member rows ≤ driver_rows {budget.driver_rows:,} (64 bytes a row in B/4): groups "
-            "form in the driver and job 2a runs; more: job 2b",
-            None,
-        ),
-        ("job 2a: the output, cluster columns attached by row number", finish(driver_path)),
-        ("job 2b: the output by the shuffle path (hash → keepers → join back)", finish(shuffle_path)),
-    ]
-
-
-def paragraph_dedup_dataset(ds: Dataset, columns: DedupColumns = COLUMNS, **kwargs: Any) -> Dataset:
+def paragraph_dedup_dataset(
+    ds: Dataset, columns: DedupColumns = COLUMNS, *, jobs: Jobs | None = None, **kwargs: Any
+) -> Dataset:
     """Paragraph-level dedup needs a global "seen earlier" order; on the engine it is one shuffle-free
     pass after a stable sort by id into one partition (ties and null ids keep input order; without an id
     column, ``reshard(1)`` keeps input order), running ``exact.paragraph_dedup`` on the whole stream.
 
     Memory: the paragraph hashes of the corpus (16 bytes each plus the text of one batch). Keyword
-    arguments are those of ``exact.paragraph_dedup``.
+    arguments are those of ``exact.paragraph_dedup``; ``jobs``: as in ``exact_dedup_dataset``.
     """
 
     def run(table: pa.Table) -> pa.Table:
@@ -353,7 +329,10 @@ def paragraph_dedup_dataset(ds: Dataset, columns: DedupColumns = COLUMNS, **kwar
         return paragraph_dedup(table, columns, **kwargs).table
 
     ordered = ds.sort(columns.id_column, num_partitions=1) if columns.id_column else ds.reshard(1)
-    return ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph")
+    return (jobs or Jobs()).output(
+        "job 1: the output (rows in one partition, paragraphs seen earlier removed)",
+        ordered.map_batches(run, batch_rows=1 << 62, name="dedup.paragraph"),
+    )
 
 
 URL_DUPLICATE = "url_duplicate"
@@ -372,39 +351,6 @@ class _AddUrlKey:
         return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
 
 
-def _url_keyed(
-    ds: Dataset, columns: DedupColumns, url_column: str, mode: str
-) -> tuple[Dataset, DedupColumns, Any]:
-    """What URL dedup gives exact dedup (byte-exact, annotated): ``ds`` with the normalized URL in ``URL_KEY``
-    and the columns naming it the text; and the stage that makes URL dedup's output of exact dedup's (the key
-    column dropped, in ``remove`` mode the duplicates too, reason ``url_duplicate``). One place, so ``zephyr
-    explain dedup url`` shows the plans ``zephyr dedup url`` runs."""
-    keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
-    return keyed, dataclasses.replace(columns, text_column=URL_KEY), StripRowNumbers(mode, URL_DUPLICATE)
-
-
-def url_plans(
-    ds: Dataset,
-    columns: DedupColumns = COLUMNS,
-    *,
-    budget: Budget,
-    url_column: str = "url",
-    mode: str = "remove",
-    finish: Callable[[Dataset], Dataset] = lambda out: out,
-) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``url_dedup_dataset`` may run: exact dedup's, on the normalized URL."""
-    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
-    return exact_plans(
-        keyed,
-        keys,
-        budget=budget,
-        normalize="none",
-        mode="annotate",
-        finish=lambda out: finish(out.map_batches(strip, name="dedup.url.finish")),
-        hashes="URL key hashes (row, hash, id, priority)",
-    )
-
-
 def url_dedup_dataset(
     ds: Dataset,
     columns: DedupColumns = COLUMNS,
@@ -413,11 +359,19 @@ def url_dedup_dataset(
     mode: str = "remove",
     execution: dict[str, Any] | None = None,
     stats: dict[str, Any] | None = None,
+    jobs: Jobs | None = None,
 ) -> Dataset:
-    """Keep one row per normalized URL (module docstring); arguments as in ``exact_dedup_dataset`` (the
-    ``text_column`` of ``columns`` is not read)."""
-    keyed, keys, strip = _url_keyed(ds, columns, url_column, mode)
-    out = exact_dedup_dataset(
-        keyed, keys, normalize="none", mode="annotate", execution=execution, stats=stats
-    )
-    return out.map_batches(strip, name="dedup.url.finish")
+    """Keep one row per normalized URL (module docstring): exact dedup (byte-exact, annotated) of the
+    normalized URL in ``URL_KEY``, then the key column dropped (in ``remove`` mode the duplicates too, reason
+    ``url_duplicate``). Arguments as in ``exact_dedup_dataset`` (the ``text_column`` of ``columns`` is not
+    read)."""
+    strip = StripRowNumbers(mode, URL_DUPLICATE)
+
+    def stripped(out: Dataset) -> Dataset:
+        return out.map_batches(strip, name="dedup.url.finish")
+
+    jobs = jobs or Jobs(execution, {} if stats is None else stats)
+    keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+    keys = dataclasses.replace(columns, text_column=URL_KEY)
+    out = exact_dedup_dataset(keyed, keys, normalize="none", mode="annotate", jobs=jobs.then(stripped))
+    return stripped(out)

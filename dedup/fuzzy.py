@@ -19,8 +19,8 @@ counters every dedup method shares.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,8 +33,8 @@ from zephyr.dedup._rows import (
     ROW,
     DedupResult,
     Finish,
+    Jobs,
     attached,
-    budget_of,
     has_column,
     on_table,
     scratch_folder,
@@ -49,7 +49,6 @@ from zephyr.errors import ConfigError
 if TYPE_CHECKING:
     from zephyr.dedup.index import IndexInfo
 
-    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 
@@ -114,6 +113,7 @@ def fuzzy_dedup_dataset(
     stats: dict[str, Any] | None = None,
     index: IndexInfo | str | None = None,
     row_numbers: bool = False,
+    jobs: Jobs | None = None,
 ) -> Dataset:
     """MinHash-LSH dedup on the engine. Runs candidates, verification and clustering eagerly with
     ``execution``; returns a lazy Dataset with the input columns plus the dup columns.
@@ -123,6 +123,8 @@ def fuzzy_dedup_dataset(
     the engine. The driver also needs the endpoints' shingle sets to fit a sixteenth of the budget. The
     verified graph is clustered in the driver when it fits (48 bytes per edge within the budget), else by engine rounds (``clusters="components"`` only). ``stats``, when given, receives the
     eager phase's figures (candidate, verified and rejected pairs, rows split from components, the path).
+    ``jobs`` (``_rows.Jobs``) replaces ``execution`` and ``stats``; a listing (``zephyr explain``) gives the
+    jobs after job 1 as the rules that choose them, since they depend on the pairs found.
 
     ``index`` (an ``IndexInfo`` or a path; ``zephyr.dedup.index``): earlier runs' kept documents. Their band
     rows join the bucket shuffle (read from the index's Parquet parts, never whole into RAM) and rank before
@@ -143,24 +145,48 @@ def fuzzy_dedup_dataset(
     """
     config = config or FuzzyDedupConfig()
     check_removal_mode(mode)
-    kw = dict(execution or {})
-    limit = driver_rows if driver_rows is not None else budget_of(kw).driver_rows
-    if config.verify:  # the driver checks small pair sets itself: load its kernels while the workers hash
+    jobs = jobs or Jobs(dict(execution or {}), {} if stats is None else stats)
+    kw, info, budget = jobs.execution, jobs.info, jobs.budget
+    limit = driver_rows if driver_rows is not None else budget.driver_rows
+    if config.verify and jobs.running:  # the driver checks small pair sets itself: load its kernels now
         compiled.warm_up_in_background()
-    if isinstance(index, str):
+    if isinstance(index, str) and jobs.running:
         from zephyr.dedup.index import open_index
 
         index = open_index(index, config)
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
-    rows, band_rows = _signed(ds, config, columns.text_column)
+    rows = ds.with_row_index(ROW)
+    band_rows = rows.map_batches(_BandRows(config, columns.text_column), name="dedup.fuzzy.signatures")
     finish = Finish(columns, mode, row_numbers)
-    info = {} if stats is None else stats
-    with scratch_folder(kw) as scratch:
-        if index is not None and index.docs:  # this run's band rows and the index's (one schema): one read
+    indexed = " (with --index, the index's band rows join the bucket shuffle)" if index is not None else ""
+    with scratch_folder(kw) if jobs.running else contextlib.nullcontext("") as scratch:
+        if jobs.running and index is not None and index.docs:  # the index's band rows too: one read
             new = band_rows.write_parquet(f"{scratch}/bands", **kw).files
             band_rows = zephyr.read_parquet([*new, *index.files("bands")])
-        edges = _pairs_of(band_rows, config).materialize(**kw)  # the distinct candidate pairs
+        edges = jobs(
+            f"job 1: candidate pairs, materialized, then counted{indexed}", _pairs_of(band_rows, config)
+        )
+        jobs(
+            f"candidate pairs ≤ driver_rows {limit:,}: they come to the driver and job 2 writes only their "
+            "endpoints' sets; more: every row's"
+        )
+        if jobs.explain:
+            sets = rows.map_batches(NodeSets(None, config, columns), name="dedup.fuzzy.node_sets")
+            jobs("job 2: shingle sets, written once", sets)
+            jobs(
+                f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: "
+                "verification and clusters in the driver; else verification on the engine (sets joined onto "
+                "the pairs, a giant bucket's first members broadcast up to broadcast_bytes "
+                f"{budget.broadcast_bytes:,}), and the verified graph clustered in the driver up to "
+                f"driver_graph_edges {budget.driver_graph_edges:,}, else (--clusters components) by engine "
+                "rounds whose labels are joined on the row number"
+                if config.verify
+                else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified "
+                "pairs"
+            )
+            title = "job 3: the output, cluster columns attached by row number"
+            return jobs.output(title, attached(rows, None, finish, "fuzzy"))
         candidates = edges.count(**kw)
         info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
         if index is not None:
@@ -181,50 +207,3 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
         .map_batches(_BucketPairs(config.bucket_links), name="dedup.fuzzy.bucket_pairs")
         .deduplicate("u", "v")
     )
-
-
-def _signed(ds: Dataset, config: FuzzyDedupConfig, text_column: str) -> tuple[Dataset, Dataset]:
-    """The rows with their numbers (ROW) and their band rows: the lazy plans every fuzzy dedup job starts
-    from, in ``fuzzy_dedup_dataset`` and in ``fuzzy_plans`` alike."""
-    rows = ds.with_row_index(ROW)
-    return rows, rows.map_batches(_BandRows(config, text_column), name="dedup.fuzzy.signatures")
-
-
-def fuzzy_plans(
-    ds: Dataset,
-    config: FuzzyDedupConfig,
-    columns: DedupColumns = COLUMNS,
-    *,
-    budget: Budget,
-    index: bool = False,
-    finish: Callable[[Dataset], Dataset] = lambda out: out,
-    mode: str = "remove",
-) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``fuzzy_dedup_dataset(ds, config, ...)`` runs, in order, with the rules that choose
-    where verification and clustering run (``zephyr explain dedup fuzzy``); ``index``: an index is read;
-    ``finish``: what the caller does to the output before writing it. The jobs that follow job 2 depend on
-    the pairs found: they are rules here."""
-    rows, band_rows = _signed(ds, config, columns.text_column)
-    sets = NodeSets(None, config, columns)
-    output = attached(rows, None, Finish(columns, mode), "fuzzy")
-    indexed = " (with --index, the index's band rows join the bucket shuffle)" if index else ""
-    verify = (
-        f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: verification "
-        "and clusters in the driver; else verification on the engine (sets joined onto the pairs, a giant "
-        f"bucket's first members broadcast up to broadcast_bytes {budget.broadcast_bytes:,}), and the "
-        f"verified graph clustered in the driver up to driver_graph_edges {budget.driver_graph_edges:,}, "
-        "else (--clusters components) by engine rounds whose labels are joined on the row number"
-        if config.verify
-        else "pairs in the driver: clusters in the driver; else clusters on the engine as for verified pairs"
-    )
-    return [
-        (f"job 1: candidate pairs, materialized, then counted{indexed}", _pairs_of(band_rows, config)),
-        (
-            f"candidate pairs ≤ driver_rows {budget.driver_rows:,}: they come to the driver and "
-            "job 2 writes only their endpoints' sets; more: every row's",
-            None,
-        ),
-        ("job 2: shingle sets, written once", rows.map_batches(sets, name="dedup.fuzzy.node_sets")),
-        (verify, None),
-        ("job 3: the output, cluster columns attached by row number", finish(output)),
-    ]

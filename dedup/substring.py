@@ -60,16 +60,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from zephyr.dedup._compiled import LazyKernels
-from zephyr.dedup._rows import budget_of, has_column, sums_per_source
+from zephyr.dedup._rows import Jobs, has_column, sums_per_source
 from zephyr.dedup.config import SubstringConfig
 
 from zephyr import counters, job_stats
 from zephyr.io.parquet import parquet_rows
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from zephyr.budget import Budget
     from zephyr.dataset import Dataset
 
 
@@ -504,19 +501,30 @@ def token_starts(texts: pa.Array, tokenizer: str) -> list[np.ndarray]:
     return out
 
 
-def _passes(
-    ds: Dataset, config: SubstringConfig, limit: int, job: Callable[..., Any], info: dict[str, Any]
+def substring_dedup_dataset(
+    ds: Dataset,
+    config: SubstringConfig,
+    *,
+    execution: dict[str, Any] | None = None,
+    scratch: str = "",
+    stats: dict[str, Any] | None = None,
+    shared_window_rows: int | None = None,
+    jobs: Jobs | None = None,
 ) -> Dataset:
-    """The passes (module docstring), one code path for the run (``substring_dedup_dataset``) and for ``zephyr
-    explain dedup substring`` (``substring_plans``): every engine job and every rule between them goes
-    through ``job(title, plan, how)`` (a rule: ``job(title)``; ``how``: ``to_arrow``, or the scratch subfolder
-    the job is materialized or written to). The run executes the job and returns what it found; explain
-    lists it and returns its lazy plan, so every branch is planned, each job over the plans before it and
-    with empty arrays for what they would have found. ``limit``: the shared windows every task may hold in
-    memory. Returns the lazy plan of the output."""
+    """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
+    ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
+    the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
+    memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
+    ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort.
+    ``jobs`` (``_rows.Jobs``) replaces ``execution``, ``scratch`` and ``stats``: a listing (``zephyr explain
+    dedup substring``) plans every branch, each job over the plans before it and with empty arrays for what
+    they would have found."""
+    jobs = jobs or Jobs(execution, {} if stats is None else stats, scratch=scratch)
+    limit = jobs.budget.shared_window_rows if shared_window_rows is None else shared_window_rows
+    info, explain = jobs.info, jobs.explain
     rows, repeated = ds.with_row_index(ROW), np.zeros(0, np.uint64)
     anchors = rows.map_batches(_Anchors(config), name="dedup.substring.anchors")
-    found = job(
+    found = jobs(
         f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
         anchors.group_by("h")
         .count()
@@ -525,33 +533,32 @@ def _passes(
         ),
         "to_arrow",
     )
-    explain = not isinstance(found, pa.Table)
     if not explain and found.num_rows:
         repeated = np.sort(np.asarray(found["h"], dtype=np.int64).view(np.uint64))
     logger.info(
         "substring dedup: %d repeated anchors (%d bytes held by every task)", len(repeated), repeated.nbytes
     )
     info.update(repeated_anchors=len(repeated), min_bytes=config.min_bytes, anchor_bytes=config.anchor)
-    job(
+    jobs(
         "no repeated anchor: jobs 2-5 are skipped; else every task holds the repeated anchors (8 bytes each, "
         "outside the budget's shares)",
     )
     repeat_files, broadcast, top = (), None, []
     if explain or len(repeated):
-        cand = job(
+        cand = jobs(
             f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
             rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates"),
-            "candidates",
+            folder="candidates",
         )
-        groups = job(
+        groups = jobs(
             "job 3: windows in two or more documents (count, first row), materialized; planned over job 2's "
             "plan, the run reads its files",
             cand.group_by("wh")
             .agg(n=("row", "count"), r0=("row", "min"))
             .map_batches(lambda t: t.filter(pc.greater_equal(t["n"], 2)), name="dedup.substring.groups"),
-            "groups",
+            folder="groups",
         )
-        job(
+        jobs(
             f"shared windows ≤ shared_window_rows {limit:,} (48 bytes a window in B/4): the driver reads them "
             "and every task looks them up in memory (no join, no sort); more: job 4",
         )
@@ -570,10 +577,11 @@ def _passes(
                 lambda t: t.filter(pc.greater(t["row"], t["r0"])).select(["row", "s"]),
                 name="dedup.substring.repeats",
             )
-            written = job(
+            written = jobs(
                 "job 4: the repeats by the join path, sorted by row, written once (over jobs 2-3's plans)",
                 later.sort("row", "s"),
-                "repeats",
+                "write_parquet",
+                folder="repeats",
             )
             if not explain:
                 logger.info("substring dedup: %d shared windows > the limit %d: join path", shared, limit)
@@ -581,7 +589,7 @@ def _passes(
                 info["repeat_windows"] = parquet_rows(repeat_files)
     if explain or top:
         keys, text = pa.array(sorted({r0 for _, _, r0 in top}), pa.int64()), config.text_column
-        docs = job(
+        docs = jobs(
             "job 5: the most repeated windows' first documents, to the driver (top spans in the stats)",
             rows.map_batches(
                 lambda t: t.filter(pc.is_in(t[ROW], keys)).select([ROW, text]),
@@ -592,27 +600,9 @@ def _passes(
         info["top_spans"] = [] if explain else _top_spans(top, docs, config, repeated)
     info.setdefault("top_spans", [])
     cut = _Cut(config, repeated, repeat_files, *(broadcast or (None, None)))
-    return rows.map_batches(cut, name="dedup.substring.cut")
-
-
-def substring_plans(
-    ds: Dataset,
-    config: SubstringConfig,
-    *,
-    budget: Budget,
-    finish: Callable[[Dataset], Dataset] = lambda out: out,
-) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``substring_dedup_dataset`` runs, in order, with the rules between them (``zephyr
-    explain dedup substring``), planned with nothing found yet (``_passes``). ``finish``: what the caller
-    does to the output before writing it."""
-    plans: list[tuple[str, Dataset | None]] = []
-
-    def listed(title: str, plan: Dataset | None = None, how: str | None = None) -> Dataset | None:
-        plans.append((title, plan))
-        return plan
-
-    out = _passes(ds, config, budget.shared_window_rows, listed, {})
-    return [*plans, ("job 6: the output, each batch's repeats cut", finish(out))]
+    return jobs.output(
+        "job 6: the output, each batch's repeats cut", rows.map_batches(cut, name="dedup.substring.cut")
+    )
 
 
 def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -626,34 +616,6 @@ def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "docs_changed": counters.get("substring/docs_changed", 0),
     }
-
-
-def substring_dedup_dataset(
-    ds: Dataset,
-    config: SubstringConfig,
-    *,
-    execution: dict[str, Any],
-    scratch: str,
-    stats: dict[str, Any] | None = None,
-    shared_window_rows: int | None = None,
-) -> Dataset:
-    """Run passes 1 and 2 (module docstring) eagerly with ``execution``, writing the repeats under
-    ``scratch``; return the lazy plan of pass 3 (the deduplicated rows, input order kept). ``stats`` receives
-    the pass sizes and the top repeated spans. The windows found in two or more documents are looked up in
-    memory by every task when there are at most ``shared_window_rows`` of them (default: the budget's
-    ``shared_window_rows``, 48 bytes each within a quarter of it), else found by a join and a sort."""
-
-    def run(title: str, plan: Dataset | None = None, how: str | None = None) -> Any:
-        if plan is None:
-            return None
-        if how == "to_arrow":
-            return plan.to_arrow(**execution)
-        if how == "repeats":
-            return plan.write_parquet(f"{scratch}/{how}", **execution)
-        return plan.materialize(f"{scratch}/{how}", **execution)
-
-    limit = budget_of(execution).shared_window_rows if shared_window_rows is None else shared_window_rows
-    return _passes(ds, config, limit, run, {} if stats is None else stats)
 
 
 def _top_windows(files: list[str]) -> list[tuple[int, int, int]]:

@@ -427,7 +427,8 @@ class DedupStep(Step):
     """A step that runs one of ``zephyr.dedup``'s document dedups in annotate mode and removes the duplicates
     it marks (``RemoveDuplicates``, reason ``<kind>_duplicate``), the data's own ``dup_*`` columns set aside
     around it. ``run`` and ``plans`` are written once, here, for every such step: a step says which dedup
-    function and ``*_plans`` it runs (``method``), the CLI's pair, so ``--explain`` shows what ``run`` runs."""
+    function it runs (``method``), and ``plans`` is that function's listing (``zephyr.dedup._rows.Jobs``), so
+    ``--explain`` shows what ``run`` runs."""
 
     kind: ClassVar[str]
     """The drop reason's first word (``exact`` → ``exact_duplicate``)."""
@@ -436,9 +437,9 @@ class DedupStep(Step):
     priority_column: str | None = None
     """Keep the row with the largest value of this column in each cluster (ties: smallest id)."""
 
-    def method(self, ctx: StepContext) -> tuple[Any, Any]:
-        """``(run, plans)``: the dedup's Dataset function and its ``*_plans`` with the step's settings bound,
-        called as ``run(rows, mode=, execution=, **keywords)`` and ``plans(rows, budget=, mode=, finish=)``."""
+    def method(self, ctx: StepContext) -> Any:
+        """The dedup's Dataset function with the step's settings bound, called as ``method(rows, mode=,
+        execution=, **keywords)`` by ``run`` and with a listing ``jobs=`` by ``plans``."""
         raise NotImplementedError
 
     def shingling(self) -> tuple[str, int, str] | None:
@@ -458,8 +459,8 @@ class DedupStep(Step):
 
     def annotated(self, ctx: StepContext, **keywords: Any) -> Dataset:
         """The step's input with dedup's columns, its eager jobs run (``keywords``: the dedup function's)."""
-        run, _ = self.method(ctx)
-        return run(ctx.dedup_inputs(), mode="annotate", execution=ctx.engine(self.action), **keywords)
+        rows = ctx.dedup_inputs()
+        return self.method(ctx)(rows, mode="annotate", execution=ctx.engine(self.action), **keywords)
 
     def written(self, ctx: StepContext, annotated: Dataset) -> StepOutcome:
         """The kept rows written to the step folder, and the examples the report shows."""
@@ -474,11 +475,10 @@ class DedupStep(Step):
         return self.written(ctx, self.annotated(ctx))
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        _, plans = self.method(ctx)
-        rows = ctx.dedup_inputs()
-        return plans(
-            rows, budget=ctx.budget, mode="annotate", finish=lambda out: ctx.counted(self.kept(ctx, out))
-        )
+        from zephyr.dedup._rows import Jobs
+
+        rows, finish = ctx.dedup_inputs(), lambda out: ctx.counted(self.kept(ctx, out))
+        return Jobs.plans(self.method(ctx), rows, mode="annotate", budget=ctx.budget, finish=finish)
 
 
 @dataclass(frozen=True)
@@ -508,11 +508,12 @@ class ExactDedupStep(_DedupStep, type="exact_dedup"):
     kind: ClassVar[str] = "exact"
     dedup: ExactDedupConfig = embedded_field(ExactDedupConfig, keys=("normalize",))
 
-    def method(self, ctx: StepContext) -> tuple[Any, Any]:
-        from zephyr.dedup.exact import exact_dedup_dataset, exact_plans
+    def method(self, ctx: StepContext) -> Any:
+        from zephyr.dedup.exact import exact_dedup_dataset
 
-        bound = {"columns": self._columns(ctx), "normalize": self.dedup.normalize}
-        return functools.partial(exact_dedup_dataset, **bound), functools.partial(exact_plans, **bound)
+        return functools.partial(
+            exact_dedup_dataset, columns=self._columns(ctx), normalize=self.dedup.normalize
+        )
 
     def shingling(self) -> tuple[str, int, str]:
         # exact duplicates share every shingle once normalized: the Jaccard shown is that of word 5-grams
@@ -541,12 +542,12 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         if self.update_index and not self.index:
             raise FieldError("update_index", "update_index needs index: (the folder to add to)")
 
-    def method(self, ctx: StepContext) -> tuple[Any, Any]:
-        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset, fuzzy_plans
+    def method(self, ctx: StepContext) -> Any:
+        """The index is named here (a listing says it is read) and opened by ``run``."""
+        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
 
-        bound = {"config": self.dedup, "columns": self._columns(ctx)}
-        run = functools.partial(fuzzy_dedup_dataset, row_numbers=self.update_index, **bound)
-        return run, functools.partial(fuzzy_plans, index=bool(self.index), **bound)
+        bound = {"config": self.dedup, "columns": self._columns(ctx), "index": self.index}
+        return functools.partial(fuzzy_dedup_dataset, row_numbers=self.update_index, **bound)
 
     def shingling(self) -> tuple[str, int, str]:
         return self.dedup.shingle, self.dedup.ngram, self.dedup.normalize

@@ -171,12 +171,11 @@ class UrlDedupStep(DedupStep, type="url_dedup"):
     url_column: str = "url"
     """The column holding each document's URL."""
 
-    def method(self, ctx: StepContext) -> tuple[Any, Any]:
-        from zephyr.dedup.exact import url_dedup_dataset, url_plans
+    def method(self, ctx: StepContext) -> Any:
+        from zephyr.dedup.exact import url_dedup_dataset
 
         columns = DedupColumns(id_column=ctx.pipeline.id_column, priority_column=self.priority_column)
-        bound = {"columns": columns, "url_column": self.url_column}
-        return functools.partial(url_dedup_dataset, **bound), functools.partial(url_plans, **bound)
+        return functools.partial(url_dedup_dataset, columns=columns, url_column=self.url_column)
 
 
 @dataclass(frozen=True)
@@ -199,9 +198,13 @@ class SubstringDedupStep(Step, type="substring_dedup"):
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         """``substring_dedup_dataset``'s passes, planned with nothing found yet (``zephyr explain dedup
         substring``'s)."""
-        from zephyr.dedup.substring import substring_plans
+        from zephyr.dedup._rows import Jobs
+        from zephyr.dedup.substring import substring_dedup_dataset
 
-        return substring_plans(ctx.read_inputs(), self._config(ctx), budget=ctx.budget, finish=ctx.counted)
+        config, budget = self._config(ctx), ctx.budget
+        return Jobs.plans(
+            substring_dedup_dataset, ctx.read_inputs(), config, budget=budget, finish=ctx.counted
+        )
 
     def run(self, ctx: StepContext) -> StepOutcome:
         """The step's extra holds the bytes removed per source and the most repeated spans (the report shows

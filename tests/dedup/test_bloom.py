@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup
+from zephyr.dedup.bloom import BloomFilter, bloom_paragraph_dedup, bloom_paragraph_dedup_dataset
 from zephyr.dedup.config import ParagraphDedupConfig
 from zephyr.dedup.exact import paragraph_dedup
 
@@ -204,3 +204,16 @@ def test_command_line_exact_method_matches_the_plain_function(tmp_path):
     )
     got = pq.read_table(tmp_path / "o").sort_by("id")["text"].to_pylist()
     assert got == paragraph_dedup(table, mode="remove").table["text"].to_pylist()
+
+
+def test_dataset_function_refuses_a_filter_it_can_neither_size_nor_load(tmp_path):
+    """Checked when the plan is made (what ``zephyr explain`` and the command rely on), not at the first batch."""
+    import zephyr
+
+    ds = zephyr.from_items([{"text": "a\nb"}])
+    with pytest.raises(ConfigError, match="--method bloom needs --expected N"):
+        bloom_paragraph_dedup_dataset(ds, ParagraphDedupConfig(method="bloom"))
+    with pytest.raises(InputError, match="cannot read the Bloom filter"):
+        bloom_paragraph_dedup_dataset(
+            ds, ParagraphDedupConfig(method="bloom", load_filter=str(tmp_path / "x"))
+        )

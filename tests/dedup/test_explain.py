@@ -13,6 +13,8 @@ import pytest
 from zephyr import job_stats
 from zephyr.cli import main
 
+from ..explain_plans import explain, planned_jobs, ran_jobs, runs_in_order
+
 
 @pytest.fixture
 def corpus(tmp_path):
@@ -72,3 +74,13 @@ def test_json_puts_the_plan_in_the_details(corpus, capsys):
     record = json.loads(capsys.readouterr().out)
     assert record["command"] == "zephyr explain dedup fuzzy" and record["rows_in"] == 0
     assert record["details"]["ran"] is False and "job 1: candidate pairs" in record["details"]["plan"]
+
+
+def test_fuzzy_writing_an_index_prints_the_stages_its_run_has(tmp_path, corpus, capsys):
+    """The plans are the run's code: with an index to write, the output is annotated with row numbers and
+    then stripped (``dedup.fuzzy.output``), in the plan as in the run."""
+    argv = ["dedup", "fuzzy", str(corpus), "--write-index", str(tmp_path / "index")]
+    plans = planned_jobs(explain(argv, capsys))
+    assert any("dedup.fuzzy.output" in stage for stage in plans["job 3"])
+    ran = ran_jobs([*argv, "--output", str(tmp_path / "out")], capsys)
+    assert runs_in_order([plans["job 1"], plans["job 3"]], ran)
