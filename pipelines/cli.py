@@ -132,12 +132,13 @@ def _removing(
     """Run a removing command's ``op`` (None: keep every row) over ``ds``: its kept rows to ``out`` in one job,
     or with ``--dropped-output`` (``aside``) the kept and dropped rows routed by its ``reasons``
     (``zephyr.removal.write_routed``); then ``stats.json`` (``data`` and the job's stats) and the summary."""
-    from zephyr.removal import keep_all, write_routed
+    from zephyr.removal import Verdict, keep_all, write_routed
 
     if not aside:
         result = (ds if op is None else ds.map_batches(op, name=name)).write_parquet(out, **opts)
         return _written(result, out, data, **fields)
-    routed = write_routed(ds, keep_all if op is None else op.reasons, out, aside, opts)
+    verdict = ds.map_batches(Verdict(keep_all if op is None else op.reasons), name="verdict")
+    routed = write_routed(verdict, out, {"dropped": aside}, opts)
     stats = _stats(out, {**data, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
     return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
 
@@ -258,44 +259,23 @@ class FilterOptions:
         return HeuristicFilterStep(rules, **columns)
 
 
-def _annotated(
-    inputs: TextInputs, config: FilterOptions
-) -> tuple[Dataset, tuple[str, ...], HeuristicFilterStep]:
-    """The input with every row's first failing rule in the reason column, as the ``heuristic_filter``
-    step annotates it, the input columns set aside around the filter (restored by the routes), and that
-    step (whose ``route`` the routes are)."""
+def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Dataset, dict[str, Any]]:
+    """Job 1: every row with its first failing rule in the reason column, as the ``heuristic_filter`` step
+    annotates it; and how its rows are routed (``zephyr.removal.routes``): the kept ones to ``out``, the
+    dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), the quarantined ones to
+    ``out.zephyr/quarantine``, and the report's per-batch summaries and examples to the driver."""
+    from zephyr.pipelines.examples import PARTS_DIR, CollectExamples, ReasonGroups
+    from zephyr.pipelines.quality.filters import NULL_TEXT, summarize_batch
+
+    from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
+
     step = config.step()  # checks the rules before any work
     if "url" in step.filter.rules:
         require("tldextract", "web", "zephyr filter --rules url")
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
-    lang = config.lang_column or None
-    return *step.annotate(ds, inputs.text_column, lang), step
-
-
-def _routes(
-    inputs: TextInputs,
-    config: FilterOptions,
-    step: HeuristicFilterStep,
-    annotated: Dataset,
-    aside: tuple[str, ...],
-    out: str,
-) -> list[tuple[str, str, Dataset]]:
-    """(kind, folder, plan) of the jobs after the annotating one, in the order they run: kept rows to
-    ``out``, dropped ones to ``--dropped-output`` (default ``out.zephyr/dropped``), quarantined ones to
-    ``out.zephyr/quarantine``, and the report's per-batch summaries (to the driver)."""
-    from zephyr.pipelines.examples import PARTS_DIR, CollectExamples, ReasonGroups
-    from zephyr.pipelines.quality.filters import NULL_TEXT, summarize_batch
-
-    from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
-
-    routes = (
-        ("kept", out),
-        ("dropped", config.dropped_output or dropped_dir(out)),
-        ("quarantined", quarantine_dir(out)),
-    )
-    plans = [(kind, where, step.route(annotated, kind, aside)) for kind, where in routes]
+    ds, aside = step.annotate(ds, inputs.text_column, config.lang_column or None)
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),
@@ -309,23 +289,28 @@ def _routes(
     def summarize(t: Any) -> Any:
         return summarize_batch(t, text_column=text, source_column=source)
 
-    report = annotated.map_batches(examples, name="examples").map_batches(summarize, name="report")
-    return [*plans, ("report", "", report)]
+    def report(rows: Dataset) -> Dataset:
+        return rows.map_batches(examples, name="examples").map_batches(summarize, name="report")
+
+    sides = {"dropped": config.dropped_output or dropped_dir(out), "quarantined": quarantine_dir(out)}
+    return ds, {"sides": sides, "route": step.router(aside), "also": report}
 
 
 def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
     """The jobs of ``zephyr filter`` in order, built by the functions it runs. The routes and the report read
     the annotated rows' files; here they are planned over the annotating job's plan. Nothing runs."""
-    ds, aside, step = _annotated(inputs, config)
+    from zephyr.removal import routes
+
+    ds, routing = _filtered(inputs, config, "OUTPUT")
     annotate = (
         f"job 1: every row with its first failing rule (rules {config.rules}) in {config.output_column}, "
         "written to a scratch folder in OUTPUT.zephyr"
     )
     then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
     jobs: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
-    for number, (kind, where, plan) in enumerate(_routes(inputs, config, step, ds, aside, "OUTPUT"), 2):
+    for number, (kind, where, plan) in enumerate(routes(ds, "OUTPUT", **routing), 2):
         title = f"job {number}: the {kind} rows → {where}"
-        if kind == "report":
+        if not where:
             title = f"job {number}: the report's per-batch counts, to the driver, and its examples (OUTPUT.zephyr/report.json, report.md, examples.json)"
         jobs.append((title, plan))
     return jobs
@@ -338,16 +323,16 @@ def heuristic_filter(
 
     One engine job annotates every row with its first failing rule into a scratch folder; three route the
     annotated rows (kept → OUTPUT, dropped → OUTPUT.zephyr/dropped/, quarantined → OUTPUT.zephyr/quarantine/)
-    and one summarizes them for OUTPUT.zephyr/report.json and report.md. Input lines that cannot be read go
-    to OUTPUT.zephyr/unreadable/."""
+    and one summarizes them for OUTPUT.zephyr/report.json and report.md (``zephyr.removal.write_routed``).
+    Input lines that cannot be read go to OUTPUT.zephyr/unreadable/."""
     from zephyr.pipelines.examples import merge_filter_examples, read_examples
     from zephyr.pipelines.quality.filters import merge_summaries
     from zephyr.pipelines.report import retention_markdown
 
-    import zephyr
     from zephyr import job_stats
     from zephyr.io.claim import check_side_dir, prune_quarantine
-    from zephyr.io.layout import quarantine_dir, remove_folder, scratch_dir, side_path
+    from zephyr.io.layout import quarantine_dir, remove_folder, side_path
+    from zephyr.removal import write_routed
 
     out = output.output
     config.step()  # checks the rules before any work
@@ -357,25 +342,13 @@ def heuristic_filter(
     # lines (source, line, reason, raw) have another schema, so they go to a folder of their own
     unreadable_dir = side_path(out, "unreadable")
     opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()
-    ds, aside, step = _annotated(inputs, config)
-    scratch = scratch_dir(out, "annotated")
+    ds, routing = _filtered(inputs, config, out)
     remove_folder(side_path(out, "work"))  # parts an interrupted run left
-    parts: list[Any] = []
     with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
-        try:
-            written = ds.write_parquet(scratch, overwrite=True, **opts)
-            engine, unreadable = written.stats, written.stats["rows_quarantined"]
-            if written.files:  # the annotator keeps every row: no file means no input row, nothing to route
-                annotated = zephyr.read_parquet(list(written.files))
-                (_, _, kept), *others, (_, _, report) = _routes(inputs, config, step, annotated, aside, out)
-                engine = kept.write_parquet(out, **opts).stats
-                for _, where, plan in others:  # sidecar folders, or a --dropped-output the command claimed
-                    plan.write_parquet(where, overwrite=True, **opts)
-                parts = [report.to_arrow(**opts)]
-        finally:
-            remove_folder(scratch)
+        routed = write_routed(ds, out, opts=opts, scratch="annotated", overwrite=True, **routing)
+    written, unreadable = routed.verdict, routed.verdict.stats["rows_quarantined"]
     prune_quarantine(unreadable_dir, jobs)
-    report = merge_summaries(parts)
+    report = merge_summaries([] if routed.also is None else [routed.also])
     totals = report["totals"]
     reasons = totals["dropped_rows_by_reason"]
     examples = merge_filter_examples(Path(side_path(out)), reasons, config.samples, None)
@@ -385,10 +358,9 @@ def heuristic_filter(
         totals["rows_quarantined"] += unreadable
         totals["rows_unreadable"] = unreadable
         totals["unreadable_quarantine_dir"] = written.stats.get("quarantine_dir")
-    from zephyr.io.layout import dropped_dir
-
-    dropped_output = config.dropped_output or dropped_dir(out)
+    dropped_output = routing["sides"]["dropped"]
     # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
+    engine = (routed.kept or written).stats
     stats = {"rules": config.rules, **totals, "dropped_output": dropped_output}
     stats_file = _stats(out, {**stats, "engine": engine, **job_stats.summarize(jobs)})
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -33,7 +33,8 @@ Sidecar format (version 1)::
            shown), "cut_before": bool, "cut_after": bool (text left out), "fields": {column: value, ...}}
 
 ``kept`` of a dedup cluster is null when its kept row is not in this step's input (a match against a
-signature index of earlier runs).
+signature index of earlier runs). ``filter_example_blocks`` and ``dedup_example_blocks`` turn a payload into
+the report's blocks, where the filter section and a dedup step's report show them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.pipelines.markdown import md_code, md_text
 
 EXAMPLES_FILE = "examples.json"
 
@@ -264,6 +266,50 @@ def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize:
     return _save(step_dir, payload)
 
 
+def filter_example_blocks(step: str, payload: dict[str, Any]) -> list[tuple]:
+    """A filter step's examples as report blocks (``zephyr.pipelines.report``'s block format): ``("cards", title, rows)``
+    (document boxes; Markdown: one line each), the kept rows, then the dropped ones per top reason."""
+    kept = payload.get("kept", [])
+    shown = f" ({len(kept)} shown, picked by a fixed hash of their ids):" if kept else ": none."
+    blocks: list[tuple] = [
+        ("h", 3, f"Examples: {md_code(step)}"),
+        ("p", "Kept" + shown),
+        ("cards", "kept", kept),
+    ]
+    dropped = sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0]))
+    for reason, entry in dropped:
+        blocks.append(("p", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):"))
+        blocks.append(("cards", "dropped", entry.get("examples", [])))
+    return blocks if dropped else [*blocks, ("p", "Nothing dropped.")]
+
+
+def dedup_example_blocks(step: str, payload: dict[str, Any]) -> list[tuple]:
+    """A dedup step's example clusters as report blocks (``zephyr.pipelines.report``'s block format): ``("pair", kept, removed)`` (HTML: side by side with
+    the differing words marked, Markdown: the differing runs listed)."""
+    clusters = payload.get("clusters", [])
+    if not clusters:
+        return [("p", f"Examples from {md_code(step)}: no clusters, nothing was removed.")]
+    blocks: list[tuple] = [
+        (
+            "p",
+            f"Examples from {md_code(step)} ({len(clusters)} clusters, picked by a fixed hash of their ids). "
+            f"Jaccard on {md_text(payload.get('shingles', ''))} after {md_code(payload.get('normalize', ''))} "
+            "normalization, as the step measures it; the words that differ are shown for each pair.",
+        )
+    ]
+    for c in clusters:
+        jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
+        size = md_text(c.get("size") or "?")
+        blocks.append(
+            (
+                "p",
+                f"**Cluster {md_code(c['cluster'])}**: {size} documents; Jaccard(kept, removed) = **{jaccard}**",
+            )
+        )
+        blocks.append(("pair", c.get("kept"), c["removed"]))
+    return blocks
+
+
 def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
     """A step's sidecar, or None when it has none (steps from before examples, or non-filter steps)."""
     import json
@@ -282,10 +328,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
-
-
-DEDUP, FILTER = "dedup_examples", "filter_examples"
-"""Report block kinds: ``(kind, step name, examples payload)`` (``zephyr.pipelines.report``)."""
 
 
 def _hash64(values: pa.Array) -> np.ndarray:

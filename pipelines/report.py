@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import quote
 
 from zephyr.pipelines.config import STEPS
-from zephyr.pipelines.examples import DEDUP, FILTER, read_examples
+from zephyr.pipelines.examples import filter_example_blocks, read_examples
 from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_row, md_text
 from zephyr.pipelines.step import rows_rewritten
 
@@ -66,9 +66,9 @@ class ReportPaths:
 
 
 # A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
-# | ("cards", title, example rows) | ("pair", kept row, removed row); a step's (DEDUP or FILTER, step name,
-# examples payload) becomes those (_example_blocks). Texts, headers and cells are inline Markdown (values from
-# data or config through md_text/md_code); an image's path and alt are plain strings.
+# | ("cards", title, example rows) | ("pair", kept row, removed row); a step's examples payload becomes those
+# (examples.filter_example_blocks, examples.dedup_example_blocks). Texts, headers and cells are inline
+# Markdown (values from data or config through md_text/md_code); an image's path and alt are plain strings.
 Block = tuple
 
 
@@ -110,9 +110,7 @@ def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
             blocks.append(("h", 2, title))
         for s in records:
             blocks += STEPS[s["type"]].report(s, plots)
-    return [
-        b for block in blocks for b in (_example_blocks(*block) if block[0] in (DEDUP, FILTER) else [block])
-    ]
+    return blocks
 
 
 def _step_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
@@ -185,7 +183,7 @@ def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
-        blocks += [(FILTER, step, payload) for step, payload in examples]
+        blocks += [b for step, payload in examples for b in filter_example_blocks(step, payload)]
     return blocks
 
 
@@ -379,47 +377,6 @@ def _card(title: str, row: dict[str, Any], body: str | None = None) -> str:
     return f'<div class="doc">{_head(title, row)}<div class="body">{before}{body}{after}</div></div>'
 
 
-def _example_blocks(kind: str, step: str, payload: dict[str, Any]) -> list[Block]:
-    """A step's examples (``zephyr.pipelines.examples``) as report blocks: ``("cards", title, rows)`` (document
-    boxes; Markdown: one line each) and ``("pair", kept, removed)`` (a dedup pair; HTML: side by side with
-    the differing words marked, Markdown: the differing runs listed)."""
-    if kind == FILTER:
-        kept = payload.get("kept", [])
-        shown = f" ({len(kept)} shown, picked by a fixed hash of their ids):" if kept else ": none."
-        blocks: list[Block] = [
-            ("h", 3, f"Examples: {md_code(step)}"),
-            ("p", "Kept" + shown),
-            ("cards", "kept", kept),
-        ]
-        dropped = sorted(payload.get("dropped", {}).items(), key=lambda kv: (-kv[1]["rows"], kv[0]))
-        for reason, entry in dropped:
-            blocks.append(("p", f"Dropped by {md_code(reason)} ({entry['rows']:,} rows):"))
-            blocks.append(("cards", "dropped", entry.get("examples", [])))
-        return blocks if dropped else [*blocks, ("p", "Nothing dropped.")]
-    clusters = payload.get("clusters", [])
-    if not clusters:
-        return [("p", f"Examples from {md_code(step)}: no clusters, nothing was removed.")]
-    blocks = [
-        (
-            "p",
-            f"Examples from {md_code(step)} ({len(clusters)} clusters, picked by a fixed hash of their ids). "
-            f"Jaccard on {md_text(payload.get('shingles', ''))} after {md_code(payload.get('normalize', ''))} "
-            "normalization, as the step measures it; the words that differ are shown for each pair.",
-        )
-    ]
-    for c in clusters:
-        jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
-        size = md_text(c.get("size") or "?")
-        blocks.append(
-            (
-                "p",
-                f"**Cluster {md_code(c['cluster'])}**: {size} documents; Jaccard(kept, removed) = **{jaccard}**",
-            )
-        )
-        blocks.append(("pair", c.get("kept"), c["removed"]))
-    return blocks
-
-
 def _pair_html(kept: dict[str, Any] | None, removed: dict[str, Any]) -> str:
     if kept is None:
         return (
@@ -481,7 +438,7 @@ def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) 
             ("table", ["outcome", "rows", "% rows", "bytes", "% bytes"], rows),
         ]
     if examples:
-        blocks += _example_blocks(FILTER, "filter", examples)
+        blocks += filter_example_blocks("filter", examples)
     return render_markdown(blocks)
 
 

@@ -498,10 +498,6 @@ class MinScoreFilter:
         return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
 
     def __call__(self, table: pa.Table) -> Any:
-        import pyarrow.compute as pc
+        from zephyr.removal import keep_by
 
-        from zephyr.ops import BatchOutput
-
-        kept = table.filter(pc.is_null(self.reasons(table)))
-        removed = table.num_rows - kept.num_rows
-        return BatchOutput(kept=kept, dropped={self.reason: removed} if removed else {})
+        return keep_by(table, self.reasons(table))

@@ -288,7 +288,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     ) -> tuple[Dataset, tuple[str, ...]]:
         """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
         around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
-        ``RouteByReason``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
+        ``zephyr.removal.Route``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
         annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
         from zephyr.pipelines.quality.filters import FilterAnnotator
 
@@ -309,15 +309,15 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         )
         return ds.map_batches(annotator, name=op("filter")), aside
 
-    def route(
-        self, annotated: Dataset, kind: str, aside: tuple[str, ...], op: Callable[[str], str] = str
-    ) -> Dataset:
-        """The annotated rows of one outcome (``RouteByReason``): ``kept``, ``dropped`` (their reason in
-        ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``), the op named
-        ``op("route_<kind>")``. The one routing of this step and ``zephyr filter``."""
-        from zephyr.pipelines.quality.filters import RouteByReason
+    def router(self, aside: tuple[str, ...], side: str = "kept") -> Any:
+        """How the annotated rows of one outcome are kept (``zephyr.removal.Route``): ``kept``, ``dropped``
+        (their reason in ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``); ``aside``:
+        what ``annotate`` set aside. The one routing of this step and ``zephyr filter``."""
+        from zephyr.pipelines.quality.filters import NULL_TEXT
 
-        return annotated.map_batches(RouteByReason(kind, self.reason, aside), name=op(f"route_{kind}"))
+        from zephyr.removal import DROP_REASON, Route
+
+        return Route(side, DROP_REASON, self.reason, (NULL_TEXT,), aside)
 
     def _jobs(self, ctx: StepContext, annotated: Dataset | None = None) -> tuple[Dataset, Dataset, Dataset]:
         """Job 1, every row annotated with its first failing rule, and the kept and dropped rows of
@@ -329,8 +329,9 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         annotate, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
         rows = annotate if annotated is None else annotated
         examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
-        kept = self.route(rows.map_batches(examples, name=ctx.op("examples")), "kept", aside, ctx.op)
-        return annotate, kept, self.route(rows, "dropped", aside, ctx.op)
+        kept = rows.map_batches(examples, name=ctx.op("examples"))
+        kept = kept.map_batches(self.router(aside), name=ctx.op("route_kept"))
+        return annotate, kept, rows.map_batches(self.router(aside, "dropped"), name=ctx.op("route_dropped"))
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.pipelines.examples import filter_examples
@@ -370,7 +371,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
 
 def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
     """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
-    from zephyr.pipelines.examples import DEDUP, read_examples
+    from zephyr.pipelines.examples import dedup_example_blocks, read_examples
 
     name = record["step"]
     sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
@@ -396,7 +397,7 @@ def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
         blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
     payload = read_examples(record.get("extra", {}).get("examples"))
     if payload and payload["kind"] == "dedup":
-        blocks.append((DEDUP, name, payload))
+        blocks += dedup_example_blocks(name, payload)
     return blocks
 
 

@@ -33,17 +33,21 @@ zephyr.errors.ColumnExistsError: in.parquet: the input already has a column 'lan
 ``--dropped-output DIR``: keep the rows a command drops, with the reason, instead of only counting them.
 
 Why: a drop is a decision about data (datatrove's ``exclusion_writer``); a person checking a filter, a
-language cut or a dedup needs the removed rows themselves. ``zephyr filter`` routes its rows this way;
-``langid``, ``decontaminate`` and ``dedup exact|fuzzy|url --mode remove`` share this helper.
+language cut or a dedup needs the removed rows themselves. ``langid``, ``decontaminate`` and ``dedup
+exact|fuzzy|url --mode remove`` route their rows with ``write_routed``, and so does ``zephyr filter`` (its
+verdict is the rules' ``drop_reason``; it also routes quarantined rows and collects its report); the filter
+steps route with the same op, ``Route``.
 
-How, in three engine jobs, so the verdict (a language model, an n-gram index, a dedup) runs once:
+How, in one engine job per side after the verdict's, so the verdict (a language model, an n-gram index, a
+dedup, the rules) runs once:
 
-1. the command's dataset with a *verdict* column (``VERDICT``: the drop reason, null for a kept row) is
-   written to a scratch folder in the output's sidecar (``OUT.zephyr/routed``, ``zephyr.io.layout``; removed
-   after);
+1. the command's dataset with a *verdict* column (``VERDICT``, from a ``Verdict`` op: the drop reason, null
+   for a kept row) is written to a scratch folder in the output's sidecar (``OUT.zephyr/routed``,
+   ``zephyr.io.layout``; removed after);
 2. the kept rows, without the verdict column, go to ``OUTPUT`` — that job counts the others as dropped by
    reason, so its stats read like the command's own would;
-3. the dropped rows, with the reason in a ``drop_reason`` column, go to ``DIR``.
+3. the dropped rows, with the reason in a ``drop_reason`` column, go to ``DIR`` (``routes`` lists the jobs;
+   ``zephyr explain`` prints them).
 
 Without ``--dropped-output`` a command keeps its one-job plan and writes the same bytes as before.
 ``DIR`` may not be the output, a folder inside it or one that contains it
@@ -52,6 +56,7 @@ Without ``--dropped-output`` a command keeps its one-job plan and writes the sam
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -160,15 +165,9 @@ class Removal:
         routing or None)."""
         if not self.dropped_output:
             return self.finish(dataset, columns).write_parquet(output, **execution), None
-        routed = write_routed(
-            dataset,
-            reasons,
-            output,
-            self.dropped_output,
-            execution,
-            finish=lambda d: self.finish(d, columns),
-            working=tuple(columns),
-        )
+        verdict = dataset.map_batches(Verdict(reasons, tuple(columns)), name="verdict")
+        sides = {"dropped": self.dropped_output}
+        routed = write_routed(verdict, output, sides, execution, finish=lambda d: self.finish(d, columns))
         return routed.kept or routed.verdict, routed
 
     def summary(
@@ -252,37 +251,65 @@ class Unless:
         return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
 
 
-@dataclass(frozen=True)
-class _Route:
-    """Picklable op: one side of the rows a ``Verdict`` split. ``kept`` reports the other rows to the engine
-    as dropped by reason; ``dropped`` keeps those rows with the reason in ``drop_reason``."""
+def keep_by(table: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> Any:
+    """The rows of ``table`` whose reason is null, the others reported to the engine as dropped by reason:
+    the one way a removing op (a filter, a language cut, decontamination, a route) drops rows."""
+    import pyarrow.compute as pc
 
-    side: Literal["kept", "dropped"]
+    from zephyr.ops import BatchOutput
+
+    counts = pc.value_counts(reasons.drop_null()).to_pylist()
+    dropped = {str(c["values"]): int(c["counts"]) for c in counts}
+    return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=dropped)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Picklable op: one side of rows that carry their verdict in ``column`` (null: kept). ``kept`` drops
+    the column and reports the other rows to the engine as dropped by reason (``keep_by``), so that stage's
+    stats show the per-reason counts; ``dropped`` keeps the rows with a reason outside ``quarantine``, the
+    reason in ``reason_column`` (an existing column of that name is replaced: the caller checked that it
+    may); ``quarantined`` keeps the rows whose reason is in ``quarantine``, the reason in
+    ``quarantine_reason``. ``aside`` lists input columns ``set_aside`` moved out of the way, restored on
+    every side. The one routing of removed rows: ``write_routed``, ``zephyr filter`` and the filter steps."""
+
+    side: Literal["kept", "dropped", "quarantined"] = "kept"
+    column: str = VERDICT
+    reason_column: str = DROP_REASON
+    quarantine: tuple[str, ...] = ()
+    aside: tuple[str, ...] = ()
 
     def __call__(self, table: pa.Table) -> Any:
+        import pyarrow as pa
         import pyarrow.compute as pc
 
+        from zephyr.io.quarantine import QUARANTINE_REASON
         from zephyr.ops import BatchOutput
 
-        verdict = table.column(VERDICT)
+        restore = set_aside(self.aside, restore=True)
+        reasons = table.column(self.column)
         if self.side == "kept":
-            counts = (
-                pc.value_counts(verdict.drop_null()).to_pylist() if verdict.null_count < len(verdict) else []
-            )
-            kept = table.filter(pc.is_null(verdict)).drop_columns([VERDICT])
-            return BatchOutput(kept=kept, dropped={str(c["values"]): int(c["counts"]) for c in counts})
-        dropped = table.filter(pc.is_valid(verdict))
-        names = [DROP_REASON if name == VERDICT else name for name in dropped.column_names]
-        return dropped.rename_columns(names)
+            out = keep_by(table, reasons)
+            return BatchOutput(kept=restore(out.kept.drop_columns([self.column])), dropped=out.dropped)
+        quarantined = pc.is_in(reasons, pa.array(self.quarantine, pa.string()))
+        if self.side == "quarantined":
+            name = QUARANTINE_REASON
+            rows = table.filter(quarantined)
+        else:
+            name = self.reason_column
+            rows = table.filter(pc.and_(pc.is_valid(reasons), pc.invert(quarantined)))
+        return restore(RenameColumns(((self.column, name),), replace=self.side == "dropped")(rows))
 
 
 @dataclass(frozen=True)
 class Routed:
-    """What ``write_routed`` wrote: the three jobs' stats and the accounting they add up to."""
+    """What ``write_routed`` wrote: the verdict job's write, the kept rows' (None: no row came through the
+    verdict job, nothing was routed), each other side's by name, and the table the ``also`` job collected."""
 
     verdict: Any
-    kept: Any
-    dropped: Any
+    kept: Any = None
+    sides: dict[str, Any] = field(default_factory=dict)
+    also: Any = None
 
     def summary(self, **fields: Any):
         """The command's ``Summary``: rows read by the verdict job (unreadable ones included), kept by the
@@ -290,7 +317,7 @@ class Routed:
         from zephyr.job_stats import add_counts
         from zephyr.summary import Summary, from_stages
 
-        if self.kept is None:  # no row came through the verdict job: nothing was routed
+        if self.kept is None:
             return from_stages(self.verdict.stats.get("stages", []), **fields)
         first = from_stages(self.verdict.stats.get("stages", []))
         routed = from_stages(self.kept.stats.get("stages", []))
@@ -304,45 +331,66 @@ class Routed:
         )
 
 
+def routes(
+    rows: Any,
+    output: str,
+    sides: Mapping[str, str],
+    route: Route = Route(),
+    finish: Callable[[Any], Any] = lambda d: d,
+    also: Callable[[Any], Any] | None = None,
+) -> list[tuple[str, str, Any]]:
+    """(side, folder, plan) of the jobs that route ``rows`` (their verdict in ``route.column``), in the order
+    ``write_routed`` runs them: the kept rows to ``output``, then each of ``sides`` (side → folder), each
+    ``finish``-ed (e.g. restoring columns a command set aside); then ``also(rows)``, collected to the driver
+    (folder ``""``). ``zephyr explain`` plans them over the verdict job's plan, ``write_routed`` over its files."""
+    jobs = []
+    for side, folder in {"kept": output, **sides}.items():
+        routed = rows.map_batches(dataclasses.replace(route, side=side), name=f"route_{side}")
+        jobs.append((side, folder, finish(routed)))
+    return jobs + ([("also", "", also(rows))] if also else [])
+
+
 def write_routed(
     ds: Any,
-    reasons: Callable[[pa.Table], pa.Array],
     output: str,
-    dropped_output: str,
+    sides: Mapping[str, str],
     opts: dict[str, Any],
-    finish: Callable[[Any], Any] = lambda d: d,
-    working: tuple[str, ...] = (),
+    *,
+    scratch: str = "routed",
+    overwrite: bool = False,
+    **routing: Any,
 ) -> Routed:
-    """Write the rows of ``ds`` that ``reasons`` keeps (null) to ``output`` and the others, with their reason,
-    to ``dropped_output`` (see the module docstring), without the ``working`` columns. ``finish`` is applied
-    to both sides before writing (e.g. restoring columns a command set aside)."""
+    """Write ``ds`` (rows with their verdict in a column: a ``Verdict`` op's, a filter's reasons) to a scratch
+    folder in the output's sidecar, then route its rows by the ``routes`` of ``routing`` (see the module
+    docstring): the verdict runs once, however many sides it has."""
     import zephyr
     from zephyr.executors import reuse_workers
     from zephyr.io import layout
 
-    scratch = layout.scratch_dir(output, "routed")
+    folder = layout.scratch_dir(output, scratch)
     try:
-        # one worker pool for the three jobs: each would otherwise start its own worker processes, which
-        # import the engine and load the step's model or index again
+        # one worker pool for every job: each would otherwise start its own worker processes, which import
+        # the engine and load the command's model or index again
         with reuse_workers(opts) as execution:
-            verdict = ds.map_batches(Verdict(reasons, working), name="verdict").write_parquet(
-                scratch, overwrite=True, **execution
-            )
-            if not verdict.files:  # no row came through: nothing to route, and both outputs are empty folders
+            verdict = ds.write_parquet(folder, overwrite=True, **execution)
+            if not verdict.files:  # no row came through: nothing to route, and every side is an empty folder
                 from zephyr.io.paths import filesystem
 
-                fs, root = filesystem(dropped_output)
-                fs.makedirs(root, exist_ok=True)
-                return Routed(verdict, None, None)
-            annotated = zephyr.read_parquet(list(verdict.files))
-            sides = [
-                finish(annotated.map_batches(_Route(side), name=f"route_{side}"))
-                for side in ("kept", "dropped")
-            ]
-            kept = sides[0].write_parquet(output, **execution)
-            return Routed(verdict, kept, sides[1].write_parquet(dropped_output, **execution))
+                for side in sides.values():
+                    fs, root = filesystem(side)
+                    fs.makedirs(root, exist_ok=True)
+                return Routed(verdict)
+            rows = zephyr.read_parquet(list(verdict.files))
+            done = {
+                side: plan.write_parquet(where, overwrite=overwrite, **execution)
+                if where
+                else plan.to_arrow(**execution)
+                for side, where, plan in routes(rows, output, sides, **routing)
+            }
+            kept, also = done.pop("kept"), done.pop("also", None)
+            return Routed(verdict, kept, done, also)
     finally:
-        layout.remove_folder(scratch)
+        layout.remove_folder(folder)
 
 
 def keep_all(table: pa.Table) -> pa.Array:

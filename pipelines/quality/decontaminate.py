@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import count_reasons, text_array
+from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
 from zephyr import counters
 from zephyr.config import check_removal_mode
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.ops import BatchOutput
-from zephyr.removal import check_added_columns
+from zephyr.removal import check_added_columns, keep_by
 
 log = logging.getLogger(__name__)
 
@@ -181,4 +181,4 @@ class Decontaminate:
             table = table.drop_columns([c for c in self.columns if c in table.schema.names])
             return table.append_column(flag, pa.array(counts > 0)).append_column(ngrams, pa.array(counts))
         reasons = self.reasons(table)
-        return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=count_reasons(reasons))
+        return keep_by(table, reasons)

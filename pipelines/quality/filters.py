@@ -11,7 +11,7 @@ output; dropped rows keep their original text so they can be inspected. Counts b
 **The heuristic filter path**, one declaration per step: the rule sets (``RULE_SETS``: names → the rule
 families of ``rules.py`` and ``web/urls.py``; ``DEFAULT_RULES``) → one filter
 function, ``annotate_drop_reasons`` (each row's first failing rule) → the batch ops that put it on a
-``Dataset`` (``FilterAnnotator``, routed by ``RouteByReason``; ``HeuristicFilter`` in one pass) → their
+``Dataset`` (``FilterAnnotator``, routed by ``zephyr.removal.Route``; ``HeuristicFilter`` in one pass) → their
 two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
 (``pipelines/steps.HeuristicFilterStep``). Both hold the rules in one config,
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
@@ -55,9 +55,8 @@ from zephyr.pipelines.web.urls import UrlRules
 from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.config import FieldError
-from zephyr.io.quarantine import QUARANTINE_REASON
 from zephyr.ops import BatchOutput
-from zephyr.removal import DROP_REASON, RenameColumns, check_added_columns, set_aside
+from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -212,50 +211,6 @@ class FilterAnnotator:
 
 
 @dataclass
-class RouteByReason:
-    """Selects one outcome of annotated rows: ``kept`` (drops the reason column), ``dropped`` or ``quarantined``.
-
-    The ``kept`` route reports every other row to the engine as dropped by its reason, so that stage's
-    stats show the per-rule counts. ``reason_column`` names the reason column of the dropped rows (an
-    existing column of that name is replaced: the command checked that it may); ``aside`` lists input
-    columns ``set_aside`` moved out of the filter's way, restored on every route."""
-
-    outcome: str = "kept"
-    reason_column: str = DROP_REASON
-    aside: tuple[str, ...] = ()
-
-    def __call__(self, table: pa.Table) -> BatchOutput | pa.Table:
-        out = self._route(table)
-        if self.aside:
-            restore = set_aside(self.aside, restore=True)
-            if isinstance(out, BatchOutput):
-                return BatchOutput(kept=restore(out.kept), dropped=out.dropped)
-            return restore(out)
-        return out
-
-    def _route(self, table: pa.Table) -> BatchOutput | pa.Table:
-        reasons = table.column(DROP_REASON)
-        quarantine = pc.fill_null(pc.equal(reasons, NULL_TEXT), False)
-        if self.outcome == "kept":
-            keep = pc.is_null(reasons)
-            return BatchOutput(
-                kept=table.filter(keep).drop_columns([DROP_REASON]),
-                dropped=count_reasons(
-                    reasons.combine_chunks() if isinstance(reasons, pa.ChunkedArray) else reasons
-                ),
-            )
-        if self.outcome == "dropped":
-            dropped = table.filter(pc.and_(pc.is_valid(reasons), pc.invert(quarantine)))
-            if self.reason_column == DROP_REASON:
-                return dropped
-            return RenameColumns(((DROP_REASON, self.reason_column),), replace=True)(dropped)
-        if self.outcome == "quarantined":
-            q = table.filter(quarantine)
-            return q.rename_columns([QUARANTINE_REASON if n == DROP_REASON else n for n in q.schema.names])
-        raise ValueError(f"unknown outcome {self.outcome!r}")
-
-
-@dataclass
 class HeuristicFilter:
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
 
@@ -280,8 +235,9 @@ class HeuristicFilter:
             self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
         )
         annotated = annotate(set_aside(aside)(table))
-        kept = RouteByReason("kept", aside=aside)(annotated)
-        quarantined = RouteByReason("quarantined", aside=aside)(annotated)
+        route = {"column": DROP_REASON, "quarantine": (NULL_TEXT,), "aside": aside}
+        kept = Route("kept", **route)(annotated)
+        quarantined = Route("quarantined", **route)(annotated)
         return BatchOutput(
             kept=kept.kept,
             quarantined=quarantined if quarantined.num_rows else None,

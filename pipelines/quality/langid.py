@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import count_reasons, put_column, text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 
 from zephyr.errors import ConfigError, InputError, SchemaError, require
 from zephyr.ops import BatchOutput
-from zephyr.removal import check_added_columns
+from zephyr.removal import check_added_columns, keep_by
 
 log = logging.getLogger(__name__)
 
@@ -240,4 +240,4 @@ class LanguageFilter:
 
     def __call__(self, table: pa.Table) -> BatchOutput:
         reasons = self.reasons(table)
-        return BatchOutput(kept=table.filter(pc.is_null(reasons)), dropped=count_reasons(reasons))
+        return keep_by(table, reasons)

@@ -4,11 +4,12 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from zephyr.pipelines.quality.filters import FilterAnnotator, RouteByReason, build_rule_families
+from zephyr.pipelines.quality.filters import NULL_TEXT, FilterAnnotator, build_rule_families
 from zephyr.pipelines.quality.rules import FineWebQuality, GopherRepetition
 
 from zephyr import counters
 from zephyr.errors import ConfigError
+from zephyr.removal import DROP_REASON, Route
 
 GOOD_EN = (
     "The history of the city is long and it is closely tied to the river that runs through it.\n"
@@ -35,12 +36,13 @@ EDGE = {
 
 def _filter(table, rules, overrides=None, text_column="text"):
     """The rules' verdict on ``table`` by the batch ops every filter runs: ``FilterAnnotator`` (each row's
-    first failing rule, its counters), then the routes of ``RouteByReason``."""
+    first failing rule, its counters), then the routes of ``zephyr.removal.Route``."""
     with counters.collecting() as seen:
         annotated = FilterAnnotator(rules, overrides or {}, text_column)(table)
-    kept = RouteByReason("kept")(annotated)
-    dropped = RouteByReason("dropped")(annotated)
-    quarantined = RouteByReason("quarantined")(annotated)
+    kept, dropped, quarantined = (
+        Route(side, DROP_REASON, quarantine=(NULL_TEXT,))(annotated)
+        for side in ("kept", "dropped", "quarantined")
+    )
     assert table.num_rows == kept.kept.num_rows + dropped.num_rows + quarantined.num_rows
     dropped_rows = {k: v for k, v in kept.dropped.items() if k != "null_text"}
     return SimpleNamespace(

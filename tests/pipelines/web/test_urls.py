@@ -14,7 +14,7 @@ pytest.importorskip("tldextract")
 
 from pathlib import Path
 
-from zephyr.pipelines.quality.filters import FilterAnnotator, RouteByReason  # noqa: E402
+from zephyr.pipelines.quality.filters import FilterAnnotator  # noqa: E402
 from zephyr.pipelines.web import urls  # noqa: E402
 from zephyr.pipelines.web.urls import (  # noqa: E402
     EXAMPLE_BLOCKLIST,
@@ -25,7 +25,8 @@ from zephyr.pipelines.web.urls import (  # noqa: E402
 
 from zephyr.cli import main  # noqa: E402
 from zephyr.errors import InputError  # noqa: E402
-from zephyr.io.layout import stats_path
+from zephyr.io.layout import stats_path  # noqa: E402
+from zephyr.removal import DROP_REASON, Route  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,7 @@ def test_url_rules_count_each_reason():
         }
     )
     annotated = FilterAnnotator("url", {"url": {"blocklist": str(EXAMPLE_BLOCKLIST)}})(table)
-    result = RouteByReason("kept")(annotated)  # the other rows, counted by reason
+    result = Route("kept", DROP_REASON)(annotated)  # the other rows, counted by reason
     assert result.dropped == {
         "url_blocked_domain": 1,
         "url_blocked_subdomain": 2,
