@@ -178,6 +178,23 @@ def test_python_api_refuses_foreign_files_unless_overwrite(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["part-00000.parquet"]
 
 
+def test_a_folder_of_an_earlier_manifest_format_is_named_as_such(tmp_path):
+    """A folder published with an older manifest format is not called foreign: the refusal says which
+    format wrote it and that ``overwrite`` replaces it once."""
+    out = tmp_path / "out"
+    table = pa.table({"a": list(range(10))})
+    zephyr.from_arrow(table).write_parquet(str(out), executor="inprocess")
+    manifest = tmp_path / "out.zephyr" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["version"] = 1
+    data["files"] = [{"name": n, "size_bytes": r["bytes"]} for n, r in data["files"].items()]
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(ClaimError, match=r"was written by an earlier zephyr \(manifest version 1, now 2\)"):
+        zephyr.from_arrow(table).write_parquet(str(out), executor="inprocess")
+    zephyr.from_arrow(table).write_parquet(str(out), executor="inprocess", overwrite=True)
+    zephyr.from_arrow(table).write_parquet(str(out), executor="inprocess")  # its own format: no refusal
+
+
 # -- 3. a finished run's output stays whole until the new one has published ---------------------------------
 def _fail_on_shard(table: pa.Table) -> pa.Table:
     if 30 in table.column("n").to_pylist():

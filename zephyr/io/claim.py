@@ -218,6 +218,17 @@ def read_manifest(url: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
+def _manifest_version(output: str) -> Any:
+    """The ``version`` of ``output``'s manifest in whatever format it has (None without one): a folder an
+    earlier format published is named as such, not as foreign."""
+    fs, path = filesystem(layout.manifest_path(output))
+    try:
+        data = json.loads(fs.cat_file(path))
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    return data.get("version") if isinstance(data, dict) else None
+
+
 def _pending_path(output: str) -> str:
     return posixpath.join(layout.staging_dir(output), PENDING)
 
@@ -336,9 +347,15 @@ def claimed(
             foreign = foreign_files(output)
             if foreign:
                 more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+                version = _manifest_version(output)
+                held_by = (
+                    f"was written by an earlier zephyr (manifest version {version}, now {MANIFEST_VERSION})"
+                    if version not in (None, MANIFEST_VERSION)
+                    else f"holds files zephyr did not write ({foreign[0]}{more})"
+                )
                 raise ClaimError(
-                    f"{flag} {output} holds files zephyr did not write ({foreign[0]}{more}); pass "
-                    "overwrite=True to replace its content, or choose another output folder"
+                    f"{flag} {output} {held_by}; pass overwrite=True to replace its content, or choose another "
+                    "output folder"
                 )
         yield
 
