@@ -26,8 +26,9 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
-command's own arguments, without ``--output``; a command of several engine jobs prints each job's plan in order
-with the rules between them (``zephyr.physical.explain_jobs``).
+command's own arguments (its ``--output`` and ``--overwrite`` are accepted and ignored, so a command line works
+with ``explain`` in front); a command of several engine jobs prints each job's plan in order with the rules
+between them (``zephyr.physical.explain_jobs``).
 
 What the ``zephyr`` command prints when a command fails: one line to act on, and where the rest is.
 
@@ -217,8 +218,8 @@ _EXPLAIN_HELP = "print the physical plan of a command without running it"
 _EXPLAIN_DESCRIPTION = (
     "Print the physical plan a command would run: its stages in order, the shuffles between them, partition "
     "counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and Parquet footers read "
-    "to size partitions as the run would. Give the command's own arguments without --output, e.g. zephyr "
-    "explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
+    "to size partitions as the run would. Give the command's own arguments (--output is accepted and "
+    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
     "exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order they run, with "
     "'then:' lines for the rules and budget shares that choose between them."
 )
@@ -490,7 +491,8 @@ class _Parser(argparse.ArgumentParser):
     it (``_add_command`` registers it in ``longer``; the shorter command is declared first)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # a flag is its whole name: a prefix read as a flag took ``--output DIR`` for ``--output-column DIR``
+        super().__init__(*args, allow_abbrev=False, **kwargs)
         self.longer: dict[str, argparse.ArgumentParser] = {}
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
@@ -529,10 +531,10 @@ def _add_command(
     dests: set[str] = set()
     reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
-        if explain and issubclass(cls, Output):
-            continue
+        ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
-        add_flags(parser, cls, group=title, skip=command.skip)
+        title = "output (accepted and ignored: explain writes nothing)" if ignored else title
+        add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
         dests.update(spec.dest for spec in flag_specs(cls))
         reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
     writes = any(issubclass(cls, Output) for cls in command.options.values())

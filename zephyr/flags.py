@@ -188,9 +188,10 @@ def add_flags(
     *,
     skip: tuple[str, ...] = (),
     group: str | None = None,
+    optional: bool = False,
 ) -> None:
     """One flag per field of ``cls`` (see the module docstring), on ``parser`` or on an argument group named
-    ``group``; ``skip`` leaves out fields by key path or name."""
+    ``group``; ``skip`` leaves out fields by key path or name; ``optional`` requires none of them."""
     target = parser.add_argument_group(group) if group else parser
     for spec in flag_specs(cls):
         if spec.dest in skip or spec.field.name in skip:
@@ -201,7 +202,7 @@ def add_flags(
             continue
         if "choices" not in kw and kw.get("action") is not argparse.BooleanOptionalAction:
             kw.setdefault("metavar", spec.flag[2:].replace("-", "_").upper())  # STEPS, not OPTIM.LR
-        required = bool(spec.field.metadata.get("required"))
+        required = bool(spec.field.metadata.get("required")) and not optional
         target.add_argument(
             spec.flag, dest=spec.dest, default=argparse.SUPPRESS, required=required, help=_help(spec), **kw
         )
