@@ -50,14 +50,14 @@ refused, never repaired — and each log is created new (``O_CREAT | O_EXCL | O_
 name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs are kept.
 
 Messages of the library name its keyword arguments (``on_error='quarantine'``); on the command line they are
-flags, so ``_CLI_SPELLING`` rewrites them here rather than every message knowing who called it.
+flags, so ``_cli_spelling`` rewrites them here, from the command's own flags, rather than every message knowing
+who called it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import errno
 import functools
 import gc
@@ -65,6 +65,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 import shlex
 import signal
 import stat
@@ -78,7 +79,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
-from zephyr.flags import add_flags, config_from_flags, flag_specs
+from zephyr.flags import add_flags, config_from_flags, flag_specs, metavar
 from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
 
@@ -109,7 +110,8 @@ imports them all."""
 
 def _common_parser() -> argparse.ArgumentParser:
     """The flags every command accepts after its name: ``ExecutionOptions``' fields, ``--json`` and ``-v``.
-    Their defaults are the fields' (``--executor``: none, the command's own ``default_executor`` then)."""
+    A flag not given is left out of the namespace: its default is the field's (``--executor``: the command's
+    own ``default_executor``)."""
     common = argparse.ArgumentParser(add_help=False)
     add_flags(common, ExecutionOptions, group="execution (accepted by every command)")
     group = common._action_groups[-1]
@@ -120,8 +122,6 @@ def _common_parser() -> argparse.ArgumentParser:
         "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
     )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
-    common.set_defaults(**{**defaults, "executor": None})
     return common
 
 
@@ -443,7 +443,9 @@ def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = 
         quarantine_dir=quarantine_dir(args),
     )
     if not explain:
-        _expect(command, configs, execution)
+        planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
+        if command.plans is not None:
+            expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
         return command.run(**configs, execution=execution)
     planned = command.plans(**configs, execution=execution)
     plan = explain_planned(command.words, planned, execution, command.then)
@@ -461,12 +463,6 @@ def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then:
 
     budget = Budget(execution.memory_budget_bytes)
     return explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
-
-
-def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptions) -> None:
-    if command.plans is not None:
-        planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
-        expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
 
 
 def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: str = "") -> None:
@@ -528,20 +524,20 @@ def _add_command(
     else:
         parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
     actions[words] = parser
-    dests: set[str] = set()
+    names = {spec.field.name: (spec.flag, metavar(spec)) for spec in flag_specs(ExecutionOptions)}
     reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
         ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
         title = "output (accepted and ignored: explain writes nothing)" if ignored else title
         add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
-        dests.update(spec.dest for spec in flag_specs(cls))
+        names.update((spec.field.name, (spec.flag, metavar(spec))) for spec in flag_specs(cls))
         reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
     writes = any(issubclass(cls, Output) for cls in command.options.values())
     parser.set_defaults(
         func=functools.partial(_run_command, command, explain=explain),
         command_words=" ".join(words),
-        flag_dests=frozenset(dests),
+        flag_names=names,
         read_dests=frozenset(reads),
         output_is_dir=writes and not explain,
     )
@@ -645,29 +641,11 @@ COMMANDS = [
 KEEP_LOGS = 20
 """Traceback logs kept in the log folder; older ones are removed when a new one is written."""
 
-_CLI_SPELLING = (
-    ("pass replace_columns=True", "pass --replace-columns", "replace_columns"),
-    ("pass overwrite=True", "pass --overwrite", "overwrite"),
-    ("on_error='quarantine'", "--on-error quarantine", "on_error"),
-    ('on_error="quarantine"', "--on-error quarantine", "on_error"),
-    ("output_column=NAME", "--output-column NAME", "output_column"),
-    (
-        "dropped_output needs mode='remove': mode='annotate' keeps every row",
-        "--dropped-output needs --mode remove: --mode annotate keeps every row",
-        "dropped_output",
-    ),
-    (
-        "give unify_schemas=True or schema=, not both",
-        "give --unify-schemas or --schema FILE, not both",
-        "schema",
-    ),
-    (
-        "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())",
-        "Pass --schema FILE with the type you want for it (e.g. a YAML file of 'column: string')",
-        "schema",
-    ),
+_KEYWORD = re.compile(
+    r"(?<![\w./'\"-])([a-z]+(?:_[a-z]+)*)(=(True\b|'[^']*'|\"[^\"]*\"|[A-Z]+\b)?)?(?![\w/'\"-])"
 )
-"""(library spelling, command-line spelling, the ``argparse`` dest that must exist for the flag to apply)."""
+"""A keyword argument as the library's messages write it: ``NAME=True``, ``NAME='value'``, ``NAME=FIX``,
+``NAME=`` or a bare ``NAME`` (with an underscore: a word of the sentence is no keyword)."""
 
 
 def log_dir() -> str:
@@ -747,10 +725,22 @@ def write_log(text: str) -> str:
 
 
 def _cli_spelling(text: str, args: argparse.Namespace) -> str:
-    for library, flag, dest in _CLI_SPELLING:
-        if hasattr(args, dest) or dest in getattr(args, "flag_dests", ()):
-            text = text.replace(library, flag)
-    return text
+    """``text`` with the library's keyword arguments spelled as the command's flags (``pass
+    replace_columns=True`` → ``pass --replace-columns``, ``on_error='quarantine'`` → ``--on-error quarantine``,
+    ``schema=`` → ``--schema FILE``, ``dropped_output`` → ``--dropped-output``); a name that is no flag of
+    the command stays as it is."""
+    flags = getattr(args, "flag_names", {})
+
+    def spelled(match: re.Match[str]) -> str:
+        name, equals, value = match.groups()
+        if name not in flags or not (equals or "_" in name):
+            return match.group(0)
+        flag, metavar = flags[name]
+        if not equals or value == "True":
+            return flag
+        return f"{flag} {value.strip(chr(34) + chr(39)) if value else metavar}"
+
+    return _KEYWORD.sub(spelled, text)
 
 
 def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | None]:

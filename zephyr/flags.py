@@ -171,6 +171,11 @@ def _argument(spec: FlagSpec) -> dict[str, Any]:
     return kw
 
 
+def metavar(spec: FlagSpec) -> str:
+    """What the help shows for the flag's value: its ``metavar``, else its name (``STEPS``, not ``OPTIM.LR``)."""
+    return spec.field.metadata.get("metavar") or spec.flag[2:].replace("-", "_").upper()
+
+
 def _help(spec: FlagSpec) -> str:
     """The flag's help: the first paragraph of the field's docstring, then its default."""
     doc = field_docs(spec.owner).get(spec.field.name, "")
@@ -201,7 +206,7 @@ def add_flags(
             target.add_argument(spec.dest, default=argparse.SUPPRESS, help=_help(spec), **kw)
             continue
         if "choices" not in kw and kw.get("action") is not argparse.BooleanOptionalAction:
-            kw.setdefault("metavar", spec.flag[2:].replace("-", "_").upper())  # STEPS, not OPTIM.LR
+            kw["metavar"] = metavar(spec)
         required = bool(spec.field.metadata.get("required")) and not optional
         target.add_argument(
             spec.flag, dest=spec.dest, default=argparse.SUPPRESS, required=required, help=_help(spec), **kw

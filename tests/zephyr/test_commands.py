@@ -223,3 +223,20 @@ def test_a_flag_is_never_taken_by_a_prefix_of_its_name(tmp_path, capsys):
     assert "unrecognized arguments: --work-d" in capsys.readouterr().err
     args = cli.build_parser(["count"]).parse_args(["count", "in.parquet", "-vv"])
     assert args.verbose == 2
+
+
+def test_library_keywords_are_spelled_as_the_commands_flags(capsys):
+    """A failure names the fix in the library's keywords; the command line prints them as its own flags,
+    derived from the command's fields: every keyword of the command, none that is not one of its flags."""
+    from zephyr.errors import ConfigError
+
+    argv = ["dedup", "exact", "in.parquet", "--output", "out"]
+    message = (
+        "in.parquet has no column 'text_column': pass text_column='body' or schema=, replace_columns=True; "
+        "see /data/text_column/ and tokenizer=gpt2"
+    )
+    assert cli.report_failure(ConfigError(message), cli.build_parser(argv).parse_args(argv)) == 1
+    assert capsys.readouterr().err.strip() == (
+        "zephyr dedup exact: error: in.parquet has no column 'text_column': pass --text-column body or --schema "
+        "FILE, --replace-columns; see /data/text_column/ and tokenizer=gpt2"
+    )
