@@ -78,6 +78,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from zephyr.config import ConfigProblems
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
 from zephyr.flags import add_flags, config_from_flags, flag_specs, metavar
 from zephyr.options import ExecutionOptions
@@ -645,7 +646,8 @@ _KEYWORD = re.compile(
     r"(?<![\w./'\"-])([a-z]+(?:_[a-z]+)*)(=(True\b|'[^']*'|\"[^\"]*\"|[A-Z]+\b)?)?(?![\w/'\"-])"
 )
 """A keyword argument as the library's messages write it: ``NAME=True``, ``NAME='value'``, ``NAME=FIX``,
-``NAME=`` or a bare ``NAME`` (with an underscore: a word of the sentence is no keyword)."""
+``NAME=`` or a bare ``NAME`` (with an underscore: a word of the sentence is no keyword; ``_cli_spelling``
+takes a bare one only as the subject that starts a message)."""
 
 
 def log_dir() -> str:
@@ -724,16 +726,17 @@ def write_log(text: str) -> str:
     raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
 
 
-def _cli_spelling(text: str, args: argparse.Namespace) -> str:
+def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> str:
     """``text`` with the library's keyword arguments spelled as the command's flags (``pass
     replace_columns=True`` → ``pass --replace-columns``, ``on_error='quarantine'`` → ``--on-error quarantine``,
-    ``schema=`` → ``--schema FILE``, ``dropped_output`` → ``--dropped-output``); a name that is no flag of
-    the command stays as it is."""
+    ``schema=`` → ``--schema FILE``, and with ``bare`` a message's subject: ``dropped_output needs ...`` →
+    ``--dropped-output needs ...``); a name that is no flag of the command stays as it is, and so does a bare
+    name elsewhere (a list of a config file's keys)."""
     flags = getattr(args, "flag_names", {})
 
     def spelled(match: re.Match[str]) -> str:
         name, equals, value = match.groups()
-        if name not in flags or not (equals or "_" in name):
+        if name not in flags or not (equals or (bare and match.start() == 0 and "_" in name)):
             return match.group(0)
         flag, metavar = flags[name]
         if not equals or value == "True":
@@ -761,7 +764,9 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
         # a bad setting, found before any work: the message is the whole story (a list of problems keeps
         # one line each), and a traceback of the checking code would help nobody
-        print(f"{_label(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        # config problems name their keys, and the flags that gave a value already (zephyr.flags)
+        text = _cli_spelling(str(exc), args, bare=not isinstance(exc, ConfigProblems))
+        print(f"{_label(args)}: error: {text}", file=sys.stderr)
         return 1
     path, unwritten = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
