@@ -26,8 +26,9 @@ Each is a one-line plan on the engine, so they also resume (``--work-dir``), ret
 
 ``zephyr explain sort data/ --by url --memory-budget 512MB`` prints the physical plan the same command would
 run (stages, shuffles, partition counts, budget shares; ``zephyr.physical``) and runs nothing: it takes the
-command's own arguments, without ``--output``; a command of several engine jobs prints each job's plan in order
-with the rules between them (``zephyr.physical.explain_jobs``).
+command's own arguments (its ``--output`` and ``--overwrite`` are accepted and ignored, so a command line works
+with ``explain`` in front); a command of several engine jobs prints each job's plan in order with the rules
+between them (``zephyr.physical.explain_jobs``).
 
 What the ``zephyr`` command prints when a command fails: one line to act on, and where the rest is.
 
@@ -49,14 +50,14 @@ refused, never repaired — and each log is created new (``O_CREAT | O_EXCL | O_
 name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs are kept.
 
 Messages of the library name its keyword arguments (``on_error='quarantine'``); on the command line they are
-flags, so ``_CLI_SPELLING`` rewrites them here rather than every message knowing who called it.
+flags, so ``_cli_spelling`` rewrites them here, from the command's own flags, rather than every message knowing
+who called it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import errno
 import functools
 import gc
@@ -64,6 +65,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 import shlex
 import signal
 import stat
@@ -76,8 +78,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from zephyr.config import ConfigProblems
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
-from zephyr.flags import add_flags, config_from_flags, flag_specs
+from zephyr.flags import add_flags, config_from_flags, flag_specs, metavar
 from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
 
@@ -108,7 +111,8 @@ imports them all."""
 
 def _common_parser() -> argparse.ArgumentParser:
     """The flags every command accepts after its name: ``ExecutionOptions``' fields, ``--json`` and ``-v``.
-    Their defaults are the fields' (``--executor``: none, the command's own ``default_executor`` then)."""
+    A flag not given is left out of the namespace: its default is the field's (``--executor``: the command's
+    own ``default_executor``)."""
     common = argparse.ArgumentParser(add_help=False)
     add_flags(common, ExecutionOptions, group="execution (accepted by every command)")
     group = common._action_groups[-1]
@@ -119,8 +123,6 @@ def _common_parser() -> argparse.ArgumentParser:
         "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
     )
     group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    defaults = {f.name: f.default for f in dataclasses.fields(ExecutionOptions) if f.name != "quarantine_dir"}
-    common.set_defaults(**{**defaults, "executor": None})
     return common
 
 
@@ -217,8 +219,8 @@ _EXPLAIN_HELP = "print the physical plan of a command without running it"
 _EXPLAIN_DESCRIPTION = (
     "Print the physical plan a command would run: its stages in order, the shuffles between them, partition "
     "counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and Parquet footers read "
-    "to size partitions as the run would. Give the command's own arguments without --output, e.g. zephyr "
-    "explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
+    "to size partitions as the run would. Give the command's own arguments (--output is accepted and "
+    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
     "exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order they run, with "
     "'then:' lines for the rules and budget shares that choose between them."
 )
@@ -442,7 +444,9 @@ def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = 
         quarantine_dir=quarantine_dir(args),
     )
     if not explain:
-        _expect(command, configs, execution)
+        planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
+        if command.plans is not None:
+            expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
         return command.run(**configs, execution=execution)
     planned = command.plans(**configs, execution=execution)
     plan = explain_planned(command.words, planned, execution, command.then)
@@ -460,12 +464,6 @@ def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then:
 
     budget = Budget(execution.memory_budget_bytes)
     return explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
-
-
-def _expect(command: Command, configs: dict[str, Any], execution: ExecutionOptions) -> None:
-    if command.plans is not None:
-        planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
-        expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
 
 
 def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: str = "") -> None:
@@ -490,7 +488,8 @@ class _Parser(argparse.ArgumentParser):
     it (``_add_command`` registers it in ``longer``; the shorter command is declared first)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # a flag is its whole name: a prefix read as a flag took ``--output DIR`` for ``--output-column DIR``
+        super().__init__(*args, allow_abbrev=False, **kwargs)
         self.longer: dict[str, argparse.ArgumentParser] = {}
 
     def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
@@ -526,20 +525,20 @@ def _add_command(
     else:
         parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
     actions[words] = parser
-    dests: set[str] = set()
+    names = {spec.field.name: (spec.flag, metavar(spec)) for spec in flag_specs(ExecutionOptions)}
     reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
-        if explain and issubclass(cls, Output):
-            continue
+        ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
-        add_flags(parser, cls, group=title, skip=command.skip)
-        dests.update(spec.dest for spec in flag_specs(cls))
+        title = "output (accepted and ignored: explain writes nothing)" if ignored else title
+        add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
+        names.update((spec.field.name, (spec.flag, metavar(spec))) for spec in flag_specs(cls))
         reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
     writes = any(issubclass(cls, Output) for cls in command.options.values())
     parser.set_defaults(
         func=functools.partial(_run_command, command, explain=explain),
         command_words=" ".join(words),
-        flag_dests=frozenset(dests),
+        flag_names=names,
         read_dests=frozenset(reads),
         output_is_dir=writes and not explain,
     )
@@ -643,29 +642,12 @@ COMMANDS = [
 KEEP_LOGS = 20
 """Traceback logs kept in the log folder; older ones are removed when a new one is written."""
 
-_CLI_SPELLING = (
-    ("pass replace_columns=True", "pass --replace-columns", "replace_columns"),
-    ("pass overwrite=True", "pass --overwrite", "overwrite"),
-    ("on_error='quarantine'", "--on-error quarantine", "on_error"),
-    ('on_error="quarantine"', "--on-error quarantine", "on_error"),
-    ("output_column=NAME", "--output-column NAME", "output_column"),
-    (
-        "dropped_output needs mode='remove': mode='annotate' keeps every row",
-        "--dropped-output needs --mode remove: --mode annotate keeps every row",
-        "dropped_output",
-    ),
-    (
-        "give unify_schemas=True or schema=, not both",
-        "give --unify-schemas or --schema FILE, not both",
-        "schema",
-    ),
-    (
-        "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())",
-        "Pass --schema FILE with the type you want for it (e.g. a YAML file of 'column: string')",
-        "schema",
-    ),
+_KEYWORD = re.compile(
+    r"(?<![\w./'\"-])([a-z]+(?:_[a-z]+)*)(=(True\b|'[^']*'|\"[^\"]*\"|[A-Z]+\b)?)?(?![\w/'\"-])"
 )
-"""(library spelling, command-line spelling, the ``argparse`` dest that must exist for the flag to apply)."""
+"""A keyword argument as the library's messages write it: ``NAME=True``, ``NAME='value'``, ``NAME=FIX``,
+``NAME=`` or a bare ``NAME`` (with an underscore: a word of the sentence is no keyword; ``_cli_spelling``
+takes a bare one only as the subject that starts a message)."""
 
 
 def log_dir() -> str:
@@ -744,11 +726,24 @@ def write_log(text: str) -> str:
     raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
 
 
-def _cli_spelling(text: str, args: argparse.Namespace) -> str:
-    for library, flag, dest in _CLI_SPELLING:
-        if hasattr(args, dest) or dest in getattr(args, "flag_dests", ()):
-            text = text.replace(library, flag)
-    return text
+def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> str:
+    """``text`` with the library's keyword arguments spelled as the command's flags (``pass
+    replace_columns=True`` → ``pass --replace-columns``, ``on_error='quarantine'`` → ``--on-error quarantine``,
+    ``schema=`` → ``--schema FILE``, and with ``bare`` a message's subject: ``dropped_output needs ...`` →
+    ``--dropped-output needs ...``); a name that is no flag of the command stays as it is, and so does a bare
+    name elsewhere (a list of a config file's keys)."""
+    flags = getattr(args, "flag_names", {})
+
+    def spelled(match: re.Match[str]) -> str:
+        name, equals, value = match.groups()
+        if name not in flags or not (equals or (bare and match.start() == 0 and "_" in name)):
+            return match.group(0)
+        flag, metavar = flags[name]
+        if not equals or value == "True":
+            return flag
+        return f"{flag} {value.strip(chr(34) + chr(39)) if value else metavar}"
+
+    return _KEYWORD.sub(spelled, text)
 
 
 def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | None]:
@@ -769,7 +764,9 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
     if isinstance(exc, ConfigError | ResumeError) and not getattr(args, "verbose", 0):
         # a bad setting, found before any work: the message is the whole story (a list of problems keeps
         # one line each), and a traceback of the checking code would help nobody
-        print(f"{_label(args)}: error: {_cli_spelling(str(exc), args)}", file=sys.stderr)
+        # config problems name their keys, and the flags that gave a value already (zephyr.flags)
+        text = _cli_spelling(str(exc), args, bare=not isinstance(exc, ConfigProblems))
+        print(f"{_label(args)}: error: {text}", file=sys.stderr)
         return 1
     path, unwritten = _write_log(exc, argv)
     if getattr(args, "verbose", 0):

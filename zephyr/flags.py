@@ -56,7 +56,15 @@ import typing
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from zephyr.config import ConfigProblems, FieldError, build_flat, field_hints, parse_bytes, parse_value
+from zephyr.config import (
+    ConfigProblems,
+    FieldError,
+    build_flat,
+    field_hints,
+    flat_fields,
+    parse_bytes,
+    parse_value,
+)
 from zephyr.errors import ConfigError
 
 
@@ -125,22 +133,18 @@ def flag_specs(cls: type) -> tuple[FlagSpec, ...]:
     """Every flag of ``cls``, nested and embedded configs included, in declaration order."""
     specs: list[FlagSpec] = []
 
-    def walk(owner: type, path: str, keys: tuple[str, ...] | None, show_default: bool) -> None:
-        hints = field_hints(owner)
-        for f in dataclasses.fields(owner):
-            if keys is not None and f.name not in keys:
-                continue
-            if "embed" in f.metadata:
-                walk(f.metadata["embed"], path, f.metadata.get("keys"), show_default)
-            elif "overrides" in f.metadata:
-                walk(f.metadata["overrides"], f"{path}{f.name}.", None, False)
-            elif isinstance(inner := _unwrap(hints[f.name]), type) and dataclasses.is_dataclass(inner):
-                walk(inner, f"{path}{f.name}.", None, show_default)
+    def walk(config: type, path: str, show_default: bool) -> None:
+        for name, (f, owner, _) in flat_fields(config).items():  # embedded keys flat, as a file writes them
+            hint = field_hints(owner)[name]
+            if "overrides" in f.metadata:
+                walk(f.metadata["overrides"], f"{path}{name}.", False)
+            elif isinstance(inner := _unwrap(hint), type) and dataclasses.is_dataclass(inner):
+                walk(inner, f"{path}{name}.", show_default)
             elif f.metadata.get("flag", True) is not False:
-                flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-                specs.append(FlagSpec(path + f.name, flag, f, hints[f.name], owner, show_default))
+                flag = f.metadata.get("flag") or "--" + name.replace("_", "-")
+                specs.append(FlagSpec(path + name, flag, f, hint, owner, show_default))
 
-    walk(cls, "", None, True)
+    walk(cls, "", True)
     return tuple(specs)
 
 
@@ -171,6 +175,11 @@ def _argument(spec: FlagSpec) -> dict[str, Any]:
     return kw
 
 
+def metavar(spec: FlagSpec) -> str:
+    """What the help shows for the flag's value: its ``metavar``, else its name (``STEPS``, not ``OPTIM.LR``)."""
+    return spec.field.metadata.get("metavar") or spec.flag[2:].replace("-", "_").upper()
+
+
 def _help(spec: FlagSpec) -> str:
     """The flag's help: the first paragraph of the field's docstring, then its default."""
     doc = field_docs(spec.owner).get(spec.field.name, "")
@@ -188,9 +197,10 @@ def add_flags(
     *,
     skip: tuple[str, ...] = (),
     group: str | None = None,
+    optional: bool = False,
 ) -> None:
     """One flag per field of ``cls`` (see the module docstring), on ``parser`` or on an argument group named
-    ``group``; ``skip`` leaves out fields by key path or name."""
+    ``group``; ``skip`` leaves out fields by key path or name; ``optional`` requires none of them."""
     target = parser.add_argument_group(group) if group else parser
     for spec in flag_specs(cls):
         if spec.dest in skip or spec.field.name in skip:
@@ -200,8 +210,8 @@ def add_flags(
             target.add_argument(spec.dest, default=argparse.SUPPRESS, help=_help(spec), **kw)
             continue
         if "choices" not in kw and kw.get("action") is not argparse.BooleanOptionalAction:
-            kw.setdefault("metavar", spec.flag[2:].replace("-", "_").upper())  # STEPS, not OPTIM.LR
-        required = bool(spec.field.metadata.get("required"))
+            kw["metavar"] = metavar(spec)
+        required = bool(spec.field.metadata.get("required")) and not optional
         target.add_argument(
             spec.flag, dest=spec.dest, default=argparse.SUPPRESS, required=required, help=_help(spec), **kw
         )

@@ -4,6 +4,7 @@ stats from ``zephyr.removal.Removal`` — with no ``argparse.Namespace`` below t
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import types
@@ -175,3 +176,67 @@ def test_a_bad_value_is_named_by_its_flag(short_command, tmp_path, capsys):
     argv = ["text", "drop-short", source, "--output", str(tmp_path / "out"), "--executor", "inprocess"]
     assert cli.main([*argv, "--unify-schemas", "--schema", str(tmp_path / "s.json")]) == 1
     assert "give --unify-schemas or --schema FILE, not both" in capsys.readouterr().err
+
+
+def _registry() -> list[Command]:
+    """Every command of every package's ``COMMANDS`` (``zephyr.cli.COMMAND_MODULES``)."""
+    modules = [cli, *(importlib.import_module(name) for name in cli.COMMAND_MODULES)]
+    return [command for module in modules for command in module.COMMANDS]
+
+
+def _required(command: Command) -> list[str]:
+    """A value for each required flag of ``command`` outside its ``Output`` group (its choices' first)."""
+    argv = []
+    for cls in command.options.values():
+        for spec in flag_specs(cls):
+            meta = spec.field.metadata
+            if meta.get("required") and not meta.get("positional") and not issubclass(cls, Output):
+                argv += [spec.flag, str(meta.get("choices", ["x"])[0])]
+    return argv
+
+
+WRITING_TWINS = [
+    c for c in _registry() if c.plans is not None and any(issubclass(k, Output) for k in c.options.values())
+]
+
+
+@pytest.mark.parametrize("command", WRITING_TWINS, ids=lambda c: c.words)
+def test_explain_takes_the_command_line_with_its_output(command):
+    """The command's own line works with ``explain`` in front: its output flags are accepted and ignored, and
+    no other flag takes the folder (argparse once read ``--output DIR`` as ``--output-column DIR``)."""
+    argv = ["explain", *command.words.split(), "in.parquet", *_required(command), "--output", "out/"]
+    args = cli.build_parser(argv).parse_args([*argv, "--overwrite"])
+    assert args.output == "out/" and args.overwrite is True
+    assert [dest for dest, value in vars(args).items() if value == "out/"] == ["output"]
+
+
+def test_explain_of_substring_dedup_with_its_output(tmp_path, capsys):
+    source = _input(tmp_path, ["the same words again and again"] * 4)
+    out = tmp_path / "out"
+    assert cli.main(["explain", "dedup", "substring", source, "--output", str(out)]) == 0
+    assert "nothing ran" in capsys.readouterr().out and not out.exists()
+
+
+def test_a_flag_is_never_taken_by_a_prefix_of_its_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser(["count"]).parse_args(["count", "in.parquet", "--work-d", str(tmp_path)])
+    assert "unrecognized arguments: --work-d" in capsys.readouterr().err
+    args = cli.build_parser(["count"]).parse_args(["count", "in.parquet", "-vv"])
+    assert args.verbose == 2
+
+
+def test_library_keywords_are_spelled_as_the_commands_flags(capsys):
+    """A failure names the fix in the library's keywords; the command line prints them as its own flags,
+    derived from the command's fields: every keyword of the command, none that is not one of its flags."""
+    from zephyr.errors import ConfigError
+
+    argv = ["dedup", "exact", "in.parquet", "--output", "out"]
+    message = (
+        "in.parquet has no column 'text_column': pass text_column='body' or schema=, replace_columns=True; "
+        "see /data/text_column/ and tokenizer=gpt2"
+    )
+    assert cli.report_failure(ConfigError(message), cli.build_parser(argv).parse_args(argv)) == 1
+    assert capsys.readouterr().err.strip() == (
+        "zephyr dedup exact: error: in.parquet has no column 'text_column': pass --text-column body or --schema "
+        "FILE, --replace-columns; see /data/text_column/ and tokenizer=gpt2"
+    )
