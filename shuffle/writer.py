@@ -17,15 +17,16 @@ with fixed seeds: stable between runs and processes of one polars version (keep 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
 import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.runs import row_group_bytes_for, write_run
+from zephyr.shuffle.runs import Written, write_run
 
 from zephyr.budget import Budget
 from zephyr.errors import SchemaError
@@ -160,93 +161,85 @@ def sort_table(table: pa.Table, columns: Sequence[tuple[str, bool]]) -> pa.Table
     return frame.to_arrow()
 
 
-class ShuffleWriter:
-    """Accepts a map task's output tables and leaves sorted, indexed runs in ``directory``."""
+@dataclass(frozen=True)
+class Spilled:
+    """A map task's shuffle output (``write_runs``): its runs' data paths in order, the rows it was given and
+    the schema of its last table, the run bytes written, and every run file's checksum record."""
 
-    def __init__(
-        self,
-        spec: ShuffleSpec,
-        fs: fsspec.AbstractFileSystem,
-        directory: str,
-        *,
-        budget_bytes: int,
-        task_index: int,
-    ):
-        self.spec = spec
-        self.fs = fs
-        self.directory = directory
-        self.buffer_limit = Budget(budget_bytes).shuffle_buffer_bytes
-        self.row_group_bytes = row_group_bytes_for(budget_bytes)
-        self.task_index = task_index
-        self._buffer: list[pa.Table] = []
-        self._buffered_bytes = 0
-        self._rows_seen = 0
-        self._combine_useless = False
-        self.runs: list[str] = []
-        self.checksums: dict[str, dict] = {}
-        """Checksum records of every run file written (data and index; ``zephyr.io.checksum``)."""
-        self.bytes_written = 0
-        fs.makedirs(directory, exist_ok=True)
+    runs: list[str]
+    rows: int
+    schema: pa.Schema | None
+    bytes: int
+    checksums: dict[str, dict]
 
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        self._buffer.append(table)
-        self._buffered_bytes += table.nbytes
-        if self._buffered_bytes >= self.buffer_limit:
-            self._spill()
 
-    def close(self) -> list[str]:
-        """Spill what is left; returns the data paths of the runs, in order."""
-        if self._buffer:
-            self._spill()
-        return self.runs
+def write_runs(
+    tables: Iterable[pa.Table],
+    spec: ShuffleSpec,
+    fs: fsspec.AbstractFileSystem,
+    directory: str,
+    *,
+    budget_bytes: int,
+    task_index: int,
+) -> Spilled:
+    """A map task's output ``tables``, buffered up to ``Budget.shuffle_buffer_bytes`` and spilled a buffer at a
+    time as sorted, indexed runs in ``directory`` (``_spill``).
 
-    def _spill(self) -> None:
-        table = pa.concat_tables(self._buffer, promote_options="permissive")
-        self._buffer.clear()
-        self._buffered_bytes = 0
-        table = self._combine(table)
-        spec = self.spec
-        if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
-        elif spec.kind == "round_robin":
-            start = self._rows_seen + self.task_index
-            self._rows_seen += table.num_rows
-            ids = (np.arange(start, start + table.num_rows) % spec.num_partitions).astype(np.int64)
-            table = table.append_column(PARTITION, numpy_to_arrow(ids))
-        # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
-        table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
-        if spec.kind == "hash":
-            partitions = _hash_partitions(
-                table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
-            )
-        elif spec.kind == "range":
-            partitions = _range_partitions(
-                table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
-            )
-        else:
-            partitions = table.column(PARTITION).combine_chunks().to_numpy()
-            table = table.drop_columns([PARTITION])
-        prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        written = write_run(self.fs, prefix, table, partitions, spec.num_partitions, self.row_group_bytes)
-        self.checksums.update(written.checksums)
-        self.runs.append(written.run.path)
-        self.bytes_written += written.bytes
-        log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
+    The map-side ``combine`` is switched off for the rest of the task when it stops paying (it keeps more than
+    ``COMBINE_MIN_REDUCTION`` of a buffer's rows: mostly-unique keys); then each row is only reshaped into the
+    combiner's output layout (its ``project``), which costs no grouping."""
+    budget = Budget(budget_bytes)
+    fs.makedirs(directory, exist_ok=True)
+    written: list[Written] = []
+    buffer, buffered, rows, schema, combine = [], 0, 0, None, spec.combine
+    for table in chain(tables, [None]):  # None: the end, spill what is left
+        if table is not None:
+            rows, schema = rows + table.num_rows, table.schema
+            if table.num_rows:
+                buffer.append(table)
+                buffered += table.nbytes
+        if not buffer or (table is not None and buffered < budget.shuffle_buffer_bytes):
+            continue
+        table, buffer, buffered = pa.concat_tables(buffer, promote_options="permissive"), [], 0
+        if combine is not None:
+            rows_in, table = table.num_rows, combine(table)
+            if combine is spec.combine and table.num_rows > COMBINE_MIN_REDUCTION * rows_in:
+                combine = getattr(combine, "project", combine.__call__)
+                log.debug("combine kept %d of %d rows: off for this task", table.num_rows, rows_in)
+        prefix = f"{directory}/run-{len(written):05d}"
+        first_row = task_index + sum(w.rows for w in written)
+        written.append(_spill(table, spec, fs, prefix, budget.spill_row_group_bytes, first_row))
+        del table  # the buffer goes before the next input table is made
+    checksums = {path: record for w in written for path, record in w.checksums.items()}
+    return Spilled([w.run.path for w in written], rows, schema, sum(w.bytes for w in written), checksums)
 
-    def _combine(self, table: pa.Table) -> pa.Table:
-        """Map-side combine, switched off for the rest of the task when it stops paying (mostly-unique keys:
-        then each row is only reshaped into the combiner's output layout, which costs no grouping)."""
-        combine = self.spec.combine
-        if combine is None:
-            return table
-        if self._combine_useless:
-            return combine.project(table) if hasattr(combine, "project") else combine(table)
-        combined = combine(table)
-        if combined.num_rows > COMBINE_MIN_REDUCTION * table.num_rows:
-            self._combine_useless = True
-            log.debug(
-                "combine kept %d of %d rows: off for the rest of this task", combined.num_rows, table.num_rows
-            )
-        return combined
+
+def _spill(
+    table: pa.Table,
+    spec: ShuffleSpec,
+    fs: fsspec.AbstractFileSystem,
+    prefix: str,
+    row_group_bytes: int,
+    first_row: int,
+) -> Written:
+    """One buffer sorted by (partition, sort key) and written as the run ``prefix`` (``runs.write_run``);
+    round-robin deals its rows from ``first_row`` (the task's index plus the rows it spilled before)."""
+    if spec.kind == "hash" and KEY_HASH not in table.column_names:
+        table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
+    elif spec.kind == "round_robin":
+        ids = (np.arange(first_row, first_row + table.num_rows) % spec.num_partitions).astype(np.int64)
+        table = table.append_column(PARTITION, numpy_to_arrow(ids))
+    # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
+    table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
+    if spec.kind == "hash":
+        partitions = _hash_partitions(table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions)
+    elif spec.kind == "range":
+        partitions = _range_partitions(
+            table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
+        )
+    else:
+        partitions = table.column(PARTITION).combine_chunks().to_numpy()
+        table = table.drop_columns([PARTITION])
+    written = write_run(fs, prefix, table, partitions, spec.num_partitions, row_group_bytes)
+    log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
+    return written

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.shuffle.read import merge_sorted
+from zephyr.shuffle.reduce import merge_sorted
 from zephyr.shuffle.writer import sort_table
 
 
