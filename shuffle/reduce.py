@@ -63,12 +63,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 from zephyr.shuffle.runs import Run, part_sources, read_index_block
-from zephyr.shuffle.writer import KEY_HASH, sort_table
+from zephyr.shuffle.writer import KEY_HASH, sort_frame, sort_table
 
 from zephyr.budget import EXPANSION, Budget
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
 
 log = logging.getLogger(__name__)
+_BY_HASH = [(KEY_HASH, False)]
 
 
 @contextmanager
@@ -193,23 +194,16 @@ def _count_before(keys: pl.DataFrame, cutoff: pl.DataFrame, columns: SortColumns
 def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) -> Iterator[pa.Table]:
     """Merge sources sorted by ``columns`` into globally sorted batches (see the module docstring).
 
-    One ascending ``uint64`` key (a hash shuffle's) is merged on numpy arrays, with binary searches and no
-    conversions; any other key on polars frames of the key columns."""
+    A hash shuffle's key (``KEY_HASH`` ascending, ``uint64``) is merged on numpy arrays, with binary searches and
+    no conversions; any other key on polars frames of the key columns."""
     columns = list(columns)
-    heads = [_Head(iter(source), lambda t: t) for source in sources]
-    name = columns[0][0] if columns else None
-    hashed = (
-        len(columns) == 1
-        and not columns[0][1]
-        and all(h.table is None or h.table.schema.field(name).type == pa.uint64() for h in heads)
-    )
+    hashed = columns == _BY_HASH
     key_of = (
-        (lambda t: t.column(name).combine_chunks().to_numpy(zero_copy_only=False))
+        (lambda t: t.column(KEY_HASH).combine_chunks().to_numpy(zero_copy_only=False))
         if hashed
         else (lambda t: pl.from_arrow(t.select([c for c, _ in columns]), rechunk=False))
     )
-    for head in heads:  # the first tables were read to choose: their keys now
-        head.key_of, head.keys = key_of, None if head.table is None else key_of(head.table)
+    heads = [_Head(iter(source), key_of) for source in sources]
     while True:
         live = [h for h in heads if h.rows]
         if not live:
@@ -224,12 +218,7 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
             counts = [int(np.searchsorted(h.keys, cutoff, side="left")) for h in live]
         else:
             lasts = [h.keys.slice(h.rows - 1, 1) for h in frontier]
-            cutoff = pl.concat(lasts).sort(
-                [c for c, _ in columns],
-                descending=[d for _, d in columns],
-                nulls_last=True,
-                maintain_order=True,
-            )[:1]
+            cutoff = sort_frame(pl.concat(lasts), columns)[:1]
             # ``equals``, not ``==`` on the rows' tuples: NaN equals NaN and null equals null here, as the sort
             # orders them (with ``==`` a source whose last key was NaN never read on and the merge looped).
             at_cutoff = {id(h) for h, last in zip(frontier, lasts) if last.equals(cutoff)}
@@ -250,7 +239,6 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
 # -- reducers ----------------------------------------------------------------------------------------------
 Sources = Sequence[Iterator[pa.Table]]
 JoinHow = Literal["inner", "left", "right", "outer"]
-_BY_HASH = [(KEY_HASH, False)]
 
 
 def _drop_hash(table: pa.Table) -> pa.Table:
@@ -395,8 +383,13 @@ class JoinReducer:
         needs_left, needs_right = self.how in ("inner", "left"), self.how in ("inner", "right")
         if (left is None and (needs_left or right is None)) or (right is None and needs_right):
             return
-        left = left if left is not None else _empty_like(right, self.right_on, self.left_on, _LEFT_ROW)
-        right = right if right is not None else _empty_like(left, self.left_on, self.right_on, _RIGHT_ROW)
+        # An empty side without a known schema: the other side's key columns under its names, no rows.
+        if left is None:
+            left = right.select(pl.col(r).alias(k) for k, r in zip(self.left_on, self.right_on)).clear()
+            left = left.with_row_index(_LEFT_ROW)
+        if right is None:
+            right = left.select(pl.col(k).alias(r) for k, r in zip(self.left_on, self.right_on)).clear()
+            right = right.with_row_index(_RIGHT_ROW)
         for side, frame, names in (("left", left, self.left_on), ("right", right, self.right_on)):
             for name in (n for n in names if n not in frame.columns):
                 raise SchemaError(f"join key {name!r} not in the {side} dataset; columns: {frame.columns}")
@@ -438,15 +431,6 @@ def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.Dat
     return frame.with_row_index(row_column)
 
 
-def _empty_like(
-    other: pl.DataFrame, other_keys: Sequence[str], keys: Sequence[str], row_column: str
-) -> pl.DataFrame:
-    """An empty side with just its key columns (typed like the other side's) and a row index."""
-    return pl.DataFrame(
-        {k: pl.Series(k, [], dtype=other.schema[ok]) for k, ok in zip(keys, other_keys)}
-    ).with_row_index(row_column)
-
-
 def _align_key_types(
     left: pl.DataFrame, right: pl.DataFrame, left_on: Sequence[str], right_on: Sequence[str]
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -470,8 +454,7 @@ def _align_key_types(
 
 # -- aggregations -------------------------------------------------------------------------------------------
 _DECOMPOSABLE = ("count", "sum", "min", "max", "mean", "first", "last")
-AGGREGATIONS = (*_DECOMPOSABLE, "n_unique", "list")
-"""Every name but ``list`` is polars' own (``pl.Expr.<how>``); ``list`` keeps a group's values as a list."""
+AGGREGATIONS = (*_DECOMPOSABLE, "n_unique", "list")  # polars' own names (``pl.Expr.<how>``), but ``list``
 _SMALL = (pl.Int8, pl.Int16, pl.UInt8, pl.UInt16, pl.Boolean)
 
 

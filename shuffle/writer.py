@@ -147,30 +147,18 @@ class ShuffleSpec:
         return []
 
 
+def sort_frame(frame: pl.DataFrame, columns: Sequence[tuple[str, bool]]) -> pl.DataFrame:
+    """Stable sort by (column, descending) pairs with nulls last (polars, multi-threaded): the one order of
+    the shuffle, for runs, merges and their cutoffs alike."""
+    names, descending = [c for c, _ in columns], [d for _, d in columns]
+    return frame.sort(names, descending=descending, nulls_last=True, maintain_order=True)
+
+
 def sort_table(table: pa.Table, columns: Sequence[tuple[str, bool]]) -> pa.Table:
-    """Stable sort with nulls last (polars, multi-threaded)."""
+    """``sort_frame`` of a table (one of a row or none, or no columns to sort by: as it is)."""
     if not columns or table.num_rows <= 1:
         return table
-    frame = pl.from_arrow(table, rechunk=False)
-    frame = frame.sort(
-        [c for c, _ in columns],
-        descending=[d for _, d in columns],
-        nulls_last=True,
-        maintain_order=True,
-    )
-    return frame.to_arrow()
-
-
-@dataclass(frozen=True)
-class Spilled:
-    """A map task's shuffle output (``write_runs``): its runs' data paths in order, the rows it was given and
-    the schema of its last table, the run bytes written, and every run file's checksum record."""
-
-    runs: list[str]
-    rows: int
-    schema: pa.Schema | None
-    bytes: int
-    checksums: dict[str, dict]
+    return sort_frame(pl.from_arrow(table, rechunk=False), columns).to_arrow()
 
 
 def write_runs(
@@ -181,9 +169,10 @@ def write_runs(
     *,
     budget_bytes: int,
     task_index: int,
-) -> Spilled:
+) -> tuple[list[Written], int, pa.Schema | None]:
     """A map task's output ``tables``, buffered up to ``Budget.shuffle_buffer_bytes`` and spilled a buffer at a
-    time as sorted, indexed runs in ``directory`` (``_spill``).
+    time as sorted, indexed runs in ``directory`` (``_spill``): the runs as written, in order, the rows given
+    and the schema of the last table given (an empty result still says what its columns are).
 
     The map-side ``combine`` is switched off for the rest of the task when it stops paying (it keeps more than
     ``COMBINE_MIN_REDUCTION`` of a buffer's rows: mostly-unique keys); then each row is only reshaped into the
@@ -210,8 +199,7 @@ def write_runs(
         first_row = task_index + sum(w.rows for w in written)
         written.append(_spill(table, spec, fs, prefix, budget.spill_row_group_bytes, first_row))
         del table  # the buffer goes before the next input table is made
-    checksums = {path: record for w in written for path, record in w.checksums.items()}
-    return Spilled([w.run.path for w in written], rows, schema, sum(w.bytes for w in written), checksums)
+    return written, rows, schema
 
 
 def _spill(

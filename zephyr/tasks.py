@@ -409,15 +409,15 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, ShuffleOutput):
         fs, base = url_to_fs(output.directory)
         attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
-        spilled = write_runs(
+        runs, rows, schema = write_runs(
             tables, output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
         )
         return {
-            "rows_out": spilled.rows,
-            "bytes_out": spilled.bytes,
-            "runs": [_url(fs, p, output.directory) for p in spilled.runs],
-            "schema": _schema_text(spilled.schema),
-            "checksums": {_url(fs, p, output.directory): record for p, record in spilled.checksums.items()},
+            "rows_out": rows,
+            "bytes_out": sum(run.bytes for run in runs),
+            "runs": [_url(fs, run.run.path, output.directory) for run in runs],
+            "schema": _schema_text(schema),
+            "checksums": {_url(fs, p, output.directory): r for run in runs for p, r in run.checksums.items()},
         }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)

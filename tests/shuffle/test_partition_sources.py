@@ -46,9 +46,8 @@ def _map_side(tmp_path, spec: ShuffleSpec, tasks: int = 4) -> list[Run]:
         table = _table(task)
         batches = (table.slice(start, 2000) for start in range(0, table.num_rows, 2000))  # as a task's output
         directory = str(tmp_path / f"map-{task:05d}")
-        runs += map(
-            Run, write_runs(batches, spec, FS, directory, budget_bytes=MAP_BUDGET, task_index=task).runs
-        )
+        written, _, _ = write_runs(batches, spec, FS, directory, budget_bytes=MAP_BUDGET, task_index=task)
+        runs += [w.run for w in written]
     return runs
 
 
@@ -155,12 +154,10 @@ def test_empty_partition_and_scratch_cleanup(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     spec = ShuffleSpec("hash", 64, keys=("key",))
     table = pa.table({"key": pa.array([1, 1, 1], pa.int64())})
-    runs = [
-        Run(r)
-        for r in write_runs(
-            [table], spec, FS, str(tmp_path / "map"), budget_bytes=MAP_BUDGET, task_index=0
-        ).runs
-    ]
+    written, _, _ = write_runs(
+        [table], spec, FS, str(tmp_path / "map"), budget_bytes=MAP_BUDGET, task_index=0
+    )
+    runs = [w.run for w in written]
     used = {p for p in range(64) if _part_rows(runs[0], p).num_rows}
     empty = next(p for p in range(64) if p not in used)
     with partition_sources(runs, empty, spec.sort_columns, TINY) as sources:
