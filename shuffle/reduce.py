@@ -54,7 +54,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, count, pairwise
 from typing import Any, Literal
 
 import fsspec
@@ -94,25 +94,16 @@ def partition_sources(
         yield sources
         return
     with tempfile.TemporaryDirectory(prefix="zephyr-merge-", ignore_cleanup_errors=True) as scratch:
-        level = 0
-        while len(sources) > fan_in:
-            merged = [
-                _spill(
-                    merge_sorted(sources[i : i + fan_in], merge_columns),
-                    f"{scratch}/l{level}-{i:05d}.parquet",
-                    chunk,
-                )
-                for i in range(0, len(sources), fan_in)
+        for level in count():
+            if len(sources) <= fan_in:
+                yield sources
+                return
+            groups = [sources[i : i + fan_in] for i in range(0, len(sources), fan_in)]
+            log.info("partition %d: %d sources merged %d at a time", partition, len(sources), fan_in)
+            sources = [
+                _spill(merge_sorted(group, merge_columns), f"{scratch}/l{level}-{i:05d}.parquet", chunk)
+                for i, group in enumerate(groups)
             ]
-            log.info(
-                "partition %d: merged %d sources into %d (fan-in %d)",
-                partition,
-                len(sources),
-                len(merged),
-                fan_in,
-            )
-            sources, level = merged, level + 1
-        yield sources
 
 
 def _spill(tables: Iterator[pa.Table], path: str, row_group_bytes: int) -> Iterator[pa.Table]:
@@ -198,11 +189,12 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
     no conversions; any other key on polars frames of the key columns."""
     columns = list(columns)
     hashed = columns == _BY_HASH
-    key_of = (
-        (lambda t: t.column(KEY_HASH).combine_chunks().to_numpy(zero_copy_only=False))
-        if hashed
-        else (lambda t: pl.from_arrow(t.select([c for c, _ in columns]), rechunk=False))
-    )
+
+    def key_of(table: pa.Table) -> Any:
+        if hashed:
+            return table.column(KEY_HASH).combine_chunks().to_numpy(zero_copy_only=False)
+        return pl.from_arrow(table.select([c for c, _ in columns]), rechunk=False)
+
     heads = [_Head(iter(source), key_of) for source in sources]
     while True:
         live = [h for h in heads if h.rows]
@@ -276,12 +268,10 @@ class GroupApplyReducer:
             batch = sort_table(batch, order)
             keys = pl.from_arrow(batch.select(list(self.keys)), rechunk=False)
             changed = keys.select(pl.any_horizontal(pl.all().ne_missing(pl.all().shift(1)))).to_series()
-            starts = np.flatnonzero(np.r_[True, changed.to_numpy()[1:]])  # the first row starts a group
-            stops = np.append(starts[1:], len(keys))
+            # a group starts at the first row and wherever a key changes
+            starts = np.flatnonzero(np.r_[True, changed.to_numpy()[1:]]).tolist()
             rows = _drop_hash(batch)
-            tables = [
-                _as_table(self.fn(rows.slice(a, b - a))) for a, b in zip(starts.tolist(), stops.tolist())
-            ]
+            tables = [_as_table(self.fn(rows.slice(a, b - a))) for a, b in pairwise([*starts, len(keys)])]
             outputs = [table for table in tables if table is not None and table.num_rows]
             if outputs:
                 yield pa.concat_tables(outputs, promote_options="permissive")
@@ -384,12 +374,11 @@ class JoinReducer:
         if (left is None and (needs_left or right is None)) or (right is None and needs_right):
             return
         # An empty side without a known schema: the other side's key columns under its names, no rows.
+        pairs = list(zip(self.left_on, self.right_on))
         if left is None:
-            left = right.select(pl.col(r).alias(k) for k, r in zip(self.left_on, self.right_on)).clear()
-            left = left.with_row_index(_LEFT_ROW)
+            left = right.select(pl.col(r).alias(k) for k, r in pairs).clear().with_row_index(_LEFT_ROW)
         if right is None:
-            right = left.select(pl.col(k).alias(r) for k, r in zip(self.left_on, self.right_on)).clear()
-            right = right.with_row_index(_RIGHT_ROW)
+            right = left.select(pl.col(k).alias(r) for k, r in pairs).clear().with_row_index(_RIGHT_ROW)
         for side, frame, names in (("left", left, self.left_on), ("right", right, self.right_on)):
             for name in (n for n in names if n not in frame.columns):
                 raise SchemaError(f"join key {name!r} not in the {side} dataset; columns: {frame.columns}")
@@ -423,12 +412,12 @@ class JoinReducer:
 
 def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.DataFrame | None:
     tables = [_drop_hash(t) for t in chain.from_iterable(sources) if t.num_rows]
-    if not tables:
-        if schema is None:
-            return None
-        return pl.from_arrow(_drop_hash(schema.empty_table())).with_row_index(row_column)
-    frame = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
-    return frame.with_row_index(row_column)
+    if not tables and schema is None:
+        return None
+    table = (
+        pa.concat_tables(tables, promote_options="permissive") if tables else _drop_hash(schema.empty_table())
+    )
+    return pl.from_arrow(table).with_row_index(row_column)
 
 
 def _align_key_types(

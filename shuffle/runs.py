@@ -114,16 +114,15 @@ def _decode_blocks(raw: bytes, path: str, first: int, run: Run, partitions: int 
     every header must be the one ``_blocks`` writes."""
     blocks = np.frombuffer(raw, dtype=_block_dtype(run.slots))
     head = blocks[0]
-    expected = _blocks(
-        first, len(blocks), head["partitions"] if partitions is None else partitions, run.slots
-    )
+    partitions = head["partitions"] if partitions is None else partitions
+    expected = _blocks(first, len(blocks), partitions, run.slots)
     expected["entries"] = blocks["entries"]
     if expected.tobytes() != raw:
         raise InputError(
             f"shuffle index block of partition {first} does not match: it says {bytes(head['magic'])!r} version "
             f"{head['version']}, partition {head['partition']} of {head['partitions']} with {head['slots']} "
             f"slots, the job reads {INDEX_MAGIC!r} version {INDEX_VERSION}, partition {first} of "
-            f"{expected['partitions'][0]} with {run.slots} slots: the run is damaged or another zephyr's; rerun "
+            f"{partitions} with {run.slots} slots: the run is damaged or another zephyr's; rerun "
             "the job without the old work directory",
             path=path,
         )
@@ -137,7 +136,7 @@ def _cat(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None) 
         data = fs.cat_file(path, start=start, end=end)
     except FileNotFoundError as exc:
         raise InputError(
-            "shuffle run file missing (was the work directory cleaned mid-job?)", path=path
+            "shuffle run file missing: was the work directory cleaned mid-job?", path=path
         ) from exc
     if end is not None and len(data) != end - start:
         what = "data file" if path.endswith(".data") else "index"
@@ -166,8 +165,9 @@ def read_index_block(
 
 
 def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tuple[bytes, np.ndarray]:
-    """A whole index (one read) and its entries (P × K × 3), checked, with its blobs back to back from byte 0
-    in (partition, slot) order: ``coalesce_runs`` copies partitions by byte ranges and relies on it."""
+    """A whole index (one read) and its entries (P × K × 3), its length and headers checked. Its writers lay
+    the blobs back to back from byte 0 in (partition, slot) order; ``coalesce_runs`` copies partitions by byte
+    ranges and relies on it, having checked the index against its writer's checksum."""
     path = index_path(run.path)
     raw = _cat(fs, path, 0, None)
     if len(raw) != partitions * block_bytes(run.slots):
@@ -176,15 +176,7 @@ def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tupl
             f"{run.slots} slots take {partitions * block_bytes(run.slots)}; the run is damaged: rerun the job",
             path=path,
         )
-    entries = _decode_blocks(raw, path, 0, run, partitions).copy()  # 24 bytes a slot; ``raw`` can go
-    flat = entries.reshape(-1, 3)
-    full = flat[flat[:, 1] > 0]
-    ends = np.cumsum(full[:, 1])
-    if len(full) and ((full[:, 0] != ends - full[:, 1]).any()):
-        raise InputError(
-            "shuffle run's blobs are not back to back; the run is damaged: rerun the job", path=path
-        )
-    return raw, entries
+    return raw, _decode_blocks(raw, path, 0, run, partitions)
 
 
 @dataclass(frozen=True)
@@ -251,12 +243,9 @@ class _Chunk:
     def read(self, offset: int, n: int) -> memoryview:
         """``n`` bytes at ``offset`` of the data file (within the group), fetched if not held."""
         if not self.lo <= offset <= offset + n <= self.lo + len(self.data):
-            whole = self.end - self.start <= self.piece_bytes
-            lo, hi = (
-                (self.start, self.end)
-                if whole
-                else (offset, min(self.end, offset + max(n, self.piece_bytes)))
-            )
+            lo, hi = self.start, self.end
+            if hi - lo > self.piece_bytes:  # one large blob: a piece from where Parquet reads
+                lo, hi = offset, min(self.end, offset + max(n, self.piece_bytes))
             self.data, self.lo = _cat(self.fs, self.path, lo, hi), lo
         return memoryview(self.data)[offset - self.lo : offset - self.lo + n]
 
@@ -315,9 +304,7 @@ def read_groups(parts: Sequence[RunPart], chunk_bytes: int) -> list[list[RunPart
     data file (a partition's slots in a coalesced run), ``chunk_bytes`` at most a read; a part larger than that
     alone (it is streamed)."""
     groups: list[list[RunPart]] = []
-    for part in parts:
-        if part.rows == 0:
-            continue
+    for part in (part for part in parts if part.rows):
         last = groups[-1] if groups else None
         if (
             last is None
@@ -432,7 +419,7 @@ def coalesce_runs(
     *,
     window_bytes: int,
     upload_bytes: int,
-    expected: Mapping[str, dict] | None = None,
+    expected: Mapping[str, dict],
 ) -> Written:
     """Concatenate ``runs`` into one run at ``prefix`` (``.data``/``.index``) whose partition p holds the
     blobs of every input's partition p, input by input: bytes are copied, never decoded.
@@ -441,19 +428,19 @@ def coalesce_runs(
     all inputs (one ranged read per input and window; a partition larger than a window is copied input by
     input, ``window_bytes`` a read), so a combine holds one window of fetched bytes and one upload part
     (``upload_bytes``) of output. The windows of one input are consecutive byte ranges, so every input file is
-    hashed whole while it is read: with ``expected`` (path → checksum record, from the map tasks' markers) an
-    input that no longer holds the bytes its map task wrote is an ``InputError`` naming it."""
-    expected = expected or {}
-    indexes = []
-    for run in runs:
+    hashed whole while it is read and checked against ``expected`` (path → checksum record, from the map
+    tasks' markers; an index before its entries are used): an input that no longer holds the bytes its writer
+    wrote, or has no record, is an ``InputError`` naming it. So the copy trusts the inputs' layout."""
+    indexes, sizes = [], np.zeros((num_partitions, len(runs)), np.int64)  # sizes[p, i]: input i's bytes of p
+    for i, run in enumerate(runs):
         raw, entries = read_index(fs, run, num_partitions)
         digest = hasher()
         digest.update(raw)
         _check(index_path(run.path), len(raw), digest, expected)
         indexes.append(entries.astype(np.int64))
+        sizes[:, i] = indexes[-1][:, :, 1].sum(axis=1)
     # Input i's partition p lies at bytes starts[p][i]-starts[p + 1][i] of its data file (``read_index``); in
     # the output, at out_starts[p, i]: partition by partition, input by input. Its blobs move by the difference.
-    sizes = np.array([e[:, :, 1].sum(axis=1) for e in indexes], dtype=np.int64).reshape(len(runs), -1).T
     starts = np.vstack([np.zeros((1, len(runs)), np.int64), np.cumsum(sizes, axis=0)])
     out_starts = (np.cumsum(sizes.ravel()) - sizes.ravel()).reshape(sizes.shape)
     for i, e in enumerate(indexes):
@@ -487,15 +474,11 @@ class _Parts:
     def __init__(self, handle, size: int):
         self._handle, self._size, self._pending = handle, size, bytearray()
 
-    def write(self, data) -> int:
+    def write(self, data) -> None:  # ``Checksummed`` counts what it is handed
         self._pending += data
         while len(self._pending) >= self._size:
             self._handle.write(bytes(self._pending[: self._size]))
             del self._pending[: self._size]
-        return memoryview(data).nbytes
-
-    def flush(self) -> None:
-        pass
 
     def close(self) -> None:
         if self._pending:
@@ -503,18 +486,14 @@ class _Parts:
             self._pending.clear()
         self._handle.close()
 
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
-
 
 def _check(path: str, size: int, digest, expected: Mapping[str, dict]) -> None:
-    """``path`` read as ``size`` bytes hashing to ``digest`` must match the record its writer made, if any."""
-    record = expected.get(path)
-    if record is not None and (record.get("bytes") != size or record.get(ALGORITHM) != digest.hexdigest()):
+    """``path`` read as ``size`` bytes hashing to ``digest`` must match the record its writer made."""
+    record = expected.get(path) or {}
+    if record.get("bytes") != size or record.get(ALGORITHM) != digest.hexdigest():
         raise InputError(
             f"shuffle run file does not hold the bytes its map task wrote ({size} bytes read, {record.get('bytes')} "
-            "written, or another checksum); rerun the job",
+            "written, or another checksum, or none recorded); rerun the job",
             path=path,
         )
 

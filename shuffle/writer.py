@@ -45,20 +45,21 @@ def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     if missing:
         raise SchemaError(f"key column(s) {missing} not found; available columns: {table.column_names}")
     frame = pl.from_arrow(table.select(list(keys)), rechunk=False)
-    exprs = []
-    for name in keys:
-        dtype = frame.schema[name]
-        if dtype == pl.UInt64:  # keep the bit pattern: values above 2**63 (hashes) must not overflow
-            exprs.append(pl.col(name).reinterpret(signed=True))
-        elif dtype.is_integer():
-            exprs.append(pl.col(name).cast(pl.Int64))
-        elif dtype == pl.Categorical or dtype == pl.Enum:
-            exprs.append(pl.col(name).cast(pl.String))
-        elif dtype.is_float():
-            exprs.append(pl.col(name).cast(pl.Float64))
-        else:
-            exprs.append(pl.col(name))
-    return frame.select(exprs).hash_rows(**_SEEDS).to_numpy()
+    return (
+        frame.select(_canonical(pl.col(name), frame.schema[name]) for name in keys)
+        .hash_rows(**_SEEDS)
+        .to_numpy()
+    )
+
+
+def _canonical(column: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """``column`` as the type its key hashes as: integers as Int64 (UInt64 by bit pattern: values above 2**63,
+    hashes, must not overflow), categoricals as String, floats as Float64."""
+    if dtype == pl.UInt64:
+        return column.reinterpret(signed=True)
+    if dtype.is_integer() or dtype.is_float():
+        return column.cast(pl.Int64 if dtype.is_integer() else pl.Float64)
+    return column.cast(pl.String) if dtype in (pl.Categorical, pl.Enum) else column
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
@@ -171,7 +172,7 @@ def write_runs(
     task_index: int,
 ) -> tuple[list[Written], int, pa.Schema | None]:
     """A map task's output ``tables``, buffered up to ``Budget.shuffle_buffer_bytes`` and spilled a buffer at a
-    time as sorted, indexed runs in ``directory`` (``_spill``): the runs as written, in order, the rows given
+    time as sorted, indexed runs in ``directory`` (``_partition``, ``runs.write_run``): the runs as written, in order, the rows given
     and the schema of the last table given (an empty result still says what its columns are).
 
     The map-side ``combine`` is switched off for the rest of the task when it stops paying (it keeps more than
@@ -195,23 +196,19 @@ def write_runs(
             if combine is spec.combine and table.num_rows > COMBINE_MIN_REDUCTION * rows_in:
                 combine = getattr(combine, "project", combine.__call__)
                 log.debug("combine kept %d of %d rows: off for this task", table.num_rows, rows_in)
+        table, partitions = _partition(table, spec, task_index + sum(w.rows for w in written))
         prefix = f"{directory}/run-{len(written):05d}"
-        first_row = task_index + sum(w.rows for w in written)
-        written.append(_spill(table, spec, fs, prefix, budget.spill_row_group_bytes, first_row))
-        del table  # the buffer goes before the next input table is made
+        written.append(
+            write_run(fs, prefix, table, partitions, spec.num_partitions, budget.spill_row_group_bytes)
+        )
+        log.debug("spilled run %s: %d rows, %d bytes", prefix, written[-1].rows, written[-1].bytes)
+        del table, partitions  # the buffer goes before the next input table is made
     return written, rows, schema
 
 
-def _spill(
-    table: pa.Table,
-    spec: ShuffleSpec,
-    fs: fsspec.AbstractFileSystem,
-    prefix: str,
-    row_group_bytes: int,
-    first_row: int,
-) -> Written:
-    """One buffer sorted by (partition, sort key) and written as the run ``prefix`` (``runs.write_run``);
-    round-robin deals its rows from ``first_row`` (the task's index plus the rows it spilled before)."""
+def _partition(table: pa.Table, spec: ShuffleSpec, first_row: int) -> tuple[pa.Table, np.ndarray]:
+    """One buffer sorted by (partition, sort key), and the partition of each of its rows; round-robin deals
+    its rows from ``first_row`` (the task's index plus the rows it spilled before)."""
     if spec.kind == "hash" and KEY_HASH not in table.column_names:
         table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
     elif spec.kind == "round_robin":
@@ -220,14 +217,12 @@ def _spill(
     # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
     table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
     if spec.kind == "hash":
-        partitions = _hash_partitions(table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions)
-    elif spec.kind == "range":
-        partitions = _range_partitions(
-            table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
+        return table, _hash_partitions(
+            table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
         )
-    else:
-        partitions = table.column(PARTITION).combine_chunks().to_numpy()
-        table = table.drop_columns([PARTITION])
-    written = write_run(fs, prefix, table, partitions, spec.num_partitions, row_group_bytes)
-    log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
-    return written
+    if spec.kind == "range":
+        by, descending = spec.keys[0], spec.descending[0]
+        return table, _range_partitions(
+            table, by, spec.boundaries, spec.num_partitions, descending=descending
+        )
+    return table.drop_columns([PARTITION]), table.column(PARTITION).combine_chunks().to_numpy()

@@ -19,6 +19,7 @@ from zephyr.shuffle.runs import Run
 from zephyr.shuffle.writer import ShuffleSpec, range_boundaries, write_runs
 
 from zephyr.budget import EXPANSION, Budget
+from zephyr.io.checksum import checksum_record, file_checksum
 
 FS = fsspec.filesystem("file")
 MAP_BUDGET = 4 << 20  # shuffle buffer 1 MiB: every map task spills several runs
@@ -180,6 +181,8 @@ def test_coalesced_runs_give_the_same_rows_in_the_same_order(tmp_path, name):
     spec, columns = _specs()[name]
     runs = _map_side(tmp_path, spec)
     groups = [runs[:5], runs[5:6], runs[6:]]
+    files = [p for r in runs for p in (r.path, r.path[: -len(".data")] + ".index")]
+    checksums = {p: checksum_record(*file_checksum(p)) for p in files}  # as the map tasks' markers hold them
     coalesced = [
         coalesce_runs(
             FS,
@@ -188,6 +191,7 @@ def test_coalesced_runs_give_the_same_rows_in_the_same_order(tmp_path, name):
             spec.num_partitions,
             window_bytes=1 << 16,
             upload_bytes=1 << 20,
+            expected=checksums,
         ).run
         for g, group in enumerate(groups)
     ]
