@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import io
 import math
-import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -48,18 +47,13 @@ from zephyr.io.checksum import ALGORITHM, Checksummed, hasher
 
 INDEX_MAGIC = b"ZSHX"
 INDEX_VERSION = 2
-_BLOCK = struct.Struct("<4sIIIQ")
-_ENTRY = struct.Struct("<QQQ")
-
-
-def row_group_bytes_for(budget_bytes: int) -> int:
-    """Row-group size of spilled blobs: small enough that a reducer can stream many parts within its budget."""
-    return Budget(budget_bytes).spill_row_group_bytes
+_HEADER = [("magic", "S4"), ("version", "<u4"), ("partition", "<u4"), ("partitions", "<u4"), ("slots", "<u8")]
+_ENTRY_BYTES = 24  # (offset, length, rows), uint64 each
 
 
 def block_bytes(slots: int) -> int:
     """Bytes of one partition's index block in a run of ``slots`` slots."""
-    return _BLOCK.size + _ENTRY.size * slots
+    return _block_dtype(slots).itemsize
 
 
 def index_path(data_path: str) -> str:
@@ -102,79 +96,56 @@ def _parquet_blob(table: pa.Table, row_group_bytes: int) -> bytes:
 
 
 def _block_dtype(slots: int) -> np.dtype:
-    return np.dtype(
-        [
-            ("magic", "S4"),
-            ("version", "<u4"),
-            ("partition", "<u4"),
-            ("partitions", "<u4"),
-            ("slots", "<u8"),
-            ("entries", "<u8", (slots, 3)),
-        ]
-    )
+    return np.dtype([*_HEADER, ("entries", "<u8", (slots, 3))])
 
 
-def _encode_index(entries: np.ndarray) -> bytes:
-    """The index of a run whose blobs are ``entries`` (P × K × (offset, length, rows))."""
-    partitions, slots = entries.shape[:2]
-    blocks = np.zeros(partitions, dtype=_block_dtype(slots))
-    blocks["magic"] = INDEX_MAGIC
-    blocks["version"] = INDEX_VERSION
-    blocks["partition"] = np.arange(partitions)
-    blocks["partitions"] = partitions
-    blocks["slots"] = slots
-    blocks["entries"] = entries
-    return blocks.tobytes()
+def _blocks(first: int, count: int, partitions: int, slots: int) -> np.ndarray:
+    """Index blocks ``first``, ``first + 1``, … of a run of ``partitions`` × ``slots``: headers set, entries 0.
+    The writer fills in the entries; a reader compares what it read with these headers."""
+    blocks = np.zeros(count, dtype=_block_dtype(slots))
+    blocks["magic"], blocks["version"], blocks["slots"] = INDEX_MAGIC, INDEX_VERSION, slots
+    blocks["partition"], blocks["partitions"] = np.arange(first, first + count), partitions
+    return blocks
 
 
 def _decode_blocks(raw: bytes, path: str, first: int, run: Run, partitions: int | None) -> np.ndarray:
-    """Entries (n × K × 3) of the index blocks in ``raw``, which should be blocks ``first``, ``first + 1``, …
-    of the index ``path``; every header is checked."""
-    size = block_bytes(run.slots)
-    if len(raw) < size or len(raw) % size:
-        raise InputError(
-            f"shuffle index truncated: {len(raw)} bytes where partition {first}'s block of {size} bytes "
-            "should be; the run is damaged: rerun the job",
-            path=path,
-        )
+    """Entries (n × K × 3) of the whole index blocks in ``raw``, which should be blocks ``first``,
+    ``first + 1``, … of the index ``path`` of a run of ``partitions`` (when the caller knows) × ``run.slots``:
+    every header must be the one ``_blocks`` writes."""
     blocks = np.frombuffer(raw, dtype=_block_dtype(run.slots))
     head = blocks[0]
-    if head["magic"] != INDEX_MAGIC:
-        raise InputError(f"not a shuffle index: magic {head['magic']!r}, expected {INDEX_MAGIC!r}", path=path)
-    if head["version"] != INDEX_VERSION:
+    partitions = head["partitions"] if partitions is None else partitions
+    expected = _blocks(first, len(blocks), partitions, run.slots)
+    expected["entries"] = blocks["entries"]
+    if expected.tobytes() != raw:
         raise InputError(
-            f"shuffle index version {head['version']}, this zephyr reads version {INDEX_VERSION}: rerun the "
-            "job without the old work directory",
+            f"shuffle index block of partition {first} does not match: it says {bytes(head['magic'])!r} version "
+            f"{head['version']}, partition {head['partition']} of {head['partitions']} with {head['slots']} "
+            f"slots, the job reads {INDEX_MAGIC!r} version {INDEX_VERSION}, partition {first} of "
+            f"{partitions} with {run.slots} slots: the run is damaged or another zephyr's; rerun "
+            "the job without the old work directory",
             path=path,
-        )
-    expected = np.arange(first, first + len(blocks))
-    if (
-        (blocks["magic"] != INDEX_MAGIC).any()
-        or (blocks["version"] != INDEX_VERSION).any()
-        or (blocks["slots"] != run.slots).any()
-        or (blocks["partition"] != expected).any()
-        or (blocks["partitions"] != head["partitions"]).any()
-    ):
-        raise InputError(
-            f"shuffle index block of partition {first} does not match: it says partition "
-            f"{head['partition']} of {head['partitions']} with {head['slots']} slots, the job expects "
-            f"{run.slots} slots; the run is damaged: rerun the job",
-            path=path,
-        )
-    if partitions is not None and head["partitions"] != partitions:
-        raise InputError(
-            f"shuffle index holds {head['partitions']} partitions, the job expects {partitions}", path=path
         )
     return blocks["entries"]
 
 
-def _read_index_bytes(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None) -> bytes:
+def _cat(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int | None) -> bytes:
+    """Bytes [start, end) of a run file (to its end when ``end`` is None): a file that is missing or ends
+    before ``end`` is an ``InputError`` naming it."""
     try:
-        return fs.cat_file(path, start=start, end=end)
+        data = fs.cat_file(path, start=start, end=end)
     except FileNotFoundError as exc:
         raise InputError(
-            "shuffle index missing (was the work directory cleaned mid-job?)", path=path
+            "shuffle run file missing: was the work directory cleaned mid-job?", path=path
         ) from exc
+    if end is not None and len(data) != end - start:
+        what = "data file" if path.endswith(".data") else "index"
+        raise InputError(
+            f"shuffle run bytes {start}-{end} lie past the end of the {what} (it ends at byte {start + len(data)}): "
+            "the run is truncated; rerun the job",
+            path=path,
+        )
+    return data
 
 
 def read_index_block(
@@ -188,31 +159,24 @@ def read_index_block(
     size = block_bytes(run.slots)
     if num_partitions is not None and not 0 <= partition < num_partitions:
         raise InputError(f"partition {partition} out of range: the job has {num_partitions}", path=path)
-    raw = _read_index_bytes(fs, path, partition * size, (partition + 1) * size)
+    raw = _cat(fs, path, partition * size, (partition + 1) * size)
     entries = _decode_blocks(raw, path, partition, run, num_partitions)[0]
     return [RunPart(run.path, int(o), int(n), int(r)) for o, n, r in entries.tolist()]
 
 
 def read_index(fs: fsspec.AbstractFileSystem, run: Run, partitions: int) -> tuple[bytes, np.ndarray]:
-    """A whole index (one read) and its entries (P × K × 3), checked, with its blobs back to back from byte 0
-    in (partition, slot) order: ``coalesce_runs`` copies partitions by byte ranges and relies on it."""
+    """A whole index (one read) and its entries (P × K × 3), its length and headers checked. Its writers lay
+    the blobs back to back from byte 0 in (partition, slot) order; ``coalesce_runs`` copies partitions by byte
+    ranges and relies on it, having checked the index against its writer's checksum."""
     path = index_path(run.path)
-    raw = _read_index_bytes(fs, path, 0, None)
+    raw = _cat(fs, path, 0, None)
     if len(raw) != partitions * block_bytes(run.slots):
         raise InputError(
             f"shuffle index has the wrong length: {len(raw)} bytes, {partitions} partitions of "
             f"{run.slots} slots take {partitions * block_bytes(run.slots)}; the run is damaged: rerun the job",
             path=path,
         )
-    entries = _decode_blocks(raw, path, 0, run, partitions).copy()  # 24 bytes a slot; ``raw`` can go
-    flat = entries.reshape(-1, 3)
-    full = flat[flat[:, 1] > 0]
-    ends = np.cumsum(full[:, 1])
-    if len(full) and ((full[:, 0] != ends - full[:, 1]).any()):
-        raise InputError(
-            "shuffle run's blobs are not back to back; the run is damaged: rerun the job", path=path
-        )
-    return raw, entries
+    return raw, _decode_blocks(raw, path, 0, run, partitions)
 
 
 @dataclass(frozen=True)
@@ -237,7 +201,7 @@ def write_run(
     """Write one run (``prefix`` + ``.data``/``.index``) from ``table``, sorted by (partition, sort key), whose
     rows belong to the (non-decreasing) ``partitions``."""
     starts = np.searchsorted(partitions, np.arange(num_partitions + 1), side="left")
-    entries = np.zeros((num_partitions, 1, 3), dtype="<u8")
+    entries = np.zeros((num_partitions, 1, 3), dtype=np.int64)
     offset = 0
     with Checksummed(fs.open(prefix + ".data", "wb")) as data:
         for p in np.flatnonzero(np.diff(starts)):
@@ -246,10 +210,21 @@ def write_run(
             data.write(blob)
             entries[p, 0] = (offset, len(blob), stop - start)
             offset += len(blob)
+    return _write_index(fs, prefix, entries, data)
+
+
+def _write_index(
+    fs: fsspec.AbstractFileSystem, prefix: str, entries: np.ndarray, data: Checksummed
+) -> Written:
+    """Write the index of the run ``prefix`` whose data file (``data``, written and closed) holds the blobs
+    ``entries`` (P × K × (offset, length, rows)); the run as written."""
+    blocks = _blocks(0, entries.shape[0], entries.shape[0], entries.shape[1])
+    blocks["entries"] = entries
     with Checksummed(fs.open(prefix + ".index", "wb")) as index:
-        index.write(_encode_index(entries))
+        index.write(blocks.tobytes())
     checksums = {prefix + ".data": data.record(), prefix + ".index": index.record()}
-    return Written(Run(prefix + ".data"), table.num_rows, offset, checksums)
+    run = Run(prefix + ".data", entries.shape[1])
+    return Written(run, int(entries[:, :, 2].sum()), int(entries[:, :, 1].sum()), checksums)
 
 
 # -- reading a partition's blobs ----------------------------------------------------------------------------
@@ -268,20 +243,10 @@ class _Chunk:
     def read(self, offset: int, n: int) -> memoryview:
         """``n`` bytes at ``offset`` of the data file (within the group), fetched if not held."""
         if not self.lo <= offset <= offset + n <= self.lo + len(self.data):
-            whole = self.end - self.start <= self.piece_bytes
-            lo, hi = (
-                (self.start, self.end)
-                if whole
-                else (offset, min(self.end, offset + max(n, self.piece_bytes)))
-            )
-            self.data = self.fs.cat_file(self.path, start=lo, end=hi)
-            self.lo = lo
-            if len(self.data) != hi - lo:
-                raise InputError(
-                    f"shuffle blobs at bytes {lo}-{hi} lie past the end of the data file (it ends at byte "
-                    f"{lo + len(self.data)}): the run is truncated; rerun the job",
-                    path=self.path,
-                )
+            lo, hi = self.start, self.end
+            if hi - lo > self.piece_bytes:  # one large blob: a piece from where Parquet reads
+                lo, hi = offset, min(self.end, offset + max(n, self.piece_bytes))
+            self.data, self.lo = _cat(self.fs, self.path, lo, hi), lo
         return memoryview(self.data)[offset - self.lo : offset - self.lo + n]
 
     def done(self) -> None:
@@ -301,9 +266,6 @@ class _Blob(io.RawIOBase):
 
     def seekable(self) -> bool:
         return True
-
-    def tell(self) -> int:
-        return self.pos
 
     def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.part.length}[whence]
@@ -342,14 +304,10 @@ def read_groups(parts: Sequence[RunPart], chunk_bytes: int) -> list[list[RunPart
     data file (a partition's slots in a coalesced run), ``chunk_bytes`` at most a read; a part larger than that
     alone (it is streamed)."""
     groups: list[list[RunPart]] = []
-    for part in parts:
-        if part.rows == 0:
-            continue
+    for part in (part for part in parts if part.rows):
         last = groups[-1] if groups else None
         if (
             last is None
-            or part.length > chunk_bytes
-            or last[-1].length > chunk_bytes
             or part.data_path != last[0].data_path
             or part.offset != last[-1].offset + last[-1].length
             or part.offset + part.length - last[0].offset > chunk_bytes
@@ -394,7 +352,7 @@ throughput T the two are equal at a part of L × T: 20–50 ms × 50–100 MB/s 
 def max_slots(partitions: int, budget: Budget) -> int:
     """Runs one coalesce task may read: it holds their indexes and its own (48 bytes per run and partition)
     within an eighth of the budget."""
-    return max(1, budget.bytes // 8 // (2 * _ENTRY.size * max(1, partitions)))
+    return max(1, budget.bytes // 8 // (2 * _ENTRY_BYTES * max(1, partitions)))
 
 
 def group_count(runs: int, stored_bytes: int, partitions: int, workers: int, budget: Budget) -> int:
@@ -461,7 +419,7 @@ def coalesce_runs(
     *,
     window_bytes: int,
     upload_bytes: int,
-    expected: Mapping[str, dict] | None = None,
+    expected: Mapping[str, dict],
 ) -> Written:
     """Concatenate ``runs`` into one run at ``prefix`` (``.data``/``.index``) whose partition p holds the
     blobs of every input's partition p, input by input: bytes are copied, never decoded.
@@ -470,60 +428,42 @@ def coalesce_runs(
     all inputs (one ranged read per input and window; a partition larger than a window is copied input by
     input, ``window_bytes`` a read), so a combine holds one window of fetched bytes and one upload part
     (``upload_bytes``) of output. The windows of one input are consecutive byte ranges, so every input file is
-    hashed whole while it is read: with ``expected`` (path → checksum record, from the map tasks' markers) an
-    input that no longer holds the bytes its map task wrote is an ``InputError`` naming it."""
-    expected = expected or {}
-    indexes = []
-    for run in runs:
+    hashed whole while it is read and checked against ``expected`` (path → checksum record, from the map
+    tasks' markers; an index before its entries are used): an input that no longer holds the bytes its writer
+    wrote, or has no record, is an ``InputError`` naming it. So the copy trusts the inputs' layout."""
+    indexes, sizes = [], np.zeros((num_partitions, len(runs)), np.int64)  # sizes[p, i]: input i's bytes of p
+    for i, run in enumerate(runs):
         raw, entries = read_index(fs, run, num_partitions)
         digest = hasher()
         digest.update(raw)
-        _check(index_path(run.path), len(raw), digest.hexdigest(), expected)
-        indexes.append(entries)
-    slots = sum(run.slots for run in runs)
-    sizes = (
-        np.stack([e[:, :, 1].sum(axis=1) for e in indexes], axis=1) if runs else np.zeros((num_partitions, 0))
-    )
-    starts = np.vstack([np.zeros((1, len(runs)), dtype=sizes.dtype), np.cumsum(sizes, axis=0)])
-    digests = [hasher() for _ in runs]
-    entries = np.zeros((num_partitions, slots, 3), dtype="<u8")
-    first_slot = np.cumsum([0] + [run.slots for run in runs])
-    data_path = prefix + ".data"
-    written = 0
-    with Checksummed(_Parts(fs.open(data_path, "wb", block_size=upload_bytes), upload_bytes)) as out:
+        _check(index_path(run.path), len(raw), digest, expected)
+        indexes.append(entries.astype(np.int64))
+        sizes[:, i] = indexes[-1][:, :, 1].sum(axis=1)
+    # Input i's partition p lies at bytes starts[p][i]-starts[p + 1][i] of its data file (``read_index``); in
+    # the output, at out_starts[p, i]: partition by partition, input by input. Its blobs move by the difference.
+    starts = np.vstack([np.zeros((1, len(runs)), np.int64), np.cumsum(sizes, axis=0)])
+    out_starts = (np.cumsum(sizes.ravel()) - sizes.ravel()).reshape(sizes.shape)
+    for i, e in enumerate(indexes):
+        e[:, :, 0] += np.where(e[:, :, 1] > 0, out_starts[:, i, None] - starts[:-1, i, None], 0)
+    entries = np.concatenate(indexes, axis=1) if runs else np.zeros((num_partitions, 0, 3), np.int64)
+    digests, starts = [hasher() for _ in runs], starts.tolist()
+    with Checksummed(_Parts(fs.open(prefix + ".data", "wb", block_size=upload_bytes), upload_bytes)) as out:
         for p0, p1 in windows(sizes.sum(axis=1).tolist(), window_bytes):
-            fetched = {}
-            for i, run in enumerate(runs):
-                lo, hi = int(starts[p0, i]), int(starts[p1, i])
-                if hi == lo or p1 - p0 == 1:  # one partition: copied input by input below, a window at a time
-                    continue
-                fetched[i] = _fetch(fs, run.path, lo, hi, digests[i])
+            held = [  # one read per input and window; one partition alone: copied below, a window a read
+                _fetch(fs, run.path, starts[p0][i], starts[p1][i], digests[i]) if p1 - p0 > 1 else b""
+                for i, run in enumerate(runs)
+            ]
             for p in range(p0, p1):
                 for i, run in enumerate(runs):
-                    lo, hi = int(starts[p, i]), int(starts[p + 1, i])
-                    if hi == lo:
+                    lo, hi = starts[p][i], starts[p + 1][i]
+                    if p1 - p0 > 1:
+                        out.write(memoryview(held[i])[lo - starts[p0][i] : hi - starts[p0][i]])
                         continue
-                    base = written - lo
-                    if p1 - p0 == 1:
-                        for piece in range(lo, hi, window_bytes):
-                            out.write(_fetch(fs, run.path, piece, min(hi, piece + window_bytes), digests[i]))
-                    else:
-                        window_start = int(starts[p0, i])
-                        out.write(memoryview(fetched[i])[lo - window_start : hi - window_start])
-                    written += hi - lo
-                    mine = indexes[i][p].astype(np.int64)
-                    mine[mine[:, 1] > 0, 0] += base
-                    entries[p, first_slot[i] : first_slot[i + 1]] = mine
+                    for piece in range(lo, hi, window_bytes):
+                        out.write(_fetch(fs, run.path, piece, min(hi, piece + window_bytes), digests[i]))
     for i, run in enumerate(runs):
-        _check(run.path, int(starts[-1, i]), digests[i].hexdigest(), expected)
-    with Checksummed(fs.open(prefix + ".index", "wb")) as index:
-        index.write(_encode_index(entries))
-    return Written(
-        Run(data_path, slots),
-        int(entries[:, :, 2].sum()),
-        written,
-        {data_path: out.record(), prefix + ".index": index.record()},
-    )
+        _check(run.path, starts[-1][i], digests[i], expected)
+    return _write_index(fs, prefix, entries, out)
 
 
 class _Parts:
@@ -534,15 +474,11 @@ class _Parts:
     def __init__(self, handle, size: int):
         self._handle, self._size, self._pending = handle, size, bytearray()
 
-    def write(self, data) -> int:
+    def write(self, data) -> None:  # ``Checksummed`` counts what it is handed
         self._pending += data
         while len(self._pending) >= self._size:
             self._handle.write(bytes(self._pending[: self._size]))
             del self._pending[: self._size]
-        return memoryview(data).nbytes
-
-    def flush(self) -> None:
-        pass
 
     def close(self) -> None:
         if self._pending:
@@ -550,29 +486,20 @@ class _Parts:
             self._pending.clear()
         self._handle.close()
 
-    @property
-    def closed(self) -> bool:
-        return self._handle.closed
 
-
-def _check(path: str, size: int, digest: str, expected: Mapping[str, dict]) -> None:
-    """``path`` read as ``size`` bytes hashing to ``digest`` must match the record its writer made, if any."""
-    record = expected.get(path)
-    if record is not None and (record.get("bytes") != size or record.get(ALGORITHM) != digest):
+def _check(path: str, size: int, digest, expected: Mapping[str, dict]) -> None:
+    """``path`` read as ``size`` bytes hashing to ``digest`` must match the record its writer made."""
+    record = expected.get(path) or {}
+    if record.get("bytes") != size or record.get(ALGORITHM) != digest.hexdigest():
         raise InputError(
             f"shuffle run file does not hold the bytes its map task wrote ({size} bytes read, {record.get('bytes')} "
-            "written, or another checksum); rerun the job",
+            "written, or another checksum, or none recorded); rerun the job",
             path=path,
         )
 
 
 def _fetch(fs: fsspec.AbstractFileSystem, path: str, start: int, end: int, digest) -> bytes:
-    data = fs.cat_file(path, start=start, end=end)
-    if len(data) != end - start:
-        raise InputError(
-            f"shuffle run ends at byte {start + len(data)}, its index names blobs up to byte {end}: the run is "
-            "truncated; rerun the job",
-            path=path,
-        )
+    """Bytes [start, end) of an input being coalesced (no request when empty), added to its ``digest``."""
+    data = _cat(fs, path, start, end) if end > start else b""
     digest.update(data)
     return data

@@ -17,15 +17,16 @@ with fixed seeds: stable between runs and processes of one polars version (keep 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Literal
 
 import fsspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from zephyr.shuffle.runs import row_group_bytes_for, write_run
+from zephyr.shuffle.runs import Written, write_run
 
 from zephyr.budget import Budget
 from zephyr.errors import SchemaError
@@ -44,20 +45,21 @@ def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     if missing:
         raise SchemaError(f"key column(s) {missing} not found; available columns: {table.column_names}")
     frame = pl.from_arrow(table.select(list(keys)), rechunk=False)
-    exprs = []
-    for name in keys:
-        dtype = frame.schema[name]
-        if dtype == pl.UInt64:  # keep the bit pattern: values above 2**63 (hashes) must not overflow
-            exprs.append(pl.col(name).reinterpret(signed=True))
-        elif dtype.is_integer():
-            exprs.append(pl.col(name).cast(pl.Int64))
-        elif dtype == pl.Categorical or dtype == pl.Enum:
-            exprs.append(pl.col(name).cast(pl.String))
-        elif dtype.is_float():
-            exprs.append(pl.col(name).cast(pl.Float64))
-        else:
-            exprs.append(pl.col(name))
-    return frame.select(exprs).hash_rows(**_SEEDS).to_numpy()
+    return (
+        frame.select(_canonical(pl.col(name), frame.schema[name]) for name in keys)
+        .hash_rows(**_SEEDS)
+        .to_numpy()
+    )
+
+
+def _canonical(column: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """``column`` as the type its key hashes as: integers as Int64 (UInt64 by bit pattern: values above 2**63,
+    hashes, must not overflow), categoricals as String, floats as Float64."""
+    if dtype == pl.UInt64:
+        return column.reinterpret(signed=True)
+    if dtype.is_integer() or dtype.is_float():
+        return column.cast(pl.Int64 if dtype.is_integer() else pl.Float64)
+    return column.cast(pl.String) if dtype in (pl.Categorical, pl.Enum) else column
 
 
 def numpy_to_arrow(values: np.ndarray) -> pa.Array:
@@ -146,107 +148,81 @@ class ShuffleSpec:
         return []
 
 
+def sort_frame(frame: pl.DataFrame, columns: Sequence[tuple[str, bool]]) -> pl.DataFrame:
+    """Stable sort by (column, descending) pairs with nulls last (polars, multi-threaded): the one order of
+    the shuffle, for runs, merges and their cutoffs alike."""
+    names, descending = [c for c, _ in columns], [d for _, d in columns]
+    return frame.sort(names, descending=descending, nulls_last=True, maintain_order=True)
+
+
 def sort_table(table: pa.Table, columns: Sequence[tuple[str, bool]]) -> pa.Table:
-    """Stable sort with nulls last (polars, multi-threaded)."""
+    """``sort_frame`` of a table (one of a row or none, or no columns to sort by: as it is)."""
     if not columns or table.num_rows <= 1:
         return table
-    frame = pl.from_arrow(table, rechunk=False)
-    frame = frame.sort(
-        [c for c, _ in columns],
-        descending=[d for _, d in columns],
-        nulls_last=True,
-        maintain_order=True,
-    )
-    return frame.to_arrow()
+    return sort_frame(pl.from_arrow(table, rechunk=False), columns).to_arrow()
 
 
-class ShuffleWriter:
-    """Accepts a map task's output tables and leaves sorted, indexed runs in ``directory``."""
+def write_runs(
+    tables: Iterable[pa.Table],
+    spec: ShuffleSpec,
+    fs: fsspec.AbstractFileSystem,
+    directory: str,
+    *,
+    budget_bytes: int,
+    task_index: int,
+) -> tuple[list[Written], int, pa.Schema | None]:
+    """A map task's output ``tables``, buffered up to ``Budget.shuffle_buffer_bytes`` and spilled a buffer at a
+    time as sorted, indexed runs in ``directory`` (``_partition``, ``runs.write_run``): the runs as written, in order, the rows given
+    and the schema of the last table given (an empty result still says what its columns are).
 
-    def __init__(
-        self,
-        spec: ShuffleSpec,
-        fs: fsspec.AbstractFileSystem,
-        directory: str,
-        *,
-        budget_bytes: int,
-        task_index: int,
-    ):
-        self.spec = spec
-        self.fs = fs
-        self.directory = directory
-        self.buffer_limit = Budget(budget_bytes).shuffle_buffer_bytes
-        self.row_group_bytes = row_group_bytes_for(budget_bytes)
-        self.task_index = task_index
-        self._buffer: list[pa.Table] = []
-        self._buffered_bytes = 0
-        self._rows_seen = 0
-        self._combine_useless = False
-        self.runs: list[str] = []
-        self.checksums: dict[str, dict] = {}
-        """Checksum records of every run file written (data and index; ``zephyr.io.checksum``)."""
-        self.bytes_written = 0
-        fs.makedirs(directory, exist_ok=True)
+    The map-side ``combine`` is switched off for the rest of the task when it stops paying (it keeps more than
+    ``COMBINE_MIN_REDUCTION`` of a buffer's rows: mostly-unique keys); then each row is only reshaped into the
+    combiner's output layout (its ``project``), which costs no grouping."""
+    budget = Budget(budget_bytes)
+    fs.makedirs(directory, exist_ok=True)
+    written: list[Written] = []
+    buffer, buffered, rows, schema, combine = [], 0, 0, None, spec.combine
+    for table in chain(tables, [None]):  # None: the end, spill what is left
+        if table is not None:
+            rows, schema = rows + table.num_rows, table.schema
+            if table.num_rows:
+                buffer.append(table)
+                buffered += table.nbytes
+        if not buffer or (table is not None and buffered < budget.shuffle_buffer_bytes):
+            continue
+        table, buffer, buffered = pa.concat_tables(buffer, promote_options="permissive"), [], 0
+        if combine is not None:
+            rows_in, table = table.num_rows, combine(table)
+            if combine is spec.combine and table.num_rows > COMBINE_MIN_REDUCTION * rows_in:
+                combine = getattr(combine, "project", combine.__call__)
+                log.debug("combine kept %d of %d rows: off for this task", table.num_rows, rows_in)
+        table, partitions = _partition(table, spec, task_index + sum(w.rows for w in written))
+        prefix = f"{directory}/run-{len(written):05d}"
+        written.append(
+            write_run(fs, prefix, table, partitions, spec.num_partitions, budget.spill_row_group_bytes)
+        )
+        log.debug("spilled run %s: %d rows, %d bytes", prefix, written[-1].rows, written[-1].bytes)
+        del table, partitions  # the buffer goes before the next input table is made
+    return written, rows, schema
 
-    def write(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        self._buffer.append(table)
-        self._buffered_bytes += table.nbytes
-        if self._buffered_bytes >= self.buffer_limit:
-            self._spill()
 
-    def close(self) -> list[str]:
-        """Spill what is left; returns the data paths of the runs, in order."""
-        if self._buffer:
-            self._spill()
-        return self.runs
-
-    def _spill(self) -> None:
-        table = pa.concat_tables(self._buffer, promote_options="permissive")
-        self._buffer.clear()
-        self._buffered_bytes = 0
-        table = self._combine(table)
-        spec = self.spec
-        if spec.kind == "hash" and KEY_HASH not in table.column_names:
-            table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
-        elif spec.kind == "round_robin":
-            start = self._rows_seen + self.task_index
-            self._rows_seen += table.num_rows
-            ids = (np.arange(start, start + table.num_rows) % spec.num_partitions).astype(np.int64)
-            table = table.append_column(PARTITION, numpy_to_arrow(ids))
-        # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
-        table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
-        if spec.kind == "hash":
-            partitions = _hash_partitions(
-                table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
-            )
-        elif spec.kind == "range":
-            partitions = _range_partitions(
-                table, spec.keys[0], spec.boundaries, spec.num_partitions, descending=spec.descending[0]
-            )
-        else:
-            partitions = table.column(PARTITION).combine_chunks().to_numpy()
-            table = table.drop_columns([PARTITION])
-        prefix = f"{self.directory}/run-{len(self.runs):05d}"
-        written = write_run(self.fs, prefix, table, partitions, spec.num_partitions, self.row_group_bytes)
-        self.checksums.update(written.checksums)
-        self.runs.append(written.run.path)
-        self.bytes_written += written.bytes
-        log.debug("spilled run %s: %d rows, %d bytes", prefix, written.rows, written.bytes)
-
-    def _combine(self, table: pa.Table) -> pa.Table:
-        """Map-side combine, switched off for the rest of the task when it stops paying (mostly-unique keys:
-        then each row is only reshaped into the combiner's output layout, which costs no grouping)."""
-        combine = self.spec.combine
-        if combine is None:
-            return table
-        if self._combine_useless:
-            return combine.project(table) if hasattr(combine, "project") else combine(table)
-        combined = combine(table)
-        if combined.num_rows > COMBINE_MIN_REDUCTION * table.num_rows:
-            self._combine_useless = True
-            log.debug(
-                "combine kept %d of %d rows: off for the rest of this task", combined.num_rows, table.num_rows
-            )
-        return combined
+def _partition(table: pa.Table, spec: ShuffleSpec, first_row: int) -> tuple[pa.Table, np.ndarray]:
+    """One buffer sorted by (partition, sort key), and the partition of each of its rows; round-robin deals
+    its rows from ``first_row`` (the task's index plus the rows it spilled before)."""
+    if spec.kind == "hash" and KEY_HASH not in table.column_names:
+        table = table.append_column(KEY_HASH, numpy_to_arrow(_key_hash(table, spec.keys)))
+    elif spec.kind == "round_robin":
+        ids = (np.arange(first_row, first_row + table.num_rows) % spec.num_partitions).astype(np.int64)
+        table = table.append_column(PARTITION, numpy_to_arrow(ids))
+    # Partition ids are monotonic in the sort key (hash, or range key), so one sort orders both.
+    table = sort_table(table, spec.sort_columns or [(PARTITION, False)])
+    if spec.kind == "hash":
+        return table, _hash_partitions(
+            table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
+        )
+    if spec.kind == "range":
+        by, descending = spec.keys[0], spec.descending[0]
+        return table, _range_partitions(
+            table, by, spec.boundaries, spec.num_partitions, descending=descending
+        )
+    return table.drop_columns([PARTITION]), table.column(PARTITION).combine_chunks().to_numpy()

@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -60,9 +60,9 @@ from zephyr.io.sinks import ShardWriter
 from zephyr.io.sources import Shard, read_shard
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
-from zephyr.shuffle.read import partition_sources
+from zephyr.shuffle.reduce import partition_sources
 from zephyr.shuffle.runs import Run, coalesce_runs
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, numpy_to_arrow
+from zephyr.shuffle.writer import ShuffleSpec, numpy_to_arrow, write_runs
 
 log = logging.getLogger(__name__)
 
@@ -391,21 +391,16 @@ def _reduce_partition(stage: StageSpec, partition: int, budget_bytes: int) -> It
     inputs = stage.inputs
     reducer = stage.reducer
     merge_columns = getattr(reducer, "merge_columns", None)
-    scratches = []
-    try:
-        sides = []
-        for runs in inputs["runs"]:
-            sources, scratch = partition_sources(runs, partition, merge_columns, budget_bytes)
-            sides.append(sources)
-            scratches.append(scratch)
+    with ExitStack() as scratch:
+        sides = [
+            scratch.enter_context(partition_sources(runs, partition, merge_columns, budget_bytes))
+            for runs in inputs["runs"]
+        ]
         if len(sides) == 2:
             schemas = [schema_from_text(s) if s else None for s in inputs["schemas"]]
             yield from reducer.join(*sides, schemas=schemas)
         else:
             yield from reducer.reduce(sides[0])
-    finally:
-        for scratch in scratches:
-            scratch.cleanup()
 
 
 def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
@@ -414,21 +409,15 @@ def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
     if isinstance(output, ShuffleOutput):
         fs, base = url_to_fs(output.directory)
         attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
-        writer = ShuffleWriter(
-            output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
+        runs, rows, schema = write_runs(
+            tables, output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
         )
-        rows, schema = 0, None
-        for table in tables:
-            rows += table.num_rows
-            schema = table.schema
-            writer.write(table)
-        runs = [_url(fs, p, output.directory) for p in writer.close()]
         return {
             "rows_out": rows,
-            "bytes_out": writer.bytes_written,
-            "runs": runs,
+            "bytes_out": sum(run.bytes for run in runs),
+            "runs": [_url(fs, run.run.path, output.directory) for run in runs],
             "schema": _schema_text(schema),
-            "checksums": {_url(fs, p, output.directory): record for p, record in writer.checksums.items()},
+            "checksums": {_url(fs, p, output.directory): r for run in runs for p, r in run.checksums.items()},
         }
     if isinstance(output, SampleOutput):
         return _write_sample(tables, output, task)

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from zephyr.shuffle.read import merge_sorted
-from zephyr.shuffle.writer import sort_table
+from zephyr.shuffle.reduce import merge_sorted
+from zephyr.shuffle.writer import KEY_HASH, sort_table
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -124,14 +124,14 @@ def test_string_keys():
 
 
 def test_uint64_hash_key_path_matches_general_path():
-    """One ascending uint64 column (the key hash of a hash shuffle) takes the numpy fast path."""
+    """The key hash of a hash shuffle (``KEY_HASH``, ascending ``uint64``) takes the numpy fast path."""
     rng = np.random.default_rng(7)
     sources = []
     for _ in range(5):
         keys = np.sort(rng.integers(0, 2**64 - 1, 500, dtype=np.uint64) % np.uint64(97) * np.uint64(2**57))
-        table = pa.table({"h": pa.array(keys, pa.uint64()), "row": np.arange(500)})
+        table = pa.table({KEY_HASH: pa.array(keys, pa.uint64()), "row": np.arange(500)})
         sources.append(_chunks(table, [37, 100, 1, 200]))
-    _check(sources, [("h", False)], ["h"])
+    _check(sources, [(KEY_HASH, False)], [KEY_HASH])
 
 
 def test_batches_are_globally_ordered():

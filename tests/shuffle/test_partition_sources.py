@@ -1,22 +1,25 @@
 """``partition_sources``: a reducer's partition read whole and sorted in memory, or streamed through an external
 merge with a bounded fan-in (several levels of intermediate files), gives the same rows in the same order.
 
-Runs come from the real map side (``ShuffleWriter`` at a small budget, several map tasks, many spills each),
+Runs come from the real map side (``write_runs`` at a small budget, several map tasks, many spills each),
 so ties between runs, null keys and the run order are what a job produces."""
 
 from __future__ import annotations
 
 import logging
 import os
+import tempfile
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pytest
-from zephyr.shuffle.read import merge_sorted, partition_sources
-from zephyr.shuffle.writer import ShuffleSpec, ShuffleWriter, range_boundaries
+from zephyr.shuffle.reduce import merge_sorted, partition_sources
+from zephyr.shuffle.runs import Run
+from zephyr.shuffle.writer import ShuffleSpec, range_boundaries, write_runs
 
 from zephyr.budget import EXPANSION, Budget
+from zephyr.io.checksum import checksum_record, file_checksum
 
 FS = fsspec.filesystem("file")
 MAP_BUDGET = 4 << 20  # shuffle buffer 1 MiB: every map task spills several runs
@@ -38,28 +41,23 @@ def _table(seed: int, rows: int = 30_000) -> pa.Table:
     )
 
 
-def _map_side(tmp_path, spec: ShuffleSpec, tasks: int = 4) -> list[str]:
-    runs: list[str] = []
+def _map_side(tmp_path, spec: ShuffleSpec, tasks: int = 4) -> list[Run]:
+    runs: list[Run] = []
     for task in range(tasks):
-        writer = ShuffleWriter(
-            spec, FS, str(tmp_path / f"map-{task:05d}"), budget_bytes=MAP_BUDGET, task_index=task
-        )
         table = _table(task)
-        for start in range(0, table.num_rows, 2000):  # a task's output arrives in batches
-            writer.write(table.slice(start, 2000))
-        runs += writer.close()
+        batches = (table.slice(start, 2000) for start in range(0, table.num_rows, 2000))  # as a task's output
+        directory = str(tmp_path / f"map-{task:05d}")
+        written, _, _ = write_runs(batches, spec, FS, directory, budget_bytes=MAP_BUDGET, task_index=task)
+        runs += [w.run for w in written]
     return runs
 
 
-def _read(runs: list[str], partition: int, columns, budget: int) -> tuple[pa.Table | None, int]:
-    sources, scratch = partition_sources(runs, partition, columns, budget)
-    try:
+def _read(runs: list[Run], partition: int, columns, budget: int) -> tuple[pa.Table | None, int]:
+    with partition_sources(runs, partition, columns, budget) as sources:
         count = len(sources)
         batches = list(merge_sorted(sources, columns)) if columns else [t for s in sources for t in s]
         batches = [b for b in batches if b.num_rows]
         return (pa.concat_tables(batches, promote_options="permissive") if batches else None), count
-    finally:
-        scratch.cleanup()
 
 
 def _specs() -> dict[str, tuple[ShuffleSpec, list]]:
@@ -86,7 +84,7 @@ def test_in_memory_and_external_merge_agree(tmp_path, caplog, name):
     for partition in range(spec.num_partitions):
         whole, whole_sources = _read(runs, partition, columns, HUGE)
         assert whole_sources == 1  # read whole: one sorted source
-        with caplog.at_level(logging.INFO, logger="zephyr.shuffle.read"):
+        with caplog.at_level(logging.INFO, logger="zephyr.shuffle.reduce"):
             caplog.clear()
             streamed, streamed_sources = _read(runs, partition, columns, TINY)
         assert streamed_sources <= fan_in
@@ -97,7 +95,7 @@ def test_in_memory_and_external_merge_agree(tmp_path, caplog, name):
         assert whole.num_rows == sum(int(pa.concat_tables([_part_rows(r, partition)]).num_rows) for r in runs)
 
 
-def _part_rows(run: str, partition: int) -> pa.Table:
+def _part_rows(run: Run, partition: int) -> pa.Table:
     from zephyr.shuffle.runs import part_sources, read_index_block
 
     tables = [t for s in part_sources(FS, read_index_block(FS, run, partition), 1 << 30) for t in s]
@@ -145,51 +143,55 @@ def test_in_memory_threshold_follows_the_budget_share(tmp_path):
 
     stored = sum(read_index_block(FS, r, 0)[0].length for r in runs)
     fits = int(stored * EXPANSION / 0.4) + 16
-    sources, scratch = partition_sources(runs, 0, columns, fits)
-    assert len(sources) == 1 and scratch.directory is None
-    sources, scratch = partition_sources(runs, 0, columns, max(TINY, fits // 4))
-    try:
-        assert len(sources) > 1 or scratch.directory is not None
-    finally:
-        scratch.cleanup()
+    with partition_sources(runs, 0, columns, fits) as sources:
+        assert len(sources) == 1
+    with partition_sources(runs, 0, columns, max(TINY, fits // 4)) as sources:
+        assert len(sources) > 1
 
 
-def test_empty_partition_and_scratch_cleanup(tmp_path):
+def test_empty_partition_and_scratch_cleanup(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     spec = ShuffleSpec("hash", 64, keys=("key",))
-    writer = ShuffleWriter(spec, FS, str(tmp_path / "map"), budget_bytes=MAP_BUDGET, task_index=0)
-    writer.write(pa.table({"key": pa.array([1, 1, 1], pa.int64())}))
-    runs = writer.close()
+    table = pa.table({"key": pa.array([1, 1, 1], pa.int64())})
+    written, _, _ = write_runs(
+        [table], spec, FS, str(tmp_path / "map"), budget_bytes=MAP_BUDGET, task_index=0
+    )
+    runs = [w.run for w in written]
     used = {p for p in range(64) if _part_rows(runs[0], p).num_rows}
     empty = next(p for p in range(64) if p not in used)
-    sources, scratch = partition_sources(runs, empty, spec.sort_columns, TINY)
-    assert sources == [] and scratch.directory is None
-    # an external merge leaves its intermediate files in a scratch directory that cleanup removes
+    with partition_sources(runs, empty, spec.sort_columns, TINY) as sources:
+        assert sources == [] and os.listdir(scratch) == []
+    # an external merge leaves its intermediate files in a scratch directory, removed when the block ends
     spec, columns = _specs()["hash"]
     runs = _map_side(tmp_path / "big", spec)
-    sources, scratch = partition_sources(runs, 0, columns, TINY)
-    assert scratch.directory is not None and os.listdir(scratch.directory)
-    directory = scratch.directory
-    scratch.cleanup()
-    assert not os.path.exists(directory)
+    with partition_sources(runs, 0, columns, TINY):
+        (directory,) = os.listdir(scratch)
+        assert os.listdir(scratch / directory)
+    assert os.listdir(scratch) == []
 
 
 @pytest.mark.parametrize("name", ["hash", "range-asc", "hash-sort-by"])
 def test_coalesced_runs_give_the_same_rows_in_the_same_order(tmp_path, name):
     """Runs coalesced in groups (as a job's combine tasks do) read back, in memory and through the external
     merge, exactly as the map runs themselves: ties across runs keep (map task, run) order either way."""
-    from zephyr.shuffle.runs import Run, coalesce_runs
+    from zephyr.shuffle.runs import coalesce_runs
 
     spec, columns = _specs()[name]
     runs = _map_side(tmp_path, spec)
     groups = [runs[:5], runs[5:6], runs[6:]]
+    files = [p for r in runs for p in (r.path, r.path[: -len(".data")] + ".index")]
+    checksums = {p: checksum_record(*file_checksum(p)) for p in files}  # as the map tasks' markers hold them
     coalesced = [
         coalesce_runs(
             FS,
-            [Run(r) for r in group],
+            group,
             str(tmp_path / f"group-{g}"),
             spec.num_partitions,
             window_bytes=1 << 16,
             upload_bytes=1 << 20,
+            expected=checksums,
         ).run
         for g, group in enumerate(groups)
     ]

@@ -25,6 +25,7 @@ from zephyr.shuffle.runs import (
 )
 
 from zephyr.errors import InputError
+from zephyr.io.checksum import checksum_record, file_checksum
 
 FS = fsspec.filesystem("file")
 PARTITIONS = 5
@@ -152,6 +153,12 @@ def test_empty_run_writes_an_index_of_empty_entries(tmp_path):
 # -- coalescing ---------------------------------------------------------------------------------------------
 
 
+def _records(data_paths) -> dict[str, dict]:
+    """The checksum records the map tasks' markers hold for these runs' files (data and index)."""
+    files = [p for d in data_paths for p in (d, d[: -len(".data")] + ".index")]
+    return {p: checksum_record(*file_checksum(p)) for p in files}
+
+
 def _three_runs(tmp_path) -> list[tuple[str, pa.Table, np.ndarray]]:
     rng = np.random.default_rng(5)
     return [
@@ -171,6 +178,7 @@ def test_coalesced_run_holds_every_input_blob_in_order_unchanged(tmp_path, windo
         PARTITIONS,
         window_bytes=window,
         upload_bytes=1,
+        expected=_records(d for d, _, _ in runs),
     )
     assert done.run == Run(str(tmp_path / "all.data"), 3)
     assert done.rows == sum(len(p) for _, _, p in runs)
@@ -204,12 +212,25 @@ def test_coalesced_runs_coalesce_again(tmp_path):
         PARTITIONS,
         window_bytes=64,
         upload_bytes=1,
+        expected=_records([runs[0][0], runs[1][0]]),
     )
     both = coalesce_runs(
-        FS, [first.run, Run(runs[2][0])], str(tmp_path / "b"), PARTITIONS, window_bytes=64, upload_bytes=1
+        FS,
+        [first.run, Run(runs[2][0])],
+        str(tmp_path / "b"),
+        PARTITIONS,
+        window_bytes=64,
+        upload_bytes=1,
+        expected={**first.checksums, **_records([runs[2][0]])},
     )
     flat = coalesce_runs(
-        FS, [Run(d) for d, _, _ in runs], str(tmp_path / "c"), PARTITIONS, window_bytes=64, upload_bytes=1
+        FS,
+        [Run(d) for d, _, _ in runs],
+        str(tmp_path / "c"),
+        PARTITIONS,
+        window_bytes=64,
+        upload_bytes=1,
+        expected=_records(d for d, _, _ in runs),
     )
     assert both.run.slots == 3
     assert (tmp_path / "b.data").read_bytes() == (tmp_path / "c.data").read_bytes()
@@ -264,7 +285,7 @@ def _damage_index(tmp_path, transform) -> str:
     [
         pytest.param(lambda b: b[:10], 0, "truncated", id="cut-in-first-block"),
         pytest.param(lambda b: b[:-5], 4, "truncated", id="cut-in-last-block"),
-        pytest.param(lambda b: b"ZSHY" + b[4:], 0, "not a shuffle index", id="bad-magic"),
+        pytest.param(lambda b: b"ZSHY" + b[4:], 0, "does not match: it says b'ZSHY'", id="bad-magic"),
         pytest.param(lambda b: b[:4] + struct.pack("<I", 99) + b[8:], 0, "version 99", id="bad-version"),
         pytest.param(lambda b: b[48:], 0, "does not match", id="block-of-another-partition"),
         pytest.param(
@@ -287,14 +308,36 @@ def test_damaged_index_block_names_the_file(tmp_path, damage, partition, message
         pytest.param(lambda b: b + b"\0" * 48, "wrong length", id="padded"),
         pytest.param(lambda b: b[:-48], "wrong length", id="a-block-short"),
         pytest.param(
-            lambda b: b[:24] + struct.pack("<Q", 1) + b[32:], "not back to back", id="blobs-not-back-to-back"
+            lambda b: b[:24] + struct.pack("<Q", 1) + b[32:],
+            "does not hold the bytes its map task wrote",
+            id="blobs-not-back-to-back",
         ),
     ],
 )
 def test_damaged_index_read_whole_for_coalescing_names_the_file(tmp_path, damage, message):
-    data = _damage_index(tmp_path, damage)
+    data, _, _ = _write_run(tmp_path)
+    expected = _records([data])  # as the map task's marker recorded it, before the damage
+    index = tmp_path / "run-00000.index"
+    index.write_bytes(damage(index.read_bytes()))
     with pytest.raises(InputError, match=message) as info:
-        coalesce_runs(FS, [Run(data)], str(tmp_path / "out"), PARTITIONS, window_bytes=64, upload_bytes=1)
+        coalesce_runs(
+            FS,
+            [Run(data)],
+            str(tmp_path / "out"),
+            PARTITIONS,
+            window_bytes=64,
+            upload_bytes=1,
+            expected=expected,
+        )
+    assert str(tmp_path / "run-00000.index") in str(info.value)
+
+
+def test_coalesce_refuses_an_input_without_a_checksum_record(tmp_path):
+    data, _, _ = _write_run(tmp_path)
+    with pytest.raises(InputError, match="none recorded") as info:
+        coalesce_runs(
+            FS, [Run(data)], str(tmp_path / "out"), PARTITIONS, window_bytes=64, upload_bytes=1, expected={}
+        )
     assert str(tmp_path / "run-00000.index") in str(info.value)
 
 
@@ -312,7 +355,7 @@ def test_partition_out_of_range_and_foreign_partition_count(tmp_path):
         read_index_block(FS, data, PARTITIONS, num_partitions=PARTITIONS)
     with pytest.raises(InputError, match="truncated"):
         read_index_block(FS, data, PARTITIONS)  # past the last block
-    with pytest.raises(InputError, match="holds 5 partitions, the job expects 8"):
+    with pytest.raises(InputError, match="partition 0 of 5 with 1 slots, the job reads .* partition 0 of 8"):
         read_index_block(FS, data, 0, num_partitions=8)
     assert read_index_block(FS, data, 0, num_partitions=PARTITIONS)[0].rows > 0
 
