@@ -16,7 +16,7 @@ back what each teaches the walk (a sort sample's boundaries, a map side's result
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
 ``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
 worker count, so outputs are identical for any number of workers) and column pushdown; the small-job rule
-in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.read_plan``).
+in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.physical.plan_read``).
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
 ``_JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
