@@ -33,7 +33,7 @@ documents (texts, ids, references) whatever the input size, plus what the input 
 decode (one Parquet row group's text column).
 
 Where the jobs run (``place_writer``): the read split (``approx_shard_bytes``), the task count and the
-small-job decision are the engine's (``zephyr.read_plan``); tokenize decides only how many tokenize tasks run
+small-job decision are the engine's (``zephyr.physical.plan_read``); tokenize decides only how many tokenize tasks run
 at once on one machine (the worker pool's size; each task encodes on every core), and whether the jobs run in
 this process (the engine's small-job rule, or a local pool of at most ``DRIVER_MAX_WORKERS``
 workers). Outputs never depend on it: shard bytes are a function of the data, the seed and the shard size only.
@@ -98,7 +98,7 @@ from zephyr.io.paths import absolute
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
     from zephyr.options import ExecutionOptions
-    from zephyr.read_plan import ReadPlan
+    from zephyr.physical import ReadPlan
 
 log = logging.getLogger(__name__)
 
@@ -449,7 +449,7 @@ def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, i
     """(the engine's read plan of path inputs, tokenize tasks that run at once on one machine).
 
     The read split, the task count and whether the writer's jobs run in this process are the engine's
-    (``zephyr.read_plan.plan_read``, the rule every job follows). What stays here is tokenize's own: no more
+    (``zephyr.physical.plan_read``, the rule every job follows). What stays here is tokenize's own: no more
     tasks at once (worker processes) than the plan has tasks, since each worker loads the tokenizer; every
     task encodes on all cores (``TokenizeBatch``). In-process tasks run one at a time (all cores
     each); a ``Dataset`` input is read as it is (no plan, one task per worker at once); unreadable inputs
@@ -460,7 +460,7 @@ def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, i
         return None, 1
     if not isinstance(data, str | os.PathLike | list | tuple):  # a Dataset
         return None, workers
-    from zephyr.read_plan import plan_read
+    from zephyr.physical import plan_read
 
     try:
         plan = plan_read(_input_names(data), options, split=True)

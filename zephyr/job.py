@@ -16,7 +16,7 @@ back what each teaches the walk (a sort sample's boundaries, a map side's result
 What runs is decided in ``zephyr.physical``: each wide op's shuffle specs and reducer (its table
 ``EXCHANGES``), partition counts (from the estimated input bytes and the per-task ``Budget``, never from the
 worker count, so outputs are identical for any number of workers) and column pushdown; the small-job rule
-in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.read_plan``).
+in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.physical.plan_read``).
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
 ``_JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
@@ -37,8 +37,8 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import cloudpickle
 import fsspec
@@ -167,19 +167,12 @@ class Job:
         return stats
 
     # -- segments ---------------------------------------------------------------------------------------
-    def run(
-        self,
-        ops: tuple[Op, ...],
-        output_key: object,
-        output_for: Callable[[str], SinkOutput],
-        *,
-        coalesce: bool = False,
-    ) -> StageResult:
-        """Run the plan ``ops`` into ``output_for(stage_dir)``, stage by stage as ``zephyr.physical.walk``
-        yields them (a small ``local`` job in this process: ``zephyr.physical.runs_in_process``);
-        ``output_key`` describes that output's layout for the fingerprint (everything but its directory).
-        ``coalesce``: its reduce tasks may take adjacent partitions (``physical.reduce_groups``),
-        for outputs whose file layout is the engine's own (``to_arrow``, ``count``, ``materialize``)."""
+    def run(self, ops: tuple[Op, ...], output: SinkOutput, *, coalesce: bool = False) -> StageResult:
+        """Run the plan ``ops`` into ``output``, stage by stage as ``zephyr.physical.walk`` yields them (a small
+        ``local`` job in this process: ``zephyr.physical.runs_in_process``). An output whose directory is a
+        bare name (``"output"``) is a folder of the last stage's own. ``coalesce``: its reduce tasks may take
+        adjacent partitions (``physical.reduce_groups``), for outputs whose file layout is the engine's own
+        (``to_arrow``, ``count``, ``materialize``)."""
         segment = build_plan(ops)
         options = self.options  # a small ``local`` job: in this process (outputs are identical either way)
         if options.executor == "local" and options.small_job_bytes_value > 0:
@@ -194,21 +187,20 @@ class Job:
                 )
                 self._executor = InProcessExecutor()
         for step in physical.walk(segment, self._budget, self.inputs.size_of, coalesce=coalesce):
-            step.sent = self._run_step(step, output_key, output_for)
+            step.sent = self._run_step(step, output)
         return step.sent
 
-    def _run_step(self, step: physical.Step, output_key: object, output_for: Callable[[str], object]):
+    def _run_step(self, step: physical.Step, output: SinkOutput):
         """Run one step of the walk and return what the walk gets back: a sample's range boundaries, else the
         stage's result (a shuffle's with the runs its reducers read)."""
         spec = step.output
         if isinstance(spec, ShuffleSpec):
-            output_key = ("shuffle", INDEX_VERSION, cloudpickle.dumps(spec))
-            output_for = lambda d: ShuffleOutput(spec, f"{d}/runs")  # noqa: E731
+            output = ShuffleOutput(spec, "runs")
         elif spec == physical.SAMPLE:
-            output_key, output_for = ("sample", step.read_columns), lambda d: SampleOutput(f"{d}/sample")
+            output = SampleOutput("sample")
         elif spec == physical.MATERIALIZE:
-            output_key, output_for = ("materialize",), lambda d: SinkOutput(f"{d}/data", "parquet")
-        result = self._run_segment(step, output_key, output_for)
+            output = SinkOutput("data", "parquet")
+        result = self._run_segment(step, output)
         if isinstance(spec, ShuffleSpec):
             result.runs = self._coalesce(result, spec.num_partitions, step.segment.name)
         elif spec == physical.SAMPLE:
@@ -219,9 +211,10 @@ class Job:
             return range_boundaries(table, by.keys[0], by.num_partitions, descending=by.descending[0])
         return result
 
-    def _run_segment(self, step: physical.Step, output_key: object, output_for: Callable) -> StageResult:
-        """Run the stage of ``step`` with the output ``output_for(stage_dir)``: a source's shards, or the
-        partitions of a reduce (over the results its map sides sent back, ``step.inputs``)."""
+    def _run_segment(self, step: physical.Step, output: Any) -> StageResult:
+        """Run the stage of ``step`` into ``output`` (a bare directory name: a folder of the stage's own): a
+        source's shards, or the partitions of a reduce (over the results its map sides sent back,
+        ``step.inputs``). The output, folder names and all, is part of the stage's fingerprint."""
         segment, reducer, map_rows = step.segment, None, None
         if segment.source is not None:
             shards, source_fp, size, schema = self.inputs.listing(segment.source)
@@ -254,8 +247,9 @@ class Job:
                 else {"partitions": (lo, hi), "description": f"partition {lo} of {segment.name}"}
                 for lo, hi in groups
             ]
-        fingerprint = fingerprint_of(base_fp, output_key)
-        output = output_for(f"{self.root}/stage-{fingerprint[:16]}")
+        fingerprint = fingerprint_of(base_fp, INDEX_VERSION, cloudpickle.dumps(output))
+        if "/" not in output.directory:
+            output = replace(output, directory=f"{self.root}/stage-{fingerprint[:16]}/{output.directory}")
         stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
         wide = (segment.wide, map_rows) if reducer else None
         return self._run_stage(stage, units, (step.estimate, reads), wide)
@@ -435,9 +429,7 @@ def run_write(
             options = options.replace(quarantine_dir=layout.quarantine_dir(out))
         with Job(options) as job:
             output = SinkOutput(out, fmt, compression, staging=layout.staging_dir(out))
-            result = job.run(
-                ops, ("sink", absolute(directory), fmt, compression), lambda d: output, coalesce=coalesce
-            )
+            result = job.run(ops, output, coalesce=coalesce)
             files = publish(out, result.markers, result.marker_paths, fmt, compression)
             if (display := progress.current()) is not None:
                 display.wrote(files)
@@ -453,8 +445,7 @@ def _run_action(
     nothing), write the job's stats and return ``collect(markers)``, called before a temporary work
     directory goes."""
     with Job(options) as job:
-        key = "count" if fmt == "count" else "to_arrow"
-        result = job.run(ops, (key,), lambda d: SinkOutput(f"{d}/output", fmt), coalesce=True)
+        result = job.run(ops, SinkOutput("output", fmt), coalesce=True)
         job.write_stats()
         return collect(result.markers)
 

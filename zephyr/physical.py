@@ -9,6 +9,8 @@ map-side combine) and the reducer every partition's task runs. Beside it:
   (``partitions_for``), from sizes estimated before any task runs (``zephyr.io.sources``), never from the
   worker count, so outputs are identical for any number of workers;
 - pushdown: an aggregation over a Parquet source reads only the columns it needs (``pushdown_columns``);
+- a client's read plan (``plan_read``): the estimated bytes, the read split and the small-job decision
+  (``runs_in_process``) for a list of input paths, by the same sizes and rule the driver applies;
 - the walk: ``walk`` yields every stage (a ``Step``) with these decisions, in the order the driver runs them;
   the driver (``zephyr.job.Job.run``) runs each step and sends back what it learns, and ``explain`` records
   the same steps and prints stages, shuffles, partition counts and the budget's shares without running anything
@@ -281,10 +283,70 @@ def pushdown_columns(segment: Segment, consumer: Op | None = None) -> tuple[str,
 # -- small jobs -------------------------------------------------------------------------------------------
 def runs_in_process(options: ExecutionOptions, estimated: int, *, one_split_task: bool = False) -> bool:
     """A ``local`` job runs in the driver's process when its inputs are estimated below ``small_job_bytes``,
-    or when the engine's read split leaves it one task (``zephyr.read_plan``: under about 64 MiB): starting worker
+    or when the engine's read split leaves it one task (``plan_read``: under about 64 MiB): starting worker
     processes would cost more than the work. ``small_job_bytes=0`` turns both off; outputs are identical."""
     limit = options.small_job_bytes_value
     return options.executor == "local" and limit > 0 and (estimated < limit or one_split_task)
+
+
+# -- a client's read plan ----------------------------------------------------------------------------------
+SPLIT_MIN_BYTES = 64 << 20
+"""Inputs under twice this are read in shards of this size, not split further: a worker's start-up, imports and
+a client's set-up (loading and proving a tokenizer: ~1-2 CPU-s) cost more than their work."""
+TASK_MIN_BYTES = 16 << 20
+"""Split read tasks hold at least this: a started worker pays ~10 ms of bookkeeping per task, so small tasks
+keep every worker busy to the end (5 tasks of 64 MB on 2 workers left one idle a fifth of the step)."""
+TASKS_PER_WORKER = 8
+"""A split aims at this many read tasks per worker, so that the last ones are short."""
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """How a job reads its inputs (``plan_read``): what clients take instead of re-deriving sizes."""
+
+    estimated_bytes: int
+    """In-memory bytes read (Parquet footers, else file sizes × the format's factor: ``zephyr.io.sources``)."""
+    approx_shard_bytes: int | None
+    """The read split the engine chose; None: the sources' own shards. ``tasks``: the first stage's shards."""
+    tasks: int
+    small: bool
+    """The job runs in the driver's process (``runs_in_process``)."""
+
+
+def plan_read(inputs: str | Sequence[str], options: ExecutionOptions, *, split: bool = False) -> ReadPlan:
+    """The one read-planning rule for the input paths ``inputs`` (listed and sized here): clients call it before
+    building a ``Dataset`` (the tokenize writer: how to split its inputs, how many tasks run at once, whether
+    its jobs run in this process), so that none re-sizes inputs or repeats the small-job rule; the driver
+    applies the same sizes and rule to a plan (``Job.run``). With ``split``, fewer shards than
+    ``TASKS_PER_WORKER`` per worker are split into runs of row groups (Parquet) or byte ranges (plain JSONL)
+    of ``max(TASK_MIN_BYTES, estimated / (TASKS_PER_WORKER × workers))``, or of ``SPLIT_MIN_BYTES`` for an
+    input under twice that; in-process (one task at a time) nothing is split. Outputs never depend on it: a
+    split changes which task reads a row, never the rows' order.
+
+    >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.parquet")
+    >>> pq.write_table(pa.table({"text": ["a b c"] * 100}), path)
+    >>> plan = plan_read([path], ExecutionOptions(executor="local", workers=2), split=True)
+    >>> (plan.approx_shard_bytes == SPLIT_MIN_BYTES, plan.tasks, plan.small)
+    (True, 1, True)
+    """
+    from zephyr.io.paths import input_files
+
+    files, fmt = input_files(inputs)
+    source = ReadFiles(tuple(files), fmt)
+    shards, stats = list_source_files(source)
+    size = size_of_files(source, shards, stats)
+    estimated = read_bytes(Segment(source=source), lambda _: size)
+    approx = None
+    workers = options.num_workers
+    if split and options.executor != "inprocess" and len(shards) < TASKS_PER_WORKER * workers:
+        whole = estimated < 2 * SPLIT_MIN_BYTES
+        approx = SPLIT_MIN_BYTES if whole else max(TASK_MIN_BYTES, estimated // (TASKS_PER_WORKER * workers))
+        shards = list_shards(files, fmt, approx_shard_bytes=approx)
+    one_task = approx is not None and len(shards) == 1
+    return ReadPlan(
+        estimated, approx, len(shards), runs_in_process(options, estimated, one_split_task=one_task)
+    )
 
 
 # -- the walk: every stage of a plan, in the order the driver runs them ------------------------------------
@@ -420,59 +482,25 @@ _WORDS = {
 
 
 @dataclass(frozen=True)
-class PlannedStage:
-    """One stage as the driver will run it (``PhysicalPlan.text`` prints it): its ``name`` as the driver names
-    it in logs and stats (``Segment.name``); its ``role``: ``map`` (reads a source), ``reduce`` (reads shuffle
-    partitions) or ``sample`` (a sort's key sample); for a reduce, ``reducer`` says what each task does and
-    how the partition count was decided; ``bytes``: the estimated bytes it reads, as the driver estimates
-    them (its share of the progress bar)."""
-
-    name: str
-    role: str
-    tasks: str
-    reads: str
-    writes: str
-    reducer: str = ""
-    bytes: int = 0
-
-
-@dataclass(frozen=True)
 class PhysicalPlan:
-    """The stages of a plan in the order the driver runs them, with the budget that sizes them."""
+    """A plan's stages in the order the driver runs them, as ``text`` prints them, with the budget that sizes
+    them and the bytes they are estimated to read, all together (``work_bytes``: ``zephyr.progress``)."""
 
-    stages: tuple[PlannedStage, ...]
+    stages: str
     budget: Budget
-    estimated_bytes: int
-    executor: str
-
-    @property
-    def work_bytes(self) -> int:
-        """The bytes its stages are estimated to read, all together (``zephyr.progress``)."""
-        return sum(stage.bytes for stage in self.stages)
+    work_bytes: int
 
     def text(self) -> str:
         """The plan as lines: a header, one block per stage, the budget's shares in bytes."""
-        shuffles = sum(stage.writes.startswith("shuffle #") for stage in self.stages)
-        lines = [
-            f"physical plan: {_count(len(self.stages), 'stage')}, {_count(shuffles, 'shuffle')}; "
-            f"estimated input {format_bytes(self.estimated_bytes)}; "
-            f"memory budget {format_bytes(self.budget.bytes)} per task; executor {self.executor}"
-        ]
-        for number, stage in enumerate(self.stages, 1):
-            lines.append(f"stage {number} {stage.role}: {stage.name}")
-            lines.append(f"  tasks {stage.tasks} · reads {stage.reads}")
-            if stage.reducer:
-                lines.append(f"  {stage.reducer}")
-            lines.append(f"  writes {stage.writes}")
-        lines.append(f"budget shares (bytes per task, of {self.budget.bytes:,}):")
-        lines.extend("  " + line for line in self.budget.describe().splitlines())
-        return "\n".join(lines)
+        return f"{self.stages}\n{_shares(self.budget)}"
 
 
 def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION_OUTPUT) -> PhysicalPlan:
-    """The physical plan of ``ops`` under ``options`` without running it: the steps of ``walk`` recorded as
-    ``PlannedStage``s. Sources are listed and their footers read (to size partitions as the driver will),
-    nothing else."""
+    """The physical plan of ``ops`` under ``options`` without running it: the steps of ``walk``, each as a
+    block naming its role (``map`` reads a source, ``reduce`` shuffle partitions, ``sample`` a sort's key
+    sample), its name as the driver names it in logs and stats (``Segment.name``), its tasks, what it reads
+    and writes and, for a reduce, what each task does and how the partition count was decided. Sources are
+    listed and their footers read (to size partitions as the driver will), nothing else."""
     from zephyr.plan import build_plan
 
     segment = build_plan(ops)
@@ -484,8 +512,8 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
         return sizes[id(source)]
 
     budget = Budget(options.memory_budget_bytes)
-    stages: list[PlannedStage] = []
-    shuffles, produced = 0, ""
+    blocks: list[str] = []
+    shuffles, produced, work = 0, "", 0
     for step in walk(segment, budget, size_of):
         tasks, reads, reducer = _reads(step, size_of, produced)
         if isinstance(step.output, ShuffleSpec):
@@ -500,7 +528,9 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
             writes = output
         role = "sample" if step.output == SAMPLE else "reduce" if step.reduces else "map"
         name = "ReadFiles" if step.materialized else step.segment.name
-        stages.append(PlannedStage(name, role, tasks, reads, writes, reducer, step.estimate))
+        lines = [f"stage {len(blocks) + 1} {role}: {name}", f"  tasks {tasks} · reads {reads}"]
+        blocks.append("\n".join([*lines, *([f"  {reducer}"] if reducer else []), f"  writes {writes}"]))
+        work += step.estimate
     estimated = plan_bytes(segment, size_of)
     executor = options.executor if isinstance(options.executor, str) else type(options.executor).__name__
     if runs_in_process(options, estimated):
@@ -508,7 +538,11 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
         executor = f"in this process (small job: input under --small-job-bytes {small})"
     elif executor != "inprocess":
         executor = f"{executor}, {options.num_workers} workers"
-    return PhysicalPlan(tuple(stages), budget, estimated, executor)
+    header = (
+        f"physical plan: {_count(len(blocks), 'stage')}, {_count(shuffles, 'shuffle')}; estimated input "
+        f"{format_bytes(estimated)}; memory budget {format_bytes(budget.bytes)} per task; executor {executor}"
+    )
+    return PhysicalPlan("\n".join([header, *blocks]), budget, work)
 
 
 def _reads(step: Step, size_of: SizeOf, produced: str) -> tuple[str, str, str]:
@@ -552,6 +586,12 @@ def _describe_spec(number: int, spec: ShuffleSpec) -> str:
     return f"shuffle #{number}: {how} into {_count(spec.num_partitions, 'partition')}{extra}"
 
 
+def _shares(budget: Budget) -> str:
+    """The budget's shares (``Budget.describe``) under the line that names it: how every plan ends."""
+    lines = ("  " + line for line in budget.describe().splitlines())
+    return "\n".join([f"budget shares (bytes per task, of {budget.bytes:,}):", *lines])
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -586,9 +626,7 @@ def explain_jobs(
         lines.append(title)
         text = dataset.explain(**execution).split("\nbudget shares", 1)[0]
         lines.extend("  " + line for line in text.splitlines())
-    lines.append(f"budget shares (bytes per task, of {budget.bytes:,}):")
-    lines.extend("  " + line for line in budget.describe().splitlines())
-    return "\n".join(lines)
+    return "\n".join([*lines, _shares(budget)])
 
 
 def planned_bytes(planned: list[PlannedJob] | Any, execution: dict[str, Any]) -> int:

@@ -65,18 +65,6 @@ def read_marker(url: str | Path, fingerprint: str) -> dict[str, Any] | None:
     return marker if marker is not None and marker.get("fingerprint") == fingerprint else None
 
 
-def exists(url: str | Path) -> bool:
-    """Whether the file ``url`` exists now (a cached object-store listing may predate another process's change)."""
-    fs, path = url_to_fs(str(url))
-    fs.invalidate_cache(path)
-    return fs.exists(path)
-
-
-def all_exist(urls: Iterable[str | Path]) -> bool:
-    """Whether every file a finished unit names still exists (a deleted output means the unit reruns)."""
-    return all(exists(u) for u in urls)
-
-
 def inside(path: str, folders: Iterable[tuple[str, str | None]]) -> bool:
     """Whether ``path`` lies in one of ``folders``: ``(folder, pattern)`` admits a file directly in ``folder``
     whose name matches the regular expression ``pattern``, ``(folder, None)`` any file below it. No ``.`` or
@@ -137,11 +125,17 @@ def check_files(records: Mapping[str, Any]) -> str | None:
 
 
 def is_complete(folder: str | Path, fingerprint: str, files: Iterable[str] | None) -> bool:
-    """Whether the folder unit finished with ``fingerprint`` and its ``files`` still exist. ``files`` None:
-    the caller found no record of what the unit wrote, so it is not complete either."""
-    if files is None:
+    """Whether the folder unit finished with ``fingerprint`` and its ``files`` still exist (asked now: a cached
+    object-store listing may predate another process's change; a deleted output means the unit reruns).
+    ``files`` None: the caller found no record of what the unit wrote, so it is not complete either."""
+    if files is None or read_marker(f"{folder}/{SUCCESS}", fingerprint) is None:
         return False
-    return read_marker(f"{folder}/{SUCCESS}", fingerprint) is not None and all_exist(files)
+    for url in files:
+        fs, path = url_to_fs(str(url))
+        fs.invalidate_cache(path)
+        if not fs.exists(path):
+            return False
+    return True
 
 
 def begin(folder: str | Path, fingerprint: str, *, fresh: bool = False) -> bool:

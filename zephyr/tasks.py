@@ -31,15 +31,15 @@ inside a copy of the caller's ``contextvars`` context).
 
 from __future__ import annotations
 
+import concurrent.futures as futures
 import contextvars
 import logging
-import queue
 import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, closing, contextmanager, suppress
+from contextlib import ExitStack, closing, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -547,7 +547,6 @@ T = TypeVar("T")
 
 _ENABLED: ContextVar[bool] = ContextVar("zephyr_read_ahead", default=False)
 _END = object()
-_POLL_SECONDS = 0.05
 
 
 def read_ahead_enabled() -> bool:
@@ -566,44 +565,19 @@ def reading_ahead() -> Iterator[None]:
 
 
 def read_ahead(items: Iterator[T]) -> Iterator[T]:
-    """``items``, produced one item ahead on a daemon thread. Closing the returned generator early (an op
-    that stops reading, an error downstream) stops the thread after at most the item it is producing."""
-    slot: queue.Queue[tuple[object, BaseException | None]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        slot.put((item, None), timeout=_POLL_SECONDS)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            slot.put((_END, None))
-        except BaseException as exc:  # handed to the consumer, raised where it reads the failed batch
-            slot.put((_END, exc))
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
+    """``items``, produced one item ahead on a thread of its own (``zephyr-read-ahead``), in a copy of the
+    caller's context. Closing the returned generator early (an op that stops reading, an error downstream)
+    waits for the item being produced, then closes ``items``."""
     context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(produce,), name="zephyr-read-ahead", daemon=True)
-    thread.start()
+    name = threading.current_thread  # the pool names its thread after its prefix and a number: one name here
+    pool = futures.ThreadPoolExecutor(1, initializer=lambda: setattr(name(), "name", "zephyr-read-ahead"))
     try:
-        while True:
-            item, error = slot.get()
-            if item is _END:
-                if error is not None:
-                    raise error
-                return
-            yield item  # type: ignore[misc]
+        ahead = pool.submit(context.run, next, items, _END)
+        while (item := ahead.result()) is not _END:  # a producer's error is raised here, at its batch
+            ahead = pool.submit(context.run, next, items, _END)
+            yield item
     finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on the full slot, then let it finish
-            with suppress(queue.Empty):
-                slot.get_nowait()
-            thread.join(_POLL_SECONDS)
+        pool.shutdown(wait=True)
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

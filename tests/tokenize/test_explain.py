@@ -51,10 +51,10 @@ def test_explain_tokenize_prints_the_three_jobs_and_the_shard_rule(
 def test_explain_tokenize_says_where_the_jobs_run(
     corpus: Path, bpe_tokenizer: Path, capsys, monkeypatch
 ) -> None:
-    from zephyr import read_plan
+    from zephyr import physical
 
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)  # split the one file by row groups: 6 tasks
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", 1)  # split the one file by row groups: 6 tasks
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     argv = ["tokenize", str(corpus), "--tokenizer", str(bpe_tokenizer), "--executor", "local"]
     two = explain([*argv, "--workers", "2", "--small-job-bytes", "1"], capsys)
     assert "with 2 local workers (at most 2) the encoder's own threads on every core do more" in two

@@ -435,21 +435,21 @@ def _one_file_many_row_groups(path: Path, n: int = 240) -> None:
 
 
 def test_few_files_are_split_into_tasks_for_the_workers(tmp_path: Path, monkeypatch) -> None:
-    """One file of 12 row groups, 2 local workers: split by the engine (``zephyr.read_plan``) into row-group
+    """One file of 12 row groups, 2 local workers: split by the engine (``zephyr.physical.plan_read``) into row-group
     runs, 2 tasks at a time (1 thread each); in-process: no split, one task with every core."""
     import zephyr.tokenize.writer as inputs
 
-    from zephyr import ExecutionOptions, read_plan
+    from zephyr import ExecutionOptions, physical
 
     _one_file_many_row_groups(tmp_path / "in")
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
     assert split is not None and concurrency == 2
     assert inputs.plan_tasks(str(tmp_path / "in"), ExecutionOptions(executor="inprocess")) == (None, 1)
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1 << 30)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", 1 << 30)
     split, concurrency = inputs.plan_tasks(
         str(tmp_path / "in"), ExecutionOptions(executor="local", workers=2)
     )
@@ -460,13 +460,13 @@ def test_split_input_gives_the_same_bytes_as_in_process(
     tmp_path: Path, bpe_tokenizer: Path, monkeypatch
 ) -> None:
     """Shard bytes depend on data, seed and shard size only: not on how the input was cut into tasks."""
-    from zephyr import read_plan
+    from zephyr import physical
 
     _one_file_many_row_groups(tmp_path / "in")
     common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="2KB", seed=5, batch_rows=16)
     # decided in the driver: the workers need not see it
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     _write_on_two_workers_and_in_process(tmp_path, common)
     assert len(list((tmp_path / "ip").glob("*.tokens.npy"))) > 1
     assert _sha(tmp_path / "w2") == _sha(tmp_path / "ip")
@@ -574,11 +574,11 @@ def test_up_to_two_local_workers_encode_in_the_driver(
     from zephyr.tokenize import _pack as pack_step
     from zephyr.tokenize import writer
 
-    from zephyr import ExecutionOptions, read_plan
+    from zephyr import ExecutionOptions, physical
 
     _one_file_many_row_groups(tmp_path / "in")
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", 1)
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
 
     def pool(**kw):
         return writer.place_writer(str(tmp_path / "in"), ExecutionOptions(**kw), dict(kw)).pool

@@ -19,7 +19,7 @@ MODULES = [
     "zephyr.job_stats",
     "zephyr.removal",
     "zephyr.flags",
-    "zephyr.read_plan",
+    "zephyr.physical",
     "zephyr.pipelines.markdown",
     "zephyr.pipelines.steps",
     "zephyr.io.text_encoding",

@@ -47,7 +47,7 @@ def _write_corpus(folder: Path) -> None:
     """corpus/*.parquet with the columns the snippet uses, over the small-job limit (4 MiB in memory), so the
     job runs on worker processes."""
     from zephyr.options import ExecutionOptions
-    from zephyr.read_plan import plan_read
+    from zephyr.physical import plan_read
 
     corpus = folder / "corpus"
     corpus.mkdir(parents=True)

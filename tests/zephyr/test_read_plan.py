@@ -1,4 +1,4 @@
-"""``zephyr.read_plan.plan_read``: the one rule for estimated bytes, the read split and small jobs, at its
+"""``zephyr.physical.plan_read``: the one rule for estimated bytes, the read split and small jobs, at its
 boundaries (the split constants are lowered so that the files stay small)."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import zephyr
-from zephyr import read_plan
+from zephyr import physical
 from zephyr.options import ExecutionOptions
-from zephyr.physical import list_source_files, plan_bytes, size_of_files
+from zephyr.physical import list_source_files, plan_bytes, plan_read, size_of_files
 from zephyr.plan import build_plan
-from zephyr.read_plan import plan_read
 
 
 @pytest.fixture
@@ -54,14 +53,14 @@ def test_small_job_boundary(parquet):
 
 def test_an_input_under_twice_the_split_minimum_is_read_in_shards_of_it(parquet, monkeypatch):
     estimated = _estimate(parquet)
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     options = ExecutionOptions(executor="local", workers=2, small_job_bytes=1)
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", estimated + 1)  # under the minimum: one task
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", estimated + 1)  # under the minimum: one task
     plan = plan_read([parquet], options, split=True)
     assert plan.approx_shard_bytes == estimated + 1
     assert plan.tasks == 1 and plan.small  # one split task: not worth a worker process
     assert not plan_read([parquet], options.replace(small_job_bytes=0), split=True).small
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", estimated // 2 + 1)  # estimated < 2 × minimum
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", estimated // 2 + 1)  # estimated < 2 × minimum
     plan = plan_read([parquet], options, split=True)
     assert plan.approx_shard_bytes == estimated // 2 + 1
     assert plan.tasks == 2 and not plan.small
@@ -69,14 +68,14 @@ def test_an_input_under_twice_the_split_minimum_is_read_in_shards_of_it(parquet,
 
 def test_at_twice_the_split_minimum_the_input_is_split_per_worker(parquet, monkeypatch):
     estimated = _estimate(parquet)
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", estimated // 2)  # estimated >= 2 × minimum
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", estimated // 2)  # estimated >= 2 × minimum
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     options = ExecutionOptions(executor="local", workers=2, small_job_bytes=1)
     plan = plan_read([parquet], options, split=True)
-    assert plan.approx_shard_bytes == estimated // (read_plan.TASKS_PER_WORKER * 2)
+    assert plan.approx_shard_bytes == estimated // (physical.TASKS_PER_WORKER * 2)
     assert plan.tasks > 1 and not plan.small
     # the per-task minimum wins over a finer split
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", estimated // 4)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", estimated // 4)
     assert plan_read([parquet], options, split=True).approx_shard_bytes == estimated // 4
 
 
@@ -88,7 +87,7 @@ def test_no_split_with_enough_files_or_in_process(tmp_path, parquet):
     assert enough.approx_shard_bytes is None and enough.tasks == 4
     # 4 files < 8 per worker: split (each file stays whole, being small)
     few = plan_read(files, ExecutionOptions(executor="local", workers=1, small_job_bytes=0), split=True)
-    assert few.approx_shard_bytes == read_plan.SPLIT_MIN_BYTES and few.tasks == 4 and not few.small
+    assert few.approx_shard_bytes == physical.SPLIT_MIN_BYTES and few.tasks == 4 and not few.small
     inprocess = plan_read([parquet], ExecutionOptions(executor="inprocess"), split=True)
     assert inprocess.approx_shard_bytes is None and not inprocess.small
 
@@ -105,8 +104,8 @@ def test_the_tokenize_writer_takes_the_engines_plan(parquet, monkeypatch):
     """``plan_tasks`` adds only the tasks that run at once (encoder threads); the rest is ``plan_read``'s."""
     from zephyr.tokenize.writer import plan_tasks
 
-    monkeypatch.setattr(read_plan, "SPLIT_MIN_BYTES", _estimate(parquet) // 2)
-    monkeypatch.setattr(read_plan, "TASK_MIN_BYTES", 1)
+    monkeypatch.setattr(physical, "SPLIT_MIN_BYTES", _estimate(parquet) // 2)
+    monkeypatch.setattr(physical, "TASK_MIN_BYTES", 1)
     options = ExecutionOptions(executor="local", workers=2)
     plan, concurrent = plan_tasks(parquet, options)
     assert plan == plan_read([parquet], options, split=True)
