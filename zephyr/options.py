@@ -66,7 +66,7 @@ class ExecutionOptions:
     small_job_bytes: int | str = "4MiB"
     """With --executor local, inputs estimated below this run in this process (0: always use workers).
 
-    Starting worker processes would take longer than the work (``zephyr.read_plan``, which also moves in a
+    Starting worker processes would take longer than the work (``zephyr.physical.plan_read``, which also moves in a
     job whose engine-made read split leaves one task). Outputs are identical."""
     coalesce_runs: Literal["auto", "always", "never"] = "auto"
     """Concatenate each group of map tasks' shuffle runs before the reducers read them: fewer requests on an
