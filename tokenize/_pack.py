@@ -156,16 +156,11 @@ class SpillFiles:
 
     def map(self, fn: Any, chunks: list[np.ndarray]) -> None:
         """``fn`` over ``chunks``, ``threads`` at a time (``preadv`` releases the GIL); errors propagate."""
-        if self.threads == 1 or len(chunks) == 1:
-            for chunk in chunks:
-                fn(chunk)
-            return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="zephyr-gather")
-        for _ in self._pool.map(fn, chunks):
-            pass
+        list(self._pool.map(fn, chunks))
 
     def close(self) -> None:
         if self._pool is not None:
