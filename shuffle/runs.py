@@ -480,11 +480,18 @@ class _Parts:
             self._handle.write(bytes(self._pending[: self._size]))
             del self._pending[: self._size]
 
+    def flush(self) -> None:  # ``Checksummed`` flushes before it closes; a part goes out only when whole
+        pass
+
     def close(self) -> None:
         if self._pending:
             self._handle.write(bytes(self._pending))
             self._pending.clear()
         self._handle.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle.closed
 
 
 def _check(path: str, size: int, digest, expected: Mapping[str, dict]) -> None:
