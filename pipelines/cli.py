@@ -340,13 +340,8 @@ def heuristic_filter(
     from zephyr.summary import Summary
 
     dropped_output = routing["sides"]["dropped"]
-    counted = Summary(
-        rows_in=totals["rows_in"],
-        rows_kept=totals["rows_kept"],
-        rows_dropped=totals["rows_dropped"],
-        rows_quarantined=totals["rows_quarantined"],
-        dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
-    )
+    rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
+    counted = Summary(**rows, dropped_by_reason=dict(reasons))
     # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
     summary = write_summary(
         routed.kept or written,
