@@ -113,7 +113,7 @@ def _dedup(
     from zephyr.dedup._rows import Jobs, budget_of, scratch_folder
 
     from zephyr import job_stats
-    from zephyr.removal import Unless
+    from zephyr.removal import Unless, write_summary
 
     mode = removal.internal_mode
     if output is None:
@@ -136,13 +136,14 @@ def _dedup(
     details = {"kind": extra["kind"], "files": len(result.files), **changed}
     if extra.get("warnings"):
         details["warnings"] = extra["warnings"]
-    return removal.summary(
+    return write_summary(
         result,
         output.output,
-        jobs,
-        section="dedup",
-        extra=extra,
+        "dedup",
+        extra,
+        jobs=jobs,
         routed=routed,
+        dropped_output=removal.dropped_output,
         next=f"zephyr tokenize {output.output} --tokenizer tokenizer.json --output tokens/",
         details=details,
         shown=tuple(changed),

@@ -8,12 +8,11 @@ each command that reads files, built by the code the command runs.
 Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (files, directories, globs) and
 writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
 gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
-``stats.json`` (format version 1), and for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``;
-``--dropped-output DIR`` puts them elsewhere), ``quarantine/`` (null texts, ``quarantine_reason``),
-``unreadable/`` (input lines that cannot be read) and the retention report ``report.json`` / ``report.md``.
-Commands that run several engine jobs (``filter``, ``quality score``) put ``tasks``, ``tasks_resumed`` and
-``task_retries`` summed over all of them, and one entry per job (``jobs``), in their ``stats.json``
-(``zephyr.job_stats``).
+``stats.json`` (every command's one format, ``zephyr.removal.write_summary``: the stats of the job that wrote
+the output, task totals over all its jobs, and its own figures and row balance under the command's name), and
+for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere),
+``quarantine/`` (null texts, ``quarantine_reason``), ``unreadable/`` (input lines that cannot be read) and the
+retention report ``report.json`` / ``report.md``.
 
 ``zephyr run PIPELINE``: PIPELINE is a YAML file or the name of a built-in config (``quickstart``, ``web``,
 ``code``). Rerunning with the same ``--job-dir`` resumes: complete steps are skipped, the first unfinished
@@ -92,55 +91,22 @@ class Dropped:
     dropped rows are counted, not kept)."""
 
 
-def _stats(output: str, data: dict[str, Any]) -> str:
-    """Write ``OUTPUT.zephyr/stats.json`` (format version 1) and return its path."""
-    from zephyr.summary import write_stats
-
-    return write_stats(output, {"version": 1, **data})
-
-
-def _written(result: Any, output: str, data: dict[str, Any], **fields: Any) -> Summary:
-    """Write ``stats.json`` (``data`` and the stats of the job that wrote ``output``) and return that job's
-    ``Summary`` (``zephyr.summary``)."""
-    from zephyr.summary import from_stages
-
-    stats = _stats(output, {**data, "job": result.stats})
-    return from_stages(result.stats.get("stages", []), output=output, stats=stats, **fields)
-
-
 def _one_job(
     ds: Dataset,
     output: Output,
     execution: ExecutionOptions,
+    section: str,
     details: Callable[[dict[str, int]], dict[str, Any]],
-    key: str | None = None,
     **fields: Any,
 ) -> Summary:
     """Write ``ds`` to ``--output`` in one engine job; ``details`` of the counters of its ops (summed over its
-    stages) go to ``stats.json`` (under ``key`` when given, beside the job's stats) and to the summary."""
+    stages) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
     from zephyr import job_stats
+    from zephyr.removal import write_summary
 
     result = ds.write_parquet(output.output, **execution.as_kwargs())
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
-    data = {key: found} if key else found
-    return _written(result, output.output, data, details=found, **fields)
-
-
-def _removing(
-    ds: Dataset, op: Any, name: str, out: str, aside: str | None, opts: dict, data: dict, **fields: Any
-) -> Summary:
-    """Run a removing command's ``op`` (None: keep every row) over ``ds``: its kept rows to ``out`` in one job,
-    or with ``--dropped-output`` (``aside``) the kept and dropped rows routed by its ``reasons``
-    (``zephyr.removal.write_routed``); then ``stats.json`` (``data`` and the job's stats) and the summary."""
-    from zephyr.removal import Verdict, keep_all, write_routed
-
-    if not aside:
-        result = (ds if op is None else ds.map_batches(op, name=name)).write_parquet(out, **opts)
-        return _written(result, out, data, **fields)
-    verdict = ds.map_batches(Verdict(keep_all if op is None else op.reasons), name="verdict")
-    routed = write_routed(verdict, out, {"dropped": aside}, opts)
-    stats = _stats(out, {**data, "job": (routed.kept or routed.verdict).stats, "dropped_output": aside})
-    return routed.summary(output=out, stats=stats, dropped_output=aside, **fields)
+    return write_summary(result, output.output, section, found, details=found, **fields)
 
 
 # -- normalize -----------------------------------------------------------------------------------------------
@@ -165,7 +131,7 @@ def normalize(
     next = f"zephyr langid {output.output} --output OUT"
     shown = ("rows_changed", "bytes_removed")
     return _one_job(
-        normalize_plan(inputs, config), output, execution, changed, "normalize", next=next, shown=shown
+        normalize_plan(inputs, config), output, execution, "normalize", changed, next=next, shown=shown
     )
 
 
@@ -189,14 +155,22 @@ def langid(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: LangIdStep, dropped: Dropped
 ) -> Summary:
     """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
-    from zephyr.removal import check_dropped_output
+    from zephyr import job_stats
+    from zephyr.removal import check_dropped_output, keep_all, write_summary
 
-    out, aside = output.output, dropped.dropped_output
-    if aside:
-        check_dropped_output(aside, out, inputs.inputs)
+    out, removal = output.output, Removal(dropped_output=dropped.dropped_output)
+    if removal.dropped_output:
+        check_dropped_output(removal.dropped_output, out, inputs.inputs)
     ds, verdict = _langid(inputs, config)
+    if verdict is not None and not removal.dropped_output:
+        ds = ds.map_batches(verdict, name="language_filter")
+    with job_stats.recording() as jobs:
+        result, routed = removal.write(
+            ds, out, execution.as_kwargs(), keep_all if verdict is None else verdict.reasons
+        )
     next = f"zephyr filter {out} --output OUT"
-    return _removing(ds, verdict, "language_filter", out, aside, execution.as_kwargs(), {}, next=next)
+    aside = removal.dropped_output
+    return write_summary(result, out, "langid", {}, jobs=jobs, routed=routed, dropped_output=aside, next=next)
 
 
 # -- filter --------------------------------------------------------------------------------------------------
@@ -332,7 +306,7 @@ def heuristic_filter(
     from zephyr import job_stats
     from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, side_path
-    from zephyr.removal import write_routed
+    from zephyr.removal import write_routed, write_summary
 
     out = output.output
     config.step()  # checks the rules before any work
@@ -358,35 +332,34 @@ def heuristic_filter(
         totals["rows_quarantined"] += unreadable
         totals["rows_unreadable"] = unreadable
         totals["unreadable_quarantine_dir"] = written.stats.get("quarantine_dir")
-    dropped_output = routing["sides"]["dropped"]
-    # engine: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every engine job
-    engine = (routed.kept or written).stats
-    stats = {"rules": config.rules, **totals, "dropped_output": dropped_output}
-    stats_file = _stats(out, {**stats, "engine": engine, **job_stats.summarize(jobs)})
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
     Path(side_path(out, "report.md")).write_text(
         retention_markdown(report, read_examples(examples)), encoding="utf-8"
     )
-    if not totals["balanced"]:
-        from zephyr.errors import TaskError
-
-        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
     from zephyr.summary import Summary
 
-    return Summary(
-        rows_in=totals["rows_in"],
-        rows_kept=totals["rows_kept"],
-        rows_dropped=totals["rows_dropped"],
-        rows_quarantined=totals["rows_quarantined"],
-        dropped_by_reason=dict(totals.get("dropped_rows_by_reason") or {}),
-        output=out,
-        stats=stats_file,
+    dropped_output = routing["sides"]["dropped"]
+    rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
+    counted = Summary(**rows, dropped_by_reason=dict(reasons))
+    # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
+    summary = write_summary(
+        routed.kept or written,
+        out,
+        "filter",
+        {"rules": config.rules, **totals, "dropped_output": dropped_output},
+        jobs=jobs,
+        counted=counted,
         dropped_output=dropped_output,
         quarantine_output=quarantine_dir(out),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
         details={"report": side_path(out, "report.md"), "rules": config.rules},
     )
+    if not totals["balanced"]:
+        from zephyr.errors import TaskError
+
+        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
+    return summary
 
 
 # -- quality train | score -----------------------------------------------------------------------------------
@@ -490,6 +463,8 @@ def quality_score(
     import zephyr
     from zephyr import job_stats
     from zephyr.io.layout import remove_folder, scratch_dir
+    from zephyr.removal import write_summary
+    from zephyr.summary import from_stages
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)
@@ -511,13 +486,13 @@ def quality_score(
                 result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
         finally:
             remove_folder(scratch)
-    data = {"bucket_edges": list(edges), **job_stats.summarize(jobs)}
-    summary = _written(result, out, data, details={"bucket_edges": list(edges)})
+    counted = from_stages(result.stats.get("stages", []))
     first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
     if first:
-        summary.rows_in = first[0]["rows_in"]
-        summary.rows_quarantined = sum(s["rows_quarantined"] for s in first)
-    return summary
+        counted.rows_in = first[0]["rows_in"]
+        counted.rows_quarantined = sum(s["rows_quarantined"] for s in first)
+    data = {"bucket_edges": list(edges)}
+    return write_summary(result, out, "quality", data, jobs=jobs, counted=counted, details=data)
 
 
 # -- pii -----------------------------------------------------------------------------------------------------
@@ -532,7 +507,7 @@ def pii(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: PIIConfig, columns: Replace
 ) -> Summary:
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
-    return _one_job(pii_plan(inputs, config, columns), output, execution, lambda c: {"pii_counts": c})
+    return _one_job(pii_plan(inputs, config, columns), output, execution, "pii", lambda c: c)
 
 
 # -- decontaminate -------------------------------------------------------------------------------------------
@@ -582,7 +557,9 @@ def decontaminate(
     """Remove or annotate documents sharing an n-gram (13 words by default) with an eval set."""
     from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
 
+    from zephyr import job_stats
     from zephyr.io.layout import side_path
+    from zephyr.removal import write_summary
 
     out, aside = output.output, removal.dropped_output
     removal.check(inputs.inputs, out)
@@ -596,9 +573,13 @@ def decontaminate(
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
+    if not aside:
+        ds = ds.map_batches(step, name="decontaminate")
+    with job_stats.recording() as jobs:
+        result, routed = removal.write(ds, out, execution.as_kwargs(), step.reasons)
     next = f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/"
-    opts = execution.as_kwargs()
-    return _removing(ds, step, "decontaminate", out, aside, opts, eval_stats, next=next, details=eval_stats)
+    fields = {"jobs": jobs, "routed": routed, "dropped_output": aside, "next": next, "details": eval_stats}
+    return write_summary(result, out, "decontaminate", eval_stats, **fields)
 
 
 # -- extract -------------------------------------------------------------------------------------------------
@@ -645,15 +626,15 @@ def extract(
     """Extract documents from WARC/ARC crawl files into Parquet (HTML text extraction).
 
     OUTPUT receives id, url, fetch_time, content_type, text and html_bytes; OUTPUT.zephyr/ receives
-    quarantine/ (bad records with their byte offset) and stats.json: the extractor, HTML and text bytes, and
-    the job's stats (records in, kept, dropped by reason and quarantined balance in the summary)."""
+    quarantine/ (bad records with their byte offset) and stats.json: the job's stats and, under
+    ``extract``, the extractor, HTML and text bytes (records in, kept, dropped by reason and quarantined balance in the summary)."""
 
     def details(counts: dict[str, int]) -> dict[str, Any]:
         bytes = {name: counts.get(f"extract/{name}", 0) for name in ("html_bytes", "text_bytes")}
         return {"extractor": config.extractor, **bytes}
 
     next = f"zephyr filter {output.output} --output OUT"
-    return _one_job(extract_plan(inputs, config), output, execution, details, next=next)
+    return _one_job(extract_plan(inputs, config), output, execution, "extract", details, next=next)
 
 
 # -- run -----------------------------------------------------------------------------------------------------

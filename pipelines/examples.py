@@ -552,18 +552,6 @@ def _collector(ctx: StepContext, groups: Any, fields: tuple[str, ...], **selecti
     )
 
 
-def filter_examples(ctx: StepContext, outcome: StepOutcome) -> StepOutcome:
-    """Merge a filter step's parts into its sidecar (path in ``extra["examples"]``); the top reasons come from
-    the drops its accounting ops counted."""
-    from zephyr import job_stats
-
-    dropped: dict[str, int] = {}
-    for op in job_stats.ops_named((outcome.engine_stats or {}).get("stages", []), outcome.accounting_ops):
-        job_stats.add_counts(dropped, op.get("dropped_by_reason", {}))
-    outcome.extra["examples"] = str(merge_filter_examples(ctx.side_dir, dropped))
-    return outcome
-
-
 def dedup_examples(ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str) -> None:
     """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
     path = merge_dedup_examples(ctx.side_dir, shingle=shingle, ngram=ngram, normalize=normalize)

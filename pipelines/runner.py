@@ -311,6 +311,7 @@ def _run_step(
     folder is cleared with them (or when ``fresh``), and whenever the sidecar says nothing about it (a folder
     of the older layout, its bookkeeping inside, or one whose sidecar was removed: its files belong to no
     known run)."""
+    from zephyr.pipelines.examples import merge_filter_examples
     from zephyr.pipelines.step import file_bytes
 
     from zephyr import job_stats, progress
@@ -363,6 +364,8 @@ def _run_step(
         "checksums": outcome.checksums,
         "extra": outcome.extra,
     }
+    if step.filter_examples:
+        outcome.extra["examples"] = str(merge_filter_examples(ctx.side_dir, record["dropped_by_reason"]))
     if previous is not None and step.output != "model":  # rows per source/language coming in, unless counted
         for key in ("per_source", "per_lang"):
             table = record.setdefault(key, {})

@@ -76,6 +76,9 @@ class Step:
     """The report section its ``report`` blocks go to (``zephyr.pipelines.report.SECTIONS``)."""
     display_only: ClassVar[tuple[str, ...]] = ()
     """Keys that change only what a person sees, not the outputs: changing one never reruns the step."""
+    filter_examples: ClassVar[bool] = False
+    """It saves a filter's example rows while it runs (``examples.filter_collector``); the runner merges them
+    after accounting, for the reasons that dropped the most rows."""
 
     def __init_subclass__(cls, type: str = "", **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -179,6 +179,8 @@ class NormalizeStep(Step, type="normalize"):
 class LangIdStep(Step, type="langid"):
     """fastText language ID (``lid.176.ftz``): sets ``lang``/``lang_score``, drops other languages."""
 
+    filter_examples: ClassVar[bool] = True
+
     languages: list[str] | None = field(default=None, metadata={"parse": comma_names})
     """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
     en,de); ``None`` keeps every language."""
@@ -214,11 +216,6 @@ class LangIdStep(Step, type="langid"):
         if self.model is None:
             ensure_lid_model()
 
-    def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import filter_examples
-
-        return filter_examples(ctx, super().run(ctx))
-
     def ops(self, text_column: str, lang_column: str) -> tuple[Any, Any]:
         """The identifier and the language filter these settings make, the columns named after
         ``output_column`` or else ``lang_column``: what the step and ``zephyr langid`` both run."""
@@ -250,6 +247,8 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     """Gopher / C4 / FineWeb heuristic rules; dropped rows are kept aside under the step's
     ``NN-NAME.zephyr/dropped/`` with reasons. The rule keys (``rules``, ``overrides``, ``default_lang``) are
     ``HeuristicFilterConfig``'s, as ``zephyr filter`` takes them."""
+
+    filter_examples: ClassVar[bool] = True
 
     filter: HeuristicFilterConfig = embedded_field(HeuristicFilterConfig)
     keep_dropped: bool = True
@@ -334,8 +333,6 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return annotate, kept, rows.map_batches(self.router(aside, "dropped"), name=ctx.op("route_dropped"))
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import filter_examples
-
         import zephyr
         from zephyr.io.layout import remove_folder
         from zephyr.io.parquet import parquet_rows
@@ -353,7 +350,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             outcome.extra["dropped_rows"] = parquet_rows(result.files)
             outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
         remove_folder(str(scratch))
-        return filter_examples(ctx, outcome)
+        return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         annotate, kept, dropped = self._jobs(ctx)
@@ -606,6 +603,8 @@ class QualityStep(Step, type="quality"):
     keys (``positive_label``, ``negative_label``, ``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``seed``...) are
     ``ClassifierConfig``'s, as ``zephyr quality train`` takes them, written flat beside ``model:``."""
 
+    filter_examples: ClassVar[bool] = True
+
     model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
     train: list[str] | None = path_field(None)
@@ -655,11 +654,9 @@ class QualityStep(Step, type="quality"):
         return []
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.pipelines.examples import filter_examples
-
         if not self.model:
             self._train(ctx, ctx.side_dir / "classifier.bin")
-        outcome = filter_examples(ctx, super().run(ctx))
+        outcome = super().run(ctx)
         outcome.extra["classifier"] = str(self._model(ctx))
         return outcome
 

@@ -49,8 +49,9 @@ def test_filter(empty_input, tmp_path):
     summary = json.loads(run.stdout)
     assert [summary[k] for k in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")] == [0, 0, 0, 0]
     stats = json.loads(Path(stats_path(out)).read_text())
-    assert stats["rows_in"] == stats["rows_kept"] + stats["rows_dropped"] + stats["rows_quarantined"] == 0
-    assert stats["balanced"] and all(stage["task_retries"] == 0 for stage in stats["engine"]["stages"])
+    rows = stats["filter"]
+    assert rows["rows_in"] == rows["rows_kept"] + rows["rows_dropped"] + rows["rows_quarantined"] == 0
+    assert rows["balanced"] and all(stage["task_retries"] == 0 for stage in stats["stages"])
     assert json.loads(Path(side_path(out, "report.json")).read_text())["totals"]["rows_in"] == 0
     assert _parts(out) == []
 

@@ -82,8 +82,8 @@ def test_filter_records_a_retry_in_its_first_job(tmp_path, monkeypatch):
     assert main(["filter", str(inputs), "--output", str(out), *FAST]) == 0
     assert (tmp_path / "failed").exists()
     stats = json.loads(Path(stats_path(out)).read_text())
-    assert stats["rows_in"] == 20 and stats["balanced"]
-    assert stats["task_retries"] == 1  # the annotate job's retry, though "engine" is the kept-rows job
+    assert stats["filter"]["rows_in"] == 20 and stats["filter"]["balanced"]
+    assert stats["task_retries"] == 1  # the annotate job's retry, though the top level is the kept-rows job
     assert [job["task_retries"] for job in stats["jobs"]] == [1, 0, 0, 0, 0]
     assert stats["tasks"] == sum(job["tasks"] for job in stats["jobs"]) > 4
 

@@ -425,12 +425,10 @@ def _parquet_rows(folder: Path) -> int:
 
 def _balance(command: str, out: Path, stdout: str, stderr: str) -> tuple[int, int, int, int, int | None]:
     """(in, kept, dropped, quarantined, rows actually in the output or None) as the command reports them."""
-    if command.startswith("dedup-"):
-        rows = json.loads(Path(stats_path(out)).read_text())["dedup"]["rows"]
+    if command.startswith("dedup-") or command == "filter":
+        section = "filter" if command == "filter" else "dedup"
+        rows = json.loads(Path(stats_path(out)).read_text())[section]["rows"]
         return rows["in"], rows["kept"], rows["dropped"], rows["quarantined"], _parquet_rows(out)
-    if command == "filter":
-        s = json.loads(Path(stats_path(out)).read_text())
-        return s["rows_in"], s["rows_kept"], s["rows_dropped"], s["rows_quarantined"], _parquet_rows(out)
     if command == "tokenize":
         summary = json.loads(stdout)
         rows = [summary[f"rows_{k}"] for k in ("in", "kept", "dropped", "quarantined")]

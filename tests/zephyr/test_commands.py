@@ -64,6 +64,7 @@ def _marked(inputs: Inputs, removal: ShortRemoval, config: ShortConfig):
 def drop_short(inputs: Inputs, output: Output, removal: ShortRemoval, config: ShortConfig, execution):
     """Remove or mark short texts."""
     from zephyr import job_stats
+    from zephyr.removal import write_summary
 
     removal.check(inputs.inputs, output.output, ["short"])
     with job_stats.recording() as jobs:
@@ -71,7 +72,10 @@ def drop_short(inputs: Inputs, output: Output, removal: ShortRemoval, config: Sh
             _marked(inputs, removal, config), output.output, execution.as_kwargs(), _reasons, ["short"]
         )
     extra = {"min_chars": config.min_chars}
-    return removal.summary(result, output.output, jobs, section="short", extra=extra, routed=routed)
+    aside = removal.dropped_output
+    return write_summary(
+        result, output.output, "short", extra, jobs=jobs, routed=routed, dropped_output=aside
+    )
 
 
 def drop_short_plans(inputs: Inputs, removal: ShortRemoval, config: ShortConfig, execution):
@@ -131,7 +135,8 @@ def test_a_declared_command_removes_routes_and_counts(short_command, tmp_path, c
     assert [r["id"] for r in _rows(out)] == [2, 4] and "short" not in _rows(out)[0]
     assert [(r["id"], r["drop_reason"]) for r in _rows(dropped)] == [(1, "short"), (3, "short")]
     stats = json.loads((tmp_path / "out.zephyr" / "stats.json").read_text())
-    assert stats["short"] == {"min_chars": 3, "rows": {"in": 4, "kept": 2, "dropped": 2, "quarantined": 0}}
+    rows = {"in": 4, "kept": 2, "dropped": 2, "quarantined": 0}
+    assert stats["short"] == {"min_chars": 3, "dropped_output": str(dropped), "rows": rows}
 
 
 def test_annotate_names_its_column_and_keeps_the_inputs_own(short_command, tmp_path, capsys):

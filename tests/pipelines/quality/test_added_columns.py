@@ -183,7 +183,7 @@ def test_filter_refuses_drop_reason_and_output_column_keeps_the_input_one(tmp_pa
     assert quarantine.select(["id", "drop_reason", "quarantine_reason"]).to_pylist() == [
         {"id": "c", "drop_reason": "z", "quarantine_reason": "null_text"}
     ]
-    assert json.loads(Path(stats_path(out)).read_text())["balanced"]
+    assert json.loads(Path(stats_path(out)).read_text())["filter"]["balanced"]
 
     out = tmp_path / "ow"
     assert main([*argv, "--output", str(out), "--replace-columns"]) == 0

@@ -71,8 +71,8 @@ def test_filter_command_balances_and_reports(tmp_path, capsys):
         )
         == 0
     )
-    stats = json.loads(Path(stats_path(out)).read_text())
-    assert stats["version"] == 1 and stats["balanced"]
+    stats = json.loads(Path(stats_path(out)).read_text())["filter"]
+    assert stats["balanced"] and stats["rows"]["in"] == 8
     kept = _parts(out).num_rows
     dropped = _parts(Path(dropped_dir(out)))
     quarantine = _parts(Path(quarantine_dir(out)))
@@ -190,7 +190,8 @@ def test_normalize_says_what_it_changed(tmp_path, capsys):
     )
     assert changed == 2 and removed > 0
     assert record["details"] == {"rows_changed": changed, "bytes_removed": removed}
-    assert json.loads(Path(stats_path(str(out))).read_text())["normalize"] == record["details"]
+    stats = json.loads(Path(stats_path(str(out))).read_text())["normalize"]
+    assert stats == {**record["details"], "rows": {"in": 4, "kept": 4, "dropped": 0, "quarantined": 0}}
     assert main(["normalize", str(path), "--output", str(tmp_path / "again"), "--executor", "inprocess"]) == 0
     err = capsys.readouterr().err
     assert f"rows changed {changed}" in err and f"bytes removed {removed}" in err

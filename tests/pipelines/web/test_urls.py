@@ -124,7 +124,7 @@ def test_filter_command_with_url_rules(tmp_path):
     out = tmp_path / "out"
     args = ["filter", src, "--output", str(out), "--rules", "url", "--url-blocklist", str(EXAMPLE_BLOCKLIST)]
     assert main([*args, "--executor", "inprocess"]) == 0
-    stats = json.loads(Path(stats_path(out)).read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())["filter"]
     assert stats["dropped_rows_by_reason"] == {"url_blocked_domain": 1, "url_invalid": 1}
     kept = pq.read_table(sorted(out.glob("part-*.parquet"))).to_pylist()
     assert [(r["url"], r["domain"]) for r in kept] == [("https://docs.example.net/a?ref=1", "example.net")]

@@ -207,7 +207,7 @@ def test_extract_command(tmp_path):
         "rows_dropped": 0,
         "rows_quarantined": len(BROKEN_KINDS),
     }
-    stats = json.loads(Path(stats_path(out)).read_text())
+    stats = json.loads(Path(stats_path(out)).read_text())["extract"]
     assert stats["html_bytes"] > stats["text_bytes"] > 0
     quarantine = pq.read_table(quarantine_dir(out)).to_pylist()
     assert sorted(r["line"] for r in quarantine) == sorted(offsets.values())
