@@ -61,6 +61,7 @@ import platform
 import sys
 import threading
 import traceback
+import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -196,12 +197,22 @@ def _os_cause(exc: BaseException | None) -> OSError | None:
 
 
 class Executor(ABC):
-    @abstractmethod
     def run(
         self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
     ) -> Iterator[tuple[int, Outcome]]:
         """Run ``fn(task)`` for every task, or ``fn(shared.value, task)`` when ``shared`` is given (see the
-        module docstring); yield (position in ``tasks``, outcome) in completion order."""
+        module docstring); yield (position in ``tasks``, outcome) in completion order.
+
+        A plain batch is one whose shared value is ``fn`` itself, so executors and workers know one shape."""
+        if shared is None:
+            fn, shared = _call_plain, Shared(f"plain-{uuid.uuid4().hex}", fn)
+        return self._run(fn, tasks, shared)
+
+    @abstractmethod
+    def _run(
+        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
+    ) -> Iterator[tuple[int, Outcome]]:
+        """``run``, with every task called as ``fn(shared value, task)``."""
 
     def close(self) -> None:  # noqa: B027 (optional hook: executors without workers have nothing to release)
         """Release workers. Safe to call twice."""
@@ -233,23 +244,28 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
     return dataclasses.replace(outcome, error=f"{outcome.error}; {hint}")
 
 
+def _call_plain(fn: Callable[[Any], Any], task: Any) -> Any:
+    """A plain batch's task: its shared value is the function (``Executor.run``)."""
+    return fn(task)
+
+
 class InProcessExecutor(Executor):
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    def _run(
+        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
     ) -> Iterator[tuple[int, Outcome]]:
         from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
 
-        value = shared.copy() if shared is not None and tasks else None
+        value = shared.copy() if tasks else None
         for position, task in enumerate(tasks):
             with reading_ahead():
-                outcome = _call(fn, task, shared, value)
+                outcome = _call(fn, value, task)
             yield position, outcome
 
 
-def _call(fn: Callable[..., Any], task: Any, shared: Shared | None, value: Any) -> Outcome:
-    """``fn(task)``, or ``fn(value, task)`` with the batch's ``shared`` value, as an ``Outcome``."""
+def _call(fn: Callable[[Any, Any], Any], value: Any, task: Any) -> Outcome:
+    """``fn(value, task)`` as an ``Outcome``."""
     try:
-        return Outcome(True, fn(task) if shared is None else fn(value, task))
+        return Outcome(True, fn(value, task))
     except Exception as exc:  # reported to the driver, which retries or fails the job with context
         return failure(exc)
 
@@ -267,14 +283,14 @@ class ThreadExecutor(Executor):
                 target=call_preloads, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
+    def _run(
+        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
     ) -> Iterator[tuple[int, Outcome]]:
-        value = shared.copy() if shared is not None and tasks else None  # one copy, shared by the threads
+        value = shared.copy() if tasks else None  # one copy, shared by the threads
 
         def call(task: Any) -> Outcome:
             try:
-                return _call(fn, task, shared, value)
+                return _call(fn, value, task)
             finally:
                 release_freed_memory()  # what this task freed goes back before the next task's peak
 
