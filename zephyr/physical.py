@@ -186,35 +186,46 @@ class SourceSize:
 
 
 SizeOf = Callable[[ReadFiles | FromTable], SourceSize]
-"""How a planner learns a source's size: the driver answers from its one listing per job, ``explain`` from
-its own (``list_source_files``)."""
+"""How a planner learns a source's size (``Sources.size_of``)."""
 
 
-def list_source_files(source: ReadFiles) -> tuple[list[Shard], dict[str, FileStat]]:
-    """The shards of a file source and the size and version stamp of each file (one stat per file)."""
-    shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
-    stats: dict[str, FileStat] = {}
-    for shard in shards:
-        if shard.path not in stats:
-            stats[shard.path] = file_stat(shard.path)
-    return shards, stats
+class Sources:
+    """The sources of a plan, each listed and sized once (by identity): the one listing the driver
+    (``zephyr.job``), ``explain`` and ``plan_read`` share."""
 
+    def __init__(self) -> None:
+        self._files: dict[int, tuple[list[Shard], dict[str, FileStat]]] = {}
+        self._sizes: dict[int, SourceSize] = {}
 
-def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileStat]) -> SourceSize:
-    """Estimated bytes of a file source: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else
-    file sizes × the format's expansion (``zephyr.io.sources``)."""
-    total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
-    if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-        footers = parquet_footer_sizes(list(stats))
-        return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
-    return SourceSize(total, None, shards=len(shards), files=len(stats))
+    def files(self, source: ReadFiles) -> tuple[list[Shard], dict[str, FileStat]]:
+        """The shards of a file source and the size and version stamp of each file (one stat per file)."""
+        if id(source) not in self._files:
+            shards = list_shards(
+                list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes
+            )
+            self._files[id(source)] = (
+                shards,
+                {path: file_stat(path) for path in dict.fromkeys(s.path for s in shards)},
+            )
+        return self._files[id(source)]
 
+    def size_of(self, source: ReadFiles | FromTable) -> SourceSize:
+        """A source's estimated size (``SizeOf``): an in-memory table's bytes; a file source's Parquet footers
+        for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else file sizes × the format's expansion
+        (``zephyr.io.sources``)."""
+        if id(source) not in self._sizes:
+            self._sizes[id(source)] = self._size(source)
+        return self._sizes[id(source)]
 
-def source_size(source: ReadFiles | FromTable) -> SourceSize:
-    """A source's estimated size: an in-memory table's bytes, or a file source's (``size_of_files``)."""
-    if isinstance(source, FromTable):
-        return SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
-    return size_of_files(source, *list_source_files(source))
+    def _size(self, source: ReadFiles | FromTable) -> SourceSize:
+        if isinstance(source, FromTable):
+            return SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
+        shards, stats = self.files(source)
+        total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
+        if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+            footers = parquet_footer_sizes(list(stats))
+            return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
+        return SourceSize(total, None, shards=len(shards), files=len(stats))
 
 
 def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
@@ -333,10 +344,9 @@ def plan_read(inputs: str | Sequence[str], options: ExecutionOptions, *, split: 
     from zephyr.io.paths import input_files
 
     files, fmt = input_files(inputs)
-    source = ReadFiles(tuple(files), fmt)
-    shards, stats = list_source_files(source)
-    size = size_of_files(source, shards, stats)
-    estimated = read_bytes(Segment(source=source), lambda _: size)
+    source, sources = ReadFiles(tuple(files), fmt), Sources()
+    shards, _ = sources.files(source)
+    estimated = read_bytes(Segment(source=source), sources.size_of)
     approx = None
     workers = options.num_workers
     if split and options.executor != "inprocess" and len(shards) < TASKS_PER_WORKER * workers:
@@ -503,14 +513,7 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
     listed and their footers read (to size partitions as the driver will), nothing else."""
     from zephyr.plan import build_plan
 
-    segment = build_plan(ops)
-    sizes: dict[int, SourceSize] = {}
-
-    def size_of(source: ReadFiles | FromTable) -> SourceSize:
-        if id(source) not in sizes:
-            sizes[id(source)] = source_size(source)
-        return sizes[id(source)]
-
+    segment, size_of = build_plan(ops), Sources().size_of
     budget = Budget(options.memory_budget_bytes)
     blocks: list[str] = []
     shuffles, produced, work = 0, "", 0
