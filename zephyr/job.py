@@ -225,9 +225,8 @@ class Job:
                 columns = step.read_columns or source.columns
                 read.update(read_columns=columns, read_schema=source.schema, on_error=source.on_error)
                 reads = tuple(s.path for s in shards)
-                physical.check_row_width(
-                    self.inputs.size_of(source), columns, self._budget
-                )  # rows wider than a read batch: refused
+                # rows wider than a read batch: refused
+                physical.check_row_width(self.inputs.size_of(source), columns, self._budget)
             units = [{"shard": s, "description": s.describe()} for s in shards]
         else:
             results, reducer, partitions = step.inputs, step.plan.reducer, step.plan.partitions
@@ -511,15 +510,15 @@ class _JobInputs(physical.Sources):
     def __init__(self, fs, root: str):
         super().__init__()
         self.fs, self.root = fs, root
-        self._listed: dict[int, tuple[list[Shard], str, pa.Schema | None]] = {}
+        self._planned: dict[int, tuple[list[Shard], str, pa.Schema | None]] = {}
 
     def listing(self, source: Source) -> tuple[list[Shard], str, pa.Schema | None]:
         """Shards of a source, its fingerprint and the schema planned for all its files before any task (None:
         the files' own), listed on first use."""
-        if id(source) not in self._listed:
+        if id(source) not in self._planned:
             listed = self._stage_table(source) if isinstance(source, FromTable) else self._list_files(source)
-            self._listed[id(source)] = listed
-        return self._listed[id(source)]
+            self._planned[id(source)] = listed
+        return self._planned[id(source)]
 
     def size_of(self, source: Source) -> SourceSize:
         """The source's estimated size, listed with its schema: a mismatch fails while planning, not in a task."""
@@ -527,7 +526,7 @@ class _JobInputs(physical.Sources):
         return super().size_of(source)
 
     def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, pa.Schema | None]:
-        shards, stats = self.files(source)
+        shards, stats, _ = self.files(source)
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
         planned = (
             None

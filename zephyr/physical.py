@@ -194,38 +194,33 @@ class Sources:
     (``zephyr.job``), ``explain`` and ``plan_read`` share."""
 
     def __init__(self) -> None:
-        self._files: dict[int, tuple[list[Shard], dict[str, FileStat]]] = {}
-        self._sizes: dict[int, SourceSize] = {}
+        self._listed: dict[int, tuple[list[Shard], dict[str, FileStat], SourceSize]] = {}
 
-    def files(self, source: ReadFiles) -> tuple[list[Shard], dict[str, FileStat]]:
-        """The shards of a file source and the size and version stamp of each file (one stat per file)."""
-        if id(source) not in self._files:
+    def files(self, source: ReadFiles | FromTable) -> tuple[list[Shard], dict[str, FileStat], SourceSize]:
+        """A file source's shards, the size and version stamp of each file (one stat per file) and its estimated
+        size: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else file sizes × the format's
+        expansion (``zephyr.io.sources``). An in-memory table has its bytes and no files."""
+        if id(source) in self._listed:
+            return self._listed[id(source)]
+        shards, stats = [], {}
+        if isinstance(source, FromTable):
+            size = SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
+        else:
             shards = list_shards(
                 list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes
             )
-            self._files[id(source)] = (
-                shards,
-                {path: file_stat(path) for path in dict.fromkeys(s.path for s in shards)},
-            )
-        return self._files[id(source)]
+            stats = {path: file_stat(path) for path in dict.fromkeys(s.path for s in shards)}
+            total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
+            size = SourceSize(total, None, shards=len(shards), files=len(stats))
+            if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+                footers = parquet_footer_sizes(list(stats))
+                size = replace(size, column_bytes=footers.column_bytes, widest=footers.widest)
+        self._listed[id(source)] = shards, stats, size
+        return shards, stats, size
 
     def size_of(self, source: ReadFiles | FromTable) -> SourceSize:
-        """A source's estimated size (``SizeOf``): an in-memory table's bytes; a file source's Parquet footers
-        for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else file sizes × the format's expansion
-        (``zephyr.io.sources``)."""
-        if id(source) not in self._sizes:
-            self._sizes[id(source)] = self._size(source)
-        return self._sizes[id(source)]
-
-    def _size(self, source: ReadFiles | FromTable) -> SourceSize:
-        if isinstance(source, FromTable):
-            return SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
-        shards, stats = self.files(source)
-        total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
-        if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-            footers = parquet_footer_sizes(list(stats))
-            return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
-        return SourceSize(total, None, shards=len(shards), files=len(stats))
+        """A source's estimated size (``SizeOf``, ``files``)."""
+        return self.files(source)[2]
 
 
 def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
@@ -345,7 +340,7 @@ def plan_read(inputs: str | Sequence[str], options: ExecutionOptions, *, split: 
 
     files, fmt = input_files(inputs)
     source, sources = ReadFiles(tuple(files), fmt), Sources()
-    shards, _ = sources.files(source)
+    shards = sources.files(source)[0]
     estimated = read_bytes(Segment(source=source), sources.size_of)
     approx = None
     workers = options.num_workers

@@ -56,6 +56,7 @@ import ctypes
 import dataclasses
 import importlib
 import logging
+import operator
 import os
 import platform
 import sys
@@ -204,14 +205,12 @@ class Executor(ABC):
         module docstring); yield (position in ``tasks``, outcome) in completion order.
 
         A plain batch is one whose shared value is ``fn`` itself, so executors and workers know one shape."""
-        if shared is None:
-            fn, shared = _call_plain, Shared(f"plain-{uuid.uuid4().hex}", fn)
+        if shared is None:  # operator.call(fn, task) is fn(task)
+            fn, shared = operator.call, Shared(f"plain-{uuid.uuid4().hex}", fn)
         return self._run(fn, tasks, shared)
 
     @abstractmethod
-    def _run(
-        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         """``run``, with every task called as ``fn(shared value, task)``."""
 
     def close(self) -> None:  # noqa: B027 (optional hook: executors without workers have nothing to release)
@@ -244,15 +243,8 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
     return dataclasses.replace(outcome, error=f"{outcome.error}; {hint}")
 
 
-def _call_plain(fn: Callable[[Any], Any], task: Any) -> Any:
-    """A plain batch's task: its shared value is the function (``Executor.run``)."""
-    return fn(task)
-
-
 class InProcessExecutor(Executor):
-    def _run(
-        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
 
         value = shared.copy() if tasks else None
@@ -283,9 +275,7 @@ class ThreadExecutor(Executor):
                 target=call_preloads, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
-    def _run(
-        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         value = shared.copy() if tasks else None  # one copy, shared by the threads
 
         def call(task: Any) -> Outcome:

@@ -287,9 +287,7 @@ class DaskExecutor(Executor):
         self._scattered = (shared.key, future)
         return future
 
-    def _run(
-        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         """Submit tasks as threads free up, never more at once than the cluster has threads.
 
         Why not all at once: the scheduler hands a worker more tasks than it has threads (``worker-saturation``

@@ -171,9 +171,7 @@ class LocalExecutor(Executor):
         while len(self._pool) < count:
             self._pool.append(_Worker(self._threads, self._preload))
 
-    def _run(
-        self, fn: Callable[[Any, Any], Any], tasks: Sequence[Any], shared: Shared
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         queue = deque(enumerate(tasks))
         self._ensure(min(self.workers, len(tasks)))
         idle = list(self._pool)
