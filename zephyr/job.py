@@ -325,17 +325,18 @@ class Job:
                     workers=self.options.num_workers,
                 )
                 tries[task.index] = tries.get(task.index, 0) + 1
+                # the exception line of the traceback: what a user reads first
+                last = next((line for line in reversed(outcome.error.splitlines()) if line.strip()), "")
                 if tries[task.index] > self.options.max_retries or not outcome.retryable:
                     how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
                     raise TaskError(
-                        f"{outcome.summary or _last_line(outcome.error)} "
+                        f"{outcome.summary or last} "
                         f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
                         stage=name,
                         shard=task.description,
                         worker_traceback=outcome.error,
                     )
                 retrying = "stage %s: task %d (%s) failed (try %d), retrying: %s"
-                last = outcome.error.splitlines()[-1]
                 log.warning(retrying, name, task.index, task.description, tries[task.index], last)
                 retried += 1
                 failed.append(task)
@@ -384,12 +385,6 @@ class Job:
             )
         done = self._run_stage(stage, units, (0, None)).markers  # not in the plan: no bar bytes
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
-
-
-def _last_line(error: str) -> str:
-    """The exception line of a formatted traceback: what a user reads first."""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else error
 
 
 def _read_url(url: str) -> pa.Table:
