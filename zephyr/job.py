@@ -19,7 +19,7 @@ worker count, so outputs are identical for any number of workers) and column pus
 in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.physical.plan_read``).
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
-``_JobInputs``: the sources of one job, each listed once: shards, fingerprint, planned schema and estimated size.
+``_JobInputs``: the sources of one job (``physical.Sources``), each listed once, with fingerprint and planned schema.
 
 The driver (``zephyr.job``) asks for a source's shards and fingerprint when it runs the stage that reads it,
 and the planner (``zephyr.physical``) asks for its size when it sizes partitions or decides a small job; both
@@ -217,7 +217,7 @@ class Job:
         ``step.inputs``). The output, folder names and all, is part of the stage's fingerprint."""
         segment, reducer, map_rows = step.segment, None, None
         if segment.source is not None:
-            shards, source_fp, size, schema = self.inputs.listing(segment.source)
+            shards, source_fp, schema = self.inputs.listing(segment.source)
             base_fp = fingerprint_of("source", source_fp, step.read_columns, *segment.narrow)
             source, reads = segment.source, ()
             read = {"read_columns": step.read_columns, "input_schema": schema}
@@ -225,7 +225,8 @@ class Job:
                 columns = step.read_columns or source.columns
                 read.update(read_columns=columns, read_schema=source.schema, on_error=source.on_error)
                 reads = tuple(s.path for s in shards)
-                physical.check_row_width(size, columns, self._budget)  # rows wider than a read batch: refused
+                # rows wider than a read batch: refused
+                physical.check_row_width(self.inputs.size_of(source), columns, self._budget)
             units = [{"shard": s, "description": s.describe()} for s in shards]
         else:
             results, reducer, partitions = step.inputs, step.plan.reducer, step.plan.partitions
@@ -324,17 +325,18 @@ class Job:
                     workers=self.options.num_workers,
                 )
                 tries[task.index] = tries.get(task.index, 0) + 1
+                # the exception line of the traceback: what a user reads first
+                last = next((line for line in reversed(outcome.error.splitlines()) if line.strip()), "")
                 if tries[task.index] > self.options.max_retries or not outcome.retryable:
                     how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
                     raise TaskError(
-                        f"{outcome.summary or _last_line(outcome.error)} "
+                        f"{outcome.summary or last} "
                         f"[stage {name!r}, task {task.index} ({task.description}) failed {how}]",
                         stage=name,
                         shard=task.description,
                         worker_traceback=outcome.error,
                     )
                 retrying = "stage %s: task %d (%s) failed (try %d), retrying: %s"
-                last = outcome.error.splitlines()[-1]
                 log.warning(retrying, name, task.index, task.description, tries[task.index], last)
                 retried += 1
                 failed.append(task)
@@ -383,12 +385,6 @@ class Job:
             )
         done = self._run_stage(stage, units, (0, None)).markers  # not in the plan: no bar bytes
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
-
-
-def _last_line(error: str) -> str:
-    """The exception line of a formatted traceback: what a user reads first."""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else error
 
 
 def _read_url(url: str) -> pa.Table:
@@ -502,28 +498,30 @@ def run_materialize(ops: tuple[Op, ...], directory: str | None, options: Executi
 Source = ReadFiles | FromTable
 
 
-class _JobInputs:
-    """Per source (by identity), listed once: its shards, fingerprint, estimated size and the schema every
-    task casts to. In-memory tables are staged under ``inputs/`` of the job's work directory ``root``."""
+class _JobInputs(physical.Sources):
+    """The job's sources (``physical.Sources``), each also with its fingerprint and the schema every task casts
+    to, listed once. In-memory tables are staged under ``inputs/`` of the job's work directory ``root``."""
 
     def __init__(self, fs, root: str):
+        super().__init__()
         self.fs, self.root = fs, root
-        self._listed: dict[int, tuple[list[Shard], str, SourceSize, pa.Schema | None]] = {}
+        self._planned: dict[int, tuple[list[Shard], str, pa.Schema | None]] = {}
 
-    def listing(self, source: Source) -> tuple[list[Shard], str, SourceSize, pa.Schema | None]:
-        """Shards of a source, its fingerprint, its estimated size and the schema planned for all its files
-        before any task (None: the files' own), listed on first use."""
-        if id(source) not in self._listed:
+    def listing(self, source: Source) -> tuple[list[Shard], str, pa.Schema | None]:
+        """Shards of a source, its fingerprint and the schema planned for all its files before any task (None:
+        the files' own), listed on first use."""
+        if id(source) not in self._planned:
             listed = self._stage_table(source) if isinstance(source, FromTable) else self._list_files(source)
-            self._listed[id(source)] = listed
-        return self._listed[id(source)]
+            self._planned[id(source)] = listed
+        return self._planned[id(source)]
 
     def size_of(self, source: Source) -> SourceSize:
-        """The source's estimated size (``zephyr.physical.SizeOf``)."""
-        return self.listing(source)[2]
+        """The source's estimated size, listed with its schema: a mismatch fails while planning, not in a task."""
+        self.listing(source)
+        return super().size_of(source)
 
-    def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, SourceSize, pa.Schema | None]:
-        shards, stats = physical.list_source_files(source)
+    def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, pa.Schema | None]:
+        shards, stats, _ = self.files(source)
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
         planned = (
             None
@@ -534,9 +532,9 @@ class _JobInputs:
         source_fp = fingerprint_of(
             source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
         )
-        return shards, source_fp, physical.size_of_files(source, shards, stats), planned
+        return shards, source_fp, planned
 
-    def _stage_table(self, source: FromTable) -> tuple[list[Shard], str, SourceSize, None]:
+    def _stage_table(self, source: FromTable) -> tuple[list[Shard], str, None]:
         """Write an in-memory table as ``num_shards`` Parquet files in the work directory (once per content)."""
         digest = table_digest(source.table)
         directory = f"{self.root}/inputs/{digest[:16]}-{source.num_shards}"
@@ -549,4 +547,4 @@ class _JobInputs:
                 with atomic_write(public_path(self.fs, path)) as f:
                     pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
             files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
-        return list_shards(files, "parquet"), digest, physical.source_size(source), None
+        return list_shards(files, "parquet"), digest, None

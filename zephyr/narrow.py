@@ -191,37 +191,30 @@ def _rebatch(stream: Iterable[pa.Table], rows: int | None) -> Iterator[pa.Table]
 
 
 def _apply_map_batches(stream, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine):
-    if callable(getattr(op.fn, "finish", None)):
-        yield from _apply_holding(stream, op, count, where, quarantine)
-        return
-    for table in _rebatch(stream, op.batch_rows):
-        count.rows_in += table.num_rows
-        result = _call(op, where, op.fn, table)
-        out, accounted = _batch_output(result, op, count, where, quarantine)
-        _count_unnamed(count, table.num_rows - accounted)
-        yield table.slice(0, 0) if out is None else out
-
-
-def _apply_holding(stream, op: MapBatches, count: OpCounters, where: str, quarantine: Quarantine):
-    """``map_batches`` with a function that holds batches back (it has a ``finish`` method, see
-    ``Dataset.map_batches``): a shallow copy of it per task, so what it holds belongs to this task; a call may
+    """``map_batches``. A function that holds batches back (it has a ``finish`` method, see
+    ``Dataset.map_batches``) gets a shallow copy per task, so what it holds belongs to this task; a call may
     return nothing yet (``None``) or the output of earlier batches; ``finish()`` returns the rest, once, after
-    the task's last batch. Its rows are accounted over the task: those neither kept, quarantined nor dropped
-    by name when it ends were dropped unnamed."""
+    the task's last batch. Its rows are accounted over the task, a plain function's per batch: those neither
+    kept, quarantined nor dropped by name were dropped unnamed."""
     import copy
 
-    fn = copy.copy(op.fn)
+    holding = callable(getattr(op.fn, "finish", None))
+    fn = copy.copy(op.fn) if holding else op.fn
     unaccounted = 0
     for table in _rebatch(stream, op.batch_rows):
         count.rows_in += table.num_rows
         out, accounted = _batch_output(_call(op, where, fn, table), op, count, where, quarantine)
         unaccounted += table.num_rows - accounted
+        if not holding:  # a plain function's None keeps no rows (and its empty batch, the schema)
+            _count_unnamed(count, unaccounted)
+            out, unaccounted = table.slice(0, 0) if out is None else out, 0
         if out is not None:
             yield out
-    out, accounted = _batch_output(_call(op, where, fn.finish), op, count, where, quarantine)
-    unaccounted -= accounted
-    if out is not None:
-        yield out
+    if holding:
+        out, accounted = _batch_output(_call(op, where, fn.finish), op, count, where, quarantine)
+        unaccounted -= accounted
+        if out is not None:
+            yield out
     _count_unnamed(count, unaccounted)
 
 

@@ -186,35 +186,41 @@ class SourceSize:
 
 
 SizeOf = Callable[[ReadFiles | FromTable], SourceSize]
-"""How a planner learns a source's size: the driver answers from its one listing per job, ``explain`` from
-its own (``list_source_files``)."""
+"""How a planner learns a source's size (``Sources.size_of``)."""
 
 
-def list_source_files(source: ReadFiles) -> tuple[list[Shard], dict[str, FileStat]]:
-    """The shards of a file source and the size and version stamp of each file (one stat per file)."""
-    shards = list_shards(list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes)
-    stats: dict[str, FileStat] = {}
-    for shard in shards:
-        if shard.path not in stats:
-            stats[shard.path] = file_stat(shard.path)
-    return shards, stats
+class Sources:
+    """The sources of a plan, each listed and sized once (by identity): the one listing the driver
+    (``zephyr.job``), ``explain`` and ``plan_read`` share."""
 
+    def __init__(self) -> None:
+        self._listed: dict[int, tuple[list[Shard], dict[str, FileStat], SourceSize]] = {}
 
-def size_of_files(source: ReadFiles, shards: list[Shard], stats: dict[str, FileStat]) -> SourceSize:
-    """Estimated bytes of a file source: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else
-    file sizes × the format's expansion (``zephyr.io.sources``)."""
-    total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
-    if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
-        footers = parquet_footer_sizes(list(stats))
-        return SourceSize(total, footers.column_bytes, len(shards), len(stats), footers.widest)
-    return SourceSize(total, None, shards=len(shards), files=len(stats))
+    def files(self, source: ReadFiles | FromTable) -> tuple[list[Shard], dict[str, FileStat], SourceSize]:
+        """A file source's shards, the size and version stamp of each file (one stat per file) and its estimated
+        size: Parquet footers for up to ``FOOTER_ESTIMATE_MAX_FILES`` files, else file sizes × the format's
+        expansion (``zephyr.io.sources``). An in-memory table has its bytes and no files."""
+        if id(source) in self._listed:
+            return self._listed[id(source)]
+        shards, stats = [], {}
+        if isinstance(source, FromTable):
+            size = SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
+        else:
+            shards = list_shards(
+                list(source.paths), source.format, approx_shard_bytes=source.approx_shard_bytes
+            )
+            stats = {path: file_stat(path) for path in dict.fromkeys(s.path for s in shards)}
+            total = sum(estimated_bytes(path, size, source.format) for path, (size, _) in stats.items())
+            size = SourceSize(total, None, shards=len(shards), files=len(stats))
+            if source.format == "parquet" and len(stats) <= FOOTER_ESTIMATE_MAX_FILES:
+                footers = parquet_footer_sizes(list(stats))
+                size = replace(size, column_bytes=footers.column_bytes, widest=footers.widest)
+        self._listed[id(source)] = shards, stats, size
+        return shards, stats, size
 
-
-def source_size(source: ReadFiles | FromTable) -> SourceSize:
-    """A source's estimated size: an in-memory table's bytes, or a file source's (``size_of_files``)."""
-    if isinstance(source, FromTable):
-        return SourceSize(source.table.nbytes, None, source.num_shards, source.num_shards)
-    return size_of_files(source, *list_source_files(source))
+    def size_of(self, source: ReadFiles | FromTable) -> SourceSize:
+        """A source's estimated size (``SizeOf``, ``files``)."""
+        return self.files(source)[2]
 
 
 def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
@@ -333,10 +339,9 @@ def plan_read(inputs: str | Sequence[str], options: ExecutionOptions, *, split: 
     from zephyr.io.paths import input_files
 
     files, fmt = input_files(inputs)
-    source = ReadFiles(tuple(files), fmt)
-    shards, stats = list_source_files(source)
-    size = size_of_files(source, shards, stats)
-    estimated = read_bytes(Segment(source=source), lambda _: size)
+    source, sources = ReadFiles(tuple(files), fmt), Sources()
+    shards = sources.files(source)[0]
+    estimated = read_bytes(Segment(source=source), sources.size_of)
     approx = None
     workers = options.num_workers
     if split and options.executor != "inprocess" and len(shards) < TASKS_PER_WORKER * workers:
@@ -503,14 +508,7 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
     listed and their footers read (to size partitions as the driver will), nothing else."""
     from zephyr.plan import build_plan
 
-    segment = build_plan(ops)
-    sizes: dict[int, SourceSize] = {}
-
-    def size_of(source: ReadFiles | FromTable) -> SourceSize:
-        if id(source) not in sizes:
-            sizes[id(source)] = source_size(source)
-        return sizes[id(source)]
-
+    segment, size_of = build_plan(ops), Sources().size_of
     budget = Budget(options.memory_budget_bytes)
     blocks: list[str] = []
     shuffles, produced, work = 0, "", 0

@@ -109,12 +109,12 @@ class _Planting(Executor):
         self.inner, self.work, self.planted = inner, work, planted
         self.zephyr_pickles = 0
 
-    def run(self, fn, tasks, *args, **kwargs):
+    def _run(self, fn, tasks, shared):
         for stage in self.work.glob("stage-*"):
             self.zephyr_pickles += (stage / "stage.pkl").exists()
             (stage / "stage.pkl").write_bytes(pickle.dumps(_Plant(self.planted)))
             (stage / "inputs.json").write_text(json.dumps({"runs": [["/etc/hostname"]], "schemas": [None]}))
-        return self.inner.run(fn, tasks, *args, **kwargs)
+        return self.inner.run(fn, tasks, shared)
 
     def close(self) -> None:
         self.inner.close()

@@ -10,7 +10,7 @@ import pytest
 import zephyr
 from zephyr import physical
 from zephyr.options import ExecutionOptions
-from zephyr.physical import list_source_files, plan_bytes, plan_read, size_of_files
+from zephyr.physical import Sources, plan_bytes, plan_read
 from zephyr.plan import build_plan
 
 
@@ -32,11 +32,8 @@ def test_the_estimate_is_the_drivers(parquet):
     footers)."""
     segment = build_plan(zephyr.read_parquet(parquet)._ops)
 
-    def size_of(s):
-        return size_of_files(s, *list_source_files(s))
-
     plan = plan_read([parquet], ExecutionOptions(executor="local", workers=2))
-    assert plan_bytes(segment, size_of) == plan.estimated_bytes == _estimate(parquet)
+    assert plan_bytes(segment, Sources().size_of) == plan.estimated_bytes == _estimate(parquet)
     assert plan.approx_shard_bytes is None and plan.tasks == 1
 
 

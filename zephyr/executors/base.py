@@ -56,11 +56,13 @@ import ctypes
 import dataclasses
 import importlib
 import logging
+import operator
 import os
 import platform
 import sys
 import threading
 import traceback
+import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -196,12 +198,20 @@ def _os_cause(exc: BaseException | None) -> OSError | None:
 
 
 class Executor(ABC):
-    @abstractmethod
     def run(
         self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
     ) -> Iterator[tuple[int, Outcome]]:
         """Run ``fn(task)`` for every task, or ``fn(shared.value, task)`` when ``shared`` is given (see the
-        module docstring); yield (position in ``tasks``, outcome) in completion order."""
+        module docstring); yield (position in ``tasks``, outcome) in completion order.
+
+        A plain batch is one whose shared value is ``fn`` itself, so executors and workers know one shape."""
+        if shared is None:  # operator.call(fn, task) is fn(task)
+            fn, shared = operator.call, Shared(f"plain-{uuid.uuid4().hex}", fn)
+        return self._run(fn, tasks, shared)
+
+    @abstractmethod
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
+        """``run``, with every task called as ``fn(shared value, task)``."""
 
     def close(self) -> None:  # noqa: B027 (optional hook: executors without workers have nothing to release)
         """Release workers. Safe to call twice."""
@@ -234,22 +244,20 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
 
 
 class InProcessExecutor(Executor):
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
 
-        value = shared.copy() if shared is not None and tasks else None
+        value = shared.copy() if tasks else None
         for position, task in enumerate(tasks):
             with reading_ahead():
-                outcome = _call(fn, task, shared, value)
+                outcome = _call(fn, value, task)
             yield position, outcome
 
 
-def _call(fn: Callable[..., Any], task: Any, shared: Shared | None, value: Any) -> Outcome:
-    """``fn(task)``, or ``fn(value, task)`` with the batch's ``shared`` value, as an ``Outcome``."""
+def _call(fn: Callable[[Any, Any], Any], value: Any, task: Any) -> Outcome:
+    """``fn(value, task)`` as an ``Outcome``."""
     try:
-        return Outcome(True, fn(task) if shared is None else fn(value, task))
+        return Outcome(True, fn(value, task))
     except Exception as exc:  # reported to the driver, which retries or fails the job with context
         return failure(exc)
 
@@ -267,14 +275,12 @@ class ThreadExecutor(Executor):
                 target=call_preloads, args=(tuple(preload),), name="zephyr-preload", daemon=True
             ).start()
 
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
-    ) -> Iterator[tuple[int, Outcome]]:
-        value = shared.copy() if shared is not None and tasks else None  # one copy, shared by the threads
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
+        value = shared.copy() if tasks else None  # one copy, shared by the threads
 
         def call(task: Any) -> Outcome:
             try:
-                return _call(fn, task, shared, value)
+                return _call(fn, value, task)
             finally:
                 release_freed_memory()  # what this task freed goes back before the next task's peak
 

@@ -287,9 +287,7 @@ class DaskExecutor(Executor):
         self._scattered = (shared.key, future)
         return future
 
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         """Submit tasks as threads free up, never more at once than the cluster has threads.
 
         Why not all at once: the scheduler hands a worker more tasks than it has threads (``worker-saturation``
@@ -309,7 +307,7 @@ class DaskExecutor(Executor):
         positions: dict[str, int] = {}
         pending: dict[str, Future] = {}
         finished = as_completed(loop=self.client.loop)
-        stage = self._scatter(shared) if shared is not None and tasks else None
+        stage = self._scatter(shared) if tasks else None
 
         def submit_while_threads_free() -> None:
             # Threads of the workers alive now (asked at every completion, so a restarted or added worker
@@ -319,12 +317,9 @@ class DaskExecutor(Executor):
             while queue and len(pending) < slots:
                 position, task = queue.popleft()
                 key = f"zephyr-{name}-{batch}-{position:05d}"
-                if stage is None:
-                    future = self.client.submit(on_worker, fn, task, pure=False, retries=0, key=key)
-                else:
-                    future = self.client.submit(
-                        on_worker, call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
-                    )
+                future = self.client.submit(
+                    on_worker, call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
+                )
                 positions[future.key] = position
                 pending[future.key] = future
                 finished.add(future)

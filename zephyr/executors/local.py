@@ -107,13 +107,10 @@ class _Worker:
     def is_alive(self) -> bool:
         return self.process.poll() is None
 
-    def send_task(self, fn: Callable[..., Any], task: Any, shared: Shared | None) -> None:
+    def send_task(self, fn: Callable[..., Any], task: Any, shared: Shared) -> None:
         """Send one task; the shared value's bytes only if this worker does not hold it yet. cloudpickle,
         not the pipe's plain pickle: ``fn`` or the task may come from ``__main__``, which the worker never
         imports."""
-        if shared is None:
-            self.conn.send_bytes(self._dumps((fn, task, None, None)))
-            return
         blob = None
         if shared.key in self.holds:
             self.holds.move_to_end(shared.key)
@@ -174,9 +171,7 @@ class LocalExecutor(Executor):
         while len(self._pool) < count:
             self._pool.append(_Worker(self._threads, self._preload))
 
-    def run(
-        self, fn: Callable[..., Any], tasks: Sequence[Any], shared: Shared | None = None
-    ) -> Iterator[tuple[int, Outcome]]:
+    def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         queue = deque(enumerate(tasks))
         self._ensure(min(self.workers, len(tasks)))
         idle = list(self._pool)
@@ -204,7 +199,7 @@ class LocalExecutor(Executor):
                         self._pool.append(_Worker(self._threads, self._preload))
                         idle.append(self._pool[-1])
                     else:
-                        if not outcome.ok and shared is not None:  # it may have failed unpickling: resend
+                        if not outcome.ok:  # it may have failed unpickling the shared value: resend it
                             worker.holds.pop(shared.key, None)
                         idle.append(worker)
                     yield position, outcome

@@ -112,7 +112,7 @@ def _serve(conn: Connection) -> None:
             os._exit(0)
         fn, task, key, blob = message
         try:
-            reply = (True, fn(task) if key is None else fn(shared_value(key, blob), task))
+            reply = (True, fn(shared_value(key, blob), task))
         except BaseException as exc:  # everything goes back to the driver, which decides
             reply = (False, failure(exc))
         release_freed_memory()  # the next task starts from the baseline, not from this one's peak
