@@ -208,24 +208,25 @@ def file_record(url: str) -> dict[str, Any]:
     return {"bytes": size, "version": version}
 
 
-def read_manifest(url: str) -> dict[str, Any] | None:
-    """The manifest at ``url`` (a ``manifest.json``), or None when missing or not one."""
+def _json_file(url: str) -> Any:
+    """The JSON value of the file at ``url``, or None when it is missing or not JSON."""
     fs, path = filesystem(url)
     try:
-        data = json.loads(fs.cat_file(path))
+        return json.loads(fs.cat_file(path))
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+
+
+def read_manifest(url: str) -> dict[str, Any] | None:
+    """The manifest at ``url`` (a ``manifest.json``), or None when missing or not one."""
+    data = _json_file(url)
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
 def _manifest_version(output: str) -> Any:
     """The ``version`` of ``output``'s manifest in whatever format it has (None without one): a folder an
     earlier format published is named as such, not as foreign."""
-    fs, path = filesystem(layout.manifest_path(output))
-    try:
-        data = json.loads(fs.cat_file(path))
-    except (FileNotFoundError, NotADirectoryError, ValueError):
-        return None
+    data = _json_file(layout.manifest_path(output))
     return data.get("version") if isinstance(data, dict) else None
 
 
