@@ -260,9 +260,10 @@ def on_table(
 ) -> DedupResult:
     """A table function: the Dataset function ``dedup`` (in ``annotate`` mode, executed ``INPROCESS``, with
     ``columns`` and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats:
-    the row balance and the cluster-size histogram of the annotated rows, plus what ``dedup`` put in its
-    ``stats``."""
+    the row balance, what ``Finish`` counted of the annotated rows (``finished``), plus what ``dedup`` put in
+    its ``stats``."""
     import zephyr
+    from zephyr import job_stats
 
     check_removal_mode(mode)
     table = as_table(data)
@@ -270,27 +271,33 @@ def on_table(
     info: dict[str, Any] = {}
     ds = zephyr.from_arrow(table)
     out = dedup(ds, columns=columns, mode="annotate", execution=INPROCESS, stats=info, **kwargs)
-    annotated = out.to_arrow(**INPROCESS)
-    keep = np.asarray(annotated["dup_keep"], dtype=bool)
-    members = np.asarray(pc.is_valid(annotated[columns.text_column]), dtype=bool)
-    sizes, clusters = np.unique(
-        np.asarray(annotated["dup_cluster_size"].fill_null(0))[keep & members], return_counts=True
-    )
-    out = annotated
+    with job_stats.recording() as jobs:
+        annotated = out = out.to_arrow(**INPROCESS)
     if mode == "remove":
         out = annotated.filter(annotated["dup_keep"]).drop_columns(list(DUP_COLUMNS))
+    counted = finished(job_stats.counter_totals(st for job in jobs for st in job["stages"]))
     stats = {
         "rows_in": table.num_rows,
         "rows_out": out.num_rows,
         "rows_dropped": table.num_rows - out.num_rows,
         "rows_quarantined": 0,
-        "null_text": int((~members).sum()),
-        "duplicates": int((~keep).sum()),
-        "clusters": int(clusters.sum()),
-        "cluster_size_histogram": {str(int(s)): int(c) for s, c in zip(sizes, clusters)},
+        **counted,
         **info,
     }
     return DedupResult(out, stats)
+
+
+def finished(counters: dict[str, int]) -> dict[str, Any]:
+    """What ``Finish`` counted, from a run's ``counters``: ``null_text``, ``duplicates``, ``clusters`` (kept
+    rows with text) and ``cluster_size_histogram`` (kept rows by cluster size, sizes ascending)."""
+    sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
+    histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    return {
+        "null_text": counters.get("dedup/null_text", 0),
+        "duplicates": counters.get("dedup/duplicates", 0),
+        "clusters": sum(histogram.values()),
+        "cluster_size_histogram": histogram,
+    }
 
 
 def _null_safe_equal(a: Any, b: Any) -> Any:

@@ -335,3 +335,14 @@ class IndexConfig:
     """With ``index``: append this run's kept rows to the index (after the output is written)."""
     write_index: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Start a new signature index at DIR holding this run's kept rows."""
+
+    def __post_init__(self) -> None:
+        if self.update_index and self.index is None:
+            raise FieldError("update_index", "needs --index DIR (the index to add to)")
+        if self.index is not None and self.write_index is not None:
+            raise FieldError("write_index", "starts a new index; to add to --index DIR, pass --update-index")
+
+    @property
+    def writes(self) -> str | None:
+        """The index this run adds a generation to, if any."""
+        return self.write_index or (self.index if self.update_index else None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,12 +35,13 @@ from zephyr.dedup._rows import (
     DedupResult,
     Finish,
     Jobs,
+    StripRowNumbers,
     attached,
     has_column,
     on_table,
     scratch_folder,
 )
-from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
+from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig, IndexConfig
 
 import zephyr
 from zephyr import counters
@@ -207,3 +209,49 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
         .map_batches(_BucketPairs(config.bucket_links), name="dedup.fuzzy.bucket_pairs")
         .deduplicate("u", "v")
     )
+
+
+@dataclass
+class IndexedDedup:
+    """One fuzzy dedup against and into the signature index ``index`` names, for ``zephyr dedup fuzzy`` and
+    the pipelines' ``fuzzy_dedup`` step. ``dedup`` (a Dataset function: ``dedup(rows, mode=, jobs=)``) opens
+    and checks the index when it runs (a listing only names it), and when this run writes a generation it
+    numbers the rows and takes the output through ``StripRowNumbers`` (op ``name``); after the output is
+    written, ``write`` records every row, the removed ones tied to their kept row. ``run`` tags the
+    generation: what a pipeline step wrote before it was interrupted is no earlier run, and is replaced."""
+
+    config: FuzzyDedupConfig
+    columns: DedupColumns
+    index: IndexConfig
+    run: str | None = None
+    name: str = "dedup.fuzzy.output"
+    opened: IndexInfo | None = None
+    annotated: Dataset | None = None
+
+    def dedup(self, rows: Dataset, mode: str, jobs: Jobs) -> Dataset:
+        from zephyr.dedup.index import checked_target, open_index
+
+        index, config = self.index, self.config
+        if jobs.running:
+            self.opened = open_index(index.index, config, run=self.run) if index.index is not None else None
+            if index.writes is not None:  # before any work
+                checked_target(index.writes, config, create=index.write_index is not None)
+        kw = dict(index=self.opened if jobs.running else index.index, jobs=jobs)
+        if index.writes is None:
+            return fuzzy_dedup_dataset(rows, config, self.columns, mode=mode, **kw)
+
+        def stripped(out: Dataset) -> Dataset:
+            return out.map_batches(StripRowNumbers(mode), name=self.name)
+
+        kw["jobs"] = jobs.then(stripped)
+        self.annotated = fuzzy_dedup_dataset(
+            rows, config, self.columns, mode="annotate", row_numbers=True, **kw
+        )
+        return stripped(self.annotated)
+
+    def write(self, execution: dict[str, Any]) -> dict[str, Any]:
+        """The run's rows as a new generation of the index (``write_generation``): its entry."""
+        from zephyr.dedup.index import write_generation
+
+        kw = dict(create=self.index.write_index is not None, run=self.run, execution=execution)
+        return write_generation(self.index.writes, self.annotated, self.config, self.columns, **kw)

@@ -606,15 +606,18 @@ def substring_dedup_dataset(
 
 
 def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a run of ``substring_dedup_dataset`` removed, from the counters of its write's ``stages``:
-    ``bytes_removed``, ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed``."""
+    """What a run of ``substring_dedup_dataset`` removed, from its write's ``stages``: ``bytes_removed``,
+    ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed`` (counters) and
+    ``docs_dropped_short`` (rows dropped as ``substring_short_doc``)."""
     counters, prefix = job_stats.counter_totals(stages), "substring/bytes_removed/source="
+    dropped = (op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"])
     return {
         "bytes_removed": counters.get("substring/bytes_removed", 0),
         "bytes_removed_per_source": {
             k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)
         },
         "docs_changed": counters.get("substring/docs_changed", 0),
+        "docs_dropped_short": sum(dropped),
     }
 
 
