@@ -399,21 +399,26 @@ def budget_of(kw: dict[str, Any]) -> Budget:
 
 
 @contextlib.contextmanager
-def scratch_folder(kw: dict[str, Any]) -> Iterator[str]:
+def scratch_folder(kw: dict[str, Any], name: str = "") -> Iterator[str]:
     """A folder for the eager phase's intermediate Parquet, removed when the block ends: under ``work_dir``
-    when one is given (remote workers see it), else a local temporary folder."""
+    when one is given (remote workers see it), else a local temporary folder. With ``name`` it is
+    ``work_dir/name`` and stays when the block fails, so a rerun of the same work resumes the jobs that wrote
+    there (a pipeline step's); without, a fresh folder each time."""
     import uuid
 
     import fsspec
 
     work_dir = kw.get("work_dir")
     if work_dir:
-        url = f"{str(work_dir).rstrip('/')}/dedup-scratch-{uuid.uuid4().hex[:12]}"
+        url = f"{str(work_dir).rstrip('/')}/{name or f'dedup-scratch-{uuid.uuid4().hex[:12]}'}"
     else:
         url = tempfile.mkdtemp(prefix="zephyr-dedup-")
+    done = False
     try:
         yield url
+        done = True
     finally:
-        fs, path = fsspec.core.url_to_fs(url)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(path, recursive=True)
+        if done or not (work_dir and name):
+            fs, path = fsspec.core.url_to_fs(url)
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path, recursive=True)

@@ -213,7 +213,7 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         from zephyr.dedup.substring import removed_bytes, substring_dedup_dataset
 
         execution, info = ctx.engine("passes"), {}
-        with scratch_folder(execution) as scratch:  # pass 3 reads the repeats written there
+        with scratch_folder(execution, "substring") as scratch:  # pass 3 reads the repeats written there
             jobs = Jobs(execution, info, scratch=scratch)
             out = substring_dedup_dataset(ctx.read_inputs(), self._config(ctx), jobs=jobs)
             outcome = ctx.finish(out, ("dedup.substring.cut",))
