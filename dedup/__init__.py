@@ -22,28 +22,17 @@ from __future__ import annotations
 
 from zephyr._lazy import lazy_exports as _lazy_exports
 
-_LAZY = {
-    "DedupResult": "zephyr.dedup._rows",
-    "DedupColumns": "zephyr.dedup.config",
-    "ExactDedupConfig": "zephyr.dedup.config",
-    "FuzzyDedupConfig": "zephyr.dedup.config",
-    "SubstringConfig": "zephyr.dedup.config",
-    "PRESETS": "zephyr.dedup.config",
-    "lsh_threshold": "zephyr.dedup.config",
-    "optimal_bands": "zephyr.dedup.config",
-    "exact_dedup": "zephyr.dedup.exact",
-    "exact_dedup_dataset": "zephyr.dedup.exact",
-    "paragraph_dedup": "zephyr.dedup.exact",
-    "paragraph_dedup_dataset": "zephyr.dedup.exact",
-    "url_dedup_dataset": "zephyr.dedup.exact",
-    "fuzzy_dedup": "zephyr.dedup.fuzzy",
-    "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
-    "bloom_paragraph_dedup": "zephyr.dedup.bloom",
-    "bloom_paragraph_dedup_dataset": "zephyr.dedup.bloom",
-    "substring_dedup_dataset": "zephyr.dedup.substring",
-    "open_index": "zephyr.dedup.index",
-    "write_generation": "zephyr.dedup.index",
+_EXPORTS = {  # module: the names it exports here
+    "_rows": "DedupResult",
+    "config": "DedupColumns ExactDedupConfig FuzzyDedupConfig SubstringConfig PRESETS lsh_threshold "
+    "optimal_bands",
+    "exact": "exact_dedup exact_dedup_dataset paragraph_dedup paragraph_dedup_dataset url_dedup_dataset",
+    "fuzzy": "fuzzy_dedup fuzzy_dedup_dataset",
+    "bloom": "bloom_paragraph_dedup bloom_paragraph_dedup_dataset",
+    "substring": "substring_dedup_dataset",
+    "index": "open_index write_generation",
 }
+_LAZY = {name: f"zephyr.dedup.{module}" for module, names in _EXPORTS.items() for name in names.split()}
 
 __all__ = sorted(_LAZY)
 

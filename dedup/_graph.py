@@ -416,17 +416,12 @@ def _row_sims(table: pa.Table) -> np.ndarray:
     return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1))
 
 
-@dataclass(frozen=True)
-class _SetPairs:
+def _set_pairs(threshold: float | None, table: pa.Table) -> pa.Table:
     """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach ``threshold``; None: the (position,
     sim) of every pair (position, u, v, shingles_u, shingles_v), none dropped."""
-
-    threshold: float | None
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if self.threshold is not None:
-            return similar_pairs(table, _row_sims(table), self.threshold)
-        return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
+    if threshold is not None:
+        return similar_pairs(table, _row_sims(table), threshold)
+    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
 
 
 def _side(sets: Dataset, end: str, keys: pa.Array | None, key: str = ROW, name: str = "sets") -> Dataset:
@@ -518,51 +513,42 @@ class PairSimilarity:
             zephyr.from_arrow(pairs)
             .join(_side(self.sets, "u", pc.unique(u), name="refine"), on="u")
             .join(_side(self.sets, "v", pc.unique(v), name="refine"), on="v")
-            .map_batches(_SetPairs(None), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .map_batches(
+                functools.partial(_set_pairs, None),
+                batch_rows=_VERIFY_BATCH_ROWS,
+                name="dedup.fuzzy.refine_verify",
+            )
             .to_arrow(**self.kw)
         )
         sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
         return sims
 
 
-@dataclass(frozen=True)
-class _RouteSets:
+def _route_sets(rows: np.ndarray, groups: np.ndarray, table: pa.Table) -> pa.Table:
     """Each set row named in ``rows`` (sorted, a row once per group that needs it), with its ``group``."""
-
-    rows: np.ndarray
-    groups: np.ndarray
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        keys = np.asarray(table[ROW], dtype=np.int64)
-        first = np.searchsorted(self.rows, keys)
-        counts = np.searchsorted(self.rows, keys, side="right") - first
-        at = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        routed = table.take(pa.array(np.repeat(np.arange(len(keys)), counts)))
-        return routed.append_column("group", pa.array(self.groups[at]))
+    keys = np.asarray(table[ROW], dtype=np.int64)
+    first = np.searchsorted(rows, keys)
+    counts = np.searchsorted(rows, keys, side="right") - first
+    at = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    routed = table.take(pa.array(np.repeat(np.arange(len(keys)), counts)))
+    return routed.append_column("group", pa.array(groups[at]))
 
 
-@dataclass(frozen=True)
-class _VerifyGroup:
-    """The verified pairs of one group (its rows' sets, ``_RouteSets``): ``pairs[starts[g]:starts[g + 1]]``."""
-
-    pairs: np.ndarray
-    starts: np.ndarray
-    threshold: float
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        group = table["group"][0].as_py()
-        pairs = self.pairs[self.starts[group] : self.starts[group + 1]]
-        at = pc.fill_null(pc.index_in(pa.array(pairs.ravel()), value_set=table[ROW]), -1)
-        at = np.asarray(at, dtype=np.int64).reshape(-1, 2)
-        found = (at >= 0).all(axis=1)  # a row without a set: no pair, as a join has it
-        pairs = pairs[found]
-        sims = jaccard(shingles_of(table["shingles"]), at[found])
-        return similar_pairs(pa.table({"u": pairs[:, 0], "v": pairs[:, 1]}), sims, self.threshold)
+def _verify_group(pairs: np.ndarray, starts: np.ndarray, threshold: float, table: pa.Table) -> pa.Table:
+    """The verified pairs of one group (its rows' sets, ``_route_sets``): ``pairs[starts[g]:starts[g + 1]]``."""
+    group = table["group"][0].as_py()
+    pairs = pairs[starts[group] : starts[group + 1]]
+    at = pc.fill_null(pc.index_in(pa.array(pairs.ravel()), value_set=table[ROW]), -1)
+    at = np.asarray(at, dtype=np.int64).reshape(-1, 2)
+    found = (at >= 0).all(axis=1)  # a row without a set: no pair, as a join has it
+    pairs = pairs[found]
+    sims = jaccard(shingles_of(table["shingles"]), at[found])
+    return similar_pairs(pa.table({"u": pairs[:, 0], "v": pairs[:, 1]}), sims, threshold)
 
 
 def _grouped(
     pairs: pa.Table, per_set: int, budget: Budget, threshold: float
-) -> tuple[_RouteSets, _VerifyGroup] | None:
+) -> tuple[Callable, Callable] | None:
     """Verification of driver-held ``pairs`` in one scan of the sets and one shuffle: the pairs go to groups
     (a connected component whole, or by u when its sets pass a group's share, ``partition_target_bytes``),
     each set to the groups that need it, and each group verifies its pairs. None when the route (56 bytes a
@@ -579,9 +565,9 @@ def _grouped(
     group = np.where(whole, label[at[:, 0]], at[:, 0]) % count
     order = np.argsort(group, kind="stable")
     needs = np.unique(np.concatenate([at[:, 0] * count + group, at[:, 1] * count + group]))
-    route = _RouteSets(nodes[needs // count], needs % count)
+    route = functools.partial(_route_sets, nodes[needs // count], needs % count)
     starts = np.searchsorted(group[order], np.arange(count + 1))
-    return route, _VerifyGroup(ends[order], starts, threshold)
+    return route, functools.partial(_verify_group, ends[order], starts, threshold)
 
 
 def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
@@ -648,7 +634,8 @@ def verify_on_engine(
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
         return None if table is None else pc.unique(table[end].combine_chunks())
 
-    def checked(joined: Dataset, name: str, verify: Any = _SetPairs(config.threshold)) -> Dataset:
+    def checked(joined: Dataset, name: str, verify: Any = None) -> Dataset:
+        verify = verify or functools.partial(_set_pairs, config.threshold)
         return joined.map_batches(verify, batch_rows=_VERIFY_BATCH_ROWS, name=f"dedup.fuzzy.{name}")
 
     parts = []

@@ -130,8 +130,6 @@ def _dedup(
     counters = _counters(result)
     histogram = finished(counters)["cluster_size_histogram"]
     extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
-    if routed is not None:
-        extra["dropped_output"] = removal.dropped_output
     details = {"kind": extra["kind"], "files": len(result.files), **changed}
     if extra.get("warnings"):
         details["warnings"] = extra["warnings"]
@@ -280,9 +278,7 @@ def fuzzy(
     hold the rules that choose where verification and clusters run."""
     from zephyr.dedup.fuzzy import IndexedDedup
 
-    bands, rows_per_band = config.bands_rows()
-    extra = {"kind": "fuzzy", "config": config.to_dict(), "bands": bands, "rows": rows_per_band}
-    extra.update(lsh_threshold=config.lsh_threshold, mode=removal.mode)
+    extra = {"kind": "fuzzy", "config": config.to_dict(), "mode": removal.mode}
     indexed = IndexedDedup(config, columns, index)
 
     def written(kwargs: dict, result: Any) -> None:

@@ -70,7 +70,6 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "nemo": dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none"),
     "redpajama": dict(shingle="word", ngram=13, num_perm=128, normalize="simplify"),  # bands by threshold
 }
-_REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
 
@@ -206,8 +205,8 @@ class FuzzyDedupConfig:
         base = dict(_PRESETS[name])
         if name == "redpajama":
             threshold = float(overrides.get("threshold", 0.8))
-            bands = _REDPAJAMA_BANDS.get(threshold) or optimal_bands(threshold, 128)
-            base.update(bands=bands[0], rows_per_band=bands[1])
+            # RedPajama's published bands (0.7 → 14×9, 0.8 → 9×13, 0.9 → 5×25) are these optima
+            base["bands"], base["rows_per_band"] = optimal_bands(threshold, 128)
         return cls(preset=name, **{**base, **overrides})
 
     def bands_rows(self) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -72,36 +73,25 @@ def fuzzy_dedup(
     return on_table(data, mode, fuzzy_dedup_dataset, columns, config=config, index=index)
 
 
-class _BandRows:
+def _band_rows(config: FuzzyDedupConfig, text_column: str, table: pa.Table) -> pa.Table:
     """One row (ROW, band, band hash) per document and band; documents without shingles emit none."""
-
-    def __init__(self, config: FuzzyDedupConfig, text_column: str):
-        self.config, self.text_column = config, text_column
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if not has_column(table, self.text_column, "text"):
-            return band_rows(np.zeros(0, np.int64), np.zeros((0, 0), np.uint64))
-        shingles, bands = compute_signatures(table[self.text_column], self.config)
-        has = shingles.counts > 0
-        return band_rows(np.asarray(table[ROW], dtype=np.int64)[has], bands[has])
+    if not has_column(table, text_column, "text"):
+        return band_rows(np.zeros(0, np.int64), np.zeros((0, 0), np.uint64))
+    shingles, bands = compute_signatures(table[text_column], config)
+    has = shingles.counts > 0
+    return band_rows(np.asarray(table[ROW], dtype=np.int64)[has], bands[has])
 
 
-class _BucketPairs:
+def _bucket_pairs(links: int, table: pa.Table) -> pa.Table:
     """Buckets (with their member lists) → candidate pairs [u later row, v earlier row], each member paired
     with the bucket's first ``links`` members before it (``_minhash.candidate_pairs``' rule, by row number)."""
-
-    def __init__(self, links: int):
-        self.links = links
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-
-        members = table.filter(pc.greater(table["n"], 1))["members"].combine_chunks()
-        bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
-        rows = np.asarray(members.flatten(), dtype=np.int64)
-        pairs = candidate_pairs(bucket[:, None], rows, links=self.links)
-        pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
-        counters.increment("dedup/candidate_pairs", len(pairs))
-        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+    members = table.filter(pc.greater(table["n"], 1))["members"].combine_chunks()
+    bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
+    rows = np.asarray(members.flatten(), dtype=np.int64)
+    pairs = candidate_pairs(bucket[:, None], rows, links=links)
+    pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
+    counters.increment("dedup/candidate_pairs", len(pairs))
+    return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
 
 
 def fuzzy_dedup_dataset(
@@ -159,7 +149,9 @@ def fuzzy_dedup_dataset(
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
     rows = ds.with_row_index(ROW)
-    band_rows = rows.map_batches(_BandRows(config, columns.text_column), name="dedup.fuzzy.signatures")
+    band_rows = rows.map_batches(
+        partial(_band_rows, config, columns.text_column), name="dedup.fuzzy.signatures"
+    )
     finish = Finish(columns, mode, row_numbers)
     indexed = " (with --index, the index's band rows join the bucket shuffle)" if index is not None else ""
     with scratch_folder(kw) if jobs.running else contextlib.nullcontext("") as scratch:
@@ -191,6 +183,9 @@ def fuzzy_dedup_dataset(
             return jobs.output(title, attached(rows, None, finish, "fuzzy"))
         candidates = edges.count(**kw)
         info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
+        bands, rows_per_band = config.bands_rows()  # the banding in force: ``lsh`` in the stats
+        lsh = dict(bands=bands, rows=rows_per_band, threshold=config.threshold)
+        info["lsh"] = {**lsh, "lsh_threshold": round(config.lsh_threshold, 4)}
         if index is not None:
             info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
         logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
@@ -206,7 +201,7 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
     return (
         band_rows.group_by("band", "bhash")
         .agg(members=(ROW, "list"), n=(ROW, "count"))
-        .map_batches(_BucketPairs(config.bucket_links), name="dedup.fuzzy.bucket_pairs")
+        .map_batches(partial(_bucket_pairs, config.bucket_links), name="dedup.fuzzy.bucket_pairs")
         .deduplicate("u", "v")
     )
 

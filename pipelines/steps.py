@@ -570,13 +570,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
             outcome.extra["index"] = {"path": self.index, "docs": indexed.opened.docs, "matched": matched}
         if self.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
             outcome.extra["index_written"] = indexed.write(ctx.engine("index"))
-        bands, rows = config.bands_rows()
-        outcome.extra["lsh"] = {
-            "bands": bands,
-            "rows": rows,
-            "threshold": config.threshold,
-            "lsh_threshold": round(config.lsh_threshold, 4),
-        }
+        outcome.extra["lsh"] = graph["lsh"]  # as zephyr dedup fuzzy's stats have it
         return outcome
 
 

@@ -428,8 +428,8 @@ def test_an_interrupted_pipeline_step_resumes_its_finished_passes(tmp_path, monk
         assert main(argv) != 0  # "interrupted; rerun the same command to resume"
     assert list(job.glob("01-*.zephyr/work/passes/substring/candidates/*.parquet"))
     computed = []
-    windows = kernels._Candidates.__call__
-    monkeypatch.setattr(kernels._Candidates, "__call__", lambda *a: computed.append(1) or windows(*a))
+    windows = kernels._batch_candidates
+    monkeypatch.setattr(kernels, "_batch_candidates", lambda *a: computed.append(1) or windows(*a))
     assert main(argv) == 0
     assert computed == []  # pass 2 resumed from the failed run's files
     assert not list(job.glob("01-*.zephyr/work/passes/substring"))
