@@ -72,7 +72,7 @@ row by row, each of their sets would be copied once per pair into a single parti
 one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
 set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
 *cold* pairs join both sets, at most ``_HOT_FAN`` copies of a set each. Sets, not texts, are joined: every
-row is shingled once (``NodeSets``), never once per pair.
+row is shingled once (``node_sets``), never once per pair.
 
 The fuzzy dedup graph in the driver: verify a driver-sized candidate-pair table against the endpoints'
 shingle sets, number the nodes in keep order (indexed documents first), and cluster them
@@ -80,7 +80,7 @@ shingle sets, number the nodes in keep order (indexed documents first), and clus
 
 Verification and clustering of the fuzzy dedup candidate pairs, choosing where each runs.
 
-The endpoints' shingle sets are written once (``NodeSets``). When the pairs and the sets fit the driver,
+The endpoints' shingle sets are written once (``node_sets``). When the pairs and the sets fit the driver,
 verification and clusters run there (``graph_in_driver``). Otherwise the pairs are verified on
 the engine (``verify_on_engine``); the verified graph is then clustered in the driver when it
 fits, else (components only) by engine rounds (``connected_components_dataset``).
@@ -485,7 +485,7 @@ class PairSimilarity:
     and its keys, never every set).
 
     A round asks about few pairs: when their rows' sets fit ``limit`` bytes (at ``per_set`` bytes a set, the
-    average of the written ``NodeSets``) they come to the driver in one filtered pass over ``sets`` and are
+    average of the written ``node_sets``) they come to the driver in one filtered pass over ``sets`` and are
     measured there; otherwise the pairs are joined with both ends' sets on the engine and only (position,
     sim) comes back. Either way the figure is the same exact Jaccard."""
 
@@ -605,7 +605,7 @@ def verify_on_engine(
     edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
     """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``,
-    ``grouped``) of the pairs ``edges``, measured on the shingle sets ``sets`` (every endpoint's ``NodeSets``
+    ``grouped``) of the pairs ``edges``, measured on the shingle sets ``sets`` (every endpoint's ``node_sets``
     row; the index's docs for indexed endpoints, v < 0).
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
@@ -628,7 +628,7 @@ def verify_on_engine(
 
     if (every := routed(pairs)) is not None:  # a hot row's set goes to each group once: no hot path
         return [every], {"hot_rows": 0, "hot_pairs": 0, "hot_broadcast": False, "grouped": True}
-    hot, hot_pairs = _hot_rows(edges, pairs, per_set, run.budget, kw)
+    hot, hot_pairs = _hot_rows(edges, per_set, run.budget, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
@@ -674,19 +674,11 @@ def verify_on_engine(
     return parts, figures
 
 
-def _hot_rows(
-    edges: Dataset, pairs: pa.Table | None, per_set: int, budget: Budget, kw: dict[str, Any]
-) -> tuple[pa.Array, int]:
-    """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
-    group-by), most-paired first, as many as ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each
-    (the rest stay cold: correct, only slower), and how many pairs they end."""
-    if pairs is not None:
-        counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
-        fan = _fan_above(pa.table({"v": counts[0], "n": counts[1]}))
-    else:
-        fan = (
-            edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
-        )
+def _hot_rows(edges: Dataset, per_set: int, budget: Budget, kw: dict[str, Any]) -> tuple[pa.Array, int]:
+    """The v ends of more than ``_HOT_FAN`` pairs (a group-by), most-paired first, as many as
+    ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each (the rest stay cold: correct, only slower),
+    and how many pairs they end."""
+    fan = edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
     cap = max(1, budget.broadcast_bytes // per_set)
     if fan.num_rows > cap:
         fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
@@ -719,7 +711,7 @@ def graph_in_driver(
     measure_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
-    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``NodeSets`` rows of
+    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``node_sets`` rows of
     the endpoints (one filtered pass); the index's docs give those of indexed endpoints.
 
     With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
@@ -844,27 +836,21 @@ def _indexed_sets(run: FuzzyRun, keys: pa.Array, like: pa.Schema) -> tuple[pa.Ta
     return table, np.asarray(found["anchor"], dtype=np.int64)
 
 
-class NodeSets:
+def node_sets(
+    nodes: pa.Array | None, cfg: FuzzyDedupConfig, columns: DedupColumns, table: pa.Table
+) -> pa.Table:
     """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes`` (every row when
     ``nodes`` is None). Counts the sets' bytes (``dedup/set_bytes``): what holding them in the driver costs."""
-
-    def __init__(self, nodes: pa.Array | None, config: FuzzyDedupConfig, columns: DedupColumns):
-        self.nodes, self.config, self.columns = nodes, config, columns
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        text, id_column, priority_column = astuple(self.columns)
-        checks = ((text, "text"), (id_column, "id"), (priority_column, "priority"))
-        if not all(has_column(table, name, what) for name, what in checks):
-            return pa.table({ROW: pa.array([], pa.int64())})
-        wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
-        cfg = self.config
-        sets = unique_sets(
-            shingle_hashes(wanted[text], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
-        )
-        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
-        counters.increment("dedup/set_bytes", lists.nbytes)
-        keys = {c: wanted[c] for c in (id_column, priority_column) if c is not None}
-        return pa.table({ROW: wanted[ROW], "shingles": lists, **keys})
+    text, id_column, priority_column = astuple(columns)
+    checks = ((text, "text"), (id_column, "id"), (priority_column, "priority"))
+    if not all(has_column(table, name, what) for name, what in checks):
+        return pa.table({ROW: pa.array([], pa.int64())})
+    wanted = table if nodes is None else table.filter(pc.is_in(table[ROW], value_set=nodes))
+    sets = unique_sets(shingle_hashes(wanted[text], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize))
+    lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+    counters.increment("dedup/set_bytes", lists.nbytes)
+    keys = {c: wanted[c] for c in (id_column, priority_column) if c is not None}
+    return pa.table({ROW: wanted[ROW], "shingles": lists, **keys})
 
 
 def _nodes(pairs: pa.Table) -> pa.Array:
@@ -891,8 +877,10 @@ def verify_and_cluster(
             return None, None
         nodes = _nodes(pairs)
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
-    node_sets = rows.map_batches(NodeSets(new_nodes, config, run.columns), name="dedup.fuzzy.node_sets")
-    written = node_sets.write_parquet(f"{run.scratch}/sets", **kw)
+    sets_of = functools.partial(node_sets, new_nodes, config, run.columns)
+    written = rows.map_batches(sets_of, name="dedup.fuzzy.node_sets").write_parquet(
+        f"{run.scratch}/sets", **kw
+    )
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
 

@@ -15,7 +15,7 @@ The dup columns of the Dataset dedup functions: from cluster assignments to ``du
 ``dup_cluster_size`` / ``dup_keep``, shared by the exact and fuzzy paths.
 
 Both paths end the same way: each row gets (CLUSTER, SIZE, KEEPER) helper columns, by row number from
-a small driver-side table (``Attach`` with ``cluster_node_info``) or by a join with per-group keepers formed
+a small driver-side table (``_attach`` with ``cluster_node_info``) or by a join with per-group keepers formed
 on the engine (``group_keepers``); ``Finish`` turns them into the user's columns (a row is kept when it is its
 cluster's KEEPER), counts,
 and annotates or removes. The keep rule (largest priority, then smallest id, then input order) is in
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -205,31 +206,26 @@ class StripRowNumbers:
         return BatchOutput(kept=kept, dropped={self.reason: removed}) if removed else kept
 
 
-class Attach:
+def _attach(node_info: pa.Table | None, id_column: str | None, table: pa.Table) -> pa.Table:
     """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEPER) table held in memory: a
     broadcast join, so the input keeps its shards and order and the text is never shuffled."""
-
-    def __init__(self, node_info: pa.Table | None, id_column: str | None):
-        self.node_info, self.id_column = node_info, id_column
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if ROW not in table.column_names or not has_column(table, self.id_column, "id"):
-            return table
-        if self.node_info is None or self.node_info.num_rows == 0:
-            own = table.schema.field(self.id_column).type if self.id_column is not None else pa.int64()
-            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEPER, pa.int64())):
-                table = table.append_column(name, pa.nulls(table.num_rows, kind))
-            return table
-        idx = pc.index_in(table[ROW], value_set=self.node_info[ROW].combine_chunks())
-        for name in (CLUSTER, SIZE, KEEPER):
-            table = table.append_column(name, self.node_info[name].take(idx))
+    if ROW not in table.column_names or not has_column(table, id_column, "id"):
         return table
+    if node_info is None or node_info.num_rows == 0:
+        own = table.schema.field(id_column).type if id_column is not None else pa.int64()
+        for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEPER, pa.int64())):
+            table = table.append_column(name, pa.nulls(table.num_rows, kind))
+        return table
+    idx = pc.index_in(table[ROW], value_set=node_info[ROW].combine_chunks())
+    for name in (CLUSTER, SIZE, KEEPER):
+        table = table.append_column(name, node_info[name].take(idx))
+    return table
 
 
 def attached(rows: Dataset, node_info: pa.Table | None, finish: Finish, method: str):
     """A method's output when its clusters formed in the driver: the cluster columns of ``node_info`` looked
-    up by row number (``Attach``), then ``finish``."""
-    attach = Attach(node_info, finish.columns.id_column)
+    up by row number (``_attach``), then ``finish``."""
+    attach = functools.partial(_attach, node_info, finish.columns.id_column)
     return rows.map_batches(attach, name=f"dedup.{method}.attach").map_batches(
         finish, name=f"dedup.{method}.finish"
     )

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zephyr.dedup._compiled as compiled
-from zephyr.dedup._graph import FuzzyRun, NodeSets, verify_and_cluster
+from zephyr.dedup._graph import FuzzyRun, node_sets, verify_and_cluster
 from zephyr.dedup._minhash import band_rows, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
     ROW,
@@ -166,7 +166,7 @@ def fuzzy_dedup_dataset(
             "endpoints' sets; more: every row's"
         )
         if jobs.explain:
-            sets = rows.map_batches(NodeSets(None, config, columns), name="dedup.fuzzy.node_sets")
+            sets = rows.map_batches(partial(node_sets, None, config, columns), name="dedup.fuzzy.node_sets")
             jobs("job 2: shingle sets, written once", sets)
             jobs(
                 f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: "
