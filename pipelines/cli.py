@@ -58,7 +58,6 @@ class TextInputs(Inputs):
         """The inputs as a Dataset, after checking that every file's text column holds text and has none of
         the columns ``adds`` the command will add (unless ``replace_columns``): one line naming the file and
         the column, before any task starts."""
-        import zephyr
         from zephyr.io.paths import input_files
         from zephyr.io.sources import check_text_inputs
         from zephyr.removal import check_input_columns
@@ -67,10 +66,7 @@ class TextInputs(Inputs):
         check_text_inputs(files, self.text_column, format=fmt)
         rename = "--output-column NAME"
         check_input_columns(files, adds, replace_columns=replace_columns, format=fmt, rename=rename)
-        if self.schema is not None and self.unify_schemas:
-            raise ConfigError("give --unify-schemas or --schema FILE, not both")
-        options = {"unify_schemas": self.unify_schemas, "schema": self.schema}
-        return zephyr.read(files, format=fmt, on_error=self.on_error, **options)
+        return self.read()
 
 
 @dataclass(frozen=True)
@@ -91,22 +87,38 @@ class Dropped:
     dropped rows are counted, not kept)."""
 
 
-def _one_job(
+def _write(
     ds: Dataset,
     output: Output,
     execution: ExecutionOptions,
     section: str,
-    details: Callable[[dict[str, int]], dict[str, Any]],
+    details: Callable[[dict[str, int]], dict[str, Any]] = lambda _: {},
+    removal: Removal | None = None,
+    reasons: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> Summary:
-    """Write ``ds`` to ``--output`` in one engine job; ``details`` of the counters of its ops (summed over its
-    stages) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
+    """Write ``ds`` to ``--output`` (``Removal.write``: with ``--dropped-output``, the rows ``reasons`` drops
+    go there); ``details`` of the counters of its ops (summed over the stages of the job that wrote the
+    output) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import write_summary
+    from zephyr.removal import keep_all, write_summary
 
-    result = ds.write_parquet(output.output, **execution.as_kwargs())
+    removal = removal or Removal()
+    with job_stats.recording() as jobs:
+        result, routed = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
-    return write_summary(result, output.output, section, found, details=found, **fields)
+    aside = removal.dropped_output
+    return write_summary(
+        result,
+        output.output,
+        section,
+        found,
+        jobs=jobs,
+        routed=routed,
+        dropped_output=aside,
+        details=found,
+        **fields,
+    )
 
 
 # -- normalize -----------------------------------------------------------------------------------------------
@@ -130,47 +142,33 @@ def normalize(
 
     next = f"zephyr langid {output.output} --output OUT"
     shown = ("rows_changed", "bytes_removed")
-    return _one_job(
+    return _write(
         normalize_plan(inputs, config), output, execution, "normalize", changed, next=next, shown=shown
     )
 
 
 # -- langid --------------------------------------------------------------------------------------------------
-def _langid(inputs: TextInputs, config: LangIdStep) -> tuple[Dataset, Any]:
-    """The rows with their language columns (the ``langid`` step's identifier), and the filter the options
-    ask for (None: keep every row)."""
+def _langid(inputs: TextInputs, config: LangIdStep, dropped: Dropped, **_: Any) -> tuple[Dataset, Any]:
+    """The rows with their language columns (the ``langid`` step's identifier) and the verdict of the filter
+    the options ask for (None: keep every row), applied unless ``--dropped-output`` routes by it."""
     require("fasttext", "quality", "zephyr langid")
     identify, verdict = config.ops(inputs.text_column, "lang")  # finds the model before any task starts
     ds = inputs.read_text((verdict.lang_column, verdict.score_column), config.replace_columns)
     ds = ds.map_batches(identify, name="langid")
-    return ds, verdict if config.languages or config.min_score > 0 else None
-
-
-def langid_plan(inputs: TextInputs, config: LangIdStep, **_: Any) -> Dataset:
-    ds, verdict = _langid(inputs, config)
-    return ds if verdict is None else ds.map_batches(verdict, name="language_filter")
+    if not (config.languages or config.min_score > 0):
+        return ds, None
+    return ds if dropped.dropped_output else ds.map_batches(verdict, name="language_filter"), verdict.reasons
 
 
 def langid(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: LangIdStep, dropped: Dropped
 ) -> Summary:
     """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
-    from zephyr import job_stats
-    from zephyr.removal import check_dropped_output, keep_all, write_summary
-
-    out, removal = output.output, Removal(dropped_output=dropped.dropped_output)
-    if removal.dropped_output:
-        check_dropped_output(removal.dropped_output, out, inputs.inputs)
-    ds, verdict = _langid(inputs, config)
-    if verdict is not None and not removal.dropped_output:
-        ds = ds.map_batches(verdict, name="language_filter")
-    with job_stats.recording() as jobs:
-        result, routed = removal.write(
-            ds, out, execution.as_kwargs(), keep_all if verdict is None else verdict.reasons
-        )
-    next = f"zephyr filter {out} --output OUT"
-    aside = removal.dropped_output
-    return write_summary(result, out, "langid", {}, jobs=jobs, routed=routed, dropped_output=aside, next=next)
+    removal = Removal(dropped_output=dropped.dropped_output)
+    removal.check(inputs.inputs, output.output)
+    ds, reasons = _langid(inputs, config, dropped)
+    next = f"zephyr filter {output.output} --output OUT"
+    return _write(ds, output, execution, "langid", removal=removal, reasons=reasons, next=next)
 
 
 # -- filter --------------------------------------------------------------------------------------------------
@@ -249,7 +247,7 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
-    ds, aside = step.annotate(ds, inputs.text_column, config.lang_column or None)
+    ds, route = step.routing(ds, inputs.text_column, config.lang_column or None)
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),
@@ -267,7 +265,7 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
         return rows.map_batches(examples, name="examples").map_batches(summarize, name="report")
 
     sides = {"dropped": config.dropped_output or dropped_dir(out), "quarantined": quarantine_dir(out)}
-    return ds, {"sides": sides, "route": step.router(aside), "also": report}
+    return ds, {"sides": sides, "route": route, "also": report}
 
 
 def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
@@ -507,7 +505,7 @@ def pii(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: PIIConfig, columns: Replace
 ) -> Summary:
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
-    return _one_job(pii_plan(inputs, config, columns), output, execution, "pii", lambda c: c)
+    return _write(pii_plan(inputs, config, columns), output, execution, "pii", lambda c: c)
 
 
 # -- decontaminate -------------------------------------------------------------------------------------------
@@ -532,19 +530,21 @@ class DecontaminateRemoval(Removal):
 
 
 def _decontaminate(inputs: TextInputs, removal: DecontaminateRemoval, index_path: str) -> tuple[Any, Dataset]:
+    """The decontamination op reading the index at ``index_path``, and the rows it runs on: applied, unless
+    ``--dropped-output`` routes them by its verdict."""
     from zephyr.pipelines.quality.decontaminate import Decontaminate
 
     step = Decontaminate(
         index_path, removal.mode, inputs.text_column, removal.replace_columns, removal.output_column
     )
-    return step, inputs.read_text(step.columns, removal.replace_columns)
+    ds = inputs.read_text(step.columns, removal.replace_columns)
+    return step, ds if removal.dropped_output else ds.map_batches(step, name="decontaminate")
 
 
 def decontaminate_plan(
     inputs: TextInputs, removal: DecontaminateRemoval, sets: EvalSets, **_: Any
 ) -> Dataset:
-    step, ds = _decontaminate(inputs, removal, "OUTPUT.zephyr/eval-ngrams.npz")
-    return ds.map_batches(step, name="decontaminate")
+    return _decontaminate(inputs, removal, "OUTPUT.zephyr/eval-ngrams.npz")[1]
 
 
 def decontaminate(
@@ -557,11 +557,9 @@ def decontaminate(
     """Remove or annotate documents sharing an n-gram (13 words by default) with an eval set."""
     from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
 
-    from zephyr import job_stats
     from zephyr.io.layout import side_path
-    from zephyr.removal import write_summary
 
-    out, aside = output.output, removal.dropped_output
+    out = output.output
     removal.check(inputs.inputs, out)
     index_path = Path(side_path(out, "eval-ngrams.npz"))  # read by the tasks: in the sidecar
     step, ds = _decontaminate(inputs, removal, str(index_path))  # checks the inputs before the index is built
@@ -573,13 +571,9 @@ def decontaminate(
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
-    if not aside:
-        ds = ds.map_batches(step, name="decontaminate")
-    with job_stats.recording() as jobs:
-        result, routed = removal.write(ds, out, execution.as_kwargs(), step.reasons)
     next = f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/"
-    fields = {"jobs": jobs, "routed": routed, "dropped_output": aside, "next": next, "details": eval_stats}
-    return write_summary(result, out, "decontaminate", eval_stats, **fields)
+    details = {"removal": removal, "reasons": step.reasons, "next": next}
+    return _write(ds, output, execution, "decontaminate", lambda _: eval_stats, **details)
 
 
 # -- extract -------------------------------------------------------------------------------------------------
@@ -634,7 +628,7 @@ def extract(
         return {"extractor": config.extractor, **bytes}
 
     next = f"zephyr filter {output.output} --output OUT"
-    return _one_job(extract_plan(inputs, config), output, execution, "extract", details, next=next)
+    return _write(extract_plan(inputs, config), output, execution, "extract", details, next=next)
 
 
 # -- run -----------------------------------------------------------------------------------------------------
@@ -742,7 +736,12 @@ _TEXT = {"inputs": TextInputs, "output": Output}
 COMMANDS = [
     Command("run", run, {"options": RunOptions}, plans=run_plans, then="the rules"),
     Command("normalize", normalize, {**_TEXT, "config": NormalizeConfig}, plans=normalize_plan),
-    Command("langid", langid, {**_TEXT, "config": LangIdStep, "dropped": Dropped}, plans=langid_plan),
+    Command(
+        "langid",
+        langid,
+        {**_TEXT, "config": LangIdStep, "dropped": Dropped},
+        plans=lambda **configs: _langid(**configs)[0],
+    ),
     Command(
         "filter", heuristic_filter, {**_TEXT, "config": FilterOptions}, plans=filter_plans, then="the rules"
     ),

@@ -282,88 +282,78 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         """The reason column of the dropped rows."""
         return self.output_column or "drop_reason"
 
-    def annotate(
+    def routing(
         self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str] = str
-    ) -> tuple[Dataset, tuple[str, ...]]:
-        """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
-        around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
-        ``zephyr.removal.Route``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
-        annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
-        from zephyr.pipelines.quality.filters import FilterAnnotator
+    ) -> tuple[Dataset, Any]:
+        """``ds`` with every row's first failing rule in ``drop_reason``, and the ``zephyr.removal.Route`` that
+        sends those rows on: ``kept``, ``dropped`` (their reason in ``reason``) or ``quarantined`` (null texts,
+        with ``quarantine_reason``). The input's own ``drop_reason`` is set aside when the reasons go to another
+        column, and put back on every side; with the url rules the URLs are normalized first, as
+        ``url_filter`` does. The one annotate and routing path of this step and ``zephyr filter``; ``op``
+        names the engine ops."""
+        from zephyr.pipelines.quality.filters import NULL_TEXT, FilterAnnotator
 
-        from zephyr.removal import DROP_REASON, set_aside
+        from zephyr.removal import DROP_REASON, Route, set_aside
 
-        # the data's own drop_reason passes unchanged when the reasons go to another column
         aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
             ds = ds.map_batches(set_aside(aside), name=op("set_aside"))
-        if "url" in self.filter.rules:
+        f = self.filter
+        if "url" in f.rules:
             from zephyr.pipelines.web.urls import NormalizeUrls
 
-            url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
+            url_column = f.overrides.get("url", {}).get("url_column", "url")
             ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
-        f = self.filter
         annotator = FilterAnnotator(
             ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
         )
-        return ds.map_batches(annotator, name=op("filter")), aside
+        route = Route(column=DROP_REASON, reason_column=self.reason, quarantine=(NULL_TEXT,), aside=aside)
+        return ds.map_batches(annotator, name=op("filter")), route
 
-    def router(self, aside: tuple[str, ...], side: str = "kept") -> Any:
-        """How the annotated rows of one outcome are kept (``zephyr.removal.Route``): ``kept``, ``dropped``
-        (their reason in ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``); ``aside``:
-        what ``annotate`` set aside. The one routing of this step and ``zephyr filter``."""
-        from zephyr.pipelines.quality.filters import NULL_TEXT
-
-        from zephyr.removal import DROP_REASON, Route
-
-        return Route(side, DROP_REASON, self.reason, (NULL_TEXT,), aside)
-
-    def _jobs(self, ctx: StepContext, annotated: Dataset | None = None) -> tuple[Dataset, Dataset, Dataset]:
-        """Job 1, every row annotated with its first failing rule, and the kept and dropped rows of
-        ``annotated`` (its files; default: job 1's plan). The kept rows' examples are saved on the way."""
+    def _routing(self, ctx: StepContext) -> tuple[Dataset, dict[str, Any]]:
+        """Job 1, every row annotated with its first failing rule (the report's examples saved on the way),
+        and how ``zephyr.removal.write_routed`` routes its rows: the kept ones to the step folder, the dropped
+        ones (``keep_dropped``) to the sidecar's ``dropped/``, each side counted per source and language."""
         from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
         p = ctx.pipeline
-        annotate, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
-        rows = annotate if annotated is None else annotated
+        rows, route = self.routing(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
         examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
-        kept = rows.map_batches(examples, name=ctx.op("examples"))
-        kept = kept.map_batches(self.router(aside), name=ctx.op("route_kept"))
-        return annotate, kept, rows.map_batches(self.router(aside, "dropped"), name=ctx.op("route_dropped"))
+        sides = {"dropped": str(ctx.side_dir / "dropped")} if self.keep_dropped else {}
+        routing = {"sides": sides, "route": route, "finish": ctx.counted}
+        return rows.map_batches(examples, name=ctx.op("examples")), routing
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        import zephyr
-        from zephyr.io.layout import remove_folder
         from zephyr.io.parquet import parquet_rows
+        from zephyr.removal import write_routed
 
-        annotate = self._jobs(ctx)[0]
-        scratch = ctx.side_dir / "annotated"
-        written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
-        _, kept, dropped = self._jobs(ctx, zephyr.read_parquet(sorted(written.files)))
-        outcome = ctx.finish(kept, (ctx.op("route_kept"),), action="kept")
-        if self.keep_dropped:
-            result = dropped.write_parquet(
-                str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
-            )
-            outcome.extra["dropped_files"] = sorted(result.files)
-            outcome.extra["dropped_rows"] = parquet_rows(result.files)
-            outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
-        remove_folder(str(scratch))
+        rows, routing = self._routing(ctx)
+        opts = ctx.engine()
+        routed = write_routed(
+            rows, str(ctx.step_dir), opts=opts, scratch="annotated", overwrite=True, **routing
+        )
+        # no row came through job 1 (the previous step kept none): its filter op accounts the empty step
+        kept, op = (routed.kept, "route_kept") if routed.kept else (routed.verdict, ctx.op("filter"))
+        outcome = StepOutcome(sorted(kept.files), kept.checksums, kept.stats, (f"map_batches({op})",))
+        if self.keep_dropped:  # a quality step may train on them (train_from)
+            dropped = routed.sides.get("dropped")
+            files = sorted(dropped.files) if dropped else []
+            outcome.extra.update(dropped_files=files, dropped_rows=parquet_rows(files))
+            outcome.checksums.update(dropped.checksums if dropped else {})
         return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        annotate, kept, dropped = self._jobs(ctx)
-        jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
-        if self.keep_dropped:
-            jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
-        return [
-            *jobs,
-            (
-                "job 3: the kept rows, written to the step folder (jobs 2-3 read job 1's files)",
-                ctx.counted(kept),
-            ),
+        """Job 1, then the routes, which read its files (the kept rows, the step's output, listed last)."""
+        from zephyr.removal import routes
+
+        rows, routing = self._routing(ctx)
+        jobs = [
+            (f"the {side} rows → {where} (reads job 1's files)", plan)
+            for side, where, plan in routes(rows, str(ctx.step_dir), **routing)
         ]
+        jobs = [("every row annotated with its first failing rule, to a scratch folder", rows), *jobs[::-1]]
+        return [(f"job {n}: {title}", plan) for n, (title, plan) in enumerate(jobs, 1)]
 
 
 def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
