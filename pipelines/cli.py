@@ -242,8 +242,7 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
     from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
 
     step = config.step()  # checks the rules before any work
-    if "url" in step.filter.rules:
-        require("tldextract", "web", "zephyr filter --rules url")
+    step.preflight()  # the url rules need the web extra
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
@@ -307,7 +306,6 @@ def heuristic_filter(
     from zephyr.removal import write_routed, write_summary
 
     out = output.output
-    config.step()  # checks the rules before any work
     if config.dropped_output:
         check_side_dir(config.dropped_output, out, "--dropped-output")
     # quarantine/ holds the rows the filters quarantine (input columns + quarantine_reason); unreadable input
@@ -318,7 +316,7 @@ def heuristic_filter(
     remove_folder(side_path(out, "work"))  # parts an interrupted run left
     with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
         routed = write_routed(ds, out, opts=opts, scratch="annotated", overwrite=True, **routing)
-    written, unreadable = routed.verdict, routed.verdict.stats["rows_quarantined"]
+    unreadable = routed.verdict.stats["rows_quarantined"]
     prune_quarantine(unreadable_dir, jobs)
     report = merge_summaries([] if routed.also is None else [routed.also])
     totals = report["totals"]
@@ -329,7 +327,7 @@ def heuristic_filter(
         totals["rows_in"] += unreadable
         totals["rows_quarantined"] += unreadable
         totals["rows_unreadable"] = unreadable
-        totals["unreadable_quarantine_dir"] = written.stats.get("quarantine_dir")
+        totals["unreadable_quarantine_dir"] = routed.verdict.stats.get("quarantine_dir")
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
     Path(side_path(out, "report.md")).write_text(
@@ -341,8 +339,8 @@ def heuristic_filter(
     rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
     counted = Summary(**rows, dropped_by_reason=dict(reasons))
     # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
-    summary = write_summary(
-        routed.kept or written,
+    return write_summary(
+        routed.kept or routed.verdict,
         out,
         "filter",
         {"rules": config.rules, **totals, "dropped_output": dropped_output},
@@ -353,11 +351,6 @@ def heuristic_filter(
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
         details={"report": side_path(out, "report.md"), "rules": config.rules},
     )
-    if not totals["balanced"]:
-        from zephyr.errors import TaskError
-
-        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
-    return summary
 
 
 # -- quality train | score -----------------------------------------------------------------------------------
@@ -461,8 +454,7 @@ def quality_score(
     import zephyr
     from zephyr import job_stats
     from zephyr.io.layout import remove_folder, scratch_dir
-    from zephyr.removal import write_summary
-    from zephyr.summary import from_stages
+    from zephyr.removal import Routed, write_summary
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)
@@ -470,25 +462,22 @@ def quality_score(
     scratch = scratch_dir(out, "scored")  # in the output's sidecar (zephyr.io.layout)
     with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
         try:
-            result = ds.write_parquet(scratch, overwrite=True, **opts)
+            scored = result = ds.write_parquet(scratch, overwrite=True, **opts)
             edges: tuple[float, ...] = ()
-            if result.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
+            if scored.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
                 edges = quantile_edges(
-                    pq.read_table(list(result.files), columns=[score])[score], config.buckets
+                    pq.read_table(list(scored.files), columns=[score])[score], config.buckets
                 )
 
                 def bucket(t: Any) -> Any:
                     return put_column(t, buckets, assign_buckets(t[score], edges))
 
-                scored = zephyr.read_parquet(list(result.files))
-                result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
+                rows = zephyr.read_parquet(list(scored.files))
+                result = rows.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
         finally:
             remove_folder(scratch)
-    counted = from_stages(result.stats.get("stages", []))
-    first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
-    if first:
-        counted.rows_in = first[0]["rows_in"]
-        counted.rows_quarantined = sum(s["rows_quarantined"] for s in first)
+    # rows in and quarantined as the scoring job read them (unreadable rows included), kept as written
+    counted = Routed(scored, None if result is scored else result).summary()
     data = {"bucket_edges": list(edges)}
     return write_summary(result, out, "quality", data, jobs=jobs, counted=counted, details=data)
 

@@ -271,10 +271,8 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             require("tldextract", "web", "the url rules")
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
-        if self.replace_columns and self.output_column is None:
-            return {
-                k: v for k, v in origin.items() if k != "drop_reason"
-            }  # replaced, so gone from the kept rows
+        if self.replace_columns and self.output_column is None:  # replaced, so gone from the kept rows
+            return {k: v for k, v in origin.items() if k != "drop_reason"}
         return origin
 
     @property
@@ -725,16 +723,12 @@ class QualityStep(Step, type="quality"):
 
 def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
     """The first non-null texts of some Parquet parts, in file order, up to ``max_rows``."""
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as pads
 
-    texts: list[str] = []
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column]):
-            for text in batch.column(0).drop_null().to_pylist():
-                texts.append(text)
-                if len(texts) >= max_rows:
-                    return texts
-    return texts
+    if not files:
+        return []
+    rows = pads.dataset(files).head(max_rows, columns=[column], filter=pads.field(column).is_valid())
+    return rows.column(0).to_pylist()
 
 
 def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
@@ -786,13 +780,11 @@ class MapStep(Step, type="map"):
 
     def load(self) -> Any:
         """The callable named by ``function``: imports its module (runs its code)."""
-        import importlib
+        import pkgutil
 
-        module_name, attr = self._parts()
+        self._parts()
         try:
-            target = importlib.import_module(module_name)
-            for name in attr.split("."):
-                target = getattr(target, name)
+            target = pkgutil.resolve_name(self.function)
         except (ImportError, AttributeError) as exc:
             raise FieldError("function", f"cannot import {self.function!r}: {exc}") from None
         if isinstance(target, type):
