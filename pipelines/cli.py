@@ -695,13 +695,13 @@ def _run_summary(result: Any) -> Summary:
     as its last line. Its ``details`` name each step's status under ``steps``."""
     from zephyr.pipelines.step import STEPS
 
+    from zephyr.job_stats import add_counts
     from zephyr.summary import Summary
 
     data = [s for s in result.steps if STEPS[s["type"]].output != "model"]
     reasons: dict[str, int] = {}
     for step in data:
-        for reason, n in (step.get("dropped_by_reason") or {}).items():
-            reasons[reason] = reasons.get(reason, 0) + int(n)
+        add_counts(reasons, step.get("dropped_by_reason") or {})
     report = result.html_report or result.report
     return Summary(
         rows_in=data[0]["rows_in"] if data else 0,
