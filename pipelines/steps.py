@@ -354,60 +354,6 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return [(f"job {n}: {title}", plan) for n, (title, plan) in enumerate(jobs, 1)]
 
 
-def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
-    """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
-    from zephyr.pipelines.examples import dedup_example_blocks, read_examples
-
-    name = record["step"]
-    sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
-    multi = {k: v for k, v in sizes.items() if k > 1}
-    lsh = record.get("extra", {}).get("lsh")
-    note = (
-        f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
-        f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
-        if lsh
-        else ""
-    )
-    blocks: list[tuple] = [
-        (
-            "p",
-            f"{md_code(name)}: {md_count(sum(multi.values()))} cluster(s) with duplicates, "
-            f"{md_count(record['rows_dropped'])} document(s) removed.{note}",
-        )
-    ]
-    if sizes:
-        rows = [[str(k), md_count(v), md_count(v * (k - 1))] for k, v in sorted(sizes.items())]
-        blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"], rows))
-    if f"clusters_{name}" in plots:
-        blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
-    payload = read_examples(record.get("extra", {}).get("examples"))
-    if payload and payload["kind"] == "dedup":
-        blocks += dedup_example_blocks(name, payload)
-    return blocks
-
-
-def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
-    """Duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the title: they would dwarf
-    the bars that matter)."""
-    sizes = sorted((int(k), v) for k, v in record.get("cluster_sizes", {}).items())
-    multi = [(k, v) for k, v in sizes if k > 1]
-    if not multi:
-        return
-    singles = sum(v for k, v in sizes if k == 1)
-    fig, ax = plt.subplots(figsize=(min(7.0, 3.2 + 0.45 * len(multi)), 2.8))
-    bars = ax.bar([str(k) for k, _ in multi], [v for _, v in multi], color="#8172b3", width=0.6)
-    ax.bar_label(bars, labels=[f"{v:,}" if v else "" for _, v in multi], padding=2, fontsize=8)
-    ax.set_xlabel("cluster size (documents)")
-    ax.set_ylabel("clusters")
-    ax.margins(y=0.15)
-    ax.set_title(
-        f"{record['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
-        f"({singles:,} kept documents had none)",
-        fontsize=10,
-    )
-    save(fig, f"clusters_{record['step']}")
-
-
 @dataclass(frozen=True)
 class DedupStep(Step):
     """A step that runs one of ``zephyr.dedup``'s document dedups in annotate mode and removes the duplicates
@@ -479,11 +425,57 @@ class _DedupStep(DedupStep):
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
-        return _dedup_report(record, plots)
+        """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
+        from zephyr.pipelines.examples import dedup_example_blocks, read_examples
+
+        name = record["step"]
+        sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
+        multi = {k: v for k, v in sizes.items() if k > 1}
+        lsh = record.get("extra", {}).get("lsh")
+        note = (
+            f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
+            f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
+            if lsh
+            else ""
+        )
+        blocks: list[tuple] = [
+            (
+                "p",
+                f"{md_code(name)}: {md_count(sum(multi.values()))} cluster(s) with duplicates, "
+                f"{md_count(record['rows_dropped'])} document(s) removed.{note}",
+            )
+        ]
+        if sizes:
+            rows = [[str(k), md_count(v), md_count(v * (k - 1))] for k, v in sorted(sizes.items())]
+            blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"], rows))
+        if f"clusters_{name}" in plots:
+            blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
+        payload = read_examples(record.get("extra", {}).get("examples"))
+        if payload and payload["kind"] == "dedup":
+            blocks += dedup_example_blocks(name, payload)
+        return blocks
 
     @classmethod
     def plots(cls, record: dict[str, Any], plt: Any, save: Any) -> None:
-        _cluster_plot(record, plt, save)
+        """Duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the title: they would dwarf
+        the bars that matter)."""
+        sizes = sorted((int(k), v) for k, v in record.get("cluster_sizes", {}).items())
+        multi = [(k, v) for k, v in sizes if k > 1]
+        if not multi:
+            return
+        singles = sum(v for k, v in sizes if k == 1)
+        fig, ax = plt.subplots(figsize=(min(7.0, 3.2 + 0.45 * len(multi)), 2.8))
+        bars = ax.bar([str(k) for k, _ in multi], [v for _, v in multi], color="#8172b3", width=0.6)
+        ax.bar_label(bars, labels=[f"{v:,}" if v else "" for _, v in multi], padding=2, fontsize=8)
+        ax.set_xlabel("cluster size (documents)")
+        ax.set_ylabel("clusters")
+        ax.margins(y=0.15)
+        ax.set_title(
+            f"{record['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
+            f"({singles:,} kept documents had none)",
+            fontsize=10,
+        )
+        save(fig, f"clusters_{record['step']}")
 
 
 @dataclass(frozen=True)
