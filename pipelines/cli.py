@@ -107,18 +107,8 @@ def _write(
     with job_stats.recording() as jobs:
         result, routed = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
-    aside = removal.dropped_output
-    return write_summary(
-        result,
-        output.output,
-        section,
-        found,
-        jobs=jobs,
-        routed=routed,
-        dropped_output=aside,
-        details=found,
-        **fields,
-    )
+    fields.update(jobs=jobs, routed=routed, dropped_output=removal.dropped_output, details=found)
+    return write_summary(result, output.output, section, found, **fields)
 
 
 # -- normalize -----------------------------------------------------------------------------------------------
