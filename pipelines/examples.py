@@ -452,29 +452,6 @@ class CollectExamples:
         rank[keepers[valid]] = 0
         return pa.table({GROUP: groups, GROUP_KEY: group_keys, RANK: rank, ROW_ID: ids, "_row": rows})
 
-    def _prune(self, keys: pa.Table) -> pa.Table:
-        """Drop the rows that cannot enter the selection, by comparing them with its worst members: rows of a
-        full group ranked after the group's last member, and (``max_groups``) rows of groups after the last
-        group. Ties stay, so the result is the same; once the selection fills, most batches end here."""
-        state = self._state
-        if state is None:
-            return keys
-        rank = np.asarray(keys.column(RANK))
-        keep = np.ones(len(rank), dtype=bool)
-        if self.max_groups is not None:
-            state_gkeys = np.asarray(state.column(GROUP_KEY))
-            if len(np.unique(state_gkeys)) >= self.max_groups:
-                keep &= np.asarray(keys.column(GROUP_KEY)) <= state_gkeys.max()
-        worst: dict[str, int] = {}
-        for group, ranks in _group_ranks(state).items():
-            if len(ranks) >= self.per_group:
-                worst[group] = max(ranks)
-        if worst:
-            codes = pc.dictionary_encode(keys.column(GROUP).combine_chunks())
-            limit = np.array([worst.get(g, 2**64 - 1) for g in codes.dictionary.to_pylist()], dtype=np.uint64)
-            keep &= rank <= limit[np.asarray(codes.indices, dtype=np.int64)]
-        return keys if keep.all() else keys.filter(pa.array(keep))
-
     def _payload(self, table: pa.Table, keys: pa.Table) -> pa.Table:
         """Keys plus text and recorded fields of the rows named by ``keys["_row"]`` (few rows: a cheap take)."""
         rows = keys.column("_row")
@@ -488,9 +465,9 @@ class CollectExamples:
     def _update(self, table: pa.Table, keys: pa.Table) -> pa.Table | None:
         """Merge a batch into the selection; returns the rows that entered it (None: none did)."""
         state = self._state
-        keys = self._prune(keys)
-        if keys.num_rows == 0:
-            return None
+        # the batch's own selection first (the k smallest of a union are among the k smallest of each part):
+        # the merge with the selection then sorts a handful of rows
+        keys = keys.take(pa.array(np.sort(select_rows(keys, self.per_group, self.max_groups))))
         merged = keys.drop_columns(["_row"])
         if state is not None:
             merged = pa.concat_tables([state.select(list(SELECTION_KEYS)), merged])
@@ -504,13 +481,6 @@ class CollectExamples:
         parts = [state.take(pa.array(kept_old))] if state is not None and len(kept_old) else []
         self._state = pa.concat_tables([*parts, entered], promote_options="permissive")
         return entered
-
-
-def _group_ranks(state: pa.Table) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for group, rank in zip(state.column(GROUP).to_pylist(), state.column(RANK).to_pylist()):
-        out.setdefault(group, []).append(rank)
-    return out
 
 
 def _write_part(folder: Path, rows: pa.Table) -> str:

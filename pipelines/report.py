@@ -36,14 +36,13 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from zephyr.pipelines.config import STEPS
 from zephyr.pipelines.examples import filter_example_blocks, read_examples
-from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_row, md_text
+from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_excerpt, md_row, md_text
 from zephyr.pipelines.step import rows_rewritten
 
 from zephyr.config import format_bytes
@@ -56,13 +55,6 @@ SECTIONS = (("dedup", "Dedup clusters"), ("web", None), ("tokens", None), ("trai
 their own)."""
 KEPT, DROPPED, QUARANTINED = "#4c72b0", "#dd8452", "#c44e52"
 _DPI = 100
-
-
-@dataclass(frozen=True)
-class ReportPaths:
-    markdown: Path
-    html: Path
-    plots: list[Path]
 
 
 # A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
@@ -80,13 +72,9 @@ def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in steps if STEPS[s["type"]].output == "rows"]
 
 
-def _retention_start(data: list[dict[str, Any]], key: str) -> dict[str, int]:
-    """Rows per value (source, language) entering the first data step that counted them."""
-    for s in data:
-        start = s.get(key, {}).get("in")
-        if start:
-            return start
-    return {}
+def _retention_start(data: list[dict[str, Any]], key: str) -> tuple[str, dict[str, int]]:
+    """The first data step that counted rows per value (source, language) coming in, and those counts."""
+    return next(((s["step"], s[key]["in"]) for s in data if s.get(key, {}).get("in")), ("", {}))
 
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
@@ -197,18 +185,13 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
     data = _data_steps(steps)
     if not data:
         return blocks
-    first, last = data[0], data[-1]
+    last = data[-1]
     for key, title in (("per_source", "source"), ("per_lang", "language")):
-        start = _retention_start(data, key)
+        where, start = _retention_start(data, key)
         end = last.get(key, {}).get("out", {})
         if not start:
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
-        where = (
-            first["step"]
-            if key == "per_source"
-            else next((s["step"] for s in data if s.get(key, {}).get("in")), first["step"])
-        )
         blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last['step'])}."))
         table_rows = [
             [md_text(v), md_count(start[v]), md_count(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
@@ -279,7 +262,7 @@ def _time_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
 
 def _sources_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
     data = _data_steps(steps)
-    sources = _retention_start(data, "per_source")
+    sources = _retention_start(data, "per_source")[1]
     if not sources:
         return
     fig, ax = plt.subplots(figsize=(9, 3.5))
@@ -405,10 +388,9 @@ def _pair_markdown(kept: dict[str, Any] | None, removed: dict[str, Any]) -> list
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
-    """A text on one line, cut to ``limit``, as plain text (``md_text``): Markdown renderers pass raw HTML
+    """A text on one line, cut to ``limit``, as plain text (``md_excerpt``): Markdown renderers pass raw HTML
     through, and a document's ``<script>``, ``**`` or ``[link](…)`` must stay text there too."""
-    flat = " ".join(text.split())
-    return "«" + md_text(flat if len(flat) <= limit else flat[:limit] + " …") + "»"
+    return f"«{md_excerpt(text, limit)}»"
 
 
 def _row_md(title: str, row: dict[str, Any]) -> str:
@@ -512,8 +494,9 @@ def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
     )
 
 
-def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
-    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``."""
+def write_report(job_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``;
+    returns the paths of the two reports."""
     from zephyr.io.paths import write_bytes_atomic
 
     job = Path(job_dir)
@@ -531,4 +514,4 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     write_bytes_atomic(str(markdown), render_markdown(blocks).encode())
     write_bytes_atomic(str(page), render_html(blocks, f"zephyr: {stats['pipeline']}", base=job).encode())
     log.info("report: %s (%d plots)", markdown, len(plots))
-    return ReportPaths(markdown, page, [job / p for p in plots.values()])
+    return markdown, page

@@ -290,8 +290,7 @@ def run_pipeline(
         if report:
             from zephyr.pipelines.report import write_report
 
-            paths = write_report(job)
-            result.report, result.html_report = paths.markdown, paths.html
+            result.report, result.html_report = write_report(job)
         return result
 
 
