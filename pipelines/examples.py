@@ -106,31 +106,17 @@ SELECTION_KEYS = (GROUP, GROUP_KEY, RANK, ROW_ID)
 def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.ndarray:
     """Positions in ``keys`` of the rows the selection rule keeps (see the module docstring), in order.
 
-    One stable Arrow sort on (group key, group, rank, id); a row equal to the one before it (the same row
-    from a retried task, or already selected) is skipped, so earlier rows win ties."""
-    n = keys.num_rows
-    order = np.asarray(
-        pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in (GROUP_KEY, GROUP, RANK, ROW_ID)]),
-        dtype=np.int64,
-    )
-    group = np.asarray(pc.dictionary_encode(keys.column(GROUP).combine_chunks()).indices, dtype=np.int64)[
-        order
-    ]
-    rank = np.asarray(keys.column(RANK))[order]
-    ids = np.asarray(pc.dictionary_encode(keys.column(ROW_ID).combine_chunks()).indices, dtype=np.int64)[
-        order
-    ]
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = group[1:] != group[:-1]
-    repeat = np.zeros(n, dtype=bool)
-    repeat[1:] = ~new_group[1:] & (rank[1:] == rank[:-1]) & (ids[1:] == ids[:-1])
-    order, new_group = order[~repeat], new_group[~repeat]
-    group_no = np.cumsum(new_group) - 1
-    position = np.arange(len(order)) - np.flatnonzero(new_group)[group_no]
-    keep = position < per_group
+    One stable sort on (group key, group, rank, id), after the repeats of a row (the same row from a retried
+    task, or already selected) are left out, the first one kept: earlier rows win ties."""
+    import polars as pl
+
+    order = [GROUP_KEY, GROUP, RANK, ROW_ID]
+    rows = pl.from_arrow(keys.select(order)).with_row_index("_position")
+    rows = rows.unique(order, keep="first", maintain_order=True).sort(order, maintain_order=True)
+    rows = rows.filter(pl.int_range(pl.len()).over(GROUP_KEY, GROUP) < per_group)
     if max_groups is not None:
-        keep &= group_no < max_groups
-    return order[keep]
+        rows = rows.filter(pl.struct(GROUP_KEY, GROUP).rank("dense") <= max_groups)
+    return rows["_position"].to_numpy().astype(np.int64)
 
 
 def _read_parts(step_dir: Path) -> pa.Table | None:
