@@ -358,15 +358,11 @@ class ClusterGroups:
     """A dedup step's groups (annotate mode's columns): the cluster of each row whose cluster has more than
     one row; the kept row ranks first."""
 
-    cluster_column: str = "dup_cluster"
-    size_column: str = "dup_cluster_size"
-    keep_column: str = "dup_keep"
-
     def __call__(self, table: pa.Table, ids: pa.Array) -> tuple[pa.Array, np.ndarray]:
-        sizes = pc.fill_null(table.column(self.size_column), 1)
-        clusters = _as_string(table.column(self.cluster_column))
+        sizes = pc.fill_null(table.column("dup_cluster_size"), 1)
+        clusters = _as_string(table.column("dup_cluster"))
         groups = pc.if_else(pc.greater(sizes, 1), clusters, pa.scalar(None, pa.string()))
-        keepers = np.asarray(pc.fill_null(table.column(self.keep_column), True), dtype=bool)
+        keepers = np.asarray(pc.fill_null(table.column("dup_keep"), True), dtype=bool)
         return groups.combine_chunks() if isinstance(groups, pa.ChunkedArray) else groups, keepers
 
 

@@ -25,11 +25,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import put_column, require_column, text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.quarantine import require_text_column
 from zephyr.removal import check_added_columns
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def prepare_fasttext_text(texts: pa.Array, max_chars: int) -> pa.Array:
 
 
 def _labels(table: pa.Table, label_column: str, config: ClassifierConfig) -> np.ndarray:
-    require_column(table, label_column, "label")
+    require_text_column(table.schema, label_column, what="label")
     labels = table.column(label_column)
     allowed = pa.array([config.positive_label, config.negative_label])
     bad = pc.invert(pc.fill_null(pc.is_in(labels, value_set=allowed), False))
@@ -194,7 +195,7 @@ class QualityScorer:
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
 
     def scores(self, texts: pa.Array) -> np.ndarray:
-        model = load_fasttext_model(self.model_path)
+        model = load_fasttext_model(str(self.model_path))
         labels = model.get_labels()
         target = f"__label__{self.config.positive_label}"
         if target not in labels:

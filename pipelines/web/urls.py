@@ -35,7 +35,6 @@ import pyarrow as pa
 from zephyr.errors import ConfigError, InputError, SchemaError
 
 if TYPE_CHECKING:
-    import polars as pl
     from zephyr.pipelines.quality.rules import Verdict
 
 log = logging.getLogger(__name__)
@@ -167,9 +166,6 @@ class UrlRules:
     @functools.cached_property
     def _blocked(self) -> frozenset[str]:
         return load_blocklist(self.blocklist) if self.blocklist else frozenset()
-
-    def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
-        raise ConfigError("the url rules read the url column: call evaluate_table (zephyr filter does)")
 
     def evaluate_table(self, table: pa.Table) -> Verdict:
         from zephyr.pipelines.quality.rules import Verdict
