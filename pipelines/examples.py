@@ -447,9 +447,6 @@ class CollectExamples:
     def _update(self, table: pa.Table, keys: pa.Table) -> pa.Table | None:
         """Merge a batch into the selection; returns the rows that entered it (None: none did)."""
         state = self._state
-        # the batch's own selection first (the k smallest of a union are among the k smallest of each part):
-        # the merge with the selection then sorts a handful of rows
-        keys = keys.take(pa.array(np.sort(select_rows(keys, self.per_group, self.max_groups))))
         merged = keys.drop_columns(["_row"])
         if state is not None:
             merged = pa.concat_tables([state.select(list(SELECTION_KEYS)), merged])

@@ -210,11 +210,12 @@ class FilterAnnotator:
 
 
 @dataclass
-class HeuristicFilter:
+class HeuristicFilter(FilterAnnotator):
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
 
     Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``quarantine_reason``),
-    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged.
+    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged (``replace_columns``
+    has nothing to replace).
 
     >>> import zephyr
     >>> ds = zephyr.from_items([{"text": "short."}, {"text": "A line of text well over thirty characters."}, {"text": None}])
@@ -222,18 +223,9 @@ class HeuristicFilter:
     1
     """
 
-    rules: str = ",".join(DEFAULT_RULES)
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    text_column: str = "text"
-    lang_column: str | None = "lang"
-    default_lang: str = "en"
-
     def __call__(self, table: pa.Table) -> BatchOutput:
         aside = (DROP_REASON,) if DROP_REASON in table.schema.names else ()
-        annotate = FilterAnnotator(
-            self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
-        )
-        annotated = annotate(set_aside(aside)(table))
+        annotated = super().__call__(set_aside(aside)(table))
         route = {"column": DROP_REASON, "quarantine": (NULL_TEXT,), "aside": aside}
         kept = Route("kept", **route)(annotated)
         quarantined = Route("quarantined", **route)(annotated)
