@@ -45,7 +45,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -366,6 +366,7 @@ class ClusterGroups:
         return groups.combine_chunks() if isinstance(groups, pa.ChunkedArray) else groups, keepers
 
 
+@dataclass(eq=False)
 class CollectExamples:
     """Pass-through op: keeps a bounded, deterministic selection of rows, written as parts under ``folder``.
 
@@ -373,20 +374,16 @@ class CollectExamples:
     columns recorded beside id and text (missing ones are skipped). Thread-safe: the threads executor runs
     several tasks on one instance."""
 
-    def __init__(
-        self,
-        folder: str,
-        groups: ReasonGroups | ClusterGroups,
-        *,
-        id_column: str,
-        text_column: str,
-        fields: tuple[str, ...] = (),
-        per_group: int = PER_GROUP,
-        max_groups: int | None = None,
-    ):
-        self.folder, self.groups, self.fields = folder, groups, fields
-        self.id_column, self.text_column = id_column, text_column
-        self.per_group, self.max_groups = per_group, max_groups
+    folder: str
+    groups: ReasonGroups | ClusterGroups
+    _: KW_ONLY
+    id_column: str
+    text_column: str
+    fields: tuple[str, ...] = ()
+    per_group: int = PER_GROUP
+    max_groups: int | None = None
+
+    def __post_init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:

@@ -221,24 +221,15 @@ def _rows_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
     names = [s["step"] for s in data]
     fig, ax = plt.subplots(figsize=(9, 0.38 * len(data) + 1.1))
     left = [0] * len(data)
-    for label, color, key in (
-        ("kept", KEPT, "rows_kept"),
-        ("dropped", DROPPED, "rows_dropped"),
-        ("quarantined", QUARANTINED, "rows_quarantined"),
-    ):
-        values = [s[key] for s in data]
+    for label, color in (("kept", KEPT), ("dropped", DROPPED), ("quarantined", QUARANTINED)):
+        values = [s[f"rows_{label}"] for s in data]
         if label == "kept" or any(values):
             ax.barh(names, values, left=left, label=label, color=color)
             left = [a + b for a, b in zip(left, values)]
-    labels = []
-    for s in data:
-        parts = [f"{s['rows_kept']:,}"]
-        parts += [
-            f"{s[k]:,} {w}"
-            for k, w in (("rows_dropped", "dropped"), ("rows_quarantined", "quarantined"))
-            if s[k]
-        ]
-        labels.append(" + ".join(parts))
+    shown = ("rows_dropped", "rows_quarantined")  # beside the kept rows, when there are any
+    labels = [
+        " + ".join([f"{s['rows_kept']:,}"] + [f"{s[k]:,} {k[5:]}" for k in shown if s[k]]) for s in data
+    ]
     for y, (end, text) in enumerate(zip(left, labels)):
         ax.annotate(text, (end, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("rows")

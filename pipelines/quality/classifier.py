@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 
 _DEFAULT = ClassifierConfig()
+_NOT_FASTTEXT = ("positive_label", "negative_label", "max_chars")
 _NAN_RETRIES = 3
 """Times training restarts at half the learning rate after fastText diverges to NaN."""
 
@@ -140,22 +141,13 @@ def train_classifier(
         f.write("\n")
     tmp = output.with_name(output.name + ".tmp")
     try:
+        # the config's training fields under fastText's names (the labels and max_chars are ours)
+        names = {"word_ngrams": "wordNgrams", "min_count": "minCount", "threads": "thread"}
+        settings = {names.get(k, k): v for k, v in asdict(config).items() if k not in _NOT_FASTTEXT}
         lr = config.lr
         for attempt in range(_NAN_RETRIES + 1):
             try:
-                _fit_in_child(
-                    tmp,
-                    input=f.name,
-                    epoch=config.epoch,
-                    lr=lr,
-                    dim=config.dim,
-                    wordNgrams=config.word_ngrams,
-                    minCount=config.min_count,
-                    bucket=config.bucket,
-                    thread=config.threads,
-                    seed=config.seed,
-                    verbose=0,
-                )
+                _fit_in_child(tmp, **{**settings, "input": f.name, "lr": lr, "verbose": 0})
                 break
             except RuntimeError as exc:  # fastText diverges ("Encountered NaN") when lr is too high
                 if "NaN" not in str(exc):
