@@ -167,16 +167,12 @@ def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["step", "file"], [[md_text(st), md_code(f)] for st, f in quarantine]))
-    examples = [(s["step"], _examples(s)) for s in steps]
+    examples = [(s["step"], read_examples(s.get("extra", {}).get("examples"))) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
         blocks += [b for step, payload in examples for b in filter_example_blocks(step, payload)]
     return blocks
-
-
-def _examples(step: dict[str, Any]) -> dict[str, Any] | None:
-    return read_examples(step.get("extra", {}).get("examples"))
 
 
 def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:

@@ -33,6 +33,7 @@ Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,12 +123,11 @@ def annotate_drop_reasons(
     ]
     if len(pieces) == 1:
         return pieces[0]
-    counters: dict[str, int] = {}
+    counters: Counter[str] = Counter()
     for _, _, piece_counters in pieces:
-        for name, n in piece_counters.items():
-            counters[name] = counters.get(name, 0) + n
+        counters.update(piece_counters)  # zeros stay: a counter of every slice
     reasons = pa.concat_arrays([r for r, _, _ in pieces])
-    return reasons, pa.concat_arrays([t for _, t, _ in pieces]), counters
+    return reasons, pa.concat_arrays([t for _, t, _ in pieces]), dict(counters)
 
 
 def _annotate_slice(
@@ -198,9 +198,7 @@ class FilterAnnotator:
             counters.increment(name, n)
         keep = pc.is_null(reasons)
         original = table.column(self.text_column)
-        if pa.types.is_null(
-            original.type
-        ):  # no value at all (see zephyr.io.quarantine): becomes a text column
+        if pa.types.is_null(original.type):  # no value at all (see zephyr.io.quarantine): a text column
             original = original.cast(text.type)
         merged = pc.if_else(keep, text.cast(original.type), original)
         table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)

@@ -95,12 +95,11 @@ class Verdict:
     counters: dict[str, int] = field(default_factory=dict)
     """Extra counts, e.g. lines removed by a line-level rule."""
 
-    def add(self, reason: str, fails: np.ndarray | pl.Series | None) -> None:
-        if fails is None:
-            return
-        arr = fails.to_numpy() if hasattr(fails, "to_numpy") else np.asarray(fails)
-        # a null statistic (rule not applicable, e.g. 0 lines) never fails a row
-        self.reasons.append((reason, np.nan_to_num(arr.astype(float), nan=0.0).astype(bool)))
+    def add(self, reason: str, fails: np.ndarray | pl.Series) -> None:
+        """Append a rule's result: True where a row fails it."""
+        self.reasons.append(
+            (reason, np.asarray(fails.to_numpy() if hasattr(fails, "to_numpy") else fails, bool))
+        )
 
 
 class RuleFamily(Protocol):
@@ -445,25 +444,19 @@ class FineWebQuality:
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         el = pl.element()
         punct = "[" + TERMINAL_PUNCTUATION.replace("\\", "\\\\").replace("]", "\\]") + "]$"
-        lines = texts.str.split("\n").list.eval(el.filter(el.str.strip_chars() != ""))
-        df = pl.DataFrame({"lines": lines, "text": texts}).select(
-            n=pl.col("lines").list.len().cast(pl.Float64),
-            punct=pl.col("lines").list.eval(el.str.strip_chars_end().str.contains(punct)).list.sum(),
-            short=pl.col("lines").list.eval(el.str.len_chars() <= self.short_line_chars).list.sum(),
-            dup_chars=pl.col("lines")
-            .list.eval(pl.when(el.is_first_distinct()).then(0).otherwise(el.str.len_chars()))
-            .list.sum(),
-            chars=pl.col("text").str.len_chars() - pl.col("text").str.count_matches("\n", literal=True),
-            newlines=pl.col("text").str.count_matches("\n", literal=True),
-            words=pl.col("text").str.count_matches(r"\S+"),
-        )
-
+        lines = _nonblank_lines(texts)
+        n_lines, _, dup_chars = _duplicate_elements(lines)
+        newlines = texts.str.count_matches("\n", literal=True)
         v = Verdict()
-        v.add("fineweb_empty", df["n"].to_numpy() == 0)
+        v.add("fineweb_empty", n_lines.to_numpy() == 0)
         stats = {
-            "punctuated_line_ratio": _ratio(df["punct"], df["n"]),
-            "duplicate_line_char_ratio": _ratio(df["dup_chars"], df["chars"]),
-            "short_line_ratio": _ratio(df["short"], df["n"]),
-            "newline_word_ratio": _ratio(df["newlines"], df["words"]),
+            "punctuated_line_ratio": _ratio(
+                lines.list.eval(el.str.strip_chars_end().str.contains(punct)).list.sum(), n_lines
+            ),
+            "duplicate_line_char_ratio": _ratio(dup_chars, texts.str.len_chars() - newlines),
+            "short_line_ratio": _ratio(
+                lines.list.eval(el.str.len_chars() <= self.short_line_chars).list.sum(), n_lines
+            ),
+            "newline_word_ratio": _ratio(newlines, texts.str.count_matches(r"\S+")),
         }
         return check_limits(self, self.rules, stats, v)
