@@ -412,27 +412,19 @@ def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) 
 
 
 # -- rendering -------------------------------------------------------------------------------------------
+_MARKDOWN: dict[str, Callable[..., list[str]]] = {
+    "h": lambda level, text: ["#" * level + " " + text, ""],
+    "p": lambda text: [text, ""],
+    "table": lambda header, rows: [md_row(header), "|" + "---|" * len(header), *map(md_row, rows), ""],
+    "img": lambda path, alt: [f"![{md_text(alt)}]({quote(path)})", ""],
+    "cards": lambda title, rows: [*(_row_md(title, row) for row in rows), ""] if rows else [],
+    "pair": _pair_markdown,
+}
+"""The Markdown lines of each block kind (``Block``)."""
+
+
 def render_markdown(blocks: list[Block]) -> str:
-    lines: list[str] = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            lines += ["#" * block[1] + " " + block[2], ""]
-        elif kind == "p":
-            lines += [block[1], ""]
-        elif kind == "table":
-            header, rows = block[1], block[2]
-            lines.append(md_row(header))
-            lines.append("|" + "|".join("---" for _ in header) + "|")
-            lines += [md_row(row) for row in rows]
-            lines.append("")
-        elif kind == "img":
-            lines += [f"![{md_text(block[2])}]({quote(block[1])})", ""]
-        elif kind == "cards":
-            lines += [*(_row_md(block[1], row) for row in block[2]), ""] if block[2] else []
-        elif kind == "pair":
-            lines += _pair_markdown(block[1], block[2])
-    return "\n".join(lines)
+    return "\n".join(line for kind, *args in blocks for line in _MARKDOWN[kind](*args))
 
 
 def _inline_image(path: Path, alt: str) -> str:
@@ -456,29 +448,27 @@ _STYLE = (
 
 def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
     """One self-contained page: plots inlined from ``base`` (the job folder), no external CSS, JS or fonts."""
-    body: list[str] = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            body.append(f"<h{block[1]}>{inline_html(block[2])}</h{block[1]}>")
-        elif kind == "p":
-            body.append(f"<p>{inline_html(block[1])}</p>")
-        elif kind == "table":
-            head = "".join(f"<th>{inline_html(h)}</th>" for h in block[1])
-            rows = "".join(
-                "<tr>" + "".join(f"<td>{inline_html(str(c))}</td>" for c in row) + "</tr>" for row in block[2]
-            )
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif kind == "img":
-            body.append(_inline_image(base / block[1], block[2]))
-        elif kind == "cards" and block[2]:
-            body.append('<div class="cards">' + "".join(_card(block[1], row) for row in block[2]) + "</div>")
-        elif kind == "pair":
-            body.append(_pair_html(block[1], block[2]))
+    kinds: dict[str, Callable[..., str]] = {
+        "h": lambda level, text: f"<h{level}>{inline_html(text)}</h{level}>",
+        "p": lambda text: f"<p>{inline_html(text)}</p>",
+        "table": _table_html,
+        "img": lambda path, alt: _inline_image(base / path, alt),
+        "cards": lambda title, rows: (
+            rows and f'<div class="cards">{"".join(_card(title, r) for r in rows)}</div>'
+        ),
+        "pair": _pair_html,
+    }
+    body = [kinds[kind](*args) for kind, *args in blocks]
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
     )
+
+
+def _table_html(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{inline_html(h)}</th>" for h in header)
+    cells = ("".join(f"<td>{inline_html(str(c))}</td>" for c in row) for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(f'<tr>{c}</tr>' for c in cells)}</tbody></table>"
 
 
 def write_report(job_dir: str | os.PathLike[str]) -> tuple[Path, Path]:

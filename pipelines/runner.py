@@ -258,14 +258,14 @@ def run_pipeline(
         with atomic_write(job / "pipeline.yaml", "w") as f:
             f.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
         records: list[dict[str, Any]] = []
-        earlier: dict[str, dict[str, Any]] = {}
         fingerprint = resume.files_fingerprint(enabled[0][1].step.paths)  # the input files' for the first
         for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
             fingerprint = entry.fingerprint(fingerprint)
             rows = next((r for r in reversed(records) if STEPS[r["type"]].output == "rows"), None)
             inputs = list(rows["files"]) if rows else []
             step_dir = job / step_dir_name(index, entry)
-            ctx = StepContext(entry, config, fingerprint, step_dir, inputs, execution_kw, dict(earlier))
+            earlier = {r["step"]: r for r in records}
+            ctx = StepContext(entry, config, fingerprint, step_dir, inputs, execution_kw, earlier)
             where = f"[{position}/{len(enabled)}]"
             done = _complete_record(ctx)
             if position - 1 < start and done is None:  # a step before --from must be complete
@@ -280,7 +280,6 @@ def run_pipeline(
             else:
                 record = _run_step(ctx, where, index, reporter, rows, fresh=from_step is not None)
             records.append(record)
-            earlier[entry.name] = record
         result = PipelineResult(
             job_dir=job, steps=records, stats_path=_write_summary(config, job, records, execution_kw)
         )
