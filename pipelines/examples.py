@@ -40,7 +40,6 @@ the report's blocks, where the filter section and a dedup step's report show the
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import threading
@@ -53,6 +52,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.markdown import md_code, md_text
+
+if TYPE_CHECKING:
+    from zephyr.pipelines.step import StepContext
 
 EXAMPLES_FILE = "examples.json"
 
@@ -206,7 +208,7 @@ def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
     return 0, 0
 
 
-def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
+def merge_dedup_examples(step_dir: Path, shingle: str, ngram: int, normalize: str) -> Path:
     """Write a dedup step's ``examples.json``: per cluster the kept row, one removed row and their Jaccard
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup._graph import jaccard
@@ -307,13 +309,6 @@ def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return payload if payload.get("version") == EXAMPLES_VERSION else None
-
-
-if TYPE_CHECKING:
-    from zephyr.pipelines.step import StepContext, StepOutcome
-
-
-log = logging.getLogger(__name__)
 
 
 def _hash64(values: pa.Array) -> np.ndarray:
@@ -496,9 +491,3 @@ def _collector(ctx: StepContext, groups: Any, fields: tuple[str, ...], **selecti
     return CollectExamples(
         folder, groups, id_column=p.id_column, text_column=p.text_column, fields=fields, **selection
     )
-
-
-def dedup_examples(ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str) -> None:
-    """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
-    path = merge_dedup_examples(ctx.side_dir, shingle=shingle, ngram=ngram, normalize=normalize)
-    outcome.extra["examples"] = str(path)

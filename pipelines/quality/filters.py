@@ -32,7 +32,6 @@ Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,9 +58,6 @@ from zephyr.budget import kernel_slices
 from zephyr.config import FieldError
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
-
-log = logging.getLogger(__name__)
-
 
 NULL_TEXT = "null_text"
 

@@ -22,7 +22,6 @@ normalizable), ``url_blocked_domain`` (its registered domain is in the blocklist
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ from zephyr.errors import ConfigError, InputError, SchemaError
 if TYPE_CHECKING:
     from zephyr.pipelines.quality.rules import Verdict
 
-log = logging.getLogger(__name__)
 
 EXAMPLE_BLOCKLIST = Path(__file__).parent / "data" / "blocklist.example.txt"
 TRACKING_PARAMS = frozenset(
