@@ -43,7 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality._text import count_reasons, lang_series, text_array
-from zephyr.pipelines.quality.config import comma_names
 from zephyr.pipelines.quality.rules import (
     C4Quality,
     FineWebQuality,
@@ -75,7 +74,7 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 
 def rule_names(names: Sequence[str] | str) -> list[str]:
     """Rule set names from a list or comma-separated text (``"gopher,c4,fineweb"``), blanks left out."""
-    return comma_names(names) if isinstance(names, str) else list(names)
+    return [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
 
 
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
