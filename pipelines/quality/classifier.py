@@ -54,10 +54,8 @@ def _labels(table: pa.Table, label_column: str, config: ClassifierConfig) -> np.
     labels = table.column(label_column)
     allowed = pa.array([config.positive_label, config.negative_label])
     bad = pc.invert(pc.fill_null(pc.is_in(labels, value_set=allowed), False))
-    if pc.any(bad).as_py():
-        first = pc.indices_nonzero(bad.combine_chunks() if isinstance(bad, pa.ChunkedArray) else bad)[
-            0
-        ].as_py()
+    first = pc.index(bad, True).as_py()  # -1: every label is one of the two
+    if first >= 0:
         raise SchemaError(
             f"label column {label_column!r} row {first} holds {labels[first].as_py()!r}; "
             f"expected {config.positive_label!r} or {config.negative_label!r} (set the label names)"
