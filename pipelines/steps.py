@@ -398,9 +398,9 @@ class DedupStep(Step):
         """The kept rows written to the step folder, and the examples the report shows."""
         outcome = ctx.finish(self.kept(ctx, annotated), (ctx.op("remove"),))
         if (shingling := self.shingling()) is not None:
-            from zephyr.pipelines.examples import dedup_examples
+            from zephyr.pipelines.examples import merge_dedup_examples
 
-            dedup_examples(ctx, outcome, *shingling)
+            outcome.extra["examples"] = str(merge_dedup_examples(ctx.side_dir, *shingling))
         return outcome
 
     def run(self, ctx: StepContext) -> StepOutcome:

@@ -117,16 +117,13 @@ class ExtractStep(Step, type="extract"):
 
 def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
     """The first extracted documents (url and the start of the text), for the report."""
+    import itertools
+
     import pyarrow.parquet as pq
 
-    out: list[dict] = []
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=count, columns=["url", text_column]):
-            for row in batch.to_pylist():
-                out.append({"url": row["url"], "text": (row[text_column] or "")[:chars]})
-                if len(out) == count:
-                    return out
-    return out
+    batches = (pq.ParquetFile(p).iter_batches(batch_size=count, columns=["url", text_column]) for p in files)
+    rows = (row for batch in itertools.chain.from_iterable(batches) for row in batch.to_pylist())
+    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in itertools.islice(rows, count)]
 
 
 @dataclass(frozen=True)
