@@ -8,7 +8,7 @@ each command that reads files, built by the code the command runs.
 Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (files, directories, globs) and
 writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
 gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
-``stats.json`` (every command's one format, ``zephyr.removal.write_summary``: the stats of the job that wrote
+``stats.json`` (every command's one format, ``zephyr.summary.write_summary``: the stats of the job that wrote
 the output, task totals over all its jobs, and its own figures and row balance under the command's name), and
 for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere),
 ``quarantine/`` (null texts, ``quarantine_reason``), ``unreadable/`` (input lines that cannot be read) and the
@@ -100,9 +100,9 @@ def _one_job(
     **fields: Any,
 ) -> Summary:
     """Write ``ds`` to ``--output`` in one engine job; ``details`` of the counters of its ops (summed over its
-    stages) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
+    stages) go to ``stats.json``'s ``section`` (``zephyr.summary.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import write_summary
+    from zephyr.summary import write_summary
 
     result = ds.write_parquet(output.output, **execution.as_kwargs())
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
@@ -156,7 +156,8 @@ def langid(
 ) -> Summary:
     """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
     from zephyr import job_stats
-    from zephyr.removal import check_dropped_output, keep_all, write_summary
+    from zephyr.removal import check_dropped_output, keep_all
+    from zephyr.summary import write_summary
 
     out, removal = output.output, Removal(dropped_output=dropped.dropped_output)
     if removal.dropped_output:
@@ -306,7 +307,8 @@ def heuristic_filter(
     from zephyr import job_stats
     from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, side_path
-    from zephyr.removal import write_routed, write_summary
+    from zephyr.removal import write_routed
+    from zephyr.summary import write_summary
 
     out = output.output
     config.step()  # checks the rules before any work
@@ -463,8 +465,7 @@ def quality_score(
     import zephyr
     from zephyr import job_stats
     from zephyr.io.layout import remove_folder, scratch_dir
-    from zephyr.removal import write_summary
-    from zephyr.summary import from_stages
+    from zephyr.summary import from_stages, write_summary
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)
@@ -559,7 +560,7 @@ def decontaminate(
 
     from zephyr import job_stats
     from zephyr.io.layout import side_path
-    from zephyr.removal import write_summary
+    from zephyr.summary import write_summary
 
     out, aside = output.output, removal.dropped_output
     removal.check(inputs.inputs, out)

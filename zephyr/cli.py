@@ -569,17 +569,12 @@ class SortConfig:
     """Sort from the largest value down (nulls still last)."""
 
 
-def _written(result: Any, output: str) -> Any:
+def _written(result: Any, command: str, output: str) -> Any:
     """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
-    from zephyr.summary import from_stages, write_stats
+    from zephyr.summary import write_summary
 
-    return from_stages(
-        result.stats["stages"],
-        output=output,
-        stats=write_stats(output, result.stats),
-        details={"files": len(result.files)},
-        next=f"zephyr count {output}",
-    )
+    files = {"files": len(result.files)}
+    return write_summary(result, output, command, files, details=files, next=f"zephyr count {output}")
 
 
 def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config: ConvertConfig) -> Any:
@@ -588,7 +583,7 @@ def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config:
     if config.to == "jsonl":
         kwargs["compression"] = config.compression
     write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
-    return _written(write(output.output, **kwargs), output.output)
+    return _written(write(output.output, **kwargs), "convert", output.output)
 
 
 def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
@@ -598,7 +593,7 @@ def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
 def sort(inputs: Inputs, output: Output, execution: ExecutionOptions, config: SortConfig) -> Any:
     """Globally sort rows by columns (nulls last)."""
     result = _sorted(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    return _written(result, output.output)
+    return _written(result, "sort", output.output)
 
 
 def count(inputs: Inputs, execution: ExecutionOptions) -> Any:

@@ -26,6 +26,7 @@ says what the rows are: ``zephyr train`` counts the samples (training sequences)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -141,15 +142,42 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     )
 
 
-def write_stats(output: str, stats: dict[str, Any]) -> str:
-    """Write ``stats`` as ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``), the one
-    way every command writes it; returns its path."""
+def write_summary(
+    result: Any,
+    output: str,
+    section: str,
+    extra: dict[str, Any],
+    *,
+    jobs: list[dict[str, Any]] | None = None,
+    routed: Any = None,
+    counted: Any = None,
+    **fields: Any,
+) -> Any:
+    """Write ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``) in the one format of
+    every command's stats, and return the command's ``Summary``:
+    at the top level the stats of the engine job that wrote ``OUTPUT`` (``result``) and the task totals of
+    every job in ``jobs`` (default: that one); under ``section`` the command's own figures (``extra``), the
+    ``dropped_output`` folder where rows were routed, and the row balance (``rows``: in, kept, dropped,
+    quarantined) as ``counted`` (a ``Summary`` the command made), ``routed`` (``zephyr.removal.Routed``) or the
+    write's stages count it."""
+    from zephyr import job_stats
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
 
+    stats = {**result.stats, **job_stats.summarize(jobs or [result.stats]), section: dict(extra)}
+    fields = {"output": output, "stats": stats_path(output), **fields}
+    if counted is not None:
+        summary = dataclasses.replace(counted, **fields)
+    elif routed is not None:
+        summary = routed.summary(**fields)
+        stats[section]["dropped_output"] = fields.get("dropped_output")
+    else:
+        summary = from_stages(stats.get("stages", []), **fields)
+    rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
+    stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
     text = json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     write_bytes_atomic(stats_path(output), text.encode())
-    return stats_path(output)
+    return summary
 
 
 def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
