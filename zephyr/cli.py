@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import gc
 import glob
 import importlib
@@ -124,11 +123,18 @@ def _common_parser() -> argparse.ArgumentParser:
     return common
 
 
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether the command typed (``args.zephyr``: its ``Command`` and whether it is the ``explain`` twin) writes
+    a directory: it has the ``Output`` group, and is not its ``explain`` twin."""
+    command, explain = getattr(args, "zephyr", (None, True))
+    return not explain and any(issubclass(cls, Output) for cls in command.options.values())
+
+
 def quarantine_dir(args: argparse.Namespace) -> str | None:
     """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
     directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
     or a temporary folder)."""
-    if getattr(args, "output_is_dir", False):
+    if _writes(args):
         from zephyr.io.layout import quarantine_dir as beside
 
         return beside(args.output)
@@ -142,14 +148,16 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     locked by that job, ``zephyr.job.Job``). Refusals are one line, before any work."""
     from zephyr.io import claim
 
-    if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
+    command, explain = args.zephyr
+    if explain:  # runs nothing: claims nothing, and leaves no folder behind
         return
-    values = [getattr(args, dest, None) for dest in getattr(args, "read_dests", ())]  # fields marked "reads"
+    reads = [s.dest for c in command.options.values() for s in flag_specs(c) if s.field.metadata.get("reads")]
+    values = [getattr(args, dest, None) for dest in reads]  # the files read: not to be written
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
     inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
-    if getattr(args, "output_is_dir", False):
+    if _writes(args):
         claims.enter_context(
             claim.claimed(args.output, inputs=inputs, overwrite=overwrite, work_dir=work_dir, flag="--output")
         )
@@ -158,7 +166,7 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
         claims.enter_context(
             claim.claimed(dropped, inputs=inputs, overwrite=overwrite, flag="--dropped-output")
         )
-    if work_dir and getattr(args, "output_is_dir", False):  # jobs of one command, one after the other
+    if work_dir and _writes(args):  # jobs of one command, one after the other
         claims.enter_context(claim.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
 
 
@@ -226,7 +234,8 @@ _EXPLAIN_DESCRIPTION = (
 
 def _label(args: argparse.Namespace) -> str:
     """``zephyr dedup fuzzy``: the words of the command typed (its ``Command.words``), else its first word."""
-    return f"zephyr {getattr(args, 'command_words', None) or args.command}"
+    command, explain = getattr(args, "zephyr", (None, False))
+    return f"zephyr {'explain ' * explain}{command.words}" if command else f"zephyr {args.command}"
 
 
 def _interrupted_line(args: argparse.Namespace) -> str:
@@ -278,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if fresh:  # the level holds for loggers set lower too (distributed's INFO records reached stderr)
         logging.getLogger().handlers[0].setLevel(level)
-    if not getattr(args, "func", None):
+    if not hasattr(args, "zephyr"):
         parser.print_help()
         return 2
     interrupted = _interrupted_line(args)
@@ -296,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_stats.recording() as jobs,
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
-                outcome = args.func(args)
+                outcome = _run_command(*args.zephyr, args)
             code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
             quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
@@ -431,7 +440,7 @@ class Command:
         }
 
 
-def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = False) -> Any:
+def _run_command(command: Command, explain: bool, args: argparse.Namespace) -> Any:
     """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
     from zephyr.summary import Summary
 
@@ -523,23 +532,12 @@ def _add_command(
     else:
         parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
     actions[words] = parser
-    names = {spec.field.name: (spec.flag, metavar(spec)) for spec in flag_specs(ExecutionOptions)}
-    reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
         ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
         title = "output (accepted and ignored: explain writes nothing)" if ignored else title
         add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
-        names.update((spec.field.name, (spec.flag, metavar(spec))) for spec in flag_specs(cls))
-        reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
-    writes = any(issubclass(cls, Output) for cls in command.options.values())
-    parser.set_defaults(
-        func=functools.partial(_run_command, command, explain=explain),
-        command_words=" ".join(words),
-        flag_names=names,
-        read_dests=frozenset(reads),
-        output_is_dir=writes and not explain,
-    )
+    parser.set_defaults(zephyr=(command, explain))
 
 
 # -- the engine's own commands: convert, sort, count ------------------------------------------------------
@@ -649,7 +647,9 @@ def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> 
     ``schema=`` → ``--schema FILE``, and with ``bare`` a message's subject: ``dropped_output needs ...`` →
     ``--dropped-output needs ...``); a name that is no flag of the command stays as it is, and so does a bare
     name elsewhere (a list of a config file's keys)."""
-    flags = getattr(args, "flag_names", {})
+    command = getattr(args, "zephyr", (None,))[0]
+    classes = [ExecutionOptions, *(command.options.values() if command else ())]
+    flags = {spec.field.name: (spec.flag, metavar(spec)) for cls in classes for spec in flag_specs(cls)}
 
     def spelled(match: re.Match[str]) -> str:
         name, equals, value = match.groups()

@@ -180,40 +180,29 @@ def write_summary(
     return summary
 
 
-def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
-    """Bytes on disk of the files ``paths`` name: files as they are, directories walked. An input folder's
-    ``_``/``.`` names (``_SUCCESS``, ``.crc``: other tools' markers, not data) are skipped unless ``markers``;
-    an output zephyr wrote holds its data only (its sidecar is ``OUT.zephyr/``), so every file of it counts:
-    a checkpoint's ``.metadata`` and ``__0_0.distcp`` are the checkpoint."""
+def bytes_under(paths: Iterable[str]) -> int:
+    """Bytes on disk of the files ``paths`` name: a file's size, or every file under a folder (an output zephyr
+    wrote holds its data only, its sidecar is ``OUT.zephyr/``; a checkpoint's ``.metadata`` and
+    ``__0_0.distcp`` are the checkpoint)."""
     from zephyr.io.paths import filesystem
 
     total = 0
     for path in paths:
         fs, root = filesystem(path)
-        if not fs.exists(root):
-            continue
-        if not fs.isdir(root):
-            total += int(fs.size(root) or 0)
-            continue
-        for name, info in fs.find(root, detail=True).items():
-            below = name[len(root.rstrip("/")) :].strip("/")
-            if markers or not any(part.startswith(("_", ".")) for part in below.split("/")):
-                total += int(info.get("size") or 0)
+        total += int(fs.du(root)) if fs.exists(root) else 0
     return total
 
 
 def _measure(paths: Iterable[str] | None, expand: bool) -> int | None:
-    """``bytes_under`` of inputs (globs expanded) or an output; None when they cannot be listed. A summary
-    is printed after the work succeeded: a listing that fails now (a path moved meanwhile) must not turn
-    the run into a failure, so it is logged and the count left out."""
+    """``bytes_under`` of inputs (``expand``: their data files, as a read lists them) or an output; None when
+    they cannot be listed. A summary is printed after the work succeeded: a listing that fails now (a path
+    moved meanwhile) must not turn the run into a failure, so it is logged and the count left out."""
     if not paths:
         return None
     try:
-        if expand:
-            from zephyr.io.paths import expand_paths
+        from zephyr.io.paths import expand_paths
 
-            paths = expand_paths(list(paths), formats=None) if paths else []
-        return bytes_under(paths, markers=not expand)
+        return bytes_under(expand_paths(list(paths), formats=None) if expand else paths)
     except Exception as exc:  # noqa: BLE001 - see the docstring; logged, never hidden
         log.info("summary: bytes of %s not measured (%s)", paths, exc)
         return None
