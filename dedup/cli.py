@@ -132,8 +132,6 @@ def _dedup(
     sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
     histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
     extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
-    if routed is not None:
-        extra["dropped_output"] = removal.dropped_output
     details = {"kind": extra["kind"], "files": len(result.files), **changed}
     if extra.get("warnings"):
         details["warnings"] = extra["warnings"]

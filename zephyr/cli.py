@@ -72,7 +72,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import ConfigProblems
@@ -193,7 +193,8 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
     from zephyr import __version__
 
     common = _common_parser()
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="zephyr",
         description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
     )
@@ -242,12 +243,8 @@ def _interrupted_line(args: argparse.Namespace) -> str:
     """What Ctrl-C prints: the command and how to go on. Only a command that keeps its work (``--work-dir``,
     ``zephyr run``'s job folder, training's checkpoints) resumes; the others start again."""
     keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
-    if keeps:
-        return f"{_label(args)}: interrupted; rerun the same command to resume"
-    return (
-        f"{_label(args)}: interrupted; rerun the same command to start again (with --work-dir DIR, a rerun "
-        "resumes)"
-    )
+    how = "resume" if keeps else "start again (with --work-dir DIR, a rerun resumes)"
+    return f"{_label(args)}: interrupted; rerun the same command to {how}"
 
 
 def _catch_interrupts(line: str) -> Callable[[], None]:
@@ -281,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = joined_sizes(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
+    if " ".join(argv[:2]) in parser._subparsers._group_actions[0].choices:  # ``train check``: one command
+        argv = [" ".join(argv[:2]), *argv[2:]]
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
     fresh = not logging.getLogger().handlers
@@ -372,14 +371,8 @@ class Inputs:
         """The inputs as a dataset (``zephyr.read``), with ``options`` such as ``approx_shard_bytes``."""
         import zephyr
 
-        return zephyr.read(
-            list(self.inputs),
-            format=self.format,
-            on_error=self.on_error,
-            unify_schemas=self.unify_schemas,
-            schema=self.schema,
-            **options,
-        )
+        given = {f.name: getattr(self, f.name) for f in fields(Inputs)[1:]}  # format, on_error... as flagged
+        return zephyr.read(list(self.inputs), **given, **options)
 
 
 @dataclass(frozen=True)
@@ -489,22 +482,6 @@ def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: st
         log.info("%sthe progress bar's total grows as the jobs start (no planned total: %s)", what, exc)
 
 
-class _Parser(argparse.ArgumentParser):
-    """A parser that hands a first word naming a longer command to that command's parser: ``zephyr train
-    [CONFIG]`` takes an optional positional first, so ``zephyr train check`` cannot be a plain subcommand of
-    it (``_add_command`` registers it in ``longer``; the shorter command is declared first)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # a flag is its whole name: a prefix read as a flag took ``--output DIR`` for ``--output-column DIR``
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.longer: dict[str, argparse.ArgumentParser] = {}
-
-    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
-        if args and args[0] in self.longer:
-            return self.longer[args[0]].parse_known_args(args[1:], namespace)
-        return super().parse_known_args(args, namespace)
-
-
 def _add_command(
     actions: dict[tuple[str, ...], Any],
     common: argparse.ArgumentParser,
@@ -526,11 +503,13 @@ def _add_command(
     if explain:
         help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
     owner = actions[words[:-1]]
-    if isinstance(owner, _Parser):  # a command's words lead this one's: ``train`` of ``train check``
-        prog = f"{owner.prog} {words[-1]}"
-        parser = owner.longer[words[-1]] = _Parser(prog=prog, parents=[common], description=description)
-    else:
-        parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
+    if isinstance(owner, argparse.ArgumentParser):  # ``zephyr train [CONFIG]`` has no subcommands: ``train
+        # check`` is one command named by both words (``main`` joins them)
+        words, owner = (*words[:-2], " ".join(words[-2:])), actions[words[:-2]]
+    # allow_abbrev: a flag is its whole name (a prefix read as a flag took --output DIR for --output-column)
+    parser = owner.add_parser(
+        words[-1], parents=[common], help=help, description=description, allow_abbrev=False
+    )
     actions[words] = parser
     for cls in command.options.values():
         ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front

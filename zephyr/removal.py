@@ -373,10 +373,6 @@ def keep_all(table: pa.Table) -> pa.Array:
     return pa.nulls(table.num_rows, pa.string())
 
 
-REPLACE_COLUMNS_HINT = "pass replace_columns=True to replace it"
-"""The library's spelling of the fix; ``zephyr.cli`` turns it into ``--replace-columns`` for commands."""
-
-
 def check_added_columns(
     names: Iterable[str],
     added: Sequence[str],
@@ -393,19 +389,13 @@ def check_added_columns(
     if replace_columns:
         return
     present = set(names)
-    clash = [name for name in added if name in present]
-    if not clash:
+    if not (clash := [name for name in added if name in present]):
         return
-    prefix = f"{where}: " if where else ""
-    what = f"a column {clash[0]!r}" if len(clash) == 1 else f"columns {', '.join(map(repr, clash))}"
-    fix = (
-        REPLACE_COLUMNS_HINT
-        if len(clash) == 1
-        else REPLACE_COLUMNS_HINT.replace("replace it", "replace them")
-    )
-    if rename:
-        fix += f", or {rename} to write under another name"
-    raise ColumnExistsError(f"{prefix}the input already has {what}; {fix}")
+    names = ", ".join(map(repr, clash))
+    what, it = (f"a column {names}", "it") if len(clash) == 1 else (f"columns {names}", "them")
+    fix = f"pass replace_columns=True to replace {it}"  # a command's flag: ``zephyr.cli._cli_spelling``
+    fix += f", or {rename} to write under another name" if rename else ""
+    raise ColumnExistsError(f"{f'{where}: ' if where else ''}the input already has {what}; {fix}")
 
 
 def check_input_columns(

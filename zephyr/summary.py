@@ -126,12 +126,12 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     while start > 0 and int(stages[start - 1]["rows_out"]) == int(stages[start]["rows_in"]):
         start -= 1
     chain = stages[start:]
+    from zephyr.job_stats import add_counts
+
     reasons: dict[str, int] = {}
     for stage in chain:
-        entries = list(stage.get("ops", [])) + ([stage["wide"]] if "wide" in stage else [])
-        for op in entries:
-            for reason, n in (op.get("dropped_by_reason") or {}).items():
-                reasons[reason] = reasons.get(reason, 0) + int(n)
+        for op in [*stage.get("ops", []), *([stage["wide"]] if "wide" in stage else [])]:
+            add_counts(reasons, op.get("dropped_by_reason") or {})
     fields.setdefault("dropped_by_reason", reasons)
     return Summary(
         rows_in=int(chain[0]["rows_in"]),
