@@ -36,7 +36,7 @@ Every subcommand's errors pass through ``report_failure`` (called once, by ``zep
 read the same way on stderr::
 
     zephyr convert: error: InputError: in.jsonl:2: invalid JSON: ... or pass --on-error quarantine ... [stage ...]
-    full traceback: /home/me/.local/state/zephyr/logs/zephyr-4242.log
+    full traceback: /home/me/.local/state/zephyr/logs/zephyr-4242-k2n7q0x1.log
 
 Why: a worker's traceback is 25-60 lines of engine frames, and the line a person can act on (the error class,
 the file and line or row, the fix) is at its bottom, often below a second traceback. The full text is not
@@ -45,8 +45,8 @@ lost: it goes to a log file every time, and ``-v`` prints it too.
 The log folder is the user's own: ``$XDG_STATE_HOME/zephyr/logs`` (``~/.local/state/zephyr/logs`` by
 default, made mode 0700), or the temp directory when that cannot be made. A traceback names files and paths of
 the user's data, and in a shared temp directory anyone can plant a symbolic link where a log will be opened, so
-each log is a new file of a random name (``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, mode 0600): a name already
-taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs of the log folder are kept.
+each log is a new file, ``zephyr-<pid>-<random>.log`` (``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, mode
+0600): a name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs of the log folder are kept.
 
 Messages of the library name its keyword arguments (``on_error='quarantine'``); on the command line they are
 flags, so ``_cli_spelling`` rewrites them here, from the command's own flags, rather than every message knowing
@@ -654,7 +654,7 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
     except OSError:
         folder = None  # the temp directory: mkstemp's new, random names are safe there too
     try:
-        fd, path = tempfile.mkstemp(prefix="zephyr-", suffix=".log", dir=folder)
+        fd, path = tempfile.mkstemp(prefix=f"zephyr-{os.getpid()}-", suffix=".log", dir=folder)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as err:  # the disk may be full, the folder not writable
