@@ -20,32 +20,32 @@ Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zephyr._lazy import lazy_exports as _lazy_exports
 
-_LAZY = {
-    "DedupResult": "zephyr.dedup._rows",
-    "DedupColumns": "zephyr.dedup.config",
-    "ExactDedupConfig": "zephyr.dedup.config",
-    "FuzzyDedupConfig": "zephyr.dedup.config",
-    "SubstringConfig": "zephyr.dedup.config",
-    "PRESETS": "zephyr.dedup.config",
-    "lsh_threshold": "zephyr.dedup.config",
-    "optimal_bands": "zephyr.dedup.config",
-    "exact_dedup": "zephyr.dedup.exact",
-    "exact_dedup_dataset": "zephyr.dedup.exact",
-    "paragraph_dedup": "zephyr.dedup.exact",
-    "paragraph_dedup_dataset": "zephyr.dedup.exact",
-    "url_dedup_dataset": "zephyr.dedup.exact",
-    "fuzzy_dedup": "zephyr.dedup.fuzzy",
-    "fuzzy_dedup_dataset": "zephyr.dedup.fuzzy",
-    "bloom_paragraph_dedup": "zephyr.dedup.bloom",
-    "bloom_paragraph_dedup_dataset": "zephyr.dedup.bloom",
-    "substring_dedup_dataset": "zephyr.dedup.substring",
-    "open_index": "zephyr.dedup.index",
-    "write_generation": "zephyr.dedup.index",
-}
-
-__all__ = sorted(_LAZY)
+if TYPE_CHECKING:  # the public names, for type checkers and IDEs; loaded lazily at run time (zephyr._lazy)
+    from zephyr.dedup._rows import DedupResult
+    from zephyr.dedup.bloom import bloom_paragraph_dedup, bloom_paragraph_dedup_dataset
+    from zephyr.dedup.config import (
+        PRESETS,
+        DedupColumns,
+        ExactDedupConfig,
+        FuzzyDedupConfig,
+        SubstringConfig,
+        lsh_threshold,
+        optimal_bands,
+    )
+    from zephyr.dedup.exact import (
+        exact_dedup,
+        exact_dedup_dataset,
+        paragraph_dedup,
+        paragraph_dedup_dataset,
+        url_dedup_dataset,
+    )
+    from zephyr.dedup.fuzzy import fuzzy_dedup, fuzzy_dedup_dataset
+    from zephyr.dedup.index import open_index, write_generation
+    from zephyr.dedup.substring import substring_dedup_dataset
 
 
-__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())
+__getattr__, __dir__, __all__ = _lazy_exports(__name__, globals())

@@ -113,7 +113,8 @@ def _dedup(
     from zephyr.dedup._rows import Jobs, budget_of, scratch_folder
 
     from zephyr import job_stats
-    from zephyr.removal import Unless, write_summary
+    from zephyr.removal import Unless
+    from zephyr.summary import write_summary
 
     mode = removal.internal_mode
     if output is None:
@@ -131,8 +132,6 @@ def _dedup(
     sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
     histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
     extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
-    if routed is not None:
-        extra["dropped_output"] = removal.dropped_output
     details = {"kind": extra["kind"], "files": len(result.files), **changed}
     if extra.get("warnings"):
         details["warnings"] = extra["warnings"]

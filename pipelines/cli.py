@@ -8,7 +8,7 @@ each command that reads files, built by the code the command runs.
 Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (files, directories, globs) and
 writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
 gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
-``stats.json`` (every command's one format, ``zephyr.removal.write_summary``: the stats of the job that wrote
+``stats.json`` (every command's one format, ``zephyr.summary.write_summary``: the stats of the job that wrote
 the output, task totals over all its jobs, and its own figures and row balance under the command's name), and
 for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere),
 ``quarantine/`` (null texts, ``quarantine_reason``), ``unreadable/`` (input lines that cannot be read) and the
@@ -99,9 +99,10 @@ def _write(
 ) -> Summary:
     """Write ``ds`` to ``--output`` (``Removal.write``: with ``--dropped-output``, the rows ``reasons`` drops
     go there); ``details`` of the counters of its ops (summed over the stages of the job that wrote the
-    output) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
+    output) go to ``stats.json``'s ``section`` (``zephyr.summary.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import keep_all, write_summary
+    from zephyr.removal import keep_all
+    from zephyr.summary import write_summary
 
     removal = removal or Removal()
     with job_stats.recording() as jobs:
@@ -293,7 +294,8 @@ def heuristic_filter(
     from zephyr import job_stats
     from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, side_path
-    from zephyr.removal import write_routed, write_summary
+    from zephyr.removal import write_routed
+    from zephyr.summary import write_summary
 
     out = output.output
     if config.dropped_output:
@@ -444,7 +446,8 @@ def quality_score(
     import zephyr
     from zephyr import job_stats
     from zephyr.io.layout import remove_folder, scratch_dir
-    from zephyr.removal import Routed, write_summary
+    from zephyr.removal import Routed
+    from zephyr.summary import write_summary
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)

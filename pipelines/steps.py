@@ -56,12 +56,12 @@ from zephyr.tokenize.config import TokenizeConfig
 from zephyr.config import (
     FieldError,
     build_flat,
+    check_field_values,
     embedded_field,
     format_bytes,
     path_field,
-    require_at_least,
+    ranged_field,
     require_column_name,
-    require_within,
 )
 from zephyr.errors import ConfigError, InputError, require
 
@@ -95,7 +95,7 @@ class ReadStep(Step, type="read"):
     source: str | None = None
     """Set the source column to this name for every row (for inputs without one); ``None`` keeps the input's
     source column, or names the source ``unknown`` when there is none."""
-    num_shards: int | None = None
+    num_shards: int | None = ranged_field(1, default=None)
     """Redistribute rows round-robin into this many shards (tasks); ``None`` keeps one shard per file."""
     approx_shard_bytes: str | None = None
     """Split large Parquet/JSONL files into shards of about this many bytes (e.g. ``64MB``)."""
@@ -112,7 +112,7 @@ class ReadStep(Step, type="read"):
             raise FieldError("paths", "give at least one input path")
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
-        require_at_least("num_shards", self.num_shards, 1)
+        check_field_values(self)
         _check_bytes("approx_shard_bytes", self.approx_shard_bytes)
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
@@ -184,11 +184,11 @@ class LangIdStep(Step, type="langid"):
     languages: list[str] | None = field(default=None, metadata={"parse": comma_names})
     """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
     en,de); ``None`` keeps every language."""
-    min_score: float = 0.0
+    min_score: float = ranged_field(0, 1, default=0.0)
     """Drop rows whose language probability is below this, in [0, 1]."""
     model: str | None = path_field(None)
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
-    max_chars: int = 10_000
+    max_chars: int = ranged_field(1, default=10_000)
     """Predict on the first N characters of each text."""
     replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
@@ -198,8 +198,7 @@ class LangIdStep(Step, type="langid"):
     data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
-        require_within("min_score", self.min_score, 0.0, 1.0)
-        require_at_least("max_chars", self.max_chars, 1)
+        check_field_values(self)
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
         require_column_name("output_column", self.output_column)
@@ -594,9 +593,9 @@ class QualityStep(Step, type="quality"):
     rows (negative) — a bootstrapped classifier for corpora without labels."""
     label_column: str = "label"
     """Label column of ``train``."""
-    min_score: float = 0.5
+    min_score: float = ranged_field(0, 1, default=0.5)
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
-    train_max_rows: int = 200_000
+    train_max_rows: int = ranged_field(2, default=200_000)
     """At most this many rows of each label are used for training (a deterministic prefix)."""
     classifier: ClassifierConfig = embedded_field(ClassifierConfig)
     replace_columns: bool = False
@@ -611,8 +610,7 @@ class QualityStep(Step, type="quality"):
             raise FieldError(
                 "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
-        require_within("min_score", self.min_score, 0.0, 1.0)
-        require_at_least("train_max_rows", self.train_max_rows, 2)
+        check_field_values(self)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -753,11 +751,11 @@ class MapStep(Step, type="map"):
 
     function: str = field(default="", metadata={"required": True})
     """``package.module:attribute`` — a function, or a class instantiated with no arguments."""
-    batch_rows: int | None = None
+    batch_rows: int | None = ranged_field(1, default=None)
     """Rows per call; ``None`` passes the engine's batches as they come."""
 
     def __post_init__(self) -> None:
-        require_at_least("batch_rows", self.batch_rows, 1)
+        check_field_values(self)
         module_name, _ = self._parts()
         missing = find_module(module_name)
         if missing is not None:
@@ -857,7 +855,7 @@ class TokenizeStep(Step, type="tokenize"):
     """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
     byte-level BPE of ``vocab_size`` on the step input, as ``zephyr tokenizer train`` does (the same function,
     ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the step folder."""
-    vocab_size: int = 8192
+    vocab_size: int = ranged_field(258, default=8192)
     """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
     tokenizer_train_bytes: str = "32MB"
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
@@ -865,7 +863,7 @@ class TokenizeStep(Step, type="tokenize"):
     shards: TokenizeConfig = embedded_field(TokenizeConfig)
 
     def __post_init__(self) -> None:
-        require_at_least("vocab_size", self.vocab_size, 258)
+        check_field_values(self)
         _check_bytes("tokenizer_train_bytes", self.tokenizer_train_bytes)
 
     def run(self, ctx: StepContext) -> StepOutcome:
