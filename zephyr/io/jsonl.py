@@ -15,7 +15,7 @@ How a shard is read:
    JSON has no timestamps: columns Arrow infers as ``timestamp`` are re-read as strings, text stays as written.
 3. **Fallback, for a failing block only.** Lines are screened one by one (UTF-8 decode, ``json.loads``, must be an
    object); then the remaining lines are parsed by Arrow again, and lines it alone rejects (duplicate keys, a
-   value that does not fit ``schema=``) are found from the row it names or, failing that, line by line.
+   value that does not fit ``schema=``) are found by bisection (``zephyr.io.schema.failing_rows``).
    With ``on_error="raise"`` the first bad line raises ``InputError(path, line=N)`` with the reason; with
    ``"quarantine"`` bad lines go to the callback with their line numbers and raw bytes, and the good lines of
    the block are yielded in order. Blank lines are skipped, never errors.
@@ -91,7 +91,7 @@ from zephyr.io.compression import (
 )
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
-from zephyr.io.schema import PLANNED_FIX, conform, is_binary_like, map_leaves, promote_or_refuse
+from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like, map_leaves, promote_or_refuse
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
@@ -306,7 +306,6 @@ _BLANK_AFTER_NEWLINE = re.compile(rb"\n[ \t\r]*(?=\n)")
 _BLANK_FIRST = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 _ROW_IN_MESSAGE = re.compile(r"in row (\d+)")
 _CONFLICT = re.compile(r"Column\(([^)]*)\) changed from (\w+) to (\w+)")
-_MAX_ROW_RETRIES = 16
 _WHITESPACE = b" \t\r"
 _FIX_SCHEMA = "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())."
 
@@ -463,47 +462,33 @@ class _BlockParser:
                 if i == 0 and block.first_line == 1 and line.lstrip().startswith(b"["):
                     reason += " (the file looks like one JSON array, not JSON Lines with one object per line)"
                 bad.append((i, reason))
+
+        def error(lo: int, hi: int) -> str | None:
+            try:
+                self._parse(b"\n".join(lines[i] for i in good[lo:hi]), whole=True)
+                return None
+            except pa.ArrowInvalid as exc:
+                return str(exc)
+
         table: pa.Table | None = None
-        retries = 0
-        isolated = False
         while good:
             try:
                 table = self._parse(b"\n".join(lines[i] for i in good), whole=True)
+                break
             except pa.ArrowInvalid as exc:
-                message = str(exc)
-                match = _ROW_IN_MESSAGE.search(message)
+                match, conflict = _ROW_IN_MESSAGE.search(str(exc)), _CONFLICT.search(str(exc))
                 row = int(match.group(1)) if match else -1
-                conflict = _CONFLICT.search(message)
                 if conflict and self.explicit is None and 0 <= row < len(good):
                     raise self._conflict_error(block, lines, good, row, conflict) from exc
-                if 0 <= row < len(good) and retries < _MAX_ROW_RETRIES:
-                    retries += 1
-                    bad.append((good.pop(row), f"rejected by the JSON parser: {message}"))
-                    continue
-                if isolated:
+                rejected = dict(failing_rows(len(good), error))  # the lines Arrow alone rejects, by bisection
+                if not rejected:
                     raise InputError(
                         f"{self._where(block, lines, good[0])}..{self._where(block, lines, good[-1])}: "
-                        f"the JSON parser rejects these lines together but accepts each alone: {message}",
+                        f"the JSON parser rejects these lines together but accepts each alone: {exc}",
                         path=self.path,
                     ) from exc
-                isolated = True
-                still_good = []
-                for i in good:
-                    try:
-                        self._parse(lines[i], whole=True)
-                        still_good.append(i)
-                    except pa.ArrowInvalid as line_exc:
-                        bad.append((i, f"rejected by the JSON parser: {line_exc}"))
-                good = still_good
-                table = None
-                continue
-            if table.num_rows != len(good):
-                raise InputError(
-                    f"{self._where(block, lines, good[0])}: parsed {table.num_rows} rows from {len(good)} "
-                    "screened lines; please report this file",
-                    path=self.path,
-                )
-            break
+                bad += [(good[k], f"rejected by the JSON parser: {m}") for k, m in rejected.items()]
+                good = [i for k, i in enumerate(good) if k not in rejected]
         bad.sort()
         self._report(block, lines, bad)
         return table if good else None
