@@ -10,7 +10,7 @@ Contract:
   written (``zephyr.io.checksum``; Vortex, written by its own writer, is read once after), so a resume can
   tell the file still holds them.
 - **Atomic.** ``ShardWriter(path, ...)`` writes to ``path + ".tmp-<uuid>"`` in the same directory and renames it to
-  ``path`` on a successful ``close()`` (``os.replace`` locally, ``fs.mv`` elsewhere). ``abort()`` — and leaving
+  ``path`` on a successful ``close()`` (``fs.mv``: ``rename(2)`` locally). ``abort()`` — and leaving
   the ``with`` block by an exception — removes the temporary file. A crash before ``close()`` leaves only a
   ``.tmp-`` file, which ``expand_paths`` never lists; the final name never holds a partial file.
 - **Deterministic.** The same batches give the same bytes: Parquet carries no timestamps (``created_by`` is the
@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import posixpath
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -50,7 +49,7 @@ from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io import paths
 from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
-from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
+from zephyr.io.paths import Compression, Format, filesystem, naming_path, public_path
 from zephyr.io.vortex import VortexEncoder
 
 logger = logging.getLogger(__name__)
@@ -131,14 +130,10 @@ class ShardWriter:
         self._rows = 0
         self._state: Literal["open", "closed", "aborted"] = "open"
         self.result: WrittenFile | None = None
-        parent = posixpath.dirname(self._final)
-        if parent:
-            self.fs.makedirs(parent, exist_ok=True)
+        self.fs.makedirs(posixpath.dirname(self._final) or ".", exist_ok=True)
         where = f"writing {self.path}"
         if format == "jsonl":
-            self._encoder: VortexEncoder | ParquetEncoder | JsonlEncoder = JsonlEncoder(
-                self.fs, self._tmp, compression, schema, where
-            )
+            self._encoder: Any = JsonlEncoder(self.fs, self._tmp, compression, schema, where)
         else:
             encoder = ParquetEncoder if format == "parquet" else VortexEncoder
             self._encoder = encoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
@@ -176,10 +171,7 @@ class ShardWriter:
             with naming_path(self.path):
                 self._encoder.finish()
                 checksum = self._encoder.checksum
-                if is_local(self.fs):
-                    os.replace(self._encoder.path, self._final)
-                else:
-                    self.fs.mv(self._encoder.path, self._final)
+                self.fs.mv(self._encoder.path, self._final)  # a rename on a local disk
         except BaseException:
             self.abort()
             raise
