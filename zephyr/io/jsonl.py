@@ -90,7 +90,7 @@ from zephyr.io.compression import (
     open_decompressed,
 )
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
+from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
 from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like, map_leaves, promote_or_refuse
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
@@ -149,9 +149,9 @@ def _report_cut(
         path,
         f"{what}; {kept}, the rest of the file is missing. Re-download or re-compress the file, or pass "
         "on_error='quarantine' to keep the whole lines and set the cut aside.",
-        f"{what}: {partial_text} and the rest of the file are missing",
-        line=line,
-        raw=partial,
+        [f"{what}: {partial_text} and the rest of the file are missing"],
+        [line],
+        [partial],
     )
 
 
@@ -174,8 +174,8 @@ def _report_tail(path: str, quarantine: QuarantineFn | None, tail: TrailingData,
         path,
         f"{what}; {read}. Cut the file at that byte (head -c {tail.offset} FILE), or pass "
         "on_error='quarantine' to keep the lines and set the tail aside.",
-        f"{what}; {read}",
-        raw=tail.head,
+        [f"{what}; {read}"],
+        raws=[tail.head],
     )
 
 
@@ -210,10 +210,10 @@ def _iter_blocks(
             if wide_text(raw.read(SAMPLE_BYTES)) is not None:
                 return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
-            skipped = _skip_line(raw)
-            if skipped is None:
+            skipped = raw.readline()  # the rest of the line holding byte start - 1: the previous shard's
+            if not skipped.endswith(b"\n"):
                 return
-            pos = start - 1 + skipped
+            pos = start - 1 + len(skipped)
             if stop is not None and pos >= stop:
                 return
         line = 1 if start == 0 else None
@@ -284,21 +284,6 @@ def _iter_blocks(
                 line += block.newlines
             block_start += len(data)
             parts = [carry] if carry else []
-
-
-def _skip_line(raw) -> int | None:
-    """Read past the next newline; return the bytes consumed, or None at end of file."""
-    consumed = 0
-    while True:
-        chunk = raw.read(_MIN_READ_BYTES)
-        if not chunk:
-            return None
-        index = chunk.find(b"\n")
-        if index >= 0:
-            consumed += index + 1
-            raw.seek(raw.tell() - (len(chunk) - index - 1))
-            return consumed
-        consumed += len(chunk)
 
 
 _PARSE_CHUNK_BYTES = 8 << 20  # Arrow's own block size inside one of our blocks: lets it use several cores
@@ -478,8 +463,17 @@ class _BlockParser:
             except pa.ArrowInvalid as exc:
                 match, conflict = _ROW_IN_MESSAGE.search(str(exc)), _CONFLICT.search(str(exc))
                 row = int(match.group(1)) if match else -1
-                if conflict and self.explicit is None and 0 <= row < len(good):
-                    raise self._conflict_error(block, lines, good, row, conflict) from exc
+                if conflict and self.explicit is None and 0 <= row < len(good):  # one column, two JSON types
+                    earlier, here = (
+                        self._parse(b"\n".join(lines[i] for i in part), whole=True)
+                        for part in (good[:row], good[row : row + 1])
+                    )
+                    promote_or_refuse(
+                        earlier.schema,
+                        here.schema,
+                        f"{self.path} {self._where(block, lines, good[row])}",
+                        _FIX_SCHEMA,
+                    )
                 rejected = dict(failing_rows(len(good), error))  # the lines Arrow alone rejects, by bisection
                 if not rejected:
                     raise InputError(
@@ -499,37 +493,15 @@ class _BlockParser:
         offset = block.offset + sum(len(line) + 1 for line in lines[:index])
         return f"byte offset {offset} (line number unknown: a byte-range shard)"
 
-    def _line_number(self, block: Block, index: int) -> int | None:
-        return None if block.first_line is None else block.first_line + index
-
     def _report(self, block: Block, lines: list[bytes], bad: list[tuple[int, str]]) -> None:
-        if not bad:
-            return
-        if self.quarantine is None:
-            index, reason = bad[0]
-            line = self._line_number(block, index)
-            where = "" if line is not None else f"at {self._where(block, lines, index)}: "
-            raise InputError(
-                f"{where}{reason}. Fix the line, or pass on_error='quarantine' to set bad lines aside.",
-                path=self.path,
-                line=line,
-            )
-        numbers = [self._line_number(block, i) for i, _ in bad]
+        numbers = [None if block.first_line is None else block.first_line + i for i, _ in bad]
         reasons = [
-            reason if block.first_line is not None else f"{reason} (at {self._where(block, lines, i)})"
-            for i, reason in bad
+            r if block.first_line is not None else f"{r} (at {self._where(block, lines, i)})" for i, r in bad
         ]
-        self.quarantine(quarantine_table(self.path, numbers, reasons, [lines[i] for i, _ in bad]))
-
-    def _conflict_error(self, block, lines, good, row, match) -> SchemaError:
-        column = match.group(1).strip("/").replace("/", ".") or "<row>"
-        first = self._where(block, lines, good[0])
-        last = self._where(block, lines, good[-1])
-        here = self._where(block, lines, good[row])
-        return SchemaError(
-            f"{self.path}: column {column!r} holds {match.group(2)} values and then a {match.group(3)} at {here} "
-            f"(block {first} to {last}); one column needs one type. {_FIX_SCHEMA}"
-        )
+        if bad:
+            refusal = f"{reasons[0]}. Fix the line, or pass on_error='quarantine' to set bad lines aside."
+            raws = [lines[i] for i, _ in bad]
+            refuse_or_set_aside(self.quarantine, self.path, refusal, reasons, numbers, raws, line=numbers[0])
 
     # -- schema ------------------------------------------------------------------------------------------------
     def _finish(self, table: pa.Table, block: Block) -> pa.Table:

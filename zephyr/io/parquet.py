@@ -252,12 +252,7 @@ def checked_batches(
         if batch.num_rows == 0:
             continue
         if any(pa.types.is_dictionary(t) for t in batch.schema.types):
-            columns = [
-                c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns
-            ]
-            batch = pa.RecordBatch.from_arrays(
-                columns, schema=pa.schema([_plain_field(f) for f in batch.schema])
-            )
+            batch = batch.cast(pa.schema([_plain_field(f) for f in batch.schema]))
         if target is not None:
             batch = cast_to_schema(
                 batch, target, where=f"{path} ({where})" if where else path, first_row=start

@@ -41,7 +41,7 @@ import logging
 import posixpath
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
@@ -128,7 +128,7 @@ class ShardWriter:
         self.path = public_path(self.fs, self._final)
         self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex}"
         self._rows = 0
-        self._state: Literal["open", "closed", "aborted"] = "open"
+        self._done = False  # closed or aborted
         self.result: WrittenFile | None = None
         self.fs.makedirs(posixpath.dirname(self._final) or ".", exist_ok=True)
         where = f"writing {self.path}"
@@ -144,29 +144,27 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
-        elif self._state == "open":
+        elif not self._done:
             self.close()
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append rows; a ``Table`` is written chunk by chunk (zero-copy)."""
-        if self._state != "open":
-            raise ZephyrError(f"{self.path}: write() after {self._state}")
-        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        if isinstance(batch, pa.Table) and not batches:
-            batches = [pa.RecordBatch.from_pylist([], schema=batch.schema)]
-        for b in batches:
-            if not isinstance(b, pa.RecordBatch):
-                raise ConfigError(f"write() takes a pyarrow RecordBatch or Table, got {type(b).__name__}")
+        if self._done:
+            raise ZephyrError(f"{self.path}: write() after close() or abort()")
+        if not isinstance(batch, pa.RecordBatch | pa.Table):
+            raise ConfigError(f"write() takes a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+        batches = [batch] if isinstance(batch, pa.RecordBatch) else batch.to_batches()
+        for b in batches or [pa.RecordBatch.from_pylist([], schema=batch.schema)]:
             with naming_path(self.path):
                 self._encoder.write(b)
             self._rows += b.num_rows
 
     def close(self) -> WrittenFile:
         """Finish the file and rename it into place; returns what was written."""
-        if self._state == "closed" and self.result is not None:
-            return self.result
-        if self._state != "open":
+        if self._done and self.result is None:
             raise ZephyrError(f"{self.path}: close() after abort()")
+        if self._done:
+            return self.result
         try:
             with naming_path(self.path):
                 self._encoder.finish()
@@ -175,7 +173,7 @@ class ShardWriter:
         except BaseException:
             self.abort()
             raise
-        self._state = "closed"
+        self._done = True
         size = self.fs.size(self._final)
         self.result = WrittenFile(path=self.path, rows=self._rows, bytes=int(size), checksum=checksum)
         logger.debug("wrote %s: %d rows, %d bytes", self.path, self._rows, size)
@@ -183,9 +181,9 @@ class ShardWriter:
 
     def abort(self) -> None:
         """Throw the output away: nothing is left at the final path or the temporary one."""
-        if self._state != "open":
+        if self._done:
             return
-        self._state = "aborted"
+        self._done = True
         self._encoder.discard()
         with contextlib.suppress(FileNotFoundError):
             if self.fs.exists(self._tmp):

@@ -36,6 +36,7 @@ reader cannot split, so it bounds the smallest memory budget that works (``zephy
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -179,15 +180,9 @@ def _peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[
             return shard.path, parquet.plain_schema(parquet_file.schema_arrow, shard.path)
     if shard.format == "warc":  # one fixed schema; peeking would parse records
         return shard.path, warc.WARC_SCHEMA
-    batches = iter(
-        read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
-    )
-    try:
+    batches = read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
+    with contextlib.closing(batches):  # a generator: closes the file now
         first = next(batches, None)
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a generator: closes the file now
     return shard.path, None if first is None else first.schema
 
 
