@@ -99,7 +99,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
-import glob as globlib
 import json
 import logging
 import os
@@ -150,8 +149,7 @@ def _input_keys(inputs: Iterable[str]) -> list[tuple[str, tuple[str, str]]]:
         text = str(given)
         fs, path = filesystem(text)
         if any(ch in path for ch in "*?["):
-            matches = globlib.glob(path, recursive=True) if is_local(fs) else fs.glob(path)
-            keys.extend((text, path_key(fs.unstrip_protocol(m) if not is_local(fs) else m)) for m in matches)
+            keys.extend((text, path_key(public_path(fs, m))) for m in fs.glob(path))
         else:
             keys.append((text, path_key(text)))
     return keys
@@ -479,8 +477,9 @@ def _acquire(url: str, what: str, folder: str) -> Callable[[], None]:
     if is_local(fs):
         return _acquire_local(path, what, folder)
     for _ in range(3):  # a takeover races at most a couple of times before one command wins
-        if _create(fs, path, _Holder.me().to_bytes()):
-            return lambda: _release(fs, path)
+        me = _Holder.me()
+        if _create(fs, path, me.to_bytes()):
+            return lambda: _release(fs, path, me)
         holder = _holder_of(fs, path)
         if holder is None:
             # a lock file that is not a whole lock: a writer without conditional writes is between its check
@@ -544,16 +543,8 @@ def _same_file(fd: int, path: str) -> bool:
 
 
 def _take_over(what: str, folder: str, holder: _Holder | None, url: str) -> None:
-    if holder is None:
-        log.warning("%s: not a zephyr lock (unreadable); taking it over", url)
-    else:
-        log.warning(
-            "%s %s: taking over the lock of %s, whose process is gone (%s)",
-            what,
-            folder,
-            holder.describe(),
-            url,
-        )
+    who = "an unreadable lock file" if holder is None else holder.describe()
+    log.warning("%s %s: taking over the lock of %s, whose process is gone (%s)", what, folder, who, url)
 
 
 def _holder_of(fs: Any, path: str) -> _Holder | None:
@@ -586,12 +577,11 @@ def _create(fs: Any, path: str, data: bytes) -> bool:
     return True
 
 
-def _release(fs: Any, path: str) -> None:
-    """Remove the lock ``path`` if it is still this process's (a takeover by someone else is left alone)."""
+def _release(fs: Any, path: str, me: _Holder) -> None:
+    """Remove the lock ``path`` if it is still the one this process wrote (a takeover is left alone)."""
     try:
         fs.invalidate_cache(path)
-        holder = _Holder.parse(fs.cat_file(path))
-        if holder is not None and holder.token == _TOKEN and holder.pid == os.getpid():
+        if _Holder.parse(fs.cat_file(path)) == me:
             fs.rm(path)
         else:
             log.warning("%s: the lock is no longer this command's; left as it is", path)
