@@ -556,10 +556,10 @@ class JsonlEncoder:
         self.checksum = self.handle.record()
 
     def discard(self) -> None:
+        """Close the file (``ShardWriter.abort`` removes it)."""
         if self.out is not self.handle:
             quietly(self.out.close, self.path)
         quietly(self.handle.close, self.path)
-        quietly(lambda: self.fs.rm(self.path) if self.fs.exists(self.path) else None, self.path)
 
 
 def _nested_binary(t: pa.DataType) -> bool:

@@ -148,7 +148,6 @@ class VortexEncoder(BufferedEncoder):
             self.path = self.target  # the finished file, as every encoder's ``path`` names it
 
     def discard(self) -> None:
-        super().discard()
-        remove_local(self.path)
+        super().discard()  # the spill; ``ShardWriter.abort`` removes a local ``path``
         if self.local_dir is not None:
             shutil.rmtree(self.local_dir, ignore_errors=True)
