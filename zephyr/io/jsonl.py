@@ -179,7 +179,6 @@ def _report_tail(path: str, quarantine: QuarantineFn | None, tail: TrailingData,
     )
 
 
-_MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -204,17 +203,19 @@ def _iter_blocks(
 ) -> Iterator[Block]:
     with open_input(path) as raw:
         stream = open_decompressed(raw, compression)
-        start, stop = byte_range if byte_range is not None else (0, None)
-        pos = start
+        start = pos = byte_range[0] if byte_range is not None else 0
+        end = None  # a byte-range shard's: the end of the line holding its last byte
+        if byte_range is not None:
+            raw.seek(byte_range[1] - 1)
+            end = byte_range[1] - 1 + len(raw.readline())
+            raw.seek(0)
         if start > 0:
             if wide_text(raw.read(SAMPLE_BYTES)) is not None:
                 return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
             skipped = raw.readline()  # the rest of the line holding byte start - 1: the previous shard's
-            if not skipped.endswith(b"\n"):
-                return
             pos = start - 1 + len(skipped)
-            if stop is not None and pos >= stop:
+            if not skipped.endswith(b"\n") or pos >= end:
                 return
         line = 1 if start == 0 else None
         block_start = pos
@@ -222,14 +223,8 @@ def _iter_blocks(
         first = True
         trailing: TrailingData | None = None
         while True:
-            if stop is None:
-                want = block_bytes
-            elif pos < stop:
-                want = min(block_bytes, stop - pos)
-            else:  # past the range: only looking for the end of its last line
-                want = min(block_bytes, _MIN_READ_BYTES)
             try:
-                chunk = stream.read(want)
+                chunk = stream.read(block_bytes if end is None else min(block_bytes, end - pos))
             except TruncatedStream as exc:
                 # every whole line before the cut has been yielded; what is left is the start of a cut line
                 _report_cut(
@@ -241,6 +236,7 @@ def _iter_blocks(
                 raise InputError(f"{exc} {last}", path=path) from exc
             except TrailingData as exc:
                 chunk, trailing = b"", exc  # the stream ended whole: so did its last line (if unterminated)
+            pos += len(chunk)  # raw bytes read (a byte-range shard stops at its end)
             if first and chunk and start == 0:
                 if compression is None:
                     check_not_compressed(chunk, path)
@@ -259,7 +255,6 @@ def _iter_blocks(
                         line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
                     _report_tail(path, quarantine, trailing, None if line is None else line - 1)
                 return
-            pos += len(chunk)
             cut = chunk.rfind(b"\n")
             if cut < 0:
                 parts.append(chunk)
@@ -270,16 +265,8 @@ def _iter_blocks(
             else:
                 data = chunk[: cut + 1]  # no copy when the chunk ends with its newline
             carry = chunk[cut + 1 :]
-            done = False
-            if stop is not None and block_start + len(data) >= stop:
-                # the last line we own is the one holding byte stop-1: it ends at the first newline from there
-                end = data.index(b"\n", max(0, stop - 1 - block_start))
-                data = data[: end + 1]
-                done = True
             block = Block(data, line, block_start, data.count(b"\n"))
             yield block
-            if done:
-                return
             if line is not None:
                 line += block.newlines
             block_start += len(data)
