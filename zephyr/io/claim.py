@@ -56,14 +56,14 @@ The lock is one small JSON file (``OUT.zephyr/lock.json``, ``WORK/lock.json``, `
   hold one); a crashed host's lock is dropped by the server when its lease ends.
 - **Object stores: created exclusively.** A conditional write (``If-None-Match: *``,
   ``fs.pipe_file(mode="create")``): S3 and S3-compatible stores that implement it (AWS since 2024, MinIO,
-  moto) refuse the second writer with 412. A store or ``fsspec`` filesystem without conditional writes refuses
-  ``mode="create"`` with another error, and the lock falls back to a check-then-write, which two commands
-  started within the same second can both pass (logged once per filesystem). A lock whose holder ran on this
+  moto) refuse the second writer with 412. An ``fsspec`` filesystem without conditional writes does
+  ``mode="create"`` as a check-then-write (fsspec's own), which two commands started within the same second
+  can both pass. A lock whose holder ran on this
   host and is gone (its pid is not alive, or is alive with another process start time: the pid was reused)
   is taken over with a warning; a lock of another host is never taken over: its process cannot be checked
   from here, and the message says to remove the file when that command is known to be gone.
 - **Released on exit**, on success, errors and Ctrl-C alike (a ``with`` block), and only if it is still
-  ours (the file we lock; on object stores its ``token``).
+  ours (the file we lock; on object stores the record we wrote, ``token`` included).
 - **Per process.** Several jobs of one command take the lock of the same folder (a dedup writes its output
   from a few engine jobs; ``zephyr run`` steps write into their job folder): the first takes the file, the
   others count themselves in (``held``), and the last to leave removes it.
@@ -363,7 +363,6 @@ _HELD_LOCK = threading.Lock()
 _TOKEN = uuid.uuid4().hex
 """This process's mark in its lock files: a lock with another token is not ours to remove."""
 _COMMAND: list[str] = []
-_NO_CONDITIONAL: set[str] = set()
 
 
 def set_command_line(text: str) -> None:
@@ -557,24 +556,13 @@ def _holder_of(fs: Any, path: str) -> _Holder | None:
 
 
 def _create(fs: Any, path: str, data: bytes) -> bool:
-    """Create the object ``path`` holding ``data`` unless it exists; whether this call created it."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol not in _NO_CONDITIONAL:
-        try:
-            fs.pipe_file(path, data, mode="create")
-            return True
-        except FileExistsError:
-            return False
-        except (NotImplementedError, ValueError, TypeError) as exc:
-            _NO_CONDITIONAL.add(protocol)
-            log.warning(
-                "%s: no conditional write (%s); locks are checked, then written (not atomic)", protocol, exc
-            )
-    fs.invalidate_cache(path)
-    if fs.exists(path):
+    """Create the object ``path`` holding ``data`` unless it exists (``mode="create"``: a conditional write
+    where the store has one, fsspec's check-then-write elsewhere); whether this call created it."""
+    try:
+        fs.pipe_file(path, data, mode="create")
+        return True
+    except FileExistsError:
         return False
-    fs.pipe_file(path, data)
-    return True
 
 
 def _release(fs: Any, path: str, me: _Holder) -> None:
