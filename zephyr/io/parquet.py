@@ -344,21 +344,15 @@ class BufferedEncoder:
     def _flush(self) -> None:
         schema = self._fix_schema()
         table = pa.Table.from_batches(self.buffered, schema=schema)
-        if table.num_rows == 0:
-            self.buffered, self.buffered_rows, self.buffered_bytes = [], 0, 0
-            return
-        limit = self.row_group_rows
-        if table.nbytes > self.row_group_bytes:
-            limit = min(limit, max(1, int(table.num_rows * self.row_group_bytes / table.nbytes)))
-        if table.num_rows > limit:
-            head, rest = table.slice(0, limit), table.slice(limit)
-        else:
-            head, rest = table, None
-        self.emit(head)
-        self.emitted_rows += head.num_rows
-        self.buffered = rest.to_batches() if rest is not None and rest.num_rows else []
-        self.buffered_rows = rest.num_rows if rest is not None else 0
-        self.buffered_bytes = rest.nbytes if rest is not None else 0
+        # at most row_group_rows rows, and about row_group_bytes: the rest waits for the next row group
+        by_bytes = int(table.num_rows * self.row_group_bytes / max(1, table.nbytes))
+        head = table.slice(0, min(self.row_group_rows, max(1, by_bytes)))
+        if head.num_rows:
+            self.emit(head)
+            self.emitted_rows += head.num_rows
+        rest = table.slice(head.num_rows)
+        self.buffered = rest.to_batches() if rest.num_rows else []
+        self.buffered_rows, self.buffered_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
 
     def finish(self) -> None:
         while self.buffered:
