@@ -445,14 +445,14 @@ def quality_score(
 
     import zephyr
     from zephyr import job_stats
-    from zephyr.io.layout import remove_folder, scratch_dir
+    from zephyr.io.layout import remove_folder, side_path
     from zephyr.removal import Routed
     from zephyr.summary import write_summary
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)
     ds = _scored(inputs, config)
-    scratch = scratch_dir(out, "scored")  # in the output's sidecar (zephyr.io.layout)
+    scratch = side_path(out, "scored")  # in the output's sidecar (zephyr.io.layout)
     with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
         try:
             scored = result = ds.write_parquet(scratch, overwrite=True, **opts)

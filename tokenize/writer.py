@@ -66,9 +66,9 @@ Arguments of ``write_token_shards``::
         claimed like any output, ``zephyr.io.claim``: not an input, locked, only zephyr's files).
     execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
 
-The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and swapped
-in whole when complete (``zephyr.io.claim.publish_folder``): a set a finished run wrote stays readable until
-the new one is complete.
+The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and published
+when complete (``zephyr.io.claim.publish_folder``): a run that fails leaves the set a finished run wrote as it
+was.
 
 ``plans`` takes the same arguments (``output`` optional): nothing runs and nothing is written; the inputs are
 listed, their text columns checked and Parquet footers read, and the tokenizer file is read (for its

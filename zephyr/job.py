@@ -420,7 +420,7 @@ def run_write(
         check_output_dir(layout.staging_dir(out))  # a read-only or blocked location fails here, not in tasks
         fs, root = fsspec.core.url_to_fs(out)
         if fs.isdir(root):
-            check_output_dir(out)  # the swap moves it: it must be writable too
+            check_output_dir(out)  # the parts move into it: it must be writable too
         if side_quarantine and options.quarantine_dir is None:
             options = options.replace(quarantine_dir=layout.quarantine_dir(out))
         with Job(options) as job:

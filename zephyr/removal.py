@@ -340,7 +340,7 @@ def write_routed(
     from zephyr.executors import reuse_workers
     from zephyr.io import layout
 
-    folder = layout.scratch_dir(output, scratch)
+    folder = layout.side_path(output, scratch)
     try:
         # one worker pool for every job: each would otherwise start its own worker processes, which import
         # the engine and load the command's model or index again
