@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
-from zephyr.tokenize.shards import write_shard
+from zephyr.tokenize.shards import checksum_records, write_shard
 
 from zephyr.errors import InputError
 from zephyr.io.checksum import Checksummed, record_side_file
@@ -328,9 +328,12 @@ class PackPartition:
         self.spill_dir, self.batch_rows = spill_dir, batch_rows
         self.eos_id, self.bos_id = eos_id, bos_id
         self.threads = max(1, threads)
-        self.attempt = 0
-        """Raised by the writer to pack again (a new stage fingerprint) when a resumed shard's bytes changed;
-        the shards do not depend on it."""
+
+    @property
+    def side_folder(self) -> str:
+        """Where this function writes its shards (``zephyr.io.checksum.record_side_file``): a rerun skips a
+        finished pack task only while its shards still have the size and sha256 recorded in its marker."""
+        return self.output
 
     def _tokens(self, batch: Any, spill_files: SpillFiles) -> Any:
         """The batch's documents as one ``large_binary`` column: spilled ids framed by BOS/EOS."""
@@ -428,6 +431,8 @@ class PackPartition:
                     num_tokens=total,
                     megatron=self.megatron,
                 )
+        for url, record in checksum_records(self.output, [info]).items():
+            record_side_file(url, record)
         return {
             "index": row["index"],
             "shard": json.dumps(info.to_json()),

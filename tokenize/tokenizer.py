@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from zephyr.config import describe_value
 from zephyr.errors import ConfigError
 
 EOS_CANDIDATES = (
@@ -87,16 +88,7 @@ def parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
             f"{expected}"
         ) from exc
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-        kinds = {
-            list: "a JSON array",
-            str: "a JSON string",
-            int: "a number",
-            float: "a number",
-            bool: "a boolean",
-        }
-        found = kinds.get(type(config), "null")
-        if isinstance(config, dict):
-            found = "an object without a 'model' object"
+        found = "an object without a 'model' object" if isinstance(config, dict) else describe_value(config)
         raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
     return config
 

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zephyr.tokenize._encode import TokenizeBatch
 from zephyr.tokenize._pack import PackPartition, shard_directory, string_array
-from zephyr.tokenize.shards import ShardInfo, checksum_records, token_dtype, write_manifest, write_shard
+from zephyr.tokenize.shards import ShardInfo, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
 from zephyr.config import parse_bytes
@@ -664,27 +664,10 @@ def _shuffle_and_pack(
     refs_read = zephyr.read_parquet(sorted(refs.files))
     written = reference_sort(refs_read, num_shards).write_parquet(f"{scratch}/sorted", **execution)
     parts = sorted(written.files)
-    shards, per_source = _pack(parts, packer, execution)
+    # a rerun skips a finished pack task only while its shards still have the size and sha256 it recorded
+    # (``PackPartition.side_folder``): the manifest never vouches for bytes it did not see written
+    shards, per_source = _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
-
-
-def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) -> tuple[list[Any], dict]:
-    """Job 3. When a rerun skipped finished pack tasks, their shards are in ``output`` since the interrupted
-    run: each file must still have the size and sha256 that run recorded (``zephyr.resume.check_files``), or
-    every shard is packed again, so the manifest never vouches for bytes it did not see written."""
-    from zephyr import job_stats, resume
-
-    with job_stats.recording() as jobs:
-        packed = pack_job(parts, packer).to_arrow(**execution)
-    shards, per_source = _collect(packed.to_pylist())
-    if not any(stage.get("tasks_resumed") for job in jobs for stage in job.get("stages", [])):
-        return shards, per_source
-    problem = resume.check_files(checksum_records(packer.output, shards))
-    if problem is None:
-        return shards, per_source
-    log.warning("tokenize: %s; packing the shards again", problem)
-    packer.attempt += 1
-    return _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
 
 
 def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:

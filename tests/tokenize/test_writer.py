@@ -184,6 +184,39 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
     assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
 
 
+def test_a_staged_shard_changed_after_its_task_finished_is_packed_again(
+    tmp_path: Path, bpe_tokenizer: Path, monkeypatch, caplog
+) -> None:
+    """A rerun skips a finished pack task only while its shard holds the bytes the task recorded: a staged
+    shard changed between the runs is packed again, so the manifest never vouches for bytes it did not write."""
+    import zephyr.tokenize.writer as writer
+
+    _corpus(tmp_path / "in", n=120, files=3)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=3, executor="inprocess")
+    work = str(tmp_path / "work")
+    original = writer.write_manifest
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("crash before the manifest")
+
+    monkeypatch.setattr(writer, "write_manifest", fail)
+    with pytest.raises(RuntimeError, match="crash before the manifest"):
+        write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
+    staged = sorted((tmp_path / "out.zephyr" / "staging" / "shards").glob("shard-*.tokens.npy"))
+    assert len(staged) > 1
+    staged[1].write_bytes(staged[1].read_bytes()[:-2] + b"\xff\xff")  # same size, other bytes
+    monkeypatch.setattr(writer, "write_manifest", original)
+    with caplog.at_level("WARNING", logger="zephyr.tasks"):
+        result = write_token_shards(
+            str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common
+        )
+    (rerun,) = [r.getMessage() for r in caplog.records if "the task reruns" in r.getMessage()]
+    assert f"{staged[1].name} does not hold the bytes written" in rerun
+    assert 0 < result.stats["tasks_resumed"] < result.stats["tasks"]
+    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "clean"), **common)
+    assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
+
+
 def test_megatron_index_layout(tmp_path: Path, bpe_tokenizer: Path) -> None:
     _corpus(tmp_path / "in", n=60, files=1)
     out = tmp_path / "out"
