@@ -123,8 +123,8 @@ def write_spill(directory: str, name: str, data: np.ndarray) -> None:
 class SpillFiles:
     """Read-only descriptors of the local spill files of ``directory``, kept open across ``gather`` calls (at most
     ``limit``, least recently used closed first, and never one of the batch being read), and the threads that
-    read them (``GATHER_THREADS``). Use as a context manager: every descriptor closes and the threads end at
-    exit."""
+    read them (``GATHER_THREADS``). ``close`` (``contextlib.closing``) closes every descriptor and ends the
+    threads."""
 
     def __init__(self, directory: str, limit: int = OPEN_FILES, threads: int = GATHER_THREADS):
         from collections import OrderedDict
@@ -168,12 +168,6 @@ class SpillFiles:
             self._pool = None
         while self._open:
             os.close(self._open.popitem()[1])
-
-    def __enter__(self) -> SpillFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def gather(
@@ -371,7 +365,8 @@ class PackPartition:
         have one), ``batch_rows`` documents at a time."""
         import pyarrow as pa
 
-        with SpillFiles(self.spill_dir) as spill_files:  # open once per task, not once per document
+        # open once per task, not once per document
+        with contextlib.closing(SpillFiles(self.spill_dir)) as spill_files:
             for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
                 out = {"tokens": self._tokens(batch, spill_files)}
                 if "source" in batch.schema.names:

@@ -68,6 +68,7 @@ measures it (rows in benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -247,8 +248,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         """Items this rank yields (only with ``num_epochs``; a mixture or endless loader has no length)."""
         if self.num_epochs is None:
             raise TypeError("an endless TokenLoader (num_epochs=None) has no len()")
-        total = self.num_epochs * self._sources[0].num_samples
-        mine = max(0, math.ceil((total - self._start - self.rank) / self.world_size))
+        mine = max(0, math.ceil((self._limit() - self._start - self.rank) / self.world_size))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
 
     # ---- position and state ----------------------------------------------------------------------------
@@ -480,7 +480,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         start_yielded = self._yielded
         prefetcher = self._start_prefetcher()
         blocks = self._blocks(chunk, self.consumed, self._counts_at(self.consumed))
-        for (k, plan), ahead in _with_next(blocks, prefetcher is not None):  # ahead: to prefetch its shards
+        # each block with the next one (None after the last), planned one block ahead: to prefetch its shards
+        for (k, plan), ahead in itertools.pairwise(itertools.chain(blocks, [None])):
             count = len(plan.source)
             # item c (counted from this iterator's start) belongs to worker c % K
             first = (worker - k // chunk) % num_workers
@@ -549,15 +550,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
     ) -> TokenDataLoader:
         """A torch DataLoader over this loader whose main process tracks the position (for ``state_dict``)."""
         return TokenDataLoader(self, num_workers=num_workers, prefetch_factor=prefetch_factor, **kwargs)
-
-
-def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, Any]]:
-    """(item, the next item or None) pairs; without ``look_ahead`` the next is never taken early (None)."""
-    current = next(items, None)
-    while current is not None:
-        following = next(items, None) if look_ahead else None
-        yield current, following
-        current = following if look_ahead else next(items, None)
 
 
 _STATE_KEYS = {"version": int, "seed": int, "consumed": int, "fingerprint": str, "counts": list[int]}

@@ -73,7 +73,7 @@ import os
 import posixpath
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -141,7 +141,6 @@ class Manifest:
     bos_id: int | None
     seed: int
     shards: list[ShardInfo]
-    raw: dict[str, Any] = field(repr=False)
 
     @property
     def num_tokens(self) -> int:
@@ -215,7 +214,6 @@ def read_manifest(root: str) -> Manifest:
         bos_id=None if data.get("bos_id") is None else int(data["bos_id"]),
         seed=int(data.get("seed", 0)),
         shards=shards,
-        raw=data,
     )
 
 

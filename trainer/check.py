@@ -183,6 +183,7 @@ from zephyr.trainer.train import (
     train_step,
 )
 
+from zephyr.config import format_bytes
 from zephyr.errors import ConfigError, ZephyrError
 
 # ---- The harness ------------------------------------------------------------
@@ -814,7 +815,7 @@ def _syncs_line(data: dict[str, Any]) -> str:
 
 
 def _size(gib: float) -> str:
-    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
+    return format_bytes(gib * GIB)
 
 
 def render(report: dict[str, Any]) -> str:

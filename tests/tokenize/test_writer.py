@@ -344,9 +344,9 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
 
 
 def _encode_in_forked_child() -> None:
-    from zephyr.tokenize._encode import _InFlight
+    from zephyr.tokenize._encode import _in_flight
 
-    assert _InFlight(sum, [1, 2, 3], background=True).result() == 6
+    assert _in_flight(sum, [1, 2, 3], background=True).result() == 6
 
 
 def test_encode_threads_start_again_in_a_forked_child() -> None:
@@ -354,9 +354,9 @@ def test_encode_threads_start_again_in_a_forked_child() -> None:
     (otherwise its first batch in flight would wait forever)."""
     import multiprocessing
 
-    from zephyr.tokenize._encode import _InFlight
+    from zephyr.tokenize._encode import _in_flight
 
-    assert _InFlight(sum, [1, 2], background=True).result() == 3  # the parent's threads run
+    assert _in_flight(sum, [1, 2], background=True).result() == 3  # the parent's threads run
     child = multiprocessing.get_context("fork").Process(target=_encode_in_forked_child)
     child.start()
     child.join(timeout=60)
@@ -372,11 +372,11 @@ def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
     import threading
 
     from zephyr.tokenize import _encode as encode_step
-    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
+    from zephyr.tokenize._encode import TokenizeBatch, _in_flight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # this test's own threads
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.05)
-    jobs = [_InFlight(threading.current_thread) for _ in range(4)]
+    jobs = [_in_flight(threading.current_thread) for _ in range(4)]
     first = {job.result() for job in jobs}
     pool = encode_step._encode_threads()
     assert 1 <= len(first) <= TokenizeBatch.IN_FLIGHT and threading.current_thread() not in first
@@ -386,7 +386,7 @@ def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
     for thread in first:
         thread.join(timeout=10)
     assert pool.live == 0 and not any(t.is_alive() for t in first)
-    again = _InFlight(threading.current_thread).result()
+    again = _in_flight(threading.current_thread).result()
     assert again not in first and again.name.startswith("zephyr-encode") and pool.live == 1
 
 
@@ -398,12 +398,12 @@ def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatc
     import threading
 
     from zephyr.tokenize import _encode as encode_step
-    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
+    from zephyr.tokenize._encode import TokenizeBatch, _in_flight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.01)
     monkeypatch.setattr(TokenizeBatch, "IN_FLIGHT", 1)
-    late: list[_InFlight] = []
+    late: list = []
 
     class QueuedOnTimeout(queue.SimpleQueue):
         def get(self, block=True, timeout=None):
@@ -411,14 +411,14 @@ def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatc
                 return super().get(block, timeout)
             except queue.Empty:
                 if not late:  # the first timeout: another thread queues a batch before the Empty arrives
-                    producer = threading.Thread(target=lambda: late.append(_InFlight(pow, 3, 2)))
+                    producer = threading.Thread(target=lambda: late.append(_in_flight(pow, 3, 2)))
                     producer.start()
                     producer.join()
                 raise
 
     pool = encode_step._encode_threads()
     pool._jobs = QueuedOnTimeout()
-    assert _InFlight(pow, 2, 2).result(timeout=10) == 4
+    assert _in_flight(pow, 2, 2).result(timeout=10) == 4
     deadline = time.monotonic() + 10
     while not late and time.monotonic() < deadline:
         time.sleep(0.005)
