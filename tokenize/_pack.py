@@ -383,10 +383,13 @@ class PackPartition:
 
         rows = table.to_pylist()
         if self.threads > 1 and len(rows) > 1:
+            import contextvars
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(self.threads, len(rows)), thread_name_prefix="zephyr-pack") as pool:
-                rows = list(pool.map(self.pack, rows))
+                # each in a copy of this thread's context: the shards' side-file records reach the task's marker
+                packing = [pool.submit(contextvars.copy_context().run, self.pack, row) for row in rows]
+                rows = [future.result() for future in packing]
         else:
             rows = [self.pack(row) for row in rows]
         return pa.Table.from_arrays(

@@ -184,12 +184,16 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
     assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
 
 
+@pytest.mark.parametrize("threads", [1, 2], ids=["one-task-a-shard", "pack-threads"])
 def test_a_staged_shard_changed_after_its_task_finished_is_packed_again(
-    tmp_path: Path, bpe_tokenizer: Path, monkeypatch, caplog
+    tmp_path: Path, bpe_tokenizer: Path, monkeypatch, caplog, threads: int
 ) -> None:
     """A rerun skips a finished pack task only while its shard holds the bytes the task recorded: a staged
-    shard changed between the runs is packed again, so the manifest never vouches for bytes it did not write."""
+    shard changed between the runs is packed again, so the manifest never vouches for bytes it did not write.
+    With pack threads (the driver's pack job: one task packs every shard) the records come from each thread."""
     import zephyr.tokenize.writer as writer
+
+    monkeypatch.setattr(writer, "pack_threads", lambda placed, options: threads)
 
     _corpus(tmp_path / "in", n=120, files=3)
     common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=3, executor="inprocess")
