@@ -387,7 +387,7 @@ class PackPartition:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(self.threads, len(rows)), thread_name_prefix="zephyr-pack") as pool:
-                # each in a copy of this thread's context: the shards' side-file records reach the task's marker
+                # each in a copy of this thread's context: the side-file records reach the task's marker
                 packing = [pool.submit(contextvars.copy_context().run, self.pack, row) for row in rows]
                 rows = [future.result() for future in packing]
         else:

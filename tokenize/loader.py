@@ -289,8 +289,8 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._counts_cache = (g, counts.copy())
 
     def _check_position(self, what: str) -> None:
-        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
-        the loader cannot count (its position ``consumed`` is then stale)."""
+        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed
+        samples the loader cannot count (its position ``consumed`` is then stale)."""
         if int(self._plain_workers[0]) == 0:
             return
         raise ResumeError(

@@ -161,7 +161,7 @@ class Manifest:
 
 def checksum_records(root: str, shards: list[ShardInfo]) -> dict[str, dict[str, Any]]:
     """Every file of ``shards`` (``root/path``) with its size and sha256 as they record them, in the form
-    ``zephyr.resume.check_files`` checks (a pack task's side files in its marker; ``zephyr run``'s tokenize step)."""
+    ``zephyr.resume.check_files`` checks (a pack task's side files; ``zephyr run``'s tokenize step)."""
     return {
         join_path(root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
         for s in shards

@@ -210,8 +210,8 @@ def iter_sample(
 ) -> Iterator[str]:
     """The sample's texts, in order (see the module docstring): each file's first share of ``bound_bytes``.
 
-    Documents are yielded in pieces of at most ``_PIECE_BYTES``. ``counts`` (optional) counts as it goes: ``files``, ``files_sampled``, ``documents``, ``sample_bytes``
-    and ``rows_quarantined``.
+    Documents are yielded in pieces of at most ``_PIECE_BYTES``. ``counts`` (optional) counts as it goes:
+    ``files``, ``files_sampled``, ``documents``, ``sample_bytes`` and ``rows_quarantined``.
     """
     from zephyr.io.paths import input_files
     from zephyr.io.sources import check_text_inputs, list_shards
@@ -344,7 +344,7 @@ def train_tokenizer(
         bound_bytes=bound,
         seconds=round(time.perf_counter() - started, 3),
         special_tokens=tokens,
-        **counts,  # files, files_sampled, documents, sample_bytes (all set once there is a sample), rows_quarantined
+        **counts,  # files, files_sampled, documents, sample_bytes (each set, with text), rows_quarantined
     )
     log.info("tokenizer: %s", json.dumps(result.to_dict()))
     return result

@@ -303,6 +303,8 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
     tok = text_tokenizer(tokenizer, a["bos"], a["engine"], a["eos_token"], a["bos_token"])
     scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
     jobs = _jobs(data, tok, placed, options, output, scratch, a)
+    dtype, threads = jobs.dtype, jobs.packer.threads
+    tasks = f"one task packing {threads} shards at a time on threads (pack_threads)"  # else one a shard
     jobs_and_rules = [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
@@ -310,7 +312,12 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             jobs.refs,
         ),
         (placed.reason, None),
-        (_shard_rule(jobs.dtype, shard_bytes), None),
+        (  # the shard count's rule (``_shuffle_and_pack``)
+            f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes "
+            f"{shard_bytes:,}): the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are "
+            "planned with P = 1; no document: they are skipped and the set is one empty shard",
+            None,
+        ),
         (
             "job 2: the global shuffle: the references sorted by their shuffle key (a seeded hash of each "
             "document) into P partitions, one a shard, cut into P even ranges of the key (no sampling: the same "
@@ -318,8 +325,9 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             reference_sort(jobs.refs, 1),
         ),
         (
-            f"job 3: pack, {_pack_tasks(jobs.packer)}, {batch_rows:,} references a read, tokens gathered from "
-            f"the spill files → {output}/shard-*.tokens.npy" + (" + Megatron .bin/.idx" if megatron else ""),
+            f"job 3: pack, {tasks if threads > 1 else 'one task a shard'}, {batch_rows:,} references a read, "
+            f"tokens gathered from the spill files → {output}/shard-*.tokens.npy"
+            + (" + Megatron .bin/.idx" if megatron else ""),
             pack_job([f"{scratch}/sorted/part-00000.parquet"], jobs.packer),
         ),
     ]
@@ -691,19 +699,3 @@ def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str,
         for src, counts in json.loads(row["per_source"]).items():
             add_counts(per_source.setdefault(src, {"documents": 0, "tokens": 0}), counts)
     return shards, dict(sorted(per_source.items()))
-
-
-def _shard_rule(dtype: Any, shard_bytes: int) -> str:
-    """The shard count's rule (``_shuffle_and_pack``), with this run's dtype and shard size."""
-    return (
-        f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes {shard_bytes:,}): "
-        "the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are planned with P = 1; no "
-        "document: they are skipped and the set is one empty shard"
-    )
-
-
-def _pack_tasks(packer: Any) -> str:
-    """How the pack job splits its shards into tasks (``pack_job``)."""
-    if packer.threads > 1:
-        return f"one task packing {packer.threads} shards at a time on threads (pack_threads)"
-    return "one task a shard"

@@ -306,20 +306,20 @@ def _resume(run: _Run, ckpt: CheckpointManager | None) -> tuple[int, int | None]
     cfg = run.cfg
     if ckpt is None or (latest := ckpt.latest()) is None:
         return 0, None
-    state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
-    if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
+    step, loader_state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
+    if cfg.mix_schedule and "consumed" in loader_state:  # steps from here map from the resume point
         run.source.set_schedule(
             schedule_samples(
                 cfg.mix_schedule,
                 run.samples_per_step,
-                origin_step=state.step,
-                origin_sample=int(state.loader_state["consumed"]),
+                origin_step=step,
+                origin_sample=int(loader_state["consumed"]),
             )
         )
-    run.batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
+    run.batcher.load_state_dict(loader_state, reweight=cfg.reweight)
     if run.dinfo.is_main:
-        log.info("resumed from %s at step %d", latest, state.step)
-    return state.step, state.step
+        log.info("resumed from %s at step %d", latest, step)
+    return step, step
 
 
 class _StepMetrics:
