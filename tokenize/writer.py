@@ -400,7 +400,8 @@ def writer_input(
     if isinstance(data, zephyr.Dataset):
         return data
     paths, fmt = input_paths(data)
-    split = {"approx_shard_bytes": placed.approx_shard_bytes, "on_error": on_error, **schema}
+    plan = None if placed.in_driver else placed.read_plan  # in the driver tasks run one after another anyway
+    split = {"approx_shard_bytes": plan.approx_shard_bytes if plan else None, "on_error": on_error, **schema}
     if fmt == "jsonl":
         return zephyr.read_jsonl(paths, **split)
     return zephyr.read_parquet(paths, columns=[c for c in columns if c], **split)
@@ -509,13 +510,6 @@ class WriterPlacement:
     @property
     def in_driver(self) -> bool:
         return self.pool.get("executor") == "inprocess"
-
-    @property
-    def approx_shard_bytes(self) -> int | None:
-        """The read split: the engine's, unless the tasks run in the driver one after another anyway."""
-        return (
-            self.read_plan.approx_shard_bytes if self.read_plan is not None and not self.in_driver else None
-        )
 
 
 def place_writer(data: Any, options: ExecutionOptions, execution: dict[str, Any]) -> WriterPlacement:
