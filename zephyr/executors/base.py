@@ -15,8 +15,9 @@ tasks never mutate the driver's plan, as workers in other processes could not ei
 ``InProcessExecutor`` runs tasks one after another in the calling process: for debugging, tests and tiny
 jobs.
 
-Nothing else runs beside such a task, so it decodes its input one batch ahead on a thread
-(``zephyr.tasks``): the decoding releases the GIL and uses the core the task's ops leave idle.
+Nothing else runs beside such a task, so the driver has it decode its input one batch ahead on a thread
+(``zephyr.tasks.StageSpec.read_ahead``): the decoding releases the GIL and uses the core the task's ops
+leave idle.
 
 ``ThreadExecutor`` runs tasks on threads of the calling process: no worker start-up, one copy of every import.
 
@@ -245,13 +246,9 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
 
 class InProcessExecutor(Executor):
     def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
-        from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
-
         value = shared.copy() if tasks else None
         for position, task in enumerate(tasks):
-            with reading_ahead():
-                outcome = _call(fn, value, task)
-            yield position, outcome
+            yield position, _call(fn, value, task)
 
 
 def _call(fn: Callable[[Any, Any], Any], value: Any, task: Any) -> Outcome:
