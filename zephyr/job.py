@@ -173,17 +173,11 @@ class Job:
         bare name (``"output"``) is a folder of the last stage's own. ``coalesce``: its reduce tasks may take
         adjacent partitions (``physical.reduce_groups``), for outputs whose file layout is the engine's own
         (``to_arrow``, ``count``, ``materialize``)."""
-        segment = build_plan(ops)
-        options = self.options  # a small ``local`` job: in this process (outputs are identical either way)
-        if options.executor == "local" and options.small_job_bytes_value > 0:
-            estimated = physical.plan_bytes(segment, self.inputs.size_of)
-            if physical.runs_in_process(options, estimated):
-                log.info(
-                    "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
-                    estimated,
-                    options.small_job_bytes_value,
-                )
-                self._executor = InProcessExecutor()
+        segment, limit = build_plan(ops), self.options.small_job_bytes_value
+        estimated = physical.plan_bytes(segment, self.inputs.size_of)
+        if physical.runs_in_process(self.options, estimated):  # outputs are identical either way
+            log.info("small job: estimated %d input bytes < small_job_bytes %d: in-process", estimated, limit)
+            self._executor = InProcessExecutor()
         for step in physical.walk(segment, self._budget, self.inputs.size_of, coalesce=coalesce):
             step.sent = self._run_step(step, output)
         return step.sent
