@@ -117,29 +117,24 @@ class Job:
         self.inputs = _JobInputs(self.fs, self.root)
         self.started = time.time()
         self._budget = Budget(options.memory_budget_bytes)
-        self._lock = contextlib.ExitStack()
-        self._bar: contextlib.AbstractContextManager | None = None
+        self._held = contextlib.ExitStack()  # the work dir's lock and the job's own progress bar
 
     def __enter__(self) -> Job:
         if not self.temporary:  # two runs in one work dir would rewrite each other's markers and spills
             from zephyr.io import claim
 
-            self._lock.enter_context(claim.held(f"{self.root}/lock.json", "the work dir", self.root))
-        if progress.current() is None and progress.enabled(
-            self.options.progress
-        ):  # from Python, no command's bar: one for the job
-            self._bar = progress.command("zephyr", True)
-            self._bar.__enter__()
+            self._held.enter_context(claim.held(f"{self.root}/lock.json", "the work dir", self.root))
+        # from Python, no command's bar: one for the job
+        if progress.current() is None and progress.enabled(self.options.progress):
+            self._held.enter_context(progress.command("zephyr", True))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._executor is not None and self._executor is not self.options.executor:
             self._executor.close()
-        self._lock.close()
+        self._held.__exit__(*exc)
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
 
     def write_stats(self) -> dict:
         """Write ``stats.json`` into the work directory and hand the stats to ``zephyr.job_stats`` (a command
