@@ -642,9 +642,9 @@ def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> 
     return _KEYWORD.sub(spelled, text)
 
 
-def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | None]:
-    """Log the full traceback (the workers' included, as notes) in a new file (see the module docstring):
-    (the log's path, None), or (None, why not)."""
+def _write_log(exc: BaseException, argv: list[str]) -> str:
+    """Log the full traceback (the workers' included, as notes) in a new file (see the module docstring);
+    returns the line that says where it is, or why it is not."""
     text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} zephyr {' '.join(argv)}\n"
     text += "".join(traceback.format_exception(exc)) + "\n"
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
@@ -658,7 +658,8 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except OSError as err:  # the disk may be full, the folder not writable
-        return None, " ".join(str(err.strerror or err).split())
+        why = " ".join(str(err.strerror or err).split())
+        return f"full traceback: not written ({why}); rerun with -v to see it"
     logs = []
     for name in glob.glob(os.path.join(glob.escape(folder), "zephyr-*.log")) if folder else ():
         with contextlib.suppress(OSError):  # another zephyr pruning at the same time
@@ -666,7 +667,7 @@ def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | N
     for _, name in sorted(logs, reverse=True)[KEEP_LOGS:]:
         with contextlib.suppress(OSError):
             os.unlink(name)
-    return path, None
+    return f"full traceback: {path}"
 
 
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -681,15 +682,12 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
         text = _cli_spelling(str(exc), args, bare=not isinstance(exc, ConfigProblems))
         print(f"{_label(args)}: error: {text}", file=sys.stderr)
         return 1
-    path, unwritten = _write_log(exc, argv)
+    where = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
         traceback.print_exception(exc, file=sys.stderr)
     text = " ".join((str(exc) if isinstance(exc, TaskError) else one_line(exc)).split())  # one line, always
     print(f"{_label(args)}: error: {_cli_spelling(text, args)}", file=sys.stderr)
-    if path is not None:
-        print(f"full traceback: {path}", file=sys.stderr)
-    else:
-        print(f"full traceback: not written ({unwritten}); rerun with -v to see it", file=sys.stderr)
+    print(where, file=sys.stderr)
     return 1
 
 
