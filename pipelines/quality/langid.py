@@ -110,8 +110,7 @@ class LanguageIdentifier:
             raw_labels, raw_probs = self._model().predict(batch, k=1)
             labels[idx] = [lab[0][9:] if lab else None for lab in raw_labels]  # strip "__label__"
             scores[idx] = np.fromiter((p[0] if len(p) else np.nan for p in raw_probs), np.float32, len(idx))
-        mask = np.ones(n, dtype=bool)
-        mask[idx] = False
+        mask = ~valid.to_numpy(zero_copy_only=False)
         return (
             pa.array(labels, type=pa.string(), mask=mask),
             pa.array(np.minimum(scores, 1.0), type=pa.float32(), mask=mask),
