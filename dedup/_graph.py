@@ -72,7 +72,7 @@ row by row, each of their sets would be copied once per pair into a single parti
 one straggler task. Instead the pairs of such *hot* rows are grouped by their other end u, joined with u's
 set once, and checked against the hot rows' sets, which travel with the stage (a broadcast). The remaining
 *cold* pairs join both sets, at most ``_HOT_FAN`` copies of a set each. Sets, not texts, are joined: every
-row is shingled once (``NodeSets``), never once per pair.
+row is shingled once (``node_sets``), never once per pair.
 
 The fuzzy dedup graph in the driver: verify a driver-sized candidate-pair table against the endpoints'
 shingle sets, number the nodes in keep order (indexed documents first), and cluster them
@@ -80,7 +80,7 @@ shingle sets, number the nodes in keep order (indexed documents first), and clus
 
 Verification and clustering of the fuzzy dedup candidate pairs, choosing where each runs.
 
-The endpoints' shingle sets are written once (``NodeSets``). When the pairs and the sets fit the driver,
+The endpoints' shingle sets are written once (``node_sets``). When the pairs and the sets fit the driver,
 verification and clusters run there (``graph_in_driver``). Otherwise the pairs are verified on
 the engine (``verify_on_engine``); the verified graph is then clustered in the driver when it
 fits, else (components only) by engine rounds (``connected_components_dataset``).
@@ -416,17 +416,12 @@ def _row_sims(table: pa.Table) -> np.ndarray:
     return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1))
 
 
-@dataclass(frozen=True)
-class _SetPairs:
+def _set_pairs(threshold: float | None, table: pa.Table) -> pa.Table:
     """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach ``threshold``; None: the (position,
     sim) of every pair (position, u, v, shingles_u, shingles_v), none dropped."""
-
-    threshold: float | None
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if self.threshold is not None:
-            return similar_pairs(table, _row_sims(table), self.threshold)
-        return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
+    if threshold is not None:
+        return similar_pairs(table, _row_sims(table), threshold)
+    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
 
 
 def _side(sets: Dataset, end: str, keys: pa.Array | None, key: str = ROW, name: str = "sets") -> Dataset:
@@ -490,7 +485,7 @@ class PairSimilarity:
     and its keys, never every set).
 
     A round asks about few pairs: when their rows' sets fit ``limit`` bytes (at ``per_set`` bytes a set, the
-    average of the written ``NodeSets``) they come to the driver in one filtered pass over ``sets`` and are
+    average of the written ``node_sets``) they come to the driver in one filtered pass over ``sets`` and are
     measured there; otherwise the pairs are joined with both ends' sets on the engine and only (position,
     sim) comes back. Either way the figure is the same exact Jaccard."""
 
@@ -518,51 +513,42 @@ class PairSimilarity:
             zephyr.from_arrow(pairs)
             .join(_side(self.sets, "u", pc.unique(u), name="refine"), on="u")
             .join(_side(self.sets, "v", pc.unique(v), name="refine"), on="v")
-            .map_batches(_SetPairs(None), batch_rows=_VERIFY_BATCH_ROWS, name="dedup.fuzzy.refine_verify")
+            .map_batches(
+                functools.partial(_set_pairs, None),
+                batch_rows=_VERIFY_BATCH_ROWS,
+                name="dedup.fuzzy.refine_verify",
+            )
             .to_arrow(**self.kw)
         )
         sims[np.asarray(measured["position"], dtype=np.int64)] = np.asarray(measured["sim"], dtype=np.float64)
         return sims
 
 
-@dataclass(frozen=True)
-class _RouteSets:
+def _route_sets(rows: np.ndarray, groups: np.ndarray, table: pa.Table) -> pa.Table:
     """Each set row named in ``rows`` (sorted, a row once per group that needs it), with its ``group``."""
-
-    rows: np.ndarray
-    groups: np.ndarray
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        keys = np.asarray(table[ROW], dtype=np.int64)
-        first = np.searchsorted(self.rows, keys)
-        counts = np.searchsorted(self.rows, keys, side="right") - first
-        at = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
-        routed = table.take(pa.array(np.repeat(np.arange(len(keys)), counts)))
-        return routed.append_column("group", pa.array(self.groups[at]))
+    keys = np.asarray(table[ROW], dtype=np.int64)
+    first = np.searchsorted(rows, keys)
+    counts = np.searchsorted(rows, keys, side="right") - first
+    at = np.repeat(first - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    routed = table.take(pa.array(np.repeat(np.arange(len(keys)), counts)))
+    return routed.append_column("group", pa.array(groups[at]))
 
 
-@dataclass(frozen=True)
-class _VerifyGroup:
-    """The verified pairs of one group (its rows' sets, ``_RouteSets``): ``pairs[starts[g]:starts[g + 1]]``."""
-
-    pairs: np.ndarray
-    starts: np.ndarray
-    threshold: float
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        group = table["group"][0].as_py()
-        pairs = self.pairs[self.starts[group] : self.starts[group + 1]]
-        at = pc.fill_null(pc.index_in(pa.array(pairs.ravel()), value_set=table[ROW]), -1)
-        at = np.asarray(at, dtype=np.int64).reshape(-1, 2)
-        found = (at >= 0).all(axis=1)  # a row without a set: no pair, as a join has it
-        pairs = pairs[found]
-        sims = jaccard(shingles_of(table["shingles"]), at[found])
-        return similar_pairs(pa.table({"u": pairs[:, 0], "v": pairs[:, 1]}), sims, self.threshold)
+def _verify_group(pairs: np.ndarray, starts: np.ndarray, threshold: float, table: pa.Table) -> pa.Table:
+    """The verified pairs of one group (its rows' sets, ``_route_sets``): ``pairs[starts[g]:starts[g + 1]]``."""
+    group = table["group"][0].as_py()
+    pairs = pairs[starts[group] : starts[group + 1]]
+    at = pc.fill_null(pc.index_in(pa.array(pairs.ravel()), value_set=table[ROW]), -1)
+    at = np.asarray(at, dtype=np.int64).reshape(-1, 2)
+    found = (at >= 0).all(axis=1)  # a row without a set: no pair, as a join has it
+    pairs = pairs[found]
+    sims = jaccard(shingles_of(table["shingles"]), at[found])
+    return similar_pairs(pa.table({"u": pairs[:, 0], "v": pairs[:, 1]}), sims, threshold)
 
 
 def _grouped(
     pairs: pa.Table, per_set: int, budget: Budget, threshold: float
-) -> tuple[_RouteSets, _VerifyGroup] | None:
+) -> tuple[Callable, Callable] | None:
     """Verification of driver-held ``pairs`` in one scan of the sets and one shuffle: the pairs go to groups
     (a connected component whole, or by u when its sets pass a group's share, ``partition_target_bytes``),
     each set to the groups that need it, and each group verifies its pairs. None when the route (56 bytes a
@@ -579,9 +565,9 @@ def _grouped(
     group = np.where(whole, label[at[:, 0]], at[:, 0]) % count
     order = np.argsort(group, kind="stable")
     needs = np.unique(np.concatenate([at[:, 0] * count + group, at[:, 1] * count + group]))
-    route = _RouteSets(nodes[needs // count], needs % count)
+    route = functools.partial(_route_sets, nodes[needs // count], needs % count)
     starts = np.searchsorted(group[order], np.arange(count + 1))
-    return route, _VerifyGroup(ends[order], starts, threshold)
+    return route, functools.partial(_verify_group, ends[order], starts, threshold)
 
 
 def similar_pairs(table: pa.Table, sims: np.ndarray, threshold: float) -> pa.Table:
@@ -619,7 +605,7 @@ def verify_on_engine(
     edges: Dataset, pairs: pa.Table | None, sets: Dataset, set_rows: int, run: FuzzyRun
 ) -> tuple[list[Dataset], dict[str, Any]]:
     """The verified pairs (u, v, sim) and figures (``hot_rows``, ``hot_pairs``, ``hot_broadcast``,
-    ``grouped``) of the pairs ``edges``, measured on the shingle sets ``sets`` (every endpoint's ``NodeSets``
+    ``grouped``) of the pairs ``edges``, measured on the shingle sets ``sets`` (every endpoint's ``node_sets``
     row; the index's docs for indexed endpoints, v < 0).
 
     Pairs whose earlier row v is *hot* (the end of more than ``_HOT_FAN`` pairs: a giant bucket's first
@@ -642,13 +628,14 @@ def verify_on_engine(
 
     if (every := routed(pairs)) is not None:  # a hot row's set goes to each group once: no hot path
         return [every], {"hot_rows": 0, "hot_pairs": 0, "hot_broadcast": False, "grouped": True}
-    hot, hot_pairs = _hot_rows(edges, pairs, per_set, run.budget, kw)
+    hot, hot_pairs = _hot_rows(edges, per_set, run.budget, kw)
     hot_sets = _sets_of(hot, sets, index, kw)
 
     def ends(table: pa.Table | None, end: str) -> pa.Array | None:
         return None if table is None else pc.unique(table[end].combine_chunks())
 
-    def checked(joined: Dataset, name: str, verify: Any = _SetPairs(config.threshold)) -> Dataset:
+    def checked(joined: Dataset, name: str, verify: Any = None) -> Dataset:
+        verify = verify or functools.partial(_set_pairs, config.threshold)
         return joined.map_batches(verify, batch_rows=_VERIFY_BATCH_ROWS, name=f"dedup.fuzzy.{name}")
 
     parts = []
@@ -687,19 +674,11 @@ def verify_on_engine(
     return parts, figures
 
 
-def _hot_rows(
-    edges: Dataset, pairs: pa.Table | None, per_set: int, budget: Budget, kw: dict[str, Any]
-) -> tuple[pa.Array, int]:
-    """The v ends of more than ``_HOT_FAN`` pairs (counted in the driver when ``pairs`` is there, else by a
-    group-by), most-paired first, as many as ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each
-    (the rest stay cold: correct, only slower), and how many pairs they end."""
-    if pairs is not None:
-        counts = pc.value_counts(pairs["v"].combine_chunks()).flatten()
-        fan = _fan_above(pa.table({"v": counts[0], "n": counts[1]}))
-    else:
-        fan = (
-            edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
-        )
+def _hot_rows(edges: Dataset, per_set: int, budget: Budget, kw: dict[str, Any]) -> tuple[pa.Array, int]:
+    """The v ends of more than ``_HOT_FAN`` pairs (a group-by), most-paired first, as many as
+    ``Budget.broadcast_bytes`` holds at ``per_set`` bytes each (the rest stay cold: correct, only slower),
+    and how many pairs they end."""
+    fan = edges.group_by("v").count("n").map_batches(_fan_above, name="dedup.fuzzy.hot_rows").to_arrow(**kw)
     cap = max(1, budget.broadcast_bytes // per_set)
     if fan.num_rows > cap:
         fan = fan.sort_by([("n", "descending"), ("v", "ascending")]).slice(0, cap)
@@ -732,7 +711,7 @@ def graph_in_driver(
     measure_rows: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> pa.Table | None:
     """Verify (unless ``pairs`` has a ``sim`` column already) and cluster a driver-sized pair table; returns
-    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``NodeSets`` rows of
+    the node info of the rows in clusters of 2 or more. ``collect_sets(rows)`` gives the ``node_sets`` rows of
     the endpoints (one filtered pass); the index's docs give those of indexed endpoints.
 
     With ``measure_rows`` (the pairs verified already, their sets beyond the driver's share), ``collect_sets``
@@ -857,27 +836,21 @@ def _indexed_sets(run: FuzzyRun, keys: pa.Array, like: pa.Schema) -> tuple[pa.Ta
     return table, np.asarray(found["anchor"], dtype=np.int64)
 
 
-class NodeSets:
+def node_sets(
+    nodes: pa.Array | None, cfg: FuzzyDedupConfig, columns: DedupColumns, table: pa.Table
+) -> pa.Table:
     """(ROW, sorted shingle set[, id][, priority]) of the rows whose number is in ``nodes`` (every row when
     ``nodes`` is None). Counts the sets' bytes (``dedup/set_bytes``): what holding them in the driver costs."""
-
-    def __init__(self, nodes: pa.Array | None, config: FuzzyDedupConfig, columns: DedupColumns):
-        self.nodes, self.config, self.columns = nodes, config, columns
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        text, id_column, priority_column = astuple(self.columns)
-        checks = ((text, "text"), (id_column, "id"), (priority_column, "priority"))
-        if not all(has_column(table, name, what) for name, what in checks):
-            return pa.table({ROW: pa.array([], pa.int64())})
-        wanted = table if self.nodes is None else table.filter(pc.is_in(table[ROW], value_set=self.nodes))
-        cfg = self.config
-        sets = unique_sets(
-            shingle_hashes(wanted[text], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize)
-        )
-        lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
-        counters.increment("dedup/set_bytes", lists.nbytes)
-        keys = {c: wanted[c] for c in (id_column, priority_column) if c is not None}
-        return pa.table({ROW: wanted[ROW], "shingles": lists, **keys})
+    text, id_column, priority_column = astuple(columns)
+    checks = ((text, "text"), (id_column, "id"), (priority_column, "priority"))
+    if not all(has_column(table, name, what) for name, what in checks):
+        return pa.table({ROW: pa.array([], pa.int64())})
+    wanted = table if nodes is None else table.filter(pc.is_in(table[ROW], value_set=nodes))
+    sets = unique_sets(shingle_hashes(wanted[text], kind=cfg.shingle, n=cfg.ngram, normalize=cfg.normalize))
+    lists = pa.LargeListArray.from_arrays(pa.array(sets.offsets), pa.array(sets.hashes, pa.uint64()))
+    counters.increment("dedup/set_bytes", lists.nbytes)
+    keys = {c: wanted[c] for c in (id_column, priority_column) if c is not None}
+    return pa.table({ROW: wanted[ROW], "shingles": lists, **keys})
 
 
 def _nodes(pairs: pa.Table) -> pa.Array:
@@ -904,8 +877,10 @@ def verify_and_cluster(
             return None, None
         nodes = _nodes(pairs)
         new_nodes = nodes.filter(pc.greater_equal(nodes, 0))
-    node_sets = rows.map_batches(NodeSets(new_nodes, config, run.columns), name="dedup.fuzzy.node_sets")
-    written = node_sets.write_parquet(f"{run.scratch}/sets", **kw)
+    sets_of = functools.partial(node_sets, new_nodes, config, run.columns)
+    written = rows.map_batches(sets_of, name="dedup.fuzzy.node_sets").write_parquet(
+        f"{run.scratch}/sets", **kw
+    )
     set_bytes = sum(stage["counters"].get("dedup/set_bytes", 0) for stage in written.stats["stages"])
     info["set_bytes"] = set_bytes
 

@@ -15,7 +15,7 @@ The dup columns of the Dataset dedup functions: from cluster assignments to ``du
 ``dup_cluster_size`` / ``dup_keep``, shared by the exact and fuzzy paths.
 
 Both paths end the same way: each row gets (CLUSTER, SIZE, KEEPER) helper columns, by row number from
-a small driver-side table (``Attach`` with ``cluster_node_info``) or by a join with per-group keepers formed
+a small driver-side table (``_attach`` with ``cluster_node_info``) or by a join with per-group keepers formed
 on the engine (``group_keepers``); ``Finish`` turns them into the user's columns (a row is kept when it is its
 cluster's KEEPER), counts,
 and annotates or removes. The keep rule (largest priority, then smallest id, then input order) is in
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -205,31 +206,26 @@ class StripRowNumbers:
         return BatchOutput(kept=kept, dropped={self.reason: removed}) if removed else kept
 
 
-class Attach:
+def _attach(node_info: pa.Table | None, id_column: str | None, table: pa.Table) -> pa.Table:
     """Looks each row's number up in a small (ROW, CLUSTER, SIZE, KEEPER) table held in memory: a
     broadcast join, so the input keeps its shards and order and the text is never shuffled."""
-
-    def __init__(self, node_info: pa.Table | None, id_column: str | None):
-        self.node_info, self.id_column = node_info, id_column
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if ROW not in table.column_names or not has_column(table, self.id_column, "id"):
-            return table
-        if self.node_info is None or self.node_info.num_rows == 0:
-            own = table.schema.field(self.id_column).type if self.id_column is not None else pa.int64()
-            for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEPER, pa.int64())):
-                table = table.append_column(name, pa.nulls(table.num_rows, kind))
-            return table
-        idx = pc.index_in(table[ROW], value_set=self.node_info[ROW].combine_chunks())
-        for name in (CLUSTER, SIZE, KEEPER):
-            table = table.append_column(name, self.node_info[name].take(idx))
+    if ROW not in table.column_names or not has_column(table, id_column, "id"):
         return table
+    if node_info is None or node_info.num_rows == 0:
+        own = table.schema.field(id_column).type if id_column is not None else pa.int64()
+        for name, kind in ((CLUSTER, own), (SIZE, pa.int64()), (KEEPER, pa.int64())):
+            table = table.append_column(name, pa.nulls(table.num_rows, kind))
+        return table
+    idx = pc.index_in(table[ROW], value_set=node_info[ROW].combine_chunks())
+    for name in (CLUSTER, SIZE, KEEPER):
+        table = table.append_column(name, node_info[name].take(idx))
+    return table
 
 
 def attached(rows: Dataset, node_info: pa.Table | None, finish: Finish, method: str):
     """A method's output when its clusters formed in the driver: the cluster columns of ``node_info`` looked
-    up by row number (``Attach``), then ``finish``."""
-    attach = Attach(node_info, finish.columns.id_column)
+    up by row number (``_attach``), then ``finish``."""
+    attach = functools.partial(_attach, node_info, finish.columns.id_column)
     return rows.map_batches(attach, name=f"dedup.{method}.attach").map_batches(
         finish, name=f"dedup.{method}.finish"
     )
@@ -260,9 +256,10 @@ def on_table(
 ) -> DedupResult:
     """A table function: the Dataset function ``dedup`` (in ``annotate`` mode, executed ``INPROCESS``, with
     ``columns`` and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats:
-    the row balance and the cluster-size histogram of the annotated rows, plus what ``dedup`` put in its
-    ``stats``."""
+    the row balance, what ``Finish`` counted of the annotated rows (``finished``), plus what ``dedup`` put in
+    its ``stats``."""
     import zephyr
+    from zephyr import job_stats
 
     check_removal_mode(mode)
     table = as_table(data)
@@ -270,27 +267,33 @@ def on_table(
     info: dict[str, Any] = {}
     ds = zephyr.from_arrow(table)
     out = dedup(ds, columns=columns, mode="annotate", execution=INPROCESS, stats=info, **kwargs)
-    annotated = out.to_arrow(**INPROCESS)
-    keep = np.asarray(annotated["dup_keep"], dtype=bool)
-    members = np.asarray(pc.is_valid(annotated[columns.text_column]), dtype=bool)
-    sizes, clusters = np.unique(
-        np.asarray(annotated["dup_cluster_size"].fill_null(0))[keep & members], return_counts=True
-    )
-    out = annotated
+    with job_stats.recording() as jobs:
+        annotated = out = out.to_arrow(**INPROCESS)
     if mode == "remove":
         out = annotated.filter(annotated["dup_keep"]).drop_columns(list(DUP_COLUMNS))
+    counted = finished(job_stats.counter_totals(st for job in jobs for st in job["stages"]))
     stats = {
         "rows_in": table.num_rows,
         "rows_out": out.num_rows,
         "rows_dropped": table.num_rows - out.num_rows,
         "rows_quarantined": 0,
-        "null_text": int((~members).sum()),
-        "duplicates": int((~keep).sum()),
-        "clusters": int(clusters.sum()),
-        "cluster_size_histogram": {str(int(s)): int(c) for s, c in zip(sizes, clusters)},
+        **counted,
         **info,
     }
     return DedupResult(out, stats)
+
+
+def finished(counters: dict[str, int]) -> dict[str, Any]:
+    """What ``Finish`` counted, from a run's ``counters``: ``null_text``, ``duplicates``, ``clusters`` (kept
+    rows with text) and ``cluster_size_histogram`` (kept rows by cluster size, sizes ascending)."""
+    sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
+    histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    return {
+        "null_text": counters.get("dedup/null_text", 0),
+        "duplicates": counters.get("dedup/duplicates", 0),
+        "clusters": sum(histogram.values()),
+        "cluster_size_histogram": histogram,
+    }
 
 
 def _null_safe_equal(a: Any, b: Any) -> Any:
@@ -392,21 +395,26 @@ def budget_of(kw: dict[str, Any]) -> Budget:
 
 
 @contextlib.contextmanager
-def scratch_folder(kw: dict[str, Any]) -> Iterator[str]:
+def scratch_folder(kw: dict[str, Any], name: str = "") -> Iterator[str]:
     """A folder for the eager phase's intermediate Parquet, removed when the block ends: under ``work_dir``
-    when one is given (remote workers see it), else a local temporary folder."""
+    when one is given (remote workers see it), else a local temporary folder. With ``name`` it is
+    ``work_dir/name`` and stays when the block fails, so a rerun of the same work resumes the jobs that wrote
+    there (a pipeline step's); without, a fresh folder each time."""
     import uuid
 
     import fsspec
 
     work_dir = kw.get("work_dir")
     if work_dir:
-        url = f"{str(work_dir).rstrip('/')}/dedup-scratch-{uuid.uuid4().hex[:12]}"
+        url = f"{str(work_dir).rstrip('/')}/{name or f'dedup-scratch-{uuid.uuid4().hex[:12]}'}"
     else:
         url = tempfile.mkdtemp(prefix="zephyr-dedup-")
+    done = False
     try:
         yield url
+        done = True
     finally:
-        fs, path = fsspec.core.url_to_fs(url)
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm(path, recursive=True)
+        if done or not (work_dir and name):
+            fs, path = fsspec.core.url_to_fs(url)
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm(path, recursive=True)

@@ -110,7 +110,7 @@ def _dedup(
     what a dedup that rewrites rows changed (``rows_changed``, ``bytes_removed``...: in the stats, the
     summary's ``details`` and its human table). ``OUTPUT.zephyr/stats.json``'s ``dedup`` section: ``extra``,
     the write's ``dedup/*`` counters and cluster-size histogram."""
-    from zephyr.dedup._rows import Jobs, budget_of, scratch_folder
+    from zephyr.dedup._rows import Jobs, budget_of, finished, scratch_folder
 
     from zephyr import job_stats
     from zephyr.removal import Unless
@@ -129,8 +129,7 @@ def _dedup(
         )
         changed = (after(kwargs, result) if after is not None else None) or {}
     counters = _counters(result)
-    sizes = {k.split("=", 1)[1]: v for k, v in counters.items() if k.startswith("dedup/cluster_size=")}
-    histogram = dict(sorted(sizes.items(), key=lambda kv: int(kv[0])))
+    histogram = finished(counters)["cluster_size_histogram"]
     extra = {**extra, **changed, "counters": counters, "cluster_size_histogram": histogram}
     details = {"kind": extra["kind"], "files": len(result.files), **changed}
     if extra.get("warnings"):
@@ -244,7 +243,7 @@ def substring(
 ) -> Summary | list[PlannedJob]:
     """Remove repeats of byte spans of at least --min-bytes (exact substrings). A span is kept at its first
     occurrence in corpus order; the stats hold the bytes removed per source and the most repeated spans."""
-    from zephyr.dedup.substring import SHORT_DOC, removed_bytes, substring_dedup_dataset
+    from zephyr.dedup.substring import removed_bytes, substring_dedup_dataset
 
     # substring dedup cuts spans out of the text and adds no column: flags about added columns are refused
     if removal.mode != "remove" or removal.replace_columns or removal.output_column != "dup":
@@ -257,34 +256,13 @@ def substring(
     extra: dict[str, Any] = {"kind": "substring", "min_doc_bytes": config.min_doc_bytes}
 
     def after(kwargs: dict, result: Any) -> dict[str, int]:
-        stages = result.stats.get("stages", [])
-        extra.update(removed_bytes(stages))
-        dropped = (op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"])
-        extra["docs_dropped_short"] = sum(dropped)
+        extra.update(removed_bytes(result.stats.get("stages", [])))
         return {"rows_changed": extra["docs_changed"], "bytes_removed": extra["bytes_removed"]}
 
     def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
         return substring_dedup_dataset(rows, config, jobs=jobs)
 
     return _dedup(inputs, removal, execution, output, "none", extra, dedup, after=after)
-
-
-def _opened_index(index: IndexConfig, config: FuzzyDedupConfig):
-    """The opened ``--index`` (checked against ``config`` before any work), after checking the flags agree."""
-    from zephyr.dedup.index import open_index
-
-    if index.update_index and index.index is None:
-        raise ConfigError("--update-index needs --index DIR (the index to add to)")
-    if index.index is not None and index.write_index is not None:
-        raise ConfigError(
-            "--write-index starts a new index; to add to --index DIR, pass --update-index instead"
-        )
-    if index.write_index is not None and open_index(index.write_index, config, missing_ok=True) is not None:
-        raise ConfigError(
-            f"a signature index already exists at {index.write_index}; "
-            f"add to it with --index {index.write_index} --update-index"
-        )
-    return open_index(index.index, config) if index.index is not None else None
 
 
 def fuzzy(
@@ -299,37 +277,17 @@ def fuzzy(
     """Near-duplicate dedup with MinHash-LSH, verified. Candidate pairs from LSH buckets are kept when the
     true Jaccard of their shingle sets reaches --threshold, then clustered (anchored by default). The plans
     hold the rules that choose where verification and clusters run."""
-    from zephyr.dedup._rows import StripRowNumbers
-    from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
-    from zephyr.dedup.index import write_generation
+    from zephyr.dedup.fuzzy import IndexedDedup
 
-    bands, rows_per_band = config.bands_rows()
-    extra = {"kind": "fuzzy", "config": config.to_dict(), "bands": bands, "rows": rows_per_band}
-    extra.update(lsh_threshold=config.lsh_threshold, mode=removal.mode)
-    indexing, annotated = index.write_index is not None or index.update_index, []
-
-    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
-        """With an index to write, annotated with row numbers (``annotated``), then the output of ``mode``."""
-        opened = _opened_index(index, config) if jobs.running else index.index
-        if not indexing:
-            return fuzzy_dedup_dataset(rows, config, columns, mode=mode, index=opened, jobs=jobs)
-
-        def stripped(out: Dataset) -> Dataset:
-            return out.map_batches(StripRowNumbers(mode), name="dedup.fuzzy.output")
-
-        kw = dict(index=opened, row_numbers=True, jobs=jobs.then(stripped))
-        annotated.append(fuzzy_dedup_dataset(rows, config, columns, mode="annotate", **kw))
-        return stripped(annotated[0])
+    extra = {"kind": "fuzzy", "config": config.to_dict(), "mode": removal.mode}
+    indexed = IndexedDedup(config, columns, index)
 
     def written(kwargs: dict, result: Any) -> None:
         """This run's rows (the removed ones tied to their kept row) into the index, after the output."""
-        target = index.write_index or index.index
-        create = index.write_index is not None
-        entry = write_generation(target, annotated[0], config, columns, create=create, execution=kwargs)
-        extra["index_written"] = {"path": target, **entry}
+        extra["index_written"] = {"path": index.writes, **indexed.write(kwargs)}
 
-    after = written if indexing else None
-    return _dedup(inputs, removal, execution, output, "document", extra, dedup, True, after=after)
+    after = written if index.writes is not None else None
+    return _dedup(inputs, removal, execution, output, "document", extra, indexed.dedup, True, after=after)
 
 
 def _command(kind: str, run: Any, config: type, **options: type) -> Command:

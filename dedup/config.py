@@ -61,7 +61,6 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "nemo": dict(shingle="char", ngram=24, bands=20, rows_per_band=13, normalize="none"),
     "redpajama": dict(shingle="word", ngram=13, num_perm=128, normalize="simplify"),  # bands by threshold
 }
-_REDPAJAMA_BANDS = {0.7: (14, 9), 0.8: (9, 13), 0.9: (5, 25)}
 _DEFAULT_NUM_PERM = 112
 
 
@@ -192,8 +191,8 @@ class FuzzyDedupConfig:
         base = dict(_PRESETS[name])
         if name == "redpajama":
             threshold = float(overrides.get("threshold", 0.8))
-            bands = _REDPAJAMA_BANDS.get(threshold) or optimal_bands(threshold, 128)
-            base.update(bands=bands[0], rows_per_band=bands[1])
+            # RedPajama's published bands (0.7 → 14×9, 0.8 → 9×13, 0.9 → 5×25) are these optima
+            base["bands"], base["rows_per_band"] = optimal_bands(threshold, 128)
         return cls(preset=name, **{**base, **overrides})
 
     def bands_rows(self) -> tuple[int, int]:
@@ -319,3 +318,14 @@ class IndexConfig:
     """With ``index``: append this run's kept rows to the index (after the output is written)."""
     write_index: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Start a new signature index at DIR holding this run's kept rows."""
+
+    def __post_init__(self) -> None:
+        if self.update_index and self.index is None:
+            raise FieldError("update_index", "needs --index DIR (the index to add to)")
+        if self.index is not None and self.write_index is not None:
+            raise FieldError("write_index", "starts a new index; to add to --index DIR, pass --update-index")
+
+    @property
+    def writes(self) -> str | None:
+        """The index this run adds a generation to, if any."""
+        return self.write_index or (self.index if self.update_index else None)

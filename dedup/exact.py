@@ -58,6 +58,7 @@ web URL are in no cluster and pass through (counted as ``dedup/null_text``: no k
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -339,16 +340,12 @@ URL_DUPLICATE = "url_duplicate"
 """The drop reason of a row whose normalized URL an earlier-kept row has (the CLI's and the pipelines')."""
 
 
-class _AddUrlKey:
-    def __init__(self, url_column: str):
-        self.url_column = url_column
+def _add_url_key(url_column: str, table: pa.Table) -> pa.Table:
+    from zephyr.pipelines.web.urls import normalize_urls
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        from zephyr.pipelines.web.urls import normalize_urls
-
-        if not has_column(table, self.url_column, "url"):  # an empty input file without columns
-            return table.append_column(URL_KEY, pa.array([], pa.string()))
-        return table.append_column(URL_KEY, normalize_urls(table.column(self.url_column)))
+    if not has_column(table, url_column, "url"):  # an empty input file without columns
+        return table.append_column(URL_KEY, pa.array([], pa.string()))
+    return table.append_column(URL_KEY, normalize_urls(table.column(url_column)))
 
 
 def url_dedup_dataset(
@@ -371,7 +368,7 @@ def url_dedup_dataset(
         return out.map_batches(strip, name="dedup.url.finish")
 
     jobs = jobs or Jobs(execution, {} if stats is None else stats)
-    keyed = ds.map_batches(_AddUrlKey(url_column), name="dedup.url.key")
+    keyed = ds.map_batches(functools.partial(_add_url_key, url_column), name="dedup.url.key")
     keys = dataclasses.replace(columns, text_column=URL_KEY)
     out = exact_dedup_dataset(keyed, keys, normalize="none", mode="annotate", jobs=jobs.then(stripped))
     return stripped(out)

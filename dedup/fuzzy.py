@@ -21,25 +21,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zephyr.dedup._compiled as compiled
-from zephyr.dedup._graph import FuzzyRun, NodeSets, verify_and_cluster
+from zephyr.dedup._graph import FuzzyRun, node_sets, verify_and_cluster
 from zephyr.dedup._minhash import band_rows, candidate_pairs, compute_signatures
 from zephyr.dedup._rows import (
     ROW,
     DedupResult,
     Finish,
     Jobs,
+    StripRowNumbers,
     attached,
     has_column,
     on_table,
     scratch_folder,
 )
-from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig
+from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig, IndexConfig
 
 import zephyr
 from zephyr import counters
@@ -70,36 +73,25 @@ def fuzzy_dedup(
     return on_table(data, mode, fuzzy_dedup_dataset, columns, config=config, index=index)
 
 
-class _BandRows:
+def _band_rows(config: FuzzyDedupConfig, text_column: str, table: pa.Table) -> pa.Table:
     """One row (ROW, band, band hash) per document and band; documents without shingles emit none."""
-
-    def __init__(self, config: FuzzyDedupConfig, text_column: str):
-        self.config, self.text_column = config, text_column
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-        if not has_column(table, self.text_column, "text"):
-            return band_rows(np.zeros(0, np.int64), np.zeros((0, 0), np.uint64))
-        shingles, bands = compute_signatures(table[self.text_column], self.config)
-        has = shingles.counts > 0
-        return band_rows(np.asarray(table[ROW], dtype=np.int64)[has], bands[has])
+    if not has_column(table, text_column, "text"):
+        return band_rows(np.zeros(0, np.int64), np.zeros((0, 0), np.uint64))
+    shingles, bands = compute_signatures(table[text_column], config)
+    has = shingles.counts > 0
+    return band_rows(np.asarray(table[ROW], dtype=np.int64)[has], bands[has])
 
 
-class _BucketPairs:
+def _bucket_pairs(links: int, table: pa.Table) -> pa.Table:
     """Buckets (with their member lists) → candidate pairs [u later row, v earlier row], each member paired
     with the bucket's first ``links`` members before it (``_minhash.candidate_pairs``' rule, by row number)."""
-
-    def __init__(self, links: int):
-        self.links = links
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-
-        members = table.filter(pc.greater(table["n"], 1))["members"].combine_chunks()
-        bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
-        rows = np.asarray(members.flatten(), dtype=np.int64)
-        pairs = candidate_pairs(bucket[:, None], rows, links=self.links)
-        pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
-        counters.increment("dedup/candidate_pairs", len(pairs))
-        return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
+    members = table.filter(pc.greater(table["n"], 1))["members"].combine_chunks()
+    bucket = np.asarray(pc.list_parent_indices(members), dtype=np.uint64)
+    rows = np.asarray(members.flatten(), dtype=np.int64)
+    pairs = candidate_pairs(bucket[:, None], rows, links=links)
+    pairs = pairs[pairs[:, 0] >= 0]  # two indexed documents (negative keys): both are kept already
+    counters.increment("dedup/candidate_pairs", len(pairs))
+    return pa.table({"u": pa.array(pairs[:, 0]), "v": pa.array(pairs[:, 1])})
 
 
 def fuzzy_dedup_dataset(
@@ -157,7 +149,9 @@ def fuzzy_dedup_dataset(
     if row_numbers and mode != "annotate":
         raise ConfigError("row_numbers needs mode='annotate' (removed rows are what an index links through)")
     rows = ds.with_row_index(ROW)
-    band_rows = rows.map_batches(_BandRows(config, columns.text_column), name="dedup.fuzzy.signatures")
+    band_rows = rows.map_batches(
+        partial(_band_rows, config, columns.text_column), name="dedup.fuzzy.signatures"
+    )
     finish = Finish(columns, mode, row_numbers)
     indexed = " (with --index, the index's band rows join the bucket shuffle)" if index is not None else ""
     with scratch_folder(kw) if jobs.running else contextlib.nullcontext("") as scratch:
@@ -172,7 +166,7 @@ def fuzzy_dedup_dataset(
             "endpoints' sets; more: every row's"
         )
         if jobs.explain:
-            sets = rows.map_batches(NodeSets(None, config, columns), name="dedup.fuzzy.node_sets")
+            sets = rows.map_batches(partial(node_sets, None, config, columns), name="dedup.fuzzy.node_sets")
             jobs("job 2: shingle sets, written once", sets)
             jobs(
                 f"pairs in the driver and their sets ≤ driver_set_bytes {budget.driver_set_bytes:,}: "
@@ -189,6 +183,9 @@ def fuzzy_dedup_dataset(
             return jobs.output(title, attached(rows, None, finish, "fuzzy"))
         candidates = edges.count(**kw)
         info.update(candidate_pairs=candidates, driver_rows=limit, cluster_rule=config.clusters)
+        bands, rows_per_band = config.bands_rows()  # the banding in force: ``lsh`` in the stats
+        lsh = dict(bands=bands, rows=rows_per_band, threshold=config.threshold)
+        info["lsh"] = {**lsh, "lsh_threshold": round(config.lsh_threshold, 4)}
         if index is not None:
             info["index"] = {"path": index.path, "docs": index.docs, "generations": len(index.generations)}
         logger.info("fuzzy dedup: %d candidate pairs, in-memory limit %d", candidates, limit)
@@ -204,6 +201,52 @@ def _pairs_of(band_rows: Dataset, config: FuzzyDedupConfig) -> Dataset:
     return (
         band_rows.group_by("band", "bhash")
         .agg(members=(ROW, "list"), n=(ROW, "count"))
-        .map_batches(_BucketPairs(config.bucket_links), name="dedup.fuzzy.bucket_pairs")
+        .map_batches(partial(_bucket_pairs, config.bucket_links), name="dedup.fuzzy.bucket_pairs")
         .deduplicate("u", "v")
     )
+
+
+@dataclass
+class IndexedDedup:
+    """One fuzzy dedup against and into the signature index ``index`` names, for ``zephyr dedup fuzzy`` and
+    the pipelines' ``fuzzy_dedup`` step. ``dedup`` (a Dataset function: ``dedup(rows, mode=, jobs=)``) opens
+    and checks the index when it runs (a listing only names it), and when this run writes a generation it
+    numbers the rows and takes the output through ``StripRowNumbers`` (op ``name``); after the output is
+    written, ``write`` records every row, the removed ones tied to their kept row. ``run`` tags the
+    generation: what a pipeline step wrote before it was interrupted is no earlier run, and is replaced."""
+
+    config: FuzzyDedupConfig
+    columns: DedupColumns
+    index: IndexConfig
+    run: str | None = None
+    name: str = "dedup.fuzzy.output"
+    opened: IndexInfo | None = None
+    annotated: Dataset | None = None
+
+    def dedup(self, rows: Dataset, mode: str, jobs: Jobs) -> Dataset:
+        from zephyr.dedup.index import checked_target, open_index
+
+        index, config = self.index, self.config
+        if jobs.running:
+            self.opened = open_index(index.index, config, run=self.run) if index.index is not None else None
+            if index.writes is not None:  # before any work
+                checked_target(index.writes, config, create=index.write_index is not None)
+        kw = dict(index=self.opened if jobs.running else index.index, jobs=jobs)
+        if index.writes is None:
+            return fuzzy_dedup_dataset(rows, config, self.columns, mode=mode, **kw)
+
+        def stripped(out: Dataset) -> Dataset:
+            return out.map_batches(StripRowNumbers(mode), name=self.name)
+
+        kw["jobs"] = jobs.then(stripped)
+        self.annotated = fuzzy_dedup_dataset(
+            rows, config, self.columns, mode="annotate", row_numbers=True, **kw
+        )
+        return stripped(self.annotated)
+
+    def write(self, execution: dict[str, Any]) -> dict[str, Any]:
+        """The run's rows as a new generation of the index (``write_generation``): its entry."""
+        from zephyr.dedup.index import write_generation
+
+        kw = dict(create=self.index.write_index is not None, run=self.run, execution=execution)
+        return write_generation(self.index.writes, self.annotated, self.config, self.columns, **kw)

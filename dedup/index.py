@@ -202,6 +202,18 @@ def _explode_bands(table: pa.Table) -> pa.Table:
     return band_rows(table[KEY], bands.reshape(table.num_rows, table.schema.field("bands").type.list_size))
 
 
+def checked_target(path: str, config: FuzzyDedupConfig, create: bool) -> IndexInfo | None:
+    """The index at ``path`` a run adds a generation to: ``create``, none may be there yet; else one must."""
+    info = open_index(path, config, missing_ok=True)
+    if create and info is not None:
+        raise ConfigError(
+            f"a signature index already exists at {path}; add to it with --index {path} --update-index"
+        )
+    if not create and info is None:
+        raise ConfigError(f"no signature index at {path} to update; create one with --write-index {path}")
+    return info
+
+
 def write_generation(
     path: str,
     kept: Dataset,
@@ -219,13 +231,7 @@ def write_generation(
     import zephyr
 
     fs, root = fsspec.core.url_to_fs(path)
-    info = open_index(path, config, missing_ok=True)
-    if create and info is not None:
-        raise ConfigError(
-            f"a signature index already exists at {path}; add to it with --index {path} --update-index"
-        )
-    if not create and info is None:
-        raise ConfigError(f"no signature index at {path} to update; create one with --write-index {path}")
+    info = checked_target(path, config, create)
     meta = info.meta if info is not None else {"format": INDEX_FORMAT, "version": INDEX_VERSION}
     if info is None:
         meta.update(settings=_settings(config), config=config.to_dict(), generations=[])

@@ -375,31 +375,20 @@ def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Arr
     return *string_buffers(texts), texts
 
 
-@dataclass(frozen=True)
-class _Anchors:
-    config: SubstringConfig
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-
-        found, cfg = _texts(table, self.config.text_column), self.config
-        hashes = anchor_hashes(*found[:2], cfg.min_bytes, cfg.anchor) if found else np.zeros(0, np.uint64)
-        return pa.table({"h": pa.array(hashes.view(np.int64))})
+def _batch_anchors(cfg: SubstringConfig, table: pa.Table) -> pa.Table:
+    found = _texts(table, cfg.text_column)
+    hashes = anchor_hashes(*found[:2], cfg.min_bytes, cfg.anchor) if found else np.zeros(0, np.uint64)
+    return pa.table({"h": pa.array(hashes.view(np.int64))})
 
 
-@dataclass(frozen=True)
-class _Candidates:
-    config: SubstringConfig
-    repeated: np.ndarray = field(repr=False)
-
-    def __call__(self, table: pa.Table) -> pa.Table:
-
-        found, cfg = _texts(table, self.config.text_column), self.config
-        if found is None:
-            return pa.table({k: pa.array([], pa.int64()) for k in ("wh", "row", "s")})
-        wh, docs, starts, first = candidates(*found[:2], cfg.min_bytes, cfg.anchor, self.repeated)
-        wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
-        rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
-        return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
+def _batch_candidates(cfg: SubstringConfig, repeated: np.ndarray, table: pa.Table) -> pa.Table:
+    found = _texts(table, cfg.text_column)
+    if found is None:
+        return pa.table({k: pa.array([], pa.int64()) for k in ("wh", "row", "s")})
+    wh, docs, starts, first = candidates(*found[:2], cfg.min_bytes, cfg.anchor, repeated)
+    wh, docs, starts = wh[first], docs[first], starts[first]  # one per document and window is enough
+    rows = np.asarray(table.column(ROW), dtype=np.int64)[docs]
+    return pa.table({"wh": pa.array(wh.view(np.int64)), "row": pa.array(rows), "s": pa.array(starts)})
 
 
 @dataclass(frozen=True)
@@ -523,7 +512,7 @@ def substring_dedup_dataset(
     limit = jobs.budget.shared_window_rows if shared_window_rows is None else shared_window_rows
     info, explain = jobs.info, jobs.explain
     rows, repeated = ds.with_row_index(ROW), np.zeros(0, np.uint64)
-    anchors = rows.map_batches(_Anchors(config), name="dedup.substring.anchors")
+    anchors = rows.map_batches(functools.partial(_batch_anchors, config), name="dedup.substring.anchors")
     found = jobs(
         f"job 1: repeated anchors ({config.anchor}-byte winnowing grams seen twice), to the driver",
         anchors.group_by("h")
@@ -547,7 +536,9 @@ def substring_dedup_dataset(
     if explain or len(repeated):
         cand = jobs(
             f"job 2: candidate windows ({config.min_bytes} bytes with a repeated anchor), materialized",
-            rows.map_batches(_Candidates(config, repeated), name="dedup.substring.candidates"),
+            rows.map_batches(
+                functools.partial(_batch_candidates, config, repeated), name="dedup.substring.candidates"
+            ),
             folder="candidates",
         )
         groups = jobs(
@@ -606,15 +597,18 @@ def substring_dedup_dataset(
 
 
 def removed_bytes(stages: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a run of ``substring_dedup_dataset`` removed, from the counters of its write's ``stages``:
-    ``bytes_removed``, ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed``."""
+    """What a run of ``substring_dedup_dataset`` removed, from its write's ``stages``: ``bytes_removed``,
+    ``bytes_removed_per_source`` (by ``config.source_column``), ``docs_changed`` (counters) and
+    ``docs_dropped_short`` (rows dropped as ``substring_short_doc``)."""
     counters, prefix = job_stats.counter_totals(stages), "substring/bytes_removed/source="
+    dropped = (op.get("dropped_by_reason", {}).get(SHORT_DOC, 0) for st in stages for op in st["ops"])
     return {
         "bytes_removed": counters.get("substring/bytes_removed", 0),
         "bytes_removed_per_source": {
             k[len(prefix) :]: v for k, v in counters.items() if k.startswith(prefix)
         },
         "docs_changed": counters.get("substring/docs_changed", 0),
+        "docs_dropped_short": sum(dropped),
     }
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig
+from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
 from zephyr.pipelines.markdown import md_code, md_count, md_text
 from zephyr.pipelines.quality.config import (
     ClassifierConfig,
@@ -519,58 +519,37 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         if self.update_index and not self.index:
             raise FieldError("update_index", "update_index needs index: (the folder to add to)")
 
-    def method(self, ctx: StepContext) -> Any:
-        """The index is named here (a listing says it is read) and opened by ``run``."""
-        from zephyr.dedup.fuzzy import fuzzy_dedup_dataset
+    def indexed(self, ctx: StepContext, index: IndexConfig | None = None) -> Any:
+        """The fuzzy dedup against and into ``index`` (``zephyr.dedup.fuzzy.IndexedDedup``, as ``zephyr dedup
+        fuzzy`` runs it); a listing names the index, ``run`` opens it."""
+        from zephyr.dedup.fuzzy import IndexedDedup
 
-        bound = {"config": self.dedup, "columns": self._columns(ctx), "index": self.index}
-        return functools.partial(fuzzy_dedup_dataset, row_numbers=self.update_index, **bound)
+        index = index or IndexConfig(self.index, self.update_index)
+        return IndexedDedup(self.dedup, self._columns(ctx), index, ctx.fingerprint, ctx.op("rows"))
+
+    def method(self, ctx: StepContext) -> Any:
+        return self.indexed(ctx).dedup
 
     def shingling(self) -> tuple[str, int, str]:
         return self.dedup.shingle, self.dedup.ngram, self.dedup.normalize
 
-    def kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
-        from zephyr.dedup._rows import StripRowNumbers
-
-        return super().kept(ctx, annotated.map_batches(StripRowNumbers("annotate"), name=ctx.op("rows")))
-
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.dedup.index import open_index, write_generation
+        from zephyr.dedup._rows import Jobs
+        from zephyr.dedup.index import open_index
 
-        p = ctx.pipeline
         config = self.dedup
-        # generations this step wrote before it was interrupted are not "earlier runs": left out, then replaced
-        index = (
-            open_index(self.index, config, missing_ok=self.update_index, run=ctx.fingerprint)
-            if self.index
-            else None
-        )
-        graph: dict[str, Any] = {}
-        annotated = self.annotated(ctx, stats=graph, index=index)
+        index = IndexConfig(self.index, self.update_index)
+        if self.update_index and open_index(self.index, config, missing_ok=True) is None:
+            index = IndexConfig(write_index=self.index)  # created on the first run
+        indexed, graph = self.indexed(ctx, index), {}
+        annotated = indexed.dedup(ctx.dedup_inputs(), "annotate", Jobs(ctx.engine(self.action), graph))
         outcome = self.written(ctx, annotated)
-        if index is not None:
-            outcome.extra["index"] = {
-                "path": self.index,
-                "docs": index.docs,
-                "matched": graph.get("matched_index", 0),
-            }
+        if indexed.opened is not None:
+            matched = graph.get("matched_index", 0)
+            outcome.extra["index"] = {"path": self.index, "docs": indexed.opened.docs, "matched": matched}
         if self.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
-            outcome.extra["index_written"] = write_generation(
-                self.index,
-                annotated,
-                config,
-                DedupColumns(p.text_column, p.id_column),
-                create=open_index(self.index, config, missing_ok=True) is None,
-                run=ctx.fingerprint,
-                execution=ctx.engine("index"),
-            )
-        bands, rows = config.bands_rows()
-        outcome.extra["lsh"] = {
-            "bands": bands,
-            "rows": rows,
-            "threshold": config.threshold,
-            "lsh_threshold": round(config.lsh_threshold, 4),
-        }
+            outcome.extra["index_written"] = indexed.write(ctx.engine("index"))
+        outcome.extra["lsh"] = graph["lsh"]  # as zephyr dedup fuzzy's stats have it
         return outcome
 
 

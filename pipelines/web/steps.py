@@ -205,20 +205,15 @@ class SubstringDedupStep(Step, type="substring_dedup"):
     def run(self, ctx: StepContext) -> StepOutcome:
         """The step's extra holds the bytes removed per source and the most repeated spans (the report shows
         them)."""
-        import shutil
-
+        from zephyr.dedup._rows import Jobs, scratch_folder
         from zephyr.dedup.substring import removed_bytes, substring_dedup_dataset
 
-        config = self._config(ctx)
-        scratch = ctx.side_dir / "substring"
-        info: dict = {}
-        out = substring_dedup_dataset(
-            ctx.read_inputs(), config, execution=ctx.engine("passes"), scratch=str(scratch), stats=info
-        )
-        outcome = ctx.finish(out, ("dedup.substring.cut",))
-        shutil.rmtree(scratch, ignore_errors=True)
-        info.update(removed_bytes(outcome.engine_stats.get("stages", [])))
-        outcome.extra.update(substring=info)
+        execution, info = ctx.engine("passes"), {}
+        with scratch_folder(execution, "substring") as scratch:  # pass 3 reads the repeats written there
+            jobs = Jobs(execution, info, scratch=scratch)
+            out = substring_dedup_dataset(ctx.read_inputs(), self._config(ctx), jobs=jobs)
+            outcome = ctx.finish(out, ("dedup.substring.cut",))
+        outcome.extra["substring"] = {**info, **removed_bytes(outcome.engine_stats.get("stages", []))}
         return outcome
 
     @classmethod

@@ -3,11 +3,13 @@ clustered from its keys, the refinement rounds' pairs measured on the engine (is
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 import pytest
 from zephyr.dedup import FuzzyDedupConfig, fuzzy_dedup_dataset
-from zephyr.dedup._graph import FuzzyRun, NodeSets, PairSimilarity, RowsIn, graph_in_driver
+from zephyr.dedup._graph import FuzzyRun, PairSimilarity, RowsIn, graph_in_driver, node_sets
 from zephyr.dedup._rows import ROW
 from zephyr.dedup.config import DedupColumns
 
@@ -33,7 +35,7 @@ def test_graph_from_keys_equals_graph_from_sets(tmp_path, clusters):
     config = FuzzyDedupConfig(threshold=0.8, ngram=3, clusters=clusters)
     kw = {"executor": "inprocess"}
     rows = zephyr.from_arrow(pa.table({"id": ["a", "b", "c", "d"], "text": _texts()})).with_row_index(ROW)
-    written = rows.map_batches(NodeSets(None, config, DedupColumns())).write_parquet(
+    written = rows.map_batches(partial(node_sets, None, config, DedupColumns())).write_parquet(
         str(tmp_path / "sets"), **kw
     )
     sets = zephyr.read_parquet(written.files)
@@ -83,7 +85,7 @@ def test_pair_similarity_is_the_true_jaccard(tmp_path, limit):
     config = FuzzyDedupConfig(ngram=3)
     kw = {"executor": "inprocess"}
     rows = zephyr.from_arrow(pa.table({"id": ["a", "b", "c", "d"], "text": _texts()})).with_row_index(ROW)
-    written = rows.map_batches(NodeSets(None, config, DedupColumns())).write_parquet(
+    written = rows.map_batches(partial(node_sets, None, config, DedupColumns())).write_parquet(
         str(tmp_path / "sets"), **kw
     )
     sets = zephyr.read_parquet(written.files)

@@ -404,3 +404,35 @@ def test_the_python_kernels_hash_without_overflow_warnings():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["69"]  # doc 0 keeps its first sentence (29 bytes), doc 1 its 40
+
+
+def test_an_interrupted_pipeline_step_resumes_its_finished_passes(tmp_path, monkeypatch):
+    """The ``substring_dedup`` step's passes write under its work dir (``passes/substring``), which a failed
+    run leaves behind: the rerun resumes them (no candidate window is computed again) and removes the
+    repeats."""
+    import yaml
+
+    rows = _boilerplate_corpus(40)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in.parquet")
+    steps = [{"step": "read", "paths": [str(tmp_path / "in.parquet")], "num_shards": 4}]
+    steps.append({"step": "substring_dedup", "min_bytes": 50})
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"name": "substring", "steps": steps}))
+    job = tmp_path / "job"
+    argv = ["run", str(tmp_path / "p.yaml"), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
+
+    def interrupted(self, table):
+        raise KeyboardInterrupt("stopped in the output pass")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels._Cut, "__call__", interrupted)
+        assert main(argv) != 0  # "interrupted; rerun the same command to resume"
+    assert list(job.glob("01-*.zephyr/work/passes/substring/candidates/*.parquet"))
+    computed = []
+    windows = kernels._batch_candidates
+    monkeypatch.setattr(kernels, "_batch_candidates", lambda *a: computed.append(1) or windows(*a))
+    assert main(argv) == 0
+    assert computed == []  # pass 2 resumed from the failed run's files
+    assert not list(job.glob("01-*.zephyr/work/passes/substring"))
+    got = pq.read_table(job / "01-substring_dedup")  # in corpus order: the read step's shards
+    expected = reference([rows[i]["text"].encode() for i in got["id"].to_pylist()], 50)
+    assert [t.encode() for t in got["text"].to_pylist()] == expected
