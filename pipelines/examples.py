@@ -108,13 +108,14 @@ SELECTION_KEYS = (GROUP, GROUP_KEY, RANK, ROW_ID)
 def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.ndarray:
     """Positions in ``keys`` of the rows the selection rule keeps (see the module docstring), in order.
 
-    One stable sort on (group key, group, rank, id), after the repeats of a row (the same row from a retried
-    task, or already selected) are left out, the first one kept: earlier rows win ties."""
+    One stable sort on (group key, group, rank, id); a row equal to the one before it (the same row from a
+    retried task, or already selected) is left out, so earlier rows win ties."""
     import polars as pl
 
     order = [GROUP_KEY, GROUP, RANK, ROW_ID]
     rows = pl.from_arrow(keys.select(order)).with_row_index("_position")
-    rows = rows.unique(order, keep="first", maintain_order=True).sort(order, maintain_order=True)
+    rows = rows.sort(order, nulls_last=True, maintain_order=True)
+    rows = rows.filter(pl.any_horizontal([pl.col(c) != pl.col(c).shift() for c in order]).fill_null(True))
     rows = rows.filter(pl.int_range(pl.len()).over(GROUP_KEY, GROUP) < per_group)
     if max_groups is not None:
         rows = rows.filter(pl.struct(GROUP_KEY, GROUP).rank("dense") <= max_groups)
