@@ -128,6 +128,8 @@ COMMANDS = (
 EXCLUDED = {
     "train": "trains a model on token shards, reads no corpus: its checkpoints and metrics log hold tokens/s and "
     "wall times, and its timing belongs to benchmarks/train_mfu.py (tests/trainer cover its outputs)",
+    "train check": "measures a model configuration (graph breaks, host syncs, FLOPs, memory), reads no corpus "
+    "(tests/trainer/test_check.py)",
     "explain convert": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
     "explain sort": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",
     "explain count": "prints a plan without reading rows or writing files (tests/zephyr/test_physical.py)",

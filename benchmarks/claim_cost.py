@@ -5,7 +5,7 @@ check of a folder's files against its manifest, the checksums a publish records,
 
 Rows (each the median of ``--rounds`` rounds, on local disk unless said):
 
-* ``lock``: ``claim.held`` of one lock file: create (a temporary file hard-linked to its name) and remove;
+* ``lock``: ``claim.held`` of one lock file: open, ``flock``, write, remove;
 * ``claim, N parts``: ``claim.claimed`` of an output a finished run wrote with N part files: the overlap
   check, the lock, the listing of the folder and the manifest read;
 * ``checksum``: ``claim.file_record`` (xxh3-128) of one ``--mb`` MB file in the page cache, in GB/s: what a

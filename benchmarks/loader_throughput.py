@@ -89,7 +89,7 @@ def packing_stats(shard_lengths: list[np.ndarray], seq_len: int, packing: str, *
         )
         doc_base = np.concatenate([[0], np.cumsum([len(d) for d in shard_lengths])]).astype(np.int64)
         index = pack_best_fit(doc_starts, doc_base, seq_len, **kwargs)
-        samples, used = index.num_bins, total
+        samples, used = len(index.shard), total
         padding = 1.0 - total / max(1, samples * seq_len)
         split_mask = lengths > seq_len
     elif packing == "documents":

@@ -19,6 +19,7 @@ next run; delete them when done.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -64,7 +65,7 @@ def measure(directory: Path, files: int, threads: int, batches: int) -> dict:
     order = np.random.default_rng(2).permutation(files * DOCS_PER_FILE)
     read = 0
     start = time.perf_counter()
-    with SpillFiles(str(directory), threads=threads) as opened:
+    with contextlib.closing(SpillFiles(str(directory), threads=threads)) as opened:
         for b in range(batches):
             picked = order[b * DOCS_PER_FILE : (b + 1) * DOCS_PER_FILE]
             f, d = picked // DOCS_PER_FILE, picked % DOCS_PER_FILE

@@ -20,21 +20,32 @@ Names are imported lazily so ``zephyr --help`` (which imports ``zephyr.dedup.cli
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from zephyr._lazy import lazy_exports as _lazy_exports
 
-_EXPORTS = {  # module: the names it exports here
-    "_rows": "DedupResult",
-    "config": "DedupColumns ExactDedupConfig FuzzyDedupConfig SubstringConfig PRESETS lsh_threshold "
-    "optimal_bands",
-    "exact": "exact_dedup exact_dedup_dataset paragraph_dedup paragraph_dedup_dataset url_dedup_dataset",
-    "fuzzy": "fuzzy_dedup fuzzy_dedup_dataset",
-    "bloom": "bloom_paragraph_dedup bloom_paragraph_dedup_dataset",
-    "substring": "substring_dedup_dataset",
-    "index": "open_index write_generation",
-}
-_LAZY = {name: f"zephyr.dedup.{module}" for module, names in _EXPORTS.items() for name in names.split()}
+if TYPE_CHECKING:  # the public names, for type checkers and IDEs; loaded lazily at run time (zephyr._lazy)
+    from zephyr.dedup._rows import DedupResult
+    from zephyr.dedup.bloom import bloom_paragraph_dedup, bloom_paragraph_dedup_dataset
+    from zephyr.dedup.config import (
+        PRESETS,
+        DedupColumns,
+        ExactDedupConfig,
+        FuzzyDedupConfig,
+        SubstringConfig,
+        lsh_threshold,
+        optimal_bands,
+    )
+    from zephyr.dedup.exact import (
+        exact_dedup,
+        exact_dedup_dataset,
+        paragraph_dedup,
+        paragraph_dedup_dataset,
+        url_dedup_dataset,
+    )
+    from zephyr.dedup.fuzzy import fuzzy_dedup, fuzzy_dedup_dataset
+    from zephyr.dedup.index import open_index, write_generation
+    from zephyr.dedup.substring import substring_dedup_dataset
 
-__all__ = sorted(_LAZY)
 
-
-__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())
+__getattr__, __dir__, __all__ = _lazy_exports(__name__, globals())

@@ -113,7 +113,8 @@ def _dedup(
     from zephyr.dedup._rows import Jobs, budget_of, finished, scratch_folder
 
     from zephyr import job_stats
-    from zephyr.removal import Unless, write_summary
+    from zephyr.removal import Unless
+    from zephyr.summary import write_summary
 
     mode = removal.internal_mode
     if output is None:

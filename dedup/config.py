@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.config import FieldError, describe_type, field_hints, fits, require_at_least, require_within
+from zephyr.config import FieldError, check_field_values, ranged_field
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,15 +54,6 @@ largest file alone. The output's part count follows it."""
 def _column_or_none(value: str) -> str | None:
     """A column named on the command line: ``none`` (or nothing) means no column."""
     return None if value.lower() in ("", "none") else value
-
-
-def _require_choices(config: Any) -> None:
-    """Each field typed ``Literal[...]`` holds one of its choices (``None`` too where the type allows it): the
-    check a config built in Python gets, as the CLI's choices give it on the command line."""
-    for name, hint in field_hints(type(config)).items():
-        literal = Literal in [typing.get_origin(a) for a in (hint, *typing.get_args(hint))]
-        if literal and not fits(value := getattr(config, name), hint):
-            raise FieldError(name, f"must be {describe_type(hint)}, got {value!r}")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -122,7 +113,7 @@ class ExactDedupConfig:
     """What splits a document into paragraphs (``level="paragraph"``)."""
 
     def __post_init__(self) -> None:
-        _require_choices(self)
+        check_field_values(self)
         if not self.paragraph_separator:
             raise FieldError("paragraph_separator", "must not be empty")
 
@@ -131,21 +122,21 @@ class ExactDedupConfig:
 class FuzzyDedupConfig:
     """MinHash-LSH near-duplicate detection with verified clusters."""
 
-    threshold: float = 0.8
+    threshold: float = ranged_field(0, 1, low_open=True, default=0.8)
     """Jaccard similarity (of shingle sets) at or above which two documents are duplicates, in (0, 1]."""
     shingle: Literal["word", "char"] = "word"
     """``word`` n-grams of the normalized text, or ``char`` (Unicode code point) n-grams."""
-    ngram: int = 5
+    ngram: int = ranged_field(1, default=5)
     """Shingle length in words or characters."""
     normalize: Normalization = "default"
     """Text normalization before shingling: ``default`` (NFC + lower case + collapsed whitespace), ``none``
     (byte-exact) or ``simplify`` (also punctuation → space and digits → 0)."""
-    bands: int | None = None
+    bands: int | None = ranged_field(1, default=None)
     """LSH bands (give with ``rows_per_band``); left out, they are picked from ``threshold`` and
     ``num_perm``."""
-    rows_per_band: int | None = None
+    rows_per_band: int | None = ranged_field(1, default=None)
     """Signature values per LSH band (give with ``bands``)."""
-    num_perm: int | None = None
+    num_perm: int | None = ranged_field(1, default=None)
     """Permutations; left out: ``bands * rows_per_band`` when those are given, else 112."""
     seed: int = 1
     """Seed of the permutations; an index and the corpus deduped against it must share it."""
@@ -162,7 +153,7 @@ class FuzzyDedupConfig:
     """Where signatures are computed: ``cpu`` (the numba kernels), or torch on ``cuda``, ``xpu`` or
     ``torch-cpu`` (the accelerator code on CPU); only an explicit torch device imports torch. Same integers on
     every device, so an index built on one serves every other."""
-    bucket_links: int = 8
+    bucket_links: int = ranged_field(1, default=8)
     """Each LSH bucket member is paired with at most this many earlier members of its bucket, so a bucket
     of m rows costs at most m·bucket_links candidate pairs (see ``zephyr.dedup._minhash.candidate_pairs``)."""
     preset: Preset | None = field(default=None, compare=False)
@@ -170,17 +161,12 @@ class FuzzyDedupConfig:
     override it."""
 
     def __post_init__(self) -> None:
-        require_within("threshold", self.threshold, 0.0, 1.0, low_open=True)
-        _require_choices(self)
-        require_at_least("ngram", self.ngram, 1)
-        require_at_least("bucket_links", self.bucket_links, 1)
+        check_field_values(self)
         bands, rows = self.bands, self.rows_per_band
         if (bands is None) != (rows is None):
             raise FieldError(
                 "bands", f"give both bands and rows_per_band or neither (bands={bands}, rows_per_band={rows})"
             )
-        for key in ("bands", "rows_per_band", "num_perm"):
-            require_at_least(key, getattr(self, key), 1)
         if bands is not None and self.num_perm is not None and bands * rows > self.num_perm:
             raise FieldError(
                 "bands",
@@ -237,12 +223,12 @@ class SubstringConfig:
     """Settings of one substring dedup run (``zephyr.dedup.substring``; the web pipeline's ``substring_dedup``
     stage embeds ``min_bytes``, ``anchor_bytes`` and ``min_doc_bytes``)."""
 
-    min_bytes: int = 100
+    min_bytes: int = ranged_field(2, default=100)
     """Shortest repeated span removed (bytes)."""
     anchor_bytes: int | None = None
     """Length of the winnowing anchors; None: ``min(32, min_bytes // 2)``. Shorter anchors repeat more by
     chance (more candidates), longer ones leave fewer windows per anchor (fewer anchors to count)."""
-    min_doc_bytes: int = 0
+    min_doc_bytes: int = ranged_field(0, default=0)
     """Documents that lost bytes and have fewer left are dropped (``substring_short_doc``); 0 keeps them."""
     text_column: str = "text"
     """The text column."""
@@ -257,13 +243,11 @@ class SubstringConfig:
     token is cut in half."""
 
     def __post_init__(self) -> None:
-        _require_choices(self)
+        check_field_values(self)
         if self.unit == "tokens" and not self.tokenizer:
             raise FieldError("unit", "tokens needs a tokenizer (a tokenizer.json)")
         if self.tokenizer and self.unit != "tokens":
             raise FieldError("tokenizer", "is for unit tokens")
-        require_at_least("min_bytes", self.min_bytes, 2)
-        require_at_least("min_doc_bytes", self.min_doc_bytes, 0)
         if self.anchor_bytes is not None and not 1 <= self.anchor_bytes <= self.min_bytes:
             raise FieldError(
                 "anchor_bytes", f"must be within [1, min_bytes={self.min_bytes}], got {self.anchor_bytes}"
@@ -313,7 +297,7 @@ class ParagraphDedupConfig:
     """Bloom: start from a saved filter."""
 
     def __post_init__(self) -> None:
-        _require_choices(self)
+        check_field_values(self)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ each command that reads files, built by the code the command runs.
 Every command but ``run`` and ``quality train`` reads Parquet or JSONL inputs (files, directories, globs) and
 writes Parquet ``part-00000.parquet``, ... into ``--output`` and nothing else, so reading the output folder
 gives exactly the kept rows; the rest is in its sidecar ``OUTPUT.zephyr/`` (``zephyr.io.layout``):
-``stats.json`` (every command's one format, ``zephyr.removal.write_summary``: the stats of the job that wrote
+``stats.json`` (every command's one format, ``zephyr.summary.write_summary``: the stats of the job that wrote
 the output, task totals over all its jobs, and its own figures and row balance under the command's name), and
 for ``zephyr filter`` ``dropped/`` (rows with ``drop_reason``; ``--dropped-output DIR`` puts them elsewhere),
 ``quarantine/`` (null texts, ``quarantine_reason``), ``unreadable/`` (input lines that cannot be read) and the
@@ -58,7 +58,6 @@ class TextInputs(Inputs):
         """The inputs as a Dataset, after checking that every file's text column holds text and has none of
         the columns ``adds`` the command will add (unless ``replace_columns``): one line naming the file and
         the column, before any task starts."""
-        import zephyr
         from zephyr.io.paths import input_files
         from zephyr.io.sources import check_text_inputs
         from zephyr.removal import check_input_columns
@@ -67,10 +66,7 @@ class TextInputs(Inputs):
         check_text_inputs(files, self.text_column, format=fmt)
         rename = "--output-column NAME"
         check_input_columns(files, adds, replace_columns=replace_columns, format=fmt, rename=rename)
-        if self.schema is not None and self.unify_schemas:
-            raise ConfigError("give --unify-schemas or --schema FILE, not both")
-        options = {"unify_schemas": self.unify_schemas, "schema": self.schema}
-        return zephyr.read(files, format=fmt, on_error=self.on_error, **options)
+        return self.read()
 
 
 @dataclass(frozen=True)
@@ -91,22 +87,29 @@ class Dropped:
     dropped rows are counted, not kept)."""
 
 
-def _one_job(
+def _write(
     ds: Dataset,
     output: Output,
     execution: ExecutionOptions,
     section: str,
-    details: Callable[[dict[str, int]], dict[str, Any]],
+    details: Callable[[dict[str, int]], dict[str, Any]] = lambda _: {},
+    removal: Removal | None = None,
+    reasons: Callable[[Any], Any] | None = None,
     **fields: Any,
 ) -> Summary:
-    """Write ``ds`` to ``--output`` in one engine job; ``details`` of the counters of its ops (summed over its
-    stages) go to ``stats.json``'s ``section`` (``zephyr.removal.write_summary``) and to the summary."""
+    """Write ``ds`` to ``--output`` (``Removal.write``: with ``--dropped-output``, the rows ``reasons`` drops
+    go there); ``details`` of the counters of its ops (summed over the stages of the job that wrote the
+    output) go to ``stats.json``'s ``section`` (``zephyr.summary.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import write_summary
+    from zephyr.removal import keep_all
+    from zephyr.summary import write_summary
 
-    result = ds.write_parquet(output.output, **execution.as_kwargs())
+    removal = removal or Removal()
+    with job_stats.recording() as jobs:
+        result, routed = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
-    return write_summary(result, output.output, section, found, details=found, **fields)
+    fields.update(jobs=jobs, routed=routed, dropped_output=removal.dropped_output, details=found)
+    return write_summary(result, output.output, section, found, **fields)
 
 
 # -- normalize -----------------------------------------------------------------------------------------------
@@ -130,47 +133,33 @@ def normalize(
 
     next = f"zephyr langid {output.output} --output OUT"
     shown = ("rows_changed", "bytes_removed")
-    return _one_job(
+    return _write(
         normalize_plan(inputs, config), output, execution, "normalize", changed, next=next, shown=shown
     )
 
 
 # -- langid --------------------------------------------------------------------------------------------------
-def _langid(inputs: TextInputs, config: LangIdStep) -> tuple[Dataset, Any]:
-    """The rows with their language columns (the ``langid`` step's identifier), and the filter the options
-    ask for (None: keep every row)."""
+def _langid(inputs: TextInputs, config: LangIdStep, dropped: Dropped, **_: Any) -> tuple[Dataset, Any]:
+    """The rows with their language columns (the ``langid`` step's identifier) and the verdict of the filter
+    the options ask for (None: keep every row), applied unless ``--dropped-output`` routes by it."""
     require("fasttext", "quality", "zephyr langid")
     identify, verdict = config.ops(inputs.text_column, "lang")  # finds the model before any task starts
     ds = inputs.read_text((verdict.lang_column, verdict.score_column), config.replace_columns)
     ds = ds.map_batches(identify, name="langid")
-    return ds, verdict if config.languages or config.min_score > 0 else None
-
-
-def langid_plan(inputs: TextInputs, config: LangIdStep, **_: Any) -> Dataset:
-    ds, verdict = _langid(inputs, config)
-    return ds if verdict is None else ds.map_batches(verdict, name="language_filter")
+    if not (config.languages or config.min_score > 0):
+        return ds, None
+    return ds if dropped.dropped_output else ds.map_batches(verdict, name="language_filter"), verdict.reasons
 
 
 def langid(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: LangIdStep, dropped: Dropped
 ) -> Summary:
     """Add lang/lang_score with fastText lid.176; optionally keep some languages."""
-    from zephyr import job_stats
-    from zephyr.removal import check_dropped_output, keep_all, write_summary
-
-    out, removal = output.output, Removal(dropped_output=dropped.dropped_output)
-    if removal.dropped_output:
-        check_dropped_output(removal.dropped_output, out, inputs.inputs)
-    ds, verdict = _langid(inputs, config)
-    if verdict is not None and not removal.dropped_output:
-        ds = ds.map_batches(verdict, name="language_filter")
-    with job_stats.recording() as jobs:
-        result, routed = removal.write(
-            ds, out, execution.as_kwargs(), keep_all if verdict is None else verdict.reasons
-        )
-    next = f"zephyr filter {out} --output OUT"
-    aside = removal.dropped_output
-    return write_summary(result, out, "langid", {}, jobs=jobs, routed=routed, dropped_output=aside, next=next)
+    removal = Removal(dropped_output=dropped.dropped_output)
+    removal.check(inputs.inputs, output.output)
+    ds, reasons = _langid(inputs, config, dropped)
+    next = f"zephyr filter {output.output} --output OUT"
+    return _write(ds, output, execution, "langid", removal=removal, reasons=reasons, next=next)
 
 
 # -- filter --------------------------------------------------------------------------------------------------
@@ -244,12 +233,11 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
     from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
 
     step = config.step()  # checks the rules before any work
-    if "url" in step.filter.rules:
-        require("tldextract", "web", "zephyr filter --rules url")
+    step.preflight()  # the url rules need the web extra
     ds = inputs.read_text((config.output_column,), config.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
-    ds, aside = step.annotate(ds, inputs.text_column, config.lang_column or None)
+    ds, route = step.routing(ds, inputs.text_column, config.lang_column or None)
     text, source = inputs.text_column, config.source_column or None
     examples = CollectExamples(
         side_path(out, str(PARTS_DIR)),
@@ -267,7 +255,7 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
         return rows.map_batches(examples, name="examples").map_batches(summarize, name="report")
 
     sides = {"dropped": config.dropped_output or dropped_dir(out), "quarantined": quarantine_dir(out)}
-    return ds, {"sides": sides, "route": step.router(aside), "also": report}
+    return ds, {"sides": sides, "route": route, "also": report}
 
 
 def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tuple[str, Dataset | None]]:
@@ -306,10 +294,10 @@ def heuristic_filter(
     from zephyr import job_stats
     from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, side_path
-    from zephyr.removal import write_routed, write_summary
+    from zephyr.removal import write_routed
+    from zephyr.summary import write_summary
 
     out = output.output
-    config.step()  # checks the rules before any work
     if config.dropped_output:
         check_side_dir(config.dropped_output, out, "--dropped-output")
     # quarantine/ holds the rows the filters quarantine (input columns + quarantine_reason); unreadable input
@@ -320,7 +308,7 @@ def heuristic_filter(
     remove_folder(side_path(out, "work"))  # parts an interrupted run left
     with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
         routed = write_routed(ds, out, opts=opts, scratch="annotated", overwrite=True, **routing)
-    written, unreadable = routed.verdict, routed.verdict.stats["rows_quarantined"]
+    unreadable = routed.verdict.stats["rows_quarantined"]
     prune_quarantine(unreadable_dir, jobs)
     report = merge_summaries([] if routed.also is None else [routed.also])
     totals = report["totals"]
@@ -331,7 +319,7 @@ def heuristic_filter(
         totals["rows_in"] += unreadable
         totals["rows_quarantined"] += unreadable
         totals["rows_unreadable"] = unreadable
-        totals["unreadable_quarantine_dir"] = written.stats.get("quarantine_dir")
+        totals["unreadable_quarantine_dir"] = routed.verdict.stats.get("quarantine_dir")
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
     Path(side_path(out, "report.md")).write_text(
@@ -343,8 +331,8 @@ def heuristic_filter(
     rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
     counted = Summary(**rows, dropped_by_reason=dict(reasons))
     # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
-    summary = write_summary(
-        routed.kept or written,
+    return write_summary(
+        routed.kept or routed.verdict,
         out,
         "filter",
         {"rules": config.rules, **totals, "dropped_output": dropped_output},
@@ -355,11 +343,6 @@ def heuristic_filter(
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
         details={"report": side_path(out, "report.md"), "rules": config.rules},
     )
-    if not totals["balanced"]:
-        from zephyr.errors import TaskError
-
-        raise TaskError(f"row accounting does not balance: {json.dumps(totals)}")
-    return summary
 
 
 # -- quality train | score -----------------------------------------------------------------------------------
@@ -462,35 +445,32 @@ def quality_score(
 
     import zephyr
     from zephyr import job_stats
-    from zephyr.io.layout import remove_folder, scratch_dir
-    from zephyr.removal import write_summary
-    from zephyr.summary import from_stages
+    from zephyr.io.layout import remove_folder, side_path
+    from zephyr.removal import Routed
+    from zephyr.summary import write_summary
 
     opts, out = execution.as_kwargs(), output.output
     score, buckets = config.output_column, bucket_column(config.output_column)
     ds = _scored(inputs, config)
-    scratch = scratch_dir(out, "scored")  # in the output's sidecar (zephyr.io.layout)
+    scratch = side_path(out, "scored")  # in the output's sidecar (zephyr.io.layout)
     with job_stats.recording() as jobs:  # scoring and bucketing are separate engine jobs
         try:
-            result = ds.write_parquet(scratch, overwrite=True, **opts)
+            scored = result = ds.write_parquet(scratch, overwrite=True, **opts)
             edges: tuple[float, ...] = ()
-            if result.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
+            if scored.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
                 edges = quantile_edges(
-                    pq.read_table(list(result.files), columns=[score])[score], config.buckets
+                    pq.read_table(list(scored.files), columns=[score])[score], config.buckets
                 )
 
                 def bucket(t: Any) -> Any:
                     return put_column(t, buckets, assign_buckets(t[score], edges))
 
-                scored = zephyr.read_parquet(list(result.files))
-                result = scored.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
+                rows = zephyr.read_parquet(list(scored.files))
+                result = rows.map_batches(bucket, name="quality_bucket").write_parquet(out, **opts)
         finally:
             remove_folder(scratch)
-    counted = from_stages(result.stats.get("stages", []))
-    first = jobs[0]["stages"] if jobs else []  # the scoring job read the input (unreadable rows included)
-    if first:
-        counted.rows_in = first[0]["rows_in"]
-        counted.rows_quarantined = sum(s["rows_quarantined"] for s in first)
+    # rows in and quarantined as the scoring job read them (unreadable rows included), kept as written
+    counted = Routed(scored, None if result is scored else result).summary()
     data = {"bucket_edges": list(edges)}
     return write_summary(result, out, "quality", data, jobs=jobs, counted=counted, details=data)
 
@@ -507,7 +487,7 @@ def pii(
     inputs: TextInputs, output: Output, execution: ExecutionOptions, config: PIIConfig, columns: Replace
 ) -> Summary:
     """Replace e-mails, phone numbers and IP addresses with placeholders (and count them per row)."""
-    return _one_job(pii_plan(inputs, config, columns), output, execution, "pii", lambda c: c)
+    return _write(pii_plan(inputs, config, columns), output, execution, "pii", lambda c: c)
 
 
 # -- decontaminate -------------------------------------------------------------------------------------------
@@ -532,19 +512,21 @@ class DecontaminateRemoval(Removal):
 
 
 def _decontaminate(inputs: TextInputs, removal: DecontaminateRemoval, index_path: str) -> tuple[Any, Dataset]:
+    """The decontamination op reading the index at ``index_path``, and the rows it runs on: applied, unless
+    ``--dropped-output`` routes them by its verdict."""
     from zephyr.pipelines.quality.decontaminate import Decontaminate
 
     step = Decontaminate(
         index_path, removal.mode, inputs.text_column, removal.replace_columns, removal.output_column
     )
-    return step, inputs.read_text(step.columns, removal.replace_columns)
+    ds = inputs.read_text(step.columns, removal.replace_columns)
+    return step, ds if removal.dropped_output else ds.map_batches(step, name="decontaminate")
 
 
 def decontaminate_plan(
     inputs: TextInputs, removal: DecontaminateRemoval, sets: EvalSets, **_: Any
 ) -> Dataset:
-    step, ds = _decontaminate(inputs, removal, "OUTPUT.zephyr/eval-ngrams.npz")
-    return ds.map_batches(step, name="decontaminate")
+    return _decontaminate(inputs, removal, "OUTPUT.zephyr/eval-ngrams.npz")[1]
 
 
 def decontaminate(
@@ -557,11 +539,9 @@ def decontaminate(
     """Remove or annotate documents sharing an n-gram (13 words by default) with an eval set."""
     from zephyr.pipelines.quality.decontaminate import build_eval_index, read_eval_texts
 
-    from zephyr import job_stats
     from zephyr.io.layout import side_path
-    from zephyr.removal import write_summary
 
-    out, aside = output.output, removal.dropped_output
+    out = output.output
     removal.check(inputs.inputs, out)
     index_path = Path(side_path(out, "eval-ngrams.npz"))  # read by the tasks: in the sidecar
     step, ds = _decontaminate(inputs, removal, str(index_path))  # checks the inputs before the index is built
@@ -573,13 +553,9 @@ def decontaminate(
         "eval_ngrams": int(len(index.hashes)),
         "eval_items_shorter_than_n": index.short_items,
     }
-    if not aside:
-        ds = ds.map_batches(step, name="decontaminate")
-    with job_stats.recording() as jobs:
-        result, routed = removal.write(ds, out, execution.as_kwargs(), step.reasons)
     next = f"zephyr tokenize {out} --tokenizer tokenizer.json --output tokens/"
-    fields = {"jobs": jobs, "routed": routed, "dropped_output": aside, "next": next, "details": eval_stats}
-    return write_summary(result, out, "decontaminate", eval_stats, **fields)
+    details = {"removal": removal, "reasons": step.reasons, "next": next}
+    return _write(ds, output, execution, "decontaminate", lambda _: eval_stats, **details)
 
 
 # -- extract -------------------------------------------------------------------------------------------------
@@ -634,7 +610,7 @@ def extract(
         return {"extractor": config.extractor, **bytes}
 
     next = f"zephyr filter {output.output} --output OUT"
-    return _one_job(extract_plan(inputs, config), output, execution, "extract", details, next=next)
+    return _write(extract_plan(inputs, config), output, execution, "extract", details, next=next)
 
 
 # -- run -----------------------------------------------------------------------------------------------------
@@ -712,13 +688,13 @@ def _run_summary(result: Any) -> Summary:
     as its last line. Its ``details`` name each step's status under ``steps``."""
     from zephyr.pipelines.step import STEPS
 
+    from zephyr.job_stats import add_counts
     from zephyr.summary import Summary
 
     data = [s for s in result.steps if STEPS[s["type"]].output != "model"]
     reasons: dict[str, int] = {}
     for step in data:
-        for reason, n in (step.get("dropped_by_reason") or {}).items():
-            reasons[reason] = reasons.get(reason, 0) + int(n)
+        add_counts(reasons, step.get("dropped_by_reason") or {})
     report = result.html_report or result.report
     return Summary(
         rows_in=data[0]["rows_in"] if data else 0,
@@ -742,7 +718,12 @@ _TEXT = {"inputs": TextInputs, "output": Output}
 COMMANDS = [
     Command("run", run, {"options": RunOptions}, plans=run_plans, then="the rules"),
     Command("normalize", normalize, {**_TEXT, "config": NormalizeConfig}, plans=normalize_plan),
-    Command("langid", langid, {**_TEXT, "config": LangIdStep, "dropped": Dropped}, plans=langid_plan),
+    Command(
+        "langid",
+        langid,
+        {**_TEXT, "config": LangIdStep, "dropped": Dropped},
+        plans=lambda **configs: _langid(**configs)[0],
+    ),
     Command(
         "filter", heuristic_filter, {**_TEXT, "config": FilterOptions}, plans=filter_plans, then="the rules"
     ),

@@ -124,50 +124,39 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], *, base: Path | N
     raw = copy.deepcopy(raw)
     for item in overrides:
         key, sep, text = item.partition("=")
+        parts = key.split(".")
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. steps.fuzzy_dedup.threshold=0.7")
-        value = parse_value(text)
-        parts = key.split(".")
-        if parts[0] != "steps":
-            if len(parts) != 1:
-                raise ConfigError(
-                    f"--set {item!r}: top-level keys are not nested; allowed: {', '.join(_TOP_KEYS)}"
-                )
-            raw[parts[0]] = value
-            continue
-        if len(parts) < 3:
-            raise ConfigError(f"--set {item!r}: address a step key as steps.NAME.KEY or steps.INDEX.KEY")
-        steps = raw.get("steps")
-        if not isinstance(steps, list):
-            raise ConfigError(f"--set {item!r}: the config has no steps list")
-        target = _find_step(steps, parts[1], item)
-        if base is not None and parts[2] in _path_fields(str(target.get("step"))) and len(parts) == 3:
-            value = _resolve_one(value, base)
-        node = target
-        for part in parts[2:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
+        if (parts[0] == "steps") != (len(parts) >= 3):
+            raise ConfigError(
+                f"--set {item!r}: address a step key as steps.NAME.KEY or steps.INDEX.KEY; the other "
+                f"top-level keys are not nested: {', '.join(_TOP_KEYS)}"
+            )
+        value, node = parse_value(text), raw
+        if parts[0] == "steps":
+            node, parts = _find_step(raw.get("steps"), parts[1], item), parts[2:]
+            if base is not None and len(parts) == 1 and parts[0] in _path_fields(str(node.get("step"))):
+                value = _resolve_one(value, base)
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
         node[parts[-1]] = value
     return raw
 
 
-def _find_step(steps: list[Any], ref: str, item: str) -> dict[str, Any]:
+def _find_step(steps: Any, ref: str, item: str) -> dict[str, Any]:
+    if not isinstance(steps, list):
+        raise ConfigError(f"--set {item!r}: the config has no steps list")
     if ref.isdigit():
         index = int(ref)
         if index >= len(steps) or not isinstance(steps[index], dict):
             raise ConfigError(f"--set {item!r}: no step at index {index} (the pipeline has {len(steps)})")
         return steps[index]
-    names = []
-    for step in steps:
-        if isinstance(step, dict):
-            name = step.get("name") or step.get("step")
-            names.append(str(name))
-            if name == ref:
-                return step
-    raise ConfigError(f"--set {item!r}: no step named {ref!r}; steps: {', '.join(names)}")
+    named = {str(s.get("name") or s.get("step")): s for s in steps if isinstance(s, dict)}
+    if ref not in named:
+        raise ConfigError(f"--set {item!r}: no step named {ref!r}; steps: {', '.join(named)}")
+    return named[ref]
 
 
 # -- validation ------------------------------------------------------------------------------------------

@@ -40,12 +40,11 @@ the report's blocks, where the filter section and a dedup step's report show the
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +52,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.markdown import md_code, md_text
+
+if TYPE_CHECKING:
+    from zephyr.pipelines.step import StepContext
 
 EXAMPLES_FILE = "examples.json"
 
@@ -106,31 +108,18 @@ SELECTION_KEYS = (GROUP, GROUP_KEY, RANK, ROW_ID)
 def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.ndarray:
     """Positions in ``keys`` of the rows the selection rule keeps (see the module docstring), in order.
 
-    One stable Arrow sort on (group key, group, rank, id); a row equal to the one before it (the same row
-    from a retried task, or already selected) is skipped, so earlier rows win ties."""
-    n = keys.num_rows
-    order = np.asarray(
-        pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in (GROUP_KEY, GROUP, RANK, ROW_ID)]),
-        dtype=np.int64,
-    )
-    group = np.asarray(pc.dictionary_encode(keys.column(GROUP).combine_chunks()).indices, dtype=np.int64)[
-        order
-    ]
-    rank = np.asarray(keys.column(RANK))[order]
-    ids = np.asarray(pc.dictionary_encode(keys.column(ROW_ID).combine_chunks()).indices, dtype=np.int64)[
-        order
-    ]
-    new_group = np.ones(n, dtype=bool)
-    new_group[1:] = group[1:] != group[:-1]
-    repeat = np.zeros(n, dtype=bool)
-    repeat[1:] = ~new_group[1:] & (rank[1:] == rank[:-1]) & (ids[1:] == ids[:-1])
-    order, new_group = order[~repeat], new_group[~repeat]
-    group_no = np.cumsum(new_group) - 1
-    position = np.arange(len(order)) - np.flatnonzero(new_group)[group_no]
-    keep = position < per_group
+    One stable sort on (group key, group, rank, id); a row equal to the one before it (the same row from a
+    retried task, or already selected) is left out, so earlier rows win ties."""
+    import polars as pl
+
+    order = [GROUP_KEY, GROUP, RANK, ROW_ID]
+    rows = pl.from_arrow(keys.select(order)).with_row_index("_position")
+    rows = rows.sort(order, nulls_last=True, maintain_order=True)
+    rows = rows.filter(pl.any_horizontal([pl.col(c) != pl.col(c).shift() for c in order]).fill_null(True))
+    rows = rows.filter(pl.int_range(pl.len()).over(GROUP_KEY, GROUP) < per_group)
     if max_groups is not None:
-        keep &= group_no < max_groups
-    return order[keep]
+        rows = rows.filter(pl.struct(GROUP_KEY, GROUP).rank("dense") <= max_groups)
+    return rows["_position"].to_numpy().astype(np.int64)
 
 
 def _read_parts(step_dir: Path) -> pa.Table | None:
@@ -220,7 +209,7 @@ def first_difference_window(kept: str, removed: str) -> tuple[int, int]:
     return 0, 0
 
 
-def merge_dedup_examples(step_dir: Path, *, shingle: str, ngram: int, normalize: str) -> Path:
+def merge_dedup_examples(step_dir: Path, shingle: str, ngram: int, normalize: str) -> Path:
     """Write a dedup step's ``examples.json``: per cluster the kept row, one removed row and their Jaccard
     on shingle sets made as the fuzzy step makes them (``shingle`` kind, ``ngram``, ``normalize``)."""
     from zephyr.dedup._graph import jaccard
@@ -323,13 +312,6 @@ def read_examples(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
     return payload if payload.get("version") == EXAMPLES_VERSION else None
 
 
-if TYPE_CHECKING:
-    from zephyr.pipelines.step import StepContext, StepOutcome
-
-
-log = logging.getLogger(__name__)
-
-
 def _hash64(values: pa.Array) -> np.ndarray:
     """A stable 64-bit hash of each string, vectorized: the dedup kernels' polynomial span hash of its bytes,
     mixed with its length by ``fmix64`` (``zephyr.dedup._hashing``). Only orders rows; no security role."""
@@ -372,18 +354,15 @@ class ClusterGroups:
     """A dedup step's groups (annotate mode's columns): the cluster of each row whose cluster has more than
     one row; the kept row ranks first."""
 
-    cluster_column: str = "dup_cluster"
-    size_column: str = "dup_cluster_size"
-    keep_column: str = "dup_keep"
-
     def __call__(self, table: pa.Table, ids: pa.Array) -> tuple[pa.Array, np.ndarray]:
-        sizes = pc.fill_null(table.column(self.size_column), 1)
-        clusters = _as_string(table.column(self.cluster_column))
+        sizes = pc.fill_null(table.column("dup_cluster_size"), 1)
+        clusters = _as_string(table.column("dup_cluster"))
         groups = pc.if_else(pc.greater(sizes, 1), clusters, pa.scalar(None, pa.string()))
-        keepers = np.asarray(pc.fill_null(table.column(self.keep_column), True), dtype=bool)
+        keepers = np.asarray(pc.fill_null(table.column("dup_keep"), True), dtype=bool)
         return groups.combine_chunks() if isinstance(groups, pa.ChunkedArray) else groups, keepers
 
 
+@dataclass(eq=False)
 class CollectExamples:
     """Pass-through op: keeps a bounded, deterministic selection of rows, written as parts under ``folder``.
 
@@ -391,20 +370,16 @@ class CollectExamples:
     columns recorded beside id and text (missing ones are skipped). Thread-safe: the threads executor runs
     several tasks on one instance."""
 
-    def __init__(
-        self,
-        folder: str,
-        groups: ReasonGroups | ClusterGroups,
-        *,
-        id_column: str,
-        text_column: str,
-        fields: tuple[str, ...] = (),
-        per_group: int = PER_GROUP,
-        max_groups: int | None = None,
-    ):
-        self.folder, self.groups, self.fields = folder, groups, fields
-        self.id_column, self.text_column = id_column, text_column
-        self.per_group, self.max_groups = per_group, max_groups
+    folder: str
+    groups: ReasonGroups | ClusterGroups
+    _: KW_ONLY
+    id_column: str
+    text_column: str
+    fields: tuple[str, ...] = ()
+    per_group: int = PER_GROUP
+    max_groups: int | None = None
+
+    def __post_init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
@@ -452,29 +427,6 @@ class CollectExamples:
         rank[keepers[valid]] = 0
         return pa.table({GROUP: groups, GROUP_KEY: group_keys, RANK: rank, ROW_ID: ids, "_row": rows})
 
-    def _prune(self, keys: pa.Table) -> pa.Table:
-        """Drop the rows that cannot enter the selection, by comparing them with its worst members: rows of a
-        full group ranked after the group's last member, and (``max_groups``) rows of groups after the last
-        group. Ties stay, so the result is the same; once the selection fills, most batches end here."""
-        state = self._state
-        if state is None:
-            return keys
-        rank = np.asarray(keys.column(RANK))
-        keep = np.ones(len(rank), dtype=bool)
-        if self.max_groups is not None:
-            state_gkeys = np.asarray(state.column(GROUP_KEY))
-            if len(np.unique(state_gkeys)) >= self.max_groups:
-                keep &= np.asarray(keys.column(GROUP_KEY)) <= state_gkeys.max()
-        worst: dict[str, int] = {}
-        for group, ranks in _group_ranks(state).items():
-            if len(ranks) >= self.per_group:
-                worst[group] = max(ranks)
-        if worst:
-            codes = pc.dictionary_encode(keys.column(GROUP).combine_chunks())
-            limit = np.array([worst.get(g, 2**64 - 1) for g in codes.dictionary.to_pylist()], dtype=np.uint64)
-            keep &= rank <= limit[np.asarray(codes.indices, dtype=np.int64)]
-        return keys if keep.all() else keys.filter(pa.array(keep))
-
     def _payload(self, table: pa.Table, keys: pa.Table) -> pa.Table:
         """Keys plus text and recorded fields of the rows named by ``keys["_row"]`` (few rows: a cheap take)."""
         rows = keys.column("_row")
@@ -488,9 +440,6 @@ class CollectExamples:
     def _update(self, table: pa.Table, keys: pa.Table) -> pa.Table | None:
         """Merge a batch into the selection; returns the rows that entered it (None: none did)."""
         state = self._state
-        keys = self._prune(keys)
-        if keys.num_rows == 0:
-            return None
         merged = keys.drop_columns(["_row"])
         if state is not None:
             merged = pa.concat_tables([state.select(list(SELECTION_KEYS)), merged])
@@ -504,13 +453,6 @@ class CollectExamples:
         parts = [state.take(pa.array(kept_old))] if state is not None and len(kept_old) else []
         self._state = pa.concat_tables([*parts, entered], promote_options="permissive")
         return entered
-
-
-def _group_ranks(state: pa.Table) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for group, rank in zip(state.column(GROUP).to_pylist(), state.column(RANK).to_pylist()):
-        out.setdefault(group, []).append(rank)
-    return out
 
 
 def _write_part(folder: Path, rows: pa.Table) -> str:
@@ -550,9 +492,3 @@ def _collector(ctx: StepContext, groups: Any, fields: tuple[str, ...], **selecti
     return CollectExamples(
         folder, groups, id_column=p.id_column, text_column=p.text_column, fields=fields, **selection
     )
-
-
-def dedup_examples(ctx: StepContext, outcome: StepOutcome, shingle: str, ngram: int, normalize: str) -> None:
-    """Merge a dedup step's parts into its sidecar (path in ``extra["examples"]``)."""
-    path = merge_dedup_examples(ctx.side_dir, shingle=shingle, ngram=ngram, normalize=normalize)
-    outcome.extra["examples"] = str(path)

@@ -10,8 +10,8 @@ after it; and ``*``, ``_``, ``[…](…)`` or a backtick would turn into emphasi
   ``<`` and ``>`` become entities, and Markdown's punctuation is backslash-escaped.
 - ``md_code(value)``: the value as a code span (inside which nothing is markup), fenced with more backticks
   than the value holds; whitespace runs become one space.
-- ``md_cell(text)``: a table cell: every ``|`` escaped, which GitHub Flavored Markdown honours inside code
-  spans too. ``md_row`` joins cells into a row.
+- ``md_row(cells)``: a table row, every ``|`` in a cell escaped, which GitHub Flavored Markdown honours
+  inside code spans too.
 
 Report blocks hold inline Markdown made of the code's own words and these pieces, so ``inline_html`` can
 render the same text to HTML: it knows exactly that subset (code spans, ``**bold**``, backslash escapes,
@@ -39,7 +39,7 @@ _ESCAPED = re.compile(r"[\\`*\[\]#~]|(?<![^\W_])_|_(?![^\W_])")
 """Markdown punctuation that starts markup inside a line: emphasis, code, links, strikethrough, a heading's
 closing ``#``s. An ``_`` between two letters or digits never does (CommonMark), so ``fuzzy_dedup`` reads as
 written. What is special only at a line's start (``-``, ``+``, ``1.``, ``>``) never meets a value there, since
-whitespace is collapsed and every line starts with the code's own words; ``|`` is ``md_cell``'s to escape,
+whitespace is collapsed and every line starts with the code's own words; ``|`` is ``md_row``'s to escape,
 because a table escape must be the last one (GitHub Flavored Markdown reads any ``\\|`` in a row as a literal
 pipe and drops that one backslash, before inline parsing)."""
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -82,14 +82,10 @@ def md_excerpt(text: str, chars: int = 240) -> str:
     return md_text(flat if len(flat) <= chars else flat[: chars - 1] + "…")
 
 
-def md_cell(text: str) -> str:
-    """Inline Markdown made safe as a table cell: a ``|`` would end it, even inside a code span."""
-    return text.replace("|", "\\|")
-
-
 def md_row(cells: Iterable[object]) -> str:
-    """One table row of inline Markdown cells."""
-    return "| " + " | ".join(md_cell(str(c)) for c in cells) + " |"
+    """One table row of inline Markdown cells, each made safe as a cell: a ``|`` would end it, even inside a
+    code span."""
+    return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
 
 def inline_html(text: str) -> str:

@@ -36,14 +36,13 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from zephyr.pipelines.config import STEPS
 from zephyr.pipelines.examples import filter_example_blocks, read_examples
-from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_row, md_text
+from zephyr.pipelines.markdown import inline_html, md_code, md_count, md_excerpt, md_row, md_text
 from zephyr.pipelines.step import rows_rewritten
 
 from zephyr.config import format_bytes
@@ -56,13 +55,6 @@ SECTIONS = (("dedup", "Dedup clusters"), ("web", None), ("tokens", None), ("trai
 their own)."""
 KEPT, DROPPED, QUARANTINED = "#4c72b0", "#dd8452", "#c44e52"
 _DPI = 100
-
-
-@dataclass(frozen=True)
-class ReportPaths:
-    markdown: Path
-    html: Path
-    plots: list[Path]
 
 
 # A report is a list of blocks: ("h", level, text) | ("p", text) | ("table", header, rows) | ("img", path, alt)
@@ -80,13 +72,9 @@ def _data_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in steps if STEPS[s["type"]].output == "rows"]
 
 
-def _retention_start(data: list[dict[str, Any]], key: str) -> dict[str, int]:
-    """Rows per value (source, language) entering the first data step that counted them."""
-    for s in data:
-        start = s.get(key, {}).get("in")
-        if start:
-            return start
-    return {}
+def _retention_start(data: list[dict[str, Any]], key: str) -> tuple[str, dict[str, int]]:
+    """The first data step that counted rows per value (source, language) coming in, and those counts."""
+    return next(((s["step"], s[key]["in"]) for s in data if s.get(key, {}).get("in")), ("", {}))
 
 
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
@@ -179,16 +167,12 @@ def _drop_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Blo
     if quarantine:
         blocks.append(("h", 3, "Quarantined rows"))
         blocks.append(("table", ["step", "file"], [[md_text(st), md_code(f)] for st, f in quarantine]))
-    examples = [(s["step"], _examples(s)) for s in steps]
+    examples = [(s["step"], read_examples(s.get("extra", {}).get("examples"))) for s in steps]
     examples = [(step, payload) for step, payload in examples if payload and payload["kind"] == "filter"]
     if examples:
         blocks.append(("h", 2, "What the filters kept and dropped"))
         blocks += [b for step, payload in examples for b in filter_example_blocks(step, payload)]
     return blocks
-
-
-def _examples(step: dict[str, Any]) -> dict[str, Any] | None:
-    return read_examples(step.get("extra", {}).get("examples"))
 
 
 def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> list[Block]:
@@ -197,18 +181,13 @@ def _retention_blocks(steps: list[dict[str, Any]], plots: dict[str, str]) -> lis
     data = _data_steps(steps)
     if not data:
         return blocks
-    first, last = data[0], data[-1]
+    last = data[-1]
     for key, title in (("per_source", "source"), ("per_lang", "language")):
-        start = _retention_start(data, key)
+        where, start = _retention_start(data, key)
         end = last.get(key, {}).get("out", {})
         if not start:
             continue
         blocks.append(("h", 2, f"Retention per {title}"))
-        where = (
-            first["step"]
-            if key == "per_source"
-            else next((s["step"] for s in data if s.get(key, {}).get("in")), first["step"])
-        )
         blocks.append(("p", f"Rows entering {md_code(where)} → rows written by {md_code(last['step'])}."))
         table_rows = [
             [md_text(v), md_count(start[v]), md_count(end.get(v, 0)), _pct(end.get(v, 0), start[v])]
@@ -238,24 +217,15 @@ def _rows_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
     names = [s["step"] for s in data]
     fig, ax = plt.subplots(figsize=(9, 0.38 * len(data) + 1.1))
     left = [0] * len(data)
-    for label, color, key in (
-        ("kept", KEPT, "rows_kept"),
-        ("dropped", DROPPED, "rows_dropped"),
-        ("quarantined", QUARANTINED, "rows_quarantined"),
-    ):
-        values = [s[key] for s in data]
+    for label, color in (("kept", KEPT), ("dropped", DROPPED), ("quarantined", QUARANTINED)):
+        values = [s[f"rows_{label}"] for s in data]
         if label == "kept" or any(values):
             ax.barh(names, values, left=left, label=label, color=color)
             left = [a + b for a, b in zip(left, values)]
-    labels = []
-    for s in data:
-        parts = [f"{s['rows_kept']:,}"]
-        parts += [
-            f"{s[k]:,} {w}"
-            for k, w in (("rows_dropped", "dropped"), ("rows_quarantined", "quarantined"))
-            if s[k]
-        ]
-        labels.append(" + ".join(parts))
+    shown = ("rows_dropped", "rows_quarantined")  # beside the kept rows, when there are any
+    labels = [
+        " + ".join([f"{s['rows_kept']:,}"] + [f"{s[k]:,} {k[5:]}" for k in shown if s[k]]) for s in data
+    ]
     for y, (end, text) in enumerate(zip(left, labels)):
         ax.annotate(text, (end, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel("rows")
@@ -279,7 +249,7 @@ def _time_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str],
 
 def _sources_plot(plt: Any, steps: list[dict[str, Any]], save: Callable[[Any, str], None]) -> None:
     data = _data_steps(steps)
-    sources = _retention_start(data, "per_source")
+    sources = _retention_start(data, "per_source")[1]
     if not sources:
         return
     fig, ax = plt.subplots(figsize=(9, 3.5))
@@ -405,10 +375,9 @@ def _pair_markdown(kept: dict[str, Any] | None, removed: dict[str, Any]) -> list
 
 
 def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
-    """A text on one line, cut to ``limit``, as plain text (``md_text``): Markdown renderers pass raw HTML
+    """A text on one line, cut to ``limit``, as plain text (``md_excerpt``): Markdown renderers pass raw HTML
     through, and a document's ``<script>``, ``**`` or ``[link](…)`` must stay text there too."""
-    flat = " ".join(text.split())
-    return "«" + md_text(flat if len(flat) <= limit else flat[:limit] + " …") + "»"
+    return f"«{md_excerpt(text, limit)}»"
 
 
 def _row_md(title: str, row: dict[str, Any]) -> str:
@@ -443,27 +412,19 @@ def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) 
 
 
 # -- rendering -------------------------------------------------------------------------------------------
+_MARKDOWN: dict[str, Callable[..., list[str]]] = {
+    "h": lambda level, text: ["#" * level + " " + text, ""],
+    "p": lambda text: [text, ""],
+    "table": lambda header, rows: [md_row(header), "|" + "---|" * len(header), *map(md_row, rows), ""],
+    "img": lambda path, alt: [f"![{md_text(alt)}]({quote(path)})", ""],
+    "cards": lambda title, rows: [*(_row_md(title, row) for row in rows), ""] if rows else [],
+    "pair": _pair_markdown,
+}
+"""The Markdown lines of each block kind (``Block``)."""
+
+
 def render_markdown(blocks: list[Block]) -> str:
-    lines: list[str] = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            lines += ["#" * block[1] + " " + block[2], ""]
-        elif kind == "p":
-            lines += [block[1], ""]
-        elif kind == "table":
-            header, rows = block[1], block[2]
-            lines.append(md_row(header))
-            lines.append("|" + "|".join("---" for _ in header) + "|")
-            lines += [md_row(row) for row in rows]
-            lines.append("")
-        elif kind == "img":
-            lines += [f"![{md_text(block[2])}]({quote(block[1])})", ""]
-        elif kind == "cards":
-            lines += [*(_row_md(block[1], row) for row in block[2]), ""] if block[2] else []
-        elif kind == "pair":
-            lines += _pair_markdown(block[1], block[2])
-    return "\n".join(lines)
+    return "\n".join(line for kind, *args in blocks for line in _MARKDOWN[kind](*args))
 
 
 def _inline_image(path: Path, alt: str) -> str:
@@ -487,33 +448,32 @@ _STYLE = (
 
 def render_html(blocks: list[Block], title: str, *, base: Path) -> str:
     """One self-contained page: plots inlined from ``base`` (the job folder), no external CSS, JS or fonts."""
-    body: list[str] = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            body.append(f"<h{block[1]}>{inline_html(block[2])}</h{block[1]}>")
-        elif kind == "p":
-            body.append(f"<p>{inline_html(block[1])}</p>")
-        elif kind == "table":
-            head = "".join(f"<th>{inline_html(h)}</th>" for h in block[1])
-            rows = "".join(
-                "<tr>" + "".join(f"<td>{inline_html(str(c))}</td>" for c in row) + "</tr>" for row in block[2]
-            )
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif kind == "img":
-            body.append(_inline_image(base / block[1], block[2]))
-        elif kind == "cards" and block[2]:
-            body.append('<div class="cards">' + "".join(_card(block[1], row) for row in block[2]) + "</div>")
-        elif kind == "pair":
-            body.append(_pair_html(block[1], block[2]))
+    kinds: dict[str, Callable[..., str]] = {
+        "h": lambda level, text: f"<h{level}>{inline_html(text)}</h{level}>",
+        "p": lambda text: f"<p>{inline_html(text)}</p>",
+        "table": _table_html,
+        "img": lambda path, alt: _inline_image(base / path, alt),
+        "cards": lambda title, rows: (
+            rows and f'<div class="cards">{"".join(_card(title, r) for r in rows)}</div>'
+        ),
+        "pair": _pair_html,
+    }
+    body = [kinds[kind](*args) for kind, *args in blocks]
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n"
     )
 
 
-def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
-    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``."""
+def _table_html(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{inline_html(h)}</th>" for h in header)
+    cells = ("".join(f"<td>{inline_html(str(c))}</td>" for c in row) for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(f'<tr>{c}</tr>' for c in cells)}</tbody></table>"
+
+
+def write_report(job_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``report.md``, ``report.html`` and ``plots/*.png`` into ``job_dir`` from its ``stats.json``;
+    returns the paths of the two reports."""
     from zephyr.io.paths import write_bytes_atomic
 
     job = Path(job_dir)
@@ -531,4 +491,4 @@ def write_report(job_dir: str | os.PathLike[str]) -> ReportPaths:
     write_bytes_atomic(str(markdown), render_markdown(blocks).encode())
     write_bytes_atomic(str(page), render_html(blocks, f"zephyr: {stats['pipeline']}", base=job).encode())
     log.info("report: %s (%d plots)", markdown, len(plots))
-    return ReportPaths(markdown, page, [job / p for p in plots.values()])
+    return markdown, page

@@ -151,10 +151,7 @@ def _files_problem(ctx: StepContext, record: dict[str, Any]) -> str | None:
     for path in [*named, *checksums]:
         if not isinstance(path, str) or not resume.inside(path, owned):
             return f"it names {path!r}, outside the step's folders"
-    missing = [p for p in named if p not in checksums]
-    if missing:
-        return f"no checksum recorded for {missing[0]}"
-    return resume.check_files(checksums)
+    return resume.check_files({path: checksums.get(path) for path in [*named, *checksums]})
 
 
 def _execution_dict(execution: Any) -> dict[str, Any]:
@@ -261,14 +258,14 @@ def run_pipeline(
         with atomic_write(job / "pipeline.yaml", "w") as f:
             f.write(yaml.safe_dump(config.to_dict(), sort_keys=False))
         records: list[dict[str, Any]] = []
-        earlier: dict[str, dict[str, Any]] = {}
         fingerprint = resume.files_fingerprint(enabled[0][1].step.paths)  # the input files' for the first
         for position, (index, entry) in enumerate(enabled[: stop + 1], start=1):
             fingerprint = entry.fingerprint(fingerprint)
             rows = next((r for r in reversed(records) if STEPS[r["type"]].output == "rows"), None)
             inputs = list(rows["files"]) if rows else []
             step_dir = job / step_dir_name(index, entry)
-            ctx = StepContext(entry, config, fingerprint, step_dir, inputs, execution_kw, dict(earlier))
+            earlier = {r["step"]: r for r in records}
+            ctx = StepContext(entry, config, fingerprint, step_dir, inputs, execution_kw, earlier)
             where = f"[{position}/{len(enabled)}]"
             done = _complete_record(ctx)
             if position - 1 < start and done is None:  # a step before --from must be complete
@@ -283,15 +280,13 @@ def run_pipeline(
             else:
                 record = _run_step(ctx, where, index, reporter, rows, fresh=from_step is not None)
             records.append(record)
-            earlier[entry.name] = record
         result = PipelineResult(
             job_dir=job, steps=records, stats_path=_write_summary(config, job, records, execution_kw)
         )
         if report:
             from zephyr.pipelines.report import write_report
 
-            paths = write_report(job)
-            result.report, result.html_report = paths.markdown, paths.html
+            result.report, result.html_report = write_report(job)
         return result
 
 

@@ -488,17 +488,13 @@ class MinScoreFilter:
     score_column: str
     min_score: float
 
-    @property
-    def reason(self) -> str:
-        return f"quality_below_{self.min_score:g}"
-
     def reasons(self, table: pa.Table) -> pa.Array:
         """Per-row drop reason (null: kept); the report's examples use the same verdict."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         keep = pc.fill_null(pc.greater_equal(column(table, self.score_column), self.min_score), False)
-        return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(self.reason))
+        return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(f"quality_below_{self.min_score:g}"))
 
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.removal import keep_by

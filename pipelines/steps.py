@@ -56,12 +56,12 @@ from zephyr.tokenize.config import TokenizeConfig
 from zephyr.config import (
     FieldError,
     build_flat,
+    check_field_values,
     embedded_field,
     format_bytes,
     path_field,
-    require_at_least,
+    ranged_field,
     require_column_name,
-    require_within,
 )
 from zephyr.errors import ConfigError, InputError, require
 
@@ -95,7 +95,7 @@ class ReadStep(Step, type="read"):
     source: str | None = None
     """Set the source column to this name for every row (for inputs without one); ``None`` keeps the input's
     source column, or names the source ``unknown`` when there is none."""
-    num_shards: int | None = None
+    num_shards: int | None = ranged_field(1, default=None)
     """Redistribute rows round-robin into this many shards (tasks); ``None`` keeps one shard per file."""
     approx_shard_bytes: str | None = None
     """Split large Parquet/JSONL files into shards of about this many bytes (e.g. ``64MB``)."""
@@ -112,7 +112,7 @@ class ReadStep(Step, type="read"):
             raise FieldError("paths", "give at least one input path")
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
-        require_at_least("num_shards", self.num_shards, 1)
+        check_field_values(self)
         _check_bytes("approx_shard_bytes", self.approx_shard_bytes)
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
@@ -184,11 +184,11 @@ class LangIdStep(Step, type="langid"):
     languages: list[str] | None = field(default=None, metadata={"parse": comma_names})
     """Languages to keep (fastText codes: ``en``, ``de``...; on the command line comma-separated, e.g.
     en,de); ``None`` keeps every language."""
-    min_score: float = 0.0
+    min_score: float = ranged_field(0, 1, default=0.0)
     """Drop rows whose language probability is below this, in [0, 1]."""
     model: str | None = path_field(None)
     """The fastText LID model; ``None`` means ``ZEPHYR_LID_MODEL`` or the cache (``scripts/setup`` fills it)."""
-    max_chars: int = 10_000
+    max_chars: int = ranged_field(1, default=10_000)
     """Predict on the first N characters of each text."""
     replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
@@ -198,8 +198,7 @@ class LangIdStep(Step, type="langid"):
     data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
-        require_within("min_score", self.min_score, 0.0, 1.0)
-        require_at_least("max_chars", self.max_chars, 1)
+        check_field_values(self)
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
         require_column_name("output_column", self.output_column)
@@ -271,10 +270,8 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
             require("tldextract", "web", "the url rules")
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
-        if self.replace_columns and self.output_column is None:
-            return {
-                k: v for k, v in origin.items() if k != "drop_reason"
-            }  # replaced, so gone from the kept rows
+        if self.replace_columns and self.output_column is None:  # replaced, so gone from the kept rows
+            return {k: v for k, v in origin.items() if k != "drop_reason"}
         return origin
 
     @property
@@ -282,142 +279,78 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         """The reason column of the dropped rows."""
         return self.output_column or "drop_reason"
 
-    def annotate(
+    def routing(
         self, ds: Dataset, text_column: str, lang_column: str | None, op: Callable[[str], str] = str
-    ) -> tuple[Dataset, tuple[str, ...]]:
-        """``ds`` with every row's first failing rule in ``drop_reason``, and the input columns set aside
-        around the rules (an input's own ``drop_reason`` when the reasons go to another column: restored by
-        ``zephyr.removal.Route``). With the url rules, the URLs are normalized first, as ``url_filter`` does. The one
-        annotate path of this step and ``zephyr filter``; ``op`` names the engine ops."""
-        from zephyr.pipelines.quality.filters import FilterAnnotator
+    ) -> tuple[Dataset, Any]:
+        """``ds`` with every row's first failing rule in ``drop_reason``, and the ``zephyr.removal.Route`` that
+        sends those rows on: ``kept``, ``dropped`` (their reason in ``reason``) or ``quarantined`` (null texts,
+        with ``quarantine_reason``). The input's own ``drop_reason`` is set aside when the reasons go to another
+        column, and put back on every side; with the url rules the URLs are normalized first, as
+        ``url_filter`` does. The one annotate and routing path of this step and ``zephyr filter``; ``op``
+        names the engine ops."""
+        from zephyr.pipelines.quality.filters import NULL_TEXT, FilterAnnotator
 
-        from zephyr.removal import DROP_REASON, set_aside
+        from zephyr.removal import DROP_REASON, Route, set_aside
 
-        # the data's own drop_reason passes unchanged when the reasons go to another column
         aside = (DROP_REASON,) if self.reason != DROP_REASON else ()
         if aside:
             ds = ds.map_batches(set_aside(aside), name=op("set_aside"))
-        if "url" in self.filter.rules:
+        f = self.filter
+        if "url" in f.rules:
             from zephyr.pipelines.web.urls import NormalizeUrls
 
-            url_column = self.filter.overrides.get("url", {}).get("url_column", "url")
+            url_column = f.overrides.get("url", {}).get("url_column", "url")
             ds = ds.map_batches(NormalizeUrls(url_column), name=op("normalize_urls"))
-        f = self.filter
         annotator = FilterAnnotator(
             ",".join(f.rules), f.overrides, text_column, lang_column, f.default_lang, self.replace_columns
         )
-        return ds.map_batches(annotator, name=op("filter")), aside
+        route = Route(column=DROP_REASON, reason_column=self.reason, quarantine=(NULL_TEXT,), aside=aside)
+        return ds.map_batches(annotator, name=op("filter")), route
 
-    def router(self, aside: tuple[str, ...], side: str = "kept") -> Any:
-        """How the annotated rows of one outcome are kept (``zephyr.removal.Route``): ``kept``, ``dropped``
-        (their reason in ``reason``) or ``quarantined`` (null texts, with ``quarantine_reason``); ``aside``:
-        what ``annotate`` set aside. The one routing of this step and ``zephyr filter``."""
-        from zephyr.pipelines.quality.filters import NULL_TEXT
-
-        from zephyr.removal import DROP_REASON, Route
-
-        return Route(side, DROP_REASON, self.reason, (NULL_TEXT,), aside)
-
-    def _jobs(self, ctx: StepContext, annotated: Dataset | None = None) -> tuple[Dataset, Dataset, Dataset]:
-        """Job 1, every row annotated with its first failing rule, and the kept and dropped rows of
-        ``annotated`` (its files; default: job 1's plan). The kept rows' examples are saved on the way."""
+    def _routing(self, ctx: StepContext) -> tuple[Dataset, dict[str, Any]]:
+        """Job 1, every row annotated with its first failing rule (the report's examples saved on the way),
+        and how ``zephyr.removal.write_routed`` routes its rows: the kept ones to the step folder, the dropped
+        ones (``keep_dropped``) to the sidecar's ``dropped/``, each side counted per source and language."""
         from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.filters import DROP_REASON, NULL_TEXT
 
         p = ctx.pipeline
-        annotate, aside = self.annotate(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
-        rows = annotate if annotated is None else annotated
+        rows, route = self.routing(ctx.read_inputs(), p.text_column, p.lang_column, ctx.op)
         examples = filter_collector(ctx, ReasonGroups(DROP_REASON, skip=(NULL_TEXT,)))  # renamed at routing
-        kept = rows.map_batches(examples, name=ctx.op("examples"))
-        kept = kept.map_batches(self.router(aside), name=ctx.op("route_kept"))
-        return annotate, kept, rows.map_batches(self.router(aside, "dropped"), name=ctx.op("route_dropped"))
+        sides = {"dropped": str(ctx.side_dir / "dropped")} if self.keep_dropped else {}
+        routing = {"sides": sides, "route": route, "finish": ctx.counted}
+        return rows.map_batches(examples, name=ctx.op("examples")), routing
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        import zephyr
-        from zephyr.io.layout import remove_folder
         from zephyr.io.parquet import parquet_rows
+        from zephyr.removal import write_routed
 
-        annotate = self._jobs(ctx)[0]
-        scratch = ctx.side_dir / "annotated"
-        written = annotate.write_parquet(str(scratch), overwrite=True, **ctx.engine("annotate"))
-        _, kept, dropped = self._jobs(ctx, zephyr.read_parquet(sorted(written.files)))
-        outcome = ctx.finish(kept, (ctx.op("route_kept"),), action="kept")
-        if self.keep_dropped:
-            result = dropped.write_parquet(
-                str(ctx.side_dir / "dropped"), overwrite=True, **ctx.engine("dropped")
-            )
-            outcome.extra["dropped_files"] = sorted(result.files)
-            outcome.extra["dropped_rows"] = parquet_rows(result.files)
-            outcome.checksums.update(result.checksums)  # a quality step may train on them (train_from)
-        remove_folder(str(scratch))
+        rows, routing = self._routing(ctx)
+        opts = ctx.engine()
+        routed = write_routed(
+            rows, str(ctx.step_dir), opts=opts, scratch="annotated", overwrite=True, **routing
+        )
+        # no row came through job 1 (the previous step kept none): its filter op accounts the empty step
+        kept, op = (routed.kept, "route_kept") if routed.kept else (routed.verdict, ctx.op("filter"))
+        outcome = StepOutcome(sorted(kept.files), kept.checksums, kept.stats, (f"map_batches({op})",))
+        if self.keep_dropped:  # a quality step may train on them (train_from)
+            dropped = routed.sides.get("dropped")
+            files = sorted(dropped.files) if dropped else []
+            outcome.extra.update(dropped_files=files, dropped_rows=parquet_rows(files))
+            outcome.checksums.update(dropped.checksums if dropped else {})
         return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
-        annotate, kept, dropped = self._jobs(ctx)
-        jobs = [("job 1: every row annotated with its first failing rule, to a scratch folder", annotate)]
-        if self.keep_dropped:
-            jobs.append(("job 2: the dropped rows, with their reason, to the sidecar's dropped/", dropped))
-        return [
-            *jobs,
-            (
-                "job 3: the kept rows, written to the step folder (jobs 2-3 read job 1's files)",
-                ctx.counted(kept),
-            ),
+        """Job 1, then the routes, which read its files (the kept rows, the step's output, listed last)."""
+        from zephyr.removal import routes
+
+        rows, routing = self._routing(ctx)
+        jobs = [
+            (f"the {side} rows → {where} (reads job 1's files)", plan)
+            for side, where, plan in routes(rows, str(ctx.step_dir), **routing)
         ]
-
-
-def _dedup_report(record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
-    """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
-    from zephyr.pipelines.examples import dedup_example_blocks, read_examples
-
-    name = record["step"]
-    sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
-    multi = {k: v for k, v in sizes.items() if k > 1}
-    lsh = record.get("extra", {}).get("lsh")
-    note = (
-        f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
-        f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
-        if lsh
-        else ""
-    )
-    blocks: list[tuple] = [
-        (
-            "p",
-            f"{md_code(name)}: {md_count(sum(multi.values()))} cluster(s) with duplicates, "
-            f"{md_count(record['rows_dropped'])} document(s) removed.{note}",
-        )
-    ]
-    if sizes:
-        rows = [[str(k), md_count(v), md_count(v * (k - 1))] for k, v in sorted(sizes.items())]
-        blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"], rows))
-    if f"clusters_{name}" in plots:
-        blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
-    payload = read_examples(record.get("extra", {}).get("examples"))
-    if payload and payload["kind"] == "dedup":
-        blocks += dedup_example_blocks(name, payload)
-    return blocks
-
-
-def _cluster_plot(record: dict[str, Any], plt: Any, save: Any) -> None:
-    """Duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the title: they would dwarf
-    the bars that matter)."""
-    sizes = sorted((int(k), v) for k, v in record.get("cluster_sizes", {}).items())
-    multi = [(k, v) for k, v in sizes if k > 1]
-    if not multi:
-        return
-    singles = sum(v for k, v in sizes if k == 1)
-    fig, ax = plt.subplots(figsize=(min(7.0, 3.2 + 0.45 * len(multi)), 2.8))
-    bars = ax.bar([str(k) for k, _ in multi], [v for _, v in multi], color="#8172b3", width=0.6)
-    ax.bar_label(bars, labels=[f"{v:,}" if v else "" for _, v in multi], padding=2, fontsize=8)
-    ax.set_xlabel("cluster size (documents)")
-    ax.set_ylabel("clusters")
-    ax.margins(y=0.15)
-    ax.set_title(
-        f"{record['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
-        f"({singles:,} kept documents had none)",
-        fontsize=10,
-    )
-    save(fig, f"clusters_{record['step']}")
+        jobs = [("every row annotated with its first failing rule, to a scratch folder", rows), *jobs[::-1]]
+        return [(f"job {n}: {title}", plan) for n, (title, plan) in enumerate(jobs, 1)]
 
 
 @dataclass(frozen=True)
@@ -464,9 +397,9 @@ class DedupStep(Step):
         """The kept rows written to the step folder, and the examples the report shows."""
         outcome = ctx.finish(self.kept(ctx, annotated), (ctx.op("remove"),))
         if (shingling := self.shingling()) is not None:
-            from zephyr.pipelines.examples import dedup_examples
+            from zephyr.pipelines.examples import merge_dedup_examples
 
-            dedup_examples(ctx, outcome, *shingling)
+            outcome.extra["examples"] = str(merge_dedup_examples(ctx.side_dir, *shingling))
         return outcome
 
     def run(self, ctx: StepContext) -> StepOutcome:
@@ -491,11 +424,57 @@ class _DedupStep(DedupStep):
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
-        return _dedup_report(record, plots)
+        """A dedup step's clusters by size and its example clusters (kept beside removed, with their Jaccard)."""
+        from zephyr.pipelines.examples import dedup_example_blocks, read_examples
+
+        name = record["step"]
+        sizes = {int(k): v for k, v in record.get("cluster_sizes", {}).items()}
+        multi = {k: v for k, v in sizes.items() if k > 1}
+        lsh = record.get("extra", {}).get("lsh")
+        note = (
+            f" LSH: {md_text(lsh['bands'])} bands × {md_text(lsh['rows'])} rows (S-curve midpoint ≈ "
+            f"{md_text(lsh['lsh_threshold'])}), verified Jaccard ≥ {md_text(lsh['threshold'])}."
+            if lsh
+            else ""
+        )
+        blocks: list[tuple] = [
+            (
+                "p",
+                f"{md_code(name)}: {md_count(sum(multi.values()))} cluster(s) with duplicates, "
+                f"{md_count(record['rows_dropped'])} document(s) removed.{note}",
+            )
+        ]
+        if sizes:
+            rows = [[str(k), md_count(v), md_count(v * (k - 1))] for k, v in sorted(sizes.items())]
+            blocks.append(("table", ["cluster size", "clusters (kept documents)", "documents removed"], rows))
+        if f"clusters_{name}" in plots:
+            blocks.append(("img", plots[f"clusters_{name}"], f"cluster sizes of {name}"))
+        payload = read_examples(record.get("extra", {}).get("examples"))
+        if payload and payload["kind"] == "dedup":
+            blocks += dedup_example_blocks(name, payload)
+        return blocks
 
     @classmethod
     def plots(cls, record: dict[str, Any], plt: Any, save: Any) -> None:
-        _cluster_plot(record, plt, save)
+        """Duplicate clusters by size, sizes ≥ 2 only (the singletons are counted in the title: they would dwarf
+        the bars that matter)."""
+        sizes = sorted((int(k), v) for k, v in record.get("cluster_sizes", {}).items())
+        multi = [(k, v) for k, v in sizes if k > 1]
+        if not multi:
+            return
+        singles = sum(v for k, v in sizes if k == 1)
+        fig, ax = plt.subplots(figsize=(min(7.0, 3.2 + 0.45 * len(multi)), 2.8))
+        bars = ax.bar([str(k) for k, _ in multi], [v for _, v in multi], color="#8172b3", width=0.6)
+        ax.bar_label(bars, labels=[f"{v:,}" if v else "" for _, v in multi], padding=2, fontsize=8)
+        ax.set_xlabel("cluster size (documents)")
+        ax.set_ylabel("clusters")
+        ax.margins(y=0.15)
+        ax.set_title(
+            f"{record['step']}: {sum(v for _, v in multi):,} clusters with duplicates\n"
+            f"({singles:,} kept documents had none)",
+            fontsize=10,
+        )
+        save(fig, f"clusters_{record['step']}")
 
 
 @dataclass(frozen=True)
@@ -593,9 +572,9 @@ class QualityStep(Step, type="quality"):
     rows (negative) — a bootstrapped classifier for corpora without labels."""
     label_column: str = "label"
     """Label column of ``train``."""
-    min_score: float = 0.5
+    min_score: float = ranged_field(0, 1, default=0.5)
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
-    train_max_rows: int = 200_000
+    train_max_rows: int = ranged_field(2, default=200_000)
     """At most this many rows of each label are used for training (a deterministic prefix)."""
     classifier: ClassifierConfig = embedded_field(ClassifierConfig)
     replace_columns: bool = False
@@ -610,8 +589,7 @@ class QualityStep(Step, type="quality"):
             raise FieldError(
                 "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
-        require_within("min_score", self.min_score, 0.0, 1.0)
-        require_at_least("train_max_rows", self.train_max_rows, 2)
+        check_field_values(self)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -714,16 +692,12 @@ class QualityStep(Step, type="quality"):
 
 def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
     """The first non-null texts of some Parquet parts, in file order, up to ``max_rows``."""
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as pads
 
-    texts: list[str] = []
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column]):
-            for text in batch.column(0).drop_null().to_pylist():
-                texts.append(text)
-                if len(texts) >= max_rows:
-                    return texts
-    return texts
+    if not files:
+        return []
+    rows = pads.dataset(files).head(max_rows, columns=[column], filter=pads.field(column).is_valid())
+    return rows.column(0).to_pylist()
 
 
 def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
@@ -756,11 +730,11 @@ class MapStep(Step, type="map"):
 
     function: str = field(default="", metadata={"required": True})
     """``package.module:attribute`` — a function, or a class instantiated with no arguments."""
-    batch_rows: int | None = None
+    batch_rows: int | None = ranged_field(1, default=None)
     """Rows per call; ``None`` passes the engine's batches as they come."""
 
     def __post_init__(self) -> None:
-        require_at_least("batch_rows", self.batch_rows, 1)
+        check_field_values(self)
         module_name, _ = self._parts()
         missing = find_module(module_name)
         if missing is not None:
@@ -775,13 +749,11 @@ class MapStep(Step, type="map"):
 
     def load(self) -> Any:
         """The callable named by ``function``: imports its module (runs its code)."""
-        import importlib
+        import pkgutil
 
-        module_name, attr = self._parts()
+        self._parts()
         try:
-            target = importlib.import_module(module_name)
-            for name in attr.split("."):
-                target = getattr(target, name)
+            target = pkgutil.resolve_name(self.function)
         except (ImportError, AttributeError) as exc:
             raise FieldError("function", f"cannot import {self.function!r}: {exc}") from None
         if isinstance(target, type):
@@ -862,7 +834,7 @@ class TokenizeStep(Step, type="tokenize"):
     """A HF ``tokenizer.json`` (one from ``zephyr tokenizer train``, or a model folder's); ``None`` trains a
     byte-level BPE of ``vocab_size`` on the step input, as ``zephyr tokenizer train`` does (the same function,
     ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the step folder."""
-    vocab_size: int = 8192
+    vocab_size: int = ranged_field(258, default=8192)
     """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
     tokenizer_train_bytes: str = "32MB"
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
@@ -870,7 +842,7 @@ class TokenizeStep(Step, type="tokenize"):
     shards: TokenizeConfig = embedded_field(TokenizeConfig)
 
     def __post_init__(self) -> None:
-        require_at_least("vocab_size", self.vocab_size, 258)
+        check_field_values(self)
         _check_bytes("tokenizer_train_bytes", self.tokenizer_train_bytes)
 
     def run(self, ctx: StepContext) -> StepOutcome:

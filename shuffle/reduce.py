@@ -62,7 +62,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephyr.shuffle.runs import Run, part_sources, read_index_block
+from zephyr.shuffle.runs import Run, group_rows, part_sources, read_index_block
 from zephyr.shuffle.writer import KEY_HASH, sort_frame, sort_table
 
 from zephyr.budget import EXPANSION, Budget
@@ -113,8 +113,7 @@ def _spill(tables: Iterator[pa.Table], path: str, row_group_bytes: int) -> Itera
         if writer is None:
             writer = pq.ParquetWriter(path, table.schema, compression="lz4", use_dictionary=False)
         table = table.cast(writer.schema) if table.schema != writer.schema else table
-        rows = max(256, row_group_bytes // max(1, table.nbytes // max(1, table.num_rows)))
-        writer.write_table(table, row_group_size=rows)
+        writer.write_table(table, row_group_size=group_rows(table, row_group_bytes))
     if writer is None:
         return iter(())
     writer.close()

@@ -78,16 +78,19 @@ class RunPart:
     rows: int
 
 
+def group_rows(table: pa.Table, row_group_bytes: int) -> int:
+    """Rows per row group of about ``row_group_bytes`` of ``table`` (256 at least): small enough to stream."""
+    return max(256, row_group_bytes // max(1, table.nbytes // max(1, table.num_rows)))
+
+
 def _parquet_blob(table: pa.Table, row_group_bytes: int) -> bytes:
     """One partition's rows as a standalone zstd Parquet file, with row groups small enough to stream."""
-    row_bytes = max(1, table.nbytes // max(1, table.num_rows))
-    rows_per_group = max(256, row_group_bytes // row_bytes)
     sink = io.BytesIO()
     pq.write_table(
         table,
         sink,
         compression="zstd",
-        row_group_size=rows_per_group,
+        row_group_size=group_rows(table, row_group_bytes),
         write_statistics=False,
         use_dictionary=False,  # shuffle keys are mostly high-cardinality: dictionary attempts only cost time
         store_schema=True,

@@ -258,14 +258,14 @@ def test_tokenize_on_dask_writes_shards_to_s3_and_the_loader_streams_them_back(b
 # -- claims and locks on an object store (zephyr.io.claim) ----------------
 def test_a_lock_on_s3_is_created_by_a_conditional_write(bucket):
     """``If-None-Match: *`` (s3fs ``pipe_file(mode="create")``): of two creates of one lock, the second fails
-    on the server; no check-then-write fallback was needed."""
+    on the server."""
     from zephyr.io import claim
 
     fs = fsspec.filesystem("s3")
     path = f"{bucket}/out.zephyr/lock.json"
     assert claim._create(fs, path, b'{"first": 1}') is True
     assert claim._create(fs, path, b'{"second": 2}') is False
-    assert fs.cat_file(path) == b'{"first": 1}' and "s3" not in claim._NO_CONDITIONAL
+    assert fs.cat_file(path) == b'{"first": 1}'
 
 
 def test_a_second_command_on_an_s3_output_is_refused_naming_the_holder(

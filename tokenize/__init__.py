@@ -25,30 +25,14 @@ else:
 
     from zephyr._lazy import lazy_exports as _lazy_exports
 
-    _LAZY = {
-        "TokenLoader": "zephyr.tokenize.loader",
-        "TokenDataLoader": "zephyr.tokenize.loader",
-        "RepetitionFilter": "zephyr.tokenize._samples",
-        "read_documents": "zephyr.tokenize._storage",
-        "read_manifest": "zephyr.tokenize.shards",
-        "Manifest": "zephyr.tokenize.shards",
-        "FORMAT_VERSION": "zephyr.tokenize.shards",
-        "write_token_shards": "zephyr.tokenize.writer",
-        "TokenizeResult": "zephyr.tokenize.writer",
-        "TokenizeConfig": "zephyr.tokenize.config",
-        "TextTokenizer": "zephyr.tokenize.tokenizer",
-        "train_tokenizer": "zephyr.tokenize.train_tokenizer",
-    }
-    __all__ = sorted(_LAZY)
-
     if _TYPE_CHECKING:
-        from zephyr.tokenize._samples import RepetitionFilter  # noqa: F401
-        from zephyr.tokenize._storage import read_documents  # noqa: F401
-        from zephyr.tokenize.config import TokenizeConfig  # noqa: F401
-        from zephyr.tokenize.loader import TokenDataLoader, TokenLoader  # noqa: F401
-        from zephyr.tokenize.shards import FORMAT_VERSION, Manifest, read_manifest  # noqa: F401
-        from zephyr.tokenize.tokenizer import TextTokenizer  # noqa: F401
-        from zephyr.tokenize.train_tokenizer import train_tokenizer  # noqa: F401
-        from zephyr.tokenize.writer import TokenizeResult, write_token_shards  # noqa: F401
+        from zephyr.tokenize._samples import RepetitionFilter
+        from zephyr.tokenize._storage import read_documents
+        from zephyr.tokenize.config import TokenizeConfig
+        from zephyr.tokenize.loader import TokenDataLoader, TokenLoader
+        from zephyr.tokenize.shards import FORMAT_VERSION, Manifest, read_manifest
+        from zephyr.tokenize.tokenizer import TextTokenizer
+        from zephyr.tokenize.train_tokenizer import train_tokenizer
+        from zephyr.tokenize.writer import TokenizeResult, write_token_shards
 
-    __getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())
+    __getattr__, __dir__, __all__ = _lazy_exports(__name__, globals())

@@ -219,7 +219,7 @@ class TokenizeBatch:
         tok = self.tokenizer
         dtype = token_dtype(tok.vocab_size).newbyteorder("<")
         in_flight = tok.engine == "fastokens"  # HF's calls build Python lists per document: in the call
-        encoding = _InFlight(tok.encode_bodies, texts, dtype, background=in_flight)
+        encoding = _in_flight(tok.encode_bodies, texts, dtype, background=in_flight)
         del texts  # the encoder's thread holds them until it is done
         batch = _Held(table, quarantined, encoding, dtype, table[self.text_column].nbytes)
         if not in_flight:
@@ -283,19 +283,15 @@ def _merged(outputs: list[Any]) -> Any:
     return BatchOutput(kept=table, quarantined=pa.concat_tables(quarantined)) if quarantined else table
 
 
-class _InFlight:
+def _in_flight(fn: Callable[..., Any], *args: Any, background: bool = True) -> Future:
     """``fn(*args)`` running on the process's encode threads (``background``, see ``_encode_threads``), or
-    already run in this one; ``result()`` waits for it and raises what it raised."""
-
-    def __init__(self, fn: Callable[..., Any], *args: Any, background: bool = True):
-        self._future: Future = Future()
-        if background:
-            _encode_threads().submit((self._future, fn, args))
-        else:
-            _run(self._future, fn, args)
-
-    def result(self, timeout: float | None = None) -> Any:
-        return self._future.result(timeout)
+    already run in this one; the future's ``result()`` waits for it and raises what it raised."""
+    future: Future = Future()
+    if background:
+        _encode_threads().submit((future, fn, args))
+    else:
+        _run(future, fn, args)
+    return future
 
 
 def _run(future: Future, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -375,6 +371,6 @@ class _Held:
 
     table: pa.Table
     quarantined: pa.Table | None
-    encoding: _InFlight
+    encoding: Future
     dtype: np.dtype
     text_bytes: int

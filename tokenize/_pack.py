@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
-from zephyr.tokenize.shards import write_shard
+from zephyr.tokenize.shards import checksum_records, write_shard
 
 from zephyr.errors import InputError
 from zephyr.io.checksum import Checksummed, record_side_file
@@ -123,8 +123,8 @@ def write_spill(directory: str, name: str, data: np.ndarray) -> None:
 class SpillFiles:
     """Read-only descriptors of the local spill files of ``directory``, kept open across ``gather`` calls (at most
     ``limit``, least recently used closed first, and never one of the batch being read), and the threads that
-    read them (``GATHER_THREADS``). Use as a context manager: every descriptor closes and the threads end at
-    exit."""
+    read them (``GATHER_THREADS``). ``close`` (``contextlib.closing``) closes every descriptor and ends the
+    threads."""
 
     def __init__(self, directory: str, limit: int = OPEN_FILES, threads: int = GATHER_THREADS):
         from collections import OrderedDict
@@ -168,12 +168,6 @@ class SpillFiles:
             self._pool = None
         while self._open:
             os.close(self._open.popitem()[1])
-
-    def __enter__(self) -> SpillFiles:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def gather(
@@ -328,9 +322,12 @@ class PackPartition:
         self.spill_dir, self.batch_rows = spill_dir, batch_rows
         self.eos_id, self.bos_id = eos_id, bos_id
         self.threads = max(1, threads)
-        self.attempt = 0
-        """Raised by the writer to pack again (a new stage fingerprint) when a resumed shard's bytes changed;
-        the shards do not depend on it."""
+
+    @property
+    def side_folder(self) -> str:
+        """Where this function writes its shards (``zephyr.io.checksum.record_side_file``): a rerun skips a
+        finished pack task only while its shards still have the size and sha256 recorded in its marker."""
+        return self.output
 
     def _tokens(self, batch: Any, spill_files: SpillFiles) -> Any:
         """The batch's documents as one ``large_binary`` column: spilled ids framed by BOS/EOS."""
@@ -368,7 +365,8 @@ class PackPartition:
         have one), ``batch_rows`` documents at a time."""
         import pyarrow as pa
 
-        with SpillFiles(self.spill_dir) as spill_files:  # open once per task, not once per document
+        # open once per task, not once per document
+        with contextlib.closing(SpillFiles(self.spill_dir)) as spill_files:
             for batch in parquet.iter_batches(batch_size=self.batch_rows, columns=columns):
                 out = {"tokens": self._tokens(batch, spill_files)}
                 if "source" in batch.schema.names:
@@ -385,10 +383,13 @@ class PackPartition:
 
         rows = table.to_pylist()
         if self.threads > 1 and len(rows) > 1:
+            import contextvars
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(min(self.threads, len(rows)), thread_name_prefix="zephyr-pack") as pool:
-                rows = list(pool.map(self.pack, rows))
+                # each in a copy of this thread's context: the side-file records reach the task's marker
+                packing = [pool.submit(contextvars.copy_context().run, self.pack, row) for row in rows]
+                rows = [future.result() for future in packing]
         else:
             rows = [self.pack(row) for row in rows]
         return pa.Table.from_arrays(
@@ -428,6 +429,8 @@ class PackPartition:
                     num_tokens=total,
                     megatron=self.megatron,
                 )
+        for url, record in checksum_records(self.output, [info]).items():
+            record_side_file(url, record)
         return {
             "index": row["index"],
             "shard": json.dumps(info.to_json()),

@@ -187,10 +187,6 @@ class BinIndex:
     fill: np.ndarray
     shard_bins: np.ndarray
 
-    @property
-    def num_bins(self) -> int:
-        return len(self.shard)
-
     def pieces(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row, piece) of every piece of ``bins`` (row = position in ``bins``), bins in order.
 

@@ -357,10 +357,11 @@ class ShardPrefetcher:
         self.budget = budget
         self.fetched = 0
         self._wanted: list[tuple[int, int]] = []
+        self._skipped: set[tuple[int, int]] = (
+            set()
+        )  # wanted, but no room or the copy failed: until `want` changes
         self._cond = threading.Condition()
         self._closed = False
-        self._generation = 0  # bumped by want(); the thread is idle for the wanted set of _idle_at
-        self._idle_at = 0
         self._thread = threading.Thread(target=self._run, name="zephyr-shard-prefetch", daemon=True)
         self._thread.start()
 
@@ -370,8 +371,7 @@ class ShardPrefetcher:
         with self._cond:
             if wanted == self._wanted:
                 return
-            self._wanted = wanted
-            self._generation += 1
+            self._wanted, self._skipped = wanted, set()
             if self.budget is not None:
                 stores = self.stores  # the cache names of the wanted tokens files
                 pinned = [stores[s].manifest.shards[k].files["tokens"] for s, k in wanted if stores[s].remote]
@@ -379,50 +379,40 @@ class ShardPrefetcher:
             self._cond.notify_all()
 
     def _next(self) -> tuple[int, int] | None:
+        """The first wanted shard to copy (called holding the condition); None: the thread is idle."""
         for s, k in self._wanted:
-            if not self.stores[s].is_cached(k):
+            if (s, k) not in self._skipped and not self.stores[s].is_cached(k):
                 return s, k
         return None
-
-    def _idle(self) -> None:
-        """Wait (holding the condition) until the wanted set changes or the prefetcher closes."""
-        generation = self._generation
-        self._idle_at = generation
-        self._cond.notify_all()
-        while not self._closed and self._generation == generation:
-            self._cond.wait()
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and (job := self._next()) is None:
-                    self._idle()
+                    self._cond.wait()
                 if self._closed:
                     return
             s, k = job
             store = self.stores[s]
             try:
-                if store.fetch(k, background=True) is None:
-                    with self._cond:  # the cache is full of wanted shards: wait until the wanted set changes
-                        self._idle()
-                    continue
-                self.fetched += 1
+                copied = (
+                    store.fetch(k, background=True) is not None
+                )  # None: the cache is full of wanted shards
             except Exception as exc:  # the reader fetches it again and raises with the shard's name
                 log.warning("prefetch of shard %s failed: %s", store.manifest.shards[k].name, exc)
-                with self._cond:
-                    self._wanted = [w for w in self._wanted if w != (s, k)]
+                copied = False
+            with self._cond:
+                self.fetched += copied
+                if not copied:
+                    self._skipped.add(job)
+                self._cond.notify_all()
 
     def wait_primed(self, timeout: float | None = None) -> bool:
         """Block until the thread is idle for the current wanted set; True if every wanted shard is cached
         (False: still copying at the timeout, or stopped at the cache limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._idle_at != self._generation and self._thread.is_alive():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left)
-            return self._next() is None
+            self._cond.wait_for(lambda: self._next() is None or not self._thread.is_alive(), timeout)
+            return all(self.stores[s].is_cached(k) for s, k in self._wanted)
 
     def close(self) -> None:
         with self._cond:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from zephyr.config import FieldError, require_at_least
+from zephyr.config import FieldError, check_field_values, ranged_field
 from zephyr.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ class TokenizeConfig:
     """Prepend BOS to every document (EOS is always appended)."""
     engine: Literal["auto", "fastokens", "hf"] = "auto"
     """The encoder: ``auto`` is the fastest one proven identical to HF tokenizers."""
-    batch_rows: int = 1024
+    batch_rows: int = ranged_field(1, default=1024)
     """Documents per tokenize batch (bounds worker memory)."""
     megatron: bool = False
     """Also write Megatron ``.bin``/``.idx`` per shard."""
@@ -41,7 +41,7 @@ class TokenizeConfig:
     def __post_init__(self) -> None:
         from zephyr.config import parse_bytes
 
-        require_at_least("batch_rows", self.batch_rows, 1)
+        check_field_values(self)
         try:
             parse_bytes(self.shard_bytes)
         except (ConfigError, ValueError) as exc:

@@ -35,11 +35,11 @@ stays where it was, and a resume from it silently restarts the epoch. With the D
 the order differs from the single-process one as well. The supported path is
 ``loader.data_loader(num_workers=K)`` (``TokenDataLoader``): ``batch_size=None`` in the DataLoader (batches come from
 ``TokenLoader(batch_size=B)``, gathered per worker in the single-process order), and every item received
-advances the parent's position, so ``state_dict()`` is exact. Each ``TokenLoader`` holds a ``WorkerGuard``: a
+advances the parent's position, so ``state_dict()`` is exact. Each ``TokenLoader`` holds a guard: a
 one-element int64 tensor in shared memory; a forked worker maps the same pages and a spawned one receives it
-through torch's shared-memory pickling. A worker iterating a copy that no ``TokenDataLoader`` started sets it
-(``mark_plain_worker``); afterwards the parent's ``state_dict()``, ``mix_counts()`` and ``set_weights()`` raise
-``ResumeError`` naming the fix (``check_position_known``) instead of returning a stale position.
+through torch's shared-memory pickling. A worker iterating a copy that no ``TokenDataLoader`` started sets it;
+afterwards the parent's ``state_dict()``, ``mix_counts()`` and ``set_weights()`` raise ``ResumeError`` naming
+the fix (``_check_position``) instead of returning a stale position.
 ``load_state_dict`` sets the position again, and clears it. A plain DataLoader with ``num_workers=0`` iterates
 the parent's own object: its position stays exact, and nothing is raised.
 
@@ -68,6 +68,7 @@ measures it (rows in benchmarks/RESULTS.md).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -220,8 +221,10 @@ class TokenLoader(torch.utils.data.IterableDataset):
         # changes whenever the weights or the position are set anew (set_weights, set_schedule,
         # load_state_dict): iterators and DataLoader workers started before then hold stale copies
         self.weights_version = 0
-        # set by DataLoader workers that no TokenDataLoader started; shared with them (the module docstring)
-        self.worker_guard = WorkerGuard()
+        # set to 1 by DataLoader workers that no TokenDataLoader started (``_wrapped``: one did), in shared
+        # memory: a forked worker maps the same pages, a spawned one receives it through torch's pickling
+        self._plain_workers = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._wrapped = False
         self._counts_cache = (0, self._start_counts.copy())  # (g, counters at g): state_dict stays O(step)
 
     # ---- configuration ---------------------------------------------------------------------------------
@@ -245,8 +248,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
         """Items this rank yields (only with ``num_epochs``; a mixture or endless loader has no length)."""
         if self.num_epochs is None:
             raise TypeError("an endless TokenLoader (num_epochs=None) has no len()")
-        total = self.num_epochs * self._sources[0].num_samples
-        mine = max(0, math.ceil((total - self._start - self.rank) / self.world_size))
+        mine = max(0, math.ceil((self._limit() - self._start - self.rank) / self.world_size))
         return mine if self.batch_size is None else math.ceil(mine / self.batch_size)
 
     # ---- position and state ----------------------------------------------------------------------------
@@ -286,15 +288,28 @@ class TokenLoader(torch.utils.data.IterableDataset):
         self._start, self._start_counts, self._yielded = g, counts, 0
         self._counts_cache = (g, counts.copy())
 
+    def _check_position(self, what: str) -> None:
+        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed
+        samples the loader cannot count (its position ``consumed`` is then stale)."""
+        if int(self._plain_workers[0]) == 0:
+            return
+        raise ResumeError(
+            f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
+            f"(num_workers > 0), which advance their own copies, so its position (consumed={self.consumed}) is "
+            "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
+            "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
+            "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
+        )
+
     def mix_counts(self) -> dict[str, int]:
         """Realized mixture: samples drawn from each source so far, over all ranks (global counters)."""
-        self.worker_guard.check_position_known("mix_counts()", self.consumed)
+        self._check_position("mix_counts()")
         return dict(zip(self.sources, self._counts_at(self.consumed).tolist()))
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """Change the mixture weights from the next sample on (call between steps, on every rank); later
         schedule entries still apply."""
-        self.worker_guard.check_position_known("set_weights()", self.consumed)
+        self._check_position("set_weights()")
         values = normalize_weights(self.sources, dict(weights))
         g = self.consumed
         self._set_start(g, self._counts_at(g))
@@ -303,7 +318,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable resume state (see the module docstring)."""
-        self.worker_guard.check_position_known("state_dict()", self.consumed)
+        self._check_position("state_dict()")
         g = self.consumed
         return {
             "version": STATE_VERSION,
@@ -344,7 +359,7 @@ class TokenLoader(torch.utils.data.IterableDataset):
                 )
             log.info("reweight: mixture weights from sample %d on: %s (checkpoint had %s)", g, mine, saved)
         self._set_start(g, counts)
-        self.worker_guard.reset()  # the position is known again
+        self._plain_workers.zero_()  # the position is known again
         self.weights_version += 1
 
     # ---- planning --------------------------------------------------------------------------------------
@@ -458,14 +473,15 @@ class TokenLoader(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (0, 1) if info is None else (info.id, info.num_workers)
         in_main = info is None
-        if not in_main:
-            self.worker_guard.mark_plain_worker()
+        if not in_main and not self._wrapped:  # a plain DataLoader's worker: the parent's position is stale
+            self._plain_workers.fill_(1)
         chunk = batch_size or 1
         version = self.weights_version
         start_yielded = self._yielded
         prefetcher = self._start_prefetcher()
         blocks = self._blocks(chunk, self.consumed, self._counts_at(self.consumed))
-        for (k, plan), ahead in _with_next(blocks, prefetcher is not None):  # ahead: to prefetch its shards
+        # each block with the next one (None after the last), planned one block ahead: to prefetch its shards
+        for (k, plan), ahead in itertools.pairwise(itertools.chain(blocks, [None])):
             count = len(plan.source)
             # item c (counted from this iterator's start) belongs to worker c % K
             first = (worker - k // chunk) % num_workers
@@ -536,15 +552,6 @@ class TokenLoader(torch.utils.data.IterableDataset):
         return TokenDataLoader(self, num_workers=num_workers, prefetch_factor=prefetch_factor, **kwargs)
 
 
-def _with_next(items: Iterator[Any], look_ahead: bool) -> Iterator[tuple[Any, Any]]:
-    """(item, the next item or None) pairs; without ``look_ahead`` the next is never taken early (None)."""
-    current = next(items, None)
-    while current is not None:
-        following = next(items, None) if look_ahead else None
-        yield current, following
-        current = following if look_ahead else next(items, None)
-
-
 _STATE_KEYS = {"version": int, "seed": int, "consumed": int, "fingerprint": str, "counts": list[int]}
 _STATE_KEYS |= {"weights": list[float], "sources": list[str] | None}
 """What ``state_dict`` writes: numbers >= 0 but the weights, which are finite."""
@@ -566,42 +573,6 @@ def _check_plain(state: Any) -> None:
             raise ResumeError(
                 f"loader state {key!r} must be {what}, got {describe_value(value)}; resume from a checkpoint zephyr wrote"
             )
-
-
-class WorkerGuard:
-    """One ``TokenLoader``'s guard against plain DataLoader workers (the module docstring's "The guard").
-
-    ``flag`` is a one-element int64 tensor in shared memory (0: no plain worker has iterated a copy); a forked
-    worker maps the same pages and a spawned one receives it through torch's shared-memory pickling, so a copy's
-    ``mark_plain_worker`` reaches the parent. ``wrapped`` is True while a ``TokenDataLoader`` starts workers
-    over the loader: those copies are tracked, and mark nothing.
-    """
-
-    def __init__(self) -> None:
-        self.flag = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.wrapped = False
-
-    def mark_plain_worker(self) -> None:
-        """Called in a DataLoader worker: record it in the parent's flag unless ``TokenDataLoader`` started it."""
-        if not self.wrapped:
-            self.flag.fill_(1)
-
-    def reset(self) -> None:
-        """The position is known again (``load_state_dict`` set it)."""
-        self.flag.zero_()
-
-    def check_position_known(self, what: str, consumed: int) -> None:
-        """Raise ``ResumeError`` from ``what`` (``state_dict()``...) when plain DataLoader workers consumed samples
-        the loader cannot count (its position ``consumed`` is then stale)."""
-        if int(self.flag[0]) == 0:
-            return
-        raise ResumeError(
-            f"TokenLoader.{what}: this loader was iterated by the workers of a plain torch DataLoader "
-            f"(num_workers > 0), which advance their own copies, so its position (consumed={consumed}) is "
-            "stale and resuming from it would restart the epoch; a DataLoader batch_size also groups each "
-            "worker's samples and changes the order. Iterate loader.data_loader(num_workers=K) instead (batches: "
-            "TokenLoader(batch_size=B)), which keeps the single-process order and an exact state_dict()"
-        )
 
 
 class TokenDataLoader:
@@ -640,7 +611,7 @@ class TokenDataLoader:
             pinned = loader.pin_memory
             loader.pin_memory = False  # workers cannot pin; the DataLoader's pin thread does it
             # the workers' copies (forked or pickled now) are ours: no guard
-            loader.worker_guard.wrapped = True
+            loader._wrapped = True
             try:
                 data_loader = torch.utils.data.DataLoader(
                     loader, batch_size=None, num_workers=self.num_workers, pin_memory=pinned, **self.kwargs
@@ -648,7 +619,7 @@ class TokenDataLoader:
                 iterator = iter(data_loader)
             finally:
                 loader.pin_memory = pinned
-                loader.worker_guard.wrapped = False
+                loader._wrapped = False
             restarted = False
             try:
                 for item in iterator:

@@ -246,13 +246,8 @@ class Mixture:
 
     # ---- weights over g -------------------------------------------------------------------------------
     def weights_at(self, g: int) -> np.ndarray:
-        """The configured weights in effect at index g (before caps)."""
-        current = self.changes[0][1]
-        for at, weights in self.changes:
-            if at > g:
-                break
-            current = weights
-        return current
+        """The configured weights in effect at index g (before caps); ``changes`` is sorted and starts at 0."""
+        return next(weights for at, weights in reversed(self.changes) if at <= g)
 
     def set_weights(self, g: int, weights: np.ndarray) -> None:
         """``weights`` from index g on; later scheduled changes still apply."""

@@ -73,7 +73,7 @@ import os
 import posixpath
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -141,7 +141,6 @@ class Manifest:
     bos_id: int | None
     seed: int
     shards: list[ShardInfo]
-    raw: dict[str, Any] = field(repr=False)
 
     @property
     def num_tokens(self) -> int:
@@ -162,7 +161,7 @@ class Manifest:
 
 def checksum_records(root: str, shards: list[ShardInfo]) -> dict[str, dict[str, Any]]:
     """Every file of ``shards`` (``root/path``) with its size and sha256 as they record them, in the form
-    ``zephyr.resume.check_files`` checks (the writer's resumed pack tasks; ``zephyr run``'s tokenize step)."""
+    ``zephyr.resume.check_files`` checks (a pack task's side files; ``zephyr run``'s tokenize step)."""
     return {
         join_path(root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
         for s in shards
@@ -215,7 +214,6 @@ def read_manifest(root: str) -> Manifest:
         bos_id=None if data.get("bos_id") is None else int(data["bos_id"]),
         seed=int(data.get("seed", 0)),
         shards=shards,
-        raw=data,
     )
 
 

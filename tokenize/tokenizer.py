@@ -1,10 +1,11 @@
 """Batch text → token ids identical to HF ``tokenizers``, through the fastest engine proven identical.
 
 ``TextTokenizer`` is built from the bytes of a ``tokenizer.json`` (so it pickles to any worker without a
-shared filesystem) and loads the Rust objects lazily on first use. ``encode_batch(texts)`` returns one flat
-token array plus document offsets (the shard layout), with EOS appended to every document and BOS prepended
-under the ``"always"`` policy. Ids are HF's own ``encode(text, add_special_tokens=False).ids``: added tokens
-that appear literally in the text are recognized, exactly as HF does.
+shared filesystem) and loads the Rust objects lazily on first use. ``encode_bodies(texts)`` returns one flat
+token array plus each document's length; ``eos_id`` (appended to every document) and ``bos_id`` (prepended
+under the ``"always"`` policy) are added where the shard is packed (``zephyr.tokenize._pack``). Ids are HF's
+own ``encode(text, add_special_tokens=False).ids``: added tokens that appear literally in the text are
+recognized, exactly as HF does.
 
 Engines, tried in this order by ``engine="auto"``; each is used only after it reproduced HF's ids exactly on a
 built-in probe sample (scripts, digits, whitespace runs, contractions, emoji, code, special tokens), in the
@@ -29,12 +30,12 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from zephyr.config import describe_value
 from zephyr.errors import ConfigError
 
 EOS_CANDIDATES = (
@@ -87,16 +88,7 @@ def parse_tokenizer_json(data: bytes, path: str | None) -> dict[str, Any]:
             f"{expected}"
         ) from exc
     if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-        kinds = {
-            list: "a JSON array",
-            str: "a JSON string",
-            int: "a number",
-            float: "a number",
-            bool: "a boolean",
-        }
-        found = kinds.get(type(config), "null")
-        if isinstance(config, dict):
-            found = "an object without a 'model' object"
+        found = "an object without a 'model' object" if isinstance(config, dict) else describe_value(config)
         raise ConfigError(f"{name} is not a tokenizer.json: it holds {found}; {expected}")
     return config
 
@@ -149,7 +141,7 @@ ENGINES: tuple[str, ...] = ("auto", "hf", "fastokens")
 
 
 class TextTokenizer:
-    """A tokenizer.json with an EOS/BOS policy; encodes batches to flat arrays + offsets.
+    """A tokenizer.json with an EOS/BOS policy; encodes batches to flat arrays + lengths.
 
     Args:
         spec: path to a ``tokenizer.json``, or its content (``bytes``).
@@ -197,7 +189,6 @@ class TextTokenizer:
                     "no BOS token in %s; using the EOS id %d as BOS", self.path or "tokenizer", self.eos_id
                 )
                 self.bos_id = self.eos_id
-        self.__dict__["_config"] = config
         self._hf: Any = None
         self._engine: str | None = None
         self._ft: Any = None
@@ -208,7 +199,6 @@ class TextTokenizer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.update(_hf=None, _engine=None, _ft=None, _vocab_size=None)
-        state.pop("_config", None)  # re-parsed from the JSON bytes on use: cheaper than pickling the dict
         return state
 
     def _special_id(self, config: dict, given: str | None, candidates: Sequence[str], kind: str) -> int:
@@ -224,11 +214,6 @@ class TextTokenizer:
             f"cannot find the {kind.upper()} token in {self.path or 'the tokenizer'} "
             f"(tried {names}); pass {hint}"
         )
-
-    @cached_property
-    def _config(self) -> dict[str, Any]:
-        """The parsed tokenizer.json (not pickled: re-parsed on first use in a worker)."""
-        return json.loads(self.json_bytes)
 
     @property
     def vocab_size(self) -> int:
@@ -248,7 +233,6 @@ class TextTokenizer:
         """
         if self._engine is not None or self._warm_key in _WARMING:
             return
-        _ = self._config  # parsed here, so the thread takes no cached_property lock
         errors: dict[str, BaseException] = {}
 
         def warm() -> None:
@@ -316,7 +300,7 @@ class TextTokenizer:
 
     @property
     def engine(self) -> str:
-        """``"fastokens"`` or ``"hf"``: the encoder ``encode_batch`` uses (decided, and proven,
+        """``"fastokens"`` or ``"hf"``: the encoder ``encode_bodies`` uses (decided, and proven,
         on first use, or by ``warm_in_background``)."""
         if self._engine is None:
             self._await_warm()
@@ -367,7 +351,7 @@ class TextTokenizer:
 
     # ---- encoding --------------------------------------------------------------------------------------
     def _encode_lists(self, texts: Sequence[str], *, engine: str) -> list[list[int]]:
-        """HF ids of ``texts`` through ``engine`` (for proofs; ``encode_batch`` is the fast way)."""
+        """HF ids of ``texts`` through ``engine`` (for proofs; ``encode_bodies`` is the fast way)."""
         if engine == "fastokens":
             return [e.ids for e in self._ft.encode_batch(list(texts), add_special_tokens=False)]
         hf = self.hf
@@ -404,20 +388,3 @@ class TextTokenizer:
         lengths = np.fromiter((len(ids) for ids in parts), dtype=np.int64, count=len(parts))
         body = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
         return body.astype(dtype, copy=False), lengths
-
-    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids of ``texts`` as (flat int64 tokens, int64 offsets[len(texts) + 1]), EOS (and BOS) added."""
-        body, lengths = self.encode_bodies(texts, np.int64)
-        extra = 1 + (self.bos_id is not None)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths + extra, out=offsets[1:])
-        tokens = np.empty(int(offsets[-1]), dtype=np.int64)
-        # scatter the bodies: every position except each document's EOS (and BOS) slot
-        is_body = np.ones(len(tokens), dtype=bool)
-        is_body[offsets[1:] - 1] = False
-        tokens[offsets[1:] - 1] = self.eos_id
-        if self.bos_id is not None:
-            is_body[offsets[:-1]] = False
-            tokens[offsets[:-1]] = self.bos_id
-        tokens[is_body] = body
-        return tokens, offsets

@@ -41,6 +41,7 @@ import hashlib
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -143,22 +144,13 @@ def sample_bound(sample_bytes: int | str, memory_budget: int | str | None) -> in
     return bound
 
 
-@dataclass
-class _SampleCounts:
-    files: int = 0
-    files_sampled: int = 0
-    documents: int = 0
-    sample_bytes: int = 0
-    rows_quarantined: int = 0
-
-
-def _text_batches(shard: Any, text_column: str, on_error: str, counts: _SampleCounts) -> Iterator[pa.Array]:
+def _text_batches(shard: Any, text_column: str, on_error: str, counts: Counter[str]) -> Iterator[pa.Array]:
     """The file's text column, batch by batch, checked to be text (``zephyr.io.text_column``)."""
     from zephyr.io.quarantine import require_text_column
     from zephyr.io.sources import read_shard
 
     def quarantine(table: pa.Table) -> None:
-        counts.rows_quarantined += table.num_rows
+        counts["rows_quarantined"] += table.num_rows
         for row in table.slice(0, 3).to_pylist():
             log.warning("tokenizer sample: skipped %s row %s: %s", row["source"], row["line"], row["reason"])
 
@@ -214,23 +206,24 @@ def iter_sample(
     text_column: str = "text",
     format: Literal["auto", "parquet", "jsonl", "vortex"] = "auto",
     on_error: Literal["raise", "quarantine"] = "raise",
-    counts: _SampleCounts | None = None,
+    counts: Counter[str] | None = None,
 ) -> Iterator[str]:
     """The sample's texts, in order (see the module docstring): each file's first share of ``bound_bytes``.
 
-    Documents are yielded in pieces of at most ``_PIECE_BYTES``. ``counts`` (optional) is filled as it goes.
+    Documents are yielded in pieces of at most ``_PIECE_BYTES``. ``counts`` (optional) counts as it goes:
+    ``files``, ``files_sampled``, ``documents``, ``sample_bytes`` and ``rows_quarantined``.
     """
     from zephyr.io.paths import input_files
     from zephyr.io.sources import check_text_inputs, list_shards
 
-    counts = counts if counts is not None else _SampleCounts()
+    counts = counts if counts is not None else Counter()
     files, fmt = input_files(inputs, format)
     # a missing or non-text column: one line naming the file, before any reading
     check_text_inputs(files, text_column, format=fmt)
     shards = list_shards(files, fmt)  # one per file, in sorted order
-    counts.files = len(shards)
+    counts["files"] = len(shards)
     for i, shard in enumerate(shards):
-        share = (bound_bytes - counts.sample_bytes) // (len(shards) - i)
+        share = (bound_bytes - counts["sample_bytes"]) // (len(shards) - i)
         taken = 0
         for texts in _text_batches(shard, text_column, on_error, counts):
             if share - taken <= 0:
@@ -244,13 +237,13 @@ def iter_sample(
                     chosen.append(head)
             for text in chosen:
                 if text:
-                    counts.documents += 1
+                    counts["documents"] += 1
                     yield from _pieces(text)
             taken += sum(len(t.encode("utf-8")) for t in chosen[whole:]) + int(lengths[:whole].sum())
             if whole < len(texts):
                 break
-        counts.sample_bytes += taken
-        counts.files_sampled += taken > 0
+        counts["sample_bytes"] += taken
+        counts["files_sampled"] += taken > 0
 
 
 def _output_file(output: str) -> str:
@@ -307,7 +300,7 @@ def train_tokenizer(
     tokens = _check_settings(vocab_size, min_frequency, on_error, special_tokens)
     bound = sample_bound(sample_bytes, memory_budget)
     output = _output_file(output)
-    counts = _SampleCounts()
+    counts: Counter[str] = Counter()
     sample = iter_sample(
         inputs, bound, text_column=text_column, format=format, on_error=on_error, counts=counts
     )
@@ -324,11 +317,12 @@ def train_tokenizer(
         show_progress=False,
     )
     tokenizer.train_from_iterator(sample, trainer=trainer)
-    if counts.sample_bytes == 0:  # an empty input is valid input, but it cannot train a tokenizer
-        where = f"{counts.files} file(s)" if counts.files else "the input"
+    if counts["sample_bytes"] == 0:  # an empty input is valid input, but it cannot train a tokenizer
+        where = f"{counts['files']} file(s)" if counts["files"] else "the input"
+        skipped = counts["rows_quarantined"]
         raise InputError(
             f"no text to train a tokenizer on: {where} hold no non-empty {text_column!r} values"
-            + (f" ({counts.rows_quarantined} unreadable row(s) skipped)" if counts.rows_quarantined else "")
+            + (f" ({skipped} unreadable row(s) skipped)" if skipped else "")
             + "; give inputs with text (an empty input cannot train a tokenizer)"
         )
     learned = tokenizer.get_vocab_size(with_added_tokens=True)
@@ -338,7 +332,7 @@ def train_tokenizer(
             "(give more text, or a lower --min-frequency)",
             learned,
             vocab_size,
-            format_bytes(counts.sample_bytes),
+            format_bytes(counts["sample_bytes"]),
             min_frequency,
         )
     data = tokenizer.to_str().encode("utf-8")
@@ -350,7 +344,7 @@ def train_tokenizer(
         bound_bytes=bound,
         seconds=round(time.perf_counter() - started, 3),
         special_tokens=tokens,
-        **asdict(counts),  # files, files_sampled, documents, sample_bytes, rows_quarantined
+        **counts,  # files, files_sampled, documents, sample_bytes (each set, with text), rows_quarantined
     )
     log.info("tokenizer: %s", json.dumps(result.to_dict()))
     return result

@@ -66,9 +66,9 @@ Arguments of ``write_token_shards``::
         claimed like any output, ``zephyr.io.claim``: not an input, locked, only zephyr's files).
     execution: engine execution options (``executor``, ``workers``, ``memory_budget``, ``work_dir``...).
 
-The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and swapped
-in whole when complete (``zephyr.io.claim.publish_folder``): a set a finished run wrote stays readable until
-the new one is complete.
+The set is built in the output's sidecar (``OUTPUT.zephyr/staging/shards``, ``zephyr.io.layout``) and published
+when complete (``zephyr.io.claim.publish_folder``): a run that fails leaves the set a finished run wrote as it
+was.
 
 ``plans`` takes the same arguments (``output`` optional): nothing runs and nothing is written; the inputs are
 listed, their text columns checked and Parquet footers read, and the tokenizer file is read (for its
@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from zephyr.tokenize._encode import TokenizeBatch
 from zephyr.tokenize._pack import PackPartition, shard_directory, string_array
-from zephyr.tokenize.shards import ShardInfo, checksum_records, token_dtype, write_manifest, write_shard
+from zephyr.tokenize.shards import ShardInfo, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
 from zephyr.config import parse_bytes
@@ -303,6 +303,8 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
     tok = text_tokenizer(tokenizer, a["bos"], a["engine"], a["eos_token"], a["bos_token"])
     scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
     jobs = _jobs(data, tok, placed, options, output, scratch, a)
+    dtype, threads = jobs.dtype, jobs.packer.threads
+    tasks = f"one task packing {threads} shards at a time on threads (pack_threads)"  # else one a shard
     jobs_and_rules = [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
@@ -310,7 +312,12 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             jobs.refs,
         ),
         (placed.reason, None),
-        (_shard_rule(jobs.dtype, shard_bytes), None),
+        (  # the shard count's rule (``_shuffle_and_pack``)
+            f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes "
+            f"{shard_bytes:,}): the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are "
+            "planned with P = 1; no document: they are skipped and the set is one empty shard",
+            None,
+        ),
         (
             "job 2: the global shuffle: the references sorted by their shuffle key (a seeded hash of each "
             "document) into P partitions, one a shard, cut into P even ranges of the key (no sampling: the same "
@@ -318,8 +325,9 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             reference_sort(jobs.refs, 1),
         ),
         (
-            f"job 3: pack, {_pack_tasks(jobs.packer)}, {batch_rows:,} references a read, tokens gathered from "
-            f"the spill files → {output}/shard-*.tokens.npy" + (" + Megatron .bin/.idx" if megatron else ""),
+            f"job 3: pack, {tasks if threads > 1 else 'one task a shard'}, {batch_rows:,} references a read, "
+            f"tokens gathered from the spill files → {output}/shard-*.tokens.npy"
+            + (" + Megatron .bin/.idx" if megatron else ""),
             pack_job([f"{scratch}/sorted/part-00000.parquet"], jobs.packer),
         ),
     ]
@@ -392,7 +400,8 @@ def writer_input(
     if isinstance(data, zephyr.Dataset):
         return data
     paths, fmt = input_paths(data)
-    split = {"approx_shard_bytes": placed.approx_shard_bytes, "on_error": on_error, **schema}
+    plan = None if placed.in_driver else placed.read_plan  # in the driver tasks run one after another anyway
+    split = {"approx_shard_bytes": plan.approx_shard_bytes if plan else None, "on_error": on_error, **schema}
     if fmt == "jsonl":
         return zephyr.read_jsonl(paths, **split)
     return zephyr.read_parquet(paths, columns=[c for c in columns if c], **split)
@@ -501,13 +510,6 @@ class WriterPlacement:
     @property
     def in_driver(self) -> bool:
         return self.pool.get("executor") == "inprocess"
-
-    @property
-    def approx_shard_bytes(self) -> int | None:
-        """The read split: the engine's, unless the tasks run in the driver one after another anyway."""
-        return (
-            self.read_plan.approx_shard_bytes if self.read_plan is not None and not self.in_driver else None
-        )
 
 
 def place_writer(data: Any, options: ExecutionOptions, execution: dict[str, Any]) -> WriterPlacement:
@@ -664,27 +666,10 @@ def _shuffle_and_pack(
     refs_read = zephyr.read_parquet(sorted(refs.files))
     written = reference_sort(refs_read, num_shards).write_parquet(f"{scratch}/sorted", **execution)
     parts = sorted(written.files)
-    shards, per_source = _pack(parts, packer, execution)
+    # a rerun skips a finished pack task only while its shards still have the size and sha256 it recorded
+    # (``PackPartition.side_folder``): the manifest never vouches for bytes it did not see written
+    shards, per_source = _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
-
-
-def _pack(parts: list[str], packer: PackPartition, execution: dict[str, Any]) -> tuple[list[Any], dict]:
-    """Job 3. When a rerun skipped finished pack tasks, their shards are in ``output`` since the interrupted
-    run: each file must still have the size and sha256 that run recorded (``zephyr.resume.check_files``), or
-    every shard is packed again, so the manifest never vouches for bytes it did not see written."""
-    from zephyr import job_stats, resume
-
-    with job_stats.recording() as jobs:
-        packed = pack_job(parts, packer).to_arrow(**execution)
-    shards, per_source = _collect(packed.to_pylist())
-    if not any(stage.get("tasks_resumed") for job in jobs for stage in job.get("stages", [])):
-        return shards, per_source
-    problem = resume.check_files(checksum_records(packer.output, shards))
-    if problem is None:
-        return shards, per_source
-    log.warning("tokenize: %s; packing the shards again", problem)
-    packer.attempt += 1
-    return _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
 
 
 def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
@@ -708,19 +693,3 @@ def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str,
         for src, counts in json.loads(row["per_source"]).items():
             add_counts(per_source.setdefault(src, {"documents": 0, "tokens": 0}), counts)
     return shards, dict(sorted(per_source.items()))
-
-
-def _shard_rule(dtype: Any, shard_bytes: int) -> str:
-    """The shard count's rule (``_shuffle_and_pack``), with this run's dtype and shard size."""
-    return (
-        f"shards P = ceil(total tokens × {dtype.itemsize} bytes ({dtype.name}) / shard_bytes {shard_bytes:,}): "
-        "the total is job 1's tokens counter, unknown before the run, so jobs 2-3 are planned with P = 1; no "
-        "document: they are skipped and the set is one empty shard"
-    )
-
-
-def _pack_tasks(packer: Any) -> str:
-    """How the pack job splits its shards into tasks (``pack_job``)."""
-    if packer.threads > 1:
-        return f"one task packing {packer.threads} shards at a time on threads (pack_threads)"
-    return "one task a shard"

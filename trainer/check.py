@@ -43,6 +43,10 @@ fused AdamW kernel (CUDA, XPU) is called as is (``torch.compiler.disable``d, alr
 are listed as ``boundaries``. Every other break is a graph break to fix, with dynamo's reason and the source
 line that caused it.
 
+The record (``find_graph_breaks``): ``dispatch``; ``graphs``, graphs per region (boundaries included);
+``breaks`` and ``boundaries``, each a list of ``{region, reason, where}``: the region, the first line of
+dynamo's explanation, and ``file:line: code`` of the innermost frame in zephyr's trainer (else the innermost).
+
 Host syncs
 ----------
 Host syncs and data-dependent shapes in the training step, found by tracing the ops it runs.
@@ -64,6 +68,10 @@ Static shapes: the step runs again on other data, and the sequence of (op, outpu
 the first op whose shape differs is reported with its source line (the per-expert loop's group sizes, for
 instance). Static shapes are what torch_xla and CUDA graphs need.
 
+The record (``find_host_syncs``): ``dispatch``; ``syncs``, a list of ``{op, reason, where, count}``;
+``static_shapes``; ``first_dynamic_shape``, ``op at file:line`` where the second run's shapes first differed
+(None when static); ``ops``, the ops the traced step dispatched.
+
 FLOPs and MFU
 -------------
 FLOPs the training step really does, counted by ``torch.utils.flop_counter.FlopCounterMode``, against the
@@ -74,6 +82,11 @@ The step (``train_step``: forward, backward, AdamW) of the full model at the ful
 one of the configuration being checked, in seconds on a CPU. The counter sees the matrix products: ``mm``,
 ``bmm``, attention, and — formulas added here, torch has none — ``torch._grouped_mm`` and the CPU attention
 kernel. Elementwise work (norms, softmax, AdamW) is not counted, as the MFU convention does not count it.
+
+The record (``count_flops``): ``dispatch`` (whose shapes were counted: ``grouped_mm`` stands in for
+``loop``), ``flops_per_token_measured`` (forward + backward), ``flops_per_token_formula``
+(``flops_per_token(model, seq_len)``, the MFU numerator), ``measured_over_formula`` and ``by_op`` (counted
+FLOPs per token by op).
 
 Grouped GEMM rows: on the device ``torch._grouped_mm`` computes the rows up to the last group offset,
 including each group's alignment padding. With real offsets the count uses them; on fake tensors it counts
@@ -106,6 +119,13 @@ and at that moment the live set splits into gradients (the storages that become 
 for the backward (logits included), the figure activation checkpointing shrinks; the check runs the step
 both ways.
 
+The record (``estimate_memory``, in bytes; ``memory_gib`` gives the report's GiB form):
+``activation_checkpointing``; ``parameter_bytes`` (parameters and buffers), ``optimizer_bytes`` and
+``gradient_bytes`` (all gradients: fp32, one per trainable parameter); ``step_peak_bytes``, the traced step's
+peak above the between-steps state, of which ``gradients_at_peak_bytes`` are gradients (the rest is
+activations: saved ones still needed, and temporaries); ``saved_activation_bytes``, alive when the model's
+forward returned; ``peak_bytes`` = parameters + optimizer state + the step's peak.
+
 What the estimate leaves out: the CUDA context (~0.5 GiB), the caching allocator's rounding and
 fragmentation (typically a few percent of the peak), NCCL buffers and kernel workspaces. The attention is
 SDPA's (its ``[B, 1, L, L]`` boolean document mask is counted; FlexAttention, the CUDA default, needs no such
@@ -134,7 +154,7 @@ import traceback
 import warnings
 import weakref
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +183,7 @@ from zephyr.trainer.train import (
     train_step,
 )
 
+from zephyr.config import format_bytes
 from zephyr.errors import ConfigError, ZephyrError
 
 # ---- The harness ------------------------------------------------------------
@@ -343,23 +364,9 @@ FLOP_FORMULAS = {
 """Formulas for ops FlopCounterMode does not count (torch 2.11–2.13)."""
 
 
-@dataclass
-class FlopCount:
-    """One step's count, named as ``zephyr train check --json`` reports it."""
-
-    dispatch: str
-    """The dispatch whose shapes were counted (``grouped_mm`` stands in for ``loop``)."""
-    flops_per_token_measured: float
-    """Counted FLOPs per token of one training step (forward + backward)."""
-    flops_per_token_formula: float
-    """``flops_per_token(model, seq_len)``, the MFU numerator per token."""
-    measured_over_formula: float
-    by_op: dict[str, int]
-    """Counted FLOPs per token by op."""
-
-
-def count_flops(target: Target, *, fake: bool = True) -> FlopCount:
-    """Count one training step of ``target`` (fake tensors by default; ``fake=False`` runs it for real)."""
+def count_flops(target: Target, *, fake: bool = True) -> dict[str, Any]:
+    """Count one training step of ``target`` (fake tensors by default; ``fake=False`` runs it for real): the
+    module docstring's "FLOPs" record, as ``zephyr train check --json`` reports it."""
     target = target.replace(activation_checkpointing=False)  # model FLOPs: recomputation is not counted
     mode, target, model, optimizer, (batch,) = _built(target, fake=fake)
     counter = FlopCounterMode(display=False, custom_mapping=FLOP_FORMULAS)
@@ -368,46 +375,27 @@ def count_flops(target: Target, *, fake: bool = True) -> FlopCount:
     measured = counter.get_total_flops() / target.tokens
     formula = flops_per_token(target.model, target.seq_len)
     by_op = {str(op).removeprefix("aten."): n for op, n in counter.get_flop_counts()["Global"].items()}
-    return FlopCount(
-        dispatch=target.dispatch,
-        flops_per_token_measured=measured,
-        flops_per_token_formula=formula,
-        measured_over_formula=round(measured / formula, 4),
-        by_op={op: round(n / target.tokens) for op, n in sorted(by_op.items())},
-    )
+    return {
+        "dispatch": target.dispatch,
+        "flops_per_token_measured": measured,
+        "flops_per_token_formula": formula,
+        "measured_over_formula": round(measured / formula, 4),
+        "by_op": {op: round(n / target.tokens) for op, n in sorted(by_op.items())},
+    }
 
 
 # ---- Graph breaks ------------------------------------------------------------
-@dataclass(frozen=True)
-class Break:
-    region: str
-    """``forward``, ``backward`` or ``optimizer``."""
-    reason: str
-    """The first line of dynamo's explanation."""
-    where: str
-    """``file:line: code`` of the innermost frame in zephyr's trainer (else the innermost frame)."""
-
-
-@dataclass
-class GraphBreaks:
-    dispatch: str
-    graphs: dict[str, int] = field(default_factory=dict)
-    """Graphs per region (``forward``, ``backward``, ``optimizer``; boundaries included)."""
-    breaks: list[Break] = field(default_factory=list)
-    boundaries: list[Break] = field(default_factory=list)
-
-    @property
-    def count(self) -> int:
-        return len(self.breaks)
-
-
 def _is_boundary(reason: str, stack: list[traceback.FrameSummary]) -> bool:
     innermost = Path(stack[-1].filename).as_posix() if stack else ""
     in_optim = "/torch/optim/" in innermost
     return in_optim and ("graph_break" in reason or "disable" in reason)
 
 
-def _failure(region: str, exc: Exception) -> Break:
+def _break(region: str, reason: str, where: str) -> dict[str, str]:
+    return {"region": region, "reason": reason, "where": where}
+
+
+def _failure(region: str, exc: Exception) -> dict[str, str]:
     """A region dynamo could not trace at all: reported as a break, with dynamo's user-code stack if any."""
     root: BaseException = exc
     while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
@@ -416,10 +404,10 @@ def _failure(region: str, exc: Exception) -> Break:
     inner = re.search(r"got (\w+(?:Error|Exception))\('(.+?)'\)", text)  # dynamo wraps the op's own error
     detail = f"{inner.group(1)}: {inner.group(2)}" if inner else f"{type(root).__name__}: {text[:300]}"
     stack = list(getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__))
-    return Break(region, f"tracing failed: {detail}", source_line(stack))
+    return _break(region, f"tracing failed: {detail}", source_line(stack))
 
 
-def _explain(region: str, fn, *args, report: GraphBreaks) -> None:  # noqa: ANN001
+def _explain(region: str, fn, *args, report: dict[str, Any]) -> None:  # noqa: ANN001
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -427,27 +415,27 @@ def _explain(region: str, fn, *args, report: GraphBreaks) -> None:  # noqa: ANN0
     try:
         explained = torch._dynamo.explain(fn)(*args)
     except Exception as exc:  # noqa: BLE001 - whatever dynamo raises is the finding
-        report.breaks.append(_failure(region, exc))
+        report["breaks"].append(_failure(region, exc))
         return
-    report.graphs[region] = explained.graph_count
+    report["graphs"][region] = explained.graph_count
     # every break dynamo counted, by reason
     unexplained = collections.Counter(counters["graph_break"]) - before
     for info in explained.break_reasons:
         text = info.reason.strip()
         stack = list(info.user_stack)
-        item = Break(region=region, reason=text.splitlines()[0] if text else "?", where=source_line(stack))
-        (report.boundaries if _is_boundary(text, stack) else report.breaks).append(item)
+        item = _break(region, text.splitlines()[0] if text else "?", source_line(stack))
+        report["boundaries" if _is_boundary(text, stack) else "breaks"].append(item)
         unexplained[text] -= 1
     missing = explained.graph_break_count - len(explained.break_reasons)
     # Breaks dynamo counted without a break record (torch 2.13 keeps one per site): named from its counters.
     for text in [t for t, n in unexplained.items() for _ in range(n)][:missing]:
         first = text.strip().splitlines()[0] if text.strip() else "?"
         torch_inserted = region == "optimizer" and "graph_break()" in first
-        item = Break(region, first, "torch/optim/optimizer.py (no_grad boundary)" if torch_inserted else "?")
-        (report.boundaries if torch_inserted else report.breaks).append(item)
+        item = _break(region, first, "torch/optim/optimizer.py (no_grad boundary)" if torch_inserted else "?")
+        report["boundaries" if torch_inserted else "breaks"].append(item)
         missing -= 1
     if missing > 0:
-        report.breaks += [Break(region, "graph break without a recorded reason", "?")] * missing
+        report["breaks"] += [_break(region, "graph break without a recorded reason", "?")] * missing
 
 
 def _count_backward_graphs(fn, *args) -> tuple[int, int]:  # noqa: ANN001
@@ -471,8 +459,11 @@ def _count_backward_graphs(fn, *args) -> tuple[int, int]:  # noqa: ANN001
     return counts["fw"], counts["bw"]
 
 
-def find_graph_breaks(target: Target, *, backward: bool = True, optimizer_region: bool = True) -> GraphBreaks:
-    """Trace one training step of ``target`` (a reduced-width model) region by region; classify the breaks.
+def find_graph_breaks(
+    target: Target, *, backward: bool = True, optimizer_region: bool = True
+) -> dict[str, Any]:
+    """Trace one training step of ``target`` (a reduced-width model) region by region; classify the breaks
+    (the module docstring's "Graph breaks" record).
 
     ``optimizer_region=False`` skips the optimizer region, which does not depend on the MoE dispatch.
     """
@@ -481,7 +472,7 @@ def find_graph_breaks(target: Target, *, backward: bool = True, optimizer_region
     model, optimizer = build(target)
     batch = synthetic_batch(target)
     autocast = target.device.autocast()
-    report = GraphBreaks(dispatch=target.dispatch)
+    report: dict[str, Any] = {"dispatch": target.dispatch, "graphs": {}, "breaks": [], "boundaries": []}
 
     def forward(input_ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         loss, aux = forward_loss(
@@ -501,16 +492,16 @@ def find_graph_breaks(target: Target, *, backward: bool = True, optimizer_region
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.")
             _explain("forward", forward, *args, report=report)
-            if backward and not report.breaks:
+            if backward and not report["breaks"]:
                 try:
                     fw, bw = _count_backward_graphs(forward, *args)
                 except Exception as exc:  # noqa: BLE001 - whatever AOTAutograd raises is the finding
-                    report.breaks.append(_failure("backward", exc))
+                    report["breaks"].append(_failure("backward", exc))
                     fw = bw = 0
-                report.graphs["backward"] = bw
+                report["graphs"]["backward"] = bw
                 if bw != fw:
                     reason = f"{fw} forward graph(s) compiled to {bw} backward graph(s)"
-                    report.breaks.append(Break("backward", reason, "AOTAutograd"))
+                    report["breaks"].append(_break("backward", reason, "AOTAutograd"))
             else:
                 forward(*args).backward()
             if optimizer_region:
@@ -535,29 +526,6 @@ _HOST_READS = {
     "tolist": "reads device memory on the host (.tolist())",
     "numpy": "reads device memory (.numpy())",
 }
-
-
-@dataclass(frozen=True)
-class Sync:
-    op: str
-    reason: str
-    where: str
-    count: int
-
-
-@dataclass
-class HostSyncs:
-    dispatch: str
-    syncs: list[Sync] = field(default_factory=list)
-    static_shapes: bool = True
-    first_dynamic_shape: str | None = None
-    """``op at file:line`` where the second run's shapes first differed (None when static)."""
-    ops: int = 0
-    """Ops the traced step dispatched."""
-
-    @property
-    def count(self) -> int:
-        return sum(s.count for s in self.syncs)
 
 
 def _where() -> str:
@@ -646,8 +614,9 @@ def _host_step_counters(optimizer: torch.optim.Optimizer) -> set[int]:
     }
 
 
-def find_host_syncs(target: Target) -> HostSyncs:
-    """Trace a step of ``target`` (a reduced-width model) for host syncs, then compare shapes on other data."""
+def find_host_syncs(target: Target) -> dict[str, Any]:
+    """Trace a step of ``target`` (a reduced-width model) for host syncs, then compare shapes on other data
+    (the module docstring's "Host syncs" record)."""
     model, optimizer = build(target)
     run_step(target, model, optimizer, synthetic_batch(target, 2))
     host = _host_step_counters(optimizer)
@@ -659,13 +628,14 @@ def find_host_syncs(target: Target) -> HostSyncs:
         run_step(target, model, optimizer, synthetic_batch(target, 1))
     if second.first_difference is None and len(second.sequence) != len(first.sequence):
         second.first_difference = f"{len(second.sequence)} ops on other data, {len(first.sequence)} before"
-    return HostSyncs(
-        dispatch=target.dispatch,
-        syncs=[Sync(op, reason, where, n) for (op, reason, where), n in sorted(first.syncs.items())],
-        static_shapes=second.first_difference is None,
-        first_dynamic_shape=second.first_difference,
-        ops=len(first.sequence),
-    )
+    syncs = sorted(first.syncs.items())
+    return {
+        "dispatch": target.dispatch,
+        "syncs": [{"op": op, "reason": why, "where": where, "count": n} for (op, why, where), n in syncs],
+        "static_shapes": second.first_difference is None,
+        "first_dynamic_shape": second.first_difference,
+        "ops": len(first.sequence),
+    }
 
 
 # ---- Peak memory ------------------------------------------------------------
@@ -718,45 +688,29 @@ class _LiveBytes(TorchDispatchMode):
         return out
 
 
-@dataclass
-class MemoryEstimate:
-    """The state alive between steps, and one traced step's peak above it and how that peak splits."""
-
-    activation_checkpointing: bool
-    parameter_bytes: int
-    """Parameters and buffers."""
-    optimizer_bytes: int
-    gradient_bytes: int
-    """All gradients (fp32, one per trainable parameter)."""
-    step_peak_bytes: int
-    """The traced step's peak above the between-steps state."""
-    gradients_at_peak_bytes: int
-    """Gradients alive at the peak; the rest of it is activations (saved ones still needed, and temporaries)."""
-    saved_activation_bytes: int
-    """Alive when the model's forward returned (kept for the backward pass)."""
-
-    @property
-    def peak_bytes(self) -> int:
-        return self.parameter_bytes + self.optimizer_bytes + self.step_peak_bytes
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "activation_checkpointing": self.activation_checkpointing,
-            "peak_memory_gib": round(self.peak_bytes / GIB, 4),
-            "breakdown_gib": {
-                "parameters": round(self.parameter_bytes / GIB, 4),
-                "optimizer_state": round(self.optimizer_bytes / GIB, 4),
-                "gradients_at_peak": round(self.gradients_at_peak_bytes / GIB, 4),
-                "activations_at_peak": round((self.step_peak_bytes - self.gradients_at_peak_bytes) / GIB, 4),
-            },
-            "gradients_gib": round(self.gradient_bytes / GIB, 4),
-            "saved_activations_gib": round(self.saved_activation_bytes / GIB, 4),
-        }
+def memory_gib(estimate: dict[str, Any]) -> dict[str, Any]:
+    """An ``estimate_memory`` record in GiB, split as ``zephyr train check --json`` reports it."""
+    gib = {k.removesuffix("_bytes"): round(v / GIB, 4) for k, v in estimate.items() if k.endswith("_bytes")}
+    return {
+        "activation_checkpointing": estimate["activation_checkpointing"],
+        "peak_memory_gib": gib["peak"],
+        "breakdown_gib": {
+            "parameters": gib["parameter"],
+            "optimizer_state": gib["optimizer"],
+            "gradients_at_peak": gib["gradients_at_peak"],
+            "activations_at_peak": round(
+                (estimate["step_peak_bytes"] - estimate["gradients_at_peak_bytes"]) / GIB, 4
+            ),
+        },
+        "gradients_gib": gib["gradient"],
+        "saved_activations_gib": gib["saved_activation"],
+    }
 
 
-def estimate_memory(target: Target) -> MemoryEstimate:
+def estimate_memory(target: Target) -> dict[str, Any]:
     """Estimate the peak of ``target``'s training step on fake tensors (see the module docstring): the second
-    step runs under the live-bytes tracker, which splits its peak."""
+    step runs under the live-bytes tracker, which splits its peak (the module docstring's "Peak memory"
+    record, in bytes)."""
     mode, target, model, optimizer, batches = _built(target, seeds=(0, 1))
     tracker = _LiveBytes()
     grads: dict[int, int] = {}  # serial -> bytes
@@ -782,15 +736,17 @@ def estimate_memory(target: Target) -> MemoryEstimate:
     state = [
         t for per_param in optimizer.state.values() for t in per_param.values() if isinstance(t, torch.Tensor)
     ]
-    return MemoryEstimate(
-        target.activation_checkpointing,
-        parameter_bytes=_bytes(model.parameters()) + _bytes(model.buffers()),
-        optimizer_bytes=_bytes(state),
-        gradient_bytes=_bytes(p for p in model.parameters() if p.requires_grad),
-        step_peak_bytes=tracker.peak,
-        gradients_at_peak_bytes=sum(n for serial, n in grads.items() if serial in tracker.peak_serials),
-        saved_activation_bytes=saved[0] if saved else 0,
-    )
+    parameter_bytes = _bytes(model.parameters()) + _bytes(model.buffers())
+    return {
+        "activation_checkpointing": target.activation_checkpointing,
+        "parameter_bytes": parameter_bytes,
+        "optimizer_bytes": _bytes(state),
+        "gradient_bytes": _bytes(p for p in model.parameters() if p.requires_grad),
+        "step_peak_bytes": tracker.peak,
+        "gradients_at_peak_bytes": sum(n for serial, n in grads.items() if serial in tracker.peak_serials),
+        "saved_activation_bytes": saved[0] if saved else 0,
+        "peak_bytes": parameter_bytes + _bytes(state) + tracker.peak,
+    }
 
 
 def _bytes(tensors: Any) -> int:
@@ -859,7 +815,7 @@ def _syncs_line(data: dict[str, Any]) -> str:
 
 
 def _size(gib: float) -> str:
-    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
+    return format_bytes(gib * GIB)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -977,12 +933,12 @@ def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
             spent, "graph_breaks", find_graph_breaks, traced, optimizer_region=dispatch == default
         )
         syncs = _timed(spent, "host_syncs", find_host_syncs, traced)
-        per_dispatch[dispatch] = {"graph_breaks": asdict(breaks), "host_syncs": asdict(syncs)}
+        per_dispatch[dispatch] = {"graph_breaks": breaks, "host_syncs": syncs}
         if dispatch != "loop":
             flops = _timed(spent, "flops", count_flops, full.replace(dispatch=dispatch))
-            per_dispatch[dispatch]["flops"] = asdict(flops)
+            per_dispatch[dispatch]["flops"] = flops
     log.info("FLOPs and memory of the full configuration (fake tensors)")
-    flop_data = per_dispatch[default].get("flops") or asdict(_timed(spent, "flops", count_flops, full))
+    flop_data = per_dispatch[default].get("flops") or _timed(spent, "flops", count_flops, full)
     memory = {
         ac: _timed(spent, "memory", estimate_memory, full.replace(activation_checkpointing=ac))
         for ac in (False, True)
@@ -1016,19 +972,19 @@ def run_check(train: TrainConfig, check: CheckConfig) -> dict[str, Any]:
         "flops_per_token_measured": flop_data["flops_per_token_measured"],
         "flops_per_token_formula": flop_data["flops_per_token_formula"],
         "flops_measured_over_formula": flop_data["measured_over_formula"],
-        "peak_memory_gib": round(run_memory.peak_bytes / GIB, 4),
+        "peak_memory_gib": round(run_memory["peak_bytes"] / GIB, 4),
         "device_memory_gib": round(check.device_memory_bytes / GIB, 3),
         "activation_checkpointing": train.activation_checkpointing,
         "gpu": check.gpu,
         **bounds,
         "dispatch": per_dispatch,
         "memory": {
-            "without_activation_checkpointing": memory[False].to_dict(),
-            "with_activation_checkpointing": memory[True].to_dict(),
+            "without_activation_checkpointing": memory_gib(memory[False]),
+            "with_activation_checkpointing": memory_gib(memory[True]),
             "validation": validation,
         },
     }
-    report["problems"] = _problems(report, check.device_memory_bytes, run_memory.peak_bytes)
+    report["problems"] = _problems(report, check.device_memory_bytes, run_memory["peak_bytes"])
     report["ok"] = not report["problems"]
     report["seconds"] = spent
     return report
@@ -1039,7 +995,7 @@ def _validate_memory(small: Target) -> dict[str, Any]:
     heads = small.model.n_heads
     model = dataclasses.replace(small.model, d_model=VALIDATE_WIDTH * heads, vocab_size=VALIDATE_VOCAB)
     target = small.replace(model=model, batch_size=VALIDATE_BATCH, seq_len=VALIDATE_SEQ)
-    estimated = estimate_memory(target).step_peak_bytes
+    estimated = estimate_memory(target)["step_peak_bytes"]
     measured = measure_cpu_peak(target)
     return {
         "batch_size": VALIDATE_BATCH,

@@ -35,7 +35,6 @@ import pickle
 import re
 import shutil
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +56,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 LATEST = "latest"
 TRAINER_JSON = "trainer.json"
-
-
-@dataclass
-class ResumeState:
-    step: int
-    """Optimizer steps already taken; training continues with step ``step``."""
-    loader_state: dict[str, Any]
-    path: Path
 
 
 # ---- safe reading ------------------------------------------------------------------------------------------
@@ -246,8 +237,9 @@ class CheckpointManager:
 
     def load(
         self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, *, model_config: dict[str, Any]
-    ) -> ResumeState:
-        """Restore model and optimizer in place from ``path``; return the step and this rank's loader state."""
+    ) -> tuple[int, dict[str, Any]]:
+        """Restore model and optimizer in place from ``path``; return (the optimizer steps already taken, the
+        loader state): training continues with that step."""
         meta_path = path / TRAINER_JSON
         try:
             meta = json.loads(meta_path.read_text())
@@ -278,4 +270,4 @@ class CheckpointManager:
                 no_dist=not _distributed(),
             )
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        return ResumeState(step=int(meta["step"]), loader_state=meta["loader_state"], path=path)
+        return int(meta["step"]), meta["loader_state"]

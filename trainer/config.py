@@ -198,26 +198,32 @@ class ModelConfig:
 def model_config_from_dict(raw: dict[str, Any], base: ModelConfig) -> ModelConfig:
     """Apply plain-data overrides (nested ``moe`` dict allowed; ``moe: null`` makes the model dense); raises one
     ``ConfigProblems`` listing every bad key."""
-    problems: list[str] = []
-    values = dict(raw)
-    if isinstance(raw.get("moe"), dict):
-        values["moe"] = _overridden(base.moe or MoEConfig(), raw["moe"], "model.moe.", problems)
-    model = _overridden(base, values, "model.", problems)
-    if problems:
-        raise ConfigProblems(problems)
-    return model
+    return _overridden(base, raw, "model.")
 
 
-def _overridden(base: Any, raw: dict[str, Any], prefix: str, problems: list[str]) -> Any:
-    """``base`` with the keys of ``raw`` over it, unknown keys and bad values appended to ``problems`` (then
-    ``base`` stands in, so the keys around it are still checked)."""
-    cls = type(base)
-    problems += unknown_keys(raw, cls, prefix)
+def _overridden(base: Any, raw: dict[str, Any], prefix: str, problems: list[str] | None = None) -> Any:
+    """``base`` with the keys of ``raw`` over it; a mapping given for a field whose default is a config
+    (``model.moe``, ``optim``) overrides that config the same way (its defaults where ``base`` has None).
+    Unknown keys and bad values go to ``problems`` (then ``base`` stands in, so the keys around it are still
+    checked); without ``problems``, they are raised at once in one ``ConfigProblems``."""
+    found: list[str] = [] if problems is None else problems
+    cls, nested = type(base), []  # the nested configs' problems are listed after this one's
+    found += unknown_keys(raw, cls, prefix)
+    values = {k: v for k, v in raw.items() if k in field_hints(cls)}
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if isinstance(values.get(f.name), dict) and dataclasses.is_dataclass(default):
+            inner = getattr(base, f.name) or default
+            values[f.name] = _overridden(inner, values[f.name], f"{prefix}{f.name}.", nested)
     try:
-        return dataclasses.replace(base, **{k: v for k, v in raw.items() if k in field_hints(cls)})
+        result = dataclasses.replace(base, **values)
     except ConfigProblems as exc:
-        problems += exc.problems
-        return base
+        found += exc.problems
+        result = base
+    found += nested
+    if problems is None and found:
+        raise ConfigProblems(found)
+    return result
 
 
 PRESETS: dict[str, ModelConfig] = {
@@ -447,16 +453,7 @@ class TrainConfig:
             raise ConfigProblems(
                 [f"a training config must be a mapping of keys to values, got {describe_value(raw)}"]
             )
-        problems: list[str] = []
-        optim_problems: list[str] = []  # listed last
-        values = dict(raw)
-        if isinstance(raw.get("optim"), dict):
-            values["optim"] = _overridden(OptimConfig(), raw["optim"], "optim.", optim_problems)
-        cfg = _overridden(cls(), values, "", problems)
-        problems += optim_problems
-        if problems:
-            raise ConfigProblems(problems)
-        return cfg
+        return _overridden(cls(), raw, "")
 
 
 def _data_problems(cfg: TrainConfig) -> list[str]:

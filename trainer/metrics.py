@@ -81,33 +81,21 @@ def mfu(
     return tokens_per_s * flops_per_token / (peak_flops * world_size)
 
 
-class LossAlarm:
-    """NaN/inf stop the run; spikes (loss > factor × recent mean) are flagged and logged."""
-
-    def __init__(self, spike_factor: float = 3.0, window: int = 50) -> None:
-        self.spike_factor = spike_factor
-        self.recent: collections.deque[float] = collections.deque(maxlen=window)
-
-    def check(self, step: int, loss: float) -> bool:
-        if not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"loss is {loss} at step {step}; lower the learning rate, check the data around this step, "
-                "or resume from an earlier checkpoint"
-            )
-        spike = False
-        if len(self.recent) >= 10:
-            mean = sum(self.recent) / len(self.recent)
-            if self.spike_factor > 0 and loss > self.spike_factor * mean:
-                spike = True
-                log.warning(
-                    "loss spike at step %d: %.4f > %.1f x running mean %.4f",
-                    step,
-                    loss,
-                    self.spike_factor,
-                    mean,
-                )
-        self.recent.append(loss)
-        return spike
+def check_loss(step: int, loss: float, recent: collections.deque[float], spike_factor: float) -> bool:
+    """The alarms (module docstring): NaN/inf raise ``NonFiniteLossError`` naming the step; a loss above
+    ``spike_factor`` × the mean of ``recent`` (once it holds 10) is a spike, logged, and True. ``loss`` joins
+    ``recent`` (the running window)."""
+    if not math.isfinite(loss):
+        raise NonFiniteLossError(
+            f"loss is {loss} at step {step}; lower the learning rate, check the data around this step, "
+            "or resume from an earlier checkpoint"
+        )
+    mean = sum(recent) / len(recent) if len(recent) >= 10 else math.inf
+    spike = spike_factor > 0 and loss > spike_factor * mean
+    if spike:
+        log.warning("loss spike at step %d: %.4f > %.1f x running mean %.4f", step, loss, spike_factor, mean)
+    recent.append(loss)
+    return spike
 
 
 def _record_step(line: bytes) -> int | None:
@@ -205,10 +193,9 @@ class MetricsLogger:
         enabled: bool = True,
         start_step: int | None = None,
     ) -> None:
-        self.enabled = enabled
         self._file = None
         self._tb: Any = None
-        if not enabled:
+        if not enabled:  # ranks other than 0: writes nothing
             return
         if jsonl:
             Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
@@ -227,8 +214,6 @@ class MetricsLogger:
                 self._tb = SummaryWriter(tensorboard_dir, purge_step=start_step + 1 if start_step else None)
 
     def write(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
             self._file.flush()

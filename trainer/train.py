@@ -31,6 +31,7 @@ whole state is the step counter kept in the checkpoint:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -53,7 +54,7 @@ from zephyr.trainer.devices import (
     resolve_device,
     resolve_dispatch,
 )
-from zephyr.trainer.metrics import LossAlarm, MetricsLogger, TrainProgress, mfu
+from zephyr.trainer.metrics import MetricsLogger, TrainProgress, check_loss, mfu
 from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
 from zephyr.trainer.moe import update_expert_bias
 
@@ -305,20 +306,20 @@ def _resume(run: _Run, ckpt: CheckpointManager | None) -> tuple[int, int | None]
     cfg = run.cfg
     if ckpt is None or (latest := ckpt.latest()) is None:
         return 0, None
-    state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
-    if cfg.mix_schedule and "consumed" in state.loader_state:  # steps from here map from the resume point
+    step, loader_state = ckpt.load(latest, run.model, run.optimizer, model_config=run.model_cfg_dict)
+    if cfg.mix_schedule and "consumed" in loader_state:  # steps from here map from the resume point
         run.source.set_schedule(
             schedule_samples(
                 cfg.mix_schedule,
                 run.samples_per_step,
-                origin_step=state.step,
-                origin_sample=int(state.loader_state["consumed"]),
+                origin_step=step,
+                origin_sample=int(loader_state["consumed"]),
             )
         )
-    run.batcher.load_state_dict(state.loader_state, reweight=cfg.reweight)
+    run.batcher.load_state_dict(loader_state, reweight=cfg.reweight)
     if run.dinfo.is_main:
-        log.info("resumed from %s at step %d", latest, state.step)
-    return state.step, state.step
+        log.info("resumed from %s at step %d", latest, step)
+    return step, step
 
 
 class _StepMetrics:
@@ -332,7 +333,9 @@ class _StepMetrics:
         self.shown = TrainProgress(
             total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=main
         )
-        self.alarm = LossAlarm(cfg.spike_factor)
+        self.recent_losses: collections.deque[float] = collections.deque(
+            maxlen=50
+        )  # the spike alarm's window
         self.result, self.run = result, run
         self.tokens_per_step = run.samples_per_step * cfg.seq_len
         self.pending: tuple | None = None
@@ -366,7 +369,7 @@ class _StepMetrics:
         loss, aux, grad_norm, dropped, lr, filtered = host[0].tolist()
         elapsed = max(done_at - self.last_time, 1e-9)
         self.last_time = done_at
-        spike = self.alarm.check(step, loss)
+        spike = check_loss(step, loss, self.recent_losses, self.run.cfg.spike_factor)
         tps = self.tokens_per_step / elapsed
         record: dict[str, Any] = {
             "step": step + 1,  # steps done, as the progress line and the checkpoints count them

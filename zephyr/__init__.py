@@ -17,31 +17,6 @@ from zephyr._lazy import lazy_exports as _lazy_exports
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Dataset": "zephyr.dataset",
-    "BatchOutput": "zephyr.ops",
-    "Agg": "zephyr.shuffle.reduce",
-    "WriteResult": "zephyr.job_stats",
-    "GroupedDataset": "zephyr.dataset",
-    "read": "zephyr.dataset",
-    "read_parquet": "zephyr.dataset",
-    "read_jsonl": "zephyr.dataset",
-    "read_vortex": "zephyr.dataset",
-    "read_warc_records": "zephyr.dataset",
-    "read_warc": "zephyr.pipelines.web.extract",
-    "from_arrow": "zephyr.dataset",
-    "from_items": "zephyr.dataset",
-    "ExecutionOptions": "zephyr.options",
-    "ZephyrError": "zephyr.errors",
-    "ConfigError": "zephyr.errors",
-    "InputError": "zephyr.errors",
-    "SchemaError": "zephyr.errors",
-    "TaskError": "zephyr.errors",
-    "ResumeError": "zephyr.errors",
-    "counters": "zephyr.counters",
-}
-
-__all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:
     from zephyr import counters
@@ -64,4 +39,4 @@ if TYPE_CHECKING:
     from zephyr.shuffle.reduce import Agg
 
 
-__getattr__, __dir__ = _lazy_exports(__name__, _LAZY, globals())
+__getattr__, __dir__, __all__ = _lazy_exports(__name__, globals())

@@ -36,18 +36,17 @@ Every subcommand's errors pass through ``report_failure`` (called once, by ``zep
 read the same way on stderr::
 
     zephyr convert: error: InputError: in.jsonl:2: invalid JSON: ... or pass --on-error quarantine ... [stage ...]
-    full traceback: /home/me/.local/state/zephyr/logs/zephyr-4242.log
+    full traceback: /home/me/.local/state/zephyr/logs/zephyr-4242-k2n7q0x1.log
 
 Why: a worker's traceback is 25-60 lines of engine frames, and the line a person can act on (the error class,
 the file and line or row, the fix) is at its bottom, often below a second traceback. The full text is not
 lost: it goes to a log file every time, and ``-v`` prints it too.
 
-The log folder is the user's own (``log_dir``): ``$XDG_STATE_HOME/zephyr/logs`` (``~/.local/state/zephyr/logs``
-by default), or ``zephyr-<uid>`` in the temp directory when that cannot be made. A traceback names files and
-paths of the user's data, and a shared temp directory lets anyone plant a symbolic link where a log will be
-opened, so the folder must be a directory (not a link) owned by the user with mode 0700 — one that is not is
-refused, never repaired — and each log is created new (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600): a
-name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs are kept.
+The log folder is the user's own: ``$XDG_STATE_HOME/zephyr/logs`` (``~/.local/state/zephyr/logs`` by
+default, made mode 0700), or the temp directory when that cannot be made. A traceback names files and paths of
+the user's data, and in a shared temp directory anyone can plant a symbolic link where a log will be opened, so
+each log is a new file, ``zephyr-<pid>-<random>.log`` (``tempfile.mkstemp``: ``O_CREAT | O_EXCL``, mode
+0600): a name already taken, a link included, is never opened. Only the newest ``KEEP_LOGS`` logs of the log folder are kept.
 
 Messages of the library name its keyword arguments (``on_error='quarantine'``); on the command line they are
 flags, so ``_cli_spelling`` rewrites them here, from the command's own flags, rather than every message knowing
@@ -58,9 +57,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import functools
 import gc
+import glob
 import importlib
 import inspect
 import logging
@@ -68,14 +66,13 @@ import os
 import re
 import shlex
 import signal
-import stat
 import sys
 import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import ConfigProblems
@@ -126,11 +123,18 @@ def _common_parser() -> argparse.ArgumentParser:
     return common
 
 
+def _writes(args: argparse.Namespace) -> bool:
+    """Whether the command typed (``args.zephyr``: its ``Command`` and whether it is the ``explain`` twin) writes
+    a directory: it has the ``Output`` group, and is not its ``explain`` twin."""
+    command, explain = getattr(args, "zephyr", (None, True))
+    return not explain and any(issubclass(cls, Output) for cls in command.options.values())
+
+
 def quarantine_dir(args: argparse.Namespace) -> str | None:
     """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
     directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
     or a temporary folder)."""
-    if getattr(args, "output_is_dir", False):
+    if _writes(args):
         from zephyr.io.layout import quarantine_dir as beside
 
         return beside(args.output)
@@ -144,14 +148,16 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     locked by that job, ``zephyr.job.Job``). Refusals are one line, before any work."""
     from zephyr.io import claim
 
-    if args.command == "explain":  # runs nothing: claims nothing, and leaves no folder behind
+    command, explain = args.zephyr
+    if explain:  # runs nothing: claims nothing, and leaves no folder behind
         return
-    values = [getattr(args, dest, None) for dest in getattr(args, "read_dests", ())]  # fields marked "reads"
+    reads = [s.dest for c in command.options.values() for s in flag_specs(c) if s.field.metadata.get("reads")]
+    values = [getattr(args, dest, None) for dest in reads]  # the files read: not to be written
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
     inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
-    if getattr(args, "output_is_dir", False):
+    if _writes(args):
         claims.enter_context(
             claim.claimed(args.output, inputs=inputs, overwrite=overwrite, work_dir=work_dir, flag="--output")
         )
@@ -160,7 +166,7 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
         claims.enter_context(
             claim.claimed(dropped, inputs=inputs, overwrite=overwrite, flag="--dropped-output")
         )
-    if work_dir and getattr(args, "output_is_dir", False):  # jobs of one command, one after the other
+    if work_dir and _writes(args):  # jobs of one command, one after the other
         claims.enter_context(claim.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
 
 
@@ -187,7 +193,8 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
     from zephyr import __version__
 
     common = _common_parser()
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog="zephyr",
         description="zephyr: process LLM pretraining corpora — shuffle, dedup, filter, tokenize, train.",
     )
@@ -228,19 +235,16 @@ _EXPLAIN_DESCRIPTION = (
 
 def _label(args: argparse.Namespace) -> str:
     """``zephyr dedup fuzzy``: the words of the command typed (its ``Command.words``), else its first word."""
-    return f"zephyr {getattr(args, 'command_words', None) or args.command}"
+    command, explain = getattr(args, "zephyr", (None, False))
+    return f"zephyr {'explain ' * explain}{command.words}" if command else f"zephyr {args.command}"
 
 
 def _interrupted_line(args: argparse.Namespace) -> str:
     """What Ctrl-C prints: the command and how to go on. Only a command that keeps its work (``--work-dir``,
     ``zephyr run``'s job folder, training's checkpoints) resumes; the others start again."""
     keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
-    if keeps:
-        return f"{_label(args)}: interrupted; rerun the same command to resume"
-    return (
-        f"{_label(args)}: interrupted; rerun the same command to start again (with --work-dir DIR, a rerun "
-        "resumes)"
-    )
+    how = "resume" if keeps else "start again (with --work-dir DIR, a rerun resumes)"
+    return f"{_label(args)}: interrupted; rerun the same command to {how}"
 
 
 def _catch_interrupts(line: str) -> Callable[[], None]:
@@ -274,13 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = joined_sizes(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
+    if " ".join(argv[:2]) in parser._subparsers._group_actions[0].choices:  # ``train check``: one command
+        argv = [" ".join(argv[:2]), *argv[2:]]
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(getattr(args, "verbose", 0), 2)
     fresh = not logging.getLogger().handlers
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if fresh:  # the level holds for loggers set lower too (distributed's INFO records reached stderr)
         logging.getLogger().handlers[0].setLevel(level)
-    if not getattr(args, "func", None):
+    if not hasattr(args, "zephyr"):
         parser.print_help()
         return 2
     interrupted = _interrupted_line(args)
@@ -298,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_stats.recording() as jobs,
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
-                outcome = args.func(args)
+                outcome = _run_command(*args.zephyr, args)
             code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
             quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
@@ -365,14 +371,8 @@ class Inputs:
         """The inputs as a dataset (``zephyr.read``), with ``options`` such as ``approx_shard_bytes``."""
         import zephyr
 
-        return zephyr.read(
-            list(self.inputs),
-            format=self.format,
-            on_error=self.on_error,
-            unify_schemas=self.unify_schemas,
-            schema=self.schema,
-            **options,
-        )
+        given = {f.name: getattr(self, f.name) for f in fields(Inputs)[1:]}  # format, on_error... as flagged
+        return zephyr.read(list(self.inputs), **given, **options)
 
 
 @dataclass(frozen=True)
@@ -433,7 +433,7 @@ class Command:
         }
 
 
-def _run_command(command: Command, args: argparse.Namespace, *, explain: bool = False) -> Any:
+def _run_command(command: Command, explain: bool, args: argparse.Namespace) -> Any:
     """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
     from zephyr.summary import Summary
 
@@ -482,22 +482,6 @@ def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: st
         log.info("%sthe progress bar's total grows as the jobs start (no planned total: %s)", what, exc)
 
 
-class _Parser(argparse.ArgumentParser):
-    """A parser that hands a first word naming a longer command to that command's parser: ``zephyr train
-    [CONFIG]`` takes an optional positional first, so ``zephyr train check`` cannot be a plain subcommand of
-    it (``_add_command`` registers it in ``longer``; the shorter command is declared first)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # a flag is its whole name: a prefix read as a flag took ``--output DIR`` for ``--output-column DIR``
-        super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.longer: dict[str, argparse.ArgumentParser] = {}
-
-    def parse_known_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's signature
-        if args and args[0] in self.longer:
-            return self.longer[args[0]].parse_known_args(args[1:], namespace)
-        return super().parse_known_args(args, namespace)
-
-
 def _add_command(
     actions: dict[tuple[str, ...], Any],
     common: argparse.ArgumentParser,
@@ -519,29 +503,20 @@ def _add_command(
     if explain:
         help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
     owner = actions[words[:-1]]
-    if isinstance(owner, _Parser):  # a command's words lead this one's: ``train`` of ``train check``
-        prog = f"{owner.prog} {words[-1]}"
-        parser = owner.longer[words[-1]] = _Parser(prog=prog, parents=[common], description=description)
-    else:
-        parser = owner.add_parser(words[-1], parents=[common], help=help, description=description)
+    if isinstance(owner, argparse.ArgumentParser):  # ``zephyr train [CONFIG]`` has no subcommands: ``train
+        # check`` is one command named by both words (``main`` joins them)
+        words, owner = (*words[:-2], " ".join(words[-2:])), actions[words[:-2]]
+    # allow_abbrev: a flag is its whole name (a prefix read as a flag took --output DIR for --output-column)
+    parser = owner.add_parser(
+        words[-1], parents=[common], help=help, description=description, allow_abbrev=False
+    )
     actions[words] = parser
-    names = {spec.field.name: (spec.flag, metavar(spec)) for spec in flag_specs(ExecutionOptions)}
-    reads: set[str] = set()  # the files a command reads: an output may not be, contain or lie inside them
     for cls in command.options.values():
         ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
         title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
         title = "output (accepted and ignored: explain writes nothing)" if ignored else title
         add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
-        names.update((spec.field.name, (spec.flag, metavar(spec))) for spec in flag_specs(cls))
-        reads.update(spec.dest for spec in flag_specs(cls) if spec.field.metadata.get("reads"))
-    writes = any(issubclass(cls, Output) for cls in command.options.values())
-    parser.set_defaults(
-        func=functools.partial(_run_command, command, explain=explain),
-        command_words=" ".join(words),
-        flag_names=names,
-        read_dests=frozenset(reads),
-        output_is_dir=writes and not explain,
-    )
+    parser.set_defaults(zephyr=(command, explain))
 
 
 # -- the engine's own commands: convert, sort, count ------------------------------------------------------
@@ -571,17 +546,12 @@ class SortConfig:
     """Sort from the largest value down (nulls still last)."""
 
 
-def _written(result: Any, output: str) -> Any:
+def _written(result: Any, command: str, output: str) -> Any:
     """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
-    from zephyr.summary import from_stages, write_stats
+    from zephyr.summary import write_summary
 
-    return from_stages(
-        result.stats["stages"],
-        output=output,
-        stats=write_stats(output, result.stats),
-        details={"files": len(result.files)},
-        next=f"zephyr count {output}",
-    )
+    files = {"files": len(result.files)}
+    return write_summary(result, output, command, files, details=files, next=f"zephyr count {output}")
 
 
 def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config: ConvertConfig) -> Any:
@@ -590,7 +560,7 @@ def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config:
     if config.to == "jsonl":
         kwargs["compression"] = config.compression
     write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
-    return _written(write(output.output, **kwargs), output.output)
+    return _written(write(output.output, **kwargs), "convert", output.output)
 
 
 def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
@@ -600,7 +570,7 @@ def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
 def sort(inputs: Inputs, output: Output, execution: ExecutionOptions, config: SortConfig) -> Any:
     """Globally sort rows by columns (nulls last)."""
     result = _sorted(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    return _written(result, output.output)
+    return _written(result, "sort", output.output)
 
 
 def count(inputs: Inputs, execution: ExecutionOptions) -> Any:
@@ -650,89 +620,15 @@ _KEYWORD = re.compile(
 takes a bare one only as the subject that starts a message)."""
 
 
-def log_dir() -> str:
-    """The user's log folder: ``$XDG_STATE_HOME/zephyr/logs``, or ``~/.local/state/zephyr/logs`` (the XDG
-    default). ``write_log`` falls back to ``zephyr-<uid>`` in the temp directory when this cannot be made."""
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(state, "zephyr", "logs")
-
-
-def _private_dir(path: str) -> int:
-    """An open descriptor of the folder ``path``, created 0700 when missing; raises ``OSError`` naming why a
-    folder that exists cannot hold logs (a link, another owner, open to others)."""
-    with contextlib.suppress(FileExistsError):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        os.mkdir(path, 0o700)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)  # of the folder opened, not of whatever the name points to by now
-        if info.st_uid != os.geteuid():
-            raise OSError(errno.EPERM, f"owned by uid {info.st_uid}, not by you; remove it", path)
-        if stat.S_IMODE(info.st_mode) & 0o077:
-            raise OSError(
-                errno.EPERM,
-                f"mode {stat.S_IMODE(info.st_mode):04o}, not 0700; remove it or chmod 700 it",
-                path,
-            )
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _create_log(dir_fd: int) -> tuple[str, int]:
-    """A new log file in the folder ``dir_fd`` (``O_EXCL | O_NOFOLLOW``, 0600): its name and open descriptor."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    for attempt in range(100):  # a pid seen before (recycled, or a second failure in one process)
-        name = f"zephyr-{os.getpid()}.log" if attempt == 0 else f"zephyr-{os.getpid()}.{attempt}.log"
-        try:
-            return name, os.open(name, flags, 0o600, dir_fd=dir_fd)
-        except FileExistsError:
-            continue
-    raise OSError(errno.EEXIST, "100 logs of this process id exist already", f"zephyr-{os.getpid()}.log")
-
-
-def _prune(dir_fd: int, keep: int) -> None:
-    """Remove all but the newest ``keep`` logs (by modification time; names break ties)."""
-    logs = []
-    for name in os.listdir(dir_fd):
-        if name.startswith("zephyr-") and name.endswith(".log"):
-            with contextlib.suppress(FileNotFoundError):  # another zephyr pruning at the same time
-                logs.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
-    for _, name in sorted(logs, reverse=True)[keep:]:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=dir_fd)
-
-
-def write_log(text: str) -> str:
-    """Write ``text`` to a new log file in the user's log folder (see the module docstring) and return its
-    path; raises ``OSError`` when neither folder can take it."""
-    fallback = os.path.join(tempfile.gettempdir(), f"zephyr-{os.geteuid()}")
-    problems = []
-    for folder in (log_dir(), fallback):
-        try:
-            fd = _private_dir(folder)
-        except OSError as exc:
-            problems.append(f"{folder}: {exc.strerror or exc}")
-            continue
-        try:
-            name, log_fd = _create_log(fd)
-            with open(log_fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            _prune(fd, KEEP_LOGS)
-            return os.path.join(folder, name)
-        finally:
-            os.close(fd)
-    raise OSError(errno.EPERM, "no private log folder: " + "; ".join(problems))
-
-
 def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> str:
     """``text`` with the library's keyword arguments spelled as the command's flags (``pass
     replace_columns=True`` → ``pass --replace-columns``, ``on_error='quarantine'`` → ``--on-error quarantine``,
     ``schema=`` → ``--schema FILE``, and with ``bare`` a message's subject: ``dropped_output needs ...`` →
     ``--dropped-output needs ...``); a name that is no flag of the command stays as it is, and so does a bare
     name elsewhere (a list of a config file's keys)."""
-    flags = getattr(args, "flag_names", {})
+    command = getattr(args, "zephyr", (None,))[0]
+    classes = [ExecutionOptions, *(command.options.values() if command else ())]
+    flags = {spec.field.name: (spec.flag, metavar(spec)) for cls in classes for spec in flag_specs(cls)}
 
     def spelled(match: re.Match[str]) -> str:
         name, equals, value = match.groups()
@@ -746,14 +642,32 @@ def _cli_spelling(text: str, args: argparse.Namespace, *, bare: bool = True) -> 
     return _KEYWORD.sub(spelled, text)
 
 
-def _write_log(exc: BaseException, argv: list[str]) -> tuple[str | None, str | None]:
-    """Log the full traceback (the workers' included, as notes): (the log's path, None), or (None, why not)."""
+def _write_log(exc: BaseException, argv: list[str]) -> str:
+    """Log the full traceback (the workers' included, as notes) in a new file (see the module docstring);
+    returns the line that says where it is, or why it is not."""
     text = f"{time.strftime('%Y-%m-%d %H:%M:%S')} zephyr {' '.join(argv)}\n"
     text += "".join(traceback.format_exception(exc)) + "\n"
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    folder: str | None = os.path.join(state, "zephyr", "logs")
     try:
-        return write_log(text), None
-    except OSError as err:  # the disk may be full, the folders refused
-        return None, " ".join(str(err.strerror or err).split())
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        folder = None  # the temp directory: mkstemp's new, random names are safe there too
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"zephyr-{os.getpid()}-", suffix=".log", dir=folder)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:  # the disk may be full, the folder not writable
+        why = " ".join(str(err.strerror or err).split())
+        return f"full traceback: not written ({why}); rerun with -v to see it"
+    logs = []
+    for name in glob.glob(os.path.join(glob.escape(folder), "zephyr-*.log")) if folder else ():
+        with contextlib.suppress(OSError):  # another zephyr pruning at the same time
+            logs.append((os.lstat(name).st_mtime_ns, name))
+    for _, name in sorted(logs, reverse=True)[KEEP_LOGS:]:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return f"full traceback: {path}"
 
 
 def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -768,15 +682,12 @@ def report_failure(exc: BaseException, args: argparse.Namespace, argv: list[str]
         text = _cli_spelling(str(exc), args, bare=not isinstance(exc, ConfigProblems))
         print(f"{_label(args)}: error: {text}", file=sys.stderr)
         return 1
-    path, unwritten = _write_log(exc, argv)
+    where = _write_log(exc, argv)
     if getattr(args, "verbose", 0):
         traceback.print_exception(exc, file=sys.stderr)
     text = " ".join((str(exc) if isinstance(exc, TaskError) else one_line(exc)).split())  # one line, always
     print(f"{_label(args)}: error: {_cli_spelling(text, args)}", file=sys.stderr)
-    if path is not None:
-        print(f"full traceback: {path}", file=sys.stderr)
-    else:
-        print(f"full traceback: not written ({unwritten}); rerun with -v to see it", file=sys.stderr)
+    print(where, file=sys.stderr)
     return 1
 
 

@@ -128,19 +128,6 @@ def _range_problem(value: float, limits: dict[str, Any]) -> str | None:
     return f"must be {wanted}, got {value!r}"
 
 
-def require_within(key: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
-    """Raise ``FieldError`` unless ``low <= value <= high`` (``low < value`` with ``low_open``)."""
-    problem = _range_problem(value, {"low": low, "high": high, "low_open": low_open})
-    if problem:
-        raise FieldError(key, problem)
-
-
-def require_at_least(key: str, value: int | float | None, low: int | float) -> None:
-    """Raise ``FieldError`` when ``value`` is set and below ``low`` (``None`` means the default)."""
-    if value is not None and value < low:
-        raise FieldError(key, f"must be >= {low}, got {value!r}")
-
-
 def require_column_name(key: str, value: str | None) -> None:
     """Raise ``FieldError`` for a blank column name (``None`` means the pipeline's default column)."""
     if value is not None and not value.strip():
@@ -165,6 +152,15 @@ def field_problems(obj: Any, prefix: str) -> list[str]:
         elif "range" in f.metadata and (problem := _range_problem(value, f.metadata["range"])):
             problems.append(f"{key} {problem}")
     return problems
+
+
+def check_field_values(obj: Any) -> None:
+    """Raise ``FieldError`` for the first field of ``obj`` whose value does not fit its type or declared range
+    (``field_problems``): the check a package's config makes in its ``__post_init__`` (a config built in Python
+    gets it as the command line's choices and a config file's loader give it)."""
+    if problems := field_problems(obj, ""):
+        key, _, problem = problems[0].partition(" ")
+        raise FieldError(key, problem)
 
 
 def unknown_keys(raw: dict[str, Any], cls: type, prefix: str) -> list[str]:

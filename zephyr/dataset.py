@@ -432,7 +432,7 @@ class Dataset:
         keywords: ``memory_budget`` sizes the partitions. Reads file listings and Parquet footers only."""
         from zephyr.physical import explain
 
-        return explain(self._ops, _options(execution)).text()
+        return explain(self._ops, _options(execution)).text
 
 
 def _options(execution: dict[str, Any]):

@@ -176,19 +176,11 @@ def read_error(exc: OSError, path: str) -> InputError:
     >>> str(read_error(PermissionError(errno.EACCES, "Permission denied"), "in.jsonl"))
     'cannot read in.jsonl: permission denied (make it readable to this user, e.g. chmod a+r, or run as one who can read it)'
     """
+    text = describe_os_error(exc, path)  # a symbolic link loop: the link to fix
     if exc.errno in (errno.EACCES, errno.EPERM):
         fix = "chmod a+rx for a folder" if os.path.isdir(path) else "chmod a+r"
-        text = f"cannot read {path}: permission denied (make it readable to this user, e.g. {fix}, or run as one "
-        text += "who can read it)"
-    elif exc.errno == errno.ELOOP:
-        loop = _symlink_loop_at(path) or path
-        text = (
-            f"symlink loop at {loop}: cannot read {path} (a symbolic link that leads back to itself; fix or "
-        )
-        text += "remove it)"
-    else:
-        text = f"cannot read {path}: {describe_os_error(exc, path)}"
-    error = InputError(text)
+        text = f"permission denied (make it readable to this user, e.g. {fix}, or run as one who can read it)"
+    error = InputError(f"cannot read {path}: {text}")
     error.path = path
     return error
 

@@ -58,7 +58,6 @@ from typing import Any, Literal
 
 from zephyr.config import (
     ConfigProblems,
-    FieldError,
     build_flat,
     field_hints,
     flat_fields,
@@ -83,31 +82,22 @@ class FlagSpec:
 
 @functools.cache
 def _module_docs(module: str) -> dict[str, dict[str, str]]:
-    """Class qualname → {field: the docstring under it} for every class in a module's source."""
+    """Class name → {field: the docstring under it} for every class in a module's source."""
     try:
         tree = ast.parse(inspect.getsource(sys.modules[module]))
     except (KeyError, OSError, TypeError, SyntaxError):
         return {}
-    docs: dict[str, dict[str, str]] = {}
-
-    def visit(body: list[ast.stmt], prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.ClassDef):
-                own = docs[prefix + node.name] = {}
-                for stmt, after in zip(node.body, node.body[1:]):
-                    text = getattr(after, "value", None)
-                    if (
-                        isinstance(stmt, ast.AnnAssign)
-                        and isinstance(stmt.target, ast.Name)
-                        and isinstance(after, ast.Expr)
-                        and isinstance(text, ast.Constant)
-                        and isinstance(text.value, str)
-                    ):
-                        own[stmt.target.id] = inspect.cleandoc(text.value)
-                visit(node.body, f"{prefix}{node.name}.")
-
-    visit(tree.body, "")
-    return docs
+    return {
+        node.name: {
+            stmt.target.id: inspect.cleandoc(after.value.value)
+            for stmt, after in zip(node.body, node.body[1:])
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            if isinstance(after.value.value, str)
+        }
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -116,7 +106,7 @@ def field_docs(cls: type) -> dict[str, str]:
     the docstrings of the class that declares them (an option group narrowed by a command)."""
     docs: dict[str, str] = {}
     for owner in reversed(cls.__mro__):
-        docs.update(_module_docs(owner.__module__).get(owner.__qualname__, {}))
+        docs.update(_module_docs(owner.__module__).get(owner.__name__, {}))
     return docs
 
 
@@ -262,9 +252,7 @@ def config_from_flags(
         lines = [e.removeprefix(".").removeprefix(": ") for e in errors]
     except ConfigProblems as exc:
         lines = exc.problems
-    except FieldError as exc:
-        lines = [f"{exc.key}: {exc.detail}"]
-    except ConfigError as exc:
+    except ConfigError as exc:  # a FieldError reads KEY: PROBLEM
         lines = [str(exc)]
     raise ConfigProblems([_by_flag(line, flags) for line in lines], what=what)
 

@@ -38,7 +38,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import cloudpickle
 import fsspec
@@ -49,7 +49,7 @@ from zephyr import job_stats, physical, progress
 from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
-from zephyr.executors.base import Executor, Shared, explain_worker_death
+from zephyr.executors.base import Executor, InProcessExecutor, Shared, explain_worker_death
 from zephyr.io.paths import atomic_write, is_local, public_path
 from zephyr.io.sources import Shard, list_shards, plan_input_schema
 from zephyr.job_stats import WriteResult
@@ -117,29 +117,24 @@ class Job:
         self.inputs = _JobInputs(self.fs, self.root)
         self.started = time.time()
         self._budget = Budget(options.memory_budget_bytes)
-        self._lock = contextlib.ExitStack()
-        self._bar: contextlib.AbstractContextManager | None = None
+        self._held = contextlib.ExitStack()  # the work dir's lock and the job's own progress bar
 
     def __enter__(self) -> Job:
         if not self.temporary:  # two runs in one work dir would rewrite each other's markers and spills
             from zephyr.io import claim
 
-            self._lock.enter_context(claim.held(f"{self.root}/lock.json", "the work dir", self.root))
-        if progress.current() is None and progress.enabled(
-            self.options.progress
-        ):  # from Python, no command's bar: one for the job
-            self._bar = progress.command("zephyr", True)
-            self._bar.__enter__()
+            self._held.enter_context(claim.held(f"{self.root}/lock.json", "the work dir", self.root))
+        # from Python, no command's bar: one for the job
+        if progress.current() is None and progress.enabled(self.options.progress):
+            self._held.enter_context(progress.command("zephyr", True))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._executor is not None and self._executor is not self.options.executor:
             self._executor.close()
-        self._lock.close()
+        self._held.__exit__(*exc)
         if self.temporary:
             shutil.rmtree(self.root, ignore_errors=True)
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
 
     def write_stats(self) -> dict:
         """Write ``stats.json`` into the work directory and hand the stats to ``zephyr.job_stats`` (a command
@@ -173,26 +168,21 @@ class Job:
         bare name (``"output"``) is a folder of the last stage's own. ``coalesce``: its reduce tasks may take
         adjacent partitions (``physical.reduce_groups``), for outputs whose file layout is the engine's own
         (``to_arrow``, ``count``, ``materialize``)."""
-        segment = build_plan(ops)
-        options = self.options  # a small ``local`` job: in this process (outputs are identical either way)
-        if options.executor == "local" and options.small_job_bytes_value > 0:
-            estimated = physical.plan_bytes(segment, self.inputs.size_of)
-            if physical.runs_in_process(options, estimated):
-                from zephyr.executors.base import InProcessExecutor
-
-                log.info(
-                    "small job: estimated %d input bytes < small_job_bytes %d: running in-process",
-                    estimated,
-                    options.small_job_bytes_value,
-                )
-                self._executor = InProcessExecutor()
+        segment, limit = build_plan(ops), self.options.small_job_bytes_value
+        estimated = physical.plan_bytes(segment, self.inputs.size_of)
+        if physical.runs_in_process(self.options, estimated):  # outputs are identical either way
+            log.info("small job: estimated %d input bytes < small_job_bytes %d: in-process", estimated, limit)
+            self._executor = InProcessExecutor()
         for step in physical.walk(segment, self._budget, self.inputs.size_of, coalesce=coalesce):
             step.sent = self._run_step(step, output)
         return step.sent
 
     def _run_step(self, step: physical.Step, output: SinkOutput):
-        """Run one step of the walk and return what the walk gets back: a sample's range boundaries, else the
-        stage's result (a shuffle's with the runs its reducers read)."""
+        """Run the stage of ``step`` into ``output`` (a bare directory name: a folder of the stage's own; the
+        output, folder names and all, is part of the stage's fingerprint) or into the output the step names (a
+        shuffle's runs, a sort's sample, materialized Parquet): a source's shards, or the partitions of a
+        reduce (over the results its map sides sent back, ``step.inputs``). Returns what the walk gets back:
+        a sample's range boundaries, else the stage's result (a shuffle's with the runs its reducers read)."""
         spec = step.output
         if isinstance(spec, ShuffleSpec):
             output = ShuffleOutput(spec, "runs")
@@ -200,21 +190,6 @@ class Job:
             output = SampleOutput("sample")
         elif spec == physical.MATERIALIZE:
             output = SinkOutput("data", "parquet")
-        result = self._run_segment(step, output)
-        if isinstance(spec, ShuffleSpec):
-            result.runs = self._coalesce(result, spec.num_partitions, step.segment.name)
-        elif spec == physical.SAMPLE:
-            files = [m["sample"] for m in result.markers if m.get("sample")]
-            if not files:  # no row: one partition (``pa.array([])`` would import pandas)
-                return boundary_array(())
-            table, by = pa.concat_tables([_read_url(f) for f in files]), step.plan.specs[0]
-            return range_boundaries(table, by.keys[0], by.num_partitions, descending=by.descending[0])
-        return result
-
-    def _run_segment(self, step: physical.Step, output: Any) -> StageResult:
-        """Run the stage of ``step`` into ``output`` (a bare directory name: a folder of the stage's own): a
-        source's shards, or the partitions of a reduce (over the results its map sides sent back,
-        ``step.inputs``). The output, folder names and all, is part of the stage's fingerprint."""
         segment, reducer, map_rows = step.segment, None, None
         if segment.source is not None:
             shards, source_fp, schema = self.inputs.listing(segment.source)
@@ -252,8 +227,18 @@ class Job:
         if "/" not in output.directory:
             output = replace(output, directory=f"{self.root}/stage-{fingerprint[:16]}/{output.directory}")
         stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
-        wide = (segment.wide, map_rows) if reducer else None
-        return self._run_stage(stage, units, (step.estimate, reads), wide)
+        result = self._run_stage(
+            stage, units, (step.estimate, reads), (segment.wide, map_rows) if reducer else None
+        )
+        if isinstance(spec, ShuffleSpec):
+            result.runs = self._coalesce(result, spec.num_partitions, segment.name)
+        elif spec == physical.SAMPLE:
+            files = [m["sample"] for m in result.markers if m.get("sample")]
+            if not files:  # no row: one partition (``pa.array([])`` would import pandas)
+                return boundary_array(())
+            table, by = pa.concat_tables([_read_url(f) for f in files]), step.plan.specs[0]
+            return range_boundaries(table, by.keys[0], by.num_partitions, descending=by.descending[0])
+        return result
 
     def _run_stage(
         self,
@@ -263,8 +248,11 @@ class Job:
         wide: tuple | None = None,
     ) -> StageResult:
         """Run one task of ``stage`` per entry of ``units`` (the ``TaskSpec`` fields that differ between its
-        tasks; its marker and quarantine file are the task's own under the stage's folders), append the
-        stage's record (``zephyr.job_stats.stage_record``) and log its one-line summary."""
+        tasks; its marker and quarantine file are the task's own under the stage's folders): skip those with
+        a finished marker, run the others, retrying failures. ``work`` is what the progress bar shows of the
+        stage (``zephyr.progress.Display.stage``): its estimated bytes and the files it reads. Appends the
+        stage's record (``zephyr.job_stats.stage_record``) and logs its one-line summary."""
+        started = time.perf_counter()
         fingerprint, name = stage.fingerprint, stage.name
         stage_dir = f"{self.root}/stage-{fingerprint[:16]}"
         tasks = [
@@ -279,37 +267,20 @@ class Job:
             for i, unit in enumerate(units)
         ]
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
-        # a key of its own: a stage of the same fingerprint in another work directory writes elsewhere
-        shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
-        markers, timing = self._run_tasks(name, shared, tasks, work)
-        record = job_stats.stage_record(name, fingerprint, markers, len(tasks), timing, wide)
-        self.stages.append(record)
-        rows = [record[f"rows_{k}"] for k in ("in", "out", "dropped", "quarantined")]
-        summary = "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, quarantined %d, %.2fs"
-        log.info(summary, name, len(tasks), timing[1], *rows, timing[0])
-        return StageResult(fingerprint, markers, tuple(t.marker_path for t in tasks))
-
-    def _run_tasks(
-        self, name: str, shared: Shared, tasks: list[TaskSpec], work: tuple[int, tuple[str, ...] | None]
-    ) -> tuple[list[dict], tuple[float, int, int]]:
-        """Run the tasks without a finished marker, retrying failures; ``work`` is what the progress bar
-        shows of the stage (``zephyr.progress.Display.stage``): its estimated bytes and the files it reads.
-        Returns the markers in task order and (seconds, tasks resumed, tries retried)."""
-        started = time.perf_counter()
-        markers: dict[int, dict] = {}
-        for task in tasks:
-            marker = finished_marker(task, shared.value)
-            if marker is not None:
-                markers[task.index] = marker
+        markers = {t.index: m for t in tasks if (m := finished_marker(t, stage)) is not None}
         todo = [t for t in tasks if t.index not in markers]
-        skipped = len(tasks) - len(todo)
+        if (
+            todo
+        ):  # tasks in this process read ahead (``zephyr.tasks.read_ahead``): no other task keeps a core busy
+            stage = replace(stage, read_ahead=isinstance(self.executor, InProcessExecutor))
+        skipped, retried, tries = len(tasks) - len(todo), 0, dict.fromkeys(range(len(tasks)), 0)
         if skipped:
             log.info("stage %s: %d of %d tasks already done (resumed)", name, skipped, len(tasks))
         display = progress.current()
         if display is not None and todo:
             display.stage(name, len(todo), work[0] * len(todo) // len(tasks), work[1])
-        tries: dict[int, int] = {}
-        retried = 0
+        # a key of its own: a stage of the same fingerprint in another work directory writes elsewhere
+        shared = Shared(f"{fingerprint[:16]}-{uuid.uuid4().hex[:12]}", stage)
         while todo:
             failed: list[TaskSpec] = []
             for position, outcome in self.executor.run(run_task, todo, shared):
@@ -319,15 +290,14 @@ class Job:
                     if display is not None:
                         display.advance(outcome.value.get("rows_in", 0))
                     continue
+                options = self.options
                 outcome = explain_worker_death(
-                    outcome,
-                    memory_budget_bytes=self.options.memory_budget_bytes,
-                    workers=self.options.num_workers,
+                    outcome, memory_budget_bytes=options.memory_budget_bytes, workers=options.num_workers
                 )
-                tries[task.index] = tries.get(task.index, 0) + 1
+                tries[task.index] += 1
                 # the exception line of the traceback: what a user reads first
                 last = next((line for line in reversed(outcome.error.splitlines()) if line.strip()), "")
-                if tries[task.index] > self.options.max_retries or not outcome.retryable:
+                if tries[task.index] > options.max_retries or not outcome.retryable:
                     how = f"after {tries[task.index]} tries" if outcome.retryable else "(not retried)"
                     raise TaskError(
                         f"{outcome.summary or last} "
@@ -341,7 +311,14 @@ class Job:
                 retried += 1
                 failed.append(task)
             todo = failed
-        return [markers[t.index] for t in tasks], (time.perf_counter() - started, skipped, retried)
+        timing = (time.perf_counter() - started, skipped, retried)
+        done = [markers[t.index] for t in tasks]
+        record = job_stats.stage_record(name, fingerprint, done, len(tasks), timing, wide)
+        self.stages.append(record)
+        rows = [record[f"rows_{k}"] for k in ("in", "out", "dropped", "quarantined")]
+        summary = "stage %s: %d tasks (%d resumed), rows in %d → out %d, dropped %d, quarantined %d, %.2fs"
+        log.info(summary, name, len(tasks), skipped, *rows, timing[0])
+        return StageResult(fingerprint, done, tuple(t.marker_path for t in tasks))
 
     # -- inputs -----------------------------------------------------------------------------------------
     @property
@@ -420,7 +397,7 @@ def run_write(
         check_output_dir(layout.staging_dir(out))  # a read-only or blocked location fails here, not in tasks
         fs, root = fsspec.core.url_to_fs(out)
         if fs.isdir(root):
-            check_output_dir(out)  # the swap moves it: it must be writable too
+            check_output_dir(out)  # the parts move into it: it must be writable too
         if side_quarantine and options.quarantine_dir is None:
             options = options.replace(quarantine_dir=layout.quarantine_dir(out))
         with Job(options) as job:

@@ -486,18 +486,12 @@ _WORDS = {
 """What a reducer or a map-side combine does, in words (the plan names no class)."""
 
 
-@dataclass(frozen=True)
-class PhysicalPlan:
-    """A plan's stages in the order the driver runs them, as ``text`` prints them, with the budget that sizes
-    them and the bytes they are estimated to read, all together (``work_bytes``: ``zephyr.progress``)."""
+class PhysicalPlan(NamedTuple):
+    """A plan's stages in the order the driver runs them, as text (a header, one block per stage, the budget's
+    shares in bytes), and the bytes they are estimated to read, all together (``zephyr.progress``)."""
 
-    stages: str
-    budget: Budget
+    text: str
     work_bytes: int
-
-    def text(self) -> str:
-        """The plan as lines: a header, one block per stage, the budget's shares in bytes."""
-        return f"{self.stages}\n{_shares(self.budget)}"
 
 
 def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION_OUTPUT) -> PhysicalPlan:
@@ -540,7 +534,7 @@ def explain(ops: tuple[Op, ...], options: ExecutionOptions, output: str = ACTION
         f"physical plan: {_count(len(blocks), 'stage')}, {_count(shuffles, 'shuffle')}; estimated input "
         f"{format_bytes(estimated)}; memory budget {format_bytes(budget.bytes)} per task; executor {executor}"
     )
-    return PhysicalPlan("\n".join([header, *blocks]), budget, work)
+    return PhysicalPlan("\n".join([header, *blocks, _shares(budget)]), work)
 
 
 def _reads(step: Step, size_of: SizeOf, produced: str) -> tuple[str, str, str]:

@@ -87,7 +87,8 @@ class Removal:
     A command subclasses it to name its columns (``output_column``'s default is the prefix of the columns it
     computes, e.g. ``dup`` for ``dup_cluster``...), then runs: ``check`` before any work; ``aside`` on its
     input; its own work in ``internal_mode``; ``write``, which restores the input's own columns, names the
-    added ones and routes the dropped rows; then ``write_summary`` writes ``OUTPUT.zephyr/stats.json``."""
+    added ones and routes the dropped rows; then ``zephyr.summary.write_summary`` writes
+    ``OUTPUT.zephyr/stats.json``."""
 
     mode: Literal["remove", "annotate"] = "remove"
     """remove: drop the rows the command removes; annotate: keep every row and add the command's columns."""
@@ -169,41 +170,6 @@ class Removal:
         sides = {"dropped": self.dropped_output}
         routed = write_routed(verdict, output, sides, execution, finish=lambda d: self.finish(d, columns))
         return routed.kept or routed.verdict, routed
-
-
-def write_summary(
-    result: Any,
-    output: str,
-    section: str,
-    extra: dict[str, Any],
-    *,
-    jobs: list[dict[str, Any]] | None = None,
-    routed: Routed | None = None,
-    counted: Any = None,
-    **fields: Any,
-) -> Any:
-    """Write ``OUTPUT.zephyr/stats.json`` in the one format of a command's stats and return its ``Summary``:
-    at the top level the stats of the engine job that wrote ``OUTPUT`` (``result``) and the task totals of
-    every job in ``jobs`` (default: that one); under ``section`` the command's own figures (``extra``), the
-    ``dropped_output`` folder where rows were routed, and the row balance (``rows``: in, kept, dropped,
-    quarantined) as ``counted`` (a ``Summary`` the command made), ``routed`` or the write's stages count it."""
-    from zephyr import job_stats
-    from zephyr.io.layout import stats_path
-    from zephyr.summary import from_stages, write_stats
-
-    stats = {**result.stats, **job_stats.summarize(jobs or [result.stats]), section: dict(extra)}
-    fields = {"output": output, "stats": stats_path(output), **fields}
-    if counted is not None:
-        summary = dataclasses.replace(counted, **fields)
-    elif routed is not None:
-        summary = routed.summary(**fields)
-        stats[section]["dropped_output"] = fields.get("dropped_output")
-    else:
-        summary = from_stages(stats.get("stages", []), **fields)
-    rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
-    stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
-    write_stats(output, stats)
-    return summary
 
 
 def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
@@ -374,7 +340,7 @@ def write_routed(
     from zephyr.executors import reuse_workers
     from zephyr.io import layout
 
-    folder = layout.scratch_dir(output, scratch)
+    folder = layout.side_path(output, scratch)
     try:
         # one worker pool for every job: each would otherwise start its own worker processes, which import
         # the engine and load the command's model or index again
@@ -407,10 +373,6 @@ def keep_all(table: pa.Table) -> pa.Array:
     return pa.nulls(table.num_rows, pa.string())
 
 
-REPLACE_COLUMNS_HINT = "pass replace_columns=True to replace it"
-"""The library's spelling of the fix; ``zephyr.cli`` turns it into ``--replace-columns`` for commands."""
-
-
 def check_added_columns(
     names: Iterable[str],
     added: Sequence[str],
@@ -427,19 +389,13 @@ def check_added_columns(
     if replace_columns:
         return
     present = set(names)
-    clash = [name for name in added if name in present]
-    if not clash:
+    if not (clash := [name for name in added if name in present]):
         return
-    prefix = f"{where}: " if where else ""
-    what = f"a column {clash[0]!r}" if len(clash) == 1 else f"columns {', '.join(map(repr, clash))}"
-    fix = (
-        REPLACE_COLUMNS_HINT
-        if len(clash) == 1
-        else REPLACE_COLUMNS_HINT.replace("replace it", "replace them")
-    )
-    if rename:
-        fix += f", or {rename} to write under another name"
-    raise ColumnExistsError(f"{prefix}the input already has {what}; {fix}")
+    names = ", ".join(map(repr, clash))
+    what, it = (f"a column {names}", "it") if len(clash) == 1 else (f"columns {names}", "them")
+    fix = f"pass replace_columns=True to replace {it}"  # a command's flag: ``zephyr.cli._cli_spelling``
+    fix += f", or {rename} to write under another name" if rename else ""
+    raise ColumnExistsError(f"{f'{where}: ' if where else ''}the input already has {what}; {fix}")
 
 
 def check_input_columns(

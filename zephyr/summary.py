@@ -26,6 +26,7 @@ says what the rows are: ``zephyr train`` counts the samples (training sequences)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -125,12 +126,12 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     while start > 0 and int(stages[start - 1]["rows_out"]) == int(stages[start]["rows_in"]):
         start -= 1
     chain = stages[start:]
+    from zephyr.job_stats import add_counts
+
     reasons: dict[str, int] = {}
     for stage in chain:
-        entries = list(stage.get("ops", [])) + ([stage["wide"]] if "wide" in stage else [])
-        for op in entries:
-            for reason, n in (op.get("dropped_by_reason") or {}).items():
-                reasons[reason] = reasons.get(reason, 0) + int(n)
+        for op in [*stage.get("ops", []), *([stage["wide"]] if "wide" in stage else [])]:
+            add_counts(reasons, op.get("dropped_by_reason") or {})
     fields.setdefault("dropped_by_reason", reasons)
     return Summary(
         rows_in=int(chain[0]["rows_in"]),
@@ -141,51 +142,67 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     )
 
 
-def write_stats(output: str, stats: dict[str, Any]) -> str:
-    """Write ``stats`` as ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``), the one
-    way every command writes it; returns its path."""
+def write_summary(
+    result: Any,
+    output: str,
+    section: str,
+    extra: dict[str, Any],
+    *,
+    jobs: list[dict[str, Any]] | None = None,
+    routed: Any = None,
+    counted: Any = None,
+    **fields: Any,
+) -> Any:
+    """Write ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``) in the one format of
+    every command's stats, and return the command's ``Summary``:
+    at the top level the stats of the engine job that wrote ``OUTPUT`` (``result``) and the task totals of
+    every job in ``jobs`` (default: that one); under ``section`` the command's own figures (``extra``), the
+    ``dropped_output`` folder where rows were routed, and the row balance (``rows``: in, kept, dropped,
+    quarantined) as ``counted`` (a ``Summary`` the command made), ``routed`` (``zephyr.removal.Routed``) or the
+    write's stages count it."""
+    from zephyr import job_stats
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
 
+    stats = {**result.stats, **job_stats.summarize(jobs or [result.stats]), section: dict(extra)}
+    fields = {"output": output, "stats": stats_path(output), **fields}
+    if counted is not None:
+        summary = dataclasses.replace(counted, **fields)
+    elif routed is not None:
+        summary = routed.summary(**fields)
+        stats[section]["dropped_output"] = fields.get("dropped_output")
+    else:
+        summary = from_stages(stats.get("stages", []), **fields)
+    rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
+    stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
     text = json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     write_bytes_atomic(stats_path(output), text.encode())
-    return stats_path(output)
+    return summary
 
 
-def bytes_under(paths: Iterable[str], *, markers: bool = False) -> int:
-    """Bytes on disk of the files ``paths`` name: files as they are, directories walked. An input folder's
-    ``_``/``.`` names (``_SUCCESS``, ``.crc``: other tools' markers, not data) are skipped unless ``markers``;
-    an output zephyr wrote holds its data only (its sidecar is ``OUT.zephyr/``), so every file of it counts:
-    a checkpoint's ``.metadata`` and ``__0_0.distcp`` are the checkpoint."""
+def bytes_under(paths: Iterable[str]) -> int:
+    """Bytes on disk of the files ``paths`` name: a file's size, or every file under a folder (an output zephyr
+    wrote holds its data only, its sidecar is ``OUT.zephyr/``; a checkpoint's ``.metadata`` and
+    ``__0_0.distcp`` are the checkpoint)."""
     from zephyr.io.paths import filesystem
 
     total = 0
     for path in paths:
         fs, root = filesystem(path)
-        if not fs.exists(root):
-            continue
-        if not fs.isdir(root):
-            total += int(fs.size(root) or 0)
-            continue
-        for name, info in fs.find(root, detail=True).items():
-            below = name[len(root.rstrip("/")) :].strip("/")
-            if markers or not any(part.startswith(("_", ".")) for part in below.split("/")):
-                total += int(info.get("size") or 0)
+        total += int(fs.du(root)) if fs.exists(root) else 0
     return total
 
 
 def _measure(paths: Iterable[str] | None, expand: bool) -> int | None:
-    """``bytes_under`` of inputs (globs expanded) or an output; None when they cannot be listed. A summary
-    is printed after the work succeeded: a listing that fails now (a path moved meanwhile) must not turn
-    the run into a failure, so it is logged and the count left out."""
+    """``bytes_under`` of inputs (``expand``: their data files, as a read lists them) or an output; None when
+    they cannot be listed. A summary is printed after the work succeeded: a listing that fails now (a path
+    moved meanwhile) must not turn the run into a failure, so it is logged and the count left out."""
     if not paths:
         return None
     try:
-        if expand:
-            from zephyr.io.paths import expand_paths
+        from zephyr.io.paths import expand_paths
 
-            paths = expand_paths(list(paths), formats=None) if paths else []
-        return bytes_under(paths, markers=not expand)
+        return bytes_under(expand_paths(list(paths), formats=None) if expand else paths)
     except Exception as exc:  # noqa: BLE001 - see the docstring; logged, never hidden
         log.info("summary: bytes of %s not measured (%s)", paths, exc)
         return None

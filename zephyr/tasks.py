@@ -14,8 +14,8 @@ owns (``owned_folders``: a forged marker cannot make the driver publish, move or
 and every file it names still holds the bytes recorded (``zephyr.resume.check_files``). Anything else: the
 task reruns, with a warning naming the marker.
 
-Read-ahead (``read_ahead``): a task's next input batch is decoded on a thread while the current one is
-processed.
+Read-ahead (``read_ahead``, when the driver sets ``StageSpec.read_ahead``): a task's next input batch is
+decoded on a thread while the current one is processed.
 
 A task run in the driver process (the ``inprocess`` executor: small jobs, and the tokenize writer's single
 process) has no other task beside it to keep a second core busy. Its input is Parquet or JSONL decoding,
@@ -39,8 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, closing, contextmanager
-from contextvars import ContextVar
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,7 +60,7 @@ from zephyr.io.sources import Shard, read_shard
 from zephyr.narrow import OpCounters, op_label, run_narrow
 from zephyr.ops import MapBatches, Op
 from zephyr.shuffle.reduce import partition_sources
-from zephyr.shuffle.runs import Run, coalesce_runs
+from zephyr.shuffle.runs import Run, Written, coalesce_runs
 from zephyr.shuffle.writer import ShuffleSpec, numpy_to_arrow, write_runs
 
 log = logging.getLogger(__name__)
@@ -76,7 +75,11 @@ class SinkOutput:
     ``staging/part-NNNNN.<ext>`` instead and the driver publishes the non-empty ones into ``directory`` under
     dense names in task order (``zephyr.io.claim``); a staged file is never a published one, so a task rerun
     on resume cannot overwrite another task's published file. A sink task's marker names files in
-    ``staging`` or, once published, in ``directory``."""
+    ``staging`` or, once published, in ``directory``.
+
+    Every output (this, ``ShuffleOutput``, ``CoalesceOutput``, ``SampleOutput``) has ``write``, which writes a
+    task's tables and returns its marker's output fields, and ``owned``, the folders those fields may name
+    (``owned_folders``)."""
 
     directory: str
     format: str
@@ -88,6 +91,69 @@ class SinkOutput:
         """Where a task writes its part: the staging folder of a staged output, else the output itself."""
         return (self.staging or self.directory).rstrip("/")
 
+    def owned(self, task: TaskSpec) -> dict[str, tuple]:
+        """The task's own part in ``write_folder`` or, once published, a dense part name of the same format
+        in ``directory`` (task i is part-k, k <= i)."""
+        from zephyr.io.sinks import output_name
+
+        if self.format == "count":
+            return {}
+        own = output_name(task.index, self.format, self.compression)
+        folders = [(self.write_folder, re.escape(own))]
+        if self.staging is not None:
+            folders.append((self.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
+        return {"files": tuple(folders)}
+
+    def write(self, tables: Iterator[pa.Table], task: TaskSpec) -> dict:
+        from zephyr.io.sinks import output_name
+
+        if self.format == "count":
+            return {"rows_out": sum(table.num_rows for table in tables), "bytes_out": 0, "files": []}
+        rows = 0
+        path = f"{self.write_folder}/{output_name(task.index, self.format, self.compression)}"
+        writer: ShardWriter | None = None
+        schema: pa.Schema | None = None
+        try:
+            for table in tables:
+                schema = table.schema
+                if table.num_rows == 0:
+                    continue
+                if (
+                    writer is None
+                ):  # row groups sized from the budget: the writer buffers one before flushing it
+                    writer = ShardWriter(
+                        path,
+                        self.format,
+                        compression=self.compression,
+                        row_group_bytes=Budget(task.budget_bytes).row_group_bytes,
+                    )
+                writer.write(table)
+                rows += table.num_rows
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        if writer is None:  # nothing to write: no file, and any stale file from an older plan goes
+            fs, local = url_to_fs(path)
+            if fs.exists(local):
+                fs.rm(local)
+            return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
+        written = writer.close()
+        return {
+            "rows_out": rows,
+            "bytes_out": written.bytes,
+            "files": [path],
+            "checksums": {path: written.checksum},
+        }
+
+
+def _runs_fields(fs: fsspec.AbstractFileSystem, directory: str, written: list[Written]) -> dict:
+    """The marker fields of runs written under ``directory``: their data paths and both files' checksums."""
+    return {
+        "runs": [_url(fs, w.run.path, directory) for w in written],
+        "checksums": {_url(fs, p, directory): r for w in written for p, r in w.checksums.items()},
+    }
+
 
 @dataclass(frozen=True)
 class ShuffleOutput:
@@ -96,15 +162,54 @@ class ShuffleOutput:
     spec: ShuffleSpec
     directory: str
 
+    def owned(self, task: TaskSpec) -> dict[str, tuple]:
+        return {"runs": ((f"{self.directory.rstrip('/')}/map-{task.index:05d}", None),)}
+
+    def write(self, tables: Iterator[pa.Table], task: TaskSpec) -> dict:
+        fs, base = url_to_fs(self.directory)
+        attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
+        runs, rows, schema = write_runs(
+            tables, self.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
+        )
+        bytes_out = sum(run.bytes for run in runs)
+        fields = {"rows_out": rows, "bytes_out": bytes_out, "schema": _schema_text(schema)}
+        return {**fields, **_runs_fields(fs, self.directory, runs)}
+
 
 @dataclass(frozen=True)
 class CoalesceOutput:
     """The runs of a group of map tasks concatenated into one run (``zephyr.shuffle.runs.coalesce_runs``) under
     ``directory``/group-NNNNN/<attempt>/, so that a reducer reads one run per group instead of one per map
-    task's spill. A task's input is ``TaskSpec.runs``."""
+    task's spill. A task's input is ``TaskSpec.runs``, not tables: ``write`` copies their bytes."""
 
     directory: str
     num_partitions: int
+
+    def owned(self, task: TaskSpec) -> dict[str, tuple]:
+        return {"runs": ((f"{self.directory.rstrip('/')}/group-{task.index:05d}", None),)}
+
+    def write(self, tables: Iterator[pa.Table], task: TaskSpec) -> dict:
+        fs, base = url_to_fs(self.directory)
+        attempt = f"{base}/group-{task.index:05d}/{uuid.uuid4().hex[:12]}"
+        fs.makedirs(attempt, exist_ok=True)
+        shares = Budget(task.budget_bytes)
+        done = coalesce_runs(
+            fs,
+            [Run(url_to_fs(run.path)[1], run.slots) for run in task.runs],
+            f"{attempt}/run-00000",
+            self.num_partitions,
+            window_bytes=shares.coalesce_window_bytes,
+            upload_bytes=shares.upload_part_bytes,
+            expected={url_to_fs(path)[1]: record for path, record in task.checksums.items()},
+        )
+        counts = {
+            "rows_in": task.rows,
+            "bytes_in": done.bytes,
+            "rows_out": task.rows,
+            "bytes_out": done.bytes,
+        }
+        inputs = {"inputs": [run.path for run in task.runs], "slots": done.run.slots}
+        return {**counts, **inputs, **_runs_fields(fs, self.directory, [done])}
 
 
 @dataclass(frozen=True)
@@ -112,6 +217,35 @@ class SampleOutput:
     """A systematic sample (at most ``SAMPLE_ROWS_PER_TASK`` rows) of the rows, for range boundaries."""
 
     directory: str
+
+    def owned(self, task: TaskSpec) -> dict[str, tuple]:
+        return {"sample": ((self.directory.rstrip("/"), rf"sample-{task.index:05d}\.parquet"),)}
+
+    def write(self, tables: Iterator[pa.Table], task: TaskSpec) -> dict:
+        """Keep every ``stride``-th row; when the sample doubles its cap, halve it and double the stride."""
+        kept: list[pa.Table] = []
+        kept_rows, stride, offset, rows = 0, 1, 0, 0
+        for table in tables:
+            rows += table.num_rows
+            start = (-offset) % stride
+            indices = numpy_to_arrow(np.arange(start, table.num_rows, stride, dtype=np.int64))
+            offset += table.num_rows
+            if len(indices):
+                piece = table.take(indices)
+                kept.append(piece)
+                kept_rows += piece.num_rows
+            if kept_rows >= 2 * SAMPLE_ROWS_PER_TASK:
+                merged = pa.concat_tables(kept)
+                merged = merged.take(numpy_to_arrow(np.arange(0, merged.num_rows, 2, dtype=np.int64)))
+                kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
+        if not kept:
+            return {"rows_out": rows, "bytes_out": 0, "sample": None}
+        fs, base = url_to_fs(self.directory)
+        url = _url(fs, f"{base}/sample-{task.index:05d}.parquet", self.directory)
+        return {"rows_out": rows, "bytes_out": 0, "sample": url, "checksums": _write_parquet(url, kept)}
+
+
+Output = SinkOutput | ShuffleOutput | CoalesceOutput | SampleOutput
 
 
 @dataclass(frozen=True)
@@ -125,13 +259,14 @@ class StageSpec:
     fingerprint: str
     name: str
     narrow: tuple[Op, ...]
-    output: SinkOutput | ShuffleOutput | CoalesceOutput | SampleOutput
+    output: Output
     reducer: Any = None
     read_columns: tuple[str, ...] | None = None
     read_schema: pa.Schema | None = None
     on_error: str = "raise"
     input_schema: pa.Schema | None = None
     inputs: dict | None = None
+    read_ahead: bool = False
 
     @property
     def side_folders(self) -> tuple[str, ...]:
@@ -170,35 +305,17 @@ def owned_folders(stage: StageSpec, task: TaskSpec) -> dict[str, tuple]:
     """The one rule of where a task's marker may point: per marker key, the folders its paths must lie in.
 
     A value ``(folder, pattern)`` admits a file directly in ``folder`` whose name matches ``pattern``; ``(folder,
-    None)`` admits any file below ``folder``. A sink's part is the task's own file in the folder its tasks
-    write (its staging folder when staged, ``SinkOutput.write_folder``) or, once published, a dense part name
-    of the same format in its output folder; shuffle runs lie below the task's own ``map-NNNNN/``; the sample
-    is the task's own file in the stage's sample folder; the quarantine file is the task's own; the files
-    its functions write on the side lie below the folders they declare (``StageSpec.side_folders``). Whoever
-    changes where a stage writes changes it here."""
-    from zephyr.io.sinks import output_name
-
-    output = stage.output
+    None)`` admits any file below ``folder``. The output's own files follow its ``owned`` (a sink's part, a map
+    task's runs below its ``map-NNNNN/``, a coalesce group's below its ``group-NNNNN/``, the task's sample
+    file); the quarantine file is the task's own; the files its functions write on the side lie below the
+    folders they declare (``StageSpec.side_folders``). Whoever changes where a stage writes changes it here
+    or in the output's ``owned``."""
     quarantine = task.quarantine_path.rsplit("/", 1)
-    rule: dict[str, tuple] = {
+    return {
         "quarantine": ((quarantine[0], re.escape(quarantine[1])),),
         "side_files": tuple((folder, None) for folder in stage.side_folders),
+        **stage.output.owned(task),
     }
-    if isinstance(output, SinkOutput):
-        if output.format == "count":
-            return rule
-        own = output_name(task.index, output.format, output.compression)
-        folders = [(output.write_folder, re.escape(own))]
-        if output.staging is not None:  # published under a dense name: task i is part-k, k <= i, same ext.
-            folders.append((output.directory.rstrip("/"), r"part-\d{5}\." + re.escape(own.split(".", 1)[1])))
-        rule["files"] = tuple(folders)
-    elif isinstance(output, ShuffleOutput):
-        rule["runs"] = ((f"{output.directory.rstrip('/')}/map-{task.index:05d}", None),)
-    elif isinstance(output, CoalesceOutput):
-        rule["runs"] = ((f"{output.directory.rstrip('/')}/group-{task.index:05d}", None),)
-    elif isinstance(output, SampleOutput):
-        rule["sample"] = ((output.directory.rstrip("/"), rf"sample-{task.index:05d}\.parquet"),)
-    return rule
 
 
 def marker_files(marker: dict) -> dict[str, list[str]]:
@@ -269,12 +386,11 @@ class _Counted:
 
 
 def run_task(stage: StageSpec, task: TaskSpec) -> dict:
-    """Run one task of ``stage`` to completion and return its marker (also written to ``task.marker_path``)."""
+    """Run one task of ``stage`` to completion and return its marker (also written to ``task.marker_path``,
+    last): its input through the stage's ops into its output (``Output.write``), counting every row."""
     if stage.fingerprint != task.fingerprint:
         raise ZephyrError(f"task {task.index} of stage {task.fingerprint[:12]} was sent another stage")
     started = time.perf_counter()
-    if isinstance(stage.output, CoalesceOutput):
-        return _coalesce(stage.output, task, started)
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
     reading = _task_input(task, stage, quarantined.append)
@@ -294,7 +410,7 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
             quarantine=quarantined.append,
             shard_index=task.index,
         )
-        outputs = _write_output(tables, stage.output, task)
+        outputs = stage.output.write(tables, task)
     read_quarantined, quarantine = 0, None
     if quarantined:
         table = pa.concat_tables([t.cast(QUARANTINE_SCHEMA) for t in quarantined])
@@ -302,44 +418,42 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     # A sort's sample pass reads the rows its map pass reads again: that pass stores (and the job counts) the
     # rows both set aside, once. The sample stage's own record still accounts for them.
     if quarantined and not isinstance(stage.output, SampleOutput):
-        with atomic_write(task.quarantine_path) as f:  # creates the folder; readers never see a partial file
-            hashed = Checksummed(f)
-            pq.write_table(table, hashed, compression="zstd")
+        outputs.setdefault("checksums", {}).update(_write_parquet(task.quarantine_path, [table]))
         quarantine = {"path": task.quarantine_path, "rows": table.num_rows}
-        outputs.setdefault("checksums", {})[task.quarantine_path] = hashed.record()
     if side_files:
         outputs["side_files"] = sorted(side_files)
         outputs.setdefault("checksums", {}).update(side_files)
-    return _finished(
-        task,
-        started,
-        {
-            "rows_in": source.rows + read_quarantined,
-            "rows_read_quarantined": read_quarantined,
-            "bytes_in": source.bytes,
-            "ops": [c.as_dict() for c in op_counters],
-            "counters": dict(user_counters),
-            "quarantine": quarantine,
-            **outputs,
-        },
-    )
-
-
-def _finished(task: TaskSpec, started: float, fields: dict) -> dict:
-    """Write the marker of a finished task (``fields``, led by what names the task; a task that runs no ops and
-    reads no quarantined rows leaves those keys out) and return it."""
-    marker = {"fingerprint": task.fingerprint, "index": task.index, "input": task.description}
-    marker.update({"rows_read_quarantined": 0, "ops": [], "counters": {}, "quarantine": None}, **fields)
-    marker["seconds"] = round(time.perf_counter() - started, 4)
+    marker = {
+        "fingerprint": task.fingerprint,
+        "index": task.index,
+        "input": task.description,
+        "rows_in": source.rows + read_quarantined,
+        "rows_read_quarantined": read_quarantined,
+        "bytes_in": source.bytes,
+        "ops": [c.as_dict() for c in op_counters],
+        "counters": dict(user_counters),
+        "quarantine": quarantine,
+        **outputs,
+        "seconds": round(time.perf_counter() - started, 4),
+    }
     write_json_atomic(task.marker_path, marker)
     return marker
 
 
+def _write_parquet(url: str, tables: list[pa.Table]) -> dict[str, dict]:
+    """``tables`` as one zstd Parquet file at ``url``, whole or not at all (its folder created); its checksum
+    record, by ``url``."""
+    with atomic_write(url) as f:
+        hashed = Checksummed(f)
+        pq.write_table(pa.concat_tables(tables), hashed, compression="zstd")
+    return {url: hashed.record()}
+
+
 def _task_input(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
-    """The task's input tables; a shard's are decoded one batch ahead when ``read_ahead_enabled()`` (tasks in
+    """The task's input tables; a shard's are decoded one batch ahead when ``stage.read_ahead`` (tasks in
     the driver process). Rows quarantined while reading reach ``quarantine`` in the same order either way:
     they travel with the batch they were read with, not from the reading thread."""
-    if task.shard is None or not read_ahead_enabled():
+    if task.shard is None or not stage.read_ahead:
         yield from _input_tables(task, stage, quarantine)
         return
 
@@ -359,6 +473,8 @@ def _task_input(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Tab
 
 
 def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.Table]:
+    """A source task's shard, or a reduce task's partitions, each reduced on its own, in order (a coalesce
+    task reads runs, not tables: ``CoalesceOutput``)."""
     if task.shard is not None:
         empty = True
         for batch in read_shard(
@@ -383,7 +499,7 @@ def _input_tables(task: TaskSpec, stage: StageSpec, quarantine) -> Iterator[pa.T
                 schema = pa.schema([schema.field(c) for c in stage.read_columns if c in schema.names])
             yield schema.empty_table()
         return
-    for partition in range(*task.partitions):  # adjacent partitions, each reduced on its own, in order
+    for partition in range(*(task.partitions or (0, 0))):
         yield from _reduce_partition(stage, partition, task.budget_bytes)
 
 
@@ -403,99 +519,6 @@ def _reduce_partition(stage: StageSpec, partition: int, budget_bytes: int) -> It
             yield from reducer.reduce(sides[0])
 
 
-def _write_output(tables: Iterator[pa.Table], output, task: TaskSpec) -> dict:
-    if isinstance(output, SinkOutput):
-        return _write_sink(tables, output, task)
-    if isinstance(output, ShuffleOutput):
-        fs, base = url_to_fs(output.directory)
-        attempt = f"{base}/map-{task.index:05d}/{uuid.uuid4().hex[:12]}"
-        runs, rows, schema = write_runs(
-            tables, output.spec, fs, attempt, budget_bytes=task.budget_bytes, task_index=task.index
-        )
-        return {
-            "rows_out": rows,
-            "bytes_out": sum(run.bytes for run in runs),
-            "runs": [_url(fs, run.run.path, output.directory) for run in runs],
-            "schema": _schema_text(schema),
-            "checksums": {_url(fs, p, output.directory): r for run in runs for p, r in run.checksums.items()},
-        }
-    if isinstance(output, SampleOutput):
-        return _write_sample(tables, output, task)
-    raise ZephyrError(f"unknown output {type(output).__name__}")
-
-
-def _coalesce(output: CoalesceOutput, task: TaskSpec, started: float) -> dict:
-    """A coalesce task: its group's runs as one (``coalesce_runs``), and its marker."""
-    fs, base = url_to_fs(output.directory)
-    attempt = f"{base}/group-{task.index:05d}/{uuid.uuid4().hex[:12]}"
-    fs.makedirs(attempt, exist_ok=True)
-    shares = Budget(task.budget_bytes)
-    done = coalesce_runs(
-        fs,
-        [Run(url_to_fs(run.path)[1], run.slots) for run in task.runs],
-        f"{attempt}/run-00000",
-        output.num_partitions,
-        window_bytes=shares.coalesce_window_bytes,
-        upload_bytes=shares.upload_part_bytes,
-        expected={url_to_fs(path)[1]: record for path, record in task.checksums.items()},
-    )
-    return _finished(
-        task,
-        started,
-        {
-            "rows_in": task.rows,
-            "bytes_in": done.bytes,
-            "rows_out": task.rows,
-            "bytes_out": done.bytes,
-            "inputs": [run.path for run in task.runs],
-            "runs": [_url(fs, done.run.path, output.directory)],
-            "slots": done.run.slots,
-            "checksums": {_url(fs, p, output.directory): record for p, record in done.checksums.items()},
-        },
-    )
-
-
-def _write_sink(tables: Iterator[pa.Table], output: SinkOutput, task: TaskSpec) -> dict:
-    from zephyr.io.sinks import output_name
-
-    if output.format == "count":
-        return {"rows_out": sum(table.num_rows for table in tables), "bytes_out": 0, "files": []}
-    rows = 0
-    path = f"{output.write_folder}/{output_name(task.index, output.format, output.compression)}"
-    writer: ShardWriter | None = None
-    schema: pa.Schema | None = None
-    try:
-        for table in tables:
-            schema = table.schema
-            if table.num_rows == 0:
-                continue
-            if writer is None:  # row groups sized from the budget: the writer buffers one before flushing it
-                writer = ShardWriter(
-                    path,
-                    output.format,
-                    compression=output.compression,
-                    row_group_bytes=Budget(task.budget_bytes).row_group_bytes,
-                )
-            writer.write(table)
-            rows += table.num_rows
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    if writer is None:  # nothing to write: no file, and any stale file from an older plan goes
-        fs, local = url_to_fs(path)
-        if fs.exists(local):
-            fs.rm(local)
-        return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
-    written = writer.close()
-    return {
-        "rows_out": rows,
-        "bytes_out": written.bytes,
-        "files": [path],
-        "checksums": {path: written.checksum},
-    }
-
-
 def _schema_text(schema: pa.Schema | None) -> str | None:
     """A schema as base64 Arrow IPC, so an empty result can still say what its columns are."""
     if schema is None:
@@ -511,57 +534,8 @@ def schema_from_text(text: str) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def _write_sample(tables: Iterator[pa.Table], output: SampleOutput, task: TaskSpec) -> dict:
-    """Keep every ``stride``-th row; when the sample doubles its cap, halve it and double the stride."""
-    kept: list[pa.Table] = []
-    kept_rows = 0
-    stride = 1
-    offset = 0
-    rows = 0
-    for table in tables:
-        rows += table.num_rows
-        start = (-offset) % stride
-        indices = numpy_to_arrow(np.arange(start, table.num_rows, stride, dtype=np.int64))
-        offset += table.num_rows
-        if len(indices):
-            piece = table.take(indices)
-            kept.append(piece)
-            kept_rows += piece.num_rows
-        if kept_rows >= 2 * SAMPLE_ROWS_PER_TASK:
-            merged = pa.concat_tables(kept)
-            merged = merged.take(numpy_to_arrow(np.arange(0, merged.num_rows, 2, dtype=np.int64)))
-            kept, kept_rows, stride = [merged], merged.num_rows, stride * 2
-    fs, base = url_to_fs(output.directory)
-    fs.makedirs(base, exist_ok=True)
-    path = f"{base}/sample-{task.index:05d}.parquet"
-    url = _url(fs, path, output.directory)
-    if not kept:
-        return {"rows_out": rows, "bytes_out": 0, "sample": None}
-    with atomic_write(url) as f:
-        hashed = Checksummed(f)
-        pq.write_table(pa.concat_tables(kept), hashed)
-    return {"rows_out": rows, "bytes_out": 0, "sample": url, "checksums": {url: hashed.record()}}
-
-
 T = TypeVar("T")
-
-_ENABLED: ContextVar[bool] = ContextVar("zephyr_read_ahead", default=False)
 _END = object()
-
-
-def read_ahead_enabled() -> bool:
-    """Whether tasks started in this context read one batch ahead (``reading_ahead``)."""
-    return _ENABLED.get()
-
-
-@contextmanager
-def reading_ahead() -> Iterator[None]:
-    """Tasks run inside this block read their input one batch ahead (the in-process executor sets it)."""
-    token = _ENABLED.set(True)
-    try:
-        yield
-    finally:
-        _ENABLED.reset(token)
 
 
 def read_ahead(items: Iterator[T]) -> Iterator[T]:

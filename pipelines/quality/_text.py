@@ -23,15 +23,9 @@ NO_SPACE_LANGUAGES: frozenset[str] = frozenset({"zh", "ja", "th", "lo", "km", "m
 n-grams) say nothing about them, so the word-based rules skip their rows instead of dropping them all."""
 
 
-def require_column(table: pa.Table | pa.RecordBatch, column: str, what: str = "text") -> None:
-    """Raise ``SchemaError`` unless ``column`` exists and holds text (the rule of ``zephyr.io.quarantine``,
-    shared with tokenize: a string type, or ``null`` for a column without a single value)."""
-    require_text_column(table.schema, column, what=what)
-
-
 def text_array(table: pa.Table | pa.RecordBatch, column: str = "text") -> pa.Array:
     """The text column as one contiguous ``large_string`` array (chunks combined)."""
-    require_column(table, column)
+    require_text_column(table.schema, column)
     col = table.column(column)
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
@@ -49,7 +43,7 @@ def lang_series(table: pa.Table | pa.RecordBatch, column: str | None, default: s
 
     if column is None or column not in table.schema.names:
         return pl.Series("lang", [default] * table.num_rows, dtype=pl.String)
-    require_column(table, column, "language")
+    require_text_column(table.schema, column, what="language")
     values = pl.Series("lang", text_array(table, column)).cast(pl.String)
     return values.str.to_lowercase().str.replace(r"[-_].*$", "").fill_null(default).replace("", default)
 

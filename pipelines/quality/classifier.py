@@ -25,17 +25,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import put_column, require_column, text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 from zephyr.pipelines.quality.config import ClassifierConfig
 from zephyr.pipelines.quality.langid import load_fasttext_model
 
 from zephyr.errors import ConfigError, SchemaError
+from zephyr.io.quarantine import require_text_column
 from zephyr.removal import check_added_columns
 
 log = logging.getLogger(__name__)
 
 
 _DEFAULT = ClassifierConfig()
+_NOT_FASTTEXT = ("positive_label", "negative_label", "max_chars")
 _NAN_RETRIES = 3
 """Times training restarts at half the learning rate after fastText diverges to NaN."""
 
@@ -48,14 +50,12 @@ def prepare_fasttext_text(texts: pa.Array, max_chars: int) -> pa.Array:
 
 
 def _labels(table: pa.Table, label_column: str, config: ClassifierConfig) -> np.ndarray:
-    require_column(table, label_column, "label")
+    require_text_column(table.schema, label_column, what="label")
     labels = table.column(label_column)
     allowed = pa.array([config.positive_label, config.negative_label])
     bad = pc.invert(pc.fill_null(pc.is_in(labels, value_set=allowed), False))
-    if pc.any(bad).as_py():
-        first = pc.indices_nonzero(bad.combine_chunks() if isinstance(bad, pa.ChunkedArray) else bad)[
-            0
-        ].as_py()
+    first = pc.index(bad, True).as_py()  # -1: every label is one of the two
+    if first >= 0:
         raise SchemaError(
             f"label column {label_column!r} row {first} holds {labels[first].as_py()!r}; "
             f"expected {config.positive_label!r} or {config.negative_label!r} (set the label names)"
@@ -139,22 +139,13 @@ def train_classifier(
         f.write("\n")
     tmp = output.with_name(output.name + ".tmp")
     try:
+        # the config's training fields under fastText's names (the labels and max_chars are ours)
+        names = {"word_ngrams": "wordNgrams", "min_count": "minCount", "threads": "thread"}
+        settings = {names.get(k, k): v for k, v in asdict(config).items() if k not in _NOT_FASTTEXT}
         lr = config.lr
         for attempt in range(_NAN_RETRIES + 1):
             try:
-                _fit_in_child(
-                    tmp,
-                    input=f.name,
-                    epoch=config.epoch,
-                    lr=lr,
-                    dim=config.dim,
-                    wordNgrams=config.word_ngrams,
-                    minCount=config.min_count,
-                    bucket=config.bucket,
-                    thread=config.threads,
-                    seed=config.seed,
-                    verbose=0,
-                )
+                _fit_in_child(tmp, **{**settings, "input": f.name, "lr": lr, "verbose": 0})
                 break
             except RuntimeError as exc:  # fastText diverges ("Encountered NaN") when lr is too high
                 if "NaN" not in str(exc):
@@ -194,7 +185,7 @@ class QualityScorer:
     """Where P(positive) goes; the buckets go to ``bucket_column(score_column)``."""
 
     def scores(self, texts: pa.Array) -> np.ndarray:
-        model = load_fasttext_model(self.model_path)
+        model = load_fasttext_model(str(self.model_path))
         labels = model.get_labels()
         target = f"__label__{self.config.positive_label}"
         if target not in labels:

@@ -114,7 +114,5 @@ class HeuristicFilterConfig:
             build_rule_families(self.rules, **self.overrides)
         except FieldError:
             raise
-        except TypeError as exc:
-            raise FieldError("overrides", f"{exc}") from None
-        except ConfigError as exc:
+        except (TypeError, ConfigError) as exc:  # a threshold a family does not have, or a bad value
             raise FieldError("overrides", str(exc)) from None

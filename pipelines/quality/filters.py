@@ -32,7 +32,7 @@ Its examples are the filter steps' (``zephyr.pipelines.examples``), its Markdown
 
 from __future__ import annotations
 
-import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,9 +58,6 @@ from zephyr.config import FieldError
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
 
-log = logging.getLogger(__name__)
-
-
 NULL_TEXT = "null_text"
 
 
@@ -77,9 +74,7 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 
 def rule_names(names: Sequence[str] | str) -> list[str]:
     """Rule set names from a list or comma-separated text (``"gopher,c4,fineweb"``), blanks left out."""
-    if isinstance(names, str):
-        return [n.strip() for n in names.split(",") if n.strip()]
-    return list(names)
+    return [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
 
 
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
@@ -123,12 +118,11 @@ def annotate_drop_reasons(
     ]
     if len(pieces) == 1:
         return pieces[0]
-    counters: dict[str, int] = {}
+    counters: Counter[str] = Counter()
     for _, _, piece_counters in pieces:
-        for name, n in piece_counters.items():
-            counters[name] = counters.get(name, 0) + n
+        counters.update(piece_counters)  # zeros stay: a counter of every slice
     reasons = pa.concat_arrays([r for r, _, _ in pieces])
-    return reasons, pa.concat_arrays([t for _, t, _ in pieces]), counters
+    return reasons, pa.concat_arrays([t for _, t, _ in pieces]), dict(counters)
 
 
 def _annotate_slice(
@@ -199,9 +193,7 @@ class FilterAnnotator:
             counters.increment(name, n)
         keep = pc.is_null(reasons)
         original = table.column(self.text_column)
-        if pa.types.is_null(
-            original.type
-        ):  # no value at all (see zephyr.io.quarantine): becomes a text column
+        if pa.types.is_null(original.type):  # no value at all (see zephyr.io.quarantine): a text column
             original = original.cast(text.type)
         merged = pc.if_else(keep, text.cast(original.type), original)
         table = table.set_column(table.schema.get_field_index(self.text_column), self.text_column, merged)
@@ -211,11 +203,12 @@ class FilterAnnotator:
 
 
 @dataclass
-class HeuristicFilter:
+class HeuristicFilter(FilterAnnotator):
     """One-pass filter for pipelines: kept rows continue, null texts are quarantined, drops are counted.
 
     Its output never carries ``drop_reason`` (kept rows lose it, quarantined ones call it ``quarantine_reason``),
-    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged.
+    so an input's own ``drop_reason`` is set aside around the rules and passes unchanged (``replace_columns``
+    has nothing to replace).
 
     >>> import zephyr
     >>> ds = zephyr.from_items([{"text": "short."}, {"text": "A line of text well over thirty characters."}, {"text": None}])
@@ -223,18 +216,9 @@ class HeuristicFilter:
     1
     """
 
-    rules: str = ",".join(DEFAULT_RULES)
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-    text_column: str = "text"
-    lang_column: str | None = "lang"
-    default_lang: str = "en"
-
     def __call__(self, table: pa.Table) -> BatchOutput:
         aside = (DROP_REASON,) if DROP_REASON in table.schema.names else ()
-        annotate = FilterAnnotator(
-            self.rules, self.overrides, self.text_column, self.lang_column, self.default_lang
-        )
-        annotated = annotate(set_aside(aside)(table))
+        annotated = super().__call__(set_aside(aside)(table))
         route = {"column": DROP_REASON, "quarantine": (NULL_TEXT,), "aside": aside}
         kept = Route("kept", **route)(annotated)
         quarantined = Route("quarantined", **route)(annotated)

@@ -26,12 +26,12 @@ Search order of ``ensure_lid_model()``:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
 import shutil
 import tempfile
-import threading
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -50,29 +50,18 @@ from zephyr.removal import check_added_columns, keep_by
 log = logging.getLogger(__name__)
 
 
-_MODELS: dict[str, Any] = {}
-
-
-_MODELS_LOCK = threading.Lock()
-
-
-def load_fasttext_model(path: str | Path) -> Any:
+@functools.cache
+def load_fasttext_model(path: str) -> Any:
     """Load (once per process and path) a fastText model; fastText's stderr warning is silenced."""
-    key = str(path)
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            require("fasttext", "quality", "a fastText model")
-            import fasttext
+    require("fasttext", "quality", "a fastText model")
+    import fasttext
 
-            # fasttext.load_model prints a deprecation notice for .ftz files through eprint; bypass it.
-            fasttext.FastText.eprint = lambda *args, **kwargs: None
-            try:
-                model = fasttext.load_model(key)
-            except ValueError as exc:
-                raise ConfigError(f"cannot load fastText model {key}: {exc}") from exc
-            _MODELS[key] = model
-        return model
+    # fasttext.load_model prints a deprecation notice for .ftz files through eprint; bypass it.
+    fasttext.FastText.eprint = lambda *args, **kwargs: None
+    try:
+        return fasttext.load_model(path)
+    except ValueError as exc:
+        raise ConfigError(f"cannot load fastText model {path}: {exc}") from exc
 
 
 @dataclass
@@ -101,8 +90,7 @@ class LanguageIdentifier:
         return self.lang_column, self.score_column
 
     def _model(self) -> Any:
-        path = self.model_path or ensure_lid_model()
-        return load_fasttext_model(path)
+        return load_fasttext_model(str(self.model_path or ensure_lid_model()))
 
     def predict(self, texts: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(labels, scores) for a string array; null/blank texts give nulls."""
@@ -122,8 +110,7 @@ class LanguageIdentifier:
             raw_labels, raw_probs = self._model().predict(batch, k=1)
             labels[idx] = [lab[0][9:] if lab else None for lab in raw_labels]  # strip "__label__"
             scores[idx] = np.fromiter((p[0] if len(p) else np.nan for p in raw_probs), np.float32, len(idx))
-        mask = np.ones(n, dtype=bool)
-        mask[idx] = False
+        mask = ~valid.to_numpy(zero_copy_only=False)
         return (
             pa.array(labels, type=pa.string(), mask=mask),
             pa.array(np.minimum(scores, 1.0), type=pa.float32(), mask=mask),

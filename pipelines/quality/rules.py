@@ -69,7 +69,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import polars as pl
@@ -95,12 +95,11 @@ class Verdict:
     counters: dict[str, int] = field(default_factory=dict)
     """Extra counts, e.g. lines removed by a line-level rule."""
 
-    def add(self, reason: str, fails: np.ndarray | pl.Series | None) -> None:
-        if fails is None:
-            return
-        arr = fails.to_numpy() if hasattr(fails, "to_numpy") else np.asarray(fails)
-        # a null statistic (rule not applicable, e.g. 0 lines) never fails a row
-        self.reasons.append((reason, np.nan_to_num(arr.astype(float), nan=0.0).astype(bool)))
+    def add(self, reason: str, fails: np.ndarray | pl.Series) -> None:
+        """Append a rule's result: True where a row fails it."""
+        self.reasons.append(
+            (reason, np.asarray(fails.to_numpy() if hasattr(fails, "to_numpy") else fails, bool))
+        )
 
 
 class RuleFamily(Protocol):
@@ -109,24 +108,27 @@ class RuleFamily(Protocol):
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict: ...
 
 
-def fails_below(value: pl.Series | np.ndarray, threshold: float | None) -> np.ndarray | None:
-    """``value < threshold`` (None → rule off; NaN/null statistic → passes)."""
-    if threshold is None:
-        return None
-    v = value.to_numpy() if hasattr(value, "to_numpy") else value
-    v = np.asarray(v, dtype=float)
-    return np.nan_to_num(v, nan=np.inf) < threshold
+_COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
 
 
-def fails_above(
-    value: pl.Series | np.ndarray, threshold: float | None, *, inclusive: bool = False
-) -> np.ndarray | None:
-    """``value > threshold`` (or ``>=`` with ``inclusive``); None → rule off; NaN/null → passes."""
-    if threshold is None:
-        return None
-    v = value.to_numpy() if hasattr(value, "to_numpy") else value
-    v = np.nan_to_num(np.asarray(v, dtype=float), nan=-np.inf)
-    return v >= threshold if inclusive else v > threshold
+def check_limits(
+    family: object,
+    rules: tuple[tuple[str, str, str], ...],
+    stats: dict[str, Any],
+    into: Verdict | None = None,
+) -> Verdict:
+    """A family's threshold rules, in order: ``(reason, field, op)`` fails the rows whose statistic (``stats``
+    under the field's name less its ``min_``/``max_`` prefix) is ``op`` the family's ``field`` value. A field
+    set to None turns its rule off; a NaN statistic (not applicable: no word, no line, a language the word
+    rules skip) never fails a row."""
+    v = into if into is not None else Verdict()
+    for reason, key, op in rules:
+        limit = getattr(family, key)
+        if limit is not None:
+            value = stats[key.split("_", 1)[1]]
+            value = value.to_numpy() if hasattr(value, "to_numpy") else value
+            v.add(reason, _COMPARE[op](np.asarray(value, dtype=float), limit))
+    return v
 
 
 _PKG = "zephyr.pipelines.quality"
@@ -213,57 +215,50 @@ class GopherQuality:
     min_stop_words: int | None = 2
     skip_word_rules_for: frozenset[str] = NO_SPACE_LANGUAGES
 
+    rules: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("gopher_too_few_words", "min_words", "<"),
+        ("gopher_too_many_words", "max_words", ">"),
+        ("gopher_mean_word_too_short", "min_mean_word_length", "<"),
+        ("gopher_mean_word_too_long", "max_mean_word_length", ">"),
+        ("gopher_too_many_hashes", "max_hash_word_ratio", ">"),
+        ("gopher_too_many_ellipses", "max_ellipsis_word_ratio", ">"),
+        ("gopher_too_many_bullet_lines", "max_bullet_line_ratio", ">"),
+        ("gopher_too_many_ellipsis_lines", "max_ellipsis_line_ratio", ">"),
+        ("gopher_too_few_alpha_words", "min_alpha_word_ratio", "<"),
+        ("gopher_too_few_stop_words", "min_stop_words", "<"),
+    )
+    """(reason, threshold field, failing comparison) in the order rows are checked (``check_limits``)."""
+
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
+        el = pl.element()
         tokens = texts.str.extract_all(r"\S+")
-        is_word = tokens.list.eval(pl.element().str.contains(_WORDLIKE))
-        n_tokens = tokens.list.len()
-        n_words = is_word.list.sum()
+        n_words = tokens.list.eval(el.str.contains(_WORDLIKE)).list.sum()
         word_chars = tokens.list.eval(
-            pl.when(pl.element().str.contains(_WORDLIKE)).then(pl.element().str.len_chars()).otherwise(0)
+            pl.when(el.str.contains(_WORDLIKE)).then(el.str.len_chars()).otherwise(0)
         ).list.sum()
-        alpha_tokens = tokens.list.eval(pl.element().str.contains(r"\p{L}")).list.sum()
         lines = _nonblank_lines(texts)
-        n_lines = lines.list.len()
-        bullet_lines = lines.list.eval(pl.element().str.contains(_BULLET)).list.sum()
-        ellipsis_lines = lines.list.eval(pl.element().str.contains(rf"(?:{_ELLIPSIS})\s*$")).list.sum()
-
-        words_apply = _word_rules_apply(langs, self.skip_word_rules_for)
-        nw = n_words.cast(pl.Float64).to_numpy()
-
-        def on_words(mask: np.ndarray | None) -> np.ndarray | None:
-            return None if mask is None else mask & words_apply
-
-        v = Verdict()
-        v.add("gopher_too_few_words", on_words(fails_below(nw, self.min_words)))
-        v.add("gopher_too_many_words", on_words(fails_above(nw, self.max_words)))
-        mean_len = _ratio(word_chars, n_words)
-        v.add("gopher_mean_word_too_short", on_words(fails_below(mean_len, self.min_mean_word_length)))
-        v.add("gopher_mean_word_too_long", on_words(fails_above(mean_len, self.max_mean_word_length)))
-        hashes = texts.str.count_matches("#", literal=True)
-        v.add(
-            "gopher_too_many_hashes", on_words(fails_above(_ratio(hashes, n_words), self.max_hash_word_ratio))
-        )
-        ellipses = texts.str.count_matches(_ELLIPSIS)
-        v.add(
-            "gopher_too_many_ellipses",
-            on_words(fails_above(_ratio(ellipses, n_words), self.max_ellipsis_word_ratio)),
-        )
-        v.add(
-            "gopher_too_many_bullet_lines",
-            fails_above(_ratio(bullet_lines, n_lines), self.max_bullet_line_ratio),
-        )
-        v.add(
-            "gopher_too_many_ellipsis_lines",
-            fails_above(_ratio(ellipsis_lines, n_lines), self.max_ellipsis_line_ratio),
-        )
-        v.add(
-            "gopher_too_few_alpha_words",
-            on_words(fails_below(_ratio(alpha_tokens, n_tokens), self.min_alpha_word_ratio)),
-        )
-        if self.min_stop_words is not None:
+        # a statistic of words is NaN (never fails) where the language skips the word rules
+        words = np.where(_word_rules_apply(langs, self.skip_word_rules_for), 1.0, np.nan)
+        stats = {
+            "words": n_words.cast(pl.Float64).to_numpy() * words,
+            "mean_word_length": _ratio(word_chars, n_words) * words,
+            "hash_word_ratio": _ratio(texts.str.count_matches("#", literal=True), n_words) * words,
+            "ellipsis_word_ratio": _ratio(texts.str.count_matches(_ELLIPSIS), n_words) * words,
+            "bullet_line_ratio": _ratio(
+                lines.list.eval(el.str.contains(_BULLET)).list.sum(), lines.list.len()
+            ),
+            "ellipsis_line_ratio": _ratio(
+                lines.list.eval(el.str.contains(rf"(?:{_ELLIPSIS})\s*$")).list.sum(), lines.list.len()
+            ),
+            "alpha_word_ratio": _ratio(
+                tokens.list.eval(el.str.contains(r"\p{L}")).list.sum(), tokens.list.len()
+            )
+            * words,
+        }
+        if self.min_stop_words is not None:  # the one join of the family: only when its rule is on
             count, has_list = _count_stop_words(tokens, langs)
-            v.add("gopher_too_few_stop_words", on_words((count < self.min_stop_words) & has_list))
-        return v
+            stats["stop_words"] = np.where(has_list, count, np.nan) * words
+        return check_limits(self, self.rules, stats)
 
 
 def _duplicate_elements(parts: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
@@ -294,6 +289,13 @@ class GopherRepetition:
         (10, 0.10),
     )
     skip_word_rules_for: frozenset[str] = NO_SPACE_LANGUAGES
+    rules: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("gopher_too_many_duplicate_lines", "max_duplicate_line_fraction", ">"),
+        ("gopher_too_many_duplicate_paragraphs", "max_duplicate_paragraph_fraction", ">"),
+        ("gopher_too_many_duplicate_line_chars", "max_duplicate_line_char_fraction", ">"),
+        ("gopher_too_many_duplicate_paragraph_chars", "max_duplicate_paragraph_char_fraction", ">"),
+    )
+    """The line and paragraph rules (``check_limits``); the n-gram rules follow them."""
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         total_chars = texts.str.len_chars()
@@ -310,23 +312,13 @@ class GopherRepetition:
         )
         n_lines, dup_lines, dup_line_chars = _duplicate_elements(lines)
         n_par, dup_par, dup_par_chars = _duplicate_elements(paragraphs)
-        v = Verdict()
-        v.add(
-            "gopher_too_many_duplicate_lines",
-            fails_above(_ratio(dup_lines, n_lines), self.max_duplicate_line_fraction),
-        )
-        v.add(
-            "gopher_too_many_duplicate_paragraphs",
-            fails_above(_ratio(dup_par, n_par), self.max_duplicate_paragraph_fraction),
-        )
-        v.add(
-            "gopher_too_many_duplicate_line_chars",
-            fails_above(_ratio(dup_line_chars, total_chars), self.max_duplicate_line_char_fraction),
-        )
-        v.add(
-            "gopher_too_many_duplicate_paragraph_chars",
-            fails_above(_ratio(dup_par_chars, total_chars), self.max_duplicate_paragraph_char_fraction),
-        )
+        stats = {
+            "duplicate_line_fraction": _ratio(dup_lines, n_lines),
+            "duplicate_paragraph_fraction": _ratio(dup_par, n_par),
+            "duplicate_line_char_fraction": _ratio(dup_line_chars, total_chars),
+            "duplicate_paragraph_char_fraction": _ratio(dup_par_chars, total_chars),
+        }
+        v = check_limits(self, self.rules, stats)
         if self.top_ngram_max_char_fraction or self.duplicate_ngram_max_char_fraction:
             words_apply = _word_rules_apply(langs, self.skip_word_rules_for)
             fw = flat_words(texts.str.to_lowercase().str.extract_all(r"\S+").to_arrow())
@@ -334,12 +326,12 @@ class GopherRepetition:
             for n, limit in self.top_ngram_max_char_fraction:
                 v.add(
                     f"gopher_top_{n}gram_too_frequent",
-                    fails_above(top_ngram_char_fraction(fw, n, counter), limit) & words_apply,
+                    (top_ngram_char_fraction(fw, n, counter) > limit) & words_apply,
                 )
             for n, limit in self.duplicate_ngram_max_char_fraction:
                 v.add(
                     f"gopher_too_many_duplicate_{n}grams",
-                    fails_above(duplicate_ngram_char_fraction(fw, n, counter), limit) & words_apply,
+                    (duplicate_ngram_char_fraction(fw, n, counter) > limit) & words_apply,
                 )
         return v
 
@@ -418,7 +410,7 @@ class C4Quality:
             cleaned = texts
         if self.min_sentences is not None:
             sentences = cleaned.str.count_matches(r"[.!?]+(?:[\"'”’)\]]*)(?:\s|$)")
-            v.add("c4_too_few_sentences", fails_below(sentences, self.min_sentences))
+            v.add("c4_too_few_sentences", sentences.to_numpy() < self.min_sentences)
         pattern = self._badwords_pattern()
         if pattern is not None:
             applies = langs.is_in(sorted(self.badwords_languages)).to_numpy()
@@ -441,44 +433,30 @@ class FineWebQuality:
     """Drop when the ratio is >= this value."""
     short_line_chars: int = 30
     max_newline_word_ratio: float | None = None
+    rules: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("fineweb_too_few_punctuated_lines", "min_punctuated_line_ratio", "<="),
+        ("fineweb_too_many_duplicate_line_chars", "max_duplicate_line_char_ratio", ">="),
+        ("fineweb_too_many_short_lines", "max_short_line_ratio", ">="),
+        ("fineweb_too_many_newlines", "max_newline_word_ratio", ">"),
+    )
+    """After ``fineweb_empty`` (no non-blank line), in this order (``check_limits``)."""
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         el = pl.element()
         punct = "[" + TERMINAL_PUNCTUATION.replace("\\", "\\\\").replace("]", "\\]") + "]$"
-        lines = texts.str.split("\n").list.eval(el.filter(el.str.strip_chars() != ""))
-        df = pl.DataFrame({"lines": lines, "text": texts}).select(
-            n=pl.col("lines").list.len().cast(pl.Float64),
-            punct=pl.col("lines").list.eval(el.str.strip_chars_end().str.contains(punct)).list.sum(),
-            short=pl.col("lines").list.eval(el.str.len_chars() <= self.short_line_chars).list.sum(),
-            dup_chars=pl.col("lines")
-            .list.eval(pl.when(el.is_first_distinct()).then(0).otherwise(el.str.len_chars()))
-            .list.sum(),
-            chars=pl.col("text").str.len_chars() - pl.col("text").str.count_matches("\n", literal=True),
-            newlines=pl.col("text").str.count_matches("\n", literal=True),
-            words=pl.col("text").str.count_matches(r"\S+"),
-        )
-
-        def ratio(num: str, den: str) -> np.ndarray:
-            d = df[den].cast(pl.Float64).to_numpy()
-            return np.divide(df[num].cast(pl.Float64).to_numpy(), d, out=np.full(len(d), np.nan), where=d > 0)
-
+        lines = _nonblank_lines(texts)
+        n_lines, _, dup_chars = _duplicate_elements(lines)
+        newlines = texts.str.count_matches("\n", literal=True)
         v = Verdict()
-        v.add("fineweb_empty", df["n"].to_numpy() == 0)
-        if self.min_punctuated_line_ratio is not None:
-            r = ratio("punct", "n")
-            v.add(
-                "fineweb_too_few_punctuated_lines",
-                np.nan_to_num(r, nan=np.inf) <= self.min_punctuated_line_ratio,
-            )
-        v.add(
-            "fineweb_too_many_duplicate_line_chars",
-            fails_above(ratio("dup_chars", "chars"), self.max_duplicate_line_char_ratio, inclusive=True),
-        )
-        v.add(
-            "fineweb_too_many_short_lines",
-            fails_above(ratio("short", "n"), self.max_short_line_ratio, inclusive=True),
-        )
-        v.add(
-            "fineweb_too_many_newlines", fails_above(ratio("newlines", "words"), self.max_newline_word_ratio)
-        )
-        return v
+        v.add("fineweb_empty", n_lines.to_numpy() == 0)
+        stats = {
+            "punctuated_line_ratio": _ratio(
+                lines.list.eval(el.str.strip_chars_end().str.contains(punct)).list.sum(), n_lines
+            ),
+            "duplicate_line_char_ratio": _ratio(dup_chars, texts.str.len_chars() - newlines),
+            "short_line_ratio": _ratio(
+                lines.list.eval(el.str.len_chars() <= self.short_line_chars).list.sum(), n_lines
+            ),
+            "newline_word_ratio": _ratio(newlines, texts.str.count_matches(r"\S+")),
+        }
+        return check_limits(self, self.rules, stats, v)

@@ -21,7 +21,6 @@ True
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -37,7 +36,6 @@ from zephyr.ops import BatchOutput
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
 
-log = logging.getLogger(__name__)
 
 Extractor = Literal["resiliparse", "trafilatura"]
 EXTRACTORS: tuple[str, ...] = ("resiliparse", "trafilatura")

@@ -26,7 +26,7 @@ from zephyr.pipelines.markdown import md_code, md_excerpt, md_text
 from zephyr.pipelines.step import PrepareRows, Step, StepContext, StepOutcome
 from zephyr.pipelines.steps import DedupStep
 
-from zephyr.config import FieldError, embedded_field, path_field, require_at_least
+from zephyr.config import FieldError, check_field_values, embedded_field, path_field, ranged_field
 
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig
@@ -44,21 +44,20 @@ class ExtractStep(Step, type="extract"):
     """WARC/ARC files (``.warc``, ``.warc.gz``, ``.arc``, ``.arc.gz``), folders or globs."""
     extractor: Literal["resiliparse", "trafilatura"] = "resiliparse"
     """HTML → text: resiliparse (fast, the default) or trafilatura (datatrove's choice)."""
-    min_text_chars: int = 1
+    min_text_chars: int = ranged_field(0, default=1)
     """Pages with less extracted text are dropped (``extract_no_text``)."""
     source: str = "web"
     """The source column's value for every row (per-source retention in the report)."""
     on_error: Literal["raise", "quarantine"] = "quarantine"
     """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside
     in the quarantine with their byte offset (default), or fail the step on the first."""
-    num_shards: int | None = None
+    num_shards: int | None = ranged_field(1, default=None)
     """Redistribute rows round-robin into this many shards; ``None`` keeps one shard per WARC file."""
 
     def __post_init__(self) -> None:
         if not self.paths:
             raise FieldError("paths", "give at least one WARC file, folder or glob")
-        require_at_least("min_text_chars", self.min_text_chars, 0)
-        require_at_least("num_shards", self.num_shards, 1)
+        check_field_values(self)
 
     def preflight(self) -> None:
         from zephyr.pipelines.web.extract import check_extractor
@@ -117,16 +116,13 @@ class ExtractStep(Step, type="extract"):
 
 def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
     """The first extracted documents (url and the start of the text), for the report."""
+    import itertools
+
     import pyarrow.parquet as pq
 
-    out: list[dict] = []
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=count, columns=["url", text_column]):
-            for row in batch.to_pylist():
-                out.append({"url": row["url"], "text": (row[text_column] or "")[:chars]})
-                if len(out) == count:
-                    return out
-    return out
+    batches = (pq.ParquetFile(p).iter_batches(batch_size=count, columns=["url", text_column]) for p in files)
+    rows = (row for batch in itertools.chain.from_iterable(batches) for row in batch.to_pylist())
+    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in itertools.islice(rows, count)]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ normalizable), ``url_blocked_domain`` (its registered domain is in the blocklist
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +34,8 @@ import pyarrow as pa
 from zephyr.errors import ConfigError, InputError, SchemaError
 
 if TYPE_CHECKING:
-    import polars as pl
     from zephyr.pipelines.quality.rules import Verdict
 
-log = logging.getLogger(__name__)
 
 EXAMPLE_BLOCKLIST = Path(__file__).parent / "data" / "blocklist.example.txt"
 TRACKING_PARAMS = frozenset(
@@ -168,9 +165,6 @@ class UrlRules:
     def _blocked(self) -> frozenset[str]:
         return load_blocklist(self.blocklist) if self.blocklist else frozenset()
 
-    def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
-        raise ConfigError("the url rules read the url column: call evaluate_table (zephyr filter does)")
-
     def evaluate_table(self, table: pa.Table) -> Verdict:
         from zephyr.pipelines.quality.rules import Verdict
 
@@ -180,26 +174,15 @@ class UrlRules:
                 "(pass --url-column)"
             )
         normalized = normalize_urls(table.column(self.url_column)).to_pylist()
-        n = len(normalized)
-        invalid = np.fromiter((u is None for u in normalized), bool, n)
-        domain = np.zeros(n, bool)
-        subdomain = np.zeros(n, bool)
-        blocked = self._blocked
-        if blocked:
-            for i, url in enumerate(normalized):
-                if url is None:
-                    continue
-                host = host_of(url)
-                registered = registered_domain(host)
-                if registered in blocked:
-                    domain[i] = True
-                elif any(p in blocked for p in _parents(host)):
-                    subdomain[i] = True
-        verdict = Verdict()
-        verdict.add("url_invalid", invalid)
-        verdict.add("url_blocked_domain", domain)
-        verdict.add("url_blocked_subdomain", subdomain)
-        return verdict
+        blocked = self._blocked  # without a blocklist, no host is looked up
+        hosts = [host_of(url) if url is not None and blocked else None for url in normalized]
+        domain = [host is not None and registered_domain(host) in blocked for host in hosts]
+        below = [
+            h is not None and not d and any(p in blocked for p in _parents(h)) for h, d in zip(hosts, domain)
+        ]
+        invalid = [url is None for url in normalized]
+        reasons = ("url_invalid", "url_blocked_domain", "url_blocked_subdomain")
+        return Verdict([(r, np.array(f, bool)) for r, f in zip(reasons, (invalid, domain, below))])
 
 
 @dataclass(frozen=True)

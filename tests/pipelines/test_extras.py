@@ -61,7 +61,7 @@ def test_the_report_without_matplotlib_has_no_plots_and_says_so(tmp_path, monkey
     record.update(rows_quarantined=0, seconds=0.1, balanced=True, status="ran")
     stats = {"pipeline": "p", "job_dir": str(tmp_path), "steps": [record]}
     (tmp_path / "stats.json").write_text(json.dumps(stats))
-    paths = write_report(tmp_path)
-    text = paths.markdown.read_text()
-    assert paths.plots == [] and "![" not in text and "<img" not in paths.html.read_text()
+    markdown, page = write_report(tmp_path)
+    text = markdown.read_text()
+    assert not (tmp_path / "plots").exists() and "![" not in text and "<img" not in page.read_text()
     assert "No plots: matplotlib is not installed (pip install 'zephyr-data\\[report\\]')." in text

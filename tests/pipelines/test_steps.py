@@ -83,7 +83,7 @@ def test_explain_prints_every_steps_jobs_and_runs_nothing(tmp_path, capsys):
     # the plans are the ones the run executes: the step's own ops, by the names its accounting reads
     for op in (
         "pipeline.normalize.normalize",
-        "pipeline.heuristic_filter.route_kept",
+        "route_kept",
         "pipeline.exact_dedup.remove",
     ):
         assert f"map_batches({op})" in out, op

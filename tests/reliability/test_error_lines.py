@@ -114,8 +114,8 @@ def test_disk_full_names_the_path_and_is_not_retried(tmp_path, executor):
 
 
 def run_pid_of(run: subprocess.CompletedProcess) -> int:
-    """The driver's pid, from the log file name it printed (``zephyr-<pid>.log``)."""
-    return int(re.search(r"zephyr-(\d+)\.log", run.stderr).group(1))
+    """The driver's pid, from the log file name it printed (``zephyr-<pid>-<random>.log``)."""
+    return int(re.search(r"zephyr-(\d+)-\w+\.log", run.stderr).group(1))
 
 
 @pytest.mark.parametrize("code", ["EROFS", "EACCES"])

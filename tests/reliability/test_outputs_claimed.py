@@ -6,12 +6,13 @@
   the flag); with it, the folder's content is replaced.
 - A folder a finished run wrote keeps all its parts, readable, when the next run fails mid-way.
 - A second command on the same output, work dir or ``zephyr run`` job folder is refused in one line naming
-  the first (command, pid, host, since); a lock whose process is gone is taken over with a warning; locks
-  are released on success, errors and Ctrl-C. (The S3 lock case is in tests/test_s3.py, with its server.)
+  the first (command, pid, host, since); a lock file nobody holds (its process is gone) is taken over with a
+  warning; locks are released on success, errors and Ctrl-C. (The S3 lock case is in tests/test_s3.py, with its server.)
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -299,12 +300,6 @@ def test_two_zephyr_runs_on_one_job_folder_the_second_is_refused_in_one_line(tmp
     ]
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 def _plant_lock(folder: Path, **fields) -> Path:
     lock = {
         "host": socket.gethostname(),
@@ -320,37 +315,46 @@ def _plant_lock(folder: Path, **fields) -> Path:
     return folder / "lock.json"
 
 
-@pytest.mark.parametrize("why", ["dead-pid", "reused-pid"])
-def test_a_lock_whose_process_is_gone_is_taken_over_with_a_warning(why, tmp_path):
+@pytest.mark.parametrize("how", ["killed", "planted"])
+def test_a_lock_nobody_holds_is_taken_over_with_a_warning(how, tmp_path):
+    """The kernel drops a lock (``flock``) when its process ends, however it ends: a lock file nobody holds is
+    a dead command's, even when it names a live pid (as a pid reused after a crash would)."""
     src = _corpus(tmp_path / "in")
     out = tmp_path / "out"
-    stale = {"pid": _dead_pid()} if why == "dead-pid" else {"process_started": 1.0}  # this pid, another start
-    lock = _plant_lock(Path(f"{out}.zephyr"), **stale)
+    lock = Path(f"{out}.zephyr") / "lock.json"
+    if how == "killed":
+        argv = ["convert", str(src), "--output", str(out), *FAST]
+        with held_command(argv, "claim", tmp_path) as held:
+            held.proc.kill()  # SIGKILL: no ``finally`` runs, the lock file stays
+            held.proc.wait()
+        command = f"zephyr convert {src}"
+    else:
+        _plant_lock(lock.parent)  # this very process's pid: alive, but not holding the lock
+        command = "zephyr sort old --output out"
+    assert lock.exists()
     run = zephyr_cli(
         "convert", str(src), "--output", str(out), *FAST
     )  # as a user runs it: warnings on stderr
     assert run.returncode == 0, run.stderr
     warning = next(line for line in run.stderr.splitlines() if "WARNING" in line)
-    assert "taking over the lock of 'zephyr sort old --output out'" in warning, run.stderr
+    assert f"taking over the lock of '{command}" in warning, run.stderr
     assert "whose process is gone" in warning
     assert not lock.exists() and pq.read_table(out).num_rows == 40
 
 
-def test_a_live_lock_is_not_taken_over(tmp_path, capsys):
+@pytest.mark.parametrize("host", ["this-host", "another-node"])
+def test_a_held_lock_is_not_taken_over(host, tmp_path, capsys):
+    """A lock file another process holds (``flock``; on NFS also one of another host) is refused naming the
+    holder its file names."""
     src = _corpus(tmp_path / "in")
     out = tmp_path / "out"
-    lock = _plant_lock(Path(f"{out}.zephyr"))  # this very process, as another run: alive
-    assert main(["convert", str(src), "--output", str(out), *FAST]) == 1
-    _one_line(capsys, "is in use by another zephyr command: 'zephyr sort old --output out'")
+    host = socket.gethostname() if host == "this-host" else host
+    lock = _plant_lock(Path(f"{out}.zephyr"), host=host)
+    with lock.open("rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # its own open file: another holder, as far as the kernel knows
+        assert main(["convert", str(src), "--output", str(out), *FAST]) == 1
+    _one_line(capsys, "in use by another zephyr command: 'zephyr sort old --output out'", f"on {host}, since")
     assert lock.exists() and not out.exists()
-
-
-def test_a_lock_of_another_host_is_never_taken_over(tmp_path, capsys):
-    src = _corpus(tmp_path / "in")
-    out = tmp_path / "out"
-    lock = _plant_lock(Path(f"{out}.zephyr"), host="another-node", pid=_dead_pid())
-    assert main(["convert", str(src), "--output", str(out), *FAST]) == 1
-    _one_line(capsys, "on another-node", f"if that command is gone, remove {lock}")
 
 
 def test_the_lock_is_released_on_errors_and_on_ctrl_c(tmp_path):

@@ -285,7 +285,7 @@ def test_a_resumed_tokenize_packs_again_when_a_shard_changed(tmp_path, tokenizer
         writer.write_token_shards(str(inputs), output=str(out), work_dir=str(work), **common)
     writer.write_token_shards(str(inputs), output=str(tmp_path / "clean"), **common)
     assert _digests(out) == _digests(tmp_path / "clean")
-    assert _warned(caplog, "shard-00000.tokens.npy", "packing the shards again")
+    assert _warned(caplog, "shard-00000.tokens.npy", "does not hold the bytes written", "the task reruns")
 
 
 def test_a_resumed_tokenize_reencodes_when_a_token_spill_changed(

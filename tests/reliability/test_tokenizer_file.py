@@ -15,7 +15,7 @@ NOT_TOKENIZERS = {
     "not-json": (b"version: 1\nmodel: bpe\n", "invalid JSON at line 1 column 1"),
     "truncated": (b'{"model": {"type": "BPE", "vocab": {"a": 0', "invalid JSON at line 1"),
     "binary": (b"\x80\x81\x82 not text", "not UTF-8 text"),
-    "array": (b"[1, 2, 3]", "it holds a JSON array"),
+    "array": (b"[1, 2, 3]", "it holds [1, 2, 3] (list)"),
     "vocab-json": (b'{"hello": 0, "world": 1}', "an object without a 'model' object"),
 }
 

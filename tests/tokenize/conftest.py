@@ -82,3 +82,10 @@ def global_sequence(loaders: list, batches: int, batch_size: int) -> list[list[i
         it = loader.iter_batches(batch_size)
         per_rank.append([row.tolist() for _ in range(batches) for row in next(it)["input_ids"]])
     return [per_rank[g % W][g // W] for g in range(W * len(per_rank[0]))]
+
+
+def documents(tok, texts: Sequence[str]) -> list[list[int]]:  # noqa: ANN001 - a TextTokenizer
+    """Each text's ids as a shard holds them: BOS (policy ``"always"``), HF's ids (``encode_bodies``), EOS."""
+    body, lengths = tok.encode_bodies(texts)
+    bos = [] if tok.bos_id is None else [tok.bos_id]
+    return [bos + ids.tolist() + [tok.eos_id] for ids in np.split(body, np.cumsum(lengths)[:-1])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_gather_reads_documents_in_reference_order(tmp_path: Path) -> None:
     assert out.tobytes() == b"".join(d[2].tobytes() for d in picked)
     # the pack step's way: one SpillFiles across batches, fewer descriptors than files unless one batch reads
     # more; same bytes
-    with SpillFiles(str(tmp_path), limit=2) as opened:
+    with contextlib.closing(SpillFiles(str(tmp_path), limit=2)) as opened:
         for part in np.array_split(np.arange(len(picked)), 7):
             got = gather(
                 str(tmp_path),
@@ -76,7 +77,7 @@ def test_missing_or_truncated_spill_names_the_file(tmp_path: Path) -> None:
     assert whole.tobytes() == np.arange(4096, dtype="<u2").tobytes()
     sizes[-1] = 128  # the last document runs past the end of the file
     with (
-        SpillFiles(str(tmp_path), threads=4) as opened,
+        contextlib.closing(SpillFiles(str(tmp_path), threads=4)) as opened,
         pytest.raises(InputError, match="big.tokens.*truncated"),
     ):
         gather(

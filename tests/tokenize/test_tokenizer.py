@@ -10,7 +10,7 @@ from zephyr.tokenize.tokenizer import PROBE_TEXTS, TextTokenizer
 
 from zephyr.errors import ConfigError
 
-from .conftest import TRAIN_TEXT, train_bpe
+from .conftest import TRAIN_TEXT, documents, train_bpe
 
 EDGE_TEXTS = ["", " ", "\n\n\n", "!!!???", "a" * 1000, "x <|endoftext|> y", "日本語 😀", "   \t  mixed\r\n"]
 
@@ -19,29 +19,25 @@ def test_normalizer_is_no_reason_to_fall_back(tmp_path: Path) -> None:
     path = train_bpe(tmp_path / "lower.json", lowercase=True)
     for engine in ("hf", "auto"):
         tok = TextTokenizer(path, engine=engine)
-        flat, offsets = tok.encode_batch(["Hello World"])
-        assert flat.tolist() == tok.hf_ids("Hello World") + [tok.eos_id]
+        assert documents(tok, ["Hello World"]) == [tok.hf_ids("Hello World") + [tok.eos_id]]
     assert TextTokenizer(path, engine="hf").engine == "hf"
 
 
 def test_bos_policy(bpe_tokenizer: Path) -> None:
     tok = TextTokenizer(bpe_tokenizer, bos="always")
-    flat, offsets = tok.encode_batch(["ab", "", "cd"])
-    for i, text in enumerate(["ab", "", "cd"]):
-        assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
+    texts = ["ab", "", "cd"]
+    assert documents(tok, texts) == [[tok.bos_id, *tok.hf_ids(text), tok.eos_id] for text in texts]
 
 
 @pytest.mark.parametrize("engine", ["auto", "hf"])
-def test_encode_bodies_are_encode_batch_without_specials(bpe_tokenizer: Path, engine: str) -> None:
-    """The spill path's ids (shard dtype, no EOS/BOS) are exactly ``encode_batch``'s between the specials."""
+def test_encode_bodies_are_hf_ids_in_the_shard_dtype(bpe_tokenizer: Path, engine: str) -> None:
+    """The spill path's ids (shard dtype, no EOS/BOS) are exactly HF's, one document after the other."""
     texts = ["ab", "", "cd ef", *TRAIN_TEXT[:5]]
     tok = TextTokenizer(bpe_tokenizer, bos="always", engine=engine)
-    flat, offsets = tok.encode_batch(texts)
     body, lengths = tok.encode_bodies(texts, np.dtype("<u2"))
-    assert body.dtype == np.dtype("<u2") and lengths.tolist() == (np.diff(offsets) - 2).tolist()
-    starts = np.concatenate([[0], np.cumsum(lengths)])
-    for i in range(len(texts)):
-        assert body[starts[i] : starts[i + 1]].tolist() == flat[offsets[i] + 1 : offsets[i + 1] - 1].tolist()
+    assert body.dtype == np.dtype("<u2") and lengths.tolist() == [len(tok.hf_ids(t)) for t in texts]
+    bodies = np.split(body, np.cumsum(lengths)[:-1])
+    assert [ids.tolist() for ids in bodies] == [tok.hf_ids(t) for t in texts]
 
 
 def test_missing_eos_is_a_config_error(bpe_tokenizer: Path) -> None:
@@ -55,9 +51,9 @@ def test_pickles_without_rust_objects(bpe_tokenizer: Path) -> None:
     import pickle
 
     tok = TextTokenizer(bpe_tokenizer)
-    before = tok.encode_batch(["pickle me"])
+    before = tok.encode_bodies(["pickle me"])
     clone = pickle.loads(pickle.dumps(tok))
-    assert clone._hf is None and np.array_equal(clone.encode_batch(["pickle me"])[0], before[0])
+    assert clone._hf is None and np.array_equal(clone.encode_bodies(["pickle me"])[0], before[0])
 
 
 def _fresh_caches(monkeypatch) -> None:
@@ -74,9 +70,7 @@ def test_fastokens_engine_is_preferred_and_identical_to_hf(bpe_tokenizer: Path, 
     for path in (bpe_tokenizer, lower):
         tok = TextTokenizer(path, bos="always")
         assert tok.engine == "fastokens"
-        flat, offsets = tok.encode_batch(texts)
-        for i, text in enumerate(texts):
-            assert flat[offsets[i] : offsets[i + 1]].tolist() == [tok.bos_id, *tok.hf_ids(text), tok.eos_id]
+        assert documents(tok, texts) == [[tok.bos_id, *tok.hf_ids(text), tok.eos_id] for text in texts]
 
 
 def test_auto_falls_back_when_fastokens_is_missing(bpe_tokenizer: Path, monkeypatch) -> None:
@@ -118,9 +112,7 @@ def test_fastokens_on_corpus(corpus_small: Path, model: str) -> None:
     )
     texts = texts.to_pylist()[::25][:200]
     assert tok.first_mismatch(texts) is None
-    flat, offsets = tok.encode_batch(texts[:20])
-    for i, text in enumerate(texts[:20]):
-        assert flat[offsets[i] : offsets[i + 1]].tolist() == tok.hf_ids(text) + [tok.eos_id]
+    assert documents(tok, texts[:20]) == [tok.hf_ids(text) + [tok.eos_id] for text in texts[:20]]
 
 
 def _count_proofs(monkeypatch) -> dict[str, int]:
@@ -160,7 +152,7 @@ def test_warm_in_background_proves_once_for_every_copy(bpe_tokenizer: Path, monk
     assert pickle.dumps(tok) == early
     assert calls == expected  # each engine proven at most once, by the thread
     texts = ["ab cd", "", *TRAIN_TEXT[:3]]
-    assert [a.tolist() for a in copy.encode_batch(texts)] == [a.tolist() for a in tok.encode_batch(texts)]
+    assert [a.tolist() for a in copy.encode_bodies(texts)] == [a.tolist() for a in tok.encode_bodies(texts)]
 
 
 def test_warm_in_background_loads_hf_beside_the_engine(bpe_tokenizer: Path, monkeypatch) -> None:
@@ -180,7 +172,7 @@ def test_warm_in_background_loads_hf_beside_the_engine(bpe_tokenizer: Path, monk
     tok = TextTokenizer(bpe_tokenizer)
     tok.warm_in_background()
     assert tok.engine in ("fastokens", "hf")
-    assert tok.hf_ids("ab cd") == tok.encode_batch(["ab cd"])[0][:-1].tolist()
+    assert tok.hf_ids("ab cd") == tok.encode_bodies(["ab cd"])[0].tolist()
     assert loads == ["zephyr-tokenizer-hf"]
 
 

@@ -184,6 +184,42 @@ def test_interrupted_write_resumes_finished_tasks(tmp_path: Path, bpe_tokenizer:
     assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
 
 
+def test_a_staged_shard_packed_on_a_thread_and_changed_is_packed_again(
+    tmp_path: Path, bpe_tokenizer: Path, monkeypatch, caplog
+) -> None:
+    """With pack threads (the driver's pack job: one task packs every shard, each on a thread), a rerun still
+    sees a staged shard changed between the runs and packs again: each thread's side-file records reach the
+    task's marker (tests/reliability/test_security.py covers one task a shard)."""
+    import zephyr.tokenize.writer as writer
+
+    monkeypatch.setattr(writer, "pack_threads", lambda placed, options: 2)
+
+    _corpus(tmp_path / "in", n=120, files=3)
+    common = dict(tokenizer=str(bpe_tokenizer), shard_bytes="3KB", seed=3, executor="inprocess")
+    work = str(tmp_path / "work")
+    original = writer.write_manifest
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("crash before the manifest")
+
+    monkeypatch.setattr(writer, "write_manifest", fail)
+    with pytest.raises(RuntimeError, match="crash before the manifest"):
+        write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common)
+    staged = sorted((tmp_path / "out.zephyr" / "staging" / "shards").glob("shard-*.tokens.npy"))
+    assert len(staged) > 1
+    staged[1].write_bytes(staged[1].read_bytes()[:-2] + b"\xff\xff")  # same size, other bytes
+    monkeypatch.setattr(writer, "write_manifest", original)
+    with caplog.at_level("WARNING", logger="zephyr.tasks"):
+        result = write_token_shards(
+            str(tmp_path / "in"), output=str(tmp_path / "out"), work_dir=work, **common
+        )
+    (rerun,) = [r.getMessage() for r in caplog.records if "the task reruns" in r.getMessage()]
+    assert f"{staged[1].name} does not hold the bytes written" in rerun
+    assert 0 < result.stats["tasks_resumed"] < result.stats["tasks"]
+    write_token_shards(str(tmp_path / "in"), output=str(tmp_path / "clean"), **common)
+    assert _sha(tmp_path / "out") == _sha(tmp_path / "clean")
+
+
 def test_megatron_index_layout(tmp_path: Path, bpe_tokenizer: Path) -> None:
     _corpus(tmp_path / "in", n=60, files=1)
     out = tmp_path / "out"
@@ -311,9 +347,9 @@ def test_batches_in_flight_encode_on_threads_kept_for_the_process(
 
 
 def _encode_in_forked_child() -> None:
-    from zephyr.tokenize._encode import _InFlight
+    from zephyr.tokenize._encode import _in_flight
 
-    assert _InFlight(sum, [1, 2, 3], background=True).result() == 6
+    assert _in_flight(sum, [1, 2, 3], background=True).result() == 6
 
 
 def test_encode_threads_start_again_in_a_forked_child() -> None:
@@ -321,9 +357,9 @@ def test_encode_threads_start_again_in_a_forked_child() -> None:
     (otherwise its first batch in flight would wait forever)."""
     import multiprocessing
 
-    from zephyr.tokenize._encode import _InFlight
+    from zephyr.tokenize._encode import _in_flight
 
-    assert _InFlight(sum, [1, 2], background=True).result() == 3  # the parent's threads run
+    assert _in_flight(sum, [1, 2], background=True).result() == 3  # the parent's threads run
     child = multiprocessing.get_context("fork").Process(target=_encode_in_forked_child)
     child.start()
     child.join(timeout=60)
@@ -339,11 +375,11 @@ def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
     import threading
 
     from zephyr.tokenize import _encode as encode_step
-    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
+    from zephyr.tokenize._encode import TokenizeBatch, _in_flight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)  # this test's own threads
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.05)
-    jobs = [_InFlight(threading.current_thread) for _ in range(4)]
+    jobs = [_in_flight(threading.current_thread) for _ in range(4)]
     first = {job.result() for job in jobs}
     pool = encode_step._encode_threads()
     assert 1 <= len(first) <= TokenizeBatch.IN_FLIGHT and threading.current_thread() not in first
@@ -353,7 +389,7 @@ def test_encode_threads_exit_when_idle_and_start_again(monkeypatch) -> None:
     for thread in first:
         thread.join(timeout=10)
     assert pool.live == 0 and not any(t.is_alive() for t in first)
-    again = _InFlight(threading.current_thread).result()
+    again = _in_flight(threading.current_thread).result()
     assert again not in first and again.name.startswith("zephyr-encode") and pool.live == 1
 
 
@@ -365,12 +401,12 @@ def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatc
     import threading
 
     from zephyr.tokenize import _encode as encode_step
-    from zephyr.tokenize._encode import TokenizeBatch, _InFlight
+    from zephyr.tokenize._encode import TokenizeBatch, _in_flight
 
     monkeypatch.setattr(encode_step, "_ENCODE_THREADS", None)
     monkeypatch.setattr(encode_step, "ENCODE_THREADS_IDLE_SECONDS", 0.01)
     monkeypatch.setattr(TokenizeBatch, "IN_FLIGHT", 1)
-    late: list[_InFlight] = []
+    late: list = []
 
     class QueuedOnTimeout(queue.SimpleQueue):
         def get(self, block=True, timeout=None):
@@ -378,14 +414,14 @@ def test_a_batch_queued_as_an_encode_thread_gives_up_is_still_encoded(monkeypatc
                 return super().get(block, timeout)
             except queue.Empty:
                 if not late:  # the first timeout: another thread queues a batch before the Empty arrives
-                    producer = threading.Thread(target=lambda: late.append(_InFlight(pow, 3, 2)))
+                    producer = threading.Thread(target=lambda: late.append(_in_flight(pow, 3, 2)))
                     producer.start()
                     producer.join()
                 raise
 
     pool = encode_step._encode_threads()
     pool._jobs = QueuedOnTimeout()
-    assert _InFlight(pow, 2, 2).result(timeout=10) == 4
+    assert _in_flight(pow, 2, 2).result(timeout=10) == 4
     deadline = time.monotonic() + 10
     while not late and time.monotonic() < deadline:
         time.sleep(0.005)

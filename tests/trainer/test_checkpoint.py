@@ -45,8 +45,8 @@ def test_round_trip_restores_weights_optimizer_and_router_bias(tmp_path: Path) -
     mgr = CheckpointManager(tmp_path)
     _save(mgr, 3, model, opt, cfg)
     _, fresh, fresh_opt = _setup(seed=1)
-    state = mgr.load(mgr.latest(), fresh, fresh_opt, model_config=dataclasses.asdict(cfg))
-    assert state.step == 3 and state.loader_state == {"consumed": 3}
+    step, loader_state = mgr.load(mgr.latest(), fresh, fresh_opt, model_config=dataclasses.asdict(cfg))
+    assert step == 3 and loader_state == {"consumed": 3}
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(a, b), name
     assert fresh.layers[1].ffn.router.expert_bias.eq(0.25).all()
@@ -71,7 +71,7 @@ def test_crash_mid_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatc
     assert mgr.latest().name == "step-00000001"
     assert (tmp_path / "step-00000002.tmp").exists() and not (tmp_path / "step-00000002").exists()
     _, fresh, fresh_opt = _setup(seed=1)
-    assert mgr.load(mgr.latest(), fresh, fresh_opt, model_config=dataclasses.asdict(cfg)).step == 1
+    assert mgr.load(mgr.latest(), fresh, fresh_opt, model_config=dataclasses.asdict(cfg))[0] == 1
     _save(mgr, 2, model, opt, cfg)  # the next save clears the stale .tmp
     assert mgr.latest().name == "step-00000002" and not (tmp_path / "step-00000002.tmp").exists()
 

@@ -64,7 +64,7 @@ def _marked(inputs: Inputs, removal: ShortRemoval, config: ShortConfig):
 def drop_short(inputs: Inputs, output: Output, removal: ShortRemoval, config: ShortConfig, execution):
     """Remove or mark short texts."""
     from zephyr import job_stats
-    from zephyr.removal import write_summary
+    from zephyr.summary import write_summary
 
     removal.check(inputs.inputs, output.output, ["short"])
     with job_stats.recording() as jobs:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pytest
 
-from zephyr.config import ConfigProblems, check_fields, ranged_field, require_within
+from zephyr.config import ConfigProblems, check_field_values, check_fields, ranged_field
 from zephyr.errors import ConfigError
 from zephyr.flags import add_flags, config_from_flags, field_docs
 
@@ -111,14 +111,14 @@ class Flat:
 
     paths: list[str] = field(default_factory=list, metadata={"positional": True})
     """Input files."""
-    threshold: float = 0.8
+    threshold: float = ranged_field(0, 1, low_open=True, default=0.8)
     """Jaccard similarity above which two documents are duplicates."""
     seed: int = 0
     tokenizer: str = field(default="", metadata={"required": True})
     """Path of a tokenizer.json."""
 
     def __post_init__(self) -> None:
-        require_within("threshold", self.threshold, 0, 1, low_open=True)
+        check_field_values(self)
 
 
 def _parser(cls: type, **kw: Any) -> argparse.ArgumentParser:

@@ -84,13 +84,14 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
         used.append(True)
         return original(items)
 
-    def run(name: str) -> dict[str, bytes]:
+    def run(name: str, executor: str) -> dict[str, bytes]:
         result = (
             zephyr.read_jsonl(str(src), on_error="quarantine")
             .map(upper, on_error="quarantine")
             .write_parquet(
                 str(tmp_path / name),
-                executor="inprocess",
+                executor=executor,
+                workers=1,
                 memory_budget="8MB",
                 work_dir=str(tmp_path / f"w-{name}"),
             )
@@ -101,11 +102,10 @@ def test_in_process_tasks_read_ahead_and_write_the_same_bytes(tmp_path: Path, mo
         return {Path(p).name: Path(p).read_bytes() for p in files}
 
     monkeypatch.setattr(tasks, "read_ahead", spy)
-    ahead = run("ahead")
+    ahead = run("ahead", "inprocess")
     assert used, "the in-process executor reads ahead"
-    monkeypatch.setattr(tasks, "read_ahead_enabled", lambda: False)
     used.clear()
-    plain = run("plain")
+    plain = run("plain", "threads")  # a task thread beside others: no read-ahead
     assert not used
     assert ahead == plain
     assert (

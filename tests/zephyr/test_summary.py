@@ -127,6 +127,17 @@ def _argv(command: str, files: dict[str, Path], out: Path) -> list[str]:
             "--device",
             "cpu",
         ],
+        "train check": [
+            "--preset",
+            "tiny",
+            "--batch-size",
+            "8",
+            "--seq-len",
+            "256",
+            "--dispatch",
+            "grouped_mm",
+            "--no-measure-memory",
+        ],
         "run": [str(root / "pipe.yaml"), "--job-dir", o],
         "explain convert": [f, *q],
         "explain sort": [f, "--by", "id", *q],
@@ -158,7 +169,10 @@ def test_the_registry_is_what_the_summary_test_covers():
     assert COMMANDS.index("quality train") < COMMANDS.index("quality score")
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+# train check compiles the model (a minute); tests/trainer/test_check.py checks its summary in the default suite
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=pytest.mark.slow) if c == "train check" else c for c in COMMANDS]
+)
 def test_every_command_ends_with_the_json_summary(command, files, tmp_path, capsys):
     if command == "langid":
         from zephyr.pipelines.quality.langid import ensure_lid_model

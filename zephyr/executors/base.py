@@ -8,15 +8,16 @@ What every task of a batch needs (a stage: its ops, reducer, output and the redu
 ``Shared`` value, handed by the driver to each worker once, never per task and never through storage: a
 worker runs only code the driver sent it, nothing it found in a work directory that others may write. An
 executor whose workers are other processes sends ``cloudpickle.dumps(value)`` once to each (over the worker's
-pipe, or scattered through the dask scheduler), and the worker keeps the last ``SHARED_KEEP`` values it got,
-by key (``shared_value``); executors of this process use the value itself, copied once per batch so that
+pipe, or scattered through the dask scheduler), and the worker keeps the last value it got, by key
+(``shared_value``); executors of this process use the value itself, copied once per batch so that
 tasks never mutate the driver's plan, as workers in other processes could not either.
 
 ``InProcessExecutor`` runs tasks one after another in the calling process: for debugging, tests and tiny
 jobs.
 
-Nothing else runs beside such a task, so it decodes its input one batch ahead on a thread
-(``zephyr.tasks``): the decoding releases the GIL and uses the core the task's ops leave idle.
+Nothing else runs beside such a task, so the driver has it decode its input one batch ahead on a thread
+(``zephyr.tasks.StageSpec.read_ahead``): the decoding releases the GIL and uses the core the task's ops
+leave idle.
 
 ``ThreadExecutor`` runs tasks on threads of the calling process: no worker start-up, one copy of every import.
 
@@ -64,13 +65,9 @@ import threading
 import traceback
 import uuid
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-SHARED_KEEP = 4
-"""Shared values a worker process keeps (the stages of the last few batches: a retry round reuses its own)."""
 
 
 @dataclass(frozen=True)
@@ -101,27 +98,22 @@ class Shared:
         return cloudpickle.loads(self.blob)
 
 
-_cache: OrderedDict[str, Any] = OrderedDict()
-_cache_lock = threading.Lock()
+_held: tuple[str, Any] = ("", None)
+"""The shared value a worker process holds, by key: the last one it got (a retry round reuses it)."""
 
 
 def shared_value(key: str, blob: bytes | None) -> Any:
     """In a worker process: the shared value ``key``, unpickled from ``blob`` the first time (the driver
-    sends it then, and ``None`` after), kept among the last ``SHARED_KEEP``."""
-    with _cache_lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
+    sends it then, and ``None`` while the worker still holds it: the last value it got)."""
+    global _held
+    if _held[0] == key:
+        return _held[1]
     if blob is None:
         raise RuntimeError(f"shared value {key} was never sent to this worker")
     import cloudpickle
 
     value = cloudpickle.loads(blob)
-    with _cache_lock:
-        _cache[key] = value
-        _cache.move_to_end(key)
-        while len(_cache) > SHARED_KEEP:
-            _cache.popitem(last=False)
+    _held = (key, value)
     return value
 
 
@@ -245,13 +237,9 @@ def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers:
 
 class InProcessExecutor(Executor):
     def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
-        from zephyr.tasks import reading_ahead  # the engine's task code: not needed to declare an executor
-
         value = shared.copy() if tasks else None
         for position, task in enumerate(tasks):
-            with reading_ahead():
-                outcome = _call(fn, value, task)
-            yield position, outcome
+            yield position, _call(fn, value, task)
 
 
 def _call(fn: Callable[[Any, Any], Any], value: Any, task: Any) -> Outcome:

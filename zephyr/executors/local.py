@@ -14,9 +14,8 @@ Each worker's polars/Arrow thread pools are sized to its share of the cores, so 
 oversubscribe; jemalloc is Arrow's pool there.
 
 A batch's ``Shared`` value (a stage) goes down a worker's pipe with the first task of that batch the worker
-gets, as cloudpickle bytes, and only its key after: the driver keeps, per worker, the keys that worker holds
-(the same last-``SHARED_KEEP`` rule as ``executors.base.shared_value``, applied to the same sequence of
-messages, so both sides agree without asking).
+gets, as cloudpickle bytes, and only its key after: the driver keeps, per worker, the key of the value that
+worker holds (its last, as ``executors.base.shared_value`` keeps it), so both sides agree without asking.
 
 No worker outlives the driver, however the driver ends. A normal exit or an exception stops them through
 ``close()``; but SIGKILL or an unhandled SIGTERM runs no Python code in the driver, and a worker busy in a long
@@ -37,13 +36,13 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import wait
 from typing import Any
 
-from zephyr.executors.base import SHARED_KEEP, Executor, Outcome, Shared
+from zephyr.executors.base import Executor, Outcome, Shared
 
 
 class _Worker:
@@ -97,8 +96,8 @@ class _Worker:
             os.close(lifeline)
             os.close(sentinel)
         self._stop_sent = False
-        self.holds: OrderedDict[str, None] = OrderedDict()
-        """Keys of the shared values this worker holds (mirrors its ``shared_value`` cache)."""
+        self.holds: str | None = None
+        """The key of the shared value this worker holds (mirrors its ``shared_value``)."""
 
     @property
     def pid(self) -> int:
@@ -111,14 +110,8 @@ class _Worker:
         """Send one task; the shared value's bytes only if this worker does not hold it yet. cloudpickle,
         not the pipe's plain pickle: ``fn`` or the task may come from ``__main__``, which the worker never
         imports."""
-        blob = None
-        if shared.key in self.holds:
-            self.holds.move_to_end(shared.key)
-        else:
-            blob = shared.blob
-            self.holds[shared.key] = None
-            while len(self.holds) > SHARED_KEEP:
-                self.holds.popitem(last=False)
+        blob = None if self.holds == shared.key else shared.blob
+        self.holds = shared.key
         self.conn.send_bytes(self._dumps((fn, task, shared.key, blob)))
 
     def receive(self) -> tuple[bool, Any]:
@@ -200,7 +193,7 @@ class LocalExecutor(Executor):
                         idle.append(self._pool[-1])
                     else:
                         if not outcome.ok:  # it may have failed unpickling the shared value: resend it
-                            worker.holds.pop(shared.key, None)
+                            worker.holds = None
                         idle.append(worker)
                     yield position, outcome
         except BaseException:

@@ -48,71 +48,66 @@ The lock is one small JSON file (``OUT.zephyr/lock.json``, ``WORK/lock.json``, `
     {"host": "node-3", "pid": 4242, "process_started": 1767000000.12, "since": 1767000100.5,
      "command": "zephyr sort data/ --by url --output sorted/", "token": "9f0c..."}
 
-- **Created exclusively.** Locally the complete file is hard-linked to its name (``link(2)`` fails when the
-  name exists), so no reader ever sees a torn lock; where links are refused, ``O_CREAT|O_EXCL``. On object
-  stores a conditional write (``If-None-Match: *``, ``fs.pipe_file(mode="create")``): S3 and S3-compatible
-  stores that implement it (AWS since 2024, MinIO, moto) refuse the second writer with 412. A store or
-  ``fsspec`` filesystem without conditional writes refuses ``mode="create"`` with another error, and the lock
-  falls back to a check-then-write, which two commands started within the same second can both pass
-  (logged once per filesystem).
-- **A dead holder's lock is taken over, with a warning.** Same host, and its pid is not alive, or is alive
-  with another process start time (the pid was reused): the lock is moved aside (a rename, so of two commands
-  taking over at once one wins; the other finds the winner's lock and is refused) and created again. A lock
-  of another host is never taken over: its process cannot be checked from here, and the message says to
-  remove the file when that command is known to be gone.
+- **Local: a kernel lock.** The command opens the file and takes an exclusive ``flock(2)`` on it, then
+  writes itself into it. The kernel drops the lock when the process ends, however it ends (a crash, ``kill
+  -9``), so a lock file that nobody holds is a dead command's: it is taken over, with a warning naming the
+  command it names. On NFS, Linux clients map ``flock`` to NFS byte-range locks, which the server keeps for
+  every client (a mount with ``nolock`` or ``local_lock`` keeps them per client, and then two hosts can both
+  hold one); a crashed host's lock is dropped by the server when its lease ends.
+- **Object stores: created exclusively.** A conditional write (``If-None-Match: *``,
+  ``fs.pipe_file(mode="create")``): S3 and S3-compatible stores that implement it (AWS since 2024, MinIO,
+  moto) refuse the second writer with 412. An ``fsspec`` filesystem without conditional writes does
+  ``mode="create"`` as a check-then-write (fsspec's own), which two commands started within the same second
+  can both pass. A lock whose holder ran on this
+  host and is gone (its pid is not alive, or is alive with another process start time: the pid was reused)
+  is taken over with a warning; a lock of another host is never taken over: its process cannot be checked
+  from here, and the message says to remove the file when that command is known to be gone.
 - **Released on exit**, on success, errors and Ctrl-C alike (a ``with`` block), and only if it is still
-  ours (its ``token``).
+  ours (the file we lock; on object stores the record we wrote, ``token`` included).
 - **Per process.** Several jobs of one command take the lock of the same folder (a dedup writes its output
   from a few engine jobs; ``zephyr run`` steps write into their job folder): the first takes the file, the
   others count themselves in (``held``), and the last to leave removes it.
 
-Publishing (``publish``, ``publish_folder``): the output folder gets dense part names, nothing else, and changes only
-when complete.
+Publishing (``publish``, ``publish_folder``): the output folder gets dense part names and nothing else, once
+every task is done.
 
 Contract of a folder written by ``Dataset.write_*`` (``zephyr.job.run_write``; layout: ``zephyr.io.layout``):
 
 - its files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task that
   keeps no row writes no file, and the names close up over it. Nothing else is in it, so pyarrow, polars,
   duckdb (``OUT/**/*.parquet``) and HF ``datasets`` read it as exactly the written rows;
-- the content a finished run published stays readable until the new run has published in full.
+- the content a finished run published stays readable until the new run publishes (a failed run never
+  touches it).
 
-How, on a local disk. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``). After
-the last task, ``publish`` builds the complete new folder ``OUT.zephyr/staging/publish-<id>/``: staged parts
-are renamed into it, in task order, under their dense names; parts of tasks resumed from a previous publish
-(their markers name ``OUT/part-k``) are hard-linked (copied where links are refused). It writes the pending
-manifest (``write_pending``), swaps the new folder with ``OUT`` in one ``renameat2(2)`` call with
-``RENAME_EXCHANGE`` (Linux 3.15+; elsewhere, or where the filesystem refuses it, two renames, between which
-``OUT`` is briefly missing), rewrites each task's marker with its published name and its recorded size and
-checksum under that name (a rerun with the same ``work_dir`` then finds its finished tasks and checks their
-bytes, ``zephyr.resume.check_files``), writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the
-markers, ``zephyr.io.checksum``: nothing is read back) and removes the old folder. A
-crash before the swap leaves ``OUT`` as it was; after it, ``OUT`` is the complete new content, and a marker
-still naming a staged file makes its task rerun.
-
-How, on an object store (no rename, no directory swap). ``manifest.json`` is removed first, then each part is
-copied to its final name in task order (``fs.mv``; a name of the previous run is overwritten whole: an
-object appears complete or not at all), then the previous run's parts not named again are deleted, then
-``manifest.json`` is written. During that window a reader of ``OUT`` may see a mix of old and new parts;
-a reader that needs a finished run reads ``manifest.json`` and the files it lists.
+How. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``); parts of tasks
+resumed from a previous publish are named by their markers as ``OUT/part-k``. After the last task, ``publish``
+writes the pending manifest (``write_pending``), removes ``manifest.json``, moves each part to its final name
+in task order (``fs.mv``: a rename on a local disk, a copy on an object store, where an object appears complete
+or not at all; a name of the previous run is replaced whole), rewrites each task's marker with its published
+name and its recorded size and checksum under that name (a rerun with the same ``work_dir`` then finds its
+finished tasks and checks their bytes, ``zephyr.resume.check_files``), deletes the previous run's files not
+named again, writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the markers,
+``zephyr.io.checksum``: nothing is read back) and removes the staging folder. A crash before the first move
+leaves ``OUT`` as it was; during the moves a reader of ``OUT`` may see a mix of old and new parts (a crash
+there leaves the mix, which the pending manifest lists, until the next run publishes); a reader that needs a
+finished run reads ``manifest.json`` and the files it lists, and a marker still naming a staged file makes
+its task rerun.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import errno as errno_codes
-import glob as globlib
+import fcntl
 import json
 import logging
 import os
 import posixpath
-import shutil
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import fsspec
@@ -154,8 +149,7 @@ def _input_keys(inputs: Iterable[str]) -> list[tuple[str, tuple[str, str]]]:
         text = str(given)
         fs, path = filesystem(text)
         if any(ch in path for ch in "*?["):
-            matches = globlib.glob(path, recursive=True) if is_local(fs) else fs.glob(path)
-            keys.extend((text, path_key(fs.unstrip_protocol(m) if not is_local(fs) else m)) for m in matches)
+            keys.extend((text, path_key(public_path(fs, m))) for m in fs.glob(path))
         else:
             keys.append((text, path_key(text)))
     return keys
@@ -284,7 +278,7 @@ def foreign_files(output: str) -> list[str]:
 
 
 def _promote_pending(output: str) -> None:
-    """A publish that swapped its folder in but died before writing its manifest left the pending one, whose
+    """A publish that moved its files in but died before writing its manifest left the pending one, whose
     new files are exactly what ``output`` holds: write the manifest it would have written."""
     pending = read_manifest(_pending_path(output))
     if pending is None:
@@ -325,8 +319,8 @@ def claimed(
     write unless ``overwrite``. Within a claim of this process, a nested claim of the same folder only
     counts itself in (this process holds the folder's lock: only a claim takes it)."""
     lock = layout.lock_path(output)
-    with _COUNTS_LOCK:
-        nested = path_key(lock) in _COUNTS
+    with _HELD_LOCK:
+        nested = path_key(lock) in _HELD
     if nested:
         with held(lock, flag, output):
             yield
@@ -363,13 +357,12 @@ def claimed(
 
 # -- the lock ---------------------------------------------------------------------------------------------------
 
-_COUNTS: dict[tuple[str, str], int] = {}
-"""Locks this process holds: URL → how many ``held`` blocks are inside it."""
-_COUNTS_LOCK = threading.Lock()
+_HELD: dict[tuple[str, str], list] = {}
+"""Locks this process holds: key → [how many ``held`` blocks are inside it, the function that releases it]."""
+_HELD_LOCK = threading.Lock()
 _TOKEN = uuid.uuid4().hex
 """This process's mark in its lock files: a lock with another token is not ours to remove."""
 _COMMAND: list[str] = []
-_NO_CONDITIONAL: set[str] = set()
 
 
 def set_command_line(text: str) -> None:
@@ -442,41 +435,34 @@ class _Holder:
         return f"{self.command!r} (pid {self.pid} on {self.host}, since {since})"
 
 
-def _holder_of(url: str) -> _Holder | None:
-    """The holder named by the lock file ``url``; None when there is none (or it is not a lock)."""
-    fs, path = filesystem(url)
-    try:
-        return _Holder.parse(fs.cat_file(path))
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-
-
 @contextlib.contextmanager
 def held(url: str, what: str, folder: str) -> Iterator[None]:
     """Hold the lock file ``url`` for the block; ``what`` and ``folder`` name the locked folder in the refusal
     ("the output sorted/ is in use by ..."). Re-entrant within a process (see the module docstring)."""
     key = path_key(url)  # one key per lock file: ``out/`` and ``/abs/out/`` are one lock
-    with _COUNTS_LOCK:
-        mine = _COUNTS.get(key, 0)
-        if mine:
-            _COUNTS[key] = mine + 1
-    if not mine:
-        _acquire(url, what, folder)
-        with _COUNTS_LOCK:
-            _COUNTS[key] = _COUNTS.get(key, 0) + 1
+    with _HELD_LOCK:
+        entry = _HELD.get(key)
+        if entry is not None:
+            entry[0] += 1
+    if entry is None:
+        release = _acquire(url, what, folder)
+        with _HELD_LOCK:
+            entry = _HELD.setdefault(key, [0, release])
+            entry[0] += 1
     try:
         yield
     finally:
-        with _COUNTS_LOCK:
-            _COUNTS[key] -= 1
-            last = _COUNTS[key] == 0
+        with _HELD_LOCK:
+            entry[0] -= 1
+            last = entry[0] == 0
             if last:
-                del _COUNTS[key]
+                del _HELD[key]
         if last:
-            _release(url)
+            entry[1]()
 
 
-def _acquire(url: str, what: str, folder: str) -> None:
+def _acquire(url: str, what: str, folder: str) -> Callable[[], None]:
+    """Take the lock file ``url`` (or raise ``ClaimError`` naming its holder); the function that releases it."""
     fs, path = filesystem(url)
     parent = path.rstrip("/").rsplit("/", 1)[0]
     try:
@@ -487,130 +473,114 @@ def _acquire(url: str, what: str, folder: str) -> None:
             path=parent,
             errno=exc.errno,
         ) from exc
+    if is_local(fs):
+        return _acquire_local(path, what, folder)
     for _ in range(3):  # a takeover races at most a couple of times before one command wins
         me = _Holder.me()
         if _create(fs, path, me.to_bytes()):
-            return
-        holder = _holder_of(url)
+            return lambda: _release(fs, path, me)
+        holder = _holder_of(fs, path)
         if holder is None:
             # a lock file that is not a whole lock: a writer without conditional writes is between its check
             # and its write, or a torn file of a crash; the second look decides
             time.sleep(0.05)
-            holder = _holder_of(url)
-            if holder is None:
-                log.warning("%s: not a zephyr lock (unreadable); taking it over", url)
-                _remove_if(fs, path, None)
-                continue
-        alive = holder.alive()
-        if alive is False:
-            log.warning(
-                "%s %s: taking over the lock of %s, whose process is gone (%s)",
-                what,
-                folder,
-                holder.describe(),
-                url,
+            holder = _holder_of(fs, path)
+        alive = None if holder is None else holder.alive()
+        if holder is not None and alive is not False:
+            where = "" if alive else f"; if that command is gone, remove {url}"
+            raise ClaimError(
+                f"{what} {folder} is in use by another zephyr command: {holder.describe()}; wait for it to "
+                f"finish{where}"
             )
-            _remove_if(fs, path, holder)
-            continue
-        where = "" if alive else f"; if that command is gone, remove {url}"
-        raise ClaimError(
-            f"{what} {folder} is in use by another zephyr command: {holder.describe()}; wait for it to "
-            f"finish{where}"
-        )
+        _take_over(what, folder, holder, url)
+        fs.invalidate_cache(path)
+        with contextlib.suppress(FileNotFoundError):
+            if _Holder.parse(fs.cat_file(path)) == holder:  # still the lock read: not a winner's new one
+                fs.rm(path)
     raise ClaimError(f"{what} {folder}: could not take its lock {url} (other commands kept taking it over)")
 
 
-def _create(fs: Any, path: str, data: bytes) -> bool:
-    """Create the file ``path`` holding ``data`` unless it exists; whether this call created it."""
-    if is_local(fs):
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+def _acquire_local(path: str, what: str, folder: str) -> Callable[[], None]:
+    """An exclusive ``flock(2)`` on the local lock file ``path``, which then names this process. The kernel
+    drops the lock when its process ends, however it ends: a lock file nobody holds is a dead command's, and
+    taken over."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            _create_exclusive(tmp, data)
-            try:
-                os.link(tmp, path)  # atomic, and never replaces: the whole file appears, or nothing
-                return True
-            except FileExistsError:
-                return False
-            except OSError:  # a filesystem without hard links
-                return _create_exclusive(path, data)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol not in _NO_CONDITIONAL:
-        try:
-            fs.pipe_file(path, data, mode="create")
-            return True
-        except FileExistsError:
-            return False
-        except (NotImplementedError, ValueError, TypeError) as exc:
-            _NO_CONDITIONAL.add(protocol)
-            log.warning(
-                "%s: no conditional write (%s); locks are checked, then written (not atomic)", protocol, exc
-            )
-    fs.invalidate_cache(path)
-    if fs.exists(path):
-        return False
-    fs.pipe_file(path, data)
-    return True
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _Holder.parse(os.pread(fd, 1 << 16, 0))
+            os.close(fd)
+            who = holder.describe() if holder is not None else "one that is starting"
+            raise ClaimError(
+                f"{what} {folder} is in use by another zephyr command: {who}; wait for it to finish"
+            ) from None
+        if _same_file(fd, path):  # else its last holder removed it between our open and our lock
+            break
+        os.close(fd)
+    stale = os.pread(fd, 1 << 16, 0)
+    if stale:
+        _take_over(what, folder, _Holder.parse(stale), path)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, _Holder.me().to_bytes(), 0)
+
+    def release() -> None:
+        if _same_file(fd, path):
+            os.unlink(path)  # while still locked: the next command creates and locks a new file
+        else:
+            log.warning("%s: the lock was removed or replaced while this command ran", path)
+        os.close(fd)
+
+    return release
 
 
-def _create_exclusive(path: str, data: bytes) -> bool:
-    """Create the local file ``path`` (``O_CREAT|O_EXCL``, no link followed) holding ``data`` unless it exists;
-    whether this call created it."""
+def _same_file(fd: int, path: str) -> bool:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return False
+
+
+def _take_over(what: str, folder: str, holder: _Holder | None, url: str) -> None:
+    who = "an unreadable lock file" if holder is None else holder.describe()
+    log.warning("%s %s: taking over the lock of %s, whose process is gone (%s)", what, folder, who, url)
+
+
+def _holder_of(fs: Any, path: str) -> _Holder | None:
+    """The holder named by the lock file ``path``; None when there is none (or it is not a lock)."""
+    fs.invalidate_cache(path)
+    try:
+        return _Holder.parse(fs.cat_file(path))
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def _create(fs: Any, path: str, data: bytes) -> bool:
+    """Create the object ``path`` holding ``data`` unless it exists (``mode="create"``: a conditional write
+    where the store has one, fsspec's check-then-write elsewhere); whether this call created it."""
+    try:
+        fs.pipe_file(path, data, mode="create")
+        return True
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    return True
 
 
-def _remove_if(fs: Any, path: str, expected: _Holder | None) -> None:
-    """Remove the lock at ``path`` if it is still the one read (``expected``; None: an unreadable one).
-    Locally the lock is first renamed aside, so of two commands doing this at once only one removes it; a
-    lock found there that is not the expected one (a winner's new lock) is put back."""
-    if not is_local(fs):
-        fs.invalidate_cache(path)
-        with contextlib.suppress(FileNotFoundError):
-            current = _Holder.parse(fs.cat_file(path))
-            if current == expected:
-                fs.rm(path)
-        return
-    aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return
-    with open(aside, "rb") as f:
-        moved = _Holder.parse(f.read())
-    if moved != expected:
-        with contextlib.suppress(FileExistsError):
-            os.link(aside, path)
-    os.unlink(aside)
-
-
-def _release(url: str) -> None:
-    """Remove the lock ``url`` if it is still this process's (a takeover by someone else is left alone)."""
-    fs, path = filesystem(url)
+def _release(fs: Any, path: str, me: _Holder) -> None:
+    """Remove the lock ``path`` if it is still the one this process wrote (a takeover is left alone)."""
     try:
         fs.invalidate_cache(path)
-        holder = _Holder.parse(fs.cat_file(path))
-        if holder is not None and holder.token == _TOKEN and holder.pid == os.getpid():
+        if _Holder.parse(fs.cat_file(path)) == me:
             fs.rm(path)
         else:
-            log.warning("%s: the lock is no longer this command's; left as it is", url)
+            log.warning("%s: the lock is no longer this command's; left as it is", path)
     except FileNotFoundError:
-        log.warning("%s: the lock was removed while this command ran", url)
+        log.warning("%s: the lock was removed while this command ran", path)
     except OSError as exc:  # releasing must not turn a finished run into a failure
-        log.warning("%s: could not remove the lock (%s); remove it by hand", url, exc)
+        log.warning("%s: could not remove the lock (%s); remove it by hand", path, exc)
 
 
 # -- publishing ------------------------------------------------------------------------------------------------
 
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
 _Plan = list[list[tuple[str, str]]]
 """Per task, the (source URL, published name) of each of its files."""
 
@@ -633,19 +603,12 @@ def publish(
 
 def publish_folder(built: str, output: str) -> None:
     """Publish the complete folder ``built`` (in ``output``'s staging folder) as ``output``, for writers whose
-    files are not engine task outputs (the token shards): the same swap and manifest as ``publish``, with each
+    files are not engine task outputs (the token shards): the same moves and manifest as ``publish``, with each
     file's checksum read from it (it has no task record)."""
     fs, built_path = filesystem(built)
     built_path = built_path.rstrip("/")
     names = sorted(name[len(built_path) + 1 :] for name in fs.find(built_path))
     _publish(output, [[(public_path(fs, f"{built_path}/{n}"), n) for n in names]], [{}], [None])
-
-
-def _publish(
-    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
-) -> list[str]:
-    publish = _publish_local if is_local(filesystem(directory)[0]) else _publish_remote
-    return publish(directory, plan, markers, marker_paths)
 
 
 def _rewrite_markers(
@@ -673,39 +636,7 @@ def _record(url: str, marker: dict, now_at: str) -> dict:
     return record if isinstance(record, dict) and "bytes" in record else file_record(now_at)
 
 
-def _publish_local(
-    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
-) -> list[str]:
-    staging = filesystem(layout.staging_dir(directory))[1]
-    root = os.path.realpath(filesystem(directory)[1])  # swap the folder a link names, not the link
-    new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
-    os.makedirs(new)
-    files = {}
-    try:
-        for pairs, marker in zip(plan, markers, strict=True):
-            for url, name in pairs:
-                source, target = filesystem(url)[1], os.path.join(new, name)
-                os.makedirs(os.path.dirname(target), exist_ok=True)  # a built folder may nest its files
-                if source.startswith(staging.rstrip("/") + "/"):
-                    os.replace(source, target)
-                else:  # a resumed task's part, published by an earlier run of this plan
-                    try:
-                        os.link(source, target)
-                    except OSError:
-                        shutil.copy2(source, target)
-                files[name] = _record(url, marker, target)
-        write_pending(directory, files)
-        _swap(new, root)
-    except BaseException:
-        shutil.rmtree(new, ignore_errors=True)  # staged parts moved into it rerun; OUT is untouched
-        raise
-    published = _rewrite_markers(directory.rstrip("/"), plan, markers, marker_paths)
-    write_manifest(directory, files)
-    shutil.rmtree(staging, ignore_errors=True)  # the old content (now at ``new``), and any aborted attempt's
-    return published
-
-
-def _publish_remote(
+def _publish(
     directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
     fs, root = filesystem(directory)
@@ -721,6 +652,7 @@ def _publish_remote(
         for url, name in pairs:
             source, target = filesystem(url)[1], f"{root}/{name}"
             if source != target:
+                fs.makedirs(posixpath.dirname(target), exist_ok=True)  # a built folder may nest its files
                 fs.mv(source, target)  # task order: part-k comes from task i >= k, never one still to move
             files[name] = _record(url, marker, f"{prefix}/{name}")
     published = _rewrite_markers(prefix, plan, markers, marker_paths)
@@ -736,56 +668,6 @@ def _publish_remote(
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
     return published
-
-
-def exchange(a: str, b: str) -> bool:
-    """Swap the two existing paths ``a`` and ``b`` atomically (``renameat2(RENAME_EXCHANGE)``); False where
-    the system or the filesystem has no such call, so the caller falls back to two renames."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno_codes.ENOSYS, errno_codes.EINVAL, errno_codes.ENOTSUP, errno_codes.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), b)
-
-
-def _swap(new: str, root: str) -> None:
-    """Make the complete folder ``new`` the content of ``root``; the old content ends up at ``new``."""
-    if not os.path.lexists(root):
-        os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
-        os.rename(new, root)
-        os.makedirs(new)  # the caller removes the staging folder with whatever is at ``new``
-        return
-    try:
-        if exchange(new, root):
-            return
-    except OSError as exc:
-        if exc.errno != errno_codes.EXDEV:
-            raise
-        _replace_in_place(new, root)
-        return
-    aside = f"{new}-old"
-    os.rename(root, aside)  # from here until the next rename, ``root`` is missing (no exchange call here)
-    os.rename(new, root)
-    os.rename(aside, new)
-
-
-def _replace_in_place(new: str, root: str) -> None:
-    """The sidecar is on another filesystem than ``root`` (a mount or a link): move the parts one by one."""
-    log.warning("%s: its sidecar is on another filesystem; publishing part by part, not in one swap", root)
-    old = set(os.listdir(root))
-    for name in sorted(os.listdir(new)):
-        shutil.move(os.path.join(new, name), os.path.join(root, name))
-        old.discard(name)
-    for name in old:
-        target = os.path.join(root, name)
-        shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
 
 
 def check_side_dir(side: str, output: str, option: str) -> None:

@@ -15,7 +15,7 @@ How a shard is read:
    JSON has no timestamps: columns Arrow infers as ``timestamp`` are re-read as strings, text stays as written.
 3. **Fallback, for a failing block only.** Lines are screened one by one (UTF-8 decode, ``json.loads``, must be an
    object); then the remaining lines are parsed by Arrow again, and lines it alone rejects (duplicate keys, a
-   value that does not fit ``schema=``) are found from the row it names or, failing that, line by line.
+   value that does not fit ``schema=``) are found by bisection (``zephyr.io.schema.failing_rows``).
    With ``on_error="raise"`` the first bad line raises ``InputError(path, line=N)`` with the reason; with
    ``"quarantine"`` bad lines go to the callback with their line numbers and raw bytes, and the good lines of
    the block are yielded in order. Blank lines are skipped, never errors.
@@ -90,8 +90,8 @@ from zephyr.io.compression import (
     open_decompressed,
 )
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
-from zephyr.io.quarantine import QuarantineFn, quarantine_table, refuse_or_set_aside, refuse_wide_text
-from zephyr.io.schema import PLANNED_FIX, conform, is_binary_like, map_leaves, promote_or_refuse
+from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
+from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like, map_leaves, promote_or_refuse
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
@@ -149,9 +149,9 @@ def _report_cut(
         path,
         f"{what}; {kept}, the rest of the file is missing. Re-download or re-compress the file, or pass "
         "on_error='quarantine' to keep the whole lines and set the cut aside.",
-        f"{what}: {partial_text} and the rest of the file are missing",
-        line=line,
-        raw=partial,
+        [f"{what}: {partial_text} and the rest of the file are missing"],
+        [line],
+        [partial],
     )
 
 
@@ -174,12 +174,11 @@ def _report_tail(path: str, quarantine: QuarantineFn | None, tail: TrailingData,
         path,
         f"{what}; {read}. Cut the file at that byte (head -c {tail.offset} FILE), or pass "
         "on_error='quarantine' to keep the lines and set the tail aside.",
-        f"{what}; {read}",
-        raw=tail.head,
+        [f"{what}; {read}"],
+        raws=[tail.head],
     )
 
 
-_MIN_READ_BYTES = 64 << 10
 _UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -204,17 +203,19 @@ def _iter_blocks(
 ) -> Iterator[Block]:
     with open_input(path) as raw:
         stream = open_decompressed(raw, compression)
-        start, stop = byte_range if byte_range is not None else (0, None)
-        pos = start
+        start = pos = byte_range[0] if byte_range is not None else 0
+        end = None  # a byte-range shard's: the end of the line holding its last byte
+        if byte_range is not None:
+            raw.seek(byte_range[1] - 1)
+            end = byte_range[1] - 1 + len(raw.readline())
+            raw.seek(0)
         if start > 0:
             if wide_text(raw.read(SAMPLE_BYTES)) is not None:
                 return  # not UTF-8 at all: the shard at byte 0 reports the file
             raw.seek(start - 1)
-            skipped = _skip_line(raw)
-            if skipped is None:
-                return
-            pos = start - 1 + skipped
-            if stop is not None and pos >= stop:
+            skipped = raw.readline()  # the rest of the line holding byte start - 1: the previous shard's
+            pos = start - 1 + len(skipped)
+            if not skipped.endswith(b"\n") or pos >= end:
                 return
         line = 1 if start == 0 else None
         block_start = pos
@@ -222,14 +223,8 @@ def _iter_blocks(
         first = True
         trailing: TrailingData | None = None
         while True:
-            if stop is None:
-                want = block_bytes
-            elif pos < stop:
-                want = min(block_bytes, stop - pos)
-            else:  # past the range: only looking for the end of its last line
-                want = min(block_bytes, _MIN_READ_BYTES)
             try:
-                chunk = stream.read(want)
+                chunk = stream.read(block_bytes if end is None else min(block_bytes, end - pos))
             except TruncatedStream as exc:
                 # every whole line before the cut has been yielded; what is left is the start of a cut line
                 _report_cut(
@@ -241,6 +236,7 @@ def _iter_blocks(
                 raise InputError(f"{exc} {last}", path=path) from exc
             except TrailingData as exc:
                 chunk, trailing = b"", exc  # the stream ended whole: so did its last line (if unterminated)
+            pos += len(chunk)  # raw bytes read (a byte-range shard stops at its end)
             if first and chunk and start == 0:
                 if compression is None:
                     check_not_compressed(chunk, path)
@@ -259,7 +255,6 @@ def _iter_blocks(
                         line += tail.count(b"\n") + (0 if tail.endswith(b"\n") or not tail else 1)
                     _report_tail(path, quarantine, trailing, None if line is None else line - 1)
                 return
-            pos += len(chunk)
             cut = chunk.rfind(b"\n")
             if cut < 0:
                 parts.append(chunk)
@@ -270,35 +265,12 @@ def _iter_blocks(
             else:
                 data = chunk[: cut + 1]  # no copy when the chunk ends with its newline
             carry = chunk[cut + 1 :]
-            done = False
-            if stop is not None and block_start + len(data) >= stop:
-                # the last line we own is the one holding byte stop-1: it ends at the first newline from there
-                end = data.index(b"\n", max(0, stop - 1 - block_start))
-                data = data[: end + 1]
-                done = True
             block = Block(data, line, block_start, data.count(b"\n"))
             yield block
-            if done:
-                return
             if line is not None:
                 line += block.newlines
             block_start += len(data)
             parts = [carry] if carry else []
-
-
-def _skip_line(raw) -> int | None:
-    """Read past the next newline; return the bytes consumed, or None at end of file."""
-    consumed = 0
-    while True:
-        chunk = raw.read(_MIN_READ_BYTES)
-        if not chunk:
-            return None
-        index = chunk.find(b"\n")
-        if index >= 0:
-            consumed += index + 1
-            raw.seek(raw.tell() - (len(chunk) - index - 1))
-            return consumed
-        consumed += len(chunk)
 
 
 _PARSE_CHUNK_BYTES = 8 << 20  # Arrow's own block size inside one of our blocks: lets it use several cores
@@ -306,7 +278,6 @@ _BLANK_AFTER_NEWLINE = re.compile(rb"\n[ \t\r]*(?=\n)")
 _BLANK_FIRST = re.compile(rb"[ \t\r]*(?:\n|\Z)")
 _ROW_IN_MESSAGE = re.compile(r"in row (\d+)")
 _CONFLICT = re.compile(r"Column\(([^)]*)\) changed from (\w+) to (\w+)")
-_MAX_ROW_RETRIES = 16
 _WHITESPACE = b" \t\r"
 _FIX_SCHEMA = "Pass schema= to read_jsonl with the type you want for it (e.g. pa.string())."
 
@@ -463,47 +434,42 @@ class _BlockParser:
                 if i == 0 and block.first_line == 1 and line.lstrip().startswith(b"["):
                     reason += " (the file looks like one JSON array, not JSON Lines with one object per line)"
                 bad.append((i, reason))
+
+        def error(lo: int, hi: int) -> str | None:
+            try:
+                self._parse(b"\n".join(lines[i] for i in good[lo:hi]), whole=True)
+                return None
+            except pa.ArrowInvalid as exc:
+                return str(exc)
+
         table: pa.Table | None = None
-        retries = 0
-        isolated = False
         while good:
             try:
                 table = self._parse(b"\n".join(lines[i] for i in good), whole=True)
+                break
             except pa.ArrowInvalid as exc:
-                message = str(exc)
-                match = _ROW_IN_MESSAGE.search(message)
+                match, conflict = _ROW_IN_MESSAGE.search(str(exc)), _CONFLICT.search(str(exc))
                 row = int(match.group(1)) if match else -1
-                conflict = _CONFLICT.search(message)
-                if conflict and self.explicit is None and 0 <= row < len(good):
-                    raise self._conflict_error(block, lines, good, row, conflict) from exc
-                if 0 <= row < len(good) and retries < _MAX_ROW_RETRIES:
-                    retries += 1
-                    bad.append((good.pop(row), f"rejected by the JSON parser: {message}"))
-                    continue
-                if isolated:
+                if conflict and self.explicit is None and 0 <= row < len(good):  # one column, two JSON types
+                    earlier, here = (
+                        self._parse(b"\n".join(lines[i] for i in part), whole=True)
+                        for part in (good[:row], good[row : row + 1])
+                    )
+                    promote_or_refuse(
+                        earlier.schema,
+                        here.schema,
+                        f"{self.path} {self._where(block, lines, good[row])}",
+                        _FIX_SCHEMA,
+                    )
+                rejected = dict(failing_rows(len(good), error))  # the lines Arrow alone rejects, by bisection
+                if not rejected:
                     raise InputError(
                         f"{self._where(block, lines, good[0])}..{self._where(block, lines, good[-1])}: "
-                        f"the JSON parser rejects these lines together but accepts each alone: {message}",
+                        f"the JSON parser rejects these lines together but accepts each alone: {exc}",
                         path=self.path,
                     ) from exc
-                isolated = True
-                still_good = []
-                for i in good:
-                    try:
-                        self._parse(lines[i], whole=True)
-                        still_good.append(i)
-                    except pa.ArrowInvalid as line_exc:
-                        bad.append((i, f"rejected by the JSON parser: {line_exc}"))
-                good = still_good
-                table = None
-                continue
-            if table.num_rows != len(good):
-                raise InputError(
-                    f"{self._where(block, lines, good[0])}: parsed {table.num_rows} rows from {len(good)} "
-                    "screened lines; please report this file",
-                    path=self.path,
-                )
-            break
+                bad += [(good[k], f"rejected by the JSON parser: {m}") for k, m in rejected.items()]
+                good = [i for k, i in enumerate(good) if k not in rejected]
         bad.sort()
         self._report(block, lines, bad)
         return table if good else None
@@ -514,37 +480,15 @@ class _BlockParser:
         offset = block.offset + sum(len(line) + 1 for line in lines[:index])
         return f"byte offset {offset} (line number unknown: a byte-range shard)"
 
-    def _line_number(self, block: Block, index: int) -> int | None:
-        return None if block.first_line is None else block.first_line + index
-
     def _report(self, block: Block, lines: list[bytes], bad: list[tuple[int, str]]) -> None:
-        if not bad:
-            return
-        if self.quarantine is None:
-            index, reason = bad[0]
-            line = self._line_number(block, index)
-            where = "" if line is not None else f"at {self._where(block, lines, index)}: "
-            raise InputError(
-                f"{where}{reason}. Fix the line, or pass on_error='quarantine' to set bad lines aside.",
-                path=self.path,
-                line=line,
-            )
-        numbers = [self._line_number(block, i) for i, _ in bad]
+        numbers = [None if block.first_line is None else block.first_line + i for i, _ in bad]
         reasons = [
-            reason if block.first_line is not None else f"{reason} (at {self._where(block, lines, i)})"
-            for i, reason in bad
+            r if block.first_line is not None else f"{r} (at {self._where(block, lines, i)})" for i, r in bad
         ]
-        self.quarantine(quarantine_table(self.path, numbers, reasons, [lines[i] for i, _ in bad]))
-
-    def _conflict_error(self, block, lines, good, row, match) -> SchemaError:
-        column = match.group(1).strip("/").replace("/", ".") or "<row>"
-        first = self._where(block, lines, good[0])
-        last = self._where(block, lines, good[-1])
-        here = self._where(block, lines, good[row])
-        return SchemaError(
-            f"{self.path}: column {column!r} holds {match.group(2)} values and then a {match.group(3)} at {here} "
-            f"(block {first} to {last}); one column needs one type. {_FIX_SCHEMA}"
-        )
+        if bad:
+            refusal = f"{reasons[0]}. Fix the line, or pass on_error='quarantine' to set bad lines aside."
+            raws = [lines[i] for i, _ in bad]
+            refuse_or_set_aside(self.quarantine, self.path, refusal, reasons, numbers, raws, line=numbers[0])
 
     # -- schema ------------------------------------------------------------------------------------------------
     def _finish(self, table: pa.Table, block: Block) -> pa.Table:
@@ -599,10 +543,10 @@ class JsonlEncoder:
         self.checksum = self.handle.record()
 
     def discard(self) -> None:
+        """Close the file (``ShardWriter.abort`` removes it)."""
         if self.out is not self.handle:
             quietly(self.out.close, self.path)
         quietly(self.handle.close, self.path)
-        quietly(lambda: self.fs.rm(self.path) if self.fs.exists(self.path) else None, self.path)
 
 
 def _nested_binary(t: pa.DataType) -> bool:

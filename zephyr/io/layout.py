@@ -9,7 +9,7 @@ is ``s3://b/x/out.zephyr``)::
                               wrote OUT" (``zephyr.io.claim``): each file with its size and checksum, the
                               command, the time
         lock.json             held for the whole run: host, pid, start time, command (``zephyr.io.claim``)
-        staging/              parts being written; published by swapping in the complete new folder
+        staging/              parts being written; moved into OUT when every task is done
                               (``zephyr.io.claim``)
         stats.json            the command's statistics
         quarantine/           rows set aside (bad input; ``zephyr filter``'s quarantined rows)
@@ -50,7 +50,9 @@ def sidecar(output: str | os.PathLike) -> str:
 
 
 def side_path(output: str | os.PathLike, *names: str) -> str:
-    """A path inside the sidecar of ``output``: ``side_path("out", "report.md")`` is ``out.zephyr/report.md``."""
+    """A path inside the sidecar of ``output``: ``side_path("out", "report.md")`` is ``out.zephyr/report.md``;
+    also a multi-job command's scratch folder, never among the data and gone with the sidecar (or with
+    ``remove_folder`` when the command is done)."""
     return posixpath.join(sidecar(output), *names) if names else sidecar(output)
 
 
@@ -76,12 +78,6 @@ def quarantine_dir(output: str | os.PathLike) -> str:
 
 def dropped_dir(output: str | os.PathLike) -> str:
     return side_path(output, "dropped")
-
-
-def scratch_dir(output: str, name: str) -> str:
-    """A folder for a multi-job command's intermediate rows, in the sidecar of ``output``
-    (``OUT.zephyr/<name>``): never among the data, and gone with the sidecar. Remove it with ``remove_folder``."""
-    return side_path(output, name)
 
 
 def remove_folder(folder: str) -> None:

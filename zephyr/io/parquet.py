@@ -252,12 +252,7 @@ def checked_batches(
         if batch.num_rows == 0:
             continue
         if any(pa.types.is_dictionary(t) for t in batch.schema.types):
-            columns = [
-                c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in batch.columns
-            ]
-            batch = pa.RecordBatch.from_arrays(
-                columns, schema=pa.schema([_plain_field(f) for f in batch.schema])
-            )
+            batch = batch.cast(pa.schema([_plain_field(f) for f in batch.schema]))
         if target is not None:
             batch = cast_to_schema(
                 batch, target, where=f"{path} ({where})" if where else path, first_row=start
@@ -283,12 +278,16 @@ class BufferedEncoder:
 
     Without a user schema, the schema is the promotion of the batches buffered before the first flush. A later
     batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
-    encoder rewrite what it has emitted so far under the widened schema (``rewrite``): rare, costs one pass over
-    the rows written so far, and gives the same bytes as if the wide schema had been known from the start.
-    Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
+    encoder rewrite what it has emitted so far under the widened schema: the file row groups go to (``file`` on
+    ``fs``) is moved aside and read back into a new one (``read_back``). Rare, costs one pass over the rows
+    written so far, and gives the same bytes as if the wide schema had been known from the start. Readers
+    yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
     """
 
-    def __init__(self, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str):
+    def __init__(
+        self, fs, file: str, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str
+    ):
+        self.fs, self.file = fs, file
         self.user_schema = schema is not None
         self.schema = schema  # the file schema, once fixed
         self.pending: pa.Schema | None = None  # promotion of buffered batches while it is not
@@ -329,7 +328,11 @@ class BufferedEncoder:
         )
         self.schema = widened
         if self.emitted_rows:
-            self.rewrite()
+            self.close_file()
+            self.fs.mv(self.file, f"{self.file}-narrow")
+            for table in self.read_back(f"{self.file}-narrow"):
+                self.emit(conform(table, self.schema, where=self.where))
+            self.fs.rm(f"{self.file}-narrow")
         self.buffered = buffered
 
     def _fix_schema(self) -> pa.Schema:
@@ -341,21 +344,15 @@ class BufferedEncoder:
     def _flush(self) -> None:
         schema = self._fix_schema()
         table = pa.Table.from_batches(self.buffered, schema=schema)
-        if table.num_rows == 0:
-            self.buffered, self.buffered_rows, self.buffered_bytes = [], 0, 0
-            return
-        limit = self.row_group_rows
-        if table.nbytes > self.row_group_bytes:
-            limit = min(limit, max(1, int(table.num_rows * self.row_group_bytes / table.nbytes)))
-        if table.num_rows > limit:
-            head, rest = table.slice(0, limit), table.slice(limit)
-        else:
-            head, rest = table, None
-        self.emit(head)
-        self.emitted_rows += head.num_rows
-        self.buffered = rest.to_batches() if rest is not None and rest.num_rows else []
-        self.buffered_rows = rest.num_rows if rest is not None else 0
-        self.buffered_bytes = rest.nbytes if rest is not None else 0
+        # at most row_group_rows rows, and about row_group_bytes: the rest waits for the next row group
+        by_bytes = int(table.num_rows * self.row_group_bytes / max(1, table.nbytes))
+        head = table.slice(0, min(self.row_group_rows, max(1, by_bytes)))
+        if head.num_rows:
+            self.emit(head)
+            self.emitted_rows += head.num_rows
+        rest = table.slice(head.num_rows)
+        self.buffered = rest.to_batches() if rest.num_rows else []
+        self.buffered_rows, self.buffered_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
 
     def finish(self) -> None:
         while self.buffered:
@@ -363,12 +360,20 @@ class BufferedEncoder:
         self._fix_schema()
         self.close_format()
 
+    def discard(self) -> None:
+        quietly(self.close_file, self.file)
+        for path in (self.file, f"{self.file}-narrow"):  # a failed rewrite may leave the narrow one behind
+            quietly(lambda p=path: self.fs.rm(p) if self.fs.exists(p) else None, path)
+
     def emit(self, table: pa.Table) -> None:
         """Write one row group."""
         raise NotImplementedError
 
-    def rewrite(self) -> None:
-        """Re-encode every emitted row group under ``self.schema`` (which has just widened)."""
+    def read_back(self, path: str) -> Iterator[pa.Table]:
+        """The row groups emitted into ``path``."""
+        raise NotImplementedError
+
+    def close_file(self) -> None:
         raise NotImplementedError
 
     def close_format(self) -> None:
@@ -377,11 +382,8 @@ class BufferedEncoder:
 
 class ParquetEncoder(BufferedEncoder):
     def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
-        super().__init__(schema, row_group_bytes, row_group_rows, where)
-        self.fs = fs
-        self.base = path
+        super().__init__(fs, path, schema, row_group_bytes, row_group_rows, where)
         self.path = path
-        self.generation = 0
         self.handle: Checksummed | None = None
         self.writer: pq.ParquetWriter | None = None
         self.checksum: dict | None = None
@@ -398,7 +400,13 @@ class ParquetEncoder(BufferedEncoder):
     def emit(self, table: pa.Table) -> None:
         self._writer().write_table(table, row_group_size=max(1, table.num_rows))
 
-    def _close_files(self) -> None:
+    def read_back(self, path: str) -> Iterator[pa.Table]:
+        with self.fs.open(path, "rb") as source:
+            parquet_file = pq.ParquetFile(source)
+            for group in range(parquet_file.num_row_groups):
+                yield parquet_file.read_row_group(group)
+
+    def close_file(self) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -407,24 +415,6 @@ class ParquetEncoder(BufferedEncoder):
             self.checksum = self.handle.record()
             self.handle = None
 
-    def rewrite(self) -> None:
-        self._close_files()
-        old = self.path
-        self.generation += 1
-        self.path = f"{self.base}-{self.generation}"
-        with self.fs.open(old, "rb") as source:
-            parquet_file = pq.ParquetFile(source)
-            for group in range(parquet_file.num_row_groups):
-                table = conform(parquet_file.read_row_group(group), self.schema, where=self.where)
-                self.emit(table)
-        self.fs.rm(old)
-
     def close_format(self) -> None:
         self._writer()
-        self._close_files()
-
-    def discard(self) -> None:
-        quietly(self._close_files, self.path)
-        for generation in range(self.generation + 1):  # a failed rewrite may leave the previous one behind
-            path = self.base if generation == 0 else f"{self.base}-{generation}"
-            quietly(lambda p=path: self.fs.rm(p) if self.fs.exists(p) else None, path)
+        self.close_file()

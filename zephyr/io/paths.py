@@ -127,18 +127,15 @@ def atomic_output(url: str | os.PathLike) -> Iterator[str]:
     when it raises. Readers never see a partial file at ``url``.
 
     The one temporary-name scheme of the project, ``<name>.tmp-<8 hex>`` in the same directory (so the rename
-    stays on one filesystem), which ``expand_paths`` never lists. The parent directory is created. Local paths
-    rename with ``os.replace`` (atomic on POSIX); other filesystems with ``fs.mv`` (object stores have no
-    atomic rename: the object appears whole, under its final name, once the copy completes)."""
+    stays on one filesystem), which ``expand_paths`` never lists. The parent directory is created. ``fs.mv``
+    renames: ``rename(2)`` locally (atomic on POSIX); a copy on object stores (no atomic rename there: the object
+    appears whole, under its final name, once the copy completes)."""
     fs, path = url_to_fs(os.fspath(url))
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     try:
         yield public_path(fs, tmp)
-        if is_local(fs):
-            os.replace(tmp, path)
-        else:
-            fs.mv(tmp, path)
+        fs.mv(tmp, path)  # a rename on a local disk
     except BaseException:
         with contextlib.suppress(OSError):
             if fs.exists(tmp):
@@ -347,14 +344,15 @@ def expand_paths(paths: str | Sequence[str], *, formats: Sequence[str] | None = 
 
 
 def input_files(
-    paths: str | Sequence[str], format: Format | Literal["auto"] = "auto"
+    paths: str | Sequence[str], format: Format | Literal["auto"] | None = "auto"
 ) -> tuple[list[str], Format]:
     """The files ``paths`` name (globs and directories expanded) and the one format to read them as.
 
-    The one place a command's inputs get their format: with ``"auto"`` it comes from the files' extensions
-    (a folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like), and for a file named
+    The one place inputs get their format: with ``"auto"`` (or None) it comes from the files' extensions (a
+    folder of ``.jsonl.zst`` files is JSON lines, whatever the first path looks like), and for a file named
     explicitly without a known extension, from its first bytes (``_sniff_format``); files of two formats are
-    refused naming one of each. With a format given, directory listings keep only that format's files.
+    refused naming one of each. With a format given, directory listings keep only that format's files, and a
+    file named explicitly whose extension names another format is refused.
 
     >>> import fsspec
     >>> fs = fsspec.filesystem("memory")
@@ -363,20 +361,25 @@ def input_files(
     >>> input_files("memory://input-files")
     (['memory:///input-files/a.jsonl', 'memory:///input-files/b.jsonl.zst'], 'jsonl')
     """
-    if format != "auto":
-        return expand_paths(paths, formats=[format]), format
-    files = expand_paths(paths)
+    given = None if format == "auto" else format
+    if given is not None and given not in FORMAT_EXTENSIONS:
+        raise ConfigError(f"unknown format {given!r}; use one of {list(FORMAT_EXTENSIONS)} (or 'auto')")
+    files = expand_paths(paths, formats=[given] if given else None)
     seen: dict[str, str] = {}
     for f in files:
-        fmt = infer_format(f) or _sniff_format(f)
-        seen.setdefault(fmt, f)
+        fmt, codec = infer_format(f), infer_compression(f)
+        if given is not None and fmt not in (None, given):
+            raise ConfigError(f"{f!r} has a {fmt} extension but format={given!r} was asked for")
+        if given is not None and codec is not None and codec not in CODEC_FORMATS.get(given, ()):
+            raise ConfigError(f"{f!r}: compressed {given} files are not readable; only JSONL may be .gz/.zst")
+        seen.setdefault(fmt or given or _sniff_format(f), f)
     if len(seen) > 1:
         (fa, a), (fb, b) = list(seen.items())[:2]
         raise ConfigError(
             f"the inputs mix formats: {a!r} is {fa} and {b!r} is {fb}; read one format per command (convert the "
             "others first, or pass --format to read only one of them from a folder)"
         )
-    return files, next(iter(seen), "parquet")  # type: ignore[return-value]
+    return files, next(iter(seen), given or "parquet")  # type: ignore[return-value]
 
 
 _MAGIC_CODECS = {b"\x1f\x8b": ("gzip", ".gz"), b"\x28\xb5\x2f\xfd": ("zstd", ".zst")}

@@ -89,17 +89,18 @@ def refuse_or_set_aside(
     quarantine: QuarantineFn | None,
     path: str,
     refusal: str,
-    reason: str,
-    *,
-    line: int | None = None,
-    raw: bytes | None = None,
+    reasons: Sequence[str],
+    lines: Sequence[int | None] | None = None,
+    raws: Sequence[bytes | None] | None = None,
+    **where: int | None,
 ) -> None:
-    """Bad input of ``path`` that is no row of its own (a cut stream, a UTF-16 file, a damaged WARC record):
-    without a ``quarantine``, ``InputError(refusal)`` naming the file; with one, one entry (``reason``,
-    ``line``, ``raw``)."""
+    """Bad input of ``path`` (bad lines or rows; a cut stream, a UTF-16 file, a damaged WARC record: one entry):
+    without a ``quarantine``, ``InputError(refusal)`` naming the file (and ``where``: ``line=``, ``row=``);
+    with one, an entry per reason, with its ``lines`` and ``raws`` (null when not given)."""
     if quarantine is None:
-        raise InputError(refusal, path=path)
-    quarantine(quarantine_table(path, [line], [reason], [raw]))
+        raise InputError(refusal, path=path, **where)
+    none = [None] * len(reasons)
+    quarantine(quarantine_table(path, lines or none, reasons, raws or none))
 
 
 def refuse_wide_text(head: bytes, path: str, quarantine: QuarantineFn | None) -> bool:
@@ -107,7 +108,9 @@ def refuse_wide_text(head: bytes, path: str, quarantine: QuarantineFn | None) ->
     refused (``InputError``) or, with a ``quarantine``, set aside as one entry: none of it is a line or record."""
     what = wide_text(head)
     if what is not None:
-        refuse_or_set_aside(quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", what)
+        refuse_or_set_aside(
+            quarantine, path, f"{what}; or pass on_error='quarantine' to set it aside", [what]
+        )
     return what is not None
 
 
@@ -133,14 +136,9 @@ def drop_bad_rows(
             path=path,
         )
     rows = sorted(found)
-    if quarantine is None:
-        raise InputError(
-            f"{where}{found[rows[0]]}. Pass on_error='quarantine' to set such rows aside.",
-            path=path,
-            row=first_row + rows[0],
-        )
-    reasons = [found[r] for r in rows]
-    quarantine(quarantine_table(path, [first_row + r for r in rows], reasons, [None] * len(rows)))
+    refusal = f"{where}{found[rows[0]]}. Pass on_error='quarantine' to set such rows aside."
+    lines = [first_row + r for r in rows]
+    refuse_or_set_aside(quarantine, path, refusal, [found[r] for r in rows], lines, row=lines[0])
     mask = np.ones(batch.num_rows, dtype=bool)
     mask[rows] = False
     return batch.filter(pa.array(mask))

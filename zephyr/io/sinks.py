@@ -10,7 +10,7 @@ Contract:
   written (``zephyr.io.checksum``; Vortex, written by its own writer, is read once after), so a resume can
   tell the file still holds them.
 - **Atomic.** ``ShardWriter(path, ...)`` writes to ``path + ".tmp-<uuid>"`` in the same directory and renames it to
-  ``path`` on a successful ``close()`` (``os.replace`` locally, ``fs.mv`` elsewhere). ``abort()`` — and leaving
+  ``path`` on a successful ``close()`` (``fs.mv``: ``rename(2)`` locally). ``abort()`` — and leaving
   the ``with`` block by an exception — removes the temporary file. A crash before ``close()`` leaves only a
   ``.tmp-`` file, which ``expand_paths`` never lists; the final name never holds a partial file.
 - **Deterministic.** The same batches give the same bytes: Parquet carries no timestamps (``created_by`` is the
@@ -38,11 +38,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import posixpath
 import uuid
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
 import pyarrow as pa
 
@@ -50,7 +49,7 @@ from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io import paths
 from zephyr.io.jsonl import JsonlEncoder
 from zephyr.io.parquet import ParquetEncoder
-from zephyr.io.paths import Compression, Format, filesystem, is_local, naming_path, public_path
+from zephyr.io.paths import Compression, Format, filesystem, naming_path, public_path
 from zephyr.io.vortex import VortexEncoder
 
 logger = logging.getLogger(__name__)
@@ -129,16 +128,12 @@ class ShardWriter:
         self.path = public_path(self.fs, self._final)
         self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex}"
         self._rows = 0
-        self._state: Literal["open", "closed", "aborted"] = "open"
+        self._done = False  # closed or aborted
         self.result: WrittenFile | None = None
-        parent = posixpath.dirname(self._final)
-        if parent:
-            self.fs.makedirs(parent, exist_ok=True)
+        self.fs.makedirs(posixpath.dirname(self._final) or ".", exist_ok=True)
         where = f"writing {self.path}"
         if format == "jsonl":
-            self._encoder: VortexEncoder | ParquetEncoder | JsonlEncoder = JsonlEncoder(
-                self.fs, self._tmp, compression, schema, where
-            )
+            self._encoder: Any = JsonlEncoder(self.fs, self._tmp, compression, schema, where)
         else:
             encoder = ParquetEncoder if format == "parquet" else VortexEncoder
             self._encoder = encoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
@@ -149,41 +144,36 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
-        elif self._state == "open":
+        elif not self._done:
             self.close()
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Append rows; a ``Table`` is written chunk by chunk (zero-copy)."""
-        if self._state != "open":
-            raise ZephyrError(f"{self.path}: write() after {self._state}")
-        batches = batch.to_batches() if isinstance(batch, pa.Table) else [batch]
-        if isinstance(batch, pa.Table) and not batches:
-            batches = [pa.RecordBatch.from_pylist([], schema=batch.schema)]
-        for b in batches:
-            if not isinstance(b, pa.RecordBatch):
-                raise ConfigError(f"write() takes a pyarrow RecordBatch or Table, got {type(b).__name__}")
+        if self._done:
+            raise ZephyrError(f"{self.path}: write() after close() or abort()")
+        if not isinstance(batch, pa.RecordBatch | pa.Table):
+            raise ConfigError(f"write() takes a pyarrow RecordBatch or Table, got {type(batch).__name__}")
+        batches = [batch] if isinstance(batch, pa.RecordBatch) else batch.to_batches()
+        for b in batches or [pa.RecordBatch.from_pylist([], schema=batch.schema)]:
             with naming_path(self.path):
                 self._encoder.write(b)
             self._rows += b.num_rows
 
     def close(self) -> WrittenFile:
         """Finish the file and rename it into place; returns what was written."""
-        if self._state == "closed" and self.result is not None:
-            return self.result
-        if self._state != "open":
+        if self._done and self.result is None:
             raise ZephyrError(f"{self.path}: close() after abort()")
+        if self._done:
+            return self.result
         try:
             with naming_path(self.path):
                 self._encoder.finish()
                 checksum = self._encoder.checksum
-                if is_local(self.fs):
-                    os.replace(self._encoder.path, self._final)
-                else:
-                    self.fs.mv(self._encoder.path, self._final)
+                self.fs.mv(self._encoder.path, self._final)  # a rename on a local disk
         except BaseException:
             self.abort()
             raise
-        self._state = "closed"
+        self._done = True
         size = self.fs.size(self._final)
         self.result = WrittenFile(path=self.path, rows=self._rows, bytes=int(size), checksum=checksum)
         logger.debug("wrote %s: %d rows, %d bytes", self.path, self._rows, size)
@@ -191,9 +181,9 @@ class ShardWriter:
 
     def abort(self) -> None:
         """Throw the output away: nothing is left at the final path or the temporary one."""
-        if self._state != "open":
+        if self._done:
             return
-        self._state = "aborted"
+        self._done = True
         self._encoder.discard()
         with contextlib.suppress(FileNotFoundError):
             if self.fs.exists(self._tmp):

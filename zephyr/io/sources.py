@@ -36,6 +36,7 @@ reader cannot split, so it bounds the smallest memory budget that works (``zephy
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,8 +46,8 @@ from typing import Literal
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, SchemaError, require
-from zephyr.io import jsonl, parquet, paths, vortex, warc
-from zephyr.io.paths import Format, expand_paths, infer_compression, infer_format
+from zephyr.io import jsonl, parquet, vortex, warc
+from zephyr.io.paths import Format, infer_compression, input_files
 from zephyr.io.quarantine import QuarantineFn, require_text_column
 from zephyr.io.schema import SCHEMA_PEEK_BYTES, merge_schemas
 
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_BATCH_BYTES = 64 << 20
 DEFAULT_BUFFER_BYTES = 1 << 20
 """Parquet: each column chunk streams through a buffer of this size (tasks use ``Budget.read_buffer_bytes``)."""
-_FORMATS = tuple(paths.FORMAT_EXTENSIONS)
 
 
 @dataclass(frozen=True)
@@ -89,43 +89,16 @@ class Shard:
         return self.path
 
 
-def _check_format(fmt: str | None) -> None:
-    if fmt is not None and fmt not in _FORMATS:
-        raise ConfigError(
-            f"unknown format {fmt!r}; use one of {list(_FORMATS)} (or None to infer from extensions)"
-        )
-
-
-def _file_format(path: str, fmt: Format | None) -> Format:
-    inferred = infer_format(path)
-    if fmt is None:
-        if inferred is None:
-            raise ConfigError(
-                f"cannot infer the format of {path!r} from its extension; pass format= "
-                f"(one of {list(_FORMATS)}) or rename it (.parquet, .jsonl[.gz|.zst], .vortex)"
-            )
-        return inferred
-    if inferred is not None and inferred != fmt:
-        raise ConfigError(f"{path!r} has a {inferred} extension but format={fmt!r} was asked for")
-    codec = infer_compression(path)
-    if codec is not None and codec not in paths.CODEC_FORMATS.get(fmt, ()):
-        raise ConfigError(
-            f"{path!r}: compressed {fmt} files are not readable; only JSONL may be .gz/.zst, and WARC .gz"
-        )
-    return fmt
-
-
 def list_shards(
     paths: str | Sequence[str], format: Format | None = None, *, approx_shard_bytes: int | None = None
 ) -> list[Shard]:
-    """Resolve ``paths`` and split the files into shards (see the module docstring for the rules)."""
-    _check_format(format)
+    """Resolve ``paths`` (``zephyr.io.paths.input_files``: one format, the given one or the files') and split
+    the files into shards (see the module docstring for the rules)."""
     if approx_shard_bytes is not None and approx_shard_bytes <= 0:
         raise ConfigError(f"approx_shard_bytes must be > 0, got {approx_shard_bytes}")
-    files = expand_paths(paths, formats=[format] if format else None)
+    files, fmt = input_files(paths, format)
     shards: list[Shard] = []
     for path in files:
-        fmt = _file_format(path, format)
         pieces: list[dict] = [{}]
         if approx_shard_bytes is not None:
             if fmt == "parquet":
@@ -134,13 +107,13 @@ def list_shards(
                 pieces = [{"byte_range": r} for r in jsonl.split_byte_ranges(path, approx_shard_bytes)]
         for piece in pieces:
             shards.append(Shard(path=path, format=fmt, index=len(shards), **piece))
-    if any(shard.format == "vortex" for shard in shards):
-        require("vortex", "vortex", f"reading {next(s.path for s in shards if s.format == 'vortex')}")
+    if fmt == "vortex" and files:
+        require("vortex", "vortex", f"reading {files[0]}")
     logger.info(
-        "listed %d shards from %d files (format=%s, approx_shard_bytes=%s)",
+        "listed %d shards from %d %s files (approx_shard_bytes=%s)",
         len(shards),
         len(files),
-        format or "inferred",
+        fmt,
         approx_shard_bytes,
     )
     return shards
@@ -174,7 +147,6 @@ def read_shard(
         columns = list(columns)
         if len(set(columns)) != len(columns):
             raise ConfigError(f"columns has duplicates: {columns}")
-    _check_format(shard.format)
     readers = {
         "parquet": parquet.read_parquet_shard,
         "jsonl": jsonl.read_jsonl_shard,
@@ -208,15 +180,9 @@ def _peek_schema(shard: Shard, *, peek_bytes: int = SCHEMA_PEEK_BYTES) -> tuple[
             return shard.path, parquet.plain_schema(parquet_file.schema_arrow, shard.path)
     if shard.format == "warc":  # one fixed schema; peeking would parse records
         return shard.path, warc.WARC_SCHEMA
-    batches = iter(
-        read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
-    )
-    try:
+    batches = read_shard(shard, on_error="quarantine", quarantine=lambda table: None, batch_bytes=peek_bytes)
+    with contextlib.closing(batches):  # a generator: closes the file now
         first = next(batches, None)
-    finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()  # a generator: closes the file now
     return shard.path, None if first is None else first.schema
 
 

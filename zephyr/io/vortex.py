@@ -25,13 +25,14 @@ from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pyarrow as pa
+from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.errors import InputError
 from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
-from zephyr.io.paths import filesystem, is_local, open_input, quietly, remove_local
+from zephyr.io.paths import filesystem, is_local, open_input, remove_local
 from zephyr.io.quarantine import QuarantineFn
-from zephyr.io.schema import conform, normalize_view_types
+from zephyr.io.schema import normalize_view_types
 
 
 @contextlib.contextmanager
@@ -97,25 +98,32 @@ class VortexEncoder(BufferedEncoder):
     built locally: in a local temporary folder when ``path`` is on another filesystem, uploaded when finished."""
 
     def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
-        super().__init__(schema, row_group_bytes, row_group_rows, where)
-        self.fs, self.target = fs, path
+        self.target_fs, self.target = fs, path
         self.local_dir = None if is_local(fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
-        local_path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
-        self.path = local_path
+        self.path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
+        super().__init__(
+            LocalFileSystem(), f"{self.path}.spill.arrows", schema, row_group_bytes, row_group_rows, where
+        )
         self.checksum: dict | None = None
         """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
-        self.generation = 0
-        self.spill_path = f"{local_path}.spill.arrows"
         self.spill_file: IO[bytes] | None = None
         self.spill_writer: pa.ipc.RecordBatchStreamWriter | None = None
 
     def _spill(self) -> pa.ipc.RecordBatchStreamWriter:
         if self.spill_writer is None:
-            self.spill_file = open(self.spill_path, "wb")  # noqa: SIM115 - closed in _close_spill
+            self.spill_file = open(self.file, "wb")  # noqa: SIM115 - closed in close_file
             self.spill_writer = pa.ipc.new_stream(self.spill_file, self._fix_schema())
         return self.spill_writer
 
-    def _close_spill(self) -> None:
+    def emit(self, table: pa.Table) -> None:
+        self._spill().write_table(table)
+
+    def read_back(self, path: str) -> Iterator[pa.Table]:
+        with pa.OSFile(path, "rb") as source:
+            for batch in pa.ipc.open_stream(source):
+                yield pa.Table.from_batches([batch])
+
+    def close_file(self) -> None:
         if self.spill_writer is not None:
             self.spill_writer.close()
             self.spill_writer = None
@@ -123,40 +131,23 @@ class VortexEncoder(BufferedEncoder):
             self.spill_file.close()
             self.spill_file = None
 
-    def emit(self, table: pa.Table) -> None:
-        self._spill().write_table(table)
-
-    def rewrite(self) -> None:
-        self._close_spill()
-        old = self.spill_path
-        self.generation += 1
-        self.spill_path = f"{self.path}.spill-{self.generation}.arrows"
-        with pa.OSFile(old, "rb") as source:
-            for batch in pa.ipc.open_stream(source):
-                self.emit(pa.Table.from_batches([conform(batch, self.schema, where=self.where)]))
-        remove_local(old)
-
     def close_format(self) -> None:
         import vortex
 
         self._spill()
-        self._close_spill()
+        self.close_file()
         try:
-            with pa.OSFile(self.spill_path, "rb") as source:
+            with pa.OSFile(self.file, "rb") as source:
                 vortex.io.write(pa.ipc.open_stream(source), self.path)
         finally:
-            remove_local(self.spill_path)
+            remove_local(self.file)
         self.checksum = checksum_record(*file_checksum(self.path))
         if self.local_dir is not None:
-            self.fs.put_file(self.path, self.target)
+            self.target_fs.put_file(self.path, self.target)
             shutil.rmtree(self.local_dir, ignore_errors=True)
             self.path = self.target  # the finished file, as every encoder's ``path`` names it
 
     def discard(self) -> None:
-        quietly(self._close_spill, self.spill_path)
-        remove_local(f"{self.path}.spill.arrows")
-        for generation in range(1, self.generation + 1):
-            remove_local(f"{self.path}.spill-{generation}.arrows")
-        remove_local(self.path)
+        super().discard()  # the spill; ``ShardWriter.abort`` removes a local ``path``
         if self.local_dir is not None:
             shutil.rmtree(self.local_dir, ignore_errors=True)

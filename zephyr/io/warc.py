@@ -242,7 +242,7 @@ def read_warc_shard(
                     "aside and keep the rest of the file"
                 )
                 reason = f"warc record at byte {bad.offset}: {bad.reason}"
-                refuse_or_set_aside(quarantine, path, refusal, reason, line=bad.offset, raw=bad.raw)
+                refuse_or_set_aside(quarantine, path, refusal, [reason], [bad.offset], [bad.raw])
                 continue
             if row is None:
                 continue

@@ -1,5 +1,5 @@
-"""Publishing an output: the folder is swapped in whole, a claim manifest is written last, a crash between the
-swap and the manifest is recovered, and quarantine folders of other plans go."""
+"""Publishing an output: the parts are moved in, a claim manifest is written last, a crash between the
+moves and the manifest is recovered, and quarantine folders of other plans go."""
 
 from __future__ import annotations
 
@@ -9,18 +9,7 @@ import pytest
 
 from zephyr.errors import ClaimError
 from zephyr.io import claim, layout
-from zephyr.io.claim import exchange, prune_quarantine, publish_folder
-
-
-def test_exchange_swaps_two_folders_in_one_call(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    (tmp_path / "a" / "from-a").write_text("a")
-    (tmp_path / "b" / "from-b").write_text("b")
-    if not exchange(str(tmp_path / "a"), str(tmp_path / "b")):
-        pytest.skip("no renameat2(RENAME_EXCHANGE) here: publish falls back to two renames")
-    assert [p.name for p in (tmp_path / "a").iterdir()] == ["from-b"]
-    assert [p.name for p in (tmp_path / "b").iterdir()] == ["from-a"]
+from zephyr.io.claim import prune_quarantine, publish_folder
 
 
 def _built(tmp_path, out, names):
@@ -45,7 +34,7 @@ def test_publish_folder_replaces_the_content_whole_and_claims_it(tmp_path):
     assert claim.foreign_files(str(out)) == []
 
 
-def test_a_crash_between_swap_and_manifest_leaves_files_the_next_claim_accepts(tmp_path, monkeypatch):
+def test_a_crash_between_moves_and_manifest_leaves_files_the_next_claim_accepts(tmp_path, monkeypatch):
     out = tmp_path / "out"
     publish_folder(_built(tmp_path, out, ["a"]), str(out))
 
@@ -56,7 +45,7 @@ def test_a_crash_between_swap_and_manifest_leaves_files_the_next_claim_accepts(t
     with pytest.raises(OSError, match="killed before the manifest"):
         publish_folder(_built(tmp_path, out, ["b", "c"]), str(out))
     monkeypatch.undo()
-    assert sorted(p.name for p in out.iterdir()) == ["b", "c"]  # swapped in whole
+    assert sorted(p.name for p in out.iterdir()) == ["b", "c"]  # moved in, the old part deleted
     with claim.claimed(str(out)):  # not foreign: the pending manifest names them; the claim promotes it
         pass
     manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zephyr.errors import ConfigError
+from zephyr.errors import ConfigError, InputError
 from zephyr.io.sources import Shard, list_shards, read_shard
 
 
@@ -36,11 +36,11 @@ def test_one_shard_per_file_in_sorted_order(tmp_path):
 
 def test_format_inference_and_mismatch(tmp_path):
     (tmp_path / "a.parquet").write_bytes(b"")
-    (tmp_path / "weird.dat").write_bytes(b"")
     with pytest.raises(ConfigError, match="has a parquet extension"):
         list_shards(str(tmp_path / "a.parquet"), "jsonl")
-    with pytest.raises(ConfigError, match="cannot infer the format"):
-        list_shards(str(tmp_path / "weird.dat"))
+    (tmp_path / "weird.dat").write_bytes(b"id,text\n")
+    with pytest.raises(InputError, match="cannot tell its format from its name or its first bytes"):
+        list_shards(str(tmp_path / "weird.dat"))  # as every command lists its inputs (input_files)
     assert list_shards(str(tmp_path / "weird.dat"), "jsonl")[0].format == "jsonl"
     with pytest.raises(ConfigError, match="unknown format"):
         list_shards(str(tmp_path), "csv")
