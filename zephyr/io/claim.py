@@ -76,33 +76,43 @@ Contract of a folder written by ``Dataset.write_*`` (``zephyr.job.run_write``; l
 - its files are ``part-00000.<ext>``, ``part-00001.<ext>``, ... with no gap, in task (shard) order; a task that
   keeps no row writes no file, and the names close up over it. Nothing else is in it, so pyarrow, polars,
   duckdb (``OUT/**/*.parquet``) and HF ``datasets`` read it as exactly the written rows;
-- the content a finished run published stays readable until the new run publishes (a failed run never
-  touches it).
+- the content a finished run published stays readable until the new run has published in full (a failed run
+  never touches it).
 
-How. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``); parts of tasks
-resumed from a previous publish are named by their markers as ``OUT/part-k``. After the last task, ``publish``
-writes the pending manifest (``write_pending``), removes ``manifest.json``, moves each part to its final name
-in task order (``fs.mv``: a rename on a local disk, a copy on an object store, where an object appears complete
-or not at all; a name of the previous run is replaced whole), rewrites each task's marker with its published
-name and its recorded size and checksum under that name (a rerun with the same ``work_dir`` then finds its
-finished tasks and checks their bytes, ``zephyr.resume.check_files``), deletes the previous run's files not
-named again, writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the markers,
-``zephyr.io.checksum``: nothing is read back) and removes the staging folder. A crash before the first move
-leaves ``OUT`` as it was; during the moves a reader of ``OUT`` may see a mix of old and new parts (a crash
-there leaves the mix, which the pending manifest lists, until the next run publishes); a reader that needs a
-finished run reads ``manifest.json`` and the files it lists, and a marker still naming a staged file makes
-its task rerun.
+How, on a local disk. Tasks write ``OUT.zephyr/staging/part-<task index>.<ext>`` (``SinkOutput.staging``). After
+the last task, ``publish`` builds the complete new folder ``OUT.zephyr/staging/publish-<id>/``: staged parts
+are renamed into it, in task order, under their dense names; parts of tasks resumed from a previous publish
+(their markers name ``OUT/part-k``) are hard-linked (copied where links are refused). It writes the pending
+manifest (``write_pending``), removes ``manifest.json``, swaps the new folder with ``OUT`` in one
+``renameat2(2)`` call with ``RENAME_EXCHANGE`` (Linux 3.15+; elsewhere two renames, between which ``OUT`` is
+briefly missing), rewrites each task's marker with its published name and its recorded size and checksum under
+that name (a rerun with the same ``work_dir`` then finds its finished tasks and checks their bytes,
+``zephyr.resume.check_files``), writes ``OUT.zephyr/manifest.json`` (sizes and checksums taken from the markers,
+``zephyr.io.checksum``: nothing is read back) and removes the old folder. A crash before the swap leaves ``OUT``
+as it was; after it, ``OUT`` is the complete new content, and a marker still naming a staged file makes its task
+rerun.
+
+How, on an object store (no rename, no folder swap), or a local ``OUT`` on another filesystem than its sidecar
+(a mount or a link). The pending manifest is written and ``manifest.json`` removed, then each part is moved to
+its final name in task order (``fs.mv``: a copy on an object store, where an object appears complete or not at
+all; a name of the previous run is replaced whole), the markers rewritten, the previous run's files not named
+again deleted, ``manifest.json`` written and the staging folder removed. During the moves a reader of ``OUT``
+may see a mix of old and new parts (a crash there leaves the mix, which the pending manifest lists, until the
+next run publishes); a reader that needs a finished run reads ``manifest.json`` and the files it lists.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
 import os
 import posixpath
+import shutil
 import socket
 import threading
 import time
@@ -581,6 +591,8 @@ def _release(fs: Any, path: str, me: _Holder) -> None:
 
 # -- publishing ------------------------------------------------------------------------------------------------
 
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 _Plan = list[list[tuple[str, str]]]
 """Per task, the (source URL, published name) of each of its files."""
 
@@ -640,6 +652,13 @@ def _publish(
     directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
     fs, root = filesystem(directory)
+    staging = filesystem(layout.staging_dir(directory))[1]
+    if is_local(fs) and _same_device(staging, root):
+        return _publish_swapped(directory, plan, markers, marker_paths)
+    if is_local(fs):
+        log.warning(
+            "%s: its sidecar is on another filesystem; publishing part by part, not in one swap", root
+        )
     root = root.rstrip("/")
     prefix = directory.rstrip("/")
     write_pending(
@@ -668,6 +687,80 @@ def _publish(
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
     return published
+
+
+def _same_device(staging: str, root: str) -> bool:
+    """Whether the staging folder and the output ``root`` are on one filesystem (a rename between them works;
+    the output is a mount or a link to another disk when not)."""
+    os.makedirs(staging, exist_ok=True)
+    parent = os.path.dirname(os.path.realpath(root)) or "."
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    return os.stat(staging).st_dev == os.stat(parent).st_dev
+
+
+def _publish_swapped(
+    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
+) -> list[str]:
+    """A local output: the complete new content is built in the staging folder, then swapped with ``OUT``."""
+    staging = filesystem(layout.staging_dir(directory))[1]
+    root = os.path.realpath(filesystem(directory)[1])  # swap the folder a link names, not the link
+    new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
+    os.makedirs(new)  # even for no file: the empty folder is the new content
+    files = {}
+    try:
+        for pairs, marker in zip(plan, markers, strict=True):
+            for url, name in pairs:
+                source, target = filesystem(url)[1], os.path.join(new, name)
+                os.makedirs(os.path.dirname(target), exist_ok=True)  # a built folder may nest its files
+                if source.startswith(staging.rstrip("/") + "/"):
+                    os.replace(source, target)
+                else:  # a resumed task's part, published by an earlier run of this plan: it stays there
+                    try:
+                        os.link(source, target)
+                    except OSError:
+                        shutil.copy2(source, target)
+                files[name] = _record(url, marker, target)
+        write_pending(directory, files)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(filesystem(layout.manifest_path(directory))[1])
+        _swap(new, root)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)  # staged parts moved into it rerun; OUT is untouched
+        raise
+    published = _rewrite_markers(directory.rstrip("/"), plan, markers, marker_paths)
+    write_manifest(directory, files)
+    shutil.rmtree(staging, ignore_errors=True)  # the old content (now at ``new``), and any aborted attempt's
+    return published
+
+
+def exchange(a: str, b: str) -> bool:
+    """Swap the two existing paths ``a`` and ``b`` atomically (``renameat2(RENAME_EXCHANGE)``); False where
+    the system or the filesystem has no such call, so the caller falls back to two renames."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), b)
+
+
+def _swap(new: str, root: str) -> None:
+    """Make the complete folder ``new`` the content of ``root``; the old content ends up at ``new``."""
+    if not os.path.lexists(root):
+        os.makedirs(os.path.dirname(root) or ".", exist_ok=True)
+        os.rename(new, root)
+        os.makedirs(new)  # the caller removes the staging folder with whatever is at ``new``
+    elif not exchange(new, root):
+        aside = f"{new}-old"
+        os.rename(root, aside)  # from here until the next rename, ``root`` is missing (no exchange call here)
+        os.rename(new, root)
+        os.rename(aside, new)
 
 
 def check_side_dir(side: str, output: str, option: str) -> None:

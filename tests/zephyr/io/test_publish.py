@@ -1,23 +1,25 @@
-"""Publishing an output: the parts are moved in, a claim manifest is written last, a crash between the
-moves and the manifest is recovered, and quarantine folders of other plans go."""
+"""Publishing an output: a local folder is swapped in whole (a crash mid-publish leaves the old content), a
+claim manifest is written last, a crash between the swap and the manifest is recovered, and quarantine folders
+of other plans go."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from zephyr.errors import ClaimError
 from zephyr.io import claim, layout
-from zephyr.io.claim import prune_quarantine, publish_folder
+from zephyr.io.claim import exchange, prune_quarantine, publish_folder
 
 
-def _built(tmp_path, out, names):
+def _built(tmp_path, out, names, suffix=""):
     built = layout.side_path(str(out), "staging", "built")
     for name in names:
         path = tmp_path / built / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(name)
+        path.write_text(name + suffix)
     return built
 
 
@@ -34,7 +36,52 @@ def test_publish_folder_replaces_the_content_whole_and_claims_it(tmp_path):
     assert claim.foreign_files(str(out)) == []
 
 
-def test_a_crash_between_moves_and_manifest_leaves_files_the_next_claim_accepts(tmp_path, monkeypatch):
+def test_exchange_swaps_two_folders_in_one_call(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "from-a").write_text("a")
+    (tmp_path / "b" / "from-b").write_text("b")
+    if not exchange(str(tmp_path / "a"), str(tmp_path / "b")):
+        pytest.skip("no renameat2(RENAME_EXCHANGE) here: publish falls back to two renames")
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["from-b"]
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["from-a"]
+
+
+class Killed(Exception):
+    """The process dying in the middle of a publish."""
+
+
+@pytest.mark.parametrize("crash_at", [1, 2, 3])
+def test_a_crash_in_the_middle_of_a_local_publish_leaves_the_old_content_whole(
+    tmp_path, monkeypatch, crash_at
+):
+    """Readers of a local output never see a mix of two runs' parts: the new content is built beside it and
+    swapped in at once, so a publish that dies after any number of its moves leaves the old folder as it was."""
+    out = tmp_path / "out"
+    publish_folder(_built(tmp_path, out, ["a", "b", "c"]), str(out))
+    moves = []
+
+    def dying(real):
+        def move(src, dst, *args, **kwargs):
+            if "/staging/built/" in str(src):  # a part of the new run on its way
+                moves.append(dst)
+                if len(moves) == crash_at:
+                    raise Killed  # not an OSError, which shutil.move would answer with a copy
+            return real(src, dst, *args, **kwargs)
+
+        return move
+
+    monkeypatch.setattr(os, "replace", dying(os.replace))
+    monkeypatch.setattr(os, "rename", dying(os.rename))
+    with pytest.raises(Killed):
+        publish_folder(_built(tmp_path, out, ["a", "b", "c"], suffix=" of the new run"), str(out))
+    monkeypatch.undo()
+    assert {p.name: p.read_text() for p in out.iterdir()} == {"a": "a", "b": "b", "c": "c"}
+    with claim.claimed(str(out)):  # still the finished run's folder: nothing foreign
+        pass
+
+
+def test_a_crash_between_swap_and_manifest_leaves_files_the_next_claim_accepts(tmp_path, monkeypatch):
     out = tmp_path / "out"
     publish_folder(_built(tmp_path, out, ["a"]), str(out))
 
@@ -45,7 +92,7 @@ def test_a_crash_between_moves_and_manifest_leaves_files_the_next_claim_accepts(
     with pytest.raises(OSError, match="killed before the manifest"):
         publish_folder(_built(tmp_path, out, ["b", "c"]), str(out))
     monkeypatch.undo()
-    assert sorted(p.name for p in out.iterdir()) == ["b", "c"]  # moved in, the old part deleted
+    assert sorted(p.name for p in out.iterdir()) == ["b", "c"]  # swapped in whole
     with claim.claimed(str(out)):  # not foreign: the pending manifest names them; the claim promotes it
         pass
     manifest = json.loads((tmp_path / "out.zephyr" / "manifest.json").read_text())
