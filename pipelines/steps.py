@@ -51,7 +51,7 @@ from zephyr.pipelines.step import (
     StepOutcome,
     rows_record,
 )
-from zephyr.tokenize.config import TokenizeConfig
+from zephyr.tokenize.config import SHARD_KEYS, TokenizeConfig
 
 from zephyr.config import (
     FieldError,
@@ -839,7 +839,7 @@ class TokenizeStep(Step, type="tokenize"):
     tokenizer_train_bytes: str = "32MB"
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
-    shards: TokenizeConfig = embedded_field(TokenizeConfig)
+    shards: TokenizeConfig = embedded_field(TokenizeConfig, keys=SHARD_KEYS)
 
     def __post_init__(self) -> None:
         check_field_values(self)
@@ -900,8 +900,8 @@ class TokenizeStep(Step, type="tokenize"):
             "data": ds,
             "tokenizer": tokenizer,
             "output": output,
-            **columns,
             **dataclasses.asdict(self.shards),
+            **columns,
         }
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:

@@ -41,9 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -275,29 +272,6 @@ def _gather_remote(fs, path: str, group, starts, nbytes, positions, view: memory
         view[positions[i] : positions[i] + n] = blob
 
 
-@contextlib.contextmanager
-def shard_directory(output: str) -> Iterator[str]:
-    """Where a shard's files are written: ``output`` itself on local disk; for any other fsspec URL a local
-    temporary directory whose files are uploaded into ``output`` when the block ends (a shard is hashed, and
-    exported to Megatron, from local files; the manifest, written last by the driver, is what makes a set
-    complete, so a shard's files appearing one by one is never seen as a set)."""
-    import fsspec
-
-    from zephyr.io.paths import is_local
-
-    fs, root = fsspec.core.url_to_fs(output)
-    if is_local(fs):
-        yield root
-        return
-    staging = tempfile.mkdtemp(prefix="zephyr-shard-")
-    try:
-        yield staging
-        for name in sorted(os.listdir(staging)):
-            fs.put_file(os.path.join(staging, name), f"{root}/{name}")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 class PackPartition:
     """The ``map`` function of the pack job: one sorted partition of references → one shard.
 
@@ -420,15 +394,14 @@ class PackPartition:
             columns = ["num_tokens", "spill_file", "spill_offset"]
             if "source" in parquet.schema_arrow.names:
                 columns.append("source")
-            with shard_directory(self.output) as directory:
-                info, per_source = write_shard(
-                    directory,
-                    row["name"],
-                    self._batches(parquet, columns),
-                    dtype=np.dtype(self.dtype),
-                    num_tokens=total,
-                    megatron=self.megatron,
-                )
+            info, per_source = write_shard(
+                self.output,
+                row["name"],
+                self._batches(parquet, columns),
+                dtype=np.dtype(self.dtype),
+                num_tokens=total,
+                megatron=self.megatron,
+            )
         for url, record in checksum_records(self.output, [info]).items():
             record_side_file(url, record)
         return {

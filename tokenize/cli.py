@@ -3,8 +3,8 @@
 tokenizer.json``: a byte-level BPE for it.
 
 Both are ``zephyr.cli.Command``s: their flags come from dataclasses (``zephyr.flags``): the shared ``Inputs``
-and ``Output`` groups, ``TokenizeConfig`` (the shard settings, shared with the pipeline's tokenize step),
-``TokenizeColumns`` (the tokenizer and the columns read) and ``TokenizerTrain`` (``zephyr tokenizer train``).
+(with the tokenizer: ``TokenFiles``) and ``Output`` groups, ``TokenizeConfig`` (``write_token_shards``'
+settings, shared with the pipeline's tokenize step) and ``TokenizerTrain`` (``zephyr tokenizer train``).
 Heavy imports happen in the functions that run.
 """
 
@@ -21,33 +21,13 @@ from zephyr.cli import Command, Inputs, Output
 from zephyr.options import ExecutionOptions
 
 
-def _column(value: str) -> str | None:
-    return None if value.lower() == "none" else value
-
-
 @dataclass(frozen=True)
 class TokenFiles(Inputs):
-    """The files ``zephyr tokenize`` reads: Parquet or JSONL, told apart by their names."""
+    """The files ``zephyr tokenize`` reads: Parquet or JSONL, told apart by their names, and the tokenizer."""
 
     format: Literal["auto"] = field(default="auto", metadata={"flag": False})
-
-
-@dataclass(frozen=True)
-class TokenizeColumns:
-    """What ``zephyr tokenize`` reads besides the inputs: the tokenizer and the columns."""
-
     tokenizer: str = field(default="", metadata={"required": True, "reads": True})
     """Path of a HF tokenizer.json."""
-    text_column: str = "text"
-    """Column with the document text."""
-    id_column: str | None = field(default="auto", metadata={"parse": _column})
-    """Id column for the shuffle key: auto (id when present), none, or a column."""
-    source_column: str | None = field(default="auto", metadata={"parse": _column})
-    """Column counted in the manifest's source mix: auto (source when present), none, or a column."""
-    eos_token: str | None = None
-    """EOS token text when it cannot be detected."""
-    bos_token: str | None = None
-    """BOS token text (with --bos always)."""
 
 
 def _tokens(text: str) -> list[str]:
@@ -83,12 +63,12 @@ class SampleFiles(Inputs):
 
 
 def _writer_arguments(
-    inputs: Inputs, columns: TokenizeColumns, config: TokenizeConfig, execution: ExecutionOptions
+    inputs: TokenFiles, config: TokenizeConfig, execution: ExecutionOptions
 ) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments but the output: one mapping for the command and for ``zephyr
     explain tokenize`` (``zephyr.tokenize.writer.plan_text`` takes the same)."""
     return {
-        **dataclasses.asdict(columns),
+        "tokenizer": inputs.tokenizer,
         **dataclasses.asdict(config),
         "unify_schemas": inputs.unify_schemas,
         "schema": inputs.schema,
@@ -100,7 +80,6 @@ def _writer_arguments(
 def tokenize(
     inputs: TokenFiles,
     output: Output,
-    columns: TokenizeColumns,
     config: TokenizeConfig,
     execution: ExecutionOptions,
 ) -> Any:
@@ -111,7 +90,7 @@ def tokenize(
 
     from zephyr.summary import Summary
 
-    arguments = _writer_arguments(inputs, columns, config, execution)
+    arguments = _writer_arguments(inputs, config, execution)
     result = write_token_shards(inputs.inputs, output=output.output, overwrite=output.overwrite, **arguments)
     rows = result.stats.get("rows") or {}
     return Summary(
@@ -131,14 +110,12 @@ def tokenize(
     )
 
 
-def tokenize_plans(
-    inputs: TokenFiles, columns: TokenizeColumns, config: TokenizeConfig, execution: ExecutionOptions
-) -> Any:
+def tokenize_plans(inputs: TokenFiles, config: TokenizeConfig, execution: ExecutionOptions) -> Any:
     """The writer's jobs, printed with the options each runs with (the writer places them itself: in this
     process for a small input), so the plan is explained by the writer, not with the command line's options."""
     from zephyr.tokenize.writer import plan_text
 
-    text = plan_text(inputs.inputs, **_writer_arguments(inputs, columns, config, execution))
+    text = plan_text(inputs.inputs, **_writer_arguments(inputs, config, execution))
     return SimpleNamespace(explain=lambda **execution: text)
 
 
@@ -172,7 +149,7 @@ COMMANDS = [
     Command(
         "tokenize",
         tokenize,
-        {"inputs": TokenFiles, "output": Output, "columns": TokenizeColumns, "config": TokenizeConfig},
+        {"inputs": TokenFiles, "output": Output, "config": TokenizeConfig},
         plans=tokenize_plans,
     ),
     Command("tokenizer train", train, {"inputs": SampleFiles, "config": TokenizerTrain}),

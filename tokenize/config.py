@@ -1,6 +1,6 @@
-"""``TokenizeConfig``: how ``write_token_shards`` cuts, orders and encodes token shards — the settings that
-``zephyr tokenize`` (its flags, ``zephyr.flags``) and the pipeline's ``tokenize`` step (its keys, embedded)
-share, declared once.
+"""``TokenizeConfig``: what ``write_token_shards`` reads and how it cuts, orders and encodes token shards — the
+settings of ``write_token_shards`` (its keywords and their defaults), ``zephyr tokenize`` (its flags,
+``zephyr.flags``) and the pipeline's ``tokenize`` step (its shard keys, embedded), declared once.
 
 Standard library only (and ``zephyr.config``), so loading a pipeline config or building the CLI imports no
 tokenizer, numpy or pyarrow.
@@ -14,16 +14,31 @@ Its fields are ``write_token_shards`` keyword arguments (``dataclasses.asdict(co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from zephyr.config import FieldError, check_field_values, ranged_field
 from zephyr.errors import ConfigError
 
 
+def _column(value: str) -> str | None:
+    return None if value.lower() == "none" else value
+
+
 @dataclass(frozen=True)
 class TokenizeConfig:
-    """Token-shard settings of ``write_token_shards`` (see its module's docstring for each one's effect)."""
+    """The settings of ``write_token_shards`` (see its module's docstring for each one's effect)."""
+
+    text_column: str = "text"
+    """Column with the document text."""
+    id_column: str | None = field(default="auto", metadata={"parse": _column})
+    """Id column for the shuffle key: auto (id when present), none, or a column."""
+    source_column: str | None = field(default="auto", metadata={"parse": _column})
+    """Column counted in the manifest's source mix: auto (source when present), none, or a column."""
+    eos_token: str | None = None
+    """EOS token text when it cannot be detected."""
+    bos_token: str | None = None
+    """BOS token text (with --bos always)."""
 
     shard_bytes: str = "512MB"
     """Target bytes of tokens per shard (e.g. 512MB); the shard count is ceil(token bytes / shard_bytes)."""
@@ -46,3 +61,7 @@ class TokenizeConfig:
             parse_bytes(self.shard_bytes)
         except (ConfigError, ValueError) as exc:
             raise FieldError("shard_bytes", f"not a byte size ({exc}); e.g. 64MB") from None
+
+
+SHARD_KEYS = ("shard_bytes", "seed", "bos", "engine", "batch_rows", "megatron")
+"""The shard settings: a pipeline's ``tokenize`` step embeds these (it reads the pipeline's columns)."""

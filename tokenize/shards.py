@@ -224,12 +224,14 @@ MEGATRON_DTYPE_CODES = {"uint16": 8, "int32": 4}
 
 @contextlib.contextmanager
 def _shard_file(directory: str, name: str, files: dict[str, ShardFile], key: str) -> Iterator[Any]:
-    """A shard file written under a temporary name and hashed as it is written (never read back): renamed to
-    ``directory/name`` and recorded as ``files[key]`` when the block ends without an error, else removed."""
+    """A shard file (``directory`` is a path or any fsspec URL) written under a temporary name and hashed as it
+    is written (never read back): renamed to ``directory/name`` and recorded as ``files[key]`` when the block
+    ends without an error, else removed (``zephyr.io.paths.atomic_write``)."""
     from zephyr.io.checksum import Checksummed
-    from zephyr.io.paths import atomic_output
+    from zephyr.io.paths import atomic_write
 
-    with atomic_output(os.path.join(directory, name)) as tmp, Checksummed(open(tmp, "wb"), "sha256") as out:  # noqa: SIM115
+    with atomic_write(join_path(directory, name)) as handle:
+        out = Checksummed(handle, "sha256")
         yield out
     files[key] = ShardFile(name, out.hexdigest(), out.size)
 
@@ -261,19 +263,25 @@ def write_shard(
     num_tokens: int,
     megatron: bool = False,
 ) -> tuple[ShardInfo, dict[str, dict[str, int]]]:
-    """Write ``name.tokens.npy`` + ``name.offsets.npy`` (+ Megatron files) from batches of tokenized docs.
+    """Write ``name.tokens.npy`` + ``name.offsets.npy`` (+ Megatron files) from batches of tokenized docs into
+    ``directory`` (a path or any fsspec URL).
 
     ``batches`` yields Arrow record batches/tables with a ``tokens`` binary column (and optionally
-    ``source``); ``num_tokens`` is their total token count (the ``.npy`` header is written first).
-    Returns the shard's manifest entry and its per-source ``{"documents", "tokens"}`` counts.
+    ``source``); ``num_tokens`` is their total token count (the ``.npy`` header is written first). The
+    Megatron ``.bin`` is written in the same pass: its bytes are the tokens' (uint32 ids below 2**31 are the
+    same bytes as int32). Returns the shard's manifest entry and its per-source ``{"documents", "tokens"}``
+    counts.
     """
     dtype = np.dtype(dtype).newbyteorder("<")
-    os.makedirs(directory, exist_ok=True)
     files: dict[str, ShardFile] = {}
     lengths: list[np.ndarray] = []
     per_source: dict[str, dict[str, int]] = {}
     position = 0
-    with _shard_file(directory, f"{name}.tokens.npy", files, "tokens") as tokens:
+    with contextlib.ExitStack() as stack:
+        tokens = stack.enter_context(_shard_file(directory, f"{name}.tokens.npy", files, "tokens"))
+        outs = [tokens]
+        if megatron:
+            outs.append(stack.enter_context(_shard_file(directory, f"{name}.bin", files, "megatron_bin")))
         header = {
             "descr": np.lib.format.dtype_to_descr(dtype),
             "fortran_order": False,
@@ -285,7 +293,8 @@ def write_shard(
             count = len(raw) // dtype.itemsize
             if position + count > num_tokens:
                 raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")
-            tokens.write(raw)
+            for out in outs:
+                out.write(raw)
             position += count
             doc_tokens = nbytes // dtype.itemsize
             lengths.append(doc_tokens)
@@ -298,42 +307,28 @@ def write_shard(
                     entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
                     entry["documents"] += int(d)
                     entry["tokens"] += int(t)
-        if position != num_tokens:  # raised inside the block: the temporary file is removed
+        if position != num_tokens:  # raised inside the block: the temporary files are removed
             raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
-    doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        if megatron and len(doc_lengths) and doc_lengths.max() > np.iinfo(np.int32).max:
+            raise ValueError(
+                f"shard {name}: a document longer than 2**31-1 tokens cannot be exported to Megatron"
+            )
     offsets = np.zeros(len(doc_lengths) + 1, dtype=np.int64)
     np.cumsum(doc_lengths, out=offsets[1:])
     with _shard_file(directory, f"{name}.offsets.npy", files, "offsets") as out:
         np.lib.format.write_array(out, offsets)
     if megatron:
-        write_megatron(directory, name, files, offsets, dtype)
+        with _shard_file(directory, f"{name}.idx", files, "megatron_idx") as out:
+            out.write(MEGATRON_MAGIC)
+            code = MEGATRON_DTYPE_CODES["int32" if dtype.itemsize == 4 else dtype.name]
+            out.write(struct.pack("<QBQQ", 1, code, len(doc_lengths), len(doc_lengths) + 1))
+            out.write(doc_lengths.astype("<i4").tobytes())
+            out.write((offsets[:-1] * dtype.itemsize).astype("<i8").tobytes())
+            out.write(np.arange(len(doc_lengths) + 1, dtype="<i8").tobytes())
+    order = ("tokens", "offsets", "megatron_bin", "megatron_idx")  # the manifest's order of a shard's files
+    files = {key: files[key] for key in order if key in files}
     return ShardInfo(name, int(num_tokens), len(doc_lengths), files), per_source
-
-
-def write_megatron(
-    directory: str, name: str, files: dict[str, ShardFile], offsets: np.ndarray, dtype: np.dtype
-) -> None:
-    """Write ``name.bin``/``name.idx`` readable by Megatron-LM's ``IndexedDataset`` (layout in the module doc)
-    from the shard's tokens file, and record them in ``files``."""
-    tokens = np.load(os.path.join(directory, files["tokens"].path), mmap_mode="r")
-    out_dtype = np.dtype("<i4") if dtype.itemsize == 4 else dtype
-    lengths = np.diff(offsets)
-    if len(lengths) and lengths.max() > np.iinfo(np.int32).max:
-        raise ValueError(
-            f"shard {name}: a document longer than 2**31-1 tokens cannot be exported to Megatron"
-        )
-    chunk = 1 << 24
-    with _shard_file(directory, f"{name}.bin", files, "megatron_bin") as out:
-        for start in range(0, len(tokens), chunk):
-            out.write(np.ascontiguousarray(tokens[start : start + chunk], dtype=out_dtype).tobytes())
-    with _shard_file(directory, f"{name}.idx", files, "megatron_idx") as out:
-        out.write(MEGATRON_MAGIC)
-        out.write(
-            struct.pack("<QBQQ", 1, MEGATRON_DTYPE_CODES[out_dtype.name], len(lengths), len(lengths) + 1)
-        )
-        out.write(lengths.astype("<i4").tobytes())
-        out.write((offsets[:-1] * out_dtype.itemsize).astype("<i8").tobytes())
-        out.write(np.arange(len(lengths) + 1, dtype="<i8").tobytes())
 
 
 def write_manifest(directory: str, shards: list[ShardInfo], *, meta: dict[str, Any]) -> dict[str, Any]:

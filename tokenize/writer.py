@@ -38,7 +38,8 @@ at once on one machine (the worker pool's size; each task encodes on every core)
 this process (the engine's small-job rule, or a local pool of at most ``DRIVER_MAX_WORKERS``
 workers). Outputs never depend on it: shard bytes are a function of the data, the seed and the shard size only.
 
-Arguments of ``write_token_shards``::
+Arguments of ``write_token_shards`` (the settings from ``text_column`` to ``megatron`` are
+``zephyr.tokenize.config.TokenizeConfig``'s fields, with its defaults; ``shard_bytes`` may be an int)::
 
     data: a ``zephyr.Dataset``, or Parquet/JSONL paths (files, directories, globs, fsspec URLs).
     tokenizer: path of a ``tokenizer.json`` (or a ``TextTokenizer``).
@@ -78,6 +79,8 @@ has counted the tokens: the sort and the pack are planned with one shard and the
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -87,7 +90,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from zephyr.tokenize._encode import TokenizeBatch
-from zephyr.tokenize._pack import PackPartition, shard_directory, string_array
+from zephyr.tokenize._pack import PackPartition, string_array
+from zephyr.tokenize.config import TokenizeConfig
 from zephyr.tokenize.shards import ShardInfo, token_dtype, write_manifest, write_shard
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
@@ -148,28 +152,62 @@ def write_token_shards(
     *,
     tokenizer: str | TextTokenizer,
     output: str,
-    text_column: str = "text",
-    id_column: str | None = "auto",
-    source_column: str | None = "auto",
-    shard_bytes: int | str = "512MB",
-    seed: int = 0,
-    bos: BosPolicy = "never",
-    engine: EngineChoice = "auto",
-    eos_token: str | None = None,
-    bos_token: str | None = None,
-    batch_rows: int = 1024,
-    megatron: bool = False,
     unify_schemas: bool = False,
     schema: Any = None,
     on_error: str = "raise",
     overwrite: bool = False,
-    **execution: Any,
+    **settings: Any,
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.shards``)
     and return what was written. ``data`` is a ``zephyr.Dataset`` or Parquet/JSONL paths; the same seed and
-    inputs give byte-identical shards. Every argument is described in this module's docstring ("Arguments").
+    inputs give byte-identical shards. ``settings``: ``TokenizeConfig``'s fields (``text_column``, ``seed``,
+    ``shard_bytes``..., its defaults where not given) and the engine's execution options. Every argument is
+    described in this module's docstring ("Arguments").
     """
-    arguments = dict(locals())  # the arguments as given: ``_jobs`` reads them, as ``plans`` does
+    return _write(_arguments(locals()), explain=False)
+
+
+def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dataset | None]]:
+    """The engine jobs ``write_token_shards(data, tokenizer=..., **arguments)`` runs (path inputs; ``output``
+    optional), in order, each built by the code the writer runs, with the rules between them (``None``: a
+    rule). Nothing runs (see the module docstring)."""
+    return _write(_bound(data, tokenizer, arguments), explain=True)[0]
+
+
+def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
+    """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
+    (``zephyr.physical.explain_jobs``) with the options the writer runs them with, and the budget's shares."""
+    from zephyr.budget import Budget
+    from zephyr.physical import explain_jobs
+
+    planned, pool, options = _write(_bound(data, tokenizer, arguments), explain=True)
+    budget = Budget(options.memory_budget_bytes)
+    return explain_jobs("zephyr tokenize", planned, budget, pool, then="the rules")
+
+
+def _bound(data: Any, tokenizer: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """``write_token_shards``' arguments, defaults applied (``output`` defaults to ``OUTPUT``)."""
+    import inspect
+
+    given = inspect.signature(write_token_shards).bind(
+        data, tokenizer=tokenizer, **{"output": "OUTPUT", **arguments}
+    )
+    given.apply_defaults()
+    return _arguments(given.arguments)
+
+
+def _arguments(given: dict[str, Any]) -> dict[str, Any]:
+    """``write_token_shards``' arguments with ``TokenizeConfig``'s fields taken out of its ``settings`` (the
+    config's defaults where not given); the other settings are the ``execution`` options."""
+    settings = dict(given["settings"])
+    config = {f.name: settings.pop(f.name, f.default) for f in dataclasses.fields(TokenizeConfig)}
+    return {**given, **config, "execution": settings}
+
+
+def _write(a: dict[str, Any], *, explain: bool) -> Any:
+    """``write_token_shards`` with its arguments ``a``. ``explain``: build the same jobs, then return them unrun
+    (``_explained``: the jobs, the execution options of its jobs, the ``ExecutionOptions``) before anything is
+    claimed, started or written."""
     import zephyr
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
@@ -177,48 +215,68 @@ def write_token_shards(
     from zephyr.io.claim import publish_folder
     from zephyr.io.layout import remove_folder
 
-    shard_bytes = checked_shard_bytes(shard_bytes, batch_rows)
-    output = absolute(output)  # pack tasks write it, maybe on workers in another working directory
-    options = zephyr.ExecutionOptions.from_kwargs(**execution)
+    data, batch_rows = a["data"], a["batch_rows"]
+    shard_bytes = checked_shard_bytes(a["shard_bytes"], batch_rows)
+    # pack tasks write the output, maybe on workers in another working directory
+    output = a["output"] if explain else absolute(a["output"])
+    options = zephyr.ExecutionOptions.from_kwargs(**a["execution"])
     inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
-    tokenizer_path = [str(tokenizer)] if isinstance(tokenizer, str | os.PathLike) else []
-    claimed = claim.claimed(
-        output, inputs=[*inputs, *tokenizer_path], overwrite=overwrite, work_dir=options.work_dir
-    )
+    tokenizer_path = [str(a["tokenizer"])] if isinstance(a["tokenizer"], str | os.PathLike) else []
+    claimed = contextlib.nullcontext()
+    if not explain:
+        given = [*inputs, *tokenizer_path]
+        claimed = claim.claimed(output, inputs=given, overwrite=a["overwrite"], work_dir=options.work_dir)
     with claimed:
-        building = layout.side_path(output, "staging", "shards")
-        tokenizer_args = (tokenizer, bos, engine, eos_token, bos_token)
+        # the packer writes the set where it is built, published whole at the end
+        building = output if explain else layout.side_path(output, "staging", "shards")
+        tokenizer_args = (a["tokenizer"], a["bos"], a["engine"], a["eos_token"], a["bos_token"])
         # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
         encodes_here = options.executor == "inprocess" or driver_encodes(options)
-        tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here else None
+        tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here and not explain else None
         if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize job itself
-            check_text_paths(data, text_column)
-        placed = place_writer(data, options, execution)
+            check_text_paths(data, a["text_column"])
+        placed = place_writer(data, options, a["execution"])
         # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
         # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
-        with reuse_workers(placed.pool) as execution, job_stats.recording() as engine_jobs:
-            tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver)  # in the driver: a small job
-            scratch = _scratch_dir(output, execution.get("work_dir"))
-            # the packer writes the set where it is built, published whole at the end
-            jobs = _jobs(data, tok, placed, options, building, scratch, arguments)
+        pool = contextlib.nullcontext(placed.pool) if explain else reuse_workers(placed.pool)
+        with pool as execution, job_stats.recording() as engine_jobs:
+            # in the driver: a small job
+            tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver and not explain)
+            scratch = _scratch_dir(output, None if explain else execution.get("work_dir"))
+            id_column, source_column = read_columns(data, a["id_column"], a["source_column"])
+            names = {"text_column": a["text_column"], "id_column": id_column, "source_column": source_column}
+            schema = {"unify_schemas": a["unify_schemas"], "schema": a["schema"]}
+            dataset = writer_input(data, list(names.values()), placed, a["on_error"], **schema)
+            spill_dir = f"{scratch}/spill"
+            batch_fn = TokenizeBatch(tok, **names, seed=a["seed"], spill_dir=spill_dir)
+            dtype = token_dtype(tok.vocab_size)
+            threads = pack_threads(placed, options)
+            ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
+            packer = PackPartition(
+                building, dtype.name, a["megatron"], spill_dir, batch_rows, **ids, threads=threads
+            )
+            tokenize_job = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")  # job 1
+            if explain:
+                jobs = _explained(tokenize_job, packer, placed, shard_bytes, a["megatron"], output, scratch)
+                return jobs, placed.pool, options
             _replace_set(building)
-            if engine != "auto":
+            if a["engine"] != "auto":
                 _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
             try:
-                refs = jobs.refs.write_parquet(f"{scratch}/refs", **execution)
-                packed = _shuffle_and_pack(refs, jobs.packer, shard_bytes, scratch, execution)
+                refs = tokenize_job.write_parquet(f"{scratch}/refs", **execution)
+                packed = _shuffle_and_pack(refs, packer, shard_bytes, scratch, execution)
                 shards, per_source, stats = packed
-                sources = {"inputs": inputs, "text_column": text_column, "id_column": jobs.id_column}
-                sources.update(source_column=jobs.source_column, per_source=per_source)
+                sources = {"inputs": inputs, "text_column": a["text_column"], "id_column": id_column}
+                sources.update(source_column=source_column, per_source=per_source)
                 engine = {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)}
                 meta = {  # the manifest's fields besides the shard list (zephyr.tokenize.shards)
-                    "dtype": jobs.dtype.name,
+                    "dtype": dtype.name,
                     "vocab_size": tok.vocab_size,
                     "eos_id": tok.eos_id,
                     "bos_id": tok.bos_id,
                     "bos_policy": tok.bos_policy,
                     "tokenizer": engine,
-                    "seed": seed,
+                    "seed": a["seed"],
                     "shard_size_bytes": shard_bytes,  # the manifest's key for shard_bytes (format version 1)
                     "sources": sources,
                 }
@@ -266,50 +324,23 @@ def _keep_only_the_set(directory: str, manifest: dict[str, Any]) -> None:
             fs.rm(entry)
 
 
-def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dataset | None]]:
-    """The engine jobs ``write_token_shards(data, tokenizer=..., **arguments)`` runs (path inputs; ``output``
-    optional), in order, each built by the code the writer runs, with the rules between them (``None``: a
-    rule). Nothing runs (see the module docstring)."""
-    return _plans(data, tokenizer, arguments)[0]
-
-
-def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
-    """What ``zephyr explain tokenize`` prints: ``plans`` through the multi-job printer
-    (``zephyr.physical.explain_jobs``) with the options the writer runs them with, and the budget's shares."""
-    from zephyr.budget import Budget
-    from zephyr.physical import explain_jobs
-
-    planned, pool, options = _plans(data, tokenizer, arguments)
-    budget = Budget(options.memory_budget_bytes)
-    return explain_jobs("zephyr tokenize", planned, budget, pool, then="the rules")
-
-
-def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, dict[str, Any], Any]:
-    """(``plans``, the execution options of its jobs, the ``ExecutionOptions``)."""
-    import inspect
-
-    from zephyr.options import ExecutionOptions
-
-    given = inspect.signature(write_token_shards).bind(
-        data, tokenizer=tokenizer, **{"output": "OUTPUT", **arguments}
-    )
-    given.apply_defaults()
-    a = given.arguments
-    output, batch_rows, megatron = a["output"], a["batch_rows"], a["megatron"]
-    shard_bytes = checked_shard_bytes(a["shard_bytes"], batch_rows)
-    options = ExecutionOptions.from_kwargs(**a["execution"])  # what is left: the execution options
-    check_text_paths(data, a["text_column"])
-    placed = place_writer(data, options, a["execution"])
-    tok = text_tokenizer(tokenizer, a["bos"], a["engine"], a["eos_token"], a["bos_token"])
-    scratch = f"{output}.zephyr/work"  # as ``_scratch_dir`` names it without a work_dir
-    jobs = _jobs(data, tok, placed, options, output, scratch, a)
-    dtype, threads = jobs.dtype, jobs.packer.threads
+def _explained(
+    tokenize_job: Dataset,
+    packer: PackPartition,
+    placed: WriterPlacement,
+    shard_bytes: int,
+    megatron: bool,
+    output: str,
+    scratch: str,
+) -> list[tuple[str, Dataset | None]]:
+    """``plans``: the jobs the writer built (the sort and the pack planned with one shard) and the rules."""
+    dtype, threads, batch_rows = np.dtype(packer.dtype), packer.threads, packer.batch_rows
     tasks = f"one task packing {threads} shards at a time on threads (pack_threads)"  # else one a shard
-    jobs_and_rules = [
+    return [
         (
             f"job 1: tokenize, {batch_rows:,} documents a batch (batch_rows: bounds a task's memory); token ids "
             "to spill files, one reference row a document to Parquet",
-            jobs.refs,
+            tokenize_job,
         ),
         (placed.reason, None),
         (  # the shard count's rule (``_shuffle_and_pack``)
@@ -322,59 +353,15 @@ def _plans(data: Any, tokenizer: str, arguments: dict[str, Any]) -> tuple[list, 
             "job 2: the global shuffle: the references sorted by their shuffle key (a seeded hash of each "
             "document) into P partitions, one a shard, cut into P even ranges of the key (no sampling: the same "
             "shards from any input split; the sort reads job 1's reference files)",
-            reference_sort(jobs.refs, 1),
+            reference_sort(tokenize_job, 1),
         ),
         (
             f"job 3: pack, {tasks if threads > 1 else 'one task a shard'}, {batch_rows:,} references a read, "
             f"tokens gathered from the spill files → {output}/shard-*.tokens.npy"
             + (" + Megatron .bin/.idx" if megatron else ""),
-            pack_job([f"{scratch}/sorted/part-00000.parquet"], jobs.packer),
+            pack_job([f"{scratch}/sorted/part-00000.parquet"], packer),
         ),
     ]
-    return jobs_and_rules, placed.pool, options
-
-
-@dataclass(frozen=True)
-class _Jobs:
-    """What ``write_token_shards`` runs and ``plans`` prints, built by the same code (``_jobs``)."""
-
-    refs: Dataset
-    """Job 1, unrun: the tokenize job's reference rows."""
-    packer: PackPartition
-    """Job 3's function: a sorted partition of references → a shard."""
-    dtype: np.dtype
-    """The shards' token dtype."""
-    id_column: str | None
-    source_column: str | None
-    """The id and source columns read (``"auto"`` resolved)."""
-
-
-def _jobs(
-    data: Any,
-    tok: TextTokenizer,
-    placed: WriterPlacement,
-    options: Any,
-    output: str,
-    scratch: str,
-    arguments: dict[str, Any],
-) -> _Jobs:
-    """The tokenize job over ``data`` (spilling to ``scratch``) and the packer writing ``output``, with the
-    other settings from ``write_token_shards``' ``arguments``."""
-    a = arguments
-    text_column, batch_rows = a["text_column"], a["batch_rows"]
-    id_column, source_column = read_columns(data, a["id_column"], a["source_column"])
-    schema = {"unify_schemas": a["unify_schemas"], "schema": a["schema"]}
-    columns = [text_column, id_column, source_column]
-    dataset = writer_input(data, columns, placed, a["on_error"], **schema)
-    spill_dir = f"{scratch}/spill"
-    names = {"text_column": text_column, "id_column": id_column, "source_column": source_column}
-    batch_fn = TokenizeBatch(tok, **names, seed=a["seed"], spill_dir=spill_dir)
-    dtype = token_dtype(tok.vocab_size)
-    threads = pack_threads(placed, options)
-    ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
-    packer = PackPartition(output, dtype.name, a["megatron"], spill_dir, batch_rows, **ids, threads=threads)
-    refs = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")  # job 1
-    return _Jobs(refs, packer, dtype, id_column, source_column)
 
 
 def read_columns(
@@ -658,10 +645,9 @@ def _shuffle_and_pack(
         num_shards,
     )
     if not refs.files:  # no document (empty inputs, or only null texts): a valid set of one empty shard
-        with shard_directory(packer.output) as directory:
-            info, per_source = write_shard(
-                directory, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=packer.megatron
-            )
+        info, per_source = write_shard(
+            packer.output, "shard-00000", [], dtype=dtype, num_tokens=0, megatron=packer.megatron
+        )
         return [info], per_source, dict(refs.stats)
     refs_read = zephyr.read_parquet(sorted(refs.files))
     written = reference_sort(refs_read, num_shards).write_parquet(f"{scratch}/sorted", **execution)
