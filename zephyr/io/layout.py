@@ -9,7 +9,7 @@ is ``s3://b/x/out.zephyr``)::
                               wrote OUT" (``zephyr.io.claim``): each file with its size and checksum, the
                               command, the time
         lock.json             held for the whole run: host, pid, start time, command (``zephyr.io.claim``)
-        staging/              parts being written; moved into OUT when every task is done
+        staging/              parts being written; published by swapping in the complete new folder
                               (``zephyr.io.claim``)
         stats.json            the command's statistics
         quarantine/           rows set aside (bad input; ``zephyr filter``'s quarantined rows)
