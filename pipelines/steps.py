@@ -645,21 +645,17 @@ class QualityStep(Step, type="quality"):
         )
         return [*trained, *super().plans(ctx)]
 
-    def score(self, ds: Dataset, text_column: str, model: str | Path, op: Callable[[str], str]) -> Dataset:
-        """``ds`` with every row's score in ``output_column`` (``QualityScorer``), the op named
-        ``op("score")``: what the step and ``zephyr quality score`` run."""
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.classifier import QualityScorer
 
         column = self.output_column or "quality_score"
-        scorer = QualityScorer(str(model), self.classifier, text_column, self.replace_columns, column)
-        return ds.map_batches(scorer, name=op("score"))
-
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-
-        verdict = MinScoreFilter(self.output_column or "quality_score", self.min_score)
+        verdict = MinScoreFilter(column, self.min_score)
+        model, text = str(self._model(ctx)), ctx.pipeline.text_column
+        scorer = QualityScorer(model, self.classifier, text, self.replace_columns, column)
         ds = (
-            self.score(ctx.read_inputs(), ctx.pipeline.text_column, self._model(ctx), ctx.op)
+            ctx.read_inputs()
+            .map_batches(scorer, name=ctx.op("score"))
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
@@ -712,17 +708,11 @@ def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
     folder may be writable by others; a model is a file a native parser reads)."""
     from zephyr import resume
 
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-        return False
-    problem = resume.check_files({str(model): {k: v for k, v in recorded.items() if k != "fingerprint"}})
-    if problem is not None:
+    recorded = resume.read_marker(stamp, fingerprint)
+    problem = "no stamp" if recorded is None else resume.check_files({str(model): recorded})
+    if recorded is not None and problem is not None:
         log.warning("quality: not reusing the classifier: %s", problem)
-        return False
-    return True
+    return problem is None
 
 
 @dataclass(frozen=True)
@@ -1123,17 +1113,9 @@ class TrainStep(Step, type="train"):
 
 
 def read_train_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The trainer's JSONL records, one per step; a resumed run's repeated steps keep their last record."""
-    by_step: dict[int, dict[str, Any]] = {}
+    """The trainer's JSONL records, one per step (a resumed run's log is trimmed to the steps its checkpoint
+    holds before it goes on: ``zephyr.trainer.metrics.trim_log``)."""
     try:
-        lines = Path(path).read_text().splitlines()
+        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     except FileNotFoundError:
         return []
-    for line in lines:
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line torn by a kill mid-write
-            by_step[int(record["step"])] = record
-    return [by_step[s] for s in sorted(by_step)]
