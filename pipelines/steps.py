@@ -323,7 +323,6 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return rows.map_batches(examples, name=ctx.op("examples")), routing
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.io.parquet import parquet_rows
         from zephyr.removal import write_routed
 
         rows, routing = self._routing(ctx)
@@ -334,11 +333,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         # no row came through job 1 (the previous step kept none): its filter op accounts the empty step
         kept, op = (routed.kept, "route_kept") if routed.kept else (routed.verdict, ctx.op("filter"))
         outcome = StepOutcome(sorted(kept.files), kept.checksums, kept.stats, (f"map_batches({op})",))
-        if self.keep_dropped:  # a quality step may train on them (train_from)
-            dropped = routed.sides.get("dropped")
-            files = sorted(dropped.files) if dropped else []
-            outcome.extra.update(dropped_files=files, dropped_rows=parquet_rows(files))
-            outcome.checksums.update(dropped.checksums if dropped else {})
+        # keep_dropped: the dropped rows' files, which a quality step may train on (train_from)
+        if (dropped := routed.sides.get("dropped")) is not None:
+            outcome.extra["dropped_files"] = sorted(dropped.files)
+            outcome.checksums.update(dropped.checksums)
         return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
