@@ -729,23 +729,18 @@ class MapStep(Step, type="map"):
 
     def __post_init__(self) -> None:
         check_field_values(self)
-        module_name, _ = self._parts()
-        missing = find_module(module_name)
-        if missing is not None:
-            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
-
-    def _parts(self) -> tuple[str, str]:
         module_name, sep, attr = self.function.partition(":")
         dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
         if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
             raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
-        return module_name, attr
+        missing = find_module(module_name)
+        if missing is not None:
+            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
 
     def load(self) -> Any:
         """The callable named by ``function``: imports its module (runs its code)."""
         import pkgutil
 
-        self._parts()
         try:
             target = pkgutil.resolve_name(self.function)
         except (ImportError, AttributeError) as exc:
