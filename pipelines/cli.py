@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep, QualityStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -421,15 +421,14 @@ class ScoreOptions:
 
 
 def _scored(inputs: TextInputs, config: ScoreOptions, **_: Any) -> Dataset:
-    from zephyr.pipelines.quality.classifier import bucket_column
+    """The rows with their scores (``QualityScorer``, as the ``quality`` step scores them)."""
+    from zephyr.pipelines.quality.classifier import QualityScorer, bucket_column
 
     require("fasttext", "quality", "zephyr quality score")
     score, replace = config.output_column, config.replace_columns
-    step = QualityStep(
-        config.model, classifier=config.classifier, replace_columns=replace, output_column=score
-    )
     ds = inputs.read_text((score, bucket_column(score)), replace)
-    return step.score(ds, inputs.text_column, config.model, lambda _: "quality_score")
+    scorer = QualityScorer(config.model, config.classifier, inputs.text_column, replace, score)
+    return ds.map_batches(scorer, name="quality_score")
 
 
 def quality_score(

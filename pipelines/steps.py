@@ -54,6 +54,7 @@ from zephyr.pipelines.step import (
 from zephyr.tokenize.config import SHARD_KEYS, TokenizeConfig
 
 from zephyr.config import (
+    ConfigProblems,
     FieldError,
     build_flat,
     check_field_values,
@@ -322,7 +323,6 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         return rows.map_batches(examples, name=ctx.op("examples")), routing
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        from zephyr.io.parquet import parquet_rows
         from zephyr.removal import write_routed
 
         rows, routing = self._routing(ctx)
@@ -333,11 +333,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         # no row came through job 1 (the previous step kept none): its filter op accounts the empty step
         kept, op = (routed.kept, "route_kept") if routed.kept else (routed.verdict, ctx.op("filter"))
         outcome = StepOutcome(sorted(kept.files), kept.checksums, kept.stats, (f"map_batches({op})",))
-        if self.keep_dropped:  # a quality step may train on them (train_from)
-            dropped = routed.sides.get("dropped")
-            files = sorted(dropped.files) if dropped else []
-            outcome.extra.update(dropped_files=files, dropped_rows=parquet_rows(files))
-            outcome.checksums.update(dropped.checksums if dropped else {})
+        # keep_dropped: the dropped rows' files, which a quality step may train on (train_from)
+        if (dropped := routed.sides.get("dropped")) is not None:
+            outcome.extra["dropped_files"] = sorted(dropped.files)
+            outcome.checksums.update(dropped.checksums)
         return outcome
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
@@ -557,7 +556,8 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
 class QualityStep(Step, type="quality"):
     """fastText quality classifier: score every row (``quality_score``) and drop rows below ``min_score``.
 
-    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from. The fastText
+    Exactly one of ``model`` or ``train_from`` says where the classifier comes from (a classifier of labelled
+    Parquet is trained by ``zephyr quality train``, then given as ``model``). The fastText
     keys (``positive_label``, ``negative_label``, ``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``seed``...) are
     ``ClassifierConfig``'s, as ``zephyr quality train`` takes them, written flat beside ``model:``."""
 
@@ -565,13 +565,9 @@ class QualityStep(Step, type="quality"):
 
     model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
-    train: list[str] | None = path_field(None)
-    """Labelled Parquet file(s) (``text`` + ``label_column``) to train the classifier on, inside the job."""
     train_from: str | None = None
     """Name of an earlier ``heuristic_filter`` step: train on its kept rows (positive) against its dropped
     rows (negative) — a bootstrapped classifier for corpora without labels."""
-    label_column: str = "label"
-    """Label column of ``train``."""
     min_score: float = ranged_field(0, 1, default=0.5)
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
     train_max_rows: int = ranged_field(2, default=200_000)
@@ -584,10 +580,10 @@ class QualityStep(Step, type="quality"):
 
     def __post_init__(self) -> None:
         require_column_name("output_column", self.output_column)
-        given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
+        given = [k for k in ("model", "train_from") if getattr(self, k)]
         if len(given) != 1:
             raise FieldError(
-                "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
+                "model", f"give exactly one of model or train_from (got {' and '.join(given) or 'none'})"
             )
         check_field_values(self)
 
@@ -626,21 +622,17 @@ class QualityStep(Step, type="quality"):
         )
         return [*trained, *super().plans(ctx)]
 
-    def score(self, ds: Dataset, text_column: str, model: str | Path, op: Callable[[str], str]) -> Dataset:
-        """``ds`` with every row's score in ``output_column`` (``QualityScorer``), the op named
-        ``op("score")``: what the step and ``zephyr quality score`` run."""
+    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
+        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.classifier import QualityScorer
 
         column = self.output_column or "quality_score"
-        scorer = QualityScorer(str(model), self.classifier, text_column, self.replace_columns, column)
-        return ds.map_batches(scorer, name=op("score"))
-
-    def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-
-        verdict = MinScoreFilter(self.output_column or "quality_score", self.min_score)
+        verdict = MinScoreFilter(column, self.min_score)
+        model, text = str(self._model(ctx)), ctx.pipeline.text_column
+        scorer = QualityScorer(model, self.classifier, text, self.replace_columns, column)
         ds = (
-            self.score(ctx.read_inputs(), ctx.pipeline.text_column, self._model(ctx), ctx.op)
+            ctx.read_inputs()
+            .map_batches(scorer, name=ctx.op("score"))
             .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
             .map_batches(verdict, name=ctx.op("filter"))
         )
@@ -648,9 +640,7 @@ class QualityStep(Step, type="quality"):
 
     def _train(self, ctx: StepContext, output: Path) -> Path:
         """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
-        import numpy as np
         import pyarrow as pa
-        import pyarrow.parquet as pq
         from zephyr.pipelines.quality.classifier import train_classifier
 
         from zephyr.io.checksum import checksum_record, file_checksum
@@ -660,28 +650,17 @@ class QualityStep(Step, type="quality"):
         if _reusable(output, stamp, ctx.fingerprint):
             log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
             return output
-        if self.train_from:
-            source = ctx.earlier[self.train_from]
-            positive = _first_texts(source["files"], p.text_column, self.train_max_rows)
-            negative = _first_texts(
-                source["extra"].get("dropped_files", []), p.text_column, self.train_max_rows
+        source = ctx.earlier[self.train_from]
+        positive = _first_texts(source["files"], p.text_column, self.train_max_rows)
+        negative = _first_texts(source["extra"].get("dropped_files", []), p.text_column, self.train_max_rows)
+        if not positive or not negative:
+            raise InputError(
+                f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
+                f"{len(negative)} dropped rows; the classifier needs both (give model: instead, trained by "
+                "zephyr quality train)"
             )
-            if not positive or not negative:
-                raise InputError(
-                    f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
-                    f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
-                )
-            labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
-            table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
-        else:
-            parts = [pq.read_table(path, columns=[p.text_column, self.label_column]) for path in self.train]
-            table = pa.concat_tables(parts, promote_options="permissive").rename_columns(["text", "label"])
-            labels_np = np.asarray(table["label"].to_pylist(), dtype=object)
-            picked = [
-                np.flatnonzero(labels_np == label)[: self.train_max_rows]
-                for label in (c.positive_label, c.negative_label)
-            ]
-            table = table.take(pa.array(np.sort(np.concatenate(picked))))
+        labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
+        table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
         log.info("quality: training the classifier on %d rows", table.num_rows)
         train_classifier(table, output, c)  # columns text and label
         stamp.write_text(
@@ -706,17 +685,11 @@ def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
     folder may be writable by others; a model is a file a native parser reads)."""
     from zephyr import resume
 
-    try:
-        recorded = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return False
-    if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-        return False
-    problem = resume.check_files({str(model): {k: v for k, v in recorded.items() if k != "fingerprint"}})
-    if problem is not None:
+    recorded = resume.read_marker(stamp, fingerprint)
+    problem = "no stamp" if recorded is None else resume.check_files({str(model): recorded})
+    if recorded is not None and problem is not None:
         log.warning("quality: not reusing the classifier: %s", problem)
-        return False
-    return True
+    return problem is None
 
 
 @dataclass(frozen=True)
@@ -735,23 +708,18 @@ class MapStep(Step, type="map"):
 
     def __post_init__(self) -> None:
         check_field_values(self)
-        module_name, _ = self._parts()
-        missing = find_module(module_name)
-        if missing is not None:
-            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
-
-    def _parts(self) -> tuple[str, str]:
         module_name, sep, attr = self.function.partition(":")
         dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
         if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
             raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
-        return module_name, attr
+        missing = find_module(module_name)
+        if missing is not None:
+            raise FieldError("function", f"cannot import {self.function!r}: {missing}")
 
     def load(self) -> Any:
         """The callable named by ``function``: imports its module (runs its code)."""
         import pkgutil
 
-        self._parts()
         try:
             target = pkgutil.resolve_name(self.function)
         except (ImportError, AttributeError) as exc:
@@ -875,6 +843,8 @@ class TokenizeStep(Step, type="tokenize"):
                 trained.documents,
                 tokenizer,
             )
+        from zephyr.io import claim, layout
+
         result = write_token_shards(**self._writer(ctx, str(tokenizer)), **ctx.engine())
         manifest = result.manifest
         extra.update(
@@ -887,7 +857,10 @@ class TokenizeStep(Step, type="tokenize"):
             dtype=manifest.get("dtype"),
             per_source=manifest.get("sources", {}).get("per_source", {}),
         )
-        return StepOutcome(engine_stats=result.stats, extra=extra, checksums=_set_checksums(result.output))
+        # what a rerun that skips the step checks: every file of the set as its claim names it (zephyr.io.claim)
+        published = claim.read_manifest(layout.manifest_path(result.output))["files"]
+        checksums = {f"{result.output}/{name}": record for name, record in published.items()}
+        return StepOutcome(engine_stats=result.stats, extra=extra, checksums=checksums)
 
     def _writer(self, ctx: StepContext, tokenizer: str) -> dict[str, Any]:
         """The token writer's arguments (``zephyr.tokenize.writer``) but the engine's: what ``run`` writes
@@ -965,18 +938,6 @@ class TokenizeStep(Step, type="tokenize"):
         return blocks
 
 
-def _set_checksums(output: str) -> dict[str, dict]:
-    """What a rerun that skips a tokenize step checks: the manifest (its bytes now) and every shard file
-    (size and sha256 as the manifest records them, hashed when written)."""
-    from zephyr.tokenize.shards import MANIFEST_NAME, checksum_records, join_path, read_manifest
-
-    from zephyr.io.checksum import checksum_record, file_checksum
-
-    manifest = join_path(output, MANIFEST_NAME)
-    shards = read_manifest(output).shards
-    return {manifest: checksum_record(*file_checksum(manifest)), **checksum_records(output, shards)}
-
-
 _TRAIN_MANAGED = ("data", "log", "checkpoint_dir", "tensorboard_dir")
 
 
@@ -1009,27 +970,21 @@ class TrainStep(Step, type="train"):
             return []
         return [f"steps[{index}].step: 'train' needs an enabled tokenize step before it"]
 
-    @staticmethod
-    def allowed_keys() -> list[str]:
-        from zephyr.trainer.config import TrainConfig
-
-        return sorted({f.name for f in dataclasses.fields(TrainConfig)} - set(_TRAIN_MANAGED))
-
     def build(self, **managed: str | None) -> Any:
         """The ``TrainConfig`` to run, given the keys the pipeline sets (``data``, ``log``, ``checkpoint_dir``);
         its own checks name the key (a model override included: ``TrainConfig`` checks it on its preset)."""
         from zephyr.trainer.config import TrainConfig
 
-        allowed = self.allowed_keys()
-        for key in self.settings:
-            if key not in allowed:
-                raise FieldError(
-                    key, f"unknown key; allowed: {', '.join(['enabled', 'name', 'step', *allowed])}"
-                )
+        if taken := [key for key in self.settings if key in _TRAIN_MANAGED]:
+            raise FieldError(taken[0], f"set by the pipeline; leave out {', '.join(_TRAIN_MANAGED)}")
         try:
             return TrainConfig.from_dict({"checkpoint_every": 50, **self.settings, **managed})
-        except ConfigError as exc:
-            key = next((k for k in self.settings if k in str(exc)), "settings")
+        except ConfigError as exc:  # named by the key its first problem starts with (or else mentions)
+            first = str(exc.problems[0] if isinstance(exc, ConfigProblems) else exc)
+            word = first.split()[0].split(".")[0]
+            key = (
+                word if word in self.settings else next((k for k in self.settings if k in first), "settings")
+            )
             raise FieldError(key, str(exc)) from None
 
     def run(self, ctx: StepContext) -> StepOutcome:
@@ -1130,17 +1085,9 @@ class TrainStep(Step, type="train"):
 
 
 def read_train_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The trainer's JSONL records, one per step; a resumed run's repeated steps keep their last record."""
-    by_step: dict[int, dict[str, Any]] = {}
+    """The trainer's JSONL records, one per step (a resumed run's log is trimmed to the steps its checkpoint
+    holds before it goes on: ``zephyr.trainer.metrics.trim_log``)."""
     try:
-        lines = Path(path).read_text().splitlines()
+        return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     except FileNotFoundError:
         return []
-    for line in lines:
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line torn by a kill mid-write
-            by_step[int(record["step"])] = record
-    return [by_step[s] for s in sorted(by_step)]

@@ -151,7 +151,8 @@ def test_quickstart_end_to_end(finished):
     assert all(pq.read_schema(f).field("quality_score") for f in steps["quality"]["files"])
     # heuristics keep their dropped rows, the classifier was trained from them
     heuristics = steps["heuristic_filter"]
-    assert heuristics["extra"]["dropped_rows"] == heuristics["rows_dropped"]
+    dropped_files = heuristics["extra"]["dropped_files"]
+    assert sum(pq.read_metadata(f).num_rows for f in dropped_files) == heuristics["rows_dropped"]
     assert Path(steps["quality"]["extra"]["classifier"]).is_file()
     assert all(
         s >= 0.2 for f in steps["quality"]["files"] for s in pq.read_table(f)["quality_score"].to_pylist()
