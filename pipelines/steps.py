@@ -556,8 +556,7 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
 class QualityStep(Step, type="quality"):
     """fastText quality classifier: score every row (``quality_score``) and drop rows below ``min_score``.
 
-    Exactly one of ``model`` or ``train_from`` says where the classifier comes from (a classifier of labelled
-    Parquet is trained by ``zephyr quality train``, then given as ``model``). The fastText
+    Exactly one of ``model``, ``train`` or ``train_from`` says where the classifier comes from. The fastText
     keys (``positive_label``, ``negative_label``, ``epoch``, ``lr``, ``dim``, ``word_ngrams``, ``seed``...) are
     ``ClassifierConfig``'s, as ``zephyr quality train`` takes them, written flat beside ``model:``."""
 
@@ -565,9 +564,13 @@ class QualityStep(Step, type="quality"):
 
     model: str | None = path_field(None)
     """A trained fastText classifier (``.bin``) with labels ``positive_label``/``negative_label``."""
+    train: list[str] | None = path_field(None)
+    """Labelled Parquet file(s) (``text`` + ``label_column``) to train the classifier on, inside the job."""
     train_from: str | None = None
     """Name of an earlier ``heuristic_filter`` step: train on its kept rows (positive) against its dropped
     rows (negative) — a bootstrapped classifier for corpora without labels."""
+    label_column: str = "label"
+    """Label column of ``train``."""
     min_score: float = ranged_field(0, 1, default=0.5)
     """Keep rows whose P(positive) is at least this, in [0, 1]; 0 scores without dropping."""
     train_max_rows: int = ranged_field(2, default=200_000)
@@ -580,10 +583,10 @@ class QualityStep(Step, type="quality"):
 
     def __post_init__(self) -> None:
         require_column_name("output_column", self.output_column)
-        given = [k for k in ("model", "train_from") if getattr(self, k)]
+        given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
         if len(given) != 1:
             raise FieldError(
-                "model", f"give exactly one of model or train_from (got {' and '.join(given) or 'none'})"
+                "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
         check_field_values(self)
 
@@ -650,17 +653,31 @@ class QualityStep(Step, type="quality"):
         if _reusable(output, stamp, ctx.fingerprint):
             log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
             return output
-        source = ctx.earlier[self.train_from]
-        positive = _first_texts(source["files"], p.text_column, self.train_max_rows)
-        negative = _first_texts(source["extra"].get("dropped_files", []), p.text_column, self.train_max_rows)
-        if not positive or not negative:
-            raise InputError(
-                f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
-                f"{len(negative)} dropped rows; the classifier needs both (give model: instead, trained by "
-                "zephyr quality train)"
+        if self.train:  # labelled Parquet: the first train_max_rows rows of each label, in file order
+            import polars as pl
+            import pyarrow.parquet as pq
+
+            columns = [p.text_column, self.label_column]
+            parts = [pq.read_table(path, columns=columns) for path in self.train]
+            frame = pl.from_arrow(pa.concat_tables(parts, promote_options="permissive"))
+            frame = frame.rename(dict(zip(columns, ("text", "label"), strict=True)))
+            wanted = pl.col("label").is_in([c.positive_label, c.negative_label])
+            table = frame.filter(
+                wanted & (pl.int_range(pl.len()).over("label") < self.train_max_rows)
+            ).to_arrow()
+        else:
+            source = ctx.earlier[self.train_from]
+            positive = _first_texts(source["files"], p.text_column, self.train_max_rows)
+            negative = _first_texts(
+                source["extra"].get("dropped_files", []), p.text_column, self.train_max_rows
             )
-        labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
-        table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
+            if not positive or not negative:
+                raise InputError(
+                    f"step {ctx.entry.name!r}: train_from {self.train_from!r} gives {len(positive)} kept and "
+                    f"{len(negative)} dropped rows; the classifier needs both (give model: or train: instead)"
+                )
+            labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
+            table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
         log.info("quality: training the classifier on %d rows", table.num_rows)
         train_classifier(table, output, c)  # columns text and label
         stamp.write_text(

@@ -83,7 +83,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
         ),
         (
             {"step": "quality", "min_score": 0.5},
-            "steps[1].model: give exactly one of model or train_from",
+            "steps[1].model: give exactly one of model, train or train_from",
         ),
         (
             {"step": "quality", "model": "m.bin", "epochs": 3},

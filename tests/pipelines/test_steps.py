@@ -88,3 +88,46 @@ def test_explain_prints_every_steps_jobs_and_runs_nothing(tmp_path, capsys):
     ):
         assert f"map_batches({op})" in out, op
     assert "tokenize" not in out and not job.exists()
+
+
+def test_a_quality_step_trains_on_the_first_rows_of_each_label_of_labelled_parquet(tmp_path, monkeypatch):
+    """``train: [labelled.parquet]``: the classifier learns from the first ``train_max_rows`` rows of each of
+    the two labels (other labels left out), in file order, and the step scores every row with it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+    from zephyr.pipelines.quality import classifier
+
+    from zephyr.cli import main
+
+    pytest.importorskip("fasttext")
+    good, bad = "the committee approved the annual budget after a long debate", "buy cheap pills now click"
+    rows = [(f"{good} {i}", "hq") for i in range(12)] + [(f"{bad} {i}", "lq") for i in range(12)]
+    rows += [("unlabelled text", "other")] * 3
+    pq.write_table(
+        pa.table({"id": list(range(len(rows))), "text": [t for t, _ in rows], "label": [k for _, k in rows]}),
+        tmp_path / "lab.parquet",
+    )
+    (tmp_path / "p.yaml").write_text(
+        f"version: 1\nname: q\nsteps:\n  - step: read\n    paths: [{tmp_path / 'lab.parquet'}]\n"
+        f"  - step: quality\n    train: [{tmp_path / 'lab.parquet'}]\n    train_max_rows: 5\n    min_score: 0\n"
+    )
+    seen = []
+    real = classifier.train_classifier
+
+    def recording(table, *args, **kwargs):
+        seen.append(table.select(["text", "label"]).to_pylist())
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(classifier, "train_classifier", recording)
+    job = tmp_path / "job"
+    assert (
+        main(
+            ["run", str(tmp_path / "p.yaml"), "--job-dir", str(job), "--executor", "inprocess", "--no-report"]
+        )
+        == 0
+    )
+    expected = [{"text": t, "label": k} for t, k in rows[:5] + rows[12:17]]
+    assert seen == [expected]
+    scored = pq.read_table(sorted(job.glob("01-quality/*.parquet")))
+    assert scored.num_rows == len(rows) and "quality_score" in scored.column_names
