@@ -285,23 +285,16 @@ class Routed:
     also: Any = None
 
     def summary(self, **fields: Any):
-        """The command's ``Summary``: rows read by the verdict job (unreadable ones included), kept by the
-        kept job, dropped by reason as the kept job counted them (the dropped job wrote exactly those)."""
-        from zephyr.job_stats import add_counts
-        from zephyr.summary import Summary, from_stages
+        """The command's ``Summary``: the kept job reads what the verdict job wrote, so the two jobs' stages
+        are one chain (``zephyr.summary.from_stages``): rows read by the verdict job (unreadable ones
+        included), kept by the kept job, dropped by reason as both counted them."""
+        from zephyr.summary import from_stages
 
-        if self.kept is None:
-            return from_stages(self.verdict.stats.get("stages", []), **fields)
-        first = from_stages(self.verdict.stats.get("stages", []))
-        routed = from_stages(self.kept.stats.get("stages", []))
-        return Summary(
-            rows_in=first.rows_in,
-            rows_kept=routed.rows_kept,
-            rows_dropped=first.rows_dropped + routed.rows_dropped,
-            rows_quarantined=first.rows_quarantined + routed.rows_quarantined,
-            dropped_by_reason=add_counts(dict(first.dropped_by_reason), routed.dropped_by_reason),
-            **fields,
-        )
+        stages = [
+            *self.verdict.stats.get("stages", []),
+            *(self.kept.stats.get("stages", []) if self.kept else []),
+        ]
+        return from_stages(stages, **fields)
 
 
 def routes(
