@@ -14,18 +14,17 @@ Its fields are ``write_token_shards`` keyword arguments (``dataclasses.asdict(co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from zephyr.config import FieldError, check_field_values, ranged_field
-from zephyr.errors import ConfigError
+from zephyr.config import check_field_values, ranged_field
 
 
 @dataclass(frozen=True)
 class TokenizeConfig:
     """Token-shard settings of ``write_token_shards`` (see its module's docstring for each one's effect)."""
 
-    shard_bytes: str = "512MB"
+    shard_bytes: str = field(default="512MB", metadata={"bytes": True})
     """Target bytes of tokens per shard (e.g. 512MB); the shard count is ceil(token bytes / shard_bytes)."""
     seed: int = 0
     """Document shuffle seed; the same seed and inputs give byte-identical shards."""
@@ -39,10 +38,4 @@ class TokenizeConfig:
     """Also write Megatron ``.bin``/``.idx`` per shard."""
 
     def __post_init__(self) -> None:
-        from zephyr.config import parse_bytes
-
         check_field_values(self)
-        try:
-            parse_bytes(self.shard_bytes)
-        except (ConfigError, ValueError) as exc:
-            raise FieldError("shard_bytes", f"not a byte size ({exc}); e.g. 64MB") from None

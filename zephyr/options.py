@@ -37,7 +37,7 @@ class ExecutionOptions:
 
     Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
     ``inprocess``."""
-    memory_budget: int | str = DEFAULT_MEMORY_BUDGET
+    memory_budget: int | str = field(default=DEFAULT_MEMORY_BUDGET, metadata={"bytes": True})
     """Bytes of data per worker before spilling (e.g. 512MB, 4GiB).
 
     Bytes of Arrow data one worker may hold. Shuffle buffers spill to disk when they reach their share of it;
@@ -63,7 +63,7 @@ class ExecutionOptions:
     (the output's sidecar, ``zephyr.io.layout``), else ``<work_dir>/quarantine``, or a new temporary folder
     (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
     ``OUTPUT.zephyr/quarantine``."""
-    small_job_bytes: int | str = "4MiB"
+    small_job_bytes: int | str = field(default="4MiB", metadata={"bytes": True})
     """With --executor local, inputs estimated below this run in this process (0: always use workers).
 
     Starting worker processes would take longer than the work (``zephyr.physical.plan_read``, which also moves in a
