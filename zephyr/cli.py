@@ -224,12 +224,9 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
 
 _EXPLAIN_HELP = "print the physical plan of a command without running it"
 _EXPLAIN_DESCRIPTION = (
-    "Print the physical plan a command would run: its stages in order, the shuffles between them, partition "
-    "counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and Parquet footers read "
-    "to size partitions as the run would. Give the command's own arguments (--output is accepted and "
-    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
-    "exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order they run, with "
-    "'then:' lines for the rules and budget shares that choose between them."
+    "Print the physical plan of each engine job a command would run, in order: stages, shuffles, partition "
+    "counts, budget shares. Nothing runs. Give the command's own arguments (--output is accepted and "
+    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB."
 )
 
 
@@ -546,31 +543,32 @@ class SortConfig:
     """Sort from the largest value down (nulls still last)."""
 
 
-def _written(result: Any, command: str, output: str) -> Any:
-    """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
+def _write(dataset: Dataset, output: Output, execution: ExecutionOptions, command: str, **kw: Any) -> Any:
+    """Write ``dataset`` (``to``: the format, default parquet), then ``OUTPUT.zephyr/stats.json``; returns the
+    command's ``Summary``."""
     from zephyr.summary import write_summary
 
+    write = getattr(dataset, f"write_{kw.pop('to', 'parquet')}")  # write_parquet, write_jsonl, write_vortex
+    result = write(output.output, **execution.as_kwargs(), **kw)
     files = {"files": len(result.files)}
-    return write_summary(result, output, command, files, details=files, next=f"zephyr count {output}")
+    return write_summary(
+        result, output.output, command, files, details=files, next=f"zephyr count {output.output}"
+    )
 
 
 def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config: ConvertConfig) -> Any:
     """Rewrite files in another format."""
-    dataset, kwargs = inputs.read(), execution.as_kwargs()
-    if config.to == "jsonl":
-        kwargs["compression"] = config.compression
-    write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
-    return _written(write(output.output, **kwargs), "convert", output.output)
+    kw = {"compression": config.compression} if config.to == "jsonl" else {}
+    return _write(inputs.read(), output, execution, "convert", to=config.to, **kw)
 
 
-def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
+def _sorted(inputs: Inputs, execution: ExecutionOptions, config: SortConfig) -> Dataset:
     return inputs.read().sort(*config.by, descending=config.descending)
 
 
 def sort(inputs: Inputs, output: Output, execution: ExecutionOptions, config: SortConfig) -> Any:
     """Globally sort rows by columns (nulls last)."""
-    result = _sorted(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    return _written(result, "sort", output.output)
+    return _write(_sorted(inputs, execution, config), output, execution, "sort")
 
 
 def count(inputs: Inputs, execution: ExecutionOptions) -> Any:
@@ -596,15 +594,10 @@ COMMANDS = [
         "convert",
         convert,
         {"inputs": Inputs, "output": Output, "config": ConvertConfig},
-        plans=lambda inputs, execution, config: inputs.read(),
+        plans=lambda inputs, **_: inputs.read(),
     ),
-    Command(
-        "sort",
-        sort,
-        {"inputs": Inputs, "output": Output, "config": SortConfig},
-        plans=lambda inputs, execution, config: _sorted(inputs, config),
-    ),
-    Command("count", count, {"inputs": Inputs}, plans=lambda inputs, execution: inputs.read()),
+    Command("sort", sort, {"inputs": Inputs, "output": Output, "config": SortConfig}, plans=_sorted),
+    Command("count", count, {"inputs": Inputs}, plans=lambda inputs, **_: inputs.read()),
 ]
 """The engine's commands; every package's ``cli`` module ends in its own ``COMMANDS`` list."""
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.config import ConfigProblems, describe_type, field_problems, fits, parse_bytes, ranged_field
-from zephyr.errors import ConfigError
 
 ExecutorName = Literal["inprocess", "threads", "local", "dask"]
 DEFAULT_MEMORY_BUDGET = "1GiB"
@@ -114,8 +113,8 @@ class ExecutionOptions:
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ExecutionOptions:
         """Build from action keywords, rejecting unknown ones with the list of valid names."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
+        from zephyr.config import unknown_keys
+
+        if unknown := unknown_keys(kwargs, [f.name for f in dataclasses.fields(cls)], "", " of the options"):
+            raise ConfigProblems(unknown, what="execution options")
         return cls(**{k: v for k, v in kwargs.items() if v is not None})  # None: the field's default
