@@ -130,17 +130,6 @@ def _writes(args: argparse.Namespace) -> bool:
     return not explain and any(issubclass(cls, Output) for cls in command.options.values())
 
 
-def quarantine_dir(args: argparse.Namespace) -> str | None:
-    """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
-    directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
-    or a temporary folder)."""
-    if _writes(args):
-        from zephyr.io.layout import quarantine_dir as beside
-
-        return beside(args.output)
-    return None
-
-
 def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     """Claim what the command writes for its whole run (``zephyr.io.claim``): its output
     folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
@@ -154,7 +143,8 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     reads = [s.dest for c in command.options.values() for s in flag_specs(c) if s.field.metadata.get("reads")]
     values = [getattr(args, dest, None) for dest in reads]  # the files read: not to be written
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
-    inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
+    # a file argument, not a name (``--tokenizer gpt2`` names a preset): a path has a separator or exists
+    inputs = [p for p in given if isinstance(p, str) and ("/" in p or os.path.exists(p))]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
     if _writes(args):
@@ -168,11 +158,6 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
         )
     if work_dir and _writes(args):  # jobs of one command, one after the other
         claims.enter_context(claim.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
-
-
-def _names_a_path(value: str) -> bool:
-    """A file argument, not a name (``--tokenizer gpt2`` names a preset; a path has a separator or exists)."""
-    return "/" in value or os.path.exists(value)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -290,27 +275,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_sigint = _catch_interrupts(interrupted)
     try:
         from zephyr import job_stats, progress
-        from zephyr.io import claim
-        from zephyr.summary import Summary
+        from zephyr.io import claim, layout
+        from zephyr.summary import Summary, emit
 
         claim.set_command_line(shlex.join(["zephyr", *argv]))
         started = time.perf_counter()
+        # quarantined rows: OUTPUT.zephyr/quarantine for a command that writes a directory (its sidecar,
+        # zephyr.io.layout), else the engine's default (None: <work_dir>/quarantine, or a temporary folder)
+        quarantine = layout.quarantine_dir(args.output) if _writes(args) else None
         with contextlib.ExitStack() as claims:
             _claim(args, claims)
             with (
                 job_stats.recording() as jobs,
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
-                outcome = _run_command(*args.zephyr, args)
+                outcome = _run_command(*args.zephyr, args, quarantine)
             code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
-            quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
-                from zephyr.io.claim import prune_quarantine
-
-                prune_quarantine(quarantine, jobs)
+                claim.prune_quarantine(quarantine, jobs)
         if isinstance(outcome, Summary):  # printed the one way every command ends (``zephyr.summary``)
-            from zephyr.summary import emit
-
             if outcome.quarantine_output is None:
                 outcome.quarantine_output = quarantine
             seconds, inputs = time.perf_counter() - started, getattr(args, "inputs", None)
@@ -430,15 +413,16 @@ class Command:
         }
 
 
-def _run_command(command: Command, explain: bool, args: argparse.Namespace) -> Any:
-    """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
+def _run_command(command: Command, explain: bool, args: argparse.Namespace, quarantine: str | None) -> Any:
+    """Build the configs of ``command`` from the parsed flags and run it (or print its plans); its quarantined
+    rows go to ``quarantine`` (None: the engine's default)."""
     from zephyr.summary import Summary
 
     given = vars(args)
     configs = command.configs(given, explain=explain)
     execution = config_from_flags(ExecutionOptions, given, what="execution options").replace(
         executor=given.get("executor") or command.default_executor,  # without --executor: the command's
-        quarantine_dir=quarantine_dir(args),
+        quarantine_dir=quarantine,
     )
     if not explain:
         planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
