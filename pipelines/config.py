@@ -23,7 +23,7 @@ Validation walks the whole file and raises one ``zephyr.config.ConfigProblems`` 
 every problem, each naming its key path and what is allowed, e.g.::
 
     steps[5].threshold: must be within (0, 1], got 1.5
-    steps[2].langauges: unknown key for a LangIdStep; allowed: enabled, languages, max_chars, ...
+    steps[2].langauges is not a known key of a LangIdStep; allowed: enabled, languages, max_chars, ...
 
 String values may use ``${VAR}`` or ``${VAR:-default}`` (environment variables). Overrides
 (``--set steps.fuzzy_dedup.threshold=0.7``, ``--set steps.3.enabled=false``, ``--set seed=1``) are applied

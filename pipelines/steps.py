@@ -74,16 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _check_bytes(key: str, value: str | None) -> None:
-    if value is not None:
-        from zephyr.config import parse_bytes
-
-        try:
-            parse_bytes(value)
-        except (ConfigError, ValueError) as exc:
-            raise FieldError(key, f"not a byte size ({exc}); e.g. 64MB") from None
-
-
 @dataclass(frozen=True)
 class ReadStep(Step, type="read"):
     """Read the raw corpus; quarantine rows without id or text; optionally reshard for parallelism."""
@@ -98,7 +88,7 @@ class ReadStep(Step, type="read"):
     source column, or names the source ``unknown`` when there is none."""
     num_shards: int | None = ranged_field(1, default=None)
     """Redistribute rows round-robin into this many shards (tasks); ``None`` keeps one shard per file."""
-    approx_shard_bytes: str | None = None
+    approx_shard_bytes: str | None = field(default=None, metadata={"bytes": True})
     """Split large Parquet/JSONL files into shards of about this many bytes (e.g. ``64MB``)."""
     on_error: Literal["raise", "quarantine"] = "raise"
     """Unparseable JSONL lines: fail naming the file and line, or set them aside in the quarantine."""
@@ -114,7 +104,6 @@ class ReadStep(Step, type="read"):
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
         check_field_values(self)
-        _check_bytes("approx_shard_bytes", self.approx_shard_bytes)
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         """Column → the first input file that has it (footers or first blocks), plus the source column."""
@@ -821,14 +810,13 @@ class TokenizeStep(Step, type="tokenize"):
     ``zephyr.tokenize.train_tokenizer``), and saves it as ``tokenizer.json`` in the step folder."""
     vocab_size: int = ranged_field(258, default=8192)
     """Vocabulary of the trained tokenizer, special tokens included (only without ``tokenizer``)."""
-    tokenizer_train_bytes: str = "32MB"
+    tokenizer_train_bytes: str = field(default="32MB", metadata={"bytes": True})
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
     shards: TokenizeConfig = embedded_field(TokenizeConfig, keys=SHARD_KEYS)
 
     def __post_init__(self) -> None:
         check_field_values(self)
-        _check_bytes("tokenizer_train_bytes", self.tokenizer_train_bytes)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.tokenize.train_tokenizer import train_tokenizer

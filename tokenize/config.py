@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from zephyr.config import FieldError, check_field_values, ranged_field
-from zephyr.errors import ConfigError
+from zephyr.config import check_field_values, ranged_field
 
 
 def _column(value: str) -> str | None:
@@ -40,7 +39,7 @@ class TokenizeConfig:
     bos_token: str | None = None
     """BOS token text (with --bos always)."""
 
-    shard_bytes: str = "512MB"
+    shard_bytes: str = field(default="512MB", metadata={"bytes": True})
     """Target bytes of tokens per shard (e.g. 512MB); the shard count is ceil(token bytes / shard_bytes)."""
     seed: int = 0
     """Document shuffle seed; the same seed and inputs give byte-identical shards."""
@@ -54,13 +53,7 @@ class TokenizeConfig:
     """Also write Megatron ``.bin``/``.idx`` per shard."""
 
     def __post_init__(self) -> None:
-        from zephyr.config import parse_bytes
-
         check_field_values(self)
-        try:
-            parse_bytes(self.shard_bytes)
-        except (ConfigError, ValueError) as exc:
-            raise FieldError("shard_bytes", f"not a byte size ({exc}); e.g. 64MB") from None
 
 
 SHARD_KEYS = ("shard_bytes", "seed", "bos", "engine", "batch_rows", "megatron")

@@ -38,7 +38,6 @@ Both are ``zephyr.cli.Command``s; only configs are imported to build them (stand
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -48,7 +47,7 @@ from zephyr.trainer.config import CheckConfig, TrainConfig, per_source
 from zephyr.cli import Command
 from zephyr.config import embedded_field, parse_value, read_mapping
 from zephyr.errors import ConfigError
-from zephyr.flags import config_from_flags, flag_specs
+from zephyr.flags import config_from_flags
 from zephyr.options import ExecutionOptions
 
 
@@ -84,13 +83,7 @@ def train_config(raw: dict[str, Any]) -> TrainConfig:
     _set_model_fields(base, raw.get("overrides") or [])
     if "data" in raw:
         raw = {**raw, "data": _data(raw["data"], mix="mix" in raw or bool(base.get("mix")))}
-    given = {}
-    for spec in flag_specs(TrainConfig):
-        *sections, key = spec.dest.split(".")
-        node = functools.reduce(lambda d, part: d.get(part, {}), sections, raw)
-        if key in node:
-            given[spec.dest] = node[key]
-    return config_from_flags(TrainConfig, given, base=base, what=TrainRun.what)
+    return config_from_flags(TrainConfig, raw, base=base, what=TrainRun.what)  # raw: the flags, nested
 
 
 def _set_model_fields(base: dict[str, Any], items: list[str]) -> None:

@@ -208,7 +208,7 @@ def _overridden(base: Any, raw: dict[str, Any], prefix: str, problems: list[str]
     checked); without ``problems``, they are raised at once in one ``ConfigProblems``."""
     found: list[str] = [] if problems is None else problems
     cls, nested = type(base), []  # the nested configs' problems are listed after this one's
-    found += unknown_keys(raw, cls, prefix)
+    found += unknown_keys(raw, field_hints(cls), prefix)
     values = {k: v for k, v in raw.items() if k in field_hints(cls)}
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None

@@ -130,17 +130,6 @@ def _writes(args: argparse.Namespace) -> bool:
     return not explain and any(issubclass(cls, Output) for cls in command.options.values())
 
 
-def quarantine_dir(args: argparse.Namespace) -> str | None:
-    """Where a command's quarantined rows go: ``OUTPUT.zephyr/quarantine`` for a command that writes a
-    directory (in its sidecar, ``zephyr.io.layout``), else the engine's default (None: ``<work_dir>/quarantine``,
-    or a temporary folder)."""
-    if _writes(args):
-        from zephyr.io.layout import quarantine_dir as beside
-
-        return beside(args.output)
-    return None
-
-
 def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     """Claim what the command writes for its whole run (``zephyr.io.claim``): its output
     folder and ``--dropped-output`` (not an input, locked, only zephyr's files unless ``--overwrite``) and its
@@ -154,7 +143,8 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
     reads = [s.dest for c in command.options.values() for s in flag_specs(c) if s.field.metadata.get("reads")]
     values = [getattr(args, dest, None) for dest in reads]  # the files read: not to be written
     given = [v for value in values for v in (value if isinstance(value, list | tuple) else [value])]
-    inputs = [p for p in given if isinstance(p, str) and _names_a_path(p)]
+    # a file argument, not a name (``--tokenizer gpt2`` names a preset): a path has a separator or exists
+    inputs = [p for p in given if isinstance(p, str) and ("/" in p or os.path.exists(p))]
     work_dir = getattr(args, "work_dir", None)
     overwrite = getattr(args, "overwrite", False)
     if _writes(args):
@@ -168,11 +158,6 @@ def _claim(args: argparse.Namespace, claims: contextlib.ExitStack) -> None:
         )
     if work_dir and _writes(args):  # jobs of one command, one after the other
         claims.enter_context(claim.held(f"{work_dir.rstrip('/')}/lock.json", "the work dir", work_dir))
-
-
-def _names_a_path(value: str) -> bool:
-    """A file argument, not a name (``--tokenizer gpt2`` names a preset; a path has a separator or exists)."""
-    return "/" in value or os.path.exists(value)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -224,12 +209,9 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
 
 _EXPLAIN_HELP = "print the physical plan of a command without running it"
 _EXPLAIN_DESCRIPTION = (
-    "Print the physical plan a command would run: its stages in order, the shuffles between them, partition "
-    "counts and the memory budget's shares in bytes. Nothing runs; inputs are listed and Parquet footers read "
-    "to size partitions as the run would. Give the command's own arguments (--output is accepted and "
-    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB. Commands of several engine jobs (dedup "
-    "exact|fuzzy|url|paragraph|substring, filter, tokenize) print each job's plan in the order they run, with "
-    "'then:' lines for the rules and budget shares that choose between them."
+    "Print the physical plan of each engine job a command would run, in order: stages, shuffles, partition "
+    "counts, budget shares. Nothing runs. Give the command's own arguments (--output is accepted and "
+    "ignored), e.g. zephyr explain sort data/ --by url --memory-budget 512MB."
 )
 
 
@@ -293,27 +275,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore_sigint = _catch_interrupts(interrupted)
     try:
         from zephyr import job_stats, progress
-        from zephyr.io import claim
-        from zephyr.summary import Summary
+        from zephyr.io import claim, layout
+        from zephyr.summary import Summary, emit
 
         claim.set_command_line(shlex.join(["zephyr", *argv]))
         started = time.perf_counter()
+        # quarantined rows: OUTPUT.zephyr/quarantine for a command that writes a directory (its sidecar,
+        # zephyr.io.layout), else the engine's default (None: <work_dir>/quarantine, or a temporary folder)
+        quarantine = layout.quarantine_dir(args.output) if _writes(args) else None
         with contextlib.ExitStack() as claims:
             _claim(args, claims)
             with (
                 job_stats.recording() as jobs,
                 progress.command(_label(args), getattr(args, "progress", None)),
             ):
-                outcome = _run_command(*args.zephyr, args)
+                outcome = _run_command(*args.zephyr, args, quarantine)
             code = outcome.exit_code if isinstance(outcome, Summary) else int(outcome or 0)
-            quarantine = quarantine_dir(args)
             if code == 0 and quarantine is not None:
-                from zephyr.io.claim import prune_quarantine
-
-                prune_quarantine(quarantine, jobs)
+                claim.prune_quarantine(quarantine, jobs)
         if isinstance(outcome, Summary):  # printed the one way every command ends (``zephyr.summary``)
-            from zephyr.summary import emit
-
             if outcome.quarantine_output is None:
                 outcome.quarantine_output = quarantine
             seconds, inputs = time.perf_counter() - started, getattr(args, "inputs", None)
@@ -433,15 +413,16 @@ class Command:
         }
 
 
-def _run_command(command: Command, explain: bool, args: argparse.Namespace) -> Any:
-    """Build the configs of ``command`` from the parsed flags and run it (or print its plans)."""
+def _run_command(command: Command, explain: bool, args: argparse.Namespace, quarantine: str | None) -> Any:
+    """Build the configs of ``command`` from the parsed flags and run it (or print its plans); its quarantined
+    rows go to ``quarantine`` (None: the engine's default)."""
     from zephyr.summary import Summary
 
     given = vars(args)
     configs = command.configs(given, explain=explain)
     execution = config_from_flags(ExecutionOptions, given, what="execution options").replace(
         executor=given.get("executor") or command.default_executor,  # without --executor: the command's
-        quarantine_dir=quarantine_dir(args),
+        quarantine_dir=quarantine,
     )
     if not explain:
         planning = {k: v for k, v in configs.items() if not isinstance(v, Output)}
@@ -546,31 +527,32 @@ class SortConfig:
     """Sort from the largest value down (nulls still last)."""
 
 
-def _written(result: Any, command: str, output: str) -> Any:
-    """Write ``OUTPUT.zephyr/stats.json`` of one engine write and return the command's ``Summary``."""
+def _write(dataset: Dataset, output: Output, execution: ExecutionOptions, command: str, **kw: Any) -> Any:
+    """Write ``dataset`` (``to``: the format, default parquet), then ``OUTPUT.zephyr/stats.json``; returns the
+    command's ``Summary``."""
     from zephyr.summary import write_summary
 
+    write = getattr(dataset, f"write_{kw.pop('to', 'parquet')}")  # write_parquet, write_jsonl, write_vortex
+    result = write(output.output, **execution.as_kwargs(), **kw)
     files = {"files": len(result.files)}
-    return write_summary(result, output, command, files, details=files, next=f"zephyr count {output}")
+    return write_summary(
+        result, output.output, command, files, details=files, next=f"zephyr count {output.output}"
+    )
 
 
 def convert(inputs: Inputs, output: Output, execution: ExecutionOptions, config: ConvertConfig) -> Any:
     """Rewrite files in another format."""
-    dataset, kwargs = inputs.read(), execution.as_kwargs()
-    if config.to == "jsonl":
-        kwargs["compression"] = config.compression
-    write = getattr(dataset, f"write_{config.to}")  # write_parquet, write_jsonl or write_vortex
-    return _written(write(output.output, **kwargs), "convert", output.output)
+    kw = {"compression": config.compression} if config.to == "jsonl" else {}
+    return _write(inputs.read(), output, execution, "convert", to=config.to, **kw)
 
 
-def _sorted(inputs: Inputs, config: SortConfig) -> Dataset:
+def _sorted(inputs: Inputs, execution: ExecutionOptions, config: SortConfig) -> Dataset:
     return inputs.read().sort(*config.by, descending=config.descending)
 
 
 def sort(inputs: Inputs, output: Output, execution: ExecutionOptions, config: SortConfig) -> Any:
     """Globally sort rows by columns (nulls last)."""
-    result = _sorted(inputs, config).write_parquet(output.output, **execution.as_kwargs())
-    return _written(result, "sort", output.output)
+    return _write(_sorted(inputs, execution, config), output, execution, "sort")
 
 
 def count(inputs: Inputs, execution: ExecutionOptions) -> Any:
@@ -596,15 +578,10 @@ COMMANDS = [
         "convert",
         convert,
         {"inputs": Inputs, "output": Output, "config": ConvertConfig},
-        plans=lambda inputs, execution, config: inputs.read(),
+        plans=lambda inputs, **_: inputs.read(),
     ),
-    Command(
-        "sort",
-        sort,
-        {"inputs": Inputs, "output": Output, "config": SortConfig},
-        plans=lambda inputs, execution, config: _sorted(inputs, config),
-    ),
-    Command("count", count, {"inputs": Inputs}, plans=lambda inputs, execution: inputs.read()),
+    Command("sort", sort, {"inputs": Inputs, "output": Output, "config": SortConfig}, plans=_sorted),
+    Command("count", count, {"inputs": Inputs}, plans=lambda inputs, **_: inputs.read()),
 ]
 """The engine's commands; every package's ``cli`` module ends in its own ``COMMANDS`` list."""
 

@@ -3,7 +3,8 @@
 ``zephyr train`` (``zephyr.trainer.config``) and the packages' own config dataclasses (``zephyr.dedup.config``...).
 
 Configs are frozen dataclasses. Each field documents itself where it is declared; a field may carry a
-declared range (``ranged_field``) or mark a filesystem path (``path_field``). Checks report every problem at
+declared range (``ranged_field``), mark a filesystem path (``path_field``) or hold a byte size
+(``metadata={"bytes": True}``: what ``parse_bytes`` reads). Checks report every problem at
 once, each line led by its key path as written in a config file (``optim.lr must be ...``,
 ``steps[3].threshold: must be within (0, 1], got 1.5``). Values meet type hints in one place: a hint in words
 for error messages (``describe_type``), a bad value described with a fix (``describe_value``), and the one
@@ -151,6 +152,11 @@ def field_problems(obj: Any, prefix: str) -> list[str]:
             problems.append(f"{key} must be {describe_type(hints[f.name])}, got {describe_value(value)}")
         elif "range" in f.metadata and (problem := _range_problem(value, f.metadata["range"])):
             problems.append(f"{key} {problem}")
+        elif f.metadata.get("bytes") and value is not None:
+            try:
+                parse_bytes(value)
+            except ConfigError as exc:
+                problems.append(f"{key} {exc}")
     return problems
 
 
@@ -163,13 +169,13 @@ def check_field_values(obj: Any) -> None:
         raise FieldError(key, problem)
 
 
-def unknown_keys(raw: dict[str, Any], cls: type, prefix: str) -> list[str]:
-    """One line per key of ``raw`` that is not a field of ``cls``, naming the allowed keys."""
-    known = [f.name for f in dataclasses.fields(cls)]
+def unknown_keys(raw: dict[str, Any], known: typing.Iterable[str], prefix: str, of: str = "") -> list[str]:
+    """One line per key of ``raw`` that is not ``known``, naming the allowed keys (``of``: whose keys)."""
+    allowed = sorted(known)
     return [
-        f"{prefix}{key} is not a known key; allowed: {', '.join(sorted(known))}"
+        f"{prefix}{key} is not a known key{of}; allowed: {', '.join(allowed)}"
         for key in raw
-        if key not in known
+        if key not in allowed
     ]
 
 
@@ -234,12 +240,11 @@ def build_flat(
     known = flat_fields(cls)
     own: dict[str, Any] = {}
     inner: dict[str, dict[str, Any]] = {}
-    ok = True
+    unknown = unknown_keys(body, [*known, *also], f"{where}.", f" of a {cls.__name__}")
+    errors += unknown
+    ok = not unknown
     for key, value in body.items():
         if key not in known:
-            allowed = ", ".join(sorted([*known, *also]))
-            errors.append(f"{where}.{key}: unknown key for a {cls.__name__}; allowed: {allowed}")
-            ok = False
             continue
         _, owner, embed = known[key]
         try:

@@ -77,12 +77,8 @@ class ClaimError(ConfigError):
 
 
 class OutputError(ZephyrError):
-    """An output path that cannot be written: read-only, not a directory, out of space. ``path`` names it."""
-
-    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None):
-        super().__init__(message)
-        self.path = path
-        self.errno = errno
+    """An output path that cannot be written: read-only, not a directory, out of space. The message names it;
+    the ``OSError`` is its cause."""
 
 
 class TaskError(ZephyrError):

@@ -212,24 +212,28 @@ def config_from_flags(
 ) -> Any:
     """The ``cls`` the command line asks for: ``base`` (the raw mapping of a config file or preset, nested as
     a file writes it) with the given flags laid over it, built once (``cls.from_dict`` when it has one, else
-    ``zephyr.config.build_flat``). ``given`` is the parsed namespace as a dict (``vars(args)``); keys that
-    are not flags of ``cls`` are ignored, so one namespace serves several configs. Raises ``ConfigProblems``
+    ``zephyr.config.build_flat``). ``given`` is the parsed namespace as a dict (``vars(args)``), or the same
+    values nested by key path as a file writes them; keys that are not flags of ``cls`` are ignored, so one
+    namespace serves several configs. Raises ``ConfigProblems``
     with every problem, each led by its flag when a flag gave the value (``what`` names the config when
     there are several)."""
     raw = copy.deepcopy(base) if base else {}
     problems: list[str] = []
     flags: dict[str, str] = {}  # key path → the flag that set it
     for spec in flag_specs(cls):
-        if spec.dest not in given:
+        *parents, key = spec.dest.split(".")
+        nested = functools.reduce(
+            lambda d, part: d.get(part) if isinstance(d, dict) else None, parents, given
+        )
+        if spec.dest not in given and not (isinstance(nested, dict) and key in nested):
             continue
-        value = given[spec.dest]
+        value = given[spec.dest] if spec.dest in given else nested[key]
         if (parse := spec.field.metadata.get("parse")) is not None:
             try:
                 value = parse(value)
             except (ConfigError, ValueError) as exc:
                 problems.append(f"{spec.flag}: {exc}")
                 continue
-        *parents, key = spec.dest.split(".")
         node = raw
         for i, part in enumerate(parents):
             node = node.setdefault(part, {})

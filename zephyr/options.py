@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from zephyr.config import ConfigProblems, describe_type, field_problems, fits, parse_bytes, ranged_field
-from zephyr.errors import ConfigError
 
 ExecutorName = Literal["inprocess", "threads", "local", "dask"]
 DEFAULT_MEMORY_BUDGET = "1GiB"
@@ -37,7 +36,7 @@ class ExecutionOptions:
 
     Worker processes (``local``) or threads (``threads``); ``None`` means one per CPU core. Ignored by
     ``inprocess``."""
-    memory_budget: int | str = DEFAULT_MEMORY_BUDGET
+    memory_budget: int | str = field(default=DEFAULT_MEMORY_BUDGET, metadata={"bytes": True})
     """Bytes of data per worker before spilling (e.g. 512MB, 4GiB).
 
     Bytes of Arrow data one worker may hold. Shuffle buffers spill to disk when they reach their share of it;
@@ -63,7 +62,7 @@ class ExecutionOptions:
     (the output's sidecar, ``zephyr.io.layout``), else ``<work_dir>/quarantine``, or a new temporary folder
     (kept: its rows are data) when there is no ``work_dir``. Commands that write a directory pass
     ``OUTPUT.zephyr/quarantine``."""
-    small_job_bytes: int | str = "4MiB"
+    small_job_bytes: int | str = field(default="4MiB", metadata={"bytes": True})
     """With --executor local, inputs estimated below this run in this process (0: always use workers).
 
     Starting worker processes would take longer than the work (``zephyr.physical.plan_read``, which also moves in a
@@ -114,8 +113,8 @@ class ExecutionOptions:
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> ExecutionOptions:
         """Build from action keywords, rejecting unknown ones with the list of valid names."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(kwargs) - names)
-        if unknown:
-            raise ConfigError(f"unknown execution option(s) {unknown}; valid: {sorted(names)}")
+        from zephyr.config import unknown_keys
+
+        if unknown := unknown_keys(kwargs, [f.name for f in dataclasses.fields(cls)], "", " of the options"):
+            raise ConfigProblems(unknown, what="execution options")
         return cls(**{k: v for k, v in kwargs.items() if v is not None})  # None: the field's default

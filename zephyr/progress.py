@@ -130,7 +130,7 @@ class Display:
             self._seen.update(reads)
         self._bar.total = max(self._bar.total or 0, total)
         self._bar.set_description_str(f"{self.label} [{_short(name)}]", refresh=False)
-        self._refresh()
+        self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=True)
 
     def wrote(self, files: list[str]) -> None:
         """A job of the command wrote ``files``: a later stage reading them reads no input rows."""
@@ -165,9 +165,6 @@ class Display:
             self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=False)
             self._bar.update(self.done - self._bar.n)
 
-    def _refresh(self) -> None:
-        self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=True)
-
     def close(self, finished: bool = False) -> None:
         """Leave the line with the command's totals (at 100 % when the command ``finished``)."""
         if self._bar is None:
@@ -176,7 +173,7 @@ class Display:
             if finished:
                 self._bar.total = self._bar.n = self.done
             self._bar.set_description_str(self.label, refresh=False)
-            self._refresh()
+            self._bar.set_postfix_str(f"{self.rows:,} rows read", refresh=True)
         self._bar.close()
 
 

@@ -121,7 +121,8 @@ class Removal:
 
     def check(self, inputs: Any, output: str, columns: Sequence[str] = (), *, format: Format | None = None):
         """Before any work: in annotate mode none of the written ``columns`` may exist in the inputs unless
-        ``replace_columns``; ``dropped_output`` needs remove mode and a place of its own."""
+        ``replace_columns``; ``dropped_output`` needs remove mode, a place of its own and, unless
+        ``replace_columns``, inputs without a ``drop_reason`` column."""
         if self.mode == "annotate":
             rename = "output_column=NAME" if columns else None
             check_input_columns(
@@ -131,10 +132,13 @@ class Removal:
                 format=format,
                 rename=rename,
             )
-        if self.dropped_output:
+        if self.dropped_output:  # not read as part of the output; its rows get a drop_reason column
             if self.mode != "remove":
                 raise ConfigError("dropped_output needs mode='remove': mode='annotate' keeps every row")
-            check_dropped_output(self.dropped_output, output, inputs)
+            from zephyr.io.claim import check_side_dir
+
+            check_side_dir(self.dropped_output, output, "--dropped-output")
+            check_input_columns(inputs, (DROP_REASON,), replace_columns=self.replace_columns, format=format)
 
     def aside(self, dataset: Any, columns: Sequence[str]) -> Any:
         """``dataset`` with the input's own ``columns`` moved out of the work's way (``set_aside``), if needed."""
@@ -170,21 +174,6 @@ class Removal:
         sides = {"dropped": self.dropped_output}
         routed = write_routed(verdict, output, sides, execution, finish=lambda d: self.finish(d, columns))
         return routed.kept or routed.verdict, routed
-
-
-def check_dropped_output(dropped_output: str, output: str, inputs: Any) -> None:
-    """Before any work: ``dropped_output`` may not be read as part of ``output``, must be writable, and the
-    inputs may not have a ``drop_reason`` column already (it would be replaced on the dropped rows)."""
-    from zephyr.io.claim import check_side_dir
-    from zephyr.io.sources import list_shards, peek_schemas
-
-    check_side_dir(dropped_output, output, "--dropped-output")
-    for path, schema in peek_schemas(list_shards(inputs, None)):
-        if schema is not None and DROP_REASON in schema.names:
-            raise ConfigError(
-                f"{path}: the input already has a column {DROP_REASON!r}, which --dropped-output writes on the "
-                "dropped rows; rename that column first, or leave out --dropped-output"
-            )
 
 
 @dataclass(frozen=True)
@@ -285,23 +274,16 @@ class Routed:
     also: Any = None
 
     def summary(self, **fields: Any):
-        """The command's ``Summary``: rows read by the verdict job (unreadable ones included), kept by the
-        kept job, dropped by reason as the kept job counted them (the dropped job wrote exactly those)."""
-        from zephyr.job_stats import add_counts
-        from zephyr.summary import Summary, from_stages
+        """The command's ``Summary``: the kept job reads what the verdict job wrote, so the two jobs' stages
+        are one chain (``zephyr.summary.from_stages``): rows read by the verdict job (unreadable ones
+        included), kept by the kept job, dropped by reason as both counted them."""
+        from zephyr.summary import from_stages
 
-        if self.kept is None:
-            return from_stages(self.verdict.stats.get("stages", []), **fields)
-        first = from_stages(self.verdict.stats.get("stages", []))
-        routed = from_stages(self.kept.stats.get("stages", []))
-        return Summary(
-            rows_in=first.rows_in,
-            rows_kept=routed.rows_kept,
-            rows_dropped=first.rows_dropped + routed.rows_dropped,
-            rows_quarantined=first.rows_quarantined + routed.rows_quarantined,
-            dropped_by_reason=add_counts(dict(first.dropped_by_reason), routed.dropped_by_reason),
-            **fields,
-        )
+        stages = [
+            *self.verdict.stats.get("stages", []),
+            *(self.kept.stats.get("stages", []) if self.kept else []),
+        ]
+        return from_stages(stages, **fields)
 
 
 def routes(

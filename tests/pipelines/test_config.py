@@ -63,7 +63,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
     message = str(info.value)
     assert "invalid pipeline config (5 problems)" in message
     assert "steps[4].threshold: must be within (0, 1], got 1.5" in message
-    assert "steps[1].collapse_whitespce: unknown key" in message and "collapse_whitespace" in message
+    assert "steps[1].collapse_whitespce is not a known key" in message and "collapse_whitespace" in message
     assert "steps[3].normalize: must be one of 'none', 'default', 'simplify', got 'lowercase'" in message
     assert "steps[2].step: must be one of read, normalize" in message
     assert "colour: unknown key" in message
@@ -87,7 +87,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
         ),
         (
             {"step": "quality", "model": "m.bin", "epochs": 3},
-            "steps[1].epochs: unknown key for a QualityStep; allowed:",
+            "steps[1].epochs is not a known key of a QualityStep; allowed:",
         ),
         ({"step": "fuzzy_dedup", "bands": 4}, "steps[1].bands: give both bands and rows"),
         (

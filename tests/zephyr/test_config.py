@@ -88,7 +88,7 @@ def test_embedded_keys_are_flat_and_checked_by_the_package_dataclass() -> None:
     assert flat_dict(built) == {"nfc": False, "fix_mojibake": False, "label": "y"}
     assert build_flat(_Owner, {"strip_control": False, "nfc": "no"}, "s", errors) is None
     assert errors[0].startswith(
-        "s.strip_control: unknown key for a _Owner; allowed: fix_mojibake, label, nfc"
+        "s.strip_control is not a known key of a _Owner; allowed: fix_mojibake, label, nfc"
     )
     assert errors[1] == "s.nfc: must be true or false, got 'no'"
 

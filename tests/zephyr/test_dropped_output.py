@@ -186,8 +186,13 @@ def test_an_input_drop_reason_column_is_refused_before_work(tmp_path, capsys):
     ]
     assert main(argv) == 1
     err = capsys.readouterr().err
-    assert f"{path}: the input already has a column 'drop_reason'" in err
+    assert (
+        f"{path}: the input already has a column 'drop_reason'; pass --replace-columns to replace it" in err
+    )
     assert not (tmp_path / "d").exists() or not list((tmp_path / "d").iterdir())
+    assert main([*argv, "--replace-columns"]) == 0  # the one rule of added columns: replaced when told to
+    assert pq.read_table(tmp_path / "d").column("drop_reason").to_pylist() == ["duplicate"]
+    assert pq.read_table(tmp_path / "o").to_pydict() == {"id": ["a"], "text": [EN], "drop_reason": ["x"]}
 
 
 @pytest.mark.parametrize("case", ["decontaminate", "dedup url"])

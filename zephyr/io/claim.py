@@ -479,9 +479,7 @@ def _acquire(url: str, what: str, folder: str) -> Callable[[], None]:
         fs.makedirs(parent, exist_ok=True)
     except OSError as exc:
         raise OutputError(
-            f"cannot create the lock of {what} {folder}: {describe_os_error(exc, exc.filename or parent)}",
-            path=parent,
-            errno=exc.errno,
+            f"cannot create the lock of {what} {folder}: {describe_os_error(exc, exc.filename or parent)}"
         ) from exc
     if is_local(fs):
         return _acquire_local(path, what, folder)

@@ -101,9 +101,7 @@ def check_output_dir(url: str) -> None:
         fs.rm(probe)
     except OSError as exc:
         raise OutputError(
-            f"cannot write the output directory: {describe_os_error(exc, exc.filename or path)}",
-            path=path,
-            errno=exc.errno,
+            f"cannot write the output directory: {describe_os_error(exc, exc.filename or path)}"
         ) from exc
 
 
@@ -174,9 +172,7 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
         with naming_path(url), atomic_write(url) as handle:
             handle.write(data)
     except OSError as exc:
-        raise OutputError(
-            f"cannot write {url}: {describe_os_error(exc, exc.filename or url)}", path=url, errno=exc.errno
-        ) from exc
+        raise OutputError(f"cannot write {url}: {describe_os_error(exc, exc.filename or url)}") from exc
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
