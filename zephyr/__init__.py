@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         read,
         read_jsonl,
         read_parquet,
-        read_vortex,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
     from zephyr.job_stats import WriteResult

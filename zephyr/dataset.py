@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -60,6 +61,7 @@ def read(
     """Files of one format, told by their extensions (``zephyr.io.paths.input_files``: a folder of
     ``.jsonl.zst`` files is JSON lines; two formats at once are refused), or by ``format``. ``columns``
     projects Parquet files only (JSON lines and Vortex are read whole); the rest as in ``read_parquet``.
+    Vortex files (``vortex-data``) are read with this: ``read(paths, format="vortex")``.
 
     WARC/ARC files (``.warc[.gz]``, ``.arc[.gz]``) give their HTML response records, one row each, with the
     decoded ``html`` (schema and rules: ``zephyr.io.warc``). A bad record (a truncated gzip member, a wrong
@@ -139,27 +141,12 @@ def read_jsonl(
     return _read_files("jsonl", paths, None, schema, unify_schemas, approx_shard_bytes, on_error)
 
 
-def read_vortex(
-    paths: str | Sequence[str],
-    *,
-    unify_schemas: bool = False,
-    schema: pa.Schema | str | None = None,
-    on_error: OnError = "raise",
-) -> Dataset:
-    """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` and bad rows as in ``read_parquet``."""
-    return _read_files("vortex", paths, None, schema, unify_schemas, None, on_error)
-
-
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
     """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run); view-typed
     columns become plain ones (``zephyr.io.schema.without_view_types``: Arrow can neither slice nested views
     for Parquet nor select rows of any view)."""
-    if isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif isinstance(data, pa.Table):
-        table = data
-    else:
-        table = pa.Table.from_batches(list(data))
+    whole = isinstance(data, pa.Table | pa.RecordBatch)  # pa.table takes either; an iterable is batches
+    table = pa.table(data) if whole else pa.Table.from_batches(list(data))
     if num_shards < 1:
         raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
     return Dataset((FromTable(without_view_types(table), num_shards),))
@@ -436,20 +423,14 @@ def _options(execution: dict[str, Any]):
     return ExecutionOptions.from_kwargs(**execution)
 
 
+@dataclass(frozen=True)
 class GroupedDataset:
     """The result of ``Dataset.group_by``: pick an aggregation."""
 
-    def __init__(
-        self,
-        parent: Dataset,
-        keys: tuple[str, ...],
-        sort_by: tuple[tuple[str, bool], ...],
-        num_partitions: int | None,
-    ):
-        self._parent = parent
-        self._keys = keys
-        self._sort_by = sort_by
-        self._num_partitions = num_partitions
+    _parent: Dataset
+    _keys: tuple[str, ...]
+    _sort_by: tuple[tuple[str, bool], ...]
+    _num_partitions: int | None
 
     def count(self, name: str = "count") -> Dataset:
         """Rows per key: ``Dataset(keys..., count)``, the aggregation ``agg(name=(None, "count"))``."""
