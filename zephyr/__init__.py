@@ -28,8 +28,6 @@ if TYPE_CHECKING:
         read,
         read_jsonl,
         read_parquet,
-        read_vortex,
-        read_warc_records,
     )
     from zephyr.errors import ConfigError, InputError, ResumeError, SchemaError, TaskError, ZephyrError
     from zephyr.job_stats import WriteResult

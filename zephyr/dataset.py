@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -30,18 +31,16 @@ from zephyr.io.schema import without_view_types
 from zephyr.job_stats import WriteResult
 from zephyr.ops import (
     Deduplicate,
-    Filter,
-    FlatMap,
     FromTable,
     GroupAggregate,
     GroupApply,
     Join,
-    Map,
     MapBatches,
     OnError,
     Op,
     ReadFiles,
     Reshard,
+    RowOp,
     Select,
     Sort,
     WithRowIndex,
@@ -61,12 +60,20 @@ def read(
 ) -> Dataset:
     """Files of one format, told by their extensions (``zephyr.io.paths.input_files``: a folder of
     ``.jsonl.zst`` files is JSON lines; two formats at once are refused), or by ``format``. ``columns``
-    projects Parquet files only (JSON lines and Vortex are read whole); the rest as in ``read_parquet``."""
+    projects Parquet files only (JSON lines and Vortex are read whole); the rest as in ``read_parquet``.
+    Vortex files (``vortex-data``) are read with this: ``read(paths, format="vortex")``.
+
+    WARC/ARC files (``.warc[.gz]``, ``.arc[.gz]``) give their HTML response records, one row each, with the
+    decoded ``html`` (schema and rules: ``zephyr.io.warc``). A bad record (a truncated gzip member, a wrong
+    Content-Length, a non-HTML payload, an undecodable charset) fails the read naming its byte offset, or
+    goes to the quarantine output with ``on_error="quarantine"``, as crawls always hold some.
+    ``zephyr.read_warc`` adds text extraction."""
     from zephyr.io.paths import input_files
 
     files, fmt = input_files(list(input_paths(paths)), format)
     if fmt == "warc":
-        return read_warc_records(files, on_error=on_error)
+        _check_on_error(on_error)
+        return Dataset((ReadFiles(tuple(files), "warc", on_error=on_error),))
     projected = columns if fmt == "parquet" else None
     shard_bytes = None if fmt == "vortex" else approx_shard_bytes  # Vortex files are read whole
     return _read_files(fmt, files, projected, schema, unify_schemas, shard_bytes, on_error)
@@ -134,37 +141,12 @@ def read_jsonl(
     return _read_files("jsonl", paths, None, schema, unify_schemas, approx_shard_bytes, on_error)
 
 
-def read_vortex(
-    paths: str | Sequence[str],
-    *,
-    unify_schemas: bool = False,
-    schema: pa.Schema | str | None = None,
-    on_error: OnError = "raise",
-) -> Dataset:
-    """Vortex files (``vortex-data``); ``unify_schemas``/``schema`` and bad rows as in ``read_parquet``."""
-    return _read_files("vortex", paths, None, schema, unify_schemas, None, on_error)
-
-
-def read_warc_records(paths: str | Sequence[str], *, on_error: OnError = "quarantine") -> Dataset:
-    """The HTML response records of WARC/ARC files (``.warc[.gz]``, ``.arc[.gz]``), one row each, with the
-    decoded ``html`` (schema and rules: ``zephyr.io.warc``). Bad records (a truncated gzip member, a wrong
-    Content-Length, a non-HTML payload, an undecodable charset) go to the quarantine output with their byte
-    offset by default, since crawls always hold some; ``on_error="raise"`` fails on the first.
-    ``zephyr.read_warc`` adds text extraction."""
-    _check_on_error(on_error)
-    return Dataset((ReadFiles(input_paths(paths), "warc", on_error=on_error),))
-
-
 def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, num_shards: int = 1) -> Dataset:
     """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run); view-typed
     columns become plain ones (``zephyr.io.schema.without_view_types``: Arrow can neither slice nested views
     for Parquet nor select rows of any view)."""
-    if isinstance(data, pa.RecordBatch):
-        table = pa.Table.from_batches([data])
-    elif isinstance(data, pa.Table):
-        table = data
-    else:
-        table = pa.Table.from_batches(list(data))
+    whole = isinstance(data, pa.Table | pa.RecordBatch)  # pa.table takes either; an iterable is batches
+    table = pa.table(data) if whole else pa.Table.from_batches(list(data))
     if num_shards < 1:
         raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
     return Dataset((FromTable(without_view_types(table), num_shards),))
@@ -211,12 +193,12 @@ class Dataset:
         [{'y': 10}, {'y': 20}]
         """
         _check_on_error(on_error)
-        return self._then(Map(fn, on_error))
+        return self._then(RowOp("map", fn, on_error))
 
     def filter(self, predicate: Callable[[dict], bool], *, on_error: OnError = "raise") -> Dataset:
         """Rows for which ``predicate`` is true; the others are counted as dropped."""
         _check_on_error(on_error)
-        return self._then(Filter(predicate, on_error))
+        return self._then(RowOp("filter", predicate, on_error))
 
     def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, on_error: OnError = "raise") -> Dataset:
         """Zero or more output rows per input row.
@@ -226,7 +208,7 @@ class Dataset:
         ['a', 'b', 'c']
         """
         _check_on_error(on_error)
-        return self._then(FlatMap(fn, on_error))
+        return self._then(RowOp("flat_map", fn, on_error))
 
     def map_batches(
         self, fn: Callable[[pa.Table], Any], *, batch_rows: int | None = None, name: str | None = None
@@ -441,26 +423,18 @@ def _options(execution: dict[str, Any]):
     return ExecutionOptions.from_kwargs(**execution)
 
 
+@dataclass(frozen=True)
 class GroupedDataset:
     """The result of ``Dataset.group_by``: pick an aggregation."""
 
-    def __init__(
-        self,
-        parent: Dataset,
-        keys: tuple[str, ...],
-        sort_by: tuple[tuple[str, bool], ...],
-        num_partitions: int | None,
-    ):
-        self._parent = parent
-        self._keys = keys
-        self._sort_by = sort_by
-        self._num_partitions = num_partitions
+    _parent: Dataset
+    _keys: tuple[str, ...]
+    _sort_by: tuple[tuple[str, bool], ...]
+    _num_partitions: int | None
 
     def count(self, name: str = "count") -> Dataset:
-        """Rows per key: ``Dataset(keys..., count)``."""
-        return self._parent._then(
-            GroupAggregate(self._keys, (Agg(name, None, "count"),), self._num_partitions)
-        )
+        """Rows per key: ``Dataset(keys..., count)``, the aggregation ``agg(name=(None, "count"))``."""
+        return self.agg(**{name: (None, "count")})
 
     def agg(self, **aggregations: tuple[str, str]) -> Dataset:
         """Named aggregations ``out=(column, how)``; how: count, sum, min, max, mean, first, last, n_unique, list.

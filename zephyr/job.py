@@ -19,11 +19,10 @@ worker count, so outputs are identical for any number of workers) and column pus
 in ``zephyr.physical.runs_in_process``, which clients share (``zephyr.physical.plan_read``).
 This module only runs those decisions, and never imports the ``Dataset`` facade.
 
-``_JobInputs``: the sources of one job (``physical.Sources``), each listed once, with fingerprint and planned schema.
-
-The driver (``zephyr.job``) asks for a source's shards and fingerprint when it runs the stage that reads it,
-and the planner (``zephyr.physical``) asks for its size when it sizes partitions or decides a small job; both
-answers come from one listing, so a file's size and version stamp are read once per job.
+The job's sources (``physical.Sources``, with its work directory) are listed once: the driver asks for a
+source's shards and fingerprint when it runs the stage that reads it, and the planner for its size when it
+sizes partitions or decides a small job; both answers come from one listing, so a file's size and version
+stamp are read once per job.
 """
 
 from __future__ import annotations
@@ -50,14 +49,11 @@ from zephyr.budget import Budget
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
 from zephyr.executors.base import Executor, InProcessExecutor, Shared, explain_worker_death
-from zephyr.io.paths import atomic_write, is_local, public_path
-from zephyr.io.sources import Shard, list_shards, plan_input_schema
+from zephyr.io.paths import is_local
 from zephyr.job_stats import WriteResult
 from zephyr.ops import FromTable, Op, ReadFiles, Sort
 from zephyr.options import ExecutionOptions
-from zephyr.physical import MAX_PARTITIONS as MAX_PARTITIONS
-from zephyr.physical import SourceSize
-from zephyr.plan import build_plan, fingerprint_of, table_digest
+from zephyr.plan import build_plan, fingerprint_of
 from zephyr.shuffle.runs import INDEX_VERSION, Run, coalesce_plan
 from zephyr.shuffle.writer import ShuffleSpec, boundary_array, range_boundaries
 from zephyr.tasks import (
@@ -114,7 +110,7 @@ class Job:
         # creating it fails (an unreachable dask scheduler), ``__exit__`` still removes the temporary directory.
         self._executor: Executor | None = None
         self.stages: list[dict] = []
-        self.inputs = _JobInputs(self.fs, self.root)
+        self.inputs = physical.Sources(self.fs, self.root)
         self.started = time.time()
         self._budget = Budget(options.memory_budget_bytes)
         self._held = contextlib.ExitStack()  # the work dir's lock and the job's own progress bar
@@ -470,58 +466,3 @@ def run_materialize(ops: tuple[Op, ...], directory: str | None, options: Executi
     if scratch is not None:  # a scratch copy lives as long as some Dataset still reads it (or the process)
         weakref.finalize(source, shutil.rmtree, scratch, True)
     return (source,)
-
-
-Source = ReadFiles | FromTable
-
-
-class _JobInputs(physical.Sources):
-    """The job's sources (``physical.Sources``), each also with its fingerprint and the schema every task casts
-    to, listed once. In-memory tables are staged under ``inputs/`` of the job's work directory ``root``."""
-
-    def __init__(self, fs, root: str):
-        super().__init__()
-        self.fs, self.root = fs, root
-        self._planned: dict[int, tuple[list[Shard], str, pa.Schema | None]] = {}
-
-    def listing(self, source: Source) -> tuple[list[Shard], str, pa.Schema | None]:
-        """Shards of a source, its fingerprint and the schema planned for all its files before any task (None:
-        the files' own), listed on first use."""
-        if id(source) not in self._planned:
-            listed = self._stage_table(source) if isinstance(source, FromTable) else self._list_files(source)
-            self._planned[id(source)] = listed
-        return self._planned[id(source)]
-
-    def size_of(self, source: Source) -> SourceSize:
-        """The source's estimated size, listed with its schema: a mismatch fails while planning, not in a task."""
-        self.listing(source)
-        return super().size_of(source)
-
-    def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, pa.Schema | None]:
-        shards, stats, _ = self.files(source)
-        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
-        planned = (
-            None
-            if source.schema is not None
-            else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
-        )
-        # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
-        source_fp = fingerprint_of(
-            source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
-        )
-        return shards, source_fp, planned
-
-    def _stage_table(self, source: FromTable) -> tuple[list[Shard], str, None]:
-        """Write an in-memory table as ``num_shards`` Parquet files in the work directory (once per content)."""
-        digest = table_digest(source.table)
-        directory = f"{self.root}/inputs/{digest[:16]}-{source.num_shards}"
-        rows = source.table.num_rows
-        files = []
-        for i in range(source.num_shards):
-            start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
-            path = f"{directory}/part-{i:05d}.parquet"
-            if not self.fs.exists(path):
-                with atomic_write(public_path(self.fs, path)) as f:
-                    pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
-            files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
-        return list_shards(files, "parquet"), digest, None

@@ -26,11 +26,9 @@ from zephyr.io.schema import without_view_types
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
     BatchOutput,
-    Filter,
-    FlatMap,
-    Map,
     MapBatches,
     Op,
+    RowOp,
     Select,
     WithRowIndex,
 )
@@ -58,7 +56,8 @@ def op_label(op: Op) -> str:
     name = getattr(op, "name", None) or (
         getattr(fn, "__qualname__", None) or type(fn).__name__ if fn else None
     )
-    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()  # FlatMap: flat_map, the method
+    # the method that made it: a row op's kind, else the class name (MapBatches: map_batches)
+    kind = getattr(op, "kind", None) or re.sub(r"(?<!^)(?=[A-Z])", "_", type(op).__name__).lower()
     return f"{kind}({name or ', '.join(op.columns)})"
 
 
@@ -87,7 +86,7 @@ def run_narrow(
 
 
 def _call_rows(
-    table: pa.Table, op: Map | Filter | FlatMap, where: str, quarantine: Quarantine, base: int
+    table: pa.Table, op: RowOp, where: str, quarantine: Quarantine, base: int
 ) -> tuple[list[tuple[int, object]], int]:
     """Call ``op.fn`` on every row: (row index, result) for the calls that succeeded, and how many were
     quarantined (``on_error="quarantine"``) — or raise naming the row."""
@@ -119,7 +118,7 @@ def _quarantine_table(where: str, lines: list, reasons: list[str], rows: list[di
     )
 
 
-def _apply_rows(stream, op: Map | Filter | FlatMap, count: OpCounters, where: str, quarantine: Quarantine):
+def _apply_rows(stream, op: RowOp, count: OpCounters, where: str, quarantine: Quarantine):
     """Row functions: ``map`` returns one row per row, ``flat_map`` an iterable of rows per row, ``filter`` a
     truth value per row (the table keeps its rows, and their types, that pass)."""
     base = 0
@@ -128,7 +127,7 @@ def _apply_rows(stream, op: Map | Filter | FlatMap, count: OpCounters, where: st
         base += table.num_rows
         count.rows_in += table.num_rows
         count.rows_quarantined += failed
-        if isinstance(op, Filter):
+        if op.kind == "filter":
             keep = [False] * table.num_rows
             for i, result in results:
                 keep[i] = bool(result)
@@ -138,7 +137,7 @@ def _apply_rows(stream, op: Map | Filter | FlatMap, count: OpCounters, where: st
             yield kept
             continue
         out = [result for _, result in results]
-        if isinstance(op, FlatMap):
+        if op.kind == "flat_map":
             out = [row for rows in out for row in rows]
         if out and not isinstance(out[0], dict):
             raise ZephyrError(f"{op_label(op)} must produce dict rows, got {type(out[0]).__name__}")
@@ -275,9 +274,7 @@ def _as_quarantine(quarantined: pa.Table, reason: str | None, op: Op, where: str
 
 
 _APPLY = {
-    Map: _apply_rows,
-    Filter: _apply_rows,
-    FlatMap: _apply_rows,
+    RowOp: _apply_rows,
     MapBatches: _apply_map_batches,
     Select: _apply_select,
 }

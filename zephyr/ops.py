@@ -1,6 +1,6 @@
 """Logical operations: what a ``Dataset`` method appends to the plan. Plain frozen dataclasses.
 
-Narrow ops (``Map``, ``Filter``, ``FlatMap``, ``MapBatches``, ``Select``) transform a stream of batches and
+Narrow ops (``RowOp``: map, filter, flat_map; ``MapBatches``, ``Select``) transform a stream of batches and
 fuse into one stage. Wide ops (``GroupAggregate``, ``GroupApply``, ``Deduplicate``, ``Sort``, ``Join``,
 ``Reshard``) need rows from every input shard and cut the plan with a shuffle.
 """
@@ -43,19 +43,10 @@ class FromTable(Op):
 
 
 @dataclass(frozen=True, eq=False)
-class Map(Op):
-    fn: Callable[[dict], dict]
-    on_error: OnError = "raise"
+class RowOp(Op):
+    """A row function: ``map`` (a dict per row), ``filter`` (a truth value) or ``flat_map`` (dicts)."""
 
-
-@dataclass(frozen=True, eq=False)
-class Filter(Op):
-    fn: Callable[[dict], bool]
-    on_error: OnError = "raise"
-
-
-@dataclass(frozen=True, eq=False)
-class FlatMap(Op):
+    kind: Literal["map", "filter", "flat_map"]
     fn: Callable[[dict], Any]
     on_error: OnError = "raise"
 
@@ -149,5 +140,5 @@ class BatchOutput:
     quarantine_reason: str | None = None
 
 
-NARROW_OPS = (Map, Filter, FlatMap, MapBatches, Select, WithRowIndex)
+NARROW_OPS = (RowOp, MapBatches, Select, WithRowIndex)
 WIDE_OPS = (GroupAggregate, GroupApply, Deduplicate, Sort, Join, Reshard)

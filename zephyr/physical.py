@@ -29,10 +29,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+
 from zephyr.budget import EXPANSION, PARTITION_TARGET_CAP, Budget
 from zephyr.config import format_bytes
 from zephyr.errors import ConfigError
-from zephyr.io.paths import FileStat, file_stat
+from zephyr.io.paths import FileStat, atomic_write, file_stat, public_path
 from zephyr.io.sources import (
     FOOTER_ESTIMATE_MAX_FILES,
     RowWidth,
@@ -40,6 +42,7 @@ from zephyr.io.sources import (
     estimated_bytes,
     list_shards,
     parquet_footer_sizes,
+    plan_input_schema,
 )
 from zephyr.ops import (
     Deduplicate,
@@ -54,7 +57,7 @@ from zephyr.ops import (
     WithRowIndex,
 )
 from zephyr.options import ExecutionOptions
-from zephyr.plan import Segment
+from zephyr.plan import Segment, fingerprint_of, table_digest
 from zephyr.shuffle.reduce import (
     ConcatReducer,
     DeduplicateReducer,
@@ -127,18 +130,7 @@ EXCHANGES: dict[type[Op], Callable[[Any, int], Exchange]] = {
     Reshard: _reshard,
     Sort: _sort,
 }
-"""Wide op type → its exchange for a given partition count."""
-
-
-def exchange(op: Op, partitions: int) -> Exchange:
-    """The exchange of wide op ``op`` over ``partitions`` partitions (``EXCHANGES``)."""
-    try:
-        build = EXCHANGES[type(op)]
-    except KeyError:
-        from zephyr.errors import ConfigError
-
-        raise ConfigError(f"no shuffle for {type(op).__name__}") from None
-    return build(op, partitions)
+"""Wide op type → its exchange for a given partition count (every wide op has one)."""
 
 
 # -- partition counts -------------------------------------------------------------------------------------
@@ -167,9 +159,8 @@ def partition_count(op: Op, estimated: int, budget: Budget) -> tuple[int, str]:
     if op.num_partitions:
         return op.num_partitions, "num_partitions"
     target = format_bytes(budget.partition_target_bytes)
-    return partitions_for(
-        estimated, budget
-    ), f"ceil(est. {format_bytes(estimated)} / {target} partition target)"
+    rule = f"ceil(est. {format_bytes(estimated)} / {target} partition target)"
+    return partitions_for(estimated, budget), rule
 
 
 # -- sizes ------------------------------------------------------------------------------------------------
@@ -191,10 +182,15 @@ SizeOf = Callable[[ReadFiles | FromTable], SourceSize]
 
 class Sources:
     """The sources of a plan, each listed and sized once (by identity): the one listing the driver
-    (``zephyr.job``), ``explain`` and ``plan_read`` share."""
+    (``zephyr.job``), ``explain`` and ``plan_read`` share. The driver's (with its work directory ``root`` on
+    ``fs``) also plans each source as it sizes it (``listing``): its fingerprint and the schema every task
+    casts to, so a mismatch fails while planning, not in a task; in-memory tables are staged under
+    ``inputs/`` of ``root``."""
 
-    def __init__(self) -> None:
+    def __init__(self, fs: Any = None, root: str | None = None) -> None:
+        self.fs, self.root = fs, root
         self._listed: dict[int, tuple[list[Shard], dict[str, FileStat], SourceSize]] = {}
+        self._planned: dict[int, tuple[list[Shard], str, pa.Schema | None]] = {}
 
     def files(self, source: ReadFiles | FromTable) -> tuple[list[Shard], dict[str, FileStat], SourceSize]:
         """A file source's shards, the size and version stamp of each file (one stat per file) and its estimated
@@ -219,8 +215,49 @@ class Sources:
         return shards, stats, size
 
     def size_of(self, source: ReadFiles | FromTable) -> SourceSize:
-        """A source's estimated size (``SizeOf``, ``files``)."""
+        """A source's estimated size (``SizeOf``, ``files``), planned first by the driver's (``listing``)."""
+        if self.root is not None:
+            self.listing(source)
         return self.files(source)[2]
+
+    def listing(self, source: ReadFiles | FromTable) -> tuple[list[Shard], str, pa.Schema | None]:
+        """Shards of a source, its fingerprint and the schema planned for all its files before any task (None:
+        the files' own), listed on first use."""
+        if id(source) not in self._planned:
+            listed = self._stage_table(source) if isinstance(source, FromTable) else self._list_files(source)
+            self._planned[id(source)] = listed
+        return self._planned[id(source)]
+
+    def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, pa.Schema | None]:
+        shards, stats, _ = self.files(source)
+        # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
+        planned = (
+            None
+            if source.schema is not None
+            else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
+        )
+        # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
+        source_fp = fingerprint_of(
+            source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
+        )
+        return shards, source_fp, planned
+
+    def _stage_table(self, source: FromTable) -> tuple[list[Shard], str, None]:
+        """Write an in-memory table as ``num_shards`` Parquet files in the work directory (once per content)."""
+        import pyarrow.parquet as pq
+
+        digest = table_digest(source.table)
+        directory = f"{self.root}/inputs/{digest[:16]}-{source.num_shards}"
+        rows = source.table.num_rows
+        files = []
+        for i in range(source.num_shards):
+            start, stop = rows * i // source.num_shards, rows * (i + 1) // source.num_shards
+            path = f"{directory}/part-{i:05d}.parquet"
+            if not self.fs.exists(path):
+                with atomic_write(public_path(self.fs, path)) as f:
+                    pq.write_table(source.table.slice(start, stop - start), f, compression="zstd")
+            files.append(path if "://" not in self.root else self.fs.unstrip_protocol(path))
+        return list_shards(files, "parquet"), digest, None
 
 
 def check_row_width(size: SourceSize, columns: tuple[str, ...] | None, budget: Budget) -> None:
@@ -411,7 +448,7 @@ def walk(
     else:  # the map side of a (non-sort) wide op reads what its upstreams read, pushdown applied
         estimate = sum(read_bytes(up, size_of, pushdown_columns(up, op)) for up in segment.upstream)
         (partitions, rule), inputs = partition_count(op, estimate, budget), []
-        plan = exchange(op, partitions)
+        plan = EXCHANGES[type(op)](op, partitions)
         for upstream, spec in zip(segment.upstream, plan.specs):
             # round robin deals rows by task: its map side keeps one task per partition
             up = walk(
@@ -436,12 +473,12 @@ def _sort(upstream: Segment, op: Sort, budget: Budget, size_of: SizeOf):
         if result is not None:  # ran: the sort reads the files it wrote
             files = tuple(f for m in result.markers for f in m["files"])
             if not files:
-                return 0, exchange(op, 1), "", [result]
+                return 0, EXCHANGES[type(op)](op, 1), "", [result]
             upstream, materialized = Segment(source=ReadFiles(files, "parquet")), False
             estimate = read_bytes(upstream, size_of)
     size = estimate if materialized else size_of(upstream.source).bytes
     partitions, rule = partition_count(op, estimate, budget)
-    plan = exchange(op, partitions)
+    plan = EXCHANGES[type(op)](op, partitions)
     boundaries = None if op.boundaries is None else boundary_array(op.boundaries)
     if op.boundaries is None:  # the caller's split points need no sample, whatever the input layout
         yield (sample := Step(upstream, SAMPLE, size, op.by, plan, materialized=materialized))

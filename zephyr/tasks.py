@@ -31,6 +31,7 @@ inside a copy of the caller's ``contextvars`` context).
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures as futures
 import contextvars
 import logging
@@ -370,19 +371,12 @@ def _marker_problem(marker: dict, task: TaskSpec, stage: StageSpec) -> str | Non
     return resume.check_files({p: checksums.get(p) for p in listed}) if listed else None
 
 
-class _Counted:
-    """Counts rows and (decoded Arrow) bytes passing through an iterator of tables."""
-
-    def __init__(self, tables: Iterator[pa.Table]):
-        self.tables = tables
-        self.rows = 0
-        self.bytes = 0
-
-    def __iter__(self) -> Iterator[pa.Table]:
-        for table in self.tables:
-            self.rows += table.num_rows
-            self.bytes += table.nbytes
-            yield table
+def _counted(tables: Iterator[pa.Table], read: dict[str, int]) -> Iterator[pa.Table]:
+    """``tables``, adding the rows and (decoded Arrow) bytes passing through to ``read``."""
+    for table in tables:
+        read["rows"] += table.num_rows
+        read["bytes"] += table.nbytes
+        yield table
 
 
 def run_task(stage: StageSpec, task: TaskSpec) -> dict:
@@ -393,7 +387,7 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
     started = time.perf_counter()
     quarantined: list[pa.Table] = []
     op_counters = [OpCounters(op_label(op)) for op in stage.narrow]
-    reading = _task_input(task, stage, quarantined.append)
+    reading, read = _task_input(task, stage, quarantined.append), {"rows": 0, "bytes": 0}
     with (
         counters.collecting() as user_counters,
         collecting_side_files() as side_files,
@@ -401,9 +395,8 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
         closing(reading),
     ):
         # closed here, not when garbage-collected: a failed task's traceback would keep a read-ahead thread
-        source = _Counted(reading)
         tables = run_narrow(
-            source,
+            _counted(reading, read),
             stage.narrow,
             op_counters,
             where=task.description,
@@ -427,9 +420,9 @@ def run_task(stage: StageSpec, task: TaskSpec) -> dict:
         "fingerprint": task.fingerprint,
         "index": task.index,
         "input": task.description,
-        "rows_in": source.rows + read_quarantined,
+        "rows_in": read["rows"] + read_quarantined,
         "rows_read_quarantined": read_quarantined,
-        "bytes_in": source.bytes,
+        "bytes_in": read["bytes"],
         "ops": [c.as_dict() for c in op_counters],
         "counters": dict(user_counters),
         "quarantine": quarantine,
@@ -523,14 +516,10 @@ def _schema_text(schema: pa.Schema | None) -> str | None:
     """A schema as base64 Arrow IPC, so an empty result can still say what its columns are."""
     if schema is None:
         return None
-    import base64
-
     return base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
 def schema_from_text(text: str) -> pa.Schema:
-    import base64
-
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 

@@ -130,6 +130,6 @@ def read_warc(
     import zephyr
 
     check_extractor(extractor)
-    return zephyr.read_warc_records(paths, on_error=on_error).map_batches(
+    return zephyr.read(paths, format="warc", on_error=on_error).map_batches(
         ExtractText(extractor, min_text_chars), name=name
     )

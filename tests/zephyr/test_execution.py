@@ -370,7 +370,11 @@ def test_writers_round_trip_every_format(tmp_path):
     vortex = ds.write_vortex(str(tmp_path / "v"), executor="inprocess")
     assert len(vortex.files) == 3
     assert (
-        zephyr.read_vortex(str(tmp_path / "v")).sort("id").to_arrow(executor="inprocess").to_pylist() == rows
+        zephyr.read(str(tmp_path / "v"), format="vortex")
+        .sort("id")
+        .to_arrow(executor="inprocess")
+        .to_pylist()
+        == rows
     )
 
 

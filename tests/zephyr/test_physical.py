@@ -53,15 +53,6 @@ def test_every_wide_op_has_an_exchange():
     assert set(EXCHANGES) == set(WIDE_OPS)
 
 
-def test_a_narrow_op_has_no_exchange():
-    from zephyr.errors import ConfigError
-    from zephyr.ops import Select
-    from zephyr.physical import exchange
-
-    with pytest.raises(ConfigError, match="no shuffle for Select"):
-        exchange(Select(("k",)), 4)
-
-
 def test_sort_plan_samples_then_range_shuffles():
     ds = zephyr.from_arrow(_table(), num_shards=2).sort("k", descending=True, num_partitions=3)
     text = ds.explain()

@@ -55,6 +55,7 @@ import concurrent.futures as futures
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import importlib
 import logging
 import operator
@@ -66,7 +67,7 @@ import traceback
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -79,17 +80,14 @@ class Shared:
 
     key: str
     value: Any
-    _blob: list = field(default_factory=list, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def blob(self) -> bytes:
         """``cloudpickle.dumps(value)``, made once (the ops may be lambdas and closures, which plain pickle
         refuses)."""
-        if not self._blob:
-            import cloudpickle
+        import cloudpickle
 
-            self._blob.append(cloudpickle.dumps(self.value))
-        return self._blob[0]
+        return cloudpickle.dumps(self.value)
 
     def copy(self) -> Any:
         """A copy of the value, as a worker process would get it."""

@@ -166,12 +166,6 @@ class LocalDaskCluster:
         finally:
             self.scheduler.close()
 
-    def __enter__(self) -> LocalDaskCluster:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def on_worker(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` on a dask worker, with the heap rules of the local executor's workers

@@ -80,7 +80,7 @@ def test_on_error_raise_names_file_and_offset(tmp_path):
 def test_non_documents_are_counted_not_rows(tmp_path):
     path = tmp_path / "crawl.warc.gz"
     write_warc(str(path), sample_pages(3))
-    result = zephyr.read_warc_records(str(path)).write_parquet(str(tmp_path / "out"), executor="inprocess")
+    result = zephyr.read(str(path)).write_parquet(str(tmp_path / "out"), executor="inprocess")
     counters = result.stats["stages"][0]["counters"]
     assert counters["warc/skipped_warcinfo"] == 1 and counters["warc/skipped_request"] == 3
     assert result.stats["stages"][0]["rows_out"] == 3
@@ -108,7 +108,7 @@ def test_a_record_that_is_not_an_http_response_has_its_own_skip_reason(tmp_path)
         record("http://a.org/gone", "response", html, "404 Not Found")
         record("dns:a.org", "response", b"20260101 a.org. 300 IN A 10.0.0.1", warc_content_type="text/dns")
         record("http://a.org/x.txt", "resource", b"plain text", warc_content_type="text/plain")
-    result = zephyr.read_warc_records(str(path)).write_parquet(str(tmp_path / "out"), executor="inprocess")
+    result = zephyr.read(str(path)).write_parquet(str(tmp_path / "out"), executor="inprocess")
     counters = result.stats["stages"][0]["counters"]
     assert counters["warc/skipped_not_http"] == 1 and counters["warc/skipped_http_status"] == 1
     assert counters["warc/skipped_resource"] == 1 and result.stats["stages"][0]["rows_out"] == 1
