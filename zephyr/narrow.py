@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from zephyr.errors import SchemaError, ZephyrError
-from zephyr.io.quarantine import QUARANTINE_REASON, QUARANTINE_SCHEMA
+from zephyr.io.quarantine import QUARANTINE_REASON, quarantine_table
 from zephyr.io.schema import without_view_types
 from zephyr.ops import (
     ROW_INDEX_SHARD_SHIFT,
@@ -105,17 +105,9 @@ def _call_rows(
     if failed:
         reasons = [f"{op_label(op)}: {type(e).__name__}: {e}" for _, _, e in failed]
         lines = [base + i for i, _, _ in failed]
-        quarantine(_quarantine_table(where, lines, reasons, [row for _, row, _ in failed]))
+        raws = [orjson.dumps(row, default=str) for _, row, _ in failed]
+        quarantine(quarantine_table(where, lines, reasons, raws))
     return results, len(failed)
-
-
-def _quarantine_table(where: str, lines: list, reasons: list[str], rows: list[dict]) -> pa.Table:
-    """Rows set aside in the quarantine output's schema: the shard, line (or None), reason and the row as JSON."""
-    raw = [orjson.dumps(row, default=str) for row in rows]
-    return pa.table(
-        {"source": [where] * len(rows), "line": lines, "reason": reasons, "raw": raw},
-        schema=QUARANTINE_SCHEMA,
-    )
 
 
 def _apply_rows(stream, op: RowOp, count: OpCounters, where: str, quarantine: Quarantine):
@@ -270,7 +262,8 @@ def _as_quarantine(quarantined: pa.Table, reason: str | None, op: Op, where: str
         quarantined = quarantined.drop_columns([QUARANTINE_REASON])
     else:
         reasons = [reason or op_label(op)] * n
-    return _quarantine_table(where, [None] * n, reasons, quarantined.to_pylist())
+    raws = [orjson.dumps(row, default=str) for row in quarantined.to_pylist()]
+    return quarantine_table(where, [None] * n, reasons, raws)
 
 
 _APPLY = {

@@ -28,7 +28,7 @@ import gzip
 import zlib
 from typing import IO
 
-import zstandard
+from zstandard import ZstdCompressor, ZstdDecompressor, ZstdError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -56,15 +56,23 @@ class TrailingData(Exception):
         self.codec, self.offset, self.head = codec, offset, head
 
 
+_CODECS = {  # codec: (what its stream is made of, their magic numbers, padding between two, its error, a decoder)
+    "gzip": ("member", (GZIP_MAGIC,), b"\x00", zlib.error, lambda: zlib.decompressobj(wbits=31)),
+    "zstd": ("frame", _ZSTD_FRAME_MAGICS, b"", ZstdError, lambda: ZstdDecompressor().decompressobj()),
+}
+"""gzip members are decoded by zlib (``wbits=31``: gzip header, deflate, CRC-32 and length checked). Unlike
+``gzip.GzipFile``, whose ``read(n)`` drops everything it decoded when the stream turns out to be cut, the bytes
+before a cut are returned. Zero bytes after a member are padding, as ``gzip.GzipFile`` reads them."""
+
+
 class _StreamReader:
-    """Buffering shared by the codecs: compressed input is fed ``_FEED_BYTES`` at a time, decoded bytes wait in
-    ``_pending``. An error found while filling the buffer (a cut, corrupt data) is held back until the bytes
-    decoded before it have been returned, so a caller sees every byte that decodes and then the error."""
+    """Compressed input is fed ``_FEED_BYTES`` at a time to the decoder of ``codec`` (``_CODECS``), decoded
+    bytes wait in ``_pending``. An error found while filling the buffer (a cut, corrupt data) is held back until
+    the bytes decoded before it have been returned, so a caller sees every byte that decodes and then the error."""
 
-    _codec = "compressed"
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
+    def __init__(self, raw: IO[bytes], codec: str):
+        self._raw, self._codec = raw, codec
+        self._unit_name, self._magics, self._padding, self._codec_error, self._decompressor = _CODECS[codec]
         self._pending: list[bytes] = []  # decoded, not yet returned
         self._pending_bytes = 0
         self._at_eof = False
@@ -142,35 +150,9 @@ class _StreamReader:
             raise TruncatedStream(f"{self._codec} stream ends inside a {self._unit_name}")
 
 
-class _GzipReader(_StreamReader):
-    """Members are decoded by zlib (``wbits=31``: gzip header, deflate, CRC-32 and length checked). Unlike
-    ``gzip.GzipFile``, whose ``read(n)`` drops everything it decoded when the stream turns out to be cut, the
-    bytes before a cut are returned. Zero bytes after a member are padding, as ``gzip.GzipFile`` reads them."""
-
-    _codec = "gzip"
-    _unit_name = "member"
-    _magics = (GZIP_MAGIC,)
-    _padding = b"\x00"
-    _codec_error = zlib.error
-
-    def _decompressor(self):
-        return zlib.decompressobj(wbits=31)
-
-
-class _ZstdReader(_StreamReader):
-    _codec = "zstd"
-    _unit_name = "frame"
-    _magics = _ZSTD_FRAME_MAGICS
-    _padding = b""
-    _codec_error = zstandard.ZstdError
-
-    def _decompressor(self):
-        return zstandard.ZstdDecompressor().decompressobj()
-
-
 def open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes] | _StreamReader:
     """A reader of the decompressed bytes of ``raw`` (which stays owned, and closed, by the caller)."""
-    return raw if compression is None else {"gzip": _GzipReader, "zstd": _ZstdReader}[compression](raw)
+    return raw if compression is None else _StreamReader(raw, compression)
 
 
 def open_compressed_writer(raw: IO[bytes], compression: str | None) -> IO[bytes]:
@@ -180,4 +162,4 @@ def open_compressed_writer(raw: IO[bytes], compression: str | None) -> IO[bytes]
     if compression == "gzip":
         # filename="" keeps the temporary file name out of the header; mtime=0 keeps the clock out.
         return gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0)
-    return zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)  # "zstd" (ShardWriter checks)
+    return ZstdCompressor(level=3).stream_writer(raw, closefd=False)  # "zstd" (ShardWriter checks)

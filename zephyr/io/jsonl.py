@@ -518,7 +518,7 @@ class _BlockParser:
 class JsonlEncoder:
     """Writes each batch as it comes; JSON text has no file schema, so batches may widen freely."""
 
-    def __init__(self, fs, path: str, compression: str | None, schema: pa.Schema | None, where: str):
+    def __init__(self, fs, path: str, schema: pa.Schema | None, where: str, compression: str | None):
         self.fs = fs
         self.path = path
         self.handle = Checksummed(fs.open(path, "wb"))  # the bytes on disk: after compression

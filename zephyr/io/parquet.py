@@ -285,7 +285,7 @@ class BufferedEncoder:
     """
 
     def __init__(
-        self, fs, file: str, schema: pa.Schema | None, row_group_bytes: int, row_group_rows: int, where: str
+        self, fs, file: str, schema: pa.Schema | None, where: str, row_group_bytes: int, row_group_rows: int
     ):
         self.fs, self.file = fs, file
         self.user_schema = schema is not None
@@ -381,8 +381,8 @@ class BufferedEncoder:
 
 
 class ParquetEncoder(BufferedEncoder):
-    def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
-        super().__init__(fs, path, schema, row_group_bytes, row_group_rows, where)
+    def __init__(self, fs, path: str, schema, where, row_group_bytes, row_group_rows):
+        super().__init__(fs, path, schema, where, row_group_bytes, row_group_rows)
         self.path = path
         self.handle: Checksummed | None = None
         self.writer: pq.ParquetWriter | None = None

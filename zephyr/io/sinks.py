@@ -2,7 +2,7 @@
 
 Each format's encoder (``ParquetEncoder``, ``JsonlEncoder``, ``VortexEncoder``, in the format's module) writes
 a temporary file it owns (``path``; ``write``, ``finish``, ``discard``); ``ShardWriter`` picks one per format
-and renames its file into place.
+(``_ENCODERS``) and renames its file into place.
 
 Contract:
 
@@ -41,7 +41,6 @@ import logging
 import posixpath
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -56,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROW_GROUP_BYTES = 128 << 20
 DEFAULT_ROW_GROUP_ROWS = 1 << 20
-_WRITABLE = ("parquet", "jsonl", "vortex")
+_ENCODERS = {"parquet": ParquetEncoder, "jsonl": JsonlEncoder, "vortex": VortexEncoder}
 
 
 def output_name(index: int, format: Format, compression: Compression | None = None) -> str:
@@ -75,8 +74,8 @@ def output_name(index: int, format: Format, compression: Compression | None = No
 
 
 def _check_format(format: str, compression: str | None) -> None:
-    if format not in _WRITABLE:
-        raise ConfigError(f"unknown output format {format!r}; use one of {list(_WRITABLE)}")
+    if format not in _ENCODERS:
+        raise ConfigError(f"unknown output format {format!r}; use one of {list(_ENCODERS)}")
     if compression is not None and compression not in paths.CODEC_FORMATS.get(format, ()):
         raise ConfigError(
             f"compression={compression!r} does not apply to {format} output; JSONL takes None, 'gzip' or 'zstd', "
@@ -96,7 +95,7 @@ class WrittenFile:
     """Its checksum record (``zephyr.io.checksum``): size and xxh3-128 of the bytes written."""
 
 
-class ShardWriter:
+class ShardWriter(contextlib.AbstractContextManager):
     """Write one output file atomically (see the module docstring).
 
     >>> import pyarrow as pa, fsspec
@@ -131,15 +130,8 @@ class ShardWriter:
         self._done = False  # closed or aborted
         self.result: WrittenFile | None = None
         self.fs.makedirs(posixpath.dirname(self._final) or ".", exist_ok=True)
-        where = f"writing {self.path}"
-        if format == "jsonl":
-            self._encoder: Any = JsonlEncoder(self.fs, self._tmp, compression, schema, where)
-        else:
-            encoder = ParquetEncoder if format == "parquet" else VortexEncoder
-            self._encoder = encoder(self.fs, self._tmp, schema, row_group_bytes, row_group_rows, where)
-
-    def __enter__(self) -> ShardWriter:
-        return self
+        sizes = (compression,) if format == "jsonl" else (row_group_bytes, row_group_rows)
+        self._encoder = _ENCODERS[format](self.fs, self._tmp, schema, f"writing {self.path}", *sizes)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:

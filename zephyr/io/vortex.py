@@ -97,12 +97,12 @@ class VortexEncoder(BufferedEncoder):
     """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``. The file is
     built locally: in a local temporary folder when ``path`` is on another filesystem, uploaded when finished."""
 
-    def __init__(self, fs, path: str, schema, row_group_bytes, row_group_rows, where):
+    def __init__(self, fs, path: str, schema, where, row_group_bytes, row_group_rows):
         self.target_fs, self.target = fs, path
         self.local_dir = None if is_local(fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
         self.path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
         super().__init__(
-            LocalFileSystem(), f"{self.path}.spill.arrows", schema, row_group_bytes, row_group_rows, where
+            LocalFileSystem(), f"{self.path}.spill.arrows", schema, where, row_group_bytes, row_group_rows
         )
         self.checksum: dict | None = None
         """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
