@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
-from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep
+from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep, routed_jobs
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.config import embedded_field
@@ -265,17 +265,10 @@ def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tu
 
     ds, routing = _filtered(inputs, config, "OUTPUT")
     annotate = (
-        f"job 1: every row with its first failing rule (rules {config.rules}) in {config.output_column}, "
-        "written to a scratch folder in OUTPUT.zephyr"
+        f"every row with its first failing rule (rules {config.rules}) in {config.output_column}, written to "
+        "a scratch folder in OUTPUT.zephyr; no file (no input row): nothing to route"
     )
-    then = "no file written (no input row): nothing to route; else jobs 2-5 read the annotated files"
-    jobs: list[tuple[str, Dataset | None]] = [(annotate, ds), (then + " (planned over job 1's plan)", None)]
-    for number, (kind, where, plan) in enumerate(routes(ds, "OUTPUT", **routing), 2):
-        title = f"job {number}: the {kind} rows → {where}"
-        if not where:
-            title = f"job {number}: the report's per-batch counts, to the driver, and its examples (OUTPUT.zephyr/report.json, report.md, examples.json)"
-        jobs.append((title, plan))
-    return jobs
+    return routed_jobs(annotate, ds, routes(ds, "OUTPUT", **routing))
 
 
 def heuristic_filter(
@@ -653,7 +646,7 @@ def run_plans(options: RunOptions, execution: ExecutionOptions) -> list[tuple[st
 def run(options: RunOptions, execution: ExecutionOptions) -> Any:
     """Run a pipeline config (read → filter → dedup → tokenize → train) as a resumable batch job."""
     from zephyr.pipelines.config import check_added_columns, check_inputs
-    from zephyr.pipelines.runner import ProgressReporter, explain_pipeline, run_pipeline, step_dir_name
+    from zephyr.pipelines.runner import ProgressReporter, pipeline_plans, run_pipeline, step_dir_name
 
     config, job_dir = options.load()
     if options.check:
@@ -665,9 +658,11 @@ def run(options: RunOptions, execution: ExecutionOptions) -> Any:
             print(f"  {step_dir_name(index, entry)}: {entry.type}{state}")
         return 0
     if options.explain:
+        from zephyr.cli import explain_planned
         from zephyr.summary import Summary
 
-        plan = explain_pipeline(config, job_dir, execution=execution)
+        jobs = pipeline_plans(config, job_dir, execution=execution)
+        plan = explain_planned(f"run {config.name}", jobs, execution, "the rules")
         return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
     result = run_pipeline(
         config,

@@ -49,7 +49,7 @@ import zephyr.pipelines.steps  # noqa: F401  (registers the step types)
 import zephyr.pipelines.web.steps  # noqa: F401  (registers the web step types)
 from zephyr.pipelines.step import COMMON_KEYS, CONFIG_VERSION, STEPS, PipelineConfig, StepEntry
 
-from zephyr.config import ConfigProblems, expand_env, flat_fields, parse_value, read_mapping
+from zephyr.config import ConfigProblems, expand_env, flat_fields, parse_value, read_mapping, unknown_keys
 from zephyr.errors import ColumnExistsError, ConfigError
 
 _TOP_KEYS = ("version", *(f.name for f in dataclasses.fields(PipelineConfig) if f.name != "path"))
@@ -162,10 +162,7 @@ def _find_step(steps: Any, ref: str, item: str) -> dict[str, Any]:
 # -- validation ------------------------------------------------------------------------------------------
 def parse_config(raw: dict[str, Any], *, path: str | None = None) -> PipelineConfig:
     """Validate a raw mapping into a ``PipelineConfig``; every problem is reported, each with its key path."""
-    errors: list[str] = []
-    unknown = sorted(set(raw) - set(_TOP_KEYS))
-    for key in unknown:
-        errors.append(f"{key}: unknown key; allowed: {', '.join(_TOP_KEYS)}")
+    errors = unknown_keys(raw, _TOP_KEYS, "")
     version = raw.get("version", CONFIG_VERSION)
     if version != CONFIG_VERSION:
         errors.append(f"version: this zephyr reads version {CONFIG_VERSION}, got {version!r}")

@@ -54,7 +54,6 @@ The job's ``stats.json`` (version 2) lists the step records under ``steps``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -157,10 +156,7 @@ def _files_problem(ctx: StepContext, record: dict[str, Any]) -> str | None:
 def _execution_dict(execution: Any) -> dict[str, Any]:
     if execution is None:
         return {"executor": "local"}
-    if isinstance(execution, dict):
-        out = dict(execution)
-    else:
-        out = {f.name: getattr(execution, f.name) for f in dataclasses.fields(execution)}
+    out = dict(execution) if isinstance(execution, dict) else execution.as_kwargs()
     if out.get("work_dir"):
         raise ConfigError(
             "zephyr run keeps its engine work directories under the job directory; drop --work-dir "
@@ -193,18 +189,6 @@ def pipeline_plans(
         ]
         planned = next((plan for _, plan in reversed(plans) if plan is not None), planned)
     return jobs
-
-
-def explain_pipeline(
-    config: PipelineConfig, job_dir: str | os.PathLike[str], *, execution: Any = None
-) -> str:
-    """What ``zephyr run PIPELINE --explain`` prints: ``pipeline_plans``, then the budget's shares."""
-    from zephyr.cli import explain_planned
-    from zephyr.options import ExecutionOptions
-
-    jobs = pipeline_plans(config, job_dir, execution=execution)
-    options = ExecutionOptions.from_kwargs(**_execution_dict(execution))
-    return explain_planned(f"run {config.name}", jobs, options, "the rules")
 
 
 def run_pipeline(

@@ -62,7 +62,6 @@ from zephyr.config import (
     format_bytes,
     path_field,
     ranged_field,
-    require_column_name,
 )
 from zephyr.errors import ConfigError, InputError, require
 
@@ -125,9 +124,7 @@ class ReadStep(Step, type="read"):
 
         p = ctx.pipeline
         files, fmt = input_files(self.paths, self.format)
-        check_text_inputs(
-            files, p.text_column, format=fmt
-        )  # a non-text column: one line naming the input file
+        check_text_inputs(files, p.text_column, format=fmt)  # a non-text column: one line naming the file
         ds = zephyr.read(
             files,
             format=fmt,
@@ -183,7 +180,7 @@ class LangIdStep(Step, type="langid"):
     replace_columns: bool = False
     """Replace the language columns when the data already has them (a claimed ``lang``, an earlier run);
     ``false``: the pipeline refuses such data before any work."""
-    output_column: str | None = field(default=None, metadata={"metavar": "NAME"})
+    output_column: str | None = field(default=None, metadata={"metavar": "NAME", "column": True})
     """Write the language to NAME and its score to NAME_score, e.g. to keep a claimed-language column the
     data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
@@ -191,7 +188,6 @@ class LangIdStep(Step, type="langid"):
         check_field_values(self)
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
-        require_column_name("output_column", self.output_column)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, str]:
         """The (language, score) columns."""
@@ -244,12 +240,12 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
     replace_columns: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
-    output_column: str | None = None
+    output_column: str | None = field(default=None, metadata={"column": True})
     """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
 
     def __post_init__(self) -> None:
-        require_column_name("output_column", self.output_column)
+        check_field_values(self)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
@@ -333,12 +329,19 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
         from zephyr.removal import routes
 
         rows, routing = self._routing(ctx)
-        jobs = [
-            (f"the {side} rows → {where} (reads job 1's files)", plan)
-            for side, where, plan in routes(rows, str(ctx.step_dir), **routing)
-        ]
-        jobs = [("every row annotated with its first failing rule, to a scratch folder", rows), *jobs[::-1]]
-        return [(f"job {n}: {title}", plan) for n, (title, plan) in enumerate(jobs, 1)]
+        first = "every row annotated with its first failing rule, to a scratch folder"
+        return routed_jobs(first, rows, routes(rows, str(ctx.step_dir), **routing)[::-1])
+
+
+def routed_jobs(first: str, rows: Dataset, routes: list[tuple[str, str, Any]]) -> list[tuple[str, Any]]:
+    """The titled jobs of a filter that routes its rows: job 1 (``first``) writes ``rows``, each with its
+    verdict, and then ``routes`` (``zephyr.removal.routes``: side, folder, plan) read job 1's files, in the
+    given order; a route without a folder (the filter's report) goes to the driver."""
+    jobs = [(first, rows)]
+    for side, where, plan in routes:
+        title = f"the {side} rows → {where}" if where else "the report's counts and examples → the driver"
+        jobs.append((f"{title} (reads job 1's files)", plan))
+    return [(f"job {n}: {title}", plan) for n, (title, plan) in enumerate(jobs, 1)]
 
 
 @dataclass(frozen=True)
@@ -567,11 +570,10 @@ class QualityStep(Step, type="quality"):
     classifier: ClassifierConfig = embedded_field(ClassifierConfig)
     replace_columns: bool = False
     """Replace a ``quality_score`` column the data already has (scores of another model); ``false``: refuse."""
-    output_column: str | None = None
+    output_column: str | None = field(default=None, metadata={"column": True})
     """Write the score to this column instead of ``quality_score``; ``null``: ``quality_score``."""
 
     def __post_init__(self) -> None:
-        require_column_name("output_column", self.output_column)
         given = [k for k in ("model", "train", "train_from") if getattr(self, k)]
         if len(given) != 1:
             raise FieldError(

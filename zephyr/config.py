@@ -129,12 +129,6 @@ def _range_problem(value: float, limits: dict[str, Any]) -> str | None:
     return f"must be {wanted}, got {value!r}"
 
 
-def require_column_name(key: str, value: str | None) -> None:
-    """Raise ``FieldError`` for a blank column name (``None`` means the pipeline's default column)."""
-    if value is not None and not value.strip():
-        raise FieldError(key, "must name a column, or be null for the default")
-
-
 # -- dataclass checks ---------------------------------------------------------------------------------------
 @functools.cache
 def field_hints(cls: type) -> dict[str, Any]:
@@ -152,6 +146,8 @@ def field_problems(obj: Any, prefix: str) -> list[str]:
             problems.append(f"{key} must be {describe_type(hints[f.name])}, got {describe_value(value)}")
         elif "range" in f.metadata and (problem := _range_problem(value, f.metadata["range"])):
             problems.append(f"{key} {problem}")
+        elif f.metadata.get("column") and value is not None and not value.strip():
+            problems.append(f"{key} must name a column, or be null for the default")
         elif f.metadata.get("bytes") and value is not None:
             try:
                 parse_bytes(value)

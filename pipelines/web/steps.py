@@ -116,13 +116,10 @@ class ExtractStep(Step, type="extract"):
 
 def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
     """The first extracted documents (url and the start of the text), for the report."""
-    import itertools
+    import pyarrow.dataset as pads
 
-    import pyarrow.parquet as pq
-
-    batches = (pq.ParquetFile(p).iter_batches(batch_size=count, columns=["url", text_column]) for p in files)
-    rows = (row for batch in itertools.chain.from_iterable(batches) for row in batch.to_pylist())
-    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in itertools.islice(rows, count)]
+    rows = pads.dataset(files).head(count, columns=["url", text_column]).to_pylist() if files else []
+    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in rows]
 
 
 @dataclass(frozen=True)

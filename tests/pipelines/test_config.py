@@ -66,7 +66,10 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
     assert "steps[1].collapse_whitespce is not a known key" in message and "collapse_whitespace" in message
     assert "steps[3].normalize: must be one of 'none', 'default', 'simplify', got 'lowercase'" in message
     assert "steps[2].step: must be one of read, normalize" in message
-    assert "colour: unknown key" in message
+    assert (
+        "colour is not a known key; allowed: description, id_column, lang_column, name, source_column, steps"
+        in message
+    )
 
 
 @pytest.mark.parametrize(
