@@ -88,7 +88,7 @@ from zephyr.dedup._rows import (
 from zephyr.dedup.config import COLUMNS, DedupColumns, ExactDedupConfig
 
 from zephyr import counters
-from zephyr.config import check_removal_mode
+from zephyr.config import FieldError, check_removal_mode
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -118,7 +118,9 @@ def split_paragraphs(
     values, document of each, paragraphs per document, position in its document, blank or not, ``(n, 2)``
     uint64 xxh3-128 of the normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so
     both cut and hash paragraphs alike."""
-    ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
+    if not separator:
+        raise FieldError("separator", "must not be empty")
+    ExactDedupConfig(normalize=normalize)
     check_removal_mode(mode)
     table = as_table(data)
     texts = require_column(table, text_column, "text")
