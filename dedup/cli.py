@@ -146,38 +146,6 @@ def _dedup(
     )
 
 
-def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
-    """``zephyr dedup paragraph``: exact (``paragraph_dedup_dataset``) or
-    with a Bloom filter (``bloom_paragraph_dedup_dataset``), the filter finished after the write
-    (``bloom.finished_filter``) and its figures in ``extra``."""
-    import uuid
-
-    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset, finished_filter
-    from zephyr.dedup.exact import paragraph_dedup_dataset
-
-    bloom, partial = config.method == "bloom", None
-    if bloom and output is not None and config.save_filter:  # where the task saves its filter
-        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
-
-    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
-        if bloom:
-            text = columns.text_column
-            return bloom_paragraph_dedup_dataset(
-                rows, config, text_column=text, mode=mode, save_path=partial, jobs=jobs
-            )
-        return paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=mode, jobs=jobs)
-
-    def after(kwargs: dict, result: Any) -> dict[str, int]:
-        counters = _counters(result)
-        changed = {k: counters.get(f"dedup/{k}", 0) for k in ("rows_changed", "paragraphs_removed")}
-        changed["bytes_removed"] = counters.get("dedup/paragraph_bytes_removed", 0)
-        if bloom:
-            extra.update(finished_filter(config, partial, counters.get("dedup/paragraphs_inserted", 0)))
-        return changed
-
-    return _dedup(inputs, removal, execution, output, "paragraph", extra, dedup, after=after)
-
-
 # -- the commands: each one function; without ``output`` it returns the plans ``zephyr explain`` prints -------
 def exact(
     inputs: Inputs,
@@ -207,9 +175,35 @@ def paragraph(
 ) -> Summary | list[PlannedJob]:
     """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
     hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
-    positives at most --fp-rate."""
+    positives at most --fp-rate: the filter is finished after the write (``bloom.finished_filter``), its
+    figures in the stats."""
+    import uuid
+
+    from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset, finished_filter
+    from zephyr.dedup.exact import paragraph_dedup_dataset
+
     extra = dict(kind="paragraph", method=config.method, normalize=config.normalize, mode=removal.mode)
-    return _paragraph(inputs, removal, columns, config, execution, output, extra)
+    bloom, partial = config.method == "bloom", None
+    if bloom and output is not None and config.save_filter:  # where the task saves its filter
+        partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
+
+    def dedup(rows: Dataset, mode: str, jobs: Any) -> Dataset:
+        if bloom:
+            text = columns.text_column
+            return bloom_paragraph_dedup_dataset(
+                rows, config, text_column=text, mode=mode, save_path=partial, jobs=jobs
+            )
+        return paragraph_dedup_dataset(rows, columns, normalize=config.normalize, mode=mode, jobs=jobs)
+
+    def after(kwargs: dict, result: Any) -> dict[str, int]:
+        counters = _counters(result)
+        changed = {k: counters.get(f"dedup/{k}", 0) for k in ("rows_changed", "paragraphs_removed")}
+        changed["bytes_removed"] = counters.get("dedup/paragraph_bytes_removed", 0)
+        if bloom:
+            extra.update(finished_filter(config, partial, counters.get("dedup/paragraphs_inserted", 0)))
+        return changed
+
+    return _dedup(inputs, removal, execution, output, "paragraph", extra, dedup, after=after)
 
 
 def url(
