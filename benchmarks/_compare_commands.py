@@ -63,9 +63,6 @@ COMMANDS = (
         ("{in}", "--mode", "remove", "--output", "{out}"),
         quick=True,
     ),
-    Command(
-        "dedup exact --level paragraph", "dedup exact", ("{in}", "--level", "paragraph", "--output", "{out}")
-    ),
     Command("dedup fuzzy", "dedup fuzzy", ("{in}", "--output", "{out}")),
     Command("dedup fuzzy --mode remove", "dedup fuzzy", ("{in}", "--mode", "remove", "--output", "{out}")),
     Command("dedup url", "dedup url", ("{in}", "--output", "{out}")),

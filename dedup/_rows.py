@@ -45,7 +45,7 @@ from zephyr.dedup.config import DUP_COLUMNS, DedupColumns
 
 from zephyr import counters
 from zephyr.budget import Budget
-from zephyr.config import check_removal_mode
+from zephyr.config import RemovalMode, coerce
 from zephyr.errors import ConfigError, SchemaError
 from zephyr.io.schema import without_view_types
 
@@ -192,8 +192,7 @@ class StripRowNumbers:
     (counted as dropped, with ``reason``)."""
 
     def __init__(self, mode: str, reason: str = "duplicate"):
-        check_removal_mode(mode)
-        self.mode, self.reason = mode, reason
+        self.mode, self.reason = coerce(mode, RemovalMode, "mode"), reason
 
     def __call__(self, table: pa.Table) -> Any:
         from zephyr.ops import BatchOutput
@@ -261,7 +260,7 @@ def on_table(
     import zephyr
     from zephyr import job_stats
 
-    check_removal_mode(mode)
+    coerce(mode, RemovalMode, "mode")
     table = as_table(data)
     require_column(table, columns.text_column, "text")
     info: dict[str, Any] = {}

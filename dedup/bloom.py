@@ -73,16 +73,14 @@ class BloomFilter:
     separator: str = "\n"
 
     @classmethod
-    def for_capacity(
-        cls, expected: int, fp_rate: float, *, normalize: str = "default", separator: str = "\n"
-    ):
+    def for_capacity(cls, expected: int, fp_rate: float, *, normalize: str = "default"):
         """The smallest filter whose false-positive rate stays under ``fp_rate`` for ``expected`` items."""
         num_bits, num_hashes = cls.sizing(expected, fp_rate)
         bits = np.zeros((num_bits + 7) // 8, dtype=np.uint8)
-        return cls(num_bits, num_hashes, bits, expected, fp_rate, 0, normalize, separator)
+        return cls(num_bits, num_hashes, bits, expected, fp_rate, 0, normalize)
 
     @classmethod
-    def of(cls, config: ParagraphDedupConfig, separator: str = "\n") -> BloomFilter:
+    def of(cls, config: ParagraphDedupConfig) -> BloomFilter:
         """The filter a run of ``config`` starts from: ``load_filter`` (refused when its paragraphs were cut
         or normalized otherwise), or a new one sized for ``expected`` at ``fp_rate``."""
         if config.load_filter is None and config.expected is None:
@@ -90,14 +88,12 @@ class BloomFilter:
                 "--method bloom needs --expected N (paragraphs the filter must hold) or --load-filter FILE"
             )
         if config.load_filter is None:
-            return cls.for_capacity(
-                config.expected, config.fp_rate, normalize=config.normalize, separator=separator
-            )
+            return cls.for_capacity(config.expected, config.fp_rate, normalize=config.normalize)
         bloom = cls.load(config.load_filter)
-        if (bloom.normalize, bloom.separator) != (config.normalize, separator):  # hashes would never match
+        if (bloom.normalize, bloom.separator) != (config.normalize, "\n"):  # hashes would never match
             raise ConfigError(
                 f"the Bloom filter {config.load_filter} was built with normalize={bloom.normalize!r}, separator="
-                f"{bloom.separator!r}; this run uses normalize={config.normalize!r}, separator={separator!r}"
+                f"{bloom.separator!r}; this run uses normalize={config.normalize!r}, separator='\\n'"
             )
         return bloom
 
@@ -180,7 +176,7 @@ def bloom_paragraph_dedup(
     ``remove`` rewrites the text; ``annotate`` adds ``dup_paragraphs`` / ``dup_paragraph_bytes`` instead."""
     from zephyr.dedup.exact import split_paragraphs, without_paragraphs
 
-    table, paragraphs = split_paragraphs(data, text_column, bloom.separator, bloom.normalize, mode)
+    table, paragraphs = split_paragraphs(data, text_column, bloom.normalize, mode)
     _, values, doc, _, _, blank, hashes = paragraphs
     live = np.flatnonzero(~blank)
     hashes, doc, seen = hashes[live], doc[live], bloom.contains(hashes[live])
@@ -195,7 +191,7 @@ def bloom_paragraph_dedup(
     removed, new = np.zeros(len(values), dtype=bool), first & ~seen
     removed[live] = seen | repeat
     bloom.add(hashes[new])  # once, after the check: see the module docstring on double inserts
-    result, _, _ = without_paragraphs(table, text_column, paragraphs, removed, bloom.separator, mode)
+    result, _, _ = without_paragraphs(table, text_column, paragraphs, removed, mode)
     result.stats.update(paragraphs=len(live), paragraphs_inserted=int(new.sum()))
     return result
 

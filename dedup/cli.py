@@ -40,9 +40,7 @@ if TYPE_CHECKING:
     from zephyr.physical import PlannedJob
     from zephyr.summary import Summary
 
-GROUPS = {
-    "dedup": "deduplication: exact (documents, paragraphs), url, paragraph, substring, fuzzy (MinHash-LSH)"
-}
+GROUPS = {"dedup": "deduplication: exact, url, paragraph, substring, fuzzy (MinHash-LSH)"}
 
 DUP_COLUMNS = {
     "document": DUP_COLUMNS,
@@ -69,8 +67,8 @@ class DedupRemoval(Removal):
         with their own ``dup_*`` columns of this ``level`` set aside where dedup's would clash with them."""
         if self.dropped_output and level != "document":
             raise ConfigError(
-                "--dropped-output needs --level document (dedup exact, fuzzy or url): paragraph and substring "
-                "dedup rewrite rows"
+                "--dropped-output applies to dedup exact, fuzzy and url: paragraph and substring dedup rewrite "
+                "rows (leave it out)"
             )
         checked = self if output is not None else dataclasses.replace(self, dropped_output=None)
         format = None if inputs.format == "auto" else inputs.format
@@ -148,15 +146,43 @@ def _dedup(
     )
 
 
-def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution, output, extra):
-    """``zephyr dedup paragraph`` (and ``exact --level paragraph``): exact (``paragraph_dedup_dataset``) or
-    with a Bloom filter (``bloom_paragraph_dedup_dataset``), the filter finished after the write
-    (``bloom.finished_filter``) and its figures in ``extra``."""
+# -- the commands: each one function; without ``output`` it returns the plans ``zephyr explain`` prints -------
+def exact(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ExactDedupConfig,
+    execution: ExecutionOptions,
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
+    """Exact dedup of documents. Equal normalized texts (128-bit xxh3) form a cluster; its kept
+    row has the largest priority, then the smallest id, then comes first in input order. Its plans: the
+    hashes, then the driver's path or the shuffle path."""
+    from zephyr.dedup.exact import exact_dedup_dataset
+
+    extra = {"kind": "exact", "normalize": config.normalize, "mode": removal.mode}
+    dedup = functools.partial(exact_dedup_dataset, columns=columns, normalize=config.normalize)
+    return _dedup(inputs, removal, execution, output, "document", extra, dedup, config.normalize != "none")
+
+
+def paragraph(
+    inputs: Inputs,
+    removal: DedupRemoval,
+    columns: DedupColumns,
+    config: ParagraphDedupConfig,
+    execution: ExecutionOptions,
+    output: Output | None = None,
+) -> Summary | list[PlannedJob]:
+    """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
+    hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
+    positives at most --fp-rate: the filter is finished after the write (``bloom.finished_filter``), its
+    figures in the stats."""
     import uuid
 
     from zephyr.dedup.bloom import bloom_paragraph_dedup_dataset, finished_filter
     from zephyr.dedup.exact import paragraph_dedup_dataset
 
+    extra = dict(kind="paragraph", method=config.method, normalize=config.normalize, mode=removal.mode)
     bloom, partial = config.method == "bloom", None
     if bloom and output is not None and config.save_filter:  # where the task saves its filter
         partial = f"{config.save_filter}.tmp-{uuid.uuid4().hex[:8]}"
@@ -178,43 +204,6 @@ def _paragraph(inputs, removal, columns, config: ParagraphDedupConfig, execution
         return changed
 
     return _dedup(inputs, removal, execution, output, "paragraph", extra, dedup, after=after)
-
-
-# -- the commands: each one function; without ``output`` it returns the plans ``zephyr explain`` prints -------
-def exact(
-    inputs: Inputs,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: ExactDedupConfig,
-    execution: ExecutionOptions,
-    output: Output | None = None,
-) -> Summary | list[PlannedJob]:
-    """Exact dedup of documents or paragraphs. Equal normalized texts (128-bit xxh3) form a cluster; its kept
-    row has the largest priority, then the smallest id, then comes first in input order. Its plans: the
-    hashes, then the driver's path or the shuffle path."""
-    from zephyr.dedup.exact import exact_dedup_dataset
-
-    extra = {"kind": "exact", "level": config.level, "normalize": config.normalize, "mode": removal.mode}
-    if config.level == "paragraph":
-        paragraphs = ParagraphDedupConfig(normalize=config.normalize)
-        return _paragraph(inputs, removal, columns, paragraphs, execution, output, extra)
-    dedup = functools.partial(exact_dedup_dataset, columns=columns, normalize=config.normalize)
-    return _dedup(inputs, removal, execution, output, "document", extra, dedup, config.normalize != "none")
-
-
-def paragraph(
-    inputs: Inputs,
-    removal: DedupRemoval,
-    columns: DedupColumns,
-    config: ParagraphDedupConfig,
-    execution: ExecutionOptions,
-    output: Output | None = None,
-) -> Summary | list[PlannedJob]:
-    """Remove paragraphs (lines) seen earlier: exact, or one Bloom-filter pass. Exact holds every paragraph
-    hash in memory and goes in id order; bloom makes one pass in input order in fixed memory, with false
-    positives at most --fp-rate."""
-    extra = dict(kind="paragraph", method=config.method, normalize=config.normalize, mode=removal.mode)
-    return _paragraph(inputs, removal, columns, config, execution, output, extra)
 
 
 def url(

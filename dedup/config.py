@@ -102,20 +102,14 @@ def optimal_bands(
 
 @dataclass(frozen=True)
 class ExactDedupConfig:
-    """Exact (hash-equality) dedup of documents or paragraphs."""
+    """Exact (hash-equality) dedup of documents (paragraphs: ``ParagraphDedupConfig``)."""
 
-    level: Literal["document", "paragraph"] = "document"
-    """``document`` (whole texts) or ``paragraph`` (lines seen earlier in id order are removed)."""
     normalize: Normalization = "default"
     """``default``: NFC + lower case + collapsed whitespace; ``none``: byte-exact; ``simplify``: also
     punctuation → space and digits → 0."""
-    paragraph_separator: str = field(default="\n", metadata={"flag": False})
-    """What splits a document into paragraphs (``level="paragraph"``)."""
 
     def __post_init__(self) -> None:
         check_field_values(self)
-        if not self.paragraph_separator:
-            raise FieldError("paragraph_separator", "must not be empty")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Exact dedup as plain functions on ``pyarrow.Table`` (or record batches): documen
 Document level: the text is normalized (``none`` or NFC + lower case + whitespace collapse), hashed with
 128-bit xxh3, and rows with equal hashes form a cluster; the kept row is the one with the maximum
 priority, then the minimum id, then the first in input order (rows that share an id are still separate
-rows), and ``dup_cluster`` is its id. Paragraph level: documents are split on a separator (newline); a paragraph whose
+rows), and ``dup_cluster`` is its id. Paragraph level: documents are split on newlines; a paragraph whose
 normalized hash was already seen in an earlier paragraph (order: id, then position) is removed. Blank
 paragraphs are never removed. Rows with null text are passed through unchanged and counted.
 
@@ -88,7 +88,7 @@ from zephyr.dedup._rows import (
 from zephyr.dedup.config import COLUMNS, DedupColumns, ExactDedupConfig
 
 from zephyr import counters
-from zephyr.config import check_removal_mode
+from zephyr.config import RemovalMode, coerce
 
 if TYPE_CHECKING:
     from zephyr.dataset import Dataset
@@ -111,21 +111,19 @@ def exact_dedup(
     return on_table(data, mode, exact_dedup_dataset, columns, normalize=normalize)
 
 
-def split_paragraphs(
-    data: Any, text_column: str, separator: str, normalize: str, mode: str
-) -> tuple[pa.Table, tuple]:
+def split_paragraphs(data: Any, text_column: str, normalize: str, mode: str) -> tuple[pa.Table, tuple]:
     """``data`` as a table (the settings checked) and its paragraphs, as (texts: one ``large_string`` array,
     values, document of each, paragraphs per document, position in its document, blank or not, ``(n, 2)``
     uint64 xxh3-128 of the normalized text). Shared by the exact and the Bloom-filter paragraph dedup, so
     both cut and hash paragraphs alike."""
-    ExactDedupConfig(level="paragraph", normalize=normalize, paragraph_separator=separator)
-    check_removal_mode(mode)
+    ExactDedupConfig(normalize=normalize)
+    coerce(mode, RemovalMode, "mode")
     table = as_table(data)
     texts = require_column(table, text_column, "text")
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
     texts = texts.cast(pa.large_string())
-    parts = pc.split_pattern(texts, separator)
+    parts = pc.split_pattern(texts, "\n")
     values = parts.flatten()
     doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
     lengths = np.asarray(pc.list_value_length(parts).fill_null(0), dtype=np.int64)
@@ -136,7 +134,7 @@ def split_paragraphs(
 
 
 def without_paragraphs(
-    table: pa.Table, text_column: str, paragraphs: tuple, removed: np.ndarray, separator: str, mode: str
+    table: pa.Table, text_column: str, paragraphs: tuple, removed: np.ndarray, mode: str
 ) -> tuple[DedupResult, np.ndarray, np.ndarray]:
     """The table with the ``removed`` paragraphs cut from its text (``remove``), or counted in
     ``dup_paragraphs`` / ``dup_paragraph_bytes`` (``annotate``), with the stats every paragraph dedup gives
@@ -151,7 +149,7 @@ def without_paragraphs(
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths - removed_per_doc, out=offsets[1:])
         kept = pa.LargeListArray.from_arrays(pa.array(offsets), pc.filter(values, pa.array(~removed)))
-        joined = pc.binary_join(kept, pa.scalar(separator, pa.large_string()))
+        joined = pc.binary_join(kept, pa.scalar("\n", pa.large_string()))
         new_text = pc.if_else(texts.is_valid(), joined, pa.nulls(n, pa.large_string()))
         new_text = new_text.cast(table.schema.field(text_column).type)
         out = table.set_column(table.column_names.index(text_column), text_column, new_text)
@@ -175,7 +173,6 @@ def paragraph_dedup(
     *,
     normalize: str = "default",
     mode: str = "remove",
-    separator: str = "\n",
     source_column: str | None = "source",
 ) -> DedupResult:
     """Remove paragraphs seen earlier in id order (``columns``: the text and id; no priority).
@@ -183,14 +180,14 @@ def paragraph_dedup(
     ``remove`` rewrites the text without them; ``annotate`` keeps the text and adds ``dup_paragraphs`` and
     ``dup_paragraph_bytes`` (what ``remove`` would cut). Stats count removed paragraphs and bytes per source.
     """
-    table, paragraphs = split_paragraphs(data, columns.text_column, separator, normalize, mode)
+    table, paragraphs = split_paragraphs(data, columns.text_column, normalize, mode)
     texts, values, doc, lengths, position, blank, hashes = paragraphs
     order, firsts = hash_groups(hashes, position, keep_ranks(table, columns.id_column)[doc])
     removed = np.zeros(len(values), dtype=bool)
     removed[order[firsts != order]] = True
     removed &= ~blank
     result, removed_per_doc, bytes_per_doc = without_paragraphs(
-        table, columns.text_column, paragraphs, removed, separator, mode
+        table, columns.text_column, paragraphs, removed, mode
     )
     blank_per_doc = np.bincount(doc[blank], minlength=table.num_rows)
     emptied = (removed_per_doc > 0) & (lengths - removed_per_doc - blank_per_doc <= 0)
@@ -271,7 +268,7 @@ def exact_dedup_dataset(
     [{'id': 1, 'text': 'a b'}]
     """
     ExactDedupConfig(normalize=normalize)
-    check_removal_mode(mode)
+    coerce(mode, RemovalMode, "mode")
     jobs = jobs or Jobs(execution, {} if stats is None else stats)
     rows = ds.with_row_index(ROW)
     finish = Finish(columns, mode)

@@ -46,7 +46,7 @@ from zephyr.dedup.config import COLUMNS, DedupColumns, FuzzyDedupConfig, IndexCo
 
 import zephyr
 from zephyr import counters
-from zephyr.config import check_removal_mode
+from zephyr.config import RemovalMode, coerce
 from zephyr.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def fuzzy_dedup_dataset(
     {'id': 'b', 'dup_cluster': 'a', 'dup_keep': False}
     """
     config = config or FuzzyDedupConfig()
-    check_removal_mode(mode)
+    coerce(mode, RemovalMode, "mode")
     jobs = jobs or Jobs(dict(execution or {}), {} if stats is None else stats)
     kw, info, budget = jobs.execution, jobs.info, jobs.budget
     limit = driver_rows if driver_rows is not None else budget.driver_rows

@@ -184,20 +184,9 @@ def check_fields(obj: Any, prefix: str, rules: Any) -> None:
         raise ConfigProblems(problems)
 
 
-REMOVAL_MODES = ("annotate", "remove")
+RemovalMode = typing.Literal["annotate", "remove"]
 """The two modes of every op that removes rows (dedup, decontaminate): ``annotate`` keeps every row and adds the
-op's columns, ``remove`` drops the rows it finds."""
-
-
-def check_removal_mode(mode: str, where: str = "mode") -> str:
-    """``mode`` as one of ``REMOVAL_MODES``; any other value is a ``ConfigError`` naming the choices.
-
-    >>> check_removal_mode("remove")
-    'remove'
-    """
-    if mode not in REMOVAL_MODES:
-        raise ConfigError(f"{where} must be 'annotate' or 'remove', got {mode!r}")
-    return mode
+op's columns, ``remove`` drops the rows it finds; ``coerce(mode, RemovalMode, "mode")`` checks one."""
 
 
 # -- embedded configs ---------------------------------------------------------------------------------------

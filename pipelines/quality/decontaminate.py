@@ -35,7 +35,7 @@ from zephyr.pipelines.quality._text import text_array
 from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
 
 from zephyr import counters
-from zephyr.config import check_removal_mode
+from zephyr.config import RemovalMode, coerce
 from zephyr.errors import ConfigError, InputError, SchemaError
 from zephyr.ops import BatchOutput
 from zephyr.removal import check_added_columns, keep_by
@@ -149,7 +149,7 @@ class Decontaminate:
     _index: EvalNgramIndex | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self.mode = check_removal_mode(self.mode)
+        self.mode = coerce(self.mode, RemovalMode, "mode")
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_index": None}

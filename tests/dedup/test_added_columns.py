@@ -69,7 +69,7 @@ def test_replace_columns_output_column_and_remove_mode(tmp_path):
 
 def test_paragraph_annotate_checks_its_own_columns(tmp_path, capsys):
     src = _input(tmp_path, dup_paragraphs=[7, 7, 7])
-    run = ["dedup", "exact", src, "--level", "paragraph", "--mode", "annotate", "--executor", "inprocess"]
+    run = ["dedup", "paragraph", src, "--mode", "annotate", "--executor", "inprocess"]
     assert main([*run, "--output", str(tmp_path / "r")]) == 1
     assert "a column 'dup_paragraphs'" in capsys.readouterr().err
     assert main([*run, "--output", str(tmp_path / "oc"), "--output-column", "para"]) == 0

@@ -12,7 +12,7 @@ from zephyr.config import FieldError
 from zephyr.flags import field_docs, flag_specs
 
 FLAGS = {
-    "exact": "--level --normalize --dropped-output",
+    "exact": "--normalize --dropped-output",
     "fuzzy": "--threshold --preset --ngram --shingle --normalize --bands --rows-per-band --num-perm --seed "
     "--no-verify --clusters --signature-device --bucket-links --index --update-index --write-index "
     "--dropped-output",
@@ -50,7 +50,6 @@ def test_the_flags_keep_their_names(kind):
 @pytest.mark.parametrize(
     ("config", "name"),
     [
-        (ExactDedupConfig, "level"),
         (ExactDedupConfig, "normalize"),
         (FuzzyDedupConfig, "clusters"),
         (FuzzyDedupConfig, "preset"),

@@ -12,7 +12,7 @@ import pytest
 from zephyr.cli import main
 from zephyr.io.layout import stats_path
 
-COMMANDS = [["exact"], ["fuzzy"], ["exact", "--level", "paragraph"]]
+COMMANDS = [["exact"], ["fuzzy"], ["paragraph"]]
 
 
 def _empty_parquet(path):
@@ -60,7 +60,7 @@ def test_one_empty_file_among_others(tmp_path, command):
     kept = pq.read_table(sorted(out.glob("part-*.parquet")))
     stats = json.loads(Path(stats_path(out)).read_text())["stages"][-1]
     assert stats["rows_in"] == 3
-    if command == ["exact", "--level", "paragraph"]:
+    if command == ["paragraph"]:
         assert kept.num_rows == 3 and kept["text"].to_pylist()[1] == ""
     else:
         assert kept["id"].to_pylist() == ["x", "z"]

@@ -51,7 +51,7 @@ def test_exact_prints_both_paths_and_runs_nothing(tmp_path, corpus, capsys):
 
 
 def test_exact_paragraph_level_is_one_job(corpus, capsys):
-    out, jobs = _explain(["exact", str(corpus), "--level", "paragraph"], capsys)
+    out, jobs = _explain(["paragraph", str(corpus)], capsys)
     assert jobs == [] and "job 1: the output" in out and "job 2" not in out
     assert "range(id)" in out and "1 partition" in out  # the sort by id into one partition
 

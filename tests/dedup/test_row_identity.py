@@ -160,11 +160,11 @@ def test_cli(tmp_path, case):
     pq.write_table(corpus(case), path)
     id_flag = ["--id-column", "none"] if case == "no_id" else []
     common = ["--mode", "remove", "--executor", "inprocess", *id_flag]
-    for kind, extra in (("exact", []), ("fuzzy", []), ("exact", ["--level", "paragraph"])):
-        out = tmp_path / f"{kind}{len(extra)}"
-        assert main(["dedup", kind, str(path), "--output", str(out), *common, *extra]) == 0
+    for kind in ("exact", "fuzzy", "paragraph"):
+        out = tmp_path / kind
+        assert main(["dedup", kind, str(path), "--output", str(out), *common]) == 0
         table = pq.read_table(sorted(out.glob("part-*.parquet")))
-        if extra:
+        if kind == "paragraph":
             assert pc.sum(pc.not_equal(table["text"], "")).as_py() == EXPECTED_KEPT[case]
         else:
             _check(case, table)

@@ -254,12 +254,10 @@ def test_cli_paragraph_level_jsonl(tmp_path):
     rc = main(
         [
             "dedup",
-            "exact",
+            "paragraph",
             str(tmp_path / "in.jsonl"),
             "--output",
             str(out),
-            "--level",
-            "paragraph",
             "--mode",
             "remove",
             "--executor",

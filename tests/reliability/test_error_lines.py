@@ -213,7 +213,7 @@ def _balance(rows: dict) -> None:
     "command",
     [
         pytest.param(("dedup", "exact"), id="dedup-exact"),
-        pytest.param(("dedup", "exact", "--level", "paragraph"), id="dedup-paragraph"),
+        pytest.param(("dedup", "paragraph"), id="dedup-paragraph"),
         pytest.param(("dedup", "fuzzy"), id="dedup-fuzzy"),
         pytest.param(("dedup", "exact", "--mode", "remove"), id="dedup-exact-remove"),
     ],

@@ -129,18 +129,16 @@ def test_empty_input_writes_empty_outputs(case, tmp_path, capsys):
         (
             [
                 "dedup",
-                "exact",
+                "paragraph",
                 "IN",
                 "--output",
                 "OUT",
                 "--mode",
                 "remove",
-                "--level",
-                "paragraph",
                 "--dropped-output",
                 "D",
             ],
-            "needs --level document",
+            "--dropped-output applies to dedup exact, fuzzy and url",
         ),
         (
             [

@@ -44,7 +44,7 @@ def test_annotate_and_remove(tmp_path):
 
 
 def test_an_unknown_mode_is_refused():
-    with pytest.raises(ConfigError, match="mode must be 'annotate' or 'remove', got 'flag'"):
+    with pytest.raises(ConfigError, match="mode: must be one of 'annotate', 'remove', got 'flag'"):
         Decontaminate("idx.npz", mode="flag")
 
 
