@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from zephyr.tokenize.config import TokenizeConfig
+from zephyr.tokenize.config import TokenizeConfig, TokenizerTrain
 
 from zephyr.cli import Command, Inputs, Output
 from zephyr.options import ExecutionOptions
@@ -28,30 +28,6 @@ class TokenFiles(Inputs):
     format: Literal["auto"] = field(default="auto", metadata={"flag": False})
     tokenizer: str = field(default="", metadata={"required": True, "reads": True})
     """Path of a HF tokenizer.json."""
-
-
-def _tokens(text: str) -> list[str]:
-    return [t for t in text.split(",") if t.strip()]
-
-
-@dataclass(frozen=True)
-class TokenizerTrain:
-    """``zephyr tokenizer train``'s settings (``train_tokenizer``'s arguments)."""
-
-    vocab_size: int = field(default=0, metadata={"required": True})
-    """Ids in the tokenizer, special tokens included."""
-    output: str = field(default="", metadata={"required": True})
-    """The tokenizer.json to write (in a folder: FOLDER/tokenizer.json)."""
-    text_column: str = "text"
-    """Column with the document text."""
-    sample_bytes: str = "256MB"
-    """Most text the trainer sees (lowered by --memory-budget)."""
-    min_frequency: int = 2
-    """Fewest occurrences of a merged pair."""
-    special_tokens: list[str] = field(
-        default_factory=lambda: ["<|endoftext|>"], metadata={"parse": _tokens, "metavar": "TOKEN[,TOKEN]"}
-    )
-    """Comma-separated added tokens; the first is the EOS of the token shards (default <|endoftext|>)."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +43,10 @@ def _writer_arguments(
 ) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments but the output: one mapping for the command and for ``zephyr
     explain tokenize`` (``zephyr.tokenize.writer.plan_text`` takes the same)."""
-    return {
-        "tokenizer": inputs.tokenizer,
-        **dataclasses.asdict(config),
-        "unify_schemas": inputs.unify_schemas,
-        "schema": inputs.schema,
-        "on_error": inputs.on_error,
-        **execution.as_kwargs(),
-    }
+    files = {
+        f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)[2:]
+    }  # on_error, unify_schemas...
+    return {"tokenizer": inputs.tokenizer, **files, **dataclasses.asdict(config), **execution.as_kwargs()}
 
 
 def tokenize(

@@ -49,17 +49,13 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from zephyr.tokenize.config import DEFAULT_SPECIAL_TOKENS, TokenizerTrain
 
 from zephyr.config import format_bytes, parse_bytes
 from zephyr.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SPECIAL_TOKENS: tuple[str, ...] = ("<|endoftext|>",)
-"""GPT-2's end-of-text token: the EOS ``TextTokenizer`` finds and the token shards append to documents."""
-
-_BYTE_ALPHABET = 256
-"""Ids every byte-level BPE holds before its first merge (one per byte)."""
 _PIECE_BYTES = 256 << 10
 """Longest piece of a document handed to the trainer at once (longer documents are cut after a newline)."""
 _BUFFERED_ITEMS = 256
@@ -290,14 +286,17 @@ def train_tokenizer(
 
     Raises ``InputError`` when the input holds no text to learn from (an empty input is a valid input, but it
     cannot train a tokenizer), ``SchemaError`` for a missing or non-string text column, ``ConfigError`` for
-    bad settings.
+    bad settings (``zephyr.tokenize.config.TokenizerTrain`` checks them).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     from zephyr.io.paths import write_bytes_atomic
 
     started = time.perf_counter()
-    tokens = _check_settings(vocab_size, min_frequency, on_error, special_tokens)
+    settings = [vocab_size, output, text_column, sample_bytes, min_frequency, list(special_tokens)]
+    tokens = tuple(TokenizerTrain(*settings).special_tokens)
+    if on_error not in ("raise", "quarantine"):
+        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
     bound = sample_bound(sample_bytes, memory_budget)
     output = _output_file(output)
     counts: Counter[str] = Counter()
@@ -348,38 +347,3 @@ def train_tokenizer(
     )
     log.info("tokenizer: %s", json.dumps(result.to_dict()))
     return result
-
-
-def _check_settings(
-    vocab_size: int, min_frequency: int, on_error: str, special_tokens: Sequence[str]
-) -> tuple[str, ...]:
-    """The special tokens, after refusing, naming the value, none or a bad or repeated one, a vocabulary too
-    small for the byte ids and the special tokens, a min_frequency below 1, or an unknown on_error."""
-    tokens = tuple(special_tokens)
-    if not tokens:
-        raise ConfigError(
-            "give at least one special token: the first is the end-of-text (EOS) token that token shards append "
-            f"to every document (e.g. --special-tokens {DEFAULT_SPECIAL_TOKENS[0]})"
-        )
-    for token in tokens:
-        if not isinstance(token, str) or not token or token != token.strip():
-            raise ConfigError(
-                f"special token {token!r} must be a non-empty string without surrounding whitespace"
-            )
-    if len(set(tokens)) != len(tokens):
-        raise ConfigError(f"special tokens repeat: {list(tokens)}")
-    special = len(tokens)
-    if (
-        isinstance(vocab_size, bool)
-        or not isinstance(vocab_size, int)
-        or vocab_size <= _BYTE_ALPHABET + special
-    ):
-        raise ConfigError(
-            f"vocab_size must be an integer above {_BYTE_ALPHABET + special} (the 256 byte ids and "
-            f"{special} special token(s) come first), got {vocab_size!r}"
-        )
-    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ConfigError(f"min_frequency must be an integer >= 1, got {min_frequency!r}")
-    if on_error not in ("raise", "quarantine"):
-        raise ConfigError(f"on_error must be 'raise' or 'quarantine', got {on_error!r}")
-    return tokens

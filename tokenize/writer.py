@@ -96,7 +96,7 @@ from zephyr.tokenize.shards import ShardInfo, token_dtype, write_manifest, write
 from zephyr.tokenize.tokenizer import BosPolicy, EngineChoice, TextTokenizer
 
 from zephyr.config import parse_bytes
-from zephyr.errors import ConfigError, ZephyrError
+from zephyr.errors import ZephyrError
 from zephyr.io.paths import absolute
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ above it where the budget allows 1.25 x 64 = 80; at 256MiB 299-363 MiB over thre
 (``TokenizeBatch.IN_FLIGHT``, ``_encode._encode_threads``). On workers at 64MiB: 1.03x."""
 
 
-_MIN_SHARD_BYTES = 1 << 10
+_CONFIG_FIELDS = dataclasses.fields(TokenizeConfig)
 
 
 @dataclass(frozen=True)
@@ -148,30 +148,22 @@ class TokenizeResult:
 
 
 def write_token_shards(
-    data: Dataset | str | Sequence[str],
-    *,
-    tokenizer: str | TextTokenizer,
-    output: str,
-    unify_schemas: bool = False,
-    schema: Any = None,
-    on_error: str = "raise",
-    overwrite: bool = False,
-    **settings: Any,
+    data: Dataset | str | Sequence[str], *, tokenizer: str | TextTokenizer, output: str, **arguments: Any
 ) -> TokenizeResult:
     """Tokenize ``data`` into a globally shuffled token-shard set at ``output`` (format: ``zephyr.tokenize.shards``)
     and return what was written. ``data`` is a ``zephyr.Dataset`` or Parquet/JSONL paths; the same seed and
-    inputs give byte-identical shards. ``settings``: ``TokenizeConfig``'s fields (``text_column``, ``seed``,
-    ``shard_bytes``..., its defaults where not given) and the engine's execution options. Every argument is
-    described in this module's docstring ("Arguments").
+    inputs give byte-identical shards. ``arguments``: ``unify_schemas``, ``schema``, ``on_error``, ``overwrite``,
+    ``TokenizeConfig``'s fields (``text_column``, ``seed``, ``shard_bytes``..., its defaults where not given) and
+    the engine's execution options. Every argument is described in this module's docstring ("Arguments").
     """
-    return _write(_arguments(locals()), explain=False)
+    return _write(data, tokenizer, output=output, explain=False, **arguments)
 
 
 def plans(data: Any, *, tokenizer: str, **arguments: Any) -> list[tuple[str, Dataset | None]]:
     """The engine jobs ``write_token_shards(data, tokenizer=..., **arguments)`` runs (path inputs; ``output``
     optional), in order, each built by the code the writer runs, with the rules between them (``None``: a
     rule). Nothing runs (see the module docstring)."""
-    return _write(_bound(data, tokenizer, arguments), explain=True)[0]
+    return _write(data, tokenizer, explain=True, **arguments)[0]
 
 
 def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
@@ -180,62 +172,55 @@ def plan_text(data: Any, *, tokenizer: str, **arguments: Any) -> str:
     from zephyr.budget import Budget
     from zephyr.physical import explain_jobs
 
-    planned, pool, options = _write(_bound(data, tokenizer, arguments), explain=True)
+    planned, pool, options = _write(data, tokenizer, explain=True, **arguments)
     budget = Budget(options.memory_budget_bytes)
     return explain_jobs("zephyr tokenize", planned, budget, pool, then="the rules")
 
 
-def _bound(data: Any, tokenizer: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """``write_token_shards``' arguments, defaults applied (``output`` defaults to ``OUTPUT``)."""
-    import inspect
-
-    given = inspect.signature(write_token_shards).bind(
-        data, tokenizer=tokenizer, **{"output": "OUTPUT", **arguments}
-    )
-    given.apply_defaults()
-    return _arguments(given.arguments)
-
-
-def _arguments(given: dict[str, Any]) -> dict[str, Any]:
-    """``write_token_shards``' arguments with ``TokenizeConfig``'s fields taken out of its ``settings`` (the
-    config's defaults where not given); the other settings are the ``execution`` options."""
-    settings = dict(given["settings"])
-    config = {f.name: settings.pop(f.name, f.default) for f in dataclasses.fields(TokenizeConfig)}
-    return {**given, **config, "execution": settings}
-
-
-def _write(a: dict[str, Any], *, explain: bool) -> Any:
-    """``write_token_shards`` with its arguments ``a``. ``explain``: build the same jobs, then return them unrun
-    (``_explained``: the jobs, the execution options of its jobs, the ``ExecutionOptions``) before anything is
-    claimed, started or written."""
+def _write(
+    data: Any,
+    tokenizer: str | TextTokenizer,
+    *,
+    explain: bool,
+    output: str = "OUTPUT",
+    unify_schemas: bool = False,
+    schema: Any = None,
+    on_error: str = "raise",
+    overwrite: bool = False,
+    **settings: Any,
+) -> Any:
+    """``write_token_shards``: ``settings`` are ``TokenizeConfig``'s fields (checked once, here) and the execution
+    options. ``explain``: build the same jobs, then return them unrun (``_explained``: the jobs, the execution
+    options of its jobs, the ``ExecutionOptions``) before anything is claimed, started or written."""
     import zephyr
     from zephyr import job_stats
     from zephyr.executors import reuse_workers
     from zephyr.io import claim, layout
     from zephyr.io.claim import publish_folder
     from zephyr.io.layout import remove_folder
+    from zephyr.io.sources import check_text_inputs
 
-    data, batch_rows = a["data"], a["batch_rows"]
-    shard_bytes = checked_shard_bytes(a["shard_bytes"], batch_rows)
+    config = TokenizeConfig(**{f.name: settings.pop(f.name) for f in _CONFIG_FIELDS if f.name in settings})
+    shard_bytes, batch_rows = parse_bytes(config.shard_bytes), config.batch_rows
     # pack tasks write the output, maybe on workers in another working directory
-    output = a["output"] if explain else absolute(a["output"])
-    options = zephyr.ExecutionOptions.from_kwargs(**a["execution"])
+    output = output if explain else absolute(output)
+    options = zephyr.ExecutionOptions.from_kwargs(**settings)
     inputs = [] if isinstance(data, zephyr.Dataset) else _input_names(data)
-    tokenizer_path = [str(a["tokenizer"])] if isinstance(a["tokenizer"], str | os.PathLike) else []
+    tokenizer_path = [str(tokenizer)] if isinstance(tokenizer, str | os.PathLike) else []
     claimed = contextlib.nullcontext()
     if not explain:
         given = [*inputs, *tokenizer_path]
-        claimed = claim.claimed(output, inputs=given, overwrite=a["overwrite"], work_dir=options.work_dir)
+        claimed = claim.claimed(output, inputs=given, overwrite=overwrite, work_dir=options.work_dir)
     with claimed:
         # the packer writes the set where it is built, published whole at the end
         building = output if explain else layout.side_path(output, "staging", "shards")
-        tokenizer_args = (a["tokenizer"], a["bos"], a["engine"], a["eos_token"], a["bos_token"])
+        tokenizer_args = (tokenizer, config.bos, config.engine, config.eos_token, config.bos_token)
         # jobs that run in this process: the tokenizer loads and proves itself on a thread from here on
         encodes_here = options.executor == "inprocess" or driver_encodes(options)
         tok = text_tokenizer(*tokenizer_args, warm=True) if encodes_here and not explain else None
         if not isinstance(data, zephyr.Dataset):  # a Dataset's batches are checked by the tokenize job itself
-            check_text_paths(data, a["text_column"])
-        placed = place_writer(data, options, a["execution"])
+            check_text_inputs(_input_names(data), config.text_column)  # strings, never numbers as text
+        placed = place_writer(data, options, settings)
         # One worker pool for the writer's engine jobs. It starts here, so the workers import while the driver
         # parses and proves the tokenizer. The stats' task totals cover all of those jobs (``jobs``: one each).
         pool = contextlib.nullcontext(placed.pool) if explain else reuse_workers(placed.pool)
@@ -243,30 +228,34 @@ def _write(a: dict[str, Any], *, explain: bool) -> Any:
             # in the driver: a small job
             tok = tok or text_tokenizer(*tokenizer_args, warm=placed.in_driver and not explain)
             scratch = _scratch_dir(output, None if explain else execution.get("work_dir"))
-            id_column, source_column = read_columns(data, a["id_column"], a["source_column"])
-            names = {"text_column": a["text_column"], "id_column": id_column, "source_column": source_column}
-            schema = {"unify_schemas": a["unify_schemas"], "schema": a["schema"]}
-            dataset = writer_input(data, list(names.values()), placed, a["on_error"], **schema)
+            id_column, source_column = read_columns(data, config.id_column, config.source_column)
+            names = {
+                "text_column": config.text_column,
+                "id_column": id_column,
+                "source_column": source_column,
+            }
+            schemas = {"unify_schemas": unify_schemas, "schema": schema}
+            dataset = writer_input(data, list(names.values()), placed, on_error, **schemas)
             spill_dir = f"{scratch}/spill"
-            batch_fn = TokenizeBatch(tok, **names, seed=a["seed"], spill_dir=spill_dir)
+            batch_fn = TokenizeBatch(tok, **names, seed=config.seed, spill_dir=spill_dir)
             dtype = token_dtype(tok.vocab_size)
             threads = pack_threads(placed, options)
             ids = {"eos_id": tok.eos_id, "bos_id": tok.bos_id}
             packer = PackPartition(
-                building, dtype.name, a["megatron"], spill_dir, batch_rows, **ids, threads=threads
+                building, dtype.name, config.megatron, spill_dir, batch_rows, **ids, threads=threads
             )
             tokenize_job = dataset.map_batches(batch_fn, batch_rows=batch_rows, name="tokenize")  # job 1
             if explain:
-                jobs = _explained(tokenize_job, packer, placed, shard_bytes, a["megatron"], output, scratch)
+                jobs = _explained(tokenize_job, packer, placed, shard_bytes, config.megatron, output, scratch)
                 return jobs, placed.pool, options
             _replace_set(building)
-            if a["engine"] != "auto":
+            if config.engine != "auto":
                 _ = tok.engine  # a forced engine that cannot be proven fails here, before any task
             try:
                 refs = tokenize_job.write_parquet(f"{scratch}/refs", **execution)
                 packed = _shuffle_and_pack(refs, packer, shard_bytes, scratch, execution)
                 shards, per_source, stats = packed
-                sources = {"inputs": inputs, "text_column": a["text_column"], "id_column": id_column}
+                sources = {"inputs": inputs, "text_column": config.text_column, "id_column": id_column}
                 sources.update(source_column=source_column, per_source=per_source)
                 engine = {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)}
                 meta = {  # the manifest's fields besides the shard list (zephyr.tokenize.shards)
@@ -276,7 +265,7 @@ def _write(a: dict[str, Any], *, explain: bool) -> Any:
                     "bos_id": tok.bos_id,
                     "bos_policy": tok.bos_policy,
                     "tokenizer": engine,
-                    "seed": a["seed"],
+                    "seed": config.seed,
                     "shard_size_bytes": shard_bytes,  # the manifest's key for shard_bytes (format version 1)
                     "sources": sources,
                 }
@@ -386,33 +375,14 @@ def writer_input(
 
     if isinstance(data, zephyr.Dataset):
         return data
-    paths, fmt = input_paths(data)
+    from zephyr.io.paths import input_files
+
+    paths, fmt = input_files(_input_names(data))
     plan = None if placed.in_driver else placed.read_plan  # in the driver tasks run one after another anyway
     split = {"approx_shard_bytes": plan.approx_shard_bytes if plan else None, "on_error": on_error, **schema}
     if fmt == "jsonl":
         return zephyr.read_jsonl(paths, **split)
     return zephyr.read_parquet(paths, columns=[c for c in columns if c], **split)
-
-
-def check_text_paths(paths: str | Sequence[str], text_column: str) -> None:
-    """Refuse, before any task, an input file whose text column is not strings (``zephyr.io.text_column``)."""
-    from zephyr.io.sources import check_text_inputs
-
-    files, fmt = input_paths(paths)
-    check_text_inputs(files, text_column, format=fmt)
-
-
-def checked_shard_bytes(shard_bytes: int | str, batch_rows: int) -> int:
-    """``shard_bytes`` in bytes, after refusing a shard under ``_MIN_SHARD_BYTES`` or ``batch_rows`` < 1."""
-    size = parse_bytes(shard_bytes)
-    if size < _MIN_SHARD_BYTES:
-        raise ConfigError(
-            f"shard_bytes must be at least {_MIN_SHARD_BYTES} bytes, got {shard_bytes!r} ({size} bytes); "
-            "give a larger size, e.g. 64MiB (--shard-bytes / shard_bytes=)"
-        )
-    if batch_rows < 1:
-        raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
-    return size
 
 
 def text_tokenizer(
@@ -432,13 +402,6 @@ def text_tokenizer(
     if warm:
         tokenizer.warm_in_background(fastokens_threads=(os.cpu_count() or 1) - 1)
     return tokenizer
-
-
-def input_paths(data: Any) -> tuple[list[str], str]:
-    """(files, format) of path inputs (``zephyr.io.paths.input_files``: globs and folders expanded)."""
-    from zephyr.io.paths import input_files
-
-    return input_files(_input_names(data))
 
 
 def plan_tasks(data: Any, options: ExecutionOptions) -> tuple[ReadPlan | None, int]:

@@ -333,9 +333,8 @@ class _StepMetrics:
         self.shown = TrainProgress(
             total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=main
         )
-        self.recent_losses: collections.deque[float] = collections.deque(
-            maxlen=50
-        )  # the spike alarm's window
+        # the spike alarm's window
+        self.recent_losses: collections.deque[float] = collections.deque(maxlen=50)
         self.result, self.run = result, run
         self.tokens_per_step = run.samples_per_step * cfg.seq_len
         self.pending: tuple | None = None

@@ -152,10 +152,10 @@ def test_bad_text_column_names_the_file(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"vocab_size": 257}, "vocab_size must be an integer above 257"),
+        ({"vocab_size": 257}, "vocab_size: must be above 257"),
         ({"vocab_size": 600, "special_tokens": []}, "give at least one special token"),
-        ({"vocab_size": 600, "special_tokens": ["<a>", "<a>"]}, "special tokens repeat"),
-        ({"vocab_size": 600, "min_frequency": 0}, "min_frequency must be an integer >= 1"),
+        ({"vocab_size": 600, "special_tokens": ["<a>", "<a>"]}, "special_tokens: must not repeat"),
+        ({"vocab_size": 600, "min_frequency": 0}, "min_frequency: must be >= 1"),
         ({"vocab_size": 600, "sample_bytes": "lots"}, "not a byte size"),
     ],
 )

@@ -773,9 +773,9 @@ def test_the_driver_leaves_a_core_to_python_unless_the_user_sized_fastokens(
 @pytest.mark.parametrize(
     "shard_bytes, batch_rows, message",
     [
-        ("1KB", 16, r"shard_bytes must be at least 1024 bytes, got '1KB' \(1000 bytes\); give a larger size"),
+        ("1KB", 16, r"shard_bytes: must be at least 1024 bytes, got '1KB' \(1000 bytes\); give a larger"),
         (100, 16, r"at least 1024 bytes, got 100 \(100 bytes\)"),
-        ("4KB", 0, r"batch_rows must be >= 1, got 0"),
+        ("4KB", 0, r"batch_rows: must be >= 1, got 0"),
     ],
 )
 def test_too_small_shards_and_batches_are_refused_before_any_work(
