@@ -145,8 +145,8 @@ def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, nu
     """An in-memory Arrow table split into ``num_shards`` shards (staged as Parquet before tasks run); view-typed
     columns become plain ones (``zephyr.io.schema.without_view_types``: Arrow can neither slice nested views
     for Parquet nor select rows of any view)."""
-    whole = isinstance(data, pa.Table | pa.RecordBatch)  # pa.table takes either; an iterable is batches
-    table = pa.table(data) if whole else pa.Table.from_batches(list(data))
+    batches = [data] if isinstance(data, pa.RecordBatch) else data  # not pa.table(): it imports pandas
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches(list(batches))
     if num_shards < 1:
         raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
     return Dataset((FromTable(without_view_types(table), num_shards),))
