@@ -652,7 +652,7 @@ def _publish(
     fs, root = filesystem(directory)
     staging = filesystem(layout.staging_dir(directory))[1]
     if is_local(fs) and _same_device(staging, root):
-        return _publish_swapped(directory, plan, markers, marker_paths)
+        return _publish_swapped(directory, staging, plan, markers, marker_paths)
     if is_local(fs):
         log.warning(
             "%s: its sidecar is on another filesystem; publishing part by part, not in one swap", root
@@ -680,7 +680,6 @@ def _publish(
             if entry[len(root) + 1 :] not in keep:
                 fs.rm(entry)
     write_manifest(directory, files)  # the claim: last, so a folder without it was never complete
-    staging = filesystem(layout.staging_dir(directory))[1]
     fs.invalidate_cache(staging)
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
@@ -698,10 +697,9 @@ def _same_device(staging: str, root: str) -> bool:
 
 
 def _publish_swapped(
-    directory: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
+    directory: str, staging: str, plan: _Plan, markers: Sequence[dict], marker_paths: Sequence[str | None]
 ) -> list[str]:
-    """A local output: the complete new content is built in the staging folder, then swapped with ``OUT``."""
-    staging = filesystem(layout.staging_dir(directory))[1]
+    """A local output: the complete new content is built in the ``staging`` folder, then swapped with ``OUT``."""
     root = os.path.realpath(filesystem(directory)[1])  # swap the folder a link names, not the link
     new = os.path.join(staging, f"publish-{uuid.uuid4().hex[:12]}")
     os.makedirs(new)  # even for no file: the empty folder is the new content
