@@ -1,7 +1,7 @@
 """How big are zephyr's Parquet outputs, and what do their settings cost to write and to read?
 
 The rows of the medium docs corpus (``../shared/corpus``, cached under ``~/.cache/zephyr/corpus/medium/docs``)
-are written once per setting through the writer zephyr's sinks use (``zephyr.io.parquet.ParquetEncoder``
+are written once per setting through the writer zephyr's sinks use (``zephyr.io.parquet.ParquetWriter``
 options, ``WRITER_OPTIONS``), beside peers writing the same table with their defaults (polars
 ``write_parquet``; duckdb ``COPY ... (FORMAT parquet)``) and the input files as they are. Each setting is
 timed best of ``--repeat`` (interleaved): the write, a full read with pyarrow (``pq.read_table``), and a

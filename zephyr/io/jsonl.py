@@ -63,7 +63,7 @@ The fast path is one vectorized Arrow parse, accepted only with exactly one row 
 that fails falls back to screening its lines one by one, so bad lines raise or go to quarantine with their
 numbers; the schema only widens across blocks, or is the caller's (``schema=``) or the job's (``planned=``).
 
-The JSONL encoder of the sinks and ``encode_ndjson``: one JSON object per row by polars' vectorized
+The JSONL writer of the sinks (``JsonlWriter``) and ``encode_ndjson``: one JSON object per row by polars' vectorized
 writer, binary as base64, compressed by ``zephyr.io.compression`` (see the ``zephyr.io.sinks`` contract).
 """
 
@@ -75,6 +75,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.json as pj
@@ -92,6 +93,7 @@ from zephyr.io.compression import (
 from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
 from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like, map_leaves, promote_or_refuse
+from zephyr.io.sinks import ShardWriter
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
 logger = logging.getLogger(__name__)
@@ -515,38 +517,32 @@ class _BlockParser:
         return f"{self.path} bytes {block.offset}-{block.offset + len(block.data)} (byte-range shard)"
 
 
-class JsonlEncoder:
+class JsonlWriter(ShardWriter):
     """Writes each batch as it comes; JSON text has no file schema, so batches may widen freely."""
 
-    def __init__(self, fs, path: str, schema: pa.Schema | None, where: str, compression: str | None):
-        self.fs = fs
-        self.path = path
-        self.handle = Checksummed(fs.open(path, "wb"))  # the bytes on disk: after compression
-        self.out = open_compressed_writer(self.handle, compression)
-        self.checksum: dict | None = None
-        """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
-        self.schema = schema
-        self.fixed = schema is not None
-        self.where = where
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.handle = Checksummed(self.fs.open(self.file, "wb"))  # the bytes on disk: after compression
+        self.out = open_compressed_writer(self.handle, self.compression)
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        schema = self.schema if self.fixed else promote_or_refuse(self.schema, batch.schema, self.where)
+    def _write(self, batch: pa.RecordBatch) -> None:
+        schema = self.schema if self.user_schema else promote_or_refuse(self.schema, batch.schema, self.where)
         batch = conform(batch, schema, where=self.where)
         self.schema = schema  # only once the batch fits: a refused batch leaves the writer as it was
         if batch.num_rows:
             self.out.write(encode_ndjson(batch, where=self.where))
 
-    def finish(self) -> None:
+    def _finish(self) -> dict:
         if self.out is not self.handle:  # a compressing writer: closing it ends the stream
             self.out.close()
         self.handle.close()
-        self.checksum = self.handle.record()
+        return self.handle.record()
 
-    def discard(self) -> None:
+    def _discard(self) -> None:
         """Close the file (``ShardWriter.abort`` removes it)."""
         if self.out is not self.handle:
-            quietly(self.out.close, self.path)
-        quietly(self.handle.close, self.path)
+            quietly(self.out.close, self.file)
+        quietly(self.handle.close, self.file)
 
 
 def _nested_binary(t: pa.DataType) -> bool:

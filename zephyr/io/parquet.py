@@ -23,9 +23,9 @@ Read Parquet shards: footer-based row-group splitting, column projection, bounde
   either raise ``InputError`` naming file, row group and row, or go to the quarantine with ``line`` = the row's
   0-based index within the file.
 
-The encoder (``ParquetEncoder``): zstd, statistics, dictionary encoding, one row group per flush; a widened
-schema rewrites the file written so far into a new generation (see the ``zephyr.io.sinks`` contract). Its
-row-group buffering, ``BufferedEncoder``, is Vortex's too (``zephyr.io.vortex``).
+The writer (``ParquetWriter``, a ``zephyr.io.sinks.ShardWriter``): zstd, statistics, dictionary encoding, one
+row group per flush; a widened schema rewrites the file written so far into a new generation (see the
+``zephyr.io.sinks`` contract). Its row-group buffering, ``BufferedWriter``, is Vortex's too (``zephyr.io.vortex``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,6 +45,7 @@ from zephyr.io.checksum import Checksummed
 from zephyr.io.paths import open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
 from zephyr.io.schema import cast_to_schema, conform, promote_or_refuse
+from zephyr.io.sinks import ShardWriter
 
 logger = logging.getLogger(__name__)
 
@@ -273,33 +275,30 @@ about 1.6x the time of level 3 (benchmarks/parquet_output.py, RESULTS.md). Spill
 reads back once keep level 1."""
 
 
-class BufferedEncoder:
+class BufferedWriter(ShardWriter):
     """Buffers batches into row groups and keeps one file schema.
 
     Without a user schema, the schema is the promotion of the batches buffered before the first flush. A later
     batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
-    encoder rewrite what it has emitted so far under the widened schema: the file row groups go to (``file`` on
-    ``fs``) is moved aside and read back into a new one (``read_back``). Rare, costs one pass over the rows
-    written so far, and gives the same bytes as if the wide schema had been known from the start. Readers
-    yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is all it needs.
+    writer rewrite what it has emitted so far under the widened schema: the file row groups go to (``emitted``
+    on ``emitted_fs``: ``file``, or Vortex's spill) is moved aside and read back into a new one (``read_back``).
+    Rare, costs one pass over the rows written so far, and gives the same bytes as if the wide schema had been
+    known from the start. Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is
+    all it needs. A format's writer writes a row group (``emit``), reads back those of a file (``read_back``),
+    closes the file being written (``close_file``) and, once every row group is out, finishes it
+    (``close_format``, returning its checksum record).
     """
 
-    def __init__(
-        self, fs, file: str, schema: pa.Schema | None, where: str, row_group_bytes: int, row_group_rows: int
-    ):
-        self.fs, self.file = fs, file
-        self.user_schema = schema is not None
-        self.schema = schema  # the file schema, once fixed
-        self.pending: pa.Schema | None = None  # promotion of buffered batches while it is not
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.emitted_fs, self.emitted = self.fs, self.file
+        self.pending: pa.Schema | None = None  # promotion of buffered batches while the schema is not fixed
         self.buffered: list[pa.RecordBatch] = []
         self.buffered_rows = 0
         self.buffered_bytes = 0
         self.emitted_rows = 0
-        self.row_group_bytes = row_group_bytes
-        self.row_group_rows = row_group_rows
-        self.where = where
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def _write(self, batch: pa.RecordBatch) -> None:
         if self.schema is None:
             self.pending = promote_or_refuse(self.pending, batch.schema, self.where)
         elif not self.user_schema:
@@ -329,10 +328,10 @@ class BufferedEncoder:
         self.schema = widened
         if self.emitted_rows:
             self.close_file()
-            self.fs.mv(self.file, f"{self.file}-narrow")
-            for table in self.read_back(f"{self.file}-narrow"):
+            self.emitted_fs.mv(self.emitted, f"{self.emitted}-narrow")
+            for table in self.read_back(f"{self.emitted}-narrow"):
                 self.emit(conform(table, self.schema, where=self.where))
-            self.fs.rm(f"{self.file}-narrow")
+            self.emitted_fs.rm(f"{self.emitted}-narrow")
         self.buffered = buffered
 
     def _fix_schema(self) -> pa.Schema:
@@ -354,44 +353,30 @@ class BufferedEncoder:
         self.buffered = rest.to_batches() if rest.num_rows else []
         self.buffered_rows, self.buffered_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
 
-    def finish(self) -> None:
+    def _finish(self) -> dict:
         while self.buffered:
             self._flush()
         self._fix_schema()
-        self.close_format()
+        return self.close_format()
 
-    def discard(self) -> None:
-        quietly(self.close_file, self.file)
-        for path in (self.file, f"{self.file}-narrow"):  # a failed rewrite may leave the narrow one behind
-            quietly(lambda p=path: self.fs.rm(p) if self.fs.exists(p) else None, path)
-
-    def emit(self, table: pa.Table) -> None:
-        """Write one row group."""
-        raise NotImplementedError
-
-    def read_back(self, path: str) -> Iterator[pa.Table]:
-        """The row groups emitted into ``path``."""
-        raise NotImplementedError
-
-    def close_file(self) -> None:
-        raise NotImplementedError
-
-    def close_format(self) -> None:
-        raise NotImplementedError
+    def _discard(self) -> None:
+        quietly(self.close_file, self.emitted)
+        for path in (
+            self.emitted,
+            f"{self.emitted}-narrow",
+        ):  # a failed rewrite may leave the narrow one behind
+            quietly(lambda p=path: self.emitted_fs.rm(p) if self.emitted_fs.exists(p) else None, path)
 
 
-class ParquetEncoder(BufferedEncoder):
-    def __init__(self, fs, path: str, schema, where, row_group_bytes, row_group_rows):
-        super().__init__(fs, path, schema, where, row_group_bytes, row_group_rows)
-        self.path = path
-        self.handle: Checksummed | None = None
+class ParquetWriter(BufferedWriter):
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.handle: Checksummed | None = None  # hashes the file as it is written (``zephyr.io.checksum``)
         self.writer: pq.ParquetWriter | None = None
-        self.checksum: dict | None = None
-        """The finished file's checksum record (``zephyr.io.checksum``), hashed as written."""
 
     def _writer(self) -> pq.ParquetWriter:
         if self.writer is None:
-            self.handle = Checksummed(self.fs.open(self.path, "wb"))  # a rewrite starts a new file and hash
+            self.handle = Checksummed(self.fs.open(self.file, "wb"))  # a rewrite starts a new file and hash
             self.writer = pq.ParquetWriter(
                 self.handle, self._fix_schema(), write_statistics=True, **WRITER_OPTIONS
             )
@@ -412,9 +397,8 @@ class ParquetEncoder(BufferedEncoder):
             self.writer = None
         if self.handle is not None:
             self.handle.close()
-            self.checksum = self.handle.record()
-            self.handle = None
 
-    def close_format(self) -> None:
+    def close_format(self) -> dict:
         self._writer()
         self.close_file()
+        return self.handle.record()

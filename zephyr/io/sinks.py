@@ -1,8 +1,9 @@
 """Sinks: write one output shard file (Parquet, JSONL[.gz|.zst], Vortex) atomically and deterministically.
 
-Each format's encoder (``ParquetEncoder``, ``JsonlEncoder``, ``VortexEncoder``, in the format's module) writes
-a temporary file it owns (``path``; ``write``, ``finish``, ``discard``); ``ShardWriter`` picks one per format
-(``_ENCODERS``) and renames its file into place.
+``ShardWriter(path, format)`` is the format's writer (``ParquetWriter``, ``JsonlWriter``, ``VortexWriter``, each a
+subclass in the format's module), which encodes into the temporary file ``file`` (``_write``; ``_finish``, which
+returns the file's checksum record; ``_discard``); ``ShardWriter`` checks the calls and renames the file into
+place.
 
 Contract:
 
@@ -41,21 +42,19 @@ import logging
 import posixpath
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io import paths
-from zephyr.io.jsonl import JsonlEncoder
-from zephyr.io.parquet import ParquetEncoder
 from zephyr.io.paths import Compression, Format, filesystem, naming_path, public_path
-from zephyr.io.vortex import VortexEncoder
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROW_GROUP_BYTES = 128 << 20
 DEFAULT_ROW_GROUP_ROWS = 1 << 20
-_ENCODERS = {"parquet": ParquetEncoder, "jsonl": JsonlEncoder, "vortex": VortexEncoder}
+_FORMATS = ("parquet", "jsonl", "vortex")
 
 
 def output_name(index: int, format: Format, compression: Compression | None = None) -> str:
@@ -74,8 +73,8 @@ def output_name(index: int, format: Format, compression: Compression | None = No
 
 
 def _check_format(format: str, compression: str | None) -> None:
-    if format not in _ENCODERS:
-        raise ConfigError(f"unknown output format {format!r}; use one of {list(_ENCODERS)}")
+    if format not in _FORMATS:
+        raise ConfigError(f"unknown output format {format!r}; use one of {list(_FORMATS)}")
     if compression is not None and compression not in paths.CODEC_FORMATS.get(format, ()):
         raise ConfigError(
             f"compression={compression!r} does not apply to {format} output; JSONL takes None, 'gzip' or 'zstd', "
@@ -96,7 +95,8 @@ class WrittenFile:
 
 
 class ShardWriter(contextlib.AbstractContextManager):
-    """Write one output file atomically (see the module docstring).
+    """Write one output file atomically (see the module docstring): ``ShardWriter(path, format)`` makes the
+    format's writer, which encodes into ``file``; this class renames it to ``path`` on ``close()``.
 
     >>> import pyarrow as pa, fsspec
     >>> with ShardWriter("memory://doc-sinks/out/part-00000.jsonl", "jsonl") as writer:
@@ -106,6 +106,18 @@ class ShardWriter(contextlib.AbstractContextManager):
     >>> fsspec.filesystem("memory").cat("/doc-sinks/out/part-00000.jsonl")
     b'{"id":1,"text":"a"}\\n{"id":2,"text":null}\\n'
     """
+
+    def __new__(cls, path: str, format: Format, **options: Any) -> ShardWriter:
+        _check_format(format, options.get("compression"))
+        if cls is ShardWriter:  # each format's writer subclasses this class in the format's module
+            from zephyr.io import jsonl, parquet, vortex
+
+            cls = {
+                "parquet": parquet.ParquetWriter,
+                "jsonl": jsonl.JsonlWriter,
+                "vortex": vortex.VortexWriter,
+            }[format]
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -117,21 +129,24 @@ class ShardWriter(contextlib.AbstractContextManager):
         row_group_bytes: int = DEFAULT_ROW_GROUP_BYTES,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
     ):
-        _check_format(format, compression)
         if row_group_bytes <= 0 or row_group_rows <= 0:
             raise ConfigError(
                 f"row_group_bytes and row_group_rows must be > 0, got {row_group_bytes} and {row_group_rows}"
             )
-        self.format = format
+        self.format, self.compression = format, compression
+        self.row_group_bytes, self.row_group_rows = row_group_bytes, row_group_rows
+        # the file schema: the caller's (``user_schema``), else what the writer makes of the batches
+        self.schema = schema
+        self.user_schema = schema is not None
         self.fs, self._final = filesystem(path)
         self.path = public_path(self.fs, self._final)
-        self._tmp = f"{self._final}.tmp-{uuid.uuid4().hex}"
+        # the temporary file the format's writer encodes into, renamed to ``path`` on ``close()``
+        self.file = f"{self._final}.tmp-{uuid.uuid4().hex}"
+        self.where = f"writing {self.path}"
         self._rows = 0
         self._done = False  # closed or aborted
         self.result: WrittenFile | None = None
         self.fs.makedirs(posixpath.dirname(self._final) or ".", exist_ok=True)
-        sizes = (compression,) if format == "jsonl" else (row_group_bytes, row_group_rows)
-        self._encoder = _ENCODERS[format](self.fs, self._tmp, schema, f"writing {self.path}", *sizes)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
@@ -148,7 +163,7 @@ class ShardWriter(contextlib.AbstractContextManager):
         batches = [batch] if isinstance(batch, pa.RecordBatch) else batch.to_batches()
         for b in batches or [pa.RecordBatch.from_pylist([], schema=batch.schema)]:
             with naming_path(self.path):
-                self._encoder.write(b)
+                self._write(b)
             self._rows += b.num_rows
 
     def close(self) -> WrittenFile:
@@ -159,9 +174,8 @@ class ShardWriter(contextlib.AbstractContextManager):
             return self.result
         try:
             with naming_path(self.path):
-                self._encoder.finish()
-                checksum = self._encoder.checksum
-                self.fs.mv(self._encoder.path, self._final)  # a rename on a local disk
+                checksum = self._finish()
+                self.fs.mv(self.file, self._final)  # a rename on a local disk
         except BaseException:
             self.abort()
             raise
@@ -176,7 +190,7 @@ class ShardWriter(contextlib.AbstractContextManager):
         if self._done:
             return
         self._done = True
-        self._encoder.discard()
+        self._discard()
         with contextlib.suppress(FileNotFoundError):
-            if self.fs.exists(self._tmp):
-                self.fs.rm(self._tmp)
+            if self.fs.exists(self.file):
+                self.fs.rm(self.file)

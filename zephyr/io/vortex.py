@@ -10,7 +10,7 @@
   naming the column, the file and the columns it has. Each batch gets the same full Arrow validation as
   Parquet (invalid UTF-8 → ``InputError`` naming the row, or the quarantine with ``line`` = the row index).
 
-The Vortex encoder of the sinks: row groups spill to a local Arrow IPC stream, converted by
+The Vortex writer of the sinks (``VortexWriter``): row groups spill to a local Arrow IPC stream, converted by
 ``vortex.io.write`` on finish (its writer pulls from a ``RecordBatchReader``; see the ``zephyr.io.sinks``
 contract).
 """
@@ -22,14 +22,14 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import IO, Any
 
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.errors import InputError
 from zephyr.io.checksum import checksum_record, file_checksum
-from zephyr.io.parquet import BufferedEncoder, checked_batches, columns_to_read
+from zephyr.io.parquet import BufferedWriter, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, remove_local
 from zephyr.io.quarantine import QuarantineFn
 from zephyr.io.schema import normalize_view_types
@@ -93,25 +93,22 @@ def read_vortex_shard(
         yield from checked_batches(scan(), path, target, quarantine, batch_bytes)
 
 
-class VortexEncoder(BufferedEncoder):
-    """Spills row groups to an Arrow IPC stream; ``finish`` converts it with ``vortex.io.write``. The file is
-    built locally: in a local temporary folder when ``path`` is on another filesystem, uploaded when finished."""
+class VortexWriter(BufferedWriter):
+    """Spills row groups to an Arrow IPC stream; ``_finish`` converts it with ``vortex.io.write``. The file is
+    built locally (``local``): in a local temporary folder when ``file`` is on another filesystem, uploaded when
+    finished."""
 
-    def __init__(self, fs, path: str, schema, where, row_group_bytes, row_group_rows):
-        self.target_fs, self.target = fs, path
-        self.local_dir = None if is_local(fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
-        self.path = path if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
-        super().__init__(
-            LocalFileSystem(), f"{self.path}.spill.arrows", schema, where, row_group_bytes, row_group_rows
-        )
-        self.checksum: dict | None = None
-        """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.local_dir = None if is_local(self.fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
+        self.local = self.file if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
+        self.emitted_fs, self.emitted = LocalFileSystem(), f"{self.local}.spill.arrows"
         self.spill_file: IO[bytes] | None = None
         self.spill_writer: pa.ipc.RecordBatchStreamWriter | None = None
 
     def _spill(self) -> pa.ipc.RecordBatchStreamWriter:
         if self.spill_writer is None:
-            self.spill_file = open(self.file, "wb")  # noqa: SIM115 - closed in close_file
+            self.spill_file = open(self.emitted, "wb")  # noqa: SIM115 - closed in close_file
             self.spill_writer = pa.ipc.new_stream(self.spill_file, self._fix_schema())
         return self.spill_writer
 
@@ -131,23 +128,24 @@ class VortexEncoder(BufferedEncoder):
             self.spill_file.close()
             self.spill_file = None
 
-    def close_format(self) -> None:
+    def close_format(self) -> dict:
+        """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
         import vortex
 
         self._spill()
         self.close_file()
         try:
-            with pa.OSFile(self.file, "rb") as source:
-                vortex.io.write(pa.ipc.open_stream(source), self.path)
+            with pa.OSFile(self.emitted, "rb") as source:
+                vortex.io.write(pa.ipc.open_stream(source), self.local)
         finally:
-            remove_local(self.file)
-        self.checksum = checksum_record(*file_checksum(self.path))
+            remove_local(self.emitted)
+        checksum = checksum_record(*file_checksum(self.local))
         if self.local_dir is not None:
-            self.target_fs.put_file(self.path, self.target)
+            self.fs.put_file(self.local, self.file)
             shutil.rmtree(self.local_dir, ignore_errors=True)
-            self.path = self.target  # the finished file, as every encoder's ``path`` names it
+        return checksum
 
-    def discard(self) -> None:
-        super().discard()  # the spill; ``ShardWriter.abort`` removes a local ``path``
+    def _discard(self) -> None:
+        super()._discard()  # the spill; ``ShardWriter.abort`` removes ``file``
         if self.local_dir is not None:
             shutil.rmtree(self.local_dir, ignore_errors=True)
