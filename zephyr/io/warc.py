@@ -29,8 +29,8 @@ Framing of WARC/ARC files: where each record starts and ends, so a damaged one i
 
 ``_from_members`` splits a ``.warc.gz`` into gzip members with zlib (a WARC writer compresses each record as
 its own member); a truncated or corrupt member becomes a ``_BadRecord`` at its offset and the next member is
-found by its magic bytes and a trial decompression. ``_plain_records`` reads an uncompressed file a record at a
-time. Within either, each WARC record must end where its Content-Length says, followed by CRLF CRLF (ARC:
+found by its magic bytes and a trial decompression. ``_plain_records`` reads an uncompressed file (or one member's
+bytes) a record at a time. Within either, each WARC record must end where its Content-Length says, followed by CRLF CRLF (ARC:
 the length of its header line); otherwise it is a ``_BadRecord`` and reading resumes at the next line that
 starts ``WARC/1.``. Memory: one record (at most ``MAX_RECORD_BYTES``) and a 1 MiB read buffer.
 """
@@ -40,6 +40,7 @@ from __future__ import annotations
 import codecs
 import io
 import logging
+import math
 import re
 import zlib
 from collections.abc import Iterator
@@ -346,26 +347,6 @@ def _gzip_members(f: BinaryIO) -> Iterator[tuple[int, bytes] | _BadRecord]:
         s.consume(used)
 
 
-def _records(data: bytes, base: int) -> Iterator[Record | _BadRecord]:
-    """The records in ``data`` (a gzip member's bytes): each must end where its Content-Length says, followed
-    by CRLF CRLF (ARC: LF); after a bad one, reading resumes at the next record header."""
-    pos = 0
-    n = len(data)
-    while pos < n:
-        while pos < n and data[pos] in b"\r\n":  # blank lines between records
-            pos += 1
-        if pos >= n:
-            return
-        try:
-            end, next_pos, arc = _frame(data, pos, base)
-        except _BadRecord as bad:
-            yield bad
-            pos = _next_record(data, pos + 1)
-            continue
-        yield Record(base + pos, data[pos:end], arc)
-        pos = next_pos
-
-
 def _frame(data: bytes, pos: int, base: int, *, complete: bool = True) -> tuple[int, int, bool]:
     """(end of the record's block, start of what follows, is ARC) for the record at ``pos``; ``complete=False``
     checks its header only (``data`` may end before the record does)."""
@@ -420,8 +401,8 @@ def _next_record(data: bytes, start: int) -> int:
 class _Stream:
     """A read buffer over an uncompressed file: ``buf`` holds the bytes from file offset ``base`` on."""
 
-    def __init__(self, f: BinaryIO):
-        self.f, self.buf, self.base, self.eof = f, bytearray(), 0, False
+    def __init__(self, f: BinaryIO, base: int = 0):
+        self.f, self.buf, self.base, self.eof = f, bytearray(), base, False
 
     def fill(self, need: int) -> None:
         while len(self.buf) < need and not self.eof:
@@ -452,9 +433,13 @@ class _Stream:
             self.fill(len(self.buf) + _CHUNK)
 
 
-def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
-    """Records of an uncompressed file, read a record at a time (a record is at most ``MAX_RECORD_BYTES``)."""
-    s = _Stream(f)
+def _plain_records(
+    f: BinaryIO, base: int = 0, max_bytes: float = MAX_RECORD_BYTES
+) -> Iterator[Record | _BadRecord]:
+    """Records of an uncompressed file (or of one gzip member's bytes, which start at file offset ``base``),
+    read a record at a time: each must end where its Content-Length says, followed by CRLF CRLF (ARC: LF);
+    after a bad one, reading resumes at the next record header. A record is at most ``max_bytes``."""
+    s = _Stream(f, base)
     while True:
         s.skip_blank()
         if not s.buf:
@@ -462,7 +447,7 @@ def _plain_records(f: BinaryIO) -> Iterator[Record | _BadRecord]:
         s.fill(_CHUNK)
         try:
             need = _frame(s.buf, 0, s.base, complete=False)[0]  # the bytes the record spans by its own header
-            if need > MAX_RECORD_BYTES:
+            if need > max_bytes:
                 raise _BadRecord(
                     s.base, f"record of {need} bytes exceeds {MAX_RECORD_BYTES}", bytes(s.buf[:_RAW_LIMIT])
                 )
@@ -481,5 +466,5 @@ def _from_members(f: BinaryIO) -> Iterator[Record | _BadRecord]:
         if isinstance(member, _BadRecord):
             yield member
             continue
-        offset, data = member
-        yield from _records(data, offset)
+        offset, data = member  # already at most MAX_RECORD_BYTES: a longer Content-Length is a wrong one
+        yield from _plain_records(io.BytesIO(data), offset, max_bytes=math.inf)
