@@ -73,9 +73,9 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.json as pj
@@ -96,6 +96,9 @@ from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like,
 from zephyr.io.sinks import ShardWriter
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
 
+if TYPE_CHECKING:
+    from zephyr.io.sources import ReadOptions, Shard
+
 logger = logging.getLogger(__name__)
 
 
@@ -111,21 +114,14 @@ def split_byte_ranges(path: str, approx_shard_bytes: int) -> list[tuple[int, int
     return [(start, min(size, start + approx_shard_bytes)) for start in range(0, size, approx_shard_bytes)]
 
 
-def read_jsonl_shard(
-    shard,
-    *,
-    columns: Sequence[str] | None,
-    schema: pa.Schema | None,
-    planned: pa.Schema | None,
-    quarantine: QuarantineFn | None,
-    batch_bytes: int,
-    **_: object,  # a Parquet reader's buffer_bytes: JSONL streams through blocks of batch_bytes
-) -> Iterator[pa.RecordBatch]:
+def read_jsonl_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """The batches of a JSONL shard (the module docstring); ``buffer_bytes`` does not apply: JSONL streams
+    through blocks of ``batch_bytes``."""
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
-    parser = _BlockParser(shard.path, schema=schema, columns=columns, quarantine=quarantine, planned=planned)
-    for block in _iter_blocks(shard.path, compression, shard.byte_range, batch_bytes, quarantine):
+    parser = _BlockParser(shard.path, read)
+    for block in _iter_blocks(shard.path, compression, shard.byte_range, read.batch_bytes, read.quarantine):
         table = parser.parse(block)
         if table is None or table.num_rows == 0:
             continue
@@ -331,18 +327,11 @@ def _screen(line: bytes) -> str | None:
 
 
 class _BlockParser:
-    def __init__(
-        self,
-        path: str,
-        *,
-        schema: pa.Schema | None,
-        columns: Sequence[str] | None,
-        quarantine: QuarantineFn | None,
-        planned: pa.Schema | None = None,
-    ):
+    def __init__(self, path: str, read: ReadOptions):
         self.path = path
-        self.columns = list(columns) if columns is not None else None
-        self.quarantine = quarantine
+        self.columns = columns = read.columns
+        self.quarantine = read.quarantine
+        schema, planned = read.schema, read.planned
         if schema is not None and columns is not None:
             missing = [c for c in columns if c not in schema.names]
             if missing:

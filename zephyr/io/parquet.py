@@ -35,7 +35,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +46,9 @@ from zephyr.io.paths import open_input, quietly
 from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
 from zephyr.io.schema import cast_to_schema, conform, promote_or_refuse
 from zephyr.io.sinks import ShardWriter
+
+if TYPE_CHECKING:
+    from zephyr.io.sources import ReadOptions, Shard
 
 logger = logging.getLogger(__name__)
 
@@ -156,21 +159,14 @@ def columns_to_read(
     return (list(columns) if columns is not None else None), schema
 
 
-def read_parquet_shard(
-    shard,
-    *,
-    columns: Sequence[str] | None,
-    schema: pa.Schema | None,
-    planned: pa.Schema | None,
-    quarantine: QuarantineFn | None,
-    batch_bytes: int,
-    buffer_bytes: int,
-) -> Iterator[pa.RecordBatch]:
-    path = shard.path
-    with open_parquet(path, buffer_bytes=buffer_bytes) as parquet_file:
+def read_parquet_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
+    path, batch_bytes = shard.path, read.batch_bytes
+    with open_parquet(path, buffer_bytes=read.buffer_bytes) as parquet_file:
         metadata = parquet_file.metadata
-        file_schema = plain_schema(parquet_file.schema_arrow, path, columns)
-        read_columns, target = columns_to_read(path, file_schema.names, columns, schema or planned)
+        file_schema = plain_schema(parquet_file.schema_arrow, path, read.columns)
+        read_columns, target = columns_to_read(
+            path, file_schema.names, read.columns, read.schema or read.planned
+        )
         row_groups = (
             list(range(metadata.num_row_groups)) if shard.row_groups is None else list(shard.row_groups)
         )
@@ -226,7 +222,7 @@ def read_parquet_shard(
                 batches,
                 path,
                 target,
-                quarantine,
+                read.quarantine,
                 batch_bytes,
                 first_row=starts[group],
                 where=f"row group {group}",

@@ -89,6 +89,20 @@ class Shard:
         return self.path
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """What ``read_shard`` hands the format's reader (``read_parquet_shard``, ``read_jsonl_shard``,
+    ``read_vortex_shard``, ``read_warc_shard``): its arguments, checked; ``planned`` is its ``input_schema``,
+    ``quarantine`` None unless ``on_error="quarantine"``."""
+
+    columns: list[str] | None
+    schema: pa.Schema | None
+    planned: pa.Schema | None
+    quarantine: QuarantineFn | None
+    batch_bytes: int
+    buffer_bytes: int
+
+
 def list_shards(
     paths: str | Sequence[str], format: Format | None = None, *, approx_shard_bytes: int | None = None
 ) -> list[Shard]:
@@ -153,14 +167,9 @@ def read_shard(
         "warc": warc.read_warc_shard,
         "vortex": vortex.read_vortex_shard,
     }
+    kept = quarantine if on_error == "quarantine" else None
     return readers[shard.format](
-        shard,
-        columns=columns,
-        schema=schema,
-        planned=input_schema,
-        quarantine=quarantine if on_error == "quarantine" else None,
-        batch_bytes=batch_bytes,
-        buffer_bytes=buffer_bytes,
+        shard, ReadOptions(columns, schema, input_schema, kept, batch_bytes, buffer_bytes)
     )
 
 

@@ -21,8 +21,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
-from typing import IO, Any
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
 from fsspec.implementations.local import LocalFileSystem
@@ -31,8 +31,10 @@ from zephyr.errors import InputError
 from zephyr.io.checksum import checksum_record, file_checksum
 from zephyr.io.parquet import BufferedWriter, checked_batches, columns_to_read
 from zephyr.io.paths import filesystem, is_local, open_input, remove_local
-from zephyr.io.quarantine import QuarantineFn
 from zephyr.io.schema import normalize_view_types
+
+if TYPE_CHECKING:
+    from zephyr.io.sources import ReadOptions, Shard
 
 
 @contextlib.contextmanager
@@ -55,24 +57,15 @@ def _open_vortex(path: str):
         yield handle
 
 
-def read_vortex_shard(
-    shard,
-    *,
-    columns: Sequence[str] | None,
-    schema: pa.Schema | None,
-    planned: pa.Schema | None,
-    quarantine: QuarantineFn | None,
-    batch_bytes: int,
-    buffer_bytes: int,
-) -> Iterator[pa.RecordBatch]:
+def read_vortex_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
     path = shard.path
     with _open_vortex(path) as handle:
         try:
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:
             raise InputError(f"cannot read the Vortex schema: {exc}", path=path) from exc
-        read, target = columns_to_read(path, file_schema.names, columns, schema or planned)
-        wanted = file_schema.names if read is None else read
+        columns, target = columns_to_read(path, file_schema.names, read.columns, read.schema or read.planned)
+        wanted = file_schema.names if columns is None else columns
         read_schema = pa.schema(
             [file_schema.field(n).with_type(normalize_view_types(file_schema.field(n).type)) for n in wanted]
         )
@@ -90,7 +83,7 @@ def read_vortex_shard(
             except Exception as exc:
                 raise InputError(f"corrupt Vortex data after row {row}: {exc}", path=path) from exc
 
-        yield from checked_batches(scan(), path, target, quarantine, batch_bytes)
+        yield from checked_batches(scan(), path, target, read.quarantine, read.batch_bytes)
 
 
 class VortexWriter(BufferedWriter):

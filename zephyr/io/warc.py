@@ -46,14 +46,17 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pyarrow as pa
 
 from zephyr import counters
 from zephyr.io.paths import open_input
-from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
+from zephyr.io.quarantine import refuse_or_set_aside, refuse_wide_text
 from zephyr.io.text_encoding import SAMPLE_BYTES
+
+if TYPE_CHECKING:
+    from zephyr.io.sources import ReadOptions, Shard
 
 log = logging.getLogger(__name__)
 
@@ -212,17 +215,11 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
 
 
 # -- the shard reader --------------------------------------------------------------------------------------
-def read_warc_shard(
-    shard: Any,
-    *,
-    columns: list[str] | None,
-    quarantine: QuarantineFn | None,
-    batch_bytes: int,
-    **_: object,  # the schema and buffer options of other readers: WARC rows have one fixed schema
-) -> Iterator[pa.RecordBatch]:
-    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring)."""
-    path = shard.path
-    schema = WARC_SCHEMA if not columns else pa.schema([WARC_SCHEMA.field(c) for c in columns])
+def read_warc_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
+    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring); the
+    schema options of other readers do not apply: WARC rows have one fixed schema."""
+    path, quarantine = shard.path, read.quarantine
+    schema = WARC_SCHEMA if not read.columns else pa.schema([WARC_SCHEMA.field(c) for c in read.columns])
     rows: list[dict[str, Any]] = []
     size = 0
     with open_input(path) as f:
@@ -249,7 +246,7 @@ def read_warc_shard(
                 continue
             rows.append(row)
             size += row["html_bytes"]
-            if size >= batch_bytes:
+            if size >= read.batch_bytes:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
                 rows, size = [], 0
     if rows:
