@@ -659,11 +659,9 @@ def run(options: RunOptions, execution: ExecutionOptions) -> Any:
         return 0
     if options.explain:
         from zephyr.cli import explain_planned
-        from zephyr.summary import Summary
 
         jobs = pipeline_plans(config, job_dir, execution=execution)
-        plan = explain_planned(f"run {config.name}", jobs, execution, "the rules")
-        return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
+        return explain_planned(f"run {config.name}", jobs, execution, "the rules")
     result = run_pipeline(
         config,
         job_dir,

@@ -92,8 +92,7 @@ def ranged_field(
     **kw: Any,
 ) -> Any:
     """A field whose value must lie within [low, high] (open ends as flagged); ``sentinel`` is also allowed."""
-    limits = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "sentinel": sentinel}
-    return field(metadata={"range": limits}, **kw)
+    return field(metadata={"range": (low, high, low_open, high_open, sentinel)}, **kw)
 
 
 def path_field(default: Any = None, **kw: Any) -> Any:
@@ -105,28 +104,20 @@ def path_field(default: Any = None, **kw: Any) -> Any:
 
 
 # -- range checks -------------------------------------------------------------------------------------------
-def _range_problem(value: float, limits: dict[str, Any]) -> str | None:
+def _range_problem(value: float, limits: tuple[Any, ...]) -> str | None:
     """``must be within (0, 1], got 1.5`` when ``value`` is outside ``limits`` (see ``ranged_field``), else None."""
-    low, high = limits.get("low"), limits.get("high")
-    if value == limits.get("sentinel"):
+    low, high, low_open, high_open, sentinel = limits
+    if value == sentinel:  # None too: an optional field left unset
         return None
-    ok = (
-        not math.isnan(value)
-        and (low is None or (value > low if limits.get("low_open") else value >= low))
-        and (high is None or (value < high if limits.get("high_open") else value <= high))
-    )
-    if ok:
+    above = low is None or (value > low if low_open else value >= low)
+    if above and (high is None or (value < high if high_open else value <= high)) and not math.isnan(value):
         return None
     if high is None:
-        wanted = f"{'>' if limits.get('low_open') else '>='} {low:g}"
+        wanted = f"{'>' if low_open else '>='} {low:g}"
     else:
-        wanted = (
-            f"within {'(' if limits.get('low_open') else '['}{low:g}, {high:g}"
-            f"{')' if limits.get('high_open') else ']'}"
-        )
-    if limits.get("sentinel") is not None:
-        wanted = f"{limits['sentinel']} or {wanted}"
-    return f"must be {wanted}, got {value!r}"
+        wanted = f"within {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    either = f"{sentinel} or " if sentinel is not None else ""
+    return f"must be {either}{wanted}, got {value!r}"
 
 
 # -- dataclass checks ---------------------------------------------------------------------------------------
@@ -177,10 +168,7 @@ def unknown_keys(raw: dict[str, Any], known: typing.Iterable[str], prefix: str, 
 
 def check_fields(obj: Any, prefix: str, rules: Any) -> None:
     """Raise ``ConfigProblems`` with the field problems of ``obj``, or else those its cross-field ``rules`` find."""
-    problems = field_problems(obj, prefix)
-    if not problems:
-        problems = rules()
-    if problems:
+    if problems := field_problems(obj, prefix) or rules():
         raise ConfigProblems(problems)
 
 
@@ -464,9 +452,10 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
 
 
 # -- byte sizes ----------------------------------------------------------------------------------------------
-_UNITS = {"": 1, "b": 1}
+# each unit parse_bytes reads (lower case), in bytes; zephyr.flags.joined_sizes knows a unit by it too
+BYTE_UNITS = {"": 1, "b": 1}
 for _power, _prefix in enumerate("kmgt", start=1):  # kB and k are decimal, KiB binary
-    _UNITS |= {_prefix: 1000**_power, f"{_prefix}b": 1000**_power, f"{_prefix}ib": 1024**_power}
+    BYTE_UNITS |= {_prefix: 1000**_power, f"{_prefix}b": 1000**_power, f"{_prefix}ib": 1024**_power}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -479,9 +468,9 @@ def parse_bytes(value: int | float | str) -> int:
             raise ConfigError(f"byte size must be >= 0, got {value!r}")
         return int(value)
     match = _PATTERN.match(str(value).replace("_", ""))
-    if not match or match.group(2).lower() not in _UNITS:
+    if not match or match.group(2).lower() not in BYTE_UNITS:
         raise ConfigError(f"not a byte size: {value!r} (examples: 512MB, 4GiB, 1000000)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return int(float(match.group(1)) * BYTE_UNITS[match.group(2).lower()])
 
 
 def format_bytes(num_bytes: float, *, decimal: bool = False) -> str:
