@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import ConfigProblems
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
-from zephyr.flags import add_flags, config_from_flags, flag_specs, metavar
+from zephyr.flags import add_flags, comma_names, config_from_flags, flag_specs, metavar
 from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
 
@@ -498,16 +498,12 @@ class ConvertConfig:
     """Compression of the JSONL files (with --to jsonl)."""
 
 
-def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 @dataclass(frozen=True)
 class SortConfig:
     """``zephyr sort``'s settings."""
 
     by: list[str] = field(
-        default_factory=list, metadata={"parse": _names, "required": True, "metavar": "COLUMNS"}
+        default_factory=list, metadata={"parse": comma_names, "required": True, "metavar": "COLUMNS"}
     )
     """Comma-separated column names."""
     descending: bool = False

@@ -64,11 +64,8 @@ class ConfigProblems(ConfigError):
         self.problems = list(problems)
         self.path = path
         where = f"{path}: " if path else ""
-        if len(self.problems) == 1:
-            super().__init__(where + self.problems[0])
-        else:
-            lines = "\n  ".join(self.problems)
-            super().__init__(f"{where}invalid {what} ({len(self.problems)} problems):\n  {lines}")
+        several = f"invalid {what} ({len(self.problems)} problems):\n  " if len(self.problems) > 1 else ""
+        super().__init__(where + several + "\n  ".join(self.problems))
 
 
 class FieldError(ConfigError):
@@ -213,9 +210,8 @@ def build_flat(
     known = flat_fields(cls)
     own: dict[str, Any] = {}
     inner: dict[str, dict[str, Any]] = {}
-    unknown = unknown_keys(body, [*known, *also], f"{where}.", f" of a {cls.__name__}")
-    errors += unknown
-    ok = not unknown
+    start = len(errors)
+    errors += unknown_keys(body, [*known, *also], f"{where}.", f" of a {cls.__name__}")
     for key, value in body.items():
         if key not in known:
             continue
@@ -224,14 +220,11 @@ def build_flat(
             value = coerce(value, field_hints(owner)[key], f"{where}.{key}")
         except ConfigError as exc:
             errors.append(str(exc))
-            ok = False
             continue
         (own if embed is None else inner.setdefault(embed, {}))[key] = value
-    for key, (f, _, _) in known.items():
-        if f.metadata.get("required") and key not in body:
-            errors.append(f"{where}.{key}: required")
-            ok = False
-    if not ok:
+    missing = [key for key, (f, _, _) in known.items() if f.metadata.get("required") and key not in body]
+    errors += [f"{where}.{key}: required" for key in missing]
+    if len(errors) > start:
         return None
     try:
         for f in dataclasses.fields(cls):
@@ -477,8 +470,7 @@ def format_bytes(num_bytes: float, *, decimal: bool = False) -> str:
     """Human-readable size, for logs and reports: binary units (KiB, MiB...), or ``decimal`` ones (kB, MB...)."""
     size, base = float(num_bytes), 1000 if decimal else 1024
     units = ("B", "kB", "MB", "GB", "TB") if decimal else ("B", "KiB", "MiB", "GiB", "TiB")
-    for unit in units:
-        if abs(size) < base or unit == units[-1]:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= base
-    raise AssertionError("unreachable")
+    power = 0
+    while abs(size) >= base and power < len(units) - 1:
+        size, power = size / base, power + 1
+    return f"{size:.0f} B" if power == 0 else f"{size:.1f} {units[power]}"

@@ -262,6 +262,11 @@ def _by_flag(problem: str, flags: dict[str, str]) -> str:
     return problem
 
 
+def comma_names(text: str) -> list[str]:
+    """Names from comma-separated text (``"en, de"``), blanks left out: a list flag's ``parse``."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 _NUMBER = re.compile(r"[0-9]*\.?[0-9]+")
 
 
