@@ -122,7 +122,7 @@ def _dedup(
     with job_stats.recording() as jobs, _workers(execution, preload) as kwargs, scratch_folder(kwargs) as tmp:
         rows = removal.rows(inputs, level, output.output)  # while the workers start
         out = dedup(rows, mode=mode, jobs=Jobs(kwargs, extra, scratch=tmp))
-        result, routed = removal.write(
+        result, stages = removal.write(
             out, output.output, kwargs, Unless("dup_keep", reason), DUP_COLUMNS[level]
         )
         changed = (after(kwargs, result) if after is not None else None) or {}
@@ -138,7 +138,7 @@ def _dedup(
         "dedup",
         extra,
         jobs=jobs,
-        routed=routed,
+        stages=stages,
         dropped_output=removal.dropped_output,
         next=f"zephyr tokenize {output.output} --tokenizer tokenizer.json --output tokens/",
         details=details,

@@ -106,9 +106,9 @@ def _write(
 
     removal = removal or Removal()
     with job_stats.recording() as jobs:
-        result, routed = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
+        result, stages = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
-    fields.update(jobs=jobs, routed=routed, dropped_output=removal.dropped_output, details=found)
+    fields.update(jobs=jobs, stages=stages, dropped_output=removal.dropped_output, details=found)
     return write_summary(result, output.output, section, found, **fields)
 
 
@@ -462,9 +462,9 @@ def quality_score(
         finally:
             remove_folder(scratch)
     # rows in and quarantined as the scoring job read them (unreadable rows included), kept as written
-    counted = Routed(scored, None if result is scored else result).summary()
+    stages = Routed(scored, None if result is scored else result).stages
     data = {"bucket_edges": list(edges)}
-    return write_summary(result, out, "quality", data, jobs=jobs, counted=counted, details=data)
+    return write_summary(result, out, "quality", data, jobs=jobs, stages=stages, details=data)
 
 
 # -- pii -----------------------------------------------------------------------------------------------------
@@ -659,11 +659,9 @@ def run(options: RunOptions, execution: ExecutionOptions) -> Any:
         return 0
     if options.explain:
         from zephyr.cli import explain_planned
-        from zephyr.summary import Summary
 
         jobs = pipeline_plans(config, job_dir, execution=execution)
-        plan = explain_planned(f"run {config.name}", jobs, execution, "the rules")
-        return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
+        return explain_planned(f"run {config.name}", jobs, execution, "the rules")
     result = run_pipeline(
         config,
         job_dir,

@@ -33,12 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
 from zephyr.pipelines.markdown import md_code, md_count, md_text
-from zephyr.pipelines.quality.config import (
-    ClassifierConfig,
-    HeuristicFilterConfig,
-    NormalizeConfig,
-    comma_names,
-)
+from zephyr.pipelines.quality.config import ClassifierConfig, HeuristicFilterConfig, NormalizeConfig
 from zephyr.pipelines.step import (
     STEPS,
     AccountingError,
@@ -64,6 +59,7 @@ from zephyr.config import (
     ranged_field,
 )
 from zephyr.errors import ConfigError, InputError, require
+from zephyr.flags import comma_names
 
 if TYPE_CHECKING:
     from zephyr.pipelines.step import PipelineConfig, StepEntry

@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from zephyr.config import ConfigProblems
 from zephyr.errors import ConfigError, ResumeError, TaskError, one_line
-from zephyr.flags import add_flags, config_from_flags, flag_specs, metavar
+from zephyr.flags import add_flags, comma_names, config_from_flags, flag_specs, metavar
 from zephyr.options import ExecutionOptions
 from zephyr.removal import Removal
 
@@ -104,23 +104,6 @@ COMMAND_MODULES = {  # after the engine commands of this module (convert, count,
 """Each package's command module and the first words of its commands: ``main`` imports only the module of the
 command typed (``zephyr train`` needs neither pyarrow nor polars); ``--help``, or a word not listed here,
 imports them all."""
-
-
-def _common_parser() -> argparse.ArgumentParser:
-    """The flags every command accepts after its name: ``ExecutionOptions``' fields, ``--json`` and ``-v``.
-    A flag not given is left out of the namespace: its default is the field's (``--executor``: the command's
-    own ``default_executor``)."""
-    common = argparse.ArgumentParser(add_help=False)
-    add_flags(common, ExecutionOptions, group="execution (accepted by every command)")
-    group = common._action_groups[-1]
-    group.add_argument(
-        "--json",
-        action="store_true",
-        help="end with one JSON object on stdout (rows in/kept/dropped/quarantined, bytes, seconds, output; "
-        "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
-    )
-    group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
-    return common
 
 
 def _writes(args: argparse.Namespace) -> bool:
@@ -175,9 +158,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _parser(module_names: list[str]) -> argparse.ArgumentParser:
+    """The parser of the engine's commands and those of ``module_names``: each command's parser has the flags of
+    its option groups, after the flags every command accepts (``ExecutionOptions``' fields, ``--json`` and
+    ``-v``). A flag not given is left out of the namespace: its default is the field's (``--executor``: the
+    command's own ``default_executor``)."""
     from zephyr import __version__
 
-    common = _common_parser()
+    common = argparse.ArgumentParser(add_help=False)
+    add_flags(common, ExecutionOptions, group="execution (accepted by every command)")
+    group = common._action_groups[-1]
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="end with one JSON object on stdout (rows in/kept/dropped/quarantined, bytes, seconds, output; "
+        "the same keys for every command, see zephyr.summary) instead of the summary table on stderr",
+    )
+    group.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
     parser = argparse.ArgumentParser(
         allow_abbrev=False,
         prog="zephyr",
@@ -194,16 +190,47 @@ def _parser(module_names: list[str]) -> argparse.ArgumentParser:
                 raise
     groups = {words: text for module in modules for words, text in getattr(module, "GROUPS", {}).items()}
     actions: dict[tuple[str, ...], Any] = {(): subparsers}
+
+    def add(command: Command, explain: bool = False) -> None:
+        """Add the parser of ``command`` (or of its ``explain`` twin) under its words, making the groups of its
+        first words when missing (``dedup`` of ``dedup exact``; their help from a module's ``GROUPS``)."""
+        words = (("explain",) if explain else ()) + tuple(command.words.split())
+        for depth in range(1, len(words)):
+            path = words[:depth]
+            if path not in actions:
+                group = actions[path[:-1]].add_parser(path[-1], help=groups.get(" ".join(path)))
+                dest = "_".join(path) + "_command"
+                actions[path] = group.add_subparsers(dest=dest, metavar="COMMAND", required=True)
+        help, description = command.texts()
+        if explain:
+            help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
+        owner = actions[words[:-1]]
+        # ``zephyr train [CONFIG]`` has no subcommands: ``train check`` is one command named by both words
+        if isinstance(owner, argparse.ArgumentParser):  # (``main`` joins them)
+            words, owner = (*words[:-2], " ".join(words[-2:])), actions[words[:-2]]
+        # allow_abbrev: a flag is its whole name (a prefix read as a flag took --output DIR for --output-column)
+        parser = owner.add_parser(
+            words[-1], parents=[common], help=help, description=description, allow_abbrev=False
+        )
+        actions[words] = parser
+        for cls in command.options.values():
+            # the command's own line works with explain in front
+            ignored = explain and issubclass(cls, Output)
+            title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
+            title = "output (accepted and ignored: explain writes nothing)" if ignored else title
+            add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
+        parser.set_defaults(zephyr=(command, explain))
+
     for command in COMMANDS:
-        _add_command(actions, common, command, groups)
+        add(command)
     explain = subparsers.add_parser("explain", help=_EXPLAIN_HELP, description=_EXPLAIN_DESCRIPTION)
     actions[("explain",)] = explain.add_subparsers(dest="explain_command", metavar="COMMAND", required=True)
     for module in modules:
         for command in module.COMMANDS if module is not modules[0] else []:
-            _add_command(actions, common, command, groups)
+            add(command)
         for command in module.COMMANDS:
             if command.plans is not None:
-                _add_command(actions, common, command, groups, explain=True)
+                add(command, explain=True)
     return parser
 
 
@@ -219,14 +246,6 @@ def _label(args: argparse.Namespace) -> str:
     """``zephyr dedup fuzzy``: the words of the command typed (its ``Command.words``), else its first word."""
     command, explain = getattr(args, "zephyr", (None, False))
     return f"zephyr {'explain ' * explain}{command.words}" if command else f"zephyr {args.command}"
-
-
-def _interrupted_line(args: argparse.Namespace) -> str:
-    """What Ctrl-C prints: the command and how to go on. Only a command that keeps its work (``--work-dir``,
-    ``zephyr run``'s job folder, training's checkpoints) resumes; the others start again."""
-    keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
-    how = "resume" if keeps else "start again (with --work-dir DIR, a rerun resumes)"
-    return f"{_label(args)}: interrupted; rerun the same command to {how}"
 
 
 def _catch_interrupts(line: str) -> Callable[[], None]:
@@ -271,7 +290,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "zephyr"):
         parser.print_help()
         return 2
-    interrupted = _interrupted_line(args)
+    # what Ctrl-C prints: only a command that keeps its work (--work-dir, zephyr run's job folder, training's
+    # checkpoints) resumes; the others start again
+    keeps = getattr(args, "work_dir", None) or args.command == "run" or getattr(args, "checkpoint_dir", None)
+    how = "resume" if keeps else "start again (with --work-dir DIR, a rerun resumes)"
+    interrupted = f"{_label(args)}: interrupted; rerun the same command to {how}"
     restore_sigint = _catch_interrupts(interrupted)
     try:
         from zephyr import job_stats, progress
@@ -416,8 +439,6 @@ class Command:
 def _run_command(command: Command, explain: bool, args: argparse.Namespace, quarantine: str | None) -> Any:
     """Build the configs of ``command`` from the parsed flags and run it (or print its plans); its quarantined
     rows go to ``quarantine`` (None: the engine's default)."""
-    from zephyr.summary import Summary
-
     given = vars(args)
     configs = command.configs(given, explain=explain)
     execution = config_from_flags(ExecutionOptions, given, what="execution options").replace(
@@ -429,22 +450,25 @@ def _run_command(command: Command, explain: bool, args: argparse.Namespace, quar
         if command.plans is not None:
             expect_planned(lambda: command.plans(**planning, execution=execution), execution.as_kwargs())
         return command.run(**configs, execution=execution)
-    planned = command.plans(**configs, execution=execution)
-    plan = explain_planned(command.words, planned, execution, command.then)
-    return Summary(0, 0, bytes_in=None, details={"ran": False, "plan": plan}, printed=plan)
+    return explain_planned(
+        command.words, command.plans(**configs, execution=execution), execution, command.then
+    )
 
 
-def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then: str) -> str:
-    """What ``zephyr explain WORDS`` prints of the plans a command's ``plans`` returned (a list of
-    ``PlannedJob``: ``zephyr.physical.explain_jobs``; else the object's own ``explain``), and ``zephyr run
-    PIPELINE --explain`` of a pipeline's."""
-    if not isinstance(planned, list):
-        return planned.explain(**execution.as_kwargs())
+def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then: str) -> Any:
+    """The ``Summary`` of ``zephyr explain WORDS``, which prints the plans a command's ``plans`` returned (a
+    list of ``PlannedJob``: ``zephyr.physical.explain_jobs``; else the object's own ``explain``) and reads no
+    row; ``zephyr run PIPELINE --explain`` prints a pipeline's the same way."""
     from zephyr.budget import Budget
     from zephyr.physical import explain_jobs
+    from zephyr.summary import Summary
 
-    budget = Budget(execution.memory_budget_bytes)
-    return explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
+    if isinstance(planned, list):
+        budget = Budget(execution.memory_budget_bytes)
+        plan = explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
+    else:
+        plan = planned.explain(**execution.as_kwargs())
+    return Summary(0, 0, details={"ran": False, "plan": plan}, printed=plan)
 
 
 def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: str = "") -> None:
@@ -463,43 +487,6 @@ def expect_planned(plans: Callable[[], Any], execution: dict[str, Any], what: st
         log.info("%sthe progress bar's total grows as the jobs start (no planned total: %s)", what, exc)
 
 
-def _add_command(
-    actions: dict[tuple[str, ...], Any],
-    common: argparse.ArgumentParser,
-    command: Command,
-    groups: dict[str, str],
-    *,
-    explain: bool = False,
-) -> None:
-    """Add the parser of ``command`` (or of its ``explain`` twin) under its words, making the groups of its
-    first words when missing (``dedup`` of ``dedup exact``; their help from a module's ``GROUPS``)."""
-    words = (("explain",) if explain else ()) + tuple(command.words.split())
-    for depth in range(1, len(words)):
-        path = words[:depth]
-        if path not in actions:
-            group = actions[path[:-1]].add_parser(path[-1], help=groups.get(" ".join(path)))
-            dest = "_".join(path) + "_command"
-            actions[path] = group.add_subparsers(dest=dest, metavar="COMMAND", required=True)
-    help, description = command.texts()
-    if explain:
-        help, description = f"the plan of zephyr {command.words}", f"The plan of: {description}"
-    owner = actions[words[:-1]]
-    if isinstance(owner, argparse.ArgumentParser):  # ``zephyr train [CONFIG]`` has no subcommands: ``train
-        # check`` is one command named by both words (``main`` joins them)
-        words, owner = (*words[:-2], " ".join(words[-2:])), actions[words[:-2]]
-    # allow_abbrev: a flag is its whole name (a prefix read as a flag took --output DIR for --output-column)
-    parser = owner.add_parser(
-        words[-1], parents=[common], help=help, description=description, allow_abbrev=False
-    )
-    actions[words] = parser
-    for cls in command.options.values():
-        ignored = explain and issubclass(cls, Output)  # the command's own line works with explain in front
-        title = next((t for c, t in _GROUP_TITLES.items() if issubclass(cls, c)), None)
-        title = "output (accepted and ignored: explain writes nothing)" if ignored else title
-        add_flags(parser, cls, group=title, skip=command.skip, optional=ignored)
-    parser.set_defaults(zephyr=(command, explain))
-
-
 # -- the engine's own commands: convert, sort, count ------------------------------------------------------
 @dataclass(frozen=True)
 class ConvertConfig:
@@ -511,16 +498,12 @@ class ConvertConfig:
     """Compression of the JSONL files (with --to jsonl)."""
 
 
-def _names(text: str) -> list[str]:
-    return [name.strip() for name in text.split(",") if name.strip()]
-
-
 @dataclass(frozen=True)
 class SortConfig:
     """``zephyr sort``'s settings."""
 
     by: list[str] = field(
-        default_factory=list, metadata={"parse": _names, "required": True, "metavar": "COLUMNS"}
+        default_factory=list, metadata={"parse": comma_names, "required": True, "metavar": "COLUMNS"}
     )
     """Comma-separated column names."""
     descending: bool = False

@@ -64,11 +64,8 @@ class ConfigProblems(ConfigError):
         self.problems = list(problems)
         self.path = path
         where = f"{path}: " if path else ""
-        if len(self.problems) == 1:
-            super().__init__(where + self.problems[0])
-        else:
-            lines = "\n  ".join(self.problems)
-            super().__init__(f"{where}invalid {what} ({len(self.problems)} problems):\n  {lines}")
+        several = f"invalid {what} ({len(self.problems)} problems):\n  " if len(self.problems) > 1 else ""
+        super().__init__(where + several + "\n  ".join(self.problems))
 
 
 class FieldError(ConfigError):
@@ -92,8 +89,7 @@ def ranged_field(
     **kw: Any,
 ) -> Any:
     """A field whose value must lie within [low, high] (open ends as flagged); ``sentinel`` is also allowed."""
-    limits = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "sentinel": sentinel}
-    return field(metadata={"range": limits}, **kw)
+    return field(metadata={"range": (low, high, low_open, high_open, sentinel)}, **kw)
 
 
 def path_field(default: Any = None, **kw: Any) -> Any:
@@ -105,28 +101,20 @@ def path_field(default: Any = None, **kw: Any) -> Any:
 
 
 # -- range checks -------------------------------------------------------------------------------------------
-def _range_problem(value: float, limits: dict[str, Any]) -> str | None:
+def _range_problem(value: float, limits: tuple[Any, ...]) -> str | None:
     """``must be within (0, 1], got 1.5`` when ``value`` is outside ``limits`` (see ``ranged_field``), else None."""
-    low, high = limits.get("low"), limits.get("high")
-    if value == limits.get("sentinel"):
+    low, high, low_open, high_open, sentinel = limits
+    if value == sentinel:  # None too: an optional field left unset
         return None
-    ok = (
-        not math.isnan(value)
-        and (low is None or (value > low if limits.get("low_open") else value >= low))
-        and (high is None or (value < high if limits.get("high_open") else value <= high))
-    )
-    if ok:
+    above = low is None or (value > low if low_open else value >= low)
+    if above and (high is None or (value < high if high_open else value <= high)) and not math.isnan(value):
         return None
     if high is None:
-        wanted = f"{'>' if limits.get('low_open') else '>='} {low:g}"
+        wanted = f"{'>' if low_open else '>='} {low:g}"
     else:
-        wanted = (
-            f"within {'(' if limits.get('low_open') else '['}{low:g}, {high:g}"
-            f"{')' if limits.get('high_open') else ']'}"
-        )
-    if limits.get("sentinel") is not None:
-        wanted = f"{limits['sentinel']} or {wanted}"
-    return f"must be {wanted}, got {value!r}"
+        wanted = f"within {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    either = f"{sentinel} or " if sentinel is not None else ""
+    return f"must be {either}{wanted}, got {value!r}"
 
 
 # -- dataclass checks ---------------------------------------------------------------------------------------
@@ -177,10 +165,7 @@ def unknown_keys(raw: dict[str, Any], known: typing.Iterable[str], prefix: str, 
 
 def check_fields(obj: Any, prefix: str, rules: Any) -> None:
     """Raise ``ConfigProblems`` with the field problems of ``obj``, or else those its cross-field ``rules`` find."""
-    problems = field_problems(obj, prefix)
-    if not problems:
-        problems = rules()
-    if problems:
+    if problems := field_problems(obj, prefix) or rules():
         raise ConfigProblems(problems)
 
 
@@ -225,9 +210,8 @@ def build_flat(
     known = flat_fields(cls)
     own: dict[str, Any] = {}
     inner: dict[str, dict[str, Any]] = {}
-    unknown = unknown_keys(body, [*known, *also], f"{where}.", f" of a {cls.__name__}")
-    errors += unknown
-    ok = not unknown
+    start = len(errors)
+    errors += unknown_keys(body, [*known, *also], f"{where}.", f" of a {cls.__name__}")
     for key, value in body.items():
         if key not in known:
             continue
@@ -236,14 +220,11 @@ def build_flat(
             value = coerce(value, field_hints(owner)[key], f"{where}.{key}")
         except ConfigError as exc:
             errors.append(str(exc))
-            ok = False
             continue
         (own if embed is None else inner.setdefault(embed, {}))[key] = value
-    for key, (f, _, _) in known.items():
-        if f.metadata.get("required") and key not in body:
-            errors.append(f"{where}.{key}: required")
-            ok = False
-    if not ok:
+    missing = [key for key, (f, _, _) in known.items() if f.metadata.get("required") and key not in body]
+    errors += [f"{where}.{key}: required" for key in missing]
+    if len(errors) > start:
         return None
     try:
         for f in dataclasses.fields(cls):
@@ -464,9 +445,10 @@ def read_mapping(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
 
 
 # -- byte sizes ----------------------------------------------------------------------------------------------
-_UNITS = {"": 1, "b": 1}
+# each unit parse_bytes reads (lower case), in bytes; zephyr.flags.joined_sizes knows a unit by it too
+BYTE_UNITS = {"": 1, "b": 1}
 for _power, _prefix in enumerate("kmgt", start=1):  # kB and k are decimal, KiB binary
-    _UNITS |= {_prefix: 1000**_power, f"{_prefix}b": 1000**_power, f"{_prefix}ib": 1024**_power}
+    BYTE_UNITS |= {_prefix: 1000**_power, f"{_prefix}b": 1000**_power, f"{_prefix}ib": 1024**_power}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -479,17 +461,16 @@ def parse_bytes(value: int | float | str) -> int:
             raise ConfigError(f"byte size must be >= 0, got {value!r}")
         return int(value)
     match = _PATTERN.match(str(value).replace("_", ""))
-    if not match or match.group(2).lower() not in _UNITS:
+    if not match or match.group(2).lower() not in BYTE_UNITS:
         raise ConfigError(f"not a byte size: {value!r} (examples: 512MB, 4GiB, 1000000)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return int(float(match.group(1)) * BYTE_UNITS[match.group(2).lower()])
 
 
 def format_bytes(num_bytes: float, *, decimal: bool = False) -> str:
     """Human-readable size, for logs and reports: binary units (KiB, MiB...), or ``decimal`` ones (kB, MB...)."""
     size, base = float(num_bytes), 1000 if decimal else 1024
     units = ("B", "kB", "MB", "GB", "TB") if decimal else ("B", "KiB", "MiB", "GiB", "TiB")
-    for unit in units:
-        if abs(size) < base or unit == units[-1]:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= base
-    raise AssertionError("unreachable")
+    power = 0
+    while abs(size) >= base and power < len(units) - 1:
+        size, power = size / base, power + 1
+    return f"{size:.0f} B" if power == 0 else f"{size:.1f} {units[power]}"

@@ -45,15 +45,8 @@ class InputError(ZephyrError):
     def __init__(
         self, message: str, *, path: str | None = None, line: int | None = None, row: int | None = None
     ):
-        where = ""
-        if path is not None:
-            where = path
-            if line is not None:
-                where += f":{line}"
-            elif row is not None:
-                where += f" (row {row})"
-            where += ": "
-        super().__init__(where + message)
+        at = f":{line}" if line is not None else f" (row {row})" if row is not None else ""
+        super().__init__((f"{path}{at}: " if path is not None else "") + message)
         self.path = path
         self.line = line
         self.row = row

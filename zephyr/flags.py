@@ -56,14 +56,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from zephyr.config import (
-    ConfigProblems,
-    build_flat,
-    field_hints,
-    flat_fields,
-    parse_bytes,
-    parse_value,
-)
+from zephyr.config import BYTE_UNITS, ConfigProblems, build_flat, field_hints, flat_fields, parse_value
 from zephyr.errors import ConfigError
 
 
@@ -269,6 +262,11 @@ def _by_flag(problem: str, flags: dict[str, str]) -> str:
     return problem
 
 
+def comma_names(text: str) -> list[str]:
+    """Names from comma-separated text (``"en, de"``), blanks left out: a list flag's ``parse``."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
 _NUMBER = re.compile(r"[0-9]*\.?[0-9]+")
 
 
@@ -287,15 +285,8 @@ def joined_sizes(argv: Sequence[str]) -> list[str]:
         last = out[-1] if out else ""
         flag, _, value = last.partition("=") if last.startswith("--") else ("", "", last)
         given = flag.startswith("--") if flag else len(out) >= 2 and out[-2].startswith("--")
-        if given and _NUMBER.fullmatch(value) and token.isalpha() and _is_unit(token):
+        if given and _NUMBER.fullmatch(value) and token.isalpha() and token.lower() in BYTE_UNITS:
             out[-1] = f"{last} {token}"
         else:
             out.append(token)
     return out
-
-
-def _is_unit(text: str) -> bool:
-    try:
-        return parse_bytes(f"1{text}") > 0
-    except ConfigError:
-        return False

@@ -53,11 +53,8 @@ def recording() -> Iterator[list[dict[str, Any]]]:
 
 def task_totals(stages: Iterable[dict[str, Any]]) -> dict[str, int]:
     """``tasks``, ``tasks_resumed`` and ``task_retries`` summed over stage records."""
-    totals = dict.fromkeys(TASK_KEYS, 0)
-    for stage in stages:
-        for key in TASK_KEYS:
-            totals[key] += int(stage.get(key, 0))
-    return totals
+    stages = list(stages)
+    return {key: sum(int(stage.get(key, 0)) for stage in stages) for key in TASK_KEYS}
 
 
 def summarize(jobs: Iterable[dict[str, Any]]) -> dict[str, Any]:

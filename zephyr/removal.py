@@ -163,17 +163,17 @@ class Removal:
         execution: dict[str, Any],
         reasons: Callable[[pa.Table], pa.Array],
         columns: Sequence[str] = (),
-    ) -> tuple[Any, Routed | None]:
+    ) -> tuple[Any, list[dict[str, Any]] | None]:
         """Write the work's ``dataset`` (made in ``internal_mode``) to ``output``: as it is, or with
         ``dropped_output`` split by ``reasons`` into the kept rows and the dropped ones (``write_routed``; the
-        ``columns`` the verdict was read from are left out of both). Returns (the kept rows' write, the
-        routing or None)."""
+        ``columns`` the verdict was read from are left out of both). Returns (the kept rows' write, the stages
+        its summary counts: ``Routed.stages``, or None for the write's own)."""
         if not self.dropped_output:
             return self.finish(dataset, columns).write_parquet(output, **execution), None
         verdict = dataset.map_batches(Verdict(reasons, tuple(columns)), name="verdict")
         sides = {"dropped": self.dropped_output}
         routed = write_routed(verdict, output, sides, execution, finish=lambda d: self.finish(d, columns))
-        return routed.kept or routed.verdict, routed
+        return routed.kept or routed.verdict, routed.stages
 
 
 @dataclass(frozen=True)
@@ -273,17 +273,13 @@ class Routed:
     sides: dict[str, Any] = field(default_factory=dict)
     also: Any = None
 
-    def summary(self, **fields: Any):
-        """The command's ``Summary``: the kept job reads what the verdict job wrote, so the two jobs' stages
-        are one chain (``zephyr.summary.from_stages``): rows read by the verdict job (unreadable ones
-        included), kept by the kept job, dropped by reason as both counted them."""
-        from zephyr.summary import from_stages
-
-        stages = [
-            *self.verdict.stats.get("stages", []),
-            *(self.kept.stats.get("stages", []) if self.kept else []),
-        ]
-        return from_stages(stages, **fields)
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        """The stage records the command's ``Summary`` counts (``zephyr.summary.write_summary``): the kept job
+        reads what the verdict job wrote, so the two jobs' stages are one chain: rows read by the verdict job
+        (unreadable ones included), kept by the kept job, dropped by reason as both counted them."""
+        kept = self.kept.stats.get("stages", []) if self.kept else []
+        return [*self.verdict.stats.get("stages", []), *kept]
 
 
 def routes(
@@ -368,10 +364,8 @@ def check_added_columns(
     ``where`` (a file, a step) starts the message; ``rename`` is the option that writes under another name,
     where the step has one (``"--output-column NAME"``), offered as the second way out.
     """
-    if replace_columns:
-        return
     present = set(names)
-    if not (clash := [name for name in added if name in present]):
+    if replace_columns or not (clash := [name for name in added if name in present]):
         return
     names = ", ".join(map(repr, clash))
     what, it = (f"a column {names}", "it") if len(clash) == 1 else (f"columns {names}", "them")

@@ -149,7 +149,7 @@ def write_summary(
     extra: dict[str, Any],
     *,
     jobs: list[dict[str, Any]] | None = None,
-    routed: Any = None,
+    stages: list[dict[str, Any]] | None = None,
     counted: Any = None,
     **fields: Any,
 ) -> Any:
@@ -158,8 +158,8 @@ def write_summary(
     at the top level the stats of the engine job that wrote ``OUTPUT`` (``result``) and the task totals of
     every job in ``jobs`` (default: that one); under ``section`` the command's own figures (``extra``), the
     ``dropped_output`` folder where rows were routed, and the row balance (``rows``: in, kept, dropped,
-    quarantined) as ``counted`` (a ``Summary`` the command made), ``routed`` (``zephyr.removal.Routed``) or the
-    write's stages count it."""
+    quarantined) as ``counted`` (a ``Summary`` the command made) or ``stages`` (default: the write's;
+    ``zephyr.removal.Routed.stages`` for a routed write) count it."""
     from zephyr import job_stats
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
@@ -168,11 +168,10 @@ def write_summary(
     fields = {"output": output, "stats": stats_path(output), **fields}
     if counted is not None:
         summary = dataclasses.replace(counted, **fields)
-    elif routed is not None:
-        summary = routed.summary(**fields)
-        stats[section]["dropped_output"] = fields.get("dropped_output")
     else:
-        summary = from_stages(stats.get("stages", []), **fields)
+        summary = from_stages(stats.get("stages", []) if stages is None else stages, **fields)
+    if fields.get("dropped_output") is not None:
+        stats[section]["dropped_output"] = fields["dropped_output"]
     rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
     stats[section]["rows"] = dict(zip(("in", "kept", "dropped", "quarantined"), rows))
     text = json.dumps(stats, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
@@ -244,15 +243,9 @@ def human(record: dict[str, Any], shown: Sequence[str] = ()) -> str:
     sizes += [f"out {_bytes(record['bytes_out'])}"] if record["output"] else []
     if sizes:
         row("bytes", ", ".join(sizes))
-    for key, label in (
-        ("output", "output"),
-        ("dropped_output", "dropped"),
-        ("quarantine_output", "quarantine"),
-        ("stats", "stats"),
-        ("next", "next"),
-    ):
+    for key in ("output", "dropped_output", "quarantine_output", "stats", "next"):
         if record[key]:
-            row(label, str(record[key]))
+            row(key.removesuffix("_output") or key, str(record[key]))
     return "\n".join(lines)
 
 

@@ -17,11 +17,7 @@ from zephyr.pipelines.quality import DEFAULT_RULES
 
 from zephyr.config import FieldError
 from zephyr.errors import ConfigError
-
-
-def comma_names(text: str) -> list[str]:
-    """Names from comma-separated text (``"en, de"``), blanks left out: a list flag's parser."""
-    return [name.strip() for name in text.split(",") if name.strip()]
+from zephyr.flags import comma_names
 
 
 @dataclass(frozen=True)

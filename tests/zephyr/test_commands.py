@@ -68,13 +68,13 @@ def drop_short(inputs: Inputs, output: Output, removal: ShortRemoval, config: Sh
 
     removal.check(inputs.inputs, output.output, ["short"])
     with job_stats.recording() as jobs:
-        result, routed = removal.write(
+        result, stages = removal.write(
             _marked(inputs, removal, config), output.output, execution.as_kwargs(), _reasons, ["short"]
         )
     extra = {"min_chars": config.min_chars}
     aside = removal.dropped_output
     return write_summary(
-        result, output.output, "short", extra, jobs=jobs, routed=routed, dropped_output=aside
+        result, output.output, "short", extra, jobs=jobs, stages=stages, dropped_output=aside
     )
 
 
