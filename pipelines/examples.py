@@ -139,11 +139,6 @@ def _selected(table: pa.Table, per_group: int, max_groups: int | None) -> list[d
     return table.take(pa.array(select_rows(keys, per_group, max_groups))).to_pylist()
 
 
-def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    """The recorded columns a reader sees beside the text (the cluster size goes in the cluster's line)."""
-    return {k: v for k, v in row.items() if not k.startswith(("_", "dup_")) and v is not None}
-
-
 def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]:
     """A sidecar ROW: the first ``MAX_CHARS`` of the text, or (dedup) ``WINDOW_WORDS`` words from a word."""
     full = row[TEXT] or ""
@@ -160,7 +155,8 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
         "start_word": window_start or 0,
         "cut_before": before,
         "cut_after": after,
-        "fields": _fields(row),
+        # the recorded columns a reader sees beside the text (the cluster size goes in the cluster's line)
+        "fields": {k: v for k, v in row.items() if not k.startswith(("_", "dup_")) and v is not None},
     }
 
 

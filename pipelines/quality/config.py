@@ -13,15 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zephyr.pipelines.quality import DEFAULT_RULES
+from zephyr.pipelines.quality import DEFAULT_RULES, comma_names
 
 from zephyr.config import FieldError
 from zephyr.errors import ConfigError
-
-
-def comma_names(text: str) -> list[str]:
-    """Names from comma-separated text (``"en, de"``), blanks left out: a list flag's parser."""
-    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 @dataclass(frozen=True)

@@ -135,13 +135,12 @@ class UrlFilterStep(Step, type="url_filter"):
     """The column holding each document's URL."""
 
     def preflight(self) -> None:
+        from zephyr.pipelines.web.urls import UrlRules
+
         from zephyr.errors import require
 
         require("tldextract", "web", "the url_filter step (registered domains)")
-        if self.blocklist:
-            from zephyr.pipelines.web.urls import load_blocklist
-
-            load_blocklist(self.blocklist)  # a bad line fails before any work
+        UrlRules(self.blocklist)  # reads the blocklist: a bad line fails before any work
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from zephyr.pipelines.quality.rules import Verdict
 
 
-EXAMPLE_BLOCKLIST = Path(__file__).parent / "data" / "blocklist.example.txt"
 TRACKING_PARAMS = frozenset(
     {
         "gclid",
@@ -155,15 +154,17 @@ def _parents(host: str) -> Iterable[str]:
 
 @dataclass(frozen=True)
 class UrlRules:
-    """The ``url`` rule family (module docstring). ``blocklist``: a file path (None: only ``url_invalid``)."""
+    """The ``url`` rule family (module docstring). ``blocklist``: a file path (None: only ``url_invalid``), read
+    once, when the family is built."""
 
     blocklist: str | None = None
     url_column: str = "url"
     name: str = "url"
 
-    @functools.cached_property
-    def _blocked(self) -> frozenset[str]:
-        return load_blocklist(self.blocklist) if self.blocklist else frozenset()
+    def __post_init__(self) -> None:  # read here, so a bad line fails where the rules are built
+        object.__setattr__(
+            self, "_blocked", load_blocklist(self.blocklist) if self.blocklist else frozenset()
+        )
 
     def evaluate_table(self, table: pa.Table) -> Verdict:
         from zephyr.pipelines.quality.rules import Verdict
