@@ -72,8 +72,13 @@ class ExtractStep(Step, type="extract"):
         return {column: f"step {name!r}" for column in (*names, pipeline.source_column)}
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        outcome = super().run(ctx)
-        outcome.extra["extract_examples"] = _examples(outcome.files, ctx.pipeline.text_column)
+        """The step's extra holds the first 3 documents it wrote (url and the first 400 characters of the
+        text), for the report."""
+        import pyarrow.dataset as pads
+
+        outcome, text = super().run(ctx), ctx.pipeline.text_column
+        rows = pads.dataset(outcome.files).head(3, columns=["url", text]).to_pylist() if outcome.files else []
+        outcome.extra["extract_examples"] = [{"url": r["url"], "text": (r[text] or "")[:400]} for r in rows]
         return outcome
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
@@ -112,14 +117,6 @@ class ExtractStep(Step, type="extract"):
                 [[md_text(e["url"]), md_excerpt(e["text"])] for e in examples],
             ),
         ]
-
-
-def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
-    """The first extracted documents (url and the start of the text), for the report."""
-    import pyarrow.dataset as pads
-
-    rows = pads.dataset(files).head(count, columns=["url", text_column]).to_pylist() if files else []
-    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in rows]
 
 
 @dataclass(frozen=True)
