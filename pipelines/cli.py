@@ -197,19 +197,15 @@ class FilterOptions:
 
     def step(self) -> HeuristicFilterStep:
         """The ``heuristic_filter`` pipeline step these flags make, its rules checked once
-        (``HeuristicFilterConfig``); a bad value names its flag. The url blocklist is read now, so a bad line
-        fails before any work, naming the file and line."""
+        (``HeuristicFilterConfig``); a bad value names its flag. The url blocklist is read now (by the url
+        rules that check builds), so a bad line fails before any work, naming the file and line."""
         from zephyr.pipelines.quality.config import HeuristicFilterConfig
-        from zephyr.pipelines.quality.filters import rule_names
 
         from zephyr.config import FieldError
+        from zephyr.flags import comma_names
 
-        names, overrides = rule_names(self.rules), {}
+        names, overrides = comma_names(self.rules), {}
         if "url" in names:
-            if self.url_blocklist:
-                from zephyr.pipelines.web.urls import load_blocklist
-
-                load_blocklist(self.url_blocklist)
             overrides = {"url": {"blocklist": self.url_blocklist, "url_column": self.url_column}}
         elif self.url_blocklist:
             raise ConfigError("--url-blocklist needs the url rules: add url to --rules")

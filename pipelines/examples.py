@@ -44,7 +44,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,11 +139,6 @@ def _selected(table: pa.Table, per_group: int, max_groups: int | None) -> list[d
     return table.take(pa.array(select_rows(keys, per_group, max_groups))).to_pylist()
 
 
-def _fields(row: dict[str, Any]) -> dict[str, Any]:
-    """The recorded columns a reader sees beside the text (the cluster size goes in the cluster's line)."""
-    return {k: v for k, v in row.items() if not k.startswith(("_", "dup_")) and v is not None}
-
-
 def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]:
     """A sidecar ROW: the first ``MAX_CHARS`` of the text, or (dedup) ``WINDOW_WORDS`` words from a word."""
     full = row[TEXT] or ""
@@ -160,7 +155,8 @@ def _row(row: dict[str, Any], window_start: int | None = None) -> dict[str, Any]
         "start_word": window_start or 0,
         "cut_before": before,
         "cut_after": after,
-        "fields": _fields(row),
+        # the recorded columns a reader sees beside the text (the cluster size goes in the cluster's line)
+        "fields": {k: v for k, v in row.items() if not k.startswith(("_", "dup_")) and v is not None},
     }
 
 
@@ -472,23 +468,17 @@ def _write_part(folder: Path, rows: pa.Table) -> str:
 
 
 # -- what the step adapters (zephyr.pipelines.steps) call ----------------------------------------------
-def filter_collector(ctx: StepContext, groups: ReasonGroups) -> CollectExamples:
+def filter_collector(ctx: StepContext, groups: ReasonGroups | ClusterGroups) -> CollectExamples:
     """The op that saves a filter step's examples, with the columns a reader wants beside the text."""
     p = ctx.pipeline
-    return _collector(
-        ctx, groups, (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
-    )
+    fields = (p.source_column, p.lang_column, f"{p.lang_column}_score", "quality_score")
+    folder = str(ctx.side_dir / PARTS_DIR)
+    return CollectExamples(folder, groups, id_column=p.id_column, text_column=p.text_column, fields=fields)
 
 
 def dedup_collector(ctx: StepContext) -> CollectExamples:
     """The op that saves a dedup step's examples: per cluster its kept row and the first removed row."""
     fields = (ctx.pipeline.source_column, "dup_cluster_size")
-    return _collector(ctx, ClusterGroups(), fields, per_group=2, max_groups=DEDUP_CLUSTERS)
-
-
-def _collector(ctx: StepContext, groups: Any, fields: tuple[str, ...], **selection: Any) -> CollectExamples:
-    p = ctx.pipeline
-    folder = str(ctx.side_dir / PARTS_DIR)
-    return CollectExamples(
-        folder, groups, id_column=p.id_column, text_column=p.text_column, fields=fields, **selection
+    return replace(
+        filter_collector(ctx, ClusterGroups()), fields=fields, per_group=2, max_groups=DEDUP_CLUSTERS
     )

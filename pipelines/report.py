@@ -294,18 +294,6 @@ def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
 
 
 # -- examples --------------------------------------------------------------------------------------------
-_EXAMPLE_CSS = (
-    ".pair{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin:0.4em 0 1em}"
-    ".cards{display:grid;grid-template-columns:repeat(3,1fr);gap:10px;margin:0.4em 0 1em}"
-    ".doc{border:1px solid #ccc;border-radius:4px;background:#fafafa;font-size:12px;min-width:0}"
-    ".doc .head{background:#eef;padding:3px 6px;font-size:12px;border-bottom:1px solid #ccc}"
-    ".doc .body{padding:4px 6px;white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto}"
-    "mark.kept{background:#b9ecb9}mark.removed{background:#f6b8b8}.muted{color:#777}"
-)
-_SNIPPET_CHARS = 240
-"""Characters of a text in the Markdown report (the HTML shows the whole excerpt)."""
-
-
 def diff_spans(kept: str, removed: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
     """Both texts as runs of words, each flagged True where it differs from the other text."""
     a, b = kept.split(), removed.split()
@@ -374,9 +362,10 @@ def _pair_markdown(kept: dict[str, Any] | None, removed: dict[str, Any]) -> list
     return [*lines, ""]
 
 
-def _snippet(text: str, limit: int = _SNIPPET_CHARS) -> str:
-    """A text on one line, cut to ``limit``, as plain text (``md_excerpt``): Markdown renderers pass raw HTML
-    through, and a document's ``<script>``, ``**`` or ``[link](…)`` must stay text there too."""
+def _snippet(text: str, limit: int = 240) -> str:
+    """A text on one line, cut to ``limit`` characters (the HTML shows the whole excerpt), as plain text
+    (``md_excerpt``): Markdown renderers pass raw HTML through, and a document's ``<script>``, ``**`` or
+    ``[link](…)`` must stay text there too."""
     return f"«{md_excerpt(text, limit)}»"
 
 
@@ -442,7 +431,12 @@ _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
     "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
     "td:first-child,th:first-child,td:nth-child(2){text-align:left}td{white-space:nowrap}code{background:#f4f4f4}"
-    + _EXAMPLE_CSS
+    ".pair{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin:0.4em 0 1em}"
+    ".cards{display:grid;grid-template-columns:repeat(3,1fr);gap:10px;margin:0.4em 0 1em}"
+    ".doc{border:1px solid #ccc;border-radius:4px;background:#fafafa;font-size:12px;min-width:0}"
+    ".doc .head{background:#eef;padding:3px 6px;font-size:12px;border-bottom:1px solid #ccc}"
+    ".doc .body{padding:4px 6px;white-space:pre-wrap;overflow-wrap:anywhere;max-height:14em;overflow:auto}"
+    "mark.kept{background:#b9ecb9}mark.removed{background:#f6b8b8}.muted{color:#777}"
 )
 
 

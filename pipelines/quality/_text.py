@@ -54,9 +54,3 @@ def put_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     if name in table.schema.names:
         return table.set_column(table.schema.get_field_index(name), name, values)
     return table.append_column(name, values)
-
-
-def count_reasons(reasons: pa.Array) -> dict[str, int]:
-    """Rows per non-null reason (drop reasons of a batch: what a removing op reports to the engine)."""
-    vc = pc.value_counts(reasons.drop_null())
-    return {str(v["values"]): int(v["counts"]) for v in vc.to_pylist()}

@@ -69,13 +69,9 @@ def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    s = np.asarray(scores)[order]
-    ranks = np.empty(len(s), dtype=np.float64)
-    first = np.flatnonzero(np.concatenate([[True], s[1:] != s[:-1]]))
-    ends = np.append(first[1:], len(s))
-    avg = (first + ends + 1) / 2.0  # 1-based average rank of each tie group
-    ranks[order] = np.repeat(avg, ends - first)
+    import polars as pl
+
+    ranks = pl.Series(np.asarray(scores)).rank("average").to_numpy()  # 1-based, ties share their mean rank
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 

@@ -15,7 +15,7 @@ function, ``annotate_drop_reasons`` (each row's first failing rule) → the batc
 two callers: ``zephyr filter`` (``zephyr.pipelines.cli``) and the pipeline's ``heuristic_filter`` step
 (``pipelines/steps.HeuristicFilterStep``). Both hold the rules in one config,
 ``config.HeuristicFilterConfig`` (the step embeds it; the CLI builds it from its flags), whose check
-calls the functions here (``unknown_rule_sets``, ``build_rule_families``), the only place rule names are known.
+calls ``build_rule_families`` here, the only place rule names are known.
 
 **Retention report** of ``zephyr filter``: rows and text bytes kept, dropped per rule and quarantined, per
 source. ``summarize_batch`` counts them in one *annotated* batch (the filter's annotation before routing: every
@@ -42,7 +42,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality import DEFAULT_RULES
-from zephyr.pipelines.quality._text import count_reasons, lang_series, text_array
+from zephyr.pipelines.quality._text import lang_series, text_array
 from zephyr.pipelines.quality.rules import (
     C4Quality,
     FineWebQuality,
@@ -55,6 +55,7 @@ from zephyr.pipelines.web.urls import UrlRules
 from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.config import FieldError
+from zephyr.flags import comma_names
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
 
@@ -72,11 +73,6 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 """Names accepted by ``build_rule_families`` and ``zephyr filter --rules``."""
 
 
-def rule_names(names: Sequence[str] | str) -> list[str]:
-    """Rule set names from a list or comma-separated text (``"gopher,c4,fineweb"``), blanks left out."""
-    return [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
-
-
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
     """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds: the one check
     of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones).
@@ -85,7 +81,7 @@ def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[Ru
     """
     allowed = ", ".join(sorted(RULE_SETS))
     families: list[RuleFamily] = []
-    for name in rule_names(names):
+    for name in comma_names(names) if isinstance(names, str) else names:
         if name not in RULE_SETS:
             raise FieldError("rules", f"unknown rule family {name!r}; allowed: {allowed}")
         for cls in RULE_SETS[name]:
@@ -187,8 +183,8 @@ class FilterAnnotator:
             lang_column=self.lang_column,
             default_lang=self.default_lang,
         )
-        for name, n in count_reasons(reasons).items():
-            counters.increment(f"rule/{name}", n)
+        for count in pc.value_counts(reasons.drop_null()).to_pylist():
+            counters.increment(f"rule/{count['values']}", count["counts"])
         for name, n in extra.items():
             counters.increment(name, n)
         keep = pc.is_null(reasons)

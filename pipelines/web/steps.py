@@ -72,8 +72,13 @@ class ExtractStep(Step, type="extract"):
         return {column: f"step {name!r}" for column in (*names, pipeline.source_column)}
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        outcome = super().run(ctx)
-        outcome.extra["extract_examples"] = _examples(outcome.files, ctx.pipeline.text_column)
+        """The step's extra holds the first 3 documents it wrote (url and the first 400 characters of the
+        text), for the report."""
+        import pyarrow.dataset as pads
+
+        outcome, text = super().run(ctx), ctx.pipeline.text_column
+        rows = pads.dataset(outcome.files).head(3, columns=["url", text]).to_pylist() if outcome.files else []
+        outcome.extra["extract_examples"] = [{"url": r["url"], "text": (r[text] or "")[:400]} for r in rows]
         return outcome
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
@@ -114,14 +119,6 @@ class ExtractStep(Step, type="extract"):
         ]
 
 
-def _examples(files: list[str], text_column: str, count: int = 3, chars: int = 400) -> list[dict]:
-    """The first extracted documents (url and the start of the text), for the report."""
-    import pyarrow.dataset as pads
-
-    rows = pads.dataset(files).head(count, columns=["url", text_column]).to_pylist() if files else []
-    return [{"url": r["url"], "text": (r[text_column] or "")[:chars]} for r in rows]
-
-
 @dataclass(frozen=True)
 class UrlFilterStep(Step, type="url_filter"):
     """Normalize the url column, add ``domain`` (registered domain), and drop rows with an unusable URL or a
@@ -135,13 +132,12 @@ class UrlFilterStep(Step, type="url_filter"):
     """The column holding each document's URL."""
 
     def preflight(self) -> None:
+        from zephyr.pipelines.web.urls import UrlRules
+
         from zephyr.errors import require
 
         require("tldextract", "web", "the url_filter step (registered domains)")
-        if self.blocklist:
-            from zephyr.pipelines.web.urls import load_blocklist
-
-            load_blocklist(self.blocklist)  # a bad line fails before any work
+        UrlRules(self.blocklist)  # reads the blocklist: a bad line fails before any work
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""

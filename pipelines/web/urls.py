@@ -31,13 +31,12 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 import numpy as np
 import pyarrow as pa
 
-from zephyr.errors import ConfigError, InputError, SchemaError
+from zephyr.errors import InputError, SchemaError, require
 
 if TYPE_CHECKING:
     from zephyr.pipelines.quality.rules import Verdict
 
 
-EXAMPLE_BLOCKLIST = Path(__file__).parent / "data" / "blocklist.example.txt"
 TRACKING_PARAMS = frozenset(
     {
         "gclid",
@@ -101,10 +100,9 @@ def normalize_urls(urls: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 @functools.cache
 def _extractor():
-    try:
-        import tldextract
-    except ImportError as exc:
-        raise ConfigError("registered domains need tldextract: pip install 'zephyr-data[web]'") from exc
+    require("tldextract", "web", "a registered domain")
+    import tldextract
+
     # suffix_list_urls=() and cache_dir=None: the bundled PSL snapshot only, no fetch, no cache file
     return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
@@ -147,6 +145,14 @@ def load_blocklist(path: str | Path) -> frozenset[str]:
     return frozenset(entries)
 
 
+def _url_values(table: pa.Table, column: str) -> pa.ChunkedArray:
+    """The URLs of ``table``; a missing column fails naming the columns there are and the flag that names it."""
+    if column not in table.column_names:
+        names = ", ".join(table.column_names)
+        raise SchemaError(f"no {column!r} column of URLs; the input has {names} (pass --url-column)")
+    return table.column(column)
+
+
 def _parents(host: str) -> Iterable[str]:
     labels = host.split(".")
     for i in range(len(labels)):
@@ -155,25 +161,22 @@ def _parents(host: str) -> Iterable[str]:
 
 @dataclass(frozen=True)
 class UrlRules:
-    """The ``url`` rule family (module docstring). ``blocklist``: a file path (None: only ``url_invalid``)."""
+    """The ``url`` rule family (module docstring). ``blocklist``: a file path (None: only ``url_invalid``), read
+    once, when the family is built."""
 
     blocklist: str | None = None
     url_column: str = "url"
     name: str = "url"
 
-    @functools.cached_property
-    def _blocked(self) -> frozenset[str]:
-        return load_blocklist(self.blocklist) if self.blocklist else frozenset()
+    def __post_init__(self) -> None:  # read here, so a bad line fails where the rules are built
+        object.__setattr__(
+            self, "_blocked", load_blocklist(self.blocklist) if self.blocklist else frozenset()
+        )
 
     def evaluate_table(self, table: pa.Table) -> Verdict:
         from zephyr.pipelines.quality.rules import Verdict
 
-        if self.url_column not in table.column_names:
-            raise SchemaError(
-                f"the url rules need a {self.url_column!r} column; the input has {', '.join(table.column_names)} "
-                "(pass --url-column)"
-            )
-        normalized = normalize_urls(table.column(self.url_column)).to_pylist()
+        normalized = normalize_urls(_url_values(table, self.url_column)).to_pylist()
         blocked = self._blocked  # without a blocklist, no host is looked up
         hosts = [host_of(url) if url is not None and blocked else None for url in normalized]
         domain = [host is not None and registered_domain(host) in blocked for host in hosts]
@@ -197,14 +200,9 @@ class NormalizeUrls:
     def __call__(self, table: pa.Table) -> pa.Table:
         import pyarrow.compute as pc
 
-        if self.url_column not in table.column_names:
-            if table.num_rows == 0:
-                return table
-            raise SchemaError(
-                f"no {self.url_column!r} column to normalize; the input has {', '.join(table.column_names)} "
-                "(pass --url-column)"
-            )
-        original = table.column(self.url_column)
+        if table.num_rows == 0 and self.url_column not in table.column_names:
+            return table
+        original = _url_values(table, self.url_column)
         normalized = normalize_urls(original)
         domains = pa.array(
             [None if u is None else registered_domain(host_of(u)) for u in normalized.to_pylist()],

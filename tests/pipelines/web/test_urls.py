@@ -17,7 +17,6 @@ from pathlib import Path
 from zephyr.pipelines.quality.filters import FilterAnnotator  # noqa: E402
 from zephyr.pipelines.web import urls  # noqa: E402
 from zephyr.pipelines.web.urls import (  # noqa: E402
-    EXAMPLE_BLOCKLIST,
     load_blocklist,
     normalize_url,
     registered_domain,
@@ -27,6 +26,8 @@ from zephyr.cli import main  # noqa: E402
 from zephyr.errors import InputError  # noqa: E402
 from zephyr.io.layout import stats_path  # noqa: E402
 from zephyr.removal import DROP_REASON, Route  # noqa: E402
+
+EXAMPLE_BLOCKLIST = Path(urls.__file__).parent / "data" / "blocklist.example.txt"
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,11 @@ def test_blocklist_file(tmp_path):
     bad.write_text("ok.com\nhttp://bad.com/x\n")
     with pytest.raises(InputError, match=r"block.txt:2: 'http://bad.com/x' is not a domain"):
         load_blocklist(bad)
+    # the url rules read it where they are built: a heuristic_filter step's rules fail when its config is made
+    from zephyr.pipelines.quality.config import HeuristicFilterConfig
+
+    with pytest.raises(InputError, match=r"block.txt:2: 'http://bad.com/x' is not a domain"):
+        HeuristicFilterConfig(["url"], {"url": {"blocklist": str(bad)}})
 
 
 def test_url_rules_count_each_reason():
