@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from zephyr.tokenize._pack import SPILL_VERSION, spill_name, write_spill
-from zephyr.tokenize.shards import token_dtype
+from zephyr.tokenize._pack import SPILL_VERSION, spill_name, string_array, write_spill
+from zephyr.tokenize.shards import token_dtype, value_bytes
 from zephyr.tokenize.tokenizer import TextTokenizer
 
 from zephyr.errors import ConfigError
@@ -49,19 +49,8 @@ _VERIFIED_ON_DATA: set[str] = set()
 def _string_chunks(column: Any) -> list[tuple[memoryview, list[int]]]:
     """(UTF-8 data buffer, row offsets) of each chunk of a string Arrow array, zero-copy (for per-row
     hashing): a rebatched column has one chunk per input row group, and combining them would copy every text."""
-    import pyarrow as pa
-
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    spans = []
-    for chunk in chunks:
-        if not pa.types.is_large_string(chunk.type):
-            chunk = chunk.cast(pa.large_string())
-        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64)[
-            chunk.offset : chunk.offset + len(chunk) + 1
-        ]
-        data = chunk.buffers()[2]
-        spans.append((memoryview(data) if data is not None else memoryview(b""), offsets.tolist()))
-    return spans
+    chunks = column.chunks if hasattr(column, "chunks") else [column]
+    return [(memoryview(data), offsets.tolist()) for data, offsets in map(value_bytes, chunks)]
 
 
 def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
@@ -82,15 +71,6 @@ def _hash_strings(column: Any, seed: int, bits: int) -> np.ndarray:
     )
     words = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
     return words.reshape(-1, 2) if bits == 128 else words
-
-
-def _repeated(text: str, n: int) -> pa.Array:
-    """A string array of ``n`` copies of ``text``."""
-    import pyarrow as pa
-
-    raw = text.encode("utf-8")
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
 class TokenizeBatch:
@@ -190,7 +170,7 @@ class TokenizeBatch:
         _VERIFIED_ON_DATA.add(tok.sha256)
 
     def _split_nulls(self, table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
-        """(rows with a text, quarantined null-text rows or None); the text column comes back ``large_string``."""
+        """(rows with a text, null-text rows to quarantine or None); the text column comes back ``large_string``."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -200,9 +180,7 @@ class TokenizeBatch:
         quarantined = None
         if table[self.text_column].null_count:
             null = pc.is_null(table[self.text_column])
-            quarantined = table.filter(null).append_column(
-                "quarantine_reason", _repeated("null_text", int(pc.sum(null).as_py()))
-            )
+            quarantined = table.filter(null)
             table = table.filter(pc.invert(null))
         if not pa.types.is_large_string(table.schema.field(self.text_column).type):
             column = table[self.text_column].cast(pa.large_string())
@@ -257,7 +235,7 @@ class TokenizeBatch:
             "key_hi": numpy_to_arrow(hi.astype(np.uint64, copy=False)),
             "key_lo": numpy_to_arrow(lo.astype(np.uint64, copy=False)),
             "num_tokens": numpy_to_arrow(num_tokens.astype(np.int64, copy=False)),
-            "spill_file": _repeated(name, len(lengths)),
+            "spill_file": string_array([name] * len(lengths)),
             "spill_offset": numpy_to_arrow(starts * dtype.itemsize),
         }
         if self.source_column:
@@ -267,7 +245,7 @@ class TokenizeBatch:
         counters.increment(f"engine_{tok.engine}", len(lengths))  # for the manifest
         out = pa.Table.from_arrays(list(columns.values()), names=list(columns))
         if held.quarantined is not None:
-            return BatchOutput(kept=out, quarantined=held.quarantined)
+            return BatchOutput(kept=out, quarantined=held.quarantined, quarantine_reason="null_text")
         return out
 
 
@@ -280,7 +258,9 @@ def _merged(outputs: list[Any]) -> Any:
     kept = [o.kept if isinstance(o, BatchOutput) else o for o in outputs]
     quarantined = [o.quarantined for o in outputs if isinstance(o, BatchOutput) and o.quarantined is not None]
     table = pa.concat_tables(kept)
-    return BatchOutput(kept=table, quarantined=pa.concat_tables(quarantined)) if quarantined else table
+    if not quarantined:
+        return table
+    return BatchOutput(kept=table, quarantined=pa.concat_tables(quarantined), quarantine_reason="null_text")
 
 
 def _in_flight(fn: Callable[..., Any], *args: Any, background: bool = True) -> Future:

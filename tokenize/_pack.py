@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
-from zephyr.tokenize.shards import checksum_records, write_shard
+from zephyr.tokenize.shards import join_path, write_shard
 
 from zephyr.errors import InputError
 from zephyr.io.checksum import Checksummed, record_side_file
@@ -402,8 +402,8 @@ class PackPartition:
                 num_tokens=total,
                 megatron=self.megatron,
             )
-        for url, record in checksum_records(self.output, [info]).items():
-            record_side_file(url, record)
+        for file in info.files.values():
+            record_side_file(join_path(self.output, file.path), {"bytes": file.bytes, "sha256": file.sha256})
         return {
             "index": row["index"],
             "shard": json.dumps(info.to_json()),

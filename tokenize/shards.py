@@ -159,16 +159,6 @@ class Manifest:
         return digest.hexdigest()[:16]
 
 
-def checksum_records(root: str, shards: list[ShardInfo]) -> dict[str, dict[str, Any]]:
-    """Every file of ``shards`` (``root/path``) with its size and sha256 as they record them, in the form
-    ``zephyr.resume.check_files`` checks (a pack task's side files; ``zephyr run``'s tokenize step)."""
-    return {
-        join_path(root, f.path): {"bytes": f.bytes, "sha256": f.sha256}
-        for s in shards
-        for f in s.files.values()
-    }
-
-
 def read_manifest(root: str) -> Manifest:
     """Read and validate ``root/manifest.json``; ``InputError`` naming the file when it is missing or wrong."""
     import fsspec
@@ -236,22 +226,16 @@ def _shard_file(directory: str, name: str, files: dict[str, ShardFile], key: str
     files[key] = ShardFile(name, out.hexdigest(), out.size)
 
 
-def _binary_bytes(column: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(raw bytes, per-row byte lengths) of a binary/large_binary Arrow array, without per-row Python."""
+def value_bytes(array: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(the data buffer as ``uint8``, the ``int64`` offsets of the values in it) of one string or binary Arrow
+    array, without copying the bytes (a 32-bit-offset array is cast to its large form first)."""
     import pyarrow as pa
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_binary(column.type):
-        column = column.cast(pa.large_binary())
-    if column.null_count:
-        raise ValueError("tokens column has nulls")
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int64)[
-        column.offset : column.offset + len(column) + 1
-    ]
-    data = column.buffers()[2]
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return raw[offsets[0] : offsets[-1]], np.diff(offsets)
+    if pa.types.is_binary(array.type) or pa.types.is_string(array.type):
+        array = array.cast(pa.large_binary() if pa.types.is_binary(array.type) else pa.large_string())
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+    data = array.buffers()[2]
+    return (np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)), offsets
 
 
 def write_shard(
@@ -289,7 +273,11 @@ def write_shard(
         }
         np.lib.format.write_array_header_1_0(tokens, header)
         for batch in batches:
-            raw, nbytes = _binary_bytes(batch.column("tokens"))
+            column = batch.column("tokens")
+            if column.null_count:
+                raise ValueError("tokens column has nulls")
+            raw, offsets = value_bytes(column.combine_chunks() if hasattr(column, "chunks") else column)
+            raw, nbytes = raw[offsets[0] : offsets[-1]], np.diff(offsets)
             count = len(raw) // dtype.itemsize
             if position + count > num_tokens:
                 raise ValueError(f"shard {name}: more tokens than the announced {num_tokens}")

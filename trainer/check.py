@@ -337,29 +337,20 @@ def _grouped_mm_flops(a: torch.Tensor, b: torch.Tensor, offs: Any = None, *args:
 _grouped_mm_flops._get_raw = True  # type: ignore[attr-defined]  # FlopCounterMode passes tensors, not shapes
 
 
-def _attention_flops(query: Any, key: Any, value: Any) -> int:
+def _attention_flops(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
     """QKᵀ and AV over full score matrices: 2·B·H·Lq·Lk·(Dqk + Dv) (query heads; GQA shares keys)."""
     b, h, lq, dqk = query
     lk, dv = key[-2], value[-1]
     return 2 * b * h * lq * lk * (dqk + dv)
 
 
-def _sdpa_cpu_forward(
-    query: Any, key: Any, value: Any, *args: Any, out_val: Any = None, **kwargs: Any
-) -> int:
-    return _attention_flops(query, key, value)
-
-
-def _sdpa_cpu_backward(
-    grad_out: Any, query: Any, key: Any, value: Any, *args: Any, out_val: Any = None, **kwargs: Any
-) -> int:
-    return 2 * _attention_flops(query, key, value)  # dQ, dK, dV and dP: four products, twice the forward
-
-
 FLOP_FORMULAS = {
     torch.ops.aten._grouped_mm: _grouped_mm_flops,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_forward,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops,
+    # the backward's dQ, dK, dV and dP: four products, twice the forward
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+        lambda grad_out, *shapes, **kwargs: 2 * _attention_flops(*shapes)
+    ),
 }
 """Formulas for ops FlopCounterMode does not count (torch 2.11–2.13)."""
 

@@ -56,6 +56,7 @@ from zephyr.config import (
     describe_value,
     field_hints,
     field_problems,
+    parse_value,
     ranged_field,
     unknown_keys,
 )
@@ -327,6 +328,12 @@ def per_source(
     return out
 
 
+def _set_value(value: Any) -> Any:
+    """A flag's value read as ``--set`` reads one (``zephyr.config.parse_value``: JSON, else YAML, else text);
+    a parsed value (the CLI lays the flags over a config file after parsing them) is taken as it is."""
+    return parse_value(value) if isinstance(value, str) else value
+
+
 def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
     """``--max-epochs 4`` (every source) or ``--max-epochs code/=2 --max-epochs web/=1``; a parsed value (the
     CLI lays the flags over a config file after parsing them) is taken as it is."""
@@ -338,18 +345,6 @@ def _max_epochs_flag(values: list[str]) -> float | dict[str, float]:
         except ValueError:
             raise ConfigError(f"{values[0]!r} is not a number") from None
     return per_source(values, "EPOCHS", hint=" (or one number for all)")
-
-
-def _json_flag(text: str) -> Any:
-    """A flag's JSON value (``--mix-schedule``); a parsed value is taken as it is (``_max_epochs_flag``)."""
-    if not isinstance(text, str):
-        return text
-    import json
-
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not JSON ({exc}); write [[STEP, {{DIR: WEIGHT}}], ...]") from None
 
 
 @dataclass(frozen=True)
@@ -413,7 +408,7 @@ class TrainConfig:
         default=None, metadata={"repeat": True, "parse": _max_epochs_flag, "metavar": "EPOCHS|DIR=EPOCHS"}
     )
     """Cap on each source's repetition (one number, or ``{dir: epochs}``); capped sources stop being drawn."""
-    mix_schedule: list | None = field(default=None, metadata={"parse": _json_flag, "metavar": "JSON"})
+    mix_schedule: list | None = field(default=None, metadata={"parse": _set_value, "metavar": "JSON"})
     """Weights by step, piecewise constant: ``[[step, {dir: weight}], ...]``."""
     mix_window: int = ranged_field(1, default=100)
     """Steps over which train.jsonl's ``mix_share`` (the realized share per source) is measured."""
@@ -489,7 +484,7 @@ class CheckConfig:
 
     dispatch: str = field(default=",".join(DISPATCHES), metadata={"metavar": "DISPATCH[,DISPATCH]"})
     """MoE dispatches to trace, comma-separated (default: all three); the device's default is always one."""
-    device_memory: str = "80GiB"
+    device_memory: str = field(default="80GiB", metadata={"bytes": True})
     """Memory of one device (80GiB: an H100); the run's estimated peak must fit in it."""
     gpu: str = "H100"
     """Device whose peak bf16 FLOPS the MFU uses (H100, H200, A100, B200...); --peak-tflops overrides it."""
@@ -504,17 +499,11 @@ class CheckConfig:
         check_fields(self, "", self._rules)
 
     def _rules(self) -> list[str]:
-        from zephyr.config import parse_bytes
-
         problems = []
         if not self.dispatches or set(self.dispatches) - set(DISPATCHES):
             problems.append(f"dispatch {self.dispatch!r}: choose among {', '.join(DISPATCHES)}")
         if self.step_time is not None and self.step_time <= 0:
             problems.append(f"step_time must be > 0 seconds, got {self.step_time}")
-        try:
-            parse_bytes(self.device_memory)
-        except (ConfigError, ValueError) as exc:
-            problems.append(f"device_memory is not a byte size ({exc}); e.g. 80GiB")
         return problems
 
     @property

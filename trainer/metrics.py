@@ -19,14 +19,14 @@ spent waiting for data. The host issues a step while the device still runs the p
 itself waits less (not at all while the loader is quicker than that lead): the share is an upper bound.
 
 Resume: the log holds each step exactly once, in order. When a run starts at step S (S = the step of the
-checkpoint it resumes, 0 for a fresh run), ``MetricsLogger(..., start_step=S)`` first rewrites the file to the
+checkpoint it resumes, 0 for a fresh run), ``TrainLog(..., start_step=S)`` first rewrites the file to the
 records of steps 1..S (``trim_log``): records a killed run logged after its last checkpoint are dropped (the
 resumed run logs those steps again), and so is a line cut short by the kill. Readers need no deduplication.
 
 Alarms: a non-finite loss stops the run with ``NonFiniteLossError`` naming the step; a loss above
 ``spike_factor`` × the running mean of the last 50 steps logs a warning and sets ``loss_spike``.
 
-Progress (``TrainProgress``), what a person watching a training run sees: a line every ``log_every`` steps
+Progress (shown by ``TrainLog`` too), what a person watching a training run sees: a line every ``log_every`` steps
 and, on a terminal, a bar.
 
 The line (on stderr, rank 0 only)::
@@ -46,7 +46,7 @@ is a terminal): it counts optimizer steps, a resumed run from its checkpoint's s
 tokens/s beside it. Without a display that draws, there is no bar and the lines are printed plainly.
 
 Nothing here touches the device. Each step's metrics reach the host one step late, when the trainer reads them
-for ``train.jsonl`` (``zephyr.trainer.train``); ``update`` gets that record, so showing
+for ``train.jsonl`` (``zephyr.trainer.train``); ``TrainLog.write`` gets that record, so showing
 progress adds no host synchronization to any step.
 """
 
@@ -60,10 +60,13 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zephyr import progress as _display
 from zephyr.errors import ZephyrError
+
+if TYPE_CHECKING:
+    from zephyr.trainer.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -79,23 +82,6 @@ def mfu(
     if not peak_flops:
         return None
     return tokens_per_s * flops_per_token / (peak_flops * world_size)
-
-
-def check_loss(step: int, loss: float, recent: collections.deque[float], spike_factor: float) -> bool:
-    """The alarms (module docstring): NaN/inf raise ``NonFiniteLossError`` naming the step; a loss above
-    ``spike_factor`` × the mean of ``recent`` (once it holds 10) is a spike, logged, and True. ``loss`` joins
-    ``recent`` (the running window)."""
-    if not math.isfinite(loss):
-        raise NonFiniteLossError(
-            f"loss is {loss} at step {step}; lower the learning rate, check the data around this step, "
-            "or resume from an earlier checkpoint"
-        )
-    mean = sum(recent) / len(recent) if len(recent) >= 10 else math.inf
-    spike = spike_factor > 0 and loss > spike_factor * mean
-    if spike:
-        log.warning("loss spike at step %d: %.4f > %.1f x running mean %.4f", step, loss, spike_factor, mean)
-    recent.append(loss)
-    return spike
 
 
 def _record_step(line: bytes) -> int | None:
@@ -178,59 +164,6 @@ def replace_synced(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-class MetricsLogger:
-    """Writes one JSON object per step (rank 0 only) and mirrors scalars to TensorBoard if it is installed.
-
-    ``start_step``: the steps done when this run starts (the resumed checkpoint's step); the existing log is
-    first trimmed to those steps (``trim_log``), so a resumed run continues the log without repeating steps. None appends as it is.
-    """
-
-    def __init__(
-        self,
-        jsonl: str | None,
-        tensorboard_dir: str | None = None,
-        *,
-        enabled: bool = True,
-        start_step: int | None = None,
-    ) -> None:
-        self._file = None
-        self._tb: Any = None
-        if not enabled:  # ranks other than 0: writes nothing
-            return
-        if jsonl:
-            Path(jsonl).parent.mkdir(parents=True, exist_ok=True)
-            if start_step is not None:
-                trim_log(jsonl, start_step)
-            self._file = open(jsonl, "a")  # noqa: SIM115 - lives as long as the logger; append continues a resumed log
-        if tensorboard_dir:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                log.warning(
-                    "tensorboard is not installed; metrics go to the JSONL log only (pip install tensorboard)"
-                )
-            else:
-                # purge_step hides events a killed run wrote after the resumed checkpoint's step
-                self._tb = SummaryWriter(tensorboard_dir, purge_step=start_step + 1 if start_step else None)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self._file is not None:
-            self._file.write(json.dumps(record) + "\n")
-            self._file.flush()
-        if self._tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
-                    self._tb.add_scalar(key, value, record["step"])
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-
-
 def _duration(seconds: float) -> str:
     """``12s``, ``3m05s``, ``2h07m``: what an ETA needs, no more."""
     seconds = max(int(round(seconds)), 0)
@@ -248,27 +181,84 @@ def _rate(tokens_per_s: float) -> str:
     return f"{tokens_per_s:.0f}"
 
 
-class TrainProgress:
-    """Shows the steps of one ``train`` call: ``update`` with every metric record, in order (see the module
-    docstring for what is shown). ``enabled=False`` (ranks other than 0) shows nothing."""
+class TrainLog:
+    """Where the metric records of one ``train`` call (``cfg``) go, in order (``write``): one JSON object per step
+    to the JSONL log (``cfg.log``), the scalars to TensorBoard if it is installed, and the progress (module docstring).
+    ``enabled=False`` (ranks other than 0) writes and shows nothing.
 
-    def __init__(self, *, total_steps: int, start_step: int, log_every: int, enabled: bool = True) -> None:
-        self.total = total_steps
-        self.log_every = log_every
-        self.enabled = enabled
+    ``start_step``: the steps done when this run starts (the resumed checkpoint's step); the existing log is
+    first trimmed to those steps (``trim_log``), so a resumed run continues the log without repeating steps.
+    """
+
+    def __init__(self, cfg: TrainConfig, start_step: int = 0, *, enabled: bool = True) -> None:
+        self.total, self.log_every, self.enabled = cfg.steps, cfg.log_every, enabled
+        self.spike_factor, self._recent = cfg.spike_factor, collections.deque(maxlen=50)
+        self._file = None
+        self._tb: Any = None
         self.display = _display.current() if enabled else None
         self.label = self.display.label if self.display is not None else "train"
         self._window_tokens = 0
         self._window_time = 0.0
         self._first: tuple[int, float] | None = None  # (steps done, wall time) at this run's first record
+        if not enabled:
+            return
         if self.display is not None:
-            self.display.count("train", total_steps, done=start_step)
+            self.display.count("train", cfg.steps, done=start_step)
+        if cfg.log:
+            Path(cfg.log).parent.mkdir(parents=True, exist_ok=True)
+            trim_log(cfg.log, start_step)
+            self._file = open(cfg.log, "a")  # noqa: SIM115 - lives as long as the log; append continues a resumed log
+        if cfg.tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                log.warning(
+                    "tensorboard is not installed; metrics go to the JSONL log only (pip install tensorboard)"
+                )
+            else:
+                # purge_step hides events a killed run wrote after the resumed checkpoint's step
+                self._tb = SummaryWriter(
+                    cfg.tensorboard_dir, purge_step=start_step + 1 if start_step else None
+                )
 
-    def update(self, record: dict[str, Any]) -> str | None:
-        """Take the metric record of step ``record["step"]`` (steps done: 1 for the first); return the line
-        printed, if any."""
+    def check_loss(self, step: int, loss: float) -> bool:
+        """The alarms (module docstring), on every rank: NaN/inf raise ``NonFiniteLossError`` naming the step; a
+        loss above ``spike_factor`` × the mean of the last 50 (once there are 10) is a spike, logged, and True."""
+        recent, spike_factor = self._recent, self.spike_factor
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(
+                f"loss is {loss} at step {step}; lower the learning rate, check the data around this step, "
+                "or resume from an earlier checkpoint"
+            )
+        mean = sum(recent) / len(recent) if len(recent) >= 10 else math.inf
+        spike = spike_factor > 0 and loss > spike_factor * mean
+        if spike:
+            log.warning(
+                "loss spike at step %d: %.4f > %.1f x running mean %.4f", step, loss, spike_factor, mean
+            )
+        recent.append(loss)
+        return spike
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def write(self, record: dict[str, Any]) -> str | None:
+        """Take the metric record of step ``record["step"]`` (steps done: 1 for the first); return the progress
+        line printed, if any."""
         if not self.enabled:
             return None
+        if self._file is not None:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        if self._tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "step":
+                    self._tb.add_scalar(key, value, record["step"])
         done = int(record["step"])
         now = time.perf_counter()
         self._window_tokens += int(record["tokens"])

@@ -31,7 +31,6 @@ whole state is the step counter kept in the checkpoint:
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import logging
@@ -54,7 +53,7 @@ from zephyr.trainer.devices import (
     resolve_device,
     resolve_dispatch,
 )
-from zephyr.trainer.metrics import MetricsLogger, TrainProgress, check_loss, mfu
+from zephyr.trainer.metrics import TrainLog, mfu
 from zephyr.trainer.model import Transformer, build_model, count_params, flops_per_token
 from zephyr.trainer.moe import update_expert_bias
 
@@ -211,7 +210,7 @@ def train(cfg: TrainConfig, *, device: DeviceInfo | None = None) -> TrainResult:
             _step_loop(run, ckpt, start, metrics, result)
             metrics.flush()
         finally:
-            metrics.logger.close()
+            metrics.log.close()
         return result
     finally:
         if torch.distributed.is_initialized():
@@ -329,12 +328,7 @@ class _StepMetrics:
 
     def __init__(self, run: _Run, start: int, result: TrainResult):
         cfg, main = run.cfg, run.dinfo.is_main
-        self.logger = MetricsLogger(cfg.log, cfg.tensorboard_dir, enabled=main, start_step=start)
-        self.shown = TrainProgress(
-            total_steps=cfg.steps, start_step=start, log_every=cfg.log_every, enabled=main
-        )
-        # the spike alarm's window
-        self.recent_losses: collections.deque[float] = collections.deque(maxlen=50)
+        self.log = TrainLog(cfg, start, enabled=main)
         self.result, self.run = result, run
         self.tokens_per_step = run.samples_per_step * cfg.seq_len
         self.pending: tuple | None = None
@@ -368,7 +362,7 @@ class _StepMetrics:
         loss, aux, grad_norm, dropped, lr, filtered = host[0].tolist()
         elapsed = max(done_at - self.last_time, 1e-9)
         self.last_time = done_at
-        spike = check_loss(step, loss, self.recent_losses, self.run.cfg.spike_factor)
+        spike = self.log.check_loss(step, loss)
         tps = self.tokens_per_step / elapsed
         record: dict[str, Any] = {
             "step": step + 1,  # steps done, as the progress line and the checkpoints count them
@@ -389,8 +383,7 @@ class _StepMetrics:
         if self.filtering:  # samples whose loss the instance filter masked, over all ranks
             self.filtered_total += int(filtered)
             record.update(instances_filtered=int(filtered), instances_filtered_total=self.filtered_total)
-        self.logger.write(record)
-        self.shown.update(record)
+        self.log.write(record)
         self.result.losses.append(loss)
         self.result.records.append(record)
         self.pending = None

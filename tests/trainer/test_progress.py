@@ -10,7 +10,7 @@ import re
 
 import pytest
 from zephyr.trainer.config import TrainConfig
-from zephyr.trainer.metrics import TrainProgress
+from zephyr.trainer.metrics import TrainLog
 from zephyr.trainer.train import train
 
 from zephyr import progress
@@ -82,23 +82,23 @@ def test_the_bar_counts_steps_from_a_resumed_checkpoint(tmp_path, capsys):
 
 
 def test_tokens_per_s_averages_the_window_and_eta_counts_steps_left():
-    shown = TrainProgress(total_steps=10, start_step=0, log_every=2)
+    shown = TrainLog(TrainConfig(steps=10, log_every=2), 0)
     base = {"loss": 2.0, "lr": 1e-3, "mfu": None}
-    assert shown.update({**base, "step": 1, "tokens": 100, "tokens_per_s": 100.0, "step_time_s": 1.0}) is None
-    line = shown.update({**base, "step": 2, "tokens": 100, "tokens_per_s": 50.0, "step_time_s": 2.0})
+    assert shown.write({**base, "step": 1, "tokens": 100, "tokens_per_s": 100.0, "step_time_s": 1.0}) is None
+    line = shown.write({**base, "step": 2, "tokens": 100, "tokens_per_s": 50.0, "step_time_s": 2.0})
     assert line.startswith("train: step 2/10 | loss 2.0000 | 67 tok/s | lr 1.00e-03 | ETA ")
-    last = TrainProgress(total_steps=10, start_step=9, log_every=5)
+    last = TrainLog(TrainConfig(steps=10, log_every=5), 9)
     record = {"step": 10, "loss": 1.5, "lr": 3e-4, "mfu": 0.214, "tokens": 2_500_000, "tokens_per_s": 2.5e6}
-    line = last.update({**record, "step_time_s": 1.0})
+    line = last.write({**record, "step_time_s": 1.0})
     assert (
         line == "train: step 10/10 | loss 1.5000 | 2.5M tok/s | MFU 21.4% | lr 3.00e-04"
     )  # no ETA when done
-    long = TrainProgress(total_steps=3726, start_step=0, log_every=1)
-    assert long.update({**base, "step": 1, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}).endswith(
+    long = TrainLog(TrainConfig(steps=3726, log_every=1), 0)
+    assert long.write({**base, "step": 1, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}).endswith(
         "ETA 1h02m"
     )
-    quiet = TrainProgress(total_steps=2, start_step=0, log_every=1, enabled=False)  # ranks other than 0
-    assert quiet.update({**base, "step": 1, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}) is None
+    quiet = TrainLog(TrainConfig(steps=2, log_every=1), 0, enabled=False)  # ranks other than 0
+    assert quiet.write({**base, "step": 1, "tokens": 1, "tokens_per_s": 1.0, "step_time_s": 1.0}) is None
 
 
 def _under_pty(argv: list[str]) -> str:
