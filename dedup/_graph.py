@@ -129,13 +129,8 @@ def jaccard(sets: Shingles, edges: np.ndarray) -> np.ndarray:
     de-duplicated shingle hashes, ``_hashing.unique_sets``): an exact merge of the two sorted sets
     (``_compiled.intersections``)."""
     inter = compiled.intersections(sets.hashes, sets.offsets, edges[:, 0], edges[:, 1])
-    return _ratio(inter, sets.counts[edges[:, 0]] + sets.counts[edges[:, 1]])
-
-
-def _ratio(inter: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """|A ∩ B| / |A ∪ B| from the intersection and |A| + |B|; two empty sets have J = 1."""
-    union = total - inter
-    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)
+    union = sets.counts[edges[:, 0]] + sets.counts[edges[:, 1]] - inter
+    return np.where(union > 0, inter / np.maximum(union, 1), 1.0)  # two empty sets: J = 1
 
 
 def connected_components(num_nodes: int, edges: np.ndarray) -> np.ndarray:
@@ -281,13 +276,6 @@ def _pair_keys(pairs: np.ndarray) -> np.ndarray:
     return pairs[:, 0].astype(np.int64) << 31 | pairs[:, 1].astype(np.int64)
 
 
-def split_rows(anchor: np.ndarray, edges: np.ndarray) -> int:
-    """Rows that connected components would have merged into the cluster of their component's first row,
-    but anchoring kept apart: what anchoring changed, for the stats."""
-
-    return int((anchor != connected_components(len(anchor), edges)).sum())
-
-
 def cluster_labels(
     num_nodes: int,
     verified: np.ndarray,
@@ -303,7 +291,8 @@ def cluster_labels(
     labels, edges, stats = anchored_clusters(
         num_nodes, verified, similarity, measure=measure, threshold=config.threshold
     )
-    return labels, {"split_rows": split_rows(labels, edges), **stats}
+    split = int((labels != connected_components(num_nodes, edges)).sum())  # what anchoring kept apart
+    return labels, {"split_rows": split, **stats}
 
 
 logger = logging.getLogger(__name__)
@@ -407,21 +396,16 @@ def _joined(a: Shingles, b: Shingles) -> Shingles:
     )
 
 
-def _row_sims(table: pa.Table) -> np.ndarray:
-    """The Jaccard of each row's two sets (``shingles_u``, ``shingles_v``)."""
-    m = table.num_rows
-    if not m:
-        return np.zeros(0)
-    both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
-    return jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1))
-
-
 def _set_pairs(threshold: float | None, table: pa.Table) -> pa.Table:
     """Keeps the pairs (u, v, shingles_u, shingles_v) whose two sets reach ``threshold``; None: the (position,
     sim) of every pair (position, u, v, shingles_u, shingles_v), none dropped."""
+    m, sims = table.num_rows, np.zeros(0)
+    if m:  # the Jaccard of each row's two sets
+        both = _joined(shingles_of(table["shingles_u"]), shingles_of(table["shingles_v"]))
+        sims = jaccard(both, np.stack((np.arange(m), np.arange(m) + m), axis=1))
     if threshold is not None:
-        return similar_pairs(table, _row_sims(table), threshold)
-    return pa.table({"position": table["position"], "sim": pa.array(_row_sims(table), pa.float64())})
+        return similar_pairs(table, sims, threshold)
+    return pa.table({"position": table["position"], "sim": pa.array(sims, pa.float64())})
 
 
 def _side(sets: Dataset, end: str, keys: pa.Array | None, key: str = ROW, name: str = "sets") -> Dataset:

@@ -64,7 +64,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 import zephyr.dedup._compiled as compiled
-from zephyr.dedup.config import NORMALIZATIONS
 
 from zephyr.errors import ConfigError
 
@@ -134,8 +133,6 @@ def normalize_text(
     values = _as_string(values)
     if mode == "none":
         return values
-    if mode not in NORMALIZATIONS:
-        raise ConfigError(f"normalize must be one of {', '.join(NORMALIZATIONS)}, got {mode!r}")
     out = pc.utf8_lower(nfc(values))
     if mode == "simplify":
         out = pc.replace_substring_regex(out, _PUNCT_OR_SYMBOL, " ")
@@ -259,11 +256,8 @@ class Shingles:
 def shingle_hashes(
     texts: pa.Array | pa.ChunkedArray, *, kind: ShingleKind = "word", n: int = 5, normalize: str = "default"
 ) -> Shingles:
-    """Hash the shingles of every text; nulls and empty texts get no shingles."""
-    if n < 1:
-        raise ConfigError(f"ngram size must be >= 1, got {n}")
-    if kind not in ("word", "char"):
-        raise ConfigError(f"shingle kind must be 'word' or 'char', got {kind!r}")
+    """Hash the shingles of every text; nulls and empty texts get no shingles. ``kind``, ``n`` and ``normalize``
+    are a ``FuzzyDedupConfig``'s, checked there."""
     values = normalize_text(texts, normalize, collapse=kind == "char")  # words: split on whitespace bytes
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)

@@ -66,7 +66,7 @@ import numpy as np
 import pyarrow as pa
 import zephyr.dedup._compiled as compiled
 from zephyr.dedup._hashing import Shingles, fmix64, shingle_hashes
-from zephyr.dedup.config import SCHEMES, SIGNATURE_DEVICES, FuzzyDedupConfig
+from zephyr.dedup.config import SIGNATURE_DEVICES, FuzzyDedupConfig
 
 from zephyr.errors import ConfigError
 
@@ -91,18 +91,15 @@ class Permutations:
 
 
 def make_permutations(num_perm: int, *, seed: int = 1, scheme: str = "affine64") -> Permutations:
-    """Draw ``num_perm`` permutations deterministically from ``seed``."""
-    if num_perm < 1:
-        raise ConfigError(f"num_perm must be >= 1, got {num_perm}")
+    """Draw ``num_perm`` permutations deterministically from ``seed`` (``num_perm`` and ``scheme``: a
+    ``FuzzyDedupConfig``'s, checked there)."""
     rng = np.random.default_rng(seed)
     if scheme == "affine64":
         a = rng.integers(0, 1 << 63, num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
         b = rng.integers(0, 1 << 64, num_perm, dtype=np.uint64, endpoint=False)
-    elif scheme == "mersenne61":
+    else:  # mersenne61
         a = rng.integers(1, int(_MERSENNE61), num_perm, dtype=np.uint64)
         b = rng.integers(0, int(_MERSENNE61), num_perm, dtype=np.uint64)
-    else:
-        raise ConfigError(f"minhash scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     return Permutations(a=a, b=b, scheme=scheme)
 
 
@@ -114,10 +111,9 @@ def signatures(shingles: Shingles, perms: Permutations) -> np.ndarray:
 def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     """``(num_docs, bands)`` uint64: one hash of the ``rows`` signature values of each band.
 
-    The band index is not mixed in: buckets are keyed by ``(band, hash)``.
+    The band index is not mixed in: buckets are keyed by ``(band, hash)``. ``FuzzyDedupConfig`` keeps
+    ``bands * rows`` within the signature's values.
     """
-    if sigs.shape[1] < bands * rows:
-        raise ConfigError(f"signatures have {sigs.shape[1]} values, need bands*rows = {bands * rows}")
     banded = sigs[:, : bands * rows].reshape(len(sigs), bands, rows)
     h = fmix64(banded[:, :, 0].copy())
     for r in range(1, rows):

@@ -253,23 +253,19 @@ INPROCESS = {"executor": "inprocess"}
 def on_table(
     data: Any, mode: str, dedup: Callable[..., Dataset], columns: DedupColumns, **kwargs: Any
 ) -> DedupResult:
-    """A table function: the Dataset function ``dedup`` (in ``annotate`` mode, executed ``INPROCESS``, with
-    ``columns`` and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats:
-    the row balance, what ``Finish`` counted of the annotated rows (``finished``), plus what ``dedup`` put in
-    its ``stats``."""
+    """A table function: the Dataset function ``dedup`` (in ``mode``, executed ``INPROCESS``, with ``columns``
+    and ``kwargs``) on ``data`` as a one-table Dataset, so both ways in share one path. The stats: the row
+    balance, what ``Finish`` counted (``finished``), plus what ``dedup`` put in its ``stats``."""
     import zephyr
     from zephyr import job_stats
 
-    coerce(mode, RemovalMode, "mode")
     table = as_table(data)
     require_column(table, columns.text_column, "text")
     info: dict[str, Any] = {}
     ds = zephyr.from_arrow(table)
-    out = dedup(ds, columns=columns, mode="annotate", execution=INPROCESS, stats=info, **kwargs)
+    out = dedup(ds, columns=columns, mode=mode, execution=INPROCESS, stats=info, **kwargs)
     with job_stats.recording() as jobs:
-        annotated = out = out.to_arrow(**INPROCESS)
-    if mode == "remove":
-        out = annotated.filter(annotated["dup_keep"]).drop_columns(list(DUP_COLUMNS))
+        out = out.to_arrow(**INPROCESS)
     counted = finished(job_stats.counter_totals(st for job in jobs for st in job["stages"]))
     stats = {
         "rows_in": table.num_rows,

@@ -34,9 +34,7 @@ if TYPE_CHECKING:
 # the dedup CLI and the pipeline's dedup stages read it from this module, which imports only the standard
 # library, so loading a pipeline config (``zephyr run --check``) loads neither numpy nor pyarrow.
 Normalization = Literal["none", "default", "simplify"]
-NORMALIZATIONS: tuple[str, ...] = typing.get_args(Normalization)
 Scheme = Literal["affine64", "mersenne61"]
-SCHEMES: tuple[str, ...] = typing.get_args(Scheme)
 SignatureDevice = Literal["cpu", "cuda", "xpu", "torch-cpu"]
 SIGNATURE_DEVICES: tuple[str, ...] = typing.get_args(SignatureDevice)
 """Where MinHash signatures are computed; every choice gives the same integers (tested)."""

@@ -60,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from zephyr.dedup._compiled import LazyKernels
+from zephyr.dedup._hashing import fmix64, string_buffers
 from zephyr.dedup._rows import Jobs, has_column, sums_per_source
 from zephyr.dedup.config import SubstringConfig
 
@@ -74,9 +75,8 @@ _BASE = np.uint64(1_000_003)
 _M61 = np.uint64((1 << 61) - 1)
 _MASK30 = np.uint64((1 << 30) - 1)
 _MASK31 = np.uint64((1 << 31) - 1)
-_C1 = np.uint64(0xFF51AFD7ED558CCD)
-_C2 = np.uint64(0xC4CEB9FE1A85EC53)
 _kernels = LazyKernels(globals())  # the functions are looked up when first compiled
+_kernels.kernel(fmix64)  # the anchors' order: MurmurHash3's finalizer, compiled here as a scalar kernel
 
 
 @_kernels.kernel
@@ -91,16 +91,6 @@ def _mulmod(a, b):
     res = (res & _M61) + (res >> np.uint64(61))
     res = (res & _M61) + (res >> np.uint64(61))
     return res - _M61 if res >= _M61 else res
-
-
-@_kernels.kernel
-def _fmix(h):
-    h ^= h >> np.uint64(33)
-    h *= _C1
-    h ^= h >> np.uint64(33)
-    h *= _C2
-    h ^= h >> np.uint64(33)
-    return h
 
 
 @_kernels.kernel
@@ -135,10 +125,8 @@ def _anchor_positions(prefix, length, L, w, pw_w, gram, key, anchor):
     """gram[j] (gram hash at j), and anchor[s] for every window start s (sliding minimum, rightmost)."""
     grams = length - w + 1
     for j in range(grams):
-        h = prefix[j + w] + _M61 - _mulmod(prefix[j], pw_w)
-        h = h - _M61 if h >= _M61 else h
-        gram[j] = h
-        key[j] = _fmix(h)
+        gram[j] = _span(prefix, j, w, pw_w)
+        key[j] = fmix64(gram[j])
     span = L - w + 1
     dq = np.empty(grams, dtype=np.int64)
     head = 0
@@ -365,8 +353,6 @@ _TOP_CANDIDATES = 200  # windows looked at for the report's top spans (neighbour
 def _texts(table: pa.Table, column: str) -> tuple[np.ndarray, np.ndarray, pa.Array] | None:
     """(bytes, offsets, the texts as one ``large_string`` array) of the text column; None for an empty input
     file without columns (``_rows.has_column``)."""
-    from zephyr.dedup._hashing import string_buffers
-
     if not has_column(table, column, "text"):
         return None
     texts = table.column(column).combine_chunks().cast(pa.large_string())
