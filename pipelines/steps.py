@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
+from zephyr.dedup.config import DUP_COLUMNS, DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
 from zephyr.pipelines.markdown import md_code, md_count, md_text
 from zephyr.pipelines.quality.config import (
     ClassifierConfig,
@@ -44,7 +44,6 @@ from zephyr.pipelines.step import (
     AccountingError,
     CountValues,
     MinScoreFilter,
-    PrepareRows,
     RemoveDuplicates,
     Step,
     StepContext,
@@ -57,7 +56,6 @@ from zephyr.config import (
     ConfigProblems,
     FieldError,
     build_flat,
-    check_field_values,
     embedded_field,
     format_bytes,
     path_field,
@@ -102,7 +100,7 @@ class ReadStep(Step, type="read"):
             raise FieldError("paths", "give at least one input path")
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
-        check_field_values(self)
+        super().__post_init__()
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         """Column → the first input file that has it (footers or first blocks), plus the source column."""
@@ -122,9 +120,10 @@ class ReadStep(Step, type="read"):
         from zephyr.io.paths import input_files
         from zephyr.io.sources import check_text_inputs
 
-        p = ctx.pipeline
         files, fmt = input_files(self.paths, self.format)
-        check_text_inputs(files, p.text_column, format=fmt)  # a non-text column: one line naming the file
+        check_text_inputs(
+            files, ctx.pipeline.text_column, format=fmt
+        )  # a non-text column: one line naming the file
         ds = zephyr.read(
             files,
             format=fmt,
@@ -133,11 +132,7 @@ class ReadStep(Step, type="read"):
             unify_schemas=self.unify_schemas,  # files that disagree: zephyr.io.schema
             schema=self.schema,
         )
-        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
-        ds = ds.map_batches(prepare, name=ctx.op("prepare"))
-        if self.num_shards:
-            ds = ds.reshard(self.num_shards)
-        return ds, (ctx.op("prepare"),)
+        return ctx.prepared(ds, self.source, self.num_shards), (ctx.op("prepare"),)
 
 
 @dataclass(frozen=True)
@@ -185,7 +180,7 @@ class LangIdStep(Step, type="langid"):
     data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
-        check_field_values(self)
+        super().__post_init__()
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
 
@@ -214,17 +209,19 @@ class LangIdStep(Step, type="langid"):
         return identify, verdict
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-
         identify, verdict = self.ops(ctx.pipeline.text_column, ctx.pipeline.lang_column)
-        ds = (
-            ctx.read_inputs()
-            .map_batches(identify, name=ctx.op("identify"))
-            .map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
-            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
-            .map_batches(verdict, name=ctx.op("filter"))
-        )
-        return ds, (ctx.op("identify"), ctx.op("filter"))
+        ds = ctx.read_inputs().map_batches(identify, name=ctx.op("identify"))
+        ds = ds.map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
+        return filtered(ctx, ds, verdict), (ctx.op("identify"), ctx.op("filter"))
+
+
+def filtered(ctx: StepContext, ds: Dataset, verdict: Any) -> Dataset:
+    """``ds`` through a filter step's ``verdict`` (op ``filter``; ``langid``, ``quality``), the report's examples
+    of the rows it drops saved on the way (op ``examples``, ``zephyr.pipelines.examples``)."""
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector
+
+    examples = filter_collector(ctx, ReasonGroups(verdict.reasons))
+    return ds.map_batches(examples, name=ctx.op("examples")).map_batches(verdict, name=ctx.op("filter"))
 
 
 @dataclass(frozen=True)
@@ -243,9 +240,6 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     output_column: str | None = field(default=None, metadata={"column": True})
     """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
-
-    def __post_init__(self) -> None:
-        check_field_values(self)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
@@ -371,13 +365,16 @@ class DedupStep(Step):
 
     def kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
         """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the step's
-        accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
+        accounting op, ``remove``), the data's own ``dup_*`` columns put back (``StepContext.dedup_inputs``
+        set them aside)."""
+        from zephyr.removal import set_aside
+
         if self.shingling() is not None:
             from zephyr.pipelines.examples import dedup_collector
 
             annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
         removed = annotated.map_batches(RemoveDuplicates(self.kind), name=ctx.op("remove"))
-        return ctx.restore_dedup_columns(removed)
+        return removed.map_batches(set_aside(DUP_COLUMNS, restore=True), name=ctx.op("restore"))
 
     def annotated(self, ctx: StepContext, **keywords: Any) -> Dataset:
         """The step's input with dedup's columns, its eager jobs run (``keywords``: the dedup function's)."""
@@ -579,7 +576,7 @@ class QualityStep(Step, type="quality"):
             raise FieldError(
                 "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
-        check_field_values(self)
+        super().__post_init__()
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -617,20 +614,13 @@ class QualityStep(Step, type="quality"):
         return [*trained, *super().plans(ctx)]
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.classifier import QualityScorer
 
         column = self.output_column or "quality_score"
-        verdict = MinScoreFilter(column, self.min_score)
         model, text = str(self._model(ctx)), ctx.pipeline.text_column
         scorer = QualityScorer(model, self.classifier, text, self.replace_columns, column)
-        ds = (
-            ctx.read_inputs()
-            .map_batches(scorer, name=ctx.op("score"))
-            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
-            .map_batches(verdict, name=ctx.op("filter"))
-        )
-        return ds, (ctx.op("score"), ctx.op("filter"))
+        ds = ctx.read_inputs().map_batches(scorer, name=ctx.op("score"))
+        return filtered(ctx, ds, MinScoreFilter(column, self.min_score)), (ctx.op("score"), ctx.op("filter"))
 
     def _train(self, ctx: StepContext, output: Path) -> Path:
         """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
@@ -715,7 +705,7 @@ class MapStep(Step, type="map"):
     """Rows per call; ``None`` passes the engine's batches as they come."""
 
     def __post_init__(self) -> None:
-        check_field_values(self)
+        super().__post_init__()
         module_name, sep, attr = self.function.partition(":")
         dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
         if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
@@ -816,9 +806,6 @@ class TokenizeStep(Step, type="tokenize"):
     """Most text the trainer sees: an equal share of the first bytes of every input part, streamed (the
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
     shards: TokenizeConfig = embedded_field(TokenizeConfig, keys=SHARD_KEYS)
-
-    def __post_init__(self) -> None:
-        check_field_values(self)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.tokenize.train_tokenizer import train_tokenizer
