@@ -237,7 +237,7 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
     replace_columns: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
-    output_column: str | None = field(default=None, metadata={"column": True})
+    output_column: str | None = field(default=None, metadata={"column": True, "metavar": "NAME"})
     """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
 
@@ -659,8 +659,7 @@ class QualityStep(Step, type="quality"):
                 )
             labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
             table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
-        log.info("quality: training the classifier on %d rows", table.num_rows)
-        train_classifier(table, output, c)  # columns text and label
+        train_classifier(table, output, c)  # columns text and label; it logs the rows it trained on
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
@@ -813,7 +812,6 @@ class TokenizeStep(Step, type="tokenize"):
 
         from zephyr.options import DEFAULT_MEMORY_BUDGET
 
-        p = ctx.pipeline
         if not ctx.inputs:
             raise InputError(f"step {ctx.entry.name!r}: the previous step kept no rows; nothing to tokenize")
         extra: dict[str, Any] = {}
@@ -824,19 +822,13 @@ class TokenizeStep(Step, type="tokenize"):
                 ctx.inputs,
                 vocab_size=self.vocab_size,
                 output=str(ctx.step_dir / "tokenizer.json"),
-                text_column=p.text_column,
+                text_column=ctx.pipeline.text_column,
                 sample_bytes=self.tokenizer_train_bytes,
                 memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET),
                 format="parquet",
             )
             tokenizer = Path(trained.output)
-            extra["tokenizer_trained_on"] = trained.to_dict()
-            log.info(
-                "tokenize: trained a %d-token BPE on %d documents -> %s",
-                trained.vocab_size,
-                trained.documents,
-                tokenizer,
-            )
+            extra["tokenizer_trained_on"] = trained.to_dict()  # train_tokenizer logs it too
         from zephyr.io import claim, layout
 
         result = write_token_shards(**self._writer(ctx, str(tokenizer)), **ctx.engine())
