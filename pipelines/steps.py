@@ -492,27 +492,22 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     The MinHash keys are ``FuzzyDedupConfig``'s, documented there: ``preset`` (the other keys override it),
     ``threshold``, ``shingle``, ``ngram``, ``normalize``, ``bands``, ``rows_per_band``, ``num_perm``, ``seed``,
     ``scheme``, ``verify``, ``clusters``, ``signature_device``, ``bucket_links``. The ``zephyr dedup fuzzy``
-    flags build the same dataclass."""
+    flags build the same dataclass. ``index`` (a signature index of earlier runs' kept rows: a folder or fsspec
+    URL, whose MinHash settings must equal this step's) and ``update_index`` (append this step's kept rows to
+    it, created on the first run) are ``IndexConfig``'s, as ``zephyr dedup fuzzy --index DIR --update-index``
+    takes them."""
 
     kind: ClassVar[str] = "fuzzy"
     action: ClassVar[str] = "candidates"
     dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
-    index: str | None = None
-    """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
-    (``zephyr.dedup.index``; its MinHash settings must equal this step's)."""
-    update_index: bool = False
-    """Append this step's kept rows to ``index`` (created on the first run)."""
-
-    def __post_init__(self) -> None:
-        if self.update_index and not self.index:
-            raise FieldError("update_index", "update_index needs index: (the folder to add to)")
+    signatures: IndexConfig = embedded_field(IndexConfig, keys=("index", "update_index"))
 
     def indexed(self, ctx: StepContext, index: IndexConfig | None = None) -> Any:
         """The fuzzy dedup against and into ``index`` (``zephyr.dedup.fuzzy.IndexedDedup``, as ``zephyr dedup
         fuzzy`` runs it); a listing names the index, ``run`` opens it."""
         from zephyr.dedup.fuzzy import IndexedDedup
 
-        index = index or IndexConfig(self.index, self.update_index)
+        index = index or self.signatures
         return IndexedDedup(self.dedup, self._columns(ctx), index, ctx.fingerprint, ctx.op("rows"))
 
     def method(self, ctx: StepContext) -> Any:
@@ -525,17 +520,16 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         from zephyr.dedup._rows import Jobs
         from zephyr.dedup.index import open_index
 
-        config = self.dedup
-        index = IndexConfig(self.index, self.update_index)
-        if self.update_index and open_index(self.index, config, missing_ok=True) is None:
-            index = IndexConfig(write_index=self.index)  # created on the first run
+        index, path = self.signatures, self.signatures.index
+        if index.update_index and open_index(path, self.dedup, missing_ok=True) is None:
+            index = IndexConfig(write_index=path)  # created on the first run
         indexed, graph = self.indexed(ctx, index), {}
         annotated = indexed.dedup(ctx.dedup_inputs(), "annotate", Jobs(ctx.engine(self.action), graph))
         outcome = self.written(ctx, annotated)
         if indexed.opened is not None:
             matched = graph.get("matched_index", 0)
-            outcome.extra["index"] = {"path": self.index, "docs": indexed.opened.docs, "matched": matched}
-        if self.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
+            outcome.extra["index"] = {"path": path, "docs": indexed.opened.docs, "matched": matched}
+        if self.signatures.update_index:  # every row, the removed ones tied to their kept row (dedup.index)
             outcome.extra["index_written"] = indexed.write(ctx.engine("index"))
         outcome.extra["lsh"] = graph["lsh"]  # as zephyr dedup fuzzy's stats have it
         return outcome
