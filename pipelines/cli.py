@@ -24,6 +24,7 @@ one skips its finished tasks. Ends with the run's summary, whose last line says 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -31,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from zephyr.pipelines.quality import DEFAULT_RULES
 from zephyr.pipelines.quality.config import ClassifierConfig, NormalizeConfig, PIIConfig
 from zephyr.pipelines.steps import HeuristicFilterStep, LangIdStep, NormalizeStep, routed_jobs
 
@@ -164,12 +164,11 @@ def langid(
 
 # -- filter --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class FilterOptions:
-    """``zephyr filter``'s settings: the rules, the columns they read, the report and the dropped rows."""
+class FilterOptions(HeuristicFilterStep):
+    """``zephyr filter``'s settings: its ``heuristic_filter`` step's (the rules, ``--default-lang``,
+    ``--replace-columns``, ``--output-column``), the url rules' inputs, the columns read, the report and where
+    the dropped rows go."""
 
-    rules: str = ",".join(DEFAULT_RULES)
-    """Comma-separated rule families: gopher, gopher_quality, gopher_repetition, c4, fineweb, url (URL
-    normalization, invalid URLs, --url-blocklist)."""
     url_blocklist: str | None = field(default=None, metadata={"metavar": "FILE", "reads": True})
     """With --rules url: domains/hosts to drop, one per line (example:
     pipelines/web/data/blocklist.example.txt)."""
@@ -177,8 +176,6 @@ class FilterOptions:
     """The URL column the url rules read and normalize."""
     lang_column: str = "lang"
     """Per-row language for stop words ('' = none)."""
-    default_lang: str = "en"
-    """Language assumed for rows without a language value (stop words, word splitting)."""
     source_column: str = "source"
     """Report retention per value of this column."""
     id_column: str = "id"
@@ -187,35 +184,19 @@ class FilterOptions:
     """Examples of kept rows and per rule in the report (OUTPUT.zephyr/examples.json)."""
     normalize: bool = False
     """Normalize text before filtering."""
-    replace_columns: bool = False
-    """Replace a drop_reason column the input already has (without it: an error, before any work)."""
-    output_column: str = field(default="drop_reason", metadata={"metavar": "NAME"})
-    """The reason column of the dropped rows (OUTPUT.zephyr/dropped/); an input's own drop_reason then stays
-    as it is."""
     dropped_output: str | None = field(default=None, metadata={"metavar": "DIR"})
     """Where the dropped rows (with drop_reason) go (default: OUTPUT.zephyr/dropped)."""
 
-    def step(self) -> HeuristicFilterStep:
-        """The ``heuristic_filter`` pipeline step these flags make, its rules checked once
-        (``HeuristicFilterConfig``); a bad value names its flag. The url blocklist is read now (by the url
-        rules that check builds), so a bad line fails before any work, naming the file and line."""
-        from zephyr.pipelines.quality.config import HeuristicFilterConfig
-
-        from zephyr.config import FieldError
-        from zephyr.flags import comma_names
-
-        names, overrides = comma_names(self.rules), {}
-        if "url" in names:
-            overrides = {"url": {"blocklist": self.url_blocklist, "url_column": self.url_column}}
-        elif self.url_blocklist:
-            raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
-        try:
-            rules = HeuristicFilterConfig(names, overrides, self.default_lang)
-        except FieldError as exc:
-            flag = "--rules" if exc.key == "rules" else "--url-blocklist"
-            raise ConfigError(f"{flag}: {exc.detail}") from None
-        columns = {"replace_columns": self.replace_columns, "output_column": self.output_column}
-        return HeuristicFilterStep(rules, **columns)
+    def with_urls(self) -> FilterOptions:
+        """These settings with the url rules' blocklist and column; the blocklist is read now (by the url
+        rules that ``HeuristicFilterConfig``'s check builds), so a bad line fails before any work, naming the
+        file and line."""
+        if "url" not in self.filter.rules:
+            if self.url_blocklist:
+                raise ConfigError("--url-blocklist needs the url rules: add url to --rules")
+            return self
+        overrides = {"url": {"blocklist": self.url_blocklist, "url_column": self.url_column}}
+        return dataclasses.replace(self, filter=dataclasses.replace(self.filter, overrides=overrides))
 
 
 def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Dataset, dict[str, Any]]:
@@ -228,9 +209,9 @@ def _filtered(inputs: TextInputs, config: FilterOptions, out: str) -> tuple[Data
 
     from zephyr.io.layout import dropped_dir, quarantine_dir, side_path
 
-    step = config.step()  # checks the rules before any work
+    step = config.with_urls()
     step.preflight()  # the url rules need the web extra
-    ds = inputs.read_text((config.output_column,), config.replace_columns)
+    ds = inputs.read_text((step.reason,), step.replace_columns)
     if config.normalize:
         ds = NormalizeStep().apply(ds, inputs.text_column)
     ds, route = step.routing(ds, inputs.text_column, config.lang_column or None)
@@ -260,8 +241,9 @@ def filter_plans(inputs: TextInputs, config: FilterOptions, **_: Any) -> list[tu
     from zephyr.removal import routes
 
     ds, routing = _filtered(inputs, config, "OUTPUT")
+    rules = ",".join(config.filter.rules)
     annotate = (
-        f"every row with its first failing rule (rules {config.rules}) in {config.output_column}, written to "
+        f"every row with its first failing rule (rules {rules}) in {config.reason}, written to "
         "a scratch folder in OUTPUT.zephyr; no file (no input row): nothing to route"
     )
     return routed_jobs(annotate, ds, routes(ds, "OUTPUT", **routing))
@@ -294,6 +276,7 @@ def heuristic_filter(
     unreadable_dir = side_path(out, "unreadable")
     opts = execution.replace(quarantine_dir=unreadable_dir).as_kwargs()
     ds, routing = _filtered(inputs, config, out)
+    rules = ",".join(config.filter.rules)
     remove_folder(side_path(out, "work"))  # parts an interrupted run left
     with job_stats.recording() as jobs:  # annotate, three routes and the report are separate engine jobs
         routed = write_routed(ds, out, opts=opts, scratch="annotated", overwrite=True, **routing)
@@ -324,13 +307,13 @@ def heuristic_filter(
         routed.kept or routed.verdict,
         out,
         "filter",
-        {"rules": config.rules, **totals, "dropped_output": dropped_output},
+        {"rules": rules, **totals, "dropped_output": dropped_output},
         jobs=jobs,
         counted=counted,
         dropped_output=dropped_output,
         quarantine_output=quarantine_dir(out),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
-        details={"report": side_path(out, "report.md"), "rules": config.rules},
+        details={"report": side_path(out, "report.md"), "rules": rules},
     )
 
 
@@ -713,7 +696,12 @@ COMMANDS = [
         plans=lambda **configs: _langid(**configs)[0],
     ),
     Command(
-        "filter", heuristic_filter, {**_TEXT, "config": FilterOptions}, plans=filter_plans, then="the rules"
+        "filter",
+        heuristic_filter,
+        {**_TEXT, "config": FilterOptions},
+        plans=filter_plans,
+        then="the rules",
+        skip=("overrides", "keep_dropped"),  # the url flags set them; dropped rows are kept
     ),
     Command("quality train", quality_train, {"options": TrainOptions}),
     Command("quality score", quality_score, {**_TEXT, "config": ScoreOptions}, plans=_scored),

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from zephyr.dedup.config import DUP_COLUMNS
 
 from zephyr import counters
-from zephyr.config import build_flat, flat_dict
+from zephyr.config import build_flat, check_field_values, flat_dict
 from zephyr.errors import ConfigError, SchemaError, ZephyrError
 
 if TYPE_CHECKING:
@@ -85,6 +85,11 @@ class Step:
         if type:
             cls.type = type
             STEPS[type] = cls
+
+    def __post_init__(self) -> None:
+        """Every key's type and declared range (``zephyr.config.check_field_values``); a step type with rules
+        of its own checks them after these."""
+        check_field_values(self)
 
     # -- config file <-> object --------------------------------------------------------------------------
     @classmethod
@@ -160,10 +165,6 @@ class Step:
                 raise AccountingError(
                     f"step {name!r}: the previous step wrote {rows_in} rows but {wanted[0]} saw {seen_in}"
                 )
-        if sum(dropped_by_reason.values()) != dropped:
-            raise AccountingError(
-                f"step {name!r}: drops by reason sum to {sum(dropped_by_reason.values())}, not {dropped}"
-            )
         if rows_in != kept + dropped + quarantined:
             raise AccountingError(
                 f"step {name!r}: rows do not balance: in {rows_in} != kept {kept} (rows in "
@@ -346,11 +347,13 @@ class StepContext:
 
         return self.read_inputs().map_batches(set_aside(DUP_COLUMNS), name=self.op("aside"))
 
-    def restore_dedup_columns(self, ds: Dataset) -> Dataset:
-        """Put back the data's own ``dup_*`` columns that ``dedup_inputs`` set aside."""
-        from zephyr.removal import set_aside
-
-        return ds.map_batches(set_aside(DUP_COLUMNS, restore=True), name=self.op("restore"))
+    def prepared(self, ds: Dataset, source: str | None, num_shards: int | None) -> Dataset:
+        """A first step's documents checked (``PrepareRows``, op ``prepare``: a string source column, no row
+        without id or text goes on), then redistributed into ``num_shards`` shards when given."""
+        p = self.pipeline
+        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, source, p.lang_column)
+        ds = ds.map_batches(prepare, name=self.op("prepare"))
+        return ds.reshard(num_shards) if num_shards else ds
 
     def counted(self, ds: Dataset) -> Dataset:
         """``ds`` with the step's output counted per source and language (what ``finish`` writes)."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from zephyr.dedup.config import DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
+from zephyr.dedup.config import DUP_COLUMNS, DedupColumns, ExactDedupConfig, FuzzyDedupConfig, IndexConfig
 from zephyr.pipelines.markdown import md_code, md_count, md_text
 from zephyr.pipelines.quality.config import ClassifierConfig, HeuristicFilterConfig, NormalizeConfig
 from zephyr.pipelines.step import (
@@ -39,7 +39,6 @@ from zephyr.pipelines.step import (
     AccountingError,
     CountValues,
     MinScoreFilter,
-    PrepareRows,
     RemoveDuplicates,
     Step,
     StepContext,
@@ -52,7 +51,6 @@ from zephyr.config import (
     ConfigProblems,
     FieldError,
     build_flat,
-    check_field_values,
     embedded_field,
     format_bytes,
     path_field,
@@ -98,7 +96,7 @@ class ReadStep(Step, type="read"):
             raise FieldError("paths", "give at least one input path")
         if self.unify_schemas and self.schema is not None:
             raise FieldError("schema", "give unify_schemas: true or schema: FILE, not both")
-        check_field_values(self)
+        super().__post_init__()
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         """Column → the first input file that has it (footers or first blocks), plus the source column."""
@@ -118,9 +116,10 @@ class ReadStep(Step, type="read"):
         from zephyr.io.paths import input_files
         from zephyr.io.sources import check_text_inputs
 
-        p = ctx.pipeline
         files, fmt = input_files(self.paths, self.format)
-        check_text_inputs(files, p.text_column, format=fmt)  # a non-text column: one line naming the file
+        check_text_inputs(
+            files, ctx.pipeline.text_column, format=fmt
+        )  # a non-text column: one line naming the file
         ds = zephyr.read(
             files,
             format=fmt,
@@ -129,11 +128,7 @@ class ReadStep(Step, type="read"):
             unify_schemas=self.unify_schemas,  # files that disagree: zephyr.io.schema
             schema=self.schema,
         )
-        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
-        ds = ds.map_batches(prepare, name=ctx.op("prepare"))
-        if self.num_shards:
-            ds = ds.reshard(self.num_shards)
-        return ds, (ctx.op("prepare"),)
+        return ctx.prepared(ds, self.source, self.num_shards), (ctx.op("prepare"),)
 
 
 @dataclass(frozen=True)
@@ -181,7 +176,7 @@ class LangIdStep(Step, type="langid"):
     data already has (default: lang; in a pipeline, its ``lang_column``)."""
 
     def __post_init__(self) -> None:
-        check_field_values(self)
+        super().__post_init__()
         if self.languages is not None and not self.languages:
             raise FieldError("languages", "give at least one language, or null for all")
 
@@ -210,17 +205,19 @@ class LangIdStep(Step, type="langid"):
         return identify, verdict
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
-
         identify, verdict = self.ops(ctx.pipeline.text_column, ctx.pipeline.lang_column)
-        ds = (
-            ctx.read_inputs()
-            .map_batches(identify, name=ctx.op("identify"))
-            .map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
-            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
-            .map_batches(verdict, name=ctx.op("filter"))
-        )
-        return ds, (ctx.op("identify"), ctx.op("filter"))
+        ds = ctx.read_inputs().map_batches(identify, name=ctx.op("identify"))
+        ds = ds.map_batches(CountValues("in", (("lang", verdict.lang_column),)), name=ctx.op("count_in"))
+        return filtered(ctx, ds, verdict), (ctx.op("identify"), ctx.op("filter"))
+
+
+def filtered(ctx: StepContext, ds: Dataset, verdict: Any) -> Dataset:
+    """``ds`` through a filter step's ``verdict`` (op ``filter``; ``langid``, ``quality``), the report's examples
+    of the rows it drops saved on the way (op ``examples``, ``zephyr.pipelines.examples``)."""
+    from zephyr.pipelines.examples import ReasonGroups, filter_collector
+
+    examples = filter_collector(ctx, ReasonGroups(verdict.reasons))
+    return ds.map_batches(examples, name=ctx.op("examples")).map_batches(verdict, name=ctx.op("filter"))
 
 
 @dataclass(frozen=True)
@@ -236,12 +233,9 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
     replace_columns: bool = False
     """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
-    output_column: str | None = field(default=None, metadata={"column": True})
+    output_column: str | None = field(default=None, metadata={"column": True, "metavar": "NAME"})
     """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
     ``null``: ``drop_reason``."""
-
-    def __post_init__(self) -> None:
-        check_field_values(self)
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
@@ -367,13 +361,16 @@ class DedupStep(Step):
 
     def kept(self, ctx: StepContext, annotated: Dataset) -> Dataset:
         """Dedup's annotated rows → the kept rows: examples saved, duplicates removed and counted (the step's
-        accounting op, ``remove``), the data's own ``dup_*`` columns put back."""
+        accounting op, ``remove``), the data's own ``dup_*`` columns put back (``StepContext.dedup_inputs``
+        set them aside)."""
+        from zephyr.removal import set_aside
+
         if self.shingling() is not None:
             from zephyr.pipelines.examples import dedup_collector
 
             annotated = annotated.map_batches(dedup_collector(ctx), name=ctx.op("examples"))
         removed = annotated.map_batches(RemoveDuplicates(self.kind), name=ctx.op("remove"))
-        return ctx.restore_dedup_columns(removed)
+        return removed.map_batches(set_aside(DUP_COLUMNS, restore=True), name=ctx.op("restore"))
 
     def annotated(self, ctx: StepContext, **keywords: Any) -> Dataset:
         """The step's input with dedup's columns, its eager jobs run (``keywords``: the dedup function's)."""
@@ -491,27 +488,22 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
     The MinHash keys are ``FuzzyDedupConfig``'s, documented there: ``preset`` (the other keys override it),
     ``threshold``, ``shingle``, ``ngram``, ``normalize``, ``bands``, ``rows_per_band``, ``num_perm``, ``seed``,
     ``scheme``, ``verify``, ``clusters``, ``signature_device``, ``bucket_links``. The ``zephyr dedup fuzzy``
-    flags build the same dataclass."""
+    flags build the same dataclass. ``index`` (a signature index of earlier runs' kept rows: a folder or fsspec
+    URL, whose MinHash settings must equal this step's) and ``update_index`` (append this step's kept rows to
+    it, created on the first run) are ``IndexConfig``'s, as ``zephyr dedup fuzzy --index DIR --update-index``
+    takes them."""
 
     kind: ClassVar[str] = "fuzzy"
     action: ClassVar[str] = "candidates"
     dedup: FuzzyDedupConfig = embedded_field(FuzzyDedupConfig)
-    index: str | None = None
-    """Signature index (a folder or fsspec URL) of earlier runs' kept rows: rows near them are duplicates too
-    (``zephyr.dedup.index``; its MinHash settings must equal this step's)."""
-    update_index: bool = False
-    """Append this step's kept rows to ``index`` (created on the first run)."""
-
-    def __post_init__(self) -> None:
-        if self.update_index and not self.index:
-            raise FieldError("update_index", "update_index needs index: (the folder to add to)")
+    signatures: IndexConfig = embedded_field(IndexConfig, keys=("index", "update_index"))
 
     def indexed(self, ctx: StepContext, index: IndexConfig | None = None) -> Any:
         """The fuzzy dedup against and into ``index`` (``zephyr.dedup.fuzzy.IndexedDedup``, as ``zephyr dedup
         fuzzy`` runs it); a listing names the index, ``run`` opens it."""
         from zephyr.dedup.fuzzy import IndexedDedup
 
-        index = index or IndexConfig(self.index, self.update_index)
+        index = index or self.signatures
         return IndexedDedup(self.dedup, self._columns(ctx), index, ctx.fingerprint, ctx.op("rows"))
 
     def method(self, ctx: StepContext) -> Any:
@@ -524,17 +516,16 @@ class FuzzyDedupStep(_DedupStep, type="fuzzy_dedup"):
         from zephyr.dedup._rows import Jobs
         from zephyr.dedup.index import open_index
 
-        config = self.dedup
-        index = IndexConfig(self.index, self.update_index)
-        if self.update_index and open_index(self.index, config, missing_ok=True) is None:
-            index = IndexConfig(write_index=self.index)  # created on the first run
+        index, path = self.signatures, self.signatures.index
+        if index.update_index and open_index(path, self.dedup, missing_ok=True) is None:
+            index = IndexConfig(write_index=path)  # created on the first run
         indexed, graph = self.indexed(ctx, index), {}
         annotated = indexed.dedup(ctx.dedup_inputs(), "annotate", Jobs(ctx.engine(self.action), graph))
         outcome = self.written(ctx, annotated)
         if indexed.opened is not None:
             matched = graph.get("matched_index", 0)
-            outcome.extra["index"] = {"path": self.index, "docs": indexed.opened.docs, "matched": matched}
-        if self.update_index:  # every row, the removed ones tied to their kept row (zephyr.dedup.index)
+            outcome.extra["index"] = {"path": path, "docs": indexed.opened.docs, "matched": matched}
+        if self.signatures.update_index:  # every row, the removed ones tied to their kept row (dedup.index)
             outcome.extra["index_written"] = indexed.write(ctx.engine("index"))
         outcome.extra["lsh"] = graph["lsh"]  # as zephyr dedup fuzzy's stats have it
         return outcome
@@ -575,7 +566,7 @@ class QualityStep(Step, type="quality"):
             raise FieldError(
                 "model", f"give exactly one of model, train or train_from (got {', '.join(given) or 'none'})"
             )
-        check_field_values(self)
+        super().__post_init__()
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         return (self.output_column or "quality_score",)
@@ -613,20 +604,13 @@ class QualityStep(Step, type="quality"):
         return [*trained, *super().plans(ctx)]
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
-        from zephyr.pipelines.examples import ReasonGroups, filter_collector
         from zephyr.pipelines.quality.classifier import QualityScorer
 
         column = self.output_column or "quality_score"
-        verdict = MinScoreFilter(column, self.min_score)
         model, text = str(self._model(ctx)), ctx.pipeline.text_column
         scorer = QualityScorer(model, self.classifier, text, self.replace_columns, column)
-        ds = (
-            ctx.read_inputs()
-            .map_batches(scorer, name=ctx.op("score"))
-            .map_batches(filter_collector(ctx, ReasonGroups(verdict.reasons)), name=ctx.op("examples"))
-            .map_batches(verdict, name=ctx.op("filter"))
-        )
-        return ds, (ctx.op("score"), ctx.op("filter"))
+        ds = ctx.read_inputs().map_batches(scorer, name=ctx.op("score"))
+        return filtered(ctx, ds, MinScoreFilter(column, self.min_score)), (ctx.op("score"), ctx.op("filter"))
 
     def _train(self, ctx: StepContext, output: Path) -> Path:
         """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
@@ -665,8 +649,7 @@ class QualityStep(Step, type="quality"):
                 )
             labels = [c.positive_label] * len(positive) + [c.negative_label] * len(negative)
             table = pa.table({"text": pa.array(positive + negative, pa.large_string()), "label": labels})
-        log.info("quality: training the classifier on %d rows", table.num_rows)
-        train_classifier(table, output, c)  # columns text and label
+        train_classifier(table, output, c)  # columns text and label; it logs the rows it trained on
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
@@ -711,7 +694,7 @@ class MapStep(Step, type="map"):
     """Rows per call; ``None`` passes the engine's batches as they come."""
 
     def __post_init__(self) -> None:
-        check_field_values(self)
+        super().__post_init__()
         module_name, sep, attr = self.function.partition(":")
         dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
         if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
@@ -813,16 +796,12 @@ class TokenizeStep(Step, type="tokenize"):
     trainer's ``sample_bytes``; lowered to fit the job's ``--memory-budget``)."""
     shards: TokenizeConfig = embedded_field(TokenizeConfig, keys=SHARD_KEYS)
 
-    def __post_init__(self) -> None:
-        check_field_values(self)
-
     def run(self, ctx: StepContext) -> StepOutcome:
         from zephyr.tokenize.train_tokenizer import train_tokenizer
         from zephyr.tokenize.writer import write_token_shards
 
         from zephyr.options import DEFAULT_MEMORY_BUDGET
 
-        p = ctx.pipeline
         if not ctx.inputs:
             raise InputError(f"step {ctx.entry.name!r}: the previous step kept no rows; nothing to tokenize")
         extra: dict[str, Any] = {}
@@ -833,19 +812,13 @@ class TokenizeStep(Step, type="tokenize"):
                 ctx.inputs,
                 vocab_size=self.vocab_size,
                 output=str(ctx.step_dir / "tokenizer.json"),
-                text_column=p.text_column,
+                text_column=ctx.pipeline.text_column,
                 sample_bytes=self.tokenizer_train_bytes,
                 memory_budget=ctx.execution.get("memory_budget", DEFAULT_MEMORY_BUDGET),
                 format="parquet",
             )
             tokenizer = Path(trained.output)
-            extra["tokenizer_trained_on"] = trained.to_dict()
-            log.info(
-                "tokenize: trained a %d-token BPE on %d documents -> %s",
-                trained.vocab_size,
-                trained.documents,
-                tokenizer,
-            )
+            extra["tokenizer_trained_on"] = trained.to_dict()  # train_tokenizer logs it too
         from zephyr.io import claim, layout
 
         result = write_token_shards(**self._writer(ctx, str(tokenizer)), **ctx.engine())

@@ -95,8 +95,10 @@ class ClassifierConfig:
 class HeuristicFilterConfig:
     """Which heuristic rules a filter applies and how (``filters.RULE_SETS``; docs/quality.md)."""
 
-    rules: list[str] = field(default_factory=lambda: list(DEFAULT_RULES))
-    """Rule families, applied in order; each row gets the first rule it fails."""
+    rules: list[str] = field(default_factory=lambda: list(DEFAULT_RULES), metadata={"parse": comma_names})
+    """Rule families, applied in order; each row gets the first rule it fails: gopher, gopher_quality,
+    gopher_repetition, c4, fineweb, url (URL normalization, invalid URLs, --url-blocklist); on the command line
+    comma-separated (default: gopher,c4,fineweb)."""
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Thresholds per family, e.g. ``{c4: {min_sentences: 3}}`` (see docs/quality.md)."""
     default_lang: str = "en"

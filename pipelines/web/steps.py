@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from zephyr.dedup.config import DedupColumns, SubstringConfig
 from zephyr.pipelines.markdown import md_code, md_excerpt, md_text
-from zephyr.pipelines.step import PrepareRows, Step, StepContext, StepOutcome
+from zephyr.pipelines.step import Step, StepContext, StepOutcome
 from zephyr.pipelines.steps import DedupStep
 
 from zephyr.config import FieldError, check_field_values, embedded_field, path_field, ranged_field
@@ -97,11 +97,7 @@ class ExtractStep(Step, type="extract"):
                 lambda t: t.rename_columns([p.text_column if c == "text" else c for c in t.column_names]),
                 name=ctx.op("rename"),
             )
-        prepare = PrepareRows(p.text_column, p.id_column, p.source_column, self.source, p.lang_column)
-        ds = ds.map_batches(prepare, name=ctx.op("prepare"))
-        if self.num_shards:
-            ds = ds.reshard(self.num_shards)
-        return ds, (ctx.op("extract"), ctx.op("prepare"))
+        return ctx.prepared(ds, self.source, self.num_shards), (ctx.op("extract"), ctx.op("prepare"))
 
     @classmethod
     def report(cls, record: dict[str, Any], plots: dict[str, str]) -> list[tuple]:
