@@ -165,6 +165,10 @@ class Step:
                 raise AccountingError(
                     f"step {name!r}: the previous step wrote {rows_in} rows but {wanted[0]} saw {seen_in}"
                 )
+        if sum(dropped_by_reason.values()) != dropped:  # a row filter drops without a reason
+            raise AccountingError(
+                f"step {name!r}: drops by reason sum to {sum(dropped_by_reason.values())}, not {dropped}"
+            )
         if rows_in != kept + dropped + quarantined:
             raise AccountingError(
                 f"step {name!r}: rows do not balance: in {rows_in} != kept {kept} (rows in "
