@@ -55,6 +55,7 @@ from zephyr.pipelines.web.urls import UrlRules
 from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.config import FieldError
+from zephyr.errors import ConfigError
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
 
@@ -74,7 +75,8 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
     """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds: the one check
-    of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones).
+    of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones) and thresholds (a
+    ``FieldError`` on ``overrides``).
 
     ``overrides`` maps a family's ``name`` (``gopher_quality``, ``c4``, …) to a dict of field values.
     """
@@ -84,8 +86,12 @@ def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[Ru
         if name not in RULE_SETS:
             raise FieldError("rules", f"unknown rule family {name!r}; allowed: {allowed}")
         for cls in RULE_SETS[name]:
-            if not any(type(f) is cls for f in families):
+            if any(type(f) is cls for f in families):
+                continue
+            try:
                 families.append(cls(**overrides.get(cls.name, {})))
+            except (TypeError, ConfigError) as exc:  # a threshold a family does not have, or a bad value
+                raise FieldError("overrides", str(exc)) from None
     if not families:
         raise FieldError("rules", f"give at least one rule family; allowed: {allowed}")
     return families
