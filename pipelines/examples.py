@@ -378,11 +378,7 @@ class CollectExamples:
         self._reset()
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        if (
-            table.num_rows == 0
-            or self.id_column not in table.column_names
-            or self.text_column not in table.column_names
-        ):
+        if table.num_rows == 0 or not {self.id_column, self.text_column} <= set(table.column_names):
             return table
         keys = self._keys(table)
         if keys is None:

@@ -282,9 +282,8 @@ def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
         out[name] = f"{folder.name}/{name}.png"
 
     steps = stats["steps"]
-    _rows_plot(plt, steps, save)
-    _time_plot(plt, steps, save)
-    _sources_plot(plt, steps, save)
+    for plot in (_rows_plot, _time_plot, _sources_plot):
+        plot(plt, steps, save)
     for step in steps:
         STEPS[step["type"]].plots(step, plt, save)
     return out

@@ -141,7 +141,7 @@ def _annotate_slice(
     null = texts.is_null().to_numpy(zero_copy_only=False)
     reasons[null] = NULL_TEXT
     alive = np.flatnonzero(~null)
-    counters: dict[str, int] = {}
+    counters: Counter[str] = Counter()
     for family in families:
         if len(alive) == 0:
             break
@@ -155,13 +155,12 @@ def _annotate_slice(
             new = fails & ~failed
             reasons[alive[new]] = reason
             failed |= fails
-        for k, c in verdict.counters.items():
-            counters[k] = counters.get(k, 0) + c
+        counters.update(verdict.counters)  # zeros stay: a counter of every slice
         if verdict.text is not None:
             survivors = pl.Series(alive[~failed])
             out_text = out_text.scatter(survivors, verdict.text.filter(pl.Series(~failed)))
         alive = alive[~failed]
-    return pa.array(reasons, type=pa.string()), out_text.to_arrow().cast(pa.large_string()), counters
+    return pa.array(reasons, type=pa.string()), out_text.to_arrow().cast(pa.large_string()), dict(counters)
 
 
 @dataclass
