@@ -122,19 +122,18 @@ def select_rows(keys: pa.Table, per_group: int, max_groups: int | None) -> np.nd
     return rows["_position"].to_numpy().astype(np.int64)
 
 
-def _read_parts(step_dir: Path) -> pa.Table | None:
+def _selected(step_dir: Path, per_group: int, max_groups: int | None) -> list[dict[str, Any]]:
+    """The selection over a step's parts (the same row from retried tasks counted once), as row dicts; the
+    parts are removed."""
     import pyarrow.parquet as pq
 
     folder = step_dir / PARTS_DIR
     files = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-    tables = [pq.read_table(f) for f in files]
+    tables = [t for t in map(pq.read_table, files) if t.num_rows]
     shutil.rmtree(folder, ignore_errors=True)
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables, promote_options="permissive") if tables else None
-
-
-def _selected(table: pa.Table, per_group: int, max_groups: int | None) -> list[dict[str, Any]]:
-    """The selection over merged parts (the same row from retried tasks counted once), as row dicts."""
+    if not tables:
+        return []
+    table = pa.concat_tables(tables, promote_options="permissive")
     keys = table.select(list(SELECTION_KEYS))
     return table.take(pa.array(select_rows(keys, per_group, max_groups))).to_pylist()
 
@@ -168,8 +167,7 @@ def merge_filter_examples(
 ) -> Path:
     """Write a filter step's ``examples.json`` from its parts: ``per_group`` rows per group, of the ``reasons``
     reasons (None: all) that ``dropped_by_reason`` counts most rows for."""
-    table = _read_parts(step_dir)
-    rows = _selected(table, per_group, None) if table is not None else []
+    rows = _selected(step_dir, per_group, None)
     top = sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))[:reasons]
     payload = {
         "version": EXAMPLES_VERSION,
@@ -211,8 +209,7 @@ def merge_dedup_examples(step_dir: Path, shingle: str, ngram: int, normalize: st
     from zephyr.dedup._graph import jaccard
     from zephyr.dedup._hashing import shingle_hashes, unique_sets
 
-    table = _read_parts(step_dir)
-    rows = _selected(table, 2, DEDUP_CLUSTERS) if table is not None else []
+    rows = _selected(step_dir, 2, DEDUP_CLUSTERS)
     pairs: list[tuple[dict[str, Any] | None, dict[str, Any]]] = []
     for group in dict.fromkeys(r[GROUP] for r in rows):
         members = [r for r in rows if r[GROUP] == group]
@@ -233,13 +230,8 @@ def merge_dedup_examples(step_dir: Path, shingle: str, ngram: int, normalize: st
         if kept is None:
             entry.update(kept=None, removed=_row(removed), jaccard=None)
         else:
-            ka, rb = kept[TEXT] or "", removed[TEXT] or ""
-            i, j = first_difference_window(ka, rb)
-            entry.update(
-                kept=_row(kept, i),
-                removed=_row(removed, j),
-                jaccard=round(float(next(scores)), 4),
-            )
+            i, j = first_difference_window(kept[TEXT] or "", removed[TEXT] or "")
+            entry.update(kept=_row(kept, i), removed=_row(removed, j), jaccard=round(float(next(scores)), 4))
         clusters.append(entry)
     payload = {
         "version": EXAMPLES_VERSION,
@@ -284,14 +276,9 @@ def dedup_example_blocks(step: str, payload: dict[str, Any]) -> list[tuple]:
     ]
     for c in clusters:
         jaccard = "–" if c.get("jaccard") is None else f"{c['jaccard']:.3f}"
-        size = md_text(c.get("size") or "?")
-        blocks.append(
-            (
-                "p",
-                f"**Cluster {md_code(c['cluster'])}**: {size} documents; Jaccard(kept, removed) = **{jaccard}**",
-            )
-        )
-        blocks.append(("pair", c.get("kept"), c["removed"]))
+        size = f"{md_text(c.get('size') or '?')} documents"
+        line = f"**Cluster {md_code(c['cluster'])}**: {size}; Jaccard(kept, removed) = **{jaccard}**"
+        blocks += [("p", line), ("pair", c.get("kept"), c["removed"])]
     return blocks
 
 
@@ -391,11 +378,7 @@ class CollectExamples:
         self._reset()
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        if (
-            table.num_rows == 0
-            or self.id_column not in table.column_names
-            or self.text_column not in table.column_names
-        ):
+        if table.num_rows == 0 or not {self.id_column, self.text_column} <= set(table.column_names):
             return table
         keys = self._keys(table)
         if keys is None:

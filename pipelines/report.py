@@ -80,16 +80,13 @@ def _retention_start(data: list[dict[str, Any]], key: str) -> tuple[str, dict[st
 def build_blocks(stats: dict[str, Any], plots: dict[str, str]) -> list[Block]:
     """The report's content, format-free; ``plots`` maps plot names to relative PNG paths."""
     steps = stats["steps"]
-    blocks: list[Block] = [("h", 1, f"Pipeline report: {md_text(stats['pipeline'])}")]
     ran = sum(1 for s in steps if s.get("status") == "ran")
-    blocks.append(
-        (
-            "p",
-            f"Job folder {md_code(stats['job_dir'])}; config {md_code(stats.get('config'))}; {len(steps)} "
-            f"steps ({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
-            f"{md_code(stats.get('execution', {}).get('executor'))}.",
-        )
+    intro = (
+        f"Job folder {md_code(stats['job_dir'])}; config {md_code(stats.get('config'))}; {len(steps)} "
+        f"steps ({ran} ran in this invocation, {len(steps) - ran} skipped as complete); executor "
+        f"{md_code(stats.get('execution', {}).get('executor'))}."
     )
+    blocks: list[Block] = [("h", 1, f"Pipeline report: {md_text(stats['pipeline'])}"), ("p", intro)]
     for section in (_step_blocks, _drop_blocks, _retention_blocks):
         blocks += section(steps, plots)
     for section, title in SECTIONS:
@@ -285,9 +282,8 @@ def make_plots(stats: dict[str, Any], folder: Path) -> dict[str, str]:
         out[name] = f"{folder.name}/{name}.png"
 
     steps = stats["steps"]
-    _rows_plot(plt, steps, save)
-    _time_plot(plt, steps, save)
-    _sources_plot(plt, steps, save)
+    for plot in (_rows_plot, _time_plot, _sources_plot):
+        plot(plt, steps, save)
     for step in steps:
         STEPS[step["type"]].plots(step, plt, save)
     return out
@@ -376,15 +372,12 @@ def _row_md(title: str, row: dict[str, Any]) -> str:
 def retention_markdown(report: dict[str, Any], examples: dict[str, Any] | None) -> str:
     """``zephyr filter``'s ``report.md``: its retention report (``filters.merge_summaries``) as one table per
     source, then its examples (``examples.merge_filter_examples``) as a filter step's are shown."""
-    blocks: list[Block] = [("h", 1, "Retention report")]
     t = report["totals"]
-    blocks.append(
-        (
-            "p",
-            f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
-            f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept.",
-        )
+    total = (
+        f"Total: {t['rows_in']} rows in, {t['rows_kept']} kept, {t['rows_dropped']} dropped, "
+        f"{t['rows_quarantined']} quarantined; {t['bytes_kept']} of {t['bytes_in']} text bytes kept."
     )
+    blocks: list[Block] = [("h", 1, "Retention report"), ("p", total)]
     for name, outcomes in report["sources"].items():
         rows_in, bytes_in = (sum(e[k] for e in outcomes.values()) for k in ("rows", "bytes"))
         rows = [

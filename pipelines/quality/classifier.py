@@ -131,8 +131,7 @@ def train_classifier(
     with tempfile.NamedTemporaryFile(
         "w", suffix=".txt", dir=output.parent, delete=False, encoding="utf-8"
     ) as f:
-        f.write("\n".join(lines.to_pylist()))  # fastText trains from a file only
-        f.write("\n")
+        f.write("\n".join(lines.to_pylist()) + "\n")  # fastText trains from a file only
     tmp = output.with_name(output.name + ".tmp")
     try:
         # the config's training fields under fastText's names (the labels and max_chars are ours)

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from zephyr.pipelines.quality._text import text_array
-from zephyr.pipelines.quality.ngrams import MAX_N, FlatWords, flat_words, ngram_keys
+from zephyr.pipelines.quality.ngrams import FlatWords, flat_words, ngram_keys
 
 from zephyr import counters
 from zephyr.config import RemovalMode, coerce
@@ -102,9 +102,7 @@ def read_eval_texts(paths: Sequence[str | Path], columns: Sequence[str] = ("text
 
 
 def build_eval_index(texts: pa.Array | Iterable[str], n: int = 13) -> EvalNgramIndex:
-    """Hash every word n-gram of the eval texts into a sorted unique array."""
-    if not 1 <= n <= MAX_N:
-        raise ConfigError(f"n must be in [1, {MAX_N}], got {n}")
+    """Hash every word n-gram of the eval texts into a sorted unique array (``n`` within ``ngrams.MAX_N``)."""
     if not isinstance(texts, pa.Array):
         texts = pa.array(list(texts), type=pa.large_string())
     fw = _normalized_words(texts)

@@ -55,6 +55,7 @@ from zephyr.pipelines.web.urls import UrlRules
 from zephyr import counters
 from zephyr.budget import kernel_slices
 from zephyr.config import FieldError
+from zephyr.errors import ConfigError
 from zephyr.flags import comma_names
 from zephyr.ops import BatchOutput
 from zephyr.removal import DROP_REASON, Route, check_added_columns, set_aside
@@ -75,7 +76,8 @@ RULE_SETS: dict[str, tuple[type, ...]] = {
 
 def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[RuleFamily]:
     """Rule families for comma-separated names (``"gopher,c4,fineweb"``) with default thresholds: the one check
-    of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones).
+    of rule names (a bad one is a ``FieldError`` on ``rules``, naming the allowed ones) and thresholds (a
+    ``FieldError`` on ``overrides``).
 
     ``overrides`` maps a family's ``name`` (``gopher_quality``, ``c4``, …) to a dict of field values.
     """
@@ -85,8 +87,12 @@ def build_rule_families(names: Sequence[str] | str, **overrides: Any) -> list[Ru
         if name not in RULE_SETS:
             raise FieldError("rules", f"unknown rule family {name!r}; allowed: {allowed}")
         for cls in RULE_SETS[name]:
-            if not any(type(f) is cls for f in families):
+            if any(type(f) is cls for f in families):
+                continue
+            try:
                 families.append(cls(**overrides.get(cls.name, {})))
+            except (TypeError, ConfigError) as exc:  # a threshold a family does not have, or a bad value
+                raise FieldError("overrides", str(exc)) from None
     if not families:
         raise FieldError("rules", f"give at least one rule family; allowed: {allowed}")
     return families
@@ -136,7 +142,7 @@ def _annotate_slice(
     null = texts.is_null().to_numpy(zero_copy_only=False)
     reasons[null] = NULL_TEXT
     alive = np.flatnonzero(~null)
-    counters: dict[str, int] = {}
+    counters: Counter[str] = Counter()
     for family in families:
         if len(alive) == 0:
             break
@@ -150,13 +156,12 @@ def _annotate_slice(
             new = fails & ~failed
             reasons[alive[new]] = reason
             failed |= fails
-        for k, c in verdict.counters.items():
-            counters[k] = counters.get(k, 0) + c
+        counters.update(verdict.counters)  # zeros stay: a counter of every slice
         if verdict.text is not None:
             survivors = pl.Series(alive[~failed])
             out_text = out_text.scatter(survivors, verdict.text.filter(pl.Series(~failed)))
         alive = alive[~failed]
-    return pa.array(reasons, type=pa.string()), out_text.to_arrow().cast(pa.large_string()), counters
+    return pa.array(reasons, type=pa.string()), out_text.to_arrow().cast(pa.large_string()), dict(counters)
 
 
 @dataclass

@@ -83,9 +83,6 @@ class LanguageIdentifier:
         if self.max_chars is not None and self.max_chars < 1:
             raise ConfigError(f"max_chars must be >= 1 or None, got {self.max_chars}")
 
-    def _model(self) -> Any:
-        return load_fasttext_model(str(self.model_path or ensure_lid_model()))
-
     def predict(self, texts: pa.Array) -> tuple[pa.Array, pa.Array]:
         """(labels, scores) for a string array; null/blank texts give nulls."""
         n = len(texts)
@@ -101,7 +98,8 @@ class LanguageIdentifier:
         if len(idx):
             # fastText's predict takes Python strings; one C++ call does the whole list.
             batch = pc.take(flat, pa.array(idx)).to_pylist()
-            raw_labels, raw_probs = self._model().predict(batch, k=1)
+            model = load_fasttext_model(str(self.model_path or ensure_lid_model()))
+            raw_labels, raw_probs = model.predict(batch, k=1)
             labels[idx] = [lab[0][9:] if lab else None for lab in raw_labels]  # strip "__label__"
             scores[idx] = np.fromiter((p[0] if len(p) else np.nan for p in raw_probs), np.float32, len(idx))
         mask = ~valid.to_numpy(zero_copy_only=False)

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephyr.errors import ConfigError
+
 _HASH_SEED = 0x5EED
 # Fixed odd 64-bit multipliers, one per position in the n-gram (splitmix64 outputs of 1, 2, 3, ...).
 _MULTIPLIERS = np.array(
@@ -79,7 +81,7 @@ def ngram_keys(fw: FlatWords, n: int, positions: np.ndarray | None = None) -> tu
     """(keys uint64, valid bool) of the n-grams starting at ``positions`` (default: every word); an n-gram
     is valid if it fits inside its document (keys of invalid ones are meaningless)."""
     if not 1 <= n <= MAX_N:
-        raise ValueError(f"n must be in [1, {MAX_N}], got {n}")
+        raise ConfigError(f"n must be in [1, {MAX_N}], got {n}")
     w = len(fw.hashes)
     pos = np.arange(w, dtype=np.int64) if positions is None else positions
     ends = fw.offsets[1:][fw.rows[pos]] if len(pos) else np.zeros(0, dtype=np.int64)
@@ -123,10 +125,8 @@ class NgramCounts:
         w = len(self.fw.hashes)
         valid = np.arange(w, dtype=np.int64) + n <= (self.fw.offsets[1:][self.fw.rows] if w else 0)
         counts = valid.astype(np.int64)
-        if n > 1:
-            candidates = np.flatnonzero((self.counts(n - 1) >= 2) & valid)
-        else:
-            candidates = np.flatnonzero(valid)
+        repeated = self.counts(n - 1) >= 2 if n > 1 else True  # only a repeated (n-1)-gram can start one
+        candidates = np.flatnonzero(repeated & valid)
         keys, _ = ngram_keys(self.fw, n, candidates)
         counts[candidates] = _repeat_counts(self.fw, keys, candidates)
         self._counts[n] = counts

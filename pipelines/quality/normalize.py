@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.pipelines.quality._text import text_array
+from zephyr.pipelines.quality._text import put_column, text_array
 from zephyr.pipelines.quality.config import NormalizeConfig
 
 from zephyr import counters
@@ -98,8 +98,7 @@ class Normalize:
         """Normalized ``table``; counts ``normalize/rows_rewritten`` (texts that changed) and
         ``normalize/bytes_removed`` (UTF-8 bytes fewer), so a report shows what normalization did."""
         texts = normalize_array(text_array(table, self.text_column), self.config)
-        index = table.schema.get_field_index(self.text_column)
-        out = table.set_column(index, pa.field(self.text_column, texts.type), texts)
+        out = put_column(table, self.text_column, texts)
         before, after = table.column(self.text_column), out.column(self.text_column)
         if table.num_rows and not pa.types.is_null(before.type):
             changed = pc.sum(pc.fill_null(pc.not_equal(before, after.cast(before.type)), False)).as_py() or 0

@@ -92,9 +92,7 @@ class RedactPII:
         texts, counts = redact_pii_array(text_array(table, self.text_column), self.config)
         for kind, per_row in counts.items():
             counters.increment(f"pii/{kind}", int(pc.sum(per_row).as_py() or 0))
-        table = table.set_column(
-            table.schema.get_field_index(self.text_column), pa.field(self.text_column, texts.type), texts
-        )
+        table = put_column(table, self.text_column, texts)
         if self.config.count_columns:
             for kind, c in counts.items():
                 table = put_column(table, f"{self.config.column_prefix}_{kind}", c)

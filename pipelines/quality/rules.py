@@ -355,12 +355,6 @@ class C4Quality:
         if self.min_words_per_line < 0 or self.max_word_length < 1:
             raise ConfigError("min_words_per_line must be >= 0 and max_word_length >= 1")
 
-    def _badwords_pattern(self) -> str | None:
-        words = bad_words() if self.badwords is None else self.badwords
-        if not words:
-            return None
-        return r"(?i)\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in words) + r")\b"
-
     def evaluate(self, texts: pl.Series, langs: pl.Series) -> Verdict:
         v = Verdict()
         if self.remove_citations and self.clean_lines:
@@ -400,8 +394,9 @@ class C4Quality:
         if self.min_sentences is not None:
             sentences = cleaned.str.count_matches(r"[.!?]+(?:[\"'”’)\]]*)(?:\s|$)")
             v.add("c4_too_few_sentences", sentences.to_numpy() < self.min_sentences)
-        pattern = self._badwords_pattern()
-        if pattern is not None:
+        words = bad_words() if self.badwords is None else self.badwords
+        if words:
+            pattern = r"(?i)\b(?:" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in words) + r")\b"
             applies = langs.is_in(sorted(self.badwords_languages)).to_numpy()
             v.add("c4_bad_words", cleaned.str.contains(pattern).fill_null(False).to_numpy() & applies)
         return v

@@ -86,10 +86,9 @@ class ExtractText:
                 texts.append(None)
                 failed.append(f"{self.extractor} failed: {type(exc).__name__}: {exc}")
         text = pa.array(texts, pa.large_string())
-        lengths = pc.fill_null(pc.utf8_length(text), 0)
-        bad = pa.array([f is not None for f in failed])
-        short = pc.and_(pc.invert(bad), pc.less(lengths, self.min_text_chars))
-        keep = pc.and_(pc.invert(bad), pc.invert(short))
+        bad = pc.is_null(text)  # the pages the extractor failed on
+        short = pc.fill_null(pc.less(pc.utf8_length(text), self.min_text_chars), False)
+        keep = pc.invert(pc.or_(bad, short))
         out = table.append_column("text", text)
         counters.increment("extract/html_bytes", int(pc.sum(table.column("html_bytes")).as_py() or 0))
         kept = out.filter(keep).select([c for c in OUTPUT_COLUMNS if c in out.column_names])

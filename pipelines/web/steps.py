@@ -186,10 +186,8 @@ class SubstringDedupStep(Step, type="substring_dedup"):
         from zephyr.dedup._rows import Jobs
         from zephyr.dedup.substring import substring_dedup_dataset
 
-        config, budget = self._config(ctx), ctx.budget
-        return Jobs.plans(
-            substring_dedup_dataset, ctx.read_inputs(), config, budget=budget, finish=ctx.counted
-        )
+        inputs, config = ctx.read_inputs(), self._config(ctx)
+        return Jobs.plans(substring_dedup_dataset, inputs, config, budget=ctx.budget, finish=ctx.counted)
 
     def run(self, ctx: StepContext) -> StepOutcome:
         """The step's extra holds the bytes removed per source and the most repeated spans (the report shows
