@@ -314,19 +314,14 @@ class TokenSource:
             self._doc_starts = starts
         return self._doc_starts
 
-    def shard_offsets(self, shard: int) -> np.ndarray:
-        """One shard's document offsets (shard-local, documents + 1), from ``doc_starts``."""
-        lo, hi = int(self.doc_base[shard]), int(self.doc_base[shard + 1])
-        return self.doc_starts()[lo : hi + 1] - self.token_base[shard]
-
     def _doc_spans(self, shard: int) -> tuple[np.ndarray, np.ndarray]:
-        """(start, length) of each document-aligned sample of a shard (greedy whole-document fill)."""
-        cached = self._spans.get(shard)
-        if cached is not None:
-            return cached
-        spans = document_spans(self.shard_offsets(shard), self.seq_len)
-        self._spans[shard] = spans
-        return spans
+        """(start, length) of each document-aligned sample of a shard (greedy whole-document fill), from the
+        shard's document offsets in ``doc_starts`` (cached per shard)."""
+        if shard not in self._spans:
+            lo, hi = int(self.doc_base[shard]), int(self.doc_base[shard + 1])
+            offsets = self.doc_starts()[lo : hi + 1] - self.token_base[shard]
+            self._spans[shard] = document_spans(offsets, self.seq_len)
+        return self._spans[shard]
 
     def locate(self, sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(shard, token start, length) of source-local sample indices (vectorized, one pass per shard).
@@ -493,16 +488,8 @@ class Gatherer:
             index = src.bins
             row, piece = index.pieces(bins[sel])
             shard = index.shard[bins[sel]][row]
-            parts.append(
-                (
-                    sel[row],
-                    np.full(len(row), s),
-                    shard,
-                    index.start[piece],
-                    index.length[piece],
-                    index.offset[piece],
-                )
-            )
+            pieces = (index.start[piece], index.length[piece], index.offset[piece])
+            parts.append((sel[row], np.full(len(row), s), shard, *pieces))
         if len(parts) > 1:  # back to row order (stable: a row's pieces stay in stream order)
             columns = [np.concatenate(c) for c in zip(*parts)]
             order = np.argsort(columns[0], kind="stable")

@@ -56,7 +56,7 @@ from zephyr.errors import InputError
 log = logging.getLogger(__name__)
 
 _VERIFIED: set[tuple[str, int, int, str]] = set()
-_VERIFIED_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards ``_VERIFIED`` and every store's table of per-file locks
 
 
 class ShardStore:
@@ -72,17 +72,12 @@ class ShardStore:
         self.waits = 0
         self._open: dict[int, np.ndarray] = {}  # the mapped tokens of each shard opened
         self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
         if self.remote and cache_dir is None:
             self.cache_dir = os.path.join(tempfile.gettempdir(), "zephyr-token-cache")
 
     def __getstate__(self) -> dict:
         # open memmaps would pickle as full copies, locks not at all: workers reopen (and re-verify) lazily
-        return {**self.__dict__, "_open": {}, "_locks": {}, "_locks_guard": None, "budget": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._locks_guard = threading.Lock()
+        return {**self.__dict__, "_open": {}, "_locks": {}, "budget": None}
 
     def cache_path(self, file: ShardFile) -> str:
         """Where the local copy of a remote file lives: ``<cache_dir>/<sha256>.npy``."""
@@ -98,7 +93,7 @@ class ShardStore:
         return os.path.exists(target) and os.path.getsize(target) == file.bytes
 
     def _lock(self, target: str) -> threading.Lock:
-        with self._locks_guard:
+        with _LOCK:
             return self._locks.setdefault(target, threading.Lock())
 
     def fetch(self, index: int, kind: str = "tokens", *, background: bool = False) -> str | None:
@@ -160,7 +155,7 @@ class ShardStore:
             return
         stat = os.stat(path)
         key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, file.sha256)
-        with _VERIFIED_LOCK:
+        with _LOCK:
             if key in _VERIFIED:
                 return
         actual = sha256_file(path) if stat.st_size == file.bytes else f"size {stat.st_size} != {file.bytes}"
@@ -171,7 +166,7 @@ class ShardStore:
                 "re-copy it or rewrite the shard set",
                 path=where or path,
             )
-        with _VERIFIED_LOCK:
+        with _LOCK:
             _VERIFIED.add(key)
 
     def _path(self, index: int, kind: str) -> str:
@@ -308,44 +303,40 @@ class CacheBudget:
         """Evict until ``new_bytes`` more fit under the limit, counting copies in flight; on True (or when
         ``required``: a reader needs the file now) the bytes are reserved until ``release``."""
         with self._lock:
-            fits = self._make_room(new_bytes, required)
+            entries = []  # (name, size, last use) of each cache file; the last use falls back to its mtime
+            if os.path.isdir(self.cache_dir):
+                with os.scandir(self.cache_dir) as it:
+                    for entry in it:
+                        if entry.is_file() and not entry.name.startswith(".part-"):
+                            stat = entry.stat()
+                            entries.append(
+                                (entry.name, stat.st_size, self._used.get(entry.name, stat.st_mtime - 1e12))
+                            )
+            used = sum(size for _, size, _ in entries) + self._reserved
+            for name, size, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
+                if used + new_bytes <= self.limit_bytes:
+                    break
+                if name in self.pinned or not _ENTRY.match(name) or not self._has_other_copy(name, size):
+                    continue
+                store, index = self._owners[name]
+                store.close(index)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.cache_dir, name))
+                used -= size
+                self.evicted += 1
+                log.info("cache: evicted %s (%d bytes) to stay under %d bytes", name, size, self.limit_bytes)
+            fits = used + new_bytes <= self.limit_bytes
+            if not fits and required:
+                log.warning(
+                    "cache: %d bytes in use + %d to copy exceed cache_limit_bytes=%d and nothing more can be "
+                    "evicted (wanted shards, or files whose only copy is here); copying anyway",
+                    used,
+                    new_bytes,
+                    self.limit_bytes,
+                )
             if fits or required:
                 self._reserved += new_bytes
             return fits
-
-    def _make_room(self, new_bytes: int, required: bool) -> bool:
-        entries = []  # (name, size, last use) of each cache file; the last use falls back to its mtime
-        if os.path.isdir(self.cache_dir):
-            with os.scandir(self.cache_dir) as it:
-                for entry in it:
-                    if entry.is_file() and not entry.name.startswith(".part-"):
-                        stat = entry.stat()
-                        entries.append(
-                            (entry.name, stat.st_size, self._used.get(entry.name, stat.st_mtime - 1e12))
-                        )
-        used = sum(size for _, size, _ in entries) + self._reserved
-        for name, size, _ in sorted(entries, key=lambda e: e[2]):  # least recently used first
-            if used + new_bytes <= self.limit_bytes:
-                break
-            if name in self.pinned or not _ENTRY.match(name) or not self._has_other_copy(name, size):
-                continue
-            store, index = self._owners[name]
-            store.close(index)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.cache_dir, name))
-            used -= size
-            self.evicted += 1
-            log.info("cache: evicted %s (%d bytes) to stay under %d bytes", name, size, self.limit_bytes)
-        fits = used + new_bytes <= self.limit_bytes
-        if not fits and required:
-            log.warning(
-                "cache: %d bytes in use + %d to copy exceed cache_limit_bytes=%d and nothing more can be "
-                "evicted (wanted shards, or files whose only copy is here); copying anyway",
-                used,
-                new_bytes,
-                self.limit_bytes,
-            )
-        return fits
 
 
 class ShardPrefetcher:
@@ -357,9 +348,8 @@ class ShardPrefetcher:
         self.budget = budget
         self.fetched = 0
         self._wanted: list[tuple[int, int]] = []
-        self._skipped: set[tuple[int, int]] = (
-            set()
-        )  # wanted, but no room or the copy failed: until `want` changes
+        # wanted, but no room or the copy failed: until `want` changes
+        self._skipped: set[tuple[int, int]] = set()
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="zephyr-shard-prefetch", daemon=True)
@@ -395,9 +385,8 @@ class ShardPrefetcher:
             s, k = job
             store = self.stores[s]
             try:
-                copied = (
-                    store.fetch(k, background=True) is not None
-                )  # None: the cache is full of wanted shards
+                # None: the cache is full of wanted shards
+                copied = store.fetch(k, background=True) is not None
             except Exception as exc:  # the reader fetches it again and raises with the shard's name
                 log.warning("prefetch of shard %s failed: %s", store.manifest.shards[k].name, exc)
                 copied = False

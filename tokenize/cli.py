@@ -43,9 +43,8 @@ def _writer_arguments(
 ) -> dict[str, Any]:
     """``write_token_shards``' keyword arguments but the output: one mapping for the command and for ``zephyr
     explain tokenize`` (``zephyr.tokenize.writer.plan_text`` takes the same)."""
-    files = {
-        f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)[2:]
-    }  # on_error, unify_schemas...
+    # on_error, unify_schemas...
+    files = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(Inputs)[2:]}
     return {"tokenizer": inputs.tokenizer, **files, **dataclasses.asdict(config), **execution.as_kwargs()}
 
 

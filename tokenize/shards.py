@@ -256,6 +256,8 @@ def write_shard(
     same bytes as int32). Returns the shard's manifest entry and its per-source ``{"documents", "tokens"}``
     counts.
     """
+    from zephyr.job_stats import add_counts
+
     dtype = np.dtype(dtype).newbyteorder("<")
     files: dict[str, ShardFile] = {}
     lengths: list[np.ndarray] = []
@@ -292,9 +294,7 @@ def write_shard(
                 docs = np.bincount(inverse, minlength=len(names))
                 toks = np.bincount(inverse, weights=doc_tokens, minlength=len(names))
                 for src, d, t in zip(names.tolist(), docs.tolist(), toks.tolist()):
-                    entry = per_source.setdefault(src, {"documents": 0, "tokens": 0})
-                    entry["documents"] += int(d)
-                    entry["tokens"] += int(t)
+                    add_counts(per_source.setdefault(src, {}), {"documents": d, "tokens": t})
         if position != num_tokens:  # raised inside the block: the temporary files are removed
             raise ValueError(f"shard {name}: wrote {position} tokens, announced {num_tokens}")
         doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)

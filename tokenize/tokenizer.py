@@ -325,10 +325,9 @@ class TextTokenizer:
     # ---- fastokens -------------------------------------------------------------------------------------
     def _build_fastokens(self) -> str | None:
         """Load and prove ``fastokens`` once per process (see ``_FASTOKENS``); the reason when it fails."""
-        cached = _FASTOKENS.get(self.sha256)
-        if cached is None:
-            cached = self._prove_fastokens()
-            _FASTOKENS[self.sha256] = cached
+        if self.sha256 not in _FASTOKENS:
+            _FASTOKENS[self.sha256] = self._prove_fastokens()
+        cached = _FASTOKENS[self.sha256]
         if isinstance(cached, str):
             return cached
         self._ft = cached

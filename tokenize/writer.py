@@ -257,7 +257,12 @@ def _write(
                 shards, per_source, stats = packed
                 sources = {"inputs": inputs, "text_column": config.text_column, "id_column": id_column}
                 sources.update(source_column=source_column, per_source=per_source)
-                engine = {"path": tok.path, "sha256": tok.sha256, "engine": _engine_used(refs.stats, tok)}
+                # the engines the tokenize tasks used (each proved its own), "+"-joined when processes differed
+                counters = job_stats.counter_totals(refs.stats.get("stages", []))
+                used = sorted(
+                    k.removeprefix("engine_") for k, v in counters.items() if k.startswith("engine_") and v
+                )
+                engine = {"path": tok.path, "sha256": tok.sha256, "engine": "+".join(used) or tok.engine}
                 meta = {  # the manifest's fields besides the shard list (zephyr.tokenize.shards)
                     "dtype": dtype.name,
                     "vocab_size": tok.vocab_size,
@@ -277,9 +282,8 @@ def _write(
                     "dropped": read.get("rows_dropped", 0),
                     "quarantined": read.get("rows_quarantined", 0),
                 }
-                stats.update(
-                    job_stats.summarize(engine_jobs)
-                )  # tokenize, sort and pack jobs, not the sort alone
+                # the tokenize, sort and pack jobs, not the sort alone
+                stats.update(job_stats.summarize(engine_jobs))
                 pool = placed.pool
                 executor = pool.get("executor", "local")
                 stats["tokenize_plan"] = {  # how the tokenize job ran (plan_tasks)
@@ -619,16 +623,6 @@ def _shuffle_and_pack(
     # (``PackPartition.side_folder``): the manifest never vouches for bytes it did not see written
     shards, per_source = _collect(pack_job(parts, packer).to_arrow(**execution).to_pylist())
     return [s for s in shards if s.num_documents > 0] or shards[:1], per_source, dict(written.stats)
-
-
-def _engine_used(stats: dict[str, Any], tok: TextTokenizer) -> str:
-    """The engine(s) the tokenize tasks used (each decided and proved it in its own process), e.g.
-    ``"fastokens"``; several, when processes differed (e.g. one lacked fastokens), joined by ``+``."""
-    from zephyr.job_stats import counter_totals
-
-    counters = counter_totals(stats.get("stages", []))
-    names = sorted(k.removeprefix("engine_") for k, v in counters.items() if k.startswith("engine_") and v)
-    return "+".join(names) if names else tok.engine
 
 
 def _collect(rows: list[dict[str, Any]]) -> tuple[list[Any], dict[str, dict[str, int]]]:

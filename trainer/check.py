@@ -376,12 +376,6 @@ def count_flops(target: Target, *, fake: bool = True) -> dict[str, Any]:
 
 
 # ---- Graph breaks ------------------------------------------------------------
-def _is_boundary(reason: str, stack: list[traceback.FrameSummary]) -> bool:
-    innermost = Path(stack[-1].filename).as_posix() if stack else ""
-    in_optim = "/torch/optim/" in innermost
-    return in_optim and ("graph_break" in reason or "disable" in reason)
-
-
 def _break(region: str, reason: str, where: str) -> dict[str, str]:
     return {"region": region, "reason": reason, "where": where}
 
@@ -415,7 +409,9 @@ def _explain(region: str, fn, *args, report: dict[str, Any]) -> None:  # noqa: A
         text = info.reason.strip()
         stack = list(info.user_stack)
         item = _break(region, text.splitlines()[0] if text else "?", source_line(stack))
-        report["boundaries" if _is_boundary(text, stack) else "breaks"].append(item)
+        in_optim = bool(stack) and "/torch/optim/" in Path(stack[-1].filename).as_posix()
+        boundary = in_optim and ("graph_break" in text or "disable" in text)  # torch's own, module docstring
+        report["boundaries" if boundary else "breaks"].append(item)
         unexplained[text] -= 1
     missing = explained.graph_break_count - len(explained.break_reasons)
     # Breaks dynamo counted without a break record (torch 2.13 keeps one per site): named from its counters.
@@ -594,23 +590,18 @@ def _host_reads(tracer: _Tracer) -> Iterator[None]:
             setattr(torch.Tensor, name, original)
 
 
-def _host_step_counters(optimizer: torch.optim.Optimizer) -> set[int]:
-    """Ids of the optimizer's step counters that torch keeps on the host (not fused, not capturable)."""
-    return {
+def find_host_syncs(target: Target) -> dict[str, Any]:
+    """Trace a step of ``target`` (a reduced-width model) for host syncs, then compare shapes on other data
+    (the module docstring's "Host syncs" record)."""
+    model, optimizer = build(target)
+    run_step(target, model, optimizer, synthetic_batch(target, 2))
+    host = {  # the optimizer's step counters that torch keeps on the host (not fused, not capturable)
         id(step)
         for group in optimizer.param_groups
         if not (group.get("fused") or group.get("capturable"))
         for p in group["params"]
         if isinstance(step := optimizer.state.get(p, {}).get("step"), torch.Tensor)
     }
-
-
-def find_host_syncs(target: Target) -> dict[str, Any]:
-    """Trace a step of ``target`` (a reduced-width model) for host syncs, then compare shapes on other data
-    (the module docstring's "Host syncs" record)."""
-    model, optimizer = build(target)
-    run_step(target, model, optimizer, synthetic_batch(target, 2))
-    host = _host_step_counters(optimizer)
     first = _Tracer(host)
     with first, _host_reads(first):
         run_step(target, model, optimizer, synthetic_batch(target, 0))

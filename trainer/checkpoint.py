@@ -166,20 +166,14 @@ class CheckpointManager:
         if not pointer.exists():
             return None
         name = pointer.read_text().strip()
-        if not re.fullmatch(r"step-\d{8}", name):  # never a checkpoint outside this folder
+        # never a checkpoint outside this folder (the name is checked before it is looked up)
+        if not re.fullmatch(r"step-\d{8}", name) or not (self.dir / name / TRAINER_JSON).exists():
             raise InputError(
-                f"'latest' names {name[:80]!r}, not a step-NNNNNNNN checkpoint of this folder; remove {pointer} "
-                "to start over or point it at an existing step-* directory",
+                f"'latest' names {name[:80]!r}, not a step-NNNNNNNN checkpoint of this folder (or a missing or "
+                f"incomplete one); remove {pointer} to start over or point it at an existing step-* directory",
                 path=str(pointer),
             )
-        path = self.dir / name
-        if not (path / TRAINER_JSON).exists():
-            raise InputError(
-                f"'latest' names {name}, which is missing or incomplete; remove {pointer} to start over "
-                "or point it at an existing step-* directory",
-                path=str(pointer),
-            )
-        return path
+        return self.dir / name
 
     def save(
         self,

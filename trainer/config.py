@@ -62,10 +62,7 @@ from zephyr.config import (
 )
 from zephyr.errors import ConfigError
 
-ScoreFunc = Literal["softmax", "sigmoid"]
 Dispatch = Literal["auto", "grouped_mm", "loop", "capacity"]
-AttentionBackend = Literal["auto", "flex", "sdpa"]
-Balance = Literal["bias", "quantile", "aux"]
 
 
 @dataclass(frozen=True)
@@ -81,13 +78,13 @@ class MoEConfig:
     num_shared_experts: int = ranged_field(0, default=0)
     """Experts every token passes through (DeepSeek-style); 0 disables them. They share one SwiGLU of width
     ``num_shared_experts * expert_ffn_dim``."""
-    score_func: ScoreFunc = "softmax"
+    score_func: Literal["softmax", "sigmoid"] = "softmax"
     """Router scoring: ``softmax`` over experts or an independent ``sigmoid`` per expert (DeepSeek-V3)."""
     route_norm: bool = False
     """Renormalize the K selected scores to sum to 1 (DeepSeek-V3 does this with sigmoid scoring)."""
     route_scale: float = ranged_field(0, low_open=True, default=1.0)
     """Multiplier on the routing weights."""
-    balance: Balance = "bias"
+    balance: Literal["bias", "quantile", "aux"] = "bias"
     """How expert load is balanced. ``bias``: aux-loss-free balancing (DeepSeek-V3), each step every expert bias
     moves by ``bias_update_rate`` towards balance. ``quantile``: Quantile Balancing (``zephyr.trainer.moe``),
     each step the bias is set to the one that would have balanced that step's tokens; no rate to tune.
@@ -156,7 +153,7 @@ class ModelConfig:
     init_std: float = ranged_field(0, low_open=True, default=0.02)
     """Standard deviation of the normal initialization (each block's output projections: divided by
     sqrt(2 * n_layers))."""
-    attention: AttentionBackend = "auto"
+    attention: Literal["auto", "flex", "sdpa"] = "auto"
     """``flex`` (FlexAttention block mask; CUDA), ``sdpa`` (SDPA with an explicit boolean mask; any device) or
     ``auto`` (flex on CUDA, sdpa elsewhere)."""
 
@@ -279,9 +276,6 @@ def get_preset(name: str) -> ModelConfig:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}") from None
 
 
-Schedule = Literal["cosine", "wsd", "constant"]
-
-
 @dataclass(frozen=True)
 class OptimConfig:
     """AdamW with warmup and a cosine or warmup-stable-decay (WSD) schedule."""
@@ -292,7 +286,7 @@ class OptimConfig:
     """The final learning rate as a fraction of ``lr`` (cosine floor, WSD end point)."""
     warmup_steps: int = ranged_field(0, default=100)
     """Steps of linear warmup to ``lr``."""
-    schedule: Schedule = "cosine"
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     """After the warmup: ``cosine`` to ``min_lr_ratio * lr``, ``wsd`` (warmup-stable-decay) or ``constant``."""
     decay_fraction: float = ranged_field(0, 1, low_open=True, default=0.2)
     """WSD only: the last fraction of the steps decays linearly to ``min_lr_ratio * lr``."""

@@ -67,12 +67,9 @@ def document_ids(positions_BL: torch.Tensor) -> torch.Tensor:
     return torch.cumsum((positions_BL == 0).to(torch.int32), dim=-1)
 
 
-class AttentionMask:
-    """The per-batch attention mask, built once per forward and shared by every layer."""
-
-    def __init__(self, kind: str, mask: Any) -> None:
-        self.kind = kind  # "sdpa" (bool tensor [B, 1, L, L]) or "flex" (BlockMask)
-        self.mask = mask
+# The per-batch attention mask, built once per forward and shared by every layer: a boolean tensor
+# [B, 1, L, L] for SDPA, FlexAttention's BlockMask for flex.
+AttentionMask = Any
 
 
 def build_attention_mask(positions_BL: torch.Tensor, backend: str) -> AttentionMask:
@@ -94,10 +91,10 @@ def build_attention_mask(positions_BL: torch.Tensor, backend: str) -> AttentionM
             device=positions_BL.device,
             _compile=positions_BL.device.type == "cuda",
         )
-        return AttentionMask("flex", block)
+        return block
     causal_LL = torch.ones(L, L, dtype=torch.bool, device=positions_BL.device).tril()
     same_doc_BLL = doc_BL[:, :, None] == doc_BL[:, None, :]
-    return AttentionMask("sdpa", (same_doc_BLL & causal_LL)[:, None])
+    return (same_doc_BLL & causal_LL)[:, None]
 
 
 _compiled_flex: Any = None
@@ -160,10 +157,10 @@ class Attention(nn.Module):
         cos, sin = rope
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         gqa = self.n_kv_heads != self.n_heads
-        if mask.kind == "flex":
-            out = _flex_attention(q, k, v, mask.mask, gqa)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.mask, enable_gqa=gqa)
+        if isinstance(mask, torch.Tensor):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        else:  # a BlockMask
+            out = _flex_attention(q, k, v, mask, gqa)
         return self.wo(out.transpose(1, 2).reshape(B, L, -1))
 
 

@@ -21,7 +21,7 @@ def _positions(doc_lengths: list[int]) -> torch.Tensor:
 def test_document_ids_and_mask() -> None:
     pos = torch.tensor([[3, 4, 0, 1, 2, 0]])  # a fragment, a 3-token document, a 1-token document
     assert document_ids(pos).tolist() == [[0, 0, 1, 1, 1, 2]]
-    mask = build_attention_mask(pos, "sdpa").mask[0, 0]
+    mask = build_attention_mask(pos, "sdpa")[0, 0]
     assert mask[3].tolist() == [False, False, True, True, False, False]
     assert mask[5].tolist() == [False] * 5 + [True]
 
