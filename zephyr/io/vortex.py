@@ -17,7 +17,6 @@ contract).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -37,29 +36,22 @@ if TYPE_CHECKING:
     from zephyr.io.sources import ReadOptions, Shard
 
 
-@contextlib.contextmanager
-def _open_vortex(path: str):
-    """Open ``path`` as a ``vortex.VortexFile``; failures become ``InputError`` naming the file."""
+def read_vortex_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
     import vortex
 
+    path = shard.path
     fs, stripped = filesystem(path)
     # a missing or unreadable file: one line naming it (vortex says "not readable")
     with open_input(path) as raw:
         if fs.size(stripped) == 0:
             raise InputError("empty (0-byte) Vortex file", path=path)
-        try:
+        try:  # local files with native I/O; both without the segment cache (memory: about one chunk)
             if is_local(fs):
                 handle = vortex.open(stripped, without_segment_cache=True)
             else:
                 handle = vortex.open_readable(raw, without_segment_cache=True)
         except Exception as exc:  # vortex raises plain ValueError/OSError/RuntimeError for bad files
             raise InputError(f"not a readable Vortex file: {exc}", path=path) from exc
-        yield handle
-
-
-def read_vortex_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
-    path = shard.path
-    with _open_vortex(path) as handle:
         try:
             file_schema = handle.dtype.to_arrow_schema()
         except Exception as exc:
