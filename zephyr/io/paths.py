@@ -496,9 +496,3 @@ def quietly(action, what: str) -> None:
         action()
     except Exception:  # noqa: BLE001 - used only while throwing a file away
         log.debug("ignoring error while discarding %s", what, exc_info=True)
-
-
-def remove_local(path: str) -> None:
-    """Remove a local file that may not exist (spills and half-built files)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)

@@ -64,7 +64,6 @@ from zephyr.io.paths import (
     naming_path,
     public_path,
     quietly,
-    remove_local,
 )
 from zephyr.io.schema import conform, promote_or_refuse
 
@@ -384,11 +383,9 @@ class VortexWriter(BufferedWriter):
 
         self._spill()
         self.close_file()
-        try:
-            with pa.OSFile(self.emitted, "rb") as source:
-                vortex.io.write(pa.ipc.open_stream(source), self.local)
-        finally:
-            remove_local(self.emitted)
+        with pa.OSFile(self.emitted, "rb") as source:
+            vortex.io.write(pa.ipc.open_stream(source), self.local)
+        os.remove(self.emitted)  # on an error, ``abort`` removes it (``_discard``)
         checksum = checksum_record(*file_checksum(self.local))
         if self.local_dir is not None:
             self.fs.put_file(self.local, self.file)
