@@ -348,23 +348,17 @@ class _BlockParser:
             explicit = pa.schema(list(self.forced.items())) if self.forced else None
             behavior = "infer"
         parse_options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior=behavior)
-        if not whole and len(data) > _PARSE_CHUNK_BYTES:
-            # Arrow parses its blocks in parallel; a line longer than one makes it raise "straddling", and then
-            # the whole block is parsed as one.
-            try:
-                return pj.read_json(
-                    pa.BufferReader(data),
-                    read_options=pj.ReadOptions(use_threads=True, block_size=_PARSE_CHUNK_BYTES),
-                    parse_options=parse_options,
-                )
-            except pa.ArrowInvalid as exc:
-                if "straddl" not in str(exc):
-                    raise
-        return pj.read_json(
-            pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=True, block_size=max(len(data) + 64, 1 << 16)),
-            parse_options=parse_options,
-        )
+        # Arrow parses its blocks in parallel; a line longer than one makes it raise "straddling", and then
+        # the whole block is parsed as one.
+        chunked = not whole and len(data) > _PARSE_CHUNK_BYTES
+        block_bytes = _PARSE_CHUNK_BYTES if chunked else max(len(data) + 64, 1 << 16)
+        try:
+            read_options = pj.ReadOptions(use_threads=True, block_size=block_bytes)
+            return pj.read_json(pa.BufferReader(data), read_options=read_options, parse_options=parse_options)
+        except pa.ArrowInvalid as exc:
+            if not chunked or "straddl" not in str(exc):
+                raise
+        return self._read_json(data, whole=True)
 
     def _parse(self, data: bytes, *, whole: bool = False) -> pa.Table:
         """``read_json`` with inferred timestamps turned back into the strings they were.
