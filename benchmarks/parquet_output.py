@@ -1,7 +1,7 @@
 """How big are zephyr's Parquet outputs, and what do their settings cost to write and to read?
 
 The rows of the medium docs corpus (``../shared/corpus``, cached under ``~/.cache/zephyr/corpus/medium/docs``)
-are written once per setting through the writer zephyr's sinks use (``zephyr.io.parquet.ParquetWriter``
+are written once per setting through the writer zephyr's sinks use (``zephyr.io.sinks.ParquetWriter``
 options, ``WRITER_OPTIONS``), beside peers writing the same table with their defaults (polars
 ``write_parquet``; duckdb ``COPY ... (FORMAT parquet)``) and the input files as they are. Each setting is
 timed best of ``--repeat`` (interleaved): the write, a full read with pyarrow (``pq.read_table``), and a
@@ -37,7 +37,7 @@ SETTINGS: dict[str, dict] = {
 
 
 def _zephyr_now() -> dict:
-    from zephyr.io.parquet import WRITER_OPTIONS
+    from zephyr.io.sinks import WRITER_OPTIONS
 
     return dict(WRITER_OPTIONS)
 

@@ -227,13 +227,6 @@ def read_manifest(url: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
-def _manifest_version(output: str) -> Any:
-    """The ``version`` of ``output``'s manifest in whatever format it has (None without one): a folder an
-    earlier format published is named as such, not as foreign."""
-    data = _json_file(layout.manifest_path(output))
-    return data.get("version") if isinstance(data, dict) else None
-
-
 def _pending_path(output: str) -> str:
     return posixpath.join(layout.staging_dir(output), PENDING)
 
@@ -352,7 +345,9 @@ def claimed(
             foreign = foreign_files(output)
             if foreign:
                 more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-                version = _manifest_version(output)
+                # the manifest's version in whatever format it has: an earlier format's folder is not foreign
+                data = _json_file(layout.manifest_path(output))
+                version = data.get("version") if isinstance(data, dict) else None
                 held_by = (
                     f"was written by an earlier zephyr (manifest version {version}, now {MANIFEST_VERSION})"
                     if version not in (None, MANIFEST_VERSION)

@@ -63,7 +63,7 @@ The fast path is one vectorized Arrow parse, accepted only with exactly one row 
 that fails falls back to screening its lines one by one, so bad lines raise or go to quarantine with their
 numbers; the schema only widens across blocks, or is the caller's (``schema=``) or the job's (``planned=``).
 
-The JSONL writer of the sinks (``JsonlWriter``) and ``encode_ndjson``: one JSON object per row by polars' vectorized
+``encode_ndjson``, the JSONL writer's (``zephyr.io.sinks.JsonlWriter``): one JSON object per row by polars' vectorized
 writer, binary as base64, compressed by ``zephyr.io.compression`` (see the ``zephyr.io.sinks`` contract).
 """
 
@@ -75,29 +75,22 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.json as pj
 import pyarrow.types as pat
 
 from zephyr.errors import ConfigError, InputError, SchemaError
-from zephyr.io.checksum import Checksummed
 from zephyr.io.compression import (
     CorruptStream,
     TrailingData,
     TruncatedStream,
-    open_compressed_writer,
     open_decompressed,
 )
-from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input, quietly
+from zephyr.io.paths import check_not_compressed, filesystem, infer_compression, open_input
 from zephyr.io.quarantine import QuarantineFn, refuse_or_set_aside, refuse_wide_text
 from zephyr.io.schema import PLANNED_FIX, conform, failing_rows, is_binary_like, map_leaves, promote_or_refuse
-from zephyr.io.sinks import ShardWriter
 from zephyr.io.text_encoding import SAMPLE_BYTES, wide_text
-
-if TYPE_CHECKING:
-    from zephyr.io.sources import ReadOptions, Shard
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +107,9 @@ def split_byte_ranges(path: str, approx_shard_bytes: int) -> list[tuple[int, int
     return [(start, min(size, start + approx_shard_bytes)) for start in range(0, size, approx_shard_bytes)]
 
 
-def read_jsonl_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """The batches of a JSONL shard (the module docstring); ``buffer_bytes`` does not apply: JSONL streams
-    through blocks of ``batch_bytes``."""
+def read_jsonl_shard(shard, read) -> Iterator[pa.RecordBatch]:
+    """The batches of a JSONL shard (the module docstring), read as ``read`` (a ``zephyr.io.sources.ReadOptions``)
+    says; its ``buffer_bytes`` does not apply: JSONL streams through blocks of ``batch_bytes``."""
     compression = infer_compression(shard.path)
     if shard.byte_range is not None and compression is not None:
         raise ConfigError(f"{shard.describe()}: a compressed file cannot be read by byte range")
@@ -327,7 +320,7 @@ def _screen(line: bytes) -> str | None:
 
 
 class _BlockParser:
-    def __init__(self, path: str, read: ReadOptions):
+    def __init__(self, path: str, read):
         self.path = path
         self.columns = columns = read.columns
         self.quarantine = read.quarantine
@@ -355,23 +348,17 @@ class _BlockParser:
             explicit = pa.schema(list(self.forced.items())) if self.forced else None
             behavior = "infer"
         parse_options = pj.ParseOptions(explicit_schema=explicit, unexpected_field_behavior=behavior)
-        if not whole and len(data) > _PARSE_CHUNK_BYTES:
-            # Arrow parses its blocks in parallel; a line longer than one makes it raise "straddling", and then
-            # the whole block is parsed as one.
-            try:
-                return pj.read_json(
-                    pa.BufferReader(data),
-                    read_options=pj.ReadOptions(use_threads=True, block_size=_PARSE_CHUNK_BYTES),
-                    parse_options=parse_options,
-                )
-            except pa.ArrowInvalid as exc:
-                if "straddl" not in str(exc):
-                    raise
-        return pj.read_json(
-            pa.BufferReader(data),
-            read_options=pj.ReadOptions(use_threads=True, block_size=max(len(data) + 64, 1 << 16)),
-            parse_options=parse_options,
-        )
+        # Arrow parses its blocks in parallel; a line longer than one makes it raise "straddling", and then
+        # the whole block is parsed as one.
+        chunked = not whole and len(data) > _PARSE_CHUNK_BYTES
+        block_bytes = _PARSE_CHUNK_BYTES if chunked else max(len(data) + 64, 1 << 16)
+        try:
+            read_options = pj.ReadOptions(use_threads=True, block_size=block_bytes)
+            return pj.read_json(pa.BufferReader(data), read_options=read_options, parse_options=parse_options)
+        except pa.ArrowInvalid as exc:
+            if not chunked or "straddl" not in str(exc):
+                raise
+        return self._read_json(data, whole=True)
 
     def _parse(self, data: bytes, *, whole: bool = False) -> pa.Table:
         """``read_json`` with inferred timestamps turned back into the strings they were.
@@ -504,34 +491,6 @@ class _BlockParser:
             last = block.first_line + block.newlines - (1 if block.data.endswith(b"\n") else 0)
             return f"{self.path} lines {block.first_line}-{last}"
         return f"{self.path} bytes {block.offset}-{block.offset + len(block.data)} (byte-range shard)"
-
-
-class JsonlWriter(ShardWriter):
-    """Writes each batch as it comes; JSON text has no file schema, so batches may widen freely."""
-
-    def __init__(self, *args: Any, **options: Any):
-        super().__init__(*args, **options)
-        self.handle = Checksummed(self.fs.open(self.file, "wb"))  # the bytes on disk: after compression
-        self.out = open_compressed_writer(self.handle, self.compression)
-
-    def _write(self, batch: pa.RecordBatch) -> None:
-        schema = self.schema if self.user_schema else promote_or_refuse(self.schema, batch.schema, self.where)
-        batch = conform(batch, schema, where=self.where)
-        self.schema = schema  # only once the batch fits: a refused batch leaves the writer as it was
-        if batch.num_rows:
-            self.out.write(encode_ndjson(batch, where=self.where))
-
-    def _finish(self) -> dict:
-        if self.out is not self.handle:  # a compressing writer: closing it ends the stream
-            self.out.close()
-        self.handle.close()
-        return self.handle.record()
-
-    def _discard(self) -> None:
-        """Close the file (``ShardWriter.abort`` removes it)."""
-        if self.out is not self.handle:
-            quietly(self.out.close, self.file)
-        quietly(self.handle.close, self.file)
 
 
 def _nested_binary(t: pa.DataType) -> bool:

@@ -23,9 +23,7 @@ Read Parquet shards: footer-based row-group splitting, column projection, bounde
   either raise ``InputError`` naming file, row group and row, or go to the quarantine with ``line`` = the row's
   0-based index within the file.
 
-The writer (``ParquetWriter``, a ``zephyr.io.sinks.ShardWriter``): zstd, statistics, dictionary encoding, one
-row group per flush; a widened schema rewrites the file written so far into a new generation (see the
-``zephyr.io.sinks`` contract). Its row-group buffering, ``BufferedWriter``, is Vortex's too (``zephyr.io.vortex``).
+The Parquet writer is in ``zephyr.io.sinks`` (``ParquetWriter``).
 """
 
 from __future__ import annotations
@@ -35,20 +33,14 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephyr.errors import InputError, SchemaError
-from zephyr.io.checksum import Checksummed
-from zephyr.io.paths import open_input, quietly
+from zephyr.io.paths import open_input
 from zephyr.io.quarantine import QuarantineFn, drop_bad_rows
-from zephyr.io.schema import cast_to_schema, conform, promote_or_refuse
-from zephyr.io.sinks import ShardWriter
-
-if TYPE_CHECKING:
-    from zephyr.io.sources import ReadOptions, Shard
+from zephyr.io.schema import cast_to_schema
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +151,9 @@ def columns_to_read(
     return (list(columns) if columns is not None else None), schema
 
 
-def read_parquet_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
+def read_parquet_shard(shard, read) -> Iterator[pa.RecordBatch]:
+    """The batches of the Parquet ``shard`` (the module docstring), read as ``read`` says (a
+    ``zephyr.io.sources.ReadOptions``)."""
     path, batch_bytes = shard.path, read.batch_bytes
     with open_parquet(path, buffer_bytes=read.buffer_bytes) as parquet_file:
         metadata = parquet_file.metadata
@@ -261,140 +255,3 @@ def checked_batches(
         rows = max(1, int(batch.num_rows * batch_bytes / batch.nbytes))  # 2x over: zero-copy slices
         for begin in range(0, batch.num_rows, rows):
             yield batch.slice(begin, rows)
-
-
-WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True}
-"""How every output Parquet file zephyr writes is encoded. zstd level 3, not pyarrow's level 1: the medium
-docs come out the size of the input (1.00x, level 1: 1.18x), the sample 23% smaller than at level 1, for a write
-about 1.8x slower than level 1 (still several times the ops' own throughput); level 6 saves another 10% at
-about 1.6x the time of level 3 (benchmarks/parquet_output.py, RESULTS.md). Spill and scratch files the engine
-reads back once keep level 1."""
-
-
-class BufferedWriter(ShardWriter):
-    """Buffers batches into row groups and keeps one file schema.
-
-    Without a user schema, the schema is the promotion of the batches buffered before the first flush. A later
-    batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
-    writer rewrite what it has emitted so far under the widened schema: the file row groups go to (``emitted``
-    on ``emitted_fs``: ``file``, or Vortex's spill) is moved aside and read back into a new one (``read_back``).
-    Rare, costs one pass over the rows written so far, and gives the same bytes as if the wide schema had been
-    known from the start. Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is
-    all it needs. A format's writer writes a row group (``emit``), reads back those of a file (``read_back``),
-    closes the file being written (``close_file``) and, once every row group is out, finishes it
-    (``close_format``, returning its checksum record).
-    """
-
-    def __init__(self, *args: Any, **options: Any):
-        super().__init__(*args, **options)
-        self.emitted_fs, self.emitted = self.fs, self.file
-        self.pending: pa.Schema | None = None  # promotion of buffered batches while the schema is not fixed
-        self.buffered: list[pa.RecordBatch] = []
-        self.buffered_rows = 0
-        self.buffered_bytes = 0
-        self.emitted_rows = 0
-
-    def _write(self, batch: pa.RecordBatch) -> None:
-        if self.schema is None:
-            self.pending = promote_or_refuse(self.pending, batch.schema, self.where)
-        elif not self.user_schema:
-            widened = promote_or_refuse(self.schema, batch.schema, self.where)
-            if not widened.equals(self.schema):
-                self._widen(widened)
-            batch = conform(batch, self.schema, where=self.where)
-        else:
-            batch = conform(batch, self.schema, where=self.where)
-        self.buffered.append(batch)
-        self.buffered_rows += batch.num_rows
-        self.buffered_bytes += batch.nbytes
-        while self.buffered and (
-            self.buffered_rows >= self.row_group_rows or self.buffered_bytes >= self.row_group_bytes
-        ):
-            self._flush()
-
-    def _widen(self, widened: pa.Schema) -> None:
-        buffered = [conform(b, widened, where=self.where) for b in self.buffered]
-        logger.info(
-            "%s: schema widens from %s to %s; rewriting the %d rows already written",
-            self.where,
-            self.schema,
-            widened,
-            self.emitted_rows,
-        )
-        self.schema = widened
-        if self.emitted_rows:
-            self.close_file()
-            self.emitted_fs.mv(self.emitted, f"{self.emitted}-narrow")
-            for table in self.read_back(f"{self.emitted}-narrow"):
-                self.emit(conform(table, self.schema, where=self.where))
-            self.emitted_fs.rm(f"{self.emitted}-narrow")
-        self.buffered = buffered
-
-    def _fix_schema(self) -> pa.Schema:
-        if self.schema is None:
-            self.schema = self.pending if self.pending is not None else pa.schema([])
-            self.buffered = [conform(b, self.schema, where=self.where) for b in self.buffered]
-        return self.schema
-
-    def _flush(self) -> None:
-        schema = self._fix_schema()
-        table = pa.Table.from_batches(self.buffered, schema=schema)
-        # at most row_group_rows rows, and about row_group_bytes: the rest waits for the next row group
-        by_bytes = int(table.num_rows * self.row_group_bytes / max(1, table.nbytes))
-        head = table.slice(0, min(self.row_group_rows, max(1, by_bytes)))
-        if head.num_rows:
-            self.emit(head)
-            self.emitted_rows += head.num_rows
-        rest = table.slice(head.num_rows)
-        self.buffered = rest.to_batches() if rest.num_rows else []
-        self.buffered_rows, self.buffered_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
-
-    def _finish(self) -> dict:
-        while self.buffered:
-            self._flush()
-        self._fix_schema()
-        return self.close_format()
-
-    def _discard(self) -> None:
-        quietly(self.close_file, self.emitted)
-        for path in (
-            self.emitted,
-            f"{self.emitted}-narrow",
-        ):  # a failed rewrite may leave the narrow one behind
-            quietly(lambda p=path: self.emitted_fs.rm(p) if self.emitted_fs.exists(p) else None, path)
-
-
-class ParquetWriter(BufferedWriter):
-    def __init__(self, *args: Any, **options: Any):
-        super().__init__(*args, **options)
-        self.handle: Checksummed | None = None  # hashes the file as it is written (``zephyr.io.checksum``)
-        self.writer: pq.ParquetWriter | None = None
-
-    def _writer(self) -> pq.ParquetWriter:
-        if self.writer is None:
-            self.handle = Checksummed(self.fs.open(self.file, "wb"))  # a rewrite starts a new file and hash
-            self.writer = pq.ParquetWriter(
-                self.handle, self._fix_schema(), write_statistics=True, **WRITER_OPTIONS
-            )
-        return self.writer
-
-    def emit(self, table: pa.Table) -> None:
-        self._writer().write_table(table, row_group_size=max(1, table.num_rows))
-
-    def read_back(self, path: str) -> Iterator[pa.Table]:
-        with self.fs.open(path, "rb") as source:
-            parquet_file = pq.ParquetFile(source)
-            for group in range(parquet_file.num_row_groups):
-                yield parquet_file.read_row_group(group)
-
-    def close_file(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-        if self.handle is not None:
-            self.handle.close()
-
-    def close_format(self) -> dict:
-        self._writer()
-        self.close_file()
-        return self.handle.record()

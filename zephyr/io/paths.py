@@ -120,9 +120,9 @@ def naming_path(path: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def atomic_output(url: str | os.PathLike) -> Iterator[str]:
-    """A temporary path beside ``url`` to write; renamed to ``url`` when the block ends without an error, removed
-    when it raises. Readers never see a partial file at ``url``.
+def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Iterator:
+    """An open file (text mode writes UTF-8) whose contents appear at ``url`` only once the block ends without
+    an error; when it raises, the file is removed. Readers never see a partial file at ``url``.
 
     The one temporary-name scheme of the project, ``<name>.tmp-<8 hex>`` in the same directory (so the rename
     stays on one filesystem), which ``expand_paths`` never lists. The parent directory is created. ``fs.mv``
@@ -132,23 +132,14 @@ def atomic_output(url: str | os.PathLike) -> Iterator[str]:
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     fs.makedirs(posixpath.dirname(path) or ".", exist_ok=True)
     try:
-        yield public_path(fs, tmp)
+        with fs.open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
+            yield handle
         fs.mv(tmp, path)  # a rename on a local disk
     except BaseException:
         with contextlib.suppress(OSError):
             if fs.exists(tmp):
                 fs.rm(tmp, recursive=True)
         raise
-
-
-@contextlib.contextmanager
-def atomic_write(url: str | os.PathLike, mode: Literal["wb", "w"] = "wb") -> Iterator:
-    """An open file whose contents appear at ``url`` only once the block ends without an error
-    (``atomic_output``); text mode writes UTF-8."""
-    with atomic_output(url) as tmp:
-        fs, path = url_to_fs(tmp)
-        with fs.open(path, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as handle:
-            yield handle
 
 
 def write_json_atomic(url: str, payload: dict) -> None:
@@ -505,9 +496,3 @@ def quietly(action, what: str) -> None:
         action()
     except Exception:  # noqa: BLE001 - used only while throwing a file away
         log.debug("ignoring error while discarding %s", what, exc_info=True)
-
-
-def remove_local(path: str) -> None:
-    """Remove a local file that may not exist (spills and half-built files)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)

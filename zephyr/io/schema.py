@@ -159,19 +159,6 @@ def promote_types(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
         return None
 
 
-def _widens_into(src: pa.DataType, target: pa.DataType) -> bool:
-    """Whether ``src`` values fit ``target`` by ``promote_types`` (the cast keeps every value)."""
-    widened = promote_types(src, target)
-    return widened is not None and widened.equals(target)
-
-
-def promote_schemas(a: pa.Schema, b: pa.Schema) -> pa.Schema:
-    """Union of two schemas, columns of ``a`` first; raises ``SchemaConflict`` naming the first bad column."""
-    if a.equals(b):
-        return a
-    return pa.schema(_merge_fields(list(a), list(b), unify=True), metadata=a.metadata)
-
-
 def map_leaves(t: pa.DataType, leaf) -> pa.DataType:
     """``t`` with ``leaf`` applied to every type inside it that is not a struct or a list (struct fields and
     list items are walked)."""
@@ -221,11 +208,14 @@ SCHEMA_FIX = "Pass schema= to the writer (or cast the column upstream) so every 
 def promote_or_refuse(
     current: pa.Schema | None, new: pa.Schema, where: str, fix: str = SCHEMA_FIX
 ) -> pa.Schema:
-    """The schema both ``current`` and ``new`` rows fit losslessly, or a ``SchemaError`` naming the column."""
+    """The schema both ``current`` and ``new`` rows fit losslessly (the union, ``current``'s columns first), or
+    a ``SchemaError`` naming the column."""
     if current is None:
         return new
+    if current.equals(new):
+        return current
     try:
-        return promote_schemas(current, new)
+        return pa.schema(_merge_fields(list(current), list(new), unify=True), metadata=current.metadata)
     except SchemaConflict as exc:
         raise SchemaError(
             f"{where}: column {exc.column!r} is {exc.left} in earlier rows but {exc.right} here; one column "
@@ -251,7 +241,8 @@ def conform(
     for field in schema:
         index = data.schema.get_field_index(field.name)
         src = data.schema.field(index).type if index >= 0 else field.type
-        if not _widens_into(src, field.type):
+        widened = promote_types(src, field.type)  # the cast keeps every value
+        if widened is None or not widened.equals(field.type):
             raise SchemaError(
                 f"{where}: column {field.name!r} has type {src} but the target type is {field.type}; "
                 f"that cast could lose data. {fix}"

@@ -1,9 +1,8 @@
 """Sinks: write one output shard file (Parquet, JSONL[.gz|.zst], Vortex) atomically and deterministically.
 
-``ShardWriter(path, format)`` is the format's writer (``ParquetWriter``, ``JsonlWriter``, ``VortexWriter``, each a
-subclass in the format's module), which encodes into the temporary file ``file`` (``_write``; ``_finish``, which
-returns the file's checksum record; ``_discard``); ``ShardWriter`` checks the calls and renames the file into
-place.
+``ShardWriter(path, format)`` is the format's writer (``ParquetWriter``, ``JsonlWriter``, ``VortexWriter``, its
+subclasses), which encodes into the temporary file ``file`` (``_write``; ``_finish``, which returns the file's
+checksum record; ``_discard``); ``ShardWriter`` checks the calls and renames the file into place.
 
 Contract:
 
@@ -39,16 +38,34 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import posixpath
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
 
 from zephyr.errors import ConfigError, ZephyrError
 from zephyr.io import paths
-from zephyr.io.paths import Compression, Format, filesystem, naming_path, public_path
+from zephyr.io.checksum import Checksummed, checksum_record, file_checksum
+from zephyr.io.compression import open_compressed_writer
+from zephyr.io.jsonl import encode_ndjson
+from zephyr.io.paths import (
+    Compression,
+    Format,
+    filesystem,
+    is_local,
+    naming_path,
+    public_path,
+    quietly,
+)
+from zephyr.io.schema import conform, promote_or_refuse
 
 logger = logging.getLogger(__name__)
 
@@ -109,15 +126,7 @@ class ShardWriter(contextlib.AbstractContextManager):
 
     def __new__(cls, path: str, format: Format, **options: Any) -> ShardWriter:
         _check_format(format, options.get("compression"))
-        if cls is ShardWriter:  # each format's writer subclasses this class in the format's module
-            from zephyr.io import jsonl, parquet, vortex
-
-            cls = {
-                "parquet": parquet.ParquetWriter,
-                "jsonl": jsonl.JsonlWriter,
-                "vortex": vortex.VortexWriter,
-            }[format]
-        return super().__new__(cls)
+        return super().__new__(_WRITERS[format] if cls is ShardWriter else cls)
 
     def __init__(
         self,
@@ -194,3 +203,227 @@ class ShardWriter(contextlib.AbstractContextManager):
         with contextlib.suppress(FileNotFoundError):
             if self.fs.exists(self.file):
                 self.fs.rm(self.file)
+
+
+WRITER_OPTIONS: dict[str, object] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True}
+"""How every output Parquet file zephyr writes is encoded. zstd level 3, not pyarrow's level 1: the medium
+docs come out the size of the input (1.00x, level 1: 1.18x), the sample 23% smaller than at level 1, for a write
+about 1.8x slower than level 1 (still several times the ops' own throughput); level 6 saves another 10% at
+about 1.6x the time of level 3 (benchmarks/parquet_output.py, RESULTS.md). Spill and scratch files the engine
+reads back once keep level 1."""
+
+
+class BufferedWriter(ShardWriter):
+    """Buffers batches into row groups and keeps one file schema.
+
+    Without a user schema, the schema is the promotion of the batches buffered before the first flush. A later
+    batch that widens it (a column that was all-null gets strings; int64 meets double; a new column) makes the
+    writer rewrite what it has emitted so far under the widened schema: the file row groups go to (``emitted``
+    on ``emitted_fs``: ``file``, or Vortex's spill) is moved aside and read back into a new one (``read_back``).
+    Rare, costs one pass over the rows written so far, and gives the same bytes as if the wide schema had been
+    known from the start. Readers yield batches whose schemas only widen (see ``zephyr.io.jsonl``), so that is
+    all it needs. A format's writer writes a row group (``emit``), reads back those of a file (``read_back``),
+    closes the file being written (``close_file``) and, once every row group is out, finishes it
+    (``close_format``, returning its checksum record).
+    """
+
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.emitted_fs, self.emitted = self.fs, self.file
+        self.pending: pa.Schema | None = None  # promotion of buffered batches while the schema is not fixed
+        self.buffered: list[pa.RecordBatch] = []
+        self.buffered_rows = 0
+        self.buffered_bytes = 0
+        self.emitted_rows = 0
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        if self.schema is None:
+            self.pending = promote_or_refuse(self.pending, batch.schema, self.where)
+        elif not self.user_schema:
+            widened = promote_or_refuse(self.schema, batch.schema, self.where)
+            if not widened.equals(self.schema):
+                self._widen(widened)
+            batch = conform(batch, self.schema, where=self.where)
+        else:
+            batch = conform(batch, self.schema, where=self.where)
+        self.buffered.append(batch)
+        self.buffered_rows += batch.num_rows
+        self.buffered_bytes += batch.nbytes
+        while self.buffered and (
+            self.buffered_rows >= self.row_group_rows or self.buffered_bytes >= self.row_group_bytes
+        ):
+            self._flush()
+
+    def _widen(self, widened: pa.Schema) -> None:
+        buffered = [conform(b, widened, where=self.where) for b in self.buffered]
+        logger.info(
+            "%s: schema widens from %s to %s; rewriting the %d rows already written",
+            self.where,
+            self.schema,
+            widened,
+            self.emitted_rows,
+        )
+        self.schema = widened
+        if self.emitted_rows:
+            self.close_file()
+            self.emitted_fs.mv(self.emitted, f"{self.emitted}-narrow")
+            for table in self.read_back(f"{self.emitted}-narrow"):
+                self.emit(conform(table, self.schema, where=self.where))
+            self.emitted_fs.rm(f"{self.emitted}-narrow")
+        self.buffered = buffered
+
+    def _fix_schema(self) -> pa.Schema:
+        if self.schema is None:
+            self.schema = self.pending if self.pending is not None else pa.schema([])
+            self.buffered = [conform(b, self.schema, where=self.where) for b in self.buffered]
+        return self.schema
+
+    def _flush(self) -> None:
+        schema = self._fix_schema()
+        table = pa.Table.from_batches(self.buffered, schema=schema)
+        # at most row_group_rows rows, and about row_group_bytes: the rest waits for the next row group
+        by_bytes = int(table.num_rows * self.row_group_bytes / max(1, table.nbytes))
+        head = table.slice(0, min(self.row_group_rows, max(1, by_bytes)))
+        if head.num_rows:
+            self.emit(head)
+            self.emitted_rows += head.num_rows
+        rest = table.slice(head.num_rows)
+        self.buffered = rest.to_batches() if rest.num_rows else []
+        self.buffered_rows, self.buffered_bytes = rest.num_rows, rest.nbytes if rest.num_rows else 0
+
+    def _finish(self) -> dict:
+        while self.buffered:
+            self._flush()
+        self._fix_schema()
+        return self.close_format()
+
+    def _discard(self) -> None:
+        quietly(self.close_file, self.emitted)
+        for path in (
+            self.emitted,
+            f"{self.emitted}-narrow",
+        ):  # a failed rewrite may leave the narrow one behind
+            quietly(lambda p=path: self.emitted_fs.rm(p) if self.emitted_fs.exists(p) else None, path)
+
+
+class ParquetWriter(BufferedWriter):
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.handle: Checksummed | None = None  # hashes the file as it is written (``zephyr.io.checksum``)
+        self.writer: pq.ParquetWriter | None = None
+
+    def _writer(self) -> pq.ParquetWriter:
+        if self.writer is None:
+            self.handle = Checksummed(self.fs.open(self.file, "wb"))  # a rewrite starts a new file and hash
+            self.writer = pq.ParquetWriter(
+                self.handle, self._fix_schema(), write_statistics=True, **WRITER_OPTIONS
+            )
+        return self.writer
+
+    def emit(self, table: pa.Table) -> None:
+        self._writer().write_table(table, row_group_size=max(1, table.num_rows))
+
+    def read_back(self, path: str) -> Iterator[pa.Table]:
+        with self.fs.open(path, "rb") as source:
+            parquet_file = pq.ParquetFile(source)
+            for group in range(parquet_file.num_row_groups):
+                yield parquet_file.read_row_group(group)
+
+    def close_file(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if self.handle is not None:
+            self.handle.close()
+
+    def close_format(self) -> dict:
+        self._writer()
+        self.close_file()
+        return self.handle.record()
+
+
+class VortexWriter(BufferedWriter):
+    """Spills row groups to an Arrow IPC stream; ``_finish`` converts it with ``vortex.io.write``. The file is
+    built locally (``local``): in a local temporary folder when ``file`` is on another filesystem, uploaded when
+    finished."""
+
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.local_dir = None if is_local(self.fs) else tempfile.mkdtemp(prefix="zephyr-vortex-")
+        self.local = self.file if self.local_dir is None else os.path.join(self.local_dir, "out.vortex")
+        self.emitted_fs, self.emitted = LocalFileSystem(), f"{self.local}.spill.arrows"
+        self.spill_file: IO[bytes] | None = None
+        self.spill_writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def _spill(self) -> pa.ipc.RecordBatchStreamWriter:
+        if self.spill_writer is None:
+            self.spill_file = open(self.emitted, "wb")  # noqa: SIM115 - closed in close_file
+            self.spill_writer = pa.ipc.new_stream(self.spill_file, self._fix_schema())
+        return self.spill_writer
+
+    def emit(self, table: pa.Table) -> None:
+        self._spill().write_table(table)
+
+    def read_back(self, path: str) -> Iterator[pa.Table]:
+        with pa.OSFile(path, "rb") as source:
+            for batch in pa.ipc.open_stream(source):
+                yield pa.Table.from_batches([batch])
+
+    def close_file(self) -> None:
+        if self.spill_writer is not None:
+            self.spill_writer.close()
+            self.spill_writer = None
+        if self.spill_file is not None:
+            self.spill_file.close()
+            self.spill_file = None
+
+    def close_format(self) -> dict:
+        """The finished file's checksum record: its writer (Rust) writes the file itself, so it is read once."""
+        import vortex
+
+        self._spill()
+        self.close_file()
+        with pa.OSFile(self.emitted, "rb") as source:
+            vortex.io.write(pa.ipc.open_stream(source), self.local)
+        os.remove(self.emitted)  # on an error, ``abort`` removes it (``_discard``)
+        checksum = checksum_record(*file_checksum(self.local))
+        if self.local_dir is not None:
+            self.fs.put_file(self.local, self.file)
+            shutil.rmtree(self.local_dir, ignore_errors=True)
+        return checksum
+
+    def _discard(self) -> None:
+        super()._discard()  # the spill; ``ShardWriter.abort`` removes ``file``
+        if self.local_dir is not None:
+            shutil.rmtree(self.local_dir, ignore_errors=True)
+
+
+class JsonlWriter(ShardWriter):
+    """Writes each batch as it comes; JSON text has no file schema, so batches may widen freely."""
+
+    def __init__(self, *args: Any, **options: Any):
+        super().__init__(*args, **options)
+        self.handle = Checksummed(self.fs.open(self.file, "wb"))  # the bytes on disk: after compression
+        self.out = open_compressed_writer(self.handle, self.compression)
+
+    def _write(self, batch: pa.RecordBatch) -> None:
+        schema = self.schema if self.user_schema else promote_or_refuse(self.schema, batch.schema, self.where)
+        batch = conform(batch, schema, where=self.where)
+        self.schema = schema  # only once the batch fits: a refused batch leaves the writer as it was
+        if batch.num_rows:
+            self.out.write(encode_ndjson(batch, where=self.where))
+
+    def _finish(self) -> dict:
+        if self.out is not self.handle:  # a compressing writer: closing it ends the stream
+            self.out.close()
+        self.handle.close()
+        return self.handle.record()
+
+    def _discard(self) -> None:
+        """Close the file (``ShardWriter.abort`` removes it)."""
+        if self.out is not self.handle:
+            quietly(self.out.close, self.file)
+        quietly(self.handle.close, self.file)
+
+
+_WRITERS = {"parquet": ParquetWriter, "jsonl": JsonlWriter, "vortex": VortexWriter}

@@ -199,10 +199,7 @@ def peek_schemas(
     shards: Sequence[Shard], *, peek_bytes: int = SCHEMA_PEEK_BYTES
 ) -> list[tuple[str, pa.Schema | None]]:
     """``_peek_schema`` of each distinct file of ``shards``, in order, 8 files at a time."""
-    seen: dict[str, Shard] = {}
-    for shard in shards:
-        seen.setdefault(shard.path, shard)
-    files = [replace(s, byte_range=None, row_groups=None) for s in seen.values()]
+    files = list({s.path: replace(s, byte_range=None, row_groups=None) for s in shards}.values())
     with ThreadPoolExecutor(max_workers=min(_PEEK_THREADS, max(1, len(files)))) as pool:
         return list(pool.map(lambda s: _peek_schema(s, peek_bytes=peek_bytes), files))
 

@@ -46,7 +46,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -54,9 +54,6 @@ from zephyr import counters
 from zephyr.io.paths import open_input
 from zephyr.io.quarantine import refuse_or_set_aside, refuse_wide_text
 from zephyr.io.text_encoding import SAMPLE_BYTES
-
-if TYPE_CHECKING:
-    from zephyr.io.sources import ReadOptions, Shard
 
 log = logging.getLogger(__name__)
 
@@ -215,9 +212,10 @@ def _row(record: Record, path: str) -> dict[str, Any] | None:
 
 
 # -- the shard reader --------------------------------------------------------------------------------------
-def read_warc_shard(shard: Shard, read: ReadOptions) -> Iterator[pa.RecordBatch]:
-    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring); the
-    schema options of other readers do not apply: WARC rows have one fixed schema."""
+def read_warc_shard(shard, read) -> Iterator[pa.RecordBatch]:
+    """Stream a WARC/ARC file's HTML response records as batches of ``WARC_SCHEMA`` (module docstring); of
+    ``read`` (a ``zephyr.io.sources.ReadOptions``) the schema options do not apply: WARC rows have one fixed
+    schema."""
     path, quarantine = shard.path, read.quarantine
     schema = WARC_SCHEMA if not read.columns else pa.schema([WARC_SCHEMA.field(c) for c in read.columns])
     rows: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""zephyr.io.paths.atomic_output / atomic_write: a file appears whole under its name, or not at all."""
+"""zephyr.io.paths.atomic_write: a file appears whole under its name, or not at all."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import fsspec
 import pytest
 
 from zephyr.errors import InputError
-from zephyr.io.paths import atomic_output, atomic_write, expand_paths
+from zephyr.io.paths import atomic_write, expand_paths
 
 
 @pytest.mark.parametrize("root", ["local", "memory"])
@@ -44,7 +44,7 @@ def test_an_existing_file_is_replaced_whole(tmp_path):
         handle.write("new, but the writer fails")
         raise ValueError
     assert target.read_text() == "old"  # a failed rewrite keeps the previous version
-    with atomic_output(target) as tmp, open(tmp, "w") as handle:
+    with atomic_write(target, "w") as handle:
         handle.write("new")
     assert target.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from zephyr.errors import SchemaError
-from zephyr.io.schema import SchemaConflict, conform, promote_schemas, promote_types
+from zephyr.io.schema import conform, promote_or_refuse, promote_types
 
 
 @pytest.mark.parametrize(
@@ -33,12 +33,11 @@ def test_promote_types(a, b, expected):
     assert (got is None) if expected is None else got.equals(expected)
 
 
-def test_promote_schemas_names_the_column():
-    with pytest.raises(SchemaConflict) as info:
-        promote_schemas(
-            pa.schema([("ok", pa.int64()), ("bad", pa.string())]), pa.schema([("bad", pa.int64())])
+def test_promote_or_refuse_names_the_column():
+    with pytest.raises(SchemaError, match="column 'bad' is string in earlier rows but int64 here"):
+        promote_or_refuse(
+            pa.schema([("ok", pa.int64()), ("bad", pa.string())]), pa.schema([("bad", pa.int64())]), "t"
         )
-    assert info.value.column == "bad"
 
 
 def test_conform_reorders_fills_and_widens():
