@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from zephyr.errors import ConfigError
-from zephyr.executors.base import Executor, Outcome, Shared, call_shared, failure
+from zephyr.executors.base import Executor, Outcome, Shared, call, failure, fix_mmap_threshold, shared_value
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -167,20 +167,16 @@ class LocalDaskCluster:
             self.scheduler.close()
 
 
-def on_worker(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a dask worker, with the heap rules of the local executor's workers
-    (``zephyr.executors.base``): glibc's mmap threshold fixed before the first task of the process, and what a
-    task freed handed back when it ends. A dask worker runs every task of a job in one long-lived process, where
-    freed arrays left in glibc's arenas and Arrow's pool add to the next task's peak; without these rules the
-    scale benchmark's dask workers peaked at 1.1-1.8 GiB under the default 1 GiB budget where local workers
-    stayed at 0.4-0.6 GiB, and a tokenize worker was OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
-    from zephyr.executors.base import fix_mmap_threshold, release_freed_memory
-
+def on_worker(fn: Callable[[Any, Any], Any], key: str, blob: bytes, task: Any) -> Outcome:
+    """``fn(shared value, task)`` on a dask worker (``executors.base.shared_value``) as its ``Outcome``, with the
+    heap rules of the local executor's workers (``zephyr.executors.base``): glibc's mmap threshold fixed before
+    the first task of the process, and what a task freed handed back when it ends (``call``). A dask worker runs
+    every task of a job in one long-lived process, where freed arrays left in glibc's arenas and Arrow's pool
+    add to the next task's peak; without these rules the scale benchmark's dask workers peaked at 1.1-1.8 GiB
+    under the default 1 GiB budget where local workers stayed at 0.4-0.6 GiB, and a tokenize worker was
+    OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
     fix_mmap_threshold()
-    try:
-        return fn(*args)
-    finally:
-        release_freed_memory()
+    return call(lambda: fn(shared_value(key, blob), task))
 
 
 def dask_setup(worker: object) -> None:
@@ -228,9 +224,7 @@ class DaskExecutor(Executor):
                 raise
             executor = cls(client, cluster=cluster, owns_client=True)
             log.info(
-                "dask: started a LocalCluster of %d workers at %s",
-                options.num_workers,
-                cluster.scheduler_address,
+                "dask: started a LocalCluster of %d workers at %s", cluster.count, cluster.scheduler_address
             )
         try:
             executor._check_cluster(options.work_dir)
@@ -312,7 +306,7 @@ class DaskExecutor(Executor):
                 position, task = queue.popleft()
                 key = f"zephyr-{name}-{batch}-{position:05d}"
                 future = self.client.submit(
-                    on_worker, call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
+                    on_worker, fn, shared.key, stage, task, pure=False, retries=0, key=key
                 )
                 positions[future.key] = position
                 pending[future.key] = future
@@ -361,7 +355,7 @@ def _outcome(future: Future) -> Outcome:
 
     if future.status == "finished":
         try:
-            return Outcome(True, future.result())
+            return future.result()  # the task's own (``on_worker``)
         except (KilledWorker, CommClosedError) as exc:  # the result's holder died before we fetched it
             return Outcome(
                 False, error=f"dask worker lost before its result was fetched: {exc}", worker_died=True
