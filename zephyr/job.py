@@ -344,14 +344,11 @@ class Job:
         units = []
         for group in groups:
             mine = [markers[t] for t in group]
-            units.append(
-                {
-                    "description": f"runs of map tasks {group.start}-{group.stop - 1} of {name}",
-                    "runs": tuple(Run(run) for marker in mine for run in marker["runs"]),
-                    "checksums": {p: m["checksums"][p] for m in mine for p in marker_files(m)["runs"]},
-                    "rows": sum(marker["rows_out"] for marker in mine),
-                }
-            )
+            description = f"runs of map tasks {group.start}-{group.stop - 1} of {name}"
+            runs = tuple(Run(run) for marker in mine for run in marker["runs"])
+            checksums = {p: m["checksums"][p] for m in mine for p in marker_files(m)["runs"]}
+            rows = sum(marker["rows_out"] for marker in mine)
+            units.append({"description": description, "runs": runs, "checksums": checksums, "rows": rows})
         done = self._run_stage(stage, units, (0, None)).markers  # not in the plan: no bar bytes
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
 

@@ -33,13 +33,11 @@ otherwise).
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +46,7 @@ from urllib.parse import urlparse
 
 from zephyr.errors import ConfigError
 from zephyr.executors.base import Executor, Outcome, Shared, call, failure, fix_mmap_threshold, shared_value
+from zephyr.executors.worker import command
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -92,8 +91,8 @@ _WORKER_MAIN = (
     "import sys, json; sys.path[:] = json.loads(sys.argv.pop(1)); "
     "from distributed.cli.dask_worker import main; main()"
 )
-"""What the workers' process runs: ``dask worker`` with the driver's ``sys.path`` installed first (``-P``
-keeps the current directory out until then), as ``zephyr/executors/worker.py`` does for local workers."""
+"""What the workers' process runs (``executors.worker.command``): ``dask worker`` with the driver's ``sys.path``
+installed first (``-P`` keeps the current directory out until then), as local workers do."""
 
 
 def _start_workers(address: str, workers: int) -> subprocess.Popen:
@@ -104,11 +103,10 @@ def _start_workers(address: str, workers: int) -> subprocess.Popen:
     env = dict(os.environ)
     # Each worker's polars pool sized to its share of the cores, as the local executor does.
     env["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
-    # A failing task is the driver's to report (one line, the traceback in its log); the workers' own
-    # "Compute Failed" records would print a traceback per try. Shown with -v (INFO logging).
+    # What goes wrong is the driver's to report (one line, the traceback in its log), not every worker's
+    # log records. Shown with -v (INFO logging).
     env["DASK_LOGGING__DISTRIBUTED"] = "warning" if verbose else "critical"
-    path = json.dumps([entry for entry in sys.path if isinstance(entry, str)])
-    argv = [sys.executable, "-P", "-c", _WORKER_MAIN, path, address, "--nworkers", str(workers)]
+    argv = command(_WORKER_MAIN, address, "--nworkers", str(workers))
     argv += ["--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "60"]
     argv += ["--dashboard-address", "127.0.0.1:0"]  # its HTTP server (health, metrics) runs even without one
     argv += ["--preload", __name__]  # dask_setup below, in each worker

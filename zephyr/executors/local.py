@@ -30,6 +30,7 @@ ignores SIGINT: the driver handles Ctrl-C and stops them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -81,7 +82,7 @@ class _Worker:
         }
         try:
             self.process = subprocess.Popen(
-                worker.command(config),
+                worker.command(worker.BOOTSTRAP, json.dumps(config)),
                 pass_fds=(child.fileno(), lifeline, sentinel),
                 env=env,
                 stdin=subprocess.DEVNULL,  # the driver's stdin (a script piped in) is not the workers'

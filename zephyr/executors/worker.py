@@ -118,13 +118,14 @@ def _serve(conn: Connection) -> None:
         conn.send_bytes(data)
 
 
-def command(config: dict) -> list[str]:
-    """The command line that starts a worker with ``config`` (``main``) and this interpreter's flags and
-    ``sys.path``."""
+def command(code: str, *args: str) -> list[str]:
+    """``python -P -c code PATH_JSON *args`` with this interpreter and its flags, ``PATH_JSON`` the driver's
+    ``sys.path`` for ``code`` to install first: how a local worker starts (``BOOTSTRAP``, its configuration as
+    JSON) and the dask workers of a cluster zephyr starts (``zephyr.executors.dask``)."""
     import subprocess
 
     flags = subprocess._args_from_interpreter_flags()  # -O, -X, -W ...: what multiprocessing passes on too
     if "-P" not in flags:
         flags.append("-P")
     path = [entry for entry in sys.path if isinstance(entry, str)]  # the import system skips other entries
-    return [sys.executable, *flags, "-c", BOOTSTRAP, json.dumps(path), json.dumps(config)]
+    return [sys.executable, *flags, "-c", code, json.dumps(path), *args]
