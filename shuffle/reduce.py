@@ -89,7 +89,7 @@ def partition_sources(
     if sources and merge_columns is not None and stored * EXPANSION <= budget.in_memory_reduce_bytes:
         whole = pa.concat_tables([t for source in sources for t in source], promote_options="permissive")
         sources = [iter([sort_table(whole, merge_columns)])]
-    fan_in = budget.merge_fan_in(chunk)  # parts that stream at once: a row group each
+    fan_in = budget.merge_fan_in  # parts that stream at once: a row group each
     if merge_columns is None or len(sources) <= fan_in:  # no order needed, or few enough to merge at once
         yield sources
         return

@@ -45,11 +45,8 @@ def _key_hash(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
     if missing:
         raise SchemaError(f"key column(s) {missing} not found; available columns: {table.column_names}")
     frame = pl.from_arrow(table.select(list(keys)), rechunk=False)
-    return (
-        frame.select(_canonical(pl.col(name), frame.schema[name]) for name in keys)
-        .hash_rows(**_SEEDS)
-        .to_numpy()
-    )
+    canonical = frame.select(_canonical(pl.col(name), frame.schema[name]) for name in keys)
+    return canonical.hash_rows(**_SEEDS).to_numpy()
 
 
 def _canonical(column: pl.Expr, dtype: pl.DataType) -> pl.Expr:
@@ -99,15 +96,15 @@ def boundary_array(boundaries: Sequence[object]) -> pa.Array:
     return pa.array(values)
 
 
-def _range_partitions(
-    table: pa.Table, key: str, boundaries: pa.Array, num_partitions: int, *, descending: bool
-) -> np.ndarray:
-    """Partition id per row for a global sort on ``key``: ascending ranges, nulls in the last partition."""
-    column = pl.from_arrow(table.select([key])).to_series()
+def _range_partitions(table: pa.Table, spec: ShuffleSpec) -> np.ndarray:
+    """Partition id per row for a global sort on ``spec.keys[0]`` cut at ``spec.boundaries``: ascending ranges
+    (descending ones for a descending sort), nulls in the last partition."""
+    column = pl.from_arrow(table.select([spec.keys[0]])).to_series()
+    num_partitions, boundaries = spec.num_partitions, spec.boundaries
     if num_partitions == 1 or len(boundaries) == 0:
         return np.zeros(len(column), dtype=np.int64)
     bounds = pl.Series(boundaries).cast(column.dtype)
-    if descending:  # partition i holds keys in (b_i, b_{i-1}]: flip to the ascending problem
+    if spec.descending[0]:  # partition i holds keys in (b_i, b_{i-1}]: flip to the ascending problem
         ids = len(bounds) - bounds.reverse().search_sorted(column, side="left").to_numpy().astype(np.int64)
     else:
         ids = bounds.search_sorted(column, side="right").to_numpy().astype(np.int64)
@@ -221,8 +218,5 @@ def _partition(table: pa.Table, spec: ShuffleSpec, first_row: int) -> tuple[pa.T
             table.column(KEY_HASH).combine_chunks().to_numpy(), spec.num_partitions
         )
     if spec.kind == "range":
-        by, descending = spec.keys[0], spec.descending[0]
-        return table, _range_partitions(
-            table, by, spec.boundaries, spec.num_partitions, descending=descending
-        )
+        return table, _range_partitions(table, spec)
     return table.drop_columns([PARTITION]), table.column(PARTITION).combine_chunks().to_numpy()

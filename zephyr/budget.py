@@ -71,16 +71,16 @@ SHARED_WINDOW_BYTES = 48
 the Arrow table they came in)."""
 
 
-_SHARES: dict[str, tuple[str, bool]] = {}
-"""Every share of a budget, by name: its rule in words (``Budget.table``) and whether it is a method."""
+_SHARES: dict[str, str] = {}
+"""Every share of a budget, by name: its rule in words (``Budget.table``)."""
 
 
-def _share(rule: str, *, method: bool = False) -> Callable[[Callable[..., int]], Any]:
-    """Declare a share of ``Budget`` with its rule: a property (or, ``method``, a method taking options)."""
+def _share(rule: str) -> Callable[[Callable[..., int]], Any]:
+    """Declare a share of ``Budget`` (a property) with its rule."""
 
     def declare(fn: Callable[..., int]) -> Any:
-        _SHARES[fn.__name__] = (rule, method)
-        return fn if method else property(fn)
+        _SHARES[fn.__name__] = rule
+        return property(fn)
 
     return declare
 
@@ -132,11 +132,10 @@ class Budget:
     def in_memory_reduce_bytes(self) -> int:
         return int(self.bytes * 0.4)
 
-    @_share(f"B / (4 × spill row group), 2–{MAX_FAN_IN} parts", method=True)
-    def merge_fan_in(self, row_group_bytes: int | None = None) -> int:
+    @_share(f"B / (4 × spill row group), 2–{MAX_FAN_IN} parts")
+    def merge_fan_in(self) -> int:
         """Parts streamed at once: each holds about one decoded row group; 4× headroom for the merged batch."""
-        row_group = self.spill_row_group_bytes if row_group_bytes is None else row_group_bytes
-        return max(2, min(MAX_FAN_IN, self.bytes // max(1, 4 * row_group)))
+        return max(2, min(MAX_FAN_IN, self.bytes // max(1, 4 * self.spill_row_group_bytes)))
 
     @_share("B/4, 1–64 MiB of input")
     def partition_target_bytes(self) -> int:
@@ -167,10 +166,7 @@ class Budget:
     def table(self) -> list[tuple[str, int, str]]:
         """(share, value, rule) for every share, in declaration order: what ``explain`` prints and the docs
         describe."""
-        return [
-            (name, getattr(self, name)() if method else getattr(self, name), rule)
-            for name, (rule, method) in _SHARES.items()
-        ]
+        return [(name, getattr(self, name), rule) for name, rule in _SHARES.items()]
 
     def describe(self) -> str:
         """The table as aligned text lines."""

@@ -90,19 +90,10 @@ def _read_files(
 ) -> Dataset:
     """The ``ReadFiles`` op of the columnar and JSON-lines readers, their arguments checked one way."""
     _check_on_error(on_error)
-    return Dataset(
-        (
-            ReadFiles(
-                input_paths(paths),
-                fmt,
-                tuple(columns) if columns else None,
-                _schema_argument(schema, unify_schemas),
-                None if approx_shard_bytes is None else parse_bytes(approx_shard_bytes),
-                on_error,
-                unify_schemas=unify_schemas,
-            ),
-        )
-    )
+    shard_bytes = None if approx_shard_bytes is None else parse_bytes(approx_shard_bytes)
+    columns, schema = tuple(columns) if columns else None, _schema_argument(schema, unify_schemas)
+    op = ReadFiles(input_paths(paths), fmt, columns, schema, shard_bytes, on_error, unify_schemas)
+    return Dataset((op,))
 
 
 def read_parquet(
@@ -147,9 +138,7 @@ def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, nu
     for Parquet nor select rows of any view)."""
     batches = [data] if isinstance(data, pa.RecordBatch) else data  # not pa.table(): it imports pandas
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches(list(batches))
-    if num_shards < 1:
-        raise ConfigError(f"num_shards must be >= 1, got {num_shards}")
-    return Dataset((FromTable(without_view_types(table), num_shards),))
+    return Dataset((FromTable(without_view_types(table), _positive(num_shards, "num_shards")),))
 
 
 def from_items(items: Iterable[dict], *, num_shards: int = 1) -> Dataset:
@@ -229,9 +218,7 @@ class Dataset:
         ...     lambda t: t.append_column("y", pc.multiply(t["x"], 2))).to_arrow(executor="inprocess").to_pylist()
         [{'x': 1, 'y': 2}, {'x': 2, 'y': 4}]
         """
-        if batch_rows is not None and batch_rows < 1:
-            raise ConfigError(f"batch_rows must be >= 1, got {batch_rows}")
-        return self._then(MapBatches(fn, batch_rows, name))
+        return self._then(MapBatches(fn, _positive(batch_rows, "batch_rows"), name))
 
     def select(self, *columns: str | Sequence[str]) -> Dataset:
         """Keep these columns, in this order."""
@@ -266,9 +253,8 @@ class Dataset:
         if sort_by is not None:
             for item in [sort_by] if isinstance(sort_by, str) else sort_by:
                 order.append((item, False) if isinstance(item, str) else (str(item[0]), bool(item[1])))
-        return GroupedDataset(
-            self, column_names(keys, "group_by"), tuple(order), _partitions_argument(num_partitions)
-        )
+        partitions = _positive(num_partitions, "num_partitions")
+        return GroupedDataset(self, column_names(keys, "group_by"), tuple(order), partitions)
 
     def deduplicate(self, *keys: str | Sequence[str], num_partitions: int | None = None) -> Dataset:
         """One row per distinct key: the first in input order.
@@ -277,9 +263,8 @@ class Dataset:
         ...     "k").to_arrow(executor="inprocess").to_pylist()
         [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'c'}]
         """
-        return self._then(
-            Deduplicate(column_names(keys, "deduplicate"), _partitions_argument(num_partitions))
-        )
+        partitions = _positive(num_partitions, "num_partitions")
+        return self._then(Deduplicate(column_names(keys, "deduplicate"), partitions))
 
     def sort(
         self,
@@ -304,9 +289,8 @@ class Dataset:
         if len(flags) != len(names):
             raise ConfigError(f"sort: {len(names)} columns but {len(flags)} descending flags")
         cuts = _sort_boundaries(boundaries, descending=bool(flags[0]), num_partitions=num_partitions)
-        return self._then(
-            Sort(names, tuple(bool(f) for f in flags), _partitions_argument(num_partitions), cuts)
-        )
+        partitions = _positive(num_partitions, "num_partitions")
+        return self._then(Sort(names, tuple(bool(f) for f in flags), partitions, cuts))
 
     def join(
         self,
@@ -343,15 +327,12 @@ class Dataset:
                 raise ConfigError(
                     f"join: left_on has {len(left_keys)} columns but right_on has {len(right_keys)}"
                 )
-        return self._then(
-            Join(other._ops, left_keys, right_keys, how, suffix, _partitions_argument(num_partitions))
-        )
+        partitions = _positive(num_partitions, "num_partitions")
+        return self._then(Join(other._ops, left_keys, right_keys, how, suffix, partitions))
 
     def reshard(self, num_shards: int) -> Dataset:
         """Redistribute rows round-robin into ``num_shards`` shards (e.g. before an expensive map)."""
-        if not isinstance(num_shards, int) or num_shards < 1:
-            raise ConfigError(f"num_shards must be a positive integer, got {num_shards!r}")
-        return self._then(Reshard(num_shards))
+        return self._then(Reshard(_positive(num_shards, "num_shards")))
 
     # -- actions ----------------------------------------------------------------------------------------
     def to_arrow(self, **execution: Any) -> pa.Table:
@@ -497,11 +478,11 @@ def column_names(args: tuple, what: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _partitions_argument(num_partitions: int | None) -> int | None:
-    """``num_partitions`` when it is None or a positive int; anything else is refused with the value."""
-    if num_partitions is not None and (not isinstance(num_partitions, int) or num_partitions < 1):
-        raise ConfigError(f"num_partitions must be a positive integer, got {num_partitions!r}")
-    return num_partitions
+def _positive(value: int | None, name: str) -> int | None:
+    """``value`` when it is None or a positive int; anything else is refused naming the argument ``name``."""
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def _sort_boundaries(

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import shutil
+import signal
 import tempfile
 import time
 import uuid
@@ -46,9 +47,10 @@ import pyarrow.parquet as pq
 
 from zephyr import job_stats, physical, progress
 from zephyr.budget import Budget
+from zephyr.config import format_bytes
 from zephyr.errors import ConfigError, TaskError
 from zephyr.executors import make_executor
-from zephyr.executors.base import Executor, InProcessExecutor, Shared, explain_worker_death
+from zephyr.executors.base import Executor, InProcessExecutor, Outcome, Shared
 from zephyr.io.paths import is_local
 from zephyr.job_stats import WriteResult
 from zephyr.ops import FromTable, Op, ReadFiles, Sort
@@ -187,6 +189,7 @@ class Job:
         elif spec == physical.MATERIALIZE:
             output = SinkOutput("data", "parquet")
         segment, reducer, map_rows = step.segment, None, None
+        name = segment.name
         if segment.source is not None:
             shards, source_fp, schema = self.inputs.listing(segment.source)
             base_fp = fingerprint_of("source", source_fp, step.read_columns, *segment.narrow)
@@ -213,21 +216,17 @@ class Job:
             groups = physical.reduce_groups(partitions, stored, self._budget, step.coalesce)
             if len(groups) < partitions:
                 base_fp = fingerprint_of(base_fp, *groups)
-            units = [
-                {"partitions": (lo, hi), "description": f"partitions {lo}-{hi - 1} of {segment.name}"}
-                if hi - lo > 1
-                else {"partitions": (lo, hi), "description": f"partition {lo} of {segment.name}"}
-                for lo, hi in groups
-            ]
+            which = [f"partitions {lo}-{hi - 1}" if hi - lo > 1 else f"partition {lo}" for lo, hi in groups]
+            units = [{"partitions": g, "description": f"{w} of {name}"} for g, w in zip(groups, which)]
         fingerprint = fingerprint_of(base_fp, INDEX_VERSION, cloudpickle.dumps(output))
         if "/" not in output.directory:
             output = replace(output, directory=f"{self.root}/stage-{fingerprint[:16]}/{output.directory}")
-        stage = StageSpec(fingerprint, segment.name, tuple(segment.narrow), output, reducer=reducer, **read)
+        stage = StageSpec(fingerprint, name, tuple(segment.narrow), output, reducer=reducer, **read)
         result = self._run_stage(
             stage, units, (step.estimate, reads), (segment.wide, map_rows) if reducer else None
         )
         if isinstance(spec, ShuffleSpec):
-            result.runs = self._coalesce(result, spec.num_partitions, segment.name)
+            result.runs = self._coalesce(result, spec.num_partitions, name)
         elif spec == physical.SAMPLE:
             files = [m["sample"] for m in result.markers if m.get("sample")]
             if not files:  # no row: one partition (``pa.array([])`` would import pandas)
@@ -265,9 +264,8 @@ class Job:
         self.fs.makedirs(f"{stage_dir}/_done", exist_ok=True)
         markers = {t.index: m for t in tasks if (m := finished_marker(t, stage)) is not None}
         todo = [t for t in tasks if t.index not in markers]
-        if (
-            todo
-        ):  # tasks in this process read ahead (``zephyr.tasks.read_ahead``): no other task keeps a core busy
+        # tasks in this process read ahead (``zephyr.tasks.read_ahead``): no other task keeps a core busy
+        if todo:
             stage = replace(stage, read_ahead=isinstance(self.executor, InProcessExecutor))
         skipped, retried, tries = len(tasks) - len(todo), 0, dict.fromkeys(range(len(tasks)), 0)
         if skipped:
@@ -287,9 +285,7 @@ class Job:
                         display.advance(outcome.value.get("rows_in", 0))
                     continue
                 options = self.options
-                outcome = explain_worker_death(
-                    outcome, memory_budget_bytes=options.memory_budget_bytes, workers=options.num_workers
-                )
+                outcome = _explain_worker_death(outcome, options)
                 tries[task.index] += 1
                 # the exception line of the traceback: what a user reads first
                 last = next((line for line in reversed(outcome.error.splitlines()) if line.strip()), "")
@@ -348,16 +344,29 @@ class Job:
         units = []
         for group in groups:
             mine = [markers[t] for t in group]
-            units.append(
-                {
-                    "description": f"runs of map tasks {group.start}-{group.stop - 1} of {name}",
-                    "runs": tuple(Run(run) for marker in mine for run in marker["runs"]),
-                    "checksums": {p: m["checksums"][p] for m in mine for p in marker_files(m)["runs"]},
-                    "rows": sum(marker["rows_out"] for marker in mine),
-                }
-            )
+            description = f"runs of map tasks {group.start}-{group.stop - 1} of {name}"
+            runs = tuple(Run(run) for marker in mine for run in marker["runs"])
+            checksums = {p: m["checksums"][p] for m in mine for p in marker_files(m)["runs"]}
+            rows = sum(marker["rows_out"] for marker in mine)
+            units.append({"description": description, "runs": runs, "checksums": checksums, "rows": rows})
         done = self._run_stage(stage, units, (0, None)).markers  # not in the plan: no bar bytes
         return [Run(marker["runs"][0], marker["slots"]) for marker in done if marker["slots"]]
+
+
+def _explain_worker_death(outcome: Outcome, options: ExecutionOptions) -> Outcome:
+    """``outcome``, with the memory settings in force and how to change them when its worker got SIGKILL.
+
+    SIGKILL with nobody asking for it is what the kernel's out-of-memory killer sends; the executor cannot
+    know the budget (a pool of workers serves jobs with different budgets), the driver can, so it adds this.
+    """
+    if not outcome.worker_died or outcome.signal != signal.SIGKILL:
+        return outcome
+    hint = (
+        f"the memory budget in force is {format_bytes(options.memory_budget_bytes)} per task (--memory-budget) "
+        f"with {options.num_workers} worker(s) (--workers); if memory ran out, lower --memory-budget, or give "
+        "the workers more memory or run fewer --workers"
+    )
+    return replace(outcome, error=f"{outcome.error}; {hint}")
 
 
 def _read_url(url: str) -> pa.Table:

@@ -23,15 +23,7 @@ import pyarrow as pa
 from zephyr.errors import SchemaError, ZephyrError
 from zephyr.io.quarantine import QUARANTINE_REASON, quarantine_table
 from zephyr.io.schema import without_view_types
-from zephyr.ops import (
-    ROW_INDEX_SHARD_SHIFT,
-    BatchOutput,
-    MapBatches,
-    Op,
-    RowOp,
-    Select,
-    WithRowIndex,
-)
+from zephyr.ops import ROW_INDEX_SHARD_SHIFT, BatchOutput, MapBatches, Op, RowOp, Select, WithRowIndex
 
 
 @dataclass
@@ -266,8 +258,4 @@ def _as_quarantine(quarantined: pa.Table, reason: str | None, op: Op, where: str
     return quarantine_table(where, [None] * n, reasons, raws)
 
 
-_APPLY = {
-    RowOp: _apply_rows,
-    MapBatches: _apply_map_batches,
-    Select: _apply_select,
-}
+_APPLY = {RowOp: _apply_rows, MapBatches: _apply_map_batches, Select: _apply_select}

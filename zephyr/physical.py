@@ -308,19 +308,12 @@ def plan_bytes(segment: Segment, size_of: SizeOf, consumer: Op | None = None) ->
 def pushdown_columns(segment: Segment, consumer: Op | None = None) -> tuple[str, ...] | None:
     """Columns an aggregation needs when it reads a Parquet source directly (no ops in between), so the
     map side decodes only those; None means all columns."""
-    if (
-        not isinstance(consumer, GroupAggregate)
-        or segment.narrow
-        or not isinstance(segment.source, ReadFiles)
-    ):
+    source = segment.source
+    if not isinstance(consumer, GroupAggregate) or segment.narrow or not isinstance(source, ReadFiles):
         return None
-    if segment.source.format != "parquet" or segment.source.columns is not None:
+    if source.format != "parquet" or source.columns is not None:
         return None
-    needed = list(consumer.keys)
-    for agg in consumer.aggs:
-        if agg.column is not None and agg.column not in needed:
-            needed.append(agg.column)
-    return tuple(needed)
+    return tuple(dict.fromkeys([*consumer.keys, *(a.column for a in consumer.aggs if a.column is not None)]))
 
 
 # -- small jobs -------------------------------------------------------------------------------------------

@@ -119,9 +119,8 @@ class SinkOutput:
                 schema = table.schema
                 if table.num_rows == 0:
                     continue
-                if (
-                    writer is None
-                ):  # row groups sized from the budget: the writer buffers one before flushing it
+                # row groups sized from the budget: the writer buffers one before flushing it
+                if writer is None:
                     writer = ShardWriter(
                         path,
                         self.format,
@@ -140,12 +139,8 @@ class SinkOutput:
                 fs.rm(local)
             return {"rows_out": 0, "bytes_out": 0, "files": [], "schema": _schema_text(schema)}
         written = writer.close()
-        return {
-            "rows_out": rows,
-            "bytes_out": written.bytes,
-            "files": [path],
-            "checksums": {path: written.checksum},
-        }
+        checksums = {path: written.checksum}
+        return {"rows_out": rows, "bytes_out": written.bytes, "files": [path], "checksums": checksums}
 
 
 def _runs_fields(fs: fsspec.AbstractFileSystem, directory: str, written: list[Written]) -> dict:
@@ -203,12 +198,8 @@ class CoalesceOutput:
             upload_bytes=shares.upload_part_bytes,
             expected={url_to_fs(path)[1]: record for path, record in task.checksums.items()},
         )
-        counts = {
-            "rows_in": task.rows,
-            "bytes_in": done.bytes,
-            "rows_out": task.rows,
-            "bytes_out": done.bytes,
-        }
+        rows, stored = task.rows, done.bytes  # a copy: what it reads is what it writes
+        counts = {"rows_in": rows, "bytes_in": stored, "rows_out": rows, "bytes_out": stored}
         inputs = {"inputs": [run.path for run in task.runs], "slots": done.run.slots}
         return {**counts, **inputs, **_runs_fields(fs, self.directory, [done])}
 
@@ -514,9 +505,7 @@ def _reduce_partition(stage: StageSpec, partition: int, budget_bytes: int) -> It
 
 def _schema_text(schema: pa.Schema | None) -> str | None:
     """A schema as base64 Arrow IPC, so an empty result can still say what its columns are."""
-    if schema is None:
-        return None
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+    return None if schema is None else base64.b64encode(schema.serialize().to_pybytes()).decode()
 
 
 def schema_from_text(text: str) -> pa.Schema:

@@ -79,7 +79,7 @@ def test_in_memory_and_external_merge_agree(tmp_path, caplog, name):
     spec, columns = _specs()[name]
     runs = _map_side(tmp_path, spec)
     assert len(runs) >= 8, "the map side should spill several runs per task"
-    fan_in = Budget(TINY).merge_fan_in()
+    fan_in = Budget(TINY).merge_fan_in
     assert fan_in == 2
     for partition in range(spec.num_partitions):
         whole, whole_sources = _read(runs, partition, columns, HUGE)

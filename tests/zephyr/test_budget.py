@@ -18,17 +18,17 @@ def test_task_shares_stay_within_the_budget(budget):
     # what a task holds at once on each path, by the module's own account
     reading_and_writing = b.read_batch_bytes + b.row_group_bytes
     spilling = 3 * b.shuffle_buffer_bytes  # the buffer, its sorted copy and the encoding
-    merging = b.merge_fan_in() * b.spill_row_group_bytes * 4
+    merging = b.merge_fan_in * b.spill_row_group_bytes * 4
     floor = 4 * MIB  # the 1 MiB floors make a tiny budget's shares a little larger than it
     for held in (reading_and_writing, spilling, merging, b.in_memory_reduce_bytes):
         assert held <= max(budget, floor)
 
 
 def test_caps_and_floors():
-    assert Budget(1).read_batch_bytes == MIB and Budget(1).merge_fan_in() == 2
+    assert Budget(1).read_batch_bytes == MIB and Budget(1).merge_fan_in == 2
     assert Budget(64 << 30).row_group_bytes == 128 * MIB
     assert Budget(64 << 30).partition_target_bytes == PARTITION_TARGET_CAP
-    assert Budget(64 << 30).merge_fan_in() == MAX_FAN_IN
+    assert Budget(64 << 30).merge_fan_in == MAX_FAN_IN
     assert Budget(64 << 30).spill_row_group_bytes == 4 * MIB
 
 

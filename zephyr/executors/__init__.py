@@ -18,18 +18,14 @@ def make_executor(options: ExecutionOptions, *, preload: Sequence[str] = ()) -> 
     each executor module is imported only when chosen. ``preload``: ``"module:function"`` names the workers of
     a ``threads`` or ``local`` executor call at start (see ``LocalExecutor``)."""
     from zephyr.errors import ConfigError
-    from zephyr.executors.base import Executor
+    from zephyr.executors.base import Executor, InProcessExecutor, ThreadExecutor
 
     executor = options.executor
     if isinstance(executor, Executor):
         return executor
     if executor == "inprocess":
-        from zephyr.executors.base import InProcessExecutor
-
         return InProcessExecutor()
     if executor == "threads":
-        from zephyr.executors.base import ThreadExecutor
-
         return ThreadExecutor(options.num_workers, preload=preload)
     if executor == "local":
         from zephyr.executors.local import LocalExecutor

@@ -54,7 +54,6 @@ from __future__ import annotations
 import concurrent.futures as futures
 import contextlib
 import ctypes
-import dataclasses
 import functools
 import importlib
 import logging
@@ -113,11 +112,6 @@ def shared_value(key: str, blob: bytes | None) -> Any:
     value = cloudpickle.loads(blob)
     _held = (key, value)
     return value
-
-
-def call_shared(fn: Callable[[Any, Any], Any], key: str, blob: bytes | None, task: Any) -> Any:
-    """``fn(shared value, task)`` in a worker process (``shared_value``)."""
-    return fn(shared_value(key, blob), task)
 
 
 @dataclass(frozen=True)
@@ -213,39 +207,24 @@ class Executor(ABC):
         self.close()
 
 
-def explain_worker_death(outcome: Outcome, *, memory_budget_bytes: int, workers: int) -> Outcome:
-    """``outcome``, with the memory settings in force and how to change them when its worker got SIGKILL.
-
-    SIGKILL with nobody asking for it is what the kernel's out-of-memory killer sends; the executor cannot
-    know the budget (a pool of workers serves jobs with different budgets), the driver can, so it adds this.
-    """
-    import signal
-
-    from zephyr.config import format_bytes
-
-    if not outcome.worker_died or outcome.signal != signal.SIGKILL:
-        return outcome
-    hint = (
-        f"the memory budget in force is {format_bytes(memory_budget_bytes)} per task (--memory-budget) with "
-        f"{workers} worker(s) (--workers); if memory ran out, lower --memory-budget, or give the workers more "
-        "memory or run fewer --workers"
-    )
-    return dataclasses.replace(outcome, error=f"{outcome.error}; {hint}")
+def call(task: Callable[[], Any]) -> Outcome:
+    """``task()`` as an ``Outcome``, wherever tasks run: every executor (in this process, its threads, a local
+    worker process, a dask worker) calls each task through this, so a failure is reported alike (``failure``).
+    Then what the task freed goes back (``release_freed_memory``): the next task starts from the baseline, not
+    from this one's peak."""
+    try:
+        return Outcome(True, task())
+    except Exception as exc:  # reported to the driver, which retries or fails the job with context
+        return failure(exc)
+    finally:
+        release_freed_memory()
 
 
 class InProcessExecutor(Executor):
     def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         value = shared.copy() if tasks else None
         for position, task in enumerate(tasks):
-            yield position, _call(fn, value, task)
-
-
-def _call(fn: Callable[[Any, Any], Any], value: Any, task: Any) -> Outcome:
-    """``fn(value, task)`` as an ``Outcome``."""
-    try:
-        return Outcome(True, fn(value, task))
-    except Exception as exc:  # reported to the driver, which retries or fails the job with context
-        return failure(exc)
+            yield position, call(functools.partial(fn, value, task))
 
 
 class ThreadExecutor(Executor):
@@ -263,15 +242,9 @@ class ThreadExecutor(Executor):
 
     def _run(self, fn: Callable, tasks: Sequence, shared: Shared) -> Iterator[tuple[int, Outcome]]:
         value = shared.copy() if tasks else None  # one copy, shared by the threads
-
-        def call(task: Any) -> Outcome:
-            try:
-                return _call(fn, value, task)
-            finally:
-                release_freed_memory()  # what this task freed goes back before the next task's peak
-
         pool = futures.ThreadPoolExecutor(self.workers, thread_name_prefix="zephyr-task")
-        pending = {pool.submit(call, task): position for position, task in enumerate(tasks)}
+        calls = (functools.partial(fn, value, task) for task in tasks)
+        pending = {pool.submit(call, task): position for position, task in enumerate(calls)}
         interrupted = False
         try:
             waiting = set(pending)
@@ -332,8 +305,6 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 def release_freed_memory() -> None:
     """Return memory freed by the finished task to the OS: Arrow's pool, then glibc's heap (see the module
     docstring). Cheap (milliseconds); safe while other threads allocate."""
-    import sys
-
     pyarrow = sys.modules.get("pyarrow")
     if pyarrow is not None:  # no task imported it: nothing to release
         pyarrow.default_memory_pool().release_unused()

@@ -33,13 +33,11 @@ otherwise).
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -47,7 +45,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from zephyr.errors import ConfigError
-from zephyr.executors.base import Executor, Outcome, Shared, call_shared, failure
+from zephyr.executors.base import Executor, Outcome, Shared, call, failure, fix_mmap_threshold, shared_value
+from zephyr.executors.worker import command
 
 if TYPE_CHECKING:
     from distributed import Client, Future, LocalCluster
@@ -92,8 +91,8 @@ _WORKER_MAIN = (
     "import sys, json; sys.path[:] = json.loads(sys.argv.pop(1)); "
     "from distributed.cli.dask_worker import main; main()"
 )
-"""What the workers' process runs: ``dask worker`` with the driver's ``sys.path`` installed first (``-P``
-keeps the current directory out until then), as ``zephyr/executors/worker.py`` does for local workers."""
+"""What the workers' process runs (``executors.worker.command``): ``dask worker`` with the driver's ``sys.path``
+installed first (``-P`` keeps the current directory out until then), as local workers do."""
 
 
 def _start_workers(address: str, workers: int) -> subprocess.Popen:
@@ -104,11 +103,10 @@ def _start_workers(address: str, workers: int) -> subprocess.Popen:
     env = dict(os.environ)
     # Each worker's polars pool sized to its share of the cores, as the local executor does.
     env["POLARS_MAX_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, workers)))
-    # A failing task is the driver's to report (one line, the traceback in its log); the workers' own
-    # "Compute Failed" records would print a traceback per try. Shown with -v (INFO logging).
+    # What goes wrong is the driver's to report (one line, the traceback in its log), not every worker's
+    # log records. Shown with -v (INFO logging).
     env["DASK_LOGGING__DISTRIBUTED"] = "warning" if verbose else "critical"
-    path = json.dumps([entry for entry in sys.path if isinstance(entry, str)])
-    argv = [sys.executable, "-P", "-c", _WORKER_MAIN, path, address, "--nworkers", str(workers)]
+    argv = command(_WORKER_MAIN, address, "--nworkers", str(workers))
     argv += ["--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard", "--death-timeout", "60"]
     argv += ["--dashboard-address", "127.0.0.1:0"]  # its HTTP server (health, metrics) runs even without one
     argv += ["--preload", __name__]  # dask_setup below, in each worker
@@ -167,20 +165,16 @@ class LocalDaskCluster:
             self.scheduler.close()
 
 
-def on_worker(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a dask worker, with the heap rules of the local executor's workers
-    (``zephyr.executors.base``): glibc's mmap threshold fixed before the first task of the process, and what a
-    task freed handed back when it ends. A dask worker runs every task of a job in one long-lived process, where
-    freed arrays left in glibc's arenas and Arrow's pool add to the next task's peak; without these rules the
-    scale benchmark's dask workers peaked at 1.1-1.8 GiB under the default 1 GiB budget where local workers
-    stayed at 0.4-0.6 GiB, and a tokenize worker was OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
-    from zephyr.executors.base import fix_mmap_threshold, release_freed_memory
-
+def on_worker(fn: Callable[[Any, Any], Any], key: str, blob: bytes, task: Any) -> Outcome:
+    """``fn(shared value, task)`` on a dask worker (``executors.base.shared_value``) as its ``Outcome``, with the
+    heap rules of the local executor's workers (``zephyr.executors.base``): glibc's mmap threshold fixed before
+    the first task of the process, and what a task freed handed back when it ends (``call``). A dask worker runs
+    every task of a job in one long-lived process, where freed arrays left in glibc's arenas and Arrow's pool
+    add to the next task's peak; without these rules the scale benchmark's dask workers peaked at 1.1-1.8 GiB
+    under the default 1 GiB budget where local workers stayed at 0.4-0.6 GiB, and a tokenize worker was
+    OOM-killed in a 3 GiB cap (benchmarks/RESULTS.md)."""
     fix_mmap_threshold()
-    try:
-        return fn(*args)
-    finally:
-        release_freed_memory()
+    return call(lambda: fn(shared_value(key, blob), task))
 
 
 def dask_setup(worker: object) -> None:
@@ -228,9 +222,7 @@ class DaskExecutor(Executor):
                 raise
             executor = cls(client, cluster=cluster, owns_client=True)
             log.info(
-                "dask: started a LocalCluster of %d workers at %s",
-                options.num_workers,
-                cluster.scheduler_address,
+                "dask: started a LocalCluster of %d workers at %s", cluster.count, cluster.scheduler_address
             )
         try:
             executor._check_cluster(options.work_dir)
@@ -312,7 +304,7 @@ class DaskExecutor(Executor):
                 position, task = queue.popleft()
                 key = f"zephyr-{name}-{batch}-{position:05d}"
                 future = self.client.submit(
-                    on_worker, call_shared, fn, shared.key, stage, task, pure=False, retries=0, key=key
+                    on_worker, fn, shared.key, stage, task, pure=False, retries=0, key=key
                 )
                 positions[future.key] = position
                 pending[future.key] = future
@@ -361,7 +353,7 @@ def _outcome(future: Future) -> Outcome:
 
     if future.status == "finished":
         try:
-            return Outcome(True, future.result())
+            return future.result()  # the task's own (``on_worker``)
         except (KilledWorker, CommClosedError) as exc:  # the result's holder died before we fetched it
             return Outcome(
                 False, error=f"dask worker lost before its result was fetched: {exc}", worker_died=True

@@ -30,6 +30,7 @@ ignores SIGINT: the driver handles Ctrl-C and stops them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -81,7 +82,7 @@ class _Worker:
         }
         try:
             self.process = subprocess.Popen(
-                worker.command(config),
+                worker.command(worker.BOOTSTRAP, json.dumps(config)),
                 pass_fds=(child.fileno(), lifeline, sentinel),
                 env=env,
                 stdin=subprocess.DEVNULL,  # the driver's stdin (a script piped in) is not the workers'
@@ -99,10 +100,6 @@ class _Worker:
         self.holds: str | None = None
         """The key of the shared value this worker holds (mirrors its ``shared_value``)."""
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
     def is_alive(self) -> bool:
         return self.process.poll() is None
 
@@ -113,10 +110,6 @@ class _Worker:
         blob = None if self.holds == shared.key else shared.blob
         self.holds = shared.key
         self.conn.send_bytes(self._dumps((fn, task, shared.key, blob)))
-
-    def receive(self) -> tuple[bool, Any]:
-        """``(True, value)`` or ``(False, Outcome)``, as the worker sent it."""
-        return pickle.loads(self.conn.recv_bytes())
 
     def request_stop(self) -> None:
         if self.is_alive() and not self._stop_sent:
@@ -206,12 +199,10 @@ class LocalExecutor(Executor):
     def _collect(self, worker: _Worker) -> Outcome:
         try:
             if worker.conn.poll():
-                ok, value = worker.receive()  # a failure arrives as its Outcome (executors.base.failure)
-                return Outcome(True, value) if ok else value
+                return pickle.loads(worker.conn.recv_bytes())  # the task's Outcome (executors.base.call)
         except (EOFError, OSError):
             pass
-        code = worker.join(timeout=5)
-        pid = worker.pid
+        code, pid = worker.join(timeout=5), worker.process.pid
         if code is None or code >= 0:
             return Outcome(False, error=f"worker process {pid} died (exit code {code})", worker_died=True)
         number = -code

@@ -14,7 +14,7 @@ driver handles Ctrl-C and stops its workers), so a Ctrl-C during start-up prints
 
 The pipe carries, driver to worker, ``cloudpickle.dumps((fn, task, key, blob))`` per task (``blob``: a
 ``Shared`` value's bytes, sent once per worker, see ``executors.base.shared_value``) or ``None`` to stop;
-worker to driver, ``cloudpickle.dumps((True, value))`` or ``(False, Outcome)`` per task, so that a value of a
+worker to driver, ``cloudpickle.dumps(Outcome)`` per task (``executors.base.call``), so that a value of a
 class defined in ``__main__`` goes back as it came (cloudpickle maps it to the driver's own class). A message
 that does not unpickle here (a module the driver has and the worker cannot import) fails its task with that
 error, not the worker.
@@ -90,19 +90,17 @@ def main(config: dict) -> None:
 def _serve(conn: Connection) -> None:
     import cloudpickle
 
-    from zephyr.executors.base import Outcome, failure, release_freed_memory, shared_value
+    from zephyr.executors.base import Outcome, call, failure, shared_value
 
     while True:
         try:
             data = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        try:
+        try:  # a module the function names may not import here: that is the task's error
             message = pickle.loads(data)
-        except (
-            BaseException
-        ) as exc:  # e.g. a module the function names does not import here: the task's error
-            conn.send_bytes(cloudpickle.dumps((False, failure(exc))))
+        except BaseException as exc:
+            conn.send_bytes(cloudpickle.dumps(failure(exc)))
             continue
         if message is None:
             # every result went back and every task closed its files: skip the interpreter teardown
@@ -111,26 +109,23 @@ def _serve(conn: Connection) -> None:
             sys.stderr.flush()
             os._exit(0)
         fn, task, key, blob = message
+        outcome = call(lambda: fn(shared_value(key, blob), task))  # noqa: B023 (called at once)
         try:
-            reply = (True, fn(shared_value(key, blob), task))
-        except BaseException as exc:  # everything goes back to the driver, which decides
-            reply = (False, failure(exc))
-        release_freed_memory()  # the next task starts from the baseline, not from this one's peak
-        try:
-            data = cloudpickle.dumps(reply)
+            data = cloudpickle.dumps(outcome)
         except Exception as exc:  # e.g. an unpicklable return value
             text = f"could not send the task result back: {exc!r}"
-            data = cloudpickle.dumps((False, Outcome(False, error=text, retryable=False, summary=text)))
+            data = cloudpickle.dumps(Outcome(False, error=text, retryable=False, summary=text))
         conn.send_bytes(data)
 
 
-def command(config: dict) -> list[str]:
-    """The command line that starts a worker with ``config`` (``main``) and this interpreter's flags and
-    ``sys.path``."""
+def command(code: str, *args: str) -> list[str]:
+    """``python -P -c code PATH_JSON *args`` with this interpreter and its flags, ``PATH_JSON`` the driver's
+    ``sys.path`` for ``code`` to install first: how a local worker starts (``BOOTSTRAP``, its configuration as
+    JSON) and the dask workers of a cluster zephyr starts (``zephyr.executors.dask``)."""
     import subprocess
 
     flags = subprocess._args_from_interpreter_flags()  # -O, -X, -W ...: what multiprocessing passes on too
     if "-P" not in flags:
         flags.append("-P")
     path = [entry for entry in sys.path if isinstance(entry, str)]  # the import system skips other entries
-    return [sys.executable, *flags, "-c", BOOTSTRAP, json.dumps(path), json.dumps(config)]
+    return [sys.executable, *flags, "-c", code, json.dumps(path), *args]
