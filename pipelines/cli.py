@@ -101,12 +101,11 @@ def _write(
     go there); ``details`` of the counters of its ops (summed over the stages of the job that wrote the
     output) go to ``stats.json``'s ``section`` (``zephyr.summary.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import keep_all
     from zephyr.summary import write_summary
 
     removal = removal or Removal()
     with job_stats.recording() as jobs:
-        result, stages = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
+        result, stages = removal.write(ds, output.output, execution.as_kwargs(), reasons)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
     fields.update(jobs=jobs, stages=stages, dropped_output=removal.dropped_output, details=found)
     return write_summary(result, output.output, section, found, **fields)
