@@ -260,17 +260,16 @@ def _catch_interrupts(line: str) -> Callable[[], None]:
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         return lambda: None
-    seen = 0
 
-    def on_sigint(signum: int, frame: object) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == 1:
-            raise KeyboardInterrupt
+    def again(signum: int, frame: object) -> None:
         print(line, file=sys.stderr, flush=True)
         os._exit(130)
 
-    signal.signal(signal.SIGINT, on_sigint)
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, again)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
     return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
