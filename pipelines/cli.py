@@ -317,11 +317,8 @@ def heuristic_filter(
     Path(side_path(out, "report.md")).write_text(
         retention_markdown(report, read_examples(examples)), encoding="utf-8"
     )
-    from zephyr.summary import Summary
-
     dropped_output = routing["sides"]["dropped"]
     rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
-    counted = Summary(**rows, dropped_by_reason=dict(reasons))
     # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
     return write_summary(
         routed.kept or routed.verdict,
@@ -329,7 +326,8 @@ def heuristic_filter(
         "filter",
         {"rules": config.rules, **totals, "dropped_output": dropped_output},
         jobs=jobs,
-        counted=counted,
+        **rows,
+        dropped_by_reason=dict(reasons),
         dropped_output=dropped_output,
         quarantine_output=quarantine_dir(out),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",
