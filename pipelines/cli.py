@@ -101,12 +101,11 @@ def _write(
     go there); ``details`` of the counters of its ops (summed over the stages of the job that wrote the
     output) go to ``stats.json``'s ``section`` (``zephyr.summary.write_summary``) and to the summary."""
     from zephyr import job_stats
-    from zephyr.removal import keep_all
     from zephyr.summary import write_summary
 
     removal = removal or Removal()
     with job_stats.recording() as jobs:
-        result, stages = removal.write(ds, output.output, execution.as_kwargs(), reasons or keep_all)
+        result, stages = removal.write(ds, output.output, execution.as_kwargs(), reasons)
     found = details(job_stats.counter_totals(result.stats.get("stages", [])))
     fields.update(jobs=jobs, stages=stages, dropped_output=removal.dropped_output, details=found)
     return write_summary(result, output.output, section, found, **fields)
@@ -297,11 +296,8 @@ def heuristic_filter(
     Path(side_path(out, "report.md")).write_text(
         retention_markdown(report, read_examples(examples)), encoding="utf-8"
     )
-    from zephyr.summary import Summary
-
     dropped_output = routing["sides"]["dropped"]
     rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
-    counted = Summary(**rows, dropped_by_reason=dict(reasons))
     # the top level: the job that wrote the kept rows; tasks, tasks_resumed, task_retries and jobs: every job
     return write_summary(
         routed.kept or routed.verdict,
@@ -309,7 +305,8 @@ def heuristic_filter(
         "filter",
         {"rules": rules, **totals, "dropped_output": dropped_output},
         jobs=jobs,
-        counted=counted,
+        **rows,
+        dropped_by_reason=dict(reasons),
         dropped_output=dropped_output,
         quarantine_output=quarantine_dir(out),
         next=f"zephyr dedup fuzzy {out} --output OUT --mode remove",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Literal
 
 from zephyr.tokenize.config import TokenizeConfig, TokenizerTrain
@@ -86,8 +85,7 @@ def tokenize_plans(inputs: TokenFiles, config: TokenizeConfig, execution: Execut
     process for a small input), so the plan is explained by the writer, not with the command line's options."""
     from zephyr.tokenize.writer import plan_text
 
-    text = plan_text(inputs.inputs, **_writer_arguments(inputs, config, execution))
-    return SimpleNamespace(explain=lambda **execution: text)
+    return plan_text(inputs.inputs, **_writer_arguments(inputs, config, execution))
 
 
 def train(inputs: SampleFiles, config: TokenizerTrain, execution: ExecutionOptions) -> Any:

@@ -260,17 +260,16 @@ def _catch_interrupts(line: str) -> Callable[[], None]:
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         return lambda: None
-    seen = 0
 
-    def on_sigint(signum: int, frame: object) -> None:
-        nonlocal seen
-        seen += 1
-        if seen == 1:
-            raise KeyboardInterrupt
+    def again(signum: int, frame: object) -> None:
         print(line, file=sys.stderr, flush=True)
         os._exit(130)
 
-    signal.signal(signal.SIGINT, on_sigint)
+    def first(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGINT, again)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
     return lambda: signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -405,8 +404,8 @@ class Command:
     ``execution`` (the ``ExecutionOptions`` of the execution flags,
     ``default_executor`` unless ``--executor``), and returns a ``zephyr.summary.Summary``. Given ``plans``
     (called like ``run``, without the ``Output`` group), ``zephyr explain WORDS`` exists too: it prints the
-    jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, or one ``Dataset``, or any object whose
-    ``explain(**execution)`` gives the text) and runs nothing, so
+    jobs ``plans`` returns (a list of ``zephyr.physical.PlannedJob``, one ``Dataset``, the plan's text, or any object
+    whose ``explain(**execution)`` gives it) and runs nothing, so
     the printed plan is the one ``run`` executes when ``run`` executes ``plans``. The help is the first line of
     ``run``'s docstring, the description its first paragraph."""
 
@@ -457,8 +456,8 @@ def _run_command(command: Command, explain: bool, args: argparse.Namespace, quar
 
 def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then: str) -> Any:
     """The ``Summary`` of ``zephyr explain WORDS``, which prints the plans a command's ``plans`` returned (a
-    list of ``PlannedJob``: ``zephyr.physical.explain_jobs``; else the object's own ``explain``) and reads no
-    row; ``zephyr run PIPELINE --explain`` prints a pipeline's the same way."""
+    list of ``PlannedJob``: ``zephyr.physical.explain_jobs``; the text itself; else the object's own
+    ``explain``) and reads no row; ``zephyr run PIPELINE --explain`` prints a pipeline's the same way."""
     from zephyr.budget import Budget
     from zephyr.physical import explain_jobs
     from zephyr.summary import Summary
@@ -466,8 +465,8 @@ def explain_planned(words: str, planned: Any, execution: ExecutionOptions, then:
     if isinstance(planned, list):
         budget = Budget(execution.memory_budget_bytes)
         plan = explain_jobs(f"zephyr {words}", planned, budget, execution.as_kwargs(), then=then)
-    else:
-        plan = planned.explain(**execution.as_kwargs())
+    else:  # the plan's text, or an object that writes it (a Dataset)
+        plan = planned if isinstance(planned, str) else planned.explain(**execution.as_kwargs())
     return Summary(0, 0, details={"ran": False, "plan": plan}, printed=plan)
 
 

@@ -37,6 +37,7 @@ torch, numpy and fsspec alone (``tests/trainer/test_imports.py``); PyYAML is imp
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -297,7 +298,7 @@ def describe_value(value: Any) -> str:
 
 
 class _Mismatch(Exception):
-    pass
+    """A value that does not fit a type hint (``_convert``; ``coerce`` and ``fits`` say how)."""
 
 
 _CHECKS = {  # bool is never an integer; an integer is a number
@@ -378,18 +379,15 @@ def parse_value(text: str) -> Any:
     text still read the same, and only YAML-only forms such as ``[en, de]`` stay text."""
     if not text.strip():
         return ""
-    try:
+    with contextlib.suppress(json.JSONDecodeError):
         return json.loads(text)
-    except json.JSONDecodeError:
-        pass
     try:
         import yaml
     except ImportError:
         return text
-    try:
+    with contextlib.suppress(yaml.YAMLError):
         return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    return text
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -62,13 +62,10 @@ def command(label: str, setting: bool | None = None) -> Iterator[Display]:
 def write(line: str) -> None:
     """Print ``line`` on stderr, above the bar of the installed display when it draws one (so the bar is not
     torn), else plainly."""
-    display = current()
-    bar = display._bar if display is not None else None
-    if bar is not None:
+    if (bar := getattr(current(), "_bar", None)) is not None:
         bar.write(line, file=sys.stderr)
     else:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        print(line, file=sys.stderr, flush=True)
 
 
 class Display:

@@ -161,7 +161,7 @@ class Removal:
         dataset: Any,
         output: str,
         execution: dict[str, Any],
-        reasons: Callable[[pa.Table], pa.Array],
+        reasons: Callable[[pa.Table], pa.Array] | None,
         columns: Sequence[str] = (),
     ) -> tuple[Any, list[dict[str, Any]] | None]:
         """Write the work's ``dataset`` (made in ``internal_mode``) to ``output``: as it is, or with
@@ -178,17 +178,18 @@ class Removal:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Picklable op: append ``VERDICT`` = ``reasons(table)`` (a string per row, null: kept), then remove the
-    ``working`` columns the verdict was read from (dedup's ``dup_keep``...), which neither output keeps."""
+    """Picklable op: append ``VERDICT`` = ``reasons(table)`` (a string per row, null: kept; ``reasons`` None: a
+    step that drops nothing, such as ``langid`` without ``--languages``), then remove the ``working`` columns the
+    verdict was read from (dedup's ``dup_keep``...), which neither output keeps."""
 
-    reasons: Callable[[pa.Table], pa.Array]
+    reasons: Callable[[pa.Table], pa.Array] | None
     working: tuple[str, ...] = ()
 
     def __call__(self, table: pa.Table) -> pa.Table:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        reasons = self.reasons(table)
+        reasons = self.reasons(table) if self.reasons else pa.nulls(table.num_rows, pa.string())
         if not isinstance(reasons, pa.Array | pa.ChunkedArray) or len(reasons) != table.num_rows:
             raise ValueError(
                 f"a verdict must give one reason per row ({table.num_rows}), got {reasons!r:.80}"
@@ -342,13 +343,6 @@ def write_routed(
             return Routed(verdict, kept, done, also)
     finally:
         layout.remove_folder(folder)
-
-
-def keep_all(table: pa.Table) -> pa.Array:
-    """The verdict of a step that drops nothing (``langid`` without ``--languages``/``--min-score``)."""
-    import pyarrow as pa
-
-    return pa.nulls(table.num_rows, pa.string())
 
 
 def check_added_columns(

@@ -26,7 +26,6 @@ says what the rows are: ``zephyr train`` counts the samples (training sequences)
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sys
@@ -112,7 +111,8 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     keys in a first pass; that pass, having set rows aside, wrote fewer rows than the real pass read, and
     one that set none aside adds nothing), and may re-read what it materialized (paragraph dedup: part of
     the chain). Rows in are what the chain's first stage read (unreadable rows included), kept what the last
-    stage wrote; the drops (by reason) and rejects of every stage of the chain count.
+    stage wrote; the drops (by reason) and rejects of every stage of the chain count. ``fields`` go to the
+    ``Summary`` as they are, counts included (a command that counts its rows itself, as ``zephyr filter``).
 
     >>> read = {"rows_in": 4, "rows_out": 3, "rows_dropped": 0, "rows_quarantined": 1, "ops": []}
     >>> sort = {"rows_in": 3, "rows_out": 3, "rows_dropped": 0, "rows_quarantined": 0, "ops": []}
@@ -121,7 +121,7 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     (4, 3, 1, True)
     """
     if not stages:
-        return Summary(0, 0, **fields)
+        return Summary(**{"rows_in": 0, "rows_kept": 0, **fields})
     start = len(stages) - 1
     while start > 0 and int(stages[start - 1]["rows_out"]) == int(stages[start]["rows_in"]):
         start -= 1
@@ -132,14 +132,14 @@ def from_stages(stages: Sequence[dict[str, Any]], **fields: Any) -> Summary:
     for stage in chain:
         for op in [*stage.get("ops", []), *([stage["wide"]] if "wide" in stage else [])]:
             add_counts(reasons, op.get("dropped_by_reason") or {})
-    fields.setdefault("dropped_by_reason", reasons)
-    return Summary(
-        rows_in=int(chain[0]["rows_in"]),
-        rows_kept=int(chain[-1]["rows_out"]),
-        rows_dropped=sum(int(s["rows_dropped"]) for s in chain),
-        rows_quarantined=sum(int(s["rows_quarantined"]) for s in chain),
-        **fields,
-    )
+    counts = {
+        "rows_in": int(chain[0]["rows_in"]),
+        "rows_kept": int(chain[-1]["rows_out"]),
+        "rows_dropped": sum(int(s["rows_dropped"]) for s in chain),
+        "rows_quarantined": sum(int(s["rows_quarantined"]) for s in chain),
+        "dropped_by_reason": reasons,
+    }
+    return Summary(**{**counts, **fields})
 
 
 def write_summary(
@@ -150,7 +150,6 @@ def write_summary(
     *,
     jobs: list[dict[str, Any]] | None = None,
     stages: list[dict[str, Any]] | None = None,
-    counted: Any = None,
     **fields: Any,
 ) -> Any:
     """Write ``OUTPUT.zephyr/stats.json`` (in the output's sidecar, ``zephyr.io.layout``) in the one format of
@@ -158,18 +157,15 @@ def write_summary(
     at the top level the stats of the engine job that wrote ``OUTPUT`` (``result``) and the task totals of
     every job in ``jobs`` (default: that one); under ``section`` the command's own figures (``extra``), the
     ``dropped_output`` folder where rows were routed, and the row balance (``rows``: in, kept, dropped,
-    quarantined) as ``counted`` (a ``Summary`` the command made) or ``stages`` (default: the write's;
-    ``zephyr.removal.Routed.stages`` for a routed write) count it."""
+    quarantined) as ``stages`` (default: the write's; ``zephyr.removal.Routed.stages`` for a routed write)
+    count it, or as ``fields`` give it (``rows_in=``...: ``from_stages``)."""
     from zephyr import job_stats
     from zephyr.io.layout import stats_path
     from zephyr.io.paths import write_bytes_atomic
 
     stats = {**result.stats, **job_stats.summarize(jobs or [result.stats]), section: dict(extra)}
     fields = {"output": output, "stats": stats_path(output), **fields}
-    if counted is not None:
-        summary = dataclasses.replace(counted, **fields)
-    else:
-        summary = from_stages(stats.get("stages", []) if stages is None else stages, **fields)
+    summary = from_stages(stats.get("stages", []) if stages is None else stages, **fields)
     if fields.get("dropped_output") is not None:
         stats[section]["dropped_output"] = fields["dropped_output"]
     rows = (summary.rows_in, summary.rows_kept, summary.rows_dropped, summary.rows_quarantined)
