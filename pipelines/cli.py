@@ -125,17 +125,14 @@ def normalize(
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
 
     # no row is dropped: what normalization did is the texts it rewrote and the bytes it took out
+    counted = {"rows_changed": "normalize/rows_rewritten", "bytes_removed": "normalize/bytes_removed"}
+
     def changed(counts: dict[str, int]) -> dict[str, int]:
-        return {
-            "rows_changed": counts.get("normalize/rows_rewritten", 0),
-            "bytes_removed": counts.get("normalize/bytes_removed", 0),
-        }
+        return {key: counts.get(name, 0) for key, name in counted.items()}
 
     next = f"zephyr langid {output.output} --output OUT"
-    shown = ("rows_changed", "bytes_removed")
-    return _write(
-        normalize_plan(inputs, config), output, execution, "normalize", changed, next=next, shown=shown
-    )
+    ds = normalize_plan(inputs, config)
+    return _write(ds, output, execution, "normalize", changed, next=next, shown=tuple(counted))
 
 
 # -- langid --------------------------------------------------------------------------------------------------
@@ -535,18 +532,16 @@ def decontaminate(
 # -- extract -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WarcInputs(Inputs):
-    """The WARC/ARC files ``zephyr extract`` reads; bad records are quarantined unless told otherwise."""
+    """The WARC/ARC files ``zephyr extract`` reads (as WARC: ``--format``, ``--unify-schemas`` and ``--schema``
+    are not its flags); bad records are quarantined unless told otherwise."""
 
     inputs: list[str] = field(
         default_factory=list, metadata={"positional": True, "metavar": "WARC", "reads": True}
     )
     """.warc/.warc.gz/.arc/.arc.gz files, folders or globs."""
-    format: Literal["warc"] = field(default="warc", metadata={"flag": False})
     on_error: Literal["raise", "quarantine"] = "quarantine"
     """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside in
     OUTPUT.zephyr/quarantine/ with their byte offset and go on (quarantine), or fail (raise)."""
-    unify_schemas: bool = field(default=False, metadata={"flag": False})
-    schema: str | None = field(default=None, metadata={"flag": False})
 
 
 @dataclass(frozen=True)
@@ -722,6 +717,7 @@ COMMANDS = [
         extract,
         {"inputs": WarcInputs, "output": Output, "config": ExtractOptions},
         plans=extract_plan,
+        skip=("format", "unify_schemas", "schema"),
     ),
 ]
 GROUPS = {
