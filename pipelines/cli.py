@@ -266,7 +266,7 @@ def heuristic_filter(
     from zephyr.io.claim import check_side_dir, prune_quarantine
     from zephyr.io.layout import quarantine_dir, remove_folder, side_path
     from zephyr.removal import write_routed
-    from zephyr.summary import write_summary
+    from zephyr.summary import Summary, write_summary
 
     out = output.output
     if config.dropped_output:
@@ -294,11 +294,8 @@ def heuristic_filter(
         totals["unreadable_quarantine_dir"] = routed.verdict.stats.get("quarantine_dir")
     report_json = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     Path(side_path(out, "report.json")).write_text(report_json, encoding="utf-8")
-    Path(side_path(out, "report.md")).write_text(
-        retention_markdown(report, read_examples(examples)), encoding="utf-8"
-    )
-    from zephyr.summary import Summary
-
+    markdown = retention_markdown(report, read_examples(examples))
+    Path(side_path(out, "report.md")).write_text(markdown, encoding="utf-8")
     dropped_output = routing["sides"]["dropped"]
     rows = {key: totals[key] for key in ("rows_in", "rows_kept", "rows_dropped", "rows_quarantined")}
     counted = Summary(**rows, dropped_by_reason=dict(reasons))
@@ -351,7 +348,6 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
 
     o = options
     table = pq.read_table(o.labelled)
-    cfg = o.classifier
     if o.test:
         train, test = table, pq.read_table(o.test)
     else:  # deterministic held-out split by text hash
@@ -359,8 +355,8 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
         held = pa.array(h < int(o.holdout * 1000))
         train, test = table.filter(pa.compute.invert(held)), table.filter(held)
     columns = {"text_column": o.text_column, "label_column": o.label_column}
-    model = train_classifier(train, o.output, cfg, **columns)
-    report = evaluate_classifier(test, model, cfg, **columns)
+    model = train_classifier(train, o.output, o.classifier, **columns)
+    report = evaluate_classifier(test, model, o.classifier, **columns)
     report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
     Path(f"{model}.report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
@@ -429,9 +425,8 @@ def quality_score(
             scored = result = ds.write_parquet(scratch, overwrite=True, **opts)
             edges: tuple[float, ...] = ()
             if scored.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
-                edges = quantile_edges(
-                    pq.read_table(list(scored.files), columns=[score])[score], config.buckets
-                )
+                scores = pq.read_table(list(scored.files), columns=[score])[score]
+                edges = quantile_edges(scores, config.buckets)
 
                 def bucket(t: Any) -> Any:
                     return put_column(t, buckets, assign_buckets(t[score], edges))

@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -689,11 +688,9 @@ class MapStep(Step, type="map"):
     def __post_init__(self) -> None:
         super().__post_init__()
         module_name, sep, attr = self.function.partition(":")
-        dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-        if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
+        if not sep or not all(part.isidentifier() for part in f"{module_name}.{attr}".split(".")):
             raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
-        missing = find_module(module_name)
-        if missing is not None:
+        if (missing := find_module(module_name)) is not None:
             raise FieldError("function", f"cannot import {self.function!r}: {missing}")
 
     def load(self) -> Any:
@@ -953,25 +950,22 @@ class TrainStep(Step, type="train"):
         import numpy as np
         from zephyr.trainer.train import train
 
-        shards = [
-            r["extra"]["shards_dir"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"
-        ]
-        log_path = ctx.step_dir / "train.jsonl"
-        cfg = self.build(data=shards[-1], log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints"))
+        tokens = [r["extra"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"]
+        log_path, checkpoints = ctx.step_dir / "train.jsonl", str(ctx.step_dir / "checkpoints")
+        cfg = self.build(data=tokens[-1]["shards_dir"], log=str(log_path), checkpoint_dir=checkpoints)
         result = train(cfg)
         records = read_train_log(log_path)
         first, last = (records[0], records[-1]) if records else ({}, {})
+        speeds = [r["tokens_per_s"] for r in records[1:]]  # the first step warms up
         extra = {
             "steps": result.step,
             "resumed_from": result.resumed_from,
             "log": str(log_path),
-            "checkpoints": str(ctx.step_dir / "checkpoints"),
+            "checkpoints": checkpoints,
             "final_loss": last.get("loss"),
             "first_loss": first.get("loss"),
             "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
-            "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
-            if len(records) > 1
-            else None,
+            "mean_tokens_per_s": float(np.mean(speeds)) if speeds else None,
             "config": dataclasses.asdict(cfg),
             "packing": cfg.packing,
             "instances_filtered": last.get("instances_filtered_total"),
