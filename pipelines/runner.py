@@ -262,9 +262,8 @@ def run_pipeline(
             else:
                 record = _run_step(ctx, where, index, reporter, rows, fresh=from_step is not None)
             records.append(record)
-        result = PipelineResult(
-            job_dir=job, steps=records, stats_path=_write_summary(config, job, records, execution_kw)
-        )
+        stats_path = _write_summary(config, job, records, execution_kw)
+        result = PipelineResult(job_dir=job, steps=records, stats_path=stats_path)
         if report:
             from zephyr.pipelines.report import write_report
 

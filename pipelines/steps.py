@@ -884,14 +884,11 @@ class TokenizeStep(Step, type="tokenize"):
         ]
         per = extra.get("per_source", {})
         if per:
+            mean = {
+                k: f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–" for k, v in per.items()
+            }
             rows = [
-                [
-                    md_text(k),
-                    md_count(v["documents"]),
-                    md_count(v["tokens"]),
-                    f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
-                ]
-                for k, v in per.items()
+                [md_text(k), md_count(v["documents"]), md_count(v["tokens"]), mean[k]] for k, v in per.items()
             ]
             blocks.append(("table", ["source", "documents", "tokens", "tokens per document"], rows))
         return blocks
