@@ -358,12 +358,8 @@ class StepContext:
         replaces whatever the folder held (``overwrite``). ``accounting``: the op names (``op(action)``)
         whose counters account the step's rows."""
         result = self.counted(ds).write_parquet(str(self.step_dir), overwrite=True, **self.engine(action))
-        return StepOutcome(
-            files=sorted(result.files),
-            checksums=result.checksums,
-            engine_stats=result.stats,
-            accounting_ops=tuple(f"map_batches({name})" for name in accounting),
-        )
+        ops = tuple(f"map_batches({name})" for name in accounting)
+        return StepOutcome(sorted(result.files), result.checksums, result.stats, ops)
 
 
 @dataclass
