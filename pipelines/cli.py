@@ -124,17 +124,14 @@ def normalize(
     """Normalize text: NFC, control characters, whitespace (code-safe), optional ftfy mojibake repair."""
 
     # no row is dropped: what normalization did is the texts it rewrote and the bytes it took out
+    counted = {"rows_changed": "normalize/rows_rewritten", "bytes_removed": "normalize/bytes_removed"}
+
     def changed(counts: dict[str, int]) -> dict[str, int]:
-        return {
-            "rows_changed": counts.get("normalize/rows_rewritten", 0),
-            "bytes_removed": counts.get("normalize/bytes_removed", 0),
-        }
+        return {key: counts.get(name, 0) for key, name in counted.items()}
 
     next = f"zephyr langid {output.output} --output OUT"
-    shown = ("rows_changed", "bytes_removed")
-    return _write(
-        normalize_plan(inputs, config), output, execution, "normalize", changed, next=next, shown=shown
-    )
+    ds = normalize_plan(inputs, config)
+    return _write(ds, output, execution, "normalize", changed, next=next, shown=tuple(counted))
 
 
 # -- langid --------------------------------------------------------------------------------------------------
@@ -348,7 +345,6 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
 
     o = options
     table = pq.read_table(o.labelled)
-    cfg = o.classifier
     if o.test:
         train, test = table, pq.read_table(o.test)
     else:  # deterministic held-out split by text hash
@@ -356,8 +352,8 @@ def quality_train(options: TrainOptions, execution: ExecutionOptions) -> Summary
         held = pa.array(h < int(o.holdout * 1000))
         train, test = table.filter(pa.compute.invert(held)), table.filter(held)
     columns = {"text_column": o.text_column, "label_column": o.label_column}
-    model = train_classifier(train, o.output, cfg, **columns)
-    report = evaluate_classifier(test, model, cfg, **columns)
+    model = train_classifier(train, o.output, o.classifier, **columns)
+    report = evaluate_classifier(test, model, o.classifier, **columns)
     report.update({"version": 1, "train_rows": train.num_rows, "model": str(model)})
     Path(f"{model}.report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     rows = train.num_rows + test.num_rows  # every labelled row trains or tests the model
@@ -426,9 +422,8 @@ def quality_score(
             scored = result = ds.write_parquet(scratch, overwrite=True, **opts)
             edges: tuple[float, ...] = ()
             if scored.files:  # the scorer keeps every row: no file means no input row, nothing to bucket
-                edges = quantile_edges(
-                    pq.read_table(list(scored.files), columns=[score])[score], config.buckets
-                )
+                scores = pq.read_table(list(scored.files), columns=[score])[score]
+                edges = quantile_edges(scores, config.buckets)
 
                 def bucket(t: Any) -> Any:
                     return put_column(t, buckets, assign_buckets(t[score], edges))
@@ -529,18 +524,16 @@ def decontaminate(
 # -- extract -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class WarcInputs(Inputs):
-    """The WARC/ARC files ``zephyr extract`` reads; bad records are quarantined unless told otherwise."""
+    """The WARC/ARC files ``zephyr extract`` reads (as WARC: ``--format``, ``--unify-schemas`` and ``--schema``
+    are not its flags); bad records are quarantined unless told otherwise."""
 
     inputs: list[str] = field(
         default_factory=list, metadata={"positional": True, "metavar": "WARC", "reads": True}
     )
     """.warc/.warc.gz/.arc/.arc.gz files, folders or globs."""
-    format: Literal["warc"] = field(default="warc", metadata={"flag": False})
     on_error: Literal["raise", "quarantine"] = "quarantine"
     """Bad records (truncated gzip member, wrong Content-Length, non-HTML, undecodable charset): set aside in
     OUTPUT.zephyr/quarantine/ with their byte offset and go on (quarantine), or fail (raise)."""
-    unify_schemas: bool = field(default=False, metadata={"flag": False})
-    schema: str | None = field(default=None, metadata={"flag": False})
 
 
 @dataclass(frozen=True)
@@ -714,6 +707,7 @@ COMMANDS = [
         extract,
         {"inputs": WarcInputs, "output": Output, "config": ExtractOptions},
         plans=extract_plan,
+        skip=("format", "unify_schemas", "schema"),
     ),
 ]
 GROUPS = {

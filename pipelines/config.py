@@ -108,11 +108,9 @@ def _resolve_paths(raw: dict[str, Any], base: Path) -> dict[str, Any]:
         return raw
     out = []
     for index, step in enumerate(steps):
-        if isinstance(step, dict):
-            step = dict(step)
-            for key in _path_fields(str(step.get("step"))):
-                if key in step:
-                    step[key] = _resolve_one(step[key], base, f"steps[{index}].{key}")
+        if isinstance(step, dict):  # the path keys resolved in place (the others as written)
+            paths = _path_fields(str(step.get("step"))) & step.keys()
+            step = {**step, **{key: _resolve_one(step[key], base, f"steps[{index}].{key}") for key in paths}}
         out.append(step)
     return {**raw, "steps": out}
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -121,10 +122,7 @@ def _write_json(path: Path, payload: Any) -> None:
 def _complete_record(ctx: StepContext) -> dict[str, Any] | None:
     """The record of a step complete with ``ctx.fingerprint`` whose files still hold the bytes written; None:
     it must run (with a warning naming the record when its files are what is wrong)."""
-    try:
-        stats = json.loads((ctx.side_dir / STEP_STATS).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        stats = None
+    stats = resume.read_marker(ctx.side_dir / STEP_STATS, ctx.fingerprint)  # None: torn, or another config's
     if not resume.is_complete(ctx.side_dir, ctx.fingerprint, stats.get("files", []) if stats else None):
         return None
     problem = _files_problem(ctx, stats)
@@ -264,9 +262,8 @@ def run_pipeline(
             else:
                 record = _run_step(ctx, where, index, reporter, rows, fresh=from_step is not None)
             records.append(record)
-        result = PipelineResult(
-            job_dir=job, steps=records, stats_path=_write_summary(config, job, records, execution_kw)
-        )
+        stats_path = _write_summary(config, job, records, execution_kw)
+        result = PipelineResult(job_dir=job, steps=records, stats_path=stats_path)
         if report:
             from zephyr.pipelines.report import write_report
 
@@ -314,13 +311,10 @@ def _run_step(
     grouped: dict[str, dict[str, dict[str, int]]] = {}
     sizes: dict[str, int] = {}
     for name, n in totals.items():
-        if name.startswith("pipeline/cluster_size="):
-            job_stats.add_counts(sizes, {name.split("=", 1)[1]: n})
-            continue
-        parts = name.split("/", 2)
-        if len(parts) == 3 and parts[0] == "pipeline" and "=" in parts[2]:
-            key, value = parts[2].split("=", 1)
-            grouped.setdefault(key, {}).setdefault(parts[1], {})[value] = n
+        if found := re.fullmatch(r"pipeline/cluster_size=(.*)", name, re.S):
+            sizes[found[1]] = n
+        elif found := re.fullmatch(r"pipeline/([^/]*)/([^=]*)=(.*)", name, re.S):
+            grouped.setdefault(found[2], {}).setdefault(found[1], {})[found[3]] = n
     local = [p for p in getattr(step, "paths", []) if "://" not in p] if step.starts else []
     record = {
         "version": STATS_VERSION,

@@ -174,14 +174,8 @@ class Step:
                 f"step {name!r}: rows do not balance: in {rows_in} != kept {kept} (rows in "
                 f"{len(outcome.files)} part files) + dropped {dropped} + quarantined {quarantined}"
             )
-        return rows_record(
-            rows_in,
-            kept,
-            dropped,
-            dict(sorted(dropped_by_reason.items(), key=lambda kv: -kv[1])),
-            quarantined,
-            outcome.files,
-        )
+        by_reason = dict(sorted(dropped_by_reason.items(), key=lambda kv: -kv[1]))  # the most dropped first
+        return rows_record(rows_in, kept, dropped, by_reason, quarantined, outcome.files)
 
     # -- the run's lines and the report (records are dicts read back from stats.json) ---------------------
     @classmethod
@@ -336,11 +330,8 @@ class StepContext:
             return self.planned.select(columns) if columns else self.planned
         if not self.inputs:  # the previous step kept no rows (or read none): empty input is valid input
             p = self.pipeline
-            names = [
-                c
-                for c in (p.id_column, p.text_column, p.source_column)
-                if c and (not columns or c in columns)
-            ]
+            own = [c for c in (p.id_column, p.text_column, p.source_column) if c]
+            names = [c for c in own if not columns or c in columns]
             return zephyr.from_arrow(pa.table({c: pa.array([], pa.string()) for c in names}))
         return zephyr.read_parquet(self.inputs, columns=columns)
 
@@ -371,12 +362,8 @@ class StepContext:
         replaces whatever the folder held (``overwrite``). ``accounting``: the op names (``op(action)``)
         whose counters account the step's rows."""
         result = self.counted(ds).write_parquet(str(self.step_dir), overwrite=True, **self.engine(action))
-        return StepOutcome(
-            files=sorted(result.files),
-            checksums=result.checksums,
-            engine_stats=result.stats,
-            accounting_ops=tuple(f"map_batches({name})" for name in accounting),
-        )
+        ops = tuple(f"map_batches({name})" for name in accounting)
+        return StepOutcome(sorted(result.files), result.checksums, result.stats, ops)
 
 
 @dataclass
@@ -393,13 +380,6 @@ class StepOutcome:
 
 
 # -- operators (picklable; they run inside engine tasks) ---------------------------------------------------
-def column(table: pa.Table, name: str) -> pa.Array:
-    import pyarrow as pa
-
-    col = table.column(name)
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
 @dataclass(frozen=True)
 class CountValues:
     """Pass-through op: counts rows per value of some columns into ``pipeline/<role>/<key>=<value>``."""
@@ -415,7 +395,7 @@ class CountValues:
 
         for key, name in self.columns:
             if name in table.column_names:
-                for item in pc.value_counts(column(table, name).cast(pa.string())).to_pylist():
+                for item in pc.value_counts(table[name].cast(pa.string())).to_pylist():
                     value = "null" if item["values"] is None else item["values"]
                     counters.increment(f"pipeline/{self.role}/{key}={value}", item["counts"])
         return table
@@ -452,11 +432,11 @@ class PrepareRows:
             value = self.source if self.source is not None else "unknown"
             sources = pa.array([value] * table.num_rows, pa.string())
         else:
-            sources = column(table, self.source_column).cast(pa.string())
+            sources = table[self.source_column].cast(pa.string())
         table = put_column(table, self.source_column, sources)
         CountValues("in", (("source", self.source_column), ("lang", self.lang_column)))(table)
-        null_id = pc.is_null(column(table, self.id_column))
-        null_text = pc.is_null(column(table, self.text_column))
+        null_id = pc.is_null(table[self.id_column])
+        null_text = pc.is_null(table[self.text_column])
         bad = pc.or_(null_id, null_text)
         if not pc.any(bad).as_py():
             return table
@@ -478,8 +458,8 @@ class RemoveDuplicates:
 
         from zephyr.ops import BatchOutput
 
-        keep = pc.fill_null(column(table, "dup_keep"), True)
-        sizes = np.asarray(pc.fill_null(column(table, "dup_cluster_size"), 1), dtype=np.int64)
+        keep = pc.fill_null(table["dup_keep"], True)
+        sizes = np.asarray(pc.fill_null(table["dup_cluster_size"], 1), dtype=np.int64)
         values, per = np.unique(sizes[np.asarray(keep, dtype=bool)], return_counts=True)
         for size, n in zip(values.tolist(), per.tolist()):
             counters.increment(f"pipeline/cluster_size={size}", n)
@@ -500,7 +480,7 @@ class MinScoreFilter:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        keep = pc.fill_null(pc.greater_equal(column(table, self.score_column), self.min_score), False)
+        keep = pc.fill_null(pc.greater_equal(table[self.score_column], self.min_score), False)
         return pc.if_else(keep, pa.scalar(None, pa.string()), pa.scalar(f"quality_below_{self.min_score:g}"))
 
     def __call__(self, table: pa.Table) -> Any:

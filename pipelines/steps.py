@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -351,7 +350,7 @@ class DedupStep(Step):
 
     def method(self, ctx: StepContext) -> Any:
         """The dedup's Dataset function with the step's settings bound, called as ``method(rows, mode=,
-        execution=, **keywords)`` by ``run`` and with a listing ``jobs=`` by ``plans``."""
+        execution=)`` by ``run`` and with a listing ``jobs=`` by ``plans``."""
         raise NotImplementedError
 
     def shingling(self) -> tuple[str, int, str] | None:
@@ -372,11 +371,6 @@ class DedupStep(Step):
         removed = annotated.map_batches(RemoveDuplicates(self.kind), name=ctx.op("remove"))
         return removed.map_batches(set_aside(DUP_COLUMNS, restore=True), name=ctx.op("restore"))
 
-    def annotated(self, ctx: StepContext, **keywords: Any) -> Dataset:
-        """The step's input with dedup's columns, its eager jobs run (``keywords``: the dedup function's)."""
-        rows = ctx.dedup_inputs()
-        return self.method(ctx)(rows, mode="annotate", execution=ctx.engine(self.action), **keywords)
-
     def written(self, ctx: StepContext, annotated: Dataset) -> StepOutcome:
         """The kept rows written to the step folder, and the examples the report shows."""
         outcome = ctx.finish(self.kept(ctx, annotated), (ctx.op("remove"),))
@@ -387,7 +381,9 @@ class DedupStep(Step):
         return outcome
 
     def run(self, ctx: StepContext) -> StepOutcome:
-        return self.written(ctx, self.annotated(ctx))
+        """The dedup's eager jobs on the step input (annotate mode), then the kept rows written."""
+        annotated = self.method(ctx)(ctx.dedup_inputs(), mode="annotate", execution=ctx.engine(self.action))
+        return self.written(ctx, annotated)
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.dedup._rows import Jobs
@@ -577,8 +573,7 @@ class QualityStep(Step, type="quality"):
     def check(self, index: int, earlier: list[StepEntry]) -> list[str]:
         if not self.train_from:
             return []
-        prior = {e.name: e.step for e in earlier}
-        source = prior.get(self.train_from)
+        source = next((e.step for e in earlier if e.name == self.train_from), None)
         if not isinstance(source, HeuristicFilterStep):
             return [
                 f"steps[{index}].train_from: must name an enabled heuristic_filter step before it, got {self.train_from!r}"
@@ -612,18 +607,25 @@ class QualityStep(Step, type="quality"):
         ds = ctx.read_inputs().map_batches(scorer, name=ctx.op("score"))
         return filtered(ctx, ds, MinScoreFilter(column, self.min_score)), (ctx.op("score"), ctx.op("filter"))
 
-    def _train(self, ctx: StepContext, output: Path) -> Path:
-        """Train the classifier into ``output`` (or reuse the one an interrupted run of this config trained)."""
+    def _train(self, ctx: StepContext, output: Path) -> None:
+        """Train the classifier into ``output``, or reuse the one an interrupted run of this config trained: its
+        stamp holds this step's fingerprint and the model file still has the size and checksum it had when
+        trained (the job folder may be writable by others; a model is a file a native parser reads)."""
         import pyarrow as pa
         from zephyr.pipelines.quality.classifier import train_classifier
 
+        from zephyr import resume
         from zephyr.io.checksum import checksum_record, file_checksum
 
         p, c = ctx.pipeline, self.classifier
         stamp = output.with_suffix(".fingerprint")
-        if _reusable(output, stamp, ctx.fingerprint):
+        recorded = resume.read_marker(stamp, ctx.fingerprint)
+        problem = "no stamp" if recorded is None else resume.check_files({str(output): recorded})
+        if problem is None:
             log.info("quality: reusing the classifier trained by the interrupted run at %s", output)
-            return output
+            return
+        if recorded is not None:
+            log.warning("quality: not reusing the classifier: %s", problem)
         if self.train:  # labelled Parquet: the first train_max_rows rows of each label, in file order
             import polars as pl
             import pyarrow.parquet as pq
@@ -653,7 +655,6 @@ class QualityStep(Step, type="quality"):
         stamp.write_text(
             json.dumps({"fingerprint": ctx.fingerprint, **checksum_record(*file_checksum(str(output)))})
         )
-        return output
 
 
 def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
@@ -664,19 +665,6 @@ def _first_texts(files: list[str], column: str, max_rows: int) -> list[str]:
         return []
     rows = pads.dataset(files).head(max_rows, columns=[column], filter=pads.field(column).is_valid())
     return rows.column(0).to_pylist()
-
-
-def _reusable(model: Path, stamp: Path, fingerprint: str) -> bool:
-    """Whether an interrupted run's classifier can be loaded instead of trained again: its stamp holds this
-    step's fingerprint and the model file still has the size and checksum it had when trained (the job
-    folder may be writable by others; a model is a file a native parser reads)."""
-    from zephyr import resume
-
-    recorded = resume.read_marker(stamp, fingerprint)
-    problem = "no stamp" if recorded is None else resume.check_files({str(model): recorded})
-    if recorded is not None and problem is not None:
-        log.warning("quality: not reusing the classifier: %s", problem)
-    return problem is None
 
 
 @dataclass(frozen=True)
@@ -696,11 +684,9 @@ class MapStep(Step, type="map"):
     def __post_init__(self) -> None:
         super().__post_init__()
         module_name, sep, attr = self.function.partition(":")
-        dotted = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-        if not sep or not re.fullmatch(dotted, module_name) or not re.fullmatch(dotted, attr):
+        if not sep or not all(part.isidentifier() for part in f"{module_name}.{attr}".split(".")):
             raise FieldError("function", f"must look like package.module:function, got {self.function!r}")
-        missing = find_module(module_name)
-        if missing is not None:
+        if (missing := find_module(module_name)) is not None:
             raise FieldError("function", f"cannot import {self.function!r}: {missing}")
 
     def load(self) -> Any:
@@ -843,15 +829,8 @@ class TokenizeStep(Step, type="tokenize"):
         and ``plans`` prints."""
         p = ctx.pipeline
         columns = {"text_column": p.text_column, "id_column": p.id_column, "source_column": p.source_column}
-        ds = ctx.read_inputs(list(columns.values()))
-        output = str(ctx.step_dir / "shards")
-        return {
-            "data": ds,
-            "tokenizer": tokenizer,
-            "output": output,
-            **dataclasses.asdict(self.shards),
-            **columns,
-        }
+        written = {"data": ctx.read_inputs(list(columns.values())), "output": str(ctx.step_dir / "shards")}
+        return {**written, "tokenizer": tokenizer, **dataclasses.asdict(self.shards), **columns}
 
     def plans(self, ctx: StepContext) -> list[tuple[str, Dataset | None]]:
         from zephyr.tokenize.writer import plans
@@ -901,14 +880,11 @@ class TokenizeStep(Step, type="tokenize"):
         ]
         per = extra.get("per_source", {})
         if per:
+            mean = {
+                k: f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–" for k, v in per.items()
+            }
             rows = [
-                [
-                    md_text(k),
-                    md_count(v["documents"]),
-                    md_count(v["tokens"]),
-                    f"{v['tokens'] / v['documents']:.0f}" if v["documents"] else "–",
-                ]
-                for k, v in per.items()
+                [md_text(k), md_count(v["documents"]), md_count(v["tokens"]), mean[k]] for k, v in per.items()
             ]
             blocks.append(("table", ["source", "documents", "tokens", "tokens per document"], rows))
         return blocks
@@ -967,31 +943,27 @@ class TrainStep(Step, type="train"):
         import numpy as np
         from zephyr.trainer.train import train
 
-        shards = [
-            r["extra"]["shards_dir"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"
-        ]
-        log_path = ctx.step_dir / "train.jsonl"
-        cfg = self.build(data=shards[-1], log=str(log_path), checkpoint_dir=str(ctx.step_dir / "checkpoints"))
+        tokens = [r["extra"] for r in ctx.earlier.values() if STEPS[r["type"]].output == "tokens"]
+        log_path, checkpoints = ctx.step_dir / "train.jsonl", str(ctx.step_dir / "checkpoints")
+        cfg = self.build(data=tokens[-1]["shards_dir"], log=str(log_path), checkpoint_dir=checkpoints)
         result = train(cfg)
         records = read_train_log(log_path)
-        losses = [r["loss"] for r in records]
-        last = records[-1] if records else {}
+        first, last = (records[0], records[-1]) if records else ({}, {})
+        speeds = [r["tokens_per_s"] for r in records[1:]]  # the first step warms up
         extra = {
             "steps": result.step,
             "resumed_from": result.resumed_from,
             "log": str(log_path),
-            "checkpoints": str(ctx.step_dir / "checkpoints"),
-            "final_loss": losses[-1] if losses else None,
-            "first_loss": losses[0] if losses else None,
+            "checkpoints": checkpoints,
+            "final_loss": last.get("loss"),
+            "first_loss": first.get("loss"),
             "tokens_trained": int(sum(r.get("tokens", 0) for r in records)),
-            "mean_tokens_per_s": float(np.mean([r["tokens_per_s"] for r in records[1:]]))
-            if len(records) > 1
-            else None,
+            "mean_tokens_per_s": float(np.mean(speeds)) if speeds else None,
             "config": dataclasses.asdict(cfg),
             "packing": cfg.packing,
-            "instances_filtered": last.get("instances_filtered_total") if records else None,
-            "mix_tokens": last.get("mix_tokens") if records else None,
-            "mix_share": last.get("mix_share") if records else None,
+            "instances_filtered": last.get("instances_filtered_total"),
+            "mix_tokens": last.get("mix_tokens"),
+            "mix_share": last.get("mix_share"),
         }
         return StepOutcome(extra=extra)
 

@@ -101,6 +101,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
         ({"step": "map", "function": "no_such_module_xyz:f"}, "steps[1].function: cannot import"),
         ({"step": "tokenize", "shard_bytes": "lots"}, "steps[1].shard_bytes: not a byte size"),
         ({"step": "read", "paths": ["x"]}, "steps[1].step: only the first step may be 'read'"),
+        ({"step": "fuzzy_dedup", "update_index": True}, "steps[1].update_index: needs --index DIR"),
     ],
 )
 def test_stage_errors(tmp_path, stage, needle):
@@ -289,3 +290,16 @@ def test_cli_reports_config_errors_with_exit_code_1(tmp_path, capsys):
     assert not (tmp_path / "job").exists()  # nothing started
     assert main(["run", str(_write(tmp_path, _base(tmp_path))), "--check"]) == 0
     assert "03-fuzzy_dedup: fuzzy_dedup" in capsys.readouterr().out
+
+
+def test_a_step_built_in_python_checks_its_keys_as_a_config_file_does():
+    """Every step type checks its keys' types and ranges (``Step.__post_init__``), not only those that declare
+    rules of their own: a step object made in Python is refused as the same keys in a file are."""
+    from zephyr.pipelines.steps import ExactDedupStep, NormalizeStep
+    from zephyr.pipelines.web.steps import UrlDedupStep
+
+    with pytest.raises(ConfigError, match="^priority_column: must be"):
+        ExactDedupStep(priority_column=3)
+    with pytest.raises(ConfigError, match="^url_column: must be"):
+        UrlDedupStep(url_column=None)
+    assert NormalizeStep().normalize.nfc
