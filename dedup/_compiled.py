@@ -228,9 +228,7 @@ def _collapse(data, offsets, ascii_space):
 def _word_shingles(data, offsets, n, ascii_space):
     num_docs = len(offsets) - 1
     # a document has at most len/2+1 tokens; one scratch buffer sized for the longest document
-    longest = 0
-    for d in range(num_docs):
-        longest = max(longest, offsets[d + 1] - offsets[d])
+    longest = (offsets[1:] - offsets[:-1]).max() if num_docs else 0
     tok_hash = np.empty(longest // 2 + 2, dtype=np.uint64)
     tok_pow = np.empty(longest // 2 + 2, dtype=np.uint64)
     counts = np.zeros(num_docs, dtype=np.int64)
@@ -265,34 +263,25 @@ def _char_shingles(data, offsets, n):
         hi = offsets[d + 1]
         if hi <= lo:
             continue
-        cps = 0
-        for i in range(lo, hi):
-            if (data[i] & 0xC0) != 0x80:
-                cps += 1
-        if cps < n:
-            h = _ZERO
-            for i in range(lo, hi):
-                h = h * _P + np.uint64(data[i])
-            out[pos] = h
-            pos += 1
-            counts[d] = 1
-            continue
-        # slide over code point starts; a gram is the bytes from start k to start k+n (or the end)
+        # slide over code point starts and the end; a gram is the bytes from start k to start k+n (or the end)
         seen = 0
-        i = lo
-        while i <= hi:
+        for i in range(lo, hi + 1):
             if i == hi or (data[i] & 0xC0) != 0x80:
                 starts[seen % (n + 1)] = i
                 seen += 1
                 if seen > n:
-                    a = starts[(seen - n - 1) % (n + 1)]
                     h = _ZERO
-                    for k in range(a, i):
+                    for k in range(starts[(seen - n - 1) % (n + 1)], i):
                         h = h * _P + np.uint64(data[k])
                     out[pos] = h
                     pos += 1
-            i += 1
-        counts[d] = cps - n + 1
+        if seen <= n:  # fewer than n code points: one shingle of them all
+            h = _ZERO
+            for k in range(lo, hi):
+                h = h * _P + np.uint64(data[k])
+            out[pos] = h
+            pos += 1
+        counts[d] = max(seen - n, 1)
     return out[:pos].copy(), counts
 
 
@@ -320,9 +309,7 @@ def _minhash(hashes, offsets, a, b, mersenne, out):
     # reduction has no stores, so LLVM vectorizes it; the document's (mixed) hashes stay in L1/L2.
     k = len(a)
     num_docs = len(offsets) - 1
-    longest = 0
-    for d in range(num_docs):
-        longest = max(longest, offsets[d + 1] - offsets[d])
+    longest = (offsets[1:] - offsets[:-1]).max() if num_docs else 0
     x = np.empty(longest, dtype=np.uint64)
     for d in range(num_docs):
         lo = offsets[d]

@@ -98,7 +98,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zephyr.dedup._compiled as compiled
-from zephyr.dedup._hashing import Shingles, shingle_hashes, unique_sets
+from zephyr.dedup._hashing import Shingles, as_array, shingle_hashes, unique_sets
 from zephyr.dedup._rows import (
     CLUSTER,
     KEEPER,
@@ -382,8 +382,7 @@ class RowsIn:
 
 def shingles_of(lists: pa.Array | pa.ChunkedArray) -> Shingles:
     """A list<uint64> column of sorted sets as ``Shingles`` (no copy of the hashes when in one chunk)."""
-    if isinstance(lists, pa.ChunkedArray):
-        lists = lists.combine_chunks()
+    lists = as_array(lists)
     offsets = np.asarray(lists.offsets, dtype=np.int64)
     return Shingles(hashes=np.asarray(lists.flatten(), dtype=np.uint64), offsets=offsets - offsets[0])
 

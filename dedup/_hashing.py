@@ -71,6 +71,13 @@ _PUNCT_OR_SYMBOL = r"[\p{P}\p{S}]+"
 _DIGIT = r"\p{Nd}"
 
 
+def as_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as one array (a column of one chunk: that chunk, not a copy)."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    return values
+
+
 def _as_string(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     if pa.types.is_dictionary(values.type):  # dictionary-encoded text (a categorical): its values
         values = values.cast(values.type.value_type)
@@ -90,7 +97,7 @@ def collapse_whitespace(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.Chu
     values = _as_string(values)
     if len(values) == 0:
         return values
-    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    arr = as_array(values)
     data, offsets = string_buffers(arr)
     out, out_offsets = compiled.collapse_whitespace(data, offsets)
     validity = pc.is_valid(arr).buffers()[1] if arr.null_count else None
@@ -105,8 +112,7 @@ def nfc(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     through CPython's ``unicodedata.normalize``, whose quick check returns already-normalized strings
     untouched. Measured on the small corpus this is ~20x faster than Arrow's ``utf8_normalize`` (utf8proc
     rebuilds every string), which is why this one step calls Python per non-ASCII row."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    values = as_array(values)
     ascii_rows = np.asarray(pc.string_is_ascii(values).fill_null(True), dtype=bool)
     if ascii_rows.all():
         return values
@@ -221,9 +227,7 @@ def xxh3_128_array(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     >>> bytes(d[0]) == xxhash.xxh3_128_digest(b"a"), bool((d[0] == d[2]).all()), bool((d[0] == d[1]).all())
     (True, True, False)
     """
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    data, offsets = string_buffers(values)
+    data, offsets = string_buffers(as_array(values))
     view = memoryview(data)
     digest = xxhash.xxh3_128_digest
     bounds = offsets.tolist()
@@ -258,10 +262,8 @@ def shingle_hashes(
 ) -> Shingles:
     """Hash the shingles of every text; nulls and empty texts get no shingles. ``kind``, ``n`` and ``normalize``
     are a ``FuzzyDedupConfig``'s, checked there."""
-    values = normalize_text(texts, normalize, collapse=kind == "char")  # words: split on whitespace bytes
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    values = values.cast(pa.large_string())
+    # words are not collapsed: the shingler splits on whitespace bytes itself
+    values = as_array(normalize_text(texts, normalize, collapse=kind == "char")).cast(pa.large_string())
     if values.null_count:  # a null yields no shingle, whatever bytes its slot spans
         values = values.fill_null("")
     data, offsets = string_buffers(values)

@@ -80,17 +80,6 @@ class DedupRemoval(Removal):
         return self.finish(out, DUP_COLUMNS[level])
 
 
-def _workers(execution: ExecutionOptions, preload: bool = False):
-    """One worker pool for every engine job of a command; with ``preload`` workers load the numba kernels at
-    start, while the driver does its own imports."""
-    import zephyr.dedup._compiled as compiled
-
-    from zephyr.executors import reuse_workers
-
-    warm = ("zephyr.dedup._compiled:warm_up",) if preload and compiled.NUMBA_ENABLED else ()
-    return reuse_workers(execution.as_kwargs(), preload=warm)
-
-
 def _counters(result: Any, prefix: str = "dedup/") -> dict[str, int]:
     from zephyr import job_stats
 
@@ -107,10 +96,13 @@ def _dedup(
     ``--dropped-output`` with ``reason``); then ``after(execution kwargs, result)`` in the same pool gives
     what a dedup that rewrites rows changed (``rows_changed``, ``bytes_removed``...: in the stats, the
     summary's ``details`` and its human table). ``OUTPUT.zephyr/stats.json``'s ``dedup`` section: ``extra``,
-    the write's ``dedup/*`` counters and cluster-size histogram."""
+    the write's ``dedup/*`` counters and cluster-size histogram. With ``preload`` the pool's workers load the
+    numba kernels at start, while the driver does its own imports."""
+    import zephyr.dedup._compiled as compiled
     from zephyr.dedup._rows import Jobs, budget_of, finished, scratch_folder
 
     from zephyr import job_stats
+    from zephyr.executors import reuse_workers
     from zephyr.removal import Unless
     from zephyr.summary import write_summary
 
@@ -119,7 +111,9 @@ def _dedup(
         finish = functools.partial(removal.finished, level=level)
         budget = budget_of(execution.as_kwargs())
         return Jobs.plans(dedup, removal.rows(inputs, level), mode=mode, budget=budget, finish=finish)
-    with job_stats.recording() as jobs, _workers(execution, preload) as kwargs, scratch_folder(kwargs) as tmp:
+    warm = ("zephyr.dedup._compiled:warm_up",) if preload and compiled.NUMBA_ENABLED else ()
+    workers = reuse_workers(execution.as_kwargs(), preload=warm)
+    with job_stats.recording() as jobs, workers as kwargs, scratch_folder(kwargs) as tmp:
         rows = removal.rows(inputs, level, output.output)  # while the workers start
         out = dedup(rows, mode=mode, jobs=Jobs(kwargs, extra, scratch=tmp))
         result, stages = removal.write(

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from zephyr.dedup._hashing import hash_groups, normalize_text, xxh3_128_array
+from zephyr.dedup._hashing import as_array, hash_groups, normalize_text, xxh3_128_array
 from zephyr.dedup._rows import (
     H0,
     H1,
@@ -119,10 +119,7 @@ def split_paragraphs(data: Any, text_column: str, normalize: str, mode: str) -> 
     ExactDedupConfig(normalize=normalize)
     coerce(mode, RemovalMode, "mode")
     table = as_table(data)
-    texts = require_column(table, text_column, "text")
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
-    texts = texts.cast(pa.large_string())
+    texts = as_array(require_column(table, text_column, "text")).cast(pa.large_string())
     parts = pc.split_pattern(texts, "\n")
     values = parts.flatten()
     doc = np.asarray(pc.list_parent_indices(parts), dtype=np.int64)
