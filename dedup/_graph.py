@@ -429,19 +429,14 @@ class _VerifyHotPairs:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_sets": None}
 
-    def _with_pairs(self, sets: pa.Table) -> pa.Table:
-        """(u, vs, shingles_u) of the set rows named as u by ``grouped``."""
-        assert self.grouped is not None
-        at = pc.index_in(sets[ROW], value_set=self.grouped["u"].chunk(0))
-        named, vs = sets.filter(pc.is_valid(at)), self.grouped["vs"].take(at.drop_null())
-        return pa.table({"u": named[ROW], "vs": vs, "shingles_u": named["shingles"]})
-
     def __call__(self, table: pa.Table) -> pa.Table:
 
         if self._sets is None:
             self._sets = shingles_of(self.hot["shingles"])
-        if self.grouped is not None:
-            table = self._with_pairs(table)
+        if self.grouped is not None:  # (u, vs, shingles_u) of the set rows named as u by ``grouped``
+            at = pc.index_in(table[ROW], value_set=self.grouped["u"].chunk(0))
+            named, vs = table.filter(pc.is_valid(at)), self.grouped["vs"].take(at.drop_null())
+            table = pa.table({"u": named[ROW], "vs": vs, "shingles_u": named["shingles"]})
         m = table.num_rows
         vs = table["vs"].combine_chunks()
         lengths = np.asarray(pc.list_value_length(vs).fill_null(0), dtype=np.int64)
@@ -880,14 +875,26 @@ def verify_and_cluster(
     info["in_memory"] = pairs is not None and (not config.verify or set_bytes <= run.budget.driver_set_bytes)
     if info["in_memory"]:
         return graph_in_driver(collect_sets, pairs, run), None
-    verified = _verified_graph(edges, pairs, sets, written, run)
-    count = info["verified_pairs"]
+    # the verified pairs (u, v, sim) beyond the driver, written to scratch: verified on the engine, or every
+    # candidate (without sim) when verification is off
+    set_rows = written.stats["stages"][-1]["rows_out"]
+    parts = [edges]
+    if config.verify:
+        parts, figures = verify_on_engine(edges, pairs, sets, set_rows, run)
+        info.update(figures)
+    files = [
+        f
+        for i, part in enumerate(parts)
+        for f in part.write_parquet(f"{run.scratch}/verified-{i}", **kw).files
+    ]
+    verified = zephyr.read_parquet(files) if files else None
+    count = info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
     graph_limit = run.budget.driver_graph_edges
     if not count:
         return None, None
     if count <= graph_limit:
         pairs = verified.to_arrow(**kw)
-        per_set = set_bytes // max(1, written.stats["stages"][-1]["rows_out"])
+        per_set = set_bytes // max(1, set_rows)
         collect, measure = collect_sets, None
         if index is None and per_set * len(_nodes(pairs)) > run.budget.driver_set_bytes:  # the graph's sets
             info["sets_in_driver"] = False
@@ -905,35 +912,10 @@ def verify_and_cluster(
             f"budget ({graph_limit} pairs at {budget_module.GRAPH_BYTES_PER_EDGE} bytes each); raise "
             f"--memory-budget, or {fix}"
         )
-    return None, _components_on_engine(rows, verified, run).materialize(**kw)
-
-
-def _verified_graph(
-    edges: Dataset, pairs: pa.Table | None, sets: Dataset, written: Any, run: FuzzyRun
-) -> Dataset | None:
-    """The verified pairs (u, v, sim) beyond the driver, written to ``scratch`` (None when there are none):
-    verified on the engine, or every candidate (without sim) when ``config.verify`` is off. Records
-    ``verified_pairs`` and the engine verification's figures in ``info``."""
-    kw, info = run.kw, run.info
-    if run.config.verify:
-        parts, figures = verify_on_engine(edges, pairs, sets, written.stats["stages"][-1]["rows_out"], run)
-        info.update(figures)
-    else:
-        parts = [edges]
-    files = [
-        f
-        for i, part in enumerate(parts)
-        for f in part.write_parquet(f"{run.scratch}/verified-{i}", **kw).files
-    ]
-    verified = zephyr.read_parquet(files) if files else None
-    info["verified_pairs"] = verified.count(**kw) if verified is not None else 0
-    return verified
-
-
-def _components_on_engine(rows: Dataset, verified: Dataset, run: FuzzyRun) -> Dataset:
-    """(ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver."""
-    labels = connected_components_dataset(verified.select("u", "v"), execution=run.kw)
+    # (ROW, KEEPER, CLUSTER, SIZE) of every row in a component, for graphs beyond the driver
+    labels = connected_components_dataset(verified.select("u", "v"), execution=kw)
     members = labels.map_batches(lambda t: t.rename_columns([ROW, LABEL]), name="dedup.cc.members")
     members = members.join(rows.select(*run.key_names), on=ROW)
     groups = group_keepers(members, [LABEL], run.columns)
-    return members.select(ROW, LABEL).join(groups, on=LABEL).select(ROW, KEEPER, CLUSTER, SIZE)
+    labelled = members.select(ROW, LABEL).join(groups, on=LABEL).select(ROW, KEEPER, CLUSTER, SIZE)
+    return None, labelled.materialize(**kw)

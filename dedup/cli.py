@@ -262,7 +262,7 @@ def fuzzy(
     hold the rules that choose where verification and clusters run."""
     from zephyr.dedup.fuzzy import IndexedDedup
 
-    extra = {"kind": "fuzzy", "config": config.to_dict(), "mode": removal.mode}
+    extra = {"kind": "fuzzy", "config": dataclasses.asdict(config), "mode": removal.mode}
     indexed = IndexedDedup(config, columns, index)
 
     def written(kwargs: dict, result: Any) -> None:

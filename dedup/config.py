@@ -19,7 +19,6 @@ redpajama  word 13-grams         128 permutations  0.7 → 14×9, 0.8 → 9×13,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import typing
 from dataclasses import dataclass, field
@@ -205,9 +204,6 @@ class FuzzyDedupConfig:
     def lsh_threshold(self) -> float:
         """Approximate LSH S-curve midpoint ``(1/b)^(1/r)``; see ``zephyr.dedup._minhash``."""
         return lsh_threshold(*self.bands_rows())
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

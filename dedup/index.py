@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import fsspec
@@ -234,7 +234,7 @@ def write_generation(
     info = checked_target(path, config, create)
     meta = info.meta if info is not None else {"format": INDEX_FORMAT, "version": INDEX_VERSION}
     if info is None:
-        meta.update(settings=_settings(config), config=config.to_dict(), generations=[])
+        meta.update(settings=_settings(config), config=asdict(config), generations=[])
     earlier = [g for g in meta["generations"] if run is None or g.get("run") != run]
     generation = 1 + max((int(g["name"].split("-")[1]) for g in meta["generations"]), default=-1)
     name = f"gen-{generation:05d}"

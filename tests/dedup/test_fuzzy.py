@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -141,4 +142,4 @@ def test_cli_flags_build_the_one_config(tmp_path):
     base = ["dedup", "fuzzy", str(src), "--executor", "inprocess", "--no-progress"]
     assert main([*base, "--output", str(tmp_path / "new"), "--bands", "14", "--rows-per-band", "8"]) == 0
     config = json.loads(Path(stats_path(tmp_path / "new")).read_text())["dedup"]["config"]
-    assert config == FuzzyDedupConfig(bands=14, rows_per_band=8).to_dict()
+    assert config == dataclasses.asdict(FuzzyDedupConfig(bands=14, rows_per_band=8))
