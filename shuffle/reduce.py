@@ -215,12 +215,10 @@ def merge_sorted(sources: Sequence[Iterator[pa.Table]], columns: SortColumns) ->
             at_cutoff = {id(h) for h, last in zip(frontier, lasts) if last.equals(cutoff)}
             counts = [_count_before(h.keys, cutoff, columns) for h in live]
         pieces = [head.take_front(n) for head, n in zip(live, counts) if n]
-        if pieces:
-            yield (
-                sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns)
-                if len(pieces) > 1
-                else pieces[0]
-            )
+        if len(pieces) == 1:  # one source's prefix: already in order
+            yield pieces[0]
+        elif pieces:
+            yield sort_table(pa.concat_tables(pieces, promote_options="permissive"), columns)
         # Sources at the cutoff (and sources emptied by this round) read on.
         for head in heads:
             if not head.exhausted and (id(head) in at_cutoff or head.rows == 0):
@@ -413,9 +411,7 @@ def _load(sources: Sources, row_column: str, schema: pa.Schema | None) -> pl.Dat
     tables = [_drop_hash(t) for t in chain.from_iterable(sources) if t.num_rows]
     if not tables and schema is None:
         return None
-    table = (
-        pa.concat_tables(tables, promote_options="permissive") if tables else _drop_hash(schema.empty_table())
-    )
+    table = pa.concat_tables(tables or [_drop_hash(schema.empty_table())], promote_options="permissive")
     return pl.from_arrow(table).with_row_index(row_column)
 
 

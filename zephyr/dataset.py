@@ -249,10 +249,8 @@ class Dataset:
 
         ``sort_by`` orders the rows each ``reduce`` call sees (column names, or (name, descending) pairs).
         """
-        order: list[tuple[str, bool]] = []
-        if sort_by is not None:
-            for item in [sort_by] if isinstance(sort_by, str) else sort_by:
-                order.append((item, False) if isinstance(item, str) else (str(item[0]), bool(item[1])))
+        items = [] if sort_by is None else [sort_by] if isinstance(sort_by, str) else sort_by
+        order = [(i, False) if isinstance(i, str) else (str(i[0]), bool(i[1])) for i in items]
         partitions = _positive(num_partitions, "num_partitions")
         return GroupedDataset(self, column_names(keys, "group_by"), tuple(order), partitions)
 

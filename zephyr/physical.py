@@ -231,15 +231,12 @@ class Sources:
     def _list_files(self, source: ReadFiles) -> tuple[list[Shard], str, pa.Schema | None]:
         shards, stats, _ = self.files(source)
         # one schema for all files, decided from footers/first blocks before any task (zephyr.io.schema)
-        planned = (
-            None
-            if source.schema is not None
-            else plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
-        )
+        planned = None
+        if source.schema is None:
+            planned = plan_input_schema(shards, unify=source.unify_schemas, columns=source.columns)
         # size and version stamp (mtime / ETag): a same-size edit in place must not resume the old output
-        source_fp = fingerprint_of(
-            source, [(s, *stats[s.path]) for s in shards], None if planned is None else planned.to_string()
-        )
+        stamps = [(s, *stats[s.path]) for s in shards]
+        source_fp = fingerprint_of(source, stamps, None if planned is None else planned.to_string())
         return shards, source_fp, planned
 
     def _stage_table(self, source: FromTable) -> tuple[list[Shard], str, None]:
@@ -448,10 +445,8 @@ def walk(
                 upstream, budget, size_of, spec, pushdown_columns(upstream, op), spec.kind != "round_robin"
             )
             inputs.append((yield from up))
-    numbered = any(isinstance(n, WithRowIndex) for n in segment.narrow)
-    yield (
-        step := Step(segment, output, estimate, None, plan, tuple(inputs), coalesce and not numbered, rule)
-    )
+    coalesce = coalesce and not any(isinstance(n, WithRowIndex) for n in segment.narrow)
+    yield (step := Step(segment, output, estimate, None, plan, tuple(inputs), coalesce, rule))
     return step.sent
 
 

@@ -169,10 +169,7 @@ class LocalExecutor(Executor):
                     position, task = queue.popleft()
                     worker.send_task(fn, task, shared)
                     busy[id(worker)] = (worker, position)
-                handles = {}
-                for worker, _ in busy.values():
-                    handles[worker.conn] = worker
-                    handles[worker.sentinel] = worker
+                handles = {h: worker for worker, _ in busy.values() for h in (worker.conn, worker.sentinel)}
                 for handle in wait(list(handles)):
                     worker = handles[handle]
                     if id(worker) not in busy:
