@@ -108,6 +108,22 @@ def test_failing_task_is_retried_then_fails_naming_its_shard(tmp_path):
     assert "bad row" in str(info.value)
 
 
+def test_a_task_that_calls_sys_exit_in_a_worker_fails_as_itself_and_the_worker_lives_on(tmp_path):
+    pattern = _write_shards(tmp_path / "in", shards=2, rows=10)
+
+    def exits(row):
+        if row["id"] == 15:
+            sys.exit(3)
+        return row
+
+    with pytest.raises(TaskError, match=r"in-01\.parquet") as info:
+        zephyr.read_parquet(pattern).map(exits).to_arrow(
+            executor="local", workers=1, small_job_bytes=0, max_retries=1
+        )
+    assert "SystemExit: 3" in str(info.value)
+    assert "died" not in str(info.value)
+
+
 def test_threads_retry_a_failing_task_and_report_the_one_that_keeps_failing(tmp_path):
     pattern = _write_shards(tmp_path / "in", shards=4, rows=10)
     flag = str(tmp_path / "flaky")

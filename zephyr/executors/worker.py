@@ -109,7 +109,10 @@ def _serve(conn: Connection) -> None:
             sys.stderr.flush()
             os._exit(0)
         fn, task, key, blob = message
-        outcome = call(lambda: fn(shared_value(key, blob), task))  # noqa: B023 (called at once)
+        try:
+            outcome = call(lambda: fn(shared_value(key, blob), task))  # noqa: B023 (called at once)
+        except BaseException as exc:  # a task's sys.exit() is its error: the worker lives on
+            outcome = failure(exc)
         try:
             data = cloudpickle.dumps(outcome)
         except Exception as exc:  # e.g. an unpicklable return value
