@@ -137,6 +137,8 @@ def normalize_text(
     ``collapse=False`` leaves whitespace runs alone (the word shingler splits on them itself).
     """
     values = _as_string(values)
+    if mode not in ("none", "default", "simplify"):  # the kernels are callable without a config
+        raise ConfigError(f"normalize must be one of none, default, simplify, got {mode!r}")
     if mode == "none":
         return values
     out = pc.utf8_lower(nfc(values))
@@ -261,7 +263,9 @@ def shingle_hashes(
     texts: pa.Array | pa.ChunkedArray, *, kind: ShingleKind = "word", n: int = 5, normalize: str = "default"
 ) -> Shingles:
     """Hash the shingles of every text; nulls and empty texts get no shingles. ``kind``, ``n`` and ``normalize``
-    are a ``FuzzyDedupConfig``'s, checked there."""
+    are a ``FuzzyDedupConfig``'s, checked there and again here, for a direct call."""
+    if n < 1 or kind not in ("word", "char"):
+        raise ConfigError(f"shingles need kind 'word' or 'char' and n >= 1, got kind {kind!r}, n {n}")
     # words are not collapsed: the shingler splits on whitespace bytes itself
     values = as_array(normalize_text(texts, normalize, collapse=kind == "char")).cast(pa.large_string())
     if values.null_count:  # a null yields no shingle, whatever bytes its slot spans

@@ -97,9 +97,11 @@ def make_permutations(num_perm: int, *, seed: int = 1, scheme: str = "affine64")
     if scheme == "affine64":
         a = rng.integers(0, 1 << 63, num_perm, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
         b = rng.integers(0, 1 << 64, num_perm, dtype=np.uint64, endpoint=False)
-    else:  # mersenne61
+    elif scheme == "mersenne61":
         a = rng.integers(1, int(_MERSENNE61), num_perm, dtype=np.uint64)
         b = rng.integers(0, int(_MERSENNE61), num_perm, dtype=np.uint64)
+    else:
+        raise ConfigError(f"minhash scheme must be affine64 or mersenne61, got {scheme!r}")
     return Permutations(a=a, b=b, scheme=scheme)
 
 

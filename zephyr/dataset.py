@@ -18,6 +18,7 @@ The facade's argument checks (``input_paths``, ``_schema_argument``...): each no
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -138,7 +139,9 @@ def from_arrow(data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch], *, nu
     for Parquet nor select rows of any view)."""
     batches = [data] if isinstance(data, pa.RecordBatch) else data  # not pa.table(): it imports pandas
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches(list(batches))
-    return Dataset((FromTable(without_view_types(table), _positive(num_shards, "num_shards")),))
+    return Dataset(
+        (FromTable(without_view_types(table), _positive(num_shards, "num_shards", optional=False)),)
+    )
 
 
 def from_items(items: Iterable[dict], *, num_shards: int = 1) -> Dataset:
@@ -330,7 +333,7 @@ class Dataset:
 
     def reshard(self, num_shards: int) -> Dataset:
         """Redistribute rows round-robin into ``num_shards`` shards (e.g. before an expensive map)."""
-        return self._then(Reshard(_positive(num_shards, "num_shards")))
+        return self._then(Reshard(_positive(num_shards, "num_shards", optional=False)))
 
     # -- actions ----------------------------------------------------------------------------------------
     def to_arrow(self, **execution: Any) -> pa.Table:
@@ -476,11 +479,18 @@ def column_names(args: tuple, what: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _positive(value: int | None, name: str) -> int | None:
-    """``value`` when it is None or a positive int; anything else is refused naming the argument ``name``."""
-    if value is not None and (not isinstance(value, int) or value < 1):
+def _positive(value: Any, name: str, *, optional: bool = True) -> int | None:
+    """``value`` as an int when it is a positive integer (a numpy one too), or None when ``optional``;
+    anything else is refused naming the argument ``name``."""
+    if value is None and optional:
+        return None
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = 0
+    if number < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return number
 
 
 def _sort_boundaries(

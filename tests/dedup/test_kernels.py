@@ -29,6 +29,9 @@ from zephyr.dedup._minhash import (
     signatures_torch,
 )
 from zephyr.dedup.config import collision_probability, lsh_threshold, optimal_bands
+from zephyr.dedup.exact import document_hashes
+
+from zephyr.errors import ConfigError
 
 EDGE_TEXTS = [
     "",
@@ -255,3 +258,17 @@ def test_collapse_whitespace_equals_old_regex_and_python(typ):
 def test_collapse_whitespace_property(texts):
     arr = pa.array(texts, pa.large_string())
     assert collapse_whitespace(arr).equals(_old_collapse(arr))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: document_hashes(pa.array(["A b"]), "bogus"),
+        lambda: shingle_hashes(pa.array(["abc"]), kind="char", n=0),
+        lambda: shingle_hashes(pa.array(["abc"]), kind="chars"),
+        lambda: make_permutations(2, scheme="affine"),
+    ],
+)
+def test_a_kernel_called_without_a_config_refuses_a_bad_setting(call):
+    with pytest.raises(ConfigError):
+        call()

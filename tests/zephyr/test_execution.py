@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import zephyr
-from zephyr.errors import TaskError
+from zephyr.errors import ConfigError, TaskError
 from zephyr.io.quarantine import QUARANTINE_SCHEMA
 
 
@@ -448,3 +448,26 @@ def test_crash_between_publish_and_marker_resumes_to_the_same_parts(tmp_path, mo
     assert _digest(out) == _digest(tmp_path / "clean") and not (tmp_path / "out.zephyr" / "staging").exists()
     again = plan.write_parquet(str(out), executor="inprocess", work_dir=str(work))
     assert again.stats["stages"][-1]["tasks_resumed"] == 5 and _digest(out) == _digest(tmp_path / "clean")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda t: zephyr.from_arrow(t, num_shards=0),
+        lambda t: zephyr.from_arrow(t).reshard(None),
+        lambda t: zephyr.from_arrow(t).reshard(2.0),
+        lambda t: zephyr.from_arrow(t).map_batches(lambda b: b, batch_rows=0),
+        lambda t: zephyr.from_arrow(t).deduplicate("k", num_partitions=-1),
+        lambda t: zephyr.from_arrow(t).sort("k", num_partitions="2"),
+    ],
+)
+def test_a_bad_count_is_refused_when_the_plan_is_built(build):
+    with pytest.raises(ConfigError, match="must be a positive integer"):
+        build(pa.table({"k": [1, 2, 3]}))
+
+
+def test_counts_may_be_numpy_integers():
+    table = pa.table({"k": [3, 1, 2, 1]})
+    ds = zephyr.from_arrow(table, num_shards=np.int64(2)).reshard(np.int32(3))
+    ds = ds.map_batches(lambda b: b, batch_rows=np.int64(2)).deduplicate("k", num_partitions=np.int64(2))
+    assert sorted(ds.to_arrow(executor="inprocess")["k"].to_pylist()) == [1, 2, 3]
