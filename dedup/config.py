@@ -309,7 +309,7 @@ class IndexConfig:
 
     def __post_init__(self) -> None:
         if self.update_index and self.index is None:
-            raise FieldError("update_index", "needs --index DIR (the index to add to)")
+            raise FieldError("update_index", "needs index (--index DIR): the index to add to")
         if self.index is not None and self.write_index is not None:
             raise FieldError("write_index", "starts a new index; to add to --index DIR, pass --update-index")
 

@@ -231,10 +231,11 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     keep_dropped: bool = True
     """Write the dropped rows (with ``drop_reason``) to ``NN-NAME.zephyr/dropped/``; needed by ``quality.train_from``."""
     replace_columns: bool = False
-    """Replace a ``drop_reason`` column the data already has (kept rows then lose it); ``false``: refuse."""
+    """Replace a ``drop_reason`` column the data already has (kept rows then lose it); without it, such data
+    is refused before any work."""
     output_column: str | None = field(default=None, metadata={"column": True, "metavar": "NAME"})
     """Name of the reason column of the dropped rows; a ``drop_reason`` the data has then passes unchanged.
-    ``null``: ``drop_reason``."""
+    Not set: ``drop_reason``."""
 
     def adds(self, pipeline: PipelineConfig) -> tuple[str, ...]:
         """The reason column, on the rows it writes to ``dropped/`` (not on the rows it passes on)."""
@@ -243,6 +244,10 @@ class HeuristicFilterStep(Step, type="heuristic_filter"):
     def preflight(self) -> None:
         if "url" in self.filter.rules:
             require("tldextract", "web", "the url rules")
+            if blocklist := self.filter.overrides.get("url", {}).get("blocklist"):
+                from zephyr.pipelines.web.urls import load_blocklist
+
+                load_blocklist(blocklist)  # a bad line fails before any work, naming the file and line
 
     def columns_after(self, origin: dict[str, str], pipeline: PipelineConfig, name: str) -> dict[str, str]:
         if self.replace_columns and self.output_column is None:  # replaced, so gone from the kept rows

@@ -128,12 +128,13 @@ class UrlFilterStep(Step, type="url_filter"):
     """The column holding each document's URL."""
 
     def preflight(self) -> None:
-        from zephyr.pipelines.web.urls import UrlRules
+        from zephyr.pipelines.web.urls import load_blocklist
 
         from zephyr.errors import require
 
         require("tldextract", "web", "the url_filter step (registered domains)")
-        UrlRules(self.blocklist)  # reads the blocklist: a bad line fails before any work
+        if self.blocklist:
+            load_blocklist(self.blocklist)  # a bad line fails before any work
 
     def plan(self, ctx: StepContext) -> tuple[Dataset, tuple[str, ...]]:
         """Normalized URLs and registered domains, then the ``url`` rules (invalid URLs, blocklist)."""

@@ -162,16 +162,16 @@ def _parents(host: str) -> Iterable[str]:
 @dataclass(frozen=True)
 class UrlRules:
     """The ``url`` rule family (module docstring). ``blocklist``: a file path (None: only ``url_invalid``), read
-    once, when the family is built."""
+    when the rules first run; a step's ``preflight`` reads it before any work, so that a config (a disabled
+    step, a finished one) loads without it."""
 
     blocklist: str | None = None
     url_column: str = "url"
     name: str = "url"
 
-    def __post_init__(self) -> None:  # read here, so a bad line fails where the rules are built
-        object.__setattr__(
-            self, "_blocked", load_blocklist(self.blocklist) if self.blocklist else frozenset()
-        )
+    @functools.cached_property
+    def _blocked(self) -> frozenset[str]:
+        return load_blocklist(self.blocklist) if self.blocklist else frozenset()
 
     def evaluate_table(self, table: pa.Table) -> Verdict:
         from zephyr.pipelines.quality.rules import Verdict

@@ -101,7 +101,7 @@ def test_errors_name_the_key_path_and_the_allowed_values(tmp_path):
         ({"step": "map", "function": "no_such_module_xyz:f"}, "steps[1].function: cannot import"),
         ({"step": "tokenize", "shard_bytes": "lots"}, "steps[1].shard_bytes: not a byte size"),
         ({"step": "read", "paths": ["x"]}, "steps[1].step: only the first step may be 'read'"),
-        ({"step": "fuzzy_dedup", "update_index": True}, "steps[1].update_index: needs --index DIR"),
+        ({"step": "fuzzy_dedup", "update_index": True}, "steps[1].update_index: needs index (--index DIR)"),
     ],
 )
 def test_stage_errors(tmp_path, stage, needle):

@@ -81,11 +81,15 @@ def test_blocklist_file(tmp_path):
     bad.write_text("ok.com\nhttp://bad.com/x\n")
     with pytest.raises(InputError, match=r"block.txt:2: 'http://bad.com/x' is not a domain"):
         load_blocklist(bad)
-    # the url rules read it where they are built: a heuristic_filter step's rules fail when its config is made
+    # a heuristic_filter step's config loads without reading it (a disabled or finished step needs no file);
+    # its preflight, before any work, reads it
     from zephyr.pipelines.quality.config import HeuristicFilterConfig
+    from zephyr.pipelines.steps import HeuristicFilterStep
 
+    step = HeuristicFilterStep(HeuristicFilterConfig(["url"], {"url": {"blocklist": str(bad)}}))
     with pytest.raises(InputError, match=r"block.txt:2: 'http://bad.com/x' is not a domain"):
-        HeuristicFilterConfig(["url"], {"url": {"blocklist": str(bad)}})
+        step.preflight()
+    HeuristicFilterStep(HeuristicFilterConfig(["url"], {"url": {"blocklist": str(tmp_path / "missing")}}))
 
 
 def test_url_rules_count_each_reason():
