@@ -57,13 +57,14 @@ from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 import zephyr.dedup._compiled as compiled
+from zephyr.dedup.config import Normalization
 
 from zephyr.errors import ConfigError
 
@@ -137,8 +138,8 @@ def normalize_text(
     ``collapse=False`` leaves whitespace runs alone (the word shingler splits on them itself).
     """
     values = _as_string(values)
-    if mode not in ("none", "default", "simplify"):  # the kernels are callable without a config
-        raise ConfigError(f"normalize must be one of none, default, simplify, got {mode!r}")
+    if mode not in get_args(Normalization):  # the kernels are callable without a config
+        raise ConfigError(f"normalize must be one of {', '.join(get_args(Normalization))}, got {mode!r}")
     if mode == "none":
         return values
     out = pc.utf8_lower(nfc(values))
@@ -264,7 +265,7 @@ def shingle_hashes(
 ) -> Shingles:
     """Hash the shingles of every text; nulls and empty texts get no shingles. ``kind``, ``n`` and ``normalize``
     are a ``FuzzyDedupConfig``'s, checked there and again here, for a direct call."""
-    if n < 1 or kind not in ("word", "char"):
+    if n < 1 or kind not in get_args(ShingleKind):
         raise ConfigError(f"shingles need kind 'word' or 'char' and n >= 1, got kind {kind!r}, n {n}")
     # words are not collapsed: the shingler splits on whitespace bytes itself
     values = as_array(normalize_text(texts, normalize, collapse=kind == "char")).cast(pa.large_string())
